@@ -1,0 +1,3 @@
+from gpuops.cli import main
+
+main()

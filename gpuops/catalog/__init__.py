@@ -1,0 +1,101 @@
+"""The card catalog: GPU specs, aliases and provider ids, read from ``cards.toml`` beside this file.
+
+Data lives in the TOML file with a source for every number; this module only parses and looks up.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from gpuops.errors import BadInput
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Card:
+    """One GPU model.
+
+    ``vram_bytes``: nominal memory in bytes (GiB x 2^30). ``bandwidth_bytes_s``: peak memory
+    bandwidth in bytes/s. ``bf16_flops``/``fp8_flops``: dense peak FLOP/s (0 when unsupported).
+    ``reference_usd_per_hour``: a typical on-demand price, used only for simulated costs.
+    """
+
+    name: str
+    display: str
+    family: str
+    aliases: tuple[str, ...]
+    vram_bytes: int
+    bandwidth_bytes_s: float
+    bf16_flops: float
+    fp8_flops: float
+    form_factor: str
+    runpod_id: str
+    vast_name: str
+    reference_usd_per_hour: float
+    sources: tuple[str, ...]
+
+
+@lru_cache(maxsize=1)
+def cards() -> tuple[Card, ...]:
+    """Every card in the catalog, in file order."""
+    data = tomllib.loads((Path(__file__).with_name("cards.toml")).read_text(encoding="utf-8"))
+    out = []
+    for c in data["cards"]:
+        out.append(
+            Card(
+                name=c["name"],
+                display=c["display"],
+                family=c["family"],
+                aliases=tuple(c.get("aliases", ())),
+                vram_bytes=int(c["vram_gib"] * GIB),
+                bandwidth_bytes_s=float(c["bandwidth_gb_s"]) * 1e9,
+                bf16_flops=float(c["bf16_tflops"]) * 1e12,
+                fp8_flops=float(c.get("fp8_tflops", 0)) * 1e12,
+                form_factor=c.get("form_factor", ""),
+                runpod_id=c.get("runpod_id", ""),
+                vast_name=c.get("vast_name", ""),
+                reference_usd_per_hour=float(c.get("reference_usd_per_hour", 0.0)),
+                sources=tuple(c.get("sources", ())),
+            )
+        )
+    return tuple(out)
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def resolve_cards(query: str) -> list[Card]:
+    """Cards that ``query`` names: a card name or alias gives one card, a family name all of it.
+
+    Raises BadInput naming the closest known names when nothing matches.
+    """
+    q = _norm(query)
+    exact = [c for c in cards() if q == c.name or q in c.aliases]
+    if exact:
+        return exact
+    family = [c for c in cards() if q == c.family]
+    if family:
+        return family
+    known = sorted({c.name for c in cards()} | {c.family for c in cards()} | {a for c in cards() for a in c.aliases})
+    close = difflib.get_close_matches(q, known, n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else "see `gpuops plan --help` for the catalog"
+    raise BadInput(f"unknown card {query!r}", f"{hint}")
+
+
+def card_by_name(name: str) -> Card:
+    """The card with catalog name ``name``; KeyError when absent."""
+    for c in cards():
+        if c.name == name:
+            return c
+    raise KeyError(name)

@@ -1,0 +1,221 @@
+"""Settings: infra.toml + GPUOPS_* environment + flags -> one validated ``Settings``.
+
+Discovery: ``--config PATH``, else ``./infra.toml``, else ``<user config dir>/gpuops/infra.toml``
+(platformdirs). Environment variables ``GPUOPS_<SECTION>_<KEY>`` (e.g. ``GPUOPS_LEDGER_URL``,
+``GPUOPS_TEARDOWN_MAX_HOURS``, ``GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR``) override the file;
+flags override both. All validation happens here, before anything is rented. Every key, with its
+default and unit, is documented in ``infra.example.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from gpuops.errors import BadInput
+
+ENV_PREFIX = "GPUOPS_"
+PROVIDERS = ("local", "runpod", "vast")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class UpSettings(_Section):
+    """Defaults for `gpuops up` flags."""
+
+    provider: Literal["local", "runpod", "vast"] = "local"
+    card: str = ""  # empty: any card that fits
+    experiment: str = "default"
+    spot: bool = True  # prefer interruptible offers where the provider has them
+    max_price: Optional[float] = Field(default=None, gt=0)  # USD/hour for the whole box
+    image: str = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
+    disk_gb: float = Field(default=40.0, gt=0)
+    ready_timeout_seconds: float = Field(default=600.0, gt=0)  # create -> SSH answers
+
+
+class TeardownSettings(_Section):
+    """The three layers: job end (grace), idle GPU, money (TTL, caps)."""
+
+    max_hours: float = Field(default=4.0, gt=0)  # hard TTL per box
+    idle_minutes: Union[float, Literal["off"]] = 15.0
+    idle_util_percent: float = Field(default=5.0, ge=0, le=100)
+    sample_seconds: float = Field(default=10.0, gt=0)
+    job_end_grace_seconds: float = Field(default=30.0, ge=0)  # agent destroys this long after job exit
+    kill_grace_seconds: float = Field(default=10.0, ge=0)  # local destroy: TERM, then KILL after this
+    max_session_usd: Optional[float] = Field(default=None, gt=0)
+    balance_floor_usd: Optional[float] = Field(default=None, ge=0)
+    monthly_cap_usd: Optional[float] = Field(default=None, gt=0)
+
+    @field_validator("idle_minutes", mode="before")
+    @classmethod
+    def _idle(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() == "off":
+            return "off"
+        try:
+            f = float(v)
+        except (TypeError, ValueError):
+            raise ValueError("idle_minutes must be a number of minutes or \"off\"") from None
+        if f <= 0:
+            raise ValueError("idle_minutes must be > 0; 0 is ambiguous, use \"off\" to disable the idle layer")
+        return f
+
+
+class LedgerSettings(_Section):
+    url: str = ""  # SQLAlchemy URL; empty: sqlite:///<user data dir>/ledger.db
+
+
+class LocalProviderSettings(_Section):
+    price_per_hour: Optional[float] = Field(default=None, ge=0)  # USD/h; unset: catalog reference, simulated
+
+
+class RunpodSettings(_Section):
+    url: str = ""  # GraphQL base; empty: the SDK default (or RUNPOD_API_BASE_URL)
+    api_key: str = ""
+
+
+class VastSettings(_Section):
+    url: str = ""  # REST base; empty: the SDK default (or VAST_URL)
+    api_key: str = ""
+
+
+class ProvidersSettings(_Section):
+    local: LocalProviderSettings = LocalProviderSettings()
+    runpod: RunpodSettings = RunpodSettings()
+    vast: VastSettings = VastSettings()
+
+
+class BootstrapSettings(_Section):
+    model_config = ConfigDict(extra="allow")
+    steps: list[dict] = []  # extra bootstrap steps, in bootstrap.json's step format
+
+
+class JobSettings(_Section):
+    results: str = "out/"  # copied back from the box before teardown
+
+
+class Settings(_Section):
+    data_dir: str = ""  # empty: platformdirs user data dir
+    up: UpSettings = UpSettings()
+    teardown: TeardownSettings = TeardownSettings()
+    ledger: LedgerSettings = LedgerSettings()
+    providers: ProvidersSettings = ProvidersSettings()
+    bootstrap: BootstrapSettings = BootstrapSettings()
+    job: JobSettings = JobSettings()
+    source: Optional[str] = None  # the file these came from, for messages
+
+    def data_path(self) -> Path:
+        if self.data_dir:
+            return Path(self.data_dir).expanduser()
+        import platformdirs
+
+        return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
+
+    def ledger_url(self) -> str:
+        return self.ledger.url or f"sqlite:///{self.data_path() / 'ledger.db'}"
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """The config file to read, or None. An explicit path that does not exist is BadInput."""
+    if explicit:
+        p = Path(explicit).expanduser()
+        if not p.is_file():
+            raise BadInput(f"config file {explicit} not found", "pass an existing file to --config")
+        return p
+    here = Path("infra.toml")
+    if here.is_file():
+        return here
+    import platformdirs
+
+    user = Path(platformdirs.user_config_dir("gpuops", appauthor=False)) / "infra.toml"
+    return user if user.is_file() else None
+
+
+def _line_of(text: str, loc: tuple) -> int | None:
+    """Best-effort line number of the key at ``loc`` (a pydantic error location) in TOML text."""
+    keys = [str(k) for k in loc if isinstance(k, str)]
+    if not keys:
+        return None
+    key = keys[-1]
+    section = ".".join(keys[:-1])
+    current = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"^\s*\[([^\]]+)\]", line)
+        if m:
+            current = m.group(1).strip()
+            continue
+        if current == section and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+            return n
+    return None
+
+
+def _env_overrides(model: type[BaseModel], prefix: str = ENV_PREFIX, env: dict | None = None) -> dict:
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    for name, f in model.model_fields.items():
+        var = prefix + name.upper()
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            sub = _env_overrides(ann, var + "_", env)
+            if sub:
+                out[name] = sub
+        elif var in env and name != "source":
+            out[name] = env[var]
+    return out
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _format_error(err: ValidationError, where: str, text: str | None) -> str:
+    e = err.errors()[0]
+    key = ".".join(str(k) for k in e["loc"])
+    line = _line_of(text, e["loc"]) if text else None
+    place = f"{where}:{line}" if line else where
+    msg = e["msg"].removeprefix("Value error, ")
+    return f"{place}: {key}: {msg}"
+
+
+def load_settings(config: str | None = None, overrides: dict | None = None, env: dict | None = None) -> Settings:
+    """Read the file (if any), apply GPUOPS_* variables, then ``overrides`` (from flags, nested
+    dicts like ``{"teardown": {"max_hours": 2}}``). Raises BadInput with file and line."""
+    path = find_config(config)
+    data: dict = {}
+    text = None
+    if path is not None:
+        text = path.read_text(encoding="utf-8")
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise BadInput(f"{path}: malformed TOML: {e}", "fix the file, or see infra.example.toml") from None
+        try:
+            Settings.model_validate(data)
+        except ValidationError as e:
+            raise BadInput(_format_error(e, str(path), text), "see infra.example.toml for the keys and units") from None
+    merged = _deep_merge(data, _env_overrides(Settings, env=env))
+    try:
+        Settings.model_validate(merged)
+    except ValidationError as e:
+        raise BadInput(_format_error(e, "environment (GPUOPS_*)", None), "fix or unset the variable") from None
+    merged = _deep_merge(merged, overrides or {})
+    try:
+        s = Settings.model_validate(merged)
+    except ValidationError as e:
+        raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
+    s.source = str(path) if path else None
+    return s

@@ -1,0 +1,31 @@
+"""Error types that carry a user-facing message and the fix.
+
+Every error that reaches the CLI is one of these; the CLI prints ``error: <message>`` (and the fix
+on the same line) and exits with ``exit_code``.
+"""
+
+from __future__ import annotations
+
+
+class GpuopsError(Exception):
+    """Base error: ``message`` says what is wrong, ``fix`` what the user should do."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, fix: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.fix})" if self.fix else self.message
+
+
+class BadInput(GpuopsError):
+    """Input that cannot work; raised before anything is rented or booked. Exit code 2."""
+
+    exit_code = 2
+
+
+class JobFailed(GpuopsError):
+    """The job ran and exited non-zero (exit code 1 for the CLI)."""

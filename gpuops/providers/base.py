@@ -1,0 +1,168 @@
+"""The provider interface: what every marketplace (and this machine) must answer.
+
+A provider module fills in six methods (``offers``, ``create``, ``get``, ``list``, ``destroy``,
+``balance``). Everything above it (selection, lifecycle, teardown, books) is provider-agnostic.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from gpuops.errors import GpuopsError
+
+
+class InstanceStatus(str, enum.Enum):
+    """Our status vocabulary; a provider's unknown string maps to UNKNOWN (raw value kept)."""
+
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    EXITED = "exited"
+    GONE = "gone"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A rentable configuration.
+
+    ``vram_bytes`` is per GPU; ``usd_per_hour`` is the whole box (all GPUs, storage included where
+    the provider bills it hourly). ``min_bid`` is USD/h for interruptible offers, else None.
+    ``reliability`` is 0..1 (1 when the provider publishes none).
+    """
+
+    provider: str
+    offer_id: str
+    card: str
+    gpu_count: int
+    vram_bytes: int
+    usd_per_hour: float
+    spot: bool
+    min_bid: float | None = None
+    reliability: float = 1.0
+    region: str = ""
+    disk_gb: float = 0.0
+    net_down_mbps: float = 0.0
+    simulated: bool = False
+
+    def as_json(self) -> dict:
+        return {
+            "provider": self.provider,
+            "offer_id": self.offer_id,
+            "card": self.card,
+            "gpu_count": self.gpu_count,
+            "vram_bytes": self.vram_bytes,
+            "usd_per_hour": self.usd_per_hour,
+            "spot": self.spot,
+            "min_bid": self.min_bid,
+            "reliability": self.reliability,
+            "region": self.region,
+        }
+
+
+@dataclass(frozen=True)
+class OfferQuery:
+    """What `up`/`offers` asks for. ``cards`` are catalog names (empty = any); ``min_vram_bytes``
+    per GPU; ``spot`` True/False, or None for both; ``max_usd_per_hour`` for the whole box."""
+
+    cards: tuple[str, ...] = ()
+    gpu_count: int = 1
+    min_vram_bytes: int = 0
+    spot: bool | None = None
+    max_usd_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class SshEndpoint:
+    host: str
+    port: int
+    user: str = "root"
+
+
+@dataclass
+class Instance:
+    """A rented box as the provider reports it. ``usd_per_hour`` is the price really charged."""
+
+    id: str
+    label: str
+    status: InstanceStatus
+    usd_per_hour: float | None = None
+    ssh: SshEndpoint | None = None
+    created_at: float | None = None  # epoch seconds, UTC
+    raw_status: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CreateSpec:
+    """What to put on the box. ``label`` is ``gpuops-<session>``; ``env`` values never contain the
+    account key; ``bid_usd_per_hour`` is set for interruptible offers only."""
+
+    label: str
+    image: str = ""
+    disk_gb: float = 40.0
+    env: dict[str, str] = field(default_factory=dict)
+    ssh_public_key: str = ""
+    bid_usd_per_hour: float | None = None
+    workdir: str = ""
+
+
+@dataclass(frozen=True)
+class Balance:
+    """Account credit in USD, and the current spend rate in USD/h when the provider reports it."""
+
+    usd: float | None
+    spend_usd_per_hour: float | None = None
+
+
+class ProviderErrorKind(str, enum.Enum):
+    AUTH = "auth"
+    NO_CAPACITY = "no_capacity"
+    OFFER_GONE = "offer_gone"
+    RATE_LIMIT = "rate_limit"
+    SERVER = "server"
+    FUNDS = "insufficient_funds"
+    BAD_REQUEST = "bad_request"
+    GONE = "gone"
+    UNSUPPORTED = "unsupported"
+
+
+class ProviderError(GpuopsError):
+    """A provider call failed. ``kind`` drives retry/next-offer decisions; ``instance_id`` is set
+    when the failed call still left an instance behind (it must be destroyed)."""
+
+    exit_code = 1
+
+    def __init__(self, kind: ProviderErrorKind, message: str, fix: str | None = None, instance_id: str | None = None):
+        super().__init__(message, fix)
+        self.kind = kind
+        self.instance_id = instance_id
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in (ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.SERVER)
+
+    @property
+    def try_next_offer(self) -> bool:
+        return self.kind in (ProviderErrorKind.NO_CAPACITY, ProviderErrorKind.OFFER_GONE)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One marketplace. Methods raise ProviderError; ``destroy`` of a gone instance succeeds."""
+
+    name: str
+
+    def offers(self, query: OfferQuery) -> list[Offer]: ...
+
+    def create(self, offer: Offer, spec: CreateSpec) -> Instance: ...
+
+    def get(self, instance_id: str) -> Instance | None: ...
+
+    def list(self, label_prefix: str = "gpuops-") -> list[Instance]: ...
+
+    def destroy(self, instance_id: str) -> None: ...
+
+    def balance(self) -> Balance: ...

@@ -1,0 +1,121 @@
+"""The `local` provider: this machine, no account needed.
+
+An "instance" is a directory ``<data dir>/boxes/<session>/`` holding ``instance.json``; bootstrap
+and job run there as child process groups (``gpuops.remote.LocalBox``). Destroy ends those groups
+(TERM, then KILL after ``kill_grace_seconds``), writes ``destroyed.json`` and keeps the logs.
+
+Price: ``[providers.local] price_per_hour`` when set (a real cost, e.g. your own workstation);
+otherwise the card's catalog reference price, and the offer is marked simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from gpuops.catalog import Card, cards
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind
+from gpuops.remote import LocalBox, end_process_groups
+
+
+def detect_gpus(timeout_s: float = 5.0) -> list[str]:
+    """Names of this machine's NVIDIA GPUs from ``nvidia-smi`` (empty when none or it fails)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+class LocalProvider:
+    """This machine as a provider. ``boxes_dir``: where session directories live."""
+
+    name = "local"
+
+    def __init__(self, boxes_dir: Path, price_per_hour: float | None = None, kill_grace_seconds: float = 10.0):
+        self.boxes_dir = Path(boxes_dir)
+        self.price_per_hour = price_per_hour
+        self.kill_grace_seconds = kill_grace_seconds
+
+    def _offer(self, card: Card, gpu_count: int) -> Offer:
+        simulated = self.price_per_hour is None
+        price = card.reference_usd_per_hour * gpu_count if simulated else float(self.price_per_hour)
+        return Offer(
+            provider="local", offer_id=f"local:{card.name}:{gpu_count}", card=card.name, gpu_count=gpu_count,
+            vram_bytes=card.vram_bytes, usd_per_hour=round(price, 6), spot=False, reliability=1.0,
+            region="this machine", simulated=simulated,
+        )
+
+    def offers(self, query: OfferQuery) -> list[Offer]:
+        """Every catalog card the query names (all cards when it names none), at one price."""
+        chosen = [c for c in cards() if not query.cards or c.name in query.cards]
+        return [self._offer(c, query.gpu_count) for c in chosen]
+
+    def _dir(self, instance_id: str) -> Path:
+        if not instance_id or "/" in instance_id or instance_id.startswith("."):
+            raise ProviderError(ProviderErrorKind.BAD_REQUEST, f"bad local instance id {instance_id!r}")
+        return self.boxes_dir / instance_id
+
+    def create(self, offer: Offer, spec: CreateSpec) -> Instance:
+        instance_id = spec.label
+        d = self._dir(instance_id)
+        d.mkdir(parents=True, exist_ok=False)
+        meta = {"id": instance_id, "label": spec.label, "offer": offer.as_json(), "usd_per_hour": offer.usd_per_hour,
+                "simulated": offer.simulated, "created_at": time.time()}
+        (d / "instance.json").write_text(json.dumps(meta, indent=1))
+        return self._instance(d, meta)
+
+    def _instance(self, d: Path, meta: dict) -> Instance:
+        gone = (d / "destroyed.json").exists()
+        return Instance(
+            id=meta["id"], label=meta["label"], status=InstanceStatus.GONE if gone else InstanceStatus.RUNNING,
+            usd_per_hour=meta["usd_per_hour"], created_at=meta["created_at"], raw_status="destroyed" if gone else "running",
+            extra={"local_root": str(d), "simulated": meta.get("simulated", False)},
+        )
+
+    def get(self, instance_id: str) -> Instance | None:
+        d = self._dir(instance_id)
+        try:
+            meta = json.loads((d / "instance.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return self._instance(d, meta)
+
+    def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
+        out = []
+        if self.boxes_dir.is_dir():
+            for d in sorted(self.boxes_dir.iterdir()):
+                if d.name.startswith(label_prefix):
+                    inst = self.get(d.name)
+                    if inst is not None and inst.status != InstanceStatus.GONE:
+                        out.append(inst)
+        return out
+
+    def destroy(self, instance_id: str) -> None:
+        """End every process group the box started; idempotent (a gone box is success)."""
+        d = self._dir(instance_id)
+        if not d.exists():
+            return
+        pgids_file = d / ".gpuops" / "pgids"
+        pgids = [int(x) for x in pgids_file.read_text().split()] if pgids_file.exists() else []
+        end_process_groups(pgids, self.kill_grace_seconds)
+        if not (d / "destroyed.json").exists():
+            (d / "destroyed.json").write_text(json.dumps({"destroyed_at": time.time()}))
+
+    def destroyed_at(self, instance_id: str) -> float | None:
+        try:
+            return json.loads((self._dir(instance_id) / "destroyed.json").read_text())["destroyed_at"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return None
+
+    def balance(self) -> Balance:
+        return Balance(usd=None)
+
+    def box(self, instance: Instance) -> LocalBox:
+        return LocalBox(Path(instance.extra["local_root"]))

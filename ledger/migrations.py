@@ -1,0 +1,109 @@
+"""Schema history, one small function per change, applied once, recorded in ``schema_migrations``.
+
+Read top to bottom, this is every change the ledger database ever went through. Migrations use
+SQLAlchemy Core DDL so the same history runs on SQLite and PostgreSQL. Never edit a migration that
+has shipped: add a new one.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = []
+
+
+def migration(fn: Callable[[Connection], None]) -> Callable[[Connection], None]:
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+@migration
+def m001_initial(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        "sessions",
+        md,
+        sa.Column("id", sa.String, primary_key=True),
+        sa.Column("experiment", sa.String, nullable=False, index=True),
+        sa.Column("job", sa.String, nullable=False),
+        sa.Column("provider", sa.String, nullable=False),
+        sa.Column("card", sa.String, nullable=False),
+        sa.Column("gpu_count", sa.Integer, nullable=False),
+        sa.Column("spot", sa.Boolean, nullable=False),
+        sa.Column("label", sa.String, nullable=False),
+        sa.Column("instance_id", sa.String, index=True),
+        sa.Column("offer_id", sa.String),
+        sa.Column("usd_per_hour", sa.Float),
+        sa.Column("bid_usd_per_hour", sa.Float),
+        sa.Column("simulated", sa.Boolean, nullable=False),
+        sa.Column("status", sa.String, nullable=False, index=True),
+        sa.Column("created_at", sa.Float, nullable=False, index=True),
+        sa.Column("instance_created_at", sa.Float),
+        sa.Column("ready_at", sa.Float),
+        sa.Column("ended_at", sa.Float),
+        sa.Column("end_reason", sa.String),
+        sa.Column("exit_code", sa.Integer),
+        sa.Column("billed_seconds", sa.Float),
+        sa.Column("cost_usd", sa.Float),
+        sa.Column("tokens", sa.BigInteger, nullable=False),
+        sa.Column("job_seconds", sa.Float),
+        sa.Column("conclusion", sa.String, nullable=False),
+        sa.Column("note", sa.String, nullable=False),
+        sa.Column("log_path", sa.String, nullable=False),
+        sa.Column("results_path", sa.String, nullable=False),
+    )
+    sa.Table(
+        "bootstrap_steps",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.String, sa.ForeignKey("sessions.id"), nullable=False, index=True),
+        sa.Column("name", sa.String, nullable=False),
+        sa.Column("status", sa.String, nullable=False),
+        sa.Column("seconds", sa.Float, nullable=False),
+        sa.Column("detail", sa.String, nullable=False),
+    )
+    sa.Table(
+        "events",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.String, sa.ForeignKey("sessions.id"), nullable=False, index=True),
+        sa.Column("at", sa.Float, nullable=False),
+        sa.Column("kind", sa.String, nullable=False),
+        sa.Column("detail", sa.String, nullable=False),
+    )
+    md.create_all(conn)
+
+
+def _migrations_table() -> sa.Table:
+    return sa.Table(
+        "schema_migrations",
+        sa.MetaData(),
+        sa.Column("name", sa.String, primary_key=True),
+        sa.Column("applied_at", sa.Float, nullable=False),
+    )
+
+
+def applied(conn: Connection) -> list[str]:
+    table = _migrations_table()
+    if not sa.inspect(conn).has_table(table.name):
+        return []
+    return [r[0] for r in conn.execute(sa.select(table.c.name))]
+
+
+def migrate(conn: Connection) -> list[str]:
+    """Apply pending migrations in order inside the caller's transaction; returns their names."""
+    table = _migrations_table()
+    table.metadata.create_all(conn)
+    done = set(applied(conn))
+    ran = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        fn(conn)
+        conn.execute(table.insert().values(name=name, applied_at=time.time()))
+        ran.append(name)
+    return ran

@@ -1,0 +1,71 @@
+"""Ledger tables (SQLModel). Times are epoch seconds UTC (float); money in USD; prices USD/hour.
+
+The schema these classes describe is built by the migrations in ``ledger/migrations.py``; a
+change here needs a new migration there.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sqlmodel import Field, SQLModel
+
+
+class Session(SQLModel, table=True):
+    """One rental session: intent, instance, money, time, outcome, work."""
+
+    __tablename__ = "sessions"
+
+    id: str = Field(primary_key=True)  # e.g. "20261129-1632-3f9a"; label is "gpuops-" + id
+    experiment: str = Field(default="default", index=True)
+    job: str = ""
+    provider: str = ""
+    card: str = ""
+    gpu_count: int = 1
+    spot: bool = False
+    label: str = ""
+    instance_id: Optional[str] = Field(default=None, index=True)
+    offer_id: Optional[str] = None
+    usd_per_hour: Optional[float] = None  # price really charged (create response / instance)
+    bid_usd_per_hour: Optional[float] = None
+    simulated: bool = False  # True when the price is a catalog reference, not a charge
+    status: str = Field(default="provisioning", index=True)  # provisioning|running|closed
+    created_at: float = Field(index=True)  # the intent row (before create)
+    instance_created_at: Optional[float] = None  # create returned: billing starts
+    ready_at: Optional[float] = None
+    ended_at: Optional[float] = None  # confirmed destroy (billing stops)
+    end_reason: Optional[str] = None
+    exit_code: Optional[int] = None
+    billed_seconds: Optional[float] = None
+    cost_usd: Optional[float] = None
+    tokens: int = 0
+    job_seconds: Optional[float] = None
+    conclusion: str = ""
+    note: str = ""
+    log_path: str = ""
+    results_path: str = ""
+
+
+class BootstrapStep(SQLModel, table=True):
+    """One bootstrap step of a session, with its wall seconds."""
+
+    __tablename__ = "bootstrap_steps"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", index=True)
+    name: str
+    status: str  # done|skipped|failed
+    seconds: float
+    detail: str = ""
+
+
+class Event(SQLModel, table=True):
+    """A state transition or action on a session (stage entered, destroy called, ...)."""
+
+    __tablename__ = "events"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", index=True)
+    at: float
+    kind: str
+    detail: str = ""
