@@ -78,6 +78,28 @@ def m001_initial(conn: Connection) -> None:
     md.create_all(conn)
 
 
+
+@migration
+def m002_session_lease_heartbeat_refusals(conn: Connection) -> None:
+    """Teardown: a per-session lease (one watchdog acts on a session at a time), the agent's last
+    heartbeat as a watchdog saw it (an end time when the box is gone), and the refusals table
+    (a money limit crossed: new `up` calls are refused until the watchdog lifts it)."""
+    for col, typ in (("lease_owner", sa.String()), ("lease_expires_at", sa.Float()), ("heartbeat_at", sa.Float())):
+        ddl = sa.schema.CreateColumn(sa.Column(col, typ)).compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {ddl}")
+    md = sa.MetaData()
+    sa.Table(
+        "refusals",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("scope", sa.String, nullable=False, index=True),  # a provider name, or "*" for all
+        sa.Column("reason", sa.String, nullable=False),  # balance_floor | monthly_cap
+        sa.Column("detail", sa.String, nullable=False),
+        sa.Column("set_at", sa.Float, nullable=False),
+        sa.Column("lifted_at", sa.Float),
+    )
+    md.create_all(conn)
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

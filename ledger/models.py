@@ -44,6 +44,9 @@ class Session(SQLModel, table=True):
     note: str = ""
     log_path: str = ""
     results_path: str = ""
+    lease_owner: Optional[str] = None  # the watchdog acting on this session now (m002)
+    lease_expires_at: Optional[float] = None
+    heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat, as last seen
 
 
 class BootstrapStep(SQLModel, table=True):
@@ -69,3 +72,17 @@ class Event(SQLModel, table=True):
     at: float
     kind: str
     detail: str = ""
+
+
+class Refusal(SQLModel, table=True):
+    """A money limit crossed: new boxes in ``scope`` (a provider name, or "*") are refused while
+    ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m002)."""
+
+    __tablename__ = "refusals"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    scope: str = Field(index=True)
+    reason: str
+    detail: str = ""
+    set_at: float
+    lifted_at: Optional[float] = None
