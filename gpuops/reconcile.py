@@ -188,9 +188,9 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     reason = (status or {}).get("destroy", {}) and status["destroy"].get("reason")
     reason = reason or _intended_reason(ctx, row) or ("preempted" if row.spot else "interrupted")
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
+    ctx.event(row.id, "gone", {"reason": reason, "ended_at": ended, "source": source})
     closed = ctx.ledger.close(row.id, ended, reason, exit_code=exit_code)
     detail = f"{reason}: instance gone; end time from {source}; billed {closed.billed_seconds:.0f} s, ${closed.cost_usd:.4f}"
-    ctx.event(row.id, "gone", {"reason": reason, "ended_at": ended, "source": source})
     return Action(row.id, "closed", detail)
 
 
