@@ -18,6 +18,14 @@ def ledger_url(request, tmp_path):
 
 
 @pytest.fixture
+def fresh_url(request, tmp_path, ledger_url):
+    """A second empty ledger on the same backend as ``ledger_url``."""
+    if ledger_url.startswith("sqlite"):
+        return f"sqlite:///{tmp_path / 'second.db'}"
+    return request.getfixturevalue("postgres_server").new_database()
+
+
+@pytest.fixture
 def ledger(ledger_url):
     from ledger import Ledger
 
