@@ -46,6 +46,10 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+def _sqlite_begin(conn) -> None:
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("ledger_read") else "BEGIN IMMEDIATE")
+
+
 class Ledger:
     """A ledger at ``url`` (SQLAlchemy URL). Creates the SQLite file's folder and applies pending
     migrations on open."""
@@ -61,8 +65,9 @@ class Ledger:
         if url.startswith("sqlite"):
             sa_event.listen(self.engine, "connect", _sqlite_pragmas)
             # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN so two
-            # writers queue on busy_timeout instead of failing on lock upgrade.
-            sa_event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
+            # writers queue on busy_timeout instead of failing on lock upgrade. Report reads
+            # (execution option ``ledger_read``) take no write lock: WAL lets them run beside a writer.
+            sa_event.listen(self.engine, "begin", _sqlite_begin)
         self._migrate()
 
     def _migrate(self) -> None:
@@ -237,7 +242,7 @@ class Ledger:
             q = q.where(table.c.created_at >= start)
         if end is not None:
             q = q.where(table.c.created_at < end)
-        with self.engine.connect() as conn:
+        with self.engine.connect().execution_options(ledger_read=True) as conn:
             return list(conn.execute(q))
 
     def steps(self, session_id: str) -> list[BootstrapStep]:
