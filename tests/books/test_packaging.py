@@ -36,14 +36,17 @@ def core_closure(core: list[str] | None = None) -> dict[str, list[str]]:
     if core is None:
         core = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     seen: dict[str, list[str]] = {}
+    done: dict[str, set[str]] = {}
     todo = [(Requirement(r), ["gpuops"]) for r in core]
     todo = [(r, c) for r, c in todo if r.marker is None or r.marker.evaluate({"extra": ""})]
     while todo:
         req, chain = todo.pop()
         name = _norm(req.name)
-        if name in seen:
-            continue
-        seen[name] = chain + [name]
+        extras = done.setdefault(name, set())
+        if name in seen and set(req.extras) <= extras:
+            continue  # already walked with these extras
+        extras |= set(req.extras)
+        seen.setdefault(name, chain + [name])
         try:
             dist = metadata.distribution(req.name)
         except metadata.PackageNotFoundError:
