@@ -279,7 +279,7 @@ class Agent:
         self.root = os.path.abspath(cfg.get("root") or os.path.dirname(os.path.dirname(os.path.abspath(config_path))))
         self.state_dir = os.path.join(self.root, cfg.get("state_dir", ".gpuops"))
         self.status_path = os.path.join(self.state_dir, "agent-status.json")
-        self.run_dir = os.path.join(self.root, cfg.get("run_dir", "run"))
+        self.run_dir = os.path.join(self.root, cfg.get("run_dir", ".gpuops/run"))
         self.pidfile = os.path.join(self.root, cfg.get("bootstrap_pidfile", ".gpuops/bootstrap.pid"))
         self.settings = cfg.get("teardown", {})
         self.sample_s = float(self.settings.get("sample_seconds", 10.0))

@@ -5,12 +5,12 @@ The agent itself is ``bootstrap/agent.py`` (stdlib, runs on the box); the rules 
 
 Paths on the box, relative to the box root (``Box.root``):
 
-* ``bootstrap/``                 this repository's ``bootstrap/`` folder, shipped byte for byte
+* ``.gpuops/bootstrap/``         this repository's ``bootstrap/`` folder, shipped byte for byte
 * ``.gpuops/agent.json``         the agent's config (``agent_config``)
 * ``.gpuops/agent-status.json``  its status: heartbeat, last samples, last decision, destroy
 * ``.gpuops/agent.log``          its log
 * ``.gpuops/bootstrap.pid``      written by ``bootstrap_command``: bootstrap is running while alive
-* ``run/``                       the job's run dir (``bootstrap/jobwrap.py --dir run``)
+* ``.gpuops/run/``               the job's run dir (``jobwrap.py --dir .gpuops/run``, as the launcher runs it)
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from typing import Any
 from gpuops.config import Settings, TeardownSettings
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
+BOOTSTRAP_REMOTE = ".gpuops/bootstrap"
 AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
 BOOTSTRAP_PIDFILE = ".gpuops/bootstrap.pid"
-RUN_DIR = "run"
+RUN_DIR = ".gpuops/run"
 
 # Heartbeat older than this many sample intervals (plus slack) is stale: the agent is not running.
 STALE_SAMPLES = 3
@@ -99,20 +100,21 @@ def arm(box, config: dict, python: str = "python3") -> None:
     Idempotent: a second arm rewrites the config and the start is a no-op while the supervisor
     runs (it holds a lock). ``box``: a ``gpuops.remote.Box``. Raises what the box raises.
     """
-    box.put(BOOTSTRAP_DIR, "bootstrap")
+    box.put(BOOTSTRAP_DIR, BOOTSTRAP_REMOTE)
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "agent.json"
         p.write_text(json.dumps(config, indent=1))
         box.put(p, AGENT_CONFIG)
     q = shlex.quote
-    box.run_detached(f"exec {q(python)} bootstrap/agent.py --config {q(AGENT_CONFIG)} >>{q(AGENT_LOG)} 2>&1")
+    box.run_detached(f"exec {q(python)} {BOOTSTRAP_REMOTE}/agent.py --config {q(AGENT_CONFIG)} >>{q(AGENT_LOG)} 2>&1")
 
 
-def bootstrap_command(config_path: str, python: str = "python3") -> str:
+def bootstrap_command(config_path: str, state_dir: str = ".gpuops/bootstrap-state", python: str = "python3") -> str:
     """The shell command that runs bootstrap so the agent sees it running (its pid in
     ``.gpuops/bootstrap.pid``; ``exec`` keeps the pid)."""
     q = shlex.quote
-    return f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} bootstrap/bootstrap.py --config {q(config_path)}"
+    return (f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} {BOOTSTRAP_REMOTE}/bootstrap.py "
+            f"--config {q(config_path)} --state-dir {q(state_dir)}")
 
 
 def read_status(box) -> dict | None:

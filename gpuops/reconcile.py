@@ -157,14 +157,16 @@ def end_time(ctx: Context, row, provider: Provider, inst: Instance | None, statu
     if inst is not None and inst.extra.get("ended_at"):
         return float(inst.extra["ended_at"]), "provider"
     if status and (status.get("destroy") or {}).get("done_at"):
-        return float(status["destroy"]["done_at"]), "agent destroy"
-    beats = [b for b in ((status or {}).get("heartbeat"), row.heartbeat_at) if b]
+        return float(status["destroy"]["done_at"]), "destroy"
+    beats = [b for b in ((status or {}).get("heartbeat"), row.last_heartbeat_at) if b]
     if beats:
-        return float(max(beats)), "agent heartbeat"
+        return float(max(beats)), "heartbeat"
+    # No provider time and no heartbeat (the box never ran an agent): the last thing we know
+    # happened to it, which still is not "now".
     last = _last_event_at(ctx, row.id)
     if last:
-        return float(last), "last ledger event"
-    return float(row.instance_created_at or row.created_at), "create time"
+        return float(last), "ledger_event"
+    return float(row.instance_created_at or row.created_at), "create"
 
 
 def _intended_reason(ctx: Context, row) -> str | None:
@@ -189,8 +191,8 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     reason = reason or _intended_reason(ctx, row) or ("preempted" if row.spot else "interrupted")
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
     ctx.event(row.id, "gone", {"reason": reason, "ended_at": ended, "source": source})
-    closed = ctx.ledger.close(row.id, ended, reason, exit_code=exit_code)
-    detail = f"{reason}: instance gone; end time from {source}; billed {closed.billed_seconds:.0f} s, ${closed.cost_usd:.4f}"
+    closed = ctx.ledger.close(row.id, ended, reason, exit_code=exit_code, end_source=source)
+    detail = f"{closed.end_reason}: instance gone; end time from {source}; billed {closed.billed_seconds:.0f} s, ${closed.cost_usd:.4f}"
     return Action(row.id, "closed", detail)
 
 
@@ -198,16 +200,18 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
     """Destroy the row's instance (idempotent), then close the row at the confirmed destroy time
     (``ended_at`` when the box stopped billing earlier, e.g. a preempted spot instance)."""
     ctx.event(row.id, "destroy", {"reason": reason, "by": ctx.owner, "detail": detail})
+    if hasattr(ctx.ledger, "request_end"):  # a crash before the close still books this reason
+        ctx.ledger.request_end(row.id, reason)
     try:
         provider.destroy(row.instance_id)
     except ProviderError as e:
         ctx.event(row.id, "destroy_failed", {"reason": reason, "error": str(e)})
         return Action(row.id, "error", f"destroy failed ({reason}): {e}")
-    end = ended_at
+    end, source = ended_at, "heartbeat"
     if end is None:
         get_end = getattr(provider, "destroyed_at", None)
-        end = (get_end(row.instance_id) if get_end else None) or ctx.clock()
-    closed = ctx.ledger.close(row.id, end, reason)
+        end, source = (get_end(row.instance_id) if get_end else None) or ctx.clock(), "destroy"
+    closed = ctx.ledger.close(row.id, end, reason, end_source=source)
     return Action(row.id, "destroyed", f"{reason}: {detail}; billed {closed.billed_seconds:.0f} s, ${closed.cost_usd:.4f}")
 
 
@@ -283,10 +287,8 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
                 actions.append(close_gone(ctx, row, p, inst, status))
                 continue
             if status and status.get("heartbeat"):
-                from ledger.limits import note_heartbeat
-
-                note_heartbeat(ctx.ledger, row.id, float(status["heartbeat"]))
-            elif row.heartbeat_at is None and now > _deadline(ctx, row):
+                ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+            elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
                 actions.append(destroy_and_close(
                     ctx, row, p, "interrupted",
                     f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming"))

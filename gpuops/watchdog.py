@@ -40,7 +40,6 @@ def _box_state(row, status: dict | None) -> policy.BoxState:
 def check_session(ctx: Context, row) -> list[Action]:
     """Layers 1-2 and the per-box money rules for one open session (caller holds its lease)."""
     from gpuops.agentctl import heartbeat_stale
-    from ledger.limits import note_heartbeat
 
     now = ctx.clock()
     if row.instance_id is None:
@@ -55,13 +54,13 @@ def check_session(ctx: Context, row) -> list[Action]:
     if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
         # An interruptible box the market took back: billing for the GPU stopped when the agent went
         # silent; destroy what is left (a stopped Vast instance still bills storage).
-        ended = row.heartbeat_at or inst.extra.get("ended_at")
+        ended = row.last_heartbeat_at or inst.extra.get("ended_at")
         return [destroy_and_close(ctx, row, p, "preempted", f"spot instance {inst.raw_status or inst.status.value}", ended_at=ended)]
     status = agent_status(ctx, p, inst)
     actions: list[Action] = []
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
-        note_heartbeat(ctx.ledger, row.id, float(status["heartbeat"]))
+        ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
     if stale:
         age = f"{now - float(status['heartbeat']):.0f} s old" if status and status.get("heartbeat") else "none yet"
         actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap only"))

@@ -51,19 +51,6 @@ def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> s
     return row.lease_owner
 
 
-def note_heartbeat(ledger: Ledger, session_id: str, heartbeat: float) -> None:
-    """Record the agent's heartbeat (epoch s) when newer than the stored one."""
-    t = Session.__table__
-    stmt = (
-        sa.update(t)
-        .where(t.c.id == session_id)
-        .where(sa.or_(t.c.heartbeat_at.is_(None), t.c.heartbeat_at < heartbeat))
-        .values(heartbeat_at=heartbeat)
-    )
-    with ledger.engine.begin() as conn:
-        conn.execute(stmt)
-
-
 def active_refusals(ledger: Ledger) -> list[Refusal]:
     with DbSession(ledger.engine) as db:
         return list(db.exec(select(Refusal).where(Refusal.lifted_at.is_(None)).order_by(Refusal.id)))

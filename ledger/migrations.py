@@ -78,15 +78,28 @@ def m001_initial(conn: Connection) -> None:
     md.create_all(conn)
 
 
+@migration
+def m002_cost_truth(conn: Connection) -> None:
+    """Where a session's end time came from, how its provider rounds billing, the agent's last
+    heartbeat (an end we never saw is taken from it, never from "now"), and whether the row was
+    booked by gpuops or imported from a spreadsheet. Nullable or defaulted: old rows keep meaning."""
+    for ddl in (
+        "ALTER TABLE sessions ADD COLUMN billing_increment_seconds FLOAT",
+        "ALTER TABLE sessions ADD COLUMN last_heartbeat_at FLOAT",
+        "ALTER TABLE sessions ADD COLUMN end_source VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN source VARCHAR DEFAULT 'gpuops' NOT NULL",
+    ):
+        conn.exec_driver_sql(ddl)
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_sessions_source ON sessions (source)")
+
 
 @migration
-def m002_session_lease_heartbeat_refusals(conn: Connection) -> None:
-    """Teardown: a per-session lease (one watchdog acts on a session at a time), the agent's last
-    heartbeat as a watchdog saw it (an end time when the box is gone), and the refusals table
-    (a money limit crossed: new `up` calls are refused until the watchdog lifts it)."""
-    for col, typ in (("lease_owner", sa.String()), ("lease_expires_at", sa.Float()), ("heartbeat_at", sa.Float())):
-        ddl = sa.schema.CreateColumn(sa.Column(col, typ)).compile(dialect=conn.dialect)
-        conn.exec_driver_sql(f"ALTER TABLE sessions ADD COLUMN {ddl}")
+def m003_session_lease_refusals(conn: Connection) -> None:
+    """Teardown: a per-session lease (one watchdog acts on a session at a time; a crashed one's
+    lease lapses) and the refusals table (a money limit crossed: new `up` calls are refused until
+    the watchdog lifts it). The agent's heartbeat is m002's ``last_heartbeat_at``."""
+    for ddl in ("ALTER TABLE sessions ADD COLUMN lease_owner VARCHAR", "ALTER TABLE sessions ADD COLUMN lease_expires_at FLOAT"):
+        conn.exec_driver_sql(ddl)
     md = sa.MetaData()
     sa.Table(
         "refusals",
@@ -99,6 +112,7 @@ def m002_session_lease_heartbeat_refusals(conn: Connection) -> None:
         sa.Column("lifted_at", sa.Float),
     )
     md.create_all(conn)
+
 
 def _migrations_table() -> sa.Table:
     return sa.Table(
@@ -116,13 +130,18 @@ def applied(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(sa.select(table.c.name))]
 
 
-def migrate(conn: Connection) -> list[str]:
-    """Apply pending migrations in order inside the caller's transaction; returns their names."""
+def migrate(conn: Connection, upto: str | None = None) -> list[str]:
+    """Apply pending migrations in order inside the caller's transaction; returns their names.
+
+    ``upto``: stop after the migration of that name (tests build old-schema ledgers with it).
+    """
     table = _migrations_table()
     table.metadata.create_all(conn)
     done = set(applied(conn))
     ran = []
-    for name, fn in MIGRATIONS:
+    names = [n for n, _ in MIGRATIONS]
+    wanted = MIGRATIONS if upto is None else MIGRATIONS[: names.index(upto) + 1]
+    for name, fn in wanted:
         if name in done:
             continue
         fn(conn)

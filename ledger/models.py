@@ -44,9 +44,14 @@ class Session(SQLModel, table=True):
     note: str = ""
     log_path: str = ""
     results_path: str = ""
-    lease_owner: Optional[str] = None  # the watchdog acting on this session now (m002)
+    # m002_cost_truth
+    billing_increment_seconds: Optional[float] = None  # provider rounds billed time up to this; None = 1 s
+    last_heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat (epoch s)
+    end_source: Optional[str] = None  # destroy|provider|heartbeat|import: where ended_at came from
+    source: str = Field(default="gpuops", index=True)  # gpuops|import
+    # m003_session_lease_refusals
+    lease_owner: Optional[str] = None  # the watchdog acting on this session now
     lease_expires_at: Optional[float] = None
-    heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat, as last seen
 
 
 class BootstrapStep(SQLModel, table=True):
@@ -76,7 +81,7 @@ class Event(SQLModel, table=True):
 
 class Refusal(SQLModel, table=True):
     """A money limit crossed: new boxes in ``scope`` (a provider name, or "*") are refused while
-    ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m002)."""
+    ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m003)."""
 
     __tablename__ = "refusals"
 

@@ -48,13 +48,13 @@ def main() -> int:
         {"steps": [{"name": "deps", "kind": "run", "command": f"sleep {a.bootstrap_seconds}"}]}))
     from gpuops.agentctl import bootstrap_command
 
-    rc = rig.box.run(bootstrap_command("bootstrap.json") + " --state-dir .gpuops/bs", timeout=600)
+    rc = rig.box.run(bootstrap_command("bootstrap.json"), timeout=600)
     stage("bootstrap")
     if rc != 0:
         return 1
     rig.job(a.job)
     stage("job")
-    marker = Path(rig.box.root, "run", "exit_marker")
+    marker = Path(rig.box.root, ".gpuops", "run", "exit_marker")
     while not marker.exists():
         time.sleep(0.05)
     stage("wait")

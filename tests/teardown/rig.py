@@ -73,10 +73,10 @@ class Rig:
         """Start (detached) a bootstrap whose one step sleeps ``seconds``."""
         (Path(self.box.root) / "bootstrap.json").write_text(json.dumps(
             {"steps": [{"name": "deps", "kind": "run", "command": f"sleep {seconds}"}]}))
-        self.box.run_detached(bootstrap_command("bootstrap.json") + " --state-dir .gpuops/bs")
+        self.box.run_detached(bootstrap_command("bootstrap.json"))
 
     def job(self, command: str) -> None:
-        self.box.run_detached(f"exec python3 bootstrap/jobwrap.py --dir run -- bash -c {shlex.quote(command)}")
+        self.box.run_detached(f"exec python3 .gpuops/bootstrap/jobwrap.py --dir .gpuops/run -- bash -c {shlex.quote(command)}")
 
     def status(self) -> dict | None:
         return read_status(self.box)

@@ -53,7 +53,7 @@ def test_agent_destroys_after_job_end_plus_grace_with_laptop_stopped(rig, fake_s
         r.inst = r.provider.get("gpuops-" + r.sid)
         r.box = r.provider.box(r.inst)
         wait_for(r.gone, 20)
-        exit_code = (Path(r.box.root) / "run" / "exit_code").read_text().split()
+        exit_code = (Path(r.box.root) / ".gpuops" / "run" / "exit_code").read_text().split()
         job_end = float(exit_code[2])
         st = r.status()
         assert st["destroy"]["reason"] == "job_end"

@@ -15,6 +15,7 @@ from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
 from gpuops.reconcile import Context
 from gpuops.watchdog import run
+from ledger.billing import billed_seconds
 from ledger.store import Ledger
 from tests.teardown.test_agent_local import laptop, read_until
 
@@ -88,7 +89,7 @@ def test_sigkill_up_at_each_stage(gpuops_home, fake_smi, stage):
         return
     assert row.instance_id == inst.id and row.instance_created_at == pytest.approx(inst.created_at)
     assert row.ended_at == pytest.approx(provider.destroyed_at(inst.id))  # the confirmed destroy, not "now"
-    assert row.billed_seconds == pytest.approx(row.ended_at - row.instance_created_at)
+    assert row.billed_seconds == billed_seconds(row.instance_created_at, row.ended_at)  # per second, rounded up
     assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 2.0, abs=1e-6)
     assert _groups_alive(inst.extra["local_root"]) == []
     kinds = [e.kind for e in ledger.events(sid)]

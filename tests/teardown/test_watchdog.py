@@ -20,6 +20,7 @@ from gpuops.providers.base import Balance
 from gpuops.providers.local import LocalProvider
 from gpuops.reconcile import Context
 from gpuops.watchdog import run
+from ledger.billing import billed_seconds
 from ledger.limits import active_refusals
 from tests.teardown.conftest import wait_for
 
@@ -58,7 +59,7 @@ def test_once_closes_row_of_box_the_agent_destroyed(rig, fake_smi):
     row = r.ledger.get(r.sid)
     assert row.status == "closed" and row.end_reason == "idle"
     assert row.ended_at == pytest.approx(r.destroyed_at())
-    assert row.billed_seconds == pytest.approx(r.destroyed_at() - r.inst.created_at)
+    assert row.billed_seconds == billed_seconds(r.inst.created_at, r.destroyed_at())  # per second, rounded up
     assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 3.6, abs=1e-6)
     assert [e.kind for e in r.ledger.events(r.sid)][-2:] == ["gone", "closed"]
     assert once(r) == []  # nothing left to do
@@ -72,7 +73,7 @@ def test_gone_without_provider_record_uses_last_heartbeat(rig, fake_smi):
     r.arm()
     wait_for(r.status, 10)
     once(r)  # sees the agent, books its heartbeat
-    beat = r.ledger.get(r.sid).heartbeat_at
+    beat = r.ledger.get(r.sid).last_heartbeat_at
     assert beat is not None
     r.provider.destroy(r.inst.id)
     shutil.rmtree(r.box.root)  # the provider forgets the box entirely
@@ -81,7 +82,8 @@ def test_gone_without_provider_record_uses_last_heartbeat(rig, fake_smi):
     assert (r.sid, "closed") in kinds(acts)
     row = r.ledger.get(r.sid)
     assert row.ended_at == beat and row.end_reason == "interrupted"
-    assert "agent heartbeat" in [a.detail for a in acts if a.kind == "closed"][0]
+    assert "end time from heartbeat" in [a.detail for a in acts if a.kind == "closed"][0]
+    assert row.end_source == "heartbeat"
     r.inst = None
 
 
@@ -207,7 +209,7 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
     r = rig({"sample_seconds": 0.3, "kill_grace_seconds": 1.5})
     r.intent()
     r.create()  # no agent: the watchdogs apply their own 0.0003 h TTL
-    r.box.put(BOOTSTRAP_DIR, "bootstrap")  # jobwrap
+    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
     r.job("trap '' TERM; while true; do sleep 0.1; done")  # ignores TERM: destroy takes the grace
     wait_for(lambda: time.time() > r.inst.created_at + 1.2, 5)  # past the 0.0003 h TTL of the watchdogs
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -1,0 +1,54 @@
+"""A ledger written by the first schema opens in the newest code with nothing lost."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ledger.migrations import MIGRATIONS, applied, migrate
+
+OLD_ROW = {
+    "id": "20260101-0900-aaaa", "experiment": "legacy", "job": "bench.sh", "provider": "vast", "card": "rtx-4090",
+    "gpu_count": 1, "spot": True, "label": "gpuops-20260101-0900-aaaa", "instance_id": "777", "offer_id": "o1",
+    "usd_per_hour": 0.35, "bid_usd_per_hour": 0.3, "simulated": False, "status": "closed", "created_at": 1793865600.25,
+    "instance_created_at": 1793865630.0, "ready_at": 1793865700.0, "ended_at": 1793869230.0, "end_reason": "job_end",
+    "exit_code": 0, "billed_seconds": 3600.0, "cost_usd": 0.35, "tokens": 4_200_000, "job_seconds": 3000.0,
+    "conclusion": "old books", "note": "n", "log_path": "/logs/a.log", "results_path": "/out/a",
+}
+
+
+def test_first_schema_opens_in_newest_code(ledger_url):
+    engine = sa.create_engine(ledger_url)
+    with engine.begin() as conn:
+        assert migrate(conn, upto="m001_initial") == ["m001_initial"]
+        md = sa.MetaData()
+        md.reflect(conn)
+        assert "source" not in md.tables["sessions"].c  # really the first schema
+        conn.execute(md.tables["sessions"].insert(), [OLD_ROW])
+        conn.execute(md.tables["events"].insert(), [{"session_id": OLD_ROW["id"], "at": 1793865600.25, "kind": "intent", "detail": ""}])
+        conn.execute(md.tables["bootstrap_steps"].insert(), [{"session_id": OLD_ROW["id"], "name": "pip", "status": "done", "seconds": 41.5, "detail": ""}])
+    engine.dispose()
+
+    from gpuops import books as cmds
+    from ledger import Ledger
+
+    led = Ledger(ledger_url)
+    try:
+        with led.engine.connect() as conn:
+            assert applied(conn) == [name for name, _ in MIGRATIONS]
+        row = led.get(OLD_ROW["id"])
+        for k, v in OLD_ROW.items():
+            assert getattr(row, k) == v, k
+        assert (row.source, row.end_source, row.billing_increment_seconds, row.last_heartbeat_at) == ("gpuops", None, None, None)
+        assert [s.seconds for s in led.steps(row.id)] == [41.5]
+        assert [e.kind for e in led.events(row.id)] == ["intent"]
+        rep = cmds.month(led, "2026-11", "UTC")
+        assert (rep["total_usd"], rep["sessions"], rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]) == (0.35, 1, 0.083333, round(3000 * 0.35 / 3600 / 4.2, 6))
+        # and the old row takes new writes
+        led.note(row.id, "reopened in the new schema")
+        assert led.get(row.id).conclusion == "reopened in the new schema"
+    finally:
+        led.engine.dispose()
+    again = Ledger(ledger_url)  # opening twice applies nothing twice
+    with again.engine.connect() as conn:
+        assert applied(conn) == [name for name, _ in MIGRATIONS]
+    again.engine.dispose()
