@@ -323,8 +323,9 @@ class Agent:
         )
 
     def take_sample(self):
+        t = time.time()  # when the reading starts: the GPU state it reports is at least this recent
         r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
-        s = {"t": round(time.time(), 3), "gpus": r["gpus"], "error": r["error"],
+        s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"],
              "bootstrap": bootstrap_running(self.pidfile), "ssh": ssh_sessions(self.ssh_users)}
         if r["error"]:
             self.error(r["error"])
@@ -401,8 +402,7 @@ class Agent:
             log("another worker holds the lock; exiting")
             return 0
         log("worker up: session %s, sample %.3g s, destroy %s" % (self.cfg.get("session"), self.sample_s, self.destroy_cfg.get("kind")))
-        next_sample = 0.0
-        idle_due = None
+        next_sample = time.time()
         last_line = None
         job = {"ended_at": None, "exit_code": None}
         decision = None
@@ -411,9 +411,12 @@ class Agent:
         while True:
             now = time.time()
             job = job_state(self.run_dir)
-            if now >= next_sample or (idle_due is not None and now >= idle_due):
+            if now >= next_sample:
                 self.take_sample()
-                next_sample = max(next_sample + self.sample_s, now + self.sample_s * 0.5)
+                # A fixed grid (no drift); after a stall (suspend, slow nvidia-smi) restart from now.
+                next_sample += self.sample_s
+                if next_sample <= now:
+                    next_sample = now + self.sample_s
                 now = time.time()
             decision = policy.decide(self.samples, now, self.box_state(job), self.settings)
             if decision.explanation.split(":")[0] != last_line:
@@ -422,8 +425,8 @@ class Agent:
             if decision.action == policy.DESTROY:
                 return self.do_destroy(decision, job)
             self.write_status(decision, job)
-            idle_min = policy.idle_minutes_of(self.settings)
-            idle_due = decision.idle_since + idle_min * 60.0 if (decision.idle_since is not None and idle_min) else None
+            # Wake for the next sample, the next marker poll, or the moment a rule comes due (the
+            # idle window's end, the TTL, the grace after job end), whichever is first.
             wake = min(next_sample, now + self.poll_s)
             if decision.next_due is not None:
                 wake = min(wake, decision.next_due)
@@ -449,12 +452,29 @@ def supervise(config_path, max_backoff=30.0):
         raise
     write_atomic(os.path.join(state_dir, "agent.pid"), "%d\n" % os.getpid())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    state = {"child": None, "stopping": False}
+
+    def stop(signum, _frame):
+        # TERM/INT is the box being destroyed (the local provider signals our whole group): pass it
+        # on and reap the worker ourselves, so no orphan zombie outlives the destroy.
+        state["stopping"] = True
+        if state["child"] is not None:
+            try:
+                state["child"].send_signal(signum)
+            except OSError:
+                pass
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     backoff = 1.0
     while True:
         t0 = time.time()
         child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--config", config_path, "--worker"],
                                  stdin=subprocess.DEVNULL)
+        state["child"] = child
         rc = child.wait()
+        if state["stopping"]:
+            return 0
         if rc == 0:
             log("worker finished; supervisor exits")
             return 0
