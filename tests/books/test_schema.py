@@ -52,3 +52,22 @@ def test_first_schema_opens_in_newest_code(ledger_url):
     with again.engine.connect() as conn:
         assert applied(conn) == [name for name, _ in MIGRATIONS]
     again.engine.dispose()
+
+
+def test_report_columns_match_the_model():
+    from ledger.models import Session
+    from ledger.reads import SESSION_COLUMNS
+    from ledger.reports import SESSION_FIELDS
+
+    assert set(SESSION_COLUMNS) == set(Session.__table__.c.keys()) == set(SESSION_FIELDS)
+
+
+def test_report_path_does_not_import_the_orm():
+    import subprocess
+    import sys
+
+    code = ("import sys, gpuops.books, gpuops.ledger_view, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
