@@ -279,11 +279,11 @@ def ledger_sync(
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""
     from gpuops import books, ledger_view
 
+    from ledger.reads import LedgerReader
+
     fmt = _fmt(json_out, csv_out)
     settings = _settings(config)
-    from gpuops import sessions
-
-    ledger_view.emit("sync", books.sync(sessions.open_ledger(settings), settings, month, tz), fmt)
+    ledger_view.emit("sync", books.sync(LedgerReader(settings.ledger_url()), settings, month, tz), fmt)
 
 
 def main() -> None:
