@@ -110,6 +110,27 @@ def up(
 
 
 @app.command()
+def plan(
+    model: str = typer.Option(..., "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="KV cache dtype: same, fp32, bf16, fp16, fp8, int8."),
+    batch: str = typer.Option("1", "--batch", help="Concurrent sequences."),
+    seq: str = typer.Option("4096", "--seq", help="Tokens per sequence (prompt + output)."),
+    mode: str = typer.Option("infer", "--mode", help="infer | train (mixed-precision Adam, 16 B/param + activations)."),
+    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism."),
+    headroom: str = typer.Option("0.90", "--headroom", help="Fraction of reported VRAM usable (vLLM's gpu_memory_utilization)."),
+    card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Size the box before renting: memory, fit, max batch, decode ceiling and $/Mtoken per card."""
+    from gpuops.plan_view import plan_command
+
+    # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
+    plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
+                 headroom=headroom, card=card, json_out=json_out)
+
+
+@app.command()
 def ps(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """List open sessions (boxes that may be billing)."""
     from gpuops import sessions, ui

@@ -234,7 +234,7 @@ def load_model(model: str) -> ModelSource:
 
     close = difflib.get_close_matches(model.strip().lower(), list(_model_names()), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise BadInput(f"unknown model {model!r}", f"{hint}pass a built-in name (listed in `gpuops plan --help`), a config.json path or a HF repo id (org/name)")
+    raise BadInput(f"unknown model {model!r}", f"{hint}pass a built-in name (`gpuops plan --model list` shows them), a config.json path or a HF repo id (org/name)")
 
 
 # -- parameter count from shapes ------------------------------------------------------------------
