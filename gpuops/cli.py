@@ -68,6 +68,11 @@ def up(
     idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
+    model: Optional[str] = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
+    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -98,6 +103,11 @@ def up(
         spot=settings.up.spot, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
+    if model:
+        from gpuops.plan import parse_positive_int
+
+        req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
+        req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
     summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
     if summ.get("dry_run"):
         ui.print_json(summ) if json_out else ui.render_dry_run(summ)

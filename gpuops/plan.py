@@ -823,3 +823,35 @@ def _replan(p: Plan, **args: Any) -> Plan:
 def fmt_bytes(n: float) -> str:
     """``13.48 GB (12.55 GiB)``: both units, so nobody has to guess which one we mean."""
     return f"{n / GB:,.2f} GB ({n / GIB:,.2f} GiB)"
+
+
+def parse_positive_int(value: Any, flag: str, example: str) -> int:
+    """``value`` as a whole number >= 1 (text from the command line welcome); BadInput naming ``flag``."""
+    return _positive_int(value, flag, example)
+
+
+def size_for_up(
+    model: str,
+    dtype: str = "bf16",
+    kv_dtype: str | None = None,
+    seq: int = 4096,
+    batch: int = 1,
+    gpu_count: int = 1,
+    headroom: float = DEFAULT_HEADROOM,
+    card: str | None = None,
+) -> tuple[int, tuple[str, ...], Plan]:
+    """What `up --model` rents by: (need_bytes_per_gpu, names of the catalog cards that fit, plan).
+
+    ``need_bytes_per_gpu`` = per-GPU bytes / headroom, the VRAM an offer must report (offers.rank
+    allows its 7% nominal-vs-reported tolerance on top). Cards are all catalog cards or the
+    ``card`` family. Raises BadInput, before anything is rented, when no card fits: how much is
+    missing on the largest card and what would make it fit (``fit_advice``).
+    """
+    p = plan(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode="infer", gpu_count=gpu_count,
+             headroom=headroom, card=card)
+    fitting = tuple(c.card.name for c in p.cards if c.fits)
+    if not fitting:
+        where = f"--card {card}" if card else "catalog card"
+        raise BadInput(f"{p.model} ({p.dtype}, KV {p.kv_dtype}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s)) fits no {where}",
+                       fit_advice(p))
+    return need_bytes_per_gpu(p), fitting, p
