@@ -69,6 +69,7 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
             out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
             continue
         ended = time.time()
+        ledger.request_end(row.id, "manual")
         if row.instance_id:
             provider = get_provider(row.provider, settings)
             provider.destroy(row.instance_id)
