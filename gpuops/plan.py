@@ -855,3 +855,9 @@ def size_for_up(
         raise BadInput(f"{p.model} ({p.dtype}, KV {p.kv_dtype}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s)) fits no {where}",
                        fit_advice(p))
     return need_bytes_per_gpu(p), fitting, p
+
+
+def prefill_seconds(active_params: float, tokens: int, flops: float) -> float:
+    """Lower bound of a prefill of ``tokens`` tokens: 2 x active params x tokens / FLOP/s (MFU 100%;
+    seed 003 problem 6: 7B x 2048 tokens on an A100 -> 92 ms)."""
+    return 2.0 * active_params * tokens / flops
