@@ -739,9 +739,9 @@ def plan(
     else:
         weights = int(math.ceil(arch.params * DTYPE_BYTES[dtype]))
         wsrc = f"shapes: {arch.params:,} params x {DTYPE_BYTES[dtype]:g} B"
-    if dtype == "bf16" and any(not c.bf16_native for c in chosen):
-        names = ", ".join(c.name for c in chosen if not c.bf16_native)
-        warnings.append(f"{names} has no bf16: it runs fp16 (same bytes), or pass --dtype fp16")
+    if dtype == "bf16" and chosen and all(not c.bf16_native for c in chosen):
+        names = ", ".join(c.name for c in chosen)
+        warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
     kv_cache = 0 if mode == "train" else kv_cache_bytes(arch, kv, batch, seq)
     act = activation_bytes(arch, dtype, batch, seq, mode)
     total = weights + kv_cache + act + FRAMEWORK_OVERHEAD_BYTES * gpu_count

@@ -220,3 +220,9 @@ def test_fit_advice_says_how_much_and_what_fits():
     need, fitting, _ = P.size_for_up("llama-3-70b")
     assert fitting == ("b200", "mi300x") and need == pytest.approx(P.plan("llama-3-70b").per_gpu_bytes() / 0.9, abs=1)
     assert dataclasses.is_dataclass(_)
+
+
+def test_bf16_on_a_card_without_bf16_warns():
+    assert any("no bf16" in w for w in P.plan("llama-2-7b", card="t4").warnings)
+    assert not any("no bf16" in w for w in P.plan("llama-2-7b").warnings)
+    assert not any("no bf16" in w for w in P.plan("llama-2-7b", card="t4", dtype="fp16").warnings)
