@@ -214,23 +214,29 @@ def ledger_note(session: str = typer.Argument(...), text: str = typer.Argument(.
 
 
 def main() -> None:
-    """Entry point: run the app; GpuopsError -> one line on stderr and its exit code."""
-    import click
-
+    """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
+    error -> one line naming the help to read, exit 2."""
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:
         sys.stderr.write(f"error: {e}\n")
         sys.exit(e.exit_code)
-    except click.exceptions.UsageError as e:
-        cmd = e.ctx.command_path if e.ctx else "gpuops"
-        sys.stderr.write(f"error: {e.format_message()} (see `{cmd} --help`)\n")
-        sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
         sys.stderr.write("aborted\n")
         sys.exit(130)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
+    except Exception as e:
+        # typer vendors its own click; its usage errors all carry format_message() and exit_code.
+        if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
+            raise
+        if type(e).__name__ == "NoArgsIsHelpError":  # `gpuops ledger` alone: show its help
+            sys.stderr.write(e.format_message() + "\n")
+            sys.exit(2)
+        ctx = getattr(e, "ctx", None)
+        cmd = ctx.command_path if ctx is not None else "gpuops"
+        sys.stderr.write(f"error: {e.format_message()} (see `{cmd} --help`)\n")
+        sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
