@@ -108,6 +108,8 @@ def up(
 
         req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
         req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
+    elif (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
+        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
     if summ.get("dry_run"):
         ui.print_json(summ) if json_out else ui.render_dry_run(summ)

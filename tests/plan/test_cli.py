@@ -126,3 +126,10 @@ def test_up_model_in_process_filters_by_vram(gpuops_home, tmp_path):
     assert summ["card"] == "a100-40gb" and summ["need_bytes_per_gpu"] > 16 * 10**9
     with pytest.raises(BadInput, match="unknown --dtype"):
         run_up(UpRequest(job=job, model="llama-3-8b", dtype="fp5", dry_run=True), settings, Reporter())
+
+
+def test_up_sizing_flags_without_model_are_refused(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    out = run(cli_env, "up", "--job", str(job), "--seq", "8192", "--dry-run")
+    assert out.returncode == 2 and "add --model" in out.stderr
