@@ -165,11 +165,30 @@ def _stored_dtype(config: dict) -> str | None:
         return None
 
 
-def _hf_download(repo_id: str, filename: str) -> str:
-    """Path of ``filename`` from the Hub (cached); the one place that touches the network."""
-    from huggingface_hub import hf_hub_download
+def _hub_reachable(endpoint: str) -> bool:
+    """Whether the Hub's host name resolves. Without it huggingface_hub retries with back-off for
+    ~25 s before failing; with it we go straight to the local cache."""
+    import socket
+    from urllib.parse import urlsplit
 
-    return hf_hub_download(repo_id, filename)
+    host = urlsplit(endpoint).hostname or ""
+    try:
+        socket.getaddrinfo(host, 443)
+    except (OSError, UnicodeError):
+        return False
+    return True
+
+
+def _hf_download(repo_id: str, filename: str) -> str:
+    """Path of ``filename`` from the Hub (or its cache when offline); the one place that touches the
+    network. The hub's own retry warnings are silenced: the caller turns failures into one line."""
+    import logging
+
+    from huggingface_hub import constants, hf_hub_download
+
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    offline = bool(constants.HF_HUB_OFFLINE) or not _hub_reachable(constants.ENDPOINT)
+    return hf_hub_download(repo_id, filename, local_files_only=offline, etag_timeout=10)
 
 
 def _load_hf(repo_id: str) -> ModelSource:

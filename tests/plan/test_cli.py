@@ -133,3 +133,20 @@ def test_up_sizing_flags_without_model_are_refused(cli_env, tmp_path, gpuops_hom
     job.write_text("true\n")
     out = run(cli_env, "up", "--job", str(job), "--seq", "8192", "--dry-run")
     assert out.returncode == 2 and "add --model" in out.stderr
+
+
+def test_plan_hf_repo_from_the_local_hub_cache(cli_env, tmp_path):
+    # the real huggingface_hub, offline, reading the cache layout it writes: refs/main -> snapshot
+    rev = "0" * 40
+    repo = tmp_path / "hf" / "hub" / "models--someorg--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(rev)
+    snap = repo / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22,
+                                                  "num_attention_heads": 32, "num_key_value_heads": 4,
+                                                  "intermediate_size": 5632, "vocab_size": 32000}))
+    out = run(cli_env, "plan", "--model", "someorg/tiny", "--card", "t4", "--json", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["model"] == "someorg/tiny" and d["params"] == 1_100_048_384
