@@ -368,8 +368,11 @@ def architecture(config: dict) -> Architecture:
         raise BadInput(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", "fix config.json")
     tied = cfg.get("tie_word_embeddings", fam["tied"])
     tied = bool(fam["tied"] if tied is None else tied)
-    qkv_bias = bool(cfg.get("attention_bias", fam["qkv_bias"]) or fam["qkv_bias"])
-    o_bias = bool(cfg.get("attention_bias", fam["o_bias"]) if family not in ("qwen2",) else False)
+    # `attention_bias` (llama-style configs) puts a bias on q, k, v and o; qwen2 always has q/k/v
+    # biases and never an o bias, whatever the key says.
+    attn_bias = bool(cfg.get("attention_bias", False))
+    qkv_bias = fam["qkv_bias"] or attn_bias
+    o_bias = fam["o_bias"] or (attn_bias and family != "qwen2")
     mlp_bias = bool(cfg.get("mlp_bias", False))
     max_ctx = cfg.get("max_position_embeddings")
     max_ctx = int(max_ctx) if isinstance(max_ctx, (int, float)) and not isinstance(max_ctx, bool) and max_ctx > 0 else None
@@ -672,6 +675,8 @@ def _compute_bound_batch(p: Plan, card: Card, flops: float) -> float:
 
 def _card_plan(p: Plan, card: Card) -> CardPlan:
     n = p.gpu_count
+    # fp8 weights run fp8 matmuls where the card has them; int8/int4 are weight-only (dequantized
+    # to 16-bit), so their compute peak is the 16-bit one.
     flops = card.fp8_flops if (p.dtype == "fp8" and card.fp8_flops) else card.bf16_flops
     ridge = flops / card.bandwidth_bytes_s
     budget = int(p.headroom * card.reported_vram_bytes)

@@ -226,3 +226,15 @@ def test_bf16_on_a_card_without_bf16_warns():
     assert any("no bf16" in w for w in P.plan("llama-2-7b", card="t4").warnings)
     assert not any("no bf16" in w for w in P.plan("llama-2-7b").warnings)
     assert not any("no bf16" in w for w in P.plan("llama-2-7b", card="t4", dtype="fp16").warnings)
+
+
+def test_attention_bias_key_adds_q_k_v_o_biases():
+    a = P.architecture(LLAMA)
+    b = P.architecture({**LLAMA, "attention_bias": True})
+    assert b.params - a.params == 32 * (4096 + 2 * 1024 + 4096)
+
+
+def test_fp8_uses_fp8_flops_where_the_card_has_them():
+    assert P.plan("llama-3-8b", dtype="fp8", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(1979e12 / 3350e9)
+    assert P.plan("llama-3-8b", dtype="fp8", card=A100).cards[0].ridge_flop_per_byte == pytest.approx(312e12 / 2039e9)
+    assert P.plan("llama-3-8b", dtype="int4", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(989e12 / 3350e9)
