@@ -133,10 +133,10 @@ class RunPodProvider:
             return ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}", missing_key_fix(NAME))
         if isinstance(e, rperr.QueryError):
             low = msg.lower()
-            if "no longer any instances available" in low or "no instances" in low or "not enough" in low or "no available" in low:
-                return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod has no capacity to {action}: {msg}", "try another offer or card")
             if "balance" in low or "insufficient" in low or "funds" in low:
                 return ProviderError(ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {msg}", "add credit at runpod.io > Billing")
+            if "no longer any instances available" in low or "no instances" in low or "not enough" in low or "no available" in low:
+                return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod has no capacity to {action}: {msg}", "try another offer or card")
             if "rate limit" in low or "too many requests" in low:
                 return ProviderError(ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry")
             if "not found" in low or "does not exist" in low:
