@@ -79,8 +79,8 @@ def _import_runpod() -> Any:
 def _parse_status_change(text: str | None) -> float | None:
     """Epoch seconds from RunPod's ``lastStatusChange`` ("Rented by User: Sun Nov 29 2026 16:00:00
     GMT+0000 (...)"), or None when it has another shape."""
-    if not text or ":" not in text:
-        return None
+    if not text or not text.startswith("Rented by User: "):
+        return None  # other prefixes ("Exited by User: ...") are not the rental time
     stamp = text.split(": ", 1)[1].split(" (")[0].replace("GMT", "")
     try:
         return datetime.strptime(stamp, "%a %b %d %Y %H:%M:%S %z").timestamp()
@@ -96,6 +96,7 @@ class RunPodProvider:
     """
 
     name = NAME
+    supports_spot = False  # withdrawn from RunPod's API in 2026
 
     def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, cloud_types: tuple[str, ...] = CLOUDS):
         self.credential = credential

@@ -69,6 +69,7 @@ class VastProvider:
     """
 
     name = NAME
+    supports_spot = True
 
     def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, timeout_s: float = 30.0,
                  search_limit: int = 64, storage_gb: float = 40.0):
@@ -84,8 +85,15 @@ class VastProvider:
         if self.credential is None:
             raise ProviderError(ProviderErrorKind.AUTH, "no Vast.ai API key found", missing_key_fix(NAME))
         if self._client is None:
+            import logging
+            import os
+
             from vastai import VastAI
 
+            # vastai attaches its own stderr handler to the "vastai" logger at INFO unless
+            # VAST_LOG_LEVEL is set; keep library chatter out of gpuops' output.
+            if not os.environ.get("VAST_LOG_LEVEL"):
+                logging.getLogger("vastai").setLevel(logging.WARNING)
             self._client = VastAI(api_key=self.credential.key, server_url=self.url, retry=1)
             self._client.client.timeout = self.timeout_s
         return self._client
