@@ -119,7 +119,9 @@ class RunPodEmulator(Emulator):
         injected = self.market.take_injected(root)
         if injected == 429:
             return 429, {"errors": [{"message": "Too Many Requests: rate limit exceeded"}]}, JSON
-        if injected is not None:
+        if injected == 500:  # JSON without data: the SDK's caller fails on ["data"][...]
+            return 500, {"data": None}, JSON
+        if injected is not None:  # a gateway's HTML page: the SDK fails decoding JSON
             return injected, f"<html><body><h1>{injected} Bad Gateway</h1></body></html>".encode(), HTML
         with self.market.lock:
             return self._dispatch(root, args, field)

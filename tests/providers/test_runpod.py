@@ -226,3 +226,31 @@ def test_sdk_global_state_is_restored(runpod_provider, monkeypatch):
     import runpod
 
     assert os.environ["RUNPOD_API_BASE_URL"] == "http://elsewhere.invalid" and runpod.api_key != runpod_provider.credential.key
+
+
+def test_json_without_data_is_a_server_error(runpod_provider, runpod_emulator):
+    runpod_emulator.faults.inject["pod"] = [500, 500]
+    inst = runpod_provider.create(cheapest_4090(runpod_provider), spec())  # create reads the pod back: retried
+    assert runpod_provider.get(inst.id).id == inst.id
+    runpod_emulator.faults.inject["pod"] = [500] * 10
+    with pytest.raises(ProviderError) as e:
+        runpod_provider.get(inst.id)
+    assert e.value.kind == ProviderErrorKind.SERVER and "no data" in e.value.message
+    runpod_emulator.faults.inject.clear()
+    runpod_provider.destroy(inst.id)
+    assert runpod_emulator.live() == []
+
+
+def test_unreachable_endpoint():
+    p = RunPodProvider(Credential("rp_x", "t"), "http://127.0.0.1:9", retry=FAST_RETRY)
+    with pytest.raises(ProviderError) as e:
+        p.list()
+    assert e.value.kind == ProviderErrorKind.SERVER and "cannot reach RunPod at http://127.0.0.1:9" in e.value.message
+
+
+def test_wait_tolerates_rate_limits_while_polling(runpod_provider, runpod_emulator):
+    inst = runpod_provider.create(cheapest_4090(runpod_provider), spec())
+    runpod_emulator.faults.inject["pod"] = [429] * 6  # more than one get() retries, fewer than the deadline allows
+    ready = wait_for_ssh(runpod_provider, inst.id, timeout_s=10, poll_s=0.05)
+    assert ready.ssh is not None and runpod_emulator.faults.inject["pod"] == []
+    runpod_provider.destroy(inst.id)

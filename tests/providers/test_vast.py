@@ -232,3 +232,19 @@ def test_key_never_in_bodies_or_errors(vast_provider, vast_emulator, caplog):
     key = vast_emulator.market.api_key
     assert key not in str(e.value) and key not in caplog.text and key not in vast_emulator.wire_text()
     assert vast_emulator.live() == []
+
+
+def test_unreachable_endpoint():
+    p = VastProvider(Credential("vast_x", "t"), "http://127.0.0.1:9", retry=FAST_RETRY, timeout_s=2)
+    with pytest.raises(ProviderError) as e:
+        p.list()
+    assert e.value.kind == ProviderErrorKind.SERVER and "cannot reach Vast.ai at http://127.0.0.1:9" in e.value.message
+
+
+def test_wait_tolerates_server_errors_while_polling(vast_provider, vast_emulator):
+    inst = vast_provider.create(offer(vast_provider), spec())
+    vast_emulator.faults.inject["show"] = [502] * 6
+    ready = wait_for_ssh(vast_provider, inst.id, timeout_s=10, poll_s=0.05)
+    assert ready.ssh is not None and vast_emulator.faults.inject["show"] == []
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []
