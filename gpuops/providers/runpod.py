@@ -30,7 +30,7 @@ import types
 from datetime import datetime
 from typing import Any, Iterator
 
-from gpuops.catalog import GIB, Card, card_by_name, cards
+from gpuops.catalog import GIB, Card, cards
 from gpuops.errors import BadInput
 from gpuops.providers import inputs
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint
