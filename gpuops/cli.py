@@ -109,6 +109,28 @@ def up(
         raise typer.Exit(1)
 
 
+@app.command("offers")
+def offers(
+    card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
+    vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
+    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: every provider with a key)."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Interruptible offers only, or on-demand only (default: both)."),
+    max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
+    limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
+    from gpuops import offers_view, ui
+
+    res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
+                                  spot=spot, max_price=_parse_price(max_price), limit=limit)
+    for n in res.notes:
+        sys.stderr.write(f"note: {n}\n")
+    print(offers_view.to_json(res)) if json_out else offers_view.render(res, ui.console())
+
+
 @app.command()
 def ps(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """List open sessions (boxes that may be billing)."""
