@@ -254,3 +254,10 @@ def test_wait_tolerates_rate_limits_while_polling(runpod_provider, runpod_emulat
     ready = wait_for_ssh(runpod_provider, inst.id, timeout_s=10, poll_s=0.05)
     assert ready.ssh is not None and runpod_emulator.faults.inject["pod"] == []
     runpod_provider.destroy(inst.id)
+
+
+def test_unicode_and_tabs_survive_escaping(runpod_provider, runpod_emulator):
+    value = "tab\there, ümlaut, emoji 🚀, backslash-n \\n"
+    inst = runpod_provider.create(cheapest_4090(runpod_provider), spec(env={"V": value}))
+    assert {"key": "V", "value": value} in runpod_emulator.market.instances[inst.id].request["env"]
+    runpod_provider.destroy(inst.id)
