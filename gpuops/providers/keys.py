@@ -115,10 +115,13 @@ def resolve_key(name: str, configured: str = "", config_source: str | None = Non
 def resolve_url(name: str, configured: str = "", env: dict | None = None) -> str:
     """API base URL for ``name``: ``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` /
     ``VAST_URL``, else the provider's public endpoint. Trailing slashes are dropped (vastai joins
-    paths with plain string concatenation)."""
+    paths with plain string concatenation), and so is a trailing ``/graphql`` for RunPod (the SDK
+    appends it)."""
     env = os.environ if env is None else env
-    url = configured.strip() or env.get(URL_VARS[name], "").strip() or DEFAULT_URLS[name]
-    return url.rstrip("/")
+    url = (configured.strip() or env.get(URL_VARS[name], "").strip() or DEFAULT_URLS[name]).rstrip("/")
+    if name == "runpod" and url.endswith("/graphql"):
+        url = url[: -len("/graphql")]  # the SDK appends /graphql itself
+    return url
 
 
 def redact(text: str, *secrets: str | None) -> str:
