@@ -95,7 +95,7 @@ def up(
         resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
-        spot=settings.up.spot, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
+        spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
     summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
