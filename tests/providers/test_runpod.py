@@ -261,3 +261,11 @@ def test_unicode_and_tabs_survive_escaping(runpod_provider, runpod_emulator):
     inst = runpod_provider.create(cheapest_4090(runpod_provider), spec(env={"V": value}))
     assert {"key": "V", "value": value} in runpod_emulator.market.instances[inst.id].request["env"]
     runpod_provider.destroy(inst.id)
+
+
+def test_gpu_type_withdrawn_between_search_and_create(runpod_provider, runpod_emulator):
+    offer = cheapest_4090(runpod_provider)
+    del runpod_emulator.gpus["NVIDIA GeForce RTX 4090"]  # create_pod's own get_gpu() check now finds nothing
+    with pytest.raises(ProviderError) as e:
+        runpod_provider.create(offer, spec())
+    assert e.value.kind == ProviderErrorKind.OFFER_GONE and e.value.try_next_offer and runpod_emulator.live() == []
