@@ -289,6 +289,7 @@ class RunPodProvider:
                                  container_disk_in_gb=disk, volume_in_gb=0, ports="22/tcp", env=env_escaped or None,
                                  support_public_ip=True, start_ssh=True)
 
+        asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
         attempts = max(1, self.retry.attempts)
         last: ProviderError | None = None
         for attempt in range(attempts):
@@ -302,6 +303,7 @@ class RunPodProvider:
                 found = self._find_label(label)
                 if found is not None:
                     found.extra["recovered_after"] = e.message
+                    found.created_at = max(found.created_at or 0.0, asked_at)
                     return found
                 if attempt + 1 < attempts:
                     time.sleep(min(self.retry.max_wait_s, self.retry.wait_s * (2**attempt)))
@@ -316,8 +318,7 @@ class RunPodProvider:
         if inst is None:
             inst = Instance(id=str(pod["id"]), label=label, status=InstanceStatus.PROVISIONING, usd_per_hour=offer.usd_per_hour,
                             created_at=time.time(), raw_status="")
-        if inst.created_at is None:
-            inst.created_at = time.time()
+        inst.created_at = max(inst.created_at or 0.0, asked_at)
         return inst
 
     def destroy(self, instance_id: str) -> None:

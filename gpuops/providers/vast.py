@@ -287,6 +287,7 @@ class VastProvider:
                 raise self._body_error(200, res if isinstance(res, dict) else {}, f"rent offer {ask}", True)
             return res
 
+        asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
         attempts = max(1, self.retry.attempts)
         for attempt in range(attempts):
             try:
@@ -306,6 +307,7 @@ class VastProvider:
                 found = self._find_label(label)
                 if found is not None:
                     found.extra["recovered_after"] = e.message
+                    found.created_at = max(found.created_at or 0.0, asked_at)
                     return found
                 if attempt + 1 >= attempts:
                     raise
@@ -320,6 +322,7 @@ class VastProvider:
             inst = Instance(id=iid, label=label, status=InstanceStatus.PROVISIONING,
                             usd_per_hour=bid if bid is not None else offer.usd_per_hour, created_at=time.time())
         inst.extra["bid_usd_per_hour"] = bid
+        inst.created_at = max(inst.created_at or 0.0, asked_at)
         return inst
 
     def destroy(self, instance_id: str) -> None:

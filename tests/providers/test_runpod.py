@@ -37,7 +37,9 @@ def test_lifecycle(runpod_provider, runpod_emulator):
     before = p.balance()
     assert before.usd == pytest.approx(100.0) and before.spend_usd_per_hour == 0.0
     offer = cheapest_4090(p)
+    asked = time.time()
     inst = p.create(offer, spec())
+    assert inst.created_at >= asked  # RunPod's stamp has whole seconds; never before we asked
     assert inst.status == InstanceStatus.PROVISIONING and inst.ssh is None and inst.usd_per_hour == 0.34
     assert inst.label == "gpuops-s1" and inst.created_at is not None
 
