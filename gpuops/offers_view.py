@@ -31,12 +31,15 @@ class OffersResult:
 
 
 def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | None = None, gpu_count: int = 1, provider: str | None = None,
-                spot: bool | None = None, max_price: float | None = None, limit: int = 20) -> OffersResult:
+                spot: bool | None = None, max_price: float | None = None, limit: int = 20, model: str | None = None,
+                dtype: str = "bf16", kv_dtype: str = "same", seq: int = 4096, batch: int = 1) -> OffersResult:
     """Offers from ``provider`` (or every configured marketplace; ``local`` when none is), ranked.
 
-    ``vram_gb``: per-GPU need in GB (10^9 bytes); ``max_price``: USD/h for the whole box; ``spot``:
-    True interruptible only, False on-demand only, None both. Raises BadInput for bad flags, and
-    ProviderError when the named provider (or every provider asked) fails.
+    ``vram_gb``: per-GPU need in GB (10^9 bytes); or ``model`` (+ dtype, kv_dtype, seq, batch):
+    the need and the fitting cards from ``gpuops.plan.size_for_up``, as `up --model` rents.
+    ``max_price``: USD/h for the whole box; ``spot``: True interruptible only, False on-demand only,
+    None both. Raises BadInput for bad flags, and ProviderError when the named provider (or every
+    provider asked) fails.
     """
     from gpuops.offers import rank
     from gpuops.providers import NAMES, configured, get_provider
@@ -51,12 +54,18 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
         raise BadInput(f"--max-price {max_price:g} must be positive", "pass USD per hour for the whole box, e.g. --max-price 2.5")
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if model and vram_gb is not None:
+        raise BadInput("--model and --vram-gb both say how much memory is needed", "pass one of them")
     cards: tuple[str, ...] = ()
     if card:
         from gpuops.catalog import resolve_cards
 
         cards = tuple(c.name for c in resolve_cards(card))
     need = int(vram_gb * GB) if vram_gb else 0
+    if model:
+        from gpuops.plan import size_for_up
+
+        need, cards, _ = size_for_up(model, dtype=dtype, kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, card=card or None)
     query = OfferQuery(cards=cards, gpu_count=gpu_count, min_vram_bytes=need, spot=spot, max_usd_per_hour=max_price)
 
     notes: list[str] = []

@@ -89,3 +89,16 @@ def test_table_renders(settings):
     render(find_offers(settings, card="4090", limit=3), console)
     text = console.export_text()
     assert "spot (bid)" in text and "Texas, US" in text and "0.150" in text
+
+
+def test_model_sizes_the_search(settings):
+    from gpuops.plan import size_for_up
+
+    need, fitting, _ = size_for_up("llama-2-13b")
+    res = find_offers(settings, model="llama-2-13b", spot=False)
+    assert res.offers and "rtx-4090" not in {o.card for o in res.offers}  # 13B in bf16 needs more than 24 GiB
+    assert {o.card for o in res.offers} <= set(fitting)
+    assert all(o.vram_bytes >= need * 0.93 for o in res.offers)
+    assert (res.offers[0].provider, res.offers[0].offer_id, res.offers[0].card) == ("vast", "2002", "a100-40gb")
+    with pytest.raises(BadInput):
+        find_offers(settings, model="llama-2-13b", vram_gb=40)
