@@ -248,3 +248,12 @@ def test_wait_tolerates_server_errors_while_polling(vast_provider, vast_emulator
     assert ready.ssh is not None and vast_emulator.faults.inject["show"] == []
     vast_provider.destroy(inst.id)
     assert vast_emulator.live() == []
+
+
+def test_latency_is_tolerated(vast_provider, vast_emulator):
+    import time
+
+    vast_emulator.faults.latency_s = 0.2
+    t = time.monotonic()
+    assert vast_provider.balance().usd == pytest.approx(100.0)
+    assert time.monotonic() - t >= 0.2
