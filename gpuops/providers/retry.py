@@ -27,6 +27,10 @@ class RetryPolicy:
     budget_s: float = 60.0
 
 
+# A server's Retry-After is honoured up to this many seconds (the vastai SDK's own cap, 60 s).
+MAX_RETRY_AFTER_S = 60.0
+
+
 def _retryable(e: BaseException) -> bool:
     return isinstance(e, ProviderError) and e.retryable
 
@@ -34,10 +38,18 @@ def _retryable(e: BaseException) -> bool:
 def call_with_retries(fn: Callable[[], T], policy: RetryPolicy) -> T:
     """``fn()``; a retryable ProviderError (rate limit, 5xx) is retried per ``policy``; the last
     error is re-raised when attempts or time run out. Other exceptions pass through at once."""
+    backoff = wait_exponential(multiplier=policy.wait_s, min=policy.wait_s, max=policy.max_wait_s)
+
+    def wait(state) -> float:
+        # A rate limit that says when to come back (ProviderError.retry_after_s, from Retry-After)
+        # wins over our own backoff.
+        asked = getattr(state.outcome.exception(), "retry_after_s", None) if state.outcome else None
+        return max(backoff(state), min(float(asked), MAX_RETRY_AFTER_S)) if asked else backoff(state)
+
     r = Retrying(
         retry=retry_if_exception(_retryable),
         stop=stop_after_attempt(max(1, policy.attempts)) | stop_after_delay(policy.budget_s),
-        wait=wait_exponential(multiplier=policy.wait_s, min=policy.wait_s, max=policy.max_wait_s),
+        wait=wait,
         reraise=True,
     )
     try:

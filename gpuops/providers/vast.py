@@ -109,7 +109,12 @@ class VastProvider:
             except ValueError:
                 body = {}
             body = body if isinstance(body, dict) else {}
-            return self._body_error(status, body, action, creating)
+            err = self._body_error(status, body, action, creating)
+            try:  # the SDK honoured Retry-After itself; with retry=1 we do
+                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))  # type: ignore[attr-defined]
+            except ValueError:
+                pass
+            return err
         if isinstance(e, (requests.ConnectionError, requests.Timeout)):
             return ProviderError(ProviderErrorKind.SERVER, f"cannot reach Vast.ai at {self.url} to {action}", "check the network or [providers.vast] url")
         if isinstance(e, ValueError):  # 2xx with a non-JSON body

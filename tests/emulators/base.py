@@ -34,6 +34,7 @@ class Faults:
     - ``delete_after_s``: new instances are deleted (as if from the console) this many emulated
       seconds after creation.
     - ``boot_s``: emulated seconds from create to running.
+    - ``retry_after_s``: the ``Retry-After`` header sent with a 429.
     """
 
     latency_s: float = 0.0
@@ -44,6 +45,7 @@ class Faults:
     stuck_status: str | None = None
     delete_after_s: float | None = None
     boot_s: float = 0.3
+    retry_after_s: float | None = None  # sent as Retry-After with every 429
 
 
 @dataclass
@@ -242,6 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
             status, payload, ctype = 500, {"errors": [{"message": f"emulator crashed: {type(e).__name__}: {e}"}]}, JSON
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         self.send_response(status)
+        if status == 429 and emu.market.faults.retry_after_s is not None:
+            self.send_header("Retry-After", f"{emu.market.faults.retry_after_s:g}")
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

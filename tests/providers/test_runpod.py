@@ -171,6 +171,7 @@ def test_insufficient_funds(runpod_emulator):
 
 def test_pod_that_never_publishes_port_22(runpod_provider, runpod_emulator):
     runpod_emulator.faults.no_ssh_port = True
+    runpod_emulator.faults.boot_s = 0  # running at once: the wait can only end in "no port 22"
     inst = runpod_provider.create(cheapest_4090(runpod_provider), spec())
     with pytest.raises(ProviderError) as e:
         wait_for_ssh(runpod_provider, inst.id, timeout_s=0.8, poll_s=0.05)

@@ -172,6 +172,7 @@ def test_stuck_loading_times_out(vast_provider, vast_emulator):
 
 def test_never_publishes_port_22(vast_provider, vast_emulator):
     vast_emulator.faults.no_ssh_port = True
+    vast_emulator.faults.boot_s = 0  # running at once: the wait can only end in "no port 22"
     inst = vast_provider.create(offer(vast_provider), spec())
     with pytest.raises(ProviderError) as e:
         wait_for_ssh(vast_provider, inst.id, timeout_s=0.8, poll_s=0.05)
@@ -257,3 +258,13 @@ def test_latency_is_tolerated(vast_provider, vast_emulator):
     t = time.monotonic()
     assert vast_provider.balance().usd == pytest.approx(100.0)
     assert time.monotonic() - t >= 0.2
+
+
+def test_retry_after_is_honoured(vast_provider, vast_emulator):
+    import time
+
+    vast_emulator.faults.inject["user"] = [429]
+    vast_emulator.faults.retry_after_s = 0.5  # longer than FAST_RETRY's own backoff (<= 0.05 s)
+    t = time.monotonic()
+    assert vast_provider.balance().usd == pytest.approx(100.0)
+    assert time.monotonic() - t >= 0.5
