@@ -47,7 +47,7 @@ def test_up_wait_faults_end_in_destroy_and_a_closed_row(name, fault, kind, gpuop
     prov = request.getfixturevalue(f"{name}_provider")
     s = load_settings(None, {"up": {"ready_timeout_seconds": 1.0}})
     if fault == "no_ssh_port":
-        emu.faults.no_ssh_port = True
+        emu.faults.no_ssh_port, emu.faults.boot_s = True, 0
     elif fault == "stuck":
         emu.faults.stuck_status = "loading"
     elif fault == "deleted":
