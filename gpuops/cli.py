@@ -100,7 +100,7 @@ def up(
         resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
-        spot=settings.up.spot, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
+        spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
     if model:
@@ -119,6 +119,38 @@ def up(
         raise typer.Exit(130)
     if summ["end_reason"] != "job_end":
         raise typer.Exit(1)
+
+
+@app.command("offers")
+def offers(
+    card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
+    vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
+    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
+    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: every provider with a key)."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Interruptible offers only, or on-demand only (default: both)."),
+    max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
+    limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
+    from gpuops import offers_view, ui
+    from gpuops.plan import parse_positive_int
+
+    if not model and (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
+        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
+    res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
+                                  spot=spot, max_price=_parse_price(max_price), limit=limit, model=model, dtype=dtype,
+                                  kv_dtype=kv_dtype, seq=parse_positive_int(seq, "--seq", "4096"),
+                                  batch=parse_positive_int(batch, "--batch", "32"))
+    for n in res.notes:
+        sys.stderr.write(f"note: {n}\n")
+    print(offers_view.to_json(res)) if json_out else offers_view.render(res, ui.console())
 
 
 @app.command()

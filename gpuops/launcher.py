@@ -49,6 +49,7 @@ class UpRequest:
     experiment: str = "default"
     provider: str = "local"
     spot: bool = True
+    spot_explicit: bool = False  # --spot/--on-demand was typed (a provider without spot then refuses)
     max_usd_per_hour: float | None = None
     max_hours: float = 4.0
     note: str = ""
@@ -143,8 +144,13 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
                                        gpu_count=req.gpu_count, card=req.card or None)
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
+    if query.spot and not req.spot_explicit and not getattr(provider, "supports_spot", True):
+        # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none).
+        import dataclasses
+
+        query = dataclasses.replace(query, spot=None)
     offers = provider.offers(query)
-    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=req.spot)
+    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.usd_per_hour for o in offers), default=None)
