@@ -463,7 +463,7 @@ class SSHBox:
         import socket
 
         prefix = self._env_prefix(env)
-        inner = f"echo $$ && cd {q(self.root)} && {prefix}exec bash -c {q(command)}"
+        inner = f"echo $$ && cd {q(self.root)} && {prefix}exec bash -c {q(command)} 2>&1"  # one ordered stream
         t = self._transport()
         chan = t.open_session(timeout=30)
         chan.set_combine_stderr(True)
@@ -492,9 +492,6 @@ class SSHBox:
                                              "long work belongs in run_detached; re-attach with `gpuops logs`") from None
                     continue
                 if not data:
-                    if not t.is_active() and not chan.exit_status_ready():
-                        raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran",
-                                             "long work belongs in run_detached; re-attach with `gpuops logs`")
                     break
                 buf += data
                 while b"\n" in buf:
@@ -502,14 +499,20 @@ class SSHBox:
                     emit(line)
             if buf:
                 emit(buf)
-            while not chan.exit_status_ready():
+            while not chan.status_event.is_set():
                 if time.monotonic() > deadline:
                     self._kill_group(pid)
                     raise TimeoutError(f"command ran past {timeout:.0f} s")
-                if not t.is_active():
-                    raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran")
                 time.sleep(0.01)
-            return chan.recv_exit_status()
+            rc = chan.recv_exit_status()
+            if rc == -1:  # closed without an exit status: a dropped connection (or a signal)
+                settle = time.monotonic() + 1.0
+                while t.is_active() and time.monotonic() < settle:
+                    time.sleep(0.02)
+                if not t.is_active():
+                    raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran",
+                                         "long work belongs in run_detached; re-attach with `gpuops logs`")
+            return rc
         except KeyboardInterrupt:
             self._kill_group(pid)
             raise
