@@ -43,6 +43,7 @@ class UpSettings(_Section):
     image: str = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
     disk_gb: float = Field(default=40.0, gt=0)
     ready_timeout_seconds: float = Field(default=600.0, gt=0)  # create -> SSH answers
+    ssh_key: str = ""  # private key for rented boxes; empty: gpuops' own, <data dir>/ssh/id_ed25519 (made once, 0600)
 
 
 class TeardownSettings(_Section):
