@@ -530,6 +530,7 @@ def step_weights(step, ctx):
         if got != step["sha256"].lower():
             os.remove(target)
             raise StepError("sha256 mismatch for %s: expected %s, got %s" % (target, step["sha256"], got))
+    target = os.path.abspath(target)
     files = _files_under(target)
     total = sum(os.path.getsize(f) for f in files)
     detail = {"path": target, "files": len(files), "bytes": total}
@@ -548,6 +549,12 @@ def step_weights(step, ctx):
 # ---------------------------------------------------------------------------------------------
 # verify
 # ---------------------------------------------------------------------------------------------
+
+def verify_inputs(step, ctx):
+    import importlib.util
+
+    return {"torch": importlib.util.find_spec("torch") is not None}  # torch installed later: measure then
+
 
 def step_verify(step, ctx):
     try:
@@ -628,7 +635,7 @@ KINDS = {
     "code": (step_code, code_inputs, code_valid),
     "secrets": (step_secrets, secrets_inputs, secrets_valid),
     "weights": (step_weights, weights_inputs, weights_valid),
-    "verify": (step_verify, None, None),
+    "verify": (step_verify, verify_inputs, None),
     "run": (step_run, run_inputs, None),
 }
 ALWAYS = {"system"}  # depends on the moment, not on inputs

@@ -247,3 +247,10 @@ def test_bad_config_is_named(world):
     assert p.returncode == 2 and "unique name" in lines[0]["detail"]
     p, lines, _ = run_bootstrap(world, {"steps": [{"name": "x", "kind": "teleport"}]})
     assert p.returncode == 1 and lines[0]["detail"].startswith("unknown step kind 'teleport'")
+
+
+def test_runner_and_job_wrapper_parse_as_python_3_8():
+    import ast
+
+    for name in ("bootstrap.py", "jobwrap.py"):
+        ast.parse((REPO / "bootstrap" / name).read_text(), feature_version=(3, 8))
