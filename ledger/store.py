@@ -111,9 +111,23 @@ class Ledger:
                 )
             db.commit()
 
+    def request_end(self, session_id: str, reason: str) -> None:
+        """Record why a session is being ended by someone other than its `up` (down, watchdog,
+        agent) before they destroy it; whoever closes the row then books this reason."""
+        with DbSession(self.engine) as db:
+            row = db.get(Session, session_id)
+            if row is None:
+                raise KeyError(session_id)
+            if row.status != "closed" and not row.end_reason:
+                row.end_reason = reason
+                db.add(row)
+                db.add(Event(session_id=session_id, at=time.time(), kind="end_requested", detail=reason))
+                db.commit()
+
     def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session:
         """Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
-        billed seconds and cost from the charged price. Closing a closed row changes nothing."""
+        billed seconds and cost from the charged price. A reason recorded earlier with
+        ``request_end`` wins over ``reason``. Closing a closed row changes nothing."""
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
@@ -123,7 +137,7 @@ class Ledger:
             seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at)
             row.status = "closed"
             row.ended_at = ended_at
-            row.end_reason = reason
+            row.end_reason = row.end_reason or reason
             if exit_code is not None:
                 row.exit_code = exit_code
             row.billed_seconds = seconds
@@ -131,7 +145,7 @@ class Ledger:
             for k, v in fields.items():
                 setattr(row, k, v)
             db.add(row)
-            db.add(Event(session_id=session_id, at=time.time(), kind="closed", detail=reason))
+            db.add(Event(session_id=session_id, at=time.time(), kind="closed", detail=row.end_reason))
             db.commit()
             db.refresh(row)
             return row

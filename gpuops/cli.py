@@ -1,0 +1,213 @@
+"""The gpuops command line (typer). Parse, call one service function, render. No logic here.
+
+Imports stay light: services, rich and provider SDKs load inside the commands that use them, so
+`gpuops --help` starts fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpuops import __version__
+from gpuops.errors import BadInput, GpuopsError
+
+app = typer.Typer(
+    name="gpuops",
+    help="Rent a GPU for one job: size it, rent the cheapest fit, bootstrap, run, always tear down, book the cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
+app.add_typer(ledger_app, name="ledger")
+
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
+CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"gpuops {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+    """gpuops: GPU rentals that cannot be forgotten."""
+
+
+def _settings(config: Optional[str], overrides: dict | None = None):
+    from gpuops.config import load_settings
+
+    return load_settings(config, overrides)
+
+
+def _parse_price(text: Optional[str]) -> Optional[float]:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise BadInput(f"--max-price must be a number of USD per hour, got {text!r}", "e.g. --max-price 2.5") from None
+
+
+@app.command()
+def up(
+    job: Path = typer.Option(..., "--job", help="Script to run on the box (bash .sh, python .py, or an executable)."),
+    card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default from settings: local)."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Prefer interruptible offers, or on-demand only."),
+    max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
+    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Hard TTL of the box in hours."),
+    idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
+    note: str = typer.Option("", "--note", help="Free text stored with the session."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Rent a box, bootstrap it, run JOB, tear it down, book the session."""
+    from gpuops import launcher, ui
+    from gpuops.providers import NAMES
+
+    price = _parse_price(max_price)
+    if provider is not None and provider not in NAMES:
+        raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if max_hours is not None and max_hours <= 0:
+        raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
+    over: dict = {"up": {}, "teardown": {}}
+    for key, val in (("provider", provider), ("card", card), ("experiment", experiment), ("spot", spot), ("max_price", price)):
+        if val is not None:
+            over["up"][key] = val
+    if max_hours is not None:
+        over["teardown"]["max_hours"] = max_hours
+    if idle_minutes is not None:
+        over["teardown"]["idle_minutes"] = idle_minutes
+    settings = _settings(config, over)
+    if card:
+        from gpuops.catalog import resolve_cards
+
+        resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
+    req = launcher.UpRequest(
+        job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
+        spot=settings.up.spot, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
+        note=note, dry_run=dry_run,
+    )
+    summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
+    if summ.get("dry_run"):
+        ui.print_json(summ) if json_out else ui.render_dry_run(summ)
+        return
+    ui.print_json(summ) if json_out else ui.render_summary(summ)
+    if summ.get("interrupted"):
+        raise typer.Exit(130)
+    if summ["end_reason"] != "job_end":
+        raise typer.Exit(1)
+
+
+@app.command()
+def ps(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+    """List open sessions (boxes that may be billing)."""
+    from gpuops import sessions, ui
+
+    rows = sessions.list_open(sessions.open_ledger(_settings(config)))
+    ui.print_json(rows) if json_out else ui.render_sessions(rows, "open sessions")
+
+
+@app.command()
+def down(
+    session: Optional[str] = typer.Argument(None, help="Session id (or a unique prefix)."),
+    all_open: bool = typer.Option(False, "--all", help="Take down every open session."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Destroy a session's box now and close its row (reason: manual)."""
+    from gpuops import sessions, ui
+
+    settings = _settings(config)
+    out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
+    if json_out:
+        ui.print_json(out)
+    else:
+        for r in out:
+            print(f"{r['session']}: {'destroyed ' + r['instance_id'] if r['destroyed'] else 'already closed'} ({r['end_reason']})")
+        if not out:
+            print("no open sessions")
+
+
+@ledger_app.command("month")
+def ledger_month(
+    month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
+    tz: Optional[str] = typer.Option(None, "--tz", help="Time zone for month boundaries (default: local)."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """What the month cost: totals, by experiment, by card, by provider."""
+    import time as _time
+
+    from gpuops import sessions, ui
+    from ledger.reports import month_bounds, month_report
+
+    month = month or _time.strftime("%Y-%m")
+    try:
+        start, end = month_bounds(month, tz)
+    except ValueError as e:
+        raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
+    except Exception as e:  # zoneinfo's unknown-zone error
+        raise BadInput(f"unknown time zone {tz!r}", "pass an IANA name, e.g. --tz Europe/Berlin") from e
+    ledger = sessions.open_ledger(_settings(config))
+    rep = month_report(ledger.sessions_between(start, end), month)
+    ui.print_json(rep) if json_out else ui.render_month(rep)
+
+
+@ledger_app.command("show")
+def ledger_show(session: str = typer.Argument(..., help="Session id (or a unique prefix)."), config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+    """Every field of one session, its bootstrap steps and its events."""
+    from gpuops import sessions, ui
+
+    d = sessions.show(sessions.open_ledger(_settings(config)), session)
+    ui.print_json(d) if json_out else ui.render_show(d)
+
+
+@ledger_app.command("note")
+def ledger_note(session: str = typer.Argument(...), text: str = typer.Argument(..., help="One-line conclusion."), config: Optional[str] = CONFIG_OPT) -> None:
+    """Record a session's one-line conclusion."""
+    from gpuops import sessions
+
+    r = sessions.add_note(sessions.open_ledger(_settings(config)), session, text)
+    print(f"{r['session']}: {r['conclusion']}")
+
+
+def main() -> None:
+    """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
+    error -> one line naming the help to read, exit 2."""
+    try:
+        rv = app(standalone_mode=False)
+    except GpuopsError as e:
+        sys.stderr.write(f"error: {e}\n")
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        sys.exit(130)
+    except Exception as e:
+        # typer vendors its own click; its usage errors all carry format_message() and exit_code.
+        if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
+            raise
+        if type(e).__name__ == "NoArgsIsHelpError":  # `gpuops ledger` alone: show its help
+            sys.stderr.write(e.format_message() + "\n")
+            sys.exit(2)
+        ctx = getattr(e, "ctx", None)
+        cmd = ctx.command_path if ctx is not None else "gpuops"
+        sys.stderr.write(f"error: {e.format_message()} (see `{cmd} --help`)\n")
+        sys.exit(2)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

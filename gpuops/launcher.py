@@ -1,0 +1,488 @@
+"""`gpuops up` as an explicit state machine.
+
+    validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> teardown
+
+Nothing is rented before validate and plan pass. The ledger row is written (intent) before
+create; every stage entered is an event; teardown runs in ``finally`` (job end, job failure,
+Ctrl-C, SIGTERM, TTL) with SIGINT ignored so a second Ctrl-C cannot skip it, and closes the row
+with the end time of the confirmed destroy, the reason, the exit code and the cost.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import signal
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from gpuops.config import Settings
+from gpuops.errors import BadInput, GpuopsError
+from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
+# On the box, everything gpuops owns lives under <root>/.gpuops
+META = ".gpuops"
+RUN_DIR = f"{META}/run"
+# How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
+MAX_OFFER_ATTEMPTS = 3
+# Destroy retries: a provider hiccup must not leave a box billing.
+DESTROY_ATTEMPTS = 5
+BOOTSTRAP_TIMEOUT_S = 1800.0
+LOG_POLL_S = 0.2
+
+
+class Interrupted(BaseException):
+    """Ctrl-C, SIGTERM or SIGHUP during `up` (a BaseException, like KeyboardInterrupt)."""
+
+
+@dataclass
+class UpRequest:
+    """A validated `up` call. ``spot``: True prefer interruptible, False on-demand only."""
+
+    job: Path
+    card: str = ""
+    experiment: str = "default"
+    provider: str = "local"
+    spot: bool = True
+    max_usd_per_hour: float | None = None
+    max_hours: float = 4.0
+    note: str = ""
+    gpu_count: int = 1
+    need_bytes_per_gpu: int = 0
+    dry_run: bool = False
+
+
+@dataclass
+class PlanResult:
+    provider: str
+    offer: Offer
+    candidates: list[Offer]
+    projected_cost_usd: float  # offer price x max_hours
+
+    def as_json(self, settings: Settings) -> dict:
+        return {
+            "provider": self.provider,
+            "card": self.offer.card,
+            "gpu_count": self.offer.gpu_count,
+            "usd_per_hour": self.offer.usd_per_hour,
+            "spot": self.offer.spot,
+            "simulated": self.offer.simulated,
+            "max_hours": settings.teardown.max_hours,
+            "projected_cost_usd": round(self.projected_cost_usd, 4),
+            "teardown": settings.teardown.model_dump(),
+            "settings_file": settings.source,
+        }
+
+
+class Reporter:
+    """Where `up` tells the user what happens. The CLI subclasses it; tests use it silent."""
+
+    def stage(self, name: str, detail: str = "") -> None: ...
+
+    def step(self, line: dict) -> None: ...
+
+    def job_line(self, text: str) -> None: ...
+
+    def warn(self, text: str) -> None: ...
+
+
+def new_session_id(now: float | None = None) -> str:
+    """``YYYYMMDD-HHMMSS-xxxx`` (UTC, 4 random hex): sortable, short, safe in labels and paths."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
+
+
+# -- validate + plan (pure of side effects: nothing rented, nothing booked) -----------------------
+def validate(req: UpRequest) -> None:
+    """Raise BadInput for anything a typo could break. Settings were validated when loaded."""
+    if not req.job.exists():
+        raise BadInput(f"job file {req.job} not found", "pass the path of a script, e.g. --job examples/bench.sh")
+    if req.job.is_dir():
+        raise BadInput(f"job {req.job} is a directory", "pass a script file, e.g. --job examples/bench.sh")
+    if req.max_hours <= 0:
+        raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
+    if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
+        raise BadInput(f"--max-price must be > 0 USD/h, got {req.max_usd_per_hour:g}", "pass a price in USD per hour, e.g. --max-price 2.5")
+    if req.gpu_count < 1:
+        raise BadInput(f"--gpu-count must be >= 1, got {req.gpu_count}", "pass a whole number of GPUs")
+
+
+def query_for(req: UpRequest) -> OfferQuery:
+    cards: tuple[str, ...] = ()
+    if req.card:
+        from gpuops.catalog import resolve_cards
+
+        cards = tuple(c.name for c in resolve_cards(req.card))
+    return OfferQuery(cards=cards, gpu_count=req.gpu_count, min_vram_bytes=req.need_bytes_per_gpu,
+                      spot=req.spot, max_usd_per_hour=req.max_usd_per_hour)
+
+
+def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
+    """Offers that fit, cheapest first; BadInput when none does."""
+    from gpuops.offers import rank
+
+    query = query_for(req)
+    offers = provider.offers(query)
+    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=req.spot)
+    if not ranked:
+        what = f"card {req.card!r}" if req.card else "any card"
+        cheapest = min((o.usd_per_hour for o in offers), default=None)
+        hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
+        raise BadInput(f"no {provider.name} offer for {what} fits", hint)
+    best = ranked[0]
+    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours)
+
+
+# -- the run --------------------------------------------------------------------------------------
+@contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM/SIGHUP become Interrupted, like Ctrl-C, for the duration of the run."""
+
+    def handler(signum, _frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextmanager
+def _shielded() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP: teardown must finish once it has started."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@dataclass
+class Session:
+    """What the run knows as it goes; becomes the summary."""
+
+    id: str
+    req: UpRequest
+    offer: Offer | None = None
+    instance: Instance | None = None
+    box: object | None = None
+    exit_code: int | None = None
+    end_reason: str = "provision_failed"
+    tokens: int = 0
+    job_seconds: float | None = None
+    steps: list = field(default_factory=list)
+    slowest_step: str | None = None
+    log_path: Path | None = None
+    results_path: str = ""
+
+
+def _job_command(job_name: str) -> str:
+    path = f"{META}/job/{job_name}"
+    if job_name.endswith(".py"):
+        return "python3 " + shlex.quote(path)
+    if job_name.endswith(".sh"):
+        return "bash " + shlex.quote(path)
+    return shlex.quote("./" + path)
+
+
+def _env_file(values: dict[str, str]) -> str:
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Provider | None = None, ledger=None,
+           open_box: Callable | None = None) -> dict:
+    """Run the whole state machine; return the summary dict (see ``summary``).
+
+    ``provider``/``ledger``/``open_box`` default to those named by ``settings``; tests pass their
+    own. Raises BadInput (before anything is rented) and Interrupted (after teardown is done).
+    """
+    from gpuops.providers import get_provider
+
+    validate(req)
+    provider = provider or get_provider(req.provider, settings)
+    reporter.stage("plan")
+    p = plan(req, provider, settings)
+    if req.dry_run:
+        return {"dry_run": True, **p.as_json(settings)}
+
+    if ledger is None:
+        from ledger import Ledger
+
+        ledger = Ledger(settings.ledger_url())
+    from ledger import Session as Row
+
+    sid = new_session_id()
+    s = Session(id=sid, req=req, offer=p.offer)
+    logs_dir = settings.data_path() / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    s.log_path = logs_dir / f"{sid}.log"
+    label = f"gpuops-{sid}"
+    reporter.stage("intent", f"session {sid}")
+    ledger.add_session(Row(
+        id=sid, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
+        gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=label, simulated=p.offer.simulated,
+        status="provisioning", created_at=time.time(), note=req.note, log_path=str(s.log_path),
+    ))
+    interrupted: BaseException | None = None
+    try:
+        with _signals_raise():
+            _create(s, p, provider, ledger, reporter, label, settings)
+            _ready(s, provider, ledger, reporter, settings, open_box)
+            _arm(s, ledger, reporter)
+            if not _bootstrap(s, ledger, reporter, settings):
+                s.end_reason = "bootstrap_failed"
+            else:
+                _job(s, ledger, reporter, settings)
+                _collect(s, ledger, reporter, settings)
+    except (KeyboardInterrupt, Interrupted) as e:
+        s.end_reason = "interrupted"
+        interrupted = e
+    except ProviderError as e:
+        ledger.event(sid, "provider_error", {"kind": e.kind.value, "message": e.message})
+        if s.end_reason not in ("provision_failed", "ssh_never_ready"):
+            s.end_reason = "provider_error"
+        reporter.warn(str(e))
+        interrupted = e
+    except GpuopsError as e:
+        reporter.warn(str(e))
+        interrupted = e
+    finally:
+        with _shielded():
+            _teardown(s, provider, ledger, reporter)
+    summ = summary(s, ledger)
+    if interrupted is not None and not isinstance(interrupted, GpuopsError):
+        summ["interrupted"] = True
+    elif isinstance(interrupted, GpuopsError):
+        summ["error"] = str(interrupted)
+    return summ
+
+
+def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> None:
+    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
+    ledger.event(s.id, "create", {"offer": p.offer.offer_id})
+    last: ProviderError | None = None
+    for offer in p.candidates[:MAX_OFFER_ATTEMPTS]:
+        bid = offer.min_bid if offer.spot else None
+        spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid)
+        try:
+            inst = provider.create(offer, spec)
+        except ProviderError as e:
+            if e.instance_id:  # the failed create still left an instance: it must not bill
+                ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.usd_per_hour)
+                s.instance = Instance(id=e.instance_id, label=label, status=InstanceStatus.UNKNOWN)
+            if e.try_next_offer and not e.instance_id:
+                ledger.event(s.id, "offer_skipped", {"offer": offer.offer_id, "kind": e.kind.value})
+                last = e
+                continue
+            raise
+        s.instance, s.offer = inst, offer
+        ledger.update(
+            s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
+            spot=offer.spot, bid_usd_per_hour=bid, status="running",
+            instance_created_at=inst.created_at or time.time(),
+            usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else offer.usd_per_hour,
+            simulated=offer.simulated,
+        )
+        ledger.event(s.id, "created", {"instance": inst.id})
+        return
+    assert last is not None
+    raise last
+
+
+def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
+    reporter.stage("ready")
+    s.end_reason = "ssh_never_ready"
+    assert s.instance is not None
+    deadline = time.monotonic() + settings.up.ready_timeout_seconds
+    if open_box is not None:
+        s.box = open_box(provider, s.instance, deadline, settings)
+    elif hasattr(provider, "box"):
+        s.box = provider.box(s.instance)  # the local provider hands out its own box
+    else:
+        from gpuops import remote
+
+        s.box = remote.open_box(provider, s.instance, deadline, settings)  # type: ignore[attr-defined]
+    ledger.update(s.id, ready_at=time.time())
+    ledger.event(s.id, "ready")
+    s.end_reason = "job_failed"
+
+
+def _arm(s: Session, ledger, reporter: Reporter) -> None:
+    reporter.stage("arm")
+    box = s.box
+    box.put(BOOTSTRAP_DIR, f"{META}/bootstrap")  # type: ignore[union-attr]
+    ledger.event(s.id, "armed")
+
+
+def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bool:
+    reporter.stage("bootstrap")
+    box = s.box
+    steps = [{"name": "system", "kind": "system"}, *settings.bootstrap.steps]
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"steps": steps}, f)
+    box.put(Path(f.name), f"{META}/bootstrap.json")  # type: ignore[union-attr]
+    Path(f.name).unlink()
+    lines: list[dict] = []
+    failed = False
+
+    def on_line(text: str) -> None:
+        nonlocal failed
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            reporter.job_line(text)
+            return
+        if "step" in obj:
+            lines.append(obj)
+            reporter.step(obj)
+            failed = failed or obj.get("status") == "failed"
+        elif "slowest" in obj:
+            s.slowest_step = obj.get("slowest")
+
+    cmd = f"python3 {META}/bootstrap/bootstrap.py --config {META}/bootstrap.json --state-dir {META}/bootstrap-state"
+    rc = box.run(cmd, timeout=BOOTSTRAP_TIMEOUT_S, on_line=on_line)  # type: ignore[union-attr]
+    s.steps = lines
+    ledger.add_steps(s.id, lines)
+    ledger.event(s.id, "bootstrapped", {"rc": rc, "slowest": s.slowest_step})
+    return rc == 0 and not failed
+
+
+def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
+    box = s.box
+    req = s.req
+    reporter.stage("job", req.job.name)
+    box.put(req.job, f"{META}/job/{req.job.name}")  # type: ignore[union-attr]
+    metrics = f"{box.root}/{META}/metrics.jsonl"  # type: ignore[union-attr]
+    env = {"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics}
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".env", delete=False) as f:
+        f.write(_env_file(env))
+    box.put(Path(f.name), f"{META}/job.env")  # type: ignore[union-attr]
+    Path(f.name).unlink()
+    cmd = (f"set -a; . {META}/job.env; set +a; exec python3 {META}/bootstrap/jobwrap.py --dir {RUN_DIR} -- "
+           + _job_command(req.job.name))
+    started = time.time()
+    box.run_detached(cmd)  # type: ignore[union-attr]
+    ledger.event(s.id, "job_started")
+    ttl_deadline = started + req.max_hours * 3600.0
+    offset = 0
+    pending = b""
+    with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
+        while True:
+            chunk = box.read_file(f"{RUN_DIR}/job.log", offset)  # type: ignore[union-attr]
+            if chunk:
+                offset += len(chunk)
+                log.write(chunk)
+                log.flush()
+                pending += chunk
+                *whole, pending = pending.split(b"\n")
+                for line in whole:
+                    reporter.job_line(line.decode("utf-8", "replace"))
+            if box.read_file(f"{RUN_DIR}/exit_marker") is not None:  # type: ignore[union-attr]
+                rest = box.read_file(f"{RUN_DIR}/job.log", offset) or b""  # type: ignore[union-attr]
+                log.write(rest)
+                pending += rest
+                for line in pending.split(b"\n"):
+                    if line:
+                        reporter.job_line(line.decode("utf-8", "replace"))
+                break
+            if time.time() > ttl_deadline:
+                s.end_reason = "ttl"
+                ledger.event(s.id, "ttl", {"max_hours": req.max_hours})
+                return
+            time.sleep(LOG_POLL_S)
+    raw = (box.read_file(f"{RUN_DIR}/exit_code") or b"1").decode().split()  # type: ignore[union-attr]
+    s.exit_code = int(raw[0])
+    if len(raw) >= 3:
+        s.job_seconds = float(raw[2]) - float(raw[1])
+    s.end_reason = "job_end" if s.exit_code == 0 else "job_failed"
+    ledger.event(s.id, "job_exited", {"exit_code": s.exit_code})
+
+
+def tokens_from_metrics(text: str) -> int:
+    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored."""
+    total = 0
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("tokens"), (int, float)) and obj["tokens"] >= 0:
+            total += int(obj["tokens"])
+    return total
+
+
+def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
+    box = s.box
+    raw = box.read_file(f"{META}/metrics.jsonl")  # type: ignore[union-attr]
+    s.tokens = tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else 0
+    results = settings.job.results.strip("/")
+    if results:
+        dest = settings.data_path() / "results" / s.id
+        if box.get(results, dest):  # type: ignore[union-attr]
+            s.results_path = str(dest)
+    ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
+
+
+def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> None:
+    reporter.stage("teardown", s.end_reason)
+    ended = time.time()
+    if s.instance is not None:
+        last_err = None
+        for attempt in range(DESTROY_ATTEMPTS):
+            try:
+                provider.destroy(s.instance.id)
+                last_err = None
+                break
+            except ProviderError as e:  # keep trying: a box left running is the one unforgivable bug
+                last_err = e
+                ledger.event(s.id, "destroy_failed", {"attempt": attempt + 1, "kind": e.kind.value})
+                time.sleep(min(2**attempt, 10))
+        ended = getattr(provider, "destroyed_at", lambda _id: None)(s.instance.id) or time.time()
+        if last_err is not None:
+            reporter.warn(f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {last_err}; "
+                          "run `gpuops down " + s.id + "` or `gpuops reconcile`")
+            ledger.event(s.id, "destroy_gave_up", str(last_err))
+            return  # the row stays open so reconcile/watchdog finish the job
+        ledger.event(s.id, "destroyed", {"instance": s.instance.id})
+    if s.box is not None:
+        try:
+            s.box.close()  # type: ignore[union-attr]
+        except Exception:  # closing a transport to a destroyed box may fail; nothing to do
+            pass
+    ledger.close(s.id, ended_at=ended, reason=s.end_reason, exit_code=s.exit_code)
+
+
+def summary(s: Session, ledger) -> dict:
+    """The run's summary: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
+    tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results)."""
+    row = ledger.get(s.id)
+    cost = row.cost_usd or 0.0
+    return {
+        "session": s.id,
+        "provider": row.provider,
+        "card": row.card,
+        "usd_per_hour": row.usd_per_hour,
+        "seconds": round(row.billed_seconds or 0.0, 3),
+        "cost_usd": round(cost, 6),
+        "simulated": row.simulated,
+        "tokens": row.tokens,
+        "usd_per_mtoken": round(cost / row.tokens * 1e6, 6) if row.tokens else None,
+        "end_reason": row.end_reason,
+        "exit_code": row.exit_code,
+        "log": row.log_path,
+        "slowest_step": s.slowest_step,
+        "results": row.results_path or None,
+        "status": row.status,
+    }

@@ -1,0 +1,88 @@
+"""Session-level operations outside `up`: list open sessions, take one down, show one, note it."""
+
+from __future__ import annotations
+
+import time
+
+from gpuops.config import Settings
+from gpuops.errors import BadInput
+
+
+def open_ledger(settings: Settings):
+    from ledger import Ledger
+
+    return Ledger(settings.ledger_url())
+
+
+def resolve_session(ledger, ref: str):
+    """The session whose id is ``ref`` or starts with it; BadInput when none or ambiguous."""
+    row = ledger.get(ref)
+    if row is not None:
+        return row
+    rows = ledger.find(ref) if ref else []
+    if len(rows) == 1:
+        return rows[0]
+    if not rows:
+        raise BadInput(f"no session {ref!r} in the ledger", "see `gpuops ps` or `gpuops ledger month`")
+    raise BadInput(f"{ref!r} matches {len(rows)} sessions", "type more of the session id")
+
+
+def row_json(row) -> dict:
+    """A session row as JSON-ready dict (``session`` is the id)."""
+    d = row.model_dump()
+    d["session"] = d.pop("id")
+    d["usd_per_mtoken"] = round(row.cost_usd / row.tokens * 1e6, 6) if row.tokens and row.cost_usd is not None else None
+    d["seconds"] = row.billed_seconds
+    return d
+
+
+def show(ledger, ref: str) -> dict:
+    """Every field of one session plus ``steps`` and ``events``."""
+    row = resolve_session(ledger, ref)
+    d = row_json(row)
+    d["steps"] = [{"name": s.name, "status": s.status, "seconds": s.seconds, "detail": s.detail} for s in ledger.steps(row.id)]
+    d["events"] = [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in ledger.events(row.id)]
+    return d
+
+
+def list_open(ledger) -> list[dict]:
+    return [row_json(r) for r in ledger.open_sessions()]
+
+
+def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[dict]:
+    """Destroy the instance of one open session (or all) and close its row as ``manual``.
+
+    Idempotent: a session already closed is reported, not destroyed again. Returns one dict per
+    session: ``{"session","instance_id","destroyed","end_reason"}``.
+    """
+    from gpuops.providers import get_provider
+
+    if all_open:
+        rows = ledger.open_sessions()
+    else:
+        if not ref:
+            raise BadInput("name a session or pass --all", "see `gpuops ps` for open sessions")
+        rows = [resolve_session(ledger, ref)]
+    out = []
+    for row in rows:
+        if row.status == "closed":
+            out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
+            continue
+        ended = time.time()
+        ledger.request_end(row.id, "manual")
+        if row.instance_id:
+            provider = get_provider(row.provider, settings)
+            provider.destroy(row.instance_id)
+            ended = getattr(provider, "destroyed_at", lambda _i: None)(row.instance_id) or time.time()
+            ledger.event(row.id, "destroyed", {"instance": row.instance_id, "by": "down"})
+        closed = ledger.close(row.id, ended_at=ended, reason="manual")
+        out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": bool(row.instance_id), "end_reason": closed.end_reason})
+    return out
+
+
+def add_note(ledger, ref: str, text: str) -> dict:
+    """Set the one-line conclusion of a session."""
+    row = resolve_session(ledger, ref)
+    ledger.update(row.id, conclusion=text)
+    ledger.event(row.id, "note", text)
+    return {"session": row.id, "conclusion": text}

@@ -1,0 +1,160 @@
+"""Rendering for the CLI: the live `up` reporter, summaries and tables (rich, imported lazily)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+from gpuops.launcher import Reporter
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+class ConsoleReporter(Reporter):
+    """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json)."""
+
+    def __init__(self, json_mode: bool = False):
+        self.err = console(stderr=True)
+        self.json_mode = json_mode
+        self.t0 = time.monotonic()
+        self.last = self.t0
+
+    def _elapsed(self) -> str:
+        now = time.monotonic()
+        return f"{now - self.t0:6.1f}s"
+
+    def stage(self, name: str, detail: str = "") -> None:
+        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {detail}", markup=True)
+
+    def step(self, line: dict) -> None:
+        status = line.get("status", "")
+        color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
+        self.err.print(f"         step {line.get('step')}: [{color}]{status}[/] {line.get('seconds', 0):.2f}s", markup=True)
+
+    def job_line(self, text: str) -> None:
+        stream = sys.stderr if self.json_mode else sys.stdout
+        stream.write(text + "\n")
+        stream.flush()
+
+    def warn(self, text: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {text}", markup=True)
+
+
+def money(usd: float | None, simulated: bool = False) -> str:
+    if usd is None:
+        return "-"
+    return f"${usd:,.4f}" + (" (simulated)" if simulated else "")
+
+
+def render_summary(summ: dict) -> None:
+    from rich.table import Table
+
+    sim = bool(summ.get("simulated"))
+    t = Table(title=f"session {summ['session']}", show_header=False, title_justify="left")
+    t.add_column("key", style="bold")
+    t.add_column("value")
+    rows = [
+        ("provider", summ["provider"]),
+        ("card", summ["card"]),
+        ("price", f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else "") if summ["usd_per_hour"] is not None else "-"),
+        ("billed", f"{summ['seconds']:.1f} s"),
+        ("cost", money(summ["cost_usd"], sim)),
+        ("tokens", f"{summ['tokens']:,}"),
+        ("$/Mtoken", money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)"),
+        ("end reason", f"{summ['end_reason']} (exit code {summ['exit_code']})"),
+        ("slowest step", summ.get("slowest_step") or "-"),
+        ("log", summ["log"]),
+    ]
+    if summ.get("results"):
+        rows.append(("results", summ["results"]))
+    for k, v in rows:
+        t.add_row(k, str(v))
+    console().print(t)
+
+
+def render_dry_run(plan: dict) -> None:
+    c = console()
+    sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
+    c.print(f"would rent: {plan['card']} x{plan['gpu_count']} on {plan['provider']} at "
+            f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")
+    c.print(f"projected cost of max_hours={plan['max_hours']:g}: ${plan['projected_cost_usd']:.4f}")
+    td = plan["teardown"]
+    c.print("teardown: " + ", ".join(f"{k}={v}" for k, v in td.items()))
+    c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")
+    c.print("dry run: nothing rented, nothing booked")
+
+
+def render_sessions(rows: list[dict], title: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("session", "experiment", "provider", "card", "status", "instance", "usd/h", "age"):
+        t.add_column(col)
+    now = time.time()
+    for r in rows:
+        t.add_row(r["session"], r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
+                  money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min")
+    console().print(t if rows else f"{title}: none")
+
+
+def render_month(rep: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    per = rep["usd_per_mtoken"]
+    sim_per = rep.get("simulated_usd_per_mtoken")
+    c.print(f"[bold]{rep['month']}[/]: spent ${rep['total_usd']:,.4f}"
+            + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
+            + f" | {rep['gpu_hours']:.3f} GPU-h | {rep['sessions']} sessions"
+            + (f" ({rep['open_sessions']} open)" if rep.get("open_sessions") else "")
+            + f" | {rep['tokens']:,} tokens"
+            + (f" | ${per:,.4f}/Mtoken" if per is not None else "")
+            + (f" | ${sim_per:,.4f}/Mtoken simulated" if sim_per is not None else ""), markup=True)
+    for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
+        t = Table(title=f"by {title}", title_justify="left")
+        for col in (title, "cost USD", "simulated USD", "GPU-h", "sessions", "tokens", "$/Mtoken"):
+            t.add_column(col, justify="left" if col == title else "right")
+        for r in rep[key]:
+            ppm = r["usd_per_mtoken"] if r["usd_per_mtoken"] is not None else r.get("simulated_usd_per_mtoken")
+            mark = " (sim)" if r["usd_per_mtoken"] is None and ppm is not None else ""
+            t.add_row(r["name"], f"{r['cost_usd']:,.4f}", f"{r['simulated_usd']:,.4f}", f"{r['gpu_hours']:.3f}",
+                      str(r["sessions"]), f"{r['tokens']:,}", (f"{ppm:,.4f}{mark}" if ppm is not None else "-"))
+        if rep[key]:
+            c.print(t)
+
+
+def render_show(d: dict) -> None:
+    from rich.table import Table
+
+    c = console()
+    t = Table(title=f"session {d['session']}", show_header=False, title_justify="left")
+    t.add_column("field", style="bold")
+    t.add_column("value")
+    for k, v in d.items():
+        if k in ("steps", "events"):
+            continue
+        t.add_row(k, "-" if v is None or v == "" else str(v))
+    c.print(t)
+    if d["steps"]:
+        st = Table(title="bootstrap steps", title_justify="left")
+        for col in ("step", "status", "seconds"):
+            st.add_column(col)
+        for s in d["steps"]:
+            st.add_row(s["name"], s["status"], f"{s['seconds']:.2f}")
+        c.print(st)
+    ev = Table(title="events", title_justify="left")
+    for col in ("at (UTC)", "kind", "detail"):
+        ev.add_column(col)
+    for e in d["events"]:
+        ev.add_row(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["at"])), e["kind"], e["detail"])
+    c.print(ev)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh machine, then run the whole suite.
+# System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1) and PostgreSQL
+# (ledger tests run on SQLite and on a real PostgreSQL server the tests start themselves).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "error: install ${need[*]} (apt-get install ${need[*]}) and run again" >&2; exit 2; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+python3 -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -r requirements.lock
+.venv/bin/python -m pip install -q --no-deps -e .
+exec .venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,55 @@
+"""Bad input: one line naming the fix, exit 2, no ledger row, nothing started."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import gpuops_cmd
+
+
+@pytest.fixture
+def job(tmp_path):
+    p = tmp_path / "ok.sh"
+    p.write_text("true\n")
+    return str(p)
+
+
+CASES = {
+    "missing job": (["up", "--job", "nope.sh"], "not found"),
+    "job is a directory": (["up", "--job", "."], "is a directory"),
+    "unknown card": (["up", "--job", "{job}", "--card", "a10O"], "unknown card 'a10O'"),
+    "unknown provider": (["up", "--job", "{job}", "--provider", "aws"], "unknown provider 'aws'"),
+    "zero max hours": (["up", "--job", "{job}", "--max-hours", "0"], "--max-hours must be > 0"),
+    "negative max hours": (["up", "--job", "{job}", "--max-hours", "-1"], "--max-hours must be > 0"),
+    "max hours not a number": (["up", "--job", "{job}", "--max-hours", "two"], "Invalid value for '--max-hours'"),
+    "no job option": (["up"], "Missing option '--job'"),
+    "price not a number": (["up", "--job", "{job}", "--max-price", "cheap"], "--max-price must be a number"),
+    "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], "use \"off\""),
+    "bad month": (["ledger", "month", "2026-13"], "month must look like"),
+    "bad month text": (["ledger", "month", "november"], "month must look like"),
+    "malformed toml": (["up", "--job", "{job}", "--config", "bad.toml"], "bad.toml: malformed TOML"),
+    "bad value in toml": (["up", "--job", "{job}", "--config", "neg.toml"], "neg.toml:2: teardown.max_hours"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_exits_2_with_one_line_and_books_nothing(name, job, gpuops_home, cli_env, tmp_path):
+    (tmp_path / "bad.toml").write_text("[teardown\nmax_hours = 1\n")
+    (tmp_path / "neg.toml").write_text("[teardown]\nmax_hours = -2\n")
+    args, expected = CASES[name]
+    args = [a.replace("{job}", job) for a in args]
+    out = subprocess.run(gpuops_cmd(*args), env=cli_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    assert expected in lines[0]
+    assert "(" in lines[0]  # the fix is named
+    assert not (gpuops_home / "boxes").exists()
+    assert not (gpuops_home / "ledger.db").exists() or name.startswith("bad month")
+
+
+def test_unknown_card_suggests_close_names(job, gpuops_home, cli_env):
+    out = subprocess.run(gpuops_cmd("up", "--job", job, "--card", "h10"), env=cli_env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "did you mean" in out.stderr and "h100" in out.stderr
