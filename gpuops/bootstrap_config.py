@@ -50,8 +50,10 @@ class BootstrapPlan:
 
 
 def _weights_name(source: str, i: int) -> str:
-    tail = source.split("://", 1)[-1].split("@", 1)[0].rstrip("/")
-    return f"weights:{re.sub(r'[^A-Za-z0-9._/-]+', '_', tail)[-60:] or i}"
+    """``weights:org/model`` for hf://, else ``weights:<file name>`` (step names are ledger rows)."""
+    scheme, _, rest = source.partition("://")
+    tail = rest.split("@", 1)[0].strip("/") if scheme == "hf" else rest.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return f"weights:{re.sub(r'[^A-Za-z0-9._/-]+', '_', tail)[:60] or i + 1}"
 
 
 def build_plan(settings, *, card=None, volume_path: str | None = None, environ: Mapping[str, str] | None = None,
@@ -107,7 +109,10 @@ def build_plan(settings, *, card=None, volume_path: str | None = None, environ: 
         raise BadInput("[bootstrap] ref is set but repo is not", "set [bootstrap] repo, or remove ref")
 
     for i, w in enumerate(b.weights):
-        step = {"name": _weights_name(w.source, i), "kind": "weights", "source": w.source}
+        name = _weights_name(w.source, i)
+        if any(x["name"] == name for x in steps):
+            name = f"{name} ({i + 1})"
+        step = {"name": name, "kind": "weights", "source": w.source}
         if w.sha256:
             step["sha256"] = w.sha256
         if w.dest:

@@ -1,7 +1,7 @@
 """The detached job on a box: start it under ``bootstrap/jobwrap.py``, follow its log (dropping
 and re-attaching at will), read its exit, copy its results back.
 
-On the box (relative to the session directory): ``.gpuops/job/job.log`` (stdout+stderr),
+On the box (relative to the session directory): ``.gpuops/run/job.log`` (stdout+stderr),
 ``job.pid``, ``exit_code`` (``code\\nstarted\\nended``, epoch seconds) and ``exit_marker``
 (present once the job has ended; see bootstrap/jobwrap.py).
 """
@@ -17,7 +17,7 @@ from typing import Callable
 from gpuops.bootstrap_config import RUNNER_DIR
 from gpuops.errors import GpuopsError
 
-JOB_DIR = ".gpuops/job"
+JOB_DIR = ".gpuops/run"  # the launcher's RUN_DIR; .gpuops/job holds the job file
 LOG = f"{JOB_DIR}/job.log"
 
 
@@ -47,7 +47,7 @@ def job_exit(box) -> JobExit | None:
         return None
     raw = (box.read_file(f"{JOB_DIR}/exit_code") or b"").decode().split()
     if not raw:
-        raise GpuopsError("job exit marker present but exit_code empty", "inspect .gpuops/job on the box")
+        raise GpuopsError("job exit marker present but exit_code empty", "inspect .gpuops/run on the box")
     vals = [float(x) for x in raw[1:3]] + [None, None]
     return JobExit(code=int(raw[0]), started=vals[0], ended=vals[1])
 
@@ -66,7 +66,7 @@ def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offs
         ended = job_exit(box)  # read before the log, so the log read after it holds everything
         chunk = box.read_file(LOG, offset)
         if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
-            raise GpuopsError("the job did not start: no log on the box", "see .gpuops/job on the box")
+            raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")
         if chunk:
             write(chunk)
             offset += len(chunk)

@@ -32,7 +32,7 @@ def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
     card = resolve_cards("h100")[0]
     plan = build_plan(s, card=card, volume_path="/workspace", environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
     steps = plan.config["steps"]
-    assert [x["name"] for x in steps] == ["system", "secrets", "deps", "code", "weights:org/model", "weights:h.invalid/w.bin",
+    assert [x["name"] for x in steps] == ["system", "secrets", "deps", "code", "weights:org/model", "weights:w.bin",
                                           "verify", "command 1", "command 2", "extra"]
     assert plan.config["cache_dir"] == "/workspace/.cache/gpuops"
     assert steps[2] == {"name": "deps", "kind": "deps", "installer": "auto", "requirements": ".gpuops/requirements.txt", "packages": ["y==1"]}
