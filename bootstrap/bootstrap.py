@@ -20,7 +20,8 @@ Step kinds and their keys (paths relative to the working directory unless absolu
   (default ``code``). Clone once, then fetch + checkout; re-runs when the ref moves.
 - ``secrets``: ``env`` (names of environment variables). Written with mode 0600 to their
   standard places: HF_TOKEN -> ``$HF_HOME/token`` (default ``~/.cache/huggingface/token``),
-  WANDB_API_KEY -> ``~/.netrc`` (``api.wandb.ai``), every name -> ``~/.config/gpuops/secrets.env``.
+  WANDB_API_KEY -> ``~/.netrc`` (``api.wandb.ai``), every name -> ``$XDG_CONFIG_HOME/gpuops/secrets.env``
+  (default ``~/.config``), which a job can source.
   Values are never printed, and are scrubbed from every later step's output.
 - ``weights``: ``source`` ``hf://org/model[@revision]`` (huggingface_hub, hf_transfer when
   installed), ``https://...`` or ``file:///...``; ``dest`` (default
@@ -389,7 +390,8 @@ def secrets_inputs(step, ctx):
 
 def _secret_paths(names):
     home = os.path.expanduser("~")
-    out = {"all": os.path.join(home, ".config", "gpuops", "secrets.env")}
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    out = {"all": os.path.join(config_home, "gpuops", "secrets.env")}
     if "HF_TOKEN" in names or "HUGGING_FACE_HUB_TOKEN" in names:
         out["hf"] = os.path.join(os.environ.get("HF_HOME") or os.path.join(home, ".cache", "huggingface"), "token")
     if "WANDB_API_KEY" in names:

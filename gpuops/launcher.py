@@ -364,7 +364,8 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bo
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     ledger.add_steps(s.id, res.steps)
-    ledger.event(s.id, "bootstrapped", {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed})
+    ledger.event(s.id, "bootstrapped", {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
+                                        "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)"})
     return res.rc == 0 and res.failed is None
 
 

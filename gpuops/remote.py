@@ -483,6 +483,7 @@ class SSHBox:
             while True:
                 if time.monotonic() > deadline:
                     self._kill_group(pid)
+                    pid = None
                     raise TimeoutError(f"command ran past {timeout:.0f} s")
                 try:
                     data = chan.recv(65536)
@@ -502,6 +503,7 @@ class SSHBox:
             while not chan.status_event.is_set():
                 if time.monotonic() > deadline:
                     self._kill_group(pid)
+                    pid = None
                     raise TimeoutError(f"command ran past {timeout:.0f} s")
                 time.sleep(0.01)
             rc = chan.recv_exit_status()
@@ -513,7 +515,9 @@ class SSHBox:
                     raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran",
                                          "long work belongs in run_detached; re-attach with `gpuops logs`")
             return rc
-        except KeyboardInterrupt:
+        except ConnectionLost:
+            raise
+        except BaseException:  # Ctrl-C, the launcher's Interrupted, a bug in on_line: do not leave it running
             self._kill_group(pid)
             raise
         finally:
@@ -529,13 +533,16 @@ class SSHBox:
             pass
 
     def run_detached(self, command, *, env=None):
-        def start():
-            prefix = self._env_prefix(env)
-            self._exec_capture(
-                f"cd {q(self.root)} && {prefix}(setsid nohup bash -c {q(command)} >/dev/null 2>&1 </dev/null &)"
-            )
+        # Not retried once sent: a start that may have happened must not happen twice.
+        import paramiko
 
-        self._retrying(start)
+        prefix = self._env_prefix(env)
+        self._transport()
+        try:
+            self._exec_capture(f"cd {q(self.root)} && {prefix}(setsid nohup bash -c {q(command)} >/dev/null 2>&1 </dev/null &)")
+        except (EOFError, OSError, paramiko.SSHException) as e:
+            raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while starting a detached command ({e})",
+                                 "it may have started: look with `gpuops logs SESSION`") from None
 
     def put(self, local, remote):
         local = Path(local)
