@@ -68,6 +68,11 @@ def up(
     idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
+    model: Optional[str] = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
+    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -98,6 +103,13 @@ def up(
         spot=settings.up.spot, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
+    if model:
+        from gpuops.plan import parse_positive_int
+
+        req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
+        req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
+    elif (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
+        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
     if summ.get("dry_run"):
         ui.print_json(summ) if json_out else ui.render_dry_run(summ)
@@ -107,6 +119,27 @@ def up(
         raise typer.Exit(130)
     if summ["end_reason"] != "job_end":
         raise typer.Exit(1)
+
+
+@app.command()
+def plan(
+    model: str = typer.Option(..., "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="KV cache dtype: same, fp32, bf16, fp16, fp8, int8."),
+    batch: str = typer.Option("1", "--batch", help="Concurrent sequences."),
+    seq: str = typer.Option("4096", "--seq", help="Tokens per sequence (prompt + output)."),
+    mode: str = typer.Option("infer", "--mode", help="infer | train (mixed-precision Adam, 16 B/param + activations)."),
+    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism."),
+    headroom: str = typer.Option("0.90", "--headroom", help="Fraction of reported VRAM usable (vLLM's gpu_memory_utilization)."),
+    card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Size the box before renting: memory, fit, max batch, decode ceiling and $/Mtoken per card."""
+    from gpuops.plan_view import plan_command
+
+    # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
+    plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
+                 headroom=headroom, card=card, json_out=json_out)
 
 
 @app.command()

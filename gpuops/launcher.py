@@ -55,6 +55,12 @@ class UpRequest:
     gpu_count: int = 1
     need_bytes_per_gpu: int = 0
     dry_run: bool = False
+    # `up --model`: size the box from the model first (gpuops.plan); offers must fit these bytes.
+    model: str = ""
+    dtype: str = "bf16"
+    kv_dtype: str = "same"
+    seq: int = 4096
+    batch: int = 1
 
 
 @dataclass
@@ -63,6 +69,7 @@ class PlanResult:
     offer: Offer
     candidates: list[Offer]
     projected_cost_usd: float  # offer price x max_hours
+    need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
 
     def as_json(self, settings: Settings) -> dict:
         return {
@@ -74,6 +81,7 @@ class PlanResult:
             "simulated": self.offer.simulated,
             "max_hours": settings.teardown.max_hours,
             "projected_cost_usd": round(self.projected_cost_usd, 4),
+            "need_bytes_per_gpu": self.need_bytes_per_gpu,
             "teardown": settings.teardown.model_dump(),
             "settings_file": settings.source,
         }
@@ -126,6 +134,15 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
     from gpuops.offers import rank
 
     query = query_for(req)
+    if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
+        from dataclasses import replace
+
+        from gpuops.plan import size_for_up
+
+        need, fitting, _ = size_for_up(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype, seq=req.seq, batch=req.batch,
+                                       gpu_count=req.gpu_count, card=req.card or None)
+        req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
+        query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
     offers = provider.offers(query)
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=req.spot)
     if not ranked:
@@ -134,7 +151,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours)
+    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu)
 
 
 # -- the run --------------------------------------------------------------------------------------
