@@ -14,6 +14,8 @@ bootstrap.py`` process:
 3. Runner overhead per step, on the runner's own clock (its ``total_seconds``): N ``run`` steps
    of ``true`` vs. N direct ``subprocess.run("true", shell=True)`` calls; and N skipped steps.
    Plus the runner's start-up (python3 + an empty config), measured from outside.
+4. Over real SSH (OpenSSH on 127.0.0.1, so no network latency): connect (TCP + key exchange +
+   auth + pin), one ``true``, and ``run_plan`` (ship runner + config, run) with nothing changed.
 """
 
 from __future__ import annotations
@@ -55,6 +57,41 @@ def run_runner(config: dict, work: Path, env: dict) -> tuple[float, list[dict]]:
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def ssh_numbers(base: Path, repeat: int) -> dict:
+    from gpuops.bootstrap_config import build_plan, run_plan
+    from gpuops.config import Settings
+    from gpuops.remote import HostKeyPins, SSHBox, ensure_ssh_key
+    from tests.support.sshd import SshServer
+
+    server = SshServer(base / "sshd", extra_path=[base / "bin"])
+    key, pub = ensure_ssh_key(base / "data")
+    server.authorize(pub)
+    server.start()
+    try:
+        connects, runs, reruns = [], [], []
+        settings = Settings.model_validate({"bootstrap": {"commands": ["true"], "verify": False}})
+        plan = build_plan(settings, environ={})
+        for i in range(repeat):
+            t0 = time.perf_counter()
+            box = SSHBox(server.host, server.port, server.user, key_path=key, pins=HostKeyPins(base / "data" / "known_hosts"),
+                         pin_name="bench/1", root="gpuops/bench").connect(time.monotonic() + 10)
+            connects.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            box.run("true", timeout=10)
+            runs.append(time.perf_counter() - t0)
+            if i == 0:
+                run_plan(box, plan)
+            t0 = time.perf_counter()
+            res = run_plan(box, plan)
+            reruns.append(time.perf_counter() - t0)
+            assert res.rc == 0
+            box.close()
+    finally:
+        server.stop()
+    return {"ssh_connect_s": round(median(connects), 3), "ssh_run_true_s": round(median(runs), 3),
+            "ssh_ship_and_rerun_unchanged_s": round(median(reruns), 3)}
 
 
 def main() -> None:
@@ -137,6 +174,9 @@ def main() -> None:
     run_runner({"steps": skipped_steps}, work, env)
     skipped = median([run_runner({"steps": skipped_steps}, work, env)[1][-1]["total_seconds"] for _ in range(a.repeat)])
     out["per_skipped_step_ms"] = round(skipped / n * 1000, 3)
+
+    # 4. the same over real SSH (an sshd on 127.0.0.1): connect, one command, ship + unchanged re-run
+    out.update(ssh_numbers(base, a.repeat))
 
     shutil.rmtree(base, ignore_errors=True)
     width = max(len(k) for k in out)
