@@ -255,6 +255,17 @@ class HostKeyPins:
     def __init__(self, path: Path):
         self.path = Path(path)
 
+    def pinned_types(self, name: str) -> list[str]:
+        """Key types pinned for ``name`` (e.g. ``["ssh-ed25519"]``); empty before first contact."""
+        import paramiko
+
+        if not self.path.exists():
+            return []
+        hk = paramiko.HostKeys()
+        hk.load(str(self.path))
+        known = hk.lookup(name)
+        return list(known.keys()) if known else []
+
     def check(self, name: str, key) -> bool:
         """Pin or verify ``key`` (a paramiko PKey) for ``name``. True when newly pinned."""
         import fcntl
@@ -335,6 +346,10 @@ class SSHBox:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), max(1, val))
         t = paramiko.Transport(sock)
         try:
+            pinned = self.pins.pinned_types(self.pin_name)
+            if pinned:  # ask for the pinned key type, so a server with several keys cannot look "changed"
+                opts = t.get_security_options()
+                opts.key_types = [k for k in opts.key_types if k in pinned] or list(opts.key_types)
             t.banner_timeout = max(1.0, min(timeout, 30.0))
             t.start_client(timeout=max(1.0, min(timeout, 30.0)))
             self.pins.check(self.pin_name, t.get_remote_server_key())
