@@ -3,6 +3,13 @@
 Commands are bash command strings run in the box's root directory; every value interpolated into
 them must go through ``shlex.quote`` (``q`` below). Secrets never go on a command line: they go in
 a 0600 file or in ``env`` (the channel's environment).
+
+SSH (``SSHBox``, paramiko, imported lazily): key auth with gpuops' own ed25519 key
+(``<data dir>/ssh/id_ed25519``, 0600, made once; its public line goes to the provider at create)
+or a key the user names; host keys trusted on first use and pinned per instance in
+``<data dir>/known_hosts`` (a changed key raises HostKeyChanged); connect retried until a
+deadline (a box reports "running" long before sshd answers); SSH + TCP keepalive; idempotent
+operations reconnect once on a dropped connection. ``open_box`` picks the transport.
 """
 
 from __future__ import annotations
