@@ -191,47 +191,151 @@ def logs(
         sys.stderr.write("detached; the job keeps running\n")
 
 
+CSV_OPT = typer.Option(False, "--csv", help="Print CSV instead of tables.")
+TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.g. Europe/Berlin (default: local).")
+
+
+def _fmt(json_out: bool, csv_out: bool) -> str:
+    if json_out and csv_out:
+        raise BadInput("--json and --csv exclude each other", "pass one of them")
+    return "json" if json_out else "csv" if csv_out else "table"
+
+
+def _ledger(config: Optional[str]):
+    from gpuops import sessions
+
+    return sessions.open_ledger(_settings(config))
+
+
+def _reader(config: Optional[str]):
+    """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
+    from ledger.reads import LedgerReader
+
+    return LedgerReader(_settings(config).ledger_url())
+
+
 @ledger_app.command("month")
 def ledger_month(
     month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
-    tz: Optional[str] = typer.Option(None, "--tz", help="Time zone for month boundaries (default: local)."),
+    tz: Optional[str] = TZ_OPT,
+    by: Optional[str] = typer.Option(None, "--by", help="'day': add a day-by-day table."),
+    plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
 ) -> None:
     """What the month cost: totals, by experiment, by card, by provider."""
-    import time as _time
+    from gpuops import books, ledger_view
 
-    from gpuops import sessions, ui
-    from ledger.reports import month_bounds, month_report
+    fmt = _fmt(json_out, csv_out)
+    rep = books.month(_reader(config), month, tz, by, plot)
+    ledger_view.emit("month", rep, fmt, plot=plot, days_table=by == "day")
 
-    month = month or _time.strftime("%Y-%m")
-    try:
-        start, end = month_bounds(month, tz)
-    except ValueError as e:
-        raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    except Exception as e:  # zoneinfo's unknown-zone error
-        raise BadInput(f"unknown time zone {tz!r}", "pass an IANA name, e.g. --tz Europe/Berlin") from e
-    ledger = sessions.open_ledger(_settings(config))
-    rep = month_report(ledger.sessions_between(start, end), month)
-    ui.print_json(rep) if json_out else ui.render_month(rep)
+
+@ledger_app.command("experiments")
+def ledger_experiments(
+    since: Optional[str] = typer.Option(None, "--since", help="First day, YYYY-MM-DD."),
+    until: Optional[str] = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion."""
+    from gpuops import books, ledger_view
+
+    fmt = _fmt(json_out, csv_out)
+    ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
 
 
 @ledger_app.command("show")
-def ledger_show(session: str = typer.Argument(..., help="Session id (or a unique prefix)."), config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
-    """Every field of one session, its bootstrap steps and its events."""
-    from gpuops import sessions, ui
+def ledger_show(
+    session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Every field of one session, its bootstrap steps, its events, where logs and results are."""
+    from gpuops import books, ledger_view
 
-    d = sessions.show(sessions.open_ledger(_settings(config)), session)
-    ui.print_json(d) if json_out else ui.render_show(d)
+    fmt = _fmt(json_out, csv_out)
+    ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
 
 
 @ledger_app.command("note")
-def ledger_note(session: str = typer.Argument(...), text: str = typer.Argument(..., help="One-line conclusion."), config: Optional[str] = CONFIG_OPT) -> None:
+def ledger_note(
+    session: str = typer.Argument(...),
+    text: str = typer.Argument(..., help="One-line conclusion."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
     """Record a session's one-line conclusion."""
-    from gpuops import sessions
+    from gpuops import books, ui
 
-    r = sessions.add_note(sessions.open_ledger(_settings(config)), session, text)
-    print(f"{r['session']}: {r['conclusion']}")
+    r = books.note(_ledger(config), session, text)
+    ui.print_json(r) if json_out else print(f"{r['session']}: {r['conclusion']}")
+
+
+@ledger_app.command("tokens")
+def ledger_tokens(
+    session: str = typer.Argument(...),
+    n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count)."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Set a session's token count after the fact (for $/Mtoken)."""
+    from gpuops import books, ui
+
+    r = books.tokens(_ledger(config), session, n)
+    per = r["usd_per_mtoken"]
+    ui.print_json(r) if json_out else print(f"{r['session']}: {r['tokens']:,} tokens" + (f", ${per:,.4f}/Mtoken" if per is not None else ""))
+
+
+@ledger_app.command("export")
+def ledger_export(
+    month: Optional[str] = typer.Option(None, "--month", help="Only this month, YYYY-MM (default: everything)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format)."),
+) -> None:
+    """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
+    from gpuops import books
+
+    books.export(_reader(config), sys.stdout, month, tz)
+
+
+@ledger_app.command("import")
+def ledger_import(
+    file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
+    tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
+    from gpuops import books, ui
+
+    r = books.import_csv(_ledger(config), file, tz)
+    ui.print_json(r) if json_out else print(f"imported {r['imported']} sessions from {r['file']}: ${r['cost_usd']:,.4f}"
+                                            + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else ""))
+
+
+@ledger_app.command("sync")
+def ledger_sync(
+    month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Fetch the providers' own billing and show the difference to our books, per session and in total."""
+    from gpuops import books, ledger_view
+
+    from ledger.reads import LedgerReader
+
+    fmt = _fmt(json_out, csv_out)
+    settings = _settings(config)
+    ledger_view.emit("sync", books.sync(LedgerReader(settings.ledger_url()), settings, month, tz), fmt)
 
 
 def main() -> None:

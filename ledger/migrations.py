@@ -78,6 +78,21 @@ def m001_initial(conn: Connection) -> None:
     md.create_all(conn)
 
 
+@migration
+def m002_cost_truth(conn: Connection) -> None:
+    """Where a session's end time came from, how its provider rounds billing, the agent's last
+    heartbeat (an end we never saw is taken from it, never from "now"), and whether the row was
+    booked by gpuops or imported from a spreadsheet. Nullable or defaulted: old rows keep meaning."""
+    for ddl in (
+        "ALTER TABLE sessions ADD COLUMN billing_increment_seconds FLOAT",
+        "ALTER TABLE sessions ADD COLUMN last_heartbeat_at FLOAT",
+        "ALTER TABLE sessions ADD COLUMN end_source VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN source VARCHAR DEFAULT 'gpuops' NOT NULL",
+    ):
+        conn.exec_driver_sql(ddl)
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_sessions_source ON sessions (source)")
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",
@@ -94,13 +109,18 @@ def applied(conn: Connection) -> list[str]:
     return [r[0] for r in conn.execute(sa.select(table.c.name))]
 
 
-def migrate(conn: Connection) -> list[str]:
-    """Apply pending migrations in order inside the caller's transaction; returns their names."""
+def migrate(conn: Connection, upto: str | None = None) -> list[str]:
+    """Apply pending migrations in order inside the caller's transaction; returns their names.
+
+    ``upto``: stop after the migration of that name (tests build old-schema ledgers with it).
+    """
     table = _migrations_table()
     table.metadata.create_all(conn)
     done = set(applied(conn))
     ran = []
-    for name, fn in MIGRATIONS:
+    names = [n for n, _ in MIGRATIONS]
+    wanted = MIGRATIONS if upto is None else MIGRATIONS[: names.index(upto) + 1]
+    for name, fn in wanted:
         if name in done:
             continue
         fn(conn)

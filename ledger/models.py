@@ -44,6 +44,11 @@ class Session(SQLModel, table=True):
     note: str = ""
     log_path: str = ""
     results_path: str = ""
+    # m002_cost_truth
+    billing_increment_seconds: Optional[float] = None  # provider rounds billed time up to this; None = 1 s
+    last_heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat (epoch s)
+    end_source: Optional[str] = None  # destroy|provider|heartbeat|import: where ended_at came from
+    source: str = Field(default="gpuops", index=True)  # gpuops|import
 
 
 class BootstrapStep(SQLModel, table=True):

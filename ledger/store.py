@@ -1,5 +1,5 @@
-"""The ledger store: engine setup (SQLite WAL + busy timeout, or any SQLAlchemy URL), migrations,
-and the few writes the lifecycle needs. Every write is its own short transaction so a crash leaves
+"""The ledger store: the few writes the lifecycle needs and the ORM reads of single sessions (the
+engine and migrations are ``ledger/engine.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so a crash leaves
 every committed transition in place.
 """
 
@@ -7,41 +7,28 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Iterable
 
 import sqlalchemy as sa
-from sqlalchemy import event as sa_event
 from sqlmodel import Session as DbSession
 from sqlmodel import select
 
-from ledger.migrations import migrate
+from ledger.billing import billed_cost, unseen_end
+from ledger.engine import SQLITE_BUSY_TIMEOUT_MS, open_engine
 from ledger.models import BootstrapStep, Event, Session
+from ledger.reads import rows_between
 
-# SQLite waits this long for a competing writer before "database is locked" (milliseconds).
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def billed_cost(usd_per_hour: float | None, started_at: float | None, ended_at: float | None) -> tuple[float, float]:
-    """(billed seconds, cost USD) for per-second billing from create to confirmed destroy.
-
-    A session that never got an instance (``started_at`` None) bills 0 s and costs 0 USD.
-    """
-    if started_at is None or ended_at is None:
-        return 0.0, 0.0
-    seconds = max(0.0, ended_at - started_at)
-    return seconds, round(seconds / 3600.0 * (usd_per_hour or 0.0), 6)
+__all__ = ["Ledger", "billed_cost", "SQLITE_BUSY_TIMEOUT_MS", "ImportRejected"]
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
-    # Let SQLAlchemy's "begin" hook issue BEGIN itself (see Ledger.__init__).
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
+class ImportRejected(ValueError):
+    """An import that wrote nothing. ``errors``: (line number, message) pairs."""
+
+    def __init__(self, errors: list[tuple[int, str]]):
+        self.errors = errors
+        first = "; ".join(f"line {n}: {m}" for n, m in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(f"{len(errors)} bad row(s), nothing imported: {first}{more}")
 
 
 class Ledger:
@@ -50,25 +37,7 @@ class Ledger:
 
     def __init__(self, url: str):
         self.url = url
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-            Path(url[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
-        self.engine = sa.create_engine(url, **kwargs)
-        if url.startswith("sqlite"):
-            sa_event.listen(self.engine, "connect", _sqlite_pragmas)
-            # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN so two
-            # writers queue on busy_timeout instead of failing on lock upgrade.
-            sa_event.listen(self.engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"))
-        self._migrate()
-
-    def _migrate(self) -> None:
-        with self.engine.begin() as conn:
-            if self.engine.dialect.name == "postgresql":
-                # One migrator at a time across processes.
-                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7401)")
-            migrate(conn)
+        self.engine = open_engine(url)
 
     # -- writes -------------------------------------------------------------------------------
     def add_session(self, row: Session) -> None:
@@ -134,10 +103,13 @@ class Ledger:
                 raise KeyError(session_id)
             if row.status == "closed":
                 return row
-            seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at)
+            increment = fields.pop("billing_increment_seconds", row.billing_increment_seconds)
+            row.billing_increment_seconds = increment
+            seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at, increment)
             row.status = "closed"
             row.ended_at = ended_at
             row.end_reason = row.end_reason or reason
+            row.end_source = fields.pop("end_source", None) or row.end_source or "destroy"
             if exit_code is not None:
                 row.exit_code = exit_code
             row.billed_seconds = seconds
@@ -149,6 +121,71 @@ class Ledger:
             db.commit()
             db.refresh(row)
             return row
+
+    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Session:
+        """Close a session whose destroy we never saw: the end time is the provider's, else the
+        agent's last heartbeat (``ledger.billing.unseen_end``), never "now". Raises NoEndTime when
+        neither is known (the row stays open), KeyError for an unknown session."""
+        row = self.get(session_id)
+        if row is None:
+            raise KeyError(session_id)
+        ended_at, source = unseen_end(provider_ended_at, row.last_heartbeat_at)
+        return self.close(session_id, ended_at, reason, end_source=source)
+
+    def heartbeat(self, session_id: str, at: float) -> None:
+        """Record the on-box agent's heartbeat time (epoch s); only moves forward."""
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.update(Session.__table__)
+                .where(Session.__table__.c.id == session_id)
+                .where(sa.or_(Session.__table__.c.last_heartbeat_at.is_(None), Session.__table__.c.last_heartbeat_at < at))
+                .values(last_heartbeat_at=at)
+            )
+
+    def set_tokens(self, session_id: str, tokens: int) -> Session:
+        """Set a session's token count after the fact (``ledger tokens SESSION N``) and log an event.
+        Raises ValueError for a negative count, KeyError for an unknown session."""
+        if tokens < 0:
+            raise ValueError(f"tokens must be >= 0, got {tokens}")
+        return self._set_with_event(session_id, "tokens", str(tokens), tokens=int(tokens))
+
+    def note(self, session_id: str, text: str) -> Session:
+        """Set the session's one-line conclusion (``ledger note SESSION TEXT``) and log an event."""
+        line = " ".join(text.split())
+        return self._set_with_event(session_id, "note", line, conclusion=line)
+
+    def _set_with_event(self, session_id: str, kind: str, detail: str, **fields: Any) -> Session:
+        with DbSession(self.engine) as db:
+            row = db.get(Session, session_id)
+            if row is None:
+                raise KeyError(session_id)
+            for k, v in fields.items():
+                setattr(row, k, v)
+            db.add(row)
+            db.add(Event(session_id=session_id, at=time.time(), kind=kind, detail=detail))
+            db.commit()
+            db.refresh(row)
+            return row
+
+    def import_sessions(self, rows: list[dict], lines: list[int] | None = None, chunk: int = 5000) -> int:
+        """Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
+        are written or none. An id already in the ledger rejects the whole import with its line
+        number (``lines[i]`` is row i's line in the source file). Returns the count written.
+        Raises ImportRejected."""
+        table = Session.__table__
+        lines = lines or list(range(1, len(rows) + 1))
+        line_of = {r["id"]: n for r, n in zip(rows, lines)}
+        with self.engine.begin() as conn:
+            ids = list(line_of)
+            clash: list[tuple[int, str]] = []
+            for i in range(0, len(ids), 900):
+                for (sid,) in conn.execute(sa.select(table.c.id).where(table.c.id.in_(ids[i : i + 900]))):
+                    clash.append((line_of[sid], f"session {sid} is already in the ledger (imported before?)"))
+            if clash:
+                raise ImportRejected(sorted(clash))
+            for i in range(0, len(rows), chunk):
+                conn.execute(table.insert(), rows[i : i + chunk])
+        return len(rows)
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, session_id: str) -> Session | None:
@@ -169,6 +206,11 @@ class Ledger:
         with DbSession(self.engine) as db:
             q = select(Session).where(Session.created_at >= start, Session.created_at < end).order_by(Session.created_at)
             return list(db.exec(q))
+
+    def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None) -> list[Any]:
+        """Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
+        see ``ledger.reads.rows_between``."""
+        return rows_between(self.engine, start, end, columns)
 
     def steps(self, session_id: str) -> list[BootstrapStep]:
         with DbSession(self.engine) as db:

@@ -1,0 +1,250 @@
+"""Rendering of the ledger reports: rich tables, a terminal bar chart of daily spend, CSV and JSON.
+
+Every report is a JSON-ready dict from ``gpuops/books.py``; ``emit(kind, report, fmt)`` prints it
+as a table (``fmt="table"``), JSON or CSV. rich is imported inside the functions (fast startup).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from typing import Any
+
+from ledger.reports import SESSION_FIELDS
+
+GROUP_COLUMNS = ["name", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "open_sessions", "tokens",
+                 "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job"]
+DAY_COLUMNS = ["date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens"]
+SYNC_COLUMNS = ["session", "provider", "instance_id", "ours_usd", "theirs_usd", "diff_usd", "status"]
+# The month's tables show the biggest groups; the rest are one summary row (all of them: --json,
+# --csv, or `ledger experiments`). People look at a month before they read it.
+MONTH_TABLE_ROWS = 15
+# Eighth blocks give a bar 8x the resolution of its width in characters.
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False)
+
+
+def usd(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.4f}"
+
+
+def _cell(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def csv_text(kind: str, rep: dict) -> str:
+    """The report as CSV text (header first). ``month``: a ``group`` column (total, experiment,
+    card, provider) then ``GROUP_COLUMNS``; with days, the day rows instead. ``experiments``: one
+    row per experiment with ``latest_conclusion``. ``show``: one row of every session column.
+    ``sync``: one row per session, then ``unbooked`` lines as status ``unbooked``."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    if kind == "month" and "days" in rep:
+        w.writerow(DAY_COLUMNS)
+        for d in rep["days"]:
+            w.writerow([_cell(d[c]) for c in DAY_COLUMNS])
+    elif kind == "month":
+        w.writerow(["group"] + GROUP_COLUMNS)
+        total = {"name": rep["month"], "cost_usd": rep["total_usd"]} | {c: rep.get(c) for c in GROUP_COLUMNS[2:]}
+        w.writerow(["total"] + [_cell(total[c]) for c in GROUP_COLUMNS])
+        for key, group in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
+            for r in rep[key]:
+                w.writerow([group] + [_cell(r[c]) for c in GROUP_COLUMNS])
+    elif kind == "experiments":
+        cols = GROUP_COLUMNS + ["latest_conclusion"]
+        w.writerow(cols)
+        for r in rep["experiments"]:
+            w.writerow([_cell(r[c]) for c in cols])
+    elif kind == "show":
+        cols = list(SESSION_FIELDS) + ["bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"]
+        w.writerow(cols)
+        w.writerow([_cell(rep.get(c)) for c in cols])
+    elif kind == "sync":
+        w.writerow(SYNC_COLUMNS)
+        for r in rep["sessions"]:
+            w.writerow([_cell(r[c]) for c in SYNC_COLUMNS])
+        for u in rep["unbooked"]:
+            w.writerow(["", u["provider"], _cell(u["instance_id"]), "", _cell(u["usd"]), _cell(u["usd"]), "unbooked"])
+    else:
+        w.writerow(sorted(rep))
+        w.writerow([_cell(rep[k]) for k in sorted(rep)])
+    return buf.getvalue()
+
+
+def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_table: bool = True) -> None:
+    """Print report ``rep`` of ``kind`` (month, experiments, show, tokens, note, import, sync) as
+    ``fmt``: table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
+    ``rep["days"]``); ``days_table``: also the month's day-by-day table when ``days`` is there."""
+    if fmt == "json":
+        sys.stdout.write(json.dumps(rep, indent=2, default=str) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(csv_text(kind, rep))
+    else:
+        {"month": lambda: render_month(rep, plot, days_table), "experiments": lambda: render_experiments(rep),
+         "show": lambda: render_show(rep), "sync": lambda: render_sync(rep)}.get(kind, lambda: render_plain(rep))()
+
+
+def render_plain(rep: dict) -> None:
+    _console().print(" | ".join(f"{k}: {v}" for k, v in rep.items()))
+
+
+def _fold(rows: list[dict], keep: int) -> list[dict]:
+    """The first ``keep`` rows (biggest spend first) and one row summing the rest."""
+    if len(rows) <= keep:
+        return rows
+    rest = rows[keep:]
+    other = {"name": f"({len(rest)} more)", "open_sessions": sum(r["open_sessions"] for r in rest)}
+    for k in ("cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens"):
+        other[k] = sum(r[k] for r in rest)
+    for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job"):
+        other[k] = None
+    return rows[:keep] + [other]
+
+
+def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = False):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    cols = [first, "cost USD", "sim USD", "GPU-h", "sessions", "tokens", "$/Mtok all-in", "$/Mtok job"]
+    if conclusion:
+        cols.append("latest conclusion")
+    for col in cols:
+        t.add_column(col, justify="left" if col in (first, "latest conclusion") else "right")
+    for r in rows:
+        sim = r["usd_per_mtoken"] is None and r["simulated_usd_per_mtoken"] is not None
+        allin = r["simulated_usd_per_mtoken"] if sim else r["usd_per_mtoken"]
+        job = r["simulated_usd_per_mtoken_job"] if sim else r["usd_per_mtoken_job"]
+        mark = " sim" if sim else ""
+        cells = [r["name"], usd(r["cost_usd"]), usd(r["simulated_usd"]), f"{r['gpu_hours']:.3f}",
+                 str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""), f"{r['tokens']:,}",
+                 usd(allin) + (mark if allin is not None else ""), usd(job) + (mark if job is not None else "")]
+        if conclusion:
+            cells.append(r.get("latest_conclusion") or "")
+        t.add_row(*cells)
+    return t
+
+
+def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None:
+    """Totals line, then by experiment, card, provider (and the days, and the plot)."""
+    c = _console()
+    per, job = rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]
+    c.print(
+        f"[bold]{rep['month']}[/] ({rep['tz']}): spent ${rep['total_usd']:,.4f}"
+        + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
+        + f" | {rep['gpu_hours']:.3f} GPU-h | {rep['sessions']} sessions"
+        + (f" ({rep['open_sessions']} open, no cost yet)" if rep["open_sessions"] else "")
+        + f" | {rep['tokens']:,} tokens"
+        + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
+        markup=True,
+    )
+    if not rep["sessions"]:
+        c.print("no sessions this month")
+    for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
+        if rep[key]:
+            c.print(_group_table(f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS)))
+    if "days" in rep and days_table:
+        from rich.table import Table
+
+        t = Table(title="by day", title_justify="left")
+        for col in ("date", "cost USD", "sim USD", "GPU-h", "sessions", "tokens"):
+            t.add_column(col, justify="left" if col == "date" else "right")
+        for d in rep["days"]:
+            t.add_row(d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:.3f}", str(d["sessions"]), f"{d['tokens']:,}")
+        c.print(t)
+    if plot:
+        for line in bar_lines(rep.get("days", [])):
+            c.print(line, markup=True)
+
+
+def bar_lines(days: list[dict], width: int = 50) -> list[str]:
+    """A bar chart of daily spend as rich-markup lines: real spend in green, simulated in yellow,
+    stacked, scaled to the largest day (``width`` characters). Pure: returns the lines."""
+    if not days:
+        return []
+    top = max(d["cost_usd"] + d["simulated_usd"] for d in days)
+    if top <= 0:
+        return ["daily spend: nothing spent this month"]
+    out = [f"[bold]daily spend[/] (full bar = ${top:,.2f}; [green]real[/], [yellow]simulated[/])"]
+    for d in days:
+        real = _bar(d["cost_usd"], top, width)
+        both = _bar(d["cost_usd"] + d["simulated_usd"], top, width)
+        sim = both[len(real.rstrip()):] if len(both) > len(real.rstrip()) else ""
+        label = f"${d['cost_usd']:,.2f}" + (f" +${d['simulated_usd']:,.2f} sim" if d["simulated_usd"] else "")
+        out.append(f"{d['date'][5:]} [green]{real.rstrip()}[/][yellow]{sim.rstrip()}[/] {label}".rstrip())
+    return out
+
+
+def _bar(value: float, top: float, width: int) -> str:
+    if top <= 0 or value <= 0:
+        return ""
+    eighths = max(1, round(value / top * width * 8))
+    full, rest = divmod(eighths, 8)
+    return "█" * full + (_BLOCKS[rest] if rest else "")
+
+
+def render_experiments(rep: dict) -> None:
+    c = _console()
+    window = f"{rep['since'] or 'the beginning'} .. {rep['until'] or 'now'}"
+    if not rep["experiments"]:
+        c.print(f"no sessions from {window}")
+        return
+    c.print(_group_table(f"experiments, {window}", "experiment", rep["experiments"], conclusion=True))
+
+
+def render_show(d: dict) -> None:
+    from rich.table import Table
+
+    c = _console()
+    t = Table(title=f"session {d['id']}", show_header=False, title_justify="left")
+    t.add_column("field", style="bold")
+    t.add_column("value")
+    times = d.get("times", {})
+    for k in SESSION_FIELDS:
+        v = times.get(k) or d.get(k)
+        t.add_row(k, "-" if v is None or v == "" else str(v))
+    for k in ("bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"):
+        t.add_row(k, "-" if d.get(k) is None else str(d[k]))
+    c.print(t)
+    if d["steps"]:
+        st = Table(title="bootstrap steps", title_justify="left")
+        for col in ("step", "status", "seconds", "detail"):
+            st.add_column(col, justify="right" if col == "seconds" else "left")
+        for s in d["steps"]:
+            st.add_row(s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"])
+        c.print(st)
+    ev = Table(title="events", title_justify="left")
+    for col in ("time", "kind", "detail"):
+        ev.add_column(col)
+    for e in d["events"]:
+        ev.add_row(e["time"], e["kind"], e["detail"])
+    c.print(ev)
+    c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
+
+
+def render_sync(rep: dict) -> None:
+    from rich.table import Table
+
+    c = _console()
+    for name, why in rep.get("skipped", {}).items():
+        c.print(f"[yellow]{name}:[/] not compared ({why})", markup=True)
+    t = Table(title=f"our books vs provider billing, {rep.get('month', '')}", title_justify="left")
+    for col in ("session", "provider", "instance", "ours USD", "theirs USD", "diff USD", "status"):
+        t.add_column(col, justify="right" if "USD" in col else "left")
+    for r in rep["sessions"]:
+        t.add_row(r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]), r["status"])
+    for u in rep["unbooked"]:
+        t.add_row("-", u["provider"], u["instance_id"] or "-", "-", usd(u["usd"]), usd(u["usd"]), "unbooked: " + (u["description"] or u["kind"]))
+    if rep["sessions"] or rep["unbooked"]:
+        c.print(t)
+    c.print(f"total: ours ${rep['ours_usd']:,.4f}, theirs ${rep['theirs_usd']:,.4f}, difference ${rep['diff_usd']:,.4f}")

@@ -1,0 +1,135 @@
+"""export --csv and import FILE.csv: lossless round trip, bad rows by line number, all or nothing."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import sqlalchemy as sa
+
+from gpuops import books as cmds
+from gpuops.errors import BadInput
+from ledger.csvio import ALL_COLUMNS, parse_csv
+
+
+def _export(led, month=None, tz=None) -> str:
+    buf = io.StringIO()
+    cmds.export(led, buf, month, tz)
+    return buf.getvalue()
+
+
+def _count(led) -> int:
+    with led.engine.connect() as c:
+        return c.execute(sa.text("SELECT count(*) FROM sessions")).scalar_one()
+
+
+def test_export_columns_and_rows(books):
+    text = _export(books)
+    lines = text.splitlines()
+    assert lines[0] == ",".join(ALL_COLUMNS)
+    assert lines[0].startswith("date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion")
+    # s2 (never rented) and s6 (open) are not rentals with a cost: 5 rows, in intent-time order.
+    assert [ln.rsplit(",", 1)[1] for ln in lines[1:]] == ["s7", "s1", "s5", "s3", "s4"]
+    assert lines[2] == '2026-11-03T10:00:00+00:00,llama-serve,runpod,h100-sxm,1,2.4,1.0,2.4,12000000,"vLLM 7B fp16: 1,100 tok/s at batch 1",false,s1'
+    assert lines[4].startswith("2026-11-05T08:00:00+00:00,llama-serve,vast,rtx-4090,1,0.35,1.5002777777777778,0.525097,0,")
+    assert lines[5].endswith(",true,s4")
+    assert _export(books, "2026-10", "UTC").splitlines()[1:] == [lines[1]]
+
+
+def test_round_trip_is_lossless(books, tmp_path, fresh_url):
+    from ledger import Ledger
+
+    first = _export(books)
+    path = tmp_path / "books.csv"
+    path.write_text(first)
+    fresh = Ledger(fresh_url)
+    try:
+        r = cmds.import_csv(fresh, path)
+        assert r == {"file": str(path), "imported": 5, "cost_usd": 9.725097, "simulated_usd": 0.45}
+        second = _export(fresh)
+        assert second == first
+        a, b = cmds.month(books, "2026-11", "Asia/Tokyo"), cmds.month(fresh, "2026-11", "Asia/Tokyo")
+        for k in ("total_usd", "simulated_usd", "gpu_hours", "tokens", "usd_per_mtoken", "simulated_usd_per_mtoken"):
+            assert a[k] == b[k], k
+        assert b["sessions"] == a["sessions"] - 1  # the open s6 is not exported
+        s1 = fresh.get("s1")
+        assert (s1.source, s1.end_source, s1.billed_seconds, s1.cost_usd) == ("import", "import", 3600.0, 2.4)
+        # importing the same file again is refused as a whole, naming every line
+        with pytest.raises(BadInput) as e:
+            cmds.import_csv(fresh, path)
+        assert [n for n, _ in e.value.errors] == [2, 3, 4, 5, 6]
+        assert "already in the ledger" in str(e.value)
+        assert _count(fresh) == 5
+    finally:
+        fresh.engine.dispose()
+
+
+SPREADSHEET = """date,experiment,card,provider,usd_per_hour,hours,cost_usd,conclusion
+2026-11-02,w1-ledger,rtx-4090,vast,0.35,2,,first box
+2026-11-02,w1-ledger,rtx-4090,vast,0.35,2,,first box
+2026-11-04,w3-roofline,a100-80gb,runpod,,1.5,2.85,"bandwidth 1.6 TB/s, 78% of peak"
+2026-11-05,w3-roofline,h100-sxm,runpod,2.99,,5.98,
+"""
+
+
+def test_import_a_users_spreadsheet(ledger, tmp_path):
+    p = tmp_path / "sheet.csv"
+    p.write_text(SPREADSHEET)
+    r = cmds.import_csv(ledger, p, tz="UTC")
+    assert r["imported"] == 4 and r["cost_usd"] == round(0.7 + 0.7 + 2.85 + 5.98, 6)
+    rep = cmds.month(ledger, "2026-11", "UTC")
+    assert rep["total_usd"] == 10.23 and rep["sessions"] == 4
+    assert rep["gpu_hours"] == 7.5  # 2 + 2 + 1.5 + 5.98/2.99
+    exp = {e["name"]: e for e in cmds.experiments(ledger)["experiments"]}
+    assert exp["w3-roofline"]["latest_conclusion"] == "bandwidth 1.6 TB/s, 78% of peak"
+    rows = {round(s.usd_per_hour, 6) for s in ledger.rows_between()}
+    assert rows == {0.35, 1.9, 2.99}  # 2.85 / 1.5 derived
+    with pytest.raises(BadInput):  # the same spreadsheet twice would double the books
+        cmds.import_csv(ledger, p, tz="UTC")
+    assert _count(ledger) == 4
+
+
+def test_bad_rows_are_named_and_nothing_is_imported(ledger, tmp_path):
+    p = tmp_path / "bad.csv"
+    p.write_text(
+        "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion\n"
+        "2026-11-01,a,vast,rtx-4090,1,0.35,1,0.35,0,ok\n"
+        "2026-11-02,a,vast,rtx-4090,1,abc,1,0.35,0,price is text\n"
+        "2026-11-03,a,vast,,1,0.35,1,0.35,0,no card\n"
+        '2026-11-04,a,vast,rtx-4090,1,0.35,1,0.35,0,"a conclusion\nover two lines"\n'
+        "2026-13-01,a,vast,rtx-4090,1,0.35,1,0.35,0,bad date\n"
+        "2026-11-06,a,vast,rtx-4090,0,0.35,1,0.35,0,no gpus\n"
+        "2026-11-07,a,vast,rtx-4090,1,0.35,1,0.35,1.5,half a token\n"
+        "2026-11-08,a,vast,rtx-4090,1,0.35,1\n"
+        "2026-11-09,a,vast,rtx-4090,1,-0.35,1,0.35,0,negative\n"
+    )
+    before = _count(ledger)
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p)
+    lines = [n for n, _ in e.value.errors]
+    assert lines == [3, 4, 7, 8, 9, 10, 11]  # the quoted two-line field moves every later line down
+    msgs = dict(e.value.errors)
+    assert "usd_per_hour 'abc' is not a number" in msgs[3]
+    assert "card" in msgs[4] and "ISO 8601" in msgs[7] and "gpu_count" in msgs[8]
+    assert "whole number" in msgs[9] and "fields" in msgs[10] and ">= 0" in msgs[11]
+    assert str(e.value).startswith("7 bad row(s): bad.csv:3: usd_per_hour 'abc' is not a number")
+    assert "nothing was imported" in str(e.value)
+    assert _count(ledger) == before
+
+
+def test_bad_headers():
+    assert parse_csv("")[2] == [(1, "the file is empty; expected a header line: " + ",".join(ALL_COLUMNS[:10]))]
+    errs = parse_csv("date,provider,card,price,hours\n")[2]
+    assert errs[0][0] == 1 and "unknown column(s) price" in errs[0][1]
+    assert "need two of" in parse_csv("date,provider,card,hours\n2026-11-01,v,c,1\n")[2][0][1]
+    assert "missing column(s) provider" in parse_csv("date,card,hours,cost_usd\n")[2][0][1]
+    assert parse_csv("date,provider,card,hours,cost_usd\n")[2] == [(1, "no data rows after the header")]
+
+
+def test_a_failure_mid_import_leaves_nothing(ledger):
+    good, _, errs = parse_csv(SPREADSHEET, tz="UTC")
+    assert not errs
+    broken = dict(good[3], experiment=None)  # NOT NULL violation in the second chunk
+    with pytest.raises(sa.exc.IntegrityError):
+        ledger.import_sessions(good[:3] + [broken], chunk=2)
+    assert _count(ledger) == 0

@@ -1,0 +1,114 @@
+"""A ledger written by the first schema opens in the newest code with nothing lost."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ledger.migrations import MIGRATIONS, applied, migrate
+
+OLD_ROW = {
+    "id": "20260101-0900-aaaa", "experiment": "legacy", "job": "bench.sh", "provider": "vast", "card": "rtx-4090",
+    "gpu_count": 1, "spot": True, "label": "gpuops-20260101-0900-aaaa", "instance_id": "777", "offer_id": "o1",
+    "usd_per_hour": 0.35, "bid_usd_per_hour": 0.3, "simulated": False, "status": "closed", "created_at": 1793865600.25,
+    "instance_created_at": 1793865630.0, "ready_at": 1793865700.0, "ended_at": 1793869230.0, "end_reason": "job_end",
+    "exit_code": 0, "billed_seconds": 3600.0, "cost_usd": 0.35, "tokens": 4_200_000, "job_seconds": 3000.0,
+    "conclusion": "old books", "note": "n", "log_path": "/logs/a.log", "results_path": "/out/a",
+}
+
+
+def test_first_schema_opens_in_newest_code(ledger_url):
+    engine = sa.create_engine(ledger_url)
+    with engine.begin() as conn:
+        assert migrate(conn, upto="m001_initial") == ["m001_initial"]
+        md = sa.MetaData()
+        md.reflect(conn)
+        assert "source" not in md.tables["sessions"].c  # really the first schema
+        conn.execute(md.tables["sessions"].insert(), [OLD_ROW])
+        conn.execute(md.tables["events"].insert(), [{"session_id": OLD_ROW["id"], "at": 1793865600.25, "kind": "intent", "detail": ""}])
+        conn.execute(md.tables["bootstrap_steps"].insert(), [{"session_id": OLD_ROW["id"], "name": "pip", "status": "done", "seconds": 41.5, "detail": ""}])
+    engine.dispose()
+
+    from gpuops import books as cmds
+    from ledger import Ledger
+
+    led = Ledger(ledger_url)
+    try:
+        with led.engine.connect() as conn:
+            assert applied(conn) == [name for name, _ in MIGRATIONS]
+        row = led.get(OLD_ROW["id"])
+        for k, v in OLD_ROW.items():
+            assert getattr(row, k) == v, k
+        assert (row.source, row.end_source, row.billing_increment_seconds, row.last_heartbeat_at) == ("gpuops", None, None, None)
+        assert [s.seconds for s in led.steps(row.id)] == [41.5]
+        assert [e.kind for e in led.events(row.id)] == ["intent"]
+        rep = cmds.month(led, "2026-11", "UTC")
+        assert (rep["total_usd"], rep["sessions"], rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]) == (0.35, 1, 0.083333, round(3000 * 0.35 / 3600 / 4.2, 6))
+        # and the old row takes new writes
+        led.note(row.id, "reopened in the new schema")
+        assert led.get(row.id).conclusion == "reopened in the new schema"
+    finally:
+        led.engine.dispose()
+    again = Ledger(ledger_url)  # opening twice applies nothing twice
+    with again.engine.connect() as conn:
+        assert applied(conn) == [name for name, _ in MIGRATIONS]
+    again.engine.dispose()
+
+
+def test_report_columns_match_the_model():
+    from ledger.models import Session
+    from ledger.reads import SESSION_COLUMNS
+    from ledger.reports import SESSION_FIELDS
+
+    assert set(SESSION_COLUMNS) == set(Session.__table__.c.keys()) == set(SESSION_FIELDS)
+
+
+def test_report_path_does_not_import_the_orm():
+    import subprocess
+    import sys
+
+    code = ("import sys, gpuops.books, gpuops.ledger_view, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_migration_names_are_listed_for_the_fast_path():
+    from ledger.schema_version import MIGRATION_NAMES
+
+    assert list(MIGRATION_NAMES) == [name for name, _ in MIGRATIONS]
+
+
+def test_fast_sqlite_reads_equal_sqlalchemy_reads(tmp_path):
+    from ledger import Ledger
+    from ledger.reads import LedgerReader, rows_between
+    from tests.books.conftest import build_books
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    led = Ledger(url)
+    build_books(led)
+    reader = LedgerReader(url)
+    assert reader._sqlite is not None and reader._engine is None  # the stdlib path, no engine opened
+    for cols in (None, ("id", "simulated", "cost_usd", "created_at")):
+        fast = reader.rows_between(1793491200.0, 1796083200.0, cols)
+        core = rows_between(led.engine, 1793491200.0, 1796083200.0, cols)
+        assert [tuple(r) for r in fast] == [tuple(r) for r in core]
+        assert all(type(r.simulated) is bool for r in fast)
+    assert [r.id for r in reader.rows_between()] == ["s7", "s1", "s2", "s5", "s3", "s4", "s6"]
+    led.engine.dispose()
+
+
+def test_reader_migrates_an_old_sqlite_ledger(tmp_path):
+    from ledger.reads import LedgerReader
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        migrate(conn, upto="m001_initial")
+        conn.execute(sa.table("sessions", *[sa.column(k) for k in OLD_ROW]).insert(), [OLD_ROW])
+    engine.dispose()
+    reader = LedgerReader(url)
+    assert reader._sqlite is None  # needed a migration: went through SQLAlchemy
+    rows = reader.rows_between()
+    assert [(r.id, r.cost_usd, r.source, r.spot) for r in rows] == [(OLD_ROW["id"], 0.35, "gpuops", True)]
+    assert LedgerReader(url)._sqlite is not None  # current now
