@@ -204,6 +204,25 @@ def down(
             print("no open sessions")
 
 
+@app.command("logs")
+def logs(
+    session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the job ends (Ctrl-C detaches; the job keeps running)."),
+    config: Optional[str] = CONFIG_OPT,
+) -> None:
+    """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
+    from gpuops.logs_view import show_logs
+
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+    try:
+        show_logs(_settings(config), session, follow=follow, write=write)
+    except KeyboardInterrupt:
+        sys.stderr.write("detached; the job keeps running\n")
+
+
 CSV_OPT = typer.Option(False, "--csv", help="Print CSV instead of tables.")
 TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.g. Europe/Berlin (default: local).")
 

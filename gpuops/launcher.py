@@ -32,8 +32,8 @@ RUN_DIR = f"{META}/run"
 MAX_OFFER_ATTEMPTS = 3
 # Destroy retries: a provider hiccup must not leave a box billing.
 DESTROY_ATTEMPTS = 5
-BOOTSTRAP_TIMEOUT_S = 1800.0
 LOG_POLL_S = 0.2
+READY_POLL_S = 3.0  # provider polls while waiting for an SSH endpoint
 
 
 class Interrupted(BaseException):
@@ -230,6 +230,9 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     from gpuops.providers import get_provider
 
     validate(req)
+    from gpuops.bootstrap_config import build_plan
+
+    build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     reporter.stage("plan")
     p = plan(req, provider, settings)
@@ -294,7 +297,8 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     last: ProviderError | None = None
     for offer in p.candidates[:MAX_OFFER_ATTEMPTS]:
         bid = offer.min_bid if offer.spot else None
-        spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid)
+        spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid,
+                          ssh_public_key=_ssh_public_key(provider, settings))
         try:
             inst = provider.create(offer, spec)
         except ProviderError as e:
@@ -320,6 +324,32 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     raise last
 
 
+def _ssh_public_key(provider: Provider, settings: Settings) -> str:
+    """The key line the provider puts in the box's authorized_keys (none for the local provider)."""
+    if provider.name == "local":
+        return ""
+    from gpuops import remote
+
+    if settings.up.ssh_key:
+        return remote.public_key_line(Path(settings.up.ssh_key).expanduser())
+    return remote.ensure_ssh_key(settings.data_path())[1]
+
+
+def _wait_for_endpoint(s: Session, provider: Provider, deadline: float) -> None:
+    """Poll the provider until the instance publishes its SSH endpoint (RunPod: only after the
+    image is pulled), or raise at ``deadline``."""
+    assert s.instance is not None
+    while s.instance.ssh is None and not s.instance.extra.get("local_root"):
+        if time.monotonic() > deadline:
+            raise GpuopsError(f"instance {s.instance.id} published no SSH endpoint in time",
+                              "raise [up] ready_timeout_seconds (a cold image pull can take minutes)")
+        time.sleep(READY_POLL_S)
+        inst = provider.get(s.instance.id)
+        if inst is None or inst.status == InstanceStatus.GONE:
+            raise GpuopsError(f"instance {s.instance.id} vanished before it was ready", "see the provider's console")
+        s.instance = inst
+
+
 def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
     reporter.stage("ready")
     s.end_reason = "ssh_never_ready"
@@ -327,12 +357,11 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
     deadline = time.monotonic() + settings.up.ready_timeout_seconds
     if open_box is not None:
         s.box = open_box(provider, s.instance, deadline, settings)
-    elif hasattr(provider, "box"):
-        s.box = provider.box(s.instance)  # the local provider hands out its own box
     else:
         from gpuops import remote
 
-        s.box = remote.open_box(provider, s.instance, deadline, settings)  # type: ignore[attr-defined]
+        _wait_for_endpoint(s, provider, deadline)
+        s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, "ready")
     s.end_reason = "job_failed"
@@ -346,38 +375,21 @@ def _arm(s: Session, ledger, reporter: Reporter) -> None:
 
 
 def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bool:
+    from gpuops.bootstrap_config import RUNNER_DIR, build_plan, run_plan
+    from gpuops.catalog import cards
+
     reporter.stage("bootstrap")
-    box = s.box
-    steps = [{"name": "system", "kind": "system"}, *settings.bootstrap.steps]
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"steps": steps}, f)
-    box.put(Path(f.name), f"{META}/bootstrap.json")  # type: ignore[union-attr]
-    Path(f.name).unlink()
-    lines: list[dict] = []
-    failed = False
-
-    def on_line(text: str) -> None:
-        nonlocal failed
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            reporter.job_line(text)
-            return
-        if "step" in obj:
-            lines.append(obj)
-            reporter.step(obj)
-            failed = failed or obj.get("status") == "failed"
-        elif "slowest" in obj:
-            s.slowest_step = obj.get("slowest")
-
-    cmd = f"python3 {META}/bootstrap/bootstrap.py --config {META}/bootstrap.json --state-dir {META}/bootstrap-state"
-    rc = box.run(cmd, timeout=BOOTSTRAP_TIMEOUT_S, on_line=on_line)  # type: ignore[union-attr]
-    s.steps = lines
-    ledger.add_steps(s.id, lines)
-    ledger.event(s.id, "bootstrapped", {"rc": rc, "slowest": s.slowest_step})
-    return rc == 0 and not failed
+    card = next((c for c in cards() if s.offer is not None and c.name == s.offer.card), None)
+    volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+    plan = build_plan(settings, card=card, volume_path=volume)
+    plan.files = [(local, remote) for local, remote in plan.files if remote != RUNNER_DIR]  # shipped by arm
+    res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+    s.steps = res.steps
+    s.slowest_step = res.summary.get("slowest")
+    ledger.add_steps(s.id, res.steps)
+    ledger.event(s.id, "bootstrapped", {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
+                                        "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)"})
+    return res.rc == 0 and res.failed is None
 
 
 def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
