@@ -335,21 +335,6 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
     return remote.ensure_ssh_key(settings.data_path())[1]
 
 
-def _wait_for_endpoint(s: Session, provider: Provider, deadline: float) -> None:
-    """Poll the provider until the instance publishes its SSH endpoint (RunPod: only after the
-    image is pulled), or raise at ``deadline``."""
-    assert s.instance is not None
-    while s.instance.ssh is None and not s.instance.extra.get("local_root"):
-        if time.monotonic() > deadline:
-            raise GpuopsError(f"instance {s.instance.id} published no SSH endpoint in time",
-                              "raise [up] ready_timeout_seconds (a cold image pull can take minutes)")
-        time.sleep(READY_POLL_S)
-        inst = provider.get(s.instance.id)
-        if inst is None or inst.status == InstanceStatus.GONE:
-            raise GpuopsError(f"instance {s.instance.id} vanished before it was ready", "see the provider's console")
-        s.instance = inst
-
-
 def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
     reporter.stage("ready")
     s.end_reason = "ssh_never_ready"
@@ -360,7 +345,10 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
     else:
         from gpuops import remote
 
-        _wait_for_endpoint(s, provider, deadline)
+        from gpuops.providers.wait import wait_for_ssh
+
+        if s.instance.ssh is None and not s.instance.extra.get("local_root"):
+            s.instance = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
         s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, "ready")

@@ -1,9 +1,4 @@
-"""HANDOFF (not collected: the name does not start with test_). After merging the `box` branch,
-move this file to tests/box/test_up_emulated_providers.py (it needs the sshd fixtures of
-tests/box/conftest.py) and switch launcher._ready to providers.wait.wait_for_ssh (see the report of
-the `providers` branch). Verified on a scratch merge of providers + box: 7 passed in 15 s.
-
-`gpuops up` end to end on the emulated RunPod and Vast.ai, over real SSH to the test sshd, and each
+"""`gpuops up` end to end on the emulated RunPod and Vast.ai, over real SSH to the test sshd, and each
 wait fault ending in a destroy and a closed ledger row with the reason.
 """
 
