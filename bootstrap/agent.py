@@ -131,13 +131,29 @@ def pid_alive(pid, must_contain=None):
     return True
 
 
-def bootstrap_running(pidfile):
+def bootstrap_running(pidfile, root=None):
+    """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.agentctl.bootstrap_command``),
+    or a process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however
+    the laptop started it)."""
     try:
         with open(pidfile) as f:
             pid = int(f.read().split()[0])
+        if pid_alive(pid, "bootstrap"):
+            return True
     except (OSError, ValueError, IndexError):
+        pass
+    if root is None:
         return False
-    return pid_alive(pid, "bootstrap")
+    for p in _proc_entries():
+        if "bootstrap/bootstrap.py" not in _cmdline(p):
+            continue
+        try:
+            cwd = os.readlink("/proc/%s/cwd" % p)
+        except OSError:
+            continue
+        if os.path.realpath(cwd) == os.path.realpath(root) and pid_alive(p):
+            return True
+    return False
 
 
 def job_state(run_dir):
@@ -326,7 +342,7 @@ class Agent:
         t = time.time()  # when the reading starts: the GPU state it reports is at least this recent
         r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
         s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"],
-             "bootstrap": bootstrap_running(self.pidfile), "ssh": ssh_sessions(self.ssh_users)}
+             "bootstrap": bootstrap_running(self.pidfile, self.root), "ssh": ssh_sessions(self.ssh_users)}
         if r["error"]:
             self.error(r["error"])
         self.samples.append(s)

@@ -1,86 +1,720 @@
 """Bootstrap a box: ``python3 bootstrap.py --config bootstrap.json [--state-dir DIR]``.
 
-Runs the config's steps in order and prints one JSON line per step,
+Runs the config's steps in order and prints one JSON line per step on stdout,
 ``{"step", "status": "done"|"skipped"|"failed", "seconds", "detail"}``, then
-``{"total_seconds", "slowest"}``. A step whose inputs are unchanged since its last success is
-skipped; a failed step stops the run (exit 1, naming it). Stdlib only, python3 >= 3.8.
+``{"total_seconds", "slowest"}`` (plus ``"failed": NAME`` when one failed). What the steps' own
+tools print goes to stderr, each line prefixed with ``"  | "`` (so no such line starts with
+``{``) and with every secret value replaced by ``***``.
+
+Config: ``{"steps": [{"name": "...", "kind": "...", ...}], "cache_dir": "/workspace/.cache"}``.
+Step kinds and their keys (paths relative to the working directory unless absolute):
+
+- ``system``: GPU name, driver, CUDA version, memory, utilization (``nvidia-smi``), disk free.
+  Always runs. ``require_gpu`` (default false): fail when there is no working ``nvidia-smi``.
+  A present but failing ``nvidia-smi`` (driver gone) fails the step.
+- ``deps``: ``requirements`` (file) and/or ``packages`` (list); ``installer`` auto|uv|pip (auto:
+  uv when on PATH or installable, else pip); ``wheelhouse`` (directory: ``--no-index
+  --find-links``); ``python`` (interpreter to install into, default this one) or ``venv`` (a
+  directory, created when missing); ``cache_dir`` (pip/uv cache, default ``<cache_dir>/pip``).
+- ``code``: ``repo`` (URL or path), ``ref`` (branch, tag or commit; default HEAD), ``dest``
+  (default ``code``). Clone once, then fetch + checkout; re-runs when the ref moves.
+- ``secrets``: ``env`` (names of environment variables). Written with mode 0600 to their
+  standard places: HF_TOKEN -> ``$HF_HOME/token`` (default ``~/.cache/huggingface/token``),
+  WANDB_API_KEY -> ``~/.netrc`` (``api.wandb.ai``), every name -> ``$XDG_CONFIG_HOME/gpuops/secrets.env``
+  (default ``~/.config``), which a job can source.
+  Values are never printed, and are scrubbed from every later step's output.
+- ``weights``: ``source`` ``hf://org/model[@revision]`` (huggingface_hub, hf_transfer when
+  installed), ``https://...`` or ``file:///...``; ``dest`` (default
+  ``<cache_dir>/weights/<name>``); ``sha256`` (single-file sources); ``warm`` (default true: read
+  every file once so the page cache holds it).
+- ``verify``: when torch with CUDA is present, measure device-memory copy bandwidth (GB/s,
+  10^9 B/s) and dense bf16 matmul TFLOP/s and compare with ``expect`` (``bandwidth_gb_s``,
+  ``bf16_tflops``: the catalog figures); ratios below ``threshold`` (default 0.7) are flagged,
+  and fail the step when ``strict`` is true.
+- ``run``: ``command`` (shell); ``inputs`` (files it reads: a change re-runs it); ``always``.
+
+Every step takes ``timeout`` (seconds, default 3600) for the processes it starts.
+
+Idempotence: a step whose fingerprint (its config plus its inputs: files it reads, the commit
+its ref points at, the secret values' keyed hash) matches its last success, and whose outputs
+are still there, is ``skipped``. A failed step stops the run: exit 1, naming the step.
+State lives in ``--state-dir`` (default ``~/.gpuops-bootstrap``). Stdlib only, python3 >= 3.8.
 """
 
 import argparse
 import hashlib
+import hmac
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+
+SECRETS = set()  # values to scrub from anything we print
+CHILDREN = set()  # process groups of the step processes now running
+DEFAULT_TIMEOUT = 3600.0
+
+
+class StepError(Exception):
+    """A step failed; the message is the step's ``detail`` (never contains a secret)."""
+
+
+def scrub(text):
+    for s in SECRETS:
+        text = text.replace(s, "***")
+    return text
 
 
 def _emit(obj):
-    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.write(scrub(json.dumps(obj, sort_keys=True)) + "\n")
     sys.stdout.flush()
 
 
-def step_system(step, state):
-    """GPU name, driver, memory (nvidia-smi when present), disk free in GB."""
-    info = {"disk_free_gb": round(shutil.disk_usage(os.getcwd()).free / 1e9, 1)}
+def _log(text):
+    for line in text.splitlines():
+        sys.stderr.write("  | " + scrub(line) + "\n")
+    sys.stderr.flush()
+
+
+def _killpg(pgid):
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _on_term(signum, _frame):
+    """TERM/HUP/INT (the box being torn down, Ctrl-C): end the running step's group, then us."""
+    for pgid in list(CHILDREN):
+        _killpg(pgid)
+    sys.stderr.write("bootstrap: stopped by signal %d\n" % signum)
+    os._exit(128 + signum)
+
+
+def _sh(argv, step, cwd=None, env=None, shell=False, check=True, quiet=False):
+    """Run a process, its output piped line by line (scrubbed) to stderr. Returns (rc, last lines)."""
+    timeout = float(step.get("timeout", DEFAULT_TIMEOUT))
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    try:
+        # Own process group, so a timeout (or our own TERM) ends the step's whole tree.
+        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, shell=shell, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=os.setpgrp)
+    except OSError as e:
+        raise StepError("cannot start %s: %s" % (argv if shell else argv[0], e))
+    CHILDREN.add(proc.pid)
+    expired = []
+
+    def expire():
+        expired.append(True)
+        _killpg(proc.pid)
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    tail = []
+    try:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            tail = (tail + [line])[-5:]
+            if not quiet:
+                _log(line)
+        rc = proc.wait()
+    finally:
+        timer.cancel()
+        CHILDREN.discard(proc.pid)
+    if expired:
+        raise StepError("timed out after %.0f s" % timeout)
+    if check and rc != 0:
+        last = scrub(tail[-1]) if tail else ""
+        raise StepError("exited %d%s" % (rc, (": " + last) if last else ""))
+    return rc, tail
+
+
+def _file_sig(path, content_limit=1 << 20):
+    """Fingerprint of a file: its sha256 when small, else size and mtime; 'missing' when absent."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "missing"
+    if os.path.isdir(path):
+        return "dir:" + ",".join(sorted("%s:%d" % (n, os.stat(os.path.join(path, n)).st_size) for n in os.listdir(path)))
+    if st.st_size <= content_limit:
+        with open(path, "rb") as f:
+            return "sha256:" + hashlib.sha256(f.read()).hexdigest()
+    return "size:%d:mtime:%d" % (st.st_size, st.st_mtime_ns)
+
+
+# ---------------------------------------------------------------------------------------------
+# system
+# ---------------------------------------------------------------------------------------------
+
+SMI_FIELDS = ["name", "driver_version", "memory.total", "memory.used", "utilization.gpu"]
+
+
+def _num(v):
+    v = v.strip()
+    if v in ("[N/A]", "N/A", "[Not Supported]", ""):
+        return None
+    try:
+        return float(v) if "." in v else int(v)
+    except ValueError:
+        return v
+
+
+def step_system(step, ctx):
+    info = {"disk_free_gb": round(shutil.disk_usage(os.getcwd()).free / 1e9, 1),
+            "python": "%d.%d.%d" % sys.version_info[:3]}
     smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=20,
-            )
-            info["gpus"] = [line.strip() for line in out.stdout.splitlines() if line.strip()]
-        except (OSError, subprocess.TimeoutExpired) as e:
-            info["gpus_error"] = str(e)
-    else:
+    if not smi:
+        if step.get("require_gpu"):
+            raise StepError("nvidia-smi not found: this box has no NVIDIA driver")
         info["gpus"] = []
+        return info
+    try:
+        out = subprocess.run([smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise StepError("nvidia-smi did not answer: %s" % e)
+    if out.returncode != 0:
+        first = next((l for l in out.stdout.splitlines() if l.strip()), "")
+        raise StepError("nvidia-smi failed (exit %d): %s" % (out.returncode, first.strip()))
+    gpus = []
+    for line in out.stdout.splitlines():
+        if not line.strip():
+            continue
+        vals = [v.strip() for v in line.split(",")]
+        if len(vals) != len(SMI_FIELDS):
+            continue
+        gpus.append({"name": vals[0], "memory_total_mib": _num(vals[2]), "memory_used_mib": _num(vals[3]),
+                     "utilization_gpu_percent": _num(vals[4])})
+        info["driver"] = _num(vals[1]) if _num(vals[1]) is None else vals[1]
+    info["gpus"] = gpus
+    try:
+        rep = subprocess.run([smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)
+        m = re.search(r"^CUDA Version\s*:\s*(\S+)", rep.stdout, re.M)
+        info["cuda"] = None if not m or m.group(1) in ("[N/A]", "N/A") else m.group(1)
+    except (OSError, subprocess.TimeoutExpired):
+        info["cuda"] = None
     return info
 
 
-def step_run(step, state):
-    """Any shell command (``command``); its output goes to stderr so stdout stays JSON lines."""
-    rc = subprocess.call(step["command"], shell=True, stdout=sys.stderr, stderr=sys.stderr)
-    if rc != 0:
-        raise RuntimeError("command exited %d" % rc)
+# ---------------------------------------------------------------------------------------------
+# deps
+# ---------------------------------------------------------------------------------------------
+
+def _target_python(step):
+    if step.get("venv"):
+        return os.path.join(os.path.abspath(step["venv"]), "bin", "python")
+    return step.get("python") or sys.executable
+
+
+def _find_uv():
+    uv = shutil.which("uv")
+    if uv:
+        return [uv]
+    try:
+        out = subprocess.run([sys.executable, "-m", "uv", "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30)
+        if out.returncode == 0:
+            return [sys.executable, "-m", "uv"]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return None
+
+
+def _installer(step, ctx):
+    """('uv', argv prefix) or ('pip', None), installing uv when auto and it is installable."""
+    want = step.get("installer", "auto")
+    if want not in ("auto", "uv", "pip"):
+        raise StepError("installer must be auto, uv or pip, not %r" % want)
+    if want == "pip":
+        return "pip", None
+    uv = _find_uv()
+    if uv is None:
+        wh = step.get("wheelhouse")
+        args = [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "uv"]
+        if wh:
+            args[4:4] = ["--no-index", "--find-links", os.path.abspath(wh)]
+        rc, _ = _sh(args, step, check=False, quiet=True)
+        uv = _find_uv() if rc == 0 else None
+    if uv is None:
+        if want == "uv":
+            raise StepError("uv is not installed and could not be installed; use installer = \"pip\"")
+        return "pip", None
+    return "uv", uv
+
+
+def deps_inputs(step, ctx):
+    sig = {"python": _target_python(step) if not step.get("venv") else "venv"}
+    if step.get("requirements"):
+        sig["requirements"] = _file_sig(step["requirements"])
+    if step.get("wheelhouse"):
+        sig["wheelhouse"] = _file_sig(step["wheelhouse"])
+    return sig
+
+
+def deps_valid(step, ctx, record):
+    return os.path.exists(_target_python(step))
+
+
+def step_deps(step, ctx):
+    if not step.get("requirements") and not step.get("packages"):
+        raise StepError("deps needs requirements (a file) or packages (a list)")
+    if step.get("requirements") and not os.path.isfile(step["requirements"]):
+        raise StepError("requirements file %s not found" % step["requirements"])
+    kind, uv = _installer(step, ctx)
+    cache = step.get("cache_dir") or (os.path.join(ctx["cache_dir"], "pip") if ctx.get("cache_dir") else None)
+    env = {}
+    if cache:
+        env["UV_CACHE_DIR" if kind == "uv" else "PIP_CACHE_DIR"] = os.path.join(cache, kind)
+    if step.get("venv") and not os.path.exists(_target_python(step)):
+        if kind == "uv":
+            _sh(uv + ["venv", "-q", "--python", sys.executable, os.path.abspath(step["venv"])], step, env=env)
+        else:
+            _sh([sys.executable, "-m", "venv", os.path.abspath(step["venv"])], step)
+    py = _target_python(step)
+    src = []
+    if step.get("wheelhouse"):
+        if not os.path.isdir(step["wheelhouse"]):
+            raise StepError("wheelhouse %s is not a directory" % step["wheelhouse"])
+        src = ["--no-index", "--find-links", os.path.abspath(step["wheelhouse"])]
+    what = (["-r", step["requirements"]] if step.get("requirements") else []) + list(step.get("packages", []))
+    if kind == "uv":
+        argv = uv + ["pip", "install", "--python", py] + src + what
+    else:
+        argv = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"] + src + what
+    argv += list(step.get("extra_args", []))
+    _sh(argv, step, env=env)
+    return {"installer": kind, "python": py, "packages": len(step.get("packages", [])),
+            "requirements": step.get("requirements") or None, "wheelhouse": step.get("wheelhouse") or None}
+
+
+# ---------------------------------------------------------------------------------------------
+# code
+# ---------------------------------------------------------------------------------------------
+
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0"}
+SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def code_inputs(step, ctx):
+    ref = step.get("ref") or "HEAD"
+    if SHA.match(ref):
+        return {"commit": ref}
+    try:
+        out = subprocess.run(["git", "ls-remote", "--", step["repo"], ref], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, universal_newlines=True, timeout=60, env=dict(os.environ, **GIT_ENV))
+        lines = out.stdout.split()
+        return {"commit": lines[0] if lines else "unresolved:%d" % out.returncode}
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"commit": "unresolved:%s" % type(e).__name__}
+
+
+def _head(dest):
+    try:
+        out = subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             universal_newlines=True, timeout=30)
+        return out.stdout.strip() if out.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def code_valid(step, ctx, record):
+    return _head(step.get("dest") or "code") == (record.get("detail") or {}).get("commit")
+
+
+def step_code(step, ctx):
+    if not step.get("repo"):
+        raise StepError("code needs repo")
+    repo, ref, dest = step["repo"], step.get("ref") or "HEAD", step.get("dest") or "code"
+    if not os.path.isdir(os.path.join(dest, ".git")):
+        if os.path.exists(dest) and os.listdir(dest):
+            raise StepError("%s exists and is not a git checkout; remove it or choose another dest" % dest)
+        _sh(["git", "clone", "--no-checkout", "--", repo, dest], step, env=GIT_ENV)
+    else:
+        _sh(["git", "-C", dest, "remote", "set-url", "origin", repo], step, env=GIT_ENV)
+    rc, _ = _sh(["git", "-C", dest, "fetch", "--tags", "origin", ref], step, env=GIT_ENV, check=False)
+    target = "FETCH_HEAD"
+    if rc != 0:  # a commit the server will not hand out by name: fetch everything and look it up
+        _sh(["git", "-C", dest, "fetch", "--tags", "origin"], step, env=GIT_ENV)
+        target = ref
+    _sh(["git", "-C", dest, "checkout", "--force", "--detach", target], step, env=GIT_ENV)
+    return {"repo": repo, "ref": ref, "dest": os.path.abspath(dest), "commit": _head(dest)}
+
+
+# ---------------------------------------------------------------------------------------------
+# secrets
+# ---------------------------------------------------------------------------------------------
+
+def _write_private(path, text):
+    """Write ``text`` to ``path`` with mode 0600 from the first byte (tmp file + rename)."""
+    d = os.path.dirname(path)
+    os.makedirs(d, exist_ok=True)
+    tmp = path + ".tmp.%d" % os.getpid()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _secret_values(step):
+    names = step.get("env", [])
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        raise StepError("secret %s is not set in the bootstrap's environment" % ", ".join(missing))
+    return [(n, os.environ[n]) for n in names]
+
+
+def _salt(ctx):
+    path = os.path.join(ctx["state_dir"], "salt")
+    if not os.path.exists(path):
+        _write_private(path, os.urandom(16).hex())
+    with open(path) as f:
+        return f.read().encode()
+
+
+def secrets_inputs(step, ctx):
+    try:
+        vals = _secret_values(step)
+    except StepError:
+        return {"missing": True}
+    return {"hmac": hmac.new(_salt(ctx), json.dumps(vals).encode(), hashlib.sha256).hexdigest()}
+
+
+def _secret_paths(names):
+    home = os.path.expanduser("~")
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    out = {"all": os.path.join(config_home, "gpuops", "secrets.env")}
+    if "HF_TOKEN" in names or "HUGGING_FACE_HUB_TOKEN" in names:
+        out["hf"] = os.path.join(os.environ.get("HF_HOME") or os.path.join(home, ".cache", "huggingface"), "token")
+    if "WANDB_API_KEY" in names:
+        out["netrc"] = os.path.join(home, ".netrc")
+    return out
+
+
+def secrets_valid(step, ctx, record):
+    return all(os.path.exists(p) for p in _secret_paths(step.get("env", [])).values())
+
+
+def _shq(v):
+    return "'" + v.replace("'", "'\"'\"'") + "'"
+
+
+def step_secrets(step, ctx):
+    vals = _secret_values(step)
+    names = [n for n, _ in vals]
+    for n in names:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", n):
+            raise StepError("secret name %r is not a valid variable name" % n)
+    paths = _secret_paths(names)
+    d = dict(vals)
+    _write_private(paths["all"], "".join("export %s=%s\n" % (n, _shq(v)) for n, v in vals))
+    if "hf" in paths:
+        _write_private(paths["hf"], d.get("HF_TOKEN") or d.get("HUGGING_FACE_HUB_TOKEN"))
+    if "netrc" in paths:
+        old = ""
+        if os.path.exists(paths["netrc"]):
+            with open(paths["netrc"]) as f:
+                old = re.sub(r"(?ms)^machine api\.wandb\.ai\n(?:[ \t]+.*\n?)*", "", f.read())
+        _write_private(paths["netrc"], old + "machine api.wandb.ai\n  login user\n  password %s\n" % d["WANDB_API_KEY"])
+    return {"names": names, "written": sorted(paths.values())}
+
+
+# ---------------------------------------------------------------------------------------------
+# weights
+# ---------------------------------------------------------------------------------------------
+
+CHUNK = 16 << 20
+
+
+def _weights_dest(step, ctx):
+    if step.get("dest"):
+        return step["dest"]
+    base = ctx.get("cache_dir") or os.path.join(os.path.expanduser("~"), ".cache", "gpuops")
+    return os.path.join(base, "weights", re.sub(r"[^A-Za-z0-9._-]+", "_", step.get("name") or "weights"))
+
+
+def weights_inputs(step, ctx):
+    src = step.get("source", "")
+    if src.startswith("file://"):
+        return {"source": _file_sig(src[len("file://"):], content_limit=0)}
+    return {}
+
+
+def _files_under(path):
+    if os.path.isfile(path):
+        return [path]
+    out = []
+    for dp, dn, fns in os.walk(path):
+        dn[:] = [d for d in dn if d != ".cache"]
+        out += [os.path.join(dp, f) for f in sorted(fns)]
+    return out
+
+
+def weights_valid(step, ctx, record):
+    for path, size in record.get("outputs", []):
+        try:
+            if os.path.getsize(path) != size:
+                return False
+        except OSError:
+            return False
+    return bool(record.get("outputs"))
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _download(url, path, step):
+    import urllib.request
+
+    timeout = min(float(step.get("timeout", DEFAULT_TIMEOUT)), 120.0)
+    part = path + ".part"
+    req = urllib.request.Request(url, headers={"User-Agent": "gpuops-bootstrap"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r, open(part, "wb") as f:
+            shutil.copyfileobj(r, f, CHUNK)
+    except OSError as e:  # URLError and HTTPError are OSErrors
+        raise StepError("download of %s failed: %s" % (url, e))
+    os.replace(part, path)
+
+
+def step_weights(step, ctx):
+    src = step.get("source") or ""
+    dest = _weights_dest(step, ctx)
+    os.makedirs(dest, exist_ok=True)
+    if src.startswith("hf://"):
+        repo, _, rev = src[len("hf://"):].partition("@")
+        try:
+            import importlib.util
+            if importlib.util.find_spec("hf_transfer") is not None:
+                os.environ.setdefault("HF_HUB_ENABLE_HF_TRANSFER", "1")
+            from huggingface_hub import snapshot_download
+        except ImportError:
+            raise StepError("huggingface_hub is not installed on the box; add it to [bootstrap] deps")
+        try:
+            snapshot_download(repo_id=repo, revision=rev or None, local_dir=dest)
+        except Exception as e:  # huggingface_hub raises many kinds; all mean the same to us
+            raise StepError("hf download of %s failed: %s: %s" % (repo, type(e).__name__, e))
+        target = dest
+    elif src.startswith(("https://", "http://")):
+        name = step.get("filename") or os.path.basename(src.split("?", 1)[0]) or "download"
+        target = os.path.join(dest, name)
+        _download(src, target, step)
+    elif src.startswith("file://"):
+        path = src[len("file://"):]
+        if not os.path.exists(path):
+            raise StepError("source %s not found" % path)
+        if os.path.isdir(path):
+            target = dest
+            shutil.copytree(path, dest, dirs_exist_ok=True)
+        else:
+            target = os.path.join(dest, step.get("filename") or os.path.basename(path))
+            shutil.copyfile(path, target + ".part")
+            os.replace(target + ".part", target)
+    else:
+        raise StepError("weights source must start with hf://, https:// or file://, not %r" % src)
+    if step.get("sha256"):
+        if not os.path.isfile(target):
+            raise StepError("sha256 applies to a single-file source")
+        got = _sha256(target)
+        if got != step["sha256"].lower():
+            os.remove(target)
+            raise StepError("sha256 mismatch for %s: expected %s, got %s" % (target, step["sha256"], got))
+    target = os.path.abspath(target)
+    files = _files_under(target)
+    total = sum(os.path.getsize(f) for f in files)
+    detail = {"path": target, "files": len(files), "bytes": total}
+    if step.get("warm", True):
+        t0 = time.time()
+        for f in files:
+            with open(f, "rb", buffering=0) as fh:
+                while fh.read(CHUNK):
+                    pass
+        secs = time.time() - t0
+        detail["warm_read_gb_s"] = round(total / 1e9 / secs, 2) if secs > 0 else None
+    ctx["outputs"] = [[f, os.path.getsize(f)] for f in files]
+    return detail
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+# ---------------------------------------------------------------------------------------------
+
+def verify_inputs(step, ctx):
+    import importlib.util
+
+    return {"torch": importlib.util.find_spec("torch") is not None}  # torch installed later: measure then
+
+
+def step_verify(step, ctx):
+    try:
+        import torch
+    except ImportError:
+        return {"measured": False, "why": "torch is not installed"}
+    if not torch.cuda.is_available():
+        return {"measured": False, "why": "torch sees no CUDA device"}
+    dev = torch.device("cuda")
+    n = int(step.get("bandwidth_bytes", 1 << 30)) // 4
+    a = torch.empty(n, dtype=torch.float32, device=dev)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    iters = 20
+    start.record()
+    for _ in range(iters):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    secs = start.elapsed_time(end) / 1e3
+    bw = 2 * n * 4 * iters / secs / 1e9  # read + write, GB/s
+    del a, b
+    m = int(step.get("matmul_n", 8192))
+    x = torch.randn(m, m, dtype=torch.bfloat16, device=dev)
+    y = torch.randn(m, m, dtype=torch.bfloat16, device=dev)
+    for _ in range(3):
+        x @ y
+    torch.cuda.synchronize()
+    iters = 20
+    start.record()
+    for _ in range(iters):
+        x @ y
+    end.record()
+    torch.cuda.synchronize()
+    tflops = 2 * m ** 3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
+    detail = {"measured": True, "device": torch.cuda.get_device_name(0), "bandwidth_gb_s": round(bw, 1),
+              "bf16_tflops": round(tflops, 1)}
+    expect = step.get("expect") or {}
+    threshold = float(step.get("threshold", 0.7))
+    flags = []
+    for key, got in (("bandwidth_gb_s", bw), ("bf16_tflops", tflops)):
+        if expect.get(key):
+            ratio = got / float(expect[key])
+            detail[key + "_ratio"] = round(ratio, 3)
+            if ratio < threshold:
+                flags.append("%s %.1f is %.0f%% of nominal %s" % (key, got, 100 * ratio, expect[key]))
+    detail["flags"] = flags
+    if flags:
+        _log("verify: below %.0f%% of nominal: %s" % (100 * threshold, "; ".join(flags)))
+        if step.get("strict"):
+            raise StepError("card underperforms: " + "; ".join(flags))
+    return detail
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------------------------
+
+def run_inputs(step, ctx):
+    return {"inputs": [[p, _file_sig(p)] for p in step.get("inputs", [])]}
+
+
+def step_run(step, ctx):
+    if not step.get("command"):
+        raise StepError("run needs command")
+    env = dict((str(k), str(v)) for k, v in (step.get("env") or {}).items())
+    _sh(step["command"], step, cwd=step.get("cwd"), env=env, shell=True)
     return ""
 
 
-KINDS = {"system": step_system, "run": step_run}
-# Steps whose result depends on the moment, not on inputs: never skipped.
-ALWAYS = {"system"}
+# kind -> (run, inputs, outputs-still-valid)
+KINDS = {
+    "system": (step_system, None, None),
+    "deps": (step_deps, deps_inputs, deps_valid),
+    "code": (step_code, code_inputs, code_valid),
+    "secrets": (step_secrets, secrets_inputs, secrets_valid),
+    "weights": (step_weights, weights_inputs, weights_valid),
+    "verify": (step_verify, verify_inputs, None),
+    "run": (step_run, run_inputs, None),
+}
+ALWAYS = {"system"}  # depends on the moment, not on inputs
 
 
-def _fingerprint(step):
-    return hashlib.sha256(json.dumps(step, sort_keys=True).encode()).hexdigest()
+def _fingerprint(step, inputs):
+    return hashlib.sha256(json.dumps([step, inputs], sort_keys=True).encode()).hexdigest()
+
+
+def _state_path(state_dir, name):
+    return os.path.join(state_dir, "%s.json" % hashlib.sha1(name.encode()).hexdigest()[:16])
+
+
+def _read_state(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _collect_secrets(config):
+    for step in config.get("steps", []):
+        if step.get("kind") == "secrets":
+            for n in step.get("env", []):
+                v = os.environ.get(n)
+                if v and len(v) >= 4:
+                    SECRETS.add(v)
 
 
 def run(config, state_dir):
+    """Run ``config``'s steps; returns the exit status (0 ok, 1 a step failed, 2 bad config)."""
     os.makedirs(state_dir, exist_ok=True)
+    _collect_secrets(config)
+    ctx = {"state_dir": state_dir, "cache_dir": config.get("cache_dir") or ""}
     total0 = time.time()
     slowest, slowest_s = None, -1.0
-    for step in config.get("steps", []):
-        name, kind = step.get("name") or step.get("kind"), step.get("kind")
+    steps = config.get("steps", [])
+    names = [s.get("name") or s.get("kind") for s in steps]
+    dup = sorted(set(n for n in names if names.count(n) > 1))
+    if dup or any(not n for n in names):
+        _emit({"step": "config", "status": "failed", "seconds": 0.0,
+               "detail": "every step needs a unique name (repeated: %s)" % ", ".join(map(str, dup))})
+        _emit({"total_seconds": 0.0, "slowest": None, "failed": "config"})
+        return 2
+    for step, name in zip(steps, names):
+        kind = step.get("kind")
         t0 = time.time()
-        marker = os.path.join(state_dir, "%s.ok" % hashlib.sha1(name.encode()).hexdigest()[:16])
-        fp = _fingerprint(step)
-        if kind not in ALWAYS and os.path.exists(marker) and open(marker).read() == fp:
-            _emit({"step": name, "status": "skipped", "seconds": round(time.time() - t0, 3), "detail": ""})
-            continue
-        fn = KINDS.get(kind)
+        path = _state_path(state_dir, name)
+        fn, inputs_fn, valid_fn = KINDS.get(kind, (None, None, None))
         try:
             if fn is None:
-                raise RuntimeError("unknown step kind %r" % kind)
-            detail = fn(step, state_dir)
-        except Exception as e:  # a step failing for any reason stops the run with its name
+                raise StepError("unknown step kind %r (known: %s)" % (kind, ", ".join(sorted(KINDS))))
+            always = kind in ALWAYS or step.get("always")
+            fp = _fingerprint(step, inputs_fn(step, ctx) if inputs_fn else None)
+            prev = None if always else _read_state(path)
+            if prev and prev.get("fingerprint") == fp and (valid_fn is None or valid_fn(step, ctx, prev)):
+                _emit({"step": name, "status": "skipped", "seconds": round(time.time() - t0, 3),
+                       "detail": "unchanged since %s" % prev.get("at", "?")})
+                continue
+            if os.path.exists(path):
+                os.remove(path)  # a step that starts and fails must not look done next time
+            ctx.pop("outputs", None)
+            detail = fn(step, ctx)
+        except Exception as e:  # any failure of a step stops the run, naming the step
             secs = round(time.time() - t0, 3)
-            _emit({"step": name, "status": "failed", "seconds": secs, "detail": str(e)})
-            _emit({"total_seconds": round(time.time() - total0, 3), "slowest": name, "failed": name})
+            msg = str(e) if isinstance(e, StepError) else "%s: %s" % (type(e).__name__, e)
+            _emit({"step": name, "status": "failed", "seconds": secs, "detail": msg})
+            sys.stderr.write("bootstrap: step %s failed: %s\n" % (name, scrub(msg)))
+            _emit({"total_seconds": round(time.time() - total0, 3), "slowest": slowest, "failed": name})
             return 1
         secs = round(time.time() - t0, 3)
-        with open(marker, "w") as f:
-            f.write(fp)
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"fingerprint": fp, "detail": detail, "outputs": ctx.get("outputs", []), "seconds": secs,
+                       "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+        os.replace(tmp, path)
         _emit({"step": name, "status": "done", "seconds": secs, "detail": detail})
         if secs > slowest_s:
             slowest, slowest_s = name, secs
@@ -93,8 +727,14 @@ def main(argv=None):
     p.add_argument("--config", required=True)
     p.add_argument("--state-dir", default=os.path.expanduser("~/.gpuops-bootstrap"))
     a = p.parse_args(argv)
-    with open(a.config) as f:
-        config = json.load(f)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, _on_term)
+    try:
+        with open(a.config) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.stderr.write("bootstrap: cannot read %s: %s\n" % (a.config, e))
+        return 2
     return run(config, a.state_dir)
 
 

@@ -68,6 +68,11 @@ def up(
     idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
+    model: Optional[str] = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
+    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -95,9 +100,16 @@ def up(
         resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
-        spot=settings.up.spot, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
+        spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
+    if model:
+        from gpuops.plan import parse_positive_int
+
+        req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
+        req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
+    elif (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
+        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
     if summ.get("dry_run"):
         ui.print_json(summ) if json_out else ui.render_dry_run(summ)
@@ -107,6 +119,59 @@ def up(
         raise typer.Exit(130)
     if summ["end_reason"] != "job_end":
         raise typer.Exit(1)
+
+
+@app.command("offers")
+def offers(
+    card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
+    vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
+    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
+    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: every provider with a key)."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Interruptible offers only, or on-demand only (default: both)."),
+    max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
+    limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
+    from gpuops import offers_view, ui
+    from gpuops.plan import parse_positive_int
+
+    if not model and (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
+        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
+    res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
+                                  spot=spot, max_price=_parse_price(max_price), limit=limit, model=model, dtype=dtype,
+                                  kv_dtype=kv_dtype, seq=parse_positive_int(seq, "--seq", "4096"),
+                                  batch=parse_positive_int(batch, "--batch", "32"))
+    for n in res.notes:
+        sys.stderr.write(f"note: {n}\n")
+    print(offers_view.to_json(res)) if json_out else offers_view.render(res, ui.console())
+
+
+@app.command()
+def plan(
+    model: str = typer.Option(..., "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
+    kv_dtype: str = typer.Option("same", "--kv-dtype", help="KV cache dtype: same, fp32, bf16, fp16, fp8, int8."),
+    batch: str = typer.Option("1", "--batch", help="Concurrent sequences."),
+    seq: str = typer.Option("4096", "--seq", help="Tokens per sequence (prompt + output)."),
+    mode: str = typer.Option("infer", "--mode", help="infer | train (mixed-precision Adam, 16 B/param + activations)."),
+    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism."),
+    headroom: str = typer.Option("0.90", "--headroom", help="Fraction of reported VRAM usable (vLLM's gpu_memory_utilization)."),
+    card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Size the box before renting: memory, fit, max batch, decode ceiling and $/Mtoken per card."""
+    from gpuops.plan_view import plan_command
+
+    # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
+    plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
+                 headroom=headroom, card=card, json_out=json_out)
 
 
 @app.command()
@@ -137,6 +202,25 @@ def down(
             print(f"{r['session']}: {'destroyed ' + r['instance_id'] if r['destroyed'] else 'already closed'} ({r['end_reason']})")
         if not out:
             print("no open sessions")
+
+
+@app.command("logs")
+def logs(
+    session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the job ends (Ctrl-C detaches; the job keeps running)."),
+    config: Optional[str] = CONFIG_OPT,
+) -> None:
+    """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
+    from gpuops.logs_view import show_logs
+
+    def write(chunk: bytes) -> None:
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+    try:
+        show_logs(_settings(config), session, follow=follow, write=write)
+    except KeyboardInterrupt:
+        sys.stderr.write("detached; the job keeps running\n")
 
 
 CSV_OPT = typer.Option(False, "--csv", help="Print CSV instead of tables.")
@@ -206,6 +290,13 @@ def _emit_json(action) -> None:
     print(json.dumps(action.as_json()), flush=True)
 
 
+def _reader(config: Optional[str]):
+    """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
+    from ledger.reads import LedgerReader
+
+    return LedgerReader(_settings(config).ledger_url())
+
+
 @ledger_app.command("month")
 def ledger_month(
     month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
@@ -220,7 +311,7 @@ def ledger_month(
     from gpuops import books, ledger_view
 
     fmt = _fmt(json_out, csv_out)
-    rep = books.month(_ledger(config), month, tz, by, plot)
+    rep = books.month(_reader(config), month, tz, by, plot)
     ledger_view.emit("month", rep, fmt, plot=plot, days_table=by == "day")
 
 
@@ -237,7 +328,7 @@ def ledger_experiments(
     from gpuops import books, ledger_view
 
     fmt = _fmt(json_out, csv_out)
-    ledger_view.emit("experiments", books.experiments(_ledger(config), since, until, tz), fmt)
+    ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
 
 
 @ledger_app.command("show")
@@ -294,7 +385,7 @@ def ledger_export(
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
     from gpuops import books
 
-    books.export(_ledger(config), sys.stdout, month, tz)
+    books.export(_reader(config), sys.stdout, month, tz)
 
 
 @ledger_app.command("import")
@@ -323,11 +414,11 @@ def ledger_sync(
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""
     from gpuops import books, ledger_view
 
+    from ledger.reads import LedgerReader
+
     fmt = _fmt(json_out, csv_out)
     settings = _settings(config)
-    from gpuops import sessions
-
-    ledger_view.emit("sync", books.sync(sessions.open_ledger(settings), settings, month, tz), fmt)
+    ledger_view.emit("sync", books.sync(LedgerReader(settings.ledger_url()), settings, month, tz), fmt)
 
 
 def main() -> None:

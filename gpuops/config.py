@@ -43,6 +43,7 @@ class UpSettings(_Section):
     image: str = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
     disk_gb: float = Field(default=40.0, gt=0)
     ready_timeout_seconds: float = Field(default=600.0, gt=0)  # create -> SSH answers
+    ssh_key: str = ""  # private key for rented boxes; empty: gpuops' own, <data dir>/ssh/id_ed25519 (made once, 0600)
 
 
 class TeardownSettings(_Section):
@@ -96,13 +97,73 @@ class ProvidersSettings(_Section):
     vast: VastSettings = VastSettings()
 
 
+class WeightsSource(_Section):
+    """One weights download: ``source`` hf://org/model[@rev] | https://... | file:///...;
+    ``sha256`` optional (single files); ``dest`` on-box directory (default: the cache)."""
+
+    source: str
+    sha256: str = ""
+    dest: str = ""
+
+    @field_validator("source")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not v.startswith(("hf://", "https://", "http://", "file://")):
+            raise ValueError(f"weights source {v!r} must start with hf://, https:// or file://")
+        return v
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha(cls, v: str) -> str:
+        if v and not re.fullmatch(r"[0-9a-fA-F]{64}", v):
+            raise ValueError("sha256 must be 64 hex digits")
+        return v.lower()
+
+
 class BootstrapSettings(_Section):
-    model_config = ConfigDict(extra="allow")
-    steps: list[dict] = []  # extra bootstrap steps, in bootstrap.json's step format
+    """What `up` puts on the box before the job (turned into bootstrap.json by
+    gpuops.bootstrap_config). Paths named ``*_on_box`` are on the box; ``requirements`` is a file
+    on this machine, shipped to the box."""
+
+    requirements: str = ""  # local requirements file, shipped and installed
+    packages: list[str] = []  # extra pip requirement specifiers
+    installer: Literal["auto", "uv", "pip"] = "auto"  # auto: uv when present or installable, else pip
+    wheelhouse: str = ""  # on-box directory of wheels (e.g. on the persistent volume): --no-index --find-links
+    venv: str = ""  # on-box venv to install into (relative to the session dir); empty: the box's python3
+    repo: str = ""  # git URL cloned to <session dir>/code
+    ref: str = ""  # branch, tag or commit; empty: the remote's HEAD
+    secrets: list[str] = []  # names of environment variables on this machine, written 0600 on the box
+    weights: list[WeightsSource] = []  # "hf://org/model" or {source, sha256, dest}
+    verify: bool = True  # measure bandwidth and bf16 TFLOP/s against the catalog (needs torch)
+    verify_strict: bool = False  # fail the bootstrap when below 70% of nominal
+    commands: list[str] = []  # extra shell commands, run last, in order
+    steps: list[dict] = []  # raw steps in bootstrap.json's format, appended after everything
+    cache_dir: str = ""  # on-box cache for wheels and weights; empty: the provider's volume, else ~/.cache/gpuops
+    timeout_seconds: float = Field(default=1800.0, gt=0)  # the whole bootstrap
+
+    @field_validator("secrets")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        for n in v:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
+                raise ValueError(f"secret {n!r} must be an environment variable name (letters, digits, _)")
+        return v
+
+    @field_validator("weights", mode="before")
+    @classmethod
+    def _weights(cls, v: Any) -> Any:
+        return [{"source": x} if isinstance(x, str) else x for x in (v or [])]
 
 
 class JobSettings(_Section):
-    results: str = "out/"  # copied back from the box before teardown
+    results: str = "out/"  # relative to the session dir on the box; copied back before teardown
+
+    @field_validator("results")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if v.startswith("/") or ".." in v.replace("\\", "/").split("/"):
+            raise ValueError("results must be a path inside the session directory (relative, no ..)")
+        return v
 
 
 class Settings(_Section):

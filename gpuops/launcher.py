@@ -32,8 +32,8 @@ RUN_DIR = f"{META}/run"
 MAX_OFFER_ATTEMPTS = 3
 # Destroy retries: a provider hiccup must not leave a box billing.
 DESTROY_ATTEMPTS = 5
-BOOTSTRAP_TIMEOUT_S = 1800.0
 LOG_POLL_S = 0.2
+READY_POLL_S = 3.0  # provider polls while waiting for an SSH endpoint
 
 
 class Interrupted(BaseException):
@@ -49,12 +49,19 @@ class UpRequest:
     experiment: str = "default"
     provider: str = "local"
     spot: bool = True
+    spot_explicit: bool = False  # --spot/--on-demand was typed (a provider without spot then refuses)
     max_usd_per_hour: float | None = None
     max_hours: float = 4.0
     note: str = ""
     gpu_count: int = 1
     need_bytes_per_gpu: int = 0
     dry_run: bool = False
+    # `up --model`: size the box from the model first (gpuops.plan); offers must fit these bytes.
+    model: str = ""
+    dtype: str = "bf16"
+    kv_dtype: str = "same"
+    seq: int = 4096
+    batch: int = 1
 
 
 @dataclass
@@ -63,6 +70,7 @@ class PlanResult:
     offer: Offer
     candidates: list[Offer]
     projected_cost_usd: float  # offer price x max_hours
+    need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
 
     def as_json(self, settings: Settings) -> dict:
         return {
@@ -74,6 +82,7 @@ class PlanResult:
             "simulated": self.offer.simulated,
             "max_hours": settings.teardown.max_hours,
             "projected_cost_usd": round(self.projected_cost_usd, 4),
+            "need_bytes_per_gpu": self.need_bytes_per_gpu,
             "teardown": settings.teardown.model_dump(),
             "settings_file": settings.source,
         }
@@ -126,15 +135,29 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
     from gpuops.offers import rank
 
     query = query_for(req)
+    if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
+        from dataclasses import replace
+
+        from gpuops.plan import size_for_up
+
+        need, fitting, _ = size_for_up(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype, seq=req.seq, batch=req.batch,
+                                       gpu_count=req.gpu_count, card=req.card or None)
+        req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
+        query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
+    if query.spot and not req.spot_explicit and not getattr(provider, "supports_spot", True):
+        # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none).
+        import dataclasses
+
+        query = dataclasses.replace(query, spot=None)
     offers = provider.offers(query)
-    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=req.spot)
+    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.usd_per_hour for o in offers), default=None)
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours)
+    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -207,6 +230,9 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     from gpuops.providers import get_provider
 
     validate(req)
+    from gpuops.bootstrap_config import build_plan
+
+    build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     reporter.stage("plan")
     p = plan(req, provider, settings)
@@ -275,7 +301,8 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     last: ProviderError | None = None
     for offer in p.candidates[:MAX_OFFER_ATTEMPTS]:
         bid = offer.min_bid if offer.spot else None
-        spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid)
+        spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid,
+                          ssh_public_key=_ssh_public_key(provider, settings))
         try:
             inst = provider.create(offer, spec)
         except ProviderError as e:
@@ -301,6 +328,17 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     raise last
 
 
+def _ssh_public_key(provider: Provider, settings: Settings) -> str:
+    """The key line the provider puts in the box's authorized_keys (none for the local provider)."""
+    if provider.name == "local":
+        return ""
+    from gpuops import remote
+
+    if settings.up.ssh_key:
+        return remote.public_key_line(Path(settings.up.ssh_key).expanduser())
+    return remote.ensure_ssh_key(settings.data_path())[1]
+
+
 def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
     reporter.stage("ready")
     s.end_reason = "ssh_never_ready"
@@ -308,12 +346,14 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
     deadline = time.monotonic() + settings.up.ready_timeout_seconds
     if open_box is not None:
         s.box = open_box(provider, s.instance, deadline, settings)
-    elif hasattr(provider, "box"):
-        s.box = provider.box(s.instance)  # the local provider hands out its own box
     else:
         from gpuops import remote
 
-        s.box = remote.open_box(provider, s.instance, deadline, settings)  # type: ignore[attr-defined]
+        from gpuops.providers.wait import wait_for_ssh
+
+        if s.instance.ssh is None and not s.instance.extra.get("local_root"):
+            s.instance = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
+        s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, "ready")
     s.end_reason = "job_failed"
@@ -346,40 +386,21 @@ def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: P
 
 
 def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bool:
+    from gpuops.bootstrap_config import RUNNER_DIR, build_plan, run_plan
+    from gpuops.catalog import cards
+
     reporter.stage("bootstrap")
-    box = s.box
-    steps = [{"name": "system", "kind": "system"}, *settings.bootstrap.steps]
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        json.dump({"steps": steps}, f)
-    box.put(Path(f.name), f"{META}/bootstrap.json")  # type: ignore[union-attr]
-    Path(f.name).unlink()
-    lines: list[dict] = []
-    failed = False
-
-    def on_line(text: str) -> None:
-        nonlocal failed
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            reporter.job_line(text)
-            return
-        if "step" in obj:
-            lines.append(obj)
-            reporter.step(obj)
-            failed = failed or obj.get("status") == "failed"
-        elif "slowest" in obj:
-            s.slowest_step = obj.get("slowest")
-
-    from gpuops.agentctl import bootstrap_command
-
-    cmd = bootstrap_command(f"{META}/bootstrap.json", f"{META}/bootstrap-state")  # the agent sees it running
-    rc = box.run(cmd, timeout=BOOTSTRAP_TIMEOUT_S, on_line=on_line)  # type: ignore[union-attr]
-    s.steps = lines
-    ledger.add_steps(s.id, lines)
-    ledger.event(s.id, "bootstrapped", {"rc": rc, "slowest": s.slowest_step})
-    return rc == 0 and not failed
+    card = next((c for c in cards() if s.offer is not None and c.name == s.offer.card), None)
+    volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+    plan = build_plan(settings, card=card, volume_path=volume)
+    plan.files = [(local, remote) for local, remote in plan.files if remote != RUNNER_DIR]  # shipped by arm
+    res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+    s.steps = res.steps
+    s.slowest_step = res.summary.get("slowest")
+    ledger.add_steps(s.id, res.steps)
+    ledger.event(s.id, "bootstrapped", {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
+                                        "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)"})
+    return res.rc == 0 and res.failed is None
 
 
 def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:

@@ -18,6 +18,9 @@ GROUP_COLUMNS = ["name", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "
                  "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job"]
 DAY_COLUMNS = ["date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens"]
 SYNC_COLUMNS = ["session", "provider", "instance_id", "ours_usd", "theirs_usd", "diff_usd", "status"]
+# The month's tables show the biggest groups; the rest are one summary row (all of them: --json,
+# --csv, or `ledger experiments`). People look at a month before they read it.
+MONTH_TABLE_ROWS = 15
 # Eighth blocks give a bar 8x the resolution of its width in characters.
 _BLOCKS = " ▏▎▍▌▋▊▉█"
 
@@ -96,6 +99,19 @@ def render_plain(rep: dict) -> None:
     _console().print(" | ".join(f"{k}: {v}" for k, v in rep.items()))
 
 
+def _fold(rows: list[dict], keep: int) -> list[dict]:
+    """The first ``keep`` rows (biggest spend first) and one row summing the rest."""
+    if len(rows) <= keep:
+        return rows
+    rest = rows[keep:]
+    other = {"name": f"({len(rest)} more)", "open_sessions": sum(r["open_sessions"] for r in rest)}
+    for k in ("cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens"):
+        other[k] = sum(r[k] for r in rest)
+    for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job"):
+        other[k] = None
+    return rows[:keep] + [other]
+
+
 def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = False):
     from rich.table import Table
 
@@ -136,7 +152,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         c.print("no sessions this month")
     for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
         if rep[key]:
-            c.print(_group_table(f"by {title}", title, rep[key]))
+            c.print(_group_table(f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS)))
     if "days" in rep and days_table:
         from rich.table import Table
 

@@ -1,9 +1,28 @@
 """The books: one row per rental session, its bootstrap steps and events, and the reports.
 
 This package imports nothing of ``gpuops``; any SQLAlchemy URL works (SQLite by default).
+Names load on first use so the report path (``ledger.reads``, ``ledger.reports``) starts without
+the ORM (SQLModel costs about 0.15 s to import).
 """
 
-from ledger.models import BootstrapStep, Event, Session
-from ledger.store import Ledger
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledger.models import BootstrapStep, Event, Session
+    from ledger.store import Ledger
 
 __all__ = ["BootstrapStep", "Event", "Ledger", "Session"]
+
+
+def __getattr__(name: str):
+    if name in ("BootstrapStep", "Event", "Session"):
+        from ledger import models
+
+        return getattr(models, name)
+    if name == "Ledger":
+        from ledger.store import Ledger
+
+        return Ledger
+    raise AttributeError(f"module 'ledger' has no attribute {name!r}")

@@ -14,9 +14,11 @@ tokens (failed runs). Both are USD per 1e6 tokens, None when there are no tokens
 from __future__ import annotations
 
 import calendar
+from bisect import bisect_right
+from operator import attrgetter
 import time
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable
 from zoneinfo import ZoneInfo
@@ -100,7 +102,19 @@ def per_mtoken(cost_usd: float, tokens: int) -> float | None:
     return round(cost_usd / tokens * 1e6, 6) if tokens else None
 
 
-@dataclass
+def _fact(s: Row) -> tuple | None:
+    """What a row adds to any group, computed once per row: (row, closed, simulated, cost USD,
+    GPU-hours, tokens, job-only USD); None for a session that never got an instance."""
+    if s.instance_id is None and s.instance_created_at is None:
+        return None  # never rented: not a session that cost anything
+    if s.status != "closed":
+        return (s, False, bool(s.simulated), 0.0, 0.0, 0, 0.0)
+    tokens = s.tokens or 0
+    gh = (s.billed_seconds or 0.0) * max(1, s.gpu_count) / 3600.0
+    return (s, True, bool(s.simulated), s.cost_usd or 0.0, gh, tokens, job_cost(s) if tokens else 0.0)
+
+
+@dataclass(slots=True)
 class Totals:
     """Running sums for one group (a month, an experiment, a card, a provider, a day)."""
 
@@ -117,30 +131,32 @@ class Totals:
     open_sessions: int = 0
     latest_at: float = 0.0
     latest_conclusion: str = ""
-    _names: list = field(default_factory=list)
 
     def add(self, s: Row) -> None:
-        if not got_instance(s):
-            return  # never rented: not a session that cost anything
+        f = _fact(s)
+        if f is not None:
+            self.add_fact(f)
+
+    def add_fact(self, f: tuple) -> None:
+        s, closed, sim, cost, gh, tokens, jc = f
         self.sessions += 1
         if s.conclusion and s.created_at >= self.latest_at:
             self.latest_at, self.latest_conclusion = s.created_at, s.conclusion
-        if s.status != "closed":
+        if not closed:
             self.open_sessions += 1
             return
-        self.gpu_hours += (s.billed_seconds or 0.0) * max(1, s.gpu_count) / 3600.0
-        tokens = s.tokens or 0
+        self.gpu_hours += gh
         self.tokens += tokens
-        if s.simulated:
-            self.simulated_usd += s.cost_usd or 0.0
+        if sim:
+            self.simulated_usd += cost
             if tokens:
                 self.simulated_tokens += tokens
-                self.simulated_job_usd += job_cost(s)
+                self.simulated_job_usd += jc
         else:
-            self.cost_usd += s.cost_usd or 0.0
+            self.cost_usd += cost
             if tokens:
                 self.real_tokens += tokens
-                self.real_job_usd += job_cost(s)
+                self.real_job_usd += jc
 
     def as_json(self) -> dict:
         return {
@@ -158,23 +174,33 @@ class Totals:
         }
 
 
-def _group(sessions: Iterable[Row], key: Callable[[Row], str], conclusion: bool = False) -> list[dict]:
+def _facts(sessions: Iterable[Row]) -> list[tuple]:
+    return [f for f in map(_fact, sessions) if f is not None]
+
+
+def _group_facts(facts: list[tuple], key: Callable[[Row], str]) -> dict[str, Totals]:
     groups: dict[str, Totals] = {}
-    for s in sessions:
-        name = key(s)
+    for f in facts:
+        name = key(f[0])
         g = groups.get(name)
         if g is None:
             g = groups[name] = Totals(name=name)
-        g.add(s)
+        g.add_fact(f)
+    return groups
+
+
+def _rows(groups: dict[str, Totals], conclusion: bool = False) -> list[dict]:
     rows = []
     for g in groups.values():
-        if not g.sessions:
-            continue
         j = g.as_json()
         if conclusion:
             j["latest_conclusion"] = g.latest_conclusion
         rows.append(j)
     return sorted(rows, key=lambda r: (-(r["cost_usd"] + r["simulated_usd"]), r["name"]))
+
+
+def _group(sessions: Iterable[Row], key: Callable[[Row], str], conclusion: bool = False) -> list[dict]:
+    return _rows(_group_facts(_facts(sessions), key), conclusion)
 
 
 def card_name(s: Row) -> str:
@@ -190,9 +216,10 @@ def month_report(sessions: list[Row], month: str, tz: str | None = None, by_day:
     "simulated_usd_per_mtoken_job","by_experiment","by_card","by_provider"}``, plus ``"days"``
     (``day_report``) when ``by_day``. Money in USD, ``gpu_hours`` = billed hours x GPU count.
     """
+    facts = _facts(sessions)
     t = Totals(name=month)
-    for s in sessions:
-        t.add(s)
+    for f in facts:
+        t.add_fact(f)
     j = t.as_json()
     out = {
         "month": month,
@@ -207,31 +234,35 @@ def month_report(sessions: list[Row], month: str, tz: str | None = None, by_day:
         "usd_per_mtoken_job": j["usd_per_mtoken_job"],
         "simulated_usd_per_mtoken": j["simulated_usd_per_mtoken"],
         "simulated_usd_per_mtoken_job": j["simulated_usd_per_mtoken_job"],
-        "by_experiment": _group(sessions, lambda s: s.experiment),
-        "by_card": _group(sessions, card_name),
-        "by_provider": _group(sessions, lambda s: s.provider),
+        "by_experiment": _rows(_group_facts(facts, attrgetter("experiment"))),
+        "by_card": _rows(_group_facts(facts, card_name)),
+        "by_provider": _rows(_group_facts(facts, attrgetter("provider"))),
     }
     if by_day:
-        out["days"] = day_report(sessions, month, tz)
+        out["days"] = _days(facts, month, tz)
     return out
 
 
 def day_report(sessions: Iterable[Row], month: str, tz: str | None = None) -> list[dict]:
     """One row per calendar day of ``month`` in ``tz`` (days without spend included, so a plot has
     no gaps): ``{"date","cost_usd","simulated_usd","gpu_hours","sessions","tokens"}``. A session
-    counts on the day of its intent time."""
-    groups: dict[str, Totals] = {}
-    for s in sessions:
-        d = day_of(s.created_at, tz)
-        g = groups.get(d)
-        if g is None:
-            g = groups[d] = Totals(name=d)
-        g.add(s)
+    counts on the day of its intent time; ``sessions`` must lie in the month."""
+    return _days(_facts(sessions), month, tz)
+
+
+def _days(facts: list[tuple], month: str, tz: str | None) -> list[dict]:
+    n_days = days_in_month(month)
+    names = [f"{month}-{n:02d}" for n in range(1, n_days + 1)]
+    starts = [day_start(d, tz) for d in names]  # DST-safe day edges, then bisect: no per-row datetime
+    groups = [Totals(name=d) for d in names]
+    for f in facts:
+        i = bisect_right(starts, f[0].created_at) - 1
+        if 0 <= i < n_days:
+            groups[i].add_fact(f)
     out = []
-    for n in range(1, days_in_month(month) + 1):
-        d = f"{month}-{n:02d}"
-        j = groups.get(d, Totals(name=d)).as_json()
-        out.append({k: j[k] for k in ("cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens")} | {"date": d})
+    for g in groups:
+        j = g.as_json()
+        out.append({"date": g.name} | {k: j[k] for k in ("cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens")})
     return out
 
 

@@ -1,5 +1,5 @@
-"""The ledger store: engine setup (SQLite WAL + busy timeout, or any SQLAlchemy URL), migrations,
-and the few writes the lifecycle needs. Every write is its own short transaction so a crash leaves
+"""The ledger store: the few writes the lifecycle needs and the ORM reads of single sessions (the
+engine and migrations are ``ledger/engine.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so a crash leaves
 every committed transition in place.
 """
 
@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any, Iterable
 
 import sqlalchemy as sa
-from sqlalchemy import event as sa_event
 from sqlmodel import Session as DbSession
 from sqlmodel import select
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.migrations import migrate
+from ledger.engine import SQLITE_BUSY_TIMEOUT_MS, open_engine
 from ledger.models import BootstrapStep, Event, Session
+from ledger.reads import rows_between
 
 __all__ = ["Ledger", "billed_cost", "SQLITE_BUSY_TIMEOUT_MS", "ImportRejected"]
 
@@ -31,24 +30,6 @@ class ImportRejected(ValueError):
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
         super().__init__(f"{len(errors)} bad row(s), nothing imported: {first}{more}")
 
-# SQLite waits this long for a competing writer before "database is locked" (milliseconds).
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
-    # Let SQLAlchemy's "begin" hook issue BEGIN itself (see Ledger.__init__).
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.close()
-
-
-def _sqlite_begin(conn) -> None:
-    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("ledger_read") else "BEGIN IMMEDIATE")
-
 
 class Ledger:
     """A ledger at ``url`` (SQLAlchemy URL). Creates the SQLite file's folder and applies pending
@@ -56,26 +37,7 @@ class Ledger:
 
     def __init__(self, url: str):
         self.url = url
-        if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-            Path(url[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        kwargs: dict[str, Any] = {}
-        if url.startswith("sqlite"):
-            kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
-        self.engine = sa.create_engine(url, **kwargs)
-        if url.startswith("sqlite"):
-            sa_event.listen(self.engine, "connect", _sqlite_pragmas)
-            # pysqlite's own transaction handling defers BEGIN; take the write lock at BEGIN so two
-            # writers queue on busy_timeout instead of failing on lock upgrade. Report reads
-            # (execution option ``ledger_read``) take no write lock: WAL lets them run beside a writer.
-            sa_event.listen(self.engine, "begin", _sqlite_begin)
-        self._migrate()
-
-    def _migrate(self) -> None:
-        with self.engine.begin() as conn:
-            if self.engine.dialect.name == "postgresql":
-                # One migrator at a time across processes.
-                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7401)")
-            migrate(conn)
+        self.engine = open_engine(url)
 
     # -- writes -------------------------------------------------------------------------------
     def add_session(self, row: Session) -> None:
@@ -247,17 +209,8 @@ class Ledger:
 
     def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None) -> list[Any]:
         """Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
-        None leaves that side open. For reports over many sessions (100k rows in well under a
-        second). ``columns``: the ``sessions`` columns to load (default: all)."""
-        table = Session.__table__
-        cols = [table.c[c] for c in columns] if columns else [table]
-        q = sa.select(*cols).order_by(table.c.created_at, table.c.id)
-        if start is not None:
-            q = q.where(table.c.created_at >= start)
-        if end is not None:
-            q = q.where(table.c.created_at < end)
-        with self.engine.connect().execution_options(ledger_read=True) as conn:
-            return list(conn.execute(q))
+        see ``ledger.reads.rows_between``."""
+        return rows_between(self.engine, start, end, columns)
 
     def steps(self, session_id: str) -> list[BootstrapStep]:
         with DbSession(self.engine) as db:

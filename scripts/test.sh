@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine, then run the whole suite.
-# System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1) and PostgreSQL
-# (ledger tests run on SQLite and on a real PostgreSQL server the tests start themselves).
+# System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1), PostgreSQL (ledger
+# tests run on SQLite and on a real PostgreSQL server the tests start themselves) and git (the
+# bootstrap `code` step clones a local repository).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v git >/dev/null || need+=(git)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else

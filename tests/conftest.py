@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+PYCACHE = str(Path(tempfile.gettempdir()) / "gpuops-tests-pycache")
 
 
 @pytest.fixture
@@ -34,6 +36,10 @@ def cli_env(gpuops_home):
     """Environment for running ``python -m gpuops`` as a subprocess against ``gpuops_home``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    # Keep compiled bytecode between CLI subprocesses (outside the source tree): with
+    # PYTHONDONTWRITEBYTECODE set, every run would recompile SQLAlchemy (~2 s each).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = PYCACHE
     return env
 
 

@@ -28,6 +28,9 @@ class Card:
     ``vram_bytes``: nominal memory in bytes (GiB x 2^30). ``bandwidth_bytes_s``: peak memory
     bandwidth in bytes/s. ``bf16_flops``/``fp8_flops``: dense peak FLOP/s (0 when unsupported).
     ``reference_usd_per_hour``: a typical on-demand price, used only for simulated costs.
+    ``reported_vram_bytes``: what nvidia-smi reports (MiB x 2^20), or ``vram_bytes`` when the
+    catalog has no reported figure; serving engines take their headroom fraction of this.
+    ``bf16_native``: False for cards whose 16-bit tensor peak is fp16 only (T4).
     """
 
     name: str
@@ -43,6 +46,8 @@ class Card:
     vast_name: str
     reference_usd_per_hour: float
     sources: tuple[str, ...]
+    reported_vram_bytes: int = 0
+    bf16_native: bool = True
 
 
 @lru_cache(maxsize=1)
@@ -66,6 +71,8 @@ def cards() -> tuple[Card, ...]:
                 vast_name=c.get("vast_name", ""),
                 reference_usd_per_hour=float(c.get("reference_usd_per_hour", 0.0)),
                 sources=tuple(c.get("sources", ())),
+                reported_vram_bytes=int(c["vram_reported_mib"] * 2**20) if c.get("vram_reported_mib") else int(c["vram_gib"] * GIB),
+                bf16_native=bool(c.get("bf16_native", True)),
             )
         )
     return tuple(out)

@@ -127,6 +127,12 @@ class ProviderErrorKind(str, enum.Enum):
     BAD_REQUEST = "bad_request"
     GONE = "gone"
     UNSUPPORTED = "unsupported"
+    # A wait ran past its deadline (no SSH port, stuck loading); the instance must be destroyed.
+    TIMEOUT = "timeout"
+    # An interruptible instance was outbid/reclaimed (Vast: stopped while intended running).
+    PREEMPTED = "preempted"
+    # The bid was under the offer's minimum; Vast may still have made a stopped instance (id kept).
+    BID_TOO_LOW = "bid_too_low"
 
 
 class ProviderError(GpuopsError):

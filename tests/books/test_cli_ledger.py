@@ -5,21 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import subprocess
-import tempfile
 
 from tests.books.conftest import build_books
 from tests.conftest import gpuops_cmd
 
 
-# Let the CLI subprocesses keep compiled bytecode between runs (outside the source tree): without
-# it every run recompiles SQLAlchemy from source (about 2 s each on the CI machine).
-PYC = os.path.join(tempfile.gettempdir(), "gpuops-tests-pycache")
-
-
 def run(env, *args, ok=True):
-    env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"PYTHONPYCACHEPREFIX": PYC}
     p = subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=120)
     if ok:
         assert p.returncode == 0, p.stderr

@@ -171,3 +171,15 @@ def test_csv_and_json_views(books):
     assert {r["name"]: r["latest_conclusion"] for r in ex}["finetune"] == "loss 1.92 after 1 epoch"
     show = list(csv.DictReader(io.StringIO(csv_text("show", cmds.show(books, "s1")))))
     assert show[0]["id"] == "s1" and show[0]["cost_usd"] == "2.4" and show[0]["usd_per_mtoken_job"] == "0.15"
+
+
+def test_month_table_folds_the_tail():
+    from gpuops.ledger_view import _fold
+
+    rows = [{"name": f"e{i}", "cost_usd": 10.0 - i, "simulated_usd": 0.5, "gpu_hours": 1.0, "sessions": 2, "open_sessions": 1,
+             "tokens": 100, "usd_per_mtoken": 1.0, "usd_per_mtoken_job": 1.0, "simulated_usd_per_mtoken": None,
+             "simulated_usd_per_mtoken_job": None} for i in range(5)]
+    assert _fold(rows, 5) == rows
+    folded = _fold(rows, 3)
+    assert [r["name"] for r in folded] == ["e0", "e1", "e2", "(2 more)"]
+    assert folded[3]["cost_usd"] == 13.0 and folded[3]["sessions"] == 4 and folded[3]["usd_per_mtoken"] is None

@@ -52,3 +52,63 @@ def test_first_schema_opens_in_newest_code(ledger_url):
     with again.engine.connect() as conn:
         assert applied(conn) == [name for name, _ in MIGRATIONS]
     again.engine.dispose()
+
+
+def test_report_columns_match_the_model():
+    from ledger.models import Session
+    from ledger.reads import SESSION_COLUMNS
+    from ledger.reports import SESSION_FIELDS
+
+    assert set(SESSION_COLUMNS) == set(Session.__table__.c.keys()) == set(SESSION_FIELDS)
+
+
+def test_report_path_does_not_import_the_orm():
+    import subprocess
+    import sys
+
+    code = ("import sys, gpuops.books, gpuops.ledger_view, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_migration_names_are_listed_for_the_fast_path():
+    from ledger.schema_version import MIGRATION_NAMES
+
+    assert list(MIGRATION_NAMES) == [name for name, _ in MIGRATIONS]
+
+
+def test_fast_sqlite_reads_equal_sqlalchemy_reads(tmp_path):
+    from ledger import Ledger
+    from ledger.reads import LedgerReader, rows_between
+    from tests.books.conftest import build_books
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    led = Ledger(url)
+    build_books(led)
+    reader = LedgerReader(url)
+    assert reader._sqlite is not None and reader._engine is None  # the stdlib path, no engine opened
+    for cols in (None, ("id", "simulated", "cost_usd", "created_at")):
+        fast = reader.rows_between(1793491200.0, 1796083200.0, cols)
+        core = rows_between(led.engine, 1793491200.0, 1796083200.0, cols)
+        assert [tuple(r) for r in fast] == [tuple(r) for r in core]
+        assert all(type(r.simulated) is bool for r in fast)
+    assert [r.id for r in reader.rows_between()] == ["s7", "s1", "s2", "s5", "s3", "s4", "s6"]
+    led.engine.dispose()
+
+
+def test_reader_migrates_an_old_sqlite_ledger(tmp_path):
+    from ledger.reads import LedgerReader
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        migrate(conn, upto="m001_initial")
+        conn.execute(sa.table("sessions", *[sa.column(k) for k in OLD_ROW]).insert(), [OLD_ROW])
+    engine.dispose()
+    reader = LedgerReader(url)
+    assert reader._sqlite is None  # needed a migration: went through SQLAlchemy
+    rows = reader.rows_between()
+    assert [(r.id, r.cost_usd, r.source, r.spot) for r in rows] == [(OLD_ROW["id"], 0.35, "gpuops", True)]
+    assert LedgerReader(url)._sqlite is not None  # current now

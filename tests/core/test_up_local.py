@@ -118,7 +118,8 @@ def test_dry_run_rents_nothing_and_books_nothing(gpuops_home, tmp_path, cli_env)
                          env=cli_env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
-    assert plan["card"] == "h100-sxm" and plan["provider"] == "local"
+    # `h100` is the family (PCIe and SXM); the cheapest at catalog reference prices is the PCIe card.
+    assert plan["card"] == "h100-pcie" and plan["provider"] == "local"
     assert plan["projected_cost_usd"] == pytest.approx(2 * plan["usd_per_hour"])
     assert plan["teardown"]["max_hours"] == 2
     assert not (gpuops_home / "boxes").exists()

@@ -1,0 +1,84 @@
+"""The detached job on a box: start it under ``bootstrap/jobwrap.py``, follow its log (dropping
+and re-attaching at will), read its exit, copy its results back.
+
+On the box (relative to the session directory): ``.gpuops/run/job.log`` (stdout+stderr),
+``job.pid``, ``exit_code`` (``code\\nstarted\\nended``, epoch seconds) and ``exit_marker``
+(present once the job has ended; see bootstrap/jobwrap.py).
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from gpuops.bootstrap_config import RUNNER_DIR
+from gpuops.errors import GpuopsError
+
+JOB_DIR = ".gpuops/run"  # the launcher's RUN_DIR; .gpuops/job holds the job file
+LOG = f"{JOB_DIR}/job.log"
+
+
+@dataclass(frozen=True)
+class JobExit:
+    """``code``: exit status (128+N for signal N); ``started``/``ended``: epoch seconds."""
+
+    code: int
+    started: float | None
+    ended: float | None
+
+
+def start_job(box, command: str, *, env: dict[str, str] | None = None, python: str = "python3") -> None:
+    """Start ``command`` (bash) detached on ``box`` under the job wrapper (setsid + nohup): it
+    survives a dropped connection and the laptop process. ``env`` (secrets) goes through the
+    Box's 0600 env file. Requires the runner shipped to ``.gpuops/bootstrap`` (run_plan does)."""
+    q = shlex.quote
+    box.run_detached(
+        f"rm -rf {JOB_DIR} && mkdir -p {JOB_DIR} && exec {q(python)} {RUNNER_DIR}/jobwrap.py --dir {JOB_DIR} -- bash -c {q(command)}",
+        env=env,
+    )
+
+
+def job_exit(box) -> JobExit | None:
+    """The job's exit, or None while it runs (or before it started)."""
+    if box.read_file(f"{JOB_DIR}/exit_marker") is None:
+        return None
+    raw = (box.read_file(f"{JOB_DIR}/exit_code") or b"").decode().split()
+    if not raw:
+        raise GpuopsError("job exit marker present but exit_code empty", "inspect .gpuops/run on the box")
+    vals = [float(x) for x in raw[1:3]] + [None, None]
+    return JobExit(code=int(raw[0]), started=vals[0], ended=vals[1])
+
+
+def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offset: int = 0, poll_s: float = 0.5,
+               deadline: float | None = None, started_deadline: float | None = None) -> tuple[int, JobExit | None]:
+    """Copy the job log from byte ``offset`` to ``write`` (raw bytes, in order, each byte once).
+
+    With ``follow`` keep polling every ``poll_s`` seconds until the job has ended and the log is
+    drained; else return after one read. ``deadline`` (``time.monotonic()``) ends following
+    early. Returns (next offset, JobExit or None). A dropped connection is re-established by the
+    Box (SSHBox reconnects); pass the returned offset back in to re-attach where you left off.
+    ``started_deadline``: when the log has not appeared by then, raise GpuopsError.
+    """
+    while True:
+        ended = job_exit(box)  # read before the log, so the log read after it holds everything
+        chunk = box.read_file(LOG, offset)
+        if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
+            raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")
+        if chunk:
+            write(chunk)
+            offset += len(chunk)
+        if ended is not None and not chunk:
+            return offset, ended
+        if not follow or (deadline is not None and time.monotonic() > deadline):
+            return offset, ended
+        if not chunk:
+            time.sleep(poll_s)
+
+
+def copy_results(box, results: str, dest: Path) -> Path | None:
+    """Copy the job's results (``[job] results``, relative to the box root) into ``dest``;
+    returns ``dest`` or None when the job wrote none."""
+    return Path(dest) if box.get(results.rstrip("/") or ".", Path(dest)) else None

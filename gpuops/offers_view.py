@@ -1,0 +1,119 @@
+"""`gpuops offers`: one ranked list across the configured providers (the command body; cli.py only
+parses flags and calls ``find_offers`` then ``render``).
+
+Ranking is ``gpuops.offers.rank``: offers that fit the VRAM asked for, then cheapest (the minimum
+bid for interruptible offers), reliability as the tie-break.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gpuops.errors import BadInput
+from gpuops.providers.base import Offer, OfferQuery, ProviderError, ProviderErrorKind
+
+if TYPE_CHECKING:
+    from gpuops.config import Settings
+
+GB = 10**9
+GIB = 2**30
+
+
+@dataclass
+class OffersResult:
+    """Ranked offers, and one-line notes (a provider skipped or failing) for stderr."""
+
+    offers: list[Offer]
+    notes: list[str] = field(default_factory=list)
+    providers: list[str] = field(default_factory=list)
+
+
+def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | None = None, gpu_count: int = 1, provider: str | None = None,
+                spot: bool | None = None, max_price: float | None = None, limit: int = 20, model: str | None = None,
+                dtype: str = "bf16", kv_dtype: str = "same", seq: int = 4096, batch: int = 1) -> OffersResult:
+    """Offers from ``provider`` (or every configured marketplace; ``local`` when none is), ranked.
+
+    ``vram_gb``: per-GPU need in GB (10^9 bytes); or ``model`` (+ dtype, kv_dtype, seq, batch):
+    the need and the fitting cards from ``gpuops.plan.size_for_up``, as `up --model` rents.
+    ``max_price``: USD/h for the whole box; ``spot``: True interruptible only, False on-demand only,
+    None both. Raises BadInput for bad flags, and ProviderError when the named provider (or every
+    provider asked) fails.
+    """
+    from gpuops.offers import rank
+    from gpuops.providers import NAMES, configured, get_provider
+
+    if gpu_count < 1:
+        raise BadInput(f"--gpu-count {gpu_count} must be at least 1", "pass --gpu-count 1 or more")
+    if limit < 1:
+        raise BadInput(f"--limit {limit} must be at least 1", "pass --limit 1 or more")
+    if vram_gb is not None and vram_gb <= 0:
+        raise BadInput(f"--vram-gb {vram_gb:g} must be positive", "pass the per-GPU memory in GB, e.g. --vram-gb 40")
+    if max_price is not None and max_price <= 0:
+        raise BadInput(f"--max-price {max_price:g} must be positive", "pass USD per hour for the whole box, e.g. --max-price 2.5")
+    if provider is not None and provider not in NAMES:
+        raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if model and vram_gb is not None:
+        raise BadInput("--model and --vram-gb both say how much memory is needed", "pass one of them")
+    cards: tuple[str, ...] = ()
+    if card:
+        from gpuops.catalog import resolve_cards
+
+        cards = tuple(c.name for c in resolve_cards(card))
+    need = int(vram_gb * GB) if vram_gb else 0
+    if model:
+        from gpuops.plan import size_for_up
+
+        need, cards, _ = size_for_up(model, dtype=dtype, kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, card=card or None)
+    query = OfferQuery(cards=cards, gpu_count=gpu_count, min_vram_bytes=need, spot=spot, max_usd_per_hour=max_price)
+
+    notes: list[str] = []
+    if provider:
+        names = [provider]
+    else:
+        names = configured(settings)
+        if not names:
+            names = ["local"]
+            notes.append("no RunPod or Vast.ai key found (RUNPOD_API_KEY, VAST_API_KEY): showing this machine only")
+    pooled: list[Offer] = []
+    errors: list[ProviderError] = []
+    for name in names:
+        try:
+            pooled.extend(get_provider(name, settings).offers(query))
+        except ProviderError as e:
+            if provider:
+                raise
+            if e.kind == ProviderErrorKind.UNSUPPORTED:
+                notes.append(f"{name}: skipped: {e.message}")
+            else:
+                errors.append(e)
+                notes.append(f"{name}: {e}")
+    if errors and len(errors) == len(names):
+        raise errors[0]
+    ranked = rank(pooled, need_bytes_per_gpu=need, max_usd_per_hour=max_price, spot=spot)
+    return OffersResult(offers=ranked[:limit], notes=notes, providers=names)
+
+
+def to_json(result: OffersResult) -> str:
+    """The offers as a JSON list of ``Offer.as_json()`` objects."""
+    return json.dumps([o.as_json() for o in result.offers], indent=1)
+
+
+def render(result: OffersResult, console=None) -> None:
+    """Print the offers as a rich table (VRAM in GiB, prices in USD/h)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    if not result.offers:
+        console.print(f"no offers match (asked: {', '.join(result.providers)})")
+        return
+    t = Table(title="offers: fit, then price, then reliability")
+    for col in ("provider", "offer", "card", "GPUs", "VRAM/GPU GiB", "USD/h", "kind", "min bid USD/h", "reliability", "region"):
+        t.add_column(col, justify="right" if col in ("GPUs", "VRAM/GPU GiB", "USD/h", "min bid USD/h", "reliability") else "left")
+    for o in result.offers:
+        t.add_row(o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.usd_per_hour:.3f}",
+                  "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
+                  f"{o.min_bid:.3f}" if o.min_bid is not None else "", f"{o.reliability:.3f}", o.region)
+    console.print(t)

@@ -1,0 +1,216 @@
+"""`gpuops plan`: run the planner and render its answer (rich tables, or JSON).
+
+The CLI command is a thin wrapper around ``plan_command``; ``gpuops.plan`` and rich are imported
+inside the functions so that `gpuops --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+ALL_MODELS = "all"
+LIST_MODELS = "list"
+
+
+def plan_command(
+    model: str,
+    dtype: str = "bf16",
+    kv_dtype: str = "same",
+    batch: int | str = 1,
+    seq: int | str = 4096,
+    mode: str = "infer",
+    gpu_count: int | str = 1,
+    headroom: float | str = 0.90,
+    card: str | None = None,
+    json_out: bool = False,
+) -> int:
+    """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout;
+    warnings go to stderr. Returns the exit code (0). Raises BadInput (exit 2) for bad input."""
+    from gpuops import plan as P
+
+    if model.strip().lower() == LIST_MODELS:
+        render_catalog(json_out)
+        return 0
+    args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card)
+    if model.strip().lower() == ALL_MODELS:
+        plans = [P.plan(m, **args) for m in P.model_catalog()]
+        if json_out:
+            _print_json([p.as_json() for p in plans])
+        else:
+            render_matrix(plans)
+        return 0
+    p = P.plan(model, **args)
+    for w in p.warnings:
+        sys.stderr.write(f"warning: {w}\n")
+    if json_out:
+        _print_json(p.as_json())
+    else:
+        render(p)
+    return 0
+
+
+def _print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+
+
+def _n(x: float) -> str:
+    """6.74e9 -> '6.74B', 131072000 -> '131.1M'."""
+    for div, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:.2f}{unit}" if div >= 1e9 else f"{x / div:.1f}{unit}"
+    return f"{x:g}"
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:,.2f} GB"
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:,.2f} GiB"
+
+
+def _kib(b: float) -> str:
+    return f"{b / 1024:,.1f} KiB" if b < 2**20 else f"{b / 2**20:,.2f} MiB"
+
+
+def _usd(v: float | None) -> str:
+    return "-" if v is None else (f"{v:,.2f}" if v >= 1 else f"{v:.3f}")
+
+
+def memory_rows(p) -> list[tuple[str, str, str, str]]:
+    """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
+    from gpuops import plan as P
+
+    a = p.arch
+    bd = a.breakdown
+    parts = " + ".join(f"{k} {_n(v)}" for k, v in bd.items() if v)
+    rows = [("params", _n(p.params), "", f"{parts}" + (f"; active per token {_n(p.active_params)}" if p.active_params != p.params else ""))]
+    if p.mode == "train":
+        rows.append(("weights+grads+Adam", _gb(p.weights_bytes), _gib(p.weights_bytes), f"{_n(p.params)} params x {P.TRAIN_BYTES_PER_PARAM} B (bf16 w 2 + g 2, fp32 master 4 + m 4 + v 4)"))
+    else:
+        rows.append(("weights", _gb(p.weights_bytes), _gib(p.weights_bytes), p.weights_source + (f" (int4: 4 bit + fp16 scale per {P.INT4_GROUP_SIZE})" if p.dtype == "int4" else "")))
+        kvb = P.KV_DTYPE_BYTES[p.kv_dtype]
+        if a.mla:
+            f = f"{a.layers} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
+        else:
+            f = f"2 x {a.layers} layers x {a.kv_heads} kv_heads x {a.head_dim} head_dim x {kvb:g} B"
+        rows.append(("KV / token", _kib(p.kv_bytes_per_token), "", f))
+        win = sum(1 for w in a.layer_window if w)
+        wnote = f"; {win} of {a.layers} layers keep <= {max(w for w in a.layer_window if w)} tokens (sliding window)" if win else ""
+        rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes), f"KV/token x batch {p.batch} x seq {p.seq}{wnote}"))
+    if p.mode == "train":
+        af = f"{p.batch * p.seq:,} tokens x (34 x hidden {a.hidden} x {a.layers} layers + 4 x vocab {a.vocab}) B (no recomputation)"
+    else:
+        af = f"{p.batch * p.seq:,} tokens x widest intermediate {a.act_width:,} x {4 if p.dtype == 'fp32' else 2} B (one layer, whole-batch prefill)"
+    rows.append(("activations", _gb(p.activation_bytes), _gib(p.activation_bytes), af))
+    rows.append(("overhead / GPU", _gb(p.overhead_bytes), _gib(p.overhead_bytes), "CUDA context + allocator slack + library workspaces (assumed 1.5 GB)"))
+    tot_f = "weights + KV + activations + overhead" + (f" x {p.gpu_count} GPUs" if p.gpu_count > 1 else "")
+    rows.append(("total", _gb(p.total_bytes), _gib(p.total_bytes), tot_f))
+    if p.gpu_count > 1:
+        per = p.per_gpu_bytes()
+        rows.append(("per GPU", _gb(per), _gib(per), f"tensor parallel over {p.gpu_count}: weights, KV (by KV head) and activations split; overhead replicated"))
+    return rows
+
+
+def render(p, console=None) -> None:
+    """Print the memory breakdown and the per-card table of one plan."""
+    from rich.table import Table
+
+    con = console or _console()
+    kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
+    con.print(f"[bold]{p.model}[/] ({p.arch.family}; {p.source})")
+    con.print(f"{p.mode}: {p.dtype} weights{kv}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s), headroom {p.headroom:.0%}")
+    mt = Table(title="memory (GB = 10^9 B, GiB = 2^30 B)", title_justify="left")
+    for col, just in (("item", "left"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
+        mt.add_column(col, justify=just)
+    for row in memory_rows(p):
+        mt.add_row(*row)
+    con.print(mt)
+
+    t = Table(title=f"cards ({p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of reported VRAM)", title_justify="left")
+    cols = [("card", "left"), ("VRAM GiB", "right"), ("need/GPU GiB", "right"), ("fits", "center"), (f"max batch @{p.seq}", "right")]
+    if p.mode == "infer":
+        cols += [("decode tok/s b1 (BW/weights)", "right"), ("ridge FLOP/B", "right"), ("compute-bound batch", "right"),
+                 ("tok/s @max batch", "right"), ("USD/h", "right"), ("$/Mtok ceiling", "right"), ("$/Mtok b1", "right"), ("$/Mtok max batch", "right")]
+    else:
+        cols += [("ridge FLOP/B", "right"), ("USD/h", "right")]
+    for col, just in cols:
+        t.add_column(col, justify=just)
+    for c in p.cards:
+        fits = "[green]yes[/]" if c.fits else f"[red]no[/] (-{c.missing_bytes / 2**30:.1f})"
+        row = [c.card.display, f"{c.card.vram_bytes / 2**30:g}", f"{c.need_bytes_per_gpu / 2**30:.2f}", fits, str(c.max_batch)]
+        if p.mode == "infer":
+            u = c.usd_per_mtoken or {}
+            row += [f"{c.decode_tok_s:,.1f}", f"{c.ridge_flop_per_byte:,.0f}", f"{c.compute_bound_batch:,.0f}",
+                    "-" if not c.max_batch_tok_s else f"{c.max_batch_tok_s:,.0f}", f"{c.usd_per_hour:.2f}",
+                    _usd(u.get("ceiling")), _usd(u.get("batch_1")), _usd(u.get("max_batch"))]
+        else:
+            row += [f"{c.ridge_flop_per_byte:,.0f}", f"{c.usd_per_hour:.2f}"]
+        t.add_row(*row)
+    con.print(t)
+    if p.mode == "infer":
+        con.print("decode ceiling = N x bandwidth / weight bytes read per token (MoE: routed experts only); "
+                  "tok/s @max batch = batch / max(bytes read / bandwidth, 2 x active params x batch / FLOP/s), "
+                  "KV of a full --seq context read each step; $/Mtok = USD/h / (tok/s x 3600) x 1e6 at the catalog's "
+                  "reference price (simulated, not an offer).", style="dim")
+
+
+def render_matrix(plans: list, console=None) -> None:
+    """Every model (rows) on every card (columns): max batch at --seq, or '-' when it does not fit."""
+    from rich.table import Table
+
+    con = console or _console()
+    if not plans:
+        return
+    p0 = plans[0]
+    t = Table(title=f"max batch at seq {p0.seq} ({p0.mode}, {p0.dtype}, {p0.gpu_count} GPU(s), headroom {p0.headroom:.0%}); '-' = does not fit", title_justify="left")
+    t.add_column("model")
+    t.add_column("params", justify="right")
+    t.add_column("weights GB", justify="right")
+    for c in p0.cards:
+        t.add_column(c.card.name, justify="right")
+    for p in plans:
+        t.add_row(p.model, _n(p.params), f"{p.weights_bytes / 1e9:.1f}", *[str(c.max_batch) if c.max_batch else "-" for c in p.cards])
+    con.print(t)
+
+
+def render_catalog(json_out: bool = False, console=None) -> None:
+    """The built-in models (name, family, params, context, source) and cards (VRAM, bandwidth, TFLOP/s)."""
+    from rich.table import Table
+
+    from gpuops import plan as P
+    from gpuops.catalog import cards
+
+    models = []
+    for m in P.model_catalog():
+        a = P.architecture(m.config)
+        models.append({"name": m.name, "family": a.family, "params": a.params, "active_params": a.active_params,
+                       "context": a.max_context, "source": m.source})
+    card_rows = [{"card": c.name, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,
+                  "bandwidth_bytes_s": c.bandwidth_bytes_s, "bf16_flops": c.bf16_flops, "fp8_flops": c.fp8_flops,
+                  "runpod_id": c.runpod_id, "vast_name": c.vast_name} for c in cards()]
+    if json_out:
+        _print_json({"models": models, "cards": card_rows})
+        return
+    con = console or _console()
+    t = Table(title="built-in models", title_justify="left")
+    for col in ("name", "family", "params", "active", "context", "source"):
+        t.add_column(col)
+    for m in models:
+        t.add_row(m["name"], m["family"], _n(m["params"]), _n(m["active_params"]), str(m["context"] or "-"), m["source"])
+    con.print(t)
+    t = Table(title="cards (TFLOP/s dense; GB/s = 10^9 B/s)", title_justify="left")
+    for col in ("card", "family", "aliases", "VRAM GiB", "GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "RunPod gpuTypeId", "Vast gpu_name"):
+        t.add_column(col)
+    for c in card_rows:
+        t.add_row(c["card"], c["family"], ", ".join(c["aliases"]), f"{c['vram_bytes'] / 2**30:g}", f"{c['bandwidth_bytes_s'] / 1e9:,.0f}",
+                  f"{c['bf16_flops'] / 1e12:g}", f"{c['fp8_flops'] / 1e12:g}" if c["fp8_flops"] else "-", c["runpod_id"] or "-", c["vast_name"] or "-")
+    con.print(t)

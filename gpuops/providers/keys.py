@@ -1,0 +1,139 @@
+"""Where provider API keys come from, in order, and the rules that keep them secret.
+
+Order (first found wins):
+1. the provider's variable: ``RUNPOD_API_KEY`` / ``VAST_API_KEY``;
+2. ``[providers.<name>] api_key`` in infra.toml (or ``GPUOPS_PROVIDERS_<NAME>_API_KEY``); a file
+   readable by group or others gets a warning;
+3. the provider's own file: ``~/.runpod/config.toml`` (profile ``[default]``, key ``api_key``, as
+   the runpod SDK's ``get_credentials`` reads it), or ``$XDG_CONFIG_HOME/vastai/vast_api_key`` then
+   ``~/.vast_api_key`` (as vastai's ``_resolve_api_key`` reads them).
+
+Note the runpod SDK itself never reads ``RUNPOD_API_KEY`` (only its config file), so we resolve the
+key and hand it to the SDK explicitly. A key is never logged, put in an error, a ledger row or a
+command line; ``redact`` scrubs it from any text that came back from a library.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+log = logging.getLogger("gpuops.providers")
+
+ENV_VARS = {"runpod": "RUNPOD_API_KEY", "vast": "VAST_API_KEY"}
+URL_VARS = {"runpod": "RUNPOD_API_BASE_URL", "vast": "VAST_URL"}
+DEFAULT_URLS = {"runpod": "https://api.runpod.io", "vast": "https://console.vast.ai"}
+
+
+@dataclass(frozen=True)
+class Credential:
+    """An API key and where it came from (``source`` is safe to print; ``key`` is not)."""
+
+    key: str
+    source: str
+
+    def __repr__(self) -> str:  # never show the key in a traceback or a debug print
+        return f"Credential(source={self.source!r})"
+
+
+def _provider_files(name: str, env: dict) -> list[Path]:
+    home = Path(env.get("HOME") or Path.home())
+    if name == "runpod":
+        return [home / ".runpod" / "config.toml"]
+    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    return [xdg / "vastai" / "vast_api_key", home / ".vast_api_key"]
+
+
+def _read_provider_file(name: str, path: Path) -> str:
+    if name == "runpod":
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            return ""
+        return str(data.get("default", {}).get("api_key", "") or "").strip()
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+_warned: set[str] = set()
+
+
+def _warn_if_readable(path: str) -> None:
+    if path in _warned:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        _warned.add(path)
+        log.warning("%s holds a provider API key and is readable by group/others (mode %o); run: chmod 600 %s",
+                    path, stat.S_IMODE(mode), path)
+
+
+def _key_in_file(path: str, name: str) -> bool:
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+    return bool(data.get("providers", {}).get(name, {}).get("api_key"))
+
+
+def resolve_key(name: str, configured: str = "", config_source: str | None = None, env: dict | None = None) -> Credential | None:
+    """The API key for provider ``name`` ("runpod" or "vast"), or None when none is set anywhere.
+
+    ``configured``: ``settings.providers.<name>.api_key``; ``config_source``: the infra.toml path it
+    may have come from (for the permission warning).
+    """
+    env = os.environ if env is None else env
+    var = ENV_VARS[name]
+    if env.get(var, "").strip():
+        return Credential(env[var].strip(), f"${var}")
+    if configured.strip():
+        if config_source and _key_in_file(config_source, name):
+            _warn_if_readable(config_source)
+            return Credential(configured.strip(), f"{config_source} [providers.{name}] api_key")
+        return Credential(configured.strip(), f"$GPUOPS_PROVIDERS_{name.upper()}_API_KEY")
+    for path in _provider_files(name, env):
+        key = _read_provider_file(name, path)
+        if key:
+            return Credential(key, str(path))
+    return None
+
+
+def resolve_url(name: str, configured: str = "", env: dict | None = None) -> str:
+    """API base URL for ``name``: ``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` /
+    ``VAST_URL``, else the provider's public endpoint. Trailing slashes are dropped (vastai joins
+    paths with plain string concatenation), and so is a trailing ``/graphql`` for RunPod (the SDK
+    appends it)."""
+    env = os.environ if env is None else env
+    url = (configured.strip() or env.get(URL_VARS[name], "").strip() or DEFAULT_URLS[name]).rstrip("/")
+    if name == "runpod" and url.endswith("/graphql"):
+        url = url[: -len("/graphql")]  # the SDK appends /graphql itself
+    return url
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` with every non-empty secret replaced by ``***``."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "***")
+    return text
+
+
+def missing_key_fix(name: str) -> str:
+    """The one-line fix for a missing or rejected key."""
+    if name == "runpod":
+        return "set RUNPOD_API_KEY (runpod.io > Settings > API Keys), or [providers.runpod] api_key in infra.toml (chmod 600)"
+    return "set VAST_API_KEY (cloud.vast.ai > Account > API Keys), or [providers.vast] api_key in infra.toml (chmod 600)"

@@ -1,0 +1,346 @@
+"""Vast.ai through the ``vastai`` SDK (1.9.1; imported lazily, inside methods).
+
+Calls used: ``VastAI(api_key=..., server_url=..., retry=1)``; ``search_offers`` (``type="bid"`` for
+interruptible offers), ``create_instance`` (``price=`` the bid for interruptible offers),
+``show_instance``/``show_instances``, ``destroy_instance`` (never stop: a stopped instance keeps
+billing its disk), ``show_user`` (``credit``, USD).
+
+Units (vast offer fields, shared/research/provider-sdks.md section 2.3): ``gpu_ram`` is per GPU in
+Vast "MB", which are MiB in practice (an RTX 4090 lists 24564, an 80 GB A100 81920, as nvidia-smi
+prints MiB), so vram_bytes = gpu_ram x 2^20; ``dph_total`` is USD/h for the whole box including
+storage at ``allocated_storage`` GiB; ``min_bid`` is USD/h; ``reliability2``/``reliability`` 0..1.
+
+SDK quirks handled here:
+- ``VAST_URL`` is read once, when ``vastai.api.client`` is imported; we always pass ``server_url=``.
+- the SDK retries 429/5xx itself (3 tries, ~0.4 s) and then raises ``requests.HTTPError``; we pass
+  ``retry=1`` so that the only retries are ours (bounded, tenacity) and a create is never retried
+  blindly. Its per-request timeout is 120 s; we lower it (``timeout_s``).
+- a ``type="bid"`` search followed by a create without ``price`` rents ON-DEMAND: an interruptible
+  create always sends a price (the bid, default the offer's ``min_bid``).
+- a bid under the minimum can leave a stopped instance that bills storage and comes back as an error
+  carrying its id: we destroy it at once and raise BID_TOO_LOW with ``instance_id`` set.
+- errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg``; they are mapped to kinds.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from gpuops.catalog import Card, cards
+from gpuops.errors import BadInput
+from gpuops.providers import inputs
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint
+from gpuops.providers.keys import Credential, missing_key_fix, redact
+from gpuops.providers.retry import RetryPolicy, call_with_retries
+
+NAME = "vast"
+MIB = 2**20
+
+_STATUS = {
+    "created": InstanceStatus.PROVISIONING,
+    "loading": InstanceStatus.PROVISIONING,
+    "scheduling": InstanceStatus.PROVISIONING,
+    "rebooting": InstanceStatus.PROVISIONING,
+    "running": InstanceStatus.RUNNING,
+    "stopped": InstanceStatus.STOPPED,
+    "frozen": InstanceStatus.STOPPED,
+    "exited": InstanceStatus.EXITED,
+}
+
+_GONE_ERRORS = ("no_such_ask", "ask_not_found", "offer_unavailable", "no_such_offer", "not_available")
+
+
+def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
+    """The catalog card Vast's ``gpu_name`` means; among cards sharing a name (A100 SXM4 40/80 GB)
+    the one whose VRAM is closest to what the offer reports."""
+    same = [c for c in pool if c.vast_name and c.vast_name.lower() == (gpu_name or "").lower()]
+    if not same:
+        return None
+    return min(same, key=lambda c: abs(c.vram_bytes - vram_bytes))
+
+
+class VastProvider:
+    """Vast.ai offers and instances. ``credential`` None: every call raises AUTH with the fix.
+
+    ``url``: REST base (no trailing slash). ``search_limit``: offers per search type.
+    ``storage_gb``: disk (GiB) Vast prices into ``dph_total`` during search.
+    """
+
+    name = NAME
+    supports_spot = True
+
+    def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, timeout_s: float = 30.0,
+                 search_limit: int = 64, storage_gb: float = 40.0):
+        self.credential = credential
+        self.url = url
+        self.retry = retry or RetryPolicy()
+        self.timeout_s = timeout_s
+        self.search_limit = search_limit
+        self.storage_gb = storage_gb
+        self._client: Any = None
+
+    def _sdk(self) -> Any:
+        if self.credential is None:
+            raise ProviderError(ProviderErrorKind.AUTH, "no Vast.ai API key found", missing_key_fix(NAME))
+        if self._client is None:
+            import logging
+            import os
+
+            from vastai import VastAI
+
+            # vastai attaches its own stderr handler to the "vastai" logger at INFO unless
+            # VAST_LOG_LEVEL is set; keep library chatter out of gpuops' output.
+            if not os.environ.get("VAST_LOG_LEVEL"):
+                logging.getLogger("vastai").setLevel(logging.WARNING)
+            self._client = VastAI(api_key=self.credential.key, server_url=self.url, retry=1)
+            self._client.client.timeout = self.timeout_s
+        return self._client
+
+    def _error(self, e: Exception, action: str, creating: bool = False) -> ProviderError:
+        import requests
+
+        key = self.credential.key if self.credential else None
+        if isinstance(e, requests.HTTPError) and e.response is not None:
+            status = e.response.status_code
+            try:
+                body = e.response.json()
+            except ValueError:
+                body = {}
+            body = body if isinstance(body, dict) else {}
+            err = self._body_error(status, body, action, creating)
+            try:  # the SDK honoured Retry-After itself; with retry=1 we do
+                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))  # type: ignore[attr-defined]
+            except ValueError:
+                pass
+            return err
+        if isinstance(e, (requests.ConnectionError, requests.Timeout)):
+            return ProviderError(ProviderErrorKind.SERVER, f"cannot reach Vast.ai at {self.url} to {action}", "check the network or [providers.vast] url")
+        if isinstance(e, ValueError):  # 2xx with a non-JSON body
+            return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai answered with something that is not JSON while trying to {action}", "retry later")
+        return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai call failed while trying to {action}: {type(e).__name__}: {redact(str(e), key)}")
+
+    def _body_error(self, status: int, body: dict, action: str, creating: bool) -> ProviderError:
+        key = self.credential.key if self.credential else None
+        code = str(body.get("error") or "").lower()
+        text = redact(str(body.get("msg") or body.get("error") or f"HTTP {status}"), key)
+        low = (code + " " + text).lower()
+        left = body.get("new_contract") or body.get("instance_id")
+        left_id = str(left) if left else None
+        if status in (401, 403) or "auth" in code or "api key" in low:
+            return ProviderError(ProviderErrorKind.AUTH, f"Vast.ai rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}", missing_key_fix(NAME))
+        if status == 429:
+            return ProviderError(ProviderErrorKind.RATE_LIMIT, f"Vast.ai rate limit while trying to {action}", "wait a minute and retry")
+        if status >= 500:
+            return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai server error {status} while trying to {action}: {text}", "retry later", instance_id=left_id)
+        if "bid" in low and ("low" in low or "min" in low):
+            return ProviderError(ProviderErrorKind.BID_TOO_LOW, f"Vast.ai refused the bid while trying to {action}: {text}", "bid at least the offer's min_bid (see `gpuops offers --spot`)", instance_id=left_id)
+        if status == 402 or "insufficient" in low or "credit" in low or "balance" in low:
+            return ProviderError(ProviderErrorKind.FUNDS, f"Vast.ai refused to {action}: {text}", "add credit at cloud.vast.ai > Billing", instance_id=left_id)
+        if creating and (status == 404 or any(g in low for g in _GONE_ERRORS) or "not available" in low):
+            return ProviderError(ProviderErrorKind.OFFER_GONE, f"the Vast.ai offer is gone ({action}): {text}", "try the next offer", instance_id=left_id)
+        if status == 404 or "no_such_instance" in low or "not found" in low:
+            return ProviderError(ProviderErrorKind.GONE, f"Vast.ai: {text} ({action})")
+        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"Vast.ai rejected the request to {action}: {text}", "check the image, disk size and bid", instance_id=left_id)
+
+    def _call(self, action: str, fn, retries: bool = True, creating: bool = False):
+        def once():
+            client = self._sdk()
+            try:
+                return fn(client)
+            except ProviderError:
+                raise
+            except Exception as e:  # requests/JSON/SDK errors: all mapped to kinds
+                raise self._error(e, action, creating) from None
+
+        return call_with_retries(once, self.retry) if retries else once()
+
+    # -- offers ------------------------------------------------------------------------------
+    def offers(self, query: OfferQuery) -> list[Offer]:
+        """Offers for ``query``: on-demand (``spot`` False), interruptible (True) or both (None).
+
+        Interruptible offers carry ``min_bid`` (USD/h); their ``usd_per_hour`` is ``dph_total``.
+        Offers whose GPU is not in the catalog are dropped (a card must be a catalog name).
+        """
+        from gpuops.offers import VRAM_TOLERANCE
+
+        pool = [c for c in cards() if c.vast_name]
+        if query.cards:
+            pool = [c for c in pool if c.name in query.cards]
+            if not pool:
+                return []
+        q: dict[str, Any] = {"num_gpus": {"eq": int(query.gpu_count)}}
+        if query.cards:
+            q["gpu_name"] = {"in": sorted({c.vast_name for c in pool})}
+        if query.min_vram_bytes:
+            # Never stricter than our own fit test (offers.fits), which runs afterwards.
+            q["gpu_ram"] = {"gte": math.floor(query.min_vram_bytes * (1.0 - VRAM_TOLERANCE) / MIB)}
+        kinds = {None: ("on-demand", "bid"), True: ("bid",), False: ("on-demand",)}[query.spot]
+        out: list[Offer] = []
+        for kind in kinds:
+            qk = dict(q)
+            if query.max_usd_per_hour is not None and kind == "on-demand":
+                qk["dph_total"] = {"lte": float(query.max_usd_per_hour)}
+            rows = self._call(f"search {kind} offers",
+                              lambda v: v.search_offers(query=qk, type=kind, order="dph_total", limit=self.search_limit, storage=self.storage_gb)) or []
+            for r in rows:
+                o = self._offer(r, kind == "bid", pool)
+                if o is None:
+                    continue
+                price = o.min_bid if (o.spot and o.min_bid is not None) else o.usd_per_hour
+                if query.max_usd_per_hour is not None and price > query.max_usd_per_hour:
+                    continue
+                out.append(o)
+        return out
+
+    def _offer(self, r: dict, spot: bool, pool: list[Card]) -> Offer | None:
+        try:
+            vram = int(float(r.get("gpu_ram") or 0) * MIB)
+            card = _card_for(str(r.get("gpu_name") or ""), vram, pool)
+            if card is None:
+                return None
+            rel = r.get("reliability2", r.get("reliability"))
+            min_bid = r.get("min_bid")
+            return Offer(
+                provider=NAME, offer_id=str(int(r["id"])), card=card.name, gpu_count=int(r.get("num_gpus") or 1), vram_bytes=vram,
+                usd_per_hour=round(float(r["dph_total"]), 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
+                reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
+                disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None  # a malformed row must not break the whole search
+
+    # -- instances ---------------------------------------------------------------------------
+    def _instance(self, row: dict) -> Instance:
+        raw = row.get("actual_status")
+        raw_s = "" if raw is None else str(raw)
+        status = InstanceStatus.PROVISIONING if raw is None else _STATUS.get(raw_s.lower(), InstanceStatus.UNKNOWN)
+        is_bid = bool(row.get("is_bid"))
+        preempted = is_bid and status == InstanceStatus.STOPPED and str(row.get("intended_status") or "") == "running"
+        direct = proxy = None
+        ports = row.get("ports") if isinstance(row.get("ports"), dict) else {}
+        p22 = ports.get("22/tcp") or []
+        if p22 and row.get("public_ipaddr") and p22[0].get("HostPort"):
+            direct = SshEndpoint(host=str(row["public_ipaddr"]).strip(), port=int(p22[0]["HostPort"]))
+        if row.get("ssh_host") and row.get("ssh_port"):
+            proxy = SshEndpoint(host=str(row["ssh_host"]), port=int(row["ssh_port"]))
+        ssh = (direct or proxy) if status == InstanceStatus.RUNNING else None
+        price = row.get("dph_total")
+        return Instance(
+            id=str(row["id"]), label=str(row.get("label") or ""), status=status, usd_per_hour=float(price) if price is not None else None,
+            ssh=ssh, created_at=float(row["start_date"]) if row.get("start_date") is not None else None, raw_status=raw_s,
+            extra={"preempted": preempted, "spot": is_bid, "ssh_proxy": proxy, "ssh_direct": direct,
+                   "intended_status": row.get("intended_status"), "status_msg": row.get("status_msg")},
+        )
+
+    def _id(self, instance_id: str) -> int:
+        try:
+            return int(instance_id)
+        except (TypeError, ValueError):
+            raise BadInput(f"not a Vast.ai instance id: {instance_id!r}", "Vast ids are numbers; see `gpuops reconcile`") from None
+
+    def get(self, instance_id: str) -> Instance | None:
+        """The instance, or None when Vast no longer knows it."""
+        iid = self._id(instance_id)
+        try:
+            row = self._call(f"read instance {iid}", lambda v: v.show_instance(iid))
+        except ProviderError as e:
+            if e.kind == ProviderErrorKind.GONE:
+                return None
+            raise
+        return self._instance(row) if row else None
+
+    def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
+        """Instances whose label starts with ``label_prefix``."""
+        rows = self._call("list instances", lambda v: v.show_instances()) or []
+        return [self._instance(r) for r in rows if str(r.get("label") or "").startswith(label_prefix)]
+
+    def _find_label(self, label: str) -> Instance | None:
+        try:
+            found = [i for i in self.list(label) if i.label == label]
+        except ProviderError:
+            return None
+        return found[0] if found else None
+
+    def create(self, offer: Offer, spec: CreateSpec) -> Instance:
+        """Rent ``offer`` (its id is Vast's ask id). Interruptible: ``price`` = the bid (default the
+        offer's ``min_bid``). SSH key: appended to root's authorized_keys by ``onstart`` (quoted).
+
+        Raises ProviderError: OFFER_GONE (rented by someone else since the search), BID_TOO_LOW
+        (``instance_id`` set when Vast left a stopped instance; it has already been destroyed),
+        FUNDS, AUTH, BAD_REQUEST. After an ambiguous failure (5xx, rate limit) an instance created
+        anyway is found by its label and returned (``extra["recovered_after"]``).
+        """
+        ask = self._id(offer.offer_id)
+        label = inputs.check_label(spec.label)
+        image = inputs.check_image(spec.image)
+        env = inputs.check_env(spec.env)
+        onstart = inputs.authorized_keys_onstart(spec.ssh_public_key) if spec.ssh_public_key else None
+        bid = None
+        if offer.spot:
+            bid = spec.bid_usd_per_hour if spec.bid_usd_per_hour is not None else (offer.min_bid if offer.min_bid is not None else offer.usd_per_hour)
+            if not bid or bid <= 0:
+                raise BadInput(f"bid {bid!r} USD/h is not a price", "pass a positive bid")
+        elif spec.bid_usd_per_hour is not None:
+            raise BadInput("a bid was given for an on-demand Vast offer", "pick an interruptible offer (--spot) or drop the bid")
+
+        def rent(v):
+            res = v.create_instance(ask, image=image, disk=float(spec.disk_gb), env=env, price=bid, label=label,
+                                    onstart_cmd=onstart, ssh=True, direct=True)
+            if not isinstance(res, dict) or not res.get("success") or not res.get("new_contract"):
+                raise self._body_error(200, res if isinstance(res, dict) else {}, f"rent offer {ask}", True)
+            return res
+
+        asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
+        attempts = max(1, self.retry.attempts)
+        for attempt in range(attempts):
+            try:
+                res = self._call(f"rent offer {ask}", rent, retries=False, creating=True)
+                break
+            except ProviderError as e:
+                if e.instance_id and not e.retryable:
+                    # e.g. a bid under the minimum: Vast made a stopped instance that bills storage.
+                    try:
+                        self.destroy(e.instance_id)
+                        e.message += f"; the stopped instance {e.instance_id} it left was destroyed"
+                    except ProviderError as d:
+                        e.message += f"; destroying the stopped instance {e.instance_id} it left failed ({d.kind.value}): destroy it"
+                    raise e from None
+                if not e.retryable:
+                    raise
+                found = self._find_label(label)
+                if found is not None:
+                    found.extra["recovered_after"] = e.message
+                    found.created_at = max(found.created_at or 0.0, asked_at)
+                    return found
+                if attempt + 1 >= attempts:
+                    raise
+                time.sleep(min(self.retry.max_wait_s, self.retry.wait_s * (2**attempt)))
+        iid = str(res["new_contract"])
+        inst = None
+        try:
+            inst = self.get(iid)
+        except ProviderError:
+            pass
+        if inst is None:
+            inst = Instance(id=iid, label=label, status=InstanceStatus.PROVISIONING,
+                            usd_per_hour=bid if bid is not None else offer.usd_per_hour, created_at=time.time())
+        inst.extra["bid_usd_per_hour"] = bid
+        inst.created_at = max(inst.created_at or 0.0, asked_at)
+        return inst
+
+    def destroy(self, instance_id: str) -> None:
+        """Destroy (not stop) the instance. Idempotent: an instance Vast no longer knows is success."""
+        iid = self._id(instance_id)
+        try:
+            self._call(f"destroy instance {iid}", lambda v: v.destroy_instance(iid))
+        except ProviderError as e:
+            if e.kind != ProviderErrorKind.GONE:
+                raise
+
+    def balance(self) -> Balance:
+        """``show_user()["credit"]``: remaining prepaid credit in USD (Vast reports no spend rate)."""
+        user = self._call("read the balance", lambda v: v.show_user()) or {}
+        credit = user.get("credit")
+        return Balance(usd=float(credit) if credit is not None else None)

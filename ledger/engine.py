@@ -1,0 +1,59 @@
+"""Opening a ledger database: engine settings per backend and the pending migrations.
+
+SQLite: WAL (readers never block the writer), a busy timeout (a writer waits for another instead
+of failing with "database is locked"), and BEGIN IMMEDIATE for writes (the write lock is taken at
+BEGIN, so two writers queue instead of deadlocking on a lock upgrade). PostgreSQL: migrations under
+an advisory lock so several processes opening a new ledger at once apply each migration once.
+SQLAlchemy Core only (no ORM import here): the report path stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+
+from ledger.migrations import migrate
+
+# SQLite waits this long for a competing writer before "database is locked" (milliseconds).
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+# pg_advisory_xact_lock key held while migrating (any constant unique to gpuops).
+PG_MIGRATION_LOCK = 7401
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # Let SQLAlchemy's "begin" hook issue BEGIN itself (see _sqlite_begin).
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.close()
+
+
+def _sqlite_begin(conn) -> None:
+    # Report reads (execution option ``ledger_read``) take no write lock: WAL lets them run beside
+    # a writer. Everything else takes the write lock at BEGIN.
+    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("ledger_read") else "BEGIN IMMEDIATE")
+
+
+def open_engine(url: str) -> sa.engine.Engine:
+    """An engine for the ledger at SQLAlchemy ``url`` with its migrations applied. Creates the
+    SQLite file's folder. Raises sqlalchemy errors for an unreachable database."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        Path(url[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    engine = sa.create_engine(url, **kwargs)
+    if url.startswith("sqlite"):
+        sa_event.listen(engine, "connect", _sqlite_pragmas)
+        sa_event.listen(engine, "begin", _sqlite_begin)
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_MIGRATION_LOCK})")
+        migrate(conn)
+    return engine

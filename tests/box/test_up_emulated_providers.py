@@ -1,0 +1,67 @@
+"""`gpuops up` end to end on the emulated RunPod and Vast.ai, over real SSH to the test sshd, and each
+wait fault ending in a destroy and a closed ledger row with the reason.
+"""
+
+import pytest
+
+import gpuops.launcher as launcher
+from gpuops.config import load_settings
+from gpuops.launcher import Reporter, UpRequest, run_up
+from ledger import Ledger
+from tests.support.emulators import runpod_emulator, runpod_provider, vast_emulator, vast_provider  # noqa: F401
+
+
+@pytest.mark.parametrize("name", ["vast", "runpod"])
+def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch, request):
+    from gpuops.remote import ensure_ssh_key
+
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    emu = request.getfixturevalue(f"{name}_emulator")
+    prov = request.getfixturevalue(f"{name}_provider")
+    emu.market.ssh_endpoint = (sshd.host, sshd.port)
+    s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}})
+    sshd.authorize(ensure_ssh_key(s.data_path())[1])
+    job = tmp_path / "job.sh"
+    job.write_text("echo hello-from-box\n")
+    summ = run_up(UpRequest(job=job, provider=name, card="rtx-4090", spot=True), s, Reporter(), provider=prov)
+    assert summ["end_reason"] == "job_end" and summ["exit_code"] == 0, summ
+    row = Ledger(s.ledger_url()).get(summ["session"])
+    # Vast: the preferred interruptible offer at its minimum bid; RunPod: on-demand (no spot there).
+    assert (row.spot, row.bid_usd_per_hour) == ((True, 0.15) if name == "vast" else (False, None))
+    assert row.status == "closed" and row.instance_created_at >= row.created_at
+    assert emu.live() == []
+
+
+@pytest.mark.parametrize("name,fault,kind", [
+    ("vast", "no_ssh_port", "timeout"), ("runpod", "no_ssh_port", "timeout"), ("vast", "stuck", "timeout"),
+    ("runpod", "deleted", "gone"), ("vast", "preempt", "preempted"),
+])
+def test_up_wait_faults_end_in_destroy_and_a_closed_row(name, fault, kind, gpuops_home, tmp_path, monkeypatch, request):
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    emu = request.getfixturevalue(f"{name}_emulator")
+    prov = request.getfixturevalue(f"{name}_provider")
+    s = load_settings(None, {"up": {"ready_timeout_seconds": 1.0}})
+    if fault == "no_ssh_port":
+        emu.faults.no_ssh_port, emu.faults.boot_s = True, 0
+    elif fault == "stuck":
+        emu.faults.stuck_status = "loading"
+    elif fault == "deleted":
+        emu.faults.boot_s, emu.faults.delete_after_s = 30, 0.2
+    elif fault == "preempt":
+        emu.faults.boot_s = 30
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+
+    class R(Reporter):
+        def stage(self, n, d=""):
+            if n == "ready" and fault == "preempt":
+                emu.preempt(emu.live()[0].id)
+
+    summ = run_up(UpRequest(job=job, provider=name, card="rtx-4090", spot=True), s, R(), provider=prov)
+    led = Ledger(s.ledger_url())
+    row = led.get(summ["session"])
+    evs = [(e.kind, e.detail) for e in led.events(summ["session"])]
+    assert summ["end_reason"] == "ssh_never_ready" and row.status == "closed"
+    assert any(k == "provider_error" and f'"kind": "{kind}"' in str(d) for k, d in evs), evs
+    assert ("destroyed", f'{{"instance": "{row.instance_id}"}}') in evs
+    assert emu.live() == []

@@ -1,0 +1,316 @@
+"""What both provider emulators share: an HTTP server on 127.0.0.1, an emulated clock, instance
+state with a billing clock, an account balance, and fault switches.
+
+An emulator is stateful and in-process: tests read and change its state directly (``emu.faults``,
+``emu.advance(s)``, ``emu.preempt(id)``, ``emu.live()``) while the real SDK talks to it over HTTP.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+HOURS = 3600.0
+
+
+@dataclass
+class Faults:
+    """Fault switches. Counters (``*_times``) fire that many times, then reset themselves.
+
+    - ``latency_s``: delay before every reply.
+    - ``inject``: op -> list of HTTP statuses to answer with, one per call, before serving it
+      (op names: see each emulator's ``OPS``; ``"*"`` matches every op).
+    - ``create_fails_but_creates``: the next N creates make the instance, then answer 5xx.
+    - ``vanish_on_create``: the offer is taken by someone else between search and create.
+    - ``no_ssh_port``: new instances run but never publish port 22.
+    - ``stuck_status``: new instances stay in this raw provider status (e.g. "loading", or a
+      string the provider never documented).
+    - ``delete_after_s``: new instances are deleted (as if from the console) this many emulated
+      seconds after creation.
+    - ``boot_s``: emulated seconds from create to running.
+    - ``retry_after_s``: the ``Retry-After`` header sent with a 429.
+    """
+
+    latency_s: float = 0.0
+    inject: dict[str, list[int]] = field(default_factory=dict)
+    create_fails_but_creates: int = 0
+    vanish_on_create: bool = False
+    no_ssh_port: bool = False
+    stuck_status: str | None = None
+    delete_after_s: float | None = None
+    boot_s: float = 0.3
+    retry_after_s: float | None = None  # sent as Retry-After with every 429
+
+
+@dataclass
+class EmuInstance:
+    """One rented box. Money: ``usd_per_hour`` while provisioning/running, ``storage_usd_per_hour``
+    while stopped, nothing once destroyed; ``billed_usd`` is brought up to date by ``Market.tick``."""
+
+    id: str
+    label: str
+    offer: dict
+    usd_per_hour: float
+    storage_usd_per_hour: float
+    created_t: float
+    state: str = "provisioning"  # provisioning | running | stopped | destroyed
+    spot: bool = False
+    bid: float | None = None
+    preempted: bool = False
+    stuck_status: str | None = None
+    no_ssh_port: bool = False
+    delete_at: float | None = None
+    boot_s: float = 0.3
+    billed_usd: float = 0.0
+    last_bill_t: float = 0.0
+    ended_t: float | None = None
+    ssh: tuple[str, int] = ("203.0.113.10", 40022)
+    request: dict = field(default_factory=dict)
+
+
+class Market:
+    """State common to both emulators; every public method holds ``self.lock``."""
+
+    def __init__(self, api_key: str, balance_usd: float = 100.0):
+        self.api_key = api_key
+        self.initial_balance = balance_usd
+        self.faults = Faults()
+        self.lock = threading.RLock()
+        self.instances: dict[str, EmuInstance] = {}
+        self.requests: list[dict] = []  # method, path, query, body, auth header
+        self.crashes: list[str] = []  # emulator exceptions (tests assert this stays empty)
+        self.offset_s = 0.0
+        self.ssh_endpoint: tuple[str, int] | None = None  # point new instances at a test sshd
+        self._ids = itertools.count(1)
+        self._ports = itertools.count(40022)
+
+    # -- clock and money -------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time() + self.offset_s
+
+    def advance(self, seconds: float) -> None:
+        """Move the emulated clock (status progression and billing) forward."""
+        with self.lock:
+            for inst in self.instances.values():
+                self.tick(inst)
+            self.offset_s += seconds
+            for inst in self.instances.values():
+                self.tick(inst)
+
+    def _rate(self, inst: EmuInstance) -> float:
+        if inst.state in ("provisioning", "running"):
+            return inst.usd_per_hour
+        if inst.state == "stopped":
+            return inst.storage_usd_per_hour
+        return 0.0
+
+    def tick(self, inst: EmuInstance) -> None:
+        """Bill ``inst`` up to now and apply due transitions (boot, console delete)."""
+        now = self.now()
+        events = [(now, None)]
+        if inst.state == "provisioning" and inst.stuck_status is None:
+            events.insert(0, (inst.created_t + inst.boot_s, "running"))
+        if inst.delete_at is not None and inst.state != "destroyed":
+            events.append((inst.delete_at, "destroyed"))
+        for t, new_state in sorted(events, key=lambda e: e[0]):
+            if t > now:
+                continue
+            if t > inst.last_bill_t:
+                inst.billed_usd += self._rate(inst) * (t - inst.last_bill_t) / HOURS
+                inst.last_bill_t = t
+            if new_state and inst.state != "destroyed":
+                if new_state == "running" and inst.state != "provisioning":
+                    continue
+                inst.state = new_state
+                if new_state == "destroyed":
+                    inst.ended_t = t
+
+    def balance(self) -> float:
+        with self.lock:
+            for inst in self.instances.values():
+                self.tick(inst)
+            return self.initial_balance - sum(i.billed_usd for i in self.instances.values())
+
+    def spend_rate(self) -> float:
+        with self.lock:
+            return sum(self._rate(i) for i in self.instances.values())
+
+    # -- instances ---------------------------------------------------------------------------
+    def new_instance(self, label: str, offer: dict, usd_per_hour: float, storage_usd_per_hour: float, spot: bool = False,
+                     bid: float | None = None, id_prefix: str = "", request: dict | None = None) -> EmuInstance:
+        with self.lock:
+            now = self.now()
+            f = self.faults
+            n = next(self._ids)
+            ssh = self.ssh_endpoint or ("203.0.113.10", next(self._ports))
+            inst = EmuInstance(
+                id=f"{id_prefix}{n}", label=label, offer=offer, usd_per_hour=usd_per_hour, storage_usd_per_hour=storage_usd_per_hour,
+                created_t=now, spot=spot, bid=bid, stuck_status=f.stuck_status, no_ssh_port=f.no_ssh_port,
+                delete_at=now + f.delete_after_s if f.delete_after_s is not None else None, boot_s=f.boot_s,
+                last_bill_t=now, ssh=ssh, request=request or {},
+            )
+            self.instances[inst.id] = inst
+            return inst
+
+    def find(self, instance_id: str) -> EmuInstance | None:
+        """The instance unless destroyed."""
+        with self.lock:
+            inst = self.instances.get(str(instance_id))
+            if inst is None:
+                return None
+            self.tick(inst)
+            return None if inst.state == "destroyed" else inst
+
+    def destroy(self, instance_id: str) -> bool:
+        """Destroy; False when unknown or already destroyed."""
+        with self.lock:
+            inst = self.find(instance_id)
+            if inst is None:
+                return False
+            inst.state = "destroyed"
+            inst.ended_t = self.now()
+            return True
+
+    def stop(self, instance_id: str) -> bool:
+        with self.lock:
+            inst = self.find(instance_id)
+            if inst is None:
+                return False
+            inst.state = "stopped"
+            return True
+
+    def preempt(self, instance_id: str) -> None:
+        """An interruptible instance loses its GPU to a higher bid: stopped, still billing disk."""
+        with self.lock:
+            inst = self.find(instance_id)
+            assert inst is not None and inst.spot, "only a live interruptible instance can be preempted"
+            inst.state = "stopped"
+            inst.preempted = True
+
+    def delete_from_console(self, instance_id: str) -> None:
+        """The user deletes the instance in the provider's web console."""
+        self.destroy(instance_id)
+
+    def live(self) -> list[EmuInstance]:
+        """Instances not destroyed (running, provisioning, or stopped and billing storage)."""
+        with self.lock:
+            for inst in self.instances.values():
+                self.tick(inst)
+            return [i for i in self.instances.values() if i.state != "destroyed"]
+
+    def take_injected(self, op: str) -> int | None:
+        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it."""
+        with self.lock:
+            for key in (op, "*"):
+                q = self.faults.inject.get(key)
+                if q:
+                    return q.pop(0)
+            return None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "gpuops-emulator/1"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args: Any) -> None:  # quiet in tests
+        pass
+
+    def _serve(self) -> None:
+        emu: Emulator = self.server.emulator  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        parts = urlsplit(self.path)
+        req = {"method": self.command, "path": parts.path, "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
+               "body": body, "raw": raw.decode("utf-8", "replace"), "auth": self.headers.get("Authorization", "")}
+        with emu.market.lock:
+            emu.market.requests.append(req)
+        if emu.market.faults.latency_s:
+            time.sleep(emu.market.faults.latency_s)
+        try:
+            status, payload, ctype = emu.handle(req)
+        except Exception as e:  # an emulator bug must show up in the test, not as a dropped socket
+            with emu.market.lock:
+                emu.market.crashes.append(f"{type(e).__name__}: {e}")
+            status, payload, ctype = 500, {"errors": [{"message": f"emulator crashed: {type(e).__name__}: {e}"}]}, JSON
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        if status == 429 and emu.market.faults.retry_after_s is not None:
+            self.send_header("Retry-After", f"{emu.market.faults.retry_after_s:g}")
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _serve
+
+
+class Emulator:
+    """Base for an HTTP emulator: ``start()`` binds 127.0.0.1 on a free port; ``url`` is its base."""
+
+    def __init__(self, market: Market):
+        self.market = market
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def faults(self) -> Faults:
+        return self.market.faults
+
+    def start(self) -> "Emulator":
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.daemon_threads = True
+        self._httpd.emulator = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None, "emulator not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def authorized(self, req: dict) -> bool:
+        return req["auth"] == f"Bearer {self.market.api_key}"
+
+    def handle(self, req: dict) -> tuple[int, Any, str]:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    # conveniences shared by tests
+    def advance(self, seconds: float) -> None:
+        self.market.advance(seconds)
+
+    def live(self) -> list[EmuInstance]:
+        return self.market.live()
+
+    def preempt(self, instance_id: str) -> None:
+        self.market.preempt(instance_id)
+
+    def delete_from_console(self, instance_id: str) -> None:
+        self.market.delete_from_console(instance_id)
+
+    def wire_text(self) -> str:
+        """Every request received (path, query, body; not the Authorization header, which must
+        carry the key), as text, for secret-leak assertions."""
+        with self.market.lock:
+            return "\n".join(json.dumps({k: v for k, v in r.items() if k != "auth"}) for r in self.market.requests)
+
+
+JSON = "application/json"
+HTML = "text/html"

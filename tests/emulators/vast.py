@@ -1,0 +1,251 @@
+"""Vast.ai emulator: the REST routes vastai 1.9.1 uses (shared/research/provider-sdks.md section 2
+and 4, research/wire/wire_vast.jsonl).
+
+Routes: ``POST /api/v0/bundles/`` (search, filters ``{op: value}``, ``order``, ``type``, ``limit``,
+``allocated_storage``), ``PUT /api/v0/asks/{id}/`` (create), ``GET /api/v1/instances/`` (paged
+list; rows carry numeric ``start_date`` and list-of-pairs ``extra_env`` as the SDK requires),
+``GET|PUT|DELETE /api/v0/instances/{id}/``, ``PUT /api/v0/instances/bid_price/{id}/``,
+``POST /api/v0/instances/{id}/ssh/``, ``GET /api/v0/users/current``.
+
+Money: ``dph_total`` = ``dph_base`` + storage (``storage_cost`` USD/GB/month x allocated GB / 730 h).
+An interruptible instance is charged its bid plus storage. A stopped instance bills storage only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from tests.emulators.base import JSON, EmuInstance, Emulator, Market
+
+HOURS_PER_MONTH = 730.0
+_RESERVED = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
+
+# id, gpu_name, num_gpus, gpu_ram (MiB per GPU), dph_base (USD/h), min_bid (USD/h), reliability2, geolocation
+DEFAULT_OFFERS = [
+    (1001, "RTX 4090", 1, 24564, 0.30, 0.18, 0.995, "Sweden, SE"),
+    (1002, "RTX 4090", 1, 24564, 0.28, 0.15, 0.970, "Texas, US"),
+    (1003, "RTX 4090", 2, 24564, 0.62, 0.36, 0.990, "Germany, DE"),
+    (2001, "A100 SXM4", 1, 81920, 1.10, 0.70, 0.992, "Quebec, CA"),
+    (2002, "A100 SXM4", 1, 40960, 0.75, 0.45, 0.985, "Oregon, US"),
+    (3001, "H100 SXM", 1, 81559, 2.10, 1.40, 0.999, "Finland, FI"),
+    (4001, "RTX 3070", 1, 8192, 0.06, 0.03, 0.950, "Spain, ES"),  # a card our catalog may not have
+]
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, str):
+        try:
+            return float(v)
+        except ValueError:
+            return v
+    return v
+
+
+def _match(value: Any, cond: dict) -> bool:
+    for op, want in cond.items():
+        v, w = _num(value), _num(want) if not isinstance(want, list) else [_num(x) for x in want]
+        if v is None and op not in ("eq", "neq"):
+            return False
+        ok = {
+            "eq": lambda: v == w, "neq": lambda: v != w, "gt": lambda: v > w, "gte": lambda: v >= w,
+            "lt": lambda: v < w, "lte": lambda: v <= w, "in": lambda: v in w, "notin": lambda: v not in w, "nin": lambda: v not in w,
+        }.get(op)
+        if ok is None or not ok():
+            return False
+    return True
+
+
+class VastEmulator(Emulator):
+    """Stateful Vast.ai. ``offers``: ask id -> offer row (``rented`` offers are not listed)."""
+
+    OPS = ("search", "create", "list", "show", "update", "bid", "destroy", "user", "ssh")
+
+    def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
+        super().__init__(Market(api_key, balance_usd))
+        self.offers: dict[int, dict] = {}
+        for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
+            self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
+
+    def add_offer(self, oid: int, gpu_name: str, num_gpus: int, gpu_ram: int, dph_base: float, min_bid: float,
+                  reliability: float = 0.99, geolocation: str = "", storage_cost: float = 0.15) -> dict:
+        row = {"id": oid, "ask_contract_id": oid, "machine_id": oid * 10, "host_id": oid * 100, "gpu_name": gpu_name, "num_gpus": num_gpus,
+               "gpu_ram": gpu_ram, "gpu_total_ram": gpu_ram * num_gpus, "dph_base": dph_base, "min_bid": min_bid,
+               "storage_cost": storage_cost, "reliability2": reliability, "reliability": reliability, "geolocation": geolocation,
+               "inet_down": 850.0, "inet_up": 600.0, "disk_space": 250.0, "cpu_ram": 64000, "cpu_cores_effective": 16.0,
+               "verified": True, "verification": "verified", "external": False, "rentable": True, "rented": False, "hosting_type": 0,
+               "cuda_max_good": 12.4, "direct_port_count": 20, "public_ipaddr": "203.0.113.20", "score": 100.0 * reliability}
+        self.offers[oid] = row
+        return row
+
+    def take_offer(self, oid: int) -> None:
+        """Someone else rents the offer (it vanishes from search; a create for it fails)."""
+        with self.market.lock:
+            self.offers[oid]["rented"] = True
+
+    # -- rows --------------------------------------------------------------------------------
+    @staticmethod
+    def _ok(payload: Any, status: int = 200) -> tuple[int, Any, str]:
+        return status, payload, JSON
+
+    @staticmethod
+    def _fail(status: int, error: str, msg: str, **extra: Any) -> tuple[int, Any, str]:
+        return status, {"success": False, "error": error, "msg": msg, **extra}, JSON
+
+    def _storage_per_hour(self, o: dict, disk_gb: float) -> float:
+        return o["storage_cost"] * disk_gb / HOURS_PER_MONTH
+
+    def _row(self, inst: EmuInstance) -> dict:
+        o = inst.offer
+        elapsed = self.market.now() - inst.created_t
+        intended = "running"
+        if inst.stuck_status is not None:
+            actual = inst.stuck_status
+        elif inst.state == "provisioning":
+            actual = None if elapsed < inst.boot_s / 2 else "loading"
+        elif inst.state == "stopped":
+            actual = "stopped"
+            intended = "running" if inst.preempted else "stopped"
+        else:
+            actual = "running"
+        running = actual == "running"
+        ports, proxy = {}, (None, None)
+        if not inst.no_ssh_port:
+            proxy = (inst.ssh[0] if self.market.ssh_endpoint else "ssh5.emulator.invalid", inst.ssh[1])
+            if running:
+                ports = {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(inst.ssh[1])}], "8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41080"}]}
+        req = inst.request
+        return {
+            "id": int(inst.id), "label": inst.label, "actual_status": actual, "intended_status": intended, "cur_state": actual or "created",
+            "next_state": intended, "status_msg": "outbid: stopped until the bid wins again" if inst.preempted else (actual or "scheduling"),
+            "start_date": inst.created_t, "end_date": None, "extra_env": [[k, v] for k, v in (req.get("env") or {}).items()],
+            "is_bid": inst.spot, "min_bid": o["min_bid"], "dph_total": round(inst.usd_per_hour, 6), "dph_base": o["dph_base"],
+            "num_gpus": o["num_gpus"], "gpu_name": o["gpu_name"], "gpu_ram": o["gpu_ram"], "machine_id": o["machine_id"], "host_id": o["host_id"],
+            "public_ipaddr": (inst.ssh[0] if running else None), "ports": ports, "ssh_host": proxy[0], "ssh_port": proxy[1], "ssh_idx": "5",
+            "image_uuid": req.get("image"), "disk_space": req.get("disk"), "onstart": req.get("onstart"), "reliability2": o["reliability2"],
+            "geolocation": o["geolocation"], "gpu_util": 0.0, "uptime_mins": max(0.0, elapsed / 60.0),
+        }
+
+    # -- request handling ----------------------------------------------------------------------
+    def _op(self, method: str, path: str) -> tuple[str, dict]:
+        m = re.fullmatch(r"/api/v0/(asks|instances|instances/bid_price)/(\d+)/", path)
+        ssh = re.fullmatch(r"/api/v0/instances/(\d+)/ssh/", path)
+        if path == "/api/v0/bundles/" and method == "POST":
+            return "search", {}
+        if path == "/api/v1/instances/" and method == "GET":
+            return "list", {}
+        if path == "/api/v0/users/current" and method == "GET":
+            return "user", {}
+        if ssh and method == "POST":
+            return "ssh", {"id": ssh.group(1)}
+        if m:
+            kind, iid = m.group(1), m.group(2)
+            if kind == "asks" and method == "PUT":
+                return "create", {"id": int(iid)}
+            if kind == "instances/bid_price" and method == "PUT":
+                return "bid", {"id": iid}
+            if kind == "instances":
+                return {"GET": "show", "PUT": "update", "DELETE": "destroy"}.get(method, "?"), {"id": iid}
+        return "?", {}
+
+    def handle(self, req: dict) -> tuple[int, Any, str]:
+        if not self.authorized(req):
+            return self._fail(401, "auth_error", "Invalid API key: log in again or create a new key")
+        op, p = self._op(req["method"], req["path"])
+        if op == "?":
+            return self._fail(404, "not_found", f"no route {req['method']} {req['path']}")
+        injected = self.market.take_injected(op)
+        if injected is not None:
+            return self._fail(injected, "rate_limited" if injected == 429 else "server_error", f"emulated HTTP {injected}")
+        body = req["body"] or {}
+        with self.market.lock:
+            if op == "search":
+                return self._search(body)
+            if op == "create":
+                return self._create(p["id"], body)
+            if op == "list":
+                return self._list(req["query"])
+            if op == "user":
+                return self._ok({"id": 1, "username": "emulator", "email": "emu@example.invalid", "credit": round(self.market.balance(), 6),
+                                 "balance": 0.0, "api_key": self.market.api_key, "has_billing": True, "can_pay": True})
+            inst = self.market.find(p["id"])
+            if op == "show":
+                return self._ok({"instances": self._row(inst) if inst else None})
+            if inst is None:
+                return self._fail(404, "no_such_instance", f"Instance {p['id']} not found.")
+            if op == "destroy":
+                self.market.destroy(inst.id)
+                return self._ok({"success": True})
+            if op == "update":
+                self.market.tick(inst)
+                if body.get("state") == "stopped":
+                    inst.state = "stopped"
+                elif body.get("state") == "running":
+                    inst.state, inst.preempted = "running", False
+                if "label" in body:
+                    inst.label = str(body["label"])
+                return self._ok({"success": True})
+            if op == "bid":
+                self.market.tick(inst)
+                inst.bid = float(body["price"])
+                inst.usd_per_hour = inst.bid + inst.storage_usd_per_hour
+                return self._ok({"success": True})
+            if op == "ssh":
+                inst.request.setdefault("attached_keys", []).append(body.get("ssh_key"))
+                return self._ok({"success": True})
+        return self._fail(404, "not_found", "no route")  # pragma: no cover
+
+    def _search(self, body: dict) -> tuple[int, Any, str]:
+        storage = float(body.get("allocated_storage") or 5.0)
+        kind = body.get("type", "on-demand")
+        rows = []
+        for o in self.offers.values():
+            if o["rented"]:
+                continue
+            row = dict(o)
+            row["dph_total"] = round(o["dph_base"] + self._storage_per_hour(o, storage), 6)
+            row["storage_total_cost"] = round(self._storage_per_hour(o, storage), 6)
+            row["is_bid"] = kind == "bid"
+            if all(_match(row.get(k), v) for k, v in body.items() if k not in _RESERVED and isinstance(v, dict)):
+                rows.append(row)
+        for col, direction in reversed(body.get("order") or []):
+            rows.sort(key=lambda r: (r.get(col) is None, r.get(col)), reverse=(direction == "desc"))
+        if body.get("limit"):
+            rows = rows[: int(body["limit"])]
+        return self._ok({"offers": rows})
+
+    def _list(self, query: dict) -> tuple[int, Any, str]:
+        limit = int(query.get("limit") or 25)
+        start = int(query.get("after_token") or 0)
+        live = sorted(self.market.live(), key=lambda i: int(i.id))
+        page = live[start : start + limit]
+        nxt = str(start + limit) if start + limit < len(live) else None
+        return self._ok({"instances": [self._row(i) for i in page], "next_token": nxt, "total_instances": len(live)})
+
+    def _create(self, oid: int, body: dict) -> tuple[int, Any, str]:
+        o = self.offers.get(oid)
+        if o is not None and self.faults.vanish_on_create:
+            o["rented"] = True
+        if o is None or o["rented"]:
+            return self._fail(400, "no_such_ask", f"Instance type by id {oid} is not available.")
+        disk = float(body.get("disk") or 10)
+        storage = self._storage_per_hour(o, disk)
+        bid = body.get("price")
+        spot = bid is not None
+        price = (float(bid) + storage) if spot else o["dph_base"] + storage
+        if self.market.balance() < price:
+            return self._fail(400, "insufficient_credit", "Your account lacks credit to rent this instance.")
+        label = str(body.get("label") or "")
+        if spot and float(bid) < o["min_bid"]:
+            # Upstream behaviour this models: the contract is made, left stopped (billing its disk),
+            # and the error names it.
+            inst = self.market.new_instance(label, o, price, storage, spot=True, bid=float(bid), request=body)
+            inst.state = "stopped"
+            return self._fail(400, "invalid_price", f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine; "
+                              "the instance was created stopped.", new_contract=int(inst.id))
+        o["rented"] = True
+        inst = self.market.new_instance(label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body)
+        if self.faults.create_fails_but_creates > 0:
+            self.faults.create_fails_but_creates -= 1
+            return self._fail(500, "server_error", "Internal error while creating the instance.")
+        return self._ok({"success": True, "new_contract": int(inst.id), "instance_api_key": f"inst-{inst.id}-scoped"})

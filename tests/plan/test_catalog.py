@@ -1,0 +1,66 @@
+"""The data files: every built-in model counts to its published size, every card is complete."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops import plan as P
+from gpuops.catalog import cards, resolve_cards
+from gpuops.errors import BadInput
+
+ISSUE_CARDS = ["T4", "L4", "A10G", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A6000", "L40S", "A100 40GB", "A100 80GB PCIe",
+               "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H200", "B200", "MI300X"]
+ISSUE_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.1-70b",
+                "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "gemma-2-9b", "gemma-2-27b",
+                "phi-3-mini", "tinyllama-1.1b", "deepseek-v3"]
+
+
+def test_every_issue_card_is_in_the_catalog_with_sources():
+    assert [c.display for c in cards()] == ISSUE_CARDS
+    for c in cards():
+        assert c.vram_bytes > 0 and c.bandwidth_bytes_s > 0 and c.bf16_flops > 0, c.name
+        assert c.reported_vram_bytes <= c.vram_bytes * 1.01, c.name  # nvidia-smi shows a little less than nominal
+        assert c.sources and c.form_factor, c.name
+        assert c.runpod_id or c.vast_name or c.name == "a10g", c.name  # A10G is AWS-only
+
+
+def test_card_numbers_from_the_spec_sheets():
+    by = {c.name: c for c in cards()}
+    assert by["h100-sxm"].bf16_flops == 989e12 and by["h100-sxm"].fp8_flops == 1979e12  # dense, not sparsity
+    assert by["h200"].vram_bytes == 141 * 2**30 and by["h200"].bandwidth_bytes_s == 4.8e12
+    assert by["mi300x"].vram_bytes == 192 * 2**30 and by["mi300x"].bf16_flops == 1307.4e12
+    assert by["t4"].bf16_native is False and by["t4"].bf16_flops == 65e12
+    assert by["a100-80gb-sxm"].runpod_id == "NVIDIA A100-SXM4-80GB" and by["a100-80gb-sxm"].vast_name == "A100 SXM4"
+    assert by["h100-sxm"].runpod_id == "NVIDIA H100 80GB HBM3" and by["h100-pcie"].vast_name == "H100 PCIE"
+    assert by["mi300x"].runpod_id == "AMD Instinct MI300X OAM" and by["t4"].vast_name == "Tesla T4"
+
+
+def test_family_and_card_aliases():
+    assert [c.name for c in resolve_cards("a100")] == ["a100-40gb", "a100-80gb-pcie", "a100-80gb-sxm"]
+    assert [c.name for c in resolve_cards("A100-80GB-SXM")] == ["a100-80gb-sxm"]
+    assert [c.name for c in resolve_cards("h100")] == ["h100-pcie", "h100-sxm"]
+    assert [c.name for c in resolve_cards("4090")] == ["rtx-4090"]
+    with pytest.raises(BadInput, match="did you mean"):
+        resolve_cards("a1000")
+
+
+@pytest.mark.parametrize("name", ISSUE_MODELS)
+def test_builtin_model_counts_to_its_published_size(name):
+    m = P.builtin_model(name)
+    assert m is not None and m.source.startswith("https://huggingface.co/")
+    a = P.architecture(m.config)
+    assert a.params == m.params_published
+
+
+def test_moe_active_params():
+    mix = P.architecture(P.builtin_model("mixtral-8x7b").config)
+    assert mix.params == 46_702_792_704 and mix.active_params == 12_879_925_248  # "12.9B active"
+    ds = P.architecture(P.builtin_model("deepseek-v3").config)
+    assert ds.params == 671_026_419_200 and round(ds.active_params / 1e9) == 38  # DeepSeek: "37B activated"
+    assert ds.mla and ds.layer_kv_elems[0] == 512 + 64
+
+
+def test_model_aliases_resolve():
+    assert P.builtin_model("meta-llama/Meta-Llama-3-8B").name == "llama-3-8b"
+    assert P.builtin_model("Llama-2-7B").name == "llama-2-7b"
+    assert P.builtin_model("no-such") is None

@@ -1,0 +1,152 @@
+"""`gpuops plan` and `gpuops up --model` from the command line (subprocesses, as a user runs them)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpuops.config import load_settings
+from gpuops.errors import BadInput
+from gpuops.launcher import Reporter, UpRequest, run_up
+from ledger import Ledger
+from tests.conftest import REPO, gpuops_cmd
+
+TOP_KEYS = ["model", "params", "active_params", "dtype", "kv_dtype", "batch", "seq", "weights_bytes", "kv_bytes_per_token",
+            "kv_cache_bytes", "activation_bytes", "overhead_bytes", "total_bytes", "cards"]
+CARD_KEYS = ["card", "vram_bytes", "fits", "max_batch", "decode_tok_s", "ridge_flop_per_byte", "usd_per_mtoken"]
+
+
+def run(cli_env, *args, **kw):
+    return subprocess.run(gpuops_cmd(*args), env={**cli_env, **kw}, capture_output=True, text=True, timeout=60)
+
+
+def test_plan_json_has_the_issue_shape(cli_env):
+    out = run(cli_env, "plan", "--model", "llama-2-7b", "--dtype", "fp16", "--batch", "32", "--seq", "2048", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert list(d) == TOP_KEYS
+    assert len(d["cards"]) == 16 and all(list(c) == CARD_KEYS for c in d["cards"])
+    for k in TOP_KEYS[7:13]:
+        assert isinstance(d[k], int), k
+    assert d["weights_bytes"] == 13_476_831_232 and d["kv_cache_bytes"] == 32 * 2**30
+    sxm = next(c for c in d["cards"] if c["card"] == "a100-80gb-sxm")
+    assert sxm["fits"] and isinstance(sxm["vram_bytes"], int) and round(sxm["decode_tok_s"]) == 151
+    assert set(sxm["usd_per_mtoken"]) == {"ceiling", "batch_1", "max_batch"}
+
+
+def test_plan_table_names_units_and_formulas(cli_env):
+    out = run(cli_env, "plan", "--model", "llama-2-7b", "--dtype", "fp16", "--card", "a100")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "13.48 GB" in text and "12.55 GiB" in text and "6,738,415,616 params x 2 B" in text
+    assert "2 x 32 layers x 32 kv_heads x 128 head_dim x 2 B" in text
+    assert "A100 80GB SXM" in text and "A100 40GB" in text and "H100" not in text
+
+
+def test_plan_every_model_on_every_card_in_one_table(cli_env):
+    out = run(cli_env, "plan", "--model", "all", "--json")
+    assert out.returncode == 0, out.stderr
+    plans = json.loads(out.stdout)
+    assert len(plans) == 17 and all(len(p["cards"]) == 16 for p in plans)
+    table = run(cli_env, "plan", "--model", "all")
+    assert table.returncode == 0 and "deepseek-v3" in table.stdout and "mi300x" in table.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--model", "llama-3-8b", "--dtype", "fp4"], "unknown --dtype 'fp4'"),
+    (["--model", "llama-3-8b", "--batch", "-1"], "--batch must be >= 1"),
+    (["--model", "llama-3-8b", "--batch", "x"], "--batch must be a whole number"),
+    (["--model", "llama-3-8b", "--card", "z100"], "unknown card 'z100'"),
+    (["--model", "nosuch-model"], "unknown model 'nosuch-model'"),
+])
+def test_plan_bad_input_is_one_line_exit_2(cli_env, args, msg):
+    out = run(cli_env, "plan", *args)
+    assert out.returncode == 2
+    assert out.stderr.startswith("error: ") and msg in out.stderr and out.stderr.count("\n") == 1
+    assert out.stdout == ""
+
+
+def test_plan_config_missing_keys_exit_2(cli_env, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
+    out = run(cli_env, "plan", "--model", str(tmp_path))
+    assert out.returncode == 2 and "lacks num_hidden_layers, num_attention_heads, intermediate_size, vocab_size" in out.stderr
+
+
+def test_plan_seq_beyond_context_warns_and_answers(cli_env):
+    out = run(cli_env, "plan", "--model", "llama-2-7b", "--seq", "16384", "--card", "h100-sxm", "--json")
+    assert out.returncode == 0 and "warning: --seq 16384 is beyond the model's context" in out.stderr
+    assert json.loads(out.stdout)["seq"] == 16384
+
+
+def test_plan_hf_repo_offline_says_pass_a_local_config(cli_env, tmp_path):
+    out = run(cli_env, "plan", "--model", "someorg/not-cached-model", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    assert out.returncode == 2
+    assert "offline" in out.stderr and "pass the path" in out.stderr and out.stderr.count("\n") == 1
+
+
+def test_cli_import_does_not_load_the_planner():
+    code = "import sys, gpuops.cli; bad = [m for m in ('gpuops.plan', 'gpuops.plan_view', 'huggingface_hub') if m in sys.modules]; print(bad)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+# -- up --model -----------------------------------------------------------------------------------
+def test_up_model_dry_run_picks_the_cheapest_card_that_fits(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    out = run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    # 70B bf16 needs 144 GB per GPU: only B200 and MI300X hold it; MI300X is cheaper at reference prices
+    assert d["card"] == "mi300x" and d["need_bytes_per_gpu"] > 141 * 10**9
+    small = json.loads(run(cli_env, "up", "--job", str(job), "--model", "tinyllama-1.1b", "--dry-run", "--json").stdout)
+    assert small["card"] == "t4"  # fits the cheapest card
+    assert not (gpuops_home / "boxes").exists()
+
+
+def test_up_model_that_fits_no_card_rents_and_books_nothing(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    out = run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--card", "a100")
+    assert out.returncode == 2
+    err = out.stderr.strip().splitlines()[-1]
+    assert "fits no --card a100" in err and "short" in err and "--dtype fp8" in err and "--gpu-count 2" in err
+    assert not (gpuops_home / "boxes").exists()
+    assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+
+
+def test_up_model_in_process_filters_by_vram(gpuops_home, tmp_path):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    settings = load_settings(None, {})
+    summ = run_up(UpRequest(job=job, model="llama-3-8b", card="a100", dry_run=True), settings, Reporter())
+    assert summ["card"] == "a100-40gb" and summ["need_bytes_per_gpu"] > 16 * 10**9
+    with pytest.raises(BadInput, match="unknown --dtype"):
+        run_up(UpRequest(job=job, model="llama-3-8b", dtype="fp5", dry_run=True), settings, Reporter())
+
+
+def test_up_sizing_flags_without_model_are_refused(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    out = run(cli_env, "up", "--job", str(job), "--seq", "8192", "--dry-run")
+    assert out.returncode == 2 and "add --model" in out.stderr
+
+
+def test_plan_hf_repo_from_the_local_hub_cache(cli_env, tmp_path):
+    # the real huggingface_hub, offline, reading the cache layout it writes: refs/main -> snapshot
+    rev = "0" * 40
+    repo = tmp_path / "hf" / "hub" / "models--someorg--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(rev)
+    snap = repo / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22,
+                                                  "num_attention_heads": 32, "num_key_value_heads": 4,
+                                                  "intermediate_size": 5632, "vocab_size": 32000}))
+    out = run(cli_env, "plan", "--model", "someorg/tiny", "--card", "t4", "--json", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["model"] == "someorg/tiny" and d["params"] == 1_100_048_384

@@ -1,0 +1,159 @@
+"""A stand-in ``nvidia-smi`` whose output a test controls.
+
+``install(bin_dir, state)`` writes an executable ``bin_dir/nvidia-smi`` (this file, with the
+running interpreter in its shebang) and ``bin_dir/nvidia-smi.json`` (the state); put ``bin_dir``
+first on the box's PATH. ``set_state(bin_dir, state)`` changes what it reports from then on.
+Every call is appended to ``bin_dir/nvidia-smi.calls`` (one line of argv).
+
+State: ``{"mode": "ok" | "driver_failure", "driver_version": str, "cuda_version": str,
+"gpus": [{"name", "memory_total_mib", "memory_used_mib", "utilization_gpu", ...}]}``; any value
+may be the string ``"[N/A]"``, printed as the real tool prints it.
+
+Formats copied from the real tool (driver 550.x): ``--query-gpu=a,b --format=csv[,noheader][,nounits]``
+prints ``a, b [unit]`` headers and ``v1, v2`` rows, units ``MiB``, ``%``, ``W``; an unknown field
+prints ``Field "x" is not a valid field to query.`` and exits 2; with the driver gone every call
+prints ``NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure
+that the latest NVIDIA driver is installed and running.`` and exits 9. ``-q`` prints the
+``==============NVSMI LOG==============`` report, and the bare command the banner table.
+"""
+
+import json
+import os
+import sys
+import time
+
+DRIVER_FAILURE = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+                  "Make sure that the latest NVIDIA driver is installed and running.\n")
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "memory_used_mib": 0, "utilization_gpu": 0,
+        "utilization_memory": 0, "temperature_gpu": 31, "power_draw": 69.52, "pci_bus_id": "00000000:18:00.0",
+        "uuid": "GPU-5e1c1ef4-2c4c-3b2c-9d1e-1f2a3b4c5d6e", "compute_cap": "9.0"}
+DEFAULT_STATE = {"mode": "ok", "driver_version": "550.54.15", "cuda_version": "12.4", "gpus": [H100]}
+
+# field -> (state key, unit)
+FIELDS = {
+    "name": ("name", ""), "gpu_name": ("name", ""),
+    "index": (None, ""),
+    "driver_version": ("@driver_version", ""),
+    "memory.total": ("memory_total_mib", "MiB"),
+    "memory.used": ("memory_used_mib", "MiB"),
+    "memory.free": ("@free", "MiB"),
+    "utilization.gpu": ("utilization_gpu", "%"),
+    "utilization.memory": ("utilization_memory", "%"),
+    "temperature.gpu": ("temperature_gpu", ""),
+    "power.draw": ("power_draw", "W"),
+    "pci.bus_id": ("pci_bus_id", ""),
+    "uuid": ("uuid", ""),
+    "compute_cap": ("compute_cap", ""),
+}
+
+
+def install(bin_dir, state=None):
+    """Write ``nvidia-smi`` and its state into ``bin_dir``; returns the script path."""
+    os.makedirs(str(bin_dir), exist_ok=True)
+    path = os.path.join(str(bin_dir), "nvidia-smi")
+    with open(__file__) as f:
+        body = f.read()
+    with open(path, "w") as f:
+        f.write("#!%s\n" % sys.executable + body)
+    os.chmod(path, 0o755)
+    set_state(bin_dir, state or DEFAULT_STATE)
+    return path
+
+
+def set_state(bin_dir, state):
+    tmp = os.path.join(str(bin_dir), "nvidia-smi.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    os.replace(tmp, os.path.join(str(bin_dir), "nvidia-smi.json"))
+
+
+def _value(state, i, gpu, field, units):
+    key, unit = FIELDS[field]
+    if key is None:
+        v = i
+    elif key == "@driver_version":
+        v = state.get("driver_version", "[N/A]")
+    elif key == "@free":
+        t, u = gpu.get("memory_total_mib", "[N/A]"), gpu.get("memory_used_mib", "[N/A]")
+        v = "[N/A]" if "[N/A]" in (t, u) else int(t) - int(u)
+    else:
+        v = gpu.get(key, "[N/A]")
+    if v == "[N/A]":
+        return "[N/A]"
+    if isinstance(v, float):
+        v = "%.2f" % v
+    return "%s %s" % (v, unit) if units and unit else str(v)
+
+
+def _query(state, fields, fmt):
+    opts = fmt.split(",")
+    for f in fields:
+        if f not in FIELDS:
+            sys.stdout.write('Field "%s" is not a valid field to query.\n\n' % f)
+            return 2
+    units = "nounits" not in opts
+    if "noheader" not in opts:
+        sys.stdout.write(", ".join("%s [%s]" % (f, FIELDS[f][1]) if FIELDS[f][1] else f for f in fields) + "\n")
+    for i, gpu in enumerate(state.get("gpus", [])):
+        sys.stdout.write(", ".join(_value(state, i, gpu, f, units) for f in fields) + "\n")
+    return 0
+
+
+def _report(state):
+    out = ["", "==============NVSMI LOG==============", "",
+           "Timestamp                                 : %s" % time.strftime("%a %b %d %H:%M:%S %Y"),
+           "Driver Version                            : %s" % state.get("driver_version", "[N/A]"),
+           "CUDA Version                              : %s" % state.get("cuda_version", "[N/A]"), "",
+           "Attached GPUs                             : %d" % len(state.get("gpus", []))]
+    for gpu in state.get("gpus", []):
+        out += ["GPU %s" % gpu.get("pci_bus_id", "00000000:00:00.0"),
+                "    Product Name                          : %s" % gpu.get("name", "[N/A]"),
+                "    FB Memory Usage",
+                "        Total                             : %s MiB" % gpu.get("memory_total_mib", "[N/A]"),
+                "        Used                              : %s MiB" % gpu.get("memory_used_mib", "[N/A]"),
+                "    Utilization",
+                "        Gpu                               : %s %%" % gpu.get("utilization_gpu", "[N/A]")]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+def _banner(state):
+    sys.stdout.write(
+        "+-----------------------------------------------------------------------------------------+\n"
+        "| NVIDIA-SMI %-12s           Driver Version: %-12s   CUDA Version: %-9s|\n"
+        "|-----------------------------------------+------------------------+----------------------+\n"
+        % (state.get("driver_version"), state.get("driver_version"), state.get("cuda_version")))
+    for i, gpu in enumerate(state.get("gpus", [])):
+        sys.stdout.write("|   %d  %-36s|  %6sMiB / %6sMiB |   %3s%%      Default |\n"
+                         % (i, gpu.get("name"), gpu.get("memory_used_mib"), gpu.get("memory_total_mib"), gpu.get("utilization_gpu")))
+    return 0
+
+
+def main(argv):
+    here = os.path.dirname(os.path.abspath(argv[0]))
+    try:
+        with open(os.path.join(here, "nvidia-smi.calls"), "a") as f:
+            f.write(" ".join(argv[1:]) + "\n")
+        with open(os.path.join(here, "nvidia-smi.json")) as f:
+            state = json.load(f)
+    except OSError:
+        state = DEFAULT_STATE
+    if state.get("mode") == "driver_failure":
+        sys.stdout.write(DRIVER_FAILURE + "\n")
+        return 9
+    fields, fmt = None, "csv"
+    for a in argv[1:]:
+        if a.startswith("--query-gpu="):
+            fields = [x.strip() for x in a.split("=", 1)[1].split(",") if x.strip()]
+        elif a.startswith("--format="):
+            fmt = a.split("=", 1)[1]
+    if fields is not None:
+        return _query(state, fields, fmt)
+    if "-q" in argv[1:] or "--query" in argv[1:]:
+        return _report(state)
+    return _banner(state)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
