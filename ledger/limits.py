@@ -1,8 +1,9 @@
 """Teardown bookkeeping on the ledger: per-session leases, refusals, month-to-date spend.
 
-Leases let several watchdogs share one ledger (a team on PostgreSQL) without fighting: the
-acquire is one conditional UPDATE, atomic on SQLite and PostgreSQL alike, so exactly one owner
-holds a session until it releases or the lease expires (a crashed watchdog's lease lapses).
+Leases (table ``session_leases``) let several watchdogs share one ledger (a team on PostgreSQL)
+without fighting: taking one is a conditional UPDATE or a primary-key INSERT, each atomic on SQLite
+and PostgreSQL alike, so exactly one owner holds a session until it releases or the lease expires
+(a crashed watchdog's lease lapses).
 """
 
 from __future__ import annotations
@@ -10,45 +11,54 @@ from __future__ import annotations
 import time
 
 import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session as DbSession
 from sqlmodel import select
 
-from ledger.models import Refusal, Session
+from ledger.models import Refusal, SessionLease
 from ledger.store import Ledger
 
 
 def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, now: float | None = None) -> bool:
     """Take (or renew) the lease on ``session_id`` for ``seconds``; True when ``owner`` holds it.
 
-    Succeeds when nobody holds it, ``owner`` already does, or the holder's lease expired.
+    Succeeds when nobody holds it, ``owner`` already does, or the holder's lease expired. Two
+    statements, each atomic: take over an expired/own lease (conditional UPDATE), else create one
+    (INSERT; the primary key makes a concurrent second INSERT fail).
     """
     now = time.time() if now is None else now
-    t = Session.__table__
-    stmt = (
+    t = SessionLease.__table__
+    take = (
         sa.update(t)
-        .where(t.c.id == session_id)
-        .where(sa.or_(t.c.lease_owner.is_(None), t.c.lease_owner == owner, t.c.lease_expires_at < now))
-        .values(lease_owner=owner, lease_expires_at=now + seconds)
+        .where(t.c.session_id == session_id)
+        .where(sa.or_(t.c.owner == owner, t.c.expires_at < now))
+        .values(owner=owner, expires_at=now + seconds)
     )
     with ledger.engine.begin() as conn:
-        return conn.execute(stmt).rowcount == 1
+        if conn.execute(take).rowcount == 1:
+            return True
+    try:
+        with ledger.engine.begin() as conn:
+            conn.execute(sa.insert(t).values(session_id=session_id, owner=owner, expires_at=now + seconds))
+        return True
+    except IntegrityError:
+        return False
 
 
 def release_lease(ledger: Ledger, session_id: str, owner: str) -> None:
     """Give the lease back (only if ``owner`` still holds it)."""
-    t = Session.__table__
-    stmt = sa.update(t).where(t.c.id == session_id, t.c.lease_owner == owner).values(lease_owner=None, lease_expires_at=None)
+    t = SessionLease.__table__
     with ledger.engine.begin() as conn:
-        conn.execute(stmt)
+        conn.execute(sa.delete(t).where(t.c.session_id == session_id, t.c.owner == owner))
 
 
 def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> str | None:
     """The owner of an unexpired lease on ``session_id``, else None."""
     now = time.time() if now is None else now
-    row = ledger.get(session_id)
-    if row is None or row.lease_owner is None or (row.lease_expires_at or 0) < now:
-        return None
-    return row.lease_owner
+    t = SessionLease.__table__
+    with ledger.engine.begin() as conn:
+        row = conn.execute(sa.select(t.c.owner, t.c.expires_at).where(t.c.session_id == session_id)).first()
+    return row.owner if row is not None and row.expires_at >= now else None
 
 
 def active_refusals(ledger: Ledger) -> list[Refusal]:

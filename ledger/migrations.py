@@ -94,13 +94,18 @@ def m002_cost_truth(conn: Connection) -> None:
 
 
 @migration
-def m003_session_lease_refusals(conn: Connection) -> None:
-    """Teardown: a per-session lease (one watchdog acts on a session at a time; a crashed one's
-    lease lapses) and the refusals table (a money limit crossed: new `up` calls are refused until
-    the watchdog lifts it). The agent's heartbeat is m002's ``last_heartbeat_at``."""
-    for ddl in ("ALTER TABLE sessions ADD COLUMN lease_owner VARCHAR", "ALTER TABLE sessions ADD COLUMN lease_expires_at FLOAT"):
-        conn.exec_driver_sql(ddl)
+def m003_leases_refusals(conn: Connection) -> None:
+    """Teardown: ``session_leases`` (one watchdog acts on a session at a time; a crashed one's lease
+    lapses at ``expires_at``) and ``refusals`` (a money limit crossed: new `up` calls are refused
+    until the watchdog lifts it). The agent's heartbeat is m002's ``last_heartbeat_at``."""
     md = sa.MetaData()
+    sa.Table(
+        "session_leases",
+        md,
+        sa.Column("session_id", sa.String, primary_key=True),  # sessions.id
+        sa.Column("owner", sa.String, nullable=False),
+        sa.Column("expires_at", sa.Float, nullable=False),
+    )
     sa.Table(
         "refusals",
         md,

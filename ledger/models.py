@@ -49,9 +49,6 @@ class Session(SQLModel, table=True):
     last_heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat (epoch s)
     end_source: Optional[str] = None  # destroy|provider|heartbeat|import: where ended_at came from
     source: str = Field(default="gpuops", index=True)  # gpuops|import
-    # m003_session_lease_refusals
-    lease_owner: Optional[str] = None  # the watchdog acting on this session now
-    lease_expires_at: Optional[float] = None
 
 
 class BootstrapStep(SQLModel, table=True):
@@ -77,6 +74,16 @@ class Event(SQLModel, table=True):
     at: float
     kind: str
     detail: str = ""
+
+
+class SessionLease(SQLModel, table=True):
+    """Who acts on a session now (a watchdog, a reconcile), until ``expires_at`` (epoch s) (m003)."""
+
+    __tablename__ = "session_leases"
+
+    session_id: str = Field(primary_key=True)  # sessions.id
+    owner: str
+    expires_at: float
 
 
 class Refusal(SQLModel, table=True):

@@ -21,7 +21,7 @@ from gpuops.providers.local import LocalProvider
 from gpuops.reconcile import Context
 from gpuops.watchdog import run
 from ledger.billing import billed_seconds
-from ledger.limits import active_refusals
+from ledger.limits import active_refusals, lease_holder
 from tests.teardown.conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,4 +222,4 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
     evs = [e.kind for e in r.ledger.events(r.sid)]
     assert evs.count("destroy") == 1 and evs.count("closed") == 1
     row = r.ledger.get(r.sid)
-    assert row.end_reason == "ttl" and row.lease_owner is None
+    assert row.end_reason == "ttl" and lease_holder(r.ledger, r.sid) is None
