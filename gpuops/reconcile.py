@@ -59,12 +59,13 @@ class Context:
 
     ``providers``: name -> Provider, used instead of building them from settings (tests);
     ``arm_margin_s``: seconds after ``ready_timeout_seconds`` by which an armed box must have
-    heartbeated; ``lease_seconds``: how long one acts on a session before another may.
+    heartbeated; ``lease_seconds``: how long one acts on a session before another may;
+    ``ssh_connect_s``: how long to try reaching a box over SSH for the agent's status.
     """
 
     def __init__(self, settings, ledger=None, providers: dict | None = None, clock: Callable[[], float] = time.time,
                  owner: str | None = None, arm_margin_s: float = 60.0, lease_seconds: float = 120.0,
-                 destroy_unknown: bool = False):
+                 destroy_unknown: bool = False, ssh_connect_s: float = 10.0):
         from ledger.store import Ledger
 
         self.settings = settings
@@ -76,6 +77,7 @@ class Context:
         self.arm_margin_s = arm_margin_s
         self.lease_seconds = lease_seconds
         self.destroy_unknown = destroy_unknown
+        self.ssh_connect_s = ssh_connect_s
 
     def provider(self, name: str) -> Provider:
         """The provider called ``name`` (cached). Raises GpuopsError when it cannot be built."""
@@ -99,11 +101,18 @@ class Context:
         return names
 
     def box(self, provider: Provider, inst: Instance):
-        """A Box on ``inst`` to read the agent's status, or None when we cannot reach it."""
+        """A Box on ``inst`` to read the agent's status (the local provider's own, else SSH with
+        a ``ssh_connect_s`` deadline), or None when it has no SSH endpoint. Raises what
+        ``gpuops.remote.open_box`` raises (the caller treats it as "no status")."""
         opener = getattr(provider, "box", None)
-        if opener is None:
+        if opener is not None:
+            return opener(inst)
+        if inst.ssh is None:
             return None
-        return opener(inst)
+        from gpuops import remote
+
+        return remote.open_box(inst, data_dir=self.settings.data_path(), deadline=time.monotonic() + self.ssh_connect_s,
+                               ssh_key=self.settings.up.ssh_key, reconnect_s=0.0)
 
     def event(self, session_id: str, kind: str, detail) -> None:
         self.ledger.event(session_id, kind, detail, at=self.clock())
