@@ -69,7 +69,9 @@ def agent_config(
     ``usd_per_hour``: the price really charged (session cap). ``destroy.url`` comes from the
     provider's configured endpoint (``[providers.runpod] url`` / ``[providers.vast] url``), empty for
     the provider default. ``GPUOPS_AGENT_SSH_USERS`` (comma list) limits which users' SSH sessions
-    count (default: any). No credential is written: the box reads its own scoped key from PID 1.
+    count (default: any); ``GPUOPS_AGENT_ENVIRON_FILE`` replaces ``/proc/1/environ`` as the place
+    the box's own key is read from (tests, images whose PID 1 is not the provider's). No credential
+    is written: the box reads its own scoped key there.
     """
     destroy: dict[str, Any] = {"kind": provider if provider in ("runpod", "vast") else "local"}
     if settings is not None and provider in ("runpod", "vast"):
@@ -90,6 +92,8 @@ def agent_config(
         "destroy": destroy,
         "ssh_users": users,
     }
+    if os.environ.get("GPUOPS_AGENT_ENVIRON_FILE"):
+        cfg["environ_file"] = os.environ["GPUOPS_AGENT_ENVIRON_FILE"]
     cfg.update(extra or {})
     return cfg
 

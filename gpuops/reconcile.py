@@ -179,8 +179,15 @@ def end_time(ctx: Context, row, provider: Provider, inst: Instance | None, statu
 
 
 def _intended_reason(ctx: Context, row) -> str | None:
-    """A reason recorded before a destroy whose close never happened (a `up` killed in teardown)."""
+    """A reason recorded before a destroy whose close never happened (a `up` killed in teardown),
+    or the job's end as last seen (a box that destroyed itself while nobody watched)."""
     for e in reversed(ctx.ledger.events(row.id)):
+        if e.kind == "job_exited":  # the job ended (seen by `up` or a watchdog); whoever destroyed, it was over
+            try:
+                code = json.loads(e.detail).get("exit_code")
+            except (ValueError, AttributeError):
+                code = None
+            return "job_end" if code == 0 else "job_failed"
         if e.kind in ("destroy", "teardown", "destroy_requested"):
             try:
                 d = json.loads(e.detail)

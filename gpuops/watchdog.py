@@ -61,6 +61,10 @@ def check_session(ctx: Context, row) -> list[Action]:
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
         ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+        job = status.get("job") or {}
+        if job.get("ended_at") is not None and not any(e.kind == "job_exited" for e in ctx.ledger.events(row.id)):
+            # Booked now: if the box then destroys itself unseen, its row still closes as job_end.
+            ctx.event(row.id, "job_exited", {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner})
     if stale:
         age = f"{now - float(status['heartbeat']):.0f} s old" if status and status.get("heartbeat") else "none yet"
         actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap only"))
