@@ -102,6 +102,8 @@ def test_up_sigkilled_box_goes_and_watchdog_books_it(gpuops_home, tmp_path, env,
     wait_stage(p, stage)
     led, row = only_row(gpuops_home)
     box = gpuops_home / "boxes" / row.label
+    if stage == "arm":  # the stage line comes before the agent starts: kill once it runs
+        wait_for(lambda: (box / ".gpuops" / "agent-status.json").exists(), 10)
     if stage == "job":
         wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), 10)
     p.kill()
