@@ -3,9 +3,10 @@
 Started by the laptop right after SSH answers and before bootstrap, detached (its own session).
 Without ``--worker`` it is the supervisor: it holds ``<state>/agent.supervisor.lock`` (a second
 start is a no-op), runs the worker, and restarts it (1 s, doubling to 30 s) whenever it dies
-without having finished. The worker samples the GPUs every ``sample_seconds``, watches the job's
-exit marker every ``poll_seconds``, applies ``policy.decide`` and, when it says destroy, destroys
-the box through the narrowest credential the box has, then exits 0 (the supervisor then exits).
+without having finished. The worker samples the GPUs every ``sample_seconds`` (NVML through
+``pynvml`` when the image has it, else ``nvidia-smi``), watches the job's exit marker every
+``poll_seconds``, applies ``policy.decide`` and, when it says destroy, destroys the box through
+the narrowest credential the box has, then exits 0 (the supervisor then exits).
 
 Destroy, by ``destroy.kind`` in the config:
 
@@ -189,6 +190,43 @@ def sample_gpus(smi, timeout):
     return policy.parse_smi(out.stdout.decode("utf-8", "replace"), out.returncode, out.stderr.decode("utf-8", "replace"))
 
 
+def sample_nvml():
+    """One reading of every GPU via NVML (the ``pynvml`` module, when the image has it), in
+    ``policy.parse_smi``'s shape; None when pynvml is not importable or NVML does not start
+    (then nvidia-smi is used). A value NVML does not support for a GPU is None (unknown)."""
+    try:
+        import pynvml  # optional: not stdlib, present in many CUDA images (nvidia-ml-py)
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...: fall back to nvidia-smi
+        return None
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            g = {"index": i, "util": None, "mem_used_mib": None, "mem_total_mib": None}
+            try:
+                g["util"] = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
+            except pynvml.NVMLError:
+                pass
+            try:
+                m = pynvml.nvmlDeviceGetMemoryInfo(h)
+                g["mem_used_mib"], g["mem_total_mib"] = m.used / 2**20, m.total / 2**20
+            except pynvml.NVMLError:
+                pass
+            gpus.append(g)
+        return {"gpus": gpus, "error": None if gpus else "no GPU reported"}
+    except pynvml.NVMLError as e:
+        return {"gpus": [], "error": "NVML: %s" % e}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # shutting down a half-started NVML changes nothing for the reading
+            pass
+
+
 # -- destroy ---------------------------------------------------------------------------------------
 def _group_alive(pgid):
     """True while any non-zombie process is in group ``pgid``."""
@@ -304,6 +342,8 @@ class Agent:
         if isinstance(self.smi, str):
             self.smi = [self.smi]
         self.ssh_users = cfg.get("ssh_users") or None
+        # "auto": NVML when pynvml imports and starts, else nvidia-smi; "nvidia-smi": only that.
+        self.gpu_source = cfg.get("gpu_source", "auto")
         self.destroy_cfg = cfg.get("destroy") or {"kind": "local"}
         self.environ_file = cfg.get("environ_file", "/proc/1/environ")
         self.started = time.time()
@@ -340,7 +380,9 @@ class Agent:
 
     def take_sample(self):
         t = time.time()  # when the reading starts: the GPU state it reports is at least this recent
-        r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
+        r = sample_nvml() if self.gpu_source in ("auto", "nvml") else None
+        if r is None:
+            r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
         s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"],
              "bootstrap": bootstrap_running(self.pidfile, self.root), "ssh": ssh_sessions(self.ssh_users)}
         if r["error"]:

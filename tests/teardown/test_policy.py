@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from bootstrap import policy
@@ -147,3 +149,57 @@ def test_settings_object_works_like_dict():
     samples = [s(t_, [0.0]) for t_ in range(100, 170, 10)]
     assert decide(samples, 160.0, BoxState(started_at=0.0), t).reason == "idle"
     assert policy.idle_minutes_of(TeardownSettings(idle_minutes="off")) is None
+
+
+def test_box_side_files_are_python_3_8_and_stdlib_only():
+    import ast
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "bootstrap"
+    for name in ("policy.py", "agent.py"):
+        tree = ast.parse((root / name).read_text(), feature_version=(3, 8))
+        top = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                top |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                top.add(node.module.split(".")[0])
+        # pynvml is optional (imported inside a try, used only when the image has it)
+        assert top - set(sys.stdlib_module_names) - {"__future__", "policy", "pynvml"} == set(), name
+
+
+def test_nvml_reading_when_pynvml_is_there(monkeypatch):
+    import types
+
+    from bootstrap import agent
+
+    class NVMLError(Exception):
+        pass
+
+    class Util:
+        gpu = 37
+
+    class Mem:
+        used, total = 3 * 2**30, 80 * 2**30
+
+    def util(h):
+        if h == 1:
+            raise NVMLError("Not Supported")
+        return Util()
+
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUtilizationRates=util, nvmlDeviceGetMemoryInfo=lambda h: Mem())
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    r = agent.sample_nvml()
+    assert r == {"error": None, "gpus": [
+        {"index": 0, "util": 37.0, "mem_used_mib": 3072.0, "mem_total_mib": 81920.0},
+        {"index": 1, "util": None, "mem_used_mib": 3072.0, "mem_total_mib": 81920.0}]}
+    assert classify({"t": 0, **r, "bootstrap": False, "ssh": 0}, 5.0) == "busy"  # 37 % on GPU 0
+
+    def no_driver():
+        raise NVMLError("Driver Not Loaded")
+
+    monkeypatch.setitem(sys.modules, "pynvml", types.SimpleNamespace(NVMLError=NVMLError, nvmlInit=no_driver))
+    assert agent.sample_nvml() is None  # then the agent asks nvidia-smi
