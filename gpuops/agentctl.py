@@ -66,18 +66,18 @@ def agent_config(
     """The agent.json document for one session.
 
     ``started_at``: the instance's create time (epoch s; TTL and spend count from it);
-    ``usd_per_hour``: the price really charged (session cap). ``destroy.url`` comes from the
-    provider's configured endpoint (``[providers.runpod] url`` / ``[providers.vast] url``), empty for
-    the provider default. ``GPUOPS_AGENT_SSH_USERS`` (comma list) limits which users' SSH sessions
+    ``usd_per_hour``: the price really charged (session cap). ``destroy.url`` is the endpoint the
+    laptop uses (``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` / ``VAST_URL``, else the
+    public API). ``GPUOPS_AGENT_SSH_USERS`` (comma list) limits which users' SSH sessions
     count (default: any); ``GPUOPS_AGENT_ENVIRON_FILE`` replaces ``/proc/1/environ`` as the place
     the box's own key is read from (tests, images whose PID 1 is not the provider's). No credential
     is written: the box reads its own scoped key there.
     """
     destroy: dict[str, Any] = {"kind": provider if provider in ("runpod", "vast") else "local"}
     if settings is not None and provider in ("runpod", "vast"):
-        url = getattr(settings.providers, provider).url
-        if url:
-            destroy["url"] = url
+        from gpuops.providers.keys import resolve_url
+
+        destroy["url"] = resolve_url(provider, getattr(settings.providers, provider).url)
     users = [u for u in os.environ.get("GPUOPS_AGENT_SSH_USERS", "").split(",") if u]
     cfg = {
         "session": session_id,

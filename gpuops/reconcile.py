@@ -92,9 +92,9 @@ class Context:
         configured, plus every provider an open row names."""
         names = list(self._injected) if self._injected else ["local"]
         if not self._injected:
-            for n in ("runpod", "vast"):
-                if getattr(self.settings.providers, n).api_key or os.environ.get(f"{n.upper()}_API_KEY"):
-                    names.append(n)
+            from gpuops.providers import configured
+
+            names += configured(self.settings)
         for r in self.ledger.open_sessions():
             if r.provider and r.provider not in names:
                 names.append(r.provider)

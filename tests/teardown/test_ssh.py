@@ -37,7 +37,7 @@ def world(gpuops_home, tmp_path, monkeypatch, cli_env):
     emu.market.ssh_endpoint = (sshd.host, sshd.port)
     environ = tmp_path / "pid1-environ"  # the container's PID 1 environment, where Vast puts the key
     environ.write_bytes(b"CONTAINER_ID=1\0CONTAINER_API_KEY=" + vast_instance_key("1").encode() + b"\0")
-    env = dict(cli_env, VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url, GPUOPS_PROVIDERS_VAST_URL=emu.url,
+    env = dict(cli_env, VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url,
                GPUOPS_AGENT_ENVIRON_FILE=str(environ), GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.3",
                GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5", GPUOPS_UP_READY_TIMEOUT_SECONDS="20")
     env.pop("GPUOPS_AGENT_SSH_USERS", None)
