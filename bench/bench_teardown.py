@@ -2,7 +2,9 @@
 
 1. seconds billed after the job exits, laptop alive: a real `gpuops up` whose job sleeps 1 s;
    billed after exit = the box's confirmed destroy time - the job's exit time (jobwrap's
-   ``exit_code``), and the ledger's booked end - exit (per-second billing rounds up);
+   ``exit_code``), and the ledger's booked end - exit (per-second billing rounds up); once on the
+   local provider, once on the Vast.ai emulator with the box a real sshd (SSH log polling, the
+   destroy call over HTTP);
 2. the same with the laptop gone: `gpuops up` is SIGKILLed while the job runs, the on-box agent
    destroys after ``job_end_grace_seconds``; reported as grace + overhead;
 3. idle destroy: the stand-in GPU drops from 90 % to 0 % at t0 (the job keeps running); the
@@ -106,6 +108,42 @@ def after_exit(env: dict, tmp: Path, laptop_alive: bool, grace: float) -> dict:
     return out
 
 
+def after_exit_ssh(env: dict, tmp: Path, runs: int) -> list[float]:
+    """`gpuops up --provider vast` against the Vast.ai emulator, the box a real sshd on 127.0.0.1:
+    seconds from the job's exit (on the box) to the emulator's destroy (billing stops), laptop alive."""
+    from gpuops.remote import ensure_ssh_key
+    from tests.emulators import VastEmulator
+    from tests.support import fake_nvidia_smi
+    from tests.support.sshd import SshServer
+
+    smi = tmp / "ssh-smi"
+    fake_nvidia_smi.install(smi)
+    sshd = SshServer(tmp / "sshd", extra_path=[smi])
+    sshd.authorize(ensure_ssh_key(Path(env["GPUOPS_DATA_DIR"]))[1])
+    sshd.start()
+    out = []
+    try:
+        job = tmp / "job.sh"
+        job.write_text("sleep 1\n")
+        for _ in range(runs):
+            emu = VastEmulator().start()  # a fresh market each run: a rented offer leaves the market
+            emu.market.ssh_endpoint = (sshd.host, sshd.port)
+            e = dict(env, VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url, GPUOPS_TEARDOWN_SAMPLE_SECONDS="1")
+            try:
+                r = subprocess.run([sys.executable, "-m", "gpuops", "up", "--job", str(job), "--provider", "vast", "--card",
+                                    "rtx-4090", "--json"], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+                if r.returncode != 0:
+                    raise RuntimeError(r.stderr[-2000:])
+                inst = max(emu.market.instances.values(), key=lambda i: int(i.id))
+            finally:
+                emu.stop()
+            code = (sshd.home / "gpuops" / inst.label / ".gpuops" / "run" / "exit_code").read_text().split()
+            out.append(round(inst.ended_t - float(code[2]), 3))
+    finally:
+        sshd.stop()
+    return out
+
+
 def idle_delay(env: dict, window_s: float, sample_s: float) -> dict:
     """Agent on a local box whose job holds the GPU; the GPU goes to 0 % at t0."""
     os.environ.update(env)
@@ -155,6 +193,8 @@ def main() -> int:
         res["laptop_alive"] = {"after_exit_s": summarize([x["after_exit_s"] for x in alive]),
                                "booked_after_exit_s": summarize([x["booked_after_exit_s"] for x in alive]),
                                "destroyed_by": sorted({x["by"] for x in alive}), "target_s": 5.0}
+        ssh = after_exit_ssh(env, tmp, a.runs)
+        res["laptop_alive_ssh_vast_emulator"] = {"after_exit_s": summarize(ssh), "target_s": 5.0}
         res["laptop_gone"] = {"grace_s": a.grace, "after_exit_s": summarize([x["after_exit_s"] for x in gone]),
                               "overhead_over_grace_s": summarize([x["after_exit_s"] - a.grace for x in gone]),
                               "destroyed_by": sorted({x["by"] for x in gone})}
@@ -175,6 +215,9 @@ def main() -> int:
     la, lg = res["laptop_alive"], res["laptop_gone"]
     print(f"billed after job exit, laptop alive: median {la['after_exit_s']['median']:.3f} s, max {la['after_exit_s']['max']:.3f} s "
           f"(booked, per-second rounding: max {la['booked_after_exit_s']['max']:.3f} s; target <= 5 s; n={la['after_exit_s']['n']})")
+    ls = res["laptop_alive_ssh_vast_emulator"]["after_exit_s"]
+    print(f"billed after job exit, laptop alive, SSH box + emulated Vast: median {ls['median']:.3f} s, max {ls['max']:.3f} s "
+          f"(target <= 5 s; n={ls['n']})")
     print(f"billed after job exit, laptop gone (agent, grace {lg['grace_s']:g} s): median {lg['after_exit_s']['median']:.3f} s, "
           f"max {lg['after_exit_s']['max']:.3f} s = grace + {lg['overhead_over_grace_s']['max']:.3f} s at most")
     for row in res["idle"]:
