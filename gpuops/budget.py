@@ -71,13 +71,21 @@ def assert_not_refused(ledger, provider: str) -> None:
 
 
 def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
-    """What `up` calls in validate/plan: refusals, then ``check_budget`` with the provider's balance
-    (ProviderError propagates) and the ledger's month-to-date spend. Returns the worst case USD."""
+    """What `up` calls before the intent row: refusals, then ``check_budget`` with the provider's
+    balance and the ledger's month-to-date spend. Returns the worst case USD. A balance that cannot
+    be read skips the balance check, unless ``balance_floor_usd`` is set (then the ProviderError
+    propagates: the floor cannot be checked, so nothing is rented)."""
+    from gpuops.providers.base import ProviderError
     from ledger.limits import month_spend
 
     assert_not_refused(ledger, provider.name)
     t = settings.teardown
-    balance = provider.balance().usd
+    try:
+        balance = provider.balance().usd
+    except ProviderError:
+        if t.balance_floor_usd is not None:
+            raise
+        balance = None
     spent = None
     if t.monthly_cap_usd is not None:
         spent = month_spend(ledger, *month_start_end())
