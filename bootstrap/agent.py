@@ -423,6 +423,9 @@ class Agent:
         if not self.destroy or self.destroy.get("reason") is None:
             self.destroy = {"reason": decision.reason, "explanation": decision.explanation,
                             "requested_at": round(time.time(), 3), "done_at": None, "attempts": 0, "result": None}
+        # Said before it is done: whoever finds the box gone (watchdog, reconcile, `up` waking up)
+        # can read why, even if this process dies mid-destroy.
+        self.write_status(decision, job)
         kind = self.destroy_cfg.get("kind", "local")
         deadline = time.time() + float(self.destroy_cfg.get("deadline_seconds", 1800))
         delay = 1.0

@@ -82,8 +82,12 @@ class Rig:
         return read_status(self.box)
 
     def gone(self) -> bool:
+        """The box is destroyed and, if its agent did it, the agent has booked the result."""
         i = self.provider.get(self.inst.id)
-        return i is not None and i.status == InstanceStatus.GONE
+        if i is None or i.status != InstanceStatus.GONE:
+            return False
+        d = (self.status() or {}).get("destroy")
+        return d is None or d.get("done_at") is not None
 
     def destroyed_at(self) -> float | None:
         return self.provider.destroyed_at(self.inst.id)

@@ -69,7 +69,8 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path):
     beat = led.get(row.id).last_heartbeat_at
     assert beat is not None and "job_exited" in [e.kind for e in led.events(row.id)]
     wait_for(lambda: emu.market.find(row.instance_id) is None, 15)  # the agent, 4 s after the job's end
-    st = json.loads((box / ".gpuops" / "agent-status.json").read_text())
+    status = box / ".gpuops" / "agent-status.json"
+    st = wait_for(lambda: (d := json.loads(status.read_text())).get("destroy", {}).get("done_at") and d, 10)
     assert st["destroy"]["reason"] == "job_end" and st["destroy"]["result"] == f"destroyed instance {row.instance_id}"
     scoped = [r for r in emu.market.requests if r["auth"] == f"Bearer {vast_instance_key(row.instance_id)}"]
     assert [(r["method"], r["path"]) for r in scoped] == [("DELETE", f"/api/v0/instances/{row.instance_id}/")]
@@ -119,7 +120,7 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
             c.close()
         closed = time.time()
         wait_for(lambda: emu.market.find(inst.id) is None, 10)
-        st = read_status(box)
+        st = wait_for(lambda: (d := read_status(box)) and d["destroy"] and d["destroy"]["done_at"] and d, 10)
         assert st["destroy"]["reason"] == "idle" and st["decision"]["idle_since"] >= closed - 0.7
     finally:
         os.environ.pop("GPUOPS_AGENT_ENVIRON_FILE", None)
