@@ -74,7 +74,7 @@ def test_sigkill_up_at_each_stage(gpuops_home, fake_smi, stage):
     provider = get_provider("local", settings)
     deadline = time.monotonic() + 20
     while True:
-        run(settings, once=True, emit=lambda a: None, ctx=Context(settings, ledger=ledger, arm_margin_s=0.0))
+        run(settings, once=True, emit=lambda a: None, ctx=Context(settings, ledger=ledger, arm_margin_s=2.0))  # an agent gets 1 s ready + 2 s to heartbeat
         row = ledger.get(sid)
         inst = provider.get("gpuops-" + sid)
         if row.status == "closed" and (inst is None or inst.status == InstanceStatus.GONE):
