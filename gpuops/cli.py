@@ -6,6 +6,7 @@ Imports stay light: services, rich and provider SDKs load inside the commands th
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -51,9 +52,12 @@ def _parse_price(text: Optional[str]) -> Optional[float]:
     if text is None:
         return None
     try:
-        return float(text)
+        price = float(text)
     except ValueError:
         raise BadInput(f"--max-price must be a number of USD per hour, got {text!r}", "e.g. --max-price 2.5") from None
+    if not math.isfinite(price):
+        raise BadInput(f"--max-price must be a finite number of USD per hour, got {text!r}", "e.g. --max-price 2.5")
+    return price
 
 
 @app.command()
@@ -83,6 +87,8 @@ def up(
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if max_hours is not None and not math.isfinite(max_hours):
+        raise BadInput(f"--max-hours must be a finite number of hours, got {max_hours}", "it is the box's hard TTL, e.g. --max-hours 2")
     if max_hours is not None and max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     over: dict = {"up": {}, "teardown": {}}

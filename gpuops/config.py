@@ -29,7 +29,8 @@ PROVIDERS = ("local", "runpod", "vast")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: "inf" parses as a float, and an infinite max_hours would switch the TTL off.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class UpSettings(_Section):

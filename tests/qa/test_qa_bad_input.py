@@ -1,0 +1,70 @@
+"""QA: inputs a new user typed that gpuops accepted or answered badly (found by hand, 2026-11-29)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.conftest import gpuops_cmd
+
+
+@pytest.fixture
+def job(tmp_path):
+    p = tmp_path / "ok.sh"
+    p.write_text("true\n")
+    return str(p)
+
+
+def _run(env, *args):
+    return subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("--max-hours", "inf"), ("--max-hours", "nan"), ("--max-hours", "1e400"),
+    ("--max-price", "inf"), ("--max-price", "nan"),
+])
+def test_non_finite_limits_are_refused(flag, value, job, gpuops_home, cli_env):
+    # Seen: `up --max-hours inf` rented a box with no TTL ("projected cost of max_hours=inf: $inf").
+    out = _run(cli_env, "up", "--job", job, flag, value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag} must be a finite number"), out.stderr
+    assert "e.g. " + flag in lines[0]
+    assert not (gpuops_home / "ledger.db").exists() and not (gpuops_home / "boxes").exists()
+
+
+@pytest.mark.parametrize("var", ["GPUOPS_TEARDOWN_MAX_HOURS", "GPUOPS_TEARDOWN_MAX_SESSION_USD", "GPUOPS_UP_MAX_PRICE"])
+def test_non_finite_settings_from_environment_are_refused(var, job, gpuops_home, cli_env):
+    env = dict(cli_env, **{var: "inf"})
+    out = _run(env, "up", "--job", job, "--dry-run")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert "finite number" in out.stderr
+    assert "$inf" not in out.stdout
+
+
+def test_unknown_card_with_no_close_name_points_at_the_catalog(job, gpuops_home, cli_env):
+    # Seen: "see `gpuops plan --help` for the catalog", but plan --help does not list cards.
+    out = _run(cli_env, "up", "--job", job, "--card", "nvidia")
+    assert out.returncode == 2
+    assert "`gpuops plan --model list`" in out.stderr
+    listing = _run(cli_env, "plan", "--model", "list")
+    assert "a100-80gb-sxm" in listing.stdout and "h100-sxm" in listing.stdout
+
+
+@pytest.mark.parametrize("exp", ["", "two\nlines", "tab\there", " "])
+def test_experiment_name_must_be_one_visible_line(exp, job, gpuops_home, cli_env):
+    # Seen: --experiment "" and a name with a newline were booked, and the month table split the
+    # name over two rows (CSV too).
+    out = _run(cli_env, "up", "--job", job, "--experiment", exp)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--experiment" in lines[0], out.stderr
+    assert not (gpuops_home / "ledger.db").exists()
+
+
+def test_unicode_and_shell_metacharacters_in_experiment_are_fine(job, gpuops_home, cli_env, tmp_path):
+    exp = 'ünï-实验 "$(touch pwned)"'
+    out = _run(cli_env, "up", "--job", job, "--experiment", exp, "--json")
+    assert out.returncode == 0, out.stderr
+    assert not (tmp_path / "pwned").exists()
