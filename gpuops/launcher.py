@@ -112,6 +112,9 @@ def validate(req: UpRequest) -> None:
         raise BadInput(f"job file {req.job} not found", "pass the path of a script, e.g. --job examples/bench.sh")
     if req.job.is_dir():
         raise BadInput(f"job {req.job} is a directory", "pass a script file, e.g. --job examples/bench.sh")
+    if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
+        # It is a row label in every report and a CSV field: one visible line.
+        raise BadInput(f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep")
     if req.max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
