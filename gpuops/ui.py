@@ -98,7 +98,9 @@ def render_sessions(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("session", "experiment", "provider", "card", "status", "instance", "usd/h", "age"):
+    # The session id is what `gpuops down` and `gpuops logs` need: never truncated or wrapped.
+    t.add_column("session", no_wrap=True, min_width=20)
+    for col in ("experiment", "provider", "card", "status", "instance", "usd/h", "age"):
         t.add_column(col)
     now = time.time()
     for r in rows:

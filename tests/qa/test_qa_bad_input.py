@@ -68,3 +68,22 @@ def test_unicode_and_shell_metacharacters_in_experiment_are_fine(job, gpuops_hom
     out = _run(cli_env, "up", "--job", job, "--experiment", exp, "--json")
     assert out.returncode == 0, out.stderr
     assert not (tmp_path / "pwned").exists()
+
+
+def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli_env):
+    # Seen: `gpuops ps` in 80 columns printed "202611…", the one thing `gpuops down` needs.
+    import time
+
+    from ledger import Ledger
+    from ledger import Session as Row
+
+    sid = "20261129-171139-d34b"
+    Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").add_session(Row(
+        id=sid, experiment="a-long-experiment-name", job="/tmp/job.sh", provider="local", card="a100-80gb-sxm",
+        gpu_count=1, spot=False, label=f"gpuops-{sid}", simulated=True, status="running", created_at=time.time(),
+        instance_id=f"gpuops-{sid}", usd_per_hour=1.49,
+    ))
+    out = _run(dict(cli_env, COLUMNS="80"), "ps")
+    assert out.returncode == 0, out.stderr
+    assert sid in out.stdout, out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
