@@ -87,3 +87,14 @@ def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli_en
     assert out.returncode == 0, out.stderr
     assert sid in out.stdout, out.stdout
     assert max(len(line) for line in out.stdout.splitlines()) <= 80
+
+
+def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
+    # Seen: "end reason │ ttl (exit code None)" after --max-hours ended a sleeping job.
+    job = tmp_path / "sleep.sh"
+    job.write_text("sleep 30\n")
+    env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5", COLUMNS="100")
+    out = _run(env, "up", "--job", str(job), "--max-hours", "0.0003")
+    assert out.returncode == 1, out.stderr
+    assert "None" not in out.stdout, out.stdout
+    assert "ttl (no exit code)" in out.stdout
