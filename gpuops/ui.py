@@ -13,7 +13,14 @@ from gpuops.launcher import Reporter
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)  # user text is literal; styled lines pass markup=True
+
+
+def _esc(text: str) -> str:
+    """User text (job names, step names, error messages) made literal inside rich markup."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def print_json(obj: Any) -> None:
@@ -34,12 +41,12 @@ class ConsoleReporter(Reporter):
         return f"{now - self.t0:6.1f}s"
 
     def stage(self, name: str, detail: str = "") -> None:
-        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {detail}", markup=True)
+        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
 
     def step(self, line: dict) -> None:
         status = line.get("status", "")
         color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
-        self.err.print(f"         step {line.get('step')}: [{color}]{status}[/] {line.get('seconds', 0):.2f}s", markup=True)
+        self.err.print(f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s", markup=True)
 
     def job_line(self, text: str) -> None:
         stream = sys.stderr if self.json_mode else sys.stdout
@@ -47,7 +54,7 @@ class ConsoleReporter(Reporter):
         stream.flush()
 
     def warn(self, text: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {text}", markup=True)
+        self.err.print(f"[yellow]warning:[/] {_esc(text)}", markup=True)
 
 
 def money(usd: float | None, simulated: bool = False) -> str:
