@@ -98,3 +98,13 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
     assert out.returncode == 1, out.stderr
     assert "None" not in out.stdout, out.stdout
     assert "ttl (no exit code)" in out.stdout
+
+
+@pytest.mark.parametrize("args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]])
+def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_home, cli_env):
+    # Seen: `logs` said "see `gpuops ledger show` for session ids" (show needs an id) and `down`
+    # pointed at `gpuops ledger month`, which prints no session ids.
+    out = _run(cli_env, *args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "`gpuops ledger export`" in lines[0], out.stderr
