@@ -376,6 +376,32 @@ def ledger_sync(
     ledger_view.emit("sync", books.sync(LedgerReader(settings.ledger_url()), settings, month, tz), fmt)
 
 
+LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"
+
+
+def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
+    """(one-line error, exit code) when ``e`` is the ledger database failing to open or answer
+    (a bad URL, a missing driver, a server that is down, a file that is not a database); else None.
+    Passwords in URLs are masked. A bad URL or driver is bad input (2), the rest a failure (1)."""
+    import re
+    import traceback
+
+    mod = type(e).__module__ or ""
+    frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
+    from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)
+    if isinstance(e, ModuleNotFoundError) and any("sqlalchemy/dialects" in f for f in frames):
+        msg, code = f"the ledger URL needs the database driver {e.name!r}, which is not installed", 2
+    elif mod.startswith("sqlalchemy") or (mod == "sqlite3" and from_ledger):
+        orig = getattr(e, "orig", None) or e
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        code = 2 if type(e).__name__ in ("ArgumentError", "NoSuchModuleError") else 1
+        msg = f"the ledger database failed: {first}"
+    else:
+        return None
+    msg = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", msg)
+    return f"error: {msg} ({LEDGER_FIX})", code
+
+
 def main() -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2."""
@@ -390,6 +416,10 @@ def main() -> None:
         sys.stderr.write("aborted\n")
         sys.exit(130)
     except Exception as e:
+        ledger_failure = _ledger_failure(e)
+        if ledger_failure is not None:
+            sys.stderr.write(ledger_failure[0] + "\n")
+            sys.exit(ledger_failure[1])
         # typer vendors its own click; its usage errors all carry format_message() and exit_code.
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
             raise
