@@ -436,17 +436,24 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
     ledger.event(s.id, "job_exited", {"exit_code": s.exit_code})
 
 
+MAX_TOKENS_PER_LINE = 10**15  # far above any job; keeps the sum inside a 64-bit ledger INTEGER
+
+
 def tokens_from_metrics(text: str) -> int:
-    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored."""
+    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored,
+    and so are values that are not a finite number in [0, 1e15] (booleans, NaN, Infinity, 1e30)."""
+    import math
+
     total = 0
     for line in text.splitlines():
         try:
             obj = json.loads(line)
         except ValueError:
             continue
-        if isinstance(obj, dict) and isinstance(obj.get("tokens"), (int, float)) and obj["tokens"] >= 0:
-            total += int(obj["tokens"])
-    return total
+        n = obj.get("tokens") if isinstance(obj, dict) else None
+        if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and 0 <= n <= MAX_TOKENS_PER_LINE:
+            total += int(n)
+    return min(total, 2**62)
 
 
 def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
