@@ -77,6 +77,7 @@ def up(
     kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
     seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
+    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -109,9 +110,10 @@ def up(
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
-    if model:
-        from gpuops.plan import parse_positive_int
+    from gpuops.plan import parse_positive_int
 
+    req.gpu_count = parse_positive_int(gpu_count, "--gpu-count", "2")
+    if model:
         req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
         req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
     elif (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
