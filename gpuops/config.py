@@ -179,7 +179,7 @@ class Settings(_Section):
 
     def data_path(self) -> Path:
         if self.data_dir:
-            return Path(self.data_dir).expanduser()
+            return Path(self.data_dir).expanduser().absolute()  # rows store log paths: never cwd-relative
         import platformdirs
 
         return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
