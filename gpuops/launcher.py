@@ -112,6 +112,8 @@ def validate(req: UpRequest) -> None:
         raise BadInput(f"job file {req.job} not found", "pass the path of a script, e.g. --job examples/bench.sh")
     if req.job.is_dir():
         raise BadInput(f"job {req.job} is a directory", "pass a script file, e.g. --job examples/bench.sh")
+    if not req.job.is_file():  # a FIFO would hang the copy to the box, /dev/zero would fill its disk
+        raise BadInput(f"job {req.job} is not a regular file", "pass a script file, e.g. --job examples/bench.sh")
     if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
         # It is a row label in every report and a CSV field: one visible line.
         raise BadInput(f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep")

@@ -108,3 +108,20 @@ def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_hom
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "`gpuops ledger export`" in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/null"])
+def test_job_must_be_a_regular_file(special, gpuops_home, cli_env, tmp_path):
+    # Seen: --job on a named pipe booked a row, created a box and died in a shutil traceback;
+    # --job /dev/null rented a box for an empty job (and /dev/zero would fill the box's disk).
+    import os
+
+    path = special
+    if special == "fifo":
+        path = str(tmp_path / "job.sh")
+        os.mkfifo(path)
+    out = _run(cli_env, "up", "--job", path)
+    assert out.returncode == 2, out.stderr[-800:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is not a regular file" in lines[0], out.stderr[-800:]
+    assert not (gpuops_home / "ledger.db").exists() and not (gpuops_home / "boxes").exists()
