@@ -305,7 +305,10 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
     try:
         Settings.model_validate(merged)
     except ValidationError as e:
-        raise BadInput(_format_error(e, "environment (GPUOPS_*)", None), "fix or unset the variable") from None
+        first = e.errors()[0]
+        var = ENV_PREFIX + "_".join(str(k) for k in first["loc"] if isinstance(k, str)).upper()
+        msg = first["msg"].removeprefix("Value error, ")
+        raise BadInput(f"environment variable {var}: {msg}", "fix or unset the variable") from None
     merged = _deep_merge(merged, overrides or {})
     try:
         s = Settings.model_validate(merged)

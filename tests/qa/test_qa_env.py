@@ -40,3 +40,10 @@ def test_variables_that_are_not_settings_are_left_alone(var):
 def test_providers_typo_is_refused():
     with pytest.raises(BadInput, match="GPUOPS_PROVIDERS_RUNPOD_APIKEY names no setting"):
         load_settings(None, env={"GPUOPS_PROVIDERS_RUNPOD_APIKEY": "k"})
+
+
+def test_a_bad_value_names_the_variable_not_the_key_path():
+    # Seen: "environment (GPUOPS_*): providers.local.price_per_hour: Input should be a valid number".
+    with pytest.raises(BadInput) as e:
+        load_settings(None, env={"GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "abc"})
+    assert str(e.value).startswith("environment variable GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR: Input should be a valid number")
