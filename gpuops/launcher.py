@@ -210,6 +210,8 @@ class Session:
     slowest_step: str | None = None
     log_path: Path | None = None
     results_path: str = ""
+    # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
+    ttl_deadline: float | None = None
 
 
 def _job_command(job_name: str) -> str:
@@ -300,6 +302,7 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
     ledger.event(s.id, "create", {"offer": p.offer.offer_id})
     last: ProviderError | None = None
+    s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     for offer in p.candidates[:MAX_OFFER_ATTEMPTS]:
         bid = offer.min_bid if offer.spot else None
         spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid,
@@ -401,9 +404,13 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
     cmd = (f"set -a; . {META}/job.env; set +a; exec python3 {META}/bootstrap/jobwrap.py --dir {RUN_DIR} -- "
            + _job_command(req.job.name))
     started = time.time()
+    ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else started + req.max_hours * 3600.0
+    if started > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
+        s.end_reason = "ttl"
+        ledger.event(s.id, "ttl", {"max_hours": req.max_hours, "before_job": True})
+        return
     box.run_detached(cmd)  # type: ignore[union-attr]
     ledger.event(s.id, "job_started")
-    ttl_deadline = started + req.max_hours * 3600.0
     offset = 0
     pending = b""
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
