@@ -271,7 +271,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
             _ready(s, provider, ledger, reporter, settings, open_box)
             _arm(s, ledger, reporter)
             if not _bootstrap(s, ledger, reporter, settings):
-                s.end_reason = "bootstrap_failed"
+                if s.end_reason != "ttl":
+                    s.end_reason = "bootstrap_failed"
             else:
                 _job(s, ledger, reporter, settings)
                 _collect(s, ledger, reporter, settings)
@@ -379,7 +380,20 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bo
     volume = s.instance.extra.get("volume_path") if s.instance is not None else None
     plan = build_plan(settings, card=card, volume_path=volume)
     plan.files = [(local, remote) for local, remote in plan.files if remote != RUNNER_DIR]  # shipped by arm
-    res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+    remaining = s.ttl_deadline - time.time() if s.ttl_deadline is not None else None
+    ttl_bound = remaining is not None and remaining < plan.timeout
+    if ttl_bound:
+        plan.timeout = max(remaining, 0.1)  # type: ignore[type-var]
+    try:
+        res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+    except TimeoutError:
+        why = "ttl" if ttl_bound else "bootstrap_timeout"
+        ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
+        reporter.warn(f"bootstrap ran past {plan.timeout:.0f} s"
+                      + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)"))
+        if ttl_bound:
+            s.end_reason = "ttl"
+        return False
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     ledger.add_steps(s.id, res.steps)
