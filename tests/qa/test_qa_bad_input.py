@@ -125,3 +125,12 @@ def test_job_must_be_a_regular_file(special, gpuops_home, cli_env, tmp_path):
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "is not a regular file" in lines[0], out.stderr[-800:]
     assert not (gpuops_home / "ledger.db").exists() and not (gpuops_home / "boxes").exists()
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-3", "0"])
+def test_offers_vram_must_be_a_positive_finite_number(value, gpuops_home, cli_env):
+    # Seen: `gpuops offers --vram-gb inf` died in "OverflowError: cannot convert float infinity".
+    out = _run(cli_env, "offers", "--vram-gb", value)
+    assert out.returncode == 2, out.stderr[-800:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--vram-gb" in lines[0] and "must be a positive number" in lines[0], out.stderr
