@@ -247,6 +247,57 @@ def _ledger(config: Optional[str]):
     return sessions.open_ledger(_settings(config))
 
 
+@app.command()
+def watchdog(
+    interval: float = typer.Option(30.0, "--interval", help="Seconds between ticks."),
+    once: bool = typer.Option(False, "--once", help="One reconcile and one tick, then exit (for cron)."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = typer.Option(False, "--json", help="One JSON object per action, one per line."),
+) -> None:
+    """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap."""
+    from gpuops import watchdog as wd
+
+    if interval <= 0:
+        raise BadInput(f"--interval must be > 0 seconds, got {interval:g}", "e.g. --interval 30")
+    settings = _settings(config)
+    emit = _emit_json if json_out else print
+    if not once:
+        print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
+    acts = wd.run(settings, interval=interval, once=once, emit=emit)
+    if once and any(a.kind == "error" for a in acts):
+        raise typer.Exit(1)
+
+
+@app.command()
+def reconcile(
+    destroy_unknown: bool = typer.Option(False, "--destroy-unknown", help="Also destroy gpuops- instances this ledger has no row for."),
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
+    from gpuops import reconcile as rec
+
+    settings = _settings(config)
+    acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
+    if json_out:
+        from gpuops import ui
+
+        ui.print_json([a.as_json() for a in acts])
+    else:
+        for a in acts:
+            print(a)
+        if not acts:
+            print("nothing to reconcile")
+    if any(a.kind == "error" for a in acts):
+        raise typer.Exit(1)
+
+
+def _emit_json(action) -> None:
+    import json
+
+    print(json.dumps(action.as_json()), flush=True)
+
+
 def _reader(config: Optional[str]):
     """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
     from ledger.reads import LedgerReader

@@ -252,6 +252,10 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         ledger = Ledger(settings.ledger_url())
     from ledger import Session as Row
 
+    _quick_reconcile(settings, ledger, provider, reporter)
+    from gpuops.budget import budget_for_up
+
+    budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
     sid = new_session_id()
     s = Session(id=sid, req=req, offer=p.offer)
     logs_dir = settings.data_path() / "logs"
@@ -269,7 +273,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         with _signals_raise():
             _create(s, p, provider, ledger, reporter, label, settings)
             _ready(s, provider, ledger, reporter, settings, open_box)
-            _arm(s, ledger, reporter)
+            _arm(s, ledger, reporter, settings, provider)
             if not _bootstrap(s, ledger, reporter, settings):
                 if s.end_reason != "ttl":
                     s.end_reason = "bootstrap_failed"
@@ -364,10 +368,29 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
     s.end_reason = "job_failed"
 
 
-def _arm(s: Session, ledger, reporter: Reporter) -> None:
+def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: Reporter) -> None:
+    """Reconcile this provider before renting (orphans, gone boxes); a failure only warns."""
+    from gpuops.reconcile import Context, reconcile
+
+    try:
+        for a in reconcile(Context(settings, ledger=ledger, providers={provider.name: provider})):
+            if a.kind in ("closed", "destroyed", "orphan_destroyed", "adopted", "error"):
+                reporter.warn(f"reconcile: {a}")
+    except GpuopsError as e:
+        reporter.warn(f"reconcile skipped: {e}")
+
+
+def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
+    """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
+    from gpuops import agentctl
+
     reporter.stage("arm")
-    box = s.box
-    box.put(BOOTSTRAP_DIR, f"{META}/bootstrap")  # type: ignore[union-attr]
+    row = ledger.get(s.id)
+    cfg = agentctl.agent_config(
+        session_id=s.id, provider=provider.name, instance_id=s.instance.id, root=s.box.root,  # type: ignore[union-attr]
+        teardown=settings.teardown, started_at=row.instance_created_at, usd_per_hour=row.usd_per_hour, settings=settings,
+    )
+    agentctl.arm(s.box, cfg)
     ledger.event(s.id, "armed")
 
 
@@ -491,7 +514,21 @@ def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None
     ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
 
 
+def _agent_reason(s: Session) -> str | None:
+    """The reason the on-box agent destroyed the box (idle, ttl, ...), when it did."""
+    if s.box is None:
+        return None
+    try:
+        from gpuops.agentctl import read_status
+
+        st = read_status(s.box) or {}
+    except Exception:  # the box may already be gone; then the laptop's reason stands
+        return None
+    return (st.get("destroy") or {}).get("reason")
+
+
 def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> None:
+    s.end_reason = _agent_reason(s) or s.end_reason
     reporter.stage("teardown", s.end_reason)
     ended = time.time()
     if s.instance is not None:

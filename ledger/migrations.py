@@ -93,6 +93,32 @@ def m002_cost_truth(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_sessions_source ON sessions (source)")
 
 
+@migration
+def m003_leases_refusals(conn: Connection) -> None:
+    """Teardown: ``session_leases`` (one watchdog acts on a session at a time; a crashed one's lease
+    lapses at ``expires_at``) and ``refusals`` (a money limit crossed: new `up` calls are refused
+    until the watchdog lifts it). The agent's heartbeat is m002's ``last_heartbeat_at``."""
+    md = sa.MetaData()
+    sa.Table(
+        "session_leases",
+        md,
+        sa.Column("session_id", sa.String, primary_key=True),  # sessions.id
+        sa.Column("owner", sa.String, nullable=False),
+        sa.Column("expires_at", sa.Float, nullable=False),
+    )
+    sa.Table(
+        "refusals",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("scope", sa.String, nullable=False, index=True),  # a provider name, or "*" for all
+        sa.Column("reason", sa.String, nullable=False),  # balance_floor | monthly_cap
+        sa.Column("detail", sa.String, nullable=False),
+        sa.Column("set_at", sa.Float, nullable=False),
+        sa.Column("lifted_at", sa.Float),
+    )
+    md.create_all(conn)
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

@@ -74,3 +74,27 @@ class Event(SQLModel, table=True):
     at: float
     kind: str
     detail: str = ""
+
+
+class SessionLease(SQLModel, table=True):
+    """Who acts on a session now (a watchdog, a reconcile), until ``expires_at`` (epoch s) (m003)."""
+
+    __tablename__ = "session_leases"
+
+    session_id: str = Field(primary_key=True)  # sessions.id
+    owner: str
+    expires_at: float
+
+
+class Refusal(SQLModel, table=True):
+    """A money limit crossed: new boxes in ``scope`` (a provider name, or "*") are refused while
+    ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m003)."""
+
+    __tablename__ = "refusals"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    scope: str = Field(index=True)
+    reason: str
+    detail: str = ""
+    set_at: float
+    lifted_at: Optional[float] = None

@@ -1,0 +1,264 @@
+"""The teardown rules, shared by the on-box agent (``agent.py``) and the laptop's ``gpuops watchdog``.
+
+Pure functions, stdlib only, python3 >= 3.8: this file is shipped to the box byte for byte, so the
+rule "what decides idle" lives in one place that both sides run.
+
+Shapes (JSON-ready, because samples travel in the agent's status file):
+
+* a GPU reading: ``{"index": int, "util": float|None, "mem_used_mib": float|None,
+  "mem_total_mib": float|None}``; ``util`` is percent 0..100, None when the driver did not say
+  (``[N/A]``, ``[Not Supported]``, ``[Unknown Error]`` ...).
+* a sample: ``{"t": epoch seconds, "gpus": [reading...], "error": str|None, "bootstrap": bool,
+  "ssh": int}``; ``error`` is set when nvidia-smi/NVML failed (driver gone, no GPU, timeout);
+  ``bootstrap`` is True while a bootstrap step runs; ``ssh`` counts interactive SSH sessions.
+* settings: any object or mapping with ``max_hours`` (h), ``idle_minutes`` (min, or "off"),
+  ``idle_util_percent`` (%), ``sample_seconds`` (s), ``job_end_grace_seconds`` (s),
+  ``max_session_usd`` (USD, or None) -- the fields of ``gpuops.config.TeardownSettings``.
+* state: ``BoxState`` (billing start, job end, price).
+
+Rule order (first that applies wins): ttl, session_cap, job end (job_end / job_failed), idle.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Dict, List, Optional
+
+# The query the agent runs; the parser expects exactly these four columns in this order.
+SMI_QUERY = "index,utilization.gpu,memory.used,memory.total"
+SMI_ARGS = ["--query-gpu=" + SMI_QUERY, "--format=csv,noheader,nounits"]
+
+KEEP = "keep"
+DESTROY = "destroy"
+
+# A hole in the sample series longer than this many sample intervals (plus slack) breaks an idle
+# streak: we do not know what the GPU did while nobody looked (agent restarted, box suspended).
+MAX_GAP_SAMPLES = 3
+MAX_GAP_SLACK_S = 5.0
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+def _num(field: str) -> Optional[float]:
+    """A csv cell as a float; None for ``[N/A]``, ``[Not Supported]``, ``N/A`` and anything else
+    that is not a finite number."""
+    f = field.strip()
+    if f.endswith("%"):
+        f = f[:-1].strip()
+    if f.endswith("MiB"):
+        f = f[:-3].strip()
+    try:
+        v = float(f)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> Dict[str, Any]:
+    """Parse ``nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total
+    --format=csv,noheader,nounits`` output.
+
+    Returns ``{"gpus": [reading...], "error": None}``, or ``{"gpus": [...], "error": "why"}`` when
+    the output cannot be trusted as a whole: non-zero exit (driver failure: "NVIDIA-SMI has failed
+    because it couldn't communicate with the NVIDIA driver", "No devices were found"), no GPU lines,
+    or a line that does not have four cells. Cells like ``[N/A]`` / ``[Not Supported]`` do not make
+    an error: that GPU's value is None, which ``classify`` treats as unknown (never idle).
+    """
+    gpus: List[Dict[str, Any]] = []
+    bad: List[str] = []
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 4 or _num(cells[0]) is None:
+            bad.append(line)
+            continue
+        gpus.append({
+            "index": int(_num(cells[0]) or 0),
+            "util": _num(cells[1]),
+            "mem_used_mib": _num(cells[2]),
+            "mem_total_mib": _num(cells[3]),
+        })
+    if returncode != 0:
+        text = (stderr.strip() or stdout.strip() or "no output").splitlines()[0]
+        return {"gpus": gpus, "error": "nvidia-smi exited %d: %s" % (returncode, text[:200])}
+    if bad:
+        return {"gpus": gpus, "error": "unparsed nvidia-smi line: %s" % bad[0][:200]}
+    if not gpus:
+        return {"gpus": [], "error": "no GPU reported"}
+    return {"gpus": gpus, "error": None}
+
+
+# -- one sample ------------------------------------------------------------------------------------
+def classify(sample: Dict[str, Any], util_percent: float) -> str:
+    """``"busy"``, ``"idle"`` or ``"unknown"`` for one sample.
+
+    busy: a bootstrap step runs, an interactive SSH session is open, or any GPU is above
+    ``util_percent``. idle: every GPU reported a number at or below ``util_percent``. unknown:
+    anything else (no GPU, driver error, a ``[N/A]`` cell with no GPU busy): never counts as idle.
+    """
+    if sample.get("bootstrap"):
+        return "busy"
+    if sample.get("ssh"):
+        return "busy"
+    gpus = sample.get("gpus") or []
+    if any(g.get("util") is not None and g["util"] > util_percent for g in gpus):
+        return "busy"
+    if sample.get("error") or not gpus or any(g.get("util") is None for g in gpus):
+        return "unknown"
+    return "idle"
+
+
+# -- the decision ----------------------------------------------------------------------------------
+@dataclass
+class BoxState:
+    """What the rules need besides samples. Times are epoch seconds; price is USD/hour.
+
+    ``started_at``: billing start (the instance's create time; the agent's start when unknown).
+    ``job_ended_at``: when the job exited (from ``exit_code``), None while it runs or before it starts.
+    """
+
+    started_at: float
+    job_ended_at: Optional[float] = None
+    job_exit_code: Optional[int] = None
+    usd_per_hour: Optional[float] = None
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "BoxState":
+        return cls(
+            started_at=float(d["started_at"]),
+            job_ended_at=d.get("job_ended_at"),
+            job_exit_code=d.get("job_exit_code"),
+            usd_per_hour=d.get("usd_per_hour"),
+        )
+
+
+@dataclass
+class Decision:
+    """``action`` is "keep" or "destroy"; ``reason`` one of job_end, job_failed, idle, ttl,
+    session_cap (None to keep); ``explanation`` is one human line with the numbers; ``idle_since``
+    the start of the current idle streak (epoch s) or None; ``next_due`` the earliest epoch second
+    at which a rule could fire if nothing changes (the agent wakes then), or None."""
+
+    action: str
+    reason: Optional[str]
+    explanation: str
+    idle_since: Optional[float] = None
+    next_due: Optional[float] = None
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+
+def _get(settings: Any, name: str, default: Any = None) -> Any:
+    if isinstance(settings, dict):
+        return settings.get(name, default)
+    return getattr(settings, name, default)
+
+
+def idle_minutes_of(settings: Any) -> Optional[float]:
+    """The idle window in minutes, or None when the idle layer is "off"."""
+    v = _get(settings, "idle_minutes", 15.0)
+    if v is None or (isinstance(v, str) and v.strip().lower() == "off"):
+        return None
+    return float(v)
+
+
+def idle_streak(samples: List[Dict[str, Any]], util_percent: float, sample_seconds: float) -> Optional[float]:
+    """Epoch time of the first sample of the newest unbroken run of idle samples (ending at the
+    newest sample), or None when the newest sample is not idle. A gap longer than
+    ``MAX_GAP_SAMPLES`` intervals (+ slack) between samples breaks the run."""
+    max_gap = MAX_GAP_SAMPLES * sample_seconds + MAX_GAP_SLACK_S
+    since = None
+    later_t = None
+    for s in reversed(samples):
+        if classify(s, util_percent) != "idle":
+            break
+        if later_t is not None and later_t - s["t"] > max_gap:
+            break
+        since = s["t"]
+        later_t = s["t"]
+    return since
+
+
+def _fmt_s(seconds: float) -> str:
+    return "%.0f s" % seconds if seconds < 600 else "%.1f min" % (seconds / 60.0)
+
+
+def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings: Any) -> Decision:
+    """Keep or destroy the box, and why.
+
+    ``samples``: oldest first (see module doc); ``now``: epoch seconds; ``state``: ``BoxState`` or
+    its dict; ``settings``: teardown settings (module doc). Rules, first that applies wins:
+
+    * ttl: ``now >= started_at + max_hours*3600``, whatever else is happening;
+    * session_cap: ``max_session_usd`` set and ``(now - started_at)/3600 * usd_per_hour`` reached it;
+    * job end: the job exited at ``job_ended_at`` and ``job_end_grace_seconds`` have passed
+      (reason ``job_end`` for exit code 0, else ``job_failed``);
+    * idle: the idle layer is on and the newest run of idle samples (``classify``) began at least
+      ``idle_minutes*60`` s ago. Unknown readings break the run: they are never idle.
+    """
+    if isinstance(state, dict):
+        state = BoxState.from_dict(state)
+    due: List[float] = []
+
+    ttl_at = state.started_at + float(_get(settings, "max_hours", 4.0)) * 3600.0
+    if now >= ttl_at:
+        return Decision(DESTROY, "ttl", "ttl: box up %s, max_hours %.4g h reached" % (
+            _fmt_s(now - state.started_at), float(_get(settings, "max_hours"))))
+    due.append(ttl_at)
+
+    cap = _get(settings, "max_session_usd")
+    price = state.usd_per_hour
+    if cap is not None and price:
+        cap_at = state.started_at + float(cap) / float(price) * 3600.0
+        spent = (now - state.started_at) / 3600.0 * float(price)
+        if now >= cap_at:
+            return Decision(DESTROY, "session_cap", "session_cap: $%.4f spent at $%.4f/h reached max_session_usd $%.2f" % (
+                spent, float(price), float(cap)))
+        due.append(cap_at)
+
+    if state.job_ended_at is not None:
+        grace = float(_get(settings, "job_end_grace_seconds", 30.0))
+        end_at = float(state.job_ended_at) + grace
+        code = state.job_exit_code
+        reason = "job_end" if code in (0, None) else "job_failed"
+        if now >= end_at:
+            return Decision(DESTROY, reason, "%s: job exited (code %s) %s ago, grace %s" % (
+                reason, code, _fmt_s(now - float(state.job_ended_at)), _fmt_s(grace)))
+        due.append(end_at)
+
+    idle_min = idle_minutes_of(settings)
+    util = float(_get(settings, "idle_util_percent", 5.0))
+    sample_s = float(_get(settings, "sample_seconds", 10.0))
+    since = idle_streak(samples, util, sample_s)
+    last = samples[-1] if samples else None
+    what = classify(last, util) if last else "no samples"
+    if idle_min is not None:
+        window = idle_min * 60.0
+        if since is not None:
+            if now - since >= window:
+                return Decision(DESTROY, "idle", "idle: no GPU above %.4g%% for %s (window %s), no bootstrap step, no SSH session" % (
+                    util, _fmt_s(now - since), _fmt_s(window)), idle_since=since)
+            due.append(since + window)
+    why = _keep_why(last, what, util, since, now)
+    return Decision(KEEP, None, why, idle_since=since, next_due=min(due) if due else None)
+
+
+def _keep_why(last: Optional[Dict[str, Any]], what: str, util: float, since: Optional[float], now: float) -> str:
+    if last is None:
+        return "keep: no samples yet"
+    if what == "idle":
+        return "keep: idle for %s so far" % _fmt_s(now - (since if since is not None else now))
+    if what == "unknown":
+        return "keep: GPU state unknown (%s); not idle" % (last.get("error") or "a GPU did not report utilization")
+    parts = []
+    if last.get("bootstrap"):
+        parts.append("bootstrap step running")
+    if last.get("ssh"):
+        parts.append("%d SSH session(s) open" % last["ssh"])
+    busy = [g for g in last.get("gpus") or [] if g.get("util") is not None and g["util"] > util]
+    if busy:
+        parts.append("GPU %s at %.0f%%" % (busy[0]["index"], busy[0]["util"]))
+    return "keep: busy (%s)" % ", ".join(parts)

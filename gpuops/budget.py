@@ -1,0 +1,92 @@
+"""The money checks `up` makes before renting: does price x max_hours fit, and is renting refused.
+
+Pure arithmetic in ``check_budget``; ``assert_not_refused`` reads the refusals the watchdog sets
+when a balance floor or the monthly cap is crossed (ledger/limits.py).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+from gpuops.errors import BadInput
+
+
+def check_budget(
+    price_usd_h: float,
+    max_hours: float,
+    balance: float | None,
+    floor: float | None,
+    month_spent: float | None,
+    cap: float | None,
+) -> float:
+    """Refuse a rental whose worst case does not fit the money left; return the worst case (USD).
+
+    Worst case = ``price_usd_h`` (USD/hour, whole box) x ``max_hours`` (the TTL, hours). It must
+    fit in ``balance - floor`` (USD; the provider's credit minus ``balance_floor_usd``, floor 0
+    when unset; skipped when the provider reports no balance) and in ``cap - month_spent`` (USD;
+    ``monthly_cap_usd`` minus the ledger's month-to-date spend; skipped when no cap).
+
+    Raises BadInput naming the shortfall in USD and the largest ``max_hours`` that would fit.
+    """
+    need = price_usd_h * max_hours
+    limits = []
+    if balance is not None:
+        fl = floor or 0.0
+        limits.append((balance - fl, f"balance ${balance:.2f} minus floor ${fl:.2f}", "top up the account, or lower balance_floor_usd"))
+    if cap is not None:
+        spent = month_spent or 0.0
+        limits.append((cap - spent, f"monthly cap ${cap:.2f} minus ${spent:.2f} spent this month", "raise monthly_cap_usd"))
+    for room, what, remedy in limits:
+        if need > room + 1e-9:
+            short = need - room
+            fits_h = max(0.0, room) / price_usd_h if price_usd_h > 0 else 0.0
+            raise BadInput(
+                f"${price_usd_h:.4f}/h x {max_hours:g} h = ${need:.2f} does not fit in {what} = ${room:.2f}: short by ${short:.2f}",
+                f"use --max-hours {fits_h:.2f} or less, a cheaper offer, or {remedy}" if fits_h >= 0.01
+                else f"{remedy}; nothing fits now",
+            )
+    return round(need, 6)
+
+
+def month_start_end(now: float | None = None) -> tuple[float, float]:
+    """[start, end) epoch seconds of the local calendar month containing ``now``."""
+    from ledger.reports import month_bounds
+
+    now = time.time() if now is None else now
+    return month_bounds(datetime.fromtimestamp(now).strftime("%Y-%m"))
+
+
+def assert_not_refused(ledger, provider: str) -> None:
+    """Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all)."""
+    from ledger.limits import active_refusals
+
+    for r in active_refusals(ledger):
+        if r.scope in ("*", provider):
+            since = datetime.fromtimestamp(r.set_at).strftime("%Y-%m-%d %H:%M")
+            raise BadInput(
+                f"new boxes refused ({r.reason}, since {since}): {r.detail}",
+                "top up the account" if r.reason == "balance_floor" else "raise teardown.monthly_cap_usd or wait for next month",
+            )
+
+
+def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
+    """What `up` calls before the intent row: refusals, then ``check_budget`` with the provider's
+    balance and the ledger's month-to-date spend. Returns the worst case USD. A balance that cannot
+    be read skips the balance check, unless ``balance_floor_usd`` is set (then the ProviderError
+    propagates: the floor cannot be checked, so nothing is rented)."""
+    from gpuops.providers.base import ProviderError
+    from ledger.limits import month_spend
+
+    assert_not_refused(ledger, provider.name)
+    t = settings.teardown
+    try:
+        balance = provider.balance().usd
+    except ProviderError:
+        if t.balance_floor_usd is not None:
+            raise
+        balance = None
+    spent = None
+    if t.monthly_cap_usd is not None:
+        spent = month_spend(ledger, *month_start_end())
+    return check_budget(price_usd_h, t.max_hours, balance, t.balance_floor_usd, spent, t.monthly_cap_usd)

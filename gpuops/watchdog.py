@@ -1,0 +1,182 @@
+"""`gpuops watchdog [--interval 30] [--once]`: teardown layers 2 and 3 from the laptop (or any
+always-on machine), for every open session in the ledger.
+
+Each tick, per open session (under its lease, ledger/limits.py, so several watchdogs on one
+ledger do not fight): ask the provider for the instance (gone: close the row, end time from the
+provider or the agent's heartbeat, never "now"; a stopped/exited spot instance: preempted); read
+the agent's status through the Box (a stale heartbeat is reported and checking goes on); apply
+``bootstrap/policy.decide`` with the session's own teardown settings (from the agent's status,
+else this watchdog's) -> destroy on ttl / session_cap / job end / idle. Then the money layer: each
+provider's balance against ``balance_floor_usd`` and the ledger's month-to-date spend against
+``monthly_cap_usd``; crossing one destroys every box it covers and records a refusal that `up`
+checks (``gpuops.budget.assert_not_refused``); the refusal is lifted when the condition clears.
+Every action is a ledger event; provider errors are reported and the daemon keeps running.
+The daemon runs a reconcile (gpuops/reconcile.py) at start.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+from bootstrap import policy
+from gpuops.errors import GpuopsError
+from gpuops.providers.base import InstanceStatus, ProviderError
+from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile
+
+log = logging.getLogger("gpuops.watchdog")
+
+
+def _box_state(row, status: dict | None) -> policy.BoxState:
+    job = (status or {}).get("job") or {}
+    return policy.BoxState(
+        started_at=float(row.instance_created_at or row.created_at),
+        job_ended_at=job.get("ended_at"),
+        job_exit_code=job.get("exit_code"),
+        usd_per_hour=row.usd_per_hour,
+    )
+
+
+def check_session(ctx: Context, row) -> list[Action]:
+    """Layers 1-2 and the per-box money rules for one open session (caller holds its lease)."""
+    from gpuops.agentctl import heartbeat_stale
+
+    now = ctx.clock()
+    if row.instance_id is None:
+        return []  # between intent and create: reconcile's business (deadline-based)
+    try:
+        p = ctx.provider(row.provider)
+        inst = p.get(row.instance_id)
+    except GpuopsError as e:
+        return [Action(row.id, "error", f"{row.provider}: {e}")]
+    if inst is None or inst.status == InstanceStatus.GONE:
+        return [close_gone(ctx, row, p, inst, agent_status(ctx, p, inst) if inst is not None else None)]
+    if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
+        # An interruptible box the market took back: billing for the GPU stopped when the agent went
+        # silent; destroy what is left (a stopped Vast instance still bills storage).
+        ended = row.last_heartbeat_at or inst.extra.get("ended_at")
+        return [destroy_and_close(ctx, row, p, "preempted", f"spot instance {inst.raw_status or inst.status.value}", ended_at=ended)]
+    status = agent_status(ctx, p, inst)
+    actions: list[Action] = []
+    stale = heartbeat_stale(status, now)
+    if status and status.get("heartbeat"):
+        ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+        job = status.get("job") or {}
+        if job.get("ended_at") is not None and not any(e.kind == "job_exited" for e in ctx.ledger.events(row.id)):
+            # Booked now: if the box then destroys itself unseen, its row still closes as job_end.
+            ctx.event(row.id, "job_exited", {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner})
+    if stale:
+        age = f"{now - float(status['heartbeat']):.0f} s old" if status and status.get("heartbeat") else "none yet"
+        actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap only"))
+    settings = (status or {}).get("teardown") or ctx.settings.teardown
+    samples = [] if stale else ((status or {}).get("samples") or [])
+    decision = policy.decide(samples, now, _box_state(row, None if stale else status), settings)
+    if decision.action == policy.DESTROY:
+        actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
+    return actions
+
+
+def _money(ctx: Context) -> list[Action]:
+    """Balance floor per provider, monthly cap across all: destroy covered boxes, refuse, lift."""
+    from gpuops.budget import month_start_end
+    from ledger.limits import active_refusals, lift_refusal, month_spend, set_refusal
+
+    t = ctx.settings.teardown
+    actions: list[Action] = []
+    refused = {(r.scope, r.reason) for r in active_refusals(ctx.ledger)}
+    now = ctx.clock()
+    covered: list[tuple[str, str, str]] = []  # (scope, reason, detail)
+    for name in ctx.provider_names():
+        if t.balance_floor_usd is None and (name, "balance_floor") not in refused:
+            continue
+        try:
+            bal = ctx.provider(name).balance()
+        except GpuopsError as e:
+            actions.append(Action("", "error", f"{name}: balance: {e}"))
+            continue
+        if bal.usd is None:
+            continue
+        if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
+            covered.append((name, "balance_floor", f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f}"))
+        elif (name, "balance_floor") in refused and lift_refusal(ctx.ledger, name, "balance_floor", now):
+            actions.append(Action("", "lifted", f"{name}: balance ${bal.usd:.2f} is back above the floor"))
+    if t.monthly_cap_usd is not None or ("*", "monthly_cap") in refused:
+        spent = month_spend(ctx.ledger, *month_start_end(now), now=now)
+        if t.monthly_cap_usd is not None and spent >= t.monthly_cap_usd:
+            covered.append(("*", "monthly_cap", f"month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}"))
+        elif ("*", "monthly_cap") in refused and lift_refusal(ctx.ledger, "*", "monthly_cap", now):
+            actions.append(Action("", "lifted", f"monthly cap: spend ${spent:.2f} is under the cap again"))
+    for scope, reason, detail in covered:
+        if set_refusal(ctx.ledger, scope, reason, detail, now):
+            actions.append(Action("", "refused", f"new boxes refused for {'all providers' if scope == '*' else scope}: {detail}"))
+        for row in ctx.ledger.open_sessions():
+            if row.instance_id is None or (scope != "*" and row.provider != scope):
+                continue
+            with ctx.lease(row.id) as ok:
+                if not ok:
+                    actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
+                    continue
+                row = ctx.ledger.get(row.id)
+                if row is None or row.status == "closed":
+                    continue
+                try:
+                    p = ctx.provider(row.provider)
+                except GpuopsError as e:
+                    actions.append(Action(row.id, "error", str(e)))
+                    continue
+                actions.append(destroy_and_close(ctx, row, p, reason, detail))
+    return actions
+
+
+def tick(ctx: Context) -> list[Action]:
+    """One pass over every open session, then the money layer. Never raises for provider errors."""
+    actions: list[Action] = []
+    for row in ctx.ledger.open_sessions():
+        with ctx.lease(row.id) as ok:
+            if not ok:
+                actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
+                continue
+            fresh = ctx.ledger.get(row.id)
+            if fresh is None or fresh.status == "closed":
+                continue
+            try:
+                actions += check_session(ctx, fresh)
+            except (GpuopsError, ProviderError, OSError) as e:
+                actions.append(Action(row.id, "error", f"{type(e).__name__}: {e}"))
+    actions += _money(ctx)
+    return actions
+
+
+def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Action], None] = print,
+        ctx: Context | None = None) -> list[Action]:
+    """The `gpuops watchdog` body: reconcile, then one tick (``once``) or a tick every
+    ``interval`` seconds under APScheduler until interrupted. Returns the actions of ``once``."""
+    ctx = ctx or Context(settings)
+    done: list[Action] = []
+
+    def guarded(fn) -> None:
+        try:
+            acts = fn(ctx)
+        except Exception as e:  # the daemon outlives any one bad tick (database hiccup, bug in a provider)
+            log.exception("watchdog tick failed")
+            acts = [Action("", "error", f"tick failed: {type(e).__name__}: {e}")]
+        for a in acts:
+            emit(a)
+        done.extend(acts)
+
+    guarded(reconcile)
+    if once:
+        guarded(tick)
+        return done
+    from datetime import datetime
+
+    from apscheduler.schedulers.blocking import BlockingScheduler
+
+    sched = BlockingScheduler()
+    sched.add_job(guarded, "interval", args=[tick], seconds=interval, next_run_time=datetime.now(),
+                  max_instances=1, coalesce=True, misfire_grace_time=None)
+    try:
+        sched.start()
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    return done

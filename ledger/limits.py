@@ -1,0 +1,106 @@
+"""Teardown bookkeeping on the ledger: per-session leases, refusals, month-to-date spend.
+
+Leases (table ``session_leases``) let several watchdogs share one ledger (a team on PostgreSQL)
+without fighting: taking one is a conditional UPDATE or a primary-key INSERT, each atomic on SQLite
+and PostgreSQL alike, so exactly one owner holds a session until it releases or the lease expires
+(a crashed watchdog's lease lapses).
+"""
+
+from __future__ import annotations
+
+import time
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session as DbSession
+from sqlmodel import select
+
+from ledger.models import Refusal, SessionLease
+from ledger.store import Ledger
+
+
+def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, now: float | None = None) -> bool:
+    """Take (or renew) the lease on ``session_id`` for ``seconds``; True when ``owner`` holds it.
+
+    Succeeds when nobody holds it, ``owner`` already does, or the holder's lease expired. Two
+    statements, each atomic: take over an expired/own lease (conditional UPDATE), else create one
+    (INSERT; the primary key makes a concurrent second INSERT fail).
+    """
+    now = time.time() if now is None else now
+    t = SessionLease.__table__
+    take = (
+        sa.update(t)
+        .where(t.c.session_id == session_id)
+        .where(sa.or_(t.c.owner == owner, t.c.expires_at < now))
+        .values(owner=owner, expires_at=now + seconds)
+    )
+    with ledger.engine.begin() as conn:
+        if conn.execute(take).rowcount == 1:
+            return True
+    try:
+        with ledger.engine.begin() as conn:
+            conn.execute(sa.insert(t).values(session_id=session_id, owner=owner, expires_at=now + seconds))
+        return True
+    except IntegrityError:
+        return False
+
+
+def release_lease(ledger: Ledger, session_id: str, owner: str) -> None:
+    """Give the lease back (only if ``owner`` still holds it)."""
+    t = SessionLease.__table__
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.delete(t).where(t.c.session_id == session_id, t.c.owner == owner))
+
+
+def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> str | None:
+    """The owner of an unexpired lease on ``session_id``, else None."""
+    now = time.time() if now is None else now
+    t = SessionLease.__table__
+    with ledger.engine.begin() as conn:
+        row = conn.execute(sa.select(t.c.owner, t.c.expires_at).where(t.c.session_id == session_id)).first()
+    return row.owner if row is not None and row.expires_at >= now else None
+
+
+def active_refusals(ledger: Ledger) -> list[Refusal]:
+    with DbSession(ledger.engine) as db:
+        return list(db.exec(select(Refusal).where(Refusal.lifted_at.is_(None)).order_by(Refusal.id)))
+
+
+def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None) -> bool:
+    """Refuse new boxes in ``scope``; False (and no change) when the same refusal is active."""
+    now = time.time() if now is None else now
+    with DbSession(ledger.engine) as db:
+        q = select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, Refusal.lifted_at.is_(None))
+        if db.exec(q).first() is not None:
+            return False
+        db.add(Refusal(scope=scope, reason=reason, detail=detail, set_at=now))
+        db.commit()
+        return True
+
+
+def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None) -> bool:
+    """Lift an active refusal; True when one was lifted."""
+    now = time.time() if now is None else now
+    with DbSession(ledger.engine) as db:
+        rows = list(db.exec(select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, Refusal.lifted_at.is_(None))))
+        for r in rows:
+            r.lifted_at = now
+            db.add(r)
+        db.commit()
+        return bool(rows)
+
+
+def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None) -> float:
+    """Real (not simulated) USD spent on sessions whose intent time is in [start, end): booked cost
+    of closed sessions, plus open sessions' cost accrued to ``now`` at their charged price (an
+    estimate for enforcing caps; the books never extend an open session to "now")."""
+    now = time.time() if now is None else now
+    total = 0.0
+    for s in ledger.sessions_between(start, end):
+        if s.simulated:
+            continue
+        if s.status == "closed":
+            total += s.cost_usd or 0.0
+        elif s.instance_created_at is not None and s.usd_per_hour:
+            total += max(0.0, now - s.instance_created_at) / 3600.0 * s.usd_per_hour
+    return round(total, 6)

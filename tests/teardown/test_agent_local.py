@@ -1,0 +1,197 @@
+"""The on-box agent on the local provider: job end with the laptop stopped, idle, bootstrap and SSH
+sessions are not idle, TTL, unknown nvidia-smi output, restart after a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.teardown.conftest import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def laptop(sid: str, teardown: dict, job: str, pause_after: str = "", bootstrap_seconds: float = 0.2, up: dict | None = None):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.teardown.laptop", "--sid", sid, "--teardown", json.dumps(teardown),
+         "--up", json.dumps(up or {}), "--job", job, "--pause-after", pause_after, "--bootstrap-seconds", str(bootstrap_seconds)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(REPO), text=True,
+    )
+
+
+def read_until(proc, word: str, timeout: float = 30.0) -> list[str]:
+    lines = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+        if line.strip() == word:
+            return lines
+    raise AssertionError(f"{word!r} not seen; got {lines}")
+
+
+FAST = {"sample_seconds": 0.5, "idle_minutes": "off", "job_end_grace_seconds": 1.5, "kill_grace_seconds": 1.0}
+
+
+def test_agent_destroys_after_job_end_plus_grace_with_laptop_stopped(rig, fake_smi):
+    fake_smi.util(97)
+    r = rig(FAST)
+    p = laptop(r.sid, FAST, job="sleep 1.5")
+    try:
+        read_until(p, "STAGE job")
+        os.kill(p.pid, signal.SIGSTOP)  # the laptop sleeps from here on
+        r.inst = r.provider.get("gpuops-" + r.sid)
+        r.box = r.provider.box(r.inst)
+        wait_for(r.gone, 20)
+        exit_code = (Path(r.box.root) / ".gpuops" / "run" / "exit_code").read_text().split()
+        job_end = float(exit_code[2])
+        st = r.status()
+        assert st["destroy"]["reason"] == "job_end"
+        assert st["job"]["exit_code"] == 0
+        delay = r.destroyed_at() - job_end
+        assert 1.5 <= delay < 1.5 + 1.0, delay  # grace, plus at most one marker poll and the kill
+        assert json.loads((Path(r.box.root) / "destroyed.json").read_text())["by"] == "agent"
+    finally:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def test_idle_job_at_zero_percent_destroyed_within_window_plus_one_sample(rig, fake_smi):
+    fake_smi.util(0, 0)
+    t = {"sample_seconds": 0.5, "idle_minutes": 3 / 60, "job_end_grace_seconds": 30}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm()
+    r.job("sleep 600")  # holds the box, never touches the GPU
+    st = wait_for(r.status, 10)
+    t0 = st["samples"][0]["t"]
+    wait_for(r.gone, 15)
+    st = r.status()
+    assert st["destroy"]["reason"] == "idle"
+    idle_since = st["decision"]["idle_since"]
+    assert idle_since == pytest.approx(t0, abs=0.01)
+    delay = st["destroy"]["requested_at"] - (idle_since + 3.0)
+    assert 0 <= delay <= 0.5 + 0.4, delay  # one sample interval of the window's end (+ slack for a loaded CI)
+    assert "idle: no GPU above 5%" in st["destroy"]["explanation"]
+
+
+def test_long_bootstrap_at_zero_percent_is_not_idle_then_idle_after(rig, fake_smi):
+    fake_smi.util(0)
+    t = {"sample_seconds": 0.3, "idle_minutes": 1 / 60, "job_end_grace_seconds": 30}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm()
+    r.bootstrap(3.0)  # three idle windows long, GPU at 0%
+    time.sleep(2.5)
+    st = r.status()
+    assert not r.gone()
+    assert st["samples"][-1]["bootstrap"] is True
+    assert "bootstrap step running" in st["decision"]["explanation"]
+    wait_for(r.gone, 10)
+    st = r.status()
+    assert st["destroy"]["reason"] == "idle"
+    last_busy = max(s["t"] for s in st["samples"] if s["bootstrap"])
+    assert st["decision"]["idle_since"] > last_busy
+    assert st["destroy"]["requested_at"] - st["decision"]["idle_since"] == pytest.approx(1.0, abs=0.6)
+
+
+def test_ssh_session_opened_after_start_is_seen(rig, fake_smi):
+    fake_smi.util(0)
+    t = {"sample_seconds": 0.3, "idle_minutes": 1.5 / 60}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm()
+    wait_for(r.status, 10)
+    user = os.environ["GPUOPS_AGENT_SSH_USERS"]
+    # What sshd's per-session process looks like in ps; a container PID 1 on a tty is not one.
+    sess = subprocess.Popen(["bash", "-c", f'exec -a "sshd: {user}@pts/7" sleep 4'])
+    notty = subprocess.Popen(["bash", "-c", f'exec -a "sshd: {user}@notty" sleep 30'])
+    try:
+        wait_for(lambda: (r.status() or {}).get("samples", [{}])[-1].get("ssh") == 1, 5)
+        st = r.status()
+        assert "1 SSH session(s) open" in st["decision"]["explanation"]
+        t_open = time.time()
+        sess.wait()
+        t_closed = time.time()
+        wait_for(r.gone, 10)
+        st = r.status()
+        assert st["destroy"]["reason"] == "idle"
+        assert st["decision"]["idle_since"] >= t_closed - 0.35
+        assert st["destroy"]["requested_at"] >= t_open + 1.5
+    finally:
+        for proc in (sess, notty):
+            proc.kill()
+            proc.wait()
+
+
+def test_ttl_with_a_job_that_never_ends(rig, fake_smi):
+    fake_smi.util(99)
+    t = {"sample_seconds": 0.5, "max_hours": 2.5 / 3600, "idle_minutes": 1 / 60}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm()
+    r.job("while true; do sleep 1; done")
+    wait_for(r.gone, 10)
+    st = r.status()
+    assert st["destroy"]["reason"] == "ttl"
+    assert st["destroy"]["requested_at"] - r.inst.created_at == pytest.approx(2.5, abs=0.6)
+    assert all(g["util"] == 99 for s in st["samples"] for g in s["gpus"])
+
+
+@pytest.mark.parametrize("out,rc", [
+    ("0, [N/A], 1, 81559\n", 0),
+    ("0, [Not Supported], [Not Supported], 81559\n", 0),
+    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+     "NVIDIA driver is installed and running.\n", 9),
+    ("No devices were found\n", 6),
+])
+def test_unknown_nvidia_smi_output_is_not_idle_and_ttl_still_applies(rig, fake_smi, out, rc):
+    fake_smi.set(out, rc)
+    t = {"sample_seconds": 0.3, "idle_minutes": 0.5 / 60, "max_hours": 2.5 / 3600}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm()
+    r.job("sleep 600")
+    wait_for(r.gone, 10)
+    st = r.status()
+    assert st["destroy"]["reason"] == "ttl"  # the 0.5 s idle window never fired
+    assert st["decision"]["idle_since"] is None
+    if rc:
+        assert st["errors"] and st["errors"][-1]["msg"].startswith(f"nvidia-smi exited {rc}")
+
+
+def test_supervisor_restarts_a_killed_worker_and_keeps_the_streak(rig, fake_smi):
+    fake_smi.util(50)
+    t = {"sample_seconds": 0.3, "idle_minutes": 2 / 60}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm()
+    st = wait_for(r.status, 10)
+    first = st["pid"]
+    os.kill(first, signal.SIGKILL)
+    st = wait_for(lambda: (s := r.status()) and s["pid"] != first and s, 10)
+    assert st["restarts"] == 1
+    assert st["samples"][0]["t"] < st["agent_started_at"] + 1  # samples carried over
+    arm_again_pid = Path(r.box.root, ".gpuops", "agent.pid").read_text()
+    r.arm()  # a second arm does not start a second agent
+    time.sleep(0.5)
+    assert Path(r.box.root, ".gpuops", "agent.pid").read_text() == arm_again_pid
+    fake_smi.util(0)
+    wait_for(r.gone, 10)
+    assert r.status()["destroy"]["reason"] == "idle"

@@ -1,0 +1,221 @@
+"""Teardown on the emulated providers (their real wire protocols, through the real SDKs for the
+laptop side): the agent destroys with the box's narrow key from PID 1's environment; the watchdog
+books preemption (`preempted`, cost up to the agent's last heartbeat), the balance floor per
+provider, and reconcile closes a pod deleted in the console."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuops.config import load_settings
+from gpuops.providers.base import CreateSpec, OfferQuery
+from gpuops.providers.keys import Credential
+from gpuops.reconcile import Context
+from gpuops.watchdog import run
+from ledger.billing import billed_seconds
+from ledger.models import Session
+from ledger.store import Ledger
+from tests.support.emulators import FAST_RETRY
+from tests.teardown.conftest import wait_for
+from tests.teardown.scoped import ScopedRunPodEmulator, ScopedVastEmulator, runpod_pod_key, vast_instance_key
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def rp():
+    emu = ScopedRunPodEmulator().start()
+    from gpuops.providers.runpod import RunPodProvider
+
+    yield emu, RunPodProvider(Credential(emu.market.api_key, "test"), emu.url, retry=FAST_RETRY)
+    emu.stop()
+
+
+@pytest.fixture
+def vast():
+    emu = ScopedVastEmulator().start()
+    from gpuops.providers.vast import VastProvider
+
+    yield emu, VastProvider(Credential(emu.market.api_key, "test"), emu.url, retry=FAST_RETRY, timeout_s=10)
+    emu.stop()
+
+
+def create(p, label: str, spot: bool = False):
+    offers = [o for o in p.offers(OfferQuery(cards=("rtx-4090",), spot=spot or None)) if o.spot == spot]
+    o = min(offers, key=lambda o: o.usd_per_hour)
+    return p.create(o, CreateSpec(label=label, image="img", disk_gb=40, ssh_public_key="ssh-ed25519 AAAA test",
+                                  bid_usd_per_hour=o.min_bid if spot else None))
+
+
+def run_agent(tmp_path: Path, kind: str, url: str, instance_id: str, environ: dict[str, str]) -> subprocess.Popen:
+    """The agent as it runs on a box: config from the laptop, keys only in PID 1's environment
+    (here a file standing in for /proc/1/environ); its own environment has no key at all."""
+    root = tmp_path / "box"
+    (root / ".gpuops" / "run").mkdir(parents=True)
+    env_file = tmp_path / "environ"
+    env_file.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environ.items()))
+    cfg = {"session": "s1", "provider": kind, "instance_id": instance_id, "root": str(root), "started_at": time.time(),
+           "usd_per_hour": 0.5, "teardown": {"sample_seconds": 0.3, "idle_minutes": "off", "job_end_grace_seconds": 0.3},
+           "destroy": {"kind": kind, "url": url}, "environ_file": str(env_file), "nvidia_smi": ["false"], "ssh_users": ["nobody-here"]}
+    (root / ".gpuops" / "agent.json").write_text(json.dumps(cfg))
+    clean = {k: v for k, v in os.environ.items() if not any(s in k for s in ("API_KEY", "RUNPOD", "VAST", "CONTAINER"))}
+    p = subprocess.Popen([sys.executable, str(REPO / "bootstrap" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
+                         env=clean, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "w"), start_new_session=True)
+    # the job exits: the agent destroys after the 0.3 s grace
+    (root / ".gpuops" / "run" / "exit_code").write_text(f"0\n{time.time() - 5:.3f}\n{time.time():.3f}\n")
+    (root / ".gpuops" / "run" / "exit_marker").write_text("")
+    return p
+
+
+def status_of(tmp_path: Path) -> dict:
+    try:
+        return json.loads((tmp_path / "box" / ".gpuops" / "agent-status.json").read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def stop(a: subprocess.Popen) -> None:
+    """End the agent's whole group (supervisor and worker)."""
+    try:
+        os.killpg(a.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    a.wait()
+
+
+def test_agent_terminates_runpod_pod_with_its_pod_scoped_key(tmp_path, rp):
+    emu, p = rp
+    inst = create(p, "gpuops-rp1")
+    other = create(p, "gpuops-rp2")
+    emu.market.faults.inject["podTerminate"] = [502]  # a gateway hiccup: the agent retries
+    a = run_agent(tmp_path, "runpod", emu.url, "ignored-config-id",
+                  {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id), "PATH": "/usr/bin"})
+    try:
+        assert a.wait(timeout=20) == 0
+    finally:
+        stop(a)
+    assert emu.market.find(inst.id) is None and emu.market.find(other.id) is not None
+    calls = [r for r in emu.market.requests if r["auth"] != f"Bearer {emu.market.api_key}"]
+    assert [c["auth"] for c in calls] == [f"Bearer {runpod_pod_key(inst.id)}"] * 2  # 502, then success
+    assert calls[-1]["body"]["query"] == f'mutation {{ podTerminate(input: {{ podId: "{inst.id}" }}) }}'
+    st = status_of(tmp_path)
+    assert st["destroy"]["reason"] == "job_end" and st["destroy"]["attempts"] == 2
+    assert st["destroy"]["result"] == f"podTerminate {inst.id}"
+    assert "rp_TESTKEY" not in (tmp_path / "box" / ".gpuops" / "agent.json").read_text()
+
+
+def test_agent_destroys_vast_instance_with_container_api_key(tmp_path, vast):
+    emu, p = vast
+    inst = create(p, "gpuops-v1")
+    a = run_agent(tmp_path, "vast", emu.url, "0", {"CONTAINER_ID": inst.id, "CONTAINER_API_KEY": vast_instance_key(inst.id)})
+    try:
+        assert a.wait(timeout=20) == 0
+    finally:
+        stop(a)
+    assert emu.market.find(inst.id) is None
+    calls = [r for r in emu.market.requests if r["auth"] != f"Bearer {emu.market.api_key}"]
+    assert [(c["method"], c["path"], c["auth"]) for c in calls] == [
+        ("DELETE", f"/api/v0/instances/{inst.id}/", f"Bearer {vast_instance_key(inst.id)}")]
+    assert status_of(tmp_path)["destroy"]["result"] == f"destroyed instance {inst.id}"
+
+
+def test_agent_without_a_key_keeps_trying_and_says_why(tmp_path, vast):
+    emu, p = vast
+    inst = create(p, "gpuops-v2")
+    a = run_agent(tmp_path, "vast", emu.url, inst.id, {"PATH": "/usr/bin"})  # no CONTAINER_API_KEY in PID 1
+    try:
+        wait_for(lambda: (st := status_of(tmp_path)).get("destroy") and st["destroy"]["attempts"] >= 2, 10)
+    finally:
+        stop(a)
+    st = status_of(tmp_path)
+    assert st["destroy"]["done_at"] is None
+    assert "CONTAINER_API_KEY / CONTAINER_ID not in PID 1's environment" in st["errors"][-1]["msg"]
+    assert emu.market.find(inst.id) is not None
+    p.destroy(inst.id)
+
+
+def book(led: Ledger, sid: str, provider: str, inst, spot: bool) -> None:
+    led.add_session(Session(id=sid, experiment="e", job="j", provider=provider, card="rtx-4090", gpu_count=1, spot=spot,
+                            label=f"gpuops-{sid}", simulated=False, status="provisioning", created_at=time.time()))
+    led.update(sid, instance_id=inst.id, instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running")
+
+
+def ctx(led, settings, **providers):
+    return Context(settings, ledger=led, providers=providers, arm_margin_s=1e6, ssh_connect_s=0.5)
+
+
+@pytest.mark.parametrize("which", ["vast", "runpod"])
+def test_preempted_spot_instance_closed_preempted_with_cost_to_last_heartbeat(gpuops_home, which, request):
+    emu, p = request.getfixturevalue("vast" if which == "vast" else "rp")
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-s-pre", spot=(which == "vast"))
+    if which == "runpod":  # RunPod spot is going away (research); mark the emulated pod interruptible
+        emu.market.instances[inst.id].spot = True
+    book(led, "s-pre", which, inst, spot=True)
+    time.sleep(1.2)
+    beat = time.time()
+    led.heartbeat("s-pre", beat)  # the agent's last heartbeat before the box lost its GPU
+    emu.preempt(inst.id)
+    gpu_cost = emu.market.instances[inst.id].billed_usd  # what the GPU cost up to the preemption
+    time.sleep(0.5)
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, **{which: p}))
+    assert [("s-pre", "destroyed")] == [(a.session, a.kind) for a in acts if a.kind == "destroyed"], acts
+    row = led.get("s-pre")
+    assert (row.status, row.end_reason, row.ended_at, row.end_source) == ("closed", "preempted", beat, "heartbeat")
+    assert emu.market.find(inst.id) is None  # the stopped box would have billed its disk
+    rate = inst.usd_per_hour
+    assert row.cost_usd == pytest.approx(gpu_cost, abs=rate * 2.0 / 3600)  # within 2 s of billing (whole-second stamps)
+    assert row.billed_seconds == billed_seconds(inst.created_at, beat)  # to the heartbeat, not to "now"
+
+
+def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast):
+    (remu, rprov), (vemu, vprov) = rp, vast
+    settings = load_settings(overrides={"teardown": {"balance_floor_usd": 5.0}})
+    led = Ledger(settings.ledger_url())
+    ri, vi = create(rprov, "gpuops-b-rp"), create(vprov, "gpuops-b-v")
+    book(led, "b-rp", "runpod", ri, spot=False)
+    book(led, "b-v", "vast", vi, spot=False)
+    vemu.market.initial_balance = 4.5  # Vast's credit falls below the floor during the run
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=rprov, vast=vprov))
+    assert ("", "refused") in [(a.session, a.kind) for a in acts]
+    assert led.get("b-v").end_reason == "balance_floor" and vemu.market.find(vi.id) is None
+    assert led.get("b-rp").status == "running" and remu.market.find(ri.id) is not None
+    from gpuops.budget import assert_not_refused
+    from gpuops.errors import BadInput
+
+    assert_not_refused(led, "runpod")
+    with pytest.raises(BadInput, match=r"vast balance \$4\.\d\d is below the floor \$5\.00"):
+        assert_not_refused(led, "vast")
+    rprov.destroy(ri.id)
+
+
+def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, rp):
+    emu, p = rp
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-c1")
+    book(led, "c1", "runpod", inst, spot=False)
+    orphan = create(p, "gpuops-c2")  # its row was closed: an orphan
+    led.add_session(Session(id="c2", experiment="e", job="j", provider="runpod", card="rtx-4090", gpu_count=1, spot=False,
+                            label="gpuops-c2", simulated=False, status="provisioning", created_at=time.time()))
+    led.close("c2", time.time(), "provision_failed")
+    beat = time.time()
+    led.heartbeat("c1", beat)
+    emu.delete_from_console(inst.id)
+    time.sleep(0.3)
+    from gpuops.reconcile import reconcile
+
+    acts = reconcile(ctx(led, settings, runpod=p))
+    assert sorted((a.session, a.kind) for a in acts) == [("c1", "closed"), ("c2", "orphan_destroyed")]
+    row = led.get("c1")
+    assert (row.end_reason, row.ended_at, row.end_source) == ("interrupted", beat, "heartbeat")
+    assert emu.market.find(orphan.id) is None

@@ -1,0 +1,130 @@
+"""Over real SSH (the test sshd) with the emulated Vast.ai: `gpuops up` is SIGKILLed during the
+job, the agent on the box destroys the instance with its per-instance key after job end + grace,
+and `gpuops watchdog --once` books it; an interactive SSH session opened after the agent started
+keeps the box from going idle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from gpuops.config import load_settings
+from gpuops.remote import ensure_ssh_key
+from ledger.store import Ledger
+from tests.conftest import gpuops_cmd
+from tests.support import fake_nvidia_smi
+from tests.support.sshd import SshServer
+from tests.teardown.conftest import wait_for
+from tests.teardown.scoped import ScopedVastEmulator, vast_instance_key
+
+
+@pytest.fixture
+def world(gpuops_home, tmp_path, monkeypatch, cli_env):
+    smi = tmp_path / "smi-bin"
+    fake_nvidia_smi.install(smi, {**fake_nvidia_smi.DEFAULT_STATE,
+                                  "gpus": [{**fake_nvidia_smi.H100, "utilization_gpu": 80}]})
+    sshd = SshServer(tmp_path / "sshd", extra_path=[smi])
+    sshd.authorize(ensure_ssh_key(gpuops_home)[1])
+    sshd.start()
+    emu = ScopedVastEmulator().start()
+    emu.market.ssh_endpoint = (sshd.host, sshd.port)
+    environ = tmp_path / "pid1-environ"  # the container's PID 1 environment, where Vast puts the key
+    environ.write_bytes(b"CONTAINER_ID=1\0CONTAINER_API_KEY=" + vast_instance_key("1").encode() + b"\0")
+    env = dict(cli_env, VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url,
+               GPUOPS_AGENT_ENVIRON_FILE=str(environ), GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.3",
+               GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5", GPUOPS_UP_READY_TIMEOUT_SECONDS="20")
+    env.pop("GPUOPS_AGENT_SSH_USERS", None)
+    try:
+        yield {"sshd": sshd, "emu": emu, "env": env, "smi": smi, "home": gpuops_home}
+    finally:
+        emu.stop()
+        sshd.stop()
+
+
+def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path):
+    sshd, emu, env = world["sshd"], world["emu"], dict(world["env"], GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="4")
+    job = tmp_path / "job.sh"
+    job.write_text("sleep 1.5\n")
+    up = subprocess.Popen(gpuops_cmd("up", "--job", str(job), "--provider", "vast", "--card", "rtx-4090"), env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    led = Ledger(load_settings().ledger_url())
+    try:
+        row = wait_for(lambda: (rows := led.sessions_between(0, 2e10)) and rows[0].instance_id and rows[0], 30)
+        box = sshd.home / "gpuops" / row.label
+        wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), 30)
+    finally:
+        up.kill()  # the laptop is gone mid-job
+        up.wait()
+    assert json.loads((box / ".gpuops" / "agent.json").read_text())["destroy"] == {"kind": "vast", "url": emu.url}
+    wait_for(lambda: (box / ".gpuops" / "run" / "exit_marker").exists(), 10)
+    out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr  # read the agent over SSH: heartbeat and the job's end are booked
+    beat = led.get(row.id).last_heartbeat_at
+    assert beat is not None and "job_exited" in [e.kind for e in led.events(row.id)]
+    wait_for(lambda: emu.market.find(row.instance_id) is None, 15)  # the agent, 4 s after the job's end
+    status = box / ".gpuops" / "agent-status.json"
+    st = wait_for(lambda: (d := json.loads(status.read_text())).get("destroy", {}).get("done_at") and d, 10)
+    assert st["destroy"]["reason"] == "job_end" and st["destroy"]["result"] == f"destroyed instance {row.instance_id}"
+    scoped = [r for r in emu.market.requests if r["auth"] == f"Bearer {vast_instance_key(row.instance_id)}"]
+    assert [(r["method"], r["path"]) for r in scoped] == [("DELETE", f"/api/v0/instances/{row.instance_id}/")]
+    out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
+    assert [json.loads(x)["kind"] for x in out.stdout.splitlines()] == ["closed"], out.stdout + out.stderr
+    row = led.get(row.id)
+    assert (row.status, row.end_reason, row.end_source) == ("closed", "job_end", "heartbeat")
+    assert row.ended_at == beat  # the last time anyone saw the box, not the time we looked again
+
+
+def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_path):
+    from gpuops.agentctl import agent_config, arm, read_status
+    from gpuops.config import TeardownSettings
+    from gpuops.providers.base import CreateSpec, OfferQuery
+    from gpuops.providers.keys import Credential
+    from gpuops.providers.vast import VastProvider
+    from gpuops.remote import HostKeyPins, SSHBox
+    from tests.support.emulators import FAST_RETRY
+
+    sshd, emu, home = world["sshd"], world["emu"], world["home"]
+    fake_nvidia_smi.set_state(world["smi"], fake_nvidia_smi.DEFAULT_STATE)  # GPU at 0 %
+    p = VastProvider(Credential(emu.market.api_key, "test"), emu.url, retry=FAST_RETRY, timeout_s=10)
+    o = min(p.offers(OfferQuery(cards=("rtx-4090",), spot=False)), key=lambda o: o.usd_per_hour)
+    inst = p.create(o, CreateSpec(label="gpuops-ssh1", image="img", disk_gb=40, ssh_public_key=ensure_ssh_key(home)[1]))
+    key = ensure_ssh_key(home)[0]
+    box = SSHBox(sshd.host, sshd.port, sshd.user, key_path=key, pins=HostKeyPins(home / "known_hosts"), pin_name="t/1",
+                 root="gpuops/ssh1").connect(time.monotonic() + 10)
+    os.environ["GPUOPS_AGENT_ENVIRON_FILE"] = world["env"]["GPUOPS_AGENT_ENVIRON_FILE"]
+    try:
+        cfg = agent_config(session_id="ssh1", provider="vast", instance_id=inst.id, root=box.root,
+                           teardown=TeardownSettings(sample_seconds=0.3, idle_minutes=2 / 60), started_at=time.time(),
+                           usd_per_hour=inst.usd_per_hour, extra={"destroy": {"kind": "vast", "url": emu.url}})
+        arm(box, cfg)
+        wait_for(lambda: read_status(box), 10)
+        c = paramiko.SSHClient()
+        c.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        c.connect(sshd.host, sshd.port, username=sshd.user, key_filename=str(key), look_for_keys=False, allow_agent=False)
+        shell = c.invoke_shell()  # a person at a terminal on the box: sshd titles it "sshd: user@pts/N"
+        try:
+            wait_for(lambda: ((read_status(box) or {}).get("samples") or [{}])[-1].get("ssh", 0) >= 1, 10)
+            time.sleep(2.5)  # longer than the idle window at 0 % GPU
+            st = read_status(box)
+            assert st["destroy"] is None and "SSH session(s) open" in st["decision"]["explanation"]
+            assert emu.market.find(inst.id) is not None
+        finally:
+            shell.close()
+            c.close()
+        closed = time.time()
+        wait_for(lambda: emu.market.find(inst.id) is None, 10)
+        st = wait_for(lambda: (d := read_status(box)) and d["destroy"] and d["destroy"]["done_at"] and d, 10)
+        assert st["destroy"]["reason"] == "idle" and st["decision"]["idle_since"] >= closed - 0.7
+    finally:
+        os.environ.pop("GPUOPS_AGENT_ENVIRON_FILE", None)
+        pid = (sshd.home / "gpuops" / "ssh1" / ".gpuops" / "agent.pid")
+        if pid.exists() and emu.market.find(inst.id) is not None:
+            os.kill(int(pid.read_text()), signal.SIGTERM)
+        box.close()

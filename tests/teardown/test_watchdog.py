@@ -1,0 +1,225 @@
+"""`gpuops watchdog --once`: closing rows of gone boxes (end time never "now"), the laptop-side
+policy, balance floor, monthly cap, refusals that `up` checks, and two watchdogs on one ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuops.agentctl import BOOTSTRAP_DIR
+from gpuops.budget import assert_not_refused
+from gpuops.errors import BadInput
+from gpuops.providers.base import Balance
+from gpuops.providers.local import LocalProvider
+from gpuops.reconcile import Context
+from gpuops.watchdog import run
+from ledger.billing import billed_seconds
+from ledger.limits import active_refusals, lease_holder
+from tests.teardown.conftest import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Funded(LocalProvider):
+    """The local provider with an account balance the test sets (USD)."""
+
+    usd = 100.0
+
+    def balance(self) -> Balance:
+        return Balance(usd=self.usd)
+
+
+def once(r, providers=None, **kw):
+    ctx = Context(r.settings, ledger=r.ledger, providers=providers, arm_margin_s=0.0, **kw)
+    return run(r.settings, once=True, emit=lambda a: None, ctx=ctx)
+
+
+def kinds(actions):
+    return [(a.session, a.kind) for a in actions]
+
+
+def test_once_closes_row_of_box_the_agent_destroyed(rig, fake_smi):
+    fake_smi.util(0)
+    r = rig({"sample_seconds": 0.3, "idle_minutes": 1 / 60}, price=3.6)
+    r.intent()
+    r.create()
+    r.arm()
+    r.job("sleep 600")
+    wait_for(r.gone, 10)
+    time.sleep(0.5)  # "now" moves on: the close must not use it
+    acts = once(r)
+    assert (r.sid, "closed") in kinds(acts)
+    row = r.ledger.get(r.sid)
+    assert row.status == "closed" and row.end_reason == "idle"
+    assert row.ended_at == pytest.approx(r.destroyed_at())
+    assert row.billed_seconds == billed_seconds(r.inst.created_at, r.destroyed_at())  # per second, rounded up
+    assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 3.6, abs=1e-6)
+    assert [e.kind for e in r.ledger.events(r.sid)][-2:] == ["gone", "closed"]
+    assert once(r) == []  # nothing left to do
+
+
+def test_gone_without_provider_record_uses_last_heartbeat(rig, fake_smi):
+    fake_smi.util(80)
+    r = rig({"sample_seconds": 0.3})
+    r.intent()
+    r.create()
+    r.arm()
+    wait_for(r.status, 10)
+    once(r)  # sees the agent, books its heartbeat
+    beat = r.ledger.get(r.sid).last_heartbeat_at
+    assert beat is not None
+    r.provider.destroy(r.inst.id)
+    shutil.rmtree(r.box.root)  # the provider forgets the box entirely
+    time.sleep(0.3)
+    acts = once(r)
+    assert (r.sid, "closed") in kinds(acts)
+    row = r.ledger.get(r.sid)
+    assert row.ended_at == beat and row.end_reason == "interrupted"
+    assert "end time from heartbeat" in [a.detail for a in acts if a.kind == "closed"][0]
+    assert row.end_source == "heartbeat"
+    r.inst = None
+
+
+def test_watchdog_applies_policy_from_agent_status(rig, fake_smi):
+    r = rig({"sample_seconds": 5, "idle_minutes": 1.0})
+    r.intent()
+    r.create()
+    now = time.time()
+    # An agent status as a (not running) agent would write it: two idle minutes of samples.
+    samples = [{"t": now - 120 + 5 * i, "gpus": [{"index": 0, "util": 0.0, "mem_used_mib": 1.0, "mem_total_mib": 8.0}],
+                "error": None, "bootstrap": False, "ssh": 0} for i in range(25)]
+    status = {"heartbeat": now, "sample_seconds": 5, "samples": samples, "job": {"ended_at": None, "exit_code": None},
+              "teardown": {"max_hours": 4, "idle_minutes": 1.0, "idle_util_percent": 5, "sample_seconds": 5,
+                           "job_end_grace_seconds": 30}, "destroy": None}
+    Path(r.box.root, ".gpuops", "agent-status.json").write_text(json.dumps(status))
+    acts = once(r)
+    row = r.ledger.get(r.sid)
+    assert row.end_reason == "idle", acts
+    assert r.gone()
+    ev = [e for e in r.ledger.events(r.sid) if e.kind == "destroy"]
+    assert json.loads(ev[0].detail)["reason"] == "idle" and "idle: no GPU above 5%" in json.loads(ev[0].detail)["detail"]
+
+
+def test_stale_heartbeat_is_reported_and_ttl_still_enforced(rig, fake_smi):
+    r = rig({"sample_seconds": 0.5, "max_hours": 1.5 / 3600}, up={"ready_timeout_seconds": 100.0})
+    r.intent()
+    r.create()  # never armed: no agent, no heartbeat (and within the ready deadline)
+    acts = once(r)
+    assert (r.sid, "stale_heartbeat") in kinds(acts)
+    assert r.ledger.get(r.sid).status == "running"
+    wait_for(lambda: time.time() > r.inst.created_at + 1.6, 5)
+    acts = once(r)
+    row = r.ledger.get(r.sid)
+    assert row.status == "closed" and row.end_reason == "ttl" and r.gone()
+
+
+def test_box_never_armed_is_destroyed_after_the_ready_deadline(rig, fake_smi):
+    r = rig({"sample_seconds": 0.5}, up={"ready_timeout_seconds": 1.0})
+    r.intent()
+    r.create()
+    assert once(r) and r.ledger.get(r.sid).status == "running"
+    wait_for(lambda: time.time() > r.inst.created_at + 1.1, 5)
+    acts = once(r)
+    assert (r.sid, "destroyed") in kinds(acts)
+    row = r.ledger.get(r.sid)
+    assert row.end_reason == "interrupted" and r.gone()
+    assert row.ended_at == pytest.approx(r.destroyed_at())
+
+
+def test_ttl_from_the_watchdog_while_agent_heartbeats(rig, fake_smi):
+    fake_smi.util(90)
+    # The agent's own TTL is long; the watchdog's settings are the session's (from the status).
+    r = rig({"sample_seconds": 0.3, "max_hours": 1.0})
+    r.intent()
+    r.create()
+    r.arm()
+    st = wait_for(r.status, 10)
+    assert st["teardown"]["max_hours"] == 1.0
+    acts = once(r)
+    assert r.ledger.get(r.sid).status == "running" and not any(a.kind == "destroyed" for a in acts)
+
+
+def test_balance_floor_destroys_refuses_and_lifts(rig, fake_smi, gpuops_home):
+    fake_smi.util(90)
+    r = rig({"sample_seconds": 0.3, "balance_floor_usd": 5.0})
+    funded = Funded(r.provider.boxes_dir, price_per_hour=2.0, kill_grace_seconds=1.0)
+    r.provider = funded
+    r.intent()
+    r.create()
+    r.arm()
+    r.job("sleep 600")
+    wait_for(r.status, 10)
+    funded.usd = 4.2  # a balance below the floor during the run
+    acts = once(r, providers={"local": funded})
+    assert ("", "refused") in kinds(acts) and (r.sid, "destroyed") in kinds(acts)
+    row = r.ledger.get(r.sid)
+    assert row.end_reason == "balance_floor" and r.gone()
+    assert row.ended_at == pytest.approx(r.destroyed_at())
+    with pytest.raises(BadInput, match=r"refused \(balance_floor.*local balance \$4.20 is below the floor \$5.00"):
+        assert_not_refused(r.ledger, "local")
+    assert len(active_refusals(r.ledger)) == 1
+    once(r, providers={"local": funded})  # still below: no second refusal
+    assert len(active_refusals(r.ledger)) == 1
+    funded.usd = 50.0
+    acts = once(r, providers={"local": funded})
+    assert ("", "lifted") in kinds(acts)
+    assert_not_refused(r.ledger, "local")
+
+
+def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
+    fake_smi.util(90)
+    t = {"sample_seconds": 0.3, "monthly_cap_usd": 1.0}
+    a = rig(t, price=3600.0)  # $1 per second
+    b = rig(t, price=3600.0)
+    for r in (a, b):
+        r.intent()
+        r.create()
+        r.arm()
+    wait_for(lambda: time.time() > a.inst.created_at + 1.2, 5)
+    acts = once(a)
+    assert {a.sid, b.sid} <= {s for s, k in kinds(acts) if k == "destroyed"}
+    for r in (a, b):
+        row = r.ledger.get(r.sid)
+        assert row.end_reason == "monthly_cap" and r.gone()
+        assert row.cost_usd == pytest.approx(row.billed_seconds, abs=1e-3)
+    with pytest.raises(BadInput, match="monthly_cap"):
+        assert_not_refused(a.ledger, "vast")  # the cap covers every provider
+
+
+WATCHDOG = """
+import json, sys
+from gpuops.config import load_settings
+from gpuops.reconcile import Context
+from gpuops.watchdog import run
+s = load_settings(overrides={"teardown": {"max_hours": 0.0003, "kill_grace_seconds": 1.5}})
+acts = run(s, once=True, emit=lambda a: None, ctx=Context(s, arm_margin_s=1e6, owner=sys.argv[1]))
+print(json.dumps([a.as_json() for a in acts]))
+"""
+
+
+def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
+    fake_smi.util(90)
+    r = rig({"sample_seconds": 0.3, "kill_grace_seconds": 1.5})
+    r.intent()
+    r.create()  # no agent: the watchdogs apply their own 0.0003 h TTL
+    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
+    r.job("trap '' TERM; while true; do sleep 0.1; done")  # ignores TERM: destroy takes the grace
+    wait_for(lambda: time.time() > r.inst.created_at + 1.2, 5)  # past the 0.0003 h TTL of the watchdogs
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", WATCHDOG, f"wd{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=env, text=True) for i in (1, 2)]
+    outs = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]
+    did = [[a["kind"] for a in o if a["session"] == r.sid] for o in outs]
+    assert sorted("destroyed" in d for d in did) == [False, True], did
+    assert any(d and set(d) == {"skipped_leased"} for d in did), did  # the other saw the lease during the destroy
+    evs = [e.kind for e in r.ledger.events(r.sid)]
+    assert evs.count("destroy") == 1 and evs.count("closed") == 1
+    row = r.ledger.get(r.sid)
+    assert row.end_reason == "ttl" and lease_holder(r.ledger, r.sid) is None
