@@ -6,6 +6,7 @@ Imports stay light: services, rich and provider SDKs load inside the commands th
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Optional
@@ -51,9 +52,12 @@ def _parse_price(text: Optional[str]) -> Optional[float]:
     if text is None:
         return None
     try:
-        return float(text)
+        price = float(text)
     except ValueError:
         raise BadInput(f"--max-price must be a number of USD per hour, got {text!r}", "e.g. --max-price 2.5") from None
+    if not math.isfinite(price):
+        raise BadInput(f"--max-price must be a finite number of USD per hour, got {text!r}", "e.g. --max-price 2.5")
+    return price
 
 
 @app.command()
@@ -73,6 +77,7 @@ def up(
     kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
     seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
+    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -83,6 +88,8 @@ def up(
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if max_hours is not None and not math.isfinite(max_hours):
+        raise BadInput(f"--max-hours must be a finite number of hours, got {max_hours}", "it is the box's hard TTL, e.g. --max-hours 2")
     if max_hours is not None and max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     over: dict = {"up": {}, "teardown": {}}
@@ -103,9 +110,10 @@ def up(
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run,
     )
-    if model:
-        from gpuops.plan import parse_positive_int
+    from gpuops.plan import parse_positive_int
 
+    req.gpu_count = parse_positive_int(gpu_count, "--gpu-count", "2")
+    if model:
         req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
         req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
     elif (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
@@ -421,6 +429,32 @@ def ledger_sync(
     ledger_view.emit("sync", books.sync(LedgerReader(settings.ledger_url()), settings, month, tz), fmt)
 
 
+LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"
+
+
+def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
+    """(one-line error, exit code) when ``e`` is the ledger database failing to open or answer
+    (a bad URL, a missing driver, a server that is down, a file that is not a database); else None.
+    Passwords in URLs are masked. A bad URL or driver is bad input (2), the rest a failure (1)."""
+    import re
+    import traceback
+
+    mod = type(e).__module__ or ""
+    frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
+    from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)
+    if isinstance(e, ModuleNotFoundError) and any("sqlalchemy/dialects" in f for f in frames):
+        msg, code = f"the ledger URL needs the database driver {e.name!r}, which is not installed", 2
+    elif mod.startswith("sqlalchemy") or (mod == "sqlite3" and from_ledger):
+        orig = getattr(e, "orig", None) or e
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        code = 2 if type(e).__name__ in ("ArgumentError", "NoSuchModuleError") else 1
+        msg = f"the ledger database failed: {first}"
+    else:
+        return None
+    msg = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", msg)
+    return f"error: {msg} ({LEDGER_FIX})", code
+
+
 def main() -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2."""
@@ -435,6 +469,10 @@ def main() -> None:
         sys.stderr.write("aborted\n")
         sys.exit(130)
     except Exception as e:
+        ledger_failure = _ledger_failure(e)
+        if ledger_failure is not None:
+            sys.stderr.write(ledger_failure[0] + "\n")
+            sys.exit(ledger_failure[1])
         # typer vendors its own click; its usage errors all carry format_message() and exit_code.
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
             raise

@@ -29,7 +29,8 @@ PROVIDERS = ("local", "runpod", "vast")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: "inf" parses as a float, and an infinite max_hours would switch the TTL off.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class UpSettings(_Section):
@@ -178,7 +179,7 @@ class Settings(_Section):
 
     def data_path(self) -> Path:
         if self.data_dir:
-            return Path(self.data_dir).expanduser()
+            return Path(self.data_dir).expanduser().absolute()  # rows store log paths: never cwd-relative
         import platformdirs
 
         return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
@@ -236,6 +237,37 @@ def _env_overrides(model: type[BaseModel], prefix: str = ENV_PREFIX, env: dict |
     return out
 
 
+def _env_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
+    """Every ``GPUOPS_*`` variable a setting answers to -> its key path, e.g.
+    ``GPUOPS_TEARDOWN_MAX_HOURS -> ("teardown", "max_hours")``."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, f in model.model_fields.items():
+        if name == "source":
+            continue
+        var = prefix + name.upper()
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out.update({v: (name, *path) for v, path in _env_names(ann, var + "_").items()})
+        else:
+            out[var] = (name,)
+    return out
+
+
+def _check_env_names(env: dict) -> None:
+    """BadInput for a ``GPUOPS_<SECTION>_...`` variable that names no setting (a typo such as
+    GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently)."""
+    import difflib
+
+    known = _env_names(Settings)
+    sections = tuple(f"{ENV_PREFIX}{n.upper()}_" for n, f in Settings.model_fields.items()
+                     if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))
+    for var in sorted(env):
+        if var.startswith(sections) and var not in known:
+            close = difflib.get_close_matches(var, list(known), n=1, cutoff=0.8)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise BadInput(f"environment variable {var} names no setting", f"{hint}infra.example.toml lists every key; unset it")
+
+
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
@@ -268,11 +300,15 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
             Settings.model_validate(data)
         except ValidationError as e:
             raise BadInput(_format_error(e, str(path), text), "see infra.example.toml for the keys and units") from None
+    _check_env_names(os.environ if env is None else env)
     merged = _deep_merge(data, _env_overrides(Settings, env=env))
     try:
         Settings.model_validate(merged)
     except ValidationError as e:
-        raise BadInput(_format_error(e, "environment (GPUOPS_*)", None), "fix or unset the variable") from None
+        first = e.errors()[0]
+        var = ENV_PREFIX + "_".join(str(k) for k in first["loc"] if isinstance(k, str)).upper()
+        msg = first["msg"].removeprefix("Value error, ")
+        raise BadInput(f"environment variable {var}: {msg}", "fix or unset the variable") from None
     merged = _deep_merge(merged, overrides or {})
     try:
         s = Settings.model_validate(merged)

@@ -112,6 +112,11 @@ def validate(req: UpRequest) -> None:
         raise BadInput(f"job file {req.job} not found", "pass the path of a script, e.g. --job examples/bench.sh")
     if req.job.is_dir():
         raise BadInput(f"job {req.job} is a directory", "pass a script file, e.g. --job examples/bench.sh")
+    if not req.job.is_file():  # a FIFO would hang the copy to the box, /dev/zero would fill its disk
+        raise BadInput(f"job {req.job} is not a regular file", "pass a script file, e.g. --job examples/bench.sh")
+    if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
+        # It is a row label in every report and a CSV field: one visible line.
+        raise BadInput(f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep")
     if req.max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
@@ -205,6 +210,8 @@ class Session:
     slowest_step: str | None = None
     log_path: Path | None = None
     results_path: str = ""
+    # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
+    ttl_deadline: float | None = None
 
 
 def _job_command(job_name: str) -> str:
@@ -268,7 +275,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
             _ready(s, provider, ledger, reporter, settings, open_box)
             _arm(s, ledger, reporter, settings, provider)
             if not _bootstrap(s, ledger, reporter, settings):
-                s.end_reason = "bootstrap_failed"
+                if s.end_reason != "ttl":
+                    s.end_reason = "bootstrap_failed"
             else:
                 _job(s, ledger, reporter, settings)
                 _collect(s, ledger, reporter, settings)
@@ -299,6 +307,7 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
     ledger.event(s.id, "create", {"offer": p.offer.offer_id})
     last: ProviderError | None = None
+    s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     for offer in p.candidates[:MAX_OFFER_ATTEMPTS]:
         bid = offer.min_bid if offer.spot else None
         spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid,
@@ -394,7 +403,20 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bo
     volume = s.instance.extra.get("volume_path") if s.instance is not None else None
     plan = build_plan(settings, card=card, volume_path=volume)
     plan.files = [(local, remote) for local, remote in plan.files if remote != RUNNER_DIR]  # shipped by arm
-    res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+    remaining = s.ttl_deadline - time.time() if s.ttl_deadline is not None else None
+    ttl_bound = remaining is not None and remaining < plan.timeout
+    if ttl_bound:
+        plan.timeout = max(remaining, 0.1)  # type: ignore[type-var]
+    try:
+        res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+    except TimeoutError:
+        why = "ttl" if ttl_bound else "bootstrap_timeout"
+        ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
+        reporter.warn(f"bootstrap ran past {plan.timeout:.0f} s"
+                      + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)"))
+        if ttl_bound:
+            s.end_reason = "ttl"
+        return False
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     ledger.add_steps(s.id, res.steps)
@@ -419,9 +441,13 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
     cmd = (f"set -a; . {META}/job.env; set +a; exec python3 {META}/bootstrap/jobwrap.py --dir {RUN_DIR} -- "
            + _job_command(req.job.name))
     started = time.time()
+    ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else started + req.max_hours * 3600.0
+    if started > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
+        s.end_reason = "ttl"
+        ledger.event(s.id, "ttl", {"max_hours": req.max_hours, "before_job": True})
+        return
     box.run_detached(cmd)  # type: ignore[union-attr]
     ledger.event(s.id, "job_started")
-    ttl_deadline = started + req.max_hours * 3600.0
     offset = 0
     pending = b""
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
@@ -456,17 +482,24 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
     ledger.event(s.id, "job_exited", {"exit_code": s.exit_code})
 
 
+MAX_TOKENS_PER_LINE = 10**15  # far above any job; keeps the sum inside a 64-bit ledger INTEGER
+
+
 def tokens_from_metrics(text: str) -> int:
-    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored."""
+    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored,
+    and so are values that are not a finite number in [0, 1e15] (booleans, NaN, Infinity, 1e30)."""
+    import math
+
     total = 0
     for line in text.splitlines():
         try:
             obj = json.loads(line)
         except ValueError:
             continue
-        if isinstance(obj, dict) and isinstance(obj.get("tokens"), (int, float)) and obj["tokens"] >= 0:
-            total += int(obj["tokens"])
-    return total
+        n = obj.get("tokens") if isinstance(obj, dict) else None
+        if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and 0 <= n <= MAX_TOKENS_PER_LINE:
+            total += int(n)
+    return min(total, 2**62)
 
 
 def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:

@@ -28,7 +28,7 @@ _BLOCKS = " ▏▎▍▌▋▊▉█"
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, markup=False)  # cells hold user text (experiment, note): literal
 
 
 def usd(x: float | None) -> str:

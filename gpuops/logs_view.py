@@ -35,7 +35,7 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     ledger = Ledger(settings.ledger_url())
     rows = ledger.find(session)
     if not rows:
-        raise BadInput(f"no session {session!r} in the ledger", "see `gpuops ledger show` for session ids")
+        raise BadInput(f"no session {session!r} in the ledger", "`gpuops ps` lists open sessions, `gpuops ledger export` every session id (last column)")
     if len(rows) > 1:
         raise BadInput(f"session {session!r} is ambiguous ({', '.join(r.id for r in rows[:5])})", "type more of the id")
     row = rows[0]

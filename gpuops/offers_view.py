@@ -48,10 +48,10 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
         raise BadInput(f"--gpu-count {gpu_count} must be at least 1", "pass --gpu-count 1 or more")
     if limit < 1:
         raise BadInput(f"--limit {limit} must be at least 1", "pass --limit 1 or more")
-    if vram_gb is not None and vram_gb <= 0:
-        raise BadInput(f"--vram-gb {vram_gb:g} must be positive", "pass the per-GPU memory in GB, e.g. --vram-gb 40")
-    if max_price is not None and max_price <= 0:
-        raise BadInput(f"--max-price {max_price:g} must be positive", "pass USD per hour for the whole box, e.g. --max-price 2.5")
+    if vram_gb is not None and not (0 < vram_gb < float("inf")):  # also NaN and inf
+        raise BadInput(f"--vram-gb {vram_gb:g} must be a positive number", "pass the per-GPU memory in GB, e.g. --vram-gb 40")
+    if max_price is not None and not (0 < max_price < float("inf")):
+        raise BadInput(f"--max-price {max_price:g} must be a positive number", "pass USD per hour for the whole box, e.g. --max-price 2.5")
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
     if model and vram_gb is not None:

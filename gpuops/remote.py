@@ -14,6 +14,7 @@ operations reconnect once on a dropped connection. ``open_box`` picks the transp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -76,6 +77,9 @@ class LocalBox:
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(self._base_env)
         env.update(extra or {})
+        # Marks every process of this box, also those that leave its process groups (setsid,
+        # daemonize): the local provider's destroy finds them by it (end_marked_processes).
+        env[BOX_MARKER] = os.path.abspath(self.root)
         return env
 
     def _record_pgid(self, pid: int) -> None:
@@ -171,6 +175,57 @@ def _reap(pgid: int) -> None:
             pass
     except ChildProcessError:
         pass
+
+
+BOX_MARKER = "GPUOPS_LOCAL_BOX"
+
+
+def marked_processes(root: str) -> list[int]:
+    """PIDs (other than ours) whose environment has ``GPUOPS_LOCAL_BOX=<abspath(root)>``: every
+    process a LocalBox started, and their descendants, wherever they moved (Linux /proc; [] elsewhere)."""
+    needle = f"{BOX_MARKER}={os.path.abspath(root)}".encode()
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(int(name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return out
+
+
+def end_marked_processes(root: str, grace_seconds: float) -> None:
+    """TERM every process of the box at ``root`` (see ``marked_processes``), KILL what is left
+    after ``grace_seconds``. For children that left the recorded process groups."""
+    pids = marked_processes(root)
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pids = [p for p in pids if _pid_running(p)]
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _pid_running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (our zombies are reaped)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def end_process_groups(pgids: list[int], grace_seconds: float) -> None:

@@ -13,7 +13,14 @@ from gpuops.launcher import Reporter
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)  # user text is literal; styled lines pass markup=True
+
+
+def _esc(text: str) -> str:
+    """User text (job names, step names, error messages) made literal inside rich markup."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def print_json(obj: Any) -> None:
@@ -34,12 +41,12 @@ class ConsoleReporter(Reporter):
         return f"{now - self.t0:6.1f}s"
 
     def stage(self, name: str, detail: str = "") -> None:
-        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {detail}", markup=True)
+        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
 
     def step(self, line: dict) -> None:
         status = line.get("status", "")
         color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
-        self.err.print(f"         step {line.get('step')}: [{color}]{status}[/] {line.get('seconds', 0):.2f}s", markup=True)
+        self.err.print(f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s", markup=True)
 
     def job_line(self, text: str) -> None:
         stream = sys.stderr if self.json_mode else sys.stdout
@@ -47,7 +54,7 @@ class ConsoleReporter(Reporter):
         stream.flush()
 
     def warn(self, text: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {text}", markup=True)
+        self.err.print(f"[yellow]warning:[/] {_esc(text)}", markup=True)
 
 
 def money(usd: float | None, simulated: bool = False) -> str:
@@ -71,7 +78,8 @@ def render_summary(summ: dict) -> None:
         ("cost", money(summ["cost_usd"], sim)),
         ("tokens", f"{summ['tokens']:,}"),
         ("$/Mtoken", money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)"),
-        ("end reason", f"{summ['end_reason']} (exit code {summ['exit_code']})"),
+        ("end reason", f"{summ['end_reason']} (exit code {summ['exit_code']})" if summ["exit_code"] is not None
+         else f"{summ['end_reason']} (no exit code)"),
         ("slowest step", summ.get("slowest_step") or "-"),
         ("log", summ["log"]),
     ]
@@ -98,7 +106,9 @@ def render_sessions(rows: list[dict], title: str) -> None:
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("session", "experiment", "provider", "card", "status", "instance", "usd/h", "age"):
+    # The session id is what `gpuops down` and `gpuops logs` need: never truncated or wrapped.
+    t.add_column("session", no_wrap=True, min_width=20)
+    for col in ("experiment", "provider", "card", "status", "instance", "usd/h", "age"):
         t.add_column(col)
     now = time.time()
     for r in rows:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpuops.catalog import Card, cards
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind
-from gpuops.remote import LocalBox, end_process_groups
+from gpuops.remote import LocalBox, end_marked_processes, end_process_groups
 
 
 def detect_gpus(timeout_s: float = 5.0) -> list[str]:
@@ -102,9 +102,11 @@ class LocalProvider:
         d = self._dir(instance_id)
         if not d.exists():
             return
-        pgids_file = d / ".gpuops" / "pgids"
-        pgids = [int(x) for x in pgids_file.read_text().split()] if pgids_file.exists() else []
-        end_process_groups(pgids, self.kill_grace_seconds)
+        if not (d / "destroyed.json").exists():  # once destroyed, recorded group ids may be reused by others
+            pgids_file = d / ".gpuops" / "pgids"
+            pgids = [int(x) for x in pgids_file.read_text().split()] if pgids_file.exists() else []
+            end_process_groups(pgids, self.kill_grace_seconds)
+        end_marked_processes(str(d), self.kill_grace_seconds)  # children that left those groups (setsid)
         if not (d / "destroyed.json").exists():
             (d / "destroyed.json").write_text(json.dumps({"destroyed_at": time.time()}))
 

@@ -1,0 +1,49 @@
+"""QA: GPUOPS_* variables: a typo is an error, and errors name the variable."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from gpuops.config import load_settings
+from gpuops.errors import BadInput
+from tests.conftest import gpuops_cmd
+
+
+def test_typo_in_a_teardown_variable_is_refused(gpuops_home, cli_env, tmp_path):
+    # Seen: GPUOPS_TEARDOWN_MAX_HOUR=3 was ignored without a word; the box got the 4 h default.
+    job = tmp_path / "ok.sh"
+    job.write_text("true\n")
+    out = subprocess.run(gpuops_cmd("up", "--job", str(job)), env=dict(cli_env, GPUOPS_TEARDOWN_MAX_HOUR="3"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "GPUOPS_TEARDOWN_MAX_HOUR names no setting" in lines[0]
+    assert "did you mean GPUOPS_TEARDOWN_MAX_HOURS?" in lines[0]
+    assert not (gpuops_home / "ledger.db").exists()
+
+
+@pytest.mark.parametrize("var", ["GPUOPS_TEARDOWN_MAX_HOURS", "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR", "GPUOPS_LEDGER_URL",
+                                 "GPUOPS_UP_READY_TIMEOUT_SECONDS", "GPUOPS_DATA_DIR"])
+def test_real_setting_variables_are_accepted(var):
+    value = "sqlite:///x.db" if var.endswith("URL") else "/tmp/x" if var.endswith("DIR") else "2"
+    load_settings(None, env={var: value})
+
+
+@pytest.mark.parametrize("var", ["GPUOPS_SESSION", "GPUOPS_EXPERIMENT", "GPUOPS_METRICS", "GPUOPS_LOCAL_BOX", "GPUOPS_AGENT_SSH_USERS"])
+def test_variables_that_are_not_settings_are_left_alone(var):
+    # gpuops run inside a job sees the job contract's variables; they are not settings.
+    load_settings(None, env={var: "x"})
+
+
+def test_providers_typo_is_refused():
+    with pytest.raises(BadInput, match="GPUOPS_PROVIDERS_RUNPOD_APIKEY names no setting"):
+        load_settings(None, env={"GPUOPS_PROVIDERS_RUNPOD_APIKEY": "k"})
+
+
+def test_a_bad_value_names_the_variable_not_the_key_path():
+    # Seen: "environment (GPUOPS_*): providers.local.price_per_hour: Input should be a valid number".
+    with pytest.raises(BadInput) as e:
+        load_settings(None, env={"GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "abc"})
+    assert str(e.value).startswith("environment variable GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR: Input should be a valid number")
