@@ -10,9 +10,10 @@ the narrowest credential the box has, then exits 0 (the supervisor then exits).
 
 Destroy, by ``destroy.kind`` in the config:
 
-* ``local``: end every process group listed in ``<root>/.gpuops/pgids`` except the agent's own
-  (TERM, then KILL after ``kill_grace_seconds``), then write ``<root>/destroyed.json`` -- the same
-  convention as ``gpuops.providers.local``.
+* ``local``: end every process group listed in ``<root>/.gpuops/pgids`` except the agent's own,
+  then every process still marked ``GPUOPS_LOCAL_BOX=<root>`` (TERM, then KILL after
+  ``kill_grace_seconds``), then write ``<root>/destroyed.json`` -- the conventions of
+  ``gpuops.providers.local``.
 * ``runpod``: ``POST {url}/graphql`` ``mutation { podTerminate(input: {podId: "<id>"}) }`` with the
   pod-scoped ``RUNPOD_API_KEY`` and ``RUNPOD_POD_ID`` read from PID 1's environment (an SSH
   session does not inherit them). url: config ``destroy.url``, else ``$RUNPOD_API_BASE_URL``, else
@@ -250,6 +251,34 @@ def _signal_group(pgid, sig):
         pass
 
 
+LOCAL_BOX_MARKER = "GPUOPS_LOCAL_BOX"  # gpuops.remote.LocalBox puts <root> in every process's environment
+
+
+def _marked(root, mine):
+    """PIDs carrying ``GPUOPS_LOCAL_BOX=<root>`` outside our own process group: the box's processes
+    that left its recorded groups (setsid, daemons)."""
+    needle = ("%s=%s" % (LOCAL_BOX_MARKER, os.path.abspath(root))).encode()
+    out = []
+    for pid in _proc_entries():
+        st = _stat(pid)
+        if st is None or st[1] == mine or st[0] in ("Z", "X"):
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(int(pid))
+        except OSError:
+            continue
+    return out
+
+
+def _signal_pid(pid, sig):
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
+
+
 def destroy_local(cfg, root):
     """End the session's process groups (not ours), then write destroyed.json. Idempotent."""
     pgids_file = os.path.join(root, ".gpuops", "pgids")
@@ -269,6 +298,15 @@ def destroy_local(cfg, root):
         alive = [g for g in alive if _group_alive(g)]
     for g in alive:
         _signal_group(g, signal.SIGKILL)
+    strays = _marked(root, mine)
+    for pid in strays:
+        _signal_pid(pid, signal.SIGTERM)
+    deadline = time.time() + float(cfg.get("kill_grace_seconds", 10.0))
+    while strays and time.time() < deadline:
+        time.sleep(0.05)
+        strays = [p for p in strays if pid_alive(p)]
+    for pid in strays:
+        _signal_pid(pid, signal.SIGKILL)
     done = os.path.join(root, "destroyed.json")
     if not os.path.exists(done):
         write_atomic(done, json.dumps({"destroyed_at": time.time(), "by": "agent"}))

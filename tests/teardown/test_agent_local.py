@@ -195,3 +195,18 @@ def test_supervisor_restarts_a_killed_worker_and_keeps_the_streak(rig, fake_smi)
     fake_smi.util(0)
     wait_for(r.gone, 10)
     assert r.status()["destroy"]["reason"] == "idle"
+
+
+def test_agent_also_ends_box_processes_that_left_their_group(rig, fake_smi):
+    fake_smi.util(0)
+    r = rig({"sample_seconds": 0.3, "idle_minutes": 1 / 60, "kill_grace_seconds": 0.5})
+    r.intent()
+    r.create()
+    r.arm()
+    r.job("setsid sleep 600 & echo $! > escaped.pid; sleep 600")  # a daemon in its own session
+    pidfile = Path(r.box.root) / "escaped.pid"
+    wait_for(pidfile.exists, 10)
+    escaped = int(wait_for(lambda: pidfile.read_text().strip(), 5))
+    wait_for(r.gone, 15)
+    assert r.status()["destroy"]["reason"] == "idle"
+    wait_for(lambda: not os.path.exists(f"/proc/{escaped}") or open(f"/proc/{escaped}/stat").read().split(")")[-1].split()[0] == "Z", 5)
