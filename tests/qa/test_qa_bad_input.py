@@ -97,7 +97,17 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
     out = _run(env, "up", "--job", str(job), "--max-hours", "0.0003")
     assert out.returncode == 1, out.stderr
     assert "None" not in out.stdout, out.stdout
-    assert "ttl (no exit code)" in out.stdout
+    assert "│ ttl (" in out.stdout
+
+
+def test_summary_without_exit_code_says_so(capsys):
+    from gpuops.ui import render_summary
+
+    render_summary({"session": "s", "provider": "local", "card": "t4", "usd_per_hour": 0.2, "seconds": 3.0, "cost_usd": 0.0002,
+                    "simulated": True, "tokens": 0, "usd_per_mtoken": None, "end_reason": "bootstrap_failed", "exit_code": None,
+                    "log": "/tmp/x.log"})
+    out = capsys.readouterr().out
+    assert "bootstrap_failed (no exit code)" in out and "None" not in out
 
 
 @pytest.mark.parametrize("args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]])
