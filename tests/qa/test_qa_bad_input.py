@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import subprocess
 
 import pytest
@@ -97,7 +99,9 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
     out = _run(env, "up", "--job", str(job), "--max-hours", "0.0003")
     assert out.returncode == 1, out.stderr
     assert "None" not in out.stdout, out.stdout
-    assert "│ ttl (" in out.stdout
+    # The laptop's TTL leaves no exit code; the on-box agent's TTL destroy may win the race and
+    # TERM the job first (143). Either way the reason is ttl and no Python None leaks out.
+    assert re.search(r"ttl \((no exit code|exit code 143)\)", out.stdout), out.stdout
 
 
 def test_summary_without_exit_code_says_so(capsys):
