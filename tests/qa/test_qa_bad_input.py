@@ -104,6 +104,16 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
     assert re.search(r"ttl \((no exit code|exit code 143)\)", out.stdout), out.stdout
 
 
+def test_summary_without_exit_code_says_so(capsys):
+    from gpuops.ui import render_summary
+
+    render_summary({"session": "s", "provider": "local", "card": "t4", "usd_per_hour": 0.2, "seconds": 3.0, "cost_usd": 0.0002,
+                    "simulated": True, "tokens": 0, "usd_per_mtoken": None, "end_reason": "bootstrap_failed", "exit_code": None,
+                    "log": "/tmp/x.log"})
+    out = capsys.readouterr().out
+    assert "bootstrap_failed (no exit code)" in out and "None" not in out
+
+
 @pytest.mark.parametrize("args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]])
 def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_home, cli_env):
     # Seen: `logs` said "see `gpuops ledger show` for session ids" (show needs an id) and `down`
