@@ -2,7 +2,8 @@
 
 Started with setsid/nohup (its own session and process group, which the job inherits), so a
 dropped SSH connection or a closed laptop does not touch the job. Writes into RUN_DIR:
-``job.pid`` (the job's pid), ``job.log`` (stdout+stderr, appended), ``exit_code`` (the job's exit
+``job.pid`` (the job's pid), ``heartbeat`` (a counter rewritten every HEARTBEAT_S seconds while
+the wrapper lives: a laptop that sees it stop changing knows the wrapper died), ``job.log`` (stdout+stderr, appended), ``exit_code`` (the job's exit
 status: 128+N for a signal, written atomically) and then ``exit_marker`` (its presence means the
 job has ended and ``exit_code`` is final). Stdlib only, python3 >= 3.8.
 """
@@ -12,7 +13,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+
+HEARTBEAT_S = 1.0
 
 
 def _write_atomic(path, text):
@@ -35,6 +39,19 @@ def main(argv=None):
     os.makedirs(a.dir, exist_ok=True)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nohup semantics: a closed terminal is not a stop
     log = open(os.path.join(a.dir, "job.log"), "ab", buffering=0)
+    beat_path = os.path.join(a.dir, "heartbeat")
+
+    def beat():
+        n = 0
+        while True:
+            n += 1
+            try:
+                _write_atomic(beat_path, "%d\n" % n)
+            except OSError:
+                pass
+            time.sleep(HEARTBEAT_S)
+
+    threading.Thread(target=beat, daemon=True).start()
     started = time.time()
     try:
         child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

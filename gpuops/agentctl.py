@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.config import Settings, TeardownSettings
+from gpuops.jobio import JOB_DIR
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
 BOOTSTRAP_REMOTE = ".gpuops/bootstrap"
@@ -31,7 +32,7 @@ AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
 BOOTSTRAP_PIDFILE = ".gpuops/bootstrap.pid"
-RUN_DIR = ".gpuops/run"
+RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/jobio.py)
 
 # Heartbeat older than this many sample intervals (plus slack) is stale: the agent is not running.
 STALE_SAMPLES = 3

@@ -17,7 +17,7 @@ from typing import Callable
 from gpuops.bootstrap_config import RUNNER_DIR
 from gpuops.errors import GpuopsError
 
-JOB_DIR = ".gpuops/run"  # the launcher's RUN_DIR; .gpuops/job holds the job file
+JOB_DIR = ".gpuops/run"  # the wrapper's files on the box; .gpuops/job holds the job file
 LOG = f"{JOB_DIR}/job.log"
 
 
@@ -52,8 +52,13 @@ def job_exit(box) -> JobExit | None:
     return JobExit(code=int(raw[0]), started=vals[0], ended=vals[1])
 
 
+class WrapperLost(GpuopsError):
+    """The job wrapper stopped beating without writing an exit marker (killed, box rebooted)."""
+
+
 def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offset: int = 0, poll_s: float = 0.5,
-               deadline: float | None = None, started_deadline: float | None = None) -> tuple[int, JobExit | None]:
+               deadline: float | None = None, started_deadline: float | None = None,
+               stale_after_s: float | None = None) -> tuple[int, JobExit | None]:
     """Copy the job log from byte ``offset`` to ``write`` (raw bytes, in order, each byte once).
 
     With ``follow`` keep polling every ``poll_s`` seconds until the job has ended and the log is
@@ -61,9 +66,19 @@ def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offs
     early. Returns (next offset, JobExit or None). A dropped connection is re-established by the
     Box (SSHBox reconnects); pass the returned offset back in to re-attach where you left off.
     ``started_deadline``: when the log has not appeared by then, raise GpuopsError.
+    ``stale_after_s``: raise WrapperLost when the wrapper's heartbeat has not changed for this many
+    seconds of this machine's clock (content is compared, not timestamps: no clock skew).
     """
+    beat, beat_seen = None, time.monotonic()
     while True:
         ended = job_exit(box)  # read before the log, so the log read after it holds everything
+        if stale_after_s is not None and ended is None:
+            now_beat = box.read_file(f"{JOB_DIR}/heartbeat")
+            if now_beat != beat:
+                beat, beat_seen = now_beat, time.monotonic()
+            elif time.monotonic() - beat_seen > stale_after_s:
+                raise WrapperLost(f"the job wrapper on the box stopped ({stale_after_s:.0f} s without a heartbeat, no exit code)",
+                                  "the job was killed from outside gpuops; see the job log")
         chunk = box.read_file(LOG, offset)
         if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
             raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")

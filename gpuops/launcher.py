@@ -27,12 +27,14 @@ from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, O
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
 # On the box, everything gpuops owns lives under <root>/.gpuops
 META = ".gpuops"
-RUN_DIR = f"{META}/run"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
 MAX_OFFER_ATTEMPTS = 3
 # Destroy retries: a provider hiccup must not leave a box billing.
 DESTROY_ATTEMPTS = 5
 LOG_POLL_S = 0.2
+# The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
+# change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
+WRAPPER_STALE_S = 30.0
 READY_POLL_S = 3.0  # provider polls while waiting for an SSH endpoint
 
 
@@ -221,10 +223,6 @@ def _job_command(job_name: str) -> str:
     if job_name.endswith(".sh"):
         return "bash " + shlex.quote(path)
     return shlex.quote("./" + path)
-
-
-def _env_file(values: dict[str, str]) -> str:
-    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in values.items())
 
 
 def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Provider | None = None, ledger=None,
@@ -426,58 +424,50 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bo
 
 
 def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
+    from gpuops import jobio
+
     box = s.box
     req = s.req
     reporter.stage("job", req.job.name)
     box.put(req.job, f"{META}/job/{req.job.name}")  # type: ignore[union-attr]
     metrics = f"{box.root}/{META}/metrics.jsonl"  # type: ignore[union-attr]
     env = {"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics}
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".env", delete=False) as f:
-        f.write(_env_file(env))
-    box.put(Path(f.name), f"{META}/job.env")  # type: ignore[union-attr]
-    Path(f.name).unlink()
-    cmd = (f"set -a; . {META}/job.env; set +a; exec python3 {META}/bootstrap/jobwrap.py --dir {RUN_DIR} -- "
-           + _job_command(req.job.name))
-    started = time.time()
-    ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else started + req.max_hours * 3600.0
-    if started > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
+    ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
+    if time.time() > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
         s.end_reason = "ttl"
         ledger.event(s.id, "ttl", {"max_hours": req.max_hours, "before_job": True})
         return
-    box.run_detached(cmd)  # type: ignore[union-attr]
+    jobio.start_job(box, _job_command(req.job.name), env=env)
     ledger.event(s.id, "job_started")
-    offset = 0
     pending = b""
+
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
-        while True:
-            chunk = box.read_file(f"{RUN_DIR}/job.log", offset)  # type: ignore[union-attr]
-            if chunk:
-                offset += len(chunk)
-                log.write(chunk)
-                log.flush()
-                pending += chunk
-                *whole, pending = pending.split(b"\n")
-                for line in whole:
-                    reporter.job_line(line.decode("utf-8", "replace"))
-            if box.read_file(f"{RUN_DIR}/exit_marker") is not None:  # type: ignore[union-attr]
-                rest = box.read_file(f"{RUN_DIR}/job.log", offset) or b""  # type: ignore[union-attr]
-                log.write(rest)
-                pending += rest
-                for line in pending.split(b"\n"):
-                    if line:
-                        reporter.job_line(line.decode("utf-8", "replace"))
-                break
-            if time.time() > ttl_deadline:
-                s.end_reason = "ttl"
-                ledger.event(s.id, "ttl", {"max_hours": req.max_hours})
-                return
-            time.sleep(LOG_POLL_S)
-    raw = (box.read_file(f"{RUN_DIR}/exit_code") or b"1").decode().split()  # type: ignore[union-attr]
-    s.exit_code = int(raw[0])
-    if len(raw) >= 3:
-        s.job_seconds = float(raw[2]) - float(raw[1])
+        def sink(chunk: bytes) -> None:
+            nonlocal pending
+            log.write(chunk)
+            log.flush()
+            *whole, pending = (pending + chunk).split(b"\n")
+            for line in whole:
+                reporter.job_line(line.decode("utf-8", "replace"))
+
+        try:
+            _, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
+                                        stale_after_s=WRAPPER_STALE_S)
+        except jobio.WrapperLost as e:
+            s.end_reason = "job_failed"
+            ledger.event(s.id, "wrapper_lost", e.message)
+            reporter.warn(str(e))
+            return
+        finally:
+            if pending:
+                reporter.job_line(pending.decode("utf-8", "replace"))
+    if ended is None:
+        s.end_reason = "ttl"
+        ledger.event(s.id, "ttl", {"max_hours": req.max_hours})
+        return
+    s.exit_code = ended.code
+    if ended.started is not None and ended.ended is not None:
+        s.job_seconds = ended.ended - ended.started
     s.end_reason = "job_end" if s.exit_code == 0 else "job_failed"
     ledger.event(s.id, "job_exited", {"exit_code": s.exit_code})
 

@@ -193,3 +193,17 @@ def test_down_closes_an_open_session_as_manual(gpuops_home, tmp_path, cli_env):
     assert json.loads(out)["end_reason"] == "manual"  # the first close wins; `up` does not rewrite it
     again = subprocess.run(gpuops_cmd("down", ps[0]["session"], "--json"), env=cli_env, capture_output=True, text=True, timeout=60)
     assert json.loads(again.stdout)[0]["destroyed"] is False
+
+
+def test_job_wrapper_killed_is_booked_failed_not_waited_on_until_ttl(gpuops_home, tmp_path, monkeypatch):
+    # Seen: `kill -9 $PPID` from the job left `up` waiting for an exit marker until the TTL.
+    import gpuops.launcher as launcher
+
+    monkeypatch.setattr(launcher, "WRAPPER_STALE_S", 3.0)
+    job = write_job(tmp_path, "echo before; kill -9 $PPID; sleep 1; echo after")
+    t0 = time.monotonic()
+    summ = run_up(UpRequest(job=job, max_hours=1.0), settings(), Reporter())
+    assert time.monotonic() - t0 < 30
+    assert summ["end_reason"] == "job_failed" and summ["status"] == "closed" and summ["exit_code"] is None
+    kinds = [e.kind for e in Ledger(load_settings().ledger_url()).events(summ["session"])]
+    assert "wrapper_lost" in kinds and kinds.index("wrapper_lost") < kinds.index("destroyed")
