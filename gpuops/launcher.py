@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 
 from gpuops.config import Settings
 from gpuops.errors import BadInput, GpuopsError
-from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError
+from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
 # On the box, everything gpuops owns lives under <root>/.gpuops
@@ -240,7 +240,12 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     reporter.stage("plan")
-    p = plan(req, provider, settings)
+    try:
+        p = plan(req, provider, settings)
+    except ProviderError as e:
+        if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.UNSUPPORTED, ProviderErrorKind.BAD_REQUEST):
+            raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
+        raise
     if req.dry_run:
         return {"dry_run": True, **p.as_json(settings)}
 
@@ -290,6 +295,15 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     except GpuopsError as e:
         reporter.warn(str(e))
         interrupted = e
+    except Exception as e:  # a bug or an unforeseen failure: still tear down, book why, summarize
+        import traceback
+
+        s.end_reason = "error"
+        ledger.event(sid, "error", f"{type(e).__name__}: {e}")
+        with open(s.log_path, "a", encoding="utf-8") as log:  # type: ignore[arg-type]
+            log.write("gpuops internal error:\n" + traceback.format_exc())
+        interrupted = GpuopsError(f"internal error: {type(e).__name__}: {e}", f"the traceback is in {s.log_path}; please report it")
+        reporter.warn(str(interrupted))
     finally:
         with _shielded():
             _teardown(s, provider, ledger, reporter)

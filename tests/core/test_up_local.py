@@ -207,3 +207,26 @@ def test_job_wrapper_killed_is_booked_failed_not_waited_on_until_ttl(gpuops_home
     assert summ["end_reason"] == "job_failed" and summ["status"] == "closed" and summ["exit_code"] is None
     kinds = [e.kind for e in Ledger(load_settings().ledger_url()).events(summ["session"])]
     assert "wrapper_lost" in kinds and kinds.index("wrapper_lost") < kinds.index("destroyed")
+
+
+def test_unexpected_error_still_tears_down_and_books_error(gpuops_home, tmp_path):
+    def broken_open_box(provider, instance, deadline, settings):
+        raise RuntimeError("disk on fire")
+
+    job = write_job(tmp_path, "true")
+    summ = run_up(UpRequest(job=job), settings(), Reporter(), open_box=broken_open_box)
+    assert summ["end_reason"] == "error" and summ["status"] == "closed"
+    assert "RuntimeError: disk on fire" in summ["error"]
+    led = Ledger(load_settings().ledger_url())
+    kinds = [e.kind for e in led.events(summ["session"])]
+    assert "error" in kinds and "destroyed" in kinds and led.open_sessions() == []
+    assert "Traceback" in Path(summ["log"]).read_text()
+
+
+def test_missing_provider_key_is_bad_input_before_anything_is_booked(gpuops_home, tmp_path, cli_env):
+    job = write_job(tmp_path, "true")
+    env = {k: v for k, v in cli_env.items() if k not in ("RUNPOD_API_KEY", "VAST_API_KEY")}
+    env["HOME"] = str(tmp_path)  # no ~/.runpod or vastai key file
+    out = subprocess.run(gpuops_cmd("up", "--provider", "vast", "--job", str(job)), env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "VAST_API_KEY" in out.stderr
+    assert not (gpuops_home / "ledger.db").exists() or Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []
