@@ -43,8 +43,9 @@ import urllib.parse
 import urllib.request
 
 if __package__:
-    from . import policy
+    from . import localbox, policy
 else:  # run as a script on the box: policy.py sits next to this file
+    import localbox
     import policy
 
 STATUS_VERSION = 1
@@ -229,88 +230,11 @@ def sample_nvml():
 
 
 # -- destroy ---------------------------------------------------------------------------------------
-def _group_alive(pgid):
-    """True while any non-zombie process is in group ``pgid``."""
-    if os.path.isdir("/proc/self"):
-        for pid in _proc_entries():
-            st = _stat(pid)
-            if st and st[1] == pgid and st[0] not in ("Z", "X"):
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except OSError:
-        return False
-
-
-def _signal_group(pgid, sig):
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass
-
-
-LOCAL_BOX_MARKER = "GPUOPS_LOCAL_BOX"  # gpuops.remote.LocalBox puts <root> in every process's environment
-
-
-def _marked(root, mine):
-    """PIDs carrying ``GPUOPS_LOCAL_BOX=<root>`` outside our own process group: the box's processes
-    that left its recorded groups (setsid, daemons)."""
-    needle = ("%s=%s" % (LOCAL_BOX_MARKER, os.path.abspath(root))).encode()
-    out = []
-    for pid in _proc_entries():
-        st = _stat(pid)
-        if st is None or st[1] == mine or st[0] in ("Z", "X"):
-            continue
-        try:
-            with open("/proc/%s/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    out.append(int(pid))
-        except OSError:
-            continue
-    return out
-
-
-def _signal_pid(pid, sig):
-    try:
-        os.kill(pid, sig)
-    except OSError:
-        pass
-
-
 def destroy_local(cfg, root):
-    """End the session's process groups (not ours), then write destroyed.json. Idempotent."""
-    pgids_file = os.path.join(root, ".gpuops", "pgids")
-    mine = os.getpgrp()
-    try:
-        with open(pgids_file) as f:
-            groups = sorted({int(x) for x in f.read().split()})
-    except (OSError, ValueError):
-        groups = []
-    groups = [g for g in groups if g != mine and g > 1]
-    for g in groups:
-        _signal_group(g, signal.SIGTERM)
-    deadline = time.time() + float(cfg.get("kill_grace_seconds", 10.0))
-    alive = [g for g in groups if _group_alive(g)]
-    while alive and time.time() < deadline:
-        time.sleep(0.05)
-        alive = [g for g in alive if _group_alive(g)]
-    for g in alive:
-        _signal_group(g, signal.SIGKILL)
-    strays = _marked(root, mine)
-    for pid in strays:
-        _signal_pid(pid, signal.SIGTERM)
-    deadline = time.time() + float(cfg.get("kill_grace_seconds", 10.0))
-    while strays and time.time() < deadline:
-        time.sleep(0.05)
-        strays = [p for p in strays if pid_alive(p)]
-    for pid in strays:
-        _signal_pid(pid, signal.SIGKILL)
-    done = os.path.join(root, "destroyed.json")
-    if not os.path.exists(done):
-        write_atomic(done, json.dumps({"destroyed_at": time.time(), "by": "agent"}))
-    return "ended %d process group(s)" % len(groups)
+    """End the session's processes except the agent's own group (bootstrap/localbox.py, the same
+    rule the laptop's destroy applies), then write destroyed.json. Idempotent."""
+    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent")
+    return "ended %d process group(s)" % n
 
 
 def _http(method, url, headers, body, timeout=20.0):

@@ -14,7 +14,6 @@ operations reconnect once on a dropped connection. ``open_box`` picks the transp
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import shutil
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
+from bootstrap.localbox import MARKER as BOX_MARKER
 from gpuops.errors import BadInput, GpuopsError
 
 q = shlex.quote
@@ -78,7 +78,7 @@ class LocalBox:
         env.update(self._base_env)
         env.update(extra or {})
         # Marks every process of this box, also those that leave its process groups (setsid,
-        # daemonize): the local provider's destroy finds them by it (end_marked_processes).
+        # daemonize): the local destroy finds them by it (bootstrap/localbox.py).
         env[BOX_MARKER] = os.path.abspath(self.root)
         return env
 
@@ -167,83 +167,6 @@ def _killpg(pgid: int, sig: int) -> bool:
     except (ProcessLookupError, PermissionError):
         return False
 
-
-def _reap(pgid: int) -> None:
-    """Collect exited children of ours in group ``pgid``: a zombie still answers kill(0)."""
-    try:
-        while os.waitpid(-pgid, os.WNOHANG)[0] > 0:
-            pass
-    except ChildProcessError:
-        pass
-
-
-BOX_MARKER = "GPUOPS_LOCAL_BOX"
-
-
-def marked_processes(root: str) -> list[int]:
-    """PIDs (other than ours) whose environment has ``GPUOPS_LOCAL_BOX=<abspath(root)>``: every
-    process a LocalBox started, and their descendants, wherever they moved (Linux /proc; [] elsewhere)."""
-    needle = f"{BOX_MARKER}={os.path.abspath(root)}".encode()
-    out = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for name in entries:
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    out.append(int(name))
-        except OSError:  # gone, or not ours to read
-            continue
-    return out
-
-
-def end_marked_processes(root: str, grace_seconds: float) -> None:
-    """TERM every process of the box at ``root`` (see ``marked_processes``), KILL what is left
-    after ``grace_seconds``. For children that left the recorded process groups."""
-    pids = marked_processes(root)
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while pids and time.monotonic() < deadline:
-        time.sleep(0.05)
-        pids = [p for p in pids if _pid_running(p)]
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
-
-def _pid_running(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (our zombies are reaped)."""
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
-
-
-def end_process_groups(pgids: list[int], grace_seconds: float) -> None:
-    """TERM every group, wait up to ``grace_seconds`` for them to go, then KILL what is left."""
-    alive = [g for g in pgids if _killpg(g, signal.SIGTERM)]
-    deadline = time.monotonic() + grace_seconds
-    while alive and time.monotonic() < deadline:
-        time.sleep(0.05)
-        for g in alive:
-            _reap(g)
-        alive = [g for g in alive if _killpg(g, 0)]
-    for g in alive:
-        _killpg(g, signal.SIGKILL)
-
-
-# ---------------------------------------------------------------------------------------------
-# SSH: keys, host-key pins, and the paramiko transport for rented boxes.
-# ---------------------------------------------------------------------------------------------
 
 class SshUnreachable(GpuopsError):
     """The box's sshd did not accept us before the deadline (not listening, or auth refused)."""

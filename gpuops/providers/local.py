@@ -18,7 +18,8 @@ from pathlib import Path
 
 from gpuops.catalog import Card, cards
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind
-from gpuops.remote import LocalBox, end_marked_processes, end_process_groups
+from bootstrap.localbox import end_box
+from gpuops.remote import LocalBox
 
 
 def detect_gpus(timeout_s: float = 5.0) -> list[str]:
@@ -98,17 +99,12 @@ class LocalProvider:
         return out
 
     def destroy(self, instance_id: str) -> None:
-        """End every process group the box started; idempotent (a gone box is success)."""
+        """End every process the box started (bootstrap/localbox.py, the rule the on-box agent
+        applies too) and mark it destroyed; idempotent (a gone box is success)."""
         d = self._dir(instance_id)
         if not d.exists():
             return
-        if not (d / "destroyed.json").exists():  # once destroyed, recorded group ids may be reused by others
-            pgids_file = d / ".gpuops" / "pgids"
-            pgids = [int(x) for x in pgids_file.read_text().split()] if pgids_file.exists() else []
-            end_process_groups(pgids, self.kill_grace_seconds)
-        end_marked_processes(str(d), self.kill_grace_seconds)  # children that left those groups (setsid)
-        if not (d / "destroyed.json").exists():
-            (d / "destroyed.json").write_text(json.dumps({"destroyed_at": time.time()}))
+        end_box(str(d), self.kill_grace_seconds)  # groups, then strays that left them (setsid)
 
     def destroyed_at(self, instance_id: str) -> float | None:
         try:

@@ -1,0 +1,122 @@
+"""Ending a local box's processes: the one rule both the laptop (gpuops.providers.local) and the
+on-box agent (bootstrap/agent.py) apply, so a box ends the same way whoever destroys it.
+
+A local box is a directory ROOT. Every process gpuops starts for it runs in a process group
+recorded in ``ROOT/.gpuops/pgids`` and carries ``GPUOPS_LOCAL_BOX=<abs ROOT>`` in its environment
+(gpuops.remote.LocalBox), which its descendants inherit even when they leave the group (setsid,
+daemons). Destroy = TERM the groups and the marked strays, KILL what is left after the grace, then
+write ``ROOT/destroyed.json``. Stdlib only, python3 >= 3.8, Linux /proc (groups only elsewhere).
+"""
+
+import json
+import os
+import signal
+import time
+
+MARKER = "GPUOPS_LOCAL_BOX"
+
+
+def _stat(pid):
+    """(state letter, pgrp) of ``pid`` from /proc, or None when it does not exist."""
+    try:
+        with open("/proc/%s/stat" % pid, "rb") as f:
+            data = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    try:
+        return rest[0], int(rest[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _pids():
+    try:
+        return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+
+
+def _reap():
+    """Collect our own exited children: a zombie still answers kill(0) and holds its group."""
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    except ChildProcessError:
+        pass
+
+
+def _alive(pid):
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def _group_alive(pgid):
+    if os.path.isdir("/proc/self"):
+        return any(st is not None and st[1] == pgid and st[0] not in ("Z", "X") for st in map(_stat, _pids()))
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def marked_processes(root, spare_pgid=None):
+    """PIDs (not ours, not in ``spare_pgid``) whose environment holds ``GPUOPS_LOCAL_BOX=<root>``."""
+    needle = ("%s=%s" % (MARKER, os.path.abspath(root))).encode()
+    out = []
+    for pid in _pids():
+        st = _stat(pid)
+        if pid == os.getpid() or st is None or st[0] in ("Z", "X") or (spare_pgid is not None and st[1] == spare_pgid):
+            continue
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    out.append(pid)
+        except OSError:  # gone, or not ours to read
+            continue
+    return out
+
+
+def _term_then_kill(targets, send, alive, grace_seconds):
+    for t in targets:
+        try:
+            send(t, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace_seconds
+    left = list(targets)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _reap()
+        left = [t for t in left if alive(t)]
+    for t in left:
+        try:
+            send(t, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def end_box(root, grace_seconds, spare_pgid=None, by="gpuops"):
+    """End every process of the local box at ``root`` except group ``spare_pgid`` (the caller's),
+    TERM first and KILL after ``grace_seconds``; write destroyed.json once. Idempotent: a box
+    already destroyed only has its marked strays ended (its recorded group ids may be reused).
+    Returns the number of recorded groups signalled."""
+    done = os.path.join(root, "destroyed.json")
+    groups = []
+    if not os.path.exists(done):
+        try:
+            with open(os.path.join(root, ".gpuops", "pgids")) as f:
+                groups = sorted({int(x) for x in f.read().split()})
+        except (OSError, ValueError):
+            groups = []
+        groups = [g for g in groups if g > 1 and g != spare_pgid and g != os.getpgrp()]
+        _term_then_kill(groups, os.killpg, _group_alive, grace_seconds)
+    strays = marked_processes(root, spare_pgid)
+    _term_then_kill(strays, os.kill, _alive, grace_seconds)
+    if not os.path.exists(done):
+        tmp = "%s.%d.tmp" % (done, os.getpid())
+        with open(tmp, "w") as f:
+            f.write(json.dumps({"destroyed_at": time.time(), "by": by}))
+        os.replace(tmp, done)
+    return len(groups)
