@@ -36,15 +36,6 @@ def row_json(row) -> dict:
     return d
 
 
-def show(ledger, ref: str) -> dict:
-    """Every field of one session plus ``steps`` and ``events``."""
-    row = resolve_session(ledger, ref)
-    d = row_json(row)
-    d["steps"] = [{"name": s.name, "status": s.status, "seconds": s.seconds, "detail": s.detail} for s in ledger.steps(row.id)]
-    d["events"] = [{"at": e.at, "kind": e.kind, "detail": e.detail} for e in ledger.events(row.id)]
-    return d
-
-
 def list_open(ledger) -> list[dict]:
     return [row_json(r) for r in ledger.open_sessions()]
 
@@ -78,11 +69,3 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
         closed = ledger.close(row.id, ended_at=ended, reason="manual")
         out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": bool(row.instance_id), "end_reason": closed.end_reason})
     return out
-
-
-def add_note(ledger, ref: str, text: str) -> dict:
-    """Set the one-line conclusion of a session."""
-    row = resolve_session(ledger, ref)
-    ledger.update(row.id, conclusion=text)
-    ledger.event(row.id, "note", text)
-    return {"session": row.id, "conclusion": text}

@@ -49,14 +49,8 @@ class Ledger:
             db.commit()
 
     def update(self, session_id: str, **fields: Any) -> None:
-        with DbSession(self.engine) as db:
-            row = db.get(Session, session_id)
-            if row is None:
-                raise KeyError(session_id)
-            for k, v in fields.items():
-                setattr(row, k, v)
-            db.add(row)
-            db.commit()
+        """Set fields of a session row in one short transaction. KeyError for an unknown id."""
+        self._set_with_event(session_id, None, "", **fields)
 
     def event(self, session_id: str, kind: str, detail: Any = "", at: float | None = None) -> None:
         text = detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True)
@@ -154,7 +148,7 @@ class Ledger:
         line = " ".join(text.split())
         return self._set_with_event(session_id, "note", line, conclusion=line)
 
-    def _set_with_event(self, session_id: str, kind: str, detail: str, **fields: Any) -> Session:
+    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Session:
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
@@ -162,7 +156,8 @@ class Ledger:
             for k, v in fields.items():
                 setattr(row, k, v)
             db.add(row)
-            db.add(Event(session_id=session_id, at=time.time(), kind=kind, detail=detail))
+            if kind is not None:
+                db.add(Event(session_id=session_id, at=time.time(), kind=kind, detail=detail))
             db.commit()
             db.refresh(row)
             return row
