@@ -318,35 +318,36 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
 def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> None:
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
     ledger.event(s.id, "create", {"offer": p.offer.offer_id})
-    last: ProviderError | None = None
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
-    for offer in p.candidates[:MAX_OFFER_ATTEMPTS]:
-        bid = offer.min_bid if offer.spot else None
-        spec = CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb, bid_usd_per_hour=bid,
-                          ssh_public_key=_ssh_public_key(provider, settings))
-        try:
-            inst = provider.create(offer, spec)
-        except ProviderError as e:
-            if e.instance_id:  # the failed create still left an instance: it must not bill
-                ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.usd_per_hour)
-                s.instance = Instance(id=e.instance_id, label=label, status=InstanceStatus.UNKNOWN)
-            if e.try_next_offer and not e.instance_id:
-                ledger.event(s.id, "offer_skipped", {"offer": offer.offer_id, "kind": e.kind.value})
-                last = e
-                continue
-            raise
-        s.instance, s.offer = inst, offer
-        ledger.update(
-            s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
-            spot=offer.spot, bid_usd_per_hour=bid, status="running",
-            instance_created_at=inst.created_at or time.time(),
-            usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else offer.usd_per_hour,
-            simulated=offer.simulated,
-        )
-        ledger.event(s.id, "created", {"instance": inst.id})
-        return
-    assert last is not None
-    raise last
+    from gpuops.providers.rent import rent_first
+
+    key = _ssh_public_key(provider, settings)
+
+    def spec_for(offer: Offer) -> CreateSpec:
+        return CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb,
+                          bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key)
+
+    def leftover(offer: Offer, e: ProviderError) -> None:
+        # A failed create that still made an instance: book it so teardown (and reconcile) end it.
+        s.instance = Instance(id=e.instance_id or "", label=label, status=InstanceStatus.UNKNOWN)
+        ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.usd_per_hour)
+        ledger.event(s.id, "create_left_instance", {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value})
+
+    def skipped(offer: Offer, e: ProviderError) -> None:
+        ledger.event(s.id, "offer_skipped", {"offer": offer.offer_id, "kind": e.kind.value})
+
+    got = rent_first(provider, p.candidates, spec_for, max_offers=MAX_OFFER_ATTEMPTS, on_skip=skipped, on_leftover=leftover)
+    inst, offer = got.instance, got.offer
+    bid = offer.min_bid if offer.spot else None
+    s.instance, s.offer = inst, offer
+    ledger.update(
+        s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
+        spot=offer.spot, bid_usd_per_hour=bid, status="running",
+        instance_created_at=inst.created_at or time.time(),
+        usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else offer.usd_per_hour,
+        simulated=offer.simulated,
+    )
+    ledger.event(s.id, "created", {"instance": inst.id})
 
 
 def _ssh_public_key(provider: Provider, settings: Settings) -> str:

@@ -27,11 +27,31 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     # Let SQLAlchemy's "begin" hook issue BEGIN itself (see _sqlite_begin).
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    _ensure_wal(cur)
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
+
+
+def _ensure_wal(cur) -> None:
+    """Switch the file to WAL (persistent: only the first opener of a new ledger does it). The
+    switch needs the file to itself and SQLite answers "locked" at once instead of waiting on the
+    busy timeout when several processes open a new ledger together, so retry for a bounded time."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _sqlite_begin(conn) -> None:

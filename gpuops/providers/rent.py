@@ -23,14 +23,19 @@ class RentResult:
     skipped: list[tuple[Offer, str]] = field(default_factory=list)
 
 
-def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec, max_offers: int = 3,
-               on_attempt: Callable[[Offer], None] | None = None, on_skip: Callable[[Offer, ProviderError], None] | None = None) -> RentResult:
+def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec | Callable[[Offer], CreateSpec], max_offers: int = 3,
+               on_attempt: Callable[[Offer], None] | None = None, on_skip: Callable[[Offer, ProviderError], None] | None = None,
+               on_leftover: Callable[[Offer, ProviderError], None] | None = None) -> RentResult:
     """Create an instance from the first of ``ranked`` (already ranked, this provider's) that works.
 
+    ``spec``: one CreateSpec, or a function of the offer (the bid differs per offer).
     ``on_attempt(offer)`` runs before each create (write/refresh the ledger intent there);
-    ``on_skip(offer, error)`` after each offer that was gone. Raises the create's ProviderError when
-    it is not an offer-gone kind, or NO_CAPACITY when ``max_offers`` offers were all gone.
+    ``on_skip(offer, error)`` after each offer that was gone; ``on_leftover(offer, error)`` when a
+    failed create still left ``error.instance_id`` (book it), before it is destroyed. Raises the
+    create's ProviderError when it is not an offer-gone kind, or NO_CAPACITY when ``max_offers``
+    offers were all gone.
     """
+    spec_for = spec if callable(spec) else (lambda _offer: spec)
     skipped: list[tuple[Offer, str]] = []
     tried = [o for o in ranked if o.provider == provider.name][: max(1, max_offers)]
     if not tried:
@@ -39,9 +44,11 @@ def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec, max_of
         if on_attempt is not None:
             on_attempt(offer)
         try:
-            return RentResult(provider.create(offer, spec), offer, skipped)
+            return RentResult(provider.create(offer, spec_for(offer)), offer, skipped)
         except ProviderError as e:
             if e.instance_id:
+                if on_leftover is not None:
+                    on_leftover(offer, e)
                 try:
                     provider.destroy(e.instance_id)
                 except ProviderError:
