@@ -120,7 +120,10 @@ def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = Fa
     if conclusion:
         cols.append("latest conclusion")
     for col in cols:
-        t.add_column(col, justify="left" if col in (first, "latest conclusion") else "right")
+        if col == first:  # the group's name is what the user reads the row by: never cut it
+            t.add_column(col, justify="left", overflow="fold")
+        else:
+            t.add_column(col, justify="left" if col == "latest conclusion" else "right")
     for r in rows:
         sim = r["usd_per_mtoken"] is None and r["simulated_usd_per_mtoken"] is not None
         allin = r["simulated_usd_per_mtoken"] if sim else r["usd_per_mtoken"]
