@@ -81,27 +81,6 @@ def read_environ(path="/proc/1/environ"):
     return out
 
 
-def _proc_entries():
-    try:
-        return [p for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-
-
-def _stat(pid):
-    """(state letter, pgrp) of ``pid`` from /proc, or None when it does not exist."""
-    try:
-        with open("/proc/%s/stat" % pid, "rb") as f:
-            data = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    rest = data[data.rfind(")") + 2:].split()
-    try:
-        return rest[0], int(rest[2])
-    except (IndexError, ValueError):
-        return None
-
-
 def _cmdline(pid):
     try:
         with open("/proc/%s/cmdline" % pid, "rb") as f:
@@ -115,7 +94,7 @@ def ssh_sessions(users=None):
     ``sshd-session: ...`` on OpenSSH >= 9.8). ``@notty`` channels (scp, the laptop's own exec) and a
     tty held by a container's PID 1 are not sessions. ``users``: count only these (None = any)."""
     n = 0
-    for pid in _proc_entries():
+    for pid in localbox.pids():
         first = _cmdline(pid).split("\0", 1)[0].strip()
         m = SSH_SESSION_RE.match(first)
         if m and (not users or m.group(1) in users):
@@ -126,7 +105,7 @@ def ssh_sessions(users=None):
 def pid_alive(pid, must_contain=None):
     """True when ``pid`` runs (not a zombie) and, if given, its cmdline contains ``must_contain``
     (guards against a recycled pid)."""
-    st = _stat(pid)
+    st = localbox.proc_stat(pid)
     if st is None or st[0] in ("Z", "X"):
         return False
     if must_contain and must_contain not in _cmdline(pid):
@@ -147,7 +126,7 @@ def bootstrap_running(pidfile, root=None):
         pass
     if root is None:
         return False
-    for p in _proc_entries():
+    for p in localbox.pids():
         if "bootstrap/bootstrap.py" not in _cmdline(p):
             continue
         try:

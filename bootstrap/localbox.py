@@ -16,7 +16,7 @@ import time
 MARKER = "GPUOPS_LOCAL_BOX"
 
 
-def _stat(pid):
+def proc_stat(pid):
     """(state letter, pgrp) of ``pid`` from /proc, or None when it does not exist."""
     try:
         with open("/proc/%s/stat" % pid, "rb") as f:
@@ -30,7 +30,8 @@ def _stat(pid):
         return None
 
 
-def _pids():
+def pids():
+    """Every process id in /proc ([] where there is no /proc)."""
     try:
         return [int(p) for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
@@ -47,13 +48,14 @@ def _reap():
 
 
 def _alive(pid):
-    st = _stat(pid)
+    """True while ``pid`` exists and is not a zombie."""
+    st = proc_stat(pid)
     return st is not None and st[0] not in ("Z", "X")
 
 
 def _group_alive(pgid):
     if os.path.isdir("/proc/self"):
-        return any(st is not None and st[1] == pgid and st[0] not in ("Z", "X") for st in map(_stat, _pids()))
+        return any(st is not None and st[1] == pgid and st[0] not in ("Z", "X") for st in map(proc_stat, pids()))
     try:
         os.killpg(pgid, 0)
         return True
@@ -65,8 +67,8 @@ def marked_processes(root, spare_pgid=None):
     """PIDs (not ours, not in ``spare_pgid``) whose environment holds ``GPUOPS_LOCAL_BOX=<root>``."""
     needle = ("%s=%s" % (MARKER, os.path.abspath(root))).encode()
     out = []
-    for pid in _pids():
-        st = _stat(pid)
+    for pid in pids():
+        st = proc_stat(pid)
         if pid == os.getpid() or st is None or st[0] in ("Z", "X") or (spare_pgid is not None and st[1] == spare_pgid):
             continue
         try:

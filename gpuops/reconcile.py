@@ -28,7 +28,7 @@ import socket
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
@@ -127,6 +127,21 @@ class Context:
         finally:
             if ok:
                 release_lease(self.ledger, session_id, self.owner)
+
+    def open_sessions_leased(self, actions: list, keep: Callable[[Any], bool] = lambda row: True) -> Iterator[Any]:
+        """Each open session row that ``keep`` accepts, re-read and yielded while this process holds
+        its lease (released when the caller moves on); a row another watchdog holds is recorded in
+        ``actions`` as skipped_leased, a row closed meanwhile is passed over."""
+        for row in self.ledger.open_sessions():
+            if not keep(row):
+                continue
+            with self.lease(row.id) as ok:
+                if not ok:
+                    actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
+                    continue
+                fresh = self.ledger.get(row.id)
+                if fresh is not None and fresh.status != "closed":
+                    yield fresh
 
 
 # -- reading the box -------------------------------------------------------------------------------
@@ -275,39 +290,30 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
                 ctx.event(row.id, "adopted", {"instance_id": inst.id, "label": inst.label})
                 actions.append(Action(row.id, "adopted", f"instance {inst.id} (label {inst.label}) had no id in its row"))
     listed = {i.id: i for i in insts}
-    for row in ctx.ledger.open_sessions():
-        if row.provider != name:
+    for row in ctx.open_sessions_leased(actions, keep=lambda r: r.provider == name):
+        if row.instance_id is None:
+            if now > _deadline(ctx, row):
+                closed = ctx.ledger.close(row.id, row.created_at, "provision_failed")
+                ctx.event(row.id, "stale_intent", "no instance by the ready deadline; closed at its intent time")
+                actions.append(Action(row.id, "closed", f"provision_failed: never got an instance; ${closed.cost_usd:.4f}"))
             continue
-        with ctx.lease(row.id) as ok:
-            if not ok:
-                actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
+        inst = listed.get(row.instance_id)
+        if inst is None:
+            try:
+                inst = p.get(row.instance_id)
+            except ProviderError as e:
+                actions.append(Action(row.id, "error", f"{name}: get {row.instance_id}: {e}"))
                 continue
-            row = ctx.ledger.get(row.id)
-            if row is None or row.status == "closed":
-                continue
-            if row.instance_id is None:
-                if now > _deadline(ctx, row):
-                    closed = ctx.ledger.close(row.id, row.created_at, "provision_failed")
-                    ctx.event(row.id, "stale_intent", "no instance by the ready deadline; closed at its intent time")
-                    actions.append(Action(row.id, "closed", f"provision_failed: never got an instance; ${closed.cost_usd:.4f}"))
-                continue
-            inst = listed.get(row.instance_id)
-            if inst is None:
-                try:
-                    inst = p.get(row.instance_id)
-                except ProviderError as e:
-                    actions.append(Action(row.id, "error", f"{name}: get {row.instance_id}: {e}"))
-                    continue
-            status = agent_status(ctx, p, inst) if inst is not None else None
-            if inst is None or inst.status == InstanceStatus.GONE:
-                actions.append(close_gone(ctx, row, p, inst, status))
-                continue
-            if status and status.get("heartbeat"):
-                ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
-            elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
-                actions.append(destroy_and_close(
-                    ctx, row, p, "interrupted",
-                    f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming"))
+        status = agent_status(ctx, p, inst) if inst is not None else None
+        if inst is None or inst.status == InstanceStatus.GONE:
+            actions.append(close_gone(ctx, row, p, inst, status))
+            continue
+        if status and status.get("heartbeat"):
+            ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+        elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
+            actions.append(destroy_and_close(
+                ctx, row, p, "interrupted",
+                f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming"))
     return actions
 
 

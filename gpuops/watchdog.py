@@ -109,40 +109,25 @@ def _money(ctx: Context) -> list[Action]:
     for scope, reason, detail in covered:
         if set_refusal(ctx.ledger, scope, reason, detail, now):
             actions.append(Action("", "refused", f"new boxes refused for {'all providers' if scope == '*' else scope}: {detail}"))
-        for row in ctx.ledger.open_sessions():
-            if row.instance_id is None or (scope != "*" and row.provider != scope):
+        covered = (lambda r: r.instance_id is not None and (scope == "*" or r.provider == scope))
+        for row in ctx.open_sessions_leased(actions, keep=covered):
+            try:
+                p = ctx.provider(row.provider)
+            except GpuopsError as e:
+                actions.append(Action(row.id, "error", str(e)))
                 continue
-            with ctx.lease(row.id) as ok:
-                if not ok:
-                    actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
-                    continue
-                row = ctx.ledger.get(row.id)
-                if row is None or row.status == "closed":
-                    continue
-                try:
-                    p = ctx.provider(row.provider)
-                except GpuopsError as e:
-                    actions.append(Action(row.id, "error", str(e)))
-                    continue
-                actions.append(destroy_and_close(ctx, row, p, reason, detail))
+            actions.append(destroy_and_close(ctx, row, p, reason, detail))
     return actions
 
 
 def tick(ctx: Context) -> list[Action]:
     """One pass over every open session, then the money layer. Never raises for provider errors."""
     actions: list[Action] = []
-    for row in ctx.ledger.open_sessions():
-        with ctx.lease(row.id) as ok:
-            if not ok:
-                actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
-                continue
-            fresh = ctx.ledger.get(row.id)
-            if fresh is None or fresh.status == "closed":
-                continue
-            try:
-                actions += check_session(ctx, fresh)
-            except (GpuopsError, ProviderError, OSError) as e:
-                actions.append(Action(row.id, "error", f"{type(e).__name__}: {e}"))
+    for row in ctx.open_sessions_leased(actions):
+        try:
+            actions += check_session(ctx, row)
+        except (GpuopsError, ProviderError, OSError) as e:
+            actions.append(Action(row.id, "error", f"{type(e).__name__}: {e}"))
     actions += _money(ctx)
     return actions
 
