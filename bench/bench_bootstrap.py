@@ -90,6 +90,7 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
             box.close()
     finally:
         server.stop()
+        server.end_box_processes()
     return {"ssh_connect_s": round(median(connects), 3), "ssh_run_true_s": round(median(runs), 3),
             "ssh_ship_and_rerun_unchanged_s": round(median(reruns), 3)}
 

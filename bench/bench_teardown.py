@@ -141,6 +141,7 @@ def after_exit_ssh(env: dict, tmp: Path, runs: int) -> list[float]:
             out.append(round(inst.ended_t - float(code[2]), 3))
     finally:
         sshd.stop()
+        sshd.end_box_processes()
     return out
 
 

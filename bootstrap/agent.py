@@ -411,6 +411,12 @@ class Agent:
         if self.destroy and self.destroy.get("done_at"):
             return 0
         while True:
+            # Nothing left to guard: the box was destroyed by someone else (the local provider
+            # writes destroyed.json) or its directory is gone. On a rented box this process dies
+            # with the box; here it must end itself.
+            if not os.path.isdir(self.root) or os.path.exists(os.path.join(self.root, "destroyed.json")):
+                log("box %s is gone; exiting" % self.root)
+                return 0
             now = time.time()
             job = job_state(self.run_dir)
             if now >= next_sample:

@@ -36,6 +36,7 @@ def sshd_unstarted(tmp_path, smi_bin, client_key):
     s.authorize(client_key[1])
     yield s
     s.stop()
+    s.end_box_processes()
 
 
 @pytest.fixture

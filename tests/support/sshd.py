@@ -18,6 +18,7 @@ instances' SSH endpoints at an ``SshServer``).
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import socket
 import subprocess
@@ -139,6 +140,24 @@ class SshServer:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+
+    def end_box_processes(self) -> None:
+        """Kill what tests left running on the "box" (detached jobs, on-box agents): processes
+        whose working directory is under ``home``. A rented box takes them with it when it is
+        destroyed; this stand-in box must end them itself, once the test is over."""
+        home = str(self.home.resolve())
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) == os.getpid():
+                continue
+            try:
+                cwd = os.readlink(f"/proc/{name}/cwd")
+            except OSError:
+                continue
+            if cwd == home or cwd.startswith(home + "/"):
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except OSError:
+                    pass
 
     def restart(self) -> None:
         self.stop()

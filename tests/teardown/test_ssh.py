@@ -46,6 +46,7 @@ def world(gpuops_home, tmp_path, monkeypatch, cli_env):
     finally:
         emu.stop()
         sshd.stop()
+        sshd.end_box_processes()
 
 
 def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path):
