@@ -339,6 +339,36 @@ def ledger_experiments(
     ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
 
 
+@ledger_app.command("sessions")
+def ledger_sessions(
+    since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
+    limit: int = typer.Option(20, "--limit", help="Show at most this many sessions (newest first)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Past sessions, newest first: when, experiment, card, hours, cost, end reason, conclusion."""
+    from gpuops import history, ui
+
+    rep = history.sessions(_reader(config), since, experiment, limit, tz)
+    ui.print_json(rep) if json_out else history.render(rep)
+
+
+@app.command()
+def dashboard(
+    month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
+    tz: Optional[str] = TZ_OPT,
+    port: int = typer.Option(8765, "--port", help="Port on 127.0.0.1 (0: any free port)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write the page as one self-contained offline file instead of serving it."),
+    config: Optional[str] = CONFIG_OPT,
+) -> None:
+    """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
+    from gpuops.dashboard import command
+
+    command(_settings(config), month=month, tz=tz, port=port, html=html)
+
+
 @ledger_app.command("show")
 def ledger_show(
     session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
