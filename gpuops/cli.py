@@ -315,7 +315,11 @@ def ledger_month(
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
-    """What the month cost: totals, by experiment, by card, by provider."""
+    """What the month cost: totals, by experiment, by card, by provider.
+
+    $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time after the job and the
+    group's failed runs included). $/Mtok job: only the job's own seconds x the price, per million
+    tokens. Real and simulated money are never added together."""
     from gpuops import books, ledger_view
 
     fmt = _fmt(json_out, csv_out)
@@ -332,7 +336,10 @@ def ledger_experiments(
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
-    """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion."""
+    """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion.
+
+    $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time, failed runs
+    included). $/Mtok job: only the job's own seconds x the price, per million tokens."""
     from gpuops import books, ledger_view
 
     fmt = _fmt(json_out, csv_out)
@@ -435,9 +442,10 @@ def ledger_import(
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
     from gpuops import books, ui
+    from gpuops.history import plural
 
     r = books.import_csv(_ledger(config), file, tz)
-    ui.print_json(r) if json_out else print(f"imported {r['imported']} sessions from {r['file']}: ${r['cost_usd']:,.4f}"
+    ui.print_json(r) if json_out else print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
                                             + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else ""))
 
 
