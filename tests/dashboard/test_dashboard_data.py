@@ -3,6 +3,7 @@ lazy imports, the one-file page, and bad input."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -84,3 +85,33 @@ def test_empty_ledger_page(cli_env, tmp_path):
     text = out.read_text()
     assert "no sessions this month" in text and "no open boxes: nothing is billing" in text
     assert text.count('data-key="report.days.') == 28 * 6  # every day of February, no gaps
+
+
+def test_open_local_box_is_read_through_its_provider(gpuops_home):
+    """A running local box: the dashboard reads its agent's status the way the watchdog does."""
+    import time
+
+    from gpuops.config import load_settings
+    from gpuops.dashboard.data import build
+    from ledger import Ledger, Session
+
+    now = time.time()
+    box = gpuops_home / "boxes" / "gpuops-20261130-0900-abcd"
+    (box / ".gpuops").mkdir(parents=True)
+    (box / "instance.json").write_text(json.dumps({"id": box.name, "label": box.name, "usd_per_hour": 3.6, "created_at": now - 1800}))
+    (box / ".gpuops" / "agent-status.json").write_text(json.dumps({
+        "heartbeat": now - 2, "sample_seconds": 10, "teardown": {"max_hours": 1.0, "idle_minutes": 20},
+        "decision": {"action": "keep", "reason": None, "explanation": "busy", "idle_since": None}}))
+    settings = load_settings(None)
+    led = Ledger(settings.ledger_url())
+    led.add_session(Session(id="20261130-0900-abcd", experiment="sweep", provider="local", card="h100-sxm", label=box.name,
+                            status="running", created_at=now - 1860, instance_id=box.name, instance_created_at=now - 1800,
+                            usd_per_hour=3.6, simulated=True))
+    led.engine.dispose()
+    from ledger.reports import this_month
+
+    d = build(settings, this_month("UTC", now - 1860), "UTC", now=now)  # the row's month, even on the 1st at 00:10
+    [b] = d["open_boxes"]
+    assert (b["usd_per_hour"], b["ttl_source"], b["idle"]) == (3.6, "box agent", "busy")
+    assert b["ttl_left_seconds"] == 1800.0 and b["accrued_usd"] == 1.8
+    assert d["report"]["open_sessions"] == 1 and d["sessions"][0]["cost_usd"] is None
