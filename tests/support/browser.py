@@ -54,7 +54,7 @@ class Browser:
 
     def __init__(self) -> None:
         self.profile = Path(tempfile.mkdtemp(prefix="gpuops-chromium-"))
-        self.log_path = self.profile.parent / (self.profile.name + ".log")
+        self.log_path = self.profile / "chromium.log"  # removed with the profile
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [chromium_path(), *CHROMIUM_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
