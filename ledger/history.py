@@ -31,9 +31,7 @@ def recent_rows(reader, start: float | None = None, end: float | None = None, ex
         return _sqlite_recent(path, start, end, experiment, limit)
     import sqlalchemy as sa
 
-    from ledger.reads import _sessions_table
-
-    t = _sessions_table()
+    t = sa.table("sessions", *[sa.column(c, sa.Boolean) if c == "simulated" else sa.column(c) for c in HISTORY_COLUMNS])
     q = sa.select(*[t.c[c] for c in HISTORY_COLUMNS]).order_by(t.c.created_at.desc(), t.c.id.desc())
     if start is not None:
         q = q.where(t.c.created_at >= start)
