@@ -85,8 +85,11 @@ def check_page(page, month: dict, sessions: dict, width: int) -> None:
     assert HOSTILE_NOTE in page.eval("document.getElementById('sessions').innerText")
     assert page.eval("typeof window.pwned") == "undefined"
     assert page.eval("document.querySelectorAll('main script, main img').length") == 0
-    # the page itself never scrolls sideways: wide tables scroll inside their own box
+    # the page itself never scrolls sideways: wide tables scroll inside their own box, and at
+    # desktop width the session table needs no scrolling at all
     assert page.eval("document.documentElement.scrollWidth") <= width
+    if width >= 1280:
+        assert page.eval("(e => e.scrollWidth <= e.clientWidth)(document.querySelector('#sessions .scroll'))")
     # the simulated money is marked
     assert page.eval("document.querySelectorAll('#totals .sim').length") >= 1
     assert page.eval("document.querySelectorAll('#sessions .badge').length") >= 1
