@@ -17,10 +17,12 @@ Destroy, by ``destroy.kind`` in the config:
 * ``runpod``: ``POST {url}/graphql`` ``mutation { podTerminate(input: {podId: "<id>"}) }`` with the
   pod-scoped ``RUNPOD_API_KEY`` and ``RUNPOD_POD_ID`` read from PID 1's environment (an SSH
   session does not inherit them). url: config ``destroy.url``, else ``$RUNPOD_API_BASE_URL``, else
-  https://api.runpod.io (shared/research/provider-sdks.md 1.1, 1.4).
+  https://api.runpod.io (the runpod SDK's default; the pod's variables:
+  https://docs.runpod.io/pods/templates/environment-variables).
 * ``vast``: ``DELETE {url}/api/v0/instances/<id>/`` with the per-instance ``CONTAINER_API_KEY``
   and ``CONTAINER_ID`` from PID 1's environment. url: config ``destroy.url``, else ``$VAST_URL``,
-  else https://console.vast.ai (provider-sdks.md 2.6, 2.8).
+  else https://console.vast.ai (vastai 1.9.1 ``destroy_instance``; the instance's variables:
+  https://docs.vast.ai/guides/instances/docker-environment).
 
 The account key never comes to the box. Status (``<state>/agent-status.json``, rewritten
 atomically every loop): ``{"version", "session", "pid", "agent_started_at", "heartbeat",

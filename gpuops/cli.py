@@ -315,7 +315,11 @@ def ledger_month(
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
-    """What the month cost: totals, by experiment, by card, by provider."""
+    """What the month cost: totals, by experiment, by card, by provider.
+
+    $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time after the job and the
+    group's failed runs included). $/Mtok job: only the job's own seconds x the price, per million
+    tokens. Real and simulated money are never added together."""
     from gpuops import books, ledger_view
 
     fmt = _fmt(json_out, csv_out)
@@ -332,11 +336,44 @@ def ledger_experiments(
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
-    """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion."""
+    """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion.
+
+    $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time, failed runs
+    included). $/Mtok job: only the job's own seconds x the price, per million tokens."""
     from gpuops import books, ledger_view
 
     fmt = _fmt(json_out, csv_out)
     ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
+
+
+@ledger_app.command("sessions")
+def ledger_sessions(
+    since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
+    limit: int = typer.Option(20, "--limit", help="Show at most this many sessions (newest first)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Past sessions, newest first: when, experiment, card, hours, cost, end reason, conclusion."""
+    from gpuops import history, ui
+
+    rep = history.sessions(_reader(config), since, experiment, limit, tz)
+    ui.print_json(rep) if json_out else history.render(rep)
+
+
+@app.command()
+def dashboard(
+    month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
+    tz: Optional[str] = TZ_OPT,
+    port: int = typer.Option(8765, "--port", help="Port on 127.0.0.1 (0: any free port)."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Write the page as one self-contained offline file instead of serving it."),
+    config: Optional[str] = CONFIG_OPT,
+) -> None:
+    """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
+    from gpuops.dashboard import command
+
+    command(_settings(config), month=month, tz=tz, port=port, html=html)
 
 
 @ledger_app.command("show")
@@ -405,9 +442,10 @@ def ledger_import(
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
     from gpuops import books, ui
+    from gpuops.history import plural
 
     r = books.import_csv(_ledger(config), file, tz)
-    ui.print_json(r) if json_out else print(f"imported {r['imported']} sessions from {r['file']}: ${r['cost_usd']:,.4f}"
+    ui.print_json(r) if json_out else print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
                                             + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else ""))
 
 

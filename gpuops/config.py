@@ -80,6 +80,7 @@ class LedgerSettings(_Section):
 
 class LocalProviderSettings(_Section):
     price_per_hour: Optional[float] = Field(default=None, ge=0)  # USD/h; unset: catalog reference, simulated
+    keep_box_days: float = Field(default=7.0, ge=0)  # a destroyed box keeps only its logs after this many days
 
 
 class RunpodSettings(_Section):

@@ -210,6 +210,7 @@ class Session:
     job_seconds: float | None = None
     steps: list = field(default_factory=list)
     slowest_step: str | None = None
+    slowest_step_seconds: float = 0.0
     log_path: Path | None = None
     results_path: str = ""
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
@@ -247,7 +248,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
             raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
         raise
     if req.dry_run:
-        return {"dry_run": True, **p.as_json(settings)}
+        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note}
 
     if ledger is None:
         from ledger import Ledger
@@ -432,6 +433,7 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bo
         return False
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
+    s.slowest_step_seconds = max((float(st.get("seconds") or 0.0) for st in res.steps if "step" in st), default=0.0)
     ledger.add_steps(s.id, res.steps)
     ledger.event(s.id, "bootstrapped", {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
                                         "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)"})
@@ -482,7 +484,7 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
         return
     s.exit_code = ended.code
     if ended.started is not None and ended.ended is not None:
-        s.job_seconds = ended.ended - ended.started
+        s.job_seconds = round(ended.ended - ended.started, 3)
     s.end_reason = "job_end" if s.exit_code == 0 else "job_failed"
     ledger.event(s.id, "job_exited", {"exit_code": s.exit_code})
 
@@ -581,6 +583,7 @@ def summary(s: Session, ledger) -> dict:
         "exit_code": row.exit_code,
         "log": row.log_path,
         "slowest_step": s.slowest_step,
+        "slowest_step_seconds": round(s.slowest_step_seconds, 3),
         "results": row.results_path or None,
         "status": row.status,
     }

@@ -140,12 +140,14 @@ def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = Fa
 
 def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None:
     """Totals line, then by experiment, card, provider (and the days, and the plot)."""
+    from gpuops.history import plural, zone_words
+
     c = _console()
     per, job = rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]
     c.print(
-        f"[bold]{rep['month']}[/] ({rep['tz']}): spent ${rep['total_usd']:,.4f}"
+        f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
         + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
-        + f" | {rep['gpu_hours']:.3f} GPU-h | {rep['sessions']} sessions"
+        + f" | {rep['gpu_hours']:.3f} GPU-h | {plural(rep['sessions'], 'session')}"
         + (f" ({rep['open_sessions']} open, no cost yet)" if rep["open_sessions"] else "")
         + f" | {rep['tokens']:,} tokens"
         + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
@@ -215,6 +217,8 @@ def render_show(d: dict) -> None:
     times = d.get("times", {})
     for k in SESSION_FIELDS:
         v = times.get(k) or d.get(k)
+        if k.endswith("_seconds") and isinstance(v, float):
+            v = f"{v:.3f}"  # a measured duration: milliseconds are enough
         t.add_row(k, "-" if v is None or v == "" else str(v))
     for k in ("bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"):
         t.add_row(k, "-" if d.get(k) is None else str(d[k]))

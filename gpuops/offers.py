@@ -9,7 +9,8 @@ from gpuops.providers.base import Offer
 
 # Providers report usable memory a little under the nominal figure (ECC, driver reservations):
 # an 80 GiB card shows ~79.2 GiB in nvidia-smi, Vast's gpu_ram is in MB. Accept offers whose
-# reported VRAM is within this fraction of what the plan needs (shared/research/field-notes.md).
+# reported VRAM is within this fraction of what the plan needs: the same 7 % gpuhunt applies
+# (https://github.com/dstackai/gpuhunt, src/gpuhunt/_internal/constraints.py, correct_gpu_memory_gib).
 VRAM_TOLERANCE = 0.07
 
 

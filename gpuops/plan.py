@@ -8,7 +8,7 @@ gpuops' own catalog, so the CLI stays fast.
 Units: bytes are integers; "GB" = 10^9 bytes, "GiB" = 2^30 bytes; bandwidth in bytes/s; compute in
 FLOP/s; prices in USD/hour; speeds in tokens/s; cost in USD per million generated tokens ($/Mtoken).
 
-Formulas (seeds 001 and 003 in shared/seeds, DESIGN.md "Numbers to know"):
+Formulas (docs/ARCHITECTURE.md "Numbers to know"):
 
 - parameters are counted from matrix shapes: a matrix mapping a length-a vector to a length-b
   vector has a x b parameters (+ b with a bias);

@@ -23,7 +23,7 @@ def resolve_session(ledger, ref: str):
     if len(rows) == 1:
         return rows[0]
     if not rows:
-        raise BadInput(f"no session {ref!r} in the ledger", "`gpuops ps` lists open sessions, `gpuops ledger export` every session id (last column)")
+        raise BadInput(f"no session {ref!r} in the ledger", "`gpuops ps` lists open sessions, `gpuops ledger sessions` past ones")
     raise BadInput(f"{ref!r} matches {len(rows)} sessions", "type more of the session id")
 
 

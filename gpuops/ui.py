@@ -80,7 +80,7 @@ def render_summary(summ: dict) -> None:
         ("$/Mtoken", money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)"),
         ("end reason", f"{summ['end_reason']} (exit code {summ['exit_code']})" if summ["exit_code"] is not None
          else f"{summ['end_reason']} (no exit code)"),
-        ("slowest step", summ.get("slowest_step") or "-"),
+        ("slowest step", _slowest(summ)),
         ("log", summ["log"]),
     ]
     if summ.get("results"):
@@ -90,8 +90,19 @@ def render_summary(summ: dict) -> None:
     console().print(t)
 
 
+def _slowest(summ: dict) -> str:
+    """The slowest bootstrap step with its seconds; "-" when there were none or all took < 0.01 s
+    (naming one of several 0.00 s steps would be noise)."""
+    name, secs = summ.get("slowest_step"), summ.get("slowest_step_seconds")
+    if not name or (secs is not None and secs < 0.005):
+        return "-"
+    return name if secs is None else f"{name} ({secs:.2f} s)"
+
+
 def render_dry_run(plan: dict) -> None:
     c = console()
+    if "experiment" in plan:
+        c.print(f"experiment: {plan['experiment']}" + (f"; note: {plan['note']}" if plan.get("note") else ""), markup=False)
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
     c.print(f"would rent: {plan['card']} x{plan['gpu_count']} on {plan['provider']} at "
             f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")

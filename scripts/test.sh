@@ -2,7 +2,8 @@
 # Install everything the test suite needs on a fresh machine, then run the whole suite.
 # System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1), PostgreSQL (ledger
 # tests run on SQLite and on a real PostgreSQL server the tests start themselves) and git (the
-# bootstrap `code` step clones a local repository).
+# bootstrap `code` step clones a local repository) and chromium (the dashboard is tested in a real
+# headless browser, tests/support/browser.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,7 @@ need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v git >/dev/null || need+=(git)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v chromium >/dev/null || need+=(chromium fonts-liberation)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
     echo "error: install ${need[*]} (apt-get install ${need[*]}) and run again" >&2; exit 2; fi

@@ -22,6 +22,7 @@ def get_provider(name: str, settings: "Settings") -> "Provider":
             settings.data_path() / "boxes",
             price_per_hour=settings.providers.local.price_per_hour,
             kill_grace_seconds=settings.teardown.kill_grace_seconds,
+            keep_box_days=settings.providers.local.keep_box_days,
         )
     if name == "runpod":
         from gpuops.providers.keys import resolve_key, resolve_url

@@ -1,7 +1,7 @@
 """What reaches a provider API is checked here first.
 
 The RunPod SDK pastes every string into its GraphQL document between double quotes with no
-escaping (runpod/api/mutations/pods.py, shared/research/provider-sdks.md section 1.1), and Vast
+escaping (runpod 1.11.0, runpod/api/mutations/pods.py ``generate_pod_deployment_mutation``), and Vast
 runs ``onstart`` through a shell on the box. So: names and image references are validated against
 narrow patterns (a bad one is BadInput before anything is rented); free-form values (environment
 values, the SSH public key) are escaped for the place they land in (``graphql_escape``,

@@ -2,7 +2,8 @@
 
 An "instance" is a directory ``<data dir>/boxes/<session>/`` holding ``instance.json``; bootstrap
 and job run there as child process groups (``gpuops.remote.LocalBox``). Destroy ends those groups
-(TERM, then KILL after ``kill_grace_seconds``), writes ``destroyed.json`` and keeps the logs.
+(TERM, then KILL after ``kill_grace_seconds``), writes ``destroyed.json`` and keeps the logs; after
+``[providers.local] keep_box_days`` the rest of a destroyed box is pruned (``boxes.py``).
 
 Price: ``[providers.local] price_per_hour`` when set (a real cost, e.g. your own workstation);
 otherwise the card's catalog reference price, and the offer is marked simulated.
@@ -39,8 +40,10 @@ class LocalProvider:
 
     name = "local"
 
-    def __init__(self, boxes_dir: Path, price_per_hour: float | None = None, kill_grace_seconds: float = 10.0):
+    def __init__(self, boxes_dir: Path, price_per_hour: float | None = None, kill_grace_seconds: float = 10.0,
+                 keep_box_days: float = 7.0):
         self.boxes_dir = Path(boxes_dir)
+        self.keep_box_days = keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/boxes.py)
         self.price_per_hour = price_per_hour
         self.kill_grace_seconds = kill_grace_seconds
 
@@ -105,6 +108,9 @@ class LocalProvider:
         if not d.exists():
             return
         end_box(str(d), self.kill_grace_seconds)  # groups, then strays that left them (setsid)
+        from gpuops.providers.boxes import sweep
+
+        sweep(self.boxes_dir, self.keep_box_days)  # bounded: this box when its time is up, and older ones
 
     def destroyed_at(self, instance_id: str) -> float | None:
         try:

@@ -6,7 +6,8 @@ Calls used: ``get_gpus``/``get_gpu`` (types and per-GPU prices), ``create_pod`` 
 call). Interruptible (spot) pods: RunPod withdrew them from its API in 2026, so a spot request is
 ProviderError(UNSUPPORTED), never a silent on-demand rent.
 
-SDK quirks handled here (shared/research/provider-sdks.md section 1):
+SDK quirks handled here (runpod 1.11.0: runpod/__init__.py, runpod/api/graphql.py, runpod/api/ctl_commands.py,
+runpod/api/mutations/pods.py):
 - the key is module state (``runpod.api_key``), and ``create_pod``/``terminate_pod`` take no
   ``api_key=``; the base URL is read from ``RUNPOD_API_BASE_URL`` on every call. Both are set for the
   duration of each call under one lock (``_sdk``) and restored after.

@@ -5,7 +5,8 @@ interruptible offers), ``create_instance`` (``price=`` the bid for interruptible
 ``show_instance``/``show_instances``, ``destroy_instance`` (never stop: a stopped instance keeps
 billing its disk), ``show_user`` (``credit``, USD).
 
-Units (vast offer fields, shared/research/provider-sdks.md section 2.3): ``gpu_ram`` is per GPU in
+Units (offer fields of ``POST /api/v0/bundles/`` as vastai 1.9.1 returns them, vastai/api/offers.py and
+vastai/api/query.py; https://docs.vast.ai/cli/reference/search-offers): ``gpu_ram`` is per GPU in
 Vast "MB", which are MiB in practice (an RTX 4090 lists 24564, an 80 GB A100 81920, as nvidia-smi
 prints MiB), so vram_bytes = gpu_ram x 2^20; ``dph_total`` is USD/h for the whole box including
 storage at ``allocated_storage`` GiB; ``min_bid`` is USD/h; ``reliability2``/``reliability`` 0..1.

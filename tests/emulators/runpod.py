@@ -3,7 +3,8 @@
 Documents are parsed with graphql-core (a quote the SDK forgot to escape is a syntax error here as
 upstream), dispatched on the first root field, and answered by projecting a full Python object
 through the document's selection set, so any field subset the SDK asks for comes back in shape.
-Wire shapes: shared/research/provider-sdks.md section 1 and research/wire/wire_runpod.jsonl.
+Wire shapes: the documents of runpod 1.11.0 (runpod/api/queries/*.py, runpod/api/mutations/pods.py)
+and RunPod's GraphQL reference (https://graphql-spec.runpod.io/).
 
 Root fields served: ``gpuTypes`` (list, or ``input:{id}`` with prices and ``lowestPrice``),
 ``podFindAndDeployOnDemand``, ``pod``, ``myself`` (``pods``, ``id``/``pubKey``/``networkVolumes``,

@@ -1,5 +1,5 @@
-"""Vast.ai emulator: the REST routes vastai 1.9.1 uses (shared/research/provider-sdks.md section 2
-and 4, research/wire/wire_vast.jsonl).
+"""Vast.ai emulator: the REST routes vastai 1.9.1 uses (vastai/api/offers.py, instances.py,
+billing.py; https://docs.vast.ai/api-reference/overview-and-quickstart).
 
 Routes: ``POST /api/v0/bundles/`` (search, filters ``{op: value}``, ``order``, ``type``, ``limit``,
 ``allocated_storage``), ``PUT /api/v0/asks/{id}/`` (create), ``GET /api/v1/instances/`` (paged

@@ -1,0 +1,134 @@
+"""What the dashboard shows, as one JSON-ready dict. No aggregation happens here: the month's
+figures are ``gpuops.books.month`` (the very function behind ``gpuops ledger month --json``), the
+session rows are ``ledger.history.session_row`` (behind ``gpuops ledger sessions``), so the page
+and the CLI agree by construction.
+
+Open boxes are read live: the ledger's open rows, and for each the on-box agent's status (its
+teardown settings, last decision, heartbeat) through the provider, as the watchdog reads it. A
+box that cannot be reached shows "unknown", never a guess.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+StatusReader = Callable[[Any], "dict | None"]
+
+
+def build(settings, month: str | None = None, tz: str | None = None, now: float | None = None,
+          read_status: StatusReader | None = None) -> dict:
+    """The dashboard's data for ``month`` (``YYYY-MM``, default this month) in ``tz`` (IANA name,
+    None = the machine's zone).
+
+    Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
+    ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row]}``.
+    ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
+    Raises BadInput for a bad month or zone (from books.month).
+    """
+    from gpuops import books
+    from ledger.history import recent_rows, session_rows
+    from ledger.reads import LedgerReader
+    from ledger.reports import iso, month_bounds
+
+    now = time.time() if now is None else now
+    reader = LedgerReader(settings.ledger_url())
+    report = books.month(reader, month, tz, by="day")  # the same call as `ledger month --by day --json`
+    start, end = month_bounds(report["month"], tz)
+    return {
+        "month": report["month"],
+        "tz": report["tz"],
+        "generated_at": iso(now, tz),
+        "report": report,
+        "sessions": session_rows(recent_rows(reader, start, end), tz),
+        "open_boxes": open_boxes(settings, now, tz, read_status),
+    }
+
+
+def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusReader | None = None) -> list[dict]:
+    """Every open session (any month: a box bills now whenever it was started) as ``box_row``."""
+    from gpuops.sessions import open_ledger
+
+    ledger = open_ledger(settings)
+    rows = ledger.open_sessions()
+    if not rows:
+        return []
+    if read_status is None:
+        read_status = _provider_status_reader(settings, ledger)
+    out = []
+    for r in rows:
+        status = None
+        if r.instance_id:
+            try:
+                status = read_status(r)
+            except Exception:  # an unreachable provider or box: shown as unknown
+                status = None
+        out.append(box_row(r, status, now, settings.teardown, tz))
+    return out
+
+
+def _provider_status_reader(settings, ledger) -> StatusReader:
+    from gpuops.reconcile import Context, agent_status
+
+    ctx = Context(settings, ledger=ledger, ssh_connect_s=5.0)
+
+    def read(row) -> dict | None:
+        p = ctx.provider(row.provider)
+        inst = p.get(row.instance_id)
+        return None if inst is None else agent_status(ctx, p, inst)
+
+    return read
+
+
+def box_row(row, status: dict | None, now: float, default_teardown, tz: str | None = None) -> dict:
+    """One open box: ``{"session","experiment","provider","card","simulated","usd_per_hour" (the
+    burn rate, USD/h),"up_seconds","accrued_usd" (up_seconds x rate: not booked until it closes),
+    "ttl_left_seconds","ttl_source" ("box agent" | "default setting"),"idle" (one line),
+    "idle_minutes","heartbeat_age_seconds","started"}``. Seconds are wall-clock seconds."""
+    from gpuops.agentctl import heartbeat_stale
+    from ledger.reports import card_name, iso
+
+    started = row.instance_created_at or row.created_at
+    up_s = max(0.0, now - started) if row.instance_created_at else 0.0
+    rate = row.usd_per_hour or 0.0
+    teardown = (status or {}).get("teardown") or {}
+    max_hours = teardown.get("max_hours")
+    source = "box agent"
+    if not isinstance(max_hours, (int, float)) or isinstance(max_hours, bool) or max_hours <= 0:
+        max_hours, source = default_teardown.max_hours, "default setting"
+    idle_minutes = teardown.get("idle_minutes", default_teardown.idle_minutes) if status else default_teardown.idle_minutes
+    hb = (status or {}).get("heartbeat")
+    hb_age = round(now - float(hb), 1) if isinstance(hb, (int, float)) and not isinstance(hb, bool) else None
+    return {
+        "session": row.id,
+        "experiment": row.experiment,
+        "provider": row.provider,
+        "card": card_name(row),
+        "status": row.status,
+        "simulated": bool(row.simulated),
+        "usd_per_hour": rate,
+        "started": iso(started, tz),
+        "up_seconds": round(up_s, 1),
+        "accrued_usd": round(up_s * rate / 3600.0, 6),
+        "ttl_left_seconds": round(started + max_hours * 3600.0 - now, 1) if row.instance_created_at else None,
+        "ttl_source": source,
+        "idle_minutes": idle_minutes,
+        "heartbeat_age_seconds": hb_age,
+        "idle": idle_state(status, now, idle_minutes, stale=heartbeat_stale(status, now)),
+    }
+
+
+def idle_state(status: dict | None, now: float, idle_minutes: Any, stale: bool) -> str:
+    """One line on the box's idle layer: "busy", "idle 3.0 of 15 min", "idle rule off", or
+    "unknown (...)" when the agent's status is missing or stale."""
+    if idle_minutes == "off":
+        return "idle rule off"
+    if not status:
+        return "unknown (no agent status)"
+    if stale:
+        return "unknown (agent heartbeat stale)"
+    decision = status.get("decision") or {}
+    since = decision.get("idle_since")
+    if isinstance(since, (int, float)) and not isinstance(since, bool):
+        return f"idle {max(0.0, now - since) / 60:.1f} of {float(idle_minutes):g} min"
+    return "busy"

@@ -1,0 +1,106 @@
+"""Past sessions, newest first: the read behind ``gpuops ledger sessions`` and the dashboard's
+session table. Pure functions over plain rows plus one bounded query (newest first, LIMIT in the
+database, so 100,000 sessions cost no more than the page asked for).
+
+A session row here is ``session_row``'s dict: times as ISO 8601 in the report's zone, money in
+USD (``cost_usd`` None while the session is open), ``hours`` the billed hours (billed seconds /
+3600), ``simulated`` True when the price was a catalog reference, not a charge.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import namedtuple
+from typing import Any, Iterable
+
+HISTORY_COLUMNS = (
+    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
+    "instance_id", "instance_created_at", "ended_at", "end_reason", "billed_seconds", "cost_usd", "tokens",
+    "job_seconds", "conclusion", "source",
+)
+
+
+def recent_rows(reader, start: float | None = None, end: float | None = None, experiment: str | None = None,
+                limit: int | None = None) -> list[Any]:
+    """Sessions whose intent time (``created_at``, epoch s) is in [start, end), of ``experiment``
+    when given, newest first, at most ``limit`` (None: all). ``reader``: a
+    ``ledger.reads.LedgerReader`` (a current SQLite file is read with ``sqlite3``, anything else
+    through SQLAlchemy Core). Values are bound parameters, never text in the SQL."""
+    path = getattr(reader, "_sqlite", None)
+    if path is not None:
+        return _sqlite_recent(path, start, end, experiment, limit)
+    import sqlalchemy as sa
+
+    t = sa.table("sessions", *[sa.column(c, sa.Boolean) if c == "simulated" else sa.column(c) for c in HISTORY_COLUMNS])
+    q = sa.select(*[t.c[c] for c in HISTORY_COLUMNS]).order_by(t.c.created_at.desc(), t.c.id.desc())
+    if start is not None:
+        q = q.where(t.c.created_at >= start)
+    if end is not None:
+        q = q.where(t.c.created_at < end)
+    if experiment is not None:
+        q = q.where(t.c.experiment == experiment)
+    if limit is not None:
+        q = q.limit(limit)
+    with reader.engine.connect().execution_options(ledger_read=True) as conn:
+        return list(conn.execute(q))
+
+
+def _sqlite_recent(path, start, end, experiment, limit) -> list[Any]:
+    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
+
+    where, args = [], []
+    for sql, val in (("created_at >= ?", start), ("created_at < ?", end), ("experiment = ?", experiment)):
+        if val is not None:
+            where.append(sql)
+            args.append(val)
+    sql = (f"SELECT {', '.join(HISTORY_COLUMNS)} FROM sessions" + (f" WHERE {' AND '.join(where)}" if where else "")
+           + " ORDER BY created_at DESC, id DESC" + (" LIMIT ?" if limit is not None else ""))
+    if limit is not None:
+        args.append(int(limit))
+    row_t = namedtuple("HistoryRow", HISTORY_COLUMNS)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        out = []
+        for r in con.execute(sql, args):
+            r = list(r)
+            i = HISTORY_COLUMNS.index("simulated")
+            r[i] = None if r[i] is None else bool(r[i])
+            out.append(row_t(*r))
+        return out
+    finally:
+        con.close()
+
+
+def session_row(s: Any, tz: str | None = None) -> dict:
+    """One past session as a JSON-ready dict, keys in this order: ``session, started (ISO 8601 in
+    tz), date (YYYY-MM-DD in tz), experiment, provider, card, gpu_count, status, end_reason,
+    hours (billed, 6 decimals), usd_per_hour, cost_usd (None while open), simulated, tokens,
+    usd_per_mtoken (None without tokens or cost), conclusion``."""
+    from ledger.reports import card_name, day_of, iso, per_mtoken
+
+    closed = s.status == "closed"
+    cost = (s.cost_usd or 0.0) if closed else None
+    tokens = s.tokens or 0
+    return {
+        "session": s.id,
+        "started": iso(s.created_at, tz),
+        "date": day_of(s.created_at, tz),
+        "experiment": s.experiment,
+        "provider": s.provider,
+        "card": card_name(s),
+        "gpu_count": s.gpu_count,
+        "status": s.status,
+        "end_reason": s.end_reason,
+        "hours": round((s.billed_seconds or 0.0) / 3600.0, 6) if closed else None,
+        "usd_per_hour": s.usd_per_hour,
+        "cost_usd": None if cost is None else round(cost, 6),
+        "simulated": bool(s.simulated),
+        "tokens": tokens,
+        "usd_per_mtoken": per_mtoken(cost, tokens) if cost is not None else None,
+        "conclusion": s.conclusion or "",
+    }
+
+
+def session_rows(rows: Iterable[Any], tz: str | None = None) -> list[dict]:
+    """``session_row`` for each row, order kept."""
+    return [session_row(s, tz) for s in rows]

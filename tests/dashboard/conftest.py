@@ -1,0 +1,86 @@
+"""Dashboard fixtures: the hand-computed books (tests/books) on SQLite and PostgreSQL, a running
+`gpuops dashboard` process, a headless chromium. Every process is ended by its fixture."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.books.conftest import build_books, ledger_url  # noqa: F401  (fixture)
+from tests.conftest import REPO, gpuops_cmd
+from tests.support.browser import Browser
+from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
+
+HOSTILE_NOTE = "<script>window.pwned=1</script> <img src=x onerror=\"window.pwned=2\"> & 'quotes' {{ 7*7 }}"
+SERVER_START_S = 90.0
+
+
+def artifacts_dir() -> Path:
+    """Where screenshots and saved pages are kept: $GPUOPS_TEST_ARTIFACTS or <repo>/test-artifacts."""
+    return Path(os.environ.get("GPUOPS_TEST_ARTIFACTS") or REPO / "test-artifacts") / "dashboard"
+
+
+@pytest.fixture
+def dash_env(cli_env, ledger_url):  # noqa: F811
+    """cli_env pointed at a ledger holding the books of tests/books plus a note full of markup."""
+    from ledger import Ledger
+
+    led = Ledger(ledger_url)
+    try:
+        build_books(led)
+        led.note("s4", HOSTILE_NOTE)
+    finally:
+        led.engine.dispose()
+    env = dict(cli_env)
+    env["GPUOPS_LEDGER_URL"] = ledger_url
+    env["TZ"] = "UTC"
+    return env
+
+
+def run_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def dashboard_url(dash_env):
+    """`gpuops dashboard --port 0` running; yields its URL; ended (TERM, then KILL) afterwards."""
+    proc = subprocess.Popen(gpuops_cmd("dashboard", "--port", "0", "--month", "2026-11", "--tz", "UTC"), env=dash_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        url = None
+        while url is None:
+            try:
+                line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                line = ""
+            if "http://127.0.0.1:" in line:
+                url = line.split()[2]
+            elif proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gpuops dashboard did not start (rc {proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One headless chromium per test module, ended whatever happens."""
+    b = Browser()
+    try:
+        yield b
+    finally:
+        b.close()

@@ -1,0 +1,117 @@
+"""The dashboard's data without a browser: open boxes (burn rate, TTL left, idle state), the
+lazy imports, the one-file page, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from gpuops.config import TeardownSettings
+from gpuops.dashboard.data import box_row, idle_state
+from gpuops.dashboard.page import duration, fmt
+from tests.dashboard.conftest import run_cli
+
+NOW = 1_800_000_000.0
+
+
+def _row(**kw):
+    base = dict(id="s9", experiment="exp", provider="local", card="a100-80gb", gpu_count=1, status="running",
+                simulated=True, usd_per_hour=1.8, created_at=NOW - 3700.0, instance_created_at=NOW - 3600.0)
+    base.update(kw)
+    return SimpleNamespace(**base)
+
+
+def test_open_box_from_the_agents_status():
+    status = {"heartbeat": NOW - 5.0, "sample_seconds": 10.0, "teardown": {"max_hours": 2.0, "idle_minutes": 15.0},
+              "decision": {"action": "keep", "idle_since": NOW - 180.0}}
+    b = box_row(_row(), status, NOW, TeardownSettings())
+    assert b["usd_per_hour"] == 1.8 and b["simulated"] is True
+    assert b["up_seconds"] == 3600.0
+    assert b["accrued_usd"] == 1.8  # one hour at 1.80 USD/h
+    assert b["ttl_left_seconds"] == 3600.0  # 2 h TTL from create, 1 h used
+    assert b["ttl_source"] == "box agent"
+    assert b["idle"] == "idle 3.0 of 15 min"
+    assert b["heartbeat_age_seconds"] == 5.0
+
+
+def test_open_box_without_status_says_unknown_and_uses_the_default_ttl():
+    b = box_row(_row(gpu_count=2), None, NOW, TeardownSettings(max_hours=4.0))
+    assert b["card"] == "a100-80gb x2"
+    assert b["ttl_left_seconds"] == 3 * 3600.0 and b["ttl_source"] == "default setting"
+    assert b["idle"] == "unknown (no agent status)"
+    # between intent and create: nothing bills, no TTL clock yet
+    b = box_row(_row(instance_created_at=None), None, NOW, TeardownSettings())
+    assert b["up_seconds"] == 0.0 and b["accrued_usd"] == 0.0 and b["ttl_left_seconds"] is None
+
+
+def test_idle_states():
+    fresh = {"heartbeat": NOW, "decision": {"idle_since": None}}
+    assert idle_state(fresh, NOW, 15.0, stale=False) == "busy"
+    assert idle_state(fresh, NOW, "off", stale=False) == "idle rule off"
+    assert idle_state(fresh, NOW, 15.0, stale=True) == "unknown (agent heartbeat stale)"
+
+
+def test_page_formats():
+    assert fmt(1234.56789) == "1,234.5679" and fmt(None) == "-" and fmt(12_000_000, "int") == "12,000,000"
+    assert fmt(7.0, "hours") == "7.000"
+    assert duration(40) == "40 s" and duration(754) == "12 min" and duration(7500) == "2 h 05 min"
+    assert duration(-180) == "overdue 3 min"
+
+
+def test_dashboard_is_imported_only_by_its_command():
+    code = ("import sys, gpuops.cli; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.dashboard') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_bad_input_is_one_line_exit_2(cli_env, tmp_path):
+    for args, words in ((["--month", "2026-13", "--html", str(tmp_path / "x.html")], "month must look like 2026-11"),
+                        (["--tz", "Mars/Olympus", "--html", str(tmp_path / "x.html")], "unknown time zone"),
+                        (["--port", "70000"], "--port must be 0..65535"),
+                        (["--html", str(tmp_path)], "is a directory")):
+        r = run_cli(cli_env, "dashboard", *args)
+        assert r.returncode == 2, (args, r.stderr)
+        assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_empty_ledger_page(cli_env, tmp_path):
+    out = tmp_path / "empty.html"
+    r = run_cli(cli_env, "dashboard", "--month", "2026-02", "--tz", "UTC", "--html", str(out))
+    assert r.returncode == 0, r.stderr
+    text = out.read_text()
+    assert "no sessions this month" in text and "no open boxes: nothing is billing" in text
+    assert text.count('data-key="report.days.') == 28 * 6  # every day of February, no gaps
+
+
+def test_open_local_box_is_read_through_its_provider(gpuops_home):
+    """A running local box: the dashboard reads its agent's status the way the watchdog does."""
+    import time
+
+    from gpuops.config import load_settings
+    from gpuops.dashboard.data import build
+    from ledger import Ledger, Session
+
+    now = time.time()
+    box = gpuops_home / "boxes" / "gpuops-20261130-0900-abcd"
+    (box / ".gpuops").mkdir(parents=True)
+    (box / "instance.json").write_text(json.dumps({"id": box.name, "label": box.name, "usd_per_hour": 3.6, "created_at": now - 1800}))
+    (box / ".gpuops" / "agent-status.json").write_text(json.dumps({
+        "heartbeat": now - 2, "sample_seconds": 10, "teardown": {"max_hours": 1.0, "idle_minutes": 20},
+        "decision": {"action": "keep", "reason": None, "explanation": "busy", "idle_since": None}}))
+    settings = load_settings(None)
+    led = Ledger(settings.ledger_url())
+    led.add_session(Session(id="20261130-0900-abcd", experiment="sweep", provider="local", card="h100-sxm", label=box.name,
+                            status="running", created_at=now - 1860, instance_id=box.name, instance_created_at=now - 1800,
+                            usd_per_hour=3.6, simulated=True))
+    led.engine.dispose()
+    from ledger.reports import this_month
+
+    d = build(settings, this_month("UTC", now - 1860), "UTC", now=now)  # the row's month, even on the 1st at 00:10
+    [b] = d["open_boxes"]
+    assert (b["usd_per_hour"], b["ttl_source"], b["idle"]) == (3.6, "box agent", "busy")
+    assert b["ttl_left_seconds"] == 1800.0 and b["accrued_usd"] == 1.8
+    assert d["report"]["open_sessions"] == 1 and d["sessions"][0]["cost_usd"] is None
