@@ -36,13 +36,20 @@ def test_index_beside_a_config_file(tmp_path):
     (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
     (lambda d: (d / "config.json").write_text("[1, 2]"), "not a JSON object"),
     (lambda d: None, "has no config.json"),
-    (lambda d: ((d / "config.json").write_text(json.dumps(CFG)), (d / "model.safetensors.index.json").write_text('{"metadata": {}}')),
-     "no positive metadata.total_size"),
 ])
 def test_bad_files(tmp_path, write, match):
     write(tmp_path)
     with pytest.raises(BadInput, match=match):
         P.load_model(str(tmp_path))
+
+
+def test_index_without_total_size_falls_back_to_the_shapes(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CFG))
+    (tmp_path / "model.safetensors.index.json").write_text('{"metadata": {}, "weight_map": {}}')
+    m = P.load_model(str(tmp_path))
+    assert m.weights_total_size is None
+    p = P.plan(m, card="t4")
+    assert p.weights_bytes == 2 * 1_100_048_384 and p.weights_source.startswith("shapes")
 
 
 def test_missing_path_and_unknown_name():
