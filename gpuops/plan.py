@@ -1371,9 +1371,11 @@ def plan(
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
     n = gpu_count
     if engine == "vllm":
+        # plan-level figures: the one card's defaults when one card is planned, else the smaller ones
+        ref_mnbt, ref_mns = vllm_batch_defaults(chosen[0]) if len(chosen) == 1 else (2048, 256)
         overhead = vllm_non_torch_bytes(n)
-        kv_cache = batch * request_kv_bytes(arch, kv, seq, mnbt or 2048)
-        act = vllm_activation_bytes(arch, mnbt or 2048, max(mns or 256, batch), n, dtype_n)
+        kv_cache = batch * request_kv_bytes(arch, kv, seq, mnbt or ref_mnbt)
+        act = vllm_activation_bytes(arch, mnbt or ref_mnbt, max(mns or ref_mns, batch), n, dtype_n)
         total = w.total + kv_cache + (act + overhead + VLLM_CUDA_GRAPH_BYTES) * n
     else:
         overhead = FRAMEWORK_OVERHEAD_BYTES
@@ -1393,7 +1395,7 @@ def plan(
     if engine == "vllm" and arch.max_context and arch.max_context > seq:
         short = [c.card.name for c in p.cards if c.fits and not c.context_fits]
         if short:
-            need = request_kv_bytes(arch, kv, arch.max_context, mnbt or 2048) / _split(arch, n)[1]
+            need = request_kv_bytes(arch, kv, arch.max_context, mnbt or ref_mnbt) / _split(arch, n)[1]
             p = replace(p, warnings=p.warnings + (
                 f"vLLM's default --max-model-len is max_position_embeddings ({arch.max_context:,} tokens, {need / GIB:,.2f} GiB of KV "
                 f"per GPU): it does not fit the KV pool on {', '.join(short)} and vLLM would refuse to start; "
