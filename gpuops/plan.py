@@ -393,10 +393,19 @@ def _hub_reachable(endpoint: str) -> bool:
     return True
 
 
+def _hf_endpoint() -> str:
+    """The Hub URL: ``HF_ENDPOINT`` as set now (huggingface_hub reads it once, at import)."""
+    import os
+
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
 def _hf_offline() -> bool:
     from huggingface_hub import constants
 
-    return bool(constants.HF_HUB_OFFLINE) or not _hub_reachable(constants.ENDPOINT)
+    return bool(constants.HF_HUB_OFFLINE) or not _hub_reachable(_hf_endpoint())
 
 
 def _hf_download(repo_id: str, filename: str) -> str:
@@ -407,7 +416,7 @@ def _hf_download(repo_id: str, filename: str) -> str:
     from huggingface_hub import hf_hub_download
 
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
-    return hf_hub_download(repo_id, filename, local_files_only=_hf_offline(), etag_timeout=10)
+    return hf_hub_download(repo_id, filename, local_files_only=_hf_offline(), etag_timeout=10, endpoint=_hf_endpoint())
 
 
 def _hf_safetensors_counts(repo_id: str) -> dict[str, int] | None:
@@ -416,10 +425,12 @@ def _hf_safetensors_counts(repo_id: str) -> dict[str, int] | None:
     None offline or when the repo has no safetensors."""
     if _hf_offline():
         return None
-    from huggingface_hub import get_safetensors_metadata
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import disable_progress_bars
 
+    disable_progress_bars()  # one line of output per problem, no bars on stderr
     try:
-        meta = get_safetensors_metadata(repo_id)
+        meta = HfApi(endpoint=_hf_endpoint()).get_safetensors_metadata(repo_id)
     except Exception:  # noqa: BLE001 - any failure here only costs the exact count; the index or shapes remain
         return None
     counts: dict[str, int] = {}

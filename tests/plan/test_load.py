@@ -83,6 +83,7 @@ class FakeHub:
 def test_hf_repo_config_and_index(tmp_path, monkeypatch):
     hub = FakeHub(tmp_path, {"config.json": CFG, "model.safetensors.index.json": {"metadata": {"total_size": 2_200_119_296}}})
     monkeypatch.setattr(P, "_hf_download", hub)
+    monkeypatch.setattr(P, "_hf_safetensors_counts", lambda repo_id: None)  # headers: tests/plan/test_hub.py
     m = P.load_model("someorg/tiny-model")
     assert m.name == "someorg/tiny-model" and m.weights_total_size == 2_200_119_296
     assert hub.calls == [("someorg/tiny-model", "config.json"), ("someorg/tiny-model", "model.safetensors.index.json")]
@@ -90,6 +91,7 @@ def test_hf_repo_config_and_index(tmp_path, monkeypatch):
 
 def test_hf_repo_without_index_falls_back_to_shapes(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "_hf_download", FakeHub(tmp_path, {"config.json": CFG}))
+    monkeypatch.setattr(P, "_hf_safetensors_counts", lambda repo_id: None)
     assert P.load_model("someorg/tiny-model").weights_total_size is None
 
 
