@@ -92,3 +92,13 @@ def test_cli_plan_against_the_stand_in_hub(hub, cli_env, tmp_path):
     bad = subprocess.run(gpuops_cmd("plan", "--model", "someorg/llama-3-8b-awq", "--dtype", "bf16"), env=env,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "contradicts the checkpoint" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_stand_in_hub_serves_snapshot_download(tmp_path):
+    """The stand-in is reusable for whole-repo downloads (another helper's bootstrap tests)."""
+    from huggingface_hub import snapshot_download
+
+    with HubServer() as h:
+        h.add_repo("someorg/files", {"config.json": {"a": 1}, "sub/notes.txt": "hello"})
+        path = Path(snapshot_download("someorg/files", endpoint=h.endpoint, cache_dir=str(tmp_path / "cache")))
+        assert json.loads((path / "config.json").read_text()) == {"a": 1} and (path / "sub" / "notes.txt").read_text() == "hello"
