@@ -127,6 +127,35 @@ def test_up_model_that_fits_no_card_rents_and_books_nothing(cli_env, tmp_path, g
     assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
 
 
+def test_up_model_refuses_an_unverified_plan_without_the_flag(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    model = tmp_path / "brandnew"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "brandnew", "hidden_size": 2048, "num_hidden_layers": 22,
+                                                   "num_attention_heads": 32, "intermediate_size": 5632, "vocab_size": 32000}))
+    out = run(cli_env, "up", "--job", str(job), "--model", str(model), "--dry-run", "--json")
+    assert out.returncode == 2 and "unverified" in out.stderr and "--allow-unverified" in out.stderr
+    assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+    ok = run(cli_env, "up", "--job", str(job), "--model", str(model), "--allow-unverified", "--dry-run", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["card"] == "t4"
+    plan = run(cli_env, "plan", "--model", str(model), "--card", "t4", "--json")
+    assert plan.returncode == 0 and json.loads(plan.stdout)["cards"][0]["unverified"] is True and "unverified" in plan.stderr
+
+
+def test_plan_engine_hf_and_vllm_flags(cli_env):
+    out = run(cli_env, "plan", "--model", "llama-3-8b", "--card", "h100-sxm", "--engine", "hf", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["cards"][0]["engine_command"] is None
+    out = run(cli_env, "plan", "--model", "llama-3-8b", "--card", "h100-sxm", "--gpu-memory-utilization", "0.8",
+              "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--json")
+    c = json.loads(out.stdout)["cards"][0]
+    assert c["engine"] == "vllm" and "--gpu-memory-utilization 0.8 --max-num-seqs 64" in c["engine_command"]
+    assert "--max-num-batched-tokens 4096" in c["engine_command"]
+    bad = run(cli_env, "plan", "--model", "llama-3-8b", "--engine", "tgi")
+    assert bad.returncode == 2 and "--engine must be one of vllm, hf, train" in bad.stderr
+
+
 def test_up_model_in_process_filters_by_vram(gpuops_home, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("true\n")

@@ -261,3 +261,33 @@ def test_hf_engine_and_train_engine():
     assert t.mode == "train" and t.weights_bytes == 16 * t.params and t.cards[0].kv_pool_bytes == 0
     with pytest.raises(BadInput, match="--engine must be one of"):
         P.plan("llama-3-8b", engine="sglang")
+
+
+@pytest.mark.parametrize("qc,dtype,per_param", [
+    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8", 1 + 4 / 16384),
+    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8", 1.0),
+    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "int4", 0.5 + 2.5 / 128),
+    ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "int4", 0.5 + 2.5 / 32),
+    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 3 / 128),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4", 0.5 + 4 / 64),
+    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1.0),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
+      "ignore": ["lm_head"]}, "fp8", 1.0),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "strategy": "group",
+      "group_size": 128, "symmetric": True}}}, "ignore": ["lm_head"]}, "int4", 0.5 + 2 / 128),
+    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "block",
+      "block_structure": [128, 128]}}}, "ignore": ["lm_head"]}, "fp8", 1 + 4 / 16384),
+])
+def test_quantization_config_methods(qc, dtype, per_param):
+    q = P.quantization({"quantization_config": qc})
+    assert q.dtype == dtype and q.bytes_per_param == pytest.approx(per_param) and q.known and not q.lm_head
+    c = {**P.builtin_model("llama-3-8b").config, "quantization_config": qc}
+    a = P.architecture(c)
+    p = P.plan(P.ModelSource(name="q", config=c, source="t"), card="h100-sxm")
+    assert p.weights_bytes == pytest.approx(a.linear_params * per_param + (a.params - a.linear_params) * 2, rel=1e-6)
+
+
+def test_unknown_quantization_method_without_a_byte_count_is_unverified():
+    c = {**P.builtin_model("llama-3-8b").config, "quantization_config": {"quant_method": "hqq"}}
+    p = P.plan(P.ModelSource(name="q", config=c, source="t"), card="h100-sxm")
+    assert p.unverified and any("hqq" in w for w in p.warnings)
