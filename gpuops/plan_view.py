@@ -215,7 +215,10 @@ def render_matrix(plans: list, console=None) -> None:
     if not plans:
         return
     p0 = plans[0]
-    t = Table(title=f"max batch at seq {p0.seq} ({p0.mode}, {p0.dtype}, {p0.gpu_count} GPU(s), headroom {p0.headroom:.0%}); '-' = does not fit", title_justify="left")
+    dtypes = sorted({p.dtype for p in plans})
+    dt = dtypes[0] if len(dtypes) == 1 else "each checkpoint's dtype"
+    t = Table(title=f"max batch at seq {p0.seq} ({p0.engine}, {dt}, {p0.gpu_count} GPU(s), utilization {p0.headroom:.0%}); '-' = does not fit",
+              title_justify="left")
     t.add_column("model", no_wrap=True)
     t.add_column("params", justify="right")
     t.add_column("weights GB", justify="right")
