@@ -793,9 +793,7 @@ def architecture(config: dict) -> Architecture:
     expert_params = 0
     moe = _moe_layout(cfg, n_layers, inter, family)
     if moe:
-        if family == "deepseek_v2" or family == "deepseek_v3" or family.endswith("moe") or family == "mixtral":
-            pass
-        elif known:
+        if known and not (family.startswith("deepseek") or family.endswith("moe") or family == "mixtral"):
             notes.append(f"{family}: mixture of experts detected from its config keys")
         experts, per_tok, width, ml = moe["experts"], moe["per_tok"], moe["width"], moe["moe_layers"]
         expert_params = ml * experts * mlp(width)

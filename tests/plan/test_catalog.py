@@ -81,3 +81,11 @@ def test_model_aliases_resolve():
     assert P.builtin_model("meta-llama/Meta-Llama-3-8B").name == "llama-3-8b"
     assert P.builtin_model("Llama-2-7B").name == "llama-2-7b"
     assert P.builtin_model("no-such") is None
+
+
+def test_vast_a100_pcie_offers_map_by_their_memory():
+    from gpuops.providers.vast import _card_for
+
+    pool = list(cards())
+    assert _card_for("A100 PCIE", 40 * 2**30, pool).name == "a100-40gb-pcie"
+    assert _card_for("A100 PCIE", 80 * 2**30, pool).name == "a100-80gb-pcie"

@@ -233,7 +233,7 @@ def test_unknown_family_unverified_unless_the_checkpoint_counts(tmp_path):
     q = P.plan(str(tmp_path), card="l4")
     assert not q.unverified and q.weights_bytes == 2_000_000_000 and any("checkpoint" in w for w in q.warnings)
     with pytest.raises(BadInput, match="unverified") as e:
-        P.size_for_up(str(tmp_path / "nope"), card="l4") if False else P.size_for_up(_write(tmp_path / "u", odd), card="l4")
+        P.size_for_up(_write(tmp_path / "u", odd), card="l4")
     assert "--allow-unverified" in str(e.value)
     need, fitting, plan = P.size_for_up(_write(tmp_path / "u2", odd), card="l4", allow_unverified=True)
     assert fitting == ("l4",) and plan.unverified
