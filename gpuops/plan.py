@@ -18,7 +18,9 @@ Engines (``engine=``):
   (0.25 GiB; 2.1 GiB with NCCL at TP >= 2), the activation peak of the profiling run
   (``max_num_batched_tokens`` tokens through the model + ``max_num_seqs`` fp32 logits and
   probabilities, defaults per card from vllm/engine/arg_utils.py), and CUDA-graph memory (0.8 GiB;
-  counted inside the budget, which is conservative: 0.10 captured graphs after sizing the pool);
+  counted inside the budget, as vLLM does with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the
+  default of later releases; 0.10/0.11 captured graphs after sizing the pool, so their published
+  pools are ~0.8 GiB larger than ours: conservative by 1-2%);
   what is left is the KV pool, cut in blocks of 16 tokens. Max concurrency at ``seq`` = pool blocks
   / blocks one request of ``seq`` tokens needs; a sliding-window layer needs
   ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
@@ -113,7 +115,8 @@ VLLM_SAMPLER_BYTES_PER_LOGIT = 8
 def vllm_batch_defaults(card: Card) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve`` on ``card``
     (vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``, UsageContext.OPENAI_API_SERVER, 0.11):
-    8192 / 1024 on GPUs with >= 70 GiB that are not an A100, else 2048 / 256."""
+    8192 / 1024 on GPUs with >= 70 GiB that are not an A100 (vLLM PR #17885 keeps the A100 on the
+    small defaults), else 2048 / 256."""
     if card.engine_visible_bytes >= 70 * GIB and card.family != "a100":
         return 8192, 1024
     return 2048, 256
