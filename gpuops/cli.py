@@ -73,11 +73,12 @@ def up(
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
     model: Optional[str] = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
-    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
-    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."),
     seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
+    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -116,8 +117,9 @@ def up(
     if model:
         req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
         req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
-    elif (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
-        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
+        req.allow_unverified = allow_unverified
+    elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", "4096", "1", False):
+        raise BadInput("--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model", "add --model, e.g. --model llama-3-8b")
     summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
     if summ.get("dry_run"):
         ui.print_json(summ) if json_out else ui.render_dry_run(summ)
@@ -134,8 +136,8 @@ def offers(
     card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
     vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
     model: Optional[str] = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
-    dtype: str = typer.Option("bf16", "--dtype", help="With --model: weight dtype (fp32, bf16, fp16, fp8, int8, int4)."),
-    kv_dtype: str = typer.Option("same", "--kv-dtype", help="With --model: KV cache dtype."),
+    dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's)."),
     seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
@@ -150,7 +152,7 @@ def offers(
     from gpuops import offers_view, ui
     from gpuops.plan import parse_positive_int
 
-    if not model and (dtype, kv_dtype, seq, batch) != ("bf16", "same", "4096", "1"):
+    if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", "4096", "1"):
         raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
                                   spot=spot, max_price=_parse_price(max_price), limit=limit, model=model, dtype=dtype,
@@ -164,22 +166,26 @@ def offers(
 @app.command()
 def plan(
     model: str = typer.Option(..., "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
-    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype: fp32, bf16, fp16, fp8, int8, int4."),
-    kv_dtype: str = typer.Option("same", "--kv-dtype", help="KV cache dtype: same, fp32, bf16, fp16, fp8, int8."),
+    dtype: str = typer.Option("auto", "--dtype", help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4."),
+    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto (the model's, as vLLM), fp32, bf16, fp16, fp8, int8."),
     batch: str = typer.Option("1", "--batch", help="Concurrent sequences."),
-    seq: str = typer.Option("4096", "--seq", help="Tokens per sequence (prompt + output)."),
-    mode: str = typer.Option("infer", "--mode", help="infer | train (mixed-precision Adam, 16 B/param + activations)."),
+    seq: str = typer.Option("4096", "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."),
+    mode: str = typer.Option("infer", "--mode", help="infer | train (same as --engine train: mixed-precision Adam, 16 B/param + activations)."),
     gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism."),
-    headroom: str = typer.Option("0.90", "--headroom", help="Fraction of reported VRAM usable (vLLM's gpu_memory_utilization)."),
+    headroom: Optional[str] = typer.Option(None, "--gpu-memory-utilization", "--headroom", help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90)."),
+    max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024)."),
+    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
     card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Size the box before renting: memory, fit, max batch, decode ceiling and $/Mtoken per card."""
+    """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command."""
     from gpuops.plan_view import plan_command
 
     # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
-                 headroom=headroom, card=card, json_out=json_out)
+                 headroom=headroom, card=card, json_out=json_out, engine=engine, max_num_seqs=max_num_seqs,
+                 max_num_batched_tokens=max_num_batched_tokens)
 
 
 @app.command()

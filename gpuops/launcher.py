@@ -60,10 +60,11 @@ class UpRequest:
     dry_run: bool = False
     # `up --model`: size the box from the model first (gpuops.plan); offers must fit these bytes.
     model: str = ""
-    dtype: str = "bf16"
-    kv_dtype: str = "same"
+    dtype: str = "auto"
+    kv_dtype: str = "auto"
     seq: int = 4096
     batch: int = 1
+    allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.plan: "unverified")
 
 
 @dataclass
@@ -148,7 +149,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         from gpuops.plan import size_for_up
 
         need, fitting, _ = size_for_up(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype, seq=req.seq, batch=req.batch,
-                                       gpu_count=req.gpu_count, card=req.card or None)
+                                       gpu_count=req.gpu_count, card=req.card or None, allow_unverified=req.allow_unverified)
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
     if query.spot and not req.spot_explicit and not getattr(provider, "supports_spot", True):

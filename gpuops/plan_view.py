@@ -16,15 +16,18 @@ LIST_MODELS = "list"
 
 def plan_command(
     model: str,
-    dtype: str = "bf16",
-    kv_dtype: str = "same",
+    dtype: str | None = None,
+    kv_dtype: str | None = None,
     batch: int | str = 1,
     seq: int | str = 4096,
     mode: str = "infer",
     gpu_count: int | str = 1,
-    headroom: float | str = 0.90,
+    headroom: float | str | None = None,
     card: str | None = None,
     json_out: bool = False,
+    engine: str | None = None,
+    max_num_seqs: int | str | None = None,
+    max_num_batched_tokens: int | str | None = None,
 ) -> int:
     """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout;
     warnings go to stderr. Returns the exit code (0). Raises BadInput (exit 2) for bad input."""
@@ -33,9 +36,10 @@ def plan_command(
     if model.strip().lower() == LIST_MODELS:
         render_catalog(json_out)
         return 0
-    args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card)
+    args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card,
+                engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if model.strip().lower() == ALL_MODELS:
-        plans = [P.plan(m, **args) for m in P.model_catalog()]
+        plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
         if json_out:
             _print_json([p.as_json() for p in plans])
         else:
@@ -96,7 +100,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
     if p.mode == "train":
         rows.append(("weights+grads+Adam", _gb(p.weights_bytes), _gib(p.weights_bytes), f"{_n(p.params)} params x {P.TRAIN_BYTES_PER_PARAM} B (bf16 w 2 + g 2, fp32 master 4 + m 4 + v 4)"))
     else:
-        rows.append(("weights", _gb(p.weights_bytes), _gib(p.weights_bytes), p.weights_source + (f" (int4: 4 bit + fp16 scale per {P.INT4_GROUP_SIZE})" if p.dtype == "int4" else "")))
+        rows.append(("weights", _gb(p.weights_bytes), _gib(p.weights_bytes), p.weights_source + (" [UNVERIFIED]" if p.unverified else "")))
         kvb = P.KV_DTYPE_BYTES[p.kv_dtype]
         if a.mla:
             f = f"{a.layers} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
@@ -105,7 +109,24 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
         rows.append(("KV / token", _kib(p.kv_bytes_per_token), "", f))
         win = sum(1 for w in a.layer_window if w)
         wnote = f"; {win} of {a.layers} layers keep <= {max(w for w in a.layer_window if w)} tokens (sliding window)" if win else ""
-        rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes), f"KV/token x batch {p.batch} x seq {p.seq}{wnote}"))
+        if p.engine == "vllm":
+            rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes),
+                         f"batch {p.batch} x one request of {p.seq} tokens in blocks of {P.VLLM_BLOCK_SIZE}{wnote}"
+                         + (" (admitted at min(window - 1 + max_num_batched_tokens, seq) + 1 block)" if win else "")))
+        else:
+            rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes), f"KV/token x batch {p.batch} x seq {p.seq}{wnote}"))
+    if p.engine == "vllm":
+        ref = P.vllm_batch_defaults(p.cards[0].card) if len(p.cards) == 1 else (2048, 256)
+        mnbt, mns = p.max_num_batched_tokens or ref[0], max(p.max_num_seqs or ref[1], p.batch)
+        rows.append(("activation peak / GPU", _gb(p.activation_bytes), _gib(p.activation_bytes),
+                     f"profiling run: {mnbt:,} tokens x (3 x {a.act_width:,} / TP + 4 x {a.hidden:,}) x 2 B + {mns} seqs x vocab {a.vocab:,} x {P.VLLM_SAMPLER_BYTES_PER_LOGIT} B"
+                     + ("" if len(p.cards) == 1 else " (defaults of most cards; >= 70 GiB cards but the A100: 8192 tokens, 1024 seqs)")))
+        rows.append(("non-torch / GPU", _gb(p.overhead_bytes), _gib(p.overhead_bytes),
+                     "0.25 GiB" + (" + NCCL 1.85 GiB (TP >= 2)" if p.gpu_count > 1 else " (one GPU, no NCCL)")))
+        rows.append(("CUDA graphs / GPU", _gb(p.cuda_graph_bytes), _gib(p.cuda_graph_bytes), "captured batch sizes (vLLM log 'Graph capturing ... took ~0.8 GiB')"))
+        tot_f = "weights + KV + (activations + non-torch + graphs) x GPUs"
+        rows.append(("total", _gb(p.total_bytes), _gib(p.total_bytes), tot_f))
+        return rows
     if p.mode == "train":
         af = f"{p.batch * p.seq:,} tokens x (34 x hidden {a.hidden} x {a.layers} layers + 4 x vocab {a.vocab}) B (no recomputation)"
     else:
@@ -121,13 +142,21 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
 
 
 def render(p, console=None) -> None:
-    """Print the memory breakdown and the per-card table of one plan."""
+    """Print the memory breakdown and the per-card table of one plan, and (vllm) the engine command."""
     from rich.table import Table
+
+    from gpuops import plan as P
 
     con = console or _console()
     kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
     con.print(f"[bold]{p.model}[/] ({p.arch.family}; {p.source})")
-    con.print(f"{p.mode}: {p.dtype} weights{kv}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s), headroom {p.headroom:.0%}")
+    eng = {"vllm": f"engine vllm {P.VLLM_VERSION} (V1) defaults, gpu_memory_utilization {p.headroom:g}",
+           "hf": f"engine hf (transformers generate), headroom {p.headroom:.0%}", "train": f"engine train, headroom {p.headroom:.0%}"}[p.engine]
+    q = f" ({p.quant.label})" if p.quant is not None else ""
+    con.print(f"{p.mode}: {p.dtype} weights{q}{kv}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s); {eng}")
+    if p.unverified:
+        con.print("[bold red]UNVERIFIED[/]: nothing confirms the weight count; every fit below is a guess "
+                  "(`up --model` refuses without --allow-unverified)")
     mt = Table(title="memory (GB = 10^9 B, GiB = 2^30 B)", title_justify="left")
     for col, just in (("item", "left"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
         mt.add_column(col, justify=just)
@@ -135,18 +164,28 @@ def render(p, console=None) -> None:
         mt.add_row(*row)
     con.print(mt)
 
-    t = Table(title=f"cards ({p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of reported VRAM)", title_justify="left")
-    cols = [("card", "left"), ("VRAM GiB", "right"), ("need/GPU GiB", "right"), ("fits", "center"), (f"max batch @{p.seq}", "right")]
+    t = Table(title=f"cards ({p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of the engine-visible GiB)", title_justify="left")
+    cols = [("card", "left"), ("VRAM GiB", "right"), ("visible GiB", "right"), ("budget GiB", "right"), ("need/GPU GiB", "right"),
+            ("fits", "center")]
+    if p.mode == "infer":
+        cols += [("KV pool GiB", "right"), (f"max conc. @{p.seq}", "right")]
+    cols += [(f"max batch @{p.seq}", "right")]
     if p.mode == "infer":
         cols += [("decode tok/s b1 (BW/weights)", "right"), ("ridge FLOP/B", "right"), ("compute-bound batch", "right"),
                  ("tok/s @max batch", "right"), ("USD/h", "right"), ("$/Mtok ceiling", "right"), ("$/Mtok b1", "right"), ("$/Mtok max batch", "right")]
     else:
         cols += [("ridge FLOP/B", "right"), ("USD/h", "right")]
     for col, just in cols:
-        t.add_column(col, justify=just)
+        t.add_column(col, justify=just, no_wrap=col == "card")
     for c in p.cards:
         fits = "[green]yes[/]" if c.fits else f"[red]no[/] (-{c.missing_bytes / 2**30:.1f})"
-        row = [c.card.display, f"{c.card.vram_bytes / 2**30:g}", f"{c.need_bytes_per_gpu / 2**30:.2f}", fits, str(c.max_batch)]
+        if c.unverified:
+            fits += " [red]unverified[/]"
+        row = [c.card.display, f"{c.card.vram_bytes / 2**30:g}", f"{c.card.engine_visible_bytes / 2**30:.2f}", f"{c.budget_bytes / 2**30:.2f}",
+               f"{c.need_bytes_per_gpu / 2**30:.2f}", fits]
+        if p.mode == "infer":
+            row += [f"{c.kv_pool_bytes / 2**30:.2f}", f"{c.max_concurrency:,.2f}"]
+        row += [str(c.max_batch)]
         if p.mode == "infer":
             u = c.usd_per_mtoken or {}
             row += [f"{c.decode_tok_s:,.1f}", f"{c.ridge_flop_per_byte:,.0f}", f"{c.compute_bound_batch:,.0f}",
@@ -156,8 +195,13 @@ def render(p, console=None) -> None:
             row += [f"{c.ridge_flop_per_byte:,.0f}", f"{c.usd_per_hour:.2f}"]
         t.add_row(*row)
     con.print(t)
+    if p.engine == "vllm":
+        best = min((c for c in p.cards if c.fits), key=lambda c: c.usd_per_hour, default=None)
+        if best is not None:
+            con.print(f"engine command ({best.card.display}, cheapest that fits):")
+            con.print(f"  {best.engine_command}", markup=False)
     if p.mode == "infer":
-        con.print("decode ceiling = N x bandwidth / weight bytes read per token (MoE: routed experts only); "
+        con.print("decode ceiling = N x bandwidth / weight bytes read per token (not the embedding table; MoE: routed experts only); "
                   "tok/s @max batch = batch / max(bytes read / bandwidth, 2 x active params x batch / FLOP/s), "
                   "KV of a full --seq context read each step; $/Mtok = USD/h / (tok/s x 3600) x 1e6 at the catalog's "
                   "reference price (simulated, not an offer).", style="dim")
@@ -171,8 +215,11 @@ def render_matrix(plans: list, console=None) -> None:
     if not plans:
         return
     p0 = plans[0]
-    t = Table(title=f"max batch at seq {p0.seq} ({p0.mode}, {p0.dtype}, {p0.gpu_count} GPU(s), headroom {p0.headroom:.0%}); '-' = does not fit", title_justify="left")
-    t.add_column("model")
+    dtypes = sorted({p.dtype for p in plans})
+    dt = dtypes[0] if len(dtypes) == 1 else "each checkpoint's dtype"
+    t = Table(title=f"max batch at seq {p0.seq} ({p0.engine}, {dt}, {p0.gpu_count} GPU(s), utilization {p0.headroom:.0%}); '-' = does not fit",
+              title_justify="left")
+    t.add_column("model", no_wrap=True)
     t.add_column("params", justify="right")
     t.add_column("weights GB", justify="right")
     for c in p0.cards:

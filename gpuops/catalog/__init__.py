@@ -31,6 +31,9 @@ class Card:
     ``reported_vram_bytes``: what nvidia-smi reports (MiB x 2^20), or ``vram_bytes`` when the
     catalog has no reported figure; serving engines take their headroom fraction of this.
     ``bf16_native``: False for cards whose 16-bit tensor peak is fp16 only (T4).
+    ``engine_visible_bytes``: the total a serving engine sees, ``torch.cuda.mem_get_info()[1]``
+    (``engine_visible_gib`` x 2^30; source in ``sources``), below nvidia-smi's figure; vLLM's
+    ``gpu_memory_utilization`` is a fraction of it. Falls back to ``reported_vram_bytes``.
     """
 
     name: str
@@ -48,6 +51,7 @@ class Card:
     sources: tuple[str, ...]
     reported_vram_bytes: int = 0
     bf16_native: bool = True
+    engine_visible_bytes: int = 0
 
 
 @lru_cache(maxsize=1)
@@ -73,6 +77,8 @@ def cards() -> tuple[Card, ...]:
                 sources=tuple(c.get("sources", ())),
                 reported_vram_bytes=int(c["vram_reported_mib"] * 2**20) if c.get("vram_reported_mib") else int(c["vram_gib"] * GIB),
                 bf16_native=bool(c.get("bf16_native", True)),
+                engine_visible_bytes=int(c["engine_visible_gib"] * GIB) if c.get("engine_visible_gib")
+                else (int(c["vram_reported_mib"] * 2**20) if c.get("vram_reported_mib") else int(c["vram_gib"] * GIB)),
             )
         )
     return tuple(out)

@@ -8,7 +8,7 @@ from gpuops import plan as P
 from gpuops.catalog import cards, resolve_cards
 from gpuops.errors import BadInput
 
-ISSUE_CARDS = ["T4", "L4", "A10G", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A6000", "L40S", "A100 40GB", "A100 80GB PCIe",
+ISSUE_CARDS = ["T4", "L4", "A10G", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A6000", "L40S", "A100 40GB", "A100 40GB PCIe", "A100 80GB PCIe",
                "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H200", "B200", "MI300X"]
 ISSUE_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.1-70b",
                 "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "gemma-2-9b", "gemma-2-27b",
@@ -22,6 +22,9 @@ def test_every_issue_card_is_in_the_catalog_with_sources():
         assert c.reported_vram_bytes <= c.vram_bytes * 1.01, c.name  # nvidia-smi shows a little less than nominal
         assert c.sources and c.form_factor, c.name
         assert c.runpod_id or c.vast_name or c.name == "a10g", c.name  # A10G is AWS-only
+        # the engine sees less than nvidia-smi (torch.cuda.mem_get_info total), and says where from
+        assert 0.9 * c.reported_vram_bytes < c.engine_visible_bytes <= c.reported_vram_bytes, c.name
+        assert any("mem_get_info" in s for s in c.sources), c.name
 
 
 def test_card_numbers_from_the_spec_sheets():
@@ -35,8 +38,22 @@ def test_card_numbers_from_the_spec_sheets():
     assert by["mi300x"].runpod_id == "AMD Instinct MI300X OAM" and by["t4"].vast_name == "Tesla T4"
 
 
+def test_catalog_corrections_of_issue_12():
+    by = {c.name: c for c in cards()}
+    assert by["b200"].bandwidth_bytes_s == 7.7e12  # DGX/HGX B200 spec: 7.7 TB/s per GPU, not 8.0
+    pcie40 = by["a100-40gb-pcie"]  # Vast's "A100 PCIE" includes 40 GB boards
+    assert pcie40.bandwidth_bytes_s == 1555e9 and pcie40.vram_bytes == 40 * 2**30 and pcie40.vast_name == "A100 PCIE"
+    # engine-visible totals (torch.cuda.mem_get_info), issue 12's audit
+    assert round(by["h100-sxm"].engine_visible_bytes / 2**30, 2) == 79.19
+    assert round(by["rtx-4090"].engine_visible_bytes / 2**30, 2) == 23.58
+    assert round(by["mi300x"].engine_visible_bytes / 2**30, 2) == 191.45
+    # the "141 GB" / "180 GB" labels are GiB: nvidia-smi reports 140.4 / 179.1 GiB
+    assert by["h200"].reported_vram_bytes / 2**30 == pytest.approx(141, rel=0.01)
+    assert by["b200"].reported_vram_bytes / 2**30 == pytest.approx(180, rel=0.01)
+
+
 def test_family_and_card_aliases():
-    assert [c.name for c in resolve_cards("a100")] == ["a100-40gb", "a100-80gb-pcie", "a100-80gb-sxm"]
+    assert [c.name for c in resolve_cards("a100")] == ["a100-40gb", "a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb-sxm"]
     assert [c.name for c in resolve_cards("A100-80GB-SXM")] == ["a100-80gb-sxm"]
     assert [c.name for c in resolve_cards("h100")] == ["h100-pcie", "h100-sxm"]
     assert [c.name for c in resolve_cards("4090")] == ["rtx-4090"]
@@ -64,3 +81,11 @@ def test_model_aliases_resolve():
     assert P.builtin_model("meta-llama/Meta-Llama-3-8B").name == "llama-3-8b"
     assert P.builtin_model("Llama-2-7B").name == "llama-2-7b"
     assert P.builtin_model("no-such") is None
+
+
+def test_vast_a100_pcie_offers_map_by_their_memory():
+    from gpuops.providers.vast import _card_for
+
+    pool = list(cards())
+    assert _card_for("A100 PCIE", 40 * 2**30, pool).name == "a100-40gb-pcie"
+    assert _card_for("A100 PCIE", 80 * 2**30, pool).name == "a100-80gb-pcie"

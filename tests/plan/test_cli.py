@@ -15,8 +15,10 @@ from ledger import Ledger
 from tests.conftest import REPO, gpuops_cmd
 
 TOP_KEYS = ["model", "params", "active_params", "dtype", "kv_dtype", "batch", "seq", "weights_bytes", "kv_bytes_per_token",
-            "kv_cache_bytes", "activation_bytes", "overhead_bytes", "total_bytes", "cards"]
-CARD_KEYS = ["card", "vram_bytes", "fits", "max_batch", "decode_tok_s", "ridge_flop_per_byte", "usd_per_mtoken"]
+            "kv_cache_bytes", "activation_bytes", "overhead_bytes", "total_bytes", "cards",
+            "engine", "unverified", "weights_source", "quantization"]  # issue 12 added the last four
+CARD_KEYS = ["card", "vram_bytes", "fits", "max_batch", "decode_tok_s", "ridge_flop_per_byte", "usd_per_mtoken",
+             "engine", "budget_bytes", "kv_pool_bytes", "max_concurrency", "unverified", "engine_command"]  # issue 12 added the last six
 
 
 def run(cli_env, *args, **kw):
@@ -28,12 +30,18 @@ def test_plan_json_has_the_issue_shape(cli_env):
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert list(d) == TOP_KEYS
-    assert len(d["cards"]) == 16 and all(list(c) == CARD_KEYS for c in d["cards"])
+    assert len(d["cards"]) == 17 and all(list(c) == CARD_KEYS for c in d["cards"])
     for k in TOP_KEYS[7:13]:
         assert isinstance(d[k], int), k
-    assert d["weights_bytes"] == 13_476_831_232 and d["kv_cache_bytes"] == 32 * 2**30
+    # vLLM reserves whole 16-token blocks: 2048 tokens = 128 blocks, so 32 x 2048 x 512 KiB exactly
+    assert d["weights_bytes"] == 13_476_831_232 and d["kv_cache_bytes"] == 32 * 2**30 and d["engine"] == "vllm"
     sxm = next(c for c in d["cards"] if c["card"] == "a100-80gb-sxm")
-    assert sxm["fits"] and isinstance(sxm["vram_bytes"], int) and round(sxm["decode_tok_s"]) == 151
+    assert sxm["fits"] and isinstance(sxm["vram_bytes"], int) and round(sxm["decode_tok_s"]) == 154
+    assert sxm["budget_bytes"] == int(0.9 * int(79.15 * 2**30)) and sxm["unverified"] is False
+    # 0.9 x 79.15 GiB - 12.55 weights - 0.25 non-torch - 0.25 activations (2048 tokens, 256 seqs) - 0.8 graphs
+    assert sxm["kv_pool_bytes"] / 2**30 == pytest.approx(57.38, abs=0.01) and sxm["max_concurrency"] == pytest.approx(57.38 / 1, abs=0.02)
+    assert sxm["engine_command"] == ("vllm serve meta-llama/Llama-2-7b-hf --max-model-len 2048 --gpu-memory-utilization 0.9 "
+                                     "--max-num-seqs 256 --kv-cache-dtype auto --tensor-parallel-size 1")
     assert set(sxm["usd_per_mtoken"]) == {"ceiling", "batch_1", "max_batch"}
 
 
@@ -42,6 +50,7 @@ def test_plan_table_names_units_and_formulas(cli_env):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "13.48 GB" in text and "12.55 GiB" in text and "6,738,415,616 params x 2 B" in text
+    assert "vllm serve meta-llama/Llama-2-7b-hf" in text and "engine vllm 0.11" in text
     assert "2 x 32 layers x 32 kv_heads x 128 head_dim x 2 B" in text
     assert "A100 80GB SXM" in text and "A100 40GB" in text and "H100" not in text
 
@@ -50,7 +59,7 @@ def test_plan_every_model_on_every_card_in_one_table(cli_env):
     out = run(cli_env, "plan", "--model", "all", "--json")
     assert out.returncode == 0, out.stderr
     plans = json.loads(out.stdout)
-    assert len(plans) == 17 and all(len(p["cards"]) == 16 for p in plans)
+    assert len(plans) == 17 and all(len(p["cards"]) == 17 for p in plans)
     table = run(cli_env, "plan", "--model", "all")
     assert table.returncode == 0 and "deepseek-v3" in table.stdout and "mi300x" in table.stdout
 
@@ -118,12 +127,41 @@ def test_up_model_that_fits_no_card_rents_and_books_nothing(cli_env, tmp_path, g
     assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
 
 
+def test_up_model_refuses_an_unverified_plan_without_the_flag(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    model = tmp_path / "brandnew"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "brandnew", "hidden_size": 2048, "num_hidden_layers": 22,
+                                                   "num_attention_heads": 32, "intermediate_size": 5632, "vocab_size": 32000}))
+    out = run(cli_env, "up", "--job", str(job), "--model", str(model), "--dry-run", "--json")
+    assert out.returncode == 2 and "unverified" in out.stderr and "--allow-unverified" in out.stderr
+    assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+    ok = run(cli_env, "up", "--job", str(job), "--model", str(model), "--allow-unverified", "--dry-run", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["card"] == "t4"
+    plan = run(cli_env, "plan", "--model", str(model), "--card", "t4", "--json")
+    assert plan.returncode == 0 and json.loads(plan.stdout)["cards"][0]["unverified"] is True and "unverified" in plan.stderr
+
+
+def test_plan_engine_hf_and_vllm_flags(cli_env):
+    out = run(cli_env, "plan", "--model", "llama-3-8b", "--card", "h100-sxm", "--engine", "hf", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["cards"][0]["engine_command"] is None
+    out = run(cli_env, "plan", "--model", "llama-3-8b", "--card", "h100-sxm", "--gpu-memory-utilization", "0.8",
+              "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--json")
+    c = json.loads(out.stdout)["cards"][0]
+    assert c["engine"] == "vllm" and "--gpu-memory-utilization 0.8 --max-num-seqs 64" in c["engine_command"]
+    assert "--max-num-batched-tokens 4096" in c["engine_command"]
+    bad = run(cli_env, "plan", "--model", "llama-3-8b", "--engine", "tgi")
+    assert bad.returncode == 2 and "--engine must be one of vllm, hf, train" in bad.stderr
+
+
 def test_up_model_in_process_filters_by_vram(gpuops_home, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("true\n")
     settings = load_settings(None, {})
     summ = run_up(UpRequest(job=job, model="llama-3-8b", card="a100", dry_run=True), settings, Reporter())
-    assert summ["card"] == "a100-40gb" and summ["need_bytes_per_gpu"] > 16 * 10**9
+    assert summ["card"] == "a100-40gb-pcie" and summ["need_bytes_per_gpu"] > 16 * 10**9  # the cheapest A100 that fits
     with pytest.raises(BadInput, match="unknown --dtype"):
         run_up(UpRequest(job=job, model="llama-3-8b", dtype="fp5", dry_run=True), settings, Reporter())
 

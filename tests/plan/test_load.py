@@ -36,13 +36,20 @@ def test_index_beside_a_config_file(tmp_path):
     (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
     (lambda d: (d / "config.json").write_text("[1, 2]"), "not a JSON object"),
     (lambda d: None, "has no config.json"),
-    (lambda d: ((d / "config.json").write_text(json.dumps(CFG)), (d / "model.safetensors.index.json").write_text('{"metadata": {}}')),
-     "no positive metadata.total_size"),
 ])
 def test_bad_files(tmp_path, write, match):
     write(tmp_path)
     with pytest.raises(BadInput, match=match):
         P.load_model(str(tmp_path))
+
+
+def test_index_without_total_size_falls_back_to_the_shapes(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CFG))
+    (tmp_path / "model.safetensors.index.json").write_text('{"metadata": {}, "weight_map": {}}')
+    m = P.load_model(str(tmp_path))
+    assert m.weights_total_size is None
+    p = P.plan(m, card="t4")
+    assert p.weights_bytes == 2 * 1_100_048_384 and p.weights_source.startswith("shapes")
 
 
 def test_missing_path_and_unknown_name():
@@ -76,6 +83,7 @@ class FakeHub:
 def test_hf_repo_config_and_index(tmp_path, monkeypatch):
     hub = FakeHub(tmp_path, {"config.json": CFG, "model.safetensors.index.json": {"metadata": {"total_size": 2_200_119_296}}})
     monkeypatch.setattr(P, "_hf_download", hub)
+    monkeypatch.setattr(P, "_hf_safetensors_counts", lambda repo_id: None)  # headers: tests/plan/test_hub.py
     m = P.load_model("someorg/tiny-model")
     assert m.name == "someorg/tiny-model" and m.weights_total_size == 2_200_119_296
     assert hub.calls == [("someorg/tiny-model", "config.json"), ("someorg/tiny-model", "model.safetensors.index.json")]
@@ -83,6 +91,7 @@ def test_hf_repo_config_and_index(tmp_path, monkeypatch):
 
 def test_hf_repo_without_index_falls_back_to_shapes(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "_hf_download", FakeHub(tmp_path, {"config.json": CFG}))
+    monkeypatch.setattr(P, "_hf_safetensors_counts", lambda repo_id: None)
     assert P.load_model("someorg/tiny-model").weights_total_size is None
 
 
