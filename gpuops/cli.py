@@ -146,10 +146,10 @@ def _print_lossy(render) -> None:
     try:
         render()
         sys.stdout.flush()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, SystemExit):  # rich raises SystemExit(1) on a broken pipe
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+            os.dup2(devnull, 1)
         except (OSError, ValueError):
             pass
 
@@ -489,9 +489,33 @@ def _err(text: str) -> None:
         pass
 
 
+def _std_fds() -> None:
+    """Started with stdin/stdout/stderr closed (``>&- 2>&-``, a dead parent): point the missing fds
+    at /dev/null FIRST, so no file opened later (the SQLite ledger) becomes fd 1 or 2 and receives
+    what a child process writes to its stdout."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+                if got != fd:
+                    os.dup2(got, fd)
+                    os.close(got)
+            except OSError:
+                continue
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)
+
+
 def main() -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2."""
+    _std_fds()
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:

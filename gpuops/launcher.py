@@ -208,7 +208,8 @@ def _shielded() -> Iterator[None]:
 
 class SafeReporter(Reporter):
     """Output never decides a rental's fate: every call to the wrapped reporter that raises (a
-    closed terminal, a broken pipe -- EPIPE/EBADF -- or a closed file) is swallowed."""
+    closed terminal, a broken pipe -- EPIPE/EBADF/EIO -- a closed file, or rich's SystemExit(1) on
+    a broken pipe) is swallowed; only a signal's Ctrl-C/Interrupted goes through."""
 
     def __init__(self, inner: Reporter):
         self.inner = inner
@@ -216,7 +217,9 @@ class SafeReporter(Reporter):
     def _call(self, name: str, *args) -> None:
         try:
             getattr(self.inner, name)(*args)
-        except Exception:  # noqa: BLE001  nothing printed may stop a teardown
+        except (KeyboardInterrupt, Interrupted):
+            raise  # a signal that arrived while printing still stops the run
+        except BaseException:  # noqa: BLE001  incl. rich's SystemExit(1) on a broken pipe
             pass
 
     def stage(self, name: str, detail: str = "") -> None:
