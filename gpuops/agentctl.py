@@ -74,7 +74,9 @@ def agent_config(
     the box's own key is read from (tests, images whose PID 1 is not the provider's). No credential
     is written: the box reads its own scoped key there.
     """
-    destroy: dict[str, Any] = {"kind": provider if provider in ("runpod", "vast") else "local"}
+    from gpuops.providers import agent_destroy_kind
+
+    destroy: dict[str, Any] = {"kind": agent_destroy_kind(provider)}  # the registry's one table
     if settings is not None and provider in ("runpod", "vast"):
         from gpuops.providers.keys import resolve_url
 

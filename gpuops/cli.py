@@ -124,11 +124,36 @@ def up(
     if summ.get("dry_run"):
         ui.print_json(summ) if json_out else ui.render_dry_run(summ)
         return
-    ui.print_json(summ) if json_out else ui.render_summary(summ)
-    if summ.get("interrupted"):
-        raise typer.Exit(130)
-    if summ["end_reason"] != "job_end":
-        raise typer.Exit(1)
+    _print_lossy(lambda: ui.print_json(summ) if json_out else ui.render_summary(summ))
+    from bootstrap.vocabulary import EndReason, exit_status
+
+    # The exit status follows the row (bootstrap.vocabulary.EXIT_STATUS): job_end 0, interrupted
+    # 130, manual (`gpuops down` from elsewhere) 3, anything else 1; a job_end whose results did
+    # not come back (summary "error") is 1.
+    code = exit_status(summ["end_reason"])
+    if code == 0 and summ.get("error"):
+        code = 1
+    if summ.get("interrupted") and summ["end_reason"] == EndReason.INTERRUPTED:
+        code = 130
+    if code:
+        raise typer.Exit(code)
+
+
+def _print_lossy(render) -> None:
+    """Print the end of a rental where the terminal may be gone: a closed or broken stdout/stderr
+    (EPIPE, EBADF) loses the text, never the exit status; stdout is pointed at /dev/null so the
+    interpreter's final flush cannot fail either."""
+    import os
+
+    try:
+        render()
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError, SystemExit):  # rich raises SystemExit(1) on a broken pipe
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+        except (OSError, ValueError):
+            pass
 
 
 @app.command("offers")
@@ -499,33 +524,66 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     return f"error: {msg} ({LEDGER_FIX})", code
 
 
+def _err(text: str) -> None:
+    """One line to stderr; a closed or broken stderr loses it, never changes the exit status."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):  # AttributeError: stderr is None (closed at start)
+        pass
+
+
+def _std_fds() -> None:
+    """Started with stdin/stdout/stderr closed (``>&- 2>&-``, a dead parent): point the missing fds
+    at /dev/null FIRST, so no file opened later (the SQLite ledger) becomes fd 1 or 2 and receives
+    what a child process writes to its stdout."""
+    import os
+
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+                if got != fd:
+                    os.dup2(got, fd)
+                    os.close(got)
+            except OSError:
+                continue
+    if sys.stdout is None:
+        sys.stdout = open(1, "w", closefd=False)
+    if sys.stderr is None:
+        sys.stderr = open(2, "w", closefd=False)
+
+
 def main() -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2."""
+    _std_fds()
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:
-        sys.stderr.write(f"error: {e}\n")
+        _err(f"error: {e}\n")
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
     except typer.Abort:
-        sys.stderr.write("aborted\n")
+        _err("aborted\n")
         sys.exit(130)
     except Exception as e:
         ledger_failure = _ledger_failure(e)
         if ledger_failure is not None:
-            sys.stderr.write(ledger_failure[0] + "\n")
+            _err(ledger_failure[0] + "\n")
             sys.exit(ledger_failure[1])
         # typer vendors its own click; its usage errors all carry format_message() and exit_code.
         if not (hasattr(e, "format_message") and hasattr(e, "exit_code")):
             raise
         if type(e).__name__ == "NoArgsIsHelpError":  # `gpuops ledger` alone: show its help
-            sys.stderr.write(e.format_message() + "\n")
+            _err(e.format_message() + "\n")
             sys.exit(2)
         ctx = getattr(e, "ctx", None)
         cmd = ctx.command_path if ctx is not None else "gpuops"
-        sys.stderr.write(f"error: {e.format_message()} (see `{cmd} --help`)\n")
+        _err(f"error: {e.format_message()} (see `{cmd} --help`)\n")
         sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -25,7 +25,7 @@ else:  # pragma: no cover
 from gpuops.errors import BadInput
 
 ENV_PREFIX = "GPUOPS_"
-PROVIDERS = ("local", "runpod", "vast")
+from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: E402  (the one list, gpuops.providers.REGISTRY)
 
 
 class _Section(BaseModel):

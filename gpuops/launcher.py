@@ -1,11 +1,15 @@
-"""`gpuops up` as an explicit state machine.
+"""`gpuops up` as an explicit state machine (the stages and their failure table live in
+``gpuops.lifecycle``):
 
-    validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> teardown
+    validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
 
 Nothing is rented before validate and plan pass. The ledger row is written (intent) before
-create; every stage entered is an event; teardown runs in ``finally`` (job end, job failure,
-Ctrl-C, SIGTERM, TTL) with SIGINT ignored so a second Ctrl-C cannot skip it, and closes the row
-with the end time of the confirmed destroy, the reason, the exit code and the cost.
+create, with the session's limits on it; ``run_up`` walks the stages in a loop, each stage returns
+the outcome it decided (or None), and an error escaping a stage books what
+``lifecycle.FAILURE_BOOKS`` says. Teardown runs in ``finally`` (job end, job failure, Ctrl-C,
+SIGTERM, SIGHUP, TTL) with those signals ignored so a second one cannot skip it, and ends the
+rental through ``lifecycle.end_rental``. Output never decides a rental's fate: the reporter is
+wrapped in ``SafeReporter``, which swallows writes to a closed or broken terminal.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.config import Settings
 from gpuops.errors import BadInput, GpuopsError
+from gpuops.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
@@ -29,8 +35,6 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
 META = ".gpuops"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
 MAX_OFFER_ATTEMPTS = 3
-# Destroy retries: a provider hiccup must not leave a box billing.
-DESTROY_ATTEMPTS = 5
 LOG_POLL_S = 0.2
 # The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
 # change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
@@ -152,7 +156,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
                                        gpu_count=req.gpu_count, card=req.card or None, allow_unverified=req.allow_unverified)
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
-    if query.spot and not req.spot_explicit and not getattr(provider, "supports_spot", True):
+    if query.spot and not req.spot_explicit and not provider.supports_spot:
         # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none).
         import dataclasses
 
@@ -171,12 +175,19 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
 # -- the run --------------------------------------------------------------------------------------
 @contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGTERM/SIGHUP become Interrupted, like Ctrl-C, for the duration of the run."""
+    """SIGINT (KeyboardInterrupt), SIGTERM and SIGHUP (Interrupted) stop the run -- once. A second
+    signal while the first is being handled is ignored: it must not cut the booking or teardown."""
+    fired = []
 
     def handler(signum, _frame):
+        if fired:
+            return
+        fired.append(signum)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise Interrupted(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
@@ -196,9 +207,40 @@ def _shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
+class SafeReporter(Reporter):
+    """Output never decides a rental's fate: every call to the wrapped reporter that raises (a
+    closed terminal, a broken pipe -- EPIPE/EBADF/EIO -- a closed file, or rich's SystemExit(1) on
+    a broken pipe) is swallowed; only a signal's Ctrl-C/Interrupted goes through."""
+
+    def __init__(self, inner: Reporter):
+        self.inner = inner
+
+    def _call(self, name: str, *args) -> None:
+        try:
+            getattr(self.inner, name)(*args)
+        except (KeyboardInterrupt, Interrupted):
+            raise  # a signal that arrived while printing still stops the run
+        except BaseException:  # noqa: BLE001  incl. rich's SystemExit(1) on a broken pipe
+            pass
+
+    def stage(self, name: str, detail: str = "") -> None:
+        self._call("stage", name, detail)
+
+    def step(self, line: dict) -> None:
+        self._call("step", line)
+
+    def job_line(self, text: str) -> None:
+        self._call("job_line", text)
+
+    def warn(self, text: str) -> None:
+        self._call("warn", text)
+
+
 @dataclass
 class Session:
-    """What the run knows as it goes; becomes the summary."""
+    """What the run knows as it goes; becomes the summary. ``stage``: the stage being run (the
+    failure table in gpuops.lifecycle is looked up with it); ``end_reason``: the outcome a stage
+    decided (None until one did)."""
 
     id: str
     req: UpRequest
@@ -206,8 +248,12 @@ class Session:
     instance: Instance | None = None
     box: object | None = None
     exit_code: int | None = None
-    end_reason: str = "provision_failed"
+    end_reason: EndReason | None = None
+    stage: str = "intent"
+    label: str = ""
     tokens: int = 0
+    tokens_booked: bool = False
+    job_started: bool = False
     job_seconds: float | None = None
     steps: list = field(default_factory=list)
     slowest_step: str | None = None
@@ -227,15 +273,26 @@ def _job_command(job_name: str) -> str:
     return shlex.quote("./" + path)
 
 
+def _idle_minutes_for_row(teardown) -> float:
+    """The idle window as the row stores it: minutes, 0 when the idle layer is off."""
+    from bootstrap.policy import idle_minutes_of
+
+    v = idle_minutes_of(teardown)
+    return 0.0 if v is None else float(v)
+
+
 def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Provider | None = None, ledger=None,
            open_box: Callable | None = None) -> dict:
     """Run the whole state machine; return the summary dict (see ``summary``).
 
     ``provider``/``ledger``/``open_box`` default to those named by ``settings``; tests pass their
-    own. Raises BadInput (before anything is rented) and Interrupted (after teardown is done).
+    own. Raises BadInput (before anything is rented). After the intent row exists nothing raises
+    out of here but BaseExceptions other than Ctrl-C/SIGTERM/SIGHUP, and only after teardown: an
+    interrupt is reported as ``summary["interrupted"]``, a failure as ``summary["error"]``.
     """
     from gpuops.providers import get_provider
 
+    reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     validate(req)
     from gpuops.bootstrap_config import build_plan
 
@@ -262,64 +319,82 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
 
     budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
     sid = new_session_id()
-    s = Session(id=sid, req=req, offer=p.offer)
+    s = Session(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
     logs_dir = settings.data_path() / "logs"
     logs_dir.mkdir(parents=True, exist_ok=True)
     s.log_path = logs_dir / f"{sid}.log"
-    label = f"gpuops-{sid}"
     reporter.stage("intent", f"session {sid}")
     ledger.add_session(Row(
         id=sid, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
-        gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=label, simulated=p.offer.simulated,
-        status="provisioning", created_at=time.time(), note=req.note, log_path=str(s.log_path),
+        gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=s.label, simulated=p.offer.simulated,
+        status=str(RowStatus.PROVISIONING), created_at=time.time(), note=req.note, log_path=str(s.log_path),
+        max_hours=req.max_hours, ready_timeout_seconds=float(settings.up.ready_timeout_seconds),
+        idle_minutes=_idle_minutes_for_row(settings.teardown),
     ))
-    interrupted: BaseException | None = None
+    # The stages after intent, in order (gpuops.lifecycle.STAGES). Each returns None to go on, or
+    # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
+    stages: list[tuple[str, Callable[[], EndReason | None]]] = [
+        ("create", lambda: _create(s, p, provider, ledger, reporter, s.label, settings)),
+        ("ready", lambda: _ready(s, provider, ledger, reporter, settings, open_box)),
+        ("arm", lambda: _arm(s, ledger, reporter, settings, provider)),
+        ("bootstrap", lambda: _bootstrap(s, ledger, reporter, settings)),
+        ("job", lambda: _job(s, ledger, reporter, settings)),
+        ("collect", lambda: _collect(s, ledger, reporter, settings)),
+    ]
+    stop_on_outcome = {"bootstrap"}
+    failure: BaseException | None = None
     try:
         with _signals_raise():
-            _create(s, p, provider, ledger, reporter, label, settings)
-            _ready(s, provider, ledger, reporter, settings, open_box)
-            _arm(s, ledger, reporter, settings, provider)
-            if not _bootstrap(s, ledger, reporter, settings):
-                if s.end_reason != "ttl":
-                    s.end_reason = "bootstrap_failed"
-            else:
-                _job(s, ledger, reporter, settings)
-                _collect(s, ledger, reporter, settings)
-    except (KeyboardInterrupt, Interrupted) as e:
-        s.end_reason = "interrupted"
-        interrupted = e
-    except ProviderError as e:
-        ledger.event(sid, "provider_error", {"kind": e.kind.value, "message": e.message})
-        if s.end_reason not in ("provision_failed", "ssh_never_ready"):
-            s.end_reason = "provider_error"
-        reporter.warn(str(e))
-        interrupted = e
-    except GpuopsError as e:
-        reporter.warn(str(e))
-        interrupted = e
-    except Exception as e:  # a bug or an unforeseen failure: still tear down, book why, summarize
-        import traceback
-
-        s.end_reason = "error"
-        ledger.event(sid, "error", f"{type(e).__name__}: {e}")
-        with open(s.log_path, "a", encoding="utf-8") as log:  # type: ignore[arg-type]
-            log.write("gpuops internal error:\n" + traceback.format_exc())
-        interrupted = GpuopsError(f"internal error: {type(e).__name__}: {e}", f"the traceback is in {s.log_path}; please report it")
-        reporter.warn(str(interrupted))
+            try:
+                for name, run_stage in stages:
+                    s.stage = name
+                    outcome = run_stage()
+                    if outcome is not None:
+                        s.end_reason = outcome
+                        if name in stop_on_outcome:
+                            break
+            except (Exception, KeyboardInterrupt, Interrupted) as e:
+                failure = e
+                s.end_reason = failure_reason(s.stage, e, s.end_reason)
+                _book_failure(s, ledger, reporter, e)
     finally:
         with _shielded():
             _teardown(s, provider, ledger, reporter)
     summ = summary(s, ledger)
-    if interrupted is not None and not isinstance(interrupted, GpuopsError):
+    if failure is not None and not isinstance(failure, Exception):
         summ["interrupted"] = True
-    elif isinstance(interrupted, GpuopsError):
-        summ["error"] = str(interrupted)
+    elif isinstance(failure, GpuopsError):
+        summ["error"] = str(failure)
+    elif failure is not None:
+        summ["error"] = f"internal error: {type(failure).__name__}: {failure} (the traceback is in {s.log_path}; please report it)"
     return summ
+
+
+def _book_failure(s: Session, ledger, reporter: Reporter, e: BaseException) -> None:
+    """Events (and the traceback of a bug) for a failure the stage table booked. Never raises: a
+    ledger or disk that fails here must not skip the teardown."""
+    try:
+        detail = {"stage": s.stage, "reason": str(s.end_reason), "error": f"{type(e).__name__}: {e}"}
+        if isinstance(e, ProviderError):
+            ledger.event(s.id, EventKind.PROVIDER_ERROR, {"kind": e.kind.value, "message": e.message, "stage": s.stage})
+        elif isinstance(e, Exception) and not isinstance(e, GpuopsError):
+            import traceback
+
+            ledger.event(s.id, EventKind.ERROR, f"{type(e).__name__}: {e}")
+            with open(s.log_path, "a", encoding="utf-8") as log:  # type: ignore[arg-type]
+                log.write("gpuops internal error:\n" + traceback.format_exc())
+        ledger.event(s.id, EventKind.STAGE_FAILED, detail)
+    except Exception:  # noqa: BLE001
+        pass
+    if isinstance(e, GpuopsError):
+        reporter.warn(str(e))
+    elif isinstance(e, Exception):
+        reporter.warn(f"internal error: {type(e).__name__}: {e}; the traceback is in {s.log_path}; please report it")
 
 
 def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> None:
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
-    ledger.event(s.id, "create", {"offer": p.offer.offer_id})
+    ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first
 
@@ -333,10 +408,10 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
         # A failed create that still made an instance: book it so teardown (and reconcile) end it.
         s.instance = Instance(id=e.instance_id or "", label=label, status=InstanceStatus.UNKNOWN)
         ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.usd_per_hour)
-        ledger.event(s.id, "create_left_instance", {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value})
+        ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value})
 
     def skipped(offer: Offer, e: ProviderError) -> None:
-        ledger.event(s.id, "offer_skipped", {"offer": offer.offer_id, "kind": e.kind.value})
+        ledger.event(s.id, EventKind.OFFER_SKIPPED, {"offer": offer.offer_id, "kind": e.kind.value})
 
     got = rent_first(provider, p.candidates, spec_for, max_offers=MAX_OFFER_ATTEMPTS, on_skip=skipped, on_leftover=leftover)
     inst, offer = got.instance, got.offer
@@ -344,12 +419,12 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     s.instance, s.offer = inst, offer
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
-        spot=offer.spot, bid_usd_per_hour=bid, status="running",
+        spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,
         instance_created_at=inst.created_at or time.time(),
         usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else offer.usd_per_hour,
         simulated=offer.simulated,
     )
-    ledger.event(s.id, "created", {"instance": inst.id})
+    ledger.event(s.id, EventKind.CREATED, {"instance": inst.id})
 
 
 def _ssh_public_key(provider: Provider, settings: Settings) -> str:
@@ -365,7 +440,6 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
 
 def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
     reporter.stage("ready")
-    s.end_reason = "ssh_never_ready"
     assert s.instance is not None
     deadline = time.monotonic() + settings.up.ready_timeout_seconds
     if open_box is not None:
@@ -379,8 +453,7 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
             s.instance = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
         s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
     ledger.update(s.id, ready_at=time.time())
-    ledger.event(s.id, "ready")
-    s.end_reason = "job_failed"
+    ledger.event(s.id, EventKind.READY)
 
 
 def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: Reporter) -> None:
@@ -389,7 +462,7 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
 
     try:
         for a in reconcile(Context(settings, ledger=ledger, providers={provider.name: provider})):
-            if a.kind in ("closed", "destroyed", "orphan_destroyed", "adopted", "error"):
+            if a.kind in ("closed", "destroyed", "orphan_destroyed", "adopted", "error"):  # reconcile.Action kinds
                 reporter.warn(f"reconcile: {a}")
     except GpuopsError as e:
         reporter.warn(f"reconcile skipped: {e}")
@@ -406,10 +479,12 @@ def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: P
         teardown=settings.teardown, started_at=row.instance_created_at, usd_per_hour=row.usd_per_hour, settings=settings,
     )
     agentctl.arm(s.box, cfg)
-    ledger.event(s.id, "armed")
+    ledger.event(s.id, EventKind.ARMED)
 
 
-def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bool:
+def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
+    """Run bootstrap.py's steps; None when every step passed, else the outcome (bootstrap_failed,
+    or ttl when max_hours ran out during it)."""
     from gpuops.bootstrap_config import RUNNER_DIR, build_plan, run_plan
     from gpuops.catalog import cards
 
@@ -425,23 +500,23 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> bo
     try:
         res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
     except TimeoutError:
-        why = "ttl" if ttl_bound else "bootstrap_timeout"
+        why = EventKind.TTL if ttl_bound else EventKind.BOOTSTRAP_TIMEOUT
         ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
         reporter.warn(f"bootstrap ran past {plan.timeout:.0f} s"
                       + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)"))
-        if ttl_bound:
-            s.end_reason = "ttl"
-        return False
+        return EndReason.TTL if ttl_bound else EndReason.BOOTSTRAP_FAILED
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     s.slowest_step_seconds = max((float(st.get("seconds") or 0.0) for st in res.steps if "step" in st), default=0.0)
     ledger.add_steps(s.id, res.steps)
-    ledger.event(s.id, "bootstrapped", {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
+    ledger.event(s.id, EventKind.BOOTSTRAPPED, {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
                                         "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)"})
-    return res.rc == 0 and res.failed is None
+    return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
 
 
-def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
+def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason:
+    """Start the job detached, stream its log until it exits or max_hours runs out; the outcome:
+    job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl."""
     from gpuops import jobio
 
     box = s.box
@@ -452,11 +527,11 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
     env = {"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics}
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
     if time.time() > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
-        s.end_reason = "ttl"
-        ledger.event(s.id, "ttl", {"max_hours": req.max_hours, "before_job": True})
-        return
+        ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours, "before_job": True})
+        return EndReason.TTL
+    s.job_started = True  # from here a teardown reads the tokens the job wrote, whatever ends it
     jobio.start_job(box, _job_command(req.job.name), env=env)
-    ledger.event(s.id, "job_started")
+    ledger.event(s.id, EventKind.JOB_STARTED)
     pending = b""
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
@@ -472,22 +547,20 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
             _, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
                                         stale_after_s=WRAPPER_STALE_S)
         except jobio.WrapperLost as e:
-            s.end_reason = "job_failed"
-            ledger.event(s.id, "wrapper_lost", e.message)
+            ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
             reporter.warn(str(e))
-            return
+            return EndReason.JOB_FAILED
         finally:
             if pending:
                 reporter.job_line(pending.decode("utf-8", "replace"))
     if ended is None:
-        s.end_reason = "ttl"
-        ledger.event(s.id, "ttl", {"max_hours": req.max_hours})
-        return
+        ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours})
+        return EndReason.TTL
     s.exit_code = ended.code
     if ended.started is not None and ended.ended is not None:
         s.job_seconds = round(ended.ended - ended.started, 3)
-    s.end_reason = "job_end" if s.exit_code == 0 else "job_failed"
-    ledger.event(s.id, "job_exited", {"exit_code": s.exit_code})
+    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code})
+    return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
 
 
 MAX_TOKENS_PER_LINE = 10**15  # far above any job; keeps the sum inside a 64-bit ledger INTEGER
@@ -510,19 +583,33 @@ def tokens_from_metrics(text: str) -> int:
     return min(total, 2**62)
 
 
+def _read_tokens(s: Session) -> int | None:
+    """Tokens the job wrote to $GPUOPS_METRICS so far (None when the box cannot be read)."""
+    try:
+        raw = s.box.read_file(f"{META}/metrics.jsonl")  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001  the box may be gone; the caller books what it has
+        return None
+    return tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else 0
+
+
 def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
+    """Book the tokens first (they are the rental's work), then copy results back."""
     box = s.box
-    raw = box.read_file(f"{META}/metrics.jsonl")  # type: ignore[union-attr]
-    s.tokens = tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else 0
+    got = _read_tokens(s)
+    if got is not None:
+        s.tokens = got
+        s.tokens_booked = True
+        ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds)
     results = settings.job.results.strip("/")
     if results:
         dest = settings.data_path() / "results" / s.id
         if box.get(results, dest):  # type: ignore[union-attr]
             s.results_path = str(dest)
     ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
+    return None
 
 
-def _agent_reason(s: Session) -> str | None:
+def _agent_reason(s: Session) -> EndReason | None:
     """The reason the on-box agent destroyed the box (idle, ttl, ...), when it did."""
     if s.box is None:
         return None
@@ -532,37 +619,66 @@ def _agent_reason(s: Session) -> str | None:
         st = read_status(s.box) or {}
     except Exception:  # the box may already be gone; then the laptop's reason stands
         return None
-    return (st.get("destroy") or {}).get("reason")
+    return EndReason.parse((st.get("destroy") or {}).get("reason"))
+
+
+def _adopt_by_label(s: Session, provider: Provider, ledger) -> None:
+    """After a create that failed, was interrupted or raised something not a provider's: the
+    instance may exist anyway (the request reached the provider). Find it by its label, book it."""
+    for attempt in range(3):
+        try:
+            found = provider.find_by_label(s.label)
+            break
+        except ProviderError:
+            if attempt == 2:
+                return
+            time.sleep(1.0 + attempt)
+    if found is None:
+        return
+    s.instance = found
+    try:
+        ledger.update(s.id, instance_id=found.id, instance_created_at=found.created_at or time.time(),
+                      usd_per_hour=found.usd_per_hour if found.usd_per_hour is not None else (s.offer.usd_per_hour if s.offer else None))
+        ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"instance": found.id, "found_by": "label"})
+    except Exception:  # noqa: BLE001  the destroy below must still happen
+        pass
 
 
 def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> None:
-    s.end_reason = _agent_reason(s) or s.end_reason
-    reporter.stage("teardown", s.end_reason)
-    ended = time.time()
-    if s.instance is not None:
-        last_err = None
-        for attempt in range(DESTROY_ATTEMPTS):
-            try:
-                provider.destroy(s.instance.id)
-                last_err = None
-                break
-            except ProviderError as e:  # keep trying: a box left running is the one unforgivable bug
-                last_err = e
-                ledger.event(s.id, "destroy_failed", {"attempt": attempt + 1, "kind": e.kind.value})
-                time.sleep(min(2**attempt, 10))
-        ended = getattr(provider, "destroyed_at", lambda _id: None)(s.instance.id) or time.time()
-        if last_err is not None:
-            reporter.warn(f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {last_err}; "
-                          "run `gpuops down " + s.id + "` or `gpuops reconcile`")
-            ledger.event(s.id, "destroy_gave_up", str(last_err))
-            return  # the row stays open so reconcile/watchdog finish the job
-        ledger.event(s.id, "destroyed", {"instance": s.instance.id})
+    """End the rental through ``gpuops.lifecycle.end_rental``. The reason: one requested on the
+    row by someone else (``gpuops down`` from another terminal wins), else the agent's when it
+    destroyed the box, else the outcome the stages decided. Tokens the job wrote are booked even
+    when the run was interrupted."""
+    import os
+    import socket
+
+    requested = None
+    try:
+        row = ledger.get(s.id)
+        requested = EndReason.parse(row.end_reason) if row is not None else None
+    except Exception:  # noqa: BLE001  a ledger that fails here must not stop the destroy
+        row = None
+    reason = requested or _agent_reason(s) or s.end_reason or EndReason.ERROR
+    s.end_reason = reason
+    if s.instance is None and s.stage == "create":
+        _adopt_by_label(s, provider, ledger)
+    if s.job_started and not s.tokens_booked and s.box is not None:
+        got = _read_tokens(s)
+        if got is not None:
+            s.tokens, s.tokens_booked = got, True
+    reporter.stage("teardown", str(reason))
+    ended = end_rental(ledger, provider if s.instance is not None else None, s.id, reason,
+                       by=f"up:{socket.gethostname()}:{os.getpid()}", instance_id=s.instance.id if s.instance else None,
+                       exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None)
+    s.end_reason = EndReason.parse(ended.reason) or reason
+    if ended.error and not ended.destroyed and s.instance is not None:
+        reporter.warn(f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {ended.error}; "
+                      "run `gpuops down " + s.id + "` or `gpuops reconcile`")
     if s.box is not None:
         try:
             s.box.close()  # type: ignore[union-attr]
         except Exception:  # closing a transport to a destroyed box may fail; nothing to do
             pass
-    ledger.close(s.id, ended_at=ended, reason=s.end_reason, exit_code=s.exit_code)
 
 
 def summary(s: Session, ledger) -> dict:

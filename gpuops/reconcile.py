@@ -8,21 +8,24 @@ Lists every provider instance whose label starts with ``gpuops-`` and matches it
   it may belong to a teammate's ledger (``destroy_unknown=True`` destroys it too);
 * an open row without an instance id whose label matches an instance adopts it (the crash came
   between create and the row update);
-* an open row whose instance is gone is closed, with the end time from the provider, the agent's
-  destroy record or its last heartbeat -- never "now" -- and the reason from the agent when it
-  destroyed the box (else ``preempted`` for spot, ``interrupted`` otherwise);
-* an open row whose box never got an agent heartbeat by ``ready_timeout_seconds`` + ``arm_margin_s``
+* an open row whose instance is gone is closed, with the end time from the provider, else the last
+  proof of life (the agent's destroy record or heartbeat, the last ledger event) -- never "now" --
+  and the true reason when anything kept it (the agent's status, a reason requested on the row, the
+  job's seen exit), else ``agent_ended`` when an agent was armed on it (it destroyed the box and
+  nobody read why), else ``interrupted`` -- never a guessed ``preempted``;
+* an open row whose box never got an agent heartbeat by the ROW's ``ready_timeout_seconds`` (the
+  session's own limit; this process's setting only for rows older than m004) + ``arm_margin_s``
   after create was abandoned by a killed `up`: destroyed, reason ``interrupted``;
 * an open row that never got an instance is closed ``provision_failed`` (cost 0) once older than
   the same deadline.
 
 Every action takes the session's lease (ledger/limits.py), so concurrent watchdogs and reconciles
-do not fight, and is a ledger event. Shared by ``gpuops.watchdog``.
+do not fight, and is a ledger event. Every end goes through ``gpuops.lifecycle.end_rental``.
+Shared by ``gpuops.watchdog``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -30,11 +33,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
+from gpuops.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 
-END_REASONS = ("job_end", "job_failed", "interrupted", "idle", "ttl", "session_cap", "balance_floor",
-               "monthly_cap", "preempted", "provision_failed", "ssh_never_ready", "orphan", "manual")
 LABEL_PREFIX = "gpuops-"
 
 
@@ -78,6 +81,12 @@ class Context:
         self.lease_seconds = lease_seconds
         self.destroy_unknown = destroy_unknown
         self.ssh_connect_s = ssh_connect_s
+        self.actor = Actor.RECONCILE  # the watchdog sets Actor.WATCHDOG
+
+    @property
+    def by(self) -> str:
+        """``actor:host:pid`` for the ``by`` of end events."""
+        return f"{self.actor}:{self.owner}"
 
     def provider(self, name: str) -> Provider:
         """The provider called ``name`` (cached). Raises GpuopsError when it cannot be built."""
@@ -104,9 +113,9 @@ class Context:
         """A Box on ``inst`` to read the agent's status (the local provider's own, else SSH with
         a ``ssh_connect_s`` deadline), or None when it has no SSH endpoint. Raises what
         ``gpuops.remote.open_box`` raises (the caller treats it as "no status")."""
-        opener = getattr(provider, "box", None)
-        if opener is not None:
-            return opener(inst)
+        own = provider.box(inst)
+        if own is not None:
+            return own
         if inst.ssh is None:
             return None
         from gpuops import remote
@@ -140,7 +149,7 @@ class Context:
                     actions.append(Action(row.id, "skipped_leased", "another watchdog acts on it"))
                     continue
                 fresh = self.ledger.get(row.id)
-                if fresh is not None and fresh.status != "closed":
+                if fresh is not None and fresh.status != RowStatus.CLOSED:
                     yield fresh
 
 
@@ -161,95 +170,62 @@ def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | Non
         return None
 
 
-def _last_event_at(ctx: Context, session_id: str) -> float | None:
-    evs = ctx.ledger.events(session_id)
-    return max((e.at for e in evs if e.kind != "closed"), default=None)
+def _ended_action(row, ended: Ended, what: str) -> Action:
+    if not ended.closed:
+        return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
+    c = ended.row
+    return Action(row.id, "closed" if ended.already_gone else "destroyed",
+                  f"{ended.reason}: {what}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, ${c.cost_usd:.4f}")
 
 
-def end_time(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> tuple[float, str]:
-    """When billing stopped for a box that is gone, and where that time came from. Order: the
-    provider's own record; the agent's confirmed destroy; its last heartbeat (status or ledger);
-    the last ledger event; the create time. Never "now"."""
-    get_end = getattr(provider, "destroyed_at", None)
-    if get_end is not None and row.instance_id:
-        try:
-            t = get_end(row.instance_id)
-        except GpuopsError:
-            t = None
-        if t:
-            return float(t), "provider"
-    if inst is not None and inst.extra.get("ended_at"):
-        return float(inst.extra["ended_at"]), "provider"
-    if status and (status.get("destroy") or {}).get("done_at"):
-        return float(status["destroy"]["done_at"]), "destroy"
-    beats = [b for b in ((status or {}).get("heartbeat"), row.last_heartbeat_at) if b]
-    if beats:
-        return float(max(beats)), "heartbeat"
-    # No provider time and no heartbeat (the box never ran an agent): the last thing we know
-    # happened to it, which still is not "now".
-    last = _last_event_at(ctx, row.id)
-    if last:
-        return float(last), "ledger_event"
-    return float(row.instance_created_at or row.created_at), "create"
-
-
-def _intended_reason(ctx: Context, row) -> str | None:
-    """A reason recorded before a destroy whose close never happened (a `up` killed in teardown),
-    or the job's end as last seen (a box that destroyed itself while nobody watched)."""
-    for e in reversed(ctx.ledger.events(row.id)):
-        if e.kind == "job_exited":  # the job ended (seen by `up` or a watchdog); whoever destroyed, it was over
-            try:
-                code = json.loads(e.detail).get("exit_code")
-            except (ValueError, AttributeError):
-                code = None
-            return "job_end" if code == 0 else "job_failed"
-        if e.kind in ("destroy", "teardown", "destroy_requested"):
-            try:
-                d = json.loads(e.detail)
-                r = d.get("reason") if isinstance(d, dict) else None
-            except ValueError:
-                r = e.detail.split()[0] if e.detail else None
-            if r in END_REASONS:
-                return r
-    return None
+def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -> EndReason:
+    """The true reason for a box found gone, from what kept it: the agent's status (its destroy
+    record), a reason the provider kept (``inst.extra["end_reason"]``), a reason requested on the
+    row or the job's seen exit (``lifecycle.requested_reason``); else ``agent_ended`` when an agent
+    was armed (heartbeat or ``armed`` event: it destroyed the box, nobody read why), else
+    ``interrupted``. Never a guessed ``preempted``."""
+    for text in (((status or {}).get("destroy") or {}).get("reason"), (inst.extra.get("end_reason") if inst is not None else None)):
+        got = EndReason.parse(text)
+        if got is not None:
+            return got
+    got = requested_reason(ctx.ledger, row.id)
+    if got is not None:
+        return got
+    armed = row.last_heartbeat_at is not None or any(e.kind == EventKind.ARMED for e in ctx.ledger.events(row.id))
+    return EndReason.AGENT_ENDED if armed else EndReason.INTERRUPTED
 
 
 def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> Action:
-    """Close the row of a box that is gone (see ``end_time``), reason from the agent when it
-    destroyed the box, from a destroy event, else preempted (spot) / interrupted."""
-    ended, source = end_time(ctx, row, provider, inst, status)
-    reason = (status or {}).get("destroy", {}) and status["destroy"].get("reason")
-    reason = reason or _intended_reason(ctx, row) or ("preempted" if row.spot else "interrupted")
+    """Close the row of a box that is gone: reason by ``gone_reason``, end time by
+    ``lifecycle.end_time`` (provider, else the last proof of life: the agent's destroy record or
+    heartbeat, the ledger's last event)."""
+    reason = gone_reason(ctx, row, inst, status)
+    proofs = [float(t) for t in (((status or {}).get("destroy") or {}).get("done_at"), (status or {}).get("heartbeat")) if t]
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
-    ctx.event(row.id, "gone", {"reason": reason, "ended_at": ended, "source": source})
-    closed = ctx.ledger.close(row.id, ended, reason, exit_code=exit_code, end_source=source)
-    detail = f"{closed.end_reason}: instance gone; end time from {source}; billed {closed.billed_seconds:.0f} s, ${closed.cost_usd:.4f}"
-    return Action(row.id, "closed", detail)
+    if exit_code is None:
+        exit_code = seen_exit_code(ctx.ledger, row.id)
+    ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, instance=inst or Instance(id=row.instance_id, label=row.label, status=InstanceStatus.GONE),
+                       detail="instance gone", exit_code=exit_code, last_seen_at=max(proofs) if proofs else None, clock=ctx.clock)
+    return _ended_action(row, ended, "instance gone")
 
 
-def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail: str, ended_at: float | None = None) -> Action:
-    """Destroy the row's instance (idempotent), then close the row at the confirmed destroy time
-    (``ended_at`` when the box stopped billing earlier, e.g. a preempted spot instance)."""
-    ctx.event(row.id, "destroy", {"reason": reason, "by": ctx.owner, "detail": detail})
-    if hasattr(ctx.ledger, "request_end"):  # a crash before the close still books this reason
-        ctx.ledger.request_end(row.id, reason)
-    try:
-        provider.destroy(row.instance_id)
-    except ProviderError as e:
-        ctx.event(row.id, "destroy_failed", {"reason": reason, "error": str(e)})
-        return Action(row.id, "error", f"destroy failed ({reason}): {e}")
-    end, source = ended_at, "heartbeat"
-    if end is None:
-        get_end = getattr(provider, "destroyed_at", None)
-        end, source = (get_end(row.instance_id) if get_end else None) or ctx.clock(), "destroy"
-    closed = ctx.ledger.close(row.id, end, reason, end_source=source)
-    return Action(row.id, "destroyed", f"{reason}: {detail}; billed {closed.billed_seconds:.0f} s, ${closed.cost_usd:.4f}")
+def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail: str, ended_at: float | None = None,
+                      end_source: str | None = None) -> Action:
+    """Destroy the row's instance and close the row (``lifecycle.end_rental``): at the confirmed
+    destroy, or at ``ended_at`` when the box stopped billing earlier (a preempted spot instance:
+    its last heartbeat, ``end_source``)."""
+    ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, detail=detail, ended_at=ended_at,
+                       end_source=end_source or ("heartbeat" if ended_at is not None else None), clock=ctx.clock)
+    return _ended_action(row, ended, detail)
 
 
 # -- reconcile -------------------------------------------------------------------------------------
 def _deadline(ctx: Context, row) -> float:
+    """When an armed agent must have heartbeated: create + the ROW's ready timeout (this process's
+    setting only for rows written before m004) + ``arm_margin_s``."""
     start = row.instance_created_at or row.created_at
-    return start + float(ctx.settings.up.ready_timeout_seconds) + ctx.arm_margin_s
+    ready = row.ready_timeout_seconds if row.ready_timeout_seconds is not None else ctx.settings.up.ready_timeout_seconds
+    return start + float(ready) + ctx.arm_margin_s
 
 
 def _session_of_label(label: str) -> str:
@@ -287,15 +263,15 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
                     continue
                 ctx.ledger.update(row.id, instance_id=inst.id, instance_created_at=inst.created_at or row.created_at,
                                   usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else row.usd_per_hour)
-                ctx.event(row.id, "adopted", {"instance_id": inst.id, "label": inst.label})
+                ctx.event(row.id, EventKind.ADOPTED, {"instance_id": inst.id, "label": inst.label})
                 actions.append(Action(row.id, "adopted", f"instance {inst.id} (label {inst.label}) had no id in its row"))
     listed = {i.id: i for i in insts}
     for row in ctx.open_sessions_leased(actions, keep=lambda r: r.provider == name):
         if row.instance_id is None:
             if now > _deadline(ctx, row):
-                closed = ctx.ledger.close(row.id, row.created_at, "provision_failed")
-                ctx.event(row.id, "stale_intent", "no instance by the ready deadline; closed at its intent time")
-                actions.append(Action(row.id, "closed", f"provision_failed: never got an instance; ${closed.cost_usd:.4f}"))
+                ctx.event(row.id, EventKind.STALE_INTENT, "no instance by the ready deadline; closed at its intent time")
+                ended = end_rental(ctx.ledger, None, row.id, EndReason.PROVISION_FAILED, by=ctx.by, clock=ctx.clock)
+                actions.append(Action(row.id, "closed", f"{ended.reason}: never got an instance; $0.0000"))
             continue
         inst = listed.get(row.instance_id)
         if inst is None:
@@ -312,7 +288,7 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
             ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
         elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
             actions.append(destroy_and_close(
-                ctx, row, p, "interrupted",
+                ctx, row, p, EndReason.INTERRUPTED,
                 f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming"))
     return actions
 
@@ -323,10 +299,8 @@ def _orphan(ctx: Context, p: Provider, inst: Instance) -> Action:
     if row is None and not ctx.destroy_unknown:
         return Action("", "unknown_instance", f"{p.name} instance {inst.id} label {inst.label}: no row in this ledger; left alone "
                       "(another ledger's?); `gpuops reconcile --destroy-unknown` destroys it")
-    try:
-        p.destroy(inst.id)
-    except ProviderError as e:
-        return Action(sid if row else "", "error", f"orphan {inst.id}: destroy failed: {e}")
-    if row is not None:
-        ctx.event(row.id, "orphan_destroyed", {"instance_id": inst.id, "label": inst.label})
+    ended = end_rental(ctx.ledger, p, sid if row is not None else None, EndReason.INTERRUPTED, by=ctx.by,
+                       instance_id=inst.id, instance=inst, clock=ctx.clock)
+    if not ended.destroyed:
+        return Action(sid if row else "", "error", f"orphan {inst.id}: destroy failed: {ended.error}")
     return Action(sid if row else "", "orphan_destroyed", f"{p.name} instance {inst.id} label {inst.label}: its row is {'closed' if row else 'missing'}")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from gpuops.config import Settings
 from gpuops.errors import BadInput
 
@@ -41,11 +39,20 @@ def list_open(ledger) -> list[dict]:
 
 
 def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[dict]:
-    """Destroy the instance of one open session (or all) and close its row as ``manual``.
+    """Destroy the instance of one open session (or all) and close its row as ``manual``, through
+    ``gpuops.lifecycle.end_rental`` (the reason is on the row before the destroy, so an `up`
+    still watching that session reports ``manual`` too).
 
     Idempotent: a session already closed is reported, not destroyed again. Returns one dict per
-    session: ``{"session","instance_id","destroyed","end_reason"}``.
+    session: ``{"session","instance_id","destroyed","end_reason"}``. Raises BadInput for an
+    unknown/ambiguous reference; a destroy that keeps failing is reported with ``destroyed`` False
+    and ``error`` (the row stays open for reconcile).
     """
+    import os
+    import socket
+
+    from bootstrap.vocabulary import Actor, EndReason, RowStatus
+    from gpuops.lifecycle import end_rental
     from gpuops.providers import get_provider
 
     if all_open:
@@ -56,16 +63,13 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
         rows = [resolve_session(ledger, ref)]
     out = []
     for row in rows:
-        if row.status == "closed":
+        if row.status == RowStatus.CLOSED:
             out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
             continue
-        ended = time.time()
-        ledger.request_end(row.id, "manual")
-        if row.instance_id:
-            provider = get_provider(row.provider, settings)
-            provider.destroy(row.instance_id)
-            ended = getattr(provider, "destroyed_at", lambda _i: None)(row.instance_id) or time.time()
-            ledger.event(row.id, "destroyed", {"instance": row.instance_id, "by": "down"})
-        closed = ledger.close(row.id, ended_at=ended, reason="manual")
-        out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": bool(row.instance_id), "end_reason": closed.end_reason})
+        provider = get_provider(row.provider, settings) if row.instance_id else None
+        ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}")
+        item = {"session": row.id, "instance_id": row.instance_id, "destroyed": ended.destroyed, "end_reason": ended.reason}
+        if ended.error:
+            item["error"] = ended.error
+        out.append(item)
     return out

@@ -5,8 +5,9 @@ Each tick, per open session (under its lease, ledger/limits.py, so several watch
 ledger do not fight): ask the provider for the instance (gone: close the row, end time from the
 provider or the agent's heartbeat, never "now"; a stopped/exited spot instance: preempted); read
 the agent's status through the Box (a stale heartbeat is reported and checking goes on); apply
-``bootstrap/policy.decide`` with the session's own teardown settings (from the agent's status,
-else this watchdog's) -> destroy on ttl / session_cap / job end / idle. Then the money layer: each
+``bootstrap/policy.decide`` with the session's own limits (max_hours and idle window from its ROW,
+the rest from the agent's status, else this watchdog's settings) -> destroy on ttl / session_cap /
+job end / idle, through ``gpuops.lifecycle.end_rental``. Then the money layer: each
 provider's balance against ``balance_floor_usd`` and the ledger's month-to-date spend against
 ``monthly_cap_usd``; crossing one destroys every box it covers and records a refusal that `up`
 checks (``gpuops.budget.assert_not_refused``); the refusal is lifted when the condition clears.
@@ -20,6 +21,7 @@ import logging
 from typing import Callable
 
 from bootstrap import policy
+from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
 from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile
@@ -35,6 +37,21 @@ def _box_state(row, status: dict | None) -> policy.BoxState:
         job_exit_code=job.get("exit_code"),
         usd_per_hour=row.usd_per_hour,
     )
+
+
+def session_limits(ctx: Context, row, status: dict | None) -> dict:
+    """The teardown settings ``policy.decide`` applies to ``row``: this watchdog's, overlaid by the
+    agent's copy (what the box was armed with), overlaid by the row's own limits (m004: max_hours,
+    idle_minutes; 0 = idle off) -- the agent's status file cannot extend a limit the row holds."""
+    from gpuops.agentctl import teardown_dict
+
+    limits = dict(teardown_dict(ctx.settings.teardown))
+    limits.update((status or {}).get("teardown") or {})
+    if row.max_hours is not None:
+        limits["max_hours"] = float(row.max_hours)
+    if row.idle_minutes is not None:
+        limits["idle_minutes"] = "off" if row.idle_minutes == 0 else float(row.idle_minutes)
+    return limits
 
 
 def check_session(ctx: Context, row) -> list[Action]:
@@ -55,20 +72,20 @@ def check_session(ctx: Context, row) -> list[Action]:
         # An interruptible box the market took back: billing for the GPU stopped when the agent went
         # silent; destroy what is left (a stopped Vast instance still bills storage).
         ended = row.last_heartbeat_at or inst.extra.get("ended_at")
-        return [destroy_and_close(ctx, row, p, "preempted", f"spot instance {inst.raw_status or inst.status.value}", ended_at=ended)]
+        return [destroy_and_close(ctx, row, p, EndReason.PREEMPTED, f"spot instance {inst.raw_status or inst.status.value}", ended_at=ended)]
     status = agent_status(ctx, p, inst)
     actions: list[Action] = []
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
         ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
         job = status.get("job") or {}
-        if job.get("ended_at") is not None and not any(e.kind == "job_exited" for e in ctx.ledger.events(row.id)):
+        if job.get("ended_at") is not None and not any(e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)):
             # Booked now: if the box then destroys itself unseen, its row still closes as job_end.
-            ctx.event(row.id, "job_exited", {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner})
+            ctx.event(row.id, EventKind.JOB_EXITED, {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner})
     if stale:
         age = f"{now - float(status['heartbeat']):.0f} s old" if status and status.get("heartbeat") else "none yet"
         actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap only"))
-    settings = (status or {}).get("teardown") or ctx.settings.teardown
+    settings = session_limits(ctx, row, status)
     samples = [] if stale else ((status or {}).get("samples") or [])
     decision = policy.decide(samples, now, _box_state(row, None if stale else status), settings)
     if decision.action == policy.DESTROY:
@@ -87,7 +104,7 @@ def _money(ctx: Context) -> list[Action]:
     now = ctx.clock()
     covered: list[tuple[str, str, str]] = []  # (scope, reason, detail)
     for name in ctx.provider_names():
-        if t.balance_floor_usd is None and (name, "balance_floor") not in refused:
+        if t.balance_floor_usd is None and (name, EndReason.BALANCE_FLOOR) not in refused:
             continue
         try:
             bal = ctx.provider(name).balance()
@@ -97,14 +114,14 @@ def _money(ctx: Context) -> list[Action]:
         if bal.usd is None:
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
-            covered.append((name, "balance_floor", f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f}"))
-        elif (name, "balance_floor") in refused and lift_refusal(ctx.ledger, name, "balance_floor", now):
+            covered.append((name, EndReason.BALANCE_FLOOR, f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f}"))
+        elif (name, EndReason.BALANCE_FLOOR) in refused and lift_refusal(ctx.ledger, name, EndReason.BALANCE_FLOOR, now):
             actions.append(Action("", "lifted", f"{name}: balance ${bal.usd:.2f} is back above the floor"))
-    if t.monthly_cap_usd is not None or ("*", "monthly_cap") in refused:
+    if t.monthly_cap_usd is not None or ("*", EndReason.MONTHLY_CAP) in refused:
         spent = month_spend(ctx.ledger, *month_start_end(now), now=now)
         if t.monthly_cap_usd is not None and spent >= t.monthly_cap_usd:
-            covered.append(("*", "monthly_cap", f"month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}"))
-        elif ("*", "monthly_cap") in refused and lift_refusal(ctx.ledger, "*", "monthly_cap", now):
+            covered.append(("*", EndReason.MONTHLY_CAP, f"month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}"))
+        elif ("*", EndReason.MONTHLY_CAP) in refused and lift_refusal(ctx.ledger, "*", EndReason.MONTHLY_CAP, now):
             actions.append(Action("", "lifted", f"monthly cap: spend ${spent:.2f} is under the cap again"))
     for scope, reason, detail in covered:
         if set_refusal(ctx.ledger, scope, reason, detail, now):
@@ -137,6 +154,7 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
     """The `gpuops watchdog` body: reconcile, then one tick (``once``) or a tick every
     ``interval`` seconds under APScheduler until interrupted. Returns the actions of ``once``."""
     ctx = ctx or Context(settings)
+    ctx.actor = Actor.WATCHDOG
     done: list[Action] = []
 
     def guarded(fn) -> None:

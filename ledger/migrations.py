@@ -119,6 +119,19 @@ def m003_leases_refusals(conn: Connection) -> None:
     md.create_all(conn)
 
 
+
+@migration
+def m004_session_limits(conn: Connection) -> None:
+    """A session's own limits, stored on its row when `up` writes the intent: every process that
+    acts on the session (reconcile, watchdog) applies these, not its own settings. Nullable: rows
+    written before this migration fall back to the acting process's settings."""
+    for ddl in (
+        "ALTER TABLE sessions ADD COLUMN max_hours FLOAT",
+        "ALTER TABLE sessions ADD COLUMN ready_timeout_seconds FLOAT",
+        "ALTER TABLE sessions ADD COLUMN idle_minutes FLOAT",
+    ):
+        conn.exec_driver_sql(ddl)
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

@@ -29,12 +29,12 @@ class Session(SQLModel, table=True):
     usd_per_hour: Optional[float] = None  # price really charged (create response / instance)
     bid_usd_per_hour: Optional[float] = None
     simulated: bool = False  # True when the price is a catalog reference, not a charge
-    status: str = Field(default="provisioning", index=True)  # provisioning|running|closed
+    status: str = Field(default="provisioning", index=True)  # bootstrap.vocabulary.RowStatus
     created_at: float = Field(index=True)  # the intent row (before create)
     instance_created_at: Optional[float] = None  # create returned: billing starts
     ready_at: Optional[float] = None
     ended_at: Optional[float] = None  # confirmed destroy (billing stops)
-    end_reason: Optional[str] = None
+    end_reason: Optional[str] = None  # bootstrap.vocabulary.EndReason
     exit_code: Optional[int] = None
     billed_seconds: Optional[float] = None
     cost_usd: Optional[float] = None
@@ -49,6 +49,10 @@ class Session(SQLModel, table=True):
     last_heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat (epoch s)
     end_source: Optional[str] = None  # destroy|provider|heartbeat|import: where ended_at came from
     source: str = Field(default="gpuops", index=True)  # gpuops|import
+    # m004_session_limits: the session's own limits (None on older rows: the actor's settings apply)
+    max_hours: Optional[float] = None  # hard TTL from create, hours
+    ready_timeout_seconds: Optional[float] = None  # create -> SSH ready deadline, seconds
+    idle_minutes: Optional[float] = None  # idle window, minutes; 0 = idle layer off; None = not recorded
 
 
 class BootstrapStep(SQLModel, table=True):

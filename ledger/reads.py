@@ -23,6 +23,7 @@ SESSION_COLUMNS = (
     "usd_per_hour", "bid_usd_per_hour", "simulated", "status", "created_at", "instance_created_at", "ready_at",
     "ended_at", "end_reason", "exit_code", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
     "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
+    "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
 )
 SQLITE_BUSY_TIMEOUT_S = 30.0
 

@@ -284,6 +284,7 @@ SESSION_FIELDS = (
     "ended_at", "end_reason", "end_source", "exit_code", "billed_seconds", "billing_increment_seconds",
     "cost_usd", "tokens", "job_seconds", "last_heartbeat_at", "conclusion", "note", "log_path", "results_path",
     "source",
+    "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
 )
 
 

@@ -1,12 +1,21 @@
 """The ledger store: the few writes the lifecycle needs and the ORM reads of single sessions (the
 engine and migrations are ``ledger/engine.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so a crash leaves
 every committed transition in place.
+
+A write the database refuses (disk full, a lock held past the busy timeout, an unreachable
+server: ``sqlalchemy.exc.OperationalError``) is not lost: events, field updates, heartbeats, end
+requests and closes go to a local spool file (JSON lines, ``Ledger.spool_path``) and are replayed,
+in order, before the next write that succeeds (or by ``replay_spool()``). Vocabulary members
+(``bootstrap.vocabulary``) are stored as their plain strings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
+from pathlib import Path
 from typing import Any, Iterable
 
 import sqlalchemy as sa
@@ -17,6 +26,22 @@ from ledger.billing import billed_cost, unseen_end
 from ledger.engine import SQLITE_BUSY_TIMEOUT_MS, open_engine
 from ledger.models import BootstrapStep, Event, Session
 from ledger.reads import rows_between
+from bootstrap.vocabulary import EventKind, RowStatus
+
+_SPOOLED = (sa.exc.OperationalError,)
+
+
+def _plain(v: Any) -> Any:
+    """A vocabulary member as its plain str (drivers and JSON get exactly the old text)."""
+    return str.__str__(v) if isinstance(v, str) and type(v) is not str else v
+
+
+def default_spool_path(url: str) -> Path:
+    """Where writes a ledger refused wait: ``$GPUOPS_SPOOL_DIR`` (else the user cache dir
+    ``~/.cache/gpuops/spool``) / ``<sha256(url)[:12]>.jsonl`` -- not next to the database, whose
+    disk may be the one that is full."""
+    base = os.environ.get("GPUOPS_SPOOL_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpuops", "spool")
+    return Path(base) / (hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl")
 
 __all__ = ["Ledger", "billed_cost", "SQLITE_BUSY_TIMEOUT_MS", "ImportRejected"]
 
@@ -35,9 +60,105 @@ class Ledger:
     """A ledger at ``url`` (SQLAlchemy URL). Creates the SQLite file's folder and applies pending
     migrations on open."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, spool_path: str | Path | None = None):
         self.url = url
         self.engine = open_engine(url)
+        self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
+
+    # -- the spool ----------------------------------------------------------------------------
+    def _spool(self, op: str, **args: Any) -> None:
+        """Append one refused write to the spool (best effort: if this fails too, it is lost, but
+        nothing raises into the caller, whose rental must still end)."""
+        try:
+            self.spool_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.spool_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}}, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            pass
+
+    def spooled(self) -> list[dict]:
+        """The writes waiting in the spool, oldest first (``{"op", "args"}``)."""
+        try:
+            text = self.spool_path.read_text(encoding="utf-8")
+        except OSError:
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut by a crash mid-write
+        return out
+
+    def replay_spool(self) -> int:
+        """Apply spooled writes in order; returns how many were applied. The spool is claimed by
+        renaming it first, so two processes never replay the same lines; writes that fail again
+        go back to the spool. Raises nothing for database errors (they re-spool)."""
+        if not self.spool_path.exists():
+            return 0
+        claimed = self.spool_path.with_name(self.spool_path.name + f".{os.getpid()}.replay")
+        try:
+            os.replace(self.spool_path, claimed)
+        except OSError:
+            return 0
+        try:
+            entries = []
+            for line in claimed.read_text(encoding="utf-8").splitlines():
+                try:
+                    entries.append(json.loads(line))
+                except ValueError:
+                    continue
+        except OSError:
+            return 0
+        done = 0
+        sessions: set[str] = set()
+        for i, e in enumerate(entries):
+            op, args = e.get("op"), e.get("args") or {}
+            try:
+                if op == "event":
+                    self._event(**args)
+                elif op == "update":
+                    self._set_with_event(args.pop("session_id"), None, "", **args)
+                elif op == "heartbeat":
+                    self._heartbeat(**args)
+                elif op == "request_end":
+                    self._request_end(**args)
+                elif op == "close":
+                    self._close(**args)
+                else:
+                    continue
+            except _SPOOLED:
+                for rest in entries[i:]:
+                    self._spool(rest["op"], **(rest.get("args") or {}))
+                break
+            except KeyError:
+                continue  # a session that is not in this ledger: nothing to apply it to
+            done += 1
+            if args.get("session_id"):
+                sessions.add(args["session_id"])
+        try:
+            claimed.unlink()
+        except OSError:
+            pass
+        for sid in sessions:
+            try:
+                self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
+            except (_SPOOLED + (KeyError,)):
+                pass
+        return done
+
+    def _guarded(self, op: str, fn, **args: Any) -> Any:
+        """Run one write; a refused write is spooled (returns None), else pending spool lines are
+        replayed after it (order: what was spooled first happened first, so replay before)."""
+        if self.spool_path.exists():
+            self.replay_spool()
+        try:
+            return fn(**args)
+        except _SPOOLED:
+            self._spool(op, **args)
+            return None
 
     # -- writes -------------------------------------------------------------------------------
     def add_session(self, row: Session) -> None:
@@ -45,17 +166,25 @@ class Ledger:
         with DbSession(self.engine) as db:
             db.add(row)
             db.flush()  # the row must exist before its event (no ORM relationship orders them)
-            db.add(Event(session_id=row.id, at=row.created_at, kind="intent", detail=""))
+            db.add(Event(session_id=row.id, at=row.created_at, kind=str(EventKind.INTENT), detail=""))
             db.commit()
 
     def update(self, session_id: str, **fields: Any) -> None:
-        """Set fields of a session row in one short transaction. KeyError for an unknown id."""
-        self._set_with_event(session_id, None, "", **fields)
+        """Set fields of a session row in one short transaction (spooled when the database refuses
+        it). KeyError for an unknown id."""
+        fields = {k: _plain(v) for k, v in fields.items()}
+        self._guarded("update", lambda session_id, **f: self._set_with_event(session_id, None, "", **f), session_id=session_id, **fields)
 
     def event(self, session_id: str, kind: str, detail: Any = "", at: float | None = None) -> None:
-        text = detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True)
+        """Append an event (``kind``: an ``EventKind``; ``detail``: text or JSON-able, stored as
+        JSON text; ``at``: epoch s, default now). Spooled when the database refuses it."""
+        text = _plain(detail) if isinstance(detail, str) else json.dumps(detail, sort_keys=True)
+        self._guarded("event", self._event, session_id=session_id, kind=_plain(kind), detail=text,
+                      at=at if at is not None else time.time())
+
+    def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
         with DbSession(self.engine) as db:
-            db.add(Event(session_id=session_id, at=at if at is not None else time.time(), kind=kind, detail=text))
+            db.add(Event(session_id=session_id, at=at if at is not None else time.time(), kind=_plain(kind), detail=detail))
             db.commit()
 
     def add_steps(self, session_id: str, steps: Iterable[dict]) -> None:
@@ -74,33 +203,47 @@ class Ledger:
                 )
             db.commit()
 
-    def request_end(self, session_id: str, reason: str) -> None:
-        """Record why a session is being ended by someone other than its `up` (down, watchdog,
-        agent) before they destroy it; whoever closes the row then books this reason."""
+    def request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str | None:
+        """Record why a session is being ended, BEFORE its destroy: whoever closes the row then
+        books this reason (the first request wins; a crash between destroy and close still leaves
+        it). Event ``end_requested`` with detail ``{"reason", "by", "detail"}``. Returns the reason
+        the row will close with (an earlier request's, or ``reason``), None when the write was
+        spooled. KeyError for an unknown session."""
+        return self._guarded("request_end", self._request_end, session_id=session_id, reason=_plain(reason), by=_plain(by), detail=detail)
+
+    def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
                 raise KeyError(session_id)
-            if row.status != "closed" and not row.end_reason:
+            if row.status != RowStatus.CLOSED and not row.end_reason:
                 row.end_reason = reason
                 db.add(row)
-                db.add(Event(session_id=session_id, at=time.time(), kind="end_requested", detail=reason))
+                doc = json.dumps({"reason": reason, "by": by, "detail": detail}, sort_keys=True)
+                db.add(Event(session_id=session_id, at=time.time(), kind=str(EventKind.END_REQUESTED), detail=doc))
                 db.commit()
+            return row.end_reason or reason
 
-    def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session:
+    def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session | None:
         """Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
         billed seconds and cost from the charged price. A reason recorded earlier with
-        ``request_end`` wins over ``reason``. Closing a closed row changes nothing."""
+        ``request_end`` wins over ``reason``. Closing a closed row changes nothing. Returns the
+        closed row, or None when the database refused the write (spooled: replayed later)."""
+        fields = {k: _plain(v) for k, v in fields.items()}
+        return self._guarded("close", self._close, session_id=session_id, ended_at=ended_at, reason=_plain(reason),
+                             exit_code=exit_code, **fields)
+
+    def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session:
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
                 raise KeyError(session_id)
-            if row.status == "closed":
+            if row.status == RowStatus.CLOSED:
                 return row
             increment = fields.pop("billing_increment_seconds", row.billing_increment_seconds)
             row.billing_increment_seconds = increment
             seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at, increment)
-            row.status = "closed"
+            row.status = str(RowStatus.CLOSED)
             row.ended_at = ended_at
             row.end_reason = row.end_reason or reason
             row.end_source = fields.pop("end_source", None) or row.end_source or "destroy"
@@ -111,7 +254,7 @@ class Ledger:
             for k, v in fields.items():
                 setattr(row, k, v)
             db.add(row)
-            db.add(Event(session_id=session_id, at=time.time(), kind="closed", detail=row.end_reason))
+            db.add(Event(session_id=session_id, at=time.time(), kind=str(EventKind.CLOSED), detail=row.end_reason))
             db.commit()
             db.refresh(row)
             return row
@@ -127,7 +270,11 @@ class Ledger:
         return self.close(session_id, ended_at, reason, end_source=source)
 
     def heartbeat(self, session_id: str, at: float) -> None:
-        """Record the on-box agent's heartbeat time (epoch s); only moves forward."""
+        """Record the on-box agent's heartbeat time (epoch s); only moves forward. Spooled when
+        the database refuses it."""
+        self._guarded("heartbeat", self._heartbeat, session_id=session_id, at=at)
+
+    def _heartbeat(self, session_id: str, at: float) -> None:
         with self.engine.begin() as conn:
             conn.execute(
                 sa.update(Session.__table__)
@@ -141,12 +288,12 @@ class Ledger:
         Raises ValueError for a negative count, KeyError for an unknown session."""
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
-        return self._set_with_event(session_id, "tokens", str(tokens), tokens=int(tokens))
+        return self._set_with_event(session_id, str(EventKind.TOKENS), str(tokens), tokens=int(tokens))
 
     def note(self, session_id: str, text: str) -> Session:
         """Set the session's one-line conclusion (``ledger note SESSION TEXT``) and log an event."""
         line = " ".join(text.split())
-        return self._set_with_event(session_id, "note", line, conclusion=line)
+        return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
     def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Session:
         with DbSession(self.engine) as db:
@@ -194,7 +341,7 @@ class Ledger:
 
     def open_sessions(self) -> list[Session]:
         with DbSession(self.engine) as db:
-            return list(db.exec(select(Session).where(Session.status != "closed").order_by(Session.created_at)))
+            return list(db.exec(select(Session).where(Session.status != str(RowStatus.CLOSED)).order_by(Session.created_at)))
 
     def sessions_between(self, start: float, end: float) -> list[Session]:
         """Sessions whose intent time is in [start, end) epoch seconds."""

@@ -1,42 +1,89 @@
-"""Provider registry: name -> provider built from Settings. SDK-backed providers import lazily."""
+"""The provider registry: the ONE table of providers gpuops knows.
+
+Provider names (``NAMES``, the CLI's ``--provider`` choices), their ``[providers.<name>]`` config
+sections, whether they need an account key, and the destroy kind the on-box agent uses for them
+(``bootstrap/agent.py``: the same ``ProviderName`` values) all derive from ``REGISTRY``. SDK-backed
+providers import lazily, inside ``get_provider``.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
+from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
 
-NAMES = ("local", "runpod", "vast")
+
+def _local(settings: "Settings") -> "Provider":
+    from gpuops.providers.local import LocalProvider
+
+    return LocalProvider(
+        settings.data_path() / "boxes",
+        price_per_hour=settings.providers.local.price_per_hour,
+        kill_grace_seconds=settings.teardown.kill_grace_seconds,
+        keep_box_days=settings.providers.local.keep_box_days,
+    )
+
+
+def _runpod(settings: "Settings") -> "Provider":
+    from gpuops.providers.keys import resolve_key, resolve_url
+    from gpuops.providers.runpod import RunPodProvider
+
+    cfg = settings.providers.runpod
+    return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
+
+
+def _vast(settings: "Settings") -> "Provider":
+    from gpuops.providers.keys import resolve_key, resolve_url
+    from gpuops.providers.vast import VastProvider
+
+    cfg = settings.providers.vast
+    return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb)
+
+
+@dataclass(frozen=True)
+class ProviderEntry:
+    """One provider: its name, how it is built from Settings, its config section
+    (``settings.providers.<section>``), whether it needs an account key, and the agent's destroy
+    kind for its boxes (``destroy.kind`` in the agent config)."""
+
+    name: ProviderName
+    build: Callable[["Settings"], "Provider"]
+    section: str
+    needs_key: bool
+    agent_destroy_kind: str
+
+
+REGISTRY: dict[str, ProviderEntry] = {
+    e.name.value: e
+    for e in (
+        ProviderEntry(ProviderName.LOCAL, _local, "local", needs_key=False, agent_destroy_kind=ProviderName.LOCAL.value),
+        ProviderEntry(ProviderName.RUNPOD, _runpod, "runpod", needs_key=True, agent_destroy_kind=ProviderName.RUNPOD.value),
+        ProviderEntry(ProviderName.VAST, _vast, "vast", needs_key=True, agent_destroy_kind=ProviderName.VAST.value),
+    )
+}
+NAMES = tuple(REGISTRY)
+MARKETPLACES = tuple(n for n, e in REGISTRY.items() if e.needs_key)
 
 
 def get_provider(name: str, settings: "Settings") -> "Provider":
     """The provider called ``name``; BadInput for an unknown name."""
-    if name == "local":
-        from gpuops.providers.local import LocalProvider
+    entry = REGISTRY.get(name)
+    if entry is None:
+        raise BadInput(f"unknown provider {name!r}", f"use one of: {', '.join(NAMES)}")
+    return entry.build(settings)
 
-        return LocalProvider(
-            settings.data_path() / "boxes",
-            price_per_hour=settings.providers.local.price_per_hour,
-            kill_grace_seconds=settings.teardown.kill_grace_seconds,
-            keep_box_days=settings.providers.local.keep_box_days,
-        )
-    if name == "runpod":
-        from gpuops.providers.keys import resolve_key, resolve_url
-        from gpuops.providers.runpod import RunPodProvider
 
-        cfg = settings.providers.runpod
-        return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
-    if name == "vast":
-        from gpuops.providers.keys import resolve_key, resolve_url
-        from gpuops.providers.vast import VastProvider
-
-        cfg = settings.providers.vast
-        return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb)
-    raise BadInput(f"unknown provider {name!r}", f"use one of: {', '.join(NAMES)}")
+def agent_destroy_kind(name: str) -> str:
+    """The on-box agent's destroy kind for a box of provider ``name`` (``local`` for unknown names:
+    the agent then ends the local box's processes only)."""
+    entry = REGISTRY.get(name)
+    return entry.agent_destroy_kind if entry is not None else ProviderName.LOCAL.value
 
 
 def configured(settings: "Settings") -> list[str]:
@@ -45,8 +92,8 @@ def configured(settings: "Settings") -> list[str]:
     from gpuops.providers.keys import resolve_key
 
     out = []
-    for name in ("runpod", "vast"):
-        cfg = getattr(settings.providers, name)
+    for name in MARKETPLACES:
+        cfg = getattr(settings.providers, REGISTRY[name].section)
         if resolve_key(name, cfg.api_key, settings.source) is not None:
             out.append(name)
     return out

@@ -1,14 +1,20 @@
-"""The provider interface: what every marketplace (and this machine) must answer.
+"""The provider contract: what every marketplace (and this machine) must answer.
 
-A provider module fills in six methods (``offers``, ``create``, ``get``, ``list``, ``destroy``,
-``balance``). Everything above it (selection, lifecycle, teardown, books) is provider-agnostic.
+A provider is a subclass of ``Provider`` that fills in six methods (``offers``, ``create``,
+``get``, ``list``, ``destroy``, ``balance``) and may override the optional capabilities, whose
+defaults here are typed and safe (``supports_spot``, ``destroyed_at``, ``find_by_label``, ``box``).
+Everything above it (selection, lifecycle, teardown, books) is provider-agnostic and calls those
+methods directly -- never through ``getattr`` probes. Units everywhere: money in USD, prices in
+USD/hour for the whole box, times in epoch seconds UTC, sizes in bytes (``vram_bytes``) or GB
+(``disk_gb``, 10^9 bytes, as providers quote disks). Errors: every method raises ``ProviderError``
+(its ``kind`` says what the caller may do: retry, next offer, give up); nothing else may escape a
+provider method except bugs.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from gpuops.errors import GpuopsError
 
@@ -155,20 +161,71 @@ class ProviderError(GpuopsError):
         return self.kind in (ProviderErrorKind.NO_CAPACITY, ProviderErrorKind.OFFER_GONE)
 
 
-@runtime_checkable
-class Provider(Protocol):
-    """One marketplace. Methods raise ProviderError; ``destroy`` of a gone instance succeeds."""
+class Provider:
+    """One marketplace (or this machine). Subclass it; the registry (``gpuops.providers``) names
+    it. ``name`` is a ``bootstrap.vocabulary.ProviderName`` value.
 
-    name: str
+    Required (raise NotImplementedError here):
 
-    def offers(self, query: OfferQuery) -> list[Offer]: ...
+    * ``offers(query) -> list[Offer]`` -- rentable now and matching ``query`` (any order; the
+      caller ranks). Prices checked finite and > 0 by the provider module. Raises ProviderError
+      (AUTH, RATE_LIMIT, SERVER, ...).
+    * ``create(offer, spec) -> Instance`` -- rent ``offer`` labelled ``spec.label``. Returns the
+      instance (``usd_per_hour``: the price really charged when the provider says it). Raises
+      ProviderError; when the failed call may still have made an instance, ``instance_id`` is set
+      (or the caller finds it with ``find_by_label``): the caller books and destroys it.
+    * ``get(instance_id) -> Instance | None`` -- None (or status GONE) when it no longer exists.
+    * ``list(label_prefix="gpuops-") -> list[Instance]`` -- live instances whose label starts with
+      the prefix (gone ones may be omitted).
+    * ``destroy(instance_id) -> None`` -- idempotent: destroying a gone instance succeeds. Raises
+      ProviderError only when the instance may still exist.
+    * ``balance() -> Balance`` -- account credit (``usd`` None when the provider has no balance).
 
-    def create(self, offer: Offer, spec: CreateSpec) -> Instance: ...
+    Optional capabilities (typed defaults; override when the provider can do better):
 
-    def get(self, instance_id: str) -> Instance | None: ...
+    * ``supports_spot`` -- whether interruptible offers exist at all (False: `up` asks on-demand).
+    * ``destroyed_at(instance_id) -> float | None`` -- the provider's own record of when billing
+      stopped (epoch s), or None when it keeps none (the caller then uses its own rule).
+    * ``find_by_label(label) -> Instance | None`` -- the live instance with exactly this label
+      (default: scans ``list``). Used when a create failed or was interrupted mid-call.
+    * ``box(instance) -> Box | None`` -- a transport to the instance other than SSH (the local
+      provider's own directory), or None to use SSH.
+    """
 
-    def list(self, label_prefix: str = "gpuops-") -> list[Instance]: ...
+    name: str = ""
+    supports_spot: bool = True
 
-    def destroy(self, instance_id: str) -> None: ...
+    def offers(self, query: OfferQuery) -> list[Offer]:
+        raise NotImplementedError
 
-    def balance(self) -> Balance: ...
+    def create(self, offer: Offer, spec: CreateSpec) -> Instance:
+        raise NotImplementedError
+
+    def get(self, instance_id: str) -> Instance | None:
+        raise NotImplementedError
+
+    def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
+        raise NotImplementedError
+
+    def destroy(self, instance_id: str) -> None:
+        raise NotImplementedError
+
+    def balance(self) -> Balance:
+        raise NotImplementedError
+
+    # -- optional capabilities ------------------------------------------------------------------
+    def destroyed_at(self, instance_id: str) -> float | None:
+        """When the provider says billing for ``instance_id`` stopped (epoch s); None: unknown."""
+        return None
+
+    def find_by_label(self, label: str) -> Instance | None:
+        """The live instance labelled exactly ``label`` (None when there is none). Raises
+        ProviderError when the provider cannot be asked."""
+        for inst in self.list(label):
+            if inst.label == label and inst.status != InstanceStatus.GONE:
+                return inst
+        return None
+
+    def box(self, instance: Instance):
+        """A non-SSH transport to ``instance`` (``gpuops.remote.Box``), or None: use SSH."""
+        return None

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from gpuops.catalog import Card, cards
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
 from bootstrap.localbox import end_box
 from gpuops.remote import LocalBox
 
@@ -35,7 +35,7 @@ def detect_gpus(timeout_s: float = 5.0) -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     """This machine as a provider. ``boxes_dir``: where session directories live."""
 
     name = "local"

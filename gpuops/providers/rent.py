@@ -46,6 +46,15 @@ def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec | Calla
         try:
             return RentResult(provider.create(offer, spec_for(offer)), offer, skipped)
         except ProviderError as e:
+            if not e.instance_id and e.try_next_offer:
+                # "Gone" answered by a create that did make the instance (Vast's 200 {"success":
+                # false}): the next offer gets the same label, so find this one first.
+                try:
+                    found = provider.find_by_label(spec_for(offer).label)
+                except ProviderError:
+                    found = None
+                if found is not None:
+                    e.instance_id = found.id
             if e.instance_id:
                 if on_leftover is not None:
                     on_leftover(offer, e)

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 from gpuops.catalog import GIB, Card, cards
 from gpuops.errors import BadInput
 from gpuops.providers import inputs
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 
@@ -89,7 +89,7 @@ def _parse_status_change(text: str | None) -> float | None:
         return None
 
 
-class RunPodProvider:
+class RunPodProvider(Provider):
     """RunPod on-demand pods. ``credential`` None: every call raises AUTH with the fix.
 
     ``url``: GraphQL base (``/graphql`` is appended by the SDK). ``retry``: bounded retries for rate
@@ -257,11 +257,11 @@ class RunPodProvider:
         return [self._instance(p) for p in pods if str(p.get("name") or "").startswith(label_prefix)]
 
     def _find_label(self, label: str) -> Instance | None:
+        """``find_by_label`` where a failed look-up means "not found" (the caller raises its own error)."""
         try:
-            found = [i for i in self.list(label) if i.label == label and i.status != InstanceStatus.GONE]
+            return self.find_by_label(label)
         except ProviderError:
             return None
-        return found[0] if found else None
 
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
         """Deploy an on-demand pod for ``offer`` (offer id ``<cloud>:<gpu type id>``).

@@ -32,7 +32,7 @@ from typing import Any
 from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
 from gpuops.providers import inputs
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 
@@ -62,7 +62,7 @@ def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
     return min(same, key=lambda c: abs(c.vram_bytes - vram_bytes))
 
 
-class VastProvider:
+class VastProvider(Provider):
     """Vast.ai offers and instances. ``credential`` None: every call raises AUTH with the fix.
 
     ``url``: REST base (no trailing slash). ``search_limit``: offers per search type.
@@ -258,11 +258,11 @@ class VastProvider:
         return [self._instance(r) for r in rows if str(r.get("label") or "").startswith(label_prefix)]
 
     def _find_label(self, label: str) -> Instance | None:
+        """``find_by_label`` where a failed look-up means "not found" (the caller raises its own error)."""
         try:
-            found = [i for i in self.list(label) if i.label == label]
+            return self.find_by_label(label)
         except ProviderError:
             return None
-        return found[0] if found else None
 
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
         """Rent ``offer`` (its id is Vast's ask id). Interruptible: ``price`` = the bid (default the

@@ -13,7 +13,7 @@ import pytest
 import gpuops.launcher as launcher
 from gpuops.config import load_settings
 from gpuops.launcher import Reporter, UpRequest, run_up
-from gpuops.providers.base import Balance, Instance, InstanceStatus, Offer, SshEndpoint
+from gpuops.providers.base import Balance, Instance, InstanceStatus, Offer, SshEndpoint, Provider
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support.sshd import TcpProxy
@@ -61,7 +61,7 @@ def test_up_refuses_a_missing_secret_before_renting(cli_env, gpuops_home, tmp_pa
     assert Ledger(load_settings().ledger_url()).open_sessions() == []
 
 
-class SshProvider:
+class SshProvider(Provider):
     """A provider whose boxes are the test's sshd: the endpoint appears on the second poll,
     as RunPod publishes ports only after the image is pulled."""
 

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 HOURS = 3600.0
+_CURRENT = threading.local()  # the op of the request this server thread handles
 
 
 @dataclass
@@ -35,6 +36,12 @@ class Faults:
       seconds after creation.
     - ``boot_s``: emulated seconds from create to running.
     - ``retry_after_s``: the ``Retry-After`` header sent with a 429.
+    - ``reply_delay_s``: op -> seconds to hold the reply AFTER the op was served (a create that
+      made the instance while the caller still waits on the answer).
+    - ``trickle_s``: send every reply body one byte at a time, this many seconds apart.
+    - ``pad_reply_bytes``: append this many bytes of JSON whitespace to every reply (a huge reply).
+    - ``create_unsuccessful_but_creates``: the next N creates make the instance, then answer
+      ``200 {"success": false}`` (Vast).
     """
 
     latency_s: float = 0.0
@@ -46,6 +53,10 @@ class Faults:
     delete_after_s: float | None = None
     boot_s: float = 0.3
     retry_after_s: float | None = None  # sent as Retry-After with every 429
+    reply_delay_s: dict[str, float] = field(default_factory=dict)
+    trickle_s: float = 0.0
+    pad_reply_bytes: int = 0
+    create_unsuccessful_but_creates: int = 0
 
 
 @dataclass
@@ -205,7 +216,9 @@ class Market:
             return [i for i in self.instances.values() if i.state != "destroyed"]
 
     def take_injected(self, op: str) -> int | None:
-        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it."""
+        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it. Also notes
+        ``op`` as the current request's (``reply_delay_s``)."""
+        _CURRENT.op = op
         with self.lock:
             for key in (op, "*"):
                 q = self.faults.inject.get(key)
@@ -243,13 +256,29 @@ class _Handler(BaseHTTPRequestHandler):
                 emu.market.crashes.append(f"{type(e).__name__}: {e}")
             status, payload, ctype = 500, {"errors": [{"message": f"emulator crashed: {type(e).__name__}: {e}"}]}, JSON
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        f = emu.market.faults
+        if f.pad_reply_bytes:
+            data += b" " * f.pad_reply_bytes
+        delay = f.reply_delay_s.get(getattr(_CURRENT, "op", None) or "", 0.0)
+        _CURRENT.op = None
+        if delay:
+            time.sleep(delay)
         self.send_response(status)
         if status == 429 and emu.market.faults.retry_after_s is not None:
             self.send_header("Retry-After", f"{emu.market.faults.retry_after_s:g}")
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        self.wfile.write(data)
+        try:
+            if f.trickle_s:
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(f.trickle_s)
+            else:
+                self.wfile.write(data)
+        except OSError:  # the client gave up (its deadline): nothing to answer
+            pass
 
     do_GET = do_POST = do_PUT = do_DELETE = _serve
 

@@ -248,4 +248,7 @@ class VastEmulator(Emulator):
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
             return self._fail(500, "server_error", "Internal error while creating the instance.")
+        if self.faults.create_unsuccessful_but_creates > 0:
+            self.faults.create_unsuccessful_but_creates -= 1
+            return self._fail(200, "internal_error", "Something went wrong.")
         return self._ok({"success": True, "new_contract": int(inst.id), "instance_api_key": f"inst-{inst.id}-scoped"})

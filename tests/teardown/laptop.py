@@ -58,7 +58,7 @@ def main() -> int:
     while not marker.exists():
         time.sleep(0.05)
     stage("wait")
-    rig.ledger.event(rig.sid, "destroy", {"reason": "job_end"})
+    rig.ledger.request_end(rig.sid, "job_end", by="up")  # what lifecycle.end_rental writes before a destroy
     rig.provider.destroy(rig.inst.id)
     stage("destroy")
     rig.ledger.close(rig.sid, rig.provider.destroyed_at(rig.inst.id), "job_end")

@@ -217,5 +217,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     acts = reconcile(ctx(led, settings, runpod=p))
     assert sorted((a.session, a.kind) for a in acts) == [("c1", "closed"), ("c2", "orphan_destroyed")]
     row = led.get("c1")
-    assert (row.end_reason, row.ended_at, row.end_source) == ("interrupted", beat, "heartbeat")
+    # Armed (it heartbeated) and gone with nothing that kept why: booked honestly as agent_ended
+    # ("ended while its agent was armed, reason unknown"), never a guessed interrupted/preempted.
+    assert (row.end_reason, row.ended_at, row.end_source) == ("agent_ended", beat, "heartbeat")
     assert emu.market.find(orphan.id) is None

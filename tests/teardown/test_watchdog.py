@@ -61,7 +61,9 @@ def test_once_closes_row_of_box_the_agent_destroyed(rig, fake_smi):
     assert row.ended_at == pytest.approx(r.destroyed_at())
     assert row.billed_seconds == billed_seconds(r.inst.created_at, r.destroyed_at())  # per second, rounded up
     assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 3.6, abs=1e-6)
-    assert [e.kind for e in r.ledger.events(r.sid)][-2:] == ["gone", "closed"]
+    evs = r.ledger.events(r.sid)
+    assert [e.kind for e in evs][-2:] == ["destroyed", "closed"]  # lifecycle.end_rental's events
+    assert '"already_gone": true' in evs[-2].detail
     assert once(r) == []  # nothing left to do
 
 
@@ -81,7 +83,8 @@ def test_gone_without_provider_record_uses_last_heartbeat(rig, fake_smi):
     acts = once(r)
     assert (r.sid, "closed") in kinds(acts)
     row = r.ledger.get(r.sid)
-    assert row.ended_at == beat and row.end_reason == "interrupted"
+    # armed (it heartbeated), gone, nothing kept why: agent_ended, at the last proof of life
+    assert row.ended_at == beat and row.end_reason == "agent_ended"
     assert "end time from heartbeat" in [a.detail for a in acts if a.kind == "closed"][0]
     assert row.end_source == "heartbeat"
     r.inst = None
@@ -103,7 +106,7 @@ def test_watchdog_applies_policy_from_agent_status(rig, fake_smi):
     row = r.ledger.get(r.sid)
     assert row.end_reason == "idle", acts
     assert r.gone()
-    ev = [e for e in r.ledger.events(r.sid) if e.kind == "destroy"]
+    ev = [e for e in r.ledger.events(r.sid) if e.kind == "end_requested"]
     assert json.loads(ev[0].detail)["reason"] == "idle" and "idle: no GPU above 5%" in json.loads(ev[0].detail)["detail"]
 
 
@@ -220,6 +223,6 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
     assert sorted("destroyed" in d for d in did) == [False, True], did
     assert any(d and set(d) == {"skipped_leased"} for d in did), did  # the other saw the lease during the destroy
     evs = [e.kind for e in r.ledger.events(r.sid)]
-    assert evs.count("destroy") == 1 and evs.count("closed") == 1
+    assert evs.count("end_requested") == 1 and evs.count("destroyed") == 1 and evs.count("closed") == 1
     row = r.ledger.get(r.sid)
     assert row.end_reason == "ttl" and lease_holder(r.ledger, r.sid) is None

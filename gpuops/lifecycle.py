@@ -1,0 +1,250 @@
+"""A rental's life in one place: `up`'s stages, what a failure in each books, and the ONE way to
+end a rental.
+
+    validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
+
+* ``STAGES`` is the order; ``FAILURE_BOOKS`` says which end reason an error escaping a stage books
+  (``gpuops.launcher.run_up`` walks the stages and looks failures up here; nothing pre-sets a
+  reason before a stage). Ctrl-C/SIGTERM/SIGHUP in any stage book ``interrupted``; a bug (any
+  exception that is not a ``GpuopsError``) books ``error``.
+* ``end_rental`` is how every actor ends a rental -- `up`'s teardown, `gpuops down`, reconcile
+  (a gone box, an abandoned one, an orphan) and the watchdog (idle, ttl, money): request the end
+  (the reason is on the row before any destroy), destroy idempotently with retries, take the end
+  time by one rule (``end_time``), close the row.
+* The end time rule: the provider's own record of when billing stopped; else, when we destroyed a
+  box we had just seen alive, the moment our destroy was confirmed; else (the box was already gone:
+  nobody saw its end) the last proof of life -- the agent's last heartbeat, the last ledger event,
+  the create time -- clamped to [create, now]. Never "now" for a box that was already gone.
+
+The vocabulary (end reasons, event kinds, row status) is ``bootstrap/vocabulary.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
+from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
+
+# `up`'s stages, in order. validate and plan rent nothing; intent writes the row before create.
+STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
+
+
+@dataclass(frozen=True)
+class FailureBooks:
+    """What an error escaping a stage books: ``gpuops_error`` for a GpuopsError that is not a
+    provider's (bad state, timeout, SSH), ``provider_error`` for a ProviderError. None: keep the
+    outcome an earlier stage decided (collect after the job: the job's end stands)."""
+
+    gpuops_error: EndReason | None
+    provider_error: EndReason | None
+
+
+# One table. Interrupts book INTERRUPTED and bugs ERROR in every stage (not repeated here), except
+# where both entries are None: there any failure keeps the outcome already decided.
+FAILURE_BOOKS: dict[str, FailureBooks] = {
+    "create": FailureBooks(EndReason.PROVISION_FAILED, EndReason.PROVISION_FAILED),
+    "ready": FailureBooks(EndReason.SSH_NEVER_READY, EndReason.SSH_NEVER_READY),
+    "arm": FailureBooks(EndReason.BOOTSTRAP_FAILED, EndReason.PROVIDER_ERROR),
+    "bootstrap": FailureBooks(EndReason.BOOTSTRAP_FAILED, EndReason.PROVIDER_ERROR),
+    "job": FailureBooks(EndReason.JOB_FAILED, EndReason.PROVIDER_ERROR),
+    "collect": FailureBooks(None, None),
+}
+
+
+def failure_reason(stage: str, error: BaseException, decided: EndReason | None) -> EndReason:
+    """The end reason an error escaping ``stage`` books (see ``FAILURE_BOOKS``). ``decided``: the
+    outcome an earlier stage already set (kept where the table says None). KeyboardInterrupt and
+    ``launcher.Interrupted`` (any BaseException that is not an Exception) -> INTERRUPTED."""
+    from gpuops.errors import GpuopsError
+
+    if not isinstance(error, Exception):
+        return EndReason.INTERRUPTED
+    books = FAILURE_BOOKS.get(stage, FailureBooks(EndReason.ERROR, EndReason.PROVIDER_ERROR))
+    if books.gpuops_error is None and books.provider_error is None:
+        return decided or EndReason.ERROR  # whatever failed, the outcome already decided stands
+    if not isinstance(error, GpuopsError):
+        return EndReason.ERROR
+    got = books.provider_error if isinstance(error, ProviderError) else books.gpuops_error
+    return got or decided or EndReason.ERROR
+
+
+# Destroy retries: a provider hiccup must not leave a box billing. Backoff 1, 2, 4, 8 s (cap 10 s).
+DESTROY_ATTEMPTS = 5
+DESTROY_BACKOFF_S = 1.0
+DESTROY_BACKOFF_CAP_S = 10.0
+
+
+@dataclass
+class Ended:
+    """What ``end_rental`` did. ``closed``: the row is closed (False: the destroy gave up and the
+    row stays open for reconcile, or the ledger refused the close and spooled it). ``reason``: the
+    reason the row carries (a reason requested earlier wins). ``end_source``: provider | destroy |
+    heartbeat | ledger_event | create | caller."""
+
+    session_id: str | None
+    instance_id: str | None
+    destroyed: bool
+    closed: bool
+    reason: str | None
+    ended_at: float | None = None
+    end_source: str | None = None
+    already_gone: bool = False
+    error: str = ""
+    row: object | None = None
+
+
+def _last_event_at(ledger, session_id: str) -> float | None:
+    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED}
+    return max((e.at for e in ledger.events(session_id) if e.kind not in skip), default=None)
+
+
+def end_time(provider: Provider | None, instance_id: str | None, inst: Instance | None, already_gone: bool, row,
+             last_event_at: float | None, now: float, last_seen_at: float | None = None) -> tuple[float, str]:
+    """When billing stopped (epoch s) and where that came from -- the module's one rule.
+
+    ``inst``: the instance as read before the destroy (None: not found); ``already_gone``: it was
+    gone before we destroyed it; ``row``: the session row (create time, heartbeat);
+    ``last_event_at``: newest ledger event before this end began; ``now``: the clock after the
+    destroy was confirmed; ``last_seen_at``: a proof of life the caller holds (e.g. a heartbeat it
+    just read). Returns (epoch s, source)."""
+    if provider is not None and instance_id:
+        try:
+            t = provider.destroyed_at(instance_id)
+        except ProviderError:
+            t = None
+        if t:
+            return float(t), "provider"
+    if inst is not None and inst.extra.get("ended_at"):
+        return float(inst.extra["ended_at"]), "provider"
+    if not already_gone:
+        return now, "destroy"
+    start = float((row.instance_created_at or row.created_at) if row is not None else now)
+    beats = [(b, "heartbeat") for b in (last_seen_at, row.last_heartbeat_at if row is not None else None) if b]
+    if beats:
+        t, src = max(beats)
+    elif last_event_at:
+        t, src = last_event_at, "ledger_event"
+    else:
+        t, src = start, "create"
+    return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
+
+
+def end_rental(ledger, provider: Provider | None, session_id: str | None, reason: EndReason | str, *, by: str,
+               instance_id: str | None = None, instance: Instance | None = None, detail: str = "",
+               exit_code: int | None = None, tokens: int | None = None, ended_at: float | None = None,
+               end_source: str | None = None, last_seen_at: float | None = None,
+               attempts: int = DESTROY_ATTEMPTS, clock: Callable[[], float] = time.time,
+               sleep: Callable[[float], None] = time.sleep) -> Ended:
+    """End one rental: request the end, destroy, close. The one way every actor does it.
+
+    ``ledger``: a ``ledger.Ledger``. ``provider``: the provider of the instance (None when the row
+    never got one). ``session_id``: the row (None: an instance with no row, e.g. reconcile's
+    ``--destroy-unknown``). ``reason``: an ``EndReason``; a reason requested earlier on the row
+    (``gpuops down`` from another terminal, a watchdog) wins and is what ``Ended.reason`` says.
+    ``by``: who ends it (an ``Actor`` value, optionally ``actor:host:pid``), stored in the events.
+    ``instance_id``: default the row's. ``instance``: the instance as the caller just read it
+    (saves a ``get``; None and not given: read here). ``exit_code``/``tokens``: booked on close
+    when given. ``ended_at``/``end_source``: an end time the caller knows better (a preempted spot
+    box stopped billing at its last heartbeat); else ``end_time``'s rule. ``last_seen_at``: a proof
+    of life the caller just read (the agent's heartbeat). ``attempts``: destroy tries, backoff 1 s
+    doubling to 10 s.
+
+    A row already closed is not changed; its instance is still destroyed (an orphan) and the event
+    ``orphan_destroyed`` written. Idempotent: ending an ended rental destroys nothing new and books
+    nothing new. Never raises ProviderError: a destroy that fails ``attempts`` times returns
+    ``Ended(destroyed=False, closed=False, error=...)`` with event ``destroy_gave_up`` and the row
+    open (reconcile and the watchdog retry). Raises KeyError for an unknown ``session_id``.
+    """
+    row = ledger.get(session_id) if session_id else None
+    if session_id and row is None:
+        raise KeyError(session_id)
+    iid = instance_id or (row.instance_id if row is not None else None)
+    is_open = row is not None and row.status != RowStatus.CLOSED
+    last_event = _last_event_at(ledger, session_id) if is_open else None
+    booked: str | None = str(reason)
+    if is_open:
+        booked = ledger.request_end(session_id, reason, by=by, detail=detail) or str(reason)
+    destroyed = already_gone = False
+    inst = instance
+    if iid and provider is not None:
+        if inst is None:
+            try:
+                inst = provider.get(iid)
+            except ProviderError:
+                inst = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)  # cannot tell: destroy it anyway
+        already_gone = inst is None or inst.status == InstanceStatus.GONE
+        last_err: ProviderError | None = None
+        for attempt in range(max(1, attempts)):
+            try:
+                provider.destroy(iid)
+                last_err = None
+                break
+            except ProviderError as e:  # keep trying: a box left running is the one unforgivable bug
+                last_err = e
+                if session_id:
+                    ledger.event(session_id, EventKind.DESTROY_FAILED, {"attempt": attempt + 1, "kind": e.kind.value, "by": by})
+                if attempt + 1 < attempts:
+                    sleep(min(DESTROY_BACKOFF_S * 2**attempt, DESTROY_BACKOFF_CAP_S))
+        if last_err is not None:
+            if session_id:
+                ledger.event(session_id, EventKind.DESTROY_GAVE_UP, {"instance": iid, "by": by, "error": str(last_err)})
+            return Ended(session_id, iid, False, False, booked, error=str(last_err), row=row)
+        destroyed = True
+    if not is_open:
+        if row is not None and destroyed and not already_gone:
+            ledger.event(session_id, EventKind.ORPHAN_DESTROYED, {"instance": iid, "by": by, "label": inst.label if inst else ""})
+        return Ended(session_id, iid, destroyed, row is not None, row.end_reason if row is not None else booked,
+                     row.ended_at if row is not None else None, row.end_source if row is not None else None, already_gone, row=row)
+    now = clock()
+    if ended_at is not None:
+        t, source = float(ended_at), end_source or "caller"
+    elif iid is None:
+        t, source = float(row.created_at), "create"  # never rented: nothing billed
+    else:
+        t, source = end_time(provider, iid, inst, already_gone, row, last_event, now, last_seen_at)
+    if iid:
+        ledger.event(session_id, EventKind.DESTROYED, {"instance": iid, "by": by, "already_gone": already_gone, "end_source": source})
+    fields = {} if tokens is None else {"tokens": int(tokens)}
+    closed = ledger.close(session_id, t, booked, exit_code=exit_code, end_source=source, **fields)
+    if closed is None:  # spooled: replayed by the next ledger write
+        return Ended(session_id, iid, destroyed, False, booked, t, source, already_gone, error="ledger write spooled")
+    return Ended(session_id, iid, destroyed, True, closed.end_reason, closed.ended_at, closed.end_source, already_gone, row=closed)
+
+
+def requested_reason(ledger, session_id: str) -> EndReason | None:
+    """The reason recorded for a session before its end was seen: an ``end_requested`` event (the
+    newest), else the job's end as last seen (``job_exited``: job_end / job_failed). None when
+    neither exists. Reads untrusted event text: unknown words are ignored."""
+    for e in reversed(ledger.events(session_id)):
+        if e.kind == EventKind.JOB_EXITED:
+            try:
+                code = json.loads(e.detail).get("exit_code")
+            except (ValueError, AttributeError):
+                code = None
+            return EndReason.JOB_END if code == 0 else EndReason.JOB_FAILED
+        if e.kind == EventKind.END_REQUESTED:
+            try:
+                d = json.loads(e.detail)
+                r = d.get("reason") if isinstance(d, dict) else None
+            except ValueError:
+                r = e.detail.split()[0] if e.detail else None  # older rows stored the bare reason
+            got = EndReason.parse(r)
+            if got is not None:
+                return got
+    return None
+
+
+def seen_exit_code(ledger, session_id: str) -> int | None:
+    """The job's exit code from the newest ``job_exited`` event (None when none was seen)."""
+    for e in reversed(ledger.events(session_id)):
+        if e.kind == EventKind.JOB_EXITED:
+            try:
+                code = json.loads(e.detail).get("exit_code")
+            except (ValueError, AttributeError):
+                return None
+            return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return None

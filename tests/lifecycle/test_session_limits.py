@@ -1,0 +1,56 @@
+"""A session's limits live on its row (m004): reconcile and the watchdog apply the ROW's
+ready_timeout_seconds and max_hours, not their own settings; rows from before m004 fall back to the
+acting process's settings. `up` writes them with the intent."""
+
+from __future__ import annotations
+
+import time
+
+from gpuops.reconcile import Context, reconcile
+from gpuops.watchdog import tick
+from tests.teardown.conftest import wait_for
+
+
+def _kinds(acts, sid):
+    return [a.kind for a in acts if a.session == sid]
+
+
+def test_reconcile_uses_the_rows_ready_timeout_not_its_own(rig, fake_smi):
+    patient = rig({}, up={"ready_timeout_seconds": 0.05})  # the reconciling process: 0.05 s
+    patient.intent()
+    patient.create()
+    patient.ledger.update(patient.sid, ready_timeout_seconds=900.0)  # what `up --ready 900` wrote
+    legacy = rig({}, up={"ready_timeout_seconds": 0.05})
+    legacy.intent()
+    legacy.create()  # a pre-m004 row: no limits stored, the process's 0.05 s applies
+    time.sleep(0.2)  # both are past 0.05 s (+ 0 s margin) without a heartbeat
+    ctx = Context(patient.settings, ledger=patient.ledger, arm_margin_s=0.0)
+    acts = reconcile(ctx)
+    assert _kinds(acts, patient.sid) == [] and patient.ledger.get(patient.sid).status != "closed"
+    assert _kinds(acts, legacy.sid) == ["destroyed"]
+    assert legacy.ledger.get(legacy.sid).end_reason == "interrupted"
+
+
+def test_watchdog_applies_the_rows_max_hours(rig, fake_smi):
+    fake_smi.util(90)
+    r = rig({"max_hours": 4.0, "sample_seconds": 0.3})  # the watchdog's own TTL: 4 h
+    r.intent()
+    r.create()
+    r.ledger.update(r.sid, max_hours=1 / 3600, ready_timeout_seconds=900.0)  # this session: 1 s
+    wait_for(lambda: time.time() > r.inst.created_at + 1.1, 5)
+    acts = tick(Context(r.settings, ledger=r.ledger))
+    assert "destroyed" in _kinds(acts, r.sid)
+    assert r.ledger.get(r.sid).end_reason == "ttl" and r.gone()
+
+
+def test_up_stores_its_limits_on_the_row(gpuops_home, fake_smi, tmp_path):
+    from gpuops.config import load_settings
+    from gpuops.launcher import Reporter, UpRequest, run_up
+    from ledger.store import Ledger
+
+    settings = load_settings(None, {"teardown": {"idle_minutes": 7.5, "max_hours": 2.0}, "up": {"ready_timeout_seconds": 321}})
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    summ = run_up(UpRequest(job=job, max_hours=2.0), settings, Reporter())
+    row = Ledger(settings.ledger_url()).get(summ["session"])
+    assert (row.max_hours, row.ready_timeout_seconds, row.idle_minutes) == (2.0, 321.0, 7.5)
