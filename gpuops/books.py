@@ -201,7 +201,7 @@ def _errors_line(p: Path, errors: list[tuple[int, str]]) -> str:
 def fetch_billing(settings, names: Iterable[str], since: float, until: float,
                   get_provider: Callable[[str, Any], Any] | None = None) -> tuple[list, list[str], dict[str, str]]:
     """Ask each provider in ``names`` for its billing lines over [since, until) epoch s via the
-    optional ``Provider.billing(since, until) -> list[ChargeLine]``. Returns (lines, providers that
+    ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default). Returns (lines, providers that
     answered, {provider: why not} for those that could not)."""
     if get_provider is None:
         from gpuops.providers import get_provider
@@ -214,12 +214,8 @@ def fetch_billing(settings, names: Iterable[str], since: float, until: float,
         except GpuopsError as e:
             skipped[name] = e.message
             continue
-        fn = getattr(prov, "billing", None)
-        if fn is None:
-            skipped[name] = "this provider gives no billing through its API"
-            continue
         try:
-            lines.extend(fn(since, until))
+            lines.extend(prov.billing(since, until))
         except GpuopsError as e:
             skipped[name] = str(e)
             continue
@@ -290,11 +286,15 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
                 gone = get_provider(r["provider"], settings).get(str(r["instance_id"])) is None
             except GpuopsError:
                 continue  # cannot tell: the row stays open, a later sync closes it
-            if gone:
-                row = next(x for x in rows if x.id == r["session"])
-                ledger.event(row.id, "gone", {"ended_at": r["provider_end"], "source": "provider billing"})
-                ledger.close(row.id, r["provider_end"], "interrupted", end_source="provider",
-                             billing_increment_seconds=billing_increment(settings, r["provider"]))
+            if gone:  # the one way to end a rental; the end is the provider's billed end, never "now"
+                from bootstrap.vocabulary import Actor, EndReason
+                from gpuops.lifecycle import end_rental
+                from gpuops.providers.base import Instance, InstanceStatus
+
+                gone_inst = Instance(id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE)
+                end_rental(ledger, get_provider(r["provider"], settings), r["session"], EndReason.INTERRUPTED,
+                           by=f"{Actor.RECONCILE}:ledger-sync", instance=gone_inst, detail="instance gone; end from the provider's billing",
+                           ended_at=r["provider_end"], end_source="provider")
                 closed_any = True
         if closed_any:
             rows = _sync_rows(ledger, lo, hi)

@@ -20,6 +20,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
+from bootstrap.vocabulary import EventKind
 from ledger.billing import ChargeLine
 
 _sessions = sa.table("sessions", sa.column("id"), sa.column("provider"), sa.column("instance_id"), sa.column("cost_usd"),
@@ -81,7 +82,7 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
             conn.execute(sa.update(_sessions).where(_sessions.c.id == sid)
                          .values(cost_usd=gpu, charged_usd=gpu, estimated_usd=estimate, cost_source="charged"))
             storage = [c for c in lines if c.kind == "storage"]
-            conn.execute(sa.insert(_events).values(session_id=sid, at=now, kind="charged", detail=json.dumps(
+            conn.execute(sa.insert(_events).values(session_id=sid, at=now, kind=EventKind.CHARGED.value, detail=json.dumps(
                 {"charged_usd": gpu, "estimated_usd": estimate, "storage_usd": round(sum(c.usd for c in storage), 6),
                  "provider": r["provider"]}, sort_keys=True)))
             booked += 1
