@@ -117,6 +117,8 @@ class EventKind(_Word):
     ORPHAN_DESTROYED = "orphan_destroyed"  # an instance whose row was already closed
     SPOOL_REPLAYED = "spool_replayed"  # writes that failed earlier were replayed from the spool
     NOTE = "note"  # `ledger note`
+    # books (ledger/sync.py)
+    CHARGED = "charged"  # `ledger sync --apply` booked the provider's charge; detail {"charged_usd", "estimated_usd", "storage_usd"}
 
 
 # Who ends rentals; ``by`` in END_REQUESTED/DESTROYED events (with a host:pid or command suffix).

@@ -8,11 +8,8 @@ from typing import Any, Callable, Iterable
 
 from gpuops.errors import BadInput, GpuopsError
 
-# Columns a month report needs (loaded as plain rows, not ORM objects: 100k sessions stay fast).
-REPORT_COLUMNS = (
-    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
-    "instance_id", "instance_created_at", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
-)
+# Columns a report needs (narrow rows, streamed, not ORM objects: 100k sessions stay fast).
+from ledger.reads import SPEND_COLUMNS as REPORT_COLUMNS  # noqa: E402
 
 
 def _tz_checked(tz: str | None) -> str | None:
@@ -39,14 +36,20 @@ def month(ledger, month: str | None = None, tz: str | None = None, by: str | Non
         start, end = month_bounds(month, tz)
     except ValueError as e:
         raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    rows = ledger.rows_between(start, end, REPORT_COLUMNS)
-    return month_report(rows, month, tz, by_day=by == "day" or plot)
+    lines = ledger.cost_lines(start, end)
+    if by == "day" or plot:  # days: each row split across the days it ran in, streamed
+        return month_report(ledger.overlapping(start, end, REPORT_COLUMNS), month, tz, by_day=True, cost_lines=lines)
+    from ledger.aggregate import group_rows
+    from ledger.reports import month_report_groups
+
+    q = _query(ledger)
+    return month_report_groups(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines))
 
 
 def experiments(ledger, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
     """``ledger experiments``: per-experiment totals over [since 00:00, until 24:00) in ``tz``
     (dates ``YYYY-MM-DD``; either may be omitted). Raises BadInput for a bad date or zone."""
-    from ledger.reports import day_start, experiments_report
+    from ledger.reports import day_start
 
     tz = _tz_checked(tz)
     try:
@@ -56,7 +59,36 @@ def experiments(ledger, since: str | None = None, until: str | None = None, tz: 
         raise BadInput(str(e), "pass dates as YYYY-MM-DD, e.g. --since 2026-11-01") from None
     if start is not None and end is not None and end <= start:
         raise BadInput(f"--until {until} is before --since {since}", "swap the two dates")
-    return experiments_report(ledger.rows_between(start, end, REPORT_COLUMNS), since, until)
+    from ledger.aggregate import group_rows, latest_conclusions
+    from ledger.reports import experiments_report_groups
+
+    q = _query(ledger)
+    lines = ledger.cost_lines(start, end)
+    return experiments_report_groups(group_rows(q, start, end), latest_conclusions(q, start, end), since, until, start, end, lines,
+                                     _line_keys(q, lines))
+
+
+def _query(ledger):
+    """SQL text runner for ``ledger.aggregate``: sqlite3 on a current SQLite file, else SQLAlchemy."""
+    from ledger.aggregate import engine_query, sqlite_query
+
+    path = getattr(ledger, "_sqlite", None)
+    return sqlite_query(path) if path is not None else engine_query(ledger.engine)
+
+
+def _line_keys(q, lines) -> dict[str, dict[str, str]]:
+    """{session id: {"experiment","card","provider"}} of the sessions owning cost ``lines``."""
+    from ledger.reports import card_name
+
+    ids = sorted({ln.session_id for ln in lines if ln.session_id is not None})
+    out: dict[str, dict[str, str]] = {}
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        marks = ", ".join(f":i{j}" for j in range(len(chunk)))
+        for sid, exp, card, n, prov in q(f"SELECT id, experiment, card, gpu_count, provider FROM sessions WHERE id IN ({marks})",
+                                         {f"i{j}": x for j, x in enumerate(chunk)}):
+            out[sid] = {"experiment": exp, "card": card_name(type("R", (), {"card": card, "gpu_count": n})), "provider": prov}
+    return out
 
 
 def _day_after(day: str, tz: str | None) -> float:
@@ -70,18 +102,27 @@ def _day_after(day: str, tz: str | None) -> float:
 
 
 def show(ledger, ref: str, tz: str | None = None) -> dict:
-    """``ledger show``: every field, steps, events, derived cost figures (``session_detail``)."""
+    """``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
+    ``cost_lines`` [{"kind","usd","start_at","end_at","provider","description"}] (storage booked
+    apart from GPU time) and ``storage_usd``."""
     from gpuops.sessions import resolve_session
     from ledger.reports import session_detail
 
     tz = _tz_checked(tz)
+    from ledger.reads import session_cost_lines
+
     row = resolve_session(ledger, ref)
-    return session_detail(row, ledger.steps(row.id), ledger.events(row.id), tz)
+    d = session_detail(row, ledger.steps(row.id), ledger.events(row.id), tz)
+    d["cost_lines"] = [{"kind": ln.kind, "usd": ln.usd, "start_at": ln.start_at, "end_at": ln.end_at, "provider": ln.provider,
+                        "description": ln.description} for ln in session_cost_lines(ledger.engine, row.id)]
+    d["storage_usd"] = round(sum(ln["usd"] for ln in d["cost_lines"]), 6)
+    return d
 
 
 def tokens(ledger, ref: str, n: int) -> dict:
     """``ledger tokens SESSION N``: set the session's token count after the fact. Returns
-    ``{"session","tokens","cost_usd","usd_per_mtoken"}``. BadInput for N < 0."""
+    ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the session's
+    whole booked cost, GPU time; ``simulated``: a catalog price, not money). BadInput for N < 0."""
     from gpuops.sessions import resolve_session
     from ledger.reports import per_mtoken
 
@@ -89,7 +130,7 @@ def tokens(ledger, ref: str, n: int) -> dict:
         raise BadInput(f"tokens must be >= 0, got {n}", "pass the number of tokens the job produced")
     row = ledger.set_tokens(resolve_session(ledger, ref).id, n)
     cost = row.cost_usd if row.status == "closed" else None
-    return {"session": row.id, "tokens": row.tokens, "cost_usd": cost,
+    return {"session": row.id, "tokens": row.tokens, "cost_usd": cost, "simulated": bool(row.simulated),
             "usd_per_mtoken": per_mtoken(cost, row.tokens) if cost is not None else None}
 
 
@@ -160,7 +201,7 @@ def _errors_line(p: Path, errors: list[tuple[int, str]]) -> str:
 def fetch_billing(settings, names: Iterable[str], since: float, until: float,
                   get_provider: Callable[[str, Any], Any] | None = None) -> tuple[list, list[str], dict[str, str]]:
     """Ask each provider in ``names`` for its billing lines over [since, until) epoch s via the
-    optional ``Provider.billing(since, until) -> list[ChargeLine]``. Returns (lines, providers that
+    ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default). Returns (lines, providers that
     answered, {provider: why not} for those that could not)."""
     if get_provider is None:
         from gpuops.providers import get_provider
@@ -173,12 +214,8 @@ def fetch_billing(settings, names: Iterable[str], since: float, until: float,
         except GpuopsError as e:
             skipped[name] = e.message
             continue
-        fn = getattr(prov, "billing", None)
-        if fn is None:
-            skipped[name] = "this provider gives no billing through its API"
-            continue
         try:
-            lines.extend(fn(since, until))
+            lines.extend(prov.billing(since, until))
         except GpuopsError as e:
             skipped[name] = str(e)
             continue
@@ -186,21 +223,94 @@ def fetch_billing(settings, names: Iterable[str], since: float, until: float,
     return lines, answered, skipped
 
 
+def billing_increment(settings, provider: str) -> float:
+    """Seconds ``provider`` rounds billed time up to: ``[providers.<name>] billing_increment_seconds``,
+    else the documented unit (``ledger.billing.PROVIDER_INCREMENT_S``: per second for RunPod and
+    Vast). What a close passes as ``billing_increment_seconds`` so our estimate rounds as they do."""
+    from ledger.billing import DEFAULT_INCREMENT_S, PROVIDER_INCREMENT_S
+
+    cfg = getattr(getattr(settings, "providers", None), provider, None) if settings is not None else None
+    inc = getattr(cfg, "billing_increment_seconds", None)
+    return float(inc) if inc else PROVIDER_INCREMENT_S.get(provider, DEFAULT_INCREMENT_S)
+
+
 def sync(ledger, settings, month: str | None = None, tz: str | None = None, providers: Iterable[str] = ("runpod", "vast"),
-         get_provider: Callable[[str, Any], Any] | None = None) -> dict:
-    """``ledger sync [--month]``: the providers' own billing for the month against our books
-    (``ledger.billing.compare_billing``) plus ``month``, ``skipped`` {provider: reason}."""
+         get_provider: Callable[[str, Any], Any] | None = None, apply: bool = False) -> dict:
+    """``ledger sync [--month M] [--apply]``: the providers' own billing against our books.
+
+    Compared: every real rental that spent money in the month (attributed by time), each WHOLE (a
+    rental across the month boundary is fetched and compared over both months), per session:
+    provider charge, our booked cost (GPU time + booked storage), the difference; plus the charges
+    that match no row (``unbooked``: someone else's instance, or one made before gpuops: listed,
+    never booked) and account-level storage (``account``: RunPod network volumes).
+    ``apply``: ``ledger`` must be a writable ``Ledger``. First an open row whose instance the
+    provider no longer has is closed at the end its billing shows (never "now"); then every closed
+    session's charge is booked as its cost (``ledger.sync.apply_charges``: estimate kept beside it,
+    storage as its own lines, an event). Returns ``ledger.billing.compare_billing``'s dict plus
+    ``month``, ``skipped`` {provider: reason}, ``window`` [since, until] epoch s, ``month_usd``
+    (the books' month total after the run, attributed by time), ``applied`` (when ``apply``).
+    Raises BadInput for a bad month or zone.
+    """
     from ledger.billing import compare_billing
-    from ledger.reports import month_bounds, this_month
+    from ledger.reports import month_bounds, month_report, this_month
+    from ledger.sync import apply_charges, booked_storage, known_instances
 
     tz = _tz_checked(tz)
     month = month or this_month(tz)
     try:
-        start, end = month_bounds(month, tz)
+        lo, hi = month_bounds(month, tz)
     except ValueError as e:
         raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    lines, answered, skipped = fetch_billing(settings, providers, start, end, get_provider)
-    rep = compare_billing(ledger.rows_between(start, end, REPORT_COLUMNS), lines, answered)
-    rep["month"] = month
-    rep["skipped"] = skipped
+    rows = _sync_rows(ledger, lo, hi)
+    # The window covers every compared rental whole; the month's own figures are cut from it.
+    since = min([lo] + [r.instance_created_at for r in rows if r.instance_created_at is not None])
+    until = max([hi] + [r.ended_at for r in rows if r.ended_at is not None])
+    if get_provider is None:
+        from gpuops.providers import get_provider
+    lines, answered, skipped = fetch_billing(settings, providers, since, until, get_provider)
+
+    def compare() -> dict:
+        mine = {(r.provider, str(r.instance_id)) for r in rows if r.instance_id is not None}
+        other = {(c.provider, str(c.instance_id)) for c in lines if c.instance_id is not None} - mine
+        return compare_billing(rows, lines, answered, lo=lo, hi=hi, booked_storage=booked_storage(ledger.engine, [r.id for r in rows]),
+                               elsewhere=known_instances(ledger.engine, other) if other else set())
+
+    rep = compare()
+    applied = None
+    if apply:
+        closed_any = False
+        for r in rep["sessions"]:
+            if r["status"] != "open" or r["provider_end"] is None:
+                continue
+            try:
+                gone = get_provider(r["provider"], settings).get(str(r["instance_id"])) is None
+            except GpuopsError:
+                continue  # cannot tell: the row stays open, a later sync closes it
+            if gone:  # the one way to end a rental; the end is the provider's billed end, never "now"
+                from bootstrap.vocabulary import Actor, EndReason
+                from gpuops.lifecycle import end_rental
+                from gpuops.providers.base import Instance, InstanceStatus
+
+                gone_inst = Instance(id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE)
+                end_rental(ledger, get_provider(r["provider"], settings), r["session"], EndReason.INTERRUPTED,
+                           by=f"{Actor.RECONCILE}:ledger-sync", instance=gone_inst, detail="instance gone; end from the provider's billing",
+                           ended_at=r["provider_end"], end_source="provider")
+                closed_any = True
+        if closed_any:
+            rows = _sync_rows(ledger, lo, hi)
+            rep = compare()
+        applied = apply_charges(ledger.engine, rep, lines)
+        rows = _sync_rows(ledger, lo, hi)
+        rep = compare()
+    rep.pop("lines", None)
+    rep.update(month=month, skipped=skipped, window=[since, until], applied=applied,
+               month_usd=month_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=ledger.cost_lines(lo, hi))["total_usd"])
     return rep
+
+
+def _sync_rows(ledger, lo: float, hi: float) -> list:
+    return [r for r in ledger.overlapping(lo, hi, SYNC_COLUMNS) if r.instance_id is not None or r.instance_created_at is not None]
+
+
+SYNC_COLUMNS = ("id", "provider", "instance_id", "instance_created_at", "created_at", "ended_at", "status", "simulated",
+                "cost_usd", "cost_source", "usd_per_hour")

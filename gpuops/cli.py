@@ -448,7 +448,8 @@ def ledger_tokens(
 
     r = books.tokens(_ledger(config), session, n)
     per = r["usd_per_mtoken"]
-    ui.print_json(r) if json_out else print(f"{r['session']}: {r['tokens']:,} tokens" + (f", ${per:,.4f}/Mtoken" if per is not None else ""))
+    ui.print_json(r) if json_out else print(f"{r['session']}: {r['tokens']:,} tokens"
+                                            + (f", {ui.money(per, r['simulated'])}/Mtoken" if per is not None else ""))
 
 
 @ledger_app.command("export")
@@ -485,17 +486,24 @@ def ledger_sync(
     month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
+    apply: bool = typer.Option(False, "--apply", help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines."),
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""
     from gpuops import books, ledger_view
 
-    from ledger.reads import LedgerReader
-
     fmt = _fmt(json_out, csv_out)
     settings = _settings(config)
-    ledger_view.emit("sync", books.sync(LedgerReader(settings.ledger_url()), settings, month, tz), fmt)
+    if apply:
+        from ledger import Ledger
+
+        led = Ledger(settings.ledger_url())
+    else:
+        from ledger.reads import LedgerReader
+
+        led = LedgerReader(settings.ledger_url())
+    ledger_view.emit("sync", books.sync(led, settings, month, tz, apply=apply), fmt)
 
 
 LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"

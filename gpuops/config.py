@@ -86,11 +86,13 @@ class LocalProviderSettings(_Section):
 class RunpodSettings(_Section):
     url: str = ""  # GraphQL base; empty: the SDK default (or RUNPOD_API_BASE_URL)
     api_key: str = ""
+    billing_increment_seconds: float = Field(default=1.0, gt=0)  # "billed by the second" (docs.runpod.io/pods/pricing)
 
 
 class VastSettings(_Section):
     url: str = ""  # REST base; empty: the SDK default (or VAST_URL)
     api_key: str = ""
+    billing_increment_seconds: float = Field(default=1.0, gt=0)  # "every second" (docs.vast.ai/billing-help)
 
 
 class ProvidersSettings(_Section):

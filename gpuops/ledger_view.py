@@ -15,9 +15,9 @@ from typing import Any
 from ledger.reports import SESSION_FIELDS
 
 GROUP_COLUMNS = ["name", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "open_sessions", "tokens",
-                 "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job"]
-DAY_COLUMNS = ["date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens"]
-SYNC_COLUMNS = ["session", "provider", "instance_id", "ours_usd", "theirs_usd", "diff_usd", "status"]
+                 "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job", "storage_usd", "charged_sessions"]
+DAY_COLUMNS = ["date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens", "storage_usd"]
+SYNC_COLUMNS = ["session", "provider", "instance_id", "ours_usd", "cost_source", "theirs_usd", "theirs_storage_usd", "diff_usd", "status"]
 # The month's tables show the biggest groups; the rest are one summary row (all of them: --json,
 # --csv, or `ledger experiments`). People look at a month before they read it.
 MONTH_TABLE_ROWS = 15
@@ -75,7 +75,9 @@ def csv_text(kind: str, rep: dict) -> str:
         for r in rep["sessions"]:
             w.writerow([_cell(r[c]) for c in SYNC_COLUMNS])
         for u in rep["unbooked"]:
-            w.writerow(["", u["provider"], _cell(u["instance_id"]), "", _cell(u["usd"]), _cell(u["usd"]), "unbooked"])
+            w.writerow(["", u["provider"], _cell(u["instance_id"]), "", "", _cell(u["usd"]), "", _cell(u["usd"]), "unbooked"])
+        for a in rep.get("account", []):
+            w.writerow(["", a["provider"], "", "", "", _cell(a["usd"]), _cell(a["usd"]), "", "account"])
     else:
         w.writerow(sorted(rep))
         w.writerow([_cell(rep[k]) for k in sorted(rep)])
@@ -105,8 +107,8 @@ def _fold(rows: list[dict], keep: int) -> list[dict]:
         return rows
     rest = rows[keep:]
     other = {"name": f"({len(rest)} more)", "open_sessions": sum(r["open_sessions"] for r in rest)}
-    for k in ("cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens"):
-        other[k] = sum(r[k] for r in rest)
+    for k in ("cost_usd", "simulated_usd", "storage_usd", "charged_sessions", "gpu_hours", "sessions", "tokens"):
+        other[k] = sum(r.get(k, 0) for r in rest)
     for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job"):
         other[k] = None
     return rows[:keep] + [other]
@@ -146,6 +148,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
     per, job = rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]
     c.print(
         f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
+        + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
         + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
         + f" | {rep['gpu_hours']:.3f} GPU-h | {plural(rep['sessions'], 'session')}"
         + (f" ({rep['open_sessions']} open, no cost yet)" if rep["open_sessions"] else "")
@@ -153,6 +156,11 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
         markup=True,
     )
+    closed = rep["sessions"] - rep["open_sessions"]
+    if closed:
+        charged = rep.get("charged_sessions", 0)
+        c.print(f"costs: {charged} of {closed} closed sessions at the provider's own charge (ledger sync --apply), "
+                f"{closed - charged} our estimate (price x billed seconds); split across the hours they ran in")
     if not rep["sessions"]:
         c.print("no sessions this month")
     for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
@@ -236,10 +244,16 @@ def render_show(d: dict) -> None:
     for e in d["events"]:
         ev.add_row(e["time"], e["kind"], e["detail"])
     c.print(ev)
+    for ln in d.get("cost_lines", []):
+        c.print(f"{ln['kind']} line: {usd(ln['usd'])} USD ({ln['description'] or ln['provider']}), booked apart from GPU time")
+    if d.get("cost_source") == "charged":
+        c.print(f"cost: the provider's own charge {usd(d.get('charged_usd'))} USD; our estimate was {usd(d.get('estimated_usd'))} USD")
     c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
 
 
 def render_sync(rep: dict) -> None:
+    """Per session: ours (booked: GPU time + storage lines, charged or estimated) vs theirs; then the
+    charges that match no row (never booked), account-level storage, and the month's invoice."""
     from rich.table import Table
 
     c = _console()
@@ -247,11 +261,24 @@ def render_sync(rep: dict) -> None:
         c.print(f"[yellow]{name}:[/] not compared ({why})", markup=True)
     t = Table(title=f"our books vs provider billing, {rep.get('month', '')}", title_justify="left")
     for col in ("session", "provider", "instance", "ours USD", "theirs USD", "diff USD", "status"):
-        t.add_column(col, justify="right" if "USD" in col else "left")
+        t.add_column(col, justify="right" if "USD" in col else "left", no_wrap=col in ("session", "instance"))
     for r in rep["sessions"]:
-        t.add_row(r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]), r["status"])
+        storage = r.get("theirs_storage_usd") or 0.0
+        t.add_row(r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]),
+                  f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else ""))
     for u in rep["unbooked"]:
-        t.add_row("-", u["provider"], u["instance_id"] or "-", "-", usd(u["usd"]), usd(u["usd"]), "unbooked: " + (u["description"] or u["kind"]))
-    if rep["sessions"] or rep["unbooked"]:
+        t.add_row("-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), usd(u["usd"]), "not ours: not booked")
+    for a in rep.get("account", []):
+        t.add_row("-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage")
+    if rep["sessions"] or rep["unbooked"] or rep.get("account"):
         c.print(t)
     c.print(f"total: ours ${rep['ours_usd']:,.4f}, theirs ${rep['theirs_usd']:,.4f}, difference ${rep['diff_usd']:,.4f}")
+    if "invoice_usd" in rep:
+        c.print(f"{rep.get('month', '')}: the providers bill ${rep['invoice_usd']:,.4f}; the books hold ${rep.get('month_usd') or 0:,.4f}"
+                + (f" (${sum(u['usd'] for u in rep['unbooked']):,.4f} of instances not ours, not booked)" if rep["unbooked"] else ""))
+    ap = rep.get("applied")
+    if ap:
+        c.print(f"applied: {ap['sessions']} sessions booked at the provider's charge (our estimate kept beside it), "
+                f"{ap['storage_lines']} storage lines (${ap['storage_usd']:,.4f}), {ap['account_lines']} account storage lines")
+    elif rep["sessions"]:
+        c.print("nothing booked: run `gpuops ledger sync --apply` to book the providers' charges")

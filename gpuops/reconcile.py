@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterator
 
 from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
+from gpuops.ui import money  # "simulated" on every money figure
 from gpuops.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 
@@ -175,7 +176,7 @@ def _ended_action(row, ended: Ended, what: str) -> Action:
         return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
     c = ended.row
     return Action(row.id, "closed" if ended.already_gone else "destroyed",
-                  f"{ended.reason}: {what}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, ${c.cost_usd:.4f}")
+                  f"{ended.reason}: {what}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}")
 
 
 def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -> EndReason:

@@ -106,7 +106,7 @@ def render_dry_run(plan: dict) -> None:
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
     c.print(f"would rent: {plan['card']} x{plan['gpu_count']} on {plan['provider']} at "
             f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")
-    c.print(f"projected cost of max_hours={plan['max_hours']:g}: ${plan['projected_cost_usd']:.4f}")
+    c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
     td = plan["teardown"]
     c.print("teardown: " + ", ".join(f"{k}={v}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")

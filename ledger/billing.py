@@ -14,6 +14,15 @@ from typing import Any, Iterable
 # Per-second billing (RunPod pods and Vast instances bill by the second; a provider setting may say
 # otherwise and is stored per session in ``sessions.billing_increment_seconds``).
 DEFAULT_INCREMENT_S = 1.0
+# Each provider's billing unit, seconds, from its documentation (``[providers.<name>]
+# billing_increment_seconds`` overrides it):
+# - RunPod: "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
+#   network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
+# - Vast.ai: "You are charged the base active rental cost for every second your instance is in the
+#   active/connected state ... the storage cost ... for every second your instance exists"
+#   (docs.vast.ai/billing-help); a stopped instance still bills storage.
+# - local: our own clock, per second.
+PROVIDER_INCREMENT_S = {"runpod": 1.0, "vast": 1.0, "local": 1.0}
 # Floating-point slack before rounding up: 3600.0000000001 s is 3600 s, not 3601 s.
 _EPS = 1e-6
 
@@ -72,10 +81,12 @@ class ChargeLine:
     """One line of a provider's own billing, as ``Provider.billing(since, until)`` returns it.
 
     ``instance_id``: the provider's id for the box (RunPod pod id, Vast contract id) as our rows
-    store it, or None for account-level lines. ``usd``: what was charged (USD, >= 0; credits are not
-    charge lines). ``start``/``end``: epoch seconds the line covers, when given. ``label``: the
-    instance label (``gpuops-<session>``) when the provider reports it. ``kind``: gpu, storage,
-    network or other.
+    store it, or None for account-level lines (a network volume). ``usd``: what was charged (USD,
+    >= 0; credits are not charge lines). ``start``/``end``: epoch seconds the line covers, when
+    given (a RunPod record covers its whole bucket). ``label``: the instance label
+    (``gpuops-<session>``) when the provider reports it. ``kind``: gpu (compute time, the price
+    including the disk of a running box), storage (a stopped box's disk, volumes), network or
+    other. ``seconds``: compute seconds billed, when the provider says (RunPod ``timeBilledMs``).
     """
 
     provider: str
@@ -86,6 +97,7 @@ class ChargeLine:
     label: str = ""
     kind: str = "gpu"
     description: str = ""
+    seconds: float | None = None
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -95,48 +107,100 @@ def _r(x: float) -> float:
     return round(x, 6)
 
 
+def _share(c: ChargeLine, lo: float | None, hi: float | None) -> float:
+    """The part of charge line ``c`` inside [lo, hi) (a line without a period counts whole)."""
+    if lo is None or hi is None or c.start is None or c.end is None:
+        return c.usd
+    from ledger.attribution import fraction
+
+    return c.usd * fraction(c.start, c.end, lo, hi)
+
+
+def provider_end(s: Any, lines: Iterable[ChargeLine]) -> float | None:
+    """The end of a session's billed compute time by the provider's own lines, for an end we never
+    saw: ``instance_created_at`` + the compute seconds billed when the provider counts them (RunPod
+    ``timeBilledMs``), else the latest end of a compute (non-storage) line. None without lines."""
+    gpu = [c for c in lines if c.kind != "storage"]
+    if not gpu:
+        return None
+    if s.instance_created_at is not None and all(c.seconds is not None for c in gpu):
+        return s.instance_created_at + sum(c.seconds or 0.0 for c in gpu)
+    ends = [c.end for c in gpu if c.end is not None]
+    return max(ends) if ends else None
+
+
 def compare_billing(
-    sessions: Iterable[Any], charges: Iterable[ChargeLine], providers: Iterable[str], tolerance_usd: float = MATCH_TOLERANCE_USD
+    sessions: Iterable[Any], charges: Iterable[ChargeLine], providers: Iterable[str], tolerance_usd: float = MATCH_TOLERANCE_USD,
+    lo: float | None = None, hi: float | None = None, booked_storage: dict[str, float] | None = None,
+    elsewhere: set[tuple[str, str]] | None = None,
 ) -> dict:
     """Our books against the providers' billing, per session and in total.
 
     ``sessions``: ledger rows (attributes ``id, provider, instance_id, instance_created_at, status,
-    simulated, cost_usd``); only real (not simulated) rentals of ``providers`` are compared.
-    ``charges``: the providers' lines for the same window. A line matches a session by
-    (provider, instance_id), else by label ``gpuops-<session id>``; several lines of one instance
-    (per day, storage) are summed.
+    simulated, cost_usd``, optionally ``cost_source``); only real (not simulated) rentals of
+    ``providers`` are compared. ``charges``: the providers' lines, fetched over a window that covers
+    every compared session whole (a rental across a month boundary is compared whole). A line
+    matches a session by (provider, instance_id), else by label ``gpuops-<session id>``; several
+    lines of one instance (hours, days, storage) are summed. ``booked_storage``: {session id: USD of
+    storage lines already booked}, part of "ours". ``elsewhere``: (provider, instance id) of ledger
+    rows outside this comparison (a neighbouring month's rental): their lines are ignored, not
+    foreign. [``lo``, ``hi``): the month, epoch s: foreign and account lines count their share of it.
 
     Shape: ``{"providers", "sessions": [{"session","provider","instance_id","ours_usd","theirs_usd",
-    "diff_usd","status"}], "unbooked": [ChargeLine json + nothing else], "by_provider": [{"name",
-    "ours_usd","theirs_usd","diff_usd"}], "ours_usd","theirs_usd","diff_usd"}``. ``diff_usd`` is
-    theirs minus ours (positive: the provider charged more than we booked). ``status``: ``match``
-    (within ``tolerance_usd``), ``differs``, ``not_billed`` (no line at the provider), ``open``
-    (we have no cost yet).
+    "theirs_gpu_usd","theirs_storage_usd","diff_usd","status","cost_source","provider_end"}],
+    "unbooked": [{"provider","instance_id","label","usd","kind","description"}] (foreign instances:
+    listed, never booked), "account": [{"provider","usd","kind","description"}] (account-level
+    storage: network volumes), "by_provider": [{"name","ours_usd","theirs_usd","diff_usd"}],
+    "ours_usd","theirs_usd","diff_usd","invoice_usd"}``. ``diff_usd`` is theirs minus ours.
+    ``status``: ``match`` (within ``tolerance_usd``), ``differs``, ``not_billed`` (no line at the
+    provider), ``open`` (we have no cost yet; ``provider_end`` is the end its billing shows).
+    ``invoice_usd``: every line's share of [lo, hi) (what the provider bills for the month).
     """
     wanted = set(providers)
+    booked_storage = booked_storage or {}
+    elsewhere = elsewhere or set()
     rows = [
         s for s in sessions
         if s.provider in wanted and not s.simulated and (s.instance_id is not None or s.instance_created_at is not None)
     ]
     by_instance = {(s.provider, str(s.instance_id)): s for s in rows if s.instance_id is not None}
     by_label = {f"gpuops-{s.id}": s for s in rows}
-    theirs: dict[str, float] = {}
-    unbooked: list[dict] = []
+    mine: dict[str, list[ChargeLine]] = {}
+    foreign: dict[tuple[str, str], dict] = {}
+    account: dict[tuple[str, str], dict] = {}
+    invoice: dict[str, float] = {p: 0.0 for p in wanted}
     for c in charges:
         if c.provider not in wanted:
             continue
+        share = _share(c, lo, hi)
+        invoice[c.provider] += share
         s = by_instance.get((c.provider, str(c.instance_id))) if c.instance_id is not None else None
         if s is None and c.label:
             s = by_label.get(c.label)
-        if s is None:
-            unbooked.append(c.as_json())
+        if s is not None:
+            mine.setdefault(s.id, []).append(c)
             continue
-        theirs[s.id] = theirs.get(s.id, 0.0) + c.usd
+        if c.instance_id is not None and (c.provider, str(c.instance_id)) in elsewhere:
+            continue
+        if share <= 0:
+            continue
+        if c.instance_id is None and not c.label:
+            a = account.setdefault((c.provider, c.kind), {"provider": c.provider, "usd": 0.0, "kind": c.kind, "description": c.description})
+            a["usd"] += share
+            continue
+        u = foreign.setdefault((c.provider, str(c.instance_id or c.label)), {
+            "provider": c.provider, "instance_id": c.instance_id, "label": c.label, "usd": 0.0, "kind": c.kind, "description": c.description})
+        u["usd"] += share
+        if c.kind not in u["kind"].split("+"):
+            u["kind"] += "+" + c.kind
     out_rows = []
     prov: dict[str, dict] = {p: {"name": p, "ours_usd": 0.0, "theirs_usd": 0.0, "diff_usd": 0.0} for p in sorted(wanted)}
     for s in sorted(rows, key=lambda r: (r.instance_created_at or 0.0, r.id)):
-        ours = s.cost_usd if s.status == "closed" else None
-        their = theirs.get(s.id)
+        lines = mine.get(s.id, [])
+        closed = s.status == "closed"
+        ours = (s.cost_usd or 0.0) + booked_storage.get(s.id, 0.0) if closed else None
+        their = sum(c.usd for c in lines) if lines else None
+        storage = sum(c.usd for c in lines if c.kind == "storage")
         if ours is None:
             status = "open"
         elif their is None:
@@ -147,13 +211,18 @@ def compare_billing(
         out_rows.append({
             "session": s.id, "provider": s.provider, "instance_id": s.instance_id,
             "ours_usd": None if ours is None else _r(ours), "theirs_usd": None if their is None else _r(their),
-            "diff_usd": _r(diff), "status": status,
+            "theirs_gpu_usd": None if their is None else _r(their - storage), "theirs_storage_usd": _r(storage),
+            "diff_usd": _r(diff), "status": status, "cost_source": getattr(s, "cost_source", None) or "estimated",
+            "provider_end": None if closed else provider_end(s, lines),
         })
         p = prov[s.provider]
         p["ours_usd"] += ours or 0.0
         p["theirs_usd"] += their or 0.0
-    for u in unbooked:
+    unbooked = sorted(foreign.values(), key=lambda u: (u["provider"], str(u["instance_id"])))
+    accounts = sorted(account.values(), key=lambda a: (a["provider"], a["kind"]))
+    for u in unbooked + accounts:
         prov[u["provider"]]["theirs_usd"] += u["usd"]
+        u["usd"] = _r(u["usd"])
     for p in prov.values():
         p["diff_usd"] = p["theirs_usd"] - p["ours_usd"]
         for k in ("ours_usd", "theirs_usd", "diff_usd"):
@@ -164,8 +233,11 @@ def compare_billing(
         "providers": sorted(wanted),
         "sessions": out_rows,
         "unbooked": unbooked,
+        "account": accounts,
         "by_provider": list(prov.values()),
         "ours_usd": _r(ours_t),
         "theirs_usd": _r(theirs_t),
         "diff_usd": _r(theirs_t - ours_t),
+        "invoice_usd": _r(sum(invoice.values())),
+        "lines": mine,
     }

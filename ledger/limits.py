@@ -91,16 +91,31 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
 
 
 def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None) -> float:
-    """Real (not simulated) USD spent on sessions whose intent time is in [start, end): booked cost
-    of closed sessions, plus open sessions' cost accrued to ``now`` at their charged price (an
-    estimate for enforcing caps; the books never extend an open session to "now")."""
+    """Real (not simulated) USD spent in [start, end) epoch s, attributed by time
+    (``ledger.attribution``: a rental across the month boundary counts only its hours inside):
+    closed sessions' booked cost (the provider's charge once synced), storage lines, and open
+    sessions' cost accrued to ``now`` at their charged price (an estimate for enforcing caps; the
+    books never extend an open session to "now").
+
+    Closed sessions are summed inside the database with the same rule (``attribution.share_sql``)
+    under the index-friendly overlap predicate; only open sessions come back as rows. No ORM
+    objects, flat memory (issue 16).
+    """
+    import sqlalchemy as sa
+
+    from ledger.attribution import SQL_TOUCHES, accrued, fraction, share_sql
+
     now = time.time() if now is None else now
-    total = 0.0
-    for s in ledger.sessions_between(start, end):
-        if s.simulated:
-            continue
-        if s.status == "closed":
-            total += s.cost_usd or 0.0
-        elif s.instance_created_at is not None and s.usd_per_hour:
-            total += max(0.0, now - s.instance_created_at) / 3600.0 * s.usd_per_hour
+    where = f"+created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no AND {SQL_TOUCHES}"
+    closed = sa.text(f"SELECT COALESCE(SUM({share_sql('COALESCE(cost_usd, 0.0)')}), 0.0) FROM sessions WHERE {where} AND status = 'closed'")
+    opened = sa.text(f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
+                     f" WHERE {where} AND status <> 'closed'")
+    args = {"lo": float(start), "hi": float(end), "no": False}
+    with ledger.engine.connect().execution_options(ledger_read=True) as conn:
+        total = float(conn.execute(closed, args).scalar() or 0.0)
+        for s in conn.execute(opened, args):
+            total += accrued(s, start, end, now)
+    for ln in ledger.cost_lines(start, end):
+        if not ln.simulated:
+            total += ln.usd * fraction(ln.start_at, ln.end_at, start, end)
     return round(total, 6)

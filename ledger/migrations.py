@@ -132,6 +132,48 @@ def m004_session_limits(conn: Connection) -> None:
     ):
         conn.exec_driver_sql(ddl)
 
+
+@migration
+def m005_books(conn: Connection) -> None:
+    """Books to the cent (issue 13): the provider's own charge beside our estimate, and cost lines.
+
+    ``sessions.estimated_usd``: our estimate (price x billed seconds) kept when ``ledger sync
+    --apply`` books the provider's charge; ``sessions.charged_usd``: that charge (GPU time, USD);
+    ``sessions.cost_source``: ``estimated`` (NULL on old rows means the same) or ``charged``.
+    ``cost_lines``: money that is not the session's GPU time: ``storage`` (a stopped instance's disk,
+    network volumes) booked apart, included in totals; ``session_id`` NULL for account-level lines
+    (a RunPod network volume). One line per (provider, instance, kind, start) (``line_key``).
+    Indexes for the month-range predicate ``created_at < end AND (ended_at IS NULL OR ended_at >=
+    start)`` (issue 16): ``ended_at`` (the OR's two arms are index lookups) and the cost lines' period.
+    """
+    for ddl in (
+        "ALTER TABLE sessions ADD COLUMN estimated_usd FLOAT",
+        "ALTER TABLE sessions ADD COLUMN charged_usd FLOAT",
+        "ALTER TABLE sessions ADD COLUMN cost_source VARCHAR",
+        "CREATE INDEX IF NOT EXISTS ix_sessions_ended_at ON sessions (ended_at)",
+    ):
+        conn.exec_driver_sql(ddl)
+    md = sa.MetaData()
+    sa.Table(
+        "cost_lines",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("session_id", sa.String, index=True),  # sessions.id; NULL: account-level (a volume)
+        sa.Column("provider", sa.String, nullable=False),
+        sa.Column("instance_id", sa.String),  # the provider's instance / volume id
+        sa.Column("kind", sa.String, nullable=False),  # storage
+        sa.Column("start_at", sa.Float, nullable=False),  # epoch s, the period the line bills
+        sa.Column("end_at", sa.Float, nullable=False, index=True),
+        sa.Column("usd", sa.Float, nullable=False),
+        sa.Column("simulated", sa.Boolean, nullable=False),
+        sa.Column("source", sa.String, nullable=False),  # provider (billing) | estimate
+        sa.Column("description", sa.String, nullable=False),
+        sa.Column("booked_at", sa.Float, nullable=False),
+        sa.Column("line_key", sa.String, nullable=False, unique=True),
+    )
+    md.create_all(conn)
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

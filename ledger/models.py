@@ -53,6 +53,10 @@ class Session(SQLModel, table=True):
     max_hours: Optional[float] = None  # hard TTL from create, hours
     ready_timeout_seconds: Optional[float] = None  # create -> SSH ready deadline, seconds
     idle_minutes: Optional[float] = None  # idle window, minutes; 0 = idle layer off; None = not recorded
+    # m005_books
+    estimated_usd: Optional[float] = None  # our estimate, kept when the provider's charge is booked
+    charged_usd: Optional[float] = None  # the provider's own charge for the GPU time (ledger sync --apply)
+    cost_source: Optional[str] = None  # estimated (or None) | charged: what cost_usd is
 
 
 class BootstrapStep(SQLModel, table=True):
@@ -102,3 +106,25 @@ class Refusal(SQLModel, table=True):
     detail: str = ""
     set_at: float
     lifted_at: Optional[float] = None
+
+
+class CostLine(SQLModel, table=True):
+    """Money that is not a session's GPU time (m005): ``kind`` storage (a stopped instance's disk,
+    a network volume), over [``start_at``, ``end_at``) epoch s, ``usd`` USD. ``session_id`` None:
+    an account-level line. ``source``: provider (its billing) or estimate."""
+
+    __tablename__ = "cost_lines"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    session_id: Optional[str] = Field(default=None, index=True)
+    provider: str
+    instance_id: Optional[str] = None
+    kind: str
+    start_at: float
+    end_at: float = Field(index=True)
+    usd: float
+    simulated: bool = False
+    source: str = "provider"
+    description: str = ""
+    booked_at: float
+    line_key: str = Field(unique=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections import namedtuple
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from ledger.schema_version import MIGRATION_NAMES
 
@@ -24,6 +24,7 @@ SESSION_COLUMNS = (
     "ended_at", "end_reason", "exit_code", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
     "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
     "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
+    "estimated_usd", "charged_usd", "cost_source",
 )
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -109,6 +110,104 @@ def sqlite_rows_between(path: Path, start: float | None = None, end: float | Non
         con.close()
 
 
+# The columns attribution needs, with what a report groups by (narrow tuples, never ORM objects).
+SPEND_COLUMNS = (
+    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
+    "instance_id", "instance_created_at", "ended_at", "billed_seconds", "cost_usd", "tokens", "job_seconds",
+    "conclusion", "cost_source",
+)
+COST_LINE_COLUMNS = ("session_id", "provider", "instance_id", "kind", "start_at", "end_at", "usd", "simulated", "description")
+
+
+def _overlap_sql(start: float | None, end: float | None) -> tuple[str, list]:
+    """The index-friendly predicate for sessions that may have spent money in [start, end): intent
+    before ``end`` and not ended before ``start``. ``ended_at`` is indexed (m004) and its two arms
+    (``>= start``, ``IS NULL``) are two index searches (SQLite: MULTI-INDEX OR); ``+created_at``
+    keeps SQLite from walking ``created_at``'s index over the whole history before ``end``
+    instead: for this month, rows ended since its start are few, rows created before its end are all."""
+    where, args = [], []
+    if end is not None:
+        where.append("+created_at < ?")  # unary plus: the planner takes ended_at's index (below)
+        args.append(end)
+    if start is not None:
+        where.append("(ended_at >= ? OR ended_at IS NULL)")
+        args.append(start)
+    return (" WHERE " + " AND ".join(where)) if where else "", args
+
+
+def overlapping(engine, start: float | None, end: float | None, columns: Iterable[str] | None = None) -> Iterator[Any]:
+    """Stream sessions that may have spent money in [start, end) epoch s (see ``_overlap_sql``), as
+    narrow rows with attribute access, through SQLAlchemy ``engine``. None leaves a side open."""
+    import sqlalchemy as sa
+
+    t = _sessions_table()
+    q = sa.select(*[t.c[c] for c in _columns(columns)])
+    if end is not None:
+        q = q.where(sa.literal_column("+created_at") < end)  # see _overlap_sql
+    if start is not None:
+        q = q.where(sa.or_(t.c.ended_at >= start, t.c.ended_at.is_(None)))
+    with engine.connect().execution_options(ledger_read=True, stream_results=True, yield_per=5000) as conn:
+        yield from conn.execute(q)
+
+
+def sqlite_overlapping(path: Path, start: float | None, end: float | None, columns: Iterable[str] | None = None) -> Iterator[Any]:
+    """``overlapping`` on an SQLite file with the standard library (read-only, streamed)."""
+    cols = _columns(columns)
+    where, args = _overlap_sql(start, end)
+    row_t = namedtuple("SessionRow", cols)
+    bools = [i for i, c in enumerate(cols) if c in _BOOL]
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        for r in con.execute(f"SELECT {', '.join(cols)} FROM sessions{where}", args):
+            if bools:
+                r = list(r)
+                for i in bools:
+                    r[i] = None if r[i] is None else bool(r[i])
+            yield row_t(*r)
+    finally:
+        con.close()
+
+
+def cost_lines(engine, start: float | None, end: float | None) -> list[Any]:
+    """Cost lines (``cost_lines``: storage and the like) whose period overlaps [start, end)."""
+    import sqlalchemy as sa
+
+    t = sa.table("cost_lines", *[sa.column(c, sa.Boolean) if c == "simulated" else sa.column(c) for c in COST_LINE_COLUMNS])
+    q = sa.select(*t.c)
+    if end is not None:
+        q = q.where(t.c.start_at < end)
+    if start is not None:
+        q = q.where(t.c.end_at > start)
+    with engine.connect().execution_options(ledger_read=True) as conn:
+        return list(conn.execute(q))
+
+
+def session_cost_lines(engine, session_id: str) -> list[Any]:
+    """The cost lines (storage) booked on one session, oldest first (indexed ``session_id``)."""
+    import sqlalchemy as sa
+
+    t = sa.table("cost_lines", *[sa.column(c, sa.Boolean) if c == "simulated" else sa.column(c) for c in COST_LINE_COLUMNS])
+    with engine.connect().execution_options(ledger_read=True) as conn:
+        return list(conn.execute(sa.select(*t.c).where(t.c.session_id == session_id).order_by(t.c.start_at)))
+
+
+def sqlite_cost_lines(path: Path, start: float | None, end: float | None) -> list[Any]:
+    where, args = [], []
+    if end is not None:
+        where.append("start_at < ?")
+        args.append(end)
+    if start is not None:
+        where.append("end_at > ?")
+        args.append(start)
+    row_t = namedtuple("CostLineRow", COST_LINE_COLUMNS)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        sql = f"SELECT {', '.join(COST_LINE_COLUMNS)} FROM cost_lines" + (f" WHERE {' AND '.join(where)}" if where else "")
+        return [row_t(*(r[:7] + (bool(r[7]),) + r[8:])) for r in con.execute(sql, args)]
+    finally:
+        con.close()
+
+
 class LedgerReader:
     """The read side of a ledger at ``url``. Opening it migrates an older ledger (via SQLAlchemy),
     like ``Ledger``; a current SQLite ledger is read with ``sqlite3``."""
@@ -133,3 +232,15 @@ class LedgerReader:
         if self._sqlite is not None:
             return sqlite_rows_between(self._sqlite, start, end, columns)
         return rows_between(self.engine, start, end, columns)
+
+    def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None) -> Iterator[Any]:
+        """Sessions that may have spent money in [start, end), streamed (see ``overlapping``)."""
+        if self._sqlite is not None:
+            return sqlite_overlapping(self._sqlite, start, end, columns)
+        return overlapping(self.engine, start, end, columns)
+
+    def cost_lines(self, start: float | None, end: float | None) -> list[Any]:
+        """Cost lines overlapping [start, end) (storage booked apart from GPU time)."""
+        if self._sqlite is not None:
+            return sqlite_cost_lines(self._sqlite, start, end)
+        return cost_lines(self.engine, start, end)

@@ -25,7 +25,7 @@ from sqlmodel import select
 from ledger.billing import billed_cost, unseen_end
 from ledger.engine import SQLITE_BUSY_TIMEOUT_MS, open_engine
 from ledger.models import BootstrapStep, Event, Session
-from ledger.reads import rows_between
+from ledger.reads import cost_lines, overlapping, rows_between
 from bootstrap.vocabulary import EventKind, RowStatus
 
 _SPOOLED = (sa.exc.OperationalError,)
@@ -353,6 +353,15 @@ class Ledger:
         """Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
         see ``ledger.reads.rows_between``."""
         return rows_between(self.engine, start, end, columns)
+
+    def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None):
+        """Narrow session rows that may have spent money in [start, end), streamed
+        (``ledger.reads.overlapping``: index-friendly range predicate, no ORM objects)."""
+        return overlapping(self.engine, start, end, columns)
+
+    def cost_lines(self, start: float | None, end: float | None) -> list[Any]:
+        """Cost lines (storage) whose period overlaps [start, end) (``ledger.reads.cost_lines``)."""
+        return cost_lines(self.engine, start, end)
 
     def steps(self, session_id: str) -> list[BootstrapStep]:
         with DbSession(self.engine) as db:

@@ -2,7 +2,8 @@
 
 A provider is a subclass of ``Provider`` that fills in six methods (``offers``, ``create``,
 ``get``, ``list``, ``destroy``, ``balance``) and may override the optional capabilities, whose
-defaults here are typed and safe (``supports_spot``, ``destroyed_at``, ``find_by_label``, ``box``).
+defaults here are typed and safe (``supports_spot``, ``destroyed_at``, ``find_by_label``, ``box``,
+``billing``).
 Everything above it (selection, lifecycle, teardown, books) is provider-agnostic and calls those
 methods directly -- never through ``getattr`` probes. Units everywhere: money in USD, prices in
 USD/hour for the whole box, times in epoch seconds UTC, sizes in bytes (``vram_bytes``) or GB
@@ -15,8 +16,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpuops.errors import GpuopsError
+
+if TYPE_CHECKING:
+    from ledger.billing import ChargeLine
 
 
 class InstanceStatus(str, enum.Enum):
@@ -229,3 +234,11 @@ class Provider:
     def box(self, instance: Instance):
         """A non-SSH transport to ``instance`` (``gpuops.remote.Box``), or None: use SSH."""
         return None
+
+    def billing(self, since: float, until: float) -> "list[ChargeLine]":
+        """The provider's own charge lines (``ledger.billing.ChargeLine``: provider, instance id,
+        USD, period, kind gpu|storage|network|other) over [``since``, ``until``) epoch s, every page
+        read: what ``gpuops ledger sync`` compares the books with. Default: the provider reports no
+        billing (ProviderError UNSUPPORTED, which sync shows as "not compared"). Raises
+        ProviderError (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""
+        raise ProviderError(ProviderErrorKind.UNSUPPORTED, f"{self.name} gives no billing through its API")

@@ -76,7 +76,8 @@ def test_compare_billing_per_session_and_total():
     rep = compare_billing(rows, lines, ["vast", "runpod"])
     by = {r["session"]: r for r in rep["sessions"]}
     assert [r["session"] for r in rep["sessions"]] == ["a", "b", "c", "d", "e"]
-    assert by["a"] == {"session": "a", "provider": "vast", "instance_id": "101", "ours_usd": 1.2, "theirs_usd": 1.205, "diff_usd": 0.005, "status": "match"}
+    assert by["a"] == {"session": "a", "provider": "vast", "instance_id": "101", "ours_usd": 1.2, "theirs_usd": 1.205, "diff_usd": 0.005,
+                       "status": "match", "theirs_gpu_usd": 1.205, "theirs_storage_usd": 0, "cost_source": "estimated", "provider_end": None}
     assert by["b"]["theirs_usd"] == 0.62 and by["b"]["diff_usd"] == 0.12 and by["b"]["status"] == "differs"
     assert by["c"]["status"] == "match" and by["c"]["theirs_usd"] == 2.004
     assert by["d"]["status"] == "not_billed" and by["d"]["diff_usd"] == -0.3
@@ -96,7 +97,8 @@ def test_sync_command_body_with_a_stand_in_provider(books):
 
     class Vast:
         def billing(self, since, until):
-            assert since == utc(2026, 11, 1) and until == utc(2026, 12, 1)
+            # The window covers every rental of the month whole: s7 began on 31 Oct 23:31 UTC.
+            assert since == utc(2026, 10, 31, 23, 31) and until == utc(2026, 12, 1)
             return [ChargeLine("vast", "i-s3", 0.53)]
 
     def get_provider(name, settings):

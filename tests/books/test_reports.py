@@ -1,12 +1,14 @@
 """Reports on the hand-computed sessions of conftest.build_books (SQLite and PostgreSQL).
 
-Worked figures (November 2026, UTC):
-  real spend   = s1 2.40 + s3 5401 s x 0.35/3600 (= 0.525097) + s5 2 h x 3.20 (= 6.40) = 9.325097 USD
+Worked figures (November 2026, UTC). Money is split across the hours a rental ran in
+(ledger/attribution.py): s7 ran 31 Oct 23:31 -> 1 Nov 00:31 UTC, so 31 of its 60 minutes are November's.
+  real spend   = s1 2.40 + s3 5401 s x 0.35/3600 (= 0.525097) + s5 2 h x 3.20 (= 6.40)
+                 + s7 0.40 x 31/60 (= 0.206667) = 9.531764 USD
   simulated    = s4 0.5 h x 0.90 = 0.45 USD (never added to real spend)
-  sessions     = s1, s3, s4, s5, s6 = 5 (s2 never got an instance; s6 is open, no cost yet)
-  GPU-hours    = 1 + 5401/3600 + 0.5 + 2 h x 2 GPUs = 7.000278
+  sessions     = s1, s3, s4, s5, s6, s7 = 6 (s2 never got an instance; s6 is open, no cost yet)
+  GPU-hours    = 1 + 5401/3600 + 0.5 + 2 h x 2 GPUs + 31/60 = 7.516944
   tokens       = 12e6 (s1) + 1e6 (s4, simulated) = 13e6
-  $/Mtoken all-in (real)  = 9.325097 / 12 = 0.777091   (bootstrap, idle and token-less s3, s5 shared in)
+  $/Mtoken all-in (real)  = 9.531764 / 12 = 0.794314   (bootstrap, idle and token-less s3, s5, s7 shared in)
   $/Mtoken job only (real) = 2700 s x 2.40/3600 = 1.80 USD / 12 = 0.15
   simulated $/Mtoken: all-in 0.45 / 1 = 0.45, job only 1200 s x 0.90/3600 = 0.30 / 1 = 0.30
 """
@@ -21,18 +23,19 @@ from gpuops.errors import BadInput
 
 def test_month_totals_utc(books):
     rep = cmds.month(books, "2026-11", "UTC")
-    assert rep["total_usd"] == 9.325097
+    assert rep["total_usd"] == 9.531764
     assert rep["simulated_usd"] == 0.45
-    assert rep["sessions"] == 5
+    assert rep["sessions"] == 6
     assert rep["open_sessions"] == 1
-    assert rep["gpu_hours"] == 7.000278
+    assert rep["gpu_hours"] == 7.516944
     assert rep["tokens"] == 13_000_000
-    assert rep["usd_per_mtoken"] == 0.777091
+    assert rep["usd_per_mtoken"] == 0.794314
     assert rep["usd_per_mtoken_job"] == 0.15
     assert rep["simulated_usd_per_mtoken"] == 0.45
     assert rep["simulated_usd_per_mtoken_job"] == 0.3
     exp = {r["name"]: r for r in rep["by_experiment"]}
-    assert [r["name"] for r in rep["by_experiment"]] == ["finetune", "llama-serve", "cpu-sim"]
+    assert [r["name"] for r in rep["by_experiment"]] == ["finetune", "llama-serve", "cpu-sim", "old"]
+    assert exp["old"]["cost_usd"] == 0.206667
     assert exp["llama-serve"]["cost_usd"] == 2.925097
     assert exp["llama-serve"]["sessions"] == 2  # s2, the failed launch, is not counted
     assert exp["llama-serve"]["usd_per_mtoken"] == 0.243758  # 2.925097 / 12
@@ -44,7 +47,7 @@ def test_month_totals_utc(books):
     assert card["a100-80gb x2"]["gpu_hours"] == 4.0
     assert card["h100-sxm"]["usd_per_mtoken"] == 0.2
     prov = {r["name"]: r for r in rep["by_provider"]}
-    assert prov["runpod"]["cost_usd"] == 8.8 and prov["runpod"]["usd_per_mtoken"] == 0.733333
+    assert prov["runpod"]["cost_usd"] == 9.006667 and prov["runpod"]["usd_per_mtoken"] == 0.750556
     assert prov["vast"]["cost_usd"] == 0.525097 and prov["vast"]["sessions"] == 2
     assert "days" not in rep
 
@@ -55,7 +58,7 @@ def test_month_in_another_zone_moves_sessions_across_the_boundary(books):
     assert rep["total_usd"] == 9.725097
     assert rep["sessions"] == 6
     oct_utc = cmds.month(books, "2026-10", "UTC")
-    assert oct_utc["total_usd"] == 0.4 and oct_utc["sessions"] == 1
+    assert oct_utc["total_usd"] == 0.193333 and oct_utc["sessions"] == 1  # s7's 29 minutes before midnight UTC
     assert cmds.month(books, "2026-10", "Asia/Tokyo")["sessions"] == 0
 
 
@@ -63,12 +66,15 @@ def test_by_day(books):
     days = cmds.month(books, "2026-11", "UTC", by="day")["days"]
     assert len(days) == 30 and days[0]["date"] == "2026-11-01" and days[-1]["date"] == "2026-11-30"
     d = {x["date"]: x for x in days}
-    assert d["2026-11-03"]["cost_usd"] == 8.8  # s1 2.40 + s5 6.40 (s2 failed: nothing)
+    assert d["2026-11-03"]["cost_usd"] == 7.146667  # s1 2.40 + s5's 89 min before midnight 4.746667 (s2 failed: nothing)
     assert d["2026-11-03"]["sessions"] == 2
+    assert d["2026-11-04"]["cost_usd"] == 1.653333  # s5's other 31 minutes
+    assert d["2026-11-01"]["cost_usd"] == 0.206667  # s7's November part
     assert d["2026-11-05"]["cost_usd"] == 0.525097
-    assert d["2026-11-10"] == {"date": "2026-11-10", "cost_usd": 0.0, "simulated_usd": 0.45, "gpu_hours": 0.5, "sessions": 1, "tokens": 1_000_000}
+    assert d["2026-11-10"] == {"date": "2026-11-10", "cost_usd": 0.0, "simulated_usd": 0.45, "storage_usd": 0.0, "gpu_hours": 0.5,
+                               "sessions": 1, "tokens": 1_000_000}
     assert d["2026-11-20"]["sessions"] == 1 and d["2026-11-20"]["cost_usd"] == 0.0  # open
-    assert sum(x["cost_usd"] for x in days) == pytest.approx(9.325097)
+    assert sum(x["cost_usd"] for x in days) == pytest.approx(9.531764)
     tokyo = {x["date"]: x for x in cmds.month(books, "2026-11", "Asia/Tokyo", by="day")["days"]}
     assert tokyo["2026-11-01"]["cost_usd"] == 0.4  # s7
     assert tokyo["2026-11-04"]["cost_usd"] == 6.4  # s5 at 07:30 Tokyo time
@@ -99,8 +105,9 @@ def test_experiments_with_latest_conclusion(books):
     assert exp["old"]["cost_usd"] == 0.4
     window = cmds.experiments(books, since="2026-11-04", until="2026-11-10", tz="UTC")
     exp = {r["name"]: r for r in window["experiments"]}
-    assert set(exp) == {"llama-serve", "cpu-sim"}  # s3 (Nov 5) and s4 (Nov 10, until is inclusive)
+    assert set(exp) == {"llama-serve", "cpu-sim", "finetune"}  # s3 (Nov 5), s4 (Nov 10, until is inclusive), s5's Nov 4 part
     assert exp["llama-serve"]["cost_usd"] == 0.525097 and exp["llama-serve"]["sessions"] == 1
+    assert exp["finetune"]["cost_usd"] == 1.653333
     with pytest.raises(BadInput, match="before"):
         cmds.experiments(books, since="2026-11-10", until="2026-11-01")
     with pytest.raises(BadInput, match="2026-11-03"):
@@ -133,10 +140,11 @@ def test_show_every_field_steps_events(books):
 
 def test_tokens_after_the_fact_and_note(books):
     r = cmds.tokens(books, "s5", 32_000_000)
-    assert r == {"session": "s5", "tokens": 32_000_000, "cost_usd": 6.4, "usd_per_mtoken": 0.2}
+    assert r == {"session": "s5", "tokens": 32_000_000, "cost_usd": 6.4, "simulated": False, "usd_per_mtoken": 0.2}
+    assert cmds.tokens(books, "s4", 1_000_000)["simulated"] is True  # the CLI prints "(simulated)" beside its $/Mtoken
     rep = cmds.month(books, "2026-11", "UTC")
     assert rep["tokens"] == 45_000_000
-    assert rep["usd_per_mtoken"] == round(9.325097 / 44, 6)  # real tokens: 12e6 + 32e6
+    assert rep["usd_per_mtoken"] == round(9.531764 / 44, 6)  # real tokens: 12e6 + 32e6
     assert rep["usd_per_mtoken_job"] == round((1.80 + 6.40) / 44, 6)  # s5 has no job time: all of it
     assert [e.kind for e in books.events("s5")][-1] == "tokens"
     with pytest.raises(BadInput):
@@ -163,10 +171,11 @@ def test_csv_and_json_views(books):
 
     rep = cmds.month(books, "2026-11", "UTC")
     rows = list(csv.DictReader(io.StringIO(csv_text("month", rep))))
-    assert rows[0]["group"] == "total" and rows[0]["cost_usd"] == "9.325097" and rows[0]["usd_per_mtoken_job"] == "0.15"
+    assert rows[0]["group"] == "total" and rows[0]["cost_usd"] == "9.531764" and rows[0]["usd_per_mtoken_job"] == "0.15"
     assert [(r["group"], r["name"]) for r in rows[1:4]] == [("experiment", "finetune"), ("experiment", "llama-serve"), ("experiment", "cpu-sim")]
     days = list(csv.DictReader(io.StringIO(csv_text("month", cmds.month(books, "2026-11", "UTC", by="day")))))
-    assert len(days) == 30 and days[2] == {"date": "2026-11-03", "cost_usd": "8.8", "simulated_usd": "0.0", "gpu_hours": "5.0", "sessions": "2", "tokens": "12000000"}
+    assert len(days) == 30 and days[2] == {"date": "2026-11-03", "cost_usd": "7.146667", "simulated_usd": "0.0", "gpu_hours": "3.966667",
+                                           "sessions": "2", "tokens": "12000000", "storage_usd": "0.0"}
     ex = list(csv.DictReader(io.StringIO(csv_text("experiments", cmds.experiments(books)))))
     assert {r["name"]: r["latest_conclusion"] for r in ex}["finetune"] == "loss 1.92 after 1 epoch"
     show = list(csv.DictReader(io.StringIO(csv_text("show", cmds.show(books, "s1")))))

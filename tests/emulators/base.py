@@ -83,6 +83,10 @@ class EmuInstance:
     ended_t: float | None = None
     ssh: tuple[str, int] = ("203.0.113.10", 40022)
     request: dict = field(default_factory=dict)
+    # The billing clock's history: (t0, t1, usd_per_hour, kind) with kind "gpu" (provisioning or
+    # running: the whole price) or "storage" (stopped: disk only). The billing endpoints cut it
+    # into the provider's buckets (``Market.charges``).
+    segments: list = field(default_factory=list)
 
 
 class Market:
@@ -97,6 +101,7 @@ class Market:
         self.requests: list[dict] = []  # method, path, query, body, auth header
         self.crashes: list[str] = []  # emulator exceptions (tests assert this stays empty)
         self.offset_s = 0.0
+        self.opened_at = time.time()  # the account's opening credit (the invoices' one payment)
         self.ssh_endpoint: tuple[str, int] | None = None  # point new instances at a test sshd
         self._ids = itertools.count(1)
         self._ports = itertools.count(40022)
@@ -133,7 +138,15 @@ class Market:
             if t > now:
                 continue
             if t > inst.last_bill_t:
-                inst.billed_usd += self._rate(inst) * (t - inst.last_bill_t) / HOURS
+                rate = self._rate(inst)
+                inst.billed_usd += rate * (t - inst.last_bill_t) / HOURS
+                if rate:
+                    kind = "storage" if inst.state == "stopped" else "gpu"
+                    seg = inst.segments[-1] if inst.segments else None
+                    if seg is not None and seg[1] == inst.last_bill_t and seg[2] == rate and seg[3] == kind:
+                        inst.segments[-1] = (seg[0], t, rate, kind)  # the same rate goes on: one segment
+                    else:
+                        inst.segments.append((inst.last_bill_t, t, rate, kind))
                 inst.last_bill_t = t
             if new_state and inst.state != "destroyed":
                 if new_state == "running" and inst.state != "provisioning":
@@ -147,6 +160,27 @@ class Market:
             for inst in self.instances.values():
                 self.tick(inst)
             return self.initial_balance - sum(i.billed_usd for i in self.instances.values())
+
+    def set_clock(self, epoch_s: float) -> None:
+        """Put the emulated clock at ``epoch_s`` (before any instance exists: tests start a month)."""
+        with self.lock:
+            assert not self.instances, "set the clock before renting anything"
+            self.offset_s = epoch_s - time.time()
+            self.opened_at = epoch_s
+
+    def charges(self, lo: float, hi: float) -> list[tuple[EmuInstance, float, float, float, str]]:
+        """The billing clock cut to [lo, hi) epoch s: (instance, start, end, usd, kind) per segment
+        part inside the window, oldest first. Money is rate x seconds (per-second billing, no
+        rounding: both providers bill by the second, see ledger/billing.py)."""
+        with self.lock:
+            out = []
+            for inst in self.instances.values():
+                self.tick(inst)
+                for t0, t1, rate, kind in inst.segments:
+                    a, b = max(t0, lo), min(t1, hi)
+                    if b > a:
+                        out.append((inst, a, b, rate * (b - a) / HOURS, kind))
+            return sorted(out, key=lambda c: (c[1], c[0].id))
 
     def spend_rate(self) -> float:
         with self.lock:

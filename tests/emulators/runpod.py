@@ -10,6 +10,18 @@ Root fields served: ``gpuTypes`` (list, or ``input:{id}`` with prices and ``lowe
 ``podFindAndDeployOnDemand``, ``pod``, ``myself`` (``pods``, ``id``/``pubKey``/``networkVolumes``,
 ``clientBalance``/``currentSpendPerHr``), ``podStop``, ``podResume``, ``podTerminate``.
 Interruptible pods are not served: RunPod withdrew them from its API in 2026.
+
+Billing, on the same server under ``/v1`` (RunPod's REST API, https://rest.runpod.io/v1):
+``GET /v1/billing/pods`` and ``GET /v1/billing/networkvolumes`` with ``startTime``/``endTime``
+(RFC 3339), ``bucketSize`` (hour|day|week|month|year) and, for pods, ``grouping`` (podId|gpuTypeId)
+and ``podId``; answered as a JSON list of records ``{"time","amount","timeBilledMs",
+"diskSpaceBilledGb","podId"|"gpuTypeId"}``, one per group per bucket. Sources: runpodctl
+``internal/api/billing.go`` (``BillingRecord``, ``GetPodBilling``: ``/billing/pods`` with those
+parameters, as ``runpodctl billing pods --bucket-size ... --grouping podId`` sends them;
+``GetNetworkVolumeBilling``: ``/billing/networkvolumes``) and docs.runpod.io/api-reference/billing/
+GET/billing/pods and .../networkvolumes (the record fields; network volume records carry no volume
+id). Amounts come from the billing clock per second (docs.runpod.io/pods/pricing: "billed by the
+second"); a record of a stopped pod bills disk only (``timeBilledMs`` 0).
 """
 
 from __future__ import annotations
@@ -20,7 +32,9 @@ from typing import Any
 import graphql
 from graphql.utilities import value_from_ast_untyped
 
-from tests.emulators.base import HTML, JSON, EmuInstance, Emulator, Market
+from datetime import datetime, timezone
+
+from tests.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market
 
 NO_CAPACITY = "There are no longer any instances available with the requested specifications. Please refresh and try again."
 STORAGE_USD_PER_GB_HOUR = 0.20 / 730  # stopped pod: volume + container disk, USD/GB/month / hours per month
@@ -53,10 +67,12 @@ def _project(value: Any, selection_set: Any) -> Any:
 class RunPodEmulator(Emulator):
     """Stateful RunPod. ``gpus``: id -> dict of type fields plus ``stock`` (pods it can still place)."""
 
-    OPS = ("gpuTypes", "podFindAndDeployOnDemand", "pod", "myself", "podStop", "podResume", "podTerminate")
+    OPS = ("gpuTypes", "podFindAndDeployOnDemand", "pod", "myself", "podStop", "podResume", "podTerminate", "billing")
+    NETWORK_VOLUME_USD_PER_GB_MONTH = 0.07  # docs.runpod.io/get-started/billing-information (under 1 TB)
 
     def __init__(self, api_key: str = "rp_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd))
+        self.volumes: dict[str, dict] = {}
         self.gpus: dict[str, dict] = {}
         for gid, disp, mem, secure, community, maxn in DEFAULT_GPUS:
             self.gpus[gid] = {"id": gid, "displayName": disp, "manufacturer": "Nvidia", "memoryInGb": mem, "cudaCores": 0,
@@ -102,8 +118,83 @@ class RunPodEmulator(Emulator):
             "machine": {"gpuDisplayName": self.gpus.get(req.get("gpuTypeId", ""), {}).get("displayName"), "podHostId": f"{inst.id}-64410a2b"},
         }
 
+    # -- billing (REST) ----------------------------------------------------------------------------
+    def add_network_volume(self, volume_id: str, size_gb: int) -> None:
+        """A network volume made in the console: billed per GB-month from now until removed."""
+        with self.market.lock:
+            self.volumes[volume_id] = {"id": volume_id, "size": size_gb, "from": self.market.now(), "to": None}
+
+    def remove_network_volume(self, volume_id: str) -> None:
+        with self.market.lock:
+            self.volumes[volume_id]["to"] = self.market.now()
+
+    @staticmethod
+    def _buckets(lo: float, hi: float, size: str) -> list[tuple[float, float]]:
+        if size not in ("hour", "day"):
+            raise ValueError(f"bucketSize {size!r}: this emulator serves hour and day")
+        step = 3600.0 if size == "hour" else 86400.0
+        t, out = lo - lo % step, []
+        while t < hi:
+            out.append((t, t + step))
+            t += step
+        return out
+
+    @staticmethod
+    def _time(text: str | None, default: float) -> float:
+        if not text:
+            return default
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+    @staticmethod
+    def _stamp(t: float) -> str:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def billing_records(self, what: str, query: dict) -> list[dict]:
+        """``/v1/billing/pods`` or ``/v1/billing/networkvolumes`` records for ``query``."""
+        now = self.market.now()
+        lo = self._time(query.get("startTime"), now - 30 * 86400)
+        hi = self._time(query.get("endTime"), now)
+        buckets = self._buckets(lo, hi, query.get("bucketSize") or "day")
+        out: list[dict] = []
+        if what == "networkvolumes":
+            for b0, b1 in buckets:
+                usd = gb = 0.0
+                for v in self.volumes.values():
+                    a, b = max(b0, v["from"]), min(b1, v["to"] if v["to"] is not None else now)
+                    if b > a:
+                        usd += v["size"] * self.NETWORK_VOLUME_USD_PER_GB_MONTH / 730.0 * (b - a) / HOURS
+                        gb += v["size"]
+                if usd:
+                    out.append({"time": self._stamp(b0), "amount": usd, "diskSpaceBilledGb": int(gb)})
+            return out
+        grouping = query.get("grouping") or "gpuTypeId"
+        pod = query.get("podId")
+        groups: dict[tuple[str, float], dict] = {}
+        for b0, b1 in buckets:
+            for inst, a, b, usd, kind in self.market.charges(b0, b1):
+                if pod and inst.id != pod:
+                    continue
+                key = inst.id if grouping == "podId" else inst.offer.get("gpuTypeId", "")
+                rec = groups.setdefault((key, b0), {"time": self._stamp(b0), "amount": 0.0, "timeBilledMs": 0,
+                                                     "diskSpaceBilledGb": int(inst.request.get("containerDiskInGb") or 10),
+                                                     "podId" if grouping == "podId" else "gpuTypeId": key})
+                rec["amount"] += usd
+                if kind == "gpu":
+                    rec["timeBilledMs"] += int(round((b - a) * 1000))
+        return [groups[k] for k in sorted(groups, key=lambda k: (k[1], k[0]))]
+
     # -- request handling ----------------------------------------------------------------------
     def handle(self, req: dict) -> tuple[int, Any, str]:
+        if req["method"] == "GET" and req["path"] in ("/v1/billing/pods", "/v1/billing/networkvolumes"):
+            if not self.authorized(req):
+                return 401, {"error": "Unauthorized"}, JSON
+            injected = self.market.take_injected("billing")
+            if injected is not None:
+                return injected, {"error": f"emulated HTTP {injected}"}, JSON
+            try:
+                return 200, self.billing_records(req["path"].rsplit("/", 1)[1], req["query"]), JSON
+            except ValueError as e:
+                return 400, {"error": str(e)}, JSON
         if req["method"] != "POST" or req["path"] != "/graphql":
             return 404, {"errors": [{"message": "not found"}]}, JSON
         if not self.authorized(req):

@@ -5,7 +5,16 @@ Routes: ``POST /api/v0/bundles/`` (search, filters ``{op: value}``, ``order``, `
 ``allocated_storage``), ``PUT /api/v0/asks/{id}/`` (create), ``GET /api/v1/instances/`` (paged
 list; rows carry numeric ``start_date`` and list-of-pairs ``extra_env`` as the SDK requires),
 ``GET|PUT|DELETE /api/v0/instances/{id}/``, ``PUT /api/v0/instances/bid_price/{id}/``,
-``POST /api/v0/instances/{id}/ssh/``, ``GET /api/v0/users/current``.
+``POST /api/v0/instances/{id}/ssh/``, ``GET /api/v0/users/current``, and the billing routes
+``GET /api/v0/charges/`` and ``GET /api/v1/invoices/`` (``_charges``, ``_invoices``).
+
+Billing shapes: docs.vast.ai/api-reference/billing/show-charges (OpenAPI ``get /api/v0/charges/``:
+``{"success","count","total","next_token","results":[{"start","end","type","source":
+"instance-<id>","description","amount","metadata":{"label",...},"items":[{"type":"gpu"|"storage",
+...}]}]}``, ``select_filters={"day":{"gte","lte"}}`` in unix seconds) and vastai 1.9.1
+``api/billing.py::show_invoices_v1`` / ``cli/commands/billing.py::format_invoices_charges_results``
+(the fields it reads). This emulator emits one row per instance per UTC day, its items cut from the
+billing clock (running: ``gpu`` at ``dph_total``; stopped: ``storage``).
 
 Money: ``dph_total`` = ``dph_base`` + storage (``storage_cost`` USD/GB/month x allocated GB / 730 h).
 An interruptible instance is charged its bid plus storage. A stopped instance bills storage only.
@@ -13,6 +22,8 @@ An interruptible instance is charged its bid plus storage. A stopped instance bi
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from typing import Any
 
@@ -31,6 +42,10 @@ DEFAULT_OFFERS = [
     (3001, "H100 SXM", 1, 81559, 2.10, 1.40, 0.999, "Finland, FI"),
     (4001, "RTX 3070", 1, 8192, 0.06, 0.03, 0.950, "Spain, ES"),  # a card our catalog may not have
 ]
+
+
+class _BadQuery(ValueError):
+    pass
 
 
 def _num(v: Any) -> Any:
@@ -59,7 +74,7 @@ def _match(value: Any, cond: dict) -> bool:
 class VastEmulator(Emulator):
     """Stateful Vast.ai. ``offers``: ask id -> offer row (``rented`` offers are not listed)."""
 
-    OPS = ("search", "create", "list", "show", "update", "bid", "destroy", "user", "ssh")
+    OPS = ("search", "create", "list", "show", "update", "bid", "destroy", "user", "ssh", "charges", "invoices")
 
     def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd))
@@ -136,6 +151,10 @@ class VastEmulator(Emulator):
             return "list", {}
         if path == "/api/v0/users/current" and method == "GET":
             return "user", {}
+        if path == "/api/v0/charges/" and method == "GET":
+            return "charges", {}
+        if path == "/api/v1/invoices/" and method == "GET":
+            return "invoices", {}
         if ssh and method == "POST":
             return "ssh", {"id": ssh.group(1)}
         if m:
@@ -165,6 +184,10 @@ class VastEmulator(Emulator):
                 return self._create(p["id"], body)
             if op == "list":
                 return self._list(req["query"])
+            if op == "charges":
+                return self._charges(req["query"])
+            if op == "invoices":
+                return self._invoices(req["query"])
             if op == "user":
                 return self._ok({"id": 1, "username": "emulator", "email": "emu@example.invalid", "credit": round(self.market.balance(), 6),
                                  "balance": 0.0, "api_key": self.market.api_key, "has_billing": True, "can_pay": True})
@@ -194,6 +217,67 @@ class VastEmulator(Emulator):
                 inst.request.setdefault("attached_keys", []).append(body.get("ssh_key"))
                 return self._ok({"success": True})
         return self._fail(404, "not_found", "no route")  # pragma: no cover
+
+    # -- billing -------------------------------------------------------------------------------
+    @staticmethod
+    def _window(query: dict, col: str) -> tuple[float, float, dict]:
+        try:
+            filters = json.loads(query.get("select_filters") or "{}")
+            rng = filters[col]
+            return float(rng["gte"]), float(rng["lte"]), filters
+        except (ValueError, KeyError, TypeError):
+            raise _BadQuery(f"select_filters needs {col}: {{gte, lte}} in unix seconds") from None
+
+    @staticmethod
+    def _page(rows: list, query: dict) -> tuple[int, Any, str]:
+        limit = min(int(query.get("limit") or 20), 100)
+        start = int(base64.b64decode(query["after_token"]).decode()) if query.get("after_token") else 0
+        page = rows[start : start + limit]
+        nxt = base64.b64encode(str(start + limit).encode()).decode() if start + limit < len(rows) else None
+        return 200, {"success": True, "count": len(page), "total": len(rows), "next_token": nxt, "results": page}, JSON
+
+    def charge_rows(self, lo: float, hi: float) -> list[dict]:
+        """Charge rows (the ``/api/v0/charges/`` shape) for UTC days from ``lo`` through ``hi``."""
+        day = 86400.0
+        groups: dict[tuple[str, float], list] = {}
+        d = lo - lo % day
+        while d <= hi:
+            for inst, a, b, usd, kind in self.market.charges(d, d + day):
+                groups.setdefault((inst.id, d), []).append((inst, a, b, usd, kind))
+            d += day
+        rows = []
+        for (iid, d), parts in sorted(groups.items(), key=lambda kv: (kv[0][1], int(kv[0][0]))):
+            inst = parts[0][0]
+            items = [{"start": a, "end": b, "type": kind, "source": None, "amount": usd, "metadata": {}, "items": [],
+                      "description": f"{(b - a) / 3600:.3f} hours at ${usd / ((b - a) / 3600):.3f}/hour"} for _, a, b, usd, kind in parts]
+            rows.append({"start": min(i["start"] for i in items), "end": max(i["end"] for i in items), "type": "instance",
+                         "source": f"instance-{iid}", "description": f"Instance {iid} Charges - 1 day",
+                         "amount": sum(i["amount"] for i in items), "metadata": {"label": inst.label, "template_id": None}, "items": items})
+        return rows
+
+    def _charges(self, query: dict) -> tuple[int, Any, str]:
+        try:
+            lo, hi, filters = self._window(query, "day")
+        except _BadQuery as e:
+            return self._fail(400, "invalid_args", str(e))
+        rows = self.charge_rows(lo, hi)
+        types = (filters.get("type") or {}).get("in")
+        if types:
+            rows = [r for r in rows if r["type"] in types]
+        if str(query.get("latest_first", "false")).lower() == "true":
+            rows.reverse()
+        return self._page(rows, query)
+
+    def _invoices(self, query: dict) -> tuple[int, Any, str]:
+        """Payments and credits (not spend): the emulated account's opening credit, one Stripe top-up."""
+        try:
+            lo, hi, _ = self._window(query, "when")
+        except _BadQuery as e:
+            return self._fail(400, "invalid_args", str(e))
+        t = self.market.opened_at
+        rows = [{"start": t, "end": t, "type": "credit", "source": "stripe", "description": "Credit purchase",
+                 "amount": self.market.initial_balance, "metadata": {"invoice_id": 1}, "items": []}] if lo <= t <= hi else []
+        return self._page(rows, query)
 
     def _search(self, body: dict) -> tuple[int, Any, str]:
         storage = float(body.get("allocated_storage") or 5.0)

@@ -1,0 +1,77 @@
+"""The one attribution rule (ledger/attribution.py) and the monthly cap that uses it (SQLite and
+PostgreSQL). The issue's own example: a rental from 31 Oct 22:00 to 1 Nov 10:00 UTC at 10 USD/h is
+20 USD of October and 100 USD of November, so a November cap of 50 USD is already crossed."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.attribution import accrued, fraction, split
+from tests.books.conftest import _rented, utc
+
+
+def test_fraction_and_split_by_the_hour():
+    a, b = utc(2026, 10, 31, 22), utc(2026, 11, 1, 10)
+    assert fraction(a, b, utc(2026, 10, 1), utc(2026, 11, 1)) == pytest.approx(2 / 12)
+    assert fraction(a, b, utc(2026, 11, 1), utc(2026, 12, 1)) == pytest.approx(10 / 12)
+    assert fraction(a, None, utc(2026, 11, 1), utc(2026, 12, 1)) == 0.0  # open: no cost in the books
+    assert fraction(a, a, a - 1, a + 1) == 1.0 and fraction(a, a, a + 1, a + 2) == 0.0  # zero-length: where it started
+    hours = [a + 3600 * i for i in range(13)]
+    parts = list(split(a, b, hours))
+    assert [i for i, _ in parts] == list(range(12)) and all(s == pytest.approx(1 / 12) for _, s in parts)
+    days = [utc(2026, 10, 31), utc(2026, 11, 1), utc(2026, 11, 2)]
+    assert [(i, round(s, 6)) for i, s in split(a, b, days)] == [(0, round(2 / 12, 6)), (1, round(10 / 12, 6))]
+
+
+def test_open_session_accrues_only_inside_the_period():
+    class Row:
+        status, usd_per_hour, instance_id = "running", 10.0, "i-1"
+        instance_created_at = created_at = utc(2026, 10, 31, 22)
+        ended_at = None
+
+    assert accrued(Row, utc(2026, 11, 1), utc(2026, 12, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(100.0)
+    assert accrued(Row, utc(2026, 10, 1), utc(2026, 11, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(20.0)
+
+
+def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
+    from gpuops import books
+    from ledger.limits import month_spend
+
+    t = utc(2026, 10, 31, 21, 59)
+    _rented(ledger, "b1", t, price=10.0, started=utc(2026, 10, 31, 22), provider="vast")
+    ledger.close("b1", utc(2026, 11, 1, 10), "job_end")
+    nov, dec = (utc(2026, 11, 1), utc(2026, 12, 1)), (utc(2026, 10, 1), utc(2026, 11, 1))
+    assert month_spend(ledger, *nov, now=utc(2026, 11, 2)) == pytest.approx(100.0)
+    assert month_spend(ledger, *dec, now=utc(2026, 11, 2)) == pytest.approx(20.0)
+    assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0
+    assert books.month(ledger, "2026-10", "UTC")["total_usd"] == 20.0
+    # An open rental counts its hours so far, inside the month only.
+    _rented(ledger, "b2", utc(2026, 11, 2), price=4.0, started=utc(2026, 11, 2), provider="vast")
+    assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0)
+    assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0  # the books: no cost until it closes
+    # The watchdog's cap check is the same function: past a 50 USD cap in November.
+    from gpuops.budget import check_budget
+    from gpuops.errors import BadInput
+
+    with pytest.raises(BadInput, match="monthly cap"):
+        check_budget(1.0, 1.0, None, None, month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)), 50.0)
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo"])
+def test_sql_sums_equal_the_row_by_row_rule(books, tz):
+    """The database's sums (ledger/aggregate.py, the rule in SQL) equal the row-by-row path."""
+    from gpuops import books as cmds
+    from gpuops.books import REPORT_COLUMNS
+    from ledger.reports import day_start, experiments_report, month_bounds, month_report
+
+    def norm(rep):
+        return {k: (sorted(v, key=lambda r: r["name"]) if isinstance(v, list) else v) for k, v in rep.items()}
+
+    for month in ("2026-10", "2026-11"):
+        lo, hi = month_bounds(month, tz)
+        python = month_report(books.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=books.cost_lines(lo, hi))
+        assert norm(cmds.month(books, month, tz)) == norm(python)
+    lo, hi = day_start("2026-11-04", tz), day_start("2026-11-11", tz)
+    python = experiments_report(books.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-04", "2026-11-10", lo, hi)
+    assert norm(cmds.experiments(books, "2026-11-04", "2026-11-10", tz)) == norm(python)
+    assert norm(cmds.experiments(books, tz=tz)) == norm(experiments_report(books.overlapping(None, None, REPORT_COLUMNS)))
