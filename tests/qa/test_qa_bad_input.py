@@ -121,7 +121,7 @@ def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_hom
     out = _run(cli_env, *args)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and "`gpuops ledger export`" in lines[0], out.stderr
+    assert len(lines) == 1 and "`gpuops ledger sessions`" in lines[0], out.stderr
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/null"])
