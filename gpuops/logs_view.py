@@ -33,12 +33,9 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     from gpuops.remote import open_box
 
     ledger = Ledger(settings.ledger_url())
-    rows = ledger.find(session)
-    if not rows:
-        raise BadInput(f"no session {session!r} in the ledger", "`gpuops ps` lists open sessions, `gpuops ledger export` every session id (last column)")
-    if len(rows) > 1:
-        raise BadInput(f"session {session!r} is ambiguous ({', '.join(r.id for r in rows[:5])})", "type more of the id")
-    row = rows[0]
+    from gpuops.sessions import resolve_session
+
+    row = resolve_session(ledger, session)
     inst = None
     if row.status != "closed" and row.instance_id:
         inst = get_provider(row.provider, settings).get(row.instance_id)
