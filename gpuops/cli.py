@@ -26,6 +26,9 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
+from gpuops.volumes_cli import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
+
+app.add_typer(volumes_app, name="volumes")
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
@@ -79,6 +82,7 @@ def up(
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
+    volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -101,6 +105,8 @@ def up(
         over["teardown"]["max_hours"] = max_hours
     if idle_minutes is not None:
         over["teardown"]["idle_minutes"] = idle_minutes
+    if volume is not None:
+        over["storage"] = {"volume": volume}
     settings = _settings(config, over)
     if card:
         from gpuops.catalog import resolve_cards
@@ -109,7 +115,7 @@ def up(
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
-        note=note, dry_run=dry_run,
+        note=note, dry_run=dry_run, volume=settings.storage.volume,
     )
     from gpuops.plan import parse_positive_int
 

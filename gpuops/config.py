@@ -170,6 +170,15 @@ class JobSettings(_Section):
         return v
 
 
+class StorageSettings(_Section):
+    """``volume``: a persistent volume to mount on every box, ``<provider>:<id or name>`` (see
+    gpuops.volumes); empty: none. ``results_deadline_seconds``: how long teardown waits for the
+    results copy-back (gpuops.results) before destroying anyway."""
+
+    volume: str = ""
+    results_deadline_seconds: float = Field(default=900.0, gt=0)
+
+
 class Settings(_Section):
     data_dir: str = ""  # empty: platformdirs user data dir
     up: UpSettings = UpSettings()
@@ -178,6 +187,7 @@ class Settings(_Section):
     providers: ProvidersSettings = ProvidersSettings()
     bootstrap: BootstrapSettings = BootstrapSettings()
     job: JobSettings = JobSettings()
+    storage: StorageSettings = StorageSettings()
     source: Optional[str] = None  # the file these came from, for messages
 
     def data_path(self) -> Path:

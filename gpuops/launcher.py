@@ -69,6 +69,7 @@ class UpRequest:
     seq: int = 4096
     batch: int = 1
     allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.plan: "unverified")
+    volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.volumes)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class PlanResult:
     candidates: list[Offer]
     projected_cost_usd: float  # offer price x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
+    volume: "object | None" = None  # gpuops.volumes.Volume mounted at create
 
     def as_json(self, settings: Settings) -> dict:
         return {
@@ -161,7 +163,14 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         import dataclasses
 
         query = dataclasses.replace(query, spot=None)
+    volume = None
+    if req.volume:  # only offers that can mount it (BadInput before anything is rented)
+        from gpuops import volumes
+
+        volume = volumes.resolve(provider, req.volume)
     offers = provider.offers(query)
+    if volume is not None:
+        offers = volumes.mountable(provider, volume, offers)
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
@@ -169,7 +178,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu)
+    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -401,8 +410,10 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     key = _ssh_public_key(provider, settings)
 
     def spec_for(offer: Offer) -> CreateSpec:
+        from gpuops.volumes import spec_fields
+
         return CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb,
-                          bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key)
+                          bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key, **spec_fields(p.volume))
 
     def leftover(offer: Offer, e: ProviderError) -> None:
         # A failed create that still made an instance: book it so teardown (and reconcile) end it.
