@@ -269,6 +269,7 @@ class Session:
     slowest_step_seconds: float = 0.0
     log_path: Path | None = None
     results_path: str = ""
+    results_copy: dict | None = None  # gpuops.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
 
@@ -613,9 +614,23 @@ def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None
         ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds)
     results = settings.job.results.strip("/")
     if results:
+        from gpuops import results as copyback
+
         dest = settings.data_path() / "results" / s.id
-        if box.get(results, dest):  # type: ignore[union-attr]
+        volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+        keep_to = f"{volume.rstrip('/')}/gpuops/results/{s.id}" if volume else None
+        with copyback.presence(box):  # the on-box agent must not destroy the box during the copy
+            rep = copyback.fetch_results(box, results, dest, deadline_s=settings.storage.results_deadline_seconds, keep_to=keep_to)
+        if rep.files or not rep.ok:
+            s.results_copy = rep.as_json()
+            s.results_copy["line"] = rep.line()
+            ledger.event(s.id, "results_copied" if rep.ok else "results_copy_failed", s.results_copy)
+        if rep.files and rep.ok:
             s.results_path = str(dest)
+        elif not rep.ok:
+            reporter.warn(f"results: {rep.line()}")
+            if dest.exists():
+                s.results_path = str(dest)
     ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
     return None
 
@@ -713,5 +728,6 @@ def summary(s: Session, ledger) -> dict:
         "slowest_step": s.slowest_step,
         "slowest_step_seconds": round(s.slowest_step_seconds, 3),
         "results": row.results_path or None,
+        "results_copy": s.results_copy,
         "status": row.status,
     }

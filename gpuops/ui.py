@@ -85,6 +85,8 @@ def render_summary(summ: dict) -> None:
     ]
     if summ.get("results"):
         rows.append(("results", summ["results"]))
+    if (summ.get("results_copy") or {}).get("line"):
+        rows.append(("results copy", summ["results_copy"]["line"]))
     for k, v in rows:
         t.add_row(k, str(v))
     console().print(t)
