@@ -219,6 +219,25 @@ def plan(
                  max_num_batched_tokens=max_num_batched_tokens)
 
 
+@app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
+def plan_storage(
+    model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
+    runs_per_month: str = typer.Option("20", "--runs-per-month", help="Boxes per month that need the weights."),
+    download_gbps: str = typer.Option("1", "--download-gbps", help="Download rate from the box to the hub, Gbit/s."),
+    provider: str = typer.Option("runpod", "--provider", help="runpod | vast: whose volume price applies."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype when the checkpoint size is unknown."),
+    card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
+    usd_per_hour: Optional[str] = typer.Option(None, "--usd-per-hour", help="Box price instead of the card's reference price."),
+    usd_per_gb_month: Optional[str] = typer.Option(None, "--usd-per-gb-month", help="Volume price instead of the provider's."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
+    from gpuops.storage_plan import render, storage_plan
+
+    render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
+                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), json_out)
+
+
 @app.command()
 def ps(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
     """List open sessions (boxes that may be billing)."""
@@ -574,6 +593,8 @@ def main() -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2."""
     _std_fds()
+    if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
+        sys.argv[1:3] = ["plan-storage"]
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:
