@@ -108,6 +108,7 @@ class WeightsSource(_Section):
     source: str
     sha256: str = ""
     dest: str = ""
+    allow_patterns: list[str] = []  # hf:// only: the files to fetch, e.g. ["*.safetensors", "*.json"]
 
     @field_validator("source")
     @classmethod

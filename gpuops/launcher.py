@@ -462,7 +462,9 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
         from gpuops.providers.wait import wait_for_ssh
 
         if s.instance.ssh is None and not s.instance.extra.get("local_root"):
-            s.instance = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
+            fresh = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
+            fresh.extra = {**s.instance.extra, **fresh.extra}  # what create knew (volume_path, bid) stays known
+            s.instance = fresh
         s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, EventKind.READY)
@@ -537,6 +539,9 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
     box.put(req.job, f"{META}/job/{req.job.name}")  # type: ignore[union-attr]
     metrics = f"{box.root}/{META}/metrics.jsonl"  # type: ignore[union-attr]
     env = {"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics}
+    from gpuops.bootstrap_config import cache_dir_for, cache_env
+
+    env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
     if time.time() > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours, "before_job": True})

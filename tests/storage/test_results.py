@@ -192,3 +192,13 @@ def test_a_failed_copy_is_an_event_and_a_summary_line_and_the_box_still_goes(gpu
     events = Ledger(s.ledger_url()).events(summ["session"])
     kinds = [e.kind for e in events]
     assert kinds.index("results_copy_failed") < kinds.index("destroyed")
+
+
+def test_manifest_is_python_3_8_and_stdlib_only():
+    import ast
+    import sys
+
+    tree = ast.parse((BOOTSTRAP / "manifest.py").read_text(), feature_version=(3, 8))
+    top = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    top |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    assert top - set(sys.stdlib_module_names) == set()
