@@ -316,7 +316,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
             raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
         raise
     if req.dry_run:
-        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note}
+        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
+                "volume": p.volume.as_json() if p.volume is not None else None}
 
     if ledger is None:
         from ledger import Ledger

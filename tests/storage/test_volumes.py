@@ -125,3 +125,21 @@ def test_cli_volumes_list_create_delete(vol_env, cli_env, tmp_path):
     r = run("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--volume", "runpod:missing", "--dry-run")
     assert r.returncode == 2 and "no runpod volume" in r.stderr
     assert vol_env["runpod"].live() == []
+
+
+def test_dry_run_names_the_volume_and_the_mountable_offer(vol_env, cli_env, tmp_path):
+    import os
+
+    env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
+    vol_env["runpod"].add_volume("weights-ro", 40, "EU-RO-1")
+    (tmp_path / "job.sh").write_text("echo hi\n")
+    r = subprocess.run(gpuops_cmd("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--card", "rtx-4090",
+                                  "--volume", "runpod:weights-ro", "--dry-run", "--json"), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["volume"]["region"] == "EU-RO-1" and out["volume"]["mount_path"] == "/workspace"
+    assert out["usd_per_hour"] == 0.69  # the Secure Cloud price: community (0.34) cannot mount a network volume
+    r = subprocess.run(gpuops_cmd("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--card", "rtx-4090",
+                                  "--volume", "runpod:weights-ro", "--dry-run"), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "volume: runpod:weights-ro (40 GB, EU-RO-1) mounted at /workspace" in r.stdout
+    assert vol_env["runpod"].live() == []
