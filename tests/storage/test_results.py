@@ -202,3 +202,20 @@ def test_manifest_is_python_3_8_and_stdlib_only():
     top = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     top |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     assert top - set(sys.stdlib_module_names) == set()
+
+
+def test_a_box_without_sftp_is_copied_whole_and_still_verified(tmp_path):
+    class NoSftp(Exception):
+        pass
+
+    class NoSftpBox(LocalBox):
+        def sftp(self):
+            raise NoSftp("no SFTP subsystem")
+
+    root = tmp_path / "box"
+    files = _make_results(root)
+    box = NoSftpBox(root)
+    _ship_manifest(box)
+    rep = results.fetch_results(box, "out", tmp_path / "home")
+    assert rep.ok and rep.bytes == rep.total_bytes, rep.as_json()
+    _assert_home(tmp_path / "home", files)
