@@ -285,12 +285,11 @@ class VastVolumes:
 
 # ------------------------------------------------------------------------------------------------
 def service(provider):
-    """The volume service for a provider object (RunPod or Vast). Raises BadInput for others."""
-    if provider.name == "runpod":
-        return RunPodVolumes(provider)
-    if provider.name == "vast":
-        return VastVolumes(provider)
-    raise BadInput(f"provider {provider.name!r} has no volumes", "volumes exist on runpod and vast; a local box keeps its own directory")
+    """The provider's volume service (``Provider.volumes()``). Raises BadInput when it has none."""
+    svc = provider.volumes()
+    if svc is None:
+        raise BadInput(f"provider {provider.name!r} has no volumes", "volumes exist on runpod and vast; a local box keeps its own directory")
+    return svc
 
 
 def resolve(provider, ref: str) -> Volume:

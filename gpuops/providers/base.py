@@ -202,6 +202,9 @@ class Provider:
       (default: scans ``list``). Used when a create failed or was interrupted mid-call.
     * ``box(instance) -> Box | None`` -- a transport to the instance other than SSH (the local
       provider's own directory), or None to use SSH.
+    * ``volumes() -> VolumeService | None`` -- persistent volumes (``gpuops.volumes``: list, create,
+      delete, mountable offers; mounted through ``CreateSpec.volume_*``), or None when the
+      provider has none. ``destroy`` never deletes a volume.
     """
 
     name: str = ""
@@ -249,3 +252,7 @@ class Provider:
         billing (ProviderError UNSUPPORTED, which sync shows as "not compared"). Raises
         ProviderError (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""
         raise ProviderError(ProviderErrorKind.UNSUPPORTED, f"{self.name} gives no billing through its API")
+
+    def volumes(self):
+        """The provider's persistent volumes (a ``gpuops.volumes`` service), or None: it has none."""
+        return None

@@ -342,6 +342,12 @@ class RunPodProvider(Provider):
             if self.get(pid) is not None:  # "not found"-like errors: success only if it is gone
                 raise
 
+    def volumes(self):
+        """Persistent volumes (gpuops.volumes.RunPodVolumes): list, create, delete, mountable offers."""
+        from gpuops.volumes import RunPodVolumes
+
+        return RunPodVolumes(self)
+
     def balance(self) -> Balance:
         """``myself { clientBalance currentSpendPerHr }`` through the SDK's GraphQL helper (USD, USD/h)."""
 

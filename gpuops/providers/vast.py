@@ -349,6 +349,12 @@ class VastProvider(Provider):
             if e.kind != ProviderErrorKind.GONE:
                 raise
 
+    def volumes(self):
+        """Persistent volumes (gpuops.volumes.VastVolumes): list, create, delete, mountable offers."""
+        from gpuops.volumes import VastVolumes
+
+        return VastVolumes(self)
+
     def balance(self) -> Balance:
         """``show_user()["credit"]``: remaining prepaid credit in USD (Vast reports no spend rate)."""
         user = self._call("read the balance", lambda v: v.show_user()) or {}
