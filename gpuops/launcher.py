@@ -430,6 +430,9 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     inst, offer = got.instance, got.offer
     bid = offer.min_bid if offer.spot else None
     s.instance, s.offer = inst, offer
+    if p.volume is not None:  # also when create was recovered by label: the volume is mounted there
+        inst.extra.setdefault("volume_path", p.volume.mount_path)
+        ledger.event(s.id, "volume", {"volume": p.volume.as_json()})
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
         spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,

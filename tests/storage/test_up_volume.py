@@ -41,4 +41,4 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
     assert summ["results_copy"]["ok"] and summ["results_copy"]["kept"] == str(mount / "gpuops/results" / summ["session"])
     assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # teardown never deletes it
     kinds = [e.kind for e in Ledger(s.ledger_url()).events(summ["session"])]
-    assert "destroyed" in kinds and "results_copied" in kinds
+    assert "destroyed" in kinds and "results_copied" in kinds and "volume" in kinds
