@@ -432,7 +432,7 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     s.instance, s.offer = inst, offer
     if p.volume is not None:  # also when create was recovered by label: the volume is mounted there
         inst.extra.setdefault("volume_path", p.volume.mount_path)
-        ledger.event(s.id, "volume", {"volume": p.volume.as_json()})
+        ledger.event(s.id, EventKind.VOLUME, {"volume": p.volume.as_json()})
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
         spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,
@@ -633,7 +633,7 @@ def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None
         if rep.files or not rep.ok:
             s.results_copy = rep.as_json()
             s.results_copy["line"] = rep.line()
-            ledger.event(s.id, "results_copied" if rep.ok else "results_copy_failed", s.results_copy)
+            ledger.event(s.id, EventKind.RESULTS_COPIED if rep.ok else EventKind.RESULTS_COPY_FAILED, s.results_copy)
         if rep.files and rep.ok:
             s.results_path = str(dest)
         elif not rep.ok:
