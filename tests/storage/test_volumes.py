@@ -143,3 +143,21 @@ def test_dry_run_names_the_volume_and_the_mountable_offer(vol_env, cli_env, tmp_
                                   "--volume", "runpod:weights-ro", "--dry-run"), env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "volume: runpod:weights-ro (40 GB, EU-RO-1) mounted at /workspace" in r.stdout
     assert vol_env["runpod"].live() == []
+
+
+def test_runpod_rest_errors_delete_retried_create_not(runpod_vol_emulator, runpod_vol_provider):
+    from gpuops.providers.base import ProviderError, ProviderErrorKind
+
+    svc = volumes.service(runpod_vol_provider)
+    runpod_vol_emulator.faults.inject["networkvolumes"] = [502]
+    with pytest.raises(ProviderError) as e:
+        svc.create("w", 10, "EU-RO-1")  # a create is never retried blindly: it may have happened
+    assert e.value.kind == ProviderErrorKind.SERVER and runpod_vol_emulator.volumes == {}
+    vol = svc.create("w", 10, "EU-RO-1")
+    runpod_vol_emulator.faults.inject["networkvolumes"] = [502, 429]
+    svc.delete(vol.id)  # idempotent, so retried through the 5xx and the rate limit
+    assert runpod_vol_emulator.volumes == {}
+    bad = volumes.RunPodVolumes(type(runpod_vol_provider)(None, runpod_vol_provider.url))
+    with pytest.raises(ProviderError) as e:
+        bad.create("w", 10, "EU-RO-1")
+    assert e.value.kind == ProviderErrorKind.AUTH
