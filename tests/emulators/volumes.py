@@ -29,18 +29,21 @@ from tests.emulators.vast import VastEmulator
 
 
 class RunPodVolumeEmulator(RunPodEmulator):
-    """RunPod with network volumes. ``volumes``: id -> {id, name, size, dataCenterId}."""
+    """RunPod with network volumes. ``network_volumes``: id -> {id, name, size, dataCenterId}; each
+    is also billed per GB-month from its create to its delete (the base emulator's ``volumes``,
+    served by ``/v1/billing/networkvolumes``)."""
 
     def __init__(self, *a: Any, **kw: Any):
         super().__init__(*a, **kw)
-        self.volumes: dict[str, dict] = {}
+        self.network_volumes: dict[str, dict] = {}
         self._vol_ids = itertools.count(1)
 
     def add_volume(self, name: str, size: int, dc: str) -> dict:
         with self.market.lock:
             vid = f"vol{next(self._vol_ids):04d}abcd"
-            self.volumes[vid] = {"id": vid, "name": name, "size": size, "dataCenterId": dc}
-            return self.volumes[vid]
+            self.network_volumes[vid] = {"id": vid, "name": name, "size": size, "dataCenterId": dc}
+            self.add_network_volume(vid, size)
+            return self.network_volumes[vid]
 
     def handle(self, req: dict) -> tuple[int, Any, str]:
         path = req["path"].rstrip("/")
@@ -54,7 +57,7 @@ class RunPodVolumeEmulator(RunPodEmulator):
         with self.market.lock:
             tail = path[len("/v1/networkvolumes"):].strip("/")
             if not tail and req["method"] == "GET":
-                return 200, list(self.volumes.values()), JSON
+                return 200, list(self.network_volumes.values()), JSON
             if not tail and req["method"] == "POST":
                 b = req["body"] or {}
                 if not b.get("name") or not isinstance(b.get("size"), int) or not b.get("dataCenterId"):
@@ -63,11 +66,12 @@ class RunPodVolumeEmulator(RunPodEmulator):
                     return 400, {"error": "size must be between 1 and 4000 GB"}, JSON
                 return 200, self.add_volume(b["name"], b["size"], b["dataCenterId"]), JSON
             if tail and req["method"] == "DELETE":
-                if tail not in self.volumes:
+                if tail not in self.network_volumes:
                     return 404, {"error": "network volume not found"}, JSON
                 if any(i.request.get("networkVolumeId") == tail for i in self.market.live()):
                     return 400, {"error": "network volume is attached to a pod"}, JSON
-                del self.volumes[tail]
+                del self.network_volumes[tail]
+                self.remove_network_volume(tail)
                 return 204, b"", JSON
         return 404, {"error": "not found"}, JSON
 
@@ -76,13 +80,13 @@ class RunPodVolumeEmulator(RunPodEmulator):
         if root == "myself" and status == 200:
             for f in field.selection_set.selections:
                 if f.name.value == "networkVolumes":
-                    payload["data"]["myself"]["networkVolumes"] = _project(list(self.volumes.values()), f.selection_set)
+                    payload["data"]["myself"]["networkVolumes"] = _project(list(self.network_volumes.values()), f.selection_set)
         return status, payload, ctype
 
     def _deploy(self, inp: dict, field: Any) -> tuple[int, Any, str]:
         vid = inp.get("networkVolumeId")
         if vid:
-            vol = self.volumes.get(vid)
+            vol = self.network_volumes.get(vid)
             if vol is None:
                 return self._error("network volume not found", "podFindAndDeployOnDemand")
             if str(inp.get("cloudType")) != "SECURE":

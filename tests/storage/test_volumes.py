@@ -152,12 +152,36 @@ def test_runpod_rest_errors_delete_retried_create_not(runpod_vol_emulator, runpo
     runpod_vol_emulator.faults.inject["networkvolumes"] = [502]
     with pytest.raises(ProviderError) as e:
         svc.create("w", 10, "EU-RO-1")  # a create is never retried blindly: it may have happened
-    assert e.value.kind == ProviderErrorKind.SERVER and runpod_vol_emulator.volumes == {}
+    assert e.value.kind == ProviderErrorKind.SERVER and runpod_vol_emulator.network_volumes == {}
     vol = svc.create("w", 10, "EU-RO-1")
     runpod_vol_emulator.faults.inject["networkvolumes"] = [502, 429]
     svc.delete(vol.id)  # idempotent, so retried through the 5xx and the rate limit
-    assert runpod_vol_emulator.volumes == {}
+    assert runpod_vol_emulator.network_volumes == {}
     bad = volumes.RunPodVolumes(type(runpod_vol_provider)(None, runpod_vol_provider.url))
     with pytest.raises(ProviderError) as e:
         bad.create("w", 10, "EU-RO-1")
     assert e.value.kind == ProviderErrorKind.AUTH
+
+
+def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(vol_env, cli_env):
+    """The volume's cost comes from the provider's own billing (books: ``ledger sync --apply``),
+    as an account-level storage line that ``ledger month`` counts in its total and storage."""
+    import os
+    from datetime import datetime, timezone
+
+    env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
+    env.pop("VAST_API_KEY", None)  # this test is about RunPod's billing only
+    run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    r = run("volumes", "create", "--provider", "runpod", "--name", "weights", "--size-gb", "50", "--region", "EU-RO-1", "--json")
+    assert r.returncode == 0, r.stderr
+    vid = json.loads(r.stdout)["volumes"][0]["id"]
+    emu = vol_env["runpod"]
+    day = datetime(2026, 11, 10, tzinfo=timezone.utc).timestamp()
+    emu.volumes[vid].update({"from": day, "to": day + 86400})  # it billed one whole day of November 2026
+    r = run("ledger", "sync", "--month", "2026-11", "--tz", "UTC", "--apply", "--json")
+    assert r.returncode == 0, r.stderr
+    r = run("ledger", "month", "2026-11", "--tz", "UTC", "--json")
+    assert r.returncode == 0, r.stderr
+    month = json.loads(r.stdout)
+    assert month["storage_usd"] == pytest.approx(50 * 0.07 / 730 * 24, rel=1e-4)
+    assert month["total_usd"] == pytest.approx(month["storage_usd"], rel=1e-4)
