@@ -29,6 +29,8 @@ from pathlib import Path
 CHUNK = 4 << 20  # bytes read per request; also the most a drop can cost to re-read
 MANIFEST = ".gpuops/bootstrap/manifest.py"  # shipped with the runner (gpuops.agentctl.BOOTSTRAP_REMOTE)
 RETRY_WAIT_S = 0.5  # first wait after a dropped connection; doubles up to 8 s
+MAX_BYTES = 50 * 2**30  # what a laptop accepts from a box it does not trust (as gpuops.remote's copy-back caps)
+MAX_FILES = 200_000
 
 
 @dataclass
@@ -244,12 +246,14 @@ def _fetch_whole(box, remote_abs: str, target: Path, part: Path, e: Entry, rep: 
 
 
 def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0, keep_to: str | None = None,
-                  on_progress=None) -> CopyReport:
+                  on_progress=None, max_bytes: int | None = None, max_files: int | None = None) -> CopyReport:
     """Copy ``remote_dir`` (relative to the box root) into ``dest`` with sizes and sha256 checked,
     resuming after dropped connections, within ``deadline_s`` seconds. ``keep_to``: an absolute
     directory on the box (on a persistent volume) that first receives a verified copy.
     ``on_progress(report)`` is called after every chunk written.
-    Never raises for a failed copy: the report says what failed (``ok`` False, ``error``)."""
+    ``max_bytes``/``max_files``: caps on what the box lists (default ``MAX_BYTES``, ``MAX_FILES``);
+    past them nothing is copied. Never raises for a failed copy: the report says what failed
+    (``ok`` False, ``error``)."""
     t0 = time.monotonic()
     deadline = t0 + deadline_s
     rep = CopyReport()
@@ -276,6 +280,13 @@ def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0
     entries = safe
     rep.files = len(entries)
     rep.total_bytes = sum(e.size for e in entries)
+    cap_b, cap_f = MAX_BYTES if max_bytes is None else max_bytes, MAX_FILES if max_files is None else max_files
+    if rep.total_bytes > cap_b or rep.files > cap_f:
+        rep.ok = False
+        rep.error = (f"the box lists {rep.files} files, {rep.total_bytes:,} bytes: over the copy-back caps ({cap_f} files, {cap_b:,} bytes); "
+                     "nothing copied")
+        rep.seconds = round(time.monotonic() - t0, 3)
+        return rep
     dest.mkdir(parents=True, exist_ok=True)
     reader = _Reader(box)
     root_abs = box._abs(remote_dir.rstrip("/"))  # both Box kinds resolve paths against their root

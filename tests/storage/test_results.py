@@ -219,3 +219,13 @@ def test_a_box_without_sftp_is_copied_whole_and_still_verified(tmp_path):
     rep = results.fetch_results(box, "out", tmp_path / "home")
     assert rep.ok and rep.bytes == rep.total_bytes, rep.as_json()
     _assert_home(tmp_path / "home", files)
+
+
+def test_a_box_listing_past_the_caps_copies_nothing(tmp_path):
+    root = tmp_path / "box"
+    _make_results(root)
+    box = LocalBox(root)
+    _ship_manifest(box)
+    rep = results.fetch_results(box, "out", tmp_path / "home", max_bytes=2**20)
+    assert not rep.ok and "over the copy-back caps" in rep.error and not (tmp_path / "home").exists()
+    assert rep.line().startswith("NOT all copied home: the box lists 3 files")
