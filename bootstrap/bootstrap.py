@@ -608,10 +608,9 @@ def _hf_weights(step, ctx):
     py = step.get("python") or sys.executable
     if not os.path.isabs(py) and os.sep in py:
         py = os.path.abspath(py)
+    # hf_transfer is not switched on here: it must be installed in ``py`` (not this interpreter), and
+    # huggingface_hub 2.x downloads through hf_xet when the image has it.
     env = dict(os.environ, HF_HOME=home, HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1")
-    import importlib.util
-    if importlib.util.find_spec("hf_transfer") is not None:
-        env.setdefault("HF_HUB_ENABLE_HF_TRANSFER", "1")
     args = {"repo": repo, "revision": rev or None, "allow_patterns": patterns, "cache_dir": cache_dir, "dest": dest}
     t0 = time.time()
     try:
