@@ -42,3 +42,25 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
     assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # teardown never deletes it
     kinds = [e.kind for e in Ledger(s.ledger_url()).events(summ["session"])]
     assert "destroyed" in kinds and "results_copied" in kinds and "volume" in kinds
+
+
+def test_up_on_vast_rents_the_volume_machine(gpuops_home, sshd, vast_vol_emulator, vast_vol_provider, tmp_path, monkeypatch):
+    from gpuops.remote import ensure_ssh_key
+
+    mount = tmp_path / "vast-volume"
+    mount.mkdir()
+    monkeypatch.setattr(volumes, "VAST_MOUNT", str(mount))
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    vast_vol_emulator.market.ssh_endpoint = (sshd.host, sshd.port)
+    vol = volumes.service(vast_vol_provider).create("cache", 40, "machine:10010")  # offer 1001's machine, not the cheapest (1002 bids 0.15)
+    s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"verify": False}})
+    sshd.authorize(ensure_ssh_key(s.data_path())[1])
+    job = tmp_path / "job.sh"
+    job.write_text('mkdir -p out && echo "$UV_CACHE_DIR" > out/uv.txt\n')
+    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True, volume=f"vast:{vol.id}"), s, Reporter(),
+                  provider=vast_vol_provider)
+    assert summ["end_reason"] == "job_end", summ
+    inst = list(vast_vol_emulator.market.instances.values())[0]
+    assert inst.offer["id"] == 1001 and inst.request["volume_info"]["volume_id"] == int(vol.id)
+    assert open(f"{summ['results']}/uv.txt").read().strip() == f"{mount}/.cache/gpuops/pip/uv"
+    assert [v.id for v in volumes.service(vast_vol_provider).list()] == [vol.id]
