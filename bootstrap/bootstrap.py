@@ -23,10 +23,15 @@ Step kinds and their keys (paths relative to the working directory unless absolu
   WANDB_API_KEY -> ``~/.netrc`` (``api.wandb.ai``), every name -> ``$XDG_CONFIG_HOME/gpuops/secrets.env``
   (default ``~/.config``), which a job can source.
   Values are never printed, and are scrubbed from every later step's output.
-- ``weights``: ``source`` ``hf://org/model[@revision]`` (huggingface_hub, hf_transfer when
-  installed), ``https://...`` or ``file:///...``; ``dest`` (default
-  ``<cache_dir>/weights/<name>``); ``sha256`` (single-file sources); ``warm`` (default true: read
-  every file once so the page cache holds it).
+- ``weights``: ``source`` ``hf://org/model[@revision]``, ``https://...`` or ``file:///...``;
+  ``dest`` (default ``<cache_dir>/weights/<name>``; hf: the HF cache ``<cache_dir>/huggingface/hub``);
+  ``sha256`` (single-file sources); ``warm`` (default true: read every file once so the page cache
+  holds it). hf: ``snapshot_download`` runs in ``python`` (the deps venv's, else this one; it needs
+  huggingface_hub) with ``allow_patterns`` (list), the token from the secrets step's HF_TOKEN; a
+  dropped connection resumes the file (Range), a killed run restarts it (huggingface_hub 2.4.0
+  uses process-unique temporary files) and its stale ``.incomplete`` blobs are removed after
+  ``stale_incomplete_s`` (default 600) seconds untouched; a revision pinned to a commit sha whose snapshot is complete in the
+  cache (``.gpuops-complete.json``) is ``skipped`` without asking the hub. Detail: bytes, seconds.
 - ``verify``: when torch with CUDA is present, measure device-memory copy bandwidth (GB/s,
   10^9 B/s) and dense bf16 matmul TFLOP/s and compare with ``expect`` (``bandwidth_gb_s``,
   ``bf16_tflops``: the catalog figures); ratios below ``threshold`` (default 0.7) are flagged,
@@ -490,25 +495,175 @@ def _download(url, path, step):
     os.replace(part, path)
 
 
+# The download runs in the box's python that has huggingface_hub (the deps venv, else this one):
+# arguments arrive as JSON on stdin, the result is the last stdout line, exit 3 names the failure.
+_HF_SCRIPT = r"""
+import json, sys
+a = json.loads(sys.stdin.read())
+try:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub import errors as E
+except ImportError as e:
+    print(json.dumps({"error": "no_hub", "message": str(e)})); sys.exit(3)
+kw = dict(repo_id=a["repo"], revision=a["revision"], allow_patterns=a["allow_patterns"] or None)
+kw.update({"local_dir": a["dest"]} if a["dest"] else {"cache_dir": a["cache_dir"]})
+try:
+    path = snapshot_download(**kw)
+except E.GatedRepoError as e:
+    print(json.dumps({"error": "gated", "message": str(e).splitlines()[0]})); sys.exit(3)
+except E.RevisionNotFoundError as e:
+    print(json.dumps({"error": "revision", "message": str(e).splitlines()[0]})); sys.exit(3)
+except E.RepositoryNotFoundError as e:
+    print(json.dumps({"error": "repo", "message": str(e).splitlines()[0]})); sys.exit(3)
+except Exception as e:
+    print(json.dumps({"error": type(e).__name__, "message": str(e).splitlines()[0] if str(e) else ""})); sys.exit(3)
+print(json.dumps({"path": path}))
+"""
+HF_MARKER = ".gpuops-complete.json"  # in a snapshot directory: the pinned revision is all there
+
+
+class StepSkipped(Exception):
+    """Raised by a step that finds its outputs already in place; the argument is the detail."""
+
+
+def _hf_home(ctx):
+    """Where the Hugging Face cache lives: ``<cache_dir>/huggingface`` (the volume when one is
+    mounted), else $HF_HOME, else ~/.cache/huggingface."""
+    if ctx.get("cache_dir"):
+        return os.path.join(ctx["cache_dir"], "huggingface")
+    return os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+
+
+def _snapshot_files(path):
+    out = []
+    for f in _files_under(path):
+        if os.path.basename(f) == HF_MARKER:
+            continue
+        out.append([os.path.relpath(f, path), os.path.getsize(f)])
+    return out
+
+
+def _hf_cached(snapshot, patterns):
+    """The marker's file list when ``snapshot`` holds every file of the last complete download with
+    the same allow-patterns, else None."""
+    try:
+        with open(os.path.join(snapshot, HF_MARKER)) as f:
+            mark = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if mark.get("allow_patterns") != patterns:
+        return None
+    for rel, size in mark.get("files", []):
+        try:
+            if os.path.getsize(os.path.join(snapshot, rel)) != size:
+                return None
+        except OSError:
+            return None
+    return mark.get("files")
+
+
+def _drop_stale_incomplete(cache_dir, repo, older_than_s):
+    """Remove ``*.incomplete`` blobs of ``repo`` untouched for ``older_than_s`` seconds: what a
+    killed download left on the volume. huggingface_hub 2.4.0 writes each download to a
+    process-unique temporary name (file_download.py ``_download_to_tmp_and_move``, PR 4228), so a
+    new process restarts that file rather than resuming it; a fresh one may be another box's
+    download in progress on a shared volume and is kept. Returns the bytes freed."""
+    blobs = os.path.join(cache_dir, "models--" + repo.replace("/", "--"), "blobs")
+    freed = 0
+    try:
+        names = os.listdir(blobs)
+    except OSError:
+        return 0
+    now = time.time()
+    for n in names:
+        p = os.path.join(blobs, n)
+        try:
+            st = os.stat(p)
+            if n.endswith(".incomplete") and now - st.st_mtime >= older_than_s:
+                os.remove(p)
+                freed += st.st_size
+        except OSError:
+            continue
+    return freed
+
+
+def _hf_weights(step, ctx):
+    """``hf://org/name@revision``: snapshot_download into the HF cache (resumable: an interrupted
+    file continues from its ``.incomplete`` blob), or skip when the cache holds the pinned revision."""
+    repo, _, rev = step["source"][len("hf://"):].partition("@")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", repo):
+        raise StepError("hf source %r is not hf://org/name[@revision]" % step["source"])
+    patterns = list(step.get("allow_patterns") or [])
+    pinned = bool(SHA.match(rev))
+    home = _hf_home(ctx)
+    cache_dir = os.path.join(home, "hub")
+    dest = step.get("dest") or ""
+    snapshot = dest or os.path.join(cache_dir, "models--" + repo.replace("/", "--"), "snapshots", rev)
+    if pinned:
+        files = _hf_cached(snapshot, patterns)
+        if files is not None:
+            raise StepSkipped({"path": snapshot, "files": len(files), "bytes": sum(sz for _, sz in files), "revision": rev,
+                               "cache": "hit", "downloaded_bytes": 0})
+    stale = _drop_stale_incomplete(cache_dir, repo, float(step.get("stale_incomplete_s", 600)))
+    py = step.get("python") or sys.executable
+    if not os.path.isabs(py) and os.sep in py:
+        py = os.path.abspath(py)
+    # hf_transfer is not switched on here: it must be installed in ``py`` (not this interpreter), and
+    # huggingface_hub 2.x downloads through hf_xet when the image has it.
+    env = dict(os.environ, HF_HOME=home, HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1")
+    args = {"repo": repo, "revision": rev or None, "allow_patterns": patterns, "cache_dir": cache_dir, "dest": dest}
+    t0 = time.time()
+    try:
+        p = subprocess.run([py, "-c", _HF_SCRIPT], input=json.dumps(args).encode(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=env, timeout=float(step.get("timeout", DEFAULT_TIMEOUT)))
+    except subprocess.TimeoutExpired:
+        raise StepError("hf download of %s ran past %s s (run again: it resumes)" % (repo, step.get("timeout", DEFAULT_TIMEOUT)))
+    except OSError as e:
+        raise StepError("cannot run %s for the hf download: %s" % (py, e))
+    secs = time.time() - t0
+    for line in p.stderr.decode("utf-8", "replace").splitlines()[-20:]:
+        _log(line)
+    lines = [ln for ln in p.stdout.decode("utf-8", "replace").splitlines() if ln.startswith("{")]
+    try:
+        out = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        raise StepError("hf download of %s failed (exit %d) with no answer" % (repo, p.returncode))
+    err = out.get("error")
+    if err == "no_hub":
+        raise StepError("huggingface_hub is not installed in %s; add it to [bootstrap] packages" % py)
+    if err == "gated":
+        raise StepError("%s is gated: add HF_TOKEN to [bootstrap] secrets (a token whose account accepted the model's "
+                        "license on huggingface.co)%s" % (repo, "" if os.environ.get("HF_TOKEN") else "; no HF_TOKEN was given"))
+    if err == "revision":
+        raise StepError("revision %r of %s is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)" % (rev, repo))
+    if err == "repo":
+        raise StepError("%s is not on the hub (or is private: add HF_TOKEN to [bootstrap] secrets)" % repo)
+    if err:
+        raise StepError("hf download of %s failed: %s: %s (run again: it resumes)" % (repo, err, out.get("message", "")))
+    path = out["path"]
+    files = _snapshot_files(path)
+    resolved = os.path.basename(os.path.normpath(path)) if not dest else rev
+    _write_private(os.path.join(path, HF_MARKER), json.dumps({"repo": repo, "revision": resolved, "allow_patterns": patterns,
+                                                             "files": files, "at": time.time()}))
+    total = sum(sz for _, sz in files)
+    detail = {"path": path, "files": len(files), "bytes": total, "seconds": round(secs, 3), "revision": resolved, "cache": "miss",
+              "mb_s": round(total / 1e6 / secs, 2) if secs > 0 else None}
+    if stale:
+        detail["stale_incomplete_bytes_removed"] = stale
+    if not pinned:
+        detail["warning"] = "revision not pinned: use hf://%s@%s so a warm cache is used without asking the hub" % (repo, resolved)
+    return detail
+
+
 def step_weights(step, ctx):
     src = step.get("source") or ""
+    if src.startswith("hf://"):
+        detail = _hf_weights(step, ctx)
+        ctx["outputs"] = [[os.path.join(detail["path"], rel), size] for rel, size in _snapshot_files(detail["path"])]
+        return detail
     dest = _weights_dest(step, ctx)
     os.makedirs(dest, exist_ok=True)
-    if src.startswith("hf://"):
-        repo, _, rev = src[len("hf://"):].partition("@")
-        try:
-            import importlib.util
-            if importlib.util.find_spec("hf_transfer") is not None:
-                os.environ.setdefault("HF_HUB_ENABLE_HF_TRANSFER", "1")
-            from huggingface_hub import snapshot_download
-        except ImportError:
-            raise StepError("huggingface_hub is not installed on the box; add it to [bootstrap] deps")
-        try:
-            snapshot_download(repo_id=repo, revision=rev or None, local_dir=dest)
-        except Exception as e:  # huggingface_hub raises many kinds; all mean the same to us
-            raise StepError("hf download of %s failed: %s: %s" % (repo, type(e).__name__, e))
-        target = dest
-    elif src.startswith(("https://", "http://")):
+    if src.startswith(("https://", "http://")):
         name = step.get("filename") or os.path.basename(src.split("?", 1)[0]) or "download"
         target = os.path.join(dest, name)
         _download(src, target, step)
@@ -702,6 +857,9 @@ def run(config, state_dir):
                 os.remove(path)  # a step that starts and fails must not look done next time
             ctx.pop("outputs", None)
             detail = fn(step, ctx)
+        except StepSkipped as sk:  # the step found its outputs in place (a warm cache on a volume)
+            _emit({"step": name, "status": "skipped", "seconds": round(time.time() - t0, 3), "detail": sk.args[0]})
+            continue
         except Exception as e:  # any failure of a step stops the run, naming the step
             secs = round(time.time() - t0, 3)
             msg = str(e) if isinstance(e, StepError) else "%s: %s" % (type(e).__name__, e)

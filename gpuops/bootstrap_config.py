@@ -56,6 +56,21 @@ def _weights_name(source: str, i: int) -> str:
     return f"weights:{re.sub(r'[^A-Za-z0-9._/-]+', '_', tail)[:60] or i + 1}"
 
 
+def cache_dir_for(settings, volume_path: str | None) -> str:
+    """The on-box cache directory: ``[bootstrap] cache_dir``, else ``<volume>/.cache/gpuops`` when a
+    persistent volume is mounted, else "" (the runner's default, ~/.cache/gpuops, lost with the box)."""
+    return settings.bootstrap.cache_dir or (volume_path.rstrip("/") + "/.cache/gpuops" if volume_path else "")
+
+
+def cache_env(cache_dir: str) -> dict[str, str]:
+    """The job's cache variables for ``cache_dir`` (the same places the bootstrap fills): HF_HOME,
+    UV_CACHE_DIR, PIP_CACHE_DIR; empty when there is no cache dir."""
+    if not cache_dir:
+        return {}
+    c = cache_dir.rstrip("/")
+    return {"HF_HOME": f"{c}/huggingface", "UV_CACHE_DIR": f"{c}/pip/uv", "PIP_CACHE_DIR": f"{c}/pip/pip"}
+
+
 def build_plan(settings, *, card=None, volume_path: str | None = None, environ: Mapping[str, str] | None = None,
                base_dir: Path | None = None) -> BootstrapPlan:
     """Build the bootstrap plan from ``settings`` (gpuops.config.Settings).
@@ -73,7 +88,7 @@ def build_plan(settings, *, card=None, volume_path: str | None = None, environ: 
     steps: list[dict] = [{"name": "system", "kind": "system"}]
     plan = BootstrapPlan(config={}, timeout=b.timeout_seconds)
     plan.files.append((RUNNER_SOURCE, RUNNER_DIR))
-    cache_dir = b.cache_dir or (volume_path.rstrip("/") + "/.cache/gpuops" if volume_path else "")
+    cache_dir = cache_dir_for(settings, volume_path)
 
     if b.secrets:
         missing = [n for n in b.secrets if not environ.get(n)]
@@ -117,6 +132,10 @@ def build_plan(settings, *, card=None, volume_path: str | None = None, environ: 
             step["sha256"] = w.sha256
         if w.dest:
             step["dest"] = w.dest
+        if w.allow_patterns:
+            step["allow_patterns"] = list(w.allow_patterns)
+        if b.venv and w.source.startswith("hf://"):
+            step["python"] = f"{b.venv.rstrip('/')}/bin/python"  # huggingface_hub is installed there by deps
         steps.append(step)
 
     if b.verify:

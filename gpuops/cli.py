@@ -26,6 +26,9 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
+from gpuops.volumes_cli import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
+
+app.add_typer(volumes_app, name="volumes")
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
@@ -79,6 +82,7 @@ def up(
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
+    volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -101,6 +105,8 @@ def up(
         over["teardown"]["max_hours"] = max_hours
     if idle_minutes is not None:
         over["teardown"]["idle_minutes"] = idle_minutes
+    if volume is not None:
+        over["storage"] = {"volume": volume}
     settings = _settings(config, over)
     if card:
         from gpuops.catalog import resolve_cards
@@ -109,7 +115,7 @@ def up(
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
-        note=note, dry_run=dry_run,
+        note=note, dry_run=dry_run, volume=settings.storage.volume,
     )
     from gpuops.plan import parse_positive_int
 
@@ -211,6 +217,25 @@ def plan(
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
                  headroom=headroom, card=card, json_out=json_out, engine=engine, max_num_seqs=max_num_seqs,
                  max_num_batched_tokens=max_num_batched_tokens)
+
+
+@app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
+def plan_storage(
+    model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
+    runs_per_month: str = typer.Option("20", "--runs-per-month", help="Boxes per month that need the weights."),
+    download_gbps: str = typer.Option("1", "--download-gbps", help="Download rate from the box to the hub, Gbit/s."),
+    provider: str = typer.Option("runpod", "--provider", help="runpod | vast: whose volume price applies."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype when the checkpoint size is unknown."),
+    card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
+    usd_per_hour: Optional[str] = typer.Option(None, "--usd-per-hour", help="Box price instead of the card's reference price."),
+    usd_per_gb_month: Optional[str] = typer.Option(None, "--usd-per-gb-month", help="Volume price instead of the provider's."),
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
+    from gpuops.storage_plan import render, storage_plan
+
+    render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
+                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), json_out)
 
 
 @app.command()
@@ -568,6 +593,8 @@ def main() -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2."""
     _std_fds()
+    if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
+        sys.argv[1:3] = ["plan-storage"]
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:

@@ -108,6 +108,7 @@ class WeightsSource(_Section):
     source: str
     sha256: str = ""
     dest: str = ""
+    allow_patterns: list[str] = []  # hf:// only: the files to fetch, e.g. ["*.safetensors", "*.json"]
 
     @field_validator("source")
     @classmethod
@@ -170,6 +171,15 @@ class JobSettings(_Section):
         return v
 
 
+class StorageSettings(_Section):
+    """``volume``: a persistent volume to mount on every box, ``<provider>:<id or name>`` (see
+    gpuops.volumes); empty: none. ``results_deadline_seconds``: how long teardown waits for the
+    results copy-back (gpuops.results) before destroying anyway."""
+
+    volume: str = ""
+    results_deadline_seconds: float = Field(default=900.0, gt=0)
+
+
 class Settings(_Section):
     data_dir: str = ""  # empty: platformdirs user data dir
     up: UpSettings = UpSettings()
@@ -178,6 +188,7 @@ class Settings(_Section):
     providers: ProvidersSettings = ProvidersSettings()
     bootstrap: BootstrapSettings = BootstrapSettings()
     job: JobSettings = JobSettings()
+    storage: StorageSettings = StorageSettings()
     source: Optional[str] = None  # the file these came from, for messages
 
     def data_path(self) -> Path:

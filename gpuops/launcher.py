@@ -69,6 +69,7 @@ class UpRequest:
     seq: int = 4096
     batch: int = 1
     allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.plan: "unverified")
+    volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.volumes)
 
 
 @dataclass
@@ -78,6 +79,7 @@ class PlanResult:
     candidates: list[Offer]
     projected_cost_usd: float  # offer price x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
+    volume: "object | None" = None  # gpuops.volumes.Volume mounted at create
 
     def as_json(self, settings: Settings) -> dict:
         return {
@@ -161,7 +163,14 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         import dataclasses
 
         query = dataclasses.replace(query, spot=None)
+    volume = None
+    if req.volume:  # only offers that can mount it (BadInput before anything is rented)
+        from gpuops import volumes
+
+        volume = volumes.resolve(provider, req.volume)
     offers = provider.offers(query)
+    if volume is not None:
+        offers = volumes.mountable(provider, volume, offers)
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
@@ -169,7 +178,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu)
+    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -260,6 +269,7 @@ class Session:
     slowest_step_seconds: float = 0.0
     log_path: Path | None = None
     results_path: str = ""
+    results_copy: dict | None = None  # gpuops.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
 
@@ -306,7 +316,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
             raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
         raise
     if req.dry_run:
-        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note}
+        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
+                "volume": p.volume.as_json() if p.volume is not None else None}
 
     if ledger is None:
         from ledger import Ledger
@@ -401,8 +412,10 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     key = _ssh_public_key(provider, settings)
 
     def spec_for(offer: Offer) -> CreateSpec:
+        from gpuops.volumes import spec_fields
+
         return CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb,
-                          bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key)
+                          bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key, **spec_fields(p.volume))
 
     def leftover(offer: Offer, e: ProviderError) -> None:
         # A failed create that still made an instance: book it so teardown (and reconcile) end it.
@@ -417,6 +430,9 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     inst, offer = got.instance, got.offer
     bid = offer.min_bid if offer.spot else None
     s.instance, s.offer = inst, offer
+    if p.volume is not None:  # also when create was recovered by label: the volume is mounted there
+        inst.extra.setdefault("volume_path", p.volume.mount_path)
+        ledger.event(s.id, EventKind.VOLUME, {"volume": p.volume.as_json()})
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
         spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,
@@ -450,7 +466,9 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
         from gpuops.providers.wait import wait_for_ssh
 
         if s.instance.ssh is None and not s.instance.extra.get("local_root"):
-            s.instance = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
+            fresh = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
+            fresh.extra = {**s.instance.extra, **fresh.extra}  # what create knew (volume_path, bid) stays known
+            s.instance = fresh
         s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, EventKind.READY)
@@ -525,6 +543,9 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
     box.put(req.job, f"{META}/job/{req.job.name}")  # type: ignore[union-attr]
     metrics = f"{box.root}/{META}/metrics.jsonl"  # type: ignore[union-attr]
     env = {"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics}
+    from gpuops.bootstrap_config import cache_dir_for, cache_env
+
+    env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
     if time.time() > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours, "before_job": True})
@@ -602,9 +623,23 @@ def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None
         ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds)
     results = settings.job.results.strip("/")
     if results:
+        from gpuops import results as copyback
+
         dest = settings.data_path() / "results" / s.id
-        if box.get(results, dest):  # type: ignore[union-attr]
+        volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+        keep_to = f"{volume.rstrip('/')}/gpuops/results/{s.id}" if volume else None
+        with copyback.presence(box):  # the on-box agent must not destroy the box during the copy
+            rep = copyback.fetch_results(box, results, dest, deadline_s=settings.storage.results_deadline_seconds, keep_to=keep_to)
+        if rep.files or not rep.ok:
+            s.results_copy = rep.as_json()
+            s.results_copy["line"] = rep.line()
+            ledger.event(s.id, EventKind.RESULTS_COPIED if rep.ok else EventKind.RESULTS_COPY_FAILED, s.results_copy)
+        if rep.files and rep.ok:
             s.results_path = str(dest)
+        elif not rep.ok:
+            reporter.warn(f"results: {rep.line()}")
+            if dest.exists():
+                s.results_path = str(dest)
     ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
     return None
 
@@ -702,5 +737,6 @@ def summary(s: Session, ledger) -> dict:
         "slowest_step": s.slowest_step,
         "slowest_step_seconds": round(s.slowest_step_seconds, 3),
         "results": row.results_path or None,
+        "results_copy": s.results_copy,
         "status": row.status,
     }

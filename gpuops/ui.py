@@ -85,6 +85,8 @@ def render_summary(summ: dict) -> None:
     ]
     if summ.get("results"):
         rows.append(("results", summ["results"]))
+    if (summ.get("results_copy") or {}).get("line"):
+        rows.append(("results copy", summ["results_copy"]["line"]))
     for k, v in rows:
         t.add_row(k, str(v))
     console().print(t)
@@ -107,6 +109,10 @@ def render_dry_run(plan: dict) -> None:
     c.print(f"would rent: {plan['card']} x{plan['gpu_count']} on {plan['provider']} at "
             f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")
     c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
+    if plan.get("volume"):
+        v = plan["volume"]
+        c.print(f"volume: {v['provider']}:{v['name'] or v['id']} ({v['size_gb']:g} GB, {v['region']}) mounted at {v['mount_path']}; "
+                "caches and kept results go there; it is not deleted at teardown", markup=False)
     td = plan["teardown"]
     c.print("teardown: " + ", ".join(f"{k}={v}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")

@@ -57,6 +57,7 @@ class Offer:
     disk_gb: float = 0.0
     net_down_mbps: float = 0.0
     simulated: bool = False
+    machine_id: str = ""  # the host machine, where the provider has one (Vast); a Vast volume mounts only there
 
     def as_json(self) -> dict:
         return {
@@ -109,7 +110,10 @@ class Instance:
 @dataclass(frozen=True)
 class CreateSpec:
     """What to put on the box. ``label`` is ``gpuops-<session>``; ``env`` values never contain the
-    account key; ``bid_usd_per_hour`` is set for interruptible offers only."""
+    account key; ``bid_usd_per_hour`` is set for interruptible offers only. Optional capability
+    (gpuops.volumes): ``volume_id`` mounts that persistent volume at ``volume_mount_path``
+    (``volume_region``: its RunPod datacenter); a provider that cannot mount one raises
+    ProviderError(UNSUPPORTED), and a volume is never deleted by ``destroy``."""
 
     label: str
     image: str = ""
@@ -118,6 +122,9 @@ class CreateSpec:
     ssh_public_key: str = ""
     bid_usd_per_hour: float | None = None
     workdir: str = ""
+    volume_id: str = ""
+    volume_region: str = ""
+    volume_mount_path: str = ""
 
 
 @dataclass(frozen=True)
@@ -195,6 +202,9 @@ class Provider:
       (default: scans ``list``). Used when a create failed or was interrupted mid-call.
     * ``box(instance) -> Box | None`` -- a transport to the instance other than SSH (the local
       provider's own directory), or None to use SSH.
+    * ``volumes() -> VolumeService | None`` -- persistent volumes (``gpuops.volumes``: list, create,
+      delete, mountable offers; mounted through ``CreateSpec.volume_*``), or None when the
+      provider has none. ``destroy`` never deletes a volume.
     """
 
     name: str = ""
@@ -242,3 +252,7 @@ class Provider:
         billing (ProviderError UNSUPPORTED, which sync shows as "not compared"). Raises
         ProviderError (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""
         raise ProviderError(ProviderErrorKind.UNSUPPORTED, f"{self.name} gives no billing through its API")
+
+    def volumes(self):
+        """The provider's persistent volumes (a ``gpuops.volumes`` service), or None: it has none."""
+        return None

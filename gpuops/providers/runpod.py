@@ -285,10 +285,16 @@ class RunPodProvider(Provider):
         env_escaped = {k: inputs.graphql_escape(v) for k, v in env.items()}
         disk = max(1, int(round(spec.disk_gb)))
 
+        mount = {}
+        if spec.volume_id:  # a network volume: Secure Cloud, its datacenter (gpuops.volumes)
+            mount = {"network_volume_id": inputs.check_provider_id(spec.volume_id, "RunPod network volume id"),
+                     "data_center_id": inputs.check_provider_id(spec.volume_region, "RunPod datacenter id"),
+                     "volume_mount_path": spec.volume_mount_path or "/workspace"}
+
         def deploy(rp):
             return rp.create_pod(name=label, image_name=image, gpu_type_id=gpu_id, cloud_type=cloud.upper(), gpu_count=offer.gpu_count,
                                  container_disk_in_gb=disk, volume_in_gb=0, ports="22/tcp", env=env_escaped or None,
-                                 support_public_ip=True, start_ssh=True)
+                                 support_public_ip=True, start_ssh=True, **mount)
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
         attempts = max(1, self.retry.attempts)
@@ -320,6 +326,8 @@ class RunPodProvider(Provider):
             inst = Instance(id=str(pod["id"]), label=label, status=InstanceStatus.PROVISIONING, usd_per_hour=offer.usd_per_hour,
                             created_at=time.time(), raw_status="")
         inst.created_at = max(inst.created_at or 0.0, asked_at)
+        if mount:
+            inst.extra["volume_path"] = mount["volume_mount_path"]
         return inst
 
     def destroy(self, instance_id: str) -> None:
@@ -333,6 +341,12 @@ class RunPodProvider(Provider):
                 raise
             if self.get(pid) is not None:  # "not found"-like errors: success only if it is gone
                 raise
+
+    def volumes(self):
+        """Persistent volumes (gpuops.volumes.RunPodVolumes): list, create, delete, mountable offers."""
+        from gpuops.volumes import RunPodVolumes
+
+        return RunPodVolumes(self)
 
     def balance(self) -> Balance:
         """``myself { clientBalance currentSpendPerHr }`` through the SDK's GraphQL helper (USD, USD/h)."""

@@ -208,6 +208,7 @@ class VastProvider(Provider):
                 usd_per_hour=round(float(r["dph_total"]), 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
                 reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
                 disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
+                machine_id=str(r.get("machine_id") or ""),
             )
         except (KeyError, TypeError, ValueError):
             return None  # a malformed row must not break the whole search
@@ -286,9 +287,15 @@ class VastProvider(Provider):
         elif spec.bid_usd_per_hour is not None:
             raise BadInput("a bid was given for an on-demand Vast offer", "pick an interruptible offer (--spot) or drop the bid")
 
+        mount = {}
+        if spec.volume_id:  # a Vast local volume on this offer's machine (gpuops.volumes)
+            if not str(spec.volume_id).isdigit():
+                raise BadInput(f"Vast volume id {spec.volume_id!r} is not a number", "see `gpuops volumes list --provider vast`")
+            mount = {"link_volume": int(spec.volume_id), "mount_path": spec.volume_mount_path or "/gpuops-volume"}
+
         def rent(v):
             res = v.create_instance(ask, image=image, disk=float(spec.disk_gb), env=env, price=bid, label=label,
-                                    onstart_cmd=onstart, ssh=True, direct=True)
+                                    onstart_cmd=onstart, ssh=True, direct=True, **mount)
             if not isinstance(res, dict) or not res.get("success") or not res.get("new_contract"):
                 raise self._body_error(200, res if isinstance(res, dict) else {}, f"rent offer {ask}", True)
             return res
@@ -328,6 +335,8 @@ class VastProvider(Provider):
             inst = Instance(id=iid, label=label, status=InstanceStatus.PROVISIONING,
                             usd_per_hour=bid if bid is not None else offer.usd_per_hour, created_at=time.time())
         inst.extra["bid_usd_per_hour"] = bid
+        if mount:
+            inst.extra["volume_path"] = mount["mount_path"]
         inst.created_at = max(inst.created_at or 0.0, asked_at)
         return inst
 
@@ -339,6 +348,12 @@ class VastProvider(Provider):
         except ProviderError as e:
             if e.kind != ProviderErrorKind.GONE:
                 raise
+
+    def volumes(self):
+        """Persistent volumes (gpuops.volumes.VastVolumes): list, create, delete, mountable offers."""
+        from gpuops.volumes import VastVolumes
+
+        return VastVolumes(self)
 
     def balance(self) -> Balance:
         """``show_user()["credit"]``: remaining prepaid credit in USD (Vast reports no spend rate)."""

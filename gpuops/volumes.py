@@ -1,0 +1,326 @@
+"""Persistent volumes: storage that survives the destroy (RunPod network volumes, Vast volumes).
+
+A volume is created and deleted only by ``gpuops volumes create|delete``; no teardown path ever
+deletes one. ``[storage] volume = "<provider>:<id or name>"`` (or ``up --volume``) makes `up` rent
+only offers that can mount it, mount it at create, and point the bootstrap caches (uv/pip wheels,
+Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.bootstrap_config).
+
+Wire shapes (tests/emulators/volumes.py emulates exactly these):
+
+- RunPod, list: the runpod SDK 1.11.0's ``get_user()`` (runpod/api/queries/user.py ``QUERY_USER``:
+  ``myself { networkVolumes { id name size dataCenterId } }``, ``size`` in GB).
+  Create / delete: the SDK has no call, so RunPod's REST API (what runpodctl uses):
+  ``POST /v1/networkvolumes`` with ``{"name", "size", "dataCenterId"}`` answering
+  ``{"id", "name", "size", "dataCenterId"}``; ``DELETE /v1/networkvolumes/{id}`` answering 204
+  (docs.runpod.io/api-reference/network-volumes/POST/networkvolumes and .../DELETE/...).
+  Mount: ``create_pod(network_volume_id=, data_center_id=)``; the volume replaces the pod volume at
+  ``/workspace``; network volumes exist on Secure Cloud only, in one datacenter, so only SECURE
+  offers in that datacenter can mount it (docs.runpod.io/pods/storage/network-volumes).
+  Price: 0.07 USD/GB/month (docs.runpod.io/pods/storage/create-network-volumes: "$0.07/GB/month
+  rather than $0.10/GB/month" for pod disk); 0.05 USD/GB/month past 1 TB (runpod.io/pricing).
+- Vast, the vastai SDK 1.9.1 (vastai/api/storage.py, vastai/api/offers.py):
+  ``show_volumes(type="local"|"network")`` -> ``GET /api/v0/volumes?owner=me&type=local_volume``
+  answering ``{"volumes": [{"id", "label", "disk_space", "machine_id", "geolocation",
+  "storage_cost", "start_date", ...}]}`` (display columns in vastai/cli/display.py
+  ``volume_fields``); ``search_volumes(query, storage=GB)`` -> ``POST /api/v0/volumes/search/``
+  answering ``{"offers": [{"id", "machine_id", "disk_space", "storage_cost" (USD/GB/month),
+  "geolocation", ...}]}``; ``create_volume(offer_id, size, name)`` -> ``PUT /api/v0/volumes/`` with
+  ``{"size", "id", "name"}`` (its answer is undocumented, so the new volume is found again by name
+  in the list); ``delete_volume(id)`` -> ``DELETE /api/v0/volumes/?id=N``. Mount:
+  ``create_instance(link_volume=id, mount_path=...)`` (``volume_info``); a Vast local volume lives
+  on one machine, so only offers on that ``machine_id`` can mount it.
+
+Sizes are GB (10^9 bytes) as both providers quote them; money is USD per month (730 h, the month
+both providers' storage prices use) or USD/h where said.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpuops.errors import BadInput
+
+HOURS_PER_MONTH = 730.0  # 8760 h / 12, the month RunPod and Vast divide storage prices by
+RUNPOD_USD_PER_GB_MONTH = 0.07  # docs.runpod.io/pods/storage/create-network-volumes
+RUNPOD_USD_PER_GB_MONTH_OVER_1TB = 0.05  # runpod.io/pricing: network volume storage past 1 TB
+RUNPOD_MOUNT = "/workspace"  # where a network volume is mounted in a pod (docs.runpod.io/pods/storage/network-volumes)
+VAST_MOUNT = "/gpuops-volume"  # Vast mounts a volume where the renter says (volume_info.mount_path)
+_RUNPOD_DC = re.compile(r"^[A-Z]{2}-[A-Z]{2,4}-\d{1,3}$")  # e.g. EU-RO-1, US-KS-2
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+PROVIDERS = ("runpod", "vast")
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A persistent volume. ``size_gb``: GB (10^9 bytes); ``region``: RunPod datacenter id or
+    Vast country/geolocation; ``usd_per_month``: its storage price (None when the provider gives
+    none); ``kind``: "network" (RunPod, Vast network) or "local" (Vast, bound to ``machine_id``);
+    ``mount_path``: where gpuops mounts it on a box."""
+
+    provider: str
+    id: str
+    name: str
+    size_gb: float
+    region: str
+    usd_per_month: float | None
+    kind: str = "network"
+    machine_id: str = ""
+    mount_path: str = ""
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def as_json(self) -> dict:
+        return {"provider": self.provider, "id": self.id, "name": self.name, "size_gb": self.size_gb, "region": self.region,
+                "usd_per_month": self.usd_per_month, "kind": self.kind, "machine_id": self.machine_id or None,
+                "mount_path": self.mount_path}
+
+
+def runpod_usd_per_month(size_gb: float) -> float:
+    """RunPod network volume price for ``size_gb`` GB: 0.07 USD/GB/month up to 1,000 GB, 0.05
+    past it (sources: module constants)."""
+    first = min(size_gb, 1000.0)
+    return round(first * RUNPOD_USD_PER_GB_MONTH + max(0.0, size_gb - 1000.0) * RUNPOD_USD_PER_GB_MONTH_OVER_1TB, 4)
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """``"<provider>:<id or name>"`` -> (provider, id or name). Raises BadInput naming the fix."""
+    prov, sep, ident = (ref or "").strip().partition(":")
+    if not sep or prov not in PROVIDERS or not ident or not _NAME.match(ident):
+        raise BadInput(f"volume {ref!r} is not <provider>:<id or name>",
+                       "e.g. --volume runpod:weights-eu or [storage] volume = \"vast:12345\"; see `gpuops volumes list`")
+    return prov, ident
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name or ""):
+        raise BadInput(f"volume name {name!r} is not allowed", "use letters, digits, '.', '_' and '-' (at most 63)")
+    return name
+
+
+def check_size(size_gb: float) -> float:
+    import math
+
+    if not isinstance(size_gb, (int, float)) or not math.isfinite(size_gb) or not 1 <= size_gb <= 100_000:
+        raise BadInput(f"volume size {size_gb!r} GB is not a size", "pass --size-gb between 1 and 100000, e.g. --size-gb 50")
+    return float(size_gb)
+
+
+# ------------------------------------------------------------------------------------------------
+# RunPod
+# ------------------------------------------------------------------------------------------------
+class RunPodVolumes:
+    """RunPod network volumes through ``provider`` (gpuops.providers.runpod.RunPodProvider): the SDK
+    for the list, RunPod's REST API for create and delete (same key, same retry policy)."""
+
+    REST_URL = "https://rest.runpod.io/v1"
+
+    def __init__(self, provider):
+        self.p = provider
+
+    def _rest_url(self) -> str:
+        """RunPod's REST base: ``RUNPOD_REST_URL`` when set; the public one for the public GraphQL
+        endpoint; else ``<url>/v1`` on the same host (a proxy or an emulator serves both)."""
+        import os
+
+        env = os.environ.get("RUNPOD_REST_URL", "").strip().rstrip("/")
+        if env:
+            return env
+        if self.p.url.rstrip("/") in ("https://api.runpod.io", "https://api.runpod.io/graphql"):
+            return self.REST_URL
+        return self.p.url.rstrip("/") + "/v1"
+
+    def _volume(self, v: dict) -> Volume:
+        size = float(v.get("size") or 0)
+        return Volume(provider="runpod", id=str(v["id"]), name=str(v.get("name") or ""), size_gb=size, region=str(v.get("dataCenterId") or ""),
+                      usd_per_month=runpod_usd_per_month(size), kind="network", mount_path=RUNPOD_MOUNT, raw=dict(v))
+
+    def list(self) -> list[Volume]:
+        """Every network volume of the account. Raises ProviderError."""
+        key = self.p.credential.key if self.p.credential else None
+        me = self.p._call("list network volumes", lambda rp: rp.get_user(api_key=key)) or {}
+        out = []
+        for v in me.get("networkVolumes") or []:
+            try:
+                out.append(self._volume(v))
+            except (KeyError, TypeError, ValueError):
+                continue  # a malformed row is not a volume we can use
+        return out
+
+    def _rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
+        import requests
+
+        from gpuops.providers.base import ProviderError, ProviderErrorKind
+        from gpuops.providers.keys import missing_key_fix, redact
+        from gpuops.providers.retry import call_with_retries
+
+        if self.p.credential is None:
+            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix("runpod"))
+        key = self.p.credential.key
+        base = self._rest_url()
+
+        def once():
+            try:
+                r = requests.request(method, base + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            except (requests.ConnectionError, requests.Timeout):
+                raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod's REST API at {base}", "check the network, or set RUNPOD_REST_URL") from None
+            if r.status_code in (401, 403):
+                raise ProviderError(ProviderErrorKind.AUTH, "RunPod rejected the API key (REST API)", missing_key_fix("runpod"))
+            if r.status_code == 429:
+                raise ProviderError(ProviderErrorKind.RATE_LIMIT, "RunPod rate limit", "wait a minute and retry")
+            if r.status_code >= 500:
+                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {r.status_code}", "retry later")
+            try:
+                payload = r.json() if r.content else None
+            except ValueError:
+                payload = None
+            if r.status_code >= 400 and r.status_code != 404:
+                text = payload.get("error") if isinstance(payload, dict) else r.text[:200]
+                raise ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod refused {method} {path} ({r.status_code}): {redact(str(text), key)}",
+                                    "check the size, name and datacenter id (e.g. EU-RO-1)")
+            return r.status_code, payload
+
+        # A create is not retried blindly (it may have happened); a delete and a list are idempotent.
+        return call_with_retries(once, self.p.retry) if method != "POST" else once()
+
+    def create(self, name: str, size_gb: float, region: str) -> Volume:
+        """Create a ``size_gb`` GB network volume named ``name`` in datacenter ``region`` (e.g.
+        EU-RO-1). Raises BadInput (bad name/size/datacenter, before any call) or ProviderError."""
+        from gpuops.providers.base import ProviderError, ProviderErrorKind
+
+        check_name(name)
+        size = int(round(check_size(size_gb)))
+        if not _RUNPOD_DC.match(region or ""):
+            raise BadInput(f"RunPod datacenter {region!r} is not a datacenter id", "pass --region like EU-RO-1 or US-KS-2")
+        status, body = self._rest("POST", "/networkvolumes", {"name": name, "size": size, "dataCenterId": region})
+        if status == 404 or not isinstance(body, dict) or "id" not in body:
+            raise ProviderError(ProviderErrorKind.SERVER, "RunPod's answer to the volume create has no id", "run `gpuops volumes list --provider runpod`")
+        return self._volume(body)
+
+    def delete(self, volume_id: str) -> None:
+        """Delete the network volume. Idempotent: a volume RunPod no longer knows is success."""
+        from gpuops.providers import inputs
+
+        vid = inputs.check_provider_id(volume_id, "RunPod network volume id")
+        self._rest("DELETE", f"/networkvolumes/{vid}")
+
+    def mountable(self, volume: Volume, offers: list) -> list:
+        """The offers that can mount ``volume``: Secure Cloud ones, re-tagged to its datacenter."""
+        return [replace(o, region=volume.region) for o in offers if o.offer_id.startswith("secure:")]
+
+
+# ------------------------------------------------------------------------------------------------
+# Vast
+# ------------------------------------------------------------------------------------------------
+class VastVolumes:
+    """Vast volumes through ``provider`` (gpuops.providers.vast.VastProvider) and its SDK client."""
+
+    def __init__(self, provider):
+        self.p = provider
+
+    def _volume(self, row: dict, kind: str) -> Volume:
+        size = float(row.get("disk_space") or row.get("size") or 0)
+        cost = row.get("storage_cost")
+        return Volume(provider="vast", id=str(int(row["id"])), name=str(row.get("label") or row.get("name") or ""), size_gb=size,
+                      region=str(row.get("geolocation") or ""), usd_per_month=round(float(cost) * size, 4) if cost is not None else None,
+                      kind=kind, machine_id=str(row.get("machine_id") or ""), mount_path=VAST_MOUNT, raw=dict(row))
+
+    def list(self) -> list[Volume]:
+        """Local and network volumes of the account. Raises ProviderError."""
+        out = []
+        for kind in ("local", "network"):
+            rows = self.p._call(f"list {kind} volumes", lambda v, k=kind: v.show_volumes(type=k)) or []
+            for row in rows:
+                try:
+                    out.append(self._volume(row, kind))
+                except (KeyError, TypeError, ValueError):
+                    continue
+        return out
+
+    def create(self, name: str, size_gb: float, region: str = "") -> Volume:
+        """Create a ``size_gb`` GB local volume named ``name`` on the cheapest volume offer (by
+        ``storage_cost``, USD/GB/month) with room for it; ``region``: a two-letter country code
+        (e.g. SE) or ``machine:<id>``, empty for any. Raises BadInput or ProviderError."""
+        from gpuops.providers.base import ProviderError, ProviderErrorKind
+
+        check_name(name)
+        size = check_size(size_gb)
+        query: dict = {"disk_space": {"gte": size}}
+        if region.startswith("machine:") and region[8:].isdigit():
+            query["machine_id"] = {"eq": int(region[8:])}
+        elif re.fullmatch(r"[A-Z]{2}", region or ""):
+            query["geolocation"] = {"eq": region}
+        elif region:
+            raise BadInput(f"Vast region {region!r} is not a country code or machine:<id>", "pass --region SE, or --region machine:12345")
+        offers = self.p._call("search volume offers", lambda v: v.search_volumes(query=query, order=[["storage_cost", "asc"]], storage=size))
+        offers = [o for o in offers or [] if float(o.get("disk_space") or 0) >= size and o.get("storage_cost") is not None]
+        if not offers:
+            raise ProviderError(ProviderErrorKind.NO_CAPACITY, f"no Vast volume offer has {size:g} GB free" + (f" in {region}" if region else ""),
+                                "try another --region or a smaller --size-gb")
+        best = min(offers, key=lambda o: float(o["storage_cost"]))
+        self.p._call(f"create volume on offer {best['id']}", lambda v: v.create_volume(int(best["id"]), size=size, name=name), retries=False)
+        for vol in self.list():
+            if vol.name == name:
+                return vol
+        raise ProviderError(ProviderErrorKind.SERVER, f"Vast accepted the volume {name!r} but does not list it", "run `gpuops volumes list --provider vast`")
+
+    def delete(self, volume_id: str) -> None:
+        """Delete the volume (every instance using it must be destroyed first). Idempotent."""
+        from gpuops.providers.base import ProviderError, ProviderErrorKind
+
+        if not str(volume_id).isdigit():
+            raise BadInput(f"Vast volume id {volume_id!r} is not a number", "see `gpuops volumes list --provider vast`")
+        try:
+            self.p._call(f"delete volume {volume_id}", lambda v: v.delete_volume(int(volume_id)))
+        except ProviderError as e:
+            if e.kind not in (ProviderErrorKind.GONE, ProviderErrorKind.OFFER_GONE) and "not found" not in e.message.lower():
+                raise
+
+    def mountable(self, volume: Volume, offers: list) -> list:
+        """The offers that can mount ``volume``: those on its machine (a Vast local volume)."""
+        if volume.kind != "local":
+            raise BadInput(f"Vast network volume {volume.id} cannot be mounted by gpuops yet", "use a Vast local volume, or a RunPod network volume")
+        return [o for o in offers if getattr(o, "machine_id", "") == volume.machine_id]
+
+
+# ------------------------------------------------------------------------------------------------
+def service(provider):
+    """The provider's volume service (``Provider.volumes()``). Raises BadInput when it has none."""
+    svc = provider.volumes()
+    if svc is None:
+        raise BadInput(f"provider {provider.name!r} has no volumes", "volumes exist on runpod and vast; a local box keeps its own directory")
+    return svc
+
+
+def resolve(provider, ref: str) -> Volume:
+    """The volume ``ref`` (``<provider>:<id or name>``) names, on ``provider``. Raises BadInput
+    when the provider differs, or no volume (or more than one) has that id or name."""
+    prov, ident = parse_ref(ref)
+    if prov != provider.name:
+        raise BadInput(f"volume {ref!r} is on {prov}, but `up` rents on {provider.name}", f"add --provider {prov}, or pick a {provider.name} volume")
+    vols = service(provider).list()
+    found = [v for v in vols if v.id == ident] or [v for v in vols if v.name == ident]
+    if not found:
+        names = ", ".join(f"{v.name or v.id}" for v in vols[:5]) or "none"
+        raise BadInput(f"no {prov} volume with id or name {ident!r} (yours: {names})", "create it with `gpuops volumes create`, or fix [storage] volume")
+    if len(found) > 1:
+        raise BadInput(f"{len(found)} {prov} volumes are named {ident!r}", "name it by id (see `gpuops volumes list`)")
+    return found[0]
+
+
+def mountable(provider, volume: Volume, offers: list) -> list:
+    """``offers`` narrowed to those that can mount ``volume`` (RunPod: Secure Cloud, its
+    datacenter; Vast: its machine). Raises BadInput when none can."""
+    ok = service(provider).mountable(volume, offers)
+    if offers and not ok:
+        where = f"datacenter {volume.region}" if volume.provider == "runpod" else f"machine {volume.machine_id}"
+        raise BadInput(f"no offer can mount volume {volume.name or volume.id} ({where})",
+                       "try another --card, or drop --volume (weights are then fetched on the box)")
+    return ok
+
+
+def spec_fields(volume: Volume | None) -> dict:
+    """CreateSpec fields that mount ``volume`` (empty for None)."""
+    if volume is None:
+        return {}
+    return {"volume_id": volume.id, "volume_region": volume.region, "volume_mount_path": volume.mount_path}

@@ -1,0 +1,29 @@
+"""[storage] and the weights settings reach the places that use them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuops.bootstrap_config import build_plan, cache_env
+from gpuops.config import load_settings
+
+
+def test_volume_from_the_environment_and_results_deadline(gpuops_home, monkeypatch):
+    monkeypatch.setenv("GPUOPS_STORAGE_VOLUME", "runpod:weights-eu")
+    s = load_settings(None)
+    assert (s.storage.volume, s.storage.results_deadline_seconds) == ("runpod:weights-eu", 900.0)
+    with pytest.raises(Exception):
+        load_settings(None, {"storage": {"results_deadline_seconds": 0}})
+
+
+def test_weights_step_gets_patterns_the_venv_python_and_the_volume_cache(gpuops_home):
+    s = load_settings(None, {"bootstrap": {"packages": ["huggingface_hub"], "venv": "venv", "weights": [
+        {"source": "hf://org/model@" + "a" * 40, "allow_patterns": ["*.safetensors", "*.json"]}]}})
+    plan = build_plan(s, volume_path="/workspace", environ={})
+    step = next(x for x in plan.config["steps"] if x["kind"] == "weights")
+    assert step["allow_patterns"] == ["*.safetensors", "*.json"] and step["python"] == "venv/bin/python"
+    assert plan.config["cache_dir"] == "/workspace/.cache/gpuops"
+    assert cache_env(plan.config["cache_dir"]) == {"HF_HOME": "/workspace/.cache/gpuops/huggingface",
+                                                   "UV_CACHE_DIR": "/workspace/.cache/gpuops/pip/uv",
+                                                   "PIP_CACHE_DIR": "/workspace/.cache/gpuops/pip/pip"}
+    assert cache_env("") == {}

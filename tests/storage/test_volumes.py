@@ -1,0 +1,187 @@
+"""Volumes through the real SDKs against the emulators: list/create/delete with size, region and
+monthly cost; `up --volume` rents only offers that can mount it, mounts it, points the bootstrap
+cache at it, and teardown never deletes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from gpuops import volumes
+from gpuops.errors import BadInput
+from gpuops.providers.base import CreateSpec, OfferQuery
+from tests.conftest import gpuops_cmd
+
+
+def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provider):
+    svc = volumes.service(runpod_vol_provider)
+    assert svc.list() == []
+    vol = svc.create("weights-eu", 120, "EU-RO-1")
+    assert (vol.provider, vol.name, vol.size_gb, vol.region, vol.mount_path) == ("runpod", "weights-eu", 120.0, "EU-RO-1", "/workspace")
+    assert vol.usd_per_month == pytest.approx(120 * 0.07)
+    post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v1/networkvolumes" and r["method"] == "POST"]
+    assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenterId": "EU-RO-1"}
+    assert post[0]["auth"] == "Bearer rp_TESTKEY"
+    # The list comes through the SDK's own get_user() (GraphQL myself{networkVolumes}).
+    listed = svc.list()
+    assert [(v.id, v.size_gb, v.region) for v in listed] == [(vol.id, 120.0, "EU-RO-1")]
+    assert any("networkVolumes" in (r["body"] or {}).get("query", "") for r in runpod_vol_emulator.market.requests)
+    svc.delete(vol.id)
+    svc.delete(vol.id)  # idempotent
+    assert svc.list() == []
+
+
+def test_runpod_price_past_one_terabyte():
+    assert volumes.runpod_usd_per_month(1500) == pytest.approx(1000 * 0.07 + 500 * 0.05)
+
+
+def test_vast_volume_list_create_delete(vast_vol_emulator, vast_vol_provider):
+    svc = volumes.service(vast_vol_provider)
+    vol = svc.create("cache-se", 80, "SE")
+    # The cheapest offer in Sweden is the one on offer 1001's machine.
+    assert (vol.provider, vol.name, vol.size_gb, vol.kind, vol.machine_id) == ("vast", "cache-se", 80.0, "local", "10010")
+    assert vol.usd_per_month == pytest.approx(80 * vast_vol_emulator.volume_offers[10001]["storage_cost"])
+    put = [r for r in vast_vol_emulator.market.requests if r["path"] == "/api/v0/volumes/" and r["method"] == "PUT"]
+    assert put[0]["body"] == {"size": 80, "id": 10001, "name": "cache-se"}
+    assert [v.id for v in svc.list()] == [vol.id]
+    svc.delete(vol.id)
+    svc.delete(vol.id)  # idempotent
+    assert svc.list() == []
+
+
+def test_bad_volume_input_is_one_line_before_any_call(runpod_vol_emulator, runpod_vol_provider):
+    svc = volumes.service(runpod_vol_provider)
+    for call in (lambda: svc.create("x y", 10, "EU-RO-1"), lambda: svc.create("ok", 0, "EU-RO-1"),
+                 lambda: svc.create("ok", 10, "Europe"), lambda: volumes.parse_ref("weights"),
+                 lambda: volumes.parse_ref("gcp:abc"), lambda: volumes.parse_ref('runpod:a"b')):
+        with pytest.raises(BadInput):
+            call()
+    assert runpod_vol_emulator.market.requests == []
+
+
+def test_runpod_offers_narrowed_to_secure_and_pod_mounts_the_volume(runpod_vol_emulator, runpod_vol_provider):
+    vol = volumes.service(runpod_vol_provider).create("w", 50, "US-KS-2")
+    offers = runpod_vol_provider.offers(OfferQuery(cards=("rtx-4090",)))
+    assert {o.offer_id.split(":")[0] for o in offers} == {"secure", "community"}
+    ok = volumes.mountable(runpod_vol_provider, vol, offers)
+    assert ok and all(o.offer_id.startswith("secure:") and o.region == "US-KS-2" for o in ok)
+    inst = runpod_vol_provider.create(ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **volumes.spec_fields(vol)))
+    req = runpod_vol_emulator.market.find(inst.id).request
+    assert (req["networkVolumeId"], req["dataCenterId"], req["volumeMountPath"], req["cloudType"]) == (vol.id, "US-KS-2", "/workspace", "SECURE")
+    assert inst.extra["volume_path"] == "/workspace"
+    runpod_vol_provider.destroy(inst.id)
+    assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # destroy never deletes it
+
+
+def test_vast_offers_narrowed_to_the_volume_machine(vast_vol_emulator, vast_vol_provider):
+    vol = volumes.service(vast_vol_provider).create("w", 40, "machine:10020")
+    offers = vast_vol_provider.offers(OfferQuery(cards=("rtx-4090",), spot=False))
+    ok = volumes.mountable(vast_vol_provider, vol, offers)
+    assert [o.offer_id for o in ok] == ["1002"]
+    inst = vast_vol_provider.create(ok[0], CreateSpec(label="gpuops-t2", image="img:1", **volumes.spec_fields(vol)))
+    body = vast_vol_emulator.market.find(inst.id).request
+    assert body["volume_info"] == {"mount_path": "/gpuops-volume", "create_new": False, "volume_id": int(vol.id)}
+    assert inst.extra["volume_path"] == "/gpuops-volume"
+    with pytest.raises(Exception):  # Vast refuses while an instance uses it
+        volumes.service(vast_vol_provider).delete(vol.id)
+    vast_vol_provider.destroy(inst.id)
+    assert [v.id for v in volumes.service(vast_vol_provider).list()] == [vol.id]
+    only_other = [o for o in offers if o.offer_id != "1002"]
+    with pytest.raises(BadInput, match="no offer can mount"):
+        volumes.mountable(vast_vol_provider, vol, only_other)
+
+
+def test_resolve_by_name_or_id_and_refusals(runpod_vol_emulator, runpod_vol_provider):
+    vol = volumes.service(runpod_vol_provider).create("w", 10, "EU-RO-1")
+    assert volumes.resolve(runpod_vol_provider, "runpod:w").id == vol.id
+    assert volumes.resolve(runpod_vol_provider, f"runpod:{vol.id}").name == "w"
+    with pytest.raises(BadInput, match="no runpod volume"):
+        volumes.resolve(runpod_vol_provider, "runpod:nope")
+    with pytest.raises(BadInput, match="on vast"):
+        volumes.resolve(runpod_vol_provider, "vast:123")
+
+
+def test_cli_volumes_list_create_delete(vol_env, cli_env, tmp_path):
+    (tmp_path / "job.sh").write_text("echo hi\n")
+    env = dict(cli_env, **{k: v for k, v in __import__("os").environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
+    run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    r = run("volumes", "create", "--provider", "runpod", "--name", "weights-eu", "--size-gb", "100", "--region", "EU-RO-1", "--json")
+    assert r.returncode == 0, r.stderr
+    created = json.loads(r.stdout)["volumes"][0]
+    assert (created["size_gb"], created["region"], created["usd_per_month"]) == (100.0, "EU-RO-1", 7.0)
+    r = run("volumes", "list", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(v["provider"], v["name"]) for v in json.loads(r.stdout)["volumes"]] == [("runpod", "weights-eu")]
+    r = run("volumes", "list")
+    assert "weights-eu" in r.stdout and "7.00" in r.stdout and "USD/month" in r.stdout
+    r = run("volumes", "delete", "runpod:weights-eu")
+    assert r.returncode == 2 and "--yes" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("volumes", "delete", "runpod:weights-eu", "--yes")
+    assert r.returncode == 0 and "deleted" in r.stdout
+    r = run("volumes", "create", "--provider", "runpod", "--name", "x", "--size-gb", "10")
+    assert r.returncode == 2 and "--region" in r.stderr
+    r = run("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--volume", "runpod:missing", "--dry-run")
+    assert r.returncode == 2 and "no runpod volume" in r.stderr
+    assert vol_env["runpod"].live() == []
+
+
+def test_dry_run_names_the_volume_and_the_mountable_offer(vol_env, cli_env, tmp_path):
+    import os
+
+    env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
+    vol_env["runpod"].add_volume("weights-ro", 40, "EU-RO-1")
+    (tmp_path / "job.sh").write_text("echo hi\n")
+    r = subprocess.run(gpuops_cmd("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--card", "rtx-4090",
+                                  "--volume", "runpod:weights-ro", "--dry-run", "--json"), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["volume"]["region"] == "EU-RO-1" and out["volume"]["mount_path"] == "/workspace"
+    assert out["usd_per_hour"] == 0.69  # the Secure Cloud price: community (0.34) cannot mount a network volume
+    r = subprocess.run(gpuops_cmd("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--card", "rtx-4090",
+                                  "--volume", "runpod:weights-ro", "--dry-run"), env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "volume: runpod:weights-ro (40 GB, EU-RO-1) mounted at /workspace" in r.stdout
+    assert vol_env["runpod"].live() == []
+
+
+def test_runpod_rest_errors_delete_retried_create_not(runpod_vol_emulator, runpod_vol_provider):
+    from gpuops.providers.base import ProviderError, ProviderErrorKind
+
+    svc = volumes.service(runpod_vol_provider)
+    runpod_vol_emulator.faults.inject["networkvolumes"] = [502]
+    with pytest.raises(ProviderError) as e:
+        svc.create("w", 10, "EU-RO-1")  # a create is never retried blindly: it may have happened
+    assert e.value.kind == ProviderErrorKind.SERVER and runpod_vol_emulator.network_volumes == {}
+    vol = svc.create("w", 10, "EU-RO-1")
+    runpod_vol_emulator.faults.inject["networkvolumes"] = [502, 429]
+    svc.delete(vol.id)  # idempotent, so retried through the 5xx and the rate limit
+    assert runpod_vol_emulator.network_volumes == {}
+    bad = volumes.RunPodVolumes(type(runpod_vol_provider)(None, runpod_vol_provider.url))
+    with pytest.raises(ProviderError) as e:
+        bad.create("w", 10, "EU-RO-1")
+    assert e.value.kind == ProviderErrorKind.AUTH
+
+
+def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(vol_env, cli_env):
+    """The volume's cost comes from the provider's own billing (books: ``ledger sync --apply``),
+    as an account-level storage line that ``ledger month`` counts in its total and storage."""
+    import os
+    from datetime import datetime, timezone
+
+    env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
+    env.pop("VAST_API_KEY", None)  # this test is about RunPod's billing only
+    run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    r = run("volumes", "create", "--provider", "runpod", "--name", "weights", "--size-gb", "50", "--region", "EU-RO-1", "--json")
+    assert r.returncode == 0, r.stderr
+    vid = json.loads(r.stdout)["volumes"][0]["id"]
+    emu = vol_env["runpod"]
+    day = datetime(2026, 11, 10, tzinfo=timezone.utc).timestamp()
+    emu.volumes[vid].update({"from": day, "to": day + 86400})  # it billed one whole day of November 2026
+    r = run("ledger", "sync", "--month", "2026-11", "--tz", "UTC", "--apply", "--json")
+    assert r.returncode == 0, r.stderr
+    r = run("ledger", "month", "2026-11", "--tz", "UTC", "--json")
+    assert r.returncode == 0, r.stderr
+    month = json.loads(r.stdout)
+    assert month["storage_usd"] == pytest.approx(50 * 0.07 / 730 * 24, rel=1e-4)
+    assert month["total_usd"] == pytest.approx(month["storage_usd"], rel=1e-4)
