@@ -11,6 +11,9 @@ from ledger.reads import OPEN_SESSIONS_SQL
 
 # Sessions overlapping [start, end): the month-range predicate of the reports and the monthly cap.
 MONTH_RANGE_SQL = "SELECT id, cost_usd FROM sessions WHERE created_at < :end AND (ended_at IS NULL OR ended_at >= :start)"
+# The reports' form (ledger.reads, ledger.limits): unary plus keeps SQLite from walking created_at,
+# so the OR's two arms are lookups on ended_at's index.
+MONTH_RANGE_PLUS_SQL = "SELECT id, cost_usd FROM sessions WHERE +created_at < :end AND (ended_at >= :start OR ended_at IS NULL)"
 # The same rows in the form SQLite searches from ``ended_at`` (the current month costs what it holds).
 MONTH_RANGE_UNION_SQL = (
     "SELECT id, cost_usd FROM sessions WHERE ended_at >= :start AND created_at < :end "
@@ -48,16 +51,21 @@ def test_open_sessions_and_month_range_use_an_index(ledger_url):
         if led.engine.dialect.name == "sqlite":
             assert "ix_sessions_open" in open_plan, open_plan
             union_plan = _plan(led, MONTH_RANGE_UNION_SQL, args)
-            for plan in (month_plan, union_plan):  # every access to sessions is an index search
+            plus_plan = _plan(led, MONTH_RANGE_PLUS_SQL, args)
+            assert "ended" in plus_plan, plus_plan
+            for plan in (month_plan, union_plan, plus_plan):  # every access to sessions is an index search
                 steps = [ln for ln in plan.splitlines() if "sessions" in ln]
                 assert steps and all(ln.startswith("SEARCH sessions USING") and "INDEX" in ln for ln in steps), plan
         else:
             assert "ix_sessions_open" in open_plan and "Seq Scan" not in open_plan, open_plan
             assert "Index" in month_plan and "Seq Scan" not in month_plan, month_plan
+            plus_plan = _plan(led, MONTH_RANGE_PLUS_SQL, args)
+            assert "Index" in plus_plan and "Seq Scan" not in plus_plan, plus_plan
         assert [r.id for r in led.open_sessions()] == ["s00399"]
         with led.engine.connect() as conn:
             got = sorted(r.id for r in conn.execute(sa.text(MONTH_RANGE_SQL), args))
             assert got == sorted(r.id for r in conn.execute(sa.text(MONTH_RANGE_UNION_SQL), args))
+            assert got == sorted(r.id for r in conn.execute(sa.text(MONTH_RANGE_PLUS_SQL), args))
         assert got == [f"s{i:05d}" for i in range(300, 400)]
     finally:
         led.engine.dispose()
