@@ -147,7 +147,7 @@ def note(ledger, ref: str, text: str) -> dict:
 def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
     """``ledger export --csv``: write closed rentals (all, or of ``month``) as CSV to the text
     stream ``out``; returns the number of sessions written."""
-    from ledger.csvio import export_csv
+    from ledger.csvio import export_sql, write_export
     from ledger.reports import month_bounds
 
     start = end = None
@@ -156,39 +156,57 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
             start, end = month_bounds(month, _tz_checked(tz))
         except ValueError as e:
             raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    return export_csv(ledger.rows_between(start, end), out)
+    return write_export(ledger.iter_query(*export_sql(ledger.dialect, start, end)), out)
 
 
-def import_csv(ledger, path: str | Path, tz: str | None = None) -> dict:
-    """``ledger import FILE.csv``: all rows or none, in one transaction. Returns
-    ``{"file","imported","cost_usd","simulated_usd"}``. Any bad row raises BadInput naming every
-    bad line (``errors`` attribute: [(line, message)]); nothing is written then."""
-    from ledger.csvio import parse_csv
+def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:
+    """``ledger import FILE.csv``: all rows or none, in one transaction, streamed (flat memory).
+    Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are
+    [(line, message)] for unknown provider or card names and a cost that is not usd_per_hour x
+    hours within a cent (imported anyway; ``strict`` refuses them). Any bad row raises BadInput
+    naming every bad line (``errors`` attribute: [(line, message)]); nothing is written then."""
+    from gpuops.catalog import cards
+    from gpuops.providers import NAMES
+    from ledger.csvio import CsvImport
     from ledger.store import ImportRejected
 
     tz = _tz_checked(tz)
     p = Path(path)
     if not p.is_file():
         raise BadInput(f"{path} is not a file", "pass the CSV file to import")
+    known_cards = {n.lower() for c in cards() for n in (c.name, c.family, *c.aliases)}
+    money = {False: 0.0, True: 0.0}
+
+    from ledger.csvio import IMPORT_COLUMNS
+
+    i_sim, i_cost = IMPORT_COLUMNS.index("simulated"), IMPORT_COLUMNS.index("cost_usd")
+
+    def counted(imp):
+        for line, row in imp:
+            money[row[i_sim]] += row[i_cost]
+            yield line, row
+
     try:
         with p.open(newline="", encoding="utf-8-sig") as f:
-            rows, lines, errors = parse_csv(f, tz)
+            imp = CsvImport(f, tz, providers=set(NAMES), cards=known_cards, strict=strict)
+            errors: list = []
+            try:
+                n = ledger.import_rows(counted(imp), imp.errors, columns=IMPORT_COLUMNS)
+            except ImportRejected as e:
+                errors = e.errors
     except UnicodeDecodeError as e:
         raise BadInput(f"{path} is not UTF-8 text ({e.reason})", "save the spreadsheet as CSV UTF-8") from None
-    if not errors:
-        try:
-            ledger.import_sessions(rows, lines)
-        except ImportRejected as e:
-            errors = e.errors
     if errors:
-        err = BadInput(_errors_line(p, errors), "fix those lines and import again; nothing was imported")
+        err = BadInput(_errors_line(p, errors), "fix those lines and import again; nothing was imported"
+                       + ("" if not strict else " (--strict refuses unknown names and costs off price x hours)"))
         err.errors = errors  # type: ignore[attr-defined]
         raise err
     return {
         "file": str(p),
-        "imported": len(rows),
-        "cost_usd": round(sum(r["cost_usd"] for r in rows if not r["simulated"]), 6),
-        "simulated_usd": round(sum(r["cost_usd"] for r in rows if r["simulated"]), 6),
+        "imported": n,
+        "cost_usd": round(money[False], 6),
+        "simulated_usd": round(money[True], 6),
+        "warnings": imp.warnings,
     }
 
 

@@ -7,6 +7,7 @@ Imports stay light: services, rich and provider SDKs load inside the commands th
 from __future__ import annotations
 
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -485,15 +486,31 @@ def ledger_export(
     csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format)."),
 ) -> None:
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
+    import io
+
     from gpuops import books
 
-    books.export(_reader(config), sys.stdout, month, tz)
+    # Our own 1 MiB buffer: with PYTHONUNBUFFERED (or a pipe) every CSV row would be a write(2).
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, io.UnsupportedOperation):  # stdout replaced in-process (tests)
+        books.export(_reader(config), sys.stdout, month, tz)
+        return
+    sys.stdout.flush()
+    out = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False), 1 << 20),
+                           encoding=sys.stdout.encoding or "utf-8", newline="")
+    try:
+        books.export(_reader(config), out, month, tz)
+    finally:
+        out.flush()
+        out.detach()
 
 
 @ledger_app.command("import")
 def ledger_import(
     file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
     tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent."),
     config: Optional[str] = CONFIG_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -501,7 +518,9 @@ def ledger_import(
     from gpuops import books, ui
     from gpuops.history import plural
 
-    r = books.import_csv(_ledger(config), file, tz)
+    r = books.import_csv(_ledger(config), file, tz, strict=strict)
+    for line, msg in r["warnings"]:
+        sys.stderr.write(f"warning: {Path(file).name}:{line}: {msg}\n")
     ui.print_json(r) if json_out else print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
                                             + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else ""))
 
@@ -589,12 +608,49 @@ def _std_fds() -> None:
         sys.stderr = open(2, "w", closefd=False)
 
 
-def main() -> None:
+def _fast_exit(code: int) -> None:
+    """Exit with ``code`` without tearing down every object the imports made (SQLAlchemy, pydantic
+    and rich cost 0.05-0.3 s to dismantle at interpreter exit, more than `ps` itself).
+
+    Safe for the ledger: every write is its own committed transaction before a command returns
+    (SQLite's WAL or PostgreSQL has it; an unclosed connection is only a socket or a file handle).
+    stdout/stderr and logging are flushed first; atexit hooks do not run (gpuops registers none).
+    When another non-daemon thread still runs, Python's normal exit runs instead (it waits for it)."""
+    import threading
+
+    if any(t is not threading.main_thread() and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):  # a closed pipe (`gpuops ps | head`), or no stream
+            pass
+    if "logging" in sys.modules:
+        import logging
+
+        logging.shutdown()
+    os._exit(code)
+
+
+def main(fast_exit: bool = True) -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
-    error -> one line naming the help to read, exit 2."""
+    error -> one line naming the help to read, exit 2. ``fast_exit``: leave through ``_fast_exit``
+    (pass False when calling it inside another Python program, which it would end)."""
     _std_fds()
     if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
         sys.argv[1:3] = ["plan-storage"]
+    try:
+        _main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            _err(f"{e.code}\n")
+        if not fast_exit:
+            raise
+        _fast_exit(code)
+
+
+def _main() -> None:
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:

@@ -40,6 +40,10 @@ def _cell(v: Any) -> str:
         return ""
     if isinstance(v, float):
         return repr(v)
+    if isinstance(v, str):  # user text (experiment, card, conclusion): never a spreadsheet formula
+        from ledger.csvio import neutralize
+
+        return neutralize(v)
     return str(v)
 
 

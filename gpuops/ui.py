@@ -120,6 +120,9 @@ def render_dry_run(plan: dict) -> None:
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
+    if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
+        sys.stdout.write(f"{title}: none\n")
+        return
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")

@@ -8,6 +8,15 @@ import may omit: ``simulated`` and ``session``.
 
 Round trip: ``export`` writes floats in Python's shortest exact form and dates as ISO 8601 UTC, so
 export -> import -> export gives the same text byte for byte.
+
+Formula injection (OWASP "CSV Injection"): a text cell starting with ``=``, ``+``, ``-``, ``@``, tab
+or carriage return would run as a formula in a spreadsheet, so export writes it with a leading
+single quote (``'=cmd``); a cell that already starts with quotes before such a character gets one
+more, so import strips exactly one and gets the text back (numeric columns are written by us as
+numbers and never quoted).
+
+Both directions stream: export writes row by row from a cursor; import parses row by row and the
+ledger inserts in batches inside one transaction, so memory stays flat at a million rows.
 """
 
 from __future__ import annotations
@@ -16,9 +25,10 @@ import csv
 import hashlib
 import io
 from datetime import datetime, timezone
-from typing import Any, Iterable, TextIO
+from itertools import groupby
+from typing import Collection, Iterable, Iterator, TextIO
 
-from ledger.reports import got_instance, zone
+from ledger.reports import zone
 
 COLUMNS = ["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion"]
 EXTRA_COLUMNS = ["simulated", "session"]
@@ -26,33 +36,88 @@ ALL_COLUMNS = COLUMNS + EXTRA_COLUMNS
 REQUIRED = {"date", "provider", "card"}
 _TRUE = {"true", "1", "yes", "y"}
 _FALSE = {"false", "0", "no", "n", ""}
+# Characters that make a spreadsheet read a cell as a formula (OWASP CSV Injection guidance,
+# https://owasp.org/www-community/attacks/CSV_Injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+# A cost further than this from usd_per_hour x hours is reported (provider invoices show cents).
+COST_TOLERANCE_USD = 0.01
 
 
-def _num(x: float | None) -> str:
-    return "" if x is None else repr(float(x))
+def neutralize(text: str) -> str:
+    """``text`` safe to open in a spreadsheet: one leading ``'`` when it would start a formula
+    (after any quotes it already starts with; see the module docstring). ``unneutralize`` undoes it."""
+    return "'" + text if text.lstrip("'")[:1] in FORMULA_START and text[:1] else text
 
 
-def export_rows(sessions: Iterable[Any]) -> Iterable[list[str]]:
-    """CSV records (header first) for every closed session that got an instance, in the order
-    given. Never-rented and still-open sessions are not rentals with a cost yet and are left out."""
-    yield ALL_COLUMNS
-    for s in sessions:
-        if s.status != "closed" or not got_instance(s):
-            continue
-        hours = None if s.billed_seconds is None else s.billed_seconds / 3600.0
-        yield [
-            datetime.fromtimestamp(s.created_at, timezone.utc).isoformat(),
-            s.experiment, s.provider, s.card, str(s.gpu_count), _num(s.usd_per_hour), _num(hours),
-            _num(s.cost_usd), str(s.tokens or 0), s.conclusion or "", "true" if s.simulated else "false", s.id,
-        ]
+def unneutralize(text: str) -> str:
+    """The text ``neutralize`` was given: one leading quote removed when it guards a formula start."""
+    return text[1:] if text[:1] == "'" and text.lstrip("'")[:1] in FORMULA_START and text.lstrip("'") else text
 
 
-def export_csv(sessions: Iterable[Any], out: TextIO) -> int:
-    """Write ``export_rows`` to ``out``; returns the number of sessions written."""
+# The export as one query, in CSV column order; the date's whole seconds are formatted by the
+# database where it can (Python's datetime costs more than the rest of a row), the microseconds in
+# Python exactly as ``datetime.fromtimestamp`` rounds them.
+_EXPORT_DATE_SQL = {
+    "sqlite": "strftime('%Y-%m-%dT%H:%M:%S', CAST(created_at AS INTEGER), 'unixepoch')",
+    "postgresql": "to_char(to_timestamp(trunc(created_at)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS')",
+}
+
+
+def export_sql(dialect: str, start: float | None = None, end: float | None = None) -> tuple[str, dict]:
+    """(SQL, params) selecting what ``write_export`` writes: closed sessions that got an instance,
+    intent time in [start, end) (None: open side), oldest first."""
+    date = _EXPORT_DATE_SQL.get(dialect, "NULL")
+    where = ["status = 'closed'", "(instance_id IS NOT NULL OR instance_created_at IS NOT NULL)"]
+    params: dict = {}
+    if start is not None:
+        where.append("created_at >= :start")
+        params["start"] = start
+    if end is not None:
+        where.append("created_at < :end")
+        params["end"] = end
+    sql = (f"SELECT created_at, {date}, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, "
+           f"cost_usd, tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at, id")
+    return sql, params
+
+
+_RISKY_START = frozenset(FORMULA_START) | {"'"}
+
+
+def write_export(rows: Iterable[tuple], out: TextIO) -> int:
+    """Write the rows of ``export_sql`` to ``out`` as CSV (header first; floats in Python's shortest
+    exact form, dates ISO 8601 UTC, text ``neutralize``d); returns the number of sessions written.
+    Streams: one row in memory at a time."""
+    utc = timezone.utc
+    fromts = datetime.fromtimestamp
+    risky = _RISKY_START
+    n = 0
+
+    def records():
+        nonlocal n
+        for created, second, exp, prov, card, gpus, price, hours, cost, tokens, concl, sim, sid in rows:
+            whole = int(created)
+            us = round((created - whole) * 1e6)
+            if second is None or created < 0 or us >= 1_000_000:
+                date = fromts(created, utc).isoformat()
+            else:
+                date = f"{second}.{us:06d}+00:00" if us else f"{second}+00:00"
+            n += 1
+            yield (date, neutralize(exp) if exp[:1] in risky else exp, neutralize(prov) if prov[:1] in risky else prov,
+                   neutralize(card) if card[:1] in risky else card, gpus, None if price is None else float(price),
+                   None if hours is None else float(hours), None if cost is None else float(cost), tokens or 0,
+                   (neutralize(concl) if concl[:1] in risky else concl) if concl else "", "true" if sim else "false",
+                   neutralize(sid) if sid[:1] in risky else sid)
+
+    def has_cr(rec: tuple) -> bool:
+        return "\r" in rec[1] or "\r" in rec[2] or "\r" in rec[3] or "\r" in rec[9] or "\r" in rec[11]
+
     w = csv.writer(out, lineterminator="\n")
-    n = -1
-    for n, rec in enumerate(export_rows(sessions)):
-        w.writerow(rec)
+    w.writerow(ALL_COLUMNS)
+    # With "\n" line ends the csv module leaves a lone "\r" unquoted, which splits the record on
+    # reading: such a record is written fully quoted.
+    quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    for cr, run in groupby(records(), has_cr):
+        (quoted if cr else w).writerows(run)
     return n
 
 
@@ -60,65 +125,134 @@ class _Bad(ValueError):
     pass
 
 
+_INF = float("inf")
+
+
 def _float(v: str, name: str) -> float | None:
-    v = v.strip().replace("$", "")
-    if v == "":
-        return None
     try:
-        f = float(v)
+        f = float(v)  # a plain number (the common case: no strip, no "$")
     except ValueError:
-        raise _Bad(f"{name} {v!r} is not a number") from None
-    if f != f or f in (float("inf"), float("-inf")) or f < 0:
-        raise _Bad(f"{name} must be a number >= 0, got {v!r}")
+        v = v.strip().replace("$", "")
+        if v == "":
+            return None
+        try:
+            f = float(v)
+        except ValueError:
+            raise _Bad(f"{name} {v!r} is not a number") from None
+    if not 0 <= f < _INF:  # NaN compares false
+        raise _Bad(f"{name} must be a number >= 0, got {v.strip()!r}")
     return f
 
 
 def _int(v: str, name: str, default: int) -> int:
-    f = _float(v, name)
-    if f is None:
-        return default
-    if f != int(f):
-        raise _Bad(f"{name} must be a whole number, got {v!r}")
-    return int(f)
-
-
-def _date(v: str, tz: str | None) -> float:
-    v = v.strip()
-    if not v:
-        raise _Bad("date is empty")
     try:
-        d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        i = int(v)
     except ValueError:
-        raise _Bad(f"date {v!r} is not ISO 8601 (2026-11-03 or 2026-11-03T14:05:00+00:00)") from None
+        f = _float(v, name)
+        if f is None:
+            return default
+        if f != int(f):
+            raise _Bad(f"{name} must be a whole number, got {v!r}") from None
+        return int(f)
+    if i < 0:
+        raise _Bad(f"{name} must be a number >= 0, got {v.strip()!r}")
+    return i
+
+
+def _date(v: str, tzinfo) -> float:
+    try:
+        d = datetime.fromisoformat(v)
+    except ValueError:
+        v = v.strip()
+        if not v:
+            raise _Bad("date is empty") from None
+        try:
+            d = datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            raise _Bad(f"date {v!r} is not ISO 8601 (2026-11-03 or 2026-11-03T14:05:00+00:00)") from None
     if d.tzinfo is None:
-        d = d.replace(tzinfo=zone(tz))  # None: naive stays local
+        d = d.replace(tzinfo=tzinfo)  # None: naive stays local
     return d.timestamp()
 
 
-def _row_id(cells: list[str], seen: dict[str, int]) -> str:
+def _row_id(cells: list[str], seen: dict[bytes, int]) -> str:
     # Same spreadsheet, same ids: importing a file twice is refused instead of doubling the books.
     # Identical lines are distinct rentals, so the occurrence count is part of the key.
     key = "\x1f".join(c.strip() for c in cells)
-    seen[key] = seen.get(key, 0) + 1
-    return "imp-" + hashlib.sha256(f"{key}\x1e{seen[key]}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(key.encode()).digest()
+    seen[digest] = seen.get(digest, 0) + 1
+    return "imp-" + hashlib.sha256(f"{key}\x1e{seen[digest]}".encode()).hexdigest()[:16]
 
 
-def parse_csv(text: TextIO | str, tz: str | None = None) -> tuple[list[dict], list[int], list[tuple[int, str]]]:
-    """Parse a CSV into ``sessions`` rows for ``Ledger.import_sessions``.
+class CsvImport:
+    """Read a CSV (ours, or a user's spreadsheet) into ``sessions`` rows, one at a time.
 
     Needs a header naming at least ``date, provider, card`` and two of ``usd_per_hour, hours,
     cost_usd`` (the third is derived); other columns of ``ALL_COLUMNS`` are optional, unknown ones
     are an error. Dates without an offset are read in ``tz`` (None = local); a date alone is 00:00.
-    Returns (rows, line numbers of the rows, errors as (line, message)); with errors, import nothing.
-    """
-    f = io.StringIO(text) if isinstance(text, str) else text
-    reader = csv.reader(f)
-    errors: list[tuple[int, str]] = []
-    try:
-        header = next(reader)
-    except StopIteration:
-        return [], [], [(1, "the file is empty; expected a header line: " + ",".join(COLUMNS))]
-    names = [h.strip().lower().lstrip("\ufeff") for h in header]
+    ``providers`` / ``cards``: the known names (lower case; None: not checked); a row naming
+    another, or whose cost differs from usd_per_hour x hours by more than ``COST_TOLERANCE_USD``,
+    is a ``warnings`` entry (an error with ``strict``). Iterating yields (line number, row) with
+    the row a tuple of ``IMPORT_COLUMNS`` (``parse_csv`` gives dicts);
+    ``errors`` and ``warnings`` (lists of (line, message)) fill as it goes, so read them after the
+    iteration. Nothing of the file is kept but the current row (and, for rows without a session
+    id, a digest per distinct line, to number identical lines apart)."""
+
+    def __init__(self, f: TextIO | str, tz: str | None = None, providers: Collection[str] | None = None,
+                 cards: Collection[str] | None = None, strict: bool = False):
+        self.f = io.StringIO(f) if isinstance(f, str) else f
+        self.tz, self.providers, self.cards, self.strict = tz, providers, cards, strict
+        self.errors: list[tuple[int, str]] = []
+        self.warnings: list[tuple[int, str]] = []
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[tuple[int, dict]]:
+        reader = csv.reader(self.f)
+        try:
+            header = next(reader)
+        except StopIteration:
+            self.errors.append((1, "the file is empty; expected a header line: " + ",".join(COLUMNS)))
+            return
+        names = [h.strip().lower().lstrip("\ufeff") for h in header]
+        problem = _header_problem(names)
+        if problem:
+            self.errors.append((1, problem))
+            return
+        seen: dict[bytes, int] = {}
+        absent = len(names)  # each row gets one trailing "" that absent columns read
+        ix = tuple(names.index(c) if c in names else absent for c in ALL_COLUMNS)
+        try:
+            tzinfo = zone(self.tz)
+        except ValueError as e:
+            self.errors.append((1, str(e)))
+            return
+        width = len(names)
+        prev = reader.line_num
+        for cells in reader:
+            line, prev = prev + 1, reader.line_num
+            if len(cells) != width:
+                if not "".join(cells).strip():
+                    continue  # blank line
+                self.errors.append((line, f"has {len(cells)} fields, the header has {width}"))
+                continue
+            cells.append("")
+            try:
+                row, notes = _row(cells, ix, seen, tzinfo, self.providers, self.cards)
+            except _Bad as e:
+                if "".join(cells).strip():
+                    self.errors.append((line, str(e)))
+                continue  # a line of empty cells is blank
+            if notes:
+                (self.errors if self.strict else self.warnings).extend((line, n) for n in notes)
+                if self.strict:
+                    continue
+            self.rows += 1
+            yield line, row
+        if not self.rows and not self.errors:
+            self.errors.append((1, "no data rows after the header"))
+
+
+def _header_problem(names: list[str]) -> str | None:
     unknown = [h for h in names if h not in ALL_COLUMNS]
     missing = sorted(REQUIRED - set(names))
     if unknown or missing or len(set(names)) != len(names):
@@ -129,65 +263,85 @@ def parse_csv(text: TextIO | str, tz: str | None = None) -> tuple[list[dict], li
             parts.append("missing column(s) " + ", ".join(missing))
         if len(set(names)) != len(names):
             parts.append("a column appears twice")
-        return [], [], [(1, "; ".join(parts) + "; expected " + ",".join(ALL_COLUMNS))]
+        return "; ".join(parts) + "; expected " + ",".join(ALL_COLUMNS)
     if sum(c in names for c in ("usd_per_hour", "hours", "cost_usd")) < 2:
-        return [], [], [(1, "need two of usd_per_hour, hours, cost_usd (the third is derived)")]
-    rows: list[dict] = []
-    lines: list[int] = []
-    seen: dict[str, int] = {}
-    ids: dict[str, int] = {}
-    prev = reader.line_num
-    for cells in reader:
-        line, prev = prev + 1, reader.line_num
-        if not any(c.strip() for c in cells):
-            continue  # blank line
-        if len(cells) != len(names):
-            errors.append((line, f"has {len(cells)} fields, the header has {len(names)}"))
-            continue
-        v = dict(zip(names, cells))
-        try:
-            created = _date(v["date"], tz)
-            provider, card = v["provider"].strip(), v["card"].strip()
-            if not provider or not card:
-                raise _Bad("provider and card must not be empty")
-            price = _float(v.get("usd_per_hour", ""), "usd_per_hour")
-            hours = _float(v.get("hours", ""), "hours")
-            cost = _float(v.get("cost_usd", ""), "cost_usd")
-            if sum(x is None for x in (price, hours, cost)) > 1:
-                raise _Bad("need two of usd_per_hour, hours, cost_usd")
-            if cost is None:
-                cost = round(price * hours, 6)
-            elif hours is None:
-                hours = cost / price if price else 0.0
-            elif price is None:
-                price = cost / hours if hours else 0.0
-            flag = v.get("simulated", "").strip().lower()
-            if flag not in _TRUE | _FALSE:
-                raise _Bad(f"simulated must be true or false, got {v['simulated']!r}")
-            gpus = _int(v.get("gpu_count", ""), "gpu_count", 1)
-            if gpus < 1:
-                raise _Bad("gpu_count must be >= 1")
-            tokens = _int(v.get("tokens", ""), "tokens", 0)
-            sid = v.get("session", "").strip() or _row_id(cells, seen)
-            if sid in ids:
-                raise _Bad(f"session {sid} repeats line {ids[sid]}")
-        except _Bad as e:
-            errors.append((line, str(e)))
-            continue
-        ids[sid] = line
-        seconds = round(hours * 3600.0, 3)
-        rows.append({
-            "id": sid, "experiment": v.get("experiment", "").strip() or "default", "job": "",
-            "provider": provider, "card": card, "gpu_count": gpus, "spot": False, "label": "",
-            "instance_id": None, "offer_id": None, "usd_per_hour": price, "bid_usd_per_hour": None,
-            "simulated": flag in _TRUE, "status": "closed", "created_at": created,
-            "instance_created_at": created, "ready_at": None, "ended_at": created + seconds,
-            "end_reason": "imported", "exit_code": None, "billed_seconds": seconds, "cost_usd": cost,
-            "tokens": tokens, "job_seconds": None, "conclusion": v.get("conclusion", "").strip(), "note": "",
-            "log_path": "", "results_path": "", "billing_increment_seconds": None, "last_heartbeat_at": None,
-            "end_source": "import", "source": "import",
-        })
+        return "need two of usd_per_hour, hours, cost_usd (the third is derived)"
+    return None
+
+
+# What an imported row sets, in the order ``_row`` builds it (every other column: its default).
+IMPORT_COLUMNS = (
+    "id", "experiment", "job", "provider", "card", "gpu_count", "spot", "label", "instance_id", "offer_id",
+    "usd_per_hour", "bid_usd_per_hour", "simulated", "status", "created_at", "instance_created_at", "ready_at",
+    "ended_at", "end_reason", "exit_code", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
+    "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
+)
+
+
+def _row(cells: list[str], ix: tuple[int, ...], seen: dict[bytes, int], tzinfo,
+         providers: Collection[str] | None, cards: Collection[str] | None) -> tuple[tuple, list[str] | None]:
+    """One data line as an ``IMPORT_COLUMNS`` tuple and its notes (None when clean). ``ix``: the
+    cell index of each of ``ALL_COLUMNS`` (an absent column points at a trailing "")."""
+    (i_date, i_exp, i_prov, i_card, i_gpus, i_price, i_hours, i_cost, i_tokens, i_concl, i_sim, i_sid) = ix
+    created = _date(cells[i_date], tzinfo)
+    provider, card = cells[i_prov].strip(), cells[i_card].strip()
+    if provider[:1] == "'":
+        provider = unneutralize(provider)
+    if card[:1] == "'":
+        card = unneutralize(card)
+    if not provider or not card:
+        raise _Bad("provider and card must not be empty")
+    price = _float(cells[i_price], "usd_per_hour")
+    hours = _float(cells[i_hours], "hours")
+    cost = _float(cells[i_cost], "cost_usd")
+    notes = None
+    if cost is None:
+        if price is None or hours is None:
+            raise _Bad("need two of usd_per_hour, hours, cost_usd")
+        cost = round(price * hours, 6)
+    elif hours is None:
+        if price is None:
+            raise _Bad("need two of usd_per_hour, hours, cost_usd")
+        hours = cost / price if price else 0.0
+    elif price is None:
+        price = cost / hours if hours else 0.0
+    elif abs(cost - price * hours) > COST_TOLERANCE_USD:
+        notes = [f"cost_usd {cost:g} differs from usd_per_hour x hours = {price:g} x {hours:g} = {price * hours:.4f}"
+                 f" by more than ${COST_TOLERANCE_USD:g}"]
+    if providers is not None and provider.lower() not in providers:
+        notes = (notes or []) + [f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})"]
+    if cards is not None and card.lower() not in cards:
+        notes = (notes or []) + [f"unknown card {card!r} (`gpuops plan --model list` shows the catalog)"]
+    raw_flag = cells[i_sim]
+    flag = raw_flag if raw_flag == "false" or raw_flag == "true" else raw_flag.strip().lower()
+    if flag not in _TRUE and flag not in _FALSE:
+        raise _Bad(f"simulated must be true or false, got {raw_flag!r}")
+    gpus = _int(cells[i_gpus], "gpu_count", 1)
+    if gpus < 1:
+        raise _Bad("gpu_count must be >= 1")
+    tokens = _int(cells[i_tokens], "tokens", 0)
+    sid = cells[i_sid].strip()
+    sid = (unneutralize(sid) if sid[:1] == "'" else sid) or _row_id(cells[:-1], seen)
+    experiment = cells[i_exp].strip()
+    if experiment[:1] == "'":
+        experiment = unneutralize(experiment)
+    conclusion = cells[i_concl].strip()
+    if conclusion[:1] == "'":
+        conclusion = unneutralize(conclusion)
+    seconds = round(hours * 3600.0, 3)
+    # IMPORT_COLUMNS order: an imported rental is closed, booked from the sheet.
+    return (sid, experiment or "default", "", provider, card, gpus, False, "", None, None, price, None, flag in _TRUE,
+            "closed", created, created, None, created + seconds, "imported", None, seconds, cost, tokens, None, conclusion,
+            "", "", "", None, None, "import", "import"), notes
+
+
+def parse_csv(text: TextIO | str, tz: str | None = None, providers: Collection[str] | None = None,
+              cards: Collection[str] | None = None, strict: bool = False) -> tuple[list[dict], list[int], list[tuple[int, str]]]:
+    """``CsvImport`` read whole: (rows, their line numbers, errors as (line, message)); with
+    errors, import nothing. For small files and tests; ``ledger import`` streams instead."""
+    imp = CsvImport(text, tz, providers, cards, strict)
+    rows, lines = [], []
+    for line, row in imp:
+        rows.append(dict(zip(IMPORT_COLUMNS, row)))
         lines.append(line)
-    if not rows and not errors:
-        errors.append((1, "no data rows after the header"))
-    return rows, lines, errors
+    return rows, lines, imp.errors

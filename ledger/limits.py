@@ -9,14 +9,10 @@ and PostgreSQL alike, so exactly one owner holds a session until it releases or 
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session as DbSession
-from sqlmodel import select
-
-from ledger.models import Refusal, SessionLease
-from ledger.store import Ledger
+if TYPE_CHECKING:  # SQLAlchemy and the ORM load inside the functions that write (watchdog start-up)
+    from ledger.store import Ledger
 
 
 def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, now: float | None = None) -> bool:
@@ -26,6 +22,11 @@ def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, n
     statements, each atomic: take over an expired/own lease (conditional UPDATE), else create one
     (INSERT; the primary key makes a concurrent second INSERT fail).
     """
+    import sqlalchemy as sa
+    from sqlalchemy.exc import IntegrityError
+
+    from ledger.models import SessionLease
+
     now = time.time() if now is None else now
     t = SessionLease.__table__
     take = (
@@ -47,6 +48,10 @@ def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, n
 
 def release_lease(ledger: Ledger, session_id: str, owner: str) -> None:
     """Give the lease back (only if ``owner`` still holds it)."""
+    import sqlalchemy as sa
+
+    from ledger.models import SessionLease
+
     t = SessionLease.__table__
     with ledger.engine.begin() as conn:
         conn.execute(sa.delete(t).where(t.c.session_id == session_id, t.c.owner == owner))
@@ -54,6 +59,10 @@ def release_lease(ledger: Ledger, session_id: str, owner: str) -> None:
 
 def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> str | None:
     """The owner of an unexpired lease on ``session_id``, else None."""
+    import sqlalchemy as sa
+
+    from ledger.models import SessionLease
+
     now = time.time() if now is None else now
     t = SessionLease.__table__
     with ledger.engine.begin() as conn:
@@ -61,13 +70,19 @@ def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> s
     return row.owner if row is not None and row.expires_at >= now else None
 
 
-def active_refusals(ledger: Ledger) -> list[Refusal]:
-    with DbSession(ledger.engine) as db:
-        return list(db.exec(select(Refusal).where(Refusal.lifted_at.is_(None)).order_by(Refusal.id)))
+def active_refusals(ledger: Ledger) -> list[Any]:
+    """Refusals not lifted, oldest first: read-only rows with the ``Refusal`` fields
+    (``Ledger.active_refusals``: no ORM load on a current SQLite ledger)."""
+    return ledger.active_refusals()
 
 
 def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None) -> bool:
     """Refuse new boxes in ``scope``; False (and no change) when the same refusal is active."""
+    from sqlmodel import Session as DbSession
+    from sqlmodel import select
+
+    from ledger.models import Refusal
+
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
         q = select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, Refusal.lifted_at.is_(None))
@@ -80,6 +95,11 @@ def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float
 
 def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None) -> bool:
     """Lift an active refusal; True when one was lifted."""
+    from sqlmodel import Session as DbSession
+    from sqlmodel import select
+
+    from ledger.models import Refusal
+
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
         rows = list(db.exec(select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, Refusal.lifted_at.is_(None))))

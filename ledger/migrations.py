@@ -119,7 +119,6 @@ def m003_leases_refusals(conn: Connection) -> None:
     md.create_all(conn)
 
 
-
 @migration
 def m004_session_limits(conn: Connection) -> None:
     """A session's own limits, stored on its row when `up` writes the intent: every process that
@@ -172,6 +171,27 @@ def m005_books(conn: Connection) -> None:
         sa.Column("line_key", sa.String, nullable=False, unique=True),
     )
     md.create_all(conn)
+
+
+# The predicate ``Ledger.open_sessions`` uses, written inline (never a bound parameter) so SQLite
+# and PostgreSQL both prove it implies the partial index below.
+OPEN_SESSION_SQL = "status <> 'closed'"
+
+
+@migration
+def m006_query_indexes(conn: Connection) -> None:
+    """Indexes for every query path of `up`, `ps`, `watchdog` and `reconcile` (issue 16): the open
+    sessions (a partial index: only rows not closed, a handful among a million, ordered by intent
+    time), and the active refusals; the month range is ``m005_books``' ``ix_sessions_ended_at``.
+    Partial indexes run on SQLite and PostgreSQL alike."""
+    for ddl in (
+        # status = 'closed' holds nearly every row: an index on it only misleads the planner (an
+        # export sorted every row instead of walking created_at); open rows have their own index.
+        "DROP INDEX IF EXISTS ix_sessions_status",
+        f"CREATE INDEX IF NOT EXISTS ix_sessions_open ON sessions (created_at) WHERE {OPEN_SESSION_SQL}",
+        "CREATE INDEX IF NOT EXISTS ix_refusals_active ON refusals (scope, reason) WHERE lifted_at IS NULL",
+    ):
+        conn.exec_driver_sql(ddl)
 
 
 def _migrations_table() -> sa.Table:

@@ -29,7 +29,7 @@ class Session(SQLModel, table=True):
     usd_per_hour: Optional[float] = None  # price really charged (create response / instance)
     bid_usd_per_hour: Optional[float] = None
     simulated: bool = False  # True when the price is a catalog reference, not a charge
-    status: str = Field(default="provisioning", index=True)  # bootstrap.vocabulary.RowStatus
+    status: str = "provisioning"  # bootstrap.vocabulary.RowStatus (m005: open rows have the partial index ix_sessions_open)
     created_at: float = Field(index=True)  # the intent row (before create)
     instance_created_at: Optional[float] = None  # create returned: billing starts
     ready_at: Optional[float] = None

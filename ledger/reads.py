@@ -43,6 +43,76 @@ def _sessions_table():
     return sa.table("sessions", *[sa.column(c, sa.Boolean) if c in _BOOL else sa.column(c) for c in SESSION_COLUMNS])
 
 
+# Open sessions: an inline literal (not a bound parameter) so both databases prove the query
+# implies the partial index ``ix_sessions_open`` (migration m005).
+OPEN_SESSIONS_SQL = f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE status <> 'closed' ORDER BY created_at, id"
+
+
+class SessionRow(namedtuple("SessionRow", SESSION_COLUMNS)):
+    """A ``sessions`` row, read-only, without the ORM: attribute access like ``models.Session``
+    and ``model_dump()`` giving the same dict (column order, bools as bool)."""
+
+    __slots__ = ()
+
+    def model_dump(self) -> dict:
+        return dict(zip(self._fields, self))
+
+
+def _session_row(r) -> SessionRow:
+    r = list(r)
+    for i, c in enumerate(SESSION_COLUMNS):
+        if c in _BOOL and r[i] is not None:
+            r[i] = bool(r[i])
+    return SessionRow(*r)
+
+
+def open_rows(engine) -> list[SessionRow]:
+    """Every session not closed, oldest intent first, through SQLAlchemy ``engine``."""
+    import sqlalchemy as sa
+
+    with engine.connect().execution_options(ledger_read=True) as conn:
+        return [_session_row(r) for r in conn.execute(sa.text(OPEN_SESSIONS_SQL))]
+
+
+def sqlite_open_rows(path: Path) -> list[SessionRow]:
+    """``open_rows`` on an SQLite file with the standard library (read-only connection)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        return [_session_row(r) for r in con.execute(OPEN_SESSIONS_SQL)]
+    finally:
+        con.close()
+
+
+# Active refusals (m003): a handful of rows, answered from ix_refusals_active (m005).
+REFUSAL_COLUMNS = ("id", "scope", "reason", "detail", "set_at", "lifted_at")
+ACTIVE_REFUSALS_SQL = f"SELECT {', '.join(REFUSAL_COLUMNS)} FROM refusals WHERE lifted_at IS NULL ORDER BY id"
+RefusalRow = namedtuple("RefusalRow", REFUSAL_COLUMNS)
+
+
+def active_refusal_rows(engine) -> list[RefusalRow]:
+    """Refusals not lifted, oldest first, through SQLAlchemy ``engine``."""
+    import sqlalchemy as sa
+
+    with engine.connect().execution_options(ledger_read=True) as conn:
+        return [RefusalRow(*r) for r in conn.execute(sa.text(ACTIVE_REFUSALS_SQL))]
+
+
+def sqlite_active_refusal_rows(path: Path) -> list[RefusalRow]:
+    """``active_refusal_rows`` on an SQLite file with the standard library."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        return [RefusalRow(*r) for r in con.execute(ACTIVE_REFUSALS_SQL)]
+    finally:
+        con.close()
+
+
+def sqlite_current_file(url: str) -> Path | None:
+    """The file of an SQLite ``url`` whose ledger has every migration applied, else None (a
+    server, an in-memory or new database, or a file still to migrate)."""
+    path = _sqlite_file(url)
+    return path if path is not None and _sqlite_current(path) else None
+
+
 def rows_between(engine, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None) -> list[Any]:
     """Sessions whose intent time (``created_at``, epoch s) is in [start, end), oldest first, as
     rows with attribute access, through SQLAlchemy ``engine``; None leaves that side open.
@@ -58,6 +128,22 @@ def rows_between(engine, start: float | None = None, end: float | None = None, c
         q = q.where(t.c.created_at < end)
     with engine.connect().execution_options(ledger_read=True) as conn:
         return list(conn.execute(q))
+
+
+def iter_rows_between(engine, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None,
+                      batch: int = 2000) -> Iterator[Any]:
+    """``rows_between`` as a generator over a server-side cursor (``stream_results``): memory holds
+    ``batch`` rows, whatever the range holds. The connection stays open until it is exhausted or closed."""
+    import sqlalchemy as sa
+
+    t = _sessions_table()
+    q = sa.select(*[t.c[c] for c in _columns(columns)]).order_by(t.c.created_at, t.c.id)
+    if start is not None:
+        q = q.where(t.c.created_at >= start)
+    if end is not None:
+        q = q.where(t.c.created_at < end)
+    with engine.connect().execution_options(ledger_read=True, stream_results=True, yield_per=batch) as conn:
+        yield from conn.execute(q)
 
 
 def _sqlite_file(url: str) -> Path | None:
@@ -85,6 +171,12 @@ def sqlite_rows_between(path: Path, start: float | None = None, end: float | Non
                         columns: Iterable[str] | None = None) -> list[Any]:
     """``rows_between`` on an SQLite file with the standard library (read-only connection; WAL
     lets it read beside a writer)."""
+    return list(sqlite_iter_rows_between(path, start, end, columns))
+
+
+def sqlite_iter_rows_between(path: Path, start: float | None = None, end: float | None = None,
+                             columns: Iterable[str] | None = None) -> Iterator[Any]:
+    """``sqlite_rows_between`` as a generator: rows come off the cursor one at a time."""
     cols = _columns(columns)
     where, args = [], []
     if start is not None:
@@ -98,14 +190,32 @@ def sqlite_rows_between(path: Path, start: float | None = None, end: float | Non
     bools = [i for i, c in enumerate(cols) if c in _BOOL]
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
     try:
-        out = []
+        if not bools:
+            yield from map(row_t._make, con.execute(sql, args))
+            return
         for r in con.execute(sql, args):
-            if bools:
-                r = list(r)
-                for i in bools:
-                    r[i] = None if r[i] is None else bool(r[i])
-            out.append(row_t(*r))
-        return out
+            r = list(r)
+            for i in bools:
+                r[i] = None if r[i] is None else bool(r[i])
+            yield row_t._make(r)
+    finally:
+        con.close()
+
+
+def iter_query(engine, sql: str, params: dict, batch: int = 2000) -> Iterator[tuple]:
+    """Plain tuples of a read-only ``sql`` (named ``:params``) streamed from a server-side cursor."""
+    import sqlalchemy as sa
+
+    with engine.connect().execution_options(ledger_read=True, stream_results=True, yield_per=batch) as conn:
+        for r in conn.execute(sa.text(sql), params):
+            yield tuple(r)
+
+
+def sqlite_iter_query(path: Path, sql: str, params: dict) -> Iterator[tuple]:
+    """``iter_query`` on an SQLite file with the standard library (read-only connection)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        yield from con.execute(sql, params)
     finally:
         con.close()
 
@@ -244,3 +354,21 @@ class LedgerReader:
         if self._sqlite is not None:
             return sqlite_cost_lines(self._sqlite, start, end)
         return cost_lines(self.engine, start, end)
+
+    def iter_rows_between(self, start: float | None = None, end: float | None = None,
+                          columns: Iterable[str] | None = None) -> Iterator[Any]:
+        """``rows_between`` streamed (flat memory: exports of any size)."""
+        if self._sqlite is not None:
+            return sqlite_iter_rows_between(self._sqlite, start, end, columns)
+        return iter_rows_between(self.engine, start, end, columns)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or the SQLAlchemy dialect name (``postgresql``)."""
+        return "sqlite" if self._sqlite is not None else self.engine.dialect.name
+
+    def iter_query(self, sql: str, params: dict) -> Iterator[tuple]:
+        """Tuples of a read-only ``sql`` with named ``:params``, streamed (flat memory)."""
+        if self._sqlite is not None:
+            return sqlite_iter_query(self._sqlite, sql, params)
+        return iter_query(self.engine, sql, params)

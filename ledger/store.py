@@ -7,6 +7,10 @@ server: ``sqlalchemy.exc.OperationalError``) is not lost: events, field updates,
 requests and closes go to a local spool file (JSON lines, ``Ledger.spool_path``) and are replayed,
 in order, before the next write that succeeds (or by ``replay_spool()``). Vocabulary members
 (``bootstrap.vocabulary``) are stored as their plain strings.
+
+Start-up is a hot path (`ps`, `watchdog --once` every minute from cron): on an SQLite ledger that
+is already at the newest schema the engine (SQLAlchemy, SQLModel) is opened by the first write, and
+the reads every command starts with (open sessions, active refusals) go through ``sqlite3``.
 """
 
 from __future__ import annotations
@@ -16,19 +20,34 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable
-
-import sqlalchemy as sa
-from sqlmodel import Session as DbSession
-from sqlmodel import select
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.engine import SQLITE_BUSY_TIMEOUT_MS, open_engine
-from ledger.models import BootstrapStep, Event, Session
-from ledger.reads import cost_lines, overlapping, rows_between
+from ledger.reads import (active_refusal_rows, cost_lines, iter_query, iter_rows_between, open_rows, overlapping, rows_between,
+                          sqlite_active_refusal_rows, sqlite_cost_lines, sqlite_current_file, sqlite_iter_query,
+                          sqlite_iter_rows_between, sqlite_open_rows, sqlite_overlapping)
 from bootstrap.vocabulary import EventKind, RowStatus
 
-_SPOOLED = (sa.exc.OperationalError,)
+if TYPE_CHECKING:
+    from ledger.models import BootstrapStep, Session
+
+
+def _orm():
+    """SQLModel's session and select, and the table classes: imported on the first ORM call, so a
+    command that only lists open sessions of a current SQLite ledger never loads SQLAlchemy."""
+    from sqlmodel import Session as DbSession
+    from sqlmodel import select
+
+    from ledger.models import BootstrapStep, Event, Session
+
+    return DbSession, select, Session, Event, BootstrapStep
+
+
+def _spooled_errors() -> tuple[type[BaseException], ...]:
+    """The errors that send a write to the spool (SQLAlchemy loads with the first write anyway)."""
+    import sqlalchemy as sa
+
+    return (sa.exc.OperationalError,)
 
 
 def _plain(v: Any) -> Any:
@@ -43,7 +62,7 @@ def default_spool_path(url: str) -> Path:
     base = os.environ.get("GPUOPS_SPOOL_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpuops", "spool")
     return Path(base) / (hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl")
 
-__all__ = ["Ledger", "billed_cost", "SQLITE_BUSY_TIMEOUT_MS", "ImportRejected"]
+__all__ = ["Ledger", "billed_cost", "ImportRejected"]
 
 
 class ImportRejected(ValueError):
@@ -62,8 +81,21 @@ class Ledger:
 
     def __init__(self, url: str, spool_path: str | Path | None = None):
         self.url = url
-        self.engine = open_engine(url)
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
+        self._engine = None
+        # A current SQLite file is read with sqlite3 until the first write opens the engine.
+        self._sqlite = sqlite_current_file(url)
+        if self._sqlite is None:
+            self._engine = self.engine  # migrate now: an old or new ledger, or a server
+
+    @property
+    def engine(self):
+        """The SQLAlchemy engine (opened, and migrations applied, on first use)."""
+        if self._engine is None:
+            from ledger.engine import open_engine
+
+            self._engine = open_engine(self.url)
+        return self._engine
 
     # -- the spool ----------------------------------------------------------------------------
     def _spool(self, op: str, **args: Any) -> None:
@@ -129,7 +161,7 @@ class Ledger:
                     self._close(**args)
                 else:
                     continue
-            except _SPOOLED:
+            except _spooled_errors():
                 for rest in entries[i:]:
                     self._spool(rest["op"], **(rest.get("args") or {}))
                 break
@@ -145,7 +177,7 @@ class Ledger:
         for sid in sessions:
             try:
                 self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
-            except (_SPOOLED + (KeyError,)):
+            except (_spooled_errors() + (KeyError,)):
                 pass
         return done
 
@@ -156,13 +188,14 @@ class Ledger:
             self.replay_spool()
         try:
             return fn(**args)
-        except _SPOOLED:
+        except _spooled_errors():
             self._spool(op, **args)
             return None
 
     # -- writes -------------------------------------------------------------------------------
     def add_session(self, row: Session) -> None:
         """Insert the intent row (status provisioning) and its first event in one transaction."""
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             db.add(row)
             db.flush()  # the row must exist before its event (no ORM relationship orders them)
@@ -183,12 +216,14 @@ class Ledger:
                       at=at if at is not None else time.time())
 
     def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             db.add(Event(session_id=session_id, at=at if at is not None else time.time(), kind=_plain(kind), detail=detail))
             db.commit()
 
     def add_steps(self, session_id: str, steps: Iterable[dict]) -> None:
         """Store bootstrap step lines ``{"step", "status", "seconds", "detail"}``."""
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             for s in steps:
                 detail = s.get("detail", "")
@@ -212,6 +247,7 @@ class Ledger:
         return self._guarded("request_end", self._request_end, session_id=session_id, reason=_plain(reason), by=_plain(by), detail=detail)
 
     def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
@@ -234,6 +270,7 @@ class Ledger:
                              exit_code=exit_code, **fields)
 
     def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
@@ -275,6 +312,8 @@ class Ledger:
         self._guarded("heartbeat", self._heartbeat, session_id=session_id, at=at)
 
     def _heartbeat(self, session_id: str, at: float) -> None:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
+        import sqlalchemy as sa
         with self.engine.begin() as conn:
             conn.execute(
                 sa.update(Session.__table__)
@@ -296,6 +335,7 @@ class Ledger:
         return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
     def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Session:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
             if row is None:
@@ -309,42 +349,105 @@ class Ledger:
             db.refresh(row)
             return row
 
-    def import_sessions(self, rows: list[dict], lines: list[int] | None = None, chunk: int = 5000) -> int:
+    def import_sessions(self, rows: Iterable[dict], lines: Iterable[int] | None = None, chunk: int = 5000) -> int:
         """Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
         are written or none. An id already in the ledger rejects the whole import with its line
         number (``lines[i]`` is row i's line in the source file). Returns the count written.
         Raises ImportRejected."""
-        table = Session.__table__
-        lines = lines or list(range(1, len(rows) + 1))
-        line_of = {r["id"]: n for r, n in zip(rows, lines)}
+        rows = list(rows)
+        lines = list(lines) if lines is not None else list(range(1, len(rows) + 1))
+        return self.import_rows(zip(lines, rows), chunk=chunk)
+
+    def import_rows(self, pairs: Iterable[tuple[int, Any]], errors: list[tuple[int, str]] | None = None,
+                    chunk: int = 5000, columns: Iterable[str] | None = None) -> int:
+        """Stream (line number, row) pairs into ``sessions`` in ONE transaction, ``chunk`` rows per
+        executemany: memory holds one chunk, whatever the file's size. A row is a dict of columns
+        (absent ones NULL) or a tuple of ``columns`` (default ``ledger.reads.SESSION_COLUMNS``; the
+        id first). ``errors``: a list the producer (``ledger.csvio.CsvImport``) appends bad lines to
+        while it is consumed; an id already in the ledger (or earlier in the same stream) is one
+        too, reported when no line is otherwise bad. After the last pair, any error rolls
+        everything back and raises ImportRejected naming every bad line; otherwise commits and
+        returns the count written. Database errors roll back and propagate."""
+        from ledger.reads import SESSION_COLUMNS
+
+        cols = tuple(columns) if columns is not None else SESSION_COLUMNS
+        errors = errors if errors is not None else []
+        clashes: list[tuple[int, str]] = []
+        count = 0
         with self.engine.begin() as conn:
-            ids = list(line_of)
-            clash: list[tuple[int, str]] = []
-            for i in range(0, len(ids), 900):
-                for (sid,) in conn.execute(sa.select(table.c.id).where(table.c.id.in_(ids[i : i + 900]))):
-                    clash.append((line_of[sid], f"session {sid} is already in the ledger (imported before?)"))
-            if clash:
-                raise ImportRejected(sorted(clash))
-            for i in range(0, len(rows), chunk):
-                conn.execute(table.insert(), rows[i : i + chunk])
-        return len(rows)
+            mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+            insert = f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+            lookup = "SELECT id FROM sessions WHERE id IN ({})"
+            batch: dict[str, tuple[int, tuple]] = {}
+
+            def flush() -> None:
+                nonlocal count
+                if errors:  # a bad line rejects the file: stop writing, keep reading for more bad lines
+                    batch.clear()
+                    return
+                ids = list(batch)
+                for i in range(0, len(ids), 900):  # SQLite allows 999 parameters per statement
+                    part = ids[i : i + 900]
+                    for (sid,) in conn.exec_driver_sql(lookup.format(", ".join([mark] * len(part))), tuple(part)):
+                        clashes.append((batch.pop(sid)[0], f"session {sid} is already in the ledger (imported before?)"))
+                if batch and not clashes:
+                    conn.exec_driver_sql(insert, [r for _, r in batch.values()])
+                    count += len(batch)
+                batch.clear()
+
+            for line, row in pairs:
+                if isinstance(row, dict):
+                    row = tuple(map(row.get, cols))
+                sid = row[0]
+                if sid in batch:
+                    clashes.append((line, f"session {sid} repeats line {batch[sid][0]}"))
+                    continue
+                batch[sid] = (line, row)
+                if len(batch) >= chunk:
+                    flush()
+            flush()
+            if errors or clashes:  # bad lines first: ids are only compared once every line parses
+                raise ImportRejected(sorted(errors or clashes))
+        return count
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, session_id: str) -> Session | None:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             return db.get(Session, session_id)
 
     def find(self, prefix: str) -> list[Session]:
-        """Sessions whose id starts with ``prefix`` (users type short ids)."""
+        """Sessions whose id starts with ``prefix`` (users type short ids). On SQLite (binary
+        collation) a key range on the primary key; elsewhere LIKE (a linguistic collation does not
+        order every string with the prefix inside that range)."""
+        DbSession, select, Session, _, _ = _orm()
+        q = select(Session).order_by(Session.id)
+        if self.engine.dialect.name == "sqlite" and prefix and ord(prefix[-1]) < 0x10FFFF:
+            q = q.where(Session.id >= prefix, Session.id < prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        else:
+            q = q.where(Session.id.startswith(prefix, autoescape=True))
         with DbSession(self.engine) as db:
-            return list(db.exec(select(Session).where(Session.id.startswith(prefix, autoescape=True))))
+            return [r for r in db.exec(q) if r.id.startswith(prefix)]
 
-    def open_sessions(self) -> list[Session]:
-        with DbSession(self.engine) as db:
-            return list(db.exec(select(Session).where(Session.status != str(RowStatus.CLOSED)).order_by(Session.created_at)))
+    def open_sessions(self) -> list[Any]:
+        """Every session not closed, oldest intent first, as read-only rows with attribute access
+        and ``model_dump()`` (``ledger.reads.SessionRow``; re-read with ``get`` before writing).
+        Answered from the partial index ``ix_sessions_open`` (m005): a handful of rows whatever
+        the ledger's size."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_open_rows(self._sqlite)
+        return open_rows(self.engine)
+
+    def active_refusals(self) -> list[Any]:
+        """Refusals not lifted (``refusals`` rows, oldest first) as read-only rows
+        (``ledger.reads.RefusalRow``); no ORM load on a current SQLite ledger."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_active_refusal_rows(self._sqlite)
+        return active_refusal_rows(self.engine)
 
     def sessions_between(self, start: float, end: float) -> list[Session]:
         """Sessions whose intent time is in [start, end) epoch seconds."""
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             q = select(Session).where(Session.created_at >= start, Session.created_at < end).order_by(Session.created_at)
             return list(db.exec(q))
@@ -356,17 +459,42 @@ class Ledger:
 
     def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None):
         """Narrow session rows that may have spent money in [start, end), streamed
-        (``ledger.reads.overlapping``: index-friendly range predicate, no ORM objects)."""
+        (``ledger.reads.overlapping``: index-friendly range predicate, no ORM objects; sqlite3 on a
+        current SQLite file until the first write)."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_overlapping(self._sqlite, start, end, columns)
         return overlapping(self.engine, start, end, columns)
 
     def cost_lines(self, start: float | None, end: float | None) -> list[Any]:
         """Cost lines (storage) whose period overlaps [start, end) (``ledger.reads.cost_lines``)."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_cost_lines(self._sqlite, start, end)
         return cost_lines(self.engine, start, end)
 
+    def iter_rows_between(self, start: float | None = None, end: float | None = None,
+                          columns: Iterable[str] | None = None) -> Iterator[Any]:
+        """``rows_between`` streamed from a server-side cursor (flat memory)."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_iter_rows_between(self._sqlite, start, end, columns)
+        return iter_rows_between(self.engine, start, end, columns)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or the SQLAlchemy dialect name (``postgresql``)."""
+        return "sqlite" if self._sqlite is not None and self._engine is None else self.engine.dialect.name
+
+    def iter_query(self, sql: str, params: dict) -> Iterator[tuple]:
+        """Tuples of a read-only ``sql`` with named ``:params``, streamed (flat memory)."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_iter_query(self._sqlite, sql, params)
+        return iter_query(self.engine, sql, params)
+
     def steps(self, session_id: str) -> list[BootstrapStep]:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             return list(db.exec(select(BootstrapStep).where(BootstrapStep.session_id == session_id).order_by(BootstrapStep.id)))
 
     def events(self, session_id: str) -> list[Event]:
+        DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             return list(db.exec(select(Event).where(Event.session_id == session_id).order_by(Event.id)))

@@ -45,7 +45,7 @@ def test_round_trip_is_lossless(books, tmp_path, fresh_url):
     fresh = Ledger(fresh_url)
     try:
         r = cmds.import_csv(fresh, path)
-        assert r == {"file": str(path), "imported": 5, "cost_usd": 9.725097, "simulated_usd": 0.45}
+        assert r == {"file": str(path), "imported": 5, "cost_usd": 9.725097, "simulated_usd": 0.45, "warnings": []}
         second = _export(fresh)
         assert second == first
         a, b = cmds.month(books, "2026-11", "Asia/Tokyo"), cmds.month(fresh, "2026-11", "Asia/Tokyo")
@@ -133,3 +133,79 @@ def test_a_failure_mid_import_leaves_nothing(ledger):
     with pytest.raises(sa.exc.IntegrityError):
         ledger.import_sessions(good[:3] + [broken], chunk=2)
     assert _count(ledger) == 0
+
+
+HOSTILE = ["=HYPERLINK(\"http://x\",\"cost\")", "+1+1", "-2+3", "@SUM(A1)", "\tTAB", "\rCR", "'=already quoted",
+           "''+twice", "'plain quote", "-", "safe text", ""]
+
+
+def test_formula_cells_are_neutralized_and_round_trip(ledger, tmp_path, fresh_url):
+    """Issue 11: a cell starting =, +, -, @, tab or CR is written with a leading quote (OWASP CSV
+    Injection); numbers stay numbers; our own export imports back to the same text."""
+    from ledger import Ledger
+    from ledger.csvio import neutralize, unneutralize
+    from tests.books.conftest import _rented, utc
+
+    for t in HOSTILE:
+        assert unneutralize(neutralize(t)) == t, t
+    assert neutralize("=1") == "'=1" and neutralize("'=1") == "''=1" and neutralize("'x") == "'x"
+    for i, text in enumerate(HOSTILE[:-1]):
+        sid = f"h{i:02d}"
+        _rented(ledger, sid, utc(2026, 11, 3, 10, i), price=0.5, experiment=text if text else "default")
+        ledger.note(sid, text)
+        ledger.close(sid, utc(2026, 11, 3, 11, i), "job_end")
+    first = _export(ledger)
+    import csv
+
+    for cells in list(csv.reader(io.StringIO(first)))[1:]:
+        for c in (cells[1], cells[9]):  # experiment, conclusion
+            assert c[:1] not in ("=", "+", "-", "@", "\t", "\r"), cells
+        assert float(cells[5]) == 0.5 and cells[5] == "0.5"  # numeric cells are plain numbers
+    assert "'=HYPERLINK(" in first and ",'-2+3," in first and ",'''+twice," in first
+    path = tmp_path / "hostile.csv"
+    path.write_text(first)
+    fresh = Ledger(fresh_url)
+    try:
+        assert cmds.import_csv(fresh, path)["imported"] == len(HOSTILE) - 1
+        assert _export(fresh) == first
+        assert {r.experiment for r in fresh.rows_between()} == set(HOSTILE[:-1])
+        assert {r.conclusion for r in fresh.rows_between()} == set(HOSTILE[:-1]) - {"\tTAB", "\rCR"} | {"TAB", "CR"}
+    finally:
+        fresh.engine.dispose()
+
+
+def test_unknown_names_and_costs_off_price_are_reported_per_line(ledger, tmp_path):
+    """Issue 13: provider aws, card notacard and $99 where price x hours is $7 are reported by
+    line and imported; --strict refuses the file, naming the same lines."""
+    p = tmp_path / "odd.csv"
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours,cost_usd\n"
+        "2026-11-01,vast,rtx-4090,0.35,2,0.7\n"
+        "2026-11-02,aws,rtx-4090,0.35,2,0.7\n"
+        "2026-11-03,runpod,notacard,1,1,1\n"
+        "2026-11-04,runpod,h100-sxm,3.5,2,99\n"
+        "2026-11-05,runpod,A100,3.5,2,7.009\n"
+    )
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p, tz="UTC", strict=True)
+    assert [n for n, _ in e.value.errors] == [3, 4, 5]
+    assert "--strict" in str(e.value) and _count(ledger) == 0
+    r = cmds.import_csv(ledger, p, tz="UTC")
+    assert r["imported"] == 5
+    w = dict(r["warnings"])
+    assert list(w) == [3, 4, 5]
+    assert w[3].startswith("unknown provider 'aws'") and w[4].startswith("unknown card 'notacard'")
+    assert w[5] == "cost_usd 99 differs from usd_per_hour x hours = 3.5 x 2 = 7.0000 by more than $0.01"
+
+
+def test_import_streams_in_batches_inside_one_transaction(ledger):
+    """Rows go in per chunk; a clash in a late chunk rolls the earlier chunks back."""
+    from ledger.store import ImportRejected
+
+    rows, lines, errs = parse_csv(SPREADSHEET, tz="UTC")
+    assert ledger.import_sessions(rows[:1]) == 1
+    with pytest.raises(ImportRejected) as e:
+        ledger.import_rows(zip([10, 11, 12, 13], rows[1:] + rows[:1]), chunk=1)
+    assert e.value.errors == [(13, f"session {rows[0]['id']} is already in the ledger (imported before?)")]
+    assert _count(ledger) == 1
+    assert ledger.import_rows(zip([2, 3, 4], rows[1:]), chunk=2) == 3 and _count(ledger) == 4

@@ -1,0 +1,345 @@
+"""Benchmark: every command costs what it shows, not what the ledger has seen (issue 16).
+
+    .venv/bin/python bench/bench_scale.py [--sessions 1000000] [--month-sessions 100000] [--runs 5]
+                                          [--no-postgres] [--only up,ps,cap,reports,csv,startup]
+
+Prints one table, each figure beside its floor measured in the same run, as a ratio with the
+issue's target:
+
+- ``up --job exit0.sh`` (local provider), ``ps``, ``watchdog --once``, ``reconcile`` on a ledger of
+  ``--sessions`` closed sessions vs the same on an empty ledger (target <= 1.2x);
+- ``up`` with a monthly cap and ``--month-sessions`` sessions this month vs no cap (<= 1.2x), and
+  ``watchdog --once``'s peak memory with the cap;
+- ``ledger month`` / ``ledger experiments --json`` over ``--month-sessions`` rows vs the same
+  aggregation as one SQL statement on the same database, on SQLite and PostgreSQL (<= 1.5x), and
+  ``ledger month`` over 8,000 rows vs ``gpuops --help`` (<= 2x);
+- ``ledger export`` / ``ledger import`` of the big ledger vs ``sqlite3 -csv`` / csv + executemany
+  (<= 1.5x, peak RSS <= 100 MiB);
+- ``ps`` and ``watchdog --once`` on an empty ledger vs ``gpuops --help`` (<= 2x).
+
+Ledgers are built with SQL executemany (not the CLI) and cached under the temp dir
+(``gpuops-bench-cache``), keyed by size and schema. Never a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import hashlib
+import os
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if "--repo" in sys.argv:  # time another checkout (e.g. main, for before/after figures)
+    REPO = Path(sys.argv[sys.argv.index("--repo") + 1]).resolve()
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from timing import Timing, measure  # noqa: E402
+
+CACHE = Path(tempfile.gettempdir()) / "gpuops-bench-cache"
+CARDS = [("rtx-4090", 0.35), ("a100-80gb", 1.89), ("h100-sxm", 2.99), ("l40s", 0.86), ("a100-40gb", 1.29)]
+PROVIDERS = ["runpod", "vast"]
+# The columns the bench writes (every other column has a default).
+COLUMNS = (
+    "id", "experiment", "job", "provider", "card", "gpu_count", "spot", "label", "instance_id", "offer_id",
+    "usd_per_hour", "bid_usd_per_hour", "simulated", "status", "created_at", "instance_created_at", "ready_at",
+    "ended_at", "end_reason", "exit_code", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
+    "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
+)
+
+
+def month_start(now: float) -> float:
+    t = time.gmtime(now)
+    return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
+
+
+def session_rows(n: int, first: float, last: float, tag: str):
+    """``n`` closed sessions created evenly over [first, last) epoch s, each ended before ``last``."""
+    step = (last - first) / max(n, 1)
+    for i in range(n):
+        card, price = CARDS[i % len(CARDS)]
+        gpus = (1, 1, 2, 4, 8)[i % 5]
+        created = first + i * step
+        secs = float(60 + (i * 7919) % 3600)
+        secs = min(secs, max(1.0, last - created - 1.0))
+        usd = round(price * gpus * secs / 3600.0, 6)
+        yield (f"{tag}-{i:07d}", f"exp-{i % 200:03d}", "job.sh", PROVIDERS[i % 2], card, gpus, False, f"gpuops-{tag}-{i:07d}",
+               f"i{i}", None, price * gpus, None, False, "closed", created, created + 5.0, created + 30.0, created + 5.0 + secs,
+               "job_end", 0, secs, usd, (i * 104729) % 10**8, secs - 40.0 if secs > 40 else None, "ok" if i % 3 else "",
+               "", "", "", None, None, "destroy", "gpuops")
+
+
+def schema_tag() -> str:
+    from ledger.schema_version import MIGRATION_NAMES
+
+    return hashlib.sha256(",".join(MIGRATION_NAMES).encode()).hexdigest()[:10]
+
+
+def new_ledger(path: Path) -> None:
+    """A migrated, empty SQLite ledger at ``path``."""
+    from ledger.engine import open_engine
+
+    open_engine(f"sqlite:///{path}").dispose()
+
+
+def sqlite_ledger(kind: str, n: int, first: float, last: float) -> Path:
+    """A cached SQLite ledger of ``n`` sessions over [first, last) (built once per size and schema)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    day = time.strftime("%Y%m", time.gmtime(last))
+    path = CACHE / f"{kind}-{n}-{day}-{schema_tag()}.db"  # the month: "this month" moves
+    if path.exists():
+        return path
+    tmp = path.with_suffix(".building")
+    for p in (tmp, Path(str(tmp) + "-wal"), Path(str(tmp) + "-shm")):
+        p.unlink(missing_ok=True)
+    new_ledger(tmp)
+    t0 = time.perf_counter()
+    con = sqlite3.connect(tmp)
+    with con:
+        con.executemany(f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+                        session_rows(n, first, last, kind))
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    tmp.rename(path)
+    print(f"  built {path.name}: {n:,} sessions in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return path
+
+
+def pg_load(url: str, n: int, first: float, last: float) -> None:
+    """Migrate the PostgreSQL database at ``url`` and COPY ``n`` sessions into it."""
+    import psycopg
+
+    from ledger.engine import open_engine
+
+    open_engine(url).dispose()
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as con:
+        with con.cursor() as cur:
+            with cur.copy(f"COPY sessions ({', '.join(COLUMNS)}) FROM STDIN") as cp:
+                for r in session_rows(n, first, last, "pg"):
+                    cp.write_row(r)
+            cur.execute("ANALYZE sessions")
+
+
+MONTH_SQL = """SELECT 'experiment', experiment, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens)
+  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY experiment
+UNION ALL SELECT 'card', card, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens)
+  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY card
+UNION ALL SELECT 'provider', provider, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens)
+  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY provider"""
+EXPERIMENTS_SQL = """SELECT experiment, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens), max(created_at)
+  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY experiment ORDER BY experiment"""
+
+SQL_RUNNER = r"""
+import sys, json
+url, sql, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+if url.startswith("sqlite"):
+    import sqlite3
+    con = sqlite3.connect(url[len("sqlite:///"):])
+else:
+    import psycopg
+    con = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+rows = con.execute(sql, args).fetchall()
+print(len(rows))
+"""
+
+IMPORT_FLOOR = r"""
+import csv, sqlite3, sys
+from datetime import datetime
+db, path, cols = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+con = sqlite3.connect(db, isolation_level=None)
+con.execute("BEGIN IMMEDIATE")
+def rows():
+    with open(path, newline="") as f:
+        r = csv.reader(f)
+        next(r)
+        for c in r:
+            t = datetime.fromisoformat(c[0]).timestamp()
+            s = float(c[6]) * 3600.0
+            yield (c[11], c[1], "", c[2], c[3], int(c[4]), False, "", None, None, float(c[5]), None, c[10] == "true",
+                   "closed", t, t, None, t + s, "imported", None, s, float(c[7]), int(c[8]), None, c[9], "", "", "",
+                   None, None, "import", "import")
+con.executemany(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows())
+con.execute("COMMIT")
+"""
+
+
+class Bench:
+    def __init__(self, a: argparse.Namespace, work: Path):
+        self.a, self.work = a, work
+        self.results: list[tuple[str, str, Timing | None, str, Timing | None, float, str]] = []
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(CACHE / "pycache"), HOME=str(work),
+                   XDG_CONFIG_HOME=str(work / "cfg"), GPUOPS_DATA_DIR=str(work / "data"))
+        self.env = env
+        self.gpuops = [sys.executable, "-m", "gpuops"]
+        job = work / "exit0.sh"
+        job.write_text("#!/usr/bin/env bash\nexit 0\n")
+        job.chmod(0o755)
+        self.job = job
+
+    def env_for(self, url: str, **extra: str) -> dict:
+        return dict(self.env, GPUOPS_LEDGER_URL=url, **extra)
+
+    def time(self, argv: list[str], env: dict, runs: int | None = None, **kw) -> Timing:
+        return measure(argv, env, runs or self.a.runs, cwd=str(self.work), **kw)
+
+    def add(self, what: str, ours_label: str, ours: Timing, floor_label: str, floor: Timing, target: float, note: str = "") -> None:
+        self.results.append((what, ours_label, ours, floor_label, floor, target, note))
+        ratio = ours.median_s / floor.median_s
+        print(f"  {what}: {ours.median_s:.3f} s vs {floor.median_s:.3f} s = x{ratio:.2f} (target x{target:g}) "
+              f"peak {ours.max_rss_mib:.0f} / {floor.max_rss_mib:.0f} MiB {note}", file=sys.stderr, flush=True)
+
+    def print_table(self) -> None:
+        print()
+        print(f"{'target':44s} {'ours':>9s} {'floor':>9s} {'ratio':>7s} {'goal':>6s}  {'peak MiB':>14s}  floor")
+        for what, _ol, ours, fl, floor, target, note in self.results:
+            ratio = ours.median_s / floor.median_s
+            flag = "ok" if ratio <= target else "OVER"
+            print(f"{what:44s} {ours.median_s:8.3f}s {floor.median_s:8.3f}s {ratio:6.2f}x {target:5.2g}x  "
+                  f"{ours.max_rss_mib:6.0f}/{floor.max_rss_mib:<6.0f}  {fl} {flag}{' ' + note if note else ''}")
+
+    # -- groups ---------------------------------------------------------------------------------
+    def startup(self, empty: Path) -> None:
+        env = self.env_for(f"sqlite:///{empty}")
+        help_ = self.time(self.gpuops + ["--help"], env)
+        self.help = help_
+        for cmd in (["ps"], ["watchdog", "--once"]):
+            self.add(f"{' '.join(cmd)} (small ledger) vs --help", " ".join(cmd), self.time(self.gpuops + cmd, env),
+                     "gpuops --help", help_, 2.0)
+
+    def scale(self, empty: Path, big: Path, which: set[str]) -> None:
+        n = self.a.sessions
+        cmds = []
+        if "up" in which:
+            cmds.append((["up", "--job", str(self.job), "--provider", "local"], max(3, self.a.runs // 2)))
+        if "ps" in which:
+            cmds += [(["ps"], None), (["watchdog", "--once"], None), (["reconcile"], None)]
+        for cmd, runs in cmds:
+            floor = self.time(self.gpuops + cmd, self.env_for(f"sqlite:///{empty}"), runs)
+            ours = self.time(self.gpuops + cmd, self.env_for(f"sqlite:///{big}"), runs)
+            self.add(f"{cmd[0]}{' --once' if '--once' in cmd else ''} on {n:,} sessions vs empty", "", ours, "same, empty ledger", floor, 1.2)
+
+    def cap(self, month: Path) -> None:
+        url = f"sqlite:///{month}"
+        up = self.gpuops + ["up", "--job", str(self.job), "--provider", "local"]
+        runs = max(3, self.a.runs // 2)
+        floor = self.time(up, self.env_for(url), runs)
+        ours = self.time(up, self.env_for(url, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="1000000000"), runs)
+        self.add(f"up, monthly cap, {self.a.month_sessions:,} this month", "", ours, "same, no cap", floor, 1.2)
+        wd = self.gpuops + ["watchdog", "--once"]
+        floor = self.time(wd, self.env_for(url), runs)
+        ours = self.time(wd, self.env_for(url, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="1000000000"), runs)
+        self.add(f"watchdog --once, cap, {self.a.month_sessions:,} this month", "", ours, "same, no cap", floor, 1.2,
+                 f"(memory flat: {ours.max_rss_mib:.0f} vs {floor.max_rss_mib:.0f} MiB)")
+
+    def reports(self, url: str, backend: str, start: float, end: float) -> None:
+        month = time.strftime("%Y-%m", time.gmtime(start))
+        day = time.strftime("%Y-%m-%d", time.gmtime(start))
+        p = "?" if backend == "sqlite" else "%s"
+        runner = [sys.executable, "-c", SQL_RUNNER, url]
+        m_args = f"[{end}, {start}, {end}, {start}, {end}, {start}]"
+        floor = self.time(runner + [MONTH_SQL.format(p=p), m_args], self.env)
+        ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
+        self.add(f"ledger month, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
+        floor = self.time(runner + [EXPERIMENTS_SQL.format(p=p), f"[{end}, {start}]"], self.env)
+        ours = self.time(self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url))
+        self.add(f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
+
+    def small_month(self, small: Path, start: float) -> None:
+        month = time.strftime("%Y-%m", time.gmtime(start))
+        env = self.env_for(f"sqlite:///{small}")
+        help_ = getattr(self, "help", None) or self.time(self.gpuops + ["--help"], env)
+        ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC"], env)
+        self.add(f"ledger month, {self.a.small_month:,} rows vs --help", "", ours, "gpuops --help", help_, 2.0)
+
+    def csv(self, big: Path) -> None:
+        n = self.a.sessions
+        out = self.work / "export.csv"
+        runs = max(1, min(3, self.a.runs // 2))
+        ours = self.time(self.gpuops + ["ledger", "export"], self.env_for(f"sqlite:///{big}"), runs, stdout_path=str(out))
+        sql = ("SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
+               "tokens, conclusion, simulated, id FROM sessions WHERE status = 'closed' ORDER BY created_at, id")
+        floor = self.time(["sqlite3", "-csv", str(big), sql], self.env, runs, stdout_path=str(self.work / "floor.csv"))
+        self.add(f"ledger export, {n:,} rows", "", ours, "sqlite3 -csv", floor, 1.5, "(peak <= 100 MiB)")
+        target = self.work / "import.db"
+
+        def fresh() -> None:
+            for sfx in ("", "-wal", "-shm"):
+                Path(str(target) + sfx).unlink(missing_ok=True)
+            new_ledger(target)
+
+        walls_o, walls_f = [], []
+        for _ in range(runs):
+            fresh()
+            walls_o.append(measure(self.gpuops + ["ledger", "import", str(out), "--tz", "UTC"], self.env_for(f"sqlite:///{target}"),
+                                   1, warmup=0, cwd=str(self.work)))
+            fresh()
+            walls_f.append(measure([sys.executable, "-c", IMPORT_FLOOR, str(target), str(out), ",".join(COLUMNS)], self.env, 1,
+                                   warmup=0, cwd=str(self.work)))
+
+        def merged(ts: list[Timing]) -> Timing:
+            xs = sorted(t.median_s for t in ts)
+            return Timing(xs[len(xs) // 2], xs[0], max(t.max_rss_mib for t in ts), len(ts))
+
+        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "csv + executemany", merged(walls_f), 1.5, "(peak <= 100 MiB)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sessions", type=int, default=1_000_000, help="sessions in the big ledger (100000 for a quicker run)")
+    ap.add_argument("--month-sessions", type=int, default=100_000, help="sessions this month (cap, month, experiments)")
+    ap.add_argument("--small-month", type=int, default=8_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-postgres", action="store_true")
+    ap.add_argument("--only", default="startup,up,ps,cap,reports,csv")
+    ap.add_argument("--repo", help="the gpuops checkout to time (default: this one)")
+    a = ap.parse_args()
+    which = set(a.only.split(","))
+    now = time.time()
+    start = month_start(now)
+    end_of_month = month_start(start + 32 * 86400)
+    work = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
+    b = Bench(a, work)
+    try:
+        empty = work / "empty.db"
+        new_ledger(empty)
+        if "startup" in which:
+            b.startup(empty)
+        if which & {"up", "ps", "csv"}:
+            # the big ledger: history before this month, 90 s apart
+            big = sqlite_ledger("big", a.sessions, start - a.sessions * 90.0, start - 3600.0)
+            if which & {"up", "ps"}:
+                b.scale(empty, big, which)
+            if "csv" in which:
+                b.csv(big)
+        if which & {"cap", "reports"}:
+            month = sqlite_ledger("month", a.month_sessions, start, max(start + 60.0, now - 60.0))
+            if "cap" in which:
+                b.cap(month)
+            if "reports" in which:
+                b.reports(f"sqlite:///{month}", "sqlite", start, end_of_month)
+                small = sqlite_ledger("small", a.small_month, start, max(start + 60.0, now - 60.0))
+                b.small_month(small, start)
+                if not a.no_postgres:
+                    from tests.support.postgres import PostgresServer
+
+                    pg = PostgresServer().start()
+                    try:
+                        url = pg.new_database()
+                        pg_load(url, a.month_sessions, start, max(start + 60.0, now - 60.0))
+                        b.reports(url, "postgresql", start, end_of_month)
+                    finally:
+                        pg.stop()
+    finally:
+        b.print_table()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

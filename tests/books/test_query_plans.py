@@ -1,0 +1,114 @@
+"""Every query path of `up`, `ps`, `watchdog` and `reconcile` is answered from an index (issue 16):
+the database's own query planner says so, on SQLite and on PostgreSQL (where the planner is told
+to avoid sequential scans, since a test-sized table is cheaper to scan than to search)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ledger import Ledger
+from ledger.reads import OPEN_SESSIONS_SQL
+
+# Sessions overlapping [start, end): the month-range predicate of the reports and the monthly cap.
+MONTH_RANGE_SQL = "SELECT id, cost_usd FROM sessions WHERE created_at < :end AND (ended_at IS NULL OR ended_at >= :start)"
+# The reports' form (ledger.reads, ledger.limits): unary plus keeps SQLite from walking created_at,
+# so the OR's two arms are lookups on ended_at's index.
+MONTH_RANGE_PLUS_SQL = "SELECT id, cost_usd FROM sessions WHERE +created_at < :end AND (ended_at >= :start OR ended_at IS NULL)"
+# The same rows in the form SQLite searches from ``ended_at`` (the current month costs what it holds).
+MONTH_RANGE_UNION_SQL = (
+    "SELECT id, cost_usd FROM sessions WHERE ended_at >= :start AND created_at < :end "
+    "UNION ALL SELECT id, cost_usd FROM sessions WHERE ended_at IS NULL AND created_at < :end"
+)
+
+
+def _fill(led: Ledger, n: int = 400) -> None:
+    rows = [dict(id=f"s{i:05d}", experiment="e", job="", provider="local", card="rtx-4090", gpu_count=1, spot=False,
+                 label="", simulated=False, status="closed", created_at=1.0e9 + i * 60.0, ended_at=1.0e9 + i * 60.0 + 30.0,
+                 tokens=0, conclusion="", note="", log_path="", results_path="", source="gpuops") for i in range(n)]
+    rows[-1].update(status="running", ended_at=None)
+    with led.engine.begin() as conn:
+        conn.execute(sa.text("SELECT 1"))
+        from ledger.models import Session
+
+        conn.execute(Session.__table__.insert(), rows)
+
+
+def _plan(led: Ledger, sql: str, params: dict) -> str:
+    with led.engine.begin() as conn:
+        if led.engine.dialect.name == "sqlite":
+            return "\n".join(str(r[-1]) for r in conn.execute(sa.text("EXPLAIN QUERY PLAN " + sql), params))
+        conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        return "\n".join(r[0] for r in conn.execute(sa.text("EXPLAIN " + sql), params))
+
+
+def test_open_sessions_and_month_range_use_an_index(ledger_url):
+    led = Ledger(ledger_url)
+    try:
+        _fill(led)
+        args = {"start": 1.0e9 + 300 * 60.0, "end": 1.0e9 + 400 * 60.0}
+        open_plan = _plan(led, OPEN_SESSIONS_SQL, {})
+        month_plan = _plan(led, MONTH_RANGE_SQL, args)
+        if led.engine.dialect.name == "sqlite":
+            assert "ix_sessions_open" in open_plan, open_plan
+            union_plan = _plan(led, MONTH_RANGE_UNION_SQL, args)
+            plus_plan = _plan(led, MONTH_RANGE_PLUS_SQL, args)
+            assert "ended" in plus_plan, plus_plan
+            for plan in (month_plan, union_plan, plus_plan):  # every access to sessions is an index search
+                steps = [ln for ln in plan.splitlines() if "sessions" in ln]
+                assert steps and all(ln.startswith("SEARCH sessions USING") and "INDEX" in ln for ln in steps), plan
+        else:
+            assert "ix_sessions_open" in open_plan and "Seq Scan" not in open_plan, open_plan
+            assert "Index" in month_plan and "Seq Scan" not in month_plan, month_plan
+            plus_plan = _plan(led, MONTH_RANGE_PLUS_SQL, args)
+            assert "Index" in plus_plan and "Seq Scan" not in plus_plan, plus_plan
+        assert [r.id for r in led.open_sessions()] == ["s00399"]
+        with led.engine.connect() as conn:
+            got = sorted(r.id for r in conn.execute(sa.text(MONTH_RANGE_SQL), args))
+            assert got == sorted(r.id for r in conn.execute(sa.text(MONTH_RANGE_UNION_SQL), args))
+            assert got == sorted(r.id for r in conn.execute(sa.text(MONTH_RANGE_PLUS_SQL), args))
+        assert got == [f"s{i:05d}" for i in range(300, 400)]
+    finally:
+        led.engine.dispose()
+
+
+def test_open_sessions_of_a_current_sqlite_ledger_load_no_orm(tmp_path):
+    """`ps` on a current SQLite ledger reads its open rows with sqlite3: SQLAlchemy stays unloaded,
+    and the rows dump like ORM rows (same keys and values, bools as bool)."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    led = Ledger(url)
+    from ledger.models import Session
+
+    led.add_session(Session(id="a1", experiment="e", job="j", provider="local", card="rtx-4090", gpu_count=1,
+                            spot=True, label="gpuops-a1", simulated=False, status="provisioning", created_at=5.0))
+    want = led.get("a1").model_dump()
+    led.engine.dispose()
+    code = (
+        "import sys\nfrom ledger import Ledger\n"
+        f"rows = Ledger({url!r}).open_sessions()\n"
+        "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy loaded'\n"
+        "print(repr(rows[0].model_dump()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert eval(out) == want  # noqa: S307  (our own repr of a dict of plain values)
+
+
+def test_find_by_prefix_is_a_key_range(ledger_url):
+    led = Ledger(ledger_url)
+    try:
+        _fill(led, 30)
+        assert [r.id for r in led.find("s0001")] == [f"s{i:05d}" for i in range(10, 20)]
+        assert [r.id for r in led.find("s00029")] == ["s00029"]
+        assert led.find("t") == [] and len(led.find("")) == 30
+        assert led.find("s%") == [] and led.find("s_0") == []  # no LIKE wildcards
+        from ledger.models import Session
+
+        for sid in ("20261129-1632-3f9a", "20261129-1700-aaaa", "202611291"):
+            led.add_session(Session(id=sid, experiment="e", job="", provider="local", card="c", gpu_count=1, spot=False,
+                                    label="", simulated=False, status="closed", created_at=1.0))
+        assert [r.id for r in led.find("20261129-")] == ["20261129-1632-3f9a", "20261129-1700-aaaa"]
+        assert [r.id for r in led.find("20261129-16")] == ["20261129-1632-3f9a"]
+    finally:
+        led.engine.dispose()
