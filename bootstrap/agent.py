@@ -260,10 +260,11 @@ def sample_nvml():
 
 
 # -- destroy ---------------------------------------------------------------------------------------
-def destroy_local(cfg, root):
+def destroy_local(cfg, root, now=None):
     """End the session's processes except the agent's own group (bootstrap/localbox.py, the same
-    rule the laptop's destroy applies), then write destroyed.json. Idempotent."""
-    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent")
+    rule the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the
+    agent's ledger-timeline clock). Idempotent."""
+    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent", now=now)
     return "ended %d process group(s)" % n
 
 
@@ -347,8 +348,9 @@ class Agent:
         self.run_dir = os.path.join(self.root, cfg.get("run_dir", ".gpuops/run"))
         self.pidfile = os.path.join(self.root, cfg.get("bootstrap_pidfile", ".gpuops/bootstrap.pid"))
         self.settings = dict(cfg.get("teardown") or {})
-        if self.settings.get("max_hours") is None and cfg.get("max_hours") is not None:
-            self.settings["max_hours"] = cfg["max_hours"]
+        for k in ("max_hours", "no_job_seconds"):  # the session's own, passed at arm
+            if self.settings.get(k) is None and cfg.get(k) is not None:
+                self.settings[k] = cfg[k]
         self.sample_s = float(self.settings.get("sample_seconds", 10.0))
         self.poll_s = min(float(cfg.get("poll_seconds", 1.0)), self.sample_s)
         self.heartbeat_s = float(cfg.get("status_heartbeat_seconds") or min(5.0, max(self.sample_s, 1.0)))
@@ -557,7 +559,7 @@ class Agent:
             self.destroy["attempts"] += 1
             try:
                 if kind == "local":
-                    result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root)
+                    result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root, self.clock)
                 elif kind == "runpod":
                     result = destroy_runpod(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
                 elif kind == "vast":
