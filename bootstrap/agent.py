@@ -661,6 +661,22 @@ class Agent:
 
 
 # -- the supervisor --------------------------------------------------------------------------------
+# How far after the laptop's ``armed_at`` the box's wall clock may read at the agent's start and
+# still be believed: the config's copy and the detached start take a few round trips. Outside this
+# window (a box clock behind the laptop, or hours ahead) ``armed_at`` itself anchors the clock.
+ARM_LATENCY_MAX_S = 60.0
+
+
+def ledger_anchor(armed_at, box_wall, box_mono):
+    """``(wall, mono)``: the ledger-timeline second that the box's monotonic reading ``box_mono``
+    stands for. The box's wall clock when it agrees with the laptop's ``armed_at`` (within
+    ``ARM_LATENCY_MAX_S`` after it), else ``armed_at``; the box's wall clock alone only when the
+    laptop sent no ``armed_at``."""
+    if armed_at is None or 0.0 <= box_wall - armed_at <= ARM_LATENCY_MAX_S:
+        return (box_wall, box_mono)
+    return (armed_at, box_mono)
+
+
 def supervise(config_path, max_backoff=30.0):
     """Run the worker until it exits 0; restart it (backoff 1 s doubling to ``max_backoff``)
     when it dies any other way, and SIGKILL + restart it when it has not pulsed for
@@ -668,9 +684,7 @@ def supervise(config_path, max_backoff=30.0):
     for this config. Writes nothing that a destroy depends on."""
     with open(config_path) as f:
         cfg = json.load(f)
-    anchor_mono = time.monotonic()
-    armed_at = _num_or_none(cfg.get("armed_at"))
-    anchor = (armed_at if armed_at is not None else time.time(), anchor_mono)
+    anchor = ledger_anchor(_num_or_none(cfg.get("armed_at")), time.time(), time.monotonic())
     root = os.path.abspath(cfg.get("root") or os.path.dirname(os.path.dirname(os.path.abspath(config_path))))
     state_dir = os.path.join(root, cfg.get("state_dir", ".gpuops"))
     try:

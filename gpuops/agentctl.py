@@ -130,12 +130,15 @@ def agent_config(
 def arm(box, config: dict, python: str = "python3") -> None:
     """Ship ``bootstrap/`` and the agent config to ``box`` and start the agent detached.
 
+    Sets ``armed_at`` (this machine's clock, just before the config is copied) in the copy it ships.
     Idempotent: a second arm rewrites the config and the start is a no-op while the supervisor
     runs (it holds a lock). ``box``: a ``gpuops.remote.Box``. Raises what the box raises.
     """
     import tempfile
 
     box.put(BOOTSTRAP_DIR, BOOTSTRAP_REMOTE)
+    # armed_at as late as possible: the agent anchors its clock on it when the box's clock disagrees.
+    config = dict(config, armed_at=time.time())
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "agent.json"
         p.write_text(json.dumps(config, indent=1))
