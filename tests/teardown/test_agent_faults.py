@@ -388,3 +388,22 @@ def test_watchdog_daemon_ticks_under_a_posix_tz(rig, cli_env, tmp_path, tz):
             p.wait()
     err = p.stderr.read()
     assert "tzlocal" not in err and "Traceback" not in err, err
+
+
+# -- 5. nvidia-smi exits 14 with valid rows ----------------------------------------------------------
+def test_nvidia_smi_exit_14_with_valid_rows_is_a_reading_not_unknown(rig, tmp_path):
+    from bootstrap.agent import sample_gpus
+    from tests.support import fake_nvidia_smi
+
+    smi = fake_nvidia_smi.install(tmp_path / "real-smi", dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
+    r = sample_gpus([smi], timeout=20)
+    assert r["error"] is None and r["gpus"] == [{"index": 0, "util": 0.0, "mem_used_mib": 0.0, "mem_total_mib": 81559.0}]
+    assert r["warning"] == "nvidia-smi exited 14: WARNING: infoROM is corrupted at gpu 0000:18:00.0"
+    box = rig({"sample_seconds": 0.3, "idle_minutes": 1 / 60})
+    box.intent()
+    box.create()
+    box.arm(nvidia_smi=[smi], gpu_source="nvidia-smi")
+    wait_for(box.gone, 15)
+    st = box.status()
+    assert st["destroy"]["reason"] == "idle" and st["errors"] == []
+    assert st["samples"][-1]["warning"].startswith("nvidia-smi exited 14")
