@@ -48,7 +48,6 @@ every ``status_heartbeat_seconds`` for the heartbeat): ``{"version", "session", 
 ``gpuops.agentctl.agent_config``) is documented there.
 """
 
-import argparse
 import errno
 import fcntl
 import json
@@ -124,6 +123,24 @@ def _cmdline(pid):
         return ""
 
 
+_CMD_CACHE = {}  # pid -> (ctime of /proc/<pid>, cmdline): a process's argv is read once, not every sample
+
+
+def _cached_cmdline(pid):
+    """``_cmdline(pid)``, read again only when the process is new (its /proc entry's ctime changed:
+    a recycled pid) or its title starts with ``sshd`` (sshd retitles its session processes)."""
+    try:
+        ctime = os.stat("/proc/%s" % pid).st_ctime_ns
+    except OSError:
+        return ""
+    hit = _CMD_CACHE.get(pid)
+    if hit is not None and hit[0] == ctime and not hit[1].startswith("sshd"):
+        return hit[1]
+    cmd = _cmdline(pid)
+    _CMD_CACHE[pid] = (ctime, cmd)
+    return cmd
+
+
 def scan_proc(users=None, bootstrap_root=None):
     """One pass over /proc: ``(ssh, bootstrap)``. ``ssh``: interactive SSH sessions, processes
     titled ``sshd: USER@pts/N`` (or ``sshd-session: ...`` on OpenSSH >= 9.8); ``@notty`` channels
@@ -133,8 +150,9 @@ def scan_proc(users=None, bootstrap_root=None):
     not asked)."""
     n, boot = 0, False
     real_root = os.path.realpath(bootstrap_root) if bootstrap_root else None
-    for pid in localbox.pids():
-        cmd = _cmdline(pid)
+    live = localbox.pids()
+    for pid in live:
+        cmd = _cached_cmdline(pid)
         first = cmd.split("\0", 1)[0].strip()
         m = SSH_SESSION_RE.match(first)
         if m and (not users or m.group(1) in users):
@@ -145,6 +163,10 @@ def scan_proc(users=None, bootstrap_root=None):
             except OSError:
                 continue
             boot = os.path.realpath(cwd) == real_root and pid_alive(pid)
+    if len(_CMD_CACHE) > len(live) + 256:
+        keep = set(live)
+        for pid in [p for p in _CMD_CACHE if p not in keep]:
+            del _CMD_CACHE[pid]
     return n, boot
 
 
@@ -204,6 +226,18 @@ def job_state(run_dir):
         except OSError:
             ended = time.time()
     return {"ended_at": ended, "exit_code": code, "started": True}
+
+
+def _which(name):
+    """``name`` resolved on PATH (an absolute path lets subprocess use posix_spawn); as given when
+    not found there (the sample then reports "not found")."""
+    if os.sep in name:
+        return name
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(d or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return name
 
 
 def sample_gpus(smi, timeout):
@@ -353,12 +387,14 @@ class Agent:
                 self.settings[k] = cfg[k]
         self.sample_s = float(self.settings.get("sample_seconds", 10.0))
         self.poll_s = min(float(cfg.get("poll_seconds", 1.0)), self.sample_s)
-        self.heartbeat_s = float(cfg.get("status_heartbeat_seconds") or min(5.0, max(self.sample_s, 1.0)))
+        # The heartbeat alone is rewritten this often; the laptop calls it stale after 3 samples + 15 s.
+        self.heartbeat_s = float(cfg.get("status_heartbeat_seconds") or 5.0)
         self.presence_max_s = float(cfg.get("presence_max_seconds") or 3600.0)
         self.util = float(self.settings.get("idle_util_percent", 5.0))
         self.smi = cfg.get("nvidia_smi") or ["nvidia-smi"]
         if isinstance(self.smi, str):
             self.smi = [self.smi]
+        self.smi = [_which(self.smi[0])] + list(self.smi[1:])
         self.ssh_users = cfg.get("ssh_users") or None
         # "auto": NVML when pynvml imports and starts, else nvidia-smi; "nvidia-smi": only that.
         self.gpu_source = cfg.get("gpu_source", "auto")
@@ -468,9 +504,15 @@ class Agent:
         if r is None:
             r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
         boot = bootstrap_pid_state(self.pidfile)
-        # The /proc scan for a bootstrap started some other way only runs until the job starts.
+        # The /proc scan for a bootstrap started some other way only runs until the job starts;
+        # the one for SSH sessions only when it can matter: a GPU above the threshold already
+        # makes the sample busy (then "ssh" is None: not looked).
         want_boot = self.root if boot == "none" and not self._job_seen else None
-        ssh, scanned_boot = scan_proc(self.ssh_users, want_boot)
+        gpu_busy = any(g.get("util") is not None and g["util"] > self.util for g in r["gpus"])
+        if gpu_busy and want_boot is None:
+            ssh, scanned_boot = None, False
+        else:
+            ssh, scanned_boot = scan_proc(self.ssh_users, want_boot)
         s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"], "bootstrap": boot == "running" or scanned_boot, "ssh": ssh}
         if r.get("warning"):
             s["warning"] = r["warning"]
@@ -497,7 +539,8 @@ class Agent:
         d = decision.as_dict() if decision else None
         key = json.dumps([[(s["t"], s.get("error"), s.get("bootstrap"), s.get("ssh")) for s in self.samples[-3:]],
                           len(self.samples), d and (d["action"], d["reason"], d["idle_since"]), job, self.destroy,
-                          self.restarts, [e["msg"] for e in self.errors], presence_until is not None], default=str)
+                          self.restarts, [e["msg"] for e in self.errors], presence_until is not None,
+                          self._deferred_since is not None], default=str)
         if not force and key == self._last_key and self._last_write is not None and now - self._last_write < self.heartbeat_s:
             return False
         status = {
@@ -781,27 +824,57 @@ def _watch(child, pulse_r, stale_s, state):
             return child.wait()
 
 
+USAGE = "usage: agent.py --config PATH [--worker [--anchor WALL,MONO] [--pulse-fd N] [--restarts N]]"
+
+
+def _args(argv):
+    """The command line as a dict (no argparse: it costs the agent ~1.5 MB of memory on the box).
+    Raises SystemExit(2) with the usage line on anything unknown."""
+    out = {"config": None, "worker": False, "anchor": None, "pulse_fd": None, "restarts": None}
+    it = iter(argv)
+    for a in it:
+        key, eq, val = a.partition("=")
+        if key == "--worker" and not eq:
+            out["worker"] = True
+        elif key in ("--config", "--anchor", "--pulse-fd", "--restarts"):
+            val = val if eq else next(it, None)
+            if val is None:
+                break
+            out[key[2:].replace("-", "_")] = val
+        elif key in ("-h", "--help"):
+            sys.stdout.write(__doc__.splitlines()[0] + "\n" + USAGE + "\n")
+            raise SystemExit(0)
+        else:
+            sys.stderr.write("%s\nunknown argument %r\n" % (USAGE, a))
+            raise SystemExit(2)
+    if not out["config"]:
+        sys.stderr.write("%s\n--config is required\n" % USAGE)
+        raise SystemExit(2)
+    try:
+        out["pulse_fd"] = None if out["pulse_fd"] is None else int(out["pulse_fd"])
+        out["restarts"] = None if out["restarts"] is None else int(out["restarts"])
+        out["anchor"] = None if out["anchor"] is None else tuple(float(x) for x in out["anchor"].split(","))
+    except ValueError as e:
+        sys.stderr.write("%s\n%s\n" % (USAGE, e))
+        raise SystemExit(2)
+    return out
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True)
-    p.add_argument("--worker", action="store_true", help="run the sampling loop (the supervisor starts this)")
-    p.add_argument("--anchor", help="WALL,MONO: the ledger-timeline second that time.monotonic() MONO stands for")
-    p.add_argument("--pulse-fd", type=int, help="pipe to the supervisor, written every loop")
-    p.add_argument("--restarts", type=int, help="workers that ran before this one")
-    a = p.parse_args(argv)
+    a = _args(sys.argv[1:] if argv is None else argv)
     # A file-size limit (RLIMIT_FSIZE) must fail a write with EFBIG, not kill the agent.
     if hasattr(signal, "SIGXFSZ"):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    if a.worker:
-        anchor = tuple(float(x) for x in a.anchor.split(",")) if a.anchor else None
-        if a.pulse_fd is not None:
+    if a["worker"]:
+        fd = a["pulse_fd"]
+        if fd is not None:
             try:
-                os.set_inheritable(a.pulse_fd, False)
-                os.set_blocking(a.pulse_fd, False)
+                os.set_inheritable(fd, False)
+                os.set_blocking(fd, False)
             except OSError:
-                a.pulse_fd = None
-        return Agent(a.config, anchor=anchor, pulse_fd=a.pulse_fd, restarts=a.restarts).run()
-    return supervise(a.config)
+                fd = None
+        return Agent(a["config"], anchor=a["anchor"], pulse_fd=fd, restarts=a["restarts"]).run()
+    return supervise(a["config"])
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ Shapes (JSON-ready, because samples travel in the agent's status file):
   (``[N/A]``, ``[Not Supported]``, ``[Unknown Error]`` ...).
 * a sample: ``{"t": epoch seconds, "gpus": [reading...], "error": str|None, "bootstrap": bool,
   "ssh": int}``; ``error`` is set when nvidia-smi/NVML failed (driver gone, no GPU, timeout);
-  ``bootstrap`` is True while a bootstrap step runs; ``ssh`` counts interactive SSH sessions.
+  ``bootstrap`` is True while a bootstrap step runs; ``ssh`` counts interactive SSH sessions
+  (None: not looked, because a GPU was busy anyway).
   A sample may stand for a run of equal samples (``merge_sample``): then ``t`` is the first
   one's time, ``t_last`` the last one's, ``n`` how many, and ``gpus`` the newest reading.
 * settings: any object or mapping with ``max_hours`` (h), ``idle_minutes`` (min, or "off"),
@@ -31,8 +32,9 @@ wall clock, so a box clock hours off cannot fire or suppress a rule.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Optional
+
+# No dataclasses/typing here: on the box this module is imported by the agent, whose resident
+# memory is a target (bench/bench_agent.py); the annotations below are strings only.
 
 # The query the agent runs; the parser expects exactly these four columns in this order.
 SMI_QUERY = "index,utilization.gpu,memory.used,memory.total"
@@ -145,7 +147,6 @@ def classify(sample: Dict[str, Any], util_percent: float) -> str:
 
 
 # -- the decision ----------------------------------------------------------------------------------
-@dataclass
 class BoxState:
     """What the rules need besides samples. Times are epoch seconds; price is USD/hour.
 
@@ -157,13 +158,26 @@ class BoxState:
     ``presence_deadline``: the hard limit of what presence may defer (None: only the TTL).
     """
 
-    started_at: float
-    job_ended_at: Optional[float] = None
-    job_exit_code: Optional[int] = None
-    usd_per_hour: Optional[float] = None
-    no_job_since: Optional[float] = None
-    presence_until: Optional[float] = None
-    presence_deadline: Optional[float] = None
+    __slots__ = ("started_at", "job_ended_at", "job_exit_code", "usd_per_hour", "no_job_since", "presence_until",
+                 "presence_deadline")
+
+    def __init__(self, started_at: float, job_ended_at: "Optional[float]" = None, job_exit_code: "Optional[int]" = None,
+                 usd_per_hour: "Optional[float]" = None, no_job_since: "Optional[float]" = None,
+                 presence_until: "Optional[float]" = None, presence_deadline: "Optional[float]" = None):
+        self.started_at = started_at
+        self.job_ended_at = job_ended_at
+        self.job_exit_code = job_exit_code
+        self.usd_per_hour = usd_per_hour
+        self.no_job_since = no_job_since
+        self.presence_until = presence_until
+        self.presence_deadline = presence_deadline
+
+    def __repr__(self) -> str:
+        return "BoxState(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, BoxState) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "BoxState":
@@ -178,21 +192,30 @@ class BoxState:
         )
 
 
-@dataclass
 class Decision:
-    """``action`` is "keep" or "destroy"; ``reason`` one of job_end, job_failed, idle, ttl,
+    """``action`` is "keep" or "destroy"; ``reason`` one of job_end, job_failed, no_job, idle, ttl,
     session_cap (None to keep); ``explanation`` is one human line with the numbers; ``idle_since``
     the start of the current idle streak (epoch s) or None; ``next_due`` the earliest epoch second
     at which a rule could fire if nothing changes (the agent wakes then), or None."""
 
-    action: str
-    reason: Optional[str]
-    explanation: str
-    idle_since: Optional[float] = None
-    next_due: Optional[float] = None
+    __slots__ = ("action", "reason", "explanation", "idle_since", "next_due")
 
-    def as_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+    def __init__(self, action: str, reason: "Optional[str]", explanation: str, idle_since: "Optional[float]" = None,
+                 next_due: "Optional[float]" = None):
+        self.action = action
+        self.reason = reason
+        self.explanation = explanation
+        self.idle_since = idle_since
+        self.next_due = next_due
+
+    def as_dict(self) -> "Dict[str, Any]":
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self) -> str:
+        return "Decision(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Decision) and self.as_dict() == other.as_dict()
 
 
 def _get(settings: Any, name: str, default: Any = None) -> Any:
