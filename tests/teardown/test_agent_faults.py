@@ -83,6 +83,9 @@ def test_laptop_killed_after_arm_the_agent_destroys_for_no_job(rig, fake_smi):
         assert "armed with no job, no bootstrap and no laptop" in st["destroy"]["explanation"]
         waited = st["destroy"]["requested_at"] - st["agent_started_at"]
         assert 2.0 <= waited < 2.0 + 1.5, waited
+        watchdog_once(r)  # the laptop's side books what the agent did
+        row = r.ledger.get(r.sid)
+        assert row.status == "closed" and row.end_reason == "no_job"
     finally:
         p.kill()
         p.wait()
