@@ -253,8 +253,11 @@ def hold_presence(box, hold_seconds: float = 60.0, refresh_seconds: float | None
     stop = threading.Event()
     seq = [0]
 
-    def put(released: bool = False) -> None:
+    def put(released: bool = False, refresh: bool = False) -> None:
         seq[0] += 1
+        connected = getattr(box, "is_connected", None)
+        if refresh and connected is not None and not connected():
+            return  # never reconnect from this thread (the caller's copy owns the connection)
         try:
             write_presence(box, hold_seconds, released=released, seq=seq[0])
         except Exception:  # a failed refresh only shortens the lease; the caller's work goes on
@@ -264,7 +267,7 @@ def hold_presence(box, hold_seconds: float = 60.0, refresh_seconds: float | None
 
     def loop() -> None:
         while not stop.wait(refresh):
-            put()
+            put(refresh=True)
 
     t = threading.Thread(target=loop, name="gpuops-presence", daemon=True)
     t.start()

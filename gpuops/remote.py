@@ -503,6 +503,10 @@ class SSHBox:
         self._exec_capture(f"mkdir -p {q(self.root)}/.gpuops")
         return self
 
+    def is_connected(self) -> bool:
+        """True while the SSH transport is up (no reconnect is tried)."""
+        return self._t is not None and self._t.is_active()
+
     def _transport(self):
         if self._t is None or not self._t.is_active():
             self._reconnect()
