@@ -91,7 +91,12 @@ def agent_config(
     public API). ``GPUOPS_AGENT_SSH_USERS`` (comma list) limits which users' SSH sessions
     count (default: any); ``GPUOPS_AGENT_ENVIRON_FILE`` replaces ``/proc/1/environ`` as the place
     the box's own key is read from (tests, images whose PID 1 is not the provider's). No credential
-    is written: the box reads its own scoped key there.
+    is written: the box reads its own scoped key there. ``extra``: more agent.json keys, as the
+    agent reads them: ``worker_stale_seconds`` (s without a pulse before the supervisor SIGKILLs the
+    worker; default max(90, 3 x sample + 30)), ``status_heartbeat_seconds`` (s, default 5),
+    ``presence_max_seconds`` (how long presence may hold a due destroy; default 3600),
+    ``poll_seconds`` (exit-marker poll, default 1), ``nvidia_smi`` (argv), ``gpu_source``
+    ("auto" | "nvidia-smi").
     """
     from gpuops.providers import agent_destroy_kind
 
