@@ -734,9 +734,14 @@ def supervise(config_path, max_backoff=30.0):
         os.makedirs(state_dir, exist_ok=True)
     except OSError:
         pass
-    lock = open(os.path.join(state_dir, "agent.supervisor.lock"), "a")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock = open(os.path.join(state_dir, "agent.supervisor.lock"), "a")
+    except OSError as e:  # a read-only or full disk: guard the box without the lock
+        log("no supervisor lock (%s); going on" % e)
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EAGAIN, errno.EACCES):
             log("supervisor already running for %s" % config_path)
@@ -783,6 +788,8 @@ def supervise(config_path, max_backoff=30.0):
         restarts += 1
         log("worker exited %d; restarting in %.0f s" % (rc, backoff))
         time.sleep(backoff)
+        if state["stopping"]:
+            return 0
         backoff = 1.0 if time.monotonic() - t0 > 60 else min(backoff * 2, max_backoff)
 
 
