@@ -770,6 +770,11 @@ def supervise(config_path, max_backoff=30.0):
     signal.signal(signal.SIGINT, stop)
     backoff, restarts = 1.0, 0
     while True:
+        # Nothing left to guard (the box directory went away, or it was destroyed): a worker could
+        # not even read its config, and restarting it forever would outlive the box.
+        if not os.path.isdir(root) or os.path.exists(os.path.join(root, "destroyed.json")) or not os.path.exists(config_path):
+            log("box %s is gone; supervisor exits" % root)
+            return 0
         t0 = time.monotonic()
         r, w = os.pipe()
         child = subprocess.Popen(

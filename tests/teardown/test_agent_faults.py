@@ -410,3 +410,17 @@ def test_nvidia_smi_exit_14_with_valid_rows_is_a_reading_not_unknown(rig, tmp_pa
     st = box.status()
     assert st["destroy"]["reason"] == "idle" and st["errors"] == []
     assert st["samples"][-1]["warning"].startswith("nvidia-smi exited 14")
+
+
+def test_supervisor_exits_when_the_box_directory_is_removed_under_a_crashing_worker(rig, fake_smi):
+    import shutil
+
+    r = rig(dict(FAST, sample_seconds=0.3))
+    r.intent()
+    r.create()
+    r.arm()
+    sup, worker = agent_pids(r)
+    (Path(r.box.root) / ".gpuops" / "agent.json").write_text("{not json")  # the next worker cannot start
+    os.kill(worker, signal.SIGKILL)
+    shutil.rmtree(r.box.root)  # and then the box is gone altogether
+    wait_for(lambda: not alive(sup), 10)
