@@ -215,3 +215,36 @@ def test_names_from_a_hostile_sftp_server_never_leave_the_results_dir(hostile_sf
         assert len(box.skipped) == len(HOSTILE_NAMES) - 3  # ".", ".." are not entries; ok.txt is copied
     finally:
         box.close()
+
+
+def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_nosftp, smi_bin, tmp_path, monkeypatch):
+    """The whole session on an image with no SFTP subsystem and a GPU with a corrupted infoROM:
+    arm, bootstrap, job, copy-back and teardown all work; the warning is booked, not a failure."""
+    import json
+
+    import gpuops.launcher as launcher
+    from gpuops.config import load_settings
+    from gpuops.launcher import Reporter, UpRequest, run_up
+    from gpuops.remote import ensure_ssh_key
+    from ledger import Ledger
+    from tests.box.test_up_box import SshProvider
+    from tests.support import fake_nvidia_smi
+
+    fake_nvidia_smi.set_state(smi_bin, dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"commands": ["echo ready"]},
+                             "job": {"results": "out/"}})
+    sshd_nosftp.authorize(ensure_ssh_key(s.data_path())[1])
+    prov = SshProvider(sshd_nosftp.host, sshd_nosftp.port, sshd_nosftp.user)
+    job = tmp_path / "job.sh"
+    job.write_text('mkdir -p out/sub && echo 42 > out/sub/answer.txt && ln -s /etc/passwd out/leak && echo \'{"tokens": 7}\' >> "$GPUOPS_METRICS"\n')
+    summ = run_up(UpRequest(job=job, provider="emulated"), s, Reporter(), provider=prov)
+    assert summ["end_reason"] == "job_end" and summ["exit_code"] == 0, summ
+    assert Path(summ["results"], "sub", "answer.txt").read_text() == "42\n"
+    assert not Path(summ["results"], "leak").exists()
+    assert prov.destroyed == ["pod-1"]
+    row = Ledger(s.ledger_url()).get(summ["session"])
+    assert row.tokens == 7
+    steps = Ledger(s.ledger_url()).steps(summ["session"])
+    assert steps[0].name == "system" and steps[0].status == "done"
+    assert json.loads(steps[0].detail)["warning"].startswith("nvidia-smi exited 14: WARNING: infoROM")
