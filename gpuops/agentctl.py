@@ -223,14 +223,25 @@ def session_teardown(status: dict | None, trusted: Any, row: Any = None) -> dict
         v = getattr(row, k, None) if row is not None else None
         if isinstance(v, (int, float)) and v > 0:
             base[k] = float(v)
-    claimed = dict((status or {}).get("teardown") or {})
-    out = dict(claimed, **{k: base.get(k) for k in TIGHTEN_ONLY})
-    for k, v in base.items():
-        out.setdefault(k, v)
+    raw = (status or {}).get("teardown")
+    claimed = raw if isinstance(raw, dict) else {}
+
+    def number(v: Any) -> float | None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and 0 < v < float("inf")
+        return float(v) if ok else None
+
+    out = dict(base)
+    # What the box may say about how it samples (a value that is not a finite positive number is ignored).
+    for k in ("sample_seconds", "idle_util_percent", "job_end_grace_seconds"):
+        if number(claimed.get(k)) is not None:
+            out[k] = number(claimed[k])
+    idle = claimed.get("idle_minutes")
+    if idle == "off" or number(idle) is not None:
+        out["idle_minutes"] = idle
     for k in TIGHTEN_ONLY:
-        c = claimed.get(k)
-        if isinstance(c, (int, float)) and not isinstance(c, bool) and c == c and c > 0:
-            out[k] = c if out.get(k) is None else min(float(out[k]), float(c))
+        c = number(claimed.get(k))
+        if c is not None:
+            out[k] = c if out.get(k) is None else min(float(out[k]), c)
     return out
 
 

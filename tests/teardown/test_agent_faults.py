@@ -337,6 +337,9 @@ def test_forged_status_cannot_extend_the_ttl_or_the_bill(rig, fake_smi):
     assert session_teardown(st, r.settings.teardown)["max_hours"] == pytest.approx(1.5 / 3600)
     assert session_teardown(st, {"max_hours": 2.0})["max_hours"] == 2.0
     assert session_teardown({"teardown": {"max_hours": 0.5}}, {"max_hours": 2.0})["max_hours"] == 0.5  # tightening is fine
+    junk = session_teardown({"teardown": {"max_hours": "nan", "sample_seconds": "x", "idle_minutes": -1, "max_session_usd": True}},
+                            {"max_hours": 2.0, "sample_seconds": 10.0, "idle_minutes": 15.0, "max_session_usd": None})
+    assert junk == {"max_hours": 2.0, "sample_seconds": 10.0, "idle_minutes": 15.0, "max_session_usd": None}
     wait_for(lambda: time.time() > r.inst.created_at + 1.6, 5)
     watchdog_once(r)
     row = r.ledger.get(r.sid)
