@@ -6,7 +6,8 @@ child's, reported apart), an interactive-looking /proc, a bootstrap that ended a
 Targets: <= 0.1 s CPU per minute (agent processes, children apart), <= 15 MiB RSS per process,
 status writes proportional to what changed (a steady box rewrites a few KB every few seconds, not
 140 KB every second). ``--baseline REF`` runs the agent of a git ref (e.g. ``main``) the same way
-and prints both side by side. Usage: ``python bench/bench_agent.py [--seconds 30] [--baseline main]``.
+and prints both side by side; "idle GPU" is this checkout with the GPU at 0 % (the SSH-session
+scan of /proc then runs every sample). Usage: ``python bench/bench_agent.py [--seconds 30] [--baseline main]``.
 Never a pass/fail test: it prints figures.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
-SMI = '#!/bin/sh\necho "0, 37, 40000, 81920"\n'
+SMI = '#!/bin/sh\necho "0, %d, 40000, 81920"\n'
 
 
 def proc_cpu(pid: int) -> tuple[float, float]:
@@ -47,7 +48,9 @@ def proc_io(pid: int) -> tuple[int, int]:
     return int(io["wchar"]), int(io["syscw"])
 
 
-def run_agent(bootstrap_dir: Path, seconds: float, label: str) -> dict:
+def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int = 37) -> dict:
+    """Run the agent in ``bootstrap_dir`` for ``seconds`` with the GPU at ``util`` percent (37: a
+    job at work, the SSH scan skipped; 0: an idle GPU, /proc scanned every sample)."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-agent-"))
     try:
         root = tmp / "box"
@@ -55,7 +58,7 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str) -> dict:
         shutil.copytree(bootstrap_dir, root / ".gpuops" / "bootstrap")
         bindir = tmp / "bin"
         bindir.mkdir()
-        (bindir / "nvidia-smi").write_text(SMI)
+        (bindir / "nvidia-smi").write_text(SMI % util)
         (bindir / "nvidia-smi").chmod(0o755)
         (root / ".gpuops" / "bootstrap.pid").write_text("999999\n")  # a bootstrap that ended long ago
         (root / ".gpuops" / "run" / "job.log").write_text("")  # the job runs
@@ -129,8 +132,8 @@ def show(results: list[dict]) -> None:
         ]
     for name, get in rows:
         print(f"{name:34}" + "".join(f"{get(r):>16}" for r in results))
-    if len(results) == 2:
-        a, b = results
+    if a_baseline := [r for r in results if r["label"] not in ("this checkout", "idle GPU")]:
+        a, b = a_baseline[0], next(r for r in results if r["label"] == "this checkout")
         for k in ("cpu_s_per_min", "bytes_written_per_min"):
             if a["worker"][k]:
                 print(f"worker {k}: {b['worker'][k] / a['worker'][k]:.2f} x the baseline")
@@ -150,6 +153,7 @@ def main() -> None:
         finally:
             shutil.rmtree(d.parent, ignore_errors=True)
     results.append(run_agent(REPO / "bootstrap", a.seconds, "this checkout"))
+    results.append(run_agent(REPO / "bootstrap", a.seconds, "idle GPU", util=0))
     if a.json:
         print(json.dumps(results))
     else:
