@@ -10,8 +10,9 @@ the narrowest credential the box has, then exits 0 (the supervisor then exits).
 
 Destroy, by ``destroy.kind`` in the config:
 
-* ``local``: end every process group listed in ``<root>/.gpuops/pgids`` except the agent's own,
-  then every process still marked ``GPUOPS_LOCAL_BOX=<root>`` (TERM, then KILL after
+* ``local``: end every process group listed in ``<root>/.gpuops/pgids`` except the agent's own
+  (and except a group none of whose processes carries the box marker: a recycled id), then every
+  process still marked ``GPUOPS_LOCAL_BOX=<root>`` (TERM, then KILL after
   ``kill_grace_seconds``), then write ``<root>/destroyed.json`` -- the conventions of
   ``gpuops.providers.local``.
 * ``runpod``: ``POST {url}/graphql`` ``mutation { podTerminate(input: {podId: "<id>"}) }`` with the
@@ -27,9 +28,11 @@ Destroy, by ``destroy.kind`` in the config:
 The account key never comes to the box.
 
 Clocks. Every time the rules compare (TTL, grace, idle window, the no-job wait) is on the ledger's
-timeline: ``armed_at`` (the laptop's wall clock when it wrote the config) plus the box's monotonic
-clock since the supervisor started, handed to each worker (``--anchor``). A box wall clock hours off
-can neither fire nor suppress a rule; times written to the status are on that timeline too.
+timeline: one anchor taken when the supervisor starts, plus the box's monotonic clock since, handed
+to each worker (``--anchor``). The anchor is the box's wall clock when it reads within
+``ARM_LATENCY_MAX_S`` after the laptop's ``armed_at`` (clocks agree; the arm's latency then shifts
+nothing), else ``armed_at`` itself. A box wall clock hours off can neither fire nor suppress a rule;
+times written to the status (and the local ``destroyed.json``) are on that timeline too.
 
 Faults it survives. Status writes are best-effort: ENOSPC/EFBIG (full disk, RLIMIT_FSIZE) are
 counted (``write_failures``) and never stop a destroy. The worker pulses a pipe to the supervisor
