@@ -64,9 +64,11 @@ import time
 
 if __package__:
     from . import localbox, policy
+    from .vocabulary import ProviderName
 else:  # run as a script on the box: policy.py sits next to this file
     import localbox
     import policy
+    from vocabulary import ProviderName
 
 STATUS_VERSION = 2
 MAX_ERRORS_KEPT = 20
@@ -597,21 +599,21 @@ class Agent:
         # Said before it is done (when the disk lets us): whoever finds the box gone (watchdog,
         # reconcile, `up` waking up) can read why, even if this process dies mid-destroy.
         self.write_status(decision, job, force=True)
-        kind = self.destroy_cfg.get("kind", "local")
+        kind = ProviderName.parse(self.destroy_cfg.get("kind", ProviderName.LOCAL))
         deadline = time.monotonic() + float(self.destroy_cfg.get("deadline_seconds", 1800))
         delay = 1.0
         while True:
             self.pulse()
             self.destroy["attempts"] += 1
             try:
-                if kind == "local":
+                if kind == ProviderName.LOCAL:
                     result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root, self.clock)
-                elif kind == "runpod":
+                elif kind == ProviderName.RUNPOD:
                     result = destroy_runpod(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
-                elif kind == "vast":
+                elif kind == ProviderName.VAST:
                     result = destroy_vast(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
                 else:
-                    raise RuntimeError("unknown destroy kind %r" % kind)
+                    raise RuntimeError("unknown destroy kind %r" % self.destroy_cfg.get("kind"))
             except Exception as e:  # any failure: log, back off, try again until the deadline
                 self.error("destroy attempt %d failed: %s" % (self.destroy["attempts"], e))
                 self.write_status(decision, job, force=True)

@@ -43,13 +43,18 @@ SMI_ARGS = ["--query-gpu=" + SMI_QUERY, "--format=csv,noheader,nounits"]
 KEEP = "keep"
 DESTROY = "destroy"
 
-# End reasons this file can return (strings of the ledger's end-reason vocabulary).
-REASON_TTL = "ttl"
-REASON_SESSION_CAP = "session_cap"
-REASON_JOB_END = "job_end"
-REASON_JOB_FAILED = "job_failed"
-REASON_NO_JOB = "no_job"  # armed, then neither a job nor the laptop came for no_job_seconds
-REASON_IDLE = "idle"
+try:  # imported as bootstrap.policy on the laptop, as a plain module next to agent.py on the box
+    from .vocabulary import EndReason
+except ImportError:
+    from vocabulary import EndReason
+
+# End reasons this file can return (bootstrap/vocabulary.py; enum here costs nothing: re imports it).
+REASON_TTL = EndReason.TTL
+REASON_SESSION_CAP = EndReason.SESSION_CAP
+REASON_JOB_END = EndReason.JOB_END
+REASON_JOB_FAILED = EndReason.JOB_FAILED
+REASON_NO_JOB = EndReason.NO_JOB  # armed, then neither a job nor the laptop came for no_job_seconds
+REASON_IDLE = EndReason.IDLE
 
 # The armed-no-job wait when settings do not say: long enough for a slow bootstrap upload with the
 # laptop present (it holds a presence lease meanwhile), short against a 4 h TTL.
