@@ -10,8 +10,9 @@ the narrowest credential the box has, then exits 0 (the supervisor then exits).
 
 Destroy, by ``destroy.kind`` in the config:
 
-* ``local``: end every process group listed in ``<root>/.gpuops/pgids`` except the agent's own,
-  then every process still marked ``GPUOPS_LOCAL_BOX=<root>`` (TERM, then KILL after
+* ``local``: end every process group listed in ``<root>/.gpuops/pgids`` except the agent's own
+  (and except a group none of whose processes carries the box marker: a recycled id), then every
+  process still marked ``GPUOPS_LOCAL_BOX=<root>`` (TERM, then KILL after
   ``kill_grace_seconds``), then write ``<root>/destroyed.json`` -- the conventions of
   ``gpuops.providers.local``.
 * ``runpod``: ``POST {url}/graphql`` ``mutation { podTerminate(input: {podId: "<id>"}) }`` with the
@@ -24,47 +25,83 @@ Destroy, by ``destroy.kind`` in the config:
   else https://console.vast.ai (vastai 1.9.1 ``destroy_instance``; the instance's variables:
   https://docs.vast.ai/guides/instances/docker-environment).
 
-The account key never comes to the box. Status (``<state>/agent-status.json``, rewritten
-atomically every loop): ``{"version", "session", "pid", "agent_started_at", "heartbeat",
-"samples": [...], "decision": {...}, "job": {...}, "destroy": null|{...}, "restarts", "errors"}``.
-The config (written by the laptop, ``gpuops.agentctl.agent_config``) is documented there.
+The account key never comes to the box.
+
+Clocks. Every time the rules compare (TTL, grace, idle window, the no-job wait) is on the ledger's
+timeline: one anchor taken when the supervisor starts, plus the box's monotonic clock since, handed
+to each worker (``--anchor``). The anchor is the box's wall clock when it reads within
+``ARM_LATENCY_MAX_S`` after the laptop's ``armed_at`` (clocks agree; the arm's latency then shifts
+nothing), else ``armed_at`` itself. A box wall clock hours off can neither fire nor suppress a rule;
+times written to the status (and the local ``destroyed.json``) are on that timeline too.
+
+Faults it survives. Status writes are best-effort: ENOSPC/EFBIG (full disk, RLIMIT_FSIZE) are
+counted (``write_failures``) and never stop a destroy. The worker pulses a pipe to the supervisor
+every loop; a worker stopped (SIGSTOP) or wedged for ``worker_stale_seconds`` is SIGKILLed and
+restarted. After arm, a box that gets no job, no bootstrap, no SSH session and no laptop presence
+for ``no_job_seconds`` is destroyed (reason ``no_job``). While the laptop's presence lease
+(``<state>/laptop-presence``, refreshed by ``gpuops.agentctl.hold_presence`` during copy-back) is
+fresh -- judged on the box's monotonic clock, never by timestamps -- job end, no_job and idle wait,
+at most ``presence_max_seconds``; TTL and session cap never wait.
+
+Status (``<state>/agent-status.json``, rewritten atomically when what the rules read changed, and
+every ``status_heartbeat_seconds`` for the heartbeat): ``{"version", "session", "pid",
+"agent_started_at", "heartbeat", "samples": [...], "decision": {...}, "job": {...}, "presence",
+"destroy": null|{...}, "restarts", "write_failures", "errors"}``; samples are folded into runs
+(``policy.merge_sample``), so the file stays a few KB. The config (written by the laptop,
+``gpuops.agentctl.agent_config``) is documented there.
 """
 
-import argparse
 import errno
 import fcntl
 import json
 import os
 import re
+import select
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
 if __package__:
     from . import localbox, policy
+    from .vocabulary import ProviderName
 else:  # run as a script on the box: policy.py sits next to this file
     import localbox
     import policy
+    from vocabulary import ProviderName
 
-STATUS_VERSION = 1
+STATUS_VERSION = 2
 MAX_ERRORS_KEPT = 20
+MAX_SAMPLE_RUNS = 200
 SSH_SESSION_RE = re.compile(r"^sshd(?:-session)?: (\S+?)@(pts/\d+|tty\S*)")
+PRESENCE_FILE = "laptop-presence"  # in the state dir; written by gpuops.agentctl.hold_presence
+PRESENCE_HOLD_MAX_S = 600.0  # one refresh never holds longer than this, whatever the file says
+WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
 def log(msg):
-    sys.stderr.write("%s agent[%d] %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getpid(), msg))
-    sys.stderr.flush()
+    """One line to stderr (the agent log). Never raises: a full disk must not stop the agent."""
+    try:
+        sys.stderr.write("%s agent[%d] %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getpid(), msg))
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def write_atomic(path, text):
+    """Write ``text`` to ``path`` through a temporary file and a rename. Raises OSError; the
+    temporary file is removed when the write fails (a full disk keeps no half file)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 # -- what the box looks like -----------------------------------------------------------------------
@@ -91,17 +128,56 @@ def _cmdline(pid):
         return ""
 
 
-def ssh_sessions(users=None):
-    """Number of interactive SSH sessions: processes titled ``sshd: USER@pts/N`` (or
-    ``sshd-session: ...`` on OpenSSH >= 9.8). ``@notty`` channels (scp, the laptop's own exec) and a
-    tty held by a container's PID 1 are not sessions. ``users``: count only these (None = any)."""
-    n = 0
-    for pid in localbox.pids():
-        first = _cmdline(pid).split("\0", 1)[0].strip()
+_CMD_CACHE = {}  # pid -> (ctime of /proc/<pid>, cmdline): a process's argv is read once, not every sample
+
+
+def _cached_cmdline(pid):
+    """``_cmdline(pid)``, read again only when the process is new (its /proc entry's ctime changed:
+    a recycled pid) or its title starts with ``sshd`` (sshd retitles its session processes)."""
+    try:
+        ctime = os.stat("/proc/%s" % pid).st_ctime_ns
+    except OSError:
+        return ""
+    hit = _CMD_CACHE.get(pid)
+    if hit is not None and hit[0] == ctime and not hit[1].startswith("sshd"):
+        return hit[1]
+    cmd = _cmdline(pid)
+    _CMD_CACHE[pid] = (ctime, cmd)
+    return cmd
+
+
+def scan_proc(users=None, bootstrap_root=None):
+    """One pass over /proc: ``(ssh, bootstrap)``. ``ssh``: interactive SSH sessions, processes
+    titled ``sshd: USER@pts/N`` (or ``sshd-session: ...`` on OpenSSH >= 9.8); ``@notty`` channels
+    (scp, the laptop's own exec) and a tty held by a container's PID 1 are not sessions; ``users``:
+    count only these (None = any). ``bootstrap``: with ``bootstrap_root`` set, whether a process
+    running ``bootstrap/bootstrap.py`` has that directory as its working directory (False when
+    not asked)."""
+    n, boot = 0, False
+    real_root = os.path.realpath(bootstrap_root) if bootstrap_root else None
+    live = localbox.pids()
+    for pid in live:
+        cmd = _cached_cmdline(pid)
+        first = cmd.split("\0", 1)[0].strip()
         m = SSH_SESSION_RE.match(first)
         if m and (not users or m.group(1) in users):
             n += 1
-    return n
+        elif real_root and not boot and "bootstrap/bootstrap.py" in cmd:
+            try:
+                cwd = os.readlink("/proc/%s/cwd" % pid)
+            except OSError:
+                continue
+            boot = os.path.realpath(cwd) == real_root and pid_alive(pid)
+    if len(_CMD_CACHE) > len(live) + 256:
+        keep = set(live)
+        for pid in [p for p in _CMD_CACHE if p not in keep]:
+            del _CMD_CACHE[pid]
+    return n, boot
+
+
+def ssh_sessions(users=None):
+    """Number of interactive SSH sessions (``scan_proc``)."""
+    return scan_proc(users)[0]
 
 
 def pid_alive(pid, must_contain=None):
@@ -115,36 +191,34 @@ def pid_alive(pid, must_contain=None):
     return True
 
 
+def bootstrap_pid_state(pidfile):
+    """``"running"``, ``"ended"`` (the pidfile names a process that is gone) or ``"none"`` (no
+    pidfile: bootstrap was not started the ``gpuops.agentctl.bootstrap_command`` way)."""
+    try:
+        with open(pidfile) as f:
+            pid = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return "none"
+    return "running" if pid_alive(pid, "bootstrap") else "ended"
+
+
 def bootstrap_running(pidfile, root=None):
     """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.agentctl.bootstrap_command``),
     or a process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however
     the laptop started it)."""
-    try:
-        with open(pidfile) as f:
-            pid = int(f.read().split()[0])
-        if pid_alive(pid, "bootstrap"):
-            return True
-    except (OSError, ValueError, IndexError):
-        pass
-    if root is None:
-        return False
-    for p in localbox.pids():
-        if "bootstrap/bootstrap.py" not in _cmdline(p):
-            continue
-        try:
-            cwd = os.readlink("/proc/%s/cwd" % p)
-        except OSError:
-            continue
-        if os.path.realpath(cwd) == os.path.realpath(root) and pid_alive(p):
-            return True
-    return False
+    st = bootstrap_pid_state(pidfile)
+    if st == "running":
+        return True
+    return root is not None and scan_proc([], root)[1]
 
 
 def job_state(run_dir):
-    """``{"ended_at", "exit_code"}`` from jobwrap's files (both None while running/not started)."""
+    """``{"ended_at", "exit_code", "started"}`` from jobwrap's files: ``ended_at`` is the box's
+    wall clock (epoch s) and ``exit_code`` the status, both None while the job runs or before it
+    starts; ``started``: the wrapper has begun (its log or marker exists)."""
     marker = os.path.join(run_dir, "exit_marker")
     if not os.path.exists(marker):
-        return {"ended_at": None, "exit_code": None}
+        return {"ended_at": None, "exit_code": None, "started": os.path.exists(os.path.join(run_dir, "job.log"))}
     code, ended = None, None
     try:
         with open(os.path.join(run_dir, "exit_code")) as f:
@@ -156,14 +230,28 @@ def job_state(run_dir):
             ended = os.path.getmtime(marker)
         except OSError:
             ended = time.time()
-    return {"ended_at": ended, "exit_code": code}
+    return {"ended_at": ended, "exit_code": code, "started": True}
+
+
+def _which(name):
+    """``name`` resolved on PATH (an absolute path lets subprocess use posix_spawn); as given when
+    not found there (the sample then reports "not found")."""
+    if os.sep in name:
+        return name
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(d or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return name
 
 
 def sample_gpus(smi, timeout):
     """One reading of every GPU via nvidia-smi (``smi``: argv prefix). Never raises."""
     try:
+        # close_fds=False lets subprocess use posix_spawn (no fork of this process: cheaper at 1 s
+        # samples); every fd this process opens is non-inheritable (PEP 446), so none leaks.
         out = subprocess.run(list(smi) + policy.SMI_ARGS, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             timeout=timeout, stdin=subprocess.DEVNULL)
+                             timeout=timeout, stdin=subprocess.DEVNULL, close_fds=False)
     except FileNotFoundError:
         return {"gpus": [], "error": "nvidia-smi not found"}
     except subprocess.TimeoutExpired:
@@ -211,14 +299,18 @@ def sample_nvml():
 
 
 # -- destroy ---------------------------------------------------------------------------------------
-def destroy_local(cfg, root):
+def destroy_local(cfg, root, now=None):
     """End the session's processes except the agent's own group (bootstrap/localbox.py, the same
-    rule the laptop's destroy applies), then write destroyed.json. Idempotent."""
-    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent")
+    rule the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the
+    agent's ledger-timeline clock). Idempotent."""
+    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent", now=now)
     return "ended %d process group(s)" % n
 
 
 def _http(method, url, headers, body, timeout=20.0):
+    import urllib.error  # only the destroy path needs HTTP: not imported at start (+8 MB RSS)
+    import urllib.request
+
     req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -258,6 +350,8 @@ def destroy_vast(cfg, env):
     if not key or not iid:
         raise RuntimeError("CONTAINER_API_KEY / CONTAINER_ID not in PID 1's environment")
     base = cfg.get("url") or os.environ.get("VAST_URL") or "https://console.vast.ai"
+    import urllib.parse
+
     url = "%s/api/v0/instances/%s/" % (base.rstrip("/"), urllib.parse.quote(str(iid), safe=""))
     status, text = _http("DELETE", url, {"Content-Type": "application/json", "Authorization": "Bearer " + key}, b"{}")
     if status == 404:
@@ -268,201 +362,404 @@ def destroy_vast(cfg, env):
 
 
 # -- the worker ------------------------------------------------------------------------------------
+def _num_or_none(v):
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f and abs(f) != float("inf") else None
+
+
 class Agent:
-    def __init__(self, config_path):
+    """The sampling loop. ``anchor``: ``(wall, mono)``, the ledger-timeline epoch second ``wall``
+    that the box's ``time.monotonic()`` value ``mono`` stands for (the supervisor's start; default:
+    now on the box's own clocks). ``pulse_fd``: a pipe to the supervisor, written every loop.
+    ``restarts``: how many workers ran before this one (the supervisor counts)."""
+
+    def __init__(self, config_path, anchor=None, pulse_fd=None, restarts=None):
         with open(config_path) as f:
             self.cfg = json.load(f)
         cfg = self.cfg
         self.root = os.path.abspath(cfg.get("root") or os.path.dirname(os.path.dirname(os.path.abspath(config_path))))
         self.state_dir = os.path.join(self.root, cfg.get("state_dir", ".gpuops"))
         self.status_path = os.path.join(self.state_dir, "agent-status.json")
+        self.presence_path = os.path.join(self.state_dir, PRESENCE_FILE)
         self.run_dir = os.path.join(self.root, cfg.get("run_dir", ".gpuops/run"))
         self.pidfile = os.path.join(self.root, cfg.get("bootstrap_pidfile", ".gpuops/bootstrap.pid"))
-        self.settings = cfg.get("teardown", {})
+        self.settings = dict(cfg.get("teardown") or {})
+        for k in ("max_hours", "no_job_seconds"):  # the session's own, passed at arm
+            if self.settings.get(k) is None and cfg.get(k) is not None:
+                self.settings[k] = cfg[k]
         self.sample_s = float(self.settings.get("sample_seconds", 10.0))
         self.poll_s = min(float(cfg.get("poll_seconds", 1.0)), self.sample_s)
+        # The heartbeat alone is rewritten this often; the laptop calls it stale after 3 samples + 15 s.
+        self.heartbeat_s = float(cfg.get("status_heartbeat_seconds") or 5.0)
+        self.presence_max_s = float(cfg.get("presence_max_seconds") or 3600.0)
+        self.util = float(self.settings.get("idle_util_percent", 5.0))
         self.smi = cfg.get("nvidia_smi") or ["nvidia-smi"]
         if isinstance(self.smi, str):
             self.smi = [self.smi]
+        self.smi = [_which(self.smi[0])] + list(self.smi[1:])
         self.ssh_users = cfg.get("ssh_users") or None
         # "auto": NVML when pynvml imports and starts, else nvidia-smi; "nvidia-smi": only that.
         self.gpu_source = cfg.get("gpu_source", "auto")
         self.destroy_cfg = cfg.get("destroy") or {"kind": "local"}
         self.environ_file = cfg.get("environ_file", "/proc/1/environ")
-        self.started = time.time()
+        if anchor is None:
+            anchor = (time.time(), time.monotonic())
+        self.anchor_wall, self.anchor_mono = float(anchor[0]), float(anchor[1])
+        self.started = self.anchor_wall
+        self.pulse_fd = pulse_fd
         self.samples = []
         self.errors = []
         self.destroy = None
-        self.restarts = 0
-        idle_min = policy.idle_minutes_of(self.settings)
-        window_samples = int((idle_min or 0) * 60.0 / self.sample_s) + 5
-        self.keep = max(30, min(2000, window_samples))
-        self._resume()
+        self.restarts = int(restarts or 0)
+        self.write_failures = 0
+        self._write_errno = None
+        self._last_key, self._last_write = None, None
+        self._job_seen = False
+        self._job_end = None  # (ledger-timeline end, exit code) once the marker was read
+        self._presence_sig, self._presence_until_mono, self._presence_first = None, None, True
+        self._deferred_since = None
+        self.no_job_since = self.started
+        self._resume(restarts is None)
 
-    def _resume(self):
-        """Carry samples and restart count over from the previous worker's status (same session)."""
+    # -- clocks -------------------------------------------------------------------------------
+    def clock(self):
+        """Now on the ledger's timeline: the anchor plus the box's monotonic clock since."""
+        return self.anchor_wall + (time.monotonic() - self.anchor_mono)
+
+    def pulse(self):
+        """Tell the supervisor this worker is alive (never blocks, never raises)."""
+        if self.pulse_fd is not None:
+            try:
+                os.write(self.pulse_fd, b".")
+            except OSError:
+                pass
+
+    def _resume(self, count_restart):
+        """Carry samples and the destroy record over from the previous worker's status (same
+        session, same format). Best effort: a status that cannot be read costs the idle streak only."""
         try:
             with open(self.status_path) as f:
                 old = json.load(f)
         except (OSError, ValueError):
             return
-        if old.get("session") != self.cfg.get("session"):
+        if old.get("session") != self.cfg.get("session") or old.get("version") != STATUS_VERSION:
             return
-        self.samples = list(old.get("samples") or [])[-self.keep:]
-        self.restarts = int(old.get("restarts", 0)) + (1 if old.get("pid") != os.getpid() else 0)
-        self.started = float(old.get("agent_started_at") or self.started)
+        self.samples = [s for s in (old.get("samples") or []) if isinstance(s, dict) and _num_or_none(s.get("t")) is not None]
+        self.samples = self.samples[-MAX_SAMPLE_RUNS:]
+        if count_restart:
+            self.restarts = int(old.get("restarts", 0)) + (1 if old.get("pid") != os.getpid() else 0)
+        self.write_failures = int(old.get("write_failures") or 0)
         self.destroy = old.get("destroy")
+        busy = [s.get("t_last", s["t"]) for s in self.samples if s.get("bootstrap") or s.get("ssh")]
+        if busy:
+            self.no_job_since = max(self.no_job_since, max(busy))
 
-    def box_state(self, job):
-        return policy.BoxState(
-            started_at=float(self.cfg.get("started_at") or self.started),
-            job_ended_at=job["ended_at"],
-            job_exit_code=job["exit_code"],
-            usd_per_hour=self.cfg.get("usd_per_hour"),
-        )
+    # -- readings -----------------------------------------------------------------------------
+    def job(self):
+        """The job's state with ``ended_at`` on the ledger timeline (the box's wall clock only
+        measures how long ago it ended, once)."""
+        if self._job_end is None:
+            raw = job_state(self.run_dir)
+            if raw["started"]:
+                self._job_seen = True
+            if raw["ended_at"] is not None:
+                age = max(0.0, time.time() - float(raw["ended_at"]))
+                self._job_end = (round(self.clock() - age, 3), raw["exit_code"])
+        if self._job_end is None:
+            return {"ended_at": None, "exit_code": None, "started": self._job_seen}
+        return {"ended_at": self._job_end[0], "exit_code": self._job_end[1], "started": True}
+
+    def presence(self):
+        """Until when (ledger timeline) the laptop's presence lease holds, or None. A refresh is
+        seen as a change of the file (inode, mtime, size); how long it holds is measured on this
+        box's monotonic clock from that moment, never from a timestamp in the file."""
+        try:
+            st = os.stat(self.presence_path)
+        except OSError:
+            self._presence_sig, self._presence_until_mono = None, None
+            return None
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if sig != self._presence_sig:
+            self._presence_sig = sig
+            try:
+                with open(self.presence_path) as f:
+                    doc = json.loads(f.read() or "{}")
+            except (OSError, ValueError):
+                doc = {}
+            doc = doc if isinstance(doc, dict) else {}
+            hold = _num_or_none(doc.get("hold_seconds"))
+            hold = max(0.0, min(hold if hold is not None else 60.0, PRESENCE_HOLD_MAX_S))
+            if doc.get("released"):
+                self._presence_until_mono = None
+            else:
+                base = time.monotonic()
+                if self._presence_first:  # written before this worker looked: count its age
+                    base -= max(0.0, time.time() - st.st_mtime)
+                self._presence_until_mono = base + hold
+        self._presence_first = False
+        left = None if self._presence_until_mono is None else self._presence_until_mono - time.monotonic()
+        return None if left is None or left <= 0 else self.clock() + left
 
     def take_sample(self):
-        t = time.time()  # when the reading starts: the GPU state it reports is at least this recent
+        t = self.clock()  # when the reading starts: the GPU state it reports is at least this recent
         r = sample_nvml() if self.gpu_source in ("auto", "nvml") else None
         if r is None:
             r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
-        s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"],
-             "bootstrap": bootstrap_running(self.pidfile, self.root), "ssh": ssh_sessions(self.ssh_users)}
+        boot = bootstrap_pid_state(self.pidfile)
+        # The /proc scan for a bootstrap started some other way only runs until the job starts;
+        # the one for SSH sessions only when it can matter: a GPU above the threshold already
+        # makes the sample busy (then "ssh" is None: not looked).
+        want_boot = self.root if boot == "none" and not self._job_seen else None
+        gpu_busy = any(g.get("util") is not None and g["util"] > self.util for g in r["gpus"])
+        if gpu_busy and want_boot is None:
+            ssh, scanned_boot = None, False
+        else:
+            ssh, scanned_boot = scan_proc(self.ssh_users, want_boot)
+        s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"], "bootstrap": boot == "running" or scanned_boot, "ssh": ssh}
+        if r.get("warning"):
+            s["warning"] = r["warning"]
         if r["error"]:
             self.error(r["error"])
-        self.samples.append(s)
-        del self.samples[:-self.keep]
+        policy.merge_sample(self.samples, s, self.util, self.sample_s)
+        del self.samples[:-MAX_SAMPLE_RUNS]
         return s
 
     def error(self, msg):
-        if not self.errors or self.errors[-1]["msg"] != msg:
-            log(msg)
-        self.errors.append({"t": round(time.time(), 3), "msg": msg})
+        if self.errors and self.errors[-1]["msg"] == msg:
+            self.errors[-1]["n"] = self.errors[-1].get("n", 1) + 1
+            self.errors[-1]["t_last"] = round(self.clock(), 3)
+            return
+        log(msg)
+        self.errors.append({"t": round(self.clock(), 3), "msg": msg})
         del self.errors[:-MAX_ERRORS_KEPT]
 
-    def write_status(self, decision, job):
+    # -- status (best effort) -----------------------------------------------------------------
+    def write_status(self, decision, job, presence_until=None, force=False):
+        """Rewrite the status when what the rules read changed, or every ``heartbeat_s`` seconds.
+        Never raises: a failed write (full disk, file-size limit) is counted in ``write_failures``."""
+        now = self.clock()
+        d = decision.as_dict() if decision else None
+        key = json.dumps([[(s["t"], s.get("error"), s.get("bootstrap"), s.get("ssh")) for s in self.samples[-3:]],
+                          len(self.samples), d and (d["action"], d["reason"], d["idle_since"]), job, self.destroy,
+                          self.restarts, [e["msg"] for e in self.errors], presence_until is not None,
+                          self._deferred_since is not None], default=str)
+        if not force and key == self._last_key and self._last_write is not None and now - self._last_write < self.heartbeat_s:
+            return False
         status = {
             "version": STATUS_VERSION,
             "session": self.cfg.get("session"),
             "pid": os.getpid(),
-            "agent_started_at": self.started,
-            "heartbeat": round(time.time(), 3),
+            "agent_started_at": round(self.started, 3),
+            "heartbeat": round(now, 3),
             "sample_seconds": self.sample_s,
             "teardown": self.settings,
             "started_at": self.cfg.get("started_at"),
             "usd_per_hour": self.cfg.get("usd_per_hour"),
             "samples": self.samples,
-            "decision": decision.as_dict() if decision else None,
+            "decision": d,
             "job": job,
+            "presence": {"until": round(presence_until, 3)} if presence_until is not None else None,
             "destroy": self.destroy,
             "restarts": self.restarts,
+            "write_failures": self.write_failures,
             "errors": self.errors,
         }
-        write_atomic(self.status_path, json.dumps(status))
+        try:
+            write_atomic(self.status_path, json.dumps(status, separators=(",", ":")))
+        except OSError as e:
+            self.write_failures += 1
+            if e.errno != self._write_errno:
+                log("status not written (%s); carrying on without it" % e)
+            self._write_errno = e.errno
+            return False
+        self._write_errno = None
+        self._last_key, self._last_write = key, now
+        return True
+
+    # -- destroy ------------------------------------------------------------------------------
+    def _sleep(self, seconds):
+        end = time.monotonic() + seconds
+        while True:
+            self.pulse()
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, max(self.poll_s, 0.05)))
 
     def do_destroy(self, decision, job):
         """Destroy through the narrowest credential; retry with backoff until ``destroy_deadline_s``
-        (then exit non-zero: the supervisor starts a new worker, which tries again)."""
+        (then exit non-zero: the supervisor starts a new worker, which tries again). No write is
+        needed for any of it."""
         if not self.destroy or self.destroy.get("reason") is None:
             self.destroy = {"reason": decision.reason, "explanation": decision.explanation,
-                            "requested_at": round(time.time(), 3), "done_at": None, "attempts": 0, "result": None}
-        # Said before it is done: whoever finds the box gone (watchdog, reconcile, `up` waking up)
-        # can read why, even if this process dies mid-destroy.
-        self.write_status(decision, job)
-        kind = self.destroy_cfg.get("kind", "local")
-        deadline = time.time() + float(self.destroy_cfg.get("deadline_seconds", 1800))
+                            "requested_at": round(self.clock(), 3), "done_at": None, "attempts": 0, "result": None}
+        # Said before it is done (when the disk lets us): whoever finds the box gone (watchdog,
+        # reconcile, `up` waking up) can read why, even if this process dies mid-destroy.
+        self.write_status(decision, job, force=True)
+        kind = ProviderName.parse(self.destroy_cfg.get("kind", ProviderName.LOCAL))
+        deadline = time.monotonic() + float(self.destroy_cfg.get("deadline_seconds", 1800))
         delay = 1.0
         while True:
+            self.pulse()
             self.destroy["attempts"] += 1
             try:
-                if kind == "local":
-                    result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root)
-                elif kind == "runpod":
+                if kind == ProviderName.LOCAL:
+                    result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root, self.clock)
+                elif kind == ProviderName.RUNPOD:
                     result = destroy_runpod(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
-                elif kind == "vast":
+                elif kind == ProviderName.VAST:
                     result = destroy_vast(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
                 else:
-                    raise RuntimeError("unknown destroy kind %r" % kind)
+                    raise RuntimeError("unknown destroy kind %r" % self.destroy_cfg.get("kind"))
             except Exception as e:  # any failure: log, back off, try again until the deadline
                 self.error("destroy attempt %d failed: %s" % (self.destroy["attempts"], e))
-                self.write_status(decision, job)
-                if time.time() + delay > deadline:
+                self.write_status(decision, job, force=True)
+                if time.monotonic() + delay > deadline:
                     return 3
-                time.sleep(delay)
+                self._sleep(delay)
                 delay = min(delay * 2, 30.0)
                 continue
-            self.destroy["done_at"] = round(time.time(), 3)
+            self.destroy["done_at"] = round(self.clock(), 3)
             self.destroy["result"] = result
             log("destroyed (%s): %s; %s" % (decision.reason, decision.explanation, result))
-            self.write_status(decision, job)
+            self.write_status(decision, job, force=True)
             return 0
 
+    # -- the loop -----------------------------------------------------------------------------
+    def decide(self, now, job, presence_until):
+        """policy.decide on the ledger timeline, with the armed-no-job wait and the presence
+        lease (its hard deadline counts from the moment a deferrable rule first wanted to fire)."""
+        last = self.samples[-1] if self.samples else None
+        if job["started"] or job["ended_at"] is not None:
+            self.no_job_since = None
+        elif presence_until is not None or (last and (last.get("bootstrap") or last.get("ssh"))):
+            self.no_job_since = now  # something is happening: the wait starts again from here
+        elif self.no_job_since is None:
+            self.no_job_since = now
+        state = policy.BoxState(
+            started_at=float(self.cfg.get("started_at") or self.started),
+            job_ended_at=job["ended_at"], job_exit_code=job["exit_code"],
+            usd_per_hour=self.cfg.get("usd_per_hour"), no_job_since=self.no_job_since,
+        )
+        d = policy.decide(self.samples, now, state, self.settings)
+        if d.action == policy.DESTROY and d.reason not in (policy.REASON_TTL, policy.REASON_SESSION_CAP) and presence_until is not None:
+            if self._deferred_since is None:
+                self._deferred_since = now
+            state.presence_until = presence_until
+            state.presence_deadline = self._deferred_since + self.presence_max_s
+            d = policy.decide(self.samples, now, state, self.settings)
+        elif d.action != policy.DESTROY:
+            self._deferred_since = None
+        return d
+
     def run(self):
-        os.makedirs(self.state_dir, exist_ok=True)
-        lock = open(os.path.join(self.state_dir, "agent.lock"), "w")
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.makedirs(self.state_dir, exist_ok=True)
         except OSError:
+            pass
+        try:
+            lock = open(os.path.join(self.state_dir, "agent.lock"), "a")
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             log("another worker holds the lock; exiting")
             return 0
-        log("worker up: session %s, sample %.3g s, destroy %s" % (self.cfg.get("session"), self.sample_s, self.destroy_cfg.get("kind")))
-        next_sample = time.time()
+        except OSError as e:  # no lock file on a full/read-only disk: the supervisor is the guard
+            log("no worker lock (%s); going on" % e)
+        log("worker up: session %s, sample %.3g s, max_hours %s, destroy %s" % (
+            self.cfg.get("session"), self.sample_s, self.settings.get("max_hours"), self.destroy_cfg.get("kind")))
+        next_sample = self.clock()
         last_line = None
-        job = {"ended_at": None, "exit_code": None}
-        decision = None
         if self.destroy and self.destroy.get("done_at"):
             return 0
         while True:
+            self.pulse()
             # Nothing left to guard: the box was destroyed by someone else (the local provider
             # writes destroyed.json) or its directory is gone. On a rented box this process dies
             # with the box; here it must end itself.
             if not os.path.isdir(self.root) or os.path.exists(os.path.join(self.root, "destroyed.json")):
                 log("box %s is gone; exiting" % self.root)
                 return 0
-            now = time.time()
-            job = job_state(self.run_dir)
+            now = self.clock()
+            job = self.job()
             if now >= next_sample:
                 self.take_sample()
                 # A fixed grid (no drift); after a stall (suspend, slow nvidia-smi) restart from now.
                 next_sample += self.sample_s
                 if next_sample <= now:
                     next_sample = now + self.sample_s
-                now = time.time()
-            decision = policy.decide(self.samples, now, self.box_state(job), self.settings)
-            if decision.explanation.split(":")[0] != last_line:
-                last_line = decision.explanation.split(":")[0]
+                now = self.clock()
+            presence_until = self.presence()
+            decision = self.decide(now, job, presence_until)
+            head = decision.explanation.split(":")[0]
+            if head != last_line:
+                last_line = head
                 log(decision.explanation)
             if decision.action == policy.DESTROY:
                 return self.do_destroy(decision, job)
-            self.write_status(decision, job)
+            self.write_status(decision, job, presence_until)
             # Wake for the next sample, the next marker poll, or the moment a rule comes due (the
             # idle window's end, the TTL, the grace after job end), whichever is first.
             wake = min(next_sample, now + self.poll_s)
             if decision.next_due is not None:
                 wake = min(wake, decision.next_due)
-            time.sleep(max(0.02, wake - time.time()))
+            time.sleep(max(0.02, wake - self.clock()))
 
 
 # -- the supervisor --------------------------------------------------------------------------------
+# How far after the laptop's ``armed_at`` the box's wall clock may read at the agent's start and
+# still be believed: the config's copy and the detached start take a few round trips. Outside this
+# window (a box clock behind the laptop, or hours ahead) ``armed_at`` itself anchors the clock.
+ARM_LATENCY_MAX_S = 60.0
+
+
+def ledger_anchor(armed_at, box_wall, box_mono):
+    """``(wall, mono)``: the ledger-timeline second that the box's monotonic reading ``box_mono``
+    stands for. The box's wall clock when it agrees with the laptop's ``armed_at`` (within
+    ``ARM_LATENCY_MAX_S`` after it), else ``armed_at``; the box's wall clock alone only when the
+    laptop sent no ``armed_at``."""
+    if armed_at is None or 0.0 <= box_wall - armed_at <= ARM_LATENCY_MAX_S:
+        return (box_wall, box_mono)
+    return (armed_at, box_mono)
+
+
 def supervise(config_path, max_backoff=30.0):
     """Run the worker until it exits 0; restart it (backoff 1 s doubling to ``max_backoff``)
-    when it dies any other way. Returns 0 at once when another supervisor runs for this config."""
+    when it dies any other way, and SIGKILL + restart it when it has not pulsed for
+    ``worker_stale_seconds`` (stopped, wedged). Returns 0 at once when another supervisor runs
+    for this config. Writes nothing that a destroy depends on."""
     with open(config_path) as f:
         cfg = json.load(f)
+    anchor = ledger_anchor(_num_or_none(cfg.get("armed_at")), time.time(), time.monotonic())
     root = os.path.abspath(cfg.get("root") or os.path.dirname(os.path.dirname(os.path.abspath(config_path))))
     state_dir = os.path.join(root, cfg.get("state_dir", ".gpuops"))
-    os.makedirs(state_dir, exist_ok=True)
-    lock = open(os.path.join(state_dir, "agent.supervisor.lock"), "w")
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.makedirs(state_dir, exist_ok=True)
+    except OSError:
+        pass
+    try:
+        lock = open(os.path.join(state_dir, "agent.supervisor.lock"), "a")
+    except OSError as e:  # a read-only or full disk: guard the box without the lock
+        log("no supervisor lock (%s); going on" % e)
+        lock = None
+    try:
+        if lock is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EAGAIN, errno.EACCES):
             log("supervisor already running for %s" % config_path)
             return 0
         raise
-    write_atomic(os.path.join(state_dir, "agent.pid"), "%d\n" % os.getpid())
+    try:
+        write_atomic(os.path.join(state_dir, "agent.pid"), "%d\n" % os.getpid())
+    except OSError as e:
+        log("agent.pid not written (%s)" % e)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     state = {"child": None, "stopping": False}
+    sample_s = float((cfg.get("teardown") or {}).get("sample_seconds", 10.0))
+    stale_s = float(cfg.get("worker_stale_seconds") or max(90.0, 3 * sample_s + 30.0))
 
     def stop(signum, _frame):
         # TERM/INT is the box being destroyed (the local provider signals our whole group): pass it
@@ -476,31 +773,125 @@ def supervise(config_path, max_backoff=30.0):
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    backoff = 1.0
+    backoff, restarts = 1.0, 0
     while True:
-        t0 = time.time()
-        child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--config", config_path, "--worker"],
-                                 stdin=subprocess.DEVNULL)
+        # Nothing left to guard (the box directory went away, or it was destroyed): a worker could
+        # not even read its config, and restarting it forever would outlive the box.
+        if not os.path.isdir(root) or os.path.exists(os.path.join(root, "destroyed.json")) or not os.path.exists(config_path):
+            log("box %s is gone; supervisor exits" % root)
+            return 0
+        t0 = time.monotonic()
+        r, w = os.pipe()
+        child = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--config", config_path, "--worker",
+             "--anchor", "%r,%r" % anchor, "--pulse-fd", str(w), "--restarts", str(restarts)],
+            stdin=subprocess.DEVNULL, pass_fds=(w,))
+        os.close(w)
         state["child"] = child
-        rc = child.wait()
+        rc = _watch(child, r, stale_s, state)
+        os.close(r)
         if state["stopping"]:
             return 0
         if rc == 0:
             log("worker finished; supervisor exits")
             return 0
+        restarts += 1
         log("worker exited %d; restarting in %.0f s" % (rc, backoff))
         time.sleep(backoff)
-        backoff = 1.0 if time.time() - t0 > 60 else min(backoff * 2, max_backoff)
+        if state["stopping"]:
+            return 0
+        backoff = 1.0 if time.monotonic() - t0 > 60 else min(backoff * 2, max_backoff)
+
+
+def _watch(child, pulse_r, stale_s, state):
+    """Wait for ``child`` to exit; SIGKILL it when it has not pulsed for ``stale_s`` seconds (a
+    SIGSTOPped or wedged worker) or does not end within 10 s of a stop. Returns its exit status."""
+    last = time.monotonic()
+    stop_seen = None
+    while True:
+        try:
+            ready = select.select([pulse_r], [], [], 0.5)[0]
+        except (InterruptedError, OSError):
+            ready = []
+        if ready:
+            try:
+                data = os.read(pulse_r, 4096)
+            except OSError:
+                data = b""
+            if data:
+                last = time.monotonic()
+            else:  # the worker closed its end: it is exiting
+                try:
+                    return child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
+        rc = child.poll()
+        if rc is not None:
+            return rc
+        now = time.monotonic()
+        if state["stopping"]:
+            stop_seen = stop_seen or now
+            if now - stop_seen > 10:
+                child.kill()
+                return child.wait()
+            continue
+        if now - last > stale_s:
+            log("worker %d sent no pulse for %.0f s (stopped or wedged); killing it" % (child.pid, now - last))
+            child.kill()
+            return child.wait()
+
+
+USAGE = "usage: agent.py --config PATH [--worker [--anchor WALL,MONO] [--pulse-fd N] [--restarts N]]"
+
+
+def _args(argv):
+    """The command line as a dict (no argparse: it costs the agent ~1.5 MB of memory on the box).
+    Raises SystemExit(2) with the usage line on anything unknown."""
+    out = {"config": None, "worker": False, "anchor": None, "pulse_fd": None, "restarts": None}
+    it = iter(argv)
+    for a in it:
+        key, eq, val = a.partition("=")
+        if key == "--worker" and not eq:
+            out["worker"] = True
+        elif key in ("--config", "--anchor", "--pulse-fd", "--restarts"):
+            val = val if eq else next(it, None)
+            if val is None:
+                break
+            out[key[2:].replace("-", "_")] = val
+        elif key in ("-h", "--help"):
+            sys.stdout.write(__doc__.splitlines()[0] + "\n" + USAGE + "\n")
+            raise SystemExit(0)
+        else:
+            sys.stderr.write("%s\nunknown argument %r\n" % (USAGE, a))
+            raise SystemExit(2)
+    if not out["config"]:
+        sys.stderr.write("%s\n--config is required\n" % USAGE)
+        raise SystemExit(2)
+    try:
+        out["pulse_fd"] = None if out["pulse_fd"] is None else int(out["pulse_fd"])
+        out["restarts"] = None if out["restarts"] is None else int(out["restarts"])
+        out["anchor"] = None if out["anchor"] is None else tuple(float(x) for x in out["anchor"].split(","))
+    except ValueError as e:
+        sys.stderr.write("%s\n%s\n" % (USAGE, e))
+        raise SystemExit(2)
+    return out
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", required=True)
-    p.add_argument("--worker", action="store_true", help="run the sampling loop (the supervisor starts this)")
-    a = p.parse_args(argv)
-    if a.worker:
-        return Agent(a.config).run()
-    return supervise(a.config)
+    a = _args(sys.argv[1:] if argv is None else argv)
+    # A file-size limit (RLIMIT_FSIZE) must fail a write with EFBIG, not kill the agent.
+    if hasattr(signal, "SIGXFSZ"):
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if a["worker"]:
+        fd = a["pulse_fd"]
+        if fd is not None:
+            try:
+                os.set_inheritable(fd, False)
+                os.set_blocking(fd, False)
+            except OSError:
+                fd = None
+        return Agent(a["config"], anchor=a["anchor"], pulse_fd=fd, restarts=a["restarts"]).run()
+    return supervise(a["config"])
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ tools print goes to stderr, each line prefixed with ``"  | "`` (so no such line 
 Config: ``{"steps": [{"name": "...", "kind": "...", ...}], "cache_dir": "/workspace/.cache"}``.
 Step kinds and their keys (paths relative to the working directory unless absolute):
 
-- ``system``: GPU name, driver, CUDA version, memory, utilization (``nvidia-smi``), disk free.
+- ``system``: GPU name, driver, CUDA version, memory, utilization (``nvidia-smi``), disk free. Valid rows
+  with a non-zero exit (a warning such as exit 14, "infoROM is corrupted") are kept and the warning
+  is reported as ``warning``; only no rows at all fail the step.
   Always runs. ``require_gpu`` (default false): fail when there is no working ``nvidia-smi``.
   A present but failing ``nvidia-smi`` (driver gone) fails the step.
 - ``deps``: ``requirements`` (file) and/or ``packages`` (list); ``installer`` auto|uv|pip (auto:
@@ -185,12 +187,13 @@ def step_system(step, ctx):
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise StepError("nvidia-smi did not answer: %s" % e)
-    if out.returncode != 0:
-        first = next((l for l in out.stdout.splitlines() if l.strip()), "")
-        raise StepError("nvidia-smi failed (exit %d): %s" % (out.returncode, first.strip()))
     gpus = []
+    warnings = []
     for line in out.stdout.splitlines():
         if not line.strip():
+            continue
+        if line.strip().upper().startswith("WARNING"):
+            warnings.append(line.strip())
             continue
         vals = [v.strip() for v in line.split(",")]
         if len(vals) != len(SMI_FIELDS):
@@ -198,6 +201,14 @@ def step_system(step, ctx):
         gpus.append({"name": vals[0], "memory_total_mib": _num(vals[2]), "memory_used_mib": _num(vals[3]),
                      "utilization_gpu_percent": _num(vals[4])})
         info["driver"] = _num(vals[1]) if _num(vals[1]) is None else vals[1]
+    if out.returncode != 0 and not gpus:
+        first = next((l for l in out.stdout.splitlines() if l.strip()), "")
+        raise StepError("nvidia-smi failed (exit %d): %s" % (out.returncode, first.strip()))
+    if out.returncode != 0 or warnings:
+        # Valid rows with a non-zero exit: nvidia-smi only warned (exit 14: a corrupted infoROM).
+        # The rows stand; the warning is reported, the session goes on.
+        info["warning"] = ("nvidia-smi exited %d: " % out.returncode if out.returncode else "") + (
+            warnings[0] if warnings else "no message")[:200]
     info["gpus"] = gpus
     try:
         rep = subprocess.run([smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)

@@ -63,6 +63,27 @@ def _group_alive(pgid):
         return False
 
 
+def _marked(pid, needle):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return needle in f.read().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return False
+
+
+def group_is_marked(pgid, root):
+    """True when a live process of group ``pgid`` carries ``GPUOPS_LOCAL_BOX=<root>``. Where there
+    is no /proc the mark cannot be read and the group is trusted (the old rule)."""
+    if not os.path.isdir("/proc/self"):
+        return True
+    needle = ("%s=%s" % (MARKER, os.path.abspath(root))).encode()
+    for pid in pids():
+        st = proc_stat(pid)
+        if st is not None and st[1] == pgid and st[0] not in ("Z", "X") and _marked(pid, needle):
+            return True
+    return False
+
+
 def marked_processes(root, spare_pgid=None):
     """PIDs (not ours, not in ``spare_pgid``) whose environment holds ``GPUOPS_LOCAL_BOX=<root>``."""
     needle = ("%s=%s" % (MARKER, os.path.abspath(root))).encode()
@@ -71,12 +92,8 @@ def marked_processes(root, spare_pgid=None):
         st = proc_stat(pid)
         if pid == os.getpid() or st is None or st[0] in ("Z", "X") or (spare_pgid is not None and st[1] == spare_pgid):
             continue
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    out.append(pid)
-        except OSError:  # gone, or not ours to read
-            continue
+        if _marked(pid, needle):
+            out.append(pid)
     return out
 
 
@@ -99,10 +116,13 @@ def _term_then_kill(targets, send, alive, grace_seconds):
             pass
 
 
-def end_box(root, grace_seconds, spare_pgid=None, by="gpuops"):
+def end_box(root, grace_seconds, spare_pgid=None, by="gpuops", now=None):
     """End every process of the local box at ``root`` except group ``spare_pgid`` (the caller's),
-    TERM first and KILL after ``grace_seconds``; write destroyed.json once. Idempotent: a box
-    already destroyed only has its marked strays ended (its recorded group ids may be reused).
+    TERM first and KILL after ``grace_seconds``; write destroyed.json once (``destroyed_at``:
+    ``now()`` when given -- the agent passes its ledger-timeline clock -- else ``time.time()``).
+    Idempotent: a box already destroyed only has its marked strays ended (its recorded group ids
+    may be reused). A recorded group is signalled only while one of its processes carries this
+    box's marker (a recycled id, or one a job wrote into the file, is left alone).
     Returns the number of recorded groups signalled."""
     done = os.path.join(root, "destroyed.json")
     groups = []
@@ -112,13 +132,13 @@ def end_box(root, grace_seconds, spare_pgid=None, by="gpuops"):
                 groups = sorted({int(x) for x in f.read().split()})
         except (OSError, ValueError):
             groups = []
-        groups = [g for g in groups if g > 1 and g != spare_pgid and g != os.getpgrp()]
+        groups = [g for g in groups if g > 1 and g != spare_pgid and g != os.getpgrp() and group_is_marked(g, root)]
         _term_then_kill(groups, os.killpg, _group_alive, grace_seconds)
     strays = marked_processes(root, spare_pgid)
     _term_then_kill(strays, os.kill, _alive, grace_seconds)
     if not os.path.exists(done):
         tmp = "%s.%d.tmp" % (done, os.getpid())
         with open(tmp, "w") as f:
-            f.write(json.dumps({"destroyed_at": time.time(), "by": by}))
+            f.write(json.dumps({"destroyed_at": now() if now is not None else time.time(), "by": by}))
         os.replace(tmp, done)
     return len(groups)

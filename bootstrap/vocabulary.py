@@ -52,6 +52,7 @@ class EndReason(_Word):
     ERROR = "error"  # a bug or unforeseen failure in gpuops itself (traceback in the log)
     # teardown layers 2 and 3 (agent on the box, watchdog on the laptop)
     IDLE = "idle"  # GPU under the threshold for the idle window
+    NO_JOB = "no_job"  # armed, then no job, bootstrap, SSH session or laptop presence for no_job_seconds (the agent)
     TTL = "ttl"  # max_hours reached
     SESSION_CAP = "session_cap"  # max_session_usd reached
     BALANCE_FLOOR = "balance_floor"  # provider balance under balance_floor_usd

@@ -11,17 +11,23 @@ Paths on the box, relative to the box root (``Box.root``):
 * ``.gpuops/agent.log``          its log
 * ``.gpuops/bootstrap.pid``      written by ``bootstrap_command``: bootstrap is running while alive
 * ``.gpuops/run/``               the job's run dir (``jobwrap.py --dir .gpuops/run``, as the launcher runs it)
+* ``.gpuops/laptop-presence``    the laptop's presence lease (``hold_presence``): while fresh, the agent
+                                 does not destroy for job end / idle / no job (TTL and caps still apply)
+
+Trust: the status is written by the box. ``read_status`` clamps its heartbeat (and any time in it)
+to this machine's now, and ``session_teardown`` lets it only tighten a limit, never extend one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
-import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from gpuops.config import Settings, TeardownSettings
 from gpuops.jobio import JOB_DIR
@@ -31,6 +37,7 @@ BOOTSTRAP_REMOTE = ".gpuops/bootstrap"
 AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
+PRESENCE = ".gpuops/laptop-presence"  # bootstrap/agent.py PRESENCE_FILE, in its state dir
 BOOTSTRAP_PIDFILE = ".gpuops/bootstrap.pid"
 RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/jobio.py)
 
@@ -52,6 +59,10 @@ def teardown_dict(t: TeardownSettings) -> dict:
     }
 
 
+# Limits a box's status may lower but never raise (they decide when billing stops).
+TIGHTEN_ONLY = ("max_hours", "max_session_usd")
+
+
 def agent_config(
     *,
     session_id: str,
@@ -63,16 +74,29 @@ def agent_config(
     usd_per_hour: float | None,
     settings: Settings | None = None,
     extra: dict | None = None,
+    max_hours: float | None = None,
+    no_job_seconds: float | None = None,
+    armed_at: float | None = None,
 ) -> dict:
     """The agent.json document for one session.
 
-    ``started_at``: the instance's create time (epoch s; TTL and spend count from it);
-    ``usd_per_hour``: the price really charged (session cap). ``destroy.url`` is the endpoint the
+    ``started_at``: the instance's create time (epoch s, the ledger's; TTL and spend count from it);
+    ``usd_per_hour``: the price really charged (session cap); ``max_hours``: the session's own TTL
+    in hours (default ``teardown.max_hours``, which `up --max-hours` sets); ``no_job_seconds``: how
+    long an armed box waits for a job, a bootstrap or the laptop's presence before it destroys
+    itself (default ``bootstrap.policy.NO_JOB_SECONDS``); ``armed_at``: this machine's epoch
+    second now (default ``time.time()``): the agent counts every duration from it with the box's
+    monotonic clock, so a box clock that is off changes nothing. ``destroy.url`` is the endpoint the
     laptop uses (``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` / ``VAST_URL``, else the
     public API). ``GPUOPS_AGENT_SSH_USERS`` (comma list) limits which users' SSH sessions
     count (default: any); ``GPUOPS_AGENT_ENVIRON_FILE`` replaces ``/proc/1/environ`` as the place
     the box's own key is read from (tests, images whose PID 1 is not the provider's). No credential
-    is written: the box reads its own scoped key there.
+    is written: the box reads its own scoped key there. ``extra``: more agent.json keys, as the
+    agent reads them: ``worker_stale_seconds`` (s without a pulse before the supervisor SIGKILLs the
+    worker; default max(90, 3 x sample + 30)), ``status_heartbeat_seconds`` (s, default 5),
+    ``presence_max_seconds`` (how long presence may hold a due destroy; default 3600),
+    ``poll_seconds`` (exit-marker poll, default 1), ``nvidia_smi`` (argv), ``gpu_source``
+    ("auto" | "nvidia-smi").
     """
     from gpuops.providers import agent_destroy_kind
 
@@ -82,6 +106,11 @@ def agent_config(
 
         destroy["url"] = resolve_url(provider, getattr(settings.providers, provider).url)
     users = [u for u in os.environ.get("GPUOPS_AGENT_SSH_USERS", "").split(",") if u]
+    td = teardown_dict(teardown)
+    if max_hours is not None:
+        td["max_hours"] = float(max_hours)
+    if no_job_seconds is not None:
+        td["no_job_seconds"] = float(no_job_seconds)
     cfg = {
         "session": session_id,
         "provider": provider,
@@ -89,9 +118,11 @@ def agent_config(
         "root": root,
         "run_dir": RUN_DIR,
         "bootstrap_pidfile": BOOTSTRAP_PIDFILE,
+        "armed_at": time.time() if armed_at is None else float(armed_at),
         "started_at": started_at,
+        "max_hours": td["max_hours"],
         "usd_per_hour": usd_per_hour,
-        "teardown": teardown_dict(teardown),
+        "teardown": td,
         "destroy": destroy,
         "ssh_users": users,
     }
@@ -104,10 +135,15 @@ def agent_config(
 def arm(box, config: dict, python: str = "python3") -> None:
     """Ship ``bootstrap/`` and the agent config to ``box`` and start the agent detached.
 
+    Sets ``armed_at`` (this machine's clock, just before the config is copied) in the copy it ships.
     Idempotent: a second arm rewrites the config and the start is a no-op while the supervisor
     runs (it holds a lock). ``box``: a ``gpuops.remote.Box``. Raises what the box raises.
     """
+    import tempfile
+
     box.put(BOOTSTRAP_DIR, BOOTSTRAP_REMOTE)
+    # armed_at as late as possible: the agent anchors its clock on it when the box's clock disagrees.
+    config = dict(config, armed_at=time.time())
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "agent.json"
         p.write_text(json.dumps(config, indent=1))
@@ -124,15 +160,139 @@ def bootstrap_command(config_path: str, state_dir: str = ".gpuops/bootstrap-stat
             f"--config {q(config_path)} --state-dir {q(state_dir)}")
 
 
-def read_status(box) -> dict | None:
-    """The agent's status document from ``box`` (None when absent or unreadable)."""
+def _clamp_times(obj: Any, now: float) -> Any:
+    """Every number under a key that names a time (``t``, ``t_last``, ``*_at``, ``heartbeat``,
+    ``until``) limited to ``now``: a box cannot report the future."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and (k in ("t", "t_last", "heartbeat") or k.endswith("_at")):
+                out[k] = min(float(v), now) if v == v else None
+            else:
+                out[k] = _clamp_times(v, now)
+        return out
+    if isinstance(obj, list):
+        return [_clamp_times(v, now) for v in obj]
+    return obj
+
+
+def read_status(box, now: float | None = None) -> dict | None:
+    """The agent's status document from ``box``, made safe to act on; None when absent or
+    unreadable (no agent, no marker either).
+
+    ``now``: this machine's epoch seconds (default ``time.time()``). Every time in the document
+    (heartbeat, samples, job end, destroy) is clamped to ``now``. When the heartbeat is stale
+    (``heartbeat_stale``) or the status says the job still runs, the job's own exit marker on the
+    box is read (``gpuops.jobio.job_exit``) and, when present, sets ``job`` (``"source":
+    "exit_marker"``, its end clamped to ``now``): a dead agent does not hide a finished job.
+    Raises what the box raises for a dropped connection."""
+    now = time.time() if now is None else now
     raw = box.read_file(AGENT_STATUS)
-    if not raw:
-        return None
+    status: dict | None = None
+    if raw:
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            doc = None
+        status = _clamp_times(doc, now) if isinstance(doc, dict) else None
+    job = (status or {}).get("job") or {}
+    if status is None or heartbeat_stale(status, now) or job.get("ended_at") is None:
+        from gpuops.errors import GpuopsError
+        from gpuops.jobio import job_exit
+
+        try:
+            ended = job_exit(box)
+        except (GpuopsError, ValueError, IndexError):
+            ended = None
+        if ended is not None:
+            status = dict(status or {})
+            end = min(float(ended.ended), now) if ended.ended is not None else now
+            status["job"] = {"ended_at": end, "exit_code": ended.code, "source": "exit_marker"}
+    return status
+
+
+def session_teardown(status: dict | None, trusted: Any, row: Any = None) -> dict:
+    """The teardown settings to judge one session by, as ``bootstrap.policy.decide`` reads them.
+
+    ``trusted``: this machine's settings (a TeardownSettings or dict); ``row``: the session's ledger
+    row, whose own limits (attributes ``max_hours`` / ``max_session_usd`` when it has them) win over
+    ``trusted``. The box's status may fill the rest (idle window, sample interval) but may only
+    LOWER ``max_hours`` and ``max_session_usd``: a forged ``max_hours=1000`` changes nothing."""
+    base = teardown_dict(trusted) if isinstance(trusted, TeardownSettings) else dict(trusted or {})
+    for k in TIGHTEN_ONLY:
+        v = getattr(row, k, None) if row is not None else None
+        if isinstance(v, (int, float)) and v > 0:
+            base[k] = float(v)
+    raw = (status or {}).get("teardown")
+    claimed = raw if isinstance(raw, dict) else {}
+
+    def number(v: Any) -> float | None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and 0 < v < float("inf")
+        return float(v) if ok else None
+
+    out = dict(base)
+    # What the box may say about how it samples (a value that is not a finite positive number is ignored).
+    for k in ("sample_seconds", "idle_util_percent", "job_end_grace_seconds"):
+        if number(claimed.get(k)) is not None:
+            out[k] = number(claimed[k])
+    idle = claimed.get("idle_minutes")
+    if idle == "off" or number(idle) is not None:
+        out["idle_minutes"] = idle
+    for k in TIGHTEN_ONLY:
+        c = number(claimed.get(k))
+        if c is not None:
+            out[k] = c if out.get(k) is None else min(float(out[k]), c)
+    return out
+
+
+def write_presence(box, hold_seconds: float, *, released: bool = False, seq: int = 0) -> None:
+    """Write the laptop's presence lease on ``box`` (over exec, so a box without SFTP works too).
+    ``hold_seconds``: how long this refresh keeps the agent from destroying for job end / idle /
+    no job, counted on the box's monotonic clock from when it sees the change (the agent caps it at
+    600 s). ``released``: the laptop is done; the agent stops waiting at once."""
+    body = json.dumps({"hold_seconds": float(hold_seconds), "released": bool(released), "seq": int(seq)})
+    q = shlex.quote
+    tmp = f"{PRESENCE}.tmp"
+    box.run(f"printf %s {q(body)} > {q(tmp)} && mv -f {q(tmp)} {q(PRESENCE)}", timeout=30)
+
+
+@contextlib.contextmanager
+def hold_presence(box, hold_seconds: float = 60.0, refresh_seconds: float | None = None) -> Iterator[None]:
+    """While the block runs (results copy-back, anything that needs the box after its job), keep
+    the on-box agent from destroying it for job end, idle or no job: the lease is written at entry,
+    refreshed every ``refresh_seconds`` (default ``hold_seconds / 4``) by a daemon thread, and
+    released at exit. A refresh that fails (connection dropped, disk full) is skipped: the lease
+    then lapses after ``hold_seconds`` and the agent goes on. TTL and money limits are never held.
+
+    Use: ``with agentctl.hold_presence(box): box.get(results, dest)``."""
+    refresh = refresh_seconds if refresh_seconds is not None else max(0.5, hold_seconds / 4.0)
+    stop = threading.Event()
+    seq = [0]
+
+    def put(released: bool = False, refresh: bool = False) -> None:
+        seq[0] += 1
+        connected = getattr(box, "is_connected", None)
+        if refresh and connected is not None and not connected():
+            return  # never reconnect from this thread (the caller's copy owns the connection)
+        try:
+            write_presence(box, hold_seconds, released=released, seq=seq[0])
+        except Exception:  # a failed refresh only shortens the lease; the caller's work goes on
+            pass
+
+    put()
+
+    def loop() -> None:
+        while not stop.wait(refresh):
+            put(refresh=True)
+
+    t = threading.Thread(target=loop, name="gpuops-presence", daemon=True)
+    t.start()
     try:
-        return json.loads(raw)
-    except ValueError:
-        return None
+        yield
+    finally:
+        stop.set()
+        t.join(timeout=refresh + 30)
+        put(released=True)
 
 
 def heartbeat_stale(status: dict | None, now: float | None = None) -> bool:
@@ -140,4 +300,4 @@ def heartbeat_stale(status: dict | None, now: float | None = None) -> bool:
     if not status or not status.get("heartbeat"):
         return True
     now = time.time() if now is None else now
-    return now - float(status["heartbeat"]) > STALE_SAMPLES * float(status.get("sample_seconds") or 10.0) + STALE_SLACK_S
+    return now - min(float(status["heartbeat"]), now) > STALE_SAMPLES * float(status.get("sample_seconds") or 10.0) + STALE_SLACK_S

@@ -10,6 +10,12 @@ or a key the user names; host keys trusted on first use and pinned per instance 
 ``<data dir>/known_hosts`` (a changed key raises HostKeyChanged); connect retried until a
 deadline (a box reports "running" long before sshd answers); SSH + TCP keepalive; idempotent
 operations reconnect once on a dropped connection. ``open_box`` picks the transport.
+
+A box whose sshd has no SFTP subsystem is served over exec instead (``cat >`` and ``tar`` over the
+channel, every path quoted); ``SSHBox.sftp_missing`` then says why. Copy-back (``get``) trusts no
+name from the box: a name with ``/``, ``..``, ``.``, NUL or an absolute path is refused, symlinks
+are copied only as the file they point to inside the results directory, and the total is capped
+(``GET_MAX_BYTES``, ``GET_MAX_FILES``, ``GET_MAX_DEPTH``); ``skipped`` lists what was left out.
 """
 
 from __future__ import annotations
@@ -31,6 +37,103 @@ from gpuops.errors import BadInput, GpuopsError
 q = shlex.quote
 
 LineSink = Callable[[str], None]
+
+# Caps of one copy-back (``Box.get``): what a laptop accepts from a box it does not trust.
+GET_MAX_BYTES = 50 * 2**30  # 50 GiB; pass max_bytes to change it
+GET_MAX_FILES = 200_000
+GET_MAX_DEPTH = 64
+
+
+class UnsafeCopy(GpuopsError):
+    """A copy-back went past its size/file caps (what was copied so far stays)."""
+
+
+def safe_name(name: str) -> bool:
+    """True for one plain path component: not empty, not ``.``/``..``, no ``/``, ``\\`` or NUL."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
+class _CopyBudget:
+    """Counts a copy-back against ``max_bytes`` (bytes) and ``max_files``; raises UnsafeCopy past them."""
+
+    def __init__(self, max_bytes: int, max_files: int):
+        self.max_bytes, self.max_files = int(max_bytes), int(max_files)
+        self.bytes = 0
+        self.files = 0
+        self.skipped: list[str] = []
+
+    def file(self, declared: int = 0) -> None:
+        self.files += 1
+        if self.files > self.max_files:
+            raise UnsafeCopy(f"results hold more than {self.max_files} files", "write fewer, larger files, or copy them yourself")
+        if self.bytes + max(0, declared) > self.max_bytes:
+            raise UnsafeCopy(f"results exceed {self.max_bytes} bytes", "pass a larger max_bytes, or copy them yourself")
+
+    def charge(self, n: int) -> None:
+        self.bytes += n
+        if self.bytes > self.max_bytes:
+            raise UnsafeCopy(f"results exceed {self.max_bytes} bytes", "pass a larger max_bytes, or copy them yourself")
+
+
+def _local_dir(root: Path, parts: list[str]) -> Path:
+    """``root/parts...`` as a real directory made here, never through a symlink."""
+    cur = root
+    for part in parts:
+        if not safe_name(part):
+            raise UnsafeCopy(f"refused a path component from the box: {part!r}")
+        cur = cur / part
+        try:
+            os.mkdir(cur, 0o700)
+        except FileExistsError:
+            pass
+        if os.path.islink(cur) or not cur.is_dir():
+            raise UnsafeCopy(f"refused to write through {cur}: not a plain directory")
+    return cur
+
+
+def _local_file(root: Path, parts: list[str]):
+    """Open ``root/parts...`` for writing (0600, created, truncated), never following a symlink."""
+    d = _local_dir(root, parts[:-1])
+    if not safe_name(parts[-1]):
+        raise UnsafeCopy(f"refused a file name from the box: {parts[-1]!r}")
+    fd = os.open(d / parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    return os.fdopen(fd, "wb")
+
+
+def _copy_tree_safely(src: Path, local: Path, budget: _CopyBudget) -> None:
+    """Copy the local directory ``src`` into ``local`` by the copy-back rules (LocalBox.get)."""
+    import stat as st
+
+    real_src = os.path.realpath(src)
+    local.mkdir(parents=True, exist_ok=True)
+
+    def walk(d: Path, parts: list[str]) -> None:
+        if len(parts) > GET_MAX_DEPTH:
+            budget.skipped.append("/".join(parts) + " (too deep)")
+            return
+        for entry in sorted(os.scandir(d), key=lambda e: e.name):
+            rel = parts + [entry.name]
+            path = Path(entry.path)
+            if entry.is_symlink():
+                target = os.path.realpath(path)
+                if not (target + "/").startswith(real_src + "/") or not os.path.isfile(target):
+                    budget.skipped.append("/".join(rel) + " (symlink leaving the results)")
+                    continue
+                path = Path(target)
+            mode = os.stat(path).st_mode
+            if st.S_ISDIR(mode):
+                _local_dir(local, rel)
+                walk(path, rel)
+            elif st.S_ISREG(mode):
+                budget.file(os.stat(path).st_size)
+                with open(path, "rb") as fin, _local_file(local, rel) as fout:
+                    while chunk := fin.read(1 << 20):
+                        budget.charge(len(chunk))
+                        fout.write(chunk)
+            else:
+                budget.skipped.append("/".join(rel) + " (not a file)")
+
+    walk(src, [])
 
 
 class Box(Protocol):
@@ -136,15 +239,27 @@ class LocalBox:
         else:
             shutil.copy2(local, dest)
 
-    def get(self, remote, local):
+    def get(self, remote, local, max_bytes: int = GET_MAX_BYTES):
+        """Copy ``remote`` to ``local`` by the copy-back rules (module doc); False when absent.
+        Raises UnsafeCopy past the caps."""
         src = self._abs(remote)
+        self.skipped: list[str] = []
         if not src.exists():
             return False
+        local = Path(local)
         local.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, local, dirs_exist_ok=True)
-        else:
-            shutil.copy2(src, local)
+        budget = _CopyBudget(max_bytes, GET_MAX_FILES)
+        try:
+            if src.is_dir():
+                _copy_tree_safely(src, local, budget)
+            else:
+                budget.file(src.stat().st_size)
+                with open(src, "rb") as fin, _local_file(local.parent, [local.name]) as fout:
+                    while chunk := fin.read(1 << 20):
+                        budget.charge(len(chunk))
+                        fout.write(chunk)
+        finally:
+            self.skipped = budget.skipped
         return True
 
     def read_file(self, remote, offset=0):
@@ -178,6 +293,10 @@ class HostKeyChanged(GpuopsError):
 
 class ConnectionLost(GpuopsError):
     """The SSH connection dropped while a foreground command ran; its fate on the box is unknown."""
+
+
+class NoSftp(GpuopsError):
+    """The box's sshd refused the SFTP subsystem (an image without sftp-server); exec is used instead."""
 
 
 KEY_NAME = "id_ed25519"
@@ -317,6 +436,8 @@ class SSHBox:
         self._t = None
         self._sftp = None
         self.connects = 0  # how many times a connection was made (1 + reconnects)
+        self.sftp_missing: str | None = None  # why SFTP is not used on this box (None: it is)
+        self.skipped: list[str] = []  # what the last get() left out, and why
 
     # -- connection ---------------------------------------------------------------------------
     def _connect_once(self, timeout: float):
@@ -382,6 +503,10 @@ class SSHBox:
         self._exec_capture(f"mkdir -p {q(self.root)}/.gpuops")
         return self
 
+    def is_connected(self) -> bool:
+        """True while the SSH transport is up (no reconnect is tried)."""
+        return self._t is not None and self._t.is_active()
+
     def _transport(self):
         if self._t is None or not self._t.is_active():
             self._reconnect()
@@ -402,13 +527,63 @@ class SSHBox:
         self._t = None
 
     def sftp(self):
+        """The SFTP client. Raises NoSftp when the box's sshd has no SFTP subsystem (asked once)."""
+        if self.sftp_missing is not None:
+            raise NoSftp(self.sftp_missing)
         if self._sftp is None or self._t is None or not self._t.is_active():
             t = self._transport()
             import paramiko
 
-            self._sftp = paramiko.SFTPClient.from_transport(t)
+            try:
+                self._sftp = paramiko.SFTPClient.from_transport(t)
+            except paramiko.SSHException as e:
+                if not t.is_active():
+                    raise
+                # The connection is fine; the server refused the subsystem.
+                self.sftp_missing = f"{self.host}:{self.port} has no SFTP subsystem ({e}); copying over exec (cat, tar)"
+                raise NoSftp(self.sftp_missing) from None
             self._sftp.get_channel().settimeout(self.io_timeout_s)
         return self._sftp
+
+    def _exec_io(self, command: str, *, stdin=None, timeout: float | None = None, stdout=None) -> tuple[int, bytes, bytes]:
+        """Run ``command`` on a fresh exec channel (no shell of ours around it). ``stdin``: bytes, or
+        a callable given a writer (``write(bytes)``) that streams them; ``stdout``: a callable given
+        the channel's reader (``read(n)``) that consumes the output, else it is collected.
+        Returns (exit status, stdout bytes, stderr bytes). Raises ConnectionLost when it drops."""
+        t = self._transport()
+        chan = t.open_session(timeout=30)
+        try:
+            chan.settimeout(timeout or self.io_timeout_s)
+            chan.exec_command(command)
+            if stdin is not None:
+                if callable(stdin):
+                    stdin(_ChannelWriter(chan))
+                else:
+                    chan.sendall(stdin)
+            chan.shutdown_write()
+            out = b""
+            if stdout is not None:
+                stdout(chan.makefile("rb"))
+            else:
+                out = chan.makefile("rb").read()
+            err = chan.makefile_stderr("rb").read()
+            rc = chan.recv_exit_status()
+        except OSError as e:
+            if not t.is_active():
+                raise ConnectionLost(f"connection to {self.host}:{self.port} dropped during a copy ({e})",
+                                     "run it again; the copy is idempotent") from None
+            raise
+        finally:
+            chan.close()
+        return rc, out, err
+
+    def _exec_ok(self, command: str, what: str, **kw) -> bytes:
+        rc, out, err = self._exec_io(command, **kw)
+        if rc != 0:
+            first = (err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"])[0]
+            raise GpuopsError(f"{what} on {self.host}:{self.port} failed over exec (the box has no SFTP): {first[:200]}",
+                              "install openssh-sftp-server (or tar) in the image")
+        return out
 
     def _retrying(self, fn):
         """Run an idempotent operation; on a dropped connection reconnect once and run it again."""
@@ -455,7 +630,10 @@ class SSHBox:
             finally:
                 f.close()
 
-        self._retrying(write)
+        try:
+            self._retrying(write)
+        except NoSftp:
+            self._exec_ok(f"umask 077 && cat > {q(path)}", "writing the env file", stdin=body)
         return f". {q(path)} && rm -f {q(path)} && "
 
     # -- Box ------------------------------------------------------------------------------------
@@ -563,7 +741,42 @@ class SSHBox:
                 self._mkdirs(dest.rsplit("/", 1)[0] or "/")
                 self._put_file(sftp, local, dest)
 
-        self._retrying(copy)
+        try:
+            self._retrying(copy)
+        except NoSftp:
+            self._put_exec(local, dest)
+
+    def _put_exec(self, local: Path, dest: str) -> None:
+        """put() over exec: a file through ``cat >`` (temp name, then rename), a directory as a tar
+        stream into ``tar -x`` (no __pycache__, owner not kept)."""
+        if local.is_dir():
+            import tarfile
+
+            def strip(ti):
+                if "__pycache__" in ti.name.split("/"):
+                    return None
+                ti.uid = ti.gid = 0
+                ti.uname = ti.gname = ""
+                return ti
+
+            def send(w) -> None:
+                with tarfile.open(fileobj=w, mode="w|") as tar:
+                    for child in sorted(local.iterdir()):
+                        tar.add(str(child), arcname=child.name, filter=strip)
+
+            self._exec_ok(f"mkdir -p {q(dest)} && tar -x -o -f - -C {q(dest)}", f"copying {local}", stdin=send, timeout=3600)
+            return
+        parent = dest.rsplit("/", 1)[0] or "/"
+        tmp = dest + ".gpuops-part"
+        mode = os.stat(local).st_mode & 0o777
+
+        def send_file(w) -> None:
+            with open(local, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    w.write(chunk)
+
+        self._exec_ok(f"mkdir -p {q(parent)} && cat > {q(tmp)} && chmod {mode:o} {q(tmp)} && mv -f {q(tmp)} {q(dest)}",
+                      f"copying {local}", stdin=send_file, timeout=3600)
 
     @staticmethod
     def _put_file(sftp, src: Path, dest: str) -> None:
@@ -582,11 +795,15 @@ class SSHBox:
             except FileNotFoundError:
                 sftp.mkdir(cur)
 
-    def get(self, remote, local):
+    def get(self, remote, local, max_bytes: int = GET_MAX_BYTES):
+        """Copy ``remote`` (file or directory) into ``local`` by the copy-back rules (module doc);
+        False when it does not exist. Raises UnsafeCopy past ``max_bytes`` / ``GET_MAX_FILES``
+        (what was copied stays); ``self.skipped`` lists what was refused."""
         import stat as st
 
         src = self._abs(remote)
         local = Path(local)
+        budget = _CopyBudget(max_bytes, GET_MAX_FILES)
 
         def fetch() -> bool:
             sftp = self.sftp()
@@ -594,26 +811,102 @@ class SSHBox:
                 attr = sftp.stat(src)
             except FileNotFoundError:
                 return False
-            if st.S_ISDIR(attr.st_mode):
-                self._get_dir(sftp, src, local)
+            local.parent.mkdir(parents=True, exist_ok=True)
+            if st.S_ISDIR(attr.st_mode or 0):
+                _local_dir(local.parent, [local.name])
+                self._get_dir(sftp, src, local, [], budget, src)
             else:
-                local.parent.mkdir(parents=True, exist_ok=True)
-                sftp.get(src, str(local))
+                self._get_file(sftp, src, local.parent, [local.name], attr, budget)
             return True
 
-        return self._retrying(fetch)
+        try:
+            return self._retrying(fetch)
+        except NoSftp:
+            return self._get_exec(src, local, budget)
+        finally:
+            self.skipped = budget.skipped
 
-    def _get_dir(self, sftp, src: str, local: Path) -> None:
+    @staticmethod
+    def _get_file(sftp, path: str, root: Path, parts: list[str], attr, budget: "_CopyBudget") -> None:
+        budget.file(int(attr.st_size or 0))
+        done = [0]
+
+        def count(transferred: int, _total: int) -> None:
+            budget.charge(transferred - done[0])
+            done[0] = transferred
+
+        with _local_file(root, parts) as f:
+            sftp.getfo(path, f, callback=count)
+
+    def _get_dir(self, sftp, src: str, local: Path, parts: list[str], budget: "_CopyBudget", top: str) -> None:
+        import posixpath
         import stat as st
 
-        local.mkdir(parents=True, exist_ok=True)
+        if len(parts) > GET_MAX_DEPTH:
+            budget.skipped.append("/".join(parts) + " (too deep)")
+            return
         for a in sftp.listdir_attr(src):
-            if a.filename in (".", ".."):
+            name = a.filename
+            if name in (".", ".."):
                 continue
-            if st.S_ISDIR(a.st_mode):
-                self._get_dir(sftp, src + "/" + a.filename, local / a.filename)
-            elif st.S_ISREG(a.st_mode):
-                sftp.get(src + "/" + a.filename, str(local / a.filename))
+            rel = parts + [name]
+            if not safe_name(name):
+                budget.skipped.append(f"{name!r} (not a plain name)")
+                continue
+            path = src + "/" + name
+            mode = a.st_mode or 0
+            if st.S_ISLNK(mode):
+                try:
+                    target = posixpath.normpath(posixpath.join(src, sftp.readlink(path) or ""))
+                    tattr = sftp.stat(target)
+                except (OSError, IOError):
+                    budget.skipped.append("/".join(rel) + " (dangling symlink)")
+                    continue
+                if not target.startswith(top.rstrip("/") + "/") or not st.S_ISREG(tattr.st_mode or 0):
+                    budget.skipped.append("/".join(rel) + " (symlink leaving the results)")
+                    continue
+                self._get_file(sftp, target, local, rel, tattr, budget)
+            elif st.S_ISDIR(mode):
+                _local_dir(local, rel)
+                self._get_dir(sftp, path, local, rel, budget, top)
+            elif st.S_ISREG(mode):
+                self._get_file(sftp, path, local, rel, a, budget)
+            else:
+                budget.skipped.append("/".join(rel) + " (not a file)")
+
+    def _get_exec(self, src: str, local: Path, budget: "_CopyBudget") -> bool:
+        """get() over exec: ``tar -c`` on the box, each member checked here (plain relative names,
+        files and directories only; links skipped) and counted against the caps."""
+        import tarfile
+
+        parent, _, base = src.rstrip("/").rpartition("/")
+        rc, _, _ = self._exec_io(f"test -e {q(src)}")
+        if rc != 0:
+            return False
+        local.parent.mkdir(parents=True, exist_ok=True)
+
+        def receive(r) -> None:
+            with tarfile.open(fileobj=r, mode="r|") as tar:
+                for m in tar:
+                    parts = m.name.split("/")
+                    if m.name.startswith("/") or not parts or parts[0] != base or not all(safe_name(p) for p in parts[1:]):
+                        budget.skipped.append(f"{m.name!r} (not a plain name)")
+                        continue
+                    rel = parts[1:]
+                    if m.isdir():
+                        _local_dir(local.parent, [local.name] + rel)
+                    elif m.isreg():
+                        budget.file(m.size)
+                        f_in = tar.extractfile(m)
+                        with _local_file(local.parent, [local.name] + rel) as f_out:
+                            while chunk := f_in.read(1 << 20):
+                                budget.charge(len(chunk))
+                                f_out.write(chunk)
+                    else:
+                        budget.skipped.append("/".join(rel) + " (link or special file)")
+
+        self._exec_ok(f"tar -c -f - -C {q(parent or '/')} -- {q(base)}", f"copying {src} back", stdout=receive, timeout=3600)
+        return True
 
     def read_file(self, remote, offset=0):
         path = self._abs(remote)
@@ -629,10 +922,25 @@ class SSHBox:
             finally:
                 f.close()
 
-        return self._retrying(read)
+        try:
+            return self._retrying(read)
+        except NoSftp:
+            rc, out, _ = self._exec_io(f"test -f {q(path)} || exit 3; tail -c +{int(offset) + 1} -- {q(path)}")
+            return None if rc == 3 else out
 
     def close(self):
         self._drop()
+
+
+class _ChannelWriter:
+    """``write(bytes)`` onto a paramiko channel's stdin (tarfile's stream mode needs only this)."""
+
+    def __init__(self, chan):
+        self.chan = chan
+
+    def write(self, data: bytes) -> int:
+        self.chan.sendall(data)
+        return len(data)
 
 
 def _is_timeout(e: BaseException) -> bool:

@@ -41,14 +41,12 @@ def _box_state(row, status: dict | None) -> policy.BoxState:
 
 def session_limits(ctx: Context, row, status: dict | None) -> dict:
     """The teardown settings ``policy.decide`` applies to ``row``: this watchdog's, overlaid by the
-    agent's copy (what the box was armed with), overlaid by the row's own limits (m004: max_hours,
-    idle_minutes; 0 = idle off) -- the agent's status file cannot extend a limit the row holds."""
-    from gpuops.agentctl import teardown_dict
+    row's own limits (m004: max_hours, idle_minutes; 0 = idle off); the agent's status may say how
+    it samples and may LOWER ``max_hours`` / ``max_session_usd``, never raise them
+    (``agentctl.session_teardown``): a forged status cannot extend a limit or a bill."""
+    from gpuops.agentctl import session_teardown
 
-    limits = dict(teardown_dict(ctx.settings.teardown))
-    limits.update((status or {}).get("teardown") or {})
-    if row.max_hours is not None:
-        limits["max_hours"] = float(row.max_hours)
+    limits = session_teardown(status, ctx.settings.teardown, row)
     if row.idle_minutes is not None:
         limits["idle_minutes"] = "off" if row.idle_minutes == 0 else float(row.idle_minutes)
     return limits
@@ -87,7 +85,7 @@ def check_session(ctx: Context, row) -> list[Action]:
         actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap only"))
     settings = session_limits(ctx, row, status)
     samples = [] if stale else ((status or {}).get("samples") or [])
-    decision = policy.decide(samples, now, _box_state(row, None if stale else status), settings)
+    decision = policy.decide(samples, now, _box_state(row, status), settings)  # a job end stands even when the agent is silent
     if decision.action == policy.DESTROY:
         actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
     return actions
@@ -171,12 +169,14 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
     if once:
         guarded(tick)
         return done
-    from datetime import datetime
+    from datetime import datetime, timezone
 
     from apscheduler.schedulers.blocking import BlockingScheduler
 
-    sched = BlockingScheduler()
-    sched.add_job(guarded, "interval", args=[tick], seconds=interval, next_run_time=datetime.now(),
+    # An explicit timezone: APScheduler's default asks tzlocal, which dies on POSIX TZ strings
+    # (TZ=UTC0, TZ=CET-1CEST). Only intervals are scheduled, so UTC changes nothing else.
+    sched = BlockingScheduler(timezone=timezone.utc)
+    sched.add_job(guarded, "interval", args=[tick], seconds=interval, next_run_time=datetime.now(timezone.utc),
                   max_instances=1, coalesce=True, misfire_grace_time=None)
     try:
         sched.start()

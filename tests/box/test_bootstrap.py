@@ -254,3 +254,18 @@ def test_runner_and_job_wrapper_parse_as_python_3_8():
 
     for name in ("bootstrap.py", "jobwrap.py"):
         ast.parse((REPO / "bootstrap" / name).read_text(), feature_version=(3, 8))
+
+
+def test_system_step_keeps_the_rows_when_nvidia_smi_only_warns(world):
+    fake_nvidia_smi.set_state(world["smi_bin"], dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
+    p, lines, _ = run_bootstrap(world, {"steps": [{"name": "system", "kind": "system"}]})
+    assert p.returncode == 0, p.stderr
+    by = {x["step"]: x for x in lines if "step" in x}
+    assert by["system"]["status"] == "done"
+    d = by["system"]["detail"]
+    assert d["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3" and d["gpus"][0]["memory_total_mib"] == 81559
+    assert d["warning"] == "nvidia-smi exited 14: WARNING: infoROM is corrupted at gpu 0000:18:00.0"
+    assert d["driver"] == "550.54.15" and d["cuda"] == "12.4"
+    fake_nvidia_smi.set_state(world["smi_bin"], dict(fake_nvidia_smi.DEFAULT_STATE, mode="driver_failure"))
+    p, lines, _ = run_bootstrap(world, {"steps": [{"name": "system", "kind": "system"}]})
+    assert {x["step"]: x["status"] for x in lines if "step" in x}["system"] == "failed"  # no rows: still a failure

@@ -6,8 +6,11 @@ first on the box's PATH. ``set_state(bin_dir, state)`` changes what it reports f
 Every call is appended to ``bin_dir/nvidia-smi.calls`` (one line of argv).
 
 State: ``{"mode": "ok" | "driver_failure", "driver_version": str, "cuda_version": str,
-"gpus": [{"name", "memory_total_mib", "memory_used_mib", "utilization_gpu", ...}]}``; any value
-may be the string ``"[N/A]"``, printed as the real tool prints it.
+"gpus": [{"name", "memory_total_mib", "memory_used_mib", "utilization_gpu", ...}],
+"warning": str (optional), "exit_code": int (optional)}``; any value may be the string ``"[N/A]"``,
+printed as the real tool prints it. ``warning`` is printed on its own line before the output and
+``exit_code`` is returned after a complete output: a GPU with a corrupted infoROM prints
+``WARNING: infoROM is corrupted at gpu 0000:04:00.0`` and exits 14 with valid rows (``INFOROM``).
 
 Formats copied from the real tool (driver 550.x): ``--query-gpu=a,b --format=csv[,noheader][,nounits]``
 prints ``a, b [unit]`` headers and ``v1, v2`` rows, units ``MiB``, ``%``, ``W``; an unknown field
@@ -28,6 +31,7 @@ DRIVER_FAILURE = ("NVIDIA-SMI has failed because it couldn't communicate with th
 H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "memory_used_mib": 0, "utilization_gpu": 0,
         "utilization_memory": 0, "temperature_gpu": 31, "power_draw": 69.52, "pci_bus_id": "00000000:18:00.0",
         "uuid": "GPU-5e1c1ef4-2c4c-3b2c-9d1e-1f2a3b4c5d6e", "compute_cap": "9.0"}
+INFOROM = {"warning": "WARNING: infoROM is corrupted at gpu 0000:18:00.0", "exit_code": 14}
 DEFAULT_STATE = {"mode": "ok", "driver_version": "550.54.15", "cuda_version": "12.4", "gpus": [H100]}
 
 # field -> (state key, unit)
@@ -148,11 +152,15 @@ def main(argv):
             fields = [x.strip() for x in a.split("=", 1)[1].split(",") if x.strip()]
         elif a.startswith("--format="):
             fmt = a.split("=", 1)[1]
+    if state.get("warning"):
+        sys.stdout.write(state["warning"] + "\n")
     if fields is not None:
-        return _query(state, fields, fmt)
-    if "-q" in argv[1:] or "--query" in argv[1:]:
-        return _report(state)
-    return _banner(state)
+        rc = _query(state, fields, fmt)
+    elif "-q" in argv[1:] or "--query" in argv[1:]:
+        rc = _report(state)
+    else:
+        rc = _banner(state)
+    return rc or int(state.get("exit_code", 0))
 
 
 if __name__ == "__main__":

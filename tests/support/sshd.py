@@ -1,8 +1,8 @@
 """A real OpenSSH server on 127.0.0.1 for tests, and a TCP proxy that can cut connections.
 
 ``SshServer(base_dir)`` writes its own host key (ed25519, generated with ``ssh-keygen``), its own
-``sshd_config`` (free port, ``authorized_keys`` in ``base_dir``, ``internal-sftp``, no PAM, no
-passwords) and runs ``/usr/sbin/sshd -D -e`` as the current user. Sessions get ``PATH`` (the
+``sshd_config`` (free port, ``authorized_keys`` in ``base_dir``, ``internal-sftp`` unless
+``sftp=False``, no PAM, no passwords) and runs ``/usr/sbin/sshd -D -e`` as the current user. Sessions get ``PATH`` (the
 test's ``bin`` directories first: a stand-in ``nvidia-smi``, then the directory of the running
 Python, so ``python3`` on the box is this interpreter) and ``HOME`` through ``SetEnv``, so nothing
 a test runs on the "box" writes into the real home directory.
@@ -51,7 +51,7 @@ def keygen(path: Path, comment: str = "gpuops-test") -> str:
 class SshServer:
     """One sshd for one test. ``port`` is fixed at construction (the server may start later)."""
 
-    def __init__(self, base: Path, extra_path: list[Path] | None = None, home: Path | None = None):
+    def __init__(self, base: Path, extra_path: list[Path] | None = None, home: Path | None = None, sftp: bool = True):
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.host = "127.0.0.1"
@@ -64,6 +64,7 @@ class SshServer:
         self.authorized_keys.touch()
         self.log = self.base / "sshd.log"
         self.extra_path = [Path(p) for p in (extra_path or [])]
+        self.sftp = sftp  # False: no SFTP subsystem (images that ship sshd without sftp-server)
         self.proc: subprocess.Popen | None = None
         keygen(self.host_key, "gpuops-test-host")
 
@@ -99,7 +100,7 @@ class SshServer:
             "MaxStartups 100:30:200",
             "MaxSessions 100",
             "LogLevel VERBOSE",
-            "Subsystem sftp internal-sftp",
+            *(["Subsystem sftp internal-sftp"] if self.sftp else []),
             f"SetEnv PATH={':'.join(path_dirs)} HOME={self.home} LANG=C.UTF-8",
             "",
         ]))

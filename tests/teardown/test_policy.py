@@ -168,7 +168,7 @@ def test_box_side_files_are_python_3_8_and_stdlib_only():
         # optional, imported inside a try and used only when the image has them: pynvml (agent),
         # torch and huggingface_hub (bootstrap's verify and weights steps)
         optional = {"pynvml", "torch", "huggingface_hub"}
-        assert top - set(sys.stdlib_module_names) - {"__future__", "policy", "localbox"} - optional == set(), name
+        assert top - set(sys.stdlib_module_names) - {"__future__", "policy", "localbox", "vocabulary"} - optional == set(), name
 
 
 def test_nvml_reading_when_pynvml_is_there(monkeypatch):
