@@ -171,6 +171,16 @@ def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | Non
         return None
 
 
+def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
+    """Book on the row that the box was alive NOW, by the laptop's clock, when its agent's status
+    was just read with a fresh heartbeat. The box's own heartbeat value is never booked: a box
+    clock hours ahead or behind would bill 0 h or 6 h for a 1 h rental once its end goes unseen."""
+    from gpuops.agentctl import heartbeat_stale
+
+    if not heartbeat_stale(status, now):
+        ctx.ledger.heartbeat(row.id, now)
+
+
 def box_tokens(ctx: Context, provider: Provider, inst: Instance | None) -> int | None:
     """Tokens the job wrote to the box's metrics file (``$GPUOPS_METRICS``), read before a destroy
     or from a gone box whose files remain (the local provider keeps them); None when unreadable."""
@@ -322,7 +332,7 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
             actions.append(close_gone(ctx, row, p, inst, status))
             continue
         if status and status.get("heartbeat"):
-            ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+            record_proof_of_life(ctx, row, status, now)
         elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
             actions.append(destroy_and_close(
                 ctx, row, p, EndReason.INTERRUPTED,

@@ -24,7 +24,7 @@ from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile
+from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile, record_proof_of_life
 
 log = logging.getLogger("gpuops.watchdog")
 
@@ -104,7 +104,7 @@ def check_session(ctx: Context, row) -> list[Action]:
     actions: list[Action] = []
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
-        ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+        record_proof_of_life(ctx, row, status, now)
         job = status.get("job") or {}
         if job.get("ended_at") is not None and not any(e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)):
             # Booked now: if the box then destroys itself unseen, its row still closes as job_end.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from gpuops.reconcile import Context, reconcile
 from gpuops.watchdog import tick
 from tests.teardown.conftest import wait_for
@@ -78,3 +80,29 @@ def test_silent_agent_the_watchdog_reads_the_jobs_exit_marker(rig, fake_smi):
     assert "destroyed" in _kinds(tick(ctx), r.sid)
     row = r.ledger.get(r.sid)
     assert (row.end_reason, row.exit_code) == ("job_end", 0) and r.gone()
+
+
+def test_box_clock_skew_cannot_bend_an_unseen_end(rig, fake_smi):
+    """A box clock 5 h ahead (or behind) writes heartbeats the laptop cannot trust: the row books
+    the laptop's time of each fresh read, so an end nobody saw bills minutes, not 0 h or 6 h."""
+    import json
+    import shutil
+
+    for skew in (5 * 3600, -5 * 3600):
+        r = rig({"sample_seconds": 5})
+        r.intent()
+        r.create()
+        status = {"heartbeat": time.time() + skew, "sample_seconds": 5, "samples": [], "job": {}, "destroy": None,
+                  "teardown": {"max_hours": 4, "idle_minutes": "off"}}
+        (Path(r.box.root) / ".gpuops").mkdir(exist_ok=True)
+        (Path(r.box.root) / ".gpuops" / "agent-status.json").write_text(json.dumps(status))
+        seen_at = time.time()
+        tick(Context(r.settings, ledger=r.ledger))
+        r.provider.destroy(r.inst.id)
+        shutil.rmtree(r.box.root)  # gone, and the provider keeps no end time
+        tick(Context(r.settings, ledger=r.ledger))
+        row = r.ledger.get(r.sid)
+        assert row.status == "closed" and row.end_source in ("heartbeat", "ledger_event")
+        assert r.inst.created_at <= row.ended_at <= time.time() and row.billed_seconds < 60, (skew, row)
+        if skew > 0:  # fresh by the box's clock: booked at the laptop's read, not 5 h ahead
+            assert row.ended_at == pytest.approx(seen_at, abs=5)
