@@ -219,7 +219,7 @@ class Provider:
     call_deadline_s: float = 60.0
     max_reply_bytes: int = 16 * 2**20
 
-    GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label")
+    GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label", "billing")
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
