@@ -64,3 +64,33 @@ def test_guard_leaves_other_threads_and_code_alone(emulator_env):
         with pytest.raises(ProviderError):
             requests.get(emu.url + "/api/v0/users/current/", timeout=5)
     assert requests.get(emu.url + "/api/v0/users/current/", timeout=5).status_code in (200, 401)
+
+
+def test_trickling_api_cannot_hold_up_past_its_ready_timeout(gpuops_home, emulator_env, monkeypatch):
+    """The 10 s ready timeout holds even when every poll trickles: `up` destroys and books
+    ssh_never_ready at the deadline instead of 90 s later while the pod bills."""
+    import gpuops.launcher as launcher
+    from gpuops.config import load_settings
+    from gpuops.launcher import Reporter, UpRequest, run_up
+
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    emu = emulator_env["runpod"]
+    emu.market.faults.boot_s = 60  # provisioning: `up` has to poll
+    prov = _provider("runpod", emu)
+    times: dict = {}
+
+    class R(Reporter):
+        def stage(self, n, d=""):
+            times[n] = time.monotonic()
+            if n == "ready":
+                emu.market.faults.trickle_s = 0.05  # from now on every reply trickles
+            if n == "teardown":
+                emu.market.faults.trickle_s = 0.0
+
+    s = load_settings(None, {"up": {"ready_timeout_seconds": 2.0}})
+    job = gpuops_home.parent / "job.sh"
+    job.write_text("true\n")
+    summ = run_up(UpRequest(job=job, provider="runpod", card="rtx-4090", spot=False), s, R(), provider=prov)
+    assert summ["end_reason"] == "ssh_never_ready"
+    assert times["teardown"] - times["ready"] < 2.0 + 1.5
+    assert emu.live() == []
