@@ -270,6 +270,8 @@ def down(
             print(f"{r['session']}: {'destroyed ' + r['instance_id'] if r['destroyed'] else 'already closed'} ({r['end_reason']})")
         if not out:
             print("no open sessions")
+    if any(r.get("error") for r in out):
+        raise typer.Exit(1)  # a box may still be billing: say so in the exit status too
 
 
 @app.command("logs")
