@@ -200,7 +200,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
 
 # -- the run --------------------------------------------------------------------------------------
 @contextmanager
-def _signals_raise() -> Iterator[None]:
+def _signals_raise() -> Iterator[list]:
     """SIGINT (KeyboardInterrupt), SIGTERM and SIGHUP (Interrupted) stop the run -- once. A second
     signal while the first is being handled is ignored: it must not cut the booking or teardown."""
     fired = []
@@ -215,7 +215,7 @@ def _signals_raise() -> Iterator[None]:
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        yield
+        yield fired  # append to it to ignore every later signal (teardown has begun)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -373,8 +373,10 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     ]
     stop_on_outcome = {"bootstrap"}
     failure: BaseException | None = None
-    try:
-        with _signals_raise():
+    # Teardown runs inside the signal block, shielded: there is no instant between the run and the
+    # teardown in which a SIGTERM gets its default action (kill, no destroy).
+    with _signals_raise() as signalled:
+        try:
             try:
                 fault_point("intent")
                 for name, run_stage in stages:
@@ -390,10 +392,11 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
                 failure = e
                 s.end_reason = failure_reason(s.stage, e, s.end_reason)
                 _book_failure(s, ledger, reporter, e)
-    finally:
-        with _shielded():
-            _teardown(s, provider, ledger, reporter)
-    summ = summary(s, ledger)
+        finally:
+            signalled.append(0)  # from here on a signal changes nothing: the rental is being ended
+            with _shielded():
+                _teardown(s, provider, ledger, reporter)
+        summ = summary(s, ledger)
     if failure is not None and not isinstance(failure, Exception):
         summ["interrupted"] = True
     elif isinstance(failure, GpuopsError):
