@@ -74,6 +74,7 @@ def _reconcile_until_done(sid: str, timeout: float = 30.0):
         time.sleep(0.3)
 
 
+@pytest.mark.slow  # 60 real `up` runs, ~2.5 min on 2 cores
 @pytest.mark.parametrize("fault", FAULTS)
 @pytest.mark.parametrize("stage", STAGES)
 def test_fault_matrix_local(matrix_env, gpuops_home, fake_smi, tmp_path, stage, fault):
