@@ -264,9 +264,15 @@ def down(
         ui.print_json(out)
     else:
         for r in out:
+            if r.get("error"):
+                print(f"{r['session']}: destroy of {r['instance_id']} failed: {r['error']}; the row stays open, "
+                      "run `gpuops down` again or `gpuops reconcile`")
+                continue
             print(f"{r['session']}: {'destroyed ' + r['instance_id'] if r['destroyed'] else 'already closed'} ({r['end_reason']})")
         if not out:
             print("no open sessions")
+    if any(r.get("error") for r in out):
+        raise typer.Exit(1)  # a box may still be billing: say so in the exit status too
 
 
 @app.command("logs")

@@ -109,6 +109,23 @@ class Reporter:
     def warn(self, text: str) -> None: ...
 
 
+def fault_point(stage: str) -> None:
+    """A named point of `up` where the fault-matrix tests (tests/lifecycle/test_fault_matrix.py)
+    hold the run: with ``GPUOPS_TEST_PAUSE_AT=<stage>`` and ``GPUOPS_TEST_PAUSE_FILE=<path>``, on
+    reaching ``stage`` it creates ``<path>.reached`` and waits while ``<path>`` exists (at most
+    600 s), so a test can send a signal, close the output or SIGKILL exactly there. Unset (always,
+    outside tests): returns at once."""
+    import os
+
+    if os.environ.get("GPUOPS_TEST_PAUSE_AT") != stage or not os.environ.get("GPUOPS_TEST_PAUSE_FILE"):
+        return
+    path = Path(os.environ["GPUOPS_TEST_PAUSE_FILE"])
+    Path(str(path) + ".reached").write_text(str(os.getpid()))
+    deadline = time.monotonic() + 600
+    while path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def new_session_id(now: float | None = None) -> str:
     """``YYYYMMDD-HHMMSS-xxxx`` (UTC, 4 random hex): sortable, short, safe in labels and paths."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
@@ -183,7 +200,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
 
 # -- the run --------------------------------------------------------------------------------------
 @contextmanager
-def _signals_raise() -> Iterator[None]:
+def _signals_raise() -> Iterator[list]:
     """SIGINT (KeyboardInterrupt), SIGTERM and SIGHUP (Interrupted) stop the run -- once. A second
     signal while the first is being handled is ignored: it must not cut the booking or teardown."""
     fired = []
@@ -198,7 +215,7 @@ def _signals_raise() -> Iterator[None]:
 
     old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        yield
+        yield fired  # append to it to ignore every later signal (teardown has begun)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
@@ -303,12 +320,14 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     from gpuops.providers import get_provider
 
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
+    fault_point("validate")
     validate(req)
     from gpuops.bootstrap_config import build_plan
 
     build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     reporter.stage("plan")
+    fault_point("plan")
     try:
         p = plan(req, provider, settings)
     except ProviderError as e:
@@ -354,11 +373,16 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     ]
     stop_on_outcome = {"bootstrap"}
     failure: BaseException | None = None
-    try:
-        with _signals_raise():
+    # Teardown runs inside the signal block, shielded: there is no instant between the run and the
+    # teardown in which a SIGTERM gets its default action (kill, no destroy).
+    with _signals_raise() as signalled:
+        try:
             try:
+                fault_point("intent")
                 for name, run_stage in stages:
                     s.stage = name
+                    if name != "create":
+                        fault_point(name)  # create's point is inside _create: the instance exists, the row does not know
                     outcome = run_stage()
                     if outcome is not None:
                         s.end_reason = outcome
@@ -368,10 +392,11 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
                 failure = e
                 s.end_reason = failure_reason(s.stage, e, s.end_reason)
                 _book_failure(s, ledger, reporter, e)
-    finally:
-        with _shielded():
-            _teardown(s, provider, ledger, reporter)
-    summ = summary(s, ledger)
+        finally:
+            signalled.append(0)  # from here on a signal changes nothing: the rental is being ended
+            with _shielded():
+                _teardown(s, provider, ledger, reporter)
+        summ = summary(s, ledger)
     if failure is not None and not isinstance(failure, Exception):
         summ["interrupted"] = True
     elif isinstance(failure, GpuopsError):
@@ -433,6 +458,7 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     if p.volume is not None:  # also when create was recovered by label: the volume is mounted there
         inst.extra.setdefault("volume_path", p.volume.mount_path)
         ledger.event(s.id, EventKind.VOLUME, {"volume": p.volume.as_json()})
+    fault_point("create")
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
         spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,
@@ -670,12 +696,18 @@ def _adopt_by_label(s: Session, provider: Provider, ledger) -> None:
             time.sleep(1.0 + attempt)
     if found is None:
         return
-    s.instance = found
+    _book_instance(s, ledger, found, "label")
+
+
+def _book_instance(s: Session, ledger, inst: Instance, found_by: str) -> None:
+    """Put an instance the row does not know on the row (id, billing start, price) so the close
+    bills it; never raises (the destroy must still happen)."""
+    s.instance = inst
     try:
-        ledger.update(s.id, instance_id=found.id, instance_created_at=found.created_at or time.time(),
-                      usd_per_hour=found.usd_per_hour if found.usd_per_hour is not None else (s.offer.usd_per_hour if s.offer else None))
-        ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"instance": found.id, "found_by": "label"})
-    except Exception:  # noqa: BLE001  the destroy below must still happen
+        ledger.update(s.id, instance_id=inst.id, instance_created_at=inst.created_at or time.time(),
+                      usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.usd_per_hour if s.offer else None))
+        ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"instance": inst.id, "found_by": found_by})
+    except Exception:  # noqa: BLE001
         pass
 
 
@@ -695,8 +727,11 @@ def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> Non
         row = None
     reason = requested or _agent_reason(s) or s.end_reason or EndReason.ERROR
     s.end_reason = reason
+    fault_point("teardown")
     if s.instance is None and s.stage == "create":
         _adopt_by_label(s, provider, ledger)
+    elif s.instance is not None and row is not None and row.instance_id is None:
+        _book_instance(s, ledger, s.instance, "create_returned")  # create returned, the row update did not happen
     if s.job_started and not s.tokens_booked and s.box is not None:
         got = _read_tokens(s)
         if got is not None:

@@ -208,6 +208,8 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
         t, source = end_time(provider, iid, inst, already_gone, row, last_event, now, last_seen_at)
     if iid:
         ledger.event(session_id, EventKind.DESTROYED, {"instance": iid, "by": by, "already_gone": already_gone, "end_source": source})
+    if exit_code is None:
+        exit_code = seen_exit_code(ledger, session_id)  # the job's exit as `up` or a watchdog saw it
     fields = {} if tokens is None else {"tokens": int(tokens)}
     closed = ledger.close(session_id, t, booked, exit_code=exit_code, end_source=source, **fields)
     if closed is None:  # spooled: replayed by the next ledger write

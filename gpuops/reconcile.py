@@ -171,6 +171,44 @@ def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | Non
         return None
 
 
+def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
+    """Book on the row that the box was alive NOW, by the laptop's clock, when its agent's status
+    was just read with a fresh heartbeat. The box's own heartbeat value is never booked: a box
+    clock hours ahead or behind would bill 0 h or 6 h for a 1 h rental once its end goes unseen."""
+    from gpuops.agentctl import heartbeat_stale
+
+    if not heartbeat_stale(status, now):
+        ctx.ledger.heartbeat(row.id, now)
+
+
+def box_tokens(ctx: Context, provider: Provider, inst: Instance | None) -> int | None:
+    """Tokens the job wrote to the box's metrics file (``$GPUOPS_METRICS``), read before a destroy
+    or from a gone box whose files remain (the local provider keeps them); None when unreadable."""
+    if inst is None:
+        return None
+    from gpuops.launcher import META, tokens_from_metrics
+
+    try:
+        box = ctx.box(provider, inst)
+        if box is None:
+            return None
+        try:
+            raw = box.read_file(f"{META}/metrics.jsonl")
+        finally:
+            box.close()
+    except Exception:  # noqa: BLE001  an unreachable box has no tokens to give
+        return None
+    return tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else None
+
+
+def _tokens_to_book(ctx: Context, row, provider: Provider, inst: Instance | None) -> int | None:
+    """The box's token count when the row has none booked yet (never lowers a booked count)."""
+    if row.tokens:
+        return None
+    got = box_tokens(ctx, provider, inst)
+    return got if got else None
+
+
 def _ended_action(row, ended: Ended, what: str) -> Action:
     if not ended.closed:
         return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
@@ -206,7 +244,8 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
     ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, instance=inst or Instance(id=row.instance_id, label=row.label, status=InstanceStatus.GONE),
-                       detail="instance gone", exit_code=exit_code, last_seen_at=max(proofs) if proofs else None, clock=ctx.clock)
+                       detail="instance gone", exit_code=exit_code, last_seen_at=max(proofs) if proofs else None, clock=ctx.clock,
+                       tokens=_tokens_to_book(ctx, row, provider, inst))
     return _ended_action(row, ended, "instance gone")
 
 
@@ -215,8 +254,15 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
     """Destroy the row's instance and close the row (``lifecycle.end_rental``): at the confirmed
     destroy, or at ``ended_at`` when the box stopped billing earlier (a preempted spot instance:
     its last heartbeat, ``end_source``)."""
+    inst = None
+    if row.instance_id:
+        try:
+            inst = provider.get(row.instance_id)
+        except ProviderError:
+            inst = None
     ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, detail=detail, ended_at=ended_at,
-                       end_source=end_source or ("heartbeat" if ended_at is not None else None), clock=ctx.clock)
+                       end_source=end_source or ("heartbeat" if ended_at is not None else None), clock=ctx.clock,
+                       instance=inst, tokens=_tokens_to_book(ctx, row, provider, inst))
     return _ended_action(row, ended, detail)
 
 
@@ -286,7 +332,7 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
             actions.append(close_gone(ctx, row, p, inst, status))
             continue
         if status and status.get("heartbeat"):
-            ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+            record_proof_of_life(ctx, row, status, now)
         elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
             actions.append(destroy_and_close(
                 ctx, row, p, EndReason.INTERRUPTED,

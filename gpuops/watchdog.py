@@ -24,7 +24,7 @@ from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile
+from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile, record_proof_of_life
 
 log = logging.getLogger("gpuops.watchdog")
 
@@ -52,6 +52,33 @@ def session_limits(ctx: Context, row, status: dict | None) -> dict:
     return limits
 
 
+def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None] | None:
+    """With the agent silent (stopped, dead): the job's exit marker read from the box itself. Booked
+    once as ``job_exited`` at the time THIS watchdog first saw it (the laptop's clock: a box clock
+    ahead or behind cannot shorten the grace); returns (first seen, exit code) or None."""
+    from gpuops.lifecycle import seen_exit_code
+
+    for e in ctx.ledger.events(row.id):
+        if e.kind == EventKind.JOB_EXITED:
+            return e.at, seen_exit_code(ctx.ledger, row.id)
+    from gpuops import jobio
+
+    try:
+        box = ctx.box(provider, inst)
+        if box is None:
+            return None
+        try:
+            ended = jobio.job_exit(box)
+        finally:
+            box.close()
+    except Exception:  # noqa: BLE001  unreadable box: the TTL still applies
+        return None
+    if ended is None:
+        return None
+    ctx.event(row.id, EventKind.JOB_EXITED, {"exit_code": ended.code, "seen_by": ctx.owner, "from": "exit_marker"})
+    return ctx.clock(), ended.code
+
+
 def check_session(ctx: Context, row) -> list[Action]:
     """Layers 1-2 and the per-box money rules for one open session (caller holds its lease)."""
     from gpuops.agentctl import heartbeat_stale
@@ -75,17 +102,21 @@ def check_session(ctx: Context, row) -> list[Action]:
     actions: list[Action] = []
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
-        ctx.ledger.heartbeat(row.id, float(status["heartbeat"]))
+        record_proof_of_life(ctx, row, status, now)
         job = status.get("job") or {}
         if job.get("ended_at") is not None and not any(e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)):
             # Booked now: if the box then destroys itself unseen, its row still closes as job_end.
             ctx.event(row.id, EventKind.JOB_EXITED, {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner})
+    state = _box_state(row, None if stale else status)
     if stale:
         age = f"{now - float(status['heartbeat']):.0f} s old" if status and status.get("heartbeat") else "none yet"
-        actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap only"))
+        actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap and the job's exit marker"))
+        seen = _job_exit_seen(ctx, row, p, inst)
+        if seen is not None:
+            state.job_ended_at, state.job_exit_code = seen
     settings = session_limits(ctx, row, status)
     samples = [] if stale else ((status or {}).get("samples") or [])
-    decision = policy.decide(samples, now, _box_state(row, status), settings)  # a job end stands even when the agent is silent
+    decision = policy.decide(samples, now, state, settings)
     if decision.action == policy.DESTROY:
         actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
     return actions

@@ -193,6 +193,11 @@ class Provider:
       ProviderError only when the instance may still exist.
     * ``balance() -> Balance`` -- account credit (``usd`` None when the provider has no balance).
 
+    Every method above runs under one total deadline (``call_deadline_s``) with a reply size cap
+    (``max_reply_bytes``): a subclass's methods are wrapped when the class is defined
+    (``__init_subclass__``), so no provider can forget it; past the deadline they raise
+    ProviderError(TIMEOUT), over the cap ProviderError(SERVER).
+
     Optional capabilities (typed defaults; override when the provider can do better):
 
     * ``supports_spot`` -- whether interruptible offers exist at all (False: `up` asks on-demand).
@@ -209,6 +214,34 @@ class Provider:
 
     name: str = ""
     supports_spot: bool = True
+    # Every contract method is one provider call with a total deadline (seconds, retries included)
+    # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).
+    call_deadline_s: float = 60.0
+    max_reply_bytes: int = 16 * 2**20
+
+    GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label", "billing")
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        import functools
+
+        for meth in cls.GUARDED:
+            fn = cls.__dict__.get(meth)
+            if fn is None or getattr(fn, "_guarded", False):
+                continue
+
+            def make(fn=fn, meth=meth):
+                @functools.wraps(fn)
+                def guarded(self, *args, **kwargs):
+                    from gpuops.providers.http_guard import guard
+
+                    with guard(f"{self.name}: {meth}", self.call_deadline_s, self.max_reply_bytes):
+                        return fn(self, *args, **kwargs)
+
+                guarded._guarded = True  # type: ignore[attr-defined]
+                return guarded
+
+            setattr(cls, meth, make())
 
     def offers(self, query: OfferQuery) -> list[Offer]:
         raise NotImplementedError

@@ -25,6 +25,10 @@ class RetryPolicy:
     wait_s: float = 1.0
     max_wait_s: float = 8.0
     budget_s: float = 60.0
+    # One provider call (its retries included) ends within this many seconds, and reads at most
+    # this many bytes per HTTP reply (gpuops/providers/http_guard.py has the sources of both).
+    call_deadline_s: float = 60.0
+    max_reply_bytes: int = 16 * 2**20
 
 
 # A server's Retry-After is honoured up to this many seconds (the vastai SDK's own cap, 60 s).

@@ -103,6 +103,7 @@ class RunPodProvider(Provider):
         self.credential = credential
         self.url = url
         self.retry = retry or RetryPolicy()
+        self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
         self.cloud_types = cloud_types
 
     # -- the SDK session: key and URL are process-global in the SDK -------------------------

@@ -77,6 +77,7 @@ class VastProvider(Provider):
         self.credential = credential
         self.url = url
         self.retry = retry or RetryPolicy()
+        self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
         self.timeout_s = timeout_s
         self.search_limit = search_limit
         self.storage_gb = storage_gb

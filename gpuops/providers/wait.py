@@ -35,11 +35,18 @@ def wait_for_ssh(
     deadline = clock() + timeout_s
     last: Instance | None = None
     last_error: ProviderError | None = None
+    from gpuops.providers.http_guard import guard
+
     while True:
         try:
-            inst = provider.get(instance_id)
+            # The poll itself ends by the wait's deadline (a trickling API cannot hold `up` past it).
+            with guard(f"{provider.name}: read instance {instance_id}", max(0.001, deadline - clock())):
+                inst = provider.get(instance_id)
             last_error = None
         except ProviderError as e:
+            if e.kind == ProviderErrorKind.TIMEOUT and clock() >= deadline:
+                raise ProviderError(ProviderErrorKind.TIMEOUT, _timeout_message(provider.name, instance_id, timeout_s, last, e),
+                                    f"raise [up] ready_timeout_seconds (now {timeout_s:g} s) or try another offer", instance_id=instance_id) from None
             if not e.retryable:
                 raise
             inst, last_error = last, e

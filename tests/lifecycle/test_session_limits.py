@@ -5,6 +5,9 @@ acting process's settings. `up` writes them with the intent."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
+
+import pytest
 
 from gpuops.reconcile import Context, reconcile
 from gpuops.watchdog import tick
@@ -54,3 +57,52 @@ def test_up_stores_its_limits_on_the_row(gpuops_home, fake_smi, tmp_path):
     summ = run_up(UpRequest(job=job, max_hours=2.0), settings, Reporter())
     row = Ledger(settings.ledger_url()).get(summ["session"])
     assert (row.max_hours, row.ready_timeout_seconds, row.idle_minutes) == (2.0, 321.0, 7.5)
+
+
+def test_silent_agent_the_watchdog_reads_the_jobs_exit_marker(rig, fake_smi):
+    """No agent heartbeat (stopped or dead) and the laptop gone: the job's exit marker on the box
+    still ends the rental (job_end after the grace, counted from when the watchdog saw it)."""
+    from gpuops.launcher import BOOTSTRAP_DIR
+
+    fake_smi.util(90)
+    r = rig({"job_end_grace_seconds": 0.5, "sample_seconds": 0.3, "max_hours": 4.0})
+    r.intent()
+    r.create()  # no agent: its heartbeat is "none yet", i.e. stale
+    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # the job wrapper
+    r.job("true")
+    wait_for(lambda: (Path(r.box.root) / ".gpuops" / "run" / "exit_marker").exists(), 10)
+    ctx = Context(r.settings, ledger=r.ledger)
+    first = tick(ctx)
+    assert "stale_heartbeat" in _kinds(first, r.sid) and "destroyed" not in _kinds(first, r.sid)
+    seen = [e for e in r.ledger.events(r.sid) if e.kind == "job_exited"]
+    assert len(seen) == 1 and '"from": "exit_marker"' in seen[0].detail
+    wait_for(lambda: time.time() > seen[0].at + 0.6, 5)
+    assert "destroyed" in _kinds(tick(ctx), r.sid)
+    row = r.ledger.get(r.sid)
+    assert (row.end_reason, row.exit_code) == ("job_end", 0) and r.gone()
+
+
+def test_box_clock_skew_cannot_bend_an_unseen_end(rig, fake_smi):
+    """A box clock 5 h ahead (or behind) writes heartbeats the laptop cannot trust: the row books
+    the laptop's time of each fresh read, so an end nobody saw bills minutes, not 0 h or 6 h."""
+    import json
+    import shutil
+
+    for skew in (5 * 3600, -5 * 3600):
+        r = rig({"sample_seconds": 5})
+        r.intent()
+        r.create()
+        status = {"heartbeat": time.time() + skew, "sample_seconds": 5, "samples": [], "job": {}, "destroy": None,
+                  "teardown": {"max_hours": 4, "idle_minutes": "off"}}
+        (Path(r.box.root) / ".gpuops").mkdir(exist_ok=True)
+        (Path(r.box.root) / ".gpuops" / "agent-status.json").write_text(json.dumps(status))
+        seen_at = time.time()
+        tick(Context(r.settings, ledger=r.ledger))
+        r.provider.destroy(r.inst.id)
+        shutil.rmtree(r.box.root)  # gone, and the provider keeps no end time
+        tick(Context(r.settings, ledger=r.ledger))
+        row = r.ledger.get(r.sid)
+        assert row.status == "closed" and row.end_source in ("heartbeat", "ledger_event")
+        assert r.inst.created_at <= row.ended_at <= time.time() and row.billed_seconds < 60, (skew, row)
+        if skew > 0:  # fresh by the box's clock: booked at the laptop's read, not 5 h ahead
+            assert row.ended_at == pytest.approx(seen_at, abs=5)
