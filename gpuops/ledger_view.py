@@ -118,18 +118,13 @@ def _fold(rows: list[dict], keep: int) -> list[dict]:
     return rows[:keep] + [other]
 
 
-def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = False):
-    from rich.table import Table
+# The order in which the group tables leave columns out when the terminal is too narrow (the
+# group's name and its cost stay): the job-only $/Mtok first, the GPU-hours last.
+GROUP_DROP_ORDER = ("latest conclusion", "$/Mtok job", "sim USD", "tokens", "$/Mtok all-in", "sessions", "GPU-h")
 
-    t = Table(title=title, title_justify="left")
-    cols = [first, "cost USD", "sim USD", "GPU-h", "sessions", "tokens", "$/Mtok all-in", "$/Mtok job"]
-    if conclusion:
-        cols.append("latest conclusion")
-    for col in cols:
-        if col == first:  # the group's name is what the user reads the row by: never cut it
-            t.add_column(col, justify="left", overflow="fold")
-        else:
-            t.add_column(col, justify="left" if col == "latest conclusion" else "right")
+
+def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
+    out = []
     for r in rows:
         sim = r["usd_per_mtoken"] is None and r["simulated_usd_per_mtoken"] is not None
         allin = r["simulated_usd_per_mtoken"] if sim else r["usd_per_mtoken"]
@@ -140,8 +135,21 @@ def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = Fa
                  usd(allin) + (mark if allin is not None else ""), usd(job) + (mark if job is not None else "")]
         if conclusion:
             cells.append(r.get("latest_conclusion") or "")
-        t.add_row(*cells)
-    return t
+        out.append(cells)
+    return out
+
+
+def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: bool = False) -> None:
+    """One group table (by experiment / card / provider, or experiments) through the one table
+    rule (``gpuops.tables``): amounts never cut, names wrap, columns left out by
+    ``GROUP_DROP_ORDER`` with a line naming them."""
+    from gpuops.tables import NAME, TEXT, Col, print_table, ranked
+
+    cols = [Col(first, NAME), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens"),
+            Col("$/Mtok all-in"), Col("$/Mtok job")]
+    if conclusion:
+        cols.append(Col("latest conclusion", TEXT))
+    print_table(c, title, ranked(cols, GROUP_DROP_ORDER), _group_rows(rows, conclusion))
 
 
 def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None:
@@ -169,16 +177,14 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         c.print("no sessions this month")
     for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
         if rep[key]:
-            c.print(_group_table(f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS)))
+            _print_group_table(c, f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS))
     if "days" in rep and days_table:
-        from rich.table import Table
+        from gpuops.tables import ID, Col, print_table, ranked
 
-        t = Table(title="by day", title_justify="left")
-        for col in ("date", "cost USD", "sim USD", "GPU-h", "sessions", "tokens"):
-            t.add_column(col, justify="left" if col == "date" else "right")
-        for d in rep["days"]:
-            t.add_row(d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:.3f}", str(d["sessions"]), f"{d['tokens']:,}")
-        c.print(t)
+        cols = [Col("date", ID), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens")]
+        print_table(c, "by day", ranked(cols, GROUP_DROP_ORDER), [
+            [d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:.3f}", str(d["sessions"]), f"{d['tokens']:,}"]
+            for d in rep["days"]])
     if plot:
         for line in bar_lines(rep.get("days", [])):
             c.print(line, markup=True)
@@ -216,38 +222,31 @@ def render_experiments(rep: dict) -> None:
     if not rep["experiments"]:
         c.print(f"no sessions from {window}")
         return
-    c.print(_group_table(f"experiments, {window}", "experiment", rep["experiments"], conclusion=True))
+    _print_group_table(c, f"experiments, {window}", "experiment", rep["experiments"], conclusion=True)
 
 
 def render_show(d: dict) -> None:
-    from rich.table import Table
+    """Every field of one session (a two-column table: names never cut, values wrap), its
+    bootstrap steps and its events."""
+    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     c = _console()
-    t = Table(title=f"session {d['id']}", show_header=False, title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
     times = d.get("times", {})
+    fields = []
     for k in SESSION_FIELDS:
         v = times.get(k) or d.get(k)
         if k.endswith("_seconds") and isinstance(v, float):
             v = f"{v:.3f}"  # a measured duration: milliseconds are enough
-        t.add_row(k, "-" if v is None or v == "" else str(v))
+        fields.append([k, "-" if v is None or v == "" else str(v)])
     for k in ("bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"):
-        t.add_row(k, "-" if d.get(k) is None else str(d[k]))
-    c.print(t)
+        fields.append([k, "-" if d.get(k) is None else str(d[k])])
+    # Values are ids, times and amounts: a value column as wide as the longest value that fits,
+    # folding (never cutting) the rare longer one (a log path, an error).
+    print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields)
     if d["steps"]:
-        st = Table(title="bootstrap steps", title_justify="left")
-        for col in ("step", "status", "seconds", "detail"):
-            st.add_column(col, justify="right" if col == "seconds" else "left")
-        for s in d["steps"]:
-            st.add_row(s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"])
-        c.print(st)
-    ev = Table(title="events", title_justify="left")
-    for col in ("time", "kind", "detail"):
-        ev.add_column(col)
-    for e in d["events"]:
-        ev.add_row(e["time"], e["kind"], e["detail"])
-    c.print(ev)
+        print_table(c, "bootstrap steps", [Col("step", NAME), Col("status", ID), Col("seconds", NUM), Col("detail", TEXT)],
+                    [[s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"]] for s in d["steps"]])
+    print_table(c, "events", [Col("time", ID), Col("kind", ID), Col("detail", TEXT)], [[e["time"], e["kind"], e["detail"]] for e in d["events"]])
     for ln in d.get("cost_lines", []):
         c.print(f"{ln['kind']} line: {usd(ln['usd'])} USD ({ln['description'] or ln['provider']}), booked apart from GPU time")
     if d.get("cost_source") == "charged":
@@ -255,27 +254,29 @@ def render_show(d: dict) -> None:
     c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
 
 
+SYNC_DROP_ORDER = ("instance", "provider", "theirs USD", "ours USD")
+
+
 def render_sync(rep: dict) -> None:
     """Per session: ours (booked: GPU time + storage lines, charged or estimated) vs theirs; then the
     charges that match no row (never booked), account-level storage, and the month's invoice."""
-    from rich.table import Table
+    from gpuops.tables import ID, NUM, TEXT, Col, print_table, ranked
 
     c = _console()
     for name, why in rep.get("skipped", {}).items():
         c.print(f"[yellow]{name}:[/] not compared ({why})", markup=True)
-    t = Table(title=f"our books vs provider billing, {rep.get('month', '')}", title_justify="left")
-    for col in ("session", "provider", "instance", "ours USD", "theirs USD", "diff USD", "status"):
-        t.add_column(col, justify="right" if "USD" in col else "left", no_wrap=col in ("session", "instance"))
+    cols = [Col("session", ID), Col("provider", ID), Col("instance", ID), Col("ours USD", NUM), Col("theirs USD", NUM),
+            Col("diff USD", NUM), Col("status", TEXT)]
+    rows = []
     for r in rep["sessions"]:
         storage = r.get("theirs_storage_usd") or 0.0
-        t.add_row(r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]),
-                  f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else ""))
-    for u in rep["unbooked"]:
-        t.add_row("-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), usd(u["usd"]), "not ours: not booked")
-    for a in rep.get("account", []):
-        t.add_row("-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage")
-    if rep["sessions"] or rep["unbooked"] or rep.get("account"):
-        c.print(t)
+        rows.append([r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]),
+                     f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else "")])
+    rows += [["-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), usd(u["usd"]), "not ours: not booked"]
+             for u in rep["unbooked"]]
+    rows += [["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])]
+    if rows:
+        print_table(c, f"our books vs provider billing, {rep.get('month', '')}", ranked(cols, SYNC_DROP_ORDER), rows)
     c.print(f"total: ours ${rep['ours_usd']:,.4f}, theirs ${rep['theirs_usd']:,.4f}, difference ${rep['diff_usd']:,.4f}")
     if "invoice_usd" in rep:
         c.print(f"{rep.get('month', '')}: the providers bill ${rep['invoice_usd']:,.4f}; the books hold ${rep.get('month_usd') or 0:,.4f}"

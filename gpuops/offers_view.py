@@ -100,20 +100,23 @@ def to_json(result: OffersResult) -> str:
     return json.dumps([o.as_json() for o in result.offers], indent=1)
 
 
-def render(result: OffersResult, console=None) -> None:
-    """Print the offers as a rich table (VRAM in GiB, prices in USD/h)."""
-    from rich.console import Console
-    from rich.table import Table
+# Columns `offers` leaves out, first to last, when the terminal is too narrow (provider, offer id,
+# card, price and kind stay: they are what `up` needs).
+OFFERS_DROP_ORDER = ("region", "reliability", "min bid USD/h", "GPUs", "VRAM/GPU GiB")
 
-    console = console or Console()
+
+def render(result: OffersResult, console=None) -> None:
+    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.tables``:
+    offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``."""
+    from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
+
+    console = console or table_console()
     if not result.offers:
         console.print(f"no offers match (asked: {', '.join(result.providers)})")
         return
-    t = Table(title="offers: fit, then price, then reliability")
-    for col in ("provider", "offer", "card", "GPUs", "VRAM/GPU GiB", "USD/h", "kind", "min bid USD/h", "reliability", "region"):
-        t.add_column(col, justify="right" if col in ("GPUs", "VRAM/GPU GiB", "USD/h", "min bid USD/h", "reliability") else "left")
-    for o in result.offers:
-        t.add_row(o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.usd_per_hour:.3f}",
-                  "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
-                  f"{o.min_bid:.3f}" if o.min_bid is not None else "", f"{o.reliability:.3f}", o.region)
-    console.print(t)
+    cols = [Col("provider", ID), Col("offer", ID), Col("card", ID), Col("GPUs", NUM), Col("VRAM/GPU GiB", NUM), Col("USD/h", NUM),
+            Col("kind", ID), Col("min bid USD/h", NUM), Col("reliability", NUM), Col("region", NAME)]
+    rows = [[o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.usd_per_hour:.3f}",
+             "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
+             f"{o.min_bid:.3f}" if o.min_bid is not None else "", f"{o.reliability:.3f}", o.region] for o in result.offers]
+    print_table(console, "offers: fit, then price, then reliability", ranked(cols, OFFERS_DROP_ORDER), rows)

@@ -119,19 +119,23 @@ def render_dry_run(plan: dict) -> None:
     c.print("dry run: nothing rented, nothing booked")
 
 
+# Columns `ps` leaves out, first to last, when the terminal is too narrow (the session id, card,
+# status, price and age stay).
+PS_DROP_ORDER = ("instance", "provider", "experiment")
+
+
 def render_sessions(rows: list[dict], title: str) -> None:
+    """Open sessions as a table (``gpuops.tables``): the session id (what `down` and `logs`
+    need), instance ids and prices are never cut."""
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
-    from rich.table import Table
+    from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
-    t = Table(title=title, title_justify="left")
-    # The session id is what `gpuops down` and `gpuops logs` need: never truncated or wrapped.
-    t.add_column("session", no_wrap=True, min_width=20)
-    for col in ("experiment", "provider", "card", "status", "instance", "usd/h", "age"):
-        t.add_column(col)
+    c = table_console()
+    cols = [Col("session", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
+            Col("instance", ID), Col("usd/h", NUM), Col("age", NUM)]
     now = time.time()
-    for r in rows:
-        t.add_row(r["session"], r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
-                  money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min")
-    console().print(t if rows else f"{title}: none")
+    print_table(c, title, ranked(cols, PS_DROP_ORDER), [
+        [r["session"], r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
+         money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])
