@@ -130,7 +130,7 @@ def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
         allin = r["simulated_usd_per_mtoken"] if sim else r["usd_per_mtoken"]
         job = r["simulated_usd_per_mtoken_job"] if sim else r["usd_per_mtoken_job"]
         mark = " sim" if sim else ""
-        cells = [r["name"], usd(r["cost_usd"]), usd(r["simulated_usd"]), f"{r['gpu_hours']:.3f}",
+        cells = [r["name"], usd(r["cost_usd"]), usd(r["simulated_usd"]), f"{r['gpu_hours']:,.3f}",
                  str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""), f"{r['tokens']:,}",
                  usd(allin) + (mark if allin is not None else ""), usd(job) + (mark if job is not None else "")]
         if conclusion:
@@ -162,7 +162,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
         + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
         + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
-        + f" | {rep['gpu_hours']:.3f} GPU-h | {plural(rep['sessions'], 'session')}"
+        + f" | {rep['gpu_hours']:,.3f} GPU-h | {plural(rep['sessions'], 'session')}"
         + (f" ({rep['open_sessions']} open, no cost yet)" if rep["open_sessions"] else "")
         + f" | {rep['tokens']:,} tokens"
         + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
@@ -183,7 +183,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
 
         cols = [Col("date", ID), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens")]
         print_table(c, "by day", ranked(cols, GROUP_DROP_ORDER), [
-            [d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:.3f}", str(d["sessions"]), f"{d['tokens']:,}"]
+            [d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:,.3f}", str(d["sessions"]), f"{d['tokens']:,}"]
             for d in rep["days"]])
     if plot:
         for line in bar_lines(rep.get("days", [])):

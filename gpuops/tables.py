@@ -91,7 +91,8 @@ def overhead(n_cols: int) -> int:
 
 
 def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tuple[list[int], list[int], list[int]]:
-    """(indices of the columns shown, their content widths, indices left out) for ``width``
+    """(indices of the columns shown, their content widths, indices left out, in the order they
+    were left out) for ``width``
     terminal cells. Columns go in descending ``drop`` (ties: the rightmost first) until the
     minimum widths fit; ``drop=0`` columns always stay. Wrapping columns share what is left,
     up to their longest line."""
@@ -117,7 +118,7 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tu
                 spare -= 1
                 if widths[j] >= bounds[j][1]:
                     grow.remove(j)
-    return shown, [widths[j] for j in shown], sorted(left)
+    return shown, [widths[j] for j in shown], left
 
 
 def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int, fold: bool = False,
@@ -144,7 +145,7 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
     out = [t]
     if not left or not fold:
         return out, [cols[i].header for i in left]
-    rest = [0] + [i for i in left if i != 0]
+    rest = [0] + sorted(i for i in left if i != 0)
     more, names = build(title if _continued else (title or "") + " (continued)", [cols[i] for i in rest], [[r[i] for i in rest] for r in rows], width,
                         fold=True, _continued=True)
     return out + more, names

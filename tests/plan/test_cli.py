@@ -46,7 +46,8 @@ def test_plan_json_has_the_issue_shape(cli_env):
 
 
 def test_plan_table_names_units_and_formulas(cli_env):
-    out = run(cli_env, "plan", "--model", "llama-2-7b", "--dtype", "fp16", "--card", "a100")
+    # wide enough that the formulas stand on one line (the layout at 80 columns: tests/core/test_tables.py)
+    out = run(cli_env, "plan", "--model", "llama-2-7b", "--dtype", "fp16", "--card", "a100", COLUMNS="250")
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "13.48 GB" in text and "12.55 GiB" in text and "6,738,415,616 params x 2 B" in text
