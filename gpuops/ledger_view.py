@@ -6,9 +6,6 @@ as a table (``fmt="table"``), JSON or CSV. rich is imported inside the functions
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import sys
 from typing import Any
 
@@ -35,65 +32,47 @@ def usd(x: float | None) -> str:
     return "-" if x is None else f"{x:,.4f}"
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):  # user text (experiment, card, conclusion): never a spreadsheet formula
-        from ledger.csvio import neutralize
-
-        return neutralize(v)
-    return str(v)
-
-
 def csv_text(kind: str, rep: dict) -> str:
-    """The report as CSV text (header first). ``month``: a ``group`` column (total, experiment,
-    card, provider) then ``GROUP_COLUMNS``; with days, the day rows instead. ``experiments``: one
-    row per experiment with ``latest_conclusion``. ``show``: one row of every session column.
+    """The report as CSV text (header first; ``gpuops.emit``'s cells and times). ``month``: a
+    ``group`` column (total, experiment, card, provider) then ``GROUP_COLUMNS``; with days, the
+    day rows then a ``total`` row. ``experiments``: one row per experiment with
+    ``latest_conclusion``. ``show``: one row of every session column (times ISO-8601 UTC).
     ``sync``: one row per session, then ``unbooked`` lines as status ``unbooked``."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    from gpuops.emit import csv_text as write_csv, machine
+
     if kind == "month" and "days" in rep:
-        w.writerow(DAY_COLUMNS)
-        for d in rep["days"]:
-            w.writerow([_cell(d[c]) for c in DAY_COLUMNS])
-    elif kind == "month":
-        w.writerow(["group"] + GROUP_COLUMNS)
+        total = {"date": "total", "cost_usd": rep["total_usd"], "simulated_usd": rep["simulated_usd"], "gpu_hours": rep["gpu_hours"],
+                 "sessions": rep["sessions"], "tokens": rep["tokens"], "storage_usd": rep.get("storage_usd")}
+        return write_csv(([d[c] for c in DAY_COLUMNS] for d in rep["days"] + [total]), DAY_COLUMNS)
+    if kind == "month":
         total = {"name": rep["month"], "cost_usd": rep["total_usd"]} | {c: rep.get(c) for c in GROUP_COLUMNS[2:]}
-        w.writerow(["total"] + [_cell(total[c]) for c in GROUP_COLUMNS])
+        rows = [["total"] + [total[c] for c in GROUP_COLUMNS]]
         for key, group in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
-            for r in rep[key]:
-                w.writerow([group] + [_cell(r[c]) for c in GROUP_COLUMNS])
-    elif kind == "experiments":
+            rows += [[group] + [r[c] for c in GROUP_COLUMNS] for r in rep[key]]
+        return write_csv(rows, ["group"] + GROUP_COLUMNS)
+    if kind == "experiments":
         cols = GROUP_COLUMNS + ["latest_conclusion"]
-        w.writerow(cols)
-        for r in rep["experiments"]:
-            w.writerow([_cell(r[c]) for c in cols])
-    elif kind == "show":
+        return write_csv(([r[c] for c in cols] for r in rep["experiments"]), cols)
+    if kind == "show":
         cols = list(SESSION_FIELDS) + ["bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"]
-        w.writerow(cols)
-        w.writerow([_cell(rep.get(c)) for c in cols])
-    elif kind == "sync":
-        w.writerow(SYNC_COLUMNS)
-        for r in rep["sessions"]:
-            w.writerow([_cell(r[c]) for c in SYNC_COLUMNS])
-        for u in rep["unbooked"]:
-            w.writerow(["", u["provider"], _cell(u["instance_id"]), "", "", _cell(u["usd"]), "", _cell(u["usd"]), "unbooked"])
-        for a in rep.get("account", []):
-            w.writerow(["", a["provider"], "", "", "", _cell(a["usd"]), _cell(a["usd"]), "", "account"])
-    else:
-        w.writerow(sorted(rep))
-        w.writerow([_cell(rep[k]) for k in sorted(rep)])
-    return buf.getvalue()
+        row = machine({c: rep.get(c) for c in cols})
+        return write_csv([[row[c] for c in cols]], cols)
+    if kind == "sync":
+        rows = [[r[c] for c in SYNC_COLUMNS] for r in rep["sessions"]]
+        rows += [["", u["provider"], u["instance_id"], "", "", u["usd"], "", u["usd"], "unbooked"] for u in rep["unbooked"]]
+        rows += [["", a["provider"], "", "", "", a["usd"], a["usd"], "", "account"] for a in rep.get("account", [])]
+        return write_csv(rows, SYNC_COLUMNS)
+    return write_csv([[machine(rep)[k] for k in rep]], list(rep))
 
 
 def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_table: bool = True) -> None:
     """Print report ``rep`` of ``kind`` (month, experiments, show, tokens, note, import, sync) as
     ``fmt``: table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
     ``rep["days"]``); ``days_table``: also the month's day-by-day table when ``days`` is there."""
+    from gpuops.emit import json_text
+
     if fmt == "json":
-        sys.stdout.write(json.dumps(rep, indent=2, default=str) + "\n")
+        sys.stdout.write(json_text(rep))
     elif fmt == "csv":
         sys.stdout.write(csv_text(kind, rep))
     else:

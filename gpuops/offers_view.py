@@ -7,7 +7,6 @@ bid for interruptible offers), reliability as the tie-break.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -96,8 +95,10 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
 
 
 def to_json(result: OffersResult) -> str:
-    """The offers as a JSON list of ``Offer.as_json()`` objects."""
-    return json.dumps([o.as_json() for o in result.offers], indent=1)
+    """The offers as a JSON list of ``Offer.as_json()`` objects (``gpuops.emit``: indent 2)."""
+    from gpuops.emit import json_text
+
+    return json_text([o.as_json() for o in result.offers]).rstrip("\n")
 
 
 # Columns `offers` leaves out, first to last, when the terminal is too narrow (provider, offer id,

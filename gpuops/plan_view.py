@@ -6,9 +6,7 @@ inside the functions so that `gpuops --help` stays fast.
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
 ALL_MODELS = "all"
 LIST_MODELS = "list"
@@ -24,39 +22,46 @@ def plan_command(
     gpu_count: int | str = 1,
     headroom: float | str | None = None,
     card: str | None = None,
-    json_out: bool = False,
+    fmt: str = "table",
     engine: str | None = None,
     max_num_seqs: int | str | None = None,
     max_num_batched_tokens: int | str | None = None,
 ) -> int:
-    """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout;
-    warnings go to stderr. Returns the exit code (0). Raises BadInput (exit 2) for bad input."""
+    """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
+    ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
+    exit code (0). Raises BadInput (exit 2) for bad input."""
     from gpuops import plan as P
 
     if model.strip().lower() == LIST_MODELS:
-        render_catalog(json_out)
+        render_catalog(fmt)
         return 0
     args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card,
                 engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if model.strip().lower() == ALL_MODELS:
         plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
-        if json_out:
-            _print_json([p.as_json() for p in plans])
-        else:
-            render_matrix(plans)
+        _emit([p.as_json() for p in plans], fmt, lambda: render_matrix(plans))
         return 0
     p = P.plan(model, **args)
     for w in p.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    if json_out:
-        _print_json(p.as_json())
-    else:
-        render(p)
+    _emit([p.as_json()], fmt, lambda: render(p), one=True)
     return 0
 
 
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+def card_records(plans: list[dict]) -> list[dict]:
+    """CSV rows of plans (``Plan.as_json()``): one per model and card, the model's scalar fields
+    first, then the card's (nested objects as ``parent_child`` columns)."""
+    out = []
+    for d in plans:
+        head = {k: v for k, v in d.items() if k != "cards" and not isinstance(v, (list, dict))}
+        out += [{**head, **{f"card_{k}" if k in head else k: v for k, v in c.items()}} for c in d["cards"]]
+    return out
+
+
+def _emit(plans: list[dict], fmt: str, table, one: bool = False) -> None:
+    from gpuops import emit
+
+    emit.emit(plans[0] if one else plans, fmt, table, csv_records=card_records(plans))
 
 
 def _console():
@@ -225,7 +230,7 @@ def render_matrix(plans: list, console=None) -> None:
     print_table(con, title, cols, rows, fold=True)
 
 
-def render_catalog(json_out: bool = False, console=None) -> None:
+def render_catalog(fmt: str = "table", console=None) -> None:
     """The built-in models (name, family, params, context, source) and cards (VRAM, bandwidth, TFLOP/s)."""
     from gpuops.tables import ID, NAME, TEXT, Col, print_table
 
@@ -240,8 +245,11 @@ def render_catalog(json_out: bool = False, console=None) -> None:
     card_rows = [{"card": c.name, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,
                   "bandwidth_bytes_s": c.bandwidth_bytes_s, "bf16_flops": c.bf16_flops, "fp8_flops": c.fp8_flops,
                   "runpod_id": c.runpod_id, "vast_name": c.vast_name} for c in cards()]
-    if json_out:
-        _print_json({"models": models, "cards": card_rows})
+    if fmt != "table":
+        from gpuops import emit
+
+        # CSV: the models (the cards are `--format json`'s second list)
+        emit.emit({"models": models, "cards": card_rows}, fmt, csv_records=models)
         return
     con = console or _console()
     print_table(con, "built-in models", [Col("name", NAME), Col("family", ID), Col("params"), Col("active"), Col("context"), Col("source", TEXT)],

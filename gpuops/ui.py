@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
@@ -24,7 +23,10 @@ def _esc(text: str) -> str:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """``obj`` as the one JSON convention (``gpuops.emit.json_text``)."""
+    from gpuops.emit import json_text
+
+    sys.stdout.write(json_text(obj))
 
 
 class ConsoleReporter(Reporter):
