@@ -48,10 +48,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """gpuops: GPU rentals that cannot be forgotten."""
 
 
-def _settings(config: Optional[str], overrides: dict | None = None):
+def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False):
+    """Settings for a command. ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
+    lists, reads or destroys boxes and books): a broken infra.toml key or GPUOPS_* variable is
+    skipped with a one-line warning on stderr instead of refusing, so a running box can still be
+    found and destroyed."""
     from gpuops.config import load_settings
 
-    return load_settings(config, overrides)
+    return load_settings(config, overrides, lenient=emergency)
 
 
 def _parse_price(text: Optional[str]) -> Optional[float]:
@@ -254,7 +258,7 @@ def ps(config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json
     from gpuops import emit, sessions, ui
 
     fmt = emit.pick(fmt, json_out)
-    rows = sessions.list_open(sessions.open_ledger(_settings(config)))
+    rows = sessions.list_open(sessions.open_ledger(_settings(config, emergency=True)))
     emit.emit(rows, fmt, lambda: ui.render_sessions(rows, "open sessions"))
 
 
@@ -270,7 +274,7 @@ def down(
     from gpuops import emit, sessions
 
     fmt = emit.pick(fmt, json_out)
-    settings = _settings(config)
+    settings = _settings(config, emergency=True)
     out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
     if fmt != "table":
         emit.emit(out, fmt)
@@ -295,7 +299,7 @@ def logs(
         sys.stdout.buffer.flush()
 
     try:
-        show_logs(_settings(config), session, follow=follow, write=write)
+        show_logs(_settings(config, emergency=True), session, follow=follow, write=write)
     except KeyboardInterrupt:
         sys.stderr.write("detached; the job keeps running\n")
 
@@ -312,7 +316,7 @@ def _fmt(fmt: Optional[str], json_out: bool, csv_out: bool = False) -> str:
 def _ledger(config: Optional[str]):
     from gpuops import sessions
 
-    return sessions.open_ledger(_settings(config))
+    return sessions.open_ledger(_settings(config, emergency=True))
 
 
 @app.command()
@@ -351,7 +355,7 @@ def reconcile(
     from gpuops import reconcile as rec
 
     fmt = emit.pick(fmt, json_out)
-    settings = _settings(config)
+    settings = _settings(config, emergency=True)
     acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
     if fmt != "table":
         emit.emit([a.as_json() for a in acts], fmt)
@@ -374,7 +378,7 @@ def _reader(config: Optional[str]):
     """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
     from ledger.reads import LedgerReader
 
-    return LedgerReader(_settings(config).ledger_url())
+    return LedgerReader(_settings(config, emergency=True).ledger_url())
 
 
 @ledger_app.command("month")
@@ -453,7 +457,7 @@ def dashboard(
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
     from gpuops.dashboard import command
 
-    command(_settings(config), month=month, tz=tz, port=port, html=html)
+    command(_settings(config, emergency=True), month=month, tz=tz, port=port, html=html)
 
 
 @ledger_app.command("show")
@@ -575,7 +579,7 @@ def ledger_sync(
     from gpuops import books, ledger_view
 
     fmt = _fmt(fmt, json_out, csv_out)
-    settings = _settings(config)
+    settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
     if apply:
         from ledger import Ledger
 
