@@ -306,8 +306,8 @@ def _env_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> dict[str, tu
     return out
 
 
-def _check_env_names(env: dict) -> list[str]:
-    """One-line problems for ``GPUOPS_<SECTION>_...`` variables that name no setting (a typo such
+def _check_env_names(env: dict) -> list[tuple[str, str]]:
+    """(variable, one-line problem) for ``GPUOPS_<SECTION>_...`` variables that name no setting (a typo such
     as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently)."""
     import difflib
 
@@ -319,7 +319,7 @@ def _check_env_names(env: dict) -> list[str]:
         if var.startswith(sections) and var not in known:
             close = difflib.get_close_matches(var, list(known), n=1, cutoff=0.8)
             hint = f"did you mean {close[0]}? " if close else ""
-            problems.append(f"environment variable {var} names no setting ({hint}infra.example.toml lists every key; unset it)")
+            problems.append((var, f"environment variable {var} names no setting ({hint}infra.example.toml lists every key; unset it)"))
     return problems
 
 
@@ -399,6 +399,14 @@ def _layered(path: Path | None, env: dict):
         def _load_env_vars(self):
             return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
+        def decode_complex_value(self, field_name, field, value):
+            # A list/dict from the environment is JSON, or text the field's own validator reads
+            # (e.g. comma-separated names): not JSON is left to the validator, never an error here.
+            try:
+                return super().decode_complex_value(field_name, field, value)
+            except ValueError:
+                return value
+
     class _Base(BaseSettings):
         model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="_", env_nested_max_split=1,
                                           extra="forbid", allow_inf_nan=False, toml_file=path)
@@ -430,33 +438,43 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
     file_skipped = bool(problems)
     env_problems = _check_env_names(env)
     if env_problems and not lenient:
-        msg, _, hint = env_problems[0].partition(" (")
+        msg, _, hint = env_problems[0][1].partition(" (")
         raise BadInput(msg, hint.rstrip(")"))
-    problems += [p + "; ignored" for p in env_problems]
-    for _ in range(50):  # an environment value that does not parse: refused, or (lenient) left out
+    for var, problem in env_problems:
+        problems.append(problem + "; ignored")
+        env.pop(var)
+    for _ in range(50):  # an environment value that does not validate: refused, or (lenient) left out
+        # A file with skipped keys is passed as what is left of it (below the environment), not re-read.
+        layered = _layered(path if path is not None and not file_skipped else None, env)
+        env_data = _env_overrides(Settings, env=env)
+        init = _deep_merge(_deep_merge(data, env_data), overrides or {}) if file_skipped else (overrides or {})
         try:
-            Settings.model_validate(_deep_merge(data, _env_overrides(Settings, env=env)))
+            built = layered(**init)
+            s = Settings.model_validate({n: getattr(built, n) for n in layered.model_fields})
             break
         except ValidationError as e:
             first = e.errors()[0]
-            var = ENV_PREFIX + "_".join(str(k) for k in first["loc"] if isinstance(k, str)).upper()
+            keys = tuple(str(k) for k in first["loc"] if isinstance(k, str))
+            var = ENV_PREFIX + "_".join(keys).upper()
             msg = first["msg"].removeprefix("Value error, ")
-            if not lenient or var not in env:
+            if var not in env or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
+                raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
+            if not lenient:
                 raise BadInput(f"environment variable {var}: {msg}", "fix or unset the variable") from None
             problems.append(f"environment variable {var}: {msg}; ignored")
             env.pop(var)
     if problems:
         (warn or _warn_stderr)("warning: " + " | ".join(problems) + " (this command goes on without them; `gpuops up` refuses until they are fixed)")
-    # A file with skipped keys is passed as what is left of it (below the environment), not re-read.
-    layered = _layered(path if path is not None and not file_skipped else None, env)
-    init = _deep_merge(_deep_merge(data, _env_overrides(Settings, env=env)), overrides or {}) if file_skipped else (overrides or {})
-    try:
-        built = layered(**init)
-        s = Settings.model_validate({n: getattr(built, n) for n in layered.model_fields})
-    except ValidationError as e:
-        raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
     s.source = str(path) if path else None
     return s
+
+
+def _has(d: dict, keys: tuple) -> bool:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return False
+        d = d[k]
+    return True
 
 
 def _warn_stderr(line: str) -> None:
