@@ -135,7 +135,11 @@ def up(
         req.allow_unverified = allow_unverified
     elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", "4096", "1", False):
         raise BadInput("--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model", "add --model, e.g. --model llama-3-8b")
-    summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=fmt != "table"))
+    reporter = ui.ConsoleReporter(json_mode=fmt != "table")
+    try:
+        summ = launcher.run_up(req, settings, reporter)
+    finally:
+        reporter.close()
     if summ.get("dry_run"):
         emit.emit(summ, fmt, lambda: ui.render_dry_run(summ))
         return
@@ -275,7 +279,10 @@ def down(
 
     fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True)
-    out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
+    from gpuops.progress import waiting
+
+    with waiting(f"destroying {'every open session' if all_open else session}: waiting for the provider and the job to stop"):
+        out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
     if fmt != "table":
         emit.emit(out, fmt)
     else:
@@ -326,6 +333,7 @@ def watchdog(
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = typer.Option(None, "--format", help="table (lines, default) or json: one JSON object per action, one per line."),
     json_out: bool = typer.Option(False, "--json", help="Shorthand for --format json."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap."""
     from gpuops import watchdog as wd
@@ -338,7 +346,18 @@ def watchdog(
     emit = _emit_json if json_out else print
     if not once:
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
-    acts = wd.run(settings, interval=interval, once=once, emit=emit)
+    def on_pass(name: str, acts: list, seconds: float) -> None:
+        if verbose:
+            from gpuops.emit import utc_iso
+            from gpuops.history import plural
+
+            import time as _time
+
+            print(f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
+    if once and not acts and not json_out:
+        print("nothing to do: no open session needed an action (one reconcile and one tick done)")
     if once and any(a.kind == "error" for a in acts):
         raise typer.Exit(1)
 
@@ -356,7 +375,10 @@ def reconcile(
 
     fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True)
-    acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
+    from gpuops.progress import waiting
+
+    with waiting("reconcile: asking the providers for gpuops instances"):
+        acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
     if fmt != "table":
         emit.emit([a.as_json() for a in acts], fmt)
     else:
