@@ -221,7 +221,7 @@ def render_show(d: dict) -> None:
         fields.append([k, "-" if d.get(k) is None else str(d[k])])
     # Values are ids, times and amounts: a value column as wide as the longest value that fits,
     # folding (never cutting) the rare longer one (a log path, an error).
-    print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields)
+    print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields, header=False)
     if d["steps"]:
         print_table(c, "bootstrap steps", [Col("step", NAME), Col("status", ID), Col("seconds", NUM), Col("detail", TEXT)],
                     [[s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"]] for s in d["steps"]])

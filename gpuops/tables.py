@@ -122,7 +122,7 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tu
 
 
 def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int, fold: bool = False,
-          _continued: bool = False) -> tuple[list, list[str]]:
+          _continued: bool = False, header: bool = True) -> tuple[list, list[str]]:
     """The rich tables for ``rows`` at ``width`` cells and the headers left out. With ``fold``,
     left-out columns go to continuation tables that repeat the first column (give it ``drop=0``);
     only what fits in no table at all is left out."""
@@ -134,7 +134,7 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
     shown, widths, left = layout(cols, rows, width)
     if _continued and len([j for j in shown if j != 0]) == 0:
         return [], [c.header for c in cols[1:]]
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title, title_justify="left", show_header=header)
     for j, w in zip(shown, widths):
         c = cols[j]
         # Widths are set here: a num/id column is as wide as its longest cell, so wrapping is
@@ -147,15 +147,16 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
         return out, [cols[i].header for i in left]
     rest = [0] + sorted(i for i in left if i != 0)
     more, names = build(title if _continued else (title or "") + " (continued)", [cols[i] for i in rest], [[r[i] for i in rest] for r in rows], width,
-                        fold=True, _continued=True)
+                        fold=True, _continued=True, header=header)
     return out + more, names
 
 
 def print_table(console, title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], fold: bool = False,
-                hint: str = LEFT_OUT_HINT) -> list[str]:
+                hint: str = LEFT_OUT_HINT, header: bool = True) -> list[str]:
     """Print the table on ``console`` at its width, then, when columns were left out, one line
-    naming them and ``hint``. Returns the headers left out (empty when everything is shown)."""
-    tables, left = build(title, cols, rows, console.width, fold=fold)
+    naming them and ``hint``. ``header=False``: a key/value table. Returns the headers left out
+    (empty when everything is shown)."""
+    tables, left = build(title, cols, rows, console.width, fold=fold, header=header)
     for t in tables:
         console.print(t)
     if left:

@@ -79,12 +79,9 @@ def money(usd: float | None, simulated: bool = False) -> str:
 
 
 def render_summary(summ: dict) -> None:
-    from rich.table import Table
+    from gpuops.tables import ID, TEXT, Col, console as table_console, print_table
 
     sim = bool(summ.get("simulated"))
-    t = Table(title=f"session {summ['session']}", show_header=False, title_justify="left")
-    t.add_column("key", style="bold")
-    t.add_column("value")
     rows = [
         ("provider", summ["provider"]),
         ("card", summ["card"]),
@@ -102,9 +99,9 @@ def render_summary(summ: dict) -> None:
         rows.append(("results", summ["results"]))
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
-    for k, v in rows:
-        t.add_row(k, str(v))
-    console().print(t)
+    # a key/value table through the one table rule: values (paths, end reasons) wrap, never cut
+    print_table(table_console(), f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
+                [[k, str(v)] for k, v in rows], header=False)
 
 
 def _slowest(summ: dict) -> str:
