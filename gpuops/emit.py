@@ -5,8 +5,9 @@ The convention (README, "Output"):
 - ``--format table|json|csv`` on every reporting command; ``--json`` (and ``--csv`` where a
   command had it) are shorthands. Two formats at once is bad input (exit 2).
 - JSON: one document, indent 2, keys in the order the report builds them (stable from run to
-  run: never a set's order), UTF-8 text as it is. ``watchdog --format json`` streams JSON lines
-  (one compact object per action): a stream has no indent.
+  run: never a set's order), non-ASCII text as ``\\uXXXX`` escapes (a terminal never acts on a
+  control or bidi character in it). ``watchdog --format json`` streams JSON lines (one compact
+  object per action): a stream has no indent.
 - Times: a key ending in ``_at`` that holds epoch seconds is written as ISO-8601 UTC
   (``2026-11-05T09:30:30Z``); a machine output never holds an epoch number.
 - CSV: header first, ``\\n`` line ends, RFC 4180 quoting (the ``csv`` module); a list of objects
@@ -78,12 +79,12 @@ def machine(obj: Any, key: Any = None) -> Any:
 def json_text(obj: Any) -> str:
     """The JSON document for ``obj`` (indent 2, stable key order, ISO-8601 UTC times), with a
     final newline."""
-    return json.dumps(machine(obj), indent=2, ensure_ascii=False, default=str) + "\n"
+    return json.dumps(machine(obj), indent=2, default=str) + "\n"
 
 
 def json_line(obj: Any) -> str:
     """One compact JSON object on one line (for streams such as ``watchdog``)."""
-    return json.dumps(machine(obj), ensure_ascii=False, default=str, separators=(", ", ": ")) + "\n"
+    return json.dumps(machine(obj), default=str, separators=(", ", ": ")) + "\n"
 
 
 def cell(v: Any) -> str:
