@@ -247,13 +247,16 @@ def plan_storage(
     card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
     usd_per_hour: Optional[str] = typer.Option(None, "--usd-per-hour", help="Box price instead of the card's reference price."),
     usd_per_gb_month: Optional[str] = typer.Option(None, "--usd-per-gb-month", help="Volume price instead of the provider's."),
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
+    from gpuops.emit import pick
     from gpuops.storage_plan import render, storage_plan
 
+    fmt = pick(fmt, json_out)
     render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
-                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), json_out)
+                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), fmt)
 
 
 @app.command()

@@ -30,7 +30,8 @@ def row_json(row) -> dict:
     model's declared order, whatever order the row was loaded in)."""
     dumped = row.model_dump()
     d = {"session": dumped.pop("id")}
-    d.update({k: dumped.pop(k) for k in type(row).model_fields if k in dumped})
+    order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.SessionRow or models.Session
+    d.update({k: dumped.pop(k) for k in order if k in dumped})
     d.update(dumped)
     d["usd_per_mtoken"] = round(row.cost_usd / row.tokens * 1e6, 6) if row.tokens and row.cost_usd is not None else None
     d["seconds"] = row.billed_seconds
