@@ -358,7 +358,13 @@ def watchdog(
 
             print(f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s", file=sys.stderr, flush=True)
 
-    acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
+    if once:
+        from gpuops.progress import waiting
+
+        with waiting("watchdog --once: one reconcile and one tick over the open sessions"):
+            acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
+    else:  # the daemon says what it does per pass (-v), never a live line for hours
+        acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
     if once and not acts and not json_out:
         print("nothing to do: no open session needed an action (one reconcile and one tick done)")
     if once and any(a.kind == "error" for a in acts):
@@ -613,7 +619,11 @@ def ledger_sync(
         from ledger.reads import LedgerReader
 
         led = LedgerReader(settings.ledger_url())
-    ledger_view.emit("sync", books.sync(led, settings, month, tz, apply=apply), fmt)
+    from gpuops.progress import waiting
+
+    with waiting("ledger sync: asking the providers for their billing"):
+        rep = books.sync(led, settings, month, tz, apply=apply)
+    ledger_view.emit("sync", rep, fmt)
 
 
 LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"

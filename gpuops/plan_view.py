@@ -31,6 +31,7 @@ def plan_command(
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
     exit code (0). Raises BadInput (exit 2) for bad input."""
     from gpuops import plan as P
+    from gpuops.progress import waiting
 
     if model.strip().lower() == LIST_MODELS:
         render_catalog(fmt)
@@ -38,10 +39,12 @@ def plan_command(
     args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card,
                 engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if model.strip().lower() == ALL_MODELS:
-        plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
+        with waiting("planning every built-in model on every card"):
+            plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
         _emit([p.as_json() for p in plans], fmt, lambda: render_matrix(plans))
         return 0
-    p = P.plan(model, **args)
+    with waiting(f"sizing {model} (a Hugging Face repo id is read from the hub)"):
+        p = P.plan(model, **args)
     for w in p.warnings:
         sys.stderr.write(f"warning: {w}\n")
     _emit([p.as_json()], fmt, lambda: render(p), one=True)

@@ -78,7 +78,10 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
         notes.append("no RunPod or Vast key found: set RUNPOD_API_KEY or VAST_API_KEY")
     for name in names:
         try:
-            vols += service(get_provider(name, settings)).list()
+            from gpuops.progress import waiting
+
+            with waiting(f"asking {name} for its volumes"):
+                vols += service(get_provider(name, settings)).list()
         except ProviderError as e:
             if provider:
                 raise

@@ -69,3 +69,22 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
     assert len(passes) == 2 and passes[0].endswith(" s") and "0 actions" in passes[1], p.stderr
     quiet = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=cli_env, capture_output=True, text=True, timeout=120)
     assert quiet.returncode == 0 and quiet.stdout == ""
+
+
+REPORTER = """
+import time
+from gpuops.ui import ConsoleReporter
+r = ConsoleReporter()
+r.stage("ready", "waiting for SSH")
+time.sleep(1.8)
+r.stage("job", "bench.sh")
+r.job_line("job says hi")
+r.close()
+"""
+
+
+def test_up_stage_that_lasts_shows_its_seconds_until_the_next_line():
+    code, out = _run_in_pty(REPORTER)
+    assert code == 0, out
+    assert "ready: waiting (1 s)" in out and "job says hi" in out
+    assert "job running" not in out.split("job says hi")[1]  # the live line stops at the job's first output
