@@ -28,7 +28,7 @@ NUM, ID, NAME, TEXT = "num", "id", "name", "text"
 # two or three words a line.
 NAME_MIN = 20
 TEXT_MIN = 16
-LEFT_OUT_HINT = "a wider terminal (COLUMNS=...) or --format json shows them"
+LEFT_OUT_HINT = "a wider terminal or --format json shows them"
 
 
 @dataclass(frozen=True)
