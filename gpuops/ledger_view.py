@@ -7,7 +7,6 @@ as a table (``fmt="table"``), JSON or CSV. rich is imported inside the functions
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from ledger.reports import SESSION_FIELDS
 

@@ -58,12 +58,6 @@ def _header_min(header: str) -> int:
     return max((cell_len(w) for w in header.split()), default=1)
 
 
-def _longest_word(t) -> int:
-    from rich.cells import cell_len
-
-    return max((cell_len(w) for line in t.plain.splitlines() for w in line.split()), default=0)
-
-
 def _line_len(t) -> int:
     from rich.cells import cell_len
 
@@ -72,12 +66,12 @@ def _line_len(t) -> int:
 
 def _bounds(col: Col, cells: list) -> tuple[int, int]:
     """(minimum, preferred) content width of a column, in terminal cells."""
-    head = _header_min(col.header)
     from rich.cells import cell_len
 
-    longest = max([_line_len(c) for c in cells] + [cell_len(col.header) if col.kind in (NUM, ID) else 0], default=0)
-    if col.kind in (NUM, ID):
-        w = max(head, max((_line_len(c) for c in cells), default=0))
+    head = _header_min(col.header)
+    longest = max((_line_len(c) for c in cells), default=0)
+    if col.kind in (NUM, ID):  # exactly its longest cell (or header word): never wrapped, never cut
+        w = max(head, longest)
         return w, w
     floor = NAME_MIN if col.kind == NAME else TEXT_MIN
     lo = max(head, min(floor, longest))
