@@ -31,7 +31,9 @@ from gpuops.volumes_cli import volumes_app  # noqa: E402  (typer only; SDKs load
 
 app.add_typer(volumes_app, name="volumes")
 
-JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of tables.")
+JSON_OPT = typer.Option(False, "--json", help="Shorthand for --format json.")
+CSV_OPT = typer.Option(False, "--csv", help="Shorthand for --format csv.")
+FORMAT_OPT = typer.Option(None, "--format", help="table (default), json or csv: JSON indent 2, times ISO-8601 UTC; CSV header first.")
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
 
 
@@ -46,10 +48,14 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """gpuops: GPU rentals that cannot be forgotten."""
 
 
-def _settings(config: Optional[str], overrides: dict | None = None):
+def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False):
+    """Settings for a command. ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
+    lists, reads or destroys boxes and books): a broken infra.toml key or GPUOPS_* variable is
+    skipped with a one-line warning on stderr instead of refusing, so a running box can still be
+    found and destroyed."""
     from gpuops.config import load_settings
 
-    return load_settings(config, overrides)
+    return load_settings(config, overrides, lenient=emergency)
 
 
 def _parse_price(text: Optional[str]) -> Optional[float]:
@@ -85,12 +91,14 @@ def up(
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
     volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Rent a box, bootstrap it, run JOB, tear it down, book the session."""
-    from gpuops import launcher, ui
+    from gpuops import emit, launcher, ui
     from gpuops.providers import NAMES
 
+    fmt = emit.pick(fmt, json_out)
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
@@ -127,11 +135,15 @@ def up(
         req.allow_unverified = allow_unverified
     elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", "4096", "1", False):
         raise BadInput("--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model", "add --model, e.g. --model llama-3-8b")
-    summ = launcher.run_up(req, settings, ui.ConsoleReporter(json_mode=json_out))
+    reporter = ui.ConsoleReporter(json_mode=fmt != "table")
+    try:
+        summ = launcher.run_up(req, settings, reporter)
+    finally:
+        reporter.close()
     if summ.get("dry_run"):
-        ui.print_json(summ) if json_out else ui.render_dry_run(summ)
+        emit.emit(summ, fmt, lambda: ui.render_dry_run(summ))
         return
-    _print_lossy(lambda: ui.print_json(summ) if json_out else ui.render_summary(summ))
+    _print_lossy(lambda: emit.emit(summ, fmt, lambda: ui.render_summary(summ)))
     from bootstrap.vocabulary import EndReason, exit_status
 
     # The exit status follows the row (bootstrap.vocabulary.EXIT_STATUS): job_end 0, interrupted
@@ -178,12 +190,14 @@ def offers(
     max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
     limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
-    from gpuops import offers_view, ui
+    from gpuops import emit, offers_view
     from gpuops.plan import parse_positive_int
 
+    fmt = emit.pick(fmt, json_out)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", "4096", "1"):
         raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
@@ -192,7 +206,7 @@ def offers(
                                   batch=parse_positive_int(batch, "--batch", "32"))
     for n in res.notes:
         sys.stderr.write(f"note: {n}\n")
-    print(offers_view.to_json(res)) if json_out else offers_view.render(res, ui.console())
+    emit.emit(res.offers, fmt, lambda: offers_view.render(res))
 
 
 @app.command()
@@ -209,14 +223,17 @@ def plan(
     max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024)."),
     max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
     card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command."""
+    from gpuops.emit import pick
     from gpuops.plan_view import plan_command
 
+    fmt = pick(fmt, json_out)
     # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
-                 headroom=headroom, card=card, json_out=json_out, engine=engine, max_num_seqs=max_num_seqs,
+                 headroom=headroom, card=card, fmt=fmt, engine=engine, max_num_seqs=max_num_seqs,
                  max_num_batched_tokens=max_num_batched_tokens)
 
 
@@ -230,22 +247,26 @@ def plan_storage(
     card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
     usd_per_hour: Optional[str] = typer.Option(None, "--usd-per-hour", help="Box price instead of the card's reference price."),
     usd_per_gb_month: Optional[str] = typer.Option(None, "--usd-per-gb-month", help="Volume price instead of the provider's."),
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
+    from gpuops.emit import pick
     from gpuops.storage_plan import render, storage_plan
 
+    fmt = pick(fmt, json_out)
     render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
-                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), json_out)
+                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), fmt)
 
 
 @app.command()
-def ps(config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+def ps(config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
     """List open sessions (boxes that may be billing)."""
-    from gpuops import sessions, ui
+    from gpuops import emit, sessions, ui
 
-    rows = sessions.list_open(sessions.open_ledger(_settings(config)))
-    ui.print_json(rows) if json_out else ui.render_sessions(rows, "open sessions")
+    fmt = emit.pick(fmt, json_out)
+    rows = sessions.list_open(sessions.open_ledger(_settings(config, emergency=True)))
+    emit.emit(rows, fmt, lambda: ui.render_sessions(rows, "open sessions"))
 
 
 @app.command()
@@ -253,15 +274,20 @@ def down(
     session: Optional[str] = typer.Argument(None, help="Session id (or a unique prefix)."),
     all_open: bool = typer.Option(False, "--all", help="Take down every open session."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Destroy a session's box now and close its row (reason: manual)."""
-    from gpuops import sessions, ui
+    from gpuops import emit, sessions
 
-    settings = _settings(config)
-    out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
-    if json_out:
-        ui.print_json(out)
+    fmt = emit.pick(fmt, json_out)
+    settings = _settings(config, emergency=True)
+    from gpuops.progress import waiting
+
+    with waiting(f"destroying {'every open session' if all_open else session}: waiting for the provider and the job to stop"):
+        out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
+    if fmt != "table":
+        emit.emit(out, fmt)
     else:
         for r in out:
             if r.get("error"):
@@ -289,25 +315,24 @@ def logs(
         sys.stdout.buffer.flush()
 
     try:
-        show_logs(_settings(config), session, follow=follow, write=write)
+        show_logs(_settings(config, emergency=True), session, follow=follow, write=write)
     except KeyboardInterrupt:
         sys.stderr.write("detached; the job keeps running\n")
 
 
-CSV_OPT = typer.Option(False, "--csv", help="Print CSV instead of tables.")
 TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.g. Europe/Berlin (default: local).")
 
 
-def _fmt(json_out: bool, csv_out: bool) -> str:
-    if json_out and csv_out:
-        raise BadInput("--json and --csv exclude each other", "pass one of them")
-    return "json" if json_out else "csv" if csv_out else "table"
+def _fmt(fmt: Optional[str], json_out: bool, csv_out: bool = False) -> str:
+    from gpuops.emit import pick
+
+    return pick(fmt, json_out, csv_out)
 
 
 def _ledger(config: Optional[str]):
     from gpuops import sessions
 
-    return sessions.open_ledger(_settings(config))
+    return sessions.open_ledger(_settings(config, emergency=True))
 
 
 @app.command()
@@ -315,18 +340,39 @@ def watchdog(
     interval: float = typer.Option(30.0, "--interval", help="Seconds between ticks."),
     once: bool = typer.Option(False, "--once", help="One reconcile and one tick, then exit (for cron)."),
     config: Optional[str] = CONFIG_OPT,
-    json_out: bool = typer.Option(False, "--json", help="One JSON object per action, one per line."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="table (lines, default) or json: one JSON object per action, one per line."),
+    json_out: bool = typer.Option(False, "--json", help="Shorthand for --format json."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap."""
     from gpuops import watchdog as wd
+    from gpuops.emit import pick
 
+    json_out = pick(fmt, json_out, allowed=("table", "json")) == "json"
     if interval <= 0:
         raise BadInput(f"--interval must be > 0 seconds, got {interval:g}", "e.g. --interval 30")
     settings = _settings(config)
     emit = _emit_json if json_out else print
     if not once:
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
-    acts = wd.run(settings, interval=interval, once=once, emit=emit)
+    def on_pass(name: str, acts: list, seconds: float) -> None:
+        if verbose:
+            from gpuops.emit import utc_iso
+            from gpuops.history import plural
+
+            import time as _time
+
+            print(f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    if once:
+        from gpuops.progress import waiting
+
+        with waiting("watchdog --once: one reconcile and one tick over the open sessions"):
+            acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
+    else:  # the daemon says what it does per pass (-v), never a live line for hours
+        acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
+    if once and not acts and not json_out:
+        print("nothing to do: no open session needed an action (one reconcile and one tick done)")
     if once and any(a.kind == "error" for a in acts):
         raise typer.Exit(1)
 
@@ -335,17 +381,21 @@ def watchdog(
 def reconcile(
     destroy_unknown: bool = typer.Option(False, "--destroy-unknown", help="Also destroy gpuops- instances this ledger has no row for."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
+    from gpuops import emit
     from gpuops import reconcile as rec
 
-    settings = _settings(config)
-    acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
-    if json_out:
-        from gpuops import ui
+    fmt = emit.pick(fmt, json_out)
+    settings = _settings(config, emergency=True)
+    from gpuops.progress import waiting
 
-        ui.print_json([a.as_json() for a in acts])
+    with waiting("reconcile: asking the providers for gpuops instances"):
+        acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
+    if fmt != "table":
+        emit.emit([a.as_json() for a in acts], fmt)
     else:
         for a in acts:
             print(a)
@@ -356,16 +406,16 @@ def reconcile(
 
 
 def _emit_json(action) -> None:
-    import json
+    from gpuops.emit import json_line, write
 
-    print(json.dumps(action.as_json()), flush=True)
+    write(json_line(action.as_json()))
 
 
 def _reader(config: Optional[str]):
     """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
     from ledger.reads import LedgerReader
 
-    return LedgerReader(_settings(config).ledger_url())
+    return LedgerReader(_settings(config, emergency=True).ledger_url())
 
 
 @ledger_app.command("month")
@@ -373,8 +423,9 @@ def ledger_month(
     month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
     tz: Optional[str] = TZ_OPT,
     by: Optional[str] = typer.Option(None, "--by", help="'day': add a day-by-day table."),
-    plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal."),
+    plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal (table format only)."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
@@ -385,7 +436,10 @@ def ledger_month(
     tokens. Real and simulated money are never added together."""
     from gpuops import books, ledger_view
 
-    fmt = _fmt(json_out, csv_out)
+    fmt = _fmt(fmt, json_out, csv_out)
+    if plot and fmt != "table":
+        raise BadInput(f"--plot draws a chart in the terminal; --format {fmt} has no place for it",
+                       "drop --plot, or drop --format/--json/--csv (the days are in the output with --by day)")
     rep = books.month(_reader(config), month, tz, by, plot)
     ledger_view.emit("month", rep, fmt, plot=plot, days_table=by == "day")
 
@@ -396,6 +450,7 @@ def ledger_experiments(
     until: Optional[str] = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
@@ -405,7 +460,7 @@ def ledger_experiments(
     included). $/Mtok job: only the job's own seconds x the price, per million tokens."""
     from gpuops import books, ledger_view
 
-    fmt = _fmt(json_out, csv_out)
+    fmt = _fmt(fmt, json_out, csv_out)
     ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
 
 
@@ -416,13 +471,16 @@ def ledger_sessions(
     limit: int = typer.Option(20, "--limit", help="Show at most this many sessions (newest first)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
 ) -> None:
     """Past sessions, newest first: when, experiment, card, hours, cost, end reason, conclusion."""
-    from gpuops import history, ui
+    from gpuops import emit, history
 
+    fmt = _fmt(fmt, json_out, csv_out)
     rep = history.sessions(_reader(config), since, experiment, limit, tz)
-    ui.print_json(rep) if json_out else history.render(rep)
+    emit.emit(rep, fmt, lambda: history.render(rep), csv_records=rep["sessions"])
 
 
 @app.command()
@@ -436,7 +494,7 @@ def dashboard(
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
     from gpuops.dashboard import command
 
-    command(_settings(config), month=month, tz=tz, port=port, html=html)
+    command(_settings(config, emergency=True), month=month, tz=tz, port=port, html=html)
 
 
 @ledger_app.command("show")
@@ -444,13 +502,14 @@ def ledger_show(
     session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
     """Every field of one session, its bootstrap steps, its events, where logs and results are."""
     from gpuops import books, ledger_view
 
-    fmt = _fmt(json_out, csv_out)
+    fmt = _fmt(fmt, json_out, csv_out)
     ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
 
 
@@ -459,13 +518,15 @@ def ledger_note(
     session: str = typer.Argument(...),
     text: str = typer.Argument(..., help="One-line conclusion."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Record a session's one-line conclusion."""
-    from gpuops import books, ui
+    from gpuops import books, emit
 
+    fmt = _fmt(fmt, json_out)
     r = books.note(_ledger(config), session, text)
-    ui.print_json(r) if json_out else print(f"{r['session']}: {r['conclusion']}")
+    emit.emit(r, fmt, lambda: print(f"{r['session']}: {r['conclusion']}"))
 
 
 @ledger_app.command("tokens")
@@ -473,15 +534,18 @@ def ledger_tokens(
     session: str = typer.Argument(...),
     n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count)."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Set a session's token count after the fact (for $/Mtoken)."""
-    from gpuops import books, ui
+    from gpuops import books, emit
+    from gpuops.ui import money
 
+    fmt = _fmt(fmt, json_out)
     r = books.tokens(_ledger(config), session, n)
     per = r["usd_per_mtoken"]
-    ui.print_json(r) if json_out else print(f"{r['session']}: {r['tokens']:,} tokens"
-                                            + (f", {ui.money(per, r['simulated'])}/Mtoken" if per is not None else ""))
+    emit.emit(r, fmt, lambda: print(f"{r['session']}: {r['tokens']:,} tokens"
+                                    + (f", {money(per, r['simulated'])}/Mtoken" if per is not None else "")))
 
 
 @ledger_app.command("export")
@@ -489,12 +553,17 @@ def ledger_export(
     month: Optional[str] = typer.Option(None, "--month", help="Only this month, YYYY-MM (default: everything)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv (the only format: what `ledger import` reads)."),
     csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format)."),
 ) -> None:
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
     import io
 
     from gpuops import books
+    from gpuops.emit import pick
+
+    if fmt is not None:  # the export is the import's format: CSV only (`ledger sessions --format json` for JSON)
+        pick(fmt, allowed=("csv",))
 
     # Our own 1 MiB buffer: with PYTHONUNBUFFERED (or a pipe) every CSV row would be a write(2).
     try:
@@ -518,17 +587,19 @@ def ledger_import(
     tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
     strict: bool = typer.Option(False, "--strict", help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent."),
     config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
-    from gpuops import books, ui
+    from gpuops import books, emit
     from gpuops.history import plural
 
+    fmt = _fmt(fmt, json_out)
     r = books.import_csv(_ledger(config), file, tz, strict=strict)
     for line, msg in r["warnings"]:
         sys.stderr.write(f"warning: {Path(file).name}:{line}: {msg}\n")
-    ui.print_json(r) if json_out else print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
-                                            + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else ""))
+    emit.emit(r, fmt, lambda: print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
+                                    + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else "")))
 
 
 @ledger_app.command("sync")
@@ -537,14 +608,15 @@ def ledger_sync(
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
     apply: bool = typer.Option(False, "--apply", help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines."),
+    fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""
     from gpuops import books, ledger_view
 
-    fmt = _fmt(json_out, csv_out)
-    settings = _settings(config)
+    fmt = _fmt(fmt, json_out, csv_out)
+    settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
     if apply:
         from ledger import Ledger
 
@@ -553,7 +625,11 @@ def ledger_sync(
         from ledger.reads import LedgerReader
 
         led = LedgerReader(settings.ledger_url())
-    ledger_view.emit("sync", books.sync(led, settings, month, tz, apply=apply), fmt)
+    from gpuops.progress import waiting
+
+    with waiting("ledger sync: asking the providers for their billing"):
+        rep = books.sync(led, settings, month, tz, apply=apply)
+    ledger_view.emit("sync", rep, fmt)
 
 
 LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"

@@ -5,6 +5,17 @@ Discovery: ``--config PATH``, else ``./infra.toml``, else ``<user config dir>/gp
 ``GPUOPS_TEARDOWN_MAX_HOURS``, ``GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR``) override the file;
 flags override both. All validation happens here, before anything is rented. Every key, with its
 default and unit, is documented in ``infra.example.toml``.
+
+The layering (init arguments from flags > environment > TOML file) is pydantic-settings'
+(``BaseSettings`` with ``TomlConfigSettingsSource``, ``env_prefix="GPUOPS_"``,
+``env_nested_delimiter="_"`` split once: ``GPUOPS_TEARDOWN_MAX_HOURS`` -> teardown.max_hours).
+pydantic-settings is imported inside ``load_settings`` only (it costs ~0.1 s of imports, asyncio
+included; `gpuops --help` does not pay it). What it does not do, done here: the file's types are
+strict (``max_hours = "2"`` and ``spot = "yes"`` are refused; environment values are text and are
+parsed), errors name the file and line, an unknown key gets the closest name ("did you mean
+max_hours?"), a ``GPUOPS_<SECTION>_*`` variable naming no setting is refused, and ``lenient`` loads
+for the emergency commands (``ps``, ``down``, ``reconcile``, ``ledger``) skip what is broken with
+a one-line warning instead of refusing.
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -99,6 +110,23 @@ class ProvidersSettings(_Section):
     local: LocalProviderSettings = LocalProviderSettings()
     runpod: RunpodSettings = RunpodSettings()
     vast: VastSettings = VastSettings()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _env_keys(cls, v: Any) -> Any:
+        """pydantic-settings splits ``GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR`` once, at the section:
+        ``{"local_price_per_hour": "0.5"}`` is placed under ``local`` here."""
+        if not isinstance(v, dict):
+            return v
+        out = dict(v)
+        for key in list(out):
+            head, _, rest = key.partition("_")
+            if key not in cls.model_fields and head in cls.model_fields and rest:
+                sub = out.get(head)
+                sub = dict(sub) if isinstance(sub, dict) else sub.model_dump(exclude_unset=True) if isinstance(sub, BaseModel) else {}
+                sub[rest] = out.pop(key)
+                out[head] = sub
+        return out
 
 
 class WeightsSource(_Section):
@@ -223,32 +251,43 @@ def _line_of(text: str, loc: tuple) -> int | None:
     keys = [str(k) for k in loc if isinstance(k, str)]
     if not keys:
         return None
-    key = keys[-1]
-    section = ".".join(keys[:-1])
-    current = ""
-    for n, line in enumerate(text.splitlines(), 1):
-        m = re.match(r"^\s*\[([^\]]+)\]", line)
-        if m:
-            current = m.group(1).strip()
-            continue
-        if current == section and re.match(rf"^\s*{re.escape(key)}\s*=", line):
-            return n
+    for cut in range(len(keys), 0, -1):  # the key itself, else its table's header
+        key, section = keys[cut - 1], ".".join(keys[:cut - 1])
+        current = ""
+        for n, line in enumerate(text.splitlines(), 1):
+            m = re.match(r"^\s*\[+([^\]]+)\]", line)
+            if m:
+                current = m.group(1).strip()
+                if cut == len(keys) and current == ".".join(keys):
+                    return n
+                continue
+            if current == section and re.match(rf"^\s*{re.escape(key)}\s*=", line):
+                return n
     return None
 
 
-def _env_overrides(model: type[BaseModel], prefix: str = ENV_PREFIX, env: dict | None = None) -> dict:
-    env = os.environ if env is None else env
-    out: dict[str, Any] = {}
-    for name, f in model.model_fields.items():
-        var = prefix + name.upper()
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            sub = _env_overrides(ann, var + "_", env)
-            if sub:
-                out[name] = sub
-        elif var in env and name != "source":
-            out[name] = env[var]
-    return out
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The settings model that holds the last key of ``loc`` (None past a list or a dict)."""
+    model: type[BaseModel] = Settings
+    for k in loc[:-1]:
+        f = model.model_fields.get(str(k))
+        ann = f.annotation if f is not None else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _closest(loc: tuple) -> str:
+    """"did you mean max_hours? " for an unknown key at ``loc``, or ""."""
+    import difflib
+
+    model = _model_at(loc)
+    if model is None or not loc:
+        return ""
+    names = [n for n in model.model_fields if n != "source"]
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+    return f"did you mean {close[0]}? " if close else ""
 
 
 def _env_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
@@ -267,19 +306,197 @@ def _env_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> dict[str, tu
     return out
 
 
-def _check_env_names(env: dict) -> None:
-    """BadInput for a ``GPUOPS_<SECTION>_...`` variable that names no setting (a typo such as
-    GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently)."""
+def _check_env_names(env: dict) -> list[tuple[str, str]]:
+    """(variable, one-line problem) for ``GPUOPS_<SECTION>_...`` variables that name no setting (a typo such
+    as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently)."""
     import difflib
 
     known = _env_names(Settings)
     sections = tuple(f"{ENV_PREFIX}{n.upper()}_" for n, f in Settings.model_fields.items()
                      if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))
+    problems = []
     for var in sorted(env):
         if var.startswith(sections) and var not in known:
             close = difflib.get_close_matches(var, list(known), n=1, cutoff=0.8)
             hint = f"did you mean {close[0]}? " if close else ""
-            raise BadInput(f"environment variable {var} names no setting", f"{hint}infra.example.toml lists every key; unset it")
+            problems.append((var, f"environment variable {var} names no setting ({hint}infra.example.toml lists every key; unset it)"))
+    return problems
+
+
+def _file_problem(e: dict, where: str, text: str) -> str:
+    """One line for a validation error ``e`` of the file: ``file:line: key: message``."""
+    loc = e["loc"]
+    key = ".".join(str(k) for k in loc)
+    line = _line_of(text, loc)
+    place = f"{where}:{line}" if line else where
+    if e["type"] == "extra_forbidden":
+        hint = _closest(loc).strip()
+        return f"{place}: {key}: unknown key" + (f" ({hint})" if hint else "")
+    msg = e["msg"].removeprefix("Value error, ")
+    if e["type"].endswith("_type") and isinstance(e.get("input"), str):
+        msg += f" (got the text {e['input']!r}: write it without quotes)"
+    return f"{place}: {key}: {msg}"
+
+
+def _drop(data: dict, loc: tuple) -> bool:
+    """Remove the key at ``loc`` (or the deepest part of it present) from ``data``."""
+    node: Any = data
+    for k in loc[:-1]:
+        if not isinstance(node, dict) or k not in node:
+            break
+        if not isinstance(node[k], dict):
+            del node[k]
+            return True
+        node = node[k]
+    else:
+        if isinstance(node, dict) and loc and loc[-1] in node:
+            del node[loc[-1]]
+            return True
+    return False
+
+
+def _format_error(err: ValidationError, where: str, text: str | None) -> str:
+    e = err.errors()[0]
+    if text is not None:
+        return _file_problem(e, where, text)
+    key = ".".join(str(k) for k in e["loc"])
+    return f"{where}: {key}: {e['msg'].removeprefix('Value error, ')}"
+
+
+def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
+    """The file's tables, checked strictly on their own (so an error names its line). Lenient:
+    broken keys are dropped and named in ``problems``; a file that is not TOML is skipped."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        if not lenient:
+            raise BadInput(f"{path}: malformed TOML: {e}", "fix the file, or see infra.example.toml") from None
+        problems.append(f"{path}: malformed TOML: {e}; the whole file is skipped")
+        return {}
+    for _ in range(50):  # each round drops one broken key (lenient) or raises (strict)
+        try:
+            Settings.model_validate(data, strict=True)
+            return data
+        except ValidationError as err:
+            first = err.errors()[0]
+            if not lenient:
+                raise BadInput(_file_problem(first, str(path), text), "see infra.example.toml for the keys and units") from None
+            problems.append(_file_problem(first, str(path), text) + "; skipped")
+            if not _drop(data, tuple(first["loc"])):
+                problems.append(f"{path}: skipped as a whole")
+                return {}
+    return {}
+
+
+def _layered(path: Path | None, env: dict):
+    """The pydantic-settings class for one load: init args > ``env`` (GPUOPS_*) > TOML file."""
+    from pydantic import create_model
+    from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+    from pydantic_settings.sources.utils import parse_env_vars  # pydantic-settings 2.16: sources/utils.py
+
+    class _Env(EnvSettingsSource):
+        def _load_env_vars(self):
+            return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+        def decode_complex_value(self, field_name, field, value):
+            # A list/dict from the environment is JSON, or text the field's own validator reads
+            # (e.g. comma-separated names): not JSON is left to the validator, never an error here.
+            try:
+                return super().decode_complex_value(field_name, field, value)
+            except ValueError:
+                return value
+
+    class _Base(BaseSettings):
+        model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="_", env_nested_max_split=1,
+                                          extra="forbid", allow_inf_nan=False, toml_file=path)
+
+        @classmethod
+        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+            sources = [init_settings, _Env(settings_cls)]
+            if path is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            return tuple(sources)
+
+    fields = {n: (f.annotation, f) for n, f in Settings.model_fields.items() if n != "source"}
+    return create_model("LayeredSettings", __base__=_Base, **fields)
+
+
+def load_settings(config: str | None = None, overrides: dict | None = None, env: dict | None = None,
+                  lenient: bool = False, warn=None) -> Settings:
+    """Read the file (if any), apply GPUOPS_* variables (``env``, default ``os.environ``), then
+    ``overrides`` (from flags, nested dicts like ``{"teardown": {"max_hours": 2}}``).
+
+    Raises BadInput naming the file and line (or the variable, or "command line"). ``lenient``
+    (emergency commands: ``ps``, ``down``, ``reconcile``, ``ledger``): a broken key, a file that
+    is not TOML or a misspelt variable is skipped and ``warn(line)`` is called once with one line
+    saying so (default: stderr), so that a box can still be listed and destroyed."""
+    path = find_config(config)
+    env = dict(os.environ if env is None else env)
+    problems: list[str] = []
+    data = _read_file(path, problems, lenient) if path is not None else {}
+    file_skipped = bool(problems)
+    env_problems = _check_env_names(env)
+    if env_problems and not lenient:
+        msg, _, hint = env_problems[0][1].partition(" (")
+        raise BadInput(msg, hint.rstrip(")"))
+    for var, problem in env_problems:
+        problems.append(problem + "; ignored")
+        env.pop(var)
+    for _ in range(50):  # an environment value that does not validate: refused, or (lenient) left out
+        # A file with skipped keys is passed as what is left of it (below the environment), not re-read.
+        layered = _layered(path if path is not None and not file_skipped else None, env)
+        env_data = _env_overrides(Settings, env=env)
+        init = _deep_merge(_deep_merge(data, env_data), overrides or {}) if file_skipped else (overrides or {})
+        try:
+            built = layered(**init)
+            s = Settings.model_validate({n: getattr(built, n) for n in layered.model_fields})
+            break
+        except ValidationError as e:
+            first = e.errors()[0]
+            keys = tuple(str(k) for k in first["loc"] if isinstance(k, str))
+            var = ENV_PREFIX + "_".join(keys).upper()
+            msg = first["msg"].removeprefix("Value error, ")
+            if var not in env or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
+                raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
+            if not lenient:
+                raise BadInput(f"environment variable {var}: {msg}", "fix or unset the variable") from None
+            problems.append(f"environment variable {var}: {msg}; ignored")
+            env.pop(var)
+    if problems:
+        (warn or _warn_stderr)("warning: " + " | ".join(problems) + " (this command goes on without them; `gpuops up` refuses until they are fixed)")
+    s.source = str(path) if path else None
+    return s
+
+
+def _has(d: dict, keys: tuple) -> bool:
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return False
+        d = d[k]
+    return True
+
+
+def _warn_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
+def _env_overrides(model: type[BaseModel], prefix: str = ENV_PREFIX, env: dict | None = None) -> dict:
+    """The ``GPUOPS_*`` values of ``env`` as nested dicts, by the names ``_env_names`` lists (used
+    to tell an environment error from a file or flag error; the values themselves are layered by
+    pydantic-settings)."""
+    env = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    for name, f in model.model_fields.items():
+        var = prefix + name.upper()
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            sub = _env_overrides(ann, var + "_", env)
+            if sub:
+                out[name] = sub
+        elif var in env and name != "source":
+            out[name] = env[var]
+    return out
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -287,46 +504,3 @@ def _deep_merge(base: dict, over: dict) -> dict:
     for k, v in over.items():
         out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
-
-
-def _format_error(err: ValidationError, where: str, text: str | None) -> str:
-    e = err.errors()[0]
-    key = ".".join(str(k) for k in e["loc"])
-    line = _line_of(text, e["loc"]) if text else None
-    place = f"{where}:{line}" if line else where
-    msg = e["msg"].removeprefix("Value error, ")
-    return f"{place}: {key}: {msg}"
-
-
-def load_settings(config: str | None = None, overrides: dict | None = None, env: dict | None = None) -> Settings:
-    """Read the file (if any), apply GPUOPS_* variables, then ``overrides`` (from flags, nested
-    dicts like ``{"teardown": {"max_hours": 2}}``). Raises BadInput with file and line."""
-    path = find_config(config)
-    data: dict = {}
-    text = None
-    if path is not None:
-        text = path.read_text(encoding="utf-8")
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
-            raise BadInput(f"{path}: malformed TOML: {e}", "fix the file, or see infra.example.toml") from None
-        try:
-            Settings.model_validate(data)
-        except ValidationError as e:
-            raise BadInput(_format_error(e, str(path), text), "see infra.example.toml for the keys and units") from None
-    _check_env_names(os.environ if env is None else env)
-    merged = _deep_merge(data, _env_overrides(Settings, env=env))
-    try:
-        Settings.model_validate(merged)
-    except ValidationError as e:
-        first = e.errors()[0]
-        var = ENV_PREFIX + "_".join(str(k) for k in first["loc"] if isinstance(k, str)).upper()
-        msg = first["msg"].removeprefix("Value error, ")
-        raise BadInput(f"environment variable {var}: {msg}", "fix or unset the variable") from None
-    merged = _deep_merge(merged, overrides or {})
-    try:
-        s = Settings.model_validate(merged)
-    except ValidationError as e:
-        raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
-    s.source = str(path) if path else None
-    return s

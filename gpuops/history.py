@@ -42,10 +42,9 @@ def sessions(reader, since: str | None = None, experiment: str | None = None, li
 
 
 # Columns of the sessions table, and the order in which they are left out when the terminal is too
-# narrow (numbers and ids are never cut; the conclusion folds).
+# narrow (gpuops.tables: numbers and ids are never cut; the conclusion folds).
 COLUMNS = ("session", "started", "experiment", "card", "provider", "hours", "cost USD", "end", "conclusion")
 DROP_ORDER = ("provider", "end", "card", "started", "hours", "experiment")
-CONCLUSION_MIN = 16
 
 
 def zone_words(tz: str) -> str:
@@ -64,29 +63,10 @@ def _cells(r: dict) -> dict:
             "cost USD": cost, "end": r["end_reason"] or r["status"], "conclusion": r["conclusion"]}
 
 
-def fit_columns(rows: list[dict], width: int) -> tuple[list[str], list[str]]:
-    """(columns shown, columns left out) so that every shown column but the conclusion fits
-    unwrapped in ``width`` characters: columns go in ``DROP_ORDER`` until it fits."""
-    need = {c: max([len(c)] + [len(r[c]) for r in rows]) for c in COLUMNS}
-    shown = list(COLUMNS)
-    left: list[str] = []
-
-    def total() -> int:  # rich's box: one bar per column plus one, a space either side of each cell
-        return sum(need[c] if c != "conclusion" else CONCLUSION_MIN for c in shown) + 3 * len(shown) + 1
-
-    for col in DROP_ORDER:
-        if total() <= width:
-            break
-        shown.remove(col)
-        left.append(col)
-    return shown, left
-
-
 def render(rep: dict, console=None) -> None:
-    """The sessions as a rich table. Numbers and ids are never cut: when the terminal is too
-    narrow, columns are left out in ``DROP_ORDER`` and named below the table."""
+    """The sessions as a table (``gpuops.tables``). Numbers and ids are never cut: when the
+    terminal is too narrow, columns are left out in ``DROP_ORDER`` and named below the table."""
     from rich.console import Console
-    from rich.table import Table
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
     rows = rep["sessions"]
@@ -94,18 +74,12 @@ def render(rep: dict, console=None) -> None:
         what = f" of experiment {rep['experiment']!r}" if rep["experiment"] else ""
         c.print(f"no sessions{what}" + (f" since {rep['since']}" if rep["since"] else ""))
         return
+    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+
+    kinds = {"session": ID, "started": ID, "experiment": NAME, "card": NAME, "provider": ID, "hours": NUM,
+             "cost USD": NUM, "end": ID, "conclusion": TEXT}
+    cols = ranked([Col(h, kinds[h]) for h in COLUMNS], DROP_ORDER)
     cells = [_cells(r) for r in rows]
-    shown, left = fit_columns(cells, c.width)
-    t = Table(title=f"sessions, newest first (times in {zone_words(rep['tz'])})", title_justify="left")
-    for col in shown:
-        if col == "conclusion":
-            t.add_column(col, overflow="fold", min_width=CONCLUSION_MIN, ratio=1)
-        else:
-            t.add_column(col, justify="right" if col in ("hours", "cost USD") else "left", no_wrap=True)
-    for cell in cells:
-        t.add_row(*[cell[col] for col in shown])
-    c.print(t)
-    if left:
-        c.print(f"left out for width: {', '.join(left)} (a wider terminal or --json shows them)")
+    print_table(c, f"sessions, newest first (times in {zone_words(rep['tz'])})", cols, [[cell[h] for h in COLUMNS] for cell in cells])
     if rep["more"]:
         c.print(f"showing the newest {plural(rep['limit'], 'session')}; older ones: --limit N or --since YYYY-MM-DD")

@@ -6,11 +6,7 @@ as a table (``fmt="table"``), JSON or CSV. rich is imported inside the functions
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import sys
-from typing import Any
 
 from ledger.reports import SESSION_FIELDS
 
@@ -35,65 +31,47 @@ def usd(x: float | None) -> str:
     return "-" if x is None else f"{x:,.4f}"
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):  # user text (experiment, card, conclusion): never a spreadsheet formula
-        from ledger.csvio import neutralize
-
-        return neutralize(v)
-    return str(v)
-
-
 def csv_text(kind: str, rep: dict) -> str:
-    """The report as CSV text (header first). ``month``: a ``group`` column (total, experiment,
-    card, provider) then ``GROUP_COLUMNS``; with days, the day rows instead. ``experiments``: one
-    row per experiment with ``latest_conclusion``. ``show``: one row of every session column.
+    """The report as CSV text (header first; ``gpuops.emit``'s cells and times). ``month``: a
+    ``group`` column (total, experiment, card, provider) then ``GROUP_COLUMNS``; with days, the
+    day rows then a ``total`` row. ``experiments``: one row per experiment with
+    ``latest_conclusion``. ``show``: one row of every session column (times ISO-8601 UTC).
     ``sync``: one row per session, then ``unbooked`` lines as status ``unbooked``."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    from gpuops.emit import csv_text as write_csv, machine
+
     if kind == "month" and "days" in rep:
-        w.writerow(DAY_COLUMNS)
-        for d in rep["days"]:
-            w.writerow([_cell(d[c]) for c in DAY_COLUMNS])
-    elif kind == "month":
-        w.writerow(["group"] + GROUP_COLUMNS)
+        total = {"date": "total", "cost_usd": rep["total_usd"], "simulated_usd": rep["simulated_usd"], "gpu_hours": rep["gpu_hours"],
+                 "sessions": rep["sessions"], "tokens": rep["tokens"], "storage_usd": rep.get("storage_usd")}
+        return write_csv(([d[c] for c in DAY_COLUMNS] for d in rep["days"] + [total]), DAY_COLUMNS)
+    if kind == "month":
         total = {"name": rep["month"], "cost_usd": rep["total_usd"]} | {c: rep.get(c) for c in GROUP_COLUMNS[2:]}
-        w.writerow(["total"] + [_cell(total[c]) for c in GROUP_COLUMNS])
+        rows = [["total"] + [total[c] for c in GROUP_COLUMNS]]
         for key, group in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
-            for r in rep[key]:
-                w.writerow([group] + [_cell(r[c]) for c in GROUP_COLUMNS])
-    elif kind == "experiments":
+            rows += [[group] + [r[c] for c in GROUP_COLUMNS] for r in rep[key]]
+        return write_csv(rows, ["group"] + GROUP_COLUMNS)
+    if kind == "experiments":
         cols = GROUP_COLUMNS + ["latest_conclusion"]
-        w.writerow(cols)
-        for r in rep["experiments"]:
-            w.writerow([_cell(r[c]) for c in cols])
-    elif kind == "show":
+        return write_csv(([r[c] for c in cols] for r in rep["experiments"]), cols)
+    if kind == "show":
         cols = list(SESSION_FIELDS) + ["bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"]
-        w.writerow(cols)
-        w.writerow([_cell(rep.get(c)) for c in cols])
-    elif kind == "sync":
-        w.writerow(SYNC_COLUMNS)
-        for r in rep["sessions"]:
-            w.writerow([_cell(r[c]) for c in SYNC_COLUMNS])
-        for u in rep["unbooked"]:
-            w.writerow(["", u["provider"], _cell(u["instance_id"]), "", "", _cell(u["usd"]), "", _cell(u["usd"]), "unbooked"])
-        for a in rep.get("account", []):
-            w.writerow(["", a["provider"], "", "", "", _cell(a["usd"]), _cell(a["usd"]), "", "account"])
-    else:
-        w.writerow(sorted(rep))
-        w.writerow([_cell(rep[k]) for k in sorted(rep)])
-    return buf.getvalue()
+        row = machine({c: rep.get(c) for c in cols})
+        return write_csv([[row[c] for c in cols]], cols)
+    if kind == "sync":
+        rows = [[r[c] for c in SYNC_COLUMNS] for r in rep["sessions"]]
+        rows += [["", u["provider"], u["instance_id"], "", "", u["usd"], "", u["usd"], "unbooked"] for u in rep["unbooked"]]
+        rows += [["", a["provider"], "", "", "", a["usd"], a["usd"], "", "account"] for a in rep.get("account", [])]
+        return write_csv(rows, SYNC_COLUMNS)
+    return write_csv([[machine(rep)[k] for k in rep]], list(rep))
 
 
 def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_table: bool = True) -> None:
     """Print report ``rep`` of ``kind`` (month, experiments, show, tokens, note, import, sync) as
     ``fmt``: table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
     ``rep["days"]``); ``days_table``: also the month's day-by-day table when ``days`` is there."""
+    from gpuops.emit import json_text
+
     if fmt == "json":
-        sys.stdout.write(json.dumps(rep, indent=2, default=str) + "\n")
+        sys.stdout.write(json_text(rep))
     elif fmt == "csv":
         sys.stdout.write(csv_text(kind, rep))
     else:
@@ -118,30 +96,38 @@ def _fold(rows: list[dict], keep: int) -> list[dict]:
     return rows[:keep] + [other]
 
 
-def _group_table(title: str, first: str, rows: list[dict], conclusion: bool = False):
-    from rich.table import Table
+# The order in which the group tables leave columns out when the terminal is too narrow (the
+# group's name and its cost stay): the job-only $/Mtok first, the GPU-hours last.
+GROUP_DROP_ORDER = ("latest conclusion", "$/Mtok job", "sim USD", "tokens", "$/Mtok all-in", "sessions", "GPU-h")
 
-    t = Table(title=title, title_justify="left")
-    cols = [first, "cost USD", "sim USD", "GPU-h", "sessions", "tokens", "$/Mtok all-in", "$/Mtok job"]
-    if conclusion:
-        cols.append("latest conclusion")
-    for col in cols:
-        if col == first:  # the group's name is what the user reads the row by: never cut it
-            t.add_column(col, justify="left", overflow="fold")
-        else:
-            t.add_column(col, justify="left" if col == "latest conclusion" else "right")
+
+def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
+    out = []
     for r in rows:
         sim = r["usd_per_mtoken"] is None and r["simulated_usd_per_mtoken"] is not None
         allin = r["simulated_usd_per_mtoken"] if sim else r["usd_per_mtoken"]
         job = r["simulated_usd_per_mtoken_job"] if sim else r["usd_per_mtoken_job"]
         mark = " sim" if sim else ""
-        cells = [r["name"], usd(r["cost_usd"]), usd(r["simulated_usd"]), f"{r['gpu_hours']:.3f}",
+        cells = [r["name"], usd(r["cost_usd"]), usd(r["simulated_usd"]), f"{r['gpu_hours']:,.3f}",
                  str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""), f"{r['tokens']:,}",
                  usd(allin) + (mark if allin is not None else ""), usd(job) + (mark if job is not None else "")]
         if conclusion:
             cells.append(r.get("latest_conclusion") or "")
-        t.add_row(*cells)
-    return t
+        out.append(cells)
+    return out
+
+
+def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: bool = False) -> None:
+    """One group table (by experiment / card / provider, or experiments) through the one table
+    rule (``gpuops.tables``): amounts never cut, names wrap, columns left out by
+    ``GROUP_DROP_ORDER`` with a line naming them."""
+    from gpuops.tables import NAME, TEXT, Col, print_table, ranked
+
+    cols = [Col(first, NAME), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens"),
+            Col("$/Mtok all-in"), Col("$/Mtok job")]
+    if conclusion:
+        cols.append(Col("latest conclusion", TEXT))
+    print_table(c, title, ranked(cols, GROUP_DROP_ORDER), _group_rows(rows, conclusion))
 
 
 def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None:
@@ -154,7 +140,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
         + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
         + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
-        + f" | {rep['gpu_hours']:.3f} GPU-h | {plural(rep['sessions'], 'session')}"
+        + f" | {rep['gpu_hours']:,.3f} GPU-h | {plural(rep['sessions'], 'session')}"
         + (f" ({rep['open_sessions']} open, no cost yet)" if rep["open_sessions"] else "")
         + f" | {rep['tokens']:,} tokens"
         + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
@@ -169,16 +155,14 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         c.print("no sessions this month")
     for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
         if rep[key]:
-            c.print(_group_table(f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS)))
+            _print_group_table(c, f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS))
     if "days" in rep and days_table:
-        from rich.table import Table
+        from gpuops.tables import ID, Col, print_table, ranked
 
-        t = Table(title="by day", title_justify="left")
-        for col in ("date", "cost USD", "sim USD", "GPU-h", "sessions", "tokens"):
-            t.add_column(col, justify="left" if col == "date" else "right")
-        for d in rep["days"]:
-            t.add_row(d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:.3f}", str(d["sessions"]), f"{d['tokens']:,}")
-        c.print(t)
+        cols = [Col("date", ID), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens")]
+        print_table(c, "by day", ranked(cols, GROUP_DROP_ORDER), [
+            [d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:,.3f}", str(d["sessions"]), f"{d['tokens']:,}"]
+            for d in rep["days"]])
     if plot:
         for line in bar_lines(rep.get("days", [])):
             c.print(line, markup=True)
@@ -216,38 +200,31 @@ def render_experiments(rep: dict) -> None:
     if not rep["experiments"]:
         c.print(f"no sessions from {window}")
         return
-    c.print(_group_table(f"experiments, {window}", "experiment", rep["experiments"], conclusion=True))
+    _print_group_table(c, f"experiments, {window}", "experiment", rep["experiments"], conclusion=True)
 
 
 def render_show(d: dict) -> None:
-    from rich.table import Table
+    """Every field of one session (a two-column table: names never cut, values wrap), its
+    bootstrap steps and its events."""
+    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     c = _console()
-    t = Table(title=f"session {d['id']}", show_header=False, title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
     times = d.get("times", {})
+    fields = []
     for k in SESSION_FIELDS:
         v = times.get(k) or d.get(k)
         if k.endswith("_seconds") and isinstance(v, float):
             v = f"{v:.3f}"  # a measured duration: milliseconds are enough
-        t.add_row(k, "-" if v is None or v == "" else str(v))
+        fields.append([k, "-" if v is None or v == "" else str(v)])
     for k in ("bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"):
-        t.add_row(k, "-" if d.get(k) is None else str(d[k]))
-    c.print(t)
+        fields.append([k, "-" if d.get(k) is None else str(d[k])])
+    # Values are ids, times and amounts: a value column as wide as the longest value that fits,
+    # folding (never cutting) the rare longer one (a log path, an error).
+    print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields, header=False)
     if d["steps"]:
-        st = Table(title="bootstrap steps", title_justify="left")
-        for col in ("step", "status", "seconds", "detail"):
-            st.add_column(col, justify="right" if col == "seconds" else "left")
-        for s in d["steps"]:
-            st.add_row(s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"])
-        c.print(st)
-    ev = Table(title="events", title_justify="left")
-    for col in ("time", "kind", "detail"):
-        ev.add_column(col)
-    for e in d["events"]:
-        ev.add_row(e["time"], e["kind"], e["detail"])
-    c.print(ev)
+        print_table(c, "bootstrap steps", [Col("step", NAME), Col("status", ID), Col("seconds", NUM), Col("detail", TEXT)],
+                    [[s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"]] for s in d["steps"]])
+    print_table(c, "events", [Col("time", ID), Col("kind", ID), Col("detail", TEXT)], [[e["time"], e["kind"], e["detail"]] for e in d["events"]])
     for ln in d.get("cost_lines", []):
         c.print(f"{ln['kind']} line: {usd(ln['usd'])} USD ({ln['description'] or ln['provider']}), booked apart from GPU time")
     if d.get("cost_source") == "charged":
@@ -255,27 +232,29 @@ def render_show(d: dict) -> None:
     c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
 
 
+SYNC_DROP_ORDER = ("instance", "provider", "theirs USD", "ours USD")
+
+
 def render_sync(rep: dict) -> None:
     """Per session: ours (booked: GPU time + storage lines, charged or estimated) vs theirs; then the
     charges that match no row (never booked), account-level storage, and the month's invoice."""
-    from rich.table import Table
+    from gpuops.tables import ID, NUM, TEXT, Col, print_table, ranked
 
     c = _console()
     for name, why in rep.get("skipped", {}).items():
         c.print(f"[yellow]{name}:[/] not compared ({why})", markup=True)
-    t = Table(title=f"our books vs provider billing, {rep.get('month', '')}", title_justify="left")
-    for col in ("session", "provider", "instance", "ours USD", "theirs USD", "diff USD", "status"):
-        t.add_column(col, justify="right" if "USD" in col else "left", no_wrap=col in ("session", "instance"))
+    cols = [Col("session", ID), Col("provider", ID), Col("instance", ID), Col("ours USD", NUM), Col("theirs USD", NUM),
+            Col("diff USD", NUM), Col("status", TEXT)]
+    rows = []
     for r in rep["sessions"]:
         storage = r.get("theirs_storage_usd") or 0.0
-        t.add_row(r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]),
-                  f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else ""))
-    for u in rep["unbooked"]:
-        t.add_row("-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), usd(u["usd"]), "not ours: not booked")
-    for a in rep.get("account", []):
-        t.add_row("-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage")
-    if rep["sessions"] or rep["unbooked"] or rep.get("account"):
-        c.print(t)
+        rows.append([r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]),
+                     f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else "")])
+    rows += [["-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), usd(u["usd"]), "not ours: not booked"]
+             for u in rep["unbooked"]]
+    rows += [["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])]
+    if rows:
+        print_table(c, f"our books vs provider billing, {rep.get('month', '')}", ranked(cols, SYNC_DROP_ORDER), rows)
     c.print(f"total: ours ${rep['ours_usd']:,.4f}, theirs ${rep['theirs_usd']:,.4f}, difference ${rep['diff_usd']:,.4f}")
     if "invoice_usd" in rep:
         c.print(f"{rep.get('month', '')}: the providers bill ${rep['invoice_usd']:,.4f}; the books hold ${rep.get('month_usd') or 0:,.4f}"

@@ -7,7 +7,6 @@ bid for interruptible offers), reliability as the tie-break.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +18,10 @@ if TYPE_CHECKING:
 
 GB = 10**9
 GIB = 2**30
+# The longest `offers` waits for one provider (all are asked at once): past it, that provider is
+# named as not answering and the others' offers are shown. A marketplace search normally answers
+# in 1-3 s; the SDKs' own retries can take much longer on an unreachable host.
+OFFERS_DEADLINE_S = 20.0
 
 
 @dataclass
@@ -42,7 +45,7 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
     provider asked) fails.
     """
     from gpuops.offers import rank
-    from gpuops.providers import NAMES, configured, get_provider
+    from gpuops.providers import NAMES, configured
 
     if gpu_count < 1:
         raise BadInput(f"--gpu-count {gpu_count} must be at least 1", "pass --gpu-count 1 or more")
@@ -78,42 +81,89 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
             notes.append("no RunPod or Vast.ai key found (RUNPOD_API_KEY, VAST_API_KEY): showing this machine only")
     pooled: list[Offer] = []
     errors: list[ProviderError] = []
-    for name in names:
-        try:
-            pooled.extend(get_provider(name, settings).offers(query))
-        except ProviderError as e:
-            if provider:
-                raise
-            if e.kind == ProviderErrorKind.UNSUPPORTED:
-                notes.append(f"{name}: skipped: {e.message}")
-            else:
-                errors.append(e)
-                notes.append(f"{name}: {e}")
+    for name, got in ask_all(names, settings, query, deadline_s=OFFERS_DEADLINE_S):
+        if isinstance(got, list):
+            pooled.extend(got)
+            continue
+        e = got if isinstance(got, ProviderError) else ProviderError(ProviderErrorKind.SERVER, f"{type(got).__name__}: {got}")
+        if provider:
+            raise e
+        if e.kind == ProviderErrorKind.UNSUPPORTED:
+            notes.append(f"{name}: skipped: {e.message}")
+        else:
+            errors.append(e)
+            notes.append(f"{name}: failed, its offers are not shown: {e}")
     if errors and len(errors) == len(names):
         raise errors[0]
     ranked = rank(pooled, need_bytes_per_gpu=need, max_usd_per_hour=max_price, spot=spot)
     return OffersResult(offers=ranked[:limit], notes=notes, providers=names)
 
 
+def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = OFFERS_DEADLINE_S):
+    """Ask every provider in ``names`` for offers at once, each in a daemon thread; yields
+    ``(name, offers list | exception)`` in ``names`` order. A provider that has not answered
+    ``deadline_s`` seconds after the start yields a ProviderError (its thread is abandoned: a
+    daemon, it cannot hold the process). While waiting, stderr (a terminal) shows who is still
+    asked and for how long (``gpuops.progress``)."""
+    import threading
+    import time
+
+    from gpuops import progress
+    from gpuops.providers import get_provider
+
+    answers: dict[str, object] = {}
+    done = threading.Condition()
+
+    def ask(name: str) -> None:
+        try:
+            got: object = get_provider(name, settings).offers(query)
+        except Exception as e:  # named below, never raised from a thread
+            got = e
+        with done:
+            answers[name] = got
+            done.notify_all()
+
+    for name in names:
+        threading.Thread(target=ask, args=(name,), name=f"gpuops-offers-{name}", daemon=True).start()
+    end = time.monotonic() + deadline_s
+    with progress.waiting(f"asking {', '.join(names)} for offers") as w:
+        with done:
+            while len(answers) < len(names) and time.monotonic() < end:
+                waiting_for = [n for n in names if n not in answers]
+                w.what = f"asking {', '.join(waiting_for)} for offers ({len(answers)} of {len(names)} answered)"
+                done.wait(timeout=min(0.2, max(0.0, end - time.monotonic())))
+            got_all = dict(answers)
+    for name in names:
+        if name in got_all:
+            yield name, got_all[name]
+        else:
+            yield name, ProviderError(ProviderErrorKind.TIMEOUT, f"no answer within {deadline_s:g} s")
+
+
 def to_json(result: OffersResult) -> str:
-    """The offers as a JSON list of ``Offer.as_json()`` objects."""
-    return json.dumps([o.as_json() for o in result.offers], indent=1)
+    """The offers as a JSON list of ``Offer.as_json()`` objects (``gpuops.emit``: indent 2)."""
+    from gpuops.emit import json_text
+
+    return json_text([o.as_json() for o in result.offers]).rstrip("\n")
+
+
+# Columns `offers` leaves out, first to last, when the terminal is too narrow (provider, offer id,
+# card, price and kind stay: they are what `up` needs).
+OFFERS_DROP_ORDER = ("region", "reliability", "min bid USD/h", "GPUs", "VRAM/GPU GiB")
 
 
 def render(result: OffersResult, console=None) -> None:
-    """Print the offers as a rich table (VRAM in GiB, prices in USD/h)."""
-    from rich.console import Console
-    from rich.table import Table
+    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.tables``:
+    offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``."""
+    from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
-    console = console or Console()
+    console = console or table_console()
     if not result.offers:
         console.print(f"no offers match (asked: {', '.join(result.providers)})")
         return
-    t = Table(title="offers: fit, then price, then reliability")
-    for col in ("provider", "offer", "card", "GPUs", "VRAM/GPU GiB", "USD/h", "kind", "min bid USD/h", "reliability", "region"):
-        t.add_column(col, justify="right" if col in ("GPUs", "VRAM/GPU GiB", "USD/h", "min bid USD/h", "reliability") else "left")
-    for o in result.offers:
-        t.add_row(o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.usd_per_hour:.3f}",
-                  "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
-                  f"{o.min_bid:.3f}" if o.min_bid is not None else "", f"{o.reliability:.3f}", o.region)
-    console.print(t)
+    cols = [Col("provider", ID), Col("offer", ID), Col("card", ID), Col("GPUs", NUM), Col("VRAM/GPU GiB", NUM), Col("USD/h", NUM),
+            Col("kind", ID), Col("min bid USD/h", NUM), Col("reliability", NUM), Col("region", NAME)]
+    rows = [[o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.usd_per_hour:.3f}",
+             "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
+             f"{o.min_bid:.3f}" if o.min_bid is not None else "", f"{o.reliability:.3f}", o.region] for o in result.offers]
+    print_table(console, "offers: fit, then price, then reliability", ranked(cols, OFFERS_DROP_ORDER), rows)

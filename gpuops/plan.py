@@ -1451,7 +1451,9 @@ def fit_advice(p: Plan) -> str:
     quantized_ckpt = p.quant is not None and p.quant.from_checkpoint
     if p.mode == "infer":
         if not quantized_ckpt:
-            for d in ("fp8", "int4"):
+            # fp8 weights only where the card has fp8 tensor cores (catalog fp8_tflops > 0: Ada,
+            # Hopper, Blackwell, MI300X); an A100 or older gets int8 instead.
+            for d in ("fp8", "int4") if big.card.fp8_flops else ("int8", "int4"):
                 if DTYPE_BYTES[d] < DTYPE_BYTES[p.dtype] and fits_with(dtype=d):
                     fixes.append(f"--dtype {d}")
                     break

@@ -6,9 +6,7 @@ inside the functions so that `gpuops --help` stays fast.
 
 from __future__ import annotations
 
-import json
 import sys
-from typing import Any
 
 ALL_MODELS = "all"
 LIST_MODELS = "list"
@@ -24,45 +22,57 @@ def plan_command(
     gpu_count: int | str = 1,
     headroom: float | str | None = None,
     card: str | None = None,
-    json_out: bool = False,
+    fmt: str = "table",
     engine: str | None = None,
     max_num_seqs: int | str | None = None,
     max_num_batched_tokens: int | str | None = None,
 ) -> int:
-    """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout;
-    warnings go to stderr. Returns the exit code (0). Raises BadInput (exit 2) for bad input."""
+    """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
+    ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
+    exit code (0). Raises BadInput (exit 2) for bad input."""
     from gpuops import plan as P
+    from gpuops.progress import waiting
 
     if model.strip().lower() == LIST_MODELS:
-        render_catalog(json_out)
+        render_catalog(fmt)
         return 0
     args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card,
                 engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if model.strip().lower() == ALL_MODELS:
-        plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
-        if json_out:
-            _print_json([p.as_json() for p in plans])
-        else:
-            render_matrix(plans)
+        with waiting("planning every built-in model on every card"):
+            plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
+        _emit([p.as_json() for p in plans], fmt, lambda: render_matrix(plans))
         return 0
-    p = P.plan(model, **args)
+    with waiting(f"sizing {model} (a Hugging Face repo id is read from the hub)"):
+        p = P.plan(model, **args)
     for w in p.warnings:
         sys.stderr.write(f"warning: {w}\n")
-    if json_out:
-        _print_json(p.as_json())
-    else:
-        render(p)
+    _emit([p.as_json()], fmt, lambda: render(p), one=True)
     return 0
 
 
-def _print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2) + "\n")
+def card_records(plans: list[dict]) -> list[dict]:
+    """CSV rows of plans (``Plan.as_json()``): one per model and card, the model's scalar fields
+    first, then the card's (nested objects as ``parent_child`` columns)."""
+    out = []
+    for d in plans:
+        head = {k: v for k, v in d.items() if k != "cards" and not isinstance(v, (list, dict))}
+        out += [{**head, **{f"card_{k}" if k in head else k: v for k, v in c.items()}} for c in d["cards"]]
+    return out
+
+
+def _emit(plans: list[dict], fmt: str, table, one: bool = False) -> None:
+    from gpuops import emit
+
+    emit.emit(plans[0] if one else plans, fmt, table, csv_records=card_records(plans))
 
 
 def _console():
+    """The terminal's width (``COLUMNS`` when piped; rich's default 80): tables fit it by the one
+    table rule (``gpuops.tables``), folding columns into continuation tables, never cutting."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=200 if not sys.stdout.isatty() else None)
+    return Console(highlight=False, soft_wrap=False)
 
 
 def _n(x: float) -> str:
@@ -143,9 +153,10 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
 
 def render(p, console=None) -> None:
     """Print the memory breakdown and the per-card table of one plan, and (vllm) the engine command."""
-    from rich.table import Table
+    from rich.text import Text
 
     from gpuops import plan as P
+    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     con = console or _console()
     kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
@@ -157,14 +168,10 @@ def render(p, console=None) -> None:
     if p.unverified:
         con.print("[bold red]UNVERIFIED[/]: nothing confirms the weight count; every fit below is a guess "
                   "(`up --model` refuses without --allow-unverified)")
-    mt = Table(title="memory (GB = 10^9 B, GiB = 2^30 B)", title_justify="left")
-    for col, just in (("item", "left"), ("GB", "right"), ("GiB", "right"), ("how", "left")):
-        mt.add_column(col, justify=just)
-    for row in memory_rows(p):
-        mt.add_row(*row)
-    con.print(mt)
+    print_table(con, "memory (GB = 10^9 B, GiB = 2^30 B)", [Col("item", NAME), Col("GB"), Col("GiB"), Col("how", TEXT)],
+                [list(r) for r in memory_rows(p)])
 
-    t = Table(title=f"cards ({p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of the engine-visible GiB)", title_justify="left")
+    title = f"cards ({p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of the engine-visible GiB)"
     cols = [("card", "left"), ("VRAM GiB", "right"), ("visible GiB", "right"), ("budget GiB", "right"), ("need/GPU GiB", "right"),
             ("fits", "center")]
     if p.mode == "infer":
@@ -175,8 +182,7 @@ def render(p, console=None) -> None:
                  ("tok/s @max batch", "right"), ("USD/h", "right"), ("$/Mtok ceiling", "right"), ("$/Mtok b1", "right"), ("$/Mtok max batch", "right")]
     else:
         cols += [("ridge FLOP/B", "right"), ("USD/h", "right")]
-    for col, just in cols:
-        t.add_column(col, justify=just, no_wrap=col == "card")
+    rows = []
     for c in p.cards:
         fits = "[green]yes[/]" if c.fits else f"[red]no[/] (-{c.missing_bytes / 2**30:.1f})"
         if c.unverified:
@@ -193,13 +199,16 @@ def render(p, console=None) -> None:
                     _usd(u.get("ceiling")), _usd(u.get("batch_1")), _usd(u.get("max_batch"))]
         else:
             row += [f"{c.ridge_flop_per_byte:,.0f}", f"{c.usd_per_hour:.2f}"]
-        t.add_row(*row)
-    con.print(t)
+        rows.append([Text.from_markup(x) if i == 5 else x for i, x in enumerate(row)])
+    # Every column is a number the reader came for: columns that do not fit go to a continuation
+    # table keyed by the card, never cut.
+    kinds = {"card": NAME, "fits": ID}
+    print_table(con, title, [Col(h, kinds.get(h, NUM), justify="center" if h == "fits" else None) for h, _ in cols], rows, fold=True)
     if p.engine == "vllm":
         best = min((c for c in p.cards if c.fits), key=lambda c: c.usd_per_hour, default=None)
         if best is not None:
             con.print(f"engine command ({best.card.display}, cheapest that fits):")
-            con.print(f"  {best.engine_command}", markup=False)
+            con.print(f"  {best.engine_command}", markup=False, soft_wrap=True)  # one line: copied as it is
     if p.mode == "infer":
         con.print("decode ceiling = N x bandwidth / weight bytes read per token (not the embedding table; MoE: routed experts only); "
                   "tok/s @max batch = batch / max(bytes read / bandwidth, 2 x active params x batch / FLOP/s), "
@@ -209,7 +218,7 @@ def render(p, console=None) -> None:
 
 def render_matrix(plans: list, console=None) -> None:
     """Every model (rows) on every card (columns): max batch at --seq, or '-' when it does not fit."""
-    from rich.table import Table
+    from gpuops.tables import NAME, Col, print_table
 
     con = console or _console()
     if not plans:
@@ -217,21 +226,16 @@ def render_matrix(plans: list, console=None) -> None:
     p0 = plans[0]
     dtypes = sorted({p.dtype for p in plans})
     dt = dtypes[0] if len(dtypes) == 1 else "each checkpoint's dtype"
-    t = Table(title=f"max batch at seq {p0.seq} ({p0.engine}, {dt}, {p0.gpu_count} GPU(s), utilization {p0.headroom:.0%}); '-' = does not fit",
-              title_justify="left")
-    t.add_column("model", no_wrap=True)
-    t.add_column("params", justify="right")
-    t.add_column("weights GB", justify="right")
-    for c in p0.cards:
-        t.add_column(c.card.name, justify="right")
-    for p in plans:
-        t.add_row(p.model, _n(p.params), f"{p.weights_bytes / 1e9:.1f}", *[str(c.max_batch) if c.max_batch else "-" for c in p.cards])
-    con.print(t)
+    title = f"max batch at seq {p0.seq} ({p0.engine}, {dt}, {p0.gpu_count} GPU(s), utilization {p0.headroom:.0%}); '-' = does not fit"
+    cols = [Col("model", NAME), Col("params"), Col("weights GB")] + [Col(c.card.name) for c in p0.cards]
+    rows = [[p.model, _n(p.params), f"{p.weights_bytes / 1e9:.1f}", *[str(c.max_batch) if c.max_batch else "-" for c in p.cards]] for p in plans]
+    # Cards are columns: those that do not fit the width go to continuation tables keyed by model.
+    print_table(con, title, cols, rows, fold=True)
 
 
-def render_catalog(json_out: bool = False, console=None) -> None:
+def render_catalog(fmt: str = "table", console=None) -> None:
     """The built-in models (name, family, params, context, source) and cards (VRAM, bandwidth, TFLOP/s)."""
-    from rich.table import Table
+    from gpuops.tables import ID, NAME, TEXT, Col, print_table
 
     from gpuops import plan as P
     from gpuops.catalog import cards
@@ -244,20 +248,18 @@ def render_catalog(json_out: bool = False, console=None) -> None:
     card_rows = [{"card": c.name, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,
                   "bandwidth_bytes_s": c.bandwidth_bytes_s, "bf16_flops": c.bf16_flops, "fp8_flops": c.fp8_flops,
                   "runpod_id": c.runpod_id, "vast_name": c.vast_name} for c in cards()]
-    if json_out:
-        _print_json({"models": models, "cards": card_rows})
+    if fmt != "table":
+        from gpuops import emit
+
+        # CSV: the models (the cards are `--format json`'s second list)
+        emit.emit({"models": models, "cards": card_rows}, fmt, csv_records=models)
         return
     con = console or _console()
-    t = Table(title="built-in models", title_justify="left")
-    for col in ("name", "family", "params", "active", "context", "source"):
-        t.add_column(col)
-    for m in models:
-        t.add_row(m["name"], m["family"], _n(m["params"]), _n(m["active_params"]), str(m["context"] or "-"), m["source"])
-    con.print(t)
-    t = Table(title="cards (TFLOP/s dense; GB/s = 10^9 B/s)", title_justify="left")
-    for col in ("card", "family", "aliases", "VRAM GiB", "GB/s", "bf16 TFLOP/s", "fp8 TFLOP/s", "RunPod gpuTypeId", "Vast gpu_name"):
-        t.add_column(col)
-    for c in card_rows:
-        t.add_row(c["card"], c["family"], ", ".join(c["aliases"]), f"{c['vram_bytes'] / 2**30:g}", f"{c['bandwidth_bytes_s'] / 1e9:,.0f}",
-                  f"{c['bf16_flops'] / 1e12:g}", f"{c['fp8_flops'] / 1e12:g}" if c["fp8_flops"] else "-", c["runpod_id"] or "-", c["vast_name"] or "-")
-    con.print(t)
+    print_table(con, "built-in models", [Col("name", NAME), Col("family", ID), Col("params"), Col("active"), Col("context"), Col("source", TEXT)],
+                [[m["name"], m["family"], _n(m["params"]), _n(m["active_params"]), str(m["context"] or "-"), m["source"]] for m in models], fold=True)
+    cols = [Col("card", ID), Col("family", ID), Col("aliases", TEXT), Col("VRAM GiB"), Col("GB/s"), Col("bf16 TFLOP/s"), Col("fp8 TFLOP/s"),
+            Col("RunPod gpuTypeId", NAME), Col("Vast gpu_name", NAME)]
+    print_table(con, "cards (TFLOP/s dense; GB/s = 10^9 B/s)", cols, [
+        [c["card"], c["family"], ", ".join(c["aliases"]), f"{c['vram_bytes'] / 2**30:g}", f"{c['bandwidth_bytes_s'] / 1e9:,.0f}",
+         f"{c['bf16_flops'] / 1e12:g}", f"{c['fp8_flops'] / 1e12:g}" if c["fp8_flops"] else "-", c["runpod_id"] or "-", c["vast_name"] or "-"]
+        for c in card_rows], fold=True)

@@ -26,9 +26,13 @@ def resolve_session(ledger, ref: str):
 
 
 def row_json(row) -> dict:
-    """A session row as JSON-ready dict (``session`` is the id)."""
-    d = row.model_dump()
-    d["session"] = d.pop("id")
+    """A session row as JSON-ready dict (``session`` is the id, first; then the columns in the
+    model's declared order, whatever order the row was loaded in)."""
+    dumped = row.model_dump()
+    d = {"session": dumped.pop("id")}
+    order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.SessionRow or models.Session
+    d.update({k: dumped.pop(k) for k in order if k in dumped})
+    d.update(dumped)
     d["usd_per_mtoken"] = round(row.cost_usd / row.tokens * 1e6, 6) if row.tokens and row.cost_usd is not None else None
     d["seconds"] = row.billed_seconds
     return d

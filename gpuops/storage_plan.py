@@ -20,7 +20,6 @@ than ``BOOTSTRAP_TARGET_S`` alone misses it, which argues for the volume whateve
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -139,11 +138,15 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
                        recommendation=rec, reasons=tuple(reasons))
 
 
-def render(sp: StoragePlan, json_out: bool = False) -> None:
-    if json_out:
-        print(json.dumps(sp.as_json(), indent=1))
+def render(sp: StoragePlan, fmt: str = "table") -> None:
+    """Print the storage plan as ``fmt`` (table, json, csv: gpuops.emit's convention)."""
+    if fmt != "table":
+        from gpuops import emit
+
+        emit.emit(sp.as_json(), fmt)
         return
     from gpuops import ui
+    from gpuops.tables import ID, TEXT, Col, print_table
 
     c = ui.console()
     rows = [
@@ -154,9 +157,8 @@ def render(sp: StoragePlan, json_out: bool = False) -> None:
                          f"{sp.refetch_usd_per_month:.{2 if sp.refetch_usd_per_month >= 1 else 4}f} USD/month at {sp.runs_per_month} runs"),
         ("break-even", f"{sp.break_even_runs:.1f} runs/month (volume USD/month / refetch USD per run)" if sp.break_even_runs else "-"),
     ]
-    c.print(f"storage plan for {sp.model} on {sp.provider}", markup=False)
-    for k, v in rows:
-        c.print(f"  {k:<13} {v}", markup=False, soft_wrap=True)
+    print_table(c, f"storage plan for {sp.model} on {sp.provider}", [Col("item", ID, style="bold"), Col("value", TEXT)],
+                [list(r) for r in rows], header=False)
     c.print(f"recommendation: {sp.recommendation}", markup=False)
     for r in sp.reasons:
         c.print(f"  - {r}", markup=False, soft_wrap=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
@@ -24,36 +23,52 @@ def _esc(text: str) -> str:
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+    """``obj`` as the one JSON convention (``gpuops.emit.json_text``)."""
+    from gpuops.emit import json_text
+
+    sys.stdout.write(json_text(obj))
 
 
 class ConsoleReporter(Reporter):
-    """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json)."""
+    """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
+    On a terminal, a stage that lasts over a second shows a live line with its seconds
+    (``gpuops.progress``) until the next line is printed; ``close()`` ends it."""
 
     def __init__(self, json_mode: bool = False):
+        from gpuops.progress import Ticker
+
         self.err = console(stderr=True)
         self.json_mode = json_mode
         self.t0 = time.monotonic()
         self.last = self.t0
+        self.ticker = Ticker()
+
+    def close(self) -> None:
+        self.ticker.stop()
 
     def _elapsed(self) -> str:
         now = time.monotonic()
         return f"{now - self.t0:6.1f}s"
 
     def stage(self, name: str, detail: str = "") -> None:
+        self.ticker.stop()
         self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
+        self.ticker.start(f"{name}: waiting" if name != "job" else "job running, no output yet")
 
     def step(self, line: dict) -> None:
+        self.ticker.stop()
         status = line.get("status", "")
         color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
         self.err.print(f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s", markup=True)
 
     def job_line(self, text: str) -> None:
+        self.ticker.stop()
         stream = sys.stderr if self.json_mode else sys.stdout
         stream.write(text + "\n")
         stream.flush()
 
     def warn(self, text: str) -> None:
+        self.ticker.stop()
         self.err.print(f"[yellow]warning:[/] {_esc(text)}", markup=True)
 
 
@@ -64,12 +79,9 @@ def money(usd: float | None, simulated: bool = False) -> str:
 
 
 def render_summary(summ: dict) -> None:
-    from rich.table import Table
+    from gpuops.tables import ID, TEXT, Col, console as table_console, print_table
 
     sim = bool(summ.get("simulated"))
-    t = Table(title=f"session {summ['session']}", show_header=False, title_justify="left")
-    t.add_column("key", style="bold")
-    t.add_column("value")
     rows = [
         ("provider", summ["provider"]),
         ("card", summ["card"]),
@@ -87,9 +99,9 @@ def render_summary(summ: dict) -> None:
         rows.append(("results", summ["results"]))
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
-    for k, v in rows:
-        t.add_row(k, str(v))
-    console().print(t)
+    # a key/value table through the one table rule: values (paths, end reasons) wrap, never cut
+    print_table(table_console(), f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
+                [[k, str(v)] for k, v in rows], header=False)
 
 
 def _slowest(summ: dict) -> str:
@@ -119,19 +131,23 @@ def render_dry_run(plan: dict) -> None:
     c.print("dry run: nothing rented, nothing booked")
 
 
+# Columns `ps` leaves out, first to last, when the terminal is too narrow (the session id, card,
+# status, price and age stay).
+PS_DROP_ORDER = ("instance", "provider", "experiment")
+
+
 def render_sessions(rows: list[dict], title: str) -> None:
+    """Open sessions as a table (``gpuops.tables``): the session id (what `down` and `logs`
+    need), instance ids and prices are never cut."""
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
-    from rich.table import Table
+    from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
-    t = Table(title=title, title_justify="left")
-    # The session id is what `gpuops down` and `gpuops logs` need: never truncated or wrapped.
-    t.add_column("session", no_wrap=True, min_width=20)
-    for col in ("experiment", "provider", "card", "status", "instance", "usd/h", "age"):
-        t.add_column(col)
+    c = table_console()
+    cols = [Col("session", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
+            Col("instance", ID), Col("usd/h", NUM), Col("age", NUM)]
     now = time.time()
-    for r in rows:
-        t.add_row(r["session"], r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
-                  money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min")
-    console().print(t if rows else f"{title}: none")
+    print_table(c, title, ranked(cols, PS_DROP_ORDER), [
+        [r["session"], r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
+         money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])

@@ -3,7 +3,6 @@ SDKs and rich load inside the commands."""
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
@@ -14,7 +13,10 @@ volumes_app = typer.Typer(help="Persistent volumes that survive the destroy (Run
                           no_args_is_help=True)
 
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
-JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
+JSON_OPT = typer.Option(False, "--json", help="Shorthand for --format json.")
+FORMAT_OPT = typer.Option(None, "--format", help="table (default), json or csv (gpuops.emit's convention).")
+# Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).
+DROP_ORDER = ("mount", "region", "name")
 
 
 def _provider(name: str, config: Optional[str]):
@@ -27,24 +29,30 @@ def _provider(name: str, config: Optional[str]):
     return get_provider(name, load_settings(config))
 
 
-def _print(vols: list, json_out: bool, notes: list[str]) -> None:
-    if json_out:
-        print(json.dumps({"volumes": [v.as_json() for v in vols], "notes": notes}, indent=1))
+def pick(fmt: Optional[str], json_out: bool) -> str:
+    from gpuops.emit import pick as pick_format  # not at import: gpuops.cli imports this module
+
+    return pick_format(fmt, json_out)
+
+
+def _print(vols: list, fmt: str, notes: list[str]) -> None:
+    from gpuops import emit
+
+    if fmt != "table":
+        emit.emit({"volumes": [v.as_json() for v in vols], "notes": notes}, fmt, csv_records=[v.as_json() for v in vols])
         return
-    from rich.table import Table
-
     from gpuops import ui
+    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
-    t = Table(box=None, pad_edge=False)
-    for col, just in (("provider", "left"), ("id", "left"), ("name", "left"), ("size GB", "right"), ("region", "left"),
-                      ("USD/month", "right"), ("mount", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
-    for v in vols:
-        cost = f"{v.usd_per_month:.2f}" if v.usd_per_month is not None else "?"
-        where = v.region + (f" (machine {v.machine_id})" if v.machine_id else "")
-        t.add_row(v.provider, v.id, v.name, f"{v.size_gb:g}", where, cost, v.mount_path)
     con = ui.console()
-    con.print(t) if vols else con.print("no volumes")
+    if vols:
+        cols = [Col("provider", ID), Col("id", ID), Col("name", NAME), Col("size GB", NUM), Col("region", NAME), Col("USD/month", NUM),
+                Col("mount", TEXT)]
+        print_table(con, None, ranked(cols, DROP_ORDER), [
+            [v.provider, v.id, v.name, f"{v.size_gb:g}", v.region + (f" (machine {v.machine_id})" if v.machine_id else ""),
+             f"{v.usd_per_month:.2f}" if v.usd_per_month is not None else "?", v.mount_path] for v in vols])
+    else:
+        con.print("no volumes")
     total = sum(v.usd_per_month or 0.0 for v in vols)
     if vols:
         con.print(f"total {total:.2f} USD/month, billed whether or not a box is running")
@@ -54,7 +62,7 @@ def _print(vols: list, json_out: bool, notes: list[str]) -> None:
 
 @volumes_app.command("list")
 def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help="runpod | vast (default: every provider with a key)."),
-                 config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+                 config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
     """Your volumes: size (GB), region/datacenter, monthly cost (USD)."""
     from gpuops.config import load_settings
     from gpuops.providers import configured, get_provider
@@ -70,12 +78,15 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
         notes.append("no RunPod or Vast key found: set RUNPOD_API_KEY or VAST_API_KEY")
     for name in names:
         try:
-            vols += service(get_provider(name, settings)).list()
+            from gpuops.progress import waiting
+
+            with waiting(f"asking {name} for its volumes"):
+                vols += service(get_provider(name, settings)).list()
         except ProviderError as e:
             if provider:
                 raise
             notes.append(f"{name}: {e}")
-    _print(vols, json_out, notes)
+    _print(vols, pick(fmt, json_out), notes)
 
 
 @volumes_app.command("create")
@@ -83,7 +94,7 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod 
                    name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
                    size_gb: float = typer.Option(..., "--size-gb", help="Size in GB (10^9 bytes)."),
                    region: str = typer.Option("", "--region", help="RunPod datacenter (e.g. EU-RO-1, required); Vast country code or machine:<id>."),
-                   config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+                   config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
     from gpuops.volumes import check_name, check_size, service
 
@@ -92,13 +103,13 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod 
     if provider == "runpod" and not region:
         raise BadInput("a RunPod network volume lives in one datacenter", "add --region, e.g. --region EU-RO-1")
     vol = service(_provider(provider, config)).create(name, size_gb, region)
-    _print([vol], json_out, [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
+    _print([vol], pick(fmt, json_out), [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
 
 
 @volumes_app.command("delete")
 def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"),
                    yes: bool = typer.Option(False, "--yes", help="Really delete: the data on it is lost."),
-                   config: Optional[str] = CONFIG_OPT, json_out: bool = JSON_OPT) -> None:
+                   config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
     """Delete a volume and everything on it (weights, caches, kept results)."""
     from gpuops.volumes import parse_ref, resolve, service
 
@@ -107,8 +118,11 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
     vol = resolve(p, ref)
     if not yes:
         raise BadInput(f"deleting {ref} loses its {vol.size_gb:g} GB (weights, caches, kept results)", "add --yes to delete it")
+    fmt = pick(fmt, json_out)
     service(p).delete(vol.id)
-    if json_out:
-        print(json.dumps({"deleted": vol.as_json()}))
+    if fmt != "table":
+        from gpuops import emit
+
+        emit.emit({"deleted": vol.as_json()}, fmt, csv_records=[vol.as_json()])
     else:
         print(f"deleted {vol.provider} volume {vol.id} ({vol.name}, {vol.size_gb:g} GB, saves {vol.usd_per_month or 0:.2f} USD/month)")

@@ -18,6 +18,7 @@ The daemon runs a reconcile (gpuops/reconcile.py) at start.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Callable
 
 from bootstrap import policy
@@ -179,14 +180,16 @@ def tick(ctx: Context) -> list[Action]:
 
 
 def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Action], None] = print,
-        ctx: Context | None = None) -> list[Action]:
+        ctx: Context | None = None, on_pass: Callable[[str, list[Action], float], None] | None = None) -> list[Action]:
     """The `gpuops watchdog` body: reconcile, then one tick (``once``) or a tick every
-    ``interval`` seconds under APScheduler until interrupted. Returns the actions of ``once``."""
+    ``interval`` seconds under APScheduler until interrupted. Returns the actions of ``once``.
+    ``on_pass(name, actions, seconds)``: called after each pass ("reconcile", "tick")."""
     ctx = ctx or Context(settings)
     ctx.actor = Actor.WATCHDOG
     done: list[Action] = []
 
     def guarded(fn) -> None:
+        t0 = time.monotonic()
         try:
             acts = fn(ctx)
         except Exception as e:  # the daemon outlives any one bad tick (database hiccup, bug in a provider)
@@ -195,6 +198,8 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
         for a in acts:
             emit(a)
         done.extend(acts)
+        if on_pass is not None:
+            on_pass(fn.__name__, acts, time.monotonic() - t0)
 
     guarded(reconcile)
     if once:

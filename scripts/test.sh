@@ -20,7 +20,9 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -r requirements.lock
-.venv/bin/python -m pip install -q --no-deps -e .
+# uv installs the lock about 5x faster than pip on an empty cache (README, "Two commands"); it is a
+# pip package itself, and prints its progress.
+.venv/bin/python -m pip install -q uv
+.venv/bin/uv pip install --python .venv/bin/python -r requirements.lock
+.venv/bin/uv pip install --python .venv/bin/python --no-deps -e .
 exec .venv/bin/python -m pytest -q "$@"

@@ -239,7 +239,9 @@ def test_fit_advice_says_how_much_and_what_fits():
         P.size_for_up("llama-3-70b", card="a100")
     msg = str(e.value)
     assert "fits no --card a100" in msg and "short" in msg and "GiB" in msg
-    assert "--dtype fp8" in msg and "--gpu-count 2" in msg and "\n" not in msg
+    assert "--dtype int8" in msg and "--dtype fp8" not in msg and "--gpu-count 2" in msg and "\n" not in msg  # A100: no fp8 hardware
+    with pytest.raises(BadInput, match="try --dtype fp8"):  # an L40S has fp8 tensor cores
+        P.size_for_up("qwen2.5-32b", card="l40s")
     with pytest.raises(BadInput, match="--kv-dtype fp8"):
         P.size_for_up("llama-3-8b", card="rtx-4090", seq=24576, batch=2)
     need, fitting, p = P.size_for_up("llama-3-70b")

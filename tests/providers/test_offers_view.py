@@ -102,3 +102,33 @@ def test_model_sizes_the_search(settings):
     assert (res.offers[0].provider, res.offers[0].offer_id, res.offers[0].card) == ("vast", "2002", "a100-40gb")
     with pytest.raises(BadInput):
         find_offers(settings, model="llama-2-13b", vram_gb=40)
+
+
+def test_a_provider_that_does_not_answer_is_named_and_the_others_shown(settings, emulator_env, monkeypatch):
+    # Seen: `offers` with an unreachable provider waited 22 s and showed nothing. Each provider
+    # has a deadline (here 1 s; the emulated Vast holds its search reply 4 s).
+    import time
+
+    from gpuops import offers_view
+
+    monkeypatch.setattr(offers_view, "OFFERS_DEADLINE_S", 1.0)
+    emulator_env["vast"].faults.reply_delay_s["search"] = 4.0
+    t0 = time.monotonic()
+    res = find_offers(settings, card="4090", spot=False)
+    assert time.monotonic() - t0 < 3.5  # not the 4 s of the slow provider
+    assert {o.provider for o in res.offers} == {"runpod"}
+    assert "vast: failed, its offers are not shown: no answer within 1 s" in res.notes
+
+
+def test_an_unreachable_provider_is_named_and_the_others_shown(gpuops_home, emulator_env, monkeypatch, tmp_path):
+    import socket
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("GPUOPS_PROVIDERS_VAST_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("VAST_URL", f"http://127.0.0.1:{port}")
+    res = find_offers(load_settings(), card="4090", spot=False)
+    assert {o.provider for o in res.offers} == {"runpod"}
+    assert any(n.startswith("vast: failed, its offers are not shown: ") for n in res.notes), res.notes

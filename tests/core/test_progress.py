@@ -1,0 +1,90 @@
+"""Progress on waits: a wait over a second shows what it waits for and the seconds elapsed on a
+terminal's stderr; nothing when stderr is not a terminal; watchdog says what it did."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+from tests.conftest import REPO, gpuops_cmd
+
+SCRIPT = """
+import time
+from gpuops.progress import waiting
+with waiting("asking vast for offers"):
+    time.sleep(1.8)
+print("done", flush=True)
+"""
+
+
+def _run_in_pty(code: str, timeout: float = 30.0) -> tuple[int, str]:
+    """Run ``code`` with stderr and stdout on a pseudo-terminal; (exit code, what it wrote)."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=str(REPO), TERM="xterm-256color", COLUMNS="100")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([master], [], [], 0.2)
+            if r:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif p.poll() is not None:
+                break
+        return p.wait(timeout=max(1.0, deadline - time.monotonic())), out.decode("utf-8", "replace")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+
+
+def test_a_wait_on_a_terminal_says_what_and_how_long():
+    code, out = _run_in_pty(SCRIPT)
+    assert code == 0 and "done" in out
+    assert "asking vast for offers (1 s)" in out, out
+
+
+def test_a_wait_off_a_terminal_writes_nothing():
+    p = subprocess.run([sys.executable, "-c", SCRIPT], env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0 and p.stdout == "done\n" and p.stderr == ""
+
+
+def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(gpuops_home, cli_env):
+    p = subprocess.run(gpuops_cmd("watchdog", "--once", "-v"), env=cli_env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "nothing to do: no open session needed an action (one reconcile and one tick done)"
+    passes = [line for line in p.stderr.splitlines() if " reconcile: " in line or " tick: " in line]
+    assert len(passes) == 2 and passes[0].endswith(" s") and "0 actions" in passes[1], p.stderr
+    quiet = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=cli_env, capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and quiet.stdout == ""
+
+
+REPORTER = """
+import time
+from gpuops.ui import ConsoleReporter
+r = ConsoleReporter()
+r.stage("ready", "waiting for SSH")
+time.sleep(1.8)
+r.stage("job", "bench.sh")
+r.job_line("job says hi")
+r.close()
+"""
+
+
+def test_up_stage_that_lasts_shows_its_seconds_until_the_next_line():
+    code, out = _run_in_pty(REPORTER)
+    assert code == 0, out
+    assert "ready: waiting (1 s)" in out and "job says hi" in out
+    assert "job running" not in out.split("job says hi")[1]  # the live line stops at the job's first output
