@@ -226,7 +226,9 @@ def plan(
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command."""
+    """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
+
+    `gpuops plan storage --model M` answers the other question: keep the weights on a volume or refetch them every run."""
     from gpuops.emit import pick
     from gpuops.plan_view import plan_command
 
