@@ -187,7 +187,9 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
 
     def counted(imp):
         for line, row in imp:
-            bad = [(c, bad_chars(str(row[i] or ""))) for c, i in names]
+            # Tab, CR and LF are kept (ledger export round-trips them, ledger/csvio.py; every
+            # renderer shows them escaped); ESC, other C0/C1 controls and bidi overrides are refused.
+            bad = [(c, [x for x in bad_chars(str(row[i] or "")) if x not in ("\\x09", "\\x0d", "\\x0a")]) for c, i in names]
             bad = [(c, b) for c, b in bad if b]
             if bad:  # names label every report: no terminal control or bidi characters in them
                 for c, b in bad:
