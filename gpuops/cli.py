@@ -543,7 +543,7 @@ def ledger_note(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Record a session's one-line conclusion."""
-    from gpuops import books, emit
+    from gpuops import books, emit, ui
 
     fmt = _fmt(fmt, json_out)
     r = books.note(_ledger(config), session, text)

@@ -62,6 +62,9 @@ def test_up_books_owner_and_account(gpuops_home, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["al ice", "-x", "a" * 65, "bob\x1b[2J", "eve\u202e"])
-def test_bad_user_name_is_refused(gpuops_home, cli_env, name):
-    r = subprocess.run(gpuops_cmd("ps"), env=dict(cli_env, GPUOPS_USER_NAME=name), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "GPUOPS_USER_NAME" in r.stderr and "\x1b" not in r.stderr and "\u202e" not in r.stderr
+def test_bad_user_name_is_refused(gpuops_home, cli_env, tmp_path, name):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    r = subprocess.run(gpuops_cmd("up", "--job", str(job), "--dry-run"), env=dict(cli_env, GPUOPS_USER_NAME=name),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "GPUOPS_USER_NAME" in r.stderr and "\x1b" not in r.stderr and "\u202e" not in r.stderr, r.stderr
