@@ -135,7 +135,7 @@ def render_dry_run(plan: dict) -> None:
 
 # Columns `ps` leaves out, first to last, when the terminal is too narrow (the session id, card,
 # status, price and age stay).
-PS_DROP_ORDER = ("instance", "provider", "experiment")
+PS_DROP_ORDER = ("owner", "instance", "provider", "experiment")  # owner first: `ps` shows your own by default
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
