@@ -438,9 +438,79 @@ def step_secrets(step, ctx):
         old = ""
         if os.path.exists(paths["netrc"]):
             with open(paths["netrc"]) as f:
-                old = re.sub(r"(?ms)^machine api\.wandb\.ai\n(?:[ \t]+.*\n?)*", "", f.read())
-        _write_private(paths["netrc"], old + "machine api.wandb.ai\n  login user\n  password %s\n" % d["WANDB_API_KEY"])
+                old = f.read()
+        _write_private(paths["netrc"], netrc_with(old, WANDB_HOST, "user", d["WANDB_API_KEY"]))
     return {"names": names, "written": sorted(paths.values())}
+
+
+WANDB_HOST = "api.wandb.ai"
+
+
+def _netrc_tokens(text):
+    """(token, start, end) of every token of a .netrc text, as the netrc(5) grammar and Python's
+    ``netrc`` module read it: whitespace-separated, ``"..."`` quoted with backslash escapes, ``#``
+    starting a comment to the end of the line; a ``macdef NAME`` body (up to the next empty line)
+    is one token whose text is the body."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isspace():
+            i += 1
+            continue
+        if c == "#":
+            j = text.find("\n", i)
+            i = n if j < 0 else j + 1
+            continue
+        start = i
+        if c == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+            i = min(i + 1, n)
+        else:
+            while i < n and not text[i].isspace():
+                i += 1
+        out.append((text[start:i], start, i))
+        if out[-1][0] == "macdef":
+            while i < n and text[i] in " \t":
+                i += 1
+            while i < n and not text[i].isspace():  # the macro's name
+                i += 1
+            out.append((text[start:i], start, i))
+            j = text.find("\n\n", i)
+            body_end = n if j < 0 else j + 2
+            out.append((text[i:body_end], i, body_end))
+            i = body_end
+    return out
+
+
+def netrc_with(text, host, login, password):
+    """``text`` (a .netrc) with the entry of ``machine host`` replaced by one holding ``login`` and
+    ``password``: every other entry, comment, macro and byte stays as it was. The new entry goes
+    before a ``default`` entry (which must stay last), else at the end. Raises StepError for a
+    value a .netrc cannot hold unquoted (whitespace, quotes, #)."""
+    for v in (host, login, password):
+        if not v or re.search(r'[\s"#\\]', v):
+            raise StepError("a .netrc value must be one word without quotes or #; the WANDB_API_KEY is not")
+    toks = _netrc_tokens(text)
+    keywords = ("machine", "default", "macdef")
+    cut = None
+    for k, (tok, start, _end) in enumerate(toks):
+        if tok == "machine" and k + 1 < len(toks) and toks[k + 1][0] == host:
+            nxt = next((t[1] for t in toks[k + 2:] if t[0] in keywords), len(text))
+            cut = (start, nxt)
+            break
+    if cut is not None:
+        text = text[:cut[0]] + text[cut[1]:]
+        toks = _netrc_tokens(text)
+    entry = "machine %s\n  login %s\n  password %s\n" % (host, login, password)
+    default = next((t[1] for t in toks if t[0] == "default"), None)
+    if default is not None:
+        return text[:default] + entry + text[default:]
+    if text and not text.endswith("\n"):
+        text += "\n"
+    return text + entry
 
 
 # ---------------------------------------------------------------------------------------------

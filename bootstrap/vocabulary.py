@@ -49,6 +49,7 @@ class EndReason(_Word):
     SSH_NEVER_READY = "ssh_never_ready"  # the box never answered SSH by ready_timeout_seconds
     BOOTSTRAP_FAILED = "bootstrap_failed"  # a bootstrap step failed or ran past its timeout
     PROVIDER_ERROR = "provider_error"  # a provider call failed after the instance existed
+    DELIVERY_MISMATCH = "delivery_mismatch"  # the created instance is not the offer (card, GPU count, price): destroyed
     ERROR = "error"  # a bug or unforeseen failure in gpuops itself (traceback in the log)
     # teardown layers 2 and 3 (agent on the box, watchdog on the laptop)
     IDLE = "idle"  # GPU under the threshold for the idle window
@@ -119,6 +120,8 @@ class EventKind(_Word):
     ADOPTED = "adopted"  # an open row without instance id got the instance its label names
     STALE_INTENT = "stale_intent"  # an intent row never got an instance by the deadline
     ORPHAN_DESTROYED = "orphan_destroyed"  # an instance whose row was already closed
+    UNKNOWN = "unknown"  # the instance is not visible to the key held here and the row has no account: left open
+    DELIVERY_MISMATCH = "delivery_mismatch"  # detail {"ordered", "delivered", "problem"}: the box is not the order
     SPOOL_REPLAYED = "spool_replayed"  # writes that failed earlier were replayed from the spool
     NOTE = "note"  # `ledger note`
     # books (ledger/sync.py)

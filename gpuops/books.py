@@ -181,8 +181,20 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
 
     i_sim, i_cost = IMPORT_COLUMNS.index("simulated"), IMPORT_COLUMNS.index("cost_usd")
 
+    from gpuops.textsafe import bad_chars
+
+    names = [(c, IMPORT_COLUMNS.index(c)) for c in ("experiment", "card", "provider")]
+
     def counted(imp):
         for line, row in imp:
+            # Tab, CR and LF are kept (ledger export round-trips them, ledger/csvio.py; every
+            # renderer shows them escaped); ESC, other C0/C1 controls and bidi overrides are refused.
+            bad = [(c, [x for x in bad_chars(str(row[i] or "")) if x not in ("\\x09", "\\x0d", "\\x0a")]) for c, i in names]
+            bad = [(c, b) for c, b in bad if b]
+            if bad:  # names label every report: no terminal control or bidi characters in them
+                for c, b in bad:
+                    imp.errors.append((line, f"{c} contains control or bidi characters ({', '.join(dict.fromkeys(b))}); use visible text"))
+                continue
             money[row[i_sim]] += row[i_cost]
             yield line, row
 

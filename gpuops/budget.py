@@ -27,8 +27,21 @@ def check_budget(
     when unset; skipped when the provider reports no balance) and in ``cap - month_spent`` (USD;
     ``monthly_cap_usd`` minus the ledger's month-to-date spend; skipped when no cap).
 
-    Raises BadInput naming the shortfall in USD and the largest ``max_hours`` that would fit.
+    Raises BadInput naming the shortfall in USD and the largest ``max_hours`` that would fit, and
+    for a price, TTL, balance or spend that is not a finite number (NaN compares false with
+    everything, so it would pass every limit), a negative price or a TTL that is not positive.
     """
+    import math
+
+    if not isinstance(price_usd_h, (int, float)) or not math.isfinite(price_usd_h) or price_usd_h < 0:
+        raise BadInput(f"price {price_usd_h!r} USD/h is not a finite number >= 0: refusing to rent",
+                       "the provider's price is not a price; pick another offer, --card or --provider")
+    if not isinstance(max_hours, (int, float)) or not math.isfinite(max_hours) or max_hours <= 0:
+        raise BadInput(f"max_hours {max_hours!r} is not a finite number > 0", "pass --max-hours, e.g. --max-hours 2")
+    for what, v in (("balance", balance), ("floor", floor), ("month-to-date spend", month_spent), ("monthly cap", cap)):
+        if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v)):
+            raise BadInput(f"{what} {v!r} is not a finite number: cannot check the budget, refusing to rent",
+                           "check the provider balance and `gpuops ledger month` for a row with a broken cost")
     need = price_usd_h * max_hours
     limits = []
     if balance is not None:
@@ -57,12 +70,15 @@ def month_start_end(now: float | None = None) -> tuple[float, float]:
     return month_bounds(datetime.fromtimestamp(now).strftime("%Y-%m"))
 
 
-def assert_not_refused(ledger, provider: str) -> None:
-    """Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all)."""
+def assert_not_refused(ledger, provider: str, account: str | None = None, owner: str | None = None) -> None:
+    """Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all) to this
+    provider ``account`` / ``owner`` (a refusal recorded for another account or user does not
+    count; one recorded for everyone does: gpuops.ownership.refused_by)."""
+    from gpuops.ownership import refused_by
     from ledger.limits import active_refusals
 
     for r in active_refusals(ledger):
-        if r.scope in ("*", provider):
+        if refused_by(r, provider, account, owner or ""):
             since = datetime.fromtimestamp(r.set_at).strftime("%Y-%m-%d %H:%M")
             raise BadInput(
                 f"new boxes refused ({r.reason}, since {since}): {r.detail}",
@@ -75,10 +91,12 @@ def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
     balance and the ledger's month-to-date spend. Returns the worst case USD. A balance that cannot
     be read skips the balance check, unless ``balance_floor_usd`` is set (then the ProviderError
     propagates: the floor cannot be checked, so nothing is rented)."""
+    from gpuops.ownership import account_of
     from gpuops.providers.base import ProviderError
     from ledger.limits import month_spend
 
-    assert_not_refused(ledger, provider.name)
+    owner = settings.owner()
+    assert_not_refused(ledger, provider.name, account_of(provider), owner)
     t = settings.teardown
     try:
         balance = provider.balance().usd
@@ -88,5 +106,5 @@ def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
         balance = None
     spent = None
     if t.monthly_cap_usd is not None:
-        spent = month_spend(ledger, *month_start_end())
+        spent = month_spend(ledger, *month_start_end(), owner=None if t.limits_scope == "team" else owner)
     return check_budget(price_usd_h, t.max_hours, balance, t.balance_floor_usd, spent, t.monthly_cap_usd)

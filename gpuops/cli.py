@@ -205,7 +205,7 @@ def offers(
                                   kv_dtype=kv_dtype, seq=parse_positive_int(seq, "--seq", "4096"),
                                   batch=parse_positive_int(batch, "--batch", "32"))
     for n in res.notes:
-        sys.stderr.write(f"note: {n}\n")
+        sys.stderr.write(f"note: {ui.safe(n)}\n")
     emit.emit(res.offers, fmt, lambda: offers_view.render(res))
 
 
@@ -262,19 +262,35 @@ def plan_storage(
 
 
 @app.command()
-def ps(config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
-    """List open sessions (boxes that may be billing)."""
+def ps(
+    everyone: bool = typer.Option(False, "--all/--mine", help="Every user's open sessions, or only yours (default: yours)."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """List open sessions (boxes that may be billing): yours by default, with their owner."""
     from gpuops import emit, sessions, ui
 
     fmt = emit.pick(fmt, json_out)
-    rows = sessions.list_open(sessions.open_ledger(_settings(config, emergency=True)))
-    emit.emit(rows, fmt, lambda: ui.render_sessions(rows, "open sessions"))
+    settings = _settings(config, emergency=True)
+    ledger = sessions.open_ledger(settings)
+    me = settings.owner()
+    everyone_rows = sessions.list_open(ledger)
+    rows = everyone_rows if everyone else sessions.list_open(ledger, owner=me)
+
+    def table() -> None:
+        ui.render_sessions(rows, "open sessions" if everyone else f"open sessions of {me}")
+        hidden = len(everyone_rows) - len(rows)
+        if hidden:
+            print(f"{hidden} open session(s) of other users not shown; `gpuops ps --all` lists them")
+
+    emit.emit(rows, fmt, table)
 
 
 @app.command()
 def down(
     session: Optional[str] = typer.Argument(None, help="Session id (or a unique prefix)."),
-    all_open: bool = typer.Option(False, "--all", help="Take down every open session."),
+    all_open: bool = typer.Option(False, "--all", help="Take down every open session of yours (rented with a key you hold)."),
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
@@ -292,6 +308,9 @@ def down(
         emit.emit(out, fmt)
     else:
         for r in out:
+            if r["end_reason"] == "unknown":
+                print(f"{r['session']}: instance {r['instance_id']} is not visible to this key; left open (unknown)")
+                continue
             if r.get("error"):
                 print(f"{r['session']}: destroy of {r['instance_id']} failed: {r['error']}; the row stays open, "
                       "run `gpuops down` again or `gpuops reconcile`")
@@ -524,11 +543,11 @@ def ledger_note(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Record a session's one-line conclusion."""
-    from gpuops import books, emit
+    from gpuops import books, emit, ui
 
     fmt = _fmt(fmt, json_out)
     r = books.note(_ledger(config), session, text)
-    emit.emit(r, fmt, lambda: print(f"{r['session']}: {r['conclusion']}"))
+    emit.emit(r, fmt, lambda: print(f"{r['session']}: {ui.safe(r['conclusion'])}"))
 
 
 @ledger_app.command("tokens")
@@ -719,7 +738,11 @@ def _fast_exit(code: int) -> None:
 def main(fast_exit: bool = True) -> None:
     """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2. ``fast_exit``: leave through ``_fast_exit``
-    (pass False when calling it inside another Python program, which it would end)."""
+    (pass False when calling it inside another Python program, which it would end). Files gpuops
+    creates (ledger, logs, local boxes, results) are the user's alone: umask 077."""
+    import os
+
+    os.umask(0o077)
     _std_fds()
     if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
         sys.argv[1:3] = ["plan-storage"]
@@ -738,7 +761,9 @@ def _main() -> None:
     try:
         rv = app(standalone_mode=False)
     except GpuopsError as e:
-        _err(f"error: {e}\n")
+        from gpuops.textsafe import safe
+
+        _err(f"error: {safe(str(e))}\n")
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)

@@ -70,6 +70,10 @@ class TeardownSettings(_Section):
     max_session_usd: Optional[float] = Field(default=None, gt=0)
     balance_floor_usd: Optional[float] = Field(default=None, ge=0)
     monthly_cap_usd: Optional[float] = Field(default=None, gt=0)
+    # Whom a crossed balance floor / monthly cap refuses: "account" = the provider account whose
+    # balance fell (floor) and the user whose month-to-date spend reached the cap; "team" = everyone
+    # on this ledger (the floor of any account refuses that provider, the cap counts all sessions).
+    limits_scope: Literal["account", "team"] = "account"
 
     @field_validator("idle_minutes", mode="before")
     @classmethod
@@ -83,6 +87,23 @@ class TeardownSettings(_Section):
         if f <= 0:
             raise ValueError("idle_minutes must be > 0; 0 is ambiguous, use \"off\" to disable the idle layer")
         return f
+
+
+OWNER_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}")
+
+
+class UserSettings(_Section):
+    """Who rents: the name booked as each session's owner on a shared ledger."""
+
+    name: str = ""  # empty: <login>@<hostname> (gpuops.ownership.default_owner)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        v = v.strip()
+        if v and not OWNER_RE.fullmatch(v):
+            raise ValueError(f"user name {v!r} must be 1-64 letters, digits or . _ @ + - (starting with a letter or digit)")
+        return v
 
 
 class LedgerSettings(_Section):
@@ -190,6 +211,20 @@ class BootstrapSettings(_Section):
 
 class JobSettings(_Section):
     results: str = "out/"  # relative to the session dir on the box; copied back before teardown
+    # Names of this machine's environment variables the job gets (local and rented boxes alike);
+    # nothing else of this machine's environment reaches a job (gpuops/boxenv.py).
+    # GPUOPS_JOB_ENV takes them comma-separated.
+    env: list[str] = []
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_names(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        for n in v or []:
+            if not isinstance(n, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
+                raise ValueError(f"job env name {n!r} must be an environment variable name (letters, digits, _)")
+        return v
 
     @field_validator("results")
     @classmethod
@@ -210,6 +245,7 @@ class StorageSettings(_Section):
 
 class Settings(_Section):
     data_dir: str = ""  # empty: platformdirs user data dir
+    user: UserSettings = UserSettings()
     up: UpSettings = UpSettings()
     teardown: TeardownSettings = TeardownSettings()
     ledger: LedgerSettings = LedgerSettings()
@@ -226,8 +262,22 @@ class Settings(_Section):
 
         return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
 
+    def private_data_path(self) -> Path:
+        """``data_path()``, created if missing and made 0700: it holds the ledger, logs, results,
+        local boxes and keys, which are the user's alone."""
+        p = self.data_path()
+        p.mkdir(parents=True, exist_ok=True)
+        os.chmod(p, 0o700)
+        return p
+
     def ledger_url(self) -> str:
         return self.ledger.url or f"sqlite:///{self.data_path() / 'ledger.db'}"
+
+    def owner(self) -> str:
+        """This user's name on the ledger: ``[user] name``, else ``<login>@<hostname>``."""
+        from gpuops.ownership import default_owner
+
+        return self.user.name or default_owner()
 
 
 def find_config(explicit: str | None) -> Path | None:

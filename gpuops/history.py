@@ -57,6 +57,9 @@ def zone_words(tz: str) -> str:
 
 
 def _cells(r: dict) -> dict:
+    from gpuops.textsafe import safe_tree
+
+    r = safe_tree(r)  # experiment, card, conclusion: shown escaped, never run by the terminal
     cost = "open" if r["cost_usd"] is None else f"{r['cost_usd']:,.4f}" + (" sim" if r["simulated"] else "")
     return {"session": r["session"], "started": r["started"][:16].replace("T", " "), "experiment": r["experiment"],
             "card": r["card"], "provider": r["provider"], "hours": "-" if r["hours"] is None else f"{r['hours']:.3f}",

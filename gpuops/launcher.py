@@ -15,6 +15,7 @@ wrapped in ``SafeReporter``, which swallows writes to a closed or broken termina
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import shlex
 import signal
@@ -80,6 +81,7 @@ class PlanResult:
     projected_cost_usd: float  # offer price x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
     volume: "object | None" = None  # gpuops.volumes.Volume mounted at create
+    notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.offers.screen)
 
     def as_json(self, settings: Settings) -> dict:
         return {
@@ -143,6 +145,9 @@ def validate(req: UpRequest) -> None:
     if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
         # It is a row label in every report and a CSV field: one visible line.
         raise BadInput(f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep")
+    from gpuops.textsafe import check_name
+
+    check_name(req.experiment, "--experiment")  # C1 controls (U+009B) and bidi overrides (U+202E) too
     if req.max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
@@ -163,7 +168,7 @@ def query_for(req: UpRequest) -> OfferQuery:
 
 def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
     """Offers that fit, cheapest first; BadInput when none does."""
-    from gpuops.offers import rank
+    from gpuops.offers import rank, screen
 
     query = query_for(req)
     if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
@@ -185,7 +190,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         from gpuops import volumes
 
         volume = volumes.resolve(provider, req.volume)
-    offers = provider.offers(query)
+    offers, notes = screen(provider.offers(query), req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
     if volume is not None:
         offers = volumes.mountable(provider, volume, offers)
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
@@ -195,7 +200,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume)
+    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -334,25 +339,30 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.UNSUPPORTED, ProviderErrorKind.BAD_REQUEST):
             raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
         raise
-    if req.dry_run:
-        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
-                "volume": p.volume.as_json() if p.volume is not None else None}
-
+    for n in p.notes:
+        reporter.warn(n)
     if ledger is None:
         from ledger import Ledger
 
         ledger = Ledger(settings.ledger_url())
+    from gpuops.budget import budget_for_up
+
+    if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
+        budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)
+        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
+                "volume": p.volume.as_json() if p.volume is not None else None}
     from ledger import Session as Row
 
     _quick_reconcile(settings, ledger, provider, reporter)
-    from gpuops.budget import budget_for_up
-
     budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
     sid = new_session_id()
     s = Session(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
-    logs_dir = settings.data_path() / "logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
+    logs_dir = settings.private_data_path() / "logs"
+    logs_dir.mkdir(mode=0o700, exist_ok=True)
     s.log_path = logs_dir / f"{sid}.log"
+    import os
+
+    os.close(os.open(s.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # 0600 from the first byte
     reporter.stage("intent", f"session {sid}")
     ledger.add_session(Row(
         id=sid, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
@@ -360,6 +370,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         status=str(RowStatus.PROVISIONING), created_at=time.time(), note=req.note, log_path=str(s.log_path),
         max_hours=req.max_hours, ready_timeout_seconds=float(settings.up.ready_timeout_seconds),
         idle_minutes=_idle_minutes_for_row(settings.teardown),
+        owner=settings.owner(), account=provider.account,  # gpuops.ownership: who rented it, under which key
     ))
     # The stages after intent, in order (gpuops.lifecycle.STAGES). Each returns None to go on, or
     # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
@@ -371,7 +382,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         ("job", lambda: _job(s, ledger, reporter, settings)),
         ("collect", lambda: _collect(s, ledger, reporter, settings)),
     ]
-    stop_on_outcome = {"bootstrap"}
+    stop_on_outcome = {"create", "bootstrap"}  # create: the delivered box is not the order
     failure: BaseException | None = None
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
@@ -428,7 +439,10 @@ def _book_failure(s: Session, ledger, reporter: Reporter, e: BaseException) -> N
         reporter.warn(f"internal error: {type(e).__name__}: {e}; the traceback is in {s.log_path}; please report it")
 
 
-def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> None:
+def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> EndReason | None:
+    """Rent the first offer that can be rented; book what was delivered. The outcome
+    ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
+    another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
     ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
@@ -459,14 +473,34 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
         inst.extra.setdefault("volume_path", p.volume.mount_path)
         ledger.event(s.id, EventKind.VOLUME, {"volume": p.volume.as_json()})
     fault_point("create")
+    from gpuops.offers import check_delivered, delivered
+
+    # Book what was delivered (card, GPU count, price really charged), not what was asked.
+    d = delivered(offer, inst)
+    mismatch = check_delivered(offer, inst, s.req.max_usd_per_hour)
+    price = d["usd_per_hour"] if d["usd_per_hour"] is not None else offer.usd_per_hour
+    count = d["gpu_count"]
     ledger.update(
-        s.id, instance_id=inst.id, offer_id=offer.offer_id, card=offer.card, gpu_count=offer.gpu_count,
+        s.id, instance_id=inst.id, offer_id=offer.offer_id, card=d["card"] or (_safe_name(d["gpu_name"]) if mismatch else offer.card),
+        gpu_count=int(count) if isinstance(count, (int, float)) and math.isfinite(count) and count == int(count) else offer.gpu_count,
         spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,
         instance_created_at=inst.created_at or time.time(),
-        usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else offer.usd_per_hour,
+        usd_per_hour=price if isinstance(price, (int, float)) and math.isfinite(price) and price >= 0 else None,
         simulated=offer.simulated,
     )
     ledger.event(s.id, EventKind.CREATED, {"instance": inst.id})
+    if mismatch:
+        ledger.event(s.id, EventKind.DELIVERY_MISMATCH, {"ordered": offer.as_json(), "delivered": d, "problem": mismatch})
+        reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
+        return EndReason.DELIVERY_MISMATCH
+    return None
+
+
+def _safe_name(name: str | None) -> str:
+    """A provider's GPU name as a ledger card name: escaped (gpuops.textsafe), at most 64 characters."""
+    from gpuops.textsafe import safe
+
+    return safe(name or "unknown")[:64]
 
 
 def _ssh_public_key(provider: Provider, settings: Settings) -> str:
@@ -568,7 +602,10 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
     reporter.stage("job", req.job.name)
     box.put(req.job, f"{META}/job/{req.job.name}")  # type: ignore[union-attr]
     metrics = f"{box.root}/{META}/metrics.jsonl"  # type: ignore[union-attr]
-    env = {"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics}
+    import os
+
+    env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
+    env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
     from gpuops.bootstrap_config import cache_dir_for, cache_env
 
     env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))

@@ -75,6 +75,9 @@ def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_tabl
     elif fmt == "csv":
         sys.stdout.write(csv_text(kind, rep))
     else:
+        from gpuops.textsafe import safe_tree
+
+        rep = safe_tree(rep)  # notes, experiments, card names from CSV: shown, never run by the terminal
         {"month": lambda: render_month(rep, plot, days_table), "experiments": lambda: render_experiments(rep),
          "show": lambda: render_show(rep), "sync": lambda: render_sync(rep)}.get(kind, lambda: render_plain(rep))()
 

@@ -95,6 +95,11 @@ class Ended:
     already_gone: bool = False
     error: str = ""
     row: object | None = None
+    # Ownership (gpuops/ownership.py): ``not_ours`` -- the row belongs to a provider account whose
+    # key this process does not hold: nothing was touched; ``unknown`` -- the row records no
+    # account and the held key cannot see its instance: nothing was destroyed or booked.
+    not_ours: bool = False
+    unknown: bool = False
 
 
 def _last_event_at(ledger, session_id: str) -> float | None:
@@ -154,7 +159,12 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
     doubling to 10 s.
 
     A row already closed is not changed; its instance is still destroyed (an orphan) and the event
-    ``orphan_destroyed`` written. Idempotent: ending an ended rental destroys nothing new and books
+    ``orphan_destroyed`` written.
+
+    Ownership (gpuops/ownership.py): only the account that rented an instance can end it or confirm
+    it gone. A row of another provider account than ``provider``'s is not touched at all
+    (``Ended.not_ours``: no request, no destroy, no close); a row with no recorded account whose
+    instance ``provider``'s key cannot see is left open (``Ended.unknown``, event ``unknown``). Idempotent: ending an ended rental destroys nothing new and books
     nothing new. Never raises ProviderError: a destroy that fails ``attempts`` times returns
     ``Ended(destroyed=False, closed=False, error=...)`` with event ``destroy_gave_up`` and the row
     open (reconcile and the watchdog retry). Raises KeyError for an unknown ``session_id``.
@@ -163,6 +173,23 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
     if session_id and row is None:
         raise KeyError(session_id)
     iid = instance_id or (row.instance_id if row is not None else None)
+    if row is not None and provider is not None:
+        from gpuops.ownership import LEGACY, OTHER, account_of, standing
+
+        held = standing(row, account_of(provider))
+        if held == OTHER:
+            return Ended(session_id, iid, False, False, row.end_reason, error=f"row of account {row.account} ({row.owner}): not ours to end",
+                         row=row, not_ours=True)
+        if held == LEGACY and iid and row.status != RowStatus.CLOSED:
+            if instance is None:
+                try:
+                    instance = provider.get(iid)
+                except ProviderError:
+                    instance = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)
+            if instance is None:  # "not found" under a key that may not be the row's: proves nothing
+                ledger.event(session_id, EventKind.UNKNOWN, {"instance": iid, "by": by, "reason": str(reason)})
+                return Ended(session_id, iid, False, False, row.end_reason, error="instance not visible to the key held here",
+                             row=row, unknown=True)
     is_open = row is not None and row.status != RowStatus.CLOSED
     last_event = _last_event_at(ledger, session_id) if is_open else None
     booked: str | None = str(reason)

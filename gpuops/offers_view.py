@@ -95,7 +95,11 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
             notes.append(f"{name}: failed, its offers are not shown: {e}")
     if errors and len(errors) == len(names):
         raise errors[0]
-    ranked = rank(pooled, need_bytes_per_gpu=need, max_usd_per_hour=max_price, spot=spot)
+    from gpuops.offers import screen
+
+    pooled, dropped = screen(pooled, gpu_count)  # NaN/negative prices, 0 GPUs, another GPU count: dropped, with a note
+    notes.extend(dropped)
+    ranked = rank(pooled, need_bytes_per_gpu=need, max_usd_per_hour=max_price, spot=spot, gpu_count=gpu_count)
     return OffersResult(offers=ranked[:limit], notes=notes, providers=names)
 
 

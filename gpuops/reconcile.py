@@ -22,10 +22,17 @@ Lists every provider instance whose label starts with ``gpuops-`` and matches it
 Every action takes the session's lease (ledger/limits.py), so concurrent watchdogs and reconciles
 do not fight, and is a ledger event. Every end goes through ``gpuops.lifecycle.end_rental``.
 Shared by ``gpuops.watchdog``.
+
+Ownership (gpuops/ownership.py): only rows of a provider account this process holds a key for are
+looked at. A row of another account is left to its owner (one ``left_to_owner`` line per provider),
+its instance is never an orphan here, and "not found" under our key never closes it. A row from
+before ownership was booked (no account) is closed only when its instance is seen gone; not seen
+at all, it is reported ``unknown`` and left open.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -54,8 +61,10 @@ class Action:
     def as_json(self) -> dict:
         return {"session": self.session, "kind": self.kind, "detail": self.detail}
 
-    def __str__(self) -> str:
-        return f"{self.kind:<18} {self.session or '-':<24} {self.detail}"
+    def __str__(self) -> str:  # details quote provider labels and owners: shown, never run by the terminal
+        from gpuops.textsafe import safe
+
+        return f"{self.kind:<18} {self.session or '-':<24} {safe(self.detail)}"
 
 
 class Context:
@@ -83,6 +92,28 @@ class Context:
         self.destroy_unknown = destroy_unknown
         self.ssh_connect_s = ssh_connect_s
         self.actor = Actor.RECONCILE  # the watchdog sets Actor.WATCHDOG
+        self.me = settings.owner()  # this user's name on the ledger
+
+    def account(self, name: str) -> str | None:
+        """The provider account this process holds for provider ``name`` (None: no key for it)."""
+        from gpuops.ownership import account_of
+
+        try:
+            return account_of(self.provider(name))
+        except GpuopsError:
+            return None
+
+    def standing(self, row) -> str:
+        """gpuops.ownership.HELD / OTHER / LEGACY for ``row`` under the keys held here."""
+        from gpuops.ownership import standing
+
+        return standing(row, self.account(row.provider))
+
+    def holds(self, row) -> bool:
+        """True when this process may act on ``row`` (its account, or a row without one)."""
+        from gpuops.ownership import OTHER
+
+        return self.standing(row) != OTHER
 
     @property
     def by(self) -> str:
@@ -210,6 +241,11 @@ def _tokens_to_book(ctx: Context, row, provider: Provider, inst: Instance | None
 
 
 def _ended_action(row, ended: Ended, what: str) -> Action:
+    if ended.not_ours:
+        return Action(row.id, "left_to_owner", f"{what}: the row belongs to account {row.account} ({row.owner}); not ended here")
+    if ended.unknown:
+        return Action(row.id, "unknown", f"{what}: {row.provider} instance {row.instance_id} is not visible to this key "
+                      "(no account recorded on the row); left open for its owner")
     if not ended.closed:
         return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
     c = ended.row
@@ -237,7 +273,16 @@ def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -
 def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> Action:
     """Close the row of a box that is gone: reason by ``gone_reason``, end time by
     ``lifecycle.end_time`` (provider, else the last proof of life: the agent's destroy record or
-    heartbeat, the ledger's last event)."""
+    heartbeat, the ledger's last event).
+
+    "Gone" must come from the row's own account: an instance our key cannot see (``inst`` None) on
+    a row of another account, or of no recorded account, is ``unknown`` and the row stays open."""
+    from gpuops.ownership import HELD
+
+    if inst is None and ctx.standing(row) != HELD:
+        ctx.event(row.id, EventKind.UNKNOWN, {"by": ctx.by, "detail": "instance not visible to the key held here"})
+        return Action(row.id, "unknown", f"{row.provider} instance {row.instance_id} is not visible to this key "
+                      f"(row account {row.account or 'not recorded'}); left open for its owner ({row.owner or 'unknown'})")
     reason = gone_reason(ctx, row, inst, status)
     proofs = [float(t) for t in (((status or {}).get("destroy") or {}).get("done_at"), (status or {}).get("heartbeat")) if t]
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
@@ -284,6 +329,8 @@ def reconcile(ctx: Context) -> list[Action]:
     ``error`` actions and the pass goes on."""
     actions: list[Action] = []
     for name in ctx.provider_names():
+        if name != "local" and ctx.account(name) is None and all(r.account for r in ctx.ledger.open_sessions() if r.provider == name):
+            continue  # no key here for this provider: every open row of it is another account's
         try:
             p = ctx.provider(name)
             insts = p.list(LABEL_PREFIX)
@@ -298,6 +345,12 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
     actions: list[Action] = []
     now = ctx.clock()
     open_rows = [r for r in ctx.ledger.open_sessions() if r.provider == name]
+    others = [r for r in open_rows if not ctx.holds(r)]
+    if others:
+        owners = sorted({r.owner or "?" for r in others})
+        actions.append(Action("", "left_to_owner", f"{name}: {len(others)} open session(s) of other accounts ({', '.join(owners)}); "
+                              "only a holder of their key closes or destroys them"))
+    open_rows = [r for r in open_rows if ctx.holds(r)]
     by_iid = {r.instance_id: r for r in open_rows if r.instance_id}
     by_label = {r.label: r for r in open_rows}
     for inst in insts:
@@ -308,12 +361,14 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
             with ctx.lease(row.id) as ok:
                 if not ok:
                     continue
+                price = inst.usd_per_hour
+                ok = isinstance(price, (int, float)) and math.isfinite(price) and price >= 0  # a provider's NaN is not a price
                 ctx.ledger.update(row.id, instance_id=inst.id, instance_created_at=inst.created_at or row.created_at,
-                                  usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else row.usd_per_hour)
+                                  usd_per_hour=price if ok else row.usd_per_hour)
                 ctx.event(row.id, EventKind.ADOPTED, {"instance_id": inst.id, "label": inst.label})
                 actions.append(Action(row.id, "adopted", f"instance {inst.id} (label {inst.label}) had no id in its row"))
     listed = {i.id: i for i in insts}
-    for row in ctx.open_sessions_leased(actions, keep=lambda r: r.provider == name):
+    for row in ctx.open_sessions_leased(actions, keep=lambda r: r.provider == name and ctx.holds(r)):
         if row.instance_id is None:
             if now > _deadline(ctx, row):
                 ctx.event(row.id, EventKind.STALE_INTENT, "no instance by the ready deadline; closed at its intent time")
@@ -341,8 +396,13 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
 
 
 def _orphan(ctx: Context, p: Provider, inst: Instance) -> Action:
+    from gpuops.ownership import OTHER
+
     sid = _session_of_label(inst.label)
     row = ctx.ledger.get(sid)
+    if row is not None and ctx.standing(row) == OTHER:
+        return Action("", "unknown_instance", f"{p.name} instance {inst.id} label {inst.label}: its row belongs to account "
+                      f"{row.account} ({row.owner}); left alone")
     if row is None and not ctx.destroy_unknown:
         return Action("", "unknown_instance", f"{p.name} instance {inst.id} label {inst.label}: no row in this ledger; left alone "
                       "(another ledger's?); `gpuops reconcile --destroy-unknown` destroys it")

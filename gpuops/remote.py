@@ -165,6 +165,24 @@ class Box(Protocol):
     def close(self) -> None: ...
 
 
+def open_private(sftp, path: str):
+    """Create ``path`` on the SFTP server for writing with mode 0600 from the start: the mode goes in
+    the SSH_FXP_OPEN attributes (SFTP v3, draft-ietf-secsh-filexfer-02 section 6.3; OpenSSH's
+    sftp-server passes it to open(2)), with CREATE|EXCL so an existing file (or a planted symlink)
+    is refused, never reused. paramiko 5.1's ``SFTPClient.open`` sends empty attributes (0644
+    after umask, then a chmod), hence this request built with its own ``_request``."""
+    from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE, SFTPError
+    from paramiko.sftp_attr import SFTPAttributes
+    from paramiko.sftp_file import SFTPFile
+
+    attrs = SFTPAttributes()
+    attrs.st_mode = 0o600
+    t, msg = sftp._request(CMD_OPEN, path, SFTP_FLAG_WRITE | SFTP_FLAG_CREATE | SFTP_FLAG_EXCL, attrs)
+    if t != CMD_HANDLE:
+        raise SFTPError("Expected handle")
+    return SFTPFile(sftp, msg.get_binary(), "wb")
+
+
 class LocalBox:
     """This machine as a box: ``root`` is a directory; each process runs in its own process
     group, recorded in ``root/.gpuops/pgids`` so that the local provider's destroy ends them all."""
@@ -176,7 +194,9 @@ class LocalBox:
 
     # The job and bootstrap see python3 = the interpreter gpuops runs on (its venv), first on PATH.
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = dict(os.environ)
+        from gpuops.boxenv import local_box_env
+
+        env = local_box_env(os.environ, os.path.abspath(self.root))  # allow-listed, HOME = the box (gpuops/boxenv.py)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(self._base_env)
         env.update(extra or {})
@@ -623,9 +643,8 @@ class SSHBox:
         body = "".join(f"export {k}={q(str(v))}\n" for k, v in env.items()).encode()
 
         def write():
-            f = self.sftp().open(path, "wb")
+            f = open_private(self.sftp(), path)  # created 0600 (no window at 0644), O_EXCL
             try:
-                f.chmod(0o600)  # before a single secret byte is written
                 f.write(body)
             finally:
                 f.close()

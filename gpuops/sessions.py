@@ -38,14 +38,23 @@ def row_json(row) -> dict:
     return d
 
 
-def list_open(ledger) -> list[dict]:
-    return [row_json(r) for r in ledger.open_sessions()]
+def list_open(ledger, owner: str | None = None) -> list[dict]:
+    """Open sessions as dicts (``row_json``); ``owner``: only that user's (and rows from before
+    owners were booked), None: everyone's."""
+    from gpuops.ownership import is_mine
+
+    return [row_json(r) for r in ledger.open_sessions() if owner is None or is_mine(r, owner)]
 
 
 def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[dict]:
     """Destroy the instance of one open session (or all) and close its row as ``manual``, through
     ``gpuops.lifecycle.end_rental`` (the reason is on the row before the destroy, so an `up`
     still watching that session reports ``manual`` too).
+
+    Ownership (gpuops/ownership.py): ``--all`` takes this user's open sessions whose provider
+    account is held here; a named session of another account is refused (BadInput: only its key
+    holder can end it); a row without a recorded account whose instance our key cannot see is
+    reported with ``end_reason`` "unknown" and stays open.
 
     Idempotent: a session already closed is reported, not destroyed again. Returns one dict per
     session: ``{"session","instance_id","destroyed","end_reason"}``. Raises BadInput for an
@@ -57,22 +66,36 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
 
     from bootstrap.vocabulary import Actor, EndReason, RowStatus
     from gpuops.lifecycle import end_rental
+    from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers import get_provider
 
+    providers: dict = {}
+
+    def provider_of(row):
+        if row.provider not in providers:
+            providers[row.provider] = get_provider(row.provider, settings)
+        return providers[row.provider]
+
+    me = settings.owner()
     if all_open:
-        rows = ledger.open_sessions()
+        rows = [r for r in ledger.open_sessions() if is_mine(r, me) and standing(r, account_of(provider_of(r))) != OTHER]
     else:
         if not ref:
             raise BadInput("name a session or pass --all", "see `gpuops ps` for open sessions")
         rows = [resolve_session(ledger, ref)]
+        row = rows[0]
+        if row.status != RowStatus.CLOSED and standing(row, account_of(provider_of(row))) == OTHER:
+            raise BadInput(f"session {row.id} was rented by {row.owner} under {row.provider} account {row.account}; "
+                           "this machine holds no key for that account", f"ask {row.owner} to run `gpuops down {row.id}`")
     out = []
     for row in rows:
         if row.status == RowStatus.CLOSED:
             out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
             continue
-        provider = get_provider(row.provider, settings) if row.instance_id else None
+        provider = provider_of(row) if row.instance_id else None
         ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}")
-        item = {"session": row.id, "instance_id": row.instance_id, "destroyed": ended.destroyed, "end_reason": ended.reason}
+        item = {"session": row.id, "instance_id": row.instance_id, "destroyed": ended.destroyed,
+                "end_reason": "unknown" if ended.unknown else ended.reason}
         if ended.error:
             item["error"] = ended.error
         out.append(item)

@@ -45,11 +45,15 @@ class Col:
 
 
 def _text(cell: Any):
+    """A cell as rich Text: literal, with control and bidi characters shown escaped
+    (``gpuops.textsafe.safe``: notes, names and provider text never act on the terminal)."""
     from rich.text import Text
+
+    from gpuops.textsafe import safe
 
     if isinstance(cell, Text):
         return cell
-    return Text("" if cell is None else str(cell))
+    return Text("" if cell is None else safe(str(cell)))
 
 
 def _header_min(header: str) -> int:

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from gpuops.launcher import Reporter
+from gpuops.textsafe import safe  # noqa: F401  (the one sanitizer; re-exported for renderers)
 
 
 def console(stderr: bool = False):
@@ -16,10 +17,11 @@ def console(stderr: bool = False):
 
 
 def _esc(text: str) -> str:
-    """User text (job names, step names, error messages) made literal inside rich markup."""
+    """User text (job names, step names, error messages) made literal inside rich markup, with
+    control and bidi characters shown escaped (``safe``)."""
     from rich.markup import escape
 
-    return escape(text)
+    return escape(safe(text))
 
 
 def print_json(obj: Any) -> None:
@@ -116,9 +118,9 @@ def _slowest(summ: dict) -> str:
 def render_dry_run(plan: dict) -> None:
     c = console()
     if "experiment" in plan:
-        c.print(f"experiment: {plan['experiment']}" + (f"; note: {plan['note']}" if plan.get("note") else ""), markup=False)
+        c.print(f"experiment: {safe(plan['experiment'])}" + (f"; note: {safe(plan['note'])}" if plan.get("note") else ""), markup=False)
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
-    c.print(f"would rent: {plan['card']} x{plan['gpu_count']} on {plan['provider']} at "
+    c.print(f"would rent: {safe(plan['card'])} x{plan['gpu_count']} on {plan['provider']} at "
             f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")
     c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
     if plan.get("volume"):
@@ -133,7 +135,7 @@ def render_dry_run(plan: dict) -> None:
 
 # Columns `ps` leaves out, first to last, when the terminal is too narrow (the session id, card,
 # status, price and age stay).
-PS_DROP_ORDER = ("instance", "provider", "experiment")
+PS_DROP_ORDER = ("owner", "instance", "provider", "experiment")  # owner first: `ps` shows your own by default
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
@@ -145,9 +147,9 @@ def render_sessions(rows: list[dict], title: str) -> None:
     from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     c = table_console()
-    cols = [Col("session", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
+    cols = [Col("session", ID), Col("owner", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
             Col("instance", ID), Col("usd/h", NUM), Col("age", NUM)]
     now = time.time()
     print_table(c, title, ranked(cols, PS_DROP_ORDER), [
-        [r["session"], r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
+        [r["session"], r.get("owner") or "-", r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
          money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])

@@ -13,6 +13,11 @@ provider's balance against ``balance_floor_usd`` and the ledger's month-to-date 
 checks (``gpuops.budget.assert_not_refused``); the refusal is lifted when the condition clears.
 Every action is a ledger event; provider errors are reported and the daemon keeps running.
 The daemon runs a reconcile (gpuops/reconcile.py) at start.
+
+Ownership (gpuops/ownership.py): a watchdog acts only on rows of provider accounts it holds a key
+for. With ``teardown.limits_scope = "account"`` (the default) a balance floor refuses and destroys
+only what the fallen account rented, and the monthly cap counts, refuses and destroys only this
+user's sessions; with ``"team"`` both cover everyone (still destroying only what its keys own).
 """
 
 from __future__ import annotations
@@ -124,17 +129,25 @@ def check_session(ctx: Context, row) -> list[Action]:
 
 
 def _money(ctx: Context) -> list[Action]:
-    """Balance floor per provider, monthly cap across all: destroy covered boxes, refuse, lift."""
+    """Balance floor per provider account, monthly cap per user (or both per team, see the module
+    doc): destroy covered boxes, refuse, lift."""
     from gpuops.budget import month_start_end
+    from gpuops.ownership import is_mine
     from ledger.limits import active_refusals, lift_refusal, month_spend, set_refusal
 
     t = ctx.settings.teardown
+    team = t.limits_scope == "team"
     actions: list[Action] = []
-    refused = {(r.scope, r.reason) for r in active_refusals(ctx.ledger)}
+    refused = {(r.scope, r.reason, r.account) for r in active_refusals(ctx.ledger)}
     now = ctx.clock()
-    covered: list[tuple[str, str, str]] = []  # (scope, reason, detail)
+    covered: list[tuple[str, str, str, str | None]] = []  # (scope, reason, detail, account or owner; None: everyone)
+    cap_who = None if team else ctx.me
     for name in ctx.provider_names():
-        if t.balance_floor_usd is None and (name, EndReason.BALANCE_FLOOR) not in refused:
+        held = ctx.account(name)
+        if held is None:
+            continue  # no key here: neither its balance nor its boxes are ours to judge
+        floor_who = None if team else held
+        if t.balance_floor_usd is None and (name, EndReason.BALANCE_FLOOR, floor_who) not in refused:
             continue
         try:
             bal = ctx.provider(name).balance()
@@ -144,20 +157,32 @@ def _money(ctx: Context) -> list[Action]:
         if bal.usd is None:
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
-            covered.append((name, EndReason.BALANCE_FLOOR, f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f}"))
-        elif (name, EndReason.BALANCE_FLOOR) in refused and lift_refusal(ctx.ledger, name, EndReason.BALANCE_FLOOR, now):
+            covered.append((name, EndReason.BALANCE_FLOOR,
+                            f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f} (account {held})", floor_who))
+        elif (name, EndReason.BALANCE_FLOOR, floor_who) in refused and lift_refusal(ctx.ledger, name, EndReason.BALANCE_FLOOR, now,
+                                                                                    account=floor_who):
             actions.append(Action("", "lifted", f"{name}: balance ${bal.usd:.2f} is back above the floor"))
-    if t.monthly_cap_usd is not None or ("*", EndReason.MONTHLY_CAP) in refused:
-        spent = month_spend(ctx.ledger, *month_start_end(now), now=now)
-        if t.monthly_cap_usd is not None and spent >= t.monthly_cap_usd:
-            covered.append(("*", EndReason.MONTHLY_CAP, f"month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}"))
-        elif ("*", EndReason.MONTHLY_CAP) in refused and lift_refusal(ctx.ledger, "*", EndReason.MONTHLY_CAP, now):
-            actions.append(Action("", "lifted", f"monthly cap: spend ${spent:.2f} is under the cap again"))
-    for scope, reason, detail in covered:
-        if set_refusal(ctx.ledger, scope, reason, detail, now):
-            actions.append(Action("", "refused", f"new boxes refused for {'all providers' if scope == '*' else scope}: {detail}"))
-        covered = (lambda r: r.instance_id is not None and (scope == "*" or r.provider == scope))
-        for row in ctx.open_sessions_leased(actions, keep=covered):
+    if t.monthly_cap_usd is not None or ("*", EndReason.MONTHLY_CAP, cap_who) in refused:
+        spent = month_spend(ctx.ledger, *month_start_end(now), now=now, owner=cap_who)
+        whose = "the team's" if team else f"{ctx.me}'s"
+        if t.monthly_cap_usd is not None and (spent != spent or spent >= t.monthly_cap_usd):  # NaN: a broken row, not room
+            covered.append(("*", EndReason.MONTHLY_CAP,
+                            f"{whose} month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}", cap_who))
+        elif ("*", EndReason.MONTHLY_CAP, cap_who) in refused and lift_refusal(ctx.ledger, "*", EndReason.MONTHLY_CAP, now, account=cap_who):
+            actions.append(Action("", "lifted", f"monthly cap: {whose} spend ${spent:.2f} is under the cap again"))
+    for scope, reason, detail, who in covered:
+        if set_refusal(ctx.ledger, scope, reason, detail, now, account=who):
+            whom = "everyone" if who is None else who
+            actions.append(Action("", "refused", f"new boxes refused for {'all providers' if scope == '*' else scope} ({whom}): {detail}"))
+
+        def covered_row(r, scope=scope, reason=reason, who=who) -> bool:
+            if r.instance_id is None or not ctx.holds(r) or (scope != "*" and r.provider != scope):
+                return False
+            if reason == EndReason.MONTHLY_CAP and who is not None:
+                return is_mine(r, who)
+            return True
+
+        for row in ctx.open_sessions_leased(actions, keep=covered_row):
             try:
                 p = ctx.provider(row.provider)
             except GpuopsError as e:
@@ -170,7 +195,7 @@ def _money(ctx: Context) -> list[Action]:
 def tick(ctx: Context) -> list[Action]:
     """One pass over every open session, then the money layer. Never raises for provider errors."""
     actions: list[Action] = []
-    for row in ctx.open_sessions_leased(actions):
+    for row in ctx.open_sessions_leased(actions, keep=ctx.holds):  # other accounts' rows: their owners' watchdogs
         try:
             actions += check_session(ctx, row)
         except (GpuopsError, ProviderError, OSError) as e:

@@ -60,11 +60,27 @@ def _sqlite_begin(conn) -> None:
     conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("ledger_read") else "BEGIN IMMEDIATE")
 
 
+def _private_file(path: Path) -> None:
+    """Create the SQLite file's folder (0700) and the file itself (0600) when missing, so the books
+    are the user's alone from the first byte. SQLite creates ``-wal`` and ``-shm`` with the
+    database file's mode (sqlite3.c ``findCreateFileMode``), so they are 0600 too. An existing
+    file keeps its mode."""
+    import os
+
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path.parent, 0o700)  # mkdir's mode is masked by the umask
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+
+
 def open_engine(url: str) -> sa.engine.Engine:
     """An engine for the ledger at SQLAlchemy ``url`` with its migrations applied. Creates the
     SQLite file's folder. Raises sqlalchemy errors for an unreachable database."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        Path(url[len("sqlite:///"):]).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        _private_file(Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser())
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}

@@ -76,8 +76,15 @@ def active_refusals(ledger: Ledger) -> list[Any]:
     return ledger.active_refusals()
 
 
-def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None) -> bool:
-    """Refuse new boxes in ``scope``; False (and no change) when the same refusal is active."""
+def _same_account(account: str | None):
+    from ledger.models import Refusal
+
+    return Refusal.account.is_(None) if account is None else Refusal.account == account
+
+
+def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None) -> bool:
+    """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None:
+    everyone); False (and no change) when the same refusal is active."""
     from sqlmodel import Session as DbSession
     from sqlmodel import select
 
@@ -85,16 +92,16 @@ def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float
 
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
-        q = select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, Refusal.lifted_at.is_(None))
+        q = select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, _same_account(account), Refusal.lifted_at.is_(None))
         if db.exec(q).first() is not None:
             return False
-        db.add(Refusal(scope=scope, reason=reason, detail=detail, set_at=now))
+        db.add(Refusal(scope=scope, reason=reason, detail=detail, set_at=now, account=account))
         db.commit()
         return True
 
 
-def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None) -> bool:
-    """Lift an active refusal; True when one was lifted."""
+def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None, account: str | None = None) -> bool:
+    """Lift an active refusal of ``account`` (None: the everyone-refusal); True when one was lifted."""
     from sqlmodel import Session as DbSession
     from sqlmodel import select
 
@@ -102,7 +109,8 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
 
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
-        rows = list(db.exec(select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, Refusal.lifted_at.is_(None))))
+        rows = list(db.exec(select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, _same_account(account),
+                                                  Refusal.lifted_at.is_(None))))
         for r in rows:
             r.lifted_at = now
             db.add(r)
@@ -110,7 +118,7 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
         return bool(rows)
 
 
-def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None) -> float:
+def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None, owner: str | None = None) -> float:
     """Real (not simulated) USD spent in [start, end) epoch s, attributed by time
     (``ledger.attribution``: a rental across the month boundary counts only its hours inside):
     closed sessions' booked cost (the provider's charge once synced), storage lines, and open
@@ -120,6 +128,9 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     Closed sessions are summed inside the database with the same rule (``attribution.share_sql``)
     under the index-friendly overlap predicate; only open sessions come back as rows. No ORM
     objects, flat memory (issue 16).
+
+    ``owner``: only that user's sessions and their storage lines (rows from before owners were
+    booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).
     """
     import sqlalchemy as sa
 
@@ -127,15 +138,26 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
 
     now = time.time() if now is None else now
     where = f"+created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no AND {SQL_TOUCHES}"
+    if owner is not None:
+        where += " AND (owner IS NULL OR owner = :owner)"
     closed = sa.text(f"SELECT COALESCE(SUM({share_sql('COALESCE(cost_usd, 0.0)')}), 0.0) FROM sessions WHERE {where} AND status = 'closed'")
     opened = sa.text(f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
                      f" WHERE {where} AND status <> 'closed'")
     args = {"lo": float(start), "hi": float(end), "no": False}
+    if owner is not None:
+        args["owner"] = owner
     with ledger.engine.connect().execution_options(ledger_read=True) as conn:
         total = float(conn.execute(closed, args).scalar() or 0.0)
         for s in conn.execute(opened, args):
             total += accrued(s, start, end, now)
-    for ln in ledger.cost_lines(start, end):
+    lines = ledger.cost_lines(start, end)
+    if owner is not None:  # a storage line counts for the owner of its session
+        ids = sorted({ln.session_id for ln in lines if ln.session_id})
+        with ledger.engine.connect().execution_options(ledger_read=True) as conn:
+            theirs = {r[0] for r in conn.execute(sa.text("SELECT id FROM sessions WHERE owner IS NOT NULL AND owner <> :owner AND id IN :ids")
+                                                 .bindparams(sa.bindparam("ids", expanding=True)), {"owner": owner, "ids": ids})} if ids else set()
+        lines = [ln for ln in lines if ln.session_id and ln.session_id not in theirs]
+    for ln in lines:
         if not ln.simulated:
             total += ln.usd * fraction(ln.start_at, ln.end_at, start, end)
     return round(total, 6)

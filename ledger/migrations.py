@@ -194,6 +194,24 @@ def m006_query_indexes(conn: Connection) -> None:
         conn.exec_driver_sql(ddl)
 
 
+@migration
+def m007_ownership(conn: Connection) -> None:
+    """A team on one ledger: who rented each session (``owner``: the ``[user] name`` setting,
+    default user@host) and under which provider account (``account``: a non-secret fingerprint of
+    the API key, or machine+user+data dir for the local provider). Only the holder of a row's
+    account closes or destroys it. Refusals get the same key (``account``: the provider account for
+    a balance floor, the owner for a monthly cap; NULL = everyone, the team scope). Nullable: rows
+    from before this migration have no known owner or account."""
+    for ddl in (
+        "ALTER TABLE sessions ADD COLUMN owner VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN account VARCHAR",
+        "ALTER TABLE refusals ADD COLUMN account VARCHAR",
+    ):
+        conn.exec_driver_sql(ddl)
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_sessions_owner ON sessions (owner)")
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_sessions_account ON sessions (account)")
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

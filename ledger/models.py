@@ -57,6 +57,9 @@ class Session(SQLModel, table=True):
     estimated_usd: Optional[float] = None  # our estimate, kept when the provider's charge is booked
     charged_usd: Optional[float] = None  # the provider's own charge for the GPU time (ledger sync --apply)
     cost_source: Optional[str] = None  # estimated (or None) | charged: what cost_usd is
+    # m006_ownership: who rented it and under which provider account (None: before m006, or imported)
+    owner: Optional[str] = Field(default=None, index=True)  # [user] name, default user@host
+    account: Optional[str] = Field(default=None, index=True)  # provider account fingerprint (gpuops.ownership)
 
 
 class BootstrapStep(SQLModel, table=True):
@@ -106,6 +109,9 @@ class Refusal(SQLModel, table=True):
     detail: str = ""
     set_at: float
     lifted_at: Optional[float] = None
+    # m006_ownership: whom the refusal covers: the provider account (balance_floor) or the owner
+    # (monthly_cap); None covers everyone (teardown.limits_scope = "team", or a refusal from before m006)
+    account: Optional[str] = None
 
 
 class CostLine(SQLModel, table=True):

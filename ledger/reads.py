@@ -25,6 +25,7 @@ SESSION_COLUMNS = (
     "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
     "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
     "estimated_usd", "charged_usd", "cost_source",
+    "owner", "account",
 )
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -84,7 +85,7 @@ def sqlite_open_rows(path: Path) -> list[SessionRow]:
 
 
 # Active refusals (m003): a handful of rows, answered from ix_refusals_active (m005).
-REFUSAL_COLUMNS = ("id", "scope", "reason", "detail", "set_at", "lifted_at")
+REFUSAL_COLUMNS = ("id", "scope", "reason", "detail", "set_at", "lifted_at", "account")  # account: m007_ownership
 ACTIVE_REFUSALS_SQL = f"SELECT {', '.join(REFUSAL_COLUMNS)} FROM refusals WHERE lifted_at IS NULL ORDER BY id"
 RefusalRow = namedtuple("RefusalRow", REFUSAL_COLUMNS)
 

@@ -430,6 +430,7 @@ SESSION_FIELDS = (
     "source",
     "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
     "estimated_usd", "charged_usd", "cost_source",
+    "owner", "account",
 )
 
 

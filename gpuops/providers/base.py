@@ -180,7 +180,8 @@ class Provider:
     Required (raise NotImplementedError here):
 
     * ``offers(query) -> list[Offer]`` -- rentable now and matching ``query`` (any order; the
-      caller ranks). Prices checked finite and > 0 by the provider module. Raises ProviderError
+      caller ranks). Numbers as the provider sent them: ``gpuops.offers.screen`` drops an offer whose
+      price, VRAM or GPU count is not a finite positive number, with a note. Raises ProviderError
       (AUTH, RATE_LIMIT, SERVER, ...).
     * ``create(offer, spec) -> Instance`` -- rent ``offer`` labelled ``spec.label``. Returns the
       instance (``usd_per_hour``: the price really charged when the provider says it). Raises
@@ -210,10 +211,16 @@ class Provider:
     * ``volumes() -> VolumeService | None`` -- persistent volumes (``gpuops.volumes``: list, create,
       delete, mountable offers; mounted through ``CreateSpec.volume_*``), or None when the
       provider has none. ``destroy`` never deletes a volume.
+
+    Ownership: ``account`` is the non-secret name of the account this provider object acts for
+    (``gpuops.ownership``: ``<provider>:<8 hex of sha256(key)>``; local: login@host + data dir;
+    None: no credential, it owns nothing). Every row it rents books it; only a provider with the
+    same ``account`` ends that row or confirms its instance gone.
     """
 
     name: str = ""
     supports_spot: bool = True
+    account: str | None = None
     # Every contract method is one provider call with a total deadline (seconds, retries included)
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).
     call_deadline_s: float = 60.0

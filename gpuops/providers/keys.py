@@ -44,6 +44,21 @@ class Credential:
     def __repr__(self) -> str:  # never show the key in a traceback or a debug print
         return f"Credential(source={self.source!r})"
 
+    @property
+    def account(self) -> str:
+        """A non-secret fingerprint of the key: the first 8 hex digits of its SHA-256 (32 bits:
+        tells a team's keys apart, reveals nothing usable). Stored on every ledger row rented with
+        it (``sessions.account``, as ``<provider>:<fingerprint>``) so that only a holder of the
+        same key closes or destroys that row."""
+        return key_fingerprint(self.key)
+
+
+def key_fingerprint(key: str) -> str:
+    """First 8 hex digits of SHA-256 of ``key`` (stripped)."""
+    import hashlib
+
+    return hashlib.sha256(key.strip().encode("utf-8")).hexdigest()[:8]
+
 
 def _provider_files(name: str, env: dict) -> list[Path]:
     home = Path(env.get("HOME") or Path.home())

@@ -12,6 +12,7 @@ otherwise the card's catalog reference price, and the offer is marked simulated.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -46,6 +47,11 @@ class LocalProvider(Provider):
         self.keep_box_days = keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/boxes.py)
         self.price_per_hour = price_per_hour
         self.kill_grace_seconds = kill_grace_seconds
+        # "Account" on this machine: who and where (gpuops.ownership.local_account). A box of another
+        # machine, user or data dir is never seen here, so it is never an orphan here either.
+        from gpuops.ownership import local_account
+
+        self.account = local_account(self.boxes_dir)
 
     def _offer(self, card: Card, gpu_count: int) -> Offer:
         simulated = self.price_per_hour is None
@@ -69,7 +75,11 @@ class LocalProvider(Provider):
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
         instance_id = spec.label
         d = self._dir(instance_id)
-        d.mkdir(parents=True, exist_ok=False)
+        if not self.boxes_dir.exists():
+            self.boxes_dir.mkdir(parents=True, mode=0o700)
+            os.chmod(self.boxes_dir, 0o700)
+        d.mkdir(mode=0o700, exist_ok=False)
+        os.chmod(d, 0o700)  # the box's HOME: its .netrc and tokens are the user's alone
         meta = {"id": instance_id, "label": spec.label, "offer": offer.as_json(), "usd_per_hour": offer.usd_per_hour,
                 "simulated": offer.simulated, "created_at": time.time()}
         (d / "instance.json").write_text(json.dumps(meta, indent=1))

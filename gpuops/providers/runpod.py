@@ -23,6 +23,7 @@ runpod/api/mutations/pods.py):
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -105,6 +106,8 @@ class RunPodProvider(Provider):
         self.retry = retry or RetryPolicy()
         self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
         self.cloud_types = cloud_types
+        # The account this key acts for (gpuops.ownership): None without a key.
+        self.account = f"{NAME}:{credential.account}" if credential is not None else None
 
     # -- the SDK session: key and URL are process-global in the SDK -------------------------
     @contextlib.contextmanager
@@ -203,13 +206,23 @@ class RunPodProvider(Provider):
                 raise
             if (g.get("maxGpuCount") or 0) < query.gpu_count:
                 continue
-            vram = int((g.get("memoryInGb") or 0) * GIB) or card.vram_bytes
+            # Numbers as RunPod sent them (NaN, negative included): gpuops.offers.screen drops such an
+            # offer with a note. Memory not reported at all: the catalog's figure.
+            mem = g.get("memoryInGb")
+            try:
+                mem_f = float(mem) if mem is not None else None
+            except (TypeError, ValueError):
+                mem_f = float("nan")
+            vram = card.vram_bytes if mem_f is None else (int(mem_f * GIB) if math.isfinite(mem_f) else mem_f)
             for cloud in self.cloud_types:
                 available = g.get("secureCloud") if cloud == "SECURE" else g.get("communityCloud")
                 per_gpu = g.get("securePrice") if cloud == "SECURE" else g.get("communityPrice")
-                if not available or not per_gpu:
+                if not available or per_gpu is None:
                     continue
-                price = round(float(per_gpu) * query.gpu_count, 6)
+                try:
+                    price = round(float(per_gpu) * query.gpu_count, 6)
+                except (TypeError, ValueError):
+                    price = float("nan")
                 if query.max_usd_per_hour is not None and price > query.max_usd_per_hour:
                     continue
                 out.append(Offer(provider=NAME, offer_id=f"{cloud.lower()}:{card.runpod_id}", card=card.name, gpu_count=query.gpu_count,

@@ -82,6 +82,8 @@ class VastProvider(Provider):
         self.search_limit = search_limit
         self.storage_gb = storage_gb
         self._client: Any = None
+        # The account this key acts for (gpuops.ownership): None without a key.
+        self.account = f"{NAME}:{credential.account}" if credential is not None else None
 
     def _sdk(self) -> Any:
         if self.credential is None:
@@ -197,15 +199,20 @@ class VastProvider(Provider):
         return out
 
     def _offer(self, r: dict, spot: bool, pool: list[Card]) -> Offer | None:
+        # Numbers are taken as Vast sent them (NaN, negative, 0 GPUs included): gpuops.offers.screen
+        # drops such an offer with a note. A missing num_gpus is 0 GPUs, never a guessed 1.
         try:
-            vram = int(float(r.get("gpu_ram") or 0) * MIB)
-            card = _card_for(str(r.get("gpu_name") or ""), vram, pool)
+            ram = float(r.get("gpu_ram") or 0)
+            vram = int(ram * MIB) if math.isfinite(ram) else ram
+            card = _card_for(str(r.get("gpu_name") or ""), vram if math.isfinite(vram) else 0, pool)
             if card is None:
                 return None
             rel = r.get("reliability2", r.get("reliability"))
             min_bid = r.get("min_bid")
+            n = float(r.get("num_gpus") or 0)
+            gpu_count = int(n) if math.isfinite(n) and n == int(n) else n
             return Offer(
-                provider=NAME, offer_id=str(int(r["id"])), card=card.name, gpu_count=int(r.get("num_gpus") or 1), vram_bytes=vram,
+                provider=NAME, offer_id=str(int(r["id"])), card=card.name, gpu_count=gpu_count, vram_bytes=vram,
                 usd_per_hour=round(float(r["dph_total"]), 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
                 reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
                 disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
@@ -234,6 +241,7 @@ class VastProvider(Provider):
             id=str(row["id"]), label=str(row.get("label") or ""), status=status, usd_per_hour=float(price) if price is not None else None,
             ssh=ssh, created_at=float(row["start_date"]) if row.get("start_date") is not None else None, raw_status=raw_s,
             extra={"preempted": preempted, "spot": is_bid, "ssh_proxy": proxy, "ssh_direct": direct,
+                   "gpu_name": row.get("gpu_name"), "num_gpus": row.get("num_gpus"),  # checked against the order (offers.check_delivered)
                    "intended_status": row.get("intended_status"), "status_msg": row.get("status_msg")},
         )
 

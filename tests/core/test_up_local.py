@@ -158,7 +158,7 @@ def test_cli_sigint_twice_during_job_still_tears_down_a_job_that_ignores_sigterm
 
 
 def test_cli_end_to_end_then_month_report(gpuops_home, tmp_path, cli_env):
-    env = dict(cli_env, WEIGHTS_MB="8", TOKENS="20", COPY_MB="8")
+    env = dict(cli_env, WEIGHTS_MB="8", TOKENS="20", COPY_MB="8", GPUOPS_JOB_ENV="WEIGHTS_MB,TOKENS,COPY_MB")
     out = subprocess.run(gpuops_cmd("up", "--card", "a100", "--job", str(REPO / "examples" / "bench.sh"), "--json", "--experiment", "bench"),
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

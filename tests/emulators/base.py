@@ -57,6 +57,9 @@ class Faults:
     trickle_s: float = 0.0
     pad_reply_bytes: int = 0
     create_unsuccessful_but_creates: int = 0
+    # New instances are not what was ordered: any of gpu_name, num_gpus, usd_per_hour (USD/h)
+    # replaces what the instance reports (and is charged), e.g. {"gpu_name": "RTX 3070", "usd_per_hour": 5.0}.
+    deliver: dict | None = None
 
 
 @dataclass
@@ -87,14 +90,24 @@ class EmuInstance:
     # running: the whole price) or "storage" (stopped: disk only). The billing endpoints cut it
     # into the provider's buckets (``Market.charges``).
     segments: list = field(default_factory=list)
+    account: str = "acct-1"  # the account whose key rented it; other keys cannot see or touch it
+    delivered: dict = field(default_factory=dict)  # Faults.deliver at create: what it reports instead of the offer
 
 
 class Market:
-    """State common to both emulators; every public method holds ``self.lock``."""
+    """State common to both emulators; every public method holds ``self.lock``.
+
+    Accounts: ``api_key`` is the first account (``acct-1``); ``add_account`` adds more. An instance
+    belongs to the account whose key created it: another key neither lists, reads, stops nor
+    destroys it (the provider answers "not found", as RunPod and Vast do), and each account has its
+    own balance. Methods taking ``account=None`` mean every account (tests) or, for money, acct-1.
+    """
 
     def __init__(self, api_key: str, balance_usd: float = 100.0):
         self.api_key = api_key
         self.initial_balance = balance_usd
+        self.accounts: dict[str, str] = {api_key: "acct-1"}  # key -> account id
+        self.initial_balances: dict[str, float] = {"acct-1": balance_usd}
         self.faults = Faults()
         self.lock = threading.RLock()
         self.instances: dict[str, EmuInstance] = {}
@@ -105,6 +118,23 @@ class Market:
         self.ssh_endpoint: tuple[str, int] | None = None  # point new instances at a test sshd
         self._ids = itertools.count(1)
         self._ports = itertools.count(40022)
+
+    # -- accounts ----------------------------------------------------------------------------
+    def add_account(self, api_key: str, balance_usd: float = 100.0) -> str:
+        """A second (third, ...) account with its own key and credit; returns its id."""
+        with self.lock:
+            acct = f"acct-{len(self.accounts) + 1}"
+            self.accounts[api_key] = acct
+            self.initial_balances[acct] = balance_usd
+            return acct
+
+    def account_of(self, auth_header: str) -> str | None:
+        """The account whose key is in ``Authorization: Bearer <key>``, else None."""
+        key = auth_header[len("Bearer "):] if auth_header.startswith("Bearer ") else ""
+        return self.accounts.get(key)
+
+    def key_of(self, account: str) -> str:
+        return next(k for k, a in self.accounts.items() if a == account)
 
     # -- clock and money -------------------------------------------------------------------
     def now(self) -> float:
@@ -155,11 +185,12 @@ class Market:
                 if new_state == "destroyed":
                     inst.ended_t = t
 
-    def balance(self) -> float:
+    def balance(self, account: str = "acct-1") -> float:
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
-            return self.initial_balance - sum(i.billed_usd for i in self.instances.values())
+            initial = self.initial_balance if account == "acct-1" else self.initial_balances[account]
+            return initial - sum(i.billed_usd for i in self.instances.values() if i.account == account)
 
     def set_clock(self, epoch_s: float) -> None:
         """Put the emulated clock at ``epoch_s`` (before any instance exists: tests start a month)."""
@@ -168,27 +199,30 @@ class Market:
             self.offset_s = epoch_s - time.time()
             self.opened_at = epoch_s
 
-    def charges(self, lo: float, hi: float) -> list[tuple[EmuInstance, float, float, float, str]]:
+    def charges(self, lo: float, hi: float, account: str | None = None) -> list[tuple[EmuInstance, float, float, float, str]]:
         """The billing clock cut to [lo, hi) epoch s: (instance, start, end, usd, kind) per segment
-        part inside the window, oldest first. Money is rate x seconds (per-second billing, no
-        rounding: both providers bill by the second, see ledger/billing.py)."""
+        part inside the window, oldest first (of ``account`` only when given). Money is rate x
+        seconds (per-second billing, no rounding: both providers bill by the second, see ledger/billing.py)."""
         with self.lock:
             out = []
             for inst in self.instances.values():
                 self.tick(inst)
+                if account is not None and inst.account != account:
+                    continue
                 for t0, t1, rate, kind in inst.segments:
                     a, b = max(t0, lo), min(t1, hi)
                     if b > a:
                         out.append((inst, a, b, rate * (b - a) / HOURS, kind))
             return sorted(out, key=lambda c: (c[1], c[0].id))
 
-    def spend_rate(self) -> float:
+    def spend_rate(self, account: str = "acct-1") -> float:
         with self.lock:
-            return sum(self._rate(i) for i in self.instances.values())
+            return sum(self._rate(i) for i in self.instances.values() if i.account == account)
 
     # -- instances ---------------------------------------------------------------------------
     def new_instance(self, label: str, offer: dict, usd_per_hour: float, storage_usd_per_hour: float, spot: bool = False,
-                     bid: float | None = None, id_prefix: str = "", request: dict | None = None) -> EmuInstance:
+                     bid: float | None = None, id_prefix: str = "", request: dict | None = None,
+                     account: str = "acct-1") -> EmuInstance:
         with self.lock:
             now = self.now()
             f = self.faults
@@ -198,33 +232,36 @@ class Market:
                 id=f"{id_prefix}{n}", label=label, offer=offer, usd_per_hour=usd_per_hour, storage_usd_per_hour=storage_usd_per_hour,
                 created_t=now, spot=spot, bid=bid, stuck_status=f.stuck_status, no_ssh_port=f.no_ssh_port,
                 delete_at=now + f.delete_after_s if f.delete_after_s is not None else None, boot_s=f.boot_s,
-                last_bill_t=now, ssh=ssh, request=request or {},
+                last_bill_t=now, ssh=ssh, request=request or {}, account=account,
             )
+            if f.deliver:
+                inst.delivered = dict(f.deliver)
+                inst.usd_per_hour = float(f.deliver.get("usd_per_hour", usd_per_hour))
             self.instances[inst.id] = inst
             return inst
 
-    def find(self, instance_id: str) -> EmuInstance | None:
-        """The instance unless destroyed."""
+    def find(self, instance_id: str, account: str | None = None) -> EmuInstance | None:
+        """The instance unless destroyed (or, with ``account``, owned by another account)."""
         with self.lock:
             inst = self.instances.get(str(instance_id))
-            if inst is None:
+            if inst is None or (account is not None and inst.account != account):
                 return None
             self.tick(inst)
             return None if inst.state == "destroyed" else inst
 
-    def destroy(self, instance_id: str) -> bool:
-        """Destroy; False when unknown or already destroyed."""
+    def destroy(self, instance_id: str, account: str | None = None) -> bool:
+        """Destroy; False when unknown, already destroyed or (with ``account``) another's."""
         with self.lock:
-            inst = self.find(instance_id)
+            inst = self.find(instance_id, account)
             if inst is None:
                 return False
             inst.state = "destroyed"
             inst.ended_t = self.now()
             return True
 
-    def stop(self, instance_id: str) -> bool:
+    def stop(self, instance_id: str, account: str | None = None) -> bool:
         with self.lock:
-            inst = self.find(instance_id)
+            inst = self.find(instance_id, account)
             if inst is None:
                 return False
             inst.state = "stopped"
@@ -242,12 +279,13 @@ class Market:
         """The user deletes the instance in the provider's web console."""
         self.destroy(instance_id)
 
-    def live(self) -> list[EmuInstance]:
-        """Instances not destroyed (running, provisioning, or stopped and billing storage)."""
+    def live(self, account: str | None = None) -> list[EmuInstance]:
+        """Instances not destroyed (running, provisioning, or stopped and billing storage), of
+        ``account`` only when given."""
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
-            return [i for i in self.instances.values() if i.state != "destroyed"]
+            return [i for i in self.instances.values() if i.state != "destroyed" and (account is None or i.account == account)]
 
     def take_injected(self, op: str) -> int | None:
         """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it. Also notes
@@ -279,6 +317,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         req = {"method": self.command, "path": parts.path, "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
                "body": body, "raw": raw.decode("utf-8", "replace"), "auth": self.headers.get("Authorization", "")}
+        req["account"] = emu.market.account_of(req["auth"])
         with emu.market.lock:
             emu.market.requests.append(req)
         if emu.market.faults.latency_s:
@@ -350,7 +389,8 @@ class Emulator:
         return f"http://{host}:{port}"
 
     def authorized(self, req: dict) -> bool:
-        return req["auth"] == f"Bearer {self.market.api_key}"
+        """True when the request carries the key of one of the market's accounts."""
+        return self.market.account_of(req["auth"]) is not None
 
     def handle(self, req: dict) -> tuple[int, Any, str]:  # pragma: no cover - overridden
         raise NotImplementedError
@@ -359,8 +399,11 @@ class Emulator:
     def advance(self, seconds: float) -> None:
         self.market.advance(seconds)
 
-    def live(self) -> list[EmuInstance]:
-        return self.market.live()
+    def live(self, account: str | None = None) -> list[EmuInstance]:
+        return self.market.live(account)
+
+    def add_account(self, api_key: str, balance_usd: float = 100.0) -> str:
+        return self.market.add_account(api_key, balance_usd)
 
     def preempt(self, instance_id: str) -> None:
         self.market.preempt(instance_id)

@@ -110,12 +110,13 @@ class RunPodEmulator(Emulator):
         return {
             "id": inst.id, "name": inst.label, "containerDiskInGb": req.get("containerDiskInGb", 10), "costPerHr": inst.usd_per_hour,
             "adjustedCostPerHr": inst.usd_per_hour, "desiredStatus": raw, "dockerArgs": req.get("dockerArgs", ""), "dockerId": None,
-            "env": env, "gpuCount": req.get("gpuCount", 1), "imageName": req.get("imageName", ""),
+            "env": env, "gpuCount": inst.delivered.get("num_gpus", req.get("gpuCount", 1)), "imageName": req.get("imageName", ""),
             "lastStatusChange": "Rented by User: " + time.strftime("%a %b %d %Y %H:%M:%S GMT+0000 (Coordinated Universal Time)", time.gmtime(inst.created_t)),
             "machineId": f"m{inst.id}", "memoryInGb": 62, "podType": "RESERVED", "port": None, "ports": req.get("ports", ""),
             "uptimeSeconds": runtime["uptimeInSeconds"] if runtime else 0, "vcpuCount": 8, "volumeInGb": req.get("volumeInGb", 0),
             "volumeMountPath": req.get("volumeMountPath", "/workspace"), "runtime": runtime,
-            "machine": {"gpuDisplayName": self.gpus.get(req.get("gpuTypeId", ""), {}).get("displayName"), "podHostId": f"{inst.id}-64410a2b"},
+            "machine": {"gpuDisplayName": inst.delivered.get("gpu_name", self.gpus.get(req.get("gpuTypeId", ""), {}).get("displayName")),
+                        "podHostId": f"{inst.id}-64410a2b"},
         }
 
     # -- billing (REST) ----------------------------------------------------------------------------
@@ -216,9 +217,10 @@ class RunPodEmulator(Emulator):
         if injected is not None:  # a gateway's HTML page: the SDK fails decoding JSON
             return injected, f"<html><body><h1>{injected} Bad Gateway</h1></body></html>".encode(), HTML
         with self.market.lock:
-            return self._dispatch(root, args, field)
+            return self._dispatch(root, args, field, req["account"])
 
-    def _dispatch(self, root: str, args: dict, field: Any) -> tuple[int, Any, str]:
+    def _dispatch(self, root: str, args: dict, field: Any, account: str = "acct-1") -> tuple[int, Any, str]:
+        """Answer one root field for ``account`` (the key's): pods of other accounts are "not found"."""
         inp = args.get("input") or {}
         if root == "gpuTypes":
             if "id" in inp:
@@ -227,33 +229,33 @@ class RunPodEmulator(Emulator):
             else:
                 value = [self._gpu_full(g) for g in self.gpus.values()]
         elif root == "podFindAndDeployOnDemand":
-            return self._deploy(inp, field)
+            return self._deploy(inp, field, account)
         elif root == "pod":
-            inst = self.market.find(inp.get("podId", ""))
+            inst = self.market.find(inp.get("podId", ""), account)
             value = self._pod(inst) if inst else None
         elif root == "myself":
-            value = {"id": "user-1", "pubKey": "", "networkVolumes": [], "clientBalance": round(self.market.balance(), 6),
-                     "currentSpendPerHr": round(self.market.spend_rate(), 6), "pods": [self._pod(i) for i in self.market.live()]}
+            value = {"id": f"user-{account}", "pubKey": "", "networkVolumes": [], "clientBalance": round(self.market.balance(account), 6),
+                     "currentSpendPerHr": round(self.market.spend_rate(account), 6), "pods": [self._pod(i) for i in self.market.live(account)]}
         elif root == "podStop":
-            if not self.market.stop(inp.get("podId", "")):
+            if not self.market.stop(inp.get("podId", ""), account):
                 return self._error("pod not found", root)
             value = {"id": inp["podId"], "desiredStatus": "EXITED"}
         elif root == "podResume":
-            inst = self.market.find(inp.get("podId", ""))
+            inst = self.market.find(inp.get("podId", ""), account)
             if inst is None:
                 return self._error("pod not found", root)
             self.market.tick(inst)
             inst.state = "running"
             value = {**self._pod(inst), "desiredStatus": "RUNNING"}
         elif root == "podTerminate":
-            if not self.market.destroy(inp.get("podId", "")):
+            if not self.market.destroy(inp.get("podId", ""), account):
                 return self._error("pod not found to terminate", root)
             value = None
         else:
             return self._error(f'Cannot query field "{root}" on type "Query".', root, "GRAPHQL_VALIDATION_FAILED", 400)
         return 200, {"data": {root: _project(value, field.selection_set)}}, JSON
 
-    def _deploy(self, inp: dict, field: Any) -> tuple[int, Any, str]:
+    def _deploy(self, inp: dict, field: Any, account: str = "acct-1") -> tuple[int, Any, str]:
         root = "podFindAndDeployOnDemand"
         for required in ("name", "imageName", "gpuTypeId"):
             if not inp.get(required):
@@ -270,12 +272,12 @@ class RunPodEmulator(Emulator):
         if not per_gpu or n > g["maxGpuCount"] or g["stock"] < 1:
             return self._error(NO_CAPACITY, root, "NO_CAPACITY")
         price = round(per_gpu * n, 6)
-        if self.market.balance() < price:
+        if self.market.balance(account) < price:
             return self._error("Insufficient balance: your account balance is too low to deploy this pod.", root, "INSUFFICIENT_FUNDS")
         g["stock"] -= 1
         disk = int(inp.get("containerDiskInGb") or 10) + int(inp.get("volumeInGb") or 0)
         inst = self.market.new_instance(inp["name"], {"gpuTypeId": g["id"], "cloud": cloud}, price, disk * STORAGE_USD_PER_GB_HOUR, request=inp,
-                                        id_prefix="pod")
+                                        id_prefix="pod", account=account)
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
             return 502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", HTML

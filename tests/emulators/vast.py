@@ -135,7 +135,7 @@ class VastEmulator(Emulator):
             "next_state": intended, "status_msg": "outbid: stopped until the bid wins again" if inst.preempted else (actual or "scheduling"),
             "start_date": inst.created_t, "end_date": None, "extra_env": [[k, v] for k, v in (req.get("env") or {}).items()],
             "is_bid": inst.spot, "min_bid": o["min_bid"], "dph_total": round(inst.usd_per_hour, 6), "dph_base": o["dph_base"],
-            "num_gpus": o["num_gpus"], "gpu_name": o["gpu_name"], "gpu_ram": o["gpu_ram"], "machine_id": o["machine_id"], "host_id": o["host_id"],
+            "num_gpus": inst.delivered.get("num_gpus", o["num_gpus"]), "gpu_name": inst.delivered.get("gpu_name", o["gpu_name"]), "gpu_ram": o["gpu_ram"], "machine_id": o["machine_id"], "host_id": o["host_id"],
             "public_ipaddr": (inst.ssh[0] if running else None), "ports": ports, "ssh_host": proxy[0], "ssh_port": proxy[1], "ssh_idx": "5",
             "image_uuid": req.get("image"), "disk_space": req.get("disk"), "onstart": req.get("onstart"), "reliability2": o["reliability2"],
             "geolocation": o["geolocation"], "gpu_util": 0.0, "uptime_mins": max(0.0, elapsed / 60.0),
@@ -177,21 +177,23 @@ class VastEmulator(Emulator):
         if injected is not None:
             return self._fail(injected, "rate_limited" if injected == 429 else "server_error", f"emulated HTTP {injected}")
         body = req["body"] or {}
+        account = req["account"]  # instances of other accounts are "not found" for this key
         with self.market.lock:
             if op == "search":
                 return self._search(body)
             if op == "create":
-                return self._create(p["id"], body)
+                return self._create(p["id"], body, account)
             if op == "list":
-                return self._list(req["query"])
+                return self._list(req["query"], account)
             if op == "charges":
-                return self._charges(req["query"])
+                return self._charges(req["query"], account)
             if op == "invoices":
-                return self._invoices(req["query"])
+                return self._invoices(req["query"], account)
             if op == "user":
-                return self._ok({"id": 1, "username": "emulator", "email": "emu@example.invalid", "credit": round(self.market.balance(), 6),
-                                 "balance": 0.0, "api_key": self.market.api_key, "has_billing": True, "can_pay": True})
-            inst = self.market.find(p["id"])
+                return self._ok({"id": int(account.split("-")[1]), "username": "emulator", "email": "emu@example.invalid",
+                                 "credit": round(self.market.balance(account), 6), "balance": 0.0,
+                                 "api_key": self.market.key_of(account), "has_billing": True, "can_pay": True})
+            inst = self.market.find(p["id"], account)
             if op == "show":
                 return self._ok({"instances": self._row(inst) if inst else None})
             if inst is None:
@@ -236,13 +238,14 @@ class VastEmulator(Emulator):
         nxt = base64.b64encode(str(start + limit).encode()).decode() if start + limit < len(rows) else None
         return 200, {"success": True, "count": len(page), "total": len(rows), "next_token": nxt, "results": page}, JSON
 
-    def charge_rows(self, lo: float, hi: float) -> list[dict]:
-        """Charge rows (the ``/api/v0/charges/`` shape) for UTC days from ``lo`` through ``hi``."""
+    def charge_rows(self, lo: float, hi: float, account: str | None = None) -> list[dict]:
+        """Charge rows (the ``/api/v0/charges/`` shape) for UTC days from ``lo`` through ``hi``
+        (of ``account``'s instances only when given)."""
         day = 86400.0
         groups: dict[tuple[str, float], list] = {}
         d = lo - lo % day
         while d <= hi:
-            for inst, a, b, usd, kind in self.market.charges(d, d + day):
+            for inst, a, b, usd, kind in self.market.charges(d, d + day, account):
                 groups.setdefault((inst.id, d), []).append((inst, a, b, usd, kind))
             d += day
         rows = []
@@ -255,12 +258,12 @@ class VastEmulator(Emulator):
                          "amount": sum(i["amount"] for i in items), "metadata": {"label": inst.label, "template_id": None}, "items": items})
         return rows
 
-    def _charges(self, query: dict) -> tuple[int, Any, str]:
+    def _charges(self, query: dict, account: str | None = None) -> tuple[int, Any, str]:
         try:
             lo, hi, filters = self._window(query, "day")
         except _BadQuery as e:
             return self._fail(400, "invalid_args", str(e))
-        rows = self.charge_rows(lo, hi)
+        rows = self.charge_rows(lo, hi, account)
         types = (filters.get("type") or {}).get("in")
         if types:
             rows = [r for r in rows if r["type"] in types]
@@ -268,7 +271,7 @@ class VastEmulator(Emulator):
             rows.reverse()
         return self._page(rows, query)
 
-    def _invoices(self, query: dict) -> tuple[int, Any, str]:
+    def _invoices(self, query: dict, account: str | None = None) -> tuple[int, Any, str]:
         """Payments and credits (not spend): the emulated account's opening credit, one Stripe top-up."""
         try:
             lo, hi, _ = self._window(query, "when")
@@ -298,15 +301,15 @@ class VastEmulator(Emulator):
             rows = rows[: int(body["limit"])]
         return self._ok({"offers": rows})
 
-    def _list(self, query: dict) -> tuple[int, Any, str]:
+    def _list(self, query: dict, account: str = "acct-1") -> tuple[int, Any, str]:
         limit = int(query.get("limit") or 25)
         start = int(query.get("after_token") or 0)
-        live = sorted(self.market.live(), key=lambda i: int(i.id))
+        live = sorted(self.market.live(account), key=lambda i: int(i.id))
         page = live[start : start + limit]
         nxt = str(start + limit) if start + limit < len(live) else None
         return self._ok({"instances": [self._row(i) for i in page], "next_token": nxt, "total_instances": len(live)})
 
-    def _create(self, oid: int, body: dict) -> tuple[int, Any, str]:
+    def _create(self, oid: int, body: dict, account: str = "acct-1") -> tuple[int, Any, str]:
         o = self.offers.get(oid)
         if o is not None and self.faults.vanish_on_create:
             o["rented"] = True
@@ -317,18 +320,18 @@ class VastEmulator(Emulator):
         bid = body.get("price")
         spot = bid is not None
         price = (float(bid) + storage) if spot else o["dph_base"] + storage
-        if self.market.balance() < price:
+        if self.market.balance(account) < price:
             return self._fail(400, "insufficient_credit", "Your account lacks credit to rent this instance.")
         label = str(body.get("label") or "")
         if spot and float(bid) < o["min_bid"]:
             # Upstream behaviour this models: the contract is made, left stopped (billing its disk),
             # and the error names it.
-            inst = self.market.new_instance(label, o, price, storage, spot=True, bid=float(bid), request=body)
+            inst = self.market.new_instance(label, o, price, storage, spot=True, bid=float(bid), request=body, account=account)
             inst.state = "stopped"
             return self._fail(400, "invalid_price", f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine; "
                               "the instance was created stopped.", new_contract=int(inst.id))
         o["rented"] = True
-        inst = self.market.new_instance(label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body)
+        inst = self.market.new_instance(label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body, account=account)
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
             return self._fail(500, "server_error", "Internal error while creating the instance.")

@@ -75,15 +75,15 @@ class RunPodVolumeEmulator(RunPodEmulator):
                 return 204, b"", JSON
         return 404, {"error": "not found"}, JSON
 
-    def _dispatch(self, root: str, args: dict, field: Any) -> tuple[int, Any, str]:
-        status, payload, ctype = super()._dispatch(root, args, field)
+    def _dispatch(self, root: str, args: dict, field: Any, account: str = "acct-1") -> tuple[int, Any, str]:
+        status, payload, ctype = super()._dispatch(root, args, field, account)
         if root == "myself" and status == 200:
             for f in field.selection_set.selections:
                 if f.name.value == "networkVolumes":
                     payload["data"]["myself"]["networkVolumes"] = _project(list(self.network_volumes.values()), f.selection_set)
         return status, payload, ctype
 
-    def _deploy(self, inp: dict, field: Any) -> tuple[int, Any, str]:
+    def _deploy(self, inp: dict, field: Any, account: str = "acct-1") -> tuple[int, Any, str]:
         vid = inp.get("networkVolumeId")
         if vid:
             vol = self.network_volumes.get(vid)
@@ -93,7 +93,7 @@ class RunPodVolumeEmulator(RunPodEmulator):
                 return self._error("network volumes are available on Secure Cloud only", "podFindAndDeployOnDemand")
             if inp.get("dataCenterId") != vol["dataCenterId"]:
                 return self._error("the pod must be in the network volume's data center", "podFindAndDeployOnDemand")
-        return super()._deploy(inp, field)
+        return super()._deploy(inp, field, account)
 
 
 class VastVolumeEmulator(VastEmulator):
@@ -157,7 +157,7 @@ class VastVolumeEmulator(VastEmulator):
                 return self._ok({"success": True})
         return self._fail(404, "not_found", "no route")
 
-    def _create(self, oid: int, body: dict) -> tuple[int, Any, str]:
+    def _create(self, oid: int, body: dict, account: str = "acct-1") -> tuple[int, Any, str]:
         vi = body.get("volume_info")
         if vi:
             vol = self.volumes.get(int(vi.get("volume_id") or 0))
@@ -166,4 +166,4 @@ class VastVolumeEmulator(VastEmulator):
                 return self._fail(400, "invalid_args", "no such volume")
             if o is not None and o["machine_id"] != vol["machine_id"]:
                 return self._fail(400, "invalid_args", "the volume is on another machine")
-        return super()._create(oid, body)
+        return super()._create(oid, body, account)

@@ -25,7 +25,7 @@ def _rent(gpuops_home, emu, sid="s1"):
     led = Ledger(load_settings().ledger_url())
     led.add_session(Session(id=sid, provider="runpod", card=o.card, label=f"gpuops-{sid}", instance_id=inst.id,
                             instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running",
-                            created_at=time.time()))
+                            created_at=time.time(), account=p.account))  # as `up` books it (gpuops.ownership)
     return p, led, inst
 
 

@@ -51,7 +51,7 @@ class Rig:
         self.ledger.add_session(Session(
             id=self.sid, experiment="t", job="job.sh", provider="local", card=offer.card, gpu_count=1, spot=spot,
             label=self.label, offer_id=offer.offer_id, usd_per_hour=offer.usd_per_hour, simulated=offer.simulated,
-            status="provisioning", created_at=time.time(),
+            status="provisioning", created_at=time.time(), owner=self.settings.owner(), account=self.provider.account,
         ))
 
     def create(self, commit: bool = True) -> None:

@@ -142,9 +142,10 @@ def test_agent_without_a_key_keeps_trying_and_says_why(tmp_path, vast):
     p.destroy(inst.id)
 
 
-def book(led: Ledger, sid: str, provider: str, inst, spot: bool) -> None:
+def book(led: Ledger, sid: str, provider: str, inst, spot: bool, account: str | None = None) -> None:
+    """A row as `up` books it: ``account`` is the renting provider's (gpuops.ownership)."""
     led.add_session(Session(id=sid, experiment="e", job="j", provider=provider, card="rtx-4090", gpu_count=1, spot=spot,
-                            label=f"gpuops-{sid}", simulated=False, status="provisioning", created_at=time.time()))
+                            label=f"gpuops-{sid}", simulated=False, status="provisioning", created_at=time.time(), account=account))
     led.update(sid, instance_id=inst.id, instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running")
 
 
@@ -160,7 +161,7 @@ def test_preempted_spot_instance_closed_preempted_with_cost_to_last_heartbeat(gp
     inst = create(p, "gpuops-s-pre", spot=(which == "vast"))
     if which == "runpod":  # RunPod spot is going away (research); mark the emulated pod interruptible
         emu.market.instances[inst.id].spot = True
-    book(led, "s-pre", which, inst, spot=True)
+    book(led, "s-pre", which, inst, spot=True, account=p.account)
     time.sleep(1.2)
     beat = time.time()
     led.heartbeat("s-pre", beat)  # the agent's last heartbeat before the box lost its GPU
@@ -182,8 +183,8 @@ def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast)
     settings = load_settings(overrides={"teardown": {"balance_floor_usd": 5.0}})
     led = Ledger(settings.ledger_url())
     ri, vi = create(rprov, "gpuops-b-rp"), create(vprov, "gpuops-b-v")
-    book(led, "b-rp", "runpod", ri, spot=False)
-    book(led, "b-v", "vast", vi, spot=False)
+    book(led, "b-rp", "runpod", ri, spot=False, account=rp[1].account)
+    book(led, "b-v", "vast", vi, spot=False, account=vast[1].account)
     vemu.market.initial_balance = 4.5  # Vast's credit falls below the floor during the run
     acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=rprov, vast=vprov))
     assert ("", "refused") in [(a.session, a.kind) for a in acts]
@@ -194,7 +195,7 @@ def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast)
 
     assert_not_refused(led, "runpod")
     with pytest.raises(BadInput, match=r"vast balance \$4\.\d\d is below the floor \$5\.00"):
-        assert_not_refused(led, "vast")
+        assert_not_refused(led, "vast", vprov.account)
     rprov.destroy(ri.id)
 
 
@@ -203,7 +204,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     settings = load_settings()
     led = Ledger(settings.ledger_url())
     inst = create(p, "gpuops-c1")
-    book(led, "c1", "runpod", inst, spot=False)
+    book(led, "c1", "runpod", inst, spot=False, account=p.account)
     orphan = create(p, "gpuops-c2")  # its row was closed: an orphan
     led.add_session(Session(id="c2", experiment="e", job="j", provider="runpod", card="rtx-4090", gpu_count=1, spot=False,
                             label="gpuops-c2", simulated=False, status="provisioning", created_at=time.time()))

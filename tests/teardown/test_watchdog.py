@@ -166,14 +166,14 @@ def test_balance_floor_destroys_refuses_and_lifts(rig, fake_smi, gpuops_home):
     assert row.end_reason == "balance_floor" and r.gone()
     assert row.ended_at == pytest.approx(r.destroyed_at())
     with pytest.raises(BadInput, match=r"refused \(balance_floor.*local balance \$4.20 is below the floor \$5.00"):
-        assert_not_refused(r.ledger, "local")
+        assert_not_refused(r.ledger, "local", r.provider.account, r.settings.owner())
     assert len(active_refusals(r.ledger)) == 1
     once(r, providers={"local": funded})  # still below: no second refusal
     assert len(active_refusals(r.ledger)) == 1
     funded.usd = 50.0
     acts = once(r, providers={"local": funded})
     assert ("", "lifted") in kinds(acts)
-    assert_not_refused(r.ledger, "local")
+    assert_not_refused(r.ledger, "local", r.provider.account, r.settings.owner())
 
 
 def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
@@ -193,7 +193,7 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
         assert row.end_reason == "monthly_cap" and r.gone()
         assert row.cost_usd == pytest.approx(row.billed_seconds, abs=1e-3)
     with pytest.raises(BadInput, match="monthly_cap"):
-        assert_not_refused(a.ledger, "vast")  # the cap covers every provider
+        assert_not_refused(a.ledger, "vast", None, a.settings.owner())  # the cap covers every provider
 
 
 WATCHDOG = """
