@@ -174,7 +174,9 @@ def test_csv_and_json_views(books):
     assert rows[0]["group"] == "total" and rows[0]["cost_usd"] == "9.531764" and rows[0]["usd_per_mtoken_job"] == "0.15"
     assert [(r["group"], r["name"]) for r in rows[1:4]] == [("experiment", "finetune"), ("experiment", "llama-serve"), ("experiment", "cpu-sim")]
     days = list(csv.DictReader(io.StringIO(csv_text("month", cmds.month(books, "2026-11", "UTC", by="day")))))
-    assert len(days) == 30 and days[2] == {"date": "2026-11-03", "cost_usd": "7.146667", "simulated_usd": "0.0", "gpu_hours": "3.966667",
+    # 30 days, then the month's total row (`--by day --csv` keeps the total)
+    assert len(days) == 31 and days[-1]["date"] == "total" and days[-1]["cost_usd"] == "9.531764"
+    assert days[2] == {"date": "2026-11-03", "cost_usd": "7.146667", "simulated_usd": "0.0", "gpu_hours": "3.966667",
                                            "sessions": "2", "tokens": "12000000", "storage_usd": "0.0"}
     ex = list(csv.DictReader(io.StringIO(csv_text("experiments", cmds.experiments(books)))))
     assert {r["name"]: r["latest_conclusion"] for r in ex}["finetune"] == "loss 1.92 after 1 epoch"
