@@ -1,17 +1,189 @@
-"""Fixtures every test area may use. Area-specific fixtures live in tests/<area>/conftest.py;
-fixtures that several areas share (sshd, emulators) live in tests/support/ and are imported."""
+"""Fixtures every test area may use, the two lanes, and the run's process and temp-dir hygiene.
+
+Area-specific fixtures live in tests/<area>/conftest.py; fixtures that several areas share (sshd,
+emulators, PostgreSQL) live in tests/support/ and are imported.
+
+Lanes (markers set here at collection, not in the test files): ``e2e`` for a test that starts a
+server or a process (it requests one of ``E2E_FIXTURES``, lives in one of ``E2E_DIRS``, runs the
+PostgreSQL parameter of ``ledger_url``, or its code, or a helper of its module it calls, starts a
+subprocess), ``unit`` for everything else (pure logic and in-process ``CliRunner`` runs).
+``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).
+
+Hygiene: the run gets one temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tempfile`` and every
+child process write under it) and one id in the environment of every process it starts
+(tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
+is killed and the test errors; at the end of the run, anything of the run still alive is killed
+and the run fails; then the temp root is removed.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support import procs
+
 REPO = Path(__file__).resolve().parent.parent
-PYCACHE = str(Path(tempfile.gettempdir()) / "gpuops-tests-pycache")
+# Compiled bytecode is kept between runs, outside the run's temp root (which is removed at the end).
+_OUTER_TMP = os.environ.get("PYTEST_GPUOPS_OUTER_TMPDIR") or tempfile.gettempdir()
+PYCACHE = str(Path(_OUTER_TMP) / "gpuops-tests-pycache")
+
+# A test that requests one of these starts a server or a process: it runs in the e2e lane.
+E2E_FIXTURES = frozenset({
+    "cli_env", "sshd", "sshd_unstarted", "make_box", "runpod_emulator", "vast_emulator", "emulator_env",
+    "runpod_provider", "vast_provider", "postgres_server", "rig", "fake_smi", "world",
+})
+# Every test in these folders drives real processes (agents, sshd, `up`).
+E2E_DIRS = frozenset({"teardown", "box"})
+# Code that starts a process or a server.
+# (``run_up`` is `up` in process: on the local provider it starts the box's processes.)
+_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|Emulator\(\)|laptop\(|HttpFiles"
+                     r"|run_up\(|getfixturevalue)")
+LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
+
+
+def pytest_configure(config):
+    if os.environ.get(procs.RUN_VAR) and os.environ.get(procs.ROOT_VAR):
+        return  # an xdist worker: the controller set the run up
+    root = tempfile.mkdtemp(prefix="gpuops-suite-", dir=_OUTER_TMP)
+    os.chmod(root, 0o711)  # PostgreSQL runs as its own user (as root) and must reach its folder inside
+    os.environ["PYTEST_GPUOPS_OUTER_TMPDIR"] = _OUTER_TMP
+    os.environ[procs.RUN_VAR] = uuid.uuid4().hex[:12]
+    os.environ[procs.ROOT_VAR] = root
+    os.environ["TMPDIR"] = root
+    tempfile.tempdir = root
+    config._gpuops_run_owner = True
+
+
+def _spawning_names(module) -> set[str]:
+    """Names of the module's own functions and classes whose code starts a process (transitively)."""
+    cached = getattr(module, "__gpuops_spawners__", None)
+    if cached is not None:
+        return cached
+    sources = {}
+    for name, obj in vars(module).items():
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == module.__name__:
+            try:
+                sources[name] = inspect.getsource(obj)
+            except (OSError, TypeError):
+                pass
+    spawners = {n for n, src in sources.items() if _SPAWNS.search(src)}
+    while True:
+        more = {n for n, src in sources.items() if n not in spawners and any(re.search(rf"\b{s}\(", src) for s in spawners)}
+        if not more:
+            break
+        spawners |= more
+    module.__gpuops_spawners__ = spawners
+    return spawners
+
+
+def _is_e2e(item) -> bool:
+    if item.get_closest_marker("e2e") or item.get_closest_marker("slow"):
+        return True
+    if item.get_closest_marker("unit"):
+        return False
+    parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+    if parts and parts[0] in E2E_DIRS:
+        return True
+    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("ledger_url") == "postgres":
+        return True
+    fn = getattr(item, "function", None)
+    if fn is None:
+        return True
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return True
+    if _SPAWNS.search(src):
+        return True
+    return any(re.search(rf"\b{n}\(", src) for n in _spawning_names(item.module))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.e2e if _is_e2e(item) else pytest.mark.unit)
+
+
+# Unit-lane tests that started a process anyway (found at run time): listed at the end of the run
+# so that the lane can be corrected (a fixture in E2E_FIXTURES, or @pytest.mark.e2e).
+_SPAWNED_IN_UNIT: dict[str, str] = {}
+_current_unit: list[str] = []
+_execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+
+def _recording_execute_child(self, args, *rest, **kw):
+    argv0 = str(args[0] if isinstance(args, (list, tuple)) and args else args)
+    # ctypes.util.find_library runs `ldconfig -p` when an SDK loads a C library: not the test's.
+    if _current_unit and _current_unit[0] not in _SPAWNED_IN_UNIT and not argv0.endswith("ldconfig"):
+        _SPAWNED_IN_UNIT[_current_unit[0]] = str(args)[:120]
+    return _execute_child(self, args, *rest, **kw)
+
+
+subprocess.Popen._execute_child = _recording_execute_child  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _SPAWNED_IN_UNIT:
+        terminalreporter.section("unit-lane tests that started a process (mark them e2e)", yellow=True)
+        for nodeid, argv in _SPAWNED_IN_UNIT.items():
+            terminalreporter.write_line(f"{nodeid}: {argv}")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request):
+    """Tag what this test starts with its node id; once its fixtures are torn down, give what it
+    left ``LEAK_GRACE_S`` to end, then kill it and error the test (a leak is a bug in a fixture)."""
+    nodeid = request.node.nodeid
+    unit = request.node.get_closest_marker("unit") is not None
+    os.environ[procs.TEST_VAR] = nodeid
+    if unit:
+        _current_unit[:] = [nodeid]
+    yield
+    os.environ.pop(procs.TEST_VAR, None)
+    _current_unit.clear()
+    if unit and nodeid not in _SPAWNED_IN_UNIT:
+        return
+    tmp = request.node.funcargs.get("tmp_path")
+    roots = [str(tmp)] if tmp is not None else []
+    left = procs.wait_gone(lambda: procs.of_test(nodeid, roots), LEAK_GRACE_S)
+    if left:
+        procs.kill(left)
+        pytest.fail(f"{len(left)} process(es) outlived this test and its fixtures (killed now):\n"
+                    + "\n".join(p.describe() for p in left), pytrace=False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Whatever this run started and is still alive fails the run (after it is killed); the run's
+    temp root is removed."""
+    if not getattr(session.config, "_gpuops_run_owner", False):
+        return
+    run_id, root = os.environ[procs.RUN_VAR], os.environ[procs.ROOT_VAR]
+    left = procs.wait_gone(lambda: procs.of_run(run_id, [root]), 5.0)
+    if left:
+        procs.kill(left)
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = (f"\nFAILED: {len(left)} process(es) started by this test run were still alive at its end (killed now):\n"
+               + "\n".join("  " + p.describe() for p in left))
+        if tr is not None:
+            tr.write_line(msg, red=True)
+        else:
+            sys.stderr.write(msg + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not os.environ.get("PYTEST_GPUOPS_KEEP_TMP"):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
