@@ -226,3 +226,30 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
     assert evs.count("end_requested") == 1 and evs.count("destroyed") == 1 and evs.count("closed") == 1
     row = r.ledger.get(r.sid)
     assert row.end_reason == "ttl" and lease_holder(r.ledger, r.sid) is None
+
+
+def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
+    """The watchdog can act on a job's end before the agent does (a loaded box, a paused agent):
+    its close books the exit code the agent reported, as the agent's own destroy would."""
+    import signal
+
+    fake_smi.util(90)
+    r = rig({"sample_seconds": 0.3, "idle_minutes": "off", "job_end_grace_seconds": 3.0})
+    r.intent()
+    r.create()
+    r.arm()
+    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
+    r.job("exit 3")
+    st = wait_for(lambda: (s := r.status()) and s["job"].get("ended_at") and s, 20)
+    os.kill(st["pid"], signal.SIGSTOP)  # the agent's worker falls behind
+    try:
+        wait_for(lambda: time.time() > st["job"]["ended_at"] + 3.1, 10)  # the grace after the job's end is over
+        acts = once(r)
+        assert (r.sid, "destroyed") in kinds(acts), acts
+    finally:
+        try:
+            os.kill(st["pid"], signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # the destroy ended it (a local box's processes go with it)
+    row = r.ledger.get(r.sid)
+    assert (row.status, row.end_reason, row.exit_code, row.end_source) == ("closed", "job_failed", 3, "destroy")
