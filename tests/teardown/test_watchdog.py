@@ -185,6 +185,10 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
         r.intent()
         r.create()
         r.arm()
+    # Both agents up (first status written): with ready_timeout_seconds = 1, a box with no heartbeat
+    # yet is, to reconcile, one that `up` abandoned before arming (destroyed as interrupted).
+    for r in (a, b):
+        wait_for(r.status, 20)
     wait_for(lambda: time.time() > a.inst.created_at + 1.2, 5)
     acts = once(a)
     assert {a.sid, b.sid} <= {s for s, k in kinds(acts) if k == "destroyed"}
