@@ -215,6 +215,45 @@ def cli_env(gpuops_home):
     return env
 
 
+class CliResult:
+    """What an in-process CLI run gave: ``returncode``, ``stdout``, ``stderr`` (as
+    ``subprocess.CompletedProcess`` names them, so a test reads the same either way)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"CliResult(returncode={self.returncode}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+
+
+@pytest.fixture
+def cli(gpuops_home, monkeypatch):
+    """``cli(*args, env=None, input=None) -> CliResult``: the gpuops CLI run in this process through
+    typer's ``CliRunner`` isolation, via the real entry point (``gpuops.cli.main``: its exit codes
+    and one-line errors), against ``gpuops_home``; ``env`` adds variables for this one run. For
+    argument handling and bad input (unit lane, milliseconds); a test of what `up` starts on a box,
+    or of signals, runs ``gpuops_cmd`` in a subprocess instead (e2e lane)."""
+    from typer.testing import CliRunner
+
+    from gpuops.cli import main
+
+    runner = CliRunner()
+
+    def run(*args: str, env: dict | None = None, input: str | None = None) -> CliResult:
+        with runner.isolation(input=input, env=env) as (out, err, _), monkeypatch.context() as m:
+            m.setattr(sys, "argv", ["gpuops", *args])
+            code = 0
+            try:
+                main()
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return CliResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
+
+    return run
+
+
 def gpuops_cmd(*args: str) -> list[str]:
     """argv for running the CLI of this checkout in a subprocess."""
     return [sys.executable, "-m", "gpuops", *args]
