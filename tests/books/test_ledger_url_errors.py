@@ -1,4 +1,4 @@
-"""QA: a ledger that cannot be opened is one line naming the fix, never a traceback or a password."""
+"""a ledger that cannot be opened is one line naming the fix, never a traceback or a password."""
 
 from __future__ import annotations
 

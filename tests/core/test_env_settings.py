@@ -1,4 +1,4 @@
-"""QA: GPUOPS_* variables: a typo is an error, and errors name the variable."""
+"""GPUOPS_* variables: a typo is an error, and errors name the variable."""
 
 from __future__ import annotations
 

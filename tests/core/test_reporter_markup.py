@@ -1,4 +1,4 @@
-"""QA: user text (job file names, error messages) printed by the `up` reporter is not rich markup."""
+"""user text (job file names, error messages) printed by the `up` reporter is not rich markup."""
 
 from __future__ import annotations
 

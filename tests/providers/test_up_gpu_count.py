@@ -1,4 +1,4 @@
-"""QA: `up --model` refuses with "try --gpu-count N"; `up` must then accept --gpu-count."""
+"""`up --model` refuses with "try --gpu-count N"; `up` must then accept --gpu-count."""
 
 from __future__ import annotations
 
