@@ -1,4 +1,4 @@
-"""a ledger that cannot be opened is one line naming the fix, never a traceback or a password."""
+"""A ledger that cannot be opened is one line naming the fix, never a traceback or a password."""
 
 from __future__ import annotations
 

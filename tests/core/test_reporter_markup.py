@@ -1,4 +1,4 @@
-"""user text (job file names, error messages) printed by the `up` reporter is not rich markup."""
+"""User text (job file names, error messages) printed by the `up` reporter is not rich markup."""
 
 from __future__ import annotations
 
