@@ -44,11 +44,7 @@ def main() -> int:
     stage("commit")
     rig.arm()
     stage("arm")
-    (Path(rig.box.root) / "bootstrap.json").write_text(json.dumps(
-        {"steps": [{"name": "deps", "kind": "run", "command": f"sleep {a.bootstrap_seconds}"}]}))
-    from gpuops.agentctl import bootstrap_command
-
-    rc = rig.box.run(bootstrap_command("bootstrap.json"), timeout=600)
+    rc = rig.bootstrap(a.bootstrap_seconds, wait=True)
     stage("bootstrap")
     if rc != 0:
         return 1
