@@ -123,12 +123,48 @@ _current_unit: list[str] = []
 _execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
 
+_started_by_test: list[subprocess.Popen] = []  # every Popen of the running test (ended at its teardown)
+
+
 def _recording_execute_child(self, args, *rest, **kw):
     argv0 = str(args[0] if isinstance(args, (list, tuple)) and args else args)
     # ctypes.util.find_library runs `ldconfig -p` when an SDK loads a C library: not the test's.
     if _current_unit and _current_unit[0] not in _SPAWNED_IN_UNIT and not argv0.endswith("ldconfig"):
         _SPAWNED_IN_UNIT[_current_unit[0]] = str(args)[:120]
-    return _execute_child(self, args, *rest, **kw)
+    _execute_child(self, args, *rest, **kw)
+    _started_by_test.append(self)
+
+
+def _end_started_processes(grace_s: float = 3.0) -> None:
+    """TERM every process the test started (its group, where it leads one) that still runs, KILL
+    it after ``grace_s``: the finalizer of every Popen, whatever the test did or failed to do."""
+    import signal
+    import time
+
+    running = [p for p in _started_by_test if p.poll() is None]
+    _started_by_test.clear()
+
+    def send(p: subprocess.Popen, sig: int) -> None:
+        try:
+            if os.getpgid(p.pid) == p.pid and p.pid != os.getpgrp():
+                os.killpg(p.pid, sig)
+            else:
+                os.kill(p.pid, sig)
+        except OSError:
+            pass
+
+    for p in running:
+        send(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in running:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            send(p, signal.SIGKILL)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 subprocess.Popen._execute_child = _recording_execute_child  # type: ignore[attr-defined]
@@ -143,16 +179,20 @@ def pytest_terminal_summary(terminalreporter):
 
 @pytest.fixture(autouse=True)
 def _no_leftover_processes(request):
-    """Tag what this test starts with its node id; once its fixtures are torn down, give what it
-    left ``LEAK_GRACE_S`` to end, then kill it and error the test (a leak is a bug in a fixture)."""
+    """Tag what this test starts with its node id. Once its fixtures are torn down: end every
+    process the test started itself (TERM, then KILL) that still runs; then give what those left
+    behind (a job, an agent, a daemon they started) ``LEAK_GRACE_S`` to end, kill it, and error the
+    test: something the product or a fixture started outlived it."""
     nodeid = request.node.nodeid
     unit = request.node.get_closest_marker("unit") is not None
     os.environ[procs.TEST_VAR] = nodeid
+    _started_by_test.clear()
     if unit:
         _current_unit[:] = [nodeid]
     yield
     os.environ.pop(procs.TEST_VAR, None)
     _current_unit.clear()
+    _end_started_processes()
     if unit and nodeid not in _SPAWNED_IN_UNIT:
         return
     tmp = request.node.funcargs.get("tmp_path")
