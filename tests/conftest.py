@@ -41,13 +41,15 @@ PYCACHE = str(Path(_OUTER_TMP) / "gpuops-tests-pycache")
 E2E_FIXTURES = frozenset({
     "cli_env", "sshd", "sshd_unstarted", "make_box", "runpod_emulator", "vast_emulator", "emulator_env",
     "runpod_provider", "vast_provider", "postgres_server", "rig", "fake_smi", "world",
+    "side",  # tests/providers/test_provider_contract.py: an emulator per provider
+    "hub",  # tests/plan/test_hub.py: the stand-in Hugging Face Hub (an HTTP server)
 })
 # Every test in these folders drives real processes (agents, sshd, `up`).
 E2E_DIRS = frozenset({"teardown", "box"})
 # Code that starts a process or a server.
 # (``run_up`` is `up` in process: on the local provider it starts the box's processes.)
-_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|Emulator\(\)|laptop\(|HttpFiles"
-                     r"|run_up\(|getfixturevalue)")
+_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|laptop\(|HttpFiles|HubServer"
+                     r"|run_up\(|getfixturevalue)|Emulator\(\)")
 LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
 
 
@@ -124,6 +126,28 @@ _execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
 
 
 _started_by_test: list[subprocess.Popen] = []  # every Popen of the running test (ended at its teardown)
+_in_wide_fixture = [0]  # > 0 while a module/session-scoped fixture sets up: its processes outlive the test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture wider than one test (a module's browser, the session's PostgreSQL) starts
+    processes that must outlive the test that first asked for it: they are tagged ``session``
+    (the run-end check still covers them) and are not ended with that test."""
+    if fixturedef.scope == "function":
+        yield
+        return
+    prev = os.environ.get(procs.TEST_VAR)
+    os.environ[procs.TEST_VAR] = procs.SESSION
+    _in_wide_fixture[0] += 1
+    try:
+        yield
+    finally:
+        _in_wide_fixture[0] -= 1
+        if prev is None:
+            os.environ.pop(procs.TEST_VAR, None)
+        else:
+            os.environ[procs.TEST_VAR] = prev
 
 
 def _recording_execute_child(self, args, *rest, **kw):
@@ -132,7 +156,8 @@ def _recording_execute_child(self, args, *rest, **kw):
     if _current_unit and _current_unit[0] not in _SPAWNED_IN_UNIT and not argv0.endswith("ldconfig"):
         _SPAWNED_IN_UNIT[_current_unit[0]] = str(args)[:120]
     _execute_child(self, args, *rest, **kw)
-    _started_by_test.append(self)
+    if not _in_wide_fixture[0]:
+        _started_by_test.append(self)
 
 
 def _end_started_processes(grace_s: float = 3.0) -> None:
