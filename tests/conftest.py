@@ -47,8 +47,8 @@ E2E_FIXTURES = frozenset({
 # Every test in these folders drives real processes (agents, sshd, `up`).
 E2E_DIRS = frozenset({"teardown", "box"})
 # Code that starts a process or a server.
-# (``run_up`` is `up` in process: on the local provider it starts the box's processes.)
-_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|laptop\(|HttpFiles|HubServer"
+# (``run_up`` is `up` in process, ``LocalBox`` a local box: both start processes.)
+_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|LocalBox|laptop\(|HttpFiles|HubServer"
                      r"|run_up\(|getfixturevalue)|Emulator\(\)")
 LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
 
