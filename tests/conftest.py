@@ -309,7 +309,7 @@ def cli(gpuops_home, monkeypatch):
             m.setattr(sys, "argv", ["gpuops", *args])
             code = 0
             try:
-                main()
+                main(fast_exit=False)  # never os._exit inside pytest
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
             sys.stdout.flush()
