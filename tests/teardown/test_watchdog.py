@@ -261,7 +261,8 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
     r.arm()
     r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
     r.job("exit 3")
-    st = wait_for(lambda: (s := r.status()) and s["job"].get("ended_at") and s, 20)
+    raw = Path(r.box.root, ".gpuops", "agent-status.json")  # the agent's own document (pid: its worker)
+    st = wait_for(lambda: raw.exists() and (s := json.loads(raw.read_text())).get("job", {}).get("ended_at") and s, 20)
     os.kill(st["pid"], signal.SIGSTOP)  # the agent's worker falls behind
     try:
         wait_for(lambda: time.time() > st["job"]["ended_at"] + 3.1, 10)  # the grace after the job's end is over
