@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -44,9 +43,12 @@ class BootstrapPlan:
     timeout: float = 1800.0
 
     def command(self, python: str = "python3") -> str:
-        """The shell command that runs the bootstrap in the box root."""
-        q = shlex.quote
-        return f"{q(python)} {RUNNER_DIR}/bootstrap.py --config {CONFIG_PATH} --state-dir {STATE_DIR}"
+        """The shell command that runs the bootstrap in the box root. It records its pid where the
+        on-box agent looks (``gpuops.agentctl.bootstrap_command``): while it runs, the box is
+        not idle, however long a download keeps the GPU at 0 %."""
+        from gpuops.agentctl import bootstrap_command
+
+        return bootstrap_command(CONFIG_PATH, state_dir=STATE_DIR, python=python)
 
 
 def _weights_name(source: str, i: int) -> str:

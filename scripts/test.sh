@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Install everything the test suite needs on a fresh machine, then run the whole suite.
+# Install everything the test suite needs on a fresh machine, then run the whole suite in two
+# lanes: the unit lane (pure logic, in-process CLI runs) serially, then the end-to-end lane (sshd,
+# PostgreSQL, emulators, subprocesses) in parallel with pytest-xdist; prints each lane's time.
+# Arguments go to both pytest runs (e.g. `bash scripts/test.sh tests/teardown -x`).
+# GPUOPS_TEST_NO_INSTALL=1 skips the installs; GPUOPS_TEST_WORKERS sets the e2e lane's workers
+# (default 4: on 2 cores its tests mostly wait on processes and I/O, so more workers still gain).
 # System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1), PostgreSQL (ledger
 # tests run on SQLite and on a real PostgreSQL server the tests start themselves) and git (the
 # bootstrap `code` step clones a local repository) and chromium (the dashboard is tested in a real
@@ -7,6 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ -z "${GPUOPS_TEST_NO_INSTALL:-}" ]; then  # set it to run the lanes on what is installed
 need=()
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v git >/dev/null || need+=(git)
@@ -19,10 +25,31 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-python3 -m venv .venv
+[ -x .venv/bin/python ] || python3 -m venv .venv  # an existing (or linked) venv is reused
 # uv installs the lock about 5x faster than pip on an empty cache (README, "Two commands"); it is a
 # pip package itself, and prints its progress.
 .venv/bin/python -m pip install -q uv
 .venv/bin/uv pip install --python .venv/bin/python -r requirements.lock
 .venv/bin/uv pip install --python .venv/bin/python --no-deps -e .
-exec .venv/bin/python -m pytest -q "$@"
+fi
+
+workers="${GPUOPS_TEST_WORKERS:-4}"
+status=0
+ran=0
+lane() {  # lane NAME PYTEST-ARGS...: run one lane, print its wall time; remember a failure
+  local name="$1"; shift
+  local t0 t1 rc=0
+  t0=$(date +%s.%N)
+  .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || rc=$?
+  t1=$(date +%s.%N)
+  awk -v n="$name" -v a="$t0" -v b="$t1" -v rc="$rc" 'BEGIN { printf "== lane %s: %.1f s (pytest exit %d)\n", n, b - a, rc }'
+  case "$rc" in
+    0) ran=1 ;;
+    5) ;;  # this lane has no test among the given paths
+    *) ran=1; status=$rc ;;
+  esac
+}
+lane unit -m unit "$@"
+lane e2e -m e2e -n "$workers" "$@"
+if [ "$status" = 0 ] && [ "$ran" = 0 ]; then status=5; fi  # no test ran at all
+exit "$status"

@@ -1,17 +1,254 @@
-"""Fixtures every test area may use. Area-specific fixtures live in tests/<area>/conftest.py;
-fixtures that several areas share (sshd, emulators) live in tests/support/ and are imported."""
+"""Fixtures every test area may use, the two lanes, and the run's process and temp-dir hygiene.
+
+Area-specific fixtures live in tests/<area>/conftest.py; fixtures that several areas share (sshd,
+emulators, PostgreSQL) live in tests/support/ and are imported.
+
+Lanes (markers set here at collection, not in the test files): ``e2e`` for a test that starts a
+server or a process (it requests one of ``E2E_FIXTURES``, lives in one of ``E2E_DIRS``, runs the
+PostgreSQL parameter of ``ledger_url``, or its code, or a helper of its module it calls, starts a
+subprocess), ``unit`` for everything else (pure logic and in-process ``CliRunner`` runs).
+``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).
+
+Hygiene: the run gets one temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tempfile`` and every
+child process write under it) and one id in the environment of every process it starts
+(tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
+is killed and the test errors; at the end of the run, anything of the run still alive is killed
+and the run fails; then the temp root is removed.
+"""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
+import shutil
+import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.support import procs
+
 REPO = Path(__file__).resolve().parent.parent
-PYCACHE = str(Path(tempfile.gettempdir()) / "gpuops-tests-pycache")
+# Compiled bytecode is kept between runs, outside the run's temp root (which is removed at the end).
+_OUTER_TMP = os.environ.get("PYTEST_GPUOPS_OUTER_TMPDIR") or tempfile.gettempdir()
+PYCACHE = str(Path(_OUTER_TMP) / "gpuops-tests-pycache")
+
+# A test that requests one of these starts a server or a process: it runs in the e2e lane.
+E2E_FIXTURES = frozenset({
+    "cli_env", "sshd", "sshd_unstarted", "make_box", "runpod_emulator", "vast_emulator", "emulator_env",
+    "runpod_provider", "vast_provider", "postgres_server", "rig", "fake_smi", "world",
+    "side",  # tests/providers/test_provider_contract.py: an emulator per provider
+    "hub",  # tests/plan/test_hub.py: the stand-in Hugging Face Hub (an HTTP server)
+})
+# Every test in these folders drives real processes (agents, sshd, `up`).
+E2E_DIRS = frozenset({"teardown", "box"})
+# Code that starts a process or a server.
+# (``run_up`` is `up` in process, ``LocalBox`` a local box: both start processes.)
+_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|LocalBox|laptop\(|HttpFiles|HubServer"
+                     r"|run_up\(|getfixturevalue)|Emulator\(\)")
+LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
+
+
+def pytest_configure(config):
+    if os.environ.get(procs.RUN_VAR) and os.environ.get(procs.ROOT_VAR):
+        return  # an xdist worker: the controller set the run up
+    root = tempfile.mkdtemp(prefix="gpuops-suite-", dir=_OUTER_TMP)
+    os.chmod(root, 0o711)  # PostgreSQL runs as its own user (as root) and must reach its folder inside
+    os.environ["PYTEST_GPUOPS_OUTER_TMPDIR"] = _OUTER_TMP
+    os.environ[procs.RUN_VAR] = uuid.uuid4().hex[:12]
+    os.environ[procs.ROOT_VAR] = root
+    os.environ["TMPDIR"] = root
+    tempfile.tempdir = root
+    config._gpuops_run_owner = True
+
+
+def _spawning_names(module) -> set[str]:
+    """Names of the module's own functions and classes whose code starts a process (transitively)."""
+    cached = getattr(module, "__gpuops_spawners__", None)
+    if cached is not None:
+        return cached
+    sources = {}
+    for name, obj in vars(module).items():
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == module.__name__:
+            try:
+                sources[name] = inspect.getsource(obj)
+            except (OSError, TypeError):
+                pass
+    spawners = {n for n, src in sources.items() if _SPAWNS.search(src)}
+    while True:
+        more = {n for n, src in sources.items() if n not in spawners and any(re.search(rf"\b{s}\(", src) for s in spawners)}
+        if not more:
+            break
+        spawners |= more
+    module.__gpuops_spawners__ = spawners
+    return spawners
+
+
+def _is_e2e(item) -> bool:
+    if item.get_closest_marker("e2e") or item.get_closest_marker("slow"):
+        return True
+    if item.get_closest_marker("unit"):
+        return False
+    parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
+    if parts and parts[0] in E2E_DIRS:
+        return True
+    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("ledger_url") == "postgres":
+        return True
+    fn = getattr(item, "function", None)
+    if fn is None:
+        return True
+    try:
+        src = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return True
+    if _SPAWNS.search(src):
+        return True
+    return any(re.search(rf"\b{n}\(", src) for n in _spawning_names(item.module))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(pytest.mark.e2e if _is_e2e(item) else pytest.mark.unit)
+
+
+# Unit-lane tests that started a process anyway (found at run time): listed at the end of the run
+# so that the lane can be corrected (a fixture in E2E_FIXTURES, or @pytest.mark.e2e).
+_SPAWNED_IN_UNIT: dict[str, str] = {}
+_current_unit: list[str] = []
+_execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
+
+
+_started_by_test: list[subprocess.Popen] = []  # every Popen of the running test (ended at its teardown)
+_in_wide_fixture = [0]  # > 0 while a module/session-scoped fixture sets up: its processes outlive the test
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """A fixture wider than one test (a module's browser, the session's PostgreSQL) starts
+    processes that must outlive the test that first asked for it: they are tagged ``session``
+    (the run-end check still covers them) and are not ended with that test."""
+    if fixturedef.scope == "function":
+        yield
+        return
+    prev = os.environ.get(procs.TEST_VAR)
+    os.environ[procs.TEST_VAR] = procs.SESSION
+    _in_wide_fixture[0] += 1
+    try:
+        yield
+    finally:
+        _in_wide_fixture[0] -= 1
+        if prev is None:
+            os.environ.pop(procs.TEST_VAR, None)
+        else:
+            os.environ[procs.TEST_VAR] = prev
+
+
+def _recording_execute_child(self, args, *rest, **kw):
+    argv0 = str(args[0] if isinstance(args, (list, tuple)) and args else args)
+    # ctypes.util.find_library runs `ldconfig -p` when an SDK loads a C library: not the test's.
+    if _current_unit and _current_unit[0] not in _SPAWNED_IN_UNIT and not argv0.endswith("ldconfig"):
+        _SPAWNED_IN_UNIT[_current_unit[0]] = str(args)[:120]
+    _execute_child(self, args, *rest, **kw)
+    if not _in_wide_fixture[0]:
+        _started_by_test.append(self)
+
+
+def _end_started_processes(grace_s: float = 3.0) -> None:
+    """TERM every process the test started (its group, where it leads one) that still runs, KILL
+    it after ``grace_s``: the finalizer of every Popen, whatever the test did or failed to do."""
+    import signal
+    import time
+
+    running = [p for p in _started_by_test if p.poll() is None]
+    _started_by_test.clear()
+
+    def send(p: subprocess.Popen, sig: int) -> None:
+        try:
+            if os.getpgid(p.pid) == p.pid and p.pid != os.getpgrp():
+                os.killpg(p.pid, sig)
+            else:
+                os.kill(p.pid, sig)
+        except OSError:
+            pass
+
+    for p in running:
+        send(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in running:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            send(p, signal.SIGKILL)
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+subprocess.Popen._execute_child = _recording_execute_child  # type: ignore[attr-defined]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _SPAWNED_IN_UNIT:
+        terminalreporter.section("unit-lane tests that started a process (mark them e2e)", yellow=True)
+        for nodeid, argv in _SPAWNED_IN_UNIT.items():
+            terminalreporter.write_line(f"{nodeid}: {argv}")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes(request):
+    """Tag what this test starts with its node id. Once its fixtures are torn down: end every
+    process the test started itself (TERM, then KILL) that still runs; then give what those left
+    behind (a job, an agent, a daemon they started) ``LEAK_GRACE_S`` to end, kill it, and error the
+    test: something the product or a fixture started outlived it."""
+    nodeid = request.node.nodeid
+    unit = request.node.get_closest_marker("unit") is not None
+    os.environ[procs.TEST_VAR] = nodeid
+    _started_by_test.clear()
+    if unit:
+        _current_unit[:] = [nodeid]
+    yield
+    os.environ.pop(procs.TEST_VAR, None)
+    _current_unit.clear()
+    _end_started_processes()
+    if unit and nodeid not in _SPAWNED_IN_UNIT:
+        return
+    tmp = request.node.funcargs.get("tmp_path")
+    roots = [str(tmp)] if tmp is not None else []
+    left = procs.wait_gone(lambda: procs.of_test(nodeid, roots), LEAK_GRACE_S)
+    if left:
+        procs.kill(left)
+        pytest.fail(f"{len(left)} process(es) outlived this test and its fixtures (killed now):\n"
+                    + "\n".join(p.describe() for p in left), pytrace=False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Whatever this run started and is still alive fails the run (after it is killed); the run's
+    temp root is removed."""
+    if not getattr(session.config, "_gpuops_run_owner", False):
+        return
+    run_id, root = os.environ[procs.RUN_VAR], os.environ[procs.ROOT_VAR]
+    left = procs.wait_gone(lambda: procs.of_run(run_id, [root]), 5.0)
+    if left:
+        procs.kill(left)
+        tr = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = (f"\nFAILED: {len(left)} process(es) started by this test run were still alive at its end (killed now):\n"
+               + "\n".join("  " + p.describe() for p in left))
+        if tr is not None:
+            tr.write_line(msg, red=True)
+        else:
+            sys.stderr.write(msg + "\n")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not os.environ.get("PYTEST_GPUOPS_KEEP_TMP"):
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
@@ -41,6 +278,45 @@ def cli_env(gpuops_home):
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = PYCACHE
     return env
+
+
+class CliResult:
+    """What an in-process CLI run gave: ``returncode``, ``stdout``, ``stderr`` (as
+    ``subprocess.CompletedProcess`` names them, so a test reads the same either way)."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"CliResult(returncode={self.returncode}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+
+
+@pytest.fixture
+def cli(gpuops_home, monkeypatch):
+    """``cli(*args, env=None, input=None) -> CliResult``: the gpuops CLI run in this process through
+    typer's ``CliRunner`` isolation, via the real entry point (``gpuops.cli.main``: its exit codes
+    and one-line errors), against ``gpuops_home``; ``env`` adds variables for this one run. For
+    argument handling and bad input (unit lane, milliseconds); a test of what `up` starts on a box,
+    or of signals, runs ``gpuops_cmd`` in a subprocess instead (e2e lane)."""
+    from typer.testing import CliRunner
+
+    from gpuops.cli import main
+
+    runner = CliRunner()
+
+    def run(*args: str, env: dict | None = None, input: str | None = None) -> CliResult:
+        with runner.isolation(input=input, env=env) as (out, err, _), monkeypatch.context() as m:
+            m.setattr(sys, "argv", ["gpuops", *args])
+            code = 0
+            try:
+                main(fast_exit=False)  # never os._exit inside pytest
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return CliResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
+
+    return run
 
 
 def gpuops_cmd(*args: str) -> list[str]:

@@ -249,11 +249,18 @@ def test_bad_config_is_named(world):
     assert p.returncode == 1 and lines[0]["detail"].startswith("unknown step kind 'teleport'")
 
 
-def test_runner_and_job_wrapper_parse_as_python_3_8():
+def test_code_that_runs_on_the_box_parses_as_python_3_8():
     import ast
 
-    for name in ("bootstrap.py", "jobwrap.py"):
-        ast.parse((REPO / "bootstrap" / name).read_text(), feature_version=(3, 8))
+    box_code = sorted(p.name for p in (REPO / "bootstrap").glob("*.py"))
+    assert {"agent.py", "bootstrap.py", "jobwrap.py", "localbox.py", "policy.py"} <= set(box_code)
+    refused = {}
+    for name in box_code:
+        try:
+            ast.parse((REPO / "bootstrap" / name).read_text(), feature_version=(3, 8))
+        except SyntaxError as e:
+            refused[name] = f"line {e.lineno}: {e.msg}"
+    assert refused == {}
 
 
 def test_system_step_keeps_the_rows_when_nvidia_smi_only_warns(world):

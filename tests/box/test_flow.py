@@ -41,7 +41,8 @@ def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
     assert plan.env == {"HF_TOKEN": SECRET}
     assert SECRET not in json.dumps(plan.config)  # the config names secrets, never holds them
     assert (tmp_path / "req.txt", ".gpuops/requirements.txt") in plan.files
-    assert plan.command() == "python3 .gpuops/bootstrap/bootstrap.py --config .gpuops/bootstrap.json --state-dir .gpuops/bootstrap-state"
+    assert plan.command() == ("echo $$ > .gpuops/bootstrap.pid && exec python3 .gpuops/bootstrap/bootstrap.py "
+                              "--config .gpuops/bootstrap.json --state-dir .gpuops/bootstrap-state")  # the agent sees it run
 
 
 def test_plan_refuses_bad_input_before_anything_is_rented(tmp_path):

@@ -1,12 +1,8 @@
-"""Bad input: one line naming the fix, exit 2, no ledger row, nothing started."""
+"""Bad input: one line naming the fix, exit 2, no ledger row, nothing started (in-process CLI runs)."""
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-
-from tests.conftest import gpuops_cmd
 
 
 @pytest.fixture
@@ -35,12 +31,12 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_exits_2_with_one_line_and_books_nothing(name, job, gpuops_home, cli_env, tmp_path):
+def test_bad_input_exits_2_with_one_line_and_books_nothing(name, job, gpuops_home, cli, tmp_path):
     (tmp_path / "bad.toml").write_text("[teardown\nmax_hours = 1\n")
     (tmp_path / "neg.toml").write_text("[teardown]\nmax_hours = -2\n")
     args, expected = CASES[name]
     args = [a.replace("{job}", job) for a in args]
-    out = subprocess.run(gpuops_cmd(*args), env=cli_env, capture_output=True, text=True, timeout=60)
+    out = cli(*args)
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
@@ -50,6 +46,6 @@ def test_bad_input_exits_2_with_one_line_and_books_nothing(name, job, gpuops_hom
     assert not (gpuops_home / "ledger.db").exists() or name.startswith("bad month")
 
 
-def test_unknown_card_suggests_close_names(job, gpuops_home, cli_env):
-    out = subprocess.run(gpuops_cmd("up", "--job", job, "--card", "h10"), env=cli_env, capture_output=True, text=True, timeout=60)
+def test_unknown_card_suggests_close_names(job, gpuops_home, cli):
+    out = cli("up", "--job", job, "--card", "h10")
     assert out.returncode == 2 and "did you mean" in out.stderr and "h100" in out.stderr

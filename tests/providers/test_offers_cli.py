@@ -30,11 +30,11 @@ def test_offers_spot_on_runpod_says_why(emulator_env, cli_env):
     assert out.stderr.count("\n") == 1
 
 
-def test_offers_bad_flag_exit_2(cli_env):
-    out = run(cli_env, "--max-price", "cheap")
+def test_offers_bad_flag_exit_2(cli):
+    out = cli("offers", "--max-price", "cheap")
     assert out.returncode == 2 and "--max-price" in out.stderr
 
 
-def test_offers_model_flags_need_a_model(cli_env):
-    out = run(cli_env, "--seq", "8192")
+def test_offers_model_flags_need_a_model(cli):
+    out = cli("offers", "--seq", "8192")
     assert out.returncode == 2 and "add --model" in out.stderr

@@ -5,18 +5,25 @@ running interpreter in its shebang) and ``bin_dir/nvidia-smi.json`` (the state);
 first on the box's PATH. ``set_state(bin_dir, state)`` changes what it reports from then on.
 Every call is appended to ``bin_dir/nvidia-smi.calls`` (one line of argv).
 
-State: ``{"mode": "ok" | "driver_failure", "driver_version": str, "cuda_version": str,
+State: ``{"mode": "ok" | "driver_failure" | "no_devices", "driver_version": str, "cuda_version": str,
 "gpus": [{"name", "memory_total_mib", "memory_used_mib", "utilization_gpu", ...}],
-"warning": str (optional), "exit_code": int (optional)}``; any value may be the string ``"[N/A]"``,
-printed as the real tool prints it. ``warning`` is printed on its own line before the output and
-``exit_code`` is returned after a complete output: a GPU with a corrupted infoROM prints
-``WARNING: infoROM is corrupted at gpu 0000:04:00.0`` and exits 14 with valid rows (``INFOROM``).
+"warning": str (optional), "exit_code": int (optional)}``; any value may be the string ``"[N/A]"``
+or ``"[Not Supported]"``, printed as the real tool prints it. ``warning`` is printed on its own line
+before the output and ``exit_code`` is returned after a complete output: a GPU with a corrupted
+infoROM prints ``WARNING: infoROM is corrupted at gpu 0000:04:00.0`` and exits 14 with valid rows
+(``INFOROM``). ``utilization(bin_dir, *percent)`` sets one GPU per percentage (40000 of 81920 MiB
+used); ``{"mode": "raw", "stdout": str, "exit_code": int}`` prints ``stdout`` verbatim for any call.
+
+This is the suite's one stand-in ``nvidia-smi`` (tests/box, tests/teardown's ``fake_smi``, the
+stand-in SSH boxes). The script runs with ``-S`` (no site import): stdlib only, quick to start
+even on a loaded machine, where the on-box agent calls it every sample.
 
 Formats copied from the real tool (driver 550.x): ``--query-gpu=a,b --format=csv[,noheader][,nounits]``
 prints ``a, b [unit]`` headers and ``v1, v2`` rows, units ``MiB``, ``%``, ``W``; an unknown field
 prints ``Field "x" is not a valid field to query.`` and exits 2; with the driver gone every call
 prints ``NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure
-that the latest NVIDIA driver is installed and running.`` and exits 9. ``-q`` prints the
+that the latest NVIDIA driver is installed and running.`` and exits 9; with no GPU it prints
+``No devices were found`` and exits 6. ``-q`` prints the
 ``==============NVSMI LOG==============`` report, and the bare command the banner table.
 """
 
@@ -59,7 +66,7 @@ def install(bin_dir, state=None):
     with open(__file__) as f:
         body = f.read()
     with open(path, "w") as f:
-        f.write("#!%s\n" % sys.executable + body)
+        f.write("#!%s -S\n" % sys.executable + body)
     os.chmod(path, 0o755)
     set_state(bin_dir, state or DEFAULT_STATE)
     return path
@@ -70,6 +77,12 @@ def set_state(bin_dir, state):
     with open(tmp, "w") as f:
         json.dump(state, f)
     os.replace(tmp, os.path.join(str(bin_dir), "nvidia-smi.json"))
+
+
+def utilization(bin_dir, *percent):
+    """One GPU per value of ``percent`` (utilization.gpu, %), each using 40000 of 81920 MiB."""
+    gpus = [dict(H100, utilization_gpu=p, memory_used_mib=40000, memory_total_mib=81920) for p in percent]
+    set_state(bin_dir, dict(DEFAULT_STATE, gpus=gpus))
 
 
 def _value(state, i, gpu, field, units):
@@ -83,8 +96,8 @@ def _value(state, i, gpu, field, units):
         v = "[N/A]" if "[N/A]" in (t, u) else int(t) - int(u)
     else:
         v = gpu.get(key, "[N/A]")
-    if v == "[N/A]":
-        return "[N/A]"
+    if v in ("[N/A]", "[Not Supported]"):
+        return v
     if isinstance(v, float):
         v = "%.2f" % v
     return "%s %s" % (v, unit) if units and unit else str(v)
@@ -146,6 +159,12 @@ def main(argv):
     if state.get("mode") == "driver_failure":
         sys.stdout.write(DRIVER_FAILURE + "\n")
         return 9
+    if state.get("mode") == "no_devices":
+        sys.stdout.write("No devices were found\n")
+        return 6
+    if state.get("mode") == "raw":  # output given verbatim (a reading the model above cannot make)
+        sys.stdout.write(state.get("stdout", ""))
+        return int(state.get("exit_code", 0))
     fields, fmt = None, "csv"
     for a in argv[1:]:
         if a.startswith("--query-gpu="):

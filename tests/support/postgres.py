@@ -6,6 +6,11 @@ refuses to run as root, so as root the server runs as the ``postgres`` system us
 Debian package) and the folder is handed to it.
 
 No skipping: a missing PostgreSQL is an error that says how to install it.
+
+Ending: ``stop()`` asks the server to shut down (``pg_ctl stop -m fast``: clients are disconnected,
+a clean shutdown is logged), kills the postmaster if it is still there after that, then removes
+the folder; it is idempotent and tolerates a folder that is already gone. Under pytest-xdist
+each worker has its own server (a session fixture is per worker) and each test its own database.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -24,6 +30,7 @@ from pathlib import Path
 import pytest
 
 START_TIMEOUT_S = 60
+STOP_TIMEOUT_S = 30
 
 
 def pg_bindir() -> Path:
@@ -65,9 +72,12 @@ class PostgresServer:
         os.chmod(self.root, 0o700)
 
     def _run(self, *args: str, timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess:
+        # cwd "/": the folder may already be gone when stop() runs. PYTEST_GPUOPS_TEST=session: the
+        # server outlives the test that first asked for it (tests/support/procs.py).
         return subprocess.run(
             [str(self.bindir / args[0]), *args[1:]], user=self.user, capture_output=True, text=True,
-            timeout=timeout, cwd=self.root, env={**os.environ, "LC_ALL": "C.UTF-8", "PGTZ": "UTC"},
+            timeout=timeout, cwd="/",
+            env={**os.environ, "LC_ALL": "C.UTF-8", "PGTZ": "UTC", "PYTEST_GPUOPS_TEST": "session"},
         )
 
     def start(self) -> "PostgresServer":
@@ -98,25 +108,59 @@ class PostgresServer:
             c.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def _postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def stop(self) -> None:
-        if self.port:
-            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w", timeout=30)
+        """Shut the server down (fast mode: a logged, clean shutdown), SIGKILL the postmaster if it
+        is still alive after ``STOP_TIMEOUT_S``, remove the folder. Idempotent; never raises."""
+        pid = self._postmaster_pid()
+        if self.port and self.data.is_dir():
+            try:
+                self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", str(STOP_TIMEOUT_S),
+                          timeout=STOP_TIMEOUT_S + 10)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        if pid is not None and _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the postmaster leads its children's group
+            except OSError:
+                pass
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.port = 0
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """One PostgreSQL server for the whole test session (started on first use)."""
-    server = PostgresServer().start()
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:  # pg_ctl -w returned; make sure TCP answers before handing it out
-        try:
-            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                server.stop()
-                raise
-            time.sleep(0.1)
-    yield server
-    server.stop()
+    """One PostgreSQL server for the whole test session, per xdist worker (started on first use);
+    shut down at the end of the session whatever happened."""
+    server = PostgresServer()
+    try:
+        server.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:  # pg_ctl -w returned; make sure TCP answers before handing it out
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield server
+    finally:
+        server.stop()

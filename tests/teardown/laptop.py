@@ -1,9 +1,16 @@
-"""Stand-in for a `gpuops up` process on the local provider, for stop/kill tests:
-``python -m tests.teardown.laptop --sid SID --teardown JSON --job CMD [--bootstrap-seconds N]
-[--pause-after STAGE]``. Prints ``STAGE <name>`` after each stage (flushed); with ``--pause-after``
-it stops there and sleeps, so the test can SIGKILL it at that point. Stages: intent, create (the
-instance exists, its row does not know yet), commit, arm, bootstrap, job, wait (job exited),
-destroy (destroyed, row still open), closed."""
+"""A `gpuops up` process on the local provider that tests stop and kill at a chosen point: the real
+`up` (``gpuops.launcher.run_up``), with a reporter that prints ``STAGE <name>`` (flushed) as each
+point passes and, with ``--pause-after NAME``, stops there (sleeps) so the test can SIGKILL it.
+
+``python -m tests.teardown.laptop --sid SID --teardown JSON [--up JSON] --job CMD
+[--bootstrap-seconds N] [--pause-after STAGE]``
+
+Points: intent (the row exists, nothing created), create (the instance exists, its row does not
+know yet: inside the provider's create), commit (the row knows the instance, no agent yet), arm
+(agent up, bootstrap not started), bootstrap (done), job (the job runs: its first output line),
+wait (the job exited; teardown not started), destroy (destroyed, the row still open: inside the
+provider's destroy), closed (`up` returned). The bootstrap is ``[bootstrap] commands = ["sleep
+N"]``; the session id is ``--sid`` (so the test knows the label before `up` starts)."""
 
 from __future__ import annotations
 
@@ -12,8 +19,6 @@ import json
 import sys
 import time
 from pathlib import Path
-
-from tests.teardown.rig import Rig
 
 
 def main() -> int:
@@ -25,8 +30,10 @@ def main() -> int:
     p.add_argument("--bootstrap-seconds", type=float, default=0.2)
     p.add_argument("--pause-after", default="")
     a = p.parse_args()
-    rig = Rig(json.loads(a.teardown), up=json.loads(a.up))
-    rig.sid, rig.label = a.sid, "gpuops-" + a.sid
+
+    from gpuops import launcher
+    from gpuops.config import load_settings
+    from gpuops.providers import get_provider
 
     def stage(name: str) -> None:
         print("STAGE", name, flush=True)
@@ -35,35 +42,48 @@ def main() -> int:
             while True:
                 time.sleep(3600)
 
-    rig.intent()
-    stage("intent")
-    rig.create(commit=False)
-    stage("create")
-    rig.ledger.update(rig.sid, instance_id=rig.inst.id, instance_created_at=rig.inst.created_at,
-                      usd_per_hour=rig.inst.usd_per_hour, status="running")
-    stage("commit")
-    rig.arm()
-    stage("arm")
-    (Path(rig.box.root) / "bootstrap.json").write_text(json.dumps(
-        {"steps": [{"name": "deps", "kind": "run", "command": f"sleep {a.bootstrap_seconds}"}]}))
-    from gpuops.agentctl import bootstrap_command
+    # reporter.stage(X) is called as stage X starts, i.e. once the previous point has passed
+    passed = {"create": "intent", "ready": "commit", "bootstrap": "arm", "job": "bootstrap", "teardown": "wait"}
 
-    rc = rig.box.run(bootstrap_command("bootstrap.json"), timeout=600)
-    stage("bootstrap")
-    if rc != 0:
-        return 1
-    rig.job(a.job)
-    stage("job")
-    marker = Path(rig.box.root, ".gpuops", "run", "exit_marker")
-    while not marker.exists():
-        time.sleep(0.05)
-    stage("wait")
-    rig.ledger.request_end(rig.sid, "job_end", by="up")  # what lifecycle.end_rental writes before a destroy
-    rig.provider.destroy(rig.inst.id)
-    stage("destroy")
-    rig.ledger.close(rig.sid, rig.provider.destroyed_at(rig.inst.id), "job_end")
+    class Points(launcher.Reporter):
+        job_seen = False
+
+        def stage(self, name, detail=""):
+            if name in passed:
+                stage(passed[name])
+
+        def job_line(self, text):
+            if not self.job_seen:
+                self.job_seen = True
+                stage("job")
+
+    settings = load_settings(overrides={
+        "teardown": json.loads(a.teardown),
+        "providers": {"local": {"price_per_hour": 2.0}},
+        "up": dict({"ready_timeout_seconds": 1.0}, **json.loads(a.up)),
+        "bootstrap": {"commands": [f"sleep {a.bootstrap_seconds}"]},
+    })
+    base = get_provider("local", settings)
+
+    class PausingLocal(type(base)):  # the local provider, with the two points inside its calls
+        def create(self, *args, **kw):
+            inst = super().create(*args, **kw)
+            stage("create")
+            return inst
+
+        def destroy(self, *args, **kw):
+            super().destroy(*args, **kw)
+            stage("destroy")
+
+    provider = PausingLocal.__new__(PausingLocal)
+    provider.__dict__.update(base.__dict__)
+    launcher.new_session_id = lambda now=None: a.sid
+    job = settings.data_path() / f"laptop-job-{a.sid}.sh"
+    job.parent.mkdir(parents=True, exist_ok=True)
+    job.write_text(f"echo laptop: job started\n{a.job}\n")
+    summary = launcher.run_up(launcher.UpRequest(job=Path(job), experiment="t", spot=False), settings, Points(), provider=provider)
     stage("closed")
-    return 0
+    return 0 if summary.get("exit_code") == 0 else 1
 
 
 if __name__ == "__main__":

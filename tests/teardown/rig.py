@@ -1,15 +1,19 @@
 """A local-provider session driven stage by stage, as `up` drives it (used by the tests and by
-``laptop.py``, the stand-in for a `gpuops up` process that tests stop and kill)."""
+``laptop.py``, the stand-in for a `gpuops up` process that tests stop and kill).
+
+Each stage calls what `up` (gpuops.launcher) calls: the provider's create, ``agentctl.arm``, the
+production bootstrap (``bootstrap_config.build_plan`` + ``run_plan``, with ``[bootstrap] commands``)
+and ``jobio.start_job``; only the order and the pauses between stages are the test's."""
 
 from __future__ import annotations
 
-import json
 import secrets
-import shlex
+import threading
 import time
-from pathlib import Path
 
-from gpuops.agentctl import agent_config, arm, bootstrap_command, read_status
+from gpuops import jobio
+from gpuops.agentctl import agent_config, arm, read_status
+from gpuops.bootstrap_config import build_plan, run_plan
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import CreateSpec, InstanceStatus, OfferQuery
@@ -33,11 +37,13 @@ class Rig:
     """One local-provider session driven stage by stage, as `up` drives it."""
 
     def __init__(self, teardown: dict, price: float | None = 2.0, up: dict | None = None):
-        self.settings = load_settings(overrides={
+        self.overrides = {
             "teardown": teardown,
             "providers": {"local": {"price_per_hour": price}},
             "up": dict({"ready_timeout_seconds": 1.0}, **(up or {})),
-        })
+        }
+        self.settings = load_settings(overrides=self.overrides)
+        self._threads: list[threading.Thread] = []
         self.ledger = Ledger(self.settings.ledger_url())
         self.provider = get_provider("local", self.settings)
         self.sid = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -69,14 +75,29 @@ class Rig:
         arm(self.box, cfg)
         self.ledger.event(self.sid, "armed", "")
 
-    def bootstrap(self, seconds: float) -> None:
-        """Start (detached) a bootstrap whose one step sleeps ``seconds``."""
-        (Path(self.box.root) / "bootstrap.json").write_text(json.dumps(
-            {"steps": [{"name": "deps", "kind": "run", "command": f"sleep {seconds}"}]}))
-        self.box.run_detached(bootstrap_command("bootstrap.json"))
+    def bootstrap(self, seconds: float, wait: bool = False) -> int | None:
+        """Run the production bootstrap (as `up` does: ``build_plan`` + ``run_plan``) with one
+        ``[bootstrap] commands`` step that sleeps ``seconds``. ``wait``: return its exit status;
+        else it runs in a thread and the test goes on while it runs."""
+        settings = load_settings(overrides=dict(self.overrides, bootstrap={"commands": [f"sleep {seconds}"]}))
+        plan = build_plan(settings)
+        if wait:
+            return run_plan(self.box, plan).rc
+
+        def run() -> None:
+            try:
+                run_plan(self.box, plan)
+            except Exception:  # the box was destroyed under it: what the test is about
+                pass
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return None
 
     def job(self, command: str) -> None:
-        self.box.run_detached(f"exec python3 .gpuops/bootstrap/jobwrap.py --dir .gpuops/run -- bash -c {shlex.quote(command)}")
+        """Start ``command`` (bash) under the job wrapper, detached, as `up` does (jobio.start_job)."""
+        jobio.start_job(self.box, command)
 
     def status(self) -> dict | None:
         return read_status(self.box)
@@ -95,3 +116,5 @@ class Rig:
     def cleanup(self) -> None:
         if self.inst is not None:
             self.provider.destroy(self.inst.id)
+        for t in self._threads:  # a bootstrap in flight ends with its box
+            t.join(10)

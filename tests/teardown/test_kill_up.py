@@ -7,6 +7,7 @@ import os
 import secrets
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from gpuops.reconcile import Context
 from gpuops.watchdog import run
 from ledger.billing import billed_seconds
 from ledger.store import Ledger
+from tests.teardown.conftest import wait_for
 from tests.teardown.test_agent_local import laptop, read_until
 
 T = {"sample_seconds": 0.3, "idle_minutes": 1 / 60, "job_end_grace_seconds": 0.5, "kill_grace_seconds": 0.5}
@@ -28,7 +30,7 @@ CASES = {
     "create": ("interrupted", True),  # created, the row never learned the id: reconcile adopts, then destroys
     "commit": ("interrupted", True),  # no agent yet: destroyed once the ready deadline passed
     "arm": ("idle", True),  # agent up, nothing runs: idle
-    "bootstrap-running": ("idle", True),  # bootstrap finishes on its own, then idle
+    "bootstrap-running": ("idle", True),  # the bootstrap runs attached to `up` and ends with it, then idle
     "job": ("job_end", True),
     "wait": ("job_end", True),  # job exited, `up` died before destroying
     "destroy": ("job_end", True),  # destroyed, died before closing the row
@@ -61,17 +63,18 @@ def test_sigkill_up_at_each_stage(gpuops_home, fake_smi, stage):
     fake_smi.util(60 if reason == "job_end" else 0)  # a job that uses the GPU is not idle
     sid = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
     pause = "arm" if stage == "bootstrap-running" else stage
-    p = laptop(sid, T, job="sleep 0.5", pause_after="" if stage == "bootstrap-running" else pause, bootstrap_seconds=1.5, up=UP)
+    settings = load_settings(overrides={"teardown": T, "up": UP, "providers": {"local": {"price_per_hour": 2.0}}})
+    provider = get_provider("local", settings)
+    running = stage == "bootstrap-running"
+    p = laptop(sid, T, job="sleep 0.5", pause_after="" if running else pause, bootstrap_seconds=1.5, up=UP)
     try:
         read_until(p, f"STAGE {pause}")
-        if stage == "bootstrap-running":
-            time.sleep(0.3)  # inside box.run(bootstrap)
+        if running:  # killed inside the bootstrap: its pid file (agentctl.bootstrap_command) is written
+            wait_for(lambda: list(Path(provider.boxes_dir).glob("*/.gpuops/bootstrap.pid")), 30, step=0.02)
     finally:
         p.kill()
         p.wait()
-    settings = load_settings(overrides={"teardown": T, "up": UP, "providers": {"local": {"price_per_hour": 2.0}}})
     ledger = Ledger(settings.ledger_url())
-    provider = get_provider("local", settings)
     deadline = time.monotonic() + 20
     while True:
         run(settings, once=True, emit=lambda a: None, ctx=Context(settings, ledger=ledger, arm_margin_s=2.0))  # an agent gets 1 s ready + 2 s to heartbeat

@@ -17,6 +17,8 @@ import pytest
 
 from gpuops.config import load_settings
 from gpuops.remote import ensure_ssh_key
+from gpuops.reconcile import Context
+from gpuops.watchdog import run
 from ledger.store import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support import fake_nvidia_smi
@@ -49,7 +51,7 @@ def world(gpuops_home, tmp_path, monkeypatch, cli_env):
         sshd.end_box_processes()
 
 
-def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path):
+def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkeypatch):
     sshd, emu, env = world["sshd"], world["emu"], dict(world["env"], GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="4")
     job = tmp_path / "job.sh"
     job.write_text("sleep 1.5\n")
@@ -64,13 +66,27 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path):
         up.kill()  # the laptop is gone mid-job
         up.wait()
     assert json.loads((box / ".gpuops" / "agent.json").read_text())["destroy"] == {"kind": "vast", "url": emu.url}
-    wait_for(lambda: (box / ".gpuops" / "run" / "exit_marker").exists(), 10)
-    out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr  # read the agent over SSH: heartbeat and the job's end are booked
-    beat = led.get(row.id).last_heartbeat_at
+    # Hold the box in the state "job over, agent not yet destroying": the agent destroys 4 s after
+    # the job's end, and a watchdog that starts later under load finds the box gone, its end
+    # unseen (then booked preempted). The agent is paused once its status shows the job's end; a
+    # watchdog pass whose clock reads 1 s after that end (inside the grace) reads the box over SSH.
+    status = box / ".gpuops" / "agent-status.json"
+    st = wait_for(lambda: status.exists() and (d := json.loads(status.read_text())).get("job", {}).get("ended_at") and d, 20)
+    ended, agent_pid = st["job"]["ended_at"], st["pid"]  # the worker (agent.pid is its supervisor)
+    os.kill(agent_pid, signal.SIGSTOP)
+    try:
+        assert emu.market.find(row.instance_id) is not None, "the agent destroyed the box before it could be paused"
+        for k, v in env.items():
+            if k.startswith(("GPUOPS_", "VAST_")):
+                monkeypatch.setenv(k, v)
+        settings = load_settings()
+        acts = run(settings, once=True, emit=lambda a: None, ctx=Context(settings, clock=lambda: float(ended) + 1.0))
+        assert not [a for a in acts if a.kind in ("destroyed", "closed", "error")], acts
+    finally:
+        os.kill(agent_pid, signal.SIGCONT)
+    beat = led.get(row.id).last_heartbeat_at  # the watchdog read the agent: heartbeat and the job's end are booked
     assert beat is not None and "job_exited" in [e.kind for e in led.events(row.id)]
     wait_for(lambda: emu.market.find(row.instance_id) is None, 15)  # the agent, 4 s after the job's end
-    status = box / ".gpuops" / "agent-status.json"
     st = wait_for(lambda: (d := json.loads(status.read_text())).get("destroy", {}).get("done_at") and d, 10)
     assert st["destroy"]["reason"] == "job_end" and st["destroy"]["result"] == f"destroyed instance {row.instance_id}"
     scoped = [r for r in emu.market.requests if r["auth"] == f"Bearer {vast_instance_key(row.instance_id)}"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -185,6 +186,10 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
         r.intent()
         r.create()
         r.arm()
+    # Both agents up (first status written): with ready_timeout_seconds = 1, a box with no heartbeat
+    # yet is, to reconcile, one that `up` abandoned before arming (destroyed as interrupted).
+    for r in (a, b):
+        wait_for(r.status, 20)
     wait_for(lambda: time.time() > a.inst.created_at + 1.2, 5)
     acts = once(a)
     assert {a.sid, b.sid} <= {s for s, k in kinds(acts) if k == "destroyed"}
@@ -197,17 +202,21 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
 
 
 WATCHDOG = """
-import json, sys
+import json, os, sys, time
 from gpuops.config import load_settings
 from gpuops.reconcile import Context
 from gpuops.watchdog import run
+print("ready", flush=True)
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:  # the test says when
+    time.sleep(0.01)
 s = load_settings(overrides={"teardown": {"max_hours": 0.0003, "kill_grace_seconds": 1.5}})
 acts = run(s, once=True, emit=lambda a: None, ctx=Context(s, arm_margin_s=1e6, owner=sys.argv[1]))
 print(json.dumps([a.as_json() for a in acts]))
 """
 
 
-def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
+def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi, tmp_path):
     fake_smi.util(90)
     r = rig({"sample_seconds": 0.3, "kill_grace_seconds": 1.5})
     r.intent()
@@ -216,9 +225,23 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
     r.job("trap '' TERM; while true; do sleep 0.1; done")  # ignores TERM: destroy takes the grace
     wait_for(lambda: time.time() > r.inst.created_at + 1.2, 5)  # past the 0.0003 h TTL of the watchdogs
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs = [subprocess.Popen([sys.executable, "-c", WATCHDOG, f"wd{i}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              env=env, text=True) for i in (1, 2)]
-    outs = [json.loads(p.communicate(timeout=60)[0].strip().splitlines()[-1]) for p in procs]
+    go = [tmp_path / "go-wd1", tmp_path / "go-wd2"]
+    procs = [subprocess.Popen([sys.executable, "-c", WATCHDOG, f"wd{i}", str(go[i - 1])], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, text=True) for i in (1, 2)]
+    for p in procs:
+        assert p.stdout.readline().strip() == "ready"
+    # Overlap them for certain (under load two processes started together may not overlap at all):
+    # wd1 goes first and is paused while it holds the session's lease, then wd2 makes its pass.
+    go[0].touch()
+    wait_for(lambda: lease_holder(r.ledger, r.sid) == "wd1", 30, step=0.01)
+    os.kill(procs[0].pid, signal.SIGSTOP)
+    try:
+        go[1].touch()
+        second = procs[1].communicate(timeout=60)[0]
+    finally:
+        os.kill(procs[0].pid, signal.SIGCONT)
+    first = procs[0].communicate(timeout=60)[0]
+    outs = [json.loads(out.strip().splitlines()[-1]) for out in (first, second)]
     did = [[a["kind"] for a in o if a["session"] == r.sid] for o in outs]
     assert sorted("destroyed" in d for d in did) == [False, True], did
     assert any(d and set(d) == {"skipped_leased"} for d in did), did  # the other saw the lease during the destroy
@@ -226,3 +249,29 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi):
     assert evs.count("end_requested") == 1 and evs.count("destroyed") == 1 and evs.count("closed") == 1
     row = r.ledger.get(r.sid)
     assert row.end_reason == "ttl" and lease_holder(r.ledger, r.sid) is None
+
+
+def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
+    """The watchdog can act on a job's end before the agent does (a loaded box, a paused agent):
+    its close books the exit code the agent reported, as the agent's own destroy would."""
+    fake_smi.util(90)
+    r = rig({"sample_seconds": 0.3, "idle_minutes": "off", "job_end_grace_seconds": 3.0})
+    r.intent()
+    r.create()
+    r.arm()
+    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
+    r.job("exit 3")
+    raw = Path(r.box.root, ".gpuops", "agent-status.json")  # the agent's own document (pid: its worker)
+    st = wait_for(lambda: raw.exists() and (s := json.loads(raw.read_text())).get("job", {}).get("ended_at") and s, 20)
+    os.kill(st["pid"], signal.SIGSTOP)  # the agent's worker falls behind
+    try:
+        wait_for(lambda: time.time() > st["job"]["ended_at"] + 3.1, 10)  # the grace after the job's end is over
+        acts = once(r)
+        assert (r.sid, "destroyed") in kinds(acts), acts
+    finally:
+        try:
+            os.kill(st["pid"], signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # the destroy ended it (a local box's processes go with it)
+    row = r.ledger.get(r.sid)
+    assert (row.status, row.end_reason, row.exit_code) == ("closed", "job_failed", 3)

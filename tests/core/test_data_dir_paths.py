@@ -1,4 +1,4 @@
-"""QA: paths gpuops books are absolute, whatever the data dir was given as."""
+"""Paths gpuops books are absolute, whatever the data dir was given as."""
 
 from __future__ import annotations
 

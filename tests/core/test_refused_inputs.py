@@ -1,4 +1,5 @@
-"""QA: inputs a new user typed that gpuops accepted or answered badly (found by hand, 2026-11-29)."""
+"""Inputs a new user typed that gpuops accepted or answered badly (found by hand, 2026-11-29): refused
+in process through the CLI entry point (``cli``), except where a real `up` must run."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ def _run(env, *args):
     ("--max-hours", "inf"), ("--max-hours", "nan"), ("--max-hours", "1e400"),
     ("--max-price", "inf"), ("--max-price", "nan"),
 ])
-def test_non_finite_limits_are_refused(flag, value, job, gpuops_home, cli_env):
+def test_non_finite_limits_are_refused(flag, value, job, gpuops_home, cli):
     # Seen: `up --max-hours inf` rented a box with no TTL ("projected cost of max_hours=inf: $inf").
-    out = _run(cli_env, "up", "--job", job, flag, value)
+    out = cli("up", "--job", job, flag, value)
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {flag} must be a finite number"), out.stderr
@@ -37,28 +38,27 @@ def test_non_finite_limits_are_refused(flag, value, job, gpuops_home, cli_env):
 
 
 @pytest.mark.parametrize("var", ["GPUOPS_TEARDOWN_MAX_HOURS", "GPUOPS_TEARDOWN_MAX_SESSION_USD", "GPUOPS_UP_MAX_PRICE"])
-def test_non_finite_settings_from_environment_are_refused(var, job, gpuops_home, cli_env):
-    env = dict(cli_env, **{var: "inf"})
-    out = _run(env, "up", "--job", job, "--dry-run")
+def test_non_finite_settings_from_environment_are_refused(var, job, gpuops_home, cli):
+    out = cli("up", "--job", job, "--dry-run", env={var: "inf"})
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert "finite number" in out.stderr
     assert "$inf" not in out.stdout
 
 
-def test_unknown_card_with_no_close_name_points_at_the_catalog(job, gpuops_home, cli_env):
+def test_unknown_card_with_no_close_name_points_at_the_catalog(job, gpuops_home, cli):
     # Seen: "see `gpuops plan --help` for the catalog", but plan --help does not list cards.
-    out = _run(cli_env, "up", "--job", job, "--card", "nvidia")
+    out = cli("up", "--job", job, "--card", "nvidia")
     assert out.returncode == 2
     assert "`gpuops plan --model list`" in out.stderr
-    listing = _run(cli_env, "plan", "--model", "list")
+    listing = cli("plan", "--model", "list")
     assert "a100-80gb-sxm" in listing.stdout and "h100-sxm" in listing.stdout
 
 
 @pytest.mark.parametrize("exp", ["", "two\nlines", "tab\there", " "])
-def test_experiment_name_must_be_one_visible_line(exp, job, gpuops_home, cli_env):
+def test_experiment_name_must_be_one_visible_line(exp, job, gpuops_home, cli):
     # Seen: --experiment "" and a name with a newline were booked, and the month table split the
     # name over two rows (CSV too).
-    out = _run(cli_env, "up", "--job", job, "--experiment", exp)
+    out = cli("up", "--job", job, "--experiment", exp)
     assert out.returncode == 2, (out.stdout, out.stderr)
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--experiment" in lines[0], out.stderr
@@ -72,7 +72,7 @@ def test_unicode_and_shell_metacharacters_in_experiment_are_fine(job, gpuops_hom
     assert not (tmp_path / "pwned").exists()
 
 
-def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli_env):
+def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli):
     # Seen: `gpuops ps` in 80 columns printed "202611…", the one thing `gpuops down` needs.
     import time
 
@@ -85,7 +85,7 @@ def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli_en
         gpu_count=1, spot=False, label=f"gpuops-{sid}", simulated=True, status="running", created_at=time.time(),
         instance_id=f"gpuops-{sid}", usd_per_hour=1.49,
     ))
-    out = _run(dict(cli_env, COLUMNS="80"), "ps")
+    out = cli("ps", env={"COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
     assert sid in out.stdout, out.stdout
     assert max(len(line) for line in out.stdout.splitlines()) <= 80
@@ -115,17 +115,17 @@ def test_summary_without_exit_code_says_so(capsys):
 
 
 @pytest.mark.parametrize("args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]])
-def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_home, cli_env):
+def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_home, cli):
     # Seen: `logs` said "see `gpuops ledger show` for session ids" (show needs an id) and `down`
     # pointed at `gpuops ledger month`, which prints no session ids.
-    out = _run(cli_env, *args)
+    out = cli(*args)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "`gpuops ledger sessions`" in lines[0], out.stderr
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/null"])
-def test_job_must_be_a_regular_file(special, gpuops_home, cli_env, tmp_path):
+def test_job_must_be_a_regular_file(special, gpuops_home, cli, tmp_path):
     # Seen: --job on a named pipe booked a row, created a box and died in a shutil traceback;
     # --job /dev/null rented a box for an empty job (and /dev/zero would fill the box's disk).
     import os
@@ -134,7 +134,7 @@ def test_job_must_be_a_regular_file(special, gpuops_home, cli_env, tmp_path):
     if special == "fifo":
         path = str(tmp_path / "job.sh")
         os.mkfifo(path)
-    out = _run(cli_env, "up", "--job", path)
+    out = cli("up", "--job", path)
     assert out.returncode == 2, out.stderr[-800:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "is not a regular file" in lines[0], out.stderr[-800:]
@@ -142,9 +142,9 @@ def test_job_must_be_a_regular_file(special, gpuops_home, cli_env, tmp_path):
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-3", "0"])
-def test_offers_vram_must_be_a_positive_finite_number(value, gpuops_home, cli_env):
+def test_offers_vram_must_be_a_positive_finite_number(value, gpuops_home, cli):
     # Seen: `gpuops offers --vram-gb inf` died in "OverflowError: cannot convert float infinity".
-    out = _run(cli_env, "offers", "--vram-gb", value)
+    out = cli("offers", "--vram-gb", value)
     assert out.returncode == 2, out.stderr[-800:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--vram-gb" in lines[0] and "must be a positive number" in lines[0], out.stderr

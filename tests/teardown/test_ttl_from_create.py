@@ -1,4 +1,4 @@
-"""QA: --max-hours is the box's TTL, counted from create (when billing starts), not from job start."""
+"""--max-hours is the box's TTL, counted from create (when billing starts), not from job start."""
 
 from __future__ import annotations
 

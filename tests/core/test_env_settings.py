@@ -1,8 +1,9 @@
-"""QA: GPUOPS_* variables: a typo is an error, and errors name the variable."""
+"""GPUOPS_* variables: a typo is an error, and errors name the variable."""
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -24,17 +25,27 @@ def test_typo_in_a_teardown_variable_is_refused(gpuops_home, cli_env, tmp_path):
     assert not (gpuops_home / "ledger.db").exists()
 
 
-@pytest.mark.parametrize("var", ["GPUOPS_TEARDOWN_MAX_HOURS", "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR", "GPUOPS_LEDGER_URL",
-                                 "GPUOPS_UP_READY_TIMEOUT_SECONDS", "GPUOPS_DATA_DIR"])
+# variable -> (value set, how to read it back from the settings, what it must read)
+REAL_SETTINGS = {
+    "GPUOPS_TEARDOWN_MAX_HOURS": ("2", lambda s: s.teardown.max_hours, 2.0),
+    "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": ("2", lambda s: s.providers.local.price_per_hour, 2.0),
+    "GPUOPS_LEDGER_URL": ("sqlite:///x.db", lambda s: s.ledger_url(), "sqlite:///x.db"),
+    "GPUOPS_UP_READY_TIMEOUT_SECONDS": ("2", lambda s: s.up.ready_timeout_seconds, 2.0),
+    "GPUOPS_DATA_DIR": ("/tmp/x", lambda s: s.data_path(), Path("/tmp/x")),
+}
+
+
+@pytest.mark.parametrize("var", list(REAL_SETTINGS))
 def test_real_setting_variables_are_accepted(var):
-    value = "sqlite:///x.db" if var.endswith("URL") else "/tmp/x" if var.endswith("DIR") else "2"
-    load_settings(None, env={var: value})
+    value, read, expected = REAL_SETTINGS[var]
+    assert read(load_settings(None, env={var: value})) == expected
+    assert read(load_settings(None, env={})) != expected  # the variable, not the default, set it
 
 
 @pytest.mark.parametrize("var", ["GPUOPS_SESSION", "GPUOPS_EXPERIMENT", "GPUOPS_METRICS", "GPUOPS_LOCAL_BOX", "GPUOPS_AGENT_SSH_USERS"])
 def test_variables_that_are_not_settings_are_left_alone(var):
     # gpuops run inside a job sees the job contract's variables; they are not settings.
-    load_settings(None, env={var: "x"})
+    assert load_settings(None, env={var: "x"}) == load_settings(None, env={})
 
 
 def test_providers_typo_is_refused():

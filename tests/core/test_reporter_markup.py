@@ -1,4 +1,4 @@
-"""QA: user text (job file names, error messages) printed by the `up` reporter is not rich markup."""
+"""User text (job file names, error messages) printed by the `up` reporter is not rich markup."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def test_warning_with_a_stray_closing_tag_does_not_raise(capsys):
     assert "provider said: [/] unexpected" in capsys.readouterr().err
 
 
-def test_reports_survive_brackets_in_experiment_and_conclusion(gpuops_home, cli_env, tmp_path):
+def test_reports_survive_brackets_in_experiment_and_conclusion(gpuops_home, cli_env, cli, tmp_path):
     # Seen: one session booked under --experiment "exp[/]x" made `ledger month`, `ledger
     # experiments` and `ledger show` die with rich.errors.MarkupError for the whole month.
     import json
@@ -33,10 +33,10 @@ def test_reports_survive_brackets_in_experiment_and_conclusion(gpuops_home, cli_
                         env=env, capture_output=True, text=True, timeout=120)
     assert up.returncode == 0, up.stderr
     sid = json.loads(up.stdout)["session"]
-    note = subprocess.run(gpuops_cmd("ledger", "note", sid, "[/]concl"), env=env, capture_output=True, text=True, timeout=60)
+    note = cli("ledger", "note", sid, "[/]concl", env={"COLUMNS": "160"})  # the reports in process: quick
     assert note.returncode == 0, note.stderr
     for args in (["ledger", "month"], ["ledger", "experiments"], ["ledger", "show", sid], ["ps"]):
-        out = subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=60)
+        out = cli(*args, env={"COLUMNS": "160"})
         assert out.returncode == 0 and "Traceback" not in out.stderr, (args, out.stderr[-500:])
         if args[:2] != ["ps"]:
             assert "exp[/]x[bold]" in out.stdout, (args, out.stdout)

@@ -1,4 +1,4 @@
-"""QA: whatever a job writes to $GPUOPS_METRICS, `up` ends with a summary and a booked row."""
+"""Whatever a job writes to $GPUOPS_METRICS, `up` ends with a summary and a booked row."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QA: the local provider's teardown must leave nothing of the job running on this machine."""
+"""The local provider's teardown must leave nothing of the job running on this machine."""
 
 from __future__ import annotations
 
