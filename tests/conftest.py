@@ -99,7 +99,7 @@ def _is_e2e(item) -> bool:
     if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("ledger_url") == "postgres":
+    if callspec is not None and "postgres" in callspec.params.values():  # a ledger fixture's PostgreSQL parameter
         return True
     fn = getattr(item, "function", None)
     if fn is None:
