@@ -6,7 +6,6 @@ import sys
 import time
 from typing import Any
 
-from gpuops.launcher import Reporter
 from gpuops.textsafe import safe  # noqa: F401  (the one sanitizer; re-exported for renderers)
 
 
@@ -29,49 +28,6 @@ def print_json(obj: Any) -> None:
     from gpuops.emit import json_text
 
     sys.stdout.write(json_text(obj))
-
-
-class ConsoleReporter(Reporter):
-    """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
-    On a terminal, a stage that lasts over a second shows a live line with its seconds
-    (``gpuops.progress``) until the next line is printed; ``close()`` ends it."""
-
-    def __init__(self, json_mode: bool = False):
-        from gpuops.progress import Ticker
-
-        self.err = console(stderr=True)
-        self.json_mode = json_mode
-        self.t0 = time.monotonic()
-        self.last = self.t0
-        self.ticker = Ticker()
-
-    def close(self) -> None:
-        self.ticker.stop()
-
-    def _elapsed(self) -> str:
-        now = time.monotonic()
-        return f"{now - self.t0:6.1f}s"
-
-    def stage(self, name: str, detail: str = "") -> None:
-        self.ticker.stop()
-        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
-        self.ticker.start(f"{name}: waiting" if name != "job" else "job running, no output yet")
-
-    def step(self, line: dict) -> None:
-        self.ticker.stop()
-        status = line.get("status", "")
-        color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
-        self.err.print(f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s", markup=True)
-
-    def job_line(self, text: str) -> None:
-        self.ticker.stop()
-        stream = sys.stderr if self.json_mode else sys.stdout
-        stream.write(text + "\n")
-        stream.flush()
-
-    def warn(self, text: str) -> None:
-        self.ticker.stop()
-        self.err.print(f"[yellow]warning:[/] {_esc(text)}", markup=True)
 
 
 def money(usd: float | None, simulated: bool = False) -> str:
@@ -153,3 +109,13 @@ def render_sessions(rows: list[dict], title: str) -> None:
     print_table(c, title, ranked(cols, PS_DROP_ORDER), [
         [r["session"], r.get("owner") or "-", r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
          money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])
+
+
+def __getattr__(name: str) -> Any:
+    # ConsoleReporter lives in gpuops.console_reporter: it subclasses gpuops.launcher.Reporter, and
+    # importing the launcher costs `ps` and `watchdog --once` start-up time they do not need.
+    if name == "ConsoleReporter":
+        from gpuops.console_reporter import ConsoleReporter
+
+        return ConsoleReporter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -225,6 +225,9 @@ class Provider:
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).
     call_deadline_s: float = 60.0
     max_reply_bytes: int = 16 * 2**20
+    # False for a provider that makes no HTTP call (local): its methods skip the guard, which would
+    # import requests (~30 ms of `watchdog --once` start-up) only to guard nothing.
+    http_calls: bool = True
 
     GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label", "billing")
 
@@ -240,6 +243,8 @@ class Provider:
             def make(fn=fn, meth=meth):
                 @functools.wraps(fn)
                 def guarded(self, *args, **kwargs):
+                    if not self.http_calls:
+                        return fn(self, *args, **kwargs)
                     from gpuops.providers.http_guard import guard
 
                     with guard(f"{self.name}: {meth}", self.call_deadline_s, self.max_reply_bytes):

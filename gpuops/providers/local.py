@@ -40,6 +40,7 @@ class LocalProvider(Provider):
     """This machine as a provider. ``boxes_dir``: where session directories live."""
 
     name = "local"
+    http_calls = False  # processes on this machine only: no HTTP for http_guard to bound
 
     def __init__(self, boxes_dir: Path, price_per_hour: float | None = None, kill_grace_seconds: float = 10.0,
                  keep_box_days: float = 7.0):

@@ -1,0 +1,53 @@
+"""The terminal reporter of `up`/`run` (``gpuops.ui.ConsoleReporter`` resolves here lazily, so the
+commands that only render tables never import ``gpuops.launcher``)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from gpuops.launcher import Reporter
+from gpuops.ui import _esc, console
+
+
+class ConsoleReporter(Reporter):
+    """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
+    On a terminal, a stage that lasts over a second shows a live line with its seconds
+    (``gpuops.progress``) until the next line is printed; ``close()`` ends it."""
+
+    def __init__(self, json_mode: bool = False):
+        from gpuops.progress import Ticker
+
+        self.err = console(stderr=True)
+        self.json_mode = json_mode
+        self.t0 = time.monotonic()
+        self.last = self.t0
+        self.ticker = Ticker()
+
+    def close(self) -> None:
+        self.ticker.stop()
+
+    def _elapsed(self) -> str:
+        now = time.monotonic()
+        return f"{now - self.t0:6.1f}s"
+
+    def stage(self, name: str, detail: str = "") -> None:
+        self.ticker.stop()
+        self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
+        self.ticker.start(f"{name}: waiting" if name != "job" else "job running, no output yet")
+
+    def step(self, line: dict) -> None:
+        self.ticker.stop()
+        status = line.get("status", "")
+        color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
+        self.err.print(f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s", markup=True)
+
+    def job_line(self, text: str) -> None:
+        self.ticker.stop()
+        stream = sys.stderr if self.json_mode else sys.stdout
+        stream.write(text + "\n")
+        stream.flush()
+
+    def warn(self, text: str) -> None:
+        self.ticker.stop()
+        self.err.print(f"[yellow]warning:[/] {_esc(text)}", markup=True)
