@@ -416,7 +416,14 @@ def _format_error(err: ValidationError, where: str, text: str | None) -> str:
 def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
     """The file's tables, checked strictly on their own (so an error names its line). Lenient:
     broken keys are dropped and named in ``problems``; a file that is not TOML is skipped."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:  # not UTF-8 (TOML is), a folder, no permission
+        why = f"not UTF-8 text ({e.reason} at byte {e.start})" if isinstance(e, UnicodeDecodeError) else f"unreadable ({e.strerror or e})"
+        if not lenient:
+            raise BadInput(f"{path}: {why}", "save it as UTF-8 text, or see infra.example.toml") from None
+        problems.append(f"{path}: {why}; the whole file is skipped")
+        return {}
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
