@@ -194,7 +194,7 @@ def offers(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
-    from gpuops import emit, offers_view
+    from gpuops import emit, offers_view, ui
     from gpuops.plan import parse_positive_int
 
     fmt = emit.pick(fmt, json_out)
