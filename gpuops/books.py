@@ -119,15 +119,20 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
     return d
 
 
+MAX_TOKENS = 2**63 - 1  # the ledger's tokens column: a 64-bit signed integer (SQLite INTEGER, PostgreSQL BIGINT)
+
+
 def tokens(ledger, ref: str, n: int) -> dict:
     """``ledger tokens SESSION N``: set the session's token count after the fact. Returns
     ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the session's
-    whole booked cost, GPU time; ``simulated``: a catalog price, not money). BadInput for N < 0."""
+    whole booked cost, GPU time; ``simulated``: a catalog price, not money). BadInput for N < 0 or N > ``MAX_TOKENS``."""
     from gpuops.sessions import resolve_session
     from ledger.reports import per_mtoken
 
     if n < 0:
         raise BadInput(f"tokens must be >= 0, got {n}", "pass the number of tokens the job produced")
+    if n > MAX_TOKENS:  # SQLite INTEGER / PostgreSQL BIGINT hold 64-bit signed integers
+        raise BadInput(f"tokens must be at most {MAX_TOKENS:,}, got {n:,}", "pass the number of tokens the job produced")
     row = ledger.set_tokens(resolve_session(ledger, ref).id, n)
     cost = row.cost_usd if row.status == "closed" else None
     return {"session": row.id, "tokens": row.tokens, "cost_usd": cost, "simulated": bool(row.simulated),

@@ -194,7 +194,7 @@ def offers(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
-    from gpuops import emit, offers_view
+    from gpuops import emit, offers_view, ui
     from gpuops.plan import parse_positive_int
 
     fmt = emit.pick(fmt, json_out)
@@ -501,7 +501,9 @@ def ledger_sessions(
 
     fmt = _fmt(fmt, json_out, csv_out)
     rep = history.sessions(_reader(config), since, experiment, limit, tz)
-    emit.emit(rep, fmt, lambda: history.render(rep), csv_records=rep["sessions"])
+    from ledger.history import SESSION_ROW_COLUMNS
+
+    emit.emit(rep, fmt, lambda: history.render(rep), csv_records=rep["sessions"], csv_columns=SESSION_ROW_COLUMNS)
 
 
 @app.command()

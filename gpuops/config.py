@@ -375,7 +375,7 @@ def _check_env_names(env: dict) -> list[tuple[str, str]]:
 
 def _file_problem(e: dict, where: str, text: str) -> str:
     """One line for a validation error ``e`` of the file: ``file:line: key: message``."""
-    loc = e["loc"]
+    loc = _key_path(e["loc"])
     key = ".".join(str(k) for k in loc)
     line = _line_of(text, loc)
     place = f"{where}:{line}" if line else where
@@ -409,14 +409,27 @@ def _format_error(err: ValidationError, where: str, text: str | None) -> str:
     e = err.errors()[0]
     if text is not None:
         return _file_problem(e, where, text)
-    key = ".".join(str(k) for k in e["loc"])
+    key = ".".join(str(k) for k in _key_path(e["loc"]))
     return f"{where}: {key}: {e['msg'].removeprefix('Value error, ')}"
+
+
+def _key_path(loc: tuple) -> tuple:
+    """A pydantic error location without the union branch it names (``idle_minutes.float``,
+    ``...function-after[...]``): only the settings keys a user writes."""
+    return tuple(k for k in loc if not (isinstance(k, str) and (k in ("float", "int", "str", "bool") or "[" in k)))
 
 
 def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
     """The file's tables, checked strictly on their own (so an error names its line). Lenient:
     broken keys are dropped and named in ``problems``; a file that is not TOML is skipped."""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:  # not UTF-8 (TOML is), a folder, no permission
+        why = f"not UTF-8 text ({e.reason} at byte {e.start})" if isinstance(e, UnicodeDecodeError) else f"unreadable ({e.strerror or e})"
+        if not lenient:
+            raise BadInput(f"{path}: {why}", "save it as UTF-8 text, or see infra.example.toml") from None
+        problems.append(f"{path}: {why}; the whole file is skipped")
+        return {}
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -128,14 +128,15 @@ def csv_text(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def records_csv(records: Any) -> str:
+def records_csv(records: Any, columns: Sequence[str] = ()) -> str:
     """CSV of a list of objects (one row each) or of one object (one row): columns are the
-    flattened keys in first-seen order, times as ISO-8601 UTC."""
+    flattened keys in first-seen order (``columns`` first: the header of an empty list), times
+    as ISO-8601 UTC."""
     recs = machine(records)
     if isinstance(recs, dict):
         recs = [recs]
     flat = [flatten(r) if isinstance(r, dict) else {"value": r} for r in recs]
-    header: list[str] = []
+    header: list[str] = list(columns)
     for r in flat:
         header += [k for k in r if k not in header]
     return csv_text(([r.get(k) for k in header] for r in flat), header)
@@ -146,13 +147,14 @@ def write(text: str) -> None:
     sys.stdout.flush()
 
 
-def emit(obj: Any, fmt: str, table=None, csv_records: Any = None) -> None:
+def emit(obj: Any, fmt: str, table=None, csv_records: Any = None, csv_columns: Sequence[str] = ()) -> None:
     """Print ``obj`` as ``fmt``: ``json`` (``json_text``), ``csv`` (``records_csv`` of
-    ``csv_records``, default ``obj``) or ``table`` (calls ``table()``)."""
+    ``csv_records``, default ``obj``, header ``csv_columns`` first even with no rows) or
+    ``table`` (calls ``table()``)."""
     if fmt == "json":
         write(json_text(obj))
     elif fmt == "csv":
-        write(records_csv(obj if csv_records is None else csv_records))
+        write(records_csv(obj if csv_records is None else csv_records, csv_columns))
     elif table is not None:
         table()
     else:

@@ -133,6 +133,12 @@ def new_session_id(now: float | None = None) -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
 
 
+# The most GPUs one host holds: HGX/DGX boards carry 8; the largest single-host rigs listed on
+# Vast.ai's marketplace carry up to 16 (RunPod's gpuTypes report maxGpuCount <= 10). A bigger
+# count is a typo (80 for 8), and would otherwise be "rented" on the local provider.
+MAX_GPUS_PER_BOX = 16
+
+
 # -- validate + plan (pure of side effects: nothing rented, nothing booked) -----------------------
 def validate(req: UpRequest) -> None:
     """Raise BadInput for anything a typo could break. Settings were validated when loaded."""
@@ -154,6 +160,9 @@ def validate(req: UpRequest) -> None:
         raise BadInput(f"--max-price must be > 0 USD/h, got {req.max_usd_per_hour:g}", "pass a price in USD per hour, e.g. --max-price 2.5")
     if req.gpu_count < 1:
         raise BadInput(f"--gpu-count must be >= 1, got {req.gpu_count}", "pass a whole number of GPUs")
+    if req.gpu_count > MAX_GPUS_PER_BOX:  # the local provider would "rent" any count and book its simulated price
+        raise BadInput(f"--gpu-count must be <= {MAX_GPUS_PER_BOX} GPUs in one box, got {req.gpu_count}",
+                       "pass the GPUs of one machine, e.g. --gpu-count 8")
 
 
 def query_for(req: UpRequest) -> OfferQuery:

@@ -1362,9 +1362,9 @@ def plan(
     try:
         headroom = float(headroom)
     except (TypeError, ValueError):
-        raise BadInput(f"--headroom must be a fraction, got {headroom!r}", "e.g. --headroom 0.9") from None
+        raise BadInput(f"--gpu-memory-utilization must be a fraction, got {headroom!r}", "e.g. --gpu-memory-utilization 0.9") from None
     if not 0 < headroom <= 1:
-        raise BadInput(f"--headroom must be in (0, 1], got {headroom:g}", "e.g. --headroom 0.9 (vLLM's default)")
+        raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {headroom:g}", "e.g. --gpu-memory-utilization 0.9 (vLLM's default)")
     dtype_n, quant = _serving_dtype(src, dtype, engine)
     kv = default_kv_dtype(dtype_n) if kv_dtype is None or str(kv_dtype).strip().lower() in AUTO else norm_dtype(kv_dtype, kv=True)
     chosen = tuple(resolve_cards(card)) if card else cards()

@@ -86,6 +86,9 @@ def runpod_usd_per_month(size_gb: float) -> float:
 def parse_ref(ref: str) -> tuple[str, str]:
     """``"<provider>:<id or name>"`` -> (provider, id or name). Raises BadInput naming the fix."""
     prov, sep, ident = (ref or "").strip().partition(":")
+    if sep and prov not in PROVIDERS and prov in ("local",):  # a real provider without volumes
+        raise BadInput(f"volume {ref!r}: the {prov} provider has no persistent volumes (only {', '.join(PROVIDERS)} do)",
+                       "drop --volume for a local run, or rent on --provider runpod / vast")
     if not sep or prov not in PROVIDERS or not ident or not _NAME.match(ident):
         raise BadInput(f"volume {ref!r} is not <provider>:<id or name>",
                        "e.g. --volume runpod:weights-eu or [storage] volume = \"vast:12345\"; see `gpuops volumes list`")

@@ -126,6 +126,12 @@ class _Bad(ValueError):
 
 
 _INF = float("inf")
+# Plausibility bounds for one imported rental (the sheet is untrusted: 1e300 would swamp every
+# total and overflow the end time). The dearest single boxes listed are 8x H200/B200 at about
+# $30-60/h (RunPod/Vast.ai price pages, 2026); $1000/h leaves room for any real box. A rental
+# longer than a year is a unit mistake.
+MAX_IMPORT_HOURS = 24.0 * 366
+MAX_IMPORT_USD_PER_HOUR = 1000.0
 
 
 def _float(v: str, name: str) -> float | None:
@@ -308,6 +314,12 @@ def _row(cells: list[str], ix: tuple[int, ...], seen: dict[bytes, int], tzinfo,
     elif abs(cost - price * hours) > COST_TOLERANCE_USD:
         notes = [f"cost_usd {cost:g} differs from usd_per_hour x hours = {price:g} x {hours:g} = {price * hours:.4f}"
                  f" by more than ${COST_TOLERANCE_USD:g}"]
+    if hours > MAX_IMPORT_HOURS:
+        raise _Bad(f"hours {hours:g} is more than one rental can last ({MAX_IMPORT_HOURS:g} h = 366 days): minutes or seconds in the hours column?")
+    if price > MAX_IMPORT_USD_PER_HOUR:
+        raise _Bad(f"usd_per_hour {price:g} is above ${MAX_IMPORT_USD_PER_HOUR:g}/h, more than any box costs: a total in the price column?")
+    if cost > MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS:
+        raise _Bad(f"cost_usd {cost:g} is more than a year of the dearest box: a typo?")
     if providers is not None and provider.lower() not in providers:
         notes = (notes or []) + [f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})"]
     if cards is not None and card.lower() not in cards:

@@ -71,6 +71,10 @@ def _sqlite_recent(path, start, end, experiment, limit) -> list[Any]:
         con.close()
 
 
+SESSION_ROW_COLUMNS = ("session", "started", "date", "experiment", "provider", "card", "gpu_count", "status", "end_reason",
+                       "hours", "usd_per_hour", "cost_usd", "simulated", "tokens", "usd_per_mtoken", "conclusion")
+
+
 def session_row(s: Any, tz: str | None = None) -> dict:
     """One past session as a JSON-ready dict, keys in this order: ``session, started (ISO 8601 in
     tz), date (YYYY-MM-DD in tz), experiment, provider, card, gpu_count, status, end_reason,

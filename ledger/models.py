@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sqlalchemy import BigInteger
 from sqlmodel import Field, SQLModel
 
 
@@ -38,7 +39,7 @@ class Session(SQLModel, table=True):
     exit_code: Optional[int] = None
     billed_seconds: Optional[float] = None
     cost_usd: Optional[float] = None
-    tokens: int = 0
+    tokens: int = Field(default=0, sa_type=BigInteger)  # BIGINT as the migration made it (psycopg binds a plain int as ::INTEGER)
     job_seconds: Optional[float] = None
     conclusion: str = ""
     note: str = ""

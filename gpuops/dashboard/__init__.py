@@ -38,8 +38,14 @@ def command(settings, month: str | None = None, tz: str | None = None, port: int
         if out.is_dir():
             raise BadInput(f"--html {html} is a directory", "pass a file name, e.g. --html costs.html")
         tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(out)
+        except OSError as e:  # no such folder, read-only, disk full: the user's path, a one-line fix
+            if tmp.parent.is_dir():
+                tmp.unlink(missing_ok=True)
+            raise BadInput(f"cannot write --html {html}: {e.strerror or e}",
+                           "pass a file in an existing, writable folder, e.g. --html costs.html") from None
         print(f"wrote {out} ({len(text.encode()):,} bytes, opens offline)")
         return
     _need("starlette", "uvicorn", "jinja2")

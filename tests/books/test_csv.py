@@ -117,6 +117,19 @@ def test_bad_rows_are_named_and_nothing_is_imported(ledger, tmp_path):
     assert _count(ledger) == before
 
 
+def test_implausible_numbers_are_refused_per_line():
+    # Seen: `ledger import` of a row with usd_per_hour, hours and cost_usd 1e300 was booked,
+    # and `ledger month` then said the month cost $1,000,000,...,160.
+    head = "date,provider,card,usd_per_hour,hours,cost_usd\n"
+    _, _, errs = parse_csv(head + "2026-11-01,vast,rtx-4090,1e300,1e300,1e300\n"
+                                  "2026-11-02,vast,rtx-4090,0.35,90000,\n"
+                                  "2026-11-03,vast,rtx-4090,,1,5000\n"
+                                  "2026-11-04,vast,rtx-4090,0.35,8000,2800\n")
+    assert [n for n, _ in errs] == [2, 3, 4]
+    assert "hours 1e+300 is more than one rental can last" in errs[0][1]
+    assert "hours 90000" in errs[1][1] and "usd_per_hour 5000 is above $1000/h" in errs[2][1]
+
+
 def test_bad_headers():
     assert parse_csv("")[2] == [(1, "the file is empty; expected a header line: " + ",".join(ALL_COLUMNS[:10]))]
     errs = parse_csv("date,provider,card,price,hours\n")[2]

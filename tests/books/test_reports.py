@@ -154,6 +154,13 @@ def test_tokens_after_the_fact_and_note(books):
         cmds.note(books, "s5", "   ")
 
 
+def test_tokens_beyond_64_bits_are_bad_input(books):
+    # Seen: `ledger tokens S 99999999999999999999999` -> OverflowError traceback (SQLite INTEGER), exit 1.
+    with pytest.raises(BadInput, match="at most 9,223,372,036,854,775,807"):
+        cmds.tokens(books, "s5", 10**23)
+    assert cmds.tokens(books, "s5", 2**63 - 1)["tokens"] == 2**63 - 1
+
+
 def test_bad_month_and_zone(books):
     with pytest.raises(BadInput, match="2026-11"):
         cmds.month(books, "11/2026")

@@ -27,6 +27,11 @@ CASES = {
     "bad month text": (["ledger", "month", "november"], "month must look like"),
     "malformed toml": (["up", "--job", "{job}", "--config", "bad.toml"], "bad.toml: malformed TOML"),
     "bad value in toml": (["up", "--job", "{job}", "--config", "neg.toml"], "neg.toml:2: teardown.max_hours"),
+    # Seen: a UTF-16 (BOM ff fe) infra.toml -> UnicodeDecodeError traceback, exit 1.
+    # Seen: "teardown.idle_minutes.float: Input should be a finite number" (pydantic's union branch).
+    "idle nan in toml": (["up", "--job", "{job}", "--config", "idle.toml"], "idle.toml:2: teardown.idle_minutes: Input should be a finite"),
+    "idle nan flag": (["up", "--job", "{job}", "--idle-minutes", "nan"], "teardown.idle_minutes: Input should be a finite"),
+    "toml not utf-8": (["up", "--job", "{job}", "--config", "utf16.toml"], "utf16.toml: not UTF-8 text"),
 }
 
 
@@ -34,6 +39,8 @@ CASES = {
 def test_bad_input_exits_2_with_one_line_and_books_nothing(name, job, gpuops_home, cli, tmp_path):
     (tmp_path / "bad.toml").write_text("[teardown\nmax_hours = 1\n")
     (tmp_path / "neg.toml").write_text("[teardown]\nmax_hours = -2\n")
+    (tmp_path / "idle.toml").write_text("[teardown]\nidle_minutes = nan\n")
+    (tmp_path / "utf16.toml").write_bytes("[teardown]\nmax_hours = 2\n".encode("utf-16"))
     args, expected = CASES[name]
     args = [a.replace("{job}", job) for a in args]
     out = cli(*args)

@@ -215,7 +215,7 @@ def test_non_numeric_or_zero_sizes(bad):
     ({"batch": "x"}, "--batch must be a whole number"),
     ({"seq": 0}, "--seq must be >= 1"),
     ({"gpu_count": 0}, "--gpu-count must be >= 1"),
-    ({"headroom": 1.5}, "--headroom must be in"),
+    ({"headroom": 1.5}, "--gpu-memory-utilization must be in"),
     ({"mode": "serve"}, "--mode must be infer or train"),
     ({"card": "z100"}, "unknown card"),
 ])

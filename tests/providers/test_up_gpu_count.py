@@ -28,3 +28,16 @@ def test_gpu_count_must_be_a_whole_number(gpuops_home, cli, tmp_path):
         out = cli("up", "--job", str(job), "--gpu-count", bad)
         assert out.returncode == 2 and "--gpu-count" in out.stderr, out.stderr
     assert not (gpuops_home / "ledger.db").exists()
+
+
+def test_gpu_count_beyond_one_host_is_refused_before_anything_is_rented(gpuops_home, cli, tmp_path):
+    # Seen: `up --card a100 --gpu-count 99999` on the local provider "rented" an a100 x99999 and
+    # booked $59999.40/h (simulated), exit 0.
+    job = tmp_path / "ok.sh"
+    job.write_text("true\n")
+    out = cli("up", "--card", "a100", "--job", str(job), "--gpu-count", "99999")
+    assert out.returncode == 2, out.stderr
+    assert "--gpu-count must be <= 16" in out.stderr and "Traceback" not in out.stderr
+    assert not (gpuops_home / "ledger.db").exists()
+    ok = cli("up", "--card", "a100", "--job", str(job), "--gpu-count", "16", "--dry-run", "--json")
+    assert ok.returncode == 0, ok.stderr
