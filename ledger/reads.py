@@ -187,7 +187,13 @@ def sqlite_iter_rows_between(path: Path, start: float | None = None, end: float 
         where.append("created_at < ?")
         args.append(end)
     sql = f"SELECT {', '.join(cols)} FROM sessions" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY created_at, id"
-    row_t = namedtuple("SessionRow", cols)
+    yield from _sqlite_rows(path, sql, args, cols, "SessionRow")
+
+
+def _sqlite_rows(path: Path, sql: str, args: list, cols: tuple[str, ...] | list[str], typename: str) -> Iterator[Any]:
+    """Named tuples of a read-only ``sql`` on the SQLite file at ``path``, one at a time; the
+    columns named in ``_BOOL`` come back as bool (SQLite stores 0/1), NULL stays None."""
+    row_t = namedtuple(typename, cols)
     bools = [i for i, c in enumerate(cols) if c in _BOOL]
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
     try:
@@ -303,6 +309,8 @@ def session_cost_lines(engine, session_id: str) -> list[Any]:
 
 
 def sqlite_cost_lines(path: Path, start: float | None, end: float | None) -> list[Any]:
+    """Cost lines (storage) overlapping [start, end) (epoch seconds; None: unbounded), read with
+    the standard library from the SQLite file at ``path``."""
     where, args = [], []
     if end is not None:
         where.append("start_at < ?")
@@ -310,13 +318,8 @@ def sqlite_cost_lines(path: Path, start: float | None, end: float | None) -> lis
     if start is not None:
         where.append("end_at > ?")
         args.append(start)
-    row_t = namedtuple("CostLineRow", COST_LINE_COLUMNS)
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
-    try:
-        sql = f"SELECT {', '.join(COST_LINE_COLUMNS)} FROM cost_lines" + (f" WHERE {' AND '.join(where)}" if where else "")
-        return [row_t(*(r[:7] + (bool(r[7]),) + r[8:])) for r in con.execute(sql, args)]
-    finally:
-        con.close()
+    sql = f"SELECT {', '.join(COST_LINE_COLUMNS)} FROM cost_lines" + (f" WHERE {' AND '.join(where)}" if where else "")
+    return list(_sqlite_rows(path, sql, args, COST_LINE_COLUMNS, "CostLineRow"))
 
 
 class LedgerReader:
