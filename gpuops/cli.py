@@ -284,7 +284,7 @@ def ps(
         if hidden:
             print(f"{hidden} open session(s) of other users not shown; `gpuops ps --all` lists them")
 
-    emit.emit(rows, fmt, table)
+    emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns())
 
 
 @app.command()
@@ -416,7 +416,7 @@ def reconcile(
     with waiting("reconcile: asking the providers for gpuops instances"):
         acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
     if fmt != "table":
-        emit.emit([a.as_json() for a in acts], fmt)
+        emit.emit([a.as_json() for a in acts], fmt, csv_columns=rec.ACTION_COLUMNS)
     else:
         for a in acts:
             print(a)

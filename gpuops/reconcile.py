@@ -49,6 +49,9 @@ from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderEr
 LABEL_PREFIX = "gpuops-"
 
 
+ACTION_COLUMNS = ("session", "kind", "detail")  # ``Action.as_json`` keys: the CSV header of `gpuops reconcile`
+
+
 @dataclass
 class Action:
     """One thing reconcile/watchdog did or noticed. ``kind``: e.g. closed, destroyed, adopted,
@@ -59,7 +62,7 @@ class Action:
     detail: str
 
     def as_json(self) -> dict:
-        return {"session": self.session, "kind": self.kind, "detail": self.detail}
+        return dict(zip(ACTION_COLUMNS, (self.session, self.kind, self.detail)))
 
     def __str__(self) -> str:  # details quote provider labels and owners: shown, never run by the terminal
         from gpuops.textsafe import safe

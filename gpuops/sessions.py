@@ -38,6 +38,14 @@ def row_json(row) -> dict:
     return d
 
 
+def open_session_columns() -> tuple[str, ...]:
+    """The keys of ``row_json`` in order: the CSV header of ``gpuops ps``, printed even with no
+    open session."""
+    from ledger.reads import SESSION_COLUMNS
+
+    return ("session", *(c for c in SESSION_COLUMNS if c != "id"), "usd_per_mtoken", "seconds")
+
+
 def list_open(ledger, owner: str | None = None) -> list[dict]:
     """Open sessions as dicts (``row_json``); ``owner``: only that user's (and rows from before
     owners were booked), None: everyone's."""

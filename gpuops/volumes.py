@@ -52,6 +52,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 PROVIDERS = ("runpod", "vast")
 
 
+# ``Volume.as_json`` keys in order: the CSV header of `gpuops volumes list`, printed even with no volume.
+VOLUME_COLUMNS = ("provider", "id", "name", "size_gb", "region", "usd_per_month", "kind", "machine_id", "mount_path")
+
+
 @dataclass(frozen=True)
 class Volume:
     """A persistent volume. ``size_gb``: GB (10^9 bytes); ``region``: RunPod datacenter id or
@@ -71,9 +75,9 @@ class Volume:
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     def as_json(self) -> dict:
-        return {"provider": self.provider, "id": self.id, "name": self.name, "size_gb": self.size_gb, "region": self.region,
-                "usd_per_month": self.usd_per_month, "kind": self.kind, "machine_id": self.machine_id or None,
-                "mount_path": self.mount_path}
+        """The volume as a JSON-ready dict, keys ``VOLUME_COLUMNS`` in order."""
+        return dict(zip(VOLUME_COLUMNS, (self.provider, self.id, self.name, self.size_gb, self.region, self.usd_per_month,
+                                         self.kind, self.machine_id or None, self.mount_path)))
 
 
 def runpod_usd_per_month(size_gb: float) -> float:

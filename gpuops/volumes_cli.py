@@ -37,9 +37,11 @@ def pick(fmt: Optional[str], json_out: bool) -> str:
 
 def _print(vols: list, fmt: str, notes: list[str]) -> None:
     from gpuops import emit
+    from gpuops.volumes import VOLUME_COLUMNS
 
     if fmt != "table":
-        emit.emit({"volumes": [v.as_json() for v in vols], "notes": notes}, fmt, csv_records=[v.as_json() for v in vols])
+        emit.emit({"volumes": [v.as_json() for v in vols], "notes": notes}, fmt, csv_records=[v.as_json() for v in vols],
+                  csv_columns=VOLUME_COLUMNS)
         return
     from gpuops import ui
     from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
