@@ -3,6 +3,7 @@ SDKs and rich load inside the commands."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager, nullcontext
 from typing import Optional
 
 import typer
@@ -27,6 +28,20 @@ def _provider(name: str, config: Optional[str]):
     if name not in PROVIDERS:
         raise BadInput(f"provider {name!r} has no volumes", f"use --provider {' or '.join(PROVIDERS)}")
     return get_provider(name, load_settings(config))
+
+
+@contextmanager
+def _input_errors():
+    """A provider refusal that means "fix your input" (no or a rejected key, an unsupported
+    request, a 400) exits 2 like `up`'s, not 1: nothing was created."""
+    from gpuops.providers.base import ProviderError, ProviderErrorKind
+
+    try:
+        yield
+    except ProviderError as e:
+        if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.UNSUPPORTED, ProviderErrorKind.BAD_REQUEST):
+            raise BadInput(e.message, e.fix) from None
+        raise
 
 
 def pick(fmt: Optional[str], json_out: bool) -> str:
@@ -82,7 +97,7 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
         try:
             from gpuops.progress import waiting
 
-            with waiting(f"asking {name} for its volumes"):
+            with waiting(f"asking {name} for its volumes"), _input_errors() if provider else nullcontext():
                 vols += service(get_provider(name, settings)).list()
         except ProviderError as e:
             if provider:
@@ -104,7 +119,8 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod 
     check_size(size_gb)
     if provider == "runpod" and not region:
         raise BadInput("a RunPod network volume lives in one datacenter", "add --region, e.g. --region EU-RO-1")
-    vol = service(_provider(provider, config)).create(name, size_gb, region)
+    with _input_errors():
+        vol = service(_provider(provider, config)).create(name, size_gb, region)
     _print([vol], pick(fmt, json_out), [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
 
 
@@ -116,8 +132,9 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
     from gpuops.volumes import parse_ref, resolve, service
 
     prov, _ = parse_ref(ref)
-    p = _provider(prov, config)
-    vol = resolve(p, ref)
+    with _input_errors():
+        p = _provider(prov, config)
+        vol = resolve(p, ref)
     if not yes:
         raise BadInput(f"deleting {ref} loses its {vol.size_gb:g} GB (weights, caches, kept results)", "add --yes to delete it")
     fmt = pick(fmt, json_out)
