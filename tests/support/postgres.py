@@ -46,9 +46,9 @@ def pg_bindir() -> Path:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from tests.support.ports import reserved_port
+
+    return reserved_port()
 
 
 class PostgresServer:

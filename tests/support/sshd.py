@@ -32,10 +32,10 @@ SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 for a server that binds it later (``tests.support.ports``)."""
+    from tests.support.ports import reserved_port
+
+    return reserved_port()
 
 
 def keygen(path: Path, comment: str = "gpuops-test") -> str:
