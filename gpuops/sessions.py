@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from gpuops.config import Settings
+from typing import TYPE_CHECKING
+
 from gpuops.errors import BadInput
+
+if TYPE_CHECKING:  # gpuops.config imports pydantic: `ps` reads settings without it (gpuops/settings_snapshot.py)
+    from gpuops.config import Settings
 
 
 def open_ledger(settings: Settings):
