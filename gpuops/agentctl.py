@@ -27,10 +27,12 @@ import shlex
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from gpuops.config import Settings, TeardownSettings
 from gpuops.jobio import JOB_DIR
+
+if TYPE_CHECKING:  # type hints only: the watchdog's tick reads settings without pydantic (gpuops/settings_snapshot.py)
+    from gpuops.config import Settings, TeardownSettings
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
 BOOTSTRAP_REMOTE = ".gpuops/bootstrap"
@@ -214,11 +216,11 @@ def read_status(box, now: float | None = None) -> dict | None:
 def session_teardown(status: dict | None, trusted: Any, row: Any = None) -> dict:
     """The teardown settings to judge one session by, as ``bootstrap.policy.decide`` reads them.
 
-    ``trusted``: this machine's settings (a TeardownSettings or dict); ``row``: the session's ledger
+    ``trusted``: this machine's settings (a TeardownSettings, its snapshot section, or a dict); ``row``: the session's ledger
     row, whose own limits (attributes ``max_hours`` / ``max_session_usd`` when it has them) win over
     ``trusted``. The box's status may fill the rest (idle window, sample interval) but may only
     LOWER ``max_hours`` and ``max_session_usd``: a forged ``max_hours=1000`` changes nothing."""
-    base = teardown_dict(trusted) if isinstance(trusted, TeardownSettings) else dict(trusted or {})
+    base = dict(trusted) if isinstance(trusted, dict) else teardown_dict(trusted) if trusted is not None else {}
     for k in TIGHTEN_ONLY:
         v = getattr(row, k, None) if row is not None else None
         if isinstance(v, (int, float)) and v > 0:

@@ -49,11 +49,17 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """gpuops: GPU rentals that cannot be forgotten."""
 
 
-def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False):
+def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False, snapshot: bool = False):
     """Settings for a command. ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
     lists, reads or destroys boxes and books): a broken infra.toml key or GPUOPS_* variable is
     skipped with a one-line warning on stderr instead of refusing, so a running box can still be
-    found and destroyed."""
+    found and destroyed. ``snapshot`` (the commands run often, without flags: ps, watchdog --once,
+    the ledger reports): read back without pydantic when the same file and variables loaded cleanly before
+    (gpuops/settings_snapshot.py); the same values and errors either way."""
+    if snapshot and not overrides:
+        from gpuops.settings_snapshot import load
+
+        return load(config, lenient=emergency)
     from gpuops.config import load_settings
 
     return load_settings(config, overrides, lenient=emergency)
@@ -273,7 +279,7 @@ def ps(
     from gpuops import emit, sessions, ui
 
     fmt = emit.pick(fmt, json_out)
-    settings = _settings(config, emergency=True)
+    settings = _settings(config, emergency=True, snapshot=True)
     ledger = sessions.open_ledger(settings)
     me = settings.owner()
     everyone_rows = sessions.list_open(ledger)
@@ -373,7 +379,7 @@ def watchdog(
     json_out = pick(fmt, json_out, allowed=("table", "json")) == "json"
     if interval <= 0:
         raise BadInput(f"--interval must be > 0 seconds, got {interval:g}", "e.g. --interval 30")
-    settings = _settings(config)
+    settings = _settings(config, snapshot=once)  # the daemon: a full load, once
     emit = _emit_json if json_out else print
     if not once:
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
@@ -437,7 +443,7 @@ def _reader(config: Optional[str]):
     """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
     from ledger.reads import LedgerReader
 
-    return LedgerReader(_settings(config, emergency=True).ledger_url())
+    return LedgerReader(_settings(config, emergency=True, snapshot=True).ledger_url())
 
 
 @ledger_app.command("month")

@@ -34,6 +34,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from gpuops.errors import BadInput
+# find_config and the path/owner rules are shared with the snapshot the read-only commands read
+# without pydantic (gpuops/settings_snapshot.py).
+from gpuops.settings_snapshot import data_path_of, find_config, ledger_url_of, make_private, owner_of  # noqa: F401
 
 ENV_PREFIX = "GPUOPS_"
 from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: E402  (the one list, gpuops.providers.REGISTRY)
@@ -256,44 +259,19 @@ class Settings(_Section):
     source: Optional[str] = None  # the file these came from, for messages
 
     def data_path(self) -> Path:
-        if self.data_dir:
-            return Path(self.data_dir).expanduser().absolute()  # rows store log paths: never cwd-relative
-        import platformdirs
-
-        return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
+        return data_path_of(self.data_dir)
 
     def private_data_path(self) -> Path:
         """``data_path()``, created if missing and made 0700: it holds the ledger, logs, results,
         local boxes and keys, which are the user's alone."""
-        p = self.data_path()
-        p.mkdir(parents=True, exist_ok=True)
-        os.chmod(p, 0o700)
-        return p
+        return make_private(self.data_path())
 
     def ledger_url(self) -> str:
-        return self.ledger.url or f"sqlite:///{self.data_path() / 'ledger.db'}"
+        return ledger_url_of(self.ledger.url, self.data_path())
 
     def owner(self) -> str:
         """This user's name on the ledger: ``[user] name``, else ``<login>@<hostname>``."""
-        from gpuops.ownership import default_owner
-
-        return self.user.name or default_owner()
-
-
-def find_config(explicit: str | None) -> Path | None:
-    """The config file to read, or None. An explicit path that does not exist is BadInput."""
-    if explicit:
-        p = Path(explicit).expanduser()
-        if not p.is_file():
-            raise BadInput(f"config file {explicit} not found", "pass an existing file to --config")
-        return p
-    here = Path("infra.toml")
-    if here.is_file():
-        return here
-    import platformdirs
-
-    user = Path(platformdirs.user_config_dir("gpuops", appauthor=False)) / "infra.toml"
-    return user if user.is_file() else None
+        return owner_of(self.user.name)
 
 
 def _line_of(text: str, loc: tuple) -> int | None:
