@@ -173,7 +173,10 @@ def load(config: str | None, lenient: bool = False, env: dict | None = None):
     if home is not None:
         values = _read(home / SNAPSHOT_FILE, key, env, text, toml)
         if values is not None:
-            return SettingsSnapshot(values, str(path) if path else None, lambda: _full_load(config, lenient, None, full_env))
+            try:
+                return SettingsSnapshot(values, str(path) if path else None, lambda: _full_load(config, lenient, None, full_env))
+            except (KeyError, TypeError, AttributeError):  # an entry not of this shape: the full load
+                pass
     problems: list[str] = []
     settings = _full_load(config, lenient, problems, full_env)
     if key is not None and not problems and home is not None and home == settings.data_path():
