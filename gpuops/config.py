@@ -16,6 +16,10 @@ parsed), errors name the file and line, an unknown key gets the closest name ("d
 max_hours?"), a ``GPUOPS_<SECTION>_*`` variable naming no setting is refused, and ``lenient`` loads
 for the emergency commands (``ps``, ``down``, ``reconcile``, ``ledger``) skip what is broken with
 a one-line warning instead of refusing.
+
+``ps``, ``watchdog --once`` and the ledger reports read a clean load back from the settings
+snapshot without importing this module (gpuops/settings_snapshot.py); its values are this
+module's, kept from an earlier load of the same file and variables.
 """
 
 from __future__ import annotations
