@@ -200,15 +200,19 @@ def _full_load(config: str | None, lenient: bool, problems: list | None, env):
     return load_settings(config, lenient=lenient, env=dict(env), warn=warn)
 
 
-def _key(path: Path | None, text: bytes | None, env: dict) -> str:
-    """sha256 over what a load reads: the file, the variables, the code that validates."""
+def _key(path: Path | None, text: bytes | None, env: dict) -> str | None:
+    """sha256 over what a load reads: the file, the variables, the code that validates (None:
+    that code cannot be read, so nothing is kept)."""
     import hashlib
 
     h = hashlib.sha256()
     h.update(f"format {SNAPSHOT_FORMAT}\n".encode())
     here = Path(__file__).resolve().parent
     for code in (here / "config.py", here / "settings_snapshot.py"):
-        h.update(code.read_bytes())
+        try:
+            h.update(code.read_bytes())
+        except OSError:  # not plain files (a zip): no snapshot, every load in full
+            return None
     import importlib.util
 
     for pkg in ("pydantic", "pydantic_settings", "pydantic_core"):
