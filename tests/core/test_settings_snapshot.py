@@ -132,3 +132,16 @@ def test_hot_commands_read_back_without_pydantic(gpuops_home, cli_env, tmp_path)
     stored = json.loads((gpuops_home / SNAPSHOT_FILE).read_text())
     assert len(stored["entries"]) == 1 and "carol" not in json.dumps(stored)
     assert Path(gpuops_home / SNAPSHOT_FILE).exists()
+
+
+@pytest.mark.parametrize("garbage", ["", "{", '{"entries": 3}', '{"entries": [{"key": "KEY", "values": {"data_dir": 1}}]}'])
+def test_a_broken_snapshot_file_means_a_full_load_and_is_rewritten(tmp_path, monkeypatch, garbage):
+    monkeypatch.chdir(tmp_path)
+    env = _env(tmp_path, {"GPUOPS_TEARDOWN_MAX_HOURS": "2"})
+    load(None, env=env)
+    stored = json.loads((tmp_path / "data" / SNAPSHOT_FILE).read_text())
+    (tmp_path / "data" / SNAPSHOT_FILE).write_text(garbage.replace("KEY", stored["entries"][0]["key"]))
+    s = load(None, env=env)
+    assert not isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 2.0
+    s = load(None, env=env)
+    assert isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 2.0
