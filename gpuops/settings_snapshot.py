@@ -233,7 +233,10 @@ def _parsed(text: bytes | None, toml: list) -> dict | None:
     if text is None:
         return {}
     if not toml:
-        import tomllib
+        try:
+            import tomllib
+        except ImportError:  # pragma: no cover  (python 3.10, as gpuops.config)
+            import tomli as tomllib
 
         try:
             toml.append(tomllib.loads(text.decode("utf-8")))
