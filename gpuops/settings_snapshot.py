@@ -201,11 +201,9 @@ def _full_load(config: str | None, lenient: bool, problems: list | None, env):
 
 
 def _key(path: Path | None, text: bytes | None, env: dict) -> str | None:
-    """sha256 over what a load reads: the file, the variables, the code that validates (None:
+    """sha512 over what a load reads: the file, the variables, the code that validates (None:
     that code cannot be read, so nothing is kept)."""
-    import hashlib
-
-    h = hashlib.sha256()
+    h = _sha512()
     h.update(f"format {SNAPSHOT_FORMAT}\n".encode())
     here = Path(__file__).resolve().parent
     for code in (here / "config.py", here / "settings_snapshot.py"):
@@ -227,6 +225,19 @@ def _key(path: Path | None, text: bytes | None, env: dict) -> str | None:
     h.update(json.dumps([os.path.abspath(path) if path is not None else None, sorted(env.items())]).encode())
     h.update(b"\0" + (text or b""))
     return h.hexdigest()
+
+
+def _sha512():
+    """A sha512 hash object. As the stdlib's random.py does, CPython's lean built-in module first:
+    hashlib loads OpenSSL's binding (~3 ms, more than reading the snapshot)."""
+    try:
+        from _sha2 import sha512  # CPython >= 3.12
+    except ImportError:
+        try:
+            from _sha512 import sha512  # CPython <= 3.11
+        except ImportError:  # pragma: no cover
+            from hashlib import sha512
+    return sha512()
 
 
 def _parsed(text: bytes | None, toml: list) -> dict | None:
