@@ -113,6 +113,9 @@ def up(
         raise BadInput(f"--max-hours must be a finite number of hours, got {max_hours}", "it is the box's hard TTL, e.g. --max-hours 2")
     if max_hours is not None and max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
+    if max_hours is not None and max_hours > 720:  # gpuops.config.MAX_TTL_HOURS (not imported here: start-up)
+        raise BadInput(f"--max-hours must be at most 720 (30 days), got {max_hours:g}",
+                       "a TTL is the box's hard time limit; pass the hours the job needs, e.g. --max-hours 48")
     over: dict = {"up": {}, "teardown": {}}
     for key, val in (("provider", provider), ("card", card), ("experiment", experiment), ("spot", spot), ("max_price", price)):
         if val is not None:

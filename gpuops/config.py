@@ -65,10 +65,15 @@ class UpSettings(_Section):
     ssh_key: str = ""  # private key for rented boxes; empty: gpuops' own, <data dir>/ssh/id_ed25519 (made once, 0600)
 
 
+MAX_TTL_HOURS = 720.0  # 30 days: gpuops rents for jobs and experiments, not standing servers
+
+
 class TeardownSettings(_Section):
     """The three layers: job end (grace), idle GPU, money (TTL, caps)."""
 
-    max_hours: float = Field(default=4.0, gt=0)  # hard TTL per box
+    # Hard TTL per box, hours. At most MAX_TTL_HOURS: a larger number would switch the TTL off in all
+    # but name (``1e308`` was accepted and printed a 300-digit projected cost).
+    max_hours: float = Field(default=4.0, gt=0, le=MAX_TTL_HOURS)
     idle_minutes: Union[float, Literal["off"]] = 15.0
     idle_util_percent: float = Field(default=5.0, ge=0, le=100)
     sample_seconds: float = Field(default=10.0, gt=0)

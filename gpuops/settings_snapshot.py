@@ -45,6 +45,8 @@ def find_config(explicit: str | None) -> Path | None:
     """The config file to read, or None. An explicit path that does not exist is BadInput."""
     if explicit:
         p = Path(explicit).expanduser()
+        if p.is_dir():
+            raise BadInput(f"config file {explicit} is a directory", f"pass the file itself, e.g. --config {p / 'infra.toml'}")
         if not p.is_file():
             raise BadInput(f"config file {explicit} not found", "pass an existing file to --config")
         return p

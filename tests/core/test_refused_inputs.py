@@ -23,6 +23,29 @@ def _run(env, *args):
     return subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=60)
 
 
+def test_a_ttl_past_30_days_is_refused_from_flag_env_and_file(job, gpuops_home, cli, tmp_path):
+    # Seen: `up --max-hours 1e308` was accepted: a TTL that never fires, and a 300-digit projected cost.
+    out = cli("up", "--job", job, "--max-hours", "1e308")
+    assert out.returncode == 2 and out.stderr.startswith("error: --max-hours must be at most 720 (30 days), got 1e+308"), out.stderr
+    out = cli("up", "--job", job, env={"GPUOPS_TEARDOWN_MAX_HOURS": "721"})
+    assert out.returncode == 2 and "GPUOPS_TEARDOWN_MAX_HOURS" in out.stderr and "720" in out.stderr, out.stderr
+    cfg = tmp_path / "conf" / "long.toml"  # not ./infra.toml (the cwd), which every later run would read
+    cfg.parent.mkdir()
+    cfg.write_text("[teardown]\nmax_hours = 5000\n")
+    out = cli("up", "--job", job, "--config", str(cfg))
+    assert out.returncode == 2 and "teardown.max_hours" in out.stderr and "720" in out.stderr, out.stderr
+    ok = cli("up", "--job", job, "--max-hours", "720", "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+    assert not (gpuops_home / "boxes").exists()
+
+
+def test_config_that_is_a_directory_says_so(gpuops_home, cli, tmp_path):
+    # Seen: `--config DIR` said "config file DIR not found" although DIR exists.
+    out = cli("ps", "--config", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"error: config file {tmp_path} is a directory (pass the file itself, e.g. --config {tmp_path / 'infra.toml'})"
+
+
 @pytest.mark.parametrize("flag,value", [
     ("--max-hours", "inf"), ("--max-hours", "nan"), ("--max-hours", "1e400"),
     ("--max-price", "inf"), ("--max-price", "nan"),
