@@ -182,24 +182,27 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
     known_cards = {n.lower() for c in cards() for n in (c.name, c.family, *c.aliases)}
     money = {False: 0.0, True: 0.0}
 
-    from ledger.csvio import IMPORT_COLUMNS
+    from operator import itemgetter
 
-    i_sim, i_cost = IMPORT_COLUMNS.index("simulated"), IMPORT_COLUMNS.index("cost_usd")
+    from gpuops.textsafe import UNSAFE, bad_chars
+    from ledger.csvio import IMPORT_CONSTANTS, IMPORT_ROW
 
-    from gpuops.textsafe import bad_chars
-
-    names = [(c, IMPORT_COLUMNS.index(c)) for c in ("experiment", "card", "provider")]
+    i_sim, i_cost = IMPORT_ROW.index("simulated"), IMPORT_ROW.index("cost_usd")
+    names = [(c, IMPORT_ROW.index(c)) for c in ("experiment", "card", "provider")]
+    pick_names = itemgetter(*(i for _, i in names))
+    unsafe = UNSAFE.search
 
     def counted(imp):
         for line, row in imp:
             # Tab, CR and LF are kept (ledger export round-trips them, ledger/csvio.py; every
             # renderer shows them escaped); ESC, other C0/C1 controls and bidi overrides are refused.
-            bad = [(c, [x for x in bad_chars(str(row[i] or "")) if x not in ("\\x09", "\\x0d", "\\x0a")]) for c, i in names]
-            bad = [(c, b) for c, b in bad if b]
-            if bad:  # names label every report: no terminal control or bidi characters in them
-                for c, b in bad:
-                    imp.errors.append((line, f"{c} contains control or bidi characters ({', '.join(dict.fromkeys(b))}); use visible text"))
-                continue
+            if unsafe("".join(pick_names(row))):  # one scan in C; the detail only for a hit
+                bad = [(c, [x for x in bad_chars(str(row[i] or "")) if x not in ("\\x09", "\\x0d", "\\x0a")]) for c, i in names]
+                bad = [(c, b) for c, b in bad if b]
+                if bad:  # names label every report: no terminal control or bidi characters in them
+                    for c, b in bad:
+                        imp.errors.append((line, f"{c} contains control or bidi characters ({', '.join(dict.fromkeys(b))}); use visible text"))
+                    continue
             money[row[i_sim]] += row[i_cost]
             yield line, row
 
@@ -208,7 +211,7 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
             imp = CsvImport(f, tz, providers=set(NAMES), cards=known_cards, strict=strict)
             errors: list = []
             try:
-                n = ledger.import_rows(counted(imp), imp.errors, columns=IMPORT_COLUMNS)
+                n = ledger.import_rows(counted(imp), imp.errors, columns=IMPORT_ROW, constants=IMPORT_CONSTANTS)
             except ImportRejected as e:
                 errors = e.errors
     except UnicodeDecodeError as e:

@@ -17,10 +17,17 @@ U+2066-U+2069), which reorder what follows (Trojan Source, CVE-2021-42574). Stan
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # UAX #9 explicit directional formatting characters and marks.
 BIDI = frozenset([0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+
+# ``unsafe_char`` as one character class, for scanning many cells in C (``ledger import``): Cc is
+# U+0000-U+001F and U+007F-U+009F, Zl is U+2028, Zp U+2029 (fixed by Unicode's stability policy),
+# plus BIDI. tests/core/test_textsafe.py checks it against ``unsafe_char`` for every code point.
+UNSAFE_CLASS = "\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+UNSAFE = re.compile(f"[{UNSAFE_CLASS}]")
 
 
 def unsafe_char(ch: str) -> bool:

@@ -26,6 +26,7 @@ import hashlib
 import io
 from datetime import datetime, timezone
 from itertools import groupby
+from operator import itemgetter
 from typing import Collection, Iterable, Iterator, TextIO
 
 from ledger.reports import zone
@@ -199,7 +200,7 @@ class CsvImport:
     ``providers`` / ``cards``: the known names (lower case; None: not checked); a row naming
     another, or whose cost differs from usd_per_hour x hours by more than ``COST_TOLERANCE_USD``,
     is a ``warnings`` entry (an error with ``strict``). Iterating yields (line number, row) with
-    the row a tuple of ``IMPORT_COLUMNS`` (``parse_csv`` gives dicts);
+    the row a tuple of ``IMPORT_ROW`` (``parse_csv`` gives dicts of ``IMPORT_COLUMNS``);
     ``errors`` and ``warnings`` (lists of (line, message)) fill as it goes, so read them after the
     iteration. Nothing of the file is kept but the current row (and, for rows without a session
     id, a digest per distinct line, to number identical lines apart)."""
@@ -233,6 +234,7 @@ class CsvImport:
             self.errors.append((1, str(e)))
             return
         width = len(names)
+        parse = _row_parser(ix, seen, tzinfo, self.providers, self.cards)
         prev = reader.line_num
         for cells in reader:
             line, prev = prev + 1, reader.line_num
@@ -243,7 +245,7 @@ class CsvImport:
                 continue
             cells.append("")
             try:
-                row, notes = _row(cells, ix, seen, tzinfo, self.providers, self.cards)
+                row, notes = parse(cells)
             except _Bad as e:
                 if "".join(cells).strip():
                     self.errors.append((line, str(e)))
@@ -275,76 +277,125 @@ def _header_problem(names: list[str]) -> str | None:
     return None
 
 
-# What an imported row sets, in the order ``_row`` builds it (every other column: its default).
-IMPORT_COLUMNS = (
-    "id", "experiment", "job", "provider", "card", "gpu_count", "spot", "label", "instance_id", "offer_id",
-    "usd_per_hour", "bid_usd_per_hour", "simulated", "status", "created_at", "instance_created_at", "ready_at",
-    "ended_at", "end_reason", "exit_code", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
-    "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
+# What an imported row sets: ``IMPORT_ROW`` varies per line (the tuple ``CsvImport`` yields, in this
+# order), ``IMPORT_CONSTANTS`` is the same for every line (an imported rental is closed, booked from
+# the sheet; the insert writes them as literals, so each line binds 14 values, not 32).
+IMPORT_ROW = (
+    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "created_at",
+    "instance_created_at", "ended_at", "billed_seconds", "cost_usd", "tokens", "conclusion",
 )
+IMPORT_CONSTANTS = {
+    "job": "", "spot": False, "label": "", "instance_id": None, "offer_id": None, "bid_usd_per_hour": None,
+    "status": "closed", "ready_at": None, "end_reason": "imported", "exit_code": None, "job_seconds": None, "note": "",
+    "log_path": "", "results_path": "", "billing_increment_seconds": None, "last_heartbeat_at": None,
+    "end_source": "import", "source": "import",
+}
+# Every column an imported row sets.
+IMPORT_COLUMNS = IMPORT_ROW + tuple(IMPORT_CONSTANTS)
 
 
-def _row(cells: list[str], ix: tuple[int, ...], seen: dict[bytes, int], tzinfo,
-         providers: Collection[str] | None, cards: Collection[str] | None) -> tuple[tuple, list[str] | None]:
-    """One data line as an ``IMPORT_COLUMNS`` tuple and its notes (None when clean). ``ix``: the
-    cell index of each of ``ALL_COLUMNS`` (an absent column points at a trailing "")."""
-    (i_date, i_exp, i_prov, i_card, i_gpus, i_price, i_hours, i_cost, i_tokens, i_concl, i_sim, i_sid) = ix
-    created = _date(cells[i_date], tzinfo)
-    provider, card = cells[i_prov].strip(), cells[i_card].strip()
-    if provider[:1] == "'":
-        provider = unneutralize(provider)
-    if card[:1] == "'":
-        card = unneutralize(card)
-    if not provider or not card:
-        raise _Bad("provider and card must not be empty")
-    price = _float(cells[i_price], "usd_per_hour")
-    hours = _float(cells[i_hours], "hours")
-    cost = _float(cells[i_cost], "cost_usd")
-    notes = None
-    if cost is None:
-        if price is None or hours is None:
-            raise _Bad("need two of usd_per_hour, hours, cost_usd")
-        cost = round(price * hours, 6)
-    elif hours is None:
-        if price is None:
-            raise _Bad("need two of usd_per_hour, hours, cost_usd")
-        hours = cost / price if price else 0.0
-    elif price is None:
-        price = cost / hours if hours else 0.0
-    elif abs(cost - price * hours) > COST_TOLERANCE_USD:
-        notes = [f"cost_usd {cost:g} differs from usd_per_hour x hours = {price:g} x {hours:g} = {price * hours:.4f}"
-                 f" by more than ${COST_TOLERANCE_USD:g}"]
-    if hours > MAX_IMPORT_HOURS:
-        raise _Bad(f"hours {hours:g} is more than one rental can last ({MAX_IMPORT_HOURS:g} h = 366 days): minutes or seconds in the hours column?")
-    if price > MAX_IMPORT_USD_PER_HOUR:
-        raise _Bad(f"usd_per_hour {price:g} is above ${MAX_IMPORT_USD_PER_HOUR:g}/h, more than any box costs: a total in the price column?")
-    if cost > MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS:
-        raise _Bad(f"cost_usd {cost:g} is more than a year of the dearest box: a typo?")
-    if providers is not None and provider.lower() not in providers:
-        notes = (notes or []) + [f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})"]
-    if cards is not None and card.lower() not in cards:
-        notes = (notes or []) + [f"unknown card {card!r} (`gpuops plan --model list` shows the catalog)"]
-    raw_flag = cells[i_sim]
-    flag = raw_flag if raw_flag == "false" or raw_flag == "true" else raw_flag.strip().lower()
-    if flag not in _TRUE and flag not in _FALSE:
-        raise _Bad(f"simulated must be true or false, got {raw_flag!r}")
-    gpus = _int(cells[i_gpus], "gpu_count", 1)
-    if gpus < 1:
-        raise _Bad("gpu_count must be >= 1")
-    tokens = _int(cells[i_tokens], "tokens", 0)
-    sid = cells[i_sid].strip()
-    sid = (unneutralize(sid) if sid[:1] == "'" else sid) or _row_id(cells[:-1], seen)
-    experiment = cells[i_exp].strip()
-    if experiment[:1] == "'":
-        experiment = unneutralize(experiment)
-    conclusion = cells[i_concl].strip()
-    if conclusion[:1] == "'":
-        conclusion = unneutralize(conclusion)
-    seconds = round(hours * 3600.0, 3)
-    # IMPORT_COLUMNS order: an imported rental is closed, booked from the sheet.
-    return (sid, experiment or "default", "", provider, card, gpus, False, "", None, None, price, None, flag in _TRUE,
-            "closed", created, created, None, created + seconds, "imported", None, seconds, cost, tokens, None, conclusion,
-            "", "", "", None, None, "import", "import"), notes
+def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: Collection[str] | None,
+                cards: Collection[str] | None):
+    """The per-line parser compiled for one header: ``parse(cells) -> (IMPORT_ROW tuple, notes or
+    None)``, raising ``_Bad`` with the first problem of the line. ``ix``: the cell index of each of
+    ``ALL_COLUMNS`` (an absent column points at the trailing "" ``CsvImport`` appends). The checks,
+    their order and their messages are those of the one generic path (``_float``, ``_int``,
+    ``_date``); the common case (plain numbers, an ISO date) is tried first, inline."""
+    pick = itemgetter(*ix)
+    fromiso = datetime.fromisoformat
+    inf, max_hours, max_price, max_cost = _INF, MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
+    true, false = _TRUE, _FALSE
+
+    def number(v: str, name: str) -> float | None:
+        try:
+            f = float(v)
+        except ValueError:
+            return _float(v, name)
+        if 0 <= f < inf:
+            return f
+        return _float(v, name)  # the error, worded once
+
+    def parse(cells: list[str]) -> tuple[tuple, list[str] | None]:
+        (v_date, experiment, provider, card, v_gpus, v_price, v_hours, v_cost, v_tokens, conclusion, raw_flag,
+         sid) = pick(cells)
+        try:
+            d = fromiso(v_date)
+        except ValueError:
+            created = _date(v_date, tzinfo)
+        else:
+            created = (d if d.tzinfo is not None else d.replace(tzinfo=tzinfo)).timestamp()
+        provider, card = provider.strip(), card.strip()
+        if provider[:1] == "'":
+            provider = unneutralize(provider)
+        if card[:1] == "'":
+            card = unneutralize(card)
+        if not provider or not card:
+            raise _Bad("provider and card must not be empty")
+        price = number(v_price, "usd_per_hour")
+        hours = number(v_hours, "hours")
+        cost = number(v_cost, "cost_usd")
+        notes = None
+        if cost is None:
+            if price is None or hours is None:
+                raise _Bad("need two of usd_per_hour, hours, cost_usd")
+            cost = round(price * hours, 6)
+        elif hours is None:
+            if price is None:
+                raise _Bad("need two of usd_per_hour, hours, cost_usd")
+            hours = cost / price if price else 0.0
+        elif price is None:
+            price = cost / hours if hours else 0.0
+        elif abs(cost - price * hours) > COST_TOLERANCE_USD:
+            notes = [f"cost_usd {cost:g} differs from usd_per_hour x hours = {price:g} x {hours:g} = {price * hours:.4f}"
+                     f" by more than ${COST_TOLERANCE_USD:g}"]
+        if hours > max_hours:
+            raise _Bad(f"hours {hours:g} is more than one rental can last ({MAX_IMPORT_HOURS:g} h = 366 days): minutes or seconds in the hours column?")
+        if price > max_price:
+            raise _Bad(f"usd_per_hour {price:g} is above ${MAX_IMPORT_USD_PER_HOUR:g}/h, more than any box costs: a total in the price column?")
+        if cost > max_cost:
+            raise _Bad(f"cost_usd {cost:g} is more than a year of the dearest box: a typo?")
+        if providers is not None and provider.lower() not in providers:
+            notes = (notes or []) + [f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})"]
+        if cards is not None and card.lower() not in cards:
+            notes = (notes or []) + [f"unknown card {card!r} (`gpuops plan --model list` shows the catalog)"]
+        if raw_flag == "false":
+            simulated = False
+        elif raw_flag == "true":
+            simulated = True
+        else:
+            flag = raw_flag.strip().lower()
+            if flag not in true and flag not in false:
+                raise _Bad(f"simulated must be true or false, got {raw_flag!r}")
+            simulated = flag in true
+        try:
+            gpus = int(v_gpus)
+        except ValueError:
+            gpus = _int(v_gpus, "gpu_count", 1)
+        else:
+            if gpus < 0:
+                gpus = _int(v_gpus, "gpu_count", 1)  # the error
+        if gpus < 1:
+            raise _Bad("gpu_count must be >= 1")
+        try:
+            tokens = int(v_tokens)
+        except ValueError:
+            tokens = _int(v_tokens, "tokens", 0)
+        else:
+            if tokens < 0:
+                tokens = _int(v_tokens, "tokens", 0)  # the error
+        sid = sid.strip()
+        sid = (unneutralize(sid) if sid[:1] == "'" else sid) or _row_id(cells[:-1], seen)
+        experiment = experiment.strip()
+        if experiment[:1] == "'":
+            experiment = unneutralize(experiment)
+        conclusion = conclusion.strip()
+        if conclusion[:1] == "'":
+            conclusion = unneutralize(conclusion)
+        seconds = round(hours * 3600.0, 3)
+        return (sid, experiment or "default", provider, card, gpus, price, simulated, created, created, created + seconds,
+                seconds, cost, tokens, conclusion), notes
+
+    return parse
 
 
 def parse_csv(text: TextIO | str, tz: str | None = None, providers: Collection[str] | None = None,
@@ -354,6 +405,6 @@ def parse_csv(text: TextIO | str, tz: str | None = None, providers: Collection[s
     imp = CsvImport(text, tz, providers, cards, strict)
     rows, lines = [], []
     for line, row in imp:
-        rows.append(dict(zip(IMPORT_COLUMNS, row)))
+        rows.append(dict(zip(IMPORT_ROW, row), **IMPORT_CONSTANTS))
         lines.append(line)
     return rows, lines, imp.errors

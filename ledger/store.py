@@ -65,6 +65,18 @@ def default_spool_path(url: str) -> Path:
 __all__ = ["Ledger", "billed_cost", "ImportRejected"]
 
 
+def _sql_literal(value: Any) -> str:
+    """``value`` (None, a bool, an int or float, or one of OUR constant strings, never a user's) as an
+    SQL literal that SQLite and PostgreSQL read alike."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 class ImportRejected(ValueError):
     """An import that wrote nothing. ``errors``: (line number, message) pairs."""
 
@@ -359,7 +371,7 @@ class Ledger:
         return self.import_rows(zip(lines, rows), chunk=chunk)
 
     def import_rows(self, pairs: Iterable[tuple[int, Any]], errors: list[tuple[int, str]] | None = None,
-                    chunk: int = 5000, columns: Iterable[str] | None = None) -> int:
+                    chunk: int = 5000, columns: Iterable[str] | None = None, constants: dict | None = None) -> int:
         """Stream (line number, row) pairs into ``sessions`` in ONE transaction, ``chunk`` rows per
         executemany: memory holds one chunk, whatever the file's size. A row is a dict of columns
         (absent ones NULL) or a tuple of ``columns`` (default ``ledger.reads.SESSION_COLUMNS``; the
@@ -371,12 +383,14 @@ class Ledger:
         from ledger.reads import SESSION_COLUMNS
 
         cols = tuple(columns) if columns is not None else SESSION_COLUMNS
+        fixed = dict(constants or {})
         errors = errors if errors is not None else []
         clashes: list[tuple[int, str]] = []
         count = 0
         with self.engine.begin() as conn:
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-            insert = f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join([mark] * len(cols))})"
+            insert = (f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
+                      f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v) for v in fixed.values()])})")
             lookup = "SELECT id FROM sessions WHERE id IN ({})"
             batch: dict[str, tuple[int, tuple]] = {}
 
