@@ -161,7 +161,8 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
             start, end = month_bounds(month, _tz_checked(tz))
         except ValueError as e:
             raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    return write_export(ledger.iter_query(*export_sql(ledger.dialect, start, end)), out)
+    dialect = ledger.dialect
+    return write_export(ledger.iter_query(*export_sql(dialect, start, end)), out, sort_ties=dialect == "sqlite")
 
 
 def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:

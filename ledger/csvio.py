@@ -24,8 +24,8 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+from bisect import bisect_right
 from datetime import datetime, timezone
-from itertools import groupby
 from operator import itemgetter
 from typing import Collection, Iterable, Iterator, TextIO
 
@@ -55,19 +55,13 @@ def unneutralize(text: str) -> str:
     return text[1:] if text[:1] == "'" and text.lstrip("'")[:1] in FORMULA_START and text.lstrip("'") else text
 
 
-# The export as one query, in CSV column order; the date's whole seconds are formatted by the
-# database where it can (Python's datetime costs more than the rest of a row), the microseconds in
-# Python exactly as ``datetime.fromtimestamp`` rounds them.
-_EXPORT_DATE_SQL = {
-    "sqlite": "strftime('%Y-%m-%dT%H:%M:%S', CAST(created_at AS INTEGER), 'unixepoch')",
-    "postgresql": "to_char(to_timestamp(trunc(created_at)) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS')",
-}
-
-
 def export_sql(dialect: str, start: float | None = None, end: float | None = None) -> tuple[str, dict]:
-    """(SQL, params) selecting what ``write_export`` writes: closed sessions that got an instance,
-    intent time in [start, end) (None: open side), oldest first."""
-    date = _EXPORT_DATE_SQL.get(dialect, "NULL")
+    """(SQL, params) selecting what ``write_export`` writes, in CSV column order (the date as the
+    epoch seconds it is formatted from): closed sessions that got an instance, intent time in
+    [start, end) (None: open side), oldest first, equal times by session id. On ``sqlite`` the
+    SQL orders by time only (the index order; a sort by id as well costs a quarter of the query)
+    and ``write_export(..., sort_ties=True)`` orders equal times by id, as SQLite's binary
+    collation would; elsewhere (``postgresql``: its collation) the database orders both."""
     where = ["status = 'closed'", "(instance_id IS NOT NULL OR instance_created_at IS NOT NULL)"]
     params: dict = {}
     if start is not None:
@@ -76,49 +70,157 @@ def export_sql(dialect: str, start: float | None = None, end: float | None = Non
     if end is not None:
         where.append("created_at < :end")
         params["end"] = end
-    sql = (f"SELECT created_at, {date}, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, "
-           f"cost_usd, tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY created_at, id")
+    order = "created_at" if dialect == "sqlite" else "created_at, id"
+    sql = ("SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, "
+           f"cost_usd, tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY {order}")
     return sql, params
 
 
 _RISKY_START = frozenset(FORMULA_START) | {"'"}
+# Bounded caches of the export loop (a ledger repeats its experiment, provider and card names,
+# prices and billed durations): cleared when they reach this many entries, so memory stays flat.
+_CACHE_MAX = 4096
+_HH_MM = [f"{h:02d}:{m:02d}:" for h in range(24) for m in range(60)]
+_SS = [f"{s:02d}" for s in range(60)]
 
 
-def write_export(rows: Iterable[tuple], out: TextIO) -> int:
+def _csv_cell(text) -> str | None:
+    """``text`` neutralized and as the csv module writes it in a row of ``write_export`` (quoted
+    when it holds a comma, a double quote or a line feed, quotes doubled), or None when the row
+    must go through the csv module itself: a carriage return (the row is then quoted whole, see
+    ``write_export``) or not a string."""
+    if type(text) is not str:
+        return None
+    if text[:1] in _RISKY_START:
+        text = neutralize(text)
+    if "\r" in text:
+        return None
+    if "," in text or '"' in text or "\n" in text:
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) -> int:
     """Write the rows of ``export_sql`` to ``out`` as CSV (header first; floats in Python's shortest
     exact form, dates ISO 8601 UTC, text ``neutralize``d); returns the number of sessions written.
-    Streams: one row in memory at a time."""
+    ``sort_ties``: the rows come ordered by time only; order rows of equal time by session id.
+
+    Streams (a few thousand lines buffered) and formats each common row with one f-string: the
+    cells the ledger repeats (names, prices, durations) come from bounded caches, dates from a
+    per-day prefix. Any other row (a carriage return in a cell, a value of an odd type, a date
+    outside 1970-9999) is written by the csv module, so the bytes are always those of
+    ``csv.writer(out, lineterminator="\\n")`` fed the neutralized record, a record with a carriage
+    return fully quoted (tests/books/test_csv_export_exact.py compares the two on hostile rows)."""
     utc = timezone.utc
     fromts = datetime.fromtimestamp
-    risky = _RISKY_START
-    n = 0
-
-    def records():
-        nonlocal n
-        for created, second, exp, prov, card, gpus, price, hours, cost, tokens, concl, sim, sid in rows:
-            whole = int(created)
-            us = round((created - whole) * 1e6)
-            if second is None or created < 0 or us >= 1_000_000:
-                date = fromts(created, utc).isoformat()
-            else:
-                date = f"{second}.{us:06d}+00:00" if us else f"{second}+00:00"
-            n += 1
-            yield (date, neutralize(exp) if exp[:1] in risky else exp, neutralize(prov) if prov[:1] in risky else prov,
-                   neutralize(card) if card[:1] in risky else card, gpus, None if price is None else float(price),
-                   None if hours is None else float(hours), None if cost is None else float(cost), tokens or 0,
-                   (neutralize(concl) if concl[:1] in risky else concl) if concl else "", "true" if sim else "false",
-                   neutralize(sid) if sid[:1] in risky else sid)
-
-    def has_cr(rec: tuple) -> bool:
-        return "\r" in rec[1] or "\r" in rec[2] or "\r" in rec[3] or "\r" in rec[9] or "\r" in rec[11]
-
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(ALL_COLUMNS)
+    hh_mm, ss = _HH_MM, _SS
+    cell, cache_max = _csv_cell, _CACHE_MAX
+    days: dict[int, str] = {}
+    tod: list[str | None] = [None] * 86400  # "HH:MM:SS" of each second of the day, made on first use
+    cells: dict[str, str | None] = {}
+    floats: dict[float, str] = {}
+    csv.writer(out, lineterminator="\n").writerow(ALL_COLUMNS)
+    one = io.StringIO()  # the csv module's rendering of one odd row
+    plain = csv.writer(one, lineterminator="\n")
     # With "\n" line ends the csv module leaves a lone "\r" unquoted, which splits the record on
     # reading: such a record is written fully quoted.
-    quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
-    for cr, run in groupby(records(), has_cr):
-        (quoted if cr else w).writerows(run)
+    quoted = csv.writer(one, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    buf: list[str] = []
+    add, write = buf.append, out.write
+
+    def date_of(created: float) -> str:
+        whole = int(created)
+        us = round((created - whole) * 1e6)
+        if created < 0 or us >= 1_000_000:
+            return fromts(created, utc).isoformat()
+        day, sec = divmod(whole, 86400)
+        prefix = days.get(day)
+        if prefix is None:
+            if len(days) >= cache_max:
+                days.clear()
+            try:
+                prefix = days[day] = fromts(day * 86400, utc).strftime("%Y-%m-%dT")
+            except (ValueError, OverflowError, OSError):
+                return fromts(created, utc).isoformat()  # raises as it always did
+        t = hh_mm[sec // 60] + ss[sec % 60]
+        return f"{prefix}{t}.{us:06d}+00:00" if us else f"{prefix}{t}+00:00"
+
+    def number(x) -> str:
+        text = "" if x is None else repr(float(x))
+        if x:  # never 0.0 (-0.0 compares equal) nor None
+            if len(floats) >= cache_max:
+                floats.clear()
+            floats[x] = text
+        return text
+
+    def text_cell(t) -> str | None:
+        c = cell(t)
+        if type(t) is str:
+            if len(cells) >= cache_max:
+                cells.clear()
+            cells[t] = c
+        return c
+
+    def by_csv_module(created, exp, prov, card, gpus, price, hours, cost, tokens, concl, sim, sid) -> str:
+        rec = (date_of(created), neutralize(exp) if exp[:1] in _RISKY_START else exp,
+               neutralize(prov) if prov[:1] in _RISKY_START else prov, neutralize(card) if card[:1] in _RISKY_START else card,
+               gpus, None if price is None else float(price), None if hours is None else float(hours),
+               None if cost is None else float(cost), tokens or 0,
+               (neutralize(concl) if concl[:1] in _RISKY_START else concl) if concl else "", "true" if sim else "false",
+               neutralize(sid) if sid[:1] in _RISKY_START else sid)
+        cr = "\r" in rec[1] or "\r" in rec[2] or "\r" in rec[3] or "\r" in rec[9] or "\r" in rec[11]
+        one.seek(0)
+        one.truncate()
+        (quoted if cr else plain).writerow(rec)
+        return one.getvalue()
+
+    n = 0
+    lo = hi = 0  # [lo, hi): the epoch seconds of the day ``prefix`` names
+    prefix = ""
+    prev_created = prev_sid = tie_created = None
+    tie_at, tie_sids = 0, []
+    for row in rows:
+        created, exp, prov, card, gpus, price, hours, cost, tokens, concl, sim, sid = row
+        e = cells[exp] if exp in cells else text_cell(exp)
+        p = cells[prov] if prov in cells else text_cell(prov)
+        c = cells[card] if card in cells else text_cell(card)
+        k = cells[concl] if concl in cells else text_cell(concl if concl else "")
+        i = cell(sid)
+        if (e is None or p is None or c is None or k is None or i is None or type(gpus) is not int
+                or type(tokens) is not int or type(created) is not float):
+            line = by_csv_module(*row)
+        else:
+            whole = int(created)
+            us = round((created - whole) * 1e6)
+            if lo <= whole < hi and us < 1_000_000:
+                sec = whole - lo
+                t = tod[sec]
+                if t is None:
+                    t = tod[sec] = hh_mm[sec // 60] + ss[sec % 60]
+                date = f"{prefix}{t}.{us:06d}+00:00" if us else f"{prefix}{t}+00:00"
+            else:
+                date = date_of(created)
+                if created >= 0 and us < 1_000_000 and whole // 86400 in days:
+                    lo = whole // 86400 * 86400
+                    hi, prefix = lo + 86400, days[whole // 86400]
+            line = (f"{date},{e},{p},{c},{gpus},{floats[price] if price in floats else number(price)},"
+                    f"{floats[hours] if hours in floats else number(hours)},{'' if cost is None else repr(float(cost))},"
+                    f"{tokens},{k},{'true' if sim else 'false'},{i}\n")
+        n += 1
+        if sort_ties and created == prev_created:
+            # Equal times arrive in table order: keep the run at the end of ``buf`` sorted by id.
+            if tie_created != created:
+                tie_created, tie_at, tie_sids = created, len(buf) - 1, [prev_sid]
+            at = bisect_right(tie_sids, sid)
+            tie_sids.insert(at, sid)
+            buf.insert(tie_at + at, line)
+        else:
+            if len(buf) >= 2048:  # never inside a run of equal times
+                write("".join(buf))
+                buf.clear()
+            add(line)
+        prev_created, prev_sid = created, sid
+    write("".join(buf))
     return n
 
 
