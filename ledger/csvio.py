@@ -82,6 +82,7 @@ _RISKY_START = frozenset(FORMULA_START) | {"'"}
 _CACHE_MAX = 4096
 _HH_MM = [f"{h:02d}:{m:02d}:" for h in range(24) for m in range(60)]
 _SS = [f"{s:02d}" for s in range(60)]
+_MS = [f"{i:03d}" for i in range(1000)]  # microseconds as two halves: 123456 -> "123" "456"
 
 
 def _csv_cell(text) -> str | None:
@@ -116,7 +117,7 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) ->
     hh_mm, ss = _HH_MM, _SS
     cell, cache_max = _csv_cell, _CACHE_MAX
     days: dict[int, str] = {}
-    tod: list[str | None] = [None] * 86400  # "HH:MM:SS" of each second of the day, made on first use
+    risky = _RISKY_START
     cells: dict[str, str | None] = {}
     floats: dict[float, str] = {}
     csv.writer(out, lineterminator="\n").writerow(ALL_COLUMNS)
@@ -179,33 +180,36 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) ->
     prefix = ""
     prev_created = prev_sid = tie_created = None
     tie_at, tie_sids = 0, []
+    names: dict[tuple, str | None] = {}  # (experiment, provider, card) -> their three cells
+    ms = _MS
     for row in rows:
         created, exp, prov, card, gpus, price, hours, cost, tokens, concl, sim, sid = row
-        e = cells[exp] if exp in cells else text_cell(exp)
-        p = cells[prov] if prov in cells else text_cell(prov)
-        c = cells[card] if card in cells else text_cell(card)
+        key = (exp, prov, card)
+        epc = names.get(key, key)
+        if epc is key:
+            if len(names) >= cache_max:
+                names.clear()
+            e, p, c = text_cell(exp), text_cell(prov), text_cell(card)
+            epc = names[key] = None if e is None or p is None or c is None else f"{e},{p},{c}"
         k = cells[concl] if concl in cells else text_cell(concl if concl else "")
-        i = cell(sid)
-        if (e is None or p is None or c is None or k is None or i is None or type(gpus) is not int
-                or type(tokens) is not int or type(created) is not float):
+        if (epc is None or k is None or type(sid) is not str or sid[:1] in risky or "," in sid or '"' in sid
+                or "\n" in sid or "\r" in sid or type(gpus) is not int or type(tokens) is not int or type(created) is not float):
             line = by_csv_module(*row)
         else:
             whole = int(created)
             us = round((created - whole) * 1e6)
             if lo <= whole < hi and us < 1_000_000:
-                sec = whole - lo
-                t = tod[sec]
-                if t is None:
-                    t = tod[sec] = hh_mm[sec // 60] + ss[sec % 60]
-                date = f"{prefix}{t}.{us:06d}+00:00" if us else f"{prefix}{t}+00:00"
+                m, sec = divmod(whole - lo, 60)
+                date = (f"{prefix}{hh_mm[m]}{ss[sec]}.{ms[us // 1000]}{ms[us % 1000]}+00:00" if us
+                        else f"{prefix}{hh_mm[m]}{ss[sec]}+00:00")
             else:
                 date = date_of(created)
                 if created >= 0 and us < 1_000_000 and whole // 86400 in days:
                     lo = whole // 86400 * 86400
                     hi, prefix = lo + 86400, days[whole // 86400]
-            line = (f"{date},{e},{p},{c},{gpus},{floats[price] if price in floats else number(price)},"
+            line = (f"{date},{epc},{gpus},{floats[price] if price in floats else number(price)},"
                     f"{floats[hours] if hours in floats else number(hours)},{'' if cost is None else repr(float(cost))},"
-                    f"{tokens},{k},{'true' if sim else 'false'},{i}\n")
+                    f"{tokens},{k},{'true' if sim else 'false'},{sid}\n")
         n += 1
         if sort_ties and created == prev_created:
             # Equal times arrive in table order: keep the run at the end of ``buf`` sorted by id.
