@@ -412,14 +412,7 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
     inf, max_hours, max_price, max_cost = _INF, MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
     true, false = _TRUE, _FALSE
 
-    def number(v: str, name: str) -> float | None:
-        try:
-            f = float(v)
-        except ValueError:
-            return _float(v, name)
-        if 0 <= f < inf:
-            return f
-        return _float(v, name)  # the error, worded once
+    to_seconds: dict[float, float] = {}  # hours -> round(hours * 3600, 3): durations repeat, round(x, 3) is slow
 
     def parse(cells: list[str]) -> tuple[tuple, list[str] | None]:
         (v_date, experiment, provider, card, v_gpus, v_price, v_hours, v_cost, v_tokens, conclusion, raw_flag,
@@ -437,9 +430,27 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
             card = unneutralize(card)
         if not provider or not card:
             raise _Bad("provider and card must not be empty")
-        price = number(v_price, "usd_per_hour")
-        hours = number(v_hours, "hours")
-        cost = number(v_cost, "cost_usd")
+        try:
+            price = float(v_price)
+        except ValueError:
+            price = _float(v_price, "usd_per_hour")
+        else:
+            if not 0 <= price < inf:
+                _float(v_price, "usd_per_hour")  # raises, worded once
+        try:
+            hours = float(v_hours)
+        except ValueError:
+            hours = _float(v_hours, "hours")
+        else:
+            if not 0 <= hours < inf:
+                _float(v_hours, "hours")
+        try:
+            cost = float(v_cost)
+        except ValueError:
+            cost = _float(v_cost, "cost_usd")
+        else:
+            if not 0 <= cost < inf:
+                _float(v_cost, "cost_usd")
         notes = None
         if cost is None:
             if price is None or hours is None:
@@ -497,7 +508,13 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         conclusion = conclusion.strip()
         if conclusion[:1] == "'":
             conclusion = unneutralize(conclusion)
-        seconds = round(hours * 3600.0, 3)
+        seconds = to_seconds.get(hours) if hours else None  # never 0.0: -0.0 is equal and hashes alike
+        if seconds is None:
+            seconds = round(hours * 3600.0, 3)
+            if hours:
+                if len(to_seconds) >= 4096:
+                    to_seconds.clear()
+                to_seconds[hours] = seconds
         return (sid, experiment or "default", provider, card, gpus, price, simulated, created, created, created + seconds,
                 seconds, cost, tokens, conclusion), notes
 
