@@ -24,14 +24,11 @@ per row inside one transaction, so memory stays flat at a million rows.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 from bisect import bisect_right
 from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Collection, Iterable, Iterator, TextIO
-
-from ledger.reports import zone
 
 COLUMNS = ["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion"]
 EXTRA_COLUMNS = ["simulated", "session"]
@@ -293,6 +290,8 @@ def _date(v: str, tzinfo) -> float:
 def _row_id(cells: list[str], seen: dict[bytes, int]) -> str:
     # Same spreadsheet, same ids: importing a file twice is refused instead of doubling the books.
     # Identical lines are distinct rentals, so the occurrence count is part of the key.
+    import hashlib  # its OpenSSL binding costs ~2 ms of start-up: only rows without a session id need it
+
     key = "\x1f".join(c.strip() for c in cells)
     digest = hashlib.sha256(key.encode()).digest()
     seen[digest] = seen.get(digest, 0) + 1
@@ -337,6 +336,8 @@ class CsvImport:
         absent = len(names)  # each row gets one trailing "" that absent columns read
         ix = tuple(names.index(c) if c in names else absent for c in ALL_COLUMNS)
         try:
+            from ledger.reports import zone  # zoneinfo: only the import needs it
+
             tzinfo = zone(self.tz)
         except ValueError as e:
             self.errors.append((1, str(e)))
