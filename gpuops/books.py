@@ -152,7 +152,7 @@ def note(ledger, ref: str, text: str) -> dict:
 def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
     """``ledger export --csv``: write closed rentals (all, or of ``month``) as CSV to the text
     stream ``out``; returns the number of sessions written."""
-    from ledger.csvio import export_sql, write_export
+    from ledger.csvio import export_run_sql, export_sql, write_export
     from ledger.reports import month_bounds
 
     start = end = None
@@ -162,7 +162,8 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
         except ValueError as e:
             raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
     dialect = ledger.dialect
-    return write_export(ledger.iter_query(*export_sql(dialect, start, end)), out, sort_ties=dialect == "sqlite")
+    return write_export(ledger.iter_query(*export_sql(dialect, start, end)), out, sort_ties=dialect == "sqlite",
+                        run_by_id=lambda t: ledger.iter_query(*export_run_sql(t)))
 
 
 def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:

@@ -28,7 +28,7 @@ import io
 from bisect import bisect_right
 from datetime import datetime, timezone
 from operator import itemgetter
-from typing import Collection, Iterable, Iterator, TextIO
+from typing import Callable, Collection, Iterable, Iterator, TextIO
 
 COLUMNS = ["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion"]
 EXTRA_COLUMNS = ["simulated", "session"]
@@ -54,6 +54,14 @@ def unneutralize(text: str) -> str:
     return text[1:] if text[:1] == "'" and text.lstrip("'")[:1] in FORMULA_START and text.lstrip("'") else text
 
 
+_EXPORTED = ["status = 'closed'", "(instance_id IS NOT NULL OR instance_created_at IS NOT NULL)"]
+
+
+def _export_select(where: list[str], order: str) -> str:
+    return ("SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
+            f"tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY {order}")
+
+
 def export_sql(dialect: str, start: float | None = None, end: float | None = None) -> tuple[str, dict]:
     """(SQL, params) selecting what ``write_export`` writes, in CSV column order (the date as the
     epoch seconds it is formatted from): closed sessions that got an instance, intent time in
@@ -61,7 +69,7 @@ def export_sql(dialect: str, start: float | None = None, end: float | None = Non
     SQL orders by time only (the index order; a sort by id as well costs a quarter of the query)
     and ``write_export(..., sort_ties=True)`` orders equal times by id, as SQLite's binary
     collation would; elsewhere (``postgresql``: its collation) the database orders both."""
-    where = ["status = 'closed'", "(instance_id IS NOT NULL OR instance_created_at IS NOT NULL)"]
+    where = list(_EXPORTED)
     params: dict = {}
     if start is not None:
         where.append("created_at >= :start")
@@ -69,13 +77,19 @@ def export_sql(dialect: str, start: float | None = None, end: float | None = Non
     if end is not None:
         where.append("created_at < :end")
         params["end"] = end
-    order = "created_at" if dialect == "sqlite" else "created_at, id"
-    sql = ("SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, "
-           f"cost_usd, tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY {order}")
-    return sql, params
+    return _export_select(where, "created_at" if dialect == "sqlite" else "created_at, id"), params
+
+
+def export_run_sql(created: float) -> tuple[str, dict]:
+    """(SQL, params) selecting the rows of ``export_sql`` whose intent time is ``created``, by id
+    (``write_export``'s ``run_by_id``)."""
+    return _export_select(_EXPORTED + ["created_at = :created"], "id"), {"created": created}
 
 
 _RISKY_START = frozenset(FORMULA_START) | {"'"}
+# ``write_export(sort_ties=True)`` orders at most this many rows of one time in memory (a sheet of
+# dates without times imports every rental of a day at 00:00); a longer run is read again by id.
+_TIE_RUN_MAX = 10_000
 # Bounded caches of the export loop (a ledger repeats its experiment, provider and card names,
 # prices and billed durations): cleared when they reach this many entries, so memory stays flat.
 _CACHE_MAX = 4096
@@ -100,10 +114,13 @@ def _csv_cell(text) -> str | None:
     return text
 
 
-def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) -> int:
+def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False,
+                 run_by_id: Callable[[float], Iterable[tuple]] | None = None, header: bool = True) -> int:
     """Write the rows of ``export_sql`` to ``out`` as CSV (header first; floats in Python's shortest
     exact form, dates ISO 8601 UTC, text ``neutralize``d); returns the number of sessions written.
-    ``sort_ties``: the rows come ordered by time only; order rows of equal time by session id.
+    ``sort_ties``: the rows come ordered by time only; order rows of equal time by session id, in
+    memory up to ``_TIE_RUN_MAX`` of them, beyond that (memory stays flat) from ``run_by_id(t)``:
+    the rows of time ``t`` ordered by id (``export_run_sql``). ``header``: write the header line.
 
     Streams (a few thousand lines buffered) and formats each common row with one f-string: the
     cells the ledger repeats (names, prices, durations) come from bounded caches, dates from a
@@ -119,7 +136,8 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) ->
     risky = _RISKY_START
     cells: dict[str, str | None] = {}
     floats: dict[float, str] = {}
-    csv.writer(out, lineterminator="\n").writerow(ALL_COLUMNS)
+    if header:
+        csv.writer(out, lineterminator="\n").writerow(ALL_COLUMNS)
     one = io.StringIO()  # the csv module's rendering of one odd row
     plain = csv.writer(one, lineterminator="\n")
     # With "\n" line ends the csv module leaves a lone "\r" unquoted, which splits the record on
@@ -177,7 +195,7 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) ->
     n = 0
     lo = hi = 0  # [lo, hi): the epoch seconds of the day ``prefix`` names
     prefix = ""
-    prev_created = prev_sid = tie_created = None
+    prev_created = prev_sid = tie_created = spilled = None
     tie_at, tie_sids = 0, []
     names: dict[tuple, str | None] = {}  # (experiment, provider, card) -> their three cells
     ms = _MS
@@ -211,12 +229,21 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False) ->
                     f"{tokens},{k},{'true' if sim else 'false'},{sid}\n")
         n += 1
         if sort_ties and created == prev_created:
+            if created == spilled:  # this run was written from ``run_by_id``
+                n -= 1
+                continue
             # Equal times arrive in table order: keep the run at the end of ``buf`` sorted by id.
             if tie_created != created:
                 tie_created, tie_at, tie_sids = created, len(buf) - 1, [prev_sid]
             at = bisect_right(tie_sids, sid)
             tie_sids.insert(at, sid)
             buf.insert(tie_at + at, line)
+            if len(tie_sids) > _TIE_RUN_MAX and run_by_id is not None:
+                # Too long to sort here: what precedes the run, then the run as the database orders it.
+                write("".join(buf[:tie_at]))
+                buf.clear()
+                n += write_export(run_by_id(created), out, header=False) - len(tie_sids)
+                spilled = created
         else:
             if len(buf) >= 2048:  # never inside a run of equal times
                 write("".join(buf))

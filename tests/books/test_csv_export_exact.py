@@ -119,3 +119,15 @@ def test_odd_stored_types_take_the_csv_module_path(tmp_path):
         assert ours == reference_export(led)
     finally:
         led.engine.dispose()
+
+
+def test_long_runs_of_equal_times_are_read_again_by_id(ledger, monkeypatch):
+    """Rows of one time beyond ``_TIE_RUN_MAX`` are not sorted in memory but read again, by id:
+    the same bytes."""
+    from ledger import csvio
+
+    _fill(ledger, random.Random(3), 400)
+    monkeypatch.setattr(csvio, "_TIE_RUN_MAX", 3)
+    ours, ref = _export(ledger), reference_export(ledger)
+    assert ours == ref
+    assert len(ours.splitlines()) > 300
