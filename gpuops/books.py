@@ -153,10 +153,11 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
     """``ledger export --csv``: write closed rentals (all, or of ``month``) as CSV to the text
     stream ``out``; returns the number of sessions written."""
     from ledger.csvio import export_run_sql, export_sql, write_export
-    from ledger.reports import month_bounds
 
     start = end = None
     if month:
+        from ledger.reports import month_bounds  # zoneinfo: only a month needs it
+
         try:
             start, end = month_bounds(month, _tz_checked(tz))
         except ValueError as e:
