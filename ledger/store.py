@@ -72,13 +72,13 @@ __all__ = ["Ledger", "billed_cost", "ImportRejected"]
 IMPORT_DEFER_INDEXES_ROWS = 20_000
 
 
-def _sql_literal(value: Any) -> str:
+def _sql_literal(value: Any, dialect: str) -> str:
     """``value`` (None, a bool, an int or float, or one of OUR constant strings, never a user's) as an
-    SQL literal that SQLite and PostgreSQL read alike."""
+    SQL literal of ``dialect`` (a bool is 0/1 on SQLite, as its driver binds it)."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
+        return str(int(value)) if dialect == "sqlite" else ("TRUE" if value else "FALSE")
     if isinstance(value, (int, float)):
         return repr(value)
     return "'" + str(value).replace("'", "''") + "'"
@@ -401,7 +401,7 @@ class Ledger:
         with self.engine.begin() as conn:
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
             insert = (f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
-                      f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v) for v in fixed.values()])})")
+                      f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v, conn.dialect.name) for v in fixed.values()])})")
             lookup = "SELECT id FROM sessions WHERE id IN ({})"
             fixed_values = tuple(fixed.values())
             copy_sql = None
