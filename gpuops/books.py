@@ -59,13 +59,13 @@ def experiments(ledger, since: str | None = None, until: str | None = None, tz: 
         raise BadInput(str(e), "pass dates as YYYY-MM-DD, e.g. --since 2026-11-01") from None
     if start is not None and end is not None and end <= start:
         raise BadInput(f"--until {until} is before --since {since}", "swap the two dates")
-    from ledger.aggregate import group_rows, latest_conclusions
+    from ledger.aggregate import EXPERIMENT_KEYS, group_rows, latest_conclusions
     from ledger.reports import experiments_report_groups
 
     q = _query(ledger)
     lines = ledger.cost_lines(start, end)
-    return experiments_report_groups(group_rows(q, start, end), latest_conclusions(q, start, end), since, until, start, end, lines,
-                                     _line_keys(q, lines))
+    groups = group_rows(q, start, end, EXPERIMENT_KEYS, conclusion=True)
+    return experiments_report_groups(groups, latest_conclusions(q, groups, start, end), since, until, start, end, lines, _line_keys(q, lines))
 
 
 def _query(ledger):

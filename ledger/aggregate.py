@@ -1,52 +1,98 @@
 """Month and experiment totals summed inside the database, by the attribution rule in SQL
-(``ledger.attribution.share_sql``): one GROUP BY statement returns a few dozen group rows instead of
+(``ledger.attribution``): a few GROUP BY statements return a few dozen group rows instead of
 100,000 session rows (issue 16: a report costs about what one SQL statement costs).
 
-``group_rows(query, lo, hi)`` runs on whatever executes SQL text with named parameters: the
+``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters: the
 standard library's ``sqlite3`` (the fast report path) or an SQLAlchemy connection. The groups are
-(experiment, card, gpu_count, provider, simulated); ``ledger.reports`` merges them into the
-report's totals and breakdowns, exactly as its row-by-row path would (a test keeps both equal).
+``keys`` (default: experiment, card, gpu_count, provider, simulated); ``ledger.reports`` merges
+them into the report's totals and breakdowns, exactly as its row-by-row path would (a test keeps
+both equal). Several rows of one group may come back (closed and open rows are read apart): a
+report adds them up.
+
+Where the time goes on 100k rows in range: reading the rows, SQLite's sorter for GROUP BY, and
+the attribution share per row. So: closed rows wholly inside [lo, hi) (nearly all of them) add
+their plain values (``attribution.SQL_INSIDE``: a share of exactly 1, what ``fraction`` returns);
+only the rows across an edge pay for the share (``attribution.share_sql``); open rows (no cost,
+only counted) come from their own partial index (``ix_sessions_open``); the latest conclusion's
+time rides along in the same scan (no second pass over the rows).
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
-from ledger.attribution import SQL_TOUCHES, share_sql
+from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, share_sql
 
 GroupRow = namedtuple("GroupRow", "experiment card gpu_count provider simulated sessions open_sessions charged_sessions "
-                                  "cost_usd gpu_hours tokens job_usd")
+                                  "cost_usd gpu_hours tokens job_usd conclusion_at", defaults=(None,))
+
+MONTH_KEYS = ("experiment", "card", "gpu_count", "provider", "simulated")
+EXPERIMENT_KEYS = ("experiment", "simulated")
 
 _JOB = ("(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
         " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
         " ELSE COALESCE(cost_usd, 0.0) END)")
-_CLOSED = "status = 'closed'"
+_GPU_HOURS = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0)"
 
 
-def _where(lo: float | None, hi: float | None) -> str:
-    parts = [SQL_TOUCHES]
+def _attributed(x: str) -> str:
+    """``x`` x the row's share of [:lo, :hi) for a CLOSED row: ``x`` itself when the row lies wholly
+    inside (share 1, as ``attribution.fraction`` returns), else ``x * share`` (the same product
+    the row-by-row path computes)."""
+    return f"(CASE WHEN {SQL_INSIDE} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
+
+
+def _group_by(keys: Sequence[str]) -> str:
+    # simulated first: no index has that order, so SQLite searches the period's rows instead of
+    # walking ix_sessions_experiment over the whole history to hand the GROUP BY its order
+    return ", ".join(sorted(keys, key=lambda k: k != "simulated"))
+
+
+def _range(lo: float | None, hi: float | None, ended: str) -> list[str]:
+    """The index-friendly pre-filter (``ledger.reads._overlap_sql``) with ``ended`` for its
+    ``ended_at`` side, one arm per statement (each one index range search, no OR of two)."""
+    parts = []
     if hi is not None:
-        parts.insert(0, "+created_at < :hi")  # see ledger.reads._overlap_sql
+        parts.append("+created_at < :hi")
     if lo is not None:
-        parts.insert(1 if hi is not None else 0, "(ended_at >= :lo OR ended_at IS NULL)")
-    return " AND ".join(parts)
+        parts.append(ended)
+    return parts
 
 
-# The period share is computed once per row in a MATERIALIZED CTE (SQLite >= 3.35, PostgreSQL >= 12)
-# and reused by every sum: 2.5x faster than repeating the rule in each SUM on 400k rows.
-GROUP_SQL = (
-    "WITH w AS MATERIALIZED (SELECT experiment, card, gpu_count, provider, simulated, status, cost_source, cost_usd,"
-    f" billed_seconds, tokens, job_seconds, usd_per_hour, {share_sql('1.0')} AS f FROM sessions WHERE {{where}})"
-    " SELECT experiment, card, gpu_count, provider, simulated, COUNT(*),"
-    " SUM(CASE WHEN status <> 'closed' THEN 1 ELSE 0 END),"
-    f" SUM(CASE WHEN {_CLOSED} AND cost_source = 'charged' THEN 1 ELSE 0 END),"
-    f" SUM(CASE WHEN {_CLOSED} THEN COALESCE(cost_usd, 0.0) * f ELSE 0.0 END),"
-    f" SUM(CASE WHEN {_CLOSED} THEN COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0 * f ELSE 0.0 END),"
-    f" SUM(CASE WHEN {_CLOSED} THEN COALESCE(tokens, 0) * f ELSE 0.0 END),"
-    f" SUM(CASE WHEN {_CLOSED} AND tokens > 0 THEN {_JOB} * f ELSE 0.0 END)"
-    " FROM w GROUP BY experiment, card, gpu_count, provider, simulated"
-)
+def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: str, conclusion: bool) -> str:
+    """The GROUP BY over closed rows that spent money in [:lo, :hi) (``ended``: which ``ended_at``
+    arm of the overlap, see ``_range``)."""
+    k = ", ".join(keys)
+    cols = (f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
+            f" SUM({_attributed('COALESCE(cost_usd, 0.0)')}), SUM({_attributed(_GPU_HOURS)}),"
+            f" SUM({_attributed('COALESCE(tokens, 0)')}), SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB)} ELSE 0.0 END)")
+    if conclusion:
+        cols += ", MAX(CASE WHEN conclusion <> '' THEN created_at END)"
+    where = " AND ".join(_range(lo, hi, ended) + ["status = 'closed'", f"({SQL_INSIDE} OR {SQL_TOUCHES})"])
+    return f"SELECT {k}, {cols} FROM sessions WHERE {where} GROUP BY {_group_by(keys)}"
+
+
+def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion: bool) -> str:
+    """The GROUP BY over open rows touching [:lo, :hi): counted, no cost (``attribution``); found
+    through the partial index ``ix_sessions_open`` (a handful of rows)."""
+    k = ", ".join(keys)
+    where = "status <> 'closed' AND created_at < :hi"  # :hi is 1e300 for an open end: still the index's search
+    if lo is not None:
+        where += " AND (ended_at >= :lo OR ended_at IS NULL)"
+    cols = "COUNT(*), COUNT(*), 0, 0.0, 0.0, 0.0, 0.0" + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
+    return f"SELECT {k}, {cols} FROM sessions WHERE {where} AND {SQL_TOUCHES} GROUP BY {_group_by(keys)}"
+
+
+def statements(lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[str]:
+    """The SQL texts ``group_rows`` runs (named parameters :lo, :hi; see ``params``)."""
+    if lo is None:
+        closed = [closed_sql(keys, lo, hi, "", conclusion)]
+    else:
+        closed = [closed_sql(keys, lo, hi, "ended_at >= :lo", conclusion), closed_sql(keys, lo, hi, "ended_at IS NULL", conclusion)]
+    return closed + [open_sql(keys, lo, hi, conclusion)]
+
+
 _INF = 1e300  # an open window side, as a number both databases compare with floats
 
 
@@ -54,30 +100,47 @@ def params(lo: float | None, hi: float | None) -> dict:
     return {"lo": -_INF if lo is None else float(lo), "hi": _INF if hi is None else float(hi)}
 
 
-def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None) -> list[GroupRow]:
-    """The (experiment, card, gpu_count, provider, simulated) groups of sessions that spent money
-    in [lo, hi) (None: open), their sums attributed by time. ``query(sql, params)`` runs SQL text
-    with named parameters and returns tuples."""
-    sql = GROUP_SQL.replace("{where}", _where(lo, hi))
+def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None,
+               keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[GroupRow]:
+    """The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order; the others are None) of
+    sessions that spent money in [lo, hi) epoch s (None: open), their sums attributed by time:
+    sessions, open_sessions, charged_sessions, cost_usd (USD), gpu_hours (billed hours x GPU
+    count), tokens, job_usd (USD of the job's own seconds, sessions with tokens). One group may
+    come back in several rows (add them up). ``conclusion``: ``conclusion_at``, the newest intent
+    time (epoch s) of the group's rows with a conclusion (None: none; see ``latest_conclusions``).
+    ``query(sql, params)`` runs SQL text with named parameters and returns tuples."""
+    n = len(keys)
+    args = params(lo, hi)
     out = []
-    for r in query(sql, params(lo, hi)):
-        out.append(GroupRow(r[0], r[1], int(r[2]), r[3], bool(r[4]), int(r[5]), int(r[6] or 0), int(r[7] or 0),
-                            float(r[8] or 0.0), float(r[9] or 0.0), float(r[10] or 0.0), float(r[11] or 0.0)))
+    for sql in statements(lo, hi, keys, conclusion):
+        for r in query(sql, args):
+            key = dict(zip(keys, r))
+            out.append(GroupRow(key.get("experiment"), key.get("card"), int(key.get("gpu_count") or 0), key.get("provider"),
+                                bool(key["simulated"]), int(r[n]), int(r[n + 1] or 0), int(r[n + 2] or 0), float(r[n + 3] or 0.0),
+                                float(r[n + 4] or 0.0), float(r[n + 5] or 0.0), float(r[n + 6] or 0.0),
+                                r[n + 7] if conclusion else None))
     return out
 
 
-def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None) -> dict[str, str]:
-    """{experiment: its latest non-empty conclusion} among the sessions of [lo, hi): the newest
-    intent time per experiment (one GROUP BY), then those few rows' conclusions."""
-    args = params(lo, hi)
-    newest = query(f"SELECT experiment, MAX(created_at) FROM sessions WHERE conclusion <> '' AND {_where(lo, hi)} GROUP BY experiment", args)
+def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: Iterable[GroupRow], lo: float | None,
+                       hi: float | None) -> dict[str, str]:
+    """{experiment: its latest non-empty conclusion} among the rows of ``groups`` (``group_rows``
+    with ``conclusion=True`` over [lo, hi)): the newest intent time per experiment came with the sums; only
+    those few rows are read here (seeks on the created_at index). Ties: the last by id, as before."""
+    newest: dict[str, float] = {}
+    for g in groups:
+        if g.conclusion_at is not None and (g.experiment not in newest or g.conclusion_at > newest[g.experiment]):
+            newest[g.experiment] = g.conclusion_at
+    times = sorted(set(newest.values()))
     out: dict[str, str] = {}
-    for i in range(0, len(newest), 200):
-        chunk = newest[i : i + 200]
-        cond = " OR ".join(f"(experiment = :e{j} AND created_at = :t{j})" for j in range(len(chunk)))
-        more = {f"e{j}": e for j, (e, _) in enumerate(chunk)} | {f"t{j}": t for j, (_, t) in enumerate(chunk)}
-        for exp, conclusion in query(f"SELECT experiment, conclusion FROM sessions WHERE conclusion <> '' AND ({cond}) ORDER BY id", more):
-            out[exp] = conclusion
+    for i in range(0, len(times), 200):  # each chunk: that many seeks on ix_sessions_created_at
+        chunk = times[i : i + 200]
+        marks = ", ".join(f":t{j}" for j in range(len(chunk)))
+        sql = f"SELECT experiment, created_at, conclusion FROM sessions WHERE created_at IN ({marks}) AND conclusion <> ''" \
+              f" AND {SQL_TOUCHES} ORDER BY id"  # a row that spent nothing in the period (same intent time) is no candidate
+        for exp, at, conclusion in query(sql, params(lo, hi) | {f"t{j}": t for j, t in enumerate(chunk)}):
+            if newest.get(exp) == at:
+                out[exp] = conclusion
     return out
 
 

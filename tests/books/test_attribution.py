@@ -75,3 +75,50 @@ def test_sql_sums_equal_the_row_by_row_rule(books, tz):
     python = experiments_report(books.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-04", "2026-11-10", lo, hi)
     assert norm(cmds.experiments(books, "2026-11-04", "2026-11-10", tz)) == norm(python)
     assert norm(cmds.experiments(books, tz=tz)) == norm(experiments_report(books.overlapping(None, None, REPORT_COLUMNS)))
+
+
+def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
+    """Rows at each edge of the period (inside, zero-length at lo and at hi, across lo, across hi,
+    no instance time, closed without an end, an end before the start, open): the reports' SQL (the
+    inside rows summed plainly, the others attributed) and the cap equal ``fraction`` row by row."""
+    import sqlalchemy as sa
+
+    from gpuops import books as cmds
+    from gpuops.books import REPORT_COLUMNS
+    from ledger.limits import month_spend
+    from ledger.models import Session
+    from ledger.reports import experiments_report, month_bounds, month_report
+
+    lo, hi = month_bounds("2026-11", "UTC")
+    H = 3600.0
+    edges = [  # (instance_created_at, ended_at, status, instance_id)
+        (lo + H, lo + 3 * H, "closed", "i"), (lo, lo, "closed", "i"), (hi, hi, "closed", "i"), (hi - 1, hi - 1, "closed", "i"),
+        (lo - 2 * H, lo + H, "closed", "i"), (hi - H, hi + 2 * H, "closed", "i"), (lo - H, hi + H, "closed", "i"),
+        (None, lo + 5 * H, "closed", "i"), (lo + H, None, "closed", "i"), (lo + 4 * H, lo + 2 * H, "closed", "i"),
+        (lo + H, hi, "closed", "i"), (lo - H, lo, "closed", "i"), (lo + 2 * H, None, "running", "i"), (None, None, "closed", None),
+    ]
+    rows = []
+    for i, (began, ended, status, iid) in enumerate(edges):
+        rows.append(dict(id=f"e{i:02d}", experiment=f"x{i % 3}", job="", provider="vast", card="a100-80gb", gpu_count=1 + i % 2,
+                         spot=False, label="", instance_id=iid, simulated=i == 3, status=status, created_at=(began or lo + 5 * H) - 60.0,
+                         instance_created_at=began, ended_at=ended, usd_per_hour=3.0, billed_seconds=7200.0, cost_usd=6.0 + i,
+                         tokens=1000 * i, job_seconds=3600.0, conclusion=f"c{i}" if i % 4 else "", note="", log_path="",
+                         results_path="", source="gpuops", cost_source="charged" if i % 2 else "estimate"))
+    with ledger.engine.begin() as conn:
+        conn.execute(Session.__table__.insert(), rows)
+
+    def norm(rep):
+        return {k: (sorted(v, key=lambda r: r["name"]) if isinstance(v, list) else v) for k, v in rep.items()}
+
+    python = month_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11", "UTC")
+    assert norm(cmds.month(ledger, "2026-11", "UTC")) == norm(python)
+    assert python["sessions"] == 11 and python["open_sessions"] == 1  # the 3 outside rows and the never-rented one: not counted
+    got = cmds.experiments(ledger, "2026-11-01", "2026-11-30", "UTC")
+    exp_py = experiments_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-01", "2026-11-30", lo, hi)
+    assert norm(got) == norm(exp_py)
+    # the newest intent time among counted rows; e13 (never rented) shares e07's intent time: no candidate
+    assert {e["name"]: e["latest_conclusion"] for e in got["experiments"]} == {"x0": "c3", "x1": "c7", "x2": "c5"}
+    # the cap: the same real money, plus the open row's hour so far at 3 USD/h
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
+    with ledger.engine.connect() as conn:  # the fixture's rows are all there is
+        assert conn.execute(sa.text("SELECT COUNT(*) FROM sessions")).scalar() == len(edges)
