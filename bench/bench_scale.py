@@ -135,6 +135,33 @@ UNION ALL SELECT 'provider', provider, count(*), sum(cost_usd), sum(billed_secon
 EXPERIMENTS_SQL = """SELECT experiment, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens), max(created_at)
   FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY experiment ORDER BY experiment"""
 
+
+
+def attributed_sql(keys: str, conclusion: bool) -> str:
+    """The same numbers as ``ledger month``/``experiments`` (attribution by time: each row's share
+    of [:lo, :hi), ``ledger.attribution``), as ONE plain SQL statement: the second floor. The
+    issue's floor (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books'
+    figures for a rental across the period's edge."""
+    from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, share_sql
+
+    def part(x: str) -> str:
+        return f"(CASE WHEN {SQL_INSIDE} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
+
+    job = ("(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
+           " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
+           " ELSE COALESCE(cost_usd, 0.0) END)")
+    gh = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0)"
+    closed = "status = 'closed'"
+    return (f"SELECT {keys}, COUNT(*), SUM(CASE WHEN status <> 'closed' THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN {closed} AND cost_source = 'charged' THEN 1 ELSE 0 END),"
+            f" SUM(CASE WHEN {closed} THEN {part('COALESCE(cost_usd, 0.0)')} ELSE 0.0 END),"
+            f" SUM(CASE WHEN {closed} THEN {part(gh)} ELSE 0.0 END), SUM(CASE WHEN {closed} THEN {part('COALESCE(tokens, 0)')} ELSE 0.0 END),"
+            f" SUM(CASE WHEN {closed} AND tokens > 0 THEN {part(job)} ELSE 0.0 END)"
+            + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
+            + f" FROM sessions WHERE +created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND {SQL_TOUCHES}"
+            f" GROUP BY simulated, {keys.replace(', simulated', '')}")
+
+
 SQL_RUNNER = r"""
 import sys, json
 url, sql, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -144,6 +171,9 @@ if url.startswith("sqlite"):
 else:
     import psycopg
     con = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+    if isinstance(args, dict):  # named parameters: :name in SQLite's style, %(name)s in psycopg's
+        for k in args:
+            sql = sql.replace(":" + k, "%(" + k + ")s")
 rows = con.execute(sql, args).fetchall()
 print(len(rows))
 """
@@ -247,9 +277,16 @@ class Bench:
         floor = self.time(runner + [MONTH_SQL.format(p=p), m_args], self.env)
         ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
         self.add(f"ledger month, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
+        floor2 = self.time(runner + [attributed_sql("experiment, card, gpu_count, provider, simulated", False),
+                                     f'{{"lo": {start}, "hi": {end}}}'], self.env)
+        self.add(f"ledger month, {self.a.month_sessions:,} rows ({backend})", "", ours, "same numbers, one SQL statement", floor2, 1.5,
+                 "(attributed by time)")
         floor = self.time(runner + [EXPERIMENTS_SQL.format(p=p), f"[{end}, {start}]"], self.env)
         ours = self.time(self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url))
         self.add(f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
+        floor2 = self.time(runner + [attributed_sql("experiment, simulated", True), f'{{"lo": {start}, "hi": 1e300}}'], self.env)
+        self.add(f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "same numbers, one SQL statement", floor2,
+                 1.5, "(attributed by time)")
 
     def small_month(self, small: Path, start: float) -> None:
         month = time.strftime("%Y-%m", time.gmtime(start))

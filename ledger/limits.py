@@ -125,39 +125,53 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     sessions' cost accrued to ``now`` at their charged price (an estimate for enforcing caps; the
     books never extend an open session to "now").
 
-    Closed sessions are summed inside the database with the same rule (``attribution.share_sql``)
-    under the index-friendly overlap predicate; only open sessions come back as rows. No ORM
-    objects, flat memory (issue 16).
+    Closed sessions are summed inside the database with the same rule as the reports
+    (``ledger.aggregate``: rows wholly inside the period plainly, the edge rows attributed), one
+    ``ended_at`` index search per statement; open sessions come back as rows from the partial
+    index ``ix_sessions_open``. A current SQLite ledger is read with ``sqlite3`` (no SQLAlchemy
+    import, no ORM objects, flat memory: issue 16); anything else through the engine.
 
     ``owner``: only that user's sessions and their storage lines (rows from before owners were
     booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).
     """
-    import sqlalchemy as sa
-
-    from ledger.attribution import SQL_TOUCHES, accrued, fraction, share_sql
+    from ledger.aggregate import _attributed, engine_query, sqlite_query
+    from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, accrued, fraction
 
     now = time.time() if now is None else now
-    where = f"+created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no AND {SQL_TOUCHES}"
-    if owner is not None:
-        where += " AND (owner IS NULL OR owner = :owner)"
-    closed = sa.text(f"SELECT COALESCE(SUM({share_sql('COALESCE(cost_usd, 0.0)')}), 0.0) FROM sessions WHERE {where} AND status = 'closed'")
-    opened = sa.text(f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
-                     f" WHERE {where} AND status <> 'closed'")
-    args = {"lo": float(start), "hi": float(end), "no": False}
-    if owner is not None:
-        args["owner"] = owner
-    with ledger.engine.connect().execution_options(ledger_read=True) as conn:
-        total = float(conn.execute(closed, args).scalar() or 0.0)
-        for s in conn.execute(opened, args):
-            total += accrued(s, start, end, now)
+    path = getattr(ledger, "_sqlite", None)
+    query = sqlite_query(path) if path is not None and getattr(ledger, "_engine", None) is None else engine_query(ledger.engine)
+    # (owner IS NULL OR owner = :owner), in a form no index answers: the owner index would walk
+    # every row of the owner's history instead of the period's
+    mine = " AND COALESCE(owner, :owner) = :owner" if owner is not None else ""
+    args = {"lo": float(start), "hi": float(end), "no": False} | ({"owner": owner} if owner is not None else {})
+    total = 0.0
+    for arm in ("ended_at >= :lo", "ended_at IS NULL"):
+        sql = (f"SELECT SUM({_attributed('COALESCE(cost_usd, 0.0)')}) FROM sessions WHERE +created_at < :hi AND {arm}"
+               f" AND status = 'closed' AND simulated = :no AND ({SQL_INSIDE} OR {SQL_TOUCHES}){mine}")
+        total += float(query(sql, args)[0][0] or 0.0)
+    opened = (f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
+              f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
+              f" AND {SQL_TOUCHES}{mine}")
+    cols = ("status", "instance_id", "instance_created_at", "created_at", "ended_at", "usd_per_hour")
+    for r in query(opened, args):
+        total += accrued(_Row(zip(cols, r)), start, end, now)
     lines = ledger.cost_lines(start, end)
     if owner is not None:  # a storage line counts for the owner of its session
         ids = sorted({ln.session_id for ln in lines if ln.session_id})
-        with ledger.engine.connect().execution_options(ledger_read=True) as conn:
-            theirs = {r[0] for r in conn.execute(sa.text("SELECT id FROM sessions WHERE owner IS NOT NULL AND owner <> :owner AND id IN :ids")
-                                                 .bindparams(sa.bindparam("ids", expanding=True)), {"owner": owner, "ids": ids})} if ids else set()
+        theirs: set[str] = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            marks = ", ".join(f":i{j}" for j in range(len(chunk)))
+            theirs |= {r[0] for r in query(f"SELECT id FROM sessions WHERE owner IS NOT NULL AND owner <> :owner AND id IN ({marks})",
+                                           {"owner": owner} | {f"i{j}": x for j, x in enumerate(chunk)})}
         lines = [ln for ln in lines if ln.session_id and ln.session_id not in theirs]
     for ln in lines:
         if not ln.simulated:
             total += ln.usd * fraction(ln.start_at, ln.end_at, start, end)
     return round(total, 6)
+
+
+class _Row(dict):
+    """A result row with attribute access (``attribution.accrued`` reads attributes)."""
+
+    __getattr__ = dict.__getitem__

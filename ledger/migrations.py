@@ -212,6 +212,25 @@ def m007_ownership(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_sessions_account ON sessions (account)")
 
 
+# What the month-range sums read (ledger.aggregate, ledger.limits.month_spend), after ``ended_at``
+# (the period's index search): the sums are answered from this index alone, no table lookups.
+BOOKS_INDEX_COLUMNS = ("ended_at", "created_at", "status", "simulated", "instance_created_at", "instance_id", "cost_usd", "owner",
+                       "experiment", "card", "gpu_count", "provider", "cost_source", "billed_seconds", "tokens", "job_seconds",
+                       "usd_per_hour")
+
+
+@migration
+def m008_books_index(conn: Connection) -> None:
+    """A covering index for the month-range sums (issue 16): ``ledger month``/``experiments`` and
+    the monthly cap search the period's rows by ``ended_at`` and read every column they sum from
+    the index itself (SQLite: 0.5-0.6x the time of looking each row up in the table at 100k rows;
+    about +10% on an insert). SQLite also holds ``conclusion`` (the newest conclusion's time rides
+    in the experiments scan); PostgreSQL does not: a B-tree entry must stay under 2,704 bytes and a
+    note may be longer (the same limit already bounds ``experiment`` through its own index)."""
+    cols = BOOKS_INDEX_COLUMNS + (("conclusion",) if conn.dialect.name == "sqlite" else ())
+    conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS ix_sessions_books ON sessions ({', '.join(cols)})")
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",
