@@ -70,6 +70,8 @@ def experiments(ledger, since: str | None = None, until: str | None = None, tz: 
 
 def _query(ledger):
     """SQL text runner for ``ledger.aggregate``: sqlite3 on a current SQLite file, else SQLAlchemy."""
+    if hasattr(ledger, "query_runner"):  # LedgerReader: sqlite3, psycopg or SQLAlchemy
+        return ledger.query_runner()
     from ledger.aggregate import engine_query, sqlite_query
 
     path = getattr(ledger, "_sqlite", None)

@@ -122,3 +122,52 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
     with ledger.engine.connect() as conn:  # the fixture's rows are all there is
         assert conn.execute(sa.text("SELECT COUNT(*) FROM sessions")).scalar() == len(edges)
+
+
+def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server):
+    """`ledger month`/`experiments` on a current PostgreSQL ledger: psycopg straight (no SQLAlchemy
+    import, issue 16), the same figures as through SQLAlchemy; a ledger still to migrate is opened
+    (and migrated) by SQLAlchemy as before."""
+    import json
+    import subprocess
+    import sys
+
+    from gpuops import books as cmds
+    from ledger import Ledger
+    from ledger.migrations import migrate
+    from ledger.reads import LedgerReader
+    from tests.books.conftest import build_books
+
+    url = postgres_server.new_database()
+    led = Ledger(url)
+    build_books(led)
+    import sqlalchemy as sa
+
+    with led.engine.begin() as conn:  # storage lines: one on a session, one account-level (a volume)
+        sid = conn.execute(sa.text("SELECT id FROM sessions WHERE status = 'closed' AND cost_usd > 0 ORDER BY id")).scalars().first()
+        for i, (session, usd) in enumerate(((sid, 1.25), (None, 0.5))):
+            conn.execute(sa.text("INSERT INTO cost_lines (session_id, provider, instance_id, kind, start_at, end_at, usd, simulated, source,"
+                                 " description, booked_at, line_key) VALUES (:s, 'vast', 'v1', 'storage', :a, :b, :u, false, 'provider',"
+                                 " 'disk', 0, :k)"), {"s": session, "a": utc(2026, 11, 5), "b": utc(2026, 11, 6), "u": usd, "k": f"k{i}"})
+    via_engine = {"month": cmds.month(led, "2026-11", "UTC"), "experiments": cmds.experiments(led, "2026-11-01", None, "UTC")}
+    led.engine.dispose()
+    code = (
+        "import json, sys\nfrom gpuops import books\nfrom ledger.reads import LedgerReader\n"
+        f"r = LedgerReader({url!r})\n"
+        "out = {'month': books.month(r, '2026-11', 'UTC'), 'experiments': books.experiments(r, '2026-11-01', None, 'UTC')}\n"
+        "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy loaded'\n"
+        "print(json.dumps(out))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == json.loads(json.dumps(via_engine))
+    assert via_engine["month"]["storage_usd"] == 1.75
+    fresh = postgres_server.new_database()
+
+    eng = sa.create_engine(fresh)
+    with eng.begin() as conn:
+        migrate(conn, upto="m007_ownership")
+    eng.dispose()
+    r = LedgerReader(fresh)  # one migration short: SQLAlchemy opens and migrates it
+    assert r._pg is None and r._engine is not None and cmds.month(r, "2026-11", "UTC")["sessions"] == 0
+    r.engine.dispose()
+    assert LedgerReader(fresh)._pg is not None
