@@ -155,7 +155,7 @@ def attributed_sql(keys: str, conclusion: bool) -> str:
     return (f"SELECT {keys}, COUNT(*), SUM(CASE WHEN status <> 'closed' THEN 1 ELSE 0 END),"
             f" SUM(CASE WHEN {closed} AND cost_source = 'charged' THEN 1 ELSE 0 END),"
             f" SUM(CASE WHEN {closed} THEN {part('COALESCE(cost_usd, 0.0)')} ELSE 0.0 END),"
-            f" SUM(CASE WHEN {closed} THEN {part(gh)} ELSE 0.0 END), SUM(CASE WHEN {closed} THEN {part('COALESCE(tokens, 0)')} ELSE 0.0 END),"
+            f" SUM(CASE WHEN {closed} THEN {part(gh)} ELSE 0.0 END), SUM(CASE WHEN {closed} THEN {part('COALESCE(tokens, 0) * 1.0')} ELSE 0.0 END),"
             f" SUM(CASE WHEN {closed} AND tokens > 0 THEN {part(job)} ELSE 0.0 END)"
             + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
             + f" FROM sessions WHERE +created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND {SQL_TOUCHES}"

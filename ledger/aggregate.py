@@ -66,7 +66,7 @@ def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: s
     k = ", ".join(keys)
     cols = (f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
             f" SUM({_attributed('COALESCE(cost_usd, 0.0)')}), SUM({_attributed(_GPU_HOURS)}),"
-            f" SUM({_attributed('COALESCE(tokens, 0)')}), SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB)} ELSE 0.0 END)")
+            f" SUM({_attributed('COALESCE(tokens, 0) * 1.0')}), SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB)} ELSE 0.0 END)")
     if conclusion:
         cols += ", MAX(CASE WHEN conclusion <> '' THEN created_at END)"
     where = " AND ".join(_range(lo, hi, ended) + ["status = 'closed'", f"({SQL_INSIDE} OR {SQL_TOUCHES})"])

@@ -171,3 +171,22 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     assert r._pg is None and r._engine is not None and cmds.month(r, "2026-11", "UTC")["sessions"] == 0
     r.engine.dispose()
     assert LedgerReader(fresh)._pg is not None
+
+
+def test_token_sums_past_64_bits_do_not_overflow(ledger):
+    """Two sessions of one group with the largest token count the ledger takes: the SQL sums add
+    floats (SQLite's integer SUM raises "integer overflow" past 2**63 - 1)."""
+    from gpuops import books as cmds
+    from gpuops.books import MAX_TOKENS
+    from ledger.models import Session
+    from ledger.reports import month_bounds
+
+    lo, _ = month_bounds("2026-11", "UTC")
+    with ledger.engine.begin() as conn:
+        conn.execute(Session.__table__.insert(), [
+            dict(id=f"t{i}", experiment="big", job="", provider="vast", card="h100-sxm", gpu_count=1, spot=False, label="", instance_id="i",
+                 simulated=False, status="closed", created_at=lo + 60.0 * i, instance_created_at=lo + 60.0 * i + 1, ended_at=lo + 60.0 * i + 30,
+                 usd_per_hour=2.0, billed_seconds=29.0, cost_usd=0.5, tokens=MAX_TOKENS, conclusion="", note="", log_path="",
+                 results_path="", source="gpuops") for i in range(2)])
+    assert cmds.month(ledger, "2026-11", "UTC")["tokens"] == int(round(2.0 * MAX_TOKENS))
+    assert cmds.experiments(ledger, "2026-11-01", None, "UTC")["experiments"][0]["tokens"] == int(round(2.0 * MAX_TOKENS))
