@@ -142,10 +142,13 @@ def attributed_sql(keys: str, conclusion: bool) -> str:
     of [:lo, :hi), ``ledger.attribution``), as ONE plain SQL statement: the second floor. The
     issue's floor (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books'
     figures for a rental across the period's edge."""
-    from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, share_sql
+    from ledger.attribution import SQL_TOUCHES, share_sql  # the timed checkout's rule (--repo: an older one too)
+
+    # a closed row wholly inside the period: share exactly 1 (ledger.attribution.SQL_INSIDE)
+    inside = "(instance_created_at >= :lo AND ended_at < :hi AND ended_at >= instance_created_at)"
 
     def part(x: str) -> str:
-        return f"(CASE WHEN {SQL_INSIDE} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
+        return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
 
     job = ("(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
            " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
