@@ -145,17 +145,19 @@ def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: It
 
 
 def sqlite_query(path) -> Callable[[str, dict], Any]:
-    """``query`` on an SQLite file through the standard library (read-only)."""
+    """``query`` on an SQLite file through the standard library (read-only). One connection for
+    every statement of the caller (opened on the first, closed with the function): a read-only
+    open of a WAL ledger whose ``-shm`` file is gone costs ~3 ms (SQLite's unreliable-shm path)."""
     import sqlite3
 
     from ledger.reads import SQLITE_BUSY_TIMEOUT_S
 
+    held: list = []
+
     def run(sql: str, args: dict) -> list[tuple]:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
-        try:
-            return con.execute(sql, args).fetchall()
-        finally:
-            con.close()
+        if not held:
+            held.append(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S))
+        return held[0].execute(sql, args).fetchall()
 
     return run
 

@@ -135,7 +135,7 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).
     """
     from ledger.aggregate import _attributed, engine_query, sqlite_query
-    from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, accrued, fraction
+    from ledger.attribution import SQL_TOUCHES, accrued, fraction
 
     now = time.time() if now is None else now
     path = getattr(ledger, "_sqlite", None)
@@ -145,9 +145,11 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     mine = " AND COALESCE(owner, :owner) = :owner" if owner is not None else ""
     args = {"lo": float(start), "hi": float(end), "no": False} | ({"owner": owner} if owner is not None else {})
     total = 0.0
+    # A closed row outside the period adds a share of 0 (``share_sql``), so the sum needs no
+    # "touches" filter, only "ever had an instance" (``attribution.interval``: else no cost).
     for arm in ("ended_at >= :lo", "ended_at IS NULL"):
         sql = (f"SELECT SUM({_attributed('COALESCE(cost_usd, 0.0)')}) FROM sessions WHERE +created_at < :hi AND {arm}"
-               f" AND status = 'closed' AND simulated = :no AND ({SQL_INSIDE} OR {SQL_TOUCHES}){mine}")
+               f" AND simulated = :no AND status = 'closed' AND (instance_created_at IS NOT NULL OR instance_id IS NOT NULL){mine}")
         total += float(query(sql, args)[0][0] or 0.0)
     opened = (f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
               f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
