@@ -139,10 +139,12 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
 
     now = time.time() if now is None else now
     path = getattr(ledger, "_sqlite", None)
-    query = sqlite_query(path) if path is not None and getattr(ledger, "_engine", None) is None else engine_query(ledger.engine)
-    # (owner IS NULL OR owner = :owner), in a form no index answers: the owner index would walk
-    # every row of the owner's history instead of the period's
-    mine = " AND COALESCE(owner, :owner) = :owner" if owner is not None else ""
+    fast = path is not None and getattr(ledger, "_engine", None) is None
+    query = sqlite_query(path) if fast else engine_query(ledger.engine)
+    mine = ""
+    if owner is not None:  # SQLite: unary plus keeps its planner off the owner index (every row of the owner's history)
+        sqlite = fast or ledger.engine.dialect.name == "sqlite"
+        mine = " AND (+owner IS NULL OR +owner = :owner)" if sqlite else " AND (owner IS NULL OR owner = :owner)"
     args = {"lo": float(start), "hi": float(end), "no": False} | ({"owner": owner} if owner is not None else {})
     total = 0.0
     # A closed row outside the period adds a share of 0 (``share_sql``), so the sum needs no

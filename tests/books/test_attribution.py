@@ -120,6 +120,12 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     assert {e["name"]: e["latest_conclusion"] for e in got["experiments"]} == {"x0": "c3", "x1": "c7", "x2": "c5"}
     # the cap: the same real money, plus the open row's hour so far at 3 USD/h
     assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
+    # per owner: rows from before owners were booked count for everyone; another owner's do not
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
+    with ledger.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE sessions SET owner = 'them' WHERE id = 'e00'"))
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(python["total_usd"] + 3.0 - 6.0, abs=1e-6)
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="them") == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
     with ledger.engine.connect() as conn:  # the fixture's rows are all there is
         assert conn.execute(sa.text("SELECT COUNT(*) FROM sessions")).scalar() == len(edges)
 
