@@ -3,7 +3,8 @@
 100,000 session rows (issue 16: a report costs about what one SQL statement costs).
 
 ``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters: the
-standard library's ``sqlite3`` (the fast report path) or an SQLAlchemy connection. The groups are
+standard library's ``sqlite3`` or ``psycopg`` on a current ledger (``LedgerReader.query_runner``), or
+an SQLAlchemy connection. The groups are
 ``keys`` (default: experiment, card, gpu_count, provider, simulated); ``ledger.reports`` merges
 them into the report's totals and breakdowns, exactly as its row-by-row path would (a test keeps
 both equal). Several rows of one group may come back (closed and open rows are read apart): a
@@ -102,7 +103,8 @@ def params(lo: float | None, hi: float | None) -> dict:
 
 def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None,
                keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[GroupRow]:
-    """The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order; the others are None) of
+    """The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``;
+    the other fields are None, ``gpu_count`` 0) of
     sessions that spent money in [lo, hi) epoch s (None: open), their sums attributed by time:
     sessions, open_sessions, charged_sessions, cost_usd (USD), gpu_hours (billed hours x GPU
     count), tokens, job_usd (USD of the job's own seconds, sessions with tokens). One group may

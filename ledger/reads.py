@@ -3,8 +3,10 @@
 
 An SQLite ledger already at the newest schema is read with the standard library's ``sqlite3``
 (importing SQLAlchemy alone costs 0.3 s or more on a small machine, more than the whole report);
-any other URL, or an SQLite file that still needs a migration, goes through SQLAlchemy Core
-(``ledger/engine.py``), which migrates it first. Both paths return the same rows (tested).
+a current PostgreSQL ledger (``postgresql+psycopg://``) answers the reports' SQL through ``psycopg``
+(``LedgerReader.query_runner``, ``cost_lines``); any other URL, or a ledger that still needs a
+migration, goes through SQLAlchemy Core (``ledger/engine.py``), which migrates it first. The paths
+return the same rows (tested).
 """
 
 from __future__ import annotations
