@@ -167,6 +167,12 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == json.loads(json.dumps(via_engine))
     assert via_engine["month"]["storage_usd"] == 1.75
+    reader = LedgerReader(url)  # the day-by-day report streams rows through SQLAlchemy, opened on demand
+    assert reader._pg is not None and reader._engine is None
+    led = Ledger(url)
+    assert cmds.month(reader, "2026-11", "UTC", by="day") == cmds.month(led, "2026-11", "UTC", by="day")
+    reader.engine.dispose()
+    led.engine.dispose()
     fresh = postgres_server.new_database()
 
     eng = sa.create_engine(fresh)
