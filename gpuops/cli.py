@@ -680,7 +680,7 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)
     if isinstance(e, ModuleNotFoundError) and any("sqlalchemy/dialects" in f for f in frames):
         msg, code = f"the ledger URL needs the database driver {e.name!r}, which is not installed", 2
-    elif mod.startswith("sqlalchemy") or (mod == "sqlite3" and from_ledger):
+    elif mod.startswith("sqlalchemy") or (mod in ("sqlite3", "psycopg", "psycopg.errors") and from_ledger):
         orig = getattr(e, "orig", None) or e
         first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
         code = 2 if type(e).__name__ in ("ArgumentError", "NoSuchModuleError") else 1
