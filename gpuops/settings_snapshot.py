@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,8 @@ ENV_PREFIX = "GPUOPS_"
 SNAPSHOT_FILE = "settings-snapshot.json"
 SNAPSHOT_FORMAT = 1
 SNAPSHOT_ENTRIES = 8  # distinct config/variable combinations kept per data dir (newest first)
+# A snapshot of SNAPSHOT_ENTRIES entries is a few KB; a larger file is not ours and is not read.
+SNAPSHOT_MAX_BYTES = 1 << 20
 # The sections the read-only commands read (ps, watchdog --once, ledger reports, reconcile).
 SNAPSHOT_SECTIONS = ("user", "up", "teardown", "ledger", "providers", "storage")
 NESTED_SECTIONS = {"providers": ("local", "runpod", "vast")}
@@ -280,12 +283,23 @@ def _data_dir_guess(env: dict, text: bytes | None, toml: list) -> Path | None:
 def _read(file: Path, key: str, env: dict, text: bytes | None, toml: list) -> dict | None:
     """The values of the snapshot entry ``key`` with every reference resolved, or None."""
     try:
-        with open(file, "rb") as f:
-            doc = json.loads(f.read())
+        doc = json.loads(_snapshot_bytes(file))
         entry = next(e for e in doc["entries"] if e["key"] == key)
         return {name: _resolve(v, env, text, toml) for name, v in entry["values"].items()}
     except (OSError, ValueError, KeyError, TypeError, StopIteration, LookupError):
         return None
+
+
+def _snapshot_bytes(file: Path) -> bytes:
+    """The bytes of the snapshot ``file``. Raises OSError unless it is a regular file of at most
+    ``SNAPSHOT_MAX_BYTES``: a FIFO or a device there (``/dev/zero``) would block or never end, and
+    `ps` and `watchdog --once` must answer whatever lies in the data dir."""
+    fd = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # opening a FIFO does not wait for a writer
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > SNAPSHOT_MAX_BYTES:
+            raise OSError(f"{file}: not a snapshot file")
+        return f.read(SNAPSHOT_MAX_BYTES + 1)
 
 
 class _Unresolved(LookupError):
@@ -371,8 +385,7 @@ def _write(home: Path, key: str, settings, env: dict, text: bytes | None, toml: 
     try:
         make_private(home)
         try:
-            with open(file, "rb") as f:
-                entries = [e for e in json.loads(f.read())["entries"] if isinstance(e, dict) and e.get("key") != key]
+            entries = [e for e in json.loads(_snapshot_bytes(file))["entries"] if isinstance(e, dict) and e.get("key") != key]
         except (OSError, ValueError, KeyError, TypeError):
             entries = []
         doc = {"format": SNAPSHOT_FORMAT, "entries": [{"key": key, "values": values}] + entries[:SNAPSHOT_ENTRIES - 1]}

@@ -145,3 +145,35 @@ def test_a_broken_snapshot_file_means_a_full_load_and_is_rewritten(tmp_path, mon
     assert not isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 2.0
     s = load(None, env=env)
     assert isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 2.0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "oversized"])
+def test_a_snapshot_path_that_is_no_small_file_is_never_read(tmp_path, monkeypatch, kind):
+    """A FIFO (or a symlink to /dev/zero) in place of the snapshot made `ps` and `watchdog --once`
+    wait forever in open()/read(); a file larger than any snapshot is not read either."""
+    import os
+    import threading
+
+    from gpuops.settings_snapshot import SNAPSHOT_MAX_BYTES
+
+    monkeypatch.chdir(tmp_path)
+    env = _env(tmp_path, {"GPUOPS_TEARDOWN_MAX_HOURS": "2"})
+    snap = tmp_path / "data" / SNAPSHOT_FILE
+    (tmp_path / "data").mkdir()
+    if kind == "fifo":
+        os.mkfifo(snap)
+    elif kind == "device":
+        snap.symlink_to("/dev/null")  # /dev/zero would never end; /dev/null shows a device is refused alike
+    else:
+        load(None, env=env)
+        snap.write_text(snap.read_text() + " " * SNAPSHOT_MAX_BYTES)
+    got: list = []
+    worker = threading.Thread(target=lambda: got.append(load(None, env=env)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():  # release the blocked open() so the test process can end
+        os.close(os.open(snap, os.O_WRONLY | os.O_NONBLOCK)) if kind == "fifo" else None
+        pytest.fail("load() blocked on the snapshot path")
+    assert not isinstance(got[0], SettingsSnapshot) and got[0].teardown.max_hours == 2.0
+    s = load(None, env=env)  # replaced by a regular snapshot file, read back
+    assert isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 2.0 and snap.is_file() and not snap.is_symlink()
