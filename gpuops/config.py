@@ -343,9 +343,10 @@ def _env_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> dict[str, tu
     return out
 
 
-def _check_env_names(env: dict) -> list[tuple[str, str]]:
+def _check_env_names(env: dict, spelled: dict | None = None) -> list[tuple[str, str]]:
     """(variable, one-line problem) for ``GPUOPS_<SECTION>_...`` variables that name no setting (a typo such
-    as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently)."""
+    as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently). ``spelled``:
+    {upper-case name: the name as set}, for the message."""
     import difflib
 
     known = _env_names(Settings)
@@ -356,7 +357,7 @@ def _check_env_names(env: dict) -> list[tuple[str, str]]:
         if var.startswith(sections) and var not in known:
             close = difflib.get_close_matches(var, list(known), n=1, cutoff=0.8)
             hint = f"did you mean {close[0]}? " if close else ""
-            problems.append((var, f"environment variable {var} names no setting ({hint}infra.example.toml lists every key; unset it)"))
+            problems.append((var, f"environment variable {(spelled or {}).get(var, var)} names no setting ({hint}infra.example.toml lists every key; unset it)"))
     return problems
 
 
@@ -482,11 +483,17 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
     is not TOML or a misspelt variable is skipped and ``warn(line)`` is called once with one line
     saying so (default: stderr), so that a box can still be listed and destroyed."""
     path = find_config(config)
+    # pydantic-settings reads GPUOPS_* names in any case (case_sensitive=False, a later spelling
+    # winning); the checks here read them upper-case, and messages name them as they were set.
+    spelled: dict[str, str] = {}
     env = dict(os.environ if env is None else env)
+    for name in [k for k in env if k.upper().startswith(ENV_PREFIX) and not k.isupper()]:
+        spelled[name.upper()] = name
+        env[name.upper()] = env.pop(name)
     problems: list[str] = []
     data = _read_file(path, problems, lenient) if path is not None else {}
     file_skipped = bool(problems)
-    env_problems = _check_env_names(env)
+    env_problems = _check_env_names(env, spelled)
     if env_problems and not lenient:
         msg, _, hint = env_problems[0][1].partition(" (")
         raise BadInput(msg, hint.rstrip(")"))
@@ -510,8 +517,8 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
             if var not in env or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
                 raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
             if not lenient:
-                raise BadInput(f"environment variable {var}: {msg}", "fix or unset the variable") from None
-            problems.append(f"environment variable {var}: {msg}; ignored")
+                raise BadInput(f"environment variable {spelled.get(var, var)}: {msg}", "fix or unset the variable") from None
+            problems.append(f"environment variable {spelled.get(var, var)}: {msg}; ignored")
             env.pop(var)
     if problems:
         (warn or _warn_stderr)("warning: " + " | ".join(problems) + " (this command goes on without them; `gpuops up` refuses until they are fixed)")

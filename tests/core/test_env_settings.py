@@ -58,3 +58,22 @@ def test_a_bad_value_names_the_variable_not_the_key_path():
     with pytest.raises(BadInput) as e:
         load_settings(None, env={"GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "abc"})
     assert str(e.value).startswith("environment variable GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR: Input should be a valid number")
+
+
+def test_a_variable_set_in_lower_case_is_checked_and_named_as_set(tmp_path):
+    """pydantic-settings reads gpuops_teardown_max_hours like GPUOPS_TEARDOWN_MAX_HOURS; a bad value
+    in lower case was blamed on the "command line" and refused even by `ps` (lenient), a typo was
+    "Extra inputs", and a file with a skipped key overrode the lower-case variable."""
+    env = {"GPUOPS_DATA_DIR": str(tmp_path / "data")}
+    assert load_settings(None, env=dict(env, gpuops_teardown_max_hours="3")).teardown.max_hours == 3.0
+    with pytest.raises(BadInput, match=r"^environment variable gpuops_teardown_max_hours: Input should be a valid number"):
+        load_settings(None, env=dict(env, gpuops_teardown_max_hours="abc"))
+    warned: list[str] = []
+    s = load_settings(None, env=dict(env, gpuops_teardown_max_hours="abc"), lenient=True, warn=warned.append)
+    assert s.teardown.max_hours == 4.0 and "environment variable gpuops_teardown_max_hours:" in warned[0]
+    with pytest.raises(BadInput, match=r"^environment variable Gpuops_Teardown_Max_Hour names no setting \(did you mean GPUOPS_TEARDOWN_MAX_HOURS\?"):
+        load_settings(None, env=dict(env, Gpuops_Teardown_Max_Hour="3"))
+    cfg = tmp_path / "infra.toml"
+    cfg.write_text("[teardown]\nmax_hours = 2\nmax_hour = 1\n")  # lenient: the typo key is skipped, the rest kept
+    s = load_settings(str(cfg), env=dict(env, gpuops_teardown_max_hours="3"), lenient=True, warn=warned.append)
+    assert s.teardown.max_hours == 3.0  # the variable over the file, as in upper case
