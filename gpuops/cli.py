@@ -114,7 +114,8 @@ def up(
     if max_hours is not None and max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     if max_hours is not None and max_hours > 720:  # gpuops.config.MAX_TTL_HOURS (not imported here: start-up)
-        raise BadInput(f"--max-hours must be at most 720 (30 days), got {max_hours:g}",
+        shown = f"{max_hours:g}" if float(f"{max_hours:g}") == max_hours else repr(max_hours)  # never "got 720"
+        raise BadInput(f"--max-hours must be at most 720 (30 days), got {shown}",
                        "a TTL is the box's hard time limit; pass the hours the job needs, e.g. --max-hours 48")
     over: dict = {"up": {}, "teardown": {}}
     for key, val in (("provider", provider), ("card", card), ("experiment", experiment), ("spot", spot), ("max_price", price)):

@@ -27,6 +27,8 @@ def test_a_ttl_past_30_days_is_refused_from_flag_env_and_file(job, gpuops_home, 
     # Seen: `up --max-hours 1e308` was accepted: a TTL that never fires, and a 300-digit projected cost.
     out = cli("up", "--job", job, "--max-hours", "1e308")
     assert out.returncode == 2 and out.stderr.startswith("error: --max-hours must be at most 720 (30 days), got 1e+308"), out.stderr
+    out = cli("up", "--job", job, "--max-hours", "720.0000001")  # was "at most 720 (30 days), got 720"
+    assert out.returncode == 2 and out.stderr.startswith("error: --max-hours must be at most 720 (30 days), got 720.0000001 "), out.stderr
     out = cli("up", "--job", job, env={"GPUOPS_TEARDOWN_MAX_HOURS": "721"})
     assert out.returncode == 2 and "GPUOPS_TEARDOWN_MAX_HOURS" in out.stderr and "720" in out.stderr, out.stderr
     cfg = tmp_path / "conf" / "long.toml"  # not ./infra.toml (the cwd), which every later run would read
