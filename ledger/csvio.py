@@ -41,6 +41,10 @@ _FALSE = {"false", "0", "no", "n", ""}
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 # A cost further than this from usd_per_hour x hours is reported (provider invoices show cents).
 COST_TOLERANCE_USD = 0.01
+# The longest cell import reads (characters). The csv module's default limit, 131,072, is below
+# a conclusion `ledger note` accepts and export writes, so a longer one failed the round trip; a
+# cell over this one is a bad line, named as such.
+MAX_CELL_CHARS = 1 << 24
 
 
 def neutralize(text: str) -> str:
@@ -348,11 +352,16 @@ class CsvImport:
         self.rows = 0
 
     def __iter__(self) -> Iterator[tuple[int, dict]]:
+        if csv.field_size_limit() < MAX_CELL_CHARS:  # process-wide: it only ever grows here
+            csv.field_size_limit(MAX_CELL_CHARS)
         reader = csv.reader(self.f)
         try:
             header = next(reader)
         except StopIteration:
             self.errors.append((1, "the file is empty; expected a header line: " + ",".join(COLUMNS)))
+            return
+        except csv.Error as e:  # a cell over MAX_CELL_CHARS, a NUL byte on older Pythons, ...
+            self.errors.append((1, f"not readable as CSV: {e}"))
             return
         names = [h.strip().lower().lstrip("\ufeff") for h in header]
         problem = _header_problem(names)
@@ -372,26 +381,30 @@ class CsvImport:
         width = len(names)
         parse = _row_parser(ix, seen, tzinfo, self.providers, self.cards)
         prev = reader.line_num
-        for cells in reader:
-            line, prev = prev + 1, reader.line_num
-            if len(cells) != width:
-                if not "".join(cells).strip():
-                    continue  # blank line
-                self.errors.append((line, f"has {len(cells)} fields, the header has {width}"))
-                continue
-            cells.append("")
-            try:
-                row, notes = parse(cells)
-            except _Bad as e:
-                if "".join(cells).strip():
-                    self.errors.append((line, str(e)))
-                continue  # a line of empty cells is blank
-            if notes:
-                (self.errors if self.strict else self.warnings).extend((line, n) for n in notes)
-                if self.strict:
+        try:
+            for cells in reader:
+                line, prev = prev + 1, reader.line_num
+                if len(cells) != width:
+                    if not "".join(cells).strip():
+                        continue  # blank line
+                    self.errors.append((line, f"has {len(cells)} fields, the header has {width}"))
                     continue
-            self.rows += 1
-            yield line, row
+                cells.append("")
+                try:
+                    row, notes = parse(cells)
+                except _Bad as e:
+                    if "".join(cells).strip():
+                        self.errors.append((line, str(e)))
+                    continue  # a line of empty cells is blank
+                if notes:
+                    (self.errors if self.strict else self.warnings).extend((line, n) for n in notes)
+                    if self.strict:
+                        continue
+                self.rows += 1
+                yield line, row
+        except csv.Error as e:  # the reader cannot go on past it: this line and the rest are not read
+            self.errors.append((prev + 1, f"not readable as CSV: {e}; nothing after it was read"))
+            return
         if not self.rows and not self.errors:
             self.errors.append((1, "no data rows after the header"))
 

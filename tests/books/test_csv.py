@@ -222,3 +222,28 @@ def test_import_streams_in_batches_inside_one_transaction(ledger):
     assert e.value.errors == [(13, f"session {rows[0]['id']} is already in the ledger (imported before?)")]
     assert _count(ledger) == 1
     assert ledger.import_rows(zip([2, 3, 4], rows[1:]), chunk=2) == 3 and _count(ledger) == 4
+
+
+def test_a_long_conclusion_round_trips_and_an_oversized_cell_is_a_bad_line(tmp_path):
+    """`ledger note` takes a 200 KB conclusion and export writes it; import died on it with a
+    traceback (the csv module's 131,072-character field limit). Past MAX_CELL_CHARS: a bad line."""
+    from ledger import Ledger
+    from ledger.csvio import MAX_CELL_CHARS
+    from tests.books.conftest import _rented, utc
+
+    led, fresh = Ledger(f"sqlite:///{tmp_path / 'a.db'}"), Ledger(f"sqlite:///{tmp_path / 'b.db'}")
+    try:
+        _rented(led, "s1", utc(2026, 11, 3, 10), price=2.0)
+        led.close("s1", utc(2026, 11, 3, 11), "job_end")
+        cmds.note(led, "s1", "x" * 200_000)
+        first = _export(led)
+        path = tmp_path / "long.csv"
+        path.write_text(first)
+        assert cmds.import_csv(fresh, path)["imported"] == 1
+        assert _export(fresh) == first and fresh.get("s1").conclusion == "x" * 200_000
+    finally:
+        led.engine.dispose()
+        fresh.engine.dispose()
+    text = "date,provider,card,usd_per_hour,hours,conclusion\n2026-11-02,vast,rtx-4090,0.35,2,ok\n"
+    rows, _, errors = parse_csv(text + f'2026-11-02,vast,rtx-4090,0.35,2,"{"y" * (MAX_CELL_CHARS + 1)}"\n', tz="UTC")
+    assert errors == [(3, f"not readable as CSV: field larger than field limit ({MAX_CELL_CHARS}); nothing after it was read")]
