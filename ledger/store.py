@@ -402,7 +402,14 @@ class Ledger:
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
             insert = (f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
                       f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v, conn.dialect.name) for v in fixed.values()])})")
-            lookup = "SELECT id FROM sessions WHERE id IN ({})"
+            # Each id is looked up with whether THIS import wrote it (an id repeated further apart than
+            # a chunk): SQLite by rowid, PostgreSQL by the row's inserting transaction (xmin, 32 bits).
+            mine = {"sqlite": "rowid > :before",
+                    "postgresql": "xmin::text::bigint = txid_current() %% 4294967296"}.get(conn.dialect.name, "0 = 1")
+            before = 0
+            if conn.dialect.name == "sqlite":
+                before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").scalar()
+            lookup = f"SELECT id, {mine.replace(':before', str(int(before)))} FROM sessions WHERE id IN ({{}})"
             fixed_values = tuple(fixed.values())
             copy_sql = None
             if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
@@ -414,7 +421,7 @@ class Ledger:
             deferred: list[str] = []
             defer_at = None
             if conn.dialect.name == "sqlite":
-                defer_at = max(IMPORT_DEFER_INDEXES_ROWS, conn.exec_driver_sql("SELECT max(rowid) FROM sessions").scalar() or 0)
+                defer_at = max(IMPORT_DEFER_INDEXES_ROWS, before)
 
             def defer_indexes() -> None:
                 unique = {r[1] for r in conn.exec_driver_sql("PRAGMA index_list(sessions)") if r[2]}
@@ -432,8 +439,9 @@ class Ledger:
                 ids = list(batch)
                 for i in range(0, len(ids), 900):  # SQLite allows 999 parameters per statement
                     part = ids[i : i + 900]
-                    for (sid,) in conn.exec_driver_sql(lookup.format(", ".join([mark] * len(part))), tuple(part)):
-                        clashes.append((batch.pop(sid)[0], f"session {sid} is already in the ledger (imported before?)"))
+                    for sid, repeat in conn.exec_driver_sql(lookup.format(", ".join([mark] * len(part))), tuple(part)):
+                        clashes.append((batch.pop(sid)[0], f"session {sid} repeats an earlier line of this file" if repeat
+                                        else f"session {sid} is already in the ledger (imported before?)"))
                 if batch and not clashes:
                     if copy_sql is not None:  # PostgreSQL: COPY, the bulk path (same values, same transaction)
                         dbapi = conn.dialect.loaded_dbapi

@@ -247,3 +247,17 @@ def test_a_long_conclusion_round_trips_and_an_oversized_cell_is_a_bad_line(tmp_p
     text = "date,provider,card,usd_per_hour,hours,conclusion\n2026-11-02,vast,rtx-4090,0.35,2,ok\n"
     rows, _, errors = parse_csv(text + f'2026-11-02,vast,rtx-4090,0.35,2,"{"y" * (MAX_CELL_CHARS + 1)}"\n', tz="UTC")
     assert errors == [(3, f"not readable as CSV: field larger than field limit ({MAX_CELL_CHARS}); nothing after it was read")]
+
+
+def test_an_id_repeated_further_apart_than_a_chunk_is_named_a_repeat(ledger):
+    """An id repeated 5,000+ lines apart (another chunk) was "already in the ledger (imported
+    before?)", on a ledger that never saw it; an id from an earlier import still reads so."""
+    from ledger.store import ImportRejected
+
+    rows, _, errs = parse_csv(SPREADSHEET, tz="UTC")
+    assert ledger.import_sessions(rows[:1]) == 1
+    with pytest.raises(ImportRejected) as e:
+        ledger.import_rows(zip([2, 3, 4, 5], [rows[1], rows[2], rows[1], rows[0]]), chunk=1)
+    assert e.value.errors == [(4, f"session {rows[1]['id']} repeats an earlier line of this file"),
+                              (5, f"session {rows[0]['id']} is already in the ledger (imported before?)")]
+    assert _count(ledger) == 1
