@@ -184,7 +184,9 @@ def load(config: str | None, lenient: bool = False, env: dict | None = None):
                 pass
     problems: list[str] = []
     settings = _full_load(config, lenient, problems, full_env)
-    if key is not None and not problems and home is not None and home == settings.data_path():
+    # The full load found the config file again: kept only when it read the file the key names.
+    if (key is not None and not problems and home is not None and home == settings.data_path()
+            and settings.source == (str(path) if path is not None else None)):
         try:
             fresh = path.read_bytes() if path is not None else None
         except OSError:
@@ -356,6 +358,8 @@ def _entry_values(settings, env: dict, text: bytes | None, toml: list) -> dict |
                 return ref
             raise _Unresolved(".".join(path))  # a text a validator rewrote (or a default-equal text)
         if value is None or isinstance(value, (bool, int, float)):
+            if hit is None and raw != value:  # not what the keyed file says: another file was loaded
+                raise _Unresolved(".".join(path))
             return value
         raise _Unresolved(".".join(path))
 

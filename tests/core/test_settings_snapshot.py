@@ -177,3 +177,30 @@ def test_a_snapshot_path_that_is_no_small_file_is_never_read(tmp_path, monkeypat
     assert not isinstance(got[0], SettingsSnapshot) and got[0].teardown.max_hours == 2.0
     s = load(None, env=env)  # replaced by a regular snapshot file, read back
     assert isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 2.0 and snap.is_file() and not snap.is_symlink()
+
+
+def test_a_config_file_appearing_during_the_full_load_is_not_kept_under_the_old_key(tmp_path, monkeypatch):
+    """load() keyed the user config dir's file; ./infra.toml, created while the full load ran, was
+    the one it read. Its max_hours (a number, kept by value) was kept under the first file's key,
+    and `watchdog --once` read that TTL back after ./infra.toml was gone."""
+    from gpuops import settings_snapshot
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    user = tmp_path / "xdg" / "gpuops" / "infra.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("[teardown]\nmax_hours = 2\n")
+    env = _env(tmp_path, {})
+    real = settings_snapshot._full_load
+
+    def racing(*args):
+        (tmp_path / "infra.toml").write_text("[teardown]\nmax_hours = 700\n")
+        return real(*args)
+
+    monkeypatch.setattr(settings_snapshot, "_full_load", racing)
+    assert load(None, env=env).teardown.max_hours == 700.0  # what was there when it was read
+    monkeypatch.setattr(settings_snapshot, "_full_load", real)
+    (tmp_path / "infra.toml").unlink()
+    assert load_settings(None, env=dict(env)).teardown.max_hours == 2.0
+    assert load(None, env=env).teardown.max_hours == 2.0
+    assert load(None, env=env).teardown.max_hours == 2.0
