@@ -551,6 +551,8 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         conclusion = conclusion.strip()
         if conclusion[:1] == "'":
             conclusion = unneutralize(conclusion)
+        if "\0" in conclusion or "\0" in sid:  # PostgreSQL text refuses it (a DataError mid-import); SQLite kept it
+            raise _Bad(("session" if "\0" in sid else "conclusion") + " contains a NUL character (\\x00); use visible text")
         seconds = to_seconds.get(hours) if hours else None  # never 0.0: -0.0 is equal and hashes alike
         if seconds is None:
             seconds = round(hours * 3600.0, 3)

@@ -261,3 +261,16 @@ def test_an_id_repeated_further_apart_than_a_chunk_is_named_a_repeat(ledger):
     assert e.value.errors == [(4, f"session {rows[1]['id']} repeats an earlier line of this file"),
                               (5, f"session {rows[0]['id']} is already in the ledger (imported before?)")]
     assert _count(ledger) == 1
+
+
+def test_a_nul_character_is_a_bad_line_on_every_backend(ledger, tmp_path):
+    """A NUL in a conclusion or session cell: SQLite booked it, PostgreSQL died mid-import with a
+    DataError traceback. Now a bad line, named, on both."""
+    p = tmp_path / "nul.csv"
+    p.write_text("date,provider,card,usd_per_hour,hours,conclusion,session\n2026-11-02,vast,rtx-4090,0.35,2,ok,s1\n"
+                 "2026-11-02,vast,rtx-4090,0.35,2,a\x00b,s2\n2026-11-02,vast,rtx-4090,0.35,2,ok,s\x003\n")
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p)
+    assert e.value.errors == [(3, "conclusion contains a NUL character (\\x00); use visible text"),
+                              (4, "session contains a NUL character (\\x00); use visible text")]
+    assert _count(ledger) == 0
