@@ -269,6 +269,10 @@ _INF = float("inf")
 # longer than a year is a unit mistake.
 MAX_IMPORT_HOURS = 24.0 * 366
 MAX_IMPORT_USD_PER_HOUR = 1000.0
+# The columns' ranges (ledger/models.py): gpu_count INTEGER (PostgreSQL int4), tokens BIGINT; a
+# larger number was an OverflowError (SQLite) or a DataError (PostgreSQL) traceback mid-import.
+MAX_IMPORT_GPU_COUNT = 2**31 - 1
+MAX_IMPORT_TOKENS = 2**63 - 1
 
 
 def _float(v: str, name: str) -> float | None:
@@ -536,6 +540,8 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
                 gpus = _int(v_gpus, "gpu_count", 1)  # the error
         if gpus < 1:
             raise _Bad("gpu_count must be >= 1")
+        if gpus > MAX_IMPORT_GPU_COUNT:
+            raise _Bad(f"gpu_count {gpus} is above {MAX_IMPORT_GPU_COUNT:,} (the ledger's gpu_count column)")
         try:
             tokens = int(v_tokens)
         except ValueError:
@@ -543,6 +549,8 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         else:
             if tokens < 0:
                 tokens = _int(v_tokens, "tokens", 0)  # the error
+        if tokens > MAX_IMPORT_TOKENS:
+            raise _Bad(f"tokens {tokens} is above {MAX_IMPORT_TOKENS:,} (the ledger's tokens column)")
         sid = sid.strip()
         sid = (unneutralize(sid) if sid[:1] == "'" else sid) or _row_id(cells[:-1], seen)
         experiment = experiment.strip()

@@ -274,3 +274,18 @@ def test_a_nul_character_is_a_bad_line_on_every_backend(ledger, tmp_path):
     assert e.value.errors == [(3, "conclusion contains a NUL character (\\x00); use visible text"),
                               (4, "session contains a NUL character (\\x00); use visible text")]
     assert _count(ledger) == 0
+
+
+def test_counts_past_their_columns_are_bad_lines(ledger, tmp_path):
+    """tokens or gpu_count past the column (BIGINT / INTEGER) died mid-import with an OverflowError
+    (SQLite) or DataError (PostgreSQL) traceback; now bad lines, and the largest that fit import."""
+    p = tmp_path / "big.csv"
+    p.write_text("date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
+                 f"2026-11-02,vast,rtx-4090,0.35,2,1,{2**63},s1\n2026-11-02,vast,rtx-4090,0.35,2,{2**31},0,s2\n")
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p)
+    assert e.value.errors == [(2, f"tokens {2**63} is above {2**63 - 1:,} (the ledger's tokens column)"),
+                              (3, f"gpu_count {2**31} is above {2**31 - 1:,} (the ledger's gpu_count column)")]
+    p.write_text("date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
+                 f"2026-11-02,vast,rtx-4090,0.35,2,{2**31 - 1},{2**63 - 1},s1\n")
+    assert cmds.import_csv(ledger, p)["imported"] == 1 and _count(ledger) == 1
