@@ -273,6 +273,11 @@ MAX_IMPORT_USD_PER_HOUR = 1000.0
 # larger number was an OverflowError (SQLite) or a DataError (PostgreSQL) traceback mid-import.
 MAX_IMPORT_GPU_COUNT = 2**31 - 1
 MAX_IMPORT_TOKENS = 2**63 - 1
+# A rental's start and end, epoch seconds, as every report and the export can write them: inside
+# datetime's years 1-9999 with a day to spare for a time zone (9999-12-31T23:00-05:00 was booked,
+# and every later `ledger export` died on "year 10000 is out of range").
+_FIRST_TIME = datetime(1, 1, 2, tzinfo=timezone.utc).timestamp()
+_LAST_TIME = datetime(9999, 12, 31, tzinfo=timezone.utc).timestamp()
 
 
 def _float(v: str, name: str) -> float | None:
@@ -568,6 +573,8 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
                 if len(to_seconds) >= 4096:
                     to_seconds.clear()
                 to_seconds[hours] = seconds
+        if not _FIRST_TIME <= created <= _LAST_TIME - seconds:
+            raise _Bad(f"date {v_date.strip()!r} (to its end, {hours:g} h later) is outside 0001-01-02 .. 9999-12-31 UTC")
         return (sid, experiment or "default", provider, card, gpus, price, simulated, created, created, created + seconds,
                 seconds, cost, tokens, conclusion), notes
 

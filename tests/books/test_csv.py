@@ -289,3 +289,20 @@ def test_counts_past_their_columns_are_bad_lines(ledger, tmp_path):
     p.write_text("date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
                  f"2026-11-02,vast,rtx-4090,0.35,2,{2**31 - 1},{2**63 - 1},s1\n")
     assert cmds.import_csv(ledger, p)["imported"] == 1 and _count(ledger) == 1
+
+
+def test_a_date_whose_utc_time_is_past_year_9999_is_a_bad_line():
+    """9999-12-31T23:00-05:00 (10000-01-01 UTC) was booked, and every later `ledger export` died
+    with "year 10000 is out of range"."""
+    head = "date,provider,card,usd_per_hour,hours\n"
+    rows, _, errors = parse_csv(head + "9999-12-31T23:00:00-05:00,vast,rtx-4090,0.35,2\n"
+                                "9999-12-30T23:00:00+00:00,vast,rtx-4090,0.35,2\n0001-01-01T00:00:00+00:00,vast,rtx-4090,0.35,2\n"
+                                "9999-12-29T00:00:00+00:00,vast,rtx-4090,0.35,2\n", tz="UTC")
+    assert errors == [(2, "date '9999-12-31T23:00:00-05:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
+                      (3, "date '9999-12-30T23:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
+                      (4, "date '0001-01-01T00:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC")]
+    out = io.StringIO()
+    from ledger.csvio import write_export
+
+    write_export([(r["created_at"], "e", "vast", "rtx-4090", 1, 0.35, 2.0, 0.7, 0, "", False, r["id"]) for r in rows], out)
+    assert out.getvalue().splitlines()[1].startswith("9999-12-29T00:00:00+00:00,")
