@@ -174,7 +174,8 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
     Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are
     [(line, message)] for unknown provider or card names and a cost that is not usd_per_hour x
     hours within a cent (imported anyway; ``strict`` refuses them). Any bad row raises BadInput
-    naming every bad line (``errors`` attribute: [(line, message)]); nothing is written then."""
+    naming the count and the first bad lines (``errors`` attribute: [(line, message)], the first
+    ``ledger.csvio.LineErrors.KEEP``); nothing is written then."""
     from gpuops.catalog import cards
     from gpuops.providers import NAMES
     from ledger.csvio import CsvImport
@@ -215,14 +216,15 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
         with p.open(newline="", encoding="utf-8-sig") as f:
             imp = CsvImport(f, tz, providers=set(NAMES), cards=known_cards, strict=strict)
             errors: list = []
+            total = 0
             try:
                 n = ledger.import_rows(counted(imp), imp.errors, columns=IMPORT_ROW, constants=IMPORT_CONSTANTS)
             except ImportRejected as e:
-                errors = e.errors
+                errors, total = e.errors, e.total
     except UnicodeDecodeError as e:
         raise BadInput(f"{path} is not UTF-8 text ({e.reason})", "save the spreadsheet as CSV UTF-8") from None
     if errors:
-        err = BadInput(_errors_line(p, errors), "fix those lines and import again; nothing was imported"
+        err = BadInput(_errors_line(p, errors, total), "fix those lines and import again; nothing was imported"
                        + ("" if not strict else " (--strict refuses unknown names and costs off price x hours)"))
         err.errors = errors  # type: ignore[attr-defined]
         raise err
@@ -235,10 +237,11 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
     }
 
 
-def _errors_line(p: Path, errors: list[tuple[int, str]]) -> str:
+def _errors_line(p: Path, errors: list[tuple[int, str]], total: int | None = None) -> str:
+    total = len(errors) if total is None else total  # errors: the first ones only (ledger.csvio.LineErrors)
     shown = "; ".join(f"{p.name}:{n}: {m}" for n, m in errors[:5])
-    more = f"; and {len(errors) - 5} more bad rows" if len(errors) > 5 else ""
-    return f"{len(errors)} bad row(s): {shown}{more}"
+    more = f"; and {total - 5} more bad rows" if total > 5 else ""
+    return f"{total} bad row(s): {shown}{more}"
 
 
 def fetch_billing(settings, names: Iterable[str], since: float, until: float,

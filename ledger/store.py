@@ -85,13 +85,15 @@ def _sql_literal(value: Any, dialect: str) -> str:
 
 
 class ImportRejected(ValueError):
-    """An import that wrote nothing. ``errors``: (line number, message) pairs."""
+    """An import that wrote nothing. ``errors``: (line number, message) pairs, in line order (at
+    most ``LineErrors.KEEP`` of them); ``total``: how many there were."""
 
-    def __init__(self, errors: list[tuple[int, str]]):
+    def __init__(self, errors: list[tuple[int, str]], total: int | None = None):
         self.errors = errors
+        self.total = len(errors) if total is None else total
         first = "; ".join(f"line {n}: {m}" for n, m in errors[:3])
-        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-        super().__init__(f"{len(errors)} bad row(s), nothing imported: {first}{more}")
+        more = f" (and {self.total - 3} more)" if self.total > 3 else ""
+        super().__init__(f"{self.total} bad row(s), nothing imported: {first}{more}")
 
 
 class Ledger:
@@ -391,12 +393,13 @@ class Ledger:
         literals (ours, never a user's string), so each row binds only ``columns``. On PostgreSQL
         (psycopg) each chunk goes in by COPY; on SQLite a big import rebuilds the secondary
         indexes after its last row (``IMPORT_DEFER_INDEXES_ROWS``)."""
+        from ledger.csvio import LineErrors
         from ledger.reads import SESSION_COLUMNS
 
         cols = tuple(columns) if columns is not None else SESSION_COLUMNS
         fixed = dict(constants or {})
         errors = errors if errors is not None else []
-        clashes: list[tuple[int, str]] = []
+        clashes = LineErrors()
         count = 0
         with self.engine.begin() as conn:
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
@@ -472,7 +475,8 @@ class Ledger:
                     flush()
             flush()
             if errors or clashes:  # bad lines first: ids are only compared once every line parses
-                raise ImportRejected(sorted(errors or clashes))
+                bad = errors or clashes
+                raise ImportRejected(sorted(bad), getattr(bad, "total", len(bad)))
             for sql in deferred:
                 conn.exec_driver_sql(sql)
         return count

@@ -306,3 +306,23 @@ def test_a_date_whose_utc_time_is_past_year_9999_is_a_bad_line():
 
     write_export([(r["created_at"], "e", "vast", "rtx-4090", 1, 0.35, 2.0, 0.7, 0, "", False, r["id"]) for r in rows], out)
     assert out.getvalue().splitlines()[1].startswith("9999-12-29T00:00:00+00:00,")
+
+
+def test_a_file_of_bad_lines_keeps_the_first_errors_and_counts_them_all(ledger, tmp_path, monkeypatch):
+    """Every line bad (a date format; the same file imported twice) held one message per line in
+    memory: 126 MB at 300k lines. The first LineErrors.KEEP are kept, all are counted."""
+    from ledger.csvio import LineErrors
+
+    monkeypatch.setattr(LineErrors, "KEEP", 3)
+    p = tmp_path / "sheet.csv"
+    p.write_text("date,provider,card,usd_per_hour,hours,session\n"
+                 + "".join(f"2026-11-{d:02d},vast,rtx-4090,0.35,2,s{d}\n" for d in range(1, 11)))
+    assert cmds.import_csv(ledger, p)["imported"] == 10
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p)
+    assert len(e.value.errors) == 3 and str(e.value).startswith("10 bad row(s): sheet.csv:")
+    assert "; and 5 more bad rows" in str(e.value) and _count(ledger) == 10
+    p.write_text(p.read_text().replace("2026-11-", "11/"))
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p)
+    assert [n for n, _ in e.value.errors] == [2, 3, 4] and str(e.value).startswith("10 bad row(s): sheet.csv:2: date '11/01' is not ISO 8601")
