@@ -486,10 +486,14 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
     # pydantic-settings reads GPUOPS_* names in any case (case_sensitive=False, a later spelling
     # winning); the checks here read them upper-case, and messages name them as they were set.
     spelled: dict[str, str] = {}
-    env = dict(os.environ if env is None else env)
-    for name in [k for k in env if k.upper().startswith(ENV_PREFIX) and not k.isupper()]:
-        spelled[name.upper()] = name
-        env[name.upper()] = env.pop(name)
+    given, env = (os.environ if env is None else env), {}
+    for name, value in given.items():  # in order: a later spelling wins, as in pydantic-settings
+        if name != name.upper() and name.upper().startswith(ENV_PREFIX):
+            spelled[name.upper()] = name
+            name = name.upper()
+        elif name in spelled:
+            del spelled[name]
+        env[name] = value
     problems: list[str] = []
     data = _read_file(path, problems, lenient) if path is not None else {}
     file_skipped = bool(problems)

@@ -77,3 +77,8 @@ def test_a_variable_set_in_lower_case_is_checked_and_named_as_set(tmp_path):
     cfg.write_text("[teardown]\nmax_hours = 2\nmax_hour = 1\n")  # lenient: the typo key is skipped, the rest kept
     s = load_settings(str(cfg), env=dict(env, gpuops_teardown_max_hours="3"), lenient=True, warn=warned.append)
     assert s.teardown.max_hours == 3.0  # the variable over the file, as in upper case
+    # both spellings set: the later one wins, as pydantic-settings reads them
+    both = dict(env, gpuops_teardown_max_hours="3", GPUOPS_TEARDOWN_MAX_HOURS="5")
+    assert load_settings(None, env=both).teardown.max_hours == 5.0
+    both = dict(env, GPUOPS_TEARDOWN_MAX_HOURS="5", gpuops_teardown_max_hours="3")
+    assert load_settings(None, env=both).teardown.max_hours == 3.0
