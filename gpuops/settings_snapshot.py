@@ -172,7 +172,10 @@ def load(config: str | None, lenient: bool = False, env: dict | None = None):
         text = path.read_bytes() if path is not None else None
     except OSError:
         text = None
-    key = _key(path, text, env) if path is None or text is not None else None
+    # Two spellings of one variable (gpuops_x and GPUOPS_X): the later one in the environment wins,
+    # an order the key does not hold, so such a load is never kept.
+    ambiguous = len({k.upper() for k in env}) != len(env)
+    key = _key(path, text, env) if (path is None or text is not None) and not ambiguous else None
     toml: list = []  # the parsed file, once
     home = _data_dir_guess(env, text, toml) if key is not None else None
     if home is not None:

@@ -204,3 +204,17 @@ def test_a_config_file_appearing_during_the_full_load_is_not_kept_under_the_old_
     assert load_settings(None, env=dict(env)).teardown.max_hours == 2.0
     assert load(None, env=env).teardown.max_hours == 2.0
     assert load(None, env=env).teardown.max_hours == 2.0
+
+
+def test_two_spellings_of_one_variable_are_never_kept(tmp_path, monkeypatch):
+    """gpuops_x and GPUOPS_X: the later in the environment wins; the key (sorted) did not hold
+    the order, and the file agreeing with one value let it be kept for the other order."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "infra.toml").write_text("[teardown]\nmax_hours = 5\n")
+    env = _env(tmp_path, {})
+    first = dict(env, gpuops_teardown_max_hours="3", GPUOPS_TEARDOWN_MAX_HOURS="5")
+    second = dict(env, GPUOPS_TEARDOWN_MAX_HOURS="5", gpuops_teardown_max_hours="3")
+    for _ in range(2):
+        assert load(None, env=first).teardown.max_hours == load_settings(None, env=dict(first)).teardown.max_hours == 5.0
+        s = load(None, env=second)
+        assert not isinstance(s, SettingsSnapshot) and s.teardown.max_hours == 3.0
