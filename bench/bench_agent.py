@@ -3,7 +3,8 @@ per process, bytes and write calls per minute, status file size. Runs the real a
 worker) on a local box directory with a stand-in nvidia-smi (a shell script: its own CPU is the
 child's, reported apart), an interactive-looking /proc, a bootstrap that ended and a job running.
 
-Targets: <= 0.1 s CPU per minute (agent processes, children apart), <= 15 MiB RSS per process,
+Targets: <= 0.1 s CPU per minute (agent processes, children apart; shown as whole clock ticks from
+/proc/PID/stat and, finer, as the scheduler's nanosecond count from /proc/PID/schedstat), <= 15 MiB RSS per process,
 status writes proportional to what changed (a steady box rewrites a few KB every few seconds, not
 140 KB every second). ``--baseline REF`` runs the agent of a git ref (e.g. ``main``) the same way
 and prints both side by side; "idle GPU" is this checkout with the GPU at 0 % (the SSH-session
@@ -33,6 +34,16 @@ def proc_cpu(pid: int) -> tuple[float, float]:
     """(own CPU s, reaped children's CPU s) of ``pid``."""
     f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(f[11]) + int(f[12])) / TICK, (int(f[13]) + int(f[14])) / TICK
+
+
+def proc_oncpu_s(pid: int) -> float | None:
+    """CPU seconds ``pid`` has run, to the nanosecond (the scheduler's own count, first field of
+    /proc/PID/schedstat; the agent is single-threaded); None where the kernel lacks the file.
+    ``proc_cpu`` counts whole clock ticks (10 ms): over 30 s that is a 0.02 s/min step."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def proc_rss_mib(pid: int) -> float:
@@ -85,17 +96,19 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int = 37) -
             raise SystemExit(f"{label}: the agent wrote no status in 30 s; see {root}/.gpuops/agent.log")
         time.sleep(3)  # past start-up (imports, first samples)
         pids = {"supervisor": sup.pid, "worker": worker}
-        before = {k: (proc_cpu(p), proc_io(p)) for k, p in pids.items()}
+        before = {k: (proc_cpu(p), proc_io(p), proc_oncpu_s(p)) for k, p in pids.items()}
         t0 = time.monotonic()
         time.sleep(seconds)
         dt = time.monotonic() - t0
-        after = {k: (proc_cpu(p), proc_io(p)) for k, p in pids.items()}
+        after = {k: (proc_cpu(p), proc_io(p), proc_oncpu_s(p)) for k, p in pids.items()}
         rss = {k: proc_rss_mib(p) for k, p in pids.items()}
         out = {"label": label, "seconds": round(dt, 1), "status_bytes": status.stat().st_size}
         for k in pids:
-            (c0, ch0), (w0, n0) = before[k]
-            (c1, ch1), (w1, n1) = after[k]
-            out[k] = {"cpu_s_per_min": round((c1 - c0) * 60 / dt, 3), "children_cpu_s_per_min": round((ch1 - ch0) * 60 / dt, 3),
+            (c0, ch0), (w0, n0), ns0 = before[k]
+            (c1, ch1), (w1, n1), ns1 = after[k]
+            precise = None if ns0 is None or ns1 is None else round((ns1 - ns0) * 60 / dt, 4)
+            out[k] = {"cpu_s_per_min": round((c1 - c0) * 60 / dt, 3), "oncpu_s_per_min": precise,
+                      "children_cpu_s_per_min": round((ch1 - ch0) * 60 / dt, 3),
                       "rss_mib": round(rss[k], 1), "bytes_written_per_min": int((w1 - w0) * 60 / dt),
                       "write_calls_per_min": int((n1 - n0) * 60 / dt)}
         os.killpg(sup.pid, signal.SIGTERM)
@@ -124,18 +137,21 @@ def show(results: list[dict]) -> None:
     rows = [("status file, bytes", lambda r: r["status_bytes"])]
     for proc in ("worker", "supervisor"):
         rows += [
-            (f"{proc}: CPU s/min", lambda r, p=proc: r[p]["cpu_s_per_min"]),
+            (f"{proc}: CPU s/min (ticks)", lambda r, p=proc: r[p]["cpu_s_per_min"]),
+            (f"{proc}: CPU s/min (schedstat)", lambda r, p=proc: r[p]["oncpu_s_per_min"]),
             (f"{proc}: children CPU s/min", lambda r, p=proc: r[p]["children_cpu_s_per_min"]),
             (f"{proc}: RSS MiB", lambda r, p=proc: r[p]["rss_mib"]),
             (f"{proc}: bytes written/min", lambda r, p=proc: r[p]["bytes_written_per_min"]),
             (f"{proc}: write calls/min", lambda r, p=proc: r[p]["write_calls_per_min"]),
         ]
+    rows += [("agent total CPU s/min (schedstat)", lambda r: None if r["worker"]["oncpu_s_per_min"] is None else
+              round(r["worker"]["oncpu_s_per_min"] + r["supervisor"]["oncpu_s_per_min"], 4))]
     for name, get in rows:
         print(f"{name:34}" + "".join(f"{get(r):>16}" for r in results))
     if a_baseline := [r for r in results if r["label"] not in ("this checkout", "idle GPU")]:
         a, b = a_baseline[0], next(r for r in results if r["label"] == "this checkout")
-        for k in ("cpu_s_per_min", "bytes_written_per_min"):
-            if a["worker"][k]:
+        for k in ("cpu_s_per_min", "oncpu_s_per_min", "bytes_written_per_min"):
+            if a["worker"][k] and b["worker"][k] is not None:
                 print(f"worker {k}: {b['worker'][k] / a['worker'][k]:.2f} x the baseline")
 
 
