@@ -128,22 +128,120 @@ def _cmdline(pid):
         return ""
 
 
-_CMD_CACHE = {}  # pid -> (ctime of /proc/<pid>, cmdline): a process's argv is read once, not every sample
-
-
-def _cached_cmdline(pid):
-    """``_cmdline(pid)``, read again only when the process is new (its /proc entry's ctime changed:
-    a recycled pid) or its title starts with ``sshd`` (sshd retitles its session processes)."""
+def _last_pid(path="/proc/loadavg"):
+    """The newest process id the kernel handed out in this pid namespace (the last field of
+    /proc/loadavg, proc(5)), or None when unreadable or 0 (gVisor prints 0)."""
     try:
-        ctime = os.stat("/proc/%s" % pid).st_ctime_ns
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            data = os.read(fd, 256)
+        finally:
+            os.close(fd)
+        v = int(data.split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return v if v > 0 else None
+
+
+def _in_pid_range(pid, lo, hi):
+    """True when ``pid`` was handed out after ``lo`` and up to ``hi`` (both /proc/loadavg readings),
+    pids counting up from the newest and wrapping at pid_max."""
+    if hi >= lo:
+        return lo < pid <= hi
+    return pid > lo or pid <= hi
+
+
+def _ctime(pid):
+    """ctime of /proc/PID (ns), None when gone: a new process under a reused pid is a new inode."""
+    try:
+        return os.stat("/proc/%s" % pid).st_ctime_ns
     except OSError:
-        return ""
-    hit = _CMD_CACHE.get(pid)
-    if hit is not None and hit[0] == ctime and not hit[1].startswith("sshd"):
-        return hit[1]
-    cmd = _cmdline(pid)
-    _CMD_CACHE[pid] = (ctime, cmd)
-    return cmd
+        return None
+
+
+class ProcScanner:
+    """``scan_proc`` without reading every process's argv every sample. A process's argv is read
+    when its pid is first seen, once more on the next scan (a fresh process may still exec, as
+    ``bash -c 'exec -a NAME ...'`` does), and then again only when its title starts with ``sshd``
+    (sshd retitles its session processes) or its pid may have changed hands.
+
+    Which pids may have changed hands since the previous scan: the kernel hands pids out counting
+    up from the newest (the last field of ``/proc/loadavg``), wrapping at pid_max, so only pids
+    between the newest at the previous scan and the newest now can be new processes; the others
+    keep their cached argv without a syscall. Where that count cannot be trusted (it reads 0, or a
+    new process turns up outside the range: an emulated /proc), each cached pid's /proc entry
+    ctime is compared every scan instead (the previous rule); and every ``FULL_CHECK_S`` seconds
+    it is compared anyway (a full wrap of the pid space within one sample would hide a reuse)."""
+
+    FULL_CHECK_S = 60.0
+
+    def __init__(self, loadavg="/proc/loadavg", pids=None):
+        self.loadavg = loadavg
+        self.pids = pids or localbox.pids  # () -> [pid, ...]: the live processes
+        self.cache = {}  # pid -> [ctime_ns, cmdline, ssh user or None, sshd title?, runs bootstrap?, reads]
+        self.prev = None  # (newest pid before the previous listing, newest pid after it)
+        self.by_range = True
+        self.full_at = None  # monotonic time of the last ctime comparison of every pid
+
+    def _read(self, pid, entry=None):
+        cmd = _cmdline(pid)
+        first = cmd.split("\0", 1)[0].strip()
+        m = SSH_SESSION_RE.match(first)
+        ctime = entry[0] if entry is not None else _ctime(pid)
+        reads = entry[5] + 1 if entry is not None else 1
+        entry = [ctime, cmd, m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd, reads]
+        self.cache[pid] = entry
+        return entry
+
+    def scan(self, users=None, bootstrap_root=None):
+        """``(ssh, bootstrap)``: see ``scan_proc``."""
+        before = _last_pid(self.loadavg) if self.by_range else None
+        live = self.pids()
+        after = _last_pid(self.loadavg) if self.by_range else None
+        now = time.monotonic()
+        full = self.full_at is None or now - self.full_at >= self.FULL_CHECK_S
+        ranged = self.by_range and not full and before is not None and after is not None and self.prev is not None
+        if ranged:
+            lo_new, lo, hi = self.prev[0], self.prev[1], after
+        else:
+            self.full_at = now if full else self.full_at
+        cache = self.cache
+        n, boot = 0, False
+        real_root = os.path.realpath(bootstrap_root) if bootstrap_root else None
+        for pid in live:
+            e = cache.get(pid)
+            if e is None:
+                if ranged and not _in_pid_range(pid, lo_new, hi):
+                    log("/proc/loadavg's newest pid does not tell new processes (pid %d outside %d..%d); "
+                        "comparing /proc entry times instead" % (pid, lo_new, hi))
+                    self.by_range = ranged = False
+                e = self._read(pid)
+            elif e[3] or e[5] < 2:
+                e = self._read(pid, e)
+            elif ranged:
+                if _in_pid_range(pid, lo, hi):  # handed out since the last scan: a new process
+                    e = self._read(pid)
+            else:
+                c = _ctime(pid)
+                if c != e[0]:
+                    e = self._read(pid)
+            if e[2] is not None and (not users or e[2] in users):
+                n += 1
+            elif real_root and not boot and e[4]:
+                try:
+                    cwd = os.readlink("/proc/%s/cwd" % pid)
+                except OSError:
+                    continue
+                boot = os.path.realpath(cwd) == real_root and pid_alive(pid)
+        self.prev = (before, after) if before is not None and after is not None else None
+        if len(cache) > len(live) + 256:
+            keep = set(live)
+            for pid in [p for p in cache if p not in keep]:
+                del cache[pid]
+        return n, boot
+
+
+_SCANNER = ProcScanner()
 
 
 def scan_proc(users=None, bootstrap_root=None):
@@ -152,27 +250,8 @@ def scan_proc(users=None, bootstrap_root=None):
     (scp, the laptop's own exec) and a tty held by a container's PID 1 are not sessions; ``users``:
     count only these (None = any). ``bootstrap``: with ``bootstrap_root`` set, whether a process
     running ``bootstrap/bootstrap.py`` has that directory as its working directory (False when
-    not asked)."""
-    n, boot = 0, False
-    real_root = os.path.realpath(bootstrap_root) if bootstrap_root else None
-    live = localbox.pids()
-    for pid in live:
-        cmd = _cached_cmdline(pid)
-        first = cmd.split("\0", 1)[0].strip()
-        m = SSH_SESSION_RE.match(first)
-        if m and (not users or m.group(1) in users):
-            n += 1
-        elif real_root and not boot and "bootstrap/bootstrap.py" in cmd:
-            try:
-                cwd = os.readlink("/proc/%s/cwd" % pid)
-            except OSError:
-                continue
-            boot = os.path.realpath(cwd) == real_root and pid_alive(pid)
-    if len(_CMD_CACHE) > len(live) + 256:
-        keep = set(live)
-        for pid in [p for p in _CMD_CACHE if p not in keep]:
-            del _CMD_CACHE[pid]
-    return n, boot
+    not asked). Argv is cached between calls (``ProcScanner``)."""
+    return _SCANNER.scan(users, bootstrap_root)
 
 
 def ssh_sessions(users=None):

@@ -1,0 +1,122 @@
+"""The agent's incremental /proc scan (bootstrap/agent.py ``ProcScanner``, issue 16): a process's
+argv is not read every sample, yet a new SSH session, a process that execs into one after it was
+first seen, and a pid that changed hands are each seen on the next scan, and a /proc/loadavg that
+does not count pids the kernel's way turns the old rule (compare /proc entry times) back on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bootstrap import agent
+from tests.teardown.conftest import wait_for
+
+USER = "scanuser"
+
+
+def titled(pid: int, title: str) -> bool:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode() == title
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def procs():
+    started: list[subprocess.Popen] = []
+
+    def start(script: str, **kw) -> subprocess.Popen:
+        p = subprocess.Popen(["bash", "-c", script], **kw)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def test_a_session_started_between_two_scans_is_seen_on_the_next(procs):
+    s = agent.ProcScanner()
+    assert s.scan([USER]) == (0, False)
+    assert s.scan([USER]) == (0, False)
+    p = procs(f'exec -a "sshd: {USER}@pts/9" sleep 30')
+    wait_for(lambda: titled(p.pid, f"sshd: {USER}@pts/9"), 10)
+    assert s.scan([USER])[0] == 1
+    assert s.scan(["someone-else"])[0] == 0
+    p.kill()
+    p.wait()
+    assert s.scan([USER])[0] == 0
+
+
+def test_a_process_that_execs_into_a_session_after_its_first_sighting_is_seen(procs):
+    s = agent.ProcScanner()
+    p = procs(f'read line; exec -a "sshd: {USER}@pts/8" sleep 30', stdin=subprocess.PIPE)
+    wait_for(lambda: os.path.exists(f"/proc/{p.pid}"), 10)
+    assert s.scan([USER])[0] == 0  # first seen as bash, its argv cached
+    p.stdin.write(b"go\n")
+    p.stdin.flush()
+    wait_for(lambda: titled(p.pid, f"sshd: {USER}@pts/8"), 10)
+    assert s.scan([USER])[0] == 1  # read once more on the next scan
+
+
+def _stale(s: agent.ProcScanner, pid: int) -> None:
+    """Make ``pid``'s cache entry say what an earlier process under the same pid ran (settled:
+    read twice, not an sshd title) -- what a reused pid looks like to the cache."""
+    e = s.cache[pid]
+    s.cache[pid] = [e[0] - 1, "python3\0worker.py\0", None, False, False, 2]
+
+
+def test_a_pid_handed_out_since_the_last_scan_is_read_again(procs, tmp_path):
+    loadavg = tmp_path / "loadavg"
+    p = procs(f'exec -a "sshd: {USER}@pts/7" sleep 30')
+    wait_for(lambda: titled(p.pid, f"sshd: {USER}@pts/7"), 10)
+    s = agent.ProcScanner(loadavg=str(loadavg), pids=lambda: [p.pid])  # no other process's noise
+    loadavg.write_text(f"0.00 0.00 0.00 1/1 {p.pid + 5}\n")
+    assert s.scan([USER])[0] == 1  # first scan: every pid read
+    assert s.scan([USER])[0] == 1
+    _stale(s, p.pid)
+    loadavg.write_text(f"0.00 0.00 0.00 1/1 {p.pid + 5}\n")  # nothing handed out: the cache stands
+    assert s.scan([USER])[0] == 0
+    loadavg.write_text(f"0.00 0.00 0.00 1/1 {p.pid + 9}\n")  # pids after p's handed out: still
+    assert s.scan([USER])[0] == 0
+    _stale(s, p.pid)
+    # The counter wrapped past pid_max and came round past p: p may be a new process.
+    loadavg.write_text(f"0.00 0.00 0.00 1/1 {p.pid}\n")
+    assert s.scan([USER])[0] == 1
+    assert s.by_range
+
+
+def test_every_pid_is_checked_again_after_the_full_check_interval(procs, tmp_path, monkeypatch):
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.00 0.00 0.00 1/1 4000000\n")
+    p = procs(f'exec -a "sshd: {USER}@pts/6" sleep 30')
+    wait_for(lambda: titled(p.pid, f"sshd: {USER}@pts/6"), 10)
+    s = agent.ProcScanner(loadavg=str(loadavg), pids=lambda: [p.pid])
+    s.scan([USER])
+    s.scan([USER])
+    _stale(s, p.pid)
+    assert s.scan([USER])[0] == 0  # the pid counter did not move: a full wrap would look like this
+    monkeypatch.setattr(agent.ProcScanner, "FULL_CHECK_S", 0.0)
+    assert s.scan([USER])[0] == 1  # /proc entry times compared: the entry is not the cached one
+
+
+@pytest.mark.parametrize("newest", ["0", "7"])
+def test_a_loadavg_that_does_not_count_pids_falls_back_to_entry_times(procs, tmp_path, newest):
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text(f"0.00 0.00 0.00 1/1 {newest}\n")  # gVisor prints 0; an emulation anything
+    live: list[int] = []
+    s = agent.ProcScanner(loadavg=str(loadavg), pids=lambda: list(live))
+    s.scan([USER])
+    s.scan([USER])
+    p = procs(f'exec -a "sshd: {USER}@pts/5" sleep 30')
+    wait_for(lambda: titled(p.pid, f"sshd: {USER}@pts/5"), 10)
+    live.append(p.pid)
+    assert s.scan([USER])[0] == 1
+    if newest != "0":
+        assert not s.by_range  # a new pid outside 7..7: the count is not the kernel's
+    _stale(s, p.pid)
+    assert s.scan([USER])[0] == 1  # entry times compared every scan
