@@ -36,7 +36,7 @@ times written to the status (and the local ``destroyed.json``) are on that timel
 
 Faults it survives. Status writes are best-effort: ENOSPC/EFBIG (full disk, RLIMIT_FSIZE) are
 counted (``write_failures``) and never stop a destroy. The worker pulses a pipe to the supervisor
-every loop; a worker stopped (SIGSTOP) or wedged for ``worker_stale_seconds`` is SIGKILLed and
+every few seconds (``pulse_interval``); a worker stopped (SIGSTOP) or wedged for ``worker_stale_seconds`` is SIGKILLed and
 restarted. After arm, a box that gets no job, no bootstrap, no SSH session and no laptop presence
 for ``no_job_seconds`` is destroyed (reason ``no_job``). While the laptop's presence lease
 (``<state>/laptop-presence``, refreshed by ``gpuops.agentctl.hold_presence`` during copy-back) is
@@ -489,6 +489,8 @@ class Agent:
         self.anchor_wall, self.anchor_mono = float(anchor[0]), float(anchor[1])
         self.started = self.anchor_wall
         self.pulse_fd = pulse_fd
+        self.pulse_every = pulse_interval(worker_stale_seconds(cfg))
+        self._pulsed = None  # monotonic time of the last pulse
         self.samples = []
         self.errors = []
         self.destroy = None
@@ -500,6 +502,7 @@ class Agent:
         self._job_end = None  # (ledger-timeline end, exit code) once the marker was read
         self._presence_sig, self._presence_until_mono, self._presence_first = None, None, True
         self._deferred_since = None
+        self._boot_sig, self._boot_state = None, None
         self.no_job_since = self.started
         self._resume(restarts is None)
 
@@ -509,8 +512,13 @@ class Agent:
         return self.anchor_wall + (time.monotonic() - self.anchor_mono)
 
     def pulse(self):
-        """Tell the supervisor this worker is alive (never blocks, never raises)."""
+        """Tell the supervisor this worker is alive, at most every ``pulse_every`` seconds (each
+        pulse wakes it); never blocks, never raises."""
         if self.pulse_fd is not None:
+            now = time.monotonic()
+            if self._pulsed is not None and now - self._pulsed < self.pulse_every:
+                return
+            self._pulsed = now
             try:
                 os.write(self.pulse_fd, b".")
             except OSError:
@@ -582,12 +590,25 @@ class Agent:
         left = None if self._presence_until_mono is None else self._presence_until_mono - time.monotonic()
         return None if left is None or left <= 0 else self.clock() + left
 
+    def bootstrap_state(self):
+        """``bootstrap_pid_state(self.pidfile)``; a bootstrap that ended stays ended without a read
+        until the pidfile changes (inode, mtime, size): a new run rewrites it."""
+        try:
+            st = os.stat(self.pidfile)
+            sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            sig = None
+        if sig is not None and sig == self._boot_sig and self._boot_state == "ended":
+            return "ended"
+        self._boot_sig, self._boot_state = sig, bootstrap_pid_state(self.pidfile)
+        return self._boot_state
+
     def take_sample(self):
         t = self.clock()  # when the reading starts: the GPU state it reports is at least this recent
         r = sample_nvml() if self.gpu_source in ("auto", "nvml") else None
         if r is None:
             r = sample_gpus(self.smi, timeout=max(2.0, min(self.sample_s, 20.0)))
-        boot = bootstrap_pid_state(self.pidfile)
+        boot = self.bootstrap_state()
         # The /proc scan for a bootstrap started some other way only runs until the job starts;
         # the one for SSH sessions only when it can matter: a GPU above the threshold already
         # makes the sample busy (then "ssh" is None: not looked).
@@ -621,10 +642,13 @@ class Agent:
         Never raises: a failed write (full disk, file-size limit) is counted in ``write_failures``."""
         now = self.clock()
         d = decision.as_dict() if decision else None
-        key = json.dumps([[(s["t"], s.get("error"), s.get("bootstrap"), s.get("ssh")) for s in self.samples[-3:]],
-                          len(self.samples), d and (d["action"], d["reason"], d["idle_since"]), job, self.destroy,
-                          self.restarts, [e["msg"] for e in self.errors], presence_until is not None,
-                          self._deferred_since is not None], default=str)
+        # What the rules read, as a tuple of plain values (compared, never serialised, each loop).
+        key = (tuple((s["t"], s.get("error"), s.get("bootstrap"), s.get("ssh")) for s in self.samples[-3:]),
+               len(self.samples), d and (d["action"], d["reason"], d["idle_since"]),
+               (job["ended_at"], job["exit_code"], job["started"]),
+               self.destroy and json.dumps(self.destroy, sort_keys=True, default=str),
+               self.restarts, tuple(e["msg"] for e in self.errors), presence_until is not None,
+               self._deferred_since is not None)
         if not force and key == self._last_key and self._last_write is not None and now - self._last_write < self.heartbeat_s:
             return False
         status = {
@@ -804,6 +828,19 @@ def ledger_anchor(armed_at, box_wall, box_mono):
     return (armed_at, box_mono)
 
 
+def worker_stale_seconds(cfg):
+    """How long (s) the supervisor lets a worker go without a pulse before it kills it: config
+    ``worker_stale_seconds``, else max(90, 3 samples + 30 s)."""
+    sample_s = float((cfg.get("teardown") or {}).get("sample_seconds", 10.0))
+    return float(cfg.get("worker_stale_seconds") or max(90.0, 3 * sample_s + 30.0))
+
+
+def pulse_interval(stale_s):
+    """Seconds between a worker's pulses (and the supervisor's wake-ups when none comes): a sixth
+    of the stale limit, at most 5 s -- each one wakes the supervisor."""
+    return min(5.0, stale_s / 6.0)
+
+
 def supervise(config_path, max_backoff=30.0):
     """Run the worker until it exits 0; restart it (backoff 1 s doubling to ``max_backoff``)
     when it dies any other way, and SIGKILL + restart it when it has not pulsed for
@@ -837,8 +874,7 @@ def supervise(config_path, max_backoff=30.0):
         log("agent.pid not written (%s)" % e)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     state = {"child": None, "stopping": False}
-    sample_s = float((cfg.get("teardown") or {}).get("sample_seconds", 10.0))
-    stale_s = float(cfg.get("worker_stale_seconds") or max(90.0, 3 * sample_s + 30.0))
+    stale_s = worker_stale_seconds(cfg)
 
     def stop(signum, _frame):
         # TERM/INT is the box being destroyed (the local provider signals our whole group): pass it
@@ -887,9 +923,10 @@ def _watch(child, pulse_r, stale_s, state):
     SIGSTOPped or wedged worker) or does not end within 10 s of a stop. Returns its exit status."""
     last = time.monotonic()
     stop_seen = None
+    wait_s = pulse_interval(stale_s)  # the worker pulses this often; its exit is an EOF, at once
     while True:
         try:
-            ready = select.select([pulse_r], [], [], 0.5)[0]
+            ready = select.select([pulse_r], [], [], wait_s)[0]
         except (InterruptedError, OSError):
             ready = []
         if ready:
