@@ -58,7 +58,6 @@ import os
 import re
 import select
 import signal
-import subprocess
 import sys
 import time
 
@@ -324,20 +323,81 @@ def _which(name):
     return name
 
 
+def _exit_code(status):
+    """A waitpid status as subprocess's returncode: the exit code, or -N for signal N."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def run_capture(argv, timeout):
+    """Run ``argv`` (``argv[0]`` a path, else looked up on PATH) with stdin from /dev/null and
+    return ``(returncode, stdout, stderr)`` (bytes); None when it ran past ``timeout`` seconds
+    (it is then SIGKILLed and reaped). Raises OSError (FileNotFoundError, PermissionError) when
+    it cannot start. ``subprocess.run`` without its machinery (selector, Popen bookkeeping,
+    polling wait): at 1 s samples this call is much of the agent's own CPU."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        spawn = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
+        pid = spawn(argv[0], list(argv), os.environ, file_actions=actions)
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    chunks = {out_r: [], err_r: []}
+    reading = [out_r, err_r]
+    deadline = time.monotonic() + timeout
+    try:
+        while reading:
+            left = deadline - time.monotonic()
+            ready = select.select(reading, [], [], left)[0] if left > 0 else []
+            if not ready:
+                break
+            for fd in ready:
+                data = os.read(fd, 65536)
+                if data:
+                    chunks[fd].append(data)
+                else:
+                    reading.remove(fd)
+        delay = 0.0005
+        while not reading:  # both pipes closed: the process is exiting
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return _exit_code(status), b"".join(chunks[out_r]), b"".join(chunks[err_r])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        os.waitpid(pid, 0)
+        return None
+    finally:
+        os.close(out_r)
+        os.close(err_r)
+
+
 def sample_gpus(smi, timeout):
     """One reading of every GPU via nvidia-smi (``smi``: argv prefix). Never raises."""
     try:
-        # close_fds=False lets subprocess use posix_spawn (no fork of this process: cheaper at 1 s
-        # samples); every fd this process opens is non-inheritable (PEP 446), so none leaks.
-        out = subprocess.run(list(smi) + policy.SMI_ARGS, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             timeout=timeout, stdin=subprocess.DEVNULL, close_fds=False)
+        out = run_capture(list(smi) + policy.SMI_ARGS, timeout)
     except FileNotFoundError:
         return {"gpus": [], "error": "nvidia-smi not found"}
-    except subprocess.TimeoutExpired:
-        return {"gpus": [], "error": "nvidia-smi timed out after %.0f s" % timeout}
     except OSError as e:
         return {"gpus": [], "error": "nvidia-smi: %s" % e}
-    return policy.parse_smi(out.stdout.decode("utf-8", "replace"), out.returncode, out.stderr.decode("utf-8", "replace"))
+    if out is None:
+        return {"gpus": [], "error": "nvidia-smi timed out after %.0f s" % timeout}
+    code, stdout, stderr = out
+    return policy.parse_smi(stdout.decode("utf-8", "replace"), code, stderr.decode("utf-8", "replace"))
 
 
 def sample_nvml():
@@ -846,6 +906,8 @@ def supervise(config_path, max_backoff=30.0):
     when it dies any other way, and SIGKILL + restart it when it has not pulsed for
     ``worker_stale_seconds`` (stopped, wedged). Returns 0 at once when another supervisor runs
     for this config. Writes nothing that a destroy depends on."""
+    import subprocess  # the supervisor's alone: the worker spawns through run_capture (-0.8 MB RSS)
+
     with open(config_path) as f:
         cfg = json.load(f)
     anchor = ledger_anchor(_num_or_none(cfg.get("armed_at")), time.time(), time.monotonic())
@@ -921,6 +983,8 @@ def supervise(config_path, max_backoff=30.0):
 def _watch(child, pulse_r, stale_s, state):
     """Wait for ``child`` to exit; SIGKILL it when it has not pulsed for ``stale_s`` seconds (a
     SIGSTOPped or wedged worker) or does not end within 10 s of a stop. Returns its exit status."""
+    import subprocess
+
     last = time.monotonic()
     stop_seen = None
     wait_s = pulse_interval(stale_s)  # the worker pulses this often; its exit is an EOF, at once
