@@ -164,80 +164,139 @@ class ProcScanner:
     ``bash -c 'exec -a NAME ...'`` does), and then again only when its title starts with ``sshd``
     (sshd retitles its session processes) or its pid may have changed hands.
 
-    Which pids may have changed hands since the previous scan: the kernel hands pids out counting
-    up from the newest (the last field of ``/proc/loadavg``), wrapping at pid_max, so only pids
-    between the newest at the previous scan and the newest now can be new processes; the others
-    keep their cached argv without a syscall. Where that count cannot be trusted (it reads 0, or a
-    new process turns up outside the range: an emulated /proc), each cached pid's /proc entry
-    ctime is compared every scan instead (the previous rule); and every ``FULL_CHECK_S`` seconds
-    it is compared anyway (a full wrap of the pid space within one sample would hide a reuse)."""
+    Which pids are new since the previous scan: the kernel hands pids out counting up from the
+    newest (the last field of ``/proc/loadavg``), wrapping at pid_max, so only pids between the
+    newest at the previous scan and the newest now can be new processes (an SSH login is one: sshd
+    forks for it); the others keep their cached argv without a syscall. When that range is small
+    (``PROBE_MAX``) and holds the nvidia-smi this process started since (``run_capture``: the
+    count is checked every sample), those pids are looked up one by one instead of listing /proc.
+    Where the count cannot be trusted (it reads 0, or a new process turns up outside the range: an
+    emulated /proc), each cached pid's /proc entry ctime is compared every scan instead (the
+    previous rule); every ``FULL_CHECK_S`` seconds /proc is listed and every entry's ctime
+    compared anyway (a full wrap of the pid space within one sample would hide a reuse)."""
 
     FULL_CHECK_S = 60.0
+    PROBE_MAX = 8  # new pids looked up one by one (~25 us each, cold); more: list /proc (~250 us)
 
     def __init__(self, loadavg="/proc/loadavg", pids=None):
         self.loadavg = loadavg
         self.pids = pids or localbox.pids  # () -> [pid, ...]: the live processes
-        self.cache = {}  # pid -> [ctime_ns, cmdline, ssh user or None, sshd title?, runs bootstrap?, reads]
-        self.prev = None  # (newest pid before the previous listing, newest pid after it)
+        # pid -> [ctime_ns, cmdline, ssh user or None, sshd title?, runs bootstrap?, reads]
+        self.cache = {}
+        self.watch = set()  # pids whose entry can count or may still change: read every scan
+        self.prev = None  # (newest pid before the previous scan looked, newest pid after)
         self.by_range = True
-        self.full_at = None  # monotonic time of the last ctime comparison of every pid
+        self.full_at = None  # monotonic time of the last listing with every entry's ctime compared
+        self.spawn_seen = None  # the last run_capture child the previous scan knew of
+        self.probed = 0  # scans that looked pids up one by one (for the tests and the bench)
 
-    def _read(self, pid, entry=None):
+    def _read(self, pid, entry=None, ctime=None):
         cmd = _cmdline(pid)
         first = cmd.split("\0", 1)[0].strip()
         m = SSH_SESSION_RE.match(first)
-        ctime = entry[0] if entry is not None else _ctime(pid)
-        reads = entry[5] + 1 if entry is not None else 1
-        entry = [ctime, cmd, m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd, reads]
+        if entry is None:
+            entry = [ctime or _ctime(pid), cmd, m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd, 1]
+            if (entry[3] or entry[4]) and _is_thread(pid):  # /proc/TID of a thread: its process's argv
+                entry = [entry[0], "", None, False, False, 2]
+        else:
+            entry = [entry[0], cmd, m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd, entry[5] + 1]
         self.cache[pid] = entry
+        if entry[3] or entry[4] or entry[5] < 2:
+            self.watch.add(pid)
+        else:
+            self.watch.discard(pid)
         return entry
+
+    def _count(self, pid, e, users, real_root, boot):
+        """(counts as a session, bootstrap seen) for one entry."""
+        if e[2] is not None and (not users or e[2] in users):
+            return True, boot
+        if real_root and not boot and e[4]:
+            try:
+                cwd = os.readlink("/proc/%s/cwd" % pid)
+            except OSError:
+                return False, boot
+            return False, os.path.realpath(cwd) == real_root and pid_alive(pid)
+        return False, boot
+
+    def _probe(self, lo, hi, users, real_root):
+        """The scan when only pids ``lo+1 .. hi`` can be new: look those up, re-read the watched."""
+        cache = self.cache
+        fresh = set()
+        for pid in range(lo + 1, hi + 1):
+            ctime = _ctime(pid)
+            if ctime is not None:
+                self._read(pid, ctime=ctime)
+                fresh.add(pid)
+            elif cache.pop(pid, None) is not None:
+                self.watch.discard(pid)
+        n, boot = 0, False
+        for pid in list(self.watch):
+            e = cache[pid] if pid in fresh else self._read(pid, cache[pid])
+            counts, boot = self._count(pid, e, users, real_root, boot)
+            n += counts
+        self.prev = (hi, hi)
+        self.probed += 1
+        return n, boot
 
     def scan(self, users=None, bootstrap_root=None):
         """``(ssh, bootstrap)``: see ``scan_proc``."""
-        before = _last_pid(self.loadavg) if self.by_range else None
-        live = self.pids()
-        after = _last_pid(self.loadavg) if self.by_range else None
+        real_root = os.path.realpath(bootstrap_root) if bootstrap_root else None
         now = time.monotonic()
         full = self.full_at is None or now - self.full_at >= self.FULL_CHECK_S
+        spawned = _LAST_SPAWN[0]
+        new_spawn = spawned is not None and spawned != self.spawn_seen
+        self.spawn_seen = spawned
+        before = _last_pid(self.loadavg) if self.by_range else None
+        # Look the new pids up one by one when they are few and the count held for our own child.
+        if (before is not None and not full and self.prev is not None and new_spawn
+                and self.prev[0] <= before <= self.prev[0] + self.PROBE_MAX and _in_pid_range(spawned, self.prev[0], before)):
+            return self._probe(self.prev[0], before, users, real_root)
+        live = self.pids()
+        after = _last_pid(self.loadavg) if self.by_range else None
         ranged = self.by_range and not full and before is not None and after is not None and self.prev is not None
         if ranged:
-            lo_new, lo, hi = self.prev[0], self.prev[1], after
-        else:
-            self.full_at = now if full else self.full_at
+            lo, hi = self.prev[0], after
+        elif full:
+            self.full_at = now
         cache = self.cache
         n, boot = 0, False
-        real_root = os.path.realpath(bootstrap_root) if bootstrap_root else None
         for pid in live:
             e = cache.get(pid)
             if e is None:
-                if ranged and not _in_pid_range(pid, lo_new, hi):
+                if ranged and not _in_pid_range(pid, lo, hi):
                     log("/proc/loadavg's newest pid does not tell new processes (pid %d outside %d..%d); "
-                        "comparing /proc entry times instead" % (pid, lo_new, hi))
+                        "comparing /proc entry times instead" % (pid, lo, hi))
                     self.by_range = ranged = False
                 e = self._read(pid)
-            elif e[3] or e[5] < 2:
+            elif ranged and _in_pid_range(pid, lo, hi):  # handed out since the last scan: a new process
+                e = self._read(pid)
+            elif pid in self.watch:
                 e = self._read(pid, e)
-            elif ranged:
-                if _in_pid_range(pid, lo, hi):  # handed out since the last scan: a new process
-                    e = self._read(pid)
-            else:
-                c = _ctime(pid)
-                if c != e[0]:
-                    e = self._read(pid)
-            if e[2] is not None and (not users or e[2] in users):
-                n += 1
-            elif real_root and not boot and e[4]:
-                try:
-                    cwd = os.readlink("/proc/%s/cwd" % pid)
-                except OSError:
-                    continue
-                boot = os.path.realpath(cwd) == real_root and pid_alive(pid)
+            elif not ranged and _ctime(pid) != e[0]:
+                e = self._read(pid)
+            counts, boot = self._count(pid, e, users, real_root, boot)
+            n += counts
         self.prev = (before, after) if before is not None and after is not None else None
         if len(cache) > len(live) + 256:
             keep = set(live)
             for pid in [p for p in cache if p not in keep]:
                 del cache[pid]
+                self.watch.discard(pid)
         return n, boot
+
+
+def _is_thread(pid):
+    """True when ``pid`` is a thread id, not a process (its Tgid differs): /proc answers for
+    thread ids too, though it does not list them."""
+    try:
+        with open("/proc/%s/status" % pid, "rb") as f:
+            for line in f:
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1]) != int(pid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 _SCANNER = ProcScanner()
@@ -330,6 +389,9 @@ def _exit_code(status):
     return os.WEXITSTATUS(status)
 
 
+_LAST_SPAWN = [None]  # pid of run_capture's newest child: ProcScanner checks /proc/loadavg with it
+
+
 def run_capture(argv, timeout):
     """Run ``argv`` (``argv[0]`` a path, else looked up on PATH) with stdin from /dev/null and
     return ``(returncode, stdout, stderr)`` (bytes); None when it ran past ``timeout`` seconds
@@ -343,6 +405,7 @@ def run_capture(argv, timeout):
                    (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
         spawn = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
         pid = spawn(argv[0], list(argv), os.environ, file_actions=actions)
+        _LAST_SPAWN[0] = pid
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)

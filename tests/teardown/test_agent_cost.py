@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,7 @@ def _stale(s: agent.ProcScanner, pid: int) -> None:
     read twice, not an sshd title) -- what a reused pid looks like to the cache."""
     e = s.cache[pid]
     s.cache[pid] = [e[0] - 1, "python3\0worker.py\0", None, False, False, 2]
+    s.watch.discard(pid)
 
 
 def test_a_pid_handed_out_since_the_last_scan_is_read_again(procs, tmp_path):
@@ -118,11 +120,36 @@ def test_a_loadavg_that_does_not_count_pids_falls_back_to_entry_times(procs, tmp
     p = procs(f'exec -a "sshd: {USER}@pts/5" sleep 30')
     wait_for(lambda: titled(p.pid, f"sshd: {USER}@pts/5"), 10)
     live.append(p.pid)
+    assert agent.run_capture(["true"], 20)[0] == 0  # our own child, outside the count: not trusted
     assert s.scan([USER])[0] == 1
     if newest != "0":
         assert not s.by_range  # a new pid outside 7..7: the count is not the kernel's
     _stale(s, p.pid)
     assert s.scan([USER])[0] == 1  # entry times compared every scan
+
+
+def test_few_new_pids_are_looked_up_one_by_one_threads_apart(procs, monkeypatch):
+    monkeypatch.setattr(agent.ProcScanner, "PROBE_MAX", 10**6)  # other tests' processes: any number
+    listings = []
+    s = agent.ProcScanner(pids=lambda: listings.append(1) or agent.localbox.pids())
+    agent.run_capture(["true"], 20)
+    assert s.scan([USER]) == (0, False) and len(listings) == 1  # the first scan lists /proc
+    # A session whose process also runs a thread: /proc answers for the thread's id too.
+    p = procs(f'exec -a "sshd: {USER}@pts/4" {sys.executable} -c "import threading, time; '
+              f'threading.Thread(target=time.sleep, args=(60,)).start(); print(1, flush=True); time.sleep(60)"',
+              stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"1\n"
+    tids = sorted(int(t) for t in os.listdir(f"/proc/{p.pid}/task"))
+    assert len(tids) == 2
+    agent.run_capture(["true"], 20)  # what each sample does before it scans
+    assert s.scan([USER])[0] == 1
+    assert len(listings) == 1 and s.probed == 1  # looked up, not listed
+    assert s.cache[tids[1]][2] is None  # the thread's id was looked up too, and is not a session
+    assert s.scan([USER])[0] == 1  # no new child of ours: /proc listed, same answer
+    p.kill()
+    p.wait()
+    agent.run_capture(["true"], 20)
+    assert s.scan([USER])[0] == 0
 
 
 # -- run_capture / sample_gpus ---------------------------------------------------------------------
