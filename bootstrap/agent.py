@@ -390,6 +390,9 @@ def _exit_code(status):
 
 
 _LAST_SPAWN = [None]  # pid of run_capture's newest child: ProcScanner checks /proc/loadavg with it
+# The environment run_capture's children get, as bytes, taken at the first call (the agent never
+# changes its own): handing os.environ itself to posix_spawn re-encodes every variable each time.
+_SPAWN_ENV = []
 
 
 def run_capture(argv, timeout):
@@ -404,7 +407,9 @@ def run_capture(argv, timeout):
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                    (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
         spawn = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
-        pid = spawn(argv[0], list(argv), os.environ, file_actions=actions)
+        if not _SPAWN_ENV:
+            _SPAWN_ENV.append(dict(os.environb))
+        pid = spawn(argv[0], list(argv), _SPAWN_ENV[0], file_actions=actions)
         _LAST_SPAWN[0] = pid
     except BaseException:
         for fd in (out_r, err_r):
