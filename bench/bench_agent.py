@@ -7,8 +7,8 @@ Targets: <= 0.1 s CPU per minute (agent processes, children apart; shown as whol
 /proc/PID/stat and, finer, as the scheduler's nanosecond count from /proc/PID/schedstat), <= 15 MiB RSS per process,
 status writes proportional to what changed (a steady box rewrites a few KB every few seconds, not
 140 KB every second). ``--baseline REF`` runs the agent of a git ref (e.g. ``main``) the same way
-and prints both side by side; "idle GPU" is this checkout with the GPU at 0 % (the SSH-session
-scan of /proc then runs every sample). Usage: ``python bench/bench_agent.py [--seconds 30] [--baseline main]``.
+and prints both side by side (at both loads); "idle GPU" is the GPU at 0 % (the SSH-session
+scan of /proc then runs every sample). ``--real-smi`` (on a GPU box): the machine's own nvidia-smi. Usage: ``python bench/bench_agent.py [--seconds 30] [--baseline main] [--real-smi]``.
 Never a pass/fail test: it prints figures.
 """
 
@@ -59,9 +59,10 @@ def proc_io(pid: int) -> tuple[int, int]:
     return int(io["wchar"]), int(io["syscw"])
 
 
-def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int = 37) -> dict:
+def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None = 37) -> dict:
     """Run the agent in ``bootstrap_dir`` for ``seconds`` with the GPU at ``util`` percent (37: a
-    job at work, the SSH scan skipped; 0: an idle GPU, /proc scanned every sample)."""
+    job at work, the SSH scan skipped; 0: an idle GPU, /proc scanned every sample); ``util=None``:
+    the machine's own nvidia-smi (on a GPU box), no stand-in."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-agent-"))
     try:
         root = tmp / "box"
@@ -69,8 +70,9 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int = 37) -
         shutil.copytree(bootstrap_dir, root / ".gpuops" / "bootstrap")
         bindir = tmp / "bin"
         bindir.mkdir()
-        (bindir / "nvidia-smi").write_text(SMI % util)
-        (bindir / "nvidia-smi").chmod(0o755)
+        if util is not None:
+            (bindir / "nvidia-smi").write_text(SMI % util)
+            (bindir / "nvidia-smi").chmod(0o755)
         (root / ".gpuops" / "bootstrap.pid").write_text("999999\n")  # a bootstrap that ended long ago
         (root / ".gpuops" / "run" / "job.log").write_text("")  # the job runs
         now = time.time()
@@ -102,7 +104,7 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int = 37) -
         dt = time.monotonic() - t0
         after = {k: (proc_cpu(p), proc_io(p), proc_oncpu_s(p)) for k, p in pids.items()}
         rss = {k: proc_rss_mib(p) for k, p in pids.items()}
-        out = {"label": label, "seconds": round(dt, 1), "status_bytes": status.stat().st_size}
+        out = {"label": label, "util": util, "seconds": round(dt, 1), "status_bytes": status.stat().st_size}
         for k in pids:
             (c0, ch0), (w0, n0), ns0 = before[k]
             (c1, ch1), (w1, n1), ns1 = after[k]
@@ -124,7 +126,11 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int = 37) -
 
 
 def baseline_dir(ref: str) -> Path:
+    """A copy of ``bootstrap/`` at git ref ``ref`` (or of the directory ``ref`` names)."""
     d = Path(tempfile.mkdtemp(prefix="gpuops-bench-baseline-"))
+    if Path(ref).is_dir():
+        shutil.copytree(ref, d / "bootstrap")
+        return d / "bootstrap"
     tar = subprocess.run(["git", "-C", str(REPO), "archive", ref, "bootstrap"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(d)], input=tar, check=True)
     return d / "bootstrap"
@@ -148,28 +154,37 @@ def show(results: list[dict]) -> None:
               round(r["worker"]["oncpu_s_per_min"] + r["supervisor"]["oncpu_s_per_min"], 4))]
     for name, get in rows:
         print(f"{name:34}" + "".join(f"{get(r):>16}" for r in results))
-    if a_baseline := [r for r in results if r["label"] not in ("this checkout", "idle GPU")]:
-        a, b = a_baseline[0], next(r for r in results if r["label"] == "this checkout")
+    for base in results:  # each baseline against this checkout's run of the same GPU load
+        other = next((r for r in results if r["util"] == base["util"] and r["label"] != base["label"]
+                      and r["label"] in CHECKOUT_LABELS), None)
+        if base["label"] in CHECKOUT_LABELS or other is None:
+            continue
         for k in ("cpu_s_per_min", "oncpu_s_per_min", "bytes_written_per_min"):
-            if a["worker"][k] and b["worker"][k] is not None:
-                print(f"worker {k}: {b['worker'][k] / a['worker'][k]:.2f} x the baseline")
+            if base["worker"][k] and other["worker"][k] is not None:
+                print(f"{other['label']}: worker {k} {other['worker'][k] / base['worker'][k]:.2f} x {base['label']}")
+
+
+CHECKOUT_LABELS = ("this checkout", "idle GPU", "real nvidia-smi")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--baseline", default="", help="git ref whose bootstrap/agent.py to run the same way (e.g. main)")
+    p.add_argument("--baseline", default="", help="git ref (or directory) whose bootstrap/agent.py to run the same way (e.g. main)")
+    p.add_argument("--real-smi", action="store_true", help="on a GPU box: the machine's nvidia-smi, no stand-in (one run each)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
+    loads = [(None, "real nvidia-smi")] if a.real_smi else [(37, "this checkout"), (0, "idle GPU")]
     results = []
     if a.baseline:
         d = baseline_dir(a.baseline)
         try:
-            results.append(run_agent(d, a.seconds, a.baseline))
+            for util, label in loads:
+                results.append(run_agent(d, a.seconds, a.baseline if util == 37 else f"{a.baseline}, {label}", util))
         finally:
             shutil.rmtree(d.parent, ignore_errors=True)
-    results.append(run_agent(REPO / "bootstrap", a.seconds, "this checkout"))
-    results.append(run_agent(REPO / "bootstrap", a.seconds, "idle GPU", util=0))
+    for util, label in loads:
+        results.append(run_agent(REPO / "bootstrap", a.seconds, label, util))
     if a.json:
         print(json.dumps(results))
     else:
