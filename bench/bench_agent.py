@@ -8,7 +8,8 @@ Targets: <= 0.1 s CPU per minute (agent processes, children apart; shown as whol
 status writes proportional to what changed (a steady box rewrites a few KB every few seconds, not
 140 KB every second). ``--baseline REF`` runs the agent of a git ref (e.g. ``main``) the same way
 and prints both side by side (at both loads); "idle GPU" is the GPU at 0 % (the SSH-session
-scan of /proc then runs every sample). ``--real-smi`` (on a GPU box): the machine's own nvidia-smi. Usage: ``python bench/bench_agent.py [--seconds 30] [--baseline main] [--real-smi]``.
+scan of /proc then runs every sample). ``--real-smi`` (on a GPU box): the machine's own nvidia-smi.
+Usage: ``python bench/bench_agent.py [--seconds 30] [--baseline main] [--real-smi]``.
 Never a pass/fail test: it prints figures.
 """
 
@@ -170,7 +171,8 @@ CHECKOUT_LABELS = ("this checkout", "idle GPU", "real nvidia-smi")
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--baseline", default="", help="git ref (or directory) whose bootstrap/agent.py to run the same way (e.g. main)")
+    p.add_argument("--baseline", default="",
+                   help="git ref (or directory) whose bootstrap/agent.py to run the same way (e.g. main)")
     p.add_argument("--real-smi", action="store_true", help="on a GPU box: the machine's nvidia-smi, no stand-in (one run each)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()

@@ -36,11 +36,11 @@ times written to the status (and the local ``destroyed.json``) are on that timel
 
 Faults it survives. Status writes are best-effort: ENOSPC/EFBIG (full disk, RLIMIT_FSIZE) are
 counted (``write_failures``) and never stop a destroy. The worker pulses a pipe to the supervisor
-every few seconds (``pulse_interval``); a worker stopped (SIGSTOP) or wedged for ``worker_stale_seconds`` is SIGKILLed and
-restarted. After arm, a box that gets no job, no bootstrap, no SSH session and no laptop presence
-for ``no_job_seconds`` is destroyed (reason ``no_job``). While the laptop's presence lease
-(``<state>/laptop-presence``, refreshed by ``gpuops.agentctl.hold_presence`` during copy-back) is
-fresh -- judged on the box's monotonic clock, never by timestamps -- job end, no_job and idle wait,
+every few seconds (``pulse_interval``); a worker stopped (SIGSTOP) or wedged for
+``worker_stale_seconds`` is SIGKILLed and restarted. After arm, a box that gets no job, no
+bootstrap, no SSH session and no laptop presence for ``no_job_seconds`` is destroyed (reason
+``no_job``). While the laptop's presence lease (``<state>/laptop-presence``, refreshed by
+``gpuops.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic clock, never by timestamps -- job end, no_job and idle wait,
 at most ``presence_max_seconds``; TTL and session cap never wait.
 
 Status (``<state>/agent-status.json``, rewritten atomically when what the rules read changed, and
@@ -194,12 +194,13 @@ class ProcScanner:
         cmd = _cmdline(pid)
         first = cmd.split("\0", 1)[0].strip()
         m = SSH_SESSION_RE.match(first)
+        user, sshd, boot = m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd
         if entry is None:
-            entry = [ctime or _ctime(pid), cmd, m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd, 1]
-            if (entry[3] or entry[4]) and _is_thread(pid):  # /proc/TID of a thread: its process's argv
+            entry = [ctime or _ctime(pid), cmd, user, sshd, boot, 1]
+            if (sshd or boot) and _is_thread(pid):  # /proc/TID of a thread: its process's argv
                 entry = [entry[0], "", None, False, False, 2]
         else:
-            entry = [entry[0], cmd, m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd, entry[5] + 1]
+            entry = [entry[0], cmd, user, sshd, boot, entry[5] + 1]
         self.cache[pid] = entry
         if entry[3] or entry[4] or entry[5] < 2:
             self.watch.add(pid)
