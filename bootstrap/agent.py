@@ -40,8 +40,9 @@ every few seconds (``pulse_interval``); a worker stopped (SIGSTOP) or wedged for
 ``worker_stale_seconds`` is SIGKILLed and restarted. After arm, a box that gets no job, no
 bootstrap, no SSH session and no laptop presence for ``no_job_seconds`` is destroyed (reason
 ``no_job``). While the laptop's presence lease (``<state>/laptop-presence``, refreshed by
-``gpuops.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic clock, never by timestamps -- job end, no_job and idle wait,
-at most ``presence_max_seconds``; TTL and session cap never wait.
+``gpuops.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic
+clock, never by timestamps -- job end, no_job and idle wait, at most ``presence_max_seconds``;
+TTL and session cap never wait.
 
 Status (``<state>/agent-status.json``, rewritten atomically when what the rules read changed, and
 every ``status_heartbeat_seconds`` for the heartbeat): ``{"version", "session", "pid",
