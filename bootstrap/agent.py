@@ -65,8 +65,12 @@ import time
 if __package__:
     from . import localbox, policy
     from .vocabulary import ProviderName
-else:  # run as a script on the box: policy.py sits next to this file; imported by the worker only
+elif __name__ == "__main__":  # run as a script on the box (they sit next to this file): by the worker only
     localbox = policy = ProviderName = None
+else:  # imported as a plain module with this directory on sys.path
+    import localbox
+    import policy
+    from vocabulary import ProviderName
 
 
 def _import_worker_modules():
