@@ -64,7 +64,7 @@ def check_budget(
 
 def month_start_end(now: float | None = None) -> tuple[float, float]:
     """[start, end) epoch seconds of the local calendar month containing ``now``."""
-    from ledger.reports import month_bounds
+    from ledger.periods import month_bounds  # not ledger.reports: the cap needs no report code
 
     now = time.time() if now is None else now
     return month_bounds(datetime.fromtimestamp(now).strftime("%Y-%m"))

@@ -14,72 +14,17 @@ tokens (failed runs). Both are USD per 1e6 tokens, None when there are no tokens
 
 from __future__ import annotations
 
-import calendar
 from bisect import bisect_right
 from operator import attrgetter
-import time
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterable
-from zoneinfo import ZoneInfo
+
+from ledger.periods import DAY_RE, MONTH_RE, day_of, day_start, days_in_month, month_bounds, this_month, zone  # noqa: F401 (re-exported)
 
 # Rows may be ORM ``Session`` objects or lightweight rows from ``Ledger.rows_between``: anything
 # with the ``sessions`` columns as attributes.
 Row = Any
-
-MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
-
-
-DAY_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-
-
-def zone(tz: str | None):
-    """The tzinfo for an IANA name (``Europe/Berlin``, ``UTC``), or None for the machine's local
-    zone (naive datetimes are local, DST included). Raises ValueError for an unknown name."""
-    if not tz:
-        return None
-    try:
-        return ZoneInfo(tz)
-    except (KeyError, ValueError):
-        raise ValueError(f"unknown time zone {tz!r}; use an IANA name such as UTC or Europe/Berlin") from None
-
-
-def month_bounds(month: str, tz: str | None = None) -> tuple[float, float]:
-    """[start, end) epoch seconds of ``YYYY-MM`` in time zone ``tz`` (None = local).
-
-    Raises ValueError for any other format, a month outside 01..12, or an unknown zone.
-    """
-    m = MONTH_RE.match(month)
-    if not m or not 1 <= int(m.group(2)) <= 12:
-        raise ValueError(f"month must look like 2026-11, got {month!r}")
-    year, mon = int(m.group(1)), int(m.group(2))
-    z = zone(tz)
-    start = datetime(year, mon, 1, tzinfo=z)
-    ny, nm = (year + 1, 1) if mon == 12 else (year, mon + 1)
-    end = datetime(ny, nm, 1, tzinfo=z)
-    return start.timestamp(), end.timestamp()
-
-
-def this_month(tz: str | None = None, now: float | None = None) -> str:
-    """``YYYY-MM`` of ``now`` (epoch s, default the current time) in ``tz`` (None = local)."""
-    return datetime.fromtimestamp(time.time() if now is None else now, zone(tz)).strftime("%Y-%m")
-
-
-def day_start(day: str, tz: str | None = None) -> float:
-    """Epoch seconds of 00:00 on ``YYYY-MM-DD`` in ``tz`` (None = local). Raises ValueError."""
-    m = DAY_RE.match(day)
-    if not m:
-        raise ValueError(f"date must look like 2026-11-03, got {day!r}")
-    try:
-        return datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=zone(tz)).timestamp()
-    except ValueError as e:
-        raise ValueError(f"bad date {day!r}: {e}") from None
-
-
-def day_of(ts: float, tz: str | None = None) -> str:
-    """``YYYY-MM-DD`` of epoch seconds ``ts`` in ``tz`` (None = local)."""
-    return datetime.fromtimestamp(ts, zone(tz)).strftime("%Y-%m-%d")
 
 
 def got_instance(s: Row) -> bool:
@@ -470,8 +415,3 @@ def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = ()
         "events": [{"at": e.at, "time": iso(e.at, tz), "kind": e.kind, "detail": e.detail} for e in events],
     })
     return out
-
-
-def days_in_month(month: str) -> int:
-    y, m = (int(x) for x in month.split("-"))
-    return calendar.monthrange(y, m)[1]
