@@ -134,8 +134,8 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     ``owner``: only that user's sessions and their storage lines (rows from before owners were
     booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).
     """
-    from ledger.aggregate import _attributed, engine_query, sqlite_query
-    from ledger.attribution import SQL_TOUCHES, accrued, fraction
+    from ledger.aggregate import engine_query, sqlite_query
+    from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, accrued, fraction, share_sql
 
     now = time.time() if now is None else now
     path = getattr(ledger, "_sqlite", None)
@@ -148,10 +148,16 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     args = {"lo": float(start), "hi": float(end), "no": False} | ({"owner": owner} if owner is not None else {})
     total = 0.0
     # A closed row outside the period adds a share of 0 (``share_sql``), so the sum needs no
-    # "touches" filter, only "ever had an instance" (``attribution.interval``: else no cost).
+    # "touches" filter, only "ever had an instance" (``attribution.interval``: else no cost). That
+    # test sits in the CASE after ``SQL_INSIDE`` (which implies it: instance_created_at >= :lo),
+    # so the rows wholly inside, nearly all, skip it (a row without an instance adds NULL, which
+    # SUM skips): ~10% of the statement at 100k rows; the same rows, in the same order, as the
+    # ``ledger.aggregate._attributed`` form.
+    cost = "COALESCE(cost_usd, 0.0)"
     for arm in ("ended_at >= :lo", "ended_at IS NULL"):
-        sql = (f"SELECT SUM({_attributed('COALESCE(cost_usd, 0.0)')}) FROM sessions WHERE +created_at < :hi AND {arm}"
-               f" AND simulated = :no AND status = 'closed' AND (instance_created_at IS NOT NULL OR instance_id IS NOT NULL){mine}")
+        sql = (f"SELECT SUM(CASE WHEN {SQL_INSIDE} THEN {cost} WHEN (instance_created_at IS NOT NULL OR instance_id IS NOT NULL)"
+               f" THEN {cost} * {share_sql('1.0')} END) FROM sessions WHERE +created_at < :hi AND {arm}"
+               f" AND simulated = :no AND status = 'closed'{mine}")
         total += float(query(sql, args)[0][0] or 0.0)
     opened = (f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
               f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
