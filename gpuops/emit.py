@@ -19,7 +19,6 @@ Standard library and ``ledger.csvio`` (formula neutralization) only (CLI start-u
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import sys
@@ -120,6 +119,8 @@ def flatten(obj: dict, prefix: str = "") -> dict:
 
 def csv_text(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
     """CSV text: ``header`` then ``rows`` (sequences of values, written with ``cell``)."""
+    import csv  # here: the table and JSON paths (every `ledger month`) never load it
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(list(header))

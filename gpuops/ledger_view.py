@@ -22,9 +22,12 @@ _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
 def _console():
+    """The reports' console: user text (experiment, note, a provider's line description) is
+    printed literally: no markup, no highlighting, no emoji codes (``:fire:`` stays ``:fire:``;
+    rich then never loads its 1.6 ms emoji table either: the month's hot path)."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, markup=False)  # cells hold user text (experiment, note): literal
+    return Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
 
 
 def usd(x: float | None) -> str:
@@ -77,9 +80,25 @@ def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_tabl
     else:
         from gpuops.textsafe import safe_tree
 
-        rep = safe_tree(rep)  # notes, experiments, card names from CSV: shown, never run by the terminal
+        # notes, experiments, card names from CSV: shown, never run by the terminal
+        rep = _safe_month(rep) if kind == "month" else safe_tree(rep)
         {"month": lambda: render_month(rep, plot, days_table), "experiments": lambda: render_experiments(rep),
          "show": lambda: render_show(rep), "sync": lambda: render_sync(rep)}.get(kind, lambda: render_plain(rep))()
+
+
+def _safe_month(rep: dict) -> dict:
+    """``safe_tree(rep)`` for what the month's tables show: of a group list longer than
+    ``MONTH_TABLE_ROWS``, the rows past it only add their numbers to the "(N more)" row
+    (``_fold``), so their text is left as it is (a 200-experiment month: 15 rows, not 200)."""
+    from gpuops.textsafe import safe_tree
+
+    out = {}
+    for k, v in rep.items():
+        if k in ("by_experiment", "by_card", "by_provider") and isinstance(v, list) and len(v) > MONTH_TABLE_ROWS:
+            out[k] = safe_tree(v[:MONTH_TABLE_ROWS]) + v[MONTH_TABLE_ROWS:]
+        else:
+            out[k] = safe_tree(v)
+    return out
 
 
 def render_plain(rep: dict) -> None:
