@@ -11,6 +11,9 @@ job end / idle, through ``gpuops.lifecycle.end_rental``. Then the money layer: e
 provider's balance against ``balance_floor_usd`` and the ledger's month-to-date spend against
 ``monthly_cap_usd``; crossing one destroys every box it covers and records a refusal that `up`
 checks (``gpuops.budget.assert_not_refused``); the refusal is lifted when the condition clears.
+A tick with no cap refusal first sums a cheap upper bound of the spend (``ledger.limits.
+month_spend_at_most``, ~half the exact sum at 100k sessions this month); only a bound at or above
+the cap (or an active refusal) pays for the exact, attributed, per-user sum.
 Every action is a ledger event; provider errors are reported and the daemon keeps running.
 The daemon runs a reconcile (gpuops/reconcile.py) at start.
 
@@ -133,7 +136,7 @@ def _money(ctx: Context) -> list[Action]:
     doc): destroy covered boxes, refuse, lift."""
     from gpuops.budget import month_start_end
     from gpuops.ownership import is_mine
-    from ledger.limits import active_refusals, lift_refusal, month_spend, set_refusal
+    from ledger.limits import active_refusals, lift_refusal, month_spend, month_spend_at_most, set_refusal
 
     t = ctx.settings.teardown
     team = t.limits_scope == "team"
@@ -142,6 +145,7 @@ def _money(ctx: Context) -> list[Action]:
     now = ctx.clock()
     covered: list[tuple[str, str, str, str | None]] = []  # (scope, reason, detail, account or owner; None: everyone)
     cap_who = None if team else ctx.me
+    month: tuple[float, float] | None = None  # the month to sum exactly for the cap; None: no need
     for name in ctx.provider_names():
         held = ctx.account(name)
         if held is None:
@@ -162,8 +166,13 @@ def _money(ctx: Context) -> list[Action]:
         elif (name, EndReason.BALANCE_FLOOR, floor_who) in refused and lift_refusal(ctx.ledger, name, EndReason.BALANCE_FLOOR, now,
                                                                                     account=floor_who):
             actions.append(Action("", "lifted", f"{name}: balance ${bal.usd:.2f} is back above the floor"))
-    if t.monthly_cap_usd is not None or ("*", EndReason.MONTHLY_CAP, cap_who) in refused:
-        spent = month_spend(ctx.ledger, *month_start_end(now), now=now, owner=cap_who)
+    cap_refused = ("*", EndReason.MONTHLY_CAP, cap_who) in refused
+    if t.monthly_cap_usd is not None or cap_refused:
+        month = month_start_end(now)
+        if not cap_refused and _surely_under(month_spend_at_most(ctx.ledger, *month, now=now), t.monthly_cap_usd):
+            month = None  # the common tick: under the cap even by the bound; nothing to refuse or lift (half the cost)
+    if month is not None:
+        spent = month_spend(ctx.ledger, *month, now=now, owner=cap_who)
         whose = "the team's" if team else f"{ctx.me}'s"
         if t.monthly_cap_usd is not None and (spent != spent or spent >= t.monthly_cap_usd):  # NaN: a broken row, not room
             covered.append(("*", EndReason.MONTHLY_CAP,
@@ -190,6 +199,12 @@ def _money(ctx: Context) -> list[Action]:
                 continue
             actions.append(destroy_and_close(ctx, row, p, reason, detail))
     return actions
+
+
+def _surely_under(bound: float, cap: float) -> bool:
+    """True when ``bound`` (``month_spend_at_most``, USD) is below ``cap`` by more than float
+    rounding (the exact sum adds the same numbers in another order): the spend is under the cap."""
+    return bound == bound and bound + 1e-6 + abs(bound) * 1e-9 < cap
 
 
 def tick(ctx: Context) -> list[Action]:

@@ -118,6 +118,28 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
         return bool(rows)
 
 
+def _spend_query(ledger: Ledger):
+    """(query, sqlite) for the spend statements: ``sqlite3`` on a current SQLite ledger (no
+    SQLAlchemy import, no ORM objects), else the engine; ``sqlite``: the dialect is SQLite."""
+    from ledger.aggregate import engine_query, sqlite_query
+
+    path = getattr(ledger, "_sqlite", None)
+    fast = path is not None and getattr(ledger, "_engine", None) is None
+    return (sqlite_query(path), True) if fast else (engine_query(ledger.engine), ledger.engine.dialect.name == "sqlite")
+
+
+def _open_accrued(query, args: dict, mine: str, start: float, end: float, now: float) -> float:
+    """USD the open sessions of [start, end) accrued to ``now`` (``attribution.accrued``), read from
+    the partial index ``ix_sessions_open`` (a handful of rows)."""
+    from ledger.attribution import SQL_TOUCHES, accrued
+
+    opened = (f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
+              f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
+              f" AND {SQL_TOUCHES}{mine}")
+    cols = ("status", "instance_id", "instance_created_at", "created_at", "ended_at", "usd_per_hour")
+    return sum(accrued(_Row(zip(cols, r)), start, end, now) for r in query(opened, args))
+
+
 def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None, owner: str | None = None) -> float:
     """Real (not simulated) USD spent in [start, end) epoch s, attributed by time
     (``ledger.attribution``: a rental across the month boundary counts only its hours inside):
@@ -134,16 +156,12 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     ``owner``: only that user's sessions and their storage lines (rows from before owners were
     booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).
     """
-    from ledger.aggregate import engine_query, sqlite_query
-    from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, accrued, fraction, share_sql
+    from ledger.attribution import SQL_INSIDE, fraction, share_sql
 
     now = time.time() if now is None else now
-    path = getattr(ledger, "_sqlite", None)
-    fast = path is not None and getattr(ledger, "_engine", None) is None
-    query = sqlite_query(path) if fast else engine_query(ledger.engine)
+    query, sqlite = _spend_query(ledger)
     mine = ""
     if owner is not None:  # SQLite: unary plus keeps its planner off the owner index (every row of the owner's history)
-        sqlite = fast or ledger.engine.dialect.name == "sqlite"
         mine = " AND (+owner IS NULL OR +owner = :owner)" if sqlite else " AND (owner IS NULL OR owner = :owner)"
     args = {"lo": float(start), "hi": float(end), "no": False} | ({"owner": owner} if owner is not None else {})
     total = 0.0
@@ -159,12 +177,7 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
                f" THEN {cost} * {share_sql('1.0')} END) FROM sessions WHERE +created_at < :hi AND {arm}"
                f" AND simulated = :no AND status = 'closed'{mine}")
         total += float(query(sql, args)[0][0] or 0.0)
-    opened = (f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
-              f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
-              f" AND {SQL_TOUCHES}{mine}")
-    cols = ("status", "instance_id", "instance_created_at", "created_at", "ended_at", "usd_per_hour")
-    for r in query(opened, args):
-        total += accrued(_Row(zip(cols, r)), start, end, now)
+    total += _open_accrued(query, args, mine, start, end, now)
     lines = ledger.cost_lines(start, end)
     if owner is not None:  # a storage line counts for the owner of its session
         ids = sorted({ln.session_id for ln in lines if ln.session_id})
@@ -179,6 +192,28 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
         if not ln.simulated:
             total += ln.usd * fraction(ln.start_at, ln.end_at, start, end)
     return round(total, 6)
+
+
+def month_spend_at_most(ledger: Ledger, start: float, end: float, now: float | None = None) -> float:
+    """An upper bound (USD) of ``month_spend(ledger, start, end, now, owner)`` for every ``owner``,
+    at about half its cost: what a watchdog tick far under the monthly cap needs to know.
+
+    Every closed row that ``month_spend`` sums adds ``cost x share`` with a share in [0, 1]
+    (``attribution.fraction``), so at most ``max(cost, 0)``; here every row the period's
+    ``ended_at`` search finds adds that, whoever's, simulated or not, unattributed (no per-row
+    filter or share: one column summed off ``ix_sessions_books``); closed rows without an end add
+    theirs too. Open sessions add exactly what ``month_spend`` adds for everyone (a handful of rows),
+    and storage lines their whole positive ``usd``. So ``month_spend(...) <= month_spend_at_most(...)``
+    up to float rounding (callers compare with a margin; tests/teardown/test_budget.py)."""
+    now = time.time() if now is None else now
+    query, _ = _spend_query(ledger)
+    args = {"lo": float(start), "hi": float(end), "no": False}
+    positive = "SUM(CASE WHEN cost_usd > 0 THEN cost_usd ELSE 0.0 END)"  # SQLite and PostgreSQL alike
+    total = float(query(f"SELECT {positive} FROM sessions WHERE ended_at >= :lo", args)[0][0] or 0.0)
+    total += float(query(f"SELECT {positive} FROM sessions WHERE ended_at IS NULL AND status = 'closed'", args)[0][0] or 0.0)
+    total += _open_accrued(query, args, "", start, end, now)
+    total += sum(max(ln.usd, 0.0) for ln in ledger.cost_lines(start, end) if not ln.simulated and ln.usd is not None)
+    return total
 
 
 class _Row(dict):

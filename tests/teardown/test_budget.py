@@ -55,3 +55,54 @@ def test_month_spend_counts_real_closed_and_accrued_open(gpuops_home):
     led.add_session(Session(id="c", created_at=now - 1800, simulated=True, usd_per_hour=50.0, **base))
     led.update("c", instance_created_at=now - 1800, status="running")  # simulated: not money
     assert month_spend(led, now - 10 * 86400, now + 1, now=now) == pytest.approx(4.0)
+
+
+def test_month_spend_at_most_bounds_the_exact_spend_of_every_owner(gpuops_home):
+    """The watchdog's cheap bound (``month_spend_at_most``) is never below the exact spend
+    (``month_spend``) of the team or of any owner, whatever the rows: edges of the month, a
+    negative charge (a refund), simulated rows, another owner, no instance, open rows, storage
+    lines across the month start; and a month with no such row bounds nothing more than it holds."""
+    import sqlalchemy as sa
+
+    from ledger.limits import month_spend, month_spend_at_most
+    from ledger.models import Session
+    from ledger.reports import month_bounds
+    from ledger.store import Ledger
+
+    led = Ledger(f"sqlite:///{gpuops_home / 'l.db'}")
+    lo, hi = month_bounds("2026-11", "UTC")
+    H = 3600.0
+    edges = [  # (instance_created_at, ended_at, status, instance_id, cost_usd, simulated, owner)
+        (lo + H, lo + 3 * H, "closed", "i", 6.0, False, None), (lo, lo, "closed", "i", 7.0, False, "me"),
+        (hi - 1, hi - 1, "closed", "i", 8.0, False, "them"), (lo - 2 * H, lo + H, "closed", "i", 9.0, False, "me"),
+        (hi - H, hi + 2 * H, "closed", "i", 10.0, False, None), (lo - H, hi + H, "closed", "i", 11.0, False, "them"),
+        (None, lo + 5 * H, "closed", "i", 12.0, False, None), (lo + H, None, "closed", "i", 13.0, False, "me"),
+        (lo + 4 * H, lo + 2 * H, "closed", "i", 14.0, False, None), (lo + H, lo + 2 * H, "closed", "i", -5.0, False, "me"),
+        (lo + H, lo + 2 * H, "closed", "i", 50.0, True, "me"), (None, None, "closed", None, 3.0, False, None),
+        (lo + 2 * H, None, "running", "i", None, False, "me"), (lo + 2 * H, None, "running", "i", None, False, "them"),
+        (lo - 3 * H, lo - H, "closed", "i", 99.0, False, None),
+    ]
+    rows = [dict(id=f"e{i:02d}", experiment="x", job="", provider="vast", card="a100", gpu_count=1, spot=False, label="",
+                 instance_id=iid, simulated=sim, status=status, created_at=(began or lo + 5 * H) - 60.0, instance_created_at=began,
+                 ended_at=ended, usd_per_hour=3.0, billed_seconds=7200.0, cost_usd=cost, owner=owner, tokens=0, job_seconds=None,
+                 conclusion="", note="", log_path="", results_path="", source="gpuops", cost_source="estimate")
+            for i, (began, ended, status, iid, cost, sim, owner) in enumerate(edges)]
+    with led.engine.begin() as conn:
+        conn.execute(Session.__table__.insert(), rows)
+        conn.execute(sa.text("INSERT INTO cost_lines (session_id, provider, kind, start_at, end_at, usd, simulated, source, description,"
+                             " booked_at, line_key) VALUES (:sid, 'vast', 'storage', :a, :b, :usd, 0, 'provider', '', :a, :k)"), [
+            dict(sid="e03", a=lo - 10 * H, b=lo + 10 * H, usd=4.0, k="k1"), dict(sid="e02", a=lo, b=lo + H, usd=2.0, k="k2"),
+            dict(sid=None, a=lo, b=lo + H, usd=-1.0, k="k3")])
+    now = lo + 3 * H
+    bound = month_spend_at_most(led, lo, hi, now=now)
+    spends = {who: month_spend(led, lo, hi, now=now, owner=who) for who in (None, "me", "them", "nobody")}
+    assert all(s <= bound + 1e-9 for s in spends.values()), (spends, bound)
+    assert spends[None] > 0 and spends["me"] < spends[None]
+    # what the bound adds up: the positive charges ended in the month or closed without an end (not
+    # e14, ended before it), both open rows' hour at 3 USD/h, the positive storage lines
+    positive = sum(r["cost_usd"] for r in rows if r["cost_usd"] and r["cost_usd"] > 0 and r["id"] != "e14")
+    assert bound == pytest.approx(positive + 2 * 3.0 + 4.0 + 2.0)
+    with led.engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM sessions"))
+        conn.execute(sa.text("DELETE FROM cost_lines"))
+    assert month_spend_at_most(led, lo, hi, now=now) == 0.0 == month_spend(led, lo, hi, now=now)
