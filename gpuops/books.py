@@ -151,6 +151,14 @@ def note(ledger, ref: str, text: str) -> dict:
     return {"session": row.id, "conclusion": row.conclusion}
 
 
+def _has_fd(out) -> bool:
+    try:
+        out.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return False
+    return True
+
+
 def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
     """``ledger export --csv``: write closed rentals (all, or of ``month``) as CSV to the text
     stream ``out``; returns the number of sessions written."""
@@ -165,6 +173,10 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
         except ValueError as e:
             raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
     dialect = ledger.dialect
+    if getattr(ledger, "_sqlite", None) is not None and _has_fd(out):  # plain sqlite3 reads: fork-safe
+        from ledger.csvio import write_export_forked
+
+        return write_export_forked(ledger.iter_query, out, start, end)
     return write_export(ledger.iter_query(*export_sql(dialect, start, end)), out, sort_ties=dialect == "sqlite",
                         run_by_id=lambda t: ledger.iter_query(*export_run_sql(t)))
 
