@@ -18,7 +18,9 @@ numbers and never quoted).
 Both directions stream: export writes row by row from a cursor (a common row is one f-string,
 odd rows go through the csv module; the bytes are the same either way); import parses row by row
 with a parser compiled for the file's header and the ledger inserts in batches of 14 bound values
-per row inside one transaction, so memory stays flat at a million rows.
+per row inside one transaction, so memory stays flat at a million rows. A big SQLite export is
+written by two processes in turns, slice by slice of its time range (``write_export_forked``):
+Python's sqlite3 holds the GIL while it builds each row, so a reader thread overlaps nothing.
 """
 
 from __future__ import annotations
@@ -261,8 +263,11 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False,
 
 # ``write_export_forked``: below this many sessions (SQLite's largest rowid, an upper bound on the
 # rows) one process writes the export (a fork costs more than it saves); above it the time range
-# is cut into ``_FORK_SLICES`` slices written alternately by this process and one forked child.
+# is cut into one slice per ``_FORK_SLICE_ROWS`` sessions (at most ``_FORK_SLICES``), written
+# alternately by this process and one forked child. Each slice hands the turn over once: fewer,
+# larger slices wait less for the other process to be scheduled on a busy machine.
 _FORK_MIN_ROWS = 100_000
+_FORK_SLICE_ROWS = 20_000
 _FORK_SLICES = 64
 # A slice's text held in memory while the other process writes its slice (characters): past it the
 # process waits for its turn and writes the rest straight out, so memory stays flat whatever the
@@ -352,7 +357,7 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
             -1e300 < lo <= hi < 1e300):
         return write_export(query(*export_sql("sqlite", start, end)), out, sort_ties=True,
                             run_by_id=lambda t: query(*export_run_sql(t)))
-    slices = _fork_slices(lo, hi, start, end, _FORK_SLICES)
+    slices = _fork_slices(lo, hi, start, end, min(_FORK_SLICES, max(2, rows // _FORK_SLICE_ROWS)))
     csv.writer(out, lineterminator="\n").writerow(ALL_COLUMNS)
     out.flush()
     encoding, errors = out.encoding, out.errors or "strict"

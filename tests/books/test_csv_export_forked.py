@@ -50,6 +50,7 @@ def _no_child_left() -> bool:
 def test_two_processes_write_the_bytes_of_one(hostile, tmp_path, monkeypatch, slices, hold_max, tie_run_max):
     led, reader = hostile
     monkeypatch.setattr(csvio, "_FORK_MIN_ROWS", 0)
+    monkeypatch.setattr(csvio, "_FORK_SLICE_ROWS", 1)
     monkeypatch.setattr(csvio, "_FORK_SLICES", slices)
     monkeypatch.setattr(csvio, "_FORK_HOLD_MAX", hold_max)
     monkeypatch.setattr(csvio, "_TIE_RUN_MAX", tie_run_max)
@@ -69,6 +70,7 @@ def test_two_processes_write_the_bytes_of_one(hostile, tmp_path, monkeypatch, sl
 def test_a_month_is_sliced_inside_its_bounds(hostile, tmp_path, monkeypatch):
     led, reader = hostile
     monkeypatch.setattr(csvio, "_FORK_MIN_ROWS", 0)
+    monkeypatch.setattr(csvio, "_FORK_SLICE_ROWS", 1)
     monkeypatch.setattr(csvio, "_FORK_SLICES", 5)
     n, ours = _export_to_file(reader, tmp_path / "m.csv", month="2025-11", tz="UTC")
     serial = io.StringIO()
@@ -82,6 +84,7 @@ def test_an_error_in_either_process_is_raised_and_the_child_reaped(hostile, tmp_
     """Slices 0, 2 are this process's, 1, 3 the child's: the query of the failing one raises."""
     led, reader = hostile
     monkeypatch.setattr(csvio, "_FORK_MIN_ROWS", 0)
+    monkeypatch.setattr(csvio, "_FORK_SLICE_ROWS", 1)
     monkeypatch.setattr(csvio, "_FORK_SLICES", 4)
     bounds = next(iter(reader.iter_query(csvio.export_bounds_sql(), {})))
     slices = csvio._fork_slices(bounds[0], bounds[1], None, None, 4)
