@@ -151,7 +151,16 @@ def note(ledger, ref: str, text: str) -> dict:
     return {"session": row.id, "conclusion": row.conclusion}
 
 
-def _has_fd(out) -> bool:
+def _can_fork_export(ledger, out) -> bool:
+    """True when ``ledger export`` may be written by two processes (``ledger.csvio.
+    write_export_forked``): a plain-sqlite3 reader, an output with a file descriptor, Linux (a
+    fork without exec is unsafe on macOS, where Python itself spawns instead), and no other
+    thread in this process (a lock another thread holds would stay held in the child)."""
+    import sys
+    import threading
+
+    if getattr(ledger, "_sqlite", None) is None or not sys.platform.startswith("linux") or threading.active_count() != 1:
+        return False
     try:
         out.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
@@ -173,7 +182,7 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
         except ValueError as e:
             raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
     dialect = ledger.dialect
-    if getattr(ledger, "_sqlite", None) is not None and _has_fd(out):  # plain sqlite3 reads: fork-safe
+    if _can_fork_export(ledger, out):
         from ledger.csvio import write_export_forked
 
         return write_export_forked(ledger.iter_query, out, start, end)

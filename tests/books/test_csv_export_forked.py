@@ -99,3 +99,27 @@ def test_an_error_in_either_process_is_raised_and_the_child_reaped(hostile, tmp_
         with pytest.raises(ValueError, match=f"disk gone in slice {failing_slice}"):
             csvio.write_export_forked(failing, out)
     assert _no_child_left()
+
+
+def test_another_thread_or_no_linux_means_one_process(hostile, tmp_path, monkeypatch):
+    # A fork copies only the calling thread: a lock another thread holds (logging, a spinner's
+    # stderr) would stay held in the child for ever; and macOS forbids fork without exec for much
+    # of its system libraries. Either way the export is written by this process alone.
+    import sys
+    import threading
+
+    led, reader = hostile
+    monkeypatch.setattr(csvio, "_FORK_MIN_ROWS", 0)
+    monkeypatch.setattr(csvio, "_FORK_SLICE_ROWS", 1)
+    monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked"))
+    ref = reference_export(led)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, args=(30,))
+    other.start()
+    try:
+        assert _export_to_file(reader, tmp_path / "t.csv")[1] == ref
+    finally:
+        stop.set()
+        other.join()
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert _export_to_file(reader, tmp_path / "d.csv")[1] == ref
