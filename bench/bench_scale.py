@@ -1,7 +1,7 @@
 """Benchmark: every command costs what it shows, not what the ledger has seen (issue 16).
 
     .venv/bin/python bench/bench_scale.py [--sessions 1000000] [--month-sessions 100000] [--runs 5]
-                                          [--no-postgres] [--only up,ps,cap,reports,csv,startup]
+                                          [--no-postgres] [--only up,ps,cap,reports,history,csv,startup]
 
 Prints one table, each figure beside its floor measured in the same run, as a ratio with the
 issue's target:
@@ -12,7 +12,8 @@ issue's target:
   ``watchdog --once``'s peak memory with the cap;
 - ``ledger month`` / ``ledger experiments --json`` over ``--month-sessions`` rows vs the same
   aggregation as one SQL statement on the same database, on SQLite and PostgreSQL (<= 1.5x), and
-  ``ledger month`` over 8,000 rows vs ``gpuops --help`` (<= 2x);
+  ``ledger month`` over 8,000 rows vs ``gpuops --help`` (<= 2x); the same two reports on a ledger
+  holding the ``--sessions`` history too ("history": the issue's floors walk every row there);
 - ``ledger export`` / ``ledger import`` of the big ledger vs ``sqlite3 -csv`` / csv + executemany
   (<= 1.5x, peak RSS <= 100 MiB);
 - ``ps`` and ``watchdog --once`` on an empty ledger vs ``gpuops --help`` (<= 2x).
@@ -108,6 +109,26 @@ def sqlite_ledger(kind: str, n: int, first: float, last: float) -> Path:
     con.close()
     tmp.rename(path)
     print(f"  built {path.name}: {n:,} sessions in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return path
+
+
+def history_ledger(big: Path, month: Path) -> Path:
+    """The big ledger's history and the month's sessions in one file (cached beside them)."""
+    path = big.with_name(f"history-{big.stem}+{month.stem}.db")
+    if path.exists():
+        return path
+    tmp = path.with_suffix(".building")
+    for p in (tmp, Path(str(tmp) + "-wal"), Path(str(tmp) + "-shm")):
+        p.unlink(missing_ok=True)
+    shutil.copyfile(big, tmp)
+    con = sqlite3.connect(tmp)
+    with con:
+        con.execute("ATTACH DATABASE ? AS m", (str(month),))
+        con.execute(f"INSERT INTO sessions ({', '.join(COLUMNS)}) SELECT {', '.join(COLUMNS)} FROM m.sessions")
+    con.execute("DETACH DATABASE m")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    con.close()
+    tmp.rename(path)
     return path
 
 
@@ -291,6 +312,21 @@ class Bench:
         self.add(f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "same numbers, one SQL statement", floor2,
                  1.5, "(attributed by time)")
 
+    def history(self, path: Path, start: float, end: float) -> None:
+        """The month's reports on a ledger that also holds the history (``--sessions`` before this
+        month): the issue's floors walk every row of the ledger, ours only the month's."""
+        month = time.strftime("%Y-%m", time.gmtime(start))
+        day = time.strftime("%Y-%m-%d", time.gmtime(start))
+        url = f"sqlite:///{path}"
+        runner = [sys.executable, "-c", SQL_RUNNER, url]
+        what = f"{self.a.sessions:,} + {self.a.month_sessions:,} this month"
+        floor = self.time(runner + [MONTH_SQL.format(p="?"), f"[{end}, {start}, {end}, {start}, {end}, {start}]"], self.env)
+        ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
+        self.add(f"ledger month, {what}", "", ours, "one SQL statement", floor, 1.5)
+        floor = self.time(runner + [EXPERIMENTS_SQL.format(p="?"), f"[{end}, {start}]"], self.env)
+        ours = self.time(self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url))
+        self.add(f"ledger experiments, {what}", "", ours, "one SQL statement", floor, 1.5)
+
     def small_month(self, small: Path, start: float) -> None:
         month = time.strftime("%Y-%m", time.gmtime(start))
         env = self.env_for(f"sqlite:///{small}")
@@ -353,7 +389,7 @@ def main() -> None:
     ap.add_argument("--small-month", type=int, default=8_000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-postgres", action="store_true")
-    ap.add_argument("--only", default="startup,up,ps,cap,reports,csv")
+    ap.add_argument("--only", default="startup,up,ps,cap,reports,history,csv")
     ap.add_argument("--repo", help="the gpuops checkout to time (default: this one)")
     a = ap.parse_args()
     which = set(a.only.split(","))
@@ -374,8 +410,11 @@ def main() -> None:
                 b.scale(empty, big, which)
             if "csv" in which:
                 b.csv(big)
-        if which & {"cap", "reports"}:
+        if which & {"cap", "reports", "history"}:
             month = sqlite_ledger("month", a.month_sessions, start, max(start + 60.0, now - 60.0))
+            if "history" in which:
+                big = sqlite_ledger("big", a.sessions, start - a.sessions * 90.0, start - 3600.0)
+                b.history(history_ledger(big, month), start, end_of_month)
             if "cap" in which:
                 b.cap(month)
             if "reports" in which:
