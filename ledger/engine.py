@@ -76,14 +76,23 @@ def _private_file(path: Path) -> None:
         pass
 
 
+# libpq waits for a server that does not answer as long as the OS lets a TCP connect hang (~2 min on
+# Linux) unless told otherwise (libpq "connect_timeout", seconds): every wait has a deadline. A
+# ``?connect_timeout=N`` in the ledger URL wins.
+PG_CONNECT_TIMEOUT_S = 10
+
+
 def open_engine(url: str) -> sa.engine.Engine:
     """An engine for the ledger at SQLAlchemy ``url`` with its migrations applied. Creates the
-    SQLite file's folder. Raises sqlalchemy errors for an unreachable database."""
+    SQLite file's folder. Raises sqlalchemy errors for an unreachable database (PostgreSQL: within
+    ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer)."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         _private_file(Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser())
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    elif url.startswith("postgresql") and "connect_timeout" not in url:
+        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
     engine = sa.create_engine(url, **kwargs)
     if url.startswith("sqlite"):
         sa_event.listen(engine, "connect", _sqlite_pragmas)
