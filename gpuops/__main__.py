@@ -1,3 +1,3 @@
-from gpuops.cli import main
+from gpuops.entry import main
 
 main()
