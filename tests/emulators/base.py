@@ -40,6 +40,10 @@ class Faults:
       made the instance while the caller still waits on the answer).
     - ``trickle_s``: send every reply body one byte at a time, this many seconds apart.
     - ``pad_reply_bytes``: append this many bytes of JSON whitespace to every reply (a huge reply).
+    - ``hide_length``: send replies with no ``Content-Length`` (the body ends when the connection
+      closes), so the client learns the size only by reading.
+    - ``stall_reply``: send the headers and the first byte of every reply body, then nothing more
+      while the fault is set (a reply that never completes).
     - ``create_unsuccessful_but_creates``: the next N creates make the instance, then answer
       ``200 {"success": false}`` (Vast).
     """
@@ -56,6 +60,8 @@ class Faults:
     reply_delay_s: dict[str, float] = field(default_factory=dict)
     trickle_s: float = 0.0
     pad_reply_bytes: int = 0
+    hide_length: bool = False
+    stall_reply: bool = False
     create_unsuccessful_but_creates: int = 0
     # New instances are not what was ordered: any of gpu_name, num_gpus, usd_per_hour (USD/h)
     # replaces what the instance reports (and is charged), e.g. {"gpu_name": "RTX 3070", "usd_per_hour": 5.0}.
@@ -340,9 +346,20 @@ class _Handler(BaseHTTPRequestHandler):
         if status == 429 and emu.market.faults.retry_after_s is not None:
             self.send_header("Retry-After", f"{emu.market.faults.retry_after_s:g}")
         self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
+        if f.hide_length:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         try:
+            if f.stall_reply:
+                self.wfile.write(data[:1])
+                self.wfile.flush()
+                give_up = time.monotonic() + 300  # the test clears the fault once its call has given up
+                while f.stall_reply and time.monotonic() < give_up:
+                    time.sleep(0.05)
+                data = data[1:]
             if f.trickle_s:
                 for i in range(len(data)):
                     self.wfile.write(data[i:i + 1])
