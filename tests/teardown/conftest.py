@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import fake_nvidia_smi
-from tests.teardown.rig import Rig, wait_for  # noqa: F401  (re-exported for the tests)
+from tests.teardown.rig import LOADED_SLACK_S, STAGE_TIMEOUT_S, Rig, gate, wait_for  # noqa: F401  (re-exported for the tests)
 
 
 class FakeSmi:

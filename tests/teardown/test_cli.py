@@ -7,6 +7,8 @@ import json
 import os
 import signal
 import subprocess
+import queue
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 from gpuops.config import load_settings
 from ledger.store import Ledger
 from tests.conftest import gpuops_cmd
-from tests.teardown.conftest import wait_for
+from tests.teardown.conftest import LOADED_SLACK_S, STAGE_TIMEOUT_S, gate, wait_for
 
 FAST_ENV = {
     "GPUOPS_TEARDOWN_SAMPLE_SECONDS": "0.3",
@@ -47,18 +49,31 @@ def start_up(tmp_path, env, body: str, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def wait_stage(p: subprocess.Popen, stage: str, timeout: float = 30.0) -> None:
+def wait_stage(p: subprocess.Popen, stage: str, timeout: float = STAGE_TIMEOUT_S) -> None:
+    """Read `up`'s stderr until its ``stage`` line; fail after ``timeout`` s even when `up` prints
+    nothing more (the lines are read by a thread, which goes on draining stderr afterwards)."""
+    lines: queue.Queue = queue.Queue()
+
+    def drain() -> None:
+        for line in iter(p.stderr.readline, ""):
+            lines.put(line)
+        lines.put(None)  # `up` closed stderr: it has ended
+
+    threading.Thread(target=drain, daemon=True).start()
     end = time.monotonic() + timeout
     seen = []
-    while time.monotonic() < end:
-        line = p.stderr.readline()
-        if not line:
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            break
+        if line is None:
             break
         seen.append(line.rstrip())
         words = line.split()
         if len(words) >= 2 and words[1] == stage:
             return
-    raise AssertionError(f"stage {stage} not reached: {seen}")
+    raise AssertionError(f"stage {stage} not reached within {timeout} s: {seen}")
 
 
 def only_row(home: Path):
@@ -70,22 +85,24 @@ def only_row(home: Path):
 
 def test_up_stopped_during_job_agent_destroys_after_grace(gpuops_home, tmp_path, env, fake_smi):
     fake_smi.util(85)
-    p = start_up(tmp_path, env, "sleep 1.5")
+    go = tmp_path / "job-may-end"
+    p = start_up(tmp_path, env, gate(go))  # the job ends when the test says, never before the stop
     try:
         wait_stage(p, "job")
         led, row = only_row(gpuops_home)
         box = gpuops_home / "boxes" / row.label
-        wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), 10)
+        wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), STAGE_TIMEOUT_S)
         os.kill(p.pid, signal.SIGSTOP)  # the laptop lid closes while the job runs
-        wait_for(lambda: (box / "destroyed.json").exists(), 20)
+        go.touch()
+        wait_for(lambda: (box / "destroyed.json").exists(), STAGE_TIMEOUT_S)
         code = (box / ".gpuops" / "run" / "exit_code").read_text().split()
         destroyed = json.loads((box / "destroyed.json").read_text())
         assert destroyed["by"] == "agent"
-        assert 1.0 <= destroyed["destroyed_at"] - float(code[2]) < 2.5  # grace 1 s, + one poll and the kill
+        assert 1.0 <= destroyed["destroyed_at"] - float(code[2]) < 1.0 + LOADED_SLACK_S  # grace 1 s, then the poll and the kill
         status = json.loads((box / ".gpuops" / "agent-status.json").read_text())
         assert status["destroy"]["reason"] == "job_end"
         os.kill(p.pid, signal.SIGCONT)  # the laptop wakes: its teardown is idempotent and books the row
-        p.wait(timeout=30)
+        p.wait(timeout=STAGE_TIMEOUT_S)
     finally:
         if p.poll() is None:
             p.kill()
@@ -98,17 +115,22 @@ def test_up_stopped_during_job_agent_destroys_after_grace(gpuops_home, tmp_path,
 @pytest.mark.parametrize("stage,reason", [("arm", "idle"), ("bootstrap", "idle"), ("job", "job_end")])
 def test_up_sigkilled_box_goes_and_watchdog_books_it(gpuops_home, tmp_path, env, fake_smi, stage, reason):
     fake_smi.util(60 if reason == "job_end" else 0)
-    p = start_up(tmp_path, env, "sleep 1")
-    wait_stage(p, stage)
-    led, row = only_row(gpuops_home)
-    box = gpuops_home / "boxes" / row.label
-    if stage == "arm":  # the stage line comes before the agent starts: kill once it runs
-        wait_for(lambda: (box / ".gpuops" / "agent-status.json").exists(), 10)
+    go = tmp_path / "job-may-end"
+    p = start_up(tmp_path, env, gate(go))  # the job (if it starts) ends only when the test says
+    try:
+        wait_stage(p, stage)
+        led, row = only_row(gpuops_home)
+        box = gpuops_home / "boxes" / row.label
+        if stage == "arm":  # the stage line comes before the agent starts: kill once it runs
+            wait_for(lambda: (box / ".gpuops" / "agent-status.json").exists(), STAGE_TIMEOUT_S)
+        if stage == "job":
+            wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), STAGE_TIMEOUT_S)
+    finally:
+        p.kill()
+        p.wait()
     if stage == "job":
-        wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), 10)
-    p.kill()
-    p.wait()
-    wait_for(lambda: (box / "destroyed.json").exists(), 20)
+        go.touch()  # the job ends after `up` is gone: the agent's job_end
+    wait_for(lambda: (box / "destroyed.json").exists(), STAGE_TIMEOUT_S)
     out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     acts = [json.loads(line) for line in out.stdout.splitlines()]
@@ -128,7 +150,7 @@ def test_watchdog_daemon_ticks_until_interrupted(gpuops_home, tmp_path, env, fak
     d = subprocess.Popen(gpuops_cmd("watchdog", "--interval", "0.5", "--json"), env=env, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: r.ledger.get(r.sid).status == "closed", 20)
+        wait_for(lambda: r.ledger.get(r.sid).status == "closed", STAGE_TIMEOUT_S)
     finally:
         d.send_signal(signal.SIGINT)
         out, err = d.communicate(timeout=20)
