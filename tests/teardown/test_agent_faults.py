@@ -329,10 +329,11 @@ def test_box_clock_5h_ahead_neither_fires_the_ttl_early_nor_shifts_the_job_end(r
     wait_for(r2.gone, STAGE_TIMEOUT_S)
     st = r2.status()
     assert st["destroy"]["reason"] == "job_end"
-    # The 1 s grace, both ends on the agent's timeline (anchored at the laptop's armed_at: the box
-    # clock is 5 h off), not against the provider's destroyed_at, which the arm's latency shifts.
-    # 0.1: seen 0.947 s every run (the grace ~50 ms short with the box clock ahead; not a load race)
-    assert 1.0 - 0.1 <= st["destroy"]["requested_at"] - t_end < 1.0 + LOADED_SLACK_S
+    # The 1 s grace, both ends on the agent's own timeline (anchored at the laptop's armed_at: the
+    # box clock is 5 h off). Not ``t_end``: read before the agent saw the end, that is the exit
+    # marker's time clamped to the moment of reading, which a loaded machine makes late.
+    assert st["job"].get("source") != "exit_marker"
+    assert 1.0 - 0.01 <= st["destroy"]["requested_at"] - st["job"]["ended_at"] < 1.0 + LOADED_SLACK_S  # 0.01: ms rounding
     assert abs(r2.destroyed_at() - t_end) < 1.0 + LOADED_SLACK_S
 
 
