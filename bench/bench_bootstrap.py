@@ -60,9 +60,9 @@ def median(xs: list[float]) -> float:
 
 
 def ssh_numbers(base: Path, repeat: int) -> dict:
-    from gpuops.bootstrap_config import build_plan, run_plan
+    from gpuops.box.bootstrap_config import build_plan, run_plan
     from gpuops.config import Settings
-    from gpuops.remote import HostKeyPins, SSHBox, ensure_ssh_key
+    from gpuops.box.remote import HostKeyPins, SSHBox, ensure_ssh_key
     from tests.support.sshd import SshServer
 
     server = SshServer(base / "sshd", extra_path=[base / "bin"])

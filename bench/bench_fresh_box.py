@@ -113,7 +113,7 @@ def run(a, base: Path) -> None:
     print(f"{'total':<10}{cold_s:>10.2f}{'':>10}{warm_s:>10.2f}")
     print(f"vs the 5-minute target ({TARGET_S:.0f} s): cold {cold_s / TARGET_S:.1%}, warm {warm_s / TARGET_S:.1%} of it")
     wd = next(ln["detail"] for ln in cold if ln.get("step") == "weights")
-    from gpuops import plan as planner
+    from gpuops.planning import sizing as planner
 
     src = planner.load_model(a.model)
     real = int(src.weights_total_size or planner.plan(src).weights_bytes)

@@ -16,7 +16,7 @@ import time
 
 
 def one_pass() -> int:
-    from gpuops import plan as P
+    from gpuops.planning import sizing as P
 
     pairs = 0
     for m in P.model_catalog():
@@ -30,7 +30,7 @@ def _figure(row: dict) -> float:
     import json
     from pathlib import Path
 
-    from gpuops import plan as P
+    from gpuops.planning import sizing as P
 
     if "config" in row:
         path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
@@ -54,7 +54,7 @@ def vllm_table() -> None:
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib
-    from gpuops import plan as P
+    from gpuops.planning import sizing as P
 
     rows = tomllib.loads((Path(__file__).with_name("vllm_reference.toml")).read_text())["rows"]
     print(f"\ngpuops plan --engine vllm (vLLM {P.VLLM_VERSION} defaults) vs vLLM's own figures (ratio target 0.95-1.05)")
@@ -77,7 +77,7 @@ def main() -> None:
         return
 
     t0 = time.perf_counter()
-    import gpuops.plan  # noqa: F401  (import cost is part of a cold CLI call)
+    import gpuops.planning.sizing  # noqa: F401  (import cost is part of a cold CLI call)
 
     t_import = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -90,7 +90,7 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     med = statistics.median(times)
     print(f"catalog: {pairs} (model, card) pairs")
-    print(f"import gpuops.plan: {t_import * 1e3:.1f} ms")
+    print(f"import gpuops.planning.sizing: {t_import * 1e3:.1f} ms")
     print(f"first pass (loads models.toml, cards.toml): {t_cold * 1e3:.1f} ms")
     print(f"warm pass, median of {args.repeat}: {med * 1e3:.1f} ms ({med / pairs * 1e6:.0f} us per pair); "
           f"min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms")

@@ -104,8 +104,8 @@ class EventKind(_Word):
     JOB_EXITED = "job_exited"  # detail {"exit_code"}; written by `up` or a watchdog that saw it
     WRAPPER_LOST = "wrapper_lost"
     TOKENS = "tokens"  # tokens booked (by `up`'s collect, or `ledger tokens`)
-    VOLUME = "volume"  # detail {"volume"}: the persistent volume mounted at create (gpuops.volumes)
-    RESULTS_COPIED = "results_copied"  # detail: gpuops.results.CopyReport (sizes and sha256 verified)
+    VOLUME = "volume"  # detail {"volume"}: the persistent volume mounted at create (gpuops.providers.volumes)
+    RESULTS_COPIED = "results_copied"  # detail: gpuops.rental.results.CopyReport (sizes and sha256 verified)
     RESULTS_COPY_FAILED = "results_copy_failed"  # same detail; what did not come home is lost with the box
     STAGE_FAILED = "stage_failed"  # detail {"stage", "reason", "error"}: what the stage table booked
     PROVIDER_ERROR = "provider_error"

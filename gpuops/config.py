@@ -188,7 +188,7 @@ class WeightsSource(_Section):
 
 class BootstrapSettings(_Section):
     """What `up` puts on the box before the job (turned into bootstrap.json by
-    gpuops.bootstrap_config). Paths named ``*_on_box`` are on the box; ``requirements`` is a file
+    gpuops.box.bootstrap_config). Paths named ``*_on_box`` are on the box; ``requirements`` is a file
     on this machine, shipped to the box."""
 
     requirements: str = ""  # local requirements file, shipped and installed
@@ -224,7 +224,7 @@ class BootstrapSettings(_Section):
 class JobSettings(_Section):
     results: str = "out/"  # relative to the session dir on the box; copied back before teardown
     # Names of this machine's environment variables the job gets (local and rented boxes alike);
-    # nothing else of this machine's environment reaches a job (gpuops/boxenv.py).
+    # nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py).
     # GPUOPS_JOB_ENV takes them comma-separated.
     env: list[str] = []
 
@@ -248,8 +248,8 @@ class JobSettings(_Section):
 
 class StorageSettings(_Section):
     """``volume``: a persistent volume to mount on every box, ``<provider>:<id or name>`` (see
-    gpuops.volumes); empty: none. ``results_deadline_seconds``: how long teardown waits for the
-    results copy-back (gpuops.results) before destroying anyway."""
+    gpuops.providers.volumes); empty: none. ``results_deadline_seconds``: how long teardown waits for the
+    results copy-back (gpuops.rental.results) before destroying anyway."""
 
     volume: str = ""
     results_deadline_seconds: float = Field(default=900.0, gt=0)

@@ -294,13 +294,13 @@ class CliResult:
 @pytest.fixture
 def cli(gpuops_home, monkeypatch):
     """``cli(*args, env=None, input=None) -> CliResult``: the gpuops CLI run in this process through
-    typer's ``CliRunner`` isolation, via the real entry point (``gpuops.cli.main``: its exit codes
+    typer's ``CliRunner`` isolation, via the real entry point (``gpuops.cli.app.main``: its exit codes
     and one-line errors), against ``gpuops_home``; ``env`` adds variables for this one run. For
     argument handling and bad input (unit lane, milliseconds); a test of what `up` starts on a box,
     or of signals, runs ``gpuops_cmd`` in a subprocess instead (e2e lane)."""
     from typer.testing import CliRunner
 
-    from gpuops.cli import main
+    from gpuops.cli.app import main
 
     runner = CliRunner()
 

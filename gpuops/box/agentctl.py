@@ -1,7 +1,7 @@
 """The laptop's side of the on-box agent: write its config, start it (the `arm` stage), read its status.
 
 The agent itself is ``bootstrap/agent.py`` (stdlib, runs on the box); the rules it applies are
-``bootstrap/policy.py``, which ``gpuops.watchdog`` applies too.
+``bootstrap/policy.py``, which ``gpuops.rental.watchdog`` applies too.
 
 Paths on the box, relative to the box root (``Box.root``):
 
@@ -29,19 +29,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from gpuops.jobio import JOB_DIR
+from gpuops.box.jobio import JOB_DIR
 
 if TYPE_CHECKING:  # type hints only: the watchdog's tick reads settings without pydantic (gpuops/settings_snapshot.py)
     from gpuops.config import Settings, TeardownSettings
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
+BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"
 BOOTSTRAP_REMOTE = ".gpuops/bootstrap"
 AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
 PRESENCE = ".gpuops/laptop-presence"  # bootstrap/agent.py PRESENCE_FILE, in its state dir
 BOOTSTRAP_PIDFILE = ".gpuops/bootstrap.pid"
-RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/jobio.py)
+RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/box/jobio.py)
 
 # Heartbeat older than this many sample intervals (plus slack) is stale: the agent is not running.
 STALE_SAMPLES = 3
@@ -139,7 +139,7 @@ def arm(box, config: dict, python: str = "python3") -> None:
 
     Sets ``armed_at`` (this machine's clock, just before the config is copied) in the copy it ships.
     Idempotent: a second arm rewrites the config and the start is a no-op while the supervisor
-    runs (it holds a lock). ``box``: a ``gpuops.remote.Box``. Raises what the box raises.
+    runs (it holds a lock). ``box``: a ``gpuops.box.remote.Box``. Raises what the box raises.
     """
     import tempfile
 
@@ -185,7 +185,7 @@ def read_status(box, now: float | None = None) -> dict | None:
     ``now``: this machine's epoch seconds (default ``time.time()``). Every time in the document
     (heartbeat, samples, job end, destroy) is clamped to ``now``. When the heartbeat is stale
     (``heartbeat_stale``) or the status says the job still runs, the job's own exit marker on the
-    box is read (``gpuops.jobio.job_exit``) and, when present, sets ``job`` (``"source":
+    box is read (``gpuops.box.jobio.job_exit``) and, when present, sets ``job`` (``"source":
     "exit_marker"``, its end clamped to ``now``): a dead agent does not hide a finished job.
     Raises what the box raises for a dropped connection."""
     now = time.time() if now is None else now
@@ -200,7 +200,7 @@ def read_status(box, now: float | None = None) -> dict | None:
     job = (status or {}).get("job") or {}
     if status is None or heartbeat_stale(status, now) or job.get("ended_at") is None:
         from gpuops.errors import GpuopsError
-        from gpuops.jobio import job_exit
+        from gpuops.box.jobio import job_exit
 
         try:
             ended = job_exit(box)

@@ -28,7 +28,7 @@ RUNNER_DIR = f"{BOX_DIR}/bootstrap"
 CONFIG_PATH = f"{BOX_DIR}/bootstrap.json"
 STATE_DIR = f"{BOX_DIR}/bootstrap-state"
 REQUIREMENTS_PATH = f"{BOX_DIR}/requirements.txt"
-RUNNER_SOURCE = Path(__file__).resolve().parent.parent / "bootstrap"  # shipped to RUNNER_DIR
+RUNNER_SOURCE = Path(__file__).resolve().parents[2] / "bootstrap"  # shipped to RUNNER_DIR
 
 
 @dataclass
@@ -44,9 +44,9 @@ class BootstrapPlan:
 
     def command(self, python: str = "python3") -> str:
         """The shell command that runs the bootstrap in the box root. It records its pid where the
-        on-box agent looks (``gpuops.agentctl.bootstrap_command``): while it runs, the box is
+        on-box agent looks (``gpuops.box.agentctl.bootstrap_command``): while it runs, the box is
         not idle, however long a download keeps the GPU at 0 %."""
-        from gpuops.agentctl import bootstrap_command
+        from gpuops.box.agentctl import bootstrap_command
 
         return bootstrap_command(CONFIG_PATH, state_dir=STATE_DIR, python=python)
 
@@ -194,7 +194,7 @@ def run_plan(box, plan: BootstrapPlan, *, python: str = "python3", on_step=None,
 
     ``on_step(dict)`` gets each step line as it arrives, ``on_line(str)`` every other output
     line. Raises TimeoutError after ``plan.timeout`` seconds, and whatever the Box raises for a
-    lost connection (gpuops.remote.ConnectionLost).
+    lost connection (gpuops.box.remote.ConnectionLost).
     """
     import json
     import tempfile

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpuops.bootstrap_config import RUNNER_DIR
+from gpuops.box.bootstrap_config import RUNNER_DIR
 from gpuops.errors import GpuopsError
 
 JOB_DIR = ".gpuops/run"  # the wrapper's files on the box; .gpuops/job holds the job file

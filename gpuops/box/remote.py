@@ -194,9 +194,9 @@ class LocalBox:
 
     # The job and bootstrap see python3 = the interpreter gpuops runs on (its venv), first on PATH.
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        from gpuops.boxenv import local_box_env
+        from gpuops.box.boxenv import local_box_env
 
-        env = local_box_env(os.environ, os.path.abspath(self.root))  # allow-listed, HOME = the box (gpuops/boxenv.py)
+        env = local_box_env(os.environ, os.path.abspath(self.root))  # allow-listed, HOME = the box (gpuops/box/boxenv.py)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(self._base_env)
         env.update(extra or {})

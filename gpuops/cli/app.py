@@ -28,7 +28,7 @@ app = typer.Typer(
 )
 ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
 app.add_typer(ledger_app, name="ledger")
-from gpuops.volumes_cli import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
+from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
 
 app.add_typer(volumes_app, name="volumes")
 
@@ -102,7 +102,9 @@ def up(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Rent a box, bootstrap it, run JOB, tear it down, book the session."""
-    from gpuops import emit, launcher, ui
+    from gpuops.views import emit
+    from gpuops.rental import launcher
+    from gpuops.views import ui
     from gpuops.providers import NAMES
 
     fmt = emit.pick(fmt, json_out)
@@ -137,7 +139,7 @@ def up(
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run, volume=settings.storage.volume,
     )
-    from gpuops.plan import parse_positive_int
+    from gpuops.planning.sizing import parse_positive_int
 
     req.gpu_count = parse_positive_int(gpu_count, "--gpu-count", "2")
     if model:
@@ -205,8 +207,10 @@ def offers(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
-    from gpuops import emit, offers_view, ui
-    from gpuops.plan import parse_positive_int
+    from gpuops.views import emit
+    from gpuops.views import offers as offers_view
+    from gpuops.views import ui
+    from gpuops.planning.sizing import parse_positive_int
 
     fmt = emit.pick(fmt, json_out)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", "4096", "1"):
@@ -240,8 +244,8 @@ def plan(
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
 
     `gpuops plan storage --model M` answers the other question: keep the weights on a volume or refetch them every run."""
-    from gpuops.emit import pick
-    from gpuops.plan_view import plan_command
+    from gpuops.views.emit import pick
+    from gpuops.views.sizing import plan_command
 
     fmt = pick(fmt, json_out)
     # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
@@ -264,8 +268,8 @@ def plan_storage(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
-    from gpuops.emit import pick
-    from gpuops.storage_plan import render, storage_plan
+    from gpuops.views.emit import pick
+    from gpuops.planning.storage import render, storage_plan
 
     fmt = pick(fmt, json_out)
     render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
@@ -280,7 +284,9 @@ def ps(
     json_out: bool = JSON_OPT,
 ) -> None:
     """List open sessions (boxes that may be billing): yours by default, with their owner."""
-    from gpuops import emit, sessions, ui
+    from gpuops.views import emit
+    from gpuops.rental import sessions
+    from gpuops.views import ui
 
     fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True, snapshot=True)
@@ -307,11 +313,12 @@ def down(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Destroy a session's box now and close its row (reason: manual)."""
-    from gpuops import emit, sessions
+    from gpuops.views import emit
+    from gpuops.rental import sessions
 
     fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True)
-    from gpuops.progress import waiting
+    from gpuops.views.progress import waiting
 
     with waiting(f"destroying {'every open session' if all_open else session}: waiting for the provider and the job to stop"):
         out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
@@ -340,7 +347,7 @@ def logs(
     config: Optional[str] = CONFIG_OPT,
 ) -> None:
     """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
-    from gpuops.logs_view import show_logs
+    from gpuops.views.logs import show_logs
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
@@ -356,13 +363,13 @@ TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.
 
 
 def _fmt(fmt: Optional[str], json_out: bool, csv_out: bool = False) -> str:
-    from gpuops.emit import pick
+    from gpuops.views.emit import pick
 
     return pick(fmt, json_out, csv_out)
 
 
 def _ledger(config: Optional[str]):
-    from gpuops import sessions
+    from gpuops.rental import sessions
 
     return sessions.open_ledger(_settings(config, emergency=True))
 
@@ -377,8 +384,8 @@ def watchdog(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap."""
-    from gpuops import watchdog as wd
-    from gpuops.emit import pick
+    from gpuops.rental import watchdog as wd
+    from gpuops.views.emit import pick
 
     json_out = pick(fmt, json_out, allowed=("table", "json")) == "json"
     if interval <= 0:
@@ -389,15 +396,15 @@ def watchdog(
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
     def on_pass(name: str, acts: list, seconds: float) -> None:
         if verbose:
-            from gpuops.emit import utc_iso
-            from gpuops.history import plural
+            from gpuops.views.emit import utc_iso
+            from gpuops.views.session_history import plural
 
             import time as _time
 
             print(f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s", file=sys.stderr, flush=True)
 
     if once:
-        from gpuops.progress import waiting
+        from gpuops.views.progress import waiting
 
         with waiting("watchdog --once: one reconcile and one tick over the open sessions"):
             acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
@@ -417,12 +424,12 @@ def reconcile(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
-    from gpuops import emit
-    from gpuops import reconcile as rec
+    from gpuops.views import emit
+    from gpuops.rental import reconcile as rec
 
     fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True)
-    from gpuops.progress import waiting
+    from gpuops.views.progress import waiting
 
     with waiting("reconcile: asking the providers for gpuops instances"):
         acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
@@ -438,7 +445,7 @@ def reconcile(
 
 
 def _emit_json(action) -> None:
-    from gpuops.emit import json_line, write
+    from gpuops.views.emit import json_line, write
 
     write(json_line(action.as_json()))
 
@@ -466,7 +473,8 @@ def ledger_month(
     $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time after the job and the
     group's failed runs included). $/Mtok job: only the job's own seconds x the price, per million
     tokens. Real and simulated money are never added together."""
-    from gpuops import books, ledger_view
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
 
     fmt = _fmt(fmt, json_out, csv_out)
     if plot and fmt != "table":
@@ -490,7 +498,8 @@ def ledger_experiments(
 
     $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time, failed runs
     included). $/Mtok job: only the job's own seconds x the price, per million tokens."""
-    from gpuops import books, ledger_view
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
 
     fmt = _fmt(fmt, json_out, csv_out)
     ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
@@ -508,7 +517,8 @@ def ledger_sessions(
     csv_out: bool = CSV_OPT,
 ) -> None:
     """Past sessions, newest first: when, experiment, card, hours, cost, end reason, conclusion."""
-    from gpuops import emit, history
+    from gpuops.views import emit
+    from gpuops.views import session_history as history
 
     fmt = _fmt(fmt, json_out, csv_out)
     rep = history.sessions(_reader(config), since, experiment, limit, tz)
@@ -526,7 +536,7 @@ def dashboard(
     config: Optional[str] = CONFIG_OPT,
 ) -> None:
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
-    from gpuops.dashboard import command
+    from gpuops.views.dashboard import command
 
     command(_settings(config, emergency=True), month=month, tz=tz, port=port, html=html)
 
@@ -541,7 +551,8 @@ def ledger_show(
     csv_out: bool = CSV_OPT,
 ) -> None:
     """Every field of one session, its bootstrap steps, its events, where logs and results are."""
-    from gpuops import books, ledger_view
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
 
     fmt = _fmt(fmt, json_out, csv_out)
     ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
@@ -556,7 +567,9 @@ def ledger_note(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Record a session's one-line conclusion."""
-    from gpuops import books, emit, ui
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import emit
+    from gpuops.views import ui
 
     fmt = _fmt(fmt, json_out)
     r = books.note(_ledger(config), session, text)
@@ -572,8 +585,9 @@ def ledger_tokens(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Set a session's token count after the fact (for $/Mtoken)."""
-    from gpuops import books, emit
-    from gpuops.ui import money
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import emit
+    from gpuops.views.ui import money
 
     fmt = _fmt(fmt, json_out)
     r = books.tokens(_ledger(config), session, n)
@@ -593,8 +607,8 @@ def ledger_export(
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
     import io
 
-    from gpuops import books
-    from gpuops.emit import pick
+    from gpuops.rental import ledger_service as books
+    from gpuops.views.emit import pick
 
     if fmt is not None:  # the export is the import's format: CSV only (`ledger sessions --format json` for JSON)
         pick(fmt, allowed=("csv",))
@@ -625,8 +639,9 @@ def ledger_import(
     json_out: bool = JSON_OPT,
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
-    from gpuops import books, emit
-    from gpuops.history import plural
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import emit
+    from gpuops.views.session_history import plural
 
     fmt = _fmt(fmt, json_out)
     r = books.import_csv(_ledger(config), file, tz, strict=strict)
@@ -647,7 +662,8 @@ def ledger_sync(
     csv_out: bool = CSV_OPT,
 ) -> None:
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""
-    from gpuops import books, ledger_view
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
 
     fmt = _fmt(fmt, json_out, csv_out)
     settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
@@ -659,7 +675,7 @@ def ledger_sync(
         from ledger.reads import LedgerReader
 
         led = LedgerReader(settings.ledger_url())
-    from gpuops.progress import waiting
+    from gpuops.views.progress import waiting
 
     with waiting("ledger sync: asking the providers for their billing"):
         rep = books.sync(led, settings, month, tz, apply=apply)

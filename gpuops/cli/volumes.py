@@ -1,4 +1,4 @@
-"""``gpuops volumes list|create|delete``: persistent volumes (gpuops.volumes). Light at import:
+"""``gpuops volumes list|create|delete``: persistent volumes (gpuops.providers.volumes). Light at import:
 SDKs and rich load inside the commands."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ volumes_app = typer.Typer(help="Persistent volumes that survive the destroy (Run
 
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
 JSON_OPT = typer.Option(False, "--json", help="Shorthand for --format json.")
-FORMAT_OPT = typer.Option(None, "--format", help="table (default), json or csv (gpuops.emit's convention).")
+FORMAT_OPT = typer.Option(None, "--format", help="table (default), json or csv (gpuops.views.emit's convention).")
 # Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).
 DROP_ORDER = ("mount", "region", "name")
 
@@ -23,7 +23,7 @@ DROP_ORDER = ("mount", "region", "name")
 def _provider(name: str, config: Optional[str]):
     from gpuops.config import load_settings
     from gpuops.providers import get_provider
-    from gpuops.volumes import PROVIDERS
+    from gpuops.providers.volumes import PROVIDERS
 
     if name not in PROVIDERS:
         raise BadInput(f"provider {name!r} has no volumes", f"use --provider {' or '.join(PROVIDERS)}")
@@ -45,21 +45,21 @@ def _input_errors():
 
 
 def pick(fmt: Optional[str], json_out: bool) -> str:
-    from gpuops.emit import pick as pick_format  # not at import: gpuops.cli imports this module
+    from gpuops.views.emit import pick as pick_format  # not at import: gpuops.cli.app imports this module
 
     return pick_format(fmt, json_out)
 
 
 def _print(vols: list, fmt: str, notes: list[str]) -> None:
-    from gpuops import emit
-    from gpuops.volumes import VOLUME_COLUMNS
+    from gpuops.views import emit
+    from gpuops.providers.volumes import VOLUME_COLUMNS
 
     if fmt != "table":
         emit.emit({"volumes": [v.as_json() for v in vols], "notes": notes}, fmt, csv_records=[v.as_json() for v in vols],
                   csv_columns=VOLUME_COLUMNS)
         return
-    from gpuops import ui
-    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+    from gpuops.views import ui
+    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
     con = ui.console()
     if vols:
@@ -84,7 +84,7 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
     from gpuops.config import load_settings
     from gpuops.providers import configured, get_provider
     from gpuops.providers.base import ProviderError
-    from gpuops.volumes import service
+    from gpuops.providers.volumes import service
 
     settings = load_settings(config)
     names = [provider] if provider else configured(settings)
@@ -95,7 +95,7 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
         notes.append("no RunPod or Vast key found: set RUNPOD_API_KEY or VAST_API_KEY")
     for name in names:
         try:
-            from gpuops.progress import waiting
+            from gpuops.views.progress import waiting
 
             with waiting(f"asking {name} for its volumes"), _input_errors() if provider else nullcontext():
                 vols += service(get_provider(name, settings)).list()
@@ -113,7 +113,7 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod 
                    region: str = typer.Option("", "--region", help="RunPod datacenter (e.g. EU-RO-1, required); Vast country code or machine:<id>."),
                    config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
-    from gpuops.volumes import check_name, check_size, service
+    from gpuops.providers.volumes import check_name, check_size, service
 
     check_name(name)
     check_size(size_gb)
@@ -129,7 +129,7 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
                    yes: bool = typer.Option(False, "--yes", help="Really delete: the data on it is lost."),
                    config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
     """Delete a volume and everything on it (weights, caches, kept results)."""
-    from gpuops.volumes import parse_ref, resolve, service
+    from gpuops.providers.volumes import parse_ref, resolve, service
 
     prov, _ = parse_ref(ref)
     with _input_errors():
@@ -140,7 +140,7 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
     fmt = pick(fmt, json_out)
     service(p).delete(vol.id)
     if fmt != "table":
-        from gpuops import emit
+        from gpuops.views import emit
 
         emit.emit({"deleted": vol.as_json()}, fmt, csv_records=[vol.as_json()])
     else:

@@ -122,7 +122,7 @@ def vllm_batch_defaults(card: Card) -> tuple[int, int]:
     return 2048, 256
 
 
-_MODELS_FILE = Path(__file__).resolve().parent / "catalog" / "models.toml"
+_MODELS_FILE = Path(__file__).resolve().parents[1] / "catalog" / "models.toml"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 

@@ -2,13 +2,13 @@
 
 The seeds' Day 20 rule: every kind of data gets a home, chosen by "is keeping it cheaper than
 fetching it again?". Code lives in git (a clone takes seconds: refetch). Results are copied home
-after every run (gpuops.results), and also kept on the volume when one is mounted. Weights are the
+after every run (gpuops.rental.results), and also kept on the volume when one is mounted. Weights are the
 only real question, answered with these numbers:
 
 - weights bytes: the checkpoint's stored size when the model names one (safetensors), else
-  parameters x bytes per ``dtype`` (gpuops.plan);
+  parameters x bytes per ``dtype`` (gpuops.planning.sizing);
 - volume: ``ceil(weights GB x VOLUME_HEADROOM)`` GB at the provider's storage price per GB-month
-  (RunPod: gpuops.volumes.RUNPOD_USD_PER_GB_MONTH; Vast: ``VAST_USD_PER_GB_MONTH`` unless
+  (RunPod: gpuops.providers.volumes.RUNPOD_USD_PER_GB_MONTH; Vast: ``VAST_USD_PER_GB_MONTH`` unless
   ``--usd-per-gb-month``), billed every month whether or not a box runs;
 - refetch: ``bytes x 8 / (Gbit/s x 10^9)`` seconds per run, paid at the box's hourly price
   (the box bills while it downloads); per month x ``runs_per_month``;
@@ -77,8 +77,8 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     download burns (default: the cheapest catalog card the model fits, at its reference price);
     ``usd_per_hour`` / ``usd_per_gb_month`` override the prices. Raises BadInput (bad numbers, a
     model that cannot be read, a card that cannot hold it)."""
-    from gpuops import plan as planner
-    from gpuops.volumes import RUNPOD_USD_PER_GB_MONTH, runpod_usd_per_month
+    from gpuops.planning import sizing as planner
+    from gpuops.providers.volumes import RUNPOD_USD_PER_GB_MONTH, runpod_usd_per_month
 
     runs = int(_positive(runs_per_month, "--runs-per-month", "20", integer=True))
     gbps = _positive(download_gbps, "--download-gbps", "1")
@@ -115,7 +115,7 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     breakeven = vol_usd / per_run if per_run > 0 else None
     reasons = [
         "code: in git, cloned on every box (seconds; nothing to keep)",
-        "results: copied home with sha256 after every run, and kept on the volume when one is mounted (gpuops.results)",
+        "results: copied home with sha256 after every run, and kept on the volume when one is mounted (gpuops.rental.results)",
     ]
     keep = breakeven is not None and runs > breakeven
     if keep:
@@ -139,14 +139,14 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
 
 
 def render(sp: StoragePlan, fmt: str = "table") -> None:
-    """Print the storage plan as ``fmt`` (table, json, csv: gpuops.emit's convention)."""
+    """Print the storage plan as ``fmt`` (table, json, csv: gpuops.views.emit's convention)."""
     if fmt != "table":
-        from gpuops import emit
+        from gpuops.views import emit
 
         emit.emit(sp.as_json(), fmt)
         return
-    from gpuops import ui
-    from gpuops.tables import ID, TEXT, Col, print_table
+    from gpuops.views import ui
+    from gpuops.views.tables import ID, TEXT, Col, print_table
 
     c = ui.console()
     rows = [

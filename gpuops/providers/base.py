@@ -111,7 +111,7 @@ class Instance:
 class CreateSpec:
     """What to put on the box. ``label`` is ``gpuops-<session>``; ``env`` values never contain the
     account key; ``bid_usd_per_hour`` is set for interruptible offers only. Optional capability
-    (gpuops.volumes): ``volume_id`` mounts that persistent volume at ``volume_mount_path``
+    (gpuops.providers.volumes): ``volume_id`` mounts that persistent volume at ``volume_mount_path``
     (``volume_region``: its RunPod datacenter); a provider that cannot mount one raises
     ProviderError(UNSUPPORTED), and a volume is never deleted by ``destroy``."""
 
@@ -180,7 +180,7 @@ class Provider:
     Required (raise NotImplementedError here):
 
     * ``offers(query) -> list[Offer]`` -- rentable now and matching ``query`` (any order; the
-      caller ranks). Numbers as the provider sent them: ``gpuops.offers.screen`` drops an offer whose
+      caller ranks). Numbers as the provider sent them: ``gpuops.planning.offers.screen`` drops an offer whose
       price, VRAM or GPU count is not a finite positive number, with a note. Raises ProviderError
       (AUTH, RATE_LIMIT, SERVER, ...).
     * ``create(offer, spec) -> Instance`` -- rent ``offer`` labelled ``spec.label``. Returns the
@@ -208,7 +208,7 @@ class Provider:
       (default: scans ``list``). Used when a create failed or was interrupted mid-call.
     * ``box(instance) -> Box | None`` -- a transport to the instance other than SSH (the local
       provider's own directory), or None to use SSH.
-    * ``volumes() -> VolumeService | None`` -- persistent volumes (``gpuops.volumes``: list, create,
+    * ``volumes() -> VolumeService | None`` -- persistent volumes (``gpuops.providers.volumes``: list, create,
       delete, mountable offers; mounted through ``CreateSpec.volume_*``), or None when the
       provider has none. ``destroy`` never deletes a volume.
 
@@ -287,7 +287,7 @@ class Provider:
         return None
 
     def box(self, instance: Instance):
-        """A non-SSH transport to ``instance`` (``gpuops.remote.Box``), or None: use SSH."""
+        """A non-SSH transport to ``instance`` (``gpuops.box.remote.Box``), or None: use SSH."""
         return None
 
     def billing(self, since: float, until: float) -> "list[ChargeLine]":
@@ -299,5 +299,5 @@ class Provider:
         raise ProviderError(ProviderErrorKind.UNSUPPORTED, f"{self.name} gives no billing through its API")
 
     def volumes(self):
-        """The provider's persistent volumes (a ``gpuops.volumes`` service), or None: it has none."""
+        """The provider's persistent volumes (a ``gpuops.providers.volumes`` service), or None: it has none."""
         return None

@@ -175,7 +175,7 @@ class RunPodProvider(Provider):
     # -- offers ------------------------------------------------------------------------------
     def _cards(self, query: OfferQuery) -> list[Card]:
         chosen = [c for c in cards() if c.runpod_id and (not query.cards or c.name in query.cards)]
-        from gpuops.offers import VRAM_TOLERANCE
+        from gpuops.planning.offers import VRAM_TOLERANCE
 
         return [c for c in chosen if c.vram_bytes >= query.min_vram_bytes * (1.0 - VRAM_TOLERANCE)]
 
@@ -206,7 +206,7 @@ class RunPodProvider(Provider):
                 raise
             if (g.get("maxGpuCount") or 0) < query.gpu_count:
                 continue
-            # Numbers as RunPod sent them (NaN, negative included): gpuops.offers.screen drops such an
+            # Numbers as RunPod sent them (NaN, negative included): gpuops.planning.offers.screen drops such an
             # offer with a note. Memory not reported at all: the catalog's figure.
             mem = g.get("memoryInGb")
             try:
@@ -300,7 +300,7 @@ class RunPodProvider(Provider):
         disk = max(1, int(round(spec.disk_gb)))
 
         mount = {}
-        if spec.volume_id:  # a network volume: Secure Cloud, its datacenter (gpuops.volumes)
+        if spec.volume_id:  # a network volume: Secure Cloud, its datacenter (gpuops.providers.volumes)
             mount = {"network_volume_id": inputs.check_provider_id(spec.volume_id, "RunPod network volume id"),
                      "data_center_id": inputs.check_provider_id(spec.volume_region, "RunPod datacenter id"),
                      "volume_mount_path": spec.volume_mount_path or "/workspace"}
@@ -357,8 +357,8 @@ class RunPodProvider(Provider):
                 raise
 
     def volumes(self):
-        """Persistent volumes (gpuops.volumes.RunPodVolumes): list, create, delete, mountable offers."""
-        from gpuops.volumes import RunPodVolumes
+        """Persistent volumes (gpuops.providers.volumes.RunPodVolumes): list, create, delete, mountable offers."""
+        from gpuops.providers.volumes import RunPodVolumes
 
         return RunPodVolumes(self)
 

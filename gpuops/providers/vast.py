@@ -167,7 +167,7 @@ class VastProvider(Provider):
         Interruptible offers carry ``min_bid`` (USD/h); their ``usd_per_hour`` is ``dph_total``.
         Offers whose GPU is not in the catalog are dropped (a card must be a catalog name).
         """
-        from gpuops.offers import VRAM_TOLERANCE
+        from gpuops.planning.offers import VRAM_TOLERANCE
 
         pool = [c for c in cards() if c.vast_name]
         if query.cards:
@@ -199,7 +199,7 @@ class VastProvider(Provider):
         return out
 
     def _offer(self, r: dict, spot: bool, pool: list[Card]) -> Offer | None:
-        # Numbers are taken as Vast sent them (NaN, negative, 0 GPUs included): gpuops.offers.screen
+        # Numbers are taken as Vast sent them (NaN, negative, 0 GPUs included): gpuops.planning.offers.screen
         # drops such an offer with a note. A missing num_gpus is 0 GPUs, never a guessed 1.
         try:
             ram = float(r.get("gpu_ram") or 0)
@@ -297,7 +297,7 @@ class VastProvider(Provider):
             raise BadInput("a bid was given for an on-demand Vast offer", "pick an interruptible offer (--spot) or drop the bid")
 
         mount = {}
-        if spec.volume_id:  # a Vast local volume on this offer's machine (gpuops.volumes)
+        if spec.volume_id:  # a Vast local volume on this offer's machine (gpuops.providers.volumes)
             if not str(spec.volume_id).isdigit():
                 raise BadInput(f"Vast volume id {spec.volume_id!r} is not a number", "see `gpuops volumes list --provider vast`")
             mount = {"link_volume": int(spec.volume_id), "mount_path": spec.volume_mount_path or "/gpuops-volume"}
@@ -359,8 +359,8 @@ class VastProvider(Provider):
                 raise
 
     def volumes(self):
-        """Persistent volumes (gpuops.volumes.VastVolumes): list, create, delete, mountable offers."""
-        from gpuops.volumes import VastVolumes
+        """Persistent volumes (gpuops.providers.volumes.VastVolumes): list, create, delete, mountable offers."""
+        from gpuops.providers.volumes import VastVolumes
 
         return VastVolumes(self)
 

@@ -3,7 +3,7 @@
 A volume is created and deleted only by ``gpuops volumes create|delete``; no teardown path ever
 deletes one. ``[storage] volume = "<provider>:<id or name>"`` (or ``up --volume``) makes `up` rent
 only offers that can mount it, mount it at create, and point the bootstrap caches (uv/pip wheels,
-Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.bootstrap_config).
+Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.box.bootstrap_config).
 
 Wire shapes (tests/emulators/volumes.py emulates exactly these):
 

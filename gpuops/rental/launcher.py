@@ -1,5 +1,5 @@
 """`gpuops up` as an explicit state machine (the stages and their failure table live in
-``gpuops.lifecycle``):
+``gpuops.rental.lifecycle``):
 
     validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
 
@@ -28,10 +28,10 @@ from typing import Callable, Iterator
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.config import Settings
 from gpuops.errors import BadInput, GpuopsError
-from gpuops.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
+from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "bootstrap"
+BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"
 # On the box, everything gpuops owns lives under <root>/.gpuops
 META = ".gpuops"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
@@ -63,14 +63,14 @@ class UpRequest:
     gpu_count: int = 1
     need_bytes_per_gpu: int = 0
     dry_run: bool = False
-    # `up --model`: size the box from the model first (gpuops.plan); offers must fit these bytes.
+    # `up --model`: size the box from the model first (gpuops.planning.sizing); offers must fit these bytes.
     model: str = ""
     dtype: str = "auto"
     kv_dtype: str = "auto"
     seq: int = 4096
     batch: int = 1
-    allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.plan: "unverified")
-    volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.volumes)
+    allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.planning.sizing: "unverified")
+    volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.providers.volumes)
 
 
 @dataclass
@@ -80,8 +80,8 @@ class PlanResult:
     candidates: list[Offer]
     projected_cost_usd: float  # offer price x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
-    volume: "object | None" = None  # gpuops.volumes.Volume mounted at create
-    notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.offers.screen)
+    volume: "object | None" = None  # gpuops.providers.volumes.Volume mounted at create
+    notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.planning.offers.screen)
 
     def as_json(self, settings: Settings) -> dict:
         return {
@@ -177,13 +177,13 @@ def query_for(req: UpRequest) -> OfferQuery:
 
 def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
     """Offers that fit, cheapest first; BadInput when none does."""
-    from gpuops.offers import rank, screen
+    from gpuops.planning.offers import rank, screen
 
     query = query_for(req)
     if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
         from dataclasses import replace
 
-        from gpuops.plan import size_for_up
+        from gpuops.planning.sizing import size_for_up
 
         need, fitting, _ = size_for_up(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype, seq=req.seq, batch=req.batch,
                                        gpu_count=req.gpu_count, card=req.card or None, allow_unverified=req.allow_unverified)
@@ -196,7 +196,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         query = dataclasses.replace(query, spot=None)
     volume = None
     if req.volume:  # only offers that can mount it (BadInput before anything is rented)
-        from gpuops import volumes
+        from gpuops.providers import volumes
 
         volume = volumes.resolve(provider, req.volume)
     offers, notes = screen(provider.offers(query), req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
@@ -279,7 +279,7 @@ class SafeReporter(Reporter):
 @dataclass
 class Session:
     """What the run knows as it goes; becomes the summary. ``stage``: the stage being run (the
-    failure table in gpuops.lifecycle is looked up with it); ``end_reason``: the outcome a stage
+    failure table in gpuops.rental.lifecycle is looked up with it); ``end_reason``: the outcome a stage
     decided (None until one did)."""
 
     id: str
@@ -300,7 +300,7 @@ class Session:
     slowest_step_seconds: float = 0.0
     log_path: Path | None = None
     results_path: str = ""
-    results_copy: dict | None = None  # gpuops.results.CopyReport.as_json() of the copy-back
+    results_copy: dict | None = None  # gpuops.rental.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
 
@@ -336,7 +336,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
     validate(req)
-    from gpuops.bootstrap_config import build_plan
+    from gpuops.box.bootstrap_config import build_plan
 
     build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
@@ -354,7 +354,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         from ledger import Ledger
 
         ledger = Ledger(settings.ledger_url())
-    from gpuops.budget import budget_for_up
+    from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
         budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)
@@ -381,7 +381,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         idle_minutes=_idle_minutes_for_row(settings.teardown),
         owner=settings.owner(), account=provider.account,  # gpuops.ownership: who rented it, under which key
     ))
-    # The stages after intent, in order (gpuops.lifecycle.STAGES). Each returns None to go on, or
+    # The stages after intent, in order (gpuops.rental.lifecycle.STAGES). Each returns None to go on, or
     # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
     stages: list[tuple[str, Callable[[], EndReason | None]]] = [
         ("create", lambda: _create(s, p, provider, ledger, reporter, s.label, settings)),
@@ -460,7 +460,7 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
     key = _ssh_public_key(provider, settings)
 
     def spec_for(offer: Offer) -> CreateSpec:
-        from gpuops.volumes import spec_fields
+        from gpuops.providers.volumes import spec_fields
 
         return CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb,
                           bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key, **spec_fields(p.volume))
@@ -482,7 +482,7 @@ def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Rep
         inst.extra.setdefault("volume_path", p.volume.mount_path)
         ledger.event(s.id, EventKind.VOLUME, {"volume": p.volume.as_json()})
     fault_point("create")
-    from gpuops.offers import check_delivered, delivered
+    from gpuops.planning.offers import check_delivered, delivered
 
     # Book what was delivered (card, GPU count, price really charged), not what was asked.
     d = delivered(offer, inst)
@@ -516,7 +516,7 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
     """The key line the provider puts in the box's authorized_keys (none for the local provider)."""
     if provider.name == "local":
         return ""
-    from gpuops import remote
+    from gpuops.box import remote
 
     if settings.up.ssh_key:
         return remote.public_key_line(Path(settings.up.ssh_key).expanduser())
@@ -530,7 +530,7 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
     if open_box is not None:
         s.box = open_box(provider, s.instance, deadline, settings)
     else:
-        from gpuops import remote
+        from gpuops.box import remote
 
         from gpuops.providers.wait import wait_for_ssh
 
@@ -545,7 +545,7 @@ def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings:
 
 def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: Reporter) -> None:
     """Reconcile this provider before renting (orphans, gone boxes); a failure only warns."""
-    from gpuops.reconcile import Context, reconcile
+    from gpuops.rental.reconcile import Context, reconcile
 
     try:
         for a in reconcile(Context(settings, ledger=ledger, providers={provider.name: provider})):
@@ -557,7 +557,7 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
 
 def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
     """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
-    from gpuops import agentctl
+    from gpuops.box import agentctl
 
     reporter.stage("arm")
     row = ledger.get(s.id)
@@ -572,7 +572,7 @@ def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: P
 def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
     """Run bootstrap.py's steps; None when every step passed, else the outcome (bootstrap_failed,
     or ttl when max_hours ran out during it)."""
-    from gpuops.bootstrap_config import RUNNER_DIR, build_plan, run_plan
+    from gpuops.box.bootstrap_config import RUNNER_DIR, build_plan, run_plan
     from gpuops.catalog import cards
 
     reporter.stage("bootstrap")
@@ -604,7 +604,7 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> En
 def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     """Start the job detached, stream its log until it exits or max_hours runs out; the outcome:
     job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl."""
-    from gpuops import jobio
+    from gpuops.box import jobio
 
     box = s.box
     req = s.req
@@ -615,7 +615,7 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
 
     env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
-    from gpuops.bootstrap_config import cache_dir_for, cache_env
+    from gpuops.box.bootstrap_config import cache_dir_for, cache_env
 
     env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
@@ -695,7 +695,7 @@ def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None
         ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds)
     results = settings.job.results.strip("/")
     if results:
-        from gpuops import results as copyback
+        from gpuops.rental import results as copyback
 
         dest = settings.data_path() / "results" / s.id
         volume = s.instance.extra.get("volume_path") if s.instance is not None else None
@@ -721,7 +721,7 @@ def _agent_reason(s: Session) -> EndReason | None:
     if s.box is None:
         return None
     try:
-        from gpuops.agentctl import read_status
+        from gpuops.box.agentctl import read_status
 
         st = read_status(s.box) or {}
     except Exception:  # the box may already be gone; then the laptop's reason stands
@@ -758,7 +758,7 @@ def _book_instance(s: Session, ledger, inst: Instance, found_by: str) -> None:
 
 
 def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> None:
-    """End the rental through ``gpuops.lifecycle.end_rental``. The reason: one requested on the
+    """End the rental through ``gpuops.rental.lifecycle.end_rental``. The reason: one requested on the
     row by someone else (``gpuops down`` from another terminal wins), else the agent's when it
     destroyed the box, else the outcome the stages decided. Tokens the job wrote are booked even
     when the run was interrupted."""

@@ -1,5 +1,5 @@
 """The `gpuops ledger ...` command bodies: open the ledger, call the pure reports in ``ledger/``,
-return JSON-ready dicts (rendering is ``gpuops/ledger_view.py``). Bad input raises BadInput."""
+return JSON-ready dicts (rendering is ``gpuops/views/ledger.py``). Bad input raises BadInput."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
     """``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
     ``cost_lines`` [{"kind","usd","start_at","end_at","provider","description"}] (storage booked
     apart from GPU time) and ``storage_usd``."""
-    from gpuops.sessions import resolve_session
+    from gpuops.rental.sessions import resolve_session
     from ledger.reports import session_detail
 
     tz = _tz_checked(tz)
@@ -128,7 +128,7 @@ def tokens(ledger, ref: str, n: int) -> dict:
     """``ledger tokens SESSION N``: set the session's token count after the fact. Returns
     ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the session's
     whole booked cost, GPU time; ``simulated``: a catalog price, not money). BadInput for N < 0 or N > ``MAX_TOKENS``."""
-    from gpuops.sessions import resolve_session
+    from gpuops.rental.sessions import resolve_session
     from ledger.reports import per_mtoken
 
     if n < 0:
@@ -143,7 +143,7 @@ def tokens(ledger, ref: str, n: int) -> dict:
 
 def note(ledger, ref: str, text: str) -> dict:
     """``ledger note SESSION TEXT``: set the one-line conclusion. Returns ``{"session","conclusion"}``."""
-    from gpuops.sessions import resolve_session
+    from gpuops.rental.sessions import resolve_session
 
     if not text.strip():
         raise BadInput("the note is empty", "pass the conclusion as one line of text")
@@ -355,7 +355,7 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
                 continue  # cannot tell: the row stays open, a later sync closes it
             if gone:  # the one way to end a rental; the end is the provider's billed end, never "now"
                 from bootstrap.vocabulary import Actor, EndReason
-                from gpuops.lifecycle import end_rental
+                from gpuops.rental.lifecycle import end_rental
                 from gpuops.providers.base import Instance, InstanceStatus
 
                 gone_inst = Instance(id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE)

@@ -4,7 +4,7 @@ end a rental.
     validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
 
 * ``STAGES`` is the order; ``FAILURE_BOOKS`` says which end reason an error escaping a stage books
-  (``gpuops.launcher.run_up`` walks the stages and looks failures up here; nothing pre-sets a
+  (``gpuops.rental.launcher.run_up`` walks the stages and looks failures up here; nothing pre-sets a
   reason before a stage). Ctrl-C/SIGTERM/SIGHUP in any stage book ``interrupted``; a bug (any
   exception that is not a ``GpuopsError``) books ``error``.
 * ``end_rental`` is how every actor ends a rental -- `up`'s teardown, `gpuops down`, reconcile

@@ -20,8 +20,8 @@ Lists every provider instance whose label starts with ``gpuops-`` and matches it
   the same deadline.
 
 Every action takes the session's lease (ledger/limits.py), so concurrent watchdogs and reconciles
-do not fight, and is a ledger event. Every end goes through ``gpuops.lifecycle.end_rental``.
-Shared by ``gpuops.watchdog``.
+do not fight, and is a ledger event. Every end goes through ``gpuops.rental.lifecycle.end_rental``.
+Shared by ``gpuops.rental.watchdog``.
 
 Ownership (gpuops/ownership.py): only rows of a provider account this process holds a key for are
 looked at. A row of another account is left to its owner (one ``left_to_owner`` line per provider),
@@ -42,8 +42,8 @@ from typing import Any, Callable, Iterator
 
 from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
-from gpuops.ui import money  # "simulated" on every money figure
-from gpuops.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
+from gpuops.views.ui import money  # "simulated" on every money figure
+from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 
 LABEL_PREFIX = "gpuops-"
@@ -147,13 +147,13 @@ class Context:
     def box(self, provider: Provider, inst: Instance):
         """A Box on ``inst`` to read the agent's status (the local provider's own, else SSH with
         a ``ssh_connect_s`` deadline), or None when it has no SSH endpoint. Raises what
-        ``gpuops.remote.open_box`` raises (the caller treats it as "no status")."""
+        ``gpuops.box.remote.open_box`` raises (the caller treats it as "no status")."""
         own = provider.box(inst)
         if own is not None:
             return own
         if inst.ssh is None:
             return None
-        from gpuops import remote
+        from gpuops.box import remote
 
         return remote.open_box(inst, data_dir=self.settings.data_path(), deadline=time.monotonic() + self.ssh_connect_s,
                                ssh_key=self.settings.up.ssh_key, reconnect_s=0.0)
@@ -191,7 +191,7 @@ class Context:
 # -- reading the box -------------------------------------------------------------------------------
 def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | None:
     """The agent's status document (None when unreachable or absent); records its heartbeat."""
-    from gpuops.agentctl import read_status
+    from gpuops.box.agentctl import read_status
 
     try:
         box = ctx.box(provider, inst)
@@ -209,7 +209,7 @@ def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
     """Book on the row that the box was alive NOW, by the laptop's clock, when its agent's status
     was just read with a fresh heartbeat. The box's own heartbeat value is never booked: a box
     clock hours ahead or behind would bill 0 h or 6 h for a 1 h rental once its end goes unseen."""
-    from gpuops.agentctl import heartbeat_stale
+    from gpuops.box.agentctl import heartbeat_stale
 
     if not heartbeat_stale(status, now):
         ctx.ledger.heartbeat(row.id, now)
@@ -220,7 +220,7 @@ def box_tokens(ctx: Context, provider: Provider, inst: Instance | None) -> int |
     or from a gone box whose files remain (the local provider keeps them); None when unreadable."""
     if inst is None:
         return None
-    from gpuops.launcher import META, tokens_from_metrics
+    from gpuops.rental.launcher import META, tokens_from_metrics
 
     try:
         box = ctx.box(provider, inst)

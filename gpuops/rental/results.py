@@ -13,7 +13,7 @@
    anything else is skipped and listed, and nothing is written through a symlink.
 
 The on-box agent must not destroy the box during the copy: the laptop holds its presence lease
-(``gpuops.agentctl.hold_presence``, when that agent build is present) for the whole copy.
+(``gpuops.box.agentctl.hold_presence``, when that agent build is present) for the whole copy.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CHUNK = 4 << 20  # bytes read per request; also the most a drop can cost to re-read
-MANIFEST = ".gpuops/bootstrap/manifest.py"  # shipped with the runner (gpuops.agentctl.BOOTSTRAP_REMOTE)
+MANIFEST = ".gpuops/bootstrap/manifest.py"  # shipped with the runner (gpuops.box.agentctl.BOOTSTRAP_REMOTE)
 RETRY_WAIT_S = 0.5  # first wait after a dropped connection; doubles up to 8 s
-MAX_BYTES = 50 * 2**30  # what a laptop accepts from a box it does not trust (as gpuops.remote's copy-back caps)
+MAX_BYTES = 50 * 2**30  # what a laptop accepts from a box it does not trust (as gpuops.box.remote's copy-back caps)
 MAX_FILES = 200_000
 
 
@@ -200,7 +200,7 @@ def _fetch_one(reader: _Reader, remote_abs: str, target: Path, e: Entry, deadlin
             try:
                 chunk = reader.read(remote_abs, have, min(CHUNK, e.size - have))
             except Exception as err:
-                if type(err).__name__ == "NoSftp":  # a box without SFTP (gpuops.remote, agent build): whole-file copy over exec
+                if type(err).__name__ == "NoSftp":  # a box without SFTP (gpuops.box.remote, agent build): whole-file copy over exec
                     return _fetch_whole(reader.box, remote_abs, target, part, e, rep)
                 if not _transient(err):
                     return f"{type(err).__name__}: {err}"
@@ -323,10 +323,10 @@ def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0
 
 
 def presence(box):
-    """The laptop's presence lease on ``box`` while copying (gpuops.agentctl.hold_presence, from
+    """The laptop's presence lease on ``box`` while copying (gpuops.box.agentctl.hold_presence, from
     the agent's branch), or a no-op context where that build is absent."""
     try:
-        from gpuops.agentctl import hold_presence  # type: ignore[attr-defined]
+        from gpuops.box.agentctl import hold_presence  # type: ignore[attr-defined]
     except ImportError:
         return contextlib.nullcontext()
     return hold_presence(box)

@@ -60,7 +60,7 @@ def list_open(ledger, owner: str | None = None) -> list[dict]:
 
 def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[dict]:
     """Destroy the instance of one open session (or all) and close its row as ``manual``, through
-    ``gpuops.lifecycle.end_rental`` (the reason is on the row before the destroy, so an `up`
+    ``gpuops.rental.lifecycle.end_rental`` (the reason is on the row before the destroy, so an `up`
     still watching that session reports ``manual`` too).
 
     Ownership (gpuops/ownership.py): ``--all`` takes this user's open sessions whose provider
@@ -77,7 +77,7 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
     import socket
 
     from bootstrap.vocabulary import Actor, EndReason, RowStatus
-    from gpuops.lifecycle import end_rental
+    from gpuops.rental.lifecycle import end_rental
     from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers import get_provider
 

@@ -7,15 +7,15 @@ provider or the agent's heartbeat, never "now"; a stopped/exited spot instance: 
 the agent's status through the Box (a stale heartbeat is reported and checking goes on); apply
 ``bootstrap/policy.decide`` with the session's own limits (max_hours and idle window from its ROW,
 the rest from the agent's status, else this watchdog's settings) -> destroy on ttl / session_cap /
-job end / idle, through ``gpuops.lifecycle.end_rental``. Then the money layer: each
+job end / idle, through ``gpuops.rental.lifecycle.end_rental``. Then the money layer: each
 provider's balance against ``balance_floor_usd`` and the ledger's month-to-date spend against
 ``monthly_cap_usd``; crossing one destroys every box it covers and records a refusal that `up`
-checks (``gpuops.budget.assert_not_refused``); the refusal is lifted when the condition clears.
+checks (``gpuops.rental.budget.assert_not_refused``); the refusal is lifted when the condition clears.
 A tick with no cap refusal first sums a cheap upper bound of the spend (``ledger.limits.
 month_spend_at_most``, ~half the exact sum at 100k sessions this month); only a bound at or above
 the cap (or an active refusal) pays for the exact, attributed, per-user sum.
 Every action is a ledger event; provider errors are reported and the daemon keeps running.
-The daemon runs a reconcile (gpuops/reconcile.py) at start.
+The daemon runs a reconcile (gpuops/rental/reconcile.py) at start.
 
 Ownership (gpuops/ownership.py): a watchdog acts only on rows of provider accounts it holds a key
 for. With ``teardown.limits_scope = "account"`` (the default) a balance floor refuses and destroys
@@ -33,9 +33,9 @@ from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile, record_proof_of_life
+from gpuops.rental.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile, record_proof_of_life
 
-log = logging.getLogger("gpuops.watchdog")
+log = logging.getLogger("gpuops.rental.watchdog")
 
 
 def _box_state(row, status: dict | None) -> policy.BoxState:
@@ -53,7 +53,7 @@ def session_limits(ctx: Context, row, status: dict | None) -> dict:
     row's own limits (m004: max_hours, idle_minutes; 0 = idle off); the agent's status may say how
     it samples and may LOWER ``max_hours`` / ``max_session_usd``, never raise them
     (``agentctl.session_teardown``): a forged status cannot extend a limit or a bill."""
-    from gpuops.agentctl import session_teardown
+    from gpuops.box.agentctl import session_teardown
 
     limits = session_teardown(status, ctx.settings.teardown, row)
     if row.idle_minutes is not None:
@@ -65,12 +65,12 @@ def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None
     """With the agent silent (stopped, dead): the job's exit marker read from the box itself. Booked
     once as ``job_exited`` at the time THIS watchdog first saw it (the laptop's clock: a box clock
     ahead or behind cannot shorten the grace); returns (first seen, exit code) or None."""
-    from gpuops.lifecycle import seen_exit_code
+    from gpuops.rental.lifecycle import seen_exit_code
 
     for e in ctx.ledger.events(row.id):
         if e.kind == EventKind.JOB_EXITED:
             return e.at, seen_exit_code(ctx.ledger, row.id)
-    from gpuops import jobio
+    from gpuops.box import jobio
 
     try:
         box = ctx.box(provider, inst)
@@ -90,7 +90,7 @@ def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None
 
 def check_session(ctx: Context, row) -> list[Action]:
     """Layers 1-2 and the per-box money rules for one open session (caller holds its lease)."""
-    from gpuops.agentctl import heartbeat_stale
+    from gpuops.box.agentctl import heartbeat_stale
 
     now = ctx.clock()
     if row.instance_id is None:
@@ -134,7 +134,7 @@ def check_session(ctx: Context, row) -> list[Action]:
 def _money(ctx: Context) -> list[Action]:
     """Balance floor per provider account, monthly cap per user (or both per team, see the module
     doc): destroy covered boxes, refuse, lift."""
-    from gpuops.budget import month_start_end
+    from gpuops.rental.budget import month_start_end
     from gpuops.ownership import is_mine
     from ledger.limits import active_refusals, lift_refusal, month_spend, month_spend_at_most, set_refusal
 

@@ -1,22 +1,22 @@
-"""The terminal reporter of `up`/`run` (``gpuops.ui.ConsoleReporter`` resolves here lazily, so the
-commands that only render tables never import ``gpuops.launcher``)."""
+"""The terminal reporter of `up`/`run` (``gpuops.views.ui.ConsoleReporter`` resolves here lazily, so the
+commands that only render tables never import ``gpuops.rental.launcher``)."""
 
 from __future__ import annotations
 
 import sys
 import time
 
-from gpuops.launcher import Reporter
-from gpuops.ui import _esc, console
+from gpuops.rental.launcher import Reporter
+from gpuops.views.ui import _esc, console
 
 
 class ConsoleReporter(Reporter):
     """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
     On a terminal, a stage that lasts over a second shows a live line with its seconds
-    (``gpuops.progress``) until the next line is printed; ``close()`` ends it."""
+    (``gpuops.views.progress``) until the next line is printed; ``close()`` ends it."""
 
     def __init__(self, json_mode: bool = False):
-        from gpuops.progress import Ticker
+        from gpuops.views.progress import Ticker
 
         self.err = console(stderr=True)
         self.json_mode = json_mode

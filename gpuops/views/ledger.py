@@ -1,6 +1,6 @@
 """Rendering of the ledger reports: rich tables, a terminal bar chart of daily spend, CSV and JSON.
 
-Every report is a JSON-ready dict from ``gpuops/books.py``; ``emit(kind, report, fmt)`` prints it
+Every report is a JSON-ready dict from ``gpuops/rental/ledger_service.py``; ``emit(kind, report, fmt)`` prints it
 as a table (``fmt="table"``), JSON or CSV. rich is imported inside the functions (fast startup).
 """
 
@@ -35,12 +35,12 @@ def usd(x: float | None) -> str:
 
 
 def csv_text(kind: str, rep: dict) -> str:
-    """The report as CSV text (header first; ``gpuops.emit``'s cells and times). ``month``: a
+    """The report as CSV text (header first; ``gpuops.views.emit``'s cells and times). ``month``: a
     ``group`` column (total, experiment, card, provider) then ``GROUP_COLUMNS``; with days, the
     day rows then a ``total`` row. ``experiments``: one row per experiment with
     ``latest_conclusion``. ``show``: one row of every session column (times ISO-8601 UTC).
     ``sync``: one row per session, then ``unbooked`` lines as status ``unbooked``."""
-    from gpuops.emit import csv_text as write_csv, machine
+    from gpuops.views.emit import csv_text as write_csv, machine
 
     if kind == "month" and "days" in rep:
         total = {"date": "total", "cost_usd": rep["total_usd"], "simulated_usd": rep["simulated_usd"], "gpu_hours": rep["gpu_hours"],
@@ -71,7 +71,7 @@ def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_tabl
     """Print report ``rep`` of ``kind`` (month, experiments, show, tokens, note, import, sync) as
     ``fmt``: table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
     ``rep["days"]``); ``days_table``: also the month's day-by-day table when ``days`` is there."""
-    from gpuops.emit import json_text
+    from gpuops.views.emit import json_text
 
     if fmt == "json":
         sys.stdout.write(json_text(rep))
@@ -141,9 +141,9 @@ def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
 
 def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: bool = False) -> None:
     """One group table (by experiment / card / provider, or experiments) through the one table
-    rule (``gpuops.tables``): amounts never cut, names wrap, columns left out by
+    rule (``gpuops.views.tables``): amounts never cut, names wrap, columns left out by
     ``GROUP_DROP_ORDER`` with a line naming them."""
-    from gpuops.tables import NAME, TEXT, Col, print_table, ranked
+    from gpuops.views.tables import NAME, TEXT, Col, print_table, ranked
 
     cols = [Col(first, NAME), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens"),
             Col("$/Mtok all-in"), Col("$/Mtok job")]
@@ -154,7 +154,7 @@ def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: 
 
 def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None:
     """Totals line, then by experiment, card, provider (and the days, and the plot)."""
-    from gpuops.history import plural, zone_words
+    from gpuops.views.session_history import plural, zone_words
 
     c = _console()
     per, job = rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]
@@ -179,7 +179,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         if rep[key]:
             _print_group_table(c, f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS))
     if "days" in rep and days_table:
-        from gpuops.tables import ID, Col, print_table, ranked
+        from gpuops.views.tables import ID, Col, print_table, ranked
 
         cols = [Col("date", ID), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens")]
         print_table(c, "by day", ranked(cols, GROUP_DROP_ORDER), [
@@ -228,7 +228,7 @@ def render_experiments(rep: dict) -> None:
 def render_show(d: dict) -> None:
     """Every field of one session (a two-column table: names never cut, values wrap), its
     bootstrap steps and its events."""
-    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table
+    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     c = _console()
     times = d.get("times", {})
@@ -260,7 +260,7 @@ SYNC_DROP_ORDER = ("instance", "provider", "theirs USD", "ours USD")
 def render_sync(rep: dict) -> None:
     """Per session: ours (booked: GPU time + storage lines, charged or estimated) vs theirs; then the
     charges that match no row (never booked), account-level storage, and the month's invoice."""
-    from gpuops.tables import ID, NUM, TEXT, Col, print_table, ranked
+    from gpuops.views.tables import ID, NUM, TEXT, Col, print_table, ranked
 
     c = _console()
     for name, why in rep.get("skipped", {}).items():

@@ -27,13 +27,13 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     """
     from ledger.store import Ledger
 
-    from gpuops.jobio import follow_log
+    from gpuops.box.jobio import follow_log
     from gpuops.providers import get_provider
     from gpuops.providers.base import InstanceStatus
-    from gpuops.remote import open_box
+    from gpuops.box.remote import open_box
 
     ledger = Ledger(settings.ledger_url())
-    from gpuops.sessions import resolve_session
+    from gpuops.rental.sessions import resolve_session
 
     row = resolve_session(ledger, session)
     inst = None

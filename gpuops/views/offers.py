@@ -1,7 +1,7 @@
 """`gpuops offers`: one ranked list across the configured providers (the command body; cli.py only
 parses flags and calls ``find_offers`` then ``render``).
 
-Ranking is ``gpuops.offers.rank``: offers that fit the VRAM asked for, then cheapest (the minimum
+Ranking is ``gpuops.planning.offers.rank``: offers that fit the VRAM asked for, then cheapest (the minimum
 bid for interruptible offers), reliability as the tie-break.
 """
 
@@ -39,12 +39,12 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
     """Offers from ``provider`` (or every configured marketplace; ``local`` when none is), ranked.
 
     ``vram_gb``: per-GPU need in GB (10^9 bytes); or ``model`` (+ dtype, kv_dtype, seq, batch):
-    the need and the fitting cards from ``gpuops.plan.size_for_up``, as `up --model` rents.
+    the need and the fitting cards from ``gpuops.planning.sizing.size_for_up``, as `up --model` rents.
     ``max_price``: USD/h for the whole box; ``spot``: True interruptible only, False on-demand only,
     None both. Raises BadInput for bad flags, and ProviderError when the named provider (or every
     provider asked) fails.
     """
-    from gpuops.offers import rank
+    from gpuops.planning.offers import rank
     from gpuops.providers import NAMES, configured
 
     if gpu_count < 1:
@@ -66,7 +66,7 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
         cards = tuple(c.name for c in resolve_cards(card))
     need = int(vram_gb * GB) if vram_gb else 0
     if model:
-        from gpuops.plan import size_for_up
+        from gpuops.planning.sizing import size_for_up
 
         need, cards, _ = size_for_up(model, dtype=dtype, kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, card=card or None)
     query = OfferQuery(cards=cards, gpu_count=gpu_count, min_vram_bytes=need, spot=spot, max_usd_per_hour=max_price)
@@ -95,7 +95,7 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
             notes.append(f"{name}: failed, its offers are not shown: {e}")
     if errors and len(errors) == len(names):
         raise errors[0]
-    from gpuops.offers import screen
+    from gpuops.planning.offers import screen
 
     pooled, dropped = screen(pooled, gpu_count)  # NaN/negative prices, 0 GPUs, another GPU count: dropped, with a note
     notes.extend(dropped)
@@ -108,11 +108,11 @@ def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = O
     ``(name, offers list | exception)`` in ``names`` order. A provider that has not answered
     ``deadline_s`` seconds after the start yields a ProviderError (its thread is abandoned: a
     daemon, it cannot hold the process). While waiting, stderr (a terminal) shows who is still
-    asked and for how long (``gpuops.progress``)."""
+    asked and for how long (``gpuops.views.progress``)."""
     import threading
     import time
 
-    from gpuops import progress
+    from gpuops.views import progress
     from gpuops.providers import get_provider
 
     answers: dict[str, object] = {}
@@ -145,8 +145,8 @@ def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = O
 
 
 def to_json(result: OffersResult) -> str:
-    """The offers as a JSON list of ``Offer.as_json()`` objects (``gpuops.emit``: indent 2)."""
-    from gpuops.emit import json_text
+    """The offers as a JSON list of ``Offer.as_json()`` objects (``gpuops.views.emit``: indent 2)."""
+    from gpuops.views.emit import json_text
 
     return json_text([o.as_json() for o in result.offers]).rstrip("\n")
 
@@ -157,9 +157,9 @@ OFFERS_DROP_ORDER = ("region", "reliability", "min bid USD/h", "GPUs", "VRAM/GPU
 
 
 def render(result: OffersResult, console=None) -> None:
-    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.tables``:
+    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.views.tables``:
     offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``."""
-    from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
+    from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     console = console or table_console()
     if not result.offers:

@@ -25,7 +25,7 @@ def sessions(reader, since: str | None = None, experiment: str | None = None, li
     is True when older sessions matched beyond ``limit``. Raises BadInput for a bad date, zone
     or a limit < 1.
     """
-    from gpuops.books import _tz_checked
+    from gpuops.rental.ledger_service import _tz_checked
     from ledger.history import recent_rows, session_rows
     from ledger.reports import day_start
 
@@ -42,7 +42,7 @@ def sessions(reader, since: str | None = None, experiment: str | None = None, li
 
 
 # Columns of the sessions table, and the order in which they are left out when the terminal is too
-# narrow (gpuops.tables: numbers and ids are never cut; the conclusion folds).
+# narrow (gpuops.views.tables: numbers and ids are never cut; the conclusion folds).
 COLUMNS = ("session", "started", "experiment", "card", "provider", "hours", "cost USD", "end", "conclusion")
 DROP_ORDER = ("provider", "end", "card", "started", "hours", "experiment")
 
@@ -67,7 +67,7 @@ def _cells(r: dict) -> dict:
 
 
 def render(rep: dict, console=None) -> None:
-    """The sessions as a table (``gpuops.tables``). Numbers and ids are never cut: when the
+    """The sessions as a table (``gpuops.views.tables``). Numbers and ids are never cut: when the
     terminal is too narrow, columns are left out in ``DROP_ORDER`` and named below the table."""
     from rich.console import Console
 
@@ -77,7 +77,7 @@ def render(rep: dict, console=None) -> None:
         what = f" of experiment {rep['experiment']!r}" if rep["experiment"] else ""
         c.print(f"no sessions{what}" + (f" since {rep['since']}" if rep["since"] else ""))
         return
-    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
     kinds = {"session": ID, "started": ID, "experiment": NAME, "card": NAME, "provider": ID, "hours": NUM,
              "cost USD": NUM, "end": ID, "conclusion": TEXT}

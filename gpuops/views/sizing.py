@@ -1,6 +1,6 @@
 """`gpuops plan`: run the planner and render its answer (rich tables, or JSON).
 
-The CLI command is a thin wrapper around ``plan_command``; ``gpuops.plan`` and rich are imported
+The CLI command is a thin wrapper around ``plan_command``; ``gpuops.planning.sizing`` and rich are imported
 inside the functions so that `gpuops --help` stays fast.
 """
 
@@ -30,8 +30,8 @@ def plan_command(
     """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
     exit code (0). Raises BadInput (exit 2) for bad input."""
-    from gpuops import plan as P
-    from gpuops.progress import waiting
+    from gpuops.planning import sizing as P
+    from gpuops.views.progress import waiting
 
     if model.strip().lower() == LIST_MODELS:
         render_catalog(fmt)
@@ -62,14 +62,14 @@ def card_records(plans: list[dict]) -> list[dict]:
 
 
 def _emit(plans: list[dict], fmt: str, table, one: bool = False) -> None:
-    from gpuops import emit
+    from gpuops.views import emit
 
     emit.emit(plans[0] if one else plans, fmt, table, csv_records=card_records(plans))
 
 
 def _console():
     """The terminal's width (``COLUMNS`` when piped; rich's default 80): tables fit it by the one
-    table rule (``gpuops.tables``), folding columns into continuation tables, never cutting."""
+    table rule (``gpuops.views.tables``), folding columns into continuation tables, never cutting."""
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=False)
@@ -101,7 +101,7 @@ def _usd(v: float | None) -> str:
 
 def memory_rows(p) -> list[tuple[str, str, str, str]]:
     """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
-    from gpuops import plan as P
+    from gpuops.planning import sizing as P
 
     a = p.arch
     bd = a.breakdown
@@ -155,8 +155,8 @@ def render(p, console=None) -> None:
     """Print the memory breakdown and the per-card table of one plan, and (vllm) the engine command."""
     from rich.text import Text
 
-    from gpuops import plan as P
-    from gpuops.tables import ID, NAME, NUM, TEXT, Col, print_table
+    from gpuops.planning import sizing as P
+    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     con = console or _console()
     kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
@@ -218,7 +218,7 @@ def render(p, console=None) -> None:
 
 def render_matrix(plans: list, console=None) -> None:
     """Every model (rows) on every card (columns): max batch at --seq, or '-' when it does not fit."""
-    from gpuops.tables import NAME, Col, print_table
+    from gpuops.views.tables import NAME, Col, print_table
 
     con = console or _console()
     if not plans:
@@ -235,9 +235,9 @@ def render_matrix(plans: list, console=None) -> None:
 
 def render_catalog(fmt: str = "table", console=None) -> None:
     """The built-in models (name, family, params, context, source) and cards (VRAM, bandwidth, TFLOP/s)."""
-    from gpuops.tables import ID, NAME, TEXT, Col, print_table
+    from gpuops.views.tables import ID, NAME, TEXT, Col, print_table
 
-    from gpuops import plan as P
+    from gpuops.planning import sizing as P
     from gpuops.catalog import cards
 
     models = []
@@ -249,7 +249,7 @@ def render_catalog(fmt: str = "table", console=None) -> None:
                   "bandwidth_bytes_s": c.bandwidth_bytes_s, "bf16_flops": c.bf16_flops, "fp8_flops": c.fp8_flops,
                   "runpod_id": c.runpod_id, "vast_name": c.vast_name} for c in cards()]
     if fmt != "table":
-        from gpuops import emit
+        from gpuops.views import emit
 
         # CSV: the models (the cards are `--format json`'s second list)
         emit.emit({"models": models, "cards": card_rows}, fmt, csv_records=models)

@@ -24,8 +24,8 @@ def _esc(text: str) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """``obj`` as the one JSON convention (``gpuops.emit.json_text``)."""
-    from gpuops.emit import json_text
+    """``obj`` as the one JSON convention (``gpuops.views.emit.json_text``)."""
+    from gpuops.views.emit import json_text
 
     sys.stdout.write(json_text(obj))
 
@@ -37,7 +37,7 @@ def money(usd: float | None, simulated: bool = False) -> str:
 
 
 def render_summary(summ: dict) -> None:
-    from gpuops.tables import ID, TEXT, Col, console as table_console, print_table
+    from gpuops.views.tables import ID, TEXT, Col, console as table_console, print_table
 
     sim = bool(summ.get("simulated"))
     rows = [
@@ -95,12 +95,12 @@ PS_DROP_ORDER = ("owner", "instance", "provider", "experiment")  # owner first: 
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
-    """Open sessions as a table (``gpuops.tables``): the session id (what `down` and `logs`
+    """Open sessions as a table (``gpuops.views.tables``): the session id (what `down` and `logs`
     need), instance ids and prices are never cut."""
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
-    from gpuops.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
+    from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     c = table_console()
     cols = [Col("session", ID), Col("owner", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
@@ -112,10 +112,10 @@ def render_sessions(rows: list[dict], title: str) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    # ConsoleReporter lives in gpuops.console_reporter: it subclasses gpuops.launcher.Reporter, and
+    # ConsoleReporter lives in gpuops.views.console_reporter: it subclasses gpuops.rental.launcher.Reporter, and
     # importing the launcher costs `ps` and `watchdog --once` start-up time they do not need.
     if name == "ConsoleReporter":
-        from gpuops.console_reporter import ConsoleReporter
+        from gpuops.views.console_reporter import ConsoleReporter
 
         return ConsoleReporter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

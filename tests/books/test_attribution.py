@@ -34,7 +34,7 @@ def test_open_session_accrues_only_inside_the_period():
 
 
 def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
-    from gpuops import books
+    from gpuops.rental import ledger_service as books
     from ledger.limits import month_spend
 
     t = utc(2026, 10, 31, 21, 59)
@@ -50,7 +50,7 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
     assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0)
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0  # the books: no cost until it closes
     # The watchdog's cap check is the same function: past a 50 USD cap in November.
-    from gpuops.budget import check_budget
+    from gpuops.rental.budget import check_budget
     from gpuops.errors import BadInput
 
     with pytest.raises(BadInput, match="monthly cap"):
@@ -60,8 +60,8 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo"])
 def test_sql_sums_equal_the_row_by_row_rule(books, tz):
     """The database's sums (ledger/aggregate.py, the rule in SQL) equal the row-by-row path."""
-    from gpuops import books as cmds
-    from gpuops.books import REPORT_COLUMNS
+    from gpuops.rental import ledger_service as cmds
+    from gpuops.rental.ledger_service import REPORT_COLUMNS
     from ledger.reports import day_start, experiments_report, month_bounds, month_report
 
     def norm(rep):
@@ -83,8 +83,8 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     inside rows summed plainly, the others attributed) and the cap equal ``fraction`` row by row."""
     import sqlalchemy as sa
 
-    from gpuops import books as cmds
-    from gpuops.books import REPORT_COLUMNS
+    from gpuops.rental import ledger_service as cmds
+    from gpuops.rental.ledger_service import REPORT_COLUMNS
     from ledger.limits import month_spend
     from ledger.models import Session
     from ledger.reports import experiments_report, month_bounds, month_report
@@ -138,7 +138,7 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     import subprocess
     import sys
 
-    from gpuops import books as cmds
+    from gpuops.rental import ledger_service as cmds
     from ledger import Ledger
     from ledger.migrations import migrate
     from ledger.reads import LedgerReader
@@ -188,8 +188,8 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
 def test_token_sums_past_64_bits_do_not_overflow(ledger):
     """Two sessions of one group with the largest token count the ledger takes: the SQL sums add
     floats (SQLite's integer SUM raises "integer overflow" past 2**63 - 1)."""
-    from gpuops import books as cmds
-    from gpuops.books import MAX_TOKENS
+    from gpuops.rental import ledger_service as cmds
+    from gpuops.rental.ledger_service import MAX_TOKENS
     from ledger.models import Session
     from ledger.reports import month_bounds
 

@@ -7,7 +7,7 @@ import io
 import pytest
 import sqlalchemy as sa
 
-from gpuops import books as cmds
+from gpuops.rental import ledger_service as cmds
 from gpuops.errors import BadInput
 from ledger.csvio import ALL_COLUMNS, parse_csv
 

@@ -17,7 +17,7 @@ from itertools import groupby
 
 import sqlalchemy as sa
 
-from gpuops import books
+from gpuops.rental import ledger_service as books
 from ledger.csvio import ALL_COLUMNS, _RISKY_START, neutralize
 
 _REFERENCE_DATE_SQL = {

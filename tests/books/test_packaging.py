@@ -83,7 +83,7 @@ def test_extras_are_not_in_the_core():
 
 
 def test_import_cli_loads_no_provider_sdk():
-    code = ("import sys, json; import gpuops.cli; "
+    code = ("import sys, json; import gpuops.cli.app; "
             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(PROVIDER_AND_HEAVY_MODULES)!r})))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from gpuops.cli import _ledger_failure
+from gpuops.cli.app import _ledger_failure
 from ledger.reads import pg_query
 
 

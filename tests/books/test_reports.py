@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops import books as cmds
+from gpuops.rental import ledger_service as cmds
 from gpuops.errors import BadInput
 
 
@@ -82,7 +82,7 @@ def test_by_day(books):
 
 
 def test_plot_lines():
-    from gpuops.ledger_view import bar_lines
+    from gpuops.views.ledger import bar_lines
 
     lines = bar_lines([
         {"date": "2026-11-01", "cost_usd": 4.0, "simulated_usd": 0.0},
@@ -174,7 +174,7 @@ def test_csv_and_json_views(books):
     import csv
     import io
 
-    from gpuops.ledger_view import csv_text
+    from gpuops.views.ledger import csv_text
 
     rep = cmds.month(books, "2026-11", "UTC")
     rows = list(csv.DictReader(io.StringIO(csv_text("month", rep))))
@@ -192,7 +192,7 @@ def test_csv_and_json_views(books):
 
 
 def test_month_table_folds_the_tail():
-    from gpuops.ledger_view import _fold
+    from gpuops.views.ledger import _fold
 
     rows = [{"name": f"e{i}", "cost_usd": 10.0 - i, "simulated_usd": 0.5, "gpu_hours": 1.0, "sessions": 2, "open_sessions": 1,
              "tokens": 100, "usd_per_mtoken": 1.0, "usd_per_mtoken_job": 1.0, "simulated_usd_per_mtoken": None,

@@ -28,7 +28,7 @@ def test_first_schema_opens_in_newest_code(ledger_url):
         conn.execute(md.tables["bootstrap_steps"].insert(), [{"session_id": OLD_ROW["id"], "name": "pip", "status": "done", "seconds": 41.5, "detail": ""}])
     engine.dispose()
 
-    from gpuops import books as cmds
+    from gpuops.rental import ledger_service as cmds
     from ledger import Ledger
 
     led = Ledger(ledger_url)
@@ -66,7 +66,7 @@ def test_report_path_does_not_import_the_orm():
     import subprocess
     import sys
 
-    code = ("import sys, gpuops.books, gpuops.ledger_view, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
+    code = ("import sys, gpuops.rental.ledger_service, gpuops.views.ledger, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -95,7 +95,7 @@ def _month_charge(emu, lo: float, hi: float, iid: str | None = None) -> float:
 
 
 def test_a_month_of_rentals_booked_to_the_cent(ledger, emulators):
-    from gpuops import books
+    from gpuops.rental import ledger_service as books
     from ledger.reports import month_bounds
 
     rp, va = emulators

@@ -16,9 +16,9 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from gpuops.agentctl import hold_presence, read_status
-from gpuops.jobio import follow_log, start_job
-from gpuops.remote import GET_MAX_BYTES, HostKeyPins, SSHBox, UnsafeCopy
+from gpuops.box.agentctl import hold_presence, read_status
+from gpuops.box.jobio import follow_log, start_job
+from gpuops.box.remote import GET_MAX_BYTES, HostKeyPins, SSHBox, UnsafeCopy
 from tests.support.sshd import SshServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -222,10 +222,10 @@ def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_no
     arm, bootstrap, job, copy-back and teardown all work; the warning is booked, not a failure."""
     import json
 
-    import gpuops.launcher as launcher
+    import gpuops.rental.launcher as launcher
     from gpuops.config import load_settings
-    from gpuops.launcher import Reporter, UpRequest, run_up
-    from gpuops.remote import ensure_ssh_key
+    from gpuops.rental.launcher import Reporter, UpRequest, run_up
+    from gpuops.box.remote import ensure_ssh_key
     from ledger import Ledger
     from tests.box.test_up_box import SshProvider
     from tests.support import fake_nvidia_smi

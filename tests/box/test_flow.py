@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.bootstrap_config import CONFIG_PATH, build_plan, run_plan
+from gpuops.box.bootstrap_config import CONFIG_PATH, build_plan, run_plan
 from gpuops.catalog import resolve_cards
 from gpuops.config import Settings, load_settings
 from gpuops.errors import BadInput
-from gpuops.jobio import copy_results, follow_log, start_job
+from gpuops.box.jobio import copy_results, follow_log, start_job
 from tests.support.servers import HttpFiles, make_repo
 from tests.support.wheels import make_wheel
 
@@ -110,11 +110,11 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     from ledger.models import Session
     from ledger.store import Ledger
 
-    from gpuops.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
-    from gpuops.logs_view import show_logs
+    from gpuops.box.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
+    from gpuops.views.logs import show_logs
     from gpuops.providers.local import LocalProvider
     from gpuops.providers.base import CreateSpec, OfferQuery
-    from gpuops.remote import LocalBox
+    from gpuops.box.remote import LocalBox
 
     s = Settings.model_validate({"data_dir": str(tmp_path / "data")})
     prov = LocalProvider(s.data_path() / "boxes")

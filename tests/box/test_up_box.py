@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import gpuops.launcher as launcher
+import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from gpuops.providers.base import Balance, Instance, InstanceStatus, Offer, SshEndpoint, Provider
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
@@ -97,7 +97,7 @@ class SshProvider(Provider):
 
 
 def test_up_over_real_ssh_survives_a_dropped_connection_mid_job(gpuops_home, sshd, tmp_path, monkeypatch, client_key):
-    from gpuops.remote import ensure_ssh_key
+    from gpuops.box.remote import ensure_ssh_key
 
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"commands": ["echo ready"]}})

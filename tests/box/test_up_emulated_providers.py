@@ -6,16 +6,16 @@ import json
 
 import pytest
 
-import gpuops.launcher as launcher
+import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.support.emulators import runpod_emulator, runpod_provider, vast_emulator, vast_provider  # noqa: F401
 
 
 @pytest.mark.parametrize("name", ["vast", "runpod"])
 def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch, request):
-    from gpuops.remote import ensure_ssh_key
+    from gpuops.box.remote import ensure_ssh_key
 
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     emu = request.getfixturevalue(f"{name}_emulator")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import gpuops.cli  # noqa: F401  (installs the fast path)
+import gpuops.cli.app  # noqa: F401  (installs the fast path)
 from gpuops import cli_values
 
 SAMPLES = {

@@ -8,9 +8,9 @@ import sys
 INTERRUPT_THE_IMPORT = r"""
 import sys
 
-class Interrupt:  # Ctrl-C arriving while gpuops.cli (typer, click) is being imported
+class Interrupt:  # Ctrl-C arriving while gpuops.cli.app (typer, click) is being imported
     def find_spec(self, name, path=None, target=None):
-        if name == "gpuops.cli":
+        if name == "gpuops.cli.app":
             raise KeyboardInterrupt
         return None
 

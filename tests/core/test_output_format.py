@@ -1,4 +1,4 @@
-"""One output convention (gpuops/emit.py): --format table|json|csv on every reporting command,
+"""One output convention (gpuops/views/emit.py): --format table|json|csv on every reporting command,
 --json/--csv shorthands, ISO-8601 UTC times, stable key order, indent 2, totals in day CSV."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from gpuops import emit
+from gpuops.views import emit
 from gpuops.errors import BadInput
 from tests.books.conftest import build_books
 from tests.conftest import gpuops_cmd

@@ -17,7 +17,7 @@ from tests.conftest import REPO, gpuops_cmd
 # fixed sleep raced the status thread on a loaded machine: the first frame came after 1.5 s, "2 s").
 SCRIPT = """
 import sys
-from gpuops.progress import waiting
+from gpuops.views.progress import waiting
 with waiting("asking vast for offers"):
     sys.stdin.readline()
 print("done", flush=True)
@@ -88,7 +88,7 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
 
 REPORTER = """
 import sys
-from gpuops.ui import ConsoleReporter
+from gpuops.views.ui import ConsoleReporter
 r = ConsoleReporter()
 r.stage("ready", "waiting for SSH")
 sys.stdin.readline()

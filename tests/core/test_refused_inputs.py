@@ -130,7 +130,7 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
 
 
 def test_summary_without_exit_code_says_so(capsys):
-    from gpuops.ui import render_summary
+    from gpuops.views.ui import render_summary
 
     render_summary({"session": "s", "provider": "local", "card": "t4", "usd_per_hour": 0.2, "seconds": 3.0, "cost_usd": 0.0002,
                     "simulated": True, "tokens": 0, "usd_per_mtoken": None, "end_reason": "bootstrap_failed", "exit_code": None,

@@ -83,6 +83,6 @@ def test_emergency_commands_run_on_a_broken_config_and_up_refuses(gpuops_home, c
 
 
 def test_help_does_not_import_pydantic_settings(cli_env):
-    code = "import sys, gpuops.cli; print('pydantic_settings' in sys.modules)"
+    code = "import sys, gpuops.cli.app; print('pydantic_settings' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], env=cli_env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr

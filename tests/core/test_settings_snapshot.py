@@ -115,7 +115,7 @@ def test_hot_commands_read_back_without_pydantic(gpuops_home, cli_env, tmp_path)
     adapters (lazy imports stay lazy), and say what the first said."""
     (tmp_path / "infra.toml").write_text('[teardown]\nmax_hours = 2\n[user]\nname = "carol"\n')
     probe = ("import sys, runpy; sys.argv = ['gpuops'] + sys.argv[1:]\n"
-             "from gpuops.cli import main\n"
+             "from gpuops.cli.app import main\n"
              "try:\n    main(fast_exit=False)\nexcept SystemExit:\n    pass\n"
              "print('PYDANTIC' if any(m.split('.')[0] in ('pydantic', 'pydantic_settings', 'pydantic_core') for m in sys.modules) else 'NONE',"
              " file=sys.stderr)\n")

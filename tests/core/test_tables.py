@@ -1,4 +1,4 @@
-"""The one table rule (gpuops/tables.py): at 80, 100 and 120 columns no number or id is cut,
+"""The one table rule (gpuops/views/tables.py): at 80, 100 and 120 columns no number or id is cut,
 names wrap, headers never break inside a word, and what is left out is named."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
-from gpuops.tables import ID, NAME, NUM, TEXT, Col, layout, print_table
+from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, layout, print_table
 from tests.conftest import gpuops_cmd
 
 WIDTHS = (80, 100, 120)
@@ -36,7 +36,7 @@ def _month() -> dict:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_ledger_month_keeps_every_digit(width, monkeypatch):
-    from gpuops import ledger_view
+    from gpuops.views import ledger as ledger_view
 
     c = _console(width)
     monkeypatch.setattr(ledger_view, "_console", lambda: c)
@@ -56,7 +56,7 @@ def test_ledger_month_keeps_every_digit(width, monkeypatch):
         assert left == []  # everything fits at 120
     for dropped in left:  # what is left out is named, in the stated order
         names = dropped.split(", ")
-        from gpuops.ledger_view import GROUP_DROP_ORDER
+        from gpuops.views.ledger import GROUP_DROP_ORDER
 
         assert names == [h for h in GROUP_DROP_ORDER if h in names]
     for header_word in ("experiment", "provider", "sessions"):
@@ -65,7 +65,7 @@ def test_ledger_month_keeps_every_digit(width, monkeypatch):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
-    from gpuops import ledger_view
+    from gpuops.views import ledger as ledger_view
 
     c = _console(width)
     monkeypatch.setattr(ledger_view, "_console", lambda: c)
@@ -81,7 +81,7 @@ def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_offers_show_pcie_and_sxm_and_whole_ids(width):
-    from gpuops.offers_view import OffersResult, render
+    from gpuops.views.offers import OffersResult, render
     from gpuops.providers.base import Offer
 
     offers = [Offer(provider="vast", offer_id="vast-offer-28417731-long", card=card, gpu_count=1, vram_bytes=80 * 2**30,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.conftest import REPO, gpuops_cmd
 
@@ -197,7 +197,7 @@ def test_down_closes_an_open_session_as_manual(gpuops_home, tmp_path, cli_env):
 
 def test_job_wrapper_killed_is_booked_failed_not_waited_on_until_ttl(gpuops_home, tmp_path, monkeypatch):
     # Seen: `kill -9 $PPID` from the job left `up` waiting for an exit marker until the TTL.
-    import gpuops.launcher as launcher
+    import gpuops.rental.launcher as launcher
 
     monkeypatch.setattr(launcher, "WRAPPER_STALE_S", 3.0)
     job = write_job(tmp_path, "echo before; kill -9 $PPID; sleep 1; echo after")

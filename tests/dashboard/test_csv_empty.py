@@ -27,7 +27,7 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
 
 
 def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
-    from gpuops.sessions import open_session_columns, row_json
+    from gpuops.rental.sessions import open_session_columns, row_json
     from ledger.models import Session
 
     row = Session(id="s-1", experiment="e", job="j.sh", provider="local", card="a100-80gb", status="open", created_at=1.0)

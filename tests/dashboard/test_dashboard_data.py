@@ -9,8 +9,8 @@ import sys
 from types import SimpleNamespace
 
 from gpuops.config import TeardownSettings
-from gpuops.dashboard.data import box_row, idle_state
-from gpuops.dashboard.page import duration, fmt
+from gpuops.views.dashboard.data import box_row, idle_state
+from gpuops.views.dashboard.page import duration, fmt
 from tests.dashboard.conftest import run_cli
 
 NOW = 1_800_000_000.0
@@ -61,7 +61,7 @@ def test_page_formats():
 
 
 def test_dashboard_is_imported_only_by_its_command():
-    code = ("import sys, gpuops.cli; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.dashboard') "
+    code = ("import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.views.dashboard') "
             "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -92,7 +92,7 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
     import time
 
     from gpuops.config import load_settings
-    from gpuops.dashboard.data import build
+    from gpuops.views.dashboard.data import build
     from ledger import Ledger, Session
 
     now = time.time()

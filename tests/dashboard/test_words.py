@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from gpuops import ui
-from gpuops.history import plural
+from gpuops.views import ui
+from gpuops.views.session_history import plural
 from tests.dashboard.conftest import run_cli
 
 

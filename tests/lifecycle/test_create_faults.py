@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from tests.lifecycle.upproc import UpProc, ledger, only_row, up_env, wait_closed
 from tests.teardown.conftest import wait_for
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from bootstrap.vocabulary import EndReason
-from gpuops.lifecycle import end_rental
+from gpuops.rental.lifecycle import end_rental
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
 from ledger.models import Session

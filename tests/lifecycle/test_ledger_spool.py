@@ -8,7 +8,7 @@ import sqlite3
 import threading
 
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from tests.teardown.conftest import wait_for
 
 

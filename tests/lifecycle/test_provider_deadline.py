@@ -111,9 +111,9 @@ def test_guard_leaves_other_threads_and_code_alone(emulator_env):
 def test_trickling_api_cannot_hold_up_past_its_ready_timeout(gpuops_home, emulator_env, monkeypatch):
     """The 10 s ready timeout holds even when every poll trickles: `up` destroys and books
     ssh_never_ready at the deadline instead of 90 s later while the pod bills."""
-    import gpuops.launcher as launcher
+    import gpuops.rental.launcher as launcher
     from gpuops.config import load_settings
-    from gpuops.launcher import Reporter, UpRequest, run_up
+    from gpuops.rental.launcher import Reporter, UpRequest, run_up
 
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     emu = emulator_env["runpod"]

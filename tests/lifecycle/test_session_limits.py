@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.reconcile import Context, reconcile
-from gpuops.watchdog import tick
+from gpuops.rental.reconcile import Context, reconcile
+from gpuops.rental.watchdog import tick
 from tests.teardown.conftest import wait_for
 
 
@@ -48,7 +48,7 @@ def test_watchdog_applies_the_rows_max_hours(rig, fake_smi):
 
 def test_up_stores_its_limits_on_the_row(gpuops_home, fake_smi, tmp_path):
     from gpuops.config import load_settings
-    from gpuops.launcher import Reporter, UpRequest, run_up
+    from gpuops.rental.launcher import Reporter, UpRequest, run_up
     from ledger.store import Ledger
 
     settings = load_settings(None, {"teardown": {"idle_minutes": 7.5, "max_hours": 2.0}, "up": {"ready_timeout_seconds": 321}})
@@ -62,7 +62,7 @@ def test_up_stores_its_limits_on_the_row(gpuops_home, fake_smi, tmp_path):
 def test_silent_agent_the_watchdog_reads_the_jobs_exit_marker(rig, fake_smi):
     """No agent heartbeat (stopped or dead) and the laptop gone: the job's exit marker on the box
     still ends the rental (job_end after the grace, counted from when the watchdog saw it)."""
-    from gpuops.launcher import BOOTSTRAP_DIR
+    from gpuops.rental.launcher import BOOTSTRAP_DIR
 
     fake_smi.util(90)
     r = rig({"job_end_grace_seconds": 0.5, "sample_seconds": 0.3, "max_hours": 4.0})

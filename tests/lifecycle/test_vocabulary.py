@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus, exit_status
-from gpuops.lifecycle import FAILURE_BOOKS, STAGES, failure_reason
+from gpuops.rental.lifecycle import FAILURE_BOOKS, STAGES, failure_reason
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [p for d in ("gpuops", "ledger", "bootstrap") for p in (REPO / d).rglob("*.py") if p.name != "vocabulary.py"]
@@ -43,7 +43,7 @@ def test_failure_table_covers_every_renting_stage():
     after_intent = STAGES[STAGES.index("create"):STAGES.index("teardown")]
     assert set(FAILURE_BOOKS) == set(after_intent)
     from gpuops.errors import GpuopsError
-    from gpuops.launcher import Interrupted
+    from gpuops.rental.launcher import Interrupted
     from gpuops.providers.base import ProviderError, ProviderErrorKind
 
     assert failure_reason("create", ProviderError(ProviderErrorKind.SERVER, "x"), None) == EndReason.PROVISION_FAILED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops import plan as P
+from gpuops.planning import sizing as P
 from gpuops.catalog import cards, resolve_cards
 from gpuops.errors import BadInput
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import plan as P
+from gpuops.planning import sizing as P
 from gpuops.errors import BadInput
 from tests.conftest import gpuops_cmd
 from tests.support.hfhub import HubServer, safetensors_file

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpuops import plan as P
+from gpuops.planning import sizing as P
 from gpuops.errors import BadInput
 
 CFG = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22, "num_attention_heads": 32,

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gpuops import plan as P
+from gpuops.planning import sizing as P
 from gpuops.errors import BadInput
 
 GB, GIB, KIB = 10**9, 2**30, 2**10

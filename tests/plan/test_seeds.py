@@ -18,7 +18,7 @@ import dataclasses
 
 import pytest
 
-from gpuops import plan as P
+from gpuops.planning import sizing as P
 from gpuops.catalog import card_by_name
 
 GB, GIB, KIB = 10**9, 2**30, 2**10

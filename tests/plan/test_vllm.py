@@ -11,7 +11,7 @@ cache memory: K GiB", "Maximum concurrency for N tokens per request: C x", "Mode
 - Llama-3-8B (bf16), one A100 80GB, 0.90 (the default): KV pool 53.29 GiB.
 - Llama-3.1-8B with --quantization fp8: "Model loading took 8.49 GiB".
 
-gpuops follows vLLM 0.11's defaults and start-up arithmetic (gpuops/plan.py says which files); each
+gpuops follows vLLM 0.11's defaults and start-up arithmetic (gpuops/planning/sizing.py says which files); each
 figure must be within 5%. Regression rows: the table of issue 12, with the configs in
 tests/plan/data/ (public config.json values of each repository).
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import plan as P
+from gpuops.planning import sizing as P
 from gpuops.errors import BadInput
 
 GB, GIB, KIB = 10**9, 2**30, 2**10

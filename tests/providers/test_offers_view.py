@@ -9,7 +9,7 @@ from rich.console import Console
 
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
-from gpuops.offers_view import find_offers, render, to_json
+from gpuops.views.offers import find_offers, render, to_json
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 
 
@@ -92,7 +92,7 @@ def test_table_renders(settings):
 
 
 def test_model_sizes_the_search(settings):
-    from gpuops.plan import size_for_up
+    from gpuops.planning.sizing import size_for_up
 
     need, fitting, _ = size_for_up("llama-2-13b")
     res = find_offers(settings, model="llama-2-13b", spot=False)
@@ -109,7 +109,7 @@ def test_a_provider_that_does_not_answer_is_named_and_the_others_shown(settings,
     # has a deadline (here 1 s; the emulated Vast holds its search reply 4 s).
     import time
 
-    from gpuops import offers_view
+    from gpuops.views import offers as offers_view
 
     monkeypatch.setattr(offers_view, "OFFERS_DEADLINE_S", 1.0)
     emulator_env["vast"].faults.reply_delay_s["search"] = 4.0

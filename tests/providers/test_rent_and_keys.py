@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.offers import rank
+from gpuops.planning.offers import rank
 from gpuops.providers import configured, get_provider
 from gpuops.providers.base import CreateSpec, OfferQuery, ProviderError, ProviderErrorKind
 from gpuops.providers.keys import resolve_key, resolve_url
@@ -98,9 +98,9 @@ def test_registry_builds_sdk_providers_from_the_environment(gpuops_home, emulato
 
 
 def test_cli_side_imports_no_sdk():
-    code = ("import sys, gpuops.providers, gpuops.providers.runpod, gpuops.providers.vast, gpuops.providers.wait, gpuops.providers.rent, gpuops.offers_view\n"
+    code = ("import sys, gpuops.providers, gpuops.providers.runpod, gpuops.providers.vast, gpuops.providers.wait, gpuops.providers.rent, gpuops.views.offers\n"
             "import importlib.util\n"
-            "mods = ['gpuops.cli'] if importlib.util.find_spec('gpuops.cli') else []\n"
+            "mods = ['gpuops.cli.app'] if importlib.util.find_spec('gpuops.cli.app') else []\n"
             "[__import__(m) for m in mods]\n"
             "bad = [m for m in ('runpod', 'vastai', 'requests', 'graphql') if m in sys.modules]\n"
             "print(bad)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.offers import rank
+from gpuops.planning.offers import rank
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.rent import rent_first
 from gpuops.providers.wait import wait_for_ssh

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuops import results
-from gpuops.remote import HostKeyPins, LocalBox, SSHBox, ensure_ssh_key
+from gpuops.rental import results
+from gpuops.box.remote import HostKeyPins, LocalBox, SSHBox, ensure_ssh_key
 from tests.support.sshd import TcpProxy
 
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "bootstrap"
@@ -46,12 +46,12 @@ def test_local_copy_verified_and_kept_on_volume(tmp_path):
     box = LocalBox(root)
     _ship_manifest(box)
     volume = tmp_path / "volume"
-    rep = results.fetch_results(box, "out/", tmp_path / "home", keep_to=str(volume / "gpuops/results/s1"))
+    rep = results.fetch_results(box, "out/", tmp_path / "home", keep_to=str(volume / "gpuops/rental/results/s1"))
     assert rep.ok and rep.files == 3 and rep.total_bytes == sum(map(len, files.values())) and rep.bytes == rep.total_bytes
     assert rep.skipped == ["escape (symlink)"]
     _assert_home(tmp_path / "home", files)
-    _assert_home(volume / "gpuops/results/s1", files)
-    assert rep.kept == str(volume / "gpuops/results/s1") and "sha256 verified" in rep.line() and "volume" in rep.line()
+    _assert_home(volume / "gpuops/rental/results/s1", files)
+    assert rep.kept == str(volume / "gpuops/rental/results/s1") and "sha256 verified" in rep.line() and "volume" in rep.line()
     again = results.fetch_results(box, "out", tmp_path / "home")  # a re-run finds everything home
     assert again.ok and again.bytes == 0 and again.resumed_bytes == rep.total_bytes
 
@@ -153,7 +153,7 @@ def test_ssh_copy_past_its_deadline_resumes_on_the_next_run(sshd, ssh_box_factor
 
 def _local_up(tmp_path, body: str, reporter=None):
     from gpuops.config import load_settings
-    from gpuops.launcher import Reporter, UpRequest, run_up
+    from gpuops.rental.launcher import Reporter, UpRequest, run_up
 
     job = tmp_path / "job.sh"
     job.write_text("#!/usr/bin/env bash\n" + body + "\n")
@@ -174,7 +174,7 @@ def test_up_copies_results_home_verified_before_the_destroy(gpuops_home, tmp_pat
 
 
 def test_a_failed_copy_is_an_event_and_a_summary_line_and_the_box_still_goes(gpuops_home, tmp_path, monkeypatch):
-    from gpuops.launcher import Reporter
+    from gpuops.rental.launcher import Reporter
     from ledger import Ledger
 
     monkeypatch.setattr(results, "_fetch_one", lambda *a, **k: "connection lost and the copy deadline passed (EOFError)")

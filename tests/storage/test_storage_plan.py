@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from gpuops.errors import BadInput
-from gpuops.storage_plan import storage_plan
+from gpuops.planning.storage import storage_plan
 from tests.conftest import gpuops_cmd
 
 LLAMA3_8B_BF16 = 8_030_261_248 * 2  # bytes: parameters from the config's shapes x 2 B
@@ -39,7 +39,7 @@ def test_a_download_past_five_minutes_argues_for_the_volume():
 
 
 def test_default_box_is_the_cheapest_card_that_fits():
-    from gpuops import plan as planner
+    from gpuops.planning import sizing as planner
 
     sp = storage_plan("llama-3-8b")
     fits = sorted((c for c in planner.plan("llama-3-8b").cards if c.fits), key=lambda c: c.usd_per_hour)

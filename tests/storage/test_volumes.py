@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from gpuops import volumes
+from gpuops.providers import volumes
 from gpuops.errors import BadInput
 from gpuops.providers.base import CreateSpec, OfferQuery
 from tests.conftest import gpuops_cmd

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.budget import check_budget
+from gpuops.rental.budget import check_budget
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
-from gpuops.launcher import Reporter, UpRequest, plan, run_up
-from gpuops.offers import check_delivered, rank, screen
+from gpuops.rental.launcher import Reporter, UpRequest, plan, run_up
+from gpuops.planning.offers import check_delivered, rank, screen
 from gpuops.catalog import cards
 from gpuops.providers.base import Instance, InstanceStatus, Offer, OfferQuery
 from ledger import Ledger
@@ -185,7 +185,7 @@ def test_offer_region_from_the_provider_is_shown_escaped():
 
     from rich.console import Console
 
-    from gpuops.offers_view import OffersResult, render
+    from gpuops.views.offers import OffersResult, render
 
     buf = io.StringIO()
     o = offer(0.3, oid="9\x1b[2J", region="[bold]Sweden\x1b]0;pwned\x07\u202e")
@@ -199,10 +199,10 @@ def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_
     rental through. A NaN total now refuses, in `up` and in the watchdog."""
     import time
 
-    from gpuops.budget import budget_for_up
+    from gpuops.rental.budget import budget_for_up
     from gpuops.providers import get_provider
-    from gpuops.reconcile import Context
-    from gpuops.watchdog import run
+    from gpuops.rental.reconcile import Context
+    from gpuops.rental.watchdog import run
     from ledger.limits import active_refusals, month_spend
     from ledger.models import Session
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bootstrap.bootstrap import netrc_with, step_secrets
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 
 # The issue's ~/.netrc: the old regex removed github.com (and everything after) along with wandb.

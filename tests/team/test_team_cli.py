@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
 from tests.team.conftest import KEYS, snapshot

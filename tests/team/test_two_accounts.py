@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.budget import assert_not_refused, budget_for_up
+from gpuops.rental.budget import assert_not_refused, budget_for_up
 from gpuops.errors import BadInput
-from gpuops.launcher import Reporter, _quick_reconcile
-from gpuops.reconcile import Context, reconcile
-from gpuops.sessions import down, list_open
-from gpuops.watchdog import run as watchdog_run
+from gpuops.rental.launcher import Reporter, _quick_reconcile
+from gpuops.rental.reconcile import Context, reconcile
+from gpuops.rental.sessions import down, list_open
+from gpuops.rental.watchdog import run as watchdog_run
 from ledger.limits import active_refusals
 from tests.team.conftest import snapshot
 

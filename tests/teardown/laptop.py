@@ -1,5 +1,5 @@
 """A `gpuops up` process on the local provider that tests stop and kill at a chosen point: the real
-`up` (``gpuops.launcher.run_up``), with a reporter that prints ``STAGE <name>`` (flushed) as each
+`up` (``gpuops.rental.launcher.run_up``), with a reporter that prints ``STAGE <name>`` (flushed) as each
 point passes and, with ``--pause-after NAME``, stops there (sleeps) so the test can SIGKILL it.
 
 ``python -m tests.teardown.laptop --sid SID --teardown JSON [--up JSON] --job CMD
@@ -31,7 +31,7 @@ def main() -> int:
     p.add_argument("--pause-after", default="")
     a = p.parse_args()
 
-    from gpuops import launcher
+    from gpuops.rental import launcher
     from gpuops.config import load_settings
     from gpuops.providers import get_provider
 

@@ -1,7 +1,7 @@
 """A local-provider session driven stage by stage, as `up` drives it (used by the tests and by
 ``laptop.py``, the stand-in for a `gpuops up` process that tests stop and kill).
 
-Each stage calls what `up` (gpuops.launcher) calls: the provider's create, ``agentctl.arm``, the
+Each stage calls what `up` (gpuops.rental.launcher) calls: the provider's create, ``agentctl.arm``, the
 production bootstrap (``bootstrap_config.build_plan`` + ``run_plan``, with ``[bootstrap] commands``)
 and ``jobio.start_job``; only the order and the pauses between stages are the test's."""
 
@@ -12,9 +12,9 @@ import shlex
 import threading
 import time
 
-from gpuops import jobio
-from gpuops.agentctl import agent_config, arm, read_status
-from gpuops.bootstrap_config import build_plan, run_plan
+from gpuops.box import jobio
+from gpuops.box.agentctl import agent_config, arm, read_status
+from gpuops.box.bootstrap_config import build_plan, run_plan
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import CreateSpec, InstanceStatus, OfferQuery

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.budget import check_budget
+from gpuops.rental.budget import check_budget
 from gpuops.errors import BadInput
 
 

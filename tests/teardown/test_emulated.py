@@ -18,8 +18,8 @@ import pytest
 from gpuops.config import load_settings
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
-from gpuops.reconcile import Context
-from gpuops.watchdog import run
+from gpuops.rental.reconcile import Context
+from gpuops.rental.watchdog import run
 from ledger.billing import billed_seconds
 from ledger.models import Session
 from ledger.store import Ledger
@@ -190,7 +190,7 @@ def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast)
     assert ("", "refused") in [(a.session, a.kind) for a in acts]
     assert led.get("b-v").end_reason == "balance_floor" and vemu.market.find(vi.id) is None
     assert led.get("b-rp").status == "running" and remu.market.find(ri.id) is not None
-    from gpuops.budget import assert_not_refused
+    from gpuops.rental.budget import assert_not_refused
     from gpuops.errors import BadInput
 
     assert_not_refused(led, "runpod")
@@ -213,7 +213,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     led.heartbeat("c1", beat)
     emu.delete_from_console(inst.id)
     time.sleep(0.3)
-    from gpuops.reconcile import reconcile
+    from gpuops.rental.reconcile import reconcile
 
     acts = reconcile(ctx(led, settings, runpod=p))
     assert sorted((a.session, a.kind) for a in acts) == [("c1", "closed"), ("c2", "orphan_destroyed")]

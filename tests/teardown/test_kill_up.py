@@ -14,8 +14,8 @@ import pytest
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
-from gpuops.reconcile import Context
-from gpuops.watchdog import run
+from gpuops.rental.reconcile import Context
+from gpuops.rental.watchdog import run
 from ledger.billing import billed_seconds
 from ledger.store import Ledger
 from tests.teardown.conftest import wait_for

@@ -16,9 +16,9 @@ import paramiko
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.remote import ensure_ssh_key
-from gpuops.reconcile import Context
-from gpuops.watchdog import run
+from gpuops.box.remote import ensure_ssh_key
+from gpuops.rental.reconcile import Context
+from gpuops.rental.watchdog import run
 from ledger.store import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support import fake_nvidia_smi
@@ -99,12 +99,12 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
 
 
 def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_path):
-    from gpuops.agentctl import agent_config, arm, read_status
+    from gpuops.box.agentctl import agent_config, arm, read_status
     from gpuops.config import TeardownSettings
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.keys import Credential
     from gpuops.providers.vast import VastProvider
-    from gpuops.remote import HostKeyPins, SSHBox
+    from gpuops.box.remote import HostKeyPins, SSHBox
     from tests.support.emulators import FAST_RETRY
 
     sshd, emu, home = world["sshd"], world["emu"], world["home"]

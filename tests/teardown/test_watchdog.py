@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agentctl import BOOTSTRAP_DIR
-from gpuops.budget import assert_not_refused
+from gpuops.box.agentctl import BOOTSTRAP_DIR
+from gpuops.rental.budget import assert_not_refused
 from gpuops.errors import BadInput
 from gpuops.providers.base import Balance
 from gpuops.providers.local import LocalProvider
-from gpuops.reconcile import Context
-from gpuops.watchdog import run
+from gpuops.rental.reconcile import Context
+from gpuops.rental.watchdog import run
 from ledger.billing import billed_seconds
 from ledger.limits import active_refusals, lease_holder
 from tests.teardown.conftest import wait_for
@@ -204,8 +204,8 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
 WATCHDOG = """
 import json, os, sys, time
 from gpuops.config import load_settings
-from gpuops.reconcile import Context
-from gpuops.watchdog import run
+from gpuops.rental.reconcile import Context
+from gpuops.rental.watchdog import run
 print("ready", flush=True)
 deadline = time.monotonic() + 60
 while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:  # the test says when

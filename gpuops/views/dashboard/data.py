@@ -1,5 +1,5 @@
 """What the dashboard shows, as one JSON-ready dict. No aggregation happens here: the month's
-figures are ``gpuops.books.month`` (the very function behind ``gpuops ledger month --json``), the
+figures are ``gpuops.rental.ledger_service.month`` (the very function behind ``gpuops ledger month --json``), the
 session rows are ``ledger.history.session_row`` (behind ``gpuops ledger sessions``), so the page
 and the CLI agree by construction.
 
@@ -26,7 +26,7 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
-    from gpuops import books
+    from gpuops.rental import ledger_service as books
     from ledger.history import recent_rows, session_rows
     from ledger.reads import LedgerReader
     from ledger.reports import iso, month_bounds
@@ -47,7 +47,7 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
 
 def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusReader | None = None) -> list[dict]:
     """Every open session (any month: a box bills now whenever it was started) as ``box_row``."""
-    from gpuops.sessions import open_ledger
+    from gpuops.rental.sessions import open_ledger
 
     ledger = open_ledger(settings)
     rows = ledger.open_sessions()
@@ -68,7 +68,7 @@ def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusR
 
 
 def _provider_status_reader(settings, ledger) -> StatusReader:
-    from gpuops.reconcile import Context, agent_status
+    from gpuops.rental.reconcile import Context, agent_status
 
     ctx = Context(settings, ledger=ledger, ssh_connect_s=5.0)
 
@@ -85,7 +85,7 @@ def box_row(row, status: dict | None, now: float, default_teardown, tz: str | No
     burn rate, USD/h),"up_seconds","accrued_usd" (up_seconds x rate: not booked until it closes),
     "ttl_left_seconds","ttl_source" ("box agent" | "default setting"),"idle" (one line),
     "idle_minutes","heartbeat_age_seconds","started"}``. Seconds are wall-clock seconds."""
-    from gpuops.agentctl import heartbeat_stale
+    from gpuops.box.agentctl import heartbeat_stale
     from ledger.reports import card_name, iso
 
     started = row.instance_created_at or row.created_at

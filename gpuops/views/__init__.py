@@ -1,0 +1,1 @@
+"""Views: tables, the one emitter, progress, the `up` reporter, one renderer per report, the dashboard page."""
