@@ -60,7 +60,7 @@ def median(xs: list[float]) -> float:
 
 
 def ssh_numbers(base: Path, repeat: int) -> dict:
-    from gpuops.box.bootstrap_config import build_plan, run_plan
+    from gpuops.agent.bootstrap_config import build_plan, run_plan
     from gpuops.config import Settings
     from gpuops.box.remote import HostKeyPins, SSHBox, ensure_ssh_key
     from tests.support.sshd import SshServer

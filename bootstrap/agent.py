@@ -40,7 +40,7 @@ every few seconds (``pulse_interval``); a worker stopped (SIGSTOP) or wedged for
 ``worker_stale_seconds`` is SIGKILLed and restarted. After arm, a box that gets no job, no
 bootstrap, no SSH session and no laptop presence for ``no_job_seconds`` is destroyed (reason
 ``no_job``). While the laptop's presence lease (``<state>/laptop-presence``, refreshed by
-``gpuops.box.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic
+``gpuops.agent.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic
 clock, never by timestamps -- job end, no_job and idle wait, at most ``presence_max_seconds``;
 TTL and session cap never wait.
 
@@ -49,7 +49,7 @@ every ``status_heartbeat_seconds`` for the heartbeat): ``{"version", "session", 
 "agent_started_at", "heartbeat", "samples": [...], "decision": {...}, "job": {...}, "presence",
 "destroy": null|{...}, "restarts", "write_failures", "errors"}``; samples are folded into runs
 (``policy.merge_sample``), so the file stays a few KB. The config (written by the laptop,
-``gpuops.box.agentctl.agent_config``) is documented there.
+``gpuops.agent.agentctl.agent_config``) is documented there.
 """
 
 import errno
@@ -86,7 +86,7 @@ STATUS_VERSION = 2
 MAX_ERRORS_KEPT = 20
 MAX_SAMPLE_RUNS = 200
 SSH_SESSION_RE = re.compile(r"^sshd(?:-session)?: (\S+?)@(pts/\d+|tty\S*)")
-PRESENCE_FILE = "laptop-presence"  # in the state dir; written by gpuops.box.agentctl.hold_presence
+PRESENCE_FILE = "laptop-presence"  # in the state dir; written by gpuops.agent.agentctl.hold_presence
 PRESENCE_HOLD_MAX_S = 600.0  # one refresh never holds longer than this, whatever the file says
 WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO)
 
@@ -344,7 +344,7 @@ def pid_alive(pid, must_contain=None):
 
 def bootstrap_pid_state(pidfile):
     """``"running"``, ``"ended"`` (the pidfile names a process that is gone) or ``"none"`` (no
-    pidfile: bootstrap was not started the ``gpuops.box.agentctl.bootstrap_command`` way)."""
+    pidfile: bootstrap was not started the ``gpuops.agent.agentctl.bootstrap_command`` way)."""
     try:
         with open(pidfile) as f:
             pid = int(f.read().split()[0])
@@ -354,7 +354,7 @@ def bootstrap_pid_state(pidfile):
 
 
 def bootstrap_running(pidfile, root=None):
-    """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.box.agentctl.bootstrap_command``),
+    """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.agent.agentctl.bootstrap_command``),
     or a process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however
     the laptop started it)."""
     st = bootstrap_pid_state(pidfile)

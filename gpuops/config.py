@@ -188,7 +188,7 @@ class WeightsSource(_Section):
 
 class BootstrapSettings(_Section):
     """What `up` puts on the box before the job (turned into bootstrap.json by
-    gpuops.box.bootstrap_config). Paths named ``*_on_box`` are on the box; ``requirements`` is a file
+    gpuops.agent.bootstrap_config). Paths named ``*_on_box`` are on the box; ``requirements`` is a file
     on this machine, shipped to the box."""
 
     requirements: str = ""  # local requirements file, shipped and installed

@@ -144,32 +144,3 @@ def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: It
             if newest.get(exp) == at:
                 out[exp] = conclusion
     return out
-
-
-def sqlite_query(path) -> Callable[[str, dict], Any]:
-    """``query`` on an SQLite file through the standard library (read-only). One connection for
-    every statement of the caller (opened on the first, closed with the function): a read-only
-    open of a WAL ledger whose ``-shm`` file is gone costs ~3 ms (SQLite's unreliable-shm path)."""
-    import sqlite3
-
-    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
-
-    held: list = []
-
-    def run(sql: str, args: dict) -> list[tuple]:
-        if not held:
-            held.append(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S))
-        return held[0].execute(sql, args).fetchall()
-
-    return run
-
-
-def engine_query(engine) -> Callable[[str, dict], Any]:
-    """``query`` through an SQLAlchemy engine (PostgreSQL, or an SQLite ledger being migrated)."""
-    import sqlalchemy as sa
-
-    def run(sql: str, args: dict) -> list[tuple]:
-        with engine.connect().execution_options(ledger_read=True) as conn:
-            return [tuple(r) for r in conn.execute(sa.text(sql), args)]
-
-    return run

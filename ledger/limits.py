@@ -121,7 +121,7 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
 def _spend_query(ledger: Ledger):
     """(query, sqlite) for the spend statements: ``sqlite3`` on a current SQLite ledger (no
     SQLAlchemy import, no ORM objects), else the engine; ``sqlite``: the dialect is SQLite."""
-    from ledger.aggregate import engine_query, sqlite_query
+    from ledger.reads import engine_query, sqlite_query
 
     path = getattr(ledger, "_sqlite", None)
     fast = path is not None and getattr(ledger, "_engine", None) is None

@@ -9,7 +9,7 @@ Paths on the box, relative to the box root (``Box.root``):
 * ``.gpuops/agent.json``         the agent's config (``agent_config``)
 * ``.gpuops/agent-status.json``  its status: heartbeat, last samples, last decision, destroy
 * ``.gpuops/agent.log``          its log
-* ``.gpuops/bootstrap.pid``      written by ``bootstrap_command``: bootstrap is running while alive
+* ``.gpuops/bootstrap.pid``      written by ``bootstrap_config.bootstrap_command``: bootstrap is running while alive
 * ``.gpuops/run/``               the job's run dir (``jobwrap.py --dir .gpuops/run``, as the launcher runs it)
 * ``.gpuops/laptop-presence``    the laptop's presence lease (``hold_presence``): while fresh, the agent
                                  does not destroy for job end / idle / no job (TTL and caps still apply)
@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from gpuops.box.jobio import JOB_DIR
+from gpuops.agent.bootstrap_config import BOOTSTRAP_PIDFILE
+from gpuops.agent.jobio import JOB_DIR
 
 if TYPE_CHECKING:  # type hints only: the watchdog's tick reads settings without pydantic (gpuops/settings_snapshot.py)
     from gpuops.config import Settings, TeardownSettings
@@ -40,8 +41,7 @@ AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
 PRESENCE = ".gpuops/laptop-presence"  # bootstrap/agent.py PRESENCE_FILE, in its state dir
-BOOTSTRAP_PIDFILE = ".gpuops/bootstrap.pid"
-RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/box/jobio.py)
+RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/agent/jobio.py)
 
 # Heartbeat older than this many sample intervals (plus slack) is stale: the agent is not running.
 STALE_SAMPLES = 3
@@ -154,14 +154,6 @@ def arm(box, config: dict, python: str = "python3") -> None:
     box.run_detached(f"exec {q(python)} {BOOTSTRAP_REMOTE}/agent.py --config {q(AGENT_CONFIG)} >>{q(AGENT_LOG)} 2>&1")
 
 
-def bootstrap_command(config_path: str, state_dir: str = ".gpuops/bootstrap-state", python: str = "python3") -> str:
-    """The shell command that runs bootstrap so the agent sees it running (its pid in
-    ``.gpuops/bootstrap.pid``; ``exec`` keeps the pid)."""
-    q = shlex.quote
-    return (f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} {BOOTSTRAP_REMOTE}/bootstrap.py "
-            f"--config {q(config_path)} --state-dir {q(state_dir)}")
-
-
 def _clamp_times(obj: Any, now: float) -> Any:
     """Every number under a key that names a time (``t``, ``t_last``, ``*_at``, ``heartbeat``,
     ``until``) limited to ``now``: a box cannot report the future."""
@@ -185,7 +177,7 @@ def read_status(box, now: float | None = None) -> dict | None:
     ``now``: this machine's epoch seconds (default ``time.time()``). Every time in the document
     (heartbeat, samples, job end, destroy) is clamped to ``now``. When the heartbeat is stale
     (``heartbeat_stale``) or the status says the job still runs, the job's own exit marker on the
-    box is read (``gpuops.box.jobio.job_exit``) and, when present, sets ``job`` (``"source":
+    box is read (``gpuops.agent.jobio.job_exit``) and, when present, sets ``job`` (``"source":
     "exit_marker"``, its end clamped to ``now``): a dead agent does not hide a finished job.
     Raises what the box raises for a dropped connection."""
     now = time.time() if now is None else now
@@ -200,7 +192,7 @@ def read_status(box, now: float | None = None) -> dict | None:
     job = (status or {}).get("job") or {}
     if status is None or heartbeat_stale(status, now) or job.get("ended_at") is None:
         from gpuops.errors import GpuopsError
-        from gpuops.box.jobio import job_exit
+        from gpuops.agent.jobio import job_exit
 
         try:
             ended = job_exit(box)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -29,6 +30,7 @@ CONFIG_PATH = f"{BOX_DIR}/bootstrap.json"
 STATE_DIR = f"{BOX_DIR}/bootstrap-state"
 REQUIREMENTS_PATH = f"{BOX_DIR}/requirements.txt"
 RUNNER_SOURCE = Path(__file__).resolve().parents[2] / "bootstrap"  # shipped to RUNNER_DIR
+BOOTSTRAP_PIDFILE = f"{BOX_DIR}/bootstrap.pid"  # the agent reads it (agentctl.agent_config: bootstrap_pidfile)
 
 
 @dataclass
@@ -44,11 +46,17 @@ class BootstrapPlan:
 
     def command(self, python: str = "python3") -> str:
         """The shell command that runs the bootstrap in the box root. It records its pid where the
-        on-box agent looks (``gpuops.box.agentctl.bootstrap_command``): while it runs, the box is
+        on-box agent looks (``bootstrap_command``): while it runs, the box is
         not idle, however long a download keeps the GPU at 0 %."""
-        from gpuops.box.agentctl import bootstrap_command
-
         return bootstrap_command(CONFIG_PATH, state_dir=STATE_DIR, python=python)
+
+
+def bootstrap_command(config_path: str, state_dir: str = ".gpuops/bootstrap-state", python: str = "python3") -> str:
+    """The shell command that runs bootstrap so the agent sees it running (its pid in
+    ``.gpuops/bootstrap.pid``; ``exec`` keeps the pid)."""
+    q = shlex.quote
+    return (f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} {RUNNER_DIR}/bootstrap.py "
+            f"--config {q(config_path)} --state-dir {q(state_dir)}")
 
 
 def _weights_name(source: str, i: int) -> str:

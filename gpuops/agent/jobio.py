@@ -8,13 +8,15 @@ On the box (relative to the session directory): ``.gpuops/run/job.log`` (stdout+
 
 from __future__ import annotations
 
+import json
+import math
 import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gpuops.box.bootstrap_config import RUNNER_DIR
+from gpuops.agent.bootstrap_config import RUNNER_DIR
 from gpuops.errors import GpuopsError
 
 JOB_DIR = ".gpuops/run"  # the wrapper's files on the box; .gpuops/job holds the job file
@@ -97,3 +99,21 @@ def copy_results(box, results: str, dest: Path) -> Path | None:
     """Copy the job's results (``[job] results``, relative to the box root) into ``dest``;
     returns ``dest`` or None when the job wrote none."""
     return Path(dest) if box.get(results.rstrip("/") or ".", Path(dest)) else None
+
+
+MAX_TOKENS_PER_LINE = 10**15  # far above any job; keeps the sum inside a 64-bit ledger INTEGER
+
+
+def tokens_from_metrics(text: str) -> int:
+    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored,
+    and so are values that are not a finite number in [0, 1e15] (booleans, NaN, Infinity, 1e30)."""
+    total = 0
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        n = obj.get("tokens") if isinstance(obj, dict) else None
+        if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and 0 <= n <= MAX_TOKENS_PER_LINE:
+            total += int(n)
+    return min(total, 2**62)

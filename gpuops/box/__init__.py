@@ -1,1 +1,2 @@
-"""The box: SSH and local transports, the on-box agent's laptop side, the detached-job protocol, the bootstrap inputs."""
+"""A box, as gpuops reaches it: the SSH and local transports and the copy protocol (remote), the
+environment a job gets (boxenv). Providers hand out boxes; nothing here knows a provider."""

@@ -148,7 +148,9 @@ def up(
         req.allow_unverified = allow_unverified
     elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", "4096", "1", False):
         raise BadInput("--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model", "add --model, e.g. --model llama-3-8b")
-    reporter = ui.ConsoleReporter(json_mode=fmt != "table")
+    from gpuops.views.console_reporter import ConsoleReporter
+
+    reporter = ConsoleReporter(json_mode=fmt != "table")
     try:
         summ = launcher.run_up(req, settings, reporter)
     finally:
@@ -269,7 +271,8 @@ def plan_storage(
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
     from gpuops.views.emit import pick
-    from gpuops.planning.storage import render, storage_plan
+    from gpuops.planning.storage import storage_plan
+    from gpuops.views.storage import render
 
     fmt = pick(fmt, json_out)
     render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,

@@ -9,13 +9,8 @@ from __future__ import annotations
 import math
 import re
 
-from gpuops.providers.base import Instance, Offer
+from gpuops.providers.base import VRAM_TOLERANCE, Instance, Offer
 
-# Providers report usable memory a little under the nominal figure (ECC, driver reservations):
-# an 80 GiB card shows ~79.2 GiB in nvidia-smi, Vast's gpu_ram is in MB. Accept offers whose
-# reported VRAM is within this fraction of what the plan needs: the same 7 % gpuhunt applies
-# (https://github.com/dstackai/gpuhunt, src/gpuhunt/_internal/constraints.py, correct_gpu_memory_gib).
-VRAM_TOLERANCE = 0.07
 # A delivered instance may be charged this much above the offer's price before it is a mismatch:
 # providers round prices to 3-4 decimals (Vast dph_total, RunPod costPerHr), 1% covers it.
 PRICE_TOLERANCE = 0.01

@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpuops.errors import GpuopsError
+from gpuops.providers.provider_errors import ProviderError, ProviderErrorKind  # noqa: F401  (part of the base's interface)
 
 if TYPE_CHECKING:
     from ledger.billing import ChargeLine
@@ -72,6 +72,13 @@ class Offer:
             "reliability": self.reliability,
             "region": self.region,
         }
+
+
+# Providers report usable memory a little under the nominal figure (ECC, driver reservations):
+# an 80 GiB card shows ~79.2 GiB in nvidia-smi, Vast's gpu_ram is in MB. Accept offers whose
+# reported VRAM is within this fraction of what the plan needs: the same 7 % gpuhunt applies
+# (https://github.com/dstackai/gpuhunt, src/gpuhunt/_internal/constraints.py, correct_gpu_memory_gib).
+VRAM_TOLERANCE = 0.07
 
 
 @dataclass(frozen=True)
@@ -133,44 +140,6 @@ class Balance:
 
     usd: float | None
     spend_usd_per_hour: float | None = None
-
-
-class ProviderErrorKind(str, enum.Enum):
-    AUTH = "auth"
-    NO_CAPACITY = "no_capacity"
-    OFFER_GONE = "offer_gone"
-    RATE_LIMIT = "rate_limit"
-    SERVER = "server"
-    FUNDS = "insufficient_funds"
-    BAD_REQUEST = "bad_request"
-    GONE = "gone"
-    UNSUPPORTED = "unsupported"
-    # A wait ran past its deadline (no SSH port, stuck loading); the instance must be destroyed.
-    TIMEOUT = "timeout"
-    # An interruptible instance was outbid/reclaimed (Vast: stopped while intended running).
-    PREEMPTED = "preempted"
-    # The bid was under the offer's minimum; Vast may still have made a stopped instance (id kept).
-    BID_TOO_LOW = "bid_too_low"
-
-
-class ProviderError(GpuopsError):
-    """A provider call failed. ``kind`` drives retry/next-offer decisions; ``instance_id`` is set
-    when the failed call still left an instance behind (it must be destroyed)."""
-
-    exit_code = 1
-
-    def __init__(self, kind: ProviderErrorKind, message: str, fix: str | None = None, instance_id: str | None = None):
-        super().__init__(message, fix)
-        self.kind = kind
-        self.instance_id = instance_id
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in (ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.SERVER)
-
-    @property
-    def try_next_offer(self) -> bool:
-        return self.kind in (ProviderErrorKind.NO_CAPACITY, ProviderErrorKind.OFFER_GONE)
 
 
 class Provider:

@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-from gpuops.providers.base import ProviderError, ProviderErrorKind
+from gpuops.providers.provider_errors import ProviderError, ProviderErrorKind
 
 # Defaults for provider calls. 60 s covers the slowest legitimate call we make (a RunPod create,
 # ~10-20 s on a busy day, shared/research/provider-sdks.md); 16 MiB is ~10x the largest reply seen

@@ -34,7 +34,7 @@ from typing import Any, Iterator
 
 from gpuops.catalog import GIB, Card, cards
 from gpuops.errors import BadInput
-from gpuops.providers import inputs
+import gpuops.providers.inputs as inputs
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
@@ -175,7 +175,7 @@ class RunPodProvider(Provider):
     # -- offers ------------------------------------------------------------------------------
     def _cards(self, query: OfferQuery) -> list[Card]:
         chosen = [c for c in cards() if c.runpod_id and (not query.cards or c.name in query.cards)]
-        from gpuops.planning.offers import VRAM_TOLERANCE
+        from gpuops.providers.base import VRAM_TOLERANCE
 
         return [c for c in chosen if c.vram_bytes >= query.min_vram_bytes * (1.0 - VRAM_TOLERANCE)]
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
-from gpuops.providers import inputs
+import gpuops.providers.inputs as inputs
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
@@ -167,7 +167,7 @@ class VastProvider(Provider):
         Interruptible offers carry ``min_bid`` (USD/h); their ``usd_per_hour`` is ``dph_total``.
         Offers whose GPU is not in the catalog are dropped (a card must be a catalog name).
         """
-        from gpuops.planning.offers import VRAM_TOLERANCE
+        from gpuops.providers.base import VRAM_TOLERANCE
 
         pool = [c for c in cards() if c.vast_name]
         if query.cards:

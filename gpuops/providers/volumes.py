@@ -3,7 +3,7 @@
 A volume is created and deleted only by ``gpuops volumes create|delete``; no teardown path ever
 deletes one. ``[storage] volume = "<provider>:<id or name>"`` (or ``up --volume``) makes `up` rent
 only offers that can mount it, mount it at create, and point the bootstrap caches (uv/pip wheels,
-Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.box.bootstrap_config).
+Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.agent.bootstrap_config).
 
 Wire shapes (tests/emulators/volumes.py emulates exactly these):
 
@@ -206,7 +206,7 @@ class RunPodVolumes:
 
     def delete(self, volume_id: str) -> None:
         """Delete the network volume. Idempotent: a volume RunPod no longer knows is success."""
-        from gpuops.providers import inputs
+        import gpuops.providers.inputs as inputs
 
         vid = inputs.check_provider_id(volume_id, "RunPod network volume id")
         self._rest("DELETE", f"/networkvolumes/{vid}")

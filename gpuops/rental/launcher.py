@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.config import Settings
+from gpuops.agent.jobio import tokens_from_metrics
 from gpuops.errors import BadInput, GpuopsError
 from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
@@ -336,7 +337,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
     validate(req)
-    from gpuops.box.bootstrap_config import build_plan
+    from gpuops.agent.bootstrap_config import build_plan
 
     build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
@@ -557,7 +558,7 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
 
 def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
     """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
-    from gpuops.box import agentctl
+    from gpuops.agent import agentctl
 
     reporter.stage("arm")
     row = ledger.get(s.id)
@@ -572,7 +573,7 @@ def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: P
 def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
     """Run bootstrap.py's steps; None when every step passed, else the outcome (bootstrap_failed,
     or ttl when max_hours ran out during it)."""
-    from gpuops.box.bootstrap_config import RUNNER_DIR, build_plan, run_plan
+    from gpuops.agent.bootstrap_config import RUNNER_DIR, build_plan, run_plan
     from gpuops.catalog import cards
 
     reporter.stage("bootstrap")
@@ -604,7 +605,7 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> En
 def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     """Start the job detached, stream its log until it exits or max_hours runs out; the outcome:
     job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl."""
-    from gpuops.box import jobio
+    from gpuops.agent import jobio
 
     box = s.box
     req = s.req
@@ -615,7 +616,7 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
 
     env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
-    from gpuops.box.bootstrap_config import cache_dir_for, cache_env
+    from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
 
     env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
@@ -654,26 +655,6 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
         s.job_seconds = round(ended.ended - ended.started, 3)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code})
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
-
-
-MAX_TOKENS_PER_LINE = 10**15  # far above any job; keeps the sum inside a 64-bit ledger INTEGER
-
-
-def tokens_from_metrics(text: str) -> int:
-    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored,
-    and so are values that are not a finite number in [0, 1e15] (booleans, NaN, Infinity, 1e30)."""
-    import math
-
-    total = 0
-    for line in text.splitlines():
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        n = obj.get("tokens") if isinstance(obj, dict) else None
-        if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and 0 <= n <= MAX_TOKENS_PER_LINE:
-            total += int(n)
-    return min(total, 2**62)
 
 
 def _read_tokens(s: Session) -> int | None:
@@ -721,7 +702,7 @@ def _agent_reason(s: Session) -> EndReason | None:
     if s.box is None:
         return None
     try:
-        from gpuops.box.agentctl import read_status
+        from gpuops.agent.agentctl import read_status
 
         st = read_status(s.box) or {}
     except Exception:  # the box may already be gone; then the laptop's reason stands

@@ -72,7 +72,7 @@ def _query(ledger):
     """SQL text runner for ``ledger.aggregate``: sqlite3 on a current SQLite file, else SQLAlchemy."""
     if hasattr(ledger, "query_runner"):  # LedgerReader: sqlite3, psycopg or SQLAlchemy
         return ledger.query_runner()
-    from ledger.aggregate import engine_query, sqlite_query
+    from ledger.reads import engine_query, sqlite_query
 
     path = getattr(ledger, "_sqlite", None)
     return sqlite_query(path) if path is not None else engine_query(ledger.engine)

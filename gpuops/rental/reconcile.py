@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator
 
 from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
-from gpuops.views.ui import money  # "simulated" on every money figure
+from gpuops.units import money  # "simulated" on every money figure
 from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 
@@ -191,7 +191,7 @@ class Context:
 # -- reading the box -------------------------------------------------------------------------------
 def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | None:
     """The agent's status document (None when unreachable or absent); records its heartbeat."""
-    from gpuops.box.agentctl import read_status
+    from gpuops.agent.agentctl import read_status
 
     try:
         box = ctx.box(provider, inst)
@@ -209,7 +209,7 @@ def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
     """Book on the row that the box was alive NOW, by the laptop's clock, when its agent's status
     was just read with a fresh heartbeat. The box's own heartbeat value is never booked: a box
     clock hours ahead or behind would bill 0 h or 6 h for a 1 h rental once its end goes unseen."""
-    from gpuops.box.agentctl import heartbeat_stale
+    from gpuops.agent.agentctl import heartbeat_stale
 
     if not heartbeat_stale(status, now):
         ctx.ledger.heartbeat(row.id, now)
@@ -220,7 +220,8 @@ def box_tokens(ctx: Context, provider: Provider, inst: Instance | None) -> int |
     or from a gone box whose files remain (the local provider keeps them); None when unreadable."""
     if inst is None:
         return None
-    from gpuops.rental.launcher import META, tokens_from_metrics
+    from gpuops.agent.bootstrap_config import BOX_DIR as META
+    from gpuops.agent.jobio import tokens_from_metrics
 
     try:
         box = ctx.box(provider, inst)

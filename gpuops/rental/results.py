@@ -13,7 +13,7 @@
    anything else is skipped and listed, and nothing is written through a symlink.
 
 The on-box agent must not destroy the box during the copy: the laptop holds its presence lease
-(``gpuops.box.agentctl.hold_presence``, when that agent build is present) for the whole copy.
+(``gpuops.agent.agentctl.hold_presence``, when that agent build is present) for the whole copy.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CHUNK = 4 << 20  # bytes read per request; also the most a drop can cost to re-read
-MANIFEST = ".gpuops/bootstrap/manifest.py"  # shipped with the runner (gpuops.box.agentctl.BOOTSTRAP_REMOTE)
+MANIFEST = ".gpuops/bootstrap/manifest.py"  # shipped with the runner (gpuops.agent.agentctl.BOOTSTRAP_REMOTE)
 RETRY_WAIT_S = 0.5  # first wait after a dropped connection; doubles up to 8 s
 MAX_BYTES = 50 * 2**30  # what a laptop accepts from a box it does not trust (as gpuops.box.remote's copy-back caps)
 MAX_FILES = 200_000
@@ -323,10 +323,10 @@ def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0
 
 
 def presence(box):
-    """The laptop's presence lease on ``box`` while copying (gpuops.box.agentctl.hold_presence, from
+    """The laptop's presence lease on ``box`` while copying (gpuops.agent.agentctl.hold_presence, from
     the agent's branch), or a no-op context where that build is absent."""
     try:
-        from gpuops.box.agentctl import hold_presence  # type: ignore[attr-defined]
+        from gpuops.agent.agentctl import hold_presence  # type: ignore[attr-defined]
     except ImportError:
         return contextlib.nullcontext()
     return hold_presence(box)

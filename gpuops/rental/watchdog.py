@@ -53,7 +53,7 @@ def session_limits(ctx: Context, row, status: dict | None) -> dict:
     row's own limits (m004: max_hours, idle_minutes; 0 = idle off); the agent's status may say how
     it samples and may LOWER ``max_hours`` / ``max_session_usd``, never raise them
     (``agentctl.session_teardown``): a forged status cannot extend a limit or a bill."""
-    from gpuops.box.agentctl import session_teardown
+    from gpuops.agent.agentctl import session_teardown
 
     limits = session_teardown(status, ctx.settings.teardown, row)
     if row.idle_minutes is not None:
@@ -70,7 +70,7 @@ def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None
     for e in ctx.ledger.events(row.id):
         if e.kind == EventKind.JOB_EXITED:
             return e.at, seen_exit_code(ctx.ledger, row.id)
-    from gpuops.box import jobio
+    from gpuops.agent import jobio
 
     try:
         box = ctx.box(provider, inst)
@@ -90,7 +90,7 @@ def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None
 
 def check_session(ctx: Context, row) -> list[Action]:
     """Layers 1-2 and the per-box money rules for one open session (caller holds its lease)."""
-    from gpuops.box.agentctl import heartbeat_stale
+    from gpuops.agent.agentctl import heartbeat_stale
 
     now = ctx.clock()
     if row.instance_id is None:

@@ -1,5 +1,5 @@
-"""The terminal reporter of `up`/`run` (``gpuops.views.ui.ConsoleReporter`` resolves here lazily, so the
-commands that only render tables never import ``gpuops.rental.launcher``)."""
+"""The terminal reporter of `up`/`run` (its own module, so the commands that only render
+tables never import ``gpuops.rental.launcher``)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     """
     from ledger.store import Ledger
 
-    from gpuops.box.jobio import follow_log
+    from gpuops.agent.jobio import follow_log
     from gpuops.providers import get_provider
     from gpuops.providers.base import InstanceStatus
     from gpuops.box.remote import open_box

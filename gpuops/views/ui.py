@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from gpuops.textsafe import safe  # noqa: F401  (the one sanitizer; re-exported for renderers)
+from gpuops.units import money  # noqa: F401  (re-exported for renderers)
 
 
 def console(stderr: bool = False):
@@ -28,12 +29,6 @@ def print_json(obj: Any) -> None:
     from gpuops.views.emit import json_text
 
     sys.stdout.write(json_text(obj))
-
-
-def money(usd: float | None, simulated: bool = False) -> str:
-    if usd is None:
-        return "-"
-    return f"${usd:,.4f}" + (" (simulated)" if simulated else "")
 
 
 def render_summary(summ: dict) -> None:
@@ -109,13 +104,3 @@ def render_sessions(rows: list[dict], title: str) -> None:
     print_table(c, title, ranked(cols, PS_DROP_ORDER), [
         [r["session"], r.get("owner") or "-", r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
          money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])
-
-
-def __getattr__(name: str) -> Any:
-    # ConsoleReporter lives in gpuops.views.console_reporter: it subclasses gpuops.rental.launcher.Reporter, and
-    # importing the launcher costs `ps` and `watchdog --once` start-up time they do not need.
-    if name == "ConsoleReporter":
-        from gpuops.views.console_reporter import ConsoleReporter
-
-        return ConsoleReporter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,8 +16,8 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from gpuops.box.agentctl import hold_presence, read_status
-from gpuops.box.jobio import follow_log, start_job
+from gpuops.agent.agentctl import hold_presence, read_status
+from gpuops.agent.jobio import follow_log, start_job
 from gpuops.box.remote import GET_MAX_BYTES, HostKeyPins, SSHBox, UnsafeCopy
 from tests.support.sshd import SshServer
 

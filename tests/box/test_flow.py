@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.box.bootstrap_config import CONFIG_PATH, build_plan, run_plan
+from gpuops.agent.bootstrap_config import CONFIG_PATH, build_plan, run_plan
 from gpuops.catalog import resolve_cards
 from gpuops.config import Settings, load_settings
 from gpuops.errors import BadInput
-from gpuops.box.jobio import copy_results, follow_log, start_job
+from gpuops.agent.jobio import copy_results, follow_log, start_job
 from tests.support.servers import HttpFiles, make_repo
 from tests.support.wheels import make_wheel
 
@@ -110,7 +110,7 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     from ledger.models import Session
     from ledger.store import Ledger
 
-    from gpuops.box.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
+    from gpuops.agent.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
     from gpuops.views.logs import show_logs
     from gpuops.providers.local import LocalProvider
     from gpuops.providers.base import CreateSpec, OfferQuery

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.box.jobio import LOG, follow_log, job_exit, start_job
+from gpuops.agent.jobio import LOG, follow_log, job_exit, start_job
 from gpuops.providers.base import Instance, InstanceStatus, SshEndpoint
 from gpuops.box.remote import ConnectionLost, HostKeyChanged, LocalBox, SSHBox, SshUnreachable, open_box
 from tests.support.sshd import TcpProxy
@@ -227,7 +227,7 @@ def test_job_outlives_the_laptop_process(sshd, make_box, data_dir, client_key):
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
         from gpuops.box.remote import SSHBox, HostKeyPins
-        from gpuops.box.jobio import start_job
+        from gpuops.agent.jobio import start_job
         b = SSHBox({sshd.host!r}, {sshd.port}, {sshd.user!r}, key_path=Path({str(client_key[0])!r}),
                    pins=HostKeyPins(Path({str(data_dir / 'known_hosts')!r})), pin_name="gpuops-t/i-1", root="gpuops/s1")
         b.connect(time.monotonic() + 10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from gpuops.rental.launcher import tokens_from_metrics
+from gpuops.agent.jobio import tokens_from_metrics
 from tests.conftest import gpuops_cmd
 
 HOSTILE = "\n".join([

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.box.bootstrap_config import build_plan, cache_env
+from gpuops.agent.bootstrap_config import build_plan, cache_env
 from gpuops.config import load_settings
 
 

@@ -12,9 +12,9 @@ import shlex
 import threading
 import time
 
-from gpuops.box import jobio
-from gpuops.box.agentctl import agent_config, arm, read_status
-from gpuops.box.bootstrap_config import build_plan, run_plan
+from gpuops.agent import jobio
+from gpuops.agent.agentctl import agent_config, arm, read_status
+from gpuops.agent.bootstrap_config import build_plan, run_plan
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import CreateSpec, InstanceStatus, OfferQuery

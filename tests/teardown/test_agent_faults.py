@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.box.agentctl import hold_presence, read_status, session_teardown
+from gpuops.agent.agentctl import hold_presence, read_status, session_teardown
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run as watchdog_run
 from tests.teardown.conftest import LOADED_SLACK_S, STAGE_TIMEOUT_S, wait_for
@@ -96,7 +96,7 @@ def test_the_sessions_own_max_hours_is_the_agents_ttl(rig, fake_smi):
     r = rig(dict(FAST, max_hours=4.0))  # the settings' default; the session asked for 2 s
     r.intent()
     r.create()
-    from gpuops.box.agentctl import agent_config, arm
+    from gpuops.agent.agentctl import agent_config, arm
 
     cfg = agent_config(session_id=r.sid, provider="local", instance_id=r.inst.id, root=r.box.root,
                        teardown=r.settings.teardown, started_at=r.inst.created_at, usd_per_hour=2.0, max_hours=2.0 / 3600)
@@ -164,7 +164,7 @@ def test_dead_agent_the_watchdog_honours_the_jobs_exit_marker(rig, fake_smi):
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from gpuops.box.agentctl import hold_presence
+    from gpuops.agent.agentctl import hold_presence
     from gpuops.box.remote import LocalBox
     box = LocalBox(Path(sys.argv[1]))
     with hold_presence(box, hold_seconds=float(sys.argv[2]), refresh_seconds=0.2):

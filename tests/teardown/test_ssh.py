@@ -99,7 +99,7 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
 
 
 def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_path):
-    from gpuops.box.agentctl import agent_config, arm, read_status
+    from gpuops.agent.agentctl import agent_config, arm, read_status
     from gpuops.config import TeardownSettings
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.keys import Credential

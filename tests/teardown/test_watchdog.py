@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.box.agentctl import BOOTSTRAP_DIR
+from gpuops.agent.agentctl import BOOTSTRAP_DIR
 from gpuops.rental.budget import assert_not_refused
 from gpuops.errors import BadInput
 from gpuops.providers.base import Balance

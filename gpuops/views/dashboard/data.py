@@ -85,7 +85,7 @@ def box_row(row, status: dict | None, now: float, default_teardown, tz: str | No
     burn rate, USD/h),"up_seconds","accrued_usd" (up_seconds x rate: not booked until it closes),
     "ttl_left_seconds","ttl_source" ("box agent" | "default setting"),"idle" (one line),
     "idle_minutes","heartbeat_age_seconds","started"}``. Seconds are wall-clock seconds."""
-    from gpuops.box.agentctl import heartbeat_stale
+    from gpuops.agent.agentctl import heartbeat_stale
     from ledger.reports import card_name, iso
 
     started = row.instance_created_at or row.created_at

@@ -26,8 +26,8 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from gpuops.views.dashboard import data as dashboard_data
-    from gpuops.views.dashboard import page
+    import gpuops.views.dashboard.data as dashboard_data
+    import gpuops.views.dashboard.page as page
 
     headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                "Cache-Control": "no-store"}

@@ -1,0 +1,12 @@
+"""How gpuops writes a quantity in a line of text, on the ground floor: the views print it and a
+service's one-line messages (reconcile's actions) carry it."""
+
+from __future__ import annotations
+
+
+def money(usd: float | None, simulated: bool = False) -> str:
+    """USD as ``$1,234.5678`` (4 decimals), ``" (simulated)"`` after a figure never charged
+    (the local provider's catalog price); ``"-"`` for None."""
+    if usd is None:
+        return "-"
+    return f"${usd:,.4f}" + (" (simulated)" if simulated else "")
