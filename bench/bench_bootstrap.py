@@ -15,7 +15,7 @@ bootstrap.py`` process:
    of ``true`` vs. N direct ``subprocess.run("true", shell=True)`` calls; and N skipped steps.
    Plus the runner's start-up (python3 + an empty config), measured from outside.
 4. Over real SSH (OpenSSH on 127.0.0.1, so no network latency): connect (TCP + key exchange +
-   auth + pin), one ``true``, and ``run_plan`` (ship runner + config, run) with nothing changed.
+   auth + pin), one ``true``, and ``run_bootstrap_plan`` (ship runner + config, run) with nothing changed.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def median(xs: list[float]) -> float:
 
 
 def ssh_numbers(base: Path, repeat: int) -> dict:
-    from gpuops.agent.bootstrap_config import build_plan, run_plan
+    from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_plan
     from gpuops.config import Settings
     from gpuops.box.remote import HostKeyPins, SSHBox, ensure_ssh_key
     from tests.support.sshd import SshServer
@@ -72,7 +72,7 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
     try:
         connects, runs, reruns = [], [], []
         settings = Settings.model_validate({"bootstrap": {"commands": ["true"], "verify": False}})
-        plan = build_plan(settings, environ={})
+        plan = build_bootstrap_plan(settings, environ={})
         for i in range(repeat):
             t0 = time.perf_counter()
             box = SSHBox(server.host, server.port, server.user, key_path=key, pins=HostKeyPins(base / "data" / "known_hosts"),
@@ -82,9 +82,9 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
             box.run("true", timeout=10)
             runs.append(time.perf_counter() - t0)
             if i == 0:
-                run_plan(box, plan)
+                run_bootstrap_plan(box, plan)
             t0 = time.perf_counter()
-            res = run_plan(box, plan)
+            res = run_bootstrap_plan(box, plan)
             reruns.append(time.perf_counter() - t0)
             assert res.rc == 0
             box.close()

@@ -81,7 +81,7 @@ def cache_env(cache_dir: str) -> dict[str, str]:
     return {"HF_HOME": f"{c}/huggingface", "UV_CACHE_DIR": f"{c}/pip/uv", "PIP_CACHE_DIR": f"{c}/pip/pip"}
 
 
-def build_plan(settings, *, card=None, volume_path: str | None = None, environ: Mapping[str, str] | None = None,
+def build_bootstrap_plan(settings, *, card=None, volume_path: str | None = None, environ: Mapping[str, str] | None = None,
                base_dir: Path | None = None) -> BootstrapPlan:
     """Build the bootstrap plan from ``settings`` (gpuops.config.Settings).
 
@@ -197,7 +197,7 @@ def parse_line(line: str) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
-def run_plan(box, plan: BootstrapPlan, *, python: str = "python3", on_step=None, on_line=None) -> BootstrapResult:
+def run_bootstrap_plan(box, plan: BootstrapPlan, *, python: str = "python3", on_step=None, on_line=None) -> BootstrapResult:
     """Ship the runner, config and files to ``box`` and run the bootstrap there, streaming.
 
     ``on_step(dict)`` gets each step line as it arrives, ``on_line(str)`` every other output

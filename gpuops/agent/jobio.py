@@ -35,7 +35,7 @@ class JobExit:
 def start_job(box, command: str, *, env: dict[str, str] | None = None, python: str = "python3") -> None:
     """Start ``command`` (bash) detached on ``box`` under the job wrapper (setsid + nohup): it
     survives a dropped connection and the laptop process. ``env`` (secrets) goes through the
-    Box's 0600 env file. Requires the runner shipped to ``.gpuops/bootstrap`` (run_plan does)."""
+    Box's 0600 env file. Requires the runner shipped to ``.gpuops/bootstrap`` (run_bootstrap_plan does)."""
     q = shlex.quote
     box.run_detached(
         f"rm -rf {JOB_DIR} && mkdir -p {JOB_DIR} && exec {q(python)} {RUNNER_DIR}/jobwrap.py --dir {JOB_DIR} -- bash -c {q(command)}",

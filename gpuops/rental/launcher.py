@@ -75,7 +75,7 @@ class UpRequest:
 
 
 @dataclass
-class PlanResult:
+class OfferChoice:
     provider: str
     offer: Offer
     candidates: list[Offer]
@@ -176,7 +176,7 @@ def query_for(req: UpRequest) -> OfferQuery:
                       spot=req.spot, max_usd_per_hour=req.max_usd_per_hour)
 
 
-def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
+def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> OfferChoice:
     """Offers that fit, cheapest first; BadInput when none does."""
     from gpuops.planning.offers import rank, screen
 
@@ -210,7 +210,7 @@ def plan(req: UpRequest, provider: Provider, settings: Settings) -> PlanResult:
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return PlanResult(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
+    return OfferChoice(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -278,7 +278,7 @@ class SafeReporter(Reporter):
 
 
 @dataclass
-class Session:
+class UpRun:
     """What the run knows as it goes; becomes the summary. ``stage``: the stage being run (the
     failure table in gpuops.rental.lifecycle is looked up with it); ``end_reason``: the outcome a stage
     decided (None until one did)."""
@@ -337,14 +337,14 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
     validate(req)
-    from gpuops.agent.bootstrap_config import build_plan
+    from gpuops.agent.bootstrap_config import build_bootstrap_plan
 
-    build_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     reporter.stage("plan")
     fault_point("plan")
     try:
-        p = plan(req, provider, settings)
+        p = choose_offer(req, provider, settings)
     except ProviderError as e:
         if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.UNSUPPORTED, ProviderErrorKind.BAD_REQUEST):
             raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
@@ -366,7 +366,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     _quick_reconcile(settings, ledger, provider, reporter)
     budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
     sid = new_session_id()
-    s = Session(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
+    s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
     logs_dir = settings.private_data_path() / "logs"
     logs_dir.mkdir(mode=0o700, exist_ok=True)
     s.log_path = logs_dir / f"{sid}.log"
@@ -427,7 +427,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     return summ
 
 
-def _book_failure(s: Session, ledger, reporter: Reporter, e: BaseException) -> None:
+def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> None:
     """Events (and the traceback of a bug) for a failure the stage table booked. Never raises: a
     ledger or disk that fails here must not skip the teardown."""
     try:
@@ -449,7 +449,7 @@ def _book_failure(s: Session, ledger, reporter: Reporter, e: BaseException) -> N
         reporter.warn(f"internal error: {type(e).__name__}: {e}; the traceback is in {s.log_path}; please report it")
 
 
-def _create(s: Session, p: PlanResult, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> EndReason | None:
+def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> EndReason | None:
     """Rent the first offer that can be rented; book what was delivered. The outcome
     ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
@@ -524,7 +524,7 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
     return remote.ensure_ssh_key(settings.data_path())[1]
 
 
-def _ready(s: Session, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
+def _ready(s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
     reporter.stage("ready")
     assert s.instance is not None
     deadline = time.monotonic() + settings.up.ready_timeout_seconds
@@ -556,7 +556,7 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
         reporter.warn(f"reconcile skipped: {e}")
 
 
-def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
+def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
     """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
     from gpuops.agent import agentctl
 
@@ -570,23 +570,23 @@ def _arm(s: Session, ledger, reporter: Reporter, settings: Settings, provider: P
     ledger.event(s.id, EventKind.ARMED)
 
 
-def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
+def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
     """Run bootstrap.py's steps; None when every step passed, else the outcome (bootstrap_failed,
     or ttl when max_hours ran out during it)."""
-    from gpuops.agent.bootstrap_config import RUNNER_DIR, build_plan, run_plan
+    from gpuops.agent.bootstrap_config import RUNNER_DIR, build_bootstrap_plan, run_bootstrap_plan
     from gpuops.catalog import cards
 
     reporter.stage("bootstrap")
     card = next((c for c in cards() if s.offer is not None and c.name == s.offer.card), None)
     volume = s.instance.extra.get("volume_path") if s.instance is not None else None
-    plan = build_plan(settings, card=card, volume_path=volume)
+    plan = build_bootstrap_plan(settings, card=card, volume_path=volume)
     plan.files = [(local, remote) for local, remote in plan.files if remote != RUNNER_DIR]  # shipped by arm
     remaining = s.ttl_deadline - time.time() if s.ttl_deadline is not None else None
     ttl_bound = remaining is not None and remaining < plan.timeout
     if ttl_bound:
         plan.timeout = max(remaining, 0.1)  # type: ignore[type-var]
     try:
-        res = run_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+        res = run_bootstrap_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
     except TimeoutError:
         why = EventKind.TTL if ttl_bound else EventKind.BOOTSTRAP_TIMEOUT
         ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
@@ -602,7 +602,7 @@ def _bootstrap(s: Session, ledger, reporter: Reporter, settings: Settings) -> En
     return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
 
 
-def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReason:
+def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     """Start the job detached, stream its log until it exits or max_hours runs out; the outcome:
     job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl."""
     from gpuops.agent import jobio
@@ -657,7 +657,7 @@ def _job(s: Session, ledger, reporter: Reporter, settings: Settings) -> EndReaso
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
 
 
-def _read_tokens(s: Session) -> int | None:
+def _read_tokens(s: UpRun) -> int | None:
     """Tokens the job wrote to $GPUOPS_METRICS so far (None when the box cannot be read)."""
     try:
         raw = s.box.read_file(f"{META}/metrics.jsonl")  # type: ignore[union-attr]
@@ -666,7 +666,7 @@ def _read_tokens(s: Session) -> int | None:
     return tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else 0
 
 
-def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None:
+def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
     """Book the tokens first (they are the rental's work), then copy results back."""
     box = s.box
     got = _read_tokens(s)
@@ -697,7 +697,7 @@ def _collect(s: Session, ledger, reporter: Reporter, settings: Settings) -> None
     return None
 
 
-def _agent_reason(s: Session) -> EndReason | None:
+def _agent_reason(s: UpRun) -> EndReason | None:
     """The reason the on-box agent destroyed the box (idle, ttl, ...), when it did."""
     if s.box is None:
         return None
@@ -710,7 +710,7 @@ def _agent_reason(s: Session) -> EndReason | None:
     return EndReason.parse((st.get("destroy") or {}).get("reason"))
 
 
-def _adopt_by_label(s: Session, provider: Provider, ledger) -> None:
+def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
     """After a create that failed, was interrupted or raised something not a provider's: the
     instance may exist anyway (the request reached the provider). Find it by its label, book it."""
     for attempt in range(3):
@@ -726,7 +726,7 @@ def _adopt_by_label(s: Session, provider: Provider, ledger) -> None:
     _book_instance(s, ledger, found, "label")
 
 
-def _book_instance(s: Session, ledger, inst: Instance, found_by: str) -> None:
+def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
     """Put an instance the row does not know on the row (id, billing start, price) so the close
     bills it; never raises (the destroy must still happen)."""
     s.instance = inst
@@ -738,7 +738,7 @@ def _book_instance(s: Session, ledger, inst: Instance, found_by: str) -> None:
         pass
 
 
-def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> None:
+def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
     """End the rental through ``gpuops.rental.lifecycle.end_rental``. The reason: one requested on the
     row by someone else (``gpuops down`` from another terminal wins), else the agent's when it
     destroyed the box, else the outcome the stages decided. Tokens the job wrote are booked even
@@ -778,7 +778,7 @@ def _teardown(s: Session, provider: Provider, ledger, reporter: Reporter) -> Non
             pass
 
 
-def summary(s: Session, ledger) -> dict:
+def summary(s: UpRun, ledger) -> dict:
     """The run's summary: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
     tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results)."""
     row = ledger.get(s.id)

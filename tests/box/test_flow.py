@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.bootstrap_config import CONFIG_PATH, build_plan, run_plan
+from gpuops.agent.bootstrap_config import CONFIG_PATH, build_bootstrap_plan, run_bootstrap_plan
 from gpuops.catalog import resolve_cards
 from gpuops.config import Settings, load_settings
 from gpuops.errors import BadInput
@@ -30,7 +30,7 @@ def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
                       secrets=["HF_TOKEN"], weights=["hf://org/model@abc", {"source": "https://h.invalid/w.bin", "sha256": "A" * 64}],
                       commands=["nvidia-smi", "echo hi"], steps=[{"name": "extra", "kind": "run", "command": "true"}])
     card = resolve_cards("h100")[0]
-    plan = build_plan(s, card=card, volume_path="/workspace", environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
+    plan = build_bootstrap_plan(s, card=card, volume_path="/workspace", environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
     steps = plan.config["steps"]
     assert [x["name"] for x in steps] == ["system", "secrets", "deps", "code", "weights:org/model", "weights:w.bin",
                                           "verify", "command 1", "command 2", "extra"]
@@ -47,11 +47,11 @@ def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
 
 def test_plan_refuses_bad_input_before_anything_is_rented(tmp_path):
     with pytest.raises(BadInput, match="HF_TOKEN is not set"):
-        build_plan(settings_with(tmp_path, secrets=["HF_TOKEN"]), environ={})
+        build_bootstrap_plan(settings_with(tmp_path, secrets=["HF_TOKEN"]), environ={})
     with pytest.raises(BadInput, match="requirements file nope.txt not found"):
-        build_plan(settings_with(tmp_path, requirements="nope.txt"), environ={}, base_dir=tmp_path)
+        build_bootstrap_plan(settings_with(tmp_path, requirements="nope.txt"), environ={}, base_dir=tmp_path)
     with pytest.raises(BadInput, match="ref is set but repo is not"):
-        build_plan(settings_with(tmp_path, ref="main"), environ={})
+        build_bootstrap_plan(settings_with(tmp_path, ref="main"), environ={})
     bad = tmp_path / "infra.toml"
     for text, where in (('[bootstrap]\nweights = ["s3://b/m"]\n', "bootstrap.weights.0.source"), ('[job]\nresults = "../up"\n', "job.results"),
                         ('[bootstrap]\nsecrets = ["HF TOKEN"]\n', "bootstrap.secrets"), ('[bootstrap]\nrepoo = "x"\n', "bootstrap.repoo")):
@@ -76,11 +76,11 @@ def test_bootstrap_then_detached_job_over_real_ssh(sshd, make_box, tmp_path, mon
     try:
         s = settings_with(tmp_path, requirements="requirements.txt", wheelhouse=str(wheels), venv=".venv", repo=str(repo), ref="main",
                           secrets=["HF_TOKEN"], weights=[http.url + "/w.bin"], commands=["test -s ~/.cache/huggingface/token"])
-        plan = build_plan(s, card=resolve_cards("h100")[0], environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
+        plan = build_bootstrap_plan(s, card=resolve_cards("h100")[0], environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
         box = make_box(sshd)
         seen: list[dict] = []
         logs: list[str] = []
-        res = run_plan(box, plan, on_step=seen.append, on_line=logs.append)
+        res = run_bootstrap_plan(box, plan, on_step=seen.append, on_line=logs.append)
         assert res.rc == 0, logs
         assert [x["step"] for x in seen] == [x["name"] for x in plan.config["steps"]]
         assert {x["status"] for x in seen} == {"done"}
@@ -90,7 +90,7 @@ def test_bootstrap_then_detached_job_over_real_ssh(sshd, make_box, tmp_path, mon
         assert SECRET not in "\n".join(logs) + json.dumps(seen)
         assert json.loads(box.read_file(CONFIG_PATH))["steps"][0]["kind"] == "system"
         t0 = time.monotonic()
-        again = run_plan(box, plan)
+        again = run_bootstrap_plan(box, plan)
         assert again.rc == 0 and time.monotonic() - t0 < 3
         assert {x["step"]: x["status"] for x in again.steps} == {**{x["name"]: "skipped" for x in plan.config["steps"]}, "system": "done"}
 

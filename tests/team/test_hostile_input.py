@@ -13,7 +13,7 @@ import pytest
 from gpuops.rental.budget import check_budget
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
-from gpuops.rental.launcher import Reporter, UpRequest, plan, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, choose_offer, run_up
 from gpuops.planning.offers import check_delivered, rank, screen
 from gpuops.catalog import cards
 from gpuops.providers.base import Instance, InstanceStatus, Offer, OfferQuery
@@ -84,7 +84,7 @@ def test_gpu_count_4_ranks_only_4_gpu_offers():
             return mixed  # a provider that ignores the GPU count it was asked for
 
     settings = load_settings(None, {})
-    p = plan(UpRequest(job=Path("job.sh"), provider="vast", gpu_count=4, spot=False), Lister(), settings)
+    p = choose_offer(UpRequest(job=Path("job.sh"), provider="vast", gpu_count=4, spot=False), Lister(), settings)
     assert [o.offer_id for o in p.candidates] == ["four"] and len(p.notes) == 2
 
 

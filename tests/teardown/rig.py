@@ -2,7 +2,7 @@
 ``laptop.py``, the stand-in for a `gpuops up` process that tests stop and kill).
 
 Each stage calls what `up` (gpuops.rental.launcher) calls: the provider's create, ``agentctl.arm``, the
-production bootstrap (``bootstrap_config.build_plan`` + ``run_plan``, with ``[bootstrap] commands``)
+production bootstrap (``bootstrap_config.build_bootstrap_plan`` + ``run_bootstrap_plan``, with ``[bootstrap] commands``)
 and ``jobio.start_job``; only the order and the pauses between stages are the test's."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from gpuops.agent import jobio
 from gpuops.agent.agentctl import agent_config, arm, read_status
-from gpuops.agent.bootstrap_config import build_plan, run_plan
+from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_plan
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import CreateSpec, InstanceStatus, OfferQuery
@@ -93,19 +93,19 @@ class Rig:
         self.ledger.event(self.sid, "armed", "")
 
     def bootstrap(self, seconds: float | str, wait: bool = False) -> int | None:
-        """Run the production bootstrap (as `up` does: ``build_plan`` + ``run_plan``) with one
+        """Run the production bootstrap (as `up` does: ``build_bootstrap_plan`` + ``run_bootstrap_plan``) with one
         ``[bootstrap] commands`` step that sleeps ``seconds`` (a number) or runs that command (a
         string, e.g. ``gate(path)``). ``wait``: return its exit status; else it runs in a thread
         and the test goes on while it runs."""
         step = seconds if isinstance(seconds, str) else f"sleep {seconds}"
         settings = load_settings(overrides=dict(self.overrides, bootstrap={"commands": [step]}))
-        plan = build_plan(settings)
+        plan = build_bootstrap_plan(settings)
         if wait:
-            return run_plan(self.box, plan).rc
+            return run_bootstrap_plan(self.box, plan).rc
 
         def run() -> None:
             try:
-                run_plan(self.box, plan)
+                run_bootstrap_plan(self.box, plan)
             except Exception:  # the box was destroyed under it: what the test is about
                 pass
 
