@@ -114,8 +114,9 @@ def run(a, base: Path) -> None:
     print(f"vs the 5-minute target ({TARGET_S:.0f} s): cold {cold_s / TARGET_S:.1%}, warm {warm_s / TARGET_S:.1%} of it")
     wd = next(ln["detail"] for ln in cold if ln.get("step") == "weights")
     from gpuops.planning import sizing as planner
+    from gpuops.planning.models import load_model
 
-    src = planner.load_model(a.model)
+    src = load_model(a.model)
     real = int(src.weights_total_size or planner.plan(src).weights_bytes)
     rate = a.rate_mbps * 1e6 / 8  # bytes/s, the stated cap
     eff = wd["bytes"] / wd["seconds"]  # bytes/s as measured here (start-up, hashing, the stand-in hub's own speed)

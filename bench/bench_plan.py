@@ -17,9 +17,10 @@ import time
 
 def one_pass() -> int:
     from gpuops.planning import sizing as P
+    from gpuops.planning.models import model_catalog
 
     pairs = 0
-    for m in P.model_catalog():
+    for m in model_catalog():
         p = P.plan(m, seq=4096, batch=1)
         pairs += len(p.cards)
     return pairs
@@ -30,12 +31,13 @@ def _figure(row: dict) -> float:
     import json
     from pathlib import Path
 
+    from gpuops.planning import models
     from gpuops.planning import sizing as P
 
     if "config" in row:
         path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
         config = json.loads(path.read_text())
-        model = P.ModelSource(name=row["config"], config=config, source=str(path), stored_dtype=P._stored_dtype(config))
+        model = models.ModelSource(name=row["config"], config=config, source=str(path), stored_dtype=models._stored_dtype(config))
     else:
         model = row["model"]
     p = P.plan(model, card=row["card"], headroom=row["utilization"], seq=row["seq"], dtype=row.get("dtype"),
@@ -54,10 +56,10 @@ def vllm_table() -> None:
         import tomllib
     else:  # pragma: no cover
         import tomli as tomllib
-    from gpuops.planning import sizing as P
+    from gpuops.planning.memory import VLLM_VERSION
 
     rows = tomllib.loads((Path(__file__).with_name("vllm_reference.toml")).read_text())["rows"]
-    print(f"\ngpuops plan --engine vllm (vLLM {P.VLLM_VERSION} defaults) vs vLLM's own figures (ratio target 0.95-1.05)")
+    print(f"\ngpuops plan --engine vllm (vLLM {VLLM_VERSION} defaults) vs vLLM's own figures (ratio target 0.95-1.05)")
     head = f"{'model':<16} {'card':<14} {'util':>4} {'seq':>6}  {'what':<28} {'gpuops':>9} {'vLLM':>9} {'ratio':>6}"
     print(head)
     print("-" * len(head))

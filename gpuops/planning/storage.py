@@ -78,13 +78,14 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     ``usd_per_hour`` / ``usd_per_gb_month`` override the prices. Raises BadInput (bad numbers, a
     model that cannot be read, a card that cannot hold it)."""
     from gpuops.planning import sizing as planner
+    from gpuops.planning.models import load_model
     from gpuops.providers.volumes import RUNPOD_USD_PER_GB_MONTH, runpod_usd_per_month
 
     runs = int(_positive(runs_per_month, "--runs-per-month", "20", integer=True))
     gbps = _positive(download_gbps, "--download-gbps", "1")
     if provider not in ("runpod", "vast"):
         raise BadInput(f"--provider must be runpod or vast, got {provider!r}", "volumes exist on runpod and vast")
-    src = planner.load_model(model)
+    src = load_model(model)
     p = planner.plan(src, dtype=dtype, card=card)
     if src.weights_total_size:
         wbytes, wsrc = int(src.weights_total_size), f"checkpoint ({src.stored_dtype or 'stored dtype'}), as downloaded"

@@ -31,6 +31,8 @@ def plan_command(
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
     exit code (0). Raises BadInput (exit 2) for bad input."""
     from gpuops.planning import sizing as P
+    from gpuops.planning.models import model_catalog
+    from gpuops.planning.quant import quantization
     from gpuops.views.progress import waiting
 
     if model.strip().lower() == LIST_MODELS:
@@ -40,7 +42,7 @@ def plan_command(
                 engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
     if model.strip().lower() == ALL_MODELS:
         with waiting("planning every built-in model on every card"):
-            plans = [P.plan(m, **{**args, "dtype": None} if P.quantization(m.config) else args) for m in P.model_catalog()]
+            plans = [P.plan(m, **{**args, "dtype": None} if quantization(m.config) else args) for m in model_catalog()]
         _emit([p.as_json() for p in plans], fmt, lambda: render_matrix(plans))
         return 0
     with waiting(f"sizing {model} (a Hugging Face repo id is read from the hub)"):
@@ -101,17 +103,18 @@ def _usd(v: float | None) -> str:
 
 def memory_rows(p) -> list[tuple[str, str, str, str]]:
     """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
-    from gpuops.planning import sizing as P
+    from gpuops.planning.memory import TRAIN_BYTES_PER_PARAM, VLLM_BLOCK_SIZE, VLLM_SAMPLER_BYTES_PER_LOGIT, vllm_batch_defaults
+    from gpuops.planning.quant import KV_DTYPE_BYTES
 
     a = p.arch
     bd = a.breakdown
     parts = " + ".join(f"{k} {_n(v)}" for k, v in bd.items() if v)
     rows = [("params", _n(p.params), "", f"{parts}" + (f"; active per token {_n(p.active_params)}" if p.active_params != p.params else ""))]
     if p.mode == "train":
-        rows.append(("weights+grads+Adam", _gb(p.weights_bytes), _gib(p.weights_bytes), f"{_n(p.params)} params x {P.TRAIN_BYTES_PER_PARAM} B (bf16 w 2 + g 2, fp32 master 4 + m 4 + v 4)"))
+        rows.append(("weights+grads+Adam", _gb(p.weights_bytes), _gib(p.weights_bytes), f"{_n(p.params)} params x {TRAIN_BYTES_PER_PARAM} B (bf16 w 2 + g 2, fp32 master 4 + m 4 + v 4)"))
     else:
         rows.append(("weights", _gb(p.weights_bytes), _gib(p.weights_bytes), p.weights_source + (" [UNVERIFIED]" if p.unverified else "")))
-        kvb = P.KV_DTYPE_BYTES[p.kv_dtype]
+        kvb = KV_DTYPE_BYTES[p.kv_dtype]
         if a.mla:
             f = f"{a.layers} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
         else:
@@ -121,15 +124,15 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
         wnote = f"; {win} of {a.layers} layers keep <= {max(w for w in a.layer_window if w)} tokens (sliding window)" if win else ""
         if p.engine == "vllm":
             rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes),
-                         f"batch {p.batch} x one request of {p.seq} tokens in blocks of {P.VLLM_BLOCK_SIZE}{wnote}"
+                         f"batch {p.batch} x one request of {p.seq} tokens in blocks of {VLLM_BLOCK_SIZE}{wnote}"
                          + (" (admitted at min(window - 1 + max_num_batched_tokens, seq) + 1 block)" if win else "")))
         else:
             rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes), f"KV/token x batch {p.batch} x seq {p.seq}{wnote}"))
     if p.engine == "vllm":
-        ref = P.vllm_batch_defaults(p.cards[0].card) if len(p.cards) == 1 else (2048, 256)
+        ref = vllm_batch_defaults(p.cards[0].card) if len(p.cards) == 1 else (2048, 256)
         mnbt, mns = p.max_num_batched_tokens or ref[0], max(p.max_num_seqs or ref[1], p.batch)
         rows.append(("activation peak / GPU", _gb(p.activation_bytes), _gib(p.activation_bytes),
-                     f"profiling run: {mnbt:,} tokens x (3 x {a.act_width:,} / TP + 4 x {a.hidden:,}) x 2 B + {mns} seqs x vocab {a.vocab:,} x {P.VLLM_SAMPLER_BYTES_PER_LOGIT} B"
+                     f"profiling run: {mnbt:,} tokens x (3 x {a.act_width:,} / TP + 4 x {a.hidden:,}) x 2 B + {mns} seqs x vocab {a.vocab:,} x {VLLM_SAMPLER_BYTES_PER_LOGIT} B"
                      + ("" if len(p.cards) == 1 else " (defaults of most cards; >= 70 GiB cards but the A100: 8192 tokens, 1024 seqs)")))
         rows.append(("non-torch / GPU", _gb(p.overhead_bytes), _gib(p.overhead_bytes),
                      "0.25 GiB" + (" + NCCL 1.85 GiB (TP >= 2)" if p.gpu_count > 1 else " (one GPU, no NCCL)")))
@@ -155,13 +158,13 @@ def render(p, console=None) -> None:
     """Print the memory breakdown and the per-card table of one plan, and (vllm) the engine command."""
     from rich.text import Text
 
-    from gpuops.planning import sizing as P
+    from gpuops.planning.memory import VLLM_VERSION
     from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     con = console or _console()
     kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
     con.print(f"[bold]{p.model}[/] ({p.arch.family}; {p.source})")
-    eng = {"vllm": f"engine vllm {P.VLLM_VERSION} (V1) defaults, gpu_memory_utilization {p.headroom:g}",
+    eng = {"vllm": f"engine vllm {VLLM_VERSION} (V1) defaults, gpu_memory_utilization {p.headroom:g}",
            "hf": f"engine hf (transformers generate), headroom {p.headroom:.0%}", "train": f"engine train, headroom {p.headroom:.0%}"}[p.engine]
     q = f" ({p.quant.label})" if p.quant is not None else ""
     con.print(f"{p.mode}: {p.dtype} weights{q}{kv}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s); {eng}")
@@ -237,12 +240,13 @@ def render_catalog(fmt: str = "table", console=None) -> None:
     """The built-in models (name, family, params, context, source) and cards (VRAM, bandwidth, TFLOP/s)."""
     from gpuops.views.tables import ID, NAME, TEXT, Col, print_table
 
-    from gpuops.planning import sizing as P
+    from gpuops.planning.architecture import architecture
+    from gpuops.planning.models import model_catalog
     from gpuops.catalog import cards
 
     models = []
-    for m in P.model_catalog():
-        a = P.architecture(m.config)
+    for m in model_catalog():
+        a = architecture(m.config)
         models.append({"name": m.name, "family": a.family, "params": a.params, "active_params": a.active_params,
                        "context": a.max_context, "source": m.source})
     card_rows = [{"card": c.name, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,

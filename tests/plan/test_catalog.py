@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.planning import sizing as P
+from gpuops.planning.architecture import architecture
+from gpuops.planning.models import builtin_model
 from gpuops.catalog import cards, resolve_cards
 from gpuops.errors import BadInput
 
@@ -63,24 +64,24 @@ def test_family_and_card_aliases():
 
 @pytest.mark.parametrize("name", ISSUE_MODELS)
 def test_builtin_model_counts_to_its_published_size(name):
-    m = P.builtin_model(name)
+    m = builtin_model(name)
     assert m is not None and m.source.startswith("https://huggingface.co/")
-    a = P.architecture(m.config)
+    a = architecture(m.config)
     assert a.params == m.params_published
 
 
 def test_moe_active_params():
-    mix = P.architecture(P.builtin_model("mixtral-8x7b").config)
+    mix = architecture(builtin_model("mixtral-8x7b").config)
     assert mix.params == 46_702_792_704 and mix.active_params == 12_879_925_248  # "12.9B active"
-    ds = P.architecture(P.builtin_model("deepseek-v3").config)
+    ds = architecture(builtin_model("deepseek-v3").config)
     assert ds.params == 671_026_419_200 and round(ds.active_params / 1e9) == 38  # DeepSeek: "37B activated"
     assert ds.mla and ds.layer_kv_elems[0] == 512 + 64
 
 
 def test_model_aliases_resolve():
-    assert P.builtin_model("meta-llama/Meta-Llama-3-8B").name == "llama-3-8b"
-    assert P.builtin_model("Llama-2-7B").name == "llama-2-7b"
-    assert P.builtin_model("no-such") is None
+    assert builtin_model("meta-llama/Meta-Llama-3-8B").name == "llama-3-8b"
+    assert builtin_model("Llama-2-7B").name == "llama-2-7b"
+    assert builtin_model("no-such") is None
 
 
 def test_vast_a100_pcie_offers_map_by_their_memory():

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.planning import sizing as P
+from gpuops.planning.models import load_model
 from gpuops.errors import BadInput
 from tests.conftest import gpuops_cmd
 from tests.support.hfhub import HubServer, safetensors_file
@@ -54,7 +55,7 @@ def hub(tmp_path, monkeypatch):
 
 def test_safetensors_headers_give_the_stored_bytes_without_downloading_weights(hub):
     hub.add_repo("someorg/llama-3-8b-awq", awq_shards())
-    m = P.load_model("someorg/llama-3-8b-awq")
+    m = load_model("someorg/llama-3-8b-awq")
     assert m.weights_size_source == "safetensors headers" and m.params_by_dtype["I32"] > 0
     assert m.weights_total_size == 5_727_854_592  # the headers add up to what the index says
     p = P.plan(m, card="rtx-4090")
@@ -76,7 +77,7 @@ def test_single_file_repo_and_unknown_family_is_verified_by_the_headers(hub):
 
 def test_missing_repo_is_bad_input(hub):
     with pytest.raises(BadInput, match="not found"):
-        P.load_model("someorg/nothing-here")
+        load_model("someorg/nothing-here")
 
 
 def test_cli_plan_against_the_stand_in_hub(hub, cli_env, tmp_path):

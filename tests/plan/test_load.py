@@ -7,6 +7,9 @@ import json
 import pytest
 
 from gpuops.planning import sizing as P
+from gpuops.planning import models
+from gpuops.planning.architecture import architecture
+from gpuops.planning.models import load_model
 from gpuops.errors import BadInput
 
 CFG = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22, "num_attention_heads": 32,
@@ -14,21 +17,21 @@ CFG = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22, "num
 
 
 def test_builtin_case_insensitive_and_alias():
-    assert P.load_model("TinyLlama-1.1B").name == "tinyllama-1.1b"
-    assert P.load_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0").name == "tinyllama-1.1b"
+    assert load_model("TinyLlama-1.1B").name == "tinyllama-1.1b"
+    assert load_model("TinyLlama/TinyLlama-1.1B-Chat-v1.0").name == "tinyllama-1.1b"
 
 
 def test_config_file_and_directory(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CFG))
     for arg in (str(tmp_path / "config.json"), str(tmp_path)):
-        m = P.load_model(arg)
-        assert P.architecture(m.config).params == 1_100_048_384 and m.weights_total_size is None
+        m = load_model(arg)
+        assert architecture(m.config).params == 1_100_048_384 and m.weights_total_size is None
 
 
 def test_index_beside_a_config_file(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CFG))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2_200_119_296}}))
-    m = P.load_model(str(tmp_path / "config.json"))
+    m = load_model(str(tmp_path / "config.json"))
     assert m.weights_total_size == 2_200_119_296 and m.stored_dtype == "bf16"
 
 
@@ -40,13 +43,13 @@ def test_index_beside_a_config_file(tmp_path):
 def test_bad_files(tmp_path, write, match):
     write(tmp_path)
     with pytest.raises(BadInput, match=match):
-        P.load_model(str(tmp_path))
+        load_model(str(tmp_path))
 
 
 def test_index_without_total_size_falls_back_to_the_shapes(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(CFG))
     (tmp_path / "model.safetensors.index.json").write_text('{"metadata": {}, "weight_map": {}}')
-    m = P.load_model(str(tmp_path))
+    m = load_model(str(tmp_path))
     assert m.weights_total_size is None
     p = P.plan(m, card="t4")
     assert p.weights_bytes == 2 * 1_100_048_384 and p.weights_source.startswith("shapes")
@@ -54,11 +57,11 @@ def test_index_without_total_size_falls_back_to_the_shapes(tmp_path):
 
 def test_missing_path_and_unknown_name():
     with pytest.raises(BadInput, match="not found"):
-        P.load_model("./nope/config.json")
+        load_model("./nope/config.json")
     with pytest.raises(BadInput, match="did you mean llama-3-8b"):
-        P.load_model("llama-3-8c")
+        load_model("llama-3-8c")
     with pytest.raises(BadInput, match="--model is empty"):
-        P.load_model(" ")
+        load_model(" ")
 
 
 class FakeHub:
@@ -82,17 +85,17 @@ class FakeHub:
 
 def test_hf_repo_config_and_index(tmp_path, monkeypatch):
     hub = FakeHub(tmp_path, {"config.json": CFG, "model.safetensors.index.json": {"metadata": {"total_size": 2_200_119_296}}})
-    monkeypatch.setattr(P, "_hf_download", hub)
-    monkeypatch.setattr(P, "_hf_safetensors_counts", lambda repo_id: None)  # headers: tests/plan/test_hub.py
-    m = P.load_model("someorg/tiny-model")
+    monkeypatch.setattr(models, "_hf_download", hub)
+    monkeypatch.setattr(models, "_hf_safetensors_counts", lambda repo_id: None)  # headers: tests/plan/test_hub.py
+    m = load_model("someorg/tiny-model")
     assert m.name == "someorg/tiny-model" and m.weights_total_size == 2_200_119_296
     assert hub.calls == [("someorg/tiny-model", "config.json"), ("someorg/tiny-model", "model.safetensors.index.json")]
 
 
 def test_hf_repo_without_index_falls_back_to_shapes(tmp_path, monkeypatch):
-    monkeypatch.setattr(P, "_hf_download", FakeHub(tmp_path, {"config.json": CFG}))
-    monkeypatch.setattr(P, "_hf_safetensors_counts", lambda repo_id: None)
-    assert P.load_model("someorg/tiny-model").weights_total_size is None
+    monkeypatch.setattr(models, "_hf_download", FakeHub(tmp_path, {"config.json": CFG}))
+    monkeypatch.setattr(models, "_hf_safetensors_counts", lambda repo_id: None)
+    assert load_model("someorg/tiny-model").weights_total_size is None
 
 
 def _err(name, msg):
@@ -113,7 +116,7 @@ def _err(name, msg):
     ("LocalEntryNotFoundError", "offline"),
 ])
 def test_hf_errors_say_pass_a_local_config(tmp_path, monkeypatch, err, match):
-    monkeypatch.setattr(P, "_hf_download", FakeHub(tmp_path, error=_err(err, "boom")))
+    monkeypatch.setattr(models, "_hf_download", FakeHub(tmp_path, error=_err(err, "boom")))
     with pytest.raises(BadInput, match=match) as e:
-        P.load_model("meta-llama/Some-Gated-Model")
+        load_model("meta-llama/Some-Gated-Model")
     assert "config.json" in str(e.value)

@@ -7,6 +7,10 @@ import dataclasses
 import pytest
 
 from gpuops.planning import sizing as P
+from gpuops.planning.architecture import architecture
+from gpuops.planning.memory import FRAMEWORK_OVERHEAD_BYTES, dollars_per_mtoken, request_kv_bytes
+from gpuops.planning.models import ModelSource, builtin_model
+from gpuops.planning.quant import norm_dtype
 from gpuops.errors import BadInput
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
@@ -16,7 +20,7 @@ LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "n
 
 
 def src(cfg, name="test"):
-    return P.ModelSource(name=name, config=cfg, source="test")
+    return ModelSource(name=name, config=cfg, source="test")
 
 
 def test_sliding_window_caps_every_mistral_layer():
@@ -29,11 +33,11 @@ def test_sliding_window_caps_every_mistral_layer():
     v = P.plan("mistral-7b", seq=32768, card=A100)
     assert v.cards[0].max_num_batched_tokens == 2048
     assert v.cards[0].per_request_bytes == 128 * KIB * 16 * 385 == v.kv_cache_bytes
-    assert P.request_kv_bytes(v.arch, "bf16", 1000, 2048) == 128 * KIB * 16 * (63 + 1)  # short request: its own blocks + 1
+    assert request_kv_bytes(v.arch, "bf16", 1000, 2048) == 128 * KIB * 16 * (63 + 1)  # short request: its own blocks + 1
 
 
 def test_gemma2_alternates_local_and_global_layers():
-    a = P.architecture(P.builtin_model("gemma-2-9b").config)
+    a = architecture(builtin_model("gemma-2-9b").config)
     assert a.head_dim == 256 and sum(1 for w in a.layer_window if w == 4096) == 21  # even layers are local
     per_layer = 2 * 8 * 256 * 2
     p = P.plan("gemma-2-9b", seq=8192, card=A100, engine="hf")
@@ -41,16 +45,16 @@ def test_gemma2_alternates_local_and_global_layers():
 
 
 def test_qwen_sliding_window_off_unless_use_sliding_window():
-    cfg = P.builtin_model("qwen2.5-7b").config
-    assert all(w is None for w in P.architecture(cfg).layer_window)
-    on = P.architecture({**cfg, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20})
+    cfg = builtin_model("qwen2.5-7b").config
+    assert all(w is None for w in architecture(cfg).layer_window)
+    on = architecture({**cfg, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20})
     assert on.layer_window[:20] == (None,) * 20 and on.layer_window[20:] == (4096,) * 8
 
 
 def test_layer_types_list_wins():
     cfg = {**LLAMA, "num_hidden_layers": 4, "sliding_window": 1024,
            "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
-    assert P.architecture(cfg).layer_window == (1024, None, 1024, None)
+    assert architecture(cfg).layer_window == (1024, None, 1024, None)
 
 
 def test_mla_cache_is_the_compressed_latent():
@@ -63,8 +67,8 @@ def test_mla_cache_is_the_compressed_latent():
 def test_tensor_parallel_splits_weights_and_kv_by_head():
     one = P.plan("llama-3-70b", card=A100, seq=8192, engine="hf")
     two = P.plan("llama-3-70b", card=A100, seq=8192, gpu_count=2, engine="hf")
-    assert two.per_gpu_bytes() == pytest.approx((one.per_gpu_bytes() - P.FRAMEWORK_OVERHEAD_BYTES) / 2 + P.FRAMEWORK_OVERHEAD_BYTES, abs=2)
-    assert two.total_bytes == one.total_bytes + P.FRAMEWORK_OVERHEAD_BYTES  # overhead is replicated
+    assert two.per_gpu_bytes() == pytest.approx((one.per_gpu_bytes() - FRAMEWORK_OVERHEAD_BYTES) / 2 + FRAMEWORK_OVERHEAD_BYTES, abs=2)
+    assert two.total_bytes == one.total_bytes + FRAMEWORK_OVERHEAD_BYTES  # overhead is replicated
     # 16 GPUs but only 8 KV heads: the cache splits 8 ways and is replicated beyond
     sixteen = P.plan("llama-3-70b", card=A100, seq=8192, gpu_count=16, engine="hf")
     kv_per_gpu = P.per_gpu_bytes(sixteen, 1) - P.per_gpu_bytes(sixteen, 0) - sixteen.activation_bytes / 16
@@ -81,7 +85,7 @@ def test_dtype_bytes_and_int4_overhead():
     rest = n - linear
     for dt, b in (("fp8", 1), ("int8", 1), ("int4", 0.5 + 2.5 / 128)):
         assert P.plan("llama-2-7b", card=A100, dtype=dt).weights_bytes == pytest.approx(linear * b + rest * 2, abs=4), dt
-    assert P.norm_dtype("bfloat16") == "bf16" and P.norm_dtype("FP16") == "fp16"
+    assert norm_dtype("bfloat16") == "bf16" and norm_dtype("FP16") == "fp16"
 
 
 def test_kv_dtype_auto_is_the_model_dtype_fp8_only_when_asked():
@@ -140,7 +144,7 @@ def test_usd_per_mtoken_formula_and_batching_lever():
     assert c.usd_per_mtoken["ceiling"] == pytest.approx(1.49 / (c.decode_tok_s * 3600) * 1e6)
     assert c.usd_per_mtoken["batch_1"] >= c.usd_per_mtoken["ceiling"]  # batch 1 also reads its KV
     assert c.usd_per_mtoken["max_batch"] < c.usd_per_mtoken["batch_1"] / 10  # batching is the lever on the bill
-    assert P.dollars_per_mtoken(3.6, 1000) == pytest.approx(1.0)
+    assert dollars_per_mtoken(3.6, 1000) == pytest.approx(1.0)
 
 
 def test_safetensors_index_total_size_wins(tmp_path):
@@ -156,7 +160,7 @@ def test_safetensors_index_total_size_wins(tmp_path):
 
 
 def test_text_config_of_multimodal_configs():
-    a = P.architecture({"model_type": "llava", "text_config": LLAMA})
+    a = architecture({"model_type": "llava", "text_config": LLAMA})
     assert a.params == 8_030_261_248
 
 
@@ -168,43 +172,43 @@ def test_unknown_family_with_base_keys_is_counted_and_says_so():
 
 def test_explicit_head_dim_is_used():
     cfg = {**LLAMA, "head_dim": 256}
-    a = P.architecture(cfg)
+    a = architecture(cfg)
     assert a.head_dim == 256 and a.breakdown["attention"] == 32 * (2 * 4096 * 32 * 256 + 2 * 4096 * 8 * 256)
 
 
 def test_kv_heads_default_to_attention_heads():
     cfg = {k: v for k, v in LLAMA.items() if k != "num_key_value_heads"}
-    assert P.architecture(cfg).kv_heads == 32
+    assert architecture(cfg).kv_heads == 32
 
 
 def test_qwen_biases_counted():
-    a = P.architecture(P.builtin_model("qwen2.5-7b").config)
-    no_bias = P.architecture({**P.builtin_model("qwen2.5-7b").config, "model_type": "llama"})
+    a = architecture(builtin_model("qwen2.5-7b").config)
+    no_bias = architecture({**builtin_model("qwen2.5-7b").config, "model_type": "llama"})
     assert a.params - no_bias.params == 28 * (3584 + 2 * 512)
 
 
 # -- bad input ------------------------------------------------------------------------------------
 def test_missing_keys_are_named():
     with pytest.raises(BadInput, match="lacks intermediate_size, vocab_size"):
-        P.architecture({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32})
+        architecture({"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32})
 
 
 def test_unknown_family_without_keys_names_them():
     with pytest.raises(BadInput, match=r"gpt2.*lacks hidden_size, num_hidden_layers, num_attention_heads, intermediate_size"):
-        P.architecture({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257})
+        architecture({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257})
 
 
 def test_deepseek_without_mla_keys_names_them():
-    cfg = {k: v for k, v in P.builtin_model("deepseek-v3").config.items() if k not in ("kv_lora_rank", "v_head_dim")}
+    cfg = {k: v for k, v in builtin_model("deepseek-v3").config.items() if k not in ("kv_lora_rank", "v_head_dim")}
     with pytest.raises(BadInput, match="lacks kv_lora_rank, v_head_dim"):
-        P.architecture(cfg)
+        architecture(cfg)
 
 
 @pytest.mark.parametrize("bad", ["4096x", 0, -1, 40.5, True, None])
 def test_non_numeric_or_zero_sizes(bad):
     cfg = {**LLAMA, "hidden_size": bad}
     with pytest.raises(BadInput, match="hidden_size"):
-        P.architecture(cfg)
+        architecture(cfg)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -231,7 +235,7 @@ def test_seq_beyond_context_warns_not_refuses():
 
 def test_heads_not_dividing():
     with pytest.raises(BadInput, match="not a multiple"):
-        P.architecture({**LLAMA, "num_attention_heads": 30, "num_key_value_heads": 8, "head_dim": 128})
+        architecture({**LLAMA, "num_attention_heads": 30, "num_key_value_heads": 8, "head_dim": 128})
 
 
 def test_fit_advice_says_how_much_and_what_fits():
@@ -259,8 +263,8 @@ def test_bf16_on_a_card_without_bf16_warns():
 
 
 def test_attention_bias_key_adds_q_k_v_o_biases():
-    a = P.architecture(LLAMA)
-    b = P.architecture({**LLAMA, "attention_bias": True})
+    a = architecture(LLAMA)
+    b = architecture({**LLAMA, "attention_bias": True})
     assert b.params - a.params == 32 * (4096 + 2 * 1024 + 4096)
 
 

@@ -19,6 +19,10 @@ import dataclasses
 import pytest
 
 from gpuops.planning import sizing as P
+from gpuops.planning.architecture import architecture
+from gpuops.planning.memory import TRAIN_BYTES_PER_PARAM, kv_bytes_per_token, max_batch_for
+from gpuops.planning.models import builtin_model
+from gpuops.planning.quant import DTYPE_BYTES
 from gpuops.catalog import card_by_name
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
@@ -43,7 +47,7 @@ def test_s001_llama2_7b_params_6_74b():
 
 
 def test_s001_llama2_7b_param_breakdown_table():
-    a = P.architecture(P.builtin_model("llama-2-7b").config)
+    a = architecture(builtin_model("llama-2-7b").config)
     assert a.breakdown["embeddings"] == a.breakdown["lm_head"] == 131_072_000  # 131.1M each
     assert a.breakdown["attention"] // 32 == 67_108_864  # 4 x 4096 x 4096 = 67.1M per layer
     assert a.breakdown["mlp"] // 32 == 135_266_304  # 3 x 4096 x 11008 = 135.3M per layer
@@ -129,8 +133,8 @@ def test_s001_h100_ridge_295_and_7b_at_248_tok_s():
 def test_s001_self_test_1_gqa_vs_mha_kv():
     cfg = {"model_type": "llama", "hidden_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 48,
            "num_key_value_heads": 8, "intermediate_size": 16384, "vocab_size": 32000}
-    gqa = P.kv_bytes_per_token(P.architecture(cfg), "fp16")
-    mha = P.kv_bytes_per_token(P.architecture({**cfg, "num_key_value_heads": 48}), "fp16")
+    gqa = kv_bytes_per_token(architecture(cfg), "fp16")
+    mha = kv_bytes_per_token(architecture({**cfg, "num_key_value_heads": 48}), "fp16")
     assert gqa == 192 * KIB and mha == 1152 * KIB and mha // gqa == 6
 
 
@@ -177,18 +181,18 @@ def test_s003_q3_70b_kv_cache_gqa_vs_mha():
     assert p.kv_bytes_per_token == 320 * KIB  # seed: 320 KB / token
     assert p.kv_bytes_per_token * 8192 == int(2.5 * GIB)  # seed "2.62 GB" = 2,621,440 KiB read as GB
     assert p.kv_cache_bytes == 40 * GIB  # seed "42 GB" (2.62 x 16); exactly 42.9e9 B = 40 GiB
-    mha = dataclasses.replace(P.builtin_model("llama-3-70b"), config={**P.builtin_model("llama-3-70b").config, "num_key_value_heads": 64})
+    mha = dataclasses.replace(builtin_model("llama-3-70b"), config={**builtin_model("llama-3-70b").config, "num_key_value_heads": 64})
     pm = P.plan(mha, engine="hf", card=A100, batch=16, seq=8192)
     assert pm.kv_cache_bytes == 8 * p.kv_cache_bytes == 320 * GIB  # seed "336 GB"
 
 
 def test_s003_q4_max_batch_int4_weights_fp8_kv():
     per_tok = 2 * 32 * 8 * 128  # elements: 32 layers, GQA-8, head_dim 128
-    a = P.max_batch_for(80 * GB * 0.9, 14 * GB, per_tok * 2 * 4096)
-    b = P.max_batch_for(80 * GB * 0.9, 3.5 * GB, per_tok * 1 * 4096)
+    a = max_batch_for(80 * GB * 0.9, 14 * GB, per_tok * 2 * 4096)
+    b = max_batch_for(80 * GB * 0.9, 3.5 * GB, per_tok * 1 * 4096)
     assert (a, b) == (108, 255)  # seed: 108 and 255, 2.4x
-    assert P.max_batch_for(80 * GB * 0.9, 3.5 * GB, per_tok * 2 * 4096) == 127  # seed "~128" (rounds 127.6 up)
-    assert P.max_batch_for(80 * GB * 0.9, 14 * GB, per_tok * 1 * 4096) == 216
+    assert max_batch_for(80 * GB * 0.9, 3.5 * GB, per_tok * 2 * 4096) == 127  # seed "~128" (rounds 127.6 up)
+    assert max_batch_for(80 * GB * 0.9, 14 * GB, per_tok * 1 * 4096) == 216
     # the same lever in the planner (Llama-3-8B has this attention shape): int4 + fp8 KV buys >2x the batch
     base = P.plan("llama-3-8b", engine="hf", card=A100, dtype="bf16", seq=4096).cards[0].max_batch
     quant = P.plan("llama-3-8b", engine="hf", card=A100, dtype="int4", kv_dtype="fp8", seq=4096).cards[0].max_batch
@@ -232,17 +236,17 @@ def test_s003_q8_decode_ceilings_70b():
 def test_s003_q10_14b_quantized_memory():
     cfg = {"model_type": "llama", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
            "num_key_value_heads": 8, "intermediate_size": 17920, "vocab_size": 100352}
-    a = P.architecture(cfg)
-    assert P.kv_bytes_per_token(a, "fp16") == 160 * KIB  # seed: 2 x 40 x 8 x 128 x 2 = 160 KB
+    a = architecture(cfg)
+    assert kv_bytes_per_token(a, "fp16") == 160 * KIB  # seed: 2 x 40 x 8 x 128 x 2 = 160 KB
     # seed: (80 x 0.9 - 7) / 0.655 = 99 concurrent; 160 KiB x 4096 is 0.671e9 B (the seed reads
     # 655,360 KiB as 0.655 GB), so in bytes the same budget holds 96.
-    assert P.max_batch_for(72 * GB, 7 * GB, 0.655 * GB) == 99
-    assert P.max_batch_for(72 * GB, 7 * GB, 160 * KIB * 4096) == 96
-    assert P.max_batch_for(72 * GB, 7 * GB, 80 * KIB * 4096) == 193  # fp8 KV: seed "~198" (2 x 99)
+    assert max_batch_for(72 * GB, 7 * GB, 0.655 * GB) == 99
+    assert max_batch_for(72 * GB, 7 * GB, 160 * KIB * 4096) == 96
+    assert max_batch_for(72 * GB, 7 * GB, 80 * KIB * 4096) == 193  # fp8 KV: seed "~198" (2 x 99)
     # (a)-(c): fp16 28 GB, training 16 x 14 = 224 GB, int8 14 GB, int4 7 GB (+ scales: 7.2 GB) for 14e9 params
     n = 14e9
-    assert n * P.DTYPE_BYTES["fp16"] == 28 * GB and n * P.TRAIN_BYTES_PER_PARAM == 224 * GB
-    assert n * P.DTYPE_BYTES["int8"] == 14 * GB and n * P.DTYPE_BYTES["int4"] == pytest.approx(7 * GB, rel=0.04)
+    assert n * DTYPE_BYTES["fp16"] == 28 * GB and n * TRAIN_BYTES_PER_PARAM == 224 * GB
+    assert n * DTYPE_BYTES["int8"] == 14 * GB and n * DTYPE_BYTES["int4"] == pytest.approx(7 * GB, rel=0.04)
 
 
 def test_s003_q6_prefill_vs_decode_step():
@@ -263,6 +267,6 @@ def test_field_notes_llama3_8b_8k_is_1_gib_kv():
 def test_field_notes_llama31_70b_32k_is_10_gib_kv_80_if_mha():
     p = P.plan("llama-3.1-70b", engine="hf", seq=32768, card=A100)
     assert p.kv_bytes_per_token == 320 * KIB and p.kv_cache_bytes == 10 * GIB
-    src = P.builtin_model("llama-3.1-70b")
+    src = builtin_model("llama-3.1-70b")
     mha = P.plan(dataclasses.replace(src, config={**src.config, "num_key_value_heads": 64}), engine="hf", seq=32768, card=A100)
     assert mha.kv_cache_bytes == 80 * GIB

@@ -24,6 +24,11 @@ from pathlib import Path
 import pytest
 
 from gpuops.planning import sizing as P
+from gpuops.planning.architecture import architecture
+from gpuops.planning.memory import FRAMEWORK_OVERHEAD_BYTES, kv_bytes_per_token
+from gpuops.planning import models
+from gpuops.planning.models import ModelSource, builtin_model
+from gpuops.planning.quant import quantization
 from gpuops.errors import BadInput
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
@@ -34,9 +39,9 @@ def cfg(name: str) -> dict:
     return json.loads((DATA / f"{name}.config.json").read_text())
 
 
-def src(name: str, **kw) -> P.ModelSource:
+def src(name: str, **kw) -> ModelSource:
     c = cfg(name)
-    return P.ModelSource(name=name, config=c, source=str(DATA / f"{name}.config.json"), stored_dtype=P._stored_dtype(c), **kw)
+    return ModelSource(name=name, config=c, source=str(DATA / f"{name}.config.json"), stored_dtype=models._stored_dtype(c), **kw)
 
 
 def one(model, card, **kw):
@@ -78,7 +83,7 @@ def test_llama31_8b_fp8_weights_8_49_gib():
 
 # -- the issue's table, as regression tests ---------------------------------------------------------
 def test_qwen3_30b_a3b_moe_is_30_5b_params_and_fits_no_small_card():
-    a = P.architecture(cfg("qwen3-30b-a3b"))
+    a = architecture(cfg("qwen3-30b-a3b"))
     assert a.params == 30_532_122_624 and a.experts == 128 and a.experts_per_tok == 8  # published 30.5B, "A3B": 3.3B active
     assert a.active_params / 1e9 == pytest.approx(3.3, abs=0.1)
     p = P.plan(src("qwen3-30b-a3b"))
@@ -90,21 +95,21 @@ def test_qwen3_30b_a3b_moe_is_30_5b_params_and_fits_no_small_card():
 @pytest.mark.parametrize("key", ["num_experts", "num_local_experts", "n_routed_experts"])
 def test_moe_detected_from_any_expert_key(key):
     base = {k: v for k, v in cfg("qwen3-30b-a3b").items() if k != "num_experts"}
-    a = P.architecture({**base, "model_type": "somenew_moe", key: 128})
+    a = architecture({**base, "model_type": "somenew_moe", key: 128})
     # counted as a llama-style decoder: everything but Qwen3's per-head q/k norms (48 x 2 x 128)
     assert a.experts == 128 and a.params == 30_532_122_624 - 48 * 2 * 128 and not a.known
 
 
 def test_moe_layout_keys_first_k_dense_sparse_step_mlp_only_shared():
     c = cfg("qwen3-30b-a3b")
-    dense_first = P.architecture({**c, "first_k_dense_replace": 2})
-    every_other = P.architecture({**c, "decoder_sparse_step": 2})
-    only = P.architecture({**c, "mlp_only_layers": [0, 1]})
+    dense_first = architecture({**c, "first_k_dense_replace": 2})
+    every_other = architecture({**c, "decoder_sparse_step": 2})
+    only = architecture({**c, "mlp_only_layers": [0, 1]})
     per_moe_layer = 128 * 3 * 2048 * 768
     assert dense_first.expert_params == 46 * per_moe_layer == only.expert_params
     assert every_other.expert_params == 24 * per_moe_layer
     assert dense_first.breakdown["mlp"] == 2 * 3 * 2048 * 6144  # dense layers use intermediate_size
-    shared = P.architecture({**c, "shared_expert_intermediate_size": 5632})  # Qwen2-MoE style, with its sigmoid gate
+    shared = architecture({**c, "shared_expert_intermediate_size": 5632})  # Qwen2-MoE style, with its sigmoid gate
     assert shared.breakdown["mlp"] == 48 * 3 * 2048 * 5632 and shared.breakdown["router"] == 48 * (2048 * 128 + 2048)
 
 
@@ -167,10 +172,10 @@ def test_gemma2_9b_sliding_window_admission():
 
 
 def test_gemma3_1b_text_config_and_one_global_layer_in_six():
-    a = P.architecture(cfg("gemma-3-1b-it"))
+    a = architecture(cfg("gemma-3-1b-it"))
     assert a.params == 999_885_952  # published
     assert [i for i, w in enumerate(a.layer_window) if w is None] == [5, 11, 17, 23]
-    assert P.kv_bytes_per_token(a, "bf16") == 26 * 2 * 1 * 256 * 2
+    assert kv_bytes_per_token(a, "bf16") == 26 * 2 * 1 * 256 * 2
     _, c = one(src("gemma-3-1b-it"), "l4", seq=32768)
     local = -(-(512 - 1 + 2048) // 16) + 1  # 161 blocks
     assert c.per_request_bytes == 1024 * 16 * (4 * 2048 + 22 * local)
@@ -179,7 +184,7 @@ def test_gemma3_1b_text_config_and_one_global_layer_in_six():
 @pytest.mark.parametrize("name,params", [("gemma-3-4b-it", 4_300_079_472), ("gemma-3-12b-it", 12_187_325_040),
                                          ("gemma-3-27b-it", 27_432_406_640)])
 def test_gemma3_multimodal_configs_use_the_library_defaults_and_count_the_vision_tower(name, params):
-    a = P.architecture(cfg(name))
+    a = architecture(cfg(name))
     assert a.params == params  # the published count, SigLIP vision tower and projector included
     assert a.vocab == 262_208 and a.breakdown["vision"] > 400e6 and any("vision tower counted" in n for n in a.notes)
     assert sum(1 for w in a.layer_window if w is None) == a.layers // 6
@@ -226,7 +231,7 @@ def test_engine_command_is_complete_and_quoted(tmp_path):
 
 def test_unknown_family_unverified_unless_the_checkpoint_counts(tmp_path):
     odd = {**cfg("gemma-3-1b-it"), "model_type": "brandnew"}
-    p = P.plan(P.ModelSource(name="x", config=odd, source="t"), card="l4")
+    p = P.plan(ModelSource(name="x", config=odd, source="t"), card="l4")
     assert p.unverified and all(c.unverified for c in p.cards) and any("unverified" in w for w in p.warnings)
     (tmp_path / "config.json").write_text(json.dumps(odd))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2_000_000_000}, "weight_map": {}}))
@@ -255,7 +260,7 @@ def test_decode_ceiling_reads_the_embedding_rows_a_step_touches():
 
 def test_hf_engine_and_train_engine():
     hf = P.plan("llama-3-8b", engine="hf", card="a100-80gb-sxm", seq=8192, batch=8)
-    assert hf.engine == "hf" and hf.cards[0].engine_command is None and hf.overhead_bytes == P.FRAMEWORK_OVERHEAD_BYTES
+    assert hf.engine == "hf" and hf.cards[0].engine_command is None and hf.overhead_bytes == FRAMEWORK_OVERHEAD_BYTES
     assert hf.kv_cache_bytes == 8 * 8192 * 128 * KIB
     t = P.plan("llama-3-8b", engine="train", card="h100-sxm")
     assert t.mode == "train" and t.weights_bytes == 16 * t.params and t.cards[0].kv_pool_bytes == 0
@@ -279,15 +284,15 @@ def test_hf_engine_and_train_engine():
       "block_structure": [128, 128]}}}, "ignore": ["lm_head"]}, "fp8", 1 + 4 / 16384),
 ])
 def test_quantization_config_methods(qc, dtype, per_param):
-    q = P.quantization({"quantization_config": qc})
+    q = quantization({"quantization_config": qc})
     assert q.dtype == dtype and q.bytes_per_param == pytest.approx(per_param) and q.known and not q.lm_head
-    c = {**P.builtin_model("llama-3-8b").config, "quantization_config": qc}
-    a = P.architecture(c)
-    p = P.plan(P.ModelSource(name="q", config=c, source="t"), card="h100-sxm")
+    c = {**builtin_model("llama-3-8b").config, "quantization_config": qc}
+    a = architecture(c)
+    p = P.plan(ModelSource(name="q", config=c, source="t"), card="h100-sxm")
     assert p.weights_bytes == pytest.approx(a.linear_params * per_param + (a.params - a.linear_params) * 2, rel=1e-6)
 
 
 def test_unknown_quantization_method_without_a_byte_count_is_unverified():
-    c = {**P.builtin_model("llama-3-8b").config, "quantization_config": {"quant_method": "hqq"}}
-    p = P.plan(P.ModelSource(name="q", config=c, source="t"), card="h100-sxm")
+    c = {**builtin_model("llama-3-8b").config, "quantization_config": {"quant_method": "hqq"}}
+    p = P.plan(ModelSource(name="q", config=c, source="t"), card="h100-sxm")
     assert p.unverified and any("hqq" in w for w in p.warnings)

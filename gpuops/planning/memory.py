@@ -1,0 +1,206 @@
+"""The engines' memory rules: vLLM 0.11's start-up arithmetic and defaults, the hf and train
+engines' constants, and the bytes of weights, KV cache and activations (units: bytes, GB = 10^9, GiB = 2^30)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuops.catalog import Card
+from gpuops.planning.architecture import Architecture
+from gpuops.planning.models import ModelSource
+from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, Quant
+
+
+GB = 10**9
+GIB = 2**30
+
+
+# hf engine: CUDA context (~0.3-0.5 GB), the caching allocator's slack, cuBLAS workspaces. Seed 001
+# takes 1-2 GB and uses 1.5 GB; so do we.
+FRAMEWORK_OVERHEAD_BYTES = int(1.5 * GB)
+# vLLM CacheConfig.gpu_memory_utilization default (vllm/config/cache.py, 0.11); also our hf headroom.
+DEFAULT_HEADROOM = 0.90
+# Mixed-precision Adam: bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4 (seed 003).
+TRAIN_BYTES_PER_PARAM = 16
+# Training activations kept for backward, bytes per layer per token per hidden unit: 34 (Korthikanti
+# et al. 2022, "Reducing Activation Recomputation", arXiv 2205.05198: 34sbh with 16-bit activations,
+# FlashAttention removing the 5as^2b term, no recomputation). Plus the fp32 logits (4 x vocab per token).
+TRAIN_ACT_BYTES_PER_TOKEN_HIDDEN_LAYER = 34
+
+# -- vLLM, the version whose defaults and start-up arithmetic we follow -------------------------------
+VLLM_VERSION = "0.11"
+# CacheConfig.block_size: 16 tokens on CUDA (vllm/config/cache.py).
+VLLM_BLOCK_SIZE = 16
+# memory_profiling's non_torch_increase on one GPU (cuBLAS workspace, allocator fragments): 0.25 GiB in
+# published "Memory profiling takes ..." logs of 8B models on one H100. With TP >= 2, NCCL buffers and
+# the custom all-reduce add ~1.85 GiB per GPU (published TP=2/4 logs: non_torch_memory ~2.1 GiB).
+VLLM_NON_TORCH_BYTES = int(0.25 * GIB)
+VLLM_NCCL_BYTES = int(1.85 * GIB)
+# "Graph capturing finished in N secs, took 0.5-0.9 GiB" for 7-70B models with the default capture sizes.
+VLLM_CUDA_GRAPH_BYTES = int(0.8 * GIB)
+# Sampler in the profiling run (vllm/v1/sample/sampler.py): fp32 logits + fp32 probabilities for
+# max_num_seqs rows of the vocabulary.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 8
+
+
+def vllm_batch_defaults(card: Card) -> tuple[int, int]:
+    """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve`` on ``card``
+    (vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``, UsageContext.OPENAI_API_SERVER, 0.11):
+    8192 / 1024 on GPUs with >= 70 GiB that are not an A100 (vLLM PR #17885 keeps the A100 on the
+    small defaults), else 2048 / 256."""
+    if card.engine_visible_bytes >= 70 * GIB and card.family != "a100":
+        return 8192, 1024
+    return 2048, 256
+
+
+# -- memory ---------------------------------------------------------------------------------------
+def kv_bytes_per_token(arch: Architecture, kv_dtype: str) -> int:
+    """KV cache bytes one token adds with every layer holding it (no window): sum over layers of
+    2 x kv_heads x head_dim x bytes (MLA: (kv_lora_rank + qk_rope_head_dim) x bytes)."""
+    return int(sum(arch.layer_kv_elems) * KV_DTYPE_BYTES[kv_dtype])
+
+
+def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int) -> int:
+    """Contiguous KV cache bytes (engine hf) for ``batch`` sequences of ``seq`` tokens; a windowed
+    layer holds min(seq, window)."""
+    per_seq = sum(e * (seq if w is None else min(seq, w)) for e, w in zip(arch.layer_kv_elems, arch.layer_window))
+    return int(per_seq * KV_DTYPE_BYTES[kv_dtype] * batch)
+
+
+def request_kv_bytes(arch: Architecture, kv_dtype: str, seq: int, max_num_batched_tokens: int,
+                     block_size: int = VLLM_BLOCK_SIZE) -> int:
+    """KV bytes vLLM reserves for one request of ``seq`` tokens (whole model, before the TP split), in
+    blocks of ``block_size`` tokens: a full-attention layer needs ceil(seq / 16) blocks; a sliding
+    window layer ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
+    (vllm/v1/kv_cache_interface.py ``FullAttentionSpec`` / ``SlidingWindowSpec.max_memory_usage_bytes``)."""
+    b = KV_DTYPE_BYTES[kv_dtype]
+    total = 0.0
+    for elems, w in zip(arch.layer_kv_elems, arch.layer_window):
+        if w is None:
+            blocks = -(-seq // block_size)
+        else:
+            blocks = -(-min(w - 1 + max_num_batched_tokens, seq) // block_size) + 1
+        total += elems * b * block_size * blocks
+    return int(total)
+
+
+def activation_bytes(arch: Architecture, dtype: str, batch: int, seq: int, mode: str) -> int:
+    """Activation bytes at the peak, engines hf and train (vLLM: ``vllm_activation_bytes``).
+
+    infer: the widest intermediate vector (FFN width, or experts-per-token x expert width for MoE)
+    for every token of the batch in one pass (a whole-batch prefill, no chunking: an upper bound;
+    seed 001 gets ~1.4 GB for Llama-2-7B at 32 x 2048), in the compute dtype (fp32 when the weights
+    are fp32, else 16-bit), one layer at a time since a layer's temporaries are freed after it.
+    train: 34 x hidden x layers bytes per token kept for backward plus fp32 logits (4 x vocab bytes
+    per token) (Korthikanti et al. 2022, FlashAttention, no recomputation).
+    """
+    tokens = batch * seq
+    if mode == "train":
+        return int(tokens * (TRAIN_ACT_BYTES_PER_TOKEN_HIDDEN_LAYER * arch.hidden * arch.layers + 4 * arch.vocab))
+    width_bytes = 4 if dtype == "fp32" else 2
+    return int(tokens * arch.act_width * width_bytes)
+
+
+def vllm_activation_bytes(arch: Architecture, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype: str = "bf16") -> int:
+    """Per-GPU activation peak of vLLM's profiling run (``gpu_model_runner.profile_run``): a forward
+    pass of ``max_num_batched_tokens`` tokens (per token: gate/up and the activated MLP width, split
+    by tensor parallelism, + 4 hidden-sized vectors, in 16 bits) plus the sampler on
+    ``max_num_seqs`` rows of logits (fp32 logits + probabilities, vocabulary gathered on every GPU).
+    Calibrated on published logs: Llama-3.1-8B on H100 (8192 / 1024) -> 1.88 GiB."""
+    width_bytes = 4 if dtype == "fp32" else 2
+    forward = max_num_batched_tokens * (3 * arch.act_width / tp + 4 * arch.hidden) * width_bytes
+    sampler = max_num_seqs * arch.vocab * VLLM_SAMPLER_BYTES_PER_LOGIT
+    return int(forward + sampler)
+
+
+def vllm_non_torch_bytes(gpu_count: int) -> int:
+    """Non-torch memory per GPU: 0.25 GiB alone, 2.1 GiB with NCCL (TP >= 2)."""
+    return VLLM_NON_TORCH_BYTES + (VLLM_NCCL_BYTES if gpu_count > 1 else 0)
+
+
+def max_batch_for(budget_bytes: float, fixed_bytes: float, per_seq_bytes: float) -> int:
+    """Largest whole batch B with fixed + B x per_seq <= budget (0 when not even one fits).
+
+    Seed 003 problem 4 is this formula: (80 GB x 0.9 - 14 GB) / 0.537 GB -> 108.
+    """
+    if per_seq_bytes <= 0:
+        return 0 if fixed_bytes > budget_bytes else 10**9
+    spare = budget_bytes - fixed_bytes
+    return max(0, int(math.floor(spare / per_seq_bytes + 1e-9)))
+
+
+def dollars_per_mtoken(usd_per_hour: float, tokens_per_s: float) -> float | None:
+    """USD per million tokens: usd_per_hour / (tokens_per_s x 3600) x 1e6 (None without a speed)."""
+    if not tokens_per_s or tokens_per_s <= 0:
+        return None
+    return usd_per_hour / (tokens_per_s * 3600.0) * 1e6
+
+
+@dataclass(frozen=True)
+class Weights:
+    """Weight bytes and how they were found. ``parts``: bytes per breakdown part (scaled to ``total``
+    when the checkpoint's own count is used). ``verified``: a known family's shape count, or the
+    checkpoint's own byte count. ``source``: one line saying which."""
+
+    total: int
+    parts: dict[str, int]
+    source: str
+    verified: bool
+    quant: Quant | None
+    notes: tuple[str, ...] = ()
+
+
+def weight_bytes(arch: Architecture, dtype: str, quant: Quant | None) -> tuple[int, dict[str, int]]:
+    """(bytes, bytes per part) from the shape count. Without ``quant`` every part is ``dtype``'s size.
+    With it the linear layers (attention, MLP, experts; lm_head when the config says so) take
+    ``quant.bytes_per_param`` and the rest (embeddings, lm_head, norms, routers, vision) 16 bits."""
+    base = DTYPE_BYTES[dtype] if quant is None else 2.0
+    parts: dict[str, int] = {}
+    for k, n in arch.breakdown.items():
+        q = quant is not None and (k in ("attention", "mlp", "experts") or (k == "lm_head" and quant.lm_head))
+        parts[k] = int(math.ceil(n * (quant.bytes_per_param if q else base)))
+    return sum(parts.values()), parts
+
+
+def resolve_weights(src: ModelSource, arch: Architecture, dtype: str, quant: Quant | None, mode: str) -> Weights:
+    """The weight bytes to plan with: the checkpoint's own count (safetensors headers or index
+    total_size) when it is stored as it will be served, else the shape count; never the index
+    total_size rescaled by a dtype. Unknown families without a checkpoint count are unverified."""
+    if mode == "train":
+        total = arch.params * TRAIN_BYTES_PER_PARAM
+        return Weights(total, {k: v * TRAIN_BYTES_PER_PARAM for k, v in arch.breakdown.items()},
+                       "16 B/param (bf16 weights + grads, fp32 master + Adam m, v)", arch.known, None)
+    shape_total, parts = weight_bytes(arch, dtype, quant)
+    notes: list[str] = []
+    what = (f"shapes: {arch.params:,} params x {DTYPE_BYTES[dtype]:g} B" if quant is None else
+            f"shapes: {arch.linear_params + (arch.breakdown['lm_head'] if quant.lm_head else 0):,} linear params x "
+            f"{quant.bytes_per_param:.4g} B ({quant.label}) + {arch.params - arch.linear_params:,} others x 2 B")
+    stored = src.weights_total_size
+    checkpoint_quant = quant is not None and quant.from_checkpoint
+    as_stored = checkpoint_quant or (quant is None and (src.stored_dtype in (None, dtype) or (
+        src.stored_dtype in ("bf16", "fp16") and dtype in ("bf16", "fp16"))))
+    if stored and as_stored:
+        ratio = stored / shape_total if shape_total else 0
+        if arch.known and abs(ratio - 1) > 0.05:
+            notes.append(f"the checkpoint stores {stored / GB:,.2f} GB where the shapes count {shape_total / GB:,.2f} GB; "
+                         f"planning with the checkpoint's {src.weights_size_source}")
+        elif not arch.known:
+            notes.append(f"weights from the checkpoint's {src.weights_size_source} ({stored / GB:,.2f} GB), not from the "
+                         f"llama-style shape guess ({shape_total / GB:,.2f} GB)")
+        scaled = {k: int(v * stored / shape_total) for k, v in parts.items()} if shape_total else parts
+        return Weights(int(stored), scaled, f"checkpoint {src.weights_size_source}", True, quant, tuple(notes))
+    if src.params_by_dtype and quant is None and not arch.known:
+        # an unquantized checkpoint served in another 16/32-bit dtype: exact count x new size
+        n = sum(src.params_by_dtype.values())
+        return Weights(int(n * DTYPE_BYTES[dtype]), parts, f"safetensors headers: {n:,} params x {DTYPE_BYTES[dtype]:g} B", True, quant,
+                       (f"weights from the checkpoint's parameter count ({n:,}), not from the llama-style shape guess",))
+    if stored and not as_stored and arch.known:
+        stored_params = stored / DTYPE_BYTES.get(src.stored_dtype or "bf16", 2.0)
+        if abs(stored_params / arch.params - 1) > 0.05:
+            notes.append(f"the checkpoint's total_size ({stored / GB:,.2f} GB as {src.stored_dtype}) does not match the shape count; "
+                         "planning with the shapes")
+    verified = arch.known and (quant is None or quant.known)
+    if quant is not None and not quant.known:
+        notes.append(f"{quant.label}: gpuops cannot size it from shapes; planned at 16 bits")
+    return Weights(shape_total, parts, what, verified, quant, tuple(notes))
