@@ -3,7 +3,7 @@ on-box agent (bootstrap/agent.py) apply, so a box ends the same way whoever dest
 
 A local box is a directory ROOT. Every process gpuops starts for it runs in a process group
 recorded in ``ROOT/.gpuops/pgids`` and carries ``GPUOPS_LOCAL_BOX=<abs ROOT>`` in its environment
-(gpuops.box.remote.LocalBox), which its descendants inherit even when they leave the group (setsid,
+(gpuops.box.local.LocalBox), which its descendants inherit even when they leave the group (setsid,
 daemons). Destroy = TERM the groups and the marked strays, KILL what is left after the grace, then
 write ``ROOT/destroyed.json``. Stdlib only, python3 >= 3.8, Linux /proc (groups only elsewhere).
 """

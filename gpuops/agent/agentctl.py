@@ -139,7 +139,7 @@ def arm(box, config: dict, python: str = "python3") -> None:
 
     Sets ``armed_at`` (this machine's clock, just before the config is copied) in the copy it ships.
     Idempotent: a second arm rewrites the config and the start is a no-op while the supervisor
-    runs (it holds a lock). ``box``: a ``gpuops.box.remote.Box``. Raises what the box raises.
+    runs (it holds a lock). ``box``: a ``gpuops.box.base.Box``. Raises what the box raises.
     """
     import tempfile
 

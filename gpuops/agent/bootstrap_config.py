@@ -202,7 +202,7 @@ def run_bootstrap_plan(box, plan: BootstrapPlan, *, python: str = "python3", on_
 
     ``on_step(dict)`` gets each step line as it arrives, ``on_line(str)`` every other output
     line. Raises TimeoutError after ``plan.timeout`` seconds, and whatever the Box raises for a
-    lost connection (gpuops.box.remote.ConnectionLost).
+    lost connection (gpuops.box.ssh.ConnectionLost).
     """
     import json
     import tempfile

@@ -256,7 +256,7 @@ class Provider:
         return None
 
     def box(self, instance: Instance):
-        """A non-SSH transport to ``instance`` (``gpuops.box.remote.Box``), or None: use SSH."""
+        """A non-SSH transport to ``instance`` (``gpuops.box.base.Box``), or None: use SSH."""
         return None
 
     def billing(self, since: float, until: float) -> "list[ChargeLine]":

@@ -1,7 +1,7 @@
 """The `local` provider: this machine, no account needed.
 
 An "instance" is a directory ``<data dir>/boxes/<session>/`` holding ``instance.json``; bootstrap
-and job run there as child process groups (``gpuops.box.remote.LocalBox``). Destroy ends those groups
+and job run there as child process groups (``gpuops.box.local.LocalBox``). Destroy ends those groups
 (TERM, then KILL after ``kill_grace_seconds``), writes ``destroyed.json`` and keeps the logs; after
 ``[providers.local] keep_box_days`` the rest of a destroyed box is pruned (``boxes.py``).
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from gpuops.catalog import Card, cards
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
 from bootstrap.localbox import end_box
-from gpuops.box.remote import LocalBox
+from gpuops.box.local import LocalBox
 
 
 def detect_gpus(timeout_s: float = 5.0) -> list[str]:

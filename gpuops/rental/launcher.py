@@ -517,11 +517,11 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
     """The key line the provider puts in the box's authorized_keys (none for the local provider)."""
     if provider.name == "local":
         return ""
-    from gpuops.box import remote
+    from gpuops.box.ssh import ensure_ssh_key, public_key_line
 
     if settings.up.ssh_key:
-        return remote.public_key_line(Path(settings.up.ssh_key).expanduser())
-    return remote.ensure_ssh_key(settings.data_path())[1]
+        return public_key_line(Path(settings.up.ssh_key).expanduser())
+    return ensure_ssh_key(settings.data_path())[1]
 
 
 def _ready(s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:

@@ -18,7 +18,8 @@ import pytest
 
 from gpuops.agent.agentctl import hold_presence, read_status
 from gpuops.agent.jobio import follow_log, start_job
-from gpuops.box.remote import GET_MAX_BYTES, HostKeyPins, SSHBox, UnsafeCopy
+from gpuops.box.base import GET_MAX_BYTES, UnsafeCopy
+from gpuops.box.ssh import HostKeyPins, SSHBox
 from tests.support.sshd import SshServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -225,7 +226,7 @@ def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_no
     import gpuops.rental.launcher as launcher
     from gpuops.config import load_settings
     from gpuops.rental.launcher import Reporter, UpRequest, run_up
-    from gpuops.box.remote import ensure_ssh_key
+    from gpuops.box.ssh import ensure_ssh_key
     from ledger import Ledger
     from tests.box.test_up_box import SshProvider
     from tests.support import fake_nvidia_smi

@@ -27,7 +27,7 @@ def test_env_file_is_created_0600_by_the_open_request(sshd, make_box, monkeypatc
     (name, flags, attrs), = opened
     assert name == path and attrs.st_mode == 0o600 and flags & SFTP_FLAG_CREATE and flags & SFTP_FLAG_EXCL
     assert stat.S_IMODE(sftp.stat(path).st_mode) == 0o600
-    from gpuops.box.remote import open_private
+    from gpuops.box.ssh import open_private
 
     with pytest.raises(IOError):  # EXCL: never writes into a file that is already there
         open_private(sftp, path)

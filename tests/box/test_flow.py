@@ -114,7 +114,7 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     from gpuops.views.logs import show_logs
     from gpuops.providers.local import LocalProvider
     from gpuops.providers.base import CreateSpec, OfferQuery
-    from gpuops.box.remote import LocalBox
+    from gpuops.box.local import LocalBox
 
     s = Settings.model_validate({"data_dir": str(tmp_path / "data")})
     prov = LocalProvider(s.data_path() / "boxes")

@@ -14,7 +14,9 @@ import pytest
 
 from gpuops.agent.jobio import LOG, follow_log, job_exit, start_job
 from gpuops.providers.base import Instance, InstanceStatus, SshEndpoint
-from gpuops.box.remote import ConnectionLost, HostKeyChanged, LocalBox, SSHBox, SshUnreachable, open_box
+from gpuops.box.local import LocalBox
+from gpuops.box.remote import open_box
+from gpuops.box.ssh import ConnectionLost, HostKeyChanged, SSHBox, SshUnreachable
 from tests.support.sshd import TcpProxy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +89,7 @@ def test_hostile_names_and_paths_are_quoted(sshd, make_box, tmp_path):
     assert box.read_file(f"sub dir/{HOSTILE}") == b"payload\n"
     assert box.get(f"sub dir/{HOSTILE}", tmp_path / "back.txt") and (tmp_path / "back.txt").read_text() == "payload\n"
     lines: list[str] = []
-    from gpuops.box.remote import q
+    from gpuops.box.base import q
 
     assert box.run(f"cat -- {q('sub dir/' + HOSTILE)}; echo \"$V\"", timeout=10, env={"V": HOSTILE}, on_line=lines.append) == 0
     assert lines == ["payload", HOSTILE]
@@ -226,7 +228,7 @@ def test_job_outlives_the_laptop_process(sshd, make_box, data_dir, client_key):
         import sys, time
         sys.path.insert(0, {str(REPO)!r})
         from pathlib import Path
-        from gpuops.box.remote import SSHBox, HostKeyPins
+        from gpuops.box.ssh import HostKeyPins, SSHBox
         from gpuops.agent.jobio import start_job
         b = SSHBox({sshd.host!r}, {sshd.port}, {sshd.user!r}, key_path=Path({str(client_key[0])!r}),
                    pins=HostKeyPins(Path({str(data_dir / 'known_hosts')!r})), pin_name="gpuops-t/i-1", root="gpuops/s1")

@@ -97,7 +97,7 @@ class SshProvider(Provider):
 
 
 def test_up_over_real_ssh_survives_a_dropped_connection_mid_job(gpuops_home, sshd, tmp_path, monkeypatch, client_key):
-    from gpuops.box.remote import ensure_ssh_key
+    from gpuops.box.ssh import ensure_ssh_key
 
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"commands": ["echo ready"]}})

@@ -15,7 +15,7 @@ from tests.support.emulators import runpod_emulator, runpod_provider, vast_emula
 
 @pytest.mark.parametrize("name", ["vast", "runpod"])
 def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch, request):
-    from gpuops.box.remote import ensure_ssh_key
+    from gpuops.box.ssh import ensure_ssh_key
 
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     emu = request.getfixturevalue(f"{name}_emulator")

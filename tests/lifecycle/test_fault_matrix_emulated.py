@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from gpuops.box.remote import ensure_ssh_key
+from gpuops.box.ssh import ensure_ssh_key
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401
 from tests.lifecycle.test_fault_matrix import JOB, STAGES
 from tests.lifecycle.upproc import UpProc, ledger, only_row, up_env, wait_closed

@@ -14,7 +14,7 @@ from ledger import Ledger
 
 
 def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol_emulator, runpod_vol_provider, tmp_path, monkeypatch):
-    from gpuops.box.remote import ensure_ssh_key
+    from gpuops.box.ssh import ensure_ssh_key
 
     mount = tmp_path / "workspace"  # where the pod sees its network volume (RunPod: /workspace)
     mount.mkdir()
@@ -45,7 +45,7 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
 
 
 def test_up_on_vast_rents_the_volume_machine(gpuops_home, sshd, vast_vol_emulator, vast_vol_provider, tmp_path, monkeypatch):
-    from gpuops.box.remote import ensure_ssh_key
+    from gpuops.box.ssh import ensure_ssh_key
 
     mount = tmp_path / "vast-volume"
     mount.mkdir()

@@ -165,7 +165,7 @@ HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from gpuops.agent.agentctl import hold_presence
-    from gpuops.box.remote import LocalBox
+    from gpuops.box.local import LocalBox
     box = LocalBox(Path(sys.argv[1]))
     with hold_presence(box, hold_seconds=float(sys.argv[2]), refresh_seconds=0.2):
         print("HOLDING", flush=True)

@@ -16,7 +16,7 @@ import paramiko
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.box.remote import ensure_ssh_key
+from gpuops.box.ssh import ensure_ssh_key
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run
 from ledger.store import Ledger
@@ -104,7 +104,7 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.keys import Credential
     from gpuops.providers.vast import VastProvider
-    from gpuops.box.remote import HostKeyPins, SSHBox
+    from gpuops.box.ssh import HostKeyPins, SSHBox
     from tests.support.emulators import FAST_RETRY
 
     sshd, emu, home = world["sshd"], world["emu"], world["home"]
