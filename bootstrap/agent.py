@@ -344,7 +344,7 @@ def pid_alive(pid, must_contain=None):
 
 def bootstrap_pid_state(pidfile):
     """``"running"``, ``"ended"`` (the pidfile names a process that is gone) or ``"none"`` (no
-    pidfile: bootstrap was not started the ``gpuops.agent.agentctl.bootstrap_command`` way)."""
+    pidfile: bootstrap was not started the ``gpuops.agent.bootstrap_config.bootstrap_command`` way)."""
     try:
         with open(pidfile) as f:
             pid = int(f.read().split()[0])
@@ -354,7 +354,7 @@ def bootstrap_pid_state(pidfile):
 
 
 def bootstrap_running(pidfile, root=None):
-    """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.agent.agentctl.bootstrap_command``),
+    """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.agent.bootstrap_config.bootstrap_command``),
     or a process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however
     the laptop started it)."""
     st = bootstrap_pid_state(pidfile)

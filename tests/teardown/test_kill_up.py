@@ -69,7 +69,7 @@ def test_sigkill_up_at_each_stage(gpuops_home, fake_smi, stage):
     p = laptop(sid, T, job="sleep 0.5", pause_after="" if running else pause, bootstrap_seconds=1.5, up=UP)
     try:
         read_until(p, f"STAGE {pause}")
-        if running:  # killed inside the bootstrap: its pid file (agentctl.bootstrap_command) is written
+        if running:  # killed inside the bootstrap: its pid file (bootstrap_config.bootstrap_command) is written
             wait_for(lambda: list(Path(provider.boxes_dir).glob("*/.gpuops/bootstrap.pid")), 30, step=0.02)
     finally:
         p.kill()
