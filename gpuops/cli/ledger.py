@@ -1,0 +1,227 @@
+"""`gpuops ledger ...`: the books' commands (month, experiments, sessions, show, note, tokens, export,
+import, sync). Parse, call gpuops.rental.ledger_service, render through gpuops.views.ledger."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpuops.cli.options import CONFIG_OPT, CSV_OPT, FORMAT_OPT, JSON_OPT, TZ_OPT, _fmt, _ledger, _reader, _settings
+from gpuops.errors import BadInput
+
+
+ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
+
+
+@ledger_app.command("month")
+def ledger_month(
+    month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
+    tz: Optional[str] = TZ_OPT,
+    by: Optional[str] = typer.Option(None, "--by", help="'day': add a day-by-day table."),
+    plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal (table format only)."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """What the month cost: totals, by experiment, by card, by provider.
+
+    $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time after the job and the
+    group's failed runs included). $/Mtok job: only the job's own seconds x the price, per million
+    tokens. Real and simulated money are never added together."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
+
+    fmt = _fmt(fmt, json_out, csv_out)
+    if plot and fmt != "table":
+        raise BadInput(f"--plot draws a chart in the terminal; --format {fmt} has no place for it",
+                       "drop --plot, or drop --format/--json/--csv (the days are in the output with --by day)")
+    rep = books.month(_reader(config), month, tz, by, plot)
+    ledger_view.emit("month", rep, fmt, plot=plot, days_table=by == "day")
+
+
+@ledger_app.command("experiments")
+def ledger_experiments(
+    since: Optional[str] = typer.Option(None, "--since", help="First day, YYYY-MM-DD."),
+    until: Optional[str] = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion.
+
+    $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time, failed runs
+    included). $/Mtok job: only the job's own seconds x the price, per million tokens."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
+
+    fmt = _fmt(fmt, json_out, csv_out)
+    ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
+
+
+@ledger_app.command("sessions")
+def ledger_sessions(
+    since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
+    experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
+    limit: int = typer.Option(20, "--limit", help="Show at most this many sessions (newest first)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Past sessions, newest first: when, experiment, card, hours, cost, end reason, conclusion."""
+    from gpuops.views import emit
+    from gpuops.views import session_history as history
+
+    fmt = _fmt(fmt, json_out, csv_out)
+    rep = history.sessions(_reader(config), since, experiment, limit, tz)
+    from ledger.history import SESSION_ROW_COLUMNS
+
+    emit.emit(rep, fmt, lambda: history.render(rep), csv_records=rep["sessions"], csv_columns=SESSION_ROW_COLUMNS)
+
+
+@ledger_app.command("show")
+def ledger_show(
+    session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Every field of one session, its bootstrap steps, its events, where logs and results are."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
+
+    fmt = _fmt(fmt, json_out, csv_out)
+    ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
+
+
+@ledger_app.command("note")
+def ledger_note(
+    session: str = typer.Argument(...),
+    text: str = typer.Argument(..., help="One-line conclusion."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Record a session's one-line conclusion."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import emit
+    from gpuops.views import ui
+
+    fmt = _fmt(fmt, json_out)
+    r = books.note(_ledger(config), session, text)
+    emit.emit(r, fmt, lambda: print(f"{r['session']}: {ui.safe(r['conclusion'])}"))
+
+
+@ledger_app.command("tokens")
+def ledger_tokens(
+    session: str = typer.Argument(...),
+    n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count)."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Set a session's token count after the fact (for $/Mtoken)."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import emit
+    from gpuops.views.ui import money
+
+    fmt = _fmt(fmt, json_out)
+    r = books.tokens(_ledger(config), session, n)
+    per = r["usd_per_mtoken"]
+    emit.emit(r, fmt, lambda: print(f"{r['session']}: {r['tokens']:,} tokens"
+                                    + (f", {money(per, r['simulated'])}/Mtoken" if per is not None else "")))
+
+
+@ledger_app.command("export")
+def ledger_export(
+    month: Optional[str] = typer.Option(None, "--month", help="Only this month, YYYY-MM (default: everything)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = typer.Option(None, "--format", help="csv (the only format: what `ledger import` reads)."),
+    csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format)."),
+) -> None:
+    """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
+    import io
+
+    from gpuops.rental import ledger_service as books
+    from gpuops.views.emit import pick
+
+    if fmt is not None:  # the export is the import's format: CSV only (`ledger sessions --format json` for JSON)
+        pick(fmt, allowed=("csv",))
+
+    # Our own 1 MiB buffer: with PYTHONUNBUFFERED (or a pipe) every CSV row would be a write(2).
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, io.UnsupportedOperation):  # stdout replaced in-process (tests)
+        books.export(_reader(config), sys.stdout, month, tz)
+        return
+    sys.stdout.flush()
+    out = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False), 1 << 20),
+                           encoding=sys.stdout.encoding or "utf-8", newline="")
+    try:
+        books.export(_reader(config), out, month, tz)
+    finally:
+        out.flush()
+        out.detach()
+
+
+@ledger_app.command("import")
+def ledger_import(
+    file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
+    tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import emit
+    from gpuops.views.session_history import plural
+
+    fmt = _fmt(fmt, json_out)
+    r = books.import_csv(_ledger(config), file, tz, strict=strict)
+    for line, msg in r["warnings"]:
+        sys.stderr.write(f"warning: {Path(file).name}:{line}: {msg}\n")
+    emit.emit(r, fmt, lambda: print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
+                                    + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else "")))
+
+
+@ledger_app.command("sync")
+def ledger_sync(
+    month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
+    tz: Optional[str] = TZ_OPT,
+    config: Optional[str] = CONFIG_OPT,
+    apply: bool = typer.Option(False, "--apply", help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines."),
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+    csv_out: bool = CSV_OPT,
+) -> None:
+    """Fetch the providers' own billing and show the difference to our books, per session and in total."""
+    from gpuops.rental import ledger_service as books
+    from gpuops.views import ledger as ledger_view
+
+    fmt = _fmt(fmt, json_out, csv_out)
+    settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
+    if apply:
+        from ledger import Ledger
+
+        led = Ledger(settings.ledger_url())
+    else:
+        from ledger.reads import LedgerReader
+
+        led = LedgerReader(settings.ledger_url())
+    from gpuops.views.progress import waiting
+
+    with waiting("ledger sync: asking the providers for their billing"):
+        rep = books.sync(led, settings, month, tz, apply=apply)
+    ledger_view.emit("sync", rep, fmt)
