@@ -14,7 +14,6 @@ wrapped in ``SafeReporter``, which swallows writes to a closed or broken termina
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 import shlex
