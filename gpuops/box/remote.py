@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpuops.errors import GpuopsError
 from gpuops.box.local import LocalBox
 from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
+from gpuops.errors import GpuopsError
 
 
 def open_box(instance, *, data_dir: Path, deadline: float, ssh_key: str = "", root: str | None = None,

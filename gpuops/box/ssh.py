@@ -7,10 +7,10 @@ import os
 import time
 from pathlib import Path
 
-from gpuops.errors import BadInput, GpuopsError
 from gpuops.box.base import (
     GET_MAX_BYTES, GET_MAX_DEPTH, GET_MAX_FILES, _CopyBudget, _local_dir, _local_file, q, safe_name,
 )
+from gpuops.errors import BadInput, GpuopsError
 
 
 def open_private(sftp, path: str):
