@@ -158,7 +158,7 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     via_engine = {"month": cmds.month(led, "2026-11", "UTC"), "experiments": cmds.experiments(led, "2026-11-01", None, "UTC")}
     led.engine.dispose()
     code = (
-        "import json, sys\nfrom gpuops import books\nfrom ledger.reads import LedgerReader\n"
+        "import json, sys\nfrom gpuops.rental import ledger_service as books\nfrom ledger.reads import LedgerReader\n"
         f"r = LedgerReader({url!r})\n"
         "out = {'month': books.month(r, '2026-11', 'UTC'), 'experiments': books.experiments(r, '2026-11-01', None, 'UTC')}\n"
         "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy loaded'\n"
