@@ -34,6 +34,7 @@ class Card:
     ``engine_visible_bytes``: the total a serving engine sees, ``torch.cuda.mem_get_info()[1]``
     (``engine_visible_gib`` x 2^30; source in ``sources``), below nvidia-smi's figure; vLLM's
     ``gpu_memory_utilization`` is a fraction of it. Falls back to ``reported_vram_bytes``.
+    ``vendor``: nvidia or amd. ``compute_capability``: CUDA compute capability (0 for AMD).
     """
 
     name: str
@@ -52,6 +53,8 @@ class Card:
     reported_vram_bytes: int = 0
     bf16_native: bool = True
     engine_visible_bytes: int = 0
+    vendor: str = "nvidia"
+    compute_capability: float = 0.0
 
 
 @lru_cache(maxsize=1)
@@ -79,6 +82,8 @@ def cards() -> tuple[Card, ...]:
                 bf16_native=bool(c.get("bf16_native", True)),
                 engine_visible_bytes=int(c["engine_visible_gib"] * GIB) if c.get("engine_visible_gib")
                 else (int(c["vram_reported_mib"] * 2**20) if c.get("vram_reported_mib") else int(c["vram_gib"] * GIB)),
+                vendor=str(c.get("vendor", "nvidia")),
+                compute_capability=float(c.get("compute_capability", 0.0)),
             )
         )
     return tuple(out)
@@ -104,6 +109,44 @@ def resolve_cards(query: str) -> list[Card]:
     close = difflib.get_close_matches(q, known, n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else "`gpuops plan --model list` shows the catalog"
     raise BadInput(f"unknown card {query!r}", f"{hint}")
+
+
+VENDORS = ("nvidia", "amd")
+
+
+def vendor_for(vendor: str | None = None, image: str = "", card: str | None = None) -> str:
+    """Whose cards a job may run on: ``vendor`` when given (nvidia, amd or any); else the vendor of
+    the card named (an AMD card named is asked for); else amd for a ROCm image (``rocm`` in the
+    image name, e.g. rocm/vllm); else nvidia: a CUDA job never lands on an AMD card by default.
+    Raises BadInput for another vendor name."""
+    if vendor is not None and str(vendor).strip():
+        v = str(vendor).strip().lower()
+        if v not in VENDORS + ("any",):
+            raise BadInput(f"unknown --vendor {vendor!r}", "use nvidia, amd or any")
+        return v
+    if card:
+        named = {c.vendor for c in resolve_cards(card)}
+        return named.pop() if len(named) == 1 else "any"
+    if "rocm" in (image or "").lower():
+        return "amd"
+    return "nvidia"
+
+
+def cards_for(vendor: str = "nvidia") -> tuple[Card, ...]:
+    """Catalog cards of ``vendor`` (nvidia, amd; any: every card), in file order."""
+    return tuple(c for c in cards() if vendor == "any" or c.vendor == vendor)
+
+
+def alias_note(query: str) -> str:
+    """One line saying what ``query`` means when it names more than one card (a family or an alias
+    spanning variants, e.g. h100 = h100-pcie and h100-sxm), else ""."""
+    try:
+        found = resolve_cards(query)
+    except BadInput:
+        return ""
+    if len(found) < 2:
+        return ""
+    return f"--card {query} means {len(found)} cards: {', '.join(c.name for c in found)}; each is planned (name one to plan one)"
 
 
 def card_by_name(name: str) -> Card:
