@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from gpuops.catalog import Card
 from gpuops.planning.architecture import Architecture
 from gpuops.planning.models import ModelSource
-from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, Quant
+from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, Quant, default_kv_dtype
+from gpuops.planning.vllm_kv import CHUNKED, FULL, MAMBA, SLIDING, KVLayout, LayerSpec, attention_block_size, kv_layout
 
 
 GB = 10**9
@@ -61,28 +62,60 @@ def kv_bytes_per_token(arch: Architecture, kv_dtype: str) -> int:
     return int(sum(arch.layer_kv_elems) * KV_DTYPE_BYTES[kv_dtype])
 
 
-def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int) -> int:
+def mamba_state_bytes(arch: Architecture, dtype: str, gpu_count: int = 1) -> int:
+    """Bytes of every Mamba / linear-attention layer's state for one request on one of ``gpu_count``
+    GPUs (conv + temporal state in the compute dtype, vLLM's ``mamba_cache_dtype`` "auto"); 0 for a
+    model without such layers. It does not grow with the sequence."""
+    if not arch.mamba or not arch.mamba_layers:
+        return 0
+    return arch.mamba_layers * arch.mamba.state_bytes(DTYPE_BYTES[default_kv_dtype(dtype)], gpu_count)
+
+
+def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int, dtype: str = "bf16") -> int:
     """Contiguous KV cache bytes (engine hf) for ``batch`` sequences of ``seq`` tokens; a windowed
-    layer holds min(seq, window)."""
+    layer holds min(seq, window); Mamba / linear-attention layers hold their fixed state."""
     per_seq = sum(e * (seq if w is None else min(seq, w)) for e, w in zip(arch.layer_kv_elems, arch.layer_window))
-    return int(per_seq * KV_DTYPE_BYTES[kv_dtype] * batch)
+    return int((per_seq * KV_DTYPE_BYTES[kv_dtype] + mamba_state_bytes(arch, dtype)) * batch)
 
 
-def request_kv_bytes(arch: Architecture, kv_dtype: str, seq: int, max_num_batched_tokens: int,
-                     block_size: int = VLLM_BLOCK_SIZE) -> int:
-    """KV bytes vLLM reserves for one request of ``seq`` tokens (whole model, before the TP split), in
-    blocks of ``block_size`` tokens: a full-attention layer needs ceil(seq / 16) blocks; a sliding
-    window layer ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
-    (vllm/v1/kv_cache_interface.py ``FullAttentionSpec`` / ``SlidingWindowSpec.max_memory_usage_bytes``)."""
-    b = KV_DTYPE_BYTES[kv_dtype]
-    total = 0.0
-    for elems, w in zip(arch.layer_kv_elems, arch.layer_window):
-        if w is None:
-            blocks = -(-seq // block_size)
+def vllm_kv_layout(arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_count: int = 1,
+                   chunked_hybrid: bool = False) -> KVLayout:
+    """vLLM's KV cache layout on one of ``gpu_count`` tensor-parallel GPUs (gpuops/planning/vllm_kv.py has the
+    rules and their sources): one spec per attention layer (full, sliding window, Llama-4 chunked)
+    and per Mamba / Gated DeltaNet layer, in pages of 16 tokens, or, with Mamba layers, of the
+    smallest multiple of 16 tokens whose page holds one layer's state (the state page is padded to
+    it); grouped by the hybrid allocator. KV heads split by TP down to one per GPU (MLA's latent is
+    on every GPU). ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``;
+    without it (0.11's default) chunked layers are cached as full attention."""
+    kvb = KV_DTYPE_BYTES[kv_dtype]
+    if arch.mla:
+        per_tok = int(arch.layer_kv_elems[0] * kvb) if arch.layer_kv_elems else 0
+    else:
+        per_tok = int(2 * max(1, arch.kv_heads // gpu_count) * arch.head_dim * kvb)
+    state = arch.mamba.state_bytes(DTYPE_BYTES[default_kv_dtype(dtype)], gpu_count) if arch.mamba and arch.mamba_layers else 0
+    block = attention_block_size(per_tok, state) if state and per_tok else VLLM_BLOCK_SIZE
+    page = per_tok * block
+    specs: list[LayerSpec] = []
+    for kind, w in zip(arch.kinds, arch.layer_window):
+        if kind == SLIDING:
+            specs.append(LayerSpec(SLIDING, page, block, int(w or 0)))
+        elif kind == CHUNKED:
+            specs.append(LayerSpec(CHUNKED, page, block, int(arch.attention_chunk or 0)))
         else:
-            blocks = -(-min(w - 1 + max_num_batched_tokens, seq) // block_size) + 1
-        total += elems * b * block_size * blocks
-    return int(total)
+            specs.append(LayerSpec(FULL, page, block))
+    specs += [LayerSpec(MAMBA, page or state, block)] * (arch.mamba_layers if state else 0)
+    hybrid = not (CHUNKED in arch.kinds and not chunked_hybrid)
+    return kv_layout(specs, hybrid_allocator=hybrid)
+
+
+def request_kv_bytes(arch: Architecture, kv_dtype: str, seq: int, max_num_batched_tokens: int, dtype: str = "bf16",
+                     gpu_count: int = 1) -> int:
+    """KV bytes vLLM reserves for one request of ``seq`` tokens on one of ``gpu_count`` GPUs (1: the
+    whole model): the blocks of every KV cache group, padding layers included (``vllm_kv_layout``;
+    a full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 +
+    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk + max_num_batched_tokens,
+    seq) / block), a Mamba layer one page; vllm/v1/kv_cache_interface.py ``max_memory_usage_bytes``)."""
+    return vllm_kv_layout(arch, kv_dtype, dtype, gpu_count).bytes_per_request(seq, max_num_batched_tokens)
 
 
 def activation_bytes(arch: Architecture, dtype: str, batch: int, seq: int, mode: str) -> int:
@@ -107,11 +140,15 @@ def vllm_activation_bytes(arch: Architecture, max_num_batched_tokens: int, max_n
     pass of ``max_num_batched_tokens`` tokens (per token: gate/up and the activated MLP width, split
     by tensor parallelism, + 4 hidden-sized vectors, in 16 bits) plus the sampler on
     ``max_num_seqs`` rows of logits (fp32 logits + probabilities, vocabulary gathered on every GPU).
-    Calibrated on published logs: Llama-3.1-8B on H100 (8192 / 1024) -> 1.88 GiB."""
+    Calibrated on published logs: Llama-3.1-8B on H100 (8192 / 1024) -> 1.88 GiB. A model with a
+    vision tower first fills the encoder cache the profile run keeps through that pass: its budget,
+    max(max_num_batched_tokens, tokens of the largest image), of text-width embeddings in 16 bits
+    (``profile_run``'s dummy encoder outputs, 0.11; the tower's own transient peak is not counted)."""
     width_bytes = 4 if dtype == "fp32" else 2
     forward = max_num_batched_tokens * (3 * arch.act_width / tp + 4 * arch.hidden) * width_bytes
     sampler = max_num_seqs * arch.vocab * VLLM_SAMPLER_BYTES_PER_LOGIT
-    return int(forward + sampler)
+    encoder = max(max_num_batched_tokens, arch.vision_tokens) * arch.hidden * width_bytes if arch.vision_tokens else 0
+    return int(forward + sampler + encoder)
 
 
 def vllm_non_torch_bytes(gpu_count: int) -> int:
@@ -158,7 +195,7 @@ def weight_bytes(arch: Architecture, dtype: str, quant: Quant | None) -> tuple[i
     base = DTYPE_BYTES[dtype] if quant is None else 2.0
     parts: dict[str, int] = {}
     for k, n in arch.breakdown.items():
-        q = quant is not None and (k in ("attention", "mlp", "experts") or (k == "lm_head" and quant.lm_head))
+        q = quant is not None and (k in quant.parts or (k == "lm_head" and quant.lm_head))
         parts[k] = int(math.ceil(n * (quant.bytes_per_param if q else base)))
     return sum(parts.values()), parts
 
@@ -173,9 +210,10 @@ def resolve_weights(src: ModelSource, arch: Architecture, dtype: str, quant: Qua
                        "16 B/param (bf16 weights + grads, fp32 master + Adam m, v)", arch.known, None)
     shape_total, parts = weight_bytes(arch, dtype, quant)
     notes: list[str] = []
+    qn = 0 if quant is None else sum(arch.breakdown.get(k, 0) for k in quant.parts) + (arch.breakdown["lm_head"] if quant.lm_head else 0)
     what = (f"shapes: {arch.params:,} params x {DTYPE_BYTES[dtype]:g} B" if quant is None else
-            f"shapes: {arch.linear_params + (arch.breakdown['lm_head'] if quant.lm_head else 0):,} linear params x "
-            f"{quant.bytes_per_param:.4g} B ({quant.label}) + {arch.params - arch.linear_params:,} others x 2 B")
+            f"shapes: {qn:,} {'expert' if quant.parts == ('experts',) else 'linear'} params x "
+            f"{quant.bytes_per_param:.4g} B ({quant.label}) + {arch.params - qn:,} others x 2 B")
     stored = src.weights_total_size
     checkpoint_quant = quant is not None and quant.from_checkpoint
     as_stored = checkpoint_quant or (quant is None and (src.stored_dtype in (None, dtype) or (

@@ -60,8 +60,10 @@ def model_catalog() -> tuple[ModelSource, ...]:
     out = []
     for m in _models_data()["models"]:
         hf = next((a for a in m.get("aliases", ()) if "/" in a), "")
+        ts = m.get("total_size")
         out.append(ModelSource(name=m["name"], config=dict(m["config"]), source=m["source"], params_published=m.get("params_published"),
-                               stored_dtype=_stored_dtype(m["config"]), hf_id=hf))
+                               stored_dtype=_stored_dtype(m["config"]), hf_id=hf, weights_total_size=int(ts) if ts else None,
+                               weights_size_source="safetensors index total_size (catalog)" if ts else ""))
     return tuple(out)
 
 

@@ -13,11 +13,14 @@ from gpuops.errors import BadInput
 # input weights, one fp16 scale and one packed 4-bit zero point: 0.5 + (2 + 0.5)/128 = 0.51953 B.
 INT4_GROUP_SIZE = 128
 INT4_BYTES_PER_PARAM = 0.5 + (2 + 0.5) / INT4_GROUP_SIZE
+# MXFP4 (OCP Microscaling): 4-bit e2m1 weights + one 8-bit E8M0 scale per block of 32: 0.5 + 1/32 B.
+MXFP4_BYTES_PER_PARAM = 0.5 + 1 / 32
 # Bytes per parameter of a whole dtype. Quantized dtypes (fp8, int8, int4) apply to linear layers
 # only (see ``weight_bytes``); int8: one scale per output channel, < 0.1%, ignored.
-DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": INT4_BYTES_PER_PARAM}
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": INT4_BYTES_PER_PARAM,
+                                 "mxfp4": MXFP4_BYTES_PER_PARAM}
 KV_DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}
-QUANTIZED_DTYPES = ("fp8", "int8", "int4")
+QUANTIZED_DTYPES = ("fp8", "int8", "int4", "mxfp4")
 _DTYPE_ALIASES = {
     "float32": "fp32", "f32": "fp32", "float": "fp32",
     "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "f16": "fp16",
@@ -53,7 +56,8 @@ class Quant:
     int4). ``bytes_per_param``: bytes per linear weight, scales and zero points included.
     ``lm_head``: whether lm_head is quantized too. ``from_checkpoint``: read from quantization_config
     (False: quantized by the engine at load, e.g. vLLM ``--quantization fp8``). ``known``: False for a
-    method gpuops does not model (its size cannot be confirmed from shapes)."""
+    method gpuops does not model (its size cannot be confirmed from shapes). ``parts``: the parts of
+    ``Architecture.breakdown`` stored this way (MXFP4: the routed experts only)."""
 
     method: str
     dtype: str
@@ -62,6 +66,7 @@ class Quant:
     lm_head: bool = False
     from_checkpoint: bool = True
     known: bool = True
+    parts: tuple[str, ...] = ("attention", "mamba", "mlp", "experts")
 
 
 def _num(v: Any, default: float) -> float:
@@ -97,6 +102,12 @@ def quantization(config: dict) -> Quant | None:
             return Quant("fp8", "fp8", 1 + 4 / (_num(block[0], 128) * _num(block[1], 128)),
                          f"fp8 (e4m3, fp32 scale per {int(block[0])}x{int(block[1])} block)")
         return Quant("fp8", "fp8", 1.0, "fp8 (e4m3, per-tensor/channel scales)")
+    if method == "mxfp4":
+        # vllm/model_executor/layers/quantization/mxfp4.py (0.11): Mxfp4Config quantizes FusedMoE
+        # layers only (Mxfp4MoEMethod: uint8 blocks of 2 e2m1 weights + one uint8 E8M0 scale per 32,
+        # bf16 biases); attention, router, embeddings and lm_head (modules_to_not_convert) stay 16-bit.
+        return Quant("mxfp4", "mxfp4", MXFP4_BYTES_PER_PARAM, "MXFP4 experts (e2m1 + E8M0 scale per 32; the rest 16-bit)",
+                     parts=("experts",))
     if method == "awq":
         bits = _num(qc.get("bits", qc.get("w_bit")), 4)
         group = _num(qc.get("group_size", qc.get("q_group_size")), 128)

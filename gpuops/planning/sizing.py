@@ -21,10 +21,12 @@ Engines (``engine=``; formulas also in docs/ARCHITECTURE.md "Numbers to know"):
   counted inside the budget, as vLLM does with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the
   default of later releases; 0.10/0.11 captured graphs after sizing the pool, so their published
   pools are ~0.8 GiB larger than ours: conservative by 1-2%);
-  what is left is the KV pool, cut in blocks of 16 tokens. Max concurrency at ``seq`` = pool blocks
-  / blocks one request of ``seq`` tokens needs; a sliding-window layer needs
-  ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
-  (``SlidingWindowSpec.max_memory_usage_bytes``).
+  what is left is the KV pool, cut in blocks of 16 tokens (more with Mamba layers). Max concurrency at
+  ``seq`` = pool blocks / blocks one request of ``seq`` tokens needs, by vLLM's KV cache layout
+  (``memory.vllm_kv_layout``; the rules and their vLLM sources in gpuops/planning/vllm_kv.py): a
+  sliding-window layer needs ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
+  (``SlidingWindowSpec.max_memory_usage_bytes``), layers of two kinds are grouped by the smaller count
+  and padded, a Mamba / Gated DeltaNet layer holds one state page per request.
 - ``hf``: plain transformers ``generate``: weights + a contiguous KV cache of batch x seq (a windowed
   layer holds min(seq, window)) + the activations of a whole-batch prefill + 1.5 GB of framework
   overhead (seed 001), against the headroom fraction of the engine-visible total.
@@ -34,8 +36,11 @@ Weights: parameters are counted from matrix shapes (a matrix mapping a length-a 
 length-b vector has a x b parameters, + b with a bias). A checkpoint's own byte count (safetensors
 headers, or the index's ``total_size``) wins when it is stored in the dtype that will be served; it
 is never rescaled by ``--dtype``. Quantization (``quantization_config``, or ``--dtype fp8/int8/int4``
-on a 16-bit checkpoint) shrinks only the linear layers of attention, MLP and experts; embeddings,
-lm_head, norms, routers and vision towers keep 16 bits; scales and zero points are added per group.
+on a 16-bit checkpoint) shrinks only the linear layers of attention, Mamba mixers, MLP and experts
+(MXFP4: the experts only); embeddings, lm_head, norms, routers and vision towers keep 16 bits; scales
+and zero points are added per group.
+
+Cards: NVIDIA's unless asked (``vendor``; ``gpuops.catalog.vendor_for``).
 
 Speed: decode ceiling at batch 1 = bandwidth / weight bytes one step reads (the embedding table is
 not read, only the rows of the step's tokens; MoE: the experts the batch routes to); ridge point =
@@ -49,18 +54,19 @@ import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from gpuops.catalog import Card, cards, resolve_cards
+from gpuops.catalog import Card, alias_note, cards_for, resolve_cards, vendor_for
 from gpuops.errors import BadInput
-from gpuops.planning.architecture import Architecture, architecture
+from gpuops.planning.architecture import Architecture, _int_key, _text_config, architecture
 from gpuops.planning.memory import (
-    DEFAULT_HEADROOM, FRAMEWORK_OVERHEAD_BYTES, GB, GIB, VLLM_BLOCK_SIZE, VLLM_CUDA_GRAPH_BYTES, activation_bytes,
+    DEFAULT_HEADROOM, FRAMEWORK_OVERHEAD_BYTES, GB, GIB, VLLM_CUDA_GRAPH_BYTES, VLLM_VERSION, activation_bytes,
     dollars_per_mtoken, kv_bytes_per_token, kv_cache_bytes, max_batch_for, request_kv_bytes, resolve_weights,
-    vllm_activation_bytes, vllm_batch_defaults, vllm_non_torch_bytes,
+    vllm_activation_bytes, vllm_batch_defaults, vllm_kv_layout, vllm_non_torch_bytes,
 )
 from gpuops.planning.models import ModelSource, load_model
 from gpuops.planning.quant import (
-    AUTO, DTYPE_BYTES, ENGINES, KV_DTYPE_BYTES, Quant, default_kv_dtype, norm_dtype, online_quant, quantization,
+    AUTO, DTYPE_BYTES, ENGINES, KV_DTYPE_BYTES, MXFP4_BYTES_PER_PARAM, Quant, default_kv_dtype, norm_dtype, online_quant, quantization,
 )
+from gpuops.planning.vllm_kv import CHUNKED, KVLayout
 
 
 # -- the plan -------------------------------------------------------------------------------------
@@ -110,6 +116,7 @@ class CardPlan:
     max_num_seqs: int = 0
     max_num_batched_tokens: int = 0
     context_fits: bool = True
+    note: str = ""
 
     @property
     def missing_bytes(self) -> int:
@@ -130,6 +137,8 @@ class CardPlan:
             "max_concurrency": round(self.max_concurrency, 3),
             "unverified": self.unverified,
             "engine_command": self.engine_command,
+            "vendor": self.card.vendor,
+            "note": self.note,
         }
 
 
@@ -174,6 +183,8 @@ class Plan:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     cuda_graph_bytes: int = 0
+    kv_layout: KVLayout | None = None
+    chunked_hybrid: bool = False
 
     def per_gpu_bytes(self, batch: int | None = None) -> int:
         """Bytes one GPU needs at ``batch`` (default: the plan's batch)."""
@@ -221,13 +232,57 @@ def _vllm_fixed(p: Plan, card: Card | None) -> tuple[int, int, int, int]:
     mnbt, mns = _batch_settings(p, card)
     act = vllm_activation_bytes(p.arch, mnbt, mns, n, p.dtype)
     over = vllm_non_torch_bytes(n)
-    return int(math.ceil(p.weights_bytes / n)) + over + act + p.cuda_graph_bytes, act, over, p.cuda_graph_bytes
+    pad = mxfp4_padding_bytes(p, card)[0] if card is not None else 0
+    return int(math.ceil(p.weights_bytes / n)) + pad + over + act + p.cuda_graph_bytes, act, over, p.cuda_graph_bytes
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def mxfp4_backend(card: Card) -> tuple[str, int, int] | None:
+    """(backend, intermediate alignment, hidden alignment) vLLM 0.11 picks for MXFP4 experts on
+    ``card`` (vllm/model_executor/layers/quantization/mxfp4.py ``get_mxfp4_backend``,
+    ``Mxfp4MoEMethod.create_weights``), or None where it cannot run (compute capability < 8.0).
+    ``pip install vllm==0.11.0`` brings neither FlashInfer (an extra) nor triton_kernels, so every
+    NVIDIA card takes Marlin (intermediate to a multiple of 128, hidden of 256); ROCm takes the
+    Triton kernels (both to 256). Later images with FlashInfer pad by 128 on Hopper, 256 on Blackwell."""
+    if card.vendor == "amd":
+        return "triton (ROCm)", 256, 256
+    if card.compute_capability and card.compute_capability < 8.0:
+        return None
+    return "marlin", 128, 256
+
+
+def mxfp4_padding_bytes(p: Plan, card: Card) -> tuple[int, str]:
+    """(bytes per GPU, note) that vLLM's MXFP4 kernels add by padding each expert's matrices on
+    ``card`` at the plan's tensor parallelism: per expert 3 x I_pad x H_pad x 4.25 bits (+ bf16
+    biases) where the checkpoint has 3 x I/TP x H; (0, "") for other plans."""
+    a = p.arch
+    if p.quant is None or p.quant.method != "mxfp4" or not a.experts:
+        return 0, ""
+    be = mxfp4_backend(card)
+    if be is None:
+        return 0, ""
+    name, ia, ha = be
+    cfg = _text_config(p.src.config)[0] if p.src is not None else {}
+    width = _int_key(cfg, "moe_intermediate_size") if cfg.get("moe_intermediate_size") else _int_key(cfg, "intermediate_size")
+    per = -(-width // p.gpu_count)
+    ip, hp = _round_up(per, ia), _round_up(a.hidden, ha)
+    ml = round(a.breakdown.get("experts", 0) / (a.experts * 3 * a.hidden * width)) if width else 0
+    extra = ml * a.experts * (3 * (ip * hp - per * a.hidden) * MXFP4_BYTES_PER_PARAM + 2 * (2 * (ip - per) + (hp - a.hidden)))
+    note = (f"MXFP4 on {name}: experts padded to {ip} x {hp} (checkpoint {per} x {a.hidden}), +{extra / GIB:.2f} GiB per GPU"
+            if extra else "")
+    return int(extra), note
+
+
+def _layout(p: Plan) -> KVLayout:
+    return p.kv_layout if p.kv_layout is not None else vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid)
 
 
 def _request_kv_per_gpu(p: Plan, seq: int, card: Card | None) -> int:
-    _, kv_n = _split(p.arch, p.gpu_count)
     mnbt, _ = _batch_settings(p, card)
-    return int(math.ceil(request_kv_bytes(p.arch, p.kv_dtype, seq, mnbt) / kv_n))
+    return _layout(p).bytes_per_request(seq, mnbt)
 
 
 def per_gpu_bytes(p: Plan, batch: int, card: Card | None = None) -> int:
@@ -239,7 +294,7 @@ def per_gpu_bytes(p: Plan, batch: int, card: Card | None = None) -> int:
     n, kv_n = _split(p.arch, p.gpu_count)
     if p.engine == "vllm":
         return _vllm_fixed(p, card)[0] + batch * _request_kv_per_gpu(p, p.seq, card)
-    kv = 0 if p.mode == "train" else kv_cache_bytes(p.arch, p.kv_dtype, batch, p.seq)
+    kv = 0 if p.mode == "train" else kv_cache_bytes(p.arch, p.kv_dtype, batch, p.seq, p.dtype)
     act = activation_bytes(p.arch, p.dtype, batch, p.seq, p.mode)
     return int(math.ceil(p.weights_bytes / n + kv / kv_n + act / n + p.overhead_bytes))
 
@@ -262,7 +317,7 @@ def _weights_read(p: Plan, batch: int) -> float:
 def _step_tok_s(p: Plan, card: Card, flops: float, batch: int) -> float:
     n, kv_n = _split(p.arch, p.gpu_count)
     bw = card.bandwidth_bytes_s * n
-    kv_read = kv_cache_bytes(p.arch, p.kv_dtype, batch, p.seq) * (n / kv_n)  # replicated KV is read on every GPU
+    kv_read = kv_cache_bytes(p.arch, p.kv_dtype, batch, p.seq, p.dtype) * (n / kv_n)  # replicated KV is read on every GPU
     mem_t = (_weights_read(p, batch) + kv_read) / bw
     cmp_t = 2.0 * p.active_params * batch / (flops * n)
     return batch / max(mem_t, cmp_t)
@@ -298,7 +353,8 @@ def vllm_command(p: Plan, card: Card | None) -> str:
     mnbt, mns = _batch_settings(p, card)
     src = p.src
     model = (src.hf_id if src is not None and src.hf_id else p.model)
-    parts = ["vllm", "serve", shlex.quote(model), "--max-model-len", str(p.seq), "--gpu-memory-utilization", _fmt_util(p.headroom),
+    env = ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"] if p.chunked_hybrid and CHUNKED in p.arch.kinds else []
+    parts = [*env, "vllm", "serve", shlex.quote(model), "--max-model-len", str(p.seq), "--gpu-memory-utilization", _fmt_util(p.headroom),
              "--max-num-seqs", str(mns), "--kv-cache-dtype", "fp8" if p.kv_dtype == "fp8" else "auto",
              "--tensor-parallel-size", str(p.gpu_count)]
     if p.max_num_batched_tokens:
@@ -327,18 +383,20 @@ def _card_plan(p: Plan, card: Card) -> CardPlan:
         fixed, act, over, graphs = _vllm_fixed(p, card)
         per_req = _request_kv_per_gpu(p, p.seq, card)
         pool = budget - fixed
-        block = sum(p.arch.layer_kv_elems) * KV_DTYPE_BYTES[p.kv_dtype] * VLLM_BLOCK_SIZE / kv_n  # one block, every layer, per GPU
-        blocks = max(0, int(pool // block)) if pool > 0 else 0
-        conc = blocks * block / per_req if per_req else 0.0
+        conc = _layout(p).max_concurrency(pool, p.seq, mnbt)  # pool blocks / blocks one request needs
         mb = min(int(math.floor(conc + 1e-9)), mns)
         need = fixed + p.batch * per_req
         ctx_fits = True
         if p.arch.max_context and p.arch.max_context > p.seq:
-            ctx_fits = pool >= _request_kv_per_gpu(p, p.arch.max_context, card)
+            ctx_fits = pool >= _layout(p).layer_bytes(p.arch.max_context, mnbt)  # check_enough_kv_cache_memory
         extra.update(kv_pool_bytes=max(0, pool), max_concurrency=conc, engine_command=vllm_command(p, card), fixed_bytes=fixed,
                      per_request_bytes=per_req, activation_bytes=act, overhead_bytes=over, cuda_graph_bytes=graphs,
                      max_num_seqs=mns, max_num_batched_tokens=mnbt, context_fits=ctx_fits)
         fits = need <= budget and pool > 0
+        extra["note"] = mxfp4_padding_bytes(p, card)[1]
+        if p.quant is not None and p.quant.method == "mxfp4" and mxfp4_backend(card) is None:
+            fits, mb = False, 0  # Mxfp4Config.get_min_capability: 80
+            extra["note"] = f"vLLM {VLLM_VERSION} runs MXFP4 on compute capability >= 8.0 only; {card.display} is {card.compute_capability:g}"
     else:
         need = per_gpu_bytes(p, p.batch)
         fixed = per_gpu_bytes(p, 0)
@@ -391,7 +449,33 @@ def _serving_dtype(src: ModelSource, dtype: str | None, engine: str) -> tuple[st
     if asked is None:
         stored = src.stored_dtype or "bf16"
         return ("bf16" if stored == "fp32" and engine != "train" else stored), None
+    if asked == "mxfp4":  # vLLM 0.11 loads MXFP4 from a checkpoint only (Mxfp4MoEMethod has no online path)
+        raise BadInput("--dtype mxfp4 needs an MXFP4 checkpoint (quantization_config quant_method mxfp4, e.g. gpt-oss)",
+                       "drop --dtype, or use --dtype fp8 / int4 on this checkpoint")
     return asked, online_quant(asked)
+
+
+def _layout_notes(arch: Architecture, layout: KVLayout, kv: str, dtype: str, seq: int, mnbt: int) -> list[str]:
+    """What the engine's KV cache layout does to this model, one line each (the plan's warnings)."""
+    out: list[str] = []
+    if arch.mamba_layers:
+        out.append(f"{arch.mamba_layers} {arch.mamba.kind} layers ({arch.mamba.source}) hold a fixed state per request, no per-token KV; "
+                   f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a state "
+                   "(vllm/model_executor/models/config.py HybridAttentionMambaModelConfig, 0.11)")
+    if layout.padding_layers:
+        full = layout.layer_bytes(seq, mnbt)
+        out.append(f"vLLM's hybrid KV cache groups layers {layout.group_size} to a group and pads {layout.padding_layers} layers "
+                   f"(vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, 0.11): a request of {seq:,} tokens "
+                   f"takes {layout.bytes_per_request(seq, mnbt) / full - 1:.1%} more KV than the layers hold")
+    if CHUNKED in arch.kinds and not layout.hybrid:
+        on = vllm_kv_layout(arch, kv, dtype, 1, chunked_hybrid=True)
+        off = vllm_kv_layout(arch, kv, dtype, 1)
+        save = 1 - on.bytes_per_request(seq, mnbt) / off.bytes_per_request(seq, mnbt)
+        out.append(f"chunked local attention (attention_chunk_size {arch.attention_chunk}) on {arch.kinds.count(CHUNKED)} of "
+                   f"{len(arch.kinds)} layers: vLLM {VLLM_VERSION} caches them as full attention (the hybrid KV cache manager is off "
+                   f"for chunked attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; 0.12 keeps that default); "
+                   f"planned that way. With it set, a request of {seq:,} tokens needs {save:.0%} less KV")
+    return out
 
 
 def plan(
@@ -407,6 +491,8 @@ def plan(
     engine: str | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
+    chunked_hybrid: bool = False,
+    vendor: str | None = None,
 ) -> Plan:
     """Plan ``model`` (a --model string or a loaded ModelSource) for every catalog card, or the cards
     ``card`` names (one card or a family).
@@ -414,7 +500,10 @@ def plan(
     ``engine``: vllm (default; train when ``mode`` is train), hf or train. ``dtype`` None/"auto": the
     checkpoint's (see ``_serving_dtype``). ``kv_dtype`` None/"auto"/"same": ``default_kv_dtype``.
     ``headroom``: vLLM's gpu_memory_utilization (default 0.90), fraction of the engine-visible total.
-    ``max_num_seqs``/``max_num_batched_tokens``: vLLM settings (default: the card's). Raises
+    ``max_num_seqs``/``max_num_batched_tokens``: vLLM settings (default: the card's).
+    ``vendor``: nvidia (default), amd or any: whose cards to plan when ``card`` names none (AMD cards
+    only when asked: a CUDA job does not run on them). ``chunked_hybrid``: plan as with ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (Llama-4's
+    chunked layers cached as chunks; vLLM 0.11's default caches them as full attention). Raises
     BadInput for unknown dtypes, a --dtype contradicting a quantized checkpoint, non-positive sizes,
     a bad config or an unknown card; a ``seq`` beyond the model's context is a warning.
     """
@@ -443,11 +532,13 @@ def plan(
         raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {headroom:g}", "e.g. --gpu-memory-utilization 0.9 (vLLM's default)")
     dtype_n, quant = _serving_dtype(src, dtype, engine)
     kv = default_kv_dtype(dtype_n) if kv_dtype is None or str(kv_dtype).strip().lower() in AUTO else norm_dtype(kv_dtype, kv=True)
-    chosen = tuple(resolve_cards(card)) if card else cards()
+    chosen = tuple(resolve_cards(card)) if card else cards_for(vendor_for(vendor))
 
     arch = architecture(src.config)
     w = resolve_weights(src, arch, dtype_n, quant, mode)
     warnings = list(arch.notes) + list(w.notes)
+    if card and alias_note(card):
+        warnings.append(alias_note(card))
     unverified = not w.verified
     if unverified:
         warnings.append("unverified: nothing confirms the weight count (a family gpuops does not know and no checkpoint byte count); "
@@ -458,16 +549,19 @@ def plan(
         names = ", ".join(c.name for c in chosen)
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
     n = gpu_count
+    layout = vllm_kv_layout(arch, kv, dtype_n, n, bool(chunked_hybrid)) if engine == "vllm" else None
+    if layout is not None:
+        warnings += _layout_notes(arch, layout, kv, dtype_n, seq, mnbt or (vllm_batch_defaults(chosen[0])[0] if len(chosen) == 1 else 2048))
     if engine == "vllm":
         # plan-level figures: the one card's defaults when one card is planned, else the smaller ones
         ref_mnbt, ref_mns = vllm_batch_defaults(chosen[0]) if len(chosen) == 1 else (2048, 256)
         overhead = vllm_non_torch_bytes(n)
-        kv_cache = batch * request_kv_bytes(arch, kv, seq, mnbt or ref_mnbt)
+        kv_cache = batch * request_kv_bytes(arch, kv, seq, mnbt or ref_mnbt, dtype_n)
         act = vllm_activation_bytes(arch, mnbt or ref_mnbt, max(mns or ref_mns, batch), n, dtype_n)
         total = w.total + kv_cache + (act + overhead + VLLM_CUDA_GRAPH_BYTES) * n
     else:
         overhead = FRAMEWORK_OVERHEAD_BYTES
-        kv_cache = 0 if mode == "train" else kv_cache_bytes(arch, kv, batch, seq)
+        kv_cache = 0 if mode == "train" else kv_cache_bytes(arch, kv, batch, seq, dtype_n)
         act = activation_bytes(arch, dtype_n, batch, seq, mode)
         total = w.total + kv_cache + act + overhead * n
     p = Plan(
@@ -478,12 +572,13 @@ def plan(
         total_bytes=total, cards=(), warnings=tuple(warnings), engine=engine, unverified=unverified, weight_parts=w.parts,
         quant=quant, src=src, max_num_seqs=mns, max_num_batched_tokens=mnbt,
         cuda_graph_bytes=VLLM_CUDA_GRAPH_BYTES if engine == "vllm" else 0,
+        kv_layout=layout, chunked_hybrid=bool(chunked_hybrid),
     )
     p = _with_cards(p, chosen)
     if engine == "vllm" and arch.max_context and arch.max_context > seq:
         short = [c.card.name for c in p.cards if c.fits and not c.context_fits]
         if short:
-            need = request_kv_bytes(arch, kv, arch.max_context, mnbt or ref_mnbt) / _split(arch, n)[1]
+            need = p.kv_layout.layer_bytes(arch.max_context, mnbt or ref_mnbt)
             p = replace(p, warnings=p.warnings + (
                 f"vLLM's default --max-model-len is max_position_embeddings ({arch.max_context:,} tokens, {need / GIB:,.2f} GiB of KV "
                 f"per GPU): it does not fit the KV pool on {', '.join(short)} and vLLM would refuse to start; "
@@ -578,17 +673,20 @@ def size_for_up(
     card: str | None = None,
     allow_unverified: bool = False,
     engine: str | None = None,
+    vendor: str | None = None,
+    image: str = "",
 ) -> tuple[int, tuple[str, ...], Plan]:
     """What `up --model` rents by: (need_bytes_per_gpu, names of the catalog cards that fit, plan).
 
     ``need_bytes_per_gpu`` = per-GPU need / headroom, the VRAM an offer must report (offers.rank
     allows its 7% nominal-vs-reported tolerance on top). Cards are all catalog cards or the
-    ``card`` family. Raises BadInput, before anything is rented, when no card fits (how much is
+    ``card`` family, of the vendor ``vendor_for(vendor, image, card)`` says (NVIDIA unless asked: an
+    AMD card named, ``vendor`` amd or any, or a ROCm ``image``). Raises BadInput, before anything is rented, when no card fits (how much is
     missing on the largest card and what would make it fit, ``fit_advice``), and when the plan is
     unverified unless ``allow_unverified`` (``--allow-unverified``).
     """
     p = plan(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode="infer", gpu_count=gpu_count,
-             headroom=headroom, card=card, engine=engine)
+             headroom=headroom, card=card, engine=engine, vendor=vendor_for(vendor, image, card))
     if p.unverified and not allow_unverified:
         raise BadInput(f"{p.model}: the plan is unverified (model_type {p.arch.family!r} is not a family gpuops counts, and no "
                        "checkpoint byte count confirms it)",

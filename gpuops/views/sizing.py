@@ -26,6 +26,7 @@ def plan_command(
     engine: str | None = None,
     max_num_seqs: int | str | None = None,
     max_num_batched_tokens: int | str | None = None,
+    vendor: str | None = None,
 ) -> int:
     """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
@@ -39,7 +40,7 @@ def plan_command(
         render_catalog(fmt)
         return 0
     args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card,
-                engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens)
+                engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
     if model.strip().lower() == ALL_MODELS:
         with waiting("planning every built-in model on every card"):
             plans = [P.plan(m, **{**args, "dtype": None} if quantization(m.config) else args) for m in model_catalog()]
@@ -103,8 +104,10 @@ def _usd(v: float | None) -> str:
 
 def memory_rows(p) -> list[tuple[str, str, str, str]]:
     """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
-    from gpuops.planning.memory import TRAIN_BYTES_PER_PARAM, VLLM_BLOCK_SIZE, VLLM_SAMPLER_BYTES_PER_LOGIT, vllm_batch_defaults
-    from gpuops.planning.quant import KV_DTYPE_BYTES
+    from gpuops.planning.memory import (
+        TRAIN_BYTES_PER_PARAM, VLLM_SAMPLER_BYTES_PER_LOGIT, VLLM_VERSION, mamba_state_bytes, vllm_batch_defaults,
+    )
+    from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, default_kv_dtype
 
     a = p.arch
     bd = a.breakdown
@@ -115,16 +118,30 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
     else:
         rows.append(("weights", _gb(p.weights_bytes), _gib(p.weights_bytes), p.weights_source + (" [UNVERIFIED]" if p.unverified else "")))
         kvb = KV_DTYPE_BYTES[p.kv_dtype]
+        n_att = len(a.layer_kv_elems)
+        of = f" attention" if a.mamba_layers else ""
         if a.mla:
-            f = f"{a.layers} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
+            f = f"{n_att} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
         else:
-            f = f"2 x {a.layers} layers x {a.kv_heads} kv_heads x {a.head_dim} head_dim x {kvb:g} B"
+            f = f"2 x {n_att}{of} layers x {a.kv_heads} kv_heads x {a.head_dim} head_dim x {kvb:g} B"
         rows.append(("KV / token", _kib(p.kv_bytes_per_token), "", f))
+        if a.mamba_layers:
+            st = mamba_state_bytes(a, p.dtype)
+            rows.append(("state / request", _kib(st), "", f"{a.mamba_layers} {a.mamba.kind} layers x conv + temporal state "
+                         f"({a.mamba.source}) x {DTYPE_BYTES[default_kv_dtype(p.dtype)]:g} B, fixed per request"))
         win = sum(1 for w in a.layer_window if w)
-        wnote = f"; {win} of {a.layers} layers keep <= {max(w for w in a.layer_window if w)} tokens (sliding window)" if win else ""
+        wnote = f"; {win} of {n_att} layers keep <= {max(w for w in a.layer_window if w)} tokens (sliding window)" if win else ""
         if p.engine == "vllm":
+            lay = p.kv_layout
+            kinds = {}
+            for g in lay.groups:
+                kinds[g.spec.kind] = kinds.get(g.spec.kind, 0) + 1
+            grp = (f"; {len(lay.groups)} KV cache groups of {lay.group_size} layers ("
+                   + ", ".join(f"{n} {k}" for k, n in kinds.items()) + (f", {lay.padding_layers} padding layers" if lay.padding_layers else "") + ")"
+                   if len(lay.groups) > 1 else "")
+            unified = f"; {', '.join(lay.unified)} layers cached as full attention (vLLM {VLLM_VERSION} default)" if lay.unified else ""
             rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes),
-                         f"batch {p.batch} x one request of {p.seq} tokens in blocks of {VLLM_BLOCK_SIZE}{wnote}"
+                         f"batch {p.batch} x one request of {p.seq} tokens in blocks of {lay.block_size}{wnote}{grp}{unified}"
                          + (" (admitted at min(window - 1 + max_num_batched_tokens, seq) + 1 block)" if win else "")))
         else:
             rows.append(("KV cache", _gb(p.kv_cache_bytes), _gib(p.kv_cache_bytes), f"KV/token x batch {p.batch} x seq {p.seq}{wnote}"))
@@ -133,6 +150,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
         mnbt, mns = p.max_num_batched_tokens or ref[0], max(p.max_num_seqs or ref[1], p.batch)
         rows.append(("activation peak / GPU", _gb(p.activation_bytes), _gib(p.activation_bytes),
                      f"profiling run: {mnbt:,} tokens x (3 x {a.act_width:,} / TP + 4 x {a.hidden:,}) x 2 B + {mns} seqs x vocab {a.vocab:,} x {VLLM_SAMPLER_BYTES_PER_LOGIT} B"
+                     + (f" + encoder cache {max(mnbt, a.vision_tokens):,} tokens x {a.hidden:,} x 2 B" if a.vision_tokens else "")
                      + ("" if len(p.cards) == 1 else " (defaults of most cards; >= 70 GiB cards but the A100: 8192 tokens, 1024 seqs)")))
         rows.append(("non-torch / GPU", _gb(p.overhead_bytes), _gib(p.overhead_bytes),
                      "0.25 GiB" + (" + NCCL 1.85 GiB (TP >= 2)" if p.gpu_count > 1 else " (one GPU, no NCCL)")))
@@ -174,7 +192,10 @@ def render(p, console=None) -> None:
     print_table(con, "memory (GB = 10^9 B, GiB = 2^30 B)", [Col("item", NAME), Col("GB"), Col("GiB"), Col("how", TEXT)],
                 [list(r) for r in memory_rows(p)])
 
-    title = f"cards ({p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of the engine-visible GiB)"
+    vendors = sorted({c.card.vendor for c in p.cards})
+    vtext = "NVIDIA" if vendors == ["nvidia"] else ("AMD" if vendors == ["amd"] else "NVIDIA and AMD")
+    vtext += "; AMD cards when asked: --vendor amd" if vendors == ["nvidia"] else ""
+    title = f"cards ({vtext}; {p.gpu_count} GPU(s) each; fit = need per GPU <= {p.headroom:.0%} of the engine-visible GiB)"
     cols = [("card", "left"), ("VRAM GiB", "right"), ("visible GiB", "right"), ("budget GiB", "right"), ("need/GPU GiB", "right"),
             ("fits", "center")]
     if p.mode == "infer":
@@ -187,13 +208,15 @@ def render(p, console=None) -> None:
         cols += [("ridge FLOP/B", "right"), ("USD/h", "right")]
     rows = []
     for c in p.cards:
-        fits = "[green]yes[/]" if c.fits else f"[red]no[/] (-{c.missing_bytes / 2**30:.1f})"
-        if c.unverified:
-            fits += " [red]unverified[/]"
-        row = [c.card.display, f"{c.card.vram_bytes / 2**30:g}", f"{c.card.engine_visible_bytes / 2**30:.2f}", f"{c.budget_bytes / 2**30:.2f}",
-               f"{c.need_bytes_per_gpu / 2**30:.2f}", fits]
+        fits = "[green]yes[/]" if c.fits else f"[red]no[/] (-{c.missing_bytes / 2**30:.1f})" if c.missing_bytes else "[red]no[/]"
+        guess = "~" if c.unverified else ""
+        if c.unverified:  # not a confident "yes": the weights it rests on are a guess
+            fits = ("[yellow]guess: yes[/]" if c.fits else fits) + " [red](unverified)[/]"
+        name = c.card.display + (f" ({c.card.vendor.upper()})" if c.card.vendor != "nvidia" else "")
+        row = [name, f"{c.card.vram_bytes / 2**30:g}", f"{c.card.engine_visible_bytes / 2**30:.2f}", f"{c.budget_bytes / 2**30:.2f}",
+               f"{guess}{c.need_bytes_per_gpu / 2**30:.2f}", fits]
         if p.mode == "infer":
-            row += [f"{c.kv_pool_bytes / 2**30:.2f}", f"{c.max_concurrency:,.2f}"]
+            row += [f"{guess}{c.kv_pool_bytes / 2**30:.2f}", f"{guess}{c.max_concurrency:,.2f}"]
         row += [str(c.max_batch)]
         if p.mode == "infer":
             u = c.usd_per_mtoken or {}
@@ -207,6 +230,12 @@ def render(p, console=None) -> None:
     # table keyed by the card, never cut.
     kinds = {"card": NAME, "fits": ID}
     print_table(con, title, [Col(h, kinds.get(h, NUM), justify="center" if h == "fits" else None) for h, _ in cols], rows, fold=True)
+    notes: dict[str, list[str]] = {}
+    for c in p.cards:
+        if c.note:
+            notes.setdefault(c.note, []).append(c.card.display)
+    for note, names in notes.items():
+        con.print(f"{', '.join(names)}: {note}", markup=False)
     if p.engine == "vllm":
         best = min((c for c in p.cards if c.fits), key=lambda c: c.usd_per_hour, default=None)
         if best is not None:
@@ -249,7 +278,7 @@ def render_catalog(fmt: str = "table", console=None) -> None:
         a = architecture(m.config)
         models.append({"name": m.name, "family": a.family, "params": a.params, "active_params": a.active_params,
                        "context": a.max_context, "source": m.source})
-    card_rows = [{"card": c.name, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,
+    card_rows = [{"card": c.name, "vendor": c.vendor, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,
                   "bandwidth_bytes_s": c.bandwidth_bytes_s, "bf16_flops": c.bf16_flops, "fp8_flops": c.fp8_flops,
                   "runpod_id": c.runpod_id, "vast_name": c.vast_name} for c in cards()]
     if fmt != "table":
@@ -261,9 +290,9 @@ def render_catalog(fmt: str = "table", console=None) -> None:
     con = console or _console()
     print_table(con, "built-in models", [Col("name", NAME), Col("family", ID), Col("params"), Col("active"), Col("context"), Col("source", TEXT)],
                 [[m["name"], m["family"], _n(m["params"]), _n(m["active_params"]), str(m["context"] or "-"), m["source"]] for m in models], fold=True)
-    cols = [Col("card", ID), Col("family", ID), Col("aliases", TEXT), Col("VRAM GiB"), Col("GB/s"), Col("bf16 TFLOP/s"), Col("fp8 TFLOP/s"),
+    cols = [Col("card", ID), Col("vendor", ID), Col("family", ID), Col("aliases", TEXT), Col("VRAM GiB"), Col("GB/s"), Col("bf16 TFLOP/s"), Col("fp8 TFLOP/s"),
             Col("RunPod gpuTypeId", NAME), Col("Vast gpu_name", NAME)]
     print_table(con, "cards (TFLOP/s dense; GB/s = 10^9 B/s)", cols, [
-        [c["card"], c["family"], ", ".join(c["aliases"]), f"{c['vram_bytes'] / 2**30:g}", f"{c['bandwidth_bytes_s'] / 1e9:,.0f}",
+        [c["card"], c["vendor"], c["family"], ", ".join(c["aliases"]), f"{c['vram_bytes'] / 2**30:g}", f"{c['bandwidth_bytes_s'] / 1e9:,.0f}",
          f"{c['bf16_flops'] / 1e12:g}", f"{c['fp8_flops'] / 1e12:g}" if c["fp8_flops"] else "-", c["runpod_id"] or "-", c["vast_name"] or "-"]
         for c in card_rows], fold=True)

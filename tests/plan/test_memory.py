@@ -249,7 +249,10 @@ def test_fit_advice_says_how_much_and_what_fits():
     with pytest.raises(BadInput, match="--kv-dtype fp8"):
         P.size_for_up("llama-3-8b", card="rtx-4090", seq=24576, batch=2)
     need, fitting, p = P.size_for_up("llama-3-70b")
-    assert fitting == ("b200", "mi300x")
+    assert fitting == ("b200",)  # NVIDIA only unless asked
+    assert P.size_for_up("llama-3-70b", vendor="any")[1] == ("b200", "mi300x")
+    assert P.size_for_up("llama-3-70b", image="rocm/vllm:latest")[1] == ("mi300x",)
+    assert P.size_for_up("llama-3-70b", card="mi300x")[1] == ("mi300x",)
     assert need == pytest.approx(min(c.need_bytes_per_gpu for c in p.cards if c.fits) / 0.9, abs=1)
     assert dataclasses.is_dataclass(p)
 
