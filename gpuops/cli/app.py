@@ -65,6 +65,7 @@ def up(
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
+    vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
     volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = FORMAT_OPT,
@@ -106,7 +107,7 @@ def up(
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
-        note=note, dry_run=dry_run, volume=settings.storage.volume,
+        note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "",
     )
     from gpuops.planning.sizing import parse_positive_int
 
@@ -192,6 +193,7 @@ def plan(
     max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024)."),
     max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
     card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
+    vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
@@ -205,7 +207,7 @@ def plan(
     # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
                  headroom=headroom, card=card, fmt=fmt, engine=engine, max_num_seqs=max_num_seqs,
-                 max_num_batched_tokens=max_num_batched_tokens)
+                 max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
 
 
 @app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)

@@ -71,6 +71,7 @@ class UpRequest:
     batch: int = 1
     allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.planning.sizing: "unverified")
     volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.providers.volumes)
+    vendor: str = ""  # nvidia | amd | any; "": from the card named, a ROCm [up] image, else nvidia (gpuops.catalog.vendor_for)
 
 
 @dataclass
@@ -175,8 +176,24 @@ def query_for(req: UpRequest) -> OfferQuery:
                       spot=req.spot, max_usd_per_hour=req.max_usd_per_hour)
 
 
+def _of_vendor(offers: list, vendor: str) -> list:
+    """Offers whose card is ``vendor``'s (a card the catalog does not know counts as NVIDIA's): a
+    CUDA job never lands on an AMD card unless asked (gpuops.catalog.vendor_for)."""
+    if vendor == "any":
+        return list(offers)
+    from gpuops.catalog import card_by_name
+
+    def of(o) -> str:
+        try:
+            return card_by_name(o.card).vendor
+        except KeyError:
+            return "nvidia"
+    return [o for o in offers if of(o) == vendor]
+
+
 def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> OfferChoice:
     """Offers that fit, cheapest first; BadInput when none does."""
+    from gpuops.catalog import vendor_for
     from gpuops.planning.offers import rank, screen
 
     query = query_for(req)
@@ -186,7 +203,8 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
         from gpuops.planning.sizing import size_for_up
 
         need, fitting, _ = size_for_up(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype, seq=req.seq, batch=req.batch,
-                                       gpu_count=req.gpu_count, card=req.card or None, allow_unverified=req.allow_unverified)
+                                       gpu_count=req.gpu_count, card=req.card or None, allow_unverified=req.allow_unverified,
+                                       vendor=req.vendor or None, image=settings.up.image)
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
     if query.spot and not req.spot_explicit and not provider.supports_spot:
@@ -200,6 +218,7 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
 
         volume = volumes.resolve(provider, req.volume)
     offers, notes = screen(provider.offers(query), req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
+    offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
         offers = volumes.mountable(provider, volume, offers)
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)

@@ -68,7 +68,8 @@ def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | 
     if model:
         from gpuops.planning.sizing import size_for_up
 
-        need, cards, _ = size_for_up(model, dtype=dtype, kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, card=card or None)
+        need, cards, _ = size_for_up(model, dtype=dtype, kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, card=card or None,
+                                     image=settings.up.image)  # AMD cards only for a ROCm image or an AMD card named
     query = OfferQuery(cards=cards, gpu_count=gpu_count, min_vram_bytes=need, spot=spot, max_usd_per_hour=max_price)
 
     notes: list[str] = []

@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
+
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
+from gpuops.planning.models import model_catalog
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.conftest import REPO, gpuops_cmd
@@ -18,7 +20,8 @@ TOP_KEYS = ["model", "params", "active_params", "dtype", "kv_dtype", "batch", "s
             "kv_cache_bytes", "activation_bytes", "overhead_bytes", "total_bytes", "cards",
             "engine", "unverified", "weights_source", "quantization"]  # issue 12 added the last four
 CARD_KEYS = ["card", "vram_bytes", "fits", "max_batch", "decode_tok_s", "ridge_flop_per_byte", "usd_per_mtoken",
-             "engine", "budget_bytes", "kv_pool_bytes", "max_concurrency", "unverified", "engine_command"]  # issue 12 added the last six
+             "engine", "budget_bytes", "kv_pool_bytes", "max_concurrency", "unverified", "engine_command",  # issue 12 added these six
+             "vendor", "note"]
 
 
 def run(cli_env, *args, **kw):
@@ -30,7 +33,8 @@ def test_plan_json_has_the_issue_shape(cli_env):
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert list(d) == TOP_KEYS
-    assert len(d["cards"]) == 17 and all(list(c) == CARD_KEYS for c in d["cards"])
+    # NVIDIA cards only: an AMD card is planned when asked (--vendor amd, or --card mi300x)
+    assert len(d["cards"]) == 16 and all(list(c) == CARD_KEYS and c["vendor"] == "nvidia" for c in d["cards"])
     for k in TOP_KEYS[7:13]:
         assert isinstance(d[k], int), k
     # vLLM reserves whole 16-token blocks: 2048 tokens = 128 blocks, so 32 x 2048 x 512 KiB exactly
@@ -60,9 +64,11 @@ def test_plan_every_model_on_every_card_in_one_table(cli_env):
     out = run(cli_env, "plan", "--model", "all", "--json")
     assert out.returncode == 0, out.stderr
     plans = json.loads(out.stdout)
-    assert len(plans) == 17 and all(len(p["cards"]) == 17 for p in plans)
+    assert len(plans) == len(model_catalog()) and all(len(p["cards"]) == 16 for p in plans)
     table = run(cli_env, "plan", "--model", "all")
-    assert table.returncode == 0 and "deepseek-v3" in table.stdout and "mi300x" in table.stdout
+    assert table.returncode == 0 and "deepseek-v3" in table.stdout and "mi300x" not in table.stdout
+    amd = json.loads(run(cli_env, "plan", "--model", "llama-3-8b", "--vendor", "amd", "--json").stdout)
+    assert [c["card"] for c in amd["cards"]] == ["mi300x"] and amd["cards"][0]["vendor"] == "amd"
 
 
 @pytest.mark.parametrize("args,msg", [
@@ -110,8 +116,15 @@ def test_up_model_dry_run_picks_the_cheapest_card_that_fits(cli_env, tmp_path, g
     out = run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json")
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
-    # 70B bf16 needs 144 GB per GPU: only B200 and MI300X hold it; MI300X is cheaper at reference prices
-    assert d["card"] == "mi300x" and d["need_bytes_per_gpu"] > 141 * 10**9
+    # 70B bf16 needs 144 GB per GPU: only B200 and MI300X hold it; MI300X is cheaper at reference prices,
+    # but a CUDA job (the default image) never lands on an AMD card unless asked
+    assert d["card"] == "b200" and d["need_bytes_per_gpu"] > 141 * 10**9
+    amd = json.loads(run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json", "--vendor", "amd").stdout)
+    assert amd["card"] == "mi300x"
+    rocm = tmp_path / "rocm.toml"
+    rocm.write_text('[up]\nimage = "rocm/vllm:latest"\n')
+    named = json.loads(run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json", "--config", str(rocm)).stdout)
+    assert named["card"] == "mi300x"  # a ROCm image asks for AMD
     small = json.loads(run(cli_env, "up", "--job", str(job), "--model", "tinyllama-1.1b", "--dry-run", "--json").stdout)
     assert small["card"] == "t4"  # fits the cheapest card
     assert not (gpuops_home / "boxes").exists()
