@@ -5,7 +5,8 @@ Run: PYTHONPATH=. python bench/bench_plan.py [--repeat 20] [--table-only]
 Prints the wall time of one full pass (every built-in model on every card), per (model, card)
 pair, and the cold cost of the first pass (TOML parsing included); then a table of gpuops' figure
 next to what vLLM reported (bench/vllm_reference.toml), with the ratio per row (target: within
-0.95-1.05). Not a pass/fail test; numbers go in the notes.
+0.95-1.05); then the kinds of issue 26 against the engine's rule worked by hand
+(bench/engine_rules.toml). Not a pass/fail test; numbers go in the notes.
 """
 
 from __future__ import annotations
@@ -69,6 +70,45 @@ def vllm_table() -> None:
               f"{ours:>9.2f} {r['measured']:>9.2f} {ours / r['measured']:>6.3f}")
 
 
+def _rule_figure(row: dict) -> float:
+    """gpuops' value for one engine_rules.toml row."""
+    import json
+    from pathlib import Path
+
+    from gpuops.planning import models
+    from gpuops.planning import sizing as P
+
+    path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
+    config = json.loads(path.read_text())
+    model = models.ModelSource(name=row["config"], config=config, source=str(path), stored_dtype=models._stored_dtype(config))
+    p = P.plan(model, card=row["card"], seq=row["seq"], gpu_count=row.get("gpu_count", 1), chunked_hybrid=row.get("chunked_hybrid", False))
+    c = p.cards[0]
+    return {"weights_gb": p.weights_bytes / 1e9, "params_b": p.params / 1e9, "request_kv_mib": c.per_request_bytes / 2**20,
+            "weights_loaded_gib": (c.fixed_bytes - c.overhead_bytes - c.activation_bytes - c.cuda_graph_bytes) / 2**30}[row["metric"]]
+
+
+def rules_table() -> None:
+    """gpuops vs the engine's rule worked by hand (bench/engine_rules.toml), with gpuops before issue 26."""
+    import sys
+    from pathlib import Path
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    rows = tomllib.loads((Path(__file__).with_name("engine_rules.toml")).read_text())["rows"]
+    print("\nnew kinds (issue 26): gpuops vs the engine's rule by hand (ratio target 1.000; 'before' = gpuops at 86593ec)")
+    head = f"{'model':<22} {'card':<9} {'seq':>6}  {'what':<32} {'before':>9} {'gpuops':>10} {'engine':>10} {'ratio':>6}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        ours = _rule_figure(r)
+        card = r["card"] + (f" x{r['gpu_count']}" if r.get("gpu_count", 1) > 1 else "")
+        print(f"{r['config']:<22} {card:<9} {r['seq']:>6}  {r['what']:<32} {r['before']:>9.3f} {ours:>10.3f} {r['engine']:>10.3f} "
+              f"{ours / r['engine']:>6.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20, help="timed passes after the first (cold) one")
@@ -76,6 +116,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.table_only:
         vllm_table()
+        rules_table()
         return
 
     t0 = time.perf_counter()
@@ -97,6 +138,7 @@ def main() -> None:
     print(f"warm pass, median of {args.repeat}: {med * 1e3:.1f} ms ({med / pairs * 1e6:.0f} us per pair); "
           f"min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms")
     vllm_table()
+    rules_table()
 
 
 if __name__ == "__main__":
