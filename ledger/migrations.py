@@ -231,6 +231,33 @@ def m008_books_index(conn: Connection) -> None:
     conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS ix_sessions_books ON sessions ({', '.join(cols)})")
 
 
+@migration
+def m009_watchdog_passes(conn: Connection) -> None:
+    """Every watchdog pass (``watchdog_passes``): who (``owner``, the ``[user] name``), where
+    (``host``), when (``at``, epoch s; ``seconds`` it took), what it did (``checked``: open sessions
+    it looked at under their lease, ``ended``: sessions it destroyed or closed, ``errors``,
+    ``actions``) and how often it runs (``interval_seconds``: a pass older than three intervals
+    means that watchdog is gone). Bounded: each write keeps the newest passes per host
+    (``ledger.passes.KEEP_PER_HOST``), so the table stays a few hundred rows."""
+    md = sa.MetaData()
+    sa.Table(
+        "watchdog_passes",
+        md,
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("host", sa.String, nullable=False),
+        sa.Column("owner", sa.String, nullable=False),
+        sa.Column("at", sa.Float, nullable=False),
+        sa.Column("seconds", sa.Float, nullable=False),
+        sa.Column("interval_seconds", sa.Float, nullable=False),
+        sa.Column("checked", sa.Integer, nullable=False),
+        sa.Column("ended", sa.Integer, nullable=False),
+        sa.Column("errors", sa.Integer, nullable=False),
+        sa.Column("actions", sa.Integer, nullable=False),
+    )
+    md.create_all(conn)
+    conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_watchdog_passes_host ON watchdog_passes (host, id)")
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

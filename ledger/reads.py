@@ -109,6 +109,43 @@ def sqlite_active_refusal_rows(path: Path) -> list[RefusalRow]:
         con.close()
 
 
+# Watchdog passes (m009): the newest pass of each (host, owner), newest first. The table keeps at
+# most ``ledger.passes.KEEP_PER_HOST`` rows per host, so this reads a few hundred rows at worst.
+WATCHDOG_PASS_COLUMNS = ("id", "host", "owner", "at", "seconds", "interval_seconds", "checked", "ended", "errors", "actions")
+LATEST_PASSES_SQL = (f"SELECT {', '.join(WATCHDOG_PASS_COLUMNS)} FROM watchdog_passes "
+                     "WHERE id IN (SELECT MAX(id) FROM watchdog_passes GROUP BY host, owner) ORDER BY at DESC, id DESC")
+
+
+class PassRow(namedtuple("PassRow", WATCHDOG_PASS_COLUMNS)):
+    """One ``watchdog_passes`` row, read-only (``at`` epoch s UTC; ``seconds`` the pass took;
+    ``interval_seconds`` its watchdog's interval)."""
+
+    __slots__ = ()
+
+    @property
+    def summary(self) -> str:
+        """What the pass did, in words: ``checked 3 sessions, ended 1, 0 errors``."""
+        return (f"checked {self.checked} session{'' if self.checked == 1 else 's'}, ended {self.ended}, "
+                f"{self.errors} error{'' if self.errors == 1 else 's'}")
+
+
+def watchdog_pass_rows(engine) -> list[PassRow]:
+    """The newest pass of each watchdog (host, owner), newest first, through SQLAlchemy ``engine``."""
+    import sqlalchemy as sa
+
+    with engine.connect().execution_options(ledger_read=True) as conn:
+        return [PassRow(*r) for r in conn.execute(sa.text(LATEST_PASSES_SQL))]
+
+
+def sqlite_watchdog_pass_rows(path: Path) -> list[PassRow]:
+    """``watchdog_pass_rows`` on an SQLite file with the standard library (read-only)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        return [PassRow(*r) for r in con.execute(LATEST_PASSES_SQL)]
+    finally:
+        con.close()
+
+
 def sqlite_current_file(url: str) -> Path | None:
     """The file of an SQLite ``url`` whose ledger has every migration applied, else None (a
     server, an in-memory or new database, or a file still to migrate)."""
@@ -368,6 +405,14 @@ class LedgerReader:
             row_t = namedtuple("CostLineRow", COST_LINE_COLUMNS)
             return [row_t._make(r) for r in pg_query(self._pg)(sql, {"start": start, "end": end})]
         return cost_lines(self.engine, start, end)
+
+    def watchdog_passes(self) -> list[PassRow]:
+        """The newest pass of each watchdog (host, owner), newest first (``LATEST_PASSES_SQL``)."""
+        if self._sqlite is not None:
+            return sqlite_watchdog_pass_rows(self._sqlite)
+        if self._pg is not None:
+            return [PassRow(*r) for r in pg_query(self._pg)(LATEST_PASSES_SQL, {})]
+        return watchdog_pass_rows(self.engine)
 
     def query_runner(self):
         """``query(sql, params) -> list[tuple]`` for SQL text with named ``:params`` (the reports'

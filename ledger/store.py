@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from ledger.billing import billed_cost, unseen_end
 from ledger.reads import (active_refusal_rows, cost_lines, iter_query, iter_rows_between, open_rows, overlapping, rows_between,
                           sqlite_active_refusal_rows, sqlite_cost_lines, sqlite_current_file, sqlite_iter_query,
-                          sqlite_iter_rows_between, sqlite_open_rows, sqlite_overlapping)
+                          sqlite_iter_rows_between, sqlite_open_rows, sqlite_overlapping, sqlite_watchdog_pass_rows,
+                          watchdog_pass_rows)
 from bootstrap.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
@@ -515,6 +516,13 @@ class Ledger:
         if self._sqlite is not None and self._engine is None:
             return sqlite_active_refusal_rows(self._sqlite)
         return active_refusal_rows(self.engine)
+
+    def watchdog_passes(self) -> list[Any]:
+        """The newest pass of each watchdog (host, owner), newest first (``ledger.reads.PassRow``);
+        no ORM load on a current SQLite ledger."""
+        if self._sqlite is not None and self._engine is None:
+            return sqlite_watchdog_pass_rows(self._sqlite)
+        return watchdog_pass_rows(self.engine)
 
     def sessions_between(self, start: float, end: float) -> list[Session]:
         """Sessions whose intent time is in [start, end) epoch seconds."""

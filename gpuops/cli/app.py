@@ -257,6 +257,9 @@ def ps(
         hidden = len(everyone_rows) - len(rows)
         if hidden:
             print(f"{hidden} open session(s) of other users not shown; `gpuops ps --all` lists them")
+        from gpuops.rental.watchdog_passes import last_passes
+
+        ui.render_watchdogs(last_passes(ledger))
 
     emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns())
 
@@ -324,14 +327,32 @@ def watchdog(
     fmt: Optional[str] = typer.Option(None, "--format", help="table (lines, default) or json: one JSON object per action, one per line."),
     json_out: bool = typer.Option(False, "--json", help="Shorthand for --format json."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
+    install: bool = typer.Option(False, "--install", help="Run it as a user service (systemd user unit / launchd agent) with these settings."),
+    uninstall: bool = typer.Option(False, "--uninstall", help="Stop and remove the user service."),
+    service_status: bool = typer.Option(False, "--status", help="Whether the user service runs, since when, and each watchdog's last pass."),
+    env_file: Optional[Path] = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
 ) -> None:
-    """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap."""
-    from gpuops.rental import watchdog as wd
+    """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
+    With --once, --interval says how often your cron runs it (the views call a pass late after 3)."""
     from gpuops.views.emit import pick
 
     json_out = pick(fmt, json_out, allowed=("table", "json")) == "json"
     if interval <= 0:
         raise BadInput(f"--interval must be > 0 seconds, got {interval:g}", "e.g. --interval 30")
+    if install + uninstall + service_status + once > 1:
+        raise BadInput("--install, --uninstall, --status and --once go one at a time", "pass one of them")
+    if env_file is not None:
+        from gpuops.rental.watchdog_service import read_env_file
+
+        os.environ.update(read_env_file(env_file))
+    if install or uninstall or service_status:
+        from gpuops.views.service import command as service_command
+
+        what = "install" if install else "uninstall" if uninstall else "status"
+        # install: a full load (the service must start on these settings); the others only read the ledger
+        return service_command(what, _settings(config, emergency=not install), interval, json_out)
+    from gpuops.rental import watchdog as wd
+
     settings = _settings(config, snapshot=once)  # the daemon: a full load, once
     emit = _emit_json if json_out else print
     if not once:

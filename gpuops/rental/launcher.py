@@ -383,6 +383,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
 
     _quick_reconcile(settings, ledger, provider, reporter)
     budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
+    if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
+        _watchdog_note(ledger, reporter)
     sid = new_session_id()
     s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
     logs_dir = settings.private_data_path() / "logs"
@@ -572,6 +574,16 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
                 reporter.warn(f"reconcile: {a}")
     except GpuopsError as e:
         reporter.warn(f"reconcile skipped: {e}")
+
+
+def _watchdog_note(ledger, reporter: Reporter) -> None:
+    """Warn once when no watchdog passed over the ledger within three of its intervals: then only
+    the box's own agent guards the rental (gpuops.rental.watchdog_passes.guarded_recently)."""
+    from gpuops.rental.watchdog_passes import INSTALL_HINT, guarded_recently
+
+    if not guarded_recently(ledger):
+        reporter.warn("no watchdog has made a pass lately: only the box's own agent (job end, idle, TTL) guards this rental; "
+                      f"the balance floor and the monthly cap are not enforced; {INSTALL_HINT}")
 
 
 def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:

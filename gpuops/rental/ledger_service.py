@@ -24,7 +24,8 @@ def _tz_checked(tz: str | None) -> str | None:
 
 def month(ledger, month: str | None = None, tz: str | None = None, by: str | None = None, plot: bool = False) -> dict:
     """``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
-    this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``. Raises BadInput for a
+    this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``, and ``watchdogs``: each
+    watchdog's newest pass (``gpuops.rental.watchdog_passes.last_passes``). Raises BadInput for a
     bad month, zone or ``by``."""
     from ledger.reports import month_bounds, month_report, this_month
 
@@ -36,14 +37,19 @@ def month(ledger, month: str | None = None, tz: str | None = None, by: str | Non
         start, end = month_bounds(month, tz)
     except ValueError as e:
         raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
+    from gpuops.rental.watchdog_passes import last_passes
+
     lines = ledger.cost_lines(start, end)
     if by == "day" or plot:  # days: each row split across the days it ran in, streamed
-        return month_report(ledger.overlapping(start, end, REPORT_COLUMNS), month, tz, by_day=True, cost_lines=lines)
-    from ledger.aggregate import group_rows
-    from ledger.reports import month_report_groups
+        rep = month_report(ledger.overlapping(start, end, REPORT_COLUMNS), month, tz, by_day=True, cost_lines=lines)
+    else:
+        from ledger.aggregate import group_rows
+        from ledger.reports import month_report_groups
 
-    q = _query(ledger)
-    return month_report_groups(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines))
+        q = _query(ledger)
+        rep = month_report_groups(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines))
+    rep["watchdogs"] = last_passes(ledger)  # who enforces the money layer now (gpuops.rental.watchdog_passes)
+    return rep
 
 
 def experiments(ledger, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:

@@ -208,9 +208,12 @@ def _surely_under(bound: float, cap: float) -> bool:
 
 
 def tick(ctx: Context) -> list[Action]:
-    """One pass over every open session, then the money layer. Never raises for provider errors."""
+    """One pass over every open session, then the money layer. Never raises for provider errors.
+    Sets ``ctx.checked``: how many open sessions it looked at under their lease."""
     actions: list[Action] = []
+    ctx.checked = 0
     for row in ctx.open_sessions_leased(actions, keep=ctx.holds):  # other accounts' rows: their owners' watchdogs
+        ctx.checked += 1
         try:
             actions += check_session(ctx, row)
         except (GpuopsError, ProviderError, OSError) as e:
@@ -222,7 +225,8 @@ def tick(ctx: Context) -> list[Action]:
 def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Action], None] = print,
         ctx: Context | None = None, on_pass: Callable[[str, list[Action], float], None] | None = None) -> list[Action]:
     """The `gpuops watchdog` body: reconcile, then one tick (``once``) or a tick every
-    ``interval`` seconds under APScheduler until interrupted. Returns the actions of ``once``.
+    ``interval`` seconds under APScheduler until interrupted; each tick is booked as a watchdog pass
+    (``record_pass``). Returns the actions of ``once``.
     ``on_pass(name, actions, seconds)``: called after each pass ("reconcile", "tick")."""
     ctx = ctx or Context(settings)
     ctx.actor = Actor.WATCHDOG
@@ -235,6 +239,8 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
         except Exception as e:  # the daemon outlives any one bad tick (database hiccup, bug in a provider)
             log.exception("watchdog tick failed")
             acts = [Action("", "error", f"tick failed: {type(e).__name__}: {e}")]
+        if fn is tick:
+            acts += record_pass(ctx, acts, time.monotonic() - t0, interval)
         for a in acts:
             emit(a)
         done.extend(acts)
@@ -259,3 +265,25 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
     except (KeyboardInterrupt, SystemExit):
         pass
     return done
+
+
+# -- watchdog passes: who looked last (read back by gpuops/rental/watchdog_passes.py) ---------------
+ENDED_KINDS = ("destroyed", "closed", "orphan_destroyed")  # Action kinds that ended a session
+
+
+def record_pass(ctx: Context, acts: list[Action], seconds: float, interval: float) -> list[Action]:
+    """Book this tick in the ledger (``ledger.passes.record_pass``: host, ``[user] name``, now,
+    sessions checked and ended); returns [] or one ``error`` action when the ledger refused it (the
+    watchdog goes on: the pass itself was done)."""
+    import socket
+
+    from ledger.passes import record_pass as book
+
+    try:
+        book(ctx.ledger, socket.gethostname(), ctx.me, at=ctx.clock(), seconds=seconds, interval_seconds=interval,
+             checked=getattr(ctx, "checked", 0), ended=sum(a.kind in ENDED_KINDS for a in acts),
+             errors=sum(a.kind == "error" for a in acts), actions=len(acts))
+    except Exception as e:  # noqa: BLE001  a database hiccup must not stop the daemon
+        log.warning("watchdog pass not booked: %s", e)
+        return [Action("", "error", f"watchdog pass not booked in the ledger: {type(e).__name__}: {e}")]
+    return []

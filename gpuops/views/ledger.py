@@ -168,6 +168,10 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
         markup=True,
     )
+    if "watchdogs" in rep:
+        from gpuops.views.ui import render_watchdogs
+
+        render_watchdogs(rep["watchdogs"], c)
     closed = rep["sessions"] - rep["open_sessions"]
     if closed:
         charged = rep.get("charged_sessions", 0)

@@ -104,3 +104,17 @@ def render_sessions(rows: list[dict], title: str) -> None:
     print_table(c, title, ranked(cols, PS_DROP_ORDER), [
         [r["session"], r.get("owner") or "-", r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
          money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])
+
+
+def render_watchdogs(passes: list[dict], out=None) -> None:
+    """Who enforces the money layer: one line per watchdog (``gpuops.rental.watchdog_passes.
+    health_lines``), the warnings (no fresh pass) in the warning colour. ``out``: a rich console
+    (default: stdout's); rich loads only for a warning."""
+    from gpuops.rental.watchdog_passes import health_lines
+
+    for text, warn in health_lines(passes):
+        if not warn:
+            (out.print(text, markup=False) if out is not None else sys.stdout.write(text + "\n"))
+            continue
+        c = out if out is not None else console()
+        c.print(text, style="yellow", markup=False)

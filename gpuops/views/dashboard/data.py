@@ -22,11 +22,13 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
     None = the machine's zone).
 
     Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
-    ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row]}``.
+    ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
+    "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
     from gpuops.rental import ledger_service as books
+    from gpuops.rental.watchdog_passes import health_lines, last_passes
     from ledger.history import recent_rows, session_rows
     from ledger.reads import LedgerReader
     from ledger.reports import iso, month_bounds
@@ -42,6 +44,7 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
         "report": report,
         "sessions": session_rows(recent_rows(reader, start, end), tz),
         "open_boxes": open_boxes(settings, now, tz, read_status),
+        "watchdog": [{"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))],  # who enforces the money layer
     }
 
 

@@ -1,0 +1,34 @@
+# The always-on watchdog for a team: `gpuops watchdog` beside the team's PostgreSQL ledger.
+# Build: docker build -t gpuops-watchdog .   Run: see README, "Keeping the watchdog running".
+# Configured only from the environment: GPUOPS_* (GPUOPS_LEDGER_URL, GPUOPS_USER_NAME,
+# GPUOPS_TEARDOWN_MONTHLY_CAP_USD, ...) and the provider keys (RUNPOD_API_KEY, VAST_API_KEY);
+# nothing secret is baked into the image.
+# Python 3.11: the version requirements-runtime.lock was resolved for (its markers depend on it).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    GPUOPS_DATA_DIR=/data
+
+# The runtime lock: the package with its runpod, vast and postgres extras, no test packages
+# (derived from requirements.lock with uv; tests/core/test_container.py keeps the pins equal).
+COPY requirements-runtime.lock /tmp/requirements-runtime.lock
+RUN pip install --no-deps -r /tmp/requirements-runtime.lock
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY gpuops ./gpuops
+COPY ledger ./ledger
+COPY bootstrap ./bootstrap
+RUN pip install --no-deps . && rm -rf /src
+
+# An unprivileged user; its data dir (spool, settings snapshot, SSH keys, logs) is a volume.
+RUN useradd --create-home --uid 10001 gpuops && mkdir -p /data && chown gpuops /data && chmod 700 /data
+USER gpuops
+WORKDIR /home/gpuops
+VOLUME ["/data"]
+
+ENTRYPOINT ["gpuops", "watchdog"]
+CMD ["--interval", "30", "--verbose"]
