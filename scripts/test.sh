@@ -7,8 +7,9 @@
 # (default 4: on 2 cores its tests mostly wait on processes and I/O, so more workers still gain).
 # System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1), PostgreSQL (ledger
 # tests run on SQLite and on a real PostgreSQL server the tests start themselves) and git (the
-# bootstrap `code` step clones a local repository) and chromium (the dashboard is tested in a real
-# headless browser, tests/support/browser.py).
+# bootstrap `code` step clones a local repository), chromium (the dashboard is tested in a real
+# headless browser, tests/support/browser.py) and systemd (its `systemd-analyze verify` checks the
+# unit `gpuops watchdog --install` writes; no service is started).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,7 @@ need=()
 command -v git >/dev/null || need+=(git)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null || need+=(chromium fonts-liberation)
+command -v systemd-analyze >/dev/null || need+=(systemd)  # `systemd-analyze verify` checks the watchdog's user unit
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; elif command -v sudo >/dev/null; then SUDO="sudo"; else
     echo "error: install ${need[*]} (apt-get install ${need[*]}) and run again" >&2; exit 2; fi

@@ -330,7 +330,7 @@ def watchdog(
     install: bool = typer.Option(False, "--install", help="Run it as a user service (systemd user unit / launchd agent) with these settings."),
     uninstall: bool = typer.Option(False, "--uninstall", help="Stop and remove the user service."),
     service_status: bool = typer.Option(False, "--status", help="Whether the user service runs, since when, and each watchdog's last pass."),
-    env_file: Optional[Path] = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
+    env_file: Optional[str] = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
     With --once, --interval says how often your cron runs it (the views call a pass late after 3)."""
@@ -344,7 +344,7 @@ def watchdog(
     if env_file is not None:
         from gpuops.rental.watchdog_service import read_env_file
 
-        os.environ.update(read_env_file(env_file))
+        os.environ.update(read_env_file(Path(env_file)))
     if install or uninstall or service_status:
         from gpuops.views.service import command as service_command
 

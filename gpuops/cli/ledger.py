@@ -39,7 +39,7 @@ def ledger_month(
     if plot and fmt != "table":
         raise BadInput(f"--plot draws a chart in the terminal; --format {fmt} has no place for it",
                        "drop --plot, or drop --format/--json/--csv (the days are in the output with --by day)")
-    rep = books.month(_reader(config), month, tz, by, plot)
+    rep = books.month(_reader(config), month, tz, by, plot, watchdogs=True)
     ledger_view.emit("month", rep, fmt, plot=plot, days_table=by == "day")
 
 

@@ -22,11 +22,12 @@ def _tz_checked(tz: str | None) -> str | None:
     return tz
 
 
-def month(ledger, month: str | None = None, tz: str | None = None, by: str | None = None, plot: bool = False) -> dict:
+def month(ledger, month: str | None = None, tz: str | None = None, by: str | None = None, plot: bool = False,
+          watchdogs: bool = False) -> dict:
     """``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
-    this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``, and ``watchdogs``: each
-    watchdog's newest pass (``gpuops.rental.watchdog_passes.last_passes``). Raises BadInput for a
-    bad month, zone or ``by``."""
+    this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``; with ``watchdogs``, also
+    ``watchdogs``: each watchdog's newest pass (``gpuops.rental.watchdog_passes.last_passes``), as
+    `ledger month` and the dashboard show them. Raises BadInput for a bad month, zone or ``by``."""
     from ledger.reports import month_bounds, month_report, this_month
 
     tz = _tz_checked(tz)
@@ -37,8 +38,6 @@ def month(ledger, month: str | None = None, tz: str | None = None, by: str | Non
         start, end = month_bounds(month, tz)
     except ValueError as e:
         raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    from gpuops.rental.watchdog_passes import last_passes
-
     lines = ledger.cost_lines(start, end)
     if by == "day" or plot:  # days: each row split across the days it ran in, streamed
         rep = month_report(ledger.overlapping(start, end, REPORT_COLUMNS), month, tz, by_day=True, cost_lines=lines)
@@ -48,7 +47,10 @@ def month(ledger, month: str | None = None, tz: str | None = None, by: str | Non
 
         q = _query(ledger)
         rep = month_report_groups(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines))
-    rep["watchdogs"] = last_passes(ledger)  # who enforces the money layer now (gpuops.rental.watchdog_passes)
+    if watchdogs:
+        from gpuops.rental.watchdog_passes import last_passes
+
+        rep["watchdogs"] = last_passes(ledger)  # who enforces the money layer now (gpuops.rental.watchdog_passes)
     return rep
 
 

@@ -108,13 +108,19 @@ def render_sessions(rows: list[dict], title: str) -> None:
 
 def render_watchdogs(passes: list[dict], out=None) -> None:
     """Who enforces the money layer: one line per watchdog (``gpuops.rental.watchdog_passes.
-    health_lines``), the warnings (no fresh pass) in the warning colour. ``out``: a rich console
-    (default: stdout's); rich loads only for a warning."""
+    health_lines``), the warnings (no fresh pass) in the warning colour, wrapped to the terminal.
+    ``out``: a rich console (default: stdout; rich loads only for a warning)."""
     from gpuops.rental.watchdog_passes import health_lines
 
     for text, warn in health_lines(passes):
-        if not warn:
-            (out.print(text, markup=False) if out is not None else sys.stdout.write(text + "\n"))
-            continue
-        c = out if out is not None else console()
-        c.print(text, style="yellow", markup=False)
+        if out is not None:
+            out.print(text, style="yellow" if warn else None, markup=False)
+        elif warn:
+            from rich.console import Console
+
+            Console(highlight=False, markup=False, soft_wrap=False).print(text, style="yellow")
+        else:
+            import shutil
+            import textwrap
+
+            sys.stdout.write(textwrap.fill(text, max(40, shutil.get_terminal_size().columns), subsequent_indent="  ") + "\n")

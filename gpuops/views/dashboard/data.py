@@ -35,7 +35,7 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
 
     now = time.time() if now is None else now
     reader = LedgerReader(settings.ledger_url())
-    report = books.month(reader, month, tz, by="day")  # the same call as `ledger month --by day --json`
+    report = books.month(reader, month, tz, by="day", watchdogs=True)  # the same call as `ledger month --by day --json`
     start, end = month_bounds(report["month"], tz)
     return {
         "month": report["month"],
