@@ -31,15 +31,40 @@ def record_pass(ledger: Ledger, host: str, owner: str, *, at: float | None = Non
     destroyed or closed, ``errors`` and ``actions`` in all. In the same transaction, prune the host's
     passes to the newest ``keep``. Raises what the database raises (the watchdog reports it and
     goes on: a lost pass record never stops a pass)."""
-    import sqlalchemy as sa
-
-    t = _table()
     row = {"host": host, "owner": owner, "at": time.time() if at is None else float(at), "seconds": float(seconds),
            "interval_seconds": float(interval_seconds), "checked": int(checked), "ended": int(ended), "errors": int(errors),
            "actions": int(actions)}
+    path = getattr(ledger, "fast_sqlite", None)
+    if path is not None:  # `watchdog --once` on a quiet current SQLite ledger: no SQLAlchemy import for one row
+        _sqlite_record(path, row, keep)
+        return
+    import sqlalchemy as sa
+
+    t = _table()
     with ledger.engine.begin() as conn:
         conn.execute(sa.insert(t).values(**row))
         conn.execute(sa.text(_PRUNE_SQL), {"host": host, "keep": int(keep)})
+
+
+def _sqlite_record(path, row: dict, keep: int) -> None:
+    """``record_pass`` with the standard library on the SQLite file at ``path``: the write lock taken
+    at BEGIN, with the engine's busy timeout (``ledger.reads.SQLITE_BUSY_TIMEOUT_S``), as every write."""
+    import sqlite3
+
+    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
+
+    con = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            con.execute(f"INSERT INTO watchdog_passes ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})", row)
+            con.execute(_PRUNE_SQL, {"host": row["host"], "keep": int(keep)})
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+    finally:
+        con.close()
 
 
 def host_pass_count(ledger: Ledger, host: str) -> int:

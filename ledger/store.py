@@ -119,6 +119,12 @@ class Ledger:
             self._engine = open_engine(self.url)
         return self._engine
 
+    @property
+    def fast_sqlite(self) -> Path | None:
+        """The SQLite file while this ledger goes without SQLAlchemy (a current file, the engine not
+        opened yet), else None: a hot path may then read or write it with ``sqlite3`` itself."""
+        return self._sqlite if self._engine is None else None
+
     # -- the spool ----------------------------------------------------------------------------
     def _spool(self, op: str, **args: Any) -> None:
         """Append one refused write to the spool (best effort: if this fails too, it is lost, but

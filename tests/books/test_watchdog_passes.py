@@ -140,3 +140,17 @@ def test_the_dashboard_says_who_watches(ledger, ledger_url, gpuops_home, monkeyp
     html = page.render(data, inline=True)
     assert '<p class="watchdog">watchdog: last pass 5 s ago on team-host by ops &lt;b&gt; (checked 0' in html
     assert data["report"]["watchdogs"][0]["owner"] == "ops <b>"
+
+
+def test_a_current_sqlite_ledger_books_passes_without_sqlalchemy(tmp_path):
+    from ledger import Ledger
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    Ledger(url).engine.dispose()  # created and migrated
+    led = Ledger(url)
+    assert led.fast_sqlite is not None
+    for i in range(4):
+        record_pass(led, "laptop", "alice", at=T0 + i, interval_seconds=30, checked=i, keep=3)
+    assert led._engine is None  # the write went through sqlite3
+    assert [(p.at, p.checked) for p in led.watchdog_passes()] == [(T0 + 3, 3)]
+    assert host_pass_count(led, "laptop") == 3
