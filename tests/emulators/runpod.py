@@ -34,6 +34,7 @@ from graphql.utilities import value_from_ast_untyped
 
 from datetime import datetime, timezone
 
+from tests.emulators.contract import Contract
 from tests.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market
 
 NO_CAPACITY = "There are no longer any instances available with the requested specifications. Please refresh and try again."
@@ -72,6 +73,7 @@ class RunPodEmulator(Emulator):
 
     def __init__(self, api_key: str = "rp_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd))
+        self.contract = Contract('runpod')
         self.volumes: dict[str, dict] = {}
         self.gpus: dict[str, dict] = {}
         for gid, disp, mem, secure, community, maxn in DEFAULT_GPUS:

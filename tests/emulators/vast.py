@@ -27,6 +27,7 @@ import json
 import re
 from typing import Any
 
+from tests.emulators.contract import Contract
 from tests.emulators.base import JSON, EmuInstance, Emulator, Market
 
 HOURS_PER_MONTH = 730.0
@@ -78,6 +79,7 @@ class VastEmulator(Emulator):
 
     def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd))
+        self.contract = Contract('vast')
         self.offers: dict[int, dict] = {}
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
