@@ -136,10 +136,12 @@ class CreateSpec:
 
 @dataclass(frozen=True)
 class Balance:
-    """Account credit in USD, and the current spend rate in USD/h when the provider reports it."""
+    """Account credit in USD, and the current spend rate in USD/h when the provider reports it.
+    ``usd`` None: no figure (the provider has none, or could not give it: ``note`` says why)."""
 
     usd: float | None
     spend_usd_per_hour: float | None = None
+    note: str = ""
 
 
 class Provider:

@@ -33,7 +33,7 @@ from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.rental.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile, record_proof_of_life
+from gpuops.rental.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, end_asked_for, reconcile, record_proof_of_life
 
 log = logging.getLogger("gpuops.rental.watchdog")
 
@@ -112,6 +112,10 @@ def check_session(ctx: Context, row) -> list[Action]:
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
         record_proof_of_life(ctx, row, status, now)
+    ended = end_asked_for(ctx, row, p, inst, status)
+    if ended is not None:  # its agent asked for the end and could not, or it was stopped: ours to end
+        return [ended]
+    if status and status.get("heartbeat"):
         job = status.get("job") or {}
         if job.get("ended_at") is not None and not any(e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)):
             # Booked now: if the box then destroys itself unseen, its row still closes as job_end.

@@ -293,6 +293,11 @@ class Market:
                 self.tick(inst)
             return [i for i in self.instances.values() if i.state != "destroyed" and (account is None or i.account == account)]
 
+    def mark_fault(self) -> None:
+        """The reply of the request this thread serves is a deliberate fault (a gateway's page, an
+        undocumented status): the spec does not judge it (contract.py)."""
+        _CURRENT.injected = True
+
     def take_injected(self, op: str) -> int | None:
         """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it. Also notes
         ``op`` as the current request's (``reply_delay_s``)."""

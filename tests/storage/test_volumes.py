@@ -21,13 +21,15 @@ def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provid
     vol = svc.create("weights-eu", 120, "EU-RO-1")
     assert (vol.provider, vol.name, vol.size_gb, vol.region, vol.mount_path) == ("runpod", "weights-eu", 120.0, "EU-RO-1", "/workspace")
     assert vol.usd_per_month == pytest.approx(120 * 0.07)
-    post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v1/networkvolumes" and r["method"] == "POST"]
-    assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenterId": "EU-RO-1"}
+    post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v2/network-volumes" and r["method"] == "POST"]
+    assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenter": "EU-RO-1"}
     assert post[0]["auth"] == "Bearer rp_TESTKEY"
-    # The list comes through the SDK's own get_user() (GraphQL myself{networkVolumes}).
-    listed = svc.list()
+    listed = svc.list()  # GET /v2/network-volumes
     assert [(v.id, v.size_gb, v.region) for v in listed] == [(vol.id, 120.0, "EU-RO-1")]
-    assert any("networkVolumes" in (r["body"] or {}).get("query", "") for r in runpod_vol_emulator.market.requests)
+    assert {(r["method"], r["path"].split("/vol")[0]) for r in runpod_vol_emulator.market.requests} == {
+        ("POST", "/v2/network-volumes"), ("GET", "/v2/network-volumes")}
+    with pytest.raises(BadInput, match="10-4096 GB"):
+        svc.create("tiny", 5, "EU-RO-1")  # under the spec's minimum: refused before any call
     svc.delete(vol.id)
     svc.delete(vol.id)  # idempotent
     assert svc.list() == []
@@ -69,7 +71,7 @@ def test_runpod_offers_narrowed_to_secure_and_pod_mounts_the_volume(runpod_vol_e
     assert ok and all(o.offer_id.startswith("secure:") and o.region == "US-KS-2" for o in ok)
     inst = runpod_vol_provider.create(ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **volumes.spec_fields(vol)))
     req = runpod_vol_emulator.market.find(inst.id).request
-    assert (req["networkVolumeId"], req["dataCenterId"], req["volumeMountPath"], req["cloudType"]) == (vol.id, "US-KS-2", "/workspace", "SECURE")
+    assert (req["mounts"], req["dataCenterIds"], req["cloud"]) == ({"network": [{"volumeId": vol.id, "path": "/workspace"}]}, ["US-KS-2"], "SECURE")
     assert inst.extra["volume_path"] == "/workspace"
     runpod_vol_provider.destroy(inst.id)
     assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # destroy never deletes it
