@@ -23,8 +23,9 @@ Wire shapes (tests/emulators/volumes.py emulates exactly these):
   ``volume_fields``); ``search_volumes(query, storage=GB)`` -> ``POST /api/v0/volumes/search/``
   answering ``{"offers": [{"id", "machine_id", "disk_space", "storage_cost" (USD/GB/month),
   "geolocation", ...}]}``; ``create_volume(offer_id, size, name)`` -> ``PUT /api/v0/volumes/`` with
-  ``{"size", "id", "name"}`` (its answer is undocumented, so the new volume is found again by name
-  in the list); ``delete_volume(id)`` -> ``DELETE /api/v0/volumes/?id=N``. Mount:
+  ``{"size", "id", "name"}`` answering ``{"success", "volume_name"}`` (the spec; its list rows
+  carry no name, so the new volume is the one listed after and not before, and its name is kept in
+  the data dir); ``delete_volume(id)`` -> ``DELETE /api/v0/volumes/?id=N``. Mount:
   ``create_instance(link_volume=id, mount_path=...)`` (``volume_info``); a Vast local volume lives
   on one machine, so only offers on that ``machine_id`` can mount it.
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from gpuops.errors import BadInput
 
@@ -179,26 +181,67 @@ class RunPodVolumes:
 # Vast
 # ------------------------------------------------------------------------------------------------
 class VastVolumes:
-    """Vast volumes through ``provider`` (gpuops.providers.vast.VastProvider) and its SDK client."""
+    """Vast volumes through ``provider`` (gpuops.providers.vast.VastProvider) and its SDK client.
+
+    Vast's list reply documents no name for a volume (the spec's ``Volume``); its create answers a
+    ``volume_name``. So the name a volume was created under is kept in ``<data dir>/vast-volumes.json``
+    (id -> name, volume_name), and a list row's own ``label``/``name`` wins where Vast sends one."""
+
+    BOOK = "vast-volumes.json"
 
     def __init__(self, provider):
         self.p = provider
 
-    def _volume(self, row: dict, kind: str) -> Volume:
+    # -- the local name book ------------------------------------------------------------------------
+    def _book_path(self):
+        d = getattr(self.p, "data_dir", None)
+        return None if d is None else Path(d) / self.BOOK
+
+    def _book(self) -> dict:
+        import json
+
+        path = self._book_path()
+        if path is None:
+            return getattr(self.p, "_volume_book", {})
+        try:
+            got = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return got if isinstance(got, dict) else {}
+
+    def _write_book(self, book: dict) -> None:
+        import json
+        import os
+
+        path = self._book_path()
+        if path is None:
+            self.p._volume_book = book
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(book, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def _volume(self, row: dict, kind: str, book: dict | None = None) -> Volume:
         size = float(row.get("disk_space") or row.get("size") or 0)
         cost = row.get("storage_cost")
-        return Volume(provider="vast", id=str(int(row["id"])), name=str(row.get("label") or row.get("name") or ""), size_gb=size,
+        vid = str(int(row["id"]))
+        own = row.get("label") or row.get("name") or row.get("volume_name")
+        name = str(own) if own else str(((book or {}).get(vid) or {}).get("name") or "")
+        return Volume(provider="vast", id=vid, name=name, size_gb=size,
                       region=str(row.get("geolocation") or ""), usd_per_month=round(float(cost) * size, 4) if cost is not None else None,
                       kind=kind, machine_id=str(row.get("machine_id") or ""), mount_path=VAST_MOUNT, raw=dict(row))
 
     def list(self) -> list[Volume]:
-        """Local and network volumes of the account. Raises ProviderError."""
+        """Local and network volumes of the account (named from the row, else from the book).
+        Raises ProviderError."""
+        book = self._book()
         out = []
         for kind in ("local", "network"):
             rows = self.p._call(f"list {kind} volumes", lambda v, k=kind: v.show_volumes(type=k)) or []
             for row in rows:
                 try:
-                    out.append(self._volume(row, kind))
+                    out.append(self._volume(row, kind, book))
                 except (KeyError, TypeError, ValueError):
                     continue
         return out
@@ -206,7 +249,10 @@ class VastVolumes:
     def create(self, name: str, size_gb: float, region: str = "") -> Volume:
         """Create a ``size_gb`` GB local volume named ``name`` on the cheapest volume offer (by
         ``storage_cost``, USD/GB/month) with room for it; ``region``: a two-letter country code
-        (e.g. SE) or ``machine:<id>``, empty for any. Raises BadInput or ProviderError."""
+        (e.g. SE) or ``machine:<id>``, empty for any. The new volume is the one the list shows
+        after the create and not before, named ``name`` or the answer's ``volume_name`` where the
+        row carries a name, on the offer's machine; its name is booked locally. Raises BadInput
+        or ProviderError (SERVER when Vast accepted it but it cannot be told apart)."""
         from gpuops.providers.base import ProviderError, ProviderErrorKind
 
         check_name(name)
@@ -224,11 +270,19 @@ class VastVolumes:
             raise ProviderError(ProviderErrorKind.NO_CAPACITY, f"no Vast volume offer has {size:g} GB free" + (f" in {region}" if region else ""),
                                 "try another --region or a smaller --size-gb")
         best = min(offers, key=lambda o: float(o["storage_cost"]))
-        self.p._call(f"create volume on offer {best['id']}", lambda v: v.create_volume(int(best["id"]), size=size, name=name), retries=False)
-        for vol in self.list():
-            if vol.name == name:
-                return vol
-        raise ProviderError(ProviderErrorKind.SERVER, f"Vast accepted the volume {name!r} but does not list it", "run `gpuops volumes list --provider vast`")
+        before = {v.id for v in self.list()}
+        res = self.p._call(f"create volume on offer {best['id']}", lambda v: v.create_volume(int(best["id"]), size=size, name=name), retries=False)
+        vname = str(res.get("volume_name") or "") if isinstance(res, dict) else ""
+        new = [v for v in self.list() if v.id not in before and (not v.machine_id or v.machine_id == str(best.get("machine_id") or v.machine_id))]
+        named = [v for v in new if v.name and v.name in (name, vname)]
+        pick = named[0] if len(named) == 1 else new[0] if len(new) == 1 else None
+        if pick is None:
+            raise ProviderError(ProviderErrorKind.SERVER, f"Vast accepted the volume {name!r} ({vname or 'no volume_name'}) but the list "
+                                f"shows {len(new)} new volumes", "run `gpuops volumes list --provider vast`")
+        book = self._book()
+        book[pick.id] = {"name": name, "volume_name": vname}
+        self._write_book(book)
+        return replace(pick, name=name)
 
     def delete(self, volume_id: str) -> None:
         """Delete the volume (every instance using it must be destroyed first). Idempotent."""
@@ -241,6 +295,9 @@ class VastVolumes:
         except ProviderError as e:
             if e.kind not in (ProviderErrorKind.GONE, ProviderErrorKind.OFFER_GONE) and "not found" not in e.message.lower():
                 raise
+        book = self._book()
+        if book.pop(str(volume_id), None) is not None:
+            self._write_book(book)
 
     def mountable(self, volume: Volume, offers: list) -> list:
         """The offers that can mount ``volume``: those on its machine (a Vast local volume)."""

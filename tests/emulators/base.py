@@ -399,6 +399,8 @@ class Emulator:
         return self.market.faults
 
     def start(self) -> "Emulator":
+        if self.contract is not None:
+            self.contract.warm()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.emulator = self  # type: ignore[attr-defined]

@@ -9,7 +9,8 @@ Wire shapes:
   /api/v0/volumes?owner=me&type=local_volume|network_volume|all_volume`` -> ``{"volumes": [...]}``
   (rows carry a numeric ``start_date``: the SDK computes ``duration`` from it); ``POST
   /api/v0/volumes/search/`` -> ``{"offers": [...]}``; ``PUT /api/v0/volumes/`` ``{"size","id","name"}``
-  -> ``{"success": true}`` (the real answer is undocumented; gpuops does not read it); ``DELETE
+  -> ``{"success": true, "volume_name"}`` (the spec's answer); the list's rows carry no name (the
+  spec's Volume), or our label when ``volume_label_in_list``; ``DELETE
   /api/v0/volumes/?id=N`` -> ``{"success": true}``, refused while an instance uses the volume (as
   ``vastai delete volume`` documents). An instance create carrying ``volume_info`` must be on the
   volume's machine.
@@ -35,6 +36,8 @@ class VastVolumeEmulator(VastEmulator):
 
     def __init__(self, *a: Any, **kw: Any):
         super().__init__(*a, **kw)
+        # Undocumented: the spec's list reply has no name; whether it carries our label is a switch.
+        self.volume_label_in_list = False
         self.volumes: dict[int, dict] = {}
         self.volume_offers: dict[int, dict] = {}
         self._vol_ids = itertools.count(70001)
@@ -69,7 +72,9 @@ class VastVolumeEmulator(VastEmulator):
                 return self._ok({"offers": rows})
             if m == "GET":
                 kind = {"local_volume": "local", "network_volume": "network"}.get(q.get("type", ""), None)
-                return self._ok({"volumes": [v for v in self.volumes.values() if kind is None or v["kind"] == kind]})
+                hide = {"kind"} | (set() if self.volume_label_in_list else {"label"})
+                return self._ok({"volumes": [{k: x for k, x in v.items() if k not in hide} for v in self.volumes.values()
+                                             if kind is None or v["kind"] == kind]})
             if m == "PUT":
                 o = self.volume_offers.get(int(body.get("id") or 0))
                 size = int(body.get("size") or 0)
@@ -79,14 +84,14 @@ class VastVolumeEmulator(VastEmulator):
                 o["disk_space"] -= size
                 self.volumes[vid] = {"id": vid, "label": body.get("name") or "", "disk_space": size, "machine_id": o["machine_id"],
                                      "geolocation": o["geolocation"], "storage_cost": o["storage_cost"], "status": "running",
-                                     "start_date": self.market.now(), "instances": [], "kind": "local", "cluster_id": None}
-                return self._ok({"success": True})
+                                     "start_date": self.market.now(), "instances": [], "kind": "local"}
+                return self._ok({"success": True, "volume_name": body.get("name") or f"V.{vid}"})
             if m == "DELETE":
                 vid = int(q.get("id") or 0)
                 if vid not in self.volumes:
                     return self._fail(404, "no_such_volume", f"Volume {vid} not found.")
                 if any((i.request.get("volume_info") or {}).get("volume_id") == vid for i in self.market.live()):
-                    return self._fail(400, "volume_in_use", "All instances using the volume must be destroyed before deletion.")
+                    return self._fail(400, "invalid_args", "All instances using the volume must be destroyed before deletion.")
                 del self.volumes[vid]
                 return self._ok({"success": True})
         return self._fail(404, "not_found", "no route")

@@ -12,6 +12,7 @@ traffic, and are skipped.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -163,6 +164,16 @@ def test_vast_wire_replays_onto_served_routes_with_the_shape_the_sdk_reads():
         assert seen == ["search", "search", "create", "create", "list", "show", "show", "update", "update", "bid",
                         "destroy", "user", "charges", "destroy", "user", "user", "user", "not_emulated",
                         "search", "create", "list", "destroy"]
+        # What Vast's spec rejects in the SDK's own captured traffic (gpuops sends neither): the
+        # SDK's default search type "on-demand" (the spec's is "ondemand"), and a route the
+        # emulator does not serve answered 404 (reboot). Named here, then taken off the record.
+        from tests.emulators import contract
+
+        caught = {re.sub(r"/\d+/", "/{id}/", v.split(" ", 1)[1]) for v in emu.contract.violations}  # without the leading "vast"
+        assert caught == {"POST /api/v0/bundles/: request: InvalidRequestBody: type: 'on-demand' is not one of ['ondemand', 'bid', 'reserved']",
+                          "PUT /api/v0/instances/reboot/{id}/: reply 404: ResponseNotFound: Unknown response http status: 404"}, caught
+        with contract._LOCK:
+            contract.VIOLATIONS[:] = [v for v in contract.VIOLATIONS if v not in emu.contract.violations]
         assert emu.market.crashes == []
         assert emu.live() == []  # every instance the replay created, it also destroyed
     finally:

@@ -187,3 +187,30 @@ def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(
     month = json.loads(r.stdout)
     assert month["storage_usd"] == pytest.approx(50 * 0.07 / 730 * 24, rel=1e-4)
     assert month["total_usd"] == pytest.approx(month["storage_usd"], rel=1e-4)
+
+
+@pytest.mark.parametrize("labelled", [False, True], ids=["list-has-no-name", "list-carries-our-label"])
+def test_vast_volume_is_found_after_create_and_by_name_either_way(vast_vol_emulator, tmp_path, labelled):
+    """Vast's spec documents no name in the volume list (create answers ``volume_name``); whether a
+    row carries our label is undocumented. Either way `volumes create` names the new volume, and
+    ``vast:NAME`` resolves to it -- from the row's label, else from the name booked in the data dir."""
+    from gpuops.providers.keys import Credential
+    from gpuops.providers.vast import VastProvider
+    from tests.support.emulators import FAST_RETRY
+
+    vast_vol_emulator.volume_label_in_list = labelled
+    p = VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10,
+                     data_dir=tmp_path)
+    svc = volumes.service(p)
+    other = svc.create("other", 20, "SE")
+    vol = svc.create("weights", 30, "SE")
+    assert (vol.name, vol.size_gb, vol.id) != (other.name, other.size_gb, other.id) and vol.name == "weights"
+    put = [r for r in vast_vol_emulator.market.requests if r["method"] == "PUT" and r["path"] == "/api/v0/volumes/"]
+    assert len(put) == 2  # one create each, never retried
+    fresh = VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10,
+                         data_dir=tmp_path)  # another process: the book is on disk
+    assert volumes.resolve(fresh, "vast:weights").id == vol.id and volumes.resolve(fresh, "vast:other").id == other.id
+    assert (tmp_path / "vast-volumes.json").exists()
+    svc.delete(vol.id)
+    svc.delete(other.id)
+    assert svc.list() == [] and json.loads((tmp_path / "vast-volumes.json").read_text()) == {}
