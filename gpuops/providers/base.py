@@ -191,6 +191,9 @@ class Provider:
 
     name: str = ""
     supports_spot: bool = True
+    # The provider API routes this provider calls, as (method, path template under its API base),
+    # for `gpuops check` and the docs; empty for one that calls none (local).
+    routes: tuple[tuple[str, str], ...] = ()
     account: str | None = None
     # Every contract method is one provider call with a total deadline (seconds, retries included)
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).

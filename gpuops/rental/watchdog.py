@@ -163,6 +163,8 @@ def _money(ctx: Context) -> list[Action]:
             actions.append(Action("", "error", f"{name}: balance: {e}"))
             continue
         if bal.usd is None:
+            if bal.note:  # the balance could not be read (RunPod: GraphQL answered an error): said, not a crash
+                actions.append(Action("", "note", f"{name}: balance floor not checked: {bal.note}"))
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
             covered.append((name, EndReason.BALANCE_FLOOR,
