@@ -315,6 +315,21 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
     return _ended_action(row, ended, detail)
 
 
+def _end_requested(ctx: Context, row) -> EndReason | None:
+    """The reason of the row's newest ``end_requested`` event (a destroy that was asked for, and
+    gave up or was cut short), or None."""
+    import json
+
+    for e in reversed(ctx.ledger.events(row.id)):
+        if e.kind == EventKind.END_REQUESTED:
+            try:
+                d = json.loads(e.detail) if isinstance(e.detail, str) else e.detail
+            except ValueError:
+                return None
+            return EndReason.parse(d.get("reason")) if isinstance(d, dict) else None
+    return None
+
+
 def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status: dict | None) -> Action | None:
     """Terminate, with this process's (account) key, a live box of ours that should be gone -- or
     None when it may live on:
@@ -322,7 +337,8 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
     * its agent asked for the end (``status["destroy"]`` with a reason) and the box is still here:
       the narrow key on the box was refused (RunPod's pod-scoped key is not documented to
       terminate), so the agent keeps trying and the laptop side ends it; booked with the agent's
-      reason, at the confirmed destroy (the box billed until then).
+      reason, at the confirmed destroy (the box billed until then). Likewise a row whose end was
+      requested (``end_requested``: a destroy that gave up) and whose box is still here.
     * an on-demand box found stopped/exited (its agent's key could only stop it, or the console
       stopped it): a stopped box still bills its disk and no job runs on it; booked with the
       reason that kept (``gone_reason``), its compute ending at the last proof of life.
@@ -331,6 +347,10 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
     if asked is not None:
         return destroy_and_close(ctx, row, provider, asked, f"its agent asked for the end ({asked}) and the box is still here: "
                                  "terminated with the account key")
+    requested = _end_requested(ctx, row)
+    if requested is not None:
+        return destroy_and_close(ctx, row, provider, requested, f"its end was requested ({requested}) and the box is still here: "
+                                 "terminated")
     if not row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
         ended = row.last_heartbeat_at
         return destroy_and_close(ctx, row, provider, gone_reason(ctx, row, inst, status),

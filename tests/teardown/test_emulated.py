@@ -297,3 +297,23 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     # ("ended while its agent was armed, reason unknown"), never a guessed interrupted/preempted.
     assert (row.end_reason, row.ended_at, row.end_source) == ("agent_ended", beat, "heartbeat")
     assert emu.market.find(orphan.id) is None
+
+
+def test_a_row_whose_end_was_requested_has_its_pod_terminated_by_the_next_pass(gpuops_home, rp):
+    """A destroy that gave up (every attempt refused) leaves the row open with its end requested;
+    the next watchdog pass terminates the pod, running or stopped, and books the requested reason."""
+    from gpuops.lifecycle import end_rental
+
+    emu, p = rp
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-q1")
+    book(led, "q1", "runpod", inst, spot=False, account=p.account)
+    emu.market.faults.inject["terminate"] = [502] * 100
+    got = end_rental(led, p, "q1", "idle", by="watchdog:test", attempts=1, sleep=lambda s: None)
+    assert not got.closed and emu.market.find(inst.id) is not None
+    emu.market.faults.inject.clear()
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=p))
+    assert [("q1", "destroyed")] == [(x.session, x.kind) for x in acts if x.kind == "destroyed"], acts
+    row = led.get("q1")
+    assert (row.status, row.end_reason) == ("closed", "idle") and emu.market.find(inst.id) is None
