@@ -87,7 +87,7 @@ class VastProvider(Provider):
 
     def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, timeout_s: float = 30.0,
                  search_limit: int = 64, storage_gb: float = 40.0, data_dir=None):
-        self.data_dir = data_dir  # where gpuops.volumes keeps the names of the volumes it created (Vast lists none)
+        self.data_dir = data_dir  # where gpuops.providers.volumes keeps the names of the volumes it created (Vast lists none)
         self.credential = credential
         self.url = url
         self.retry = retry or RetryPolicy()

@@ -104,7 +104,7 @@ def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
         if balance is None and bal.note:  # e.g. RunPod's GraphQL answered an error: say so, rent on
             import logging
 
-            logging.getLogger("gpuops.budget").warning("%s: the balance floor is not checked: %s", provider.name, bal.note)
+            logging.getLogger("gpuops.rental.budget").warning("%s: the balance floor is not checked: %s", provider.name, bal.note)
     except ProviderError:
         if t.balance_floor_usd is not None:
             raise

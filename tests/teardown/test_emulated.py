@@ -302,7 +302,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
 def test_a_row_whose_end_was_requested_has_its_pod_terminated_by_the_next_pass(gpuops_home, rp):
     """A destroy that gave up (every attempt refused) leaves the row open with its end requested;
     the next watchdog pass terminates the pod, running or stopped, and books the requested reason."""
-    from gpuops.lifecycle import end_rental
+    from gpuops.rental.lifecycle import end_rental
 
     emu, p = rp
     settings = load_settings()
