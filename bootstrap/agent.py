@@ -15,11 +15,14 @@ Destroy, by ``destroy.kind`` in the config:
   process still marked ``GPUOPS_LOCAL_BOX=<root>`` (TERM, then KILL after
   ``kill_grace_seconds``), then write ``<root>/destroyed.json`` -- the conventions of
   ``gpuops.providers.local``.
-* ``runpod``: ``POST {url}/graphql`` ``mutation { podTerminate(input: {podId: "<id>"}) }`` with the
-  pod-scoped ``RUNPOD_API_KEY`` and ``RUNPOD_POD_ID`` read from PID 1's environment (an SSH
-  session does not inherit them). url: config ``destroy.url``, else ``$RUNPOD_API_BASE_URL``, else
-  https://api.runpod.io (the runpod SDK's default; the pod's variables:
-  https://docs.runpod.io/pods/templates/environment-variables).
+* ``runpod``: RunPod REST v2 ``DELETE {url}/v2/pods/<id>`` with the pod-scoped ``RUNPOD_API_KEY``
+  and ``RUNPOD_POD_ID`` read from PID 1's environment (an SSH session does not inherit them); the
+  key's rights are undocumented, so a refused terminate (401/403) becomes ``POST
+  {url}/v2/pods/<id>/action`` ``{"action": "stop"}`` (GPU billing ends; the laptop side sees the pod
+  EXITED and terminates it), and both refused is an error retried like any other (the watchdog
+  and reconcile terminate a box whose agent asked for its end). url: config ``destroy.url``, else
+  ``$RUNPOD_API_BASE_URL``, else https://api.runpod.io (docs.runpod.io/api-reference-v2; the pod's
+  variables: https://docs.runpod.io/pods/templates/environment-variables).
 * ``vast``: ``DELETE {url}/api/v0/instances/<id>/`` with the per-instance ``CONTAINER_API_KEY``
   and ``CONTAINER_ID`` from PID 1's environment. url: config ``destroy.url``, else ``$VAST_URL``,
   else https://console.vast.ai (vastai 1.9.1 ``destroy_instance``; the instance's variables:
@@ -541,28 +544,36 @@ def _http(method, url, headers, body, timeout=20.0):
 
 
 def destroy_runpod(cfg, env):
+    """Terminate the pod with its pod-scoped key (RunPod REST v2, ``DELETE /v2/pods/{id}``). What
+    that key may do is undocumented: refused (401/403), the pod is stopped instead (``POST
+    /v2/pods/{id}/action`` ``{"action": "stop"}``: GPU billing ends, the pod shows EXITED to the
+    provider, where the laptop side finds and terminates it). Both refused: RuntimeError, and the
+    caller keeps trying (its status stays readable over SSH for the watchdog)."""
+    import urllib.parse
+
     key = env.get("RUNPOD_API_KEY")
     pod = env.get("RUNPOD_POD_ID") or cfg.get("instance_id")
     if not key or not pod:
         raise RuntimeError("RUNPOD_API_KEY / RUNPOD_POD_ID not in PID 1's environment")
     base = cfg.get("url") or os.environ.get("RUNPOD_API_BASE_URL") or "https://api.runpod.io"
-    # json.dumps yields a valid GraphQL string literal for the id (quotes and backslashes escaped).
-    doc = "mutation { podTerminate(input: { podId: %s }) }" % json.dumps(str(pod))
-    status, text = _http("POST", base.rstrip("/") + "/graphql",
-                         {"Content-Type": "application/json", "Authorization": "Bearer " + key},
-                         json.dumps({"query": doc}).encode())
-    if status != 200:
-        raise RuntimeError("podTerminate: HTTP %d %s" % (status, text[:200]))
-    try:
-        errors = json.loads(text).get("errors")
-    except ValueError:
-        raise RuntimeError("podTerminate: non-JSON reply %s" % text[:200])
-    if errors:
-        msg = str(errors[0].get("message", errors[0]))
-        if "not found" in msg.lower() or "does not exist" in msg.lower():
-            return "pod %s already gone" % pod
-        raise RuntimeError("podTerminate: %s" % msg[:200])
-    return "podTerminate %s" % pod
+    url = "%s/v2/pods/%s" % (base.rstrip("/"), urllib.parse.quote(str(pod), safe=""))
+    auth = {"Authorization": "Bearer " + key, "Accept": "application/json"}
+    status, text = _http("DELETE", url, auth, None)
+    if status in (200, 204):
+        return "terminated pod %s" % pod
+    if status == 404:
+        return "pod %s already gone" % pod
+    if status not in (401, 403):
+        raise RuntimeError("terminate pod: HTTP %d %s" % (status, text[:200]))
+    refused = status
+    status, text = _http("POST", url + "/action", dict(auth, **{"Content-Type": "application/json"}), json.dumps({"action": "stop"}).encode())
+    if status == 200:
+        return "stopped pod %s (its key may not terminate it: HTTP %d); the laptop side terminates it" % (pod, refused)
+    if status == 404:
+        return "pod %s already gone" % pod
+    if status == 409:  # not valid for its status: already EXITED
+        return "pod %s already stopped (its key may not terminate it: HTTP %d)" % (pod, refused)
+    raise RuntimeError("terminate pod: refused (HTTP %d), and stop: HTTP %d %s" % (refused, status, text[:200]))
 
 
 def destroy_vast(cfg, env):

@@ -118,15 +118,22 @@ def _share(c: ChargeLine, lo: float | None, hi: float | None) -> float:
 
 def provider_end(s: Any, lines: Iterable[ChargeLine]) -> float | None:
     """The end of a session's billed compute time by the provider's own lines, for an end we never
-    saw: ``instance_created_at`` + the compute seconds billed when the provider counts them (RunPod
-    ``timeBilledMs``), else the latest end of a compute (non-storage) line. None without lines."""
+    saw: ``instance_created_at`` + the compute seconds billed when the provider counts them
+    (``ChargeLine.seconds``), else + the compute USD over the row's ``usd_per_hour`` (RunPod v2
+    bills compute by the second at the pod's rate and reports amounts per hour bucket), never past
+    the latest end of a compute (non-storage) line; else that latest end. None without lines."""
     gpu = [c for c in lines if c.kind != "storage"]
     if not gpu:
         return None
+    ends = [c.end for c in gpu if c.end is not None]
+    latest = max(ends) if ends else None
     if s.instance_created_at is not None and all(c.seconds is not None for c in gpu):
         return s.instance_created_at + sum(c.seconds or 0.0 for c in gpu)
-    ends = [c.end for c in gpu if c.end is not None]
-    return max(ends) if ends else None
+    rate = getattr(s, "usd_per_hour", None)
+    if s.instance_created_at is not None and isinstance(rate, (int, float)) and rate > 0:
+        t = s.instance_created_at + sum(c.usd for c in gpu) / rate * 3600.0
+        return min(t, latest) if latest is not None else t
+    return latest
 
 
 def compare_billing(

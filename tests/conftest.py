@@ -229,6 +229,21 @@ def _no_leftover_processes(request):
                     + "\n".join(p.describe() for p in left), pytrace=False)
 
 
+@pytest.fixture(autouse=True)
+def _provider_contract():
+    """Fail the test whose traffic the providers' published specs reject: every request an
+    emulator received and every reply it sent during the test was validated
+    (tests/emulators/contract.py); a violation not in ``contract.KNOWN`` errors the test here."""
+    from tests.emulators import contract
+
+    start = len(contract.VIOLATIONS)
+    yield
+    new = [v for v in contract.VIOLATIONS[start:] if not contract.known(v)]
+    if new:
+        pytest.fail("the providers' published OpenAPI specs reject this test's traffic (tests/data/specs):\n"
+                    + contract.summary(new), pytrace=False)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """Whatever this run started and is still alive fails the run (after it is killed); the run's

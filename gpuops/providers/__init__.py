@@ -43,7 +43,8 @@ def _vast(settings: "Settings") -> "Provider":
     from gpuops.providers.vast import VastProvider
 
     cfg = settings.providers.vast
-    return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb)
+    return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb,
+                        data_dir=settings.data_path())
 
 
 @dataclass(frozen=True)

@@ -136,10 +136,12 @@ class CreateSpec:
 
 @dataclass(frozen=True)
 class Balance:
-    """Account credit in USD, and the current spend rate in USD/h when the provider reports it."""
+    """Account credit in USD, and the current spend rate in USD/h when the provider reports it.
+    ``usd`` None: no figure (the provider has none, or could not give it: ``note`` says why)."""
 
     usd: float | None
     spend_usd_per_hour: float | None = None
+    note: str = ""
 
 
 class Provider:
@@ -189,6 +191,9 @@ class Provider:
 
     name: str = ""
     supports_spot: bool = True
+    # The provider API routes this provider calls, as (method, path template under its API base),
+    # for `gpuops check` and the docs; empty for one that calls none (local).
+    routes: tuple[tuple[str, str], ...] = ()
     account: str | None = None
     # Every contract method is one provider call with a total deadline (seconds, retries included)
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).

@@ -1,7 +1,8 @@
-"""A total deadline and a reply size cap for every HTTP call a provider SDK makes.
+"""A total deadline and a reply size cap for every HTTP call a provider makes.
 
-The SDKs (runpod 1.11.0: ``requests.post(..., timeout=30)`` in ``runpod/api/graphql.py``; vastai
-1.9.1: ``VastSession.send(prep, timeout=...)`` in ``vastai/api/client.py``) only set requests'
+gpuops' own RunPod v2 client (``requests.request(..., timeout=30)``) and the SDKs (runpod 1.11.0's
+GraphQL helper: ``requests.post(..., timeout=30)`` in ``runpod/api/graphql.py``; vastai 1.9.1:
+``VastSession.send(prep, timeout=...)`` in ``vastai/api/client.py``) only set requests'
 per-socket-operation timeouts: a server that trickles one byte every few seconds never trips them,
 and a 200 MB reply is read whole into memory. Both go through ``requests.adapters.HTTPAdapter.send``,
 so that is where the guard sits: inside ``with guard(deadline_s, max_bytes):`` (this thread only;

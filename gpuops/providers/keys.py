@@ -130,12 +130,14 @@ def resolve_key(name: str, configured: str = "", config_source: str | None = Non
 def resolve_url(name: str, configured: str = "", env: dict | None = None) -> str:
     """API base URL for ``name``: ``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` /
     ``VAST_URL``, else the provider's public endpoint. Trailing slashes are dropped (vastai joins
-    paths with plain string concatenation), and so is a trailing ``/graphql`` for RunPod (the SDK
-    appends it)."""
+    paths with plain string concatenation); for RunPod it names the API host, so a trailing
+    ``/graphql`` or ``/v2`` is dropped too (``/v2/...`` and ``/graphql`` are appended per call)."""
     env = os.environ if env is None else env
     url = (configured.strip() or env.get(URL_VARS[name], "").strip() or DEFAULT_URLS[name]).rstrip("/")
-    if name == "runpod" and url.endswith("/graphql"):
-        url = url[: -len("/graphql")]  # the SDK appends /graphql itself
+    if name == "runpod":
+        for tail in ("/graphql", "/v2"):
+            if url.endswith(tail):
+                url = url[: -len(tail)].rstrip("/")
     return url
 
 

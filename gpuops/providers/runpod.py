@@ -1,28 +1,38 @@
-"""RunPod through the ``runpod`` SDK (1.11.0; imported lazily, inside methods).
+"""RunPod through its REST API v2 (``https://api.runpod.io/v2``, ``Authorization: Bearer <key>``).
 
-Calls used: ``get_gpus``/``get_gpu`` (types and per-GPU prices), ``create_pod`` (on-demand pods,
-``podFindAndDeployOnDemand``), ``get_pod``/``get_pods``, ``terminate_pod``, and the SDK's own
-``run_graphql_query`` for ``myself { clientBalance currentSpendPerHr }`` (the SDK has no balance
-call). Interruptible (spot) pods: RunPod withdrew them from its API in 2026, so a spot request is
-ProviderError(UNSUPPORTED), never a silent on-demand rent.
+Routes (RunPod's published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs;
+the migration guide docs.runpod.io/api-reference-v2/migrate-from-v1), ``ROUTES`` below:
 
-SDK quirks handled here (runpod 1.11.0: runpod/__init__.py, runpod/api/graphql.py, runpod/api/ctl_commands.py,
-runpod/api/mutations/pods.py):
-- the key is module state (``runpod.api_key``), and ``create_pod``/``terminate_pod`` take no
-  ``api_key=``; the base URL is read from ``RUNPOD_API_BASE_URL`` on every call. Both are set for the
-  duration of each call under one lock (``_sdk``) and restored after.
-- it never reads ``RUNPOD_API_KEY``; ``keys.resolve_key`` does.
-- every string is pasted into GraphQL unescaped: labels and images are validated, env values
-  escaped (``inputs``).
-- it checks only HTTP 401; any other non-JSON reply surfaces as a JSON decode error and a JSON reply
-  without ``data`` as TypeError/KeyError. Those are mapped to SERVER (retryable).
-- ``import runpod`` spawns py-cpuinfo subprocesses (~1.2 s); a stub module is in place during the
-  import (``_import_runpod``).
+- ``GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&count=N&cloud=C`` -- GPU types, per-GPU
+  list prices per cloud, per-cloud ``maxCount``, and the current pod stock (``availability``:
+  NONE, LOW, MEDIUM, HIGH): an offer is made only for what is in stock.
+- ``POST /v2/pods`` (201, the Pod), ``GET /v2/pods`` (``{"pods": [...]}``: one list, the spec
+  pages nothing), ``GET /v2/pods/{id}``, ``DELETE /v2/pods/{id}`` (204), ``POST
+  /v2/pods/{id}/action`` (``{"action": "stop"}`` and the rest: ``stop``).
+- ``GET|POST /v2/network-volumes``, ``DELETE /v2/network-volumes/{id}`` (gpuops.providers.volumes).
+- ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes`` (``billing``).
+
+Errors are RFC 9457 problems (``{"title", "status", "detail"}``); a create's 400 is "this GPU
+could not be placed" or a rule broken (try the next offer), 402 no funds, 403 a pool this account
+cannot use (next offer), 422 a body the contract rejects (never retried), 429 Retry-After, 5xx
+transient (the spec's create description).
+
+Where v2 has no route -- the account balance -- the ``runpod`` SDK's GraphQL helper (1.11.0,
+``runpod.api.graphql.run_graphql_query``, ``POST {host}/graphql``) reads ``myself {
+clientBalance currentSpendPerHr }``; GraphQL is to be retired in early 2027, so an error answer
+there is a ``Balance`` with no figure and a note, never a crash (``balance``).
+
+``RUNPOD_API_BASE_URL`` / ``[providers.runpod] url`` names the API host (default
+``https://api.runpod.io``); ``/v2/...`` and ``/graphql`` are under it. Interruptible (spot) pods:
+v2 has none, so a spot request is ProviderError(UNSUPPORTED), never a silent on-demand rent.
+Every HTTP call runs under the provider's total deadline and reply cap (``http_guard``, applied
+to every contract method) and the tenacity policy (``retry.py``); a create is never retried
+blindly (its label is looked up after an ambiguous failure).
 """
 
 from __future__ import annotations
 
-import contextlib
+import enum
 import math
 import os
 import sys
@@ -30,9 +40,10 @@ import threading
 import time
 import types
 from datetime import datetime, timezone
-from typing import Any, Iterator
+from typing import Any
+from urllib.parse import quote
 
-from gpuops.catalog import GIB, Card, cards
+from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
 import gpuops.providers.inputs as inputs
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
@@ -41,23 +52,59 @@ from gpuops.providers.retry import RetryPolicy, call_with_retries
 
 NAME = "runpod"
 CLOUDS = ("SECURE", "COMMUNITY")
-SPOT_WITHDRAWN = "RunPod withdrew interruptible (spot) pods from its API in 2026; gpuops will not rent on-demand in their place"
+SPOT_WITHDRAWN = "RunPod's REST API v2 has no interruptible (spot) pods; gpuops will not rent on-demand in their place"
 SPOT_FIX = "use --provider vast for interruptible offers, or --on-demand to rent an on-demand RunPod pod"
 BALANCE_QUERY = "query myself { myself { clientBalance currentSpendPerHr } }"
+GB = 10**9
+
+# What gpuops calls on RunPod (method, path under the API host), for `gpuops check` and the docs.
+ROUTES = (
+    ("GET", "/v2/catalog/gpus"),
+    ("POST", "/v2/pods"),
+    ("GET", "/v2/pods"),
+    ("GET", "/v2/pods/{id}"),
+    ("DELETE", "/v2/pods/{id}"),
+    ("POST", "/v2/pods/{id}/action"),
+    ("GET", "/v2/network-volumes"),
+    ("POST", "/v2/network-volumes"),
+    ("DELETE", "/v2/network-volumes/{id}"),
+    ("GET", "/v2/billing/pods"),
+    ("GET", "/v2/billing/network-volumes"),
+    ("POST", "/graphql"),  # myself { clientBalance currentSpendPerHr }: the balance, which v2 lacks
+)
 
 _SDK_LOCK = threading.RLock()
 
-# RunPod desiredStatus -> ours. RUNNING is PROVISIONING until the pod has a runtime (see _status).
+
+class PodStatus(str, enum.Enum):
+    """A pod's ``status`` as the v2 spec enumerates it (components.schemas.PodStatus)."""
+
+    PROVISIONING = "PROVISIONING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    EXITED = "EXITED"  # stopped: GPU released, disk kept (and billed)
+    ERROR = "ERROR"  # unrecoverable: it never runs again without a start
+    TERMINATED = "TERMINATED"
+
+
+# RunPod's status -> ours. RUNNING is PROVISIONING until SSH is published (see _instance).
 _STATUS = {
-    "RUNNING": InstanceStatus.RUNNING,
-    "CREATED": InstanceStatus.PROVISIONING,
-    "RESTARTING": InstanceStatus.PROVISIONING,
-    "EXITED": InstanceStatus.EXITED,
-    "STOPPED": InstanceStatus.STOPPED,
-    "PAUSED": InstanceStatus.STOPPED,
-    "TERMINATED": InstanceStatus.GONE,
-    "DEAD": InstanceStatus.GONE,
+    PodStatus.PROVISIONING: InstanceStatus.PROVISIONING,
+    PodStatus.STARTING: InstanceStatus.PROVISIONING,
+    PodStatus.RUNNING: InstanceStatus.RUNNING,
+    PodStatus.EXITED: InstanceStatus.EXITED,
+    PodStatus.ERROR: InstanceStatus.EXITED,
+    PodStatus.TERMINATED: InstanceStatus.GONE,
 }
+
+
+class AvailabilityLevel(str, enum.Enum):
+    """The catalog's stock level (components.schemas.AvailabilityLevel)."""
+
+    NONE = "NONE"
+    LOW = "LOW"
+    MEDIUM = "MEDIUM"
+    HIGH = "HIGH"
 
 
 def _import_runpod() -> Any:
@@ -78,99 +125,125 @@ def _import_runpod() -> Any:
     return runpod
 
 
-def _parse_status_change(text: str | None) -> float | None:
-    """Epoch seconds from RunPod's ``lastStatusChange`` ("Rented by User: Sun Nov 29 2026 16:00:00
-    GMT+0000 (...)"), or None when it has another shape."""
-    if not text or not text.startswith("Rented by User: "):
-        return None  # other prefixes ("Exited by User: ...") are not the rental time
-    stamp = text.split(": ", 1)[1].split(" (")[0].replace("GMT", "")
+def parse_time(text: Any) -> float | None:
+    """Epoch seconds from an RFC 3339 date-time (``2026-06-01T12:00:00Z``), or None."""
+    if not isinstance(text, str) or not text:
+        return None
     try:
-        return datetime.strptime(stamp, "%a %b %d %Y %H:%M:%S %z").timestamp()
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def stamp(t: float) -> str:
+    """RFC 3339, UTC, whole seconds (the spec's date-time query parameters)."""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def problem_text(body: Any, fallback: str) -> str:
+    """The human text of an error body: v2's RFC 9457 ``detail`` (else ``title``, with
+    ``errors``), v1's ``{"message"}``, or ``{"error"}``; ``fallback`` when it has none."""
+    if isinstance(body, dict):
+        for k in ("detail", "message", "error", "title"):
+            v = body.get(k)
+            if isinstance(v, str) and v.strip():
+                extra = body.get("errors")
+                if isinstance(extra, list) and extra:
+                    return v.strip() + " (" + "; ".join(str(x) for x in extra[:5]) + ")"
+                return v.strip()
+    return fallback
 
 
 class RunPodProvider(Provider):
-    """RunPod on-demand pods. ``credential`` None: every call raises AUTH with the fix.
+    """RunPod on-demand pods over REST v2. ``credential`` None: every call raises AUTH with the fix.
 
-    ``url``: GraphQL base (``/graphql`` is appended by the SDK). ``retry``: bounded retries for rate
-    limits and 5xx. ``cloud_types``: which RunPod clouds to offer (SECURE, COMMUNITY).
+    ``url``: the API host (``/v2/...`` and ``/graphql`` are appended). ``retry``: bounded retries
+    for rate limits and 5xx. ``cloud_types``: which RunPod clouds to offer (SECURE, COMMUNITY).
     """
 
     name = NAME
-    supports_spot = False  # withdrawn from RunPod's API in 2026
+    supports_spot = False  # v2 has no interruptible pods
+    routes = ROUTES
 
-    def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, cloud_types: tuple[str, ...] = CLOUDS):
+    def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, cloud_types: tuple[str, ...] = CLOUDS,
+                 timeout_s: float = 30.0):
         self.credential = credential
-        self.url = url
+        self.url = url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
         self.cloud_types = cloud_types
+        self.timeout_s = timeout_s
         # The account this key acts for (gpuops.ownership): None without a key.
         self.account = f"{NAME}:{credential.account}" if credential is not None else None
 
-    # -- the SDK session: key and URL are process-global in the SDK -------------------------
-    @contextlib.contextmanager
-    def _sdk(self) -> Iterator[Any]:
+    # -- the REST client -------------------------------------------------------------------------
+    def _key(self) -> str:
         if self.credential is None:
             raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(NAME))
-        runpod = _import_runpod()
-        with _SDK_LOCK:
-            old_key, old_url = runpod.api_key, os.environ.get("RUNPOD_API_BASE_URL")
-            runpod.api_key = self.credential.key
-            os.environ["RUNPOD_API_BASE_URL"] = self.url
-            try:
-                yield runpod
-            finally:
-                runpod.api_key = old_key
-                if old_url is None:
-                    os.environ.pop("RUNPOD_API_BASE_URL", None)
-                else:
-                    os.environ["RUNPOD_API_BASE_URL"] = old_url
+        return self.credential.key
 
-    def _error(self, e: Exception, action: str) -> ProviderError:
-        """Map an SDK/transport exception to a ProviderError (the key scrubbed from any text)."""
-        import requests
-        from runpod import error as rperr
-
+    def _status_error(self, status: int, body: Any, action: str, creating: bool, retry_after: str | None) -> ProviderError:
         key = self.credential.key if self.credential else None
-        msg = redact(str(e), key)
-        if isinstance(e, rperr.AuthenticationError):
-            return ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}", missing_key_fix(NAME))
-        if isinstance(e, rperr.QueryError):
-            low = msg.lower()
-            if "balance" in low or "insufficient" in low or "funds" in low:
-                return ProviderError(ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {msg}", "add credit at runpod.io > Billing")
-            if "no longer any instances available" in low or "no instances" in low or "not enough" in low or "no available" in low:
-                return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod has no capacity to {action}: {msg}", "try another offer or card")
-            if "rate limit" in low or "too many requests" in low:
-                return ProviderError(ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry")
-            if "not found" in low or "does not exist" in low:
-                return ProviderError(ProviderErrorKind.GONE, f"RunPod: {msg}")
-            if "internal" in low or "unavailable" in low or "timeout" in low:
-                return ProviderError(ProviderErrorKind.SERVER, f"RunPod server error while trying to {action}: {msg}", "retry later")
-            return ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod rejected the request to {action}: {msg}", "check the card, image and disk size")
-        if isinstance(e, (requests.ConnectionError, requests.Timeout)):
-            return ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to {action}", "check the network or [providers.runpod] url")
-        if isinstance(e, ValueError) and "no gpu found" in msg.lower():
-            return ProviderError(ProviderErrorKind.OFFER_GONE, f"RunPod does not list this GPU type any more (while trying to {action})", "try the next offer")
-        # No status check in the SDK: 429/5xx arrive as a JSON decode error (HTML body) or as a
-        # TypeError/KeyError when the JSON has no "data".
-        if isinstance(e, (ValueError, TypeError, KeyError)) and not isinstance(e, rperr.RunPodError):
-            return ProviderError(ProviderErrorKind.SERVER, f"RunPod answered with an error page or no data while trying to {action}", "retry later; see status.runpod.io")
-        return ProviderError(ProviderErrorKind.SERVER, f"RunPod call failed while trying to {action}: {type(e).__name__}: {msg}")
+        text = redact(problem_text(body, f"HTTP {status}"), key)
+        if status == 401:
+            return ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
+                                 missing_key_fix(NAME))
+        if status == 403:
+            if creating:  # "your account cannot access the requested pool: skip this candidate"
+                return ProviderError(ProviderErrorKind.OFFER_GONE, f"RunPod refused this GPU pool to the account ({action}): {text}", "try the next offer")
+            return ProviderError(ProviderErrorKind.AUTH, f"RunPod refused the key access while trying to {action}: {text}", missing_key_fix(NAME))
+        if status == 402:
+            return ProviderError(ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {text}", "add credit at runpod.io > Billing")
+        if status == 429:
+            err = ProviderError(ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry")
+            try:
+                err.retry_after_s = float(retry_after or "")  # type: ignore[attr-defined]
+            except ValueError:
+                pass
+            return err
+        if status >= 500:
+            return ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {status} while trying to {action}: {text}", "retry later; see status.runpod.io")
+        if status == 404:
+            return ProviderError(ProviderErrorKind.GONE, f"RunPod: {text} ({action})")
+        if creating and status == 400:  # no capacity for this GPU here, or a rule broken: next candidate
+            return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod could not place the pod ({action}): {text}", "try another offer or card")
+        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod rejected the request to {action} ({status}): {text}", "check the card, image and disk size")
 
-    def _call(self, action: str, fn, retries: bool = True):
+    def _rest(self, method: str, path: str, action: str, params: dict | None = None, body: dict | None = None,
+              retries: bool = True, creating: bool = False) -> tuple[int, Any]:
+        """One v2 call: (status, parsed JSON or None). 2xx only; every other status is a
+        ProviderError of the kind the spec's status means. ``path`` is already quoted."""
+        import requests
+
+        key = self._key()
+        url = self.url + path
+
         def once():
-            with self._sdk() as runpod:
-                try:
-                    return fn(runpod)
-                except ProviderError:
-                    raise
-                except Exception as e:  # the SDK raises several unrelated types; all are mapped
-                    raise self._error(e, action) from None
+            try:
+                r = requests.request(method, url, params=params, json=body, timeout=self.timeout_s,
+                                     headers={"Authorization": f"Bearer {key}", "Accept": "application/json"})
+            except ProviderError:
+                raise
+            except (requests.ConnectionError, requests.Timeout):
+                raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to {action}",
+                                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)") from None
+            try:
+                payload = r.json() if r.content else None
+            except ValueError:
+                payload = None
+            if not 200 <= r.status_code < 300:
+                raise self._status_error(r.status_code, payload, action, creating, r.headers.get("Retry-After"))
+            if r.content and payload is None:
+                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod answered with something that is not JSON while trying to {action}", "retry later")
+            return r.status_code, payload
 
         return call_with_retries(once, self.retry) if retries else once()
+
+    def _object(self, payload: Any, key: str | None, action: str) -> Any:
+        if not isinstance(payload, dict) or (key is not None and key not in payload):
+            raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's answer to {action} is not the documented shape", "retry later")
+        return payload if key is None else payload[key]
 
     # -- offers ------------------------------------------------------------------------------
     def _cards(self, query: OfferQuery) -> list[Card]:
@@ -180,95 +253,105 @@ class RunPodProvider(Provider):
         return [c for c in chosen if c.vram_bytes >= query.min_vram_bytes * (1.0 - VRAM_TOLERANCE)]
 
     def offers(self, query: OfferQuery) -> list[Offer]:
-        """On-demand offers: one per (card, cloud type) RunPod lists at ``query.gpu_count``.
+        """On-demand offers in stock: one per (card, cloud) the catalog lists at
+        ``query.gpu_count`` with ``availability`` other than NONE in that cloud.
 
-        ``usd_per_hour`` = per-GPU ``securePrice``/``communityPrice`` x gpu_count (RunPod prices
-        GPU time; container disk is billed per GB-month, not included). Reliability: RunPod
-        publishes none (1.0). Raises ProviderError(UNSUPPORTED) when ``query.spot`` is True.
-        """
+        ``usd_per_hour`` = the per-GPU list price of that cloud x gpu_count (RunPod prices GPU
+        time; disk is billed apart). ``vram_bytes`` = ``memory`` GB x 10^9 as RunPod quotes it,
+        the catalog's figure when the card's own is larger (RunPod rounds). Reliability: RunPod
+        publishes none (1.0). Raises ProviderError(UNSUPPORTED) when ``query.spot`` is True."""
         if query.spot is True:
             raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, SPOT_FIX)
-        wanted = self._cards(query)
+        wanted = {c.runpod_id: c for c in self._cards(query)}
         if not wanted:
             return []
-        key = self.credential.key if self.credential else None
-        listed = {g["id"] for g in self._call("list GPU types", lambda rp: rp.get_gpus(api_key=key)) or []}
         out: list[Offer] = []
-        for card in wanted:
-            if card.runpod_id not in listed:
-                continue
-            gpu_id = inputs.graphql_escape(inputs.check_provider_id(card.runpod_id, "RunPod GPU type"))
-            try:
-                g = self._call(f"price {card.name}", lambda rp: rp.get_gpu(gpu_id, query.gpu_count, api_key=key))
-            except ProviderError as e:
-                if e.kind in (ProviderErrorKind.SERVER, ProviderErrorKind.BAD_REQUEST, ProviderErrorKind.GONE):
-                    continue  # one card's price missing must not hide the others
-                raise
-            if (g.get("maxGpuCount") or 0) < query.gpu_count:
-                continue
-            # Numbers as RunPod sent them (NaN, negative included): gpuops.planning.offers.screen drops such an
-            # offer with a note. Memory not reported at all: the catalog's figure.
-            mem = g.get("memoryInGb")
-            try:
-                mem_f = float(mem) if mem is not None else None
-            except (TypeError, ValueError):
-                mem_f = float("nan")
-            vram = card.vram_bytes if mem_f is None else (int(mem_f * GIB) if math.isfinite(mem_f) else mem_f)
-            for cloud in self.cloud_types:
-                available = g.get("secureCloud") if cloud == "SECURE" else g.get("communityCloud")
-                per_gpu = g.get("securePrice") if cloud == "SECURE" else g.get("communityPrice")
-                if not available or per_gpu is None:
-                    continue
-                try:
-                    price = round(float(per_gpu) * query.gpu_count, 6)
-                except (TypeError, ValueError):
-                    price = float("nan")
-                if query.max_usd_per_hour is not None and price > query.max_usd_per_hour:
-                    continue
-                out.append(Offer(provider=NAME, offer_id=f"{cloud.lower()}:{card.runpod_id}", card=card.name, gpu_count=query.gpu_count,
-                                 vram_bytes=vram, usd_per_hour=price, spot=False, min_bid=None, reliability=1.0,
-                                 region=f"{cloud.lower()} cloud"))
+        for cloud in self.cloud_types:
+            params = {"include": "AVAILABILITY", "product": "POD", "count": int(query.gpu_count), "cloud": cloud}
+            _, payload = self._rest("GET", "/v2/catalog/gpus", f"list {cloud.lower()} GPU stock", params=params)
+            for g in self._object(payload, "gpus", "the GPU catalog") or []:
+                o = self._offer(g, cloud, wanted, query)
+                if o is not None:
+                    out.append(o)
         return out
+
+    def _offer(self, g: Any, cloud: str, wanted: dict[str, Card], query: OfferQuery) -> Offer | None:
+        if not isinstance(g, dict) or g.get("id") not in wanted:
+            return None
+        card = wanted[g["id"]]
+        c = cloud.lower()
+        try:
+            if not g.get(c) or AvailabilityLevel(g.get("availability") or "NONE") == AvailabilityLevel.NONE:
+                return None  # not offered in this cloud, or none in stock now
+            if int((g.get("maxCount") or {}).get(c) or 0) < query.gpu_count:
+                return None
+            per_gpu = (g.get("price") or {}).get(c)
+            price = round(float(per_gpu) * query.gpu_count, 6) if per_gpu is not None else float("nan")
+        except (TypeError, ValueError):
+            return None  # a level or count outside the spec's enum/types: not an offer we can trust
+        if per_gpu is None or (math.isfinite(price) and price <= 0):
+            return None
+        if query.max_usd_per_hour is not None and price > query.max_usd_per_hour:
+            return None
+        # Numbers as RunPod sent them: gpuops.planning.offers.screen drops a NaN or negative one with a note.
+        mem = g.get("memory")
+        try:
+            vram = max(card.vram_bytes, int(float(mem) * GB)) if mem is not None else card.vram_bytes
+        except (TypeError, ValueError, OverflowError):
+            vram = float("nan")
+        dcs = [d.get("id") for d in g.get("dataCenters") or [] if isinstance(d, dict) and d.get("availability") not in (None, "NONE")]
+        return Offer(provider=NAME, offer_id=f"{c}:{card.runpod_id}", card=card.name, gpu_count=query.gpu_count, vram_bytes=vram,
+                     usd_per_hour=price, spot=False, min_bid=None, reliability=1.0,
+                     region=f"{c} cloud" + (f" ({', '.join(str(d) for d in dcs[:4])})" if dcs else ""))
 
     # -- instances ---------------------------------------------------------------------------
     def _instance(self, pod: dict) -> Instance:
-        raw = str(pod.get("desiredStatus") or "")
-        runtime = pod.get("runtime") or None
-        status = _STATUS.get(raw.upper(), InstanceStatus.UNKNOWN)
-        if status == InstanceStatus.RUNNING and not runtime:
-            status = InstanceStatus.PROVISIONING
+        raw = str(pod.get("status") or "")
+        try:
+            status = _STATUS[PodStatus(raw)]
+        except ValueError:
+            status = InstanceStatus.UNKNOWN
         ssh = None
-        for p in (runtime or {}).get("ports") or []:
-            # Port 22 published on a public IP over TCP; the SDK's own helper checks only privatePort.
-            if p.get("privatePort") == 22 and p.get("isIpPublic") and p.get("type", "tcp") == "tcp" and p.get("ip") and p.get("publicPort"):
-                ssh = SshEndpoint(host=str(p["ip"]), port=int(p["publicPort"]))
-                break
-        cost = pod.get("costPerHr")
+        direct = (pod.get("ssh") or {}).get("direct") if isinstance(pod.get("ssh"), dict) else None
+        if isinstance(direct, dict) and direct.get("host") and direct.get("port"):
+            ssh = SshEndpoint(host=str(direct["host"]), port=int(direct["port"]), user=str(direct.get("username") or "root"))
+        else:  # the runtime's published port 22 over TCP on a public address
+            for p in ((pod.get("runtime") or {}).get("ports") or []) if isinstance(pod.get("runtime"), dict) else []:
+                if isinstance(p, dict) and p.get("private") == 22 and p.get("type") == "tcp" and p.get("ip") and p.get("public"):
+                    ssh = SshEndpoint(host=str(p["ip"]), port=int(p["public"]))
+                    break
+        if status == InstanceStatus.RUNNING and not pod.get("runtime"):
+            status = InstanceStatus.PROVISIONING  # the container is not up yet (runtime null)
+        cost = pod.get("cost")
+        gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
         return Instance(
             id=str(pod["id"]), label=str(pod.get("name") or ""), status=status,
-            usd_per_hour=float(cost) if cost is not None else None, ssh=ssh,
-            created_at=_parse_status_change(pod.get("lastStatusChange")), raw_status=raw,
-            extra={"gpu_count": pod.get("gpuCount"), "gpu": (pod.get("machine") or {}).get("gpuDisplayName"),
-                   "uptime_seconds": pod.get("uptimeSeconds")},
+            usd_per_hour=float(cost) if isinstance(cost, (int, float)) else None, ssh=ssh if status == InstanceStatus.RUNNING else None,
+            created_at=parse_time(pod.get("createdAt")), raw_status=raw,
+            extra={"gpu_count": gpu.get("count"), "gpu": gpu.get("id"), "data_center": pod.get("dataCenterId"),
+                   "started_at": parse_time(pod.get("startedAt")), "actions": pod.get("actions")},
         )
 
+    @staticmethod
+    def _pod_path(instance_id: str) -> str:
+        return "/v2/pods/" + quote(inputs.check_provider_id(instance_id, "RunPod pod id"), safe="")
+
     def get(self, instance_id: str) -> Instance | None:
-        """The pod, or None when RunPod no longer knows it (terminated pods vanish)."""
-        pid = inputs.check_provider_id(instance_id, "RunPod pod id")
-        key = self.credential.key if self.credential else None
+        """The pod, or None when RunPod no longer knows it (404; a TERMINATED pod is GONE)."""
+        path = self._pod_path(instance_id)
         try:
-            pod = self._call(f"read pod {pid}", lambda rp: rp.get_pod(pid, api_key=key))
+            _, pod = self._rest("GET", path, f"read pod {instance_id}")
         except ProviderError as e:
             if e.kind == ProviderErrorKind.GONE:
                 return None
             raise
-        return self._instance(pod) if pod else None
+        return self._instance(self._object(pod, None, f"read pod {instance_id}"))
 
     def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
-        """Pods whose name starts with ``label_prefix`` (terminated pods are not listed by RunPod)."""
-        key = self.credential.key if self.credential else None
-        pods = self._call("list pods", lambda rp: rp.get_pods(api_key=key)) or []
-        return [self._instance(p) for p in pods if str(p.get("name") or "").startswith(label_prefix)]
+        """Pods whose name starts with ``label_prefix`` (``GET /v2/pods`` answers the whole list)."""
+        _, payload = self._rest("GET", "/v2/pods", "list pods")
+        pods = self._object(payload, "pods", "list pods") or []
+        return [self._instance(p) for p in pods if isinstance(p, dict) and str(p.get("name") or "").startswith(label_prefix)]
 
     def _find_label(self, label: str) -> Instance | None:
         """``find_by_label`` where a failed look-up means "not found" (the caller raises its own error)."""
@@ -278,12 +361,13 @@ class RunPodProvider(Provider):
             return None
 
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
-        """Deploy an on-demand pod for ``offer`` (offer id ``<cloud>:<gpu type id>``).
+        """``POST /v2/pods`` for ``offer`` (offer id ``<cloud>:<gpu type id>``).
 
-        The SSH public key goes in ``PUBLIC_KEY`` (RunPod images install it for root). After an
-        ambiguous failure (5xx, rate limit) the label is looked up: a pod that was created anyway is
-        returned (``extra["recovered_after"]`` holds the error) so it is tracked and destroyed.
-        Raises ProviderError: UNSUPPORTED for a bid, NO_CAPACITY when RunPod has no machine left.
+        The SSH public key goes in ``PUBLIC_KEY`` (RunPod images install it for root; the spec's
+        ``startSsh`` keeps a key the request sets), ``22/tcp`` is exposed for direct SSH. After an
+        ambiguous failure (5xx, rate limit) the label is looked up: a pod that was created anyway
+        is returned (``extra["recovered_after"]`` holds the error) so it is tracked and destroyed.
+        Raises ProviderError: UNSUPPORTED for a bid, NO_CAPACITY (400), OFFER_GONE (403), FUNDS (402).
         """
         if offer.spot or spec.bid_usd_per_hour is not None:
             raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, SPOT_FIX)
@@ -292,30 +376,25 @@ class RunPodProvider(Provider):
             raise BadInput(f"not a RunPod offer id: {offer.offer_id!r}", "pick an offer from `gpuops offers --provider runpod`")
         label = inputs.check_label(spec.label)
         image = inputs.check_image(spec.image)
-        gpu_id = inputs.graphql_escape(inputs.check_provider_id(gpu_type, "RunPod GPU type"))
+        gpu_id = inputs.check_provider_id(gpu_type, "RunPod GPU type")
         env = dict(inputs.check_env(spec.env))
         if spec.ssh_public_key:
             env["PUBLIC_KEY"] = inputs.check_ssh_public_key(spec.ssh_public_key)
-        env_escaped = {k: inputs.graphql_escape(v) for k, v in env.items()}
-        disk = max(1, int(round(spec.disk_gb)))
-
-        mount = {}
+        body: dict[str, Any] = {"name": label, "image": image, "cloud": cloud.upper(), "gpu": {"id": gpu_id, "count": int(offer.gpu_count)},
+                                "disk": max(1, int(round(spec.disk_gb))), "ports": ["22/tcp"], "env": env, "startSsh": True}
+        mount_path = ""
         if spec.volume_id:  # a network volume: Secure Cloud, its datacenter (gpuops.providers.volumes)
-            mount = {"network_volume_id": inputs.check_provider_id(spec.volume_id, "RunPod network volume id"),
-                     "data_center_id": inputs.check_provider_id(spec.volume_region, "RunPod datacenter id"),
-                     "volume_mount_path": spec.volume_mount_path or "/workspace"}
-
-        def deploy(rp):
-            return rp.create_pod(name=label, image_name=image, gpu_type_id=gpu_id, cloud_type=cloud.upper(), gpu_count=offer.gpu_count,
-                                 container_disk_in_gb=disk, volume_in_gb=0, ports="22/tcp", env=env_escaped or None,
-                                 support_public_ip=True, start_ssh=True, **mount)
+            mount_path = spec.volume_mount_path or "/workspace"
+            body["mounts"] = {"network": [{"volumeId": inputs.check_provider_id(spec.volume_id, "RunPod network volume id"), "path": mount_path}]}
+            body["dataCenterIds"] = [inputs.check_provider_id(spec.volume_region, "RunPod datacenter id")]
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
         attempts = max(1, self.retry.attempts)
         last: ProviderError | None = None
+        pod: Any = None
         for attempt in range(attempts):
             try:
-                pod = self._call(f"create a {offer.card} pod", deploy, retries=False)
+                _, pod = self._rest("POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True)
                 break
             except ProviderError as e:
                 if not e.retryable:
@@ -331,30 +410,41 @@ class RunPodProvider(Provider):
         else:
             assert last is not None
             raise last
-        inst = None
         try:
-            inst = self.get(str(pod["id"]))
-        except ProviderError:
-            pass
-        if inst is None:
-            inst = Instance(id=str(pod["id"]), label=label, status=InstanceStatus.PROVISIONING, usd_per_hour=offer.usd_per_hour,
-                            created_at=time.time(), raw_status="")
+            inst = self._instance(self._object(pod, None, "create a pod"))
+        except (KeyError, TypeError, ValueError, ProviderError):
+            found = self._find_label(label)
+            if found is None:
+                raise ProviderError(ProviderErrorKind.SERVER, "RunPod's answer to the create has no pod id", "run `gpuops reconcile`") from None
+            inst = found
         inst.created_at = max(inst.created_at or 0.0, asked_at)
-        if mount:
-            inst.extra["volume_path"] = mount["volume_mount_path"]
+        if inst.usd_per_hour is None:
+            inst.usd_per_hour = offer.usd_per_hour
+        if mount_path:
+            inst.extra["volume_path"] = mount_path
         return inst
 
     def destroy(self, instance_id: str) -> None:
-        """Terminate the pod (never stop: a stopped pod still bills its disk). Idempotent: a pod
-        RunPod no longer knows is success."""
-        pid = inputs.check_provider_id(instance_id, "RunPod pod id")
+        """``DELETE /v2/pods/{id}`` (terminate; never stop: a stopped pod still bills its disk).
+        Idempotent: a pod RunPod no longer knows (404) is success."""
+        path = self._pod_path(instance_id)
         try:
-            self._call(f"terminate pod {pid}", lambda rp: rp.terminate_pod(pid))
+            self._rest("DELETE", path, f"terminate pod {instance_id}")
         except ProviderError as e:
-            if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.SERVER):
+            if e.kind != ProviderErrorKind.GONE:
                 raise
-            if self.get(pid) is not None:  # "not found"-like errors: success only if it is gone
-                raise
+
+    def stop(self, instance_id: str) -> Instance | None:
+        """``POST /v2/pods/{id}/action`` ``{"action": "stop"}``: GPU released, disk kept (and
+        billed). The pod as RunPod answers it (None when gone). Raises ProviderError."""
+        path = self._pod_path(instance_id) + "/action"
+        try:
+            _, pod = self._rest("POST", path, f"stop pod {instance_id}", body={"action": "stop"})
+        except ProviderError as e:
+            if e.kind == ProviderErrorKind.GONE:
+                return None
+            raise
+        return self._instance(pod) if isinstance(pod, dict) and "id" in pod else None
 
     def volumes(self):
         """Persistent volumes (gpuops.providers.volumes.RunPodVolumes): list, create, delete, mountable offers."""
@@ -362,108 +452,102 @@ class RunPodProvider(Provider):
 
         return RunPodVolumes(self)
 
+    # -- the balance: GraphQL, which v2 lacks ----------------------------------------------------
     def balance(self) -> Balance:
-        """``myself { clientBalance currentSpendPerHr }`` through the SDK's GraphQL helper (USD, USD/h)."""
+        """``myself { clientBalance currentSpendPerHr }`` (USD, USD/h) through the runpod SDK's
+        GraphQL helper at ``<url>/graphql`` -- v2 has no balance route. A GraphQL error answer
+        (the API retired, a field gone) is ``Balance(usd=None, note=...)``: the balance floor is
+        then not judged, and the note says why. A rejected key, 5xx and an unreachable host raise
+        ProviderError as every call."""
+        key = self._key()
+        _import_runpod()
+        import requests
+        from runpod import error as rperr
+        from runpod.api.graphql import run_graphql_query
 
-        def q(rp):
-            from runpod.api.graphql import run_graphql_query
+        def once():
+            with _SDK_LOCK:  # the SDK reads its base URL from the environment on every call
+                old = os.environ.get("RUNPOD_API_BASE_URL")
+                os.environ["RUNPOD_API_BASE_URL"] = self.url
+                try:
+                    return run_graphql_query(BALANCE_QUERY, api_key=key)
+                except rperr.AuthenticationError:
+                    raise ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source}) while trying to read the balance",
+                                        missing_key_fix(NAME)) from None
+                except rperr.QueryError as e:
+                    return {"error": redact(str(e), key)}
+                except (requests.ConnectionError, requests.Timeout):
+                    raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to read the balance",
+                                        "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)") from None
+                except (ValueError, TypeError, KeyError):  # the SDK has no status check: an error page, or no data
+                    raise ProviderError(ProviderErrorKind.SERVER, "RunPod answered with an error page or no data while trying to read the balance",
+                                        "retry later; see status.runpod.io") from None
+                finally:
+                    if old is None:
+                        os.environ.pop("RUNPOD_API_BASE_URL", None)
+                    else:
+                        os.environ["RUNPOD_API_BASE_URL"] = old
 
-            return run_graphql_query(BALANCE_QUERY, api_key=self.credential.key)["data"]["myself"]
-
-        me = self._call("read the balance", q)
+        got = call_with_retries(once, self.retry)
+        if "error" in got:
+            return Balance(usd=None, note=f"RunPod's GraphQL API (the only one with the balance) answered an error: {got['error'][:200]}")
+        me = ((got or {}).get("data") or {}).get("myself")
+        if not isinstance(me, dict):
+            return Balance(usd=None, note="RunPod's GraphQL API answered no account (myself)")
         bal, spend = me.get("clientBalance"), me.get("currentSpendPerHr")
-        return Balance(usd=float(bal) if bal is not None else None, spend_usd_per_hour=float(spend) if spend is not None else None)
+        try:
+            return Balance(usd=float(bal) if bal is not None else None, spend_usd_per_hour=float(spend) if spend is not None else None)
+        except (TypeError, ValueError):
+            return Balance(usd=None, note="RunPod's balance is not a number")
 
     # -- billing -----------------------------------------------------------------------------
-    # RunPod's REST API (not the GraphQL one the SDK speaks): https://rest.runpod.io/v1, Bearer key.
-    # ``GET /billing/pods?bucketSize=&grouping=podId&startTime=&endTime=`` is what runpodctl sends for
-    # ``runpodctl billing pods --bucket-size ... --grouping podId`` (runpod/runpodctl
-    # internal/api/billing.go ``GetPodBilling``, cmd/billing/pods.go); it answers a JSON list of
-    # ``{"time","amount","timeBilledMs","diskSpaceBilledGb","podId"}`` (docs.runpod.io/api-reference/
-    # billing/GET/billing/pods). ``GET /billing/networkvolumes`` (``GetNetworkVolumeBilling``) answers
-    # ``{"time","amount","diskSpaceBilledGb"}`` per bucket, for the whole account (no volume id).
-    # Hour buckets: the finest RunPod has, so a month boundary falls between records.
-    REST_URL = "https://rest.runpod.io/v1"
+    # v2 billing: ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes`` with startTime,
+    # endTime (date-time) and bucketSize (hour: the finest, so a month boundary falls between
+    # records), answering ``{"records": [...], "metadata": {...}}``; a pod record is
+    # {startTime, endTime, podId, totalAmount, gpuAmount, cpuAmount, diskAmount}, a volume record
+    # {startTime, endTime, networkVolumeId, totalAmount, standardAmount, highPerformanceAmount}.
     BILLING_BUCKET = "hour"
 
-    def _rest_url(self) -> str:
-        """RunPod's REST base: the public one for the public GraphQL endpoint, else ``<url>/v1`` on
-        the same host (a proxy or an emulator serves both), or ``RUNPOD_REST_URL`` when set."""
-        env = os.environ.get("RUNPOD_REST_URL", "").strip().rstrip("/")
-        if env:
-            return env
-        if self.url.rstrip("/") in ("https://api.runpod.io", "https://api.runpod.io/graphql"):
-            return self.REST_URL
-        return self.url.rstrip("/") + "/v1"
-
     def billing(self, since: float, until: float) -> list:
-        """Pod records (``grouping=podId``, hour buckets) and network-volume records over [since,
-        until) epoch s as ``ledger.billing.ChargeLine``: a pod record with compute time
-        (``timeBilledMs`` > 0) is kind ``gpu`` (RunPod's pod price includes the running pod's disk),
-        one without is ``storage`` (a stopped pod's disk); network-volume records are account-level
-        ``storage`` lines (instance_id None). Billing unit: per second (PROVIDER_INCREMENT_S).
-        Raises ProviderError (AUTH, RATE_LIMIT, SERVER; retried as every call)."""
-        import requests
-
+        """Pod and network-volume records over [since, until) epoch s as
+        ``ledger.billing.ChargeLine``: per pod record a ``gpu`` line (gpuAmount + cpuAmount: compute
+        time) and a ``storage`` line (diskAmount: the pod's disk, billed running or stopped); per
+        volume record an account-level ``storage`` line (instance_id None, the volume named in its
+        description). Amounts USD; each record's own window. Billing unit: per second
+        (PROVIDER_INCREMENT_S). Raises ProviderError (AUTH, RATE_LIMIT, SERVER; retried as every call)."""
         from ledger.billing import ChargeLine
 
-        if self.credential is None:
-            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(NAME))
-        key = self.credential.key
-        base = self._rest_url()
+        window = {"startTime": stamp(since), "endTime": stamp(until), "bucketSize": self.BILLING_BUCKET}
 
-        def stamp(t: float) -> str:
-            return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        def records(path: str, what: str) -> list:
+            _, payload = self._rest("GET", path, f"read {what} billing", params=window)
+            recs = self._object(payload, "records", f"read {what} billing")
+            if not isinstance(recs, list):
+                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's {what} billing has no list of records", "retry later")
+            return recs
 
-        def get(path: str, params: dict) -> list:
-            def once():
-                try:
-                    r = requests.get(base + path, params=params, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-                except (requests.ConnectionError, requests.Timeout):
-                    raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod's REST API at {base} to read billing",
-                                        "check the network, or set RUNPOD_REST_URL") from None
-                if r.status_code in (401, 403):
-                    raise ProviderError(ProviderErrorKind.AUTH, "RunPod rejected the API key while reading billing", missing_key_fix(NAME))
-                if r.status_code == 429:
-                    raise ProviderError(ProviderErrorKind.RATE_LIMIT, "RunPod rate limit while reading billing", "wait a minute and retry")
-                if r.status_code >= 500:
-                    raise ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {r.status_code} while reading billing", "retry later")
-                if r.status_code != 200:
-                    raise ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod refused the billing query ({r.status_code}): {redact(r.text[:200], key)}")
-                try:
-                    body = r.json()
-                except ValueError:
-                    raise ProviderError(ProviderErrorKind.SERVER, "RunPod's billing answer is not JSON", "retry later") from None
-                if isinstance(body, dict):  # the v2 envelope {"records": [...], "metadata": {...}}
-                    body = body.get("records") or []
-                if not isinstance(body, list):
-                    raise ProviderError(ProviderErrorKind.SERVER, "RunPod's billing answer is not a list of records")
-                return body
+        def money(rec: dict, k: str) -> float:
+            v = rec.get(k)
+            return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
 
-            return call_with_retries(once, self.retry)
-
-        window = {"bucketSize": self.BILLING_BUCKET, "startTime": stamp(since), "endTime": stamp(until)}
-        step = 3600.0
         out = []
-        for rec in get("/billing/pods", {**window, "grouping": "podId"}):
-            try:
-                start = datetime.fromisoformat(str(rec["time"]).replace("Z", "+00:00")).timestamp()
-                usd = float(rec.get("amount") or rec.get("totalAmount") or 0.0)
-                ms = float(rec.get("timeBilledMs") or 0.0)
-                pod = str(rec["podId"])
-            except (KeyError, TypeError, ValueError):
-                continue  # a malformed record is not a charge we can attribute
-            if usd <= 0:
+        for rec in records("/v2/billing/pods", "pod"):
+            if not isinstance(rec, dict):
                 continue
-            out.append(ChargeLine(NAME, pod, usd, start, start + step, kind="gpu" if ms > 0 else "storage",
-                                  description=f"pod {pod}, {ms / 1000:.0f} s billed", seconds=ms / 1000.0))
-        for rec in get("/billing/networkvolumes", window):
-            try:
-                start = datetime.fromisoformat(str(rec["time"]).replace("Z", "+00:00")).timestamp()
-                usd = float(rec.get("amount") or 0.0) + float(rec.get("highPerformanceStorageAmount") or 0.0)
-            except (KeyError, TypeError, ValueError):
+            start, end, pod = parse_time(rec.get("startTime")), parse_time(rec.get("endTime")), rec.get("podId")
+            if start is None or end is None or not isinstance(pod, str):
+                continue  # a record we cannot place in time or on a pod is not a charge we can attribute
+            compute, disk = money(rec, "gpuAmount") + money(rec, "cpuAmount"), money(rec, "diskAmount")
+            if compute > 0:
+                out.append(ChargeLine(NAME, pod, compute, start, end, kind="gpu", description=f"pod {pod} compute"))
+            if disk > 0:
+                out.append(ChargeLine(NAME, pod, disk, start, end, kind="storage", description=f"pod {pod} disk"))
+        for rec in records("/v2/billing/network-volumes", "network-volume"):
+            if not isinstance(rec, dict):
                 continue
-            if usd > 0:
-                out.append(ChargeLine(NAME, None, usd, start, start + step, kind="storage",
-                                      description=f"network volumes, {rec.get('diskSpaceBilledGb') or 0} GB"))
+            start, end = parse_time(rec.get("startTime")), parse_time(rec.get("endTime"))
+            usd = money(rec, "totalAmount")
+            if start is None or end is None or usd <= 0:
+                continue
+            out.append(ChargeLine(NAME, None, usd, start, end, kind="storage", description=f"network volume {rec.get('networkVolumeId') or '?'}"))
         return out

@@ -18,8 +18,11 @@ SDK quirks handled here:
   blindly. Its per-request timeout is 120 s; we lower it (``timeout_s``).
 - a ``type="bid"`` search followed by a create without ``price`` rents ON-DEMAND: an interruptible
   create always sends a price (the bid, default the offer's ``min_bid``).
-- a bid under the minimum can leave a stopped instance that bills storage and comes back as an error
-  carrying its id: we destroy it at once and raise BID_TOO_LOW with ``instance_id`` set.
+- a bid under the minimum may leave a stopped instance that bills storage (undocumented; the spec's
+  400 ``invalid_price`` carries no id): it is found by its label, destroyed at once, and BID_TOO_LOW
+  is raised with ``instance_id`` set and Vast's own words; with nothing left, just BID_TOO_LOW.
+- ``unknown``/``offline`` never reach running (the spec): they map to EXITED, so a wait fails at
+  once naming the state.
 - errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg``; they are mapped to kinds.
 """
 
@@ -48,6 +51,10 @@ _STATUS = {
     "stopped": InstanceStatus.STOPPED,
     "frozen": InstanceStatus.STOPPED,
     "exited": InstanceStatus.EXITED,
+    # The spec: "if actual_status becomes exited, unknown, or offline it will never reach running --
+    # destroy and retry". Stopped-like, so a wait fails at once naming the state (raw_status).
+    "unknown": InstanceStatus.EXITED,
+    "offline": InstanceStatus.EXITED,
 }
 
 _GONE_ERRORS = ("no_such_ask", "ask_not_found", "offer_unavailable", "no_such_offer", "not_available")
@@ -72,8 +79,15 @@ class VastProvider(Provider):
     name = NAME
     supports_spot = True
 
+    routes = (
+        ("POST", "/api/v0/bundles/"), ("PUT", "/api/v0/asks/{id}/"), ("GET", "/api/v1/instances/"), ("GET", "/api/v0/instances/{id}/"),
+        ("DELETE", "/api/v0/instances/{id}/"), ("GET", "/api/v0/users/current"), ("GET", "/api/v0/charges/"),
+        ("GET", "/api/v0/volumes"), ("POST", "/api/v0/volumes/search/"), ("PUT", "/api/v0/volumes/"), ("DELETE", "/api/v0/volumes/"),
+    )  # what gpuops calls on Vast (through vastai 1.9.1), for `gpuops check` and the docs
+
     def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, timeout_s: float = 30.0,
-                 search_limit: int = 64, storage_gb: float = 40.0):
+                 search_limit: int = 64, storage_gb: float = 40.0, data_dir=None):
+        self.data_dir = data_dir  # where gpuops.providers.volumes keeps the names of the volumes it created (Vast lists none)
         self.credential = credential
         self.url = url
         self.retry = retry or RetryPolicy()
@@ -128,7 +142,9 @@ class VastProvider(Provider):
     def _body_error(self, status: int, body: dict, action: str, creating: bool) -> ProviderError:
         key = self.credential.key if self.credential else None
         code = str(body.get("error") or "").lower()
-        text = redact(str(body.get("msg") or body.get("error") or f"HTTP {status}"), key)
+        # Vast's {"error", "msg"}; its 429 {"detail"}; a RunPod-style {"message"} read right too.
+        words = next((body[k] for k in ("msg", "message", "detail", "error") if isinstance(body.get(k), str) and body[k].strip()), None)
+        text = redact(str(words or f"HTTP {status}"), key)
         low = (code + " " + text).lower()
         left = body.get("new_contract") or body.get("instance_id")
         left_id = str(left) if left else None
@@ -180,11 +196,12 @@ class VastProvider(Provider):
         if query.min_vram_bytes:
             # Never stricter than our own fit test (offers.fits), which runs afterwards.
             q["gpu_ram"] = {"gte": math.floor(query.min_vram_bytes * (1.0 - VRAM_TOLERANCE) / MIB)}
-        kinds = {None: ("on-demand", "bid"), True: ("bid",), False: ("on-demand",)}[query.spot]
+        # The spec's search types are ondemand, bid, reserved (vastai's own default spells it on-demand).
+        kinds = {None: ("ondemand", "bid"), True: ("bid",), False: ("ondemand",)}[query.spot]
         out: list[Offer] = []
         for kind in kinds:
             qk = dict(q)
-            if query.max_usd_per_hour is not None and kind == "on-demand":
+            if query.max_usd_per_hour is not None and kind == "ondemand":
                 qk["dph_total"] = {"lte": float(query.max_usd_per_hour)}
             rows = self._call(f"search {kind} offers",
                               lambda v: v.search_offers(query=qk, type=kind, order="dph_total", limit=self.search_limit, storage=self.storage_gb)) or []
@@ -211,9 +228,12 @@ class VastProvider(Provider):
             min_bid = r.get("min_bid")
             n = float(r.get("num_gpus") or 0)
             gpu_count = int(n) if math.isfinite(n) and n == int(n) else n
+            price = float(r["dph_total"])
+            if spot and min_bid is not None and r.get("storage_total_cost") is not None:
+                price = float(min_bid) + float(r["storage_total_cost"])  # what a bid at the minimum is charged: bid + storage
             return Offer(
                 provider=NAME, offer_id=str(int(r["id"])), card=card.name, gpu_count=gpu_count, vram_bytes=vram,
-                usd_per_hour=round(float(r["dph_total"]), 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
+                usd_per_hour=round(price, 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
                 reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
                 disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
                 machine_id=str(r.get("machine_id") or ""),
@@ -316,6 +336,11 @@ class VastProvider(Provider):
                 res = self._call(f"rent offer {ask}", rent, retries=False, creating=True)
                 break
             except ProviderError as e:
+                if e.kind == ProviderErrorKind.BID_TOO_LOW and not e.instance_id:
+                    # Undocumented whether a refused bid leaves a (stopped, disk-billing) instance;
+                    # the spec's answer carries no id, so look for one by its label.
+                    left = self._find_label(label)
+                    e.instance_id = left.id if left is not None else None
                 if e.instance_id and not e.retryable:
                     # e.g. a bid under the minimum: Vast made a stopped instance that bills storage.
                     try:
@@ -376,25 +401,27 @@ class VastProvider(Provider):
 
         Through the SDK's ``show_invoices_v1(charges=True, ...)`` (vastai 1.9.1 api/billing.py):
         ``GET /api/v0/charges/?select_filters={"day":{"gte","lte"}}&limit=100[&after_token=]``, every
-        page. A result is ``{"type":"instance"|"volume"|"serverless","source":"instance-<id>",
-        "amount","start","end","metadata":{"label"},"items":[{"type":"gpu"|"storage"|...,"amount",
-        "start","end"}]}`` (docs.vast.ai/api-reference/billing/show-charges). Item kinds: ``storage``
-        stays storage (a stopped, outbid instance's disk), ``gpu`` gpu, bandwidth items ``network``.
-        Volume results are account-level storage. Billing unit: per second (docs.vast.ai/billing-help).
+        page. Per Vast's spec an entry is one contract (``source`` ``instance-<id>``,
+        ``metadata.label``) whose ``items`` are typed ``gpu`` (compute), ``disk`` (storage, running or
+        stopped), ``bwd``/``bwu`` (download/upload: network), each with integer unix ``start``/``end``.
+        Whether an entry is cut to the asked window is undocumented, so each item is attributed by
+        time: the part of it inside [since, until) (its amount x the share of its period there, the
+        one rule of ledger/attribution.py), so a month's books come out the same either way. Volume
+        entries are account-level storage. Billing unit: per second (docs.vast.ai/billing-help).
         ``/api/v1/invoices/`` lists payments and credits, not spend, so it is not read here.
         Raises ProviderError.
         """
+        from ledger.attribution import fraction
         from ledger.billing import ChargeLine
 
-        def kind_of(t: str) -> str:
-            t = (t or "").lower()
-            if t in ("storage", "disk", "volume"):
-                return "storage"
-            if t in ("gpu", "compute", "instance"):
-                return "gpu"
-            if "bandwidth" in t or "net" in t or "upload" in t or "download" in t:
-                return "network"
-            return "other"
+        kinds = {"gpu": "gpu", "disk": "storage", "bwd": "network", "bwu": "network"}
+
+        def num(v) -> float | None:
+            try:
+                f = float(v)
+            except (TypeError, ValueError):
+                return None
+            return f if math.isfinite(f) else None
 
         out = []
         token = None
@@ -405,23 +432,27 @@ class VastProvider(Provider):
                 params["next_token"] = token
             page = self._call("read charges", lambda v: v.show_invoices_v1(**params)) or {}
             for r in page.get("results") or []:
-                try:
-                    typ = str(r.get("type") or "")
-                    source = str(r.get("source") or "")
-                    iid = source.split("-", 1)[1] if source.startswith(("instance-", "serverless-")) else None
-                    label = str((r.get("metadata") or {}).get("label") or "")
-                    items = r.get("items") or [r]
-                    for it in items:
-                        usd = float(it.get("amount") or 0.0)
-                        if usd <= 0:
+                if not isinstance(r, dict):
+                    continue
+                typ = str(r.get("type") or "")
+                source = str(r.get("source") or "")
+                iid = source.split("-", 1)[1] if source.startswith("instance-") and typ != "volume" else None
+                label = str((r.get("metadata") or {}).get("label") or "") if isinstance(r.get("metadata"), dict) else ""
+                for it in r.get("items") or [r]:
+                    if not isinstance(it, dict):
+                        continue
+                    usd = num(it.get("amount"))
+                    start, end = num(it.get("start", r.get("start"))), num(it.get("end", r.get("end")))
+                    if usd is None or usd <= 0:
+                        continue
+                    kind = "storage" if typ == "volume" else kinds.get(str(it.get("type") or "").lower(), "other")
+                    if start is not None and end is not None and end > start:
+                        share = fraction(start, end, since, until)
+                        if share <= 0:
                             continue
-                        kind = "storage" if typ == "volume" else kind_of(str(it.get("type") or typ))
-                        out.append(ChargeLine(NAME, iid if typ != "volume" else None, usd,
-                                              float(it["start"]) if it.get("start") is not None else None,
-                                              float(it["end"]) if it.get("end") is not None else None,
-                                              label=label, kind=kind, description=str(it.get("description") or r.get("description") or "")))
-                except (KeyError, TypeError, ValueError, IndexError):
-                    continue  # a malformed row is not a charge we can attribute
+                        usd, start, end = usd * share, max(start, since), min(end, until)
+                    out.append(ChargeLine(NAME, iid, usd, start, end, label=label, kind=kind,
+                                          description=f"{it.get('type') or typ} {source}".strip()))
             token = page.get("next_token")
             if not token:
                 return out

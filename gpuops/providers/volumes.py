@@ -7,15 +7,13 @@ Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.agent.bootstrap_c
 
 Wire shapes (tests/emulators/volumes.py emulates exactly these):
 
-- RunPod, list: the runpod SDK 1.11.0's ``get_user()`` (runpod/api/queries/user.py ``QUERY_USER``:
-  ``myself { networkVolumes { id name size dataCenterId } }``, ``size`` in GB).
-  Create / delete: the SDK has no call, so RunPod's REST API (what runpodctl uses):
-  ``POST /v1/networkvolumes`` with ``{"name", "size", "dataCenterId"}`` answering
-  ``{"id", "name", "size", "dataCenterId"}``; ``DELETE /v1/networkvolumes/{id}`` answering 204
-  (docs.runpod.io/api-reference/network-volumes/POST/networkvolumes and .../DELETE/...).
-  Mount: ``create_pod(network_volume_id=, data_center_id=)``; the volume replaces the pod volume at
-  ``/workspace``; network volumes exist on Secure Cloud only, in one datacenter, so only SECURE
-  offers in that datacenter can mount it (docs.runpod.io/pods/storage/network-volumes).
+- RunPod, REST API v2 (RunPod's OpenAPI spec, api-reference-v2/openapi.json): ``GET
+  /v2/network-volumes`` answering ``{"networkVolumes": [{"id", "name", "size", "dataCenter",
+  "type"}]}`` (``size`` in GB, 10-4096); ``POST /v2/network-volumes`` with ``{"name", "size",
+  "dataCenter"}`` answering 201 with the volume; ``DELETE /v2/network-volumes/{id}`` answering 204.
+  Mount: the pod create's ``mounts.network`` ``[{"volumeId", "path"}]`` with ``dataCenterIds``
+  ``[<its datacenter>]``; network volumes exist on Secure Cloud only, in one datacenter, so only
+  SECURE offers in that datacenter can mount it (docs.runpod.io/pods/storage/network-volumes).
   Price: 0.07 USD/GB/month (docs.runpod.io/pods/storage/create-network-volumes: "$0.07/GB/month
   rather than $0.10/GB/month" for pod disk); 0.05 USD/GB/month past 1 TB (runpod.io/pricing).
 - Vast, the vastai SDK 1.9.1 (vastai/api/storage.py, vastai/api/offers.py):
@@ -25,8 +23,9 @@ Wire shapes (tests/emulators/volumes.py emulates exactly these):
   ``volume_fields``); ``search_volumes(query, storage=GB)`` -> ``POST /api/v0/volumes/search/``
   answering ``{"offers": [{"id", "machine_id", "disk_space", "storage_cost" (USD/GB/month),
   "geolocation", ...}]}``; ``create_volume(offer_id, size, name)`` -> ``PUT /api/v0/volumes/`` with
-  ``{"size", "id", "name"}`` (its answer is undocumented, so the new volume is found again by name
-  in the list); ``delete_volume(id)`` -> ``DELETE /api/v0/volumes/?id=N``. Mount:
+  ``{"size", "id", "name"}`` answering ``{"success", "volume_name"}`` (the spec; its list rows
+  carry no name, so the new volume is the one listed after and not before, and its name is kept in
+  the data dir); ``delete_volume(id)`` -> ``DELETE /api/v0/volumes/?id=N``. Mount:
   ``create_instance(link_volume=id, mount_path=...)`` (``volume_info``); a Vast local volume lives
   on one machine, so only offers on that ``machine_id`` can mount it.
 
@@ -38,7 +37,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from pathlib import Path
 
 from gpuops.errors import BadInput
 
@@ -117,99 +116,61 @@ def check_size(size_gb: float) -> float:
 # RunPod
 # ------------------------------------------------------------------------------------------------
 class RunPodVolumes:
-    """RunPod network volumes through ``provider`` (gpuops.providers.runpod.RunPodProvider): the SDK
-    for the list, RunPod's REST API for create and delete (same key, same retry policy)."""
+    """RunPod network volumes through ``provider`` (gpuops.providers.runpod.RunPodProvider): its
+    REST v2 client, same key, same deadline and retry policy."""
 
-    REST_URL = "https://rest.runpod.io/v1"
+    MIN_GB, MAX_GB = 10, 4096  # the spec's NetworkVolume.size bounds
 
     def __init__(self, provider):
         self.p = provider
 
-    def _rest_url(self) -> str:
-        """RunPod's REST base: ``RUNPOD_REST_URL`` when set; the public one for the public GraphQL
-        endpoint; else ``<url>/v1`` on the same host (a proxy or an emulator serves both)."""
-        import os
-
-        env = os.environ.get("RUNPOD_REST_URL", "").strip().rstrip("/")
-        if env:
-            return env
-        if self.p.url.rstrip("/") in ("https://api.runpod.io", "https://api.runpod.io/graphql"):
-            return self.REST_URL
-        return self.p.url.rstrip("/") + "/v1"
-
     def _volume(self, v: dict) -> Volume:
         size = float(v.get("size") or 0)
-        return Volume(provider="runpod", id=str(v["id"]), name=str(v.get("name") or ""), size_gb=size, region=str(v.get("dataCenterId") or ""),
+        return Volume(provider="runpod", id=str(v["id"]), name=str(v.get("name") or ""), size_gb=size, region=str(v.get("dataCenter") or ""),
                       usd_per_month=runpod_usd_per_month(size), kind="network", mount_path=RUNPOD_MOUNT, raw=dict(v))
 
     def list(self) -> list[Volume]:
-        """Every network volume of the account. Raises ProviderError."""
-        key = self.p.credential.key if self.p.credential else None
-        me = self.p._call("list network volumes", lambda rp: rp.get_user(api_key=key)) or {}
+        """Every network volume of the account (``GET /v2/network-volumes``). Raises ProviderError."""
+        _, payload = self.p._rest("GET", "/v2/network-volumes", "list network volumes")
         out = []
-        for v in me.get("networkVolumes") or []:
+        for v in self.p._object(payload, "networkVolumes", "list network volumes") or []:
             try:
                 out.append(self._volume(v))
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError):
                 continue  # a malformed row is not a volume we can use
         return out
 
-    def _rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, Any]:
-        import requests
-
-        from gpuops.providers.base import ProviderError, ProviderErrorKind
-        from gpuops.providers.keys import missing_key_fix, redact
-        from gpuops.providers.retry import call_with_retries
-
-        if self.p.credential is None:
-            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix("runpod"))
-        key = self.p.credential.key
-        base = self._rest_url()
-
-        def once():
-            try:
-                r = requests.request(method, base + path, json=body, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-            except (requests.ConnectionError, requests.Timeout):
-                raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod's REST API at {base}", "check the network, or set RUNPOD_REST_URL") from None
-            if r.status_code in (401, 403):
-                raise ProviderError(ProviderErrorKind.AUTH, "RunPod rejected the API key (REST API)", missing_key_fix("runpod"))
-            if r.status_code == 429:
-                raise ProviderError(ProviderErrorKind.RATE_LIMIT, "RunPod rate limit", "wait a minute and retry")
-            if r.status_code >= 500:
-                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {r.status_code}", "retry later")
-            try:
-                payload = r.json() if r.content else None
-            except ValueError:
-                payload = None
-            if r.status_code >= 400 and r.status_code != 404:
-                text = payload.get("error") if isinstance(payload, dict) else r.text[:200]
-                raise ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod refused {method} {path} ({r.status_code}): {redact(str(text), key)}",
-                                    "check the size, name and datacenter id (e.g. EU-RO-1)")
-            return r.status_code, payload
-
-        # A create is not retried blindly (it may have happened); a delete and a list are idempotent.
-        return call_with_retries(once, self.p.retry) if method != "POST" else once()
-
     def create(self, name: str, size_gb: float, region: str) -> Volume:
         """Create a ``size_gb`` GB network volume named ``name`` in datacenter ``region`` (e.g.
-        EU-RO-1). Raises BadInput (bad name/size/datacenter, before any call) or ProviderError."""
+        EU-RO-1): ``POST /v2/network-volumes``, never retried blindly (it may have happened).
+        Raises BadInput (bad name/size/datacenter, before any call) or ProviderError."""
         from gpuops.providers.base import ProviderError, ProviderErrorKind
 
         check_name(name)
         size = int(round(check_size(size_gb)))
+        if not self.MIN_GB <= size <= self.MAX_GB:
+            raise BadInput(f"a RunPod network volume is {self.MIN_GB}-{self.MAX_GB} GB, not {size} GB", f"pass --size-gb between {self.MIN_GB} and {self.MAX_GB}")
         if not _RUNPOD_DC.match(region or ""):
             raise BadInput(f"RunPod datacenter {region!r} is not a datacenter id", "pass --region like EU-RO-1 or US-KS-2")
-        status, body = self._rest("POST", "/networkvolumes", {"name": name, "size": size, "dataCenterId": region})
-        if status == 404 or not isinstance(body, dict) or "id" not in body:
+        _, body = self.p._rest("POST", "/v2/network-volumes", f"create network volume {name}",
+                               body={"name": name, "size": size, "dataCenter": region}, retries=False)
+        if not isinstance(body, dict) or "id" not in body:
             raise ProviderError(ProviderErrorKind.SERVER, "RunPod's answer to the volume create has no id", "run `gpuops volumes list --provider runpod`")
         return self._volume(body)
 
     def delete(self, volume_id: str) -> None:
-        """Delete the network volume. Idempotent: a volume RunPod no longer knows is success."""
+        """Delete the network volume. Idempotent: a volume RunPod no longer knows (404) is success."""
+        from urllib.parse import quote
+
         import gpuops.providers.inputs as inputs
+        from gpuops.providers.base import ProviderError, ProviderErrorKind
 
         vid = inputs.check_provider_id(volume_id, "RunPod network volume id")
-        self._rest("DELETE", f"/networkvolumes/{vid}")
+        try:
+            self.p._rest("DELETE", "/v2/network-volumes/" + quote(vid, safe=""), f"delete network volume {vid}")
+        except ProviderError as e:
+            if e.kind != ProviderErrorKind.GONE:
+                raise
 
     def mountable(self, volume: Volume, offers: list) -> list:
         """The offers that can mount ``volume``: Secure Cloud ones, re-tagged to its datacenter."""
@@ -220,26 +181,67 @@ class RunPodVolumes:
 # Vast
 # ------------------------------------------------------------------------------------------------
 class VastVolumes:
-    """Vast volumes through ``provider`` (gpuops.providers.vast.VastProvider) and its SDK client."""
+    """Vast volumes through ``provider`` (gpuops.providers.vast.VastProvider) and its SDK client.
+
+    Vast's list reply documents no name for a volume (the spec's ``Volume``); its create answers a
+    ``volume_name``. So the name a volume was created under is kept in ``<data dir>/vast-volumes.json``
+    (id -> name, volume_name), and a list row's own ``label``/``name`` wins where Vast sends one."""
+
+    BOOK = "vast-volumes.json"
 
     def __init__(self, provider):
         self.p = provider
 
-    def _volume(self, row: dict, kind: str) -> Volume:
+    # -- the local name book ------------------------------------------------------------------------
+    def _book_path(self):
+        d = getattr(self.p, "data_dir", None)
+        return None if d is None else Path(d) / self.BOOK
+
+    def _book(self) -> dict:
+        import json
+
+        path = self._book_path()
+        if path is None:
+            return getattr(self.p, "_volume_book", {})
+        try:
+            got = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return got if isinstance(got, dict) else {}
+
+    def _write_book(self, book: dict) -> None:
+        import json
+        import os
+
+        path = self._book_path()
+        if path is None:
+            self.p._volume_book = book
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(book, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, path)
+
+    def _volume(self, row: dict, kind: str, book: dict | None = None) -> Volume:
         size = float(row.get("disk_space") or row.get("size") or 0)
         cost = row.get("storage_cost")
-        return Volume(provider="vast", id=str(int(row["id"])), name=str(row.get("label") or row.get("name") or ""), size_gb=size,
+        vid = str(int(row["id"]))
+        own = row.get("label") or row.get("name") or row.get("volume_name")
+        name = str(own) if own else str(((book or {}).get(vid) or {}).get("name") or "")
+        return Volume(provider="vast", id=vid, name=name, size_gb=size,
                       region=str(row.get("geolocation") or ""), usd_per_month=round(float(cost) * size, 4) if cost is not None else None,
                       kind=kind, machine_id=str(row.get("machine_id") or ""), mount_path=VAST_MOUNT, raw=dict(row))
 
     def list(self) -> list[Volume]:
-        """Local and network volumes of the account. Raises ProviderError."""
+        """Local and network volumes of the account (named from the row, else from the book).
+        Raises ProviderError."""
+        book = self._book()
         out = []
         for kind in ("local", "network"):
             rows = self.p._call(f"list {kind} volumes", lambda v, k=kind: v.show_volumes(type=k)) or []
             for row in rows:
                 try:
-                    out.append(self._volume(row, kind))
+                    out.append(self._volume(row, kind, book))
                 except (KeyError, TypeError, ValueError):
                     continue
         return out
@@ -247,7 +249,10 @@ class VastVolumes:
     def create(self, name: str, size_gb: float, region: str = "") -> Volume:
         """Create a ``size_gb`` GB local volume named ``name`` on the cheapest volume offer (by
         ``storage_cost``, USD/GB/month) with room for it; ``region``: a two-letter country code
-        (e.g. SE) or ``machine:<id>``, empty for any. Raises BadInput or ProviderError."""
+        (e.g. SE) or ``machine:<id>``, empty for any. The new volume is the one the list shows
+        after the create and not before, named ``name`` or the answer's ``volume_name`` where the
+        row carries a name, on the offer's machine; its name is booked locally. Raises BadInput
+        or ProviderError (SERVER when Vast accepted it but it cannot be told apart)."""
         from gpuops.providers.base import ProviderError, ProviderErrorKind
 
         check_name(name)
@@ -265,11 +270,19 @@ class VastVolumes:
             raise ProviderError(ProviderErrorKind.NO_CAPACITY, f"no Vast volume offer has {size:g} GB free" + (f" in {region}" if region else ""),
                                 "try another --region or a smaller --size-gb")
         best = min(offers, key=lambda o: float(o["storage_cost"]))
-        self.p._call(f"create volume on offer {best['id']}", lambda v: v.create_volume(int(best["id"]), size=size, name=name), retries=False)
-        for vol in self.list():
-            if vol.name == name:
-                return vol
-        raise ProviderError(ProviderErrorKind.SERVER, f"Vast accepted the volume {name!r} but does not list it", "run `gpuops volumes list --provider vast`")
+        before = {v.id for v in self.list()}
+        res = self.p._call(f"create volume on offer {best['id']}", lambda v: v.create_volume(int(best["id"]), size=size, name=name), retries=False)
+        vname = str(res.get("volume_name") or "") if isinstance(res, dict) else ""
+        new = [v for v in self.list() if v.id not in before and (not v.machine_id or v.machine_id == str(best.get("machine_id") or v.machine_id))]
+        named = [v for v in new if v.name and v.name in (name, vname)]
+        pick = named[0] if len(named) == 1 else new[0] if len(new) == 1 else None
+        if pick is None:
+            raise ProviderError(ProviderErrorKind.SERVER, f"Vast accepted the volume {name!r} ({vname or 'no volume_name'}) but the list "
+                                f"shows {len(new)} new volumes", "run `gpuops volumes list --provider vast`")
+        book = self._book()
+        book[pick.id] = {"name": name, "volume_name": vname}
+        self._write_book(book)
+        return replace(pick, name=name)
 
     def delete(self, volume_id: str) -> None:
         """Delete the volume (every instance using it must be destroyed first). Idempotent."""
@@ -282,6 +295,9 @@ class VastVolumes:
         except ProviderError as e:
             if e.kind not in (ProviderErrorKind.GONE, ProviderErrorKind.OFFER_GONE) and "not found" not in e.message.lower():
                 raise
+        book = self._book()
+        if book.pop(str(volume_id), None) is not None:
+            self._write_book(book)
 
     def mountable(self, volume: Volume, offers: list) -> list:
         """The offers that can mount ``volume``: those on its machine (a Vast local volume)."""

@@ -99,7 +99,12 @@ def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
     assert_not_refused(ledger, provider.name, account_of(provider), owner)
     t = settings.teardown
     try:
-        balance = provider.balance().usd
+        bal = provider.balance()
+        balance = bal.usd
+        if balance is None and bal.note:  # e.g. RunPod's GraphQL answered an error: say so, rent on
+            import logging
+
+            logging.getLogger("gpuops.rental.budget").warning("%s: the balance floor is not checked: %s", provider.name, bal.note)
     except ProviderError:
         if t.balance_floor_usd is not None:
             raise

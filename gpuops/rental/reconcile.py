@@ -315,6 +315,50 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
     return _ended_action(row, ended, detail)
 
 
+def _end_requested(ctx: Context, row) -> EndReason | None:
+    """The reason of the row's newest ``end_requested`` event (a destroy that was asked for, and
+    gave up or was cut short), or None."""
+    import json
+
+    for e in reversed(ctx.ledger.events(row.id)):
+        if e.kind == EventKind.END_REQUESTED:
+            try:
+                d = json.loads(e.detail) if isinstance(e.detail, str) else e.detail
+            except ValueError:
+                return None
+            return EndReason.parse(d.get("reason")) if isinstance(d, dict) else None
+    return None
+
+
+def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status: dict | None) -> Action | None:
+    """Terminate, with this process's (account) key, a live box of ours that should be gone -- or
+    None when it may live on:
+
+    * its agent asked for the end (``status["destroy"]`` with a reason) and the box is still here:
+      the narrow key on the box was refused (RunPod's pod-scoped key is not documented to
+      terminate), so the agent keeps trying and the laptop side ends it; booked with the agent's
+      reason, at the confirmed destroy (the box billed until then). Likewise a row whose end was
+      requested (``end_requested``: a destroy that gave up) and whose box is still here.
+    * an on-demand box found stopped/exited (its agent's key could only stop it, or the console
+      stopped it): a stopped box still bills its disk and no job runs on it; booked with the
+      reason that kept (``gone_reason``), its compute ending at the last proof of life.
+    (A stopped interruptible box is the watchdog's ``preempted``.)"""
+    asked = EndReason.parse(((status or {}).get("destroy") or {}).get("reason"))
+    if asked is not None:
+        return destroy_and_close(ctx, row, provider, asked, f"its agent asked for the end ({asked}) and the box is still here: "
+                                 "terminated with the account key")
+    requested = _end_requested(ctx, row)
+    if requested is not None:
+        return destroy_and_close(ctx, row, provider, requested, f"its end was requested ({requested}) and the box is still here: "
+                                 "terminated")
+    if not row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
+        ended = row.last_heartbeat_at
+        return destroy_and_close(ctx, row, provider, gone_reason(ctx, row, inst, status),
+                                 f"instance {inst.raw_status or inst.status.value} (stopped, still billing its disk): terminated",
+                                 ended_at=ended)
+    return None
+
+
 # -- reconcile -------------------------------------------------------------------------------------
 def _deadline(ctx: Context, row) -> float:
     """When an armed agent must have heartbeated: create + the ROW's ready timeout (this process's
@@ -390,9 +434,14 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
         if inst is None or inst.status == InstanceStatus.GONE:
             actions.append(close_gone(ctx, row, p, inst, status))
             continue
-        if status and status.get("heartbeat"):
+        alive = bool(status and status.get("heartbeat"))
+        if alive:
             record_proof_of_life(ctx, row, status, now)
-        elif row.last_heartbeat_at is None and now > _deadline(ctx, row):
+        # (a stopped interruptible box is the watchdog's: it books preempted)
+        ended = None if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED) else end_asked_for(ctx, row, p, inst, status)
+        if ended is not None:
+            actions.append(ended)
+        elif not alive and row.last_heartbeat_at is None and now > _deadline(ctx, row):
             actions.append(destroy_and_close(
                 ctx, row, p, EndReason.INTERRUPTED,
                 f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming"))

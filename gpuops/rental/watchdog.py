@@ -33,7 +33,7 @@ from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.rental.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, reconcile, record_proof_of_life
+from gpuops.rental.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, end_asked_for, reconcile, record_proof_of_life
 
 log = logging.getLogger("gpuops.rental.watchdog")
 
@@ -112,6 +112,10 @@ def check_session(ctx: Context, row) -> list[Action]:
     stale = heartbeat_stale(status, now)
     if status and status.get("heartbeat"):
         record_proof_of_life(ctx, row, status, now)
+    ended = end_asked_for(ctx, row, p, inst, status)
+    if ended is not None:  # its agent asked for the end and could not, or it was stopped: ours to end
+        return [ended]
+    if status and status.get("heartbeat"):
         job = status.get("job") or {}
         if job.get("ended_at") is not None and not any(e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)):
             # Booked now: if the box then destroys itself unseen, its row still closes as job_end.
@@ -159,6 +163,8 @@ def _money(ctx: Context) -> list[Action]:
             actions.append(Action("", "error", f"{name}: balance: {e}"))
             continue
         if bal.usd is None:
+            if bal.note:  # the balance could not be read (RunPod: GraphQL answered an error): said, not a crash
+                actions.append(Action("", "note", f"{name}: balance floor not checked: {bal.note}"))
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
             covered.append((name, EndReason.BALANCE_FLOOR,

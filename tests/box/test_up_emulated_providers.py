@@ -67,3 +67,23 @@ def test_up_wait_faults_end_in_destroy_and_a_closed_row(name, fault, kind, gpuop
     assert any(k == "provider_error" and f'"kind": "{kind}"' in str(d) for k, d in evs), evs
     assert any(k == "destroyed" and json.loads(d)["instance"] == row.instance_id for k, d in evs), evs
     assert emu.live() == []
+
+
+@pytest.mark.parametrize("leaves", [True, False], ids=["leaves-a-stopped-instance", "makes-nothing"])
+def test_up_with_a_bid_gone_too_low_books_provision_failed_in_the_providers_words(leaves, gpuops_home, tmp_path, vast_emulator,
+                                                                                  vast_provider):  # noqa: F811
+    """The minimum bid rose between the search and the create: the create is refused (what Vast
+    leaves behind is undocumented: a stopped instance, or nothing). The row is provision_failed
+    with Vast's own words, and no instance is left either way."""
+    vast_emulator.low_bid_leaves_instance = leaves
+    vast_emulator.min_bid_rises_to = 0.5
+    s = load_settings()
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), s, Reporter(), provider=vast_provider)
+    row = Ledger(s.ledger_url()).get(summ["session"])
+    assert (summ["end_reason"], row.status, row.end_reason) == ("provision_failed", "closed", "provision_failed"), summ
+    words = "is below the minimum bid 0.5000"
+    assert words in summ["error"]
+    assert any(words in str(e.detail) for e in Ledger(s.ledger_url()).events(summ["session"]))
+    assert vast_emulator.live() == [] and (row.cost_usd or 0.0) < 0.001  # at most the seconds a stopped one lived

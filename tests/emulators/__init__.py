@@ -1,7 +1,9 @@
-"""Provider emulators that the real SDKs talk to (RunPod GraphQL, Vast.ai REST); see
-tests/support/emulators.py for the fixtures that start them."""
+"""Provider emulators held to the providers' published specs (RunPod REST v2 plus its GraphQL balance,
+Vast.ai REST; tests/emulators/contract.py); see tests/support/emulators.py for the fixtures that
+start them."""
 
+from tests.emulators import contract
 from tests.emulators.runpod import RunPodEmulator
 from tests.emulators.vast import VastEmulator
 
-__all__ = ["RunPodEmulator", "VastEmulator"]
+__all__ = ["RunPodEmulator", "VastEmulator", "contract"]

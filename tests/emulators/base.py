@@ -293,6 +293,11 @@ class Market:
                 self.tick(inst)
             return [i for i in self.instances.values() if i.state != "destroyed" and (account is None or i.account == account)]
 
+    def mark_fault(self) -> None:
+        """The reply of the request this thread serves is a deliberate fault (a gateway's page, an
+        undocumented status): the spec does not judge it (contract.py)."""
+        _CURRENT.injected = True
+
     def take_injected(self, op: str) -> int | None:
         """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it. Also notes
         ``op`` as the current request's (``reply_delay_s``)."""
@@ -301,6 +306,7 @@ class Market:
             for key in (op, "*"):
                 q = self.faults.inject.get(key)
                 if q:
+                    _CURRENT.injected = True  # the reply is a fault, not the API's (contract.py)
                     return q.pop(0)
             return None
 
@@ -322,12 +328,14 @@ class _Handler(BaseHTTPRequestHandler):
             body = None
         parts = urlsplit(self.path)
         req = {"method": self.command, "path": parts.path, "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
-               "body": body, "raw": raw.decode("utf-8", "replace"), "auth": self.headers.get("Authorization", "")}
+               "body": body, "raw": raw.decode("utf-8", "replace"), "auth": self.headers.get("Authorization", ""),
+               "query_raw": parts.query, "raw_body": raw, "headers": dict(self.headers.items())}
         req["account"] = emu.market.account_of(req["auth"])
         with emu.market.lock:
             emu.market.requests.append(req)
         if emu.market.faults.latency_s:
             time.sleep(emu.market.faults.latency_s)
+        _CURRENT.injected = False
         try:
             status, payload, ctype = emu.handle(req)
         except Exception as e:  # an emulator bug must show up in the test, not as a dropped socket
@@ -335,6 +343,9 @@ class _Handler(BaseHTTPRequestHandler):
                 emu.market.crashes.append(f"{type(e).__name__}: {e}")
             status, payload, ctype = 500, {"errors": [{"message": f"emulator crashed: {type(e).__name__}: {e}"}]}, JSON
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        if emu.contract is not None:  # the provider's published spec judges both sides (contract.py)
+            emu.contract.check(req, status, data, ctype, injected=getattr(_CURRENT, "injected", False))
+        _CURRENT.injected = False
         f = emu.market.faults
         if f.pad_reply_bytes:
             data += b" " * f.pad_reply_bytes
@@ -376,6 +387,8 @@ class _Handler(BaseHTTPRequestHandler):
 class Emulator:
     """Base for an HTTP emulator: ``start()`` binds 127.0.0.1 on a free port; ``url`` is its base."""
 
+    contract = None  # a tests.emulators.contract.Contract: the provider's spec validates the traffic
+
     def __init__(self, market: Market):
         self.market = market
         self._httpd: ThreadingHTTPServer | None = None
@@ -386,6 +399,8 @@ class Emulator:
         return self.market.faults
 
     def start(self) -> "Emulator":
+        if self.contract is not None:
+            self.contract.warm()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.daemon_threads = True
         self._httpd.emulator = self  # type: ignore[attr-defined]
@@ -432,7 +447,7 @@ class Emulator:
         """Every request received (path, query, body; not the Authorization header, which must
         carry the key), as text, for secret-leak assertions."""
         with self.market.lock:
-            return "\n".join(json.dumps({k: v for k, v in r.items() if k != "auth"}) for r in self.market.requests)
+            return "\n".join(json.dumps({k: v for k, v in r.items() if k not in ("auth", "headers", "raw_body")}) for r in self.market.requests)
 
 
 JSON = "application/json"

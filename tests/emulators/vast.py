@@ -8,13 +8,16 @@ list; rows carry numeric ``start_date`` and list-of-pairs ``extra_env`` as the S
 ``POST /api/v0/instances/{id}/ssh/``, ``GET /api/v0/users/current``, and the billing routes
 ``GET /api/v0/charges/`` and ``GET /api/v1/invoices/`` (``_charges``, ``_invoices``).
 
-Billing shapes: docs.vast.ai/api-reference/billing/show-charges (OpenAPI ``get /api/v0/charges/``:
-``{"success","count","total","next_token","results":[{"start","end","type","source":
-"instance-<id>","description","amount","metadata":{"label",...},"items":[{"type":"gpu"|"storage",
-...}]}]}``, ``select_filters={"day":{"gte","lte"}}`` in unix seconds) and vastai 1.9.1
-``api/billing.py::show_invoices_v1`` / ``cli/commands/billing.py::format_invoices_charges_results``
-(the fields it reads). This emulator emits one row per instance per UTC day, its items cut from the
-billing clock (running: ``gpu`` at ``dph_total``; stopped: ``storage``).
+Every request and reply is held to Vast's published spec (tests/data/specs/vast.openapi.yaml,
+tests/emulators/contract.py). Charges (spec ``get /api/v0/charges``): one entry per contract
+(``{"start","end","type":"instance","source":"instance-<id>","amount","metadata":{"label"},
+"items":[{"type":"gpu"|"disk"|"bwd"|"bwu","start","end","amount"}]}``, integer unix seconds),
+``select_filters={"day":{"gte","lte"}}`` in unix seconds, paged by ``after_token``; whether an
+entry is cut to the asked window is undocumented (``charges_clipped``).
+
+Undocumented answers, as switches: ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
+stopped instance, or nothing: either way a 400 ``invalid_price``), ``charges_clipped``,
+``VastVolumeEmulator.volume_label_in_list`` (volumes/volumes.py).
 
 Money: ``dph_total`` = ``dph_base`` + storage (``storage_cost`` USD/GB/month x allocated GB / 730 h).
 An interruptible instance is charged its bid plus storage. A stopped instance bills storage only.
@@ -24,13 +27,18 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 from typing import Any
 
+from tests.emulators.contract import Contract
 from tests.emulators.base import JSON, EmuInstance, Emulator, Market
 
 HOURS_PER_MONTH = 730.0
 _RESERVED = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
+# Instance fields the spec allows to be null (components.schemas.Instance, the v1 list's rows).
+_NULLABLE = {"actual_status", "label", "status_msg", "uptime_mins", "gpu_util", "gpu_temp", "template_id", "template_hash_id",
+             "template_name", "mem_limit", "mem_usage", "vmem_usage", "dlperf", "score", "os_version", "credit_balance"}
 
 # id, gpu_name, num_gpus, gpu_ram (MiB per GPU), dph_base (USD/h), min_bid (USD/h), reliability2, geolocation
 DEFAULT_OFFERS = [
@@ -78,6 +86,11 @@ class VastEmulator(Emulator):
 
     def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd))
+        self.contract = Contract('vast')
+        # Undocumented answers, both ways (each a switch the tests flip):
+        self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing
+        self.charges_clipped = False  # a charges entry is cut to the asked window (True) or is the whole contract
+        self.min_bid_rises_to: float | None = None  # every create first sees min_bid at least this (USD/h)
         self.offers: dict[int, dict] = {}
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
@@ -130,7 +143,7 @@ class VastEmulator(Emulator):
             if running:
                 ports = {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(inst.ssh[1])}], "8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41080"}]}
         req = inst.request
-        return {
+        row = {
             "id": int(inst.id), "label": inst.label, "actual_status": actual, "intended_status": intended, "cur_state": actual or "created",
             "next_state": intended, "status_msg": "outbid: stopped until the bid wins again" if inst.preempted else (actual or "scheduling"),
             "start_date": inst.created_t, "end_date": None, "extra_env": [[k, v] for k, v in (req.get("env") or {}).items()],
@@ -140,6 +153,8 @@ class VastEmulator(Emulator):
             "image_uuid": req.get("image"), "disk_space": req.get("disk"), "onstart": req.get("onstart"), "reliability2": o["reliability2"],
             "geolocation": o["geolocation"], "gpu_util": 0.0, "uptime_mins": max(0.0, elapsed / 60.0),
         }
+        # The spec types these as a number or a string, never null: a field with no value is left out.
+        return {k: v for k, v in row.items() if v is not None or k in _NULLABLE}
 
     # -- request handling ----------------------------------------------------------------------
     def _op(self, method: str, path: str) -> tuple[str, dict]:
@@ -239,23 +254,32 @@ class VastEmulator(Emulator):
         return 200, {"success": True, "count": len(page), "total": len(rows), "next_token": nxt, "results": page}, JSON
 
     def charge_rows(self, lo: float, hi: float, account: str | None = None) -> list[dict]:
-        """Charge rows (the ``/api/v0/charges/`` shape) for UTC days from ``lo`` through ``hi``
-        (of ``account``'s instances only when given)."""
-        day = 86400.0
-        groups: dict[tuple[str, float], list] = {}
-        d = lo - lo % day
-        while d <= hi:
-            for inst, a, b, usd, kind in self.market.charges(d, d + day, account):
-                groups.setdefault((inst.id, d), []).append((inst, a, b, usd, kind))
-            d += day
+        """Charges (the ``/api/v0/charges/`` shape): one entry per contract (instance) that billed
+        in [``lo``, ``hi``], its items ``gpu`` (compute: the price less storage, while running) and
+        ``disk`` (storage, running or stopped), one per stretch of the billing clock, with integer
+        unix-second times as the spec types them. ``charges_clipped``: entries and items cut to the
+        window, else whole contracts (from their start to now)."""
+        wlo, whi = (lo, hi) if self.charges_clipped else (0.0, float("inf"))
+        by_inst: dict[str, list] = {}
+        for inst, a, b, usd, kind in self.market.charges(wlo, whi, account):
+            if self.charges_clipped or any(max(t0, lo) < min(t1, hi) for t0, t1, _, _ in inst.segments):
+                by_inst.setdefault(inst.id, []).append((inst, a, b, usd, kind))
         rows = []
-        for (iid, d), parts in sorted(groups.items(), key=lambda kv: (kv[0][1], int(kv[0][0]))):
+        for iid, parts in sorted(by_inst.items(), key=lambda kv: (kv[1][0][1], int(kv[0]))):
             inst = parts[0][0]
-            items = [{"start": a, "end": b, "type": kind, "source": None, "amount": usd, "metadata": {}, "items": [],
-                      "description": f"{(b - a) / 3600:.3f} hours at ${usd / ((b - a) / 3600):.3f}/hour"} for _, a, b, usd, kind in parts]
+            items = []
+            for _, a, b, usd, kind in parts:
+                disk = inst.storage_usd_per_hour * (b - a) / 3600.0 if kind == "gpu" else usd
+                when = {"start": int(math.floor(a)), "end": int(math.ceil(b)), "source": None, "metadata": {}, "items": []}
+                if kind == "gpu" and usd - disk > 0:
+                    items.append({**when, "type": "gpu", "amount": usd - disk})
+                if disk > 0:
+                    items.append({**when, "type": "disk", "amount": disk})
+            if not items:
+                continue
             rows.append({"start": min(i["start"] for i in items), "end": max(i["end"] for i in items), "type": "instance",
-                         "source": f"instance-{iid}", "description": f"Instance {iid} Charges - 1 day",
-                         "amount": sum(i["amount"] for i in items), "metadata": {"label": inst.label, "template_id": None}, "items": items})
+                         "source": f"instance-{iid}", "amount": sum(i["amount"] for i in items),
+                         "metadata": {"label": inst.label}, "items": items})
         return rows
 
     def _charges(self, query: dict, account: str | None = None) -> tuple[int, Any, str]:
@@ -290,7 +314,9 @@ class VastEmulator(Emulator):
             if o["rented"]:
                 continue
             row = dict(o)
-            row["dph_total"] = round(o["dph_base"] + self._storage_per_hour(o, storage), 6)
+            # A bid offer is priced at its bid (the minimum), an on-demand one at dph_base; both plus storage.
+            base = o["min_bid"] if kind == "bid" else o["dph_base"]
+            row["dph_total"] = round(base + self._storage_per_hour(o, storage), 6)
             row["storage_total_cost"] = round(self._storage_per_hour(o, storage), 6)
             row["is_bid"] = kind == "bid"
             if all(_match(row.get(k), v) for k, v in body.items() if k not in _RESERVED and isinstance(v, dict)):
@@ -314,26 +340,30 @@ class VastEmulator(Emulator):
         if o is not None and self.faults.vanish_on_create:
             o["rented"] = True
         if o is None or o["rented"]:
-            return self._fail(400, "no_such_ask", f"Instance type by id {oid} is not available.")
+            return self._fail(404, "no_such_ask", f"Instance type by id {oid} is not available.")
         disk = float(body.get("disk") or 10)
         storage = self._storage_per_hour(o, disk)
         bid = body.get("price")
         spot = bid is not None
         price = (float(bid) + storage) if spot else o["dph_base"] + storage
         if self.market.balance(account) < price:
-            return self._fail(400, "insufficient_credit", "Your account lacks credit to rent this instance.")
+            return self._fail(400, "invalid_args", "Your account lacks credit to rent this instance.")
         label = str(body.get("label") or "")
+        if self.min_bid_rises_to is not None:  # the market moved between the search and this create
+            o["min_bid"] = max(o["min_bid"], self.min_bid_rises_to)
         if spot and float(bid) < o["min_bid"]:
-            # Upstream behaviour this models: the contract is made, left stopped (billing its disk),
-            # and the error names it.
-            inst = self.market.new_instance(label, o, price, storage, spot=True, bid=float(bid), request=body, account=account)
-            inst.state = "stopped"
-            return self._fail(400, "invalid_price", f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine; "
-                              "the instance was created stopped.", new_contract=int(inst.id))
+            # Undocumented which: the contract is made and left stopped (billing its disk), or
+            # nothing is made; either way the answer is the spec's 400 invalid_price (no id in it).
+            if self.low_bid_leaves_instance:
+                inst = self.market.new_instance(label, o, price, storage, spot=True, bid=float(bid), request=body, account=account)
+                inst.state = "stopped"
+            return self._fail(400, "invalid_price", f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
+                              ask_id=oid)
         o["rented"] = True
         inst = self.market.new_instance(label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body, account=account)
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
+            self.market.mark_fault()
             return self._fail(500, "server_error", "Internal error while creating the instance.")
         if self.faults.create_unsuccessful_but_creates > 0:
             self.faults.create_unsuccessful_but_creates -= 1

@@ -17,7 +17,7 @@ from tests.teardown.conftest import wait_for
 
 ARGS = {"runpod": ("--provider", "runpod", "--card", "rtx-4090", "--on-demand"),
         "vast": ("--provider", "vast", "--card", "rtx-4090", "--on-demand")}
-CREATE_OP = {"runpod": "podFindAndDeployOnDemand", "vast": "create"}
+CREATE_OP = {"runpod": "create", "vast": "create"}
 
 
 def _check_booked_and_destroyed(emu, reason: str):

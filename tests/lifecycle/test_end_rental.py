@@ -32,7 +32,7 @@ def _rent(gpuops_home, emu, sid="s1"):
 def test_retried_then_idempotent(gpuops_home, runpod_emulator):
     emu = runpod_emulator
     p, led, inst = _rent(gpuops_home, emu)
-    emu.market.faults.inject["podTerminate"] = [502] * (FAST_RETRY.attempts + 2)  # 1st try fails whole, 2nd gets through
+    emu.market.faults.inject["terminate"] = [502] * (FAST_RETRY.attempts + 2)  # 1st try fails whole, 2nd gets through
     got = end_rental(led, p, "s1", EndReason.JOB_END, by="up:test", sleep=lambda s: None)
     assert (got.destroyed, got.closed, got.reason, got.end_source) == (True, True, "job_end", "destroy")
     assert emu.live() == [] and abs(got.ended_at - emu.market.instances[inst.id].ended_t) <= 2.0
@@ -47,13 +47,13 @@ def test_retried_then_idempotent(gpuops_home, runpod_emulator):
 def test_destroy_that_keeps_failing_leaves_the_row_open(gpuops_home, runpod_emulator):
     emu = runpod_emulator
     p, led, inst = _rent(gpuops_home, emu)
-    emu.market.faults.inject["podTerminate"] = [502] * 100
+    emu.market.faults.inject["terminate"] = [502] * 100
     got = end_rental(led, p, "s1", EndReason.IDLE, by="watchdog:test", attempts=2, sleep=lambda s: None)
-    assert (got.destroyed, got.closed) == (False, False) and "error page" in got.error
+    assert (got.destroyed, got.closed) == (False, False) and "server error 502" in got.error
     row = led.get("s1")
     assert row.status != "closed" and row.end_reason == "idle"  # requested: whoever closes it books idle
     assert [e.kind for e in led.events("s1")].count("destroy_gave_up") == 1 and len(emu.live()) == 1
-    emu.market.faults.inject["podTerminate"] = []
+    emu.market.faults.inject["terminate"] = []
     later = end_rental(led, p, "s1", EndReason.INTERRUPTED, by="reconcile:test", sleep=lambda s: None)
     assert (later.closed, later.reason) == (True, "idle") and emu.live() == []
 

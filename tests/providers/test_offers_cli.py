@@ -26,7 +26,7 @@ def test_offers_json_merges_both(emulator_env, cli_env, tmp_path):  # emulator_e
 def test_offers_spot_on_runpod_says_why(emulator_env, cli_env):
     out = run(cli_env, "--provider", "runpod", "--spot")
     assert out.returncode == 1
-    assert out.stderr.startswith("error: RunPod withdrew interruptible (spot) pods") and "--provider vast" in out.stderr
+    assert out.stderr.startswith("error: RunPod's REST API v2 has no interruptible (spot) pods") and "--provider vast" in out.stderr
     assert out.stderr.count("\n") == 1
 
 

@@ -49,7 +49,7 @@ def test_vram_first(settings):
 def test_spot_skips_runpod_with_a_note(settings):
     res = find_offers(settings, spot=True, card="4090")
     assert {o.provider for o in res.offers} == {"vast"} and all(o.spot for o in res.offers)
-    assert any(n.startswith("runpod: skipped: RunPod withdrew interruptible") for n in res.notes)
+    assert any(n.startswith("runpod: skipped: RunPod's REST API v2 has no interruptible") for n in res.notes)
 
 
 def test_spot_on_runpod_explicitly_is_an_error(settings):

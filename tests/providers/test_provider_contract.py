@@ -1,7 +1,7 @@
-"""The contract every rented-GPU provider keeps, run against each one: the real SDK (runpod, vastai)
-talking to its emulator. What differs between providers (operation names, the fault that makes
+"""The contract every rented-GPU provider keeps, run against each one: RunPod's REST v2 client and
+the vastai SDK talking to their emulators (each held to its provider's published spec). What differs between providers (operation names, the fault that makes
 an offer vanish, the wording of the key variable) is in ``Side``; what a provider does that the
-other does not (RunPod's GraphQL escaping, Vast's bids and pages) stays in test_runpod.py and
+other does not (RunPod's stock and v2 errors, Vast's bids and pages) stays in test_runpod.py and
 test_vast.py."""
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ class Side:
     def _op_of(self, r: dict) -> str:
         if self.name == "vast":
             return self.emu._op(r["method"], r["path"])[0]
+        op = self.emu._route(r["method"], r["path"])[0]
+        if op != "graphql":
+            return op
         try:
             return graphql.parse((r["body"] or {}).get("query", "")).definitions[0].selection_set.selections[0].name.value
         except (graphql.GraphQLError, AttributeError, IndexError):
@@ -68,7 +71,7 @@ def side(request) -> Side:
         return Side("runpod", "RunPod", "RUNPOD_API_KEY", emu, request.getfixturevalue("runpod_provider"),
                     lambda cred, url: RunPodProvider(cred, url, retry=FAST_RETRY),
                     "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
-                    {"list": "myself", "balance": "myself", "create": "podFindAndDeployOnDemand", "get": "pod"},
+                    {"list": "pods", "balance": "myself", "create": "create", "get": "pod"},
                     ProviderErrorKind.NO_CAPACITY)
     from gpuops.providers.vast import VastProvider
 

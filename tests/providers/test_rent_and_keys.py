@@ -87,6 +87,7 @@ def test_urls_from_variables_and_settings():
     assert resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "http://127.0.0.1:5/"}) == "http://127.0.0.1:5"
     assert resolve_url("vast", "http://a:1", env={"VAST_URL": "http://b:2"}) == "http://a:1"
     assert resolve_url("runpod", "https://api.runpod.io/graphql", env={}) == "https://api.runpod.io"
+    assert resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "https://api.runpod.io/v2/"}) == "https://api.runpod.io"  # the host
 
 
 def test_registry_builds_sdk_providers_from_the_environment(gpuops_home, emulator_env):

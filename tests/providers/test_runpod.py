@@ -1,6 +1,7 @@
-"""The runpod SDK against the RunPod emulator: what is RunPod's own (prices per cloud, GraphQL
-escaping, no interruptible pods, the SDK's global state). The contract both providers keep (faults,
-retries, keys, waits) is tests/providers/test_provider_contract.py."""
+"""RunPod's REST API v2 against the RunPod emulator (every request and reply held to RunPod's
+published spec): what is RunPod's own (stock and prices per cloud, the v2 shapes and errors, no
+interruptible pods, the GraphQL balance and its degraded note). The contract both providers keep
+(faults, retries, keys, waits) is tests/providers/test_provider_contract.py."""
 
 from __future__ import annotations
 
@@ -59,10 +60,65 @@ def test_lifecycle(runpod_provider, runpod_emulator):
     assert p.get(inst.id) is None and p.list("") == []
     assert emu.live() == [] and emu.market.crashes == []
 
-    # What the SDK sent: the pod is on-demand, exposes 22/tcp, and carries our key for root.
+    # What we sent: the v2 create body -- on-demand, 22/tcp exposed, our key for root.
     pod_req = emu.market.instances[inst.id].request
-    assert pod_req["cloudType"] == "COMMUNITY" and pod_req["ports"] == "22/tcp" and pod_req["containerDiskInGb"] == 30
-    assert {"key": "PUBLIC_KEY", "value": KEY} in pod_req["env"]
+    assert pod_req == {"name": "gpuops-s1", "image": IMAGE, "cloud": "COMMUNITY", "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 1},
+                       "disk": 30, "ports": ["22/tcp"], "env": {"PUBLIC_KEY": KEY}, "startSsh": True}
+    paths = {(r["method"], r["path"].replace(inst.id, "{id}").replace(other.id, "{id}")) for r in emu.market.requests}
+    assert paths == {("GET", "/v2/catalog/gpus"), ("POST", "/v2/pods"), ("GET", "/v2/pods/{id}"), ("GET", "/v2/pods"),
+                     ("DELETE", "/v2/pods/{id}"), ("POST", "/graphql")}
+    assert {r["query"].get("include") for r in emu.market.requests if r["path"] == "/v2/catalog/gpus"} == {"AVAILABILITY"}
+    assert all(r["auth"] == "Bearer rp_TESTKEY" for r in emu.market.requests)
+
+
+def test_offers_only_what_is_in_stock(runpod_provider, runpod_emulator):
+    p, emu = runpod_provider, runpod_emulator
+    emu.gpus["NVIDIA GeForce RTX 4090"]["stock"] = 0
+    assert p.offers(OfferQuery(cards=("rtx-4090",))) == []
+    emu.gpus["NVIDIA GeForce RTX 4090"]["stock"] = 1
+    assert {o.offer_id for o in p.offers(OfferQuery(cards=("rtx-4090",)))} == {"secure:NVIDIA GeForce RTX 4090", "community:NVIDIA GeForce RTX 4090"}
+    assert p.offers(OfferQuery(cards=("rtx-4090",), gpu_count=9)) == []  # over maxCount: none in either cloud
+    q = [r["query"] for r in emu.market.requests if r["path"] == "/v2/catalog/gpus"][-2:]
+    assert [(x["product"], x["count"], x["cloud"]) for x in q] == [("POD", "9", "SECURE"), ("POD", "9", "COMMUNITY")]
+
+
+def test_pod_stop_action_exits_the_pod(runpod_provider, runpod_emulator):
+    p = runpod_provider
+    inst = p.create(cheapest_4090(p), spec())
+    wait_for_ssh(p, inst.id, timeout_s=10, poll_s=0.05)
+    stopped = p.stop(inst.id)
+    assert (stopped.status, stopped.raw_status, stopped.ssh) == (InstanceStatus.EXITED, "EXITED", None)
+    assert p.get(inst.id).status == InstanceStatus.EXITED and runpod_emulator.market.instances[inst.id].state == "stopped"
+    assert runpod_emulator.market.requests[-2]["body"] == {"action": "stop"}
+    p.destroy(inst.id)  # a stopped pod still bills its disk: terminate
+    assert runpod_emulator.live() == []
+
+
+def test_errors_are_read_from_the_problem_detail(runpod_provider, runpod_emulator):
+    p, emu = runpod_provider, runpod_emulator
+    offer = cheapest_4090(p)
+    emu.market.initial_balance = 0.01
+    with pytest.raises(ProviderError) as e:
+        p.create(offer, spec())
+    assert e.value.kind == ProviderErrorKind.FUNDS and "Insufficient balance" in e.value.message
+    emu.market.initial_balance = 100.0
+    emu.faults.inject["create"] = [403]
+    with pytest.raises(ProviderError) as e:
+        p.create(offer, spec())
+    assert e.value.kind == ProviderErrorKind.OFFER_GONE and e.value.try_next_offer and "emulated HTTP 403" in e.value.message
+    emu.faults.inject["create"] = [422]
+    sent = len(emu.market.requests)
+    with pytest.raises(ProviderError) as e:
+        p.create(offer, spec())
+    assert e.value.kind == ProviderErrorKind.BAD_REQUEST and len(emu.market.requests) == sent + 1  # never retried
+    assert emu.live() == []
+
+
+def test_balance_degrades_to_a_note_when_graphql_answers_an_error(runpod_provider, runpod_emulator):
+    runpod_emulator.graphql_retired = True
+    b = runpod_provider.balance()
+    assert b.usd is None and b.spend_usd_per_hour is None
+    assert "GraphQL" in b.note and "retired" in b.note
 
 
 def test_all_cards_and_filters(runpod_provider):
@@ -77,11 +133,11 @@ def test_all_cards_and_filters(runpod_provider):
     assert [(o.offer_id, o.usd_per_hour) for o in cheap] == [("community:NVIDIA H100 80GB HBM3", 2.69)]
 
 
-def test_strings_reach_graphql_escaped(runpod_provider, runpod_emulator):
+def test_strings_reach_the_api_intact(runpod_provider, runpod_emulator):
     nasty = 'a"b\\c } mutation { podTerminate(input: {podId: "x"}) }'
     inst = runpod_provider.create(cheapest_4090(runpod_provider), spec(env={"NASTY": nasty}))
     env = runpod_emulator.market.instances[inst.id].request["env"]
-    assert {"key": "NASTY", "value": nasty} in env  # arrived intact, as one value
+    assert env["NASTY"] == nasty  # arrived intact, as one JSON value
     assert runpod_emulator.market.crashes == []
     runpod_provider.destroy(inst.id)
 
@@ -103,7 +159,7 @@ def test_spot_is_refused_clearly(runpod_provider, runpod_emulator):
     with pytest.raises(ProviderError) as e:
         runpod_provider.offers(OfferQuery(spot=True))
     assert e.value.kind == ProviderErrorKind.UNSUPPORTED
-    assert "withdrew interruptible" in e.value.message and "--provider vast" in e.value.fix and "--on-demand" in e.value.fix
+    assert "no interruptible (spot) pods" in e.value.message and "--provider vast" in e.value.fix and "--on-demand" in e.value.fix
     with pytest.raises(ProviderError) as e:
         runpod_provider.create(cheapest_4090(runpod_provider), spec(bid_usd_per_hour=0.2))
     assert e.value.kind == ProviderErrorKind.UNSUPPORTED and runpod_emulator.live() == []
@@ -119,14 +175,14 @@ def test_sdk_global_state_is_restored(runpod_provider, monkeypatch):
     assert os.environ["RUNPOD_API_BASE_URL"] == "http://elsewhere.invalid" and runpod.api_key != runpod_provider.credential.key
 
 
-def test_json_without_data_is_a_server_error(runpod_provider, runpod_emulator):
-    runpod_emulator.faults.inject["pod"] = [500, 500]
-    inst = runpod_provider.create(cheapest_4090(runpod_provider), spec())  # create reads the pod back: retried
-    assert runpod_provider.get(inst.id).id == inst.id
+def test_server_errors_on_read_are_retried_then_named(runpod_provider, runpod_emulator):
+    runpod_emulator.faults.inject["pod"] = [500, 502]
+    inst = runpod_provider.create(cheapest_4090(runpod_provider), spec())
+    assert runpod_provider.get(inst.id).id == inst.id  # a problem 500, a gateway's HTML 502: retried
     runpod_emulator.faults.inject["pod"] = [500] * 10
     with pytest.raises(ProviderError) as e:
         runpod_provider.get(inst.id)
-    assert e.value.kind == ProviderErrorKind.SERVER and "no data" in e.value.message
+    assert e.value.kind == ProviderErrorKind.SERVER and "server error 500" in e.value.message
     runpod_emulator.faults.inject.clear()
     runpod_provider.destroy(inst.id)
     assert runpod_emulator.live() == []
@@ -135,13 +191,13 @@ def test_json_without_data_is_a_server_error(runpod_provider, runpod_emulator):
 def test_unicode_and_tabs_survive_escaping(runpod_provider, runpod_emulator):
     value = "tab\there, ümlaut, emoji 🚀, backslash-n \\n"
     inst = runpod_provider.create(cheapest_4090(runpod_provider), spec(env={"V": value}))
-    assert {"key": "V", "value": value} in runpod_emulator.market.instances[inst.id].request["env"]
+    assert runpod_emulator.market.instances[inst.id].request["env"]["V"] == value
     runpod_provider.destroy(inst.id)
 
 
 def test_gpu_type_withdrawn_between_search_and_create(runpod_provider, runpod_emulator):
     offer = cheapest_4090(runpod_provider)
-    del runpod_emulator.gpus["NVIDIA GeForce RTX 4090"]  # create_pod's own get_gpu() check now finds nothing
+    del runpod_emulator.gpus["NVIDIA GeForce RTX 4090"]  # the create is answered 400: cannot be placed
     with pytest.raises(ProviderError) as e:
         runpod_provider.create(offer, spec())
-    assert e.value.kind == ProviderErrorKind.OFFER_GONE and e.value.try_next_offer and runpod_emulator.live() == []
+    assert e.value.kind == ProviderErrorKind.NO_CAPACITY and e.value.try_next_offer and runpod_emulator.live() == []

@@ -6,6 +6,7 @@ tests/providers/test_provider_contract.py."""
 from __future__ import annotations
 
 import shlex
+import time
 
 import pytest
 
@@ -63,6 +64,7 @@ def test_lifecycle_interruptible_bids_the_minimum(vast_provider, vast_emulator):
     # A bid search followed by a create without price would rent on-demand: we always send the bid.
     assert vast_emulator.market.instances[inst.id].request["price"] == 0.15
     assert inst.extra["spot"] is True and inst.usd_per_hour == pytest.approx(0.15 + STORAGE_40GB, abs=1e-6)
+    assert o.usd_per_hour == pytest.approx(0.15 + STORAGE_40GB, abs=1e-6)  # the offer is priced at its bid, not dph_base
     vast_provider.destroy(inst.id)
     assert vast_emulator.live() == []
 
@@ -80,15 +82,59 @@ def test_card_mapping_uses_vram_to_tell_a100s_apart(vast_provider):
     assert {o.offer_id for o in big} == {"2001", "3001"}
 
 
-def test_bid_below_minimum_leaves_nothing_billing(vast_provider, vast_emulator):
+@pytest.mark.parametrize("leaves", [True, False], ids=["leaves-a-stopped-instance", "makes-nothing"])
+def test_bid_below_minimum_leaves_nothing_billing(vast_provider, vast_emulator, leaves):
+    """Undocumented both ways: a too-low bid may leave a stopped (disk-billing) instance or make
+    nothing; the spec's answer (400 invalid_price) names no instance. Either way: BID_TOO_LOW with
+    Vast's own words, and nothing left."""
+    vast_emulator.low_bid_leaves_instance = leaves
     o = offer(vast_provider, spot=True)
     with pytest.raises(ProviderError) as e:
         vast_provider.create(o, spec(bid_usd_per_hour=0.01))
     err = e.value
-    assert err.kind == ProviderErrorKind.BID_TOO_LOW and err.instance_id is not None and "min_bid" in err.fix
-    assert f"stopped instance {err.instance_id} it left was destroyed" in err.message
-    left = vast_emulator.market.instances[err.instance_id]
-    assert left.state == "destroyed" and vast_emulator.live() == []
+    assert err.kind == ProviderErrorKind.BID_TOO_LOW and "min_bid" in err.fix
+    assert "Bid price 0.0100 is below the minimum bid 0.1500" in err.message  # the provider's words
+    if leaves:
+        assert err.instance_id is not None and f"stopped instance {err.instance_id} it left was destroyed" in err.message
+        assert vast_emulator.market.instances[err.instance_id].state == "destroyed"
+    else:
+        assert err.instance_id is None and vast_emulator.market.instances == {}
+    assert vast_emulator.live() == []
+
+
+@pytest.mark.parametrize("state", ["offline", "unknown", "exited"])
+def test_states_that_never_run_fail_the_wait_at_once_naming_the_state(vast_provider, vast_emulator, state):
+    vast_emulator.faults.stuck_status = state
+    inst = vast_provider.create(offer(vast_provider), spec())
+    t = time.monotonic()
+    with pytest.raises(ProviderError) as e:
+        wait_for_ssh(vast_provider, inst.id, timeout_s=30, poll_s=0.05)
+    assert time.monotonic() - t < 10  # not the 30 s ready timeout
+    assert e.value.kind == ProviderErrorKind.GONE and f"(status {state})" in e.value.message and e.value.instance_id == inst.id
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []
+
+
+def test_error_words_are_read_from_msg_message_or_detail(vast_provider):
+    p = vast_provider
+    assert "pod not found here" in p._body_error(400, {"message": "pod not found here"}, "read", False).message  # RunPod style
+    assert "slow down" in p._body_error(400, {"detail": "slow down"}, "read", False).message
+    assert "bad disk" in p._body_error(400, {"success": False, "error": "invalid_args", "msg": "bad disk"}, "rent", True).message
+    assert "HTTP 400" in p._body_error(400, {}, "rent", True).message
+
+
+def test_charges_read_per_contract_with_the_specs_item_types(vast_provider, monkeypatch):
+    """One entry per contract, items gpu/disk/bwd/bwu; an item past the asked window counts only
+    for its part inside it (attributed by time)."""
+    page = {"success": True, "count": 1, "total": 1, "next_token": None, "results": [
+        {"start": 1000, "end": 5000, "type": "instance", "source": "instance-42", "amount": 7.5, "metadata": {"label": "gpuops-x"},
+         "items": [{"start": 1000, "end": 3000, "type": "gpu", "amount": 4.0}, {"start": 1000, "end": 5000, "type": "disk", "amount": 2.0},
+                   {"start": 1000, "end": 3000, "type": "bwd", "amount": 1.0}, {"start": 1000, "end": 3000, "type": "bwu", "amount": 0.5}]}]}
+    monkeypatch.setattr(vast_provider, "_call", lambda action, fn, **kw: page)
+    lines = vast_provider.billing(2000.0, 4000.0)
+    got = sorted((c.kind, round(c.usd, 6), c.start, c.end, c.instance_id, c.label) for c in lines)
+    assert got == [("gpu", 2.0, 2000.0, 3000.0, "42", "gpuops-x"), ("network", 0.25, 2000.0, 3000.0, "42", "gpuops-x"),
+                   ("network", 0.5, 2000.0, 3000.0, "42", "gpuops-x"), ("storage", 1.0, 2000.0, 4000.0, "42", "gpuops-x")]
 
 
 def test_preemption_during_wait(vast_provider, vast_emulator):

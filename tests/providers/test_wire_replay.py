@@ -12,6 +12,7 @@ traffic, and are skipped.
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -62,52 +63,43 @@ def _selection_shape(value, selection_set, where: str) -> None:
         _selection_shape(value[name], f.selection_set, f"{where}.{name}")
 
 
-def test_runpod_wire_replays_onto_served_operations_with_the_selected_shape():
+def test_runpod_wire_replays_onto_the_graphql_gpuops_still_uses():
+    """The capture is the runpod SDK's GraphQL. gpuops now speaks REST v2 for everything v2 covers
+    and GraphQL only for the balance (``myself { clientBalance currentSpendPerHr }``), through the
+    same SDK helper, so: every captured request keeps the envelope the emulator reads (POST
+    /graphql, Bearer key, ``{"query"}``); ``myself`` is answered with exactly the fields selected
+    among those it serves; every other root is a GraphQL error naming the field (REST v2 has it)."""
+    from gpuops.providers.runpod import BALANCE_QUERY
     from tests.emulators import RunPodEmulator
 
     emu = RunPodEmulator().start()
     try:
-        pod = emu.market.new_instance("t", {"gpuTypeId": "NVIDIA GeForce RTX 4090", "cloud": "COMMUNITY"}, 0.34, 0.01,
-                                      id_prefix="pod", request={"gpuTypeId": "NVIDIA GeForce RTX 4090", "imageName": "img"})
-        emu.market.tick(pod)
         captured = _load("wire_runpod.jsonl")
         assert len(captured) == 13
-        seen = []
+        roots = []
         for i, r in enumerate(captured):
-            assert (r["method"], r["path"]) == ("POST", "/graphql"), r
-            text = r["body"]["query"].replace("abc123xyz", pod.id)
-            auth = r["headers"].get("Authorization")
-            status, reply = _send(emu.url, "POST", "/graphql", "", {"query": text}, auth)
             where = f"wire_runpod.jsonl request {i}"
+            assert (r["method"], r["path"]) == ("POST", "/graphql") and set(r["body"]) == {"query"}, where
+            auth = r["headers"].get("Authorization")
+            status, reply = _send(emu.url, "POST", "/graphql", "", r["body"], auth)
             if auth != f"Bearer {emu.market.api_key}":  # the capture's wrong-key request
                 assert (status, reply) == (401, {"errors": [{"message": "Unauthorized"}]}), where
-                seen.append("401")
                 continue
             try:
-                doc = graphql.parse(text)
+                root = graphql.parse(r["body"]["query"]).definitions[0].selection_set.selections[0].name.value
             except graphql.GraphQLError:
-                # The SDK's deploy document with an unescaped quote in an env value: upstream's
-                # parser refuses it, and so does the emulator's, with the same error shape.
-                assert status == 400 and reply["errors"][0]["extensions"]["code"] == "GRAPHQL_PARSE_FAILED", where
-                assert "podFindAndDeployOnDemand" in text
-                seen.append("parse_error")
+                assert status == 400 and "Syntax Error" in reply["errors"][0]["message"], where
                 continue
-            field = doc.definitions[0].selection_set.selections[0]
-            root = field.name.value
-            assert root in emu.OPS, f"{where}: root field {root} is not served"
-            assert status == 200, (where, reply)
-            if "errors" in reply:  # a served operation refusing (e.g. a pod already terminated)
-                err = reply["errors"][0]
-                assert err["path"] == [root] and err["message"], where
-                seen.append(f"{root}:error")
-                continue
-            assert set(reply) == {"data"} and set(reply["data"]) == {root}, where
-            _selection_shape(reply["data"][root], field.selection_set, f"{where} {root}")
-            seen.append(root)
-        assert seen == ["gpuTypes", "gpuTypes", "gpuTypes", "parse_error", "pod", "myself", "podStop", "podResume",
-                        "podTerminate", "myself", "401", "podStop:error", "myself"]
+            roots.append(root)
+            if root != "myself":
+                assert status == 400 and f'"{root}"' in reply["errors"][0]["message"], where
+        assert set(roots) == {"gpuTypes", "pod", "myself", "podStop", "podResume", "podTerminate"}
+        field = graphql.parse(BALANCE_QUERY).definitions[0].selection_set.selections[0]
+        status, reply = _send(emu.url, "POST", "/graphql", "", {"query": BALANCE_QUERY}, f"Bearer {emu.market.api_key}")
+        assert status == 200 and set(reply) == {"data"}
+        _selection_shape(reply["data"]["myself"], field.selection_set, "balance")
+        assert reply["data"]["myself"] == {"clientBalance": 100.0, "currentSpendPerHr": 0.0}
         assert emu.market.crashes == []
-        assert emu.market.find(pod.id) is None  # the replayed podTerminate really terminated it
     finally:
         emu.stop()
 
@@ -172,6 +164,16 @@ def test_vast_wire_replays_onto_served_routes_with_the_shape_the_sdk_reads():
         assert seen == ["search", "search", "create", "create", "list", "show", "show", "update", "update", "bid",
                         "destroy", "user", "charges", "destroy", "user", "user", "user", "not_emulated",
                         "search", "create", "list", "destroy"]
+        # What Vast's spec rejects in the SDK's own captured traffic (gpuops sends neither): the
+        # SDK's default search type "on-demand" (the spec's is "ondemand"), and a route the
+        # emulator does not serve answered 404 (reboot). Named here, then taken off the record.
+        from tests.emulators import contract
+
+        caught = {re.sub(r"/\d+/", "/{id}/", v.split(" ", 1)[1]) for v in emu.contract.violations}  # without the leading "vast"
+        assert caught == {"POST /api/v0/bundles/: request: InvalidRequestBody: type: 'on-demand' is not one of ['ondemand', 'bid', 'reserved']",
+                          "PUT /api/v0/instances/reboot/{id}/: reply 404: ResponseNotFound: Unknown response http status: 404"}, caught
+        with contract._LOCK:
+            contract.VIOLATIONS[:] = [v for v in contract.VIOLATIONS if v not in emu.contract.violations]
         assert emu.market.crashes == []
         assert emu.live() == []  # every instance the replay created, it also destroyed
     finally:

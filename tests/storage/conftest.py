@@ -49,7 +49,6 @@ def vol_env(runpod_vol_emulator, vast_vol_emulator, monkeypatch):
     """Provider variables pointing gpuops (in-process or a subprocess) at both volume emulators."""
     monkeypatch.setenv("RUNPOD_API_KEY", runpod_vol_emulator.market.api_key)
     monkeypatch.setenv("RUNPOD_API_BASE_URL", runpod_vol_emulator.url)
-    monkeypatch.delenv("RUNPOD_REST_URL", raising=False)
     monkeypatch.setenv("VAST_API_KEY", vast_vol_emulator.market.api_key)
     monkeypatch.setenv("VAST_URL", vast_vol_emulator.url)
     return {"runpod": runpod_vol_emulator, "vast": vast_vol_emulator}

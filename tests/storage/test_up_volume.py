@@ -29,7 +29,8 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
     summ = run_up(UpRequest(job=job, provider="runpod", card="rtx-4090", volume=s.storage.volume), s, Reporter(), provider=runpod_vol_provider)
     assert summ["end_reason"] == "job_end", summ
     pod = [i for i in runpod_vol_emulator.market.instances.values()][0]
-    assert (pod.request["networkVolumeId"], pod.request["dataCenterId"], pod.request["cloudType"]) == (vol.id, "US-KS-2", "SECURE")
+    assert (pod.request["mounts"], pod.request["dataCenterIds"], pod.request["cloud"]) == (
+        {"network": [{"volumeId": vol.id, "path": str(mount)}]}, ["US-KS-2"], "SECURE")
     assert pod.state == "destroyed"
     cache = f"{mount}/.cache/gpuops"
     boot = [e.detail for e in Ledger(s.ledger_url()).events(summ["session"]) if e.kind == "bootstrapped"]

@@ -21,13 +21,15 @@ def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provid
     vol = svc.create("weights-eu", 120, "EU-RO-1")
     assert (vol.provider, vol.name, vol.size_gb, vol.region, vol.mount_path) == ("runpod", "weights-eu", 120.0, "EU-RO-1", "/workspace")
     assert vol.usd_per_month == pytest.approx(120 * 0.07)
-    post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v1/networkvolumes" and r["method"] == "POST"]
-    assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenterId": "EU-RO-1"}
+    post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v2/network-volumes" and r["method"] == "POST"]
+    assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenter": "EU-RO-1"}
     assert post[0]["auth"] == "Bearer rp_TESTKEY"
-    # The list comes through the SDK's own get_user() (GraphQL myself{networkVolumes}).
-    listed = svc.list()
+    listed = svc.list()  # GET /v2/network-volumes
     assert [(v.id, v.size_gb, v.region) for v in listed] == [(vol.id, 120.0, "EU-RO-1")]
-    assert any("networkVolumes" in (r["body"] or {}).get("query", "") for r in runpod_vol_emulator.market.requests)
+    assert {(r["method"], r["path"].split("/vol")[0]) for r in runpod_vol_emulator.market.requests} == {
+        ("POST", "/v2/network-volumes"), ("GET", "/v2/network-volumes")}
+    with pytest.raises(BadInput, match="10-4096 GB"):
+        svc.create("tiny", 5, "EU-RO-1")  # under the spec's minimum: refused before any call
     svc.delete(vol.id)
     svc.delete(vol.id)  # idempotent
     assert svc.list() == []
@@ -69,7 +71,7 @@ def test_runpod_offers_narrowed_to_secure_and_pod_mounts_the_volume(runpod_vol_e
     assert ok and all(o.offer_id.startswith("secure:") and o.region == "US-KS-2" for o in ok)
     inst = runpod_vol_provider.create(ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **volumes.spec_fields(vol)))
     req = runpod_vol_emulator.market.find(inst.id).request
-    assert (req["networkVolumeId"], req["dataCenterId"], req["volumeMountPath"], req["cloudType"]) == (vol.id, "US-KS-2", "/workspace", "SECURE")
+    assert (req["mounts"], req["dataCenterIds"], req["cloud"]) == ({"network": [{"volumeId": vol.id, "path": "/workspace"}]}, ["US-KS-2"], "SECURE")
     assert inst.extra["volume_path"] == "/workspace"
     runpod_vol_provider.destroy(inst.id)
     assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # destroy never deletes it
@@ -185,3 +187,30 @@ def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(
     month = json.loads(r.stdout)
     assert month["storage_usd"] == pytest.approx(50 * 0.07 / 730 * 24, rel=1e-4)
     assert month["total_usd"] == pytest.approx(month["storage_usd"], rel=1e-4)
+
+
+@pytest.mark.parametrize("labelled", [False, True], ids=["list-has-no-name", "list-carries-our-label"])
+def test_vast_volume_is_found_after_create_and_by_name_either_way(vast_vol_emulator, tmp_path, labelled):
+    """Vast's spec documents no name in the volume list (create answers ``volume_name``); whether a
+    row carries our label is undocumented. Either way `volumes create` names the new volume, and
+    ``vast:NAME`` resolves to it -- from the row's label, else from the name booked in the data dir."""
+    from gpuops.providers.keys import Credential
+    from gpuops.providers.vast import VastProvider
+    from tests.support.emulators import FAST_RETRY
+
+    vast_vol_emulator.volume_label_in_list = labelled
+    p = VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10,
+                     data_dir=tmp_path)
+    svc = volumes.service(p)
+    other = svc.create("other", 20, "SE")
+    vol = svc.create("weights", 30, "SE")
+    assert (vol.name, vol.size_gb, vol.id) != (other.name, other.size_gb, other.id) and vol.name == "weights"
+    put = [r for r in vast_vol_emulator.market.requests if r["method"] == "PUT" and r["path"] == "/api/v0/volumes/"]
+    assert len(put) == 2  # one create each, never retried
+    fresh = VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10,
+                         data_dir=tmp_path)  # another process: the book is on disk
+    assert volumes.resolve(fresh, "vast:weights").id == vol.id and volumes.resolve(fresh, "vast:other").id == other.id
+    assert (tmp_path / "vast-volumes.json").exists()
+    svc.delete(vol.id)
+    svc.delete(other.id)
+    assert svc.list() == [] and json.loads((tmp_path / "vast-volumes.json").read_text()) == {}

@@ -1,19 +1,14 @@
 """The provider emulators, plus the narrow keys a box has: RunPod's pod-scoped ``RUNPOD_API_KEY``
-(it may terminate its own pod, nothing else) and Vast's per-instance ``CONTAINER_API_KEY`` (it may
-destroy its own instance). The shared emulators accept only the account key."""
+(served by the RunPod emulator itself: what it may do is its ``pod_key_may`` switch) and Vast's
+per-instance ``CONTAINER_API_KEY`` (it may destroy its own instance). The shared Vast emulator
+accepts only the account key."""
 
 from __future__ import annotations
 
 import re
 
-import graphql
-from graphql.utilities import value_from_ast_untyped
-
 from tests.emulators import RunPodEmulator, VastEmulator
-
-
-def runpod_pod_key(pod_id: str) -> str:
-    return f"rp_pod_{pod_id}_scoped"
+from tests.emulators.runpod import pod_key as runpod_pod_key  # noqa: F401  (re-exported for the tests)
 
 
 def vast_instance_key(instance_id: str) -> str:
@@ -21,18 +16,7 @@ def vast_instance_key(instance_id: str) -> str:
 
 
 class ScopedRunPodEmulator(RunPodEmulator):
-    def authorized(self, req: dict) -> bool:
-        if super().authorized(req):
-            return True
-        m = re.fullmatch(r"Bearer rp_pod_(.+)_scoped", req["auth"])
-        if not m:
-            return False
-        try:
-            field = graphql.parse((req["body"] or {}).get("query", "")).definitions[0].selection_set.selections[0]
-        except (graphql.GraphQLError, AttributeError, IndexError):
-            return False
-        args = {a.name.value: value_from_ast_untyped(a.value) for a in (field.arguments or ())}
-        return field.name.value == "podTerminate" and (args.get("input") or {}).get("podId") == m.group(1)
+    """The RunPod emulator (its pod-scoped keys are its own)."""
 
 
 class ScopedVastEmulator(VastEmulator):

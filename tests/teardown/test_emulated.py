@@ -92,10 +92,11 @@ def stop(a: subprocess.Popen) -> None:
 
 
 def test_agent_terminates_runpod_pod_with_its_pod_scoped_key(tmp_path, rp):
+    """The pod key may terminate (the first of its three possible answers)."""
     emu, p = rp
     inst = create(p, "gpuops-rp1")
     other = create(p, "gpuops-rp2")
-    emu.market.faults.inject["podTerminate"] = [502]  # a gateway hiccup: the agent retries
+    emu.market.faults.inject["terminate"] = [502]  # a gateway hiccup: the agent retries
     a = run_agent(tmp_path, "runpod", emu.url, "ignored-config-id",
                   {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id), "PATH": "/usr/bin"})
     try:
@@ -104,12 +105,86 @@ def test_agent_terminates_runpod_pod_with_its_pod_scoped_key(tmp_path, rp):
         stop(a)
     assert emu.market.find(inst.id) is None and emu.market.find(other.id) is not None
     calls = [r for r in emu.market.requests if r["auth"] != f"Bearer {emu.market.api_key}"]
-    assert [c["auth"] for c in calls] == [f"Bearer {runpod_pod_key(inst.id)}"] * 2  # 502, then success
-    assert calls[-1]["body"]["query"] == f'mutation {{ podTerminate(input: {{ podId: "{inst.id}" }}) }}'
+    assert [(c["method"], c["path"], c["auth"]) for c in calls] == [("DELETE", f"/v2/pods/{inst.id}", f"Bearer {runpod_pod_key(inst.id)}")] * 2
     st = status_of(tmp_path)
     assert st["destroy"]["reason"] == "job_end" and st["destroy"]["attempts"] == 2
-    assert st["destroy"]["result"] == f"podTerminate {inst.id}"
+    assert st["destroy"]["result"] == f"terminated pod {inst.id}"
     assert "rp_TESTKEY" not in (tmp_path / "box" / ".gpuops" / "agent.json").read_text()
+    p.destroy(other.id)
+
+
+class _BoxCtx(Context):
+    """A reconcile/watchdog context that reads the agent's status from the agent's own directory
+    (as it would over SSH), for boxes that are this test's agents."""
+
+    def __init__(self, *a, box_root: Path, **kw):
+        super().__init__(*a, **kw)
+        self.box_root = box_root
+
+    def box(self, provider, inst):
+        from gpuops.box.local import LocalBox
+
+        return LocalBox(self.box_root) if inst.status.value == "running" else None
+
+
+@pytest.mark.parametrize("refusal", [403, 401])
+def test_pod_key_that_may_only_stop_stops_it_and_the_watchdog_terminates_it(gpuops_home, tmp_path, rp, refusal):
+    """The pod key may not terminate (401/403) but may stop: the agent stops the pod (GPU billing
+    ends, the pod shows EXITED); the next laptop-side pass terminates it with the account key and
+    books the compute's end at the agent's last heartbeat."""
+    emu, p = rp
+    emu.pod_key_may, emu.pod_key_refusal = {"stop"}, refusal
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-k1")
+    book(led, "k1", "runpod", inst, spot=False, account=p.account)
+    a = run_agent(tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)})
+    try:
+        assert a.wait(timeout=20) == 0
+    finally:
+        stop(a)
+    st = status_of(tmp_path)
+    assert st["destroy"]["result"].startswith(f"stopped pod {inst.id} (its key may not terminate it: HTTP {refusal})")
+    assert emu.market.instances[inst.id].state == "stopped" and p.get(inst.id).raw_status == "EXITED"
+    pod_calls = [(r["method"], r["path"], r["body"]) for r in emu.market.requests if r["auth"] == f"Bearer {runpod_pod_key(inst.id)}"]
+    assert pod_calls == [("DELETE", f"/v2/pods/{inst.id}", None), ("POST", f"/v2/pods/{inst.id}/action", {"action": "stop"})]
+    beat = time.time() - 1.0
+    led.heartbeat("k1", beat)  # the last status the laptop read before the pod stopped
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=p))
+    assert [("k1", "destroyed")] == [(x.session, x.kind) for x in acts if x.kind == "destroyed"], acts
+    row = led.get("k1")
+    assert (row.status, row.ended_at, row.end_source) == ("closed", beat, "heartbeat")
+    assert emu.market.find(inst.id) is None  # terminated with the account key: the disk bills no more
+
+
+def test_pod_key_refused_both_ways_keeps_trying_and_the_laptop_terminates(gpuops_home, tmp_path, rp):
+    """The pod key may neither terminate nor stop: the agent keeps trying, its status readable and
+    saying why; the watchdog, reading that the agent asked for the end, terminates the pod with the
+    account key and books the agent's reason at the confirmed destroy."""
+    emu, p = rp
+    emu.pod_key_may = set()
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-k2")
+    wait_for(lambda: p.get(inst.id).ssh is not None, 10)
+    book(led, "k2", "runpod", inst, spot=False, account=p.account)
+    a = run_agent(tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)})
+    try:
+        wait_for(lambda: (st := status_of(tmp_path)).get("destroy") and st["destroy"]["attempts"] >= 2, 15)
+        st = status_of(tmp_path)
+        assert st["destroy"]["done_at"] is None and st["destroy"]["reason"] == "job_end"
+        assert "refused (HTTP 403), and stop: HTTP 403" in st["errors"][-1]["msg"]
+        assert emu.market.find(inst.id) is not None and emu.market.instances[inst.id].state == "running"
+        c = _BoxCtx(settings, ledger=led, providers={"runpod": p}, arm_margin_s=1e6, ssh_connect_s=0.5, box_root=tmp_path / "box")
+        acts = run(settings, once=True, emit=lambda a: None, ctx=c)
+    finally:
+        stop(a)
+    assert [("k2", "destroyed")] == [(x.session, x.kind) for x in acts if x.kind == "destroyed"], acts
+    row = led.get("k2")
+    assert (row.status, row.end_reason, row.end_source) == ("closed", "job_end", "destroy")
+    assert abs(row.ended_at - emu.market.instances[inst.id].ended_t) <= 2.0
+    deletes = [r["auth"] for r in emu.market.requests if (r["method"], r["path"]) == ("DELETE", f"/v2/pods/{inst.id}")]
+    assert deletes[-1] == f"Bearer {emu.market.api_key}" and set(deletes[:-1]) == {f"Bearer {runpod_pod_key(inst.id)}"}
 
 
 def test_agent_destroys_vast_instance_with_container_api_key(tmp_path, vast):
@@ -222,3 +297,23 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     # ("ended while its agent was armed, reason unknown"), never a guessed interrupted/preempted.
     assert (row.end_reason, row.ended_at, row.end_source) == ("agent_ended", beat, "heartbeat")
     assert emu.market.find(orphan.id) is None
+
+
+def test_a_row_whose_end_was_requested_has_its_pod_terminated_by_the_next_pass(gpuops_home, rp):
+    """A destroy that gave up (every attempt refused) leaves the row open with its end requested;
+    the next watchdog pass terminates the pod, running or stopped, and books the requested reason."""
+    from gpuops.rental.lifecycle import end_rental
+
+    emu, p = rp
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-q1")
+    book(led, "q1", "runpod", inst, spot=False, account=p.account)
+    emu.market.faults.inject["terminate"] = [502] * 100
+    got = end_rental(led, p, "q1", "idle", by="watchdog:test", attempts=1, sleep=lambda s: None)
+    assert not got.closed and emu.market.find(inst.id) is not None
+    emu.market.faults.inject.clear()
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=p))
+    assert [("q1", "destroyed")] == [(x.session, x.kind) for x in acts if x.kind == "destroyed"], acts
+    row = led.get("q1")
+    assert (row.status, row.end_reason) == ("closed", "idle") and emu.market.find(inst.id) is None
