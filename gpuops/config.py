@@ -624,7 +624,7 @@ def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[s
                 walk(value, here)
                 continue
             var = ENV_PREFIX + "_".join(here).upper()
-            origin = f"${var}" if var in upper else (settings.source if in_file(here) else "default")
+            origin = f"${var}" if var in upper else (str(Path(settings.source).resolve()) if in_file(here) else "default")
             if name in SECRET_KEYS and value:
                 value = "(set)"
             elif isinstance(value, str) and "://" in value:

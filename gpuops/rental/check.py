@@ -100,9 +100,10 @@ def settings_findings(settings, env: dict | None = None) -> list[Finding]:
     from gpuops.config import setting_origins
 
     rows = setting_origins(settings, env)
-    out = [Finding("settings.file", Verdict.OK, f"read {settings.source}" if settings.source else
+    where = str(Path(settings.source).resolve()) if settings.source else None
+    out = [Finding("settings.file", Verdict.OK, f"read {where}" if where else
                    "no infra.toml (./infra.toml, then the user config dir): every setting is a GPUOPS_* variable or its default",
-                   data={"file": settings.source})]
+                   data={"file": where})]
     defaults = 0
     for key, value, origin in rows:
         if origin == "default":
@@ -128,7 +129,7 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
                                f"export {ENV_VARS[name]}=... to use {name}"))
             continue
         src = cred.source
-        path = Path(src.split(" [providers.", 1)[0]) if not src.startswith("$") else None
+        path = Path(src.split(" [providers.", 1)[0]).resolve() if not src.startswith("$") else None
         if path is not None:
             f = _private(f"keys.{name}", path, f"{name} key in")
             f.detail += f" (account {name}:{cred.account})"

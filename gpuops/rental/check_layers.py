@@ -20,6 +20,7 @@ cap, Ctrl-C, an error here) every box is destroyed with the account key and its 
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import signal
@@ -84,7 +85,7 @@ def plan_cap(price_usd_h: float, settings, max_usd: float | None, max_minutes: f
     worst = price_usd_h * sum(hours.values())
     if worst > usd + 1e-9:
         raise BadInput(f"the check's worst case is {worst:.4f} USD (3 boxes at {price_usd_h:g} USD/h, each to its TTL), above the cap of {usd:g} USD",
-                       f"pass --max-usd {worst:.2f} to allow it, or a smaller --max-minutes")
+                       f"pass --max-usd {math.ceil(worst * 100 - 1e-9) / 100:.2f} to allow it, or a smaller --max-minutes")
     return {"wall_s": minutes * 60, "max_hours": hours, "worst_usd": round(worst, 6), "max_usd": usd, "max_minutes": minutes}
 
 
@@ -262,7 +263,9 @@ class CheckRun:
         self._read_status(l, inst)
         if now > l.due_at:
             d = (l.status or {}).get("destroy") or {}
-            why = f"the agent asked for {d.get('reason')} but its destroy failed ({d.get('attempts')} attempts: {((l.status or {}).get('errors') or [''])[-1]})" \
+            errors = (l.status or {}).get("errors") or [""]
+            last = errors[-1].get("msg", "") if isinstance(errors[-1], dict) else str(errors[-1])
+            why = f"the agent asked for {d.get('reason')} but its destroy failed ({d.get('attempts')} attempts; last: {last[:300]})" \
                 if d.get("reason") else "the agent never asked for the end"
             self._fail(l, f"the box was still up {now - l.trigger_at:.0f} s after its {self._what(l)} ({why})", self._fix(l, d))
 

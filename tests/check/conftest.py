@@ -9,34 +9,32 @@ import re
 import pytest
 
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (the box fixtures)
-from tests.emulators import RunPodEmulator, VastEmulator
+from tests.emulators import RunPodEmulator
+from tests.emulators.volumes import VastVolumeEmulator
+from tests.emulators.runpod import pod_key
 
 # The narrow key every test box holds in its (stand-in) PID 1 environment. The real ones are per
 # box (tests/teardown/scoped.py); here three boxes share one sshd and one environment file, so the
 # emulators accept this one key for the destroy (or stop) of any instance, and for nothing else.
 BOX_KEY = "box-scoped-key"
-REFUSED_BOX_KEY = "box-key-the-provider-refuses"
-
-
-def _destroy_request(req: dict) -> bool:
-    path, method = req["path"], req["method"]
-    if path == "/graphql":  # RunPod GraphQL: podTerminate only
-        return "podTerminate" in str((req.get("body") or {}).get("query", ""))
-    if re.fullmatch(r"/v2/pods/[^/]+", path):  # RunPod REST v2: terminate, and the stop fallback
-        return method == "DELETE"
-    if re.fullmatch(r"/v2/pods/[^/]+/action", path):
-        return method == "POST"
-    return method == "DELETE" and bool(re.fullmatch(r"/api/v0/instances/\d+/", path))  # Vast
 
 
 class BoxKeyRunPod(RunPodEmulator):
-    def authorized(self, req: dict) -> bool:
-        return super().authorized(req) or (req["auth"] == f"Bearer {BOX_KEY}" and _destroy_request(req))
+    """RunPod: the box key is a pod-scoped key for whichever pod it names; what it may do is the
+    emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
+
+    def _pod_key_account(self, req: dict, op: str, pid: str):
+        if req["auth"] == f"Bearer {BOX_KEY}" and pid in self.market.instances:
+            req = dict(req, auth=f"Bearer {pod_key(pid)}")
+        return super()._pod_key_account(req, op, pid)
 
 
-class BoxKeyVast(VastEmulator):
+class BoxKeyVast(VastVolumeEmulator):
+    """Vast (with its volumes): the box key may destroy any instance (``DELETE /api/v0/instances/{id}/``), nothing else."""
+
     def authorized(self, req: dict) -> bool:
-        return super().authorized(req) or (req["auth"] == f"Bearer {BOX_KEY}" and _destroy_request(req))
+        return super().authorized(req) or (req["auth"] == f"Bearer {BOX_KEY}" and req["method"] == "DELETE"
+                                           and bool(re.fullmatch(r"/api/v0/instances/\d+/", req["path"])))
 
 
 EMULATORS = {"runpod": BoxKeyRunPod, "vast": BoxKeyVast}
@@ -44,19 +42,19 @@ EMULATORS = {"runpod": BoxKeyRunPod, "vast": BoxKeyVast}
 
 @pytest.fixture
 def check_env(gpuops_home, cli_env, tmp_path):
-    """make(name, box_key=BOX_KEY) -> (emulator, env): the emulator started with every instance's
+    """make(name, sshd=None) -> (emulator, env): the emulator started with every instance's
     SSH at the test sshd, and the environment of a `gpuops check` subprocess pointed at it, with
     the windows shortened: job 1 s, idle window 3 s, TTL 45 s, samples every 0.5 s."""
     started = []
 
-    def make(name: str, box_key: str = BOX_KEY, sshd=None):
+    def make(name: str, sshd=None):
         emu = EMULATORS[name]().start()
         started.append(emu)
         if sshd is not None:
             emu.market.ssh_endpoint = (sshd.host, sshd.port)
         environ = tmp_path / "pid1-environ"
         var = {"runpod": "RUNPOD_API_KEY", "vast": "CONTAINER_API_KEY"}[name]
-        environ.write_bytes(f"{var}={box_key}".encode() + b"\0")
+        environ.write_bytes(f"{var}={BOX_KEY}".encode() + b"\0")
         env = dict(cli_env)
         for k in ("RUNPOD_API_KEY", "RUNPOD_API_BASE_URL", "VAST_API_KEY", "VAST_URL"):
             env.pop(k, None)

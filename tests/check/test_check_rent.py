@@ -11,7 +11,6 @@ import pytest
 
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
-from tests.check.conftest import REFUSED_BOX_KEY
 from tests.support import fake_nvidia_smi
 
 CHECK_TIMEOUT_S = 400  # the wall cap is 5 min here; a loaded machine runs the three ups side by side
@@ -57,7 +56,8 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
 
 
 def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(check_env, sshd, gpuops_home):
-    emu, env = check_env("runpod", box_key=REFUSED_BOX_KEY, sshd=sshd)
+    emu, env = check_env("runpod", sshd=sshd)
+    emu.pod_key_may = set()  # the pod's own key may neither terminate nor stop it
     rc, doc, err = run_check(env, "runpod")
     v = verdicts(doc)
     assert rc == 1, shown(doc) + err
