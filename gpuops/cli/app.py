@@ -455,6 +455,8 @@ def check(
     from gpuops.views import check as check_view
 
     emit.emit(doc, fmt, lambda: check_view.render(doc), csv_records=doc["checks"], csv_columns=chk.FINDING_COLUMNS)
+    if any(c["check"] == "rent.interrupted" for c in doc["checks"]):
+        raise typer.Exit(130)  # after the cleanup: every box destroyed
     if doc["exit"]:
         raise typer.Exit(doc["exit"])
 

@@ -69,16 +69,16 @@ REGISTRY: dict[str, ProviderEntry] = {
     for e in (
         ProviderEntry(ProviderName.LOCAL, _local, "local", needs_key=False, agent_destroy_kind=ProviderName.LOCAL.value,
                       agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
-                      agent_refused="cannot be refused"),
+                      agent_refused=""),
         ProviderEntry(ProviderName.RUNPOD, _runpod, "runpod", needs_key=True, agent_destroy_kind=ProviderName.RUNPOD.value,
                       agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
                                        "the account key never goes to the box",
-                      agent_refused="it stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
+                      agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
                                     "trying; the watchdog and reconcile terminate it with the account key"),
         ProviderEntry(ProviderName.VAST, _vast, "vast", needs_key=True, agent_destroy_kind=ProviderName.VAST.value,
                       agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
                                        "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
-                      agent_refused="it keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key"),
+                      agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key"),
     )
 }
 NAMES = tuple(REGISTRY)

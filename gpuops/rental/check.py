@@ -182,7 +182,9 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
         else:
             out.append(Finding(f"routes.{name}", Verdict.INFO, "this provider does not list its routes"))
         out.append(Finding(f"agent.{name}", Verdict.OK if entry.agent_credential else Verdict.INFO,
-                           f"destroys with {entry.agent_credential or 'nothing of its own'}; refused: {entry.agent_refused or '-'}"))
+                           f"the box destroys itself with {entry.agent_credential or 'nothing of its own'}"))
+        if entry.agent_refused:
+            out.append(Finding(f"agent.{name}.refused", Verdict.INFO, f"if that is refused, {entry.agent_refused}"))
     return out
 
 

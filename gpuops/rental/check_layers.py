@@ -126,33 +126,42 @@ class CheckRun:
         self.run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.started)) + f"-{os.getpid()}"
         self.dir = Path(tempfile.mkdtemp(prefix="check-", dir=str(settings.private_data_path())))
         self.layers: list[Layer] = []
+        self.interrupted = False
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> list[Finding]:
         """Start the three layers, watch them to the end, destroy whatever is left (always), then
         compare the books with the provider's billing. Returns one finding per layer, then the books."""
+        from gpuops.rental.launcher import Interrupted, _shielded, _signals_raise
+
         c = self.settings.check
         try:
-            for name in LAYERS:
-                self.layers.append(self._start(name, c))
-            wall_end = self.started + self.cap["wall_s"]
-            while not all(l.done for l in self.layers):
-                for l in self.layers:
-                    if not l.done:
-                        self._step(l)
-                if self.clock() > wall_end:
-                    for l in self.layers:
-                        if not l.done:
-                            self._fail(l, f"not over within the check's wall cap ({self.cap['max_minutes']:g} min)", "raise --max-minutes, or look at the layer's log")
-                    break
-                if not all(l.done for l in self.layers):
-                    self.sleep(c.poll_seconds)
+            with _signals_raise():  # Ctrl-C (KeyboardInterrupt), SIGTERM, SIGHUP (Interrupted): cleaned up below
+                for name in LAYERS:
+                    self.layers.append(self._start(name, c))
+                self._watch_all(c)
+        except (KeyboardInterrupt, Interrupted):
+            self.interrupted = True
         finally:
-            from gpuops.rental.launcher import _shielded
-
             with _shielded():  # a second Ctrl-C must not cut the cleanup
                 self._cleanup()
-        return [l.finding for l in self.layers if l.finding is not None] + self._books()
+        head = [Finding("rent.interrupted", Verdict.FAIL, "interrupted: every box of the check is destroyed and its row closed",
+                        "run `gpuops check --live --rent` again")] if self.interrupted else []
+        return head + [l.finding for l in self.layers if l.finding is not None] + self._books()
+
+    def _watch_all(self, c) -> None:
+        wall_end = self.started + self.cap["wall_s"]
+        while not all(l.done for l in self.layers):
+            for l in self.layers:
+                if not l.done:
+                    self._step(l)
+            if self.clock() > wall_end:
+                for l in self.layers:
+                    if not l.done:
+                        self._fail(l, f"not over within the check's wall cap ({self.cap['max_minutes']:g} min)", "raise --max-minutes, or look at the layer's log")
+                return
+            if not all(l.done for l in self.layers):
+                self.sleep(c.poll_seconds)
 
     def _start(self, name: str, c) -> Layer:
         job = self.dir / f"{name}.sh"

@@ -38,7 +38,7 @@ def test_settings_say_where_they_came_from_and_keys_their_modes(cli, gpuops_home
     assert c["keys.runpod"]["verdict"] == "ok" and f"{runpod} is mode 0600" in c["keys.runpod"]["detail"]
     assert c["keys.vast"]["verdict"] == "warn" and c["keys.vast"]["fix"] == f"chmod 600 {cfg}"
     assert "secret" not in res.stdout
-    assert c["agent.runpod"]["verdict"] == "ok" and "RUNPOD_API_KEY" in c["agent.runpod"]["detail"] and "stops the pod" in c["agent.runpod"]["detail"]
+    assert c["agent.runpod"]["verdict"] == "ok" and "RUNPOD_API_KEY" in c["agent.runpod"]["detail"] and "stops the pod" in c["agent.runpod.refused"]["detail"]
     assert "REST v2" in c["routes.runpod"]["detail"] and "REST v0" in c["routes.vast"]["detail"]
 
 

@@ -87,3 +87,29 @@ def test_a_refused_account_key_fails_auth_and_rents_nothing(check_env, gpuops_ho
     assert rc == 1 and v["auth.runpod"] == "fail", shown(doc) + err
     assert not any(k.startswith("layer.") for k in v)
     assert emu.market.instances == {} or emu.live() == []
+
+
+def test_ctrl_c_destroys_every_box_before_the_check_returns(check_env, sshd, gpuops_home):
+    import signal
+    import time
+
+    emu, env = check_env("runpod", sshd=sshd)
+    env["GPUOPS_CHECK_TTL_MINUTES"] = "4"  # nothing goes by itself while the test waits
+    env["GPUOPS_CHECK_IDLE_MINUTES"] = "4"
+    env["GPUOPS_CHECK_JOB_SECONDS"] = "240"
+    p = subprocess.Popen(gpuops_cmd("check", "--live", "--rent", "--provider", "runpod", "--format", "json"), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + 120
+        while len(emu.live()) < 3 and time.monotonic() < end and p.poll() is None:
+            time.sleep(0.1)
+        assert len(emu.live()) == 3, emu.live()
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    doc = json.loads(out)
+    assert p.returncode == 130 and verdicts(doc)["rent.interrupted"] == "fail", shown(doc) + err
+    assert_nothing_left(emu, gpuops_home)
