@@ -434,8 +434,14 @@ def check(
             raise BadInput(f"{flag} caps the rentals of --rent", "add --live --rent, or drop it")
     from gpuops.rental import check as chk
 
-    settings = _settings(config, emergency=not rent)
-    findings, led = chk.offline(settings, provider)
+    problems: list[str] = []
+    if rent:  # rents boxes: a broken setting refuses, as `up` does
+        settings = _settings(config)
+    else:  # says what is broken, one line with its fix, and goes on without it
+        from gpuops.config import load_settings
+
+        settings = load_settings(config, lenient=True, warn=problems.append)
+    findings, led = chk.offline(settings, provider, problems=problems)
     renting = provider or (settings.up.provider if rent else None)
     if live:
         from gpuops.views.progress import waiting

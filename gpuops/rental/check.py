@@ -273,11 +273,14 @@ def provider_names(provider: str | None) -> list[str]:
     return [provider] if provider else list(MARKETPLACES)
 
 
-def offline(settings, provider: str | None = None, env: dict | None = None) -> tuple[list[Finding], Any]:
+def offline(settings, provider: str | None = None, env: dict | None = None, problems: Iterable[str] = ()) -> tuple[list[Finding], Any]:
     """Every offline check (module doc), in order; returns the findings and the opened ledger
-    (None when there is none yet or it did not open)."""
+    (None when there is none yet or it did not open). ``problems``: what a lenient settings load
+    skipped (``gpuops.config.load_settings``'s warning), each a failed check."""
     names = provider_names(provider)
-    out = settings_findings(settings, env)
+    out = [Finding("settings", Verdict.FAIL, p.removeprefix("warning: "), "fix the file or variable it names (`gpuops up` refuses until then)")
+           for p in problems]
+    out += settings_findings(settings, env)
     out += key_findings(settings, [n for n in names if n != "local"])
     out += route_findings(settings, names)
     led_findings, led = ledger_findings(settings)

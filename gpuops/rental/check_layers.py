@@ -267,6 +267,7 @@ class CheckRun:
             return
         if inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED) and l.stopped_at is None:
             l.stopped_at = now
+            self._read_status(l, inst)  # its last word, if it still answers
             self._held(l, stopped=True)
             return
         self._read_status(l, inst)
@@ -350,7 +351,9 @@ class CheckRun:
                 l.proc.wait()
             row = self._row(l)
             if row is not None and row.status != RowStatus.CLOSED:
-                reason = EndReason.INTERRUPTED if l.finding is None else EndReason.MANUAL
+                # a box its agent stopped is booked with the agent's reason; one the check ends, as manual
+                reason = EndReason.parse(l.data.get("agent_reason")) if l.stopped_at is not None else None
+                reason = reason or (EndReason.INTERRUPTED if l.finding is None else EndReason.MANUAL)
                 end_rental(self.ledger, self.provider, row.id, reason, by=f"check:{os.getpid()}", detail=f"gpuops check: {l.name} layer over")
                 if l.finding is None:
                     l.data.update(session=l.row_id, instance_id=l.instance_id)

@@ -44,7 +44,8 @@ EMULATORS = {"runpod": BoxKeyRunPod, "vast": BoxKeyVast}
 def check_env(gpuops_home, cli_env, tmp_path):
     """make(name, sshd=None) -> (emulator, env): the emulator started with every instance's
     SSH at the test sshd, and the environment of a `gpuops check` subprocess pointed at it, with
-    the windows shortened: job 1 s, idle window 3 s, TTL 45 s, samples every 0.5 s."""
+    the windows shortened: job 1 s, job-end grace 2 s (the check reads the agent's status before
+    the box goes), idle window 3 s, TTL 45 s, samples every 0.5 s."""
     started = []
 
     def make(name: str, sshd=None):
@@ -63,7 +64,7 @@ def check_env(gpuops_home, cli_env, tmp_path):
         else:
             env.update(VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url)
         env.update(GPUOPS_AGENT_ENVIRON_FILE=str(environ), GPUOPS_AGENT_SSH_USERS="nobody-here",
-                   GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.5", GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="0.5",
+                   GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.5", GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="2",
                    GPUOPS_CHECK_JOB_SECONDS="1", GPUOPS_CHECK_IDLE_MINUTES="0.05", GPUOPS_CHECK_TTL_MINUTES="0.75",
                    GPUOPS_CHECK_SLACK_SECONDS="30", GPUOPS_CHECK_MAX_MINUTES="5", GPUOPS_CHECK_MAX_USD="0.5", GPUOPS_CHECK_POLL_SECONDS="0.2", GPUOPS_UP_READY_TIMEOUT_SECONDS="120")
         return emu, env

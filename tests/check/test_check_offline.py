@@ -93,3 +93,14 @@ def test_the_cap_is_refused_above_without_the_flags():
         assert "does not fit the check's wall cap" in str(e) and "--max-minutes 10" in e.fix
     else:
         raise AssertionError("a TTL layer longer than the wall cap passed")
+
+
+def test_a_broken_setting_is_a_failed_check_with_its_fix(cli, gpuops_home, tmp_path):
+    (tmp_path / "infra.toml").write_text("[teardown]\nmax_hour = 2.0\n")
+    res = cli("check", "--format", "json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 1, res
+    bad = next(c for c in doc["checks"] if c["check"] == "settings")
+    assert bad["verdict"] == "fail" and "max_hour: unknown key (did you mean max_hours?)" in bad["detail"], bad
+    res = cli("check", "--live", "--rent")
+    assert res.returncode == 2 and "did you mean max_hours?" in res.stderr  # nothing rented on a broken file
