@@ -50,7 +50,7 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
     layers = {c["check"]: c["data"] for c in doc["checks"] if c["check"].startswith("layer.")}
     assert {d["agent_reason"] for d in layers.values()} == {"job_end", "idle", "ttl"}
     for d in layers.values():  # gone after its trigger, within the grace + a sample + the slack
-        assert -1.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, d
+        assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, d  # idle may start a moment before the job (bootstrap over)
     assert v["books.check"] in ("ok", "pending")
     assert_nothing_left(emu, gpuops_home)
 
