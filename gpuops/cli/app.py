@@ -441,8 +441,8 @@ def check(
         from gpuops.config import load_settings
 
         settings = load_settings(config, lenient=True, warn=problems.append)
-    findings, led = chk.offline(settings, provider, problems=problems)
-    renting = provider or (settings.up.provider if rent else None)
+    renting = chk.rent_provider(settings, provider) if rent else provider
+    findings, led = chk.offline(settings, provider or renting, problems=problems)
     if live:
         from gpuops.views.progress import waiting
 

@@ -266,6 +266,26 @@ def watchdog_findings(led) -> list[Finding]:
     return []
 
 
+def rent_provider(settings, provider: str | None) -> str:
+    """The marketplace ``--rent`` proves the layers on: ``provider``, else ``[up] provider`` when it
+    is one, else the one marketplace with a key. Raises BadInput for the local provider (nothing
+    of an account to prove) or when the choice is not clear."""
+    from gpuops.errors import BadInput
+    from gpuops.providers import configured
+
+    name = provider or (settings.up.provider if settings.up.provider != "local" else None)
+    if name is None:
+        have = configured(settings)
+        if len(have) != 1:
+            raise BadInput("--rent proves the teardown layers on one provider account: which one?",
+                           "add --provider runpod or --provider vast" + (f" (keys found: {', '.join(have)})" if have else ""))
+        name = have[0]
+    if name == "local":
+        raise BadInput("--rent proves the teardown layers on a provider account; the local provider has none",
+                       "add --provider runpod or --provider vast (the local box's teardown is covered by the test suite)")
+    return name
+
+
 def provider_names(provider: str | None) -> list[str]:
     """The marketplaces a check looks at: ``provider`` alone (local included), else RunPod and Vast."""
     from gpuops.providers import MARKETPLACES

@@ -111,6 +111,16 @@ def _child_env() -> dict:
     return env
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL ``proc``'s whole session (`up` and anything it started) and reap it."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 class CheckRun:
     """The three layers of one check on one provider (module doc). ``clock``/``sleep``: seams for
     tests; ``on_line``: called with a progress line (stderr on a terminal)."""
@@ -200,8 +210,7 @@ class CheckRun:
             rc = l.proc.poll() if l.proc is not None else None
             kinds = {e.kind for e in self.ledger.events(l.row_id)} if l.row_id else set()
             if {EventKind.ARMED, EventKind.JOB_STARTED} <= kinds and rc is None:
-                os.killpg(l.proc.pid, signal.SIGKILL)  # the laptop is gone: only the agent is left
-                l.proc.wait()
+                _kill(l.proc)  # the laptop is gone: only the agent is left
                 l.killed_at = self.clock()
                 l.job_started_at = next((e.at for e in self.ledger.events(l.row_id) if e.kind == EventKind.JOB_STARTED), l.killed_at)
                 self._due(l)
@@ -307,19 +316,19 @@ class CheckRun:
         l.data.update(session=l.row_id, instance_id=l.instance_id, seconds_to_gone=measured, agent_reason=reason)
         expected = EndReason.JOB_END.value if l.name == "job_end" else l.name
         if reason is not None and reason not in (expected, EndReason.AGENT_ENDED.value):
-            return self._fail(l, f"the box went by {reason}, not by its {self._what(l)} ({measured:+.0f} s from the trigger)",
-                              f"raise [check] ttl_minutes: boot, arm and bootstrap must fit in it" if reason == "ttl" else "read the layer's log")
+            self._fail(l, f"the box went by {reason}, not by its {self._what(l)} ({measured:+.0f} s from the trigger)",
+                       "raise [check] ttl_minutes: boot, arm and bootstrap must fit in it" if reason == "ttl" else "read the layer's log")
+            return
         if stopped:
             l.done = True
             l.finding = Finding(f"layer.{l.name}", Verdict.WARN, f"the agent stopped the box {measured:.0f} s after its {self._what(l)} "
                                 "(GPU billing over; its key may not terminate it): the check terminates it with the account key",
                                 "nothing: the watchdog and reconcile terminate a stopped box of ours", data=dict(l.data))
-            return None
+            return
         l.done = True
         l.finding = Finding(f"layer.{l.name}", Verdict.OK, f"the box went by itself {measured:.0f} s after its {self._what(l)}"
                             + (f" (agent: {reason})" if reason else ""), data=dict(l.data))
         self.on_line(f"check: {l.name} layer: gone {measured:.0f} s after the trigger")
-        return None
 
     def _fail(self, l: Layer, detail: str, fix: str) -> None:
         l.done = True
@@ -343,12 +352,8 @@ class CheckRun:
 
         for l in self.layers:
             self._close_box(l)
-            if l.proc is not None and l.proc.poll() is None:
-                try:
-                    os.killpg(l.proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                l.proc.wait()
+            if l.proc is not None:
+                _kill(l.proc)
             row = self._row(l)
             if row is not None and row.status != RowStatus.CLOSED:
                 # a box its agent stopped is booked with the agent's reason; one the check ends, as manual

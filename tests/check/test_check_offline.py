@@ -70,6 +70,10 @@ def test_rent_refuses_before_renting(cli, gpuops_home):
     assert res.returncode == 2 and "--max-usd caps the rentals of --rent" in res.stderr
     res = cli("check", "--live", "--rent", "--max-minutes", "-1")
     assert res.returncode == 2 and "--max-minutes must be a positive number" in res.stderr
+    res = cli("check", "--live", "--rent", "--provider", "local")
+    assert res.returncode == 2 and "the local provider has none" in res.stderr
+    res = cli("check", "--live", "--rent", env={"RUNPOD_API_KEY": "", "VAST_API_KEY": "", "HOME": str(gpuops_home)})
+    assert res.returncode == 2 and "add --provider runpod or --provider vast" in res.stderr
 
 
 def test_the_cap_is_refused_above_without_the_flags():
