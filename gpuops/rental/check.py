@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import os
 import stat
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,15 +308,16 @@ def offline(settings, provider: str | None = None, env: dict | None = None, prob
 
 
 # -- live ------------------------------------------------------------------------------------------
-def live(settings, led, provider: str | None = None, providers: dict | None = None, now: float | None = None) -> list[Finding]:
-    """``--live``: per provider with a key, authenticate and read the balance, list offers in
-    stock, our labelled instances (each one a ledger row does not say is closed... named first)
-    and volumes; then this month's billing against the books (``ledger sync`` without --apply).
-    ``providers``: name -> Provider to use instead of building them (tests)."""
+def live(settings, led, provider: str | None = None, providers: dict | None = None) -> list[Finding]:
+    """``--live``: per provider with a key (``provider``: that one, and a missing key fails),
+    authenticate and read the balance, count the offers in stock, list our ``gpuops-`` labelled
+    instances (each one a warning named first: it bills) and our volumes (named first too: they
+    bill by the month); then this month's billing against the books (``ledger sync`` without
+    --apply). ``led``: the ledger or None (none yet). ``providers``: name -> Provider to use
+    instead of building them (tests)."""
     from gpuops.providers import REGISTRY, get_provider
     from gpuops.providers.base import OfferQuery
 
-    now = time.time() if now is None else now
     out: list[Finding] = []
     answered: list[str] = []
     built: dict = dict(providers or {})

@@ -26,7 +26,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +133,8 @@ class CheckRun:
         self.clock, self.sleep = clock, sleep
         self.started = clock()
         self.run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime(self.started)) + f"-{os.getpid()}"
-        self.dir = Path(tempfile.mkdtemp(prefix="check-", dir=str(settings.private_data_path())))
+        self.dir = settings.private_data_path() / "check" / self.run_id  # the layers' jobs and `up` logs, kept
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.layers: list[Layer] = []
         self.interrupted = False
 
