@@ -53,6 +53,7 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
         assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, d  # idle may start a moment before the job (bootstrap over)
     assert v["books.check"] in ("ok", "pending")
     assert_nothing_left(emu, gpuops_home)
+    assert len(Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)) == 3  # one rental per layer
 
 
 def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(check_env, sshd, gpuops_home):
