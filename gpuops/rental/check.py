@@ -261,8 +261,21 @@ def open_findings(settings, led) -> list[Finding]:
 
 
 def watchdog_findings(led) -> list[Finding]:
-    """The last watchdog pass, when the ledger records passes (a newer schema); else nothing."""
-    return []
+    """The newest watchdog pass on this ledger (``gpuops.rental.watchdog_passes``): ok when a
+    watchdog passed within three of its own intervals; else a warning, since the balance floor and
+    the monthly cap are enforced only while one runs."""
+    from gpuops.rental.watchdog_passes import INSTALL_HINT, NOT_ENFORCED, ago, last_passes
+
+    passes = last_passes(led) if led is not None else []
+    fix = INSTALL_HINT.replace("`", "")
+    if not passes:
+        return [Finding("watchdog", Verdict.WARN, f"no watchdog pass in this ledger: {NOT_ENFORCED}", fix)]
+    p = passes[0]
+    data = {k: p[k] for k in ("host", "owner", "last_pass_at", "stale", "interval_seconds", "summary")}
+    if p["stale"]:
+        return [Finding("watchdog", Verdict.WARN, f"last pass {ago(p['age_seconds'])} ago on {p['host']} by {p['owner']} (stopped?): {NOT_ENFORCED}",
+                        fix, data=data)]
+    return [Finding("watchdog", Verdict.OK, f"last pass {ago(p['age_seconds'])} ago on {p['host']} by {p['owner']} ({p['summary']})", data=data)]
 
 
 def rent_provider(settings, provider: str | None) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 from ledger import Ledger
@@ -60,7 +61,7 @@ def test_an_open_box_of_ours_is_named_first_as_a_warning(cli, gpuops_home):
     assert led_check["verdict"] == "ok" and led_check["data"]["schema"] == led_check["data"]["latest"]
     table = cli("check")
     assert table.stdout.splitlines()[0].startswith("WARN  open.20261201-090000-abcd")
-    assert table.stdout.splitlines()[-1] == "check: every check holds (1 warning(s))"
+    assert table.stdout.splitlines()[-1] == "check: every check holds (2 warning(s))"  # the box, no watchdog
 
 
 def test_rent_refuses_before_renting(cli, gpuops_home):
@@ -108,3 +109,17 @@ def test_a_broken_setting_is_a_failed_check_with_its_fix(cli, gpuops_home, tmp_p
     assert bad["verdict"] == "fail" and "max_hour: unknown key (did you mean max_hours?)" in bad["detail"], bad
     res = cli("check", "--live", "--rent")
     assert res.returncode == 2 and "did you mean max_hours?" in res.stderr  # nothing rented on a broken file
+
+
+def test_the_last_watchdog_pass_is_one_line(cli, gpuops_home):
+    from ledger.passes import record_pass
+
+    res = cli("check", "--format", "json")
+    assert checks(res)["watchdog"]["verdict"] == "warn" and "no watchdog pass" in checks(res)["watchdog"]["detail"]
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
+    record_pass(led, "laptop-1", "alice", at=time.time() - 20, interval_seconds=30, checked=2, ended=1)
+    w = checks(cli("check", "--format", "json"))["watchdog"]
+    assert w["verdict"] == "ok" and re.match(r"last pass \d+ s ago", w["detail"]) and "on laptop-1 by alice (checked 2 sessions, ended 1, 0 errors)" in w["detail"], w
+    record_pass(led, "laptop-1", "alice", at=time.time() - 600, interval_seconds=30)  # older: the newest still counts
+    record_pass(led, "laptop-2", "bob", at=time.time() - 3600, interval_seconds=30)
+    assert checks(cli("check", "--format", "json"))["watchdog"]["data"]["host"] == "laptop-1"
