@@ -3,9 +3,9 @@
 Offline (``offline``): the settings and where each came from (infra.toml, a ``GPUOPS_*`` variable,
 the default), the key files and their modes, the API routes and versions each provider will call,
 the credential the on-box agent destroys with and what it does when that credential is refused,
-the ledger and its schema, and what is open now. ``--live`` (``live``): authenticate, the balance,
-offers in stock, our labelled instances and volumes, and this month's billing against the books
-(``ledger sync`` without applying). ``--live --rent`` is ``gpuops.rental.check_layers``.
+the ledger and its schema, what is open now, and the last watchdog pass. ``--live`` (``live``):
+authenticate, the balance, offers in stock, our labelled instances and volumes, and this month's
+billing against the books (``ledger sync`` without applying). ``--live --rent`` is ``gpuops.rental.check_layers``.
 
 Every finding is one ``Finding``: a verdict (``Verdict``), a name, what was found, and the fix.
 Nothing here writes the ledger or rents anything.
