@@ -409,7 +409,7 @@ def reconcile(
 
 @app.command()
 def check(
-    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: RunPod and Vast; --rent: [up] provider)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: RunPod and Vast; --rent: [up] provider, else the one with a key)."),
     live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
     rent: bool = typer.Option(False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."),
     max_usd: Optional[float] = typer.Option(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10)."),
