@@ -255,6 +255,26 @@ class StorageSettings(_Section):
     results_deadline_seconds: float = Field(default=900.0, gt=0)
 
 
+class CheckSettings(_Section):
+    """`gpuops check --live --rent`: one short rental per teardown layer under one hard cap.
+
+    ``job_seconds``: the job layer's job (the agent must destroy the box after it ends);
+    ``idle_minutes`` / ``ttl_minutes``: the idle window and the TTL the idle and TTL layers are
+    armed with, the smallest a real box can be proven with (the TTL counts from create, so it must
+    outlast boot, arm and bootstrap); ``max_usd`` / ``max_minutes``: the cap for the whole check
+    (above it `check` refuses unless ``--max-usd`` / ``--max-minutes`` lift it); ``slack_seconds``:
+    how long after a layer's due time (plus the agent's job-end grace and one sample) the box may
+    still show before the layer fails; ``poll_seconds``: how often the provider is asked."""
+
+    job_seconds: float = Field(default=20.0, gt=0)
+    idle_minutes: float = Field(default=1.0, gt=0)
+    ttl_minutes: float = Field(default=5.0, gt=0)
+    max_usd: float = Field(default=0.10, gt=0)
+    max_minutes: float = Field(default=10.0, gt=0)
+    slack_seconds: float = Field(default=90.0, gt=0)
+    poll_seconds: float = Field(default=2.0, gt=0)
+
+
 class Settings(_Section):
     data_dir: str = ""  # empty: platformdirs user data dir
     user: UserSettings = UserSettings()
@@ -265,6 +285,7 @@ class Settings(_Section):
     bootstrap: BootstrapSettings = BootstrapSettings()
     job: JobSettings = JobSettings()
     storage: StorageSettings = StorageSettings()
+    check: CheckSettings = CheckSettings()
     source: Optional[str] = None  # the file these came from, for messages
 
     def data_path(self) -> Path:
@@ -564,4 +585,53 @@ def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
         out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+SECRET_KEYS = ("api_key",)
+
+
+def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[str, Any, str]]:
+    """Where each setting of ``settings`` came from, in declaration order: (dotted key, value,
+    origin), origin ``$GPUOPS_<SECTION>_<KEY>`` (the environment wins over the file), the file's
+    path (``settings.source``), or ``default``. A flag given to the command shows as the layer
+    under it. ``api_key`` values show as ``(set)`` and a URL's password as ``***``: never a secret."""
+    env = os.environ if env is None else env
+    upper = {k.upper(): v for k, v in env.items()}
+    data: dict = {}
+    if settings.source:
+        try:
+            data = tomllib.loads(Path(settings.source).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            data = {}
+    out: list[tuple[str, Any, str]] = []
+
+    def in_file(path: tuple) -> bool:
+        d: Any = data
+        for k in path:
+            if not isinstance(d, dict) or k not in d:
+                return False
+            d = d[k]
+        return True
+
+    def walk(model: BaseModel, path: tuple) -> None:
+        for name in type(model).model_fields:
+            if name == "source":
+                continue
+            value = getattr(model, name)
+            here = path + (name,)
+            if isinstance(value, BaseModel):
+                walk(value, here)
+                continue
+            var = ENV_PREFIX + "_".join(here).upper()
+            origin = f"${var}" if var in upper else (str(Path(settings.source).resolve()) if in_file(here) else "default")
+            if name in SECRET_KEYS and value:
+                value = "(set)"
+            elif isinstance(value, str) and "://" in value:
+                value = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", value)
+            elif isinstance(value, list):
+                value = [v.model_dump() if isinstance(v, BaseModel) else v for v in value]
+            out.append((".".join(here), value, origin))
+
+    walk(settings, ())
     return out

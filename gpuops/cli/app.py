@@ -407,6 +407,66 @@ def reconcile(
         raise typer.Exit(1)
 
 
+@app.command()
+def check(
+    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: RunPod and Vast; --rent: [up] provider, else the one with a key)."),
+    live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
+    rent: bool = typer.Option(False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."),
+    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10)."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="The whole check's wall time in minutes (default [check] max_minutes, 10)."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box."""
+    from gpuops.views import emit
+    from gpuops.providers import NAMES
+
+    fmt = emit.pick(fmt, json_out)
+    if provider is not None and provider not in NAMES:
+        raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if rent and not live:
+        raise BadInput("--rent rents boxes: it needs --live", "run `gpuops check --live --rent`")
+    for flag, val in (("--max-usd", max_usd), ("--max-minutes", max_minutes)):
+        if val is not None and (not math.isfinite(val) or val <= 0):
+            raise BadInput(f"{flag} must be a positive number, got {val:g}", f"e.g. {flag} {0.2 if flag == '--max-usd' else 15}")
+        if val is not None and not rent:
+            raise BadInput(f"{flag} caps the rentals of --rent", "add --live --rent, or drop it")
+    from gpuops.rental import check as chk
+
+    problems: list[str] = []
+    if rent:  # rents boxes: a broken setting refuses, as `up` does
+        settings = _settings(config)
+    else:  # says what is broken, one line with its fix, and goes on without it
+        from gpuops.config import load_settings
+
+        settings = load_settings(config, lenient=True, warn=problems.append)
+    renting = chk.rent_provider(settings, provider) if rent else provider
+    findings, led = chk.offline(settings, provider or renting, problems=problems)
+    if live:
+        from gpuops.views.progress import waiting
+
+        with waiting("check --live: asking the providers"):
+            findings += chk.live(settings, led, renting)
+    if rent and not any(f.verdict == chk.Verdict.FAIL and f.check.startswith("auth.") for f in findings):
+        from gpuops.providers import get_provider
+        from gpuops.rental import check_layers
+        from gpuops.rental.sessions import open_ledger
+
+        led = led or open_ledger(settings)
+        say = (lambda line: print(line, file=sys.stderr, flush=True)) if fmt == "table" else None
+        findings += check_layers.rent(settings, led, get_provider(renting, settings), max_usd=max_usd, max_minutes=max_minutes,
+                                      config=config, on_line=say)
+    doc = chk.report(findings, provider=renting, live=live, rent=rent)
+    from gpuops.views import check as check_view
+
+    emit.emit(doc, fmt, lambda: check_view.render(doc), csv_records=doc["checks"], csv_columns=chk.FINDING_COLUMNS)
+    if any(c["check"] == "rent.interrupted" for c in doc["checks"]):
+        raise typer.Exit(130)  # after the cleanup: every box destroyed
+    if doc["exit"]:
+        raise typer.Exit(doc["exit"])
+
+
 def _emit_json(action) -> None:
     from gpuops.views.emit import json_line, write
 

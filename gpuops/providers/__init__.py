@@ -51,21 +51,34 @@ def _vast(settings: "Settings") -> "Provider":
 class ProviderEntry:
     """One provider: its name, how it is built from Settings, its config section
     (``settings.providers.<section>``), whether it needs an account key, and the agent's destroy
-    kind for its boxes (``destroy.kind`` in the agent config)."""
+    kind for its boxes (``destroy.kind`` in the agent config); ``agent_credential``: what the
+    on-box agent destroys with (``bootstrap/agent.py``), ``agent_refused``: what it does when that
+    credential is refused (shown by `gpuops check`)."""
 
     name: ProviderName
     build: Callable[["Settings"], "Provider"]
     section: str
     needs_key: bool
     agent_destroy_kind: str
+    agent_credential: str = ""
+    agent_refused: str = ""
 
 
 REGISTRY: dict[str, ProviderEntry] = {
     e.name.value: e
     for e in (
-        ProviderEntry(ProviderName.LOCAL, _local, "local", needs_key=False, agent_destroy_kind=ProviderName.LOCAL.value),
-        ProviderEntry(ProviderName.RUNPOD, _runpod, "runpod", needs_key=True, agent_destroy_kind=ProviderName.RUNPOD.value),
-        ProviderEntry(ProviderName.VAST, _vast, "vast", needs_key=True, agent_destroy_kind=ProviderName.VAST.value),
+        ProviderEntry(ProviderName.LOCAL, _local, "local", needs_key=False, agent_destroy_kind=ProviderName.LOCAL.value,
+                      agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
+                      agent_refused=""),
+        ProviderEntry(ProviderName.RUNPOD, _runpod, "runpod", needs_key=True, agent_destroy_kind=ProviderName.RUNPOD.value,
+                      agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
+                                       "the account key never goes to the box",
+                      agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
+                                    "trying; the watchdog and reconcile terminate it with the account key"),
+        ProviderEntry(ProviderName.VAST, _vast, "vast", needs_key=True, agent_destroy_kind=ProviderName.VAST.value,
+                      agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
+                                       "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
+                      agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key"),
     )
 }
 NAMES = tuple(REGISTRY)

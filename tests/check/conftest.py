@@ -1,0 +1,74 @@
+"""Fixtures for `gpuops check`: the emulated providers with a box key the on-box agent may destroy
+with, a real sshd as every box (with the stand-in nvidia-smi), and the short windows the layers
+are proven with (settings a user could set too)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (the box fixtures)
+from tests.emulators import RunPodEmulator
+from tests.emulators.volumes import VastVolumeEmulator
+from tests.emulators.runpod import pod_key
+
+# The narrow key every test box holds in its (stand-in) PID 1 environment. The real ones are per
+# box (tests/teardown/scoped.py); here three boxes share one sshd and one environment file, so the
+# emulators accept this one key for the destroy (or stop) of any instance, and for nothing else.
+BOX_KEY = "box-scoped-key"
+
+
+class BoxKeyRunPod(RunPodEmulator):
+    """RunPod: the box key is a pod-scoped key for whichever pod it names; what it may do is the
+    emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
+
+    def _pod_key_account(self, req: dict, op: str, pid: str):
+        if req["auth"] == f"Bearer {BOX_KEY}" and pid in self.market.instances:
+            req = dict(req, auth=f"Bearer {pod_key(pid)}")
+        return super()._pod_key_account(req, op, pid)
+
+
+class BoxKeyVast(VastVolumeEmulator):
+    """Vast (with its volumes): the box key may destroy any instance (``DELETE /api/v0/instances/{id}/``), nothing else."""
+
+    def authorized(self, req: dict) -> bool:
+        return super().authorized(req) or (req["auth"] == f"Bearer {BOX_KEY}" and req["method"] == "DELETE"
+                                           and bool(re.fullmatch(r"/api/v0/instances/\d+/", req["path"])))
+
+
+EMULATORS = {"runpod": BoxKeyRunPod, "vast": BoxKeyVast}
+
+
+@pytest.fixture
+def check_env(gpuops_home, cli_env, tmp_path):
+    """make(name, sshd=None) -> (emulator, env): the emulator started with every instance's
+    SSH at the test sshd, and the environment of a `gpuops check` subprocess pointed at it, with
+    the windows shortened: job 1 s, job-end grace 2 s (the check reads the agent's status before
+    the box goes), idle window 3 s, TTL 45 s, samples every 0.5 s."""
+    started = []
+
+    def make(name: str, sshd=None):
+        emu = EMULATORS[name]().start()
+        started.append(emu)
+        if sshd is not None:
+            emu.market.ssh_endpoint = (sshd.host, sshd.port)
+        environ = tmp_path / "pid1-environ"
+        var = {"runpod": "RUNPOD_API_KEY", "vast": "CONTAINER_API_KEY"}[name]
+        environ.write_bytes(f"{var}={BOX_KEY}".encode() + b"\0")
+        env = dict(cli_env)
+        for k in ("RUNPOD_API_KEY", "RUNPOD_API_BASE_URL", "VAST_API_KEY", "VAST_URL"):
+            env.pop(k, None)
+        if name == "runpod":
+            env.update(RUNPOD_API_KEY=emu.market.api_key, RUNPOD_API_BASE_URL=emu.url)
+        else:
+            env.update(VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url)
+        env.update(GPUOPS_AGENT_ENVIRON_FILE=str(environ), GPUOPS_AGENT_SSH_USERS="nobody-here",
+                   GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.5", GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="2",
+                   GPUOPS_CHECK_JOB_SECONDS="1", GPUOPS_CHECK_IDLE_MINUTES="0.05", GPUOPS_CHECK_TTL_MINUTES="0.75",
+                   GPUOPS_CHECK_SLACK_SECONDS="30", GPUOPS_CHECK_MAX_MINUTES="5", GPUOPS_CHECK_MAX_USD="0.5", GPUOPS_CHECK_POLL_SECONDS="0.2", GPUOPS_UP_READY_TIMEOUT_SECONDS="120")
+        return emu, env
+
+    yield make
+    for emu in started:
+        emu.stop()

@@ -1,0 +1,32 @@
+"""`gpuops check --live` against the emulated providers: the key accepted, the balance, offers in
+stock, an instance of ours named first as a warning (billing), and the month's billing against
+the books without applying."""
+
+from __future__ import annotations
+
+import json
+
+from gpuops.providers.base import CreateSpec, OfferQuery
+from tests.support.emulators import emulator_env, runpod_emulator, runpod_provider, vast_emulator  # noqa: F401
+
+
+def test_live_names_an_instance_of_ours_first(cli, emulator_env, runpod_provider):
+    o = min(runpod_provider.offers(OfferQuery(spot=None)), key=lambda o: o.usd_per_hour)
+    inst = runpod_provider.create(o, CreateSpec(label="gpuops-20261201-080000-beef", image="img", ssh_public_key="ssh-ed25519 AAAA t"))
+    res = cli("check", "--live", "--provider", "runpod", "--format", "json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 0, res
+    first = doc["checks"][0]
+    assert first["check"] == f"instances.runpod.{inst.id}" and first["verdict"] == "warn", first
+    assert "no row in this ledger" in first["detail"] and "is billing" in first["detail"]
+    c = {x["check"]: x for x in doc["checks"]}
+    assert c["auth.runpod"]["verdict"] == "ok" and 99.0 < c["balance.runpod"]["data"]["usd"] <= 100.0  # 100 USD less what the box billed so far
+    assert c["offers.runpod"]["verdict"] == "ok" and c["offers.runpod"]["data"]["cheapest_usd_per_hour"] == o.usd_per_hour
+    assert c["billing"]["verdict"] == "ok"  # no ledger yet: nothing booked to compare
+    assert "auth.vast" not in c  # --provider runpod: the one provider asked
+
+
+def test_live_with_a_refused_key_fails_auth(cli, emulator_env):
+    res = cli("check", "--live", "--provider", "vast", "--format", "json", env={"VAST_API_KEY": "not-this-key"})
+    c = {x["check"]: x for x in json.loads(res.stdout)["checks"]}
+    assert res.returncode == 1 and c["auth.vast"]["verdict"] == "fail", res
