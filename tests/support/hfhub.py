@@ -9,7 +9,11 @@ It serves what ``hf_hub_download``, ``get_safetensors_metadata`` and ``snapshot_
   read without the weights); a missing file is 404 ``X-Error-Code: EntryNotFound``, a missing repo
   404 ``X-Error-Code: RepoNotFound``; a gated repo 401 ``X-Error-Code: GatedRepo``.
 - ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{revision}``: ``{"id", "sha",
-  "siblings": [{"rfilename", "size"}]}``.
+  "siblings": [{"rfilename", "size"}]}``; with ``?blobs=true`` each sibling also has ``blobId`` and,
+  for an LFS file, ``lfs: {"sha256", "size"}`` (as the hub's API answers).
+- LFS files (the weight suffixes of the hub's default .gitattributes, ``LFS_SUFFIXES``) are served
+  with ``X-Linked-Etag: "<sha256>"`` and ``X-Linked-Size`` beside ``ETag`` (their sha1), as the hub
+  does on the redirect to its CDN; huggingface_hub names the cached blob by the sha256.
 - ``GET /api/models/{repo}/tree/{revision}[/{path}]``: ``[{"type": "file", "path", "size", "oid"}]``.
 
 Weights are never real: ``safetensors_file(tensors)`` writes a valid header (dtype, shape,
@@ -53,6 +57,13 @@ def safetensors_file(tensors: dict[str, tuple[str, list[int]]], padding: int = 0
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
     return struct.pack("<Q", len(raw)) + raw + b"\0" * padding
+
+
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx")
+
+
+def _lfs(path: str) -> bool:
+    return path.endswith(LFS_SUFFIXES)
 
 
 class HubServer:
@@ -158,6 +169,8 @@ class HubServer:
         data = files[path]
         etag = '"' + hashlib.sha1(data).hexdigest() + '"'
         headers = {"X-Repo-Commit": self.sha(repo), "ETag": etag, "Accept-Ranges": "bytes"}
+        if _lfs(path):
+            headers.update({"X-Linked-Etag": '"' + hashlib.sha256(data).hexdigest() + '"', "X-Linked-Size": str(len(data))})
         if rng and not head:
             m = re.match(r"bytes=(\d+)-(\d*)$", rng.strip())
             if m:
@@ -173,8 +186,18 @@ class HubServer:
         files = self._repo_or_error(req, repo, False)
         if files is None:
             return
+        blobs = "blobs=true" in req.path.partition("?")[2].lower()
+
+        def sibling(p: str, d: bytes) -> dict:
+            row: dict = {"rfilename": p, "size": len(d)}
+            if blobs:
+                row["blobId"] = hashlib.sha1(d).hexdigest()
+                if _lfs(p):
+                    row["lfs"] = {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": 134}
+            return row
+
         body = {"id": repo, "modelId": repo, "sha": self.sha(repo), "private": False, "gated": repo in self.gated,
-                "siblings": [{"rfilename": p, "size": len(d)} for p, d in sorted(files.items())]}
+                "siblings": [sibling(p, d) for p, d in sorted(files.items())]}
         self._send(req, 200, json.dumps(body).encode(), {"Content-Type": "application/json"}, False)
 
     def _tree(self, req, repo: str, prefix: str) -> None:
