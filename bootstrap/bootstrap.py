@@ -301,12 +301,25 @@ def step_deps(step, ctx):
     env = {}
     if cache:
         env["UV_CACHE_DIR" if kind == "uv" else "PIP_CACHE_DIR"] = os.path.join(cache, kind)
+    # The venv sees the image's packages (torch, CUDA wheels: gigabytes) instead of installing its own.
+    shared = ["--system-site-packages"] if step.get("system_site_packages", True) else []
     if step.get("venv") and not os.path.exists(_target_python(step)):
         if kind == "uv":
-            _sh(uv + ["venv", "-q", "--python", sys.executable, os.path.abspath(step["venv"])], step, env=env)
+            _sh(uv + ["venv", "-q", "--python", sys.executable] + shared + [os.path.abspath(step["venv"])], step, env=env)
         else:
-            _sh([sys.executable, "-m", "venv", os.path.abspath(step["venv"])], step)
+            _sh([sys.executable, "-m", "venv"] + shared + [os.path.abspath(step["venv"])], step)
     py = _target_python(step)
+    reused = []
+    excludes = []
+    if kind == "uv" and step.get("venv") and shared:
+        # pip counts the system site-packages as installed; uv does not (0.13): tell it which of the
+        # requirements the image already meets, so it neither downloads nor installs them again.
+        reused = _satisfied(py, _requirement_lines(step))
+        if reused:
+            path = os.path.join(ctx["state_dir"], "excludes-%s.txt" % hashlib.sha1(py.encode()).hexdigest()[:12])
+            with open(path, "w") as f:
+                f.write("".join("%s\n" % name for name, _ in reused))
+            excludes = ["--excludes", path]
     src = []
     if step.get("wheelhouse"):
         if not os.path.isdir(step["wheelhouse"]):
@@ -314,13 +327,67 @@ def step_deps(step, ctx):
         src = ["--no-index", "--find-links", os.path.abspath(step["wheelhouse"])]
     what = (["-r", step["requirements"]] if step.get("requirements") else []) + list(step.get("packages", []))
     if kind == "uv":
-        argv = uv + ["pip", "install", "--python", py] + src + what
+        argv = uv + ["pip", "install", "--python", py] + src + excludes + what
     else:
         argv = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"] + src + what
     argv += list(step.get("extra_args", []))
     _sh(argv, step, env=env)
     return {"installer": kind, "python": py, "packages": len(step.get("packages", [])),
-            "requirements": step.get("requirements") or None, "wheelhouse": step.get("wheelhouse") or None}
+            "requirements": step.get("requirements") or None, "wheelhouse": step.get("wheelhouse") or None,
+            "reused": ["%s==%s" % nv for nv in reused]}
+
+
+# Run in the new venv's python (its own site-packages still empty, so what it finds is the image's):
+# which of the requirement lines on stdin the installed distributions already meet. The parser is
+# ``packaging``'s (the image's, else the copy inside pip); without either nothing is reused.
+_SATISFIED_SCRIPT = r"""
+import json, sys
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    try:
+        from pip._vendor.packaging.requirements import Requirement
+    except ImportError:
+        print("[]"); sys.exit(0)
+from importlib import metadata
+out = []
+for line in json.loads(sys.stdin.read()):
+    try:
+        r = Requirement(line)
+    except Exception:
+        continue
+    if r.url or r.extras or (r.marker is not None and not r.marker.evaluate()):
+        continue
+    try:
+        v = metadata.version(r.name)
+    except Exception:
+        continue
+    if r.specifier.contains(v, prereleases=True):
+        out.append([r.name, v])
+print(json.dumps(out))
+"""
+
+
+def _requirement_lines(step):
+    """The step's requirement specifiers (``packages`` and the requirements file's plain lines;
+    options, URLs, paths and editables left out)."""
+    lines = list(step.get("packages") or [])
+    if step.get("requirements"):
+        with open(step["requirements"]) as f:
+            lines += [l.split(" #", 1)[0].strip() for l in f]
+    return [l for l in lines if l and not l.startswith(("-", "#", ".", "/")) and "://" not in l and " @ " not in l]
+
+
+def _satisfied(py, lines):
+    """[(name, version)] of ``lines`` that ``py`` already has at a version they allow; [] when unsure."""
+    if not lines:
+        return []
+    try:
+        p = subprocess.run([py, "-c", _SATISFIED_SCRIPT], input=json.dumps(lines).encode(), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, timeout=60)
+        return [tuple(x) for x in json.loads(p.stdout.decode().strip().splitlines()[-1])] if p.returncode == 0 else []
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -327,3 +327,24 @@ def test_independent_steps_run_at_once_and_a_failure_stops_the_others(world):
     assert not (w["box"] / "later.txt").exists()
     p, lines, _ = run_bootstrap(w, dict(cfg, steps=[cfg["steps"][0] | {"command": "true"}, cfg["steps"][2]]))
     assert p.returncode == 0 and statuses(lines) == {"slow": "done", "later": "done"}  # the stopped step was not booked done
+
+
+def test_a_venv_reuses_what_the_image_already_has(world):
+    """The deps venv sees the image's site-packages, and uv is told not to install a requirement the
+    image meets (here pip, which every CPython image has; the wheelhouse has none, so installing it
+    would fail): a GPU image's torch is used as it is, not downloaded again."""
+    w = world
+    base = subprocess.run([sys.executable, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True).stdout.strip()
+    have = subprocess.run([os.path.join(base, "bin", "python3"), "-c", "import pip; print(pip.__version__)"], capture_output=True, text=True)
+    assert have.returncode == 0, "the test needs pip in the base interpreter"
+    cfg = {"steps": [{"name": "deps", "kind": "deps", "installer": "uv", "packages": ["pip>=1", "gpuops_probe==1.0"],
+                      "wheelhouse": str(w["wheels"]), "venv": ".venv"}]}
+    p, lines, _ = run_bootstrap(w, cfg)
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = lines[0]["detail"]
+    assert d["reused"] == [f"pip=={have.stdout.strip()}"]
+    site = list((w["box"] / ".venv" / "lib").glob("python3*/site-packages"))[0]
+    assert (site / "gpuops_probe").exists() and not (site / "pip").exists()
+    out = subprocess.run([str(w["box"] / ".venv/bin/python"), "-c", "import pip, gpuops_probe; print(pip.__file__)"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith(base), out.stderr
