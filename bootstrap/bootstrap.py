@@ -1,10 +1,13 @@
 """Bootstrap a box: ``python3 bootstrap.py --config bootstrap.json [--state-dir DIR]``.
 
-Runs the config's steps in order and prints one JSON line per step on stdout,
-``{"step", "status": "done"|"skipped"|"failed", "seconds", "detail"}``, then
-``{"total_seconds", "slowest"}`` (plus ``"failed": NAME`` when one failed). What the steps' own
-tools print goes to stderr, each line prefixed with ``"  | "`` (so no such line starts with
-``{``) and with every secret value replaced by ``***``.
+Runs the config's steps, the independent ones at once (``CONCURRENT``: deps, code and weights run
+side by side, every other step waits for all before it), and prints one JSON line per step on
+stdout as it ends, ``{"step", "status": "done"|"skipped"|"failed"|"stopped", "seconds", "detail"}``,
+then ``{"total_seconds", "slowest"}`` (plus, when one failed, ``"failed": NAME``, ``"stopped"``: the
+steps ended because of it, ``"not_started"``). A step's ``after`` (names) adds waits; its
+``concurrent`` (bool) overrides its kind's default. What the steps' own tools print goes to stderr,
+each line prefixed with ``"  | "`` (so no such line starts with ``{``) and with every secret value
+replaced by ``***``.
 
 Config: ``{"steps": [{"name": "...", "kind": "...", ...}], "cache_dir": "/workspace/.cache"}``.
 Step kinds and their keys (paths relative to the working directory unless absolute):
@@ -17,7 +20,10 @@ Step kinds and their keys (paths relative to the working directory unless absolu
 - ``deps``: ``requirements`` (file) and/or ``packages`` (list); ``installer`` auto|uv|pip (auto:
   uv when on PATH or installable, else pip); ``wheelhouse`` (directory: ``--no-index
   --find-links``); ``python`` (interpreter to install into, default this one) or ``venv`` (a
-  directory, created when missing); ``cache_dir`` (pip/uv cache, default ``<cache_dir>/pip``).
+  directory, created when missing, seeing the image's site-packages unless ``system_site_packages``
+  is false); ``cache_dir`` (pip/uv cache, default ``<cache_dir>/pip``). A requirement the image
+  already meets is not installed again (pip sees the image's packages; uv is passed ``--excludes``
+  for them): a GPU image's torch is used as it is. Detail: ``reused`` (``name==version``).
 - ``code``: ``repo`` (URL or path), ``ref`` (branch, tag or commit; default HEAD), ``dest``
   (default ``code``). Clone once, then fetch + checkout; re-runs when the ref moves.
 - ``secrets``: ``env`` (names of environment variables). Written with mode 0600 to their
@@ -28,8 +34,15 @@ Step kinds and their keys (paths relative to the working directory unless absolu
 - ``weights``: ``source`` ``hf://org/model[@revision]``, ``https://...`` or ``file:///...``;
   ``dest`` (default ``<cache_dir>/weights/<name>``; hf: the HF cache ``<cache_dir>/huggingface/hub``);
   ``sha256`` (single-file sources); ``warm`` (default true: read every file once so the page cache
-  holds it). hf: ``snapshot_download`` runs in ``python`` (the deps venv's, else this one; it needs
-  huggingface_hub) with ``allow_patterns`` (list), the token from the secrets step's HF_TOKEN; a
+  holds it); ``workers`` (parallel HTTP ranges, default 8). https: fetched by ranges (each checked:
+  206, its Content-Range, its length; the sha256 computed as the file's prefix completes; resumed
+  after a kill from ``<file>.gpuops-part.json``), one plain GET when the server serves no ranges.
+  hf: ``downloader`` auto|hub|ranged. ranged: the file list from the hub API, every file by ranges
+  into huggingface_hub's cache layout (blobs by ETag, snapshot symlinks, refs), LFS files checked
+  against their sha256. hub: ``snapshot_download`` runs in ``python`` (the deps venv's, else this
+  one; it needs huggingface_hub; hf_transfer switched on when installed there) with ``max_workers``.
+  auto: hub when ``python`` has huggingface_hub now, ranged when not or when it is the venv of a
+  deps step running beside this one. Both take ``allow_patterns`` (list), the token from the secrets step's HF_TOKEN; a
   dropped connection resumes the file (Range), a killed run restarts it (huggingface_hub 2.4.0
   uses process-unique temporary files) and its stale ``.incomplete`` blobs are removed after
   ``stale_incomplete_s`` (default 600) seconds untouched; a revision pinned to a commit sha whose snapshot is complete in the
@@ -44,7 +57,9 @@ Every step takes ``timeout`` (seconds, default 3600) for the processes it starts
 
 Idempotence: a step whose fingerprint (its config plus its inputs: files it reads, the commit
 its ref points at, the secret values' keyed hash) matches its last success, and whose outputs
-are still there, is ``skipped``. A failed step stops the run: exit 1, naming the step.
+are still there, is ``skipped``. A failed step stops the run: exit 1, naming the step; the steps
+running beside it are ended (their processes killed, downloads stopped between blocks) and
+reported ``stopped``; none of them is recorded done, so the next run does them again.
 State lives in ``--state-dir`` (default ``~/.gpuops-bootstrap``). Stdlib only, python3 >= 3.8.
 """
 

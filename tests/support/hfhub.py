@@ -75,6 +75,16 @@ class HubServer:
         self.requests: list[tuple[str, str, str | None]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._digests: dict[tuple[str, int], tuple[bytes, str]] = {}
+
+    def _digest(self, algo: str, data: bytes) -> str:
+        """hashlib's hex digest of ``data``, computed once per body (a ranged download asks for a
+        big file's ETag on every range: hashing 512 MB each time would be the stand-in's cost, not
+        the client's). The body is kept with its digest, so its id is not reused while cached."""
+        hit = self._digests.get((algo, id(data)))
+        if hit is None or hit[0] is not data:
+            hit = self._digests[(algo, id(data))] = (data, hashlib.new(algo, data).hexdigest())
+        return hit[1]
 
     # -- content ---------------------------------------------------------------------------------
     def add_repo(self, repo_id: str, files: dict[str, bytes | str | dict], gated: bool = False) -> str:
@@ -93,7 +103,7 @@ class HubServer:
         h = hashlib.sha1(repo_id.encode())
         for path in sorted(self.repos.get(repo_id, {})):
             h.update(path.encode())
-            h.update(hashlib.sha1(self.repos[repo_id][path]).digest())
+            h.update(bytes.fromhex(self._digest("sha1", self.repos[repo_id][path])))
         return h.hexdigest()
 
     @property
@@ -167,10 +177,10 @@ class HubServer:
             self._send(req, 404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"}, head)
             return
         data = files[path]
-        etag = '"' + hashlib.sha1(data).hexdigest() + '"'
+        etag = '"' + self._digest("sha1", data) + '"'
         headers = {"X-Repo-Commit": self.sha(repo), "ETag": etag, "Accept-Ranges": "bytes"}
         if _lfs(path):
-            headers.update({"X-Linked-Etag": '"' + hashlib.sha256(data).hexdigest() + '"', "X-Linked-Size": str(len(data))})
+            headers.update({"X-Linked-Etag": '"' + self._digest("sha256", data) + '"', "X-Linked-Size": str(len(data))})
         if rng and not head:
             m = re.match(r"bytes=(\d+)-(\d*)$", rng.strip())
             if m:
@@ -191,9 +201,9 @@ class HubServer:
         def sibling(p: str, d: bytes) -> dict:
             row: dict = {"rfilename": p, "size": len(d)}
             if blobs:
-                row["blobId"] = hashlib.sha1(d).hexdigest()
+                row["blobId"] = self._digest("sha1", d)
                 if _lfs(p):
-                    row["lfs"] = {"sha256": hashlib.sha256(d).hexdigest(), "size": len(d), "pointerSize": 134}
+                    row["lfs"] = {"sha256": self._digest("sha256", d), "size": len(d), "pointerSize": 134}
             return row
 
         body = {"id": repo, "modelId": repo, "sha": self.sha(repo), "private": False, "gated": repo in self.gated,
@@ -204,7 +214,7 @@ class HubServer:
         files = self._repo_or_error(req, repo, False)
         if files is None:
             return
-        rows = [{"type": "file", "path": p, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
+        rows = [{"type": "file", "path": p, "size": len(d), "oid": self._digest("sha1", d)}
                 for p, d in sorted(files.items()) if p.startswith(prefix)]
         self._send(req, 200, json.dumps(rows).encode(), {"Content-Type": "application/json"}, False)
 

@@ -61,7 +61,7 @@ class FaultyHub(HubServer):
         if self.drop_after is not None and self.drop_times > 0 and req._gpuops_path.endswith(self.drop_path):
             self.drop_times -= 1
             limit = min(limit, self.drop_after)
-        sent, t0, step = 0, time.monotonic(), 64 * 1024 if not self.link_bytes_s else 16 * 1024
+        sent, t0, step = 0, time.monotonic(), 64 * 1024
         path = req._gpuops_path
         try:
             while sent < limit:
