@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 
+from ledger.checkpoint import WRITTEN
 from ledger.migrations import migrate
 
 # SQLite waits this long for a competing writer before "database is locked" (milliseconds).
@@ -65,39 +66,6 @@ def _sqlite_begin(conn) -> None:
         WRITTEN.add(conn.engine.url.database)
 
 
-# SQLite files this process opened for writing (BEGIN IMMEDIATE), for checkpoint_written.
-WRITTEN: set[str] = set()
-# How long the exit checkpoint waits on another process's lock before settling for less (ms).
-CHECKPOINT_WAIT_MS = 250
-
-
-def checkpoint_written(wait_ms: int = CHECKPOINT_WAIT_MS) -> dict[str, str]:
-    """Fold the WAL of every SQLite ledger this process wrote into the database file and truncate
-    the ``-wal`` file to 0 bytes (``PRAGMA wal_checkpoint(TRUNCATE)``), for a process that leaves
-    without closing its connections (SQLite checkpoints on the last close only; a big ``-wal``
-    left behind costs every later opener ~40 ms per connection).
-
-    Waits at most ``wait_ms`` milliseconds (SQLite's busy handler) for another process's write lock
-    or read transaction; when still busy it runs a PASSIVE checkpoint (copies what it can, never
-    waits) and leaves the file for that process. Returns {path: "truncated" | "busy" | "error: ..."};
-    never raises (it runs on the way out). See https://sqlite.org/pragma.html#pragma_wal_checkpoint."""
-    import sqlite3
-
-    out: dict[str, str] = {}
-    for path in sorted(WRITTEN):
-        try:
-            con = sqlite3.connect(path, timeout=wait_ms / 1000, isolation_level=None)
-            try:
-                busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                if busy:
-                    con.execute("PRAGMA wal_checkpoint(PASSIVE)")
-                out[path] = "busy" if busy else "truncated"
-            finally:
-                con.close()
-        except sqlite3.Error as e:
-            out[path] = f"error: {e}"
-    WRITTEN.clear()
-    return out
 
 
 def _private_file(path: Path) -> None:
