@@ -800,6 +800,10 @@ class _Conn(object):
         self.conn = None
 
 
+class _Refused(StepError):
+    """The server answered a range with a 4xx: asking again will not help."""
+
+
 def _fetch_range(conn, part, start, end, headers):
     """GET bytes start..end (inclusive) of ``part.url`` into the part file, checking the answer is
     206 with exactly that Content-Range and length; a cut connection retries from the last byte
@@ -814,7 +818,7 @@ def _fetch_range(conn, part, start, end, headers):
             if r.status != 206 or (r.getheader("Content-Range") or "") != want:
                 body = r.read(200)
                 conn.close()
-                raise StepError("range %d-%d of %s: answer %d %s, not 206 %s%s" % (
+                raise (_Refused if 400 <= r.status < 500 else StepError)("range %d-%d of %s: answer %d %s, not 206 %s%s" % (
                     at, end, part.url, r.status, r.getheader("Content-Range") or "", want,
                     (": " + body.decode("utf-8", "replace").strip()[:100]) if r.status >= 400 else ""))
             while at <= end:
@@ -836,14 +840,13 @@ def _fetch_range(conn, part, start, end, headers):
                 return
             conn.close()
             last = "connection closed at byte %d of %d-%d" % (at, start, end)
+        except _Refused:
+            raise
         except StepError as e:
-            if STOP.is_set() or "answer 4" in str(e):
+            if STOP.is_set():
                 raise
             last = str(e)
-        except (OSError, ValueError, IOError) as e:  # http.client's errors are OSErrors or HTTPException
-            conn.close()
-            last = "%s: %s" % (type(e).__name__, e)
-        except Exception as e:  # http.client.HTTPException (IncompleteRead, RemoteDisconnected, ...)
+        except Exception as e:  # OSError, http.client.HTTPException (IncompleteRead, RemoteDisconnected, ...)
             conn.close()
             last = "%s: %s" % (type(e).__name__, e)
         time.sleep(min(8.0, 0.25 * 2 ** attempt))
