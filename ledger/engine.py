@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 
+from ledger.checkpoint import WRITTEN
 from ledger.migrations import migrate
 
 # SQLite waits this long for a competing writer before "database is locked" (milliseconds).
@@ -57,7 +58,14 @@ def _ensure_wal(cur) -> None:
 def _sqlite_begin(conn) -> None:
     # Report reads (execution option ``ledger_read``) take no write lock: WAL lets them run beside
     # a writer. Everything else takes the write lock at BEGIN.
-    conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get("ledger_read") else "BEGIN IMMEDIATE")
+    if conn.get_execution_options().get("ledger_read"):
+        conn.exec_driver_sql("BEGIN")
+        return
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    if conn.engine.url.database not in (None, "", ":memory:"):
+        WRITTEN.add(conn.engine.url.database)
+
+
 
 
 def _private_file(path: Path) -> None:

@@ -65,6 +65,9 @@ def _sqlite_record(path, row: dict, keep: int) -> None:
         con.execute("COMMIT")
     finally:
         con.close()
+    from ledger.checkpoint import WRITTEN
+
+    WRITTEN.add(str(path))
 
 
 def host_pass_count(ledger: Ledger, host: str) -> int:

@@ -9,7 +9,7 @@ Layout on the box, relative to the session directory (the Box's ``root``)::
     code/                     the git checkout, when ``repo`` is set
 
 Steps, in order: system, secrets, deps, code, weights (one per source), verify, commands, raw
-steps. Secrets travel as the bootstrap run's environment (``BootstrapPlan.env``), which the Box
+steps; the runner runs deps, code and weights at once (bootstrap.py: CONCURRENT). Secrets travel as the bootstrap run's environment (``BootstrapPlan.env``), which the Box
 writes to a 0600 file; the config holds only their names.
 """
 

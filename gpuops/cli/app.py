@@ -552,8 +552,14 @@ def _fast_exit(code: int) -> None:
     Safe for the ledger: every write is its own committed transaction before a command returns
     (SQLite's WAL or PostgreSQL has it; an unclosed connection is only a socket or a file handle).
     stdout/stderr and logging are flushed first; atexit hooks do not run (gpuops registers none).
-    When another non-daemon thread still runs, Python's normal exit runs instead (it waits for it)."""
+    When another non-daemon thread still runs, Python's normal exit runs instead (it waits for it).
+    A command that wrote an SQLite ledger checkpoints it first (``ledger.checkpoint``: the last
+    close, which would have, never runs), bounded by a short wait on other processes."""
     import threading
+
+    books = sys.modules.get("ledger.checkpoint")  # loaded only by a command that wrote a ledger
+    if books is not None and books.WRITTEN:
+        books.checkpoint_written()
 
     if any(t is not threading.main_thread() and t.is_alive() and not t.daemon for t in threading.enumerate()):
         sys.exit(code)

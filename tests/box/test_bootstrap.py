@@ -276,3 +276,75 @@ def test_system_step_keeps_the_rows_when_nvidia_smi_only_warns(world):
     fake_nvidia_smi.set_state(world["smi_bin"], dict(fake_nvidia_smi.DEFAULT_STATE, mode="driver_failure"))
     p, lines, _ = run_bootstrap(world, {"steps": [{"name": "system", "kind": "system"}]})
     assert {x["step"]: x["status"] for x in lines if "step" in x}["system"] == "failed"  # no rows: still a failure
+
+
+def test_the_standard_steps_wait_only_for_what_they_need():
+    from bootstrap import bootstrap as runner
+    kinds = ["system", "secrets", "deps", "code", "weights", "weights", "verify", "run"]
+    names = ["system", "secrets", "deps", "code", "w1", "w2", "verify", "command 1"]
+    steps = [{"name": n, "kind": k} for n, k in zip(names, kinds)]
+    waits = dict(zip(names, runner._waits(steps, names)))
+    assert waits["deps"] == waits["code"] == waits["w1"] == waits["w2"] == ["system", "secrets"]
+    assert waits["verify"] == names[:6] and waits["command 1"] == names[:7]
+    steps[3]["after"] = ["deps"]  # a step's own waits, and a kind of its own made concurrent
+    steps.append({"name": "resume", "kind": "run", "concurrent": True})
+    waits = dict(zip(names + ["resume"], runner._waits(steps, names + ["resume"])))
+    assert waits["code"] == ["system", "secrets", "deps"]
+    assert waits["resume"] == ["system", "secrets", "verify", "command 1"]  # the barriers before it (they waited for the rest)
+
+
+def test_independent_steps_run_at_once_and_a_failure_stops_the_others(world):
+    w = world
+    mark = "python3 -c 'import time; print(time.time())' >"
+    cfg = {"steps": [
+        {"name": "a", "kind": "run", "concurrent": True, "command": f"{mark} a.start; sleep 1; {mark} a.end"},
+        {"name": "b", "kind": "run", "concurrent": True, "command": f"{mark} b.start; sleep 1; {mark} b.end"},
+        {"name": "after", "kind": "run", "command": f"{mark} after.start"},
+    ]}
+    p, lines, _ = run_bootstrap(w, cfg)
+    assert p.returncode == 0, p.stderr
+    t = {f.name: float(f.read_text()) for f in w["box"].glob("*.start")} | {f.name: float(f.read_text()) for f in w["box"].glob("*.end")}
+    assert t["a.start"] < t["b.end"] and t["b.start"] < t["a.end"]  # they overlapped
+    assert t["after.start"] >= max(t["a.end"], t["b.end"])  # the barrier waited for both
+    by = {x["step"]: x for x in lines if "step" in x}
+    assert by["a"]["seconds"] >= 1.0 and by["b"]["seconds"] >= 1.0 and lines[-1]["total_seconds"] < by["a"]["seconds"] + by["b"]["seconds"]
+
+    cfg = {"steps": [
+        {"name": "slow", "kind": "run", "concurrent": True, "command": "echo $$ > slow.pid; exec sleep 120"},
+        {"name": "broken", "kind": "run", "concurrent": True, "command": "while [ ! -s slow.pid ]; do sleep 0.05; done; exit 3"},
+        {"name": "later", "kind": "run", "command": "touch later.txt"},
+    ]}
+    p, lines, secs = run_bootstrap(w, cfg)
+    assert p.returncode == 1
+    by = {x["step"]: x for x in lines if "step" in x}
+    assert (by["broken"]["status"], by["broken"]["detail"]) == ("failed", "exited 3")
+    assert (by["slow"]["status"], by["slow"]["detail"]) == ("stopped", "stopped: another step failed")
+    assert lines[-1]["failed"] == "broken" and lines[-1]["stopped"] == ["slow"] and lines[-1]["not_started"] == ["later"]
+    assert secs < 60  # the sleep 120 was ended, not waited for
+    slow_pid = int((w["box"] / "slow.pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(slow_pid, 0)
+    assert not (w["box"] / "later.txt").exists()
+    p, lines, _ = run_bootstrap(w, dict(cfg, steps=[cfg["steps"][0] | {"command": "true"}, cfg["steps"][2]]))
+    assert p.returncode == 0 and statuses(lines) == {"slow": "done", "later": "done"}  # the stopped step was not booked done
+
+
+def test_a_venv_reuses_what_the_image_already_has(world):
+    """The deps venv sees the image's site-packages, and uv is told not to install a requirement the
+    image meets (here pip, which every CPython image has; the wheelhouse has none, so installing it
+    would fail): a GPU image's torch is used as it is, not downloaded again."""
+    w = world
+    base = subprocess.run([sys.executable, "-c", "import sys; print(sys.base_prefix)"], capture_output=True, text=True).stdout.strip()
+    have = subprocess.run([os.path.join(base, "bin", "python3"), "-c", "import pip; print(pip.__version__)"], capture_output=True, text=True)
+    assert have.returncode == 0, "the test needs pip in the base interpreter"
+    cfg = {"steps": [{"name": "deps", "kind": "deps", "installer": "uv", "packages": ["pip>=1", "gpuops_probe==1.0"],
+                      "wheelhouse": str(w["wheels"]), "venv": ".venv"}]}
+    p, lines, _ = run_bootstrap(w, cfg)
+    assert p.returncode == 0, p.stdout + p.stderr
+    d = lines[0]["detail"]
+    assert d["reused"] == [f"pip=={have.stdout.strip()}"]
+    site = list((w["box"] / ".venv" / "lib").glob("python3*/site-packages"))[0]
+    assert (site / "gpuops_probe").exists() and not (site / "pip").exists()
+    out = subprocess.run([str(w["box"] / ".venv/bin/python"), "-c", "import pip, gpuops_probe; print(pip.__file__)"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith(base), out.stderr

@@ -9,7 +9,11 @@ It serves what ``hf_hub_download``, ``get_safetensors_metadata`` and ``snapshot_
   read without the weights); a missing file is 404 ``X-Error-Code: EntryNotFound``, a missing repo
   404 ``X-Error-Code: RepoNotFound``; a gated repo 401 ``X-Error-Code: GatedRepo``.
 - ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{revision}``: ``{"id", "sha",
-  "siblings": [{"rfilename", "size"}]}``.
+  "siblings": [{"rfilename", "size"}]}``; with ``?blobs=true`` each sibling also has ``blobId`` and,
+  for an LFS file, ``lfs: {"sha256", "size"}`` (as the hub's API answers).
+- LFS files (the weight suffixes of the hub's default .gitattributes, ``LFS_SUFFIXES``) are served
+  with ``X-Linked-Etag: "<sha256>"`` and ``X-Linked-Size`` beside ``ETag`` (their sha1), as the hub
+  does on the redirect to its CDN; huggingface_hub names the cached blob by the sha256.
 - ``GET /api/models/{repo}/tree/{revision}[/{path}]``: ``[{"type": "file", "path", "size", "oid"}]``.
 
 Weights are never real: ``safetensors_file(tensors)`` writes a valid header (dtype, shape,
@@ -55,6 +59,13 @@ def safetensors_file(tensors: dict[str, tuple[str, list[int]]], padding: int = 0
     return struct.pack("<Q", len(raw)) + raw + b"\0" * padding
 
 
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx")
+
+
+def _lfs(path: str) -> bool:
+    return path.endswith(LFS_SUFFIXES)
+
+
 class HubServer:
     """The stand-in hub; a context manager that starts and always stops its server thread."""
 
@@ -64,6 +75,16 @@ class HubServer:
         self.requests: list[tuple[str, str, str | None]] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._digests: dict[tuple[str, int], tuple[bytes, str]] = {}
+
+    def _digest(self, algo: str, data: bytes) -> str:
+        """hashlib's hex digest of ``data``, computed once per body (a ranged download asks for a
+        big file's ETag on every range: hashing 512 MB each time would be the stand-in's cost, not
+        the client's). The body is kept with its digest, so its id is not reused while cached."""
+        hit = self._digests.get((algo, id(data)))
+        if hit is None or hit[0] is not data:
+            hit = self._digests[(algo, id(data))] = (data, hashlib.new(algo, data).hexdigest())
+        return hit[1]
 
     # -- content ---------------------------------------------------------------------------------
     def add_repo(self, repo_id: str, files: dict[str, bytes | str | dict], gated: bool = False) -> str:
@@ -82,7 +103,7 @@ class HubServer:
         h = hashlib.sha1(repo_id.encode())
         for path in sorted(self.repos.get(repo_id, {})):
             h.update(path.encode())
-            h.update(hashlib.sha1(self.repos[repo_id][path]).digest())
+            h.update(bytes.fromhex(self._digest("sha1", self.repos[repo_id][path])))
         return h.hexdigest()
 
     @property
@@ -156,8 +177,10 @@ class HubServer:
             self._send(req, 404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"}, head)
             return
         data = files[path]
-        etag = '"' + hashlib.sha1(data).hexdigest() + '"'
+        etag = '"' + self._digest("sha1", data) + '"'
         headers = {"X-Repo-Commit": self.sha(repo), "ETag": etag, "Accept-Ranges": "bytes"}
+        if _lfs(path):
+            headers.update({"X-Linked-Etag": '"' + self._digest("sha256", data) + '"', "X-Linked-Size": str(len(data))})
         if rng and not head:
             m = re.match(r"bytes=(\d+)-(\d*)$", rng.strip())
             if m:
@@ -173,15 +196,25 @@ class HubServer:
         files = self._repo_or_error(req, repo, False)
         if files is None:
             return
+        blobs = "blobs=true" in req.path.partition("?")[2].lower()
+
+        def sibling(p: str, d: bytes) -> dict:
+            row: dict = {"rfilename": p, "size": len(d)}
+            if blobs:
+                row["blobId"] = self._digest("sha1", d)
+                if _lfs(p):
+                    row["lfs"] = {"sha256": self._digest("sha256", d), "size": len(d), "pointerSize": 134}
+            return row
+
         body = {"id": repo, "modelId": repo, "sha": self.sha(repo), "private": False, "gated": repo in self.gated,
-                "siblings": [{"rfilename": p, "size": len(d)} for p, d in sorted(files.items())]}
+                "siblings": [sibling(p, d) for p, d in sorted(files.items())]}
         self._send(req, 200, json.dumps(body).encode(), {"Content-Type": "application/json"}, False)
 
     def _tree(self, req, repo: str, prefix: str) -> None:
         files = self._repo_or_error(req, repo, False)
         if files is None:
             return
-        rows = [{"type": "file", "path": p, "size": len(d), "oid": hashlib.sha1(d).hexdigest()}
+        rows = [{"type": "file", "path": p, "size": len(d), "oid": self._digest("sha1", d)}
                 for p, d in sorted(files.items()) if p.startswith(prefix)]
         self._send(req, 200, json.dumps(rows).encode(), {"Content-Type": "application/json"}, False)
 

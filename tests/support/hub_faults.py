@@ -1,7 +1,9 @@
 """The stand-in Hugging Face hub (tests/support/hfhub.py) with what a weights download meets in the
 field: revisions (``main`` or the repo's commit sha; any other is 404 ``X-Error-Code:
 RevisionNotFound``, as huggingface_hub 2.4.0's ``hf_raise_for_status`` maps it), a bandwidth cap
-(``rate_bytes_s``: file bodies are sent in slices paced to that rate), and dropped connections
+per connection (``rate_bytes_s``: each file body is sent in slices paced to that rate, as one TCP
+stream from a far CDN gets), a link shared by every connection (``link_bytes_s``: all bodies
+together are paced to it, the box's own network; ``link_sent`` counts what went through), and dropped connections
 (``drop_after``: the next ``drop_times`` GETs of a file whose path ends with ``drop_path`` stop
 after that many body bytes and the socket is closed mid-body, as a reset download does). ``served_bytes`` counts body bytes sent per
 path, so a test can tell a resumed download from a restart.
@@ -10,6 +12,7 @@ path, so a test can tell a resumed download from a restart.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 
 from tests.support.hfhub import HubServer
@@ -18,9 +21,14 @@ from tests.support.hfhub import HubServer
 class FaultyHub(HubServer):
     """HubServer with revisions, a rate cap (bytes/s) and dropped downloads."""
 
-    def __init__(self, rate_bytes_s: float | None = None) -> None:
+    def __init__(self, rate_bytes_s: float | None = None, link_bytes_s: float | None = None) -> None:
         super().__init__()
         self.rate_bytes_s = rate_bytes_s
+        self.link_bytes_s = link_bytes_s
+        self._link = threading.Lock()
+        self._link_t0: float | None = None
+        self._link_due = 0  # bytes on the link's clock since _link_t0
+        self.link_sent = 0
         self.drop_after: int | None = None
         self.drop_times = 0
         self.drop_path = ""
@@ -61,6 +69,8 @@ class FaultyHub(HubServer):
                 req.wfile.write(chunk)
                 sent += len(chunk)
                 self.served_bytes[path] = self.served_bytes.get(path, 0) + len(chunk)
+                if self.link_bytes_s:
+                    self._pace_link(len(chunk))
                 if self.rate_bytes_s:
                     ahead = sent / self.rate_bytes_s - (time.monotonic() - t0)
                     if ahead > 0:
@@ -71,3 +81,17 @@ class FaultyHub(HubServer):
                 req.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             req.close_connection = True
+
+    def _pace_link(self, n: int) -> None:
+        """Hold this connection until the link, shared by all of them, has had time for ``n`` more
+        bytes: a virtual clock that starts at the first byte and never banks idle time."""
+        with self._link:
+            now = time.monotonic()
+            if self._link_t0 is None or self._link_t0 + self._link_due / self.link_bytes_s < now:
+                self._link_t0, self._link_due = now, 0  # an idle link banks nothing
+            self._link_due += n
+            self.link_sent += n
+            due = self._link_t0 + self._link_due / self.link_bytes_s
+        wait = due - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
