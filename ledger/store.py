@@ -261,6 +261,16 @@ class Ledger:
                 self._refused_at = time.monotonic()
             return default
 
+    def try_replay(self) -> int:
+        """One bounded attempt to apply the spool now, whatever a recent refusal said (`up` makes it
+        once the box is destroyed: a ledger back by then gets the close at once). Returns how many
+        writes were applied (0 when the ledger still refuses)."""
+        if not self.has_spool():
+            return 0
+        self._refused_at = None
+        with self.bounded():
+            return self.quick(self.replay_spool, 0)
+
     def held(self, session_id: str) -> Any | None:
         """The session row as this Ledger last wrote or read it (attribute access; no database
         read), or None when this process never saw it. Closing it in the spool closes it here too,

@@ -60,5 +60,6 @@ def test_job_exit_and_tokens_survive_a_locked_ledger(gpuops_home, fake_smi, tmp_
     row = led.get(summ["session"])
     assert (row.status, row.end_reason, row.exit_code, row.tokens) == ("closed", "job_end", 0, 1000)
     kinds = [e.kind for e in led.events(row.id)]
-    assert "job_exited" in kinds and "spool_replayed" in kinds and kinds[-1] == "closed"
+    assert "job_exited" in kinds and "spool_replayed" in kinds and kinds.count("closed") == 1
+    assert kinds[-1] in ("closed", "spool_replayed")  # the close itself may be what waited in the spool
     assert led.spooled() == [] and not led.spool_path.exists()
