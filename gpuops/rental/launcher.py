@@ -360,6 +360,10 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
+    if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
+        from ledger import Ledger
+
+        ledger = Ledger(settings.ledger_url())
     reporter.stage("plan")
     fault_point("plan")
     try:
@@ -370,10 +374,6 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         raise
     for n in p.notes:
         reporter.warn(n)
-    if ledger is None:
-        from ledger import Ledger
-
-        ledger = Ledger(settings.ledger_url())
     from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
