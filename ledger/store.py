@@ -784,8 +784,8 @@ class Ledger:
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
-        if row is not None:
-            self._hold("row", {}, row)
+        if row is not None and (session_id not in self._held or not self.has_spool()):
+            self._hold("row", {}, row)  # not over a held row whose later writes still wait in the spool
         return row
 
     def find(self, prefix: str) -> list[Session]:
