@@ -24,6 +24,7 @@ from gpuops.providers.base import InstanceStatus
 from gpuops.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.lifecycle.upproc import box_processes, no_box_processes
+from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
 from tests.support.emulators import runpod_provider, vast_provider  # noqa: F401  (fixtures)
 from tests.support.postgres import own_postgres  # noqa: F401  (fixture)
 from tests.teardown.conftest import wait_for
@@ -338,3 +339,46 @@ def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, 
     old = emu.market.instances[f"{inst.id}~old"]
     assert abs(row.ended_at - old.ended_t) <= END_TOLERANCE_S  # the billing clock of OUR instance
     assert [i.label for i in emu.live()] == ["team-b-training"]  # ours: 0 billing; theirs: untouched
+
+
+# -- a Vast spot box outbid mid-job ----------------------------------------------------------------
+def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(gpuops_home, sshd, vast_emulator, vast_provider,
+                                                                                tmp_path, monkeypatch):
+    import gpuops.launcher as launcher
+    from gpuops.remote import ensure_ssh_key
+
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    emu = vast_emulator
+    emu.market.ssh_endpoint = (sshd.host, sshd.port)
+    emu.faults.boot_s = 0.0
+    settings = _settings()
+    sshd.authorize(ensure_ssh_key(settings.data_path())[1])
+    frozen, go = tmp_path / "frozen", tmp_path / "go"
+    # The box prints until the market takes it back (then nothing more comes out of it); our sshd
+    # is not the instance, so SSH keeps answering and the job even exits 0: the old `up` booked that
+    # as job_end at full price.
+    job = _job(tmp_path, f'echo \'{{"tokens": 31}}\' >> "$GPUOPS_METRICS"\n'
+                         f'while [ ! -f {frozen} ]; do echo tick; sleep 0.1; done\n'
+                         f'while [ ! -f {go} ]; do sleep 0.05; done\n')
+    seen: dict = {}
+
+    class R(Reporter):
+        def job_line(self, text):
+            if text == "tick" and "preempted_at" not in seen:
+                (inst,) = emu.live()
+                emu.market.preempt(inst.id)
+                seen["preempted_at"] = emu.market.now()
+                seen["id"] = inst.id
+                frozen.write_text("")
+                threading.Timer(1.0, lambda: go.write_text("")).start()
+
+    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), settings, R(), provider=vast_provider)
+    assert summ["end_reason"] == "preempted", summ
+    assert emu.live() == []  # 0 billing: the stopped box (still billing disk) was destroyed
+    inst = emu.market.instances[seen["id"]]
+    gpu_end = max(t1 for _, t1, _, kind in inst.segments if kind == "gpu")
+    assert abs(gpu_end - seen["preempted_at"]) <= 0.5
+    row = Ledger(settings.ledger_url()).get(summ["session"])
+    assert (row.status, row.end_reason, row.tokens, row.spot) == ("closed", "preempted", 31, True)
+    assert abs(row.ended_at - gpu_end) <= END_TOLERANCE_S  # when the GPU stopped billing, not the destroy
+    assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * row.usd_per_hour, abs=1e-6)
