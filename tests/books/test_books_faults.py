@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 import pytest
 
-from gpuops import books as cmds
+from gpuops.rental import ledger_service as cmds
 from gpuops.errors import BadInput
 
 SHEET = ("date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion\n"

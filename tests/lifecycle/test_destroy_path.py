@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.launcher import Reporter, UpRequest, run_up
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
-from gpuops.reconcile import Context, reconcile
+from gpuops.rental.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.lifecycle.upproc import box_processes, no_box_processes
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
@@ -309,7 +309,7 @@ def test_a_job_printing_300_mb_is_streamed_in_bounded_memory(cli_env, gpuops_hom
 @pytest.mark.parametrize("name", ["runpod", "vast"])
 def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, request, monkeypatch):
     from gpuops.providers.base import CreateSpec, OfferQuery
-    from gpuops.sessions import down
+    from gpuops.rental.sessions import down
     from ledger import Session as Row
 
     emu = request.getfixturevalue(f"{name}_emulator")
@@ -344,8 +344,8 @@ def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, 
 # -- a Vast spot box outbid mid-job ----------------------------------------------------------------
 def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(gpuops_home, sshd, vast_emulator, vast_provider,
                                                                                 tmp_path, monkeypatch):
-    import gpuops.launcher as launcher
-    from gpuops.remote import ensure_ssh_key
+    import gpuops.rental.launcher as launcher
+    from gpuops.box.ssh import ensure_ssh_key
 
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     emu = vast_emulator
