@@ -37,6 +37,7 @@ META = ".gpuops"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
 MAX_OFFER_ATTEMPTS = 3
 LOG_POLL_S = 0.2
+MAX_JOB_LINE_BYTES = 64 * 1024  # the longest piece of one job output line shown at once (flat memory)
 # The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
 # change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
 WRAPPER_STALE_S = 30.0
@@ -690,9 +691,6 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
         s.job_seconds = round(ended.ended - ended.started, 3)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code})
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
-
-
-MAX_JOB_LINE_BYTES = 64 * 1024  # the longest piece of one job output line shown at once
 
 
 def _read_tokens(s: UpRun) -> int | None:
