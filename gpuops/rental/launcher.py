@@ -804,7 +804,8 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
                        by=f"up:{socket.gethostname()}:{os.getpid()}", instance_id=s.instance.id if s.instance else None,
                        exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None, last_seen_at=s.last_seen_at)
     s.end_reason = EndReason.parse(ended.reason) or reason
-    if ended.error and not ended.destroyed and s.instance is not None:
+    gave_up = ended.error and not ended.destroyed and not ended.closed and ended.error != "ledger write spooled"
+    if gave_up and s.instance is not None:  # (a refused destroy of a reused id closes the row: not this)
         reporter.warn(f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {ended.error}; "
                       "run `gpuops down " + s.id + "` or `gpuops reconcile`")
     ledger.try_replay()  # the box is gone; a ledger that is back takes the spooled close now

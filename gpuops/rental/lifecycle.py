@@ -319,7 +319,8 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
         t, source = float(row.created_at), "create"  # never rented: nothing billed
     else:
         last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id, before=now)) if already_gone else None
-        t, source = end_time(None if refused else provider, iid, inst, already_gone, row, last_event, now, last_seen_at)
+        asked = None if (refused and inst is None) else provider  # the reused id's record is not ours
+        t, source = end_time(asked, iid, inst, already_gone, row, last_event, now, last_seen_at)
     if iid:
         ledger.event(session_id, EventKind.DESTROYED, {"instance": iid, "by": by, "already_gone": already_gone, "end_source": source})
     if exit_code is None:
