@@ -4,8 +4,12 @@ on-box agent (bootstrap/agent.py) apply, so a box ends the same way whoever dest
 A local box is a directory ROOT. Every process gpuops starts for it runs in a process group
 recorded in ``ROOT/.gpuops/pgids`` and carries ``GPUOPS_LOCAL_BOX=<abs ROOT>`` in its environment
 (gpuops.box.local.LocalBox), which its descendants inherit even when they leave the group (setsid,
-daemons). Destroy = TERM the groups and the marked strays, KILL what is left after the grace, then
-write ``ROOT/destroyed.json``. Stdlib only, python3 >= 3.8, Linux /proc (groups only elsewhere).
+daemons). The marker is not enough (``env -i`` drops it): the job wrapper is a child subreaper
+(bootstrap/jobwrap.py), so every process the job starts stays a descendant of a recorded group's
+process. Destroy = note every descendant of the recorded groups' processes (parent links in /proc),
+TERM the groups, KILL what is left after the grace, then TERM/KILL the noted descendants and the
+marked strays, then write ``ROOT/destroyed.json``. Stdlib only, python3 >= 3.8, Linux /proc
+(groups only elsewhere).
 """
 
 import json
@@ -97,6 +101,36 @@ def marked_processes(root, spare_pgid=None):
     return out
 
 
+def _below_groups(groups, spare_pgid=None):
+    """PIDs that descend (parent links in /proc) from a live process of one of ``groups``, outside
+    those groups and ``spare_pgid`` -- what a job wrapper (a child subreaper) holds after setsid."""
+    if not groups or not os.path.isdir("/proc/self"):
+        return []
+    stats, children = {}, {}
+    for pid in pids():
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as f:
+                data = f.read().decode("ascii", "replace")
+            rest = data[data.rfind(")") + 2:].split()
+            stats[pid] = (rest[0], int(rest[1]), int(rest[2]))
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(stats[pid][1], []).append(pid)
+    wanted = set(groups)
+    todo = [p for p, st in stats.items() if st[2] in wanted and st[0] not in ("Z", "X")]
+    out, seen = [], set(todo)
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c in seen:
+                continue
+            seen.add(c)
+            todo.append(c)
+            st = stats.get(c)
+            if st is not None and st[2] not in wanted and st[2] != spare_pgid and c != os.getpid():
+                out.append(c)
+    return out
+
+
 def _term_then_kill(targets, send, alive, grace_seconds):
     for t in targets:
         try:
@@ -133,8 +167,10 @@ def end_box(root, grace_seconds, spare_pgid=None, by="gpuops", now=None):
         except (OSError, ValueError):
             groups = []
         groups = [g for g in groups if g > 1 and g != spare_pgid and g != os.getpgrp() and group_is_marked(g, root)]
+    below = _below_groups(groups, spare_pgid)  # before any signal: a dying subreaper hands its orphans to init
+    if groups:
         _term_then_kill(groups, os.killpg, _group_alive, grace_seconds)
-    strays = marked_processes(root, spare_pgid)
+    strays = sorted(set(marked_processes(root, spare_pgid)) | {p for p in below if _alive(p)})
     _term_then_kill(strays, os.kill, _alive, grace_seconds)
     if not os.path.exists(done):
         tmp = "%s.%d.tmp" % (done, os.getpid())

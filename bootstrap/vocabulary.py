@@ -123,6 +123,8 @@ class EventKind(_Word):
     UNKNOWN = "unknown"  # the instance is not visible to the key held here and the row has no account: left open
     DELIVERY_MISMATCH = "delivery_mismatch"  # detail {"ordered", "delivered", "problem"}: the box is not the order
     SPOOL_REPLAYED = "spool_replayed"  # writes that failed earlier were replayed from the spool
+    REBOOKED = "rebooked"  # the ledger file vanished under `up`; the row was booked again from memory
+    DESTROY_REFUSED = "destroy_refused"  # detail {"instance", "expected_label", "label", ...}: the id answers for an instance not ours
     NOTE = "note"  # `ledger note`
     # books (ledger/sync.py)
     CHARGED = "charged"  # `ledger sync --apply` booked the provider's charge; detail {"charged_usd", "estimated_usd", "storage_usd"}

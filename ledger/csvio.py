@@ -519,7 +519,15 @@ def _date(v: str, tzinfo) -> float:
     return d.timestamp()
 
 
-def _row_id(cells: list[str], seen: dict[bytes, int]) -> str:
+# What an import says of a line that repeats an earlier one exactly and has no session id. It is
+# booked (two equal rentals on one day are real: a run repeated at the same price and length) but
+# noted, since a pasted-twice line doubles its cost; with --strict it is refused.
+REPEATED_LINE_NOTE = ("repeats an earlier line exactly and has no session id: two rentals alike, or one line "
+                      "pasted twice? (delete the copy, or give each row a session id)")
+
+
+def _row_id(cells: list[str], seen: dict[bytes, int]) -> tuple[str, int]:
+    """(the row's id, how many times this exact line has been seen so far, this one included)."""
     # Same spreadsheet, same ids: importing a file twice is refused instead of doubling the books.
     # Identical lines are distinct rentals, so the occurrence count is part of the key.
     import hashlib  # its OpenSSL binding costs ~2 ms of start-up: only rows without a session id need it
@@ -527,7 +535,7 @@ def _row_id(cells: list[str], seen: dict[bytes, int]) -> str:
     key = "\x1f".join(c.strip() for c in cells)
     digest = hashlib.sha256(key.encode()).digest()
     seen[digest] = seen.get(digest, 0) + 1
-    return "imp-" + hashlib.sha256(f"{key}\x1e{seen[digest]}".encode()).hexdigest()[:16]
+    return "imp-" + hashlib.sha256(f"{key}\x1e{seen[digest]}".encode()).hexdigest()[:16], seen[digest]
 
 
 class CsvImport:
@@ -749,7 +757,11 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         if tokens > MAX_IMPORT_TOKENS:
             raise _Bad(f"tokens {tokens} is above {MAX_IMPORT_TOKENS:,} (the ledger's tokens column)")
         sid = sid.strip()
-        sid = (unneutralize(sid) if sid[:1] == "'" else sid) or _row_id(cells[:-1], seen)
+        sid = unneutralize(sid) if sid[:1] == "'" else sid
+        if not sid:
+            sid, repeat = _row_id(cells[:-1], seen)
+            if repeat > 1:
+                notes = (notes or []) + [REPEATED_LINE_NOTE]
         experiment = experiment.strip()
         if experiment[:1] == "'":
             experiment = unneutralize(experiment)

@@ -24,25 +24,25 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_MIGRATION_LOCK = 7401
 
 
-def _sqlite_pragmas(dbapi_conn, _record) -> None:
+def _sqlite_pragmas(dbapi_conn, _record, busy_timeout_ms: int | None = None) -> None:
     # Let SQLAlchemy's "begin" hook issue BEGIN itself (see _sqlite_begin).
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-    _ensure_wal(cur)
+    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms if busy_timeout_ms is not None else SQLITE_BUSY_TIMEOUT_MS)}")
+    _ensure_wal(cur, busy_timeout_ms)
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.close()
 
 
-def _ensure_wal(cur) -> None:
+def _ensure_wal(cur, busy_timeout_ms: int | None = None) -> None:
     """Switch the file to WAL (persistent: only the first opener of a new ledger does it). The
     switch needs the file to itself and SQLite answers "locked" at once instead of waiting on the
     busy timeout when several processes open a new ledger together, so retry for a bounded time."""
     import sqlite3
     import time
 
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + (busy_timeout_ms if busy_timeout_ms is not None else SQLITE_BUSY_TIMEOUT_MS) / 1000
     while True:
         try:
             if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
@@ -90,20 +90,33 @@ def _private_file(path: Path) -> None:
 PG_CONNECT_TIMEOUT_S = 10
 
 
-def open_engine(url: str) -> sa.engine.Engine:
+def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
     """An engine for the ledger at SQLAlchemy ``url`` with its migrations applied. Creates the
     SQLite file's folder. Raises sqlalchemy errors for an unreachable database (PostgreSQL: within
-    ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer)."""
+    ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer), and
+    ``ledger.schema_version.LedgerTooNew`` for a ledger a newer gpuops wrote.
+
+    ``deadline_s``: a short engine for the writes around a destroy (``Ledger.bounded``): SQLite
+    waits at most that long for a lock; PostgreSQL connects within it (whole seconds, at least 1:
+    libpq's unit), runs each statement and waits on each lock at most that long, and pings a pooled
+    connection before use (a restarted server's old connections are not an error)."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         _private_file(Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser())
     kwargs: dict[str, Any] = {}
+    busy_ms = None if deadline_s is None else max(1, int(deadline_s * 1000))
     if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
-    elif url.startswith("postgresql") and "connect_timeout" not in url:
-        kwargs["connect_args"] = {"connect_timeout": PG_CONNECT_TIMEOUT_S}
+        kwargs["connect_args"] = {"timeout": (busy_ms or SQLITE_BUSY_TIMEOUT_MS) / 1000, "check_same_thread": False}
+    elif url.startswith("postgresql"):
+        args: dict[str, Any] = {}
+        if "connect_timeout" not in url or deadline_s is not None:
+            args["connect_timeout"] = PG_CONNECT_TIMEOUT_S if deadline_s is None else max(1, int(-(-deadline_s // 1)))
+        if busy_ms is not None:
+            args["options"] = f"-c statement_timeout={busy_ms} -c lock_timeout={busy_ms}"
+            kwargs["pool_pre_ping"] = True
+        kwargs["connect_args"] = args
     engine = sa.create_engine(url, **kwargs)
     if url.startswith("sqlite"):
-        sa_event.listen(engine, "connect", _sqlite_pragmas)
+        sa_event.listen(engine, "connect", lambda c, r: _sqlite_pragmas(c, r, busy_ms))
         sa_event.listen(engine, "begin", _sqlite_begin)
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":

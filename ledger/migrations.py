@@ -276,12 +276,17 @@ def applied(conn: Connection) -> list[str]:
 
 def migrate(conn: Connection, upto: str | None = None) -> list[str]:
     """Apply pending migrations in order inside the caller's transaction; returns their names.
+    Raises ``ledger.schema_version.LedgerTooNew`` (nothing applied) when the ledger holds a
+    migration this code does not know.
 
     ``upto``: stop after the migration of that name (tests build old-schema ledgers with it).
     """
+    from ledger.schema_version import check_known
+
     table = _migrations_table()
     table.metadata.create_all(conn)
     done = set(applied(conn))
+    check_known(done)  # a newer gpuops's ledger: refuse before anything is written or rented
     ran = []
     names = [n for n, _ in MIGRATIONS]
     wanted = MIGRATIONS if upto is None else MIGRATIONS[: names.index(upto) + 1]

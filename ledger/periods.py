@@ -14,6 +14,10 @@ from datetime import date, datetime, timezone
 MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
 
 
+# The months a report can name: the calendar of ``datetime`` runs from year 1 to 9999, and a month's
+# end is the first day of the next one.
+FIRST_MONTH, LAST_MONTH = "0001-01", "9999-11"
+
 DAY_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
 
@@ -37,11 +41,15 @@ def zone(tz: str | None):
 def month_bounds(month: str, tz: str | None = None) -> tuple[float, float]:
     """[start, end) epoch seconds of ``YYYY-MM`` in time zone ``tz`` (None = local).
 
-    Raises ValueError for any other format, a month outside 01..12, or an unknown zone.
+    Raises ValueError for any other format, a month outside 01..12, a month outside
+    ``FIRST_MONTH``..``LAST_MONTH`` (its end must be a date ``datetime`` can hold: 9999-12 would end
+    in year 10000), or an unknown zone.
     """
     m = MONTH_RE.match(month)
     if not m or not 1 <= int(m.group(2)) <= 12:
         raise ValueError(f"month must look like 2026-11, got {month!r}")
+    if not FIRST_MONTH <= month <= LAST_MONTH:  # same width and format: text order is date order
+        raise ValueError(f"month {month} is outside the months the books can count ({FIRST_MONTH} .. {LAST_MONTH})")
     year, mon = int(m.group(1)), int(m.group(2))
     z = zone(tz)
     start = datetime(year, mon, 1, tzinfo=z)

@@ -4,9 +4,21 @@ every committed transition in place.
 
 A write the database refuses (disk full, a lock held past the busy timeout, an unreachable
 server: ``sqlalchemy.exc.OperationalError``) is not lost: events, field updates, heartbeats, end
-requests and closes go to a local spool file (JSON lines, ``Ledger.spool_path``) and are replayed,
-in order, before the next write that succeeds (or by ``replay_spool()``). Vocabulary members
-(``bootstrap.vocabulary``) are stored as their plain strings.
+requests, bootstrap steps and closes go to a local spool file (JSON lines, ``Ledger.spool_path``)
+and are replayed, in order, before the next write that succeeds, by the next ``open_sessions()``
+(``ps``, ``watchdog``, ``reconcile``), or by ``replay_spool()``. When that file cannot be written
+either (the same full disk) the line goes to a second spool on another filesystem
+(``fallback_spool_path``: the user's runtime dir or /dev/shm); when that fails too the line is kept
+in ``Ledger.lost`` for the caller to print as a ``gpuops ledger replay 'LINE'`` command.
+
+Around a destroy nothing may wait on the database: ``with ledger.bounded():`` gives every write a
+short deadline (``BOUNDED_S``: a short busy timeout / connect and statement timeout, and a thread
+that gives up waiting) after which the write is spooled; once one write was refused, the next ones
+within ``REFUSED_HOLD_S`` go straight to the spool. The rows this Ledger wrote or read are kept in
+memory (``held``), so ending a rental needs no read. An SQLite file removed under a running
+process is noticed at the next write (``notices``): the file is created anew and the held rows are
+booked into it again. Vocabulary members (``bootstrap.vocabulary``) are stored as their plain
+strings.
 
 Start-up is a hot path (`ps`, `watchdog --once` every minute from cron): on an SQLite ledger that
 is already at the newest schema the engine (SQLAlchemy, SQLModel) is opened by the first write, and
@@ -18,8 +30,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ledger.billing import billed_cost, unseen_end
@@ -51,9 +66,58 @@ def _spooled_errors() -> tuple[type[BaseException], ...]:
     return (sa.exc.OperationalError,)
 
 
+def _sqlite_path(url: str) -> Path | None:
+    """The file of an SQLite ``url`` (None for a server or an in-memory database)."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        return Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser()
+    return None
+
+
+def _file_id(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, None when it does not exist (or is no file)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def _plain(v: Any) -> Any:
     """A vocabulary member as its plain str (drivers and JSON get exactly the old text)."""
     return str.__str__(v) if isinstance(v, str) and type(v) is not str else v
+
+
+# Writes inside ``Ledger.bounded()`` wait at most this long for the database (seconds): a short
+# lock, a slow commit and a network round trip fit; a locked, full or stopped ledger does not.
+BOUNDED_S = 2.0
+# After a bounded write was refused, the next ones skip the database for this long (seconds): a
+# ledger that is down costs one deadline, not one per write between the job's end and the destroy.
+REFUSED_HOLD_S = 15.0
+
+
+class _Late(Exception):
+    """A bounded write that did not finish by its deadline (spooled like a refused one)."""
+
+
+def fallback_spool_path(url: str) -> Path:
+    """The second spool, for when the first cannot be written (its disk is the ledger's, and full):
+    ``$GPUOPS_SPOOL_FALLBACK_DIR``, else ``$XDG_RUNTIME_DIR/gpuops/spool``, else
+    ``/dev/shm/gpuops-<uid>/spool`` (memory-backed: another filesystem than any disk), else the
+    temp dir; file ``<sha256(url)[:12]>.jsonl``. It lives until reboot: every later actor replays it."""
+    import tempfile
+
+    base = os.environ.get("GPUOPS_SPOOL_FALLBACK_DIR")
+    if not base:
+        run = os.environ.get("XDG_RUNTIME_DIR")
+        if run and os.path.isdir(run):
+            base = os.path.join(run, "gpuops", "spool")
+        elif os.path.isdir("/dev/shm"):
+            base = os.path.join("/dev/shm", f"gpuops-{os.getuid() if hasattr(os, 'getuid') else 'user'}", "spool")
+        else:
+            base = os.path.join(tempfile.gettempdir(), "gpuops-spool")
+    return Path(base) / (hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl")
 
 
 def default_spool_path(url: str) -> Path:
@@ -104,19 +168,38 @@ class Ledger:
     def __init__(self, url: str, spool_path: str | Path | None = None):
         self.url = url
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
+        self.fallback_spool_path = fallback_spool_path(url)
+        self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
+        self.notices: list[str] = []  # what the caller should tell the user (a ledger file that vanished)
+        self._held: dict[str, dict] = {}  # session id -> the row as this process last wrote or read it
+        self._bound: float | None = None  # the deadline of ``bounded()`` writes, seconds
+        self._short = None  # the engine of bounded writes (short timeouts)
+        self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
         self._engine = None
+        self._file = _sqlite_path(url)
+        self._file_id = _file_id(self._file)
         # A current SQLite file is read with sqlite3 until the first write opens the engine.
         self._sqlite = sqlite_current_file(url)
         if self._sqlite is None:
             self._engine = self.engine  # migrate now: an old or new ledger, or a server
+            self._file_id = _file_id(self._file)
 
     @property
     def engine(self):
-        """The SQLAlchemy engine (opened, and migrations applied, on first use)."""
-        if self._engine is None:
-            from ledger.engine import open_engine
+        """The SQLAlchemy engine (opened, and migrations applied, on first use); inside
+        ``bounded()`` the short-deadline engine."""
+        from ledger.engine import open_engine
 
+        if self._bound is not None:
+            if self._short is None:
+                self._short = open_engine(self.url, deadline_s=self._bound)
+                if self._file_id is None:
+                    self._file_id = _file_id(self._file)
+            return self._short
+        if self._engine is None:
             self._engine = open_engine(self.url)
+            if self._file_id is None:
+                self._file_id = _file_id(self._file)
         return self._engine
 
     @property
@@ -125,83 +208,268 @@ class Ledger:
         opened yet), else None: a hot path may then read or write it with ``sqlite3`` itself."""
         return self._sqlite if self._engine is None else None
 
-    # -- the spool ----------------------------------------------------------------------------
-    def _spool(self, op: str, **args: Any) -> None:
-        """Append one refused write to the spool (best effort: if this fails too, it is lost, but
-        nothing raises into the caller, whose rental must still end)."""
+    # -- bounded writes, rows held in memory, a file that vanished -----------------------------
+    @contextmanager
+    def bounded(self, seconds: float = BOUNDED_S):
+        """Inside: every spoolable write and every ``quick`` read waits at most ``seconds`` for the
+        database, then is spooled (a read: answers its default). Re-entrant (the shortest wins)."""
+        prev = self._bound
+        self._bound = seconds if prev is None else min(prev, seconds)
         try:
-            self.spool_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.spool_path, "a", encoding="utf-8") as f:
-                f.write(json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}}, sort_keys=True) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError:
-            pass
+            yield self
+        finally:
+            self._bound = prev
 
-    def spooled(self) -> list[dict]:
-        """The writes waiting in the spool, oldest first (``{"op", "args"}``)."""
+    def _run(self, fn, args: dict) -> Any:
+        """``fn(**args)``; inside ``bounded()`` in a worker thread given the deadline plus 1 s
+        (raises _Late after it: a server that stopped answering mid-statement cannot hold us; the
+        late write may still land, which the replay of its spooled copy makes at worst a repeated
+        event -- closes, end requests and updates apply once)."""
+        if self._bound is None:
+            return fn(**args)
+        box: dict = {}
+
+        def work() -> None:
+            try:
+                box["out"] = fn(**args)
+            except BaseException as e:  # noqa: BLE001  handed to the caller's thread
+                box["err"] = e
+
+        t = threading.Thread(target=work, name="gpuops-ledger-write", daemon=True)
+        t.start()
+        t.join(self._bound + 1.0)
+        if t.is_alive():
+            raise _Late(f"the ledger did not answer within {self._bound:g} s")
+        if "err" in box:
+            raise box["err"]
+        return box.get("out")
+
+    def _refusing(self) -> bool:
+        """True inside ``bounded()`` while a refusal is recent: skip the database, spool at once."""
+        return (self._bound is not None and self._refused_at is not None
+                and time.monotonic() - self._refused_at < REFUSED_HOLD_S)
+
+    def quick(self, fn, default: Any = None) -> Any:
+        """``fn()`` (a read of this ledger) bounded like a write inside ``bounded()``; ``default``
+        when the database fails or is late (never raises a database error)."""
+        if self._refusing():
+            return default
         try:
-            text = self.spool_path.read_text(encoding="utf-8")
-        except OSError:
-            return []
+            return self._run(lambda: fn(), {})
+        except _spooled_errors() + (_Late,):
+            if self._bound is not None:
+                self._refused_at = time.monotonic()
+            return default
+
+    def try_replay(self) -> int:
+        """One bounded attempt to apply the spool now, whatever a recent refusal said (`up` makes it
+        once the box is destroyed: a ledger back by then gets the close at once). Returns how many
+        writes were applied (0 when the ledger still refuses)."""
+        if not self.has_spool():
+            return 0
+        self._refused_at = None
+        with self.bounded():
+            return self.quick(self.replay_spool, 0)
+
+    def held(self, session_id: str) -> Any | None:
+        """The session row as this Ledger last wrote or read it (attribute access; no database
+        read), or None when this process never saw it. Closing it in the spool closes it here too,
+        with the cost the database would book (``billed_cost``)."""
+        d = self._held.get(session_id)
+        return SimpleNamespace(**d) if d is not None else None
+
+    def _hold(self, op: str, args: dict, out: Any = None) -> None:
+        sid = args.get("session_id")
+        if op == "row" and out is not None:
+            self._held[out.id] = dict(out.model_dump())
+            return
+        d = self._held.get(sid) if sid else None
+        if d is None:
+            return
+        if op == "update":
+            d.update({k: v for k, v in args.items() if k != "session_id"})
+        elif op == "request_end" and d.get("status") != str(RowStatus.CLOSED) and not d.get("end_reason"):
+            d["end_reason"] = args["reason"]
+        elif op == "heartbeat" and (d.get("last_heartbeat_at") or 0) < args["at"]:
+            d["last_heartbeat_at"] = args["at"]
+        elif op == "close":
+            if out is not None:
+                self._held[sid] = dict(out.model_dump())
+            elif d.get("status") != str(RowStatus.CLOSED):
+                fields = {k: v for k, v in args.items() if k not in ("session_id", "ended_at", "reason", "exit_code")}
+                inc = fields.pop("billing_increment_seconds", d.get("billing_increment_seconds"))
+                seconds, cost = billed_cost(d.get("usd_per_hour"), d.get("instance_created_at"), args["ended_at"], inc)
+                d.update(fields, status=str(RowStatus.CLOSED), ended_at=args["ended_at"], end_reason=d.get("end_reason") or args["reason"],
+                         end_source=fields.get("end_source") or d.get("end_source") or "destroy", billed_seconds=seconds, cost_usd=cost,
+                         billing_increment_seconds=inc)
+                if args.get("exit_code") is not None:
+                    d["exit_code"] = args["exit_code"]
+
+    def _check_vanished(self) -> None:
+        """An SQLite file removed or replaced under this process: say so (``notices``), drop the
+        engines (their connections write to the removed file), create the file anew and book the
+        held rows into it again. Cheap: one stat."""
+        if self._file is None or self._file_id is None or _file_id(self._file) == self._file_id:
+            return
+        for eng in (self._engine, self._short):
+            if eng is not None:
+                eng.dispose()
+        self._engine = self._short = None
+        self._sqlite = None
+        self._file_id = None
+        n = self._rebook()
+        self.notices.append(f"the ledger file {self._file} vanished during this run (removed or replaced); "
+                            f"a new one was made there and the {n} session(s) this run holds were booked into it again")
+
+    def _rebook(self) -> int:
+        """Insert the held rows the ledger no longer has (with an ``intent`` and a ``rebooked``
+        event); returns how many. Database errors leave the rest to the spool."""
+        DbSession, select, Session, Event, BootstrapStep = _orm()
+        done = 0
+        for sid, d in list(self._held.items()):
+            try:
+                with DbSession(self.engine) as db:
+                    if db.get(Session, sid) is not None:
+                        continue
+                    db.add(Session(**d))
+                    db.flush()
+                    db.add(Event(session_id=sid, at=d.get("created_at") or time.time(), kind=str(EventKind.INTENT), detail=""))
+                    db.add(Event(session_id=sid, at=time.time(), kind=str(EventKind.REBOOKED), detail="the ledger file vanished; rebooked from memory"))
+                    db.commit()
+                    done += 1
+            except _spooled_errors():
+                break
+        if self._file is not None:
+            self._file_id = _file_id(self._file)
+        return done
+
+    # -- the spool ----------------------------------------------------------------------------
+    def _spool_paths(self) -> list[Path]:
+        return [self.spool_path] + ([self.fallback_spool_path] if self.fallback_spool_path != self.spool_path else [])
+
+    def has_spool(self) -> bool:
+        """True when writes wait in either spool file."""
+        return any(p.exists() for p in self._spool_paths())
+
+    def _spool(self, op: str, **args: Any) -> None:
+        """Append one refused write to the spool, else to the fallback spool (another filesystem),
+        else keep it in ``lost`` (the caller prints it as a replay command). Each line starts with
+        a newline, so a line a full disk cut short never swallows the next one. Never raises."""
+        line = json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}, "t": time.time()}, sort_keys=True)
+        for path in self._spool_paths():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                try:
+                    data = ("\n" + line + "\n").encode("utf-8")
+                    if os.write(fd, data) != len(data):
+                        raise OSError("short write")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                return
+            except OSError:
+                continue
+        self.lost.append(line)
+
+    @staticmethod
+    def _entries(text: str) -> list[dict]:
         out = []
         for line in text.splitlines():
+            if not line.strip():
+                continue
             try:
-                out.append(json.loads(line))
+                e = json.loads(line)
             except ValueError:
-                continue  # a line cut by a crash mid-write
+                continue  # a line cut by a crash or a full disk mid-write
+            if isinstance(e, dict):
+                out.append(e)
         return out
 
+    def spooled(self) -> list[dict]:
+        """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``)."""
+        out = []
+        for path in self._spool_paths():
+            try:
+                out += self._entries(path.read_text(encoding="utf-8"))
+            except OSError:
+                continue
+        return sorted(out, key=lambda e: e.get("t") or 0.0)
+
+    def replay_line(self, line: str) -> bool:
+        """Apply one spool line (``gpuops ledger replay 'LINE'``: what was printed when no spool
+        could be written). Returns True when applied; False for a line that is not one (or whose
+        session is not in this ledger). Database errors propagate."""
+        got = self._entries(line)
+        if len(got) != 1:
+            return False
+        try:
+            return self._apply(got[0])
+        except KeyError:
+            return False
+
+    def _apply(self, e: dict) -> bool:
+        op, args = e.get("op"), dict(e.get("args") or {})
+        if op == "event":
+            self._event(**args)
+        elif op == "update":
+            self._set_with_event(args.pop("session_id"), None, "", **args)
+        elif op == "heartbeat":
+            self._heartbeat(**args)
+        elif op == "request_end":
+            self._request_end(**args)
+        elif op == "close":
+            self._close(**args)
+        elif op == "steps":
+            self._add_steps(**args)
+        else:
+            return False
+        return True
+
     def replay_spool(self) -> int:
-        """Apply spooled writes in order; returns how many were applied. The spool is claimed by
-        renaming it first, so two processes never replay the same lines; writes that fail again
+        """Apply spooled writes in order; returns how many were applied. Each spool file is claimed
+        by renaming it first, so two processes never replay the same lines; writes that fail again
         go back to the spool. Raises nothing for database errors (they re-spool)."""
-        if not self.spool_path.exists():
+        claimed = []
+        for path in self._spool_paths():
+            if not path.exists():
+                continue
+            mine = path.with_name(path.name + f".{os.getpid()}.replay")
+            try:
+                os.replace(path, mine)
+            except OSError:
+                continue
+            claimed.append(mine)
+        if not claimed:
             return 0
-        claimed = self.spool_path.with_name(self.spool_path.name + f".{os.getpid()}.replay")
-        try:
-            os.replace(self.spool_path, claimed)
-        except OSError:
-            return 0
-        try:
-            entries = []
-            for line in claimed.read_text(encoding="utf-8").splitlines():
-                try:
-                    entries.append(json.loads(line))
-                except ValueError:
-                    continue
-        except OSError:
-            return 0
+        entries = []
+        for c in claimed:
+            try:
+                entries += self._entries(c.read_text(encoding="utf-8"))
+            except OSError:
+                continue
+        entries.sort(key=lambda e: e.get("t") or 0.0)
         done = 0
         sessions: set[str] = set()
         for i, e in enumerate(entries):
-            op, args = e.get("op"), e.get("args") or {}
             try:
-                if op == "event":
-                    self._event(**args)
-                elif op == "update":
-                    self._set_with_event(args.pop("session_id"), None, "", **args)
-                elif op == "heartbeat":
-                    self._heartbeat(**args)
-                elif op == "request_end":
-                    self._request_end(**args)
-                elif op == "close":
-                    self._close(**args)
-                else:
+                if not self._apply(e):
                     continue
             except _spooled_errors():
                 for rest in entries[i:]:
-                    self._spool(rest["op"], **(rest.get("args") or {}))
+                    self._spool(rest.get("op"), **(rest.get("args") or {}))
                 break
             except KeyError:
                 continue  # a session that is not in this ledger: nothing to apply it to
             done += 1
-            if args.get("session_id"):
-                sessions.add(args["session_id"])
-        try:
-            claimed.unlink()
-        except OSError:
-            pass
+            sid = (e.get("args") or {}).get("session_id")
+            if sid:
+                sessions.add(sid)
+        for c in claimed:
+            try:
+                c.unlink()
+            except OSError:
+                pass
         for sid in sessions:
             try:
                 self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
@@ -210,15 +478,30 @@ class Ledger:
         return done
 
     def _guarded(self, op: str, fn, **args: Any) -> Any:
-        """Run one write; a refused write is spooled (returns None), else pending spool lines are
-        replayed after it (order: what was spooled first happened first, so replay before)."""
-        if self.spool_path.exists():
-            self.replay_spool()
+        """Run one write; a refused (or, inside ``bounded()``, late) write is spooled (returns
+        None), else pending spool lines are replayed before it (what was spooled first happened
+        first). The held row follows either way."""
         try:
-            return fn(**args)
-        except _spooled_errors():
+            self._check_vanished()
+        except Exception:  # noqa: BLE001  a new file that cannot be made: the write below spools
+            pass
+        if self._refusing():
             self._spool(op, **args)
+            self._hold(op, args)
             return None
+        try:
+            if self.has_spool():
+                self._run(lambda: self.replay_spool(), {})
+            out = self._run(fn, args)
+        except _spooled_errors() + (_Late,):
+            if self._bound is not None:
+                self._refused_at = time.monotonic()
+            self._spool(op, **args)
+            self._hold(op, args)
+            return None
+        self._refused_at = None
+        self._hold(op, args, out)
+        return out
 
     # -- writes -------------------------------------------------------------------------------
     def add_session(self, row: Session) -> None:
@@ -229,6 +512,8 @@ class Ledger:
             db.flush()  # the row must exist before its event (no ORM relationship orders them)
             db.add(Event(session_id=row.id, at=row.created_at, kind=str(EventKind.INTENT), detail=""))
             db.commit()
+            db.refresh(row)
+        self._hold("row", {}, row)
 
     def update(self, session_id: str, **fields: Any) -> None:
         """Set fields of a session row in one short transaction (spooled when the database refuses
@@ -250,7 +535,12 @@ class Ledger:
             db.commit()
 
     def add_steps(self, session_id: str, steps: Iterable[dict]) -> None:
-        """Store bootstrap step lines ``{"step", "status", "seconds", "detail"}``."""
+        """Store bootstrap step lines ``{"step", "status", "seconds", "detail"}`` (spooled when the
+        database refuses them)."""
+        steps = [{k: s.get(k) for k in ("step", "status", "seconds", "detail") if k in s} for s in steps]
+        self._guarded("steps", self._add_steps, session_id=session_id, steps=steps)
+
+    def _add_steps(self, session_id: str, steps: list[dict]) -> None:
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             for s in steps:
@@ -490,9 +780,13 @@ class Ledger:
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, session_id: str) -> Session | None:
+        """The session row (None when there is none); this Ledger then holds it (``held``)."""
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
-            return db.get(Session, session_id)
+            row = db.get(Session, session_id)
+        if row is not None and (session_id not in self._held or not self.has_spool()):
+            self._hold("row", {}, row)  # not over a held row whose later writes still wait in the spool
+        return row
 
     def find(self, prefix: str) -> list[Session]:
         """Sessions whose id starts with ``prefix`` (users type short ids). On SQLite (binary
@@ -511,7 +805,12 @@ class Ledger:
         """Every session not closed, oldest intent first, as read-only rows with attribute access
         and ``model_dump()`` (``ledger.reads.SessionRow``; re-read with ``get`` before writing).
         Answered from the partial index ``ix_sessions_open`` (m005): a handful of rows whatever
-        the ledger's size."""
+        the ledger's size. Spooled writes are replayed first (bounded: ``bounded()``), so a
+        spooled close is finished by whoever lists the open sessions next (``ps``, ``watchdog``,
+        ``reconcile``) instead of being taken for a box still running or one that vanished."""
+        if self.has_spool():
+            with self.bounded():
+                self.quick(self.replay_spool, 0)
         if self._sqlite is not None and self._engine is None:
             return sqlite_open_rows(self._sqlite)
         return open_rows(self.engine)

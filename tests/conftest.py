@@ -40,7 +40,7 @@ PYCACHE = str(Path(_OUTER_TMP) / "gpuops-tests-pycache")
 # A test that requests one of these starts a server or a process: it runs in the e2e lane.
 E2E_FIXTURES = frozenset({
     "cli_env", "sshd", "sshd_unstarted", "make_box", "runpod_emulator", "vast_emulator", "emulator_env",
-    "runpod_provider", "vast_provider", "postgres_server", "rig", "fake_smi", "world",
+    "runpod_provider", "vast_provider", "postgres_server", "own_postgres", "rig", "fake_smi", "world",
     "side",  # tests/providers/test_provider_contract.py: an emulator per provider
     "hub",  # tests/plan/test_hub.py: the stand-in Hugging Face Hub (an HTTP server)
 })
@@ -279,6 +279,8 @@ def gpuops_home(tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_DATA_DIR", str(data))
     monkeypatch.setenv("GPUOPS_LEDGER_URL", f"sqlite:///{data / 'ledger.db'}")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the ledger spool (ledger/store.py)
+    monkeypatch.setenv("GPUOPS_SPOOL_FALLBACK_DIR", str(tmp_path / "spool-fallback"))  # its second place
     monkeypatch.chdir(tmp_path)
     return data
 

@@ -19,6 +19,9 @@ from typing import Callable
 from gpuops.agent.bootstrap_config import RUNNER_DIR
 from gpuops.errors import GpuopsError
 
+# The most of the job log read (and held) at once, bytes: a job printing gigabytes is streamed in
+# pieces of this size, so `up`'s memory stays flat whatever the job prints.
+LOG_CHUNK_BYTES = 1 << 20
 JOB_DIR = ".gpuops/run"  # the wrapper's files on the box; .gpuops/job holds the job file
 LOG = f"{JOB_DIR}/job.log"
 
@@ -61,7 +64,8 @@ class WrapperLost(GpuopsError):
 def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offset: int = 0, poll_s: float = 0.5,
                deadline: float | None = None, started_deadline: float | None = None,
                stale_after_s: float | None = None) -> tuple[int, JobExit | None]:
-    """Copy the job log from byte ``offset`` to ``write`` (raw bytes, in order, each byte once).
+    """Copy the job log from byte ``offset`` to ``write`` (raw bytes, in order, each byte once,
+    at most ``LOG_CHUNK_BYTES`` per call: bounded memory).
 
     With ``follow`` keep polling every ``poll_s`` seconds until the job has ended and the log is
     drained; else return after one read. ``deadline`` (``time.monotonic()``) ends following
@@ -81,15 +85,18 @@ def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offs
             elif time.monotonic() - beat_seen > stale_after_s:
                 raise WrapperLost(f"the job wrapper on the box stopped ({stale_after_s:.0f} s without a heartbeat, no exit code)",
                                   "the job was killed from outside gpuops; see the job log")
-        chunk = box.read_file(LOG, offset)
+        chunk = box.read_file(LOG, offset, LOG_CHUNK_BYTES)
         if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
             raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")
         if chunk:
             write(chunk)
             offset += len(chunk)
+        full = chunk is not None and len(chunk) >= LOG_CHUNK_BYTES
         if ended is not None and not chunk:
             return offset, ended
-        if not follow or (deadline is not None and time.monotonic() > deadline):
+        if not follow and not full:
+            return offset, ended
+        if deadline is not None and time.monotonic() > deadline:
             return offset, ended
         if not chunk:
             time.sleep(poll_s)

@@ -135,8 +135,9 @@ class Box(Protocol):
         """Copy ``remote`` (file or dir) to ``local``; False when it does not exist."""
         ...
 
-    def read_file(self, remote: str, offset: int = 0) -> bytes | None:
-        """Bytes of ``remote`` from ``offset`` on, or None when it does not exist."""
+    def read_file(self, remote: str, offset: int = 0, limit: int | None = None) -> bytes | None:
+        """Bytes of ``remote`` from ``offset`` on (at most ``limit`` of them when given), or None
+        when it does not exist."""
         ...
 
     def close(self) -> None: ...

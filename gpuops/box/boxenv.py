@@ -9,12 +9,15 @@ user's real ``~/.netrc`` and ``~/.cache/huggingface/token``. So:
   secrets step's ``~/.netrc``, ``~/.cache/huggingface/token``, ``~/.config/gpuops/secrets.env``
   are the box's; ``HF_HOME`` is ``$HOME/.cache/huggingface``.
 * Passed through when set: ``ALLOWED`` names (PATH, LANG, LANGUAGE, TZ, TERM, USER, LOGNAME,
-  SHELL, TMPDIR, LD_LIBRARY_PATH) and names starting with ``ALLOWED_PREFIXES`` (LC_, GPUOPS_,
-  CUDA_, NVIDIA_, HF_HUB_, HF_ENDPOINT, UV_, PIP_, PYTHON).
-* Never, even when allowed above: a name containing KEY, TOKEN, SECRET, PASSWORD, PASSWD,
-  CREDENTIAL or AUTH (e.g. GPUOPS_PROVIDERS_RUNPOD_API_KEY, HF_TOKEN, PIP_INDEX_URL's cousins that
-  carry a password are named so), ``GPUOPS_LEDGER_URL`` (may hold a database password) and the
-  other ``GPUOPS_PROVIDERS_*``; ``HF_HOME`` and ``XDG_*`` (they point into the user's own dirs).
+  SHELL, TMPDIR, LD_LIBRARY_PATH) and names starting with ``ALLOWED_PREFIXES`` (LC_, CUDA_,
+  NVIDIA_, HF_HUB_, HF_ENDPOINT, UV_, PIP_, PYTHON).
+* Never: any ``GPUOPS_*`` setting of this machine (``GPUOPS_DATA_DIR``, ``GPUOPS_LEDGER_URL``,
+  ``GPUOPS_SPOOL_DIR``, ``GPUOPS_CONFIG``...: they point at gpuops' own data -- a job that ran
+  ``rm "$GPUOPS_DATA_DIR"/ledger.db*`` took the books with it -- or hold a password); the box's own
+  ``GPUOPS_SESSION``/``_EXPERIMENT``/``_METRICS``/``_LOCAL_BOX`` are set by the box, as on a rented
+  one. Nor a name containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH (HF_TOKEN,
+  PIP_INDEX_URL's cousins that carry a password are named so); nor ``HF_HOME`` and ``XDG_*`` (they
+  point into the user's own dirs).
 * A secret the user listed in ``[bootstrap] secrets`` reaches the bootstrap explicitly (the
   ``extra`` the Box is given for that run), exactly as on a rented box.
 """
@@ -25,9 +28,9 @@ import re
 from typing import Mapping
 
 ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR", "LD_LIBRARY_PATH"})
-ALLOWED_PREFIXES = ("LC_", "GPUOPS_", "CUDA_", "NVIDIA_", "HF_HUB_", "HF_ENDPOINT", "UV_", "PIP_", "PYTHON")
+ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HF_HUB_", "HF_ENDPOINT", "UV_", "PIP_", "PYTHON")
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.IGNORECASE)
-NEVER = ("GPUOPS_LEDGER_", "GPUOPS_PROVIDERS_")
+NEVER = ("GPUOPS_",)
 
 
 def allowed(name: str) -> bool:

@@ -114,11 +114,11 @@ class LocalBox:
             self.skipped = budget.skipped
         return True
 
-    def read_file(self, remote, offset=0):
+    def read_file(self, remote, offset=0, limit=None):
         try:
             with open(self._abs(remote), "rb") as f:
                 f.seek(offset)
-                return f.read()
+                return f.read() if limit is None else f.read(limit)
         except FileNotFoundError:
             return None
 

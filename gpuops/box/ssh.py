@@ -655,7 +655,7 @@ class SSHBox:
         self._exec_ok(f"tar -c -f - -C {q(parent or '/')} -- {q(base)}", f"copying {src} back", stdout=receive, timeout=3600)
         return True
 
-    def read_file(self, remote, offset=0):
+    def read_file(self, remote, offset=0, limit=None):
         path = self._abs(remote)
 
         def read():
@@ -665,14 +665,15 @@ class SSHBox:
                 return None
             try:
                 f.seek(offset)
-                return f.read()
+                return f.read() if limit is None else f.read(limit)
             finally:
                 f.close()
 
         try:
             return self._retrying(read)
         except NoSftp:
-            rc, out, _ = self._exec_io(f"test -f {q(path)} || exit 3; tail -c +{int(offset) + 1} -- {q(path)}")
+            head = f" | head -c {int(limit)}" if limit is not None else ""
+            rc, out, _ = self._exec_io(f"test -f {q(path)} || exit 3; tail -c +{int(offset) + 1} -- {q(path)}{head}")
             return None if rc == 3 else out
 
     def close(self):

@@ -488,6 +488,10 @@ def dashboard(
 
 
 LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"
+# An SQLite file that is not a ledger (or is damaged) is fixed on this disk, not with a server URL.
+SQLITE_FIX = ("the SQLite ledger file is damaged or not a ledger: move it aside (mv ledger.db ledger.db.bad) and "
+              "restore a backup, or recover what it holds with `sqlite3 ledger.db.bad .recover | sqlite3 ledger.db`")
+SQLITE_LOCKED_FIX = "another process holds the SQLite ledger's lock; wait for it, or find it with `fuser ledger.db`"
 
 
 def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
@@ -498,6 +502,8 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     import traceback
 
     mod = type(e).__module__ or ""
+    if type(e).__name__ == "LedgerTooNew":  # ledger.schema_version: a newer gpuops wrote it
+        return f"error: {e} ({e.fix})", 2
     frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
     from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)
     if isinstance(e, ModuleNotFoundError) and any("sqlalchemy/dialects" in f for f in frames):
@@ -510,7 +516,13 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     else:
         return None
     msg = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", msg)
-    return f"error: {msg} ({LEDGER_FIX})", code
+    low = msg.lower()
+    fix = LEDGER_FIX
+    if "file is not a database" in low or "malformed" in low or "disk image" in low:
+        fix = SQLITE_FIX
+    elif "database is locked" in low:
+        fix = SQLITE_LOCKED_FIX
+    return f"error: {msg} ({fix})", code
 
 
 def _err(text: str) -> None:

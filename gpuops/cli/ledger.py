@@ -1,11 +1,11 @@
 """`gpuops ledger ...`: the books' commands (month, experiments, sessions, show, note, tokens, export,
-import, sync). Parse, call gpuops.rental.ledger_service, render through gpuops.views.ledger."""
+import, sync, replay). Parse, call gpuops.rental.ledger_service, render through gpuops.views.ledger."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -194,6 +194,30 @@ def ledger_import(
         sys.stderr.write(f"warning: {Path(file).name}:{line}: {msg}\n")
     emit.emit(r, fmt, lambda: print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
                                     + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else "")))
+
+
+@ledger_app.command("replay")
+def ledger_replay(
+    lines: Optional[List[str]] = typer.Argument(None, help="Lines `up` printed when no spool could hold them (default: replay the spool)."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """Apply writes the ledger refused: the spool (what `ps`, `watchdog` and `reconcile` also do), or
+    the lines `up` printed when its spools could not be written either."""
+    from gpuops.views import emit
+
+    fmt = _fmt(fmt, json_out)
+    led = _ledger(config)
+    if lines:
+        bad = [i + 1 for i, line in enumerate(lines) if not led.replay_line(line)]
+        if bad:
+            raise BadInput(f"line {bad[0]} is not a spooled ledger write of this ledger",
+                           "pass the quoted text `gpuops up` printed after `gpuops ledger replay`, unchanged")
+        r = {"applied": len(lines), "waiting": len(led.spooled())}
+    else:
+        r = {"applied": led.replay_spool(), "waiting": len(led.spooled())}
+    emit.emit(r, fmt, lambda: print(f"applied {r['applied']} ledger write(s); {r['waiting']} still waiting"))
 
 
 @ledger_app.command("sync")

@@ -37,6 +37,7 @@ META = ".gpuops"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
 MAX_OFFER_ATTEMPTS = 3
 LOG_POLL_S = 0.2
+MAX_JOB_LINE_BYTES = 64 * 1024  # the longest piece of one job output line shown at once (flat memory)
 # The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
 # change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
 WRAPPER_STALE_S = 30.0
@@ -322,6 +323,7 @@ class UpRun:
     results_copy: dict | None = None  # gpuops.rental.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
+    last_seen_at: float | None = None  # wall clock of the last job output read from the box (a proof of life)
 
 
 def _job_command(job_name: str) -> str:
@@ -359,6 +361,10 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
+    if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
+        from ledger import Ledger
+
+        ledger = Ledger(settings.ledger_url())
     reporter.stage("plan")
     fault_point("plan")
     try:
@@ -369,10 +375,6 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         raise
     for n in p.notes:
         reporter.warn(n)
-    if ledger is None:
-        from ledger import Ledger
-
-        ledger = Ledger(settings.ledger_url())
     from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
@@ -416,7 +418,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     failure: BaseException | None = None
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
-    with _signals_raise() as signalled:
+    with _signals_raise() as signalled, ledger.bounded():
         try:
             try:
                 fault_point("intent")
@@ -591,7 +593,7 @@ def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     from gpuops.agent import agentctl
 
     reporter.stage("arm")
-    row = ledger.get(s.id)
+    row = ledger.held(s.id) or ledger.get(s.id)  # written by this run: in memory, no read to wait on
     cfg = agentctl.agent_config(
         session_id=s.id, provider=provider.name, instance_id=s.instance.id, root=s.box.root,  # type: ignore[union-attr]
         teardown=settings.teardown, started_at=row.instance_created_at, usd_per_hour=row.usd_per_hour, settings=settings,
@@ -661,11 +663,15 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
         def sink(chunk: bytes) -> None:
             nonlocal pending
+            s.last_seen_at = time.time()
             log.write(chunk)
             log.flush()
             *whole, pending = (pending + chunk).split(b"\n")
             for line in whole:
                 reporter.job_line(line.decode("utf-8", "replace"))
+            while len(pending) > MAX_JOB_LINE_BYTES:  # a line without end is shown in pieces: memory stays bounded
+                reporter.job_line(pending[:MAX_JOB_LINE_BYTES].decode("utf-8", "replace"))
+                pending = pending[MAX_JOB_LINE_BYTES:]
 
         try:
             _, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
@@ -777,8 +783,8 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
     import socket
 
     requested = None
-    try:
-        row = ledger.get(s.id)
+    try:  # bounded (run_up holds ledger.bounded()): a ledger down or locked costs one short deadline
+        row = ledger.quick(lambda: ledger.get(s.id)) or ledger.held(s.id)
         requested = EndReason.parse(row.end_reason) if row is not None else None
     except Exception:  # noqa: BLE001  a ledger that fails here must not stop the destroy
         row = None
@@ -796,11 +802,17 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
     reporter.stage("teardown", str(reason))
     ended = end_rental(ledger, provider if s.instance is not None else None, s.id, reason,
                        by=f"up:{socket.gethostname()}:{os.getpid()}", instance_id=s.instance.id if s.instance else None,
-                       exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None)
+                       exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None, last_seen_at=s.last_seen_at)
     s.end_reason = EndReason.parse(ended.reason) or reason
-    if ended.error and not ended.destroyed and s.instance is not None:
+    gave_up = ended.error and not ended.destroyed and not ended.closed and ended.error != "ledger write spooled"
+    if gave_up and s.instance is not None:  # (a refused destroy of a reused id closes the row: not this)
         reporter.warn(f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {ended.error}; "
                       "run `gpuops down " + s.id + "` or `gpuops reconcile`")
+    ledger.try_replay()  # the box is gone; a ledger that is back takes the spooled close now
+    for note in ledger.notices:
+        reporter.warn(note)
+    for line in ledger.lost:  # neither spool could be written: one raw line each, a command that books it
+        _raw_line("warning: a ledger write no spool could hold; book it with: gpuops ledger replay " + shlex.quote(line))
     if s.box is not None:
         try:
             s.box.close()  # type: ignore[union-attr]
@@ -808,10 +820,27 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
             pass
 
 
+def _raw_line(text: str) -> None:
+    """``text`` as one line on stderr, never wrapped or styled (a command to copy); a closed or
+    broken stderr loses it, nothing else."""
+    import os
+
+    try:
+        os.write(2, (text.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+    except OSError:
+        pass
+
+
 def summary(s: UpRun, ledger) -> dict:
     """The run's summary: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
-    tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results)."""
-    row = ledger.get(s.id)
+    tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results; ``ledger``: what
+    the ledger could not take, when it refused: ``spooled`` pending writes, ``replay`` commands for
+    lines no spool could hold, ``notices``). The row as this run holds it when the ledger cannot
+    be read or has not yet taken the close (spooled): the summary tells the truth either way."""
+    row = ledger.quick(lambda: ledger.get(s.id))
+    held = ledger.held(s.id)
+    if row is None or (row.status != RowStatus.CLOSED and held is not None and held.status == RowStatus.CLOSED):
+        row = held
     cost = row.cost_usd or 0.0
     return {
         "session": s.id,
@@ -831,4 +860,16 @@ def summary(s: UpRun, ledger) -> dict:
         "results": row.results_path or None,
         "results_copy": s.results_copy,
         "status": row.status,
+        **_ledger_state(ledger),
     }
+
+
+def _ledger_state(ledger) -> dict:
+    """``{"ledger": {...}}`` when the ledger refused something this run (else {}): how many writes
+    wait in the spool (every later `ps`, `watchdog`, `reconcile` replays them), the lines no spool
+    could take as commands that replay them, and the notices (a ledger file that vanished)."""
+    waiting = len(ledger.spooled()) if ledger.has_spool() else 0
+    if not (waiting or ledger.lost or ledger.notices):
+        return {}
+    replay = ["gpuops ledger replay " + shlex.quote(line) for line in ledger.lost]
+    return {"ledger": {"spooled": waiting, "replay": replay, "notices": list(ledger.notices)}}

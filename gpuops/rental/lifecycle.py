@@ -102,9 +102,11 @@ class Ended:
     unknown: bool = False
 
 
-def _last_event_at(ledger, session_id: str) -> float | None:
-    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED}
-    return max((e.at for e in ledger.events(session_id) if e.kind not in skip), default=None)
+def _last_event_at(ledger, session_id: str, before: float | None = None) -> float | None:
+    """The newest event of the session that is a proof of life (not one of ending it), at or before
+    ``before`` (epoch s) when given."""
+    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED, EventKind.DESTROY_REFUSED}
+    return max((e.at for e in ledger.events(session_id) if e.kind not in skip and (before is None or e.at <= before)), default=None)
 
 
 def end_time(provider: Provider | None, instance_id: str | None, inst: Instance | None, already_gone: bool, row,
@@ -138,6 +140,45 @@ def end_time(provider: Provider | None, instance_id: str | None, inst: Instance 
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
 
 
+def _bounded(ledger):
+    """``ledger.bounded()`` (a real Ledger), else a no-op context (a test's stand-in)."""
+    from contextlib import nullcontext
+
+    b = getattr(ledger, "bounded", None)
+    return b() if b is not None else nullcontext()
+
+
+def _quick(ledger, fn, default=None):
+    """A ledger read bounded like the writes around a destroy: ``default`` when it fails."""
+    q = getattr(ledger, "quick", None)
+    if q is not None:
+        return q(fn, default)
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001  a stand-in ledger that fails: the end goes on
+        return default
+
+
+def _row_for(ledger, session_id: str):
+    """The row as this process holds it in memory (written or read earlier: no wait), else read."""
+    held = getattr(ledger, "held", None)
+    row = held(session_id) if held is not None else None
+    return row if row is not None else ledger.get(session_id)
+
+
+def _not_our_instance(row, inst: Instance | None) -> str:
+    """Why ``inst`` (read by the row's instance id) is not the row's box, "" when it may be: the
+    provider answers that id with another label (the old one deleted and the id reused, or a
+    ``get`` answering another instance). An unreadable instance (status unknown, no label) is
+    not evidence either way."""
+    if row is None or inst is None or inst.status in (InstanceStatus.GONE, InstanceStatus.UNKNOWN):
+        return ""
+    want = getattr(row, "label", "") or ""
+    if want and inst.label and inst.label != want:
+        return f"instance {inst.id} is labelled {inst.label!r}, not {want!r}"
+    return ""
+
+
 def end_rental(ledger, provider: Provider | None, session_id: str | None, reason: EndReason | str, *, by: str,
                instance_id: str | None = None, instance: Instance | None = None, detail: str = "",
                exit_code: int | None = None, tokens: int | None = None, ended_at: float | None = None,
@@ -155,8 +196,17 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
     (saves a ``get``; None and not given: read here). ``exit_code``/``tokens``: booked on close
     when given. ``ended_at``/``end_source``: an end time the caller knows better (a preempted spot
     box stopped billing at its last heartbeat); else ``end_time``'s rule. ``last_seen_at``: a proof
-    of life the caller just read (the agent's heartbeat). ``attempts``: destroy tries, backoff 1 s
-    doubling to 10 s.
+    of life the caller just read (the agent's heartbeat, the last job output `up` saw).
+    ``attempts``: destroy tries, backoff 1 s doubling to 10 s.
+
+    Nothing between the call and the provider's destroy waits on the ledger: the row comes from
+    memory (``Ledger.held``: `up` wrote it; other actors read it before deciding to end it), and
+    every ledger read and write here runs under ``Ledger.bounded()`` (a short deadline, then the
+    spool). Before the destroy the provider is asked for the instance: one answering the row's id
+    with another label is not ours and is never destroyed (event ``destroy_refused``; the row's own
+    box is looked up by its label and destroyed if it is there, else the row closes as gone); an
+    interruptible box the provider shows stopped or exited is booked ``preempted`` (the provider's
+    word, never a guess), ending at the last proof of life before it stopped.
 
     A row already closed is not changed; its instance is still destroyed (an orphan) and the event
     ``orphan_destroyed`` written.
@@ -169,9 +219,17 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
     ``Ended(destroyed=False, closed=False, error=...)`` with event ``destroy_gave_up`` and the row
     open (reconcile and the watchdog retry). Raises KeyError for an unknown ``session_id``.
     """
-    row = ledger.get(session_id) if session_id else None
+    row = _row_for(ledger, session_id) if session_id else None
     if session_id and row is None:
         raise KeyError(session_id)
+    with _bounded(ledger):
+        return _end(ledger, provider, session_id, row, reason, by=by, instance_id=instance_id, instance=instance, detail=detail,
+                    exit_code=exit_code, tokens=tokens, ended_at=ended_at, end_source=end_source, last_seen_at=last_seen_at,
+                    attempts=attempts, clock=clock, sleep=sleep)
+
+
+def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance, detail, exit_code, tokens, ended_at,
+         end_source, last_seen_at, attempts, clock, sleep) -> Ended:
     iid = instance_id or (row.instance_id if row is not None else None)
     if row is not None and provider is not None:
         from gpuops.ownership import LEGACY, OTHER, account_of, standing
@@ -191,18 +249,43 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
                 return Ended(session_id, iid, False, False, row.end_reason, error="instance not visible to the key held here",
                              row=row, unknown=True)
     is_open = row is not None and row.status != RowStatus.CLOSED
-    last_event = _last_event_at(ledger, session_id) if is_open else None
-    booked: str | None = str(reason)
-    if is_open:
-        booked = ledger.request_end(session_id, reason, by=by, detail=detail) or str(reason)
     destroyed = already_gone = False
     inst = instance
+    refused = ""
     if iid and provider is not None:
         if inst is None:
             try:
                 inst = provider.get(iid)
             except ProviderError:
                 inst = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)  # cannot tell: destroy it anyway
+        refused = _not_our_instance(row, inst)
+        if refused:  # the id is someone else's now: never destroy it; find ours by its label
+            if session_id:
+                ledger.event(session_id, EventKind.DESTROY_REFUSED, {"instance": iid, "expected_label": row.label, "label": inst.label,
+                                                                      "account": getattr(row, "account", None), "by": by, "why": refused})
+            try:
+                ours = provider.find_by_label(row.label)
+            except ProviderError:
+                ours = None
+            if ours is not None and ours.id != iid and ours.label == row.label:
+                iid, inst = ours.id, ours
+                _quick(ledger, lambda: ledger.update(session_id, instance_id=ours.id))
+            else:
+                inst = None  # ours is gone (deleted from the console): nothing of ours to destroy
+        if (row is not None and is_open and inst is not None and getattr(row, "spot", False)
+                and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED) and ended_at is None):
+            reason = EndReason.PREEMPTED  # the provider's own state: the market took the box back
+            if inst.extra.get("ended_at"):
+                ended_at, end_source = float(inst.extra["ended_at"]), "provider"
+            else:  # billing for the GPU stopped when the box was last seen alive
+                seen = [t for t in (last_seen_at, getattr(row, "last_heartbeat_at", None)) if t]
+                if seen:
+                    ended_at, end_source = float(max(seen)), "heartbeat"
+    booked: str | None = str(reason)
+    if is_open:
+        got = ledger.request_end(session_id, reason, by=by, detail=detail)
+        booked = got or (getattr(row, "end_reason", None) or str(reason))
+    if iid and provider is not None and not (refused and inst is None):
         already_gone = inst is None or inst.status == InstanceStatus.GONE
         last_err: ProviderError | None = None
         for attempt in range(max(1, attempts)):
@@ -221,27 +304,35 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
                 ledger.event(session_id, EventKind.DESTROY_GAVE_UP, {"instance": iid, "by": by, "error": str(last_err)})
             return Ended(session_id, iid, False, False, booked, error=str(last_err), row=row)
         destroyed = True
+    elif iid and provider is not None:
+        already_gone = True  # not found, or the id answers for another's instance
     if not is_open:
         if row is not None and destroyed and not already_gone:
             ledger.event(session_id, EventKind.ORPHAN_DESTROYED, {"instance": iid, "by": by, "label": inst.label if inst else ""})
         return Ended(session_id, iid, destroyed, row is not None, row.end_reason if row is not None else booked,
-                     row.ended_at if row is not None else None, row.end_source if row is not None else None, already_gone, row=row)
+                     row.ended_at if row is not None else None, row.end_source if row is not None else None, already_gone, row=row,
+                     error=refused)
     now = clock()
     if ended_at is not None:
         t, source = float(ended_at), end_source or "caller"
     elif iid is None:
         t, source = float(row.created_at), "create"  # never rented: nothing billed
     else:
-        t, source = end_time(provider, iid, inst, already_gone, row, last_event, now, last_seen_at)
+        last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id, before=now)) if already_gone else None
+        asked = None if (refused and inst is None) else provider  # the reused id's record is not ours
+        t, source = end_time(asked, iid, inst, already_gone, row, last_event, now, last_seen_at)
     if iid:
         ledger.event(session_id, EventKind.DESTROYED, {"instance": iid, "by": by, "already_gone": already_gone, "end_source": source})
     if exit_code is None:
-        exit_code = seen_exit_code(ledger, session_id)  # the job's exit as `up` or a watchdog saw it
+        exit_code = _quick(ledger, lambda: seen_exit_code(ledger, session_id))  # the job's exit as `up` or a watchdog saw it
     fields = {} if tokens is None else {"tokens": int(tokens)}
     closed = ledger.close(session_id, t, booked, exit_code=exit_code, end_source=source, **fields)
-    if closed is None:  # spooled: replayed by the next ledger write
-        return Ended(session_id, iid, destroyed, False, booked, t, source, already_gone, error="ledger write spooled")
-    return Ended(session_id, iid, destroyed, True, closed.end_reason, closed.ended_at, closed.end_source, already_gone, row=closed)
+    if closed is None:  # spooled: replayed by the next ledger write, or the next `ps`/watchdog/reconcile
+        held = getattr(ledger, "held", lambda _sid: None)(session_id)
+        return Ended(session_id, iid, destroyed, False, (held.end_reason if held is not None else None) or booked, t, source, already_gone,
+                     error="ledger write spooled", row=held)
+    return Ended(session_id, iid, destroyed, True, closed.end_reason, closed.ended_at, closed.end_source, already_gone, row=closed,
+                 error=refused)
 
 
 def requested_reason(ledger, session_id: str) -> EndReason | None:

@@ -52,6 +52,13 @@ def render_summary(summ: dict) -> None:
         rows.append(("results", summ["results"]))
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
+    books = summ.get("ledger") or {}
+    for note in books.get("notices", []):
+        rows.append(("ledger", note))
+    if books.get("spooled"):
+        rows.append(("ledger", f"{books['spooled']} write(s) wait in the spool: the next `gpuops ps`, `watchdog` or `reconcile` books them"))
+    for cmd in books.get("replay", []):
+        rows.append(("ledger lost", f"no spool could hold this write; book it with: {cmd}"))
     # a key/value table through the one table rule: values (paths, end reasons) wrap, never cut
     print_table(table_console(), f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
                 [[k, str(v)] for k, v in rows], header=False)

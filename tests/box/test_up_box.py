@@ -79,12 +79,14 @@ class SshProvider(Provider):
 
     def create(self, offer, spec):
         self.public_keys.append(spec.ssh_public_key)
+        self.label = spec.label
         return Instance(id="pod-1", label=spec.label, status=InstanceStatus.PROVISIONING, usd_per_hour=2.0, created_at=time.time())
 
     def get(self, instance_id):
         self.polls += 1
         ssh = self.endpoint if self.polls >= 2 else None
-        return Instance(id=instance_id, label="l", status=InstanceStatus.RUNNING, usd_per_hour=2.0, ssh=ssh)
+        # the label it was created with: a destroy checks it (a provider answering another label is refused)
+        return Instance(id=instance_id, label=self.label, status=InstanceStatus.RUNNING, usd_per_hour=2.0, ssh=ssh)
 
     def list(self, label_prefix="gpuops-"):
         return []

@@ -148,3 +148,31 @@ def test_bad_query_is_a_400_with_the_error(dashboard_url):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
     assert e.value.code == 405  # read-only
+
+
+def test_only_loopback_host_headers_are_served(dashboard_url):
+    """DNS rebinding: a page on evil.example re-points its name at 127.0.0.1 and reads the books
+    through the victim's browser; the request then carries ``Host: evil.example``."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    port = urlsplit(dashboard_url).port
+
+    def get(path: str, host: str) -> tuple[int, bytes]:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            c.putrequest("GET", path, skip_host=True)
+            c.putheader("Host", host)
+            c.endheaders()
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.evil.example"):
+        for path in ("/", "/api/dashboard.json?month=2026-11&tz=UTC", "/static/dashboard.js"):
+            status, body = get(path, host)
+            assert status == 400 and b"2026-11" not in body and b"usd" not in body.lower(), (host, path, status)
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
+        status, body = get("/api/dashboard.json?month=2026-11&tz=UTC", host)
+        assert status == 200 and json.loads(body)["report"]["month"] == "2026-11", host

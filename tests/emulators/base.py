@@ -285,6 +285,21 @@ class Market:
         """The user deletes the instance in the provider's web console."""
         self.destroy(instance_id)
 
+    def reuse_id(self, instance_id: str, label: str, account: str | None = None) -> EmuInstance:
+        """Fault: the instance is deleted (as from the console) and its id now answers for another,
+        running instance labelled ``label`` (of ``account``, default the same account): the old
+        one's billing history stays under ``<id>~old``. Returns the new instance."""
+        with self.lock:
+            old = self.instances[str(instance_id)]
+            self.destroy(old.id)
+            now = self.now()
+            new = EmuInstance(id=old.id, label=label, offer=old.offer, usd_per_hour=old.usd_per_hour,
+                              storage_usd_per_hour=old.storage_usd_per_hour, created_t=now, state="running", boot_s=0.0,
+                              last_bill_t=now, ssh=old.ssh, account=account or old.account)
+            self.instances[f"{old.id}~old"] = old
+            self.instances[old.id] = new
+            return new
+
     def live(self, account: str | None = None) -> list[EmuInstance]:
         """Instances not destroyed (running, provisioning, or stopped and billing storage), of
         ``account`` only when given."""

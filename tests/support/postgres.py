@@ -92,9 +92,34 @@ class PostgresServer:
             r = self._run("pg_ctl", "start", "-w", "-t", str(START_TIMEOUT_S), "-D", str(self.data),
                           "-l", str(self.root / "server.log"), "-o", opts, timeout=START_TIMEOUT_S + 10)
             if r.returncode == 0:
+                self._opts = opts
                 return self
             last = r.stderr.strip() + " " + (self.root / "server.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"pg_ctl start failed: {last}")
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data and port (a team ledger whose server went down):
+        ``pg_ctl stop -m fast`` (clients are disconnected). ``resume()`` starts it again."""
+        r = self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", str(STOP_TIMEOUT_S), timeout=STOP_TIMEOUT_S + 10)
+        if r.returncode:
+            raise RuntimeError(f"pg_ctl stop failed: {r.stderr.strip()}")
+
+    def resume(self) -> None:
+        """Start a ``halt()``ed server again on the same port with the same data; returns once
+        TCP answers (deadline ``START_TIMEOUT_S``)."""
+        r = self._run("pg_ctl", "start", "-w", "-t", str(START_TIMEOUT_S), "-D", str(self.data),
+                      "-l", str(self.root / "server.log"), "-o", self._opts, timeout=START_TIMEOUT_S + 10)
+        if r.returncode:
+            raise RuntimeError(f"pg_ctl start failed: {r.stderr.strip()}")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -143,6 +168,18 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
+
+
+@pytest.fixture
+def own_postgres():
+    """A PostgreSQL server of this test alone (it may ``halt()`` and ``resume()`` it); stopped and
+    removed at the end whatever happened."""
+    server = PostgresServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,10 @@
 Read-only: GET routes only; every page load reads the ledger afresh. Routes: ``/`` the page
 (``?month=YYYY-MM&tz=Zone``), ``/api/dashboard.json`` the same data as JSON, ``/static/...`` the
 vendored chart library and the page script. A bad month or zone is a 400 page with the one-line
-error. Responses carry a Content-Security-Policy that allows only this origin's scripts.
+error. Responses carry a Content-Security-Policy that allows only this origin's scripts. Only the
+Host headers ``127.0.0.1`` and ``localhost`` (any port) are served (Starlette's
+``TrustedHostMiddleware``; anything else is a 400): a page on another site that re-points its DNS
+name at 127.0.0.1 (DNS rebinding) cannot read the books through the browser.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import sys
 from gpuops.errors import BadInput
 
 HOST = "127.0.0.1"
+# The Host header values served; the port is not part of the match (TrustedHostMiddleware strips it).
+ALLOWED_HOSTS = ("127.0.0.1", "localhost")
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 
@@ -21,6 +26,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline';
 def make_app(settings, month: str | None = None, tz: str | None = None, read_status=None):
     """The Starlette app. ``month``/``tz``: what ``/`` shows without query parameters."""
     from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
     from starlette.concurrency import run_in_threadpool
     from starlette.responses import HTMLResponse, JSONResponse
     from starlette.routing import Mount, Route
@@ -60,7 +67,7 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
         Route("/", index, methods=["GET"]),
         Route("/api/dashboard.json", api, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=str(page.STATIC)), name="static"),
-    ])
+    ], middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(ALLOWED_HOSTS), www_redirect=False)])
 
 
 def _error_page(message: str) -> str:

@@ -1,0 +1,384 @@
+"""A destroy that needs nothing but the provider: each fault put at its real boundary -- a stopped
+PostgreSQL server this test started, a small full tmpfs under the SQLite ledger, a held SQLite
+lock, an id the emulator hands to someone else's instance, a job that escapes with setsid, a job
+that deletes the ledger, a 300 MB output stream -- and afterwards: 0 instances billing (with at
+most one reconcile pass once the fault clears), the row's true reason, its end time within 2 s of
+the provider's billing clock, the tokens the job wrote, nothing of another owner touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpuops.config import load_settings
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
+from gpuops.providers import get_provider
+from gpuops.providers.base import InstanceStatus
+from gpuops.rental.reconcile import Context, reconcile
+from ledger.store import Ledger
+from tests.lifecycle.upproc import box_processes, no_box_processes
+from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
+from tests.support.emulators import runpod_provider, vast_provider  # noqa: F401  (fixtures)
+from tests.support.postgres import own_postgres  # noqa: F401  (fixture)
+from tests.teardown.conftest import wait_for
+
+END_TOLERANCE_S = 2.0  # booked end vs the provider's billing clock (absolute, seconds)
+TEARDOWN = {"kill_grace_seconds": 0.5, "idle_minutes": "off", "sample_seconds": 0.3, "job_end_grace_seconds": 30}
+
+
+def _settings(url: str | None = None, **up):
+    over = {"teardown": TEARDOWN, "providers": {"local": {"price_per_hour": 1.5}}}
+    if url:
+        over["ledger"] = {"url": url}
+    if up:
+        over["up"] = up
+    return load_settings(None, over)
+
+
+def _job(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "job.sh"
+    p.write_text(body)
+    return p
+
+
+def _waiting_job(tmp_path: Path, tokens: int) -> tuple[Path, Path]:
+    """A job that books ``tokens`` at once, says it started, then waits for ``go`` (the test makes
+    the fault meanwhile) and exits 0."""
+    go = tmp_path / "go"
+    started = tmp_path / "started"
+    return _job(tmp_path, f'echo \'{{"tokens": {tokens}}}\' >> "$GPUOPS_METRICS"\ntouch {started}\n'
+                          f'while [ ! -f {go} ]; do sleep 0.05; done\necho done\n'), go
+
+
+def _one_reconcile(settings) -> Ledger:
+    """One pass of `gpuops reconcile` with a fresh process's view (a new Ledger: nothing held)."""
+    led = Ledger(settings.ledger_url())
+    reconcile(Context(settings, ledger=led, arm_margin_s=0.5))
+    return Ledger(settings.ledger_url())
+
+
+def _assert_local_truth(settings, row, reason: str, tokens: int) -> None:
+    """0 billing, the true reason, tokens kept, the end within 2 s of destroyed.json, no process left."""
+    provider = get_provider("local", settings)
+    inst = provider.get(row.instance_id)
+    assert inst is None or inst.status == InstanceStatus.GONE  # 0 instances billing
+    assert (row.status, row.end_reason, row.tokens) == ("closed", reason, tokens)
+    assert abs(row.ended_at - provider.destroyed_at(row.instance_id)) <= END_TOLERANCE_S
+    assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 1.5, abs=1e-6) and row.billed_seconds > 0
+    no_box_processes(Path(settings.data_path()) / "boxes" / row.label)
+
+
+def _run_with(tmp_path, settings, job, fault, led=None):
+    """run_up in this process with ``fault()`` run in a thread once the job has started."""
+    started = tmp_path / "started"
+    errors: list = []
+
+    def act():
+        try:
+            wait_for(started.exists, 120)
+            fault()
+        except BaseException as e:  # noqa: BLE001  shown by the test
+            errors.append(e)
+        finally:
+            (tmp_path / "go").write_text("")  # the job ends whatever the fault did
+
+    t = threading.Thread(target=act, daemon=True)
+    t.start()
+    try:
+        summ = run_up(UpRequest(job=job), settings, Reporter(), ledger=led)
+    finally:
+        (tmp_path / "go").write_text("")
+        t.join(60)
+    assert not errors, errors
+    return summ
+
+
+# -- the team ledger's server stops mid-job --------------------------------------------------------
+def test_postgres_stopped_mid_job_destroys_and_one_reconcile_books_it(own_postgres, gpuops_home, fake_smi, tmp_path):  # noqa: F811
+    fake_smi.util(70)
+    settings = _settings(own_postgres.new_database())
+    job, go = _waiting_job(tmp_path, 77)
+
+    def fault():
+        own_postgres.halt()
+        go.write_text("")
+
+    t0 = time.monotonic()
+    summ = _run_with(tmp_path, settings, job, fault)
+    # `up` destroyed the box with the ledger down and tells the truth from memory
+    assert (summ["end_reason"], summ["tokens"], summ["exit_code"], summ["status"]) == ("job_end", 77, 0, "closed")
+    assert summ["seconds"] > 0 and summ["ledger"]["spooled"] > 0
+    provider = get_provider("local", settings)
+    assert provider.get(summ["session"] and f"gpuops-{summ['session']}").status == InstanceStatus.GONE
+    assert time.monotonic() - t0 < 60
+    own_postgres.resume()
+    row = _one_reconcile(settings).get(summ["session"])
+    _assert_local_truth(settings, row, "job_end", 77)
+    assert row.exit_code == 0
+
+
+# -- the ledger's filesystem fills mid-job --------------------------------------------------------
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 4 MiB tmpfs (the tests run as root, as CI does); unmounted whatever happens."""
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(d)], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)
+
+
+def _fill(d: Path) -> Path:
+    """Fill the filesystem of ``d`` to the last byte; returns the filler (delete it to free)."""
+    filler = d / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for size in (65536, 512, 1):
+            try:
+                while os.write(fd, b"\0" * size) == size:
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_ledger_disk_full_mid_job_keeps_reason_time_and_tokens(small_tmpfs, gpuops_home, fake_smi, tmp_path, monkeypatch):
+    fake_smi.util(70)
+    # The ledger and its first spool on one small disk (as ~/.cache and the data dir usually are);
+    # the fallback spool is elsewhere (tmp_path: another filesystem).
+    monkeypatch.setenv("GPUOPS_SPOOL_DIR", str(small_tmpfs / "spool"))
+    settings = _settings(f"sqlite:///{small_tmpfs / 'ledger.db'}")
+    job, go = _waiting_job(tmp_path, 77)
+    filler: list[Path] = []
+
+    def fault():
+        filler.append(_fill(small_tmpfs))
+        go.write_text("")
+
+    summ = _run_with(tmp_path, settings, job, fault)
+    assert (summ["end_reason"], summ["tokens"], summ["exit_code"]) == ("job_end", 77, 0), json.dumps(summ)
+    assert summ["seconds"] > 0 and summ["cost_usd"] == pytest.approx(summ["seconds"] / 3600 * 1.5, abs=1e-6)
+    led = Ledger(settings.ledger_url())
+    assert not (small_tmpfs / "spool").exists() or not list((small_tmpfs / "spool").iterdir()) or led.spooled()
+    assert led.fallback_spool_path.exists()  # the refused writes went to the other filesystem
+    filler[0].unlink()
+    row = _one_reconcile(settings).get(summ["session"])
+    _assert_local_truth(settings, row, "job_end", 77)
+
+
+# -- another process holds the SQLite ledger's write lock ------------------------------------------
+def test_a_held_sqlite_lock_does_not_delay_the_destroy(gpuops_home, fake_smi, tmp_path):
+    import sqlite3
+
+    fake_smi.util(70)
+    settings = _settings()
+    job, go = _waiting_job(tmp_path, 1000)
+    db = settings.ledger_url()[len("sqlite:///"):]
+    holder: dict = {}
+
+    def fault():
+        con = sqlite3.connect(db, isolation_level=None, timeout=10, check_same_thread=False)
+        con.execute("BEGIN IMMEDIATE")  # the write lock, held past every busy timeout (30 s)
+        holder["con"] = con
+        holder["job_end"] = time.time()
+        go.write_text("")
+
+    try:
+        summ = _run_with(tmp_path, settings, job, fault)
+        provider = get_provider("local", settings)
+        destroyed = provider.destroyed_at(f"gpuops-{summ['session']}")
+        # the job's end (plus the wrapper's and the agent's own seconds) to the destroy: not 30 s per write
+        assert destroyed - holder["job_end"] < 12.0, destroyed - holder["job_end"]
+        assert (summ["end_reason"], summ["tokens"]) == ("job_end", 1000)
+    finally:
+        if "con" in holder:
+            holder["con"].execute("ROLLBACK")
+            holder["con"].close()
+    row = _one_reconcile(settings).get(summ["session"])
+    _assert_local_truth(settings, row, "job_end", 1000)
+
+
+# -- a local job that escapes: setsid, env -i, TERM ignored ---------------------------------------
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_local_job_that_escapes_with_setsid_is_ended(gpuops_home, fake_smi, tmp_path):
+    fake_smi.util(70)
+    settings = _settings()
+    pidfile = tmp_path / "escaped.pid"
+    job = _job(tmp_path, f'echo \'{{"tokens": 5}}\' >> "$GPUOPS_METRICS"\n'
+                         f'setsid env -i sh -c \'trap "" TERM HUP INT; echo $$ > {pidfile}; exec sleep 300\' &\n'
+                         f'while [ ! -s {pidfile} ]; do sleep 0.05; done\necho left-it-running\n')
+    pid = None
+    try:
+        summ = run_up(UpRequest(job=job), settings, Reporter())
+        pid = int(pidfile.read_text())
+        wait_for(lambda: not _alive(pid), 15)
+        row = Ledger(settings.ledger_url()).get(summ["session"])
+        _assert_local_truth(settings, row, "job_end", 5)
+    finally:
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+# -- a local job that deletes the ledger ----------------------------------------------------------
+def test_a_local_job_cannot_find_gpuops_data_and_a_removed_ledger_is_rebooked(gpuops_home, fake_smi, tmp_path):
+    fake_smi.util(70)
+    settings = _settings()
+    envfile = tmp_path / "box.env"
+    # the box's HOME is <data dir>/boxes/<label>: a job that knows the layout can still reach the
+    # ledger two levels up; its environment must not lead it there
+    job = _job(tmp_path, f'env > {envfile}\necho \'{{"tokens": 42}}\' >> "$GPUOPS_METRICS"\n'
+                         'rm -f "$GPUOPS_DATA_DIR"/ledger.db* ../../ledger.db*\necho removed\n')
+    lines: list[str] = []
+
+    class R(Reporter):
+        def warn(self, text):
+            lines.append(text)
+
+    summ = run_up(UpRequest(job=job), settings, R())
+    env = dict(line.split("=", 1) for line in envfile.read_text().splitlines() if "=" in line)
+    data = str(gpuops_home)
+    assert not [k for k in env if k.startswith("GPUOPS_") and k not in ("GPUOPS_SESSION", "GPUOPS_EXPERIMENT", "GPUOPS_METRICS", "GPUOPS_LOCAL_BOX")]
+    assert not [k for k, v in env.items() if v.rstrip("/") == data or "ledger.db" in v or "spool" in v], env
+    assert any("vanished" in w and "booked into it again" in w for w in lines), lines
+    assert summ["ledger"]["notices"] and (summ["end_reason"], summ["tokens"]) == ("job_end", 42)
+    led = Ledger(settings.ledger_url())
+    row = led.get(summ["session"])
+    assert "rebooked" in [e.kind for e in led.events(row.id)]
+    _assert_local_truth(settings, row, "job_end", 42)
+
+
+# -- 300 MB of job output, streamed with bounded memory --------------------------------------------
+def test_a_job_printing_300_mb_is_streamed_in_bounded_memory(cli_env, gpuops_home, fake_smi, tmp_path):
+    from tests.conftest import gpuops_cmd
+    from tests.lifecycle.upproc import FAST_ENV
+
+    fake_smi.util(70)
+    total = 300 * 1024 * 1024
+    job = _job(tmp_path, 'echo \'{"tokens": 9}\' >> "$GPUOPS_METRICS"\n'
+                         f'python3 -c "import sys; line = b\'x\' * 65535 + b\'\\\\n\'\n'
+                         f'for _ in range({total // 65536}): sys.stdout.buffer.write(line)"\n')
+    env = dict(cli_env, **FAST_ENV)
+    p = subprocess.Popen(gpuops_cmd("up", "--job", str(job)), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    peak = 0
+    try:
+        deadline = time.monotonic() + 300
+        while p.poll() is None:
+            try:
+                status = Path(f"/proc/{p.pid}/status").read_text()
+                peak = max(peak, int(next(ln for ln in status.splitlines() if ln.startswith("VmHWM:")).split()[1]) * 1024)
+            except (OSError, StopIteration, ValueError):
+                pass
+            assert time.monotonic() < deadline, "up did not finish"
+            time.sleep(0.05)
+        err = p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 0, err[-2000:]
+    print(f"up peak RSS {peak / 2**20:.0f} MiB for {total / 2**20:.0f} MiB of output")
+    assert 0 < peak < 200 * 1024 * 1024, f"up peaked at {peak / 2**20:.0f} MiB for {total / 2**20:.0f} MiB of output"
+    settings = _settings()
+    led = Ledger(settings.ledger_url())
+    row = led.sessions_between(0, 2e10)[0]
+    log = Path(row.log_path)
+    assert log.stat().st_size >= total  # every byte reached the session log
+    _assert_local_truth(settings, row, "job_end", 9)
+
+
+# -- an instance id that now answers for someone else's instance -----------------------------------
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, request, monkeypatch):
+    from gpuops.providers.base import CreateSpec, OfferQuery
+    from gpuops.rental.sessions import down
+    from ledger import Session as Row
+
+    emu = request.getfixturevalue(f"{name}_emulator")
+    prov = request.getfixturevalue(f"{name}_provider")
+    monkeypatch.setattr("gpuops.providers.get_provider", lambda n, s=None: prov)
+    settings = _settings()
+    led = Ledger(settings.ledger_url())
+    offer = prov.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=False))[0]
+    sid = "20261201-090000-ab12"
+    label = f"gpuops-{sid}"
+    led.add_session(Row(id=sid, experiment="e", job="j", provider=name, card=offer.card, gpu_count=1, spot=False, label=label,
+                        simulated=False, status="provisioning", created_at=time.time(), owner=settings.owner(), account=prov.account))
+    inst = prov.create(offer, CreateSpec(label=label, image=settings.up.image))
+    led.update(sid, instance_id=inst.id, instance_created_at=inst.created_at or time.time(), usd_per_hour=offer.usd_per_hour,
+               status="running")
+    # the pod is deleted in the console and its id handed to a teammate's instance
+    deleted_at = emu.market.now()
+    other = emu.market.reuse_id(inst.id, label="team-b-training")
+    led.heartbeat(sid, deleted_at)  # the agent's last word came as the box went
+    got = down(settings, Ledger(settings.ledger_url()), sid, False)
+    assert got[0]["session"] == sid
+    assert other.state == "running" and emu.market.instances[inst.id] is other  # not touched
+    led2 = Ledger(settings.ledger_url())
+    row = led2.get(sid)
+    kinds = [e.kind for e in led2.events(sid)]
+    assert "destroy_refused" in kinds and row.status == "closed" and row.end_reason == "manual"
+    old = emu.market.instances[f"{inst.id}~old"]
+    assert abs(row.ended_at - old.ended_t) <= END_TOLERANCE_S  # the billing clock of OUR instance
+    assert [i.label for i in emu.live()] == ["team-b-training"]  # ours: 0 billing; theirs: untouched
+
+
+# -- a Vast spot box outbid mid-job ----------------------------------------------------------------
+def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(gpuops_home, sshd, vast_emulator, vast_provider,
+                                                                                tmp_path, monkeypatch):
+    import gpuops.rental.launcher as launcher
+    from gpuops.box.ssh import ensure_ssh_key
+
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    emu = vast_emulator
+    emu.market.ssh_endpoint = (sshd.host, sshd.port)
+    emu.faults.boot_s = 0.0
+    settings = _settings()
+    sshd.authorize(ensure_ssh_key(settings.data_path())[1])
+    frozen, go = tmp_path / "frozen", tmp_path / "go"
+    # The box prints until the market takes it back (then nothing more comes out of it); our sshd
+    # is not the instance, so SSH keeps answering and the job even exits 0: the old `up` booked that
+    # as job_end at full price.
+    job = _job(tmp_path, f'echo \'{{"tokens": 31}}\' >> "$GPUOPS_METRICS"\n'
+                         f'while [ ! -f {frozen} ]; do echo tick; sleep 0.1; done\n'
+                         f'while [ ! -f {go} ]; do sleep 0.05; done\n')
+    seen: dict = {}
+
+    class R(Reporter):
+        def job_line(self, text):
+            if text == "tick" and "preempted_at" not in seen:
+                (inst,) = emu.live()
+                emu.market.preempt(inst.id)
+                seen["preempted_at"] = emu.market.now()
+                seen["id"] = inst.id
+                frozen.write_text("")
+                threading.Timer(1.0, lambda: go.write_text("")).start()
+
+    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), settings, R(), provider=vast_provider)
+    assert summ["end_reason"] == "preempted", summ
+    assert emu.live() == []  # 0 billing: the stopped box (still billing disk) was destroyed
+    inst = emu.market.instances[seen["id"]]
+    gpu_end = max(t1 for _, t1, _, kind in inst.segments if kind == "gpu")
+    assert abs(gpu_end - seen["preempted_at"]) <= 0.5
+    row = Ledger(settings.ledger_url()).get(summ["session"])
+    assert (row.status, row.end_reason, row.tokens, row.spot) == ("closed", "preempted", 31, True)
+    assert abs(row.ended_at - gpu_end) <= END_TOLERANCE_S  # when the GPU stopped billing, not the destroy
+    assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * row.usd_per_hour, abs=1e-6)
