@@ -12,13 +12,13 @@ from tests.books.conftest import _rented, utc
 
 def test_fraction_and_split_by_the_hour():
     a, b = utc(2026, 10, 31, 22), utc(2026, 11, 1, 10)
-    assert fraction(a, b, utc(2026, 10, 1), utc(2026, 11, 1)) == pytest.approx(2 / 12)
-    assert fraction(a, b, utc(2026, 11, 1), utc(2026, 12, 1)) == pytest.approx(10 / 12)
+    assert fraction(a, b, utc(2026, 10, 1), utc(2026, 11, 1)) == pytest.approx(2 / 12, abs=1e-9)
+    assert fraction(a, b, utc(2026, 11, 1), utc(2026, 12, 1)) == pytest.approx(10 / 12, abs=1e-9)
     assert fraction(a, None, utc(2026, 11, 1), utc(2026, 12, 1)) == 0.0  # open: no cost in the books
     assert fraction(a, a, a - 1, a + 1) == 1.0 and fraction(a, a, a + 1, a + 2) == 0.0  # zero-length: where it started
     hours = [a + 3600 * i for i in range(13)]
     parts = list(split(a, b, hours))
-    assert [i for i, _ in parts] == list(range(12)) and all(s == pytest.approx(1 / 12) for _, s in parts)
+    assert [i for i, _ in parts] == list(range(12)) and all(s == pytest.approx(1 / 12, abs=1e-9) for _, s in parts)
     days = [utc(2026, 10, 31), utc(2026, 11, 1), utc(2026, 11, 2)]
     assert [(i, round(s, 6)) for i, s in split(a, b, days)] == [(0, round(2 / 12, 6)), (1, round(10 / 12, 6))]
 
@@ -29,8 +29,8 @@ def test_open_session_accrues_only_inside_the_period():
         instance_created_at = created_at = utc(2026, 10, 31, 22)
         ended_at = None
 
-    assert accrued(Row, utc(2026, 11, 1), utc(2026, 12, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(100.0)
-    assert accrued(Row, utc(2026, 10, 1), utc(2026, 11, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(20.0)
+    assert accrued(Row, utc(2026, 11, 1), utc(2026, 12, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(100.0, abs=1e-6)
+    assert accrued(Row, utc(2026, 10, 1), utc(2026, 11, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(20.0, abs=1e-6)
 
 
 def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
@@ -41,13 +41,13 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
     _rented(ledger, "b1", t, price=10.0, started=utc(2026, 10, 31, 22), provider="vast")
     ledger.close("b1", utc(2026, 11, 1, 10), "job_end")
     nov, dec = (utc(2026, 11, 1), utc(2026, 12, 1)), (utc(2026, 10, 1), utc(2026, 11, 1))
-    assert month_spend(ledger, *nov, now=utc(2026, 11, 2)) == pytest.approx(100.0)
-    assert month_spend(ledger, *dec, now=utc(2026, 11, 2)) == pytest.approx(20.0)
+    assert month_spend(ledger, *nov, now=utc(2026, 11, 2)) == pytest.approx(100.0, abs=1e-6)
+    assert month_spend(ledger, *dec, now=utc(2026, 11, 2)) == pytest.approx(20.0, abs=1e-6)
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0
     assert books.month(ledger, "2026-10", "UTC")["total_usd"] == 20.0
     # An open rental counts its hours so far, inside the month only.
     _rented(ledger, "b2", utc(2026, 11, 2), price=4.0, started=utc(2026, 11, 2), provider="vast")
-    assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0)
+    assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0, abs=1e-6)
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0  # the books: no cost until it closes
     # The watchdog's cap check is the same function: past a 50 USD cap in November.
     from gpuops.rental.budget import check_budget

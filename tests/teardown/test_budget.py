@@ -54,7 +54,7 @@ def test_month_spend_counts_real_closed_and_accrued_open(gpuops_home):
     led.update("b", instance_created_at=now - 1800, status="running")  # open: 0.5 h at $2 = $1 accrued
     led.add_session(Session(id="c", created_at=now - 1800, simulated=True, usd_per_hour=50.0, **base))
     led.update("c", instance_created_at=now - 1800, status="running")  # simulated: not money
-    assert month_spend(led, now - 10 * 86400, now + 1, now=now) == pytest.approx(4.0)
+    assert month_spend(led, now - 10 * 86400, now + 1, now=now) == pytest.approx(4.0, abs=1e-6)
 
 
 def test_month_spend_at_most_bounds_the_exact_spend_of_every_owner(gpuops_home):
@@ -101,7 +101,7 @@ def test_month_spend_at_most_bounds_the_exact_spend_of_every_owner(gpuops_home):
     # what the bound adds up: the positive charges ended in the month or closed without an end (not
     # e14, ended before it), both open rows' hour at 3 USD/h, the positive storage lines
     positive = sum(r["cost_usd"] for r in rows if r["cost_usd"] and r["cost_usd"] > 0 and r["id"] != "e14")
-    assert bound == pytest.approx(positive + 2 * 3.0 + 4.0 + 2.0)
+    assert bound == pytest.approx(positive + 2 * 3.0 + 4.0 + 2.0, abs=1e-6)
     with led.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM sessions"))
         conn.execute(sa.text("DELETE FROM cost_lines"))
