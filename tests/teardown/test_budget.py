@@ -37,6 +37,42 @@ def test_cap_already_spent():
         check_budget(1.0, 8.0, balance=None, floor=None, month_spent=52.0, cap=50.0)
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("balance", NAN), ("balance", INF), ("balance", -INF), ("floor", NAN), ("floor", INF),
+    ("month_spent", NAN), ("month_spent", -INF), ("cap", NAN), ("cap", INF),
+])
+def test_a_money_figure_that_is_not_finite_refuses(field, value):
+    """NaN compares false with everything (``need > room`` is False): unchecked, it would pass
+    every limit; an infinite balance or cap would make any rental fit."""
+    money = dict(balance=20.0, floor=5.0, month_spent=10.0, cap=100.0)  # $8 fits all of these
+    assert check_budget(2.0, 4.0, **money) == 8.0
+    money[field] = value
+    what = {"balance": "balance", "floor": "floor", "month_spent": "month-to-date spend", "cap": "monthly cap"}[field]
+    with pytest.raises(BadInput, match=rf"^{what} {value!r} is not a finite number: cannot check the budget, refusing to rent") as e:
+        check_budget(2.0, 4.0, **money)
+    assert e.value.exit_code == 2
+
+
+@pytest.mark.parametrize("price", [NAN, INF, -0.5, "1.0", None])
+def test_a_price_that_is_not_a_price_refuses(price):
+    with pytest.raises(BadInput, match=r"USD/h is not a finite number >= 0: refusing to rent"):
+        check_budget(price, 4.0, balance=None, floor=None, month_spent=None, cap=None)
+
+
+@pytest.mark.parametrize("hours", [NAN, INF, 0.0, -1.0])
+def test_a_ttl_that_is_not_positive_and_finite_refuses(hours):
+    with pytest.raises(BadInput, match=r"max_hours .* is not a finite number > 0"):
+        check_budget(2.0, hours, balance=None, floor=None, month_spent=None, cap=None)
+
+
+def test_a_free_box_fits_and_the_limit_is_inclusive():
+    assert check_budget(0.0, 4.0, balance=5.0, floor=5.0, month_spent=None, cap=None) == 0.0  # local: price 0
+    assert check_budget(1.75, 4.0, balance=12.0, floor=5.0, month_spent=43.0, cap=50.0) == 7.0  # exactly the room left
+
+
 def test_month_spend_counts_real_closed_and_accrued_open(gpuops_home):
     import time
 
