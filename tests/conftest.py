@@ -13,7 +13,7 @@ Hygiene: the run gets one temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tem
 child process write under it) and one id in the environment of every process it starts
 (tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
 is killed and the test errors; at the end of the run, anything of the run still alive is killed
-and the run fails; then the temp root is removed.
+and the run fails; then the temp root is removed, with the bytecode compiled from files under it.
 """
 
 from __future__ import annotations
@@ -264,6 +264,17 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not os.environ.get("PYTEST_GPUOPS_KEEP_TMP"):
         shutil.rmtree(root, ignore_errors=True)
+        _prune_pycache()
+
+
+def _prune_pycache() -> None:
+    """Drop the bytecode compiled from files under temp roots that are gone (this run's, and any a
+    killed run left): the shared ``PYCACHE`` keeps only the checkouts' and the libraries' subtrees,
+    not one more per run. A root that still exists (a teammate's run in progress) is kept."""
+    for outer in {os.path.abspath(_OUTER_TMP), os.path.realpath(_OUTER_TMP)}:  # as given, and as pytest resolves it
+        for sub in (Path(PYCACHE) / outer.lstrip(os.sep)).glob("gpuops-suite-*"):
+            if not (Path(outer) / sub.name).exists():
+                shutil.rmtree(sub, ignore_errors=True)
 
 
 @pytest.fixture
