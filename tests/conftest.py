@@ -58,6 +58,7 @@ def pytest_configure(config):
         return  # an xdist worker: the controller set the run up
     root = tempfile.mkdtemp(prefix="gpuops-suite-", dir=_OUTER_TMP)
     os.chmod(root, 0o711)  # PostgreSQL runs as its own user (as root) and must reach its folder inside
+    config._gpuops_prev_tmp = (os.environ.get("TMPDIR"), tempfile.tempdir)
     os.environ["PYTEST_GPUOPS_OUTER_TMPDIR"] = _OUTER_TMP
     os.environ[procs.RUN_VAR] = uuid.uuid4().hex[:12]
     os.environ[procs.ROOT_VAR] = root
@@ -265,6 +266,15 @@ def pytest_sessionfinish(session, exitstatus):
     if not os.environ.get("PYTEST_GPUOPS_KEEP_TMP"):
         shutil.rmtree(root, ignore_errors=True)
         _prune_pycache()
+    # The run is over: a next pytest.main in this process (mutmut runs several) is a run of its own.
+    for var in (procs.RUN_VAR, procs.ROOT_VAR):
+        os.environ.pop(var, None)
+    prev_env, prev_dir = session.config._gpuops_prev_tmp
+    if prev_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = prev_env
+    tempfile.tempdir = prev_dir
 
 
 def _prune_pycache() -> None:
