@@ -7,11 +7,14 @@ process (a provider stand-in and an SQLite ledger; fixed epochs, an injected clo
   AFTER the destroy returned);
 * else, for a box already gone, the last proof of life (heartbeat, else the last ledger event
   before this end began, else the create time), clamped to [create, now];
-* a row of another provider account is not touched at all, whoever calls.
+* a row of another provider account is not touched at all, whoever calls;
+* and what end_rental books on the way: its events and their details, the retries, orphans.
 
 Times are compared exactly: every expected value is the very float the rule must copy."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -229,3 +232,257 @@ def test_a_row_with_no_account_whose_instance_the_key_sees_is_ended(led):
     p = Box(record=CREATED + 8.0)
     got = end(led, p)
     assert (got.closed, got.ended_at, got.end_source, len(p.destroys)) == (True, CREATED + 8.0, "provider", 1)
+
+
+# -- what end_rental books: the Ended it returns, every event, retries, orphans --------------------
+def books(led, sid="s1"):
+    """[(kind, detail)] of the row's events after the intent, details parsed where JSON."""
+    out = []
+    for e in led.events(sid)[1:]:
+        try:
+            out.append((e.kind, json.loads(e.detail)))
+        except ValueError:
+            out.append((e.kind, e.detail))
+    return out
+
+
+def ended(got):
+    """Ended as a dict, the row by its id and status."""
+    d = {k: getattr(got, k) for k in ("session_id", "instance_id", "destroyed", "closed", "reason", "ended_at", "end_source",
+                                      "already_gone", "error", "not_ours", "unknown")}
+    d["row"] = (got.row.id, got.row.status) if got.row is not None else None
+    return d
+
+
+def test_a_normal_end_books_request_destroy_close_in_that_order(led):
+    rented(led)
+    got = end(led, Box(), detail="no GPU above 5% for 15 min")
+    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=True, reason="idle", ended_at=NOW,
+                              end_source="destroy", already_gone=False, error="", not_ours=False, unknown=False, row=("s1", "closed"))
+    assert books(led) == [
+        ("end_requested", {"by": "watchdog:test", "detail": "no GPU above 5% for 15 min", "reason": "idle"}),
+        ("destroyed", {"already_gone": False, "by": "watchdog:test", "end_source": "destroy", "instance": "pod-1"}),
+        ("closed", "idle")]
+    row = led.get("s1")
+    assert (row.end_reason, row.exit_code, row.tokens, row.billed_seconds) == ("idle", None, 0, 3600.0)
+
+
+def test_the_reason_requested_first_wins_and_the_seen_exit_code_and_tokens_are_booked(led):
+    rented(led)
+    led.request_end("s1", "manual", by="down:test")
+    led.event("s1", EventKind.JOB_EXITED, {"exit_code": 3})
+    got = end(led, Box(), tokens=1234)
+    assert (got.reason, got.closed) == ("manual", True)
+    row = led.get("s1")
+    assert (row.end_reason, row.exit_code, row.tokens) == ("manual", 3, 1234)
+    assert [k for k, _ in books(led)] == ["end_requested", "job_exited", "destroyed", "closed"]  # one request only
+    rented_again = end(led, Box(), exit_code=0)  # ending an ended rental books nothing new
+    assert (rented_again.closed, rented_again.reason, rented_again.ended_at, rented_again.end_source) == (True, "manual", NOW, "destroy")
+
+
+def test_an_explicit_exit_code_wins_over_the_seen_one(led):
+    rented(led)
+    led.event("s1", EventKind.JOB_EXITED, {"exit_code": 3})
+    end(led, Box(), exit_code=0)
+    assert led.get("s1").exit_code == 0
+
+
+def test_a_destroy_that_fails_is_retried_with_backoff_then_given_up(led):
+    rented(led)
+
+    class Failing(Box):
+        def destroy(self, instance_id):
+            self.destroys.append(0.0)
+            raise ProviderError(ProviderErrorKind.SERVER, "502 from the API")
+
+    p, waits = Failing(), []
+    got = end_rental(led, p, "s1", EndReason.TTL, by="agent:test", attempts=6, clock=Clock(NOW), sleep=waits.append)
+    assert waits == [1.0, 2.0, 4.0, 8.0, 10.0] and len(p.destroys) == 6  # doubling from 1 s, capped at 10 s
+    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=False, closed=False, reason="ttl", ended_at=None,
+                              end_source=None, already_gone=False, error="502 from the API", not_ours=False, unknown=False,
+                              row=("s1", "running"))
+    assert books(led) == [("end_requested", {"by": "agent:test", "detail": "", "reason": "ttl"})] + [
+        ("destroy_failed", {"attempt": i, "by": "agent:test", "kind": "server"}) for i in range(1, 7)] + [
+        ("destroy_gave_up", {"by": "agent:test", "error": "502 from the API", "instance": "pod-1"})]
+    assert led.get("s1").status == "running"  # left for reconcile
+
+
+def test_one_failed_destroy_then_success(led):
+    rented(led)
+
+    class Flaky(Box):
+        def destroy(self, instance_id):
+            if not self.destroys:
+                self.destroys.append(-1.0)
+                raise ProviderError(ProviderErrorKind.RATE_LIMIT, "429")
+            super().destroy(instance_id)
+
+    waits = []
+    got = end_rental(led, Flaky(), "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=waits.append)
+    assert (got.destroyed, got.closed, waits) == (True, True, [1.0])
+    assert [k for k, _ in books(led)] == ["end_requested", "destroy_failed", "destroyed", "closed"]
+
+
+def test_at_least_one_destroy_attempt(led):
+    rented(led)
+    p = Box()
+    assert end(led, p, attempts=0).destroyed and len(p.destroys) == 1
+
+
+def test_an_instance_that_cannot_be_read_is_destroyed_anyway(led):
+    rented(led)
+
+    class Blind(Box):
+        def get(self, instance_id):
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
+    p = Blind()
+    got = end(led, p)
+    assert (got.destroyed, got.already_gone, got.end_source, len(p.destroys)) == (True, False, "destroy", 1)
+
+
+def test_the_instance_the_caller_read_is_used_as_is(led):
+    rented(led)
+    p = Box()
+    gone = Instance(id="pod-1", label="gpuops-s1", status=InstanceStatus.GONE)
+    got = end(led, p, instance=gone, last_seen_at=CREATED + 50.0)
+    assert (p.gets, got.already_gone, got.ended_at, got.end_source) == (0, True, CREATED + 50.0, "heartbeat")
+    assert books(led)[1] == ("destroyed", {"already_gone": True, "by": "watchdog:test", "end_source": "heartbeat", "instance": "pod-1"})
+
+
+def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_rebooked(led):
+    rented(led)
+    end(led, Box(alive=False))  # closed at its create time (the intent is its only trace)
+    before = led.get("s1")
+    p = Box()  # ... yet the instance is alive
+    got = end(led, p)
+    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=True, reason=before.end_reason,
+                              ended_at=before.ended_at, end_source=before.end_source, already_gone=False, error="",
+                              not_ours=False, unknown=False, row=("s1", "closed"))
+    assert books(led)[-1] == ("orphan_destroyed", {"by": "watchdog:test", "instance": "pod-1", "label": "gpuops-s1"})
+    assert len(p.destroys) == 1 and led.get("s1").ended_at == before.ended_at
+    again = Box(alive=False)
+    end(led, again)  # gone already: destroyed (idempotent), no orphan event
+    assert [k for k, _ in books(led)].count("orphan_destroyed") == 1 and len(again.destroys) == 1
+
+
+def test_an_instance_with_no_row_is_destroyed_and_nothing_booked(led):
+    p = Box()
+    got = end_rental(led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-9", sleep=lambda s: None)
+    assert ended(got) == dict(session_id=None, instance_id="pod-9", destroyed=True, closed=False, reason="interrupted",
+                              ended_at=None, end_source=None, already_gone=False, error="", not_ours=False, unknown=False, row=None)
+    assert len(p.destroys) == 1
+
+
+def test_an_unknown_session_is_a_key_error(led):
+    with pytest.raises(KeyError):
+        end_rental(led, Box(), "nope", EndReason.IDLE, by="w")
+
+
+def test_no_provider_closes_the_row_without_a_destroy(led):
+    rented(led)
+    got = end_rental(led, None, "s1", EndReason.PROVISION_FAILED, by="up:test", clock=Clock(NOW))
+    assert (got.destroyed, got.closed, got.ended_at, got.end_source) == (False, True, NOW, "destroy")
+
+
+def test_the_other_accounts_row_and_the_invisible_legacy_row_return_what_they_found(led):
+    rented(led, account="runpod:ffff0000")
+    got = end(led, Box())
+    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=False, closed=False, reason=None, ended_at=None,
+                              end_source=None, already_gone=False, not_ours=True, unknown=False, row=("s1", "running"),
+                              error="row of account runpod:ffff0000 (None): not ours to end")
+
+
+def test_a_legacy_row_is_ended_when_the_key_cannot_read_the_instance(led):
+    rented(led, account=None)
+
+    class Blind(Box):
+        def get(self, instance_id):
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
+    got = end(led, Blind())  # cannot tell: destroyed anyway (a legacy row the key may own)
+    assert (got.destroyed, got.closed, got.unknown) == (True, True, False)
+
+
+def test_a_legacy_invisible_row_books_the_unknown_event(led):
+    rented(led, account=None)
+    got = end(led, Box(alive=False))
+    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=False, closed=False, reason=None, ended_at=None,
+                              end_source=None, already_gone=False, not_ours=False, unknown=True, row=("s1", "running"),
+                              error="instance not visible to the key held here")
+    assert books(led) == [("unknown", {"by": "watchdog:test", "instance": "pod-1", "reason": "idle"})]
+
+
+# -- the reason and the exit code as last seen -----------------------------------------------------
+def test_requested_reason_reads_the_newest_request_or_job_end(led):
+    from gpuops.lifecycle import requested_reason
+
+    rented(led)
+    assert requested_reason(led, "s1") is None
+    led.event("s1", EventKind.END_REQUESTED, "ttl because")  # an older row: the bare reason
+    assert requested_reason(led, "s1") == EndReason.TTL
+    led.event("s1", EventKind.END_REQUESTED, {"reason": "manual", "by": "down"})
+    assert requested_reason(led, "s1") == EndReason.MANUAL
+    led.event("s1", EventKind.END_REQUESTED, {"reason": "no such reason"})
+    assert requested_reason(led, "s1") == EndReason.MANUAL  # unknown words are skipped
+    led.event("s1", EventKind.END_REQUESTED, ["not", "a", "dict"])
+    led.event("s1", EventKind.END_REQUESTED, "")
+    assert requested_reason(led, "s1") == EndReason.MANUAL
+    led.event("s1", EventKind.JOB_EXITED, {"exit_code": 0})
+    assert requested_reason(led, "s1") == EndReason.JOB_END
+    led.event("s1", EventKind.JOB_EXITED, {"exit_code": 2})
+    assert requested_reason(led, "s1") == EndReason.JOB_FAILED
+    led.event("s1", EventKind.JOB_EXITED, "garbage")
+    assert requested_reason(led, "s1") == EndReason.JOB_FAILED  # no code it can read: not a success
+    led.event("s1", EventKind.JOB_EXITED, ["x"])
+    assert requested_reason(led, "s1") == EndReason.JOB_FAILED
+
+
+def test_seen_exit_code_is_the_newest_integer_one(led):
+    from gpuops.lifecycle import seen_exit_code
+
+    rented(led)
+    assert seen_exit_code(led, "s1") is None
+    led.event("s1", EventKind.JOB_EXITED, {"exit_code": 0})
+    led.event("s1", EventKind.JOB_STARTED, {})
+    assert seen_exit_code(led, "s1") == 0
+    led.event("s1", EventKind.JOB_EXITED, {"exit_code": 137})
+    assert seen_exit_code(led, "s1") == 137
+    for bad in ({"exit_code": True}, {"exit_code": "1"}, {"exit_code": 1.5}, {}, "garbage", ["x"]):
+        led.event("s1", EventKind.JOB_EXITED, bad)
+        assert seen_exit_code(led, "s1") is None, bad
+
+
+def test_end_time_without_a_provider_or_a_row():
+    from gpuops.lifecycle import end_time
+
+    assert end_time(None, "pod-1", None, True, None, None, NOW) == (NOW, "create")  # no row: nothing older than now is known
+    assert end_time(None, "pod-1", None, False, None, None, NOW) == (NOW, "destroy")
+    assert end_time(None, "pod-1", None, True, None, CREATED + 5.0, NOW, last_seen_at=CREATED + 9.0) == (NOW, "heartbeat")
+
+
+def test_the_provider_is_asked_about_this_instance():
+    from gpuops.lifecycle import end_time
+
+    class Records(Box):
+        def destroyed_at(self, instance_id):
+            return {"pod-1": CREATED + 7.0}.get(instance_id)
+
+    assert end_time(Records(), "pod-1", None, True, None, None, NOW) == (CREATED + 7.0, "provider")
+    assert end_time(Records(), "pod-2", None, False, None, None, NOW) == (NOW, "destroy")
+    assert end_time(Records(), "", None, False, None, None, NOW) == (NOW, "destroy")  # no id: nothing to ask
+
+
+def test_what_a_failure_in_each_stage_books():
+    from gpuops.errors import GpuopsError
+    from gpuops.lifecycle import failure_reason
+
+    server = ProviderError(ProviderErrorKind.SERVER, "x")
+    assert failure_reason("arm", server, None) == EndReason.PROVIDER_ERROR
+    assert failure_reason("arm", GpuopsError("ssh"), None) == EndReason.BOOTSTRAP_FAILED
+    assert failure_reason("bootstrap", server, None) == EndReason.PROVIDER_ERROR
+    assert failure_reason("job", server, EndReason.JOB_END) == EndReason.PROVIDER_ERROR
+    assert failure_reason("teardown", server, None) == EndReason.PROVIDER_ERROR  # a stage outside the table
+    assert failure_reason("teardown", GpuopsError("x"), None) == EndReason.ERROR
+    assert failure_reason("collect", server, None) == EndReason.ERROR  # nothing decided yet: an error
+    assert failure_reason("collect", server, EndReason.TTL) == EndReason.TTL
