@@ -25,12 +25,12 @@ TARGET=90
 # The modules that decide money, and the fast tests aimed at them (unit tests: no server, no
 # subprocess; the ledger tests on SQLite only).
 MODULES=(
-  ledger/attribution.py   # which hour/day/month a dollar belongs to, and its SQL twin
-  bootstrap/policy.py     # idle window, TTL, session cap, job end: when a box is destroyed
-  gpuops/budget.py        # what `up` refuses before renting
-  gpuops/ownership.py     # whose row a process may end
-  gpuops/lifecycle.py     # end_rental and the end-time rule
-  gpuops/offers.py        # offer selection and the delivered-box check
+  ledger/attribution.py       # which hour/day/month a dollar belongs to, and its SQL twin
+  bootstrap/policy.py         # idle window, TTL, session cap, job end: when a box is destroyed
+  gpuops/rental/budget.py     # what `up` refuses before renting
+  gpuops/ownership.py         # whose row a process may end
+  gpuops/rental/lifecycle.py  # end_rental and the end-time rule
+  gpuops/planning/offers.py   # offer selection and the delivered-box check
 )
 TESTS=(
   tests/books/test_attribution.py
