@@ -115,13 +115,13 @@ MUTATIONS = [
     # -- the end-time rule's other branches (beyond the 17) --
     Mutation("a gone box's proof of life not clamped to [create, now]", "gpuops/rental/lifecycle.py",
              [("    return min(max(float(t), start), now), src", "    return float(t), src")],
-             ["tests/lifecycle/test_end_time_rule.py"]),
+             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_session_limits.py::test_box_clock_skew_cannot_bend_an_unseen_end"]),
     Mutation('a box just seen and destroyed booked at its last heartbeat, not at the confirmed destroy', "gpuops/rental/lifecycle.py",
              [('    if not already_gone:\n        return now, "destroy"', '    if False:\n        return now, "destroy"')],
-             ["tests/lifecycle/test_end_time_rule.py"]),
+             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py"]),
     Mutation("this end's own events count as proof of life", "gpuops/rental/lifecycle.py",
              [("    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED}", "    skip = set()")],
-             ["tests/lifecycle/test_end_time_rule.py"]),
+             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py", "tests/teardown/test_watchdog.py::test_gone_without_provider_record_uses_last_heartbeat"]),
 ]
 
 
@@ -162,6 +162,8 @@ def run_one(root: Path, m: Mutation, timeout_s: float) -> tuple[str, str, str]:
         text = text.replace(old, new)
     tests = [t for t in m.tests if (root / t.split("::")[0]).exists()]
     missing = sorted(set(m.tests) - set(tests))
+    if not tests:  # never a bare pytest: that is the whole suite
+        return "NO TESTS", "-", f"none of its tests in this tree: {', '.join(missing)}"
     path.write_text(text)
     try:
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "--no-header", *m.args, *tests]

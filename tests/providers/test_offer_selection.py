@@ -150,6 +150,7 @@ def test_provider_spellings_are_normalized_before_matching():
     assert card_of_gpu_name("Tesla T4").name == "t4"  # Vast's name for the T4
     assert card_of_gpu_name("NVIDIA-Tesla-T4").name == "t4" and card_of_gpu_name("nvidia geforce rtx4090").name == "rtx-4090"
     assert card_of_gpu_name("T 4").name == "t4"  # punctuation and spaces never matter
+    assert card_of_gpu_name("L4").name == "l4" and card_of_gpu_name("RTX 4090 GeForce").name == "rtx-4090"  # letters count, noise anywhere
 
 
 def test_a_delivered_box_named_as_its_provider_names_the_ordered_card_matches():
