@@ -44,7 +44,7 @@ class Box(Provider):
 
     def get(self, instance_id):
         self.gets += 1
-        if not self.alive:
+        if not self.alive or instance_id != "pod-1":
             return None
         return Instance(id=instance_id, label="gpuops-s1", status=InstanceStatus.RUNNING, usd_per_hour=3.6,
                         created_at=CREATED, extra=dict(self.extra))
@@ -368,15 +368,84 @@ def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_reboo
 
 def test_an_instance_with_no_row_is_destroyed_and_nothing_booked(led):
     p = Box()
-    got = end_rental(led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-9", sleep=lambda s: None)
-    assert ended(got) == dict(session_id=None, instance_id="pod-9", destroyed=True, closed=False, reason="interrupted",
+    got = end_rental(led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-1", sleep=lambda s: None)
+    assert ended(got) == dict(session_id=None, instance_id="pod-1", destroyed=True, closed=False, reason="interrupted",
                               ended_at=None, end_source=None, already_gone=False, error="", not_ours=False, unknown=False, row=None)
     assert len(p.destroys) == 1
 
 
 def test_an_unknown_session_is_a_key_error(led):
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as e:
         end_rental(led, Box(), "nope", EndReason.IDLE, by="w")
+    assert e.value.args == ("nope",)
+
+
+def test_no_row_and_no_instance_ends_nothing(led):
+    p = Box()
+    got = end_rental(led, p, None, EndReason.INTERRUPTED, by="reconcile:test")
+    assert (got.session_id, got.instance_id, got.destroyed, got.closed, got.reason, p.gets, p.destroys) == (
+        None, None, False, False, "interrupted", 0, [])
+
+
+def test_a_refused_row_reports_the_reason_it_already_carries(led):
+    rented(led, account="runpod:ffff0000")
+    led.request_end("s1", "manual", by="down:bob")
+    assert end(led, Box()).reason == "manual"
+    rented_legacy = "s2"
+    led.add_session(Session(id=rented_legacy, provider="runpod", card="h100-sxm", label="gpuops-s2", instance_id="pod-2",
+                            instance_created_at=CREATED, usd_per_hour=3.6, status="running", created_at=CREATED, account=None))
+    led.request_end("s2", "ttl", by="agent")
+    got = end_rental(led, Box(), "s2", EndReason.IDLE, by="w", sleep=lambda s: None)  # pod-2 is not visible to this key
+    assert (got.unknown, got.reason) == (True, "ttl")
+
+
+def test_a_destroy_that_gives_up_reports_the_reason_requested_first(led):
+    rented(led)
+    led.request_end("s1", "manual", by="down:test")
+
+    class Failing(Box):
+        def destroy(self, instance_id):
+            raise ProviderError(ProviderErrorKind.SERVER, "502")
+
+    got = end_rental(led, Failing(), "s1", EndReason.TTL, by="agent:test", attempts=1, sleep=lambda s: None)
+    assert (got.closed, got.reason) == (False, "manual")
+
+
+def test_a_ledger_that_spools_still_ends_the_box_and_says_what_it_will_book(led):
+    class Spooling:
+        """The ledger refused the writes (a lock, a full disk): request_end and close are spooled."""
+
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def request_end(self, *a, **k):
+            return None
+
+        def close(self, *a, **k):
+            return None
+
+    rented(led)
+    p = Box()
+    got = end_rental(Spooling(led), p, "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None)
+    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=False, reason="idle", ended_at=NOW,
+                              end_source="destroy", already_gone=False, error="ledger write spooled", not_ours=False,
+                              unknown=False, row=None)
+    assert len(p.destroys) == 1
+
+
+def test_an_orphan_whose_instance_cannot_be_read_is_destroyed_with_an_empty_label(led):
+    rented(led)
+    end(led, Box(alive=False))
+
+    class Blind(Box):
+        def get(self, instance_id):
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
+    end(led, Blind())
+    assert books(led)[-1] == ("orphan_destroyed", {"by": "watchdog:test", "instance": "pod-1", "label": ""})
 
 
 def test_no_provider_closes_the_row_without_a_destroy(led):
@@ -486,3 +555,4 @@ def test_what_a_failure_in_each_stage_books():
     assert failure_reason("teardown", GpuopsError("x"), None) == EndReason.ERROR
     assert failure_reason("collect", server, None) == EndReason.ERROR  # nothing decided yet: an error
     assert failure_reason("collect", server, EndReason.TTL) == EndReason.TTL
+    assert failure_reason("teardown", GpuopsError("x"), EndReason.TTL) == EndReason.ERROR  # outside the table: an error

@@ -162,3 +162,12 @@ def test_a_delivered_box_named_as_its_provider_names_the_ordered_card_matches():
     assert check_delivered(unknown, inst(1.0, gpu_name="My Own Card")) is None
     assert check_delivered(unknown, inst(1.0, gpu_name="RTX 4090")) == "card 'RTX 4090' instead of my-own-card"
     assert check_delivered(offer(n=2), inst(0.30, num_gpus="2")) is None and check_delivered(offer(n=2), inst(0.30, num_gpus=2.0)) is None
+
+
+def test_exactly_at_the_tolerance_fits():
+    need = 80 * GIB
+    assert fits(offer(vram=need * (1.0 - VRAM_TOLERANCE)), need)
+
+
+def test_noise_words_anywhere_in_the_name():
+    assert card_of_gpu_name("T4 Tesla").name == "t4"

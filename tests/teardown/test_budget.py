@@ -308,3 +308,33 @@ def test_the_month_is_the_local_calendar_month():
 
     lo, hi = month_start_end()
     assert lo <= time.time() < hi
+
+
+def test_the_largest_ttl_that_fits_is_named_to_the_hundredth():
+    e = _refused(price_usd_h=0.5, max_hours=10.0, balance=3.0, floor=0.0, month_spent=None, cap=None)  # a price under $1/h
+    assert e.fix == "use --max-hours 6.00 or less, a cheaper offer, or top up the account, or lower balance_floor_usd"
+    e = _refused(price_usd_h=2.0, max_hours=4.0, balance=1.0, floor=0.0, month_spent=None, cap=None)
+    assert e.fix.startswith("use --max-hours 0.50 or less")
+    e = _refused(price_usd_h=1.0, max_hours=2.0, balance=0.01, floor=0.0, month_spent=None, cap=None)  # exactly 0.01 h
+    assert e.fix.startswith("use --max-hours 0.01 or less")
+
+
+def test_a_free_box_under_the_floor_is_refused_without_dividing_by_its_price():
+    e = _refused(price_usd_h=0.0, max_hours=4.0, balance=3.0, floor=5.0, month_spent=None, cap=None)
+    assert (e.message, e.fix) == (
+        "$0.0000/h x 4 h = $0.00 does not fit in balance $3.00 minus floor $5.00 = $-2.00: short by $2.00",
+        "top up the account, or lower balance_floor_usd; nothing fits now")
+
+
+def test_a_worst_case_of_float_dust_over_the_room_fits():
+    assert check_budget(1e-9, 1.0, balance=5.0, floor=5.0, month_spent=None, cap=None) == 0.0
+
+
+def test_budget_for_up_checks_the_users_own_refusal(led):
+    from gpuops.rental.budget import budget_for_up
+    from ledger.limits import set_refusal
+
+    set_refusal(led, "*", "monthly_cap", "alice's month is spent", account="alice")
+    with pytest.raises(BadInput, match=r"^new boxes refused \(monthly_cap.*alice's month is spent"):
+        budget_for_up(led, _settings(owner="alice"), _Funded(usd=1000.0), 2.0)
+    assert budget_for_up(led, _settings(owner="bob"), _Funded(usd=1000.0), 2.0) == 8.0

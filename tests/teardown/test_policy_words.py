@@ -241,3 +241,64 @@ def test_the_sample_interval_sets_how_long_a_hole_breaks_the_idle_streak():
     assert decide(samples, 60.0, BoxState(started_at=0.0), dict(cfg, sample_seconds=10.0)).reason == "idle"  # 3 x 10 + 5 s: unbroken
     d = decide(samples, 60.0, BoxState(started_at=0.0), dict(cfg, sample_seconds=1.0))  # 3 x 1 + 5 s: broken
     assert (d.action, d.idle_since, d.next_due) == ("keep", 60.0, 90.0)
+
+
+# -- edges mutmut found unpinned -------------------------------------------------------------------
+def test_a_driver_error_with_readings_is_unknown_not_idle():
+    from bootstrap.policy import classify
+
+    assert classify(s(0.0, [0.0], error="NVML: timeout"), 5.0) == "unknown"
+    assert classify(s(0.0, [0.0]), 5.0) == "idle" and classify(s(0.0, [5.0]), 5.0) == "idle"  # at the threshold: idle
+
+
+def test_settings_as_an_object_fall_back_to_the_defaults():
+    from types import SimpleNamespace
+
+    from bootstrap.policy import _get
+
+    only = SimpleNamespace(max_hours=1.0)
+    assert _get(only, "job_end_grace_seconds", 30.0) == 30.0 and _get(only, "max_hours", 9) == 1.0
+    st = BoxState(started_at=0.0, job_ended_at=100.0, job_exit_code=0)
+    assert decide([], 129.0, st, only).next_due == 130.0 and decide([], 130.0, st, only).reason == "job_end"
+
+
+def test_units_glued_to_numbers():
+    assert (_num("97%"), _num("10240MiB"), _num("7 MiB")) == (97.0, 10240.0, 7.0)
+
+
+def test_a_long_warning_is_cut_at_200_characters_after_the_exit_status():
+    w = "WARNING: " + "y" * 300
+    assert parse_smi("0, 1, 2, 3\n" + w + "\n", 14)["warning"] == "nvidia-smi exited 14: " + w[:200]
+
+
+def test_busy_runs_break_when_a_bootstrap_step_starts_or_ends():
+    for a, b in ((s(0.0, [90.0]), s(10.0, [90.0], bootstrap=True)), (s(0.0, [90.0], bootstrap=True), s(10.0, [90.0]))):
+        samples = [dict(a)]
+        assert merge_sample(samples, b, 5.0, 10.0) is True and len(samples) == 2
+    samples = [s(0.0, [90.0], bootstrap=True)]
+    assert merge_sample(samples, s(10.0, [95.0], bootstrap=True), 5.0, 10.0) is False
+
+
+def test_the_numbers_in_the_lines_count_from_the_boxs_start_and_the_streaks_start():
+    st = BoxState(started_at=1000.0, usd_per_hour=2.0)
+    capped = dict(SET, max_session_usd=1.0, max_hours=10.0)
+    assert decide([], 2800.0, st, capped).explanation == "session_cap: $1.0000 spent at $2.0000/h reached max_session_usd $1.00"
+    samples = [s(t) for t in (100.0, 110.0, 120.0, 130.0, 140.0, 150.0, 160.0)]
+    assert decide(samples, 160.0, BoxState(started_at=0.0), SET).explanation.startswith("idle: no GPU above 5% for 60 s")
+    assert decide(samples[:5], 140.0, BoxState(started_at=0.0), SET).explanation == "keep: idle for 40 s so far"
+    ended = BoxState(started_at=0.0, job_ended_at=100.0, job_exit_code=0)
+    assert decide([], 110.0, ended, dict(SET, job_end_grace_seconds=10.0)).explanation == (
+        "job_end: job exited (code 0) 10 s ago, grace 10 s")
+    assert decide([], 109.0, ended, dict(SET, job_end_grace_seconds=10.0)).next_due == 110.0
+
+
+def test_the_default_sample_interval_is_ten_seconds():
+    cfg = {"max_hours": 1.0, "idle_minutes": 1.0}
+    unbroken = [s(0.0), s(35.0), s(70.0)]  # 35 s = 3 x 10 s + 5 s: one streak
+    assert decide(unbroken, 70.0, BoxState(started_at=0.0), cfg).reason == "idle"
+    broken = [s(0.0), s(36.0), s(72.0)]
+    assert decide(broken, 72.0, BoxState(started_at=0.0), cfg).idle_since == 72.0
+
+
+def test_a_gpu_at_the_threshold_is_not_named_busy():
+    assert decide([s(0.0, [5.0], ssh=1)], 1.0, BoxState(started_at=0.0), SET).explanation == "keep: busy (1 SSH session(s) open)"
