@@ -8,16 +8,18 @@
 #
 #   bash scripts/mutation.sh            # the lane; resumes where a run stopped (cache in the work dir)
 #   bash scripts/mutation.sh --fresh    # forget earlier results
+#   bash scripts/mutation.sh --retest   # only the last run's survivors (after a test was added)
 #   bash scripts/mutation.sh --known    # then the named mutations (scripts/mutation_known.py, e2e tests)
 #
 # GPUOPS_MUTATION_BUDGET_S: wall-clock budget of the mutmut run (default 1800 s; past it the run
 # stops and what was tested is reported). GPUOPS_MUTATION_CHILDREN: parallel mutants (default 1: the
 # machine is shared). GPUOPS_MUTATION_ONLY: a space-separated subset of MODULES. GPUOPS_MUTATION_DIR:
-# where the tree is copied (default $TMPDIR/gpuops-mutation). Exit 1 below the target.
+# where the tree is copied (default $TMPDIR/gpuops-mutation). GPUOPS_PYTHON: the interpreter (default
+# .venv/bin/python, with the dev extra installed). Exit 1 below the target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-PY="$REPO/.venv/bin/python"
+PY="${GPUOPS_PYTHON:-$REPO/.venv/bin/python}"
 BUDGET_S="${GPUOPS_MUTATION_BUDGET_S:-1800}"
 CHILDREN="${GPUOPS_MUTATION_CHILDREN:-1}"
 TARGET=90
@@ -50,14 +52,52 @@ SOURCE_READERS=(
 # Surviving mutants that are equivalent (no test can tell them from the original), with the reason.
 # Keyed by mutmut's name (module.x_function__mutmut_N); re-check the numbers when a function changes.
 EQUIVALENT=(
+  "gpuops.ownership.x_local_account__mutmut_7 encode('UTF-8') for 'utf-8': codec names are case-insensitive"
+  "gpuops.rental.lifecycle.x_failure_reason__mutmut_11 'or' for 'and': no FAILURE_BOOKS row has exactly one None entry"
+  "gpuops.rental.lifecycle.x_failure_reason__mutmut_19 'decided and ERROR': got is None only on a row with a None entry, and the only such row (collect) returned above"
+  "gpuops.rental.lifecycle.x_end_time__mutmut_5 t = '' for None: both falsy, the next 'if t:' skips both"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_4 ledger.get(None) is None, as the skipped call gives"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_51 the legacy stand-in Instance's id is never read again"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_52 the stand-in's label is read only for an orphan; the legacy branch runs on open rows only"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_53 status None or UNKNOWN: neither is GONE"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_57 the stand-in's label is read only for an orphan; the legacy branch runs on open rows only"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_99 a closed row's last event is read and not used"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_126 the stand-in Instance's id is never read again"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_128 status None or UNKNOWN: neither is GONE"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_137 last_err '' for None: the loop sets it on every try (at least one)"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_224 an orphan is destroyed only when its instance was seen (not gone): inst is never None there"
+  "gpuops.rental.lifecycle.x_end_rental__mutmut_225 an orphan is destroyed only when its instance was seen (not gone): inst is never None there"
+  "gpuops.rental.lifecycle.x_requested_reason__mutmut_9 code '' or None: neither is 0, both book job_failed"
+  "gpuops.rental.budget.x_assert_not_refused__mutmut_11 owner '' or 'XXXX' for a missing owner: no refusal names either"
+  "gpuops.planning.offers.x_rank__mutmut_1 need 1 byte instead of 0: screen drops VRAM <= 0, and any whole positive VRAM covers 1 byte"
+  "gpuops.planning.offers.x__norm__mutmut_13 an empty name normalized to 'xxxx': no card has that name, and callers skip empty names"
+  "gpuops.planning.offers.x_delivered__mutmut_23 card_of_gpu_name('None') is None: no card is named 'none'"
+  "gpuops.planning.offers.x_check_delivered__mutmut_2 delivered() never reads its order argument"
+  "gpuops.planning.offers.x_check_delivered__mutmut_34 ok None or False: both fail 'if not ok'"
+  "ledger.attribution.x_fraction__mutmut_24 overlap >= 0: an overlap of 0 gives 0.0 either way"
+  "ledger.attribution.x_accrued__mutmut_28 overlap >= 0: an overlap of 0 gives 0.0 either way"
+  "ledger.attribution.x_split__mutmut_30 one bucket earlier ends at or before start: its overlap <= 0 is skipped"
+  "ledger.attribution.x_split__mutmut_35 from bucket 0: every bucket before start has overlap <= 0, skipped"
+  "ledger.attribution.x_split__mutmut_42 lo > end for lo >= end: lo == end has overlap 0 (skipped), the next lo breaks"
+  "ledger.attribution.x_split__mutmut_43 return for break: nothing follows the loop in the generator"
+  "ledger.attribution.x_split__mutmut_54 overlap >= 0: inside the loop the overlap is never 0 (lo < end; the first bucket holds start)"
+  "bootstrap.policy.x_decide__mutmut_122 a missing no_job_seconds gives None or the default; both become NO_JOB_SECONDS"
+  "bootstrap.policy.x_decide__mutmut_125 a missing no_job_seconds gives None or the default; both become NO_JOB_SECONDS"
+  "bootstrap.policy.x_decide__mutmut_190 'no samples' is read only when there is no sample, where _keep_why answers first"
+  "bootstrap.policy.x_decide__mutmut_191 'no samples' is read only when there is no sample, where _keep_why answers first"
+  "bootstrap.policy.x_decide__mutmut_206 the idle decision's idle_since is set again right after (soft.idle_since = since)"
+  "bootstrap.policy.x_decide__mutmut_210 the idle decision's idle_since is set again right after (soft.idle_since = since)"
+  "bootstrap.policy.x_decide__mutmut_272 due always holds the TTL's time: never empty"
+  "bootstrap.policy.x__keep_why__mutmut_13 what == idle means the newest sample is idle, so since is never None there"
 )
 
-fresh=0 known=0
+fresh=0 known=0 retest=0
 for a in "$@"; do
   case "$a" in
     --fresh) fresh=1 ;;
     --known) known=1 ;;
-    *) echo "usage: bash scripts/mutation.sh [--fresh] [--known]" >&2; exit 2 ;;
+    --retest) retest=1 ;;
+    *) echo "usage: bash scripts/mutation.sh [--fresh | --retest] [--known]" >&2; exit 2 ;;
   esac
 done
 [ -n "${GPUOPS_MUTATION_ONLY:-}" ] && read -r -a MODULES <<< "$GPUOPS_MUTATION_ONLY"
@@ -87,8 +127,13 @@ EOF
 cd "$WORK"
 echo "== mutmut over ${MODULES[*]} (budget ${BUDGET_S} s, ${CHILDREN} at a time, in $WORK)"
 t0=$(date +%s)
+names=()
+if [ "$retest" = 1 ]; then  # the survivors of the last run, by name: mutmut re-tests only those
+  mapfile -t names < <("$PY" -m mutmut results 2>/dev/null | sed -n 's/^ *\([^ ]*\): \(survived\|no tests\)$/\1/p')
+  echo "== re-testing ${#names[@]} survivors of the last run"
+fi
 run_rc=0
-PYTHONPATH="$WORK" timeout --signal=INT --kill-after=30 "$BUDGET_S" "$PY" -m mutmut run --max-children "$CHILDREN" \
+PYTHONPATH="$WORK" timeout --signal=INT --kill-after=30 "$BUDGET_S" "$PY" -m mutmut run --max-children "$CHILDREN" "${names[@]}" \
   > "$WORK/mutmut-run.log" 2>&1 || run_rc=$?
 echo "== mutmut run: $(( $(date +%s) - t0 )) s (exit $run_rc$([ "$run_rc" = 124 ] && echo ', stopped at the budget'); log: $WORK/mutmut-run.log)"
 tail -n 3 "$WORK/mutmut-run.log" | tr '\r' '\n' | tail -n 2

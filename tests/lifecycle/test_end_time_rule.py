@@ -50,6 +50,8 @@ class Box(Provider):
                         created_at=CREATED, extra=dict(self.extra))
 
     def destroy(self, instance_id):
+        if instance_id != "pod-1":
+            raise ProviderError(ProviderErrorKind.BAD_REQUEST, f"no instance {instance_id!r}")
         self.destroys.append(self.clock() if self.clock else 0.0)
         self.alive = False
 
@@ -203,6 +205,27 @@ def test_an_end_time_the_caller_knows_better_is_booked_as_given(led):
     rented(led)
     got = end(led, Box(record=CREATED + 1.0), ended_at=CREATED + 77.0, end_source="heartbeat")
     assert (got.ended_at, got.end_source) == (CREATED + 77.0, "heartbeat")
+
+
+def test_an_end_time_from_the_caller_without_a_source_says_caller(led):
+    rented(led)
+    assert end(led, Box(), ended_at=CREATED + 5.0).end_source == "caller"
+
+
+def test_a_spooled_request_still_closes_with_the_reason(led):
+    class HalfSpooling:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def request_end(self, *a, **k):
+            return None  # that write was spooled; the close goes through
+
+    rented(led)
+    got = end_rental(HalfSpooling(led), Box(), "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None)
+    assert (got.closed, got.reason, led.get("s1").end_reason) == (True, "idle", "idle")
 
 
 # -- end_rental's own ownership guard --------------------------------------------------------------
@@ -362,7 +385,7 @@ def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_reboo
     assert books(led)[-1] == ("orphan_destroyed", {"by": "watchdog:test", "instance": "pod-1", "label": "gpuops-s1"})
     assert len(p.destroys) == 1 and led.get("s1").ended_at == before.ended_at
     again = Box(alive=False)
-    end(led, again)  # gone already: destroyed (idempotent), no orphan event
+    assert end(led, again).already_gone  # gone already: destroyed (idempotent), no orphan event
     assert [k for k, _ in books(led)].count("orphan_destroyed") == 1 and len(again.destroys) == 1
 
 
@@ -409,6 +432,7 @@ def test_a_destroy_that_gives_up_reports_the_reason_requested_first(led):
 
     got = end_rental(led, Failing(), "s1", EndReason.TTL, by="agent:test", attempts=1, sleep=lambda s: None)
     assert (got.closed, got.reason) == (False, "manual")
+    assert [k for k, _ in books(led)].count("destroy_failed") == 1  # attempts=1: one try
 
 
 def test_a_ledger_that_spools_still_ends_the_box_and_says_what_it_will_book(led):
