@@ -580,3 +580,19 @@ def test_what_a_failure_in_each_stage_books():
     assert failure_reason("collect", server, None) == EndReason.ERROR  # nothing decided yet: an error
     assert failure_reason("collect", server, EndReason.TTL) == EndReason.TTL
     assert failure_reason("teardown", GpuopsError("x"), EndReason.TTL) == EndReason.ERROR  # outside the table: an error
+
+
+def test_a_spooled_close_of_a_gone_box_says_it_was_gone(led):
+    class Spooling:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def close(self, *a, **k):
+            return None
+
+    rented(led, heartbeat=CREATED + 60.0)
+    got = end_rental(Spooling(led), Box(alive=False), "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None)
+    assert (got.closed, got.already_gone, got.ended_at, got.end_source) == (False, True, CREATED + 60.0, "heartbeat")
