@@ -13,7 +13,7 @@ Hygiene: the run gets one temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tem
 child process write under it) and one id in the environment of every process it starts
 (tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
 is killed and the test errors; at the end of the run, anything of the run still alive is killed
-and the run fails; then the temp root is removed.
+and the run fails; then the temp root is removed, with the bytecode compiled from files under it.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ def pytest_configure(config):
         return  # an xdist worker: the controller set the run up
     root = tempfile.mkdtemp(prefix="gpuops-suite-", dir=_OUTER_TMP)
     os.chmod(root, 0o711)  # PostgreSQL runs as its own user (as root) and must reach its folder inside
+    config._gpuops_prev_tmp = (os.environ.get("TMPDIR"), tempfile.tempdir)
     os.environ["PYTEST_GPUOPS_OUTER_TMPDIR"] = _OUTER_TMP
     os.environ[procs.RUN_VAR] = uuid.uuid4().hex[:12]
     os.environ[procs.ROOT_VAR] = root
@@ -264,6 +265,26 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if not os.environ.get("PYTEST_GPUOPS_KEEP_TMP"):
         shutil.rmtree(root, ignore_errors=True)
+        _prune_pycache()
+    # The run is over: a next pytest.main in this process (mutmut runs several) is a run of its own.
+    for var in (procs.RUN_VAR, procs.ROOT_VAR):
+        os.environ.pop(var, None)
+    prev_env, prev_dir = session.config._gpuops_prev_tmp
+    if prev_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = prev_env
+    tempfile.tempdir = prev_dir
+
+
+def _prune_pycache() -> None:
+    """Drop the bytecode compiled from files under temp roots that are gone (this run's, and any a
+    killed run left): the shared ``PYCACHE`` keeps only the checkouts' and the libraries' subtrees,
+    not one more per run. A root that still exists (a teammate's run in progress) is kept."""
+    for outer in {os.path.abspath(_OUTER_TMP), os.path.realpath(_OUTER_TMP)}:  # as given, and as pytest resolves it
+        for sub in (Path(PYCACHE) / outer.lstrip(os.sep)).glob("gpuops-suite-*"):
+            if not (Path(outer) / sub.name).exists():
+                shutil.rmtree(sub, ignore_errors=True)
 
 
 @pytest.fixture

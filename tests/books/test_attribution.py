@@ -12,13 +12,13 @@ from tests.books.conftest import _rented, utc
 
 def test_fraction_and_split_by_the_hour():
     a, b = utc(2026, 10, 31, 22), utc(2026, 11, 1, 10)
-    assert fraction(a, b, utc(2026, 10, 1), utc(2026, 11, 1)) == pytest.approx(2 / 12)
-    assert fraction(a, b, utc(2026, 11, 1), utc(2026, 12, 1)) == pytest.approx(10 / 12)
+    assert fraction(a, b, utc(2026, 10, 1), utc(2026, 11, 1)) == pytest.approx(2 / 12, abs=1e-9)
+    assert fraction(a, b, utc(2026, 11, 1), utc(2026, 12, 1)) == pytest.approx(10 / 12, abs=1e-9)
     assert fraction(a, None, utc(2026, 11, 1), utc(2026, 12, 1)) == 0.0  # open: no cost in the books
     assert fraction(a, a, a - 1, a + 1) == 1.0 and fraction(a, a, a + 1, a + 2) == 0.0  # zero-length: where it started
     hours = [a + 3600 * i for i in range(13)]
     parts = list(split(a, b, hours))
-    assert [i for i, _ in parts] == list(range(12)) and all(s == pytest.approx(1 / 12) for _, s in parts)
+    assert [i for i, _ in parts] == list(range(12)) and all(s == pytest.approx(1 / 12, abs=1e-9) for _, s in parts)
     days = [utc(2026, 10, 31), utc(2026, 11, 1), utc(2026, 11, 2)]
     assert [(i, round(s, 6)) for i, s in split(a, b, days)] == [(0, round(2 / 12, 6)), (1, round(10 / 12, 6))]
 
@@ -29,8 +29,8 @@ def test_open_session_accrues_only_inside_the_period():
         instance_created_at = created_at = utc(2026, 10, 31, 22)
         ended_at = None
 
-    assert accrued(Row, utc(2026, 11, 1), utc(2026, 12, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(100.0)
-    assert accrued(Row, utc(2026, 10, 1), utc(2026, 11, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(20.0)
+    assert accrued(Row, utc(2026, 11, 1), utc(2026, 12, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(100.0, abs=1e-6)
+    assert accrued(Row, utc(2026, 10, 1), utc(2026, 11, 1), now=utc(2026, 11, 1, 10)) == pytest.approx(20.0, abs=1e-6)
 
 
 def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
@@ -41,13 +41,13 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
     _rented(ledger, "b1", t, price=10.0, started=utc(2026, 10, 31, 22), provider="vast")
     ledger.close("b1", utc(2026, 11, 1, 10), "job_end")
     nov, dec = (utc(2026, 11, 1), utc(2026, 12, 1)), (utc(2026, 10, 1), utc(2026, 11, 1))
-    assert month_spend(ledger, *nov, now=utc(2026, 11, 2)) == pytest.approx(100.0)
-    assert month_spend(ledger, *dec, now=utc(2026, 11, 2)) == pytest.approx(20.0)
+    assert month_spend(ledger, *nov, now=utc(2026, 11, 2)) == pytest.approx(100.0, abs=1e-6)
+    assert month_spend(ledger, *dec, now=utc(2026, 11, 2)) == pytest.approx(20.0, abs=1e-6)
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0
     assert books.month(ledger, "2026-10", "UTC")["total_usd"] == 20.0
     # An open rental counts its hours so far, inside the month only.
     _rented(ledger, "b2", utc(2026, 11, 2), price=4.0, started=utc(2026, 11, 2), provider="vast")
-    assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0)
+    assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0, abs=1e-6)
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0  # the books: no cost until it closes
     # The watchdog's cap check is the same function: past a 50 USD cap in November.
     from gpuops.rental.budget import check_budget
@@ -202,3 +202,70 @@ def test_token_sums_past_64_bits_do_not_overflow(ledger):
                  results_path="", source="gpuops") for i in range(2)])
     assert cmds.month(ledger, "2026-11", "UTC")["tokens"] == int(round(2.0 * MAX_TOKENS))
     assert cmds.experiments(ledger, "2026-11-01", None, "UTC")["experiments"][0]["tokens"] == int(round(2.0 * MAX_TOKENS))
+
+
+# -- the rule's pieces, at their edges (pure functions, no ledger) ---------------------------------
+def test_interval_of_a_row():
+    from types import SimpleNamespace as R
+
+    from ledger.attribution import interval
+
+    assert interval(R(instance_id=None, instance_created_at=None, created_at=5.0, ended_at=9.0, status="closed")) is None
+    assert interval(R(instance_id="i", instance_created_at=None, created_at=5.0, ended_at=9.0, status="closed")) == (5.0, 9.0)
+    assert interval(R(instance_id=None, instance_created_at=6.0, created_at=5.0, ended_at=9.0, status="closed")) == (6.0, 9.0)
+    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=None, status="running")) == (6.0, None)
+    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=None, status="closed")) == (6.0, 6.0)
+    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=4.0, status="closed")) == (6.0, 6.0)
+
+
+def test_fraction_at_the_edges_of_a_period():
+    assert fraction(0.0, 10.0, 10.0, 20.0) == 0.0 and fraction(0.0, 10.0, 20.0, 30.0) == 0.0  # touching, disjoint
+    assert fraction(10.0, 20.0, 0.0, 10.0) == 0.0
+    assert fraction(0.0, 10.0, 9.5, 20.0) == pytest.approx(0.05, abs=1e-12)  # half a second of ten
+    assert fraction(0.0, 10.0, -5.0, 20.0) == 1.0
+    assert fraction(5.0, 5.0, 0.0, 5.0) == 0.0 and fraction(5.0, 5.0, 5.0, 6.0) == 1.0  # zero-length: where it started
+    assert fraction(5.0, 4.0, 5.0, 6.0) == 1.0  # an end before the start counts as zero-length
+
+
+def test_overlaps_at_the_edges():
+    from ledger.attribution import overlaps
+
+    assert overlaps(0.0, None, 0.0, 1.0) and not overlaps(1.0, None, 0.0, 1.0)  # open: from its start on
+    assert overlaps(0.0, 2.0, 1.0, 3.0) and not overlaps(0.0, 1.0, 1.0, 3.0) and not overlaps(3.0, 4.0, 1.0, 3.0)
+    assert overlaps(1.0, 1.0, 1.0, 3.0) and not overlaps(3.0, 3.0, 1.0, 3.0)  # zero-length: where it started
+
+
+def test_split_buckets_and_shares():
+    edges = [0.0, 10.0, 20.0, 30.0]
+    assert list(split(5.0, 25.0, edges)) == [(0, 0.25), (1, 0.5), (2, 0.25)]
+    assert list(split(10.0, 20.0, edges)) == [(1, 1.0)]  # exactly one bucket; the next does not get a zero share
+    assert list(split(-10.0, 5.0, edges)) == [(0, 5.0 / 15.0)]  # before the first edge: only the part inside
+    assert list(split(25.0, 45.0, edges)) == [(2, 0.25)]
+    assert list(split(30.0, 40.0, edges)) == [] and list(split(-5.0, 0.0, edges)) == []
+    assert list(split(0.0, 0.5, edges)) == [(0, 1.0)] and list(split(29.5, 30.0, edges)) == [(2, 1.0)]
+    assert list(split(5.0, None, edges)) == [] and list(split(5.0, 6.0, [0.0])) == [] and list(split(5.0, 6.0, [])) == []
+
+
+def test_split_of_a_zero_length_interval_goes_to_the_bucket_holding_it():
+    edges = [0.0, 10.0, 20.0]
+    assert list(split(10.0, 10.0, edges)) == [(1, 1.0)] and list(split(0.0, 0.0, edges)) == [(0, 1.0)]
+    assert list(split(12.0, 3.0, edges)) == [(1, 1.0)]  # an end before the start: zero-length
+    assert list(split(20.0, 20.0, edges)) == [] and list(split(-1.0, -1.0, edges)) == []
+    assert list(split(5.0, 5.0, [0.0, 10.0])) == [(0, 1.0)]
+
+
+def test_accrued_only_for_open_priced_rows_inside_the_period():
+    class Open:
+        status, usd_per_hour, instance_id = "running", 3.6, "i-1"
+        instance_created_at, created_at, ended_at = 1000.0, 900.0, None
+
+    assert accrued(Open, 0.0, 10_000.0, now=1000.0 + 1800.0) == pytest.approx(1.8, abs=1e-9)
+    assert accrued(Open, 1500.0, 10_000.0, now=2000.0) == pytest.approx(0.5, abs=1e-9)  # from the period's start
+    assert accrued(Open, 0.0, 1200.0, now=2000.0) == pytest.approx(0.2, abs=1e-9)  # to the period's end
+    assert accrued(Open, 0.0, 1000.5, now=2000.0) == pytest.approx(0.0005, abs=1e-12)  # half a second
+    assert accrued(Open, 0.0, 900.0, now=2000.0) == 0.0 and accrued(Open, 3000.0, 4000.0, now=2000.0) == 0.0
+    Closed = type("Closed", (Open,), {"status": "closed", "ended_at": 2000.0})
+    Free = type("Free", (Open,), {"usd_per_hour": 0.0})
+    Never = type("Never", (Open,), {"instance_id": None, "instance_created_at": None})
+    assert accrued(Closed, 0.0, 10_000.0, now=3000.0) == 0.0 and accrued(Free, 0.0, 10_000.0, now=3000.0) == 0.0
+    assert accrued(Never, 0.0, 10_000.0, now=3000.0) == 0.0

@@ -74,7 +74,7 @@ def test_by_day(books):
     assert d["2026-11-10"] == {"date": "2026-11-10", "cost_usd": 0.0, "simulated_usd": 0.45, "storage_usd": 0.0, "gpu_hours": 0.5,
                                "sessions": 1, "tokens": 1_000_000}
     assert d["2026-11-20"]["sessions"] == 1 and d["2026-11-20"]["cost_usd"] == 0.0  # open
-    assert sum(x["cost_usd"] for x in days) == pytest.approx(9.531764)
+    assert sum(x["cost_usd"] for x in days) == pytest.approx(9.531764, abs=1e-6)
     tokyo = {x["date"]: x for x in cmds.month(books, "2026-11", "Asia/Tokyo", by="day")["days"]}
     assert tokyo["2026-11-01"]["cost_usd"] == 0.4  # s7
     assert tokyo["2026-11-04"]["cost_usd"] == 6.4  # s5 at 07:30 Tokyo time

@@ -52,15 +52,15 @@ def test_month_totals_and_breakdowns(led):
     assert rep["usd_per_mtoken"] == pytest.approx(5.0 / 10, abs=1e-6)  # real money over real tokens
     assert rep["simulated_usd_per_mtoken"] == pytest.approx(0.9, abs=1e-6)
     by_exp = {r["name"]: r for r in rep["by_experiment"]}
-    assert by_exp["llama"]["cost_usd"] == pytest.approx(5.0) and by_exp["llama"]["sessions"] == 2
-    assert by_exp["llama"]["usd_per_mtoken"] == pytest.approx(0.5)
-    assert by_exp["smoke"]["cost_usd"] == 0 and by_exp["smoke"]["simulated_usd"] == pytest.approx(0.9)
+    assert by_exp["llama"]["cost_usd"] == pytest.approx(5.0, abs=1e-6) and by_exp["llama"]["sessions"] == 2
+    assert by_exp["llama"]["usd_per_mtoken"] == pytest.approx(0.5, abs=1e-6)
+    assert by_exp["smoke"]["cost_usd"] == 0 and by_exp["smoke"]["simulated_usd"] == pytest.approx(0.9, abs=1e-6)
     assert by_exp["smoke"]["usd_per_mtoken"] is None
     by_card = {r["name"]: r for r in rep["by_card"]}
-    assert by_card["h100-sxm x2"]["gpu_hours"] == pytest.approx(1.0) and by_card["h100-sxm x2"]["usd_per_mtoken"] is None
+    assert by_card["h100-sxm x2"]["gpu_hours"] == pytest.approx(1.0, abs=1e-6) and by_card["h100-sxm x2"]["usd_per_mtoken"] is None
     by_provider = {r["name"]: r for r in rep["by_provider"]}
     assert set(by_provider) == {"runpod", "vast", "local"}
-    assert by_provider["runpod"]["sessions"] == 1 and by_provider["runpod"]["cost_usd"] == pytest.approx(3.0)
+    assert by_provider["runpod"]["sessions"] == 1 and by_provider["runpod"]["cost_usd"] == pytest.approx(3.0, abs=1e-6)
 
 
 def test_month_bounds_reject_bad_months():

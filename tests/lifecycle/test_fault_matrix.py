@@ -121,6 +121,6 @@ def test_fault_matrix_local(matrix_env, gpuops_home, fake_smi, tmp_path, stage, 
         return
     inst = provider.get(row.instance_id)
     assert inst is None or inst.status == InstanceStatus.GONE  # 0 instances billing
-    assert row.ended_at == pytest.approx(provider.destroyed_at(row.instance_id), abs=1e-3)  # the provider's end time
+    assert row.ended_at == pytest.approx(provider.destroyed_at(row.instance_id), abs=1e-6)  # the provider's end time
     assert row.billed_seconds is not None and row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 1.5, abs=1e-6)
     no_box_processes(box)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
-
 from gpuops.rental.reconcile import Context, reconcile
 from gpuops.rental.watchdog import tick
 from tests.teardown.conftest import wait_for
@@ -98,6 +96,7 @@ def test_box_clock_skew_cannot_bend_an_unseen_end(rig, fake_smi):
         (Path(r.box.root) / ".gpuops" / "agent-status.json").write_text(json.dumps(status))
         seen_at = time.time()
         tick(Context(r.settings, ledger=r.ledger))
+        read_by = time.time()  # the fresh read happened in between
         r.provider.destroy(r.inst.id)
         shutil.rmtree(r.box.root)  # gone, and the provider keeps no end time
         tick(Context(r.settings, ledger=r.ledger))
@@ -105,4 +104,4 @@ def test_box_clock_skew_cannot_bend_an_unseen_end(rig, fake_smi):
         assert row.status == "closed" and row.end_source in ("heartbeat", "ledger_event")
         assert r.inst.created_at <= row.ended_at <= time.time() and row.billed_seconds < 60, (skew, row)
         if skew > 0:  # fresh by the box's clock: booked at the laptop's read, not 5 h ahead
-            assert row.ended_at == pytest.approx(seen_at, abs=5)
+            assert seen_at <= row.ended_at <= read_by

@@ -141,10 +141,10 @@ def test_moe_decode_reads_only_routed_experts_at_batch_1():
 
 def test_usd_per_mtoken_formula_and_batching_lever():
     c = P.plan("llama-2-7b", dtype="fp16", card=A100, seq=2048).cards[0]
-    assert c.usd_per_mtoken["ceiling"] == pytest.approx(1.49 / (c.decode_tok_s * 3600) * 1e6)
+    assert c.usd_per_mtoken["ceiling"] == pytest.approx(1.49 / (c.decode_tok_s * 3600) * 1e6, abs=1e-9)
     assert c.usd_per_mtoken["batch_1"] >= c.usd_per_mtoken["ceiling"]  # batch 1 also reads its KV
     assert c.usd_per_mtoken["max_batch"] < c.usd_per_mtoken["batch_1"] / 10  # batching is the lever on the bill
-    assert dollars_per_mtoken(3.6, 1000) == pytest.approx(1.0)
+    assert dollars_per_mtoken(3.6, 1000) == pytest.approx(1.0, abs=1e-9)
 
 
 def test_safetensors_index_total_size_wins(tmp_path):
@@ -230,7 +230,13 @@ def test_bad_flags(kw, match):
 
 def test_seq_beyond_context_warns_not_refuses():
     p = P.plan("llama-2-7b", seq=8192, card=A100)
-    assert p.seq == 8192 and any("beyond the model's context (4096" in w for w in p.warnings)
+    assert p.seq == 8192 and p.arch.max_context == 4096  # llama-2-7b config.json: max_position_embeddings 4096
+    assert [w for w in p.warnings if "beyond" in w] == [
+        "--seq 8192 is beyond the model's context (4096 tokens, max_position_embeddings)"]
+    # the plan is sized for the --seq asked, not clipped to the context: twice the KV of 4096 tokens
+    at_context = P.plan("llama-2-7b", seq=4096, card=A100)
+    assert not [w for w in at_context.warnings if "beyond" in w]  # exactly the context: no warning
+    assert p.kv_cache_bytes == 2 * at_context.kv_cache_bytes
 
 
 def test_heads_not_dividing():
@@ -272,6 +278,6 @@ def test_attention_bias_key_adds_q_k_v_o_biases():
 
 
 def test_fp8_uses_fp8_flops_where_the_card_has_them():
-    assert P.plan("llama-3-8b", dtype="fp8", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(1979e12 / 3350e9)
-    assert P.plan("llama-3-8b", dtype="fp8", card=A100).cards[0].ridge_flop_per_byte == pytest.approx(312e12 / 2039e9)
-    assert P.plan("llama-3-8b", dtype="int4", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(989e12 / 3350e9)
+    assert P.plan("llama-3-8b", dtype="fp8", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(1979e12 / 3350e9, rel=1e-9)
+    assert P.plan("llama-3-8b", dtype="fp8", card=A100).cards[0].ridge_flop_per_byte == pytest.approx(312e12 / 2039e9, rel=1e-9)
+    assert P.plan("llama-3-8b", dtype="int4", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(989e12 / 3350e9, rel=1e-9)

@@ -84,14 +84,14 @@ def test_s001_llama2_7b_decode_ceiling_150_tok_s_on_a100_sxm():
     _, c = one("llama-2-7b", dtype="fp16")
     # a step reads every weight but the embedding table, of which only its token's row (4096 x 2 B)
     read = 13_476_831_232 - 2 * 131_072_000 + 2 * 4096
-    assert c.decode_tok_s == pytest.approx(2039e9 / read)
+    assert c.decode_tok_s == pytest.approx(2039e9 / read, rel=1e-9)
     assert round(c.decode_tok_s) == 154  # seed: 2039 GB/s / 13.5 GB ~ 150 (whole table read, weights rounded up)
     assert c.decode_tok_s == pytest.approx(150, rel=0.03)
 
 
 def test_s001_a100_ridge_153_and_compute_bound_batch_153():
     _, c = one("llama-2-7b", dtype="fp16")
-    assert c.ridge_flop_per_byte == pytest.approx(312e12 / 2039e9)
+    assert c.ridge_flop_per_byte == pytest.approx(312e12 / 2039e9, rel=1e-9)
     assert round(c.ridge_flop_per_byte) == 153
     # intensity at batch B = 2N x B FLOP / 2N bytes = B, so decode turns compute-bound at B = ridge
     # (x 0.98: the embedding table, 2% of the weights, is not read)
@@ -120,14 +120,14 @@ def test_s001_llama3_8b_gqa_worked_solution():
     ceilings = {c.card.name: c.decode_tok_s for c in P.plan("llama-3-8b", engine="hf", dtype="fp16").cards}
     # seed: 2039 / 16.06 = 127 and 3350 / 16.06 = 209; a step skips the 1.05 GB embedding table: 135.8 and 223.1
     assert round(ceilings[A100]) == 136 and round(ceilings["h100-sxm"]) == 223
-    assert ceilings[A100] == pytest.approx(2039e9 / (p.weights_bytes - 2 * 525_336_576 + 2 * 4096))
+    assert ceilings[A100] == pytest.approx(2039e9 / (p.weights_bytes - 2 * 525_336_576 + 2 * 4096), rel=1e-9)
 
 
 def test_s001_h100_ridge_295_and_7b_at_248_tok_s():
     _, c = one("llama-2-7b", card="h100-sxm", dtype="fp16")
     assert round(c.ridge_flop_per_byte) == 295
     assert c.decode_tok_s == pytest.approx(248, rel=0.03)  # seed: 3350 / 13.5 = 248; 253.5 without the embedding table
-    assert c.decode_tok_s / one("llama-2-7b", dtype="fp16")[1].decode_tok_s == pytest.approx(3350 / 2039)  # 1.64x
+    assert c.decode_tok_s / one("llama-2-7b", dtype="fp16")[1].decode_tok_s == pytest.approx(3350 / 2039, rel=1e-9)  # 1.64x
 
 
 def test_s001_self_test_1_gqa_vs_mha_kv():
@@ -142,7 +142,7 @@ def test_s001_t4_tinyllama_145_tok_s_ridge_203():
     p, c = one("tinyllama-1.1b", card="t4", dtype="fp16")
     assert round(p.weights_bytes / GB, 1) == 2.2
     # 320 GB/s / 2.2 GB = 145; the 65.5M-row embedding table (6% of TinyLlama) is not read: 154.7
-    assert c.decode_tok_s == pytest.approx(320e9 / (p.weights_bytes - 2 * 32000 * 2048 + 2 * 2048))
+    assert c.decode_tok_s == pytest.approx(320e9 / (p.weights_bytes - 2 * 32000 * 2048 + 2 * 2048), rel=1e-9)
     assert c.decode_tok_s == pytest.approx(145, rel=0.07)
     assert round(c.ridge_flop_per_byte) == 203  # 65 TFLOP/s / 320 GB/s
 
@@ -208,16 +208,16 @@ def test_s003_q5_decode_intensity_and_compute_bound_batch():
     seed_a100 = dataclasses.replace(card_by_name(A100), bandwidth_bytes_s=2.0e12)
     p = P.plan("llama-2-7b", engine="hf", dtype="fp16", card=A100)
     c = P._card_plan(p, seed_a100)
-    assert c.ridge_flop_per_byte == pytest.approx(156)
+    assert c.ridge_flop_per_byte == pytest.approx(156, rel=1e-9)
     # bytes read per step / 2N: 1 for the seed; 0.98 since the embedding table (2%) is not read
     read = p.weights_bytes - 2 * 131_072_000 + 2 * 4096
-    assert c.compute_bound_batch == pytest.approx(156 * read / p.weights_bytes)
+    assert c.compute_bound_batch == pytest.approx(156 * read / p.weights_bytes, rel=1e-9)
     assert c.compute_bound_batch == pytest.approx(156, rel=0.025)
     # int4 weights move ~4x fewer bytes per FLOP: compute-bound ~3.7x earlier (lm_head stays 16-bit, + scales)
     p4 = P.plan("llama-2-7b", engine="hf", dtype="int4", card=A100)
     c4 = P._card_plan(p4, seed_a100)
     read4 = p4.weights_bytes - 2 * 131_072_000 + 2 * 4096
-    assert c4.compute_bound_batch == pytest.approx(156 * read4 / (2 * p4.params))
+    assert c4.compute_bound_batch == pytest.approx(156 * read4 / (2 * p4.params), rel=1e-9)
     assert 156 / c4.compute_bound_batch == pytest.approx(3.7, abs=0.1)
 
 
@@ -230,7 +230,7 @@ def test_s003_q8_decode_ceilings_70b():
     # of which a step reads all but the 1.05 GB embedding table: 3350 / 37.67 = 88.9
     assert h4 == pytest.approx(96, rel=0.08) and round(h4) == 89
     assert a == pytest.approx(14, rel=0.05)  # seed (c) 2000 / 140 = 14 (2039 / (141.1 - 1.05 GB embedding table) = 14.7)
-    assert h / a == pytest.approx(3350 / 2039)  # only bandwidth matters at batch 1
+    assert h / a == pytest.approx(3350 / 2039, rel=1e-9)  # only bandwidth matters at batch 1
 
 
 def test_s003_q10_14b_quantized_memory():
@@ -254,7 +254,7 @@ def test_s003_q6_prefill_vs_decode_step():
     t_prefill = P.prefill_seconds(7e9, 2048, 312e12)
     t_decode = 14e9 / 2.0e12
     assert t_prefill == pytest.approx(0.092, abs=0.001)  # seed: 92 ms at MFU 100%
-    assert t_decode == pytest.approx(0.007)  # seed: 7 ms per decode step
+    assert t_decode == pytest.approx(0.007, abs=1e-9)  # seed: 7 ms per decode step
     assert round(t_prefill / t_decode) == 13  # one 2048-token prefill ~ 13 decode steps
 
 

@@ -151,7 +151,7 @@ def test_offer_vanishing_between_search_and_create_says_try_the_next(side):
     with pytest.raises(ProviderError) as e:
         side.provider.create(offer, side.spec())
     assert e.value.kind == side.offer_gone and e.value.try_next_offer and e.value.instance_id is None
-    assert side.emu.live() == [] and side.provider.balance().usd == pytest.approx(100.0)
+    assert side.emu.live() == [] and side.provider.balance().usd == pytest.approx(100.0, abs=1e-6)
 
 
 def test_insufficient_funds_rents_nothing(side):
@@ -210,7 +210,7 @@ def test_wait_rides_out_transient_errors_while_polling(side, status):
 def test_latency_is_tolerated(side):
     side.emu.faults.latency_s = 0.2
     t = time.monotonic()
-    assert side.provider.balance().usd == pytest.approx(100.0)
+    assert side.provider.balance().usd == pytest.approx(100.0, abs=1e-6)
     assert time.monotonic() - t >= 0.2
 
 

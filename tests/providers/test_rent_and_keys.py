@@ -37,7 +37,7 @@ def test_rent_gives_up_after_max_offers(vast_provider, vast_emulator):
     with pytest.raises(ProviderError) as e:
         rent_first(vast_provider, ranked, CreateSpec(label="gpuops-r2", image=IMAGE), max_offers=2)
     assert e.value.kind == ProviderErrorKind.NO_CAPACITY and "2 vast offers" in e.value.message
-    assert vast_emulator.live() == [] and vast_provider.balance().usd == pytest.approx(100.0)
+    assert vast_emulator.live() == [] and vast_provider.balance().usd == pytest.approx(100.0, abs=1e-6)
 
 
 def test_rent_stops_on_a_bid_too_low_and_leaves_nothing(vast_provider, vast_emulator):
@@ -95,7 +95,7 @@ def test_registry_builds_sdk_providers_from_the_environment(gpuops_home, emulato
     assert configured(s) == ["runpod", "vast"]
     rp, va = get_provider("runpod", s), get_provider("vast", s)
     assert rp.url == emulator_env["runpod"].url and va.url == emulator_env["vast"].url
-    assert rp.balance().usd == pytest.approx(100.0) and va.balance().usd == pytest.approx(100.0)
+    assert rp.balance().usd == pytest.approx(100.0, abs=1e-6) and va.balance().usd == pytest.approx(100.0, abs=1e-6)
 
 
 def test_cli_side_imports_no_sdk():

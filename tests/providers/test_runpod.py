@@ -34,7 +34,7 @@ def test_lifecycle(runpod_provider, runpod_emulator):
     assert all(o.card == "rtx-4090" and o.gpu_count == 2 and o.vram_bytes == 24 * 2**30 and not o.spot for o in offers)
 
     before = p.balance()
-    assert before.usd == pytest.approx(100.0) and before.spend_usd_per_hour == 0.0
+    assert before.usd == pytest.approx(100.0, abs=1e-6) and before.spend_usd_per_hour == 0.0
     offer = cheapest_4090(p)
     asked = time.time()
     inst = p.create(offer, spec())
@@ -52,7 +52,7 @@ def test_lifecycle(runpod_provider, runpod_emulator):
 
     emu.advance(3600)  # one emulated hour of two running pods at 0.34 USD/h each
     b = p.balance()
-    assert b.usd == pytest.approx(100.0 - 0.68, abs=0.01) and b.spend_usd_per_hour == pytest.approx(0.68)
+    assert b.usd == pytest.approx(100.0 - 0.68, abs=0.01) and b.spend_usd_per_hour == pytest.approx(0.68, abs=1e-6)
 
     p.destroy(inst.id)
     p.destroy(inst.id)  # idempotent

@@ -20,7 +20,7 @@ def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provid
     assert svc.list() == []
     vol = svc.create("weights-eu", 120, "EU-RO-1")
     assert (vol.provider, vol.name, vol.size_gb, vol.region, vol.mount_path) == ("runpod", "weights-eu", 120.0, "EU-RO-1", "/workspace")
-    assert vol.usd_per_month == pytest.approx(120 * 0.07)
+    assert vol.usd_per_month == pytest.approx(120 * 0.07, abs=1e-6)
     post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v2/network-volumes" and r["method"] == "POST"]
     assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenter": "EU-RO-1"}
     assert post[0]["auth"] == "Bearer rp_TESTKEY"
@@ -36,7 +36,7 @@ def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provid
 
 
 def test_runpod_price_past_one_terabyte():
-    assert volumes.runpod_usd_per_month(1500) == pytest.approx(1000 * 0.07 + 500 * 0.05)
+    assert volumes.runpod_usd_per_month(1500) == pytest.approx(1000 * 0.07 + 500 * 0.05, abs=1e-6)
 
 
 def test_vast_volume_list_create_delete(vast_vol_emulator, vast_vol_provider):
@@ -44,7 +44,7 @@ def test_vast_volume_list_create_delete(vast_vol_emulator, vast_vol_provider):
     vol = svc.create("cache-se", 80, "SE")
     # The cheapest offer in Sweden is the one on offer 1001's machine.
     assert (vol.provider, vol.name, vol.size_gb, vol.kind, vol.machine_id) == ("vast", "cache-se", 80.0, "local", "10010")
-    assert vol.usd_per_month == pytest.approx(80 * vast_vol_emulator.volume_offers[10001]["storage_cost"])
+    assert vol.usd_per_month == pytest.approx(80 * vast_vol_emulator.volume_offers[10001]["storage_cost"], abs=1e-6)
     put = [r for r in vast_vol_emulator.market.requests if r["path"] == "/api/v0/volumes/" and r["method"] == "PUT"]
     assert put[0]["body"] == {"size": 80, "id": 10001, "name": "cache-se"}
     assert [v.id for v in svc.list()] == [vol.id]
@@ -185,8 +185,8 @@ def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(
     r = run("ledger", "month", "2026-11", "--tz", "UTC", "--json")
     assert r.returncode == 0, r.stderr
     month = json.loads(r.stdout)
-    assert month["storage_usd"] == pytest.approx(50 * 0.07 / 730 * 24, rel=1e-4)
-    assert month["total_usd"] == pytest.approx(month["storage_usd"], rel=1e-4)
+    assert month["storage_usd"] == pytest.approx(50 * 0.07 / 730 * 24, abs=1e-6)
+    assert month["total_usd"] == pytest.approx(month["storage_usd"], abs=1e-6)
 
 
 @pytest.mark.parametrize("labelled", [False, True], ids=["list-has-no-name", "list-carries-our-label"])

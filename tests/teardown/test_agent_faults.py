@@ -103,7 +103,7 @@ def test_the_sessions_own_max_hours_is_the_agents_ttl(rig, fake_smi):
     arm(r.box, cfg)
     wait_for(r.gone, STAGE_TIMEOUT_S)
     st = r.status()
-    assert st["destroy"]["reason"] == "ttl" and st["teardown"]["max_hours"] == pytest.approx(2.0 / 3600)
+    assert st["destroy"]["reason"] == "ttl" and st["teardown"]["max_hours"] == pytest.approx(2.0 / 3600, abs=1e-9)
     assert 2.0 - 0.01 <= st["destroy"]["requested_at"] - r.inst.created_at < 2.0 + LOADED_SLACK_S  # 0.01: ms rounding
 
 
@@ -350,7 +350,7 @@ def test_forged_status_cannot_extend_the_ttl_or_the_bill(rig, fake_smi):
     st = read_status(r.box)
     now = time.time()
     assert st["heartbeat"] <= now
-    assert session_teardown(st, r.settings.teardown)["max_hours"] == pytest.approx(1.5 / 3600)
+    assert session_teardown(st, r.settings.teardown)["max_hours"] == pytest.approx(1.5 / 3600, abs=1e-9)
     assert session_teardown(st, {"max_hours": 2.0})["max_hours"] == 2.0
     assert session_teardown({"teardown": {"max_hours": 0.5}}, {"max_hours": 2.0})["max_hours"] == 0.5  # tightening is fine
     junk = session_teardown({"teardown": {"max_hours": "nan", "sample_seconds": "x", "idle_minutes": -1, "max_session_usd": True}},

@@ -131,7 +131,7 @@ def test_session_cap_at_charged_price():
     st = BoxState(started_at=0.0, usd_per_hour=2.0)  # $1 reached after 1800 s
     samples = [s(0, [99.0])]
     d = decide(samples, 1799.0, st, capped)
-    assert d.action == "keep" and d.next_due == pytest.approx(1800.0)
+    assert d.action == "keep" and d.next_due == pytest.approx(1800.0, abs=1e-6)
     d = decide(samples, 1800.0, st, capped)
     assert d.reason == "session_cap" and "$1.0000 spent at $2.0000/h" in d.explanation
 

@@ -58,7 +58,7 @@ def test_row_adopts_its_instance_and_waits_for_the_deadline(rig, fake_smi):
     acts = reconcile(ctx_of(r))
     assert kinds(acts) == [(r.sid, "adopted")]
     row = r.ledger.get(r.sid)
-    assert row.instance_id == r.inst.id and row.instance_created_at == pytest.approx(r.inst.created_at)
+    assert row.instance_id == r.inst.id and row.instance_created_at == pytest.approx(r.inst.created_at, abs=1e-6)
     assert row.usd_per_hour == 2.0 and row.status == "provisioning"
     assert not r.gone()  # `up` may still be waiting for SSH: within the deadline nothing happens
     assert reconcile(ctx_of(r)) == []

@@ -119,7 +119,8 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
     try:
         cfg = agent_config(session_id="ssh1", provider="vast", instance_id=inst.id, root=box.root,
                            teardown=TeardownSettings(sample_seconds=0.3, idle_minutes=2 / 60), started_at=time.time(),
-                           usd_per_hour=inst.usd_per_hour, extra={"destroy": {"kind": "vast", "url": emu.url}})
+                           usd_per_hour=inst.usd_per_hour, extra={"destroy": {"kind": "vast", "url": emu.url},
+                                                                  "status_heartbeat_seconds": 0.3})
         arm(box, cfg)
         wait_for(lambda: read_status(box), 10)
         c = paramiko.SSHClient()
@@ -127,10 +128,13 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
         c.connect(sshd.host, sshd.port, username=sshd.user, key_filename=str(key), look_for_keys=False, allow_agent=False)
         shell = c.invoke_shell()  # a person at a terminal on the box: sshd titles it "sshd: user@pts/N"
         try:
-            wait_for(lambda: ((read_status(box) or {}).get("samples") or [{}])[-1].get("ssh", 0) >= 1, 10)
-            time.sleep(2.5)  # longer than the idle window at 0 % GPU
-            st = read_status(box)
-            assert st["destroy"] is None and "SSH session(s) open" in st["decision"]["explanation"]
+            seen = wait_for(lambda: (s := read_status(box)) and (s.get("samples") or [{}])[-1].get("ssh", 0) >= 1 and s, 10)
+            since = seen["samples"][-1]["t"]  # the agent's first sample with the session open
+            # the agent's own word, once its samples with the session open span more than the idle
+            # window at 0 % GPU (2 s): it decided to keep the box, for that reason
+            st = wait_for(lambda: (s := read_status(box)) and s["heartbeat"] > since + 2.0 + 0.3 and s, 20)
+            assert st["destroy"] is None and st["decision"]["action"] == "keep"
+            assert "SSH session(s) open" in st["decision"]["explanation"]
             assert emu.market.find(inst.id) is not None
         finally:
             shell.close()
