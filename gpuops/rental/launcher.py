@@ -79,7 +79,7 @@ class OfferChoice:
     provider: str
     offer: Offer
     candidates: list[Offer]
-    projected_cost_usd: float  # offer price x max_hours
+    projected_cost_usd: float  # the offer's price as rented (Offer.price: the bid on spot) x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
     volume: "object | None" = None  # gpuops.providers.volumes.Volume mounted at create
     notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.planning.offers.screen)
@@ -89,7 +89,8 @@ class OfferChoice:
             "provider": self.provider,
             "card": self.offer.card,
             "gpu_count": self.offer.gpu_count,
-            "usd_per_hour": self.offer.usd_per_hour,
+            "usd_per_hour": self.offer.price,  # what it will cost rented as shown: the bid on spot
+            "on_demand_usd_per_hour": self.offer.on_demand_usd_per_hour,
             "spot": self.offer.spot,
             "simulated": self.offer.simulated,
             "max_hours": settings.teardown.max_hours,
@@ -224,11 +225,11 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
-        cheapest = min((o.usd_per_hour for o in offers), default=None)
+        cheapest = min((o.price for o in offers), default=None)
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return OfferChoice(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
+    return OfferChoice(provider.name, best, ranked, best.price * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -376,13 +377,13 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
-        budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)
+        budget_for_up(ledger, settings, provider, p.offer.price)
         return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
                 "volume": p.volume.as_json() if p.volume is not None else None}
     from ledger import Session as Row
 
     _quick_reconcile(settings, ledger, provider, reporter)
-    budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
+    budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
     sid = new_session_id()
@@ -473,7 +474,7 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     """Rent the first offer that can be rented; book what was delivered. The outcome
     ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
-    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
+    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {price_words(p.offer)}")
     ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first
@@ -489,7 +490,7 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     def leftover(offer: Offer, e: ProviderError) -> None:
         # A failed create that still made an instance: book it so teardown (and reconcile) end it.
         s.instance = Instance(id=e.instance_id or "", label=label, status=InstanceStatus.UNKNOWN)
-        ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.usd_per_hour)
+        ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.price)
         ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value})
 
     def skipped(offer: Offer, e: ProviderError) -> None:
@@ -508,7 +509,7 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     # Book what was delivered (card, GPU count, price really charged), not what was asked.
     d = delivered(offer, inst)
     mismatch = check_delivered(offer, inst, s.req.max_usd_per_hour)
-    price = d["usd_per_hour"] if d["usd_per_hour"] is not None else offer.usd_per_hour
+    price = d["usd_per_hour"] if d["usd_per_hour"] is not None else offer.price
     count = d["gpu_count"]
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=d["card"] or (_safe_name(d["gpu_name"]) if mismatch else offer.card),
@@ -524,6 +525,14 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
         reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
         return EndReason.DELIVERY_MISMATCH
     return None
+
+
+def price_words(offer: Offer) -> str:
+    """The price `up` rents ``offer`` at, as one phrase: ``0.1582 USD/h (spot bid; on-demand
+    0.2882)`` or ``0.2882 USD/h`` (USD/h for the whole box, ``Offer.price``)."""
+    if offer.on_demand_usd_per_hour is not None:
+        return f"{offer.price:.4f} USD/h (spot bid; on-demand {offer.on_demand_usd_per_hour:.4f})"
+    return f"{offer.price:.4f} USD/h" + (" (spot)" if offer.spot else "")
 
 
 def _safe_name(name: str | None) -> str:
@@ -762,7 +771,7 @@ def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
     s.instance = inst
     try:
         ledger.update(s.id, instance_id=inst.id, instance_created_at=inst.created_at or time.time(),
-                      usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.usd_per_hour if s.offer else None))
+                      usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.price if s.offer else None))
         ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"instance": inst.id, "found_by": found_by})
     except Exception:  # noqa: BLE001
         pass
@@ -817,7 +826,8 @@ def summary(s: UpRun, ledger) -> dict:
         "session": s.id,
         "provider": row.provider,
         "card": row.card,
-        "usd_per_hour": row.usd_per_hour,
+        "usd_per_hour": row.usd_per_hour,  # the price booked (the bid on spot)
+        "spot": bool(row.spot),
         "seconds": round(row.billed_seconds or 0.0, 3),
         "cost_usd": round(cost, 6),
         "simulated": row.simulated,

@@ -38,7 +38,8 @@ def render_summary(summ: dict) -> None:
     rows = [
         ("provider", summ["provider"]),
         ("card", summ["card"]),
-        ("price", f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else "") if summ["usd_per_hour"] is not None else "-"),
+        ("price", f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else " (spot bid)" if summ.get("spot") else "")
+         if summ["usd_per_hour"] is not None else "-"),
         ("billed", f"{summ['seconds']:.1f} s"),
         ("cost", money(summ["cost_usd"], sim)),
         ("tokens", f"{summ['tokens']:,}"),
@@ -71,8 +72,10 @@ def render_dry_run(plan: dict) -> None:
     if "experiment" in plan:
         c.print(f"experiment: {safe(plan['experiment'])}" + (f"; note: {safe(plan['note'])}" if plan.get("note") else ""), markup=False)
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
+    od = plan.get("on_demand_usd_per_hour")
+    kind = f"spot bid (on-demand ${od:.4f}/h)" if od is not None else ("spot" if plan["spot"] else "on-demand")
     c.print(f"would rent: {safe(plan['card'])} x{plan['gpu_count']} on {plan['provider']} at "
-            f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")
+            f"${plan['usd_per_hour']:.4f}/h{sim}, {kind}")
     c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
     if plan.get("volume"):
         v = plan["volume"]
