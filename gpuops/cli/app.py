@@ -249,12 +249,11 @@ def ps(
     settings = _settings(config, emergency=True, snapshot=True)
     ledger = sessions.open_ledger(settings)
     me = settings.owner()
-    everyone_rows = sessions.list_open(ledger)
-    rows = everyone_rows if everyone else sessions.list_open(ledger, owner=me)
+    rows = sessions.list_open(ledger, owner=None if everyone else me)
 
     def table() -> None:
         ui.render_sessions(rows, "open sessions" if everyone else f"open sessions of {me}")
-        hidden = len(everyone_rows) - len(rows)
+        hidden = 0 if everyone else len(ledger.open_sessions()) - len(rows)
         if hidden:
             print(f"{hidden} open session(s) of other users not shown; `gpuops ps --all` lists them")
         from gpuops.rental.watchdog_passes import last_passes

@@ -676,9 +676,18 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
             for line in whole:
                 reporter.job_line(line.decode("utf-8", "replace"))
 
+        from gpuops.rental.live import LIVE_EVERY_S
+
+        live_due = [time.monotonic() + min(2.0, LIVE_EVERY_S)]  # the first status soon after the job starts
+
+        def live() -> None:
+            if time.monotonic() >= live_due[0]:
+                live_due[0] = time.monotonic() + LIVE_EVERY_S
+                _book_live(s, ledger)
+
         try:
             _, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
-                                        stale_after_s=WRAPPER_STALE_S)
+                                        stale_after_s=WRAPPER_STALE_S, on_poll=live)
         except jobio.WrapperLost as e:
             ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
             reporter.warn(str(e))
@@ -694,6 +703,26 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
         s.job_seconds = round(ended.ended - ended.started, 3)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code})
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
+
+
+def _book_live(s: UpRun, ledger) -> None:
+    """Book what `ps` shows of the running box (``gpuops.rental.live``): the tokens the job has
+    written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
+    clock). Never raises."""
+    import os
+    import socket
+
+    from gpuops.rental.live import record_live
+
+    try:
+        from gpuops.agent.agentctl import read_status
+
+        st = read_status(s.box) or {}
+        since, beat = (st.get("decision") or {}).get("idle_since"), st.get("heartbeat")
+        idle = None if beat is None else (max(0.0, float(beat) - float(since)) if since is not None else 0.0)
+    except Exception:  # noqa: BLE001  no agent status (yet): the tokens still count
+        idle = None
+    record_live(ledger, s.id, tokens=_read_tokens(s), idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
 
 
 def _read_tokens(s: UpRun) -> int | None:
