@@ -686,7 +686,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
                 _book_live(s, ledger)
 
         try:
-            _, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
+            log_bytes, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
                                         stale_after_s=WRAPPER_STALE_S, on_poll=live)
         except jobio.WrapperLost as e:
             ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
@@ -701,7 +701,8 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     s.exit_code = ended.code
     if ended.started is not None and ended.ended is not None:
         s.job_seconds = round(ended.ended - ended.started, 3)
-    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code})
+    # log_bytes: `up` followed the log to its end (gpuops.rental.joblog: nothing left to fetch at teardown)
+    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
 
 
@@ -832,6 +833,10 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
         if got is not None:
             s.tokens, s.tokens_booked = got, True
     reporter.stage("teardown", str(reason))
+    if s.job_started and s.box is not None and row is not None:  # interrupted mid-job: the rest of the log first
+        from gpuops.rental.joblog import keep_log
+
+        keep_log(ledger, row, lambda: s.box, by=f"up:{socket.gethostname()}:{os.getpid()}", close=False)
     ended = end_rental(ledger, provider if s.instance is not None else None, s.id, reason,
                        by=f"up:{socket.gethostname()}:{os.getpid()}", instance_id=s.instance.id if s.instance else None,
                        exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None)

@@ -127,10 +127,28 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
             out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
             continue
         provider = provider_of(row) if row.instance_id else None
-        ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}")
+        by = f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}"
+        if provider is not None:  # the rest of the job's log first, if `up` stopped following it
+            _keep_log(settings, ledger, provider, row, by)
+        ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=by)
         item = {"session": row.id, "instance_id": row.instance_id, "destroyed": ended.destroyed,
                 "end_reason": "unknown" if ended.unknown else ended.reason}
         if ended.error:
             item["error"] = ended.error
         out.append(item)
     return out
+
+
+def _keep_log(settings: Settings, ledger, provider, row, by: str) -> None:
+    """``gpuops.rental.joblog.keep_log`` for `down`: the box as reconcile reaches it."""
+    from gpuops.rental.joblog import drained, keep_log
+    from gpuops.rental.reconcile import Context
+
+    if not row.log_path or drained(ledger, row.id):
+        return
+
+    def open_box():
+        inst = provider.get(row.instance_id)
+        return Context(settings, ledger).box(provider, inst) if inst is not None else None
+
+    keep_log(ledger, row, open_box, by=by)
