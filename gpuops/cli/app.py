@@ -372,8 +372,9 @@ def watchdog(
             acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
     else:  # the daemon says what it does per pass (-v), never a live line for hours
         acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
-    if once and not acts and not json_out:
-        print("nothing to do: no open session needed an action (one reconcile and one tick done)")
+    if once and not acts:  # a quiet pass still answers: a line, or one JSON object of the actions' shape
+        idle = "nothing to do: no open session needed an action (one reconcile and one tick done)"
+        _emit_json(wd.Action("", "idle", idle)) if json_out else print(idle)
     if once and any(a.kind == "error" for a in acts):
         raise typer.Exit(1)
 

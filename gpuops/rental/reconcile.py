@@ -254,8 +254,9 @@ def _ended_action(row, ended: Ended, what: str) -> Action:
     if not ended.closed:
         return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
     c = ended.row
+    said = what if what.startswith(f"{ended.reason}:") else f"{ended.reason}: {what}"  # the policy's line names its reason: once
     return Action(row.id, "closed" if ended.already_gone else "destroyed",
-                  f"{ended.reason}: {what}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}")
+                  f"{said}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}")
 
 
 def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -> EndReason:

@@ -267,6 +267,12 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
 
     from apscheduler.schedulers.blocking import BlockingScheduler
 
+    # APScheduler's own lines ("Run time of job ... was missed", "Scheduler started") would reach
+    # stderr through logging's last-resort handler: the watchdog says what it does itself (-v).
+    aps = logging.getLogger("apscheduler")
+    aps.addHandler(logging.NullHandler())
+    aps.propagate = False
+
     # An explicit timezone: APScheduler's default asks tzlocal, which dies on POSIX TZ strings
     # (TZ=UTC0, TZ=CET-1CEST). Only intervals are scheduled, so UTC changes nothing else.
     sched = BlockingScheduler(timezone=timezone.utc)

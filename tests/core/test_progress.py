@@ -7,6 +7,7 @@ import os
 import pty
 import re
 import select
+import json
 import subprocess
 import sys
 import time
@@ -83,7 +84,9 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
     passes = [line for line in p.stderr.splitlines() if " reconcile: " in line or " tick: " in line]
     assert len(passes) == 2 and passes[0].endswith(" s") and "0 actions" in passes[1], p.stderr
     quiet = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=cli_env, capture_output=True, text=True, timeout=120)
-    assert quiet.returncode == 0 and quiet.stdout == ""
+    # Seen: `watchdog --once --format json` printed nothing when idle; a script then had no document to read
+    assert quiet.returncode == 0 and json.loads(quiet.stdout) == {
+        "session": "", "kind": "idle", "detail": "nothing to do: no open session needed an action (one reconcile and one tick done)"}
 
 
 REPORTER = """

@@ -268,6 +268,8 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
         wait_for(lambda: time.time() > st["job"]["ended_at"] + 3.1, 10)  # the grace after the job's end is over
         acts = once(r)
         assert (r.sid, "destroyed") in kinds(acts), acts
+        (done,) = [a for a in acts if a.kind == "destroyed"]
+        assert done.detail.startswith("job_failed: job exited (code 3)") and "job_failed: job_failed" not in done.detail, done.detail
     finally:
         try:
             os.kill(st["pid"], signal.SIGCONT)
