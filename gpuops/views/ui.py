@@ -44,8 +44,8 @@ def render_summary(summ: dict) -> None:
         ("cost", money(summ["cost_usd"], sim)),
         ("tokens", f"{summ['tokens']:,}"),
         ("$/Mtoken", money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)"),
-        ("end reason", f"{summ['end_reason']} (exit code {summ['exit_code']})" if summ["exit_code"] is not None
-         else f"{summ['end_reason']} (no exit code)"),
+        ("end reason", summ["end_reason"]),
+        ("job exit code", str(summ["exit_code"]) if summ["exit_code"] is not None else "- (the job did not finish)"),
         ("slowest step", _slowest(summ)),
         ("log", summ["log"]),
     ]
