@@ -54,7 +54,7 @@ def test_idle_states():
 
 
 def test_page_formats():
-    assert fmt(1234.56789) == "1,234.5679" and fmt(None) == "-" and fmt(12_000_000, "int") == "12,000,000"
+    assert fmt(1234.56789) == "$1,234.5679" and fmt(-1e-6) == "$0.0000" and fmt(None) == "-" and fmt(12_000_000, "int") == "12,000,000"
     assert fmt(7.0, "hours") == "7.000"
     assert duration(40) == "40 s" and duration(754) == "12 min" and duration(7500) == "2 h 05 min"
     assert duration(-180) == "overdue 3 min"

@@ -23,7 +23,8 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
 
     Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
     ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
-    "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh}``.
+    "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
+    "billing_now" (``live``'s totals), "budget" (``budget``)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
@@ -37,15 +38,58 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
     reader = LedgerReader(settings.ledger_url())
     report = books.month(reader, month, tz, by="day", watchdogs=True)  # the same call as `ledger month --by day --json`
     start, end = month_bounds(report["month"], tz)
+    boxes = open_boxes(settings, now, tz, read_status)
     return {
         "month": report["month"],
         "tz": report["tz"],
         "generated_at": iso(now, tz),
         "report": report,
         "sessions": session_rows(recent_rows(reader, start, end), tz),
-        "open_boxes": open_boxes(settings, now, tz, read_status),
+        "open_boxes": boxes,
         "watchdog": [{"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))],  # who enforces the money layer
+        "billing_now": _totals(boxes),
+        "budget": budget(settings, now),
     }
+
+
+def _totals(boxes: list[dict]) -> dict:
+    from gpuops.rental.live import totals
+
+    return totals(boxes)
+
+
+def live(settings, now: float | None = None, tz: str | None = None) -> dict:
+    """What the page polls (``/api/open.json``): the open boxes' running figures from the ledger
+    alone, as `gpuops ps --all --json` computes them (``gpuops.rental.sessions.list_open``: no
+    connection to any box): ``{"generated_at","open_boxes": [{"session","usd_per_hour",
+    "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
+    from gpuops.rental.live import totals
+    from gpuops.rental.sessions import list_open, open_ledger
+    from ledger.reports import iso
+
+    now = time.time() if now is None else now
+    rows = list_open(open_ledger(settings), now=now)
+    keep = ("session", "usd_per_hour", "accrued_usd", "ttl_left_seconds", "idle_seconds", "tokens", "simulated")
+    return {"generated_at": iso(now, tz), "open_boxes": [{k: r.get(k) for k in keep} for r in rows], "billing_now": totals(rows)}
+
+
+def budget(settings, now: float) -> dict:
+    """This calendar month's real spend against ``monthly_cap_usd`` (the figure the watchdog
+    compares, ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
+    ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd"}``."""
+    from gpuops.rental.budget import month_start_end
+    from gpuops.rental.sessions import open_ledger
+    from ledger.limits import month_spend
+
+    t = settings.teardown
+    cap = t.monthly_cap_usd
+    out = {"monthly_cap_usd": cap, "spent_usd": None, "cap_fraction": None, "balance_floor_usd": t.balance_floor_usd}
+    if cap is None:
+        return out
+    spent = month_spend(open_ledger(settings), *month_start_end(now), now=now, owner=None if t.limits_scope == "team" else settings.owner())
+    out["spent_usd"] = round(spent, 6)
+    out["cap_fraction"] = round(spent / cap, 6) if cap > 0 else None
+    return out
 
 
 def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusReader | None = None) -> list[dict]:
