@@ -155,8 +155,9 @@ def to_json(result: OffersResult) -> str:
 # Columns `offers` leaves out, first to last, when the terminal is too narrow (provider, card, the
 # price as rented and kind stay: what `up --provider --card` rents and what it will cost). The
 # offer id goes before the on-demand price: RunPod's ("community:NVIDIA GeForce RTX 4090") alone
-# takes 33 of 80 cells, and `up` does not take one.
-OFFERS_DROP_ORDER = ("region", "reliability", "GPUs", "offer", "VRAM/GPU GiB", "on-demand USD/h")
+# takes 33 of 80 cells, and `up` does not take one. The on-demand column is there only when a row
+# (a spot one) has an on-demand price that differs from its own.
+OFFERS_DROP_ORDER = ("region", "reliability", "GPUs", "VRAM/GPU GiB", "offer", "on-demand USD/h")
 
 
 def render(result: OffersResult, console=None) -> None:
@@ -176,4 +177,8 @@ def render(result: OffersResult, console=None) -> None:
              "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
              f"{o.on_demand_usd_per_hour:.3f}" if o.on_demand_usd_per_hour is not None else "", f"{o.reliability:.3f}", o.region]
             for o in result.offers]
+    if all(o.on_demand_usd_per_hour is None for o in result.offers):
+        at = [c.header for c in cols].index("on-demand USD/h")
+        cols.pop(at)
+        rows = [r[:at] + r[at + 1:] for r in rows]
     print_table(console, "offers: fit, then price (spot: the bid), then reliability", ranked(cols, OFFERS_DROP_ORDER), rows)

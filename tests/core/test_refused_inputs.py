@@ -74,8 +74,8 @@ def test_unknown_card_with_no_close_name_points_at_the_catalog(job, gpuops_home,
     # Seen: "see `gpuops plan --help` for the catalog", but plan --help does not list cards.
     out = cli("up", "--job", job, "--card", "nvidia")
     assert out.returncode == 2
-    assert "`gpuops plan --model list`" in out.stderr
-    listing = cli("plan", "--model", "list")
+    assert "`gpuops cards` lists the cards" in out.stderr  # the list of cards, not of models
+    listing = cli("cards")
     assert "a100-80gb-sxm" in listing.stdout and "h100-sxm" in listing.stdout
 
 
