@@ -47,15 +47,18 @@ def render_summary(summ: dict) -> None:
         ("end reason", summ["end_reason"]),
         ("job exit code", str(summ["exit_code"]) if summ["exit_code"] is not None else "- (the job did not finish)"),
         ("slowest step", _slowest(summ)),
-        ("log", summ["log"]),
     ]
-    if summ.get("results"):
-        rows.append(("results", summ["results"]))
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
-    # a key/value table through the one table rule: values (paths, end reasons) wrap, never cut
-    print_table(table_console(), f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
+    # a key/value table through the one table rule: values (end reasons, the copy line) wrap, never cut
+    c = table_console()
+    print_table(c, f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
                 [[k, str(v)] for k, v in rows], header=False)
+    # Paths under the table, one a line, never folded inside a name: a narrow terminal wraps the
+    # line itself, and the path copies whole (a table cell would break it mid-name at 80 columns).
+    for key in ("log", "results"):
+        if summ.get(key):
+            sys.stdout.write(f"{key}: {safe(str(summ[key]))}\n")
 
 
 def _slowest(summ: dict) -> str:

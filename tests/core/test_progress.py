@@ -102,8 +102,9 @@ r.close()
 
 
 def test_up_stage_that_lasts_shows_its_seconds_until_the_next_line():
-    code, out = _run_in_pty(REPORTER, answer_on=b"ready: waiting (")
+    # Seen: "plan: waiting (5 s)" said nothing of what for; each stage's live line names its wait
+    code, out = _run_in_pty(REPORTER, answer_on=b"ready: waiting for the box to answer (SSH, or the local box) (")
     assert code == 0, out
-    shown = re.findall(r"ready: waiting \((\d+) s\)", out)
+    shown = re.findall(r"ready: waiting for the box to answer \(SSH, or the local box\) \((\d+) s\)", out)
     assert shown and int(shown[0]) >= 1 and "job says hi" in out, out
     assert "job running" not in out.split("job says hi")[1]  # the live line stops at the job's first output
