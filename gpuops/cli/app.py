@@ -71,6 +71,7 @@ def up(
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
     vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
     volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
+    name: Optional[str] = typer.Option(None, "--name", help="The session id to use (1-40 of a-z, 0-9, -), e.g. llama-sweep-1: `gpuops logs/down NAME`."),
     exit_code: str = typer.Option("gpuops", "--exit-code", help=(
         "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
         "exit code when it ran (else the gpuops code).")),
@@ -120,7 +121,7 @@ def up(
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
-        note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "",
+        note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "", name=name or "",
     )
     from gpuops.planning.sizing import parse_positive_int
 

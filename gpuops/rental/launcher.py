@@ -15,6 +15,7 @@ wrapped in ``SafeReporter``, which swallows writes to a closed or broken termina
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import shlex
 import signal
@@ -71,6 +72,7 @@ class UpRequest:
     batch: int = 1
     allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.planning.sizing: "unverified")
     volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.providers.volumes)
+    name: str = ""  # `up --name`: the session id the user chose (SESSION_NAME), instead of new_session_id()
     vendor: str = ""  # nvidia | amd | any; "": from the card named, a ROCm [up] image, else nvidia (gpuops.catalog.vendor_for)
 
 
@@ -130,6 +132,10 @@ def fault_point(stage: str) -> None:
         time.sleep(0.02)
 
 
+# `up --name`: a session id a user chooses (it becomes the instance label gpuops-<name> and a file name).
+SESSION_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+
 def new_session_id(now: float | None = None) -> str:
     """``YYYYMMDD-HHMMSS-xxxx`` (UTC, 4 random hex): sortable, short, safe in labels and paths."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
@@ -156,6 +162,8 @@ def validate(req: UpRequest) -> None:
     from gpuops.textsafe import check_name
 
     check_name(req.experiment, "--experiment")  # C1 controls (U+009B) and bidi overrides (U+202E) too
+    if req.name and not SESSION_NAME.match(req.name):
+        raise BadInput(f"--name {req.name!r} is not a session name", "1-40 lower-case letters, digits and dashes, e.g. --name llama-sweep-1")
     if req.max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
@@ -374,6 +382,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         from ledger import Ledger
 
         ledger = Ledger(settings.ledger_url())
+    if req.name and ledger.get(req.name) is not None:  # a dry run says so too, before anything is written
+        raise BadInput(f"session {req.name} is already in the ledger", "pick another --name (a session id names one rental)")
     from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
@@ -386,7 +396,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
-    sid = new_session_id()
+    sid = req.name or new_session_id()
     s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
     logs_dir = settings.private_data_path() / "logs"
     logs_dir.mkdir(mode=0o700, exist_ok=True)

@@ -60,3 +60,17 @@ def test_help_states_the_spot_default_per_provider(cli):
     assert "Vast.ai bids the offer's minimum" in text and "RunPod has no spot, so on-demand" in text
     offers = " ".join(cli("offers", "--help", env={"COLUMNS": "200"}).stdout.split())
     assert "Interruptible offers only (Vast.ai; RunPod has none)" in offers
+
+
+@pytest.mark.e2e  # a real `up` on the local provider: it starts the box's agent
+def test_up_name_is_the_session_id(cli, tmp_path):
+    job = tmp_path / "job.sh"
+    job.write_text("echo named\n")
+    out = cli("up", "--job", str(job), "--name", "llama-sweep-1", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["session"] == "llama-sweep-1"
+    assert json.loads(cli("ledger", "show", "llama-sweep-1", "--json").stdout)["label"] == "gpuops-llama-sweep-1"
+    again = cli("up", "--job", str(job), "--name", "llama-sweep-1", "--dry-run")
+    assert again.returncode == 2 and "session llama-sweep-1 is already in the ledger" in again.stderr
+    bad = cli("up", "--job", str(job), "--name", "Llama Sweep")
+    assert bad.returncode == 2 and "is not a session name" in bad.stderr
