@@ -143,9 +143,27 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     assert bu["cap_fraction"] == pytest.approx(bu["spent_usd"] / 10.0)
     assert d["billing_now"]["real"] == {"usd_per_hour": 2.0, "accrued_usd": pytest.approx(2.0, abs=1e-6), "boxes": 1}
     html = page.render(d, inline=True)
-    assert f'<progress max="1" value="{bu["cap_fraction"]}"' in html and "of <span" in html and "$10.0000" in html
+    assert f'<progress max="1" value="{bu["cap_fraction"]}"' in html and "of the monthly cap <span" in html and "$10.0000" in html
     got = live(settings, now=now)
     ps = json.loads(cli("ps", "--all", "--json").stdout)
     assert [b["session"] for b in got["open_boxes"]] == [r["session"] for r in ps] == ["20261201-0900-real"]
     assert got["open_boxes"][0]["accrued_usd"] == pytest.approx(ps[0]["accrued_usd"], abs=2.0 * 30 / 3600)
     assert got["open_boxes"][0]["ttl_left_seconds"] == pytest.approx(ps[0]["ttl_left_seconds"], abs=30)
+
+
+from tests.support.emulators import emulator_env, runpod_emulator, vast_emulator  # noqa: E402,F401  (fixtures)
+
+
+def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no provider config files from the real user
+    from gpuops.config import load_settings
+    from gpuops.views.dashboard import page
+    from gpuops.views.dashboard.data import build
+
+    settings = load_settings(None, {"teardown": {"balance_floor_usd": 20.0}})
+    d = build(settings, None, "UTC", read_status=lambda row: None)
+    got = {b["provider"]: b["usd"] for b in d["budget"]["balances"]}
+    assert got == {"runpod": 100.0, "vast": 100.0}  # the emulated accounts' credit
+    html = page.render(d, inline=True)
+    assert "runpod balance <span" in html and "$100.0000" in html and "the floor is $20.0000" in html
+    assert html.count('aria-label="runpod credit above the floor"') == 1

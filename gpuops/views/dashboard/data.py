@@ -76,14 +76,16 @@ def live(settings, now: float | None = None, tz: str | None = None) -> dict:
 def budget(settings, now: float) -> dict:
     """This calendar month's real spend against ``monthly_cap_usd`` (the figure the watchdog
     compares, ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
-    ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd"}``."""
+    ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd",
+    "balances" (``balances``)}``."""
     from gpuops.rental.budget import month_start_end
     from gpuops.rental.sessions import open_ledger
     from ledger.limits import month_spend
 
     t = settings.teardown
     cap = t.monthly_cap_usd
-    out = {"monthly_cap_usd": cap, "spent_usd": None, "cap_fraction": None, "balance_floor_usd": t.balance_floor_usd}
+    out = {"monthly_cap_usd": cap, "spent_usd": None, "cap_fraction": None, "balance_floor_usd": t.balance_floor_usd,
+           "balances": balances(settings)}
     if cap is None:
         return out
     spent = month_spend(open_ledger(settings), *month_start_end(now), now=now, owner=None if t.limits_scope == "team" else settings.owner())
@@ -179,3 +181,20 @@ def idle_state(status: dict | None, now: float, idle_minutes: Any, stale: bool) 
     if isinstance(since, (int, float)) and not isinstance(since, bool):
         return f"idle {max(0.0, now - since) / 60:.1f} of {float(idle_minutes):g} min"
     return "busy"
+
+
+def balances(settings) -> list[dict]:
+    """Each keyed provider's account credit as it reports it (``Provider.balance``: USD, and the
+    spend rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error"}]``; a provider
+    that fails is listed with its one-line error, never a guessed figure."""
+    from gpuops.errors import GpuopsError
+    from gpuops.providers import configured, get_provider
+
+    out = []
+    for name in configured(settings):
+        try:
+            b = get_provider(name, settings).balance()
+            out.append({"provider": name, "usd": b.usd, "usd_per_hour": b.spend_usd_per_hour, "error": None})
+        except GpuopsError as e:
+            out.append({"provider": name, "usd": None, "usd_per_hour": None, "error": str(e).splitlines()[0]})
+    return out
