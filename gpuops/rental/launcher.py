@@ -719,7 +719,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
 def _book_live(s: UpRun, ledger) -> None:
     """Book what `ps` shows of the running box (``gpuops.rental.live``): the tokens the job has
     written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
-    clock). Never raises."""
+    clock); nothing when the box answered neither read. Never raises."""
     import os
     import socket
 
@@ -733,7 +733,10 @@ def _book_live(s: UpRun, ledger) -> None:
         idle = None if beat is None else (max(0.0, float(beat) - float(since)) if since is not None else 0.0)
     except Exception:  # noqa: BLE001  no agent status (yet): the tokens still count
         idle = None
-    record_live(ledger, s.id, tokens=_read_tokens(s), idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
+    tokens = _read_tokens(s)
+    if tokens is None and idle is None:
+        return  # the box did not answer: no status to book (a `live` event is also a proof of life: lifecycle.end_time)
+    record_live(ledger, s.id, tokens=tokens, idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
 
 
 def _read_tokens(s: UpRun) -> int | None:
