@@ -46,5 +46,5 @@ def test_waits_say_what_for():
 def test_no_internal_references_in_output(cli):
     out = cli("plan", "storage", "--model", "llama-3-70b", "--download-gbps", "0.1")
     assert out.returncode == 0, out.stderr
-    assert "5-minute target from boot to running GPU code" in out.stdout  # the download alone misses it
+    assert "5-minute bootstrap target (boot to running GPU code)" in out.stdout  # the download alone misses it
     assert "seeds" not in out.stdout and "Day 2" not in out.stdout
