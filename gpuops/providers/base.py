@@ -43,7 +43,8 @@ class Offer:
     the provider bills it hourly). ``min_bid`` is USD/h for interruptible offers, else None.
     ``reliability`` is 0..1 (1 when the provider publishes none). ``storage_usd_per_hour`` is what
     the provider bills beside a bid (Vast: the disk, ``storage_total_cost``); ``listed_usd_per_hour``
-    an interruptible offer's on-demand price. ``price`` is what the row costs per hour if rented as
+    an interruptible offer's on-demand price where the provider gave it (Vast: the same machine's
+on-demand row). ``price`` is what the row costs per hour if rented as
     offered (on spot: the bid + storage).
     """
 
@@ -79,7 +80,7 @@ class Offer:
         """The on-demand price beside ``price`` when the two differ (a spot offer), else None:
         ``listed_usd_per_hour`` where the provider gave one, else ``usd_per_hour``."""
         listed = self.listed_usd_per_hour if self.listed_usd_per_hour is not None else self.usd_per_hour
-        return listed if listed != self.price else None
+        return listed if round(listed, 6) != round(self.price, 6) else None
 
     def as_json(self) -> dict:
         """``price_usd_per_hour`` is what the offer costs rented as shown (the bid on spot);

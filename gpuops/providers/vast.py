@@ -213,7 +213,13 @@ class VastProvider(Provider):
                 if query.max_usd_per_hour is not None and o.price > query.max_usd_per_hour:
                     continue
                 out.append(o)
-        return out
+        # A bid row is priced at its bid; the same machine's on-demand price is known when both
+        # searches ran: it stands beside the bid (Offer.on_demand_usd_per_hour).
+        import dataclasses
+
+        on_demand = {o.offer_id: o.usd_per_hour for o in out if not o.spot}
+        return [dataclasses.replace(o, listed_usd_per_hour=on_demand[o.offer_id]) if o.spot and o.offer_id in on_demand else o
+                for o in out]
 
     def _offer(self, r: dict, spot: bool, pool: list[Card]) -> Offer | None:
         # Numbers are taken as Vast sent them (NaN, negative, 0 GPUs included): gpuops.planning.offers.screen
@@ -245,7 +251,6 @@ class VastProvider(Provider):
                 reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
                 disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
                 machine_id=str(r.get("machine_id") or ""), storage_usd_per_hour=round(storage, 6) if math.isfinite(storage) else 0.0,
-                listed_usd_per_hour=round(total, 6) if spot else None,  # the same machine on demand (dph_total)
             )
         except (KeyError, TypeError, ValueError):
             return None  # a malformed row must not break the whole search

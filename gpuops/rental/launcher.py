@@ -539,10 +539,11 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
 
 def price_words(offer: Offer) -> str:
     """The price `up` rents ``offer`` at, as one phrase: ``0.1582 USD/h (spot bid; on-demand
-    0.2882)`` or ``0.2882 USD/h`` (USD/h for the whole box, ``Offer.price``)."""
+    0.2882)`` (the on-demand price where it is known), ``0.1582 USD/h (spot bid)`` or ``0.2882
+    USD/h`` (USD/h for the whole box, ``Offer.price``)."""
     if offer.on_demand_usd_per_hour is not None:
         return f"{offer.price:.4f} USD/h (spot bid; on-demand {offer.on_demand_usd_per_hour:.4f})"
-    return f"{offer.price:.4f} USD/h" + (" (spot)" if offer.spot else "")
+    return f"{offer.price:.4f} USD/h" + (" (spot bid)" if offer.spot else "")
 
 
 def _safe_name(name: str | None) -> str:

@@ -76,7 +76,7 @@ def render_dry_run(plan: dict) -> None:
         c.print(f"experiment: {safe(plan['experiment'])}" + (f"; note: {safe(plan['note'])}" if plan.get("note") else ""), markup=False)
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
     od = plan.get("on_demand_usd_per_hour")
-    kind = f"spot bid (on-demand ${od:.4f}/h)" if od is not None else ("spot" if plan["spot"] else "on-demand")
+    kind = f"spot bid (on-demand ${od:.4f}/h)" if od is not None else ("spot bid" if plan["spot"] else "on-demand")
     c.print(f"would rent: {safe(plan['card'])} x{plan['gpu_count']} on {plan['provider']} at "
             f"${plan['usd_per_hour']:.4f}/h{sim}, {kind}")
     c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
