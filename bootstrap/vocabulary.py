@@ -104,6 +104,8 @@ class EventKind(_Word):
     JOB_EXITED = "job_exited"  # detail {"exit_code"}; written by `up` or a watchdog that saw it
     WRAPPER_LOST = "wrapper_lost"
     TOKENS = "tokens"  # tokens booked (by `up`'s collect, or `ledger tokens`)
+    LOG_KEPT = "log_kept"  # detail {"complete", "bytes", "fetched", "by"}: the kept copy of the job log, finished by whoever ended the rental
+    LIVE = "live"  # detail {"tokens", "idle_since", "by"}: the box's last status as `up` or a watchdog read it (what `ps` shows)
     VOLUME = "volume"  # detail {"volume"}: the persistent volume mounted at create (gpuops.providers.volumes)
     RESULTS_COPIED = "results_copied"  # detail: gpuops.rental.results.CopyReport (sizes and sha256 verified)
     RESULTS_COPY_FAILED = "results_copy_failed"  # same detail; what did not come home is lost with the box

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 HISTORY_COLUMNS = (
     "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
     "instance_id", "instance_created_at", "ended_at", "end_reason", "billed_seconds", "cost_usd", "tokens",
-    "job_seconds", "conclusion", "source",
+    "job_seconds", "conclusion", "source", "note",
 )
 
 
@@ -79,7 +79,8 @@ def session_row(s: Any, tz: str | None = None) -> dict:
     """One past session as a JSON-ready dict, keys in this order: ``session, started (ISO 8601 in
     tz), date (YYYY-MM-DD in tz), experiment, provider, card, gpu_count, status, end_reason,
     hours (billed, 6 decimals), usd_per_hour, cost_usd (None while open), simulated, tokens,
-    usd_per_mtoken (None without tokens or cost), conclusion``."""
+    usd_per_mtoken (None without tokens or cost), conclusion, note`` (``up --note``; a report shows
+    it where no conclusion is set)."""
     from ledger.reports import card_name, day_of, iso, per_mtoken
 
     closed = s.status == "closed"
@@ -102,6 +103,7 @@ def session_row(s: Any, tz: str | None = None) -> dict:
         "tokens": tokens,
         "usd_per_mtoken": per_mtoken(cost, tokens) if cost is not None else None,
         "conclusion": s.conclusion or "",
+        "note": getattr(s, "note", None) or "",
     }
 
 

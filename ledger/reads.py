@@ -86,6 +86,29 @@ def sqlite_open_rows(path: Path) -> list[SessionRow]:
         con.close()
 
 
+# The newest event of one kind for one session (``Ledger.last_event``): the events index on session_id.
+LAST_EVENT_SQL = "SELECT at, detail FROM events WHERE session_id = :sid AND kind = :kind ORDER BY id DESC LIMIT 1"
+
+
+def last_event_row(engine, session_id: str, kind: str) -> tuple | None:
+    """(at, detail text) of the newest ``kind`` event of ``session_id``, or None, through SQLAlchemy."""
+    import sqlalchemy as sa
+
+    with engine.connect().execution_options(ledger_read=True) as conn:
+        r = conn.execute(sa.text(LAST_EVENT_SQL), {"sid": session_id, "kind": kind}).first()
+    return tuple(r) if r is not None else None
+
+
+def sqlite_last_event_row(path: Path, session_id: str, kind: str) -> tuple | None:
+    """``last_event_row`` on an SQLite file with the standard library (read-only connection)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
+    try:
+        r = con.execute(LAST_EVENT_SQL, {"sid": session_id, "kind": kind}).fetchone()
+    finally:
+        con.close()
+    return tuple(r) if r is not None else None
+
+
 # Active refusals (m003): a handful of rows, answered from ix_refusals_active (m005).
 REFUSAL_COLUMNS = ("id", "scope", "reason", "detail", "set_at", "lifted_at", "account")  # account: m007_ownership
 ACTIVE_REFUSALS_SQL = f"SELECT {', '.join(REFUSAL_COLUMNS)} FROM refusals WHERE lifted_at IS NULL ORDER BY id"

@@ -233,7 +233,7 @@ def month_report(sessions: Iterable[Row], month: str, tz: str | None = None, by_
     each is attributed by time (``ledger.attribution``): only its share of the month's hours counts.
     ``cost_lines``: storage lines overlapping the month, in the totals and in ``storage_usd``.
     Shape: ``{"month","tz","total_usd","simulated_usd","storage_usd","gpu_hours","sessions",
-    "open_sessions","charged_sessions","tokens","usd_per_mtoken","usd_per_mtoken_job",
+    "open_sessions","charged_sessions","tokens","simulated_tokens","usd_per_mtoken","usd_per_mtoken_job",
     "simulated_usd_per_mtoken","simulated_usd_per_mtoken_job","by_experiment","by_card",
     "by_provider"}``, plus ``"days"`` (one row per calendar day) when ``by_day``. Money in USD,
     ``gpu_hours`` = billed hours x GPU count; ``charged_sessions`` closed sessions whose cost is
@@ -252,8 +252,10 @@ def month_report(sessions: Iterable[Row], month: str, tz: str | None = None, by_
         "month": month,
         "tz": tz or "local",
         "total_usd": j["cost_usd"],
-        **{k: j[k] for k in ("simulated_usd", "storage_usd", "gpu_hours", "sessions", "open_sessions", "charged_sessions", "tokens",
-                              "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job")},
+        **{k: j[k] for k in ("simulated_usd", "storage_usd", "gpu_hours", "sessions", "open_sessions", "charged_sessions", "tokens")},
+        # tokens of simulated sessions (the rest are real ones'): $/Mtoken divides each money by its own tokens
+        "simulated_tokens": int(round(book.total.simulated_tokens)),
+        **{k: j[k] for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job")},
         "by_experiment": _rows(book.groups["experiment"]),
         "by_card": _rows(book.groups["card"]),
         "by_provider": _rows(book.groups["provider"]),
@@ -316,8 +318,9 @@ def month_report_groups(groups: Iterable[Any], month: str, tz: str | None = None
         "month": month,
         "tz": tz or "local",
         "total_usd": j["cost_usd"],
-        **{k: j[k] for k in ("simulated_usd", "storage_usd", "gpu_hours", "sessions", "open_sessions", "charged_sessions", "tokens",
-                              "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job")},
+        **{k: j[k] for k in ("simulated_usd", "storage_usd", "gpu_hours", "sessions", "open_sessions", "charged_sessions", "tokens")},
+        "simulated_tokens": int(round(total.simulated_tokens)),
+        **{k: j[k] for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job")},
         "by_experiment": _rows(by["experiment"]),
         "by_card": _rows(by["card"]),
         "by_provider": _rows(by["provider"]),

@@ -38,10 +38,10 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.reads import (active_refusal_rows, cost_lines, iter_query, iter_rows_between, open_rows, overlapping, rows_between,
+from ledger.reads import (active_refusal_rows, cost_lines, iter_query, iter_rows_between, last_event_row, open_rows, overlapping, rows_between,
                           sqlite_active_refusal_rows, sqlite_cost_lines, sqlite_current_file, sqlite_iter_query,
-                          sqlite_iter_rows_between, sqlite_open_rows, sqlite_overlapping, sqlite_watchdog_pass_rows,
-                          watchdog_pass_rows)
+                          sqlite_iter_rows_between, sqlite_last_event_row, sqlite_open_rows, sqlite_overlapping,
+                          sqlite_watchdog_pass_rows, watchdog_pass_rows)
 from bootstrap.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
@@ -814,6 +814,22 @@ class Ledger:
         if self._sqlite is not None and self._engine is None:
             return sqlite_open_rows(self._sqlite)
         return open_rows(self.engine)
+
+    def last_event(self, session_id: str, kind: str) -> tuple[float, Any] | None:
+        """(epoch s, detail parsed from JSON, else the text) of the newest ``kind`` event of
+        ``session_id``, or None; no ORM load on a current SQLite ledger."""
+        if self._sqlite is not None and self._engine is None:
+            got = sqlite_last_event_row(self._sqlite, session_id, kind)
+        else:
+            got = last_event_row(self.engine, session_id, kind)
+        if got is None:
+            return None
+        at, text = got
+        try:
+            detail = json.loads(text) if text else ""
+        except ValueError:
+            detail = text
+        return float(at), detail
 
     def active_refusals(self) -> list[Any]:
         """Refusals not lifted (``refusals`` rows, oldest first) as read-only rows

@@ -63,11 +63,13 @@ def known_instances(engine, keys: Iterable[tuple[str, str]]) -> set[tuple[str, s
 def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: float | None = None) -> dict:
     """Book ``report`` (``compare_billing``'s, with its ``lines``: {session id: [ChargeLine]}) and the
     account-level lines among ``charges``. Only closed sessions are booked (an open one has no cost
-    yet). Returns ``{"sessions": n booked, "storage_lines": n, "account_lines": n, "storage_usd"}``."""
+    yet). Idempotent: a session already booked at the same charge is left as it is (counted in
+    ``unchanged``), and a storage line already booked is replaced, not counted again. Returns
+    ``{"sessions": n booked, "storage_lines": n new, "account_lines": n new, "storage_usd": USD of
+    the new lines, "unchanged": n sessions already at their charge}``."""
     now = time.time() if now is None else now
     by_id = {r["session"]: r for r in report["sessions"]}
-    booked = lines_n = account_n = 0
-    storage_usd = 0.0
+    booked = lines_n = account_n = unchanged = 0
     rows: list[dict] = []
     with engine.begin() as conn:
         for sid, lines in report.get("lines", {}).items():
@@ -75,31 +77,39 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
             if r is None or r["status"] == "open":
                 continue
             gpu = round(sum(c.usd for c in lines if c.kind != "storage"), 6)
-            cur = conn.execute(sa.select(_sessions.c.cost_usd, _sessions.c.estimated_usd).where(_sessions.c.id == sid)).first()
+            cur = conn.execute(sa.select(_sessions.c.cost_usd, _sessions.c.estimated_usd, _sessions.c.cost_source, _sessions.c.charged_usd)
+                               .where(_sessions.c.id == sid)).first()
             if cur is None:
+                continue
+            storage = [c for c in lines if c.kind == "storage"]
+            if cur.cost_source == "charged" and cur.charged_usd is not None and abs(cur.charged_usd - gpu) < 1e-9:
+                unchanged += 1  # booked at this very charge by an earlier --apply
+                rows.extend(_row(c, sid, now) for c in storage)
                 continue
             estimate = cur.estimated_usd if cur.estimated_usd is not None else cur.cost_usd
             conn.execute(sa.update(_sessions).where(_sessions.c.id == sid)
                          .values(cost_usd=gpu, charged_usd=gpu, estimated_usd=estimate, cost_source="charged"))
-            storage = [c for c in lines if c.kind == "storage"]
             conn.execute(sa.insert(_events).values(session_id=sid, at=now, kind=EventKind.CHARGED.value, detail=json.dumps(
                 {"charged_usd": gpu, "estimated_usd": estimate, "storage_usd": round(sum(c.usd for c in storage), 6),
                  "provider": r["provider"]}, sort_keys=True)))
             booked += 1
-            for c in storage:
-                rows.append(_row(c, sid, now))
-                storage_usd += c.usd
+            rows.extend(_row(c, sid, now) for c in storage)
         for c in charges:
             if c.instance_id is None and not c.label and c.kind == "storage":
                 rows.append(_row(c, None, now))
-                account_n += 1
         keys = [r["line_key"] for r in rows]
+        had: set = set()
         for i in range(0, len(keys), 900):
+            had.update(k for (k,) in conn.execute(sa.select(_lines.c.line_key).where(_lines.c.line_key.in_(keys[i : i + 900]))))
             conn.execute(sa.delete(_lines).where(_lines.c.line_key.in_(keys[i : i + 900])))
         if rows:
             conn.execute(sa.insert(_lines), rows)
-        lines_n = len(rows) - account_n
-    return {"sessions": booked, "storage_lines": lines_n, "account_lines": account_n, "storage_usd": round(storage_usd, 6)}
+        new = [r for r in rows if r["line_key"] not in had]
+        account_n = sum(1 for r in new if r["session_id"] is None)
+        lines_n = len(new) - account_n
+        storage_usd = sum(r["usd"] for r in new if r["session_id"] is not None)
+    return {"sessions": booked, "storage_lines": lines_n, "account_lines": account_n, "storage_usd": round(storage_usd, 6),
+            "unchanged": unchanged}
 
 
 def _row(c: ChargeLine, session_id: str | None, now: float) -> dict[str, Any]:

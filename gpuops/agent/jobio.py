@@ -63,7 +63,7 @@ class WrapperLost(GpuopsError):
 
 def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offset: int = 0, poll_s: float = 0.5,
                deadline: float | None = None, started_deadline: float | None = None,
-               stale_after_s: float | None = None) -> tuple[int, JobExit | None]:
+               stale_after_s: float | None = None, on_poll: Callable[[], None] | None = None) -> tuple[int, JobExit | None]:
     """Copy the job log from byte ``offset`` to ``write`` (raw bytes, in order, each byte once,
     at most ``LOG_CHUNK_BYTES`` per call: bounded memory).
 
@@ -74,9 +74,12 @@ def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offs
     ``started_deadline``: when the log has not appeared by then, raise GpuopsError.
     ``stale_after_s``: raise WrapperLost when the wrapper's heartbeat has not changed for this many
     seconds of this machine's clock (content is compared, not timestamps: no clock skew).
+    ``on_poll``: called once per poll (the caller throttles it; `up` books the box's live status).
     """
     beat, beat_seen = None, time.monotonic()
     while True:
+        if on_poll is not None:
+            on_poll()
         ended = job_exit(box)  # read before the log, so the log read after it holds everything
         if stale_after_s is not None and ended is None:
             now_beat = box.read_file(f"{JOB_DIR}/heartbeat")

@@ -107,7 +107,7 @@ def resolve_cards(query: str) -> list[Card]:
         return family
     known = sorted({c.name for c in cards()} | {c.family for c in cards()} | {a for c in cards() for a in c.aliases})
     close = difflib.get_close_matches(q, known, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else "`gpuops plan --model list` shows the catalog"
+    hint = f"did you mean {', '.join(close)}? (`gpuops cards` lists them)" if close else "`gpuops cards` lists the cards"
     raise BadInput(f"unknown card {query!r}", f"{hint}")
 
 

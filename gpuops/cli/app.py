@@ -32,7 +32,9 @@ app.add_typer(ledger_app, name="ledger")
 from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
 
 app.add_typer(volumes_app, name="volumes")
-from gpuops.cli.options import CONFIG_OPT, FORMAT_OPT, JSON_OPT, TZ_OPT, _parse_price, _print_lossy, _settings  # noqa: E402
+from gpuops.cli.options import CONFIG_OPT, FORMAT_OPT, JSON_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings  # noqa: E402
+
+CARD_HELP = "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
 
 
 def _version(value: bool) -> None:
@@ -49,10 +51,12 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 @app.command()
 def up(
     job: Path = typer.Option(..., "--job", help="Script to run on the box (bash .sh, python .py, or an executable)."),
-    card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
+    card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
     experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
     provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default from settings: local)."),
-    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Prefer interruptible offers, or on-demand only."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
+        "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
+        "Vast.ai bids the offer's minimum (it can be taken back); RunPod has no spot, so on-demand; local: on-demand.")),
     max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
     max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Hard TTL of the box in hours."),
     idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
@@ -67,17 +71,27 @@ def up(
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
     vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
     volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
+    name: Optional[str] = typer.Option(None, "--name", help="The session id to use (1-40 of a-z, 0-9, -), e.g. llama-sweep-1: `gpuops logs/down NAME`."),
+    exit_code: str = typer.Option("gpuops", "--exit-code", help=(
+        "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
+        "exit code when it ran (else the gpuops code).")),
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
 ) -> None:
-    """Rent a box, bootstrap it, run JOB, tear it down, book the session."""
+    """Rent a box, bootstrap it, run JOB, tear it down, book the session.
+
+    Spot by default where the provider has it ([up] spot = true): Vast.ai rents interruptible at the offer's minimum bid;
+    RunPod has no spot and rents on-demand; --on-demand never rents spot."""
     from gpuops.views import emit
     from gpuops.rental import launcher
     from gpuops.views import ui
     from gpuops.providers import NAMES
 
     fmt = emit.pick(fmt, json_out)
+    if exit_code not in ("gpuops", "job"):
+        raise BadInput(f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code")
+    card, gpu_count = _card_count(card, gpu_count)
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
@@ -107,7 +121,7 @@ def up(
     req = launcher.UpRequest(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
-        note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "",
+        note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "", name=name or "",
     )
     from gpuops.planning.sizing import parse_positive_int
 
@@ -139,13 +153,15 @@ def up(
         code = 1
     if summ.get("interrupted") and summ["end_reason"] == EndReason.INTERRUPTED:
         code = 130
+    if exit_code == "job" and summ.get("exit_code") is not None:  # scripts that want the job's own status
+        code = int(summ["exit_code"]) & 0xFF
     if code:
         raise typer.Exit(code)
 
 
 @app.command("offers")
 def offers(
-    card: Optional[str] = typer.Option(None, "--card", help="Card or family, e.g. a100, h100-sxm, rtx-4090."),
+    card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
     vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
     model: Optional[str] = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
     dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
@@ -154,7 +170,8 @@ def offers(
     batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
     gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
     provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: every provider with a key)."),
-    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Interruptible offers only, or on-demand only (default: both)."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
+        "Interruptible offers only (Vast.ai; RunPod has none), or on-demand only (default: both, each at the price it rents at).")),
     max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
     limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
     config: Optional[str] = CONFIG_OPT,
@@ -168,6 +185,8 @@ def offers(
     from gpuops.planning.sizing import parse_positive_int
 
     fmt = emit.pick(fmt, json_out)
+    card, count = _card_count(card, str(gpu_count))
+    gpu_count = int(count)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", "4096", "1"):
         raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
@@ -181,7 +200,7 @@ def offers(
 
 @app.command()
 def plan(
-    model: str = typer.Option(..., "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
+    model: Optional[str] = typer.Option(None, "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
     dtype: str = typer.Option("auto", "--dtype", help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto (the model's, as vLLM), fp32, bf16, fp16, fp8, int8."),
     batch: str = typer.Option("1", "--batch", help="Concurrent sequences."),
@@ -192,7 +211,7 @@ def plan(
     headroom: Optional[str] = typer.Option(None, "--gpu-memory-utilization", "--headroom", help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90)."),
     max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024)."),
     max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
-    card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090 (default: all)."),
+    card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them)."),
     vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
@@ -204,6 +223,14 @@ def plan(
     from gpuops.views.sizing import plan_command
 
     fmt = pick(fmt, json_out)
+    if card == "list":  # the catalog's cards, as `gpuops cards`
+        from gpuops.views.cards import show_cards
+
+        show_cards(fmt)
+        return
+    if not model:
+        raise BadInput("--model is required", "e.g. gpuops plan --model llama-3-8b (--model list shows the models, --card list the cards)")
+    card, gpu_count = _card_count(card, gpu_count)
     # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
                  headroom=headroom, card=card, fmt=fmt, engine=engine, max_num_seqs=max_num_seqs,
@@ -249,12 +276,11 @@ def ps(
     settings = _settings(config, emergency=True, snapshot=True)
     ledger = sessions.open_ledger(settings)
     me = settings.owner()
-    everyone_rows = sessions.list_open(ledger)
-    rows = everyone_rows if everyone else sessions.list_open(ledger, owner=me)
+    rows = sessions.list_open(ledger, owner=None if everyone else me)
 
     def table() -> None:
         ui.render_sessions(rows, "open sessions" if everyone else f"open sessions of {me}")
-        hidden = len(everyone_rows) - len(rows)
+        hidden = 0 if everyone else len(ledger.open_sessions()) - len(rows)
         if hidden:
             print(f"{hidden} open session(s) of other users not shown; `gpuops ps --all` lists them")
         from gpuops.rental.watchdog_passes import last_passes
@@ -262,6 +288,22 @@ def ps(
         ui.render_watchdogs(last_passes(ledger))
 
     emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns())
+
+
+app.command("status", hidden=True, help="Same as `gpuops ps` (SkyPilot's `sky status`).")(ps)
+app.command("ls", hidden=True, help="Same as `gpuops ps` (runpodctl's `get pod`, vastai's `show instances`).")(ps)
+
+
+@app.command()
+def cards(
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """The cards gpuops knows: names and aliases for --card, memory, bandwidth, reference price."""
+    from gpuops.views.cards import show_cards
+    from gpuops.views.emit import pick
+
+    show_cards(pick(fmt, json_out))
 
 
 @app.command()
@@ -373,8 +415,9 @@ def watchdog(
             acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
     else:  # the daemon says what it does per pass (-v), never a live line for hours
         acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
-    if once and not acts and not json_out:
-        print("nothing to do: no open session needed an action (one reconcile and one tick done)")
+    if once and not acts:  # a quiet pass still answers: a line, or one JSON object of the actions' shape
+        idle = "nothing to do: no open session needed an action (one reconcile and one tick done)"
+        _emit_json(wd.Action("", "idle", idle)) if json_out else print(idle)
     if once and any(a.kind == "error" for a in acts):
         raise typer.Exit(1)
 

@@ -84,3 +84,17 @@ def _reader(config: Optional[str]):
     from ledger.reads import LedgerReader
 
     return LedgerReader(_settings(config, emergency=True, snapshot=True).ledger_url())
+
+
+def _card_count(card: Optional[str], gpu_count: str, default: str = "1") -> tuple[Optional[str], str]:
+    """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count text); a plain
+    ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
+    says another count."""
+    if not card or ":" not in card:
+        return card, gpu_count
+    name, _, count = card.rpartition(":")
+    if not name or not count.isdigit() or int(count) < 1:
+        raise BadInput(f"--card {card!r} is not NAME or NAME:COUNT", "e.g. --card a100 or --card a100:2 (2 GPUs in one box)")
+    if str(gpu_count) != default and str(gpu_count) != str(int(count)):
+        raise BadInput(f"--card {card} asks for {int(count)} GPUs and --gpu-count for {gpu_count}", "give the count once")
+    return name, str(int(count))

@@ -3,6 +3,7 @@ SDKs and rich load inside the commands."""
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager, nullcontext
 from typing import Optional
 
@@ -136,7 +137,12 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
         p = _provider(prov, config)
         vol = resolve(p, ref)
     if not yes:
-        raise BadInput(f"deleting {ref} loses its {vol.size_gb:g} GB (weights, caches, kept results)", "add --yes to delete it")
+        what = f"deleting {ref} loses its {vol.size_gb:g} GB (weights, caches, kept results)"
+        if not _on_terminal():  # a script, a pipe: nobody to ask
+            raise BadInput(what, "add --yes to delete it")
+        if not typer.confirm(f"{what}. Delete it?", default=False, err=True):
+            sys.stderr.write("not deleted\n")
+            raise typer.Exit(1)
     fmt = pick(fmt, json_out)
     service(p).delete(vol.id)
     if fmt != "table":
@@ -145,3 +151,11 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
         emit.emit({"deleted": vol.as_json()}, fmt, csv_records=[vol.as_json()])
     else:
         print(f"deleted {vol.provider} volume {vol.id} ({vol.name}, {vol.size_gb:g} GB, saves {vol.usd_per_month or 0:.2f} USD/month)")
+
+
+def _on_terminal() -> bool:
+    """True when a person can answer a question: stdin and stderr are terminals."""
+    try:
+        return sys.stdin.isatty() and sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -81,10 +81,9 @@ def rank(offers: list[Offer], need_bytes_per_gpu: int = 0, max_usd_per_hour: flo
 
 
 def effective_price(offer: Offer) -> float:
-    """USD/h we expect to pay: the minimum bid for interruptible offers, else the listed price."""
-    if offer.spot and offer.min_bid is not None:
-        return offer.min_bid
-    return offer.usd_per_hour
+    """USD/h we expect to pay: the minimum bid for interruptible offers, else the listed price
+    (``Offer.price``)."""
+    return offer.price
 
 
 # -- the delivered box ---------------------------------------------------------------------------

@@ -127,7 +127,7 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
                        f"{vol_usd:.2f} USD/month for a {vol_gb} GB volume (break-even {breakeven:.1f} runs)" if breakeven else "weights: free to refetch")
     slow = secs > BOOTSTRAP_TARGET_S
     if slow:
-        reasons.append(f"time: the download alone takes {secs / 60:.1f} min, over the 5-minute bootstrap target (seeds, Day 21): "
+        reasons.append(f"time: the download alone takes {secs / 60:.1f} min, over the 5-minute bootstrap target (boot to running GPU code): "
                        "only a warm volume meets it")
     if provider == "runpod":
         reasons.append("note: a RunPod network volume pins boxes to Secure Cloud in its datacenter (fewer, dearer offers)")

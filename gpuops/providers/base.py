@@ -41,7 +41,11 @@ class Offer:
 
     ``vram_bytes`` is per GPU; ``usd_per_hour`` is the whole box (all GPUs, storage included where
     the provider bills it hourly). ``min_bid`` is USD/h for interruptible offers, else None.
-    ``reliability`` is 0..1 (1 when the provider publishes none).
+    ``reliability`` is 0..1 (1 when the provider publishes none). ``storage_usd_per_hour`` is what
+    the provider bills beside a bid (Vast: the disk, ``storage_total_cost``); ``listed_usd_per_hour``
+    an interruptible offer's on-demand price where the provider gave it (Vast: the same machine's
+on-demand row). ``price`` is what the row costs per hour if rented as
+    offered (on spot: the bid + storage).
     """
 
     provider: str
@@ -58,9 +62,33 @@ class Offer:
     net_down_mbps: float = 0.0
     simulated: bool = False
     machine_id: str = ""  # the host machine, where the provider has one (Vast); a Vast volume mounts only there
+    storage_usd_per_hour: float = 0.0
+    listed_usd_per_hour: float | None = None  # an interruptible offer's on-demand price, where the provider gives one (Vast's dph_total)
+
+    @property
+    def price(self) -> float:
+        """USD/h for the whole box if rented as offered: for an interruptible offer the minimum bid
+        (gpuops bids it: ``CreateSpec.bid_usd_per_hour``) plus the storage billed beside it (Vast
+        charges ``bid + storage``, as gpuhunt prices a spot offer: min_bid + disk cost), else the
+        listed price."""
+        if self.spot and self.min_bid is not None:
+            return round(self.min_bid + self.storage_usd_per_hour, 6)
+        return self.usd_per_hour
+
+    @property
+    def on_demand_usd_per_hour(self) -> float | None:
+        """The on-demand price beside ``price`` when the two differ (a spot offer), else None:
+        ``listed_usd_per_hour`` where the provider gave one, else ``usd_per_hour``."""
+        listed = self.listed_usd_per_hour if self.listed_usd_per_hour is not None else self.usd_per_hour
+        return listed if round(listed, 6) != round(self.price, 6) else None
 
     def as_json(self) -> dict:
+        """``price_usd_per_hour`` is what the offer costs rented as shown (the bid on spot);
+        ``on_demand_usd_per_hour`` the listed price where it differs (else null); ``usd_per_hour``
+        and ``min_bid`` the provider's own figures."""
         return {
+            "price_usd_per_hour": self.price,
+            "on_demand_usd_per_hour": self.on_demand_usd_per_hour,
             "provider": self.provider,
             "offer_id": self.offer_id,
             "card": self.card,

@@ -180,7 +180,8 @@ class VastProvider(Provider):
     def offers(self, query: OfferQuery) -> list[Offer]:
         """Offers for ``query``: on-demand (``spot`` False), interruptible (True) or both (None).
 
-        Interruptible offers carry ``min_bid`` (USD/h); their ``usd_per_hour`` is ``dph_total``.
+        Interruptible offers carry ``min_bid`` (USD/h); their ``usd_per_hour`` is ``dph_total``, and
+        ``storage_usd_per_hour`` (``dph_total - dph_base``) is what Vast bills beside the bid.
         Offers whose GPU is not in the catalog are dropped (a card must be a catalog name).
         """
         from gpuops.providers.base import VRAM_TOLERANCE
@@ -209,11 +210,16 @@ class VastProvider(Provider):
                 o = self._offer(r, kind == "bid", pool)
                 if o is None:
                     continue
-                price = o.min_bid if (o.spot and o.min_bid is not None) else o.usd_per_hour
-                if query.max_usd_per_hour is not None and price > query.max_usd_per_hour:
+                if query.max_usd_per_hour is not None and o.price > query.max_usd_per_hour:
                     continue
                 out.append(o)
-        return out
+        # A bid row is priced at its bid; the same machine's on-demand price is known when both
+        # searches ran: it stands beside the bid (Offer.on_demand_usd_per_hour).
+        import dataclasses
+
+        on_demand = {o.offer_id: o.usd_per_hour for o in out if not o.spot}
+        return [dataclasses.replace(o, listed_usd_per_hour=on_demand[o.offer_id]) if o.spot and o.offer_id in on_demand else o
+                for o in out]
 
     def _offer(self, r: dict, spot: bool, pool: list[Card]) -> Offer | None:
         # Numbers are taken as Vast sent them (NaN, negative, 0 GPUs included): gpuops.planning.offers.screen
@@ -228,15 +234,23 @@ class VastProvider(Provider):
             min_bid = r.get("min_bid")
             n = float(r.get("num_gpus") or 0)
             gpu_count = int(n) if math.isfinite(n) and n == int(n) else n
-            price = float(r["dph_total"])
-            if spot and min_bid is not None and r.get("storage_total_cost") is not None:
-                price = float(min_bid) + float(r["storage_total_cost"])  # what a bid at the minimum is charged: bid + storage
+            total, base, stc = float(r["dph_total"]), r.get("dph_base"), r.get("storage_total_cost")
+            # the storage billed beside a bid: storage_total_cost, else dph_total - dph_base (when it fits under the total)
+            if isinstance(stc, (int, float)) and math.isfinite(stc) and stc >= 0:
+                storage = float(stc)
+            elif isinstance(base, (int, float)) and math.isfinite(base) and 0 <= base <= total:
+                storage = total - float(base)
+            else:
+                storage = 0.0
+            price = total
+            if spot and min_bid is not None and stc is not None:
+                price = float(min_bid) + storage  # what a bid at the minimum is charged: bid + storage
             return Offer(
                 provider=NAME, offer_id=str(int(r["id"])), card=card.name, gpu_count=gpu_count, vram_bytes=vram,
                 usd_per_hour=round(price, 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
                 reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
                 disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
-                machine_id=str(r.get("machine_id") or ""),
+                machine_id=str(r.get("machine_id") or ""), storage_usd_per_hour=round(storage, 6) if math.isfinite(storage) else 0.0,
             )
         except (KeyError, TypeError, ValueError):
             return None  # a malformed row must not break the whole search

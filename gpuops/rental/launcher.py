@@ -15,6 +15,7 @@ wrapped in ``SafeReporter``, which swallows writes to a closed or broken termina
 from __future__ import annotations
 
 import math
+import re
 import secrets
 import shlex
 import signal
@@ -72,6 +73,7 @@ class UpRequest:
     batch: int = 1
     allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.planning.sizing: "unverified")
     volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.providers.volumes)
+    name: str = ""  # `up --name`: the session id the user chose (SESSION_NAME), instead of new_session_id()
     vendor: str = ""  # nvidia | amd | any; "": from the card named, a ROCm [up] image, else nvidia (gpuops.catalog.vendor_for)
 
 
@@ -80,7 +82,7 @@ class OfferChoice:
     provider: str
     offer: Offer
     candidates: list[Offer]
-    projected_cost_usd: float  # offer price x max_hours
+    projected_cost_usd: float  # the offer's price as rented (Offer.price: the bid on spot) x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
     volume: "object | None" = None  # gpuops.providers.volumes.Volume mounted at create
     notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.planning.offers.screen)
@@ -90,7 +92,8 @@ class OfferChoice:
             "provider": self.provider,
             "card": self.offer.card,
             "gpu_count": self.offer.gpu_count,
-            "usd_per_hour": self.offer.usd_per_hour,
+            "usd_per_hour": self.offer.price,  # what it will cost rented as shown: the bid on spot
+            "on_demand_usd_per_hour": self.offer.on_demand_usd_per_hour,
             "spot": self.offer.spot,
             "simulated": self.offer.simulated,
             "max_hours": settings.teardown.max_hours,
@@ -130,6 +133,10 @@ def fault_point(stage: str) -> None:
         time.sleep(0.02)
 
 
+# `up --name`: a session id a user chooses (it becomes the instance label gpuops-<name> and a file name).
+SESSION_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+
+
 def new_session_id(now: float | None = None) -> str:
     """``YYYYMMDD-HHMMSS-xxxx`` (UTC, 4 random hex): sortable, short, safe in labels and paths."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(2)
@@ -156,6 +163,8 @@ def validate(req: UpRequest) -> None:
     from gpuops.textsafe import check_name
 
     check_name(req.experiment, "--experiment")  # C1 controls (U+009B) and bidi overrides (U+202E) too
+    if req.name and not SESSION_NAME.match(req.name):
+        raise BadInput(f"--name {req.name!r} is not a session name", "1-40 lower-case letters, digits and dashes, e.g. --name llama-sweep-1")
     if req.max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
     if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
@@ -225,11 +234,11 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
-        cheapest = min((o.usd_per_hour for o in offers), default=None)
+        cheapest = min((o.price for o in offers), default=None)
         hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return OfferChoice(provider.name, best, ranked, best.usd_per_hour * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
+    return OfferChoice(provider.name, best, ranked, best.price * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -375,19 +384,21 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         raise
     for n in p.notes:
         reporter.warn(n)
+    if req.name and ledger.get(req.name) is not None:  # a dry run says so too, before anything is written
+        raise BadInput(f"session {req.name} is already in the ledger", "pick another --name (a session id names one rental)")
     from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
-        budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)
+        budget_for_up(ledger, settings, provider, p.offer.price)
         return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
                 "volume": p.volume.as_json() if p.volume is not None else None}
     from ledger import Session as Row
 
     _quick_reconcile(settings, ledger, provider, reporter)
-    budget_for_up(ledger, settings, provider, p.offer.usd_per_hour)  # BadInput: refused, or does not fit
+    budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
-    sid = new_session_id()
+    sid = req.name or new_session_id()
     s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
     logs_dir = settings.private_data_path() / "logs"
     logs_dir.mkdir(mode=0o700, exist_ok=True)
@@ -475,7 +486,7 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     """Rent the first offer that can be rented; book what was delivered. The outcome
     ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
-    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {p.offer.usd_per_hour:.4f} USD/h")
+    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {price_words(p.offer)}")
     ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first
@@ -491,7 +502,7 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     def leftover(offer: Offer, e: ProviderError) -> None:
         # A failed create that still made an instance: book it so teardown (and reconcile) end it.
         s.instance = Instance(id=e.instance_id or "", label=label, status=InstanceStatus.UNKNOWN)
-        ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.usd_per_hour)
+        ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.price)
         ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value})
 
     def skipped(offer: Offer, e: ProviderError) -> None:
@@ -510,7 +521,7 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     # Book what was delivered (card, GPU count, price really charged), not what was asked.
     d = delivered(offer, inst)
     mismatch = check_delivered(offer, inst, s.req.max_usd_per_hour)
-    price = d["usd_per_hour"] if d["usd_per_hour"] is not None else offer.usd_per_hour
+    price = d["usd_per_hour"] if d["usd_per_hour"] is not None else offer.price
     count = d["gpu_count"]
     ledger.update(
         s.id, instance_id=inst.id, offer_id=offer.offer_id, card=d["card"] or (_safe_name(d["gpu_name"]) if mismatch else offer.card),
@@ -526,6 +537,15 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
         reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
         return EndReason.DELIVERY_MISMATCH
     return None
+
+
+def price_words(offer: Offer) -> str:
+    """The price `up` rents ``offer`` at, as one phrase: ``0.1582 USD/h (spot bid; on-demand
+    0.2882)`` (the on-demand price where it is known), ``0.1582 USD/h (spot bid)`` or ``0.2882
+    USD/h`` (USD/h for the whole box, ``Offer.price``)."""
+    if offer.on_demand_usd_per_hour is not None:
+        return f"{offer.price:.4f} USD/h (spot bid; on-demand {offer.on_demand_usd_per_hour:.4f})"
+    return f"{offer.price:.4f} USD/h" + (" (spot bid)" if offer.spot else "")
 
 
 def _safe_name(name: str | None) -> str:
@@ -673,9 +693,18 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
                 reporter.job_line(pending[:MAX_JOB_LINE_BYTES].decode("utf-8", "replace"))
                 pending = pending[MAX_JOB_LINE_BYTES:]
 
+        from gpuops.rental.live import LIVE_EVERY_S
+
+        live_due = [time.monotonic() + min(2.0, LIVE_EVERY_S)]  # the first status soon after the job starts
+
+        def live() -> None:
+            if time.monotonic() >= live_due[0]:
+                live_due[0] = time.monotonic() + LIVE_EVERY_S
+                _book_live(s, ledger)
+
         try:
-            _, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
-                                        stale_after_s=WRAPPER_STALE_S)
+            log_bytes, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
+                                        stale_after_s=WRAPPER_STALE_S, on_poll=live)
         except jobio.WrapperLost as e:
             ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
             reporter.warn(str(e))
@@ -689,8 +718,32 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     s.exit_code = ended.code
     if ended.started is not None and ended.ended is not None:
         s.job_seconds = round(ended.ended - ended.started, 3)
-    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code})
+    # log_bytes: `up` followed the log to its end (gpuops.rental.joblog: nothing left to fetch at teardown)
+    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
+
+
+def _book_live(s: UpRun, ledger) -> None:
+    """Book what `ps` shows of the running box (``gpuops.rental.live``): the tokens the job has
+    written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
+    clock); nothing when the box answered neither read. Never raises."""
+    import os
+    import socket
+
+    from gpuops.rental.live import record_live
+
+    try:
+        from gpuops.agent.agentctl import read_status
+
+        st = read_status(s.box) or {}
+        since, beat = (st.get("decision") or {}).get("idle_since"), st.get("heartbeat")
+        idle = None if beat is None else (max(0.0, float(beat) - float(since)) if since is not None else 0.0)
+    except Exception:  # noqa: BLE001  no agent status (yet): the tokens still count
+        idle = None
+    tokens = _read_tokens(s)
+    if tokens is None and idle is None:
+        return  # the box did not answer: no status to book (a `live` event is also a proof of life: lifecycle.end_time)
+    record_live(ledger, s.id, tokens=tokens, idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
 
 
 def _read_tokens(s: UpRun) -> int | None:
@@ -768,7 +821,7 @@ def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
     s.instance = inst
     try:
         ledger.update(s.id, instance_id=inst.id, instance_created_at=inst.created_at or time.time(),
-                      usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.usd_per_hour if s.offer else None))
+                      usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.price if s.offer else None))
         ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"instance": inst.id, "found_by": found_by})
     except Exception:  # noqa: BLE001
         pass
@@ -800,6 +853,10 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
         if got is not None:
             s.tokens, s.tokens_booked = got, True
     reporter.stage("teardown", str(reason))
+    if s.job_started and s.box is not None and row is not None:  # interrupted mid-job: the rest of the log first
+        from gpuops.rental.joblog import keep_log
+
+        keep_log(ledger, row, lambda: s.box, by=f"up:{socket.gethostname()}:{os.getpid()}", close=False)
     ended = end_rental(ledger, provider if s.instance is not None else None, s.id, reason,
                        by=f"up:{socket.gethostname()}:{os.getpid()}", instance_id=s.instance.id if s.instance else None,
                        exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None, last_seen_at=s.last_seen_at)
@@ -846,7 +903,8 @@ def summary(s: UpRun, ledger) -> dict:
         "session": s.id,
         "provider": row.provider,
         "card": row.card,
-        "usd_per_hour": row.usd_per_hour,
+        "usd_per_hour": row.usd_per_hour,  # the price booked (the bid on spot)
+        "spot": bool(row.spot),
         "seconds": round(row.billed_seconds or 0.0, 3),
         "cost_usd": round(cost, 6),
         "simulated": row.simulated,

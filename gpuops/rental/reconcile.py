@@ -44,6 +44,7 @@ from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowSt
 from gpuops.errors import GpuopsError
 from gpuops.units import money  # "simulated" on every money figure
 from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
+from gpuops.rental.joblog import keep_log
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 
 LABEL_PREFIX = "gpuops-"
@@ -253,8 +254,9 @@ def _ended_action(row, ended: Ended, what: str) -> Action:
     if not ended.closed:
         return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
     c = ended.row
+    said = what if what.startswith(f"{ended.reason}:") else f"{ended.reason}: {what}"  # the policy's line names its reason: once
     return Action(row.id, "closed" if ended.already_gone else "destroyed",
-                  f"{ended.reason}: {what}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}")
+                  f"{said}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}")
 
 
 def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -> EndReason:
@@ -292,6 +294,7 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
+    keep_log(ctx.ledger, row, lambda: ctx.box(provider, inst) if inst is not None else None, by=ctx.by)
     ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, instance=inst or Instance(id=row.instance_id, label=row.label, status=InstanceStatus.GONE),
                        detail="instance gone", exit_code=exit_code, last_seen_at=max(proofs) if proofs else None, clock=ctx.clock,
                        tokens=_tokens_to_book(ctx, row, provider, inst))
@@ -309,6 +312,7 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
             inst = provider.get(row.instance_id)
         except ProviderError:
             inst = None
+    keep_log(ctx.ledger, row, lambda: ctx.box(provider, inst) if inst is not None else None, by=ctx.by)
     ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, detail=detail, ended_at=ended_at,
                        end_source=end_source or ("heartbeat" if ended_at is not None else None), clock=ctx.clock,
                        instance=inst, tokens=_tokens_to_book(ctx, row, provider, inst))

@@ -42,20 +42,42 @@ def row_json(row) -> dict:
     return d
 
 
+# What `ps` adds to each open row (gpuops.rental.live.live_figures), after the row's columns.
+LIVE_COLUMNS = ("accrued_usd", "ttl_left_seconds", "idle_seconds", "status_at", "status_age_seconds")
+
+
 def open_session_columns() -> tuple[str, ...]:
-    """The keys of ``row_json`` in order: the CSV header of ``gpuops ps``, printed even with no
-    open session."""
+    """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even
+    with no open session."""
     from ledger.reads import SESSION_COLUMNS
 
-    return ("session", *(c for c in SESSION_COLUMNS if c != "id"), "usd_per_mtoken", "seconds")
+    return ("session", *(c for c in SESSION_COLUMNS if c != "id"), "usd_per_mtoken", "seconds", *LIVE_COLUMNS)
 
 
-def list_open(ledger, owner: str | None = None) -> list[dict]:
-    """Open sessions as dicts (``row_json``); ``owner``: only that user's (and rows from before
-    owners were booked), None: everyone's."""
+def list_open(ledger, owner: str | None = None, now: float | None = None) -> list[dict]:
+    """Open sessions as dicts (``row_json``) with what each has cost so far at ``now``
+    (``gpuops.rental.live.live_figures``, from the newest ``live`` event the ledger holds: no
+    connection to any box): ``cost_usd`` and ``accrued_usd`` the accrual so far (USD), ``tokens``
+    so far, ``usd_per_mtoken``, ``ttl_left_seconds``, ``idle_seconds``, ``status_at``,
+    ``status_age_seconds``. ``owner``: only that user's (and rows from before owners were
+    booked), None: everyone's."""
+    import time
+
+    from bootstrap.vocabulary import EventKind
     from gpuops.ownership import is_mine
+    from gpuops.rental.live import live_figures
 
-    return [row_json(r) for r in ledger.open_sessions() if owner is None or is_mine(r, owner)]
+    now = time.time() if now is None else now
+    out = []
+    for r in ledger.open_sessions():
+        if owner is not None and not is_mine(r, owner):
+            continue
+        d = row_json(r)
+        live = live_figures(d, ledger.last_event(r.id, EventKind.LIVE), now)
+        d.update({k: live[k] for k in LIVE_COLUMNS})
+        d.update(cost_usd=live["accrued_usd"], tokens=live["tokens"], usd_per_mtoken=live["usd_per_mtoken"], usd_per_hour=live["usd_per_hour"])
+        out.append(d)
+    return out
 
 
 def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[dict]:
@@ -105,10 +127,28 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
             out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
             continue
         provider = provider_of(row) if row.instance_id else None
-        ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}")
+        by = f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}"
+        if provider is not None:  # the rest of the job's log first, if `up` stopped following it
+            _keep_log(settings, ledger, provider, row, by)
+        ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=by)
         item = {"session": row.id, "instance_id": row.instance_id, "destroyed": ended.destroyed,
                 "end_reason": "unknown" if ended.unknown else ended.reason}
         if ended.error:
             item["error"] = ended.error
         out.append(item)
     return out
+
+
+def _keep_log(settings: Settings, ledger, provider, row, by: str) -> None:
+    """``gpuops.rental.joblog.keep_log`` for `down`: the box as reconcile reaches it."""
+    from gpuops.rental.joblog import drained, keep_log
+    from gpuops.rental.reconcile import Context
+
+    if not row.log_path or drained(ledger, row.id):
+        return
+
+    def open_box():
+        inst = provider.get(row.instance_id)
+        return Context(settings, ledger).box(provider, inst) if inst is not None else None
+
+    keep_log(ledger, row, open_box, by=by)

@@ -130,6 +130,12 @@ def check_session(ctx: Context, row) -> list[Action]:
     settings = session_limits(ctx, row, status)
     samples = [] if stale else ((status or {}).get("samples") or [])
     decision = policy.decide(samples, now, state, settings)
+    if not stale and status:  # what `ps` shows of this box, as this tick saw it (gpuops.rental.live)
+        from gpuops.rental.live import record_live
+        from gpuops.rental.reconcile import box_tokens
+
+        record_live(ctx.ledger, row.id, tokens=box_tokens(ctx, p, inst), by=f"{Actor.WATCHDOG}:{ctx.owner}", now=now,
+                    idle_seconds=max(0.0, now - decision.idle_since) if decision.idle_since is not None else 0.0)
     if decision.action == policy.DESTROY:
         actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
     return actions
@@ -260,6 +266,12 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
     from datetime import datetime, timezone
 
     from apscheduler.schedulers.blocking import BlockingScheduler
+
+    # APScheduler's own lines ("Run time of job ... was missed", "Scheduler started") would reach
+    # stderr through logging's last-resort handler: the watchdog says what it does itself (-v).
+    aps = logging.getLogger("apscheduler")
+    aps.addHandler(logging.NullHandler())
+    aps.propagate = False
 
     # An explicit timezone: APScheduler's default asks tzlocal, which dies on POSIX TZ strings
     # (TZ=UTC0, TZ=CET-1CEST). Only intervals are scheduled, so UTC changes nothing else.

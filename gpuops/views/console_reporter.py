@@ -10,6 +10,21 @@ from gpuops.rental.launcher import Reporter
 from gpuops.views.ui import _esc, console
 
 
+# What a stage waits for, as its live line says it on a terminal (gpuops.views.progress).
+WAITING_FOR = {
+    "validate": "validate: checking the job, the settings and the keys",
+    "plan": "plan: waiting for the provider's offers, its balance and a quick reconcile",
+    "intent": "intent: writing the ledger row",
+    "create": "create: waiting for the provider to create the instance",
+    "ready": "ready: waiting for the box to answer (SSH, or the local box)",
+    "arm": "arm: putting the agent on the box",
+    "bootstrap": "bootstrap: waiting for the bootstrap steps",
+    "job": "job running, no output yet",
+    "collect": "collect: copying the results home",
+    "teardown": "teardown: waiting for the provider to destroy the box",
+}
+
+
 class ConsoleReporter(Reporter):
     """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
     On a terminal, a stage that lasts over a second shows a live line with its seconds
@@ -34,7 +49,7 @@ class ConsoleReporter(Reporter):
     def stage(self, name: str, detail: str = "") -> None:
         self.ticker.stop()
         self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
-        self.ticker.start(f"{name}: waiting" if name != "job" else "job running, no output yet")
+        self.ticker.start(WAITING_FOR.get(name, f"{name}: waiting"))
 
     def step(self, line: dict) -> None:
         self.ticker.stop()

@@ -31,7 +31,21 @@ def _console():
 
 
 def usd(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.4f}"
+    """USD with 4 decimals (``-`` for None); a figure that rounds to zero is ``0.0000``, never
+    ``-0.0000``."""
+    if x is None:
+        return "-"
+    return f"{0.0 if round(x, 4) == 0 else x:,.4f}"
+
+
+def diff_usd(x: float | None, dollar: str = "") -> str:
+    """A difference between two bills: within half a cent (rounding on either side, not money)
+    is ``0.0000``; else signed before the dollar sign (``-$0.0123``, ``+$1.5000``)."""
+    if x is None:
+        return "-"
+    if abs(x) < 0.005:
+        return f"{dollar}0.0000"
+    return f"{'-' if x < 0 else '+'}{dollar}{abs(x):,.4f}"
 
 
 def csv_text(kind: str, rep: dict) -> str:
@@ -158,14 +172,26 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
 
     c = _console()
     per, job = rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]
+    sim_tokens = rep.get("simulated_tokens") or 0
+    real_tokens = rep["tokens"] - sim_tokens
+    sim_per, sim_job = rep.get("simulated_usd_per_mtoken"), rep.get("simulated_usd_per_mtoken_job")
+    # $/Mtoken: each money over the tokens of its own sessions, labelled (real dollars never over simulated tokens)
+    if sim_tokens:
+        tokens = f" | {real_tokens:,} tokens real, {sim_tokens:,} simulated"
+    else:
+        tokens = f" | {rep['tokens']:,} tokens"
+    per_words = [f"${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" + (" (real)" if sim_tokens else "")] if per is not None else []
+    if sim_per is not None:
+        per_words.append(f"${sim_per:,.4f}/Mtoken all-in, ${sim_job:,.4f} job only (simulated)" if sim_job is not None
+                         else f"${sim_per:,.4f}/Mtoken all-in (simulated)")
     c.print(
         f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
         + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
         + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
         + f" | {rep['gpu_hours']:,.3f} GPU-h | {plural(rep['sessions'], 'session')}"
-        + (f" ({rep['open_sessions']} open, no cost yet)" if rep["open_sessions"] else "")
-        + f" | {rep['tokens']:,} tokens"
-        + (f" | ${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" if per is not None else ""),
+        + (f" ({rep['open_sessions']} open, still accruing: `gpuops ps`)" if rep["open_sessions"] else "")
+        + tokens
+        + "".join(f" | {w}" for w in per_words),
         markup=True,
     )
     if "watchdogs" in rep:
@@ -274,19 +300,21 @@ def render_sync(rep: dict) -> None:
     rows = []
     for r in rep["sessions"]:
         storage = r.get("theirs_storage_usd") or 0.0
-        rows.append([r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), usd(r["diff_usd"]),
+        rows.append([r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), diff_usd(r["diff_usd"]),
                      f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else "")])
-    rows += [["-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), usd(u["usd"]), "not ours: not booked"]
+    rows += [["-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), diff_usd(u["usd"]), "not ours: not booked"]
              for u in rep["unbooked"]]
     rows += [["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])]
     if rows:
         print_table(c, f"our books vs provider billing, {rep.get('month', '')}", ranked(cols, SYNC_DROP_ORDER), rows)
-    c.print(f"total: ours ${rep['ours_usd']:,.4f}, theirs ${rep['theirs_usd']:,.4f}, difference ${rep['diff_usd']:,.4f}")
+    c.print(f"total: ours ${usd(rep['ours_usd'])}, theirs ${usd(rep['theirs_usd'])}, difference {diff_usd(rep['diff_usd'], '$')}")
     if "invoice_usd" in rep:
-        c.print(f"{rep.get('month', '')}: the providers bill ${rep['invoice_usd']:,.4f}; the books hold ${rep.get('month_usd') or 0:,.4f}"
+        c.print(f"{rep.get('month', '')}: the providers bill ${usd(rep['invoice_usd'])}; the books hold ${usd(rep.get('month_usd') or 0)}"
                 + (f" (${sum(u['usd'] for u in rep['unbooked']):,.4f} of instances not ours, not booked)" if rep["unbooked"] else ""))
     ap = rep.get("applied")
-    if ap:
+    if ap and not (ap["sessions"] or ap["storage_lines"] or ap["account_lines"]):
+        c.print("applied: nothing new" + (f" ({ap['unchanged']} sessions already booked at the provider's charge)" if ap.get("unchanged") else ""))
+    elif ap:
         c.print(f"applied: {ap['sessions']} sessions booked at the provider's charge (our estimate kept beside it), "
                 f"{ap['storage_lines']} storage lines (${ap['storage_usd']:,.4f}), {ap['account_lines']} account storage lines")
     elif rep["sessions"]:

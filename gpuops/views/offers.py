@@ -152,14 +152,19 @@ def to_json(result: OffersResult) -> str:
     return json_text([o.as_json() for o in result.offers]).rstrip("\n")
 
 
-# Columns `offers` leaves out, first to last, when the terminal is too narrow (provider, offer id,
-# card, price and kind stay: they are what `up` needs).
-OFFERS_DROP_ORDER = ("region", "reliability", "min bid USD/h", "GPUs", "VRAM/GPU GiB")
+# Columns `offers` leaves out, first to last, when the terminal is too narrow (provider, card, the
+# price as rented and kind stay: what `up --provider --card` rents and what it will cost). The
+# offer id goes before the on-demand price: RunPod's ("community:NVIDIA GeForce RTX 4090") alone
+# takes 33 of 80 cells, and `up` does not take one. The on-demand column is there only when a row
+# (a spot one) has an on-demand price that differs from its own.
+OFFERS_DROP_ORDER = ("region", "reliability", "GPUs", "VRAM/GPU GiB", "offer", "on-demand USD/h")
 
 
 def render(result: OffersResult, console=None) -> None:
     """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.views.tables``:
-    offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``."""
+    offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``.
+    ``USD/h`` is what the row costs rented as shown (``Offer.price``: the bid on spot); the
+    on-demand price stands beside it only where it differs."""
     from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     console = console or table_console()
@@ -167,8 +172,13 @@ def render(result: OffersResult, console=None) -> None:
         console.print(f"no offers match (asked: {', '.join(result.providers)})")
         return
     cols = [Col("provider", ID), Col("offer", ID), Col("card", ID), Col("GPUs", NUM), Col("VRAM/GPU GiB", NUM), Col("USD/h", NUM),
-            Col("kind", ID), Col("min bid USD/h", NUM), Col("reliability", NUM), Col("region", NAME)]
-    rows = [[o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.usd_per_hour:.3f}",
+            Col("kind", ID), Col("on-demand USD/h", NUM), Col("reliability", NUM), Col("region", NAME)]
+    rows = [[o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.price:.3f}",
              "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
-             f"{o.min_bid:.3f}" if o.min_bid is not None else "", f"{o.reliability:.3f}", o.region] for o in result.offers]
-    print_table(console, "offers: fit, then price, then reliability", ranked(cols, OFFERS_DROP_ORDER), rows)
+             f"{o.on_demand_usd_per_hour:.3f}" if o.on_demand_usd_per_hour is not None else "", f"{o.reliability:.3f}", o.region]
+            for o in result.offers]
+    if all(o.on_demand_usd_per_hour is None for o in result.offers):
+        at = [c.header for c in cols].index("on-demand USD/h")
+        cols.pop(at)
+        rows = [r[:at] + r[at + 1:] for r in rows]
+    print_table(console, "offers: fit, then price (spot: the bid), then reliability", ranked(cols, OFFERS_DROP_ORDER), rows)

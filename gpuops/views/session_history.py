@@ -63,7 +63,8 @@ def _cells(r: dict) -> dict:
     cost = "open" if r["cost_usd"] is None else f"{r['cost_usd']:,.4f}" + (" sim" if r["simulated"] else "")
     return {"session": r["session"], "started": r["started"][:16].replace("T", " "), "experiment": r["experiment"],
             "card": r["card"], "provider": r["provider"], "hours": "-" if r["hours"] is None else f"{r['hours']:.3f}",
-            "cost USD": cost, "end": r["end_reason"] or r["status"], "conclusion": r["conclusion"]}
+            "cost USD": cost, "end": r["end_reason"] or r["status"],
+            "conclusion": r["conclusion"] or (f"note: {r['note']}" if r.get("note") else "")}  # `up --note` where no conclusion is set
 
 
 def render(rep: dict, console=None) -> None:

@@ -38,18 +38,16 @@ def render_summary(summ: dict) -> None:
     rows = [
         ("provider", summ["provider"]),
         ("card", summ["card"]),
-        ("price", f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else "") if summ["usd_per_hour"] is not None else "-"),
+        ("price", f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else " (spot bid)" if summ.get("spot") else "")
+         if summ["usd_per_hour"] is not None else "-"),
         ("billed", f"{summ['seconds']:.1f} s"),
         ("cost", money(summ["cost_usd"], sim)),
         ("tokens", f"{summ['tokens']:,}"),
         ("$/Mtoken", money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)"),
-        ("end reason", f"{summ['end_reason']} (exit code {summ['exit_code']})" if summ["exit_code"] is not None
-         else f"{summ['end_reason']} (no exit code)"),
+        ("end reason", summ["end_reason"]),
+        ("job exit code", str(summ["exit_code"]) if summ["exit_code"] is not None else "- (the job did not finish)"),
         ("slowest step", _slowest(summ)),
-        ("log", summ["log"]),
     ]
-    if summ.get("results"):
-        rows.append(("results", summ["results"]))
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
     books = summ.get("ledger") or {}
@@ -59,9 +57,15 @@ def render_summary(summ: dict) -> None:
         rows.append(("ledger", f"{books['spooled']} write(s) wait in the spool: the next `gpuops ps`, `watchdog` or `reconcile` books them"))
     for cmd in books.get("replay", []):
         rows.append(("ledger lost", f"no spool could hold this write; book it with: {cmd}"))
-    # a key/value table through the one table rule: values (paths, end reasons) wrap, never cut
-    print_table(table_console(), f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
+    # a key/value table through the one table rule: values (end reasons, the copy line) wrap, never cut
+    c = table_console()
+    print_table(c, f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
                 [[k, str(v)] for k, v in rows], header=False)
+    # Paths under the table, one a line, never folded inside a name: a narrow terminal wraps the
+    # line itself, and the path copies whole (a table cell would break it mid-name at 80 columns).
+    for key in ("log", "results"):
+        if summ.get(key):
+            sys.stdout.write(f"{key}: {safe(str(summ[key]))}\n")
 
 
 def _slowest(summ: dict) -> str:
@@ -78,8 +82,10 @@ def render_dry_run(plan: dict) -> None:
     if "experiment" in plan:
         c.print(f"experiment: {safe(plan['experiment'])}" + (f"; note: {safe(plan['note'])}" if plan.get("note") else ""), markup=False)
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
+    od = plan.get("on_demand_usd_per_hour")
+    kind = f"spot bid (on-demand ${od:.4f}/h)" if od is not None else ("spot bid" if plan["spot"] else "on-demand")
     c.print(f"would rent: {safe(plan['card'])} x{plan['gpu_count']} on {plan['provider']} at "
-            f"${plan['usd_per_hour']:.4f}/h{sim}, {'spot' if plan['spot'] else 'on-demand'}")
+            f"${plan['usd_per_hour']:.4f}/h{sim}, {kind}")
     c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
     if plan.get("volume"):
         v = plan["volume"]
@@ -92,25 +98,58 @@ def render_dry_run(plan: dict) -> None:
 
 
 # Columns `ps` leaves out, first to last, when the terminal is too narrow (the session id, card,
-# status, price and age stay).
-PS_DROP_ORDER = ("owner", "instance", "provider", "experiment")  # owner first: `ps` shows your own by default
+# price, accrued cost and TTL left stay: what is billing and for how long).
+PS_DROP_ORDER = ("owner", "instance", "provider", "experiment", "status", "age", "idle", "tokens")
+SIMULATED_MARK = "*"
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds as a short span a user reads at a glance: ``45s``, ``12m05s``, ``3h07m``, ``2d04h``;
+    ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = int(round(max(0.0, seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
     """Open sessions as a table (``gpuops.views.tables``): the session id (what `down` and `logs`
-    need), instance ids and prices are never cut."""
+    need), the price (USD/h), what it has cost so far, the TTL left, the idle streak and tokens
+    (from the last status the ledger holds: ``gpuops.rental.live``); ids and money never cut.
+    Simulated money is marked ``*``; under the table one line per kind of money (real and
+    simulated never added)."""
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
+    from gpuops.rental.live import totals
     from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     c = table_console()
     cols = [Col("session", ID), Col("owner", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
-            Col("instance", ID), Col("usd/h", NUM), Col("age", NUM)]
+            Col("instance", ID), Col("USD/h", NUM), Col("accrued", NUM), Col("TTL left", NUM), Col("idle", NUM), Col("tokens", NUM),
+            Col("age", NUM)]
     now = time.time()
+
+    def usd(v, sim):
+        return "-" if v is None else f"${v:,.4f}" + (SIMULATED_MARK if sim else "")
+
     print_table(c, title, ranked(cols, PS_DROP_ORDER), [
         [r["session"], r.get("owner") or "-", r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
-         money(r["usd_per_hour"], r["simulated"]), f"{(now - r['created_at']) / 60:.1f} min"] for r in rows])
+         usd(r["usd_per_hour"], r["simulated"]), usd(r.get("accrued_usd"), r["simulated"]), duration(r.get("ttl_left_seconds")),
+         "busy" if r.get("idle_seconds") == 0 else duration(r.get("idle_seconds")), f"{r.get('tokens') or 0:,}",
+         duration(now - r["created_at"])] for r in rows])
+    t = totals(rows)
+    for kind, label in (("real", "real"), ("simulated", f"simulated{SIMULATED_MARK} (catalog reference price, never charged)")):
+        k = t[kind]
+        if k["boxes"]:
+            c.print(f"{label}: ${k['usd_per_hour']:,.4f}/h now, ${k['accrued_usd']:,.4f} so far, {k['boxes']} box{'es' if k['boxes'] != 1 else ''}",
+                    markup=False, highlight=False)
 
 
 def render_watchdogs(passes: list[dict], out=None) -> None:

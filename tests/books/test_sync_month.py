@@ -303,6 +303,13 @@ def test_sync_cli_lists_then_applies(emulators, tmp_path, cli_env):
     table = " ".join(run("ledger", "sync", "--month", MONTH, "--tz", "UTC", "--apply").split())
     assert "applied: 2 sessions booked at the provider's charge" in table and "not ours" in table
     assert "r01 " in table and "r02 " in table
+    # Seen: "$-0.0001" and "-0.0000" (sub-cent rounding shown as money), and a second --apply that
+    # said "applied: 3 sessions booked" again.
+    again = " ".join(run("ledger", "sync", "--month", MONTH, "--tz", "UTC", "--apply").split())
+    assert "applied: nothing new (2 sessions already booked at the provider's charge)" in again
+    for text in (table, again):
+        assert "-0.0000" not in text and "$-" not in text, text
+    assert "difference +$" in again or "difference -$" in again  # the stranger's box: a real difference, signed
     month = json.loads(run("ledger", "month", MONTH, "--tz", "UTC", "--json"))
     assert month["charged_sessions"] == 2
     ours = sum(i.billed_usd for i in list(rp.market.instances.values()) + list(va.market.instances.values()) if i is not stranger)

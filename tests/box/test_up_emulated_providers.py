@@ -25,11 +25,24 @@ def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch,
     sshd.authorize(ensure_ssh_key(s.data_path())[1])
     job = tmp_path / "job.sh"
     job.write_text("echo hello-from-box\n")
-    summ = run_up(UpRequest(job=job, provider=name, card="rtx-4090", spot=True), s, Reporter(), provider=prov)
+    class Stages(Reporter):
+        def __init__(self):
+            self.seen = {}
+
+        def stage(self, stage, detail=""):
+            self.seen[stage] = detail
+
+    rep = Stages()
+    summ = run_up(UpRequest(job=job, provider=name, card="rtx-4090", spot=True), s, rep, provider=prov)
     assert summ["end_reason"] == "job_end" and summ["exit_code"] == 0, summ
     row = Ledger(s.ledger_url()).get(summ["session"])
     # Vast: the preferred interruptible offer at its minimum bid; RunPod: on-demand (no spot there).
     assert (row.spot, row.bid_usd_per_hour) == ((True, 0.15) if name == "vast" else (False, None))
+    # `up` prints the price it books: the bid on spot, the on-demand price only beside it
+    booked = round(0.15 + 0.15 * 40 / 730, 6) if name == "vast" else 0.34  # Vast: the bid + its 40 GB of storage
+    assert row.usd_per_hour == booked and summ["usd_per_hour"] == booked
+    assert rep.seen["create"] == ("rtx-4090 x1 on vast at 0.1582 USD/h (spot bid)" if name == "vast"
+                                  else "rtx-4090 x1 on runpod at 0.3400 USD/h")
     assert row.status == "closed" and row.instance_created_at >= row.created_at
     assert emu.live() == []
 

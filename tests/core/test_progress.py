@@ -7,6 +7,7 @@ import os
 import pty
 import re
 import select
+import json
 import subprocess
 import sys
 import time
@@ -83,7 +84,9 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
     passes = [line for line in p.stderr.splitlines() if " reconcile: " in line or " tick: " in line]
     assert len(passes) == 2 and passes[0].endswith(" s") and "0 actions" in passes[1], p.stderr
     quiet = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=cli_env, capture_output=True, text=True, timeout=120)
-    assert quiet.returncode == 0 and quiet.stdout == ""
+    # Seen: `watchdog --once --format json` printed nothing when idle; a script then had no document to read
+    assert quiet.returncode == 0 and json.loads(quiet.stdout) == {
+        "session": "", "kind": "idle", "detail": "nothing to do: no open session needed an action (one reconcile and one tick done)"}
 
 
 REPORTER = """
@@ -99,8 +102,9 @@ r.close()
 
 
 def test_up_stage_that_lasts_shows_its_seconds_until_the_next_line():
-    code, out = _run_in_pty(REPORTER, answer_on=b"ready: waiting (")
+    # Seen: "plan: waiting (5 s)" said nothing of what for; each stage's live line names its wait
+    code, out = _run_in_pty(REPORTER, answer_on=b"ready: waiting for the box to answer (SSH, or the local box) (")
     assert code == 0, out
-    shown = re.findall(r"ready: waiting \((\d+) s\)", out)
+    shown = re.findall(r"ready: waiting for the box to answer \(SSH, or the local box\) \((\d+) s\)", out)
     assert shown and int(shown[0]) >= 1 and "job says hi" in out, out
     assert "job running" not in out.split("job says hi")[1]  # the live line stops at the job's first output

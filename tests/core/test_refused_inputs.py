@@ -74,8 +74,8 @@ def test_unknown_card_with_no_close_name_points_at_the_catalog(job, gpuops_home,
     # Seen: "see `gpuops plan --help` for the catalog", but plan --help does not list cards.
     out = cli("up", "--job", job, "--card", "nvidia")
     assert out.returncode == 2
-    assert "`gpuops plan --model list`" in out.stderr
-    listing = cli("plan", "--model", "list")
+    assert "`gpuops cards` lists the cards" in out.stderr  # the list of cards, not of models
+    listing = cli("cards")
     assert "a100-80gb-sxm" in listing.stdout and "h100-sxm" in listing.stdout
 
 
@@ -126,7 +126,8 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
     assert "None" not in out.stdout, out.stdout
     # The laptop's TTL leaves no exit code; the on-box agent's TTL destroy may win the race and
     # TERM the job first (143). Either way the reason is ttl and no Python None leaks out.
-    assert re.search(r"ttl \((no exit code|exit code 143)\)", out.stdout), out.stdout
+    assert re.search(r"end reason\s*│ ttl ", out.stdout), out.stdout
+    assert re.search(r"job exit code\s*│ (- \(the job did not finish\)|143) ", out.stdout), out.stdout
 
 
 def test_summary_without_exit_code_says_so(capsys):
@@ -136,7 +137,7 @@ def test_summary_without_exit_code_says_so(capsys):
                     "simulated": True, "tokens": 0, "usd_per_mtoken": None, "end_reason": "bootstrap_failed", "exit_code": None,
                     "log": "/tmp/x.log"})
     out = capsys.readouterr().out
-    assert "bootstrap_failed (no exit code)" in out and "None" not in out
+    assert re.search(r"end reason\s*│ bootstrap_failed ", out) and "- (the job did not finish)" in out and "None" not in out
 
 
 @pytest.mark.parametrize("args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]])
@@ -173,3 +174,20 @@ def test_offers_vram_must_be_a_positive_finite_number(value, gpuops_home, cli):
     assert out.returncode == 2, out.stderr[-800:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--vram-gb" in lines[0] and "must be a positive number" in lines[0], out.stderr
+
+
+def test_up_exit_code_job_passes_the_jobs_own_status(gpuops_home, cli_env, tmp_path):
+    # The documented exit codes stay the default (a failed job: 1); --exit-code job gives the job's own.
+    job = tmp_path / "three.sh"
+    job.write_text("exit 3\n")
+    env = dict(cli_env, COLUMNS="80")
+    plain = _run(env, "up", "--job", str(job))
+    assert plain.returncode == 1, plain.stderr
+    assert re.search(r"job exit code\s*│ 3 ", plain.stdout), plain.stdout
+    scripted = _run(env, "up", "--job", str(job), "--exit-code", "job", "--json")
+    assert scripted.returncode == 3, scripted.stderr
+    import json
+
+    assert json.loads(scripted.stdout)["exit_code"] == 3
+    bad = _run(env, "up", "--job", str(job), "--exit-code", "jobs")
+    assert bad.returncode == 2 and "--exit-code 'jobs' is not gpuops or job" in bad.stderr

@@ -19,7 +19,7 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
     assert ps.returncode == 0, ps.stderr
     header = ps.stdout.splitlines()
     assert len(header) == 1 and header[0].startswith("session,experiment,job,provider,card,gpu_count,spot,")
-    assert header[0].endswith(",owner,account,usd_per_mtoken,seconds")
+    assert header[0].endswith(",owner,account,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds")
     rec = cli("reconcile", "--format", "csv")
     assert (rec.returncode, rec.stdout) == (0, "session,kind,detail\n"), rec.stderr
     vols = cli("volumes", "list", "--format", "csv")
@@ -27,8 +27,8 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
 
 
 def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
-    from gpuops.rental.sessions import open_session_columns, row_json
+    from gpuops.rental.sessions import LIVE_COLUMNS, open_session_columns, row_json
     from ledger.models import Session
 
     row = Session(id="s-1", experiment="e", job="j.sh", provider="local", card="a100-80gb", status="open", created_at=1.0)
-    assert tuple(row_json(row)) == open_session_columns()
+    assert tuple(row_json(row)) + LIVE_COLUMNS == open_session_columns()

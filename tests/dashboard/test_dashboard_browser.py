@@ -176,3 +176,55 @@ def test_only_loopback_host_headers_are_served(dashboard_url):
     for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
         status, body = get("/api/dashboard.json?month=2026-11&tz=UTC", host)
         assert status == 200 and json.loads(body)["report"]["month"] == "2026-11", host
+
+
+OPEN_JS = ("JSON.stringify([...document.querySelectorAll('#open_boxes [data-live]')].map(e => "
+           "[e.closest('tr').dataset.session, e.dataset.live, e.dataset.value && JSON.parse(e.dataset.value), e.textContent.trim(), "
+           "e.getBoundingClientRect().right]))")
+
+
+@pytest.mark.timeout(600)
+def test_open_boxes_first_live_and_readable_at_390px(dash_env, dashboard_url, browser):
+    # Seen: "1 open, no cost yet" beside a box accruing money; burn and TTL frozen at load; at
+    # 390 px the open-box table scrolled sideways with burn, accrued and TTL off screen.
+    import time
+
+    month, _ = _cli_truth(dash_env)
+    page = browser.page(390, 844)
+    page.goto(dashboard_url)
+    assert page.errors() == []
+    assert page.eval("document.querySelector('main > section').id") == "open_boxes"  # what bills now, first
+    assert page.eval("(e => e.scrollWidth <= e.clientWidth)(document.querySelector('#open_boxes'))")
+    assert page.eval("document.documentElement.scrollWidth") <= 390
+    first = json.loads(page.eval(OPEN_JS))
+    assert {k for _, k, _, _, _ in first} == {"usd_per_hour", "accrued_usd", "ttl_left_seconds"}
+    assert all(right <= 390 for *_, right in first), first  # burn, accrued and TTL on screen
+    # the same figures as `gpuops ps` (the ledger's live figures), read a moment apart
+    t0 = time.time()
+    ps = {r["session"]: r for r in json.loads(run_cli(dash_env, "ps", "--all", "--json").stdout)}
+    took = time.time() - t0 + 1.0
+    for sid, key, value, text, _ in first:
+        if key == "accrued_usd":
+            assert value == pytest.approx(ps[sid]["accrued_usd"], abs=ps[sid]["usd_per_hour"] * (took + 60) / 3600), (sid, value)
+            assert text.startswith("$")
+        if key == "usd_per_hour":
+            assert value == ps[sid]["usd_per_hour"] and text == f"${value:,.4f}"
+    # live: the accrual moves between two reads without a reload
+    before = {(s, k): v for s, k, v, _, _ in first if k == "accrued_usd"}
+    deadline = time.monotonic() + 60
+    now = before
+    while now == before and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = {(s, k): v for s, k, v, _, _ in json.loads(page.eval(OPEN_JS)) if k == "accrued_usd"}
+    assert all(now[k] > before[k] for k in before), (before, now)
+    assert "refreshed every" in page.eval("document.getElementById('live-at').textContent")
+    # money carries its $, and "no cost yet" is gone
+    assert page.eval("document.querySelector('[data-key=\"report.total_usd\"]').textContent").startswith("$")
+    assert "no cost yet" not in page.eval("document.body.innerText")
+    # where the month went: by experiment and by card as charts, the report's figures
+    for canvas, group in (("experiment-chart", "by_experiment"), ("card-chart", "by_card")):
+        got = dict(json.loads(page.eval(f"JSON.stringify(Chart.getChart(document.getElementById('{canvas}')).data.datasets"
+                                        ".map(d => [d.label, d.data]))")))
+        assert got["real USD"] == [g["cost_usd"] for g in month[group]]
+        assert got["simulated USD (not charged)"] == [g["simulated_usd"] for g in month[group]]
+    page.screenshot(artifacts_dir() / "served-open-boxes-390px.png")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from types import SimpleNamespace
 
+import pytest
+
 from gpuops.config import TeardownSettings
 from gpuops.views.dashboard.data import box_row, idle_state
 from gpuops.views.dashboard.page import duration, fmt
@@ -54,7 +56,7 @@ def test_idle_states():
 
 
 def test_page_formats():
-    assert fmt(1234.56789) == "1,234.5679" and fmt(None) == "-" and fmt(12_000_000, "int") == "12,000,000"
+    assert fmt(1234.56789) == "$1,234.5679" and fmt(-1e-6) == "$0.0000" and fmt(None) == "-" and fmt(12_000_000, "int") == "12,000,000"
     assert fmt(7.0, "hours") == "7.000"
     assert duration(40) == "40 s" and duration(754) == "12 min" and duration(7500) == "2 h 05 min"
     assert duration(-180) == "overdue 3 min"
@@ -115,3 +117,53 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
     assert (b["usd_per_hour"], b["ttl_source"], b["idle"]) == (3.6, "box agent", "busy")
     assert b["ttl_left_seconds"] == 1800.0 and b["accrued_usd"] == 1.8
     assert d["report"]["open_sessions"] == 1 and d["sessions"][0]["cost_usd"] is None
+
+
+def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
+    """The cap's progress is the watchdog's own sum; the polled open-box figures are `ps`'s."""
+    import time
+
+    from gpuops.config import load_settings
+    from gpuops.views.dashboard import page
+    from gpuops.views.dashboard.data import build, live
+    from ledger import Ledger, Session
+
+    now = time.time()
+    settings = load_settings(None, {"teardown": {"monthly_cap_usd": 10.0}})
+    led = Ledger(settings.ledger_url())
+    led.add_session(Session(id="20261201-0900-real", experiment="sweep", provider="runpod", card="rtx-4090", status="running",
+                            created_at=now - 3610, instance_id="pod-1", instance_created_at=now - 3600, usd_per_hour=2.0))
+    led.engine.dispose()
+    d = build(settings, None, "UTC", now=now, read_status=lambda row: None)
+    bu = d["budget"]
+    from gpuops.rental.budget import month_start_end
+
+    in_month = now - max(now - 3600, month_start_end(now)[0])  # the hour, or its part in this month (a run just after midnight on the 1st)
+    assert bu["monthly_cap_usd"] == 10.0 and bu["spent_usd"] == pytest.approx(2.0 * in_month / 3600, abs=0.01)  # $2/h, accrued to now
+    assert bu["cap_fraction"] == pytest.approx(bu["spent_usd"] / 10.0)
+    assert d["billing_now"]["real"] == {"usd_per_hour": 2.0, "accrued_usd": pytest.approx(2.0, abs=1e-6), "boxes": 1}
+    html = page.render(d, inline=True)
+    assert f'<progress max="1" value="{bu["cap_fraction"]}"' in html and "of the monthly cap <span" in html and "$10.0000" in html
+    got = live(settings, now=now)
+    ps = json.loads(cli("ps", "--all", "--json").stdout)
+    assert [b["session"] for b in got["open_boxes"]] == [r["session"] for r in ps] == ["20261201-0900-real"]
+    assert got["open_boxes"][0]["accrued_usd"] == pytest.approx(ps[0]["accrued_usd"], abs=2.0 * 30 / 3600)
+    assert got["open_boxes"][0]["ttl_left_seconds"] == pytest.approx(ps[0]["ttl_left_seconds"], abs=30)
+
+
+from tests.support.emulators import emulator_env, runpod_emulator, vast_emulator  # noqa: E402,F401  (fixtures)
+
+
+def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no provider config files from the real user
+    from gpuops.config import load_settings
+    from gpuops.views.dashboard import page
+    from gpuops.views.dashboard.data import build
+
+    settings = load_settings(None, {"teardown": {"balance_floor_usd": 20.0}})
+    d = build(settings, None, "UTC", read_status=lambda row: None)
+    got = {b["provider"]: b["usd"] for b in d["budget"]["balances"]}
+    assert got == {"runpod": 100.0, "vast": 100.0}  # the emulated accounts' credit
+    html = page.render(d, inline=True)
+    assert "runpod balance <span" in html and "$100.0000" in html and "the floor is $20.0000" in html
+    assert html.count('aria-label="runpod credit above the floor"') == 1

@@ -33,9 +33,11 @@ def test_merges_both_providers_cheapest_first(settings):
 def test_json_shape(settings):
     rows = json.loads(to_json(find_offers(settings, card="4090", spot=False, limit=2)))
     assert rows == [
-        {"provider": "vast", "offer_id": "1002", "card": "rtx-4090", "gpu_count": 1, "vram_bytes": 24564 * 2**20,
+        {"price_usd_per_hour": round(0.28 + 0.15 * 40 / 730, 6), "on_demand_usd_per_hour": None,
+         "provider": "vast", "offer_id": "1002", "card": "rtx-4090", "gpu_count": 1, "vram_bytes": 24564 * 2**20,
          "usd_per_hour": round(0.28 + 0.15 * 40 / 730, 6), "spot": False, "min_bid": None, "reliability": 0.97, "region": "Texas, US"},
-        {"provider": "vast", "offer_id": "1001", "card": "rtx-4090", "gpu_count": 1, "vram_bytes": 24564 * 2**20,
+        {"price_usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6), "on_demand_usd_per_hour": None,
+         "provider": "vast", "offer_id": "1001", "card": "rtx-4090", "gpu_count": 1, "vram_bytes": 24564 * 2**20,
          "usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6), "spot": False, "min_bid": None, "reliability": 0.995, "region": "Sweden, SE"},
     ]
 
@@ -88,7 +90,7 @@ def test_table_renders(settings):
     console = Console(record=True, width=200)
     render(find_offers(settings, card="4090", limit=3), console)
     text = console.export_text()
-    assert "spot (bid)" in text and "Texas, US" in text and "0.150" in text
+    assert "spot (bid)" in text and "Texas, US" in text and "0.158" in text  # the bid 0.15 + storage
 
 
 def test_model_sizes_the_search(settings):

@@ -214,3 +214,20 @@ def test_vast_volume_is_found_after_create_and_by_name_either_way(vast_vol_emula
     svc.delete(vol.id)
     svc.delete(other.id)
     assert svc.list() == [] and json.loads((tmp_path / "vast-volumes.json").read_text()) == {}
+
+
+def test_cli_volumes_delete_asks_on_a_terminal(vol_env, cli, monkeypatch):
+    # Seen: `volumes delete` refused without --yes even at a terminal; it asks there now, and still
+    # refuses (exit 2, naming --yes) where nobody can answer (the subprocess test above: a pipe).
+    import gpuops.cli.volumes as cli_volumes
+
+    svc = volumes.service(__import__("gpuops.providers", fromlist=["get_provider"]).get_provider(
+        "runpod", __import__("gpuops.config", fromlist=["load_settings"]).load_settings()))
+    vol = svc.create("weights-ask", 10, "EU-RO-1")
+    monkeypatch.setattr(cli_volumes, "_on_terminal", lambda: True)
+    no = cli("volumes", "delete", "runpod:weights-ask", input="n\n")
+    assert no.returncode == 1 and "Delete it? [y/N]" in no.stderr and "not deleted" in no.stderr
+    assert [v.id for v in svc.list()] == [vol.id]
+    yes = cli("volumes", "delete", "runpod:weights-ask", input="y\n")
+    assert yes.returncode == 0 and f"deleted runpod volume {vol.id}" in yes.stdout, yes.stderr  # (the runner echoes the answer)
+    assert svc.list() == []

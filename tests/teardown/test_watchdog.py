@@ -267,6 +267,8 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
         wait_for(lambda: time.time() > st["job"]["ended_at"] + 3.1, 10)  # the grace after the job's end is over
         acts = once(r)
         assert (r.sid, "destroyed") in kinds(acts), acts
+        (done,) = [a for a in acts if a.kind == "destroyed"]
+        assert done.detail.startswith("job_failed: job exited (code 3)") and "job_failed: job_failed" not in done.detail, done.detail
     finally:
         try:
             os.kill(st["pid"], signal.SIGCONT)
@@ -274,3 +276,21 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
             pass  # the destroy ended it (a local box's processes go with it)
     row = r.ledger.get(r.sid)
     assert (row.status, row.end_reason, row.exit_code) == ("closed", "job_failed", 3)
+
+
+def test_a_tick_books_what_ps_shows_of_a_busy_box(rig, fake_smi):
+    # `ps` opens no connection: the watchdog books the box's tokens and idle streak as it sees them.
+    from gpuops.rental.sessions import list_open
+
+    fake_smi.util(80)
+    r = rig({"sample_seconds": 0.3})
+    r.intent()
+    r.create()
+    r.arm()
+    wait_for(r.status, 10)
+    Path(r.box.root, ".gpuops", "metrics.jsonl").write_text('{"tokens": 700}\n{"tokens": 42}\n')
+    once(r)
+    at, detail = r.ledger.last_event(r.sid, "live")
+    assert detail["tokens"] == 742 and detail["idle_seconds"] == 0.0 and detail["by"].startswith("watchdog:")
+    (row,) = [x for x in list_open(r.ledger) if x["session"] == r.sid]
+    assert row["tokens"] == 742 and row["idle_seconds"] == 0.0 and row["status_at"] == at

@@ -23,7 +23,8 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
 
     Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
     ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
-    "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh}``.
+    "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
+    "billing_now" (``live``'s totals), "budget" (``budget``)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
@@ -37,15 +38,60 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
     reader = LedgerReader(settings.ledger_url())
     report = books.month(reader, month, tz, by="day", watchdogs=True)  # the same call as `ledger month --by day --json`
     start, end = month_bounds(report["month"], tz)
+    boxes = open_boxes(settings, now, tz, read_status)
     return {
         "month": report["month"],
         "tz": report["tz"],
         "generated_at": iso(now, tz),
         "report": report,
         "sessions": session_rows(recent_rows(reader, start, end), tz),
-        "open_boxes": open_boxes(settings, now, tz, read_status),
+        "open_boxes": boxes,
         "watchdog": [{"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))],  # who enforces the money layer
+        "billing_now": _totals(boxes),
+        "budget": budget(settings, now),
     }
+
+
+def _totals(boxes: list[dict]) -> dict:
+    from gpuops.rental.live import totals
+
+    return totals(boxes)
+
+
+def live(settings, now: float | None = None, tz: str | None = None) -> dict:
+    """What the page polls (``/api/open.json``): the open boxes' running figures from the ledger
+    alone, as `gpuops ps --all --json` computes them (``gpuops.rental.sessions.list_open``: no
+    connection to any box): ``{"generated_at","open_boxes": [{"session","usd_per_hour",
+    "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
+    from gpuops.rental.live import totals
+    from gpuops.rental.sessions import list_open, open_ledger
+    from ledger.reports import iso
+
+    now = time.time() if now is None else now
+    rows = list_open(open_ledger(settings), now=now)
+    keep = ("session", "usd_per_hour", "accrued_usd", "ttl_left_seconds", "idle_seconds", "tokens", "simulated")
+    return {"generated_at": iso(now, tz), "open_boxes": [{k: r.get(k) for k in keep} for r in rows], "billing_now": totals(rows)}
+
+
+def budget(settings, now: float) -> dict:
+    """This calendar month's real spend against ``monthly_cap_usd`` (the figure the watchdog
+    compares, ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
+    ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd",
+    "balances" (``balances``)}``."""
+    from gpuops.rental.budget import month_start_end
+    from gpuops.rental.sessions import open_ledger
+    from ledger.limits import month_spend
+
+    t = settings.teardown
+    cap = t.monthly_cap_usd
+    out = {"monthly_cap_usd": cap, "spent_usd": None, "cap_fraction": None, "balance_floor_usd": t.balance_floor_usd,
+           "balances": balances(settings)}
+    if cap is None:
+        return out
+    spent = month_spend(open_ledger(settings), *month_start_end(now), now=now, owner=None if t.limits_scope == "team" else settings.owner())
+    out["spent_usd"] = round(spent, 6)
+    out["cap_fraction"] = round(spent / cap, 6) if cap > 0 else None
+    return out
 
 
 def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusReader | None = None) -> list[dict]:
@@ -135,3 +181,20 @@ def idle_state(status: dict | None, now: float, idle_minutes: Any, stale: bool) 
     if isinstance(since, (int, float)) and not isinstance(since, bool):
         return f"idle {max(0.0, now - since) / 60:.1f} of {float(idle_minutes):g} min"
     return "busy"
+
+
+def balances(settings) -> list[dict]:
+    """Each keyed provider's account credit as it reports it (``Provider.balance``: USD, and the
+    spend rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error"}]``; a provider
+    that fails is listed with its one-line error, never a guessed figure."""
+    from gpuops.errors import GpuopsError
+    from gpuops.providers import configured, get_provider
+
+    out = []
+    for name in configured(settings):
+        try:
+            b = get_provider(name, settings).balance()
+            out.append({"provider": name, "usd": b.usd, "usd_per_hour": b.spend_usd_per_hour, "error": None})
+        except GpuopsError as e:
+            out.append({"provider": name, "usd": None, "usd_per_hour": None, "error": str(e).splitlines()[0]})
+    return out

@@ -18,6 +18,9 @@ STATIC = HERE / "static"
 CHART_JS = STATIC / "chart.umd.min.js"
 PAGE_JS = STATIC / "dashboard.js"
 
+# How often the served page re-reads the open boxes' figures (``/api/open.json``: the ledger only).
+POLL_SECONDS = 5.0
+
 ALLIN_HELP = ("every dollar paid per million tokens: bootstrap, idle time after the job and failed runs "
               "of the same group included (cost / tokens x 1e6)")
 JOB_HELP = ("only the job's own seconds x the price, per million tokens, over the sessions that produced "
@@ -34,15 +37,19 @@ def tz_words(tz: str | None) -> str:
 
 
 def fmt(value, kind: str = "usd") -> str:
-    """A figure as the page shows it: USD with 4 decimals, hours with 3, counts with separators;
-    None as "-"."""
+    """A figure as the page shows it: USD as ``$1,234.5678``, hours with 3 decimals, counts with
+    separators, ``pct`` a fraction as a percentage; None as "-"."""
     if value is None:
         return "-"
     if kind == "int":
         return f"{value:,}"
     if kind == "hours":
         return f"{value:,.3f}"
-    return f"{value:,.4f}"
+    if kind == "pct":
+        return f"{value * 100:,.1f}%"
+    if round(value, 4) == 0:
+        return "$0.0000"  # never "$-0.0000"
+    return f"${value:,.4f}" if value > 0 else f"-${-value:,.4f}"
 
 
 def duration(seconds) -> str:
@@ -88,10 +95,17 @@ def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str
     """The page for ``data`` (``gpuops.views.dashboard.data.build``). ``inline``: the self-contained
     file (scripts inlined, no form); else the served page (scripts from ``static/``, a month and
     time zone form). ``tz_value``: what the zone field shows (None: empty = local)."""
+    from urllib.parse import quote
+
     from gpuops import __version__
 
     words = tz_words(data["tz"])
-    chart = {"month": data["month"], "tz_words": words, "days": data["report"]["days"]}
+    rep = data["report"]
+    chart = {"month": data["month"], "tz_words": words, "days": rep["days"],
+             "by_experiment": [{"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_experiment"]],
+             "by_card": [{"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_card"]],
+             "live_url": "api/open.json" + (f"?tz={quote(tz_value)}" if tz_value else "") if not inline else None,
+             "poll_seconds": POLL_SECONDS}
     return _env().get_template("page.html").render(
         d=data, served=not inline, version=__version__, tz_words=words, tz_value=tz_value or "",
         zones=_zones() if not inline else (), allin_help=ALLIN_HELP, job_help=JOB_HELP, chart=chart,

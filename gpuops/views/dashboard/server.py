@@ -1,7 +1,8 @@
 """The dashboard's ASGI app (Starlette) and its server (uvicorn), on 127.0.0.1 only.
 
 Read-only: GET routes only; every page load reads the ledger afresh. Routes: ``/`` the page
-(``?month=YYYY-MM&tz=Zone``), ``/api/dashboard.json`` the same data as JSON, ``/static/...`` the
+(``?month=YYYY-MM&tz=Zone``), ``/api/dashboard.json`` the same data as JSON, ``/api/open.json`` the
+open boxes' running figures (from the ledger alone; the page polls it), ``/static/...`` the
 vendored chart library and the page script. A bad month or zone is a 400 page with the one-line
 error. Responses carry a Content-Security-Policy that allows only this origin's scripts. Only the
 Host headers ``127.0.0.1`` and ``localhost`` (any port) are served (Starlette's
@@ -19,7 +20,7 @@ from gpuops.errors import BadInput
 HOST = "127.0.0.1"
 # The Host header values served; the port is not part of the match (TrustedHostMiddleware strips it).
 ALLOWED_HOSTS = ("127.0.0.1", "localhost")
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 
 
@@ -63,9 +64,18 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
             return JSONResponse({"error": str(e)}, status_code=400, headers=headers)
         return JSONResponse(d, headers=headers)
 
+    async def open_boxes(request):
+        _, z = _params(request)
+        try:
+            d = await run_in_threadpool(dashboard_data.live, settings, None, z)
+        except BadInput as e:
+            return JSONResponse({"error": str(e)}, status_code=400, headers=headers)
+        return JSONResponse(d, headers=headers)
+
     return Starlette(routes=[
         Route("/", index, methods=["GET"]),
         Route("/api/dashboard.json", api, methods=["GET"]),
+        Route("/api/open.json", open_boxes, methods=["GET"]),
         Mount("/static", app=StaticFiles(directory=str(page.STATIC)), name="static"),
     ], middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(ALLOWED_HOSTS), www_redirect=False)])
 
