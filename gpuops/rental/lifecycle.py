@@ -102,11 +102,13 @@ class Ended:
     unknown: bool = False
 
 
-def _last_event_at(ledger, session_id: str, before: float | None = None) -> float | None:
-    """The newest event of the session that is a proof of life (not one of ending it), at or before
-    ``before`` (epoch s) when given."""
+def _last_event_at(ledger, session_id: str) -> float | None:
+    """The newest event of the session that is a proof of life (not one of ending it), epoch s.
+
+    An event dated after now (a teammate's clock ahead) is kept: ``end_time`` clamps it to now,
+    where dropping it would book the box from its create time only."""
     skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED, EventKind.DESTROY_REFUSED}
-    return max((e.at for e in ledger.events(session_id) if e.kind not in skip and (before is None or e.at <= before)), default=None)
+    return max((e.at for e in ledger.events(session_id) if e.kind not in skip), default=None)
 
 
 def end_time(provider: Provider | None, instance_id: str | None, inst: Instance | None, already_gone: bool, row,
@@ -318,7 +320,7 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
     elif iid is None:
         t, source = float(row.created_at), "create"  # never rented: nothing billed
     else:
-        last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id, before=now)) if already_gone else None
+        last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id)) if already_gone else None
         asked = None if (refused and inst is None) else provider  # the reused id's record is not ours
         t, source = end_time(asked, iid, inst, already_gone, row, last_event, now, last_seen_at)
     if iid:

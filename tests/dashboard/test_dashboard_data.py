@@ -140,7 +140,7 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
 
     in_month = now - max(now - 3600, month_start_end(now)[0])  # the hour, or its part in this month (a run just after midnight on the 1st)
     assert bu["monthly_cap_usd"] == 10.0 and bu["spent_usd"] == pytest.approx(2.0 * in_month / 3600, abs=0.01)  # $2/h, accrued to now
-    assert bu["cap_fraction"] == pytest.approx(bu["spent_usd"] / 10.0)
+    assert bu["cap_fraction"] == pytest.approx(bu["spent_usd"] / 10.0, abs=1e-9)
     assert d["billing_now"]["real"] == {"usd_per_hour": 2.0, "accrued_usd": pytest.approx(2.0, abs=1e-6), "boxes": 1}
     html = page.render(d, inline=True)
     assert f'<progress max="1" value="{bu["cap_fraction"]}"' in html and "of the monthly cap <span" in html and "$10.0000" in html

@@ -456,7 +456,7 @@ def test_a_ledger_that_spools_still_ends_the_box_and_says_what_it_will_book(led)
     got = end_rental(Spooling(led), p, "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None)
     assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=False, reason="idle", ended_at=NOW,
                               end_source="destroy", already_gone=False, error="ledger write spooled", not_ours=False,
-                              unknown=False, row=None)
+                              unknown=False, row=("s1", "running"))  # the row as last held: its close waits in the spool
     assert len(p.destroys) == 1
 
 

@@ -100,7 +100,7 @@ def test_a_spooled_close_is_finished_by_the_next_ps(gpuops_home, cli):
     out = cli("ps", "--json")
     assert out.returncode == 0 and json.loads(out.stdout) == []  # the close was booked before the listing
     row = Ledger(url).get(sid)
-    assert (row.status, row.end_reason, row.tokens, row.ended_at, row.cost_usd) == ("closed", "job_end", 12, 1_800_000_370.0, pytest.approx(0.36))
+    assert (row.status, row.end_reason, row.tokens, row.ended_at, row.cost_usd) == ("closed", "job_end", 12, 1_800_000_370.0, pytest.approx(0.36, abs=1e-6))
     assert not led.has_spool()
 
 
