@@ -199,6 +199,8 @@ def test_refusal_set_by_watchdog_blocks_up_until_lifted(gpuops_home, tmp_path, e
     assert out.returncode == 2
     assert "new boxes refused (monthly_cap" in out.stderr and "$51.00" in out.stderr
     lift_refusal(led, "*", "monthly_cap")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job_file(tmp_path, "true"))), env=env, capture_output=True,
-                         text=True, timeout=60)
+    # the idle layer off: under load the 1 s idle window of FAST_ENV can end the box before `true` is
+    # run, and this test is about the refusal alone
+    out = subprocess.run(gpuops_cmd("up", "--job", str(job_file(tmp_path, "true")), "--idle-minutes", "off"), env=env,
+                         capture_output=True, text=True, timeout=STAGE_TIMEOUT_S)
     assert out.returncode == 0, out.stderr
