@@ -19,7 +19,7 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
     assert ps.returncode == 0, ps.stderr
     header = ps.stdout.splitlines()
     assert len(header) == 1 and header[0].startswith("session,experiment,job,provider,card,gpu_count,spot,")
-    assert header[0].endswith(",owner,account,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds")
+    assert header[0].endswith(",owner,account,run_id,attempt,max_session_usd,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds")
     rec = cli("reconcile", "--format", "csv")
     assert (rec.returncode, rec.stdout) == (0, "session,kind,detail\n"), rec.stderr
     vols = cli("volumes", "list", "--format", "csv")

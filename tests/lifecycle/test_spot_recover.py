@@ -164,7 +164,7 @@ def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_in
     assert max(t1 for _, t1, _, _ in gone.segments) <= tb.taken[1]["at"] + 0.5
 
 
-def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_provider):
+def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_provider, cli):
     emu = rig
     settings = _settings()
     req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1)
@@ -177,6 +177,23 @@ def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_
     assert emu.live() == []
     run = Ledger(settings.ledger_url()).get_run(summ["run"]["id"])
     assert (run.status, run.end_reason, run.attempts) == ("closed", "attempts_spent", 2)
+
+    # the books: `ledger show RUN` lists its rentals and why each ended; `sessions` has the run;
+    # `sessions --runs` the run with its rentals' total
+    got = cli("ledger", "show", run.id, "--format", "json")
+    assert got.returncode == 0, got.stderr
+    shown = json.loads(got.stdout)
+    assert [(r["attempt"], r["end_reason"]) for r in shown["rentals"]] == [(1, "preempted"), (2, "preempted")]
+    assert all("the provider showed it stopped during job" in r["why"] for r in shown["rentals"]), shown["rentals"]
+    assert shown["run"]["end_reason"] == "attempts_spent" and shown["cost_usd"] == pytest.approx(summ["cost_usd"], abs=1e-6)
+    table = cli("ledger", "show", run.id, env={"COLUMNS": "200"})
+    assert table.returncode == 0 and f"run {run.id}" in table.stdout and "why it ended" in table.stdout, table.stdout
+    sess = json.loads(cli("ledger", "sessions", "--format", "json").stdout)["sessions"]
+    assert [r["run"] for r in sess] == [run.id, run.id]
+    runs = json.loads(cli("ledger", "sessions", "--runs", "--format", "json").stdout)["runs"]
+    assert [(r["run"], r["rentals"], r["end_reason"]) for r in runs] == [(run.id, 2, "attempts_spent")]
+    assert runs[0]["cost_usd"] == pytest.approx(summ["cost_usd"], abs=1e-6)
+    assert cli("ledger", "show", "run-nope").returncode == 2
 
 
 def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpuops_home, vast_provider, monkeypatch):
