@@ -346,6 +346,7 @@ class UpRun:
     max_session_usd: float | None = None
     resume_from: Path | None = None
     synced_at: float = 0.0  # monotonic time of the last checkpoint copy home during the job
+    collected: bool = False  # collect finished: the job's tokens and results are home
 
 
 def _job_command(job_name: str) -> str:
@@ -643,6 +644,8 @@ def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter
 
                 failure = _rent(s, choice, cur_settings, reporter, provider, ledger, open_box, signalled, intent=write_intent)
                 got = str(s.end_reason or EndReason.ERROR)
+                if s.exit_code == 0 and s.collected:  # the job finished and came home: a box lost after that re-runs nothing
+                    got = str(EndReason.JOB_END)
                 spent_s, spent_usd, all_closed = _spent(rentals, ledger)
                 if any(signalled) or (failure is not None and not isinstance(failure, Exception)):
                     end, detail = str(EndReason.INTERRUPTED), f"interrupted during rental {attempt} ({s.id})"
@@ -984,6 +987,8 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
         s.job_seconds = round(ended.ended - ended.started, 3)
     # log_bytes: `up` followed the log to its end (gpuops.rental.joblog: nothing left to fetch at teardown)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
+    if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
+        return EndReason.PREEMPTED  # stopped with its box (a SIGTERM from the host), not a failure of its own
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
 
 
@@ -1109,6 +1114,7 @@ def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
             if dest.exists():
                 s.results_path = str(dest)
     ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
+    s.collected = True
     return None
 
 
