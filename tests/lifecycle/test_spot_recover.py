@@ -73,9 +73,10 @@ class TakeBack:
     """Takes back each running rental in turn once its checkpoint at home reaches ``at_step[n]``
     (``modes[n]``: outbid or host_gone), killing the box's processes with it."""
 
-    def __init__(self, emu, sshd, data: Path, at_step: list[int], modes: list[str]):
+    def __init__(self, emu, sshd, data: Path, at_step: list[int], modes: list[str], then=None):
         self.emu, self.sshd, self.data = emu, sshd, data
         self.at_step, self.modes = at_step, modes
+        self.then = then  # called after each take-back (a watchdog's refusal meanwhile)
         self.taken: list[dict] = []
         self.error: BaseException | None = None
         self.stop = threading.Event()
@@ -114,6 +115,8 @@ class TakeBack:
                             os.kill(pid, signal.SIGKILL)
                         except ProcessLookupError:
                             pass
+                    if self.then is not None:
+                        self.then()
                     break
                 time.sleep(0.05)
         except BaseException as e:  # noqa: BLE001  reported by the test
@@ -143,6 +146,10 @@ def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_in
     assert rows[0].max_hours == pytest.approx(4.0)
     assert rows[1].max_hours == pytest.approx(4.0 - rows[0].billed_seconds / 3600, abs=1e-6)
     assert rows[2].max_hours == pytest.approx(4.0 - (rows[0].billed_seconds + rows[1].billed_seconds) / 3600, abs=1e-6)
+
+    # the agent on each box was armed with what the run had left, as the row says
+    armed = [json.loads((sshd.home / "gpuops" / r.label / ".gpuops" / "agent.json").read_text())["teardown"] for r in rows]
+    assert [a["max_hours"] for a in armed] == pytest.approx([r.max_hours for r in rows], abs=1e-9)
 
     # the result is intact: every step once in the chain, resumed across the three rentals
     result = json.loads((gpuops_home / "results" / rows[2].id / "result.json").read_text())
@@ -216,3 +223,27 @@ def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpu
     led = Ledger(settings.ledger_url())
     (row,) = led.run_rentals(summ["run"]["id"])
     assert row.max_session_usd == pytest.approx(settings.teardown.max_session_usd)
+    armed = json.loads((sshd.home / "gpuops" / row.label / ".gpuops" / "agent.json").read_text())["teardown"]
+    assert armed["max_session_usd"] == pytest.approx(row.max_session_usd)  # the agent holds the run's money left
+    from gpuops.agent.agentctl import session_teardown
+
+    assert session_teardown(None, {"max_hours": 4.0, "max_session_usd": None}, row)["max_session_usd"] == pytest.approx(row.max_session_usd)
+
+
+def test_the_monthly_cap_is_checked_before_each_new_rental(rig, sshd, gpuops_home, vast_provider):
+    from ledger.limits import set_refusal
+
+    emu = rig
+    settings = _settings()
+
+    def watchdog_refuses() -> None:  # a watchdog saw the month reach its cap while the first box was being lost
+        set_refusal(Ledger(settings.ledger_url()), "*", "monthly_cap", "month-to-date $50.00 reached monthly_cap_usd $50.00")
+
+    req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=3)
+    with TakeBack(emu, sshd, gpuops_home, at_step=[2], modes=["host_gone"], then=watchdog_refuses) as tb:
+        summ = run_up(req, settings, Reporter(), provider=vast_provider)
+    assert tb.error is None, tb.error
+    assert summ["end_reason"] == "monthly_cap", summ
+    assert "new boxes refused (monthly_cap" in summ["run"]["detail"]
+    assert [r["end_reason"] for r in summ["rentals"]] == ["preempted"]
+    assert emu.live() == []
