@@ -265,6 +265,29 @@ def plan(
                  max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
 
 
+@app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
+def plan_spot(
+    card: Optional[str] = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
+    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
+    lost_minutes: str = typer.Option("10", "--lost-minutes", help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint."),
+    spot_usd_per_hour: Optional[str] = typer.Option(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's."),
+    on_demand_usd_per_hour: Optional[str] = typer.Option(None, "--on-demand-usd-per-hour", help="The on-demand price instead of the cheapest offer's."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """What a spot run (up --spot --recover N) costs against one on-demand box: the break-even preemption rate from the two prices."""
+    from gpuops.views import emit
+    from gpuops.views import spot as spot_view
+
+    fmt = emit.pick(fmt, json_out)
+    need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
+    rep = spot_view.spot_plan(_settings(config) if need_offers else None, card=card, provider=provider, gpu_count=gpu_count,
+                              lost_minutes=lost_minutes, spot_usd_per_hour=spot_usd_per_hour, on_demand_usd_per_hour=on_demand_usd_per_hour)
+    emit.emit(rep, fmt, lambda: spot_view.render(rep))
+
+
 @app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
 def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
@@ -669,6 +692,8 @@ def main(fast_exit: bool = True) -> None:
     _std_fds()
     if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
         sys.argv[1:3] = ["plan-storage"]
+    elif sys.argv[1:3] == ["plan", "spot"]:  # and so is its spot question
+        sys.argv[1:3] = ["plan-spot"]
     try:
         _main()
     except SystemExit as e:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from gpuops.rental.runs import break_even_preemptions_per_hour, next_rental
+from tests.support.emulators import emulator_env, runpod_emulator, vast_emulator  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
@@ -67,3 +70,29 @@ def test_break_even_preemption_rate():
     assert break_even_preemptions_per_hour(0.20, 0.50, 0.1) == pytest.approx(15.0)
     assert break_even_preemptions_per_hour(0.50, 0.50, 0.1) is None  # spot not cheaper: no rate pays
     assert break_even_preemptions_per_hour(float("nan"), 0.50, 0.1) is None
+
+
+def test_plan_spot_from_the_two_prices(cli):
+    got = cli("plan", "spot", "--spot-usd-per-hour", "0.2", "--on-demand-usd-per-hour", "0.5", "--lost-minutes", "6", "--format", "json")
+    assert got.returncode == 0, got.stderr
+    rep = json.loads(got.stdout)
+    assert rep["break_even_per_hour"] == pytest.approx(15.0) and rep["saving_if_never_preempted"] == pytest.approx(0.6)
+    bad = cli("plan", "spot", "--spot-usd-per-hour", "nan", "--on-demand-usd-per-hour", "0.5")
+    assert bad.returncode == 2 and "--spot-usd-per-hour must be a positive number" in bad.stderr
+
+
+def test_plan_spot_reads_the_live_offers(cli, emulator_env):
+    from gpuops.providers.base import OfferQuery
+    from gpuops.providers.vast import VastProvider
+    from tests.support.emulators import Credential
+
+    vast = emulator_env["vast"]
+    p = VastProvider(Credential(vast.market.api_key, "test"), vast.url)
+    q = dict(cards=("rtx-4090",), gpu_count=1)
+    spot = min(o.usd_per_hour for o in p.offers(OfferQuery(**q, spot=True)))
+    od = min(o.usd_per_hour for o in p.offers(OfferQuery(**q, spot=False)))
+    got = cli("plan", "spot", "--card", "rtx-4090", "--provider", "vast", "--format", "json")
+    assert got.returncode == 0, got.stderr
+    rep = json.loads(got.stdout)
+    assert (rep["spot_usd_per_hour"], rep["on_demand_usd_per_hour"]) == (pytest.approx(spot), pytest.approx(od))
+    assert rep["break_even_per_hour"] == pytest.approx((od / spot - 1) / (10 / 60), rel=1e-3)
