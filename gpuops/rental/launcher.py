@@ -704,7 +704,9 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: st
     / ``seconds`` / ``tokens`` the sums over its rentals."""
     booked = [r for r in rentals if _has_row(ledger, r.id)]
     parts = [summary(r, ledger) for r in booked]
-    last = dict(parts[-1]) if parts else {"session": None, "end_reason": end, "status": None}
+    empty = {"session": None, "provider": None, "card": None, "usd_per_hour": None, "simulated": False, "exit_code": None, "log": None,
+             "slowest_step": None, "slowest_step_seconds": 0.0, "results": None, "results_copy": None, "status": None}
+    last = dict(parts[-1]) if parts else empty  # a signal before the first row was written
     rows = [{"session": x["session"], "attempt": r.attempt, "end_reason": x["end_reason"], "card": x.get("card"),
              "usd_per_hour": x.get("usd_per_hour"), "seconds": x.get("seconds"), "cost_usd": x.get("cost_usd"),
              "tokens": x.get("tokens"), "results": x.get("results")} for r, x in zip(booked, parts)]
@@ -716,6 +718,7 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: st
         "cost_usd": round(sum(float(x.get("cost_usd") or 0.0) for x in parts), 6),
         "tokens": sum(int(x.get("tokens") or 0) for x in parts),
     })
+    last["usd_per_mtoken"] = round(last["cost_usd"] / last["tokens"] * 1e6, 6) if last["tokens"] else None
     return last
 
 
