@@ -61,14 +61,14 @@ class Session(SQLModel, table=True):
     # m006_ownership: who rented it and under which provider account (None: before m006, or imported)
     owner: Optional[str] = Field(default=None, index=True)  # [user] name, default user@host
     account: Optional[str] = Field(default=None, index=True)  # provider account fingerprint (gpuops.ownership)
-    # m009_runs: the run this rental is an attempt of (None: a rental outside any run)
+    # m010_runs: the run this rental is an attempt of (None: a rental outside any run)
     run_id: Optional[str] = Field(default=None, index=True)  # runs.id, "run-..."
     attempt: Optional[int] = None  # 1 for the run's first rental, 2 after its first recovery, ...
     max_session_usd: Optional[float] = None  # the run's money left when this rental was made (its own cap), USD
 
 
 class Run(SQLModel, table=True):
-    """The user's job across rentals (m009): ``up --recover N`` makes one, and one rental per
+    """The user's job across rentals (m010): ``up --recover N`` makes one, and one rental per
     attempt (``sessions.run_id``). Its cost is its rentals' (never booked twice)."""
 
     __tablename__ = "runs"

@@ -783,7 +783,7 @@ class Ledger:
                 conn.exec_driver_sql(sql)
         return count
 
-    # -- runs (m009): the user's job across rentals --------------------------------------------
+    # -- runs (m010): the user's job across rentals --------------------------------------------
     def add_run(self, run: Any) -> None:
         """Insert a ``runs`` row (``ledger.models.Run``, status open) before its first rental."""
         DbSession, select, Session, Event, BootstrapStep = _orm()
