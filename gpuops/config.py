@@ -44,6 +44,7 @@ from gpuops.settings_snapshot import data_path_of, find_config, ledger_url_of, m
 
 ENV_PREFIX = "GPUOPS_"
 from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: E402  (the one list, gpuops.providers.REGISTRY)
+from bootstrap.vocabulary import EndReason  # noqa: E402
 
 
 class _Section(BaseModel):
@@ -225,7 +226,8 @@ class BootstrapSettings(_Section):
 # was taken back or never became usable. A job that failed on its own (job_failed), a limit that
 # ran out (ttl, session_cap, monthly_cap, balance_floor) or a person (interrupted, manual) never
 # re-rents.
-RECOVERABLE = ("preempted", "provision_failed", "ssh_never_ready", "bootstrap_failed", "provider_error", "delivery_mismatch")
+RECOVERABLE = tuple(str(r) for r in (EndReason.PREEMPTED, EndReason.PROVISION_FAILED, EndReason.SSH_NEVER_READY, EndReason.BOOTSTRAP_FAILED,
+                                      EndReason.PROVIDER_ERROR, EndReason.DELIVERY_MISMATCH))
 MAX_RECOVER = 20  # rentals after the first one run may make (a typo like 100 would rent 101 boxes)
 
 

@@ -143,3 +143,44 @@ def test_ctrl_c_while_re_renting_leaves_no_box_and_closes_the_run_interrupted(ri
     else:  # the second rental's instance existed at the signal: destroyed and booked interrupted
         assert [r.end_reason for r in rows] == ["preempted", "interrupted"] and rows[1].instance_id is not None
     assert all(r.status == "closed" for r in rows)
+
+
+def test_a_create_that_made_no_box_re_rents_only_when_asked(rig, sshd, gpuops_home, vast_provider, tmp_path, monkeypatch):
+    emu = rig
+    monkeypatch.setenv("STEPS", "1")
+    emu.faults.vanish_on_create = True  # every offer is taken between the search and the create
+    pause = tmp_path / "pause"
+    pause.write_text("")
+    monkeypatch.setenv("GPUOPS_TEST_PAUSE_AT", "recover")
+    monkeypatch.setenv("GPUOPS_TEST_PAUSE_FILE", str(pause))
+
+    def market_calms_down() -> None:
+        emu.faults.vanish_on_create = False
+
+    settings = _settings()
+    asked = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=2,
+                      recover_on=("preempted", "provision_failed"))
+    with Held(pause, market_calms_down) as held:
+        summ = run_up(asked, settings, Reporter(), provider=vast_provider)
+    assert held.error is None, held.error
+    assert summ["end_reason"] == "job_end" and [r["end_reason"] for r in summ["rentals"]] == ["provision_failed", "job_end"], summ
+    assert summ["rentals"][0]["cost_usd"] == 0.0 and emu.live() == []
+
+    emu.faults.vanish_on_create = True  # the default recover_on is preempted only: a failed create ends the run
+    summ = run_up(UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=2),
+                  settings, Reporter(), provider=vast_provider)
+    assert summ["end_reason"] == "provision_failed" and len(summ["rentals"]) == 1, summ
+
+
+def test_a_job_that_fails_on_its_own_never_re_rents(rig, sshd, gpuops_home, vast_provider, tmp_path):
+    emu = rig
+    job = tmp_path / "fails.sh"
+    job.write_text('echo "$GPUOPS_ATTEMPT of run $GPUOPS_RUN"\nexit 3\n')
+    settings = _settings()
+    req = UpRequest(job=job, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=3,
+                    recover_on=("preempted", "provision_failed", "bootstrap_failed"))
+    summ = run_up(req, settings, Reporter(), provider=vast_provider)
+    assert summ["end_reason"] == "job_failed" and summ["exit_code"] == 3 and len(summ["rentals"]) == 1, summ
+    assert emu.live() == []
+    log = Path(Ledger(settings.ledger_url()).run_rentals(summ["run"]["id"])[0].log_path).read_text()
+    assert f"1 of run {summ['run']['id']}" in log
