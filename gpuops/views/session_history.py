@@ -44,7 +44,7 @@ def sessions(reader, since: str | None = None, experiment: str | None = None, li
 # Columns of the sessions table, and the order in which they are left out when the terminal is too
 # narrow (gpuops.views.tables: numbers and ids are never cut; the conclusion folds).
 COLUMNS = ("session", "run", "started", "experiment", "card", "provider", "hours", "cost USD", "end", "conclusion")
-DROP_ORDER = ("run", "provider", "end", "card", "started", "hours", "experiment")
+DROP_ORDER = ("provider", "end", "card", "run", "started", "hours", "experiment")
 
 
 def zone_words(tz: str) -> str:
