@@ -135,13 +135,18 @@ def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
     recover, recover_on, attempts, max_hours, max_usd}, "rentals": [{session, attempt, started,
     card, usd_per_hour, seconds, cost_usd, end_reason, why}], "cost_usd", "seconds", "tokens"}``;
     ``why``: the end reason with what the provider showed (taken back: stopped, offline) or the
-    stage that failed. BadInput for an unknown run."""
+    stage that failed. ``run_id``: the id or a unique prefix. BadInput for an unknown or ambiguous run."""
     import json
 
     from ledger.reports import iso
 
     tz = _tz_checked(tz)
     run = ledger.get_run(run_id)
+    if run is None:  # a unique prefix, as for sessions (runs are few: a scan of their ids)
+        ids = [r.id for r in ledger.runs() if r.id.startswith(run_id)]
+        if len(ids) > 1:
+            raise BadInput(f"{run_id!r} names {len(ids)} runs: {', '.join(ids[:5])}", "type more of the run id")
+        run = ledger.get_run(ids[0]) if ids else None
     if run is None:
         raise BadInput(f"no run {run_id!r} in the ledger", "list runs with `gpuops ledger sessions --runs`")
     rentals = []

@@ -201,6 +201,7 @@ def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_
     assert [(r["run"], r["rentals"], r["end_reason"]) for r in runs] == [(run.id, 2, "attempts_spent")]
     assert runs[0]["cost_usd"] == pytest.approx(summ["cost_usd"], abs=1e-6)
     assert cli("ledger", "show", "run-nope").returncode == 2
+    assert json.loads(cli("ledger", "show", run.id[:-2], "--format", "json").stdout)["run"]["id"] == run.id  # a unique prefix
 
 
 def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpuops_home, vast_provider, monkeypatch):
