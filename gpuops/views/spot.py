@@ -28,7 +28,7 @@ def _price(text: str | None, flag: str) -> float | None:
 def spot_plan(settings, card: str | None = None, provider: str | None = None, gpu_count: int = 1, lost_minutes: str = "10",
               spot_usd_per_hour: str | None = None, on_demand_usd_per_hour: str | None = None) -> dict:
     """The two prices (given, else the cheapest live offer of each kind for ``card`` on
-    ``provider``: a spot offer's minimum bid, what it is rented at), the hours a preemption loses (``lost_minutes`` / 60), and the break-even
+    ``provider``: ``Offer.price``, what it is rented at: a spot offer's minimum bid plus storage), the hours a preemption loses (``lost_minutes`` / 60), and the break-even
     preemption rate (per job-hour; None when spot is not cheaper). Returns ``{"card", "provider",
     "spot_usd_per_hour", "on_demand_usd_per_hour", "lost_minutes", "break_even_per_hour",
     "saving_if_never_preempted"}``. BadInput for bad numbers or when a price cannot be found."""
@@ -51,10 +51,10 @@ def spot_plan(settings, card: str | None = None, provider: str | None = None, gp
                 what = "interruptible (spot)" if kind else "on-demand"
                 raise BadInput(f"no {what} offer for {card or 'any card'} on {provider or 'any provider'} to take its price from",
                                f"pass --{'spot' if kind else 'on-demand'}-usd-per-hour, or another --card / --provider")
-            if kind:  # an interruptible box is rented at its minimum bid (Vast), not the listed on-demand total
-                spot = min(o.min_bid if o.min_bid else o.usd_per_hour for o in got)
+            if kind:  # an interruptible box is rented at its minimum bid plus storage (Offer.price), not the listed total
+                spot = min(o.price for o in got)
             else:
-                od = min(o.usd_per_hour for o in got)
+                od = min(o.price for o in got)
     from gpuops.rental.runs import break_even_preemptions_per_hour
 
     rate = break_even_preemptions_per_hour(spot, od, lost / 60.0)

@@ -89,8 +89,8 @@ def test_plan_spot_reads_the_live_offers(cli, emulator_env):
     vast = emulator_env["vast"]
     p = VastProvider(Credential(vast.market.api_key, "test"), vast.url)
     q = dict(cards=("rtx-4090",), gpu_count=1)
-    spot = min(o.min_bid for o in p.offers(OfferQuery(**q, spot=True)))  # rented at its minimum bid
-    od = min(o.usd_per_hour for o in p.offers(OfferQuery(**q, spot=False)))
+    spot = min(o.price for o in p.offers(OfferQuery(**q, spot=True)))  # rented at its minimum bid plus storage
+    od = min(o.price for o in p.offers(OfferQuery(**q, spot=False)))
     got = cli("plan", "spot", "--card", "rtx-4090", "--provider", "vast", "--format", "json")
     assert got.returncode == 0, got.stderr
     rep = json.loads(got.stdout)

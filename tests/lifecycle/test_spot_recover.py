@@ -211,7 +211,7 @@ def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpu
     # The first rental may buy MIN_RENTAL_S + 3 s; once it has billed more than 3 s what is left buys
     # less than a rental needs: the run ends session_cap with attempts to spare.
     monkeypatch.setattr(runs, "MIN_RENTAL_S", 3600.0)
-    p = min(o.usd_per_hour for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True)))
+    p = min(o.price for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True)))  # what a rental is charged
     settings = _settings(max_session_usd=p * (3600.0 + 3.0) / 3600.0)
     req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=3)
     with TakeBack(emu, sshd, gpuops_home, at_step=[3], modes=["outbid"]) as tb:
