@@ -56,9 +56,9 @@ def test_recover_in_infra_toml_is_checked(cli, job, gpuops_home, tmp_path):
 
 def test_the_next_rental_gets_what_the_run_has_left():
     n = next_rental(2.0, 1.0, 1800.0, 0.25, 0.5)  # 1.5 h left; $0.75 buys 1.5 h at $0.50/h
-    assert (n.reason, n.hours, n.usd) == (None, pytest.approx(1.5), pytest.approx(0.75))
+    assert (n.reason, n.hours, n.usd) == (None, pytest.approx(1.5, abs=1e-9), pytest.approx(0.75, abs=1e-9))
     n = next_rental(2.0, 0.5, 1800.0, 0.25, 0.5)  # $0.25 buys 0.5 h: the money is the tighter limit
-    assert n.hours == pytest.approx(0.5)
+    assert n.hours == pytest.approx(0.5, abs=1e-9)
     out = next_rental(1.0, None, 3590.0, 0.0, 0.5)
     assert out.reason == "ttl" and "10 s left" in out.detail
     out = next_rental(2.0, 0.26, 0.0, 0.255, 0.5)  # $0.005 buys 36 s, under the 60 s a rental needs
@@ -67,7 +67,7 @@ def test_the_next_rental_gets_what_the_run_has_left():
 
 def test_break_even_preemption_rate():
     # spot $0.20/h vs on-demand $0.50/h, 0.1 h lost per preemption: (0.5/0.2 - 1) / 0.1 = 15 per hour
-    assert break_even_preemptions_per_hour(0.20, 0.50, 0.1) == pytest.approx(15.0)
+    assert break_even_preemptions_per_hour(0.20, 0.50, 0.1) == pytest.approx(15.0, abs=1e-9)
     assert break_even_preemptions_per_hour(0.50, 0.50, 0.1) is None  # spot not cheaper: no rate pays
     assert break_even_preemptions_per_hour(float("nan"), 0.50, 0.1) is None
 
@@ -76,7 +76,7 @@ def test_plan_spot_from_the_two_prices(cli):
     got = cli("plan", "spot", "--spot-usd-per-hour", "0.2", "--on-demand-usd-per-hour", "0.5", "--lost-minutes", "6", "--format", "json")
     assert got.returncode == 0, got.stderr
     rep = json.loads(got.stdout)
-    assert rep["break_even_per_hour"] == pytest.approx(15.0) and rep["saving_if_never_preempted"] == pytest.approx(0.6)
+    assert rep["break_even_per_hour"] == pytest.approx(15.0, abs=1e-9) and rep["saving_if_never_preempted"] == pytest.approx(0.6, abs=1e-9)
     bad = cli("plan", "spot", "--spot-usd-per-hour", "nan", "--on-demand-usd-per-hour", "0.5")
     assert bad.returncode == 2 and "--spot-usd-per-hour must be a positive number" in bad.stderr
 
@@ -94,5 +94,5 @@ def test_plan_spot_reads_the_live_offers(cli, emulator_env):
     got = cli("plan", "spot", "--card", "rtx-4090", "--provider", "vast", "--format", "json")
     assert got.returncode == 0, got.stderr
     rep = json.loads(got.stdout)
-    assert (rep["spot_usd_per_hour"], rep["on_demand_usd_per_hour"]) == (pytest.approx(spot), pytest.approx(od))
-    assert rep["break_even_per_hour"] == pytest.approx((od / spot - 1) / (10 / 60), rel=1e-3)
+    assert (rep["spot_usd_per_hour"], rep["on_demand_usd_per_hour"]) == (pytest.approx(spot, abs=1e-9), pytest.approx(od, abs=1e-9))
+    assert rep["break_even_per_hour"] == pytest.approx((od / spot - 1) / (10 / 60), abs=1e-3)

@@ -143,7 +143,7 @@ def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_in
     assert [(r.attempt, r.end_reason, r.status, r.spot) for r in rows] == [(1, "preempted", "closed", True), (2, "preempted", "closed", True),
                                                                          (3, "job_end", "closed", True)]
     # --max-hours counts the whole run: each rental got what the earlier ones left
-    assert rows[0].max_hours == pytest.approx(4.0)
+    assert rows[0].max_hours == pytest.approx(4.0, abs=1e-9)
     assert rows[1].max_hours == pytest.approx(4.0 - rows[0].billed_seconds / 3600, abs=1e-6)
     assert rows[2].max_hours == pytest.approx(4.0 - (rows[0].billed_seconds + rows[1].billed_seconds) / 3600, abs=1e-6)
 
@@ -223,12 +223,12 @@ def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpu
     assert emu.live() == []
     led = Ledger(settings.ledger_url())
     (row,) = led.run_rentals(summ["run"]["id"])
-    assert row.max_session_usd == pytest.approx(settings.teardown.max_session_usd)
+    assert row.max_session_usd == pytest.approx(settings.teardown.max_session_usd, abs=1e-9)
     armed = json.loads((sshd.home / "gpuops" / row.label / ".gpuops" / "agent.json").read_text())["teardown"]
-    assert armed["max_session_usd"] == pytest.approx(row.max_session_usd)  # the agent holds the run's money left
+    assert armed["max_session_usd"] == pytest.approx(row.max_session_usd, abs=1e-9)  # the agent holds the run's money left
     from gpuops.agent.agentctl import session_teardown
 
-    assert session_teardown(None, {"max_hours": 4.0, "max_session_usd": None}, row)["max_session_usd"] == pytest.approx(row.max_session_usd)
+    assert session_teardown(None, {"max_hours": 4.0, "max_session_usd": None}, row)["max_session_usd"] == pytest.approx(row.max_session_usd, abs=1e-9)
 
 
 def test_the_monthly_cap_is_checked_before_each_new_rental(rig, sshd, gpuops_home, vast_provider):
