@@ -67,6 +67,19 @@ class EndReason(_Word):
 
 END_REASONS = tuple(r.value for r in EndReason)
 
+
+class RunEnd(_Word):
+    """Why a run (``runs.end_reason``, the user's job across rentals) stopped re-renting, when it
+    was not the last rental's own end reason (job_end, job_failed, interrupted, ... end a run as
+    they end its rental; ttl and session_cap also say the run's whole budget ran out)."""
+
+    ATTEMPTS_SPENT = "attempts_spent"  # every attempt was taken back (recover N: N + 1 rentals)
+    NO_OFFER = "no_offer"  # no offer fit the next rental (same plan, --max-price, provider)
+
+
+# Every word a run may end with: a rental's end reason, or a run's own.
+RUN_ENDS = END_REASONS + tuple(r.value for r in RunEnd)
+
 # Exit status of `gpuops up` by the reason its row was closed with (one table; cli.py uses it).
 # 0 only for a job that ended well; 130 like a shell's Ctrl-C; 3 for "taken down by `gpuops down`
 # from elsewhere", so a script can tell it from a failure; everything else 1. (2 is bad input.)
@@ -128,6 +141,10 @@ class EventKind(_Word):
     REBOOKED = "rebooked"  # the ledger file vanished under `up`; the row was booked again from memory
     DESTROY_REFUSED = "destroy_refused"  # detail {"instance", "expected_label", "label", ...}: the id answers for an instance not ours
     NOTE = "note"  # `ledger note`
+    # runs (up --recover): the user's job across rentals
+    TAKEN_BACK = "taken_back"  # detail {"stage", "status", "raw_status"}: the provider shows the interruptible box stopped/exited/offline
+    RECOVER = "recover"  # detail {"run", "attempt", "after", "hours_left", "usd_left"}: this rental re-rents a run's job
+    RESUME = "resume"  # detail {"from", "files", "dir"}: the previous rental's results put on this box for the job to resume from
     # books (ledger/sync.py)
     CHARGED = "charged"  # `ledger sync --apply` booked the provider's charge; detail {"charged_usd", "estimated_usd", "storage_usd"}
 

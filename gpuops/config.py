@@ -44,6 +44,7 @@ from gpuops.settings_snapshot import data_path_of, find_config, ledger_url_of, m
 
 ENV_PREFIX = "GPUOPS_"
 from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: E402  (the one list, gpuops.providers.REGISTRY)
+from bootstrap.vocabulary import EndReason  # noqa: E402
 
 
 class _Section(BaseModel):
@@ -221,8 +222,38 @@ class BootstrapSettings(_Section):
         return [{"source": x} if isinstance(x, str) else x for x in (v or [])]
 
 
+# The rental end reasons a run may re-rent on (``[job] recover_on``, ``up --recover-on``): the box
+# was taken back or never became usable. A job that failed on its own (job_failed), a limit that
+# ran out (ttl, session_cap, monthly_cap, balance_floor) or a person (interrupted, manual) never
+# re-rents.
+RECOVERABLE = tuple(str(r) for r in (EndReason.PREEMPTED, EndReason.PROVISION_FAILED, EndReason.SSH_NEVER_READY, EndReason.BOOTSTRAP_FAILED,
+                                      EndReason.PROVIDER_ERROR, EndReason.DELIVERY_MISMATCH))
+MAX_RECOVER = 20  # rentals after the first one run may make (a typo like 100 would rent 101 boxes)
+
+
+def parse_recover_on(v: Any) -> list[str]:
+    """``recover_on`` as a list of end reasons (a comma-separated string or a list); ValueError
+    naming the word and the allowed ones for anything else."""
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    if not isinstance(v, (list, tuple)) or not v:
+        raise ValueError(f"recover_on must name one or more of: {', '.join(RECOVERABLE)}")
+    for r in v:
+        if r not in RECOVERABLE:
+            never = " (a job that fails on its own, a limit or a person never re-rents)" if isinstance(r, str) else ""
+            raise ValueError(f"recover_on: {r!r} is not a reason a run re-rents on{never}; use one of: {', '.join(RECOVERABLE)}")
+    return list(dict.fromkeys(v))
+
+
 class JobSettings(_Section):
     results: str = "out/"  # relative to the session dir on the box; copied back before teardown
+    # up --recover N: rentals after the first that a run may make when a rental ends for a reason
+    # in recover_on (default: preempted only). 0: one rental, no run.
+    recover: int = Field(default=0, ge=0, le=MAX_RECOVER)
+    recover_on: list[str] = ["preempted"]
+    # With recover: copy the results directory home this often while the job runs (seconds), so a
+    # box taken back without warning leaves its last checkpoint at home for the next rental.
+    checkpoint_sync_seconds: float = Field(default=60.0, gt=0)
     # Names of this machine's environment variables the job gets (local and rented boxes alike);
     # nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py).
     # GPUOPS_JOB_ENV takes them comma-separated.
@@ -237,6 +268,11 @@ class JobSettings(_Section):
             if not isinstance(n, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
                 raise ValueError(f"job env name {n!r} must be an environment variable name (letters, digits, _)")
         return v
+
+    @field_validator("recover_on", mode="before")
+    @classmethod
+    def _recover_on(cls, v: Any) -> Any:
+        return parse_recover_on(v)
 
     @field_validator("results")
     @classmethod

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ledger.models import BootstrapStep, Event, Session
+    from ledger.models import BootstrapStep, Event, Run, Session
     from ledger.store import Ledger
 
-__all__ = ["BootstrapStep", "Event", "Ledger", "Session"]
+__all__ = ["BootstrapStep", "Event", "Ledger", "Run", "Session"]
 
 
 def __getattr__(name: str):
-    if name in ("BootstrapStep", "Event", "Session"):
+    if name in ("BootstrapStep", "Event", "Run", "Session"):
         from ledger import models
 
         return getattr(models, name)

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 HISTORY_COLUMNS = (
     "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
     "instance_id", "instance_created_at", "ended_at", "end_reason", "billed_seconds", "cost_usd", "tokens",
-    "job_seconds", "conclusion", "source", "note",
+    "job_seconds", "conclusion", "source", "note", "run_id",
 )
 
 
@@ -71,12 +71,13 @@ def _sqlite_recent(path, start, end, experiment, limit) -> list[Any]:
         con.close()
 
 
-SESSION_ROW_COLUMNS = ("session", "started", "date", "experiment", "provider", "card", "gpu_count", "status", "end_reason",
+SESSION_ROW_COLUMNS = ("session", "run", "started", "date", "experiment", "provider", "card", "gpu_count", "status", "end_reason",
                        "hours", "usd_per_hour", "cost_usd", "simulated", "tokens", "usd_per_mtoken", "conclusion")
 
 
 def session_row(s: Any, tz: str | None = None) -> dict:
-    """One past session as a JSON-ready dict, keys in this order: ``session, started (ISO 8601 in
+    """One past session as a JSON-ready dict, keys in this order: ``session, run (its run's id, None
+    outside a run), started (ISO 8601 in
     tz), date (YYYY-MM-DD in tz), experiment, provider, card, gpu_count, status, end_reason,
     hours (billed, 6 decimals), usd_per_hour, cost_usd (None while open), simulated, tokens,
     usd_per_mtoken (None without tokens or cost), conclusion, note`` (``up --note``; a report shows
@@ -88,6 +89,7 @@ def session_row(s: Any, tz: str | None = None) -> dict:
     tokens = s.tokens or 0
     return {
         "session": s.id,
+        "run": getattr(s, "run_id", None),
         "started": iso(s.created_at, tz),
         "date": day_of(s.created_at, tz),
         "experiment": s.experiment,
@@ -110,3 +112,21 @@ def session_row(s: Any, tz: str | None = None) -> dict:
 def session_rows(rows: Iterable[Any], tz: str | None = None) -> list[dict]:
     """``session_row`` for each row, order kept."""
     return [session_row(s, tz) for s in rows]
+
+
+RUN_ROW_COLUMNS = ("run", "started", "experiment", "provider", "status", "end_reason", "rentals", "recover", "hours", "cost_usd",
+                   "simulated", "tokens", "detail")
+
+
+def run_row(r: Any, tz: str | None = None) -> dict:
+    """One run (``Ledger.runs``' row: the run and its rentals' sums) as a JSON-ready dict, keys in
+    ``RUN_ROW_COLUMNS`` order: ``hours`` the rentals' billed hours, ``cost_usd`` their cost (the
+    run books no money of its own; None while a rental is open and none has a cost)."""
+    from ledger.reports import iso
+
+    return {
+        "run": r.id, "started": iso(r.created_at, tz), "experiment": r.experiment, "provider": r.provider, "status": r.status,
+        "end_reason": r.end_reason, "rentals": int(r.rentals or 0), "recover": r.recover,
+        "hours": round((r.billed_seconds or 0.0) / 3600.0, 6), "cost_usd": None if r.cost_usd is None else round(r.cost_usd, 6),
+        "simulated": bool(r.simulated), "tokens": int(r.tokens or 0), "detail": r.detail or "",
+    }

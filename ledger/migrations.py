@@ -258,6 +258,48 @@ def m009_watchdog_passes(conn: Connection) -> None:
     conn.exec_driver_sql("CREATE INDEX IF NOT EXISTS ix_watchdog_passes_host ON watchdog_passes (host, id)")
 
 
+@migration
+def m010_runs(conn: Connection) -> None:
+    """A run is the user's job; a rental (a ``sessions`` row) is one box. ``up --recover N`` books
+    one ``runs`` row and one rental per attempt: ``sessions.run_id`` (NULL: a rental outside any
+    run), ``sessions.attempt`` (1, 2, ...) and ``sessions.max_session_usd`` (the run's money left
+    when the rental was made: the watchdog and the agent apply it as the rental's cap). Money stays
+    on the rentals (the month counts rentals, as before); a run's cost is the sum of its rentals'.
+    ``runs``: its limits (``max_hours``, ``max_usd``: the whole run), how many attempts it may
+    take (``recover``: rentals after the first; ``recover_on``: the end reasons that re-rent), and
+    its outcome (``end_reason``: the last rental's, or what it ran out of; ``detail``: one line)."""
+    for ddl in (
+        "ALTER TABLE sessions ADD COLUMN run_id VARCHAR",
+        "ALTER TABLE sessions ADD COLUMN attempt INTEGER",
+        "ALTER TABLE sessions ADD COLUMN max_session_usd FLOAT",
+        "CREATE INDEX IF NOT EXISTS ix_sessions_run_id ON sessions (run_id)",
+    ):
+        conn.exec_driver_sql(ddl)
+    md = sa.MetaData()
+    sa.Table(
+        "runs",
+        md,
+        sa.Column("id", sa.String, primary_key=True),  # "run-" + the first rental's id form
+        sa.Column("experiment", sa.String, nullable=False),
+        sa.Column("job", sa.String, nullable=False),
+        sa.Column("provider", sa.String, nullable=False),
+        sa.Column("status", sa.String, nullable=False),  # open | closed
+        sa.Column("created_at", sa.Float, nullable=False, index=True),
+        sa.Column("ended_at", sa.Float),
+        sa.Column("end_reason", sa.String),
+        sa.Column("detail", sa.String, nullable=False),
+        sa.Column("recover", sa.Integer, nullable=False),
+        sa.Column("recover_on", sa.String, nullable=False),  # comma-separated end reasons
+        sa.Column("attempts", sa.Integer, nullable=False),  # rentals made so far
+        sa.Column("max_hours", sa.Float),
+        sa.Column("max_usd", sa.Float),
+        sa.Column("note", sa.String, nullable=False),
+        sa.Column("owner", sa.String, index=True),
+        sa.Column("account", sa.String),
+    )
+    md.create_all(conn)
+
+
 def _migrations_table() -> sa.Table:
     return sa.Table(
         "schema_migrations",

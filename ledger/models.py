@@ -61,6 +61,35 @@ class Session(SQLModel, table=True):
     # m006_ownership: who rented it and under which provider account (None: before m006, or imported)
     owner: Optional[str] = Field(default=None, index=True)  # [user] name, default user@host
     account: Optional[str] = Field(default=None, index=True)  # provider account fingerprint (gpuops.ownership)
+    # m010_runs: the run this rental is an attempt of (None: a rental outside any run)
+    run_id: Optional[str] = Field(default=None, index=True)  # runs.id, "run-..."
+    attempt: Optional[int] = None  # 1 for the run's first rental, 2 after its first recovery, ...
+    max_session_usd: Optional[float] = None  # the run's money left when this rental was made (its own cap), USD
+
+
+class Run(SQLModel, table=True):
+    """The user's job across rentals (m010): ``up --recover N`` makes one, and one rental per
+    attempt (``sessions.run_id``). Its cost is its rentals' (never booked twice)."""
+
+    __tablename__ = "runs"
+
+    id: str = Field(primary_key=True)  # "run-YYYYMMDD-HHMMSS-xxxx"
+    experiment: str = "default"
+    job: str = ""
+    provider: str = ""
+    status: str = "open"  # open | closed
+    created_at: float = Field(index=True)
+    ended_at: Optional[float] = None
+    end_reason: Optional[str] = None  # the last rental's reason, or what the run ran out of (bootstrap.vocabulary.RUN_ENDS)
+    detail: str = ""  # one line: why it ended
+    recover: int = 0  # rentals allowed after the first
+    recover_on: str = ""  # comma-separated end reasons that re-rent
+    attempts: int = 0  # rentals made so far
+    max_hours: Optional[float] = None  # the whole run's billed hours
+    max_usd: Optional[float] = None  # the whole run's money, USD (max_session_usd)
+    note: str = ""
+    owner: Optional[str] = Field(default=None, index=True)
+    account: Optional[str] = None
 
 
 class BootstrapStep(SQLModel, table=True):

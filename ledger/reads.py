@@ -28,6 +28,7 @@ SESSION_COLUMNS = (
     "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
     "estimated_usd", "charged_usd", "cost_source",
     "owner", "account",
+    "run_id", "attempt", "max_session_usd",  # m010_runs
 )
 SQLITE_BUSY_TIMEOUT_S = 30.0
 

@@ -379,6 +379,7 @@ SESSION_FIELDS = (
     "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
     "estimated_usd", "charged_usd", "cost_source",
     "owner", "account",
+    "run_id", "attempt", "max_session_usd",  # m010_runs
 )
 
 

@@ -172,6 +172,7 @@ class Ledger:
         self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
         self.notices: list[str] = []  # what the caller should tell the user (a ledger file that vanished)
         self._held: dict[str, dict] = {}  # session id -> the row as this process last wrote or read it
+        self._held_runs: dict[str, dict] = {}  # run id -> the run as this process last wrote it
         self._bound: float | None = None  # the deadline of ``bounded()`` writes, seconds
         self._short = None  # the engine of bounded writes (short timeouts)
         self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
@@ -422,6 +423,10 @@ class Ledger:
             self._close(**args)
         elif op == "steps":
             self._add_steps(**args)
+        elif op == "run_update":
+            self._run_update(**args)
+        elif op == "run_close":
+            self._run_close(**args)
         else:
             return False
         return True
@@ -777,6 +782,103 @@ class Ledger:
             for sql in deferred:
                 conn.exec_driver_sql(sql)
         return count
+
+    # -- runs (m010): the user's job across rentals --------------------------------------------
+    def add_run(self, run: Any) -> None:
+        """Insert a ``runs`` row (``ledger.models.Run``, status open) before its first rental."""
+        DbSession, select, Session, Event, BootstrapStep = _orm()
+        with DbSession(self.engine) as db:
+            db.add(run)
+            db.commit()
+            db.refresh(run)
+        self._held_runs[run.id] = dict(run.model_dump())
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set fields of a run (spooled when the database refuses). KeyError for an unknown id."""
+        fields = {k: _plain(v) for k, v in fields.items()}
+        if run_id in self._held_runs:
+            self._held_runs[run_id].update(fields)
+        self._guarded("run_update", self._run_update, run_id=run_id, **fields)
+
+    def _run_update(self, run_id: str, **fields: Any) -> None:
+        from ledger.models import Run
+
+        DbSession = _orm()[0]
+        with DbSession(self.engine) as db:
+            row = db.get(Run, run_id)
+            if row is None:
+                raise KeyError(run_id)
+            for k, v in fields.items():
+                setattr(row, k, v)
+            db.add(row)
+            db.commit()
+
+    def close_run(self, run_id: str, ended_at: float, reason: str, detail: str = "") -> None:
+        """Close a run with its outcome (``reason``: the last rental's end reason, or what the run
+        ran out of) and one line of ``detail``; closing a closed run changes nothing. Spooled when
+        the database refuses it."""
+        held = self._held_runs.get(run_id)
+        if held is not None and held.get("status") != "closed":
+            held.update(status="closed", ended_at=ended_at, end_reason=_plain(reason), detail=detail)
+        self._guarded("run_close", self._run_close, run_id=run_id, ended_at=ended_at, reason=_plain(reason), detail=detail)
+
+    def _run_close(self, run_id: str, ended_at: float, reason: str, detail: str = "") -> None:
+        from ledger.models import Run
+
+        DbSession = _orm()[0]
+        with DbSession(self.engine) as db:
+            row = db.get(Run, run_id)
+            if row is None:
+                raise KeyError(run_id)
+            if row.status == "closed":
+                return
+            row.status, row.ended_at, row.end_reason, row.detail = "closed", ended_at, reason, detail
+            db.add(row)
+            db.commit()
+
+    def held_run(self, run_id: str) -> Any | None:
+        """The run as this Ledger last wrote or read it (no database read), or None."""
+        d = self._held_runs.get(run_id)
+        return SimpleNamespace(**d) if d is not None else None
+
+    def get_run(self, run_id: str) -> Any | None:
+        """The ``runs`` row (``ledger.models.Run``), or None."""
+        from ledger.models import Run
+
+        DbSession = _orm()[0]
+        with DbSession(self.engine) as db:
+            return db.get(Run, run_id)
+
+    def run_rentals(self, run_id: str) -> list[Session]:
+        """The rentals of a run, in attempt order."""
+        DbSession, select, Session, Event, BootstrapStep = _orm()
+        with DbSession(self.engine) as db:
+            q = select(Session).where(Session.run_id == run_id).order_by(Session.attempt, Session.created_at)
+            return list(db.exec(q))
+
+    def runs(self, since: float | None = None, limit: int | None = None) -> list[Any]:
+        """Runs newest first (``since``: created at or after, epoch s), each with its rentals'
+        totals: ``rentals``, ``cost_usd`` (their sum; None while none has a cost), ``billed_seconds``,
+        ``tokens``, ``simulated`` (any rental simulated). Rows with attribute access."""
+        import sqlalchemy as sa
+
+        sql = ("SELECT r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
+               "r.attempts, r.max_hours, r.max_usd, r.owner, COUNT(s.id) AS rentals, SUM(s.cost_usd) AS cost_usd, "
+               "SUM(s.billed_seconds) AS billed_seconds, COALESCE(SUM(s.tokens), 0) AS tokens, "
+               "MAX(CASE WHEN s.simulated THEN 1 ELSE 0 END) AS simulated "
+               "FROM runs r LEFT JOIN sessions s ON s.run_id = r.id "
+               + ("WHERE r.created_at >= :since " if since is not None else "")
+               + "GROUP BY r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
+               "r.attempts, r.max_hours, r.max_usd, r.owner ORDER BY r.created_at DESC, r.id DESC"
+               + (" LIMIT :limit" if limit is not None else ""))
+        params: dict = {}
+        if since is not None:
+            params["since"] = since
+        if limit is not None:
+            params["limit"] = int(limit)
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text(sql), params).mappings().all()
+        return [SimpleNamespace(**{**dict(r), "simulated": bool(r["simulated"])}) for r in rows]
 
     # -- reads --------------------------------------------------------------------------------
     def get(self, session_id: str) -> Session | None:

@@ -75,6 +75,8 @@ def up(
     exit_code: str = typer.Option("gpuops", "--exit-code", help=(
         "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
         "exit code when it ran (else the gpuops code).")),
+    recover: Optional[str] = typer.Option(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover)."),
+    recover_on: Optional[str] = typer.Option(None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."),
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
@@ -113,6 +115,8 @@ def up(
         over["teardown"]["idle_minutes"] = idle_minutes
     if volume is not None:
         over["storage"] = {"volume": volume}
+    if recover is not None or recover_on is not None:
+        over["job"] = _recover_flags(recover, recover_on)
     settings = _settings(config, over)
     if card:
         from gpuops.catalog import resolve_cards
@@ -122,6 +126,7 @@ def up(
         job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "", name=name or "",
+        recover=settings.job.recover, recover_on=tuple(settings.job.recover_on),
     )
     from gpuops.planning.sizing import parse_positive_int
 
@@ -157,6 +162,29 @@ def up(
         code = int(summ["exit_code"]) & 0xFF
     if code:
         raise typer.Exit(code)
+
+
+def _recover_flags(recover: str | None, recover_on: str | None) -> dict:
+    """``--recover N`` / ``--recover-on R,R`` as [job] settings; BadInput (one line) for a count
+    that is not a whole number in [0, MAX_RECOVER] or a reason a run never re-rents on."""
+    from gpuops.config import MAX_RECOVER, parse_recover_on
+
+    out: dict = {}
+    if recover is not None:
+        try:
+            n = int(recover.strip())
+        except ValueError:
+            n = -1
+        if not 0 <= n <= MAX_RECOVER:
+            raise BadInput(f"--recover must be a whole number of re-rentals from 0 to {MAX_RECOVER}, got {recover!r}",
+                           "e.g. --recover 3 (a run of at most 4 rentals)")
+        out["recover"] = n
+    if recover_on is not None:
+        try:
+            out["recover_on"] = parse_recover_on(recover_on)
+        except ValueError as e:
+            raise BadInput(f"--recover-on: {e}", "e.g. --recover-on preempted,provision_failed") from None
+    return out
 
 
 @app.command("offers")
@@ -235,6 +263,29 @@ def plan(
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
                  headroom=headroom, card=card, fmt=fmt, engine=engine, max_num_seqs=max_num_seqs,
                  max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
+
+
+@app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
+def plan_spot(
+    card: Optional[str] = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
+    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
+    lost_minutes: str = typer.Option("10", "--lost-minutes", help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint."),
+    spot_usd_per_hour: Optional[str] = typer.Option(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's."),
+    on_demand_usd_per_hour: Optional[str] = typer.Option(None, "--on-demand-usd-per-hour", help="The on-demand price instead of the cheapest offer's."),
+    config: Optional[str] = CONFIG_OPT,
+    fmt: Optional[str] = FORMAT_OPT,
+    json_out: bool = JSON_OPT,
+) -> None:
+    """What a spot run (up --spot --recover N) costs against one on-demand box: the break-even preemption rate from the two prices."""
+    from gpuops.views import emit
+    from gpuops.views import spot as spot_view
+
+    fmt = emit.pick(fmt, json_out)
+    need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
+    rep = spot_view.spot_plan(_settings(config) if need_offers else None, card=card, provider=provider, gpu_count=gpu_count,
+                              lost_minutes=lost_minutes, spot_usd_per_hour=spot_usd_per_hour, on_demand_usd_per_hour=on_demand_usd_per_hour)
+    emit.emit(rep, fmt, lambda: spot_view.render(rep))
 
 
 @app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
@@ -641,6 +692,8 @@ def main(fast_exit: bool = True) -> None:
     _std_fds()
     if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
         sys.argv[1:3] = ["plan-storage"]
+    elif sys.argv[1:3] == ["plan", "spot"]:  # and so is its spot question
+        sys.argv[1:3] = ["plan-spot"]
     try:
         _main()
     except SystemExit as e:

@@ -69,17 +69,26 @@ def ledger_sessions(
     since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
     experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
     limit: int = typer.Option(20, "--limit", help="Show at most this many sessions (newest first)."),
+    runs: bool = typer.Option(False, "--runs", help="List runs (up --recover) with their rentals' total instead."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
-    """Past sessions, newest first: when, experiment, card, hours, cost, end reason, conclusion."""
+    """Past sessions, newest first: when, run, experiment, card, hours, cost, end reason, conclusion."""
     from gpuops.views import emit
     from gpuops.views import session_history as history
 
     fmt = _fmt(fmt, json_out, csv_out)
+    if runs:
+        if experiment is not None:
+            raise BadInput("--experiment filters sessions; --runs lists runs", "drop one of them")
+        rep = history.runs(_ledger(config), since, limit, tz)
+        from ledger.history import RUN_ROW_COLUMNS
+
+        emit.emit(rep, fmt, lambda: history.render_runs(rep), csv_records=rep["runs"], csv_columns=RUN_ROW_COLUMNS)
+        return
     rep = history.sessions(_reader(config), since, experiment, limit, tz)
     from ledger.history import SESSION_ROW_COLUMNS
 
@@ -88,18 +97,27 @@ def ledger_sessions(
 
 @ledger_app.command("show")
 def ledger_show(
-    session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
+    session: str = typer.Argument(..., help="Session id (or a unique prefix), or a run id (run-...)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
     fmt: Optional[str] = FORMAT_OPT,
     json_out: bool = JSON_OPT,
     csv_out: bool = CSV_OPT,
 ) -> None:
-    """Every field of one session, its bootstrap steps, its events, where logs and results are."""
+    """Every field of one session, its bootstrap steps, its events, where logs and results are;
+    for a run (run-...): its rentals and why each ended."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
     fmt = _fmt(fmt, json_out, csv_out)
+    if session.startswith("run-"):
+        from gpuops.views import emit
+        from gpuops.views import session_history as history
+
+        rep = books.show_run(_ledger(config), session, tz)
+        emit.emit(rep, fmt, lambda: history.render_run(rep), csv_records=rep["rentals"],
+                  csv_columns=("session", "attempt", "started", "card", "usd_per_hour", "seconds", "cost_usd", "tokens", "end_reason", "why"))
+        return
     ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
 
 

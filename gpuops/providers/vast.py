@@ -261,7 +261,7 @@ class VastProvider(Provider):
         raw_s = "" if raw is None else str(raw)
         status = InstanceStatus.PROVISIONING if raw is None else _STATUS.get(raw_s.lower(), InstanceStatus.UNKNOWN)
         is_bid = bool(row.get("is_bid"))
-        preempted = is_bid and status == InstanceStatus.STOPPED and str(row.get("intended_status") or "") == "running"
+        preempted = is_bid and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED) and str(row.get("intended_status") or "") == "running"
         direct = proxy = None
         ports = row.get("ports") if isinstance(row.get("ports"), dict) else {}
         p22 = ports.get("22/tcp") or []

@@ -46,19 +46,22 @@ def check_budget(
     limits = []
     if balance is not None:
         fl = floor or 0.0
-        limits.append((balance - fl, f"balance ${balance:.2f} minus floor ${fl:.2f}", "top up the account, or lower balance_floor_usd"))
+        limits.append((balance - fl, f"balance ${balance:.2f} minus floor ${fl:.2f}", "top up the account, or lower balance_floor_usd",
+                       "balance_floor"))
     if cap is not None:
         spent = month_spent or 0.0
-        limits.append((cap - spent, f"monthly cap ${cap:.2f} minus ${spent:.2f} spent this month", "raise monthly_cap_usd"))
-    for room, what, remedy in limits:
+        limits.append((cap - spent, f"monthly cap ${cap:.2f} minus ${spent:.2f} spent this month", "raise monthly_cap_usd", "monthly_cap"))
+    for room, what, remedy, limit in limits:
         if need > room + 1e-9:
             short = need - room
             fits_h = max(0.0, room) / price_usd_h if price_usd_h > 0 else 0.0
-            raise BadInput(
+            err = BadInput(
                 f"${price_usd_h:.4f}/h x {max_hours:g} h = ${need:.2f} does not fit in {what} = ${room:.2f}: short by ${short:.2f}",
                 f"use --max-hours {fits_h:.2f} or less, a cheaper offer, or {remedy}" if fits_h >= 0.01
                 else f"{remedy}; nothing fits now",
             )
+            err.limit = limit  # type: ignore[attr-defined]  the end reason a run stops with (gpuops.rental.launcher)
+            raise err
     return round(need, 6)
 
 
@@ -80,10 +83,12 @@ def assert_not_refused(ledger, provider: str, account: str | None = None, owner:
     for r in active_refusals(ledger):
         if refused_by(r, provider, account, owner or ""):
             since = datetime.fromtimestamp(r.set_at).strftime("%Y-%m-%d %H:%M")
-            raise BadInput(
+            err = BadInput(
                 f"new boxes refused ({r.reason}, since {since}): {r.detail}",
                 "top up the account" if r.reason == "balance_floor" else "raise teardown.monthly_cap_usd or wait for next month",
             )
+            err.limit = r.reason if r.reason in ("balance_floor", "monthly_cap") else None  # type: ignore[attr-defined]
+            raise err
 
 
 def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:

@@ -75,6 +75,9 @@ class UpRequest:
     volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.providers.volumes)
     name: str = ""  # `up --name`: the session id the user chose (SESSION_NAME), instead of new_session_id()
     vendor: str = ""  # nvidia | amd | any; "": from the card named, a ROCm [up] image, else nvidia (gpuops.catalog.vendor_for)
+    # up --recover N: a run of up to N + 1 rentals, re-rented when one ends for a reason in recover_on
+    recover: int = 0
+    recover_on: tuple[str, ...] = ("preempted",)
 
 
 @dataclass
@@ -250,6 +253,7 @@ def _signals_raise() -> Iterator[list]:
 
     def handler(signum, _frame):
         if fired:
+            fired.append(signum)  # noted (a run then rents no more), never raised: teardown goes on
             return
         fired.append(signum)
         if signum == signal.SIGINT:
@@ -265,10 +269,12 @@ def _signals_raise() -> Iterator[list]:
 
 
 @contextmanager
-def _shielded() -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM/SIGHUP: teardown must finish once it has started."""
+def _shielded(noted: list | None = None) -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP: teardown must finish once it has started. ``noted``: append
+    each signal's number there instead (a run's loop then rents nothing more)."""
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in sigs}
+    action = signal.SIG_IGN if noted is None else (lambda signum, _frame: noted.append(signum))
+    old = {s: signal.signal(s, action) for s in sigs}
     try:
         yield
     finally:
@@ -333,6 +339,14 @@ class UpRun:
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
     last_seen_at: float | None = None  # wall clock of the last job output read from the box (a proof of life)
+    # A rental of a run (up --recover): the run, which attempt this is, the money left to it (its
+    # own max_session_usd), and the previous rental's results at home to resume from.
+    run_id: str = ""
+    attempt: int = 0
+    max_session_usd: float | None = None
+    resume_from: Path | None = None
+    synced_at: float = 0.0  # monotonic time of the last checkpoint copy home during the job
+    collected: bool = False  # collect finished: the job's tokens and results are home
 
 
 def _job_command(job_name: str) -> str:
@@ -370,6 +384,12 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
+    if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
+        raise BadInput(f"{provider.name} has no interruptible (spot) boxes: its REST v2 API withdrew them, so --spot --recover "
+                       "has nothing to recover from there", "use --provider vast for spot with recovery, or --on-demand")
+    if req.recover and req.name:
+        raise BadInput("--name names one rental; a run's rentals are named by gpuops (the run is run-<id>)",
+                       "drop --name, or drop --recover")
     if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
         from ledger import Ledger
 
@@ -392,65 +412,24 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
         budget_for_up(ledger, settings, provider, p.offer.price)
         return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
                 "volume": p.volume.as_json() if p.volume is not None else None}
-    from ledger import Session as Row
-
     _quick_reconcile(settings, ledger, provider, reporter)
+    if req.recover:
+        return _run_recovering(req, p, settings, reporter, provider, ledger, open_box)
     budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
-    sid = req.name or new_session_id()
-    s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}")
-    logs_dir = settings.private_data_path() / "logs"
-    logs_dir.mkdir(mode=0o700, exist_ok=True)
-    s.log_path = logs_dir / f"{sid}.log"
-    import os
-
-    os.close(os.open(s.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # 0600 from the first byte
-    reporter.stage("intent", f"session {sid}")
-    ledger.add_session(Row(
-        id=sid, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
-        gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=s.label, simulated=p.offer.simulated,
-        status=str(RowStatus.PROVISIONING), created_at=time.time(), note=req.note, log_path=str(s.log_path),
-        max_hours=req.max_hours, ready_timeout_seconds=float(settings.up.ready_timeout_seconds),
-        idle_minutes=_idle_minutes_for_row(settings.teardown),
-        owner=settings.owner(), account=provider.account,  # gpuops.ownership: who rented it, under which key
-    ))
-    # The stages after intent, in order (gpuops.rental.lifecycle.STAGES). Each returns None to go on, or
-    # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
-    stages: list[tuple[str, Callable[[], EndReason | None]]] = [
-        ("create", lambda: _create(s, p, provider, ledger, reporter, s.label, settings)),
-        ("ready", lambda: _ready(s, provider, ledger, reporter, settings, open_box)),
-        ("arm", lambda: _arm(s, ledger, reporter, settings, provider)),
-        ("bootstrap", lambda: _bootstrap(s, ledger, reporter, settings)),
-        ("job", lambda: _job(s, ledger, reporter, settings)),
-        ("collect", lambda: _collect(s, ledger, reporter, settings)),
-    ]
-    stop_on_outcome = {"create", "bootstrap"}  # create: the delivered box is not the order
-    failure: BaseException | None = None
+    s = _new_rental(req, p, settings, name=req.name)
+    _intent(s, p, settings, provider, ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
     with _signals_raise() as signalled, ledger.bounded():
-        try:
-            try:
-                fault_point("intent")
-                for name, run_stage in stages:
-                    s.stage = name
-                    if name != "create":
-                        fault_point(name)  # create's point is inside _create: the instance exists, the row does not know
-                    outcome = run_stage()
-                    if outcome is not None:
-                        s.end_reason = outcome
-                        if name in stop_on_outcome:
-                            break
-            except (Exception, KeyboardInterrupt, Interrupted) as e:
-                failure = e
-                s.end_reason = failure_reason(s.stage, e, s.end_reason)
-                _book_failure(s, ledger, reporter, e)
-        finally:
-            signalled.append(0)  # from here on a signal changes nothing: the rental is being ended
-            with _shielded():
-                _teardown(s, provider, ledger, reporter)
+        failure = _rent(s, p, settings, reporter, provider, ledger, open_box, signalled)
         summ = summary(s, ledger)
+    return _with_failure(summ, failure, s)
+
+
+def _with_failure(summ: dict, failure: BaseException | None, s: UpRun) -> dict:
+    """The summary with how the run stopped: ``interrupted`` (a signal) or ``error`` (the message)."""
     if failure is not None and not isinstance(failure, Exception):
         summ["interrupted"] = True
     elif isinstance(failure, GpuopsError):
@@ -458,6 +437,289 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     elif failure is not None:
         summ["error"] = f"internal error: {type(failure).__name__}: {failure} (the traceback is in {s.log_path}; please report it)"
     return summ
+
+
+def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = "", **run: object) -> UpRun:
+    """A rental's id (``name``: the one `up --name` chose, else a new one), label and log file (0600
+    from the first byte); ``run``: the UpRun fields of a run's rental (run_id, attempt,
+    max_session_usd, resume_from)."""
+    import os
+
+    sid = name or new_session_id()
+    s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}", **run)  # type: ignore[arg-type]
+    logs_dir = settings.private_data_path() / "logs"
+    logs_dir.mkdir(mode=0o700, exist_ok=True)
+    s.log_path = logs_dir / f"{sid}.log"
+    os.close(os.open(s.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+    return s
+
+
+def _intent(s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger, reporter: Reporter) -> None:
+    """Write the rental's row BEFORE anything is created, with its limits on it."""
+    from ledger import Session as Row
+
+    req = s.req
+    reporter.stage("intent", f"session {s.id}" + (f" (run {s.run_id}, attempt {s.attempt})" if s.run_id else ""))
+    ledger.add_session(Row(
+        id=s.id, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
+        gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=s.label, simulated=p.offer.simulated,
+        status=str(RowStatus.PROVISIONING), created_at=time.time(), note=req.note, log_path=str(s.log_path),
+        max_hours=req.max_hours, ready_timeout_seconds=float(settings.up.ready_timeout_seconds),
+        idle_minutes=_idle_minutes_for_row(settings.teardown),
+        owner=settings.owner(), account=provider.account,  # gpuops.ownership: who rented it, under which key
+        run_id=s.run_id or None, attempt=s.attempt or None, max_session_usd=s.max_session_usd,
+    ))
+
+
+def _rent(s: UpRun, p: OfferChoice, settings: Settings, reporter: Reporter, provider: Provider, ledger, open_box: Callable | None,
+          signalled: list, intent: Callable[[], None] | None = None) -> BaseException | None:
+    """One rental from create to teardown (the stages after intent, then ``_teardown`` in
+    ``finally``, shielded). ``signalled``: the run's signal list (``_signals_raise``); a rental of a
+    run has its row written by ``intent`` inside the guarded block, and notes the signals that come
+    during its teardown there. Returns the failure that ended it (None: a stage decided)."""
+    # The stages after intent, in order (gpuops.rental.lifecycle.STAGES). Each returns None to go on, or
+    # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
+    stages: list[tuple[str, Callable[[], EndReason | None]]] = [
+        ("create", lambda: _create(s, p, provider, ledger, reporter, s.label, settings)),
+        ("ready", lambda: _ready(s, provider, ledger, reporter, settings, open_box)),
+        ("arm", lambda: _arm(s, ledger, reporter, settings, provider)),
+        ("bootstrap", lambda: _bootstrap(s, ledger, reporter, settings)),
+        ("job", lambda: _job(s, ledger, reporter, settings, provider)),
+        ("collect", lambda: _collect(s, ledger, reporter, settings)),
+    ]
+    stop_on_outcome = {"create", "bootstrap"}  # create: the delivered box is not the order
+    failure: BaseException | None = None
+    try:
+        try:
+            if intent is not None:
+                intent()
+            fault_point("intent")
+            for name, run_stage in stages:
+                s.stage = name
+                if name != "create":
+                    fault_point(name)  # create's point is inside _create: the instance exists, the row does not know
+                    if s.run_id and _taken_back(s, provider, ledger):  # a run's box taken back between stages
+                        s.end_reason = EndReason.PREEMPTED
+                        break
+                outcome = run_stage()
+                if outcome is not None:
+                    s.end_reason = outcome
+                    if name in stop_on_outcome or outcome == EndReason.PREEMPTED:
+                        break
+        except (Exception, KeyboardInterrupt, Interrupted) as e:
+            failure = e
+            s.end_reason = failure_reason(s.stage, e, s.end_reason)
+            if s.run_id and s.end_reason != EndReason.INTERRUPTED and _taken_back(s, provider, ledger):
+                s.end_reason = EndReason.PREEMPTED  # the box failed us because the market took it back
+            _book_failure(s, ledger, reporter, e)
+    finally:
+        signalled.append(0)  # from here on a signal changes nothing: the rental is being ended
+        with _shielded(signalled if s.run_id else None):
+            if intent is None or _has_row(ledger, s.id):
+                _teardown(s, provider, ledger, reporter)
+    return failure
+
+
+def _has_row(ledger, session_id: str) -> bool:
+    """True when this process wrote (or read) the session's row (a run's intent that a signal cut
+    before the row was written has nothing to end)."""
+    held = getattr(ledger, "held", None)
+    return held is None or held(session_id) is not None
+
+
+class TakenBack(GpuopsError):
+    """The provider shows the interruptible box stopped, exited or offline: the market took it back."""
+
+
+# How often `up` asks the provider whether a run's spot box was taken back while its job runs (s).
+TAKEN_BACK_POLL_S = 10.0
+
+
+def _taken_back(s: UpRun, provider: Provider, ledger, stage: str | None = None) -> bool:
+    """True when the provider's own state says the rental's interruptible box was taken back
+    (stopped or exited while spot -- outbid, host gone; never guessed from a silent box); writes
+    the event ``taken_back``. A provider that cannot be read, an instance that answers with another
+    label, or an on-demand box: False."""
+    if s.instance is None or not s.instance.id or s.offer is None or not s.offer.spot:
+        return False
+    try:
+        inst = provider.get(s.instance.id)
+    except ProviderError:
+        return False
+    if inst is None or (inst.label and inst.label != s.label):
+        return False
+    if inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED):
+        return False
+    try:
+        ledger.event(s.id, EventKind.TAKEN_BACK, {"stage": stage or s.stage, "status": inst.status.value, "raw_status": inst.raw_status})
+    except Exception:  # noqa: BLE001  the teardown books it either way
+        pass
+    return True
+
+
+def _rental_settings(settings: Settings, hours: float, usd: float | None) -> Settings:
+    """``settings`` with a run's rental limits as its teardown: ``max_hours`` and ``max_session_usd``
+    what the run has left (the agent is armed with them; the budget check counts them)."""
+    t = settings.teardown.model_copy(update={"max_hours": hours, "max_session_usd": usd})
+    return settings.model_copy(update={"teardown": t})
+
+
+def _spent(rentals: list[UpRun], ledger) -> tuple[float, float, bool]:
+    """(billed seconds, cost USD, all closed) of a run's rentals, from the rows this process holds."""
+    secs = usd = 0.0
+    closed = True
+    for r in rentals:
+        row = ledger.held(r.id) if _has_row(ledger, r.id) else None
+        if row is None:
+            continue
+        if row.status != RowStatus.CLOSED:
+            closed = False
+        secs += float(row.billed_seconds or 0.0)
+        usd += float(row.cost_usd or 0.0)
+    return secs, usd, closed
+
+
+def _resume_source(rentals: list[UpRun], settings: Settings) -> Path | None:
+    """The newest earlier rental's results at home that hold a file (what the next rental resumes
+    from), else None."""
+    base = settings.data_path() / "results"
+    for r in reversed(rentals):
+        d = base / r.id
+        if d.is_dir() and any(p.is_file() and not p.name.endswith(".gpuops-part") for p in d.rglob("*")):
+            return d
+    return None
+
+
+def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter: Reporter, provider: Provider, ledger,
+                    open_box: Callable | None) -> dict:
+    """`up --recover N`: one run of up to N + 1 rentals. A rental that ends for a reason in
+    ``req.recover_on`` (default: preempted) is followed by the next offer that fits (the same plan,
+    --max-price and provider) while attempts and money remain; each rental is a whole `up` (row
+    before create, teardown in finally). Money counts the whole run (``gpuops.rental.runs``); the
+    refusals, balance floor and monthly cap are checked before each rental. A signal at any
+    point ends the run ``interrupted`` after the open rental's teardown. Returns the last rental's
+    summary with the run's outcome on top (``run``, ``rentals``, ``end_reason``, ``cost_usd``)."""
+    from dataclasses import replace
+
+    from bootstrap.vocabulary import RunEnd
+    from gpuops.rental import runs
+    from gpuops.rental.budget import budget_for_up
+    from ledger import Run
+
+    t = settings.teardown
+    nxt = runs.next_rental(req.max_hours, t.max_session_usd, 0.0, 0.0, p.offer.price)
+    if nxt.reason is not None:
+        raise BadInput(nxt.detail, "raise --max-hours / max_session_usd, or pick a cheaper offer")
+    cur_settings = _rental_settings(settings, nxt.hours, nxt.usd)
+    cur_req = replace(req, max_hours=nxt.hours)
+    budget_for_up(ledger, cur_settings, provider, p.offer.price)  # BadInput: refused, or does not fit
+    if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
+        _watchdog_note(ledger, reporter)
+    run_id = runs.new_run_id(new_session_id())
+    ledger.add_run(Run(id=run_id, experiment=req.experiment, job=str(req.job), provider=provider.name, status="open",
+                       created_at=time.time(), recover=req.recover, recover_on=",".join(req.recover_on), attempts=0,
+                       max_hours=req.max_hours, max_usd=t.max_session_usd, note=req.note, owner=settings.owner(),
+                       account=provider.account))
+    rentals: list[UpRun] = []
+    failure: BaseException | None = None
+    end: str | None = None
+    detail = ""
+    choice, usd_left, resume = p, nxt.usd, None
+    with _signals_raise() as signalled, ledger.bounded():
+        try:
+            while True:
+                attempt = len(rentals) + 1
+                signalled.clear()  # armed: a signal now raises (and ends the run once the rental is torn down)
+                s = _new_rental(cur_req, choice, cur_settings, run_id=run_id, attempt=attempt, max_session_usd=usd_left,
+                                resume_from=resume)
+                rentals.append(s)
+                ledger.update_run(run_id, attempts=attempt)
+
+                def write_intent(s=s, choice=choice, cur_settings=cur_settings, attempt=attempt) -> None:
+                    _intent(s, choice, cur_settings, provider, ledger, reporter)
+                    if attempt > 1:
+                        ledger.event(s.id, EventKind.RECOVER, {"run": run_id, "attempt": attempt, "after": str(rentals[-2].end_reason),
+                                                               "hours_left": round(cur_settings.teardown.max_hours, 6),
+                                                               "usd_left": usd_left})
+
+                failure = _rent(s, choice, cur_settings, reporter, provider, ledger, open_box, signalled, intent=write_intent)
+                got = str(s.end_reason or EndReason.ERROR)
+                if s.exit_code == 0 and s.collected:  # the job finished and came home: a box lost after that re-runs nothing
+                    got = str(EndReason.JOB_END)
+                spent_s, spent_usd, all_closed = _spent(rentals, ledger)
+                if any(signalled) or (failure is not None and not isinstance(failure, Exception)):
+                    end, detail = str(EndReason.INTERRUPTED), f"interrupted during rental {attempt} ({s.id})"
+                    break
+                if got not in req.recover_on:
+                    end, detail = got, f"rental {attempt} ({s.id}) ended {got}"
+                    break
+                if not all_closed:  # a destroy that gave up: never rent a second box beside a billing one
+                    end, detail = got, f"rental {attempt} ({s.id}) is still open (its destroy failed): not re-renting"
+                    break
+                if attempt > req.recover:
+                    end = str(RunEnd.ATTEMPTS_SPENT)
+                    detail = f"{attempt} rentals, the last ended {got}: --recover {req.recover} spent"
+                    break
+                signalled.clear()  # re-renting: no box is open; a signal ends the run here
+                reporter.stage("recover", f"rental {attempt} ended {got}; run {run_id}: ${spent_usd:.4f}, {spent_s:.0f} s billed so far; "
+                               f"attempt {attempt + 1} of {req.recover + 1}")
+                fault_point("recover")
+                try:
+                    choice = choose_offer(req, provider, settings)
+                except (BadInput, ProviderError) as e:
+                    end, detail = str(RunEnd.NO_OFFER), f"no offer for rental {attempt + 1}: {e}"
+                    break
+                nxt = runs.next_rental(req.max_hours, t.max_session_usd, spent_s, spent_usd, choice.offer.price)
+                if nxt.reason is not None:
+                    end, detail = str(nxt.reason), nxt.detail
+                    break
+                cur_settings = _rental_settings(settings, nxt.hours, nxt.usd)
+                cur_req, usd_left = replace(req, max_hours=nxt.hours), nxt.usd
+                try:
+                    budget_for_up(ledger, cur_settings, provider, choice.offer.price)
+                except BadInput as e:  # a refusal, the balance floor or the monthly cap: checked before every rental
+                    end, detail = str(getattr(e, "limit", None) or EndReason.MONTHLY_CAP), str(e)
+                    break
+                resume = _resume_source(rentals, settings)
+        except (Exception, KeyboardInterrupt, Interrupted) as e:  # while re-renting: no box is open
+            failure = e
+            interrupted = not isinstance(e, Exception)
+            end = str(EndReason.INTERRUPTED if interrupted else EndReason.ERROR)
+            detail = "interrupted while re-renting" if interrupted else f"{type(e).__name__}: {e}"
+        finally:
+            signalled.append(0)
+            with _shielded():
+                try:
+                    ledger.close_run(run_id, time.time(), end or str(EndReason.ERROR), detail)
+                except Exception:  # noqa: BLE001  the rentals are booked; the run's close is a label on them
+                    reporter.warn(f"run {run_id}: its close could not be booked ({end}: {detail})")
+        summ = _run_summary(run_id, rentals, ledger, end or str(EndReason.ERROR), detail)
+    reporter.stage("run", f"{run_id}: {end} after {len(rentals)} rental(s), ${summ['cost_usd']:.4f}")
+    return _with_failure(summ, failure, rentals[-1] if rentals else UpRun(id="", req=req))
+
+
+def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: str) -> dict:
+    """The last rental's summary with the run on top: ``run`` (id, end reason, detail), ``rentals``
+    (each one's session, attempt, end reason, seconds, cost), ``end_reason`` the run's, ``cost_usd``
+    / ``seconds`` / ``tokens`` the sums over its rentals."""
+    booked = [r for r in rentals if _has_row(ledger, r.id)]
+    parts = [summary(r, ledger) for r in booked]
+    empty = {"session": None, "provider": None, "card": None, "usd_per_hour": None, "simulated": False, "exit_code": None, "log": None,
+             "slowest_step": None, "slowest_step_seconds": 0.0, "results": None, "results_copy": None, "status": None}
+    last = dict(parts[-1]) if parts else empty  # a signal before the first row was written
+    rows = [{"session": x["session"], "attempt": r.attempt, "end_reason": x["end_reason"], "card": x.get("card"),
+             "usd_per_hour": x.get("usd_per_hour"), "seconds": x.get("seconds"), "cost_usd": x.get("cost_usd"),
+             "tokens": x.get("tokens"), "results": x.get("results")} for r, x in zip(booked, parts)]
+    last.update({
+        "run": {"id": run_id, "end_reason": end, "detail": detail, "rentals": len(rows)},
+        "rentals": rows,
+        "end_reason": end,
+        "seconds": round(sum(float(x.get("seconds") or 0.0) for x in parts), 3),
+        "cost_usd": round(sum(float(x.get("cost_usd") or 0.0) for x in parts), 6),
+        "tokens": sum(int(x.get("tokens") or 0) for x in parts),
+    })
+    last["usd_per_mtoken"] = round(last["cost_usd"] / last["tokens"] * 1e6, 6) if last["tokens"] else None
+    return last
 
 
 def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> None:
@@ -654,9 +916,10 @@ def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndR
     return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
 
 
-def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
+def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider | None = None) -> EndReason:
     """Start the job detached, stream its log until it exits or max_hours runs out; the outcome:
-    job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl."""
+    job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl; for a run's rental also
+    preempted (the provider shows its spot box taken back: asked every ``TAKEN_BACK_POLL_S``)."""
     from gpuops.agent import jobio
 
     box = s.box
@@ -671,6 +934,8 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
     from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
 
     env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))
+    if s.run_id:
+        env.update(_resume_env(s, ledger, settings))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
     if time.time() > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours, "before_job": True})
@@ -696,15 +961,20 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
         from gpuops.rental.live import LIVE_EVERY_S
 
         live_due = [time.monotonic() + min(2.0, LIVE_EVERY_S)]  # the first status soon after the job starts
+        run_poll = _run_poll(s, ledger, settings, provider) if s.run_id and provider is not None else None
 
         def live() -> None:
             if time.monotonic() >= live_due[0]:
                 live_due[0] = time.monotonic() + LIVE_EVERY_S
                 _book_live(s, ledger)
+            if run_poll is not None:  # a run's spot box taken back (raises TakenBack); its checkpoints home
+                run_poll()
 
         try:
             log_bytes, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
                                         stale_after_s=WRAPPER_STALE_S, on_poll=live)
+        except TakenBack:
+            return EndReason.PREEMPTED
         except jobio.WrapperLost as e:
             ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
             reporter.warn(str(e))
@@ -720,6 +990,8 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason:
         s.job_seconds = round(ended.ended - ended.started, 3)
     # log_bytes: `up` followed the log to its end (gpuops.rental.joblog: nothing left to fetch at teardown)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
+    if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
+        return EndReason.PREEMPTED  # stopped with its box (a SIGTERM from the host), not a failure of its own
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
 
 
@@ -744,6 +1016,68 @@ def _book_live(s: UpRun, ledger) -> None:
     if tokens is None and idle is None:
         return  # the box did not answer: no status to book (a `live` event is also a proof of life: lifecycle.end_time)
     record_live(ledger, s.id, tokens=tokens, idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
+
+
+def _resume_env(s: UpRun, ledger, settings: Settings) -> dict[str, str]:
+    """A run's job environment: ``GPUOPS_RUN``, ``GPUOPS_ATTEMPT`` (1, 2, ...) and
+    ``GPUOPS_RESUME_DIR``, the directory the job keeps its checkpoints in and resumes from. With a
+    volume: ``<volume>/gpuops/runs/<run>`` (it outlives every box). Without: the results directory
+    on the box (``[job] results``), filled first with the newest earlier rental's results that came
+    home (copied home during the job every ``[job] checkpoint_sync_seconds``, so a box taken back
+    without warning leaves its last checkpoint behind)."""
+    from gpuops.box.base import q
+
+    box = s.box
+    volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+    results = settings.job.results.strip("/") or f"{META}/resume"
+    if volume:
+        where = f"{volume.rstrip('/')}/gpuops/runs/{s.run_id}"
+    else:
+        where = f"{str(box.root).rstrip('/')}/{results}"  # type: ignore[union-attr]
+        if s.resume_from is not None:
+            box.put(s.resume_from, results)  # type: ignore[union-attr]
+            files = sum(1 for p in s.resume_from.rglob("*") if p.is_file())
+            ledger.event(s.id, EventKind.RESUME, {"from": s.resume_from.name, "files": files, "dir": where})
+    box.run(f"mkdir -p {q(where)}", timeout=60)  # type: ignore[union-attr]
+    s.synced_at = time.monotonic()
+    return {"GPUOPS_RUN": s.run_id, "GPUOPS_ATTEMPT": str(s.attempt), "GPUOPS_RESUME_DIR": where}
+
+
+def _run_poll(s: UpRun, ledger, settings: Settings, provider: Provider) -> Callable[[], None]:
+    """What `up` does between two log reads of a run's job: every ``TAKEN_BACK_POLL_S`` ask the
+    provider whether the spot box was taken back (raises TakenBack); every ``[job]
+    checkpoint_sync_seconds`` (no volume) copy the results directory home and read the tokens, so
+    a box lost without warning leaves its last checkpoint and work booked."""
+    asked = [time.monotonic()]
+    volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+    results = settings.job.results.strip("/")
+
+    def poll() -> None:
+        now = time.monotonic()
+        if s.offer is not None and s.offer.spot and now - asked[0] >= TAKEN_BACK_POLL_S:
+            asked[0] = now
+            if _taken_back(s, provider, ledger, "job"):
+                raise TakenBack(f"{provider.name} took back instance {s.instance.id if s.instance else '?'}")
+        if results and not volume and now - s.synced_at >= settings.job.checkpoint_sync_seconds:
+            s.synced_at = now
+            _sync_home(s, ledger, settings, results)
+
+    return poll
+
+
+def _sync_home(s: UpRun, ledger, settings: Settings, results: str) -> None:
+    """Copy the job's results home now (verified, resumable: what is home already is not read
+    again) and read its tokens; a copy that fails only waits for the next one."""
+    from gpuops.rental import results as copyback
+
+    dest = settings.data_path() / "results" / s.id
+    rep = copyback.fetch_results(s.box, results, dest, deadline_s=max(5.0, min(120.0, settings.job.checkpoint_sync_seconds)))
+    if rep.files and not s.results_path:
+        s.results_path = str(dest)
+        ledger.update(s.id, results_path=s.results_path)
+    got = _read_tokens(s)
+    if got is not None:
+        s.tokens = got
 
 
 def _read_tokens(s: UpRun) -> int | None:
@@ -783,6 +1117,7 @@ def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
             if dest.exists():
                 s.results_path = str(dest)
     ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
+    s.collected = True
     return None
 
 
@@ -841,17 +1176,20 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
         requested = EndReason.parse(row.end_reason) if row is not None else None
     except Exception:  # noqa: BLE001  a ledger that fails here must not stop the destroy
         row = None
-    reason = requested or _agent_reason(s) or s.end_reason or EndReason.ERROR
+    taken = s.end_reason == EndReason.PREEMPTED  # the box is stopped or gone: read nothing more from it
+    reason = requested or (None if taken else _agent_reason(s)) or s.end_reason or EndReason.ERROR
     s.end_reason = reason
     fault_point("teardown")
     if s.instance is None and s.stage == "create":
         _adopt_by_label(s, provider, ledger)
     elif s.instance is not None and row is not None and row.instance_id is None:
         _book_instance(s, ledger, s.instance, "create_returned")  # create returned, the row update did not happen
-    if s.job_started and not s.tokens_booked and s.box is not None:
+    if s.job_started and not s.tokens_booked and s.box is not None and not taken:
         got = _read_tokens(s)
         if got is not None:
             s.tokens, s.tokens_booked = got, True
+    elif taken and s.tokens:
+        s.tokens_booked = True  # the tokens read at the last checkpoint copy
     reporter.stage("teardown", str(reason))
     if s.job_started and s.box is not None and row is not None:  # interrupted mid-job: the rest of the log first
         from gpuops.rental.joblog import keep_log

@@ -129,6 +129,55 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
     return d
 
 
+def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
+    """``ledger show run-...``: a run and its rentals, in attempt order, with why each ended.
+    Returns ``{"run": {id, experiment, provider, status, started, ended, end_reason, detail,
+    recover, recover_on, attempts, max_hours, max_usd}, "rentals": [{session, attempt, started,
+    card, usd_per_hour, seconds, cost_usd, end_reason, why}], "cost_usd", "seconds", "tokens"}``;
+    ``why``: the end reason with what the provider showed (taken back: stopped, offline) or the
+    stage that failed. ``run_id``: the id or a unique prefix. BadInput for an unknown or ambiguous run."""
+    import json
+
+    from ledger.reports import iso
+
+    tz = _tz_checked(tz)
+    run = ledger.get_run(run_id)
+    if run is None:  # a unique prefix, as for sessions (runs are few: a scan of their ids)
+        ids = [r.id for r in ledger.runs() if r.id.startswith(run_id)]
+        if len(ids) > 1:
+            raise BadInput(f"{run_id!r} names {len(ids)} runs: {', '.join(ids[:5])}", "type more of the run id")
+        run = ledger.get_run(ids[0]) if ids else None
+    if run is None:
+        raise BadInput(f"no run {run_id!r} in the ledger", "list runs with `gpuops ledger sessions --runs`")
+    rentals = []
+    for r in ledger.run_rentals(run.id):
+        why = r.end_reason or r.status
+        for e in ledger.events(r.id):
+            try:
+                d = json.loads(e.detail) if e.detail.startswith("{") else {}
+            except ValueError:
+                d = {}
+            if e.kind == "taken_back":
+                why = f"{r.end_reason}: the provider showed it {d.get('raw_status') or d.get('status')} during {d.get('stage')}"
+            elif e.kind == "stage_failed" and r.end_reason != "preempted":
+                why = f"{r.end_reason}: {d.get('stage')} failed: {d.get('error')}"
+        closed = r.status == "closed"
+        rentals.append({"session": r.id, "attempt": r.attempt, "started": iso(r.created_at, tz), "card": r.card,
+                        "usd_per_hour": r.usd_per_hour, "seconds": r.billed_seconds if closed else None,
+                        "cost_usd": round(r.cost_usd or 0.0, 6) if closed else None, "tokens": r.tokens or 0,
+                        "end_reason": r.end_reason, "why": why})
+    return {
+        "run": {"id": run.id, "experiment": run.experiment, "provider": run.provider, "status": run.status,
+                "started": iso(run.created_at, tz), "ended": iso(run.ended_at, tz), "end_reason": run.end_reason,
+                "detail": run.detail, "recover": run.recover, "recover_on": run.recover_on, "attempts": run.attempts,
+                "max_hours": run.max_hours, "max_usd": run.max_usd},
+        "rentals": rentals,
+        "cost_usd": round(sum(x["cost_usd"] or 0.0 for x in rentals), 6),
+        "seconds": round(sum(x["seconds"] or 0.0 for x in rentals), 3),
+        "tokens": sum(x["tokens"] for x in rentals),
+    }
+
+
 MAX_TOKENS = 2**63 - 1  # the ledger's tokens column: a 64-bit signed integer (SQLite INTEGER, PostgreSQL BIGINT)
 
 

@@ -48,6 +48,13 @@ def render_summary(summ: dict) -> None:
         ("job exit code", str(summ["exit_code"]) if summ["exit_code"] is not None else "- (the job did not finish)"),
         ("slowest step", _slowest(summ)),
     ]
+    run = summ.get("run")
+    if run:  # up --recover: the figures above are the whole run's; one line per rental below
+        rows.insert(0, ("run", f"{run['id']}: {run['end_reason']} after {run['rentals']} rental(s)"
+                        + (f" ({run['detail']})" if run.get("detail") else "")))
+        for r in summ.get("rentals", []):
+            cost = "open" if r["cost_usd"] is None else money(r["cost_usd"], sim)
+            rows.append((f"rental {r['attempt']}", f"{r['session']}: {r['end_reason']}, {float(r['seconds'] or 0):.1f} s, {cost}"))
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
     books = summ.get("ledger") or {}

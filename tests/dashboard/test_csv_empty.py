@@ -8,7 +8,7 @@ def test_ledger_sessions_csv_with_no_sessions_is_its_header(gpuops_home, cli):
     # header the README promises ("--format csv: header first").
     out = cli("ledger", "sessions", "--format", "csv")
     assert out.returncode == 0, out.stderr
-    assert out.stdout == ("session,started,date,experiment,provider,card,gpu_count,status,end_reason,"
+    assert out.stdout == ("session,run,started,date,experiment,provider,card,gpu_count,status,end_reason,"
                           "hours,usd_per_hour,cost_usd,simulated,tokens,usd_per_mtoken,conclusion\n")
 
 
@@ -19,7 +19,7 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
     assert ps.returncode == 0, ps.stderr
     header = ps.stdout.splitlines()
     assert len(header) == 1 and header[0].startswith("session,experiment,job,provider,card,gpu_count,spot,")
-    assert header[0].endswith(",owner,account,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds")
+    assert header[0].endswith(",owner,account,run_id,attempt,max_session_usd,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds")
     rec = cli("reconcile", "--format", "csv")
     assert (rec.returncode, rec.stdout) == (0, "session,kind,detail\n"), rec.stderr
     vols = cli("volumes", "list", "--format", "csv")

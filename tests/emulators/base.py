@@ -79,7 +79,7 @@ class EmuInstance:
     usd_per_hour: float
     storage_usd_per_hour: float
     created_t: float
-    state: str = "provisioning"  # provisioning | running | stopped | destroyed
+    state: str = "provisioning"  # provisioning | running | stopped | offline (host gone: bills nothing) | destroyed
     spot: bool = False
     bid: float | None = None
     preempted: bool = False
@@ -273,12 +273,15 @@ class Market:
             inst.state = "stopped"
             return True
 
-    def preempt(self, instance_id: str) -> None:
-        """An interruptible instance loses its GPU to a higher bid: stopped, still billing disk."""
+    def preempt(self, instance_id: str, mode: str = "outbid") -> None:
+        """An interruptible instance is taken back. ``mode`` "outbid": it loses its GPU to a higher
+        bid: stopped, still billing disk. "host_gone": its host machine went offline: the
+        instance shows ``offline`` and bills nothing more (GPU and disk went with the host)."""
+        assert mode in ("outbid", "host_gone"), mode
         with self.lock:
             inst = self.find(instance_id)
             assert inst is not None and inst.spot, "only a live interruptible instance can be preempted"
-            inst.state = "stopped"
+            inst.state = "stopped" if mode == "outbid" else "offline"
             inst.preempted = True
 
     def delete_from_console(self, instance_id: str) -> None:
@@ -452,8 +455,8 @@ class Emulator:
     def add_account(self, api_key: str, balance_usd: float = 100.0) -> str:
         return self.market.add_account(api_key, balance_usd)
 
-    def preempt(self, instance_id: str) -> None:
-        self.market.preempt(instance_id)
+    def preempt(self, instance_id: str, mode: str = "outbid") -> None:
+        self.market.preempt(instance_id, mode)
 
     def delete_from_console(self, instance_id: str) -> None:
         self.market.delete_from_console(instance_id)

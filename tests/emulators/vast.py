@@ -134,6 +134,8 @@ class VastEmulator(Emulator):
         elif inst.state == "stopped":
             actual = "stopped"
             intended = "running" if inst.preempted else "stopped"
+        elif inst.state == "offline":  # Market.preempt(mode="host_gone"): the host machine went offline
+            actual = "offline"
         else:
             actual = "running"
         running = actual == "running"
@@ -145,7 +147,8 @@ class VastEmulator(Emulator):
         req = inst.request
         row = {
             "id": int(inst.id), "label": inst.label, "actual_status": actual, "intended_status": intended, "cur_state": actual or "created",
-            "next_state": intended, "status_msg": "outbid: stopped until the bid wins again" if inst.preempted else (actual or "scheduling"),
+            "next_state": intended, "status_msg": ("host machine offline" if actual == "offline" else "outbid: stopped until the bid wins again")
+            if inst.preempted else (actual or "scheduling"),
             "start_date": inst.created_t, "end_date": None, "extra_env": [[k, v] for k, v in (req.get("env") or {}).items()],
             "is_bid": inst.spot, "min_bid": o["min_bid"], "dph_total": round(inst.usd_per_hour, 6), "dph_base": o["dph_base"],
             "num_gpus": inst.delivered.get("num_gpus", o["num_gpus"]), "gpu_name": inst.delivered.get("gpu_name", o["gpu_name"]), "gpu_ram": o["gpu_ram"], "machine_id": o["machine_id"], "host_id": o["host_id"],
