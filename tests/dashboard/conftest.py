@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.books.conftest import build_books, ledger_url  # noqa: F401  (fixture)
+from tests.books.conftest import _rented, build_books, ledger_url, utc  # noqa: F401  (fixture)
 from tests.conftest import REPO, gpuops_cmd
 from tests.support.browser import Browser
 from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
@@ -26,6 +26,20 @@ def artifacts_dir() -> Path:
     return Path(os.environ.get("GPUOPS_TEST_ARTIFACTS") or REPO / "test-artifacts") / "dashboard"
 
 
+def add_earlier_months(led) -> None:
+    """Sessions before November, for the trend (with tests/books' s7, Oct 31 -> Nov 1):
+
+    s8  2026-09-30 23:00 UTC  sweep  runpod rtx-4090  1.00 $/h  7200 s: 1 h in September, 1 h in October
+    s9  2026-08-12 10:00 UTC  sim    local  a100-40gb 0.90 $/h  1800 s  0.45 $ SIMULATED
+    """
+    t8 = utc(2026, 9, 30, 23, 0)
+    _rented(led, "s8", t8, price=1.00, started=t8, experiment="sweep", card="rtx-4090")
+    led.close("s8", t8 + 7200.0, "job_end", exit_code=0)
+    t9 = utc(2026, 8, 12, 10, 0)
+    _rented(led, "s9", t9, price=0.90, started=t9, experiment="sim", provider="local", card="a100-40gb", simulated=True)
+    led.close("s9", t9 + 1800.0, "job_end", exit_code=0)
+
+
 @pytest.fixture
 def dash_env(cli_env, ledger_url):  # noqa: F811
     """cli_env pointed at a ledger holding the books of tests/books plus a note full of markup."""
@@ -34,6 +48,7 @@ def dash_env(cli_env, ledger_url):  # noqa: F811
     led = Ledger(ledger_url)
     try:
         build_books(led)
+        add_earlier_months(led)
         led.note("s4", HOSTILE_NOTE)
     finally:
         led.engine.dispose()

@@ -227,4 +227,18 @@ def test_open_boxes_first_live_and_readable_at_390px(dash_env, dashboard_url, br
                                         ".map(d => [d.label, d.data]))")))
         assert got["real USD"] == [g["cost_usd"] for g in month[group]]
         assert got["simulated USD (not charged)"] == [g["simulated_usd"] for g in month[group]]
+    # the month against the 5 before it: a bar chart on screen at 390 px, each month's figures
+    # equal `ledger month YYYY-MM --json`, real and simulated apart
+    got = dict(json.loads(page.eval("JSON.stringify(Chart.getChart(document.getElementById('trend-chart')).data.datasets"
+                                    ".map(d => [d.label, d.data]))")))
+    months = json.loads(page.eval("JSON.stringify(Chart.getChart(document.getElementById('trend-chart')).data.labels)"))
+    assert months == ["2026-06", "2026-07", "2026-08", "2026-09", "2026-10", "2026-11"]
+    cli = [json.loads(run_cli(dash_env, "ledger", "month", m, "--tz", "UTC", "--json").stdout) for m in months]
+    assert got["real USD"] == [c["total_usd"] for c in cli] and got["simulated USD (not charged)"] == [c["simulated_usd"] for c in cli]
+    assert cli[2]["simulated_usd"] > 0 == cli[2]["total_usd"] and cli[3]["total_usd"] > 0  # Aug simulated only, Sep real
+    box = json.loads(page.eval("(b => JSON.stringify([b.left, b.right, b.width, b.height]))"
+                               "(document.getElementById('trend-chart').getBoundingClientRect())"))
+    assert box[0] >= 0 and box[1] <= 390 and box[2] > 200 and box[3] > 100, box
+    line = page.eval("document.getElementById('trend-line').innerText")
+    assert f"${cli[5]['total_usd']:,.4f} this month (2026-11) vs ${cli[4]['total_usd']:,.4f} last month (2026-10)" in line, line
     page.screenshot(artifacts_dir() / "served-open-boxes-390px.png")

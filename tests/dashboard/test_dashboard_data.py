@@ -167,3 +167,34 @@ def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypat
     html = page.render(d, inline=True)
     assert "runpod balance <span" in html and "$100.0000" in html and "the floor is $20.0000" in html
     assert html.count('aria-label="runpod credit above the floor"') == 1
+
+
+def test_the_trend_equals_ledger_month_for_each_month(dash_env, ledger_url, monkeypatch):
+    """The month against the 5 before it: each month's real and simulated USD is what
+    `gpuops ledger month YYYY-MM --json` says, the two never added; one month crosses into the next."""
+    from gpuops.config import load_settings
+    from gpuops.views.dashboard import page
+    from gpuops.views.dashboard.data import build, earlier_months
+
+    assert earlier_months("2026-02", 3) == ["2025-12", "2026-01", "2026-02"]
+    months = earlier_months("2026-11")
+    assert months == ["2026-06", "2026-07", "2026-08", "2026-09", "2026-10", "2026-11"]
+    monkeypatch.setenv("GPUOPS_LEDGER_URL", ledger_url)
+    d = build(load_settings(None), "2026-11", "UTC", read_status=lambda row: None)
+    assert [t["month"] for t in d["trend"]] == months
+    for t in d["trend"]:
+        r = run_cli(dash_env, "ledger", "month", t["month"], "--tz", "UTC", "--json")
+        assert r.returncode == 0, r.stderr
+        cli = json.loads(r.stdout)
+        assert (t["total_usd"], t["simulated_usd"], t["sessions"]) == (cli["total_usd"], cli["simulated_usd"], cli["sessions"]), t["month"]
+    by = {t["month"]: t for t in d["trend"]}
+    # hand-computed: s8 runs 1 h either side of Sep/Oct at $1/h; s7 is 29 min of October at $0.40/h
+    assert by["2026-09"]["total_usd"] == pytest.approx(1.0, abs=1e-6) and by["2026-09"]["simulated_usd"] == 0
+    assert by["2026-10"]["total_usd"] == pytest.approx(1.0 + 0.40 * 1740 / 3600, abs=1e-6)  # s7 bills from 23:31
+    assert by["2026-08"] == {"month": "2026-08", "total_usd": 0, "simulated_usd": pytest.approx(0.45, abs=1e-6), "sessions": 1, "open_sessions": 0}
+    assert by["2026-07"]["sessions"] == 0 and by["2026-07"]["total_usd"] == 0
+    assert by["2026-11"]["total_usd"] == d["report"]["total_usd"] and by["2026-11"]["simulated_usd"] == d["report"]["simulated_usd"] > 0
+    html = page.render(d, inline=True)
+    line = html.split('<p id="trend-line">')[1].split("</p>")[0]
+    assert f"{page.fmt(by['2026-11']['total_usd'])}</span> this month (2026-11) vs" in line
+    assert f"{page.fmt(by['2026-10']['total_usd'])}</span> last month (2026-10), real USD" in line

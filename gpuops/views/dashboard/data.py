@@ -24,7 +24,8 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
     Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
     ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
     "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
-    "billing_now" (``live``'s totals), "budget" (``budget``)}``.
+    "billing_now" (``live``'s totals), "budget" (``budget``), "trend" (``trend``: this month and the
+    5 before it)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
@@ -49,7 +50,33 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
         "watchdog": [{"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))],  # who enforces the money layer
         "billing_now": _totals(boxes),
         "budget": budget(settings, now),
+        "trend": trend(reader, report["month"], tz),
     }
+
+
+TREND_MONTHS = 6  # the shown month and the 5 before it
+
+
+def earlier_months(month: str, count: int = TREND_MONTHS) -> list[str]:
+    """``count`` months ending at ``month`` (``YYYY-MM``), oldest first: ``2026-02`` with 3 gives
+    ``["2025-12", "2026-01", "2026-02"]``."""
+    y, m = int(month[:4]), int(month[5:7])
+    out = []
+    for back in range(count - 1, -1, -1):
+        n = y * 12 + (m - 1) - back
+        out.append(f"{n // 12:04d}-{n % 12 + 1:02d}")
+    return out
+
+
+def trend(reader, month: str, tz: str | None = None) -> list[dict]:
+    """The month against earlier months: for ``month`` and the 5 before it (oldest first), the
+    figures of ``gpuops ledger month YYYY-MM --json`` (``gpuops.rental.ledger_service.month``, one
+    report per month, summed in SQL): ``[{"month","total_usd" (real USD),"simulated_usd" (never
+    charged, kept apart),"sessions","open_sessions"}]``. Raises BadInput for a bad zone."""
+    from gpuops.rental import ledger_service as books
+
+    keep = ("month", "total_usd", "simulated_usd", "sessions", "open_sessions")
+    return [{k: rep[k] for k in keep} for rep in (books.month(reader, m, tz) for m in earlier_months(month))]
 
 
 def _totals(boxes: list[dict]) -> dict:

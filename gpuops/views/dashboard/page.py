@@ -104,6 +104,7 @@ def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str
     chart = {"month": data["month"], "tz_words": words, "days": rep["days"],
              "by_experiment": [{"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_experiment"]],
              "by_card": [{"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_card"]],
+             "trend": [{"month": t["month"], "cost_usd": t["total_usd"], "simulated_usd": t["simulated_usd"]} for t in data["trend"]],
              "live_url": "api/open.json" + (f"?tz={quote(tz_value)}" if tz_value else "") if not inline else None,
              "poll_seconds": POLL_SECONDS}
     return _env().get_template("page.html").render(

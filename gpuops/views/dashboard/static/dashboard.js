@@ -43,6 +43,8 @@
   var col = function (rows, k) { return rows.map(function (r) { return r[k]; }); };
   stacked(document.getElementById("daily-chart"), data.days.map(function (d) { return d.date.slice(8); }),
           col(data.days, "cost_usd"), col(data.days, "simulated_usd"), false, data.month + " (" + data.tz_words + ")");
+  stacked(document.getElementById("trend-chart"), col(data.trend, "month"), col(data.trend, "cost_usd"),
+          col(data.trend, "simulated_usd"), false, "month (" + data.tz_words + ")");
   stacked(document.getElementById("experiment-chart"), col(data.by_experiment, "name"), col(data.by_experiment, "cost_usd"),
           col(data.by_experiment, "simulated_usd"), true, "by experiment");
   stacked(document.getElementById("card-chart"), col(data.by_card, "name"), col(data.by_card, "cost_usd"),
