@@ -15,7 +15,7 @@ def _ids(env, *args) -> list[str]:
 
 
 def test_newest_first_with_filters(dash_env):
-    assert _ids(dash_env) == ["s6", "s4", "s3", "s5", "s2", "s1", "s7"]
+    assert _ids(dash_env) == ["s6", "s4", "s3", "s5", "s2", "s1", "s7", "s8", "s9"]  # s8, s9: the trend's earlier months
     assert _ids(dash_env, "--experiment", "finetune") == ["s6", "s5"]
     assert _ids(dash_env, "--since", "2026-11-05") == ["s6", "s4", "s3"]
     r = run_cli(dash_env, "ledger", "sessions", "--json", "--limit", "2")

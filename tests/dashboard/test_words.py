@@ -20,7 +20,7 @@ def test_month_header_names_the_zone_and_counts_right(dash_env):
     r = run_cli(dash_env, "ledger", "month", "2026-10", "--tz", "UTC")
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert "2026-10 (days in UTC)" in first and "| 1 session |" in first
+    assert "2026-10 (days in UTC)" in first and "| 2 sessions |" in first  # s7 (Oct 31) and s8 (Sep 30, 1 h in October)
     r = run_cli(dash_env, "ledger", "month", "2026-11")  # no --tz: the machine's zone, by name
     assert "(days in this machine's time zone, UTC)" in r.stdout.splitlines()[0]
 
