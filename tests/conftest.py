@@ -223,7 +223,7 @@ def _no_leftover_processes(request):
         return
     tmp = request.node.funcargs.get("tmp_path")
     roots = [str(tmp)] if tmp is not None else []
-    left = procs.wait_gone(lambda: procs.of_test(nodeid, roots), LEAK_GRACE_S)
+    left = procs.wait_gone(lambda: procs.of_test(nodeid, os.environ[procs.RUN_VAR], roots), LEAK_GRACE_S)
     if left:
         procs.kill(left)
         pytest.fail(f"{len(left)} process(es) outlived this test and its fixtures (killed now):\n"

@@ -124,11 +124,14 @@ def of_run(run_id: str, roots: list[str], procs: list[Proc] | None = None) -> li
     return found
 
 
-def of_test(nodeid: str, roots: list[str], procs: list[Proc] | None = None) -> list[Proc]:
-    """Processes a single test left: carrying its node id, or living under its temp dirs."""
+def of_test(nodeid: str, run_id: str, roots: list[str], procs: list[Proc] | None = None) -> list[Proc]:
+    """Processes a single test of run ``run_id`` left: carrying its node id and the run's id, or
+    living under its temp dirs. The run id keeps two suites on one machine (two checkouts, or CI
+    beside an engineer's run) that run the same test at once from reaping each other's processes."""
     found = []
     for p in scan() if procs is None else procs:
-        if p.env.get(TEST_VAR) == nodeid or (roots and p.env.get(TEST_VAR) != SESSION and (
+        ours = p.env.get(TEST_VAR) == nodeid and p.env.get(RUN_VAR) == run_id
+        if ours or (roots and p.env.get(TEST_VAR) != SESSION and (
                 _under(p.cwd, roots) or _under(p.env.get(BOX_MARKER, ""), roots) or any(r in p.cmdline for r in roots))):
             if not is_xdist_worker(p):
                 found.append(p)
