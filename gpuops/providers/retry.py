@@ -1,62 +1,90 @@
-"""Bounded retries for provider calls (tenacity): only rate limits and server errors, never a create.
+"""The one retry policy (tenacity) for every bounded retry on the laptop side.
 
-A create is not blindly retried: a 5xx can hide a create that did happen (providers' create is not
-idempotent). The providers instead look the label up after an ambiguous create failure.
+Provider calls retry rate limits and server errors only, never a create: a 5xx can hide a create
+that did happen (providers' create is not idempotent), so a create's retry looks the label up
+before it tries again (``runpod.py``, ``vast.py``). The same policy retries ``end_rental``'s
+destroy (its ``destroy_failed`` event is the ``after`` hook), the launcher's look-up by label after
+a failed create, and a results copy's read after a dropped connection (``rental/results.py``).
+Every use is bounded: by ``attempts``, by ``budget_s`` seconds of trying, or by an absolute
+``deadline``; the backoff is ``wait_s`` doubling each retry up to ``max_wait_s``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, TypeVar
-
-from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from gpuops.providers.base import ProviderError
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """``attempts`` tries in all, waits growing from ``wait_s`` x2 each time up to ``max_wait_s``,
-    and never more than ``budget_s`` seconds of trying (so the retry loop has a deadline too)."""
+    """``attempts`` tries in all (None: until the deadline), waits growing from ``wait_s`` x2 each
+    time up to ``max_wait_s``, and never more than ``budget_s`` seconds of trying (None: the
+    attempts, or the caller's deadline, bound it). Seconds throughout."""
 
-    attempts: int = 4
+    attempts: int | None = 4
     wait_s: float = 1.0
     max_wait_s: float = 8.0
-    budget_s: float = 60.0
+    budget_s: float | None = 60.0
     # One provider call (its retries included) ends within this many seconds, and reads at most
     # this many bytes per HTTP reply (gpuops/providers/http_guard.py has the sources of both).
     call_deadline_s: float = 60.0
     max_reply_bytes: int = 16 * 2**20
+
+    def for_create(self) -> RetryPolicy:
+        """This policy for a create's retries (each after a label look-up found nothing): the same
+        attempts and backoff, no ``budget_s`` (the create call's ``call_deadline_s`` bounds it)."""
+        return replace(self, budget_s=None)
 
 
 # A server's Retry-After is honoured up to this many seconds (the vastai SDK's own cap, 60 s).
 MAX_RETRY_AFTER_S = 60.0
 
 
-def _retryable(e: BaseException) -> bool:
+def retryable(e: BaseException) -> bool:
+    """Whether ``e`` is a ProviderError worth another try (rate limit, 5xx)."""
     return isinstance(e, ProviderError) and e.retryable
 
 
-def call_with_retries(fn: Callable[[], T], policy: RetryPolicy) -> T:
-    """``fn()``; a retryable ProviderError (rate limit, 5xx) is retried per ``policy``; the last
-    error is re-raised when attempts or time run out. Other exceptions pass through at once."""
-    backoff = wait_exponential(multiplier=policy.wait_s, min=policy.wait_s, max=policy.max_wait_s)
+def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, *, retry_on: Callable[[BaseException], bool] = retryable,
+                      retry_after: bool = True, deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
+                      after: Callable[[RetryCallState], None] | None = None,
+                      before_sleep: Callable[[RetryCallState], None] | None = None,
+                      sleep: Callable[[float], None] | None = None) -> T:
+    """``fn()``, retried per ``policy`` while ``retry_on(exception)`` holds; the last exception is
+    re-raised when attempts, ``budget_s`` or ``deadline`` run out, any other at once.
 
-    def wait(state) -> float:
-        # A rate limit that says when to come back (ProviderError.retry_after_s, from Retry-After)
-        # wins over our own backoff.
-        asked = getattr(state.outcome.exception(), "retry_after_s", None) if state.outcome else None
+    ``retry_after``: a ProviderError's ``retry_after_s`` (the server's Retry-After, capped at
+    ``MAX_RETRY_AFTER_S``) wins over a shorter backoff. ``deadline``: an absolute ``clock()``
+    time no wait may end past. ``after``: called after every failed attempt that ``retry_on``
+    accepts (the last one too); ``before_sleep``: before each wait; ``sleep``: how to wait
+    (default ``time.sleep``). Raises ValueError for a policy with no bound at all (no attempts,
+    no ``budget_s``, no ``deadline``): every wait has a deadline.
+    """
+    if policy.attempts is None and policy.budget_s is None and deadline is None:
+        raise ValueError("a retry needs attempts, budget_s or a deadline")
+    from tenacity import Retrying, retry_if_exception, stop_after_attempt, stop_after_delay, stop_any, wait_exponential
+
+    backoff = wait_exponential(multiplier=policy.wait_s, max=policy.max_wait_s)  # wait_s * 2**(n-1), capped
+
+    def wait(state: RetryCallState) -> float:
+        asked = getattr(state.outcome.exception(), "retry_after_s", None) if retry_after and state.outcome else None
         return max(backoff(state), min(float(asked), MAX_RETRY_AFTER_S)) if asked else backoff(state)
 
-    r = Retrying(
-        retry=retry_if_exception(_retryable),
-        stop=stop_after_attempt(max(1, policy.attempts)) | stop_after_delay(policy.budget_s),
-        wait=wait,
-        reraise=True,
-    )
-    try:
-        return r(fn)
-    except RetryError as e:  # pragma: no cover - reraise=True re-raises the ProviderError itself
-        raise e.last_attempt.exception() from None
+    def past_deadline(state: RetryCallState) -> bool:  # the next wait would end past the deadline
+        return deadline is not None and clock() + state.upcoming_sleep > deadline
+
+    stops = [past_deadline]
+    if policy.attempts is not None:
+        stops.append(stop_after_attempt(max(1, policy.attempts)))
+    if policy.budget_s is not None:
+        stops.append(stop_after_delay(policy.budget_s))
+    return Retrying(retry=retry_if_exception(retry_on), stop=stop_any(*stops), wait=wait, after=after, before_sleep=before_sleep,
+                    sleep=sleep or time.sleep, reraise=True)(fn)
