@@ -389,27 +389,23 @@ class RunPodProvider(Provider):
             body["dataCenterIds"] = [inputs.check_provider_id(spec.volume_region, "RunPod datacenter id")]
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
-        attempts = max(1, self.retry.attempts)
-        last: ProviderError | None = None
-        pod: Any = None
-        for attempt in range(attempts):
+
+        def once() -> tuple[Any, Instance | None]:  # (the reply's pod, or the pod an ambiguous failure made)
             try:
-                _, pod = self._rest("POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True)
-                break
+                return self._rest("POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True)[1], None
             except ProviderError as e:
                 if not e.retryable:
                     raise e from None
-                last = e
                 found = self._find_label(label)
-                if found is not None:
-                    found.extra["recovered_after"] = e.message
-                    found.created_at = max(found.created_at or 0.0, asked_at)
-                    return found
-                if attempt + 1 < attempts:
-                    time.sleep(min(self.retry.max_wait_s, self.retry.wait_s * (2**attempt)))
-        else:
-            assert last is not None
-            raise last
+                if found is None:
+                    raise
+                found.extra["recovered_after"] = e.message
+                found.created_at = max(found.created_at or 0.0, asked_at)
+                return None, found
+
+        pod, found = call_with_retries(once, self.retry.for_create(), retry_after=False)
+        if found is not None:
+            return found
         try:
             inst = self._instance(self._object(pod, None, "create a pod"))
         except (KeyError, TypeError, ValueError, ProviderError):

@@ -344,11 +344,10 @@ class VastProvider(Provider):
             return res
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
-        attempts = max(1, self.retry.attempts)
-        for attempt in range(attempts):
+
+        def once() -> tuple[Any, Instance | None]:  # (the create's answer, or the instance an ambiguous failure made)
             try:
-                res = self._call(f"rent offer {ask}", rent, retries=False, creating=True)
-                break
+                return self._call(f"rent offer {ask}", rent, retries=False, creating=True), None
             except ProviderError as e:
                 if e.kind == ProviderErrorKind.BID_TOO_LOW and not e.instance_id:
                     # Undocumented whether a refused bid leaves a (stopped, disk-billing) instance;
@@ -366,13 +365,15 @@ class VastProvider(Provider):
                 if not e.retryable:
                     raise
                 found = self._find_label(label)
-                if found is not None:
-                    found.extra["recovered_after"] = e.message
-                    found.created_at = max(found.created_at or 0.0, asked_at)
-                    return found
-                if attempt + 1 >= attempts:
+                if found is None:
                     raise
-                time.sleep(min(self.retry.max_wait_s, self.retry.wait_s * (2**attempt)))
+                found.extra["recovered_after"] = e.message
+                found.created_at = max(found.created_at or 0.0, asked_at)
+                return None, found
+
+        res, found = call_with_retries(once, self.retry.for_create(), retry_after=False)
+        if found is not None:
+            return found
         iid = str(res["new_contract"])
         inst = None
         try:

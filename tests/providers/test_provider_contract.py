@@ -145,6 +145,24 @@ def test_create_that_fails_but_creates_is_recovered(side):
     assert side.emu.live() == []
 
 
+def test_a_create_that_keeps_failing_is_tried_attempts_times_with_a_look_up_after_each(side, monkeypatch):
+    from types import SimpleNamespace
+
+    from gpuops.providers import retry
+
+    offer = side.offer()
+    waits: list[float] = []
+    monkeypatch.setattr(retry, "time", SimpleNamespace(sleep=waits.append, monotonic=time.monotonic))  # nothing sleeps
+    side.emu.faults.inject[side.ops["create"]] = [502] * 10
+    lists = side.sent("list")
+    with pytest.raises(ProviderError) as e:
+        side.provider.create(offer, side.spec())
+    assert e.value.kind == ProviderErrorKind.SERVER
+    assert side.sent("create") == FAST_RETRY.attempts and side.sent("list") - lists == FAST_RETRY.attempts
+    assert waits == pytest.approx([0.01, 0.02, 0.04], abs=1e-9)  # wait_s doubling (cap 0.05 not reached), no budget_s
+    assert side.emu.live() == []
+
+
 def test_offer_vanishing_between_search_and_create_says_try_the_next(side):
     offer = side.offer()
     side.emu.faults.vanish_on_create = True
