@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
+from gpuops.providers.retry import RetryPolicy, call_with_retries
 
 # `up`'s stages, in order. validate and plan rent nothing; intent writes the row before create.
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
@@ -72,10 +73,13 @@ def failure_reason(stage: str, error: BaseException, decided: EndReason | None) 
     return got or decided or EndReason.ERROR
 
 
-# Destroy retries: a provider hiccup must not leave a box billing. Backoff 1, 2, 4, 8 s (cap 10 s).
+# Destroy retries: a provider hiccup must not leave a box billing. Backoff 1, 2, 4, 8 s (cap 10 s);
+# every ProviderError is retried (not only rate limits and 5xx), bounded by the attempts and each
+# destroy call's own deadline (Provider.call_deadline_s), so no budget_s.
 DESTROY_ATTEMPTS = 5
 DESTROY_BACKOFF_S = 1.0
 DESTROY_BACKOFF_CAP_S = 10.0
+DESTROY_RETRY = RetryPolicy(attempts=DESTROY_ATTEMPTS, wait_s=DESTROY_BACKOFF_S, max_wait_s=DESTROY_BACKOFF_CAP_S, budget_s=None)
 
 
 @dataclass
@@ -290,17 +294,17 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
     if iid and provider is not None and not (refused and inst is None):
         already_gone = inst is None or inst.status == InstanceStatus.GONE
         last_err: ProviderError | None = None
-        for attempt in range(max(1, attempts)):
-            try:
-                provider.destroy(iid)
-                last_err = None
-                break
-            except ProviderError as e:  # keep trying: a box left running is the one unforgivable bug
-                last_err = e
-                if session_id:
-                    ledger.event(session_id, EventKind.DESTROY_FAILED, {"attempt": attempt + 1, "kind": e.kind.value, "by": by})
-                if attempt + 1 < attempts:
-                    sleep(min(DESTROY_BACKOFF_S * 2**attempt, DESTROY_BACKOFF_CAP_S))
+
+        def failed(state) -> None:  # every failed try is booked, the last one too
+            if session_id:
+                ledger.event(session_id, EventKind.DESTROY_FAILED,
+                             {"attempt": state.attempt_number, "kind": state.outcome.exception().kind.value, "by": by})
+
+        try:  # keep trying: a box left running is the one unforgivable bug
+            call_with_retries(lambda: provider.destroy(iid), replace(DESTROY_RETRY, attempts=attempts),
+                              retry_on=lambda e: isinstance(e, ProviderError), retry_after=False, after=failed, sleep=sleep)
+        except ProviderError as e:
+            last_err = e
         if last_err is not None:
             if session_id:
                 ledger.event(session_id, EventKind.DESTROY_GAVE_UP, {"instance": iid, "by": by, "error": str(last_err)})
