@@ -31,6 +31,7 @@ from gpuops.agent.jobio import tokens_from_metrics
 from gpuops.errors import BadInput, GpuopsError
 from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
+from gpuops.providers.retry import RetryPolicy, call_with_retries
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"
 # On the box, everything gpuops owns lives under <root>/.gpuops
@@ -1134,17 +1135,18 @@ def _agent_reason(s: UpRun) -> EndReason | None:
     return EndReason.parse((st.get("destroy") or {}).get("reason"))
 
 
+# The look-up by label after a failed create: 3 tries, waits 1 s then 2 s.
+ADOPT_RETRY = RetryPolicy(attempts=3, wait_s=1.0, max_wait_s=2.0, budget_s=None)
+
+
 def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
     """After a create that failed, was interrupted or raised something not a provider's: the
     instance may exist anyway (the request reached the provider). Find it by its label, book it."""
-    for attempt in range(3):
-        try:
-            found = provider.find_by_label(s.label)
-            break
-        except ProviderError:
-            if attempt == 2:
-                return
-            time.sleep(1.0 + attempt)
+    try:  # any ProviderError: 3 tries, 1 s then 2 s apart (each look-up has its provider call's deadline)
+        found = call_with_retries(lambda: provider.find_by_label(s.label), ADOPT_RETRY, retry_on=lambda e: isinstance(e, ProviderError),
+                                  retry_after=False)
+    except ProviderError:
+        return
     if found is None:
         return
     _book_instance(s, ledger, found, "label")

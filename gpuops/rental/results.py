@@ -183,6 +183,25 @@ def _transient(e: BaseException) -> bool:
     return isinstance(e, (EOFError, OSError, ConnectionError)) or (isinstance(e, GpuopsError) and "connect" in str(e).lower())
 
 
+def _no_sftp(e: BaseException) -> bool:
+    return type(e).__name__ == "NoSftp"
+
+
+def _read_chunk(reader: _Reader, remote_abs: str, offset: int, size: int, deadline: float, rep: CopyReport) -> bytes:
+    """``size`` bytes of ``remote_abs`` from ``offset``; after a dropped connection, reconnect and
+    read again, waiting ``RETRY_WAIT_S`` doubling to 8 s, while the next wait ends by ``deadline``
+    (a ``time.monotonic()`` value). Raises the last error when the deadline passes, any other at once."""
+    from gpuops.providers.retry import RetryPolicy, call_with_retries
+
+    def reconnect(_state) -> None:
+        reader.reset()
+        rep.reconnects += 1
+
+    policy = RetryPolicy(attempts=None, wait_s=RETRY_WAIT_S, max_wait_s=8.0, budget_s=None)  # the deadline bounds it
+    return call_with_retries(lambda: reader.read(remote_abs, offset, size), policy, retry_on=lambda err: _transient(err) and not _no_sftp(err),
+                             retry_after=False, deadline=deadline, before_sleep=reconnect)
+
+
 def _fetch_one(reader: _Reader, remote_abs: str, target: Path, e: Entry, deadline: float, rep: CopyReport, on_progress=None) -> str | None:
     """Copy one file into ``target`` (resuming ``target.gpuops-part``); None on success, else why."""
     part = target.with_name(target.name + ".gpuops-part")
@@ -193,24 +212,17 @@ def _fetch_one(reader: _Reader, remote_abs: str, target: Path, e: Entry, deadlin
             have = 0
         if attempt == 0:
             rep.resumed_bytes += have
-        wait = RETRY_WAIT_S
         if not part.exists():  # an empty file has no chunk to create it
             os.close(os.open(part, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600))
         while have < e.size:
             try:
-                chunk = reader.read(remote_abs, have, min(CHUNK, e.size - have))
+                chunk = _read_chunk(reader, remote_abs, have, min(CHUNK, e.size - have), deadline, rep)
             except Exception as err:
-                if type(err).__name__ == "NoSftp":  # a box without SFTP (gpuops.box.remote, agent build): whole-file copy over exec
+                if _no_sftp(err):  # a box without SFTP (gpuops.box.remote, agent build): whole-file copy over exec
                     return _fetch_whole(reader.box, remote_abs, target, part, e, rep)
                 if not _transient(err):
                     return f"{type(err).__name__}: {err}"
-                if time.monotonic() + wait > deadline:
-                    return f"connection lost and the copy deadline passed ({type(err).__name__})"
-                reader.reset()
-                rep.reconnects += 1
-                time.sleep(wait)
-                wait = min(wait * 2, 8.0)
-                continue
+                return f"connection lost and the copy deadline passed ({type(err).__name__})"
             if not chunk:
                 return f"the file is shorter on the box than listed ({have} of {e.size} bytes)"
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -218,7 +230,6 @@ def _fetch_one(reader: _Reader, remote_abs: str, target: Path, e: Entry, deadlin
                 f.write(chunk)
             have += len(chunk)
             rep.bytes += len(chunk)
-            wait = RETRY_WAIT_S
             if on_progress is not None:
                 on_progress(rep)
         if _sha256_file(part) == e.sha256:
