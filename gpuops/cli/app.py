@@ -32,7 +32,7 @@ app.add_typer(ledger_app, name="ledger")
 from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
 
 app.add_typer(volumes_app, name="volumes")
-from gpuops.cli.options import CONFIG_OPT, FORMAT_OPT, JSON_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings  # noqa: E402
+from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings, output_options  # noqa: E402
 
 CARD_HELP = "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
 
@@ -49,6 +49,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 
 @app.command()
+@output_options()
 def up(
     job: Path = typer.Option(..., "--job", help="Script to run on the box (bash .sh, python .py, or an executable)."),
     card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
@@ -78,8 +79,7 @@ def up(
     recover: Optional[str] = typer.Option(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover)."),
     recover_on: Optional[str] = typer.Option(None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Rent a box, bootstrap it, run JOB, tear it down, book the session.
 
@@ -90,7 +90,6 @@ def up(
     from gpuops.views import ui
     from gpuops.providers import NAMES
 
-    fmt = emit.pick(fmt, json_out)
     if exit_code not in ("gpuops", "job"):
         raise BadInput(f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code")
     card, gpu_count = _card_count(card, gpu_count)
@@ -188,6 +187,7 @@ def _recover_flags(recover: str | None, recover_on: str | None) -> dict:
 
 
 @app.command("offers")
+@output_options()
 def offers(
     card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
     vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
@@ -203,8 +203,7 @@ def offers(
     max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
     limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
     from gpuops.views import emit
@@ -212,7 +211,6 @@ def offers(
     from gpuops.views import ui
     from gpuops.planning.sizing import parse_positive_int
 
-    fmt = emit.pick(fmt, json_out)
     card, count = _card_count(card, str(gpu_count))
     gpu_count = int(count)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", "4096", "1"):
@@ -227,6 +225,7 @@ def offers(
 
 
 @app.command()
+@output_options()
 def plan(
     model: Optional[str] = typer.Option(None, "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
     dtype: str = typer.Option("auto", "--dtype", help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4."),
@@ -241,16 +240,13 @@ def plan(
     max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
     card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them)."),
     vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
 
     `gpuops plan storage --model M` answers the other question: keep the weights on a volume or refetch them every run."""
-    from gpuops.views.emit import pick
     from gpuops.views.sizing import plan_command
 
-    fmt = pick(fmt, json_out)
     if card == "list":  # the catalog's cards, as `gpuops cards`
         from gpuops.views.cards import show_cards
 
@@ -266,6 +262,7 @@ def plan(
 
 
 @app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
+@output_options()
 def plan_spot(
     card: Optional[str] = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
@@ -274,14 +271,12 @@ def plan_spot(
     spot_usd_per_hour: Optional[str] = typer.Option(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's."),
     on_demand_usd_per_hour: Optional[str] = typer.Option(None, "--on-demand-usd-per-hour", help="The on-demand price instead of the cheapest offer's."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """What a spot run (up --spot --recover N) costs against one on-demand box: the break-even preemption rate from the two prices."""
     from gpuops.views import emit
     from gpuops.views import spot as spot_view
 
-    fmt = emit.pick(fmt, json_out)
     need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
     rep = spot_view.spot_plan(_settings(config) if need_offers else None, card=card, provider=provider, gpu_count=gpu_count,
                               lost_minutes=lost_minutes, spot_usd_per_hour=spot_usd_per_hour, on_demand_usd_per_hour=on_demand_usd_per_hour)
@@ -289,6 +284,7 @@ def plan_spot(
 
 
 @app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
+@output_options()
 def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
     runs_per_month: str = typer.Option("20", "--runs-per-month", help="Boxes per month that need the weights."),
@@ -298,32 +294,28 @@ def plan_storage(
     card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
     usd_per_hour: Optional[str] = typer.Option(None, "--usd-per-hour", help="Box price instead of the card's reference price."),
     usd_per_gb_month: Optional[str] = typer.Option(None, "--usd-per-gb-month", help="Volume price instead of the provider's."),
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
-    from gpuops.views.emit import pick
     from gpuops.planning.storage import storage_plan
     from gpuops.views.storage import render
 
-    fmt = pick(fmt, json_out)
     render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
                         usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), fmt)
 
 
 @app.command()
+@output_options()
 def ps(
     everyone: bool = typer.Option(False, "--all/--mine", help="Every user's open sessions, or only yours (default: yours)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """List open sessions (boxes that may be billing): yours by default, with their owner."""
     from gpuops.views import emit
     from gpuops.rental import sessions
     from gpuops.views import ui
 
-    fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True, snapshot=True)
     ledger = sessions.open_ledger(settings)
     me = settings.owner()
@@ -346,30 +338,28 @@ app.command("ls", hidden=True, help="Same as `gpuops ps` (runpodctl's `get pod`,
 
 
 @app.command()
+@output_options()
 def cards(
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """The cards gpuops knows: names and aliases for --card, memory, bandwidth, reference price."""
     from gpuops.views.cards import show_cards
-    from gpuops.views.emit import pick
 
-    show_cards(pick(fmt, json_out))
+    show_cards(fmt)
 
 
 @app.command()
+@output_options()
 def down(
     session: Optional[str] = typer.Argument(None, help="Session id (or a unique prefix)."),
     all_open: bool = typer.Option(False, "--all", help="Take down every open session of yours (rented with a key you hold)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Destroy a session's box now and close its row (reason: manual)."""
     from gpuops.views import emit
     from gpuops.rental import sessions
 
-    fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True)
     from gpuops.views.progress import waiting
 
@@ -413,12 +403,12 @@ def logs(
 
 
 @app.command()
+@output_options(formats=("table", "json"), help="table (lines, default) or json: one JSON object per action, one per line.")
 def watchdog(
     interval: float = typer.Option(30.0, "--interval", help="Seconds between ticks."),
     once: bool = typer.Option(False, "--once", help="One reconcile and one tick, then exit (for cron)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = typer.Option(None, "--format", help="table (lines, default) or json: one JSON object per action, one per line."),
-    json_out: bool = typer.Option(False, "--json", help="Shorthand for --format json."),
+    fmt: str = "table",
     verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
     install: bool = typer.Option(False, "--install", help="Run it as a user service (systemd user unit / launchd agent) with these settings."),
     uninstall: bool = typer.Option(False, "--uninstall", help="Stop and remove the user service."),
@@ -427,9 +417,7 @@ def watchdog(
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
     With --once, --interval says how often your cron runs it (the views call a pass late after 3)."""
-    from gpuops.views.emit import pick
-
-    json_out = pick(fmt, json_out, allowed=("table", "json")) == "json"
+    json_out = fmt == "json"
     if interval <= 0:
         raise BadInput(f"--interval must be > 0 seconds, got {interval:g}", "e.g. --interval 30")
     if install + uninstall + service_status + once > 1:
@@ -474,17 +462,16 @@ def watchdog(
 
 
 @app.command()
+@output_options()
 def reconcile(
     destroy_unknown: bool = typer.Option(False, "--destroy-unknown", help="Also destroy gpuops- instances this ledger has no row for."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
     from gpuops.views import emit
     from gpuops.rental import reconcile as rec
 
-    fmt = emit.pick(fmt, json_out)
     settings = _settings(config, emergency=True)
     from gpuops.views.progress import waiting
 
@@ -502,6 +489,7 @@ def reconcile(
 
 
 @app.command()
+@output_options()
 def check(
     provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: RunPod and Vast; --rent: [up] provider, else the one with a key)."),
     live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
@@ -509,14 +497,12 @@ def check(
     max_usd: Optional[float] = typer.Option(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10)."),
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="The whole check's wall time in minutes (default [check] max_minutes, 10)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box."""
     from gpuops.views import emit
     from gpuops.providers import NAMES
 
-    fmt = emit.pick(fmt, json_out)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
     if rent and not live:

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuops.cli.options import CONFIG_OPT, CSV_OPT, FORMAT_OPT, JSON_OPT, TZ_OPT, _fmt, _ledger, _reader, _settings
+from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _ledger, _reader, _settings, output_options
 from gpuops.errors import BadInput
 
 
@@ -17,15 +17,14 @@ ledger_app = typer.Typer(help="The books: what each session and month cost.", no
 
 
 @ledger_app.command("month")
+@output_options(csv=True)
 def ledger_month(
     month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
     tz: Optional[str] = TZ_OPT,
     by: Optional[str] = typer.Option(None, "--by", help="'day': add a day-by-day table."),
     plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal (table format only)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
-    csv_out: bool = CSV_OPT,
+    fmt: str = "table",
 ) -> None:
     """What the month cost: totals, by experiment, by card, by provider.
 
@@ -35,7 +34,6 @@ def ledger_month(
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
-    fmt = _fmt(fmt, json_out, csv_out)
     if plot and fmt != "table":
         raise BadInput(f"--plot draws a chart in the terminal; --format {fmt} has no place for it",
                        "drop --plot, or drop --format/--json/--csv (the days are in the output with --by day)")
@@ -44,14 +42,13 @@ def ledger_month(
 
 
 @ledger_app.command("experiments")
+@output_options(csv=True)
 def ledger_experiments(
     since: Optional[str] = typer.Option(None, "--since", help="First day, YYYY-MM-DD."),
     until: Optional[str] = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
-    csv_out: bool = CSV_OPT,
+    fmt: str = "table",
 ) -> None:
     """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion.
 
@@ -60,11 +57,11 @@ def ledger_experiments(
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
-    fmt = _fmt(fmt, json_out, csv_out)
     ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
 
 
 @ledger_app.command("sessions")
+@output_options(csv=True)
 def ledger_sessions(
     since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
     experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
@@ -72,15 +69,12 @@ def ledger_sessions(
     runs: bool = typer.Option(False, "--runs", help="List runs (up --recover) with their rentals' total instead."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
-    csv_out: bool = CSV_OPT,
+    fmt: str = "table",
 ) -> None:
     """Past sessions, newest first: when, run, experiment, card, hours, cost, end reason, conclusion."""
     from gpuops.views import emit
     from gpuops.views import session_history as history
 
-    fmt = _fmt(fmt, json_out, csv_out)
     if runs:
         if experiment is not None:
             raise BadInput("--experiment filters sessions; --runs lists runs", "drop one of them")
@@ -96,20 +90,18 @@ def ledger_sessions(
 
 
 @ledger_app.command("show")
+@output_options(csv=True)
 def ledger_show(
     session: str = typer.Argument(..., help="Session id (or a unique prefix), or a run id (run-...)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
-    csv_out: bool = CSV_OPT,
+    fmt: str = "table",
 ) -> None:
     """Every field of one session, its bootstrap steps, its events, where logs and results are;
     for a run (run-...): its rentals and why each ended."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
-    fmt = _fmt(fmt, json_out, csv_out)
     if session.startswith("run-"):
         from gpuops.views import emit
         from gpuops.views import session_history as history
@@ -122,37 +114,35 @@ def ledger_show(
 
 
 @ledger_app.command("note")
+@output_options()
 def ledger_note(
     session: str = typer.Argument(...),
     text: str = typer.Argument(..., help="One-line conclusion."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Record a session's one-line conclusion."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import emit
     from gpuops.views import ui
 
-    fmt = _fmt(fmt, json_out)
     r = books.note(_ledger(config), session, text)
     emit.emit(r, fmt, lambda: print(f"{r['session']}: {ui.safe(r['conclusion'])}"))
 
 
 @ledger_app.command("tokens")
+@output_options()
 def ledger_tokens(
     session: str = typer.Argument(...),
     n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Set a session's token count after the fact (for $/Mtoken)."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import emit
     from gpuops.views.ui import money
 
-    fmt = _fmt(fmt, json_out)
     r = books.tokens(_ledger(config), session, n)
     per = r["usd_per_mtoken"]
     emit.emit(r, fmt, lambda: print(f"{r['session']}: {r['tokens']:,} tokens"
@@ -193,20 +183,19 @@ def ledger_export(
 
 
 @ledger_app.command("import")
+@output_options()
 def ledger_import(
     file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
     tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
     strict: bool = typer.Option(False, "--strict", help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import emit
     from gpuops.views.session_history import plural
 
-    fmt = _fmt(fmt, json_out)
     r = books.import_csv(_ledger(config), file, tz, strict=strict)
     for line, msg in r["warnings"]:
         sys.stderr.write(f"warning: {Path(file).name}:{line}: {msg}\n")
@@ -215,17 +204,16 @@ def ledger_import(
 
 
 @ledger_app.command("replay")
+@output_options()
 def ledger_replay(
     lines: Optional[List[str]] = typer.Argument(None, help="Lines `up` printed when no spool could hold them (default: replay the spool)."),
     config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
+    fmt: str = "table",
 ) -> None:
     """Apply writes the ledger refused: the spool (what `ps`, `watchdog` and `reconcile` also do), or
     the lines `up` printed when its spools could not be written either."""
     from gpuops.views import emit
 
-    fmt = _fmt(fmt, json_out)
     led = _ledger(config)
     if lines:
         bad = [i + 1 for i, line in enumerate(lines) if not led.replay_line(line)]
@@ -239,20 +227,18 @@ def ledger_replay(
 
 
 @ledger_app.command("sync")
+@output_options(csv=True)
 def ledger_sync(
     month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
     apply: bool = typer.Option(False, "--apply", help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines."),
-    fmt: Optional[str] = FORMAT_OPT,
-    json_out: bool = JSON_OPT,
-    csv_out: bool = CSV_OPT,
+    fmt: str = "table",
 ) -> None:
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
-    fmt = _fmt(fmt, json_out, csv_out)
     settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
     if apply:
         from ledger import Ledger

@@ -1,21 +1,20 @@
-"""What several command groups share: the output and config options, the settings load, the ledger
-openers, and the one way a table is printed to a pipe that may close."""
+"""What several command groups share: the output options (one decorator), the config option, the
+settings load, the ledger openers, and the one way a table is printed to a pipe that may close."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import sys
-from typing import Optional
+from typing import Callable, Optional, Sequence
 
 import typer
 
 from gpuops.errors import BadInput
 
 
-JSON_OPT = typer.Option(False, "--json", help="Shorthand for --format json.")
-CSV_OPT = typer.Option(False, "--csv", help="Shorthand for --format csv.")
-FORMAT_OPT = typer.Option(None, "--format", help="table (default), json or csv: JSON indent 2, times ISO-8601 UTC; CSV header first.")
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
 
 
@@ -67,10 +66,43 @@ def _print_lossy(render) -> None:
 TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.g. Europe/Berlin (default: local).")
 
 
-def _fmt(fmt: Optional[str], json_out: bool, csv_out: bool = False) -> str:
-    from gpuops.views.emit import pick
+FORMAT_HELP = "table (default), json or csv: JSON indent 2, times ISO-8601 UTC; CSV header first."
 
-    return pick(fmt, json_out, csv_out)
+
+def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json", "csv"),
+                   help: str = FORMAT_HELP) -> Callable:
+    """Decorator: give a command ``--format`` and ``--json`` (and ``--csv`` with ``csv=True``) and
+    call it with the one format asked for as ``fmt`` (a str of ``formats``; default ``table``).
+
+    The command declares ``fmt: str`` without a default; the options take its place in the
+    signature typer reads (so ``--help`` lists them where ``fmt`` stood). Two formats at once, an
+    unknown one, or one outside ``formats`` is BadInput before the command runs
+    (``gpuops.views.emit.pick``, the convention of every machine output)."""
+    shorthands = [("json_out", "--json", "json")] + ([("csv_out", "--csv", "csv")] if csv else [])
+
+    def decorate(command: Callable) -> Callable:
+        sig = inspect.signature(command, eval_str=True)
+        params = list(sig.parameters.values())
+        at = [p.name for p in params].index("fmt")
+        added = [inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                                   default=typer.Option(None, "--format", help=help))]
+        added += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                                    default=typer.Option(False, flag, help=f"Shorthand for --format {value}."))
+                  for name, flag, value in shorthands]
+        params[at:at + 1] = added
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
+
+        @functools.wraps(command)
+        def run(*args, fmt: Optional[str] = None, json_out: bool = False, csv_out: bool = False, **kwargs):
+            from gpuops.views.emit import pick
+
+            return command(*args, fmt=pick(fmt, json_out, csv_out, allowed=formats), **kwargs)
+
+        run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return decorate
 
 
 def _ledger(config: Optional[str]):

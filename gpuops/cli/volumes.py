@@ -9,14 +9,12 @@ from typing import Optional
 
 import typer
 
+from gpuops.cli.options import CONFIG_OPT, output_options
 from gpuops.errors import BadInput
 
 volumes_app = typer.Typer(help="Persistent volumes that survive the destroy (RunPod network volumes, Vast volumes).",
                           no_args_is_help=True)
 
-CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
-JSON_OPT = typer.Option(False, "--json", help="Shorthand for --format json.")
-FORMAT_OPT = typer.Option(None, "--format", help="table (default), json or csv (gpuops.views.emit's convention).")
 # Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).
 DROP_ORDER = ("mount", "region", "name")
 
@@ -43,12 +41,6 @@ def _input_errors():
         if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.UNSUPPORTED, ProviderErrorKind.BAD_REQUEST):
             raise BadInput(e.message, e.fix) from None
         raise
-
-
-def pick(fmt: Optional[str], json_out: bool) -> str:
-    from gpuops.views.emit import pick as pick_format  # not at import: gpuops.cli.app imports this module
-
-    return pick_format(fmt, json_out)
 
 
 def _print(vols: list, fmt: str, notes: list[str]) -> None:
@@ -79,8 +71,9 @@ def _print(vols: list, fmt: str, notes: list[str]) -> None:
 
 
 @volumes_app.command("list")
+@output_options()
 def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help="runpod | vast (default: every provider with a key)."),
-                 config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
+                 config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
     """Your volumes: size (GB), region/datacenter, monthly cost (USD)."""
     from gpuops.config import load_settings
     from gpuops.providers import configured, get_provider
@@ -104,15 +97,16 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
             if provider:
                 raise
             notes.append(f"{name}: {e}")
-    _print(vols, pick(fmt, json_out), notes)
+    _print(vols, fmt, notes)
 
 
 @volumes_app.command("create")
+@output_options()
 def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod | vast."),
                    name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
                    size_gb: float = typer.Option(..., "--size-gb", help="Size in GB (10^9 bytes)."),
                    region: str = typer.Option("", "--region", help="RunPod datacenter (e.g. EU-RO-1, required); Vast country code or machine:<id>."),
-                   config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
+                   config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
     from gpuops.providers.volumes import check_name, check_size, service
 
@@ -122,13 +116,14 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod 
         raise BadInput("a RunPod network volume lives in one datacenter", "add --region, e.g. --region EU-RO-1")
     with _input_errors():
         vol = service(_provider(provider, config)).create(name, size_gb, region)
-    _print([vol], pick(fmt, json_out), [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
+    _print([vol], fmt, [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
 
 
 @volumes_app.command("delete")
+@output_options()
 def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"),
                    yes: bool = typer.Option(False, "--yes", help="Really delete: the data on it is lost."),
-                   config: Optional[str] = CONFIG_OPT, fmt: Optional[str] = FORMAT_OPT, json_out: bool = JSON_OPT) -> None:
+                   config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
     """Delete a volume and everything on it (weights, caches, kept results)."""
     from gpuops.providers.volumes import parse_ref, resolve, service
 
@@ -143,7 +138,6 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
         if not typer.confirm(f"{what}. Delete it?", default=False, err=True):
             sys.stderr.write("not deleted\n")
             raise typer.Exit(1)
-    fmt = pick(fmt, json_out)
     service(p).delete(vol.id)
     if fmt != "table":
         from gpuops.views import emit
