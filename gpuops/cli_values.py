@@ -1,74 +1,54 @@
-"""Option values of the plain types (str, float, int, bool) coerced without importing pydantic.
+"""Option values read without importing pydantic: text as given, a ``parser=`` option through its parser.
 
-typer 0.29 coerces every option and argument value through a pydantic ``TypeAdapter`` built on the
-parameter's first use (``typer/core.py`` ``_TyperParameter.get_runtime_param`` ->
-``typer/_coercion.py`` ``build_runtime_param`` -> ``typer/_adapters.py``), even for ``--config
-PATH`` given as text or left unset. Importing pydantic for that costs ~60 ms, about what
-`gpuops --help` takes in all, on every command with such an option (`ps`, `watchdog --once`,
-`ledger month`). typer offers no setting for it (``click_type`` is gone in 0.29; a ``parser=``
-is wrapped in a TypeAdapter too).
+typer 0.29 reads every option and argument value through a pydantic ``TypeAdapter`` it builds on
+the parameter's first use (``typer/core.py`` ``_TyperParameter.process_value`` ->
+``typer/_coercion.py`` ``build_runtime_param`` -> ``typer/_adapters.py``), even for ``--config``
+left unset. Importing pydantic for that costs ~90 ms, about what `gpuops ps` takes in all, on every
+command with an option that is not a flag. typer has no setting for it.
 
-``install()`` wraps typer's ``build_runtime_param`` so that a parameter annotated exactly ``str``,
-``float``, ``int`` or ``bool`` (no parser, range, choices, path or file options) first tries the
-unambiguous spellings, with the result typer's adapter gives for them (``typer/_adapters.py``:
-``_parse_cli_str`` returns a ``str`` as is; pydantic's lax ``float``/``int`` from the canonical
-decimal text; a ``bool`` or ``float`` value as is). Any other value goes to the runtime typer
-itself builds (then, lazily), so every error message and every unusual spelling (``" 1_000 "``,
-``"inf"``, ``"yes"``) is typer's and pydantic's own. tests/core/test_cli_values.py checks both
-against typer's adapters. A typer without these internals is left alone (slower, same results).
+``install()`` wraps typer's ``build_runtime_param`` for the two kinds of parameter the CLI
+declares: one annotated exactly ``str`` (no parser, choices, path or file options: typer's adapter
+returns a ``str`` as is) and a number read by its ``parser=`` (``gpuops.cli.options.Number``: the
+one way the CLI types a number; typer's adapter only calls the parser). A ``bool`` or ``None``
+value passes as is. Anything else (another type or value, a parser's ``ValueError``) goes to the
+runtime typer itself builds, lazily, so its message is typer's own. A typer without these
+internals is left alone (slower, same results). tests/core/test_cli_values.py checks both.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 _MISS = object()
-# Decimal text both float() and pydantic read alike (no blanks, underscores, inf/nan, hex).
-_FLOAT_TEXT = re.compile(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]{1,3})?")
-_INT_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
-
-
-def _str(value: Any) -> Any:
-    return value if type(value) is str else _MISS
-
-
-def _float(value: Any) -> Any:
-    if type(value) is float:
-        return value
-    if type(value) is str and _FLOAT_TEXT.fullmatch(value):
-        return float(value)
-    return _MISS
-
-
-def _int(value: Any) -> Any:
-    if type(value) is int:
-        return value
-    if type(value) is str and _INT_TEXT.fullmatch(value):
-        return int(value)
-    return _MISS
-
-
-def _bool(value: Any) -> Any:
-    return value if type(value) is bool else _MISS
-
-
-PLAIN = {str: _str, float: _float, int: _int, bool: _bool}
 
 
 def plain_coercer(descriptor: Any):
-    """The fast coercion for a typer ``TypeDescriptor``, or None when typer's own is needed."""
+    """The direct reading for a typer ``TypeDescriptor``, or None when typer's own is needed."""
     info = descriptor.parameter_info
-    fast = PLAIN.get(descriptor.annotation) if isinstance(descriptor.annotation, type) else None
-    if fast is None or descriptor.file_annotation is not None:
+    if descriptor.file_annotation is not None or getattr(info, "min", None) is not None or getattr(info, "max", None) is not None:
         return None
-    if getattr(info, "parser", None) is not None or getattr(info, "min", None) is not None or getattr(info, "max", None) is not None:
-        return None
-    return fast
+    parser = getattr(info, "parser", None)
+    if parser is not None:
+        return _parsed(parser)
+    if descriptor.annotation is str:
+        return lambda value: value if type(value) is str else _MISS
+    if descriptor.annotation is bool:
+        return lambda value: value if type(value) is bool else _MISS
+    return None
+
+
+def _parsed(parser):
+    def read(value: Any) -> Any:
+        try:
+            return parser(value)
+        except (ValueError, AssertionError):  # typer's own runtime words it (pydantic catches these)
+            return _MISS
+
+    return read
 
 
 def install() -> bool:
-    """Wrap typer's runtime-parameter builder (once). Returns whether the fast path is in place."""
+    """Wrap typer's runtime-parameter builder (once). Returns whether the direct path is in place."""
     try:
         from typer import _coercion, core
     except ImportError:  # pragma: no cover  (another typer layout: its own coercion, unchanged)
@@ -83,11 +63,11 @@ def install() -> bool:
 
     @dataclass(frozen=True)
     class PlainRuntimeParam(base):  # type: ignore[misc, valid-type]
-        """str/float/int/bool: canonical spellings here, anything else through typer's own runtime."""
+        """Text and parsed numbers here, anything else through typer's own runtime."""
 
         descriptor: Any = None
         fast: Any = None
-        slow: list = field(default_factory=list)  # typer's runtime, built on the first unusual value
+        slow: list = field(default_factory=list)  # typer's runtime, built on the first value it must read
 
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             out = self.fast(value)

@@ -32,7 +32,7 @@ app.add_typer(ledger_app, name="ledger")
 from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
 
 app.add_typer(volumes_app, name="volumes")
-from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings, output_options  # noqa: E402
+from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings, number, output_options  # noqa: E402
 
 CARD_HELP = "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
 
@@ -58,17 +58,19 @@ def up(
     spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
         "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
         "Vast.ai bids the offer's minimum (it can be taken back); RunPod has no spot, so on-demand; local: on-demand.")),
-    max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
-    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Hard TTL of the box in hours."),
+    max_price: Optional[float] = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
+                                        unit="USD per hour"),
+    max_hours: Optional[float] = number(None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"),
     idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
     model: Optional[str] = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
     dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."),
-    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
-    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
-    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them)."),
+    seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
+    batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
+    gpu_count: int = number(1, "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them).", example="2",
+                            whole=True),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
     vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
     volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
@@ -76,7 +78,8 @@ def up(
     exit_code: str = typer.Option("gpuops", "--exit-code", help=(
         "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
         "exit code when it ran (else the gpuops code).")),
-    recover: Optional[str] = typer.Option(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover)."),
+    recover: Optional[int] = number(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover).",
+                                    example="3 (a run of at most 4 rentals)", whole=True, unit="re-rentals"),
     recover_on: Optional[str] = typer.Option(None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."),
     config: Optional[str] = CONFIG_OPT,
     fmt: str = "table",
@@ -134,7 +137,7 @@ def up(
         req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
         req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
         req.allow_unverified = allow_unverified
-    elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", "4096", "1", False):
+    elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", 4096, 1, False):
         raise BadInput("--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model", "add --model, e.g. --model llama-3-8b")
     from gpuops.views.console_reporter import ConsoleReporter
 
@@ -163,21 +166,17 @@ def up(
         raise typer.Exit(code)
 
 
-def _recover_flags(recover: str | None, recover_on: str | None) -> dict:
+def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
     """``--recover N`` / ``--recover-on R,R`` as [job] settings; BadInput (one line) for a count
     that is not a whole number in [0, MAX_RECOVER] or a reason a run never re-rents on."""
     from gpuops.config import MAX_RECOVER, parse_recover_on
 
     out: dict = {}
     if recover is not None:
-        try:
-            n = int(recover.strip())
-        except ValueError:
-            n = -1
-        if not 0 <= n <= MAX_RECOVER:
-            raise BadInput(f"--recover must be a whole number of re-rentals from 0 to {MAX_RECOVER}, got {recover!r}",
+        if not 0 <= recover <= MAX_RECOVER:
+            raise BadInput(f"--recover must be a whole number of re-rentals from 0 to {MAX_RECOVER}, got {str(recover)!r}",
                            "e.g. --recover 3 (a run of at most 4 rentals)")
-        out["recover"] = n
+        out["recover"] = recover
     if recover_on is not None:
         try:
             out["recover_on"] = parse_recover_on(recover_on)
@@ -190,18 +189,19 @@ def _recover_flags(recover: str | None, recover_on: str | None) -> dict:
 @output_options()
 def offers(
     card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
-    vram_gb: Optional[float] = typer.Option(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes)."),
+    vram_gb: Optional[float] = number(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes).", example="24", unit="GB"),
     model: Optional[str] = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
     dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's)."),
-    seq: str = typer.Option("4096", "--seq", help="With --model: tokens per sequence."),
-    batch: str = typer.Option("1", "--batch", help="With --model: concurrent sequences."),
-    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
+    seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
+    batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
+    gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
     provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: every provider with a key)."),
     spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
         "Interruptible offers only (Vast.ai; RunPod has none), or on-demand only (default: both, each at the price it rents at).")),
-    max_price: Optional[str] = typer.Option(None, "--max-price", help="Highest price in USD per hour for the whole box."),
-    limit: int = typer.Option(20, "--limit", help="Show at most this many offers."),
+    max_price: Optional[float] = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
+                                        unit="USD per hour"),
+    limit: int = number(20, "--limit", help="Show at most this many offers.", example="20", whole=True),
     config: Optional[str] = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -211,9 +211,8 @@ def offers(
     from gpuops.views import ui
     from gpuops.planning.sizing import parse_positive_int
 
-    card, count = _card_count(card, str(gpu_count))
-    gpu_count = int(count)
-    if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", "4096", "1"):
+    card, gpu_count = _card_count(card, gpu_count)
+    if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", 4096, 1):
         raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
     res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
                                   spot=spot, max_price=_parse_price(max_price), limit=limit, model=model, dtype=dtype,
@@ -230,14 +229,17 @@ def plan(
     model: Optional[str] = typer.Option(None, "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
     dtype: str = typer.Option("auto", "--dtype", help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto (the model's, as vLLM), fp32, bf16, fp16, fp8, int8."),
-    batch: str = typer.Option("1", "--batch", help="Concurrent sequences."),
-    seq: str = typer.Option("4096", "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len."),
+    batch: int = number(1, "--batch", help="Concurrent sequences.", example="32", whole=True),
+    seq: int = number(4096, "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len.", example="4096", whole=True),
     engine: Optional[str] = typer.Option(None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."),
     mode: str = typer.Option("infer", "--mode", help="infer | train (same as --engine train: mixed-precision Adam, 16 B/param + activations)."),
-    gpu_count: str = typer.Option("1", "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism."),
-    headroom: Optional[str] = typer.Option(None, "--gpu-memory-utilization", "--headroom", help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90)."),
-    max_num_seqs: Optional[str] = typer.Option(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024)."),
-    max_num_batched_tokens: Optional[str] = typer.Option(None, "--max-num-batched-tokens", help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
+    gpu_count: int = number(1, "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism.", example="2", whole=True),
+    headroom: Optional[float] = number(None, "--gpu-memory-utilization", "--headroom", example="0.9",
+                                       help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90)."),
+    max_num_seqs: Optional[int] = number(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024).",
+                                         example="256", whole=True),
+    max_num_batched_tokens: Optional[int] = number(None, "--max-num-batched-tokens", example="8192", whole=True,
+                                                   help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
     card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them)."),
     vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
     fmt: str = "table",
@@ -255,7 +257,6 @@ def plan(
     if not model:
         raise BadInput("--model is required", "e.g. gpuops plan --model llama-3-8b (--model list shows the models, --card list the cards)")
     card, gpu_count = _card_count(card, gpu_count)
-    # Numbers arrive as text and are checked by the planner, so a typo is a one-line error (exit 2).
     plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
                  headroom=headroom, card=card, fmt=fmt, engine=engine, max_num_seqs=max_num_seqs,
                  max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
@@ -266,10 +267,13 @@ def plan(
 def plan_spot(
     card: Optional[str] = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
     provider: Optional[str] = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
-    gpu_count: int = typer.Option(1, "--gpu-count", help="GPUs in the box."),
-    lost_minutes: str = typer.Option("10", "--lost-minutes", help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint."),
-    spot_usd_per_hour: Optional[str] = typer.Option(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's."),
-    on_demand_usd_per_hour: Optional[str] = typer.Option(None, "--on-demand-usd-per-hour", help="The on-demand price instead of the cheapest offer's."),
+    gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
+    lost_minutes: float = number(10, "--lost-minutes", example="10", unit="minutes",
+                                 help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint."),
+    spot_usd_per_hour: Optional[float] = number(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's.",
+                                                example="0.2", unit="USD per hour"),
+    on_demand_usd_per_hour: Optional[float] = number(None, "--on-demand-usd-per-hour", example="0.5", unit="USD per hour",
+                                                     help="The on-demand price instead of the cheapest offer's."),
     config: Optional[str] = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -287,13 +291,15 @@ def plan_spot(
 @output_options()
 def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
-    runs_per_month: str = typer.Option("20", "--runs-per-month", help="Boxes per month that need the weights."),
-    download_gbps: str = typer.Option("1", "--download-gbps", help="Download rate from the box to the hub, Gbit/s."),
+    runs_per_month: int = number(20, "--runs-per-month", help="Boxes per month that need the weights.", example="20", whole=True),
+    download_gbps: float = number(1, "--download-gbps", help="Download rate from the box to the hub, Gbit/s.", example="1"),
     provider: str = typer.Option("runpod", "--provider", help="runpod | vast: whose volume price applies."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype when the checkpoint size is unknown."),
     card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
-    usd_per_hour: Optional[str] = typer.Option(None, "--usd-per-hour", help="Box price instead of the card's reference price."),
-    usd_per_gb_month: Optional[str] = typer.Option(None, "--usd-per-gb-month", help="Volume price instead of the provider's."),
+    usd_per_hour: Optional[float] = number(None, "--usd-per-hour", help="Box price instead of the card's reference price.", example="2",
+                                           unit="USD per hour"),
+    usd_per_gb_month: Optional[float] = number(None, "--usd-per-gb-month", help="Volume price instead of the provider's.",
+                                               example="0.07", unit="USD per GB-month"),
     fmt: str = "table",
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
@@ -405,7 +411,7 @@ def logs(
 @app.command()
 @output_options(formats=("table", "json"), help="table (lines, default) or json: one JSON object per action, one per line.")
 def watchdog(
-    interval: float = typer.Option(30.0, "--interval", help="Seconds between ticks."),
+    interval: float = number(30.0, "--interval", help="Seconds between ticks.", example="30", unit="seconds"),
     once: bool = typer.Option(False, "--once", help="One reconcile and one tick, then exit (for cron)."),
     config: Optional[str] = CONFIG_OPT,
     fmt: str = "table",
@@ -494,8 +500,10 @@ def check(
     provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: RunPod and Vast; --rent: [up] provider, else the one with a key)."),
     live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
     rent: bool = typer.Option(False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."),
-    max_usd: Optional[float] = typer.Option(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10)."),
-    max_minutes: Optional[float] = typer.Option(None, "--max-minutes", help="The whole check's wall time in minutes (default [check] max_minutes, 10)."),
+    max_usd: Optional[float] = number(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10).",
+                                      example="0.2", unit="USD"),
+    max_minutes: Optional[float] = number(None, "--max-minutes", example="15", unit="minutes",
+                                          help="The whole check's wall time in minutes (default [check] max_minutes, 10)."),
     config: Optional[str] = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -557,7 +565,7 @@ def _emit_json(action) -> None:
 def dashboard(
     month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
     tz: Optional[str] = TZ_OPT,
-    port: int = typer.Option(8765, "--port", help="Port on 127.0.0.1 (0: any free port)."),
+    port: int = number(8765, "--port", help="Port on 127.0.0.1 (0: any free port).", example="8765", whole=True),
     html: Optional[Path] = typer.Option(None, "--html", help="Write the page as one self-contained offline file instead of serving it."),
     config: Optional[str] = CONFIG_OPT,
 ) -> None:

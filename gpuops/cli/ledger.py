@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _ledger, _reader, _settings, output_options
+from gpuops.cli.options import CONFIG_OPT, TZ_OPT, Number, _ledger, _reader, _settings, number, output_options
 from gpuops.errors import BadInput
 
 
@@ -65,7 +65,7 @@ def ledger_experiments(
 def ledger_sessions(
     since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
     experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
-    limit: int = typer.Option(20, "--limit", help="Show at most this many sessions (newest first)."),
+    limit: int = number(20, "--limit", help="Show at most this many sessions (newest first).", example="20", whole=True),
     runs: bool = typer.Option(False, "--runs", help="List runs (up --recover) with their rentals' total instead."),
     tz: Optional[str] = TZ_OPT,
     config: Optional[str] = CONFIG_OPT,
@@ -134,7 +134,8 @@ def ledger_note(
 @output_options()
 def ledger_tokens(
     session: str = typer.Argument(...),
-    n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count)."),
+    n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count).",
+                            parser=Number("the token count", whole=True, fix="e.g. gpuops ledger tokens SESSION 2100000")),
     config: Optional[str] = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:

@@ -34,15 +34,49 @@ def _settings(config: Optional[str], overrides: dict | None = None, emergency: b
     return load_settings(config, overrides, lenient=emergency)
 
 
-def _parse_price(text: Optional[str]) -> Optional[float]:
-    if text is None:
-        return None
-    try:
-        price = float(text)
-    except ValueError:
-        raise BadInput(f"--max-price must be a number of USD per hour, got {text!r}", "e.g. --max-price 2.5") from None
-    if not math.isfinite(price):
-        raise BadInput(f"--max-price must be a finite number of USD per hour, got {text!r}", "e.g. --max-price 2.5")
+class Number:
+    """typer's ``parser=`` for a number on the command line: the text as an ``int`` (``whole``) or
+    a ``float``; anything else is BadInput, one line naming the flag and an example, e.g.
+    ``--batch must be a whole number, got 'x' (e.g. --batch 32)``. A whole number may be written
+    as a float with no fraction (``1e3``, ``4096.0``). Ranges are the command's own checks."""
+
+    def __init__(self, name: str, whole: bool = False, unit: str = "", fix: str = ""):
+        self.name, self.whole, self.unit, self.fix = name, whole, unit, fix
+
+    def __call__(self, value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):  # a default
+            return self._whole(value, value) if self.whole else float(value)
+        text = str(value)
+        try:
+            if self.whole:
+                try:
+                    return int(text)
+                except ValueError:
+                    return self._whole(float(text), text)
+            return float(text)
+        except (ValueError, OverflowError):
+            kind = "whole number" if self.whole else "number"
+            raise BadInput(f"{self.name} must be a {kind}{' of ' + self.unit if self.unit else ''}, got {text!r}", self.fix) from None
+
+    def _whole(self, number: float, text) -> int:
+        if isinstance(number, int):
+            return number
+        if not number.is_integer():
+            raise ValueError(text)
+        return int(number)
+
+
+def number(default, *flags: str, help: str, example: str, whole: bool = False, unit: str = ""):
+    """A numeric option, the one way: ``typer.Option(default, *flags, help=help)`` read by
+    :class:`Number` (annotate it ``int`` with ``whole=True``, else ``float``; ``Optional[...]``
+    with a None default). ``example``: a value for the fix, e.g. ``"4096"`` -> ``e.g. --seq 4096``."""
+    return typer.Option(default, *flags, help=help, parser=Number(flags[0], whole, unit, f"e.g. {flags[0]} {example}"))
+
+
+def _parse_price(price: Optional[float]) -> Optional[float]:
+    """``--max-price`` (a float or None) checked finite: BadInput otherwise."""
+    if price is not None and not math.isfinite(price):
+        raise BadInput(f"--max-price must be a finite number of USD per hour, got {str(price)!r}", "e.g. --max-price 2.5")
     return price
 
 
@@ -118,8 +152,8 @@ def _reader(config: Optional[str]):
     return LedgerReader(_settings(config, emergency=True, snapshot=True).ledger_url())
 
 
-def _card_count(card: Optional[str], gpu_count: str, default: str = "1") -> tuple[Optional[str], str]:
-    """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count text); a plain
+def _card_count(card: Optional[str], gpu_count: int, default: int = 1) -> tuple[Optional[str], int]:
+    """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count); a plain
     ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
     says another count."""
     if not card or ":" not in card:
@@ -127,6 +161,6 @@ def _card_count(card: Optional[str], gpu_count: str, default: str = "1") -> tupl
     name, _, count = card.rpartition(":")
     if not name or not count.isdigit() or int(count) < 1:
         raise BadInput(f"--card {card!r} is not NAME or NAME:COUNT", "e.g. --card a100 or --card a100:2 (2 GPUs in one box)")
-    if str(gpu_count) != default and str(gpu_count) != str(int(count)):
+    if gpu_count != default and gpu_count != int(count):
         raise BadInput(f"--card {card} asks for {int(count)} GPUs and --gpu-count for {gpu_count}", "give the count once")
-    return name, str(int(count))
+    return name, int(count)

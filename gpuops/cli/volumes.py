@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from gpuops.cli.options import CONFIG_OPT, output_options
+from gpuops.cli.options import CONFIG_OPT, number, output_options
 from gpuops.errors import BadInput
 
 volumes_app = typer.Typer(help="Persistent volumes that survive the destroy (RunPod network volumes, Vast volumes).",
@@ -104,7 +104,7 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
 @output_options()
 def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod | vast."),
                    name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
-                   size_gb: float = typer.Option(..., "--size-gb", help="Size in GB (10^9 bytes)."),
+                   size_gb: float = number(..., "--size-gb", help="Size in GB (10^9 bytes).", example="100", unit="GB"),
                    region: str = typer.Option("", "--region", help="RunPod datacenter (e.g. EU-RO-1, required); Vast country code or machine:<id>."),
                    config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""

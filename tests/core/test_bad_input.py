@@ -19,7 +19,7 @@ CASES = {
     "unknown provider": (["up", "--job", "{job}", "--provider", "aws"], "unknown provider 'aws'"),
     "zero max hours": (["up", "--job", "{job}", "--max-hours", "0"], "--max-hours must be > 0"),
     "negative max hours": (["up", "--job", "{job}", "--max-hours", "-1"], "--max-hours must be > 0"),
-    "max hours not a number": (["up", "--job", "{job}", "--max-hours", "two"], "Invalid value for '--max-hours'"),
+    "max hours not a number": (["up", "--job", "{job}", "--max-hours", "two"], "--max-hours must be a number of hours, got 'two'"),
     "no job option": (["up"], "Missing option '--job'"),
     "price not a number": (["up", "--job", "{job}", "--max-price", "cheap"], "--max-price must be a number"),
     "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], "use \"off\""),

@@ -1,5 +1,5 @@
-"""gpuops/cli_values.py: plain option values coerced without pydantic read exactly as typer's own
-coercion reads them (value, type, and error message for what it refuses)."""
+"""gpuops/cli_values.py: option values read without pydantic exactly as typer's own runtime reads
+them, and every number on the command line typed the one way (``gpuops.cli.options.Number``)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 
-import gpuops.cli.app  # noqa: F401  (installs the fast path)
+import gpuops.cli.app  # noqa: F401  (installs the direct path)
 from gpuops import cli_values
+from gpuops.cli.options import Number
+from gpuops.errors import BadInput
 
-SAMPLES = {
-    str: ["", "x", "sqlite:///a b.db", "  spaced  ", "é", b"bytes", 3],
-    float: ["0", "1", "-1", "+1", "1.5", "01", "007", "1e3", "1E-3", "+1.25e+2", "-0", "0.0", "1e308", "1e309",
-            "1.", ".5", " 1", "1_0", "inf", "-inf", "nan", "0x1", "abc", "", 30.0, 2, True],
-    int: ["0", "7", "-7", "+7", "007", "-0", "123456789012345678", "1234567890123456789012", "1.0", "1e3", " 7", "7_0",
-          "abc", "", 5, 5.0, True],
-    bool: [True, False, "true", "yes", "0", "maybe", 1],
-}
+NUMBERS = ["0", "7", "-7", "+7", "007", "-0", "1.5", "1e3", "4096.0", " 7", "7_0", "123456789012345678901234",
+           "inf", "nan", "abc", "", 5, 5.0, 2.5]
 
 
 def _typer_parts():
@@ -32,8 +28,11 @@ def _outcome(runtime, value):
     param = SimpleNamespace(multiple=False, nargs=1, name="opt", opts=["--opt"], human_readable_name="--opt",
                             get_error_hint=lambda ctx: "'--opt'")
     try:
-        return ("ok", type(runtime.coerce(value, param=param, ctx=None)), runtime.coerce(value, param=param, ctx=None))
-    except Exception as e:  # BadParameter: compare its message
+        got = runtime.coerce(value, param=param, ctx=None)
+        return ("ok", type(got), got)
+    except BadInput as e:
+        return ("error", "BadInput", str(e))
+    except Exception as e:  # typer's BadParameter: compare its message
         return ("error", type(e).__name__, getattr(e, "message", str(e)))
 
 
@@ -45,30 +44,74 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("annotation", list(SAMPLES), ids=lambda t: t.__name__)
-def test_plain_values_read_as_typer_reads_them(annotation):
+@pytest.mark.parametrize("annotation,info,values", [
+    (str, {}, ["", "x", "sqlite:///a b.db", "  spaced  ", "é", b"bytes", 3]),
+    (int, {"parser": Number("--n", whole=True, fix="e.g. --n 3")}, NUMBERS),
+    (float, {"parser": Number("--x", unit="hours", fix="e.g. --x 2")}, NUMBERS),
+], ids=["str", "whole", "float"])
+def test_values_read_as_typer_reads_them(annotation, info, values):
     _coercion, core, OptionInfo = _typer_parts()
     assert cli_values.install() is True
-    descriptor = _coercion.resolve_type_descriptor(annotation, OptionInfo())
+    descriptor = _coercion.resolve_type_descriptor(annotation, OptionInfo(**info))
     ours = core.build_runtime_param(descriptor)
     theirs = _coercion.build_runtime_param(descriptor)  # typer's own, unwrapped
     assert type(ours).__name__ == "PlainRuntimeParam"
-    for value in SAMPLES[annotation] + [None]:
+    for value in values + [None]:
         got, want = _outcome(ours, value), _outcome(theirs, value)
         assert _same(got, want), (annotation, value, got, want)
 
 
-def test_ranged_parser_and_path_options_keep_typer_coercion():
+def test_number_words_a_bad_value_with_its_fix():
+    whole, hours = Number("--batch", whole=True, fix="e.g. --batch 32"), Number("--max-hours", unit="hours", fix="e.g. --max-hours 2")
+    assert (whole("1e3"), whole("4096.0"), whole(" 7"), whole(20), hours("2"), hours(30)) == (1000, 4096, 7, 20, 2.0, 30.0)
+    assert type(hours(30)) is float and type(whole(4.0)) is int
+    for bad in ("x", "2.5", "inf", "nan", "1e400"):
+        with pytest.raises(BadInput, match=rf"^--batch must be a whole number, got '{bad}' \(e\.g\. --batch 32\)$"):
+            whole(bad)
+    with pytest.raises(BadInput, match=r"^--max-hours must be a number of hours, got 'two' \(e\.g\. --max-hours 2\)$"):
+        hours("two")
+
+
+def test_ranged_and_path_options_keep_typer_coercion():
     from pathlib import Path
 
     _coercion, core, OptionInfo = _typer_parts()
-    for annotation, info in ((int, OptionInfo(min=1)), (float, OptionInfo(max=2.0)), (str, OptionInfo(parser=str.upper)),
-                             (Path, OptionInfo())):
+    for annotation, info in ((int, OptionInfo(min=1)), (float, OptionInfo(max=2.0)), (int, OptionInfo()), (Path, OptionInfo())):
         descriptor = _coercion.resolve_type_descriptor(annotation, info)
         assert type(core.build_runtime_param(descriptor)).__name__ != "PlainRuntimeParam", (annotation, info)
 
 
-def test_a_bad_number_still_gets_typers_message(cli):
+def _params():
+    import typer
+
+    def walk(cmd, path):
+        if hasattr(cmd, "commands"):  # a group (typer's own click)
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, path + [name])
+        else:
+            for p in cmd.params:
+                yield " ".join(path), p
+
+    yield from walk(typer.main.get_command(gpuops.cli.app.app), [])
+
+
+def test_every_number_is_a_number_option_and_read_without_pydantic():
+    from pathlib import Path
+    from typing import List, Optional, get_args
+
+    numbers, slow = [], []
+    for cmd, p in _params():
+        desc = p.type_descriptor
+        if desc.annotation in (int, float) or set(get_args(desc.annotation)) & {int, float}:
+            numbers.append(f"{cmd} {p.name}")
+            assert isinstance(desc.parameter_info.parser, Number), f"{cmd} {p.name}: type it with gpuops.cli.options.number()"
+        if cli_values.plain_coercer(desc) is None and desc.annotation not in (Path, Optional[Path], List[str], Optional[List[str]]):
+            slow.append(f"{cmd} {p.name}: {desc.annotation}")
+    assert len(numbers) >= 25 and "plan batch" in numbers and "watchdog interval" in numbers
+    assert slow == []
+
+
+def test_a_bad_number_is_one_line_with_its_fix(cli):
     r = cli("watchdog", "--once", "--interval", "soon")
     assert r.returncode == 2
-    assert r.stderr.startswith("error: Invalid value for '--interval': Input should be a valid number, unable to parse string as a number")
+    assert r.stderr == "error: --interval must be a number of seconds, got 'soon' (e.g. --interval 30)\n"
