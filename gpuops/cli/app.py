@@ -17,7 +17,7 @@ import typer
 from gpuops import __version__, cli_values
 from gpuops.errors import BadInput, GpuopsError
 
-cli_values.install()  # str/float/int/bool option values without importing pydantic (see gpuops/cli_values.py)
+cli_values.install()  # text and number() option values without importing pydantic (see gpuops/cli_values.py)
 app = typer.Typer(
     name="gpuops",
     help="Rent a GPU for one job: size it, rent the cheapest fit, bootstrap, run, always tear down, book the cost.",
