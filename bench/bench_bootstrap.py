@@ -61,8 +61,8 @@ def median(xs: list[float]) -> float:
 
 def ssh_numbers(base: Path, repeat: int) -> dict:
     from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_plan
-    from gpuops.config import Settings
     from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
+    from gpuops.config import Settings
     from tests.support.sshd import SshServer
 
     server = SshServer(base / "sshd", extra_path=[base / "bin"])

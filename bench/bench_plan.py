@@ -32,8 +32,7 @@ def _figure(row: dict) -> float:
     import json
     from pathlib import Path
 
-    from gpuops.planning import models
-    from gpuops.planning import sizing as P
+    from gpuops.planning import models, sizing as P
 
     if "config" in row:
         path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
@@ -75,8 +74,7 @@ def _rule_figure(row: dict) -> float:
     import json
     from pathlib import Path
 
-    from gpuops.planning import models
-    from gpuops.planning import sizing as P
+    from gpuops.planning import models, sizing as P
 
     path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
     config = json.loads(path.read_text())

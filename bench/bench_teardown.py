@@ -23,7 +23,6 @@ import json
 import os
 import random
 import secrets
-import signal
 import statistics
 import subprocess
 import sys

@@ -213,7 +213,7 @@ def step_system(step, ctx):
         return info
     try:
         out = subprocess.run([smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise StepError("nvidia-smi did not answer: %s" % e)
     gpus = []
@@ -240,7 +240,7 @@ def step_system(step, ctx):
             warnings[0] if warnings else "no message")[:200]
     info["gpus"] = gpus
     try:
-        rep = subprocess.run([smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=30)
+        rep = subprocess.run([smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
         m = re.search(r"^CUDA Version\s*:\s*(\S+)", rep.stdout, re.M)
         info["cuda"] = None if not m or m.group(1) in ("[N/A]", "N/A") else m.group(1)
     except (OSError, subprocess.TimeoutExpired):
@@ -419,7 +419,7 @@ def code_inputs(step, ctx):
         return {"commit": ref}
     try:
         out = subprocess.run(["git", "ls-remote", "--", step["repo"], ref], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, universal_newlines=True, timeout=60, env=dict(os.environ, **GIT_ENV))
+                             stderr=subprocess.DEVNULL, text=True, timeout=60, env=dict(os.environ, **GIT_ENV))
         lines = out.stdout.split()
         return {"commit": lines[0] if lines else "unresolved:%d" % out.returncode}
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -429,7 +429,7 @@ def code_inputs(step, ctx):
 def _head(dest):
     try:
         out = subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             universal_newlines=True, timeout=30)
+                             text=True, timeout=30)
         return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -664,7 +664,7 @@ RANGE_TRIES = 5  # attempts per range (a dropped connection resumes inside the r
 READ_BLOCK = 1 << 20
 
 
-class _Part(object):
+class _Part:
     """One file being fetched into ``<path>.gpuops-part`` by ranges, resumable across runs: the
     ranges already written are listed in ``<path>.gpuops-part.json`` (with the size and the ETag
     they belong to), and the sha256 of the contiguous prefix is computed as it grows."""
@@ -774,7 +774,7 @@ def _probe(url, headers, timeout):
         return r.geturl(), int(size) if size and size.isdigit() else None, False, etag
 
 
-class _Conn(object):
+class _Conn:
     """A worker's keep-alive connection to one host (urllib opens a new one per request)."""
 
     def __init__(self, timeout):

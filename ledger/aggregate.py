@@ -21,7 +21,7 @@ time rides along in the same scan (no second pass over the rows).
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, share_sql
 

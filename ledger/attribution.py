@@ -19,7 +19,8 @@ open session has spent so far (``accrued``), since a cap must act before the bil
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 Row = Any
 

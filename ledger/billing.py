@@ -8,8 +8,9 @@ back ``ChargeLine`` lists (this package imports nothing of ``gpuops``).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 # Per-second billing (RunPod pods and Vast instances bill by the second; a provider setting may say
 # otherwise and is stored per session in ``sessions.billing_increment_seconds``).

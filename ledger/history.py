@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import namedtuple
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 HISTORY_COLUMNS = (
     "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",

@@ -85,8 +85,7 @@ def _same_account(account: str | None):
 def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None) -> bool:
     """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None:
     everyone); False (and no change) when the same refusal is active."""
-    from sqlmodel import Session as DbSession
-    from sqlmodel import select
+    from sqlmodel import Session as DbSession, select
 
     from ledger.models import Refusal
 
@@ -102,8 +101,7 @@ def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float
 
 def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None, account: str | None = None) -> bool:
     """Lift an active refusal of ``account`` (None: the everyone-refusal); True when one was lifted."""
-    from sqlmodel import Session as DbSession
-    from sqlmodel import select
+    from sqlmodel import Session as DbSession, select
 
     from ledger.models import Refusal
 

@@ -8,7 +8,7 @@ has shipped: add a new one.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection

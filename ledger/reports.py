@@ -15,10 +15,11 @@ tokens (failed runs). Both are USD per 1e6 tokens, None when there are no tokens
 from __future__ import annotations
 
 from bisect import bisect_right
-from operator import attrgetter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Iterable
+from operator import attrgetter
+from typing import Any
 
 from ledger.periods import DAY_RE, MONTH_RE, day_of, day_start, days_in_month, month_bounds, this_month, zone  # noqa: F401 (re-exported)
 

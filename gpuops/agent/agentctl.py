@@ -26,8 +26,9 @@ import os
 import shlex
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from gpuops.agent.bootstrap_config import BOOTSTRAP_PIDFILE
 from gpuops.agent.jobio import JOB_DIR
@@ -191,8 +192,8 @@ def read_status(box, now: float | None = None) -> dict | None:
         status = _clamp_times(doc, now) if isinstance(doc, dict) else None
     job = (status or {}).get("job") or {}
     if status is None or heartbeat_stale(status, now) or job.get("ended_at") is None:
-        from gpuops.errors import GpuopsError
         from gpuops.agent.jobio import job_exit
+        from gpuops.errors import GpuopsError
 
         try:
             ended = job_exit(box)

@@ -12,9 +12,9 @@ import json
 import math
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from gpuops.agent.bootstrap_config import RUNNER_DIR
 from gpuops.errors import GpuopsError

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 from gpuops.errors import GpuopsError
-
 
 q = shlex.quote
 

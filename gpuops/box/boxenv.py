@@ -25,7 +25,7 @@ user's real ``~/.netrc`` and ``~/.cache/huggingface/token``. So:
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from collections.abc import Mapping
 
 ALLOWED = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR", "LD_LIBRARY_PATH"})
 ALLOWED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "HF_HUB_", "HF_ENDPOINT", "UV_", "PIP_", "PYTHON")

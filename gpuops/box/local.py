@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 from bootstrap.localbox import MARKER as BOX_MARKER
-from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, _CopyBudget, _copy_tree_safely, _local_file
+from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, _copy_tree_safely, _CopyBudget, _local_file
 
 
 class LocalBox:

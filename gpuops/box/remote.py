@@ -28,7 +28,7 @@ from gpuops.errors import GpuopsError
 
 
 def open_box(instance, *, data_dir: Path, deadline: float, ssh_key: str = "", root: str | None = None,
-             keepalive_s: float = 15.0, reconnect_s: float = 120.0) -> "LocalBox | SSHBox":
+             keepalive_s: float = 15.0, reconnect_s: float = 120.0) -> LocalBox | SSHBox:
     """The Box for ``instance`` (a providers.base.Instance).
 
     Local instances (``instance.extra["local_root"]``) get a LocalBox on that directory. Others

@@ -8,7 +8,14 @@ import time
 from pathlib import Path
 
 from gpuops.box.base import (
-    GET_MAX_BYTES, GET_MAX_DEPTH, GET_MAX_FILES, _CopyBudget, _local_dir, _local_file, q, safe_name,
+    GET_MAX_BYTES,
+    GET_MAX_DEPTH,
+    GET_MAX_FILES,
+    _CopyBudget,
+    _local_dir,
+    _local_file,
+    q,
+    safe_name,
 )
 from gpuops.errors import BadInput, GpuopsError
 
@@ -214,7 +221,7 @@ class SSHBox:
             raise
         return t
 
-    def connect(self, deadline: float) -> "SSHBox":
+    def connect(self, deadline: float) -> SSHBox:
         """Connect, retrying until ``deadline`` (a ``time.monotonic()`` value) while sshd is not
         listening or not yet accepting our key. Raises HostKeyChanged at once, SshUnreachable at
         the deadline. Creates ``root`` on the box."""
@@ -385,7 +392,6 @@ class SSHBox:
 
     # -- Box ------------------------------------------------------------------------------------
     def run(self, command, *, timeout, env=None, on_line=None):
-        import socket
 
         prefix = self._env_prefix(env)
         inner = f"echo $$ && cd {q(self.root)} && {prefix}exec bash -c {q(command)} 2>&1"  # one ordered stream
@@ -412,7 +418,7 @@ class SSHBox:
                     raise TimeoutError(f"command ran past {timeout:.0f} s")
                 try:
                     data = chan.recv(65536)
-                except socket.timeout:
+                except TimeoutError:
                     if not t.is_active():
                         raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran",
                                              "long work belongs in run_detached; re-attach with `gpuops logs`") from None
@@ -574,7 +580,7 @@ class SSHBox:
             self.skipped = budget.skipped
 
     @staticmethod
-    def _get_file(sftp, path: str, root: Path, parts: list[str], attr, budget: "_CopyBudget") -> None:
+    def _get_file(sftp, path: str, root: Path, parts: list[str], attr, budget: _CopyBudget) -> None:
         budget.file(int(attr.st_size or 0))
         done = [0]
 
@@ -585,7 +591,7 @@ class SSHBox:
         with _local_file(root, parts) as f:
             sftp.getfo(path, f, callback=count)
 
-    def _get_dir(self, sftp, src: str, local: Path, parts: list[str], budget: "_CopyBudget", top: str) -> None:
+    def _get_dir(self, sftp, src: str, local: Path, parts: list[str], budget: _CopyBudget, top: str) -> None:
         import posixpath
         import stat as st
 
@@ -606,7 +612,7 @@ class SSHBox:
                 try:
                     target = posixpath.normpath(posixpath.join(src, sftp.readlink(path) or ""))
                     tattr = sftp.stat(target)
-                except (OSError, IOError):
+                except OSError:
                     budget.skipped.append("/".join(rel) + " (dangling symlink)")
                     continue
                 if not target.startswith(top.rstrip("/") + "/") or not st.S_ISREG(tattr.st_mode or 0):
@@ -621,7 +627,7 @@ class SSHBox:
             else:
                 budget.skipped.append("/".join(rel) + " (not a file)")
 
-    def _get_exec(self, src: str, local: Path, budget: "_CopyBudget") -> bool:
+    def _get_exec(self, src: str, local: Path, budget: _CopyBudget) -> bool:
         """get() over exec: ``tar -c`` on the box, each member checked here (plain relative names,
         files and directories only; links skipped) and counted against the caps."""
         import tarfile

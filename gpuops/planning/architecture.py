@@ -3,13 +3,13 @@ layout, sliding windows, vision tower, and the parameter count from matrix shape
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from gpuops.errors import BadInput
 from gpuops.planning.quant import _num
 from gpuops.planning.vllm_kv import CHUNKED, FULL, SLIDING, MambaShape
-
 
 # -- parameter count from shapes ------------------------------------------------------------------
 # Per family: biases on q/k/v and o, norms per layer (vectors of length hidden), per-head q/k norms,

@@ -12,7 +12,6 @@ from gpuops.planning.models import ModelSource
 from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, Quant, default_kv_dtype
 from gpuops.planning.vllm_kv import CHUNKED, FULL, MAMBA, SLIDING, KVLayout, LayerSpec, attention_block_size, kv_layout
 
-
 GB = 10**9
 GIB = 2**30
 

@@ -19,7 +19,6 @@ else:  # pragma: no cover
 from gpuops.errors import BadInput
 from gpuops.planning.quant import norm_dtype
 
-
 _MODELS_FILE = Path(__file__).resolve().parents[1] / "catalog" / "models.toml"
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 

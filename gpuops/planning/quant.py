@@ -8,7 +8,6 @@ from typing import Any
 
 from gpuops.errors import BadInput
 
-
 # int4 weights (AWQ, the common 4-bit checkpoint format): 4 bits per weight plus, per group of 128
 # input weights, one fp16 scale and one packed 4-bit zero point: 0.5 + (2 + 0.5)/128 = 0.51953 B.
 INT4_GROUP_SIZE = 128

@@ -51,20 +51,44 @@ from __future__ import annotations
 
 import math
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any
 
 from gpuops.catalog import Card, alias_note, cards_for, resolve_cards, vendor_for
 from gpuops.errors import BadInput
 from gpuops.planning.architecture import Architecture, _int_key, _text_config, architecture
 from gpuops.planning.memory import (
-    DEFAULT_HEADROOM, FRAMEWORK_OVERHEAD_BYTES, GB, GIB, VLLM_CUDA_GRAPH_BYTES, VLLM_VERSION, activation_bytes,
-    dollars_per_mtoken, kv_bytes_per_token, kv_cache_bytes, max_batch_for, request_kv_bytes, resolve_weights,
-    vllm_activation_bytes, vllm_batch_defaults, vllm_kv_layout, vllm_non_torch_bytes,
+    DEFAULT_HEADROOM,
+    FRAMEWORK_OVERHEAD_BYTES,
+    GB,
+    GIB,
+    VLLM_CUDA_GRAPH_BYTES,
+    VLLM_VERSION,
+    activation_bytes,
+    dollars_per_mtoken,
+    kv_bytes_per_token,
+    kv_cache_bytes,
+    max_batch_for,
+    request_kv_bytes,
+    resolve_weights,
+    vllm_activation_bytes,
+    vllm_batch_defaults,
+    vllm_kv_layout,
+    vllm_non_torch_bytes,
 )
 from gpuops.planning.models import ModelSource, load_model
 from gpuops.planning.quant import (
-    AUTO, DTYPE_BYTES, ENGINES, KV_DTYPE_BYTES, MXFP4_BYTES_PER_PARAM, Quant, default_kv_dtype, norm_dtype, online_quant, quantization,
+    AUTO,
+    DTYPE_BYTES,
+    ENGINES,
+    KV_DTYPE_BYTES,
+    MXFP4_BYTES_PER_PARAM,
+    Quant,
+    default_kv_dtype,
+    norm_dtype,
+    online_quant,
+    quantization,
 )
 from gpuops.planning.vllm_kv import CHUNKED, KVLayout
 

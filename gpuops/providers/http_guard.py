@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from gpuops.providers.provider_errors import ProviderError, ProviderErrorKind
 

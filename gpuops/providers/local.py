@@ -18,10 +18,20 @@ import subprocess
 import time
 from pathlib import Path
 
-from gpuops.catalog import Card, cards
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
 from bootstrap.localbox import end_box
 from gpuops.box.local import LocalBox
+from gpuops.catalog import Card, cards
+from gpuops.providers.base import (
+    Balance,
+    CreateSpec,
+    Instance,
+    InstanceStatus,
+    Offer,
+    OfferQuery,
+    Provider,
+    ProviderError,
+    ProviderErrorKind,
+)
 
 
 def detect_gpus(timeout_s: float = 5.0) -> list[str]:

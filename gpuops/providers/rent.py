@@ -8,8 +8,8 @@ going on, so a retry loop never leaves a box billing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from gpuops.providers.base import CreateSpec, Instance, Offer, Provider, ProviderError, ProviderErrorKind
 

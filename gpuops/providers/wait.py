@@ -12,7 +12,7 @@ Rate limits and 5xx while polling are tolerated until the deadline.
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
 

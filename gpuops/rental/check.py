@@ -17,9 +17,10 @@ import enum
 import os
 import stat
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from gpuops.errors import GpuopsError
 

@@ -27,9 +27,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.errors import BadInput, GpuopsError

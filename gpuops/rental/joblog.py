@@ -12,8 +12,8 @@ the copy gets one closing line that says it is incomplete and at which byte and 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from bootstrap.vocabulary import EventKind
 

@@ -3,8 +3,9 @@ return JSON-ready dicts (rendering is ``gpuops/views/ledger.py``). Bad input rai
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from gpuops.errors import BadInput, GpuopsError
 
@@ -412,8 +413,8 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
                 continue  # cannot tell: the row stays open, a later sync closes it
             if gone:  # the one way to end a rental; the end is the provider's billed end, never "now"
                 from bootstrap.vocabulary import Actor, EndReason
-                from gpuops.rental.lifecycle import end_rental
                 from gpuops.providers.base import Instance, InstanceStatus
+                from gpuops.rental.lifecycle import end_rental
 
                 gone_inst = Instance(id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE)
                 end_rental(ledger, get_provider(r["provider"], settings), r["session"], EndReason.INTERRUPTED,

@@ -36,16 +36,17 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
-from gpuops.units import money  # "simulated" on every money figure
-from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
-from gpuops.rental.joblog import keep_log
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
+from gpuops.rental.joblog import keep_log
+from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
+from gpuops.units import money  # "simulated" on every money figure
 
 LABEL_PREFIX = "gpuops-"
 

@@ -99,9 +99,9 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
     import socket
 
     from bootstrap.vocabulary import Actor, EndReason, RowStatus
-    from gpuops.rental.lifecycle import end_rental
     from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers import get_provider
+    from gpuops.rental.lifecycle import end_rental
 
     providers: dict = {}
 

@@ -27,13 +27,22 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.rental.reconcile import Action, Context, agent_status, close_gone, destroy_and_close, end_asked_for, reconcile, record_proof_of_life
+from gpuops.rental.reconcile import (
+    Action,
+    Context,
+    agent_status,
+    close_gone,
+    destroy_and_close,
+    end_asked_for,
+    reconcile,
+    record_proof_of_life,
+)
 
 log = logging.getLogger("gpuops.rental.watchdog")
 
@@ -144,8 +153,8 @@ def check_session(ctx: Context, row) -> list[Action]:
 def _money(ctx: Context) -> list[Action]:
     """Balance floor per provider account, monthly cap per user (or both per team, see the module
     doc): destroy covered boxes, refuse, lift."""
-    from gpuops.rental.budget import month_start_end
     from gpuops.ownership import is_mine
+    from gpuops.rental.budget import month_start_end
     from ledger.limits import active_refusals, lift_refusal, month_spend, month_spend_at_most, set_refusal
 
     t = ctx.settings.teardown

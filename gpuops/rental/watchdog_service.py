@@ -24,9 +24,9 @@ import plistlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
 
 from gpuops.errors import BadInput, GpuopsError
 

@@ -9,7 +9,6 @@ import time
 from gpuops.rental.launcher import Reporter
 from gpuops.views.ui import _esc, console
 
-
 # What a stage waits for, as its live line says it on a terminal (gpuops.views.progress).
 WAITING_FOR = {
     "validate": "validate: checking the job, the settings and the keys",

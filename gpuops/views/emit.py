@@ -22,8 +22,9 @@ from __future__ import annotations
 import io
 import json
 import sys
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from gpuops.errors import BadInput
 

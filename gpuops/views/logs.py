@@ -4,8 +4,8 @@ running job without touching it), or the local copy once the box is gone."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from gpuops.errors import BadInput
 
@@ -25,12 +25,11 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     Returns the job's exit code when known. Raises BadInput for an unknown or ambiguous id, or a
     closed session with no kept log.
     """
-    from ledger.store import Ledger
-
     from gpuops.agent.jobio import follow_log
+    from gpuops.box.remote import open_box
     from gpuops.providers import get_provider
     from gpuops.providers.base import InstanceStatus
-    from gpuops.box.remote import open_box
+    from ledger.store import Ledger
 
     ledger = Ledger(settings.ledger_url())
     from gpuops.rental.sessions import resolve_session

@@ -33,7 +33,7 @@ class OffersResult:
     providers: list[str] = field(default_factory=list)
 
 
-def find_offers(settings: "Settings", card: str | None = None, vram_gb: float | None = None, gpu_count: int = 1, provider: str | None = None,
+def find_offers(settings: Settings, card: str | None = None, vram_gb: float | None = None, gpu_count: int = 1, provider: str | None = None,
                 spot: bool | None = None, max_price: float | None = None, limit: int = 20, model: str | None = None,
                 dtype: str = "bf16", kv_dtype: str = "same", seq: int = 4096, batch: int = 1) -> OffersResult:
     """Offers from ``provider`` (or every configured marketplace; ``local`` when none is), ranked.
@@ -113,8 +113,8 @@ def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = O
     import threading
     import time
 
-    from gpuops.views import progress
     from gpuops.providers import get_provider
+    from gpuops.views import progress
 
     answers: dict[str, object] = {}
     done = threading.Condition()

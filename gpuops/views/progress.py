@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 SHOW_AFTER_S = 1.0  # shorter waits are not worth a line
 REFRESH_S = 0.2

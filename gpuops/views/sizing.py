@@ -105,7 +105,11 @@ def _usd(v: float | None) -> str:
 def memory_rows(p) -> list[tuple[str, str, str, str]]:
     """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
     from gpuops.planning.memory import (
-        TRAIN_BYTES_PER_PARAM, VLLM_SAMPLER_BYTES_PER_LOGIT, VLLM_VERSION, mamba_state_bytes, vllm_batch_defaults,
+        TRAIN_BYTES_PER_PARAM,
+        VLLM_SAMPLER_BYTES_PER_LOGIT,
+        VLLM_VERSION,
+        mamba_state_bytes,
+        vllm_batch_defaults,
     )
     from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, default_kv_dtype
 
@@ -119,7 +123,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
         rows.append(("weights", _gb(p.weights_bytes), _gib(p.weights_bytes), p.weights_source + (" [UNVERIFIED]" if p.unverified else "")))
         kvb = KV_DTYPE_BYTES[p.kv_dtype]
         n_att = len(a.layer_kv_elems)
-        of = f" attention" if a.mamba_layers else ""
+        of = " attention" if a.mamba_layers else ""
         if a.mla:
             f = f"{n_att} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
         else:
@@ -267,11 +271,10 @@ def render_matrix(plans: list, console=None) -> None:
 
 def render_catalog(fmt: str = "table", console=None) -> None:
     """The built-in models (name, family, params, context, source) and cards (VRAM, bandwidth, TFLOP/s)."""
-    from gpuops.views.tables import ID, NAME, TEXT, Col, print_table
-
+    from gpuops.catalog import cards
     from gpuops.planning.architecture import architecture
     from gpuops.planning.models import model_catalog
-    from gpuops.catalog import cards
+    from gpuops.views.tables import ID, NAME, TEXT, Col, print_table
 
     models = []
     for m in model_catalog():

@@ -19,8 +19,9 @@ rich is imported inside the functions (CLI start-up is a hot path).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 NUM, ID, NAME, TEXT = "num", "id", "name", "text"
 # Narrowest a wrapping column gets before columns are left out, in terminal cells: a name up to

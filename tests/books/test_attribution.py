@@ -50,8 +50,8 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
     assert month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)) == pytest.approx(112.0, abs=1e-6)
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0  # the books: no cost until it closes
     # The watchdog's cap check is the same function: past a 50 USD cap in November.
-    from gpuops.rental.budget import check_budget
     from gpuops.errors import BadInput
+    from gpuops.rental.budget import check_budget
 
     with pytest.raises(BadInput, match="monthly cap"):
         check_budget(1.0, 1.0, None, None, month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)), 50.0)

@@ -4,12 +4,11 @@ anything is rented), identical spreadsheet lines without session ids (booked, no
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
-import pytest
-
-from gpuops.rental import ledger_service as cmds
 from gpuops.errors import BadInput
+from gpuops.rental import ledger_service as cmds
 
 SHEET = ("date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion\n"
          "2026-11-03,sweep,runpod,h100-sxm,1,2.4,1.0,2.4,0,\n"

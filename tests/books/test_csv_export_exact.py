@@ -18,7 +18,7 @@ from itertools import groupby
 import sqlalchemy as sa
 
 from gpuops.rental import ledger_service as books
-from ledger.csvio import ALL_COLUMNS, _RISKY_START, neutralize
+from ledger.csvio import _RISKY_START, ALL_COLUMNS, neutralize
 
 _REFERENCE_DATE_SQL = {
     "sqlite": "strftime('%Y-%m-%dT%H:%M:%S', CAST(created_at AS INTEGER), 'unixepoch')",

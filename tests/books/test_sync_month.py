@@ -9,7 +9,6 @@ must lie in the future.
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 
 import pytest

@@ -224,9 +224,9 @@ def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_no
     import json
 
     import gpuops.rental.launcher as launcher
+    from gpuops.box.ssh import ensure_ssh_key
     from gpuops.config import load_settings
     from gpuops.rental.launcher import Reporter, UpRequest, run_up
-    from gpuops.box.ssh import ensure_ssh_key
     from ledger import Ledger
     from tests.box.test_up_box import SshProvider
     from tests.support import fake_nvidia_smi

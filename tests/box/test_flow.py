@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
 from gpuops.agent.bootstrap_config import CONFIG_PATH, build_bootstrap_plan, run_bootstrap_plan
+from gpuops.agent.jobio import copy_results, follow_log, start_job
 from gpuops.catalog import resolve_cards
 from gpuops.config import Settings, load_settings
 from gpuops.errors import BadInput
-from gpuops.agent.jobio import copy_results, follow_log, start_job
 from tests.support.servers import HttpFiles, make_repo
 from tests.support.wheels import make_wheel
 
@@ -109,14 +108,13 @@ def test_bootstrap_then_detached_job_over_real_ssh(sshd, make_box, tmp_path, mon
 
 
 def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch):
+    from gpuops.agent.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
+    from gpuops.box.local import LocalBox
+    from gpuops.providers.base import CreateSpec, OfferQuery
+    from gpuops.providers.local import LocalProvider
+    from gpuops.views.logs import show_logs
     from ledger.models import Session
     from ledger.store import Ledger
-
-    from gpuops.agent.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
-    from gpuops.views.logs import show_logs
-    from gpuops.providers.local import LocalProvider
-    from gpuops.providers.base import CreateSpec, OfferQuery
-    from gpuops.box.local import LocalBox
 
     s = Settings.model_validate({"data_dir": str(tmp_path / "data")})
     prov = LocalProvider(s.data_path() / "boxes")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.jobio import LOG, follow_log, job_exit, start_job
-from gpuops.providers.base import Instance, InstanceStatus, SshEndpoint
 from gpuops.box.local import LocalBox
 from gpuops.box.remote import open_box
 from gpuops.box.ssh import ConnectionLost, HostKeyChanged, SSHBox, SshUnreachable
+from gpuops.providers.base import Instance, InstanceStatus, SshEndpoint
 from tests.support.sshd import TcpProxy
 
 REPO = Path(__file__).resolve().parents[2]

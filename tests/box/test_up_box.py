@@ -8,12 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
-
 import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
+from gpuops.providers.base import Balance, Instance, InstanceStatus, Offer, Provider, SshEndpoint
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
-from gpuops.providers.base import Balance, Instance, InstanceStatus, Offer, SshEndpoint, Provider
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support.sshd import TcpProxy

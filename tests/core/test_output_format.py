@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from gpuops.views import emit
 from gpuops.errors import BadInput
+from gpuops.views import emit
 from tests.books.conftest import build_books
 from tests.conftest import gpuops_cmd
 

@@ -3,11 +3,11 @@ terminal's stderr; nothing when stderr is not a terminal; watchdog says what it 
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import re
 import select
-import json
 import subprocess
 import sys
 import time

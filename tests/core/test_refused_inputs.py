@@ -4,7 +4,6 @@ in process through the CLI entry point (``cli``), except where a real `up` must 
 from __future__ import annotations
 
 import re
-
 import subprocess
 
 import pytest
@@ -101,8 +100,7 @@ def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli):
     # Seen: `gpuops ps` in 80 columns printed "202611…", the one thing `gpuops down` needs.
     import time
 
-    from ledger import Ledger
-    from ledger import Session as Row
+    from ledger import Ledger, Session as Row
 
     sid = "20261129-171139-d34b"
     Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").add_session(Row(

@@ -81,8 +81,8 @@ def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_offers_show_pcie_and_sxm_and_whole_ids(width):
-    from gpuops.views.offers import OffersResult, render
     from gpuops.providers.base import Offer
+    from gpuops.views.offers import OffersResult, render
 
     offers = [Offer(provider="vast", offer_id="vast-offer-28417731-long", card=card, gpu_count=1, vram_bytes=80 * 2**30,
                     usd_per_hour=price, spot=False, reliability=0.9987, region="Europe, Norway (NO)")

@@ -416,7 +416,7 @@ class Emulator:
     def faults(self) -> Faults:
         return self.market.faults
 
-    def start(self) -> "Emulator":
+    def start(self) -> Emulator:
         if self.contract is not None:
             self.contract.warm()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)

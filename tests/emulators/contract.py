@@ -78,7 +78,7 @@ VIOLATIONS: list[str] = []  # every violation of this process, in order (the fix
 _LOCK = threading.Lock()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spec(provider: str):
     """The provider's spec as an ``openapi_core.OpenAPI`` (loaded once per process)."""
     import yaml

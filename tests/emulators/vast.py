@@ -31,8 +31,8 @@ import math
 import re
 from typing import Any
 
-from tests.emulators.contract import Contract
 from tests.emulators.base import JSON, EmuInstance, Emulator, Market
+from tests.emulators.contract import Contract
 
 HOURS_PER_MONTH = 730.0
 _RESERVED = {"order", "type", "limit", "allocated_storage", "disable_bundling"}

@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tests.emulators.base import JSON
 from tests.emulators.runpod import RunPodEmulator
 from tests.emulators.vast import VastEmulator
 

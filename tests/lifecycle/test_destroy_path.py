@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
+from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from gpuops.rental.reconcile import Context, reconcile
 from ledger.store import Ledger
-from tests.lifecycle.upproc import box_processes, no_box_processes
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
+from tests.lifecycle.upproc import no_box_processes
 from tests.support.emulators import runpod_provider, vast_provider  # noqa: F401  (fixtures)
 from tests.support.postgres import own_postgres  # noqa: F401  (fixture)
 from tests.teardown.conftest import wait_for

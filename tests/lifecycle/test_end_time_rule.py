@@ -19,8 +19,8 @@ import json
 import pytest
 
 from bootstrap.vocabulary import EndReason, EventKind
-from gpuops.rental.lifecycle import end_rental
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
+from gpuops.rental.lifecycle import end_rental
 from ledger.models import Session
 from ledger.store import Ledger
 

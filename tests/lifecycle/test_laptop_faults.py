@@ -11,7 +11,16 @@ import subprocess
 import pytest
 
 from tests.conftest import gpuops_cmd
-from tests.lifecycle.upproc import TOKENS_JOB, UpProc, has_event, ledger, no_box_processes, only_row, up_env, wait_closed
+from tests.lifecycle.upproc import (
+    TOKENS_JOB,
+    UpProc,
+    has_event,
+    ledger,
+    no_box_processes,
+    only_row,
+    up_env,
+    wait_closed,
+)
 from tests.teardown.conftest import wait_for
 
 

@@ -43,8 +43,8 @@ def test_failure_table_covers_every_renting_stage():
     after_intent = STAGES[STAGES.index("create"):STAGES.index("teardown")]
     assert set(FAILURE_BOOKS) == set(after_intent)
     from gpuops.errors import GpuopsError
-    from gpuops.rental.launcher import Interrupted
     from gpuops.providers.base import ProviderError, ProviderErrorKind
+    from gpuops.rental.launcher import Interrupted
 
     assert failure_reason("create", ProviderError(ProviderErrorKind.SERVER, "x"), None) == EndReason.PROVISION_FAILED
     assert failure_reason("ready", ProviderError(ProviderErrorKind.TIMEOUT, "x"), None) == EndReason.SSH_NEVER_READY

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.planning.architecture import architecture
-from gpuops.planning.models import builtin_model
 from gpuops.catalog import cards, resolve_cards
 from gpuops.errors import BadInput
+from gpuops.planning.architecture import architecture
+from gpuops.planning.models import builtin_model
 
 ISSUE_CARDS = ["T4", "L4", "A10G", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A6000", "L40S", "A100 40GB", "A100 40GB PCIe", "A100 80GB PCIe",
                "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H200", "B200", "MI300X"]

@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
 from gpuops.planning.models import model_catalog

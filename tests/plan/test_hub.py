@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuops.errors import BadInput
 from gpuops.planning import sizing as P
 from gpuops.planning.models import load_model
-from gpuops.errors import BadInput
 from tests.conftest import gpuops_cmd
 from tests.support.hfhub import HubServer, safetensors_file
 

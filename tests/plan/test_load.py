@@ -6,11 +6,10 @@ import json
 
 import pytest
 
-from gpuops.planning import sizing as P
-from gpuops.planning import models
+from gpuops.errors import BadInput
+from gpuops.planning import models, sizing as P
 from gpuops.planning.architecture import architecture
 from gpuops.planning.models import load_model
-from gpuops.errors import BadInput
 
 CFG = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22, "num_attention_heads": 32,
        "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000, "torch_dtype": "bfloat16"}

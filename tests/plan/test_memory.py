@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 
+from gpuops.errors import BadInput
 from gpuops.planning import sizing as P
 from gpuops.planning.architecture import architecture
 from gpuops.planning.memory import FRAMEWORK_OVERHEAD_BYTES, dollars_per_mtoken, request_kv_bytes
 from gpuops.planning.models import ModelSource, builtin_model
 from gpuops.planning.quant import norm_dtype
-from gpuops.errors import BadInput
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
 A100 = "a100-80gb-sxm"

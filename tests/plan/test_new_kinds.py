@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpuops.errors import BadInput
-from gpuops.planning import models
-from gpuops.planning import sizing as P
+from gpuops.planning import models, sizing as P
 from gpuops.planning.architecture import architecture
 from gpuops.planning.memory import kv_bytes_per_token, mamba_state_bytes, vllm_activation_bytes
 from gpuops.planning.models import ModelSource, builtin_model

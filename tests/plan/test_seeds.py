@@ -18,12 +18,12 @@ import dataclasses
 
 import pytest
 
+from gpuops.catalog import card_by_name
 from gpuops.planning import sizing as P
 from gpuops.planning.architecture import architecture
 from gpuops.planning.memory import TRAIN_BYTES_PER_PARAM, kv_bytes_per_token, max_batch_for
 from gpuops.planning.models import builtin_model
 from gpuops.planning.quant import DTYPE_BYTES
-from gpuops.catalog import card_by_name
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
 A100 = "a100-80gb-sxm"

@@ -23,13 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.planning import sizing as P
+from gpuops.errors import BadInput
+from gpuops.planning import models, sizing as P
 from gpuops.planning.architecture import architecture
 from gpuops.planning.memory import FRAMEWORK_OVERHEAD_BYTES, kv_bytes_per_token
-from gpuops.planning import models
 from gpuops.planning.models import ModelSource, builtin_model
 from gpuops.planning.quant import quantization
-from gpuops.errors import BadInput
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
 DATA = Path(__file__).parent / "data"

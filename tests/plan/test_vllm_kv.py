@@ -12,7 +12,17 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.planning.vllm_kv import CHUNKED, FULL, MAMBA, SLIDING, KVLayout, LayerSpec, MambaShape, attention_block_size, kv_layout
+from gpuops.planning.vllm_kv import (
+    CHUNKED,
+    FULL,
+    MAMBA,
+    SLIDING,
+    KVLayout,
+    LayerSpec,
+    MambaShape,
+    attention_block_size,
+    kv_layout,
+)
 
 pytestmark = pytest.mark.unit
 

@@ -8,8 +8,18 @@ import math
 
 import pytest
 
-from gpuops.planning.offers import (PRICE_SLACK_USD_H, VRAM_TOLERANCE, card_of_gpu_name, check_delivered, delivered, effective_price,
-                           fits, offer_problem, rank, screen)
+from gpuops.planning.offers import (
+    PRICE_SLACK_USD_H,
+    VRAM_TOLERANCE,
+    card_of_gpu_name,
+    check_delivered,
+    delivered,
+    effective_price,
+    fits,
+    offer_problem,
+    rank,
+    screen,
+)
 from gpuops.providers.base import Instance, InstanceStatus, Offer
 
 GIB = 2**30

@@ -9,8 +9,8 @@ from rich.console import Console
 
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
-from gpuops.views.offers import find_offers, render, to_json
 from gpuops.providers.base import ProviderError, ProviderErrorKind
+from gpuops.views.offers import find_offers, render, to_json
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import graphql
-import pytest
 
 WIRE = Path(__file__).resolve().parents[1] / "data" / "wire"
 

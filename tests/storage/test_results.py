@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.rental import results
 from gpuops.box.local import LocalBox
 from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
+from gpuops.rental import results
 from tests.support.sshd import TcpProxy
 
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "bootstrap"

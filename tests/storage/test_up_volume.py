@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import gpuops.rental.launcher as launcher
-from gpuops.providers import volumes
 from gpuops.config import load_settings
+from gpuops.providers import volumes
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 

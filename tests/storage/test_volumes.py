@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from gpuops.providers import volumes
 from gpuops.errors import BadInput
+from gpuops.providers import volumes
 from gpuops.providers.base import CreateSpec, OfferQuery
 from tests.conftest import gpuops_cmd
 

@@ -126,7 +126,7 @@ class Browser:
                     return e
             self._recv(deadline, method)
 
-    def page(self, width: int, height: int) -> "Page":
+    def page(self, width: int, height: int) -> Page:
         """A new tab with a ``width`` x ``height`` CSS-pixel viewport (device scale 1)."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -158,7 +158,7 @@ class Browser:
         self._log.close()
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def __enter__(self) -> "Browser":
+    def __enter__(self) -> Browser:
         return self
 
     def __exit__(self, *exc) -> None:

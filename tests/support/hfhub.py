@@ -112,7 +112,7 @@ class HubServer:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def __enter__(self) -> "HubServer":
+    def __enter__(self) -> HubServer:
         hub = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -80,7 +80,7 @@ class PostgresServer:
             env={**os.environ, "LC_ALL": "C.UTF-8", "PGTZ": "UTC", "PYTEST_GPUOPS_TEST": "session"},
         )
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         r = self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
         if r.returncode:
             raise RuntimeError(f"initdb failed: {r.stderr.strip()}")

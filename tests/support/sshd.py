@@ -18,8 +18,8 @@ instances' SSH endpoints at an ``SshServer``).
 from __future__ import annotations
 
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys

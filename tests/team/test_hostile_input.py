@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.rental.budget import check_budget
+from gpuops.catalog import cards
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
-from gpuops.rental.launcher import Reporter, UpRequest, choose_offer, run_up
 from gpuops.planning.offers import check_delivered, rank, screen
-from gpuops.catalog import cards
 from gpuops.providers.base import Instance, InstanceStatus, Offer, OfferQuery
+from gpuops.rental.budget import check_budget
+from gpuops.rental.launcher import Reporter, UpRequest, choose_offer, run_up
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support.emulators import runpod_emulator, runpod_provider, vast_emulator, vast_provider  # noqa: F401
@@ -199,8 +199,8 @@ def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_
     rental through. A NaN total now refuses, in `up` and in the watchdog."""
     import time
 
-    from gpuops.rental.budget import budget_for_up
     from gpuops.providers import get_provider
+    from gpuops.rental.budget import budget_for_up
     from gpuops.rental.reconcile import Context
     from gpuops.rental.watchdog import run
     from ledger.limits import active_refusals, month_spend

@@ -10,7 +10,17 @@ from types import SimpleNamespace as Row
 import pytest
 
 from gpuops import ownership
-from gpuops.ownership import HELD, LEGACY, OTHER, account_of, default_owner, is_mine, local_account, refused_by, standing
+from gpuops.ownership import (
+    HELD,
+    LEGACY,
+    OTHER,
+    account_of,
+    default_owner,
+    is_mine,
+    local_account,
+    refused_by,
+    standing,
+)
 
 
 def test_only_the_renting_account_holds_a_row():

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.rental.budget import assert_not_refused, budget_for_up
 from gpuops.errors import BadInput
+from gpuops.rental.budget import assert_not_refused, budget_for_up
 from gpuops.rental.launcher import Reporter, _quick_reconcile
 from gpuops.rental.reconcile import Context, reconcile
 from gpuops.rental.sessions import down, list_open

@@ -31,9 +31,9 @@ def main() -> int:
     p.add_argument("--pause-after", default="")
     a = p.parse_args()
 
-    from gpuops.rental import launcher
     from gpuops.config import load_settings
     from gpuops.providers import get_provider
+    from gpuops.rental import launcher
 
     def stage(name: str) -> None:
         print("STAGE", name, flush=True)

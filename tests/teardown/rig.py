@@ -21,7 +21,6 @@ from gpuops.providers.base import CreateSpec, InstanceStatus, OfferQuery
 from ledger.models import Session
 from ledger.store import Ledger
 
-
 # How much later than its due time a loaded machine may let a process act (a wake-up, a kill, a
 # file write): the upper bound of every "it happened at its due time" check. Measured at load 8 on
 # 2 cores, `up`'s intent stage alone took 19 s, so no sub-second window holds there; the lower

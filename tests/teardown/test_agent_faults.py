@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.agentctl import hold_presence, read_status, session_teardown
+from gpuops.agent.agentctl import read_status, session_teardown
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run as watchdog_run
 from tests.teardown.conftest import LOADED_SLACK_S, STAGE_TIMEOUT_S, wait_for

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.rental.budget import check_budget
 from gpuops.errors import BadInput
+from gpuops.rental.budget import check_budget
 
 
 def test_fits():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
-import queue
 import threading
 import time
 from pathlib import Path

@@ -264,8 +264,8 @@ def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast)
     assert ("", "refused") in [(a.session, a.kind) for a in acts]
     assert led.get("b-v").end_reason == "balance_floor" and vemu.market.find(vi.id) is None
     assert led.get("b-rp").status == "running" and remu.market.find(ri.id) is not None
-    from gpuops.rental.budget import assert_not_refused
     from gpuops.errors import BadInput
+    from gpuops.rental.budget import assert_not_refused
 
     assert_not_refused(led, "runpod")
     with pytest.raises(BadInput, match=r"vast balance \$4\.\d\d is below the floor \$5\.00"):

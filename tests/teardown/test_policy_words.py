@@ -7,8 +7,18 @@ from __future__ import annotations
 
 import pytest
 
-from bootstrap.policy import (NO_JOB_SECONDS, BoxState, Decision, _fmt_s, _num, decide, idle_minutes_of, idle_streak,
-                              merge_sample, parse_smi)
+from bootstrap.policy import (
+    NO_JOB_SECONDS,
+    BoxState,
+    Decision,
+    _fmt_s,
+    _num,
+    decide,
+    idle_minutes_of,
+    idle_streak,
+    merge_sample,
+    parse_smi,
+)
 
 SET = {"max_hours": 1.0, "idle_minutes": 1.0, "idle_util_percent": 5.0, "sample_seconds": 10.0,
        "job_end_grace_seconds": 30.0, "max_session_usd": None}

@@ -10,13 +10,12 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import paramiko
 import pytest
 
-from gpuops.config import load_settings
 from gpuops.box.ssh import ensure_ssh_key
+from gpuops.config import load_settings
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run
 from ledger.store import Ledger
@@ -100,11 +99,11 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
 
 def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_path):
     from gpuops.agent.agentctl import agent_config, arm, read_status
+    from gpuops.box.ssh import HostKeyPins, SSHBox
     from gpuops.config import TeardownSettings
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.keys import Credential
     from gpuops.providers.vast import VastProvider
-    from gpuops.box.ssh import HostKeyPins, SSHBox
     from tests.support.emulators import FAST_RETRY
 
     sshd, emu, home = world["sshd"], world["emu"], world["home"]

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.agentctl import BOOTSTRAP_DIR
-from gpuops.rental.budget import assert_not_refused
 from gpuops.errors import BadInput
 from gpuops.providers.base import Balance
 from gpuops.providers.local import LocalProvider
+from gpuops.rental.budget import assert_not_refused
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run
 from ledger.billing import billed_seconds

@@ -11,7 +11,8 @@ box that cannot be reached shows "unknown", never a guess.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 StatusReader = Callable[[Any], "dict | None"]
 

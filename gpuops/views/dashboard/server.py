@@ -27,9 +27,9 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline';
 def make_app(settings, month: str | None = None, tz: str | None = None, read_status=None):
     """The Starlette app. ``month``/``tz``: what ``/`` shows without query parameters."""
     from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
     from starlette.middleware import Middleware
     from starlette.middleware.trustedhost import TrustedHostMiddleware
-    from starlette.concurrency import run_in_threadpool
     from starlette.responses import HTMLResponse, JSONResponse
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
