@@ -1146,7 +1146,7 @@ def _args(argv):
         out["anchor"] = None if out["anchor"] is None else tuple(float(x) for x in out["anchor"].split(","))
     except ValueError as e:
         sys.stderr.write("%s\n%s\n" % (USAGE, e))
-        raise SystemExit(2)
+        raise SystemExit(2) from None
     return out
 
 

@@ -141,7 +141,7 @@ def _sh(argv, step, cwd=None, env=None, shell=False, check=True, quiet=False):
         proc = subprocess.Popen(argv, cwd=cwd, env=full_env, shell=shell, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=os.setpgrp)
     except OSError as e:
-        raise StepError("cannot start %s: %s" % (argv if shell else argv[0], e))
+        raise StepError("cannot start %s: %s" % (argv if shell else argv[0], e)) from e
     CHILDREN.add(proc.pid)
     expired = []
 
@@ -215,7 +215,7 @@ def step_system(step, ctx):
         out = subprocess.run([smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise StepError("nvidia-smi did not answer: %s" % e)
+        raise StepError("nvidia-smi did not answer: %s" % e) from e
     gpus = []
     warnings = []
     for line in out.stdout.splitlines():
@@ -231,7 +231,7 @@ def step_system(step, ctx):
                      "utilization_gpu_percent": _num(vals[4])})
         info["driver"] = _num(vals[1]) if _num(vals[1]) is None else vals[1]
     if out.returncode != 0 and not gpus:
-        first = next((l for l in out.stdout.splitlines() if l.strip()), "")
+        first = next((line for line in out.stdout.splitlines() if line.strip()), "")
         raise StepError("nvidia-smi failed (exit %d): %s" % (out.returncode, first.strip()))
     if out.returncode != 0 or warnings:
         # Valid rows with a non-zero exit: nvidia-smi only warned (exit 14: a corrupted infoROM).
@@ -389,8 +389,8 @@ def _requirement_lines(step):
     lines = list(step.get("packages") or [])
     if step.get("requirements"):
         with open(step["requirements"]) as f:
-            lines += [l.split(" #", 1)[0].strip() for l in f]
-    return [l for l in lines if l and not l.startswith(("-", "#", ".", "/")) and "://" not in l and " @ " not in l]
+            lines += [line.split(" #", 1)[0].strip() for line in f]
+    return [line for line in lines if line and not line.startswith(("-", "#", ".", "/")) and "://" not in line and " @ " not in line]
 
 
 def _satisfied(py, lines):
@@ -870,7 +870,7 @@ def ranged_download(files, workers=DEFAULT_WORKERS, headers=None, timeout=60.0):
             try:
                 url, size, ranges, petag = _probe(url, headers, timeout)
             except OSError as e:
-                raise StepError("download of %s failed: %s" % (f["url"], e))
+                raise StepError("download of %s failed: %s" % (f["url"], e)) from e
             etag = etag or petag
         if not ranges or size is None or size == 0:
             plain.append(dict(f, url=url))
@@ -941,7 +941,7 @@ def _plain_download(f, headers, timeout):
                 out.write(block)
                 n += len(block)
     except OSError as e:  # URLError and HTTPError are OSErrors
-        raise StepError("download of %s failed: %s" % (f["url"], e))
+        raise StepError("download of %s failed: %s" % (f["url"], e)) from e
     got = h.hexdigest()
     if f.get("sha256") and got != f["sha256"].lower():
         os.remove(part)
@@ -1093,13 +1093,13 @@ def _hf_weights(step, ctx):
     except _HfError as e:
         err = e.args[0]
         if err == "no_hub":
-            raise StepError("huggingface_hub is not installed in %s; add it to [bootstrap] packages" % py)
+            raise StepError("huggingface_hub is not installed in %s; add it to [bootstrap] packages" % py) from None
         if err == "gated":
             raise StepError("%s is gated: add HF_TOKEN to [bootstrap] secrets (a token whose account accepted the model's "
-                            "license on huggingface.co)%s" % (repo, "" if os.environ.get("HF_TOKEN") else "; no HF_TOKEN was given"))
+                            "license on huggingface.co)%s" % (repo, "" if os.environ.get("HF_TOKEN") else "; no HF_TOKEN was given")) from None
         if err == "revision":
-            raise StepError("revision %r of %s is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)" % (rev, repo))
-        raise StepError("%s is not on the hub (or is private: add HF_TOKEN to [bootstrap] secrets)" % repo)
+            raise StepError("revision %r of %s is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)" % (rev, repo)) from None
+        raise StepError("%s is not on the hub (or is private: add HF_TOKEN to [bootstrap] secrets)" % repo) from None
     secs = time.time() - t0
     files = _snapshot_files(path)
     resolved = os.path.basename(os.path.normpath(path)) if not dest else rev
@@ -1136,14 +1136,14 @@ def _hf_hub_client(step, py, home, args):
         proc = subprocess.Popen([py, "-c", _HF_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=env)
     except OSError as e:
-        raise StepError("cannot run %s for the hf download: %s" % (py, e))
+        raise StepError("cannot run %s for the hf download: %s" % (py, e)) from e
     PROCS.add(proc.pid)
     try:
         out, err = proc.communicate(json.dumps(args).encode(), timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise StepError("hf download of %s ran past %s s (run again: it resumes)" % (args["repo"], step.get("timeout", DEFAULT_TIMEOUT)))
+        raise StepError("hf download of %s ran past %s s (run again: it resumes)" % (args["repo"], step.get("timeout", DEFAULT_TIMEOUT))) from None
     finally:
         PROCS.discard(proc.pid)
     for line in err.decode("utf-8", "replace").splitlines()[-20:]:
@@ -1152,7 +1152,7 @@ def _hf_hub_client(step, py, home, args):
     try:
         ans = json.loads(lines[-1])
     except (IndexError, ValueError):
-        raise StepError("hf download of %s failed (exit %d) with no answer" % (args["repo"], proc.returncode))
+        raise StepError("hf download of %s failed (exit %d) with no answer" % (args["repo"], proc.returncode)) from None
     e = ans.get("error")
     if e in ("no_hub", "gated", "revision", "repo"):
         raise _HfError(e)
@@ -1209,14 +1209,14 @@ def _hf_ranged(step, ctx, repo, rev, patterns, cache_dir, dest, home):
     except HTTPError as e:
         code = e.headers.get("X-Error-Code") or ""
         if code == "GatedRepo" or (e.code == 403 and token):
-            raise _HfError("gated")
+            raise _HfError("gated") from e
         if code == "RevisionNotFound":
-            raise _HfError("revision")
+            raise _HfError("revision") from e
         if e.code in (401, 404):
-            raise _HfError("repo")
-        raise StepError("hf file list of %s failed: HTTP %d" % (repo, e.code))
+            raise _HfError("repo") from e
+        raise StepError("hf file list of %s failed: HTTP %d" % (repo, e.code)) from e
     except (OSError, ValueError) as e:
-        raise StepError("hf file list of %s failed: %s (run again: it resumes)" % (repo, e))
+        raise StepError("hf file list of %s failed: %s (run again: it resumes)" % (repo, e)) from e
     commit = info.get("sha") or ""
     if not SHA.match(commit):
         raise StepError("the hub gave no commit for %s@%s" % (repo, rev or "main"))
@@ -1583,12 +1583,12 @@ def run(config, state_dir):
                     running.pop(name)
                 continue
             cond.wait(1.0)
-    done = [l for l in status.values() if l["status"] == "done"]
-    slowest = max(done, key=lambda l: l["seconds"])["step"] if done else None
+    done = [st for st in status.values() if st["status"] == "done"]
+    slowest = max(done, key=lambda st: st["seconds"])["step"] if done else None
     summary = {"total_seconds": round(time.time() - total0, 3), "slowest": slowest}
     if failed:
         summary["failed"] = failed
-        stopped = sorted(n for n, l in status.items() if l["status"] == "stopped")
+        stopped = sorted(n for n, st in status.items() if st["status"] == "stopped")
         summary["stopped"] = stopped
         summary["not_started"] = [n for n in names if n not in status and n not in stopped]
     _emit(summary)

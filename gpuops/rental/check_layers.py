@@ -158,20 +158,20 @@ class CheckRun:
                 self._cleanup()
         head = [Finding("rent.interrupted", Verdict.FAIL, "interrupted: every box of the check is destroyed and its row closed",
                         "run `gpuops check --live --rent` again")] if self.interrupted else []
-        return head + [l.finding for l in self.layers if l.finding is not None] + self._books()
+        return head + [layer.finding for layer in self.layers if layer.finding is not None] + self._books()
 
     def _watch_all(self, c) -> None:
         wall_end = self.started + self.cap["wall_s"]
-        while not all(l.done for l in self.layers):
-            for l in self.layers:
-                if not l.done:
-                    self._step(l)
+        while not all(layer.done for layer in self.layers):
+            for layer in self.layers:
+                if not layer.done:
+                    self._step(layer)
             if self.clock() > wall_end:
-                for l in self.layers:
-                    if not l.done:
-                        self._fail(l, f"not over within the check's wall cap ({self.cap['max_minutes']:g} min)", "raise --max-minutes, or look at the layer's log")
+                for layer in self.layers:
+                    if not layer.done:
+                        self._fail(layer, f"not over within the check's wall cap ({self.cap['max_minutes']:g} min)", "raise --max-minutes, or look at the layer's log")
                 return
-            if not all(l.done for l in self.layers):
+            if not all(layer.done for layer in self.layers):
                 self.sleep(c.poll_seconds)
 
     def _start(self, name: str, c) -> Layer:
@@ -194,156 +194,156 @@ class CheckRun:
         self.on_line(f"check: {name} layer: `gpuops up` started (pid {layer.proc.pid})")
         return layer
 
-    def _row(self, l: Layer):
-        if l.row_id is None:
+    def _row(self, layer: Layer):
+        if layer.row_id is None:
             for r in self.ledger.sessions_between(self.started - 60, self.clock() + 60):
-                if r.note == l.note:
-                    l.row_id = r.id
+                if r.note == layer.note:
+                    layer.row_id = r.id
                     break
-        return self.ledger.get(l.row_id) if l.row_id else None
+        return self.ledger.get(layer.row_id) if layer.row_id else None
 
-    def _step(self, l: Layer) -> None:
+    def _step(self, layer: Layer) -> None:
         now = self.clock()
-        row = self._row(l)
+        row = self._row(layer)
         if row is not None and row.instance_id:
-            l.instance_id, l.created_at = row.instance_id, row.instance_created_at
-        if l.killed_at is None:
-            rc = l.proc.poll() if l.proc is not None else None
-            kinds = {e.kind for e in self.ledger.events(l.row_id)} if l.row_id else set()
+            layer.instance_id, layer.created_at = row.instance_id, row.instance_created_at
+        if layer.killed_at is None:
+            rc = layer.proc.poll() if layer.proc is not None else None
+            kinds = {e.kind for e in self.ledger.events(layer.row_id)} if layer.row_id else set()
             if {EventKind.ARMED, EventKind.JOB_STARTED} <= kinds and rc is None:
-                _kill(l.proc)  # the laptop is gone: only the agent is left
-                l.killed_at = self.clock()
-                l.job_started_at = next((e.at for e in self.ledger.events(l.row_id) if e.kind == EventKind.JOB_STARTED), l.killed_at)
-                self._due(l)
-                self.on_line(f"check: {l.name} layer: agent armed, job started; `gpuops up` SIGKILLed")
+                _kill(layer.proc)  # the laptop is gone: only the agent is left
+                layer.killed_at = self.clock()
+                layer.job_started_at = next((e.at for e in self.ledger.events(layer.row_id) if e.kind == EventKind.JOB_STARTED), layer.killed_at)
+                self._due(layer)
+                self.on_line(f"check: {layer.name} layer: agent armed, job started; `gpuops up` SIGKILLed")
             elif rc is not None:
                 reason = row.end_reason if row is not None else None
-                self._fail(l, f"`gpuops up` ended by itself (exit {rc}{', ' + str(reason) if reason else ''}) before the agent was armed and "
-                           f"the job started: {self._why(l)}", f"read {l.log}")
+                self._fail(layer, f"`gpuops up` ended by itself (exit {rc}{', ' + str(reason) if reason else ''}) before the agent was armed and "
+                           f"the job started: {self._why(layer)}", f"read {layer.log}")
             return
-        self._watch(l, now)
+        self._watch(layer, now)
 
-    def _why(self, l: Layer) -> str:
+    def _why(self, layer: Layer) -> str:
         """What the row's events say went wrong (the last provider error or failed stage)."""
-        if l.row_id:
-            for e in reversed(self.ledger.events(l.row_id)):
+        if layer.row_id:
+            for e in reversed(self.ledger.events(layer.row_id)):
                 if e.kind in (EventKind.PROVIDER_ERROR, EventKind.STAGE_FAILED, EventKind.ERROR):
                     return f"{e.kind}: {e.detail[:300]}"
         return "no row was written (see the log)"
 
-    def _due(self, l: Layer) -> None:
+    def _due(self, layer: Layer) -> None:
         c, td = self.settings.check, self.settings.teardown
-        if l.name == "job_end":
-            l.trigger_at = l.job_started_at + c.job_seconds
-        elif l.name == "idle":
-            l.trigger_at = l.job_started_at + c.idle_minutes * 60
+        if layer.name == "job_end":
+            layer.trigger_at = layer.job_started_at + c.job_seconds
+        elif layer.name == "idle":
+            layer.trigger_at = layer.job_started_at + c.idle_minutes * 60
         else:
-            l.trigger_at = (l.created_at or l.job_started_at) + c.ttl_minutes * 60
-        l.due_at = l.trigger_at + td.job_end_grace_seconds + td.sample_seconds + c.slack_seconds
+            layer.trigger_at = (layer.created_at or layer.job_started_at) + c.ttl_minutes * 60
+        layer.due_at = layer.trigger_at + td.job_end_grace_seconds + td.sample_seconds + c.slack_seconds
 
-    def _read_status(self, l: Layer, inst) -> None:
+    def _read_status(self, layer: Layer, inst) -> None:
         """The agent's status over SSH while the box lives (its destroy record says which layer
         fired and whether its destroy failed); unreachable is no news."""
         from gpuops.agent.agentctl import read_status
 
         try:
-            if l.box is None:
+            if layer.box is None:
                 own = self.provider.box(inst)
                 if own is None and inst.ssh is not None:
                     from gpuops.box import remote
 
                     own = remote.open_box(inst, data_dir=self.settings.data_path(), deadline=time.monotonic() + 5.0,
                                           ssh_key=self.settings.up.ssh_key, reconnect_s=0.0)
-                l.box = own
-            if l.box is not None:
-                st = read_status(l.box)
+                layer.box = own
+            if layer.box is not None:
+                st = read_status(layer.box)
                 if st:
-                    l.status = st
+                    layer.status = st
         except Exception:  # a box going away mid-read: what the check waits for
-            self._close_box(l)
+            self._close_box(layer)
 
-    def _watch(self, l: Layer, now: float) -> None:
+    def _watch(self, layer: Layer, now: float) -> None:
         try:
-            inst = self.provider.get(l.instance_id) if l.instance_id else None
+            inst = self.provider.get(layer.instance_id) if layer.instance_id else None
         except ProviderError as e:
-            if now > (l.due_at or now):
-                self._fail(l, f"the provider could not be asked about the box: {e}", "retry `gpuops check --live --rent`")
+            if now > (layer.due_at or now):
+                self._fail(layer, f"the provider could not be asked about the box: {e}", "retry `gpuops check --live --rent`")
             return
         if inst is None or inst.status == InstanceStatus.GONE:
-            l.gone_at = now
-            if l.box is not None:  # its last word, if the connection outlived the box for a moment
-                self._read_status(l, inst)
-            self._held(l)
+            layer.gone_at = now
+            if layer.box is not None:  # its last word, if the connection outlived the box for a moment
+                self._read_status(layer, inst)
+            self._held(layer)
             return
-        if inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED) and l.stopped_at is None:
-            l.stopped_at = now
-            self._read_status(l, inst)  # its last word, if it still answers
-            self._held(l, stopped=True)
+        if inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED) and layer.stopped_at is None:
+            layer.stopped_at = now
+            self._read_status(layer, inst)  # its last word, if it still answers
+            self._held(layer, stopped=True)
             return
-        self._read_status(l, inst)
-        if now > l.due_at:
-            d = (l.status or {}).get("destroy") or {}
-            errors = (l.status or {}).get("errors") or [""]
+        self._read_status(layer, inst)
+        if now > layer.due_at:
+            d = (layer.status or {}).get("destroy") or {}
+            errors = (layer.status or {}).get("errors") or [""]
             last = errors[-1].get("msg", "") if isinstance(errors[-1], dict) else str(errors[-1])
             why = f"the agent asked for {d.get('reason')} but its destroy failed ({d.get('attempts')} attempts; last: {last[:300]})" \
                 if d.get("reason") else "the agent never asked for the end"
-            self._fail(l, f"the box was still up {now - l.trigger_at:.0f} s after its {self._what(l)} ({why})", self._fix(l, d))
+            self._fail(layer, f"the box was still up {now - layer.trigger_at:.0f} s after its {self._what(layer)} ({why})", self._fix(layer, d))
 
-    def _what(self, l: Layer) -> str:
-        return {"job_end": "job ended", "idle": "idle window ran out", "ttl": "TTL ran out"}[l.name]
+    def _what(self, layer: Layer) -> str:
+        return {"job_end": "job ended", "idle": "idle window ran out", "ttl": "TTL ran out"}[layer.name]
 
-    def _fix(self, l: Layer, d: dict) -> str:
+    def _fix(self, layer: Layer, d: dict) -> str:
         if d.get("reason"):
             return "the box's own key may not destroy it: read the agent's log on the box; `gpuops watchdog` covers such a box with the account key"
-        if l.name == "idle":
+        if layer.name == "idle":
             return "a GPU above [teardown] idle_util_percent, a bootstrap step or an SSH session kept it busy: see the agent's last samples"
         return "read the agent's log on the box (<box>/.gpuops/agent.log)"
 
-    def _held(self, l: Layer, stopped: bool = False) -> None:
+    def _held(self, layer: Layer, stopped: bool = False) -> None:
         """The box went (or stopped) on its own: book it, judge the reason the agent gave."""
-        seen = l.stopped_at if stopped else l.gone_at
-        measured = round(seen - l.trigger_at, 1)
-        d = (l.status or {}).get("destroy") or {}
+        seen = layer.stopped_at if stopped else layer.gone_at
+        measured = round(seen - layer.trigger_at, 1)
+        d = (layer.status or {}).get("destroy") or {}
         reason = d.get("reason")
-        self._close_box(l)
-        row = self.ledger.get(l.row_id)
+        self._close_box(layer)
+        row = self.ledger.get(layer.row_id)
         if not stopped and row is not None and row.status != RowStatus.CLOSED:
             from gpuops.rental.reconcile import Context, close_gone
 
             ctx = Context(self.settings, ledger=self.ledger, providers={self.provider.name: self.provider})
-            close_gone(ctx, row, self.provider, None, l.status)
-            row = self.ledger.get(l.row_id)
+            close_gone(ctx, row, self.provider, None, layer.status)
+            row = self.ledger.get(layer.row_id)
         reason = reason or (row.end_reason if row is not None else None)
-        l.data.update(session=l.row_id, instance_id=l.instance_id, seconds_to_gone=measured, agent_reason=reason)
-        expected = EndReason.JOB_END.value if l.name == "job_end" else l.name
+        layer.data.update(session=layer.row_id, instance_id=layer.instance_id, seconds_to_gone=measured, agent_reason=reason)
+        expected = EndReason.JOB_END.value if layer.name == "job_end" else layer.name
         if reason is not None and reason not in (expected, EndReason.AGENT_ENDED.value):
-            self._fail(l, f"the box went by {reason}, not by its {self._what(l)} ({measured:+.0f} s from the trigger)",
+            self._fail(layer, f"the box went by {reason}, not by its {self._what(layer)} ({measured:+.0f} s from the trigger)",
                        "raise [check] ttl_minutes: boot, arm and bootstrap must fit in it" if reason == "ttl" else "read the layer's log")
             return
         if stopped:
-            l.done = True
-            l.finding = Finding(f"layer.{l.name}", Verdict.WARN, f"the agent stopped the box {measured:.0f} s after its {self._what(l)} "
+            layer.done = True
+            layer.finding = Finding(f"layer.{layer.name}", Verdict.WARN, f"the agent stopped the box {measured:.0f} s after its {self._what(layer)} "
                                 "(GPU billing over; its key may not terminate it): the check terminates it with the account key",
-                                "nothing: the watchdog and reconcile terminate a stopped box of ours", data=dict(l.data))
+                                "nothing: the watchdog and reconcile terminate a stopped box of ours", data=dict(layer.data))
             return
-        l.done = True
-        l.finding = Finding(f"layer.{l.name}", Verdict.OK, f"the box went by itself {measured:.0f} s after its {self._what(l)}"
-                            + (f" (agent: {reason})" if reason else ""), data=dict(l.data))
-        self.on_line(f"check: {l.name} layer: gone {measured:.0f} s after the trigger")
+        layer.done = True
+        layer.finding = Finding(f"layer.{layer.name}", Verdict.OK, f"the box went by itself {measured:.0f} s after its {self._what(layer)}"
+                            + (f" (agent: {reason})" if reason else ""), data=dict(layer.data))
+        self.on_line(f"check: {layer.name} layer: gone {measured:.0f} s after the trigger")
 
-    def _fail(self, l: Layer, detail: str, fix: str) -> None:
-        l.done = True
-        l.data.update(session=l.row_id, instance_id=l.instance_id)
-        l.finding = Finding(f"layer.{l.name}", Verdict.FAIL, detail, fix, data=dict(l.data))
-        self.on_line(f"check: {l.name} layer FAILED: {detail}")
+    def _fail(self, layer: Layer, detail: str, fix: str) -> None:
+        layer.done = True
+        layer.data.update(session=layer.row_id, instance_id=layer.instance_id)
+        layer.finding = Finding(f"layer.{layer.name}", Verdict.FAIL, detail, fix, data=dict(layer.data))
+        self.on_line(f"check: {layer.name} layer FAILED: {detail}")
 
-    def _close_box(self, l: Layer) -> None:
-        if l.box is not None:
+    def _close_box(self, layer: Layer) -> None:
+        if layer.box is not None:
             try:
-                l.box.close()
+                layer.box.close()
             except Exception:
                 pass
-            l.box = None
+            layer.box = None
 
     # -- always ----------------------------------------------------------------------------------
     def _cleanup(self) -> None:
@@ -351,32 +351,32 @@ class CheckRun:
         closed (``lifecycle.end_rental``: idempotent, retried, waits on the provider only)."""
         from gpuops.rental.lifecycle import end_rental
 
-        for l in self.layers:
-            self._close_box(l)
-            if l.proc is not None:
-                _kill(l.proc)
-            row = self._row(l)
+        for layer in self.layers:
+            self._close_box(layer)
+            if layer.proc is not None:
+                _kill(layer.proc)
+            row = self._row(layer)
             if row is not None and row.status != RowStatus.CLOSED:
                 # a box its agent stopped is booked with the agent's reason; one the check ends, as manual
-                reason = EndReason.parse(l.data.get("agent_reason")) if l.stopped_at is not None else None
-                reason = reason or (EndReason.INTERRUPTED if l.finding is None else EndReason.MANUAL)
-                end_rental(self.ledger, self.provider, row.id, reason, by=f"check:{os.getpid()}", detail=f"gpuops check: {l.name} layer over")
-                if l.finding is None:
-                    l.data.update(session=l.row_id, instance_id=l.instance_id)
-                    l.finding = Finding(f"layer.{l.name}", Verdict.FAIL, "interrupted before the layer was proven; its box is destroyed",
-                                        "run `gpuops check --live --rent` again", data=dict(l.data))
+                reason = EndReason.parse(layer.data.get("agent_reason")) if layer.stopped_at is not None else None
+                reason = reason or (EndReason.INTERRUPTED if layer.finding is None else EndReason.MANUAL)
+                end_rental(self.ledger, self.provider, row.id, reason, by=f"check:{os.getpid()}", detail=f"gpuops check: {layer.name} layer over")
+                if layer.finding is None:
+                    layer.data.update(session=layer.row_id, instance_id=layer.instance_id)
+                    layer.finding = Finding(f"layer.{layer.name}", Verdict.FAIL, "interrupted before the layer was proven; its box is destroyed",
+                                        "run `gpuops check --live --rent` again", data=dict(layer.data))
         # A create that had not reached the row yet: the label finds it (nothing of ours is left).
         try:
             for inst in self.provider.list("gpuops-"):
                 sid = inst.label[len("gpuops-"):]
-                if inst.status != InstanceStatus.GONE and sid in {l.row_id for l in self.layers}:
+                if inst.status != InstanceStatus.GONE and sid in {layer.row_id for layer in self.layers}:
                     self.provider.destroy(inst.id)
         except GpuopsError:
             pass
 
     def _books(self) -> list[Finding]:
         """Booked seconds and cost of each rental beside the provider's billing."""
-        rows = [self.ledger.get(l.row_id) for l in self.layers if l.row_id]
+        rows = [self.ledger.get(layer.row_id) for layer in self.layers if layer.row_id]
         rows = [r for r in rows if r is not None and r.instance_id]
         if not rows:
             return []

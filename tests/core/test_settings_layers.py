@@ -70,7 +70,9 @@ def test_lenient_skips_broken_keys_keeps_the_rest_and_warns_once(tmp_path):
 
 def test_emergency_commands_run_on_a_broken_config_and_up_refuses(gpuops_home, cli_env, tmp_path):
     (tmp_path / "infra.toml").write_text("[teardown]\nmax_hour = 1\n")
-    run = lambda *a: subprocess.run(gpuops_cmd(*a), env=cli_env, capture_output=True, text=True, timeout=120, cwd=tmp_path)  # noqa: E731
+    def run(*a):
+        return subprocess.run(gpuops_cmd(*a), env=cli_env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
     for args in (["ps"], ["down", "--all"], ["ledger", "month"], ["ledger", "sessions"]):
         out = run(*args)
         assert out.returncode == 0, (args, out.stderr)

@@ -108,7 +108,7 @@ def test_snapshot_sections_are_read_only(tmp_path, monkeypatch):
     with pytest.raises(AttributeError):
         snap.teardown.max_hours = 9
     with pytest.raises(AttributeError, match="no setting 'max_hour'"):
-        snap.teardown.max_hour
+        _ = snap.teardown.max_hour
 
 
 def test_hot_commands_read_back_without_pydantic(gpuops_home, cli_env, tmp_path):

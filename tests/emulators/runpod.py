@@ -198,7 +198,7 @@ class RunPodEmulator(Emulator):
         pod = query.get("podId")
         groups: dict[tuple[str, float], dict] = {}
         for b0, b1 in buckets:
-            for inst, a, b, usd, kind in self.market.charges(b0, b1, account):
+            for inst, _a, _b, usd, kind in self.market.charges(b0, b1, account):
                 if pod and inst.id != pod:
                     continue
                 rec = groups.setdefault((inst.id, b0), {"startTime": _stamp(b0), "endTime": _stamp(b1), "podId": inst.id, "totalAmount": 0.0,

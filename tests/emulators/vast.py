@@ -28,6 +28,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import operator
 import re
 from typing import Any
 
@@ -65,16 +66,19 @@ def _num(v: Any) -> Any:
     return v
 
 
+_OPS = {
+    "eq": operator.eq, "neq": operator.ne, "gt": operator.gt, "gte": operator.ge, "lt": operator.lt, "lte": operator.le,
+    "in": lambda v, w: v in w, "notin": lambda v, w: v not in w, "nin": lambda v, w: v not in w,
+}
+
+
 def _match(value: Any, cond: dict) -> bool:
     for op, want in cond.items():
         v, w = _num(value), _num(want) if not isinstance(want, list) else [_num(x) for x in want]
         if v is None and op not in ("eq", "neq"):
             return False
-        ok = {
-            "eq": lambda: v == w, "neq": lambda: v != w, "gt": lambda: v > w, "gte": lambda: v >= w,
-            "lt": lambda: v < w, "lte": lambda: v <= w, "in": lambda: v in w, "notin": lambda: v not in w, "nin": lambda: v not in w,
-        }.get(op)
-        if ok is None or not ok():
+        ok = _OPS.get(op)
+        if ok is None or not ok(v, w):
             return False
     return True
 

@@ -130,7 +130,6 @@ def test_falcon_h1_is_counted_but_unchecked():
 
 def test_hf_engine_adds_the_state_not_per_token_kv():
     p = P.plan(src("nemotron-h-8b"), engine="hf", card="h100-sxm", seq=4096, batch=2)
-    a = p.arch
     assert p.kv_cache_bytes == 2 * (4 * 2 * 8 * 128 * 2 * 4096 + 24 * (3 * 10240 + 128 * 64 * 128) * 2)
 
 

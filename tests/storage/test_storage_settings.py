@@ -6,13 +6,14 @@ import pytest
 
 from gpuops.agent.bootstrap_config import build_bootstrap_plan, cache_env
 from gpuops.config import load_settings
+from gpuops.errors import BadInput
 
 
 def test_volume_from_the_environment_and_results_deadline(gpuops_home, monkeypatch):
     monkeypatch.setenv("GPUOPS_STORAGE_VOLUME", "runpod:weights-eu")
     s = load_settings(None)
     assert (s.storage.volume, s.storage.results_deadline_seconds) == ("runpod:weights-eu", 900.0)
-    with pytest.raises(Exception):
+    with pytest.raises(BadInput, match="results_deadline_seconds"):
         load_settings(None, {"storage": {"results_deadline_seconds": 0}})
 
 

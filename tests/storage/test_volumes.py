@@ -12,6 +12,7 @@ import pytest
 from gpuops.errors import BadInput
 from gpuops.providers import volumes
 from gpuops.providers.base import CreateSpec, OfferQuery
+from gpuops.providers.provider_errors import ProviderError
 from tests.conftest import gpuops_cmd
 
 
@@ -86,7 +87,7 @@ def test_vast_offers_narrowed_to_the_volume_machine(vast_vol_emulator, vast_vol_
     body = vast_vol_emulator.market.find(inst.id).request
     assert body["volume_info"] == {"mount_path": "/gpuops-volume", "create_new": False, "volume_id": int(vol.id)}
     assert inst.extra["volume_path"] == "/gpuops-volume"
-    with pytest.raises(Exception):  # Vast refuses while an instance uses it
+    with pytest.raises(ProviderError):  # Vast refuses while an instance uses it
         volumes.service(vast_vol_provider).delete(vol.id)
     vast_vol_provider.destroy(inst.id)
     assert [v.id for v in volumes.service(vast_vol_provider).list()] == [vol.id]

@@ -184,7 +184,7 @@ def test_up_refuses_when_max_hours_does_not_fit_the_monthly_cap(gpuops_home, tmp
     assert ("$1.5000/h x 4 h = $6.00 does not fit in monthly cap $0.50 minus $0.00 spent this month = $0.50: "
             "short by $5.50") in out.stderr
     assert "--max-hours 0.33 or less" in out.stderr
-    assert [l for l in out.stderr.splitlines() if l.startswith("error:")] == [out.stderr.strip().splitlines()[-1]]
+    assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [out.stderr.strip().splitlines()[-1]]
     assert Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []  # no half-written row
     assert not list((gpuops_home / "boxes").glob("gpuops-*"))
 
