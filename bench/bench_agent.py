@@ -1,4 +1,4 @@
-"""The on-box agent's own cost at 1 s samples (issue 16): CPU seconds per minute, resident memory
+"""The on-box agent's own cost at 1 s samples: CPU seconds per minute, resident memory
 per process, bytes and write calls per minute, status file size. Runs the real agent (supervisor +
 worker) on a local box directory with a stand-in nvidia-smi (a shell script: its own CPU is the
 child's, reported apart), an interactive-looking /proc, a bootstrap that ended and a job running.

@@ -1,6 +1,6 @@
 """Benchmark bootstrap/bootstrap.py (not a test; prints numbers, never fails on them).
 
-    /work/main/.venv/bin/python bench/bench_bootstrap.py [--packages 40] [--kb 200] [--repeat 3]
+    .venv/bin/python bench/bench_bootstrap.py [--packages 40] [--kb 200] [--repeat 3]
 
 Measures, each as the median of ``--repeat`` runs, wall seconds of the whole ``python3
 bootstrap.py`` process:

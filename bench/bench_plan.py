@@ -5,7 +5,7 @@ Run: PYTHONPATH=. python bench/bench_plan.py [--repeat 20] [--table-only]
 Prints the wall time of one full pass (every built-in model on every card), per (model, card)
 pair, and the cold cost of the first pass (TOML parsing included); then a table of gpuops' figure
 next to what vLLM reported (bench/vllm_reference.toml), with the ratio per row (target: within
-0.95-1.05); then the kinds of issue 26 against the engine's rule worked by hand
+0.95-1.05); then the newer kinds (MXFP4, hybrid KV, shared experts) against the engine's rule worked by hand
 (bench/engine_rules.toml). Not a pass/fail test; numbers go in the notes.
 """
 
@@ -86,7 +86,7 @@ def _rule_figure(row: dict) -> float:
 
 
 def rules_table() -> None:
-    """gpuops vs the engine's rule worked by hand (bench/engine_rules.toml), with gpuops before issue 26."""
+    """gpuops vs the engine's rule worked by hand (bench/engine_rules.toml), with gpuops at 86593ec."""
     import sys
     from pathlib import Path
 
@@ -96,7 +96,7 @@ def rules_table() -> None:
         import tomli as tomllib
 
     rows = tomllib.loads((Path(__file__).with_name("engine_rules.toml")).read_text())["rows"]
-    print("\nnew kinds (issue 26): gpuops vs the engine's rule by hand (ratio target 1.000; 'before' = gpuops at 86593ec)")
+    print("\nnew kinds: gpuops vs the engine's rule by hand (ratio target 1.000; 'before' = gpuops at 86593ec)")
     head = f"{'model':<22} {'card':<9} {'seq':>6}  {'what':<32} {'before':>9} {'gpuops':>10} {'engine':>10} {'ratio':>6}"
     print(head)
     print("-" * len(head))

@@ -1,10 +1,10 @@
-"""Benchmark: every command costs what it shows, not what the ledger has seen (issue 16).
+"""Benchmark: every command costs what it shows, not what the ledger has seen.
 
     .venv/bin/python bench/bench_scale.py [--sessions 1000000] [--month-sessions 100000] [--runs 5]
                                           [--no-postgres] [--only up,ps,cap,reports,history,csv,startup]
 
-Prints one table, each figure beside its floor measured in the same run, as a ratio with the
-issue's target:
+Prints one table, each figure beside its floor measured in the same run, as a ratio with its
+target:
 
 - ``up --job exit0.sh`` (local provider), ``ps``, ``watchdog --once``, ``reconcile`` on a ledger of
   ``--sessions`` closed sessions vs the same on an empty ledger (target <= 1.2x);
@@ -13,7 +13,7 @@ issue's target:
 - ``ledger month`` / ``ledger experiments --json`` over ``--month-sessions`` rows vs the same
   aggregation as one SQL statement on the same database, on SQLite and PostgreSQL (<= 1.5x), and
   ``ledger month`` over 8,000 rows vs ``gpuops --help`` (<= 2x); the same two reports on a ledger
-  holding the ``--sessions`` history too ("history": the issue's floors walk every row there);
+  holding the ``--sessions`` history too ("history": the plain floors walk every row there);
 - ``ledger export`` / ``ledger import`` of the big ledger vs ``sqlite3 -csv`` / csv + executemany
   (<= 1.5x, peak RSS <= 100 MiB), and the import vs ``sqlite3 .import`` into a plain table (<= 2x);
 - ``ps`` and ``watchdog --once`` on an empty ledger vs ``gpuops --help`` (<= 2x).
@@ -161,7 +161,7 @@ EXPERIMENTS_SQL = """SELECT experiment, count(*), sum(cost_usd), sum(billed_seco
 def attributed_sql(keys: str, conclusion: bool) -> str:
     """The same numbers as ``ledger month``/``experiments`` (attribution by time: each row's share
     of [:lo, :hi), ``ledger.attribution``), as ONE plain SQL statement: the second floor. The
-    issue's floor (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books'
+    first floor (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books'
     figures for a rental across the period's edge."""
     from ledger.attribution import SQL_TOUCHES, share_sql  # the timed checkout's rule (--repo: an older one too)
 
@@ -314,7 +314,7 @@ class Bench:
 
     def history(self, path: Path, start: float, end: float) -> None:
         """The month's reports on a ledger that also holds the history (``--sessions`` before this
-        month): the issue's floors walk every row of the ledger, ours only the month's."""
+        month): the plain floors walk every row of the ledger, ours only the month's."""
         month = time.strftime("%Y-%m", time.gmtime(start))
         day = time.strftime("%Y-%m-%d", time.gmtime(start))
         url = f"sqlite:///{path}"

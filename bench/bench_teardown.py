@@ -11,7 +11,7 @@
    delay between the idle window's end (t0 + window) and the agent's destroy call, against the
    sample interval.
 
-Targets (issue 6): <= 5 s billed after job exit with the laptop alive; idle destroy within one
+Targets: <= 5 s billed after job exit with the laptop alive; idle destroy within one
 sample interval of the window. Usage: ``PYTHONPATH=. python bench/bench_teardown.py [--runs 3]
 [--json]``. Never a pass/fail test: it prints figures.
 """

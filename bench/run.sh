@@ -3,7 +3,7 @@
 # to compare against). Needs the dev install (bash scripts/test.sh makes it).
 #   bash bench/run.sh            all four, default sizes (~6 min on 2 cores)
 #   bash bench/run.sh plan cli   only those
-#   bash bench/run.sh scale      issue 16's ratios on a 1M-session ledger (bench_scale.py; minutes)
+#   bash bench/run.sh scale      the scale ratios on a 1M-session ledger (bench_scale.py; minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

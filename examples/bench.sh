@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A memory-bound benchmark for a rented card, in the spirit of the seeds' week 3:
+# A memory-bound benchmark for a rented card:
 #  1. memory bandwidth: a large elementwise copy, achieved GB/s;
 #  2. synthetic batch-1 decode: read a weight matrix of WEIGHTS_MB once per "token" (memory-bound,
 #     like decode), achieved tokens/s and its ratio to the bandwidth ceiling (GB/s / weight bytes).

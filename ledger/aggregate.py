@@ -1,6 +1,6 @@
 """Month and experiment totals summed inside the database, by the attribution rule in SQL
 (``ledger.attribution``): a few GROUP BY statements return a few dozen group rows instead of
-100,000 session rows (issue 16: a report costs about what one SQL statement costs).
+100,000 session rows (a report costs about what one SQL statement costs).
 
 ``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters: the
 standard library's ``sqlite3`` or ``psycopg`` on a current ledger (``LedgerReader.query_runner``), or

@@ -65,7 +65,8 @@ def billed_cost(
 def unseen_end(provider_ended_at: float | None, last_heartbeat_at: float | None) -> tuple[float, str]:
     """The end time of a box whose destroy the laptop never saw: the provider's own end time when it
     reports one, else the on-box agent's last heartbeat. Never "now" (a box that self-destroyed
-    while the laptop slept must not bill until the laptop wakes; field-notes.md, SkyPilot #1301).
+    while the laptop slept must not bill until the laptop wakes;
+    https://github.com/skypilot-org/skypilot/issues/1301).
 
     Returns (epoch seconds, source) with source ``provider`` or ``heartbeat``.
     Raises NoEndTime when neither is known.

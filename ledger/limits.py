@@ -149,7 +149,7 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     (``ledger.aggregate``: rows wholly inside the period plainly, the edge rows attributed), one
     ``ended_at`` index search per statement; open sessions come back as rows from the partial
     index ``ix_sessions_open``. A current SQLite ledger is read with ``sqlite3`` (no SQLAlchemy
-    import, no ORM objects, flat memory: issue 16); anything else through the engine.
+    import, no ORM objects, flat memory); anything else through the engine.
 
     ``owner``: only that user's sessions and their storage lines (rows from before owners were
     booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).

@@ -134,7 +134,7 @@ def m004_session_limits(conn: Connection) -> None:
 
 @migration
 def m005_books(conn: Connection) -> None:
-    """Books to the cent (issue 13): the provider's own charge beside our estimate, and cost lines.
+    """Books to the cent: the provider's own charge beside our estimate, and cost lines.
 
     ``sessions.estimated_usd``: our estimate (price x billed seconds) kept when ``ledger sync
     --apply`` books the provider's charge; ``sessions.charged_usd``: that charge (GPU time, USD);
@@ -143,7 +143,7 @@ def m005_books(conn: Connection) -> None:
     network volumes) booked apart, included in totals; ``session_id`` NULL for account-level lines
     (a RunPod network volume). One line per (provider, instance, kind, start) (``line_key``).
     Indexes for the month-range predicate ``created_at < end AND (ended_at IS NULL OR ended_at >=
-    start)`` (issue 16): ``ended_at`` (the OR's two arms are index lookups) and the cost lines' period.
+    start)``: ``ended_at`` (the OR's two arms are index lookups) and the cost lines' period.
     """
     for ddl in (
         "ALTER TABLE sessions ADD COLUMN estimated_usd FLOAT",
@@ -180,7 +180,7 @@ OPEN_SESSION_SQL = "status <> 'closed'"
 
 @migration
 def m006_query_indexes(conn: Connection) -> None:
-    """Indexes for every query path of `up`, `ps`, `watchdog` and `reconcile` (issue 16): the open
+    """Indexes for every query path of `up`, `ps`, `watchdog` and `reconcile`: the open
     sessions (a partial index: only rows not closed, a handful among a million, ordered by intent
     time), and the active refusals; the month range is ``m005_books``' ``ix_sessions_ended_at``.
     Partial indexes run on SQLite and PostgreSQL alike."""
@@ -221,7 +221,7 @@ BOOKS_INDEX_COLUMNS = ("ended_at", "created_at", "status", "simulated", "instanc
 
 @migration
 def m008_books_index(conn: Connection) -> None:
-    """A covering index for the month-range sums (issue 16): ``ledger month``/``experiments`` and
+    """A covering index for the month-range sums: ``ledger month``/``experiments`` and
     the monthly cap search the period's rows by ``ended_at`` and read every column they sum from
     the index itself (SQLite: 0.5-0.6x the time of looking each row up in the table at 100k rows;
     about +10% on an insert). SQLite also holds ``conclusion`` (the newest conclusion's time rides

@@ -2,7 +2,7 @@
 
 Split out of ``ledger.reports`` (which re-exports every name) so that the monthly cap (``gpuops
 watchdog``, ``up``) finds its month without importing the reports, and ``zoneinfo`` loads only for
-a named zone other than UTC (CLI start-up is a hot path, issue 16). Standard library only.
+a named zone other than UTC (CLI start-up is a hot path). Standard library only.
 """
 
 from __future__ import annotations

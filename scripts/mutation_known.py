@@ -112,7 +112,7 @@ MUTATIONS = [
              [("            if declared and declared.isdigit() and int(declared) > max_bytes:", "            if False:"),
               ("                    if len(body) > max_bytes:", "                    if False:")],
              ["tests/lifecycle/test_provider_deadline.py"]),
-    # -- the end-time rule's other branches (beyond the 17) --
+    # -- the end-time rule's other branches (beyond those above) --
     Mutation("a gone box's proof of life not clamped to [create, now]", "gpuops/rental/lifecycle.py",
              [("    return min(max(float(t), start), now), src", "    return float(t), src")],
              ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_session_limits.py::test_box_clock_skew_cannot_bend_an_unseen_end"]),

@@ -44,7 +44,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
 }
 _BASE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 _MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
-# Keys that make a config a mixture of experts, any family (issue 12): the expert count under any of
+# Keys that make a config a mixture of experts, any family: the expert count under any of
 # its names, and the layout keys.
 MOE_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 MOE_LAYOUT_KEYS = ("moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",

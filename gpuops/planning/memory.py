@@ -16,12 +16,13 @@ GB = 10**9
 GIB = 2**30
 
 
-# hf engine: CUDA context (~0.3-0.5 GB), the caching allocator's slack, cuBLAS workspaces. Seed 001
-# takes 1-2 GB and uses 1.5 GB; so do we.
+# hf engine: CUDA context (~0.3-0.5 GB), the caching allocator's slack, cuBLAS workspaces: 1-2 GB
+# together; 1.5 GB, as in docs/worked-numbers.md.
 FRAMEWORK_OVERHEAD_BYTES = int(1.5 * GB)
 # vLLM CacheConfig.gpu_memory_utilization default (vllm/config/cache.py, 0.11); also our hf headroom.
 DEFAULT_HEADROOM = 0.90
-# Mixed-precision Adam: bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4 (seed 003).
+# Mixed-precision Adam: bf16 weights 2 + bf16 grads 2 + fp32 master 4 + Adam m 4 + v 4 (ZeRO,
+# Rajbhandari et al. 2020, section 3.1, https://arxiv.org/abs/1910.02054).
 TRAIN_BYTES_PER_PARAM = 16
 # Training activations kept for backward, bytes per layer per token per hidden unit: 34 (Korthikanti
 # et al. 2022, "Reducing Activation Recomputation", arXiv 2205.05198: 34sbh with 16-bit activations,
@@ -122,7 +123,7 @@ def activation_bytes(arch: Architecture, dtype: str, batch: int, seq: int, mode:
 
     infer: the widest intermediate vector (FFN width, or experts-per-token x expert width for MoE)
     for every token of the batch in one pass (a whole-batch prefill, no chunking: an upper bound;
-    seed 001 gets ~1.4 GB for Llama-2-7B at 32 x 2048), in the compute dtype (fp32 when the weights
+    ~1.4 GB for Llama-2-7B at 32 x 2048, docs/worked-numbers.md), in the compute dtype (fp32 when the weights
     are fp32, else 16-bit), one layer at a time since a layer's temporaries are freed after it.
     train: 34 x hidden x layers bytes per token kept for backward plus fp32 logits (4 x vocab bytes
     per token) (Korthikanti et al. 2022, FlashAttention, no recomputation).
@@ -158,7 +159,7 @@ def vllm_non_torch_bytes(gpu_count: int) -> int:
 def max_batch_for(budget_bytes: float, fixed_bytes: float, per_seq_bytes: float) -> int:
     """Largest whole batch B with fixed + B x per_seq <= budget (0 when not even one fits).
 
-    Seed 003 problem 4 is this formula: (80 GB x 0.9 - 14 GB) / 0.537 GB -> 108.
+    docs/worked-numbers.md, set 2 problem 4: (80 GB x 0.9 - 14 GB) / 0.537 GB -> 108.
     """
     if per_seq_bytes <= 0:
         return 0 if fixed_bytes > budget_bytes else 10**9

@@ -29,8 +29,8 @@ Engines (``engine=``; formulas also in docs/ARCHITECTURE.md "Numbers to know"):
   and padded, a Mamba / Gated DeltaNet layer holds one state page per request.
 - ``hf``: plain transformers ``generate``: weights + a contiguous KV cache of batch x seq (a windowed
   layer holds min(seq, window)) + the activations of a whole-batch prefill + 1.5 GB of framework
-  overhead (seed 001), against the headroom fraction of the engine-visible total.
-- ``train``: mixed-precision Adam, 16 B/param + activations kept for backward (seed 003).
+  overhead (docs/worked-numbers.md), against the headroom fraction of the engine-visible total.
+- ``train``: mixed-precision Adam, 16 B/param + activations kept for backward (ZeRO's 16 B/param).
 
 Weights: parameters are counted from matrix shapes (a matrix mapping a length-a vector to a
 length-b vector has a x b parameters, + b with a bias). A checkpoint's own byte count (safetensors
@@ -350,7 +350,7 @@ def _step_tok_s(p: Plan, card: Card, flops: float, batch: int) -> float:
 def _compute_bound_batch(p: Plan, card: Card, flops: float) -> float:
     """Batch where 2 x active params x B / FLOP/s = weight-read time / bandwidth (KV reads ignored).
 
-    Dense: B = ridge x bytes read per active param / 2 (fp16 on A100: ~153, seed 001)."""
+    Dense: B = ridge x bytes read per active param / 2 (fp16 on A100: ~153, docs/worked-numbers.md)."""
     bw = card.bandwidth_bytes_s
 
     def gap(b: float) -> float:
@@ -725,5 +725,5 @@ def size_for_up(
 
 def prefill_seconds(active_params: float, tokens: int, flops: float) -> float:
     """Lower bound of a prefill of ``tokens`` tokens: 2 x active params x tokens / FLOP/s (MFU 100%;
-    seed 003 problem 6: 7B x 2048 tokens on an A100 -> 92 ms)."""
+    7B x 2048 tokens on an A100 -> 92 ms, docs/worked-numbers.md)."""
     return 2.0 * active_params * tokens / flops

@@ -1,6 +1,6 @@
 """``gpuops plan storage``: keep the weights on a volume, or fetch them again every run?
 
-The seeds' Day 20 rule: every kind of data gets a home, chosen by "is keeping it cheaper than
+Every kind of data gets a home, chosen by "is keeping it cheaper than
 fetching it again?". Code lives in git (a clone takes seconds: refetch). Results are copied home
 after every run (gpuops.rental.results), and also kept on the volume when one is mounted. Weights are the
 only real question, answered with these numbers:
@@ -14,7 +14,7 @@ only real question, answered with these numbers:
   (the box bills while it downloads); per month x ``runs_per_month``;
 - break-even: volume USD/month / refetch USD per run (runs per month above which the volume wins).
 
-The Day 21 target (a box ready to run code within five minutes) is checked too: a download longer
+The bootstrap target (a box ready to run code within five minutes) is checked too: a download longer
 than ``BOOTSTRAP_TARGET_S`` alone misses it, which argues for the volume whatever the money says.
 """
 
@@ -27,7 +27,7 @@ from gpuops.errors import BadInput
 
 VOLUME_HEADROOM = 1.10  # the volume also holds the HF cache metadata and the uv/pip wheel cache
 VAST_USD_PER_GB_MONTH = 0.10  # vastai 1.9.1 vastai/api/storage.py list_volume(price_disk=0.10): hosts' default volume price
-BOOTSTRAP_TARGET_S = 300.0  # seeds, Day 21: from boot to running GPU code in at most 5 minutes
+BOOTSTRAP_TARGET_S = 300.0  # from boot to running GPU code in at most 5 minutes
 DEFAULT_GBPS = 1.0  # Gbit/s (10^9 bit/s) from the box to the Hugging Face CDN; measure yours with the bench
 
 

@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from gpuops.providers.provider_errors import ProviderError, ProviderErrorKind
 
 # Defaults for provider calls. 60 s covers the slowest legitimate call we make (a RunPod create,
-# ~10-20 s on a busy day, shared/research/provider-sdks.md); 16 MiB is ~10x the largest reply seen
-# (a Vast offer search with `limit` 1000: ~1.5 MB, research/wire captures).
+# ~10-20 s on a busy day); 16 MiB is ~10x the largest reply seen (a Vast offer search with
+# `limit` 1000: ~1.5 MB).
 DEFAULT_DEADLINE_S = 60.0
 DEFAULT_MAX_BYTES = 16 * 2**20
 CHUNK_BYTES = 64 * 1024

@@ -1,5 +1,5 @@
 """The one attribution rule (ledger/attribution.py) and the monthly cap that uses it (SQLite and
-PostgreSQL). The issue's own example: a rental from 31 Oct 22:00 to 1 Nov 10:00 UTC at 10 USD/h is
+PostgreSQL). The worked example: a rental from 31 Oct 22:00 to 1 Nov 10:00 UTC at 10 USD/h is
 20 USD of October and 100 USD of November, so a November cap of 50 USD is already crossed."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
 
 def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server):
     """`ledger month`/`experiments` on a current PostgreSQL ledger: psycopg straight (no SQLAlchemy
-    import, issue 16), the same figures as through SQLAlchemy; a ledger still to migrate is opened
+    import), the same figures as through SQLAlchemy; a ledger still to migrate is opened
     (and migrated) by SQLAlchemy as before."""
     import json
     import subprocess

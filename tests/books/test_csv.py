@@ -153,7 +153,7 @@ HOSTILE = ["=HYPERLINK(\"http://x\",\"cost\")", "+1+1", "-2+3", "@SUM(A1)", "\tT
 
 
 def test_formula_cells_are_neutralized_and_round_trip(ledger, tmp_path, fresh_url):
-    """Issue 11: a cell starting =, +, -, @, tab or CR is written with a leading quote (OWASP CSV
+    """A cell starting =, +, -, @, tab or CR is written with a leading quote (OWASP CSV
     Injection); numbers stay numbers; our own export imports back to the same text."""
     from ledger import Ledger
     from ledger.csvio import neutralize, unneutralize
@@ -188,7 +188,7 @@ def test_formula_cells_are_neutralized_and_round_trip(ledger, tmp_path, fresh_ur
 
 
 def test_unknown_names_and_costs_off_price_are_reported_per_line(ledger, tmp_path):
-    """Issue 13: provider aws, card notacard and $99 where price x hours is $7 are reported by
+    """Provider aws, card notacard and $99 where price x hours is $7 are reported by
     line and imported; --strict refuses the file, naming the same lines."""
     p = tmp_path / "odd.csv"
     p.write_text(

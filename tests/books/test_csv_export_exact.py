@@ -1,6 +1,6 @@
 """``ledger export`` writes the bytes the plain csv-module export wrote, on hostile rows.
 
-The export formats common rows itself (issue 16: speed) and hands the rest to the csv module; this
+The export formats common rows itself (for speed) and hands the rest to the csv module; this
 compares it with the previous implementation, kept here verbatim as the reference (SQL with the
 date's seconds formatted by the database, every row through ``csv.writer``), on SQLite and on
 PostgreSQL: formula starts, quotes, commas, CR/LF/tab, non-Latin text, equal times ordered by id,
@@ -27,7 +27,7 @@ _REFERENCE_DATE_SQL = {
 
 
 def reference_export(led) -> str:
-    """The export as it was before issue 16's rewrite (ledger/csvio.py at 3b70e8c)."""
+    """The export as it was before its rewrite for speed (ledger/csvio.py at 3b70e8c)."""
     sql = (f"SELECT created_at, {_REFERENCE_DATE_SQL[led.dialect]}, experiment, provider, card, gpu_count, usd_per_hour, "
            "billed_seconds / 3600.0, cost_usd, tokens, conclusion, simulated, id FROM sessions WHERE status = 'closed' "
            "AND (instance_id IS NOT NULL OR instance_created_at IS NOT NULL) ORDER BY created_at, id")

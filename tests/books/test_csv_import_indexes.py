@@ -1,4 +1,4 @@
-"""A big SQLite import builds the secondary indexes after the rows (issue 16), and leaves the
+"""A big SQLite import builds the secondary indexes after the rows, and leaves the
 schema exactly as it found it, whether the import commits or is refused."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every query path of `up`, `ps`, `watchdog` and `reconcile` is answered from an index (issue 16):
+"""Every query path of `up`, `ps`, `watchdog` and `reconcile` is answered from an index:
 the database's own query planner says so, on SQLite and on PostgreSQL (where the planner is told
 to avoid sequential scans, since a test-sized table is cheaper to scan than to search)."""
 

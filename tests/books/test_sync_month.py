@@ -1,4 +1,4 @@
-"""Books to the cent (issue 13): an emulated month of rentals on both providers, their own billing
+"""Books to the cent: an emulated month of rentals on both providers, their own billing
 read through the real interfaces (RunPod's REST billing records, Vast's charges through the vastai
 SDK), booked by `ledger sync --apply`, on SQLite and PostgreSQL.
 

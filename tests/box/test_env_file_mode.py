@@ -1,4 +1,4 @@
-"""The secrets env file on an SSH box is created 0600 by the SFTP open itself (issue 11: it was
+"""The secrets env file on an SSH box is created 0600 by the SFTP open itself (not
 created 0644 and then chmodded), exclusively (an existing or planted file is refused)."""
 
 from __future__ import annotations

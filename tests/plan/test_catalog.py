@@ -14,7 +14,7 @@ ISSUE_CARDS = ["T4", "L4", "A10G", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A600
 ISSUE_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.1-70b",
                 "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "gemma-2-9b", "gemma-2-27b",
                 "phi-3-mini", "tinyllama-1.1b", "deepseek-v3",
-                # issue 26: the published counts of the new kinds (MXFP4, hybrid KV groups, shared expert + vision towers)
+                # the published counts of the newer kinds (MXFP4, hybrid KV groups, shared expert + vision towers)
                 "gpt-oss-20b", "gemma-3-27b", "llama-4-scout", "qwen2.5-vl-7b"]
 
 
@@ -46,7 +46,7 @@ def test_catalog_corrections_of_issue_12():
     assert by["b200"].bandwidth_bytes_s == 7.7e12  # DGX/HGX B200 spec: 7.7 TB/s per GPU, not 8.0
     pcie40 = by["a100-40gb-pcie"]  # Vast's "A100 PCIE" includes 40 GB boards
     assert pcie40.bandwidth_bytes_s == 1555e9 and pcie40.vram_bytes == 40 * 2**30 and pcie40.vast_name == "A100 PCIE"
-    # engine-visible totals (torch.cuda.mem_get_info), issue 12's audit
+    # engine-visible totals (torch.cuda.mem_get_info; gpuops/catalog/cards.toml cites each)
     assert round(by["h100-sxm"].engine_visible_bytes / 2**30, 2) == 79.19
     assert round(by["rtx-4090"].engine_visible_bytes / 2**30, 2) == 23.58
     assert round(by["mi300x"].engine_visible_bytes / 2**30, 2) == 191.45

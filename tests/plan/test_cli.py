@@ -17,9 +17,9 @@ from tests.conftest import REPO, gpuops_cmd
 
 TOP_KEYS = ["model", "params", "active_params", "dtype", "kv_dtype", "batch", "seq", "weights_bytes", "kv_bytes_per_token",
             "kv_cache_bytes", "activation_bytes", "overhead_bytes", "total_bytes", "cards",
-            "engine", "unverified", "weights_source", "quantization"]  # issue 12 added the last four
+            "engine", "unverified", "weights_source", "quantization"]
 CARD_KEYS = ["card", "vram_bytes", "fits", "max_batch", "decode_tok_s", "ridge_flop_per_byte", "usd_per_mtoken",
-             "engine", "budget_bytes", "kv_pool_bytes", "max_concurrency", "unverified", "engine_command",  # issue 12 added these six
+             "engine", "budget_bytes", "kv_pool_bytes", "max_concurrency", "unverified", "engine_command",
              "vendor", "note"]
 
 
@@ -137,7 +137,7 @@ def test_up_model_that_fits_no_card_rents_and_books_nothing(cli_env, tmp_path, g
     assert out.returncode == 2
     err = out.stderr.strip().splitlines()[-1]
     assert "fits no --card a100" in err and "short" in err and "--gpu-count 2" in err
-    # an A100 has no fp8 tensor cores: the advice is int8, never fp8 (issue 15)
+    # an A100 has no fp8 tensor cores: the advice is int8, never fp8
     assert "--dtype int8" in err and "fp8" not in err.split("try ")[1]
     assert not (gpuops_home / "boxes").exists()
     assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []

@@ -1,4 +1,4 @@
-"""Memory, fit and speed rules beyond the seeds: windows, MLA, tensor parallelism, dtypes, train mode."""
+"""Memory, fit and speed rules beyond docs/worked-numbers.md: windows, MLA, tensor parallelism, dtypes, train mode."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ def test_dtype_bytes_and_int4_overhead():
 
 
 def test_kv_dtype_auto_is_the_model_dtype_fp8_only_when_asked():
-    # vLLM --kv-cache-dtype auto = the model's compute dtype: fp8 weights still cache in bf16 (issue 12)
+    # vLLM --kv-cache-dtype auto = the model's compute dtype: fp8 weights still cache in bf16
     for dt in ("fp8", "int4", "int8", "bf16"):
         assert P.plan("llama-3-8b", card=A100, dtype=dt).kv_dtype == "bf16"
         assert P.plan("llama-3-8b", card=A100, dtype=dt).kv_bytes_per_token == 131_072

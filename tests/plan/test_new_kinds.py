@@ -1,4 +1,4 @@
-"""Issue 26: `plan` for MXFP4 (gpt-oss), hybrid linear attention (Gated DeltaNet, Mamba), vLLM's
+"""`plan` for MXFP4 (gpt-oss), hybrid linear attention (Gated DeltaNet, Mamba), vLLM's
 hybrid KV cache groups, chunked local attention, shared experts without ``n_shared_experts``, vision
 towers other than SigLIP, the vendor rule, alias variants and the unverified cell.
 
@@ -93,7 +93,7 @@ def test_qwen3_next_caches_only_its_attention_layers():
     assert lay.block_size == 544 and lay.group_size == 12 and len(lay.groups) == 4
     page = 544 * 1024
     assert c.per_request_bytes == (-(-32768 // 544) + 3) * page * 12  # 61 attention blocks + 3 state blocks
-    old = 48 * 2 * 1 * 256 * 2 * 32768  # every layer counted as attention (gpuops before issue 26)
+    old = 48 * 2 * 1 * 256 * 2 * 32768  # every layer counted as attention (gpuops at 86593ec)
     assert old / c.per_request_bytes == pytest.approx(3.76, abs=0.01)  # "KV 4x too big"
     assert any("raises the attention block to 544 tokens" in w for w in p.warnings)
 
@@ -142,7 +142,7 @@ def test_gemma3_27b_groups_of_ten_pad_the_sliding_layers(seq, more):
     full = -(-seq // 16)
     local = -(-min(1023 + 8192, seq) // 16) + 1
     assert c.per_request_bytes == 10 * (full + 6 * local) * page
-    per_layer = (10 * full + 52 * local) * page  # what the layers hold (gpuops before issue 26)
+    per_layer = (10 * full + 52 * local) * page  # what the layers hold (gpuops at 86593ec)
     assert c.per_request_bytes / per_layer - 1 == pytest.approx(more, abs=0.001)
     assert any(f"{more:.1%}" in w for w in p.warnings)
 

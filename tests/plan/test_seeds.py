@@ -1,14 +1,15 @@
-"""The worked numbers of the seeds (shared/seeds/001_*.txt "Day 6 · W1 复习" and 003_*.txt "附录 A ·
-速查", the ten problems at its end), each as a test named after where it comes from.
+"""The hand-worked numbers gpuops' planner was first checked against (docs/worked-numbers.md),
+each as a test: ``test_s001_*`` are its set 1, ``test_s003_*`` its set 2; "seed" in a comment
+below is the hand figure.
 
-Units: the seeds write "KB"/"GB" for both 10^3/10^9 and 2^10/2^30; each test says which one the
-seed meant and asserts exact bytes. Where the seed rounds (70B for 70.55B, int4 without scales,
-nominal "80 GB" cards that are 80 GiB), the note says so and the tolerance is the rounding.
+Units: the hand figures write "KB"/"GB" for both 10^3/10^9 and 2^10/2^30; each test says which
+one was meant and asserts exact bytes. Where a hand figure rounds (70B for 70.55B, int4 without
+scales, nominal "80 GB" cards that are 80 GiB), the note says so and the tolerance is the rounding.
 
-Issue 12 corrections the seeds do not make: a decode step reads only its tokens' rows of an
-untied embedding table, not the table (Llama-2-7B: 2% of the weights, so the seed's ceilings are
-~2% low); int4 checkpoints keep embeddings and lm_head in 16 bits and store a zero point per group
-beside the scale (AWQ), so "70B x 0.5 = 35 GB" is 39.8 GB for Llama-3-70B. The seeds size a plain
+Corrections the hand figures do not make: a decode step reads only its tokens' rows of an untied
+embedding table, not the table (Llama-2-7B: 2% of the weights, so the hand ceilings are ~2% low);
+int4 checkpoints keep embeddings and lm_head in 16 bits and store a zero point per group beside
+the scale (AWQ), so "70B x 0.5 = 35 GB" is 39.8 GB for Llama-3-70B. The hand figures size a plain
 transformers run (engine hf); the vLLM engine's numbers are in test_vllm.py.
 """
 
@@ -30,13 +31,13 @@ A100 = "a100-80gb-sxm"
 
 
 def one(model, card=A100, **kw):
-    kw.setdefault("engine", "hf")  # the seeds size a plain transformers run: 1.5 GB overhead, whole-batch activations
+    kw.setdefault("engine", "hf")  # the hand figures size a plain transformers run: 1.5 GB overhead, whole-batch activations
     p = P.plan(model, card=card, **kw)
     assert len(p.cards) == 1
     return p, p.cards[0]
 
 
-# -- seed 001: Llama-2-7B, fp16, A100 80GB SXM (the W1 seven-row table) ----------------------------
+# -- set 1: Llama-2-7B, fp16, A100 80GB SXM ---------------------------------------------------------
 def test_s001_llama2_7b_params_6_74b():
     p, _ = one("llama-2-7b", dtype="fp16")
     # seed: N = 2VD + L(4d^2 + 3 d d_ff) = 6,738,149,376 (no norms); with the 32 x 2 + 1 RMSNorm
@@ -147,7 +148,7 @@ def test_s001_t4_tinyllama_145_tok_s_ridge_203():
     assert round(c.ridge_flop_per_byte) == 203  # 65 TFLOP/s / 320 GB/s
 
 
-# -- seed 003: the ten problems ------------------------------------------------------------------
+# -- set 2: the ten problems --------------------------------------------------------------------
 def test_s003_q1_70b_training_1120_gb_does_not_fit_8_a100():
     p = P.plan("llama-3-70b", mode="train", gpu_count=8, card=A100, seq=4096)
     assert p.weights_bytes == 16 * p.params
@@ -202,7 +203,7 @@ def test_s003_q4_max_batch_int4_weights_fp8_kv():
 
 
 def test_s003_q5_decode_intensity_and_compute_bound_batch():
-    # seed 003 says intensity 2 and B >= 78; its own numbers give 1.4e10 FLOP / 1.4e10 B = 1, and seed 001
+    # set 2 says intensity 2 and B >= 78; its own numbers give 1.4e10 FLOP / 1.4e10 B = 1, and set 1
     # says 1 FLOP/byte with B ~ ridge. We follow the arithmetic: with the seed's A100 (312 TFLOP/s,
     # 2.0 TB/s, ridge 156) decode turns compute-bound at B = 156 for fp16 weights.
     seed_a100 = dataclasses.replace(card_by_name(A100), bandwidth_bytes_s=2.0e12)
@@ -258,7 +259,7 @@ def test_s003_q6_prefill_vs_decode_step():
     assert round(t_prefill / t_decode) == 13  # one 2048-token prefill ~ 13 decode steps
 
 
-# -- field notes (shared/research/field-notes.md "Catalog, price and VRAM constants") -------------
+# -- KV sizes a reader can check by hand -------------------------------------------------------
 def test_field_notes_llama3_8b_8k_is_1_gib_kv():
     p = P.plan("llama-3-8b", engine="hf", seq=8192, card=A100)
     assert p.kv_bytes_per_token == 128 * KIB and p.kv_cache_bytes == 1 * GIB

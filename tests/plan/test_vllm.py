@@ -1,6 +1,6 @@
-"""Issue 12: `gpuops plan` sizes memory the way vLLM does, within 5% of vLLM's published numbers.
+"""`gpuops plan` sizes memory the way vLLM does, within 5% of vLLM's published numbers.
 
-Acceptance sources (the figures vLLM prints at start-up, quoted in issue 12's audit, V1 engine; log
+Acceptance sources (the figures vLLM prints at start-up, V1 engine; log
 lines of vLLM 0.8-0.10: "model weights take X GiB; non_torch_memory takes Y GiB; PyTorch activation
 peak memory takes Z GiB; the rest of the memory reserved for KV Cache is K GiB", "Available KV
 cache memory: K GiB", "Maximum concurrency for N tokens per request: C x", "Model loading took W GiB"):
@@ -12,7 +12,7 @@ cache memory: K GiB", "Maximum concurrency for N tokens per request: C x", "Mode
 - Llama-3.1-8B with --quantization fp8: "Model loading took 8.49 GiB".
 
 gpuops follows vLLM 0.11's defaults and start-up arithmetic (gpuops/planning/sizing.py says which files); each
-figure must be within 5%. Regression rows: the table of issue 12, with the configs in
+figure must be within 5%. Regression rows: models gpuops once sized wrong (mixtures of experts, AWQ checkpoints), configs in
 tests/plan/data/ (public config.json values of each repository).
 """
 
@@ -80,7 +80,7 @@ def test_llama31_8b_fp8_weights_8_49_gib():
     assert "--quantization fp8" in p.cards[0].engine_command
 
 
-# -- the issue's table, as regression tests ---------------------------------------------------------
+# -- models once sized wrong, as regression tests ----------------------------------------------------
 def test_qwen3_30b_a3b_moe_is_30_5b_params_and_fits_no_small_card():
     a = architecture(cfg("qwen3-30b-a3b"))
     assert a.params == 30_532_122_624 and a.experts == 128 and a.experts_per_tok == 8  # published 30.5B, "A3B": 3.3B active
@@ -162,7 +162,7 @@ def test_gemma2_9b_sliding_window_admission():
     _, h100 = one(src("gemma-2-9b"), "h100-sxm", seq=8192)
     # H100: min(4096 - 1 + 8192, 8192) = 8192 -> 512 + 1 blocks on a local layer
     assert h100.per_request_bytes == per_layer * 21 * (8192 + 513 * 16)
-    assert h100.per_request_bytes / old == pytest.approx(1.335, abs=0.001)  # the issue's "+33%"
+    assert h100.per_request_bytes / old == pytest.approx(1.335, abs=0.001)  # +33%
     _, a100 = one(src("gemma-2-9b"), "a100-80gb-sxm", seq=8192)
     # A100: min(4095 + 2048, 8192) = 6143 -> 384 + 1 blocks
     assert a100.per_request_bytes == per_layer * 21 * (8192 + 385 * 16)

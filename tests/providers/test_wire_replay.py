@@ -1,4 +1,4 @@
-"""Replay the captured SDK wire (tests/data/wire, copied from shared/research/wire) against the
+"""Replay the captured SDK wire (tests/data/wire, its README says how it was recorded) against the
 emulators: every request the real runpod / vastai SDKs sent must reach a route the emulator serves
 and get back the shape the SDK reads (RunPod: exactly the fields the GraphQL document selects;
 Vast: the JSON keys the SDK indexes).
@@ -103,7 +103,8 @@ def test_runpod_wire_replays_onto_the_graphql_gpuops_still_uses():
         emu.stop()
 
 
-# What the vastai SDK reads from each reply (vastai 1.9.1; shared/research/provider-sdks.md s. 2).
+# What the vastai SDK reads from each reply (vastai 1.9.1: vastai/api/offers.py,
+# instances.py, billing.py).
 VAST_SHAPE = {
     "search": lambda b: isinstance(b["offers"], list) and all({"id", "dph_total", "gpu_name", "num_gpus", "gpu_ram"} <= set(o)
                                                               for o in b["offers"]),

@@ -1,4 +1,4 @@
-"""`gpuops plan storage`: the keep-or-refetch arithmetic with its numbers, and the seeds' advice."""
+"""`gpuops plan storage`: the keep-or-refetch arithmetic with its numbers, and its advice."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile or broken input from the other side (issue 11), each with the exact bad value: prices,
+"""Hostile or broken input from the other side, each with the exact bad value: prices,
 GPU counts and the delivered box; terminal escapes in names and notes; dry-run's checks."""
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_check_delivered_names_each_difference():
 
 @pytest.mark.parametrize("name", ["vast", "runpod"])
 def test_mismatched_box_is_destroyed_and_booked_as_delivered(name, gpuops_home, tmp_path, request):
-    """The issue: an RTX 3070 at $5.00/h against --card rtx-4090 --max-price 0.5 ran the job and was
+    """The bug was: an RTX 3070 at $5.00/h against --card rtx-4090 --max-price 0.5 ran the job and was
     booked $5/h under rtx-4090."""
     emu = request.getfixturevalue(f"{name}_emulator")
     prov = request.getfixturevalue(f"{name}_provider")
@@ -128,7 +128,7 @@ def test_mismatched_box_is_destroyed_and_booked_as_delivered(name, gpuops_home, 
 
 # -- dry run --------------------------------------------------------------------------------------
 def test_dry_run_runs_the_budget_checks(gpuops_home, cli_env, tmp_path):
-    """The issue: `--dry-run` said "would rent" $100/h against a $5 cap."""
+    """The bug was: `--dry-run` said "would rent" $100/h against a $5 cap."""
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
     env = dict(cli_env, GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR="100", GPUOPS_TEARDOWN_MONTHLY_CAP_USD="5")
@@ -195,7 +195,7 @@ def test_offer_region_from_the_provider_is_shown_escaped():
 
 
 def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_ledger_url):
-    """The issue: a NaN booked on PostgreSQL made the month total NaN, and a $5 cap let a $50/h x 2 h
+    """The bug was: a NaN booked on PostgreSQL made the month total NaN, and a $5 cap let a $50/h x 2 h
     rental through. A NaN total now refuses, in `up` and in the watchdog."""
     import time
 

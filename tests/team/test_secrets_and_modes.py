@@ -1,4 +1,4 @@
-"""Secrets stay secret on the local provider (issue 11): jobs get an allow-listed environment, the
+"""Secrets stay secret on the local provider: jobs get an allow-listed environment, the
 bootstrap's secrets step edits the BOX's ~/.netrc with a parser (every other entry kept) and never
 the user's real ~/.netrc or ~/.cache/huggingface/token; the ledger, logs and boxes are the user's
 alone (0600 / 0700)."""

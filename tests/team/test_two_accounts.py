@@ -1,4 +1,4 @@
-"""Two accounts on one ledger (issue 11): every command of one user -- reconcile, watchdog --once,
+"""Two accounts on one ledger: every command of one user -- reconcile, watchdog --once,
 down --all, up's quick reconcile, refusals -- leaves the other's sessions, instances and refusals
 untouched; "not visible under my key" is unknown, never gone."""
 
@@ -50,7 +50,7 @@ def test_bobs_commands_leave_alices_sessions_and_instances_alone(team, markets):
     a_rp, a_vast = live_ids(rp, "acct-1"), live_ids(vast, "acct-1")
     assert len(a_rp) == len(a_vast) == 1
 
-    # B's reconcile (the issue: closed A's running session as "interrupted: instance gone")
+    # B's reconcile (the bug was: closed A's running session as "interrupted: instance gone")
     acts = reconcile(Context(bob.settings, arm_margin_s=1e6))
     assert not [a for a in acts if a.session.startswith("a-")]
     assert any(a.kind == "left_to_owner" and "alice" in a.detail for a in acts)
@@ -61,7 +61,7 @@ def test_bobs_commands_leave_alices_sessions_and_instances_alone(team, markets):
         _quick_reconcile(bob.settings, bob.ledger, bob.provider(name), Warnings())
     assert {r.id: snapshot(alice.ledger, r.id) for r in mine} == before
 
-    # B's `down --all` (the issue: printed "destroyed pod1 (manual)" with B's key and booked A's row)
+    # B's `down --all` (the bug was: printed "destroyed pod1 (manual)" with B's key and booked A's row)
     out = down(bob.settings, bob.ledger, None, True)
     assert sorted(o["session"] for o in out) == ["b-loc", "b-rp"]
     assert all(bob.ledger.get(r.id).end_reason == "manual" for r in theirs)
@@ -74,7 +74,7 @@ def test_bobs_commands_leave_alices_sessions_and_instances_alone(team, markets):
     assert live_ids(rp, "acct-1") == a_rp and live_ids(vast, "acct-1") == a_vast
     assert alice.provider("local").get("gpuops-a-loc").status.value == "running"
 
-    # A's own reconcile next: A's live local box is not an orphan (the issue: A's reconcile killed it)
+    # A's own reconcile next: A's live local box is not an orphan (the bug was: A's reconcile killed it)
     acts = reconcile(Context(alice.settings, arm_margin_s=1e6))
     assert [a for a in acts if a.kind in ("orphan_destroyed", "closed", "destroyed")] == []
     assert alice.provider("local").get("gpuops-a-loc").status.value == "running"

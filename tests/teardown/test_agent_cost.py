@@ -1,4 +1,4 @@
-"""What the agent does every sample, made cheaper (issue 16) without changing what it sees.
+"""What the agent does every sample, made cheaper without changing what it sees.
 
 The incremental /proc scan (bootstrap/agent.py ``ProcScanner``): a process's argv is not read every
 sample, yet a new SSH session, a process that execs into one after it was first seen, and a pid

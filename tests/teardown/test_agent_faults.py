@@ -1,4 +1,4 @@
-"""The on-box agent under faults injected at the real boundary (issue 10, box side): the laptop
+"""The on-box agent under faults injected at the real boundary (the box side): the laptop
 killed after arm, a stopped or killed agent, results copy-back against the agent, a full disk
 (RLIMIT_FSIZE), a box clock 5 h ahead, a forged status, a recycled process group, POSIX TZ."""
 
