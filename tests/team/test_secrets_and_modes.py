@@ -15,7 +15,7 @@ from gpuops.config import load_settings
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 
-# The issue's ~/.netrc: the old regex removed github.com (and everything after) along with wandb.
+# A ~/.netrc the old regex broke: it removed github.com (and everything after) along with wandb.
 USER_NETRC = "machine api.wandb.ai\n  login user\n  password OLD_WANDB\nmachine github.com\n  login me\n  password ghp_KEEPME\n" \
              "macdef init\ncd /tmp\n\ndefault login anonymous password me@example.org\n"
 
