@@ -1,7 +1,9 @@
-"""The on-box agent's own cost at 1 s samples: CPU seconds per minute, resident memory
-per process, bytes and write calls per minute, status file size. Runs the real agent (supervisor +
-worker) on a local box directory with a stand-in nvidia-smi (a shell script: its own CPU is the
-child's, reported apart), an interactive-looking /proc, a bootstrap that ended and a job running.
+"""The on-box agent's own cost at 1 s samples.
+
+CPU seconds per minute, resident memory per process, bytes and write calls per minute, status file
+size. Runs the real agent (supervisor + worker) on a local box directory with a stand-in nvidia-smi
+(a shell script: its own CPU is the child's, reported apart), an interactive-looking /proc, a
+bootstrap that ended and a job running.
 
 Targets: <= 0.1 s CPU per minute (agent processes, children apart; shown as whole clock ticks from
 /proc/PID/stat and, finer, as the scheduler's nanosecond count from /proc/PID/schedstat), <= 15 MiB RSS per process,

@@ -313,8 +313,9 @@ class Bench:
                  1.5, "(attributed by time)")
 
     def history(self, path: Path, start: float, end: float) -> None:
-        """The month's reports on a ledger that also holds the history (``--sessions`` before this
-        month): the plain floors walk every row of the ledger, ours only the month's."""
+        """The month's reports on a ledger that also holds the history (``--sessions`` before this month).
+
+        The plain floors walk every row of the ledger, ours only the month's."""
         month = time.strftime("%Y-%m", time.gmtime(start))
         day = time.strftime("%Y-%m-%d", time.gmtime(start))
         url = f"sqlite:///{path}"

@@ -108,8 +108,10 @@ def after_exit(env: dict, tmp: Path, laptop_alive: bool, grace: float) -> dict:
 
 
 def after_exit_ssh(env: dict, tmp: Path, runs: int) -> list[float]:
-    """`gpuops up --provider vast` against the Vast.ai emulator, the box a real sshd on 127.0.0.1:
-    seconds from the job's exit (on the box) to the emulator's destroy (billing stops), laptop alive."""
+    """`gpuops up --provider vast` against the Vast.ai emulator, the box a real sshd on 127.0.0.1.
+
+    Seconds from the job's exit (on the box) to the emulator's destroy (billing stops), laptop
+    alive."""
     from gpuops.box.ssh import ensure_ssh_key
     from tests.emulators import VastEmulator
     from tests.support import fake_nvidia_smi

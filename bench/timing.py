@@ -1,8 +1,10 @@
-"""Repeated timing of a command, hyperfine-style: one warm-up run, then ``runs`` timed runs; the
-median wall time, the fastest, and the largest peak RSS of the command. The RSS comes from GNU
-``/usr/bin/time -f %M`` (apt-get install time): a child's own ``ru_maxrss`` also counts the parent's
-pages it was forked with (a 300 MiB bench process makes ``true`` look 300 MiB big); without it the
-figure falls back to that and says so. Used by the benchmarks; never a pass/fail test.
+"""Repeated timing of a command, hyperfine-style.
+
+One warm-up run, then ``runs`` timed runs; the median wall time, the fastest, and the largest peak
+RSS of the command. The RSS comes from GNU ``/usr/bin/time -f %M`` (apt-get install time): a child's
+own ``ru_maxrss`` also counts the parent's pages it was forked with (a 300 MiB bench process makes
+``true`` look 300 MiB big); without it the figure falls back to that and says so. Used by the
+benchmarks; never a pass/fail test.
 
     python bench/timing.py [--runs 7] -- gpuops ps
 """
@@ -39,8 +41,10 @@ class Timing:
 
 def run_once(argv: Sequence[str], env: dict | None = None, stdout: IO | int | None = subprocess.DEVNULL,
              stdin: IO | int | None = subprocess.DEVNULL, cwd: str | None = None, timeout_s: float = 1800.0) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one run of ``argv``. Raises CalledProcessError on a non-zero
-    exit (with the command's stderr), TimeoutExpired past ``timeout_s``."""
+    """(wall seconds, peak RSS MiB) of one run of ``argv``.
+
+    Raises CalledProcessError on a non-zero exit (with the command's stderr), TimeoutExpired past
+    ``timeout_s``."""
     rss_file = None
     if GNU_TIME:
         fd, rss_file = tempfile.mkstemp(prefix="gpuops-rss-")
@@ -76,8 +80,9 @@ def run_once(argv: Sequence[str], env: dict | None = None, stdout: IO | int | No
 
 def measure(argv: Sequence[str], env: dict | None = None, runs: int = 5, warmup: int = 1, stdout_path: str | None = None,
             stdin_path: str | None = None, cwd: str | None = None) -> Timing:
-    """``Timing`` of ``runs`` runs after ``warmup`` untimed ones. ``stdout_path``: where the
-    output goes (else discarded); ``stdin_path``: a file fed to stdin."""
+    """``Timing`` of ``runs`` runs after ``warmup`` untimed ones.
+
+    ``stdout_path``: where the output goes (else discarded); ``stdin_path``: a file fed to stdin."""
     walls, rss = [], []
     for i in range(warmup + runs):
         out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL

@@ -104,8 +104,10 @@ def log(msg):
 
 
 def write_atomic(path, text):
-    """Write ``text`` to ``path`` through a temporary file and a rename. Raises OSError; the
-    temporary file is removed when the write fails (a full disk keeps no half file)."""
+    """Write ``text`` to ``path`` through a temporary file and a rename.
+
+    Raises OSError; the temporary file is removed when the write fails (a full disk keeps no half
+    file)."""
     tmp = "%s.%d.tmp" % (path, os.getpid())
     try:
         with open(tmp, "w") as f:
@@ -175,10 +177,11 @@ def _ctime(pid):
 
 
 class ProcScanner:
-    """``scan_proc`` without reading every process's argv every sample. A process's argv is read
-    when its pid is first seen, once more on the next scan (a fresh process may still exec, as
-    ``bash -c 'exec -a NAME ...'`` does), and then again only when its title starts with ``sshd``
-    (sshd retitles its session processes) or its pid may have changed hands.
+    """``scan_proc`` without reading every process's argv every sample.
+
+    A process's argv is read when its pid is first seen, once more on the next scan (a fresh process
+    may still exec, as ``bash -c 'exec -a NAME ...'`` does), and then again only when its title
+    starts with ``sshd`` (sshd retitles its session processes) or its pid may have changed hands.
 
     Which pids are new since the previous scan: the kernel hands pids out counting up from the
     newest (the last field of ``/proc/loadavg``), wrapping at pid_max, so only pids between the
@@ -320,12 +323,14 @@ _SCANNER = ProcScanner()
 
 
 def scan_proc(users=None, bootstrap_root=None):
-    """One pass over /proc: ``(ssh, bootstrap)``. ``ssh``: interactive SSH sessions, processes
-    titled ``sshd: USER@pts/N`` (or ``sshd-session: ...`` on OpenSSH >= 9.8); ``@notty`` channels
-    (scp, the laptop's own exec) and a tty held by a container's PID 1 are not sessions; ``users``:
-    count only these (None = any). ``bootstrap``: with ``bootstrap_root`` set, whether a process
-    running ``bootstrap/bootstrap.py`` has that directory as its working directory (False when
-    not asked). Argv is cached between calls (``ProcScanner``)."""
+    """One pass over /proc: ``(ssh, bootstrap)``.
+
+    ``ssh``: interactive SSH sessions, processes titled ``sshd: USER@pts/N`` (or ``sshd-session:
+    ...`` on OpenSSH >= 9.8); ``@notty`` channels (scp, the laptop's own exec) and a tty held by a
+    container's PID 1 are not sessions; ``users``: count only these (None = any). ``bootstrap``:
+    with ``bootstrap_root`` set, whether a process running ``bootstrap/bootstrap.py`` has that
+    directory as its working directory (False when not asked). Argv is cached between calls
+    (``ProcScanner``)."""
     return _SCANNER.scan(users, bootstrap_root)
 
 
@@ -357,9 +362,11 @@ def bootstrap_pid_state(pidfile):
 
 
 def bootstrap_running(pidfile, root=None):
-    """True while bootstrap runs: the pid in ``pidfile`` is alive (``gpuops.agent.bootstrap_config.bootstrap_command``),
-    or a process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however
-    the laptop started it)."""
+    """True while bootstrap runs.
+
+    The pid in ``pidfile`` is alive (``gpuops.agent.bootstrap_config.bootstrap_command``), or a
+    process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however the
+    laptop started it)."""
     st = bootstrap_pid_state(pidfile)
     if st == "running":
         return True
@@ -367,9 +374,10 @@ def bootstrap_running(pidfile, root=None):
 
 
 def job_state(run_dir):
-    """``{"ended_at", "exit_code", "started"}`` from jobwrap's files: ``ended_at`` is the box's
-    wall clock (epoch s) and ``exit_code`` the status, both None while the job runs or before it
-    starts; ``started``: the wrapper has begun (its log or marker exists)."""
+    """``{"ended_at", "exit_code", "started"}`` from jobwrap's files.
+
+    ``ended_at`` is the box's wall clock (epoch s) and ``exit_code`` the status, both None while the
+    job runs or before it starts; ``started``: the wrapper has begun (its log or marker exists)."""
     marker = os.path.join(run_dir, "exit_marker")
     if not os.path.exists(marker):
         return {"ended_at": None, "exit_code": None, "started": os.path.exists(os.path.join(run_dir, "job.log"))}
@@ -544,8 +552,9 @@ def _http(method, url, headers, body, timeout=20.0):
 
 
 def destroy_runpod(cfg, env):
-    """Terminate the pod with its pod-scoped key (RunPod REST v2, ``DELETE /v2/pods/{id}``). What
-    that key may do is undocumented: refused (401/403), the pod is stopped instead (``POST
+    """Terminate the pod with its pod-scoped key (RunPod REST v2, ``DELETE /v2/pods/{id}``).
+
+    What that key may do is undocumented: refused (401/403), the pod is stopped instead (``POST
     /v2/pods/{id}/action`` ``{"action": "stop"}``: GPU billing ends, the pod shows EXITED to the
     provider, where the laptop side finds and terminates it). Both refused: RuntimeError, and the
     caller keeps trying (its status stays readable over SSH for the watchdog)."""
@@ -603,10 +612,12 @@ def _num_or_none(v):
 
 
 class Agent:
-    """The sampling loop. ``anchor``: ``(wall, mono)``, the ledger-timeline epoch second ``wall``
-    that the box's ``time.monotonic()`` value ``mono`` stands for (the supervisor's start; default:
-    now on the box's own clocks). ``pulse_fd``: a pipe to the supervisor, written every loop.
-    ``restarts``: how many workers ran before this one (the supervisor counts)."""
+    """The sampling loop.
+
+    ``anchor``: ``(wall, mono)``, the ledger-timeline epoch second ``wall`` that the box's
+    ``time.monotonic()`` value ``mono`` stands for (the supervisor's start; default: now on the
+    box's own clocks). ``pulse_fd``: a pipe to the supervisor, written every loop. ``restarts``: how
+    many workers ran before this one (the supervisor counts)."""
 
     def __init__(self, config_path, anchor=None, pulse_fd=None, restarts=None):
         with open(config_path) as f:
@@ -665,8 +676,9 @@ class Agent:
         return self.anchor_wall + (time.monotonic() - self.anchor_mono)
 
     def pulse(self):
-        """Tell the supervisor this worker is alive, at most every ``pulse_every`` seconds (each
-        pulse wakes it); never blocks, never raises."""
+        """Tell the supervisor this worker is alive, at most every ``pulse_every`` seconds (each pulse wakes it).
+
+        Never blocks, never raises."""
         if self.pulse_fd is not None:
             now = time.monotonic()
             if self._pulsed is not None and now - self._pulsed < self.pulse_every:
@@ -713,9 +725,10 @@ class Agent:
         return {"ended_at": self._job_end[0], "exit_code": self._job_end[1], "started": True}
 
     def presence(self):
-        """Until when (ledger timeline) the laptop's presence lease holds, or None. A refresh is
-        seen as a change of the file (inode, mtime, size); how long it holds is measured on this
-        box's monotonic clock from that moment, never from a timestamp in the file."""
+        """Until when (ledger timeline) the laptop's presence lease holds, or None.
+
+        A refresh is seen as a change of the file (inode, mtime, size); how long it holds is
+        measured on this box's monotonic clock from that moment, never from a timestamp in the file."""
         try:
             st = os.stat(self.presence_path)
         except OSError:
@@ -744,8 +757,10 @@ class Agent:
         return None if left is None or left <= 0 else self.clock() + left
 
     def bootstrap_state(self):
-        """``bootstrap_pid_state(self.pidfile)``; a bootstrap that ended stays ended without a read
-        until the pidfile changes (inode, mtime, size): a new run rewrites it."""
+        """``bootstrap_pid_state(self.pidfile)``.
+
+        A bootstrap that ended stays ended without a read until the pidfile changes (inode, mtime,
+        size): a new run rewrites it."""
         try:
             st = os.stat(self.pidfile)
             sig = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -792,6 +807,7 @@ class Agent:
     # -- status (best effort) -----------------------------------------------------------------
     def write_status(self, decision, job, presence_until=None, force=False):
         """Rewrite the status when what the rules read changed, or every ``heartbeat_s`` seconds.
+
         Never raises: a failed write (full disk, file-size limit) is counted in ``write_failures``."""
         now = self.clock()
         d = decision.as_dict() if decision else None
@@ -846,9 +862,10 @@ class Agent:
             time.sleep(min(left, max(self.poll_s, 0.05)))
 
     def do_destroy(self, decision, job):
-        """Destroy through the narrowest credential; retry with backoff until ``destroy_deadline_s``
-        (then exit non-zero: the supervisor starts a new worker, which tries again). No write is
-        needed for any of it."""
+        """Destroy through the narrowest credential.
+
+        Retry with backoff until ``destroy_deadline_s`` (then exit non-zero: the supervisor starts a
+        new worker, which tries again). No write is needed for any of it."""
         if not self.destroy or self.destroy.get("reason") is None:
             self.destroy = {"reason": decision.reason, "explanation": decision.explanation,
                             "requested_at": round(self.clock(), 3), "done_at": None, "attempts": 0, "result": None}
@@ -972,33 +989,37 @@ ARM_LATENCY_MAX_S = 60.0
 
 
 def ledger_anchor(armed_at, box_wall, box_mono):
-    """``(wall, mono)``: the ledger-timeline second that the box's monotonic reading ``box_mono``
-    stands for. The box's wall clock when it agrees with the laptop's ``armed_at`` (within
-    ``ARM_LATENCY_MAX_S`` after it), else ``armed_at``; the box's wall clock alone only when the
-    laptop sent no ``armed_at``."""
+    """``(wall, mono)``: the ledger-timeline second that the box's monotonic reading ``box_mono`` stands for.
+
+    The box's wall clock when it agrees with the laptop's ``armed_at`` (within ``ARM_LATENCY_MAX_S``
+    after it), else ``armed_at``; the box's wall clock alone only when the laptop sent no
+    ``armed_at``."""
     if armed_at is None or 0.0 <= box_wall - armed_at <= ARM_LATENCY_MAX_S:
         return (box_wall, box_mono)
     return (armed_at, box_mono)
 
 
 def worker_stale_seconds(cfg):
-    """How long (s) the supervisor lets a worker go without a pulse before it kills it: config
-    ``worker_stale_seconds``, else max(90, 3 samples + 30 s)."""
+    """How long (s) the supervisor lets a worker go without a pulse before it kills it.
+
+    Config ``worker_stale_seconds``, else max(90, 3 samples + 30 s)."""
     sample_s = float((cfg.get("teardown") or {}).get("sample_seconds", 10.0))
     return float(cfg.get("worker_stale_seconds") or max(90.0, 3 * sample_s + 30.0))
 
 
 def pulse_interval(stale_s):
-    """Seconds between a worker's pulses (and the supervisor's wake-ups when none comes): a sixth
-    of the stale limit, at most 5 s -- each one wakes the supervisor."""
+    """Seconds between a worker's pulses (and the supervisor's wake-ups when none comes).
+
+    A sixth of the stale limit, at most 5 s -- each one wakes the supervisor."""
     return min(5.0, stale_s / 6.0)
 
 
 def supervise(config_path, max_backoff=30.0):
-    """Run the worker until it exits 0; restart it (backoff 1 s doubling to ``max_backoff``)
-    when it dies any other way, and SIGKILL + restart it when it has not pulsed for
-    ``worker_stale_seconds`` (stopped, wedged). Returns 0 at once when another supervisor runs
-    for this config. Writes nothing that a destroy depends on."""
+    """Run the worker until it exits 0.
+
+    Restart it (backoff 1 s doubling to ``max_backoff``) when it dies any other way, and SIGKILL +
+    restart it when it has not pulsed for ``worker_stale_seconds`` (stopped, wedged). Returns 0 at
+    once when another supervisor runs for this config. Writes nothing that a destroy depends on."""
     import subprocess  # the supervisor's alone: the worker spawns through run_capture (-0.8 MB RSS)
 
     with open(config_path) as f:

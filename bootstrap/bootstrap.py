@@ -582,10 +582,11 @@ def _netrc_tokens(text):
 
 
 def netrc_with(text, host, login, password):
-    """``text`` (a .netrc) with the entry of ``machine host`` replaced by one holding ``login`` and
-    ``password``: every other entry, comment, macro and byte stays as it was. The new entry goes
-    before a ``default`` entry (which must stay last), else at the end. Raises StepError for a
-    value a .netrc cannot hold unquoted (whitespace, quotes, #)."""
+    """``text`` (a .netrc) with the entry of ``machine host`` replaced by one holding ``login`` and ``password``.
+
+    Every other entry, comment, macro and byte stays as it was. The new entry goes before a
+    ``default`` entry (which must stay last), else at the end. Raises StepError for a value a .netrc
+    cannot hold unquoted (whitespace, quotes, #)."""
     for v in (host, login, password):
         if not v or re.search(r'[\s"#\\]', v):
             raise StepError("a .netrc value must be one word without quotes or #; the WANDB_API_KEY is not")
@@ -1511,10 +1512,12 @@ STOP_GRACE_S = 30.0  # how long the running steps get to end after a failure (th
 
 
 def run(config, state_dir):
-    """Run ``config``'s steps, independent ones at once (CONCURRENT); returns the exit status (0 ok,
-    1 a step failed, 2 bad config). A failed step stops the run: the steps running beside it are
-    ended (their process groups killed, in-process downloads stopped between blocks) and reported
-    ``stopped``, no later step starts, and the summary names the failed step."""
+    """Run ``config``'s steps, independent ones at once (CONCURRENT).
+
+    Returns the exit status (0 ok, 1 a step failed, 2 bad config). A failed step stops the run: the
+    steps running beside it are ended (their process groups killed, in-process downloads stopped
+    between blocks) and reported ``stopped``, no later step starts, and the summary names the failed
+    step."""
     os.makedirs(state_dir, exist_ok=True)
     _collect_secrets(config)
     STOP.clear()

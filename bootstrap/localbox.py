@@ -1,5 +1,7 @@
-"""Ending a local box's processes: the one rule both the laptop (gpuops.providers.local) and the
-on-box agent (bootstrap/agent.py) apply, so a box ends the same way whoever destroys it.
+"""Ending a local box's processes.
+
+The one rule both the laptop (gpuops.providers.local) and the on-box agent (bootstrap/agent.py)
+apply, so a box ends the same way whoever destroys it.
 
 A local box is a directory ROOT. Every process gpuops starts for it runs in a process group
 recorded in ``ROOT/.gpuops/pgids`` and carries ``GPUOPS_LOCAL_BOX=<abs ROOT>`` in its environment
@@ -76,8 +78,9 @@ def _marked(pid, needle):
 
 
 def group_is_marked(pgid, root):
-    """True when a live process of group ``pgid`` carries ``GPUOPS_LOCAL_BOX=<root>``. Where there
-    is no /proc the mark cannot be read and the group is trusted (the old rule)."""
+    """True when a live process of group ``pgid`` carries ``GPUOPS_LOCAL_BOX=<root>``.
+
+    Where there is no /proc the mark cannot be read and the group is trusted (the old rule)."""
     if not os.path.isdir("/proc/self"):
         return True
     needle = ("%s=%s" % (MARKER, os.path.abspath(root))).encode()

@@ -29,8 +29,7 @@ def _sha256(path):
 
 
 def walk(root):
-    """Yield (relative path, absolute path, lstat) for every entry under ``root``, sorted, never
-    following a symlink."""
+    """Yield (relative path, absolute path, lstat) for every entry under ``root``, sorted, never following a symlink."""
     stack = [""]
     while stack:
         rel = stack.pop()

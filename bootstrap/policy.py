@@ -198,10 +198,12 @@ class BoxState:
 
 
 class Decision:
-    """``action`` is "keep" or "destroy"; ``reason`` one of job_end, job_failed, no_job, idle, ttl,
-    session_cap (None to keep); ``explanation`` is one human line with the numbers; ``idle_since``
-    the start of the current idle streak (epoch s) or None; ``next_due`` the earliest epoch second
-    at which a rule could fire if nothing changes (the agent wakes then), or None."""
+    """``action`` is "keep" or "destroy".
+
+    ``reason`` one of job_end, job_failed, no_job, idle, ttl, session_cap (None to keep);
+    ``explanation`` is one human line with the numbers; ``idle_since`` the start of the current idle
+    streak (epoch s) or None; ``next_due`` the earliest epoch second at which a rule could fire if
+    nothing changes (the agent wakes then), or None."""
 
     __slots__ = ("action", "reason", "explanation", "idle_since", "next_due")
 

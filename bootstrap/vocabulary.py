@@ -35,8 +35,10 @@ class _Word(str, enum.Enum):
 
 
 class EndReason(_Word):
-    """Why a rental ended: ``sessions.end_reason``. One value per row, chosen by whoever closes it
-    (a reason requested earlier with ``Ledger.request_end`` wins). README lists them for users."""
+    """Why a rental ended: ``sessions.end_reason``.
+
+    One value per row, chosen by whoever closes it (a reason requested earlier with
+    ``Ledger.request_end`` wins). README lists them for users."""
 
     # the job
     JOB_END = "job_end"  # the job exited 0
@@ -159,8 +161,10 @@ class Actor(_Word):
 
 
 class ProviderName(_Word):
-    """Every provider gpuops knows. The laptop's registry (gpuops/providers/__init__.py) maps each
-    to its class and config section; the agent's destroy kinds are these same names."""
+    """Every provider gpuops knows.
+
+    The laptop's registry (gpuops/providers/__init__.py) maps each to its class and config section;
+    the agent's destroy kinds are these same names."""
 
     LOCAL = "local"
     RUNPOD = "runpod"

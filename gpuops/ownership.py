@@ -68,9 +68,10 @@ def is_mine(row, owner: str) -> bool:
 
 
 def refused_by(refusal, provider: str, account: str | None, owner: str) -> bool:
-    """Does an active refusal (ledger.models.Refusal) cover renting on ``provider`` with
-    ``account`` as ``owner``. Scope "*" or the provider name; its ``account`` None covers everyone
-    (team scope), else the provider account (balance_floor) or the owner (monthly_cap)."""
+    """Does an active refusal (ledger.models.Refusal) cover renting on ``provider`` with ``account`` as ``owner``.
+
+    Scope "*" or the provider name; its ``account`` None covers everyone (team scope), else the
+    provider account (balance_floor) or the owner (monthly_cap)."""
     if refusal.scope not in ("*", provider):
         return False
     who = getattr(refusal, "account", None)

@@ -1,5 +1,7 @@
-"""The one terminal sanitizer: text that came from a user, a box, a provider or a CSV file is
-printed with its control and bidi characters shown escaped, never interpreted by the terminal.
+"""The one terminal sanitizer.
+
+Text that came from a user, a box, a provider or a CSV file is printed with its control and bidi
+characters shown escaped, never interpreted by the terminal.
 
 ``safe(text)`` is applied by every renderer that prints such text (``gpuops.views.ui``: ``ps``, the `up`
 reporter's stage/step/warning lines, notes; ``gpuops.views.ledger``: ``ledger month / experiments /
@@ -42,6 +44,7 @@ def _escape(ch: str) -> str:
 
 def safe(text: object) -> str:
     """``text`` (str() of it) with every unsafe character written as ``\\xNN`` / ``\\uNNNN``.
+
     Ordinary text, including non-Latin scripts and emoji, is unchanged."""
     s = text if isinstance(text, str) else str(text)
     if s.isprintable() and not any(ord(c) in BIDI for c in s):

@@ -1,5 +1,6 @@
-"""How gpuops writes a quantity in a line of text, on the ground floor: the views print it and a
-service's one-line messages (reconcile's actions) carry it."""
+"""How gpuops writes a quantity in a line of text, on the ground floor.
+
+The views print it and a service's one-line messages (reconcile's actions) carry it."""
 
 from __future__ import annotations
 

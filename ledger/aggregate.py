@@ -1,6 +1,7 @@
-"""Month and experiment totals summed inside the database, by the attribution rule in SQL
-(``ledger.attribution``): a few GROUP BY statements return a few dozen group rows instead of
-100,000 session rows (a report costs about what one SQL statement costs).
+"""Month and experiment totals summed inside the database, by the attribution rule in SQL (``ledger.attribution``).
+
+A few GROUP BY statements return a few dozen group rows instead of 100,000 session rows (a report
+costs about what one SQL statement costs).
 
 ``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters: the
 standard library's ``sqlite3`` or ``psycopg`` on a current ledger (``LedgerReader.query_runner``), or
@@ -75,8 +76,10 @@ def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: s
 
 
 def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion: bool) -> str:
-    """The GROUP BY over open rows touching [:lo, :hi): counted, no cost (``attribution``); found
-    through the partial index ``ix_sessions_open`` (a handful of rows)."""
+    """The GROUP BY over open rows touching [:lo, :hi).
+
+    Counted, no cost (``attribution``); found through the partial index ``ix_sessions_open`` (a
+    handful of rows)."""
     k = ", ".join(keys)
     where = "status <> 'closed' AND created_at < :hi"  # :hi is 1e300 for an open end: still the index's search
     if lo is not None:

@@ -26,10 +26,11 @@ Row = Any
 
 
 def interval(s: Row) -> tuple[float, float | None] | None:
-    """(start, end) epoch s over which session row ``s`` billed: ``instance_created_at`` (else the
-    intent time) to ``ended_at`` (None while open). None for a session that never got an instance
-    (it cost nothing). Needs the row attributes ``instance_id, instance_created_at, created_at,
-    ended_at, status``."""
+    """(start, end) epoch s over which session row ``s`` billed.
+
+    ``instance_created_at`` (else the intent time) to ``ended_at`` (None while open). None for a
+    session that never got an instance (it cost nothing). Needs the row attributes ``instance_id,
+    instance_created_at, created_at, ended_at, status``."""
     if s.instance_id is None and s.instance_created_at is None:
         return None
     start = s.instance_created_at if s.instance_created_at is not None else s.created_at
@@ -60,9 +61,10 @@ def overlaps(start: float, end: float | None, lo: float, hi: float) -> bool:
 
 
 def split(start: float, end: float | None, edges: Sequence[float]) -> Iterator[tuple[int, float]]:
-    """(bucket index, share) for every bucket [edges[i], edges[i+1]) that [start, end) spends in;
-    shares sum to the part of the interval inside [edges[0], edges[-1]). ``edges``: ascending epoch s
-    (hour, day or month starts, then the last end). Open intervals yield nothing. Bisect, no
+    """(bucket index, share) for every bucket [edges[i], edges[i+1]) that [start, end) spends in.
+
+    Shares sum to the part of the interval inside [edges[0], edges[-1]). ``edges``: ascending epoch
+    s (hour, day or month starts, then the last end). Open intervals yield nothing. Bisect, no
     per-bucket scan: a 12-hour rental over a 31-day month touches 1-2 day buckets."""
     if end is None or len(edges) < 2:
         return
@@ -83,8 +85,9 @@ def split(start: float, end: float | None, edges: Sequence[float]) -> Iterator[t
 
 
 def accrued(s: Row, lo: float, hi: float, now: float) -> float:
-    """USD an OPEN session has spent inside [lo, hi) up to ``now`` at its charged price
-    (``usd_per_hour``, USD/h): only for enforcing caps, never booked."""
+    """USD an OPEN session has spent inside [lo, hi) up to ``now`` at its charged price (``usd_per_hour``, USD/h).
+
+    Only for enforcing caps, never booked."""
     if s.status == "closed" or not s.usd_per_hour:
         return 0.0
     iv = interval(s)

@@ -63,9 +63,10 @@ def billed_cost(
 
 
 def unseen_end(provider_ended_at: float | None, last_heartbeat_at: float | None) -> tuple[float, str]:
-    """The end time of a box whose destroy the laptop never saw: the provider's own end time when it
-    reports one, else the on-box agent's last heartbeat. Never "now" (a box that self-destroyed
-    while the laptop slept must not bill until the laptop wakes;
+    """The end time of a box whose destroy the laptop never saw.
+
+    The provider's own end time when it reports one, else the on-box agent's last heartbeat. Never
+    "now" (a box that self-destroyed while the laptop slept must not bill until the laptop wakes;
     https://github.com/skypilot-org/skypilot/issues/1301).
 
     Returns (epoch seconds, source) with source ``provider`` or ``heartbeat``.
@@ -119,8 +120,9 @@ def _share(c: ChargeLine, lo: float | None, hi: float | None) -> float:
 
 
 def provider_end(s: Any, lines: Iterable[ChargeLine]) -> float | None:
-    """The end of a session's billed compute time by the provider's own lines, for an end we never
-    saw: ``instance_created_at`` + the compute seconds billed when the provider counts them
+    """The end of a session's billed compute time by the provider's own lines, for an end we never saw.
+
+    ``instance_created_at`` + the compute seconds billed when the provider counts them
     (``ChargeLine.seconds``), else + the compute USD over the row's ``usd_per_hour`` (RunPod v2
     bills compute by the second at the pod's rate and reports amounts per hour bucket), never past
     the latest end of a compute (non-storage) line; else that latest end. None without lines."""

@@ -1,8 +1,10 @@
-"""Leaving an SQLite ledger checkpointed: the CLI exits through ``os._exit``, so SQLite's own
-checkpoint on the last close never runs and a big write would leave a big ``-wal`` file that every
-later opener pays for (~40 ms per connection). Whatever writes the file (the engine's BEGIN
-IMMEDIATE hook, the standard-library writers) names it in ``WRITTEN``; the CLI calls
-``checkpoint_written`` on its way out. Standard library only: the paths that skip SQLAlchemy use it.
+"""Leaving an SQLite ledger checkpointed.
+
+The CLI exits through ``os._exit``, so SQLite's own checkpoint on the last close never runs and a
+big write would leave a big ``-wal`` file that every later opener pays for (~40 ms per connection).
+Whatever writes the file (the engine's BEGIN IMMEDIATE hook, the standard-library writers) names it
+in ``WRITTEN``; the CLI calls ``checkpoint_written`` on its way out. Standard library only: the
+paths that skip SQLAlchemy use it.
 """
 
 from __future__ import annotations

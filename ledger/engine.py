@@ -91,9 +91,10 @@ PG_CONNECT_TIMEOUT_S = 10
 
 
 def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
-    """An engine for the ledger at SQLAlchemy ``url`` with its migrations applied. Creates the
-    SQLite file's folder. Raises sqlalchemy errors for an unreachable database (PostgreSQL: within
-    ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer), and
+    """An engine for the ledger at SQLAlchemy ``url`` with its migrations applied.
+
+    Creates the SQLite file's folder. Raises sqlalchemy errors for an unreachable database
+    (PostgreSQL: within ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer), and
     ``ledger.schema_version.LedgerTooNew`` for a ledger a newer gpuops wrote.
 
     ``deadline_s``: a short engine for the writes around a destroy (``Ledger.bounded``): SQLite

@@ -1,6 +1,7 @@
-"""Past sessions, newest first: the read behind ``gpuops ledger sessions`` and the dashboard's
-session table. Pure functions over plain rows plus one bounded query (newest first, LIMIT in the
-database, so 100,000 sessions cost no more than the page asked for).
+"""Past sessions, newest first: the read behind ``gpuops ledger sessions`` and the dashboard's session table.
+
+Pure functions over plain rows plus one bounded query (newest first, LIMIT in the database, so
+100,000 sessions cost no more than the page asked for).
 
 A session row here is ``session_row``'s dict: times as ISO 8601 in the report's zone, money in
 USD (``cost_usd`` None while the session is open), ``hours`` the billed hours (billed seconds /
@@ -77,12 +78,12 @@ SESSION_ROW_COLUMNS = ("session", "run", "started", "date", "experiment", "provi
 
 
 def session_row(s: Any, tz: str | None = None) -> dict:
-    """One past session as a JSON-ready dict, keys in this order: ``session, run (its run's id, None
-    outside a run), started (ISO 8601 in
-    tz), date (YYYY-MM-DD in tz), experiment, provider, card, gpu_count, status, end_reason,
-    hours (billed, 6 decimals), usd_per_hour, cost_usd (None while open), simulated, tokens,
-    usd_per_mtoken (None without tokens or cost), conclusion, note`` (``up --note``; a report shows
-    it where no conclusion is set)."""
+    """One past session as a JSON-ready dict, keys in this order.
+
+    ``session, run (its run's id, None outside a run), started (ISO 8601 in tz), date (YYYY-MM-DD in
+    tz), experiment, provider, card, gpu_count, status, end_reason, hours (billed, 6 decimals),
+    usd_per_hour, cost_usd (None while open), simulated, tokens, usd_per_mtoken (None without tokens
+    or cost), conclusion, note`` (``up --note``; a report shows it where no conclusion is set)."""
     from ledger.reports import card_name, day_of, iso, per_mtoken
 
     closed = s.status == "closed"

@@ -71,8 +71,10 @@ def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> s
 
 
 def active_refusals(ledger: Ledger) -> list[Any]:
-    """Refusals not lifted, oldest first: read-only rows with the ``Refusal`` fields
-    (``Ledger.active_refusals``: no ORM load on a current SQLite ledger)."""
+    """Refusals not lifted, oldest first.
+
+    read-only rows with the ``Refusal`` fields (``Ledger.active_refusals``: no ORM load on a current
+    SQLite ledger)."""
     return ledger.active_refusals()
 
 
@@ -83,8 +85,9 @@ def _same_account(account: str | None):
 
 
 def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None) -> bool:
-    """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None:
-    everyone); False (and no change) when the same refusal is active."""
+    """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None: everyone).
+
+    False (and no change) when the same refusal is active."""
     from sqlmodel import Session as DbSession, select
 
     from ledger.models import Refusal

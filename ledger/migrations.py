@@ -121,9 +121,11 @@ def m003_leases_refusals(conn: Connection) -> None:
 
 @migration
 def m004_session_limits(conn: Connection) -> None:
-    """A session's own limits, stored on its row when `up` writes the intent: every process that
-    acts on the session (reconcile, watchdog) applies these, not its own settings. Nullable: rows
-    written before this migration fall back to the acting process's settings."""
+    """A session's own limits, stored on its row when `up` writes the intent.
+
+    Every process that acts on the session (reconcile, watchdog) applies these, not its own
+    settings. Nullable: rows written before this migration fall back to the acting process's
+    settings."""
     for ddl in (
         "ALTER TABLE sessions ADD COLUMN max_hours FLOAT",
         "ALTER TABLE sessions ADD COLUMN ready_timeout_seconds FLOAT",
@@ -180,10 +182,11 @@ OPEN_SESSION_SQL = "status <> 'closed'"
 
 @migration
 def m006_query_indexes(conn: Connection) -> None:
-    """Indexes for every query path of `up`, `ps`, `watchdog` and `reconcile`: the open
-    sessions (a partial index: only rows not closed, a handful among a million, ordered by intent
-    time), and the active refusals; the month range is ``m005_books``' ``ix_sessions_ended_at``.
-    Partial indexes run on SQLite and PostgreSQL alike."""
+    """Indexes for every query path of `up`, `ps`, `watchdog` and `reconcile`.
+
+    The open sessions (a partial index: only rows not closed, a handful among a million, ordered by
+    intent time), and the active refusals; the month range is ``m005_books``'
+    ``ix_sessions_ended_at``. Partial indexes run on SQLite and PostgreSQL alike."""
     for ddl in (
         # status = 'closed' holds nearly every row: an index on it only misleads the planner (an
         # export sorted every row instead of walking created_at); open rows have their own index.
@@ -196,12 +199,14 @@ def m006_query_indexes(conn: Connection) -> None:
 
 @migration
 def m007_ownership(conn: Connection) -> None:
-    """A team on one ledger: who rented each session (``owner``: the ``[user] name`` setting,
-    default user@host) and under which provider account (``account``: a non-secret fingerprint of
-    the API key, or machine+user+data dir for the local provider). Only the holder of a row's
-    account closes or destroys it. Refusals get the same key (``account``: the provider account for
-    a balance floor, the owner for a monthly cap; NULL = everyone, the team scope). Nullable: rows
-    from before this migration have no known owner or account."""
+    """A team on one ledger.
+
+    Who rented each session (``owner``: the ``[user] name`` setting, default user@host) and under
+    which provider account (``account``: a non-secret fingerprint of the API key, or
+    machine+user+data dir for the local provider). Only the holder of a row's account closes or
+    destroys it. Refusals get the same key (``account``: the provider account for a balance floor,
+    the owner for a monthly cap; NULL = everyone, the team scope). Nullable: rows from before this
+    migration have no known owner or account."""
     for ddl in (
         "ALTER TABLE sessions ADD COLUMN owner VARCHAR",
         "ALTER TABLE sessions ADD COLUMN account VARCHAR",
@@ -221,24 +226,28 @@ BOOKS_INDEX_COLUMNS = ("ended_at", "created_at", "status", "simulated", "instanc
 
 @migration
 def m008_books_index(conn: Connection) -> None:
-    """A covering index for the month-range sums: ``ledger month``/``experiments`` and
-    the monthly cap search the period's rows by ``ended_at`` and read every column they sum from
-    the index itself (SQLite: 0.5-0.6x the time of looking each row up in the table at 100k rows;
-    about +10% on an insert). SQLite also holds ``conclusion`` (the newest conclusion's time rides
-    in the experiments scan); PostgreSQL does not: a B-tree entry must stay under 2,704 bytes and a
-    note may be longer (the same limit already bounds ``experiment`` through its own index)."""
+    """A covering index for the month-range sums.
+
+    ``ledger month``/``experiments`` and the monthly cap search the period's rows by ``ended_at``
+    and read every column they sum from the index itself (SQLite: 0.5-0.6x the time of looking each
+    row up in the table at 100k rows; about +10% on an insert). SQLite also holds ``conclusion``
+    (the newest conclusion's time rides in the experiments scan); PostgreSQL does not: a B-tree
+    entry must stay under 2,704 bytes and a note may be longer (the same limit already bounds
+    ``experiment`` through its own index)."""
     cols = BOOKS_INDEX_COLUMNS + (("conclusion",) if conn.dialect.name == "sqlite" else ())
     conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS ix_sessions_books ON sessions ({', '.join(cols)})")
 
 
 @migration
 def m009_watchdog_passes(conn: Connection) -> None:
-    """Every watchdog pass (``watchdog_passes``): who (``owner``, the ``[user] name``), where
-    (``host``), when (``at``, epoch s; ``seconds`` it took), what it did (``checked``: open sessions
-    it looked at under their lease, ``ended``: sessions it destroyed or closed, ``errors``,
-    ``actions``) and how often it runs (``interval_seconds``: a pass older than three intervals
-    means that watchdog is gone). Bounded: each write keeps the newest passes per host
-    (``ledger.passes.KEEP_PER_HOST``), so the table stays a few hundred rows."""
+    """Every watchdog pass (``watchdog_passes``).
+
+    Who (``owner``, the ``[user] name``), where (``host``), when (``at``, epoch s; ``seconds`` it
+    took), what it did (``checked``: open sessions it looked at under their lease, ``ended``:
+    sessions it destroyed or closed, ``errors``, ``actions``) and how often it runs
+    (``interval_seconds``: a pass older than three intervals means that watchdog is gone). Bounded:
+    each write keeps the newest passes per host (``ledger.passes.KEEP_PER_HOST``), so the table
+    stays a few hundred rows."""
     md = sa.MetaData()
     sa.Table(
         "watchdog_passes",
@@ -260,14 +269,16 @@ def m009_watchdog_passes(conn: Connection) -> None:
 
 @migration
 def m010_runs(conn: Connection) -> None:
-    """A run is the user's job; a rental (a ``sessions`` row) is one box. ``up --recover N`` books
-    one ``runs`` row and one rental per attempt: ``sessions.run_id`` (NULL: a rental outside any
-    run), ``sessions.attempt`` (1, 2, ...) and ``sessions.max_session_usd`` (the run's money left
-    when the rental was made: the watchdog and the agent apply it as the rental's cap). Money stays
-    on the rentals (the month counts rentals, as before); a run's cost is the sum of its rentals'.
-    ``runs``: its limits (``max_hours``, ``max_usd``: the whole run), how many attempts it may
-    take (``recover``: rentals after the first; ``recover_on``: the end reasons that re-rent), and
-    its outcome (``end_reason``: the last rental's, or what it ran out of; ``detail``: one line)."""
+    """A run is the user's job; a rental (a ``sessions`` row) is one box.
+
+    ``up --recover N`` books one ``runs`` row and one rental per attempt: ``sessions.run_id`` (NULL:
+    a rental outside any run), ``sessions.attempt`` (1, 2, ...) and ``sessions.max_session_usd``
+    (the run's money left when the rental was made: the watchdog and the agent apply it as the
+    rental's cap). Money stays on the rentals (the month counts rentals, as before); a run's cost is
+    the sum of its rentals'. ``runs``: its limits (``max_hours``, ``max_usd``: the whole run), how
+    many attempts it may take (``recover``: rentals after the first; ``recover_on``: the end reasons
+    that re-rent), and its outcome (``end_reason``: the last rental's, or what it ran out of;
+    ``detail``: one line)."""
     for ddl in (
         "ALTER TABLE sessions ADD COLUMN run_id VARCHAR",
         "ALTER TABLE sessions ADD COLUMN attempt INTEGER",
@@ -318,6 +329,7 @@ def applied(conn: Connection) -> list[str]:
 
 def migrate(conn: Connection, upto: str | None = None) -> list[str]:
     """Apply pending migrations in order inside the caller's transaction; returns their names.
+
     Raises ``ledger.schema_version.LedgerTooNew`` (nothing applied) when the ledger holds a
     migration this code does not know.
 

@@ -1,7 +1,8 @@
-"""Watchdog passes on the ledger (table ``watchdog_passes``, m009): each pass of a `gpuops watchdog`
-is one row (who, where, when, what it did), so every view can say when a watchdog last looked and
-a user whose watchdog died sees it. Bounded: the write that adds a pass prunes that host's older
-passes in the same transaction, keeping the newest ``KEEP_PER_HOST``.
+"""Watchdog passes on the ledger (table ``watchdog_passes``, m009).
+
+Each pass of a `gpuops watchdog` is one row (who, where, when, what it did), so every view can say
+when a watchdog last looked and a user whose watchdog died sees it. Bounded: the write that adds a
+pass prunes that host's older passes in the same transaction, keeping the newest ``KEEP_PER_HOST``.
 
 Reads are ``Ledger.watchdog_passes`` / ``LedgerReader.watchdog_passes`` (``ledger/reads.py``: the
 standard library or psycopg on a current ledger, no SQLAlchemy).

@@ -34,8 +34,10 @@ def got_instance(s: Row) -> bool:
 
 
 def job_cost(s: Row) -> float:
-    """USD of the job's own seconds: ``job_seconds`` x ``usd_per_hour`` / 3600, capped at the
-    session's cost; the whole cost when the job time is unknown (imported rows)."""
+    """USD of the job's own seconds.
+
+    ``job_seconds`` x ``usd_per_hour`` / 3600, capped at the session's cost; the whole cost when the
+    job time is unknown (imported rows)."""
     cost = s.cost_usd or 0.0
     if s.job_seconds is None or not s.usd_per_hour:
         return cost
@@ -64,9 +66,10 @@ def _fact(s: Row, frac: float = 1.0) -> tuple | None:
 
 @dataclass(slots=True)
 class Totals:
-    """Running sums for one group (a month, an experiment, a card, a provider, a day). Money is the
-    group's share of each session (attributed by time); ``storage_usd`` is the part of ``cost_usd``
-    that is storage lines (booked apart from GPU time, included in the total)."""
+    """Running sums for one group (a month, an experiment, a card, a provider, a day).
+
+    Money is the group's share of each session (attributed by time); ``storage_usd`` is the part of
+    ``cost_usd`` that is storage lines (booked apart from GPU time, included in the total)."""
 
     name: str = ""
     cost_usd: float = 0.0
@@ -308,8 +311,9 @@ def _grouped(groups: Iterable[Any], lo: float, hi: float, keys: dict[str, Callab
 
 def month_report_groups(groups: Iterable[Any], month: str, tz: str | None = None, cost_lines: Iterable[Row] = (),
                         line_keys: dict[str, dict[str, str]] | None = None) -> dict:
-    """``month_report`` (without days) from database groups (``ledger.aggregate.group_rows`` over
-    the month's bounds): the same figures, summed by the database. ``line_keys``: {session id:
+    """``month_report`` (without days) from database groups (``ledger.aggregate.group_rows`` over the month's bounds).
+
+    The same figures, summed by the database. ``line_keys``: {session id:
     {"experiment","card","provider"}} for the sessions that own ``cost_lines``."""
     lo, hi = month_bounds(month, tz)
     total, by = _grouped(groups, lo, hi, {"experiment": attrgetter("experiment"), "card": card_name, "provider": attrgetter("provider")},
@@ -348,9 +352,10 @@ def _day_rows(days: list[Totals]) -> list[dict]:
 
 
 def day_report(sessions: Iterable[Row], month: str, tz: str | None = None, cost_lines: Iterable[Row] = ()) -> list[dict]:
-    """One row per calendar day of ``month`` in ``tz`` (days without spend included, so a plot has
-    no gaps): ``{"date","cost_usd","simulated_usd","storage_usd","gpu_hours","sessions","tokens"}``.
-    A session's money is split across the days it ran in (``ledger.attribution``)."""
+    """One row per calendar day of ``month`` in ``tz`` (days without spend included, so a plot has no gaps).
+
+    ``{"date","cost_usd","simulated_usd","storage_usd","gpu_hours","sessions","tokens"}``. A
+    session's money is split across the days it ran in (``ledger.attribution``)."""
     return month_report(sessions, month, tz, by_day=True, cost_lines=cost_lines)["days"]
 
 
@@ -392,12 +397,13 @@ def iso(ts: float | None, tz: str | None = None) -> str | None:
 
 
 def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = (), tz: str | None = None) -> dict:
-    """Everything about one session: every column, its bootstrap steps with seconds, its events,
-    and derived figures. Shape: the ``up --json`` summary keys (``session, provider, card,
-    usd_per_hour, seconds, cost_usd, simulated, tokens, usd_per_mtoken, end_reason, exit_code,
-    log``) plus every ``sessions`` column, ``times`` (ISO strings in ``tz``), ``bootstrap_seconds``,
-    ``job_cost_usd``, ``usd_per_mtoken_job``, ``steps`` [{"name","status","seconds","detail"}]
-    and ``events`` [{"at","time","kind","detail"}]. An open session has ``cost_usd`` None.
+    """Everything about one session: every column, its bootstrap steps with seconds, its events, and derived figures.
+
+    Shape: the ``up --json`` summary keys (``session, provider, card, usd_per_hour, seconds,
+    cost_usd, simulated, tokens, usd_per_mtoken, end_reason, exit_code, log``) plus every
+    ``sessions`` column, ``times`` (ISO strings in ``tz``), ``bootstrap_seconds``, ``job_cost_usd``,
+    ``usd_per_mtoken_job``, ``steps`` [{"name","status","seconds","detail"}] and ``events``
+    [{"at","time","kind","detail"}]. An open session has ``cost_usd`` None.
     """
     steps = list(steps)
     closed = s.status == "closed"

@@ -8,6 +8,7 @@ MIGRATION_NAMES = ("m001_initial", "m002_cost_truth", "m003_leases_refusals", "m
 
 class LedgerTooNew(RuntimeError):
     """The ledger has migrations applied that this gpuops does not know: a newer gpuops wrote it.
+
     Nothing may be written to it (nor rented against it); the message is one line with the fix.
     ``unknown``: the unknown migration names, sorted."""
 

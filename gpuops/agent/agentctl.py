@@ -172,8 +172,9 @@ def _clamp_times(obj: Any, now: float) -> Any:
 
 
 def read_status(box, now: float | None = None) -> dict | None:
-    """The agent's status document from ``box``, made safe to act on; None when absent or
-    unreadable (no agent, no marker either).
+    """The agent's status document from ``box``, made safe to act on.
+
+    None when absent or unreadable (no agent, no marker either).
 
     ``now``: this machine's epoch seconds (default ``time.time()``). Every time in the document
     (heartbeat, samples, job end, destroy) is clamped to ``now``. When the heartbeat is stale
@@ -242,9 +243,10 @@ def session_teardown(status: dict | None, trusted: Any, row: Any = None) -> dict
 
 def write_presence(box, hold_seconds: float, *, released: bool = False, seq: int = 0) -> None:
     """Write the laptop's presence lease on ``box`` (over exec, so a box without SFTP works too).
-    ``hold_seconds``: how long this refresh keeps the agent from destroying for job end / idle /
-    no job, counted on the box's monotonic clock from when it sees the change (the agent caps it at
-    600 s). ``released``: the laptop is done; the agent stops waiting at once."""
+
+    ``hold_seconds``: how long this refresh keeps the agent from destroying for job end / idle / no
+    job, counted on the box's monotonic clock from when it sees the change (the agent caps it at 600
+    s). ``released``: the laptop is done; the agent stops waiting at once."""
     body = json.dumps({"hold_seconds": float(hold_seconds), "released": bool(released), "seq": int(seq)})
     q = shlex.quote
     tmp = f"{PRESENCE}.tmp"

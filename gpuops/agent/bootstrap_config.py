@@ -35,9 +35,11 @@ BOOTSTRAP_PIDFILE = f"{BOX_DIR}/bootstrap.pid"  # the agent reads it (agentctl.a
 
 @dataclass
 class BootstrapPlan:
-    """What `up` ships and runs. ``config``: the bootstrap.json document; ``files``: (local path,
-    path relative to the box root) to put before running; ``env``: secret values by name, for
-    ``Box.run(env=...)`` only (never logged); ``timeout``: seconds for the whole run."""
+    """What `up` ships and runs.
+
+    ``config``: the bootstrap.json document; ``files``: (local path, path relative to the box root)
+    to put before running; ``env``: secret values by name, for ``Box.run(env=...)`` only (never
+    logged); ``timeout``: seconds for the whole run."""
 
     config: dict
     files: list[tuple[Path, str]] = field(default_factory=list)
@@ -45,9 +47,10 @@ class BootstrapPlan:
     timeout: float = 1800.0
 
     def command(self, python: str = "python3") -> str:
-        """The shell command that runs the bootstrap in the box root. It records its pid where the
-        on-box agent looks (``bootstrap_command``): while it runs, the box is
-        not idle, however long a download keeps the GPU at 0 %."""
+        """The shell command that runs the bootstrap in the box root.
+
+        It records its pid where the on-box agent looks (``bootstrap_command``): while it runs, the
+        box is not idle, however long a download keeps the GPU at 0 %."""
         return bootstrap_command(CONFIG_PATH, state_dir=STATE_DIR, python=python)
 
 
@@ -67,14 +70,17 @@ def _weights_name(source: str, i: int) -> str:
 
 
 def cache_dir_for(settings, volume_path: str | None) -> str:
-    """The on-box cache directory: ``[bootstrap] cache_dir``, else ``<volume>/.cache/gpuops`` when a
-    persistent volume is mounted, else "" (the runner's default, ~/.cache/gpuops, lost with the box)."""
+    """The on-box cache directory.
+
+    ``[bootstrap] cache_dir``, else ``<volume>/.cache/gpuops`` when a persistent volume is mounted,
+    else "" (the runner's default, ~/.cache/gpuops, lost with the box)."""
     return settings.bootstrap.cache_dir or (volume_path.rstrip("/") + "/.cache/gpuops" if volume_path else "")
 
 
 def cache_env(cache_dir: str) -> dict[str, str]:
-    """The job's cache variables for ``cache_dir`` (the same places the bootstrap fills): HF_HOME,
-    UV_CACHE_DIR, PIP_CACHE_DIR; empty when there is no cache dir."""
+    """The job's cache variables for ``cache_dir`` (the same places the bootstrap fills).
+
+    HF_HOME, UV_CACHE_DIR, PIP_CACHE_DIR; empty when there is no cache dir."""
     if not cache_dir:
         return {}
     c = cache_dir.rstrip("/")
@@ -171,9 +177,10 @@ def build_bootstrap_plan(settings, *, card=None, volume_path: str | None = None,
 
 @dataclass
 class BootstrapResult:
-    """``rc``: the runner's exit status (0 ok, 1 a step failed, 2 bad config); ``steps``: its
-    step lines (``{"step", "status", "seconds", "detail"}``); ``summary``: its last line
-    (``{"total_seconds", "slowest"[, "failed"]}``), empty when the runner died first."""
+    """``rc``: the runner's exit status (0 ok, 1 a step failed, 2 bad config).
+
+    ``steps``: its step lines (``{"step", "status", "seconds", "detail"}``); ``summary``: its last
+    line (``{"total_seconds", "slowest"[, "failed"]}``), empty when the runner died first."""
 
     rc: int
     steps: list[dict]

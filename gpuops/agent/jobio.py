@@ -1,5 +1,7 @@
-"""The detached job on a box: start it under ``bootstrap/jobwrap.py``, follow its log (dropping
-and re-attaching at will), read its exit, copy its results back.
+"""The detached job on a box.
+
+Start it under ``bootstrap/jobwrap.py``, follow its log (dropping and re-attaching at will), read
+its exit, copy its results back.
 
 On the box (relative to the session directory): ``.gpuops/run/job.log`` (stdout+stderr),
 ``job.pid``, ``exit_code`` (``code\\nstarted\\nended``, epoch seconds) and ``exit_marker``
@@ -36,9 +38,11 @@ class JobExit:
 
 
 def start_job(box, command: str, *, env: dict[str, str] | None = None, python: str = "python3") -> None:
-    """Start ``command`` (bash) detached on ``box`` under the job wrapper (setsid + nohup): it
-    survives a dropped connection and the laptop process. ``env`` (secrets) goes through the
-    Box's 0600 env file. Requires the runner shipped to ``.gpuops/bootstrap`` (run_bootstrap_plan does)."""
+    """Start ``command`` (bash) detached on ``box`` under the job wrapper (setsid + nohup).
+
+    It survives a dropped connection and the laptop process. ``env`` (secrets) goes through the
+    Box's 0600 env file. Requires the runner shipped to ``.gpuops/bootstrap`` (run_bootstrap_plan
+    does)."""
     q = shlex.quote
     box.run_detached(
         f"rm -rf {JOB_DIR} && mkdir -p {JOB_DIR} && exec {q(python)} {RUNNER_DIR}/jobwrap.py --dir {JOB_DIR} -- bash -c {q(command)}",
@@ -106,8 +110,9 @@ def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offs
 
 
 def copy_results(box, results: str, dest: Path) -> Path | None:
-    """Copy the job's results (``[job] results``, relative to the box root) into ``dest``;
-    returns ``dest`` or None when the job wrote none."""
+    """Copy the job's results (``[job] results``, relative to the box root) into ``dest``.
+
+    Returns ``dest`` or None when the job wrote none."""
     return Path(dest) if box.get(results.rstrip("/") or ".", Path(dest)) else None
 
 
@@ -115,8 +120,10 @@ MAX_TOKENS_PER_LINE = 10**15  # far above any job; keeps the sum inside a 64-bit
 
 
 def tokens_from_metrics(text: str) -> int:
-    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS; other lines ignored,
-    and so are values that are not a finite number in [0, 1e15] (booleans, NaN, Infinity, 1e30)."""
+    """Sum of ``tokens`` over the JSON lines a job appended to $GPUOPS_METRICS.
+
+    Other lines ignored, and so are values that are not a finite number in [0, 1e15] (booleans, NaN,
+    Infinity, 1e30)."""
     total = 0
     for line in text.splitlines():
         try:

@@ -119,8 +119,9 @@ class Box(Protocol):
     root: str
 
     def run(self, command: str, *, timeout: float, env: dict[str, str] | None = None, on_line: LineSink | None = None) -> int:
-        """Run ``command`` (bash) in ``root``, stream stdout+stderr lines to ``on_line``, return
-        the exit status. Raises TimeoutError after ``timeout`` seconds (the command is killed)."""
+        """Run ``command`` (bash) in ``root``, stream stdout+stderr lines to ``on_line``, return the exit status.
+
+        Raises TimeoutError after ``timeout`` seconds (the command is killed)."""
         ...
 
     def run_detached(self, command: str, *, env: dict[str, str] | None = None) -> None:

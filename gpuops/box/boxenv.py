@@ -1,5 +1,6 @@
-"""The environment a local-provider box's processes (bootstrap, job, agent) start with: an
-allow-list of this machine's variables, never the whole of it.
+"""The environment a local-provider box's processes (bootstrap, job, agent) start with.
+
+An allow-list of this machine's variables, never the whole of it.
 
 A rented box never sees the laptop's environment; a local box must not either: the job's log would
 show ``RUNPOD_API_KEY``/``VAST_API_KEY``, and the bootstrap's ``secrets`` step would write into the

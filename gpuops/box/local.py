@@ -1,5 +1,6 @@
-"""This machine as a box (``LocalBox``): each process in its own process group, recorded so that the
-local provider's destroy ends them all."""
+"""This machine as a box (``LocalBox``).
+
+Each process in its own process group, recorded so that the local provider's destroy ends them all."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, _copy_tree_safely, _Co
 
 
 class LocalBox:
-    """This machine as a box: ``root`` is a directory; each process runs in its own process
-    group, recorded in ``root/.gpuops/pgids`` so that the local provider's destroy ends them all."""
+    """This machine as a box.
+
+    ``root`` is a directory; each process runs in its own process group, recorded in
+    ``root/.gpuops/pgids`` so that the local provider's destroy ends them all."""
 
     def __init__(self, root: Path, base_env: dict[str, str] | None = None):
         self.root = str(root)
@@ -93,6 +96,7 @@ class LocalBox:
 
     def get(self, remote, local, max_bytes: int = GET_MAX_BYTES):
         """Copy ``remote`` to ``local`` by the copy-back rules (module doc); False when absent.
+
         Raises UnsafeCopy past the caps."""
         src = self._abs(remote)
         self.skipped: list[str] = []

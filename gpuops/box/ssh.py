@@ -1,5 +1,7 @@
-"""A rented machine over SSH (``SSHBox``, paramiko imported lazily): gpuops' own key, host keys pinned
-per instance, connect retried to a deadline, keepalive, one reconnect; SFTP or, without it, exec."""
+"""A rented machine over SSH (``SSHBox``, paramiko imported lazily).
+
+gpuops' own key, host keys pinned per instance, connect retried to a deadline, keepalive, one
+reconnect; SFTP or, without it, exec."""
 
 from __future__ import annotations
 
@@ -21,11 +23,12 @@ from gpuops.errors import BadInput, GpuopsError
 
 
 def open_private(sftp, path: str):
-    """Create ``path`` on the SFTP server for writing with mode 0600 from the start: the mode goes in
-    the SSH_FXP_OPEN attributes (SFTP v3, draft-ietf-secsh-filexfer-02 section 6.3; OpenSSH's
-    sftp-server passes it to open(2)), with CREATE|EXCL so an existing file (or a planted symlink)
-    is refused, never reused. paramiko 5.1's ``SFTPClient.open`` sends empty attributes (0644
-    after umask, then a chmod), hence this request built with its own ``_request``."""
+    """Create ``path`` on the SFTP server for writing with mode 0600 from the start.
+
+    The mode goes in the SSH_FXP_OPEN attributes (SFTP v3, draft-ietf-secsh-filexfer-02 section 6.3;
+    OpenSSH's sftp-server passes it to open(2)), with CREATE|EXCL so an existing file (or a planted
+    symlink) is refused, never reused. paramiko 5.1's ``SFTPClient.open`` sends empty attributes
+    (0644 after umask, then a chmod), hence this request built with its own ``_request``."""
     from paramiko.sftp import CMD_HANDLE, CMD_OPEN, SFTP_FLAG_CREATE, SFTP_FLAG_EXCL, SFTP_FLAG_WRITE, SFTPError
     from paramiko.sftp_attr import SFTPAttributes
     from paramiko.sftp_file import SFTPFile
@@ -58,9 +61,10 @@ KEY_NAME = "id_ed25519"
 
 
 def ensure_ssh_key(data_dir: Path) -> tuple[Path, str]:
-    """gpuops' own client key: ``<data_dir>/ssh/id_ed25519`` (OpenSSH format, mode 0600), made
-    once. Returns (private key path, public key line ``ssh-ed25519 AAAA... gpuops``), the line
-    being what a provider puts in the box's ``authorized_keys`` at create."""
+    """gpuops' own client key: ``<data_dir>/ssh/id_ed25519`` (OpenSSH format, mode 0600), made once.
+
+    Returns (private key path, public key line ``ssh-ed25519 AAAA... gpuops``), the line being what
+    a provider puts in the box's ``authorized_keys`` at create."""
     from cryptography.hazmat.primitives import serialization as ser
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
@@ -169,8 +173,9 @@ _ENV_NAME_OK = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 
 
 class SSHBox:
-    """A rented box over SSH (paramiko). ``root`` is absolute once connected (a relative root is
-    taken under the remote ``$HOME``).
+    """A rented box over SSH (paramiko).
+
+    ``root`` is absolute once connected (a relative root is taken under the remote ``$HOME``).
 
     ``key_path``: private key; ``pins``: HostKeyPins; ``pin_name``: the instance's pin entry.
     ``keepalive_s``: SSH keepalive interval (seconds), plus TCP keepalive so a silently dead peer
@@ -549,9 +554,10 @@ class SSHBox:
                 sftp.mkdir(cur)
 
     def get(self, remote, local, max_bytes: int = GET_MAX_BYTES):
-        """Copy ``remote`` (file or directory) into ``local`` by the copy-back rules (module doc);
-        False when it does not exist. Raises UnsafeCopy past ``max_bytes`` / ``GET_MAX_FILES``
-        (what was copied stays); ``self.skipped`` lists what was refused."""
+        """Copy ``remote`` (file or directory) into ``local`` by the copy-back rules (module doc).
+
+        False when it does not exist. Raises UnsafeCopy past ``max_bytes`` / ``GET_MAX_FILES`` (what
+        was copied stays); ``self.skipped`` lists what was refused."""
         import stat as st
 
         src = self._abs(remote)

@@ -115,10 +115,12 @@ VENDORS = ("nvidia", "amd")
 
 
 def vendor_for(vendor: str | None = None, image: str = "", card: str | None = None) -> str:
-    """Whose cards a job may run on: ``vendor`` when given (nvidia, amd or any); else the vendor of
-    the card named (an AMD card named is asked for); else amd for a ROCm image (``rocm`` in the
-    image name, e.g. rocm/vllm); else nvidia: a CUDA job never lands on an AMD card by default.
-    Raises BadInput for another vendor name."""
+    """Whose cards a job may run on.
+
+    ``vendor`` when given (nvidia, amd or any); else the vendor of the card named (an AMD card named
+    is asked for); else amd for a ROCm image (``rocm`` in the image name, e.g. rocm/vllm); else
+    nvidia: a CUDA job never lands on an AMD card by default. Raises BadInput for another vendor
+    name."""
     if vendor is not None and str(vendor).strip():
         v = str(vendor).strip().lower()
         if v not in VENDORS + ("any",):

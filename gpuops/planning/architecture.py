@@ -1,5 +1,7 @@
-"""A model's ``config.json`` read into an ``Architecture``: layers, heads, KV heads (GQA), MLA, MoE
-layout, sliding windows, vision tower, and the parameter count from matrix shapes."""
+"""A model's ``config.json`` read into an ``Architecture``.
+
+Layers, heads, KV heads (GQA), MLA, MoE layout, sliding windows, vision tower, and the parameter
+count from matrix shapes."""
 
 from __future__ import annotations
 

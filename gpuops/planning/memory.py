@@ -1,5 +1,7 @@
-"""The engines' memory rules: vLLM 0.11's start-up arithmetic and defaults, the hf and train
-engines' constants, and the bytes of weights, KV cache and activations (units: bytes, GB = 10^9, GiB = 2^30)."""
+"""The engines' memory rules.
+
+vLLM 0.11's start-up arithmetic and defaults, the hf and train engines' constants, and the bytes of
+weights, KV cache and activations (units: bytes, GB = 10^9, GiB = 2^30)."""
 
 from __future__ import annotations
 
@@ -57,8 +59,10 @@ def vllm_batch_defaults(card: Card) -> tuple[int, int]:
 
 # -- memory ---------------------------------------------------------------------------------------
 def kv_bytes_per_token(arch: Architecture, kv_dtype: str) -> int:
-    """KV cache bytes one token adds with every layer holding it (no window): sum over layers of
-    2 x kv_heads x head_dim x bytes (MLA: (kv_lora_rank + qk_rope_head_dim) x bytes)."""
+    """KV cache bytes one token adds with every layer holding it (no window).
+
+    Sum over layers of 2 x kv_heads x head_dim x bytes (MLA: (kv_lora_rank + qk_rope_head_dim) x
+    bytes)."""
     return int(sum(arch.layer_kv_elems) * KV_DTYPE_BYTES[kv_dtype])
 
 
@@ -72,8 +76,9 @@ def mamba_state_bytes(arch: Architecture, dtype: str, gpu_count: int = 1) -> int
 
 
 def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int, dtype: str = "bf16") -> int:
-    """Contiguous KV cache bytes (engine hf) for ``batch`` sequences of ``seq`` tokens; a windowed
-    layer holds min(seq, window); Mamba / linear-attention layers hold their fixed state."""
+    """Contiguous KV cache bytes (engine hf) for ``batch`` sequences of ``seq`` tokens.
+
+    A windowed layer holds min(seq, window); Mamba / linear-attention layers hold their fixed state."""
     per_seq = sum(e * (seq if w is None else min(seq, w)) for e, w in zip(arch.layer_kv_elems, arch.layer_window))
     return int((per_seq * KV_DTYPE_BYTES[kv_dtype] + mamba_state_bytes(arch, dtype)) * batch)
 
@@ -110,11 +115,13 @@ def vllm_kv_layout(arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_c
 
 def request_kv_bytes(arch: Architecture, kv_dtype: str, seq: int, max_num_batched_tokens: int, dtype: str = "bf16",
                      gpu_count: int = 1) -> int:
-    """KV bytes vLLM reserves for one request of ``seq`` tokens on one of ``gpu_count`` GPUs (1: the
-    whole model): the blocks of every KV cache group, padding layers included (``vllm_kv_layout``;
-    a full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 +
-    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk + max_num_batched_tokens,
-    seq) / block), a Mamba layer one page; vllm/v1/kv_cache_interface.py ``max_memory_usage_bytes``)."""
+    """KV bytes vLLM reserves for one request of ``seq`` tokens on one of ``gpu_count`` GPUs (1: the whole model).
+
+    The blocks of every KV cache group, padding layers included (``vllm_kv_layout``; a
+    full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 +
+    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk +
+    max_num_batched_tokens, seq) / block), a Mamba layer one page; vllm/v1/kv_cache_interface.py
+    ``max_memory_usage_bytes``)."""
     return vllm_kv_layout(arch, kv_dtype, dtype, gpu_count).bytes_per_request(seq, max_num_batched_tokens)
 
 
@@ -136,9 +143,10 @@ def activation_bytes(arch: Architecture, dtype: str, batch: int, seq: int, mode:
 
 
 def vllm_activation_bytes(arch: Architecture, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype: str = "bf16") -> int:
-    """Per-GPU activation peak of vLLM's profiling run (``gpu_model_runner.profile_run``): a forward
-    pass of ``max_num_batched_tokens`` tokens (per token: gate/up and the activated MLP width, split
-    by tensor parallelism, + 4 hidden-sized vectors, in 16 bits) plus the sampler on
+    """Per-GPU activation peak of vLLM's profiling run (``gpu_model_runner.profile_run``).
+
+    A forward pass of ``max_num_batched_tokens`` tokens (per token: gate/up and the activated MLP
+    width, split by tensor parallelism, + 4 hidden-sized vectors, in 16 bits) plus the sampler on
     ``max_num_seqs`` rows of logits (fp32 logits + probabilities, vocabulary gathered on every GPU).
     Calibrated on published logs: Llama-3.1-8B on H100 (8192 / 1024) -> 1.88 GiB. A model with a
     vision tower first fills the encoder cache the profile run keeps through that pass: its budget,
@@ -176,9 +184,11 @@ def dollars_per_mtoken(usd_per_hour: float, tokens_per_s: float) -> float | None
 
 @dataclass(frozen=True)
 class Weights:
-    """Weight bytes and how they were found. ``parts``: bytes per breakdown part (scaled to ``total``
-    when the checkpoint's own count is used). ``verified``: a known family's shape count, or the
-    checkpoint's own byte count. ``source``: one line saying which."""
+    """Weight bytes and how they were found.
+
+    ``parts``: bytes per breakdown part (scaled to ``total`` when the checkpoint's own count is
+    used). ``verified``: a known family's shape count, or the checkpoint's own byte count.
+    ``source``: one line saying which."""
 
     total: int
     parts: dict[str, int]
@@ -189,9 +199,11 @@ class Weights:
 
 
 def weight_bytes(arch: Architecture, dtype: str, quant: Quant | None) -> tuple[int, dict[str, int]]:
-    """(bytes, bytes per part) from the shape count. Without ``quant`` every part is ``dtype``'s size.
-    With it the linear layers (attention, MLP, experts; lm_head when the config says so) take
-    ``quant.bytes_per_param`` and the rest (embeddings, lm_head, norms, routers, vision) 16 bits."""
+    """(bytes, bytes per part) from the shape count.
+
+    Without ``quant`` every part is ``dtype``'s size. With it the linear layers (attention, MLP,
+    experts; lm_head when the config says so) take ``quant.bytes_per_param`` and the rest
+    (embeddings, lm_head, norms, routers, vision) 16 bits."""
     base = DTYPE_BYTES[dtype] if quant is None else 2.0
     parts: dict[str, int] = {}
     for k, n in arch.breakdown.items():
@@ -201,9 +213,11 @@ def weight_bytes(arch: Architecture, dtype: str, quant: Quant | None) -> tuple[i
 
 
 def resolve_weights(src: ModelSource, arch: Architecture, dtype: str, quant: Quant | None, mode: str) -> Weights:
-    """The weight bytes to plan with: the checkpoint's own count (safetensors headers or index
-    total_size) when it is stored as it will be served, else the shape count; never the index
-    total_size rescaled by a dtype. Unknown families without a checkpoint count are unverified."""
+    """The weight bytes to plan with.
+
+    The checkpoint's own count (safetensors headers or index total_size) when it is stored as it
+    will be served, else the shape count; never the index total_size rescaled by a dtype. Unknown
+    families without a checkpoint count are unverified."""
     if mode == "train":
         total = arch.params * TRAIN_BYTES_PER_PARAM
         return Weights(total, {k: v * TRAIN_BYTES_PER_PARAM for k, v in arch.breakdown.items()},

@@ -1,5 +1,7 @@
-"""Offer selection: VRAM first, then price, then reliability; and the checks that keep a provider's
-word from being taken blindly (``screen`` before ranking, ``check_delivered`` after create).
+"""Offer selection: VRAM first, then price, then reliability.
+
+The checks that keep a provider's word from being taken blindly (``screen`` before ranking,
+``check_delivered`` after create).
 
 Pure functions over ``Offer`` lists; providers fetch, this module decides.
 """
@@ -24,10 +26,11 @@ def _finite_positive(v, allow_zero: bool = False) -> bool:
 
 
 def offer_problem(offer: Offer) -> str | None:
-    """Why ``offer`` cannot be trusted, or None. Its price (USD/h), per-GPU VRAM (bytes) and GPU
-    count must be finite positive numbers (the GPU count a whole number), an interruptible offer's
-    minimum bid too, and its reliability a number in [0, 1]. The local provider may price at 0
-    (a user's own workstation, from infra.toml)."""
+    """Why ``offer`` cannot be trusted, or None.
+
+    Its price (USD/h), per-GPU VRAM (bytes) and GPU count must be finite positive numbers (the GPU
+    count a whole number), an interruptible offer's minimum bid too, and its reliability a number in
+    [0, 1]. The local provider may price at 0 (a user's own workstation, from infra.toml)."""
     if not _finite_positive(offer.usd_per_hour, allow_zero=offer.provider == "local"):
         return f"price {offer.usd_per_hour!r} USD/h is not a finite positive number"
     if not _finite_positive(offer.vram_bytes):
@@ -42,8 +45,10 @@ def offer_problem(offer: Offer) -> str | None:
 
 
 def screen(offers: list[Offer], gpu_count: int | None = None) -> tuple[list[Offer], list[str]]:
-    """(offers worth ranking, one note per dropped offer). Dropped: ``offer_problem``, and with
-    ``gpu_count`` any offer of another GPU count (``--gpu-count 4`` ranks 4-GPU boxes only)."""
+    """(offers worth ranking, one note per dropped offer).
+
+    Dropped: ``offer_problem``, and with ``gpu_count`` any offer of another GPU count (``--gpu-count
+    4`` ranks 4-GPU boxes only)."""
     kept: list[Offer] = []
     notes: list[str] = []
     for o in offers:
@@ -81,8 +86,7 @@ def rank(offers: list[Offer], need_bytes_per_gpu: int = 0, max_usd_per_hour: flo
 
 
 def effective_price(offer: Offer) -> float:
-    """USD/h we expect to pay: the minimum bid for interruptible offers, else the listed price
-    (``Offer.price``)."""
+    """USD/h we expect to pay: the minimum bid for interruptible offers, else the listed price (``Offer.price``)."""
     return offer.price
 
 
@@ -110,10 +114,11 @@ def card_of_gpu_name(gpu_name: str):
 
 
 def delivered(order: Offer, instance: Instance) -> dict:
-    """What the instance says it is: ``{"gpu_name", "card", "gpu_count", "usd_per_hour"}`` (USD/h,
-    whole box). A field the provider does not report is None (RunPod: ``extra["gpu"]``,
-    ``extra["gpu_count"]``; Vast: ``extra["gpu_name"]``, ``extra["num_gpus"]``; the local provider
-    reports none, it is the order)."""
+    """What the instance says it is: ``{"gpu_name", "card", "gpu_count", "usd_per_hour"}`` (USD/h, whole box).
+
+    A field the provider does not report is None (RunPod: ``extra["gpu"]``, ``extra["gpu_count"]``;
+    Vast: ``extra["gpu_name"]``, ``extra["num_gpus"]``; the local provider reports none, it is the
+    order)."""
     extra = instance.extra or {}
     gpu_name = extra.get("gpu_name") or extra.get("gpu")
     count = extra.get("num_gpus", extra.get("gpu_count"))

@@ -1,5 +1,7 @@
-"""Dtypes and quantization: bytes per parameter of a dtype, the names users write for them, and a
-checkpoint's ``quantization_config`` read into bits, group size and scales (``Quant``)."""
+"""Dtypes and quantization.
+
+Bytes per parameter of a dtype, the names users write for them, and a checkpoint's
+``quantization_config`` read into bits, group size and scales (``Quant``)."""
 
 from __future__ import annotations
 
@@ -43,20 +45,23 @@ def norm_dtype(name: str, *, kv: bool = False) -> str:
 
 
 def default_kv_dtype(dtype: str) -> str:
-    """vLLM's ``--kv-cache-dtype auto``: the model's compute dtype (bf16/fp16; fp32 when the weights
-    are fp32). Quantized weights (fp8, int8, int4) still compute, and cache, in 16 bits."""
+    """vLLM's ``--kv-cache-dtype auto``: the model's compute dtype (bf16/fp16; fp32 when the weights are fp32).
+
+    Quantized weights (fp8, int8, int4) still compute, and cache, in 16 bits."""
     return dtype if dtype in ("fp32", "bf16", "fp16") else "bf16"
 
 
 # -- quantization ---------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Quant:
-    """How quantized linear layers are stored. ``dtype``: the --dtype it amounts to (fp8, int8,
-    int4). ``bytes_per_param``: bytes per linear weight, scales and zero points included.
-    ``lm_head``: whether lm_head is quantized too. ``from_checkpoint``: read from quantization_config
-    (False: quantized by the engine at load, e.g. vLLM ``--quantization fp8``). ``known``: False for a
-    method gpuops does not model (its size cannot be confirmed from shapes). ``parts``: the parts of
-    ``Architecture.breakdown`` stored this way (MXFP4: the routed experts only)."""
+    """How quantized linear layers are stored.
+
+    ``dtype``: the --dtype it amounts to (fp8, int8, int4). ``bytes_per_param``: bytes per linear
+    weight, scales and zero points included. ``lm_head``: whether lm_head is quantized too.
+    ``from_checkpoint``: read from quantization_config (False: quantized by the engine at load, e.g.
+    vLLM ``--quantization fp8``). ``known``: False for a method gpuops does not model (its size
+    cannot be confirmed from shapes). ``parts``: the parts of ``Architecture.breakdown`` stored this
+    way (MXFP4: the routed experts only)."""
 
     method: str
     dtype: str
@@ -154,8 +159,10 @@ def quantization(config: dict) -> Quant | None:
 
 
 def online_quant(dtype: str) -> Quant | None:
-    """``--dtype fp8/int8/int4`` on a 16-bit checkpoint: fp8 as vLLM ``--quantization fp8`` (dynamic,
-    per-tensor scales), int8 one scale per channel, int4 as an AWQ checkpoint (group 128)."""
+    """``--dtype fp8/int8/int4`` on a 16-bit checkpoint.
+
+    fp8 as vLLM ``--quantization fp8`` (dynamic, per-tensor scales), int8 one scale per channel,
+    int4 as an AWQ checkpoint (group 128)."""
     if dtype == "fp8":
         return Quant("online-fp8", "fp8", 1.0, "fp8 (vLLM --quantization fp8, per-tensor scales)", from_checkpoint=False)
     if dtype == "int8":

@@ -371,9 +371,11 @@ def _fmt_util(x: float) -> str:
 
 
 def vllm_command(p: Plan, card: Card | None) -> str:
-    """The ``vllm serve`` line that makes the plan true on ``card``: --max-model-len, --gpu-memory-
-    utilization, --max-num-seqs, --kv-cache-dtype, --tensor-parallel-size (+ --quantization fp8 for
-    an fp8 plan of a 16-bit checkpoint, --max-num-batched-tokens when set). Every value is quoted."""
+    """The ``vllm serve`` line that makes the plan true on ``card``.
+
+    --max-model-len, --gpu-memory- utilization, --max-num-seqs, --kv-cache-dtype,
+    --tensor-parallel-size (+ --quantization fp8 for an fp8 plan of a 16-bit checkpoint,
+    --max-num-batched-tokens when set). Every value is quoted."""
     mnbt, mns = _batch_settings(p, card)
     src = p.src
     model = (src.hf_id if src is not None and src.hf_id else p.model)
@@ -616,9 +618,10 @@ def _with_cards(p: Plan, chosen: Iterable[Card]) -> Plan:
 
 # -- `up --model`: the bytes a GPU needs, and what to do when nothing fits ------------------------
 def need_bytes_per_gpu(p: Plan) -> int:
-    """Engine-visible VRAM one GPU must have for this plan at its utilization: per-GPU need /
-    headroom (vllm: the smallest over the cards that fit, since the activation peak depends on the
-    card's defaults; none fits: with the smaller defaults).
+    """Engine-visible VRAM one GPU must have for this plan at its utilization.
+
+    per-GPU need / headroom (vllm: the smallest over the cards that fit, since the activation peak
+    depends on the card's defaults; none fits: with the smaller defaults).
 
     This is what ``offers.rank(need_bytes_per_gpu=...)`` compares with an offer's VRAM (with its 7%
     nominal-vs-reported tolerance)."""
@@ -630,8 +633,10 @@ def need_bytes_per_gpu(p: Plan) -> int:
 
 
 def fit_advice(p: Plan) -> str:
-    """A one-line fix for a plan no card fits: what is missing on the largest card, and the first
-    changes (smaller dtype, fp8 KV cache, more GPUs, smaller batch) that make it fit there."""
+    """A one-line fix for a plan no card fits.
+
+    What is missing on the largest card, and the first changes (smaller dtype, fp8 KV cache, more
+    GPUs, smaller batch) that make it fit there."""
     if not p.cards:
         return "no card to compare with"
     big = max(p.cards, key=lambda c: c.budget_bytes)
@@ -724,6 +729,8 @@ def size_for_up(
 
 
 def prefill_seconds(active_params: float, tokens: int, flops: float) -> float:
-    """Lower bound of a prefill of ``tokens`` tokens: 2 x active params x tokens / FLOP/s (MFU 100%;
-    7B x 2048 tokens on an A100 -> 92 ms, docs/worked-numbers.md)."""
+    """Lower bound of a prefill of ``tokens`` tokens.
+
+    2 x active params x tokens / FLOP/s (MFU 100%; 7B x 2048 tokens on an A100 -> 92 ms,
+    docs/worked-numbers.md)."""
     return 2.0 * active_params * tokens / flops

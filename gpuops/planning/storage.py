@@ -71,12 +71,13 @@ def _positive(value, flag: str, example: str, integer: bool = False) -> float:
 
 def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_GBPS), provider: str = "runpod", dtype: str = "bf16",
                  card: str | None = None, usd_per_hour=None, usd_per_gb_month=None) -> StoragePlan:
-    """The plan for ``model`` (anything ``gpuops plan --model`` takes). ``runs_per_month``: boxes
-    started per month that need the weights; ``download_gbps``: Gbit/s from the box to the hub;
-    ``provider``: runpod | vast (whose storage price applies); ``card``: the box whose price a
-    download burns (default: the cheapest catalog card the model fits, at its reference price);
-    ``usd_per_hour`` / ``usd_per_gb_month`` override the prices. Raises BadInput (bad numbers, a
-    model that cannot be read, a card that cannot hold it)."""
+    """The plan for ``model`` (anything ``gpuops plan --model`` takes).
+
+    ``runs_per_month``: boxes started per month that need the weights; ``download_gbps``: Gbit/s
+    from the box to the hub; ``provider``: runpod | vast (whose storage price applies); ``card``:
+    the box whose price a download burns (default: the cheapest catalog card the model fits, at its
+    reference price); ``usd_per_hour`` / ``usd_per_gb_month`` override the prices. Raises BadInput
+    (bad numbers, a model that cannot be read, a card that cannot hold it)."""
     from gpuops.planning import sizing as planner
     from gpuops.planning.models import load_model
     from gpuops.providers.volumes import RUNPOD_USD_PER_GB_MONTH, runpod_usd_per_month

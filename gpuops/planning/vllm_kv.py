@@ -1,5 +1,7 @@
-"""vLLM's KV cache arithmetic, rule for rule: per-layer cache specs, the hybrid allocator's groups,
-the block count of a pool, the blocks one request needs, and max concurrency.
+"""vLLM's KV cache arithmetic, rule for rule.
+
+per-layer cache specs, the hybrid allocator's groups, the block count of a pool, the blocks one
+request needs, and max concurrency.
 
 Pure functions over integers (bytes, tokens); standard library only. Each rule names the vLLM file
 and function it follows. The version followed is vLLM 0.11 (``VLLM_VERSION`` in the planner);
@@ -55,8 +57,9 @@ class LayerSpec:
     window: int = 0
 
     def max_memory_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Bytes one request of ``max_model_len`` tokens can hold in this layer (``max_memory_usage_bytes``):
-        full: ceil(len / block) pages; sliding: ceil(min(window - 1 + batched, len) / block) + 1;
+        """Bytes one request of ``max_model_len`` tokens can hold in this layer (``max_memory_usage_bytes``).
+
+        Full: ceil(len / block) pages; sliding: ceil(min(window - 1 + batched, len) / block) + 1;
         chunked: ceil(min(chunk + batched, len) / block); mamba: one page."""
         if self.kind == MAMBA:
             return self.page_bytes
@@ -69,8 +72,9 @@ class LayerSpec:
 
 @dataclass(frozen=True)
 class KVGroup:
-    """One KV cache group: layers of one spec sharing a block table. ``layers``: real layers in it
-    (a padded group has fewer than the layout's ``group_size``)."""
+    """One KV cache group: layers of one spec sharing a block table.
+
+    ``layers``: real layers in it (a padded group has fewer than the layout's ``group_size``)."""
 
     spec: LayerSpec
     layers: int
@@ -112,14 +116,17 @@ class KVLayout:
         return int(available_bytes // self.page_bytes // self.group_size)
 
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Block ids one request of ``max_model_len`` tokens can need: the sum over groups of its
-        pages (``get_max_concurrency_for_kv_cache_config``'s num_block_per_request)."""
+        """Block ids one request of ``max_model_len`` tokens can need.
+
+        The sum over groups of its pages (``get_max_concurrency_for_kv_cache_config``'s
+        num_block_per_request)."""
         per = sum(g.spec.max_memory_bytes(max_model_len, max_num_batched_tokens) for g in self.groups)
         return cdiv(per * self.group_size, self.block_bytes)
 
     def layer_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Bytes the layers themselves hold for one request, padding left out: what
-        ``check_enough_kv_cache_memory`` compares with the pool before vLLM starts."""
+        """Bytes the layers themselves hold for one request, padding left out.
+
+        What ``check_enough_kv_cache_memory`` compares with the pool before vLLM starts."""
         return sum(g.spec.max_memory_bytes(max_model_len, max_num_batched_tokens) * g.layers for g in self.groups)
 
     def bytes_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
@@ -137,9 +144,10 @@ class KVLayout:
 
 
 def unify_hybrid(specs: list[LayerSpec]) -> tuple[list[LayerSpec], tuple[str, ...]]:
-    """``unify_hybrid_kv_cache_specs``: with the hybrid allocator off and full attention present,
-    sliding-window and chunked layers are cached as full attention (blocks for every token). Returns
-    (specs, kinds turned into full)."""
+    """``unify_hybrid_kv_cache_specs``.
+
+    With the hybrid allocator off and full attention present, sliding-window and chunked layers are
+    cached as full attention (blocks for every token). Returns (specs, kinds turned into full)."""
     kinds = {s.kind for s in specs}
     if FULL not in kinds or not kinds & {SLIDING, CHUNKED}:
         return list(specs), ()

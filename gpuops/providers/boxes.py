@@ -43,6 +43,7 @@ def _keep(rel: str) -> bool:
 
 def prune_box(box: Path, now: float | None = None) -> int:
     """Remove everything in a destroyed box but what ``_keep`` keeps; write ``pruned.json``.
+
     Returns the bytes freed. Best effort: a file that cannot be removed stays (it is counted as
     kept). Never follows a symlink out of the box."""
     freed = 0

@@ -46,10 +46,12 @@ class Credential:
 
     @property
     def account(self) -> str:
-        """A non-secret fingerprint of the key: the first 8 hex digits of its SHA-256 (32 bits:
-        tells a team's keys apart, reveals nothing usable). Stored on every ledger row rented with
-        it (``sessions.account``, as ``<provider>:<fingerprint>``) so that only a holder of the
-        same key closes or destroys that row."""
+        """A non-secret fingerprint of the key.
+
+        The first 8 hex digits of its SHA-256 (32 bits: tells a team's keys apart, reveals nothing
+        usable). Stored on every ledger row rented with it (``sessions.account``, as
+        ``<provider>:<fingerprint>``) so that only a holder of the same key closes or destroys that
+        row."""
         return key_fingerprint(self.key)
 
 
@@ -128,10 +130,12 @@ def resolve_key(name: str, configured: str = "", config_source: str | None = Non
 
 
 def resolve_url(name: str, configured: str = "", env: dict | None = None) -> str:
-    """API base URL for ``name``: ``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` /
-    ``VAST_URL``, else the provider's public endpoint. Trailing slashes are dropped (vastai joins
-    paths with plain string concatenation); for RunPod it names the API host, so a trailing
-    ``/graphql`` or ``/v2`` is dropped too (``/v2/...`` and ``/graphql`` are appended per call)."""
+    """API base URL for ``name``.
+
+    ``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` / ``VAST_URL``, else the provider's
+    public endpoint. Trailing slashes are dropped (vastai joins paths with plain string
+    concatenation); for RunPod it names the API host, so a trailing ``/graphql`` or ``/v2`` is
+    dropped too (``/v2/...`` and ``/graphql`` are appended per call)."""
     env = os.environ if env is None else env
     url = (configured.strip() or env.get(URL_VARS[name], "").strip() or DEFAULT_URLS[name]).rstrip("/")
     if name == "runpod":

@@ -1,6 +1,7 @@
-"""How a provider call fails: ``ProviderErrorKind`` (what retry and next-offer decide on) and
-``ProviderError``. Below both the base (``gpuops.providers.base``, which re-exports them) and the
-HTTP guard (``gpuops.providers.http_guard``, which raises them)."""
+"""How a provider call fails: ``ProviderErrorKind`` (what retry and next-offer decide on) and ``ProviderError``.
+
+Below both the base (``gpuops.providers.base``, which re-exports them) and the HTTP guard
+(``gpuops.providers.http_guard``, which raises them)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ class ProviderErrorKind(str, enum.Enum):
 
 
 class ProviderError(GpuopsError):
-    """A provider call failed. ``kind`` drives retry/next-offer decisions; ``instance_id`` is set
-    when the failed call still left an instance behind (it must be destroyed)."""
+    """A provider call failed.
+
+    ``kind`` drives retry/next-offer decisions; ``instance_id`` is set when the failed call still
+    left an instance behind (it must be destroyed)."""
 
     exit_code = 1
 

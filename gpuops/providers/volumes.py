@@ -57,10 +57,12 @@ VOLUME_COLUMNS = ("provider", "id", "name", "size_gb", "region", "usd_per_month"
 
 @dataclass(frozen=True)
 class Volume:
-    """A persistent volume. ``size_gb``: GB (10^9 bytes); ``region``: RunPod datacenter id or
-    Vast country/geolocation; ``usd_per_month``: its storage price (None when the provider gives
-    none); ``kind``: "network" (RunPod, Vast network) or "local" (Vast, bound to ``machine_id``);
-    ``mount_path``: where gpuops mounts it on a box."""
+    """A persistent volume.
+
+    ``size_gb``: GB (10^9 bytes); ``region``: RunPod datacenter id or Vast country/geolocation;
+    ``usd_per_month``: its storage price (None when the provider gives none); ``kind``: "network"
+    (RunPod, Vast network) or "local" (Vast, bound to ``machine_id``); ``mount_path``: where gpuops
+    mounts it on a box."""
 
     provider: str
     id: str
@@ -80,8 +82,9 @@ class Volume:
 
 
 def runpod_usd_per_month(size_gb: float) -> float:
-    """RunPod network volume price for ``size_gb`` GB: 0.07 USD/GB/month up to 1,000 GB, 0.05
-    past it (sources: module constants)."""
+    """RunPod network volume price for ``size_gb`` GB.
+
+    0.07 USD/GB/month up to 1,000 GB, 0.05 past it (sources: module constants)."""
     first = min(size_gb, 1000.0)
     return round(first * RUNPOD_USD_PER_GB_MONTH + max(0.0, size_gb - 1000.0) * RUNPOD_USD_PER_GB_MONTH_OVER_1TB, 4)
 
@@ -116,8 +119,9 @@ def check_size(size_gb: float) -> float:
 # RunPod
 # ------------------------------------------------------------------------------------------------
 class RunPodVolumes:
-    """RunPod network volumes through ``provider`` (gpuops.providers.runpod.RunPodProvider): its
-    REST v2 client, same key, same deadline and retry policy."""
+    """RunPod network volumes through ``provider`` (gpuops.providers.runpod.RunPodProvider).
+
+    Its REST v2 client, same key, same deadline and retry policy."""
 
     MIN_GB, MAX_GB = 10, 4096  # the spec's NetworkVolume.size bounds
 
@@ -141,9 +145,10 @@ class RunPodVolumes:
         return out
 
     def create(self, name: str, size_gb: float, region: str) -> Volume:
-        """Create a ``size_gb`` GB network volume named ``name`` in datacenter ``region`` (e.g.
-        EU-RO-1): ``POST /v2/network-volumes``, never retried blindly (it may have happened).
-        Raises BadInput (bad name/size/datacenter, before any call) or ProviderError."""
+        """Create a ``size_gb`` GB network volume named ``name`` in datacenter ``region`` (e.g. EU-RO-1).
+
+        ``POST /v2/network-volumes``, never retried blindly (it may have happened). Raises BadInput
+        (bad name/size/datacenter, before any call) or ProviderError."""
         from gpuops.providers.base import ProviderError, ProviderErrorKind
 
         check_name(name)
@@ -233,8 +238,7 @@ class VastVolumes:
                       kind=kind, machine_id=str(row.get("machine_id") or ""), mount_path=VAST_MOUNT, raw=dict(row))
 
     def list(self) -> list[Volume]:
-        """Local and network volumes of the account (named from the row, else from the book).
-        Raises ProviderError."""
+        """Local and network volumes of the account (named from the row, else from the book). Raises ProviderError."""
         book = self._book()
         out = []
         for kind in ("local", "network"):
@@ -316,8 +320,9 @@ def service(provider):
 
 
 def resolve(provider, ref: str) -> Volume:
-    """The volume ``ref`` (``<provider>:<id or name>``) names, on ``provider``. Raises BadInput
-    when the provider differs, or no volume (or more than one) has that id or name."""
+    """The volume ``ref`` (``<provider>:<id or name>``) names, on ``provider``.
+
+    Raises BadInput when the provider differs, or no volume (or more than one) has that id or name."""
     prov, ident = parse_ref(ref)
     if prov != provider.name:
         raise BadInput(f"volume {ref!r} is on {prov}, but `up` rents on {provider.name}", f"add --provider {prov}, or pick a {provider.name} volume")
@@ -332,8 +337,9 @@ def resolve(provider, ref: str) -> Volume:
 
 
 def mountable(provider, volume: Volume, offers: list) -> list:
-    """``offers`` narrowed to those that can mount ``volume`` (RunPod: Secure Cloud, its
-    datacenter; Vast: its machine). Raises BadInput when none can."""
+    """``offers`` narrowed to those that can mount ``volume`` (RunPod: Secure Cloud, its datacenter; Vast: its machine).
+
+    Raises BadInput when none can."""
     ok = service(provider).mountable(volume, offers)
     if offers and not ok:
         where = f"datacenter {volume.region}" if volume.provider == "runpod" else f"machine {volume.machine_id}"

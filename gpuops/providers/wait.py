@@ -26,8 +26,9 @@ def wait_for_ssh(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Instance:
-    """Poll ``provider.get(instance_id)`` every ``poll_s`` seconds until the instance is RUNNING with
-    an SSH endpoint; return that Instance. ``timeout_s``: deadline in seconds from now.
+    """Poll ``provider.get(instance_id)`` every ``poll_s`` seconds until the instance is RUNNING with an SSH endpoint.
+
+    Return that Instance. ``timeout_s``: deadline in seconds from now.
 
     ``on_poll`` sees every observation (None when the provider no longer knows the instance).
     Raises ProviderError (GONE, PREEMPTED, TIMEOUT; AUTH/BAD_REQUEST pass through at once).

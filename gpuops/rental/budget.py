@@ -92,10 +92,12 @@ def assert_not_refused(ledger, provider: str, account: str | None = None, owner:
 
 
 def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
-    """What `up` calls before the intent row: refusals, then ``check_budget`` with the provider's
-    balance and the ledger's month-to-date spend. Returns the worst case USD. A balance that cannot
-    be read skips the balance check, unless ``balance_floor_usd`` is set (then the ProviderError
-    propagates: the floor cannot be checked, so nothing is rented)."""
+    """What `up` calls before the intent row.
+
+    Refusals, then ``check_budget`` with the provider's balance and the ledger's month-to-date
+    spend. Returns the worst case USD. A balance that cannot be read skips the balance check, unless
+    ``balance_floor_usd`` is set (then the ProviderError propagates: the floor cannot be checked, so
+    nothing is rented)."""
     from gpuops.ownership import account_of
     from gpuops.providers.base import ProviderError
     from ledger.limits import month_spend

@@ -26,8 +26,10 @@ from gpuops.errors import GpuopsError
 
 
 class Verdict(str, enum.Enum):
-    """One finding's verdict. ``fail`` makes the command exit 1; ``warn`` (an open box of ours, a
-    key file others can read) does not; ``pending``: not known yet (billing not arrived)."""
+    """One finding's verdict.
+
+    ``fail`` makes the command exit 1; ``warn`` (an open box of ours, a key file others can read)
+    does not; ``pending``: not known yet (billing not arrived)."""
 
     OK = "ok"
     WARN = "warn"
@@ -95,8 +97,10 @@ def _private(name: str, path: Path, what: str, want: int = 0o600) -> Finding:
 
 
 def settings_findings(settings, env: dict | None = None) -> list[Finding]:
-    """Where each setting came from: one line per setting not at its default (its value and its
-    source: the file or the variable), one line counting the rest; secrets are never shown."""
+    """Where each setting came from.
+
+    One line per setting not at its default (its value and its source: the file or the variable),
+    one line counting the rest; secrets are never shown."""
     from gpuops.config import setting_origins
 
     rows = setting_origins(settings, env)
@@ -115,8 +119,9 @@ def settings_findings(settings, env: dict | None = None) -> list[Finding]:
 
 
 def key_findings(settings, names: Iterable[str]) -> list[Finding]:
-    """Per marketplace: which key will be used and from where (a key file: its mode); the SSH key
-    for rented boxes and the data dir, both the user's alone."""
+    """Per marketplace: which key will be used and from where (a key file: its mode).
+
+    The SSH key for rented boxes and the data dir, both the user's alone."""
     from gpuops.providers import REGISTRY
     from gpuops.providers.keys import ENV_VARS, resolve_key
 
@@ -237,8 +242,10 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
 
 
 def open_findings(settings, led) -> list[Finding]:
-    """What is open now in the ledger: each of our open sessions (a box that may be billing) is a
-    warning named first, with the command that ends it; a teammate's is information."""
+    """What is open now in the ledger.
+
+    Each of our open sessions (a box that may be billing) is a warning named first, with the command
+    that ends it; a teammate's is information."""
     if led is None:
         return [Finding("open", Verdict.OK, "nothing open (no ledger)")]
     from gpuops.ownership import is_mine
@@ -262,9 +269,10 @@ def open_findings(settings, led) -> list[Finding]:
 
 
 def watchdog_findings(led) -> list[Finding]:
-    """The newest watchdog pass on this ledger (``gpuops.rental.watchdog_passes``): ok when a
-    watchdog passed within three of its own intervals; else a warning, since the balance floor and
-    the monthly cap are enforced only while one runs."""
+    """The newest watchdog pass on this ledger (``gpuops.rental.watchdog_passes``).
+
+    Ok when a watchdog passed within three of its own intervals; else a warning, since the balance
+    floor and the monthly cap are enforced only while one runs."""
     from gpuops.rental.watchdog_passes import INSTALL_HINT, NOT_ENFORCED, ago, last_passes
 
     passes = last_passes(led) if led is not None else []
@@ -280,9 +288,11 @@ def watchdog_findings(led) -> list[Finding]:
 
 
 def rent_provider(settings, provider: str | None) -> str:
-    """The marketplace ``--rent`` proves the layers on: ``provider``, else ``[up] provider`` when it
-    is one, else the one marketplace with a key. Raises BadInput for the local provider (nothing
-    of an account to prove) or when the choice is not clear."""
+    """The marketplace ``--rent`` proves the layers on.
+
+    ``provider``, else ``[up] provider`` when it is one, else the one marketplace with a key. Raises
+    BadInput for the local provider (nothing of an account to prove) or when the choice is not
+    clear."""
     from gpuops.errors import BadInput
     from gpuops.providers import configured
 
@@ -307,9 +317,11 @@ def provider_names(provider: str | None) -> list[str]:
 
 
 def offline(settings, provider: str | None = None, env: dict | None = None, problems: Iterable[str] = ()) -> tuple[list[Finding], Any]:
-    """Every offline check (module doc), in order; returns the findings and the opened ledger
-    (None when there is none yet or it did not open). ``problems``: what a lenient settings load
-    skipped (``gpuops.config.load_settings``'s warning), each a failed check."""
+    """Every offline check (module doc), in order.
+
+    Returns the findings and the opened ledger (None when there is none yet or it did not open).
+    ``problems``: what a lenient settings load skipped (``gpuops.config.load_settings``'s warning),
+    each a failed check."""
     names = provider_names(provider)
     out = [Finding("settings", Verdict.FAIL, p.removeprefix("warning: "), "fix the file or variable it names (`gpuops up` refuses until then)")
            for p in problems]

@@ -122,8 +122,10 @@ def _kill(proc: subprocess.Popen) -> None:
 
 
 class CheckRun:
-    """The three layers of one check on one provider (module doc). ``clock``/``sleep``: seams for
-    tests; ``on_line``: called with a progress line (stderr on a terminal)."""
+    """The three layers of one check on one provider (module doc).
+
+    ``clock``/``sleep``: seams for tests; ``on_line``: called with a progress line (stderr on a
+    terminal)."""
 
     def __init__(self, settings, ledger, provider: Provider, max_price: float, cap: dict, config: str | None = None,
                  on_line: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
@@ -404,9 +406,11 @@ class CheckRun:
 
 def rent(settings, ledger, provider: Provider, max_usd: float | None = None, max_minutes: float | None = None,
          config: str | None = None, on_line: Callable[[str], None] | None = None) -> list[Finding]:
-    """``check --live --rent`` on ``provider`` (module doc): the cap first, at the dearest of the
-    three cheapest offers (each `up` gets it as ``--max-price``; BadInput above the cap, nothing
-    rented), then the three layers. Returns the findings (the cap, one per layer, then the books)."""
+    """``check --live --rent`` on ``provider`` (module doc).
+
+    The cap first, at the dearest of the three cheapest offers (each `up` gets it as
+    ``--max-price``; BadInput above the cap, nothing rented), then the three layers. Returns the
+    findings (the cap, one per layer, then the books)."""
     offers = cheapest(provider)
     price = max(o.usd_per_hour for o in offers)
     cap = plan_cap(price, settings, max_usd, max_minutes)

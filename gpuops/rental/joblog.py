@@ -1,5 +1,4 @@
-"""The kept copy of a job's log (``<data dir>/logs/<session>.log``), finished by whoever ends the
-rental.
+"""The kept copy of a job's log (``<data dir>/logs/<session>.log``), finished by whoever ends the rental.
 
 `up` writes the job's log there as it follows the job. When `up` is killed (SIGKILL, a closed
 laptop) the copy stops where `up` stopped; the box still holds the rest. Before the destroy, the
@@ -39,13 +38,15 @@ def drained(ledger, session_id: str) -> bool:
 
 
 def keep_log(ledger, row, open_box: Callable[[], object], by: str, close: bool = True) -> dict | None:
-    """Finish the kept copy of ``row``'s job log before its box is destroyed: append what the box's
-    log (``gpuops.agent.jobio.LOG``) holds past the copy's size. ``open_box()``: a Box on the
-    instance, or None (no endpoint); ``close``: close it afterwards (False for `up`'s own box).
-    When the box cannot be read, append one line saying the copy is incomplete and where it
-    stops (byte and line). Books ``log_kept`` {"complete", "bytes", "fetched", "by"} and returns
-    it; None when there is nothing to finish (no job started, no copy kept here, `up` drained the
-    log, or already finished). Never raises: the destroy must still happen."""
+    """Finish the kept copy of ``row``'s job log before its box is destroyed.
+
+    Append what the box's log (``gpuops.agent.jobio.LOG``) holds past the copy's size.
+    ``open_box()``: a Box on the instance, or None (no endpoint); ``close``: close it afterwards
+    (False for `up`'s own box). When the box cannot be read, append one line saying the copy is
+    incomplete and where it stops (byte and line). Books ``log_kept`` {"complete", "bytes",
+    "fetched", "by"} and returns it; None when there is nothing to finish (no job started, no copy
+    kept here, `up` drained the log, or already finished). Never raises: the destroy must still
+    happen."""
     try:
         if not row.log_path or not any(e.kind == EventKind.JOB_STARTED for e in ledger.events(row.id)) or drained(ledger, row.id):
             return None

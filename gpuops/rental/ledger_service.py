@@ -1,5 +1,7 @@
-"""The `gpuops ledger ...` command bodies: open the ledger, call the pure reports in ``ledger/``,
-return JSON-ready dicts (rendering is ``gpuops/views/ledger.py``). Bad input raises BadInput."""
+"""The `gpuops ledger ...` command bodies.
+
+Open the ledger, call the pure reports in ``ledger/``, return JSON-ready dicts (rendering is
+``gpuops/views/ledger.py``). Bad input raises BadInput."""
 
 from __future__ import annotations
 
@@ -56,8 +58,10 @@ def month(ledger, month: str | None = None, tz: str | None = None, by: str | Non
 
 
 def experiments(ledger, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
-    """``ledger experiments``: per-experiment totals over [since 00:00, until 24:00) in ``tz``
-    (dates ``YYYY-MM-DD``; either may be omitted). Raises BadInput for a bad date or zone."""
+    """``ledger experiments``.
+
+    per-experiment totals over [since 00:00, until 24:00) in ``tz`` (dates ``YYYY-MM-DD``; either
+    may be omitted). Raises BadInput for a bad date or zone."""
     from ledger.reports import day_start
 
     tz = _tz_checked(tz)
@@ -132,11 +136,13 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
 
 def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
     """``ledger show run-...``: a run and its rentals, in attempt order, with why each ended.
+
     Returns ``{"run": {id, experiment, provider, status, started, ended, end_reason, detail,
     recover, recover_on, attempts, max_hours, max_usd}, "rentals": [{session, attempt, started,
     card, usd_per_hour, seconds, cost_usd, end_reason, why}], "cost_usd", "seconds", "tokens"}``;
     ``why``: the end reason with what the provider showed (taken back: stopped, offline) or the
-    stage that failed. ``run_id``: the id or a unique prefix. BadInput for an unknown or ambiguous run."""
+    stage that failed. ``run_id``: the id or a unique prefix. BadInput for an unknown or ambiguous
+    run."""
     import json
 
     from ledger.reports import iso
@@ -183,9 +189,11 @@ MAX_TOKENS = 2**63 - 1  # the ledger's tokens column: a 64-bit signed integer (S
 
 
 def tokens(ledger, ref: str, n: int) -> dict:
-    """``ledger tokens SESSION N``: set the session's token count after the fact. Returns
-    ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the session's
-    whole booked cost, GPU time; ``simulated``: a catalog price, not money). BadInput for N < 0 or N > ``MAX_TOKENS``."""
+    """``ledger tokens SESSION N``: set the session's token count after the fact.
+
+    Returns ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the
+    session's whole booked cost, GPU time; ``simulated``: a catalog price, not money). BadInput for
+    N < 0 or N > ``MAX_TOKENS``."""
     from gpuops.rental.sessions import resolve_session
     from ledger.reports import per_mtoken
 
@@ -227,8 +235,10 @@ def _can_fork_export(ledger, out) -> bool:
 
 
 def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
-    """``ledger export --csv``: write closed rentals (all, or of ``month``) as CSV to the text
-    stream ``out``; returns the number of sessions written."""
+    """``ledger export --csv``.
+
+    Write closed rentals (all, or of ``month``) as CSV to the text stream ``out``; returns the
+    number of sessions written."""
     from ledger.csvio import export_run_sql, export_sql, write_export
 
     start = end = None
@@ -250,10 +260,11 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
 
 def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:
     """``ledger import FILE.csv``: all rows or none, in one transaction, streamed (flat memory).
-    Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are
-    [(line, message)] for unknown provider or card names and a cost that is not usd_per_hour x
-    hours within a cent (imported anyway; ``strict`` refuses them). Any bad row raises BadInput
-    naming the count and the first bad lines (``errors`` attribute: [(line, message)], the first
+
+    Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are [(line,
+    message)] for unknown provider or card names and a cost that is not usd_per_hour x hours within
+    a cent (imported anyway; ``strict`` refuses them). Any bad row raises BadInput naming the count
+    and the first bad lines (``errors`` attribute: [(line, message)], the first
     ``ledger.csvio.LineErrors.KEEP``); nothing is written then."""
     from gpuops.catalog import cards
     from gpuops.providers import NAMES
@@ -349,9 +360,11 @@ def fetch_billing(settings, names: Iterable[str], since: float, until: float,
 
 
 def billing_increment(settings, provider: str) -> float:
-    """Seconds ``provider`` rounds billed time up to: ``[providers.<name>] billing_increment_seconds``,
-    else the documented unit (``ledger.billing.PROVIDER_INCREMENT_S``: per second for RunPod and
-    Vast). What a close passes as ``billing_increment_seconds`` so our estimate rounds as they do."""
+    """Seconds ``provider`` rounds billed time up to.
+
+    ``[providers.<name>] billing_increment_seconds``, else the documented unit
+    (``ledger.billing.PROVIDER_INCREMENT_S``: per second for RunPod and Vast). What a close passes
+    as ``billing_increment_seconds`` so our estimate rounds as they do."""
     from ledger.billing import DEFAULT_INCREMENT_S, PROVIDER_INCREMENT_S
 
     cfg = getattr(getattr(settings, "providers", None), provider, None) if settings is not None else None

@@ -22,9 +22,11 @@ LIVE_EVERY_S = 10.0
 
 
 def record_live(ledger, session_id: str, *, tokens: int | None, idle_seconds: float | None, by: str, now: float | None = None) -> None:
-    """Book the box's status as seen now (``now``: this machine's epoch s): ``tokens`` so far
-    (None: unread), ``idle_seconds`` the current idle streak (0: busy; None: unknown). Best
-    effort: a ledger that refuses it is spooled by the ledger; nothing here may stop a run."""
+    """Book the box's status as seen now (``now``: this machine's epoch s).
+
+    ``tokens`` so far (None: unread), ``idle_seconds`` the current idle streak (0: busy; None:
+    unknown). Best effort: a ledger that refuses it is spooled by the ledger; nothing here may stop
+    a run."""
     try:
         ledger.event(session_id, EventKind.LIVE, {"tokens": tokens, "idle_seconds": idle_seconds, "by": by},
                      at=time.time() if now is None else now)
@@ -73,8 +75,10 @@ def live_figures(row: dict, last: tuple[float, Any] | None, now: float | None = 
 
 
 def totals(rows: list[dict]) -> dict:
-    """Open boxes' burn and accrual, real and simulated apart: ``{"real": {"usd_per_hour",
-    "accrued_usd", "boxes"}, "simulated": {...}}`` over rows that carry ``live_figures``."""
+    """Open boxes' burn and accrual, real and simulated apart.
+
+    ``{"real": {"usd_per_hour", "accrued_usd", "boxes"}, "simulated": {...}}`` over rows that carry
+    ``live_figures``."""
     out = {k: {"usd_per_hour": 0.0, "accrued_usd": 0.0, "boxes": 0} for k in ("real", "simulated")}
     for r in rows:
         t = out["simulated" if r.get("simulated") else "real"]

@@ -56,8 +56,10 @@ ACTION_COLUMNS = ("session", "kind", "detail")  # ``Action.as_json`` keys: the C
 
 @dataclass
 class Action:
-    """One thing reconcile/watchdog did or noticed. ``kind``: e.g. closed, destroyed, adopted,
-    orphan_destroyed, unknown_instance, refused, lifted, skipped_leased, stale_heartbeat, error."""
+    """One thing reconcile/watchdog did or noticed.
+
+    ``kind``: e.g. closed, destroyed, adopted, orphan_destroyed, unknown_instance, refused, lifted,
+    skipped_leased, stale_heartbeat, error."""
 
     session: str
     kind: str
@@ -134,8 +136,10 @@ class Context:
         return self._providers[name]
 
     def provider_names(self) -> list[str]:
-        """Providers to look at: injected ones, else local plus those with an account key
-        configured, plus every provider an open row names."""
+        """Providers to look at.
+
+        Injected ones, else local plus those with an account key configured, plus every provider an
+        open row names."""
         names = list(self._injected) if self._injected else ["local"]
         if not self._injected:
             from gpuops.providers import configured
@@ -261,11 +265,13 @@ def _ended_action(row, ended: Ended, what: str) -> Action:
 
 
 def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -> EndReason:
-    """The true reason for a box found gone, from what kept it: the agent's status (its destroy
-    record), a reason the provider kept (``inst.extra["end_reason"]``), a reason requested on the
-    row or the job's seen exit (``lifecycle.requested_reason``); else ``agent_ended`` when an agent
-    was armed (heartbeat or ``armed`` event: it destroyed the box, nobody read why), else
-    ``interrupted``. Never a guessed ``preempted``."""
+    """The true reason for a box found gone, from what kept it.
+
+    The agent's status (its destroy record), a reason the provider kept
+    (``inst.extra["end_reason"]``), a reason requested on the row or the job's seen exit
+    (``lifecycle.requested_reason``); else ``agent_ended`` when an agent was armed (heartbeat or
+    ``armed`` event: it destroyed the box, nobody read why), else ``interrupted``. Never a guessed
+    ``preempted``."""
     for text in (((status or {}).get("destroy") or {}).get("reason"), (inst.extra.get("end_reason") if inst is not None else None)):
         got = EndReason.parse(text)
         if got is not None:
@@ -278,9 +284,10 @@ def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -
 
 
 def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> Action:
-    """Close the row of a box that is gone: reason by ``gone_reason``, end time by
-    ``lifecycle.end_time`` (provider, else the last proof of life: the agent's destroy record or
-    heartbeat, the ledger's last event).
+    """Close the row of a box that is gone.
+
+    Reason by ``gone_reason``, end time by ``lifecycle.end_time`` (provider, else the last proof of
+    life: the agent's destroy record or heartbeat, the ledger's last event).
 
     "Gone" must come from the row's own account: an instance our key cannot see (``inst`` None) on
     a row of another account, or of no recorded account, is ``unknown`` and the row stays open."""
@@ -304,9 +311,10 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
 
 def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail: str, ended_at: float | None = None,
                       end_source: str | None = None) -> Action:
-    """Destroy the row's instance and close the row (``lifecycle.end_rental``): at the confirmed
-    destroy, or at ``ended_at`` when the box stopped billing earlier (a preempted spot instance:
-    its last heartbeat, ``end_source``)."""
+    """Destroy the row's instance and close the row (``lifecycle.end_rental``).
+
+    At the confirmed destroy, or at ``ended_at`` when the box stopped billing earlier (a preempted
+    spot instance: its last heartbeat, ``end_source``)."""
     inst = None
     if row.instance_id:
         try:
@@ -378,8 +386,9 @@ def _session_of_label(label: str) -> str:
 
 
 def reconcile(ctx: Context) -> list[Action]:
-    """One pass over every provider and open row (module doc). Provider errors are reported as
-    ``error`` actions and the pass goes on."""
+    """One pass over every provider and open row (module doc).
+
+    Provider errors are reported as ``error`` actions and the pass goes on."""
     actions: list[Action] = []
     for name in ctx.provider_names():
         if name != "local" and ctx.account(name) is None and all(r.account for r in ctx.ledger.open_sessions() if r.provider == name):

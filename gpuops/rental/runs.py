@@ -1,5 +1,7 @@
-"""A run: the user's job across rentals (`gpuops up --recover N`). Pure arithmetic over plain
-numbers; ``gpuops.rental.launcher`` walks the rentals and asks here what the next one may spend.
+"""A run: the user's job across rentals (`gpuops up --recover N`).
+
+Pure arithmetic over plain numbers; ``gpuops.rental.launcher`` walks the rentals and asks here what
+the next one may spend.
 
 A run has one or more rentals (ledger rows with ``run_id``). Its money limits are the user's for
 the whole job: ``max_hours`` counts the billed seconds of every rental (the time between two
@@ -24,10 +26,11 @@ MIN_RENTAL_S = 60.0
 
 @dataclass(frozen=True)
 class NextRental:
-    """What the next rental of a run may spend, or why there is none. ``hours``: its max_hours
-    (hours); ``usd``: its max_session_usd (USD, None: no money cap); ``reason``: None, or the end
-    reason the run stops with (``ttl``: hours spent; ``session_cap``: money spent); ``detail``: one
-    line saying so."""
+    """What the next rental of a run may spend, or why there is none.
+
+    ``hours``: its max_hours (hours); ``usd``: its max_session_usd (USD, None: no money cap);
+    ``reason``: None, or the end reason the run stops with (``ttl``: hours spent; ``session_cap``:
+    money spent); ``detail``: one line saying so."""
 
     hours: float
     usd: float | None
@@ -36,9 +39,11 @@ class NextRental:
 
 
 def next_rental(max_hours: float, max_usd: float | None, spent_s: float, spent_usd: float, price_usd_h: float) -> NextRental:
-    """The limits of a run's next rental. ``max_hours``: the run's (hours); ``max_usd``: the run's
-    max_session_usd (USD, None: none); ``spent_s``/``spent_usd``: the billed seconds and cost of
-    its rentals so far; ``price_usd_h``: the next offer's price (USD/h, whole box)."""
+    """The limits of a run's next rental.
+
+    ``max_hours``: the run's (hours); ``max_usd``: the run's max_session_usd (USD, None: none);
+    ``spent_s``/``spent_usd``: the billed seconds and cost of its rentals so far; ``price_usd_h``:
+    the next offer's price (USD/h, whole box)."""
     min_s = float(MIN_RENTAL_S)
     left_s = max_hours * 3600.0 - max(0.0, spent_s)
     if left_s < min_s:

@@ -47,8 +47,7 @@ LIVE_COLUMNS = ("accrued_usd", "ttl_left_seconds", "idle_seconds", "status_at", 
 
 
 def open_session_columns() -> tuple[str, ...]:
-    """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even
-    with no open session."""
+    """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even with no open session."""
     from ledger.reads import SESSION_COLUMNS
 
     return ("session", *(c for c in SESSION_COLUMNS if c != "id"), "usd_per_mtoken", "seconds", *LIVE_COLUMNS)

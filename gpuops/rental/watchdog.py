@@ -1,5 +1,7 @@
-"""`gpuops watchdog [--interval 30] [--once]`: teardown layers 2 and 3 from the laptop (or any
-always-on machine), for every open session in the ledger.
+"""`gpuops watchdog [--interval 30] [--once]`.
+
+Teardown layers 2 and 3 from the laptop (or any always-on machine), for every open session in the
+ledger.
 
 Each tick, per open session (under its lease, ledger/limits.py, so several watchdogs on one
 ledger do not fight): ask the provider for the instance (gone: close the row, end time from the
@@ -58,10 +60,12 @@ def _box_state(row, status: dict | None) -> policy.BoxState:
 
 
 def session_limits(ctx: Context, row, status: dict | None) -> dict:
-    """The teardown settings ``policy.decide`` applies to ``row``: this watchdog's, overlaid by the
-    row's own limits (m004: max_hours, idle_minutes; 0 = idle off); the agent's status may say how
-    it samples and may LOWER ``max_hours`` / ``max_session_usd``, never raise them
-    (``agentctl.session_teardown``): a forged status cannot extend a limit or a bill."""
+    """The teardown settings ``policy.decide`` applies to ``row``.
+
+    This watchdog's, overlaid by the row's own limits (m004: max_hours, idle_minutes; 0 = idle off);
+    the agent's status may say how it samples and may LOWER ``max_hours`` / ``max_session_usd``,
+    never raise them (``agentctl.session_teardown``): a forged status cannot extend a limit or a
+    bill."""
     from gpuops.agent.agentctl import session_teardown
 
     limits = session_teardown(status, ctx.settings.teardown, row)
@@ -229,8 +233,10 @@ def _surely_under(bound: float, cap: float) -> bool:
 
 
 def tick(ctx: Context) -> list[Action]:
-    """One pass over every open session, then the money layer. Never raises for provider errors.
-    Sets ``ctx.checked``: how many open sessions it looked at under their lease."""
+    """One pass over every open session, then the money layer.
+
+    Never raises for provider errors. Sets ``ctx.checked``: how many open sessions it looked at
+    under their lease."""
     actions: list[Action] = []
     ctx.checked = 0
     for row in ctx.open_sessions_leased(actions, keep=ctx.holds):  # other accounts' rows: their owners' watchdogs
@@ -245,10 +251,11 @@ def tick(ctx: Context) -> list[Action]:
 
 def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Action], None] = print,
         ctx: Context | None = None, on_pass: Callable[[str, list[Action], float], None] | None = None) -> list[Action]:
-    """The `gpuops watchdog` body: reconcile, then one tick (``once``) or a tick every
-    ``interval`` seconds under APScheduler until interrupted; each tick is booked as a watchdog pass
-    (``record_pass``). Returns the actions of ``once``.
-    ``on_pass(name, actions, seconds)``: called after each pass ("reconcile", "tick")."""
+    """The `gpuops watchdog` body.
+
+    Reconcile, then one tick (``once``) or a tick every ``interval`` seconds under APScheduler until
+    interrupted; each tick is booked as a watchdog pass (``record_pass``). Returns the actions of
+    ``once``. ``on_pass(name, actions, seconds)``: called after each pass ("reconcile", "tick")."""
     ctx = ctx or Context(settings)
     ctx.actor = Actor.WATCHDOG
     done: list[Action] = []

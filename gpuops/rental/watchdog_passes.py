@@ -45,9 +45,10 @@ INSTALL_HINT = "`gpuops watchdog --install` keeps one running"
 
 
 def health_lines(passes: list[dict]) -> list[tuple[str, bool]]:
-    """What the views say about the watchdogs (``last_passes``' dicts), as (line, warn) pairs: one
-    line per watchdog, then, when none has passed within three of its intervals, the warning that
-    the money layer is off. ``warn`` lines are shown in the warning colour."""
+    """What the views say about the watchdogs (``last_passes``' dicts), as (line, warn) pairs.
+
+    One line per watchdog, then, when none has passed within three of its intervals, the warning
+    that the money layer is off. ``warn`` lines are shown in the warning colour."""
     from gpuops.textsafe import safe
 
     if not passes:

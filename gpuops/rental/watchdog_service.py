@@ -1,5 +1,6 @@
-"""`gpuops watchdog --install | --uninstall | --status`: the watchdog as a user service that outlives
-the terminal and comes back after a reboot.
+"""`gpuops watchdog --install | --uninstall | --status`.
+
+The watchdog as a user service that outlives the terminal and comes back after a reboot.
 
 Linux: a systemd user unit (``~/.config/systemd/user/gpuops-watchdog.service``, run by
 ``systemctl --user``; ``Restart=on-failure``; its output goes to the journal:
@@ -58,8 +59,9 @@ class ServiceFiles:
 
 # -- what the service runs ----------------------------------------------------------------------------
 def service_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``environ`` the service needs to see the same settings, ledger and keys:
-    every ``GPUOPS_*`` and ``PASSED_VARS``, in name order."""
+    """The variables of ``environ`` the service needs to see the same settings, ledger and keys.
+
+    Every ``GPUOPS_*`` and ``PASSED_VARS``, in name order."""
     return {k: environ[k] for k in sorted(environ) if k.startswith("GPUOPS_") or k in PASSED_VARS}
 
 
@@ -76,8 +78,10 @@ def env_file_text(env: Mapping[str, str]) -> str:
 
 
 def read_env_file(path: Path) -> dict[str, str]:
-    """The variables of an environment file ``path`` (python-dotenv's format). Raises BadInput when
-    it is missing, or readable or writable by group or others (it may hold provider keys)."""
+    """The variables of an environment file ``path`` (python-dotenv's format).
+
+    Raises BadInput when it is missing, or readable or writable by group or others (it may hold
+    provider keys)."""
     try:
         st = path.stat()
     except OSError as e:
@@ -99,10 +103,11 @@ def watchdog_argv(interval: float, env_path: Path, config_file: str | None, pyth
 
 
 def systemd_quote(arg: str, executable: bool = False) -> str:
-    """One ExecStart word as systemd.service(5) reads it: ``%`` doubled (specifiers), ``$`` doubled
-    in the arguments (variable expansion; the executable's path is not expanded, so its ``$`` stays
-    single), and wrapped in double quotes (``\\`` and ``"`` escaped) when it holds a space, a quote,
-    a backslash or a semicolon."""
+    """One ExecStart word as systemd.service(5) reads it.
+
+    ``%`` doubled (specifiers), ``$`` doubled in the arguments (variable expansion; the executable's
+    path is not expanded, so its ``$`` stays single), and wrapped in double quotes (``\\`` and ``"``
+    escaped) when it holds a space, a quote, a backslash or a semicolon."""
     a = arg.replace("%", "%%") if executable else arg.replace("%", "%%").replace("$", "$$")
     if a and not any(c.isspace() or c in "\"'\\;" for c in a):
         return a
@@ -110,8 +115,10 @@ def systemd_quote(arg: str, executable: bool = False) -> str:
 
 
 def render_unit(argv: list[str]) -> str:
-    """The systemd user unit running ``argv``: restarted on failure, logging to the journal, started
-    with the user's session manager (``default.target``)."""
+    """The systemd user unit running ``argv``.
+
+    Restarted on failure, logging to the journal, started with the user's session manager
+    (``default.target``)."""
     return "\n".join([
         "# written by `gpuops watchdog --install`; `gpuops watchdog --uninstall` removes it",
         "[Unit]",
@@ -134,8 +141,10 @@ def render_unit(argv: list[str]) -> str:
 
 
 def render_plist(argv: list[str], log_path: Path) -> bytes:
-    """The launchd agent running ``argv``: at load, again whenever it exits unsuccessfully
-    (``KeepAlive.SuccessfulExit = false``), its output appended to ``log_path``."""
+    """The launchd agent running ``argv``.
+
+    At load, again whenever it exits unsuccessfully (``KeepAlive.SuccessfulExit = false``), its
+    output appended to ``log_path``."""
     return plistlib.dumps({
         "Label": LAUNCHD_LABEL,
         "ProgramArguments": list(argv),
@@ -157,8 +166,10 @@ def env_file_path() -> Path:
 
 
 def unit_path(manager: str, environ: Mapping[str, str] | None = None) -> Path:
-    """Where ``manager``'s file goes: ``$XDG_CONFIG_HOME/systemd/user/`` (default ``~/.config``),
-    or ``~/Library/LaunchAgents/`` for launchd."""
+    """Where ``manager``'s file goes.
+
+    ``$XDG_CONFIG_HOME/systemd/user/`` (default ``~/.config``), or ``~/Library/LaunchAgents/`` for
+    launchd."""
     env = os.environ if environ is None else environ
     if manager == "launchd":
         return Path.home() / "Library" / "LaunchAgents" / f"{LAUNCHD_LABEL}.plist"
@@ -180,8 +191,10 @@ def run_command(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def detect(platform: str | None = None, run: Runner = run_command) -> str | None:
-    """The user service manager here: ``launchd`` (macOS with ``launchctl``), ``systemd`` (a
-    ``systemctl`` whose user manager answers: ``systemctl --user show-environment``), else None."""
+    """The user service manager here.
+
+    ``launchd`` (macOS with ``launchctl``), ``systemd`` (a ``systemctl`` whose user manager answers:
+    ``systemctl --user show-environment``), else None."""
     platform = sys.platform if platform is None else platform
     if platform == "darwin":
         return "launchd" if shutil.which("launchctl") else None
@@ -242,6 +255,7 @@ def _launchd_domain() -> str:
 
 def install(files: ServiceFiles, run: Runner = run_command) -> list[list[str]]:
     """Write ``files`` and enable the service now and at every login; returns the commands run.
+
     Raises GpuopsError when the manager refuses (the files stay, ``--uninstall`` removes them)."""
     _write_private(files.env_path, files.env_text)
     _write_public(files.path, files.text)
@@ -266,6 +280,7 @@ def render_log_dir(files: ServiceFiles) -> str:
 
 def uninstall(manager: str, environ: Mapping[str, str] | None = None, run: Runner = run_command) -> dict:
     """Stop and disable the service, remove its file and the environment file; says what was there.
+
     Idempotent: nothing installed is not an error."""
     path = unit_path(manager, environ)
     was = path.exists()
@@ -287,8 +302,10 @@ def uninstall(manager: str, environ: Mapping[str, str] | None = None, run: Runne
 
 
 def status(manager: str, environ: Mapping[str, str] | None = None, run: Runner = run_command) -> dict:
-    """Whether the service is installed and runs, since when: ``{"manager","path","installed",
-    "active" (bool),"state" (the manager's words),"since_at" (epoch s or None),"pid"}``."""
+    """Whether the service is installed and runs, since when.
+
+    ``{"manager","path","installed", "active" (bool),"state" (the manager's words),"since_at" (epoch
+    s or None),"pid"}``."""
     path = unit_path(manager, environ)
     out = {"manager": manager, "path": str(path), "installed": path.exists(), "active": False, "state": "not loaded",
            "since_at": None, "pid": None}

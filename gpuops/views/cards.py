@@ -9,9 +9,10 @@ DROP_ORDER = ("aliases", "bf16 TFLOP/s", "bandwidth GB/s", "ref USD/h")
 
 
 def card_rows() -> list[dict]:
-    """Every catalog card (``gpuops/catalog/cards.toml``, file order) as ``COLUMNS``: VRAM in GiB
-    (2^30 bytes), bandwidth in GB/s (10^9 bytes), dense bf16 peak in TFLOP/s, the reference
-    on-demand price in USD/h (the local provider's simulated price)."""
+    """Every catalog card (``gpuops/catalog/cards.toml``, file order) as ``COLUMNS``.
+
+    VRAM in GiB (2^30 bytes), bandwidth in GB/s (10^9 bytes), dense bf16 peak in TFLOP/s, the
+    reference on-demand price in USD/h (the local provider's simulated price)."""
     from gpuops.catalog import cards
 
     return [{"name": c.name, "family": c.family, "aliases": " ".join(c.aliases), "vram_gib": round(c.vram_bytes / GIB, 1),

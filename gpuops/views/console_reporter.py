@@ -26,6 +26,7 @@ WAITING_FOR = {
 
 class ConsoleReporter(Reporter):
     """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
+
     On a terminal, a stage that lasts over a second shows a live line with its seconds
     (``gpuops.views.progress``) until the next line is printed; ``close()`` ends it."""
 

@@ -32,9 +32,10 @@ FORMATS = ("table", "json", "csv")
 
 
 def pick(fmt: str | None, json_out: bool = False, csv_out: bool = False, allowed: Sequence[str] = FORMATS) -> str:
-    """The one format asked for: ``--format`` or a shorthand (``--json``, ``--csv``), default
-    ``table``. Raises BadInput for an unknown format, two formats at once, or one the command
-    does not write (``allowed``)."""
+    """The one format asked for: ``--format`` or a shorthand (``--json``, ``--csv``), default ``table``.
+
+    Raises BadInput for an unknown format, two formats at once, or one the command does not write
+    (``allowed``)."""
     asked = [f for f, on in (("json", json_out), ("csv", csv_out)) if on]
     if fmt is not None:
         fmt = fmt.strip().lower()
@@ -63,8 +64,10 @@ def _is_time_key(key: Any) -> bool:
 
 
 def machine(obj: Any, key: Any = None) -> Any:
-    """``obj`` ready for JSON/CSV: epoch numbers under ``*_at`` keys as ISO-8601 UTC, tuples as
-    lists, dataclass-like objects through their ``as_json()``; everything else unchanged."""
+    """``obj`` ready for JSON/CSV.
+
+    Epoch numbers under ``*_at`` keys as ISO-8601 UTC, tuples as lists, dataclass-like objects
+    through their ``as_json()``; everything else unchanged."""
     if hasattr(obj, "as_json") and callable(obj.as_json):
         obj = obj.as_json()
     if isinstance(obj, dict):
@@ -77,8 +80,7 @@ def machine(obj: Any, key: Any = None) -> Any:
 
 
 def json_text(obj: Any) -> str:
-    """The JSON document for ``obj`` (indent 2, stable key order, ISO-8601 UTC times), with a
-    final newline."""
+    """The JSON document for ``obj`` (indent 2, stable key order, ISO-8601 UTC times), with a final newline."""
     return json.dumps(machine(obj), indent=2, default=str) + "\n"
 
 
@@ -131,9 +133,10 @@ def csv_text(rows: Iterable[Sequence[Any]], header: Sequence[str]) -> str:
 
 
 def records_csv(records: Any, columns: Sequence[str] = ()) -> str:
-    """CSV of a list of objects (one row each) or of one object (one row): columns are the
-    flattened keys in first-seen order (``columns`` first: the header of an empty list), times
-    as ISO-8601 UTC."""
+    """CSV of a list of objects (one row each) or of one object (one row).
+
+    Columns are the flattened keys in first-seen order (``columns`` first: the header of an empty
+    list), times as ISO-8601 UTC."""
     recs = machine(records)
     if isinstance(recs, dict):
         recs = [recs]
@@ -150,9 +153,10 @@ def write(text: str) -> None:
 
 
 def emit(obj: Any, fmt: str, table=None, csv_records: Any = None, csv_columns: Sequence[str] = ()) -> None:
-    """Print ``obj`` as ``fmt``: ``json`` (``json_text``), ``csv`` (``records_csv`` of
-    ``csv_records``, default ``obj``, header ``csv_columns`` first even with no rows) or
-    ``table`` (calls ``table()``)."""
+    """Print ``obj`` as ``fmt``.
+
+    ``json`` (``json_text``), ``csv`` (``records_csv`` of ``csv_records``, default ``obj``, header
+    ``csv_columns`` first even with no rows) or ``table`` (calls ``table()``)."""
     if fmt == "json":
         write(json_text(obj))
     elif fmt == "csv":

@@ -31,16 +31,17 @@ def _console():
 
 
 def usd(x: float | None) -> str:
-    """USD with 4 decimals (``-`` for None); a figure that rounds to zero is ``0.0000``, never
-    ``-0.0000``."""
+    """USD with 4 decimals (``-`` for None); a figure that rounds to zero is ``0.0000``, never ``-0.0000``."""
     if x is None:
         return "-"
     return f"{0.0 if round(x, 4) == 0 else x:,.4f}"
 
 
 def diff_usd(x: float | None, dollar: str = "") -> str:
-    """A difference between two bills: within half a cent (rounding on either side, not money)
-    is ``0.0000``; else signed before the dollar sign (``-$0.0123``, ``+$1.5000``)."""
+    """A difference between two bills.
+
+    Within half a cent (rounding on either side, not money) is ``0.0000``; else signed before the
+    dollar sign (``-$0.0123``, ``+$1.5000``)."""
     if x is None:
         return "-"
     if abs(x) < 0.005:
@@ -49,11 +50,12 @@ def diff_usd(x: float | None, dollar: str = "") -> str:
 
 
 def csv_text(kind: str, rep: dict) -> str:
-    """The report as CSV text (header first; ``gpuops.views.emit``'s cells and times). ``month``: a
-    ``group`` column (total, experiment, card, provider) then ``GROUP_COLUMNS``; with days, the
-    day rows then a ``total`` row. ``experiments``: one row per experiment with
-    ``latest_conclusion``. ``show``: one row of every session column (times ISO-8601 UTC).
-    ``sync``: one row per session, then ``unbooked`` lines as status ``unbooked``."""
+    """The report as CSV text (header first; ``gpuops.views.emit``'s cells and times).
+
+    ``month``: a ``group`` column (total, experiment, card, provider) then ``GROUP_COLUMNS``; with
+    days, the day rows then a ``total`` row. ``experiments``: one row per experiment with
+    ``latest_conclusion``. ``show``: one row of every session column (times ISO-8601 UTC). ``sync``:
+    one row per session, then ``unbooked`` lines as status ``unbooked``."""
     from gpuops.views.emit import csv_text as write_csv, machine
 
     if kind == "month" and "days" in rep:
@@ -82,8 +84,9 @@ def csv_text(kind: str, rep: dict) -> str:
 
 
 def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_table: bool = True) -> None:
-    """Print report ``rep`` of ``kind`` (month, experiments, show, tokens, note, import, sync) as
-    ``fmt``: table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
+    """Print report ``rep`` of ``kind`` (month, experiments, show, tokens, note, import, sync) as ``fmt``.
+
+    Table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
     ``rep["days"]``); ``days_table``: also the month's day-by-day table when ``days`` is there."""
     from gpuops.views.emit import json_text
 
@@ -221,8 +224,10 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
 
 
 def bar_lines(days: list[dict], width: int = 50) -> list[str]:
-    """A bar chart of daily spend as rich-markup lines: real spend in green, simulated in yellow,
-    stacked, scaled to the largest day (``width`` characters). Pure: returns the lines."""
+    """A bar chart of daily spend as rich-markup lines.
+
+    Real spend in green, simulated in yellow, stacked, scaled to the largest day (``width``
+    characters). Pure: returns the lines."""
     if not days:
         return []
     top = max(d["cost_usd"] + d["simulated_usd"] for d in days)
@@ -288,8 +293,10 @@ SYNC_DROP_ORDER = ("instance", "provider", "theirs USD", "ours USD")
 
 
 def render_sync(rep: dict) -> None:
-    """Per session: ours (booked: GPU time + storage lines, charged or estimated) vs theirs; then the
-    charges that match no row (never booked), account-level storage, and the month's invoice."""
+    """Per session: ours (booked: GPU time + storage lines, charged or estimated) vs theirs.
+
+    Then the charges that match no row (never booked), account-level storage, and the month's
+    invoice."""
     from gpuops.views.tables import ID, NUM, TEXT, Col, print_table, ranked
 
     c = _console()

@@ -1,5 +1,7 @@
-"""`gpuops logs SESSION [-f]`: the session's job log, streamed from its box (re-attaching to a
-running job without touching it), or the local copy once the box is gone."""
+"""`gpuops logs SESSION [-f]`.
+
+The session's job log, streamed from its box (re-attaching to a running job without touching it), or
+the local copy once the box is gone."""
 
 from __future__ import annotations
 

@@ -105,11 +105,12 @@ def find_offers(settings: Settings, card: str | None = None, vram_gb: float | No
 
 
 def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = OFFERS_DEADLINE_S):
-    """Ask every provider in ``names`` for offers at once, each in a daemon thread; yields
-    ``(name, offers list | exception)`` in ``names`` order. A provider that has not answered
+    """Ask every provider in ``names`` for offers at once, each in a daemon thread.
+
+    Yields ``(name, offers list | exception)`` in ``names`` order. A provider that has not answered
     ``deadline_s`` seconds after the start yields a ProviderError (its thread is abandoned: a
-    daemon, it cannot hold the process). While waiting, stderr (a terminal) shows who is still
-    asked and for how long (``gpuops.views.progress``)."""
+    daemon, it cannot hold the process). While waiting, stderr (a terminal) shows who is still asked
+    and for how long (``gpuops.views.progress``)."""
     import threading
     import time
 
@@ -161,10 +162,11 @@ OFFERS_DROP_ORDER = ("region", "reliability", "GPUs", "VRAM/GPU GiB", "offer", "
 
 
 def render(result: OffersResult, console=None) -> None:
-    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.views.tables``:
-    offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``.
-    ``USD/h`` is what the row costs rented as shown (``Offer.price``: the bid on spot); the
-    on-demand price stands beside it only where it differs."""
+    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.views.tables``.
+
+    Offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``. ``USD/h``
+    is what the row costs rented as shown (``Offer.price``: the bid on spot); the on-demand price
+    stands beside it only where it differs."""
     from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     console = console or table_console()

@@ -79,8 +79,9 @@ class Ticker:
 
 @contextmanager
 def waiting(what: str, show: bool | None = None) -> Iterator[_Wait]:
-    """Show ``what`` and the elapsed seconds on stderr while the body runs (terminal only, after
-    ``SHOW_AFTER_S``). ``show``: force on/off (default: stderr is a terminal)."""
+    """Show ``what`` and the elapsed seconds on stderr while the body runs (terminal only, after ``SHOW_AFTER_S``).
+
+    ``show``: force on/off (default: stderr is a terminal)."""
     w = _Wait(what)
     on = _terminal() if show is None else show
     thread = threading.Thread(target=w.run, name="gpuops-progress", daemon=True) if on else None

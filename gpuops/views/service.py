@@ -1,5 +1,6 @@
-"""`gpuops watchdog --install | --uninstall | --status`: the user service (gpuops/rental/watchdog_service.py),
-said in a few lines or one JSON object."""
+"""`gpuops watchdog --install | --uninstall | --status`.
+
+The user service (gpuops/rental/watchdog_service.py), said in a few lines or one JSON object."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from gpuops.textsafe import safe
 
 
 def command(what: str, settings, interval: float, json_out: bool) -> None:
-    """Run ``what`` (install, uninstall, status) for the watchdog service with ``settings`` and
-    print the result. Raises NoServiceManager (exit 2) where there is no user service manager,
-    GpuopsError (exit 1) when the manager refuses."""
+    """Run ``what`` (install, uninstall, status) for the watchdog service with ``settings`` and print the result.
+
+    Raises NoServiceManager (exit 2) where there is no user service manager, GpuopsError (exit 1)
+    when the manager refuses."""
     from gpuops.rental import watchdog_service as svc
 
     manager = svc.detect()

@@ -68,8 +68,10 @@ def _cells(r: dict) -> dict:
 
 
 def render(rep: dict, console=None) -> None:
-    """The sessions as a table (``gpuops.views.tables``). Numbers and ids are never cut: when the
-    terminal is too narrow, columns are left out in ``DROP_ORDER`` and named below the table."""
+    """The sessions as a table (``gpuops.views.tables``).
+
+    Numbers and ids are never cut: when the terminal is too narrow, columns are left out in
+    ``DROP_ORDER`` and named below the table."""
     from rich.console import Console
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
@@ -90,8 +92,10 @@ def render(rep: dict, console=None) -> None:
 
 
 def runs(ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
-    """``ledger sessions --runs``: runs (``up --recover``) newest first, each with its rentals'
-    count, billed hours and cost (their sum: the month still counts the rentals). Returns
+    """``ledger sessions --runs``.
+
+    Runs (``up --recover``) newest first, each with its rentals' count, billed hours and cost (their
+    sum: the month still counts the rentals). Returns
     ``{"since","limit","tz","more","runs":[ledger.history.run_row...]}``. BadInput as ``sessions``."""
     from gpuops.rental.ledger_service import _tz_checked
     from ledger.history import run_row

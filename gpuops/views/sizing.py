@@ -55,8 +55,10 @@ def plan_command(
 
 
 def card_records(plans: list[dict]) -> list[dict]:
-    """CSV rows of plans (``Plan.as_json()``): one per model and card, the model's scalar fields
-    first, then the card's (nested objects as ``parent_child`` columns)."""
+    """CSV rows of plans (``Plan.as_json()``).
+
+    One per model and card, the model's scalar fields first, then the card's (nested objects as
+    ``parent_child`` columns)."""
     out = []
     for d in plans:
         head = {k: v for k, v in d.items() if k != "cards" and not isinstance(v, (list, dict))}

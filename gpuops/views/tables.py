@@ -34,9 +34,11 @@ LEFT_OUT_HINT = "a wider terminal or --format json shows them"
 
 @dataclass(frozen=True)
 class Col:
-    """One column. ``kind``: ``num``/``id`` (never wrapped or cut), ``name``/``text`` (wrap, fold).
-    ``drop``: 0 never left out; otherwise the higher, the earlier it is left out when too narrow.
-    ``justify``: default right for ``num``, left for the rest. ``style``: a rich style name."""
+    """One column.
+
+    ``kind``: ``num``/``id`` (never wrapped or cut), ``name``/``text`` (wrap, fold). ``drop``: 0
+    never left out; otherwise the higher, the earlier it is left out when too narrow. ``justify``:
+    default right for ``num``, left for the rest. ``style``: a rich style name."""
 
     header: str
     kind: str = NUM
@@ -84,8 +86,9 @@ def _bounds(col: Col, cells: list) -> tuple[int, int]:
 
 
 def overhead(n_cols: int) -> int:
-    """Cells a rich table with a box adds to its columns: a bar per column plus one, and one
-    space of padding either side of every cell."""
+    """Cells a rich table with a box adds to its columns.
+
+    A bar per column plus one, and one space of padding either side of every cell."""
     return 3 * n_cols + 1
 
 
@@ -122,9 +125,10 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tu
 
 def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int, fold: bool = False,
           _continued: bool = False, header: bool = True) -> tuple[list, list[str]]:
-    """The rich tables for ``rows`` at ``width`` cells and the headers left out. With ``fold``,
-    left-out columns go to continuation tables that repeat the first column (give it ``drop=0``);
-    only what fits in no table at all is left out."""
+    """The rich tables for ``rows`` at ``width`` cells and the headers left out.
+
+    With ``fold``, left-out columns go to continuation tables that repeat the first column (give it
+    ``drop=0``); only what fits in no table at all is left out."""
     from rich.table import Table
 
     if fold:  # every column but the key may move to a continuation table, the rightmost first
@@ -152,9 +156,10 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
 
 def print_table(console, title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], fold: bool = False,
                 hint: str = LEFT_OUT_HINT, header: bool = True) -> list[str]:
-    """Print the table on ``console`` at its width, then, when columns were left out, one line
-    naming them and ``hint``. ``header=False``: a key/value table. Returns the headers left out
-    (empty when everything is shown)."""
+    """Print the table on ``console`` at its width, then, when columns were left out, one line naming them and ``hint``.
+
+    ``header=False``: a key/value table. Returns the headers left out (empty when everything is
+    shown)."""
     tables, left = build(title, cols, rows, console.width, fold=fold, header=header)
     for t in tables:
         console.print(t)
@@ -164,15 +169,18 @@ def print_table(console, title: str | None, cols: Sequence[Col], rows: Sequence[
 
 
 def console(stderr: bool = False):
-    """A console for tables: user text literal (no markup, no highlighting), lines never soft-
-    wrapped by the console itself (the table wraps its own cells)."""
+    """A console for tables.
+
+    User text literal (no markup, no highlighting), lines never soft- wrapped by the console itself
+    (the table wraps its own cells)."""
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=False, markup=False)
 
 
 def ranked(cols: Sequence[Col], drop_order: Sequence[str]) -> list[Col]:
-    """``cols`` with ``drop`` set from ``drop_order`` (headers, the first one left out first);
-    a header not in ``drop_order`` is never left out."""
+    """``cols`` with ``drop`` set from ``drop_order`` (headers, the first one left out first).
+
+    A header not in ``drop_order`` is never left out."""
     rank = {h: len(drop_order) - i for i, h in enumerate(drop_order)}
     return [Col(c.header, c.kind, rank.get(c.header, 0), c.justify, c.style) for c in cols]

@@ -111,8 +111,7 @@ SIMULATED_MARK = "*"
 
 
 def duration(seconds: float | None) -> str:
-    """Seconds as a short span a user reads at a glance: ``45s``, ``12m05s``, ``3h07m``, ``2d04h``;
-    ``-`` for None."""
+    """Seconds as a short span a user reads at a glance: ``45s``, ``12m05s``, ``3h07m``, ``2d04h``; ``-`` for None."""
     if seconds is None:
         return "-"
     s = int(round(max(0.0, seconds)))
@@ -126,11 +125,12 @@ def duration(seconds: float | None) -> str:
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
-    """Open sessions as a table (``gpuops.views.tables``): the session id (what `down` and `logs`
-    need), the price (USD/h), what it has cost so far, the TTL left, the idle streak and tokens
-    (from the last status the ledger holds: ``gpuops.rental.live``); ids and money never cut.
-    Simulated money is marked ``*``; under the table one line per kind of money (real and
-    simulated never added)."""
+    """Open sessions as a table (``gpuops.views.tables``).
+
+    The session id (what `down` and `logs` need), the price (USD/h), what it has cost so far, the
+    TTL left, the idle streak and tokens (from the last status the ledger holds:
+    ``gpuops.rental.live``); ids and money never cut. Simulated money is marked ``*``; under the
+    table one line per kind of money (real and simulated never added)."""
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
@@ -160,9 +160,11 @@ def render_sessions(rows: list[dict], title: str) -> None:
 
 
 def render_watchdogs(passes: list[dict], out=None) -> None:
-    """Who enforces the money layer: one line per watchdog (``gpuops.rental.watchdog_passes.
-    health_lines``), the warnings (no fresh pass) in the warning colour, wrapped to the terminal.
-    ``out``: a rich console (default: stdout; rich loads only for a warning)."""
+    """Who enforces the money layer.
+
+    One line per watchdog (``gpuops.rental.watchdog_passes. health_lines``), the warnings (no fresh
+    pass) in the warning colour, wrapped to the terminal. ``out``: a rich console (default: stdout;
+    rich loads only for a warning)."""
     from gpuops.rental.watchdog_passes import health_lines
 
     for text, warn in health_lines(passes):

@@ -1,7 +1,9 @@
-"""What the dashboard shows, as one JSON-ready dict. No aggregation happens here: the month's
-figures are ``gpuops.rental.ledger_service.month`` (the very function behind ``gpuops ledger month --json``), the
-session rows are ``ledger.history.session_row`` (behind ``gpuops ledger sessions``), so the page
-and the CLI agree by construction.
+"""What the dashboard shows, as one JSON-ready dict.
+
+No aggregation happens here: the month's figures are ``gpuops.rental.ledger_service.month`` (the
+very function behind ``gpuops ledger month --json``), the session rows are
+``ledger.history.session_row`` (behind ``gpuops ledger sessions``), so the page and the CLI agree by
+construction.
 
 Open boxes are read live: the ledger's open rows, and for each the on-box agent's status (its
 teardown settings, last decision, heartbeat) through the provider, as the watchdog reads it. A
@@ -59,8 +61,9 @@ TREND_MONTHS = 6  # the shown month and the 5 before it
 
 
 def earlier_months(month: str, count: int = TREND_MONTHS) -> list[str]:
-    """``count`` months ending at ``month`` (``YYYY-MM``), oldest first: ``2026-02`` with 3 gives
-    ``["2025-12", "2026-01", "2026-02"]``."""
+    """``count`` months ending at ``month`` (``YYYY-MM``), oldest first.
+
+    ``2026-02`` with 3 gives ``["2025-12", "2026-01", "2026-02"]``."""
     y, m = int(month[:4]), int(month[5:7])
     out = []
     for back in range(count - 1, -1, -1):
@@ -70,10 +73,12 @@ def earlier_months(month: str, count: int = TREND_MONTHS) -> list[str]:
 
 
 def trend(reader, month: str, tz: str | None = None) -> list[dict]:
-    """The month against earlier months: for ``month`` and the 5 before it (oldest first), the
-    figures of ``gpuops ledger month YYYY-MM --json`` (``gpuops.rental.ledger_service.month``, one
-    report per month, summed in SQL): ``[{"month","total_usd" (real USD),"simulated_usd" (never
-    charged, kept apart),"sessions","open_sessions"}]``. Raises BadInput for a bad zone."""
+    """The month against earlier months.
+
+    For ``month`` and the 5 before it (oldest first), the figures of ``gpuops ledger month YYYY-MM
+    --json`` (``gpuops.rental.ledger_service.month``, one report per month, summed in SQL):
+    ``[{"month","total_usd" (real USD),"simulated_usd" (never charged, kept
+    apart),"sessions","open_sessions"}]``. Raises BadInput for a bad zone."""
     from gpuops.rental import ledger_service as books
 
     keep = ("month", "total_usd", "simulated_usd", "sessions", "open_sessions")
@@ -87,9 +92,11 @@ def _totals(boxes: list[dict]) -> dict:
 
 
 def live(settings, now: float | None = None, tz: str | None = None) -> dict:
-    """What the page polls (``/api/open.json``): the open boxes' running figures from the ledger
-    alone, as `gpuops ps --all --json` computes them (``gpuops.rental.sessions.list_open``: no
-    connection to any box): ``{"generated_at","open_boxes": [{"session","usd_per_hour",
+    """What the page polls (``/api/open.json``).
+
+    The open boxes' running figures from the ledger alone, as `gpuops ps --all --json` computes them
+    (``gpuops.rental.sessions.list_open``: no connection to any box):
+    ``{"generated_at","open_boxes": [{"session","usd_per_hour",
     "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
     from gpuops.rental.live import totals
     from gpuops.rental.sessions import list_open, open_ledger
@@ -196,8 +203,10 @@ def box_row(row, status: dict | None, now: float, default_teardown, tz: str | No
 
 
 def idle_state(status: dict | None, now: float, idle_minutes: Any, stale: bool) -> str:
-    """One line on the box's idle layer: "busy", "idle 3.0 of 15 min", "idle rule off", or
-    "unknown (...)" when the agent's status is missing or stale."""
+    """One line on the box's idle layer.
+
+    "busy", "idle 3.0 of 15 min", "idle rule off", or "unknown (...)" when the agent's status is
+    missing or stale."""
     if idle_minutes == "off":
         return "idle rule off"
     if not status:

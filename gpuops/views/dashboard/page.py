@@ -1,6 +1,7 @@
-"""The dashboard page as HTML text (Jinja2, autoescaped): one template for the served page and
-the self-contained file (``inline=True``: the chart library and the page script are inlined, so
-the file opens offline with nothing fetched).
+"""The dashboard page as HTML text (Jinja2, autoescaped).
+
+One template for the served page and the self-contained file (``inline=True``: the chart library and
+the page script are inlined, so the file opens offline with nothing fetched).
 
 Charts: Chart.js 4.6.1 (MIT, https://www.chartjs.org, license in ``static/chart.js-LICENSE.md``),
 vendored as ``static/chart.umd.min.js`` from the npm package ``chart.js@4.6.1`` (file
@@ -37,8 +38,10 @@ def tz_words(tz: str | None) -> str:
 
 
 def fmt(value, kind: str = "usd") -> str:
-    """A figure as the page shows it: USD as ``$1,234.5678``, hours with 3 decimals, counts with
-    separators, ``pct`` a fraction as a percentage; None as "-"."""
+    """A figure as the page shows it.
+
+    USD as ``$1,234.5678``, hours with 3 decimals, counts with separators, ``pct`` a fraction as a
+    percentage; None as "-"."""
     if value is None:
         return "-"
     if kind == "int":
@@ -92,9 +95,11 @@ def _zones() -> tuple[str, ...]:
 
 
 def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str:
-    """The page for ``data`` (``gpuops.views.dashboard.data.build``). ``inline``: the self-contained
-    file (scripts inlined, no form); else the served page (scripts from ``static/``, a month and
-    time zone form). ``tz_value``: what the zone field shows (None: empty = local)."""
+    """The page for ``data`` (``gpuops.views.dashboard.data.build``).
+
+    ``inline``: the self-contained file (scripts inlined, no form); else the served page (scripts
+    from ``static/``, a month and time zone form). ``tz_value``: what the zone field shows (None:
+    empty = local)."""
     from urllib.parse import quote
 
     from gpuops import __version__

@@ -89,8 +89,10 @@ def _error_page(message: str) -> str:
 
 
 def serve(settings, month: str | None, tz: str | None, port: int) -> None:
-    """Serve until Ctrl-C or SIGTERM. Binds ``127.0.0.1:port`` first (0: a free port) and prints
-    the URL on stdout, so a caller knows where it is before the first request."""
+    """Serve until Ctrl-C or SIGTERM.
+
+    Binds ``127.0.0.1:port`` first (0: a free port) and prints the URL on stdout, so a caller knows
+    where it is before the first request."""
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
