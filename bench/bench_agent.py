@@ -40,8 +40,9 @@ def proc_cpu(pid: int) -> tuple[float, float]:
 
 
 def proc_oncpu_s(pid: int) -> float | None:
-    """CPU seconds ``pid`` has run, to the nanosecond (the scheduler's own count, first field of
-    /proc/PID/schedstat; the agent is single-threaded); None where the kernel lacks the file.
+    """CPU seconds ``pid`` has run, to the nanosecond; None where the kernel lacks the file.
+
+    The scheduler's own count, first field of /proc/PID/schedstat (the agent is single-threaded).
     ``proc_cpu`` counts whole clock ticks (10 ms): over 30 s that is a 0.02 s/min step."""
     try:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
@@ -63,9 +64,10 @@ def proc_io(pid: int) -> tuple[int, int]:
 
 
 def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None = 37) -> dict:
-    """Run the agent in ``bootstrap_dir`` for ``seconds`` with the GPU at ``util`` percent (37: a
-    job at work, the SSH scan skipped; 0: an idle GPU, /proc scanned every sample); ``util=None``:
-    the machine's own nvidia-smi (on a GPU box), no stand-in."""
+    """Run the agent in ``bootstrap_dir`` for ``seconds`` with the GPU at ``util`` percent.
+
+    37: a job at work, the SSH scan skipped; 0: an idle GPU, /proc scanned every sample;
+    ``util=None``: the machine's own nvidia-smi (on a GPU box), no stand-in."""
     tmp = Path(tempfile.mkdtemp(prefix="gpuops-bench-agent-"))
     try:
         root = tmp / "box"

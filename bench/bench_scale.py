@@ -159,10 +159,11 @@ EXPERIMENTS_SQL = """SELECT experiment, count(*), sum(cost_usd), sum(billed_seco
 
 
 def attributed_sql(keys: str, conclusion: bool) -> str:
-    """The same numbers as ``ledger month``/``experiments`` (attribution by time: each row's share
-    of [:lo, :hi), ``ledger.attribution``), as ONE plain SQL statement: the second floor. The
-    first floor (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books'
-    figures for a rental across the period's edge."""
+    """The second floor: the numbers of ``ledger month``/``experiments`` as ONE plain SQL statement.
+
+    Attributed by time (each row's share of [:lo, :hi), ``ledger.attribution``). The first floor
+    (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books' figures for a rental
+    across the period's edge."""
     from ledger.attribution import SQL_TOUCHES, share_sql  # the timed checkout's rule (--repo: an older one too)
 
     # a closed row wholly inside the period: share exactly 1 (ledger.attribution.SQL_INSIDE)

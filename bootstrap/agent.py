@@ -340,8 +340,9 @@ def ssh_sessions(users=None):
 
 
 def pid_alive(pid, must_contain=None):
-    """True when ``pid`` runs (not a zombie) and, if given, its cmdline contains ``must_contain``
-    (guards against a recycled pid)."""
+    """True when ``pid`` runs (not a zombie) and its cmdline contains ``must_contain`` if given.
+
+    Guards against a recycled pid."""
     st = localbox.proc_stat(pid)
     if st is None or st[0] in ("Z", "X"):
         return False
@@ -351,8 +352,10 @@ def pid_alive(pid, must_contain=None):
 
 
 def bootstrap_pid_state(pidfile):
-    """``"running"``, ``"ended"`` (the pidfile names a process that is gone) or ``"none"`` (no
-    pidfile: bootstrap was not started the ``gpuops.agent.bootstrap_config.bootstrap_command`` way)."""
+    """The bootstrap's state from its pidfile: ``"running"``, ``"ended"`` or ``"none"``.
+
+    ``"ended"``: the pidfile names a process that is gone; ``"none"``: no pidfile (bootstrap was not
+    started the ``gpuops.agent.bootstrap_config.bootstrap_command`` way)."""
     try:
         with open(pidfile) as f:
             pid = int(f.read().split()[0])
@@ -421,11 +424,13 @@ _SPAWN_ENV = []
 
 
 def run_capture(argv, timeout):
-    """Run ``argv`` (``argv[0]`` a path, else looked up on PATH) with stdin from /dev/null and
-    return ``(returncode, stdout, stderr)`` (bytes); None when it ran past ``timeout`` seconds
-    (it is then SIGKILLed and reaped). Raises OSError (FileNotFoundError, PermissionError) when
-    it cannot start. ``subprocess.run`` without its machinery (selector, Popen bookkeeping,
-    polling wait): at 1 s samples this call is much of the agent's own CPU."""
+    """Run ``argv`` with stdin from /dev/null; ``(returncode, stdout, stderr)`` or None past ``timeout``.
+
+    Run ``argv`` (``argv[0]`` a path, else looked up on PATH) with stdin from /dev/null and return
+    ``(returncode, stdout, stderr)`` (bytes); None when it ran past ``timeout`` seconds (it is then
+    SIGKILLed and reaped). Raises OSError (FileNotFoundError, PermissionError) when it cannot start.
+    ``subprocess.run`` without its machinery (selector, Popen bookkeeping, polling wait): at 1 s
+    samples this call is much of the agent's own CPU."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -494,9 +499,11 @@ def sample_gpus(smi, timeout):
 
 
 def sample_nvml():
-    """One reading of every GPU via NVML (the ``pynvml`` module, when the image has it), in
-    ``policy.parse_smi``'s shape; None when pynvml is not importable or NVML does not start
-    (then nvidia-smi is used). A value NVML does not support for a GPU is None (unknown)."""
+    """One reading of every GPU via NVML, or None when NVML is not there (then nvidia-smi is used).
+
+    One reading of every GPU via NVML (the ``pynvml`` module, when the image has it), in
+    ``policy.parse_smi``'s shape; None when pynvml is not importable or NVML does not start (then
+    nvidia-smi is used). A value NVML does not support for a GPU is None (unknown)."""
     try:
         import pynvml  # optional: not stdlib, present in many CUDA images (nvidia-ml-py)
     except ImportError:
@@ -532,9 +539,11 @@ def sample_nvml():
 
 # -- destroy ---------------------------------------------------------------------------------------
 def destroy_local(cfg, root, now=None):
-    """End the session's processes except the agent's own group (bootstrap/localbox.py, the same
-    rule the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the
-    agent's ledger-timeline clock). Idempotent."""
+    """End the session's processes but the agent's, then write destroyed.json (idempotent).
+
+    End the session's processes except the agent's own group (bootstrap/localbox.py, the same rule
+    the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the agent's
+    ledger-timeline clock). Idempotent."""
     n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent", now=now)
     return "ended %d process group(s)" % n
 
@@ -711,8 +720,9 @@ class Agent:
 
     # -- readings -----------------------------------------------------------------------------
     def job(self):
-        """The job's state with ``ended_at`` on the ledger timeline (the box's wall clock only
-        measures how long ago it ended, once)."""
+        """The job's state, its ``ended_at`` on the ledger timeline.
+
+        The box's wall clock only measures how long ago it ended, once."""
         if self._job_end is None:
             raw = job_state(self.run_dir)
             if raw["started"]:
@@ -903,8 +913,9 @@ class Agent:
 
     # -- the loop -----------------------------------------------------------------------------
     def decide(self, now, job, presence_until):
-        """policy.decide on the ledger timeline, with the armed-no-job wait and the presence
-        lease (its hard deadline counts from the moment a deferrable rule first wanted to fire)."""
+        """``policy.decide`` on the ledger timeline, with the armed-no-job wait and the presence lease.
+
+        Its hard deadline counts from the moment a deferrable rule first wanted to fire."""
         last = self.samples[-1] if self.samples else None
         if job["started"] or job["ended_at"] is not None:
             self.no_job_since = None

@@ -855,14 +855,16 @@ def _fetch_range(conn, part, start, end, headers):
 
 
 def ranged_download(files, workers=DEFAULT_WORKERS, headers=None, timeout=60.0):
-    """Fetch ``files`` ([{"url", "path", "size" (bytes, optional), "etag", "sha256" (optional)}]) by
+    """Fetch ``files`` by parallel HTTP ranges, resuming, each file checked and moved into place whole.
+
+    Fetch ``files`` ([{"url", "path", "size" (bytes, optional), "etag", "sha256" (optional)}]) by
     parallel HTTP ranges: ``workers`` threads, each on its own keep-alive connection, share one
     queue of ranges over every file (the big file's ranges are spread over all of them). Each range
     is checked (206, its exact Content-Range, its length); each file's sha256 is computed as its
     prefix completes and compared when given; a file moves to ``path`` only when whole. An
-    interrupted run resumes the ranges it has not written. A server that serves no ranges gets
-    one plain GET for that file. Returns {"bytes": total size, "fetched": bytes received now,
-    "sha256": {path: hex}}. Raises StepError naming the file and range that failed."""
+    interrupted run resumes the ranges it has not written. A server that serves no ranges gets one
+    plain GET for that file. Returns {"bytes": total size, "fetched": bytes received now, "sha256":
+    {path: hex}}. Raises StepError naming the file and range that failed."""
     headers = dict(headers or {})
     parts, queue, plain = [], [], []
     for f in files:

@@ -83,8 +83,10 @@ def _live(pid):
 
 
 def end_descendants(grace_s, me=None):
-    """SIGTERM every descendant of this process, SIGKILL the ones still there after ``grace_s``
-    (and any started meanwhile), reap them all. Returns how many were signalled."""
+    """End every descendant of this process (TERM, then KILL after ``grace_s``); returns how many.
+
+    SIGTERM every descendant of this process, SIGKILL the ones still there after ``grace_s`` (and
+    any started meanwhile), reap them all. Returns how many were signalled."""
     me = os.getpid() if me is None else me
     seen = set()
     deadline = time.monotonic() + grace_s

@@ -154,13 +154,15 @@ def _term_then_kill(targets, send, alive, grace_seconds):
 
 
 def end_box(root, grace_seconds, spare_pgid=None, by="gpuops", now=None):
-    """End every process of the local box at ``root`` except group ``spare_pgid`` (the caller's),
-    TERM first and KILL after ``grace_seconds``; write destroyed.json once (``destroyed_at``:
-    ``now()`` when given -- the agent passes its ledger-timeline clock -- else ``time.time()``).
-    Idempotent: a box already destroyed only has its marked strays ended (its recorded group ids
-    may be reused). A recorded group is signalled only while one of its processes carries this
-    box's marker (a recycled id, or one a job wrote into the file, is left alone).
-    Returns the number of recorded groups signalled."""
+    """End every process of the local box at ``root`` but group ``spare_pgid``; idempotent.
+
+    End every process of the local box at ``root`` except group ``spare_pgid`` (the caller's), TERM
+    first and KILL after ``grace_seconds``; write destroyed.json once (``destroyed_at``: ``now()``
+    when given -- the agent passes its ledger-timeline clock -- else ``time.time()``). Idempotent: a
+    box already destroyed only has its marked strays ended (its recorded group ids may be reused). A
+    recorded group is signalled only while one of its processes carries this box's marker (a
+    recycled id, or one a job wrote into the file, is left alone). Returns the number of recorded
+    groups signalled."""
     done = os.path.join(root, "destroyed.json")
     groups = []
     if not os.path.exists(done):

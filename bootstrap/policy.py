@@ -240,9 +240,11 @@ def idle_minutes_of(settings: Any) -> Optional[float]:
 
 
 def idle_streak(samples: List[Dict[str, Any]], util_percent: float, sample_seconds: float) -> Optional[float]:
-    """Epoch time of the first sample of the newest unbroken run of idle samples (ending at the
-    newest sample), or None when the newest sample is not idle. A gap longer than
-    ``MAX_GAP_SAMPLES`` intervals (+ slack) between samples breaks the run."""
+    """When the current idle streak began (epoch s), or None when the newest sample is not idle.
+
+    Epoch time of the first sample of the newest unbroken run of idle samples (ending at the newest
+    sample), or None when the newest sample is not idle. A gap longer than ``MAX_GAP_SAMPLES``
+    intervals (+ slack) between samples breaks the run."""
     max_gap = MAX_GAP_SAMPLES * sample_seconds + MAX_GAP_SLACK_S
     since = None
     later_t = None
@@ -263,11 +265,13 @@ def _same_kind(a: Dict[str, Any], b: Dict[str, Any], util_percent: float) -> boo
 
 
 def merge_sample(samples: List[Dict[str, Any]], sample: Dict[str, Any], util_percent: float, sample_seconds: float) -> bool:
-    """Append ``sample`` to ``samples`` (in place), folding it into the newest entry when both
-    classify alike, say the same about bootstrap/SSH/errors and no gap longer than the idle
-    rule's ``MAX_GAP_SAMPLES`` intervals separates them. Returns True when a new entry was made
-    (what the rules read changed), False when it only extended the newest run. The idle rule reads
-    a run exactly as it reads the samples it stands for, so an idle GPU for hours is one entry."""
+    """Append ``sample`` to ``samples``, folding it into the newest entry when they say the same.
+
+    Append ``sample`` to ``samples`` (in place), folding it into the newest entry when both classify
+    alike, say the same about bootstrap/SSH/errors and no gap longer than the idle rule's
+    ``MAX_GAP_SAMPLES`` intervals separates them. Returns True when a new entry was made (what the
+    rules read changed), False when it only extended the newest run. The idle rule reads a run
+    exactly as it reads the samples it stands for, so an idle GPU for hours is one entry."""
     if samples:
         last = samples[-1]
         gap = sample["t"] - last.get("t_last", last["t"])

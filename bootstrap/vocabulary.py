@@ -71,9 +71,11 @@ END_REASONS = tuple(r.value for r in EndReason)
 
 
 class RunEnd(_Word):
-    """Why a run (``runs.end_reason``, the user's job across rentals) stopped re-renting, when it
-    was not the last rental's own end reason (job_end, job_failed, interrupted, ... end a run as
-    they end its rental; ttl and session_cap also say the run's whole budget ran out)."""
+    """Why a run stopped re-renting, when it was not its last rental's own end reason.
+
+    Why a run (``runs.end_reason``, the user's job across rentals) stopped re-renting, when it was
+    not the last rental's own end reason (job_end, job_failed, interrupted, ... end a run as they
+    end its rental; ttl and session_cap also say the run's whole budget ran out)."""
 
     ATTEMPTS_SPENT = "attempts_spent"  # every attempt was taken back (recover N: N + 1 rentals)
     NO_OFFER = "no_offer"  # no offer fit the next rental (same plan, --max-price, provider)

@@ -63,8 +63,9 @@ def _range(lo: float | None, hi: float | None, ended: str) -> list[str]:
 
 
 def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: str, conclusion: bool) -> str:
-    """The GROUP BY over closed rows that spent money in [:lo, :hi) (``ended``: which ``ended_at``
-    arm of the overlap, see ``_range``)."""
+    """The GROUP BY over closed rows that spent money in [:lo, :hi).
+
+    ``ended``: which ``ended_at`` arm of the overlap, see ``_range``."""
     k = ", ".join(keys)
     cols = (f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
             f" SUM({_attributed('COALESCE(cost_usd, 0.0)')}), SUM({_attributed(_GPU_HOURS)}),"
@@ -106,14 +107,16 @@ def params(lo: float | None, hi: float | None) -> dict:
 
 def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None,
                keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[GroupRow]:
-    """The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``;
-    the other fields are None, ``gpu_count`` 0) of
-    sessions that spent money in [lo, hi) epoch s (None: open), their sums attributed by time:
-    sessions, open_sessions, charged_sessions, cost_usd (USD), gpu_hours (billed hours x GPU
-    count), tokens, job_usd (USD of the job's own seconds, sessions with tokens). One group may
-    come back in several rows (add them up). ``conclusion``: ``conclusion_at``, the newest intent
-    time (epoch s) of the group's rows with a conclusion (None: none; see ``latest_conclusions``).
-    ``query(sql, params)`` runs SQL text with named parameters and returns tuples."""
+    """The sums by ``keys`` of the sessions that spent money in [lo, hi), attributed by time.
+
+    The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``; the
+    other fields are None, ``gpu_count`` 0) of sessions that spent money in [lo, hi) epoch s (None:
+    open), their sums attributed by time: sessions, open_sessions, charged_sessions, cost_usd (USD),
+    gpu_hours (billed hours x GPU count), tokens, job_usd (USD of the job's own seconds, sessions
+    with tokens). One group may come back in several rows (add them up). ``conclusion``:
+    ``conclusion_at``, the newest intent time (epoch s) of the group's rows with a conclusion (None:
+    none; see ``latest_conclusions``). ``query(sql, params)`` runs SQL text with named parameters
+    and returns tuples."""
     n = len(keys)
     args = params(lo, hi)
     out = []
@@ -129,9 +132,12 @@ def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, 
 
 def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: Iterable[GroupRow], lo: float | None,
                        hi: float | None) -> dict[str, str]:
-    """{experiment: its latest non-empty conclusion} among the rows of ``groups`` (``group_rows``
-    with ``conclusion=True`` over [lo, hi)): the newest intent time per experiment came with the sums; only
-    those few rows are read here (seeks on the created_at index). Ties: the last by id, as before."""
+    """{experiment: its latest non-empty conclusion} among the rows of ``groups``.
+
+    {experiment: its latest non-empty conclusion} among the rows of ``groups`` (``group_rows`` with
+    ``conclusion=True`` over [lo, hi)): the newest intent time per experiment came with the sums;
+    only those few rows are read here (seeks on the created_at index). Ties: the last by id, as
+    before."""
     newest: dict[str, float] = {}
     for g in groups:
         if g.conclusion_at is not None and (g.experiment not in newest or g.conclusion_at > newest[g.experiment]):

@@ -41,8 +41,10 @@ def interval(s: Row) -> tuple[float, float | None] | None:
 
 
 def fraction(start: float, end: float | None, lo: float, hi: float) -> float:
-    """The share (0..1) of [start, end) inside [lo, hi). A zero-length interval belongs wholly to
-    the period holding ``start``; an open one (``end`` None) has no share (no cost yet)."""
+    """The share (0..1) of [start, end) inside [lo, hi).
+
+    A zero-length interval belongs wholly to the period holding ``start``; an open one (``end``
+    None) has no share (no cost yet)."""
     if end is None:
         return 0.0
     if end <= start:
@@ -119,7 +121,8 @@ SQL_INSIDE = "(instance_created_at >= :lo AND ended_at < :hi AND ended_at >= ins
 
 
 def share_sql(x: str) -> str:
-    """SQL for ``x x fraction(interval)`` over [:lo, :hi) of a CLOSED row (``x``: an SQL expression
-    of the row's columns, e.g. ``COALESCE(cost_usd, 0)``): the SQL twin of ``fraction``."""
+    """SQL for ``x x fraction(interval)`` over [:lo, :hi) of a closed row: ``fraction``'s SQL twin.
+
+    ``x``: an SQL expression of the row's columns, e.g. ``COALESCE(cost_usd, 0)``."""
     return (f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN (CASE WHEN {_BEGAN} >= :lo AND {_BEGAN} < :hi THEN {x} ELSE 0.0 END)"
             f" WHEN {_OVERLAP} > 0 THEN {x} * {_OVERLAP} / ({_ENDED} - {_BEGAN}) ELSE 0.0 END)")

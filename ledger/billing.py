@@ -1,5 +1,7 @@
-"""Cost truth: billed seconds the way a provider rounds them, end times we did not see, and the
-comparison of our books with the provider's own billing.
+"""Cost truth: billed seconds, unseen end times, and our books against the provider's billing.
+
+Billed seconds the way a provider rounds them, end times we did not see, and the comparison of our
+books with the provider's own billing.
 
 Pure functions only; the provider calls that fetch billing live in ``gpuops/providers/`` and hand
 back ``ChargeLine`` lists (this package imports nothing of ``gpuops``).
@@ -36,8 +38,10 @@ class NoEndTime(ValueError):
 
 
 def billed_seconds(started_at: float | None, ended_at: float | None, increment_s: float | None = None) -> float:
-    """Seconds billed from create (``started_at``) to the confirmed destroy (``ended_at``), rounded
-    up to the provider's billing increment (``increment_s`` seconds; None = per second).
+    """Seconds billed from create to the confirmed destroy, rounded up to the provider's increment.
+
+    Seconds billed from create (``started_at``) to the confirmed destroy (``ended_at``), rounded up
+    to the provider's billing increment (``increment_s`` seconds; None = per second).
 
     A session that never got an instance (``started_at`` None) or has no end yet bills 0 s.
     Raises ValueError for an increment <= 0.

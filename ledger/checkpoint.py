@@ -16,10 +16,12 @@ CHECKPOINT_WAIT_MS = 250
 
 
 def checkpoint_written(wait_ms: int = CHECKPOINT_WAIT_MS) -> dict[str, str]:
-    """Fold the WAL of every SQLite ledger this process wrote into the database file and truncate
-    the ``-wal`` file to 0 bytes (``PRAGMA wal_checkpoint(TRUNCATE)``), for a process that leaves
-    without closing its connections (SQLite checkpoints on the last close only; a big ``-wal``
-    left behind costs every later opener ~40 ms per connection).
+    """Checkpoint every SQLite ledger this process wrote and truncate its ``-wal`` file.
+
+    Fold the WAL of every SQLite ledger this process wrote into the database file and truncate the
+    ``-wal`` file to 0 bytes (``PRAGMA wal_checkpoint(TRUNCATE)``), for a process that leaves
+    without closing its connections (SQLite checkpoints on the last close only; a big ``-wal`` left
+    behind costs every later opener ~40 ms per connection).
 
     Waits at most ``wait_ms`` milliseconds (SQLite's busy handler) for another process's write lock
     or read transaction; when still busy it runs a PASSIVE checkpoint (copies what it can, never

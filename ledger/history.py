@@ -24,10 +24,12 @@ HISTORY_COLUMNS = (
 
 def recent_rows(reader, start: float | None = None, end: float | None = None, experiment: str | None = None,
                 limit: int | None = None) -> list[Any]:
-    """Sessions whose intent time (``created_at``, epoch s) is in [start, end), of ``experiment``
-    when given, newest first, at most ``limit`` (None: all). ``reader``: a
-    ``ledger.reads.LedgerReader`` (a current SQLite file is read with ``sqlite3``, anything else
-    through SQLAlchemy Core). Values are bound parameters, never text in the SQL."""
+    """Sessions created in [start, end), of ``experiment`` when given, newest first, at most ``limit``.
+
+    Sessions whose intent time (``created_at``, epoch s) is in [start, end), of ``experiment`` when
+    given, newest first, at most ``limit`` (None: all). ``reader``: a ``ledger.reads.LedgerReader``
+    (a current SQLite file is read with ``sqlite3``, anything else through SQLAlchemy Core). Values
+    are bound parameters, never text in the SQL."""
     path = getattr(reader, "_sqlite", None)
     if path is not None:
         return _sqlite_recent(path, start, end, experiment, limit)
@@ -121,9 +123,11 @@ RUN_ROW_COLUMNS = ("run", "started", "experiment", "provider", "status", "end_re
 
 
 def run_row(r: Any, tz: str | None = None) -> dict:
-    """One run (``Ledger.runs``' row: the run and its rentals' sums) as a JSON-ready dict, keys in
-    ``RUN_ROW_COLUMNS`` order: ``hours`` the rentals' billed hours, ``cost_usd`` their cost (the
-    run books no money of its own; None while a rental is open and none has a cost)."""
+    """One run as a JSON-ready dict, keys in ``RUN_ROW_COLUMNS`` order.
+
+    One run (``Ledger.runs``' row: the run and its rentals' sums) as a JSON-ready dict, keys in
+    ``RUN_ROW_COLUMNS`` order: ``hours`` the rentals' billed hours, ``cost_usd`` their cost (the run
+    books no money of its own; None while a rental is open and none has a cost)."""
     from ledger.reports import iso
 
     return {

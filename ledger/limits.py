@@ -142,7 +142,9 @@ def _open_accrued(query, args: dict, mine: str, start: float, end: float, now: f
 
 
 def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None, owner: str | None = None) -> float:
-    """Real (not simulated) USD spent in [start, end) epoch s, attributed by time
+    """Real (not simulated) USD spent in [start, end) epoch s, attributed by time.
+
+    Real (not simulated) USD spent in [start, end) epoch s, attributed by time
     (``ledger.attribution``: a rental across the month boundary counts only its hours inside):
     closed sessions' booked cost (the provider's charge once synced), storage lines, and open
     sessions' cost accrued to ``now`` at their charged price (an estimate for enforcing caps; the
@@ -196,8 +198,9 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
 
 
 def month_spend_at_most(ledger: Ledger, start: float, end: float, now: float | None = None) -> float:
-    """An upper bound (USD) of ``month_spend(ledger, start, end, now, owner)`` for every ``owner``,
-    at about half its cost: what a watchdog tick far under the monthly cap needs to know.
+    """An upper bound (USD) of ``month_spend`` for every owner, at about half its cost.
+
+    What a watchdog tick far under the monthly cap needs to know.
 
     Every closed row that ``month_spend`` sums adds ``cost x share`` with a share in [0, 1]
     (``attribution.fraction``), so at most ``max(cost, 0)``; here every row the period's

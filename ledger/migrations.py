@@ -80,7 +80,9 @@ def m001_initial(conn: Connection) -> None:
 
 @migration
 def m002_cost_truth(conn: Connection) -> None:
-    """Where a session's end time came from, how its provider rounds billing, the agent's last
+    """Where a session's end came from, billing rounding, the last heartbeat, and the row's origin.
+
+    Where a session's end time came from, how its provider rounds billing, the agent's last
     heartbeat (an end we never saw is taken from it, never from "now"), and whether the row was
     booked by gpuops or imported from a spreadsheet. Nullable or defaulted: old rows keep meaning."""
     for ddl in (
@@ -95,7 +97,9 @@ def m002_cost_truth(conn: Connection) -> None:
 
 @migration
 def m003_leases_refusals(conn: Connection) -> None:
-    """Teardown: ``session_leases`` (one watchdog acts on a session at a time; a crashed one's lease
+    """Teardown: ``session_leases`` and ``refusals``.
+
+    Teardown: ``session_leases`` (one watchdog acts on a session at a time; a crashed one's lease
     lapses at ``expires_at``) and ``refusals`` (a money limit crossed: new `up` calls are refused
     until the watchdog lifts it). The agent's heartbeat is m002's ``last_heartbeat_at``."""
     md = sa.MetaData()

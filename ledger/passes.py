@@ -27,11 +27,13 @@ _PRUNE_SQL = ("DELETE FROM watchdog_passes WHERE host = :host AND id NOT IN "
 def record_pass(ledger: Ledger, host: str, owner: str, *, at: float | None = None, seconds: float = 0.0,
                 interval_seconds: float, checked: int = 0, ended: int = 0, errors: int = 0, actions: int = 0,
                 keep: int = KEEP_PER_HOST) -> None:
-    """Book one watchdog pass of ``owner`` on ``host`` at ``at`` (epoch s, default now) that took
+    """Book one watchdog pass of ``owner`` on ``host``, pruning the host's older passes.
+
+    Book one watchdog pass of ``owner`` on ``host`` at ``at`` (epoch s, default now) that took
     ``seconds`` and runs every ``interval_seconds``: ``checked`` open sessions looked at, ``ended``
-    destroyed or closed, ``errors`` and ``actions`` in all. In the same transaction, prune the host's
-    passes to the newest ``keep``. Raises what the database raises (the watchdog reports it and
-    goes on: a lost pass record never stops a pass)."""
+    destroyed or closed, ``errors`` and ``actions`` in all. In the same transaction, prune the
+    host's passes to the newest ``keep``. Raises what the database raises (the watchdog reports it
+    and goes on: a lost pass record never stops a pass)."""
     row = {"host": host, "owner": owner, "at": time.time() if at is None else float(at), "seconds": float(seconds),
            "interval_seconds": float(interval_seconds), "checked": int(checked), "ended": int(ended), "errors": int(errors),
            "actions": int(actions)}
@@ -81,8 +83,10 @@ def host_pass_count(ledger: Ledger, host: str) -> int:
 
 
 def latest_passes(books: Any) -> list[Any]:
-    """The newest pass of each watchdog (host, owner), newest first, as ``ledger.reads.PassRow``
-    (host, owner, at epoch s, ..., ``summary``) from a ``Ledger`` or a ``LedgerReader``."""
+    """The newest pass of each watchdog (host, owner), newest first, as ``ledger.reads.PassRow``.
+
+    The newest pass of each watchdog (host, owner), newest first, as ``ledger.reads.PassRow`` (host,
+    owner, at epoch s, ..., ``summary``) from a ``Ledger`` or a ``LedgerReader``."""
     return books.watchdog_passes()
 
 

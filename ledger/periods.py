@@ -22,10 +22,12 @@ DAY_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
 
 
 def zone(tz: str | None):
-    """The tzinfo for an IANA name (``Europe/Berlin``, ``UTC``), or None for the machine's local
-    zone (naive datetimes are local, DST included). Raises ValueError for an unknown name.
-    ``UTC`` is ``datetime.timezone.utc`` (the same offsets and name as ``ZoneInfo("UTC")``,
-    without loading the tz database)."""
+    """The tzinfo for an IANA name, or None for the machine's local zone.
+
+    The tzinfo for an IANA name (``Europe/Berlin``, ``UTC``), or None for the machine's local zone
+    (naive datetimes are local, DST included). Raises ValueError for an unknown name. ``UTC`` is
+    ``datetime.timezone.utc`` (the same offsets and name as ``ZoneInfo("UTC")``, without loading the
+    tz database)."""
     if not tz:
         return None
     if tz == "UTC":

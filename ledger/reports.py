@@ -361,7 +361,9 @@ def day_report(sessions: Iterable[Row], month: str, tz: str | None = None, cost_
 
 def experiments_report(sessions: Iterable[Row], since: str | None = None, until: str | None = None,
                        start: float | None = None, end: float | None = None, cost_lines: Iterable[Row] = ()) -> dict:
-    """Per experiment: sessions, GPU-hours, cost (real and simulated apart, storage inside), tokens,
+    """The experiments report: per experiment, its figures and latest conclusion.
+
+    Per experiment: sessions, GPU-hours, cost (real and simulated apart, storage inside), tokens,
     $/Mtoken both ways and the latest non-empty conclusion. Money is attributed to the window
     [``start``, ``end``) epoch s (None: open) by time (``ledger.attribution``); ``since``/``until``
     (``YYYY-MM-DD``) label the report.

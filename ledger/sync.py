@@ -62,7 +62,9 @@ def known_instances(engine, keys: Iterable[tuple[str, str]]) -> set[tuple[str, s
 
 
 def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: float | None = None) -> dict:
-    """Book ``report`` (``compare_billing``'s, with its ``lines``: {session id: [ChargeLine]}) and the
+    """Book ``report``'s provider charges and the account-level lines; idempotent.
+
+    Book ``report`` (``compare_billing``'s, with its ``lines``: {session id: [ChargeLine]}) and the
     account-level lines among ``charges``. Only closed sessions are booked (an open one has no cost
     yet). Idempotent: a session already booked at the same charge is left as it is (counted in
     ``unchanged``), and a storage line already booked is replaced, not counted again. Returns

@@ -255,8 +255,10 @@ def write_presence(box, hold_seconds: float, *, released: bool = False, seq: int
 
 @contextlib.contextmanager
 def hold_presence(box, hold_seconds: float = 60.0, refresh_seconds: float | None = None) -> Iterator[None]:
-    """While the block runs (results copy-back, anything that needs the box after its job), keep
-    the on-box agent from destroying it for job end, idle or no job: the lease is written at entry,
+    """Hold the box while the block runs: the agent does not destroy it for job end, idle or no job.
+
+    While the block runs (results copy-back, anything that needs the box after its job), keep the
+    on-box agent from destroying it for job end, idle or no job: the lease is written at entry,
     refreshed every ``refresh_seconds`` (default ``hold_seconds / 4``) by a daemon thread, and
     released at exit. A refresh that fails (connection dropped, disk full) is skipped: the lease
     then lapses after ``hold_seconds`` and the agent goes on. TTL and money limits are never held.

@@ -55,8 +55,9 @@ class BootstrapPlan:
 
 
 def bootstrap_command(config_path: str, state_dir: str = ".gpuops/bootstrap-state", python: str = "python3") -> str:
-    """The shell command that runs bootstrap so the agent sees it running (its pid in
-    ``.gpuops/bootstrap.pid``; ``exec`` keeps the pid)."""
+    """The shell command that runs bootstrap so that the agent sees it running.
+
+    Its pid in ``.gpuops/bootstrap.pid``; ``exec`` keeps the pid."""
     q = shlex.quote
     return (f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} {RUNNER_DIR}/bootstrap.py "
             f"--config {q(config_path)} --state-dir {q(state_dir)}")

@@ -68,8 +68,9 @@ class WrapperLost(GpuopsError):
 def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offset: int = 0, poll_s: float = 0.5,
                deadline: float | None = None, started_deadline: float | None = None,
                stale_after_s: float | None = None, on_poll: Callable[[], None] | None = None) -> tuple[int, JobExit | None]:
-    """Copy the job log from byte ``offset`` to ``write`` (raw bytes, in order, each byte once,
-    at most ``LOG_CHUNK_BYTES`` per call: bounded memory).
+    """Copy the job log from byte ``offset`` to ``write``, at most ``LOG_CHUNK_BYTES`` per call.
+
+    Raw bytes, in order, each byte once; memory stays bounded.
 
     With ``follow`` keep polling every ``poll_s`` seconds until the job has ended and the log is
     drained; else return after one read. ``deadline`` (``time.monotonic()``) ends following

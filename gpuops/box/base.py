@@ -1,4 +1,6 @@
-"""The Box interface (run, run_detached, put, get, read_file on a session's machine), ``q`` (every
+"""The Box interface, ``q``, and the copy-back's trust rules.
+
+The Box interface (run, run_detached, put, get, read_file on a session's machine), ``q`` (every
 value in a command goes through it), and the copy-back's trust rules: names, symlinks, caps."""
 
 from __future__ import annotations
@@ -137,8 +139,7 @@ class Box(Protocol):
         ...
 
     def read_file(self, remote: str, offset: int = 0, limit: int | None = None) -> bytes | None:
-        """Bytes of ``remote`` from ``offset`` on (at most ``limit`` of them when given), or None
-        when it does not exist."""
+        """Bytes of ``remote`` from ``offset`` on (at most ``limit``), or None when it does not exist."""
         ...
 
     def close(self) -> None: ...

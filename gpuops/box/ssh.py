@@ -111,9 +111,11 @@ def _load_key(path: Path):
 
 
 class HostKeyPins:
-    """gpuops' own known_hosts (OpenSSH format), one entry per instance (``name`` is
-    ``<label>/<instance id>``, not host:port, because providers reuse addresses across boxes).
-    First contact pins the key; a different key later raises HostKeyChanged."""
+    """gpuops' own known_hosts: one pinned key per instance.
+
+    OpenSSH format; an entry's ``name`` is ``<label>/<instance id>``, not host:port, because
+    providers reuse addresses across boxes. First contact pins the key; a different key later raises
+    HostKeyChanged."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -227,9 +229,9 @@ class SSHBox:
         return t
 
     def connect(self, deadline: float) -> SSHBox:
-        """Connect, retrying until ``deadline`` (a ``time.monotonic()`` value) while sshd is not
-        listening or not yet accepting our key. Raises HostKeyChanged at once, SshUnreachable at
-        the deadline. Creates ``root`` on the box."""
+        """Connect, retrying until ``deadline`` while sshd is not listening or not yet accepting our key.
+
+        Raises HostKeyChanged at once, SshUnreachable at the deadline. Creates ``root`` on the box."""
         import paramiko
         from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 

@@ -140,8 +140,9 @@ def cards_for(vendor: str = "nvidia") -> tuple[Card, ...]:
 
 
 def alias_note(query: str) -> str:
-    """One line saying what ``query`` means when it names more than one card (a family or an alias
-    spanning variants, e.g. h100 = h100-pcie and h100-sxm), else ""."""
+    """One line saying what ``query`` means when it names more than one card, else "".
+
+    Such a query is a family or an alias spanning variants, e.g. h100 = h100-pcie and h100-sxm."""
     try:
         found = resolve_cards(query)
     except BadInput:

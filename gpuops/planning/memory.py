@@ -48,10 +48,11 @@ VLLM_SAMPLER_BYTES_PER_LOGIT = 8
 
 
 def vllm_batch_defaults(card: Card) -> tuple[int, int]:
-    """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve`` on ``card``
-    (vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``, UsageContext.OPENAI_API_SERVER, 0.11):
-    8192 / 1024 on GPUs with >= 70 GiB that are not an A100 (vLLM PR #17885 keeps the A100 on the
-    small defaults), else 2048 / 256."""
+    """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve`` on ``card``.
+
+    8192 / 1024 on GPUs with >= 70 GiB that are not an A100, else 2048 / 256 (vLLM 0.11
+    vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``, UsageContext.OPENAI_API_SERVER; the
+    A100 stays on the small defaults since https://github.com/vllm-project/vllm/pull/17885)."""
     if card.engine_visible_bytes >= 70 * GIB and card.family != "a100":
         return 8192, 1024
     return 2048, 256
@@ -67,9 +68,10 @@ def kv_bytes_per_token(arch: Architecture, kv_dtype: str) -> int:
 
 
 def mamba_state_bytes(arch: Architecture, dtype: str, gpu_count: int = 1) -> int:
-    """Bytes of every Mamba / linear-attention layer's state for one request on one of ``gpu_count``
-    GPUs (conv + temporal state in the compute dtype, vLLM's ``mamba_cache_dtype`` "auto"); 0 for a
-    model without such layers. It does not grow with the sequence."""
+    """Bytes of the Mamba / linear-attention layers' state for one request on one GPU; 0 without such layers.
+
+    Conv + temporal state in the compute dtype (vLLM's ``mamba_cache_dtype`` "auto"), on one of
+    ``gpu_count`` GPUs. It does not grow with the sequence."""
     if not arch.mamba or not arch.mamba_layers:
         return 0
     return arch.mamba_layers * arch.mamba.state_bytes(DTYPE_BYTES[default_kv_dtype(dtype)], gpu_count)
@@ -85,13 +87,15 @@ def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int, dtyp
 
 def vllm_kv_layout(arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_count: int = 1,
                    chunked_hybrid: bool = False) -> KVLayout:
-    """vLLM's KV cache layout on one of ``gpu_count`` tensor-parallel GPUs (gpuops/planning/vllm_kv.py has the
-    rules and their sources): one spec per attention layer (full, sliding window, Llama-4 chunked)
-    and per Mamba / Gated DeltaNet layer, in pages of 16 tokens, or, with Mamba layers, of the
-    smallest multiple of 16 tokens whose page holds one layer's state (the state page is padded to
-    it); grouped by the hybrid allocator. KV heads split by TP down to one per GPU (MLA's latent is
-    on every GPU). ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``;
-    without it (0.11's default) chunked layers are cached as full attention."""
+    """vLLM's KV cache layout on one of ``gpu_count`` tensor-parallel GPUs.
+
+    One spec per attention layer (full, sliding window, Llama-4 chunked) and per Mamba / Gated
+    DeltaNet layer, in pages of 16 tokens, or, with Mamba layers, of the smallest multiple of 16
+    tokens whose page holds one layer's state (the state page is padded to it); grouped by the
+    hybrid allocator. KV heads split by TP down to one per GPU (MLA's latent is on every GPU).
+    ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``; without it (0.11's
+    default) chunked layers are cached as full attention. The rules and their sources are in
+    gpuops/planning/vllm_kv.py."""
     kvb = KV_DTYPE_BYTES[kv_dtype]
     if arch.mla:
         per_tok = int(arch.layer_kv_elems[0] * kvb) if arch.layer_kv_elems else 0

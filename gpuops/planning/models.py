@@ -1,5 +1,7 @@
-"""Model sources: the built-in catalog (``catalog/models.toml``), a local ``config.json`` or directory,
-or a Hugging Face repo (``huggingface_hub``, imported lazily); safetensors headers counted per dtype."""
+"""Model sources: the built-in catalog, a local ``config.json`` or directory, or a Hugging Face repo.
+
+The catalog is ``catalog/models.toml``; ``huggingface_hub`` is imported lazily; safetensors headers
+are counted per dtype."""
 
 from __future__ import annotations
 
@@ -249,8 +251,10 @@ def _load_hf(repo_id: str) -> ModelSource:
 
 
 def load_model(model: str) -> ModelSource:
-    """Resolve ``--model``: a built-in name, a path to config.json or to a directory holding one,
-    or a Hugging Face repo id (config.json and safetensors headers; needs huggingface_hub and the
+    """Resolve ``--model`` to a ModelSource.
+
+    Resolve ``--model``: a built-in name, a path to config.json or to a directory holding one, or a
+    Hugging Face repo id (config.json and safetensors headers; needs huggingface_hub and the
     network, or its cache for the config).
 
     The checkpoint's byte count comes from the safetensors headers beside the config (exact, per

@@ -69,8 +69,10 @@ def fits(offer: Offer, need_bytes_per_gpu: int) -> bool:
 
 def rank(offers: list[Offer], need_bytes_per_gpu: int = 0, max_usd_per_hour: float | None = None, spot: bool | None = None,
          gpu_count: int | None = None) -> list[Offer]:
-    """Offers that pass ``screen`` (finite positive price, VRAM and GPU count; ``gpu_count`` GPUs
-    when given), fit and are within budget, cheapest first; reliability breaks ties.
+    """Offers that pass ``screen``, fit and are within budget, cheapest first.
+
+    ``screen``: a finite positive price, VRAM and GPU count (``gpu_count`` GPUs when given).
+    Reliability breaks ties.
 
     ``spot``: True keeps interruptible offers (falling back to on-demand when none), False only
     on-demand, None both. The effective price of an interruptible offer is its minimum bid.
@@ -99,9 +101,10 @@ def _norm(name: str) -> str:
 
 
 def card_of_gpu_name(gpu_name: str):
-    """The catalog card a provider's GPU name means (RunPod ``gpuDisplayName``/``gpuTypeId``, Vast
-    ``gpu_name``), or None when no card has that name. Among cards sharing a name (A100 SXM4
-    40/80 GB) the first in catalog order."""
+    """The catalog card a provider's GPU name means, or None when no card has that name.
+
+    The name is RunPod's ``gpuDisplayName``/``gpuTypeId`` or Vast's ``gpu_name``. Among cards
+    sharing a name (A100 SXM4 40/80 GB), the first in catalog order."""
     from gpuops.catalog import cards
 
     want = _norm(gpu_name)

@@ -265,12 +265,14 @@ def _round_up(x: int, m: int) -> int:
 
 
 def mxfp4_backend(card: Card) -> tuple[str, int, int] | None:
-    """(backend, intermediate alignment, hidden alignment) vLLM 0.11 picks for MXFP4 experts on
-    ``card`` (vllm/model_executor/layers/quantization/mxfp4.py ``get_mxfp4_backend``,
-    ``Mxfp4MoEMethod.create_weights``), or None where it cannot run (compute capability < 8.0).
+    """(backend, intermediate alignment, hidden alignment) vLLM 0.11 picks for MXFP4 experts on ``card``.
+
+    None where it cannot run (compute capability < 8.0); from vllm/model_executor/layers/quantization/
+    mxfp4.py ``get_mxfp4_backend`` and ``Mxfp4MoEMethod.create_weights``.
     ``pip install vllm==0.11.0`` brings neither FlashInfer (an extra) nor triton_kernels, so every
     NVIDIA card takes Marlin (intermediate to a multiple of 128, hidden of 256); ROCm takes the
-    Triton kernels (both to 256). Later images with FlashInfer pad by 128 on Hopper, 256 on Blackwell."""
+    Triton kernels (both to 256). Later images with FlashInfer pad by 128 on Hopper, 256 on
+    Blackwell."""
     if card.vendor == "amd":
         return "triton (ROCm)", 256, 256
     if card.compute_capability and card.compute_capability < 8.0:
@@ -279,8 +281,9 @@ def mxfp4_backend(card: Card) -> tuple[str, int, int] | None:
 
 
 def mxfp4_padding_bytes(p: Plan, card: Card) -> tuple[int, str]:
-    """(bytes per GPU, note) that vLLM's MXFP4 kernels add by padding each expert's matrices on
-    ``card`` at the plan's tensor parallelism: per expert 3 x I_pad x H_pad x 4.25 bits (+ bf16
+    """(bytes per GPU, note) that vLLM's MXFP4 kernels add by padding each expert's matrices.
+
+    On ``card`` at the plan's tensor parallelism: per expert 3 x I_pad x H_pad x 4.25 bits (+ bf16
     biases) where the checkpoint has 3 x I/TP x H; (0, "") for other plans."""
     a = p.arch
     if p.quant is None or p.quant.method != "mxfp4" or not a.experts:
@@ -520,8 +523,9 @@ def plan(
     chunked_hybrid: bool = False,
     vendor: str | None = None,
 ) -> Plan:
-    """Plan ``model`` (a --model string or a loaded ModelSource) for every catalog card, or the cards
-    ``card`` names (one card or a family).
+    """Plan ``model`` for every catalog card, or for the cards ``card`` names.
+
+    ``model``: a --model string or a loaded ModelSource; ``card``: one card or a family.
 
     ``engine``: vllm (default; train when ``mode`` is train), hf or train. ``dtype`` None/"auto": the
     checkpoint's (see ``_serving_dtype``). ``kv_dtype`` None/"auto"/"same": ``default_kv_dtype``.

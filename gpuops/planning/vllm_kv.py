@@ -197,8 +197,9 @@ def kv_layout(specs: list[LayerSpec], *, hybrid_allocator: bool = True, version:
 
 
 def attention_block_size(attn_page_bytes_per_token: int, mamba_page_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """Tokens per attention block in a model with Mamba / linear-attention layers
-    (``HybridAttentionMambaModelConfig.verify_and_update_config``): the smallest multiple of 16
+    """Tokens per attention block in a model with Mamba / linear-attention layers.
+
+    ``HybridAttentionMambaModelConfig.verify_and_update_config``: the smallest multiple of 16
     whose page holds one Mamba state, 16 x ceil(mamba page / (16 x attention bytes per token)), or
     ``block_size`` when that is larger. 0.12 keeps the rule without prefix caching (Blackwell with
     head size 256 aligns to 32)."""
@@ -248,7 +249,9 @@ class MambaShape:
         raise ValueError(f"unknown Mamba layer kind {self.kind!r}")
 
     def state_bytes(self, dtype_bytes: float, tp: int = 1) -> int:
-        """Bytes of one layer's state per request (conv and temporal state in the model's dtype:
-        vLLM's ``mamba_cache_dtype`` / ``mamba_ssm_cache_dtype`` default "auto")."""
+        """Bytes of one layer's state per request.
+
+        Conv and temporal state in the model's dtype: vLLM's ``mamba_cache_dtype`` /
+        ``mamba_ssm_cache_dtype`` default "auto"."""
         conv, temporal = self.state_elems(tp)
         return int((conv + temporal) * dtype_bytes)

@@ -79,9 +79,11 @@ def destroyed_at(box: Path) -> float | None:
 
 
 def sweep(boxes_dir: Path, keep_days: float, now: float | None = None, limit: int = SWEEP_LIMIT) -> list[str]:
-    """Prune up to ``limit`` destroyed boxes under ``boxes_dir`` destroyed more than
-    ``keep_days`` days ago (0: any destroyed box), oldest first. Returns the pruned box names.
-    Never raises for a file-system error (a destroy must not fail because of housekeeping)."""
+    """Prune up to ``limit`` boxes destroyed more than ``keep_days`` days ago; returns their names.
+
+    Prune up to ``limit`` destroyed boxes under ``boxes_dir`` destroyed more than ``keep_days`` days
+    ago (0: any destroyed box), oldest first. Returns the pruned box names. Never raises for a
+    file-system error (a destroy must not fail because of housekeeping)."""
     now = time.time() if now is None else now
     pruned: list[str] = []
     try:

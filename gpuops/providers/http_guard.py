@@ -94,9 +94,11 @@ def _install() -> None:
 
 @contextmanager
 def guard(what: str, deadline_s: float = DEFAULT_DEADLINE_S, max_bytes: int = DEFAULT_MAX_BYTES) -> Iterator[None]:
-    """Every HTTP request this thread makes inside the block shares one total deadline
-    (``deadline_s`` seconds from entry) and reads at most ``max_bytes`` per reply. ``what`` names
-    the call in errors. Nested guards keep the outer (earlier) deadline."""
+    """One total deadline and a reply-size cap for every HTTP request this thread makes in the block.
+
+    Every HTTP request this thread makes inside the block shares one total deadline (``deadline_s``
+    seconds from entry) and reads at most ``max_bytes`` per reply. ``what`` names the call in
+    errors. Nested guards keep the outer (earlier) deadline."""
     _install()
     outer = getattr(_STATE, "guard", None)
     deadline = time.monotonic() + deadline_s

@@ -42,7 +42,9 @@ def check_image(image: str) -> str:
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with string values, or BadInput for a bad name or a value with a control character
+    """``env`` with string values; BadInput for a bad name or a control character in a value.
+
+    ``env`` with string values, or BadInput for a bad name or a value with a control character
     (newline, NUL: they would split a docker ``-e`` or a shell line on the provider side)."""
     out = {}
     for k, v in env.items():

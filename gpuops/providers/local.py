@@ -123,8 +123,10 @@ class LocalProvider(Provider):
         return out
 
     def destroy(self, instance_id: str) -> None:
-        """End every process the box started (bootstrap/localbox.py, the rule the on-box agent
-        applies too) and mark it destroyed; idempotent (a gone box is success)."""
+        """End every process the box started and mark it destroyed; idempotent.
+
+        The rule is bootstrap/localbox.py's, which the on-box agent applies too; a gone box is
+        success."""
         d = self._dir(instance_id)
         if not d.exists():
             return

@@ -251,12 +251,14 @@ class VastVolumes:
         return out
 
     def create(self, name: str, size_gb: float, region: str = "") -> Volume:
-        """Create a ``size_gb`` GB local volume named ``name`` on the cheapest volume offer (by
+        """Create a ``size_gb`` GB volume named ``name`` on the cheapest Vast volume offer with room for it.
+
+        Create a ``size_gb`` GB local volume named ``name`` on the cheapest volume offer (by
         ``storage_cost``, USD/GB/month) with room for it; ``region``: a two-letter country code
-        (e.g. SE) or ``machine:<id>``, empty for any. The new volume is the one the list shows
-        after the create and not before, named ``name`` or the answer's ``volume_name`` where the
-        row carries a name, on the offer's machine; its name is booked locally. Raises BadInput
-        or ProviderError (SERVER when Vast accepted it but it cannot be told apart)."""
+        (e.g. SE) or ``machine:<id>``, empty for any. The new volume is the one the list shows after
+        the create and not before, named ``name`` or the answer's ``volume_name`` where the row
+        carries a name, on the offer's machine; its name is booked locally. Raises BadInput or
+        ProviderError (SERVER when Vast accepted it but it cannot be told apart)."""
         from gpuops.providers.base import ProviderError, ProviderErrorKind
 
         check_name(name)

@@ -74,9 +74,11 @@ def month_start_end(now: float | None = None) -> tuple[float, float]:
 
 
 def assert_not_refused(ledger, provider: str, account: str | None = None, owner: str | None = None) -> None:
-    """Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all) to this
-    provider ``account`` / ``owner`` (a refusal recorded for another account or user does not
-    count; one recorded for everyone does: gpuops.ownership.refused_by)."""
+    """Raise BadInput when the watchdog refuses new boxes for ``provider`` to this account and owner.
+
+    Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all) to this
+    provider ``account`` / ``owner`` (a refusal recorded for another account or user does not count;
+    one recorded for everyone does: gpuops.ownership.refused_by)."""
     from gpuops.ownership import refused_by
     from ledger.limits import active_refusals
 

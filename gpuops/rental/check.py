@@ -44,9 +44,11 @@ FINDING_COLUMNS = ("verdict", "check", "detail", "fix")
 
 @dataclass
 class Finding:
-    """One check line: ``verdict``, ``check`` (e.g. ``keys.runpod``, ``layer.idle``), ``detail``
-    (what was found), ``fix`` (what to do; empty when nothing), ``data`` (figures for JSON:
-    seconds, USD, ids), ``first``: named before the rest (an open box of ours)."""
+    """One line of `gpuops check`.
+
+    One check line: ``verdict``, ``check`` (e.g. ``keys.runpod``, ``layer.idle``), ``detail`` (what
+    was found), ``fix`` (what to do; empty when nothing), ``data`` (figures for JSON: seconds, USD,
+    ids), ``first``: named before the rest (an open box of ours)."""
 
     check: str
     verdict: Verdict
@@ -160,9 +162,11 @@ SDKS = {"runpod": "runpod", "vast": "vastai"}
 
 
 def route_findings(settings, names: Iterable[str]) -> list[Finding]:
-    """Per provider: the API base, the routes it will call (``Provider.routes``) with their API
-    versions, the SDK installed; and the credential the agent destroys a box with, and what it
-    does when that credential is refused (``gpuops.providers.REGISTRY``)."""
+    """Per provider: what it will call, the SDK installed, and how the agent destroys a box.
+
+    Per provider: the API base, the routes it will call (``Provider.routes``) with their API
+    versions, the SDK installed; and the credential the agent destroys a box with, and what it does
+    when that credential is refused (``gpuops.providers.REGISTRY``)."""
     from gpuops.providers import REGISTRY, get_provider
 
     out = []
@@ -205,8 +209,10 @@ def _api_version(path: str) -> str:
 
 
 def ledger_findings(settings) -> tuple[list[Finding], Any]:
-    """The ledger: where it is (a password never shown), its schema (migrations applied against
-    the ones this gpuops knows), and, when it opens, the Ledger for the open-now checks."""
+    """The ledger's findings: where it is, its schema, and the Ledger when it opens.
+
+    The ledger: where it is (a password never shown), its schema (migrations applied against the
+    ones this gpuops knows), and, when it opens, the Ledger for the open-now checks."""
     import re
 
     from ledger import migrations
@@ -335,12 +341,14 @@ def offline(settings, provider: str | None = None, env: dict | None = None, prob
 
 # -- live ------------------------------------------------------------------------------------------
 def live(settings, led, provider: str | None = None, providers: dict | None = None) -> list[Finding]:
-    """``--live``: per provider with a key (``provider``: that one, and a missing key fails),
+    """``--live``: each keyed provider's account, offers, our instances and volumes, and billing.
+
+    ``--live``: per provider with a key (``provider``: that one, and a missing key fails),
     authenticate and read the balance, count the offers in stock, list our ``gpuops-`` labelled
-    instances (each one a warning named first: it bills) and our volumes (named first too: they
-    bill by the month); then this month's billing against the books (``ledger sync`` without
-    --apply). ``led``: the ledger or None (none yet). ``providers``: name -> Provider to use
-    instead of building them (tests)."""
+    instances (each one a warning named first: it bills) and our volumes (named first too: they bill
+    by the month); then this month's billing against the books (``ledger sync`` without --apply).
+    ``led``: the ledger or None (none yet). ``providers``: name -> Provider to use instead of
+    building them (tests)."""
     from gpuops.providers import REGISTRY, get_provider
     from gpuops.providers.base import OfferQuery
 

@@ -70,11 +70,13 @@ class Layer:
 
 
 def plan_cap(price_usd_h: float, settings, max_usd: float | None, max_minutes: float | None) -> dict:
-    """The check's cap: ``wall_s`` (``max_minutes`` or ``[check] max_minutes``), every box's TTL in
+    """The check's cap: its wall time, every box's TTL and the worst-case USD, refused above the limit.
+
+    The check's cap: ``wall_s`` (``max_minutes`` or ``[check] max_minutes``), every box's TTL in
     hours (the wall cap; the TTL layer's own TTL), and ``worst_usd``: every box billed to its TTL at
     ``price_usd_h``. Raises BadInput, before anything is rented, when the worst case is above
-    ``max_usd`` (or ``[check] max_usd``) or the TTL layer does not fit the wall cap, naming the
-    flag value that would allow it."""
+    ``max_usd`` (or ``[check] max_usd``) or the TTL layer does not fit the wall cap, naming the flag
+    value that would allow it."""
     c = settings.check
     usd = c.max_usd if max_usd is None else max_usd
     minutes = c.max_minutes if max_minutes is None else max_minutes
@@ -90,10 +92,12 @@ def plan_cap(price_usd_h: float, settings, max_usd: float | None, max_minutes: f
 
 
 def cheapest(provider: Provider, n: int = len(LAYERS)) -> list:
-    """The ``n`` cheapest on-demand offers of ``provider`` (any card: the agent needs only
-    python3), the untrustworthy ones dropped, cheapest first: the three rentals run at once, and on
-    a marketplace of single machines (Vast) one offer is rented once, so each `up` may take the
-    next one. Raises BadInput when there is none."""
+    """The ``n`` cheapest trustworthy on-demand offers of ``provider``, any card.
+
+    The ``n`` cheapest on-demand offers of ``provider`` (any card: the agent needs only python3),
+    the untrustworthy ones dropped, cheapest first: the three rentals run at once, and on a
+    marketplace of single machines (Vast) one offer is rented once, so each `up` may take the next
+    one. Raises BadInput when there is none."""
     from gpuops.planning.offers import screen
 
     offers, _ = screen(provider.offers(OfferQuery(spot=False if provider.supports_spot else None)), 1)
@@ -143,8 +147,11 @@ class CheckRun:
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> list[Finding]:
-        """Start the three layers, watch them to the end, destroy whatever is left (always), then
-        compare the books with the provider's billing. Returns one finding per layer, then the books."""
+        """Run the three layers to their end, destroy what is left, and compare the books.
+
+        Start the three layers, watch them to the end, destroy whatever is left (always), then
+        compare the books with the provider's billing. Returns one finding per layer, then the
+        books."""
         from gpuops.rental.launcher import Interrupted, _shielded, _signals_raise
 
         c = self.settings.check

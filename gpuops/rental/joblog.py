@@ -23,8 +23,9 @@ INCOMPLETE = "[gpuops] this copy of the job log is incomplete"
 
 
 def drained(ledger, session_id: str) -> bool:
-    """True when `up` followed the job's log to its end (its ``job_exited`` event carries
-    ``log_bytes``), or the copy was already finished (``log_kept``)."""
+    """True when `up` followed the job's log to its end, or the copy was already finished.
+
+    Followed: its ``job_exited`` event carries ``log_bytes``; finished: ``log_kept``."""
     for e in ledger.events(session_id):
         if e.kind == EventKind.LOG_KEPT:
             return True

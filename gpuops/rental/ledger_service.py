@@ -27,7 +27,9 @@ def _tz_checked(tz: str | None) -> str | None:
 
 def month(ledger, month: str | None = None, tz: str | None = None, by: str | None = None, plot: bool = False,
           watchdogs: bool = False) -> dict:
-    """``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
+    """``ledger month``: the month report for ``YYYY-MM`` (default: this month in ``tz``).
+
+    ``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
     this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``; with ``watchdogs``, also
     ``watchdogs``: each watchdog's newest pass (``gpuops.rental.watchdog_passes.last_passes``), as
     `ledger month` and the dashboard show them. Raises BadInput for a bad month, zone or ``by``."""
@@ -117,7 +119,9 @@ def _day_after(day: str, tz: str | None) -> float:
 
 
 def show(ledger, ref: str, tz: str | None = None) -> dict:
-    """``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
+    """``ledger show``: one session's every field, steps, events, cost figures and cost lines.
+
+    ``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
     ``cost_lines`` [{"kind","usd","start_at","end_at","provider","description"}] (storage booked
     apart from GPU time) and ``storage_usd``."""
     from gpuops.rental.sessions import resolve_session
@@ -336,9 +340,11 @@ def _errors_line(p: Path, errors: list[tuple[int, str]], total: int | None = Non
 
 def fetch_billing(settings, names: Iterable[str], since: float, until: float,
                   get_provider: Callable[[str, Any], Any] | None = None) -> tuple[list, list[str], dict[str, str]]:
-    """Ask each provider in ``names`` for its billing lines over [since, until) epoch s via the
-    ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default). Returns (lines, providers that
-    answered, {provider: why not} for those that could not)."""
+    """Each provider's billing lines over [since, until) epoch s, and why a provider could not answer.
+
+    Ask each provider in ``names`` for its billing lines over [since, until) epoch s via the
+    ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default). Returns (lines,
+    providers that answered, {provider: why not} for those that could not)."""
     if get_provider is None:
         from gpuops.providers import get_provider
     lines: list = []

@@ -151,8 +151,10 @@ class Context:
         return names
 
     def box(self, provider: Provider, inst: Instance):
-        """A Box on ``inst`` to read the agent's status (the local provider's own, else SSH with
-        a ``ssh_connect_s`` deadline), or None when it has no SSH endpoint. Raises what
+        """A Box on ``inst`` to read the agent's status, or None when it has no SSH endpoint.
+
+        A Box on ``inst`` to read the agent's status (the local provider's own, else SSH with a
+        ``ssh_connect_s`` deadline), or None when it has no SSH endpoint. Raises what
         ``gpuops.box.remote.open_box`` raises (the caller treats it as "no status")."""
         own = provider.box(inst)
         if own is not None:
@@ -179,7 +181,9 @@ class Context:
                 release_lease(self.ledger, session_id, self.owner)
 
     def open_sessions_leased(self, actions: list, keep: Callable[[Any], bool] = lambda row: True) -> Iterator[Any]:
-        """Each open session row that ``keep`` accepts, re-read and yielded while this process holds
+        """Each open session row that ``keep`` accepts, yielded while this process holds its lease.
+
+        Each open session row that ``keep`` accepts, re-read and yielded while this process holds
         its lease (released when the caller moves on); a row another watchdog holds is recorded in
         ``actions`` as skipped_leased, a row closed meanwhile is passed over."""
         for row in self.ledger.open_sessions():
@@ -212,9 +216,10 @@ def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | Non
 
 
 def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
-    """Book on the row that the box was alive NOW, by the laptop's clock, when its agent's status
-    was just read with a fresh heartbeat. The box's own heartbeat value is never booked: a box
-    clock hours ahead or behind would bill 0 h or 6 h for a 1 h rental once its end goes unseen."""
+    """Book that the box was alive now, by the laptop's clock, after a fresh heartbeat.
+
+    The box's own heartbeat value is never booked: a box clock hours ahead or behind would bill 0 h
+    or 6 h for a 1 h rental once its end goes unseen."""
     from gpuops.agent.agentctl import heartbeat_stale
 
     if not heartbeat_stale(status, now):
@@ -222,8 +227,10 @@ def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
 
 
 def box_tokens(ctx: Context, provider: Provider, inst: Instance | None) -> int | None:
-    """Tokens the job wrote to the box's metrics file (``$GPUOPS_METRICS``), read before a destroy
-    or from a gone box whose files remain (the local provider keeps them); None when unreadable."""
+    """Tokens the job wrote to the box's metrics file (``$GPUOPS_METRICS``), None when unreadable.
+
+    Tokens the job wrote to the box's metrics file (``$GPUOPS_METRICS``), read before a destroy or
+    from a gone box whose files remain (the local provider keeps them); None when unreadable."""
     if inst is None:
         return None
     from gpuops.agent.bootstrap_config import BOX_DIR as META

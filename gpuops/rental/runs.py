@@ -76,6 +76,5 @@ def break_even_preemptions_per_hour(spot_usd_h: float, on_demand_usd_h: float, l
 
 
 def new_run_id(session_id: str) -> str:
-    """A run's id: ``run-`` + the form of a session id (``run-YYYYMMDD-HHMMSS-xxxx``), told apart
-    from a session id at a glance."""
+    """A new run id, ``run-YYYYMMDD-HHMMSS-xxxx``: a session id's form, told apart at a glance."""
     return "run-" + session_id

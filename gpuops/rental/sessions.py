@@ -30,8 +30,7 @@ def resolve_session(ledger, ref: str):
 
 
 def row_json(row) -> dict:
-    """A session row as JSON-ready dict (``session`` is the id, first; then the columns in the
-    model's declared order, whatever order the row was loaded in)."""
+    """A session row as a JSON-ready dict, ``session`` first, then the model's columns in order."""
     dumped = row.model_dump()
     d = {"session": dumped.pop("id")}
     order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.SessionRow or models.Session
@@ -54,12 +53,14 @@ def open_session_columns() -> tuple[str, ...]:
 
 
 def list_open(ledger, owner: str | None = None, now: float | None = None) -> list[dict]:
-    """Open sessions as dicts (``row_json``) with what each has cost so far at ``now``
+    """Open sessions as dicts with what each has cost so far at ``now``, read from the ledger alone.
+
+    Open sessions as dicts (``row_json``) with what each has cost so far at ``now``
     (``gpuops.rental.live.live_figures``, from the newest ``live`` event the ledger holds: no
-    connection to any box): ``cost_usd`` and ``accrued_usd`` the accrual so far (USD), ``tokens``
-    so far, ``usd_per_mtoken``, ``ttl_left_seconds``, ``idle_seconds``, ``status_at``,
-    ``status_age_seconds``. ``owner``: only that user's (and rows from before owners were
-    booked), None: everyone's."""
+    connection to any box): ``cost_usd`` and ``accrued_usd`` the accrual so far (USD), ``tokens`` so
+    far, ``usd_per_mtoken``, ``ttl_left_seconds``, ``idle_seconds``, ``status_at``,
+    ``status_age_seconds``. ``owner``: only that user's (and rows from before owners were booked),
+    None: everyone's."""
     import time
 
     from bootstrap.vocabulary import EventKind
@@ -80,9 +81,10 @@ def list_open(ledger, owner: str | None = None, now: float | None = None) -> lis
 
 
 def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[dict]:
-    """Destroy the instance of one open session (or all) and close its row as ``manual``, through
-    ``gpuops.rental.lifecycle.end_rental`` (the reason is on the row before the destroy, so an `up`
-    still watching that session reports ``manual`` too).
+    """Destroy the instance of one open session (or all) and close its row as ``manual``.
+
+    Through ``gpuops.rental.lifecycle.end_rental``: the reason is on the row before the destroy, so
+    an `up` still watching that session reports ``manual`` too.
 
     Ownership (gpuops/ownership.py): ``--all`` takes this user's open sessions whose provider
     account is held here; a named session of another account is refused (BadInput: only its key

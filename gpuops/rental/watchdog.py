@@ -306,7 +306,9 @@ ENDED_KINDS = ("destroyed", "closed", "orphan_destroyed")  # Action kinds that e
 
 
 def record_pass(ctx: Context, acts: list[Action], seconds: float, interval: float) -> list[Action]:
-    """Book this tick in the ledger (``ledger.passes.record_pass``: host, ``[user] name``, now,
+    """Book this watchdog pass in the ledger; [] or one ``error`` action when the ledger refused it.
+
+    Book this tick in the ledger (``ledger.passes.record_pass``: host, ``[user] name``, now,
     sessions checked and ended); returns [] or one ``error`` action when the ledger refused it (the
     watchdog goes on: the pass itself was done)."""
     import socket

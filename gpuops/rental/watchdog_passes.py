@@ -1,5 +1,7 @@
-"""Who looked last: the watchdog passes booked in the ledger (``ledger/passes.py``), as data for
-every view (`ps`, `ledger month`, the dashboard, `gpuops check`) and for `up`'s one warning.
+"""Who looked last: the watchdog passes booked in the ledger, as data for every view.
+
+Who looked last: the watchdog passes booked in the ledger (``ledger/passes.py``), as data for every
+view (`ps`, `ledger month`, the dashboard, `gpuops check`) and for `up`'s one warning.
 
 Light on purpose: `ps` imports it at start-up (the ledger read is ``sqlite3``/``psycopg`` on a
 current ledger, no SQLAlchemy), so it imports nothing of the watchdog itself.
@@ -13,7 +15,9 @@ STALE_INTERVALS = 3  # a watchdog whose newest pass is older than this many of i
 
 
 def last_passes(books, now: float | None = None) -> list[dict]:
-    """The newest pass of each watchdog on the ledger ``books`` (a ``Ledger`` or ``LedgerReader``),
+    """The newest pass of each watchdog on ``books``, newest first, as JSON-ready dicts.
+
+    The newest pass of each watchdog on the ledger ``books`` (a ``Ledger`` or ``LedgerReader``),
     newest first, as JSON-ready dicts: ``host``, ``owner``, ``last_pass_at`` and ``stale_at`` (epoch
     s UTC: ``last_pass_at`` + ``STALE_INTERVALS`` x its interval), ``age_seconds`` (at ``now``),
     ``stale`` (bool), ``interval_seconds``, ``seconds`` (the pass took), ``checked``, ``ended``,
@@ -62,7 +66,9 @@ def health_lines(passes: list[dict]) -> list[tuple[str, bool]]:
 
 
 def guarded_recently(books, now: float | None = None) -> bool:
-    """True when some watchdog passed over ``books`` within ``STALE_INTERVALS`` of its own interval
+    """True when some watchdog passed over ``books`` recently enough (`up` warns otherwise).
+
+    True when some watchdog passed over ``books`` within ``STALE_INTERVALS`` of its own interval
     before ``now`` (`up` warns otherwise). A ledger that cannot say (unreachable) counts as no pass."""
     try:
         return any(not p["stale"] for p in last_passes(books, now))

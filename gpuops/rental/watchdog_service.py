@@ -66,8 +66,10 @@ def service_env(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def env_file_text(env: Mapping[str, str]) -> str:
-    """``env`` as python-dotenv lines, ``NAME="value"`` (backslash, double quote and newline
-    escaped), read back by ``read_env_file``. Raises BadInput for a name that is not a variable name."""
+    """``env`` as python-dotenv lines, ``NAME="value"``, read back by ``read_env_file``.
+
+    ``env`` as python-dotenv lines, ``NAME="value"`` (backslash, double quote and newline escaped),
+    read back by ``read_env_file``. Raises BadInput for a name that is not a variable name."""
     out = ["# gpuops watchdog service environment (gpuops watchdog --install); secrets: keep it 0600"]
     for k, v in env.items():
         if not k.replace("_", "a").isalnum() or k[0].isdigit():

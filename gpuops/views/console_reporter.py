@@ -1,5 +1,7 @@
-"""The terminal reporter of `up`/`run` (its own module, so the commands that only render
-tables never import ``gpuops.rental.launcher``)."""
+"""The terminal reporter of `up` and `run`.
+
+Its own module, so that the commands that only render tables never import
+``gpuops.rental.launcher``."""
 
 from __future__ import annotations
 

@@ -52,8 +52,9 @@ def pick(fmt: str | None, json_out: bool = False, csv_out: bool = False, allowed
 
 
 def utc_iso(ts: float) -> str:
-    """Epoch seconds -> ISO-8601 UTC to the millisecond when it has a fraction, e.g.
-    ``2026-11-05T09:30:30Z`` / ``2026-11-05T09:30:30.250Z``."""
+    """Epoch seconds as ISO-8601 UTC, to the millisecond when it has a fraction.
+
+    For example ``2026-11-05T09:30:30Z`` / ``2026-11-05T09:30:30.250Z``."""
     d = datetime.fromtimestamp(ts, timezone.utc)
     text = d.isoformat(timespec="milliseconds" if d.microsecond else "seconds")
     return text.replace("+00:00", "Z")
@@ -90,8 +91,10 @@ def json_line(obj: Any) -> str:
 
 
 def cell(v: Any) -> str:
-    """One CSV cell: None empty, floats with every digit (``repr``), lists/dicts as JSON, text
-    that would start a spreadsheet formula (``=``, ``+``, ``-``, ``@``, ...) behind one ``'``
+    """One CSV cell, formula-neutralized like `ledger export`.
+
+    One CSV cell: None empty, floats with every digit (``repr``), lists/dicts as JSON, text that
+    would start a spreadsheet formula (``=``, ``+``, ``-``, ``@``, ...) behind one ``'``
     (``ledger.csvio.neutralize``, the rule `ledger export` and `ledger import` share)."""
     if v is None:
         return ""

@@ -261,8 +261,9 @@ def render_experiments(rep: dict) -> None:
 
 
 def render_show(d: dict) -> None:
-    """Every field of one session (a two-column table: names never cut, values wrap), its
-    bootstrap steps and its events."""
+    """Every field of one session, its bootstrap steps and its events.
+
+    The fields are a two-column table: names never cut, values wrap."""
     from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     c = _console()

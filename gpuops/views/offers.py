@@ -1,5 +1,6 @@
-"""`gpuops offers`: one ranked list across the configured providers (the command body; cli.py only
-parses flags and calls ``find_offers`` then ``render``).
+"""`gpuops offers`: one ranked list across the configured providers.
+
+The command body; cli.py only parses flags and calls ``find_offers`` then ``render``.
 
 Ranking is ``gpuops.planning.offers.rank``: offers that fit the VRAM asked for, then cheapest (the minimum
 bid for interruptible offers), reliability as the tie-break.

@@ -53,8 +53,9 @@ _current: list[_Wait] = []
 
 
 class Ticker:
-    """A wait started and stopped by hand (``start(what)`` / ``stop()``), for a reporter whose
-    stages end when the next one begins. Same rules as ``waiting``."""
+    """A wait started and stopped by hand (``start(what)`` / ``stop()``).
+
+    For a reporter whose stages end when the next one begins. Same rules as ``waiting``."""
 
     def __init__(self, show: bool | None = None):
         self.on = _terminal() if show is None else show

@@ -18,8 +18,9 @@ def plural(n: int, word: str, many: str | None = None) -> str:
 
 def sessions(reader, since: str | None = None, experiment: str | None = None, limit: int = DEFAULT_LIMIT,
              tz: str | None = None) -> dict:
-    """Past sessions whose intent time is on or after ``since`` (``YYYY-MM-DD`` 00:00 in ``tz``,
-    None = local zone; no date: all), of ``experiment`` when given, newest first, at most ``limit``.
+    """Past sessions since ``since``, of ``experiment`` when given, newest first, at most ``limit``.
+
+    ``since``: ``YYYY-MM-DD``, from 00:00 in ``tz`` (None: the local zone); no date: all.
 
     Returns ``{"since","experiment","limit","tz","more","sessions":[session_row...]}``; ``more``
     is True when older sessions matched beyond ``limit``. Raises BadInput for a bad date, zone

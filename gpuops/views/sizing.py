@@ -28,7 +28,9 @@ def plan_command(
     max_num_batched_tokens: int | str | None = None,
     vendor: str | None = None,
 ) -> int:
-    """Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
+    """Plan MODEL and print the answer as ``fmt``; returns the exit code.
+
+    Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
     exit code (0). Raises BadInput (exit 2) for bad input."""
     from gpuops.planning import sizing as P

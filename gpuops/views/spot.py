@@ -27,11 +27,14 @@ def _price(text: str | None, flag: str) -> float | None:
 
 def spot_plan(settings, card: str | None = None, provider: str | None = None, gpu_count: int = 1, lost_minutes: str = "10",
               spot_usd_per_hour: str | None = None, on_demand_usd_per_hour: str | None = None) -> dict:
-    """The two prices (given, else the cheapest live offer of each kind for ``card`` on
-    ``provider``: ``Offer.price``, what it is rented at: a spot offer's minimum bid plus storage), the hours a preemption loses (``lost_minutes`` / 60), and the break-even
-    preemption rate (per job-hour; None when spot is not cheaper). Returns ``{"card", "provider",
-    "spot_usd_per_hour", "on_demand_usd_per_hour", "lost_minutes", "break_even_per_hour",
-    "saving_if_never_preempted"}``. BadInput for bad numbers or when a price cannot be found."""
+    """Spot against on-demand for ``card`` on ``provider``: the break-even preemption rate.
+
+    The two prices (given, else the cheapest live offer of each kind for ``card`` on ``provider``:
+    ``Offer.price``, what it is rented at: a spot offer's minimum bid plus storage), the hours a
+    preemption loses (``lost_minutes`` / 60), and the break-even preemption rate (per job-hour; None
+    when spot is not cheaper). Returns ``{"card", "provider", "spot_usd_per_hour",
+    "on_demand_usd_per_hour", "lost_minutes", "break_even_per_hour", "saving_if_never_preempted"}``.
+    BadInput for bad numbers or when a price cannot be found."""
     try:
         lost = float(lost_minutes)
     except ValueError:

@@ -93,11 +93,12 @@ def overhead(n_cols: int) -> int:
 
 
 def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tuple[list[int], list[int], list[int]]:
-    """(indices of the columns shown, their content widths, indices left out, in the order they
-    were left out) for ``width``
-    terminal cells. Columns go in descending ``drop`` (ties: the rightmost first) until the
-    minimum widths fit; ``drop=0`` columns always stay. Wrapping columns share what is left,
-    up to their longest line."""
+    """Which columns fit in ``width`` terminal cells, and how wide each is.
+
+    (indices of the columns shown, their content widths, indices left out, in the order they were
+    left out) for ``width`` terminal cells. Columns go in descending ``drop`` (ties: the rightmost
+    first) until the minimum widths fit; ``drop=0`` columns always stay. Wrapping columns share what
+    is left, up to their longest line."""
     texts = [[_text(r[i]) for r in rows] for i in range(len(cols))]
     bounds = [_bounds(c, texts[i]) for i, c in enumerate(cols)]
     shown = list(range(len(cols)))

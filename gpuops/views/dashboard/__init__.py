@@ -24,9 +24,11 @@ def _need(*modules: str) -> None:
 
 
 def command(settings, month: str | None = None, tz: str | None = None, port: int = 8765, html: Path | None = None) -> None:
-    """Serve the dashboard on 127.0.0.1:``port`` until stopped, or with ``html`` write the page
-    for ``month`` in ``tz`` to that file (self-contained, offline) and return. Raises BadInput
-    for a bad month, zone, port or a missing extra (exit 2)."""
+    """Serve the dashboard on 127.0.0.1:``port``, or write the page for ``month`` to ``html``.
+
+    Serve the dashboard on 127.0.0.1:``port`` until stopped, or with ``html`` write the page for
+    ``month`` in ``tz`` to that file (self-contained, offline) and return. Raises BadInput for a bad
+    month, zone, port or a missing extra (exit 2)."""
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be 0..65535, got {port}", "e.g. --port 8765, or 0 for any free port")
     if html is not None:

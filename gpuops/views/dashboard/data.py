@@ -21,8 +21,9 @@ StatusReader = Callable[[Any], "dict | None"]
 
 def build(settings, month: str | None = None, tz: str | None = None, now: float | None = None,
           read_status: StatusReader | None = None) -> dict:
-    """The dashboard's data for ``month`` (``YYYY-MM``, default this month) in ``tz`` (IANA name,
-    None = the machine's zone).
+    """The dashboard's data for ``month`` in ``tz``.
+
+    ``month``: ``YYYY-MM``, default this month; ``tz``: an IANA name, None for the machine's zone.
 
     Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
     ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
@@ -109,8 +110,10 @@ def live(settings, now: float | None = None, tz: str | None = None) -> dict:
 
 
 def budget(settings, now: float) -> dict:
-    """This calendar month's real spend against ``monthly_cap_usd`` (the figure the watchdog
-    compares, ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
+    """This calendar month's real spend against ``monthly_cap_usd``, and the balances.
+
+    This calendar month's real spend against ``monthly_cap_usd`` (the figure the watchdog compares,
+    ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
     ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd",
     "balances" (``balances``)}``."""
     from gpuops.rental.budget import month_start_end
@@ -165,8 +168,10 @@ def _provider_status_reader(settings, ledger) -> StatusReader:
 
 
 def box_row(row, status: dict | None, now: float, default_teardown, tz: str | None = None) -> dict:
-    """One open box: ``{"session","experiment","provider","card","simulated","usd_per_hour" (the
-    burn rate, USD/h),"up_seconds","accrued_usd" (up_seconds x rate: not booked until it closes),
+    """One open box as the dashboard shows it.
+
+    One open box: ``{"session","experiment","provider","card","simulated","usd_per_hour" (the burn
+    rate, USD/h),"up_seconds","accrued_usd" (up_seconds x rate: not booked until it closes),
     "ttl_left_seconds","ttl_source" ("box agent" | "default setting"),"idle" (one line),
     "idle_minutes","heartbeat_age_seconds","started"}``. Seconds are wall-clock seconds."""
     from gpuops.agent.agentctl import heartbeat_stale
@@ -221,9 +226,11 @@ def idle_state(status: dict | None, now: float, idle_minutes: Any, stale: bool) 
 
 
 def balances(settings) -> list[dict]:
-    """Each keyed provider's account credit as it reports it (``Provider.balance``: USD, and the
-    spend rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error"}]``; a provider
-    that fails is listed with its one-line error, never a guessed figure."""
+    """Each keyed provider's account credit as it reports it, or its one-line error.
+
+    Each keyed provider's account credit as it reports it (``Provider.balance``: USD, and the spend
+    rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error"}]``; a provider that
+    fails is listed with its one-line error, never a guessed figure."""
     from gpuops.errors import GpuopsError
     from gpuops.providers import configured, get_provider
 
