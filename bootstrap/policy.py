@@ -83,8 +83,7 @@ def _num(field: str) -> Optional[float]:
 
 
 def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> Dict[str, Any]:
-    """Parse ``nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total
-    --format=csv,noheader,nounits`` output.
+    """Parse the output of ``nvidia-smi`` run with ``SMI_ARGS`` (``--query-gpu=SMI_QUERY``, CSV).
 
     Returns ``{"gpus": [reading...], "error": None|"why", "warning": None|"what"}``.
 

@@ -351,8 +351,9 @@ def _end_requested(ctx: Context, row) -> EndReason | None:
 
 
 def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status: dict | None) -> Action | None:
-    """Terminate, with this process's (account) key, a live box of ours that should be gone -- or
-    None when it may live on:
+    """Terminate a live box of ours that should be gone, with this process's (account) key.
+
+    None when it may live on. It should be gone when:
 
     * its agent asked for the end (``status["destroy"]`` with a reason) and the box is still here:
       the narrow key on the box was refused (RunPod's pod-scoped key is not documented to
