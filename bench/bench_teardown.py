@@ -1,4 +1,4 @@
-"""Teardown benchmark on the local provider (no network, stand-in nvidia-smi):
+"""Teardown benchmark on the local provider (no network, stand-in nvidia-smi).
 
 1. seconds billed after the job exits, laptop alive: a real `gpuops up` whose job sleeps 1 s;
    billed after exit = the box's confirmed destroy time - the job's exit time (jobwrap's

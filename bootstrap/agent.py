@@ -77,8 +77,9 @@ else:  # imported as a plain module with this directory on sys.path
 
 
 def _import_worker_modules():
-    """Import what the worker needs beside this file (script mode). The supervisor never does:
-    compiling them costs it ~1 MB of resident memory for nothing."""
+    """Import what the worker needs beside this file (script mode).
+
+    The supervisor never does: compiling them costs it ~1 MB of resident memory for nothing."""
     global localbox, policy, ProviderName
     if policy is None:
         import localbox
@@ -146,7 +147,9 @@ def _cmdline(pid):
 
 
 def _last_pid(path="/proc/loadavg"):
-    """The newest process id the kernel handed out in this pid namespace (the last field of
+    """The newest pid the kernel handed out in this pid namespace, or None.
+
+    The newest process id the kernel handed out in this pid namespace (the last field of
     /proc/loadavg, proc(5)), or None when unreadable or 0 (gVisor prints 0)."""
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -161,8 +164,9 @@ def _last_pid(path="/proc/loadavg"):
 
 
 def _in_pid_range(pid, lo, hi):
-    """True when ``pid`` was handed out after ``lo`` and up to ``hi`` (both /proc/loadavg readings),
-    pids counting up from the newest and wrapping at pid_max."""
+    """True when ``pid`` was handed out after ``lo`` and up to ``hi`` (two /proc/loadavg readings).
+
+    Pids counting up from the newest and wrapping at pid_max."""
     if hi >= lo:
         return lo < pid <= hi
     return pid > lo or pid <= hi
@@ -307,8 +311,9 @@ class ProcScanner:
 
 
 def _is_thread(pid):
-    """True when ``pid`` is a thread id, not a process (its Tgid differs): /proc answers for
-    thread ids too, though it does not list them."""
+    """True when ``pid`` is a thread id, not a process (its Tgid differs).
+
+    /proc answers for thread ids too, though it does not list them."""
     try:
         with open("/proc/%s/status" % pid, "rb") as f:
             for line in f:
@@ -399,8 +404,9 @@ def job_state(run_dir):
 
 
 def _which(name):
-    """``name`` resolved on PATH (an absolute path lets subprocess use posix_spawn); as given when
-    not found there (the sample then reports "not found")."""
+    """``name`` resolved on PATH (an absolute path lets subprocess use posix_spawn).
+
+    As given when not found there (the sample then reports "not found")."""
     if os.sep in name:
         return name
     for d in os.environ.get("PATH", "").split(os.pathsep):
@@ -699,8 +705,9 @@ class Agent:
                 pass
 
     def _resume(self, count_restart):
-        """Carry samples and the destroy record over from the previous worker's status (same
-        session, same format). Best effort: a status that cannot be read costs the idle streak only."""
+        """Carry samples and the destroy record over from the previous worker's status (same session, same format).
+
+        Best effort: a status that cannot be read costs the idle streak only."""
         try:
             with open(self.status_path) as f:
                 old = json.load(f)
@@ -1106,8 +1113,10 @@ def supervise(config_path, max_backoff=30.0):
 
 
 def _watch(child, pulse_r, stale_s, state):
-    """Wait for ``child`` to exit; SIGKILL it when it has not pulsed for ``stale_s`` seconds (a
-    SIGSTOPped or wedged worker) or does not end within 10 s of a stop. Returns its exit status."""
+    """Wait for ``child`` to exit.
+
+    SIGKILL it when it has not pulsed for ``stale_s`` seconds (a SIGSTOPped or wedged worker) or
+    does not end within 10 s of a stop. Returns its exit status."""
     import subprocess
 
     last = time.monotonic()
@@ -1151,6 +1160,7 @@ USAGE = "usage: agent.py --config PATH [--worker [--anchor WALL,MONO] [--pulse-f
 
 def _args(argv):
     """The command line as a dict (no argparse: it costs the agent ~1.5 MB of memory on the box).
+
     Raises SystemExit(2) with the usage line on anything unknown."""
     out = {"config": None, "worker": False, "anchor": None, "pulse_fd": None, "restarts": None}
     it = iter(argv)

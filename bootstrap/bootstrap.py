@@ -384,8 +384,9 @@ print(json.dumps(out))
 
 
 def _requirement_lines(step):
-    """The step's requirement specifiers (``packages`` and the requirements file's plain lines;
-    options, URLs, paths and editables left out)."""
+    """The step's requirement specifiers: ``packages`` and the requirements file's plain lines.
+
+    Options, URLs, paths and editables left out)."""
     lines = list(step.get("packages") or [])
     if step.get("requirements"):
         with open(step["requirements"]) as f:
@@ -543,10 +544,11 @@ WANDB_HOST = "api.wandb.ai"
 
 
 def _netrc_tokens(text):
-    """(token, start, end) of every token of a .netrc text, as the netrc(5) grammar and Python's
-    ``netrc`` module read it: whitespace-separated, ``"..."`` quoted with backslash escapes, ``#``
-    starting a comment to the end of the line; a ``macdef NAME`` body (up to the next empty line)
-    is one token whose text is the body."""
+    """(token, start, end) of every token of a .netrc text, as netrc(5) and Python's ``netrc`` read it.
+
+    Whitespace-separated, ``"..."`` quoted with backslash escapes, ``#`` starting a comment to the
+    end of the line; a ``macdef NAME`` body (up to the next empty line) is one token whose text is
+    the body."""
     out = []
     i, n = 0, len(text)
     while i < n:
@@ -666,8 +668,9 @@ READ_BLOCK = 1 << 20
 
 
 class _Part:
-    """One file being fetched into ``<path>.gpuops-part`` by ranges, resumable across runs: the
-    ranges already written are listed in ``<path>.gpuops-part.json`` (with the size and the ETag
+    """One file being fetched into ``<path>.gpuops-part`` by ranges, resumable across runs.
+
+    The ranges already written are listed in ``<path>.gpuops-part.json`` (with the size and the ETag
     they belong to), and the sha256 of the contiguous prefix is computed as it grows."""
 
     def __init__(self, url, path, size, etag, want_sha256):
@@ -732,6 +735,7 @@ class _Part:
 
     def finish(self):
         """Check every byte arrived and the sha256 (when known), then move the file into place.
+
         Returns the file's sha256 (hex)."""
         self.advance()  # ranges an earlier run wrote, when this one had none left to fetch
         os.close(self.fd)
@@ -761,7 +765,9 @@ def _open_url(url, headers, timeout):
 
 
 def _probe(url, headers, timeout):
-    """(final URL after redirects, size or None, ranges served, ETag or None) from one ``Range:
+    """Probe ``url`` with one ``Range: bytes=0-0`` GET (a HEAD would turn into a GET on a redirect).
+
+    (final URL after redirects, size or None, ranges served, ETag or None) from one ``Range:
     bytes=0-0`` GET (a HEAD would turn into a GET on a redirect)."""
     h = dict(headers or {}, Range="bytes=0-0")
     with _open_url(url, h, timeout) as r:
@@ -806,9 +812,11 @@ class _Refused(StepError):
 
 
 def _fetch_range(conn, part, start, end, headers):
-    """GET bytes start..end (inclusive) of ``part.url`` into the part file, checking the answer is
-    206 with exactly that Content-Range and length; a cut connection retries from the last byte
-    written (RANGE_TRIES attempts, backing off)."""
+    """GET bytes start..end (inclusive) of ``part.url`` into the part file, checked and retried.
+
+    GET bytes start..end (inclusive) of ``part.url`` into the part file, checking the answer is 206
+    with exactly that Content-Range and length; a cut connection retries from the last byte written
+    (RANGE_TRIES attempts, backing off)."""
     at, last = start, None
     for attempt in range(RANGE_TRIES):
         if STOP.is_set():
@@ -995,8 +1003,10 @@ class StepSkipped(Exception):
 
 
 def _hf_home(ctx):
-    """Where the Hugging Face cache lives: ``<cache_dir>/huggingface`` (the volume when one is
-    mounted), else $HF_HOME, else ~/.cache/huggingface."""
+    """Where the Hugging Face cache lives.
+
+    ``<cache_dir>/huggingface`` (the volume when one is mounted), else $HF_HOME, else
+    ~/.cache/huggingface."""
     if ctx.get("cache_dir"):
         return os.path.join(ctx["cache_dir"], "huggingface")
     return os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
@@ -1012,8 +1022,10 @@ def _snapshot_files(path):
 
 
 def _hf_cached(snapshot, patterns):
-    """The marker's file list when ``snapshot`` holds every file of the last complete download with
-    the same allow-patterns, else None."""
+    """The marker's file list when ``snapshot`` holds the last complete download, else None.
+
+    The marker's file list when ``snapshot`` holds every file of the last complete download with the
+    same allow-patterns, else None."""
     try:
         with open(os.path.join(snapshot, HF_MARKER)) as f:
             mark = json.load(f)
@@ -1031,8 +1043,9 @@ def _hf_cached(snapshot, patterns):
 
 
 def _drop_stale_incomplete(cache_dir, repo, older_than_s):
-    """Remove ``*.incomplete`` blobs of ``repo`` untouched for ``older_than_s`` seconds: what a
-    killed download left on the volume. huggingface_hub 2.4.0 writes each download to a
+    """Remove ``*.incomplete`` blobs of ``repo`` untouched for ``older_than_s`` seconds.
+
+    What a killed download left on the volume. huggingface_hub 2.4.0 writes each download to a
     process-unique temporary name (file_download.py ``_download_to_tmp_and_move``, PR 4228), so a
     new process restarts that file rather than resuming it; a fresh one may be another box's
     download in progress on a shared volume and is kept. Returns the bytes freed."""
@@ -1056,8 +1069,10 @@ def _drop_stale_incomplete(cache_dir, repo, older_than_s):
 
 
 def _hf_weights(step, ctx):
-    """``hf://org/name@revision``: snapshot_download into the HF cache (resumable: an interrupted
-    file continues from its ``.incomplete`` blob), or skip when the cache holds the pinned revision."""
+    """``hf://org/name@revision``.
+
+    snapshot_download into the HF cache (resumable: an interrupted file continues from its
+    ``.incomplete`` blob), or skip when the cache holds the pinned revision."""
     repo, _, rev = step["source"][len("hf://"):].partition("@")
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", repo):
         raise StepError("hf source %r is not hf://org/name[@revision]" % step["source"])
@@ -1130,9 +1145,11 @@ def _has_module(py, name):
 
 
 def _hf_hub_client(step, py, home, args):
-    """snapshot_download in ``py`` (the _HF_SCRIPT protocol; in the runner's process group, so
-    whatever ends the runner's group ends it; a failing step beside it kills it by pid); returns the
-    snapshot path. Raises _HfError or StepError."""
+    """Run snapshot_download in ``py`` (the _HF_SCRIPT protocol); returns the snapshot path.
+
+    snapshot_download in ``py`` (the _HF_SCRIPT protocol; in the runner's process group, so whatever
+    ends the runner's group ends it; a failing step beside it kills it by pid); returns the snapshot
+    path. Raises _HfError or StepError."""
     env = dict(os.environ, HF_HOME=home, HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1")
     timeout = float(step.get("timeout", DEFAULT_TIMEOUT))
     try:
@@ -1180,8 +1197,9 @@ def _hf_token(home):
 
 
 def _hf_match(path, patterns):
-    """huggingface_hub's allow_patterns rule (utils/_paths.py filter_repo_objects): fnmatch, a
-    pattern ending in ``/`` matching everything under it; no patterns: every file."""
+    """huggingface_hub's allow_patterns rule (utils/_paths.py filter_repo_objects).
+
+    fnmatch, a pattern ending in ``/`` matching everything under it; no patterns: every file."""
     import fnmatch
 
     if not patterns:
@@ -1190,12 +1208,13 @@ def _hf_match(path, patterns):
 
 
 def _hf_ranged(step, ctx, repo, rev, patterns, cache_dir, dest, home):
-    """``hf://`` with the standard library: the revision's file list from the hub API
-    (``/api/models/{repo}/revision/{rev}?blobs=true``: sizes, LFS sha256, blob ids), then every
-    file by parallel ranges (ranged_download), laid out as huggingface_hub's cache lays it out
-    (``blobs/<etag>``, ``snapshots/<commit>/<path>`` -> the blob, ``refs/<rev>``), so the job's own
-    huggingface_hub finds it offline; with ``dest``, plain files under it. Returns
-    (snapshot path, bytes received now)."""
+    """``hf://`` with the standard library.
+
+    The revision's file list from the hub API (``/api/models/{repo}/revision/{rev}?blobs=true``:
+    sizes, LFS sha256, blob ids), then every file by parallel ranges (ranged_download), laid out as
+    huggingface_hub's cache lays it out (``blobs/<etag>``, ``snapshots/<commit>/<path>`` -> the
+    blob, ``refs/<rev>``), so the job's own huggingface_hub finds it offline; with ``dest``, plain
+    files under it. Returns (snapshot path, bytes received now)."""
     from urllib.error import HTTPError
     from urllib.parse import quote
 
@@ -1474,8 +1493,10 @@ def _waits(steps, names):
 
 
 def _run_step(step, name, state_dir, ctx):
-    """Run one step (or skip it); returns its line ``{"step", "status", "seconds", "detail"}`` with
-    status done, skipped, failed, or stopped (ended because another step failed)."""
+    """Run one step (or skip it).
+
+    Returns its line ``{"step", "status", "seconds", "detail"}`` with status done, skipped, failed,
+    or stopped (ended because another step failed)."""
     kind = step.get("kind")
     t0 = time.time()
     path = _state_path(state_dir, name)

@@ -105,7 +105,9 @@ def marked_processes(root, spare_pgid=None):
 
 
 def _below_groups(groups, spare_pgid=None):
-    """PIDs that descend (parent links in /proc) from a live process of one of ``groups``, outside
+    """PIDs that descend from a live process of one of ``groups``, outside them and ``spare_pgid``.
+
+    PIDs that descend (parent links in /proc) from a live process of one of ``groups``, outside
     those groups and ``spare_pgid`` -- what a job wrapper (a child subreaper) holds after setsid."""
     if not groups or not os.path.isdir("/proc/self"):
         return []

@@ -68,8 +68,9 @@ MAX_GAP_SLACK_S = 5.0
 
 # -- parsing ---------------------------------------------------------------------------------------
 def _num(field: str) -> Optional[float]:
-    """A csv cell as a float; None for ``[N/A]``, ``[Not Supported]``, ``N/A`` and anything else
-    that is not a finite number."""
+    """A csv cell as a float.
+
+    None for ``[N/A]``, ``[Not Supported]``, ``N/A`` and anything else that is not a finite number."""
     f = field.strip()
     if f.endswith("%"):
         f = f[:-1].strip()

@@ -39,9 +39,10 @@ _GPU_HOURS = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu
 
 
 def _attributed(x: str) -> str:
-    """``x`` x the row's share of [:lo, :hi) for a CLOSED row: ``x`` itself when the row lies wholly
-    inside (share 1, as ``attribution.fraction`` returns), else ``x * share`` (the same product
-    the row-by-row path computes)."""
+    """``x`` x the row's share of [:lo, :hi) for a CLOSED row.
+
+    ``x`` itself when the row lies wholly inside (share 1, as ``attribution.fraction`` returns),
+    else ``x * share`` (the same product the row-by-row path computes)."""
     return f"(CASE WHEN {SQL_INSIDE} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
 
 
@@ -52,7 +53,9 @@ def _group_by(keys: Sequence[str]) -> str:
 
 
 def _range(lo: float | None, hi: float | None, ended: str) -> list[str]:
-    """The index-friendly pre-filter (``ledger.reads._overlap_sql``) with ``ended`` for its
+    """The index-friendly pre-filter with ``ended`` for its ``ended_at`` side.
+
+    The index-friendly pre-filter (``ledger.reads._overlap_sql``) with ``ended`` for its
     ``ended_at`` side, one arm per statement (each one index range search, no OR of two)."""
     parts = []
     if hi is not None:

@@ -36,9 +36,10 @@ def _sqlite_pragmas(dbapi_conn, _record, busy_timeout_ms: int | None = None) -> 
 
 
 def _ensure_wal(cur, busy_timeout_ms: int | None = None) -> None:
-    """Switch the file to WAL (persistent: only the first opener of a new ledger does it). The
-    switch needs the file to itself and SQLite answers "locked" at once instead of waiting on the
-    busy timeout when several processes open a new ledger together, so retry for a bounded time."""
+    """Switch the file to WAL (persistent: only the first opener of a new ledger does it).
+
+    The switch needs the file to itself and SQLite answers "locked" at once instead of waiting on
+    the busy timeout when several processes open a new ledger together, so retry for a bounded time."""
     import sqlite3
     import time
 
@@ -69,9 +70,10 @@ def _sqlite_begin(conn) -> None:
 
 
 def _private_file(path: Path) -> None:
-    """Create the SQLite file's folder (0700) and the file itself (0600) when missing, so the books
-    are the user's alone from the first byte. SQLite creates ``-wal`` and ``-shm`` with the
-    database file's mode (sqlite3.c ``findCreateFileMode``), so they are 0600 too. An existing
+    """Create the SQLite file's folder (0700) and the file (0600) when missing.
+
+    So the books are the user's alone from the first byte. SQLite creates ``-wal`` and ``-shm`` with
+    the database file's mode (sqlite3.c ``findCreateFileMode``), so they are 0600 too. An existing
     file keeps its mode."""
     import os
 

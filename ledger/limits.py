@@ -120,8 +120,10 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
 
 
 def _spend_query(ledger: Ledger):
-    """(query, sqlite) for the spend statements: ``sqlite3`` on a current SQLite ledger (no
-    SQLAlchemy import, no ORM objects), else the engine; ``sqlite``: the dialect is SQLite."""
+    """(query, sqlite) for the spend statements.
+
+    ``sqlite3`` on a current SQLite ledger (no SQLAlchemy import, no ORM objects), else the engine;
+    ``sqlite``: the dialect is SQLite."""
     from ledger.reads import engine_query, sqlite_query
 
     path = getattr(ledger, "_sqlite", None)
@@ -130,7 +132,9 @@ def _spend_query(ledger: Ledger):
 
 
 def _open_accrued(query, args: dict, mine: str, start: float, end: float, now: float) -> float:
-    """USD the open sessions of [start, end) accrued to ``now`` (``attribution.accrued``), read from
+    """USD the open sessions of [start, end) accrued to ``now``, from the partial open-sessions index.
+
+    USD the open sessions of [start, end) accrued to ``now`` (``attribution.accrued``), read from
     the partial index ``ix_sessions_open`` (a handful of rows)."""
     from ledger.attribution import SQL_TOUCHES, accrued
 

@@ -50,8 +50,10 @@ def record_pass(ledger: Ledger, host: str, owner: str, *, at: float | None = Non
 
 
 def _sqlite_record(path, row: dict, keep: int) -> None:
-    """``record_pass`` with the standard library on the SQLite file at ``path``: the write lock taken
-    at BEGIN, with the engine's busy timeout (``ledger.reads.SQLITE_BUSY_TIMEOUT_S``), as every write."""
+    """``record_pass`` with the standard library on the SQLite file at ``path``.
+
+    The write lock taken at BEGIN, with the engine's busy timeout
+    (``ledger.reads.SQLITE_BUSY_TIMEOUT_S``), as every write."""
     import sqlite3
 
     from ledger.reads import SQLITE_BUSY_TIMEOUT_S

@@ -52,7 +52,8 @@ def per_mtoken(cost_usd: float, tokens: int) -> float | None:
 
 
 def _fact(s: Row, frac: float = 1.0) -> tuple | None:
-    """What a row adds to a group, scaled by ``frac`` (its share of the period, ``ledger.attribution``):
+    """What a row adds to a group, scaled by ``frac`` (its share of the period, ``ledger.attribution``).
+
     (row, closed, simulated, cost USD, GPU-hours, tokens, job-only USD); None for a session that
     never got an instance."""
     if s.instance_id is None and s.instance_created_at is None:
@@ -159,9 +160,11 @@ _INF = float("inf")
 
 
 class _Book:
-    """One pass over streamed session rows and cost lines, attributing each to the period [lo, hi)
-    (and to day buckets when ``day_edges``) with ``ledger.attribution``, grouped by ``keys``
-    (name -> function of a row)."""
+    """One pass over streamed session rows and cost lines, attributed to [lo, hi) and grouped.
+
+    One pass over streamed session rows and cost lines, attributing each to the period [lo, hi) (and
+    to day buckets when ``day_edges``) with ``ledger.attribution``, grouped by ``keys`` (name ->
+    function of a row)."""
 
     def __init__(self, name: str, lo: float, hi: float, keys: dict[str, Callable[[Row], str]], cost_lines: Iterable[Row] = (),
                  day_edges: list[float] | None = None, day_names: list[str] | None = None, conclusion: bool = False):

@@ -156,7 +156,9 @@ def arm(box, config: dict, python: str = "python3") -> None:
 
 
 def _clamp_times(obj: Any, now: float) -> Any:
-    """Every number under a key that names a time (``t``, ``t_last``, ``*_at``, ``heartbeat``,
+    """Every time in the status limited to ``now``: a box cannot report the future.
+
+    Every number under a key that names a time (``t``, ``t_last``, ``*_at``, ``heartbeat``,
     ``until``) limited to ``now``: a box cannot report the future."""
     if isinstance(obj, dict):
         out = {}

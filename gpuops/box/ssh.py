@@ -308,10 +308,12 @@ class SSHBox:
         return self._sftp
 
     def _exec_io(self, command: str, *, stdin=None, timeout: float | None = None, stdout=None) -> tuple[int, bytes, bytes]:
-        """Run ``command`` on a fresh exec channel (no shell of ours around it). ``stdin``: bytes, or
-        a callable given a writer (``write(bytes)``) that streams them; ``stdout``: a callable given
-        the channel's reader (``read(n)``) that consumes the output, else it is collected.
-        Returns (exit status, stdout bytes, stderr bytes). Raises ConnectionLost when it drops."""
+        """Run ``command`` on a fresh exec channel (no shell of ours around it).
+
+        ``stdin``: bytes, or a callable given a writer (``write(bytes)``) that streams them;
+        ``stdout``: a callable given the channel's reader (``read(n)``) that consumes the output,
+        else it is collected. Returns (exit status, stdout bytes, stderr bytes). Raises
+        ConnectionLost when it drops."""
         t = self._transport()
         chan = t.open_session(timeout=30)
         try:
@@ -507,7 +509,9 @@ class SSHBox:
             self._put_exec(local, dest)
 
     def _put_exec(self, local: Path, dest: str) -> None:
-        """put() over exec: a file through ``cat >`` (temp name, then rename), a directory as a tar
+        """put() over exec: ``cat >`` for a file, a tar stream into ``tar -x`` for a directory.
+
+        Put() over exec: a file through ``cat >`` (temp name, then rename), a directory as a tar
         stream into ``tar -x`` (no __pycache__, owner not kept)."""
         if local.is_dir():
             import tarfile
@@ -636,7 +640,9 @@ class SSHBox:
                 budget.skipped.append("/".join(rel) + " (not a file)")
 
     def _get_exec(self, src: str, local: Path, budget: _CopyBudget) -> bool:
-        """get() over exec: ``tar -c`` on the box, each member checked here (plain relative names,
+        """get() over exec: ``tar -c`` on the box, each member checked here and counted against the caps.
+
+        Get() over exec: ``tar -c`` on the box, each member checked here (plain relative names,
         files and directories only; links skipped) and counted against the caps."""
         import tarfile
 

@@ -145,9 +145,11 @@ def _opt_int(cfg: dict, key: str, default: int = 0) -> int:
 
 
 def _text_config(cfg: dict) -> tuple[dict, dict | None]:
-    """(language-model config, vision config or None). Multimodal configs (llava, gemma3, ...) keep
-    the language model under ``text_config``; its missing keys take the library's defaults for its
-    ``model_type`` (Gemma-3: ``GEMMA3_TEXT_DEFAULTS``)."""
+    """(language-model config, vision config or None).
+
+    Multimodal configs (llava, gemma3, ...) keep the language model under ``text_config``; its
+    missing keys take the library's defaults for its ``model_type`` (Gemma-3:
+    ``GEMMA3_TEXT_DEFAULTS``)."""
     text = cfg.get("text_config")
     vision = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else None
     if isinstance(text, dict) and not all(k in cfg for k in _BASE_KEYS):
@@ -168,7 +170,9 @@ def _require(cfg: dict, keys: Iterable[str], family: str) -> None:
 
 
 def _vision_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, str] | None:
-    """(parameters, note) of the vision tower and its projector, counted from ``vision_config`` with
+    """(parameters, note) of the vision tower and its projector, or None for an unknown tower.
+
+    (parameters, note) of the vision tower and its projector, counted from ``vision_config`` with
     the library's defaults for the keys it leaves out; None for a tower gpuops does not know.
 
     SigLIP (Gemma-3), Pixtral (llava), Llama-4 and Qwen2.5-VL; module shapes as in transformers'
@@ -187,7 +191,9 @@ def _vision_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, 
 
 
 def _pixtral_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, str]:
-    """Pixtral-ViT (no biases, RMSNorms, gated SiLU MLP, 2-D RoPE: no position table) + the llava
+    """Parameters of a Pixtral-ViT tower and its llava projector.
+
+    Pixtral-ViT (no biases, RMSNorms, gated SiLU MLP, 2-D RoPE: no position table) + the llava
     projector linear_1 (vision -> text) and linear_2 (text -> text), both with biases."""
     v = {**PIXTRAL_DEFAULTS, **{k: x for k, x in vision.items() if x is not None}}
     hv, iv, lv = _int_key(v, "hidden_size"), _int_key(v, "intermediate_size"), _int_key(v, "num_hidden_layers")
@@ -199,7 +205,9 @@ def _pixtral_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int,
 
 
 def _llama4_vision_params(vision: dict, text_hidden: int) -> tuple[int, str]:
-    """Llama-4 vision: patch unfold (no bias), class token, position table (patches + 1), pre/post
+    """Parameters of the Llama-4 vision tower, its pixel-shuffle MLP and projector.
+
+    Llama-4 vision: patch unfold (no bias), class token, position table (patches + 1), pre/post
     LayerNorms, layers with biased q/k/v/o and GELU fc1/fc2, the pixel-shuffle MLP (hidden x 4 ->
     projector_input_dim -> projector_output_dim, no biases) and the projector to the text width."""
     hv, iv, lv = _int_key(vision, "hidden_size"), _int_key(vision, "intermediate_size"), _int_key(vision, "num_hidden_layers")
@@ -216,7 +224,9 @@ def _llama4_vision_params(vision: dict, text_hidden: int) -> tuple[int, str]:
 
 
 def _qwen25_vl_vision_params(vision: dict) -> tuple[int, str]:
-    """Qwen2.5-VL vision: a 3-D patch conv (no bias), blocks with a biased fused qkv and proj,
+    """Parameters of the Qwen2.5-VL vision tower and its patch merger.
+
+    Qwen2.5-VL vision: a 3-D patch conv (no bias), blocks with a biased fused qkv and proj,
     RMSNorms, a gated SiLU MLP with biases, and the patch merger (RMSNorm, spatial_merge^2 x hidden
     -> same, GELU, -> out_hidden_size, biases)."""
     hv, iv, depth = _int_key(vision, "hidden_size"), _int_key(vision, "intermediate_size"), _int_key(vision, "depth")
@@ -229,7 +239,9 @@ def _qwen25_vl_vision_params(vision: dict) -> tuple[int, str]:
 
 
 def _siglip_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, str]:
-    """(parameters, note) of a SigLIP-style vision tower and its projector (Gemma-3: SigLIP-400M with
+    """(parameters, note) of a SigLIP-style vision tower and its projector.
+
+    (parameters, note) of a SigLIP-style vision tower and its projector (Gemma-3: SigLIP-400M with
     ``mm_input_projection_weight`` vision_hidden x text_hidden and ``mm_soft_emb_norm``)."""
     v = {**SIGLIP_DEFAULTS, **{k: x for k, x in vision.items() if x is not None}}
     hv, iv, lv = _int_key(v, "hidden_size"), _int_key(v, "intermediate_size"), _int_key(v, "num_hidden_layers")
@@ -242,9 +254,10 @@ def _siglip_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, 
 
 
 def _moe_layout(cfg: dict, n_layers: int, inter: int, family: str) -> dict | None:
-    """The MoE layout of any family, or None for a dense model: experts E, experts per token k, expert
-    width, shared-expert width, and which layers are MoE (``first_k_dense_replace``,
-    ``moe_layer_freq``, ``decoder_sparse_step``, ``mlp_only_layers``)."""
+    """The MoE layout of any family, or None for a dense model.
+
+    Experts E, experts per token k, expert width, shared-expert width, and which layers are MoE
+    (``first_k_dense_replace``, ``moe_layer_freq``, ``decoder_sparse_step``, ``mlp_only_layers``)."""
     experts = 0
     for k in MOE_EXPERT_KEYS:
         if cfg.get(k) is not None:
@@ -277,9 +290,11 @@ def _moe_layout(cfg: dict, n_layers: int, inter: int, family: str) -> dict | Non
 
 
 def _windows(cfg: dict, fam: dict, family: str, n_layers: int) -> list[int | None]:
-    """Tokens each layer keeps: ``layer_types`` when given; Gemma-3 ``sliding_window_pattern`` (every
-    Nth layer global); Gemma-2 alternating; Qwen ``use_sliding_window`` from ``max_window_layers``;
-    else every layer keeps ``sliding_window`` when the config has one."""
+    """Tokens each layer keeps.
+
+    ``layer_types`` when given; Gemma-3 ``sliding_window_pattern`` (every Nth layer global); Gemma-2
+    alternating; Qwen ``use_sliding_window`` from ``max_window_layers``; else every layer keeps
+    ``sliding_window`` when the config has one."""
     window = cfg.get("sliding_window")
     if not (isinstance(window, (int, float)) and not isinstance(window, bool) and window > 0):
         return [None] * n_layers
@@ -302,7 +317,9 @@ def _windows(cfg: dict, fam: dict, family: str, n_layers: int) -> list[int | Non
 
 
 def _hybrid_roles(cfg: dict, kind: str, n_layers: int) -> list[str]:
-    """Per layer: "attn", "mamba" or "mlp" (Nemotron-H blocks), or "both" (Falcon-H1: attention and
+    """Each layer's kind: "attn", "mamba", "mlp" or "both".
+
+    Per layer: "attn", "mamba" or "mlp" (Nemotron-H blocks), or "both" (Falcon-H1: attention and
     Mamba-2 side by side). Qwen3-Next: ``layer_types`` or every ``full_attention_interval``-th layer
     full; Jamba: attention at ``attn_layer_offset`` every ``attn_layer_period``; Nemotron-H:
     ``hybrid_override_pattern`` (M Mamba-2, * attention, - MLP, E MoE)."""
@@ -326,8 +343,11 @@ def _hybrid_roles(cfg: dict, kind: str, n_layers: int) -> list[str]:
 
 
 def _mamba_layer(cfg: dict, kind: str, h: int) -> tuple[MambaShape, int]:
-    """(state shape, parameters) of one Mamba / Gated DeltaNet mixer (vLLM's get_mamba_state_shape_from_config
-    of jamba.py, nemotron_h.py, falcon_h1.py, qwen3_next.py, 0.11; parameters as in transformers' modules)."""
+    """(state shape, parameters) of one Mamba / Gated DeltaNet mixer.
+
+    (state shape, parameters) of one Mamba / Gated DeltaNet mixer (vLLM's
+    get_mamba_state_shape_from_config of jamba.py, nemotron_h.py, falcon_h1.py, qwen3_next.py, 0.11;
+    parameters as in transformers' modules)."""
     if kind == "qwen3_next":
         kh, vh = _int_key(cfg, "linear_num_key_heads"), _int_key(cfg, "linear_num_value_heads")
         kd, vd, k = _int_key(cfg, "linear_key_head_dim"), _int_key(cfg, "linear_value_head_dim"), _int_key(cfg, "linear_conv_kernel_dim", 4)
@@ -524,9 +544,11 @@ def architecture(config: dict) -> Architecture:
 
 
 def _vision_tokens(config: dict, vision: dict) -> int:
-    """Text tokens the largest image gives, from each processor's defaults: Gemma-3 ``mm_tokens_per_image``
-    (256); Pixtral one per 16-px patch + a break per row (1024 px: 4,160); Llama-4 (patches x
-    pixel_shuffle_ratio^2) per tile x (16 tiles + 1 global); Qwen2.5-VL max_pixels 12,845,056 / 28^2 = 16,384."""
+    """Text tokens the largest image gives, from each processor's defaults.
+
+    Gemma-3 ``mm_tokens_per_image`` (256); Pixtral one per 16-px patch + a break per row (1024 px:
+    4,160); Llama-4 (patches x pixel_shuffle_ratio^2) per tile x (16 tiles + 1 global); Qwen2.5-VL
+    max_pixels 12,845,056 / 28^2 = 16,384."""
     top, vtype = str(config.get("model_type") or ""), str(vision.get("model_type") or "")
     if top == "gemma3":
         return int(_num(config.get("mm_tokens_per_image"), 256))

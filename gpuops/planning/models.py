@@ -99,8 +99,9 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def _index_total_size(index: Path) -> int | None:
-    """``metadata.total_size`` of a safetensors index (bytes), or None when it has none (then the
-    shapes, or the shard headers, give the size)."""
+    """``metadata.total_size`` of a safetensors index (bytes), or None when it has none.
+
+    (then the shapes, or the shard headers, give the size)."""
     data = _read_json(index, "safetensors index")
     size = (data.get("metadata") or {}).get("total_size")
     if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0:
@@ -136,7 +137,9 @@ def safetensors_bytes(params_by_dtype: dict[str, int]) -> int:
 
 
 def _local_safetensors(directory: Path) -> dict[str, int] | None:
-    """Elements per dtype read from the headers of ``*.safetensors`` in ``directory`` (the first 8
+    """Elements per dtype from the headers of ``*.safetensors`` in ``directory``, or None.
+
+    Elements per dtype read from the headers of ``*.safetensors`` in ``directory`` (the first 8
     bytes give the header length; no tensor data is read), or None when there are none or one is
     unreadable."""
     files = sorted(directory.glob("*.safetensors"))
@@ -156,8 +159,10 @@ def _local_safetensors(directory: Path) -> dict[str, int] | None:
 
 
 def _hub_reachable(endpoint: str) -> bool:
-    """Whether the Hub's host name resolves. Without it huggingface_hub retries with back-off for
-    ~25 s before failing; with it we go straight to the local cache."""
+    """Whether the Hub's host name resolves.
+
+    Without it huggingface_hub retries with back-off for ~25 s before failing; with it we go
+    straight to the local cache."""
     import socket
     from urllib.parse import urlsplit
 
@@ -186,6 +191,7 @@ def _hf_offline() -> bool:
 
 def _hf_download(repo_id: str, filename: str) -> str:
     """Path of ``filename`` from the Hub (or its cache when offline); the one place that downloads.
+
     The hub's own retry warnings are silenced: the caller turns failures into one line."""
     import logging
 
@@ -196,9 +202,11 @@ def _hf_download(repo_id: str, filename: str) -> str:
 
 
 def _hf_safetensors_counts(repo_id: str) -> dict[str, int] | None:
-    """Elements per dtype from the repo's safetensors headers (HTTP Range reads of the first 100 kB
-    of each shard through ``huggingface_hub.get_safetensors_metadata``; no weights downloaded), or
-    None offline or when the repo has no safetensors."""
+    """Elements per dtype from the repo's safetensors headers, or None offline or without safetensors.
+
+    Elements per dtype from the repo's safetensors headers (HTTP Range reads of the first 100 kB of
+    each shard through ``huggingface_hub.get_safetensors_metadata``; no weights downloaded), or None
+    offline or when the repo has no safetensors."""
     if _hf_offline():
         return None
     from huggingface_hub import HfApi

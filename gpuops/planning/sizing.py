@@ -238,14 +238,18 @@ class Plan:
 
 
 def _split(arch: Architecture, gpu_count: int) -> tuple[int, int]:
-    """(weight/activation split, KV split) over ``gpu_count`` GPUs with tensor parallelism: the KV
-    cache splits by KV head, so past kv_heads GPUs it is replicated (MLA's latent: on every GPU)."""
+    """(weight/activation split, KV split) over ``gpu_count`` GPUs with tensor parallelism.
+
+    The KV cache splits by KV head, so past kv_heads GPUs it is replicated (MLA's latent: on every
+    GPU)."""
     return gpu_count, max(1, min(gpu_count, arch.kv_split))
 
 
 def _batch_settings(p: Plan, card: Card | None) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) vLLM runs with on ``card``: the user's, else the card's
-    defaults (``vllm_batch_defaults``; without a card the smaller ones), max_num_seqs >= the batch."""
+    """(max_num_batched_tokens, max_num_seqs) vLLM runs with on ``card``.
+
+    The user's, else the card's defaults (``vllm_batch_defaults``; without a card the smaller ones),
+    max_num_seqs >= the batch."""
     dt, ds = vllm_batch_defaults(card) if card is not None else (2048, 256)
     return p.max_num_batched_tokens or dt, max(p.max_num_seqs or ds, p.batch if p.max_num_seqs is None else 0)
 
@@ -267,8 +271,8 @@ def _round_up(x: int, m: int) -> int:
 def mxfp4_backend(card: Card) -> tuple[str, int, int] | None:
     """(backend, intermediate alignment, hidden alignment) vLLM 0.11 picks for MXFP4 experts on ``card``.
 
-    None where it cannot run (compute capability < 8.0); from vllm/model_executor/layers/quantization/
-    mxfp4.py ``get_mxfp4_backend`` and ``Mxfp4MoEMethod.create_weights``.
+    None where it cannot run (compute capability < 8.0); from ``get_mxfp4_backend`` and
+    ``Mxfp4MoEMethod.create_weights`` in vllm/model_executor/layers/quantization/mxfp4.py.
     ``pip install vllm==0.11.0`` brings neither FlashInfer (an extra) nor triton_kernels, so every
     NVIDIA card takes Marlin (intermediate to a multiple of 128, hidden of 256); ROCm takes the
     Triton kernels (both to 256). Later images with FlashInfer pad by 128 on Hopper, 256 on
@@ -327,9 +331,11 @@ def per_gpu_bytes(p: Plan, batch: int, card: Card | None = None) -> int:
 
 
 def _weights_read(p: Plan, batch: int) -> float:
-    """Weight bytes one decode step reads at ``batch``: every part but the embedding table (only the
-    batch's rows of it; a tied table is read whole as lm_head), the routed experts the batch
-    touches, expected E x (1 - (1 - k/E)^B) of E per layer (uniform routing)."""
+    """Weight bytes one decode step reads at ``batch``.
+
+    Every part but the embedding table (only the batch's rows of it; a tied table is read whole as
+    lm_head), the routed experts the batch touches, expected E x (1 - (1 - k/E)^B) of E per layer
+    (uniform routing)."""
     parts = p.weight_parts or {"other": p.weights_bytes}
     a = p.arch
     read = float(sum(v for k, v in parts.items() if k not in ("embeddings", "experts")))
@@ -465,9 +471,11 @@ def _positive_int(value: Any, flag: str, example: str) -> int:
 
 
 def _serving_dtype(src: ModelSource, dtype: str | None, engine: str) -> tuple[str, Quant | None]:
-    """(weight dtype, quantization) to plan with. ``dtype`` None/"auto": the checkpoint's own
-    (quantization_config, else torch_dtype; fp32 checkpoints are served in bf16 as vLLM's dtype
-    "auto" does). An explicit --dtype that contradicts a quantized checkpoint is BadInput."""
+    """(weight dtype, quantization) to plan with.
+
+    ``dtype`` None/"auto": the checkpoint's own (quantization_config, else torch_dtype; fp32
+    checkpoints are served in bf16 as vLLM's dtype "auto" does). An explicit --dtype that
+    contradicts a quantized checkpoint is BadInput."""
     q = quantization(src.config)
     asked = None if dtype is None or str(dtype).strip().lower() in AUTO else norm_dtype(dtype)
     if q is not None:

@@ -251,8 +251,10 @@ class CheckRun:
         layer.due_at = layer.trigger_at + td.job_end_grace_seconds + td.sample_seconds + c.slack_seconds
 
     def _read_status(self, layer: Layer, inst) -> None:
-        """The agent's status over SSH while the box lives (its destroy record says which layer
-        fired and whether its destroy failed); unreachable is no news."""
+        """The agent's status over SSH while the box lives; unreachable is no news.
+
+        The agent's status over SSH while the box lives (its destroy record says which layer fired
+        and whether its destroy failed); unreachable is no news."""
         from gpuops.agent.agentctl import read_status
 
         try:
@@ -356,8 +358,10 @@ class CheckRun:
 
     # -- always ----------------------------------------------------------------------------------
     def _cleanup(self) -> None:
-        """Every child ended, every box of this check destroyed with the account key, every row
-        closed (``lifecycle.end_rental``: idempotent, retried, waits on the provider only)."""
+        """End every child, destroy every box of this check, close every row.
+
+        Every child ended, every box of this check destroyed with the account key, every row closed
+        (``lifecycle.end_rental``: idempotent, retried, waits on the provider only)."""
         from gpuops.rental.lifecycle import end_rental
 
         for layer in self.layers:

@@ -222,10 +222,11 @@ def note(ledger, ref: str, text: str) -> dict:
 
 
 def _can_fork_export(ledger, out) -> bool:
-    """True when ``ledger export`` may be written by two processes (``ledger.csvio.
-    write_export_forked``): a plain-sqlite3 reader, an output with a file descriptor, Linux (a
-    fork without exec is unsafe on macOS, where Python itself spawns instead), and no other
-    thread in this process (a lock another thread holds would stay held in the child)."""
+    """True when ``ledger export`` may be written by two processes (``ledger.csvio.write_export_forked``).
+
+    A plain-sqlite3 reader, an output with a file descriptor, Linux (a fork without exec is unsafe
+    on macOS, where Python itself spawns instead), and no other thread in this process (a lock
+    another thread holds would stay held in the child)."""
     import sys
     import threading
 

@@ -39,7 +39,7 @@ def _finite(v: Any) -> float | None:
 
 
 def live_figures(row: dict, last: tuple[float, Any] | None, now: float | None = None) -> dict:
-    """The running cost of an open session ``row`` (``sessions.row_json``) at ``now``:
+    """The running cost of an open session ``row`` (``sessions.row_json``) at ``now``.
 
     ``accrued_usd`` (price booked x seconds since create, USD; None before create),
     ``usd_per_hour`` (whole box), ``simulated``, ``ttl_left_seconds`` (to ``max_hours`` from

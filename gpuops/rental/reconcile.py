@@ -336,8 +336,10 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
 
 
 def _end_requested(ctx: Context, row) -> EndReason | None:
-    """The reason of the row's newest ``end_requested`` event (a destroy that was asked for, and
-    gave up or was cut short), or None."""
+    """The reason of the row's newest ``end_requested`` event, or None.
+
+    The reason of the row's newest ``end_requested`` event (a destroy that was asked for, and gave
+    up or was cut short), or None."""
     import json
 
     for e in reversed(ctx.ledger.events(row.id)):
@@ -382,8 +384,10 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
 
 # -- reconcile -------------------------------------------------------------------------------------
 def _deadline(ctx: Context, row) -> float:
-    """When an armed agent must have heartbeated: create + the ROW's ready timeout (this process's
-    setting only for rows written before m004) + ``arm_margin_s``."""
+    """When an armed agent must have heartbeated.
+
+    Create + the ROW's ready timeout (this process's setting only for rows written before m004) +
+    ``arm_margin_s``."""
     start = row.instance_created_at or row.created_at
     ready = row.ready_timeout_seconds if row.ready_timeout_seconds is not None else ctx.settings.up.ready_timeout_seconds
     return start + float(ready) + ctx.arm_margin_s

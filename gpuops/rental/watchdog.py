@@ -75,9 +75,10 @@ def session_limits(ctx: Context, row, status: dict | None) -> dict:
 
 
 def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None] | None:
-    """With the agent silent (stopped, dead): the job's exit marker read from the box itself. Booked
-    once as ``job_exited`` at the time THIS watchdog first saw it (the laptop's clock: a box clock
-    ahead or behind cannot shorten the grace); returns (first seen, exit code) or None."""
+    """With the agent silent (stopped, dead): the job's exit marker read from the box itself.
+
+    Booked once as ``job_exited`` at the time THIS watchdog first saw it (the laptop's clock: a box
+    clock ahead or behind cannot shorten the grace); returns (first seen, exit code) or None."""
     from gpuops.rental.lifecycle import seen_exit_code
 
     for e in ctx.ledger.events(row.id):
@@ -155,8 +156,9 @@ def check_session(ctx: Context, row) -> list[Action]:
 
 
 def _money(ctx: Context) -> list[Action]:
-    """Balance floor per provider account, monthly cap per user (or both per team, see the module
-    doc): destroy covered boxes, refuse, lift."""
+    """Balance floor per provider account, monthly cap per user (or both per team, see the module doc).
+
+    Destroy covered boxes, refuse, lift."""
     from gpuops.ownership import is_mine
     from gpuops.rental.budget import month_start_end
     from ledger.limits import active_refusals, lift_refusal, month_spend, month_spend_at_most, set_refusal
@@ -227,8 +229,10 @@ def _money(ctx: Context) -> list[Action]:
 
 
 def _surely_under(bound: float, cap: float) -> bool:
-    """True when ``bound`` (``month_spend_at_most``, USD) is below ``cap`` by more than float
-    rounding (the exact sum adds the same numbers in another order): the spend is under the cap."""
+    """True when the spend bound ``bound`` is under ``cap`` by more than float rounding.
+
+    True when ``bound`` (``month_spend_at_most``, USD) is below ``cap`` by more than float rounding
+    (the exact sum adds the same numbers in another order): the spend is under the cap."""
     return bound == bound and bound + 1e-6 + abs(bound) * 1e-9 < cap
 
 

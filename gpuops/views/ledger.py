@@ -22,9 +22,11 @@ _BLOCKS = " ▏▎▍▌▋▊▉█"
 
 
 def _console():
-    """The reports' console: user text (experiment, note, a provider's line description) is
-    printed literally: no markup, no highlighting, no emoji codes (``:fire:`` stays ``:fire:``;
-    rich then never loads its 1.6 ms emoji table either: the month's hot path)."""
+    """The reports' console.
+
+    User text (experiment, note, a provider's line description) is printed literally: no markup, no
+    highlighting, no emoji codes (``:fire:`` stays ``:fire:``; rich then never loads its 1.6 ms
+    emoji table either: the month's hot path)."""
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=False, markup=False, emoji=False)
@@ -104,9 +106,11 @@ def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_tabl
 
 
 def _safe_month(rep: dict) -> dict:
-    """``safe_tree(rep)`` for what the month's tables show: of a group list longer than
-    ``MONTH_TABLE_ROWS``, the rows past it only add their numbers to the "(N more)" row
-    (``_fold``), so their text is left as it is (a 200-experiment month: 15 rows, not 200)."""
+    """``safe_tree(rep)`` for what the month's tables show.
+
+    Of a group list longer than ``MONTH_TABLE_ROWS``, the rows past it only add their numbers to the
+    "(N more)" row (``_fold``), so their text is left as it is (a 200-experiment month: 15 rows, not
+    200)."""
     from gpuops.textsafe import safe_tree
 
     out = {}
@@ -157,8 +161,10 @@ def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
 
 
 def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: bool = False) -> None:
-    """One group table (by experiment / card / provider, or experiments) through the one table
-    rule (``gpuops.views.tables``): amounts never cut, names wrap, columns left out by
+    """One group table (by experiment, card or provider, or experiments) through the one table rule.
+
+    One group table (by experiment / card / provider, or experiments) through the one table rule
+    (``gpuops.views.tables``): amounts never cut, names wrap, columns left out by
     ``GROUP_DROP_ORDER`` with a line naming them."""
     from gpuops.views.tables import NAME, TEXT, Col, print_table, ranked
 

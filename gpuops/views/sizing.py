@@ -75,8 +75,10 @@ def _emit(plans: list[dict], fmt: str, table, one: bool = False) -> None:
 
 
 def _console():
-    """The terminal's width (``COLUMNS`` when piped; rich's default 80): tables fit it by the one
-    table rule (``gpuops.views.tables``), folding columns into continuation tables, never cutting."""
+    """The terminal's width (``COLUMNS`` when piped; rich's default 80).
+
+    Tables fit it by the one table rule (``gpuops.views.tables``), folding columns into continuation
+    tables, never cutting."""
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=False)

@@ -48,7 +48,9 @@ class Col:
 
 
 def _text(cell: Any):
-    """A cell as rich Text: literal, with control and bidi characters shown escaped
+    """A cell as literal rich Text, control and bidi characters shown escaped.
+
+    A cell as rich Text: literal, with control and bidi characters shown escaped
     (``gpuops.textsafe.safe``: notes, names and provider text never act on the terminal)."""
     from rich.text import Text
 

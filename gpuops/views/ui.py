@@ -17,8 +17,10 @@ def console(stderr: bool = False):
 
 
 def _esc(text: str) -> str:
-    """User text (job names, step names, error messages) made literal inside rich markup, with
-    control and bidi characters shown escaped (``safe``)."""
+    """User text made literal inside rich markup, control and bidi characters shown escaped.
+
+    User text (job names, step names, error messages) made literal inside rich markup, with control
+    and bidi characters shown escaped (``safe``)."""
     from rich.markup import escape
 
     return escape(safe(text))
@@ -76,8 +78,10 @@ def render_summary(summ: dict) -> None:
 
 
 def _slowest(summ: dict) -> str:
-    """The slowest bootstrap step with its seconds; "-" when there were none or all took < 0.01 s
-    (naming one of several 0.00 s steps would be noise)."""
+    """The slowest bootstrap step with its seconds.
+
+    "-" when there were none or all took < 0.01 s (naming one of several 0.00 s steps would be
+    noise)."""
     name, secs = summ.get("slowest_step"), summ.get("slowest_step_seconds")
     if not name or (secs is not None and secs < 0.005):
         return "-"
@@ -162,7 +166,7 @@ def render_sessions(rows: list[dict], title: str) -> None:
 def render_watchdogs(passes: list[dict], out=None) -> None:
     """Who enforces the money layer.
 
-    One line per watchdog (``gpuops.rental.watchdog_passes. health_lines``), the warnings (no fresh
+    One line per watchdog (``gpuops.rental.watchdog_passes.health_lines``), the warnings (no fresh
     pass) in the warning colour, wrapped to the terminal. ``out``: a rich console (default: stdout;
     rich loads only for a warning)."""
     from gpuops.rental.watchdog_passes import health_lines
