@@ -12,8 +12,9 @@ Every use is bounded: by ``attempts``, by ``budget_s`` seconds of trying, or by 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gpuops.providers.base import ProviderError
 
@@ -25,9 +26,11 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """``attempts`` tries in all (None: until the deadline), waits growing from ``wait_s`` x2 each
-    time up to ``max_wait_s``, and never more than ``budget_s`` seconds of trying (None: the
-    attempts, or the caller's deadline, bound it). Seconds throughout."""
+    """How a call is retried: how many tries, how long between them, how long in all (seconds).
+
+    ``attempts`` tries in all (None: until the deadline), waits growing from ``wait_s`` x2 each time
+    up to ``max_wait_s``, and never more than ``budget_s`` seconds of trying (None: the attempts, or
+    the caller's deadline, bound it)."""
 
     attempts: int | None = 4
     wait_s: float = 1.0
@@ -39,8 +42,10 @@ class RetryPolicy:
     max_reply_bytes: int = 16 * 2**20
 
     def for_create(self) -> RetryPolicy:
-        """This policy for a create's retries (each after a label look-up found nothing): the same
-        attempts and backoff, no ``budget_s`` (the create call's ``call_deadline_s`` bounds it)."""
+        """This policy for a create's retries (each after a label look-up found nothing).
+
+        The same attempts and backoff, no ``budget_s`` (the create call's ``call_deadline_s`` bounds
+        it)."""
         return replace(self, budget_s=None)
 
 
@@ -58,8 +63,10 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, *, retry_on: Cal
                       after: Callable[[RetryCallState], None] | None = None,
                       before_sleep: Callable[[RetryCallState], None] | None = None,
                       sleep: Callable[[float], None] | None = None) -> T:
-    """``fn()``, retried per ``policy`` while ``retry_on(exception)`` holds; the last exception is
-    re-raised when attempts, ``budget_s`` or ``deadline`` run out, any other at once.
+    """``fn()``, retried per ``policy`` while ``retry_on(exception)`` holds.
+
+    The last exception is re-raised when attempts, ``budget_s`` or ``deadline`` run out, any other
+    at once.
 
     ``retry_after``: a ProviderError's ``retry_after_s`` (the server's Retry-After, capped at
     ``MAX_RETRY_AFTER_S``) wins over a shorter backoff. ``deadline``: an absolute ``clock()``
