@@ -166,7 +166,7 @@ def _last_pid(path="/proc/loadavg"):
 def _in_pid_range(pid, lo, hi):
     """True when ``pid`` was handed out after ``lo`` and up to ``hi`` (two /proc/loadavg readings).
 
-    Pids counting up from the newest and wrapping at pid_max."""
+    Pids count up from the newest and wrap at pid_max."""
     if hi >= lo:
         return lo < pid <= hi
     return pid > lo or pid <= hi

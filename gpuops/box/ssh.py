@@ -511,8 +511,8 @@ class SSHBox:
     def _put_exec(self, local: Path, dest: str) -> None:
         """put() over exec: ``cat >`` for a file, a tar stream into ``tar -x`` for a directory.
 
-        Put() over exec: a file through ``cat >`` (temp name, then rename), a directory as a tar
-        stream into ``tar -x`` (no __pycache__, owner not kept)."""
+        A file goes to a temp name, then is renamed; a directory's tar stream leaves out __pycache__
+        and does not keep the owner."""
         if local.is_dir():
             import tarfile
 
@@ -642,8 +642,7 @@ class SSHBox:
     def _get_exec(self, src: str, local: Path, budget: _CopyBudget) -> bool:
         """get() over exec: ``tar -c`` on the box, each member checked here and counted against the caps.
 
-        Get() over exec: ``tar -c`` on the box, each member checked here (plain relative names,
-        files and directories only; links skipped) and counted against the caps."""
+        The checks: plain relative names, files and directories only; links are skipped."""
         import tarfile
 
         parent, _, base = src.rstrip("/").rpartition("/")

@@ -277,7 +277,7 @@ def open_findings(settings, led) -> list[Finding]:
 def watchdog_findings(led) -> list[Finding]:
     """The newest watchdog pass on this ledger (``gpuops.rental.watchdog_passes``).
 
-    Ok when a watchdog passed within three of its own intervals; else a warning, since the balance
+    OK when a watchdog passed within three of its own intervals; else a warning, since the balance
     floor and the monthly cap are enforced only while one runs."""
     from gpuops.rental.watchdog_passes import INSTALL_HINT, NOT_ENFORCED, ago, last_passes
 
