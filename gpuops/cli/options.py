@@ -8,7 +8,8 @@ import inspect
 import math
 import os
 import sys
-from typing import Callable, Optional, Sequence
+from typing import Optional
+from collections.abc import Callable, Sequence
 
 import typer
 
