@@ -62,7 +62,7 @@ def median(xs: list[float]) -> float:
 def ssh_numbers(base: Path, repeat: int) -> dict:
     from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_plan
     from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
-    from gpuops.config import Settings
+    from gpuops.config import settings_from
     from tests.support.sshd import SshServer
 
     server = SshServer(base / "sshd", extra_path=[base / "bin"])
@@ -71,7 +71,7 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
     server.start()
     try:
         connects, runs, reruns = [], [], []
-        settings = Settings.model_validate({"bootstrap": {"commands": ["true"], "verify": False}})
+        settings = settings_from({"bootstrap": {"commands": ["true"], "verify": False}})
         plan = build_bootstrap_plan(settings, environ={})
         for i in range(repeat):
             t0 = time.perf_counter()

@@ -6,50 +6,57 @@ Discovery: ``--config PATH``, else ``./infra.toml``, else ``<user config dir>/gp
 flags override both. All validation happens here, before anything is rented. Every key, with its
 default and unit, is documented in ``infra.example.toml``.
 
-The layering (init arguments from flags > environment > TOML file) is pydantic-settings'
-(``BaseSettings`` with ``TomlConfigSettingsSource``, ``env_prefix="GPUOPS_"``,
-``env_nested_delimiter="_"`` split once: ``GPUOPS_TEARDOWN_MAX_HOURS`` -> teardown.max_hours).
-pydantic-settings is imported inside ``load_settings`` only (it costs ~0.1 s of imports, asyncio
-included; `gpuops --help` does not pay it). What it does not do, done here: the file's types are
-strict (``max_hours = "2"`` and ``spot = "yes"`` are refused; environment values are text and are
-parsed), errors name the file and line, an unknown key gets the closest name ("did you mean
-max_hours?"), a ``GPUOPS_<SECTION>_*`` variable naming no setting is refused, and ``lenient`` loads
-for the emergency commands (``ps``, ``down``, ``reconcile``, ``ledger``) skip what is broken with
-a one-line warning instead of refusing.
-
-``ps``, ``watchdog --once`` and the ledger reports read a clean load back from the settings
-snapshot without importing this module (gpuops/settings_snapshot.py); its values are this
-module's, kept from an earlier load of the same file and variables.
+The tables are msgspec ``Struct`` classes (https://jcristharif.com/msgspec/structs.html): typed
+fields with ``Meta`` bounds, unknown keys refused, checked by ``msgspec.convert`` (the file with
+``strict=True``: ``max_hours = "2"`` and ``spot = "yes"`` are refused; environment values are text
+and are parsed). msgspec and tomllib import in a few milliseconds, so every command, ``ps`` and
+``watchdog --once`` included, validates in full. What msgspec does not do, done here: the checks
+marked ``@_check`` (before or after the type), numbers that must be finite, errors worded as they
+have always been (``file:line: key: Input should be ...``), an unknown key with the closest name
+("did you mean max_hours?"), a ``GPUOPS_<SECTION>_*`` variable naming no setting refused, and
+``lenient`` loads for the emergency commands (``ps``, ``down``, ``reconcile``, ``ledger``) that
+skip what is broken with a one-line warning instead of refusing.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import msgspec
+from msgspec import Meta
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
+from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: F401  (the one list, gpuops.providers.REGISTRY)
+from bootstrap.vocabulary import EndReason
 from gpuops.errors import BadInput
-# find_config and the path/owner rules are shared with the snapshot the read-only commands read
-# without pydantic (gpuops/settings_snapshot.py).
-from gpuops.settings_snapshot import data_path_of, find_config, ledger_url_of, make_private, owner_of  # noqa: F401
 
 ENV_PREFIX = "GPUOPS_"
-from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: E402  (the one list, gpuops.providers.REGISTRY)
-from bootstrap.vocabulary import EndReason  # noqa: E402
 
 
-class _Section(BaseModel):
-    # allow_inf_nan=False: "inf" parses as a float, and an infinite max_hours would switch the TTL off.
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+def _check(*fields: str, before: bool = False):
+    """Mark a section's classmethod as the check of ``fields``: ``before`` on the value as given
+    (file, variable or flag, before its type is checked), else on the typed value. It returns the
+    value to keep or raises ValueError with the one-line problem."""
+
+    def mark(method):
+        method.__func__._settings_check = (fields, before)
+        return method
+
+    return mark
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """A settings table: typed fields with defaults; an unknown key is an error (``load_settings``
+    also refuses an infinite or NaN number: an infinite max_hours would switch the TTL off)."""
 
 
 class UpSettings(_Section):
@@ -59,10 +66,10 @@ class UpSettings(_Section):
     card: str = ""  # empty: any card that fits
     experiment: str = "default"
     spot: bool = True  # prefer interruptible offers where the provider has them
-    max_price: Optional[float] = Field(default=None, gt=0)  # USD/hour for the whole box
+    max_price: Optional[Annotated[float, Meta(gt=0)]] = None  # USD/hour for the whole box
     image: str = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
-    disk_gb: float = Field(default=40.0, gt=0)
-    ready_timeout_seconds: float = Field(default=600.0, gt=0)  # create -> SSH answers
+    disk_gb: Annotated[float, Meta(gt=0)] = 40.0
+    ready_timeout_seconds: Annotated[float, Meta(gt=0)] = 600.0  # create -> SSH answers
     ssh_key: str = ""  # private key for rented boxes; empty: gpuops' own, <data dir>/ssh/id_ed25519 (made once, 0600)
 
 
@@ -74,21 +81,21 @@ class TeardownSettings(_Section):
 
     # Hard TTL per box, hours. At most MAX_TTL_HOURS: a larger number would switch the TTL off in all
     # but name (``1e308`` was accepted and printed a 300-digit projected cost).
-    max_hours: float = Field(default=4.0, gt=0, le=MAX_TTL_HOURS)
+    max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = 4.0
     idle_minutes: Union[float, Literal["off"]] = 15.0
-    idle_util_percent: float = Field(default=5.0, ge=0, le=100)
-    sample_seconds: float = Field(default=10.0, gt=0)
-    job_end_grace_seconds: float = Field(default=30.0, ge=0)  # agent destroys this long after job exit
-    kill_grace_seconds: float = Field(default=10.0, ge=0)  # local destroy: TERM, then KILL after this
-    max_session_usd: Optional[float] = Field(default=None, gt=0)
-    balance_floor_usd: Optional[float] = Field(default=None, ge=0)
-    monthly_cap_usd: Optional[float] = Field(default=None, gt=0)
+    idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = 5.0
+    sample_seconds: Annotated[float, Meta(gt=0)] = 10.0
+    job_end_grace_seconds: Annotated[float, Meta(ge=0)] = 30.0  # agent destroys this long after job exit
+    kill_grace_seconds: Annotated[float, Meta(ge=0)] = 10.0  # local destroy: TERM, then KILL after this
+    max_session_usd: Optional[Annotated[float, Meta(gt=0)]] = None
+    balance_floor_usd: Optional[Annotated[float, Meta(ge=0)]] = None
+    monthly_cap_usd: Optional[Annotated[float, Meta(gt=0)]] = None
     # Whom a crossed balance floor / monthly cap refuses: "account" = the provider account whose
     # balance fell (floor) and the user whose month-to-date spend reached the cap; "team" = everyone
     # on this ledger (the floor of any account refuses that provider, the cap counts all sessions).
     limits_scope: Literal["account", "team"] = "account"
 
-    @field_validator("idle_minutes", mode="before")
+    @_check("idle_minutes", before=True)
     @classmethod
     def _idle(cls, v: Any) -> Any:
         if isinstance(v, str) and v.strip().lower() == "off":
@@ -110,7 +117,7 @@ class UserSettings(_Section):
 
     name: str = ""  # empty: <login>@<hostname> (gpuops.ownership.default_owner)
 
-    @field_validator("name")
+    @_check("name")
     @classmethod
     def _name(cls, v: str) -> str:
         v = v.strip()
@@ -124,43 +131,28 @@ class LedgerSettings(_Section):
 
 
 class LocalProviderSettings(_Section):
-    price_per_hour: Optional[float] = Field(default=None, ge=0)  # USD/h; unset: catalog reference, simulated
-    keep_box_days: float = Field(default=7.0, ge=0)  # a destroyed box keeps only its logs after this many days
+    price_per_hour: Optional[Annotated[float, Meta(ge=0)]] = None  # USD/h; unset: catalog reference, simulated
+    keep_box_days: Annotated[float, Meta(ge=0)] = 7.0  # a destroyed box keeps only its logs after this many days
 
 
 class RunpodSettings(_Section):
     url: str = ""  # GraphQL base; empty: the SDK default (or RUNPOD_API_BASE_URL)
     api_key: str = ""
-    billing_increment_seconds: float = Field(default=1.0, gt=0)  # "billed by the second" (docs.runpod.io/pods/pricing)
+    billing_increment_seconds: Annotated[float, Meta(gt=0)] = 1.0  # "billed by the second" (docs.runpod.io/pods/pricing)
 
 
 class VastSettings(_Section):
     url: str = ""  # REST base; empty: the SDK default (or VAST_URL)
     api_key: str = ""
-    billing_increment_seconds: float = Field(default=1.0, gt=0)  # "every second" (docs.vast.ai/billing-help)
+    billing_increment_seconds: Annotated[float, Meta(gt=0)] = 1.0  # "every second" (docs.vast.ai/billing-help)
 
 
 class ProvidersSettings(_Section):
-    local: LocalProviderSettings = LocalProviderSettings()
-    runpod: RunpodSettings = RunpodSettings()
-    vast: VastSettings = VastSettings()
+    """One table per provider (``[providers.<name>]``), named as in the provider registry."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _env_keys(cls, v: Any) -> Any:
-        """pydantic-settings splits ``GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR`` once, at the section:
-        ``{"local_price_per_hour": "0.5"}`` is placed under ``local`` here."""
-        if not isinstance(v, dict):
-            return v
-        out = dict(v)
-        for key in list(out):
-            head, _, rest = key.partition("_")
-            if key not in cls.model_fields and head in cls.model_fields and rest:
-                sub = out.get(head)
-                sub = dict(sub) if isinstance(sub, dict) else sub.model_dump(exclude_unset=True) if isinstance(sub, BaseModel) else {}
-                sub[rest] = out.pop(key)
-                out[head] = sub
-        return out
+    local: LocalProviderSettings = msgspec.field(default_factory=LocalProviderSettings)
+    runpod: RunpodSettings = msgspec.field(default_factory=RunpodSettings)
+    vast: VastSettings = msgspec.field(default_factory=VastSettings)
 
 
 class WeightsSource(_Section):
@@ -172,14 +164,14 @@ class WeightsSource(_Section):
     dest: str = ""
     allow_patterns: list[str] = []  # hf:// only: the files to fetch, e.g. ["*.safetensors", "*.json"]
 
-    @field_validator("source")
+    @_check("source")
     @classmethod
     def _scheme(cls, v: str) -> str:
         if not v.startswith(("hf://", "https://", "http://", "file://")):
             raise ValueError(f"weights source {v!r} must start with hf://, https:// or file://")
         return v
 
-    @field_validator("sha256")
+    @_check("sha256")
     @classmethod
     def _sha(cls, v: str) -> str:
         if v and not re.fullmatch(r"[0-9a-fA-F]{64}", v):
@@ -206,9 +198,9 @@ class BootstrapSettings(_Section):
     commands: list[str] = []  # extra shell commands, run last, in order
     steps: list[dict] = []  # raw steps in bootstrap.json's format, appended after everything
     cache_dir: str = ""  # on-box cache for wheels and weights; empty: the provider's volume, else ~/.cache/gpuops
-    timeout_seconds: float = Field(default=1800.0, gt=0)  # the whole bootstrap
+    timeout_seconds: Annotated[float, Meta(gt=0)] = 1800.0  # the whole bootstrap
 
-    @field_validator("secrets")
+    @_check("secrets")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
         for n in v:
@@ -216,7 +208,7 @@ class BootstrapSettings(_Section):
                 raise ValueError(f"secret {n!r} must be an environment variable name (letters, digits, _)")
         return v
 
-    @field_validator("weights", mode="before")
+    @_check("weights", before=True)
     @classmethod
     def _weights(cls, v: Any) -> Any:
         return [{"source": x} if isinstance(x, str) else x for x in (v or [])]
@@ -249,17 +241,17 @@ class JobSettings(_Section):
     results: str = "out/"  # relative to the session dir on the box; copied back before teardown
     # up --recover N: rentals after the first that a run may make when a rental ends for a reason
     # in recover_on (default: preempted only). 0: one rental, no run.
-    recover: int = Field(default=0, ge=0, le=MAX_RECOVER)
-    recover_on: list[str] = ["preempted"]
+    recover: Annotated[int, Meta(ge=0, le=MAX_RECOVER)] = 0
+    recover_on: list[str] = msgspec.field(default_factory=lambda: ["preempted"])
     # With recover: copy the results directory home this often while the job runs (seconds), so a
     # box taken back without warning leaves its last checkpoint at home for the next rental.
-    checkpoint_sync_seconds: float = Field(default=60.0, gt=0)
+    checkpoint_sync_seconds: Annotated[float, Meta(gt=0)] = 60.0
     # Names of this machine's environment variables the job gets (local and rented boxes alike);
     # nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py).
     # GPUOPS_JOB_ENV takes them comma-separated.
     env: list[str] = []
 
-    @field_validator("env", mode="before")
+    @_check("env", before=True)
     @classmethod
     def _env_names(cls, v: Any) -> Any:
         if isinstance(v, str):
@@ -269,12 +261,12 @@ class JobSettings(_Section):
                 raise ValueError(f"job env name {n!r} must be an environment variable name (letters, digits, _)")
         return v
 
-    @field_validator("recover_on", mode="before")
+    @_check("recover_on", before=True)
     @classmethod
     def _recover_on(cls, v: Any) -> Any:
         return parse_recover_on(v)
 
-    @field_validator("results")
+    @_check("results")
     @classmethod
     def _relative(cls, v: str) -> str:
         if v.startswith("/") or ".." in v.replace("\\", "/").split("/"):
@@ -288,7 +280,7 @@ class StorageSettings(_Section):
     results copy-back (gpuops.rental.results) before destroying anyway."""
 
     volume: str = ""
-    results_deadline_seconds: float = Field(default=900.0, gt=0)
+    results_deadline_seconds: Annotated[float, Meta(gt=0)] = 900.0
 
 
 class CheckSettings(_Section):
@@ -302,46 +294,268 @@ class CheckSettings(_Section):
     how long after a layer's due time (plus the agent's job-end grace and one sample) the box may
     still show before the layer fails; ``poll_seconds``: how often the provider is asked."""
 
-    job_seconds: float = Field(default=20.0, gt=0)
-    idle_minutes: float = Field(default=1.0, gt=0)
-    ttl_minutes: float = Field(default=5.0, gt=0)
-    max_usd: float = Field(default=0.10, gt=0)
-    max_minutes: float = Field(default=10.0, gt=0)
-    slack_seconds: float = Field(default=90.0, gt=0)
-    poll_seconds: float = Field(default=2.0, gt=0)
+    job_seconds: Annotated[float, Meta(gt=0)] = 20.0
+    idle_minutes: Annotated[float, Meta(gt=0)] = 1.0
+    ttl_minutes: Annotated[float, Meta(gt=0)] = 5.0
+    max_usd: Annotated[float, Meta(gt=0)] = 0.10
+    max_minutes: Annotated[float, Meta(gt=0)] = 10.0
+    slack_seconds: Annotated[float, Meta(gt=0)] = 90.0
+    poll_seconds: Annotated[float, Meta(gt=0)] = 2.0
 
 
 class Settings(_Section):
+    """Every setting: the tables of infra.toml (``infra.example.toml`` documents each key)."""
+
     data_dir: str = ""  # empty: platformdirs user data dir
-    user: UserSettings = UserSettings()
-    up: UpSettings = UpSettings()
-    teardown: TeardownSettings = TeardownSettings()
-    ledger: LedgerSettings = LedgerSettings()
-    providers: ProvidersSettings = ProvidersSettings()
-    bootstrap: BootstrapSettings = BootstrapSettings()
-    job: JobSettings = JobSettings()
-    storage: StorageSettings = StorageSettings()
-    check: CheckSettings = CheckSettings()
+    user: UserSettings = msgspec.field(default_factory=UserSettings)
+    up: UpSettings = msgspec.field(default_factory=UpSettings)
+    teardown: TeardownSettings = msgspec.field(default_factory=TeardownSettings)
+    ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
+    providers: ProvidersSettings = msgspec.field(default_factory=ProvidersSettings)
+    bootstrap: BootstrapSettings = msgspec.field(default_factory=BootstrapSettings)
+    job: JobSettings = msgspec.field(default_factory=JobSettings)
+    storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
+    check: CheckSettings = msgspec.field(default_factory=CheckSettings)
     source: Optional[str] = None  # the file these came from, for messages
 
     def data_path(self) -> Path:
-        return data_path_of(self.data_dir)
+        """The data directory (absolute; ``data_dir`` empty: platformdirs' user data dir)."""
+        if self.data_dir:
+            return Path(self.data_dir).expanduser().absolute()  # rows store log paths: never cwd-relative
+        import platformdirs
+
+        return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
 
     def private_data_path(self) -> Path:
         """``data_path()``, created if missing and made 0700: it holds the ledger, logs, results,
         local boxes and keys, which are the user's alone."""
-        return make_private(self.data_path())
+        p = self.data_path()
+        p.mkdir(parents=True, exist_ok=True)
+        os.chmod(p, 0o700)
+        return p
 
     def ledger_url(self) -> str:
-        return ledger_url_of(self.ledger.url, self.data_path())
+        """``[ledger] url``, else the SQLite file in the data directory."""
+        return self.ledger.url or f"sqlite:///{self.data_path() / 'ledger.db'}"
 
     def owner(self) -> str:
         """This user's name on the ledger: ``[user] name``, else ``<login>@<hostname>``."""
-        return owner_of(self.user.name)
+        from gpuops.ownership import default_owner
+
+        return self.user.name or default_owner()
+
+
+def find_config(explicit: str | None) -> Path | None:
+    """The config file to read, or None. An explicit path that does not exist is BadInput."""
+    if explicit:
+        p = Path(explicit).expanduser()
+        if p.is_dir():
+            raise BadInput(f"config file {explicit} is a directory", f"pass the file itself, e.g. --config {p / 'infra.toml'}")
+        if not p.is_file():
+            raise BadInput(f"config file {explicit} not found", "pass an existing file to --config")
+        return p
+    here = Path("infra.toml")
+    if here.is_file():
+        return here
+    import platformdirs
+
+    user = Path(platformdirs.user_config_dir("gpuops", appauthor=False)) / "infra.toml"
+    return user if user.is_file() else None
+
+
+# -- validation: msgspec for the types and bounds, the rest here --------------------------------------
+
+class _Problem(Exception):
+    """One thing wrong with the data at ``loc`` (key path, list indexes as ints): ``msg`` in the words
+    the user reads; ``kind``: "type" (a value of the wrong type), "extra" (an unknown key) or ""."""
+
+    def __init__(self, loc: tuple, msg: str, kind: str = ""):
+        super().__init__(msg)
+        self.loc, self.msg, self.kind = loc, msg, kind
+
+
+_SECTION_INFO: dict[type, dict[str, tuple[Any, Any, Any]]] = {}
+
+
+def _fields(cls: type) -> dict[str, tuple[Any, Any, Any]]:
+    """{field: (its type, its before-check, its after-check)} of a section (bound classmethods or None)."""
+    info = _SECTION_INFO.get(cls)
+    if info is None:
+        checks: dict[str, list] = {}
+        for klass in reversed(cls.__mro__):
+            for name, attr in vars(klass).items():
+                spec = getattr(getattr(attr, "__func__", None), "_settings_check", None)
+                if spec is not None:
+                    for f in spec[0]:
+                        checks.setdefault(f, [None, None])[0 if spec[1] else 1] = getattr(cls, name)
+        info = {f.name: (f.type, *checks.get(f.name, (None, None))) for f in msgspec.structs.fields(cls)}
+        _SECTION_INFO[cls] = info
+    return info
+
+
+def _unwrap(t: Any) -> tuple[Any, tuple]:
+    """(the base type, the other members of Optional/Union) of a field type, Annotated stripped."""
+    if get_origin(t) is Annotated:
+        t = get_args(t)[0]
+    if get_origin(t) is Union:
+        members = [_unwrap(a)[0] for a in get_args(t) if a is not type(None)]
+        return members[0], tuple(members[1:])
+    return t, ()
+
+
+def _section_of(t: Any) -> type | None:
+    """The section class a field holds (itself, or the items of a list of sections), else None."""
+    base = _unwrap(t)[0]
+    if get_origin(base) is list:
+        base = get_args(base)[0]
+    return base if isinstance(base, type) and issubclass(base, _Section) else None
+
+
+_TRUE = {"1", "on", "t", "true", "y", "yes"}  # the words pydantic reads as booleans, as before
+_FALSE = {"0", "off", "f", "false", "n", "no"}
+
+
+def _prepare(cls: type, data: Any, strict: bool, loc: tuple = ()) -> Any:
+    """A copy of ``data`` for ``cls`` with the before-checks applied and non-finite numbers refused
+    (raises _Problem). Not strict (environment text): booleans in pydantic's words, numbers stripped."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key, value in data.items():
+        if cls is Settings and key == "source":  # where the settings came from, not a setting
+            raise _Problem(loc + (key,), "unknown key", "extra")
+        if key not in _fields(cls):
+            continue
+        t, before, _ = _fields(cls)[key]
+        here = loc + (key,)
+        if before is not None:
+            try:
+                value = before(value)
+            except ValueError as e:
+                raise _Problem(here, str(e)) from None
+        base, _ = _unwrap(t)
+        if not strict and isinstance(value, str):
+            if base is bool and value.strip().lower() in _TRUE | _FALSE:
+                value = value.strip().lower() in _TRUE
+            elif base in (float, int):
+                value = value.strip()
+        finite = value
+        if base is float and not strict and isinstance(value, str):
+            try:
+                finite = float(value)
+            except ValueError:
+                pass
+        if isinstance(finite, float) and not math.isfinite(finite):
+            raise _Problem(here, "Input should be a finite number")
+        sub = _section_of(t)
+        if sub is not None and isinstance(value, dict):
+            value = _prepare(sub, value, strict, here)
+        elif sub is not None and isinstance(value, list):
+            value = [_prepare(sub, v, strict, here + (i,)) for i, v in enumerate(value)]
+        out[key] = value
+    return out
+
+
+def _after(obj: Any, loc: tuple = ()) -> None:
+    """Run the after-checks of ``obj`` and its sections (raises _Problem), keeping what they return."""
+    for key, (t, _, after) in _fields(type(obj)).items():
+        here = loc + (key,)
+        value = getattr(obj, key)
+        if after is not None:
+            try:
+                setattr(obj, key, after(value))
+            except ValueError as e:
+                raise _Problem(here, str(e)) from None
+        if isinstance(value, _Section):
+            _after(value, here)
+        elif isinstance(value, list) and _section_of(t) is not None:
+            for i, v in enumerate(value):
+                _after(v, here + (i,))
+
+
+_MSGSPEC_TYPES = {"float": "a valid number", "int": "a valid integer", "bool": "a valid boolean", "str": "a valid string",
+                  "array": "a valid list", "object": "a valid dictionary"}
+_LAX_SUFFIX = {"float": ", unable to parse string as a number", "int": ", unable to parse string as an integer",
+               "bool": ", unable to interpret input"}
+_BOUNDS = {">": "greater than", ">=": "greater than or equal to", "<": "less than", "<=": "less than or equal to"}
+
+
+def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Problem:
+    """msgspec's one error as a _Problem in the words of the messages gpuops has always printed
+    (pydantic's: "Input should be a valid number", "Input should be greater than 0")."""
+    text = str(err)
+    msg, _, where = text.partition(" - at `$")
+    loc: tuple = tuple(k if i == "" else int(i) for k, i in re.findall(r"\.([^.\[`]+)|\[(\d+)\]", where.rstrip("`")))
+    if m := re.fullmatch(r"Object contains unknown field `(.*)`", msg):
+        return _Problem(loc + (m.group(1),), "unknown key", "extra")
+    if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
+        return _Problem(loc + (m.group(1),), "Field required")
+    base = _unwrap(_type_at(loc))[0]
+    if get_origin(base) is Literal:
+        words = [repr(v) for v in get_args(base)]
+        return _Problem(loc, "Input should be " + (", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]))
+    if isinstance(base, type) and issubclass(base, _Section) and msg.startswith("Expected `object`"):
+        return _Problem(loc, f"Input should be a valid dictionary or instance of {base.__name__}", "type")
+    if m := re.fullmatch(r"Expected `(\w+)[^`]*`, got `\w+`", msg):
+        want = m.group(1)
+        words = f"Input should be {_MSGSPEC_TYPES.get(want, want)}"
+        given = _value_at(data, loc)
+        if not strict and isinstance(given, str):
+            words += _LAX_SUFFIX.get(want, "")
+        elif want == "int" and isinstance(given, float) and not strict:
+            words += ", got a number with a fractional part"
+        return _Problem(loc, words, "type")
+    if m := re.fullmatch(r"Expected `\w+` (>=|<=|>|<) (\S+)", msg):
+        bound = float(m.group(2))
+        return _Problem(loc, f"Input should be {_BOUNDS[m.group(1)]} {int(bound) if bound.is_integer() else bound}")
+    return _Problem(loc, msg)
+
+
+def _type_at(loc: tuple) -> Any:
+    """The declared type at ``loc`` (a list's items for an index), or None where no setting is declared."""
+    t: Any = Settings
+    for k in loc:
+        base = _unwrap(t)[0]
+        if isinstance(k, int) and get_origin(base) is list:
+            t = get_args(base)[0]
+        elif isinstance(base, type) and issubclass(base, _Section) and k in _fields(base):
+            t = _fields(base)[k][0]
+        else:
+            return None
+    return t
+
+
+def _value_at(data: Any, loc: tuple) -> Any:
+    for k in loc:
+        try:
+            data = data[k]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def _validate(data: dict, strict: bool) -> Settings:
+    """``data`` (infra.toml's tables, or layered ones) as Settings; raises _Problem for the first error."""
+    prepared = _prepare(Settings, data, strict)
+    try:
+        settings = msgspec.convert(prepared, Settings, strict=strict)
+    except msgspec.ValidationError as err:
+        raise _problem_of(err, prepared, strict) from None
+    _after(settings)
+    return settings
+
+
+def settings_from(data: dict) -> Settings:
+    """``data`` (nested dicts, as infra.toml's tables) validated as a file is, strictly: Settings, or
+    BadInput naming the key."""
+    try:
+        return _validate(data, strict=True)
+    except _Problem as p:
+        raise BadInput(f"{'.'.join(str(k) for k in p.loc)}: {p.msg}", "see infra.example.toml for the keys and units") from None
 
 
 def _line_of(text: str, loc: tuple) -> int | None:
-    """Best-effort line number of the key at ``loc`` (a pydantic error location) in TOML text."""
+    """Best-effort line number of the key at ``loc`` (a key path) in TOML text."""
     keys = [str(k) for k in loc if isinstance(k, str)]
     if not keys:
         return None
@@ -360,55 +574,42 @@ def _line_of(text: str, loc: tuple) -> int | None:
     return None
 
 
-def _model_at(loc: tuple) -> type[BaseModel] | None:
-    """The settings model that holds the last key of ``loc`` (None past a list or a dict)."""
-    model: type[BaseModel] = Settings
-    for k in loc[:-1]:
-        f = model.model_fields.get(str(k))
-        ann = f.annotation if f is not None else None
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
-            return None
-        model = ann
-    return model
-
-
 def _closest(loc: tuple) -> str:
     """"did you mean max_hours? " for an unknown key at ``loc``, or ""."""
     import difflib
 
-    model = _model_at(loc)
-    if model is None or not loc:
+    section = _unwrap(_type_at(loc[:-1]))[0] if loc else None
+    if not (isinstance(section, type) and issubclass(section, _Section)):
         return ""
-    names = [n for n in model.model_fields if n != "source"]
+    names = [n for n in _fields(section) if n != "source"]
     close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
     return f"did you mean {close[0]}? " if close else ""
 
 
-def _env_names(model: type[BaseModel], prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
+def _env_names(cls: type = None, prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
     """Every ``GPUOPS_*`` variable a setting answers to -> its key path, e.g.
     ``GPUOPS_TEARDOWN_MAX_HOURS -> ("teardown", "max_hours")``."""
     out: dict[str, tuple[str, ...]] = {}
-    for name, f in model.model_fields.items():
+    for name, (t, _, _) in _fields(cls or Settings).items():
         if name == "source":
             continue
         var = prefix + name.upper()
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            out.update({v: (name, *path) for v, path in _env_names(ann, var + "_").items()})
+        base = _unwrap(t)[0]
+        if isinstance(base, type) and issubclass(base, _Section):
+            out.update({v: (name, *path) for v, path in _env_names(base, var + "_").items()})
         else:
             out[var] = (name,)
     return out
 
 
-def _check_env_names(env: dict, spelled: dict | None = None) -> list[tuple[str, str]]:
+def _check_env_names(env: dict, known: dict, spelled: dict | None = None) -> list[tuple[str, str]]:
     """(variable, one-line problem) for ``GPUOPS_<SECTION>_...`` variables that name no setting (a typo such
     as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently). ``spelled``:
     {upper-case name: the name as set}, for the message."""
     import difflib
 
-    known = _env_names(Settings)
-    sections = tuple(f"{ENV_PREFIX}{n.upper()}_" for n, f in Settings.model_fields.items()
-                     if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel))
+    sections = tuple(f"{ENV_PREFIX}{n.upper()}_" for n, (t, _, _) in _fields(Settings).items()
+                     if isinstance(t, type) and issubclass(t, _Section))
     problems = []
     for var in sorted(env):
         if var.startswith(sections) and var not in known:
@@ -418,18 +619,18 @@ def _check_env_names(env: dict, spelled: dict | None = None) -> list[tuple[str, 
     return problems
 
 
-def _file_problem(e: dict, where: str, text: str) -> str:
-    """One line for a validation error ``e`` of the file: ``file:line: key: message``."""
-    loc = _key_path(e["loc"])
-    key = ".".join(str(k) for k in loc)
-    line = _line_of(text, loc)
+def _file_problem(p: _Problem, where: str, text: str, data: dict) -> str:
+    """One line for a problem ``p`` of the file: ``file:line: key: message``."""
+    key = ".".join(str(k) for k in p.loc)
+    line = _line_of(text, p.loc)
     place = f"{where}:{line}" if line else where
-    if e["type"] == "extra_forbidden":
-        hint = _closest(loc).strip()
+    if p.kind == "extra":
+        hint = _closest(p.loc).strip()
         return f"{place}: {key}: unknown key" + (f" ({hint})" if hint else "")
-    msg = e["msg"].removeprefix("Value error, ")
-    if e["type"].endswith("_type") and isinstance(e.get("input"), str):
-        msg += f" (got the text {e['input']!r}: write it without quotes)"
+    msg = p.msg
+    given = _value_at(data, p.loc)
+    if p.kind == "type" and isinstance(given, str):
+        msg += f" (got the text {given!r}: write it without quotes)"
     return f"{place}: {key}: {msg}"
 
 
@@ -448,20 +649,6 @@ def _drop(data: dict, loc: tuple) -> bool:
             del node[loc[-1]]
             return True
     return False
-
-
-def _format_error(err: ValidationError, where: str, text: str | None) -> str:
-    e = err.errors()[0]
-    if text is not None:
-        return _file_problem(e, where, text)
-    key = ".".join(str(k) for k in _key_path(e["loc"]))
-    return f"{where}: {key}: {e['msg'].removeprefix('Value error, ')}"
-
-
-def _key_path(loc: tuple) -> tuple:
-    """A pydantic error location without the union branch it names (``idle_minutes.float``,
-    ``...function-after[...]``): only the settings keys a user writes."""
-    return tuple(k for k in loc if not (isinstance(k, str) and (k in ("float", "int", "str", "bool") or "[" in k)))
 
 
 def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
@@ -484,50 +671,76 @@ def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
         return {}
     for _ in range(50):  # each round drops one broken key (lenient) or raises (strict)
         try:
-            Settings.model_validate(data, strict=True)
+            _validate(data, strict=True)
             return data
-        except ValidationError as err:
-            first = err.errors()[0]
+        except _Problem as p:
             if not lenient:
-                raise BadInput(_file_problem(first, str(path), text), "see infra.example.toml for the keys and units") from None
-            problems.append(_file_problem(first, str(path), text) + "; skipped")
-            if not _drop(data, tuple(first["loc"])):
+                raise BadInput(_file_problem(p, str(path), text, data), "see infra.example.toml for the keys and units") from None
+            problems.append(_file_problem(p, str(path), text, data) + "; skipped")
+            if not _drop(data, p.loc):
                 problems.append(f"{path}: skipped as a whole")
                 return {}
     return {}
 
 
-def _layered(path: Path | None, env: dict):
-    """The pydantic-settings class for one load: init args > ``env`` (GPUOPS_*) > TOML file."""
-    from pydantic import create_model
-    from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
-    from pydantic_settings.sources.utils import parse_env_vars  # pydantic-settings 2.16: sources/utils.py
+def _env_layer(env: dict, known: dict) -> dict:
+    """The ``GPUOPS_*`` settings of ``env`` (upper-case names) as nested dicts of their text. A list
+    or table setting given as JSON is read as JSON; other text is left to the setting's check (e.g.
+    comma-separated names). A whole table as one JSON object (``GPUOPS_TEARDOWN='{"max_hours": 2}'``)
+    lies under the variables of its keys."""
+    import json
 
-    class _Env(EnvSettingsSource):
-        def _load_env_vars(self):
-            return parse_env_vars(env, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
-
-        def decode_complex_value(self, field_name, field, value):
-            # A list/dict from the environment is JSON, or text the field's own validator reads
-            # (e.g. comma-separated names): not JSON is left to the validator, never an error here.
+    out: dict[str, Any] = {}
+    for var, path in _env_tables().items():
+        if var in env:
             try:
-                return super().decode_complex_value(field_name, field, value)
+                table = json.loads(env[var])
             except ValueError:
-                return value
+                table = env[var]  # not JSON: refused as "a valid dictionary"
+            node = out
+            for k in path[:-1]:
+                node = node.setdefault(k, {})
+            node[path[-1]] = table
+    for var, path in known.items():
+        if var not in env:
+            continue
+        value: Any = env[var]
+        base = _unwrap(_type_at(path))[0]
+        if get_origin(base) in (list, dict) or base in (list, dict):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        node = out
+        for k in path[:-1]:
+            if not isinstance(node.get(k), dict):
+                node[k] = {}
+            node = node[k]
+        node[path[-1]] = value
+    return out
 
-    class _Base(BaseSettings):
-        model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="_", env_nested_max_split=1,
-                                          extra="forbid", allow_inf_nan=False, toml_file=path)
 
-        @classmethod
-        def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-            sources = [init_settings, _Env(settings_cls)]
-            if path is not None:
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
-            return tuple(sources)
+def _env_tables(cls: type = None, prefix: str = ENV_PREFIX, path: tuple = ()) -> dict[str, tuple[str, ...]]:
+    """``GPUOPS_TEARDOWN`` -> ("teardown",), ``GPUOPS_PROVIDERS_LOCAL`` -> ("providers", "local"), ...:
+    the variables that hold a whole table."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name, (t, _, _) in _fields(cls or Settings).items():
+        base = _unwrap(t)[0]
+        if isinstance(base, type) and issubclass(base, _Section):
+            var = prefix + name.upper()
+            out[var] = path + (name,)
+            out.update(_env_tables(base, var + "_", path + (name,)))
+    return out
 
-    fields = {n: (f.annotation, f) for n, f in Settings.model_fields.items() if n != "source"}
-    return create_model("LayeredSettings", __base__=_Base, **fields)
+
+def _var_of(loc: tuple, env: dict) -> str | None:
+    """The variable of ``env`` that set the value at ``loc``: its own, else its table's; None: none did."""
+    keys = [str(k) for k in loc if isinstance(k, str)]
+    for cut in range(len(keys), 0, -1):
+        var = ENV_PREFIX + "_".join(keys[:cut]).upper()
+        if var in env:
+            return var
+    return None
 
 
 def load_settings(config: str | None = None, overrides: dict | None = None, env: dict | None = None,
@@ -540,11 +753,11 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
     is not TOML or a misspelt variable is skipped and ``warn(line)`` is called once with one line
     saying so (default: stderr), so that a box can still be listed and destroyed."""
     path = find_config(config)
-    # pydantic-settings reads GPUOPS_* names in any case (case_sensitive=False, a later spelling
-    # winning); the checks here read them upper-case, and messages name them as they were set.
+    # GPUOPS_* names are read in any case (a later spelling winning); the checks here read them
+    # upper-case, and messages name them as they were set.
     spelled: dict[str, str] = {}
     given, env = (os.environ if env is None else env), {}
-    for name, value in given.items():  # in order: a later spelling wins, as in pydantic-settings
+    for name, value in given.items():  # in order: a later spelling wins
         if name != name.upper() and name.upper().startswith(ENV_PREFIX):
             spelled[name.upper()] = name
             name = name.upper()
@@ -553,8 +766,8 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
         env[name] = value
     problems: list[str] = []
     data = _read_file(path, problems, lenient) if path is not None else {}
-    file_skipped = bool(problems)
-    env_problems = _check_env_names(env, spelled)
+    known = _env_names()
+    env_problems = _check_env_names(env, known, spelled)
     if env_problems and not lenient:
         msg, _, hint = env_problems[0][1].partition(" (")
         raise BadInput(msg, hint.rstrip(")"))
@@ -562,24 +775,17 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
         problems.append(problem + "; ignored")
         env.pop(var)
     for _ in range(50):  # an environment value that does not validate: refused, or (lenient) left out
-        # A file with skipped keys is passed as what is left of it (below the environment), not re-read.
-        layered = _layered(path if path is not None and not file_skipped else None, env)
-        env_data = _env_overrides(Settings, env=env)
-        init = _deep_merge(_deep_merge(data, env_data), overrides or {}) if file_skipped else (overrides or {})
         try:
-            built = layered(**init)
-            s = Settings.model_validate({n: getattr(built, n) for n in layered.model_fields})
+            s = _validate(_deep_merge(_deep_merge(data, _env_layer(env, known)), overrides or {}), strict=False)
             break
-        except ValidationError as e:
-            first = e.errors()[0]
-            keys = tuple(str(k) for k in first["loc"] if isinstance(k, str))
-            var = ENV_PREFIX + "_".join(keys).upper()
-            msg = first["msg"].removeprefix("Value error, ")
-            if var not in env or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
-                raise BadInput(_format_error(e, "command line", None), "see `gpuops up --help`") from None
+        except _Problem as p:
+            keys = tuple(str(k) for k in p.loc if isinstance(k, str))
+            var = _var_of(p.loc, env)
+            if var is None or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
+                raise BadInput(f"command line: {'.'.join(str(k) for k in p.loc)}: {p.msg}", "see `gpuops up --help`") from None
             if not lenient:
-                raise BadInput(f"environment variable {spelled.get(var, var)}: {msg}", "fix or unset the variable") from None
-            problems.append(f"environment variable {spelled.get(var, var)}: {msg}; ignored")
+                raise BadInput(f"environment variable {spelled.get(var, var)}: {p.msg}", "fix or unset the variable") from None
+            problems.append(f"environment variable {spelled.get(var, var)}: {p.msg}; ignored")
             env.pop(var)
     if problems:
         (warn or _warn_stderr)("warning: " + " | ".join(problems) + " (this command goes on without them; `gpuops up` refuses until they are fixed)")
@@ -597,24 +803,6 @@ def _has(d: dict, keys: tuple) -> bool:
 
 def _warn_stderr(line: str) -> None:
     sys.stderr.write(line + "\n")
-
-
-def _env_overrides(model: type[BaseModel], prefix: str = ENV_PREFIX, env: dict | None = None) -> dict:
-    """The ``GPUOPS_*`` values of ``env`` as nested dicts, by the names ``_env_names`` lists (used
-    to tell an environment error from a file or flag error; the values themselves are layered by
-    pydantic-settings)."""
-    env = os.environ if env is None else env
-    out: dict[str, Any] = {}
-    for name, f in model.model_fields.items():
-        var = prefix + name.upper()
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            sub = _env_overrides(ann, var + "_", env)
-            if sub:
-                out[name] = sub
-        elif var in env and name != "source":
-            out[name] = env[var]
-    return out
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -650,13 +838,13 @@ def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[s
             d = d[k]
         return True
 
-    def walk(model: BaseModel, path: tuple) -> None:
-        for name in type(model).model_fields:
+    def walk(section: _Section, path: tuple) -> None:
+        for name in section.__struct_fields__:
             if name == "source":
                 continue
-            value = getattr(model, name)
+            value = getattr(section, name)
             here = path + (name,)
-            if isinstance(value, BaseModel):
+            if isinstance(value, _Section):
                 walk(value, here)
                 continue
             var = ENV_PREFIX + "_".join(here).upper()
@@ -666,7 +854,7 @@ def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[s
             elif isinstance(value, str) and "://" in value:
                 value = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", value)
             elif isinstance(value, list):
-                value = [v.model_dump() if isinstance(v, BaseModel) else v for v in value]
+                value = msgspec.to_builtins(value)
             out.append((".".join(here), value, origin))
 
     walk(settings, ())

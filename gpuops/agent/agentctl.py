@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from gpuops.agent.bootstrap_config import BOOTSTRAP_PIDFILE
 from gpuops.agent.jobio import JOB_DIR
 
-if TYPE_CHECKING:  # type hints only: the watchdog's tick reads settings without pydantic (gpuops/settings_snapshot.py)
+if TYPE_CHECKING:
     from gpuops.config import Settings, TeardownSettings
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"

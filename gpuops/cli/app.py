@@ -322,7 +322,7 @@ def ps(
     from gpuops.rental import sessions
     from gpuops.views import ui
 
-    settings = _settings(config, emergency=True, snapshot=True)
+    settings = _settings(config, emergency=True)
     ledger = sessions.open_ledger(settings)
     me = settings.owner()
     rows = sessions.list_open(ledger, owner=None if everyone else me)
@@ -440,7 +440,7 @@ def watchdog(
         return service_command(what, _settings(config, emergency=not install), interval, json_out)
     from gpuops.rental import watchdog as wd
 
-    settings = _settings(config, snapshot=once)  # the daemon: a full load, once
+    settings = _settings(config)
     emit = _emit_json if json_out else print
     if not once:
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)

@@ -19,17 +19,11 @@ from gpuops.errors import BadInput
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
 
 
-def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False, snapshot: bool = False):
+def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False):
     """Settings for a command. ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
     lists, reads or destroys boxes and books): a broken infra.toml key or GPUOPS_* variable is
     skipped with a one-line warning on stderr instead of refusing, so a running box can still be
-    found and destroyed. ``snapshot`` (the commands run often, without flags: ps, watchdog --once,
-    the ledger reports): read back without pydantic when the same file and variables loaded cleanly before
-    (gpuops/settings_snapshot.py); the same values and errors either way."""
-    if snapshot and not overrides:
-        from gpuops.settings_snapshot import load
-
-        return load(config, lenient=emergency)
+    found and destroyed."""
     from gpuops.config import load_settings
 
     return load_settings(config, overrides, lenient=emergency)
@@ -150,7 +144,7 @@ def _reader(config: Optional[str]):
     """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
     from ledger.reads import LedgerReader
 
-    return LedgerReader(_settings(config, emergency=True, snapshot=True).ledger_url())
+    return LedgerReader(_settings(config, emergency=True).ledger_url())
 
 
 def _card_count(card: Optional[str], gpu_count: int, default: int = 1) -> tuple[Optional[str], int]:

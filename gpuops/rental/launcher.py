@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+import msgspec
+
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.config import Settings
 from gpuops.agent.jobio import tokens_from_metrics
@@ -103,7 +105,7 @@ class OfferChoice:
             "max_hours": settings.teardown.max_hours,
             "projected_cost_usd": round(self.projected_cost_usd, 4),
             "need_bytes_per_gpu": self.need_bytes_per_gpu,
-            "teardown": settings.teardown.model_dump(),
+            "teardown": msgspec.to_builtins(settings.teardown),
             "settings_file": settings.source,
         }
 
@@ -561,8 +563,8 @@ def _taken_back(s: UpRun, provider: Provider, ledger, stage: str | None = None) 
 def _rental_settings(settings: Settings, hours: float, usd: float | None) -> Settings:
     """``settings`` with a run's rental limits as its teardown: ``max_hours`` and ``max_session_usd``
     what the run has left (the agent is armed with them; the budget check counts them)."""
-    t = settings.teardown.model_copy(update={"max_hours": hours, "max_session_usd": usd})
-    return settings.model_copy(update={"teardown": t})
+    t = msgspec.structs.replace(settings.teardown, max_hours=hours, max_session_usd=usd)
+    return msgspec.structs.replace(settings, teardown=t)
 
 
 def _spent(rentals: list[UpRun], ledger) -> tuple[float, float, bool]:

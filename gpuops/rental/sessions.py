@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from gpuops.errors import BadInput
 
-if TYPE_CHECKING:  # gpuops.config imports pydantic: `ps` reads settings without it (gpuops/settings_snapshot.py)
+if TYPE_CHECKING:
     from gpuops.config import Settings
 
 

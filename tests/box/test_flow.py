@@ -11,7 +11,7 @@ import pytest
 from gpuops.agent.bootstrap_config import CONFIG_PATH, build_bootstrap_plan, run_bootstrap_plan
 from gpuops.agent.jobio import copy_results, follow_log, start_job
 from gpuops.catalog import resolve_cards
-from gpuops.config import Settings, load_settings
+from gpuops.config import Settings, load_settings, settings_from
 from gpuops.errors import BadInput
 from tests.support.servers import HttpFiles, make_repo
 from tests.support.wheels import make_wheel
@@ -20,7 +20,7 @@ SECRET = "hf_flowSecret_9f8e7d6c5b4a"
 
 
 def settings_with(tmp_path, **bootstrap) -> Settings:
-    return Settings.model_validate({"data_dir": str(tmp_path / "data"), "bootstrap": bootstrap})
+    return settings_from({"data_dir": str(tmp_path / "data"), "bootstrap": bootstrap})
 
 
 def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
@@ -116,7 +116,7 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     from ledger.models import Session
     from ledger.store import Ledger
 
-    s = Settings.model_validate({"data_dir": str(tmp_path / "data")})
+    s = settings_from({"data_dir": str(tmp_path / "data")})
     prov = LocalProvider(s.data_path() / "boxes")
     offer = prov.offers(OfferQuery())[0]
     inst = prov.create(offer, CreateSpec(label="gpuops-20261129-1700-abcd"))
