@@ -393,19 +393,18 @@ def _fields(cls: type) -> dict[str, tuple[Any, Any, Any]]:
     return info
 
 
-def _unwrap(t: Any) -> tuple[Any, tuple]:
-    """(the base type, the other members of Optional/Union) of a field type, Annotated stripped."""
+def _unwrap(t: Any) -> Any:
+    """The base type of a field type: Annotated's bounds and Optional stripped, a Union's first member."""
     if get_origin(t) is Annotated:
         t = get_args(t)[0]
     if get_origin(t) is Union:
-        members = [_unwrap(a)[0] for a in get_args(t) if a is not type(None)]
-        return members[0], tuple(members[1:])
-    return t, ()
+        return _unwrap(next(a for a in get_args(t) if a is not type(None)))
+    return t
 
 
 def _section_of(t: Any) -> type | None:
     """The section class a field holds (itself, or the items of a list of sections), else None."""
-    base = _unwrap(t)[0]
+    base = _unwrap(t)
     if get_origin(base) is list:
         base = get_args(base)[0]
     return base if isinstance(base, type) and issubclass(base, _Section) else None
@@ -433,7 +432,7 @@ def _prepare(cls: type, data: Any, strict: bool, loc: tuple = ()) -> Any:
                 value = before(value)
             except ValueError as e:
                 raise _Problem(here, str(e)) from None
-        base, _ = _unwrap(t)
+        base = _unwrap(t)
         if not strict and isinstance(value, str):
             if base is bool and value.strip().lower() in _TRUE | _FALSE:
                 value = value.strip().lower() in _TRUE
@@ -490,7 +489,7 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
         return _Problem(loc + (m.group(1),), "unknown key", "extra")
     if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
         return _Problem(loc + (m.group(1),), "Field required")
-    base = _unwrap(_type_at(loc))[0]
+    base = _unwrap(_type_at(loc))
     if get_origin(base) is Literal:
         words = [repr(v) for v in get_args(base)]
         return _Problem(loc, "Input should be " + (", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]))
@@ -515,7 +514,7 @@ def _type_at(loc: tuple) -> Any:
     """The declared type at ``loc`` (a list's items for an index), or None where no setting is declared."""
     t: Any = Settings
     for k in loc:
-        base = _unwrap(t)[0]
+        base = _unwrap(t)
         if isinstance(k, int) and get_origin(base) is list:
             t = get_args(base)[0]
         elif isinstance(base, type) and issubclass(base, _Section) and k in _fields(base):
@@ -578,7 +577,7 @@ def _closest(loc: tuple) -> str:
     """"did you mean max_hours? " for an unknown key at ``loc``, or ""."""
     import difflib
 
-    section = _unwrap(_type_at(loc[:-1]))[0] if loc else None
+    section = _unwrap(_type_at(loc[:-1])) if loc else None
     if not (isinstance(section, type) and issubclass(section, _Section)):
         return ""
     names = [n for n in _fields(section) if n != "source"]
@@ -586,7 +585,7 @@ def _closest(loc: tuple) -> str:
     return f"did you mean {close[0]}? " if close else ""
 
 
-def _env_names(cls: type = None, prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
+def _env_names(cls: type | None = None, prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
     """Every ``GPUOPS_*`` variable a setting answers to -> its key path, e.g.
     ``GPUOPS_TEARDOWN_MAX_HOURS -> ("teardown", "max_hours")``."""
     out: dict[str, tuple[str, ...]] = {}
@@ -594,7 +593,7 @@ def _env_names(cls: type = None, prefix: str = ENV_PREFIX) -> dict[str, tuple[st
         if name == "source":
             continue
         var = prefix + name.upper()
-        base = _unwrap(t)[0]
+        base = _unwrap(t)
         if isinstance(base, type) and issubclass(base, _Section):
             out.update({v: (name, *path) for v, path in _env_names(base, var + "_").items()})
         else:
@@ -705,7 +704,7 @@ def _env_layer(env: dict, known: dict) -> dict:
         if var not in env:
             continue
         value: Any = env[var]
-        base = _unwrap(_type_at(path))[0]
+        base = _unwrap(_type_at(path))
         if get_origin(base) in (list, dict) or base in (list, dict):
             try:
                 value = json.loads(value)
@@ -720,12 +719,12 @@ def _env_layer(env: dict, known: dict) -> dict:
     return out
 
 
-def _env_tables(cls: type = None, prefix: str = ENV_PREFIX, path: tuple = ()) -> dict[str, tuple[str, ...]]:
+def _env_tables(cls: type | None = None, prefix: str = ENV_PREFIX, path: tuple = ()) -> dict[str, tuple[str, ...]]:
     """``GPUOPS_TEARDOWN`` -> ("teardown",), ``GPUOPS_PROVIDERS_LOCAL`` -> ("providers", "local"), ...:
     the variables that hold a whole table."""
     out: dict[str, tuple[str, ...]] = {}
     for name, (t, _, _) in _fields(cls or Settings).items():
-        base = _unwrap(t)[0]
+        base = _unwrap(t)
         if isinstance(base, type) and issubclass(base, _Section):
             var = prefix + name.upper()
             out[var] = path + (name,)

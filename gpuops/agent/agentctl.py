@@ -212,7 +212,7 @@ def read_status(box, now: float | None = None) -> dict | None:
 def session_teardown(status: dict | None, trusted: Any, row: Any = None) -> dict:
     """The teardown settings to judge one session by, as ``bootstrap.policy.decide`` reads them.
 
-    ``trusted``: this machine's settings (a TeardownSettings, its snapshot section, or a dict); ``row``: the session's ledger
+    ``trusted``: this machine's settings (a TeardownSettings or a dict); ``row``: the session's ledger
     row, whose own limits (attributes ``max_hours`` / ``max_session_usd`` when it has them) win over
     ``trusted``. The box's status may fill the rest (idle window, sample interval) but may only
     LOWER ``max_hours`` and ``max_session_usd``: a forged ``max_hours=1000`` changes nothing."""

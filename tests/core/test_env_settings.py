@@ -61,7 +61,7 @@ def test_a_bad_value_names_the_variable_not_the_key_path():
 
 
 def test_a_variable_set_in_lower_case_is_checked_and_named_as_set(tmp_path):
-    """pydantic-settings reads gpuops_teardown_max_hours like GPUOPS_TEARDOWN_MAX_HOURS; a bad value
+    """gpuops_teardown_max_hours is read like GPUOPS_TEARDOWN_MAX_HOURS (as pydantic-settings did); a bad value
     in lower case was blamed on the "command line" and refused even by `ps` (lenient), a typo was
     "Extra inputs", and a file with a skipped key overrode the lower-case variable."""
     env = {"GPUOPS_DATA_DIR": str(tmp_path / "data")}
@@ -77,8 +77,33 @@ def test_a_variable_set_in_lower_case_is_checked_and_named_as_set(tmp_path):
     cfg.write_text("[teardown]\nmax_hours = 2\nmax_hour = 1\n")  # lenient: the typo key is skipped, the rest kept
     s = load_settings(str(cfg), env=dict(env, gpuops_teardown_max_hours="3"), lenient=True, warn=warned.append)
     assert s.teardown.max_hours == 3.0  # the variable over the file, as in upper case
-    # both spellings set: the later one wins, as pydantic-settings reads them
+    # both spellings set: the later one wins
     both = dict(env, gpuops_teardown_max_hours="3", GPUOPS_TEARDOWN_MAX_HOURS="5")
     assert load_settings(None, env=both).teardown.max_hours == 5.0
     both = dict(env, GPUOPS_TEARDOWN_MAX_HOURS="5", gpuops_teardown_max_hours="3")
     assert load_settings(None, env=both).teardown.max_hours == 3.0
+
+
+def test_a_bad_number_from_a_variable_is_blamed_on_the_variable():
+    # Seen (pydantic-settings): GPUOPS_TEARDOWN_IDLE_MINUTES=nan was "command line: ..." and refused even by `ps`.
+    with pytest.raises(BadInput, match=r"^environment variable GPUOPS_TEARDOWN_IDLE_MINUTES: Input should be a finite number"):
+        load_settings(None, env={"GPUOPS_TEARDOWN_IDLE_MINUTES": "nan"})
+    warned: list[str] = []
+    s = load_settings(None, env={"GPUOPS_TEARDOWN_IDLE_MINUTES": "nan"}, lenient=True, warn=warned.append)
+    assert s.teardown.idle_minutes == 15.0 and "GPUOPS_TEARDOWN_IDLE_MINUTES: Input should be a finite number; ignored" in warned[0]
+
+
+def test_a_whole_table_as_json_lies_under_its_key_variables():
+    env = {"GPUOPS_TEARDOWN": '{"max_hours": 2, "idle_minutes": "off"}'}
+    s = load_settings(None, env=env)
+    assert (s.teardown.max_hours, s.teardown.idle_minutes) == (2.0, "off")
+    assert load_settings(None, env=dict(env, GPUOPS_TEARDOWN_MAX_HOURS="3")).teardown.max_hours == 3.0
+    with pytest.raises(BadInput, match=r"^environment variable GPUOPS_TEARDOWN: Input should be less than or equal to 720"):
+        load_settings(None, env={"GPUOPS_TEARDOWN": '{"max_hours": 1000}'})
+
+
+def test_list_variables_are_json_or_comma_separated_text():
+    s = load_settings(None, env={"GPUOPS_BOOTSTRAP_PACKAGES": '["a==1", "b"]', "GPUOPS_JOB_ENV": "HF_TOKEN, WANDB_KEY",
+                                 "GPUOPS_JOB_RECOVER_ON": "preempted,provider_error", "GPUOPS_UP_SPOT": "no"})
+    assert s.bootstrap.packages == ["a==1", "b"] and s.job.env == ["HF_TOKEN", "WANDB_KEY"]
+    assert s.job.recover_on == ["preempted", "provider_error"] and s.up.spot is False

@@ -89,3 +89,26 @@ def test_settings_import_no_pydantic(cli_env):
     code = "import sys, gpuops.config as c; c.load_settings(None, env={}); print(sorted({'pydantic', 'pydantic_settings'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], env=cli_env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_source_is_not_a_key_of_the_file(tmp_path):
+    # Seen (pydantic-settings): "command line: source: Extra inputs are not permitted", blaming a flag.
+    cfg = _toml(tmp_path, "[teardown]\nmax_hours = 1\n\nsource = 'x'\n")
+    with pytest.raises(BadInput) as e:
+        load_settings(cfg, env={})
+    assert "infra.toml:4: teardown.source: unknown key" in str(e.value)
+    cfg = _toml(tmp_path, "source = 'x'\n")
+    with pytest.raises(BadInput, match=r"infra.toml:1: source: unknown key"):
+        load_settings(cfg, env={})
+
+
+def test_bounds_and_choices_read_as_before(tmp_path):
+    for text, where in [("[teardown]\nmax_hours = 721\n", ":2: teardown.max_hours: Input should be less than or equal to 720"),
+                        ("[teardown]\nidle_util_percent = -1\n", ":2: teardown.idle_util_percent: Input should be greater than or equal to 0"),
+                        ("[up]\nprovider = 'aws'\n", ":2: up.provider: Input should be 'local', 'runpod' or 'vast'"),
+                        ("[job]\nrecover = 1.5\n", ":2: job.recover: Input should be a valid integer"),
+                        ("[[bootstrap.weights]]\nsha256 = 'ab'\n", "infra.toml: bootstrap.weights.0.source: Field required"),
+                        ("[providers]\nlocal = 3\n", ":2: providers.local: Input should be a valid dictionary or instance of LocalProviderSettings")]:
+        with pytest.raises(BadInput) as e:
+            load_settings(_toml(tmp_path, text), env={})
+        assert where in str(e.value), (text, str(e.value))
