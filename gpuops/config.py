@@ -687,29 +687,18 @@ def _env_layer(env: dict, known: dict) -> dict:
     or table setting given as JSON is read as JSON; other text is left to the setting's check (e.g.
     comma-separated names). A whole table as one JSON object (``GPUOPS_TEARDOWN='{"max_hours": 2}'``)
     lies under the variables of its keys."""
-    import json
-
     out: dict[str, Any] = {}
-    for var, path in _env_tables().items():
-        if var in env:
-            try:
-                table = json.loads(env[var])
-            except ValueError:
-                table = env[var]  # not JSON: refused as "a valid dictionary"
-            node = out
-            for k in path[:-1]:
-                node = node.setdefault(k, {})
-            node[path[-1]] = table
+    for name, (t, _, _) in _fields(Settings).items():
+        var = ENV_PREFIX + name.upper()
+        if var in env and isinstance(t, type) and issubclass(t, _Section):
+            out[name] = _json_or_text(env[var])  # not JSON: refused as "a valid dictionary"
     for var, path in known.items():
         if var not in env:
             continue
         value: Any = env[var]
         base = _unwrap(_type_at(path))
         if get_origin(base) in (list, dict) or base in (list, dict):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass
+            value = _json_or_text(value)
         node = out
         for k in path[:-1]:
             if not isinstance(node.get(k), dict):
@@ -719,17 +708,13 @@ def _env_layer(env: dict, known: dict) -> dict:
     return out
 
 
-def _env_tables(cls: type | None = None, prefix: str = ENV_PREFIX, path: tuple = ()) -> dict[str, tuple[str, ...]]:
-    """``GPUOPS_TEARDOWN`` -> ("teardown",), ``GPUOPS_PROVIDERS_LOCAL`` -> ("providers", "local"), ...:
-    the variables that hold a whole table."""
-    out: dict[str, tuple[str, ...]] = {}
-    for name, (t, _, _) in _fields(cls or Settings).items():
-        base = _unwrap(t)
-        if isinstance(base, type) and issubclass(base, _Section):
-            var = prefix + name.upper()
-            out[var] = path + (name,)
-            out.update(_env_tables(base, var + "_", path + (name,)))
-    return out
+def _json_or_text(text: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _var_of(loc: tuple, env: dict) -> str | None:
