@@ -24,8 +24,9 @@ import math
 import os
 import re
 import sys
+import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgspec
 from msgspec import Meta
@@ -35,17 +36,21 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from bootstrap.vocabulary import PROVIDER_NAMES as PROVIDERS  # noqa: F401  (the one list, gpuops.providers.REGISTRY)
-from bootstrap.vocabulary import EndReason
+from bootstrap.vocabulary import (
+    PROVIDER_NAMES as PROVIDERS,  # noqa: F401  (the one list, gpuops.providers.REGISTRY)
+    EndReason,
+)
 from gpuops.errors import BadInput
 
 ENV_PREFIX = "GPUOPS_"
 
 
 def _check(*fields: str, before: bool = False):
-    """Mark a section's classmethod as the check of ``fields``: ``before`` on the value as given
-    (file, variable or flag, before its type is checked), else on the typed value. It returns the
-    value to keep or raises ValueError with the one-line problem."""
+    """Mark a section's classmethod as the check of ``fields``.
+
+    ``before``: it sees the value as given (file, variable or flag, before its type is checked),
+    else the typed value. It returns the value to keep or raises ValueError with the one-line problem.
+    """
 
     def mark(method):
         method.__func__._settings_check = (fields, before)
@@ -55,8 +60,11 @@ def _check(*fields: str, before: bool = False):
 
 
 class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A settings table: typed fields with defaults; an unknown key is an error (``load_settings``
-    also refuses an infinite or NaN number: an infinite max_hours would switch the TTL off)."""
+    """A settings table: typed fields with defaults; an unknown key is an error.
+
+    ``load_settings`` also refuses an infinite or NaN number (an infinite max_hours would switch the
+    TTL off).
+    """
 
 
 class UpSettings(_Section):
@@ -66,7 +74,7 @@ class UpSettings(_Section):
     card: str = ""  # empty: any card that fits
     experiment: str = "default"
     spot: bool = True  # prefer interruptible offers where the provider has them
-    max_price: Optional[Annotated[float, Meta(gt=0)]] = None  # USD/hour for the whole box
+    max_price: Annotated[float, Meta(gt=0)] | None = None  # USD/hour for the whole box
     image: str = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
     disk_gb: Annotated[float, Meta(gt=0)] = 40.0
     ready_timeout_seconds: Annotated[float, Meta(gt=0)] = 600.0  # create -> SSH answers
@@ -82,14 +90,14 @@ class TeardownSettings(_Section):
     # Hard TTL per box, hours. At most MAX_TTL_HOURS: a larger number would switch the TTL off in all
     # but name (``1e308`` was accepted and printed a 300-digit projected cost).
     max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = 4.0
-    idle_minutes: Union[float, Literal["off"]] = 15.0
+    idle_minutes: float | Literal["off"] = 15.0
     idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = 5.0
     sample_seconds: Annotated[float, Meta(gt=0)] = 10.0
     job_end_grace_seconds: Annotated[float, Meta(ge=0)] = 30.0  # agent destroys this long after job exit
     kill_grace_seconds: Annotated[float, Meta(ge=0)] = 10.0  # local destroy: TERM, then KILL after this
-    max_session_usd: Optional[Annotated[float, Meta(gt=0)]] = None
-    balance_floor_usd: Optional[Annotated[float, Meta(ge=0)]] = None
-    monthly_cap_usd: Optional[Annotated[float, Meta(gt=0)]] = None
+    max_session_usd: Annotated[float, Meta(gt=0)] | None = None
+    balance_floor_usd: Annotated[float, Meta(ge=0)] | None = None
+    monthly_cap_usd: Annotated[float, Meta(gt=0)] | None = None
     # Whom a crossed balance floor / monthly cap refuses: "account" = the provider account whose
     # balance fell (floor) and the user whose month-to-date spend reached the cap; "team" = everyone
     # on this ledger (the floor of any account refuses that provider, the cap counts all sessions).
@@ -131,7 +139,7 @@ class LedgerSettings(_Section):
 
 
 class LocalProviderSettings(_Section):
-    price_per_hour: Optional[Annotated[float, Meta(ge=0)]] = None  # USD/h; unset: catalog reference, simulated
+    price_per_hour: Annotated[float, Meta(ge=0)] | None = None  # USD/h; unset: catalog reference, simulated
     keep_box_days: Annotated[float, Meta(ge=0)] = 7.0  # a destroyed box keeps only its logs after this many days
 
 
@@ -156,8 +164,11 @@ class ProvidersSettings(_Section):
 
 
 class WeightsSource(_Section):
-    """One weights download: ``source`` hf://org/model[@rev] | https://... | file:///...;
-    ``sha256`` optional (single files); ``dest`` on-box directory (default: the cache)."""
+    """One weights download.
+
+    ``source`` hf://org/model[@rev] | https://... | file:///...; ``sha256`` optional (single files);
+    ``dest`` on-box directory (default: the cache).
+    """
 
     source: str
     sha256: str = ""
@@ -180,9 +191,11 @@ class WeightsSource(_Section):
 
 
 class BootstrapSettings(_Section):
-    """What `up` puts on the box before the job (turned into bootstrap.json by
-    gpuops.agent.bootstrap_config). Paths named ``*_on_box`` are on the box; ``requirements`` is a file
-    on this machine, shipped to the box."""
+    """What `up` puts on the box before the job (turned into bootstrap.json by gpuops.agent.bootstrap_config).
+
+    Paths named ``*_on_box`` are on the box; ``requirements`` is a file on this machine, shipped to
+    the box.
+    """
 
     requirements: str = ""  # local requirements file, shipped and installed
     packages: list[str] = []  # extra pip requirement specifiers
@@ -224,8 +237,10 @@ MAX_RECOVER = 20  # rentals after the first one run may make (a typo like 100 wo
 
 
 def parse_recover_on(v: Any) -> list[str]:
-    """``recover_on`` as a list of end reasons (a comma-separated string or a list); ValueError
-    naming the word and the allowed ones for anything else."""
+    """``recover_on`` as a list of end reasons (a comma-separated string or a list).
+
+    Raises ValueError naming the word and the allowed ones for anything else.
+    """
     if isinstance(v, str):
         v = [x.strip() for x in v.split(",") if x.strip()]
     if not isinstance(v, (list, tuple)) or not v:
@@ -275,9 +290,12 @@ class JobSettings(_Section):
 
 
 class StorageSettings(_Section):
-    """``volume``: a persistent volume to mount on every box, ``<provider>:<id or name>`` (see
+    """Storage: the volume every box mounts and how long teardown waits for the results.
+
+    ``volume``: a persistent volume to mount on every box, ``<provider>:<id or name>`` (see
     gpuops.providers.volumes); empty: none. ``results_deadline_seconds``: how long teardown waits for the
-    results copy-back (gpuops.rental.results) before destroying anyway."""
+    results copy-back (gpuops.rental.results) before destroying anyway.
+    """
 
     volume: str = ""
     results_deadline_seconds: Annotated[float, Meta(gt=0)] = 900.0
@@ -316,7 +334,7 @@ class Settings(_Section):
     job: JobSettings = msgspec.field(default_factory=JobSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     check: CheckSettings = msgspec.field(default_factory=CheckSettings)
-    source: Optional[str] = None  # the file these came from, for messages
+    source: str | None = None  # the file these came from, for messages
 
     def data_path(self) -> Path:
         """The data directory (absolute; ``data_dir`` empty: platformdirs' user data dir)."""
@@ -327,8 +345,10 @@ class Settings(_Section):
         return Path(platformdirs.user_data_dir("gpuops", appauthor=False))
 
     def private_data_path(self) -> Path:
-        """``data_path()``, created if missing and made 0700: it holds the ledger, logs, results,
-        local boxes and keys, which are the user's alone."""
+        """``data_path()``, created if missing and made 0700.
+
+        It holds the ledger, logs, results, local boxes and keys, which are the user's alone.
+        """
         p = self.data_path()
         p.mkdir(parents=True, exist_ok=True)
         os.chmod(p, 0o700)
@@ -366,8 +386,11 @@ def find_config(explicit: str | None) -> Path | None:
 # -- validation: msgspec for the types and bounds, the rest here --------------------------------------
 
 class _Problem(Exception):
-    """One thing wrong with the data at ``loc`` (key path, list indexes as ints): ``msg`` in the words
-    the user reads; ``kind``: "type" (a value of the wrong type), "extra" (an unknown key) or ""."""
+    """One thing wrong with the data at ``loc`` (key path, list indexes as ints).
+
+    ``msg``: in the words the user reads; ``kind``: "type" (a value of the wrong type), "extra" (an
+    unknown key) or "".
+    """
 
     def __init__(self, loc: tuple, msg: str, kind: str = ""):
         super().__init__(msg)
@@ -397,7 +420,7 @@ def _unwrap(t: Any) -> Any:
     """The base type of a field type: Annotated's bounds and Optional stripped, a Union's first member."""
     if get_origin(t) is Annotated:
         t = get_args(t)[0]
-    if get_origin(t) is Union:
+    if get_origin(t) in (Union, types.UnionType):
         return _unwrap(next(a for a in get_args(t) if a is not type(None)))
     return t
 
@@ -415,8 +438,11 @@ _FALSE = {"0", "off", "f", "false", "n", "no"}
 
 
 def _prepare(cls: type, data: Any, strict: bool, loc: tuple = ()) -> Any:
-    """A copy of ``data`` for ``cls`` with the before-checks applied and non-finite numbers refused
-    (raises _Problem). Not strict (environment text): booleans in pydantic's words, numbers stripped."""
+    """A copy of ``data`` for ``cls`` with the before-checks applied; raises _Problem.
+
+    Non-finite numbers are refused. Not strict (environment text): booleans in pydantic's words,
+    numbers stripped.
+    """
     if not isinstance(data, dict):
         return data
     out = dict(data)
@@ -480,8 +506,10 @@ _BOUNDS = {">": "greater than", ">=": "greater than or equal to", "<": "less tha
 
 
 def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Problem:
-    """msgspec's one error as a _Problem in the words of the messages gpuops has always printed
-    (pydantic's: "Input should be a valid number", "Input should be greater than 0")."""
+    """msgspec's one error as a _Problem in the words gpuops has always printed.
+
+    Those are pydantic's: "Input should be a valid number", "Input should be greater than 0".
+    """
     text = str(err)
     msg, _, where = text.partition(" - at `$")
     loc: tuple = tuple(k if i == "" else int(i) for k, i in re.findall(r"\.([^.\[`]+)|\[(\d+)\]", where.rstrip("`")))
@@ -545,8 +573,10 @@ def _validate(data: dict, strict: bool) -> Settings:
 
 
 def settings_from(data: dict) -> Settings:
-    """``data`` (nested dicts, as infra.toml's tables) validated as a file is, strictly: Settings, or
-    BadInput naming the key."""
+    """``data`` (nested dicts, as infra.toml's tables) validated strictly, as a file is.
+
+    Raises BadInput naming the key.
+    """
     try:
         return _validate(data, strict=True)
     except _Problem as p:
@@ -586,8 +616,10 @@ def _closest(loc: tuple) -> str:
 
 
 def _env_names(cls: type | None = None, prefix: str = ENV_PREFIX) -> dict[str, tuple[str, ...]]:
-    """Every ``GPUOPS_*`` variable a setting answers to -> its key path, e.g.
-    ``GPUOPS_TEARDOWN_MAX_HOURS -> ("teardown", "max_hours")``."""
+    """Every ``GPUOPS_*`` variable a setting answers to -> its key path.
+
+    E.g. ``GPUOPS_TEARDOWN_MAX_HOURS -> ("teardown", "max_hours")``.
+    """
     out: dict[str, tuple[str, ...]] = {}
     for name, (t, _, _) in _fields(cls or Settings).items():
         if name == "source":
@@ -602,9 +634,11 @@ def _env_names(cls: type | None = None, prefix: str = ENV_PREFIX) -> dict[str, t
 
 
 def _check_env_names(env: dict, known: dict, spelled: dict | None = None) -> list[tuple[str, str]]:
-    """(variable, one-line problem) for ``GPUOPS_<SECTION>_...`` variables that name no setting (a typo such
-    as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently). ``spelled``:
-    {upper-case name: the name as set}, for the message."""
+    """(variable, one-line problem) for ``GPUOPS_<SECTION>_...`` variables that name no setting.
+
+    A typo such as GPUOPS_TEARDOWN_MAX_HOUR would otherwise leave the default TTL in force, silently.
+    ``spelled``: {upper-case name: the name as set}, for the message.
+    """
     import difflib
 
     sections = tuple(f"{ENV_PREFIX}{n.upper()}_" for n, (t, _, _) in _fields(Settings).items()
@@ -651,8 +685,10 @@ def _drop(data: dict, loc: tuple) -> bool:
 
 
 def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
-    """The file's tables, checked strictly on their own (so an error names its line). Lenient:
-    broken keys are dropped and named in ``problems``; a file that is not TOML is skipped."""
+    """The file's tables, checked strictly on their own (so an error names its line).
+
+    Lenient: broken keys are dropped and named in ``problems``; a file that is not TOML is skipped.
+    """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:  # not UTF-8 (TOML is), a folder, no permission
@@ -683,10 +719,12 @@ def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
 
 
 def _env_layer(env: dict, known: dict) -> dict:
-    """The ``GPUOPS_*`` settings of ``env`` (upper-case names) as nested dicts of their text. A list
-    or table setting given as JSON is read as JSON; other text is left to the setting's check (e.g.
-    comma-separated names). A whole table as one JSON object (``GPUOPS_TEARDOWN='{"max_hours": 2}'``)
-    lies under the variables of its keys."""
+    """The ``GPUOPS_*`` settings of ``env`` (upper-case names) as nested dicts of their text.
+
+    A list or table setting given as JSON is read as JSON; other text is left to the setting's check
+    (e.g. comma-separated names). A whole table as one JSON object
+    (``GPUOPS_TEARDOWN='{"max_hours": 2}'``) lies under the variables of its keys.
+    """
     out: dict[str, Any] = {}
     for name, (t, _, _) in _fields(Settings).items():
         var = ENV_PREFIX + name.upper()
@@ -729,8 +767,10 @@ def _var_of(loc: tuple, env: dict) -> str | None:
 
 def load_settings(config: str | None = None, overrides: dict | None = None, env: dict | None = None,
                   lenient: bool = False, warn=None) -> Settings:
-    """Read the file (if any), apply GPUOPS_* variables (``env``, default ``os.environ``), then
-    ``overrides`` (from flags, nested dicts like ``{"teardown": {"max_hours": 2}}``).
+    """Settings from the file (if any), then GPUOPS_* variables, then flags.
+
+    ``env``: the variables (default ``os.environ``); ``overrides``: from flags, nested dicts like
+    ``{"teardown": {"max_hours": 2}}``.
 
     Raises BadInput naming the file and line (or the variable, or "command line"). ``lenient``
     (emergency commands: ``ps``, ``down``, ``reconcile``, ``ledger``): a broken key, a file that
@@ -800,10 +840,12 @@ SECRET_KEYS = ("api_key",)
 
 
 def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[str, Any, str]]:
-    """Where each setting of ``settings`` came from, in declaration order: (dotted key, value,
-    origin), origin ``$GPUOPS_<SECTION>_<KEY>`` (the environment wins over the file), the file's
-    path (``settings.source``), or ``default``. A flag given to the command shows as the layer
-    under it. ``api_key`` values show as ``(set)`` and a URL's password as ``***``: never a secret."""
+    """Where each setting of ``settings`` came from, in declaration order: (dotted key, value, origin).
+
+    Origin: ``$GPUOPS_<SECTION>_<KEY>`` (the environment wins over the file), the file's path
+    (``settings.source``), or ``default``. A flag given to the command shows as the layer under it.
+    ``api_key`` values show as ``(set)`` and a URL's password as ``***``: never a secret.
+    """
     env = os.environ if env is None else env
     upper = {k.upper(): v for k, v in env.items()}
     data: dict = {}
