@@ -38,7 +38,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.reads import (active_refusal_rows, cost_lines, iter_query, iter_rows_between, last_event_row, open_rows, overlapping, rows_between,
+from ledger.reads import (SQLITE_BUSY_TIMEOUT_S, active_refusal_rows, cost_lines, iter_query, iter_rows_between, last_event_row, open_rows, overlapping, rows_between,
                           sqlite_active_refusal_rows, sqlite_cost_lines, sqlite_current_file, sqlite_iter_query,
                           sqlite_iter_rows_between, sqlite_last_event_row, sqlite_open_rows, sqlite_overlapping,
                           sqlite_watchdog_pass_rows, watchdog_pass_rows)
@@ -60,10 +60,13 @@ def _orm():
 
 
 def _spooled_errors() -> tuple[type[BaseException], ...]:
-    """The errors that send a write to the spool (SQLAlchemy loads with the first write anyway)."""
-    import sqlalchemy as sa
+    """The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it
+    (once loaded) or the standard library's ``sqlite3`` (a light ledger, ``ledger.light``)."""
+    import sqlite3
+    import sys
 
-    return (sa.exc.OperationalError,)
+    sa = sys.modules.get("sqlalchemy")
+    return (sqlite3.OperationalError,) + ((sa.exc.OperationalError,) if sa is not None else ())
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -163,10 +166,14 @@ class ImportRejected(ValueError):
 
 class Ledger:
     """A ledger at ``url`` (SQLAlchemy URL). Creates the SQLite file's folder and applies pending
-    migrations on open."""
+    migrations on open. ``light``: while the file is a current SQLite ledger and the engine is not
+    open, the rental's writes and single-session reads (``add_session``, ``event``, ``update``,
+    ``add_steps``, ``request_end``, ``close``, ``get``, ``events``) go through the standard
+    library (``ledger.light``: no SQLAlchemy import; ``get``/``events`` then answer read-only rows)."""
 
-    def __init__(self, url: str, spool_path: str | Path | None = None):
+    def __init__(self, url: str, spool_path: str | Path | None = None, light: bool = False):
         self.url = url
+        self._light = light
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
         self.fallback_spool_path = fallback_spool_path(url)
         self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
@@ -202,6 +209,15 @@ class Ledger:
             if self._file_id is None:
                 self._file_id = _file_id(self._file)
         return self._engine
+
+    def _lite(self) -> Path | None:
+        """The SQLite file while a light ledger goes without SQLAlchemy (``ledger.light``), else None."""
+        return self._sqlite if self._light and self._engine is None else None
+
+    def _busy_s(self) -> float:
+        """How long a standard-library write waits for another writer: ``bounded()``'s deadline,
+        else the engine's busy timeout."""
+        return self._bound if self._bound is not None else SQLITE_BUSY_TIMEOUT_S
 
     @property
     def fast_sqlite(self) -> Path | None:
@@ -509,9 +525,21 @@ class Ledger:
         return out
 
     # -- writes -------------------------------------------------------------------------------
-    def add_session(self, row: Session) -> None:
-        """Insert the intent row (status provisioning) and its first event in one transaction."""
+    def add_session(self, row: Session | dict) -> None:
+        """Insert the intent row (status provisioning) and its first event in one transaction.
+        ``row``: a ``ledger.models.Session``, or its columns as a dict (the model's defaults for
+        the rest: ``ledger.light.session_dict``)."""
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            fields = row if isinstance(row, dict) else row.model_dump()
+            got = light.add_session(lite, light.session_dict({k: _plain(v) for k, v in fields.items()}), self._busy_s())
+            self._hold("row", {}, got)
+            return
         DbSession, select, Session, Event, BootstrapStep = _orm()
+        if isinstance(row, dict):
+            row = Session(**row)
         with DbSession(self.engine) as db:
             db.add(row)
             db.flush()  # the row must exist before its event (no ORM relationship orders them)
@@ -534,6 +562,11 @@ class Ledger:
                       at=at if at is not None else time.time())
 
     def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            return light.event(lite, session_id, _plain(kind), detail, at, self._busy_s())
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             db.add(Event(session_id=session_id, at=at if at is not None else time.time(), kind=_plain(kind), detail=detail))
@@ -546,6 +579,11 @@ class Ledger:
         self._guarded("steps", self._add_steps, session_id=session_id, steps=steps)
 
     def _add_steps(self, session_id: str, steps: list[dict]) -> None:
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            return light.add_steps(lite, session_id, steps, self._busy_s())
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             for s in steps:
@@ -570,6 +608,11 @@ class Ledger:
         return self._guarded("request_end", self._request_end, session_id=session_id, reason=_plain(reason), by=_plain(by), detail=detail)
 
     def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            return light.request_end(lite, session_id, reason, by, detail, self._busy_s())
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
@@ -593,6 +636,11 @@ class Ledger:
                              exit_code=exit_code, **fields)
 
     def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session:
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            return light.close(lite, session_id, ended_at, reason, exit_code, fields, self._busy_s())  # type: ignore[return-value]
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
@@ -658,6 +706,11 @@ class Ledger:
         return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
     def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Session:
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            return light.set_fields(lite, session_id, kind, detail, fields, self._busy_s())  # type: ignore[return-value]
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             row = db.get(Session, session_id)
@@ -883,9 +936,15 @@ class Ledger:
     # -- reads --------------------------------------------------------------------------------
     def get(self, session_id: str) -> Session | None:
         """The session row (None when there is none); this Ledger then holds it (``held``)."""
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            row = db.get(Session, session_id)
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            row = light.get(lite, session_id, self._busy_s())
+        else:
+            DbSession, select, Session, Event, BootstrapStep = _orm()
+            with DbSession(self.engine) as db:
+                row = db.get(Session, session_id)
         if row is not None and (session_id not in self._held or not self.has_spool()):
             self._hold("row", {}, row)  # not over a held row whose later writes still wait in the spool
         return row
@@ -997,6 +1056,12 @@ class Ledger:
             return list(db.exec(select(BootstrapStep).where(BootstrapStep.session_id == session_id).order_by(BootstrapStep.id)))
 
     def events(self, session_id: str) -> list[Event]:
+        """The session's events, oldest first (read-only rows on a light ledger)."""
+        lite = self._lite()
+        if lite is not None:
+            from ledger import light
+
+            return light.events(lite, session_id, self._busy_s())  # type: ignore[return-value]
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
             return list(db.exec(select(Event).where(Event.session_id == session_id).order_by(Event.id)))

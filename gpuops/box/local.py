@@ -20,7 +20,10 @@ class LocalBox:
     """This machine as a box.
 
     ``root`` is a directory; each process runs in its own process group, recorded in
-    ``root/.gpuops/pgids`` so that the local provider's destroy ends them all."""
+    ``root/.gpuops/pgids`` so that the local provider's destroy ends them all. ``local_reads``:
+    reading a file of the box is a local read (callers may poll it often)."""
+
+    local_reads = True
 
     def __init__(self, root: Path, base_env: dict[str, str] | None = None):
         self.root = str(root)

@@ -51,7 +51,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 @app.command()
 @output_options()
 def up(
-    job: Path = typer.Option(..., "--job", help="Script to run on the box (bash .sh, python .py, or an executable)."),
+    # str, not Path: typer coerces a Path through a pydantic adapter built on first use (start-up
+    # before the intent row); gpuops.rental.launcher.validate checks the file.
+    job: str = typer.Option(..., "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."),
     card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
     experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
     provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default from settings: local)."),
@@ -125,7 +127,7 @@ def up(
 
         resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
     req = launcher.UpRequest(
-        job=job, card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
+        job=Path(job), card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
         spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
         note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "", name=name or "",
         recover=settings.job.recover, recover_on=tuple(settings.job.recover_on),

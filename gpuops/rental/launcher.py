@@ -41,6 +41,9 @@ META = ".gpuops"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).
 MAX_OFFER_ATTEMPTS = 3
 LOG_POLL_S = 0.2
+# A box whose files are this machine's (LocalBox.local_reads): a poll is three file reads, so the
+# job's end is seen within this, not within LOG_POLL_S (job end to row closed is what the user pays).
+LOCAL_LOG_POLL_S = 0.02
 MAX_JOB_LINE_BYTES = 64 * 1024  # the longest piece of one job output line shown at once (flat memory)
 # The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
 # change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
@@ -396,7 +399,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
         from ledger import Ledger
 
-        ledger = Ledger(settings.ledger_url())
+        ledger = Ledger(settings.ledger_url(), light=True)  # a current SQLite file: the rental booked without SQLAlchemy
     reporter.stage("plan")
     fault_point("plan")
     try:
@@ -458,12 +461,11 @@ def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = 
 
 
 def _intent(s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger, reporter: Reporter) -> None:
-    """Write the rental's row BEFORE anything is created, with its limits on it."""
-    from ledger import Session as Row
-
+    """Write the rental's row BEFORE anything is created, with its limits on it (a dict of its
+    columns: the ledger's light path writes it without importing the ORM's model)."""
     req = s.req
     reporter.stage("intent", f"session {s.id}" + (f" (run {s.run_id}, attempt {s.attempt})" if s.run_id else ""))
-    ledger.add_session(Row(
+    ledger.add_session(dict(
         id=s.id, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
         gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=s.label, simulated=p.offer.simulated,
         status=str(RowStatus.PROVISIONING), created_at=time.time(), note=req.note, log_path=str(s.log_path),
@@ -974,7 +976,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
                 run_poll()
 
         try:
-            log_bytes, ended = jobio.follow_log(box, sink, poll_s=LOG_POLL_S, deadline=time.monotonic() + (ttl_deadline - time.time()),
+            log_bytes, ended = jobio.follow_log(box, sink, poll_s=_log_poll_s(box), deadline=time.monotonic() + (ttl_deadline - time.time()),
                                         stale_after_s=WRAPPER_STALE_S, on_poll=live)
         except TakenBack:
             return EndReason.PREEMPTED
@@ -996,6 +998,12 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
         return EndReason.PREEMPTED  # stopped with its box (a SIGTERM from the host), not a failure of its own
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
+
+
+def _log_poll_s(box) -> float:
+    """Seconds between two reads of the job's log and exit: ``LOCAL_LOG_POLL_S`` on a box whose
+    reads are local files, else ``LOG_POLL_S`` (each read of an SSH box is a round trip)."""
+    return LOCAL_LOG_POLL_S if getattr(box, "local_reads", False) else LOG_POLL_S
 
 
 def _book_live(s: UpRun, ledger) -> None:
@@ -1101,7 +1109,11 @@ def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
         s.tokens_booked = True
         ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds)
     results = settings.job.results.strip("/")
+    booked = s.tokens_booked  # the tokens and job seconds are on the row already
+    if results and _no_results_dir(box, results):
+        results = ""  # a local box without the directory: no manifest to run (a python start), nothing to copy
     if results:
+        booked = False
         from gpuops.rental import results as copyback
 
         dest = settings.data_path() / "results" / s.id
@@ -1119,9 +1131,18 @@ def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
             reporter.warn(f"results: {rep.line()}")
             if dest.exists():
                 s.results_path = str(dest)
-    ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
+    if not booked:
+        ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
     s.collected = True
     return None
+
+
+def _no_results_dir(box, results: str) -> bool:
+    """True when ``box`` reads its files locally (``LocalBox.local_reads``) and has no directory
+    ``results``; False otherwise (an SSH box is asked by the manifest itself: one round trip)."""
+    import os
+
+    return bool(getattr(box, "local_reads", False)) and not os.path.isdir(box._abs(results))
 
 
 def _agent_reason(s: UpRun) -> EndReason | None:

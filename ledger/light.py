@@ -1,0 +1,199 @@
+"""A rental's writes and single-session reads with the standard library's ``sqlite3``, for a
+``Ledger(url, light=True)`` on an SQLite file already at the newest schema.
+
+`gpuops up` books a whole rental through these (intent row, events, field updates, bootstrap
+steps, end request, close): importing SQLAlchemy and SQLModel costs 0.3 s on a quiet 2-core
+machine with compiled bytecode and seconds without it, and before the intent row that time is
+outside the booked window. Each function is the statement the ORM path of ``ledger.store``
+issues, with the same result; tests/books/test_light_ledger.py runs both on one history and
+compares the rows. Each write is one transaction whose write lock is taken at BEGIN (``BEGIN
+IMMEDIATE``) with the caller's busy timeout, foreign keys on and ``synchronous=NORMAL``, as
+``ledger/engine.py`` opens every connection; the file is named in ``ledger.checkpoint.WRITTEN``.
+The database's refusal is ``sqlite3.OperationalError`` (the store spools it, as it spools
+SQLAlchemy's).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections import namedtuple
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from bootstrap.vocabulary import EventKind, RowStatus
+from ledger.billing import billed_cost
+from ledger.checkpoint import WRITTEN
+from ledger.reads import SESSION_COLUMNS, SessionRow, _session_row
+
+# The defaults of ``ledger.models.Session`` for a row given as a dict (the columns not listed
+# default to NULL); tests/books/test_light_ledger.py checks them against the model.
+SESSION_DEFAULTS: dict[str, Any] = {
+    "experiment": "default", "job": "", "provider": "", "card": "", "gpu_count": 1, "spot": False, "label": "",
+    "simulated": False, "status": str(RowStatus.PROVISIONING), "tokens": 0, "conclusion": "", "note": "", "log_path": "",
+    "results_path": "", "source": "gpuops",
+}
+_COLUMNS = frozenset(SESSION_COLUMNS)
+EVENT_COLUMNS = ("id", "session_id", "at", "kind", "detail")
+
+
+class EventRow(namedtuple("EventRow", EVENT_COLUMNS)):
+    """An ``events`` row, read-only (attribute access like ``ledger.models.Event``)."""
+
+    __slots__ = ()
+
+
+def session_dict(fields: dict) -> dict:
+    """Every ``sessions`` column of a new row: ``fields`` over ``SESSION_DEFAULTS`` (None for
+    the rest). Raises ValueError for a key that is not a column, or a row without id or created_at."""
+    bad = sorted(set(fields) - _COLUMNS)
+    if bad:
+        raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
+    row = {c: SESSION_DEFAULTS.get(c) for c in SESSION_COLUMNS}
+    row.update(fields)
+    if not row["id"] or row["created_at"] is None:
+        raise ValueError("a session row needs its id and created_at")
+    return row
+
+
+@contextmanager
+def _write(path: Path, timeout_s: float) -> Iterator[sqlite3.Connection]:
+    """One write transaction on ``path``: the lock taken at BEGIN, waiting at most ``timeout_s``
+    for another writer; committed on leaving, rolled back on an error."""
+    con = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
+    try:
+        con.execute("PRAGMA foreign_keys=ON")
+        con.execute("PRAGMA synchronous=NORMAL")
+        con.execute("BEGIN IMMEDIATE")
+        WRITTEN.add(str(path))
+        try:
+            yield con
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def _read(path: Path, timeout_s: float) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+
+
+def _one(con: sqlite3.Connection, session_id: str) -> SessionRow | None:
+    r = con.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return _session_row(r) if r is not None else None
+
+
+def _event(con: sqlite3.Connection, session_id: str, kind: str, detail: str, at: float) -> None:
+    con.execute("INSERT INTO events (session_id, at, kind, detail) VALUES (?, ?, ?, ?)", (session_id, at, kind, detail))
+
+
+def add_session(path: Path, row: dict, timeout_s: float) -> SessionRow:
+    """Insert the intent row (every column: ``session_dict``) and its ``intent`` event at its
+    ``created_at`` in one transaction; returns the row as stored."""
+    cols = list(SESSION_COLUMNS)
+    with _write(path, timeout_s) as con:
+        con.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols])
+        _event(con, row["id"], str(EventKind.INTENT), "", row["created_at"])
+        return _one(con, row["id"])  # type: ignore[return-value]
+
+
+def event(path: Path, session_id: str, kind: str, detail: str, at: float | None, timeout_s: float) -> None:
+    """Append one event (``at``: epoch s, None: now)."""
+    with _write(path, timeout_s) as con:
+        _event(con, session_id, kind, detail, at if at is not None else time.time())
+
+
+def set_fields(path: Path, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> SessionRow:
+    """Set ``fields`` of the row (and append the event ``kind`` with ``detail`` when given) in one
+    transaction; returns the row. KeyError for an unknown session, ValueError for an unknown column."""
+    bad = sorted(set(fields) - _COLUMNS - {"id"}) + (["id"] if "id" in fields else [])
+    if bad:
+        raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
+    with _write(path, timeout_s) as con:
+        if fields:
+            cur = con.execute(f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?", [*fields.values(), session_id])
+            if cur.rowcount == 0:
+                raise KeyError(session_id)
+        row = _one(con, session_id)
+        if row is None:
+            raise KeyError(session_id)
+        if kind is not None:
+            _event(con, session_id, kind, detail, time.time())
+        return row
+
+
+def add_steps(path: Path, session_id: str, steps: Iterable[dict], timeout_s: float) -> None:
+    """Insert bootstrap step lines ``{"step", "status", "seconds", "detail"}``."""
+    rows = []
+    for s in steps:
+        detail = s.get("detail", "")
+        rows.append((session_id, str(s["step"]), str(s.get("status", "")), float(s.get("seconds", 0.0)),
+                     detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True)))
+    with _write(path, timeout_s) as con:
+        con.executemany("INSERT INTO bootstrap_steps (session_id, name, status, seconds, detail) VALUES (?, ?, ?, ?, ?)", rows)
+
+
+def request_end(path: Path, session_id: str, reason: str, by: str, detail: str, timeout_s: float) -> str:
+    """``Ledger.request_end``: the reason on an open row without one, with its ``end_requested``
+    event; returns the reason the row will close with. KeyError for an unknown session."""
+    with _write(path, timeout_s) as con:
+        r = con.execute("SELECT status, end_reason FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        if r is None:
+            raise KeyError(session_id)
+        status, end_reason = r
+        if status != RowStatus.CLOSED and not end_reason:
+            con.execute("UPDATE sessions SET end_reason = ? WHERE id = ?", (reason, session_id))
+            doc = json.dumps({"reason": reason, "by": by, "detail": detail}, sort_keys=True)
+            _event(con, session_id, str(EventKind.END_REQUESTED), doc, time.time())
+            return reason
+        return end_reason or reason
+
+
+def close(path: Path, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict, timeout_s: float) -> SessionRow:
+    """``Ledger.close``: end time, reason (an earlier request's wins), billed seconds and cost from
+    the charged price, ``fields``; its ``closed`` event. A closed row is returned unchanged.
+    KeyError for an unknown session."""
+    fields = dict(fields)
+    with _write(path, timeout_s) as con:
+        row = _one(con, session_id)
+        if row is None:
+            raise KeyError(session_id)
+        if row.status == RowStatus.CLOSED:
+            return row
+        increment = fields.pop("billing_increment_seconds", row.billing_increment_seconds)
+        seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at, increment)
+        sets = {"billing_increment_seconds": increment, "status": str(RowStatus.CLOSED), "ended_at": ended_at,
+                "end_reason": row.end_reason or reason, "end_source": fields.pop("end_source", None) or row.end_source or "destroy",
+                "billed_seconds": seconds, "cost_usd": cost}
+        if exit_code is not None:
+            sets["exit_code"] = exit_code
+        bad = sorted(set(fields) - _COLUMNS - {"id"})
+        if bad:
+            raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
+        sets.update(fields)
+        con.execute(f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in sets)} WHERE id = ?", [*sets.values(), session_id])
+        _event(con, session_id, str(EventKind.CLOSED), sets["end_reason"], time.time())
+        return _one(con, session_id)  # type: ignore[return-value]
+
+
+def get(path: Path, session_id: str, timeout_s: float) -> SessionRow | None:
+    """The row, read-only (``ledger.reads.SessionRow``), or None."""
+    con = _read(path, timeout_s)
+    try:
+        return _one(con, session_id)
+    finally:
+        con.close()
+
+
+def events(path: Path, session_id: str, timeout_s: float) -> list[EventRow]:
+    """The session's events in the order they were written."""
+    con = _read(path, timeout_s)
+    try:
+        return [EventRow(*r) for r in con.execute(f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE session_id = ? ORDER BY id",
+                                                  (session_id,))]
+    finally:
+        con.close()
