@@ -313,6 +313,7 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, instance=inst or Instance(id=row.instance_id, label=row.label, status=InstanceStatus.GONE),
                        detail="instance gone", exit_code=exit_code, last_seen_at=max(proofs) if proofs else None, clock=ctx.clock,
                        tokens=_tokens_to_book(ctx, row, provider, inst))
+    close_run_of(ctx, row, ended)
     return _ended_action(row, ended, "instance gone")
 
 
@@ -332,7 +333,37 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
     ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, detail=detail, ended_at=ended_at,
                        end_source=end_source or ("heartbeat" if ended_at is not None else None), clock=ctx.clock,
                        instance=inst, tokens=_tokens_to_book(ctx, row, provider, inst))
+    close_run_of(ctx, row, ended)
     return _ended_action(row, ended, detail)
+
+
+def close_run_of(ctx: Context, row, ended: Ended) -> bool:
+    """Close the run (``runs`` row, m010) of a rental this process (reconcile, the watchdog) just
+    closed, when no `up` can carry the run on: its other rentals are closed and the rental's reason
+    ends the run (a reason outside the run's ``recover_on``: the run ends with it, as `up` ends it),
+    or it would re-rent but the attempts are spent (``attempts_spent``). A reason the run recovers
+    on with attempts left leaves it open: a live `up` is renting the next box. The run's end time is
+    the rental's. Returns whether it closed the run; never raises for a ledger error (the rental is
+    booked; the run's close is a label on it)."""
+    from bootstrap.vocabulary import RunEnd
+
+    run_id = getattr(row, "run_id", None)
+    if not run_id or not ended.closed:
+        return False
+    try:
+        run = ctx.ledger.get_run(run_id)
+        if run is None or run.status == "closed" or any(r.status != RowStatus.CLOSED for r in ctx.ledger.run_rentals(run_id)):
+            return False
+        reason = str(ended.reason or EndReason.ERROR)
+        recovers = reason in {w for w in (run.recover_on or "").split(",") if w}
+        if recovers and int(run.attempts or 0) <= int(run.recover or 0):
+            return False
+        end = str(RunEnd.ATTEMPTS_SPENT) if recovers else reason
+        ctx.ledger.close_run(run_id, float(ended.ended_at or ctx.clock()), end,
+                             f"rental {getattr(row, 'attempt', None) or '?'} ({row.id}) ended {reason}; closed with it by {ctx.by}")
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def _end_requested(ctx: Context, row) -> EndReason | None:
