@@ -70,17 +70,21 @@ def floor_once(seconds: float) -> float:
 
 
 def up_once(env: dict, job: Path, timeout_s: float) -> dict:
-    """One ``gpuops up --job JOB`` (stdout and stderr kept apart from the terminal); its wall
+    """One ``gpuops up --job JOB`` (its summary table and stage lines to pipes, not a terminal); its wall
     seconds and the moments read back from its box and its row (epoch s, this machine's clock)."""
     t_start = time.time()
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "gpuops", "up", "--job", str(job), "--json"], env=env,
+    r = subprocess.run([sys.executable, "-m", "gpuops", "up", "--job", str(job)], env=env, cwd=env["PYTHONPATH"],  # -m: the cwd comes first
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
     wall = time.perf_counter() - t0
     t_gone = time.time()
     if r.returncode != 0:
         raise RuntimeError(f"gpuops up exited {r.returncode}: {r.stderr.decode(errors='replace')[-2000:]}")
-    sid = json.loads(r.stdout)["session"]
+    db = sqlite3.connect(env["GPUOPS_LEDGER_URL"][len("sqlite:///"):])
+    try:
+        sid = db.execute("SELECT id FROM sessions ORDER BY created_at DESC LIMIT 1").fetchone()[0]
+    finally:
+        db.close()
     code = (Path(env["GPUOPS_DATA_DIR"]) / "boxes" / f"gpuops-{sid}" / ".gpuops" / "run" / "exit_code").read_text().split()
     job_start, job_end = float(code[1]), float(code[2])
     db = sqlite3.connect(env["GPUOPS_LEDGER_URL"][len("sqlite:///"):])

@@ -8,7 +8,8 @@ outside the booked window. Each function is the statement the ORM path of ``ledg
 issues, with the same result; tests/books/test_light_ledger.py runs both on one history and
 compares the rows. Each write is one transaction whose write lock is taken at BEGIN (``BEGIN
 IMMEDIATE``) with the caller's busy timeout, foreign keys on and ``synchronous=NORMAL``, as
-``ledger/engine.py`` opens every connection; the file is named in ``ledger.checkpoint.WRITTEN``.
+``ledger/engine.py`` opens every connection, on one connection the store keeps (``LightFile``); the
+file is named in ``ledger.checkpoint.WRITTEN``.
 The database's refusal is ``sqlite3.OperationalError`` (the store spools it, as it spools
 SQLAlchemy's).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
 from collections import namedtuple
 from contextlib import contextmanager
@@ -58,62 +60,99 @@ def session_dict(fields: dict) -> dict:
     return row
 
 
-@contextmanager
-def _write(path: Path, timeout_s: float) -> Iterator[sqlite3.Connection]:
-    """One write transaction on ``path``: the lock taken at BEGIN, waiting at most ``timeout_s``
-    for another writer; committed on leaving, rolled back on an error."""
-    con = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
-    try:
-        con.execute("PRAGMA foreign_keys=ON")
-        con.execute("PRAGMA synchronous=NORMAL")
-        con.execute("BEGIN IMMEDIATE")
-        WRITTEN.add(str(path))
+class LightFile:
+    """One ``sqlite3`` connection to the ledger file at ``path``, opened on first use and kept for
+    this process's writes and reads (a connection per write pays the schema parse and the pragmas
+    each time: ~5 ms on a loaded 2-core machine), used by one thread at a time (the store's bounded
+    writes run in worker threads)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._con: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def _held(self, timeout_s: float) -> Iterator[sqlite3.Connection]:
+        # A write past its deadline may still hold the connection: wait at most as long as for the lock.
+        if not self._lock.acquire(timeout=max(0.0, timeout_s)):
+            raise sqlite3.OperationalError("the ledger connection is still busy with a late write")
         try:
+            if self._con is None:
+                con = sqlite3.connect(str(self.path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
+                con.execute("PRAGMA foreign_keys=ON")
+                con.execute("PRAGMA synchronous=NORMAL")
+                self._con = con
+            self._con.execute(f"PRAGMA busy_timeout={max(1, int(timeout_s * 1000))}")
+            yield self._con
+        finally:
+            self._lock.release()
+
+    @contextmanager
+    def write(self, timeout_s: float) -> Iterator[sqlite3.Connection]:
+        """One write transaction: the lock taken at BEGIN, waiting at most ``timeout_s`` for
+        another writer; committed on leaving, rolled back on an error."""
+        with self._held(timeout_s) as con:
+            con.execute("BEGIN IMMEDIATE")
+            WRITTEN.add(str(self.path))
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    try:
+                        con.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        self.close()  # a connection that cannot roll back is not used again
+                raise
+
+    @contextmanager
+    def read(self, timeout_s: float) -> Iterator[sqlite3.Connection]:
+        """The connection for reads (each statement its own snapshot, read to its end)."""
+        with self._held(timeout_s) as con:
             yield con
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-    finally:
-        con.close()
 
-
-def _read(path: Path, timeout_s: float) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout_s)
+    def close(self) -> None:
+        """Close the connection (the file was replaced: the next use opens the new one)."""
+        con, self._con = self._con, None
+        if con is not None:
+            try:
+                con.close()
+            except sqlite3.Error:
+                pass
 
 
 def _one(con: sqlite3.Connection, session_id: str) -> SessionRow | None:
-    r = con.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,)).fetchone()
-    return _session_row(r) if r is not None else None
+    got = con.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,)).fetchall()
+    return _session_row(got[0]) if got else None
 
 
 def _event(con: sqlite3.Connection, session_id: str, kind: str, detail: str, at: float) -> None:
     con.execute("INSERT INTO events (session_id, at, kind, detail) VALUES (?, ?, ?, ?)", (session_id, at, kind, detail))
 
 
-def add_session(path: Path, row: dict, timeout_s: float) -> SessionRow:
+def add_session(f: LightFile, row: dict, timeout_s: float) -> SessionRow:
     """Insert the intent row (every column: ``session_dict``) and its ``intent`` event at its
     ``created_at`` in one transaction; returns the row as stored."""
     cols = list(SESSION_COLUMNS)
-    with _write(path, timeout_s) as con:
+    with f.write(timeout_s) as con:
         con.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols])
         _event(con, row["id"], str(EventKind.INTENT), "", row["created_at"])
         return _one(con, row["id"])  # type: ignore[return-value]
 
 
-def event(path: Path, session_id: str, kind: str, detail: str, at: float | None, timeout_s: float) -> None:
+def event(f: LightFile, session_id: str, kind: str, detail: str, at: float | None, timeout_s: float) -> None:
     """Append one event (``at``: epoch s, None: now)."""
-    with _write(path, timeout_s) as con:
+    with f.write(timeout_s) as con:
         _event(con, session_id, kind, detail, at if at is not None else time.time())
 
 
-def set_fields(path: Path, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> SessionRow:
+def set_fields(f: LightFile, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> SessionRow:
     """Set ``fields`` of the row (and append the event ``kind`` with ``detail`` when given) in one
     transaction; returns the row. KeyError for an unknown session, ValueError for an unknown column."""
     bad = sorted(set(fields) - _COLUMNS - {"id"}) + (["id"] if "id" in fields else [])
     if bad:
         raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
-    with _write(path, timeout_s) as con:
+    with f.write(timeout_s) as con:
         if fields:
             cur = con.execute(f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?", [*fields.values(), session_id])
             if cur.rowcount == 0:
@@ -126,25 +165,25 @@ def set_fields(path: Path, session_id: str, kind: str | None, detail: str, field
         return row
 
 
-def add_steps(path: Path, session_id: str, steps: Iterable[dict], timeout_s: float) -> None:
+def add_steps(f: LightFile, session_id: str, steps: Iterable[dict], timeout_s: float) -> None:
     """Insert bootstrap step lines ``{"step", "status", "seconds", "detail"}``."""
     rows = []
     for s in steps:
         detail = s.get("detail", "")
         rows.append((session_id, str(s["step"]), str(s.get("status", "")), float(s.get("seconds", 0.0)),
                      detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True)))
-    with _write(path, timeout_s) as con:
+    with f.write(timeout_s) as con:
         con.executemany("INSERT INTO bootstrap_steps (session_id, name, status, seconds, detail) VALUES (?, ?, ?, ?, ?)", rows)
 
 
-def request_end(path: Path, session_id: str, reason: str, by: str, detail: str, timeout_s: float) -> str:
+def request_end(f: LightFile, session_id: str, reason: str, by: str, detail: str, timeout_s: float) -> str:
     """``Ledger.request_end``: the reason on an open row without one, with its ``end_requested``
     event; returns the reason the row will close with. KeyError for an unknown session."""
-    with _write(path, timeout_s) as con:
-        r = con.execute("SELECT status, end_reason FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if r is None:
+    with f.write(timeout_s) as con:
+        got = con.execute("SELECT status, end_reason FROM sessions WHERE id = ?", (session_id,)).fetchall()
+        if not got:
             raise KeyError(session_id)
-        status, end_reason = r
+        status, end_reason = got[0]
         if status != RowStatus.CLOSED and not end_reason:
             con.execute("UPDATE sessions SET end_reason = ? WHERE id = ?", (reason, session_id))
             doc = json.dumps({"reason": reason, "by": by, "detail": detail}, sort_keys=True)
@@ -153,12 +192,12 @@ def request_end(path: Path, session_id: str, reason: str, by: str, detail: str, 
         return end_reason or reason
 
 
-def close(path: Path, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict, timeout_s: float) -> SessionRow:
+def close(f: LightFile, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict, timeout_s: float) -> SessionRow:
     """``Ledger.close``: end time, reason (an earlier request's wins), billed seconds and cost from
     the charged price, ``fields``; its ``closed`` event. A closed row is returned unchanged.
     KeyError for an unknown session."""
     fields = dict(fields)
-    with _write(path, timeout_s) as con:
+    with f.write(timeout_s) as con:
         row = _one(con, session_id)
         if row is None:
             raise KeyError(session_id)
@@ -180,20 +219,14 @@ def close(path: Path, session_id: str, ended_at: float, reason: str, exit_code: 
         return _one(con, session_id)  # type: ignore[return-value]
 
 
-def get(path: Path, session_id: str, timeout_s: float) -> SessionRow | None:
+def get(f: LightFile, session_id: str, timeout_s: float) -> SessionRow | None:
     """The row, read-only (``ledger.reads.SessionRow``), or None."""
-    con = _read(path, timeout_s)
-    try:
+    with f.read(timeout_s) as con:
         return _one(con, session_id)
-    finally:
-        con.close()
 
 
-def events(path: Path, session_id: str, timeout_s: float) -> list[EventRow]:
+def events(f: LightFile, session_id: str, timeout_s: float) -> list[EventRow]:
     """The session's events in the order they were written."""
-    con = _read(path, timeout_s)
-    try:
-        return [EventRow(*r) for r in con.execute(f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE session_id = ? ORDER BY id",
-                                                  (session_id,))]
-    finally:
-        con.close()
+    with f.read(timeout_s) as con:
+        sql = f"SELECT {', '.join(EVENT_COLUMNS)} FROM events WHERE session_id = ? ORDER BY id"
+        return [EventRow(*r) for r in con.execute(sql, (session_id,)).fetchall()]

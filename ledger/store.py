@@ -174,6 +174,7 @@ class Ledger:
     def __init__(self, url: str, spool_path: str | Path | None = None, light: bool = False):
         self.url = url
         self._light = light
+        self._light_file = None  # ledger.light.LightFile: the connection of a light ledger
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
         self.fallback_spool_path = fallback_spool_path(url)
         self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
@@ -210,9 +211,15 @@ class Ledger:
                 self._file_id = _file_id(self._file)
         return self._engine
 
-    def _lite(self) -> Path | None:
-        """The SQLite file while a light ledger goes without SQLAlchemy (``ledger.light``), else None."""
-        return self._sqlite if self._light and self._engine is None else None
+    def _lite(self):
+        """The file's ``ledger.light.LightFile`` while a light ledger goes without SQLAlchemy, else None."""
+        if not self._light or self._engine is not None or self._sqlite is None:
+            return None
+        if self._light_file is None:
+            from ledger.light import LightFile
+
+            self._light_file = LightFile(self._sqlite)
+        return self._light_file
 
     def _busy_s(self) -> float:
         """How long a standard-library write waits for another writer: ``bounded()``'s deadline,
@@ -331,7 +338,9 @@ class Ledger:
         for eng in (self._engine, self._short):
             if eng is not None:
                 eng.dispose()
-        self._engine = self._short = None
+        if self._light_file is not None:
+            self._light_file.close()
+        self._engine = self._short = self._light_file = None
         self._sqlite = None
         self._file_id = None
         n = self._rebook()

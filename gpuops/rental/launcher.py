@@ -948,6 +948,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     s.job_started = True  # from here a teardown reads the tokens the job wrote, whatever ends it
     jobio.start_job(box, _job_command(req.job.name), env=env)
     ledger.event(s.id, EventKind.JOB_STARTED)
+    import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
     pending = b""
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
@@ -998,6 +999,29 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
         return EndReason.PREEMPTED  # stopped with its box (a SIGTERM from the host), not a failure of its own
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
+
+
+# What the teardown imports on first use, after the job's end: tenacity (the destroy's retries,
+# gpuops.providers.retry), the local provider's box retention (gpuops.providers.boxes).
+TEARDOWN_IMPORTS = ("tenacity", "gpuops.providers.boxes")
+
+
+def import_meanwhile(modules: tuple[str, ...]) -> None:
+    """Import ``modules`` on a daemon thread while the caller waits on something else (a running
+    job): the code that needs them later finds them loaded (an import still under way makes it wait
+    on the module's lock, as it would have waited for the import itself). An import that fails is
+    left to that code to report."""
+    import importlib
+    import threading
+
+    def work() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001  the caller's own import raises it where it matters
+                pass
+
+    threading.Thread(target=work, name="gpuops-import-meanwhile", daemon=True).start()
 
 
 def _log_poll_s(box) -> float:

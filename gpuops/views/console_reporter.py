@@ -52,6 +52,10 @@ class ConsoleReporter(Reporter):
         self.ticker.stop()
         self.err.print(f"[bold cyan]{self._elapsed()}[/] [bold]{name}[/] {_esc(detail)}", markup=True)
         self.ticker.start(WAITING_FOR.get(name, f"{name}: waiting"))
+        if name == "job" and not self.json_mode:  # the summary's table, imported while the job runs
+            from gpuops.rental.launcher import import_meanwhile
+
+            import_meanwhile(("gpuops.views.tables", "rich.table"))
 
     def step(self, line: dict) -> None:
         self.ticker.stop()
