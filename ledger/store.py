@@ -38,7 +38,8 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.reads import (SQLITE_BUSY_TIMEOUT_S, active_refusal_rows, cost_lines, iter_query, iter_rows_between, last_event_row, open_rows, overlapping, rows_between,
+from ledger.reads import (SQLITE_BUSY_TIMEOUT_S, active_refusal_rows, cost_lines, iter_query, iter_rows_between, last_event_row, open_rows,
+                          overlapping, rows_between,
                           sqlite_active_refusal_rows, sqlite_cost_lines, sqlite_current_file, sqlite_iter_query,
                           sqlite_iter_rows_between, sqlite_last_event_row, sqlite_open_rows, sqlite_overlapping,
                           sqlite_watchdog_pass_rows, watchdog_pass_rows)
