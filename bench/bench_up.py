@@ -1,4 +1,4 @@
-"""What `gpuops up` adds to a job, on the local provider (no network, stand-in nvidia-smi):
+"""What `gpuops up` adds to a job, on the local provider (no network, stand-in nvidia-smi).
 
 1. wall time of ``gpuops up --job sleep5.sh`` (the job file holds ``sleep 5``) beside
    ``sh -c 'sleep 5'``, the floor: the overhead is the difference, the ratio their quotient;
@@ -41,8 +41,10 @@ exit 0
 
 
 def setup(tmp: Path, repo: Path) -> dict:
-    """The environment of every run: a stand-in nvidia-smi, a private data dir and ledger, the
-    local provider at a set price, compiled bytecode in a private cache."""
+    """The environment of every run.
+
+    A stand-in nvidia-smi, a private data dir and ledger, the local provider at a set price,
+    compiled bytecode in a private cache."""
     bindir = tmp / "bin"
     bindir.mkdir()
     (bindir / "nvidia-smi").write_text(SMI)
@@ -70,12 +72,14 @@ def floor_once(seconds: float) -> float:
 
 
 def up_once(env: dict, job: Path, timeout_s: float) -> dict:
-    """One ``gpuops up --job JOB`` (its summary table and stage lines to pipes, not a terminal); its wall
-    seconds and the moments read back from its box and its row (epoch s, this machine's clock)."""
+    """Time one ``gpuops up --job JOB`` and read back its moments.
+
+    The summary table and stage lines go to pipes, not a terminal. Returns its wall seconds and the
+    spans between the moments read from its box and its row (epoch s, this machine's clock)."""
     t_start = time.time()
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "gpuops", "up", "--job", str(job)], env=env, cwd=env["PYTHONPATH"],  # -m: the cwd comes first
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
+                       capture_output=True, timeout=timeout_s)
     wall = time.perf_counter() - t0
     t_gone = time.time()
     if r.returncode != 0:

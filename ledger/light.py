@@ -1,17 +1,16 @@
-"""A rental's writes and single-session reads with the standard library's ``sqlite3``, for a
-``Ledger(url, light=True)`` on an SQLite file already at the newest schema.
+"""A rental's writes and single-session reads with the standard library's ``sqlite3``.
 
-`gpuops up` books a whole rental through these (intent row, events, field updates, bootstrap
-steps, end request, close): importing SQLAlchemy and SQLModel costs 0.3 s on a quiet 2-core
-machine with compiled bytecode and seconds without it, and before the intent row that time is
-outside the booked window. Each function is the statement the ORM path of ``ledger.store``
-issues, with the same result; tests/books/test_light_ledger.py runs both on one history and
-compares the rows. Each write is one transaction whose write lock is taken at BEGIN (``BEGIN
-IMMEDIATE``) with the caller's busy timeout, foreign keys on and ``synchronous=NORMAL``, as
-``ledger/engine.py`` opens every connection, on one connection the store keeps (``LightFile``); the
-file is named in ``ledger.checkpoint.WRITTEN``.
-The database's refusal is ``sqlite3.OperationalError`` (the store spools it, as it spools
-SQLAlchemy's).
+For a ``Ledger(url, light=True)`` on an SQLite file already at the newest schema: `gpuops up`
+books a whole rental through these (intent row, events, field updates, bootstrap steps, end
+request, close). Importing SQLAlchemy and SQLModel costs 0.3 s on a quiet 2-core machine with
+compiled bytecode and seconds without it, and before the intent row that time is outside the
+booked window. Each function is the statement the ORM path of ``ledger.store`` issues, with the
+same result; tests/books/test_light_ledger.py runs both on one history and compares the rows.
+Each write is one transaction whose write lock is taken at BEGIN (``BEGIN IMMEDIATE``) with the
+caller's busy timeout, foreign keys on and ``synchronous=NORMAL``, as ``ledger/engine.py`` opens
+every connection, on the one connection the store keeps (``LightFile``); the file is named in
+``ledger.checkpoint.WRITTEN``. The database's refusal is ``sqlite3.OperationalError`` (the store
+spools it, as it spools SQLAlchemy's).
 """
 
 from __future__ import annotations
@@ -21,9 +20,10 @@ import sqlite3
 import threading
 import time
 from collections import namedtuple
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
@@ -48,8 +48,9 @@ class EventRow(namedtuple("EventRow", EVENT_COLUMNS)):
 
 
 def session_dict(fields: dict) -> dict:
-    """Every ``sessions`` column of a new row: ``fields`` over ``SESSION_DEFAULTS`` (None for
-    the rest). Raises ValueError for a key that is not a column, or a row without id or created_at."""
+    """Every ``sessions`` column of a new row: ``fields`` over ``SESSION_DEFAULTS``, None for the rest.
+
+    Raises ValueError for a key that is not a column, or a row without id or created_at."""
     bad = sorted(set(fields) - _COLUMNS)
     if bad:
         raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
@@ -61,8 +62,9 @@ def session_dict(fields: dict) -> dict:
 
 
 class LightFile:
-    """One ``sqlite3`` connection to the ledger file at ``path``, opened on first use and kept for
-    this process's writes and reads (a connection per write pays the schema parse and the pragmas
+    """One ``sqlite3`` connection to the ledger file at ``path``, kept for this process.
+
+    Opened on first use and kept for the writes and reads (a connection per write pays the schema parse and the pragmas
     each time: ~5 ms on a loaded 2-core machine), used by one thread at a time (the store's bounded
     writes run in worker threads)."""
 
@@ -89,8 +91,9 @@ class LightFile:
 
     @contextmanager
     def write(self, timeout_s: float) -> Iterator[sqlite3.Connection]:
-        """One write transaction: the lock taken at BEGIN, waiting at most ``timeout_s`` for
-        another writer; committed on leaving, rolled back on an error."""
+        """One write transaction, committed on leaving and rolled back on an error.
+
+        The lock is taken at BEGIN, waiting at most ``timeout_s`` for another writer."""
         with self._held(timeout_s) as con:
             con.execute("BEGIN IMMEDIATE")
             WRITTEN.add(str(self.path))
@@ -131,8 +134,9 @@ def _event(con: sqlite3.Connection, session_id: str, kind: str, detail: str, at:
 
 
 def add_session(f: LightFile, row: dict, timeout_s: float) -> SessionRow:
-    """Insert the intent row (every column: ``session_dict``) and its ``intent`` event at its
-    ``created_at`` in one transaction; returns the row as stored."""
+    """Insert the intent row and its ``intent`` event in one transaction; returns the row as stored.
+
+    ``row``: every column (``session_dict``); the event is dated the row's ``created_at``."""
     cols = list(SESSION_COLUMNS)
     with f.write(timeout_s) as con:
         con.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols])
@@ -147,8 +151,9 @@ def event(f: LightFile, session_id: str, kind: str, detail: str, at: float | Non
 
 
 def set_fields(f: LightFile, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> SessionRow:
-    """Set ``fields`` of the row (and append the event ``kind`` with ``detail`` when given) in one
-    transaction; returns the row. KeyError for an unknown session, ValueError for an unknown column."""
+    """Set ``fields`` of the row, and append the event ``kind`` when given, in one transaction.
+
+    Returns the row. KeyError for an unknown session, ValueError for an unknown column."""
     bad = sorted(set(fields) - _COLUMNS - {"id"}) + (["id"] if "id" in fields else [])
     if bad:
         raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
@@ -177,8 +182,9 @@ def add_steps(f: LightFile, session_id: str, steps: Iterable[dict], timeout_s: f
 
 
 def request_end(f: LightFile, session_id: str, reason: str, by: str, detail: str, timeout_s: float) -> str:
-    """``Ledger.request_end``: the reason on an open row without one, with its ``end_requested``
-    event; returns the reason the row will close with. KeyError for an unknown session."""
+    """``Ledger.request_end``: the reason on an open row without one, with its ``end_requested`` event.
+
+    Returns the reason the row will close with. KeyError for an unknown session."""
     with f.write(timeout_s) as con:
         got = con.execute("SELECT status, end_reason FROM sessions WHERE id = ?", (session_id,)).fetchall()
         if not got:
@@ -193,9 +199,10 @@ def request_end(f: LightFile, session_id: str, reason: str, by: str, detail: str
 
 
 def close(f: LightFile, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict, timeout_s: float) -> SessionRow:
-    """``Ledger.close``: end time, reason (an earlier request's wins), billed seconds and cost from
-    the charged price, ``fields``; its ``closed`` event. A closed row is returned unchanged.
-    KeyError for an unknown session."""
+    """``Ledger.close``: end time, reason, billed seconds and cost, ``fields``; its ``closed`` event.
+
+    An earlier request's reason wins; billed seconds and cost come from the charged price. A closed
+    row is returned unchanged. KeyError for an unknown session."""
     fields = dict(fields)
     with f.write(timeout_s) as con:
         row = _one(con, session_id)

@@ -338,8 +338,9 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
 
 
 def close_run_of(ctx: Context, row, ended: Ended) -> bool:
-    """Close the run (``runs`` row, m010) of a rental this process (reconcile, the watchdog) just
-    closed, when no `up` can carry the run on: its other rentals are closed and the rental's reason
+    """Close the run of a rental this process just closed when no `up` can carry the run on.
+
+    The run (``runs`` row, m010) of a rental reconcile or the watchdog closed: its other rentals are closed and the rental's reason
     ends the run (a reason outside the run's ``recover_on``: the run ends with it, as `up` ends it),
     or it would re-rent but the attempts are spent (``attempts_spent``). A reason the run recovers
     on with attempts left leaves it open: a live `up` is renting the next box. The run's end time is
