@@ -14,18 +14,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-# Per-second billing (RunPod pods and Vast instances bill by the second; a provider setting may say
-# otherwise and is stored per session in ``sessions.billing_increment_seconds``).
+# Per-second billing unless a provider's documentation says otherwise: each provider's stated unit
+# is in its registry entry (gpuops.providers, ``billing_increment_s``, with the source), a setting
+# may override it, and the one used is stored per session in ``sessions.billing_increment_seconds``.
 DEFAULT_INCREMENT_S = 1.0
-# Each provider's billing unit, seconds, from its documentation (``[providers.<name>]
-# billing_increment_seconds`` overrides it):
-# - RunPod: "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
-#   network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
-# - Vast.ai: "You are charged the base active rental cost for every second your instance is in the
-#   active/connected state ... the storage cost ... for every second your instance exists"
-#   (docs.vast.ai/billing-help); a stopped instance still bills storage.
-# - local: our own clock, per second.
-PROVIDER_INCREMENT_S = {"runpod": 1.0, "vast": 1.0, "local": 1.0}
 # Floating-point slack before rounding up: 3600.0000000001 s is 3600 s, not 3601 s.
 _EPS = 1e-6
 

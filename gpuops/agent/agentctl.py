@@ -101,13 +101,13 @@ def agent_config(
     ``poll_seconds`` (exit-marker poll, default 1), ``nvidia_smi`` (argv), ``gpu_source``
     ("auto" | "nvidia-smi").
     """
-    from gpuops.providers import agent_destroy_kind
+    from gpuops.providers import MARKETPLACES, REGISTRY, agent_destroy_kind
 
     destroy: dict[str, Any] = {"kind": agent_destroy_kind(provider)}  # the registry's one table
-    if settings is not None and provider in ("runpod", "vast"):
+    if settings is not None and provider in MARKETPLACES:
         from gpuops.providers.keys import resolve_url
 
-        destroy["url"] = resolve_url(provider, getattr(settings.providers, provider).url)
+        destroy["url"] = resolve_url(provider, getattr(settings.providers, REGISTRY[provider].section).url)
     users = [u for u in os.environ.get("GPUOPS_AGENT_SSH_USERS", "").split(",") if u]
     td = teardown_dict(teardown)
     if max_hours is not None:

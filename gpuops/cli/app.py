@@ -34,6 +34,28 @@ from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load
 app.add_typer(volumes_app, name="volumes")
 from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings, number, output_options  # noqa: E402
 
+# Provider names in help strings come from the registry (names only: no provider class is imported).
+from gpuops.providers import MARKETPLACES, NAMES, SPOT, WITH_VOLUMES, choices, titles  # noqa: E402
+
+
+
+def _spot_by_provider() -> str:
+    """What `up` rents on each provider by default, from the registry: ``Vast.ai bids the offer's
+    minimum (it can be taken back); RunPod has no spot, so on-demand; local: on-demand``."""
+    from gpuops.providers import REGISTRY
+
+    said = [f"{REGISTRY[n].title} bids the offer's minimum (it can be taken back)" for n in SPOT]
+    said += [f"{REGISTRY[n].title} has no spot, so on-demand" for n in MARKETPLACES if n not in SPOT]
+    said += [f"{n}: on-demand" for n in NAMES if n not in MARKETPLACES and n not in SPOT]
+    return "; ".join(said)
+
+
+def _without_spot() -> str:
+    """The marketplaces without interruptible offers, for a help string: ``RunPod has``."""
+    names = [n for n in MARKETPLACES if n not in SPOT]
+    return f"{titles(names, ', ')} {'has' if len(names) == 1 else 'have'}"
+
+
 CARD_HELP = "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
 
 
@@ -56,10 +78,10 @@ def up(
     job: str = typer.Option(..., "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."),
     card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
     experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
-    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default from settings: local)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: [up] provider, else local)."),
     spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
         "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
-        "Vast.ai bids the offer's minimum (it can be taken back); RunPod has no spot, so on-demand; local: on-demand.")),
+        f"{_spot_by_provider()}.")),
     max_price: Optional[float] = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
                                         unit="USD per hour"),
     max_hours: Optional[float] = number(None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"),
@@ -88,8 +110,8 @@ def up(
 ) -> None:
     """Rent a box, bootstrap it, run JOB, tear it down, book the session.
 
-    Spot by default where the provider has it ([up] spot = true): Vast.ai rents interruptible at the offer's minimum bid;
-    RunPod has no spot and rents on-demand; --on-demand never rents spot."""
+    Spot by default where the provider has it ([up] spot = true): interruptible at the offer's minimum bid, else
+    on-demand (see --spot); --on-demand never rents spot."""
     from gpuops.views import emit
     from gpuops.rental import launcher
     from gpuops.views import ui
@@ -198,9 +220,9 @@ def offers(
     seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
     batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
     gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
-    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: every provider with a key)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: every provider with a key)."),
     spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
-        "Interruptible offers only (Vast.ai; RunPod has none), or on-demand only (default: both, each at the price it rents at).")),
+        f"Interruptible offers only ({titles(SPOT, ', ')}; {_without_spot()} none), or on-demand only (default: both, each at the price it rents at).")),
     max_price: Optional[float] = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
                                         unit="USD per hour"),
     limit: int = number(20, "--limit", help="Show at most this many offers.", example="20", whole=True),
@@ -295,7 +317,7 @@ def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
     runs_per_month: int = number(20, "--runs-per-month", help="Boxes per month that need the weights.", example="20", whole=True),
     download_gbps: float = number(1, "--download-gbps", help="Download rate from the box to the hub, Gbit/s.", example="1"),
-    provider: str = typer.Option("runpod", "--provider", help="runpod | vast: whose volume price applies."),
+    provider: str = typer.Option(WITH_VOLUMES[0], "--provider", help=f"{choices(WITH_VOLUMES)}: whose volume price applies."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype when the checkpoint size is unknown."),
     card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
     usd_per_hour: Optional[float] = number(None, "--usd-per-hour", help="Box price instead of the card's reference price.", example="2",
@@ -499,7 +521,7 @@ def reconcile(
 @app.command()
 @output_options()
 def check(
-    provider: Optional[str] = typer.Option(None, "--provider", help="local | runpod | vast (default: RunPod and Vast; --rent: [up] provider, else the one with a key)."),
+    provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: {titles(MARKETPLACES, ' and ')}; --rent: [up] provider, else the one with a key)."),
     live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
     rent: bool = typer.Option(False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."),
     max_usd: Optional[float] = number(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10).",

@@ -11,8 +11,18 @@ import typer
 
 from gpuops.cli.options import CONFIG_OPT, number, output_options
 from gpuops.errors import BadInput
+from gpuops.providers import WITH_VOLUMES, choices, titles  # names only: no provider class is imported
 
-volumes_app = typer.Typer(help="Persistent volumes that survive the destroy (RunPod network volumes, Vast volumes).",
+
+
+def _region_help() -> str:
+    """``--region``'s help, from each volume service's ``region_help`` (light classes, no SDK)."""
+    from gpuops.providers import REGISTRY
+
+    return "; ".join(f"{REGISTRY[n].title}: {REGISTRY[n].volumes().region_help}" for n in WITH_VOLUMES) + "."  # type: ignore[misc]
+
+
+volumes_app = typer.Typer(help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).",
                           no_args_is_help=True)
 
 # Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).
@@ -22,10 +32,10 @@ DROP_ORDER = ("mount", "region", "name")
 def _provider(name: str, config: Optional[str]):
     from gpuops.config import load_settings
     from gpuops.providers import get_provider
-    from gpuops.providers.volumes import PROVIDERS
+    from gpuops.providers import WITH_VOLUMES
 
-    if name not in PROVIDERS:
-        raise BadInput(f"provider {name!r} has no volumes", f"use --provider {' or '.join(PROVIDERS)}")
+    if name not in WITH_VOLUMES:
+        raise BadInput(f"provider {name!r} has no volumes", f"use --provider {' or '.join(WITH_VOLUMES)}")
     return get_provider(name, load_settings(config))
 
 
@@ -72,21 +82,23 @@ def _print(vols: list, fmt: str, notes: list[str]) -> None:
 
 @volumes_app.command("list")
 @output_options()
-def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help="runpod | vast (default: every provider with a key)."),
+def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(WITH_VOLUMES)} (default: every provider with a key)."),
                  config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
     """Your volumes: size (GB), region/datacenter, monthly cost (USD)."""
     from gpuops.config import load_settings
-    from gpuops.providers import configured, get_provider
+    from gpuops.providers import MARKETPLACES, WITH_VOLUMES, configured, get_provider, titles
     from gpuops.providers.base import ProviderError
+    from gpuops.providers.keys import env_var
     from gpuops.providers.volumes import service
 
     settings = load_settings(config)
-    names = [provider] if provider else configured(settings)
+    names = [provider] if provider else [n for n in configured(settings) if n in WITH_VOLUMES]
     if provider:
         _provider(provider, config)  # validates the name
     vols, notes = [], []
     if not names:
-        notes.append("no RunPod or Vast key found: set RUNPOD_API_KEY or VAST_API_KEY")
+        keyed = [n for n in MARKETPLACES if n in WITH_VOLUMES]
+        notes.append(f"no {titles(keyed)} key found: set {' or '.join(env_var(n) for n in keyed)}")
     for name in names:
         try:
             from gpuops.views.progress import waiting
@@ -102,18 +114,20 @@ def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help
 
 @volumes_app.command("create")
 @output_options()
-def volumes_create(provider: str = typer.Option(..., "--provider", help="runpod | vast."),
+def volumes_create(provider: str = typer.Option(..., "--provider", help=f"{choices(WITH_VOLUMES)}."),
                    name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
                    size_gb: float = number(..., "--size-gb", help="Size in GB (10^9 bytes).", example="100", unit="GB"),
-                   region: str = typer.Option("", "--region", help="RunPod datacenter (e.g. EU-RO-1, required); Vast country code or machine:<id>."),
+                   region: str = typer.Option("", "--region", help=_region_help()),
                    config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
+    from gpuops.providers import REGISTRY, WITH_VOLUMES
     from gpuops.providers.volumes import check_name, check_size, service
 
     check_name(name)
     check_size(size_gb)
-    if provider == "runpod" and not region:
-        raise BadInput("a RunPod network volume lives in one datacenter", "add --region, e.g. --region EU-RO-1")
+    need = REGISTRY[provider].volumes().region_required if provider in WITH_VOLUMES else None  # type: ignore[misc]
+    if need and not region:
+        raise BadInput(*need)
     with _input_errors():
         vol = service(_provider(provider, config)).create(name, size_gb, region)
     _print([vol], fmt, [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])

@@ -100,6 +100,15 @@ def _norm(name: str) -> str:
     return n
 
 
+def _names_of(card) -> set[str]:
+    """Every name a provider may report for ``card``, normalized: its display name and catalog
+    name, and each provider's own name for it (the registry's ``catalog_field``)."""
+    from gpuops.providers import REGISTRY
+
+    fields = [e.catalog_field for e in REGISTRY.values() if e.catalog_field]
+    return {_norm(x) for x in (card.display, card.name, *(getattr(card, f) for f in fields)) if x}
+
+
 def card_of_gpu_name(gpu_name: str):
     """The catalog card a provider's GPU name means, or None when no card has that name.
 
@@ -111,7 +120,7 @@ def card_of_gpu_name(gpu_name: str):
     if not want:
         return None
     for c in cards():
-        if want in {_norm(x) for x in (c.display, c.vast_name, c.runpod_id, c.name) if x}:
+        if want in _names_of(c):
             return c
     return None
 
@@ -145,7 +154,7 @@ def check_delivered(order: Offer, instance: Instance, max_usd_per_hour: float | 
     problems = []
     if got["gpu_name"] is not None:
         ordered = next((c for c in cards() if c.name == order.card), None)
-        names = {_norm(x) for x in (ordered.display, ordered.vast_name, ordered.runpod_id, ordered.name) if x} if ordered else {_norm(order.card)}
+        names = _names_of(ordered) if ordered else {_norm(order.card)}
         if _norm(got["gpu_name"]) not in names:
             problems.append(f"card {got['gpu_name']!r} instead of {order.card}")
     count = got["gpu_count"]

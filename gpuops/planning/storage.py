@@ -8,7 +8,7 @@ only real question, answered with these numbers:
 - weights bytes: the checkpoint's stored size when the model names one (safetensors), else
   parameters x bytes per ``dtype`` (gpuops.planning.sizing);
 - volume: ``ceil(weights GB x VOLUME_HEADROOM)`` GB at the provider's storage price per GB-month
-  (RunPod: gpuops.providers.volumes.RUNPOD_USD_PER_GB_MONTH; Vast: ``VAST_USD_PER_GB_MONTH`` unless
+  (its volume service's ``usd_per_month``, gpuops.providers.volumes, unless
   ``--usd-per-gb-month``), billed every month whether or not a box runs;
 - refetch: ``bytes x 8 / (Gbit/s x 10^9)`` seconds per run, paid at the box's hourly price
   (the box bills while it downloads); per month x ``runs_per_month``;
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from gpuops.errors import BadInput
 
 VOLUME_HEADROOM = 1.10  # the volume also holds the HF cache metadata and the uv/pip wheel cache
-VAST_USD_PER_GB_MONTH = 0.10  # vastai 1.9.1 vastai/api/storage.py list_volume(price_disk=0.10): hosts' default volume price
 BOOTSTRAP_TARGET_S = 300.0  # from boot to running GPU code in at most 5 minutes
 DEFAULT_GBPS = 1.0  # Gbit/s (10^9 bit/s) from the box to the Hugging Face CDN; measure yours with the bench
 
@@ -74,18 +73,20 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     """The plan for ``model`` (anything ``gpuops plan --model`` takes).
 
     ``runs_per_month``: boxes started per month that need the weights; ``download_gbps``: Gbit/s
-    from the box to the hub; ``provider``: runpod | vast (whose storage price applies); ``card``:
+    from the box to the hub; ``provider``: one with volumes (the registry's ``WITH_VOLUMES``, whose
+    storage price applies); ``card``:
     the box whose price a download burns (default: the cheapest catalog card the model fits, at its
     reference price); ``usd_per_hour`` / ``usd_per_gb_month`` override the prices. Raises BadInput
     (bad numbers, a model that cannot be read, a card that cannot hold it)."""
     from gpuops.planning import sizing as planner
     from gpuops.planning.models import load_model
-    from gpuops.providers.volumes import RUNPOD_USD_PER_GB_MONTH, runpod_usd_per_month
+    from gpuops.providers import REGISTRY, WITH_VOLUMES
 
     runs = int(_positive(runs_per_month, "--runs-per-month", "20", integer=True))
     gbps = _positive(download_gbps, "--download-gbps", "1")
-    if provider not in ("runpod", "vast"):
-        raise BadInput(f"--provider must be runpod or vast, got {provider!r}", "volumes exist on runpod and vast")
+    if provider not in WITH_VOLUMES:
+        raise BadInput(f"--provider must be {' or '.join(WITH_VOLUMES)}, got {provider!r}", f"volumes exist on {' and '.join(WITH_VOLUMES)}")
+    service = REGISTRY[provider].volumes()  # type: ignore[misc]
     src = load_model(model)
     p = planner.plan(src, dtype=dtype, card=card)
     if src.weights_total_size:
@@ -105,12 +106,8 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     if usd_per_gb_month is not None:
         per_gb = _positive(usd_per_gb_month, "--usd-per-gb-month", "0.07")
         vol_usd, psrc = vol_gb * per_gb, "given (--usd-per-gb-month)"
-    elif provider == "runpod":
-        vol_usd, per_gb = runpod_usd_per_month(vol_gb), RUNPOD_USD_PER_GB_MONTH
-        psrc = "RunPod network volume, docs.runpod.io/pods/storage/create-network-volumes"
     else:
-        per_gb = VAST_USD_PER_GB_MONTH
-        vol_usd, psrc = vol_gb * per_gb, "Vast hosts' default volume price (vastai 1.9.1 list_volume); live prices: `vastai search volumes`"
+        vol_usd, per_gb, psrc = service.usd_per_month(vol_gb), service.usd_per_gb_month, service.price_source
     secs = wbytes * 8 / (gbps * 1e9)
     per_run = secs / 3600.0 * price
     per_month = per_run * runs
@@ -130,8 +127,8 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     if slow:
         reasons.append(f"time: the download alone takes {secs / 60:.1f} min, over the 5-minute bootstrap target (boot to running GPU code): "
                        "only a warm volume meets it")
-    if provider == "runpod":
-        reasons.append("note: a RunPod network volume pins boxes to Secure Cloud in its datacenter (fewer, dearer offers)")
+    if service.plan_note:
+        reasons.append(f"note: {service.plan_note}")
     rec = "keep the weights on a volume" if keep or slow else "refetch the weights every run (no volume)"
     return StoragePlan(model=p.model, weights_bytes=wbytes, weights_source=wsrc, provider=provider, volume_gb=vol_gb, usd_per_gb_month=per_gb,
                        volume_usd_per_month=round(vol_usd, 4), price_source=psrc, download_gbps=gbps, download_seconds=round(secs, 1),

@@ -1,22 +1,30 @@
-"""The provider registry: the ONE table of providers gpuops knows.
+"""The provider registry: the ONE table of providers gpuops knows on the laptop side.
 
-Provider names (``NAMES``, the CLI's ``--provider`` choices), their ``[providers.<name>]`` config
-sections, whether they need an account key, and the destroy kind the on-box agent uses for them
-(``bootstrap/agent.py``: the same ``ProviderName`` values) all derive from ``REGISTRY``. SDK-backed
-providers import lazily, inside ``get_provider``.
+Everything that names providers derives from ``REGISTRY``: the CLI's ``--provider`` choices and
+help strings (``NAMES``, ``choices``), the ``[providers.<name>]`` config sections, where account
+keys come from (``ProviderEntry.keys``, read by ``keys.py``), the agent's destroy kind, which
+providers have spot, volumes and billing, the documented billing unit, the SDK `gpuops check`
+looks for, and the catalog column of each provider's GPU names. What cannot import it is checked
+against it by ``tests/providers/test_registry.py``: the config's ``provider`` type, the
+``bootstrap/`` vocabulary (it runs on the box, standard library only), the settings snapshot's
+sections, ``infra.example.toml``'s sections and the pyproject extras. Adding a provider:
+docs/adding-a-provider.md. Provider classes and SDKs import lazily (``build``, ``load``): this
+module is read at CLI start-up for the help strings.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
+from gpuops.providers.keys import KeySource, runpod_key_files, read_runpod_key_file, vast_key_files
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
+    from gpuops.providers.volumes import VolumeService
 
 
 def _local(settings: "Settings") -> "Provider":
@@ -30,12 +38,24 @@ def _local(settings: "Settings") -> "Provider":
     )
 
 
+def _local_class() -> "type[Provider]":
+    from gpuops.providers.local import LocalProvider
+
+    return LocalProvider
+
+
 def _runpod(settings: "Settings") -> "Provider":
     from gpuops.providers.keys import resolve_key, resolve_url
     from gpuops.providers.runpod import RunPodProvider
 
     cfg = settings.providers.runpod
     return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
+
+
+def _runpod_class() -> "type[Provider]":
+    from gpuops.providers.runpod import RunPodProvider
+
+    return RunPodProvider
 
 
 def _vast(settings: "Settings") -> "Provider":
@@ -47,57 +67,158 @@ def _vast(settings: "Settings") -> "Provider":
                         data_dir=settings.data_path())
 
 
+def _vast_class() -> "type[Provider]":
+    from gpuops.providers.vast import VastProvider
+
+    return VastProvider
+
+
+def _runpod_volumes() -> "type[VolumeService]":
+    from gpuops.providers.volumes import RunPodVolumes
+
+    return RunPodVolumes
+
+
+def _vast_volumes() -> "type[VolumeService]":
+    from gpuops.providers.volumes import VastVolumes
+
+    return VastVolumes
+
+
 @dataclass(frozen=True)
 class ProviderEntry:
-    """One provider: its name, how it is built from Settings, its config section
-    (``settings.providers.<section>``), whether it needs an account key, and the agent's destroy
-    kind for its boxes (``destroy.kind`` in the agent config); ``agent_credential``: what the
-    on-box agent destroys with (``bootstrap/agent.py``), ``agent_refused``: what it does when that
-    credential is refused (shown by `gpuops check`)."""
+    """One provider as the laptop knows it.
+
+    ``name``: its ``ProviderName`` (also its ``[providers.<name>]`` config section, its pyproject
+    extra and the agent's destroy kind for its boxes); ``title``: how prose names it; ``build``:
+    the provider object from Settings; ``load``: its class (imported on call).
+    ``keys``: where its account key and API base come from (None: it needs no account).
+    ``spot``/``billing``: whether the class has the ``Interruptible`` / ``HasBilling`` capability
+    (stated here for the help strings, which cannot import the class; a test checks the two
+    agree); ``volumes``: its ``HasVolumes`` service class, imported on call (None: no volumes). ``billing_increment_s``: the billing unit its documentation
+    states, seconds (``[providers.<name>] billing_increment_seconds`` overrides it).
+    ``sdk``: the import name of its SDK, if any (`gpuops check` shows its version).
+    ``catalog_field`` / ``catalog_heading``: the ``gpuops.catalog.Card`` field holding its GPU
+    name for a card, and that column's heading in `gpuops plan --cards`.
+    ``agent_credential``: what the on-box agent destroys with (``bootstrap/agent.py``),
+    ``agent_refused``: what it does when that credential is refused (shown by `gpuops check`).
+    """
 
     name: ProviderName
+    title: str
     build: Callable[["Settings"], "Provider"]
-    section: str
-    needs_key: bool
-    agent_destroy_kind: str
+    load: Callable[[], "type[Provider]"]
+    keys: KeySource | None = None
+    spot: bool = False
+    volumes: "Callable[[], type[VolumeService]] | None" = None
+    billing: bool = False
+    billing_increment_s: float = 1.0
+    sdk: str = ""
+    catalog_field: str = ""
+    catalog_heading: str = ""
     agent_credential: str = ""
     agent_refused: str = ""
 
+    @property
+    def section(self) -> str:
+        """Its config section: ``settings.providers.<section>``."""
+        return self.name.value
 
-REGISTRY: dict[str, ProviderEntry] = {
-    e.name.value: e
-    for e in (
-        ProviderEntry(ProviderName.LOCAL, _local, "local", needs_key=False, agent_destroy_kind=ProviderName.LOCAL.value,
-                      agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
-                      agent_refused=""),
-        ProviderEntry(ProviderName.RUNPOD, _runpod, "runpod", needs_key=True, agent_destroy_kind=ProviderName.RUNPOD.value,
-                      agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
-                                       "the account key never goes to the box",
-                      agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
-                                    "trying; the watchdog and reconcile terminate it with the account key"),
-        ProviderEntry(ProviderName.VAST, _vast, "vast", needs_key=True, agent_destroy_kind=ProviderName.VAST.value,
-                      agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
-                                       "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
-                      agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key"),
-    )
-}
+    @property
+    def needs_key(self) -> bool:
+        """Whether it rents on an account (an API key)."""
+        return self.keys is not None
+
+    @property
+    def agent_destroy_kind(self) -> str:
+        """``destroy.kind`` in the on-box agent's config for its boxes (``bootstrap/agent.py``)."""
+        return self.name.value
+
+
+_ENTRIES = (
+    ProviderEntry(
+        ProviderName.LOCAL, "this machine", _local, _local_class,
+        agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
+    ),
+    ProviderEntry(
+        ProviderName.RUNPOD, "RunPod", _runpod, _runpod_class,
+        keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
+                       files=runpod_key_files, read_file=read_runpod_key_file, url_tails=("/graphql", "/v2"),
+                       console="runpod.io > Settings > API Keys"),
+        volumes=_runpod_volumes, billing=True,
+        # "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
+        # network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
+        billing_increment_s=1.0,
+        sdk="runpod", catalog_field="runpod_id", catalog_heading="RunPod gpuTypeId",
+        agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
+                         "the account key never goes to the box",
+        agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
+                      "trying; the watchdog and reconcile terminate it with the account key",
+    ),
+    ProviderEntry(
+        ProviderName.VAST, "Vast.ai", _vast, _vast_class,
+        keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=vast_key_files,
+                       console="cloud.vast.ai > Account > API Keys"),
+        spot=True, volumes=_vast_volumes, billing=True,
+        # "You are charged the base active rental cost for every second your instance is in the
+        # active/connected state ... the storage cost ... for every second your instance exists"
+        # (docs.vast.ai/billing-help); a stopped instance still bills storage.
+        billing_increment_s=1.0,
+        sdk="vastai", catalog_field="vast_name", catalog_heading="Vast gpu_name",
+        agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
+                         "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
+        agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key",
+    ),
+)
+
+REGISTRY: dict[str, ProviderEntry] = {e.name.value: e for e in _ENTRIES}
 NAMES = tuple(REGISTRY)
 MARKETPLACES = tuple(n for n, e in REGISTRY.items() if e.needs_key)
+ACCOUNTLESS = tuple(n for n, e in REGISTRY.items() if not e.needs_key)  # local: this machine, no account
+SPOT = tuple(n for n, e in REGISTRY.items() if e.spot)
+WITH_VOLUMES = tuple(n for n, e in REGISTRY.items() if e.volumes is not None)
+WITH_BILLING = tuple(n for n, e in REGISTRY.items() if e.billing)
+
+
+def choices(names: Iterable[str] = NAMES, sep: str = " | ") -> str:
+    """``names`` as a help string lists them: ``local | runpod | vast``."""
+    return sep.join(names)
+
+
+def flags(names: Iterable[str]) -> str:
+    """``names`` as the flags a fix suggests: ``--provider runpod or --provider vast``."""
+    return " or ".join(f"--provider {n}" for n in names)
+
+
+def titles(names: Iterable[str], sep: str = " or ") -> str:
+    """``names`` as prose names them: ``RunPod or Vast.ai``."""
+    return sep.join(REGISTRY[n].title for n in names)
+
+
+def entry(name: str) -> ProviderEntry:
+    """The registry entry of ``name``; BadInput for an unknown name."""
+    e = REGISTRY.get(name)
+    if e is None:
+        raise BadInput(f"unknown provider {name!r}", f"use one of: {', '.join(NAMES)}")
+    return e
 
 
 def get_provider(name: str, settings: "Settings") -> "Provider":
     """The provider called ``name``; BadInput for an unknown name."""
-    entry = REGISTRY.get(name)
-    if entry is None:
-        raise BadInput(f"unknown provider {name!r}", f"use one of: {', '.join(NAMES)}")
-    return entry.build(settings)
+    return entry(name).build(settings)
 
 
 def agent_destroy_kind(name: str) -> str:
     """The on-box agent's destroy kind for a box of provider ``name`` (``local`` for unknown names:
     the agent then ends the local box's processes only)."""
-    entry = REGISTRY.get(name)
-    return entry.agent_destroy_kind if entry is not None else ProviderName.LOCAL.value
+    e = REGISTRY.get(name)
+    return e.agent_destroy_kind if e is not None else ProviderName.LOCAL.value
+
+
+def billing_increment(name: str) -> float | None:
+    """The billing unit ``name``'s documentation states (seconds), None for an unknown name."""
+    e = REGISTRY.get(name)
+    return e.billing_increment_s if e is not None else None
 
 
 def configured(settings: "Settings") -> list[str]:

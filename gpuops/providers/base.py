@@ -1,9 +1,9 @@
 """The provider contract: what every marketplace (and this machine) must answer.
 
-A provider is a subclass of ``Provider`` that fills in six methods (``offers``, ``create``,
-``get``, ``list``, ``destroy``, ``balance``) and may override the optional capabilities, whose
-defaults here are typed and safe (``supports_spot``, ``destroyed_at``, ``find_by_label``, ``box``,
-``billing``).
+A provider is a subclass of the ABC ``Provider`` that fills in six abstract methods (``offers``,
+``create``, ``get``, ``list``, ``destroy``, ``balance``), may override the optional ones
+(``destroyed_at``, ``find_by_label``, ``box``), and states what else it can do with capability
+mixins (``Interruptible``, ``HasVolumes``, ``HasBilling``) whose methods are then abstract too.
 Everything above it (selection, lifecycle, teardown, books) is provider-agnostic and calls those
 methods directly -- never through ``getattr`` probes. Units everywhere: money in USD, prices in
 USD/hour for the whole box, times in epoch seconds UTC, sizes in bytes (``vram_bytes``) or GB
@@ -14,14 +14,18 @@ provider method except bugs.
 
 from __future__ import annotations
 
+import abc
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from gpuops.providers.provider_errors import ProviderError, ProviderErrorKind  # noqa: F401  (part of the base's interface)
 
 if TYPE_CHECKING:
+    from gpuops.providers.volumes import VolumeService
     from ledger.billing import ChargeLine
+
+T = TypeVar("T")
 
 
 class InstanceStatus(str, enum.Enum):
@@ -172,11 +176,35 @@ class Balance:
     note: str = ""
 
 
-class Provider:
-    """One marketplace (or this machine). Subclass it; the registry (``gpuops.providers``) names
-    it. ``name`` is a ``bootstrap.vocabulary.ProviderName`` value.
+def guarded(fn: Callable[..., T]) -> Callable[..., T]:
+    """Run a provider method under its call guard (``gpuops.providers.http_guard``): one total
+    deadline (``self.call_deadline_s`` seconds) and a reply size cap (``self.max_reply_bytes``
+    bytes) over every HTTP request it makes. Past the deadline the method raises
+    ProviderError(TIMEOUT), over the cap ProviderError(SERVER). A provider with ``http_calls``
+    False (local) runs the method bare: the guard would import requests only to guard nothing.
+    Nested guarded calls keep the outer deadline. Every HTTP provider's contract methods carry
+    it (``tests/providers/test_registry.py`` checks ``GUARDED`` on each registered class)."""
+    import functools
 
-    Required (raise NotImplementedError here):
+    @functools.wraps(fn)
+    def call(self, *args, **kwargs):
+        if not self.http_calls:
+            return fn(self, *args, **kwargs)
+        from gpuops.providers.http_guard import guard
+
+        with guard(f"{self.name}: {fn.__name__}", self.call_deadline_s, self.max_reply_bytes):
+            return fn(self, *args, **kwargs)
+
+    call.guarded = True  # type: ignore[attr-defined]
+    return call
+
+
+class Provider(abc.ABC):
+    """One marketplace (or this machine). Subclass it (with the capability mixins below that it
+    has) and register it in ``gpuops.providers`` (docs/adding-a-provider.md). ``name`` is a
+    ``bootstrap.vocabulary.ProviderName`` value.
+
+    Required (abstract: a class missing one cannot be instantiated):
 
     * ``offers(query) -> list[Offer]`` -- rentable now and matching ``query`` (any order; the
       caller ranks). Numbers as the provider sent them: ``gpuops.planning.offers.screen`` drops an offer whose
@@ -193,23 +221,22 @@ class Provider:
       ProviderError only when the instance may still exist.
     * ``balance() -> Balance`` -- account credit (``usd`` None when the provider has no balance).
 
-    Every method above runs under one total deadline (``call_deadline_s``) with a reply size cap
-    (``max_reply_bytes``): a subclass's methods are wrapped when the class is defined
-    (``__init_subclass__``), so no provider can forget it; past the deadline they raise
-    ProviderError(TIMEOUT), over the cap ProviderError(SERVER).
+    An HTTP provider decorates each of ``GUARDED`` it defines with ``@guarded``: one total deadline
+    (``call_deadline_s``) and a reply size cap (``max_reply_bytes``) per call.
 
-    Optional capabilities (typed defaults; override when the provider can do better):
+    Optional, with typed defaults here (override when the provider can do better):
 
-    * ``supports_spot`` -- whether interruptible offers exist at all (False: `up` asks on-demand).
     * ``destroyed_at(instance_id) -> float | None`` -- the provider's own record of when billing
       stopped (epoch s), or None when it keeps none (the caller then uses its own rule).
     * ``find_by_label(label) -> Instance | None`` -- the live instance with exactly this label
       (default: scans ``list``). Used when a create failed or was interrupted mid-call.
     * ``box(instance) -> Box | None`` -- a transport to the instance other than SSH (the local
       provider's own directory), or None to use SSH.
-    * ``volumes() -> VolumeService | None`` -- persistent volumes (``gpuops.providers.volumes``: list, create,
-      delete, mountable offers; mounted through ``CreateSpec.volume_*``), or None when the
-      provider has none. ``destroy`` never deletes a volume.
+
+    Capabilities, each a mixin that makes its methods abstract (callers ask the base's typed
+    defaults, never ``getattr``): ``Interruptible`` (``supports_spot``: spot offers at a bid),
+    ``HasVolumes`` (``volumes()``: persistent volumes), ``HasBilling`` (``billing()``: the
+    provider's own charge lines for ``gpuops ledger sync``).
 
     Ownership: ``account`` is the non-secret name of the account this provider object acts for
     (``gpuops.ownership``: ``<provider>:<8 hex of sha256(key)>``; local: login@host + data dir;
@@ -218,7 +245,10 @@ class Provider:
     """
 
     name: str = ""
-    supports_spot: bool = True
+    # Whether interruptible offers exist at all (False: `up` asks on-demand); True via Interruptible.
+    supports_spot: bool = False
+    # Why not, for `up --spot --recover` on a provider without interruptible boxes.
+    no_spot_reason: str = "it rents on-demand boxes only"
     # The provider API routes this provider calls, as (method, path template under its API base),
     # for `gpuops check` and the docs; empty for one that calls none (local).
     routes: tuple[tuple[str, str], ...] = ()
@@ -227,55 +257,38 @@ class Provider:
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).
     call_deadline_s: float = 60.0
     max_reply_bytes: int = 16 * 2**20
-    # False for a provider that makes no HTTP call (local): its methods skip the guard, which would
-    # import requests (~30 ms of `watchdog --once` start-up) only to guard nothing.
+    # False for a provider that makes no HTTP call (local): ``@guarded`` runs its methods bare (the
+    # guard would import requests, ~30 ms of `watchdog --once` start-up, only to guard nothing).
     http_calls: bool = True
 
+    # The methods that are one provider call each: an HTTP provider's own definitions carry @guarded.
     GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label", "billing")
 
-    def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        import functools
-
-        for meth in cls.GUARDED:
-            fn = cls.__dict__.get(meth)
-            if fn is None or getattr(fn, "_guarded", False):
-                continue
-
-            def make(fn=fn, meth=meth):
-                @functools.wraps(fn)
-                def guarded(self, *args, **kwargs):
-                    if not self.http_calls:
-                        return fn(self, *args, **kwargs)
-                    from gpuops.providers.http_guard import guard
-
-                    with guard(f"{self.name}: {meth}", self.call_deadline_s, self.max_reply_bytes):
-                        return fn(self, *args, **kwargs)
-
-                guarded._guarded = True  # type: ignore[attr-defined]
-                return guarded
-
-            setattr(cls, meth, make())
-
+    @abc.abstractmethod
     def offers(self, query: OfferQuery) -> list[Offer]:
-        raise NotImplementedError
+        """Offers rentable now that match ``query`` (see the class docstring)."""
 
+    @abc.abstractmethod
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
-        raise NotImplementedError
+        """Rent ``offer`` labelled ``spec.label`` (see the class docstring)."""
 
+    @abc.abstractmethod
     def get(self, instance_id: str) -> Instance | None:
-        raise NotImplementedError
+        """The instance, or None when it no longer exists."""
 
+    @abc.abstractmethod
     def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
-        raise NotImplementedError
+        """Live instances whose label starts with ``label_prefix``."""
 
+    @abc.abstractmethod
     def destroy(self, instance_id: str) -> None:
-        raise NotImplementedError
+        """Destroy the instance; idempotent (a gone instance is success)."""
 
+    @abc.abstractmethod
     def balance(self) -> Balance:
-        raise NotImplementedError
+        """Account credit in USD (``usd`` None when the provider has none)."""
 
-    # -- optional capabilities ------------------------------------------------------------------
+    # -- optional, with typed defaults ------------------------------------------------------------
     def destroyed_at(self, instance_id: str) -> float | None:
         """When the provider says billing for ``instance_id`` stopped (epoch s); None: unknown."""
         return None
@@ -292,14 +305,40 @@ class Provider:
         """A non-SSH transport to ``instance`` (``gpuops.box.base.Box``), or None: use SSH."""
         return None
 
+    # -- capabilities: the defaults of a provider without the mixin ------------------------------
     def billing(self, since: float, until: float) -> "list[ChargeLine]":
-        """The provider's own charge lines (``ledger.billing.ChargeLine``: provider, instance id,
-        USD, period, kind gpu|storage|network|other) over [``since``, ``until``) epoch s, every page
-        read: what ``gpuops ledger sync`` compares the books with. Default: the provider reports no
-        billing (ProviderError UNSUPPORTED, which sync shows as "not compared"). Raises
-        ProviderError (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""
+        """The provider's own charge lines over [``since``, ``until``) (``HasBilling``). Without
+        it: ProviderError UNSUPPORTED, which ``ledger sync`` shows as "not compared"."""
         raise ProviderError(ProviderErrorKind.UNSUPPORTED, f"{self.name} gives no billing through its API")
 
-    def volumes(self):
-        """The provider's persistent volumes (a ``gpuops.providers.volumes`` service), or None: it has none."""
+    def volumes(self) -> "VolumeService | None":
+        """The provider's persistent volumes (``HasVolumes``), or None: it has none."""
         return None
+
+
+class Interruptible(Provider):
+    """Capability: interruptible (spot) offers, rented at a bid (``Offer.min_bid``,
+    ``CreateSpec.bid_usd_per_hour``) and taken back by the provider (status STOPPED/EXITED while
+    meant to run: ``ProviderErrorKind.PREEMPTED``)."""
+
+    supports_spot = True
+
+
+class HasVolumes(Provider):
+    """Capability: persistent volumes that survive the destroy, mounted through
+    ``CreateSpec.volume_*``; ``destroy`` never deletes one."""
+
+    @abc.abstractmethod
+    def volumes(self) -> "VolumeService":
+        """The provider's volume service (``gpuops.providers.volumes.VolumeService``)."""
+
+
+class HasBilling(Provider):
+    """Capability: the provider's own billing, as ``ledger.billing.ChargeLine`` records."""
+
+    @abc.abstractmethod
+    def billing(self, since: float, until: float) -> "list[ChargeLine]":
+        """The provider's own charge lines (``ledger.billing.ChargeLine``: provider, instance id,
+        USD, period, kind gpu|storage|network|other) over [``since``, ``until``) epoch s, every
+        page read: what ``gpuops ledger sync`` compares the books with. Raises ProviderError
+        (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""

@@ -1,12 +1,13 @@
 """Where provider API keys come from, in order, and the rules that keep them secret.
 
-Order (first found wins):
-1. the provider's variable: ``RUNPOD_API_KEY`` / ``VAST_API_KEY``;
+Order (first found wins), for a provider whose registry entry has a ``KeySource``:
+1. the provider's variable (``KeySource.env_var``: ``RUNPOD_API_KEY`` / ``VAST_API_KEY``);
 2. ``[providers.<name>] api_key`` in infra.toml (or ``GPUOPS_PROVIDERS_<NAME>_API_KEY``); a file
    readable by group or others gets a warning;
-3. the provider's own file: ``~/.runpod/config.toml`` (profile ``[default]``, key ``api_key``, as
-   the runpod SDK's ``get_credentials`` reads it), or ``$XDG_CONFIG_HOME/vastai/vast_api_key`` then
-   ``~/.vast_api_key`` (as vastai's ``_resolve_api_key`` reads them).
+3. the provider's own files (``KeySource.files``): ``~/.runpod/config.toml`` (profile
+   ``[default]``, key ``api_key``, as the runpod SDK's ``get_credentials`` reads it), or
+   ``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (as vastai's
+   ``_resolve_api_key`` reads them).
 
 Note the runpod SDK itself never reads ``RUNPOD_API_KEY`` (only its config file), so we resolve the
 key and hand it to the SDK explicitly. A key is never logged, put in an error, a ledger row or a
@@ -21,6 +22,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,9 +31,71 @@ else:  # pragma: no cover
 
 log = logging.getLogger("gpuops.providers")
 
-ENV_VARS = {"runpod": "RUNPOD_API_KEY", "vast": "VAST_API_KEY"}
-URL_VARS = {"runpod": "RUNPOD_API_BASE_URL", "vast": "VAST_URL"}
-DEFAULT_URLS = {"runpod": "https://api.runpod.io", "vast": "https://console.vast.ai"}
+
+
+def read_key_file(path: Path) -> str:
+    """A key file that holds the key alone (stripped); "" when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class KeySource:
+    """Where one provider's account key and API base come from (its ``ProviderEntry.keys``).
+
+    ``env_var``: the provider's own key variable; ``url_var``: its API base variable;
+    ``default_url``: its public API base; ``files``: its own key files, given the environment
+    (``HOME``, ``XDG_CONFIG_HOME``), first found wins; ``read_file``: the key in one of them ("" when
+    none); ``url_tails``: path tails dropped from a configured base (gpuops appends them per call);
+    ``console``: where a user makes a key, for the fix line."""
+
+    env_var: str
+    url_var: str
+    default_url: str
+    files: Callable[[dict], "list[Path]"] = lambda env: []
+    read_file: Callable[[Path], str] = read_key_file
+    url_tails: tuple[str, ...] = ()
+    console: str = ""
+
+
+def _source(name: str) -> KeySource:
+    from gpuops.providers import REGISTRY
+
+    entry = REGISTRY.get(name)
+    if entry is None or entry.keys is None:
+        raise KeyError(f"provider {name!r} has no account key")
+    return entry.keys
+
+
+def env_var(name: str) -> str:
+    """The variable that holds provider ``name``'s key (``RUNPOD_API_KEY``)."""
+    return _source(name).env_var
+
+
+def _home(env: dict) -> Path:
+    return Path(env.get("HOME") or Path.home())
+
+
+def runpod_key_files(env: dict) -> list[Path]:
+    """``~/.runpod/config.toml``, where ``runpodctl config`` and the runpod SDK keep the key."""
+    return [_home(env) / ".runpod" / "config.toml"]
+
+
+def read_runpod_key_file(path: Path) -> str:
+    """The ``[default] api_key`` of a runpod config.toml (runpod SDK ``get_credentials``); "" if none."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    return str(data.get("default", {}).get("api_key", "") or "").strip()
+
+
+def vast_key_files(env: dict) -> list[Path]:
+    """``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (vastai ``_resolve_api_key``)."""
+    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else _home(env) / ".config"
+    return [xdg / "vastai" / "vast_api_key", _home(env) / ".vast_api_key"]
 
 
 @dataclass(frozen=True)
@@ -62,27 +126,6 @@ def key_fingerprint(key: str) -> str:
     return hashlib.sha256(key.strip().encode("utf-8")).hexdigest()[:8]
 
 
-def _provider_files(name: str, env: dict) -> list[Path]:
-    home = Path(env.get("HOME") or Path.home())
-    if name == "runpod":
-        return [home / ".runpod" / "config.toml"]
-    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
-    return [xdg / "vastai" / "vast_api_key", home / ".vast_api_key"]
-
-
-def _read_provider_file(name: str, path: Path) -> str:
-    if name == "runpod":
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError):
-            return ""
-        return str(data.get("default", {}).get("api_key", "") or "").strip()
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
-
-
 _warned: set[str] = set()
 
 
@@ -108,13 +151,14 @@ def _key_in_file(path: str, name: str) -> bool:
 
 
 def resolve_key(name: str, configured: str = "", config_source: str | None = None, env: dict | None = None) -> Credential | None:
-    """The API key for provider ``name`` ("runpod" or "vast"), or None when none is set anywhere.
+    """The API key for marketplace ``name`` (a registry name with ``keys``), or None when none is set anywhere.
 
     ``configured``: ``settings.providers.<name>.api_key``; ``config_source``: the infra.toml path it
     may have come from (for the permission warning).
     """
     env = os.environ if env is None else env
-    var = ENV_VARS[name]
+    source = _source(name)
+    var = source.env_var
     if env.get(var, "").strip():
         return Credential(env[var].strip(), f"${var}")
     if configured.strip():
@@ -122,8 +166,8 @@ def resolve_key(name: str, configured: str = "", config_source: str | None = Non
             _warn_if_readable(config_source)
             return Credential(configured.strip(), f"{config_source} [providers.{name}] api_key")
         return Credential(configured.strip(), f"$GPUOPS_PROVIDERS_{name.upper()}_API_KEY")
-    for path in _provider_files(name, env):
-        key = _read_provider_file(name, path)
+    for path in source.files(env):
+        key = source.read_file(path)
         if key:
             return Credential(key, str(path))
     return None
@@ -132,16 +176,16 @@ def resolve_key(name: str, configured: str = "", config_source: str | None = Non
 def resolve_url(name: str, configured: str = "", env: dict | None = None) -> str:
     """API base URL for ``name``.
 
-    ``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` / ``VAST_URL``, else the provider's
-    public endpoint. Trailing slashes are dropped (vastai joins paths with plain string
-    concatenation); for RunPod it names the API host, so a trailing ``/graphql`` or ``/v2`` is
-    dropped too (``/v2/...`` and ``/graphql`` are appended per call)."""
+    ``[providers.<name>] url``, else its ``KeySource.url_var`` (``RUNPOD_API_BASE_URL`` /
+    ``VAST_URL``), else the provider's public endpoint. Trailing slashes are dropped (vastai joins
+    paths with plain string concatenation), and so are its ``url_tails`` (RunPod: the URL names
+    the API host; ``/v2/...`` and ``/graphql`` are appended per call)."""
     env = os.environ if env is None else env
-    url = (configured.strip() or env.get(URL_VARS[name], "").strip() or DEFAULT_URLS[name]).rstrip("/")
-    if name == "runpod":
-        for tail in ("/graphql", "/v2"):
-            if url.endswith(tail):
-                url = url[: -len(tail)].rstrip("/")
+    source = _source(name)
+    url = (configured.strip() or env.get(source.url_var, "").strip() or source.default_url).rstrip("/")
+    for tail in source.url_tails:
+        if url.endswith(tail):
+            url = url[: -len(tail)].rstrip("/")
     return url
 
 
@@ -154,7 +198,6 @@ def redact(text: str, *secrets: str | None) -> str:
 
 
 def missing_key_fix(name: str) -> str:
-    """The one-line fix for a missing or rejected key."""
-    if name == "runpod":
-        return "set RUNPOD_API_KEY (runpod.io > Settings > API Keys), or [providers.runpod] api_key in infra.toml (chmod 600)"
-    return "set VAST_API_KEY (cloud.vast.ai > Account > API Keys), or [providers.vast] api_key in infra.toml (chmod 600)"
+    """The one-line fix for a missing or rejected key of provider ``name``."""
+    source = _source(name)
+    return f"set {source.env_var} ({source.console}), or [providers.{name}] api_key in infra.toml (chmod 600)"

@@ -46,7 +46,7 @@ from urllib.parse import quote
 from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
 import gpuops.providers.inputs as inputs
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, HasBilling, HasVolumes, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint, guarded
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 
@@ -155,7 +155,7 @@ def problem_text(body: Any, fallback: str) -> str:
     return fallback
 
 
-class RunPodProvider(Provider):
+class RunPodProvider(HasVolumes, HasBilling):
     """RunPod on-demand pods over REST v2. ``credential`` None: every call raises AUTH with the fix.
 
     ``url``: the API host (``/v2/...`` and ``/graphql`` are appended). ``retry``: bounded retries
@@ -163,7 +163,7 @@ class RunPodProvider(Provider):
     """
 
     name = NAME
-    supports_spot = False  # v2 has no interruptible pods
+    no_spot_reason = "its REST v2 API withdrew them"  # v2 has no interruptible pods: not Interruptible
     routes = ROUTES
 
     def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, cloud_types: tuple[str, ...] = CLOUDS,
@@ -252,6 +252,7 @@ class RunPodProvider(Provider):
 
         return [c for c in chosen if c.vram_bytes >= query.min_vram_bytes * (1.0 - VRAM_TOLERANCE)]
 
+    @guarded
     def offers(self, query: OfferQuery) -> list[Offer]:
         """On-demand offers in stock: one per (card, cloud) the catalog lists at
         ``query.gpu_count`` with ``availability`` other than NONE in that cloud.
@@ -336,6 +337,7 @@ class RunPodProvider(Provider):
     def _pod_path(instance_id: str) -> str:
         return "/v2/pods/" + quote(inputs.check_provider_id(instance_id, "RunPod pod id"), safe="")
 
+    @guarded
     def get(self, instance_id: str) -> Instance | None:
         """The pod, or None when RunPod no longer knows it (404; a TERMINATED pod is GONE)."""
         path = self._pod_path(instance_id)
@@ -347,6 +349,7 @@ class RunPodProvider(Provider):
             raise
         return self._instance(self._object(pod, None, f"read pod {instance_id}"))
 
+    @guarded
     def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
         """Pods whose name starts with ``label_prefix`` (``GET /v2/pods`` answers the whole list)."""
         _, payload = self._rest("GET", "/v2/pods", "list pods")
@@ -360,6 +363,7 @@ class RunPodProvider(Provider):
         except ProviderError:
             return None
 
+    @guarded
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
         """``POST /v2/pods`` for ``offer`` (offer id ``<cloud>:<gpu type id>``).
 
@@ -420,6 +424,7 @@ class RunPodProvider(Provider):
             inst.extra["volume_path"] = mount_path
         return inst
 
+    @guarded
     def destroy(self, instance_id: str) -> None:
         """``DELETE /v2/pods/{id}`` (terminate; never stop: a stopped pod still bills its disk).
         Idempotent: a pod RunPod no longer knows (404) is success."""
@@ -449,6 +454,7 @@ class RunPodProvider(Provider):
         return RunPodVolumes(self)
 
     # -- the balance: GraphQL, which v2 lacks ----------------------------------------------------
+    @guarded
     def balance(self) -> Balance:
         """``myself { clientBalance currentSpendPerHr }`` (USD, USD/h) through the runpod SDK's
         GraphQL helper at ``<url>/graphql`` -- v2 has no balance route. A GraphQL error answer
@@ -504,6 +510,7 @@ class RunPodProvider(Provider):
     # {startTime, endTime, networkVolumeId, totalAmount, standardAmount, highPerformanceAmount}.
     BILLING_BUCKET = "hour"
 
+    @guarded
     def billing(self, since: float, until: float) -> list:
         """Pod and network-volume records over [since, until) epoch s as
         ``ledger.billing.ChargeLine``: per pod record a ``gpu`` line (gpuAmount + cpuAmount: compute

@@ -35,7 +35,7 @@ from typing import Any
 from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
 import gpuops.providers.inputs as inputs
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind, SshEndpoint
+from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, HasBilling, HasVolumes, Interruptible, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint, guarded
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 
@@ -69,7 +69,7 @@ def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
     return min(same, key=lambda c: abs(c.vram_bytes - vram_bytes))
 
 
-class VastProvider(Provider):
+class VastProvider(Interruptible, HasVolumes, HasBilling):
     """Vast.ai offers and instances. ``credential`` None: every call raises AUTH with the fix.
 
     ``url``: REST base (no trailing slash). ``search_limit``: offers per search type.
@@ -77,7 +77,6 @@ class VastProvider(Provider):
     """
 
     name = NAME
-    supports_spot = True
 
     routes = (
         ("POST", "/api/v0/bundles/"), ("PUT", "/api/v0/asks/{id}/"), ("GET", "/api/v1/instances/"), ("GET", "/api/v0/instances/{id}/"),
@@ -177,6 +176,7 @@ class VastProvider(Provider):
         return call_with_retries(once, self.retry) if retries else once()
 
     # -- offers ------------------------------------------------------------------------------
+    @guarded
     def offers(self, query: OfferQuery) -> list[Offer]:
         """Offers for ``query``: on-demand (``spot`` False), interruptible (True) or both (None).
 
@@ -285,6 +285,7 @@ class VastProvider(Provider):
         except (TypeError, ValueError):
             raise BadInput(f"not a Vast.ai instance id: {instance_id!r}", "Vast ids are numbers; see `gpuops reconcile`") from None
 
+    @guarded
     def get(self, instance_id: str) -> Instance | None:
         """The instance, or None when Vast no longer knows it."""
         iid = self._id(instance_id)
@@ -296,6 +297,7 @@ class VastProvider(Provider):
             raise
         return self._instance(row) if row else None
 
+    @guarded
     def list(self, label_prefix: str = "gpuops-") -> list[Instance]:
         """Instances whose label starts with ``label_prefix``."""
         rows = self._call("list instances", lambda v: v.show_instances()) or []
@@ -308,6 +310,7 @@ class VastProvider(Provider):
         except ProviderError:
             return None
 
+    @guarded
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
         """Rent ``offer`` (its id is Vast's ask id). Interruptible: ``price`` = the bid (default the
         offer's ``min_bid``). SSH key: appended to root's authorized_keys by ``onstart`` (quoted).
@@ -389,6 +392,7 @@ class VastProvider(Provider):
         inst.created_at = max(inst.created_at or 0.0, asked_at)
         return inst
 
+    @guarded
     def destroy(self, instance_id: str) -> None:
         """Destroy (not stop) the instance. Idempotent: an instance Vast no longer knows is success."""
         iid = self._id(instance_id)
@@ -404,6 +408,7 @@ class VastProvider(Provider):
 
         return VastVolumes(self)
 
+    @guarded
     def balance(self) -> Balance:
         """``show_user()["credit"]``: remaining prepaid credit in USD (Vast reports no spend rate)."""
         user = self._call("read the balance", lambda v: v.show_user()) or {}
@@ -411,6 +416,7 @@ class VastProvider(Provider):
         return Balance(usd=float(credit) if credit is not None else None)
 
     # -- billing -----------------------------------------------------------------------------
+    @guarded
     def billing(self, since: float, until: float) -> list:
         """Vast's charges over [since, until) epoch s as ``ledger.billing.ChargeLine``, one per item.
 

@@ -35,9 +35,11 @@ both providers' storage prices use) or USD/h where said.
 
 from __future__ import annotations
 
+import abc
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 from gpuops.errors import BadInput
 
@@ -48,7 +50,7 @@ RUNPOD_MOUNT = "/workspace"  # where a network volume is mounted in a pod (docs.
 VAST_MOUNT = "/gpuops-volume"  # Vast mounts a volume where the renter says (volume_info.mount_path)
 _RUNPOD_DC = re.compile(r"^[A-Z]{2}-[A-Z]{2,4}-\d{1,3}$")  # e.g. EU-RO-1, US-KS-2
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-PROVIDERS = ("runpod", "vast")
+VAST_USD_PER_GB_MONTH = 0.10  # vastai 1.9.1 vastai/api/storage.py list_volume(price_disk=0.10): hosts' default volume price
 
 
 # ``Volume.as_json`` keys in order: the CSV header of `gpuops volumes list`, printed even with no volume.
@@ -89,15 +91,72 @@ def runpod_usd_per_month(size_gb: float) -> float:
     return round(first * RUNPOD_USD_PER_GB_MONTH + max(0.0, size_gb - 1000.0) * RUNPOD_USD_PER_GB_MONTH_OVER_1TB, 4)
 
 
+class VolumeService(abc.ABC):
+    """One provider's persistent volumes (``Provider.volumes()`` of a ``HasVolumes`` provider),
+    through that provider object (``self.p``): its client, key, deadline and retry policy.
+
+    Class facts, read without a key (`gpuops plan storage`, `gpuops volumes create`'s checks):
+    ``usd_per_gb_month`` the list price (USD per GB-month) and ``price_source`` where it is from;
+    ``plan_note`` a line `plan storage` adds; ``region_required``: (message, fix) when a create
+    needs ``--region``, else None; ``region_help``: what ``--region`` means there; ``example``: a
+    volume reference for fix lines."""
+
+    usd_per_gb_month: ClassVar[float]
+    price_source: ClassVar[str]
+    plan_note: ClassVar[str] = ""
+    region_required: ClassVar["tuple[str, str] | None"] = None
+    region_help: ClassVar[str] = "region"
+    example: ClassVar[str] = ""
+
+    def __init__(self, provider):
+        self.p = provider
+
+    @classmethod
+    def usd_per_month(cls, size_gb: float) -> float:
+        """The list price of a ``size_gb`` GB volume, USD per month."""
+        return round(size_gb * cls.usd_per_gb_month, 4)
+
+    @abc.abstractmethod
+    def list(self) -> "list[Volume]":
+        """Every volume of the account. Raises ProviderError."""
+
+    @abc.abstractmethod
+    def create(self, name: str, size_gb: float, region: str) -> Volume:
+        """Create a ``size_gb`` GB volume named ``name`` (in ``region``); never retried blindly.
+        Raises BadInput (before any call) or ProviderError."""
+
+    @abc.abstractmethod
+    def delete(self, volume_id: str) -> None:
+        """Delete the volume. Idempotent: a volume the provider no longer knows is success."""
+
+    @abc.abstractmethod
+    def mountable(self, volume: Volume, offers: list) -> list:
+        """The offers (re-tagged where needed) that can mount ``volume``."""
+
+    def where(self, volume: Volume) -> str:
+        """Where ``volume`` lives, as a fix line names it (``datacenter EU-RO-1``)."""
+        return f"region {volume.region}"
+
+
+def _with_volumes() -> tuple[str, ...]:
+    from gpuops.providers import WITH_VOLUMES
+
+    return WITH_VOLUMES
+
+
 def parse_ref(ref: str) -> tuple[str, str]:
     """``"<provider>:<id or name>"`` -> (provider, id or name). Raises BadInput naming the fix."""
+    from gpuops.providers import NAMES, REGISTRY, choices
+
+    have = _with_volumes()
     prov, sep, ident = (ref or "").strip().partition(":")
-    if sep and prov not in PROVIDERS and prov in ("local",):  # a real provider without volumes
-        raise BadInput(f"volume {ref!r}: the {prov} provider has no persistent volumes (only {', '.join(PROVIDERS)} do)",
-                       "drop --volume for a local run, or rent on --provider runpod / vast")
-    if not sep or prov not in PROVIDERS or not ident or not _NAME.match(ident):
-        raise BadInput(f"volume {ref!r} is not <provider>:<id or name>",
-                       "e.g. --volume runpod:weights-eu or [storage] volume = \"vast:12345\"; see `gpuops volumes list`")
+    if sep and prov not in have and prov in NAMES:  # a real provider without volumes
+        raise BadInput(f"volume {ref!r}: the {prov} provider has no persistent volumes (only {', '.join(have)} do)",
+                       f"drop --volume for a {prov} run, or rent on --provider {choices(have, ' / ')}")
+    if not sep or prov not in have or not ident or not _NAME.match(ident):
+        examples = [REGISTRY[n].volumes().example for n in have[:2]]  # type: ignore[misc]
+        eg = f"--volume {examples[0]}" + (f" or [storage] volume = \"{examples[1]}\"" if len(examples) > 1 else "")
+        raise BadInput(f"volume {ref!r} is not <provider>:<id or name>", f"e.g. {eg}; see `gpuops volumes list`")
     return prov, ident
 
 
@@ -118,15 +177,23 @@ def check_size(size_gb: float) -> float:
 # ------------------------------------------------------------------------------------------------
 # RunPod
 # ------------------------------------------------------------------------------------------------
-class RunPodVolumes:
+class RunPodVolumes(VolumeService):
     """RunPod network volumes through ``provider`` (gpuops.providers.runpod.RunPodProvider).
 
     Its REST v2 client, same key, same deadline and retry policy."""
 
     MIN_GB, MAX_GB = 10, 4096  # the spec's NetworkVolume.size bounds
+    usd_per_gb_month = RUNPOD_USD_PER_GB_MONTH
+    price_source = "RunPod network volume, docs.runpod.io/pods/storage/create-network-volumes"
+    plan_note = "a RunPod network volume pins boxes to Secure Cloud in its datacenter (fewer, dearer offers)"
+    region_required = ("a RunPod network volume lives in one datacenter", "add --region, e.g. --region EU-RO-1")
+    region_help = "datacenter (e.g. EU-RO-1, required)"
+    example = "runpod:weights-eu"
 
-    def __init__(self, provider):
-        self.p = provider
+    @classmethod
+    def usd_per_month(cls, size_gb: float) -> float:
+        """0.07 USD/GB/month up to 1,000 GB, 0.05 past it (``runpod_usd_per_month``)."""
+        return runpod_usd_per_month(size_gb)
 
     def _volume(self, v: dict) -> Volume:
         size = float(v.get("size") or 0)
@@ -181,11 +248,15 @@ class RunPodVolumes:
         """The offers that can mount ``volume``: Secure Cloud ones, re-tagged to its datacenter."""
         return [replace(o, region=volume.region) for o in offers if o.offer_id.startswith("secure:")]
 
+    def where(self, volume: Volume) -> str:
+        """A network volume lives in one datacenter."""
+        return f"datacenter {volume.region}"
+
 
 # ------------------------------------------------------------------------------------------------
 # Vast
 # ------------------------------------------------------------------------------------------------
-class VastVolumes:
+class VastVolumes(VolumeService):
     """Vast volumes through ``provider`` (gpuops.providers.vast.VastProvider) and its SDK client.
 
     Vast's list reply documents no name for a volume (the spec's ``Volume``); its create answers a
@@ -193,9 +264,10 @@ class VastVolumes:
     (id -> name, volume_name), and a list row's own ``label``/``name`` wins where Vast sends one."""
 
     BOOK = "vast-volumes.json"
-
-    def __init__(self, provider):
-        self.p = provider
+    usd_per_gb_month = VAST_USD_PER_GB_MONTH
+    price_source = "Vast hosts' default volume price (vastai 1.9.1 list_volume); live prices: `vastai search volumes`"
+    region_help = "country code or machine:<id>"
+    example = "vast:12345"
 
     # -- the local name book ------------------------------------------------------------------------
     def _book_path(self):
@@ -311,13 +383,18 @@ class VastVolumes:
             raise BadInput(f"Vast network volume {volume.id} cannot be mounted by gpuops yet", "use a Vast local volume, or a RunPod network volume")
         return [o for o in offers if getattr(o, "machine_id", "") == volume.machine_id]
 
+    def where(self, volume: Volume) -> str:
+        """A Vast local volume lives on one machine."""
+        return f"machine {volume.machine_id}"
+
 
 # ------------------------------------------------------------------------------------------------
 def service(provider):
     """The provider's volume service (``Provider.volumes()``). Raises BadInput when it has none."""
     svc = provider.volumes()
     if svc is None:
-        raise BadInput(f"provider {provider.name!r} has no volumes", "volumes exist on runpod and vast; a local box keeps its own directory")
+        have = _with_volumes()
+        raise BadInput(f"provider {provider.name!r} has no volumes", f"volumes exist on {' and '.join(have)}")
     return svc
 
 
@@ -344,7 +421,7 @@ def mountable(provider, volume: Volume, offers: list) -> list:
     Raises BadInput when none can."""
     ok = service(provider).mountable(volume, offers)
     if offers and not ok:
-        where = f"datacenter {volume.region}" if volume.provider == "runpod" else f"machine {volume.machine_id}"
+        where = service(provider).where(volume)
         raise BadInput(f"no offer can mount volume {volume.name or volume.id} ({where})",
                        "try another --card, or drop --volume (weights are then fetched on the box)")
     return ok

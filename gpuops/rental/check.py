@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuops.errors import GpuopsError
+from gpuops.providers import ACCOUNTLESS  # the registry: names only
 
 
 class Verdict(str, enum.Enum):
@@ -125,15 +126,15 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
 
     The SSH key for rented boxes and the data dir, both the user's alone."""
     from gpuops.providers import REGISTRY
-    from gpuops.providers.keys import ENV_VARS, resolve_key
+    from gpuops.providers.keys import env_var, resolve_key
 
     out = []
     for name in names:
         cfg = getattr(settings.providers, REGISTRY[name].section)
         cred = resolve_key(name, cfg.api_key, settings.source)
         if cred is None:
-            out.append(Finding(f"keys.{name}", Verdict.SKIP, f"no {name} API key (not in ${ENV_VARS[name]}, infra.toml or the {name} CLI's file)",
-                               f"export {ENV_VARS[name]}=... to use {name}"))
+            out.append(Finding(f"keys.{name}", Verdict.SKIP, f"no {name} API key (not in ${env_var(name)}, infra.toml or the {name} CLI's file)",
+                               f"export {env_var(name)}=... to use {name}"))
             continue
         src = cred.source
         path = Path(src.split(" [providers.", 1)[0]).resolve() if not src.startswith("$") else None
@@ -158,9 +159,6 @@ def _sdk_version(dist: str) -> str | None:
         return None
 
 
-SDKS = {"runpod": "runpod", "vast": "vastai"}
-
-
 def route_findings(settings, names: Iterable[str]) -> list[Finding]:
     """Per provider: what it will call, the SDK installed, and how the agent destroys a box.
 
@@ -180,7 +178,7 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
         if p.routes:
             base = getattr(p, "url", "")
             versions = sorted({_api_version(path) for _, path in p.routes})
-            sdk = SDKS.get(name)
+            sdk = entry.sdk
             have = _sdk_version(sdk) if sdk else None
             sdk_note = f"; SDK {sdk} {have}" if have else (f"; SDK {sdk} not installed" if sdk else "")
             verdict, fix = (Verdict.OK, "") if (have or not sdk) else (Verdict.WARN, f"pip install -e '.[{name}]'")
@@ -300,23 +298,23 @@ def rent_provider(settings, provider: str | None) -> str:
     BadInput for the local provider (nothing of an account to prove) or when the choice is not
     clear."""
     from gpuops.errors import BadInput
-    from gpuops.providers import configured
+    from gpuops.providers import MARKETPLACES, REGISTRY, configured, flags
 
-    name = provider or (settings.up.provider if settings.up.provider != "local" else None)
+    name = provider or (settings.up.provider if settings.up.provider in MARKETPLACES else None)
     if name is None:
         have = configured(settings)
         if len(have) != 1:
             raise BadInput("--rent proves the teardown layers on one provider account: which one?",
-                           "add --provider runpod or --provider vast" + (f" (keys found: {', '.join(have)})" if have else ""))
+                           f"add {flags(MARKETPLACES)}" + (f" (keys found: {', '.join(have)})" if have else ""))
         name = have[0]
-    if name == "local":
-        raise BadInput("--rent proves the teardown layers on a provider account; the local provider has none",
-                       "add --provider runpod or --provider vast (the local box's teardown is covered by the test suite)")
+    if name in REGISTRY and not REGISTRY[name].needs_key:
+        raise BadInput(f"--rent proves the teardown layers on a provider account; the {name} provider has none",
+                       f"add {flags(MARKETPLACES)} (the local box's teardown is covered by the test suite)")
     return name
 
 
 def provider_names(provider: str | None) -> list[str]:
-    """The marketplaces a check looks at: ``provider`` alone (local included), else RunPod and Vast."""
+    """The marketplaces a check looks at: ``provider`` alone (local included), else every marketplace."""
     from gpuops.providers import MARKETPLACES
 
     return [provider] if provider else list(MARKETPLACES)
@@ -332,7 +330,7 @@ def offline(settings, provider: str | None = None, env: dict | None = None, prob
     out = [Finding("settings", Verdict.FAIL, p.removeprefix("warning: "), "fix the file or variable it names (`gpuops up` refuses until then)")
            for p in problems]
     out += settings_findings(settings, env)
-    out += key_findings(settings, [n for n in names if n != "local"])
+    out += key_findings(settings, [n for n in names if n not in ACCOUNTLESS])
     out += route_findings(settings, names)
     led_findings, led = ledger_findings(settings)
     out += led_findings + open_findings(settings, led) + watchdog_findings(led)
@@ -356,7 +354,7 @@ def live(settings, led, provider: str | None = None, providers: dict | None = No
     answered: list[str] = []
     built: dict = dict(providers or {})
     for name in provider_names(provider):
-        if name == "local":
+        if name in ACCOUNTLESS:
             continue
         try:
             p = built.get(name) or get_provider(name, settings)

@@ -381,7 +381,7 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     out of here but BaseExceptions other than Ctrl-C/SIGTERM/SIGHUP, and only after teardown: an
     interrupt is reported as ``summary["interrupted"]``, a failure as ``summary["error"]``.
     """
-    from gpuops.providers import get_provider
+    from gpuops.providers import SPOT, flags, get_provider
 
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
@@ -391,8 +391,8 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
-        raise BadInput(f"{provider.name} has no interruptible (spot) boxes: its REST v2 API withdrew them, so --spot --recover "
-                       "has nothing to recover from there", "use --provider vast for spot with recovery, or --on-demand")
+        raise BadInput(f"{provider.name} has no interruptible (spot) boxes: {provider.no_spot_reason}, so --spot --recover "
+                       "has nothing to recover from there", f"use {flags(SPOT)} for spot with recovery, or --on-demand")
     if req.recover and req.name:
         raise BadInput("--name names one rental; a run's rentals are named by gpuops (the run is run-<id>)",
                        "drop --name, or drop --recover")

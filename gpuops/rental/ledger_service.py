@@ -369,17 +369,19 @@ def fetch_billing(settings, names: Iterable[str], since: float, until: float,
 def billing_increment(settings, provider: str) -> float:
     """Seconds ``provider`` rounds billed time up to.
 
-    ``[providers.<name>] billing_increment_seconds``, else the documented unit
-    (``ledger.billing.PROVIDER_INCREMENT_S``: per second for RunPod and Vast). What a close passes
-    as ``billing_increment_seconds`` so our estimate rounds as they do."""
-    from ledger.billing import DEFAULT_INCREMENT_S, PROVIDER_INCREMENT_S
+    ``[providers.<name>] billing_increment_seconds``, else the unit its documentation states
+    (``ProviderEntry.billing_increment_s`` in the registry: per second for RunPod and Vast), else
+    per second. What a close passes as ``billing_increment_seconds`` so our estimate rounds as they
+    do."""
+    from gpuops.providers import billing_increment as documented
+    from ledger.billing import DEFAULT_INCREMENT_S
 
     cfg = getattr(getattr(settings, "providers", None), provider, None) if settings is not None else None
     inc = getattr(cfg, "billing_increment_seconds", None)
-    return float(inc) if inc else PROVIDER_INCREMENT_S.get(provider, DEFAULT_INCREMENT_S)
+    return float(inc) if inc else (documented(provider) or DEFAULT_INCREMENT_S)
 
 
-def sync(ledger, settings, month: str | None = None, tz: str | None = None, providers: Iterable[str] = ("runpod", "vast"),
+def sync(ledger, settings, month: str | None = None, tz: str | None = None, providers: Iterable[str] | None = None,
          get_provider: Callable[[str, Any], Any] | None = None, apply: bool = False) -> dict:
     """``ledger sync [--month M] [--apply]``: the providers' own billing against our books.
 
@@ -394,12 +396,15 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
     storage as its own lines, an event). Returns ``ledger.billing.compare_billing``'s dict plus
     ``month``, ``skipped`` {provider: reason}, ``window`` [since, until] epoch s, ``month_usd``
     (the books' month total after the run, attributed by time), ``applied`` (when ``apply``).
-    Raises BadInput for a bad month or zone.
+    ``providers``: whose billing is read (default: every provider with billing, the registry's
+    ``WITH_BILLING``). Raises BadInput for a bad month or zone.
     """
+    from gpuops.providers import WITH_BILLING
     from ledger.billing import compare_billing
     from ledger.reports import month_bounds, month_report, this_month
     from ledger.sync import apply_charges, booked_storage, known_instances
 
+    providers = WITH_BILLING if providers is None else tuple(providers)
     tz = _tz_checked(tz)
     month = month or this_month(tz)
     try:

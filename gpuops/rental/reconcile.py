@@ -43,6 +43,7 @@ from typing import Any
 
 from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
+from gpuops.providers import ACCOUNTLESS
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 from gpuops.rental.joblog import keep_log
 from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
@@ -140,7 +141,7 @@ class Context:
 
         Injected ones, else local plus those with an account key configured, plus every provider an
         open row names."""
-        names = list(self._injected) if self._injected else ["local"]
+        names = list(self._injected) if self._injected else list(ACCOUNTLESS)
         if not self._injected:
             from gpuops.providers import configured
 
@@ -435,7 +436,7 @@ def reconcile(ctx: Context) -> list[Action]:
     Provider errors are reported as ``error`` actions and the pass goes on."""
     actions: list[Action] = []
     for name in ctx.provider_names():
-        if name != "local" and ctx.account(name) is None and all(r.account for r in ctx.ledger.open_sessions() if r.provider == name):
+        if name not in ACCOUNTLESS and ctx.account(name) is None and all(r.account for r in ctx.ledger.open_sessions() if r.provider == name):
             continue  # no key here for this provider: every open row of it is another account's
         try:
             p = ctx.provider(name)

@@ -79,8 +79,11 @@ def find_offers(settings: Settings, card: str | None = None, vram_gb: float | No
     else:
         names = configured(settings)
         if not names:
-            names = ["local"]
-            notes.append("no RunPod or Vast.ai key found (RUNPOD_API_KEY, VAST_API_KEY): showing this machine only")
+            from gpuops.providers import ACCOUNTLESS, MARKETPLACES, titles
+            from gpuops.providers.keys import env_var
+
+            names = list(ACCOUNTLESS)
+            notes.append(f"no {titles(MARKETPLACES)} key found ({', '.join(env_var(n) for n in MARKETPLACES)}): showing this machine only")
     pooled: list[Offer] = []
     errors: list[ProviderError] = []
     for name, got in ask_all(names, settings, query, deadline_s=OFFERS_DEADLINE_S):

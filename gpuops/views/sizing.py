@@ -287,9 +287,12 @@ def render_catalog(fmt: str = "table", console=None) -> None:
         a = architecture(m.config)
         models.append({"name": m.name, "family": a.family, "params": a.params, "active_params": a.active_params,
                        "context": a.max_context, "source": m.source})
+    from gpuops.providers import REGISTRY
+
+    named = [e for e in REGISTRY.values() if e.catalog_field]  # each provider's name for a card: its column
     card_rows = [{"card": c.name, "vendor": c.vendor, "family": c.family, "aliases": list(c.aliases), "vram_bytes": c.vram_bytes,
                   "bandwidth_bytes_s": c.bandwidth_bytes_s, "bf16_flops": c.bf16_flops, "fp8_flops": c.fp8_flops,
-                  "runpod_id": c.runpod_id, "vast_name": c.vast_name} for c in cards()]
+                  **{e.catalog_field: getattr(c, e.catalog_field) for e in named}} for c in cards()]
     if fmt != "table":
         from gpuops.views import emit
 
@@ -300,8 +303,8 @@ def render_catalog(fmt: str = "table", console=None) -> None:
     print_table(con, "built-in models", [Col("name", NAME), Col("family", ID), Col("params"), Col("active"), Col("context"), Col("source", TEXT)],
                 [[m["name"], m["family"], _n(m["params"]), _n(m["active_params"]), str(m["context"] or "-"), m["source"]] for m in models], fold=True)
     cols = [Col("card", ID), Col("vendor", ID), Col("family", ID), Col("aliases", TEXT), Col("VRAM GiB"), Col("GB/s"), Col("bf16 TFLOP/s"), Col("fp8 TFLOP/s"),
-            Col("RunPod gpuTypeId", NAME), Col("Vast gpu_name", NAME)]
+            *(Col(e.catalog_heading, NAME) for e in named)]
     print_table(con, "cards (TFLOP/s dense; GB/s = 10^9 B/s)", cols, [
         [c["card"], c["vendor"], c["family"], ", ".join(c["aliases"]), f"{c['vram_bytes'] / 2**30:g}", f"{c['bandwidth_bytes_s'] / 1e9:,.0f}",
-         f"{c['bf16_flops'] / 1e12:g}", f"{c['fp8_flops'] / 1e12:g}" if c["fp8_flops"] else "-", c["runpod_id"] or "-", c["vast_name"] or "-"]
+         f"{c['bf16_flops'] / 1e12:g}", f"{c['fp8_flops'] / 1e12:g}" if c["fp8_flops"] else "-", *(c[e.catalog_field] or "-" for e in named)]
         for c in card_rows], fold=True)

@@ -55,6 +55,19 @@ class Box(Provider):
         self.destroys.append(self.clock() if self.clock else 0.0)
         self.alive = False
 
+    # The rest of the contract (Provider is an ABC): an end never rents, lists or reads a balance.
+    def offers(self, query):
+        raise AssertionError("an end asks for no offers")
+
+    def create(self, offer, spec):
+        raise AssertionError("an end rents nothing")
+
+    def list(self, label_prefix="gpuops-"):
+        raise AssertionError("an end lists nothing")
+
+    def balance(self):
+        raise AssertionError("an end reads no balance")
+
     def destroyed_at(self, instance_id):
         if self.record_error:
             raise ProviderError(ProviderErrorKind.SERVER, "billing records unavailable")
