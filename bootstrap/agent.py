@@ -617,6 +617,12 @@ def destroy_vast(cfg, env):
     return "destroyed instance %s" % iid
 
 
+# A marketplace box's destroy, by ``destroy.kind`` (a ProviderName value): (destroy cfg, PID 1's
+# environment) -> what was done. "local" is destroy_local. tests/providers/test_registry.py checks
+# these kinds against the laptop's registry (gpuops/providers/__init__.py).
+MARKET_DESTROYS = {"runpod": destroy_runpod, "vast": destroy_vast}
+
+
 # -- the worker ------------------------------------------------------------------------------------
 def _num_or_none(v):
     try:
@@ -898,10 +904,8 @@ class Agent:
             try:
                 if kind == ProviderName.LOCAL:
                     result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root, self.clock)
-                elif kind == ProviderName.RUNPOD:
-                    result = destroy_runpod(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
-                elif kind == ProviderName.VAST:
-                    result = destroy_vast(dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
+                elif kind in MARKET_DESTROYS:
+                    result = MARKET_DESTROYS[kind](dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
                 else:
                     raise RuntimeError("unknown destroy kind %r" % self.destroy_cfg.get("kind"))
             except Exception as e:  # any failure: log, back off, try again until the deadline

@@ -16,10 +16,10 @@ from gpuops.providers import WITH_VOLUMES, choices, titles  # names only: no pro
 
 
 def _region_help() -> str:
-    """``--region``'s help, from each volume service's ``region_help`` (light classes, no SDK)."""
+    """``--region``'s help: what each provider with volumes calls a region (the registry's ``volume_region``)."""
     from gpuops.providers import REGISTRY
 
-    return "; ".join(f"{REGISTRY[n].title}: {REGISTRY[n].volumes().region_help}" for n in WITH_VOLUMES) + "."  # type: ignore[misc]
+    return "; ".join(f"{REGISTRY[n].title}: {REGISTRY[n].volume_region}" for n in WITH_VOLUMES) + "."
 
 
 volumes_app = typer.Typer(help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).",

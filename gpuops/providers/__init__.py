@@ -14,12 +14,12 @@ module is read at CLI start-up for the help strings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
-from gpuops.providers.keys import KeySource, runpod_key_files, read_runpod_key_file, vast_key_files
+from gpuops.providers.entry import KeySource, ProviderEntry
+from gpuops.providers.keys import read_runpod_key_file, runpod_key_files, vast_key_files
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -85,56 +85,6 @@ def _vast_volumes() -> "type[VolumeService]":
     return VastVolumes
 
 
-@dataclass(frozen=True)
-class ProviderEntry:
-    """One provider as the laptop knows it.
-
-    ``name``: its ``ProviderName`` (also its ``[providers.<name>]`` config section, its pyproject
-    extra and the agent's destroy kind for its boxes); ``title``: how prose names it; ``build``:
-    the provider object from Settings; ``load``: its class (imported on call).
-    ``keys``: where its account key and API base come from (None: it needs no account).
-    ``spot``/``billing``: whether the class has the ``Interruptible`` / ``HasBilling`` capability
-    (stated here for the help strings, which cannot import the class; a test checks the two
-    agree); ``volumes``: its ``HasVolumes`` service class, imported on call (None: no volumes). ``billing_increment_s``: the billing unit its documentation
-    states, seconds (``[providers.<name>] billing_increment_seconds`` overrides it).
-    ``sdk``: the import name of its SDK, if any (`gpuops check` shows its version).
-    ``catalog_field`` / ``catalog_heading``: the ``gpuops.catalog.Card`` field holding its GPU
-    name for a card, and that column's heading in `gpuops plan --cards`.
-    ``agent_credential``: what the on-box agent destroys with (``bootstrap/agent.py``),
-    ``agent_refused``: what it does when that credential is refused (shown by `gpuops check`).
-    """
-
-    name: ProviderName
-    title: str
-    build: Callable[["Settings"], "Provider"]
-    load: Callable[[], "type[Provider]"]
-    keys: KeySource | None = None
-    spot: bool = False
-    volumes: "Callable[[], type[VolumeService]] | None" = None
-    billing: bool = False
-    billing_increment_s: float = 1.0
-    sdk: str = ""
-    catalog_field: str = ""
-    catalog_heading: str = ""
-    agent_credential: str = ""
-    agent_refused: str = ""
-
-    @property
-    def section(self) -> str:
-        """Its config section: ``settings.providers.<section>``."""
-        return self.name.value
-
-    @property
-    def needs_key(self) -> bool:
-        """Whether it rents on an account (an API key)."""
-        return self.keys is not None
-
-    @property
-    def agent_destroy_kind(self) -> str:
-        """``destroy.kind`` in the on-box agent's config for its boxes (``bootstrap/agent.py``)."""
-        return self.name.value
-
-
 _ENTRIES = (
     ProviderEntry(
         ProviderName.LOCAL, "this machine", _local, _local_class,
@@ -145,7 +95,7 @@ _ENTRIES = (
         keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
                        files=runpod_key_files, read_file=read_runpod_key_file, url_tails=("/graphql", "/v2"),
                        console="runpod.io > Settings > API Keys"),
-        volumes=_runpod_volumes, billing=True,
+        volumes=_runpod_volumes, volume_region="datacenter (e.g. EU-RO-1, required)", billing=True,
         # "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
         # network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
         billing_increment_s=1.0,
@@ -159,7 +109,7 @@ _ENTRIES = (
         ProviderName.VAST, "Vast.ai", _vast, _vast_class,
         keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=vast_key_files,
                        console="cloud.vast.ai > Account > API Keys"),
-        spot=True, volumes=_vast_volumes, billing=True,
+        spot=True, volumes=_vast_volumes, volume_region="country code or machine:<id>", billing=True,
         # "You are charged the base active rental cost for every second your instance is in the
         # active/connected state ... the storage cost ... for every second your instance exists"
         # (docs.vast.ai/billing-help); a stopped instance still bills storage.

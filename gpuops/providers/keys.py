@@ -22,7 +22,8 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+
+from gpuops.providers.entry import KeySource, read_key_file  # noqa: F401  (a provider's key rules, with the entry)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,33 +32,6 @@ else:  # pragma: no cover
 
 log = logging.getLogger("gpuops.providers")
 
-
-
-def read_key_file(path: Path) -> str:
-    """A key file that holds the key alone (stripped); "" when it cannot be read."""
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return ""
-
-
-@dataclass(frozen=True)
-class KeySource:
-    """Where one provider's account key and API base come from (its ``ProviderEntry.keys``).
-
-    ``env_var``: the provider's own key variable; ``url_var``: its API base variable;
-    ``default_url``: its public API base; ``files``: its own key files, given the environment
-    (``HOME``, ``XDG_CONFIG_HOME``), first found wins; ``read_file``: the key in one of them ("" when
-    none); ``url_tails``: path tails dropped from a configured base (gpuops appends them per call);
-    ``console``: where a user makes a key, for the fix line."""
-
-    env_var: str
-    url_var: str
-    default_url: str
-    files: Callable[[dict], "list[Path]"] = lambda env: []
-    read_file: Callable[[Path], str] = read_key_file
-    url_tails: tuple[str, ...] = ()
-    console: str = ""
 
 
 def _source(name: str) -> KeySource:

@@ -98,14 +98,13 @@ class VolumeService(abc.ABC):
     Class facts, read without a key (`gpuops plan storage`, `gpuops volumes create`'s checks):
     ``usd_per_gb_month`` the list price (USD per GB-month) and ``price_source`` where it is from;
     ``plan_note`` a line `plan storage` adds; ``region_required``: (message, fix) when a create
-    needs ``--region``, else None; ``region_help``: what ``--region`` means there; ``example``: a
-    volume reference for fix lines."""
+    needs ``--region``, else None; ``example``: a volume reference for fix lines. (What
+    ``--region`` means there is the registry's ``volume_region``: help strings import no class.)"""
 
     usd_per_gb_month: ClassVar[float]
     price_source: ClassVar[str]
     plan_note: ClassVar[str] = ""
     region_required: ClassVar["tuple[str, str] | None"] = None
-    region_help: ClassVar[str] = "region"
     example: ClassVar[str] = ""
 
     def __init__(self, provider):
@@ -187,7 +186,6 @@ class RunPodVolumes(VolumeService):
     price_source = "RunPod network volume, docs.runpod.io/pods/storage/create-network-volumes"
     plan_note = "a RunPod network volume pins boxes to Secure Cloud in its datacenter (fewer, dearer offers)"
     region_required = ("a RunPod network volume lives in one datacenter", "add --region, e.g. --region EU-RO-1")
-    region_help = "datacenter (e.g. EU-RO-1, required)"
     example = "runpod:weights-eu"
 
     @classmethod
@@ -266,7 +264,6 @@ class VastVolumes(VolumeService):
     BOOK = "vast-volumes.json"
     usd_per_gb_month = VAST_USD_PER_GB_MONTH
     price_source = "Vast hosts' default volume price (vastai 1.9.1 list_volume); live prices: `vastai search volumes`"
-    region_help = "country code or machine:<id>"
     example = "vast:12345"
 
     # -- the local name book ------------------------------------------------------------------------

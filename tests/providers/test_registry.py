@@ -1,0 +1,167 @@
+"""The provider registry (gpuops/providers/__init__.py) is the one list of providers on the laptop
+side: what derives from it agrees with it, and what cannot import it (the config type, the box's
+standard-library files, the settings snapshot, infra.example.toml, the pyproject extras) is
+checked against it here. docs/adding-a-provider.md names these checks."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from bootstrap.vocabulary import PROVIDER_NAMES, ProviderName
+from gpuops.errors import BadInput
+from gpuops.providers import ACCOUNTLESS, MARKETPLACES, NAMES, REGISTRY, SPOT, WITH_BILLING, WITH_VOLUMES, entry
+from gpuops.providers.base import HasBilling, HasVolumes, Interruptible, Provider
+from gpuops.providers.volumes import VolumeService
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_box_vocabulary_names_the_registry_providers():
+    assert set(PROVIDER_NAMES) == set(NAMES) == {p.value for p in ProviderName}
+    assert NAMES[0] == "local"  # the default provider comes first (help strings, `offers` without keys)
+
+
+def test_the_agent_destroys_a_box_of_every_registered_provider():
+    sys.path.insert(0, str(ROOT / "bootstrap"))
+    try:
+        import bootstrap.agent as agent
+    finally:
+        sys.path.pop(0)
+    assert set(agent.MARKET_DESTROYS) == set(MARKETPLACES)
+    assert {REGISTRY[n].agent_destroy_kind for n in NAMES} == set(NAMES)
+    for name in NAMES:
+        assert REGISTRY[name].agent_credential, name  # `gpuops check` says what the box destroys itself with
+
+
+def test_the_config_takes_exactly_the_registered_names():
+    from gpuops.config import load_settings
+
+    for name in NAMES:
+        s = load_settings(None, {"up": {"provider": name}})
+        assert s.up.provider == name
+        assert getattr(s.providers, REGISTRY[name].section) is not None  # its [providers.<name>] section
+    with pytest.raises(BadInput):
+        load_settings(None, {"up": {"provider": "nope"}})
+
+
+def test_the_settings_snapshot_reads_every_provider_section():
+    if importlib.util.find_spec("gpuops.settings_snapshot") is None:
+        return  # one settings path: nothing else lists the sections
+    from gpuops import settings_snapshot
+
+    nested = getattr(settings_snapshot, "NESTED_SECTIONS", {"providers": NAMES})
+    assert tuple(nested["providers"]) == NAMES
+
+
+def test_infra_example_has_one_section_per_provider():
+    doc = tomllib.loads((ROOT / "infra.example.toml").read_text(encoding="utf-8"))
+    assert tuple(doc["providers"]) == NAMES
+    for name in MARKETPLACES:
+        assert {"url", "api_key", "billing_increment_seconds"} <= set(doc["providers"][name]), name
+        assert doc["providers"][name]["billing_increment_seconds"] == REGISTRY[name].billing_increment_s
+
+
+def test_each_sdk_is_the_extra_named_after_its_provider():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    for name, e in REGISTRY.items():
+        if not e.sdk:
+            assert name not in extras, name
+            continue
+        reqs = [re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in extras[name]]
+        assert e.sdk in reqs, (name, extras[name])
+        assert name in extras["all"][0], extras["all"]  # gpuops[all] installs every provider
+
+
+def test_the_registry_flags_agree_with_the_classes():
+    for name, e in REGISTRY.items():
+        cls = e.load()
+        assert issubclass(cls, Provider) and cls.name == name
+        assert not cls.__abstractmethods__, (name, cls.__abstractmethods__)
+        assert cls.supports_spot == e.spot == issubclass(cls, Interruptible), name
+        assert issubclass(cls, HasVolumes) == (e.volumes is not None), name
+        assert issubclass(cls, HasBilling) == e.billing, name
+        if e.volumes is not None:
+            svc = e.volumes()
+            assert issubclass(svc, VolumeService) and not svc.__abstractmethods__, name
+            assert svc.example.startswith(f"{name}:") and svc.usd_per_gb_month > 0 and svc.price_source, name
+    assert SPOT == tuple(n for n in NAMES if REGISTRY[n].spot)
+    assert WITH_VOLUMES and WITH_BILLING and set(MARKETPLACES) | set(ACCOUNTLESS) == set(NAMES)
+
+
+def test_every_call_of_an_http_provider_is_guarded():
+    """What ``__init_subclass__`` once did silently: every contract call a provider defines runs
+    under the call guard (one deadline, one reply cap). ``@guarded`` says so at the definition."""
+    for name, e in REGISTRY.items():
+        cls = e.load()
+        if not cls.http_calls:
+            continue
+        for meth in Provider.GUARDED:
+            fn = getattr(cls, meth)
+            if fn is getattr(Provider, meth):  # the base's default: it calls guarded methods only
+                continue
+            assert getattr(fn, "guarded", False), f"{name}.{meth} is not @guarded"
+
+
+def test_a_class_missing_a_required_method_cannot_be_made():
+    class Half(Provider):
+        name = "half"
+
+        def offers(self, query):
+            return []
+
+    with pytest.raises(TypeError, match="abstract"):
+        Half()
+
+
+def test_accounts_keys_and_catalog_columns_come_from_the_entries():
+    from gpuops.catalog import Card
+    from gpuops.providers.keys import env_var, missing_key_fix
+
+    fields = {f.name for f in dataclasses.fields(Card)}
+    for name in MARKETPLACES:
+        e = REGISTRY[name]
+        assert e.keys is not None and e.sdk and e.catalog_field in fields and e.catalog_heading, name
+        assert env_var(name) in missing_key_fix(name) and f"[providers.{name}]" in missing_key_fix(name)
+    for name in ACCOUNTLESS:
+        assert REGISTRY[name].keys is None
+    with pytest.raises(BadInput, match="unknown provider"):
+        entry("nope")
+
+
+def test_help_strings_list_the_registered_providers(cli):
+    for argv in (("up", "--help"), ("offers", "--help"), ("check", "--help")):
+        text = " ".join(cli(*argv, env={"COLUMNS": "200"}).stdout.split())
+        assert " | ".join(NAMES) in text, argv
+    text = " ".join(cli("volumes", "create", "--help", env={"COLUMNS": "200"}).stdout.split())
+    assert " | ".join(WITH_VOLUMES) in text
+
+
+# Two or more quoted provider names in one bracket, or a Literal of them: a second list of providers.
+_LIST_OF_NAMES = re.compile(r"[\(\[\{][^()\[\]{}\n]*(%s)[^()\[\]{}\n]*(%s)" % (("|".join(f'"{n}"' for n in NAMES),) * 2))
+
+
+def test_no_second_list_of_providers_on_the_laptop_side():
+    """Outside the provider folders, nothing lists provider names: it asks the registry."""
+    # the registry itself; the settings snapshot's copy is checked above (it is below the registry's floor)
+    own = {ROOT / "gpuops" / "providers" / "__init__.py", ROOT / "gpuops" / "settings_snapshot.py"}
+    found = []
+    for path in sorted((ROOT / "gpuops").rglob("*.py")):
+        rel = path.relative_to(ROOT / "gpuops" / "providers") if path.is_relative_to(ROOT / "gpuops" / "providers") else None
+        if path in own or (rel is not None and len(rel.parts) > 1 and rel.parts[0] in NAMES):
+            continue
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _LIST_OF_NAMES.search(line.split("#", 1)[0]):
+                found.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    assert not found, "\n".join(found)
