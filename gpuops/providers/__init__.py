@@ -18,108 +18,16 @@ from typing import TYPE_CHECKING, Iterable
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
-from gpuops.providers.entry import KeySource, ProviderEntry
-from gpuops.providers.keys import read_runpod_key_file, runpod_key_files, vast_key_files
+from gpuops.providers.entry import ProviderEntry
+
+from gpuops.providers import local, runpod, vast  # one folder each; adding one: docs/adding-a-provider.md
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
-    from gpuops.providers.volumes import VolumeService
 
-
-def _local(settings: "Settings") -> "Provider":
-    from gpuops.providers.local import LocalProvider
-
-    return LocalProvider(
-        settings.data_path() / "boxes",
-        price_per_hour=settings.providers.local.price_per_hour,
-        kill_grace_seconds=settings.teardown.kill_grace_seconds,
-        keep_box_days=settings.providers.local.keep_box_days,
-    )
-
-
-def _local_class() -> "type[Provider]":
-    from gpuops.providers.local import LocalProvider
-
-    return LocalProvider
-
-
-def _runpod(settings: "Settings") -> "Provider":
-    from gpuops.providers.keys import resolve_key, resolve_url
-    from gpuops.providers.runpod import RunPodProvider
-
-    cfg = settings.providers.runpod
-    return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
-
-
-def _runpod_class() -> "type[Provider]":
-    from gpuops.providers.runpod import RunPodProvider
-
-    return RunPodProvider
-
-
-def _vast(settings: "Settings") -> "Provider":
-    from gpuops.providers.keys import resolve_key, resolve_url
-    from gpuops.providers.vast import VastProvider
-
-    cfg = settings.providers.vast
-    return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb,
-                        data_dir=settings.data_path())
-
-
-def _vast_class() -> "type[Provider]":
-    from gpuops.providers.vast import VastProvider
-
-    return VastProvider
-
-
-def _runpod_volumes() -> "type[VolumeService]":
-    from gpuops.providers.volumes import RunPodVolumes
-
-    return RunPodVolumes
-
-
-def _vast_volumes() -> "type[VolumeService]":
-    from gpuops.providers.volumes import VastVolumes
-
-    return VastVolumes
-
-
-_ENTRIES = (
-    ProviderEntry(
-        ProviderName.LOCAL, "this machine", _local, _local_class,
-        agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
-    ),
-    ProviderEntry(
-        ProviderName.RUNPOD, "RunPod", _runpod, _runpod_class,
-        keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
-                       files=runpod_key_files, read_file=read_runpod_key_file, url_tails=("/graphql", "/v2"),
-                       console="runpod.io > Settings > API Keys"),
-        volumes=_runpod_volumes, volume_region="datacenter (e.g. EU-RO-1, required)", billing=True,
-        # "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
-        # network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
-        billing_increment_s=1.0,
-        sdk="runpod", catalog_field="runpod_id", catalog_heading="RunPod gpuTypeId",
-        agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
-                         "the account key never goes to the box",
-        agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
-                      "trying; the watchdog and reconcile terminate it with the account key",
-    ),
-    ProviderEntry(
-        ProviderName.VAST, "Vast.ai", _vast, _vast_class,
-        keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=vast_key_files,
-                       console="cloud.vast.ai > Account > API Keys"),
-        spot=True, volumes=_vast_volumes, volume_region="country code or machine:<id>", billing=True,
-        # "You are charged the base active rental cost for every second your instance is in the
-        # active/connected state ... the storage cost ... for every second your instance exists"
-        # (docs.vast.ai/billing-help); a stopped instance still bills storage.
-        billing_increment_s=1.0,
-        sdk="vastai", catalog_field="vast_name", catalog_heading="Vast gpu_name",
-        agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
-                         "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
-        agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key",
-    ),
-)
+# The registrations, in the order help strings list them (local first: the default).
+_ENTRIES: tuple[ProviderEntry, ...] = (local.ENTRY, runpod.ENTRY, vast.ENTRY)
 
 REGISTRY: dict[str, ProviderEntry] = {e.name.value: e for e in _ENTRIES}
 NAMES = tuple(REGISTRY)

@@ -48,30 +48,6 @@ def env_var(name: str) -> str:
     return _source(name).env_var
 
 
-def _home(env: dict) -> Path:
-    return Path(env.get("HOME") or Path.home())
-
-
-def runpod_key_files(env: dict) -> list[Path]:
-    """``~/.runpod/config.toml``, where ``runpodctl config`` and the runpod SDK keep the key."""
-    return [_home(env) / ".runpod" / "config.toml"]
-
-
-def read_runpod_key_file(path: Path) -> str:
-    """The ``[default] api_key`` of a runpod config.toml (runpod SDK ``get_credentials``); "" if none."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return ""
-    return str(data.get("default", {}).get("api_key", "") or "").strip()
-
-
-def vast_key_files(env: dict) -> list[Path]:
-    """``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (vastai ``_resolve_api_key``)."""
-    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else _home(env) / ".config"
-    return [xdg / "vastai" / "vast_api_key", _home(env) / ".vast_api_key"]
-
-
 @dataclass(frozen=True)
 class Credential:
     """An API key and where it came from (``source`` is safe to print; ``key`` is not)."""

@@ -48,8 +48,8 @@ class World:
     """Both emulators on one clock, gpuops' providers on them, and the ledger."""
 
     def __init__(self, ledger, rp, va):
-        from gpuops.providers.runpod import RunPodProvider
-        from gpuops.providers.vast import VastProvider
+        from gpuops.providers.runpod.compute import RunPodProvider
+        from gpuops.providers.vast.compute import VastProvider
 
         self.ledger, self.rp, self.va = ledger, rp, va
         self.prov = {"runpod": RunPodProvider(Credential(rp.market.api_key, "test"), rp.url, retry=FAST_RETRY),
@@ -318,7 +318,7 @@ def test_sync_cli_lists_then_applies(emulators, tmp_path, cli_env):
 
 def test_billing_retries_rate_limits_and_names_a_bad_key(emulators):
     from gpuops.providers.base import ProviderError, ProviderErrorKind
-    from gpuops.providers.runpod import RunPodProvider
+    from gpuops.providers.runpod.compute import RunPodProvider
 
     rp, va = emulators
     w = World(type("NoBooks", (), {"add_session": lambda *a: None, "update": lambda *a, **k: None})(), rp, va)

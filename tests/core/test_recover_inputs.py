@@ -83,7 +83,7 @@ def test_plan_spot_from_the_two_prices(cli):
 
 def test_plan_spot_reads_the_live_offers(cli, emulator_env):
     from gpuops.providers.base import OfferQuery
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
     from tests.support.emulators import Credential
 
     vast = emulator_env["vast"]

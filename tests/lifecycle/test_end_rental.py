@@ -17,7 +17,7 @@ from tests.support.emulators import FAST_RETRY
 
 def _rent(gpuops_home, emu, sid="s1"):
     from gpuops.config import load_settings
-    from gpuops.providers.runpod import RunPodProvider
+    from gpuops.providers.runpod.compute import RunPodProvider
 
     p = RunPodProvider(Credential(emu.market.api_key, "test"), emu.url, retry=FAST_RETRY)
     o = min(p.offers(OfferQuery(cards=("rtx-4090",), spot=False)), key=lambda o: o.usd_per_hour)

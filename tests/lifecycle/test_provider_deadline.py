@@ -25,11 +25,11 @@ LOADED_SLACK_S = 10.0
 
 def _provider(name, emu):
     if name == "runpod":
-        from gpuops.providers.runpod import RunPodProvider
+        from gpuops.providers.runpod.compute import RunPodProvider
 
         p = RunPodProvider(Credential(emu.market.api_key, "test"), emu.url, retry=POLICY)
     else:
-        from gpuops.providers.vast import VastProvider
+        from gpuops.providers.vast.compute import VastProvider
 
         p = VastProvider(Credential(emu.market.api_key, "test"), emu.url, retry=POLICY, timeout_s=30)
     p.balance()  # imports and warms the SDK under the generous deadline, outside any call under test

@@ -87,7 +87,7 @@ def test_model_aliases_resolve():
 
 
 def test_vast_a100_pcie_offers_map_by_their_memory():
-    from gpuops.providers.vast import _card_for
+    from gpuops.providers.vast.compute import _card_for
 
     pool = list(cards())
     assert _card_for("A100 PCIE", 40 * 2**30, pool).name == "a100-40gb-pcie"

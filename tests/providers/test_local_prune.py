@@ -7,8 +7,8 @@ import json
 import os
 import time
 
-from gpuops.providers.boxes import DAY_S, prune_box, sweep
-from gpuops.providers.local import LocalProvider
+from gpuops.providers.local.boxes import DAY_S, prune_box, sweep
+from gpuops.providers.local.compute import LocalProvider
 
 NOW = time.time()
 

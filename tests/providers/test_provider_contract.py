@@ -66,7 +66,7 @@ class Side:
 @pytest.fixture(params=["runpod", "vast"])
 def side(request) -> Side:
     if request.param == "runpod":
-        from gpuops.providers.runpod import RunPodProvider
+        from gpuops.providers.runpod.compute import RunPodProvider
 
         emu = request.getfixturevalue("runpod_emulator")
         return Side("runpod", "RunPod", "RUNPOD_API_KEY", emu, request.getfixturevalue("runpod_provider"),
@@ -74,7 +74,7 @@ def side(request) -> Side:
                     "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
                     {"list": "pods", "balance": "myself", "create": "create", "get": "pod"},
                     ProviderErrorKind.NO_CAPACITY)
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
 
     emu = request.getfixturevalue("vast_emulator")
     return Side("vast", "Vast.ai", "VAST_API_KEY", emu, request.getfixturevalue("vast_provider"),

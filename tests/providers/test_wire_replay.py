@@ -68,7 +68,7 @@ def test_runpod_wire_replays_onto_the_graphql_gpuops_still_uses():
     same SDK helper, so: every captured request keeps the envelope the emulator reads (POST
     /graphql, Bearer key, ``{"query"}``); ``myself`` is answered with exactly the fields selected
     among those it serves; every other root is a GraphQL error naming the field (REST v2 has it)."""
-    from gpuops.providers.runpod import BALANCE_QUERY
+    from gpuops.providers.runpod.compute import BALANCE_QUERY
     from tests.emulators import RunPodEmulator
 
     emu = RunPodEmulator().start()

@@ -32,14 +32,14 @@ def vast_vol_emulator():
 
 @pytest.fixture
 def runpod_vol_provider(runpod_vol_emulator):
-    from gpuops.providers.runpod import RunPodProvider
+    from gpuops.providers.runpod.compute import RunPodProvider
 
     return RunPodProvider(Credential(runpod_vol_emulator.market.api_key, "test"), runpod_vol_emulator.url, retry=FAST_RETRY)
 
 
 @pytest.fixture
 def vast_vol_provider(vast_vol_emulator):
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
 
     return VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10)
 

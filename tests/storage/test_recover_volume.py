@@ -14,6 +14,7 @@ import time
 import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
 from gpuops.providers import volumes
+from gpuops.providers.vast import volumes as vast_volumes
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.lifecycle.test_spot_recover import JOB, STAGE_TIMEOUT_S, _expected_digest
@@ -26,7 +27,7 @@ def test_a_run_resumes_from_its_checkpoint_on_the_volume(gpuops_home, sshd, vast
     emu = vast_vol_emulator
     mount = tmp_path / "vast-volume"
     mount.mkdir()
-    monkeypatch.setattr(volumes, "VAST_MOUNT", str(mount))
+    monkeypatch.setattr(vast_volumes, "VAST_MOUNT", str(mount))
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     monkeypatch.setattr(launcher, "TAKEN_BACK_POLL_S", 0.2)
     monkeypatch.setenv("STEPS", "6")

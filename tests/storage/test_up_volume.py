@@ -9,6 +9,8 @@ import json
 import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
 from gpuops.providers import volumes
+from gpuops.providers.runpod import volumes as runpod_volumes
+from gpuops.providers.vast import volumes as vast_volumes
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 
@@ -18,7 +20,7 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
 
     mount = tmp_path / "workspace"  # where the pod sees its network volume (RunPod: /workspace)
     mount.mkdir()
-    monkeypatch.setattr(volumes, "RUNPOD_MOUNT", str(mount))
+    monkeypatch.setattr(runpod_volumes, "RUNPOD_MOUNT", str(mount))
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     runpod_vol_emulator.market.ssh_endpoint = (sshd.host, sshd.port)
     vol = volumes.service(runpod_vol_provider).create("weights-ks", 50, "US-KS-2")
@@ -50,7 +52,7 @@ def test_up_on_vast_rents_the_volume_machine(gpuops_home, sshd, vast_vol_emulato
 
     mount = tmp_path / "vast-volume"
     mount.mkdir()
-    monkeypatch.setattr(volumes, "VAST_MOUNT", str(mount))
+    monkeypatch.setattr(vast_volumes, "VAST_MOUNT", str(mount))
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     vast_vol_emulator.market.ssh_endpoint = (sshd.host, sshd.port)
     vol = volumes.service(vast_vol_provider).create("cache", 40, "machine:10010")  # offer 1001's machine, not the cheapest (1002 bids 0.15)

@@ -13,6 +13,7 @@ from gpuops.errors import BadInput
 from gpuops.providers import volumes
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.provider_errors import ProviderError
+from gpuops.providers.runpod import volumes as runpod_volumes
 from tests.conftest import gpuops_cmd
 
 
@@ -37,7 +38,7 @@ def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provid
 
 
 def test_runpod_price_past_one_terabyte():
-    assert volumes.runpod_usd_per_month(1500) == pytest.approx(1000 * 0.07 + 500 * 0.05, abs=1e-6)
+    assert runpod_volumes.runpod_usd_per_month(1500) == pytest.approx(1000 * 0.07 + 500 * 0.05, abs=1e-6)
 
 
 def test_vast_volume_list_create_delete(vast_vol_emulator, vast_vol_provider):
@@ -160,7 +161,7 @@ def test_runpod_rest_errors_delete_retried_create_not(runpod_vol_emulator, runpo
     runpod_vol_emulator.faults.inject["networkvolumes"] = [502, 429]
     svc.delete(vol.id)  # idempotent, so retried through the 5xx and the rate limit
     assert runpod_vol_emulator.network_volumes == {}
-    bad = volumes.RunPodVolumes(type(runpod_vol_provider)(None, runpod_vol_provider.url))
+    bad = runpod_volumes.RunPodVolumes(type(runpod_vol_provider)(None, runpod_vol_provider.url))
     with pytest.raises(ProviderError) as e:
         bad.create("w", 10, "EU-RO-1")
     assert e.value.kind == ProviderErrorKind.AUTH
@@ -196,7 +197,7 @@ def test_vast_volume_is_found_after_create_and_by_name_either_way(vast_vol_emula
     row carries our label is undocumented. Either way `volumes create` names the new volume, and
     ``vast:NAME`` resolves to it -- from the row's label, else from the name booked in the data dir."""
     from gpuops.providers.keys import Credential
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
     from tests.support.emulators import FAST_RETRY
 
     vast_vol_emulator.volume_label_in_list = labelled

@@ -41,7 +41,7 @@ def vast_emulator():
 @pytest.fixture
 def runpod_provider(runpod_emulator):
     """gpuops' RunPodProvider talking to ``runpod_emulator`` through the runpod SDK."""
-    from gpuops.providers.runpod import RunPodProvider
+    from gpuops.providers.runpod.compute import RunPodProvider
 
     return RunPodProvider(Credential(runpod_emulator.market.api_key, "test"), runpod_emulator.url, retry=FAST_RETRY)
 
@@ -49,7 +49,7 @@ def runpod_provider(runpod_emulator):
 @pytest.fixture
 def vast_provider(vast_emulator):
     """gpuops' VastProvider talking to ``vast_emulator`` through the vastai SDK."""
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
 
     return VastProvider(Credential(vast_emulator.market.api_key, "test"), vast_emulator.url, retry=FAST_RETRY, timeout_s=10)
 

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def rp():
     emu = ScopedRunPodEmulator().start()
-    from gpuops.providers.runpod import RunPodProvider
+    from gpuops.providers.runpod.compute import RunPodProvider
 
     yield emu, RunPodProvider(Credential(emu.market.api_key, "test"), emu.url, retry=FAST_RETRY)
     emu.stop()
@@ -42,7 +42,7 @@ def rp():
 @pytest.fixture
 def vast():
     emu = ScopedVastEmulator().start()
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
 
     yield emu, VastProvider(Credential(emu.market.api_key, "test"), emu.url, retry=FAST_RETRY, timeout_s=10)
     emu.stop()

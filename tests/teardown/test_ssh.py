@@ -103,7 +103,7 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
     from gpuops.config import TeardownSettings
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.keys import Credential
-    from gpuops.providers.vast import VastProvider
+    from gpuops.providers.vast.compute import VastProvider
     from tests.support.emulators import FAST_RETRY
 
     sshd, emu, home = world["sshd"], world["emu"], world["home"]

@@ -17,7 +17,7 @@ import pytest
 from gpuops.agent.agentctl import BOOTSTRAP_DIR
 from gpuops.errors import BadInput
 from gpuops.providers.base import Balance
-from gpuops.providers.local import LocalProvider
+from gpuops.providers.local.compute import LocalProvider
 from gpuops.rental.budget import assert_not_refused
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run

@@ -55,7 +55,7 @@ class LocalProvider(Provider):
     def __init__(self, boxes_dir: Path, price_per_hour: float | None = None, kill_grace_seconds: float = 10.0,
                  keep_box_days: float = 7.0):
         self.boxes_dir = Path(boxes_dir)
-        self.keep_box_days = keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/boxes.py)
+        self.keep_box_days = keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
         self.price_per_hour = price_per_hour
         self.kill_grace_seconds = kill_grace_seconds
         # "Account" on this machine: who and where (gpuops.ownership.local_account). A box of another
@@ -131,7 +131,7 @@ class LocalProvider(Provider):
         if not d.exists():
             return
         end_box(str(d), self.kill_grace_seconds)  # groups, then strays that left them (setsid)
-        from gpuops.providers.boxes import sweep
+        from gpuops.providers.local.boxes import sweep
 
         sweep(self.boxes_dir, self.keep_box_days)  # bounded: this box when its time is up, and older ones
 

@@ -1,7 +1,7 @@
 """RunPod through its REST API v2 (``https://api.runpod.io/v2``, ``Authorization: Bearer <key>``).
 
 Routes (RunPod's published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs;
-the migration guide docs.runpod.io/api-reference-v2/migrate-from-v1), ``ROUTES`` below:
+the migration guide docs.runpod.io/api-reference-v2/migrate-from-v1), ``ROUTES`` in client.py:
 
 - ``GET /v2/catalog/gpus?include=AVAILABILITY&product=POD&count=N&cloud=C`` -- GPU types, per-GPU
   list prices per cloud, per-cloud ``maxCount``, and the current pod stock (``availability``:
@@ -9,13 +9,10 @@ the migration guide docs.runpod.io/api-reference-v2/migrate-from-v1), ``ROUTES``
 - ``POST /v2/pods`` (201, the Pod), ``GET /v2/pods`` (``{"pods": [...]}``: one list, the spec
   pages nothing), ``GET /v2/pods/{id}``, ``DELETE /v2/pods/{id}`` (204), ``POST
   /v2/pods/{id}/action`` (``{"action": "stop"}`` and the rest: ``stop``).
-- ``GET|POST /v2/network-volumes``, ``DELETE /v2/network-volumes/{id}`` (gpuops.providers.volumes).
-- ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes`` (``billing``).
+- ``GET|POST /v2/network-volumes``, ``DELETE /v2/network-volumes/{id}`` (volumes.py).
+- ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes`` (``billing``; parsed in billing.py).
 
-Errors are RFC 9457 problems (``{"title", "status", "detail"}``); a create's 400 is "this GPU
-could not be placed" or a rule broken (try the next offer), 402 no funds, 403 a pool this account
-cannot use (next offer), 422 a body the contract rejects (never retried), 429 Retry-After, 5xx
-transient (the spec's create description).
+How a status maps to a ``ProviderError`` kind: client.py.
 
 Where v2 has no route -- the account balance -- the ``runpod`` SDK's GraphQL helper (1.11.0,
 ``runpod.api.graphql.run_graphql_query``, ``POST {host}/graphql``) reads ``myself {
@@ -25,8 +22,8 @@ there is a ``Balance`` with no figure and a note, never a crash (``balance``).
 ``RUNPOD_API_BASE_URL`` / ``[providers.runpod] url`` names the API host (default
 ``https://api.runpod.io``); ``/v2/...`` and ``/graphql`` are under it. Interruptible (spot) pods:
 v2 has none, so a spot request is ProviderError(UNSUPPORTED), never a silent on-demand rent.
-Every HTTP call runs under the provider's total deadline and reply cap (``http_guard``, applied
-to every contract method) and the tenacity policy (``retry.py``); a create is never retried
+Every HTTP call runs under the provider's total deadline and reply cap (``@guarded`` on every
+contract method: ``http_guard``) and the tenacity policy (``retry.py``); a create is never retried
 blindly (its label is looked up after an ambiguous failure).
 """
 
@@ -35,11 +32,7 @@ from __future__ import annotations
 import enum
 import math
 import os
-import sys
-import threading
 import time
-import types
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -49,31 +42,13 @@ import gpuops.providers.inputs as inputs
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, HasBilling, HasVolumes, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint, guarded
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.runpod.client import NAME, ROUTES, _SDK_LOCK, RunPodClient, _import_runpod, parse_time, stamp
 
-NAME = "runpod"
 CLOUDS = ("SECURE", "COMMUNITY")
 SPOT_WITHDRAWN = "RunPod's REST API v2 has no interruptible (spot) pods; gpuops will not rent on-demand in their place"
 SPOT_FIX = "use --provider vast for interruptible offers, or --on-demand to rent an on-demand RunPod pod"
 BALANCE_QUERY = "query myself { myself { clientBalance currentSpendPerHr } }"
 GB = 10**9
-
-# What gpuops calls on RunPod (method, path under the API host), for `gpuops check` and the docs.
-ROUTES = (
-    ("GET", "/v2/catalog/gpus"),
-    ("POST", "/v2/pods"),
-    ("GET", "/v2/pods"),
-    ("GET", "/v2/pods/{id}"),
-    ("DELETE", "/v2/pods/{id}"),
-    ("POST", "/v2/pods/{id}/action"),
-    ("GET", "/v2/network-volumes"),
-    ("POST", "/v2/network-volumes"),
-    ("DELETE", "/v2/network-volumes/{id}"),
-    ("GET", "/v2/billing/pods"),
-    ("GET", "/v2/billing/network-volumes"),
-    ("POST", "/graphql"),  # myself { clientBalance currentSpendPerHr }: the balance, which v2 lacks
-)
-
-_SDK_LOCK = threading.RLock()
 
 
 class PodStatus(str, enum.Enum):
@@ -107,55 +82,7 @@ class AvailabilityLevel(str, enum.Enum):
     HIGH = "HIGH"
 
 
-def _import_runpod() -> Any:
-    """``import runpod`` without py-cpuinfo's import-time subprocesses (a stub stands in for the
-    import only; runpod keeps "Unable to get processor info." as its serverless debug string)."""
-    if "runpod" in sys.modules:
-        return sys.modules["runpod"]
-    stubbed = "cpuinfo" not in sys.modules
-    if stubbed:
-        stub = types.ModuleType("cpuinfo")
-        stub.get_cpu_info = lambda: {}  # type: ignore[attr-defined]
-        sys.modules["cpuinfo"] = stub
-    try:
-        import runpod
-    finally:
-        if stubbed:
-            sys.modules.pop("cpuinfo", None)
-    return runpod
-
-
-def parse_time(text: Any) -> float | None:
-    """Epoch seconds from an RFC 3339 date-time (``2026-06-01T12:00:00Z``), or None."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
-
-
-def stamp(t: float) -> str:
-    """RFC 3339, UTC, whole seconds (the spec's date-time query parameters)."""
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def problem_text(body: Any, fallback: str) -> str:
-    """The human text of an error body: v2's RFC 9457 ``detail`` (else ``title``, with
-    ``errors``), v1's ``{"message"}``, or ``{"error"}``; ``fallback`` when it has none."""
-    if isinstance(body, dict):
-        for k in ("detail", "message", "error", "title"):
-            v = body.get(k)
-            if isinstance(v, str) and v.strip():
-                extra = body.get("errors")
-                if isinstance(extra, list) and extra:
-                    return v.strip() + " (" + "; ".join(str(x) for x in extra[:5]) + ")"
-                return v.strip()
-    return fallback
-
-
-class RunPodProvider(HasVolumes, HasBilling):
+class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     """RunPod on-demand pods over REST v2. ``credential`` None: every call raises AUTH with the fix.
 
     ``url``: the API host (``/v2/...`` and ``/graphql`` are appended). ``retry``: bounded retries
@@ -176,74 +103,6 @@ class RunPodProvider(HasVolumes, HasBilling):
         self.timeout_s = timeout_s
         # The account this key acts for (gpuops.ownership): None without a key.
         self.account = f"{NAME}:{credential.account}" if credential is not None else None
-
-    # -- the REST client -------------------------------------------------------------------------
-    def _key(self) -> str:
-        if self.credential is None:
-            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(NAME))
-        return self.credential.key
-
-    def _status_error(self, status: int, body: Any, action: str, creating: bool, retry_after: str | None) -> ProviderError:
-        key = self.credential.key if self.credential else None
-        text = redact(problem_text(body, f"HTTP {status}"), key)
-        if status == 401:
-            return ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
-                                 missing_key_fix(NAME))
-        if status == 403:
-            if creating:  # "your account cannot access the requested pool: skip this candidate"
-                return ProviderError(ProviderErrorKind.OFFER_GONE, f"RunPod refused this GPU pool to the account ({action}): {text}", "try the next offer")
-            return ProviderError(ProviderErrorKind.AUTH, f"RunPod refused the key access while trying to {action}: {text}", missing_key_fix(NAME))
-        if status == 402:
-            return ProviderError(ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {text}", "add credit at runpod.io > Billing")
-        if status == 429:
-            err = ProviderError(ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry")
-            try:
-                err.retry_after_s = float(retry_after or "")  # type: ignore[attr-defined]
-            except ValueError:
-                pass
-            return err
-        if status >= 500:
-            return ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {status} while trying to {action}: {text}", "retry later; see status.runpod.io")
-        if status == 404:
-            return ProviderError(ProviderErrorKind.GONE, f"RunPod: {text} ({action})")
-        if creating and status == 400:  # no capacity for this GPU here, or a rule broken: next candidate
-            return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod could not place the pod ({action}): {text}", "try another offer or card")
-        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod rejected the request to {action} ({status}): {text}", "check the card, image and disk size")
-
-    def _rest(self, method: str, path: str, action: str, params: dict | None = None, body: dict | None = None,
-              retries: bool = True, creating: bool = False) -> tuple[int, Any]:
-        """One v2 call: (status, parsed JSON or None). 2xx only; every other status is a
-        ProviderError of the kind the spec's status means. ``path`` is already quoted."""
-        import requests
-
-        key = self._key()
-        url = self.url + path
-
-        def once():
-            try:
-                r = requests.request(method, url, params=params, json=body, timeout=self.timeout_s,
-                                     headers={"Authorization": f"Bearer {key}", "Accept": "application/json"})
-            except ProviderError:
-                raise
-            except (requests.ConnectionError, requests.Timeout):
-                raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to {action}",
-                                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)") from None
-            try:
-                payload = r.json() if r.content else None
-            except ValueError:
-                payload = None
-            if not 200 <= r.status_code < 300:
-                raise self._status_error(r.status_code, payload, action, creating, r.headers.get("Retry-After"))
-            if r.content and payload is None:
-                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod answered with something that is not JSON while trying to {action}", "retry later")
-            return r.status_code, payload
-
-        return call_with_retries(once, self.retry) if retries else once()
-
-    def _object(self, payload: Any, key: str | None, action: str) -> Any:
-        if not isinstance(payload, dict) or (key is not None and key not in payload):
-            raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's answer to {action} is not the documented shape", "retry later")
-        return payload if key is None else payload[key]
 
     # -- offers ------------------------------------------------------------------------------
     def _cards(self, query: OfferQuery) -> list[Card]:
@@ -448,8 +307,8 @@ class RunPodProvider(HasVolumes, HasBilling):
         return self._instance(pod) if isinstance(pod, dict) and "id" in pod else None
 
     def volumes(self):
-        """Persistent volumes (gpuops.providers.volumes.RunPodVolumes): list, create, delete, mountable offers."""
-        from gpuops.providers.volumes import RunPodVolumes
+        """Persistent volumes (``RunPodVolumes``): list, create, delete, mountable offers."""
+        from gpuops.providers.runpod.volumes import RunPodVolumes
 
         return RunPodVolumes(self)
 
@@ -502,25 +361,15 @@ class RunPodProvider(HasVolumes, HasBilling):
         except (TypeError, ValueError):
             return Balance(usd=None, note="RunPod's balance is not a number")
 
-    # -- billing -----------------------------------------------------------------------------
-    # v2 billing: ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes`` with startTime,
-    # endTime (date-time) and bucketSize (hour: the finest, so a month boundary falls between
-    # records), answering ``{"records": [...], "metadata": {...}}``; a pod record is
-    # {startTime, endTime, podId, totalAmount, gpuAmount, cpuAmount, diskAmount}, a volume record
-    # {startTime, endTime, networkVolumeId, totalAmount, standardAmount, highPerformanceAmount}.
-    BILLING_BUCKET = "hour"
-
+    # -- billing: the records, parsed in billing.py ---------------------------------------------
     @guarded
     def billing(self, since: float, until: float) -> list:
         """Pod and network-volume records over [since, until) epoch s as
-        ``ledger.billing.ChargeLine``: per pod record a ``gpu`` line (gpuAmount + cpuAmount: compute
-        time) and a ``storage`` line (diskAmount: the pod's disk, billed running or stopped); per
-        volume record an account-level ``storage`` line (instance_id None, the volume named in its
-        description). Amounts USD; each record's own window. Billing unit: per second
-        (PROVIDER_INCREMENT_S). Raises ProviderError (AUTH, RATE_LIMIT, SERVER; retried as every call)."""
-        from ledger.billing import ChargeLine
+        ``ledger.billing.ChargeLine`` (``gpuops.providers.runpod.billing.charge_lines``). Raises
+        ProviderError (AUTH, RATE_LIMIT, SERVER; retried as every call)."""
+        from gpuops.providers.runpod.billing import BUCKET, charge_lines
 
-        window = {"startTime": stamp(since), "endTime": stamp(until), "bucketSize": self.BILLING_BUCKET}
+        window = {"startTime": stamp(since), "endTime": stamp(until), "bucketSize": BUCKET}
 
         def records(path: str, what: str) -> list:
             _, payload = self._rest("GET", path, f"read {what} billing", params=window)
@@ -529,28 +378,4 @@ class RunPodProvider(HasVolumes, HasBilling):
                 raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's {what} billing has no list of records", "retry later")
             return recs
 
-        def money(rec: dict, k: str) -> float:
-            v = rec.get(k)
-            return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else 0.0
-
-        out = []
-        for rec in records("/v2/billing/pods", "pod"):
-            if not isinstance(rec, dict):
-                continue
-            start, end, pod = parse_time(rec.get("startTime")), parse_time(rec.get("endTime")), rec.get("podId")
-            if start is None or end is None or not isinstance(pod, str):
-                continue  # a record we cannot place in time or on a pod is not a charge we can attribute
-            compute, disk = money(rec, "gpuAmount") + money(rec, "cpuAmount"), money(rec, "diskAmount")
-            if compute > 0:
-                out.append(ChargeLine(NAME, pod, compute, start, end, kind="gpu", description=f"pod {pod} compute"))
-            if disk > 0:
-                out.append(ChargeLine(NAME, pod, disk, start, end, kind="storage", description=f"pod {pod} disk"))
-        for rec in records("/v2/billing/network-volumes", "network-volume"):
-            if not isinstance(rec, dict):
-                continue
-            start, end = parse_time(rec.get("startTime")), parse_time(rec.get("endTime"))
-            usd = money(rec, "totalAmount")
-            if start is None or end is None or usd <= 0:
-                continue
-            out.append(ChargeLine(NAME, None, usd, start, end, kind="storage", description=f"network volume {rec.get('networkVolumeId') or '?'}"))
-        return out
+        return charge_lines(records("/v2/billing/pods", "pod"), records("/v2/billing/network-volumes", "network-volume"))

@@ -23,7 +23,8 @@ SDK quirks handled here:
   is raised with ``instance_id`` set and Vast's own words; with nothing left, just BID_TOO_LOW.
 - ``unknown``/``offline`` never reach running (the spec): they map to EXITED, so a wait fails at
   once naming the state.
-- errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg``; they are mapped to kinds.
+- errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg``; they are mapped to
+  kinds in client.py.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
 import gpuops.providers.inputs as inputs
 from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, HasBilling, HasVolumes, Interruptible, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint, guarded
-from gpuops.providers.keys import Credential, missing_key_fix, redact
+from gpuops.providers.keys import Credential
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.vast.client import NAME, VastClient
 
-NAME = "vast"
 MIB = 2**20
 
 _STATUS = {
@@ -57,7 +58,6 @@ _STATUS = {
     "offline": InstanceStatus.EXITED,
 }
 
-_GONE_ERRORS = ("no_such_ask", "ask_not_found", "offer_unavailable", "no_such_offer", "not_available")
 
 
 def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
@@ -69,7 +69,7 @@ def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
     return min(same, key=lambda c: abs(c.vram_bytes - vram_bytes))
 
 
-class VastProvider(Interruptible, HasVolumes, HasBilling):
+class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
     """Vast.ai offers and instances. ``credential`` None: every call raises AUTH with the fix.
 
     ``url``: REST base (no trailing slash). ``search_limit``: offers per search type.
@@ -97,83 +97,6 @@ class VastProvider(Interruptible, HasVolumes, HasBilling):
         self._client: Any = None
         # The account this key acts for (gpuops.ownership): None without a key.
         self.account = f"{NAME}:{credential.account}" if credential is not None else None
-
-    def _sdk(self) -> Any:
-        if self.credential is None:
-            raise ProviderError(ProviderErrorKind.AUTH, "no Vast.ai API key found", missing_key_fix(NAME))
-        if self._client is None:
-            import logging
-            import os
-
-            from vastai import VastAI
-
-            # vastai attaches its own stderr handler to the "vastai" logger at INFO unless
-            # VAST_LOG_LEVEL is set; keep library chatter out of gpuops' output.
-            if not os.environ.get("VAST_LOG_LEVEL"):
-                logging.getLogger("vastai").setLevel(logging.WARNING)
-            self._client = VastAI(api_key=self.credential.key, server_url=self.url, retry=1)
-            self._client.client.timeout = self.timeout_s
-        return self._client
-
-    def _error(self, e: Exception, action: str, creating: bool = False) -> ProviderError:
-        import requests
-
-        key = self.credential.key if self.credential else None
-        if isinstance(e, requests.HTTPError) and e.response is not None:
-            status = e.response.status_code
-            try:
-                body = e.response.json()
-            except ValueError:
-                body = {}
-            body = body if isinstance(body, dict) else {}
-            err = self._body_error(status, body, action, creating)
-            try:  # the SDK honoured Retry-After itself; with retry=1 we do
-                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))  # type: ignore[attr-defined]
-            except ValueError:
-                pass
-            return err
-        if isinstance(e, (requests.ConnectionError, requests.Timeout)):
-            return ProviderError(ProviderErrorKind.SERVER, f"cannot reach Vast.ai at {self.url} to {action}", "check the network or [providers.vast] url")
-        if isinstance(e, ValueError):  # 2xx with a non-JSON body
-            return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai answered with something that is not JSON while trying to {action}", "retry later")
-        return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai call failed while trying to {action}: {type(e).__name__}: {redact(str(e), key)}")
-
-    def _body_error(self, status: int, body: dict, action: str, creating: bool) -> ProviderError:
-        key = self.credential.key if self.credential else None
-        code = str(body.get("error") or "").lower()
-        # Vast's {"error", "msg"}; its 429 {"detail"}; a RunPod-style {"message"} read right too.
-        words = next((body[k] for k in ("msg", "message", "detail", "error") if isinstance(body.get(k), str) and body[k].strip()), None)
-        text = redact(str(words or f"HTTP {status}"), key)
-        low = (code + " " + text).lower()
-        left = body.get("new_contract") or body.get("instance_id")
-        left_id = str(left) if left else None
-        if status in (401, 403) or "auth" in code or "api key" in low:
-            return ProviderError(ProviderErrorKind.AUTH, f"Vast.ai rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}", missing_key_fix(NAME))
-        if status == 429:
-            return ProviderError(ProviderErrorKind.RATE_LIMIT, f"Vast.ai rate limit while trying to {action}", "wait a minute and retry")
-        if status >= 500:
-            return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai server error {status} while trying to {action}: {text}", "retry later", instance_id=left_id)
-        if "bid" in low and ("low" in low or "min" in low):
-            return ProviderError(ProviderErrorKind.BID_TOO_LOW, f"Vast.ai refused the bid while trying to {action}: {text}", "bid at least the offer's min_bid (see `gpuops offers --spot`)", instance_id=left_id)
-        if status == 402 or "insufficient" in low or "credit" in low or "balance" in low:
-            return ProviderError(ProviderErrorKind.FUNDS, f"Vast.ai refused to {action}: {text}", "add credit at cloud.vast.ai > Billing", instance_id=left_id)
-        if creating and (status == 404 or any(g in low for g in _GONE_ERRORS) or "not available" in low):
-            return ProviderError(ProviderErrorKind.OFFER_GONE, f"the Vast.ai offer is gone ({action}): {text}", "try the next offer", instance_id=left_id)
-        if status == 404 or "no_such_instance" in low or "not found" in low:
-            return ProviderError(ProviderErrorKind.GONE, f"Vast.ai: {text} ({action})")
-        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"Vast.ai rejected the request to {action}: {text}", "check the image, disk size and bid", instance_id=left_id)
-
-    def _call(self, action: str, fn, retries: bool = True, creating: bool = False):
-        def once():
-            client = self._sdk()
-            try:
-                return fn(client)
-            except ProviderError:
-                raise
-            except Exception as e:  # requests/JSON/SDK errors: all mapped to kinds
-                raise self._error(e, action, creating) from None
-
-        return call_with_retries(once, self.retry) if retries else once()
 
     # -- offers ------------------------------------------------------------------------------
     @guarded
@@ -403,8 +326,8 @@ class VastProvider(Interruptible, HasVolumes, HasBilling):
                 raise
 
     def volumes(self):
-        """Persistent volumes (gpuops.providers.volumes.VastVolumes): list, create, delete, mountable offers."""
-        from gpuops.providers.volumes import VastVolumes
+        """Persistent volumes (``VastVolumes``): list, create, delete, mountable offers."""
+        from gpuops.providers.vast.volumes import VastVolumes
 
         return VastVolumes(self)
 
@@ -415,34 +338,16 @@ class VastProvider(Interruptible, HasVolumes, HasBilling):
         credit = user.get("credit")
         return Balance(usd=float(credit) if credit is not None else None)
 
-    # -- billing -----------------------------------------------------------------------------
+    # -- billing: the charges, parsed in billing.py ---------------------------------------------
     @guarded
     def billing(self, since: float, until: float) -> list:
-        """Vast's charges over [since, until) epoch s as ``ledger.billing.ChargeLine``, one per item.
-
-        Through the SDK's ``show_invoices_v1(charges=True, ...)`` (vastai 1.9.1 api/billing.py):
-        ``GET /api/v0/charges/?select_filters={"day":{"gte","lte"}}&limit=100[&after_token=]``, every
-        page. Per Vast's spec an entry is one contract (``source`` ``instance-<id>``,
-        ``metadata.label``) whose ``items`` are typed ``gpu`` (compute), ``disk`` (storage, running or
-        stopped), ``bwd``/``bwu`` (download/upload: network), each with integer unix ``start``/``end``.
-        Whether an entry is cut to the asked window is undocumented, so each item is attributed by
-        time: the part of it inside [since, until) (its amount x the share of its period there, the
-        one rule of ledger/attribution.py), so a month's books come out the same either way. Volume
-        entries are account-level storage. Billing unit: per second (docs.vast.ai/billing-help).
+        """Vast's charges over [since, until) epoch s as ``ledger.billing.ChargeLine``, one per item
+        (``gpuops.providers.vast.billing.charge_lines``), every page: through the SDK's
+        ``show_invoices_v1(charges=True, ...)`` (vastai 1.9.1 api/billing.py): ``GET
+        /api/v0/charges/?select_filters={"day":{"gte","lte"}}&limit=100[&after_token=]``.
         ``/api/v1/invoices/`` lists payments and credits, not spend, so it is not read here.
-        Raises ProviderError.
-        """
-        from ledger.attribution import fraction
-        from ledger.billing import ChargeLine
-
-        kinds = {"gpu": "gpu", "disk": "storage", "bwd": "network", "bwu": "network"}
-
-        def num(v) -> float | None:
-            try:
-                f = float(v)
-            except (TypeError, ValueError):
-                return None
-            return f if math.isfinite(f) else None
+        Raises ProviderError (SERVER when the pages never end)."""
+        from gpuops.providers.vast.billing import charge_lines
 
         out = []
         token = None
@@ -452,28 +357,7 @@ class VastProvider(Interruptible, HasVolumes, HasBilling):
             if token:
                 params["next_token"] = token
             page = self._call("read charges", lambda v: v.show_invoices_v1(**params)) or {}
-            for r in page.get("results") or []:
-                if not isinstance(r, dict):
-                    continue
-                typ = str(r.get("type") or "")
-                source = str(r.get("source") or "")
-                iid = source.split("-", 1)[1] if source.startswith("instance-") and typ != "volume" else None
-                label = str((r.get("metadata") or {}).get("label") or "") if isinstance(r.get("metadata"), dict) else ""
-                for it in r.get("items") or [r]:
-                    if not isinstance(it, dict):
-                        continue
-                    usd = num(it.get("amount"))
-                    start, end = num(it.get("start", r.get("start"))), num(it.get("end", r.get("end")))
-                    if usd is None or usd <= 0:
-                        continue
-                    kind = "storage" if typ == "volume" else kinds.get(str(it.get("type") or "").lower(), "other")
-                    if start is not None and end is not None and end > start:
-                        share = fraction(start, end, since, until)
-                        if share <= 0:
-                            continue
-                        usd, start, end = usd * share, max(start, since), min(end, until)
-                    out.append(ChargeLine(NAME, iid, usd, start, end, label=label, kind=kind,
-                                          description=f"{it.get('type') or typ} {source}".strip()))
+            out += charge_lines(page.get("results") or [], since, until)
             token = page.get("next_token")
             if not token:
                 return out

@@ -1,0 +1,38 @@
+"""The local provider: this machine, no account (``compute.LocalProvider``; ``boxes.py`` prunes
+destroyed boxes). ``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bootstrap.vocabulary import ProviderName
+from gpuops.providers.entry import ProviderEntry
+
+if TYPE_CHECKING:
+    from gpuops.config import Settings
+    from gpuops.providers.base import Provider
+
+
+def build(settings: "Settings") -> "Provider":
+    """The local provider from ``settings`` (its boxes under ``<data dir>/boxes``)."""
+    from gpuops.providers.local.compute import LocalProvider
+
+    return LocalProvider(
+        settings.data_path() / "boxes",
+        price_per_hour=settings.providers.local.price_per_hour,
+        kill_grace_seconds=settings.teardown.kill_grace_seconds,
+        keep_box_days=settings.providers.local.keep_box_days,
+    )
+
+
+def load() -> "type[Provider]":
+    """``LocalProvider``, imported on call."""
+    from gpuops.providers.local.compute import LocalProvider
+
+    return LocalProvider
+
+
+ENTRY = ProviderEntry(
+    ProviderName.LOCAL, "this machine", build, load,
+    agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
+)

@@ -1,0 +1,76 @@
+"""RunPod: on-demand pods over its REST API v2 (``compute.RunPodProvider``; the wire in
+``client.py``, network volumes in ``volumes.py``, its billing records parsed in ``billing.py``).
+``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``). Light: no SDK, no requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bootstrap.vocabulary import ProviderName
+from gpuops.providers.entry import KeySource, ProviderEntry
+
+if TYPE_CHECKING:
+    from gpuops.config import Settings
+    from gpuops.providers.base import Provider
+    from gpuops.providers.volumes import VolumeService
+
+
+def build(settings: "Settings") -> "Provider":
+    """``RunPodProvider`` with the key and API host ``settings`` and the environment give."""
+    from gpuops.providers.keys import resolve_key, resolve_url
+    from gpuops.providers.runpod.compute import RunPodProvider
+
+    cfg = settings.providers.runpod
+    return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
+
+
+def load() -> "type[Provider]":
+    """``RunPodProvider``, imported on call."""
+    from gpuops.providers.runpod.compute import RunPodProvider
+
+    return RunPodProvider
+
+
+def volume_service() -> "type[VolumeService]":
+    """``RunPodVolumes``, imported on call."""
+    from gpuops.providers.runpod.volumes import RunPodVolumes
+
+    return RunPodVolumes
+
+
+def key_files(env: dict) -> list[Path]:
+    """``~/.runpod/config.toml``, where ``runpodctl config`` and the runpod SDK keep the key."""
+    return [Path(env.get("HOME") or Path.home()) / ".runpod" / "config.toml"]
+
+
+def read_key_file(path: Path) -> str:
+    """The ``[default] api_key`` of a runpod config.toml (runpod SDK ``get_credentials``); "" if none."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    return str(data.get("default", {}).get("api_key", "") or "").strip()
+
+
+ENTRY = ProviderEntry(
+    ProviderName.RUNPOD, "RunPod", build, load,
+    keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
+                   files=key_files, read_file=read_key_file, url_tails=("/graphql", "/v2"),
+                   console="runpod.io > Settings > API Keys"),
+    volumes=volume_service, volume_region="datacenter (e.g. EU-RO-1, required)", billing=True,
+    # "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
+    # network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
+    billing_increment_s=1.0,
+    sdk="runpod", catalog_field="runpod_id", catalog_heading="RunPod gpuTypeId",
+    agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
+                     "the account key never goes to the box",
+    agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
+                  "trying; the watchdog and reconcile terminate it with the account key",
+)

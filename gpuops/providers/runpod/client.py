@@ -1,0 +1,168 @@
+"""RunPod's REST API v2 client (``https://api.runpod.io/v2``, ``Authorization: Bearer <key>``):
+one call, RunPod's statuses mapped to ``ProviderError`` kinds, under the retry policy.
+
+Errors are RFC 9457 problems (``{"title", "status", "detail"}``); a create's 400 is "this GPU
+could not be placed" or a rule broken (try the next offer), 402 no funds, 403 a pool this account
+cannot use (next offer), 422 a body the contract rejects (never retried), 429 Retry-After, 5xx
+transient (the spec's create description). ``ROUTES``: every route gpuops calls (RunPod's
+published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import types
+from datetime import datetime, timezone
+from typing import Any
+
+from gpuops.providers.base import ProviderError, ProviderErrorKind
+from gpuops.providers.keys import Credential, missing_key_fix, redact
+from gpuops.providers.retry import RetryPolicy, call_with_retries
+
+NAME = "runpod"
+
+# What gpuops calls on RunPod (method, path under the API host), for `gpuops check` and the docs.
+ROUTES = (
+    ("GET", "/v2/catalog/gpus"),
+    ("POST", "/v2/pods"),
+    ("GET", "/v2/pods"),
+    ("GET", "/v2/pods/{id}"),
+    ("DELETE", "/v2/pods/{id}"),
+    ("POST", "/v2/pods/{id}/action"),
+    ("GET", "/v2/network-volumes"),
+    ("POST", "/v2/network-volumes"),
+    ("DELETE", "/v2/network-volumes/{id}"),
+    ("GET", "/v2/billing/pods"),
+    ("GET", "/v2/billing/network-volumes"),
+    ("POST", "/graphql"),  # myself { clientBalance currentSpendPerHr }: the balance, which v2 lacks
+)
+
+_SDK_LOCK = threading.RLock()
+
+
+def _import_runpod() -> Any:
+    """``import runpod`` without py-cpuinfo's import-time subprocesses (a stub stands in for the
+    import only; runpod keeps "Unable to get processor info." as its serverless debug string)."""
+    if "runpod" in sys.modules:
+        return sys.modules["runpod"]
+    stubbed = "cpuinfo" not in sys.modules
+    if stubbed:
+        stub = types.ModuleType("cpuinfo")
+        stub.get_cpu_info = lambda: {}  # type: ignore[attr-defined]
+        sys.modules["cpuinfo"] = stub
+    try:
+        import runpod
+    finally:
+        if stubbed:
+            sys.modules.pop("cpuinfo", None)
+    return runpod
+
+
+def parse_time(text: Any) -> float | None:
+    """Epoch seconds from an RFC 3339 date-time (``2026-06-01T12:00:00Z``), or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=timezone.utc)).timestamp()
+
+
+def stamp(t: float) -> str:
+    """RFC 3339, UTC, whole seconds (the spec's date-time query parameters)."""
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def problem_text(body: Any, fallback: str) -> str:
+    """The human text of an error body: v2's RFC 9457 ``detail`` (else ``title``, with
+    ``errors``), v1's ``{"message"}``, or ``{"error"}``; ``fallback`` when it has none."""
+    if isinstance(body, dict):
+        for k in ("detail", "message", "error", "title"):
+            v = body.get(k)
+            if isinstance(v, str) and v.strip():
+                extra = body.get("errors")
+                if isinstance(extra, list) and extra:
+                    return v.strip() + " (" + "; ".join(str(x) for x in extra[:5]) + ")"
+                return v.strip()
+    return fallback
+
+
+class RunPodClient:
+    """The REST v2 half of ``RunPodProvider`` (and of its volumes, which call it): ``_rest`` makes
+    one call, 2xx or a ProviderError of the kind the status means. The provider sets
+    ``credential``, ``url`` (the API host), ``retry`` and ``timeout_s`` (seconds per socket
+    operation; the call's total deadline is ``http_guard``'s)."""
+
+    credential: Credential | None
+    url: str
+    retry: RetryPolicy
+    timeout_s: float
+
+    def _key(self) -> str:
+        if self.credential is None:
+            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(NAME))
+        return self.credential.key
+
+    def _status_error(self, status: int, body: Any, action: str, creating: bool, retry_after: str | None) -> ProviderError:
+        key = self.credential.key if self.credential else None
+        text = redact(problem_text(body, f"HTTP {status}"), key)
+        if status == 401:
+            return ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
+                                 missing_key_fix(NAME))
+        if status == 403:
+            if creating:  # "your account cannot access the requested pool: skip this candidate"
+                return ProviderError(ProviderErrorKind.OFFER_GONE, f"RunPod refused this GPU pool to the account ({action}): {text}", "try the next offer")
+            return ProviderError(ProviderErrorKind.AUTH, f"RunPod refused the key access while trying to {action}: {text}", missing_key_fix(NAME))
+        if status == 402:
+            return ProviderError(ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {text}", "add credit at runpod.io > Billing")
+        if status == 429:
+            err = ProviderError(ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry")
+            try:
+                err.retry_after_s = float(retry_after or "")  # type: ignore[attr-defined]
+            except ValueError:
+                pass
+            return err
+        if status >= 500:
+            return ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {status} while trying to {action}: {text}", "retry later; see status.runpod.io")
+        if status == 404:
+            return ProviderError(ProviderErrorKind.GONE, f"RunPod: {text} ({action})")
+        if creating and status == 400:  # no capacity for this GPU here, or a rule broken: next candidate
+            return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod could not place the pod ({action}): {text}", "try another offer or card")
+        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod rejected the request to {action} ({status}): {text}", "check the card, image and disk size")
+
+    def _rest(self, method: str, path: str, action: str, params: dict | None = None, body: dict | None = None,
+              retries: bool = True, creating: bool = False) -> tuple[int, Any]:
+        """One v2 call: (status, parsed JSON or None). 2xx only; every other status is a
+        ProviderError of the kind the spec's status means. ``path`` is already quoted."""
+        import requests
+
+        key = self._key()
+        url = self.url + path
+
+        def once():
+            try:
+                r = requests.request(method, url, params=params, json=body, timeout=self.timeout_s,
+                                     headers={"Authorization": f"Bearer {key}", "Accept": "application/json"})
+            except ProviderError:
+                raise
+            except (requests.ConnectionError, requests.Timeout):
+                raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to {action}",
+                                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)") from None
+            try:
+                payload = r.json() if r.content else None
+            except ValueError:
+                payload = None
+            if not 200 <= r.status_code < 300:
+                raise self._status_error(r.status_code, payload, action, creating, r.headers.get("Retry-After"))
+            if r.content and payload is None:
+                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod answered with something that is not JSON while trying to {action}", "retry later")
+            return r.status_code, payload
+
+        return call_with_retries(once, self.retry) if retries else once()
+
+    def _object(self, payload: Any, key: str | None, action: str) -> Any:
+        if not isinstance(payload, dict) or (key is not None and key not in payload):
+            raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's answer to {action} is not the documented shape", "retry later")
+        return payload if key is None else payload[key]

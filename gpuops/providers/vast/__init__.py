@@ -1,0 +1,65 @@
+"""Vast.ai: a marketplace of single machines, on-demand and interruptible, through the ``vastai``
+SDK (``compute.VastProvider``; the SDK calls in ``client.py``, volumes in ``volumes.py``, its
+charges parsed in ``billing.py``). ``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``).
+Light: the SDK is imported inside calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from bootstrap.vocabulary import ProviderName
+from gpuops.providers.entry import KeySource, ProviderEntry
+
+if TYPE_CHECKING:
+    from gpuops.config import Settings
+    from gpuops.providers.base import Provider
+    from gpuops.providers.volumes import VolumeService
+
+
+def build(settings: "Settings") -> "Provider":
+    """``VastProvider`` with the key and REST base ``settings`` and the environment give; the
+    disk ``[up] disk_gb`` priced into searches, the volume names under the data dir."""
+    from gpuops.providers.keys import resolve_key, resolve_url
+    from gpuops.providers.vast.compute import VastProvider
+
+    cfg = settings.providers.vast
+    return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb,
+                        data_dir=settings.data_path())
+
+
+def load() -> "type[Provider]":
+    """``VastProvider``, imported on call."""
+    from gpuops.providers.vast.compute import VastProvider
+
+    return VastProvider
+
+
+def volume_service() -> "type[VolumeService]":
+    """``VastVolumes``, imported on call."""
+    from gpuops.providers.vast.volumes import VastVolumes
+
+    return VastVolumes
+
+
+def key_files(env: dict) -> list[Path]:
+    """``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (vastai ``_resolve_api_key``)."""
+    home = Path(env.get("HOME") or Path.home())
+    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    return [xdg / "vastai" / "vast_api_key", home / ".vast_api_key"]
+
+
+ENTRY = ProviderEntry(
+    ProviderName.VAST, "Vast.ai", build, load,
+    keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=key_files,
+                   console="cloud.vast.ai > Account > API Keys"),
+    spot=True, volumes=volume_service, volume_region="country code or machine:<id>", billing=True,
+    # "You are charged the base active rental cost for every second your instance is in the
+    # active/connected state ... the storage cost ... for every second your instance exists"
+    # (docs.vast.ai/billing-help); a stopped instance still bills storage.
+    billing_increment_s=1.0,
+    sdk="vastai", catalog_field="vast_name", catalog_heading="Vast gpu_name",
+    agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
+                     "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
+    agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key",
+)
