@@ -4,10 +4,10 @@ Order (first found wins), for a provider whose registry entry has a ``KeySource`
 1. the provider's variable (``KeySource.env_var``: ``RUNPOD_API_KEY`` / ``VAST_API_KEY``);
 2. ``[providers.<name>] api_key`` in infra.toml (or ``GPUOPS_PROVIDERS_<NAME>_API_KEY``); a file
    readable by group or others gets a warning;
-3. the provider's own files (``KeySource.files``): ``~/.runpod/config.toml`` (profile
-   ``[default]``, key ``api_key``, as the runpod SDK's ``get_credentials`` reads it), or
-   ``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (as vastai's
-   ``_resolve_api_key`` reads them).
+3. the provider's own files (``KeySource.files``, in its folder's ``__init__.py``):
+   ``~/.runpod/config.toml`` (profile ``[default]``, key ``api_key``, as the runpod SDK's
+   ``get_credentials`` reads it), or ``$XDG_CONFIG_HOME/vastai/vast_api_key`` then
+   ``~/.vast_api_key`` (as vastai's ``_resolve_api_key`` reads them).
 
 Note the runpod SDK itself never reads ``RUNPOD_API_KEY`` (only its config file), so we resolve the
 key and hand it to the SDK explicitly. A key is never logged, put in an error, a ledger row or a

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_box_vocabulary_names_the_registry_providers():
-    assert set(PROVIDER_NAMES) == set(NAMES) == {p.value for p in ProviderName}
+    assert set(PROVIDER_NAMES) == set(NAMES) == {p.value for p in ProviderName}, "bootstrap/vocabulary.py ProviderName: one per entry"
     assert NAMES[0] == "local"  # the default provider comes first (help strings, `offers` without keys)
 
 
@@ -38,7 +38,7 @@ def test_the_agent_destroys_a_box_of_every_registered_provider():
         import bootstrap.agent as agent
     finally:
         sys.path.pop(0)
-    assert set(agent.MARKET_DESTROYS) == set(MARKETPLACES)
+    assert set(agent.MARKET_DESTROYS) == set(MARKETPLACES), "bootstrap/agent.py MARKET_DESTROYS: one destroy per marketplace"
     assert {REGISTRY[n].agent_destroy_kind for n in NAMES} == set(NAMES)
     for name in NAMES:
         assert REGISTRY[name].agent_credential, name  # `gpuops check` says what the box destroys itself with
@@ -50,7 +50,7 @@ def test_the_config_takes_exactly_the_registered_names():
     for name in NAMES:
         s = load_settings(None, {"up": {"provider": name}})
         assert s.up.provider == name
-        assert getattr(s.providers, REGISTRY[name].section) is not None  # its [providers.<name>] section
+        assert hasattr(s.providers, REGISTRY[name].section), f"gpuops/config.py: a [providers.{name}] settings section"
     with pytest.raises(BadInput):
         load_settings(None, {"up": {"provider": "nope"}})
 
@@ -61,12 +61,12 @@ def test_the_settings_snapshot_reads_every_provider_section():
     from gpuops import settings_snapshot
 
     nested = getattr(settings_snapshot, "NESTED_SECTIONS", {"providers": NAMES})
-    assert tuple(nested["providers"]) == NAMES
+    assert tuple(nested["providers"]) == NAMES, "gpuops/settings_snapshot.py NESTED_SECTIONS: the registry's names"
 
 
 def test_infra_example_has_one_section_per_provider():
     doc = tomllib.loads((ROOT / "infra.example.toml").read_text(encoding="utf-8"))
-    assert tuple(doc["providers"]) == NAMES
+    assert tuple(doc["providers"]) == NAMES, "infra.example.toml: one [providers.<name>] section per entry, in order"
     for name in MARKETPLACES:
         assert {"url", "api_key", "billing_increment_seconds"} <= set(doc["providers"][name]), name
         assert doc["providers"][name]["billing_increment_seconds"] == REGISTRY[name].billing_increment_s
@@ -79,6 +79,7 @@ def test_each_sdk_is_the_extra_named_after_its_provider():
         if not e.sdk:
             assert name not in extras, name
             continue
+        assert name in extras, f"pyproject.toml: an extra named {name} with its SDK pinned (and in requirements.lock)"
         reqs = [re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower() for r in extras[name]]
         assert e.sdk in reqs, (name, extras[name])
         assert name in extras["all"][0], extras["all"]  # gpuops[all] installs every provider
@@ -132,7 +133,8 @@ def test_accounts_keys_and_catalog_columns_come_from_the_entries():
     fields = {f.name for f in dataclasses.fields(Card)}
     for name in MARKETPLACES:
         e = REGISTRY[name]
-        assert e.keys is not None and e.sdk and e.catalog_field in fields and e.catalog_heading, name
+        assert e.keys is not None and e.sdk and e.catalog_heading, name
+        assert e.catalog_field in fields, f"gpuops/catalog: a Card field {e.catalog_field} (and its column in cards.toml)"
         assert env_var(name) in missing_key_fix(name) and f"[providers.{name}]" in missing_key_fix(name)
     for name in ACCOUNTLESS:
         assert REGISTRY[name].keys is None

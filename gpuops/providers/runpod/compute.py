@@ -46,9 +46,15 @@ from gpuops.providers.runpod.client import NAME, ROUTES, _SDK_LOCK, RunPodClient
 
 CLOUDS = ("SECURE", "COMMUNITY")
 SPOT_WITHDRAWN = "RunPod's REST API v2 has no interruptible (spot) pods; gpuops will not rent on-demand in their place"
-SPOT_FIX = "use --provider vast for interruptible offers, or --on-demand to rent an on-demand RunPod pod"
 BALANCE_QUERY = "query myself { myself { clientBalance currentSpendPerHr } }"
 GB = 10**9
+
+
+def _spot_fix() -> str:
+    """The fix line for a spot request: the registry's providers with spot, or on-demand here."""
+    from gpuops.providers import SPOT, flags
+
+    return f"use {flags(SPOT)} for interruptible offers, or --on-demand to rent an on-demand RunPod pod"
 
 
 class PodStatus(str, enum.Enum):
@@ -121,7 +127,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         the catalog's figure when the card's own is larger (RunPod rounds). Reliability: RunPod
         publishes none (1.0). Raises ProviderError(UNSUPPORTED) when ``query.spot`` is True."""
         if query.spot is True:
-            raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, SPOT_FIX)
+            raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, _spot_fix())
         wanted = {c.runpod_id: c for c in self._cards(query)}
         if not wanted:
             return []
@@ -233,7 +239,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         Raises ProviderError: UNSUPPORTED for a bid, NO_CAPACITY (400), OFFER_GONE (403), FUNDS (402).
         """
         if offer.spot or spec.bid_usd_per_hour is not None:
-            raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, SPOT_FIX)
+            raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, _spot_fix())
         cloud, _, gpu_type = offer.offer_id.partition(":")
         if cloud.upper() not in CLOUDS or not gpu_type:
             raise BadInput(f"not a RunPod offer id: {offer.offer_id!r}", "pick an offer from `gpuops offers --provider runpod`")
