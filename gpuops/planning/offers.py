@@ -101,8 +101,10 @@ def _norm(name: str) -> str:
 
 
 def _names_of(card) -> set[str]:
-    """Every name a provider may report for ``card``, normalized: its display name and catalog
-    name, and each provider's own name for it (the registry's ``catalog_field``)."""
+    """Every name a provider may report for ``card``, normalized.
+
+    Its display name and catalog name, and each provider's own name for it (the registry's
+    ``catalog_field``)."""
     from gpuops.providers import REGISTRY
 
     fields = [e.catalog_field for e in REGISTRY.values() if e.catalog_field]

@@ -14,13 +14,13 @@ module is read at CLI start-up for the help strings.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
-from gpuops.providers.entry import ProviderEntry
-
 from gpuops.providers import local, runpod, vast  # one folder each; adding one: docs/adding-a-provider.md
+from gpuops.providers.entry import ProviderEntry
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -61,14 +61,15 @@ def entry(name: str) -> ProviderEntry:
     return e
 
 
-def get_provider(name: str, settings: "Settings") -> "Provider":
+def get_provider(name: str, settings: Settings) -> Provider:
     """The provider called ``name``; BadInput for an unknown name."""
     return entry(name).build(settings)
 
 
 def agent_destroy_kind(name: str) -> str:
-    """The on-box agent's destroy kind for a box of provider ``name`` (``local`` for unknown names:
-    the agent then ends the local box's processes only)."""
+    """The on-box agent's destroy kind for a box of provider ``name``.
+
+    ``local`` for an unknown name: the agent then ends the local box's processes only."""
     e = REGISTRY.get(name)
     return e.agent_destroy_kind if e is not None else ProviderName.LOCAL.value
 
@@ -79,9 +80,11 @@ def billing_increment(name: str) -> float | None:
     return e.billing_increment_s if e is not None else None
 
 
-def configured(settings: "Settings") -> list[str]:
-    """Marketplace providers with an API key somewhere (variable, infra.toml or the provider's own
-    file), in NAMES order; ``local`` is not included (it needs no account)."""
+def configured(settings: Settings) -> list[str]:
+    """Marketplace providers with an API key somewhere, in NAMES order.
+
+    Somewhere: its variable, infra.toml or the provider's own file; ``local`` is not included (it
+    needs no account)."""
     from gpuops.providers.keys import resolve_key
 
     out = []

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import abc
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from gpuops.providers.provider_errors import ProviderError, ProviderErrorKind  # noqa: F401  (part of the base's interface)
 
@@ -71,23 +72,26 @@ on-demand row). ``price`` is what the row costs per hour if rented as
 
     @property
     def price(self) -> float:
-        """USD/h for the whole box if rented as offered: for an interruptible offer the minimum bid
-        (gpuops bids it: ``CreateSpec.bid_usd_per_hour``) plus the storage billed beside it (Vast
-        charges ``bid + storage``, as gpuhunt prices a spot offer: min_bid + disk cost), else the
-        listed price."""
+        """USD/h for the whole box if rented as offered.
+
+        For an interruptible offer the minimum bid (gpuops bids it: ``CreateSpec.bid_usd_per_hour``)
+        plus the storage billed beside it (Vast charges ``bid + storage``, as gpuhunt prices a spot
+        offer: min_bid + disk cost), else the listed price."""
         if self.spot and self.min_bid is not None:
             return round(self.min_bid + self.storage_usd_per_hour, 6)
         return self.usd_per_hour
 
     @property
     def on_demand_usd_per_hour(self) -> float | None:
-        """The on-demand price beside ``price`` when the two differ (a spot offer), else None:
+        """The on-demand price beside ``price`` when the two differ (a spot offer), else None.
+
         ``listed_usd_per_hour`` where the provider gave one, else ``usd_per_hour``."""
         listed = self.listed_usd_per_hour if self.listed_usd_per_hour is not None else self.usd_per_hour
         return listed if round(listed, 6) != round(self.price, 6) else None
 
     def as_json(self) -> dict:
-        """``price_usd_per_hour`` is what the offer costs rented as shown (the bid on spot);
+        """``price_usd_per_hour`` is what the offer costs rented as shown (the bid on spot).
+
         ``on_demand_usd_per_hour`` the listed price where it differs (else null); ``usd_per_hour``
         and ``min_bid`` the provider's own figures."""
         return {
@@ -115,8 +119,10 @@ VRAM_TOLERANCE = 0.07
 
 @dataclass(frozen=True)
 class OfferQuery:
-    """What `up`/`offers` asks for. ``cards`` are catalog names (empty = any); ``min_vram_bytes``
-    per GPU; ``spot`` True/False, or None for both; ``max_usd_per_hour`` for the whole box."""
+    """What `up`/`offers` asks for.
+
+    ``cards`` are catalog names (empty = any); ``min_vram_bytes`` per GPU; ``spot`` True/False, or
+    None for both; ``max_usd_per_hour`` for the whole box."""
 
     cards: tuple[str, ...] = ()
     gpu_count: int = 1
@@ -148,8 +154,10 @@ class Instance:
 
 @dataclass(frozen=True)
 class CreateSpec:
-    """What to put on the box. ``label`` is ``gpuops-<session>``; ``env`` values never contain the
-    account key; ``bid_usd_per_hour`` is set for interruptible offers only. Optional capability
+    """What to put on the box.
+
+    ``label`` is ``gpuops-<session>``; ``env`` values never contain the account key;
+    ``bid_usd_per_hour`` is set for interruptible offers only. Optional capability
     (gpuops.providers.volumes): ``volume_id`` mounts that persistent volume at ``volume_mount_path``
     (``volume_region``: its RunPod datacenter); a provider that cannot mount one raises
     ProviderError(UNSUPPORTED), and a volume is never deleted by ``destroy``."""
@@ -169,6 +177,7 @@ class CreateSpec:
 @dataclass(frozen=True)
 class Balance:
     """Account credit in USD, and the current spend rate in USD/h when the provider reports it.
+
     ``usd`` None: no figure (the provider has none, or could not give it: ``note`` says why)."""
 
     usd: float | None
@@ -177,13 +186,14 @@ class Balance:
 
 
 def guarded(fn: Callable[..., T]) -> Callable[..., T]:
-    """Run a provider method under its call guard (``gpuops.providers.http_guard``): one total
-    deadline (``self.call_deadline_s`` seconds) and a reply size cap (``self.max_reply_bytes``
-    bytes) over every HTTP request it makes. Past the deadline the method raises
-    ProviderError(TIMEOUT), over the cap ProviderError(SERVER). A provider with ``http_calls``
-    False (local) runs the method bare: the guard would import requests only to guard nothing.
-    Nested guarded calls keep the outer deadline. Every HTTP provider's contract methods carry
-    it (``tests/providers/test_registry.py`` checks ``GUARDED`` on each registered class)."""
+    """Run a provider method under its call guard (``gpuops.providers.http_guard``).
+
+    One total deadline (``self.call_deadline_s`` seconds) and a reply size cap
+    (``self.max_reply_bytes`` bytes) over every HTTP request it makes. Past the deadline the method
+    raises ProviderError(TIMEOUT), over the cap ProviderError(SERVER). A provider with
+    ``http_calls`` False (local) runs the method bare: the guard would import requests only to guard
+    nothing. Nested guarded calls keep the outer deadline. Every HTTP provider's contract methods
+    carry it (``tests/providers/test_registry.py`` checks ``GUARDED`` on each registered class)."""
     import functools
 
     @functools.wraps(fn)
@@ -200,8 +210,10 @@ def guarded(fn: Callable[..., T]) -> Callable[..., T]:
 
 
 class Provider(abc.ABC):
-    """One marketplace (or this machine). Subclass it (with the capability mixins below that it
-    has) and register it in ``gpuops.providers`` (docs/adding-a-provider.md). ``name`` is a
+    """One marketplace (or this machine).
+
+    Subclass it (with the capability mixins below that it has) and register it in
+    ``gpuops.providers`` (docs/adding-a-provider.md). ``name`` is a
     ``bootstrap.vocabulary.ProviderName`` value.
 
     Required (abstract: a class missing one cannot be instantiated):
@@ -294,8 +306,9 @@ class Provider(abc.ABC):
         return None
 
     def find_by_label(self, label: str) -> Instance | None:
-        """The live instance labelled exactly ``label`` (None when there is none). Raises
-        ProviderError when the provider cannot be asked."""
+        """The live instance labelled exactly ``label`` (None when there is none).
+
+        Raises ProviderError when the provider cannot be asked."""
         for inst in self.list(label):
             if inst.label == label and inst.status != InstanceStatus.GONE:
                 return inst
@@ -306,30 +319,33 @@ class Provider(abc.ABC):
         return None
 
     # -- capabilities: the defaults of a provider without the mixin ------------------------------
-    def billing(self, since: float, until: float) -> "list[ChargeLine]":
-        """The provider's own charge lines over [``since``, ``until``) (``HasBilling``). Without
-        it: ProviderError UNSUPPORTED, which ``ledger sync`` shows as "not compared"."""
+    def billing(self, since: float, until: float) -> list[ChargeLine]:
+        """The provider's own charge lines over [``since``, ``until``) (``HasBilling``).
+
+        Without it: ProviderError UNSUPPORTED, which ``ledger sync`` shows as "not compared"."""
         raise ProviderError(ProviderErrorKind.UNSUPPORTED, f"{self.name} gives no billing through its API")
 
-    def volumes(self) -> "VolumeService | None":
+    def volumes(self) -> VolumeService | None:
         """The provider's persistent volumes (``HasVolumes``), or None: it has none."""
         return None
 
 
 class Interruptible(Provider):
-    """Capability: interruptible (spot) offers, rented at a bid (``Offer.min_bid``,
-    ``CreateSpec.bid_usd_per_hour``) and taken back by the provider (status STOPPED/EXITED while
-    meant to run: ``ProviderErrorKind.PREEMPTED``)."""
+    """Capability: interruptible (spot) offers, rented at a bid.
+
+    The bid is ``Offer.min_bid`` (``CreateSpec.bid_usd_per_hour``); the provider may take the box
+    back (status STOPPED/EXITED while meant to run: ``ProviderErrorKind.PREEMPTED``)."""
 
     supports_spot = True
 
 
 class HasVolumes(Provider):
-    """Capability: persistent volumes that survive the destroy, mounted through
-    ``CreateSpec.volume_*``; ``destroy`` never deletes one."""
+    """Capability: persistent volumes that survive the destroy.
+
+    Mounted through ``CreateSpec.volume_*``; ``destroy`` never deletes one."""
 
     @abc.abstractmethod
-    def volumes(self) -> "VolumeService":
+    def volumes(self) -> VolumeService:
         """The provider's volume service (``gpuops.providers.volumes.VolumeService``)."""
 
 
@@ -337,8 +353,9 @@ class HasBilling(Provider):
     """Capability: the provider's own billing, as ``ledger.billing.ChargeLine`` records."""
 
     @abc.abstractmethod
-    def billing(self, since: float, until: float) -> "list[ChargeLine]":
-        """The provider's own charge lines (``ledger.billing.ChargeLine``: provider, instance id,
-        USD, period, kind gpu|storage|network|other) over [``since``, ``until``) epoch s, every
-        page read: what ``gpuops ledger sync`` compares the books with. Raises ProviderError
-        (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""
+    def billing(self, since: float, until: float) -> list[ChargeLine]:
+        """The provider's own charge lines over [``since``, ``until``) epoch s, every page read.
+
+        ``ledger.billing.ChargeLine``: provider, instance id, USD, period, kind
+        gpu|storage|network|other; what ``gpuops ledger sync`` compares the books with. Raises
+        ProviderError (AUTH, RATE_LIMIT, SERVER, ...) like every other call."""

@@ -1,14 +1,15 @@
-"""One provider as the registry (``gpuops.providers.REGISTRY``) knows it: ``ProviderEntry``, and
-``KeySource``, where its account key and API base come from. Light on purpose: every provider
-folder's ``__init__.py`` builds its entry from these at CLI start-up (the help strings), so this
-module imports no provider class, SDK or ``logging``.
-"""
+"""One provider as the registry (``gpuops.providers.REGISTRY``) knows it.
+
+``ProviderEntry``, and ``KeySource``, where its account key and API base come from. Light on
+purpose: every provider folder's ``__init__.py`` builds its entry from these at CLI start-up (the
+help strings), so this module imports no provider class, SDK or ``logging``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 
@@ -39,7 +40,7 @@ class KeySource:
     env_var: str
     url_var: str
     default_url: str
-    files: Callable[[dict], "list[Path]"] = lambda env: []
+    files: Callable[[dict], list[Path]] = lambda env: []
     read_file: Callable[[Path], str] = read_key_file
     url_tails: tuple[str, ...] = ()
     console: str = ""
@@ -67,11 +68,11 @@ class ProviderEntry:
 
     name: ProviderName
     title: str
-    build: Callable[["Settings"], "Provider"]
-    load: Callable[[], "type[Provider]"]
+    build: Callable[[Settings], Provider]
+    load: Callable[[], type[Provider]]
     keys: KeySource | None = None
     spot: bool = False
-    volumes: "Callable[[], type[VolumeService]] | None" = None
+    volumes: Callable[[], type[VolumeService]] | None = None
     volume_region: str = ""
     billing: bool = False
     billing_increment_s: float = 1.0

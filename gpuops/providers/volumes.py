@@ -57,8 +57,9 @@ class Volume:
 
 
 class VolumeService(abc.ABC):
-    """One provider's persistent volumes (``Provider.volumes()`` of a ``HasVolumes`` provider),
-    through that provider object (``self.p``): its client, key, deadline and retry policy.
+    """One provider's persistent volumes (``Provider.volumes()`` of a ``HasVolumes`` provider).
+
+    Through that provider object (``self.p``): its client, key, deadline and retry policy.
 
     Class facts, read without a key (`gpuops plan storage`, `gpuops volumes create`'s checks):
     ``usd_per_gb_month`` the list price (USD per GB-month) and ``price_source`` where it is from;
@@ -69,7 +70,7 @@ class VolumeService(abc.ABC):
     usd_per_gb_month: ClassVar[float]
     price_source: ClassVar[str]
     plan_note: ClassVar[str] = ""
-    region_required: ClassVar["tuple[str, str] | None"] = None
+    region_required: ClassVar[tuple[str, str] | None] = None
     example: ClassVar[str] = ""
 
     def __init__(self, provider):
@@ -81,12 +82,13 @@ class VolumeService(abc.ABC):
         return round(size_gb * cls.usd_per_gb_month, 4)
 
     @abc.abstractmethod
-    def list(self) -> "list[Volume]":
+    def list(self) -> list[Volume]:
         """Every volume of the account. Raises ProviderError."""
 
     @abc.abstractmethod
     def create(self, name: str, size_gb: float, region: str) -> Volume:
         """Create a ``size_gb`` GB volume named ``name`` (in ``region``); never retried blindly.
+
         Raises BadInput (before any call) or ProviderError."""
 
     @abc.abstractmethod

@@ -1,5 +1,6 @@
-"""The local provider: this machine, no account (``compute.LocalProvider``; ``boxes.py`` prunes
-destroyed boxes). ``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``)."""
+"""The local provider: this machine, no account (``compute.LocalProvider``; ``boxes.py`` prunes destroyed boxes).
+
+``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
     from gpuops.providers.base import Provider
 
 
-def build(settings: "Settings") -> "Provider":
+def build(settings: Settings) -> Provider:
     """The local provider from ``settings`` (its boxes under ``<data dir>/boxes``)."""
     from gpuops.providers.local.compute import LocalProvider
 
@@ -25,7 +26,7 @@ def build(settings: "Settings") -> "Provider":
     )
 
 
-def load() -> "type[Provider]":
+def load() -> type[Provider]:
     """``LocalProvider``, imported on call."""
     from gpuops.providers.local.compute import LocalProvider
 

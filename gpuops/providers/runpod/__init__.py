@@ -1,6 +1,8 @@
-"""RunPod: on-demand pods over its REST API v2 (``compute.RunPodProvider``; the wire in
-``client.py``, network volumes in ``volumes.py``, its billing records parsed in ``billing.py``).
-``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``). Light: no SDK, no requests."""
+"""RunPod: on-demand pods over its REST API v2.
+
+The provider (``compute.RunPodProvider``; the wire in ``client.py``, network
+volumes in ``volumes.py``, its billing records parsed in ``billing.py``). ``ENTRY`` is its registry
+entry (``gpuops.providers.REGISTRY``). Light: no SDK, no requests."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
     from gpuops.providers.volumes import VolumeService
 
 
-def build(settings: "Settings") -> "Provider":
+def build(settings: Settings) -> Provider:
     """``RunPodProvider`` with the key and API host ``settings`` and the environment give."""
     from gpuops.providers.keys import resolve_key, resolve_url
     from gpuops.providers.runpod.compute import RunPodProvider
@@ -25,14 +27,14 @@ def build(settings: "Settings") -> "Provider":
     return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
 
 
-def load() -> "type[Provider]":
+def load() -> type[Provider]:
     """``RunPodProvider``, imported on call."""
     from gpuops.providers.runpod.compute import RunPodProvider
 
     return RunPodProvider
 
 
-def volume_service() -> "type[VolumeService]":
+def volume_service() -> type[VolumeService]:
     """``RunPodVolumes``, imported on call."""
     from gpuops.providers.runpod.volumes import RunPodVolumes
 

@@ -1,5 +1,6 @@
-"""RunPod's own billing, parsed into ``ledger.billing.ChargeLine`` records (pure: no HTTP;
-``RunPodProvider.billing`` fetches the records).
+"""RunPod's own billing, parsed into ``ledger.billing.ChargeLine`` records.
+
+Pure: no HTTP (``RunPodProvider.billing`` fetches the records).
 
 v2 billing: ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes`` with startTime,
 endTime (date-time) and bucketSize (hour: the finest, so a month boundary falls between
@@ -7,8 +8,7 @@ records), answering ``{"records": [...], "metadata": {...}}``; a pod record is
 {startTime, endTime, podId, totalAmount, gpuAmount, cpuAmount, diskAmount}, a volume record
 {startTime, endTime, networkVolumeId, totalAmount, standardAmount, highPerformanceAmount}
 (RunPod's OpenAPI spec, api-reference-v2/openapi.json). Billing unit: per second
-(docs.runpod.io/pods/pricing; the registry's ``billing_increment_s``).
-"""
+(docs.runpod.io/pods/pricing; the registry's ``billing_increment_s``)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,12 @@ def money(rec: dict, k: str) -> float:
 
 
 def charge_lines(pod_records: list[Any], volume_records: list[Any]) -> list[ChargeLine]:
-    """Per pod record a ``gpu`` line (gpuAmount + cpuAmount: compute time) and a ``storage`` line
-    (diskAmount: the pod's disk, billed running or stopped); per volume record an account-level
-    ``storage`` line (instance_id None, the volume named in its description). Amounts USD; each
-    record's own window (epoch s). A record with no time, pod or amount is skipped: not a charge
-    we can attribute."""
+    """Charge lines of RunPod's pod and network-volume billing records.
+
+    Per pod record a ``gpu`` line (gpuAmount + cpuAmount: compute time) and a ``storage`` line (diskAmount: the pod's disk, billed running or stopped);
+    per volume record an account-level ``storage`` line (instance_id None, the volume named in its
+    description). Amounts USD; each record's own window (epoch s). A record with no time, pod or
+    amount is skipped: not a charge we can attribute."""
     out = []
     for rec in pod_records:
         if not isinstance(rec, dict):

@@ -1,12 +1,12 @@
-"""RunPod's REST API v2 client (``https://api.runpod.io/v2``, ``Authorization: Bearer <key>``):
-one call, RunPod's statuses mapped to ``ProviderError`` kinds, under the retry policy.
+"""RunPod's REST API v2 client: one call, its statuses mapped to ``ProviderError`` kinds.
+
+``https://api.runpod.io/v2`` with ``Authorization: Bearer <key>``, under the retry policy.
 
 Errors are RFC 9457 problems (``{"title", "status", "detail"}``); a create's 400 is "this GPU
 could not be placed" or a rule broken (try the next offer), 402 no funds, 403 a pool this account
 cannot use (next offer), 422 a body the contract rejects (never retried), 429 Retry-After, 5xx
 transient (the spec's create description). ``ROUTES``: every route gpuops calls (RunPod's
-published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs).
-"""
+published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs)."""
 
 from __future__ import annotations
 
@@ -42,8 +42,10 @@ _SDK_LOCK = threading.RLock()
 
 
 def _import_runpod() -> Any:
-    """``import runpod`` without py-cpuinfo's import-time subprocesses (a stub stands in for the
-    import only; runpod keeps "Unable to get processor info." as its serverless debug string)."""
+    """``import runpod`` without py-cpuinfo's import-time subprocesses.
+
+    A stub stands in for the import only; runpod keeps "Unable to get processor info." as its
+    serverless debug string."""
     if "runpod" in sys.modules:
         return sys.modules["runpod"]
     stubbed = "cpuinfo" not in sys.modules
@@ -76,8 +78,10 @@ def stamp(t: float) -> str:
 
 
 def problem_text(body: Any, fallback: str) -> str:
-    """The human text of an error body: v2's RFC 9457 ``detail`` (else ``title``, with
-    ``errors``), v1's ``{"message"}``, or ``{"error"}``; ``fallback`` when it has none."""
+    """The human text of an error body.
+
+    V2's RFC 9457 ``detail`` (else ``title``, with ``errors``), v1's ``{"message"}``, or
+    ``{"error"}``; ``fallback`` when it has none."""
     if isinstance(body, dict):
         for k in ("detail", "message", "error", "title"):
             v = body.get(k)
@@ -90,8 +94,9 @@ def problem_text(body: Any, fallback: str) -> str:
 
 
 class RunPodClient:
-    """The REST v2 half of ``RunPodProvider`` (and of its volumes, which call it): ``_rest`` makes
-    one call, 2xx or a ProviderError of the kind the status means. The provider sets
+    """The REST v2 half of ``RunPodProvider`` (and of its volumes, which call it).
+
+    ``_rest`` makes one call, 2xx or a ProviderError of the kind the status means. The provider sets
     ``credential``, ``url`` (the API host), ``retry`` and ``timeout_s`` (seconds per socket
     operation; the call's total deadline is ``http_guard``'s)."""
 
@@ -134,8 +139,10 @@ class RunPodClient:
 
     def _rest(self, method: str, path: str, action: str, params: dict | None = None, body: dict | None = None,
               retries: bool = True, creating: bool = False) -> tuple[int, Any]:
-        """One v2 call: (status, parsed JSON or None). 2xx only; every other status is a
-        ProviderError of the kind the spec's status means. ``path`` is already quoted."""
+        """One v2 call: (status, parsed JSON or None).
+
+        2xx only; every other status is a ProviderError of the kind the spec's status means.
+        ``path`` is already quoted."""
         import requests
 
         key = self._key()

@@ -36,13 +36,26 @@ import time
 from typing import Any
 from urllib.parse import quote
 
+import gpuops.providers.inputs as inputs
 from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
-import gpuops.providers.inputs as inputs
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, HasBilling, HasVolumes, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint, guarded
+from gpuops.providers.base import (
+    Balance,
+    CreateSpec,
+    HasBilling,
+    HasVolumes,
+    Instance,
+    InstanceStatus,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    ProviderErrorKind,
+    SshEndpoint,
+    guarded,
+)
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
-from gpuops.providers.runpod.client import NAME, ROUTES, _SDK_LOCK, RunPodClient, _import_runpod, parse_time, stamp
+from gpuops.providers.runpod.client import _SDK_LOCK, NAME, ROUTES, RunPodClient, _import_runpod, parse_time, stamp
 
 CLOUDS = ("SECURE", "COMMUNITY")
 SPOT_WITHDRAWN = "RunPod's REST API v2 has no interruptible (spot) pods; gpuops will not rent on-demand in their place"
@@ -119,8 +132,10 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
 
     @guarded
     def offers(self, query: OfferQuery) -> list[Offer]:
-        """On-demand offers in stock: one per (card, cloud) the catalog lists at
-        ``query.gpu_count`` with ``availability`` other than NONE in that cloud.
+        """On-demand offers in stock.
+
+        One per (card, cloud) the catalog lists at ``query.gpu_count`` with ``availability`` other
+        than NONE in that cloud.
 
         ``usd_per_hour`` = the per-GPU list price of that cloud x gpu_count (RunPod prices GPU
         time; disk is billed apart). ``vram_bytes`` = ``memory`` GB x 10^9 as RunPod quotes it,
@@ -292,6 +307,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     @guarded
     def destroy(self, instance_id: str) -> None:
         """``DELETE /v2/pods/{id}`` (terminate; never stop: a stopped pod still bills its disk).
+
         Idempotent: a pod RunPod no longer knows (404) is success."""
         path = self._pod_path(instance_id)
         try:
@@ -301,8 +317,9 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                 raise
 
     def stop(self, instance_id: str) -> Instance | None:
-        """``POST /v2/pods/{id}/action`` ``{"action": "stop"}``: GPU released, disk kept (and
-        billed). The pod as RunPod answers it (None when gone). Raises ProviderError."""
+        """``POST /v2/pods/{id}/action`` ``{"action": "stop"}``: GPU released, disk kept (and billed).
+
+        The pod as RunPod answers it (None when gone). Raises ProviderError."""
         path = self._pod_path(instance_id) + "/action"
         try:
             _, pod = self._rest("POST", path, f"stop pod {instance_id}", body={"action": "stop"})
@@ -321,8 +338,10 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     # -- the balance: GraphQL, which v2 lacks ----------------------------------------------------
     @guarded
     def balance(self) -> Balance:
-        """``myself { clientBalance currentSpendPerHr }`` (USD, USD/h) through the runpod SDK's
-        GraphQL helper at ``<url>/graphql`` -- v2 has no balance route. A GraphQL error answer
+        """The balance (USD) and spend rate (USD/h): GraphQL, v2 has no balance route.
+
+        ``myself { clientBalance currentSpendPerHr }`` through the runpod SDK's GraphQL helper at
+        ``<url>/graphql``. A GraphQL error answer
         (the API retired, a field gone) is ``Balance(usd=None, note=...)``: the balance floor is
         then not judged, and the note says why. A rejected key, 5xx and an unreachable host raise
         ProviderError as every call."""
@@ -370,9 +389,10 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     # -- billing: the records, parsed in billing.py ---------------------------------------------
     @guarded
     def billing(self, since: float, until: float) -> list:
-        """Pod and network-volume records over [since, until) epoch s as
-        ``ledger.billing.ChargeLine`` (``gpuops.providers.runpod.billing.charge_lines``). Raises
-        ProviderError (AUTH, RATE_LIMIT, SERVER; retried as every call)."""
+        """Pod and network-volume records over [since, until) epoch s as ``ledger.billing.ChargeLine``.
+
+        Parsed by ``gpuops.providers.runpod.billing.charge_lines``. Raises ProviderError (AUTH,
+        RATE_LIMIT, SERVER; retried as every call)."""
         from gpuops.providers.runpod.billing import BUCKET, charge_lines
 
         window = {"startTime": stamp(since), "endTime": stamp(until), "bucketSize": BUCKET}

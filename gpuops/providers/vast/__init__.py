@@ -1,7 +1,8 @@
-"""Vast.ai: a marketplace of single machines, on-demand and interruptible, through the ``vastai``
-SDK (``compute.VastProvider``; the SDK calls in ``client.py``, volumes in ``volumes.py``, its
-charges parsed in ``billing.py``). ``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``).
-Light: the SDK is imported inside calls."""
+"""Vast.ai: a marketplace of single machines, on-demand and interruptible.
+
+Through the ``vastai`` SDK (``compute.VastProvider``; the SDK calls in ``client.py``, volumes in ``volumes.py``, its charges
+parsed in ``billing.py``). ``ENTRY`` is its registry entry (``gpuops.providers.REGISTRY``). Light:
+the SDK is imported inside calls."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ if TYPE_CHECKING:
     from gpuops.providers.volumes import VolumeService
 
 
-def build(settings: "Settings") -> "Provider":
-    """``VastProvider`` with the key and REST base ``settings`` and the environment give; the
-    disk ``[up] disk_gb`` priced into searches, the volume names under the data dir."""
+def build(settings: Settings) -> Provider:
+    """``VastProvider`` with the key and REST base ``settings`` and the environment give.
+
+    With the disk ``[up] disk_gb`` priced into searches, the volume names under the data dir."""
     from gpuops.providers.keys import resolve_key, resolve_url
     from gpuops.providers.vast.compute import VastProvider
 
@@ -28,14 +30,14 @@ def build(settings: "Settings") -> "Provider":
                         data_dir=settings.data_path())
 
 
-def load() -> "type[Provider]":
+def load() -> type[Provider]:
     """``VastProvider``, imported on call."""
     from gpuops.providers.vast.compute import VastProvider
 
     return VastProvider
 
 
-def volume_service() -> "type[VolumeService]":
+def volume_service() -> type[VolumeService]:
     """``VastVolumes``, imported on call."""
     from gpuops.providers.vast.volumes import VastVolumes
 

@@ -1,5 +1,6 @@
-"""Vast.ai's own billing, parsed into ``ledger.billing.ChargeLine`` records (pure: no HTTP;
-``VastProvider.billing`` reads the pages).
+"""Vast.ai's own billing, parsed into ``ledger.billing.ChargeLine`` records.
+
+Pure: no HTTP (``VastProvider.billing`` reads the pages).
 
 Per Vast's spec a charges entry is one contract (``source`` ``instance-<id>``, ``metadata.label``)
 whose ``items`` are typed ``gpu`` (compute), ``disk`` (storage, running or stopped), ``bwd``/``bwu``
@@ -8,8 +9,7 @@ the asked window is undocumented, so each item is attributed by time: the part o
 [since, until) (its amount x the share of its period there, the one rule of
 ledger/attribution.py), so a month's books come out the same either way. Volume entries are
 account-level storage. Billing unit: per second (docs.vast.ai/billing-help; the registry's
-``billing_increment_s``).
-"""
+``billing_increment_s``)."""
 
 from __future__ import annotations
 
@@ -33,9 +33,10 @@ def num(v: Any) -> float | None:
 
 
 def charge_lines(results: list[Any], since: float, until: float) -> list[ChargeLine]:
-    """One page's ``results`` as charge lines: one per item with a positive amount (USD), cut to
-    its share of [``since``, ``until``) epoch s; an item wholly outside is dropped. ``kind``: gpu,
-    storage (disks, volumes), network or other."""
+    """One page's ``results`` as charge lines.
+
+    One per item with a positive amount (USD), cut to its share of [``since``, ``until``) epoch s;
+    an item wholly outside is dropped. ``kind``: gpu, storage (disks, volumes), network or other."""
     out = []
     for r in results:
         if not isinstance(r, dict):

@@ -1,11 +1,12 @@
-"""Vast.ai's SDK client (vastai 1.9.1, imported on first use): one call, its errors mapped to
-``ProviderError`` kinds, under the retry policy (the SDK's own retries off: ``retry=1``).
+"""Vast.ai's SDK client (vastai 1.9.1, imported on first use).
+
+One call, its errors mapped to ``ProviderError`` kinds, under the retry policy (the SDK's own
+retries off: ``retry=1``).
 
 Errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg`` (a 429 ``detail``);
 a create's 404 or ``no_such_ask``-like code is OFFER_GONE (next offer), a bid under the minimum
 BID_TOO_LOW, 402 or "insufficient credit" FUNDS; an id Vast leaves in the body (``new_contract``,
-``instance_id``) is kept on the error so the caller destroys what the failed call made.
-"""
+``instance_id``) is kept on the error so the caller destroys what the failed call made."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ _GONE_ERRORS = ("no_such_ask", "ask_not_found", "offer_unavailable", "no_such_of
 
 
 class VastClient:
-    """The SDK half of ``VastProvider`` (and of its volumes, which call it): ``_call(action, fn)``
-    runs ``fn(sdk client)`` once, or under the retry policy, with every failure a ProviderError.
-    The provider sets ``credential``, ``url`` (REST base), ``retry``, ``timeout_s`` (seconds per
-    request; the call's total deadline is ``http_guard``'s) and ``_client`` (None until first use)."""
+    """The SDK half of ``VastProvider`` (and of its volumes, which call it).
+
+    ``_call(action, fn)`` runs ``fn(sdk client)`` once, or under the retry policy, with every
+    failure a ProviderError. The provider sets ``credential``, ``url`` (REST base), ``retry``,
+    ``timeout_s`` (seconds per request; the call's total deadline is ``http_guard``'s) and
+    ``_client`` (None until first use)."""
 
     credential: Credential | None
     url: str

@@ -33,10 +33,24 @@ import math
 import time
 from typing import Any
 
+import gpuops.providers.inputs as inputs
 from gpuops.catalog import Card, cards
 from gpuops.errors import BadInput
-import gpuops.providers.inputs as inputs
-from gpuops.providers.base import Balance, CreateSpec, Instance, InstanceStatus, HasBilling, HasVolumes, Interruptible, Offer, OfferQuery, ProviderError, ProviderErrorKind, SshEndpoint, guarded
+from gpuops.providers.base import (
+    Balance,
+    CreateSpec,
+    HasBilling,
+    HasVolumes,
+    Instance,
+    InstanceStatus,
+    Interruptible,
+    Offer,
+    OfferQuery,
+    ProviderError,
+    ProviderErrorKind,
+    SshEndpoint,
+    guarded,
+)
 from gpuops.providers.keys import Credential
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 from gpuops.providers.vast.client import NAME, VastClient
@@ -61,8 +75,10 @@ _STATUS = {
 
 
 def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
-    """The catalog card Vast's ``gpu_name`` means; among cards sharing a name (A100 SXM4 40/80 GB)
-    the one whose VRAM is closest to what the offer reports."""
+    """The catalog card Vast's ``gpu_name`` means.
+
+    Among cards sharing a name (A100 SXM4 40/80 GB) the one whose VRAM is closest to what the offer
+    reports."""
     same = [c for c in pool if c.vast_name and c.vast_name.lower() == (gpu_name or "").lower()]
     if not same:
         return None
@@ -235,14 +251,15 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     @guarded
     def create(self, offer: Offer, spec: CreateSpec) -> Instance:
-        """Rent ``offer`` (its id is Vast's ask id). Interruptible: ``price`` = the bid (default the
-        offer's ``min_bid``). SSH key: appended to root's authorized_keys by ``onstart`` (quoted).
+        """Rent ``offer`` (its id is Vast's ask id).
+
+        Interruptible: ``price`` = the bid (default the offer's ``min_bid``). SSH key: appended to
+        root's authorized_keys by ``onstart`` (quoted).
 
         Raises ProviderError: OFFER_GONE (rented by someone else since the search), BID_TOO_LOW
         (``instance_id`` set when Vast left a stopped instance; it has already been destroyed),
         FUNDS, AUTH, BAD_REQUEST. After an ambiguous failure (5xx, rate limit) an instance created
-        anyway is found by its label and returned (``extra["recovered_after"]``).
-        """
+        anyway is found by its label and returned (``extra["recovered_after"]``)."""
         ask = self._id(offer.offer_id)
         label = inputs.check_label(spec.label)
         image = inputs.check_image(spec.image)
@@ -341,8 +358,9 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
     # -- billing: the charges, parsed in billing.py ---------------------------------------------
     @guarded
     def billing(self, since: float, until: float) -> list:
-        """Vast's charges over [since, until) epoch s as ``ledger.billing.ChargeLine``, one per item
-        (``gpuops.providers.vast.billing.charge_lines``), every page: through the SDK's
+        """Vast's charges over [since, until) epoch s as ``ledger.billing.ChargeLine``, one per item.
+
+        Parsed by ``gpuops.providers.vast.billing.charge_lines``, every page: through the SDK's
         ``show_invoices_v1(charges=True, ...)`` (vastai 1.9.1 api/billing.py): ``GET
         /api/v0/charges/?select_filters={"day":{"gte","lte"}}&limit=100[&after_token=]``.
         ``/api/v1/invoices/`` lists payments and credits, not spend, so it is not read here.
