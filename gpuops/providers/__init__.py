@@ -6,8 +6,8 @@ keys come from (``ProviderEntry.keys``, read by ``keys.py``), the agent's destro
 providers have spot, volumes and billing, the documented billing unit, the SDK `gpuops check`
 looks for, and the catalog column of each provider's GPU names. What cannot import it is checked
 against it by ``tests/providers/test_registry.py``: the config's ``provider`` type, the
-``bootstrap/`` vocabulary (it runs on the box, standard library only), the settings snapshot's
-sections, ``infra.example.toml``'s sections and the pyproject extras. Adding a provider:
+``bootstrap/`` vocabulary (it runs on the box, standard library only), ``infra.example.toml``'s
+sections and the pyproject extras. Adding a provider:
 docs/adding-a-provider.md. Provider classes and SDKs import lazily (``build``, ``load``): this
 module is read at CLI start-up for the help strings.
 """

@@ -1,12 +1,11 @@
 """The provider registry (gpuops/providers/__init__.py) is the one list of providers on the laptop
 side: what derives from it agrees with it, and what cannot import it (the config type, the box's
-standard-library files, the settings snapshot, infra.example.toml, the pyproject extras) is
+standard-library files, infra.example.toml, the pyproject extras) is
 checked against it here. docs/adding-a-provider.md names these checks."""
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -53,15 +52,6 @@ def test_the_config_takes_exactly_the_registered_names():
         assert hasattr(s.providers, REGISTRY[name].section), f"gpuops/config.py: a [providers.{name}] settings section"
     with pytest.raises(BadInput):
         load_settings(None, {"up": {"provider": "nope"}})
-
-
-def test_the_settings_snapshot_reads_every_provider_section():
-    if importlib.util.find_spec("gpuops.settings_snapshot") is None:
-        return  # one settings path: nothing else lists the sections
-    from gpuops import settings_snapshot
-
-    nested = getattr(settings_snapshot, "NESTED_SECTIONS", {"providers": NAMES})
-    assert tuple(nested["providers"]) == NAMES, "gpuops/settings_snapshot.py NESTED_SECTIONS: the registry's names"
 
 
 def test_infra_example_has_one_section_per_provider():
@@ -156,8 +146,7 @@ _LIST_OF_NAMES = re.compile(r"[\(\[\{][^()\[\]{}\n]*(%s)[^()\[\]{}\n]*(%s)" % ((
 
 def test_no_second_list_of_providers_on_the_laptop_side():
     """Outside the provider folders, nothing lists provider names: it asks the registry."""
-    # the registry itself; the settings snapshot's copy is checked above (it is below the registry's floor)
-    own = {ROOT / "gpuops" / "providers" / "__init__.py", ROOT / "gpuops" / "settings_snapshot.py"}
+    own = {ROOT / "gpuops" / "providers" / "__init__.py"}  # the registry itself
     found = []
     for path in sorted((ROOT / "gpuops").rglob("*.py")):
         rel = path.relative_to(ROOT / "gpuops" / "providers") if path.is_relative_to(ROOT / "gpuops" / "providers") else None
