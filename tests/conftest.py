@@ -22,6 +22,7 @@ import inspect
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,24 @@ E2E_DIRS = frozenset({"teardown", "box"})
 _SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|LocalBox|laptop\(|HttpFiles|HubServer"
                      r"|run_up\(|getfixturevalue)|Emulator\(\)")
 LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
+
+
+def _default_terminal_signals() -> None:
+    """Give SIGINT and SIGHUP their default actions when this run inherited them ignored.
+
+    The suite checks what a terminal's Ctrl-C and hang-up do to `up` and the watchdog, and a child
+    inherits an ignored signal across exec (Python then installs no KeyboardInterrupt handler
+    either). `nohup` ignores SIGHUP, and a shell without job control ignores SIGINT in `cmd &`;
+    under either, those tests would wait forever on a signal their process never sees. To keep a
+    run alive past a closed terminal, start it with `setsid` instead.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+_default_terminal_signals()
 
 
 def pytest_configure(config):
