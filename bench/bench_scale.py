@@ -77,7 +77,7 @@ def session_rows(n: int, first: float, last: float, tag: str):
 
 
 def schema_tag() -> str:
-    from ledger.schema_version import MIGRATION_NAMES
+    from ledger.migrations import MIGRATION_NAMES
 
     return hashlib.sha256(",".join(MIGRATION_NAMES).encode()).hexdigest()[:10]
 

@@ -97,7 +97,7 @@ def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
 
     Creates the SQLite file's folder. Raises sqlalchemy errors for an unreachable database
     (PostgreSQL: within ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer), and
-    ``ledger.schema_version.LedgerTooNew`` for a ledger a newer gpuops wrote.
+    ``ledger.migrations.LedgerTooNew`` for a ledger a newer gpuops wrote.
 
     ``deadline_s``: a short engine for the writes around a destroy (``Ledger.bounded``): SQLite
     waits at most that long for a lock; PostgreSQL connects within it (whole seconds, at least 1:

@@ -3,15 +3,21 @@
 Read top to bottom, this is every change the ledger database ever went through. Migrations use
 SQLAlchemy Core DDL so the same history runs on SQLite and PostgreSQL. Never edit a migration that
 has shipped: add a new one.
+
+SQLAlchemy is imported inside the functions, so the names (``MIGRATION_NAMES``) load without it:
+the read path (``ledger/reads.py``) checks a ledger is current with them before reading it with the
+database's own driver. A ledger holding a migration this code does not know (a newer gpuops wrote
+it) raises ``LedgerTooNew`` on open.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
 
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = []
 
@@ -23,6 +29,8 @@ def migration(fn: Callable[[Connection], None]) -> Callable[[Connection], None]:
 
 @migration
 def m001_initial(conn: Connection) -> None:
+    import sqlalchemy as sa
+
     md = sa.MetaData()
     sa.Table(
         "sessions",
@@ -102,6 +110,8 @@ def m003_leases_refusals(conn: Connection) -> None:
     Teardown: ``session_leases`` (one watchdog acts on a session at a time; a crashed one's lease
     lapses at ``expires_at``) and ``refusals`` (a money limit crossed: new `up` calls are refused
     until the watchdog lifts it). The agent's heartbeat is m002's ``last_heartbeat_at``."""
+    import sqlalchemy as sa
+
     md = sa.MetaData()
     sa.Table(
         "session_leases",
@@ -151,6 +161,8 @@ def m005_books(conn: Connection) -> None:
     Indexes for the month-range predicate ``created_at < end AND (ended_at IS NULL OR ended_at >=
     start)``: ``ended_at`` (the OR's two arms are index lookups) and the cost lines' period.
     """
+    import sqlalchemy as sa
+
     for ddl in (
         "ALTER TABLE sessions ADD COLUMN estimated_usd FLOAT",
         "ALTER TABLE sessions ADD COLUMN charged_usd FLOAT",
@@ -252,6 +264,8 @@ def m009_watchdog_passes(conn: Connection) -> None:
     (``interval_seconds``: a pass older than three intervals means that watchdog is gone). Bounded:
     each write keeps the newest passes per host (``ledger.passes.KEEP_PER_HOST``), so the table
     stays a few hundred rows."""
+    import sqlalchemy as sa
+
     md = sa.MetaData()
     sa.Table(
         "watchdog_passes",
@@ -283,6 +297,8 @@ def m010_runs(conn: Connection) -> None:
     many attempts it may take (``recover``: rentals after the first; ``recover_on``: the end reasons
     that re-rent), and its outcome (``end_reason``: the last rental's, or what it ran out of;
     ``detail``: one line)."""
+    import sqlalchemy as sa
+
     for ddl in (
         "ALTER TABLE sessions ADD COLUMN run_id VARCHAR",
         "ALTER TABLE sessions ADD COLUMN attempt INTEGER",
@@ -316,6 +332,8 @@ def m010_runs(conn: Connection) -> None:
 
 
 def _migrations_table() -> sa.Table:
+    import sqlalchemy as sa
+
     return sa.Table(
         "schema_migrations",
         sa.MetaData(),
@@ -325,6 +343,8 @@ def _migrations_table() -> sa.Table:
 
 
 def applied(conn: Connection) -> list[str]:
+    import sqlalchemy as sa
+
     table = _migrations_table()
     if not sa.inspect(conn).has_table(table.name):
         return []
@@ -334,13 +354,11 @@ def applied(conn: Connection) -> list[str]:
 def migrate(conn: Connection, upto: str | None = None) -> list[str]:
     """Apply pending migrations in order inside the caller's transaction; returns their names.
 
-    Raises ``ledger.schema_version.LedgerTooNew`` (nothing applied) when the ledger holds a
+    Raises ``LedgerTooNew`` (nothing applied) when the ledger holds a
     migration this code does not know.
 
     ``upto``: stop after the migration of that name (tests build old-schema ledgers with it).
     """
-    from ledger.schema_version import check_known
-
     table = _migrations_table()
     table.metadata.create_all(conn)
     done = set(applied(conn))
@@ -355,3 +373,26 @@ def migrate(conn: Connection, upto: str | None = None) -> list[str]:
         conn.execute(table.insert().values(name=name, applied_at=time.time()))
         ran.append(name)
     return ran
+
+
+MIGRATION_NAMES = tuple(name for name, _ in MIGRATIONS)
+
+
+class LedgerTooNew(RuntimeError):
+    """The ledger has migrations applied that this gpuops does not know: a newer gpuops wrote it.
+
+    Nothing may be written to it (nor rented against it); the message is one line with the fix.
+    ``unknown``: the unknown migration names, sorted."""
+
+    def __init__(self, unknown):
+        self.unknown = sorted(unknown)
+        super().__init__(f"the ledger was written by a newer gpuops (schema migration {self.unknown[0]} is unknown to this one)")
+
+    fix = "upgrade gpuops (pip install -U gpuops), or point [ledger] url / GPUOPS_LEDGER_URL at another ledger"
+
+
+def check_known(done) -> None:
+    """Raise LedgerTooNew when the applied migration names ``done`` hold one this gpuops lacks."""
+    unknown = set(done) - set(MIGRATION_NAMES)
+    if unknown:
+        raise LedgerTooNew(unknown)

@@ -28,7 +28,7 @@ def _future(url: str) -> None:
 
 def test_a_newer_gpuops_ledger_is_refused_before_anything_is_rented(ledger_url, gpuops_home, cli, tmp_path):
     from ledger import Ledger
-    from ledger.schema_version import LedgerTooNew
+    from ledger.migrations import LedgerTooNew
 
     Ledger(ledger_url).engine.dispose()
     _future(ledger_url)
