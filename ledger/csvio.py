@@ -344,7 +344,7 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
     stream on a file descriptor, by this process and one forked child in turns: the time range is
     cut into slices; while one writes its slice the other formats the next (two cores; the bytes
     are the same as one process's). ``query(sql, params)`` must open its own connection per call
-    (``ledger.reads.sqlite_iter_query``): the child runs it after the fork. A small ledger (under
+    (``ledger.reads.Reads.iter_query``): the child runs it after the fork. A small ledger (under
     ``_FORK_MIN_ROWS``) or dates without finite bounds are written by this process alone. Returns
     the number of sessions written; raises what either process raised (the child's exception
     pickled over a pipe, else RuntimeError), the child always reaped."""

@@ -10,8 +10,6 @@ USD (``cost_usd`` None while the session is open), ``hours`` the billed hours (b
 
 from __future__ import annotations
 
-import sqlite3
-from collections import namedtuple
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,53 +24,13 @@ def recent_rows(reader, start: float | None = None, end: float | None = None, ex
                 limit: int | None = None) -> list[Any]:
     """Sessions created in [start, end), of ``experiment`` when given, newest first, at most ``limit``.
 
-    Sessions whose intent time (``created_at``, epoch s) is in [start, end), of ``experiment`` when
-    given, newest first, at most ``limit`` (None: all). ``reader``: a ``ledger.reads.LedgerReader``
-    (a current SQLite file is read with ``sqlite3``, anything else through SQLAlchemy Core). Values
-    are bound parameters, never text in the SQL."""
-    path = getattr(reader, "_sqlite", None)
-    if path is not None:
-        return _sqlite_recent(path, start, end, experiment, limit)
-    import sqlalchemy as sa
-
-    t = sa.table("sessions", *[sa.column(c, sa.Boolean) if c == "simulated" else sa.column(c) for c in HISTORY_COLUMNS])
-    q = sa.select(*[t.c[c] for c in HISTORY_COLUMNS]).order_by(t.c.created_at.desc(), t.c.id.desc())
-    if start is not None:
-        q = q.where(t.c.created_at >= start)
-    if end is not None:
-        q = q.where(t.c.created_at < end)
-    if experiment is not None:
-        q = q.where(t.c.experiment == experiment)
-    if limit is not None:
-        q = q.limit(limit)
-    with reader.engine.connect().execution_options(ledger_read=True) as conn:
-        return list(conn.execute(q))
-
-
-def _sqlite_recent(path, start, end, experiment, limit) -> list[Any]:
-    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
-
-    where, args = [], []
-    for sql, val in (("created_at >= ?", start), ("created_at < ?", end), ("experiment = ?", experiment)):
-        if val is not None:
-            where.append(sql)
-            args.append(val)
-    sql = (f"SELECT {', '.join(HISTORY_COLUMNS)} FROM sessions" + (f" WHERE {' AND '.join(where)}" if where else "")
-           + " ORDER BY created_at DESC, id DESC" + (" LIMIT ?" if limit is not None else ""))
-    if limit is not None:
-        args.append(int(limit))
-    row_t = namedtuple("HistoryRow", HISTORY_COLUMNS)
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=SQLITE_BUSY_TIMEOUT_S)
-    try:
-        out = []
-        for r in con.execute(sql, args):
-            r = list(r)
-            i = HISTORY_COLUMNS.index("simulated")
-            r[i] = None if r[i] is None else bool(r[i])
-            out.append(row_t(*r))
-        return out
-    finally:
-        con.close()
+    Sessions whose intent time (``created_at``, epoch s) is in [start, end) (None: open), at most
+    ``limit`` (None: all). ``reader``: a ``Ledger`` or a ``ledger.reads.LedgerReader`` (``reads``).
+    Values are bound parameters, never text in the SQL."""
+    where = [w for w, v in (("created_at >= :start", start), ("created_at < :end", end), ("experiment = :experiment", experiment))
+             if v is not None]
+    return reader.reads.rows("sessions", HISTORY_COLUMNS, where, {"start": start, "end": end, "experiment": experiment},
+                             "created_at DESC, id DESC", limit)
 
 
 SESSION_ROW_COLUMNS = ("session", "run", "started", "date", "experiment", "provider", "card", "gpu_count", "status", "end_reason",

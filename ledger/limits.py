@@ -122,13 +122,10 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
 def _spend_query(ledger: Ledger):
     """(query, sqlite) for the spend statements.
 
-    ``sqlite3`` on a current SQLite ledger (no SQLAlchemy import, no ORM objects), else the engine;
-    ``sqlite``: the dialect is SQLite."""
-    from ledger.reads import engine_query, sqlite_query
-
-    path = getattr(ledger, "_sqlite", None)
-    fast = path is not None and getattr(ledger, "_engine", None) is None
-    return (sqlite_query(path), True) if fast else (engine_query(ledger.engine), ledger.engine.dialect.name == "sqlite")
+    ``ledger.reads.Reads.query`` (``sqlite3`` on a current SQLite ledger: no SQLAlchemy import, no
+    ORM objects); ``sqlite``: the dialect is SQLite."""
+    reads = ledger.reads
+    return reads.query, reads.dialect == "sqlite"
 
 
 def _open_accrued(query, args: dict, mine: str, start: float, end: float, now: float) -> float:

@@ -43,10 +43,13 @@ def record_pass(ledger: Ledger, host: str, owner: str, *, at: float | None = Non
         return
     import sqlalchemy as sa
 
-    t = _table()
     with ledger.engine.begin() as conn:
-        conn.execute(sa.insert(t).values(**row))
+        conn.execute(sa.text(_insert_sql(row)), row)
         conn.execute(sa.text(_PRUNE_SQL), {"host": host, "keep": int(keep)})
+
+
+def _insert_sql(row: dict) -> str:
+    return f"INSERT INTO watchdog_passes ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
 
 
 def _sqlite_record(path, row: dict, keep: int) -> None:
@@ -62,7 +65,7 @@ def _sqlite_record(path, row: dict, keep: int) -> None:
     try:
         con.execute("BEGIN IMMEDIATE")
         try:
-            con.execute(f"INSERT INTO watchdog_passes ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})", row)
+            con.execute(_insert_sql(row), row)
             con.execute(_PRUNE_SQL, {"host": row["host"], "keep": int(keep)})
         except BaseException:
             con.execute("ROLLBACK")
@@ -77,11 +80,7 @@ def _sqlite_record(path, row: dict, keep: int) -> None:
 
 def host_pass_count(ledger: Ledger, host: str) -> int:
     """How many passes the ledger keeps for ``host`` (at most ``KEEP_PER_HOST``)."""
-    import sqlalchemy as sa
-
-    t = _table()
-    with ledger.engine.connect() as conn:
-        return int(conn.execute(sa.select(sa.func.count()).select_from(t).where(t.c.host == host)).scalar_one())
+    return int(ledger.reads.query("SELECT COUNT(*) FROM watchdog_passes WHERE host = :host", {"host": host})[0][0])
 
 
 def latest_passes(books: Any) -> list[Any]:
@@ -90,11 +89,3 @@ def latest_passes(books: Any) -> list[Any]:
     The newest pass of each watchdog (host, owner), newest first, as ``ledger.reads.PassRow`` (host,
     owner, at epoch s, ..., ``summary``) from a ``Ledger`` or a ``LedgerReader``."""
     return books.watchdog_passes()
-
-
-def _table():
-    import sqlalchemy as sa
-
-    from ledger.reads import WATCHDOG_PASS_COLUMNS
-
-    return sa.table("watchdog_passes", *[sa.column(c) for c in WATCHDOG_PASS_COLUMNS])

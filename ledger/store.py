@@ -21,8 +21,8 @@ booked into it again. Vocabulary members (``bootstrap.vocabulary``) are stored a
 strings.
 
 Start-up is a hot path (`ps`, `watchdog --once` every minute from cron): on an SQLite ledger that
-is already at the newest schema the engine (SQLAlchemy, SQLModel) is opened by the first write, and
-the reads every command starts with (open sessions, active refusals) go through ``sqlite3``.
+is already at the newest schema the engine (SQLAlchemy, SQLModel) is opened by the first write;
+until then ``reads`` (``ledger/reads.py``) answers through ``sqlite3``, after it through the engine.
 """
 
 from __future__ import annotations
@@ -38,11 +38,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.reads import (SQLITE_BUSY_TIMEOUT_S, active_refusal_rows, cost_lines, iter_query, iter_rows_between, last_event_row, open_rows,
-                          overlapping, rows_between,
-                          sqlite_active_refusal_rows, sqlite_cost_lines, sqlite_current_file, sqlite_iter_query,
-                          sqlite_iter_rows_between, sqlite_last_event_row, sqlite_open_rows, sqlite_overlapping,
-                          sqlite_watchdog_pass_rows, watchdog_pass_rows)
+from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, engine_reads, file_reads, sqlite_current_file
 from bootstrap.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
@@ -190,6 +186,7 @@ class Ledger:
         self._file_id = _file_id(self._file)
         # A current SQLite file is read with sqlite3 until the first write opens the engine.
         self._sqlite = sqlite_current_file(url)
+        self._reads: dict[Any, Reads] = {}  # the file's or an engine's -> its Reads
         if self._sqlite is None:
             self._engine = self.engine  # migrate now: an old or new ledger, or a server
             self._file_id = _file_id(self._file)
@@ -226,6 +223,17 @@ class Ledger:
         """How long a standard-library write waits for another writer: ``bounded()``'s deadline,
         else the engine's busy timeout."""
         return self._bound if self._bound is not None else SQLITE_BUSY_TIMEOUT_S
+
+    @property
+    def reads(self) -> Reads:
+        """Every read of ``ledger/reads.py`` on this ledger: ``sqlite3`` on a current SQLite file
+        until the engine is opened (by the first write), then the engine (inside ``bounded()`` the
+        short-deadline one)."""
+        key = self._sqlite if self._sqlite is not None and self._engine is None else self.engine
+        got = self._reads.get(key)
+        if got is None:
+            got = self._reads[key] = file_reads(key) if isinstance(key, Path) else engine_reads(key)
+        return got
 
     @property
     def fast_sqlite(self) -> Path | None:
@@ -343,6 +351,7 @@ class Ledger:
             self._light_file.close()
         self._engine = self._short = self._light_file = None
         self._sqlite = None
+        self._reads.clear()
         self._file_id = None
         n = self._rebook()
         self.notices.append(f"the ledger file {self._file} vanished during this run (removed or replaced); "
@@ -748,7 +757,7 @@ class Ledger:
                     chunk: int = 5000, columns: Iterable[str] | None = None, constants: dict | None = None) -> int:
         """Stream (line number, row) pairs into ``sessions`` in ONE transaction, ``chunk`` rows per
         executemany: memory holds one chunk, whatever the file's size. A row is a dict of columns
-        (absent ones NULL) or a tuple of ``columns`` (default ``ledger.reads.SESSION_COLUMNS``; the
+        (absent ones NULL) or a tuple of ``columns`` (default every column of ``models.Session``; the
         id first). ``errors``: a list the producer (``ledger.csvio.CsvImport``) appends bad lines to
         while it is consumed; an id already in the ledger (or earlier in the same stream) is one
         too, reported when no line is otherwise bad. After the last pair, any error rolls
@@ -759,9 +768,12 @@ class Ledger:
         (psycopg) each chunk goes in by COPY; on SQLite a big import rebuilds the secondary
         indexes after its last row (``IMPORT_DEFER_INDEXES_ROWS``)."""
         from ledger.csvio import LineErrors
-        from ledger.reads import SESSION_COLUMNS
 
-        cols = tuple(columns) if columns is not None else SESSION_COLUMNS
+        if columns is None:
+            from ledger.models import Session
+
+            columns = Session.__table__.c.keys()
+        cols = tuple(columns)
         fixed = dict(constants or {})
         errors = errors if errors is not None else []
         clashes = LineErrors()
@@ -974,7 +986,7 @@ class Ledger:
 
     def open_sessions(self) -> list[Any]:
         """Every session not closed, oldest intent first, as read-only rows with attribute access
-        and ``model_dump()`` (``ledger.reads.SessionRow``; re-read with ``get`` before writing).
+        and ``model_dump()`` (``ledger.reads.Row``; re-read with ``get`` before writing).
         Answered from the partial index ``ix_sessions_open`` (m005): a handful of rows whatever
         the ledger's size. Spooled writes are replayed first (bounded: ``bounded()``), so a
         spooled close is finished by whoever lists the open sessions next (``ps``, ``watchdog``,
@@ -982,17 +994,12 @@ class Ledger:
         if self.has_spool():
             with self.bounded():
                 self.quick(self.replay_spool, 0)
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_open_rows(self._sqlite)
-        return open_rows(self.engine)
+        return self.reads.open_sessions()
 
     def last_event(self, session_id: str, kind: str) -> tuple[float, Any] | None:
         """(epoch s, detail parsed from JSON, else the text) of the newest ``kind`` event of
-        ``session_id``, or None; no ORM load on a current SQLite ledger."""
-        if self._sqlite is not None and self._engine is None:
-            got = sqlite_last_event_row(self._sqlite, session_id, kind)
-        else:
-            got = last_event_row(self.engine, session_id, kind)
+        ``session_id``, or None."""
+        got = self.reads.last_event(session_id, kind)
         if got is None:
             return None
         at, text = got
@@ -1003,18 +1010,12 @@ class Ledger:
         return float(at), detail
 
     def active_refusals(self) -> list[Any]:
-        """Refusals not lifted (``refusals`` rows, oldest first) as read-only rows
-        (``ledger.reads.RefusalRow``); no ORM load on a current SQLite ledger."""
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_active_refusal_rows(self._sqlite)
-        return active_refusal_rows(self.engine)
+        """Refusals not lifted (``refusals`` rows, oldest first) as read-only rows."""
+        return self.reads.active_refusals()
 
     def watchdog_passes(self) -> list[Any]:
-        """The newest pass of each watchdog (host, owner), newest first (``ledger.reads.PassRow``);
-        no ORM load on a current SQLite ledger."""
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_watchdog_pass_rows(self._sqlite)
-        return watchdog_pass_rows(self.engine)
+        """The newest pass of each watchdog (host, owner), newest first (``ledger.reads.PassRow``)."""
+        return self.reads.watchdog_passes()
 
     def sessions_between(self, start: float, end: float) -> list[Session]:
         """Sessions whose intent time is in [start, end) epoch seconds."""
@@ -1025,40 +1026,31 @@ class Ledger:
 
     def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None) -> list[Any]:
         """Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
-        see ``ledger.reads.rows_between``."""
-        return rows_between(self.engine, start, end, columns)
+        see ``ledger.reads.Reads.rows_between``."""
+        return self.reads.rows_between(start, end, columns)
 
     def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None):
         """Narrow session rows that may have spent money in [start, end), streamed
-        (``ledger.reads.overlapping``: index-friendly range predicate, no ORM objects; sqlite3 on a
-        current SQLite file until the first write)."""
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_overlapping(self._sqlite, start, end, columns)
-        return overlapping(self.engine, start, end, columns)
+        (``ledger.reads.Reads.overlapping``)."""
+        return self.reads.overlapping(start, end, columns)
 
     def cost_lines(self, start: float | None, end: float | None) -> list[Any]:
-        """Cost lines (storage) whose period overlaps [start, end) (``ledger.reads.cost_lines``)."""
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_cost_lines(self._sqlite, start, end)
-        return cost_lines(self.engine, start, end)
+        """Cost lines (storage) whose period overlaps [start, end) (``ledger.reads.Reads.cost_lines``)."""
+        return self.reads.cost_lines(start, end)
 
     def iter_rows_between(self, start: float | None = None, end: float | None = None,
                           columns: Iterable[str] | None = None) -> Iterator[Any]:
-        """``rows_between`` streamed from a server-side cursor (flat memory)."""
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_iter_rows_between(self._sqlite, start, end, columns)
-        return iter_rows_between(self.engine, start, end, columns)
+        """``rows_between`` streamed (flat memory)."""
+        return self.reads.iter_rows_between(start, end, columns)
 
     @property
     def dialect(self) -> str:
         """``sqlite`` or the SQLAlchemy dialect name (``postgresql``)."""
-        return "sqlite" if self._sqlite is not None and self._engine is None else self.engine.dialect.name
+        return self.reads.dialect
 
     def iter_query(self, sql: str, params: dict) -> Iterator[tuple]:
         """Tuples of a read-only ``sql`` with named ``:params``, streamed (flat memory)."""
-        if self._sqlite is not None and self._engine is None:
-            return sqlite_iter_query(self._sqlite, sql, params)
-        return iter_query(self.engine, sql, params)
+        return self.reads.iter_query(sql, params)
 
     def steps(self, session_id: str) -> list[BootstrapStep]:
         DbSession, select, Session, Event, BootstrapStep = _orm()

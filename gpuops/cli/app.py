@@ -127,9 +127,11 @@ def up(
         raise BadInput(f"--max-hours must be a finite number of hours, got {max_hours}", "it is the box's hard TTL, e.g. --max-hours 2")
     if max_hours is not None and max_hours <= 0:
         raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
-    if max_hours is not None and max_hours > 720:  # gpuops.config.MAX_TTL_HOURS (not imported here: start-up)
+    from gpuops.config import MAX_TTL_HOURS
+
+    if max_hours is not None and max_hours > MAX_TTL_HOURS:
         shown = f"{max_hours:g}" if float(f"{max_hours:g}") == max_hours else repr(max_hours)  # never "got 720"
-        raise BadInput(f"--max-hours must be at most 720 (30 days), got {shown}",
+        raise BadInput(f"--max-hours must be at most {MAX_TTL_HOURS:g} ({MAX_TTL_HOURS / 24:g} days), got {shown}",
                        "a TTL is the box's hard time limit; pass the hours the job needs, e.g. --max-hours 48")
     over: dict = {"up": {}, "teardown": {}}
     for key, val in (("provider", provider), ("card", card), ("experiment", experiment), ("spot", spot), ("max_price", price)):
@@ -360,7 +362,7 @@ def ps(
 
         ui.render_watchdogs(last_passes(ledger))
 
-    emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns())
+    emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns(ledger))
 
 
 app.command("status", hidden=True, help="Same as `gpuops ps` (SkyPilot's `sky status`).")(ps)
@@ -613,8 +615,10 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     import re
     import traceback
 
+    from ledger.migrations import LedgerTooNew
+
     mod = type(e).__module__ or ""
-    if type(e).__name__ == "LedgerTooNew":  # ledger.schema_version: a newer gpuops wrote it
+    if isinstance(e, LedgerTooNew):  # a newer gpuops wrote the ledger
         return f"error: {e} ({e.fix})", 2
     frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
     from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)

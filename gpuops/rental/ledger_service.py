@@ -84,13 +84,8 @@ def experiments(ledger, since: str | None = None, until: str | None = None, tz: 
 
 
 def _query(ledger):
-    """SQL text runner for ``ledger.aggregate``: sqlite3 on a current SQLite file, else SQLAlchemy."""
-    if hasattr(ledger, "query_runner"):  # LedgerReader: sqlite3, psycopg or SQLAlchemy
-        return ledger.query_runner()
-    from ledger.reads import engine_query, sqlite_query
-
-    path = getattr(ledger, "_sqlite", None)
-    return sqlite_query(path) if path is not None else engine_query(ledger.engine)
+    """SQL text runner for ``ledger.aggregate`` (``ledger.reads.Reads.query``) of a ``Ledger`` or a ``LedgerReader``."""
+    return ledger.reads.query
 
 
 def _line_keys(q, lines) -> dict[str, dict[str, str]]:
@@ -128,12 +123,10 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
     from ledger.reports import session_detail
 
     tz = _tz_checked(tz)
-    from ledger.reads import session_cost_lines
-
     row = resolve_session(ledger, ref)
     d = session_detail(row, ledger.steps(row.id), ledger.events(row.id), tz)
     d["cost_lines"] = [{"kind": ln.kind, "usd": ln.usd, "start_at": ln.start_at, "end_at": ln.end_at, "provider": ln.provider,
-                        "description": ln.description} for ln in session_cost_lines(ledger.engine, row.id)]
+                        "description": ln.description} for ln in ledger.reads.session_cost_lines(row.id)]
     d["storage_usd"] = round(sum(ln["usd"] for ln in d["cost_lines"]), 6)
     return d
 
@@ -230,7 +223,7 @@ def _can_fork_export(ledger, out) -> bool:
     import sys
     import threading
 
-    if getattr(ledger, "_sqlite", None) is None or not sys.platform.startswith("linux") or threading.active_count() != 1:
+    if ledger.reads.driver != "sqlite3" or not sys.platform.startswith("linux") or threading.active_count() != 1:
         return False
     try:
         out.fileno()

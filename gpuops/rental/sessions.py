@@ -33,7 +33,7 @@ def row_json(row) -> dict:
     """A session row as a JSON-ready dict, ``session`` first, then the model's columns in order."""
     dumped = row.model_dump()
     d = {"session": dumped.pop("id")}
-    order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.SessionRow or models.Session
+    order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.Row or models.Session
     d.update({k: dumped.pop(k) for k in order if k in dumped})
     d.update(dumped)
     d["usd_per_mtoken"] = round(row.cost_usd / row.tokens * 1e6, 6) if row.tokens and row.cost_usd is not None else None
@@ -45,11 +45,11 @@ def row_json(row) -> dict:
 LIVE_COLUMNS = ("accrued_usd", "ttl_left_seconds", "idle_seconds", "status_at", "status_age_seconds")
 
 
-def open_session_columns() -> tuple[str, ...]:
-    """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even with no open session."""
-    from ledger.reads import SESSION_COLUMNS
+def open_session_columns(ledger) -> tuple[str, ...]:
+    """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even with no open session.
 
-    return ("session", *(c for c in SESSION_COLUMNS if c != "id"), "usd_per_mtoken", "seconds", *LIVE_COLUMNS)
+    The ledger's ``sessions`` columns (as the database holds them), then what ``ps`` adds."""
+    return ("session", *(c for c in ledger.reads.columns("sessions") if c != "id"), "usd_per_mtoken", "seconds", *LIVE_COLUMNS)
 
 
 def list_open(ledger, owner: str | None = None, now: float | None = None) -> list[dict]:

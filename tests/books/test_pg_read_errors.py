@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from gpuops.cli.app import _ledger_failure
-from ledger.reads import pg_query
+from ledger.reads import _Psycopg
 
 
 class _DeadServer:
@@ -14,10 +14,10 @@ class _DeadServer:
 
 
 def test_a_server_that_dies_mid_report_is_one_line_exit_1():
-    # Seen in review: the reports' psycopg path (ledger/reads.py pg_query) raised psycopg's own
+    # Seen in review: the reports' psycopg path (ledger/reads.py _Psycopg) raised psycopg's own
     # errors, which _ledger_failure did not know: a traceback instead of the ledger's one line.
     try:
-        pg_query(_DeadServer())("SELECT 1 WHERE :lo < :hi", {"lo": 0, "hi": 1})
+        _Psycopg(_DeadServer(), "").query("SELECT 1 WHERE :lo < :hi", {"lo": 0, "hi": 1})
     except psycopg.Error as e:
         out = _ledger_failure(e)
     assert out is not None

@@ -7,7 +7,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from ledger import Ledger
-from ledger.reads import OPEN_SESSIONS_SQL
+from ledger.reads import OPEN_SESSIONS_WHERE
+
+OPEN_SESSIONS_SQL = f"SELECT * FROM sessions WHERE {OPEN_SESSIONS_WHERE} ORDER BY created_at, id"  # Reads.open_sessions
 
 # Sessions overlapping [start, end): the month-range predicate of the reports and the monthly cap.
 MONTH_RANGE_SQL = "SELECT id, cost_usd FROM sessions WHERE created_at < :end AND (ended_at IS NULL OR ended_at >= :start)"

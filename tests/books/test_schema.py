@@ -54,12 +54,20 @@ def test_first_schema_opens_in_newest_code(ledger_url):
     again.engine.dispose()
 
 
-def test_report_columns_match_the_model():
-    from ledger.models import Session
-    from ledger.reads import SESSION_COLUMNS
+def test_the_migrated_tables_are_the_models(ledger_url):
+    """The schema is stated twice, in the migrations and the models: the tables the migrations
+    make have the models' columns (what ``ledger.reads`` reads whole), and `ledger show` shows each."""
+    from ledger import Ledger
+    from ledger.models import SQLModel
     from ledger.reports import SESSION_FIELDS
 
-    assert set(SESSION_COLUMNS) == set(Session.__table__.c.keys()) == set(SESSION_FIELDS)
+    led = Ledger(ledger_url)
+    try:
+        for name, table in SQLModel.metadata.tables.items():
+            assert set(led.reads.columns(name)) == set(table.c.keys()), name
+        assert set(led.reads.columns("sessions")) == set(SESSION_FIELDS)
+    finally:
+        led.engine.dispose()
 
 
 def test_report_path_does_not_import_the_orm():
@@ -73,25 +81,31 @@ def test_report_path_does_not_import_the_orm():
     assert out.stdout.strip() == "[]"
 
 
-def test_migration_names_are_listed_for_the_fast_path():
-    from ledger.schema_version import MIGRATION_NAMES
+def test_migration_names_load_without_sqlalchemy():
+    """The read path checks a ledger is current with ``MIGRATION_NAMES`` before it reads with
+    ``sqlite3``: importing them costs no SQLAlchemy."""
+    import subprocess
+    import sys
 
-    assert list(MIGRATION_NAMES) == [name for name, _ in MIGRATIONS]
+    code = "import sys\nfrom ledger.migrations import MIGRATION_NAMES\nassert 'sqlalchemy' not in sys.modules\nprint(','.join(MIGRATION_NAMES))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().split(",") == [name for name, _ in MIGRATIONS]
 
 
 def test_fast_sqlite_reads_equal_sqlalchemy_reads(tmp_path):
     from ledger import Ledger
-    from ledger.reads import LedgerReader, rows_between
+    from ledger.reads import LedgerReader, engine_reads
     from tests.books.conftest import build_books
 
     url = f"sqlite:///{tmp_path / 'l.db'}"
     led = Ledger(url)
     build_books(led)
     reader = LedgerReader(url)
-    assert reader._sqlite is not None and reader._engine is None  # the stdlib path, no engine opened
+    assert reader.driver == "sqlite3" and reader._engine is None  # the stdlib path, no engine opened
     for cols in (None, ("id", "simulated", "cost_usd", "created_at")):
         fast = reader.rows_between(1793491200.0, 1796083200.0, cols)
-        core = rows_between(led.engine, 1793491200.0, 1796083200.0, cols)
+        core = engine_reads(led.engine).rows_between(1793491200.0, 1796083200.0, cols)
         assert [tuple(r) for r in fast] == [tuple(r) for r in core]
         assert all(type(r.simulated) is bool for r in fast)
     assert [r.id for r in reader.rows_between()] == ["s7", "s1", "s2", "s5", "s3", "s4", "s6"]
@@ -108,7 +122,7 @@ def test_reader_migrates_an_old_sqlite_ledger(tmp_path):
         conn.execute(sa.table("sessions", *[sa.column(k) for k in OLD_ROW]).insert(), [OLD_ROW])
     engine.dispose()
     reader = LedgerReader(url)
-    assert reader._sqlite is None  # needed a migration: went through SQLAlchemy
+    assert reader.driver == "sqlalchemy"  # needed a migration: went through SQLAlchemy
     rows = reader.rows_between()
     assert [(r.id, r.cost_usd, r.source, r.spot) for r in rows] == [(OLD_ROW["id"], 0.35, "gpuops", True)]
-    assert LedgerReader(url)._sqlite is not None  # current now
+    assert LedgerReader(url).driver == "sqlite3"  # current now

@@ -250,13 +250,14 @@ def test_month_range_query_uses_an_index(tmp_path):
     import sqlite3
 
     from ledger import Ledger
-    from ledger.reads import _overlap_sql
+    from ledger.reads import overlap_where
 
     led = Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     led.engine.dispose()
-    where, args = _overlap_sql(1.0, 2.0)
+    where = " AND ".join(overlap_where(1.0, 2.0))
     con = sqlite3.connect(tmp_path / "l.db")
-    plan = " ".join(str(r) for r in con.execute(f"EXPLAIN QUERY PLAN SELECT id, cost_usd FROM sessions{where}", args))
+    plan = " ".join(str(r) for r in con.execute(f"EXPLAIN QUERY PLAN SELECT id, cost_usd FROM sessions WHERE {where}",
+                                                 {"start": 1.0, "end": 2.0}))
     con.close()
     assert "ix_sessions_ended_at" in plan and "SCAN sessions" not in plan, plan
     from ledger.aggregate import EXPERIMENT_KEYS, params, statements
