@@ -1,30 +1,27 @@
-"""Month and experiment totals summed inside the database, by the attribution rule in SQL (``ledger.attribution``).
+"""Month and experiment totals summed inside the database, by the attribution rule in SQL
+(``ledger.attribution``): ONE statement returns a few dozen group rows instead of 100,000 session
+rows (a report costs about what one SQL statement costs).
 
-A few GROUP BY statements return a few dozen group rows instead of 100,000 session rows (a report
-costs about what one SQL statement costs).
-
-``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters: the
-standard library's ``sqlite3`` or ``psycopg`` on a current ledger (``LedgerReader.query_runner``), or
-an SQLAlchemy connection. The groups are
+``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters
+(``ledger.reads.Reads.query``: ``sqlite3``, ``psycopg`` or an SQLAlchemy engine). The groups are
 ``keys`` (default: experiment, card, gpu_count, provider, simulated); ``ledger.reports`` merges
 them into the report's totals and breakdowns, exactly as its row-by-row path would (a test keeps
-both equal). Several rows of one group may come back (closed and open rows are read apart): a
-report adds them up.
+both equal, on SQLite and PostgreSQL). A group may come back once per arm: a report adds them up.
 
-Where the time goes on 100k rows in range: reading the rows, SQLite's sorter for GROUP BY, and
-the attribution share per row. So: closed rows wholly inside [lo, hi) (nearly all of them) add
-their plain values (``attribution.SQL_INSIDE``: a share of exactly 1, what ``fraction`` returns);
-only the rows across an edge pay for the share (``attribution.share_sql``); open rows (no cost,
-only counted) come from their own partial index (``ix_sessions_open``); the latest conclusion's
-time rides along in the same scan (no second pass over the rows).
+The statement is arms joined by UNION ALL (``statements``), so each arm keeps its own index search
+(the two ``ended_at`` arms of the period, then the open rows on their partial index
+``ix_sessions_open``). Closed rows wholly inside [lo, hi) (nearly all of them) add their plain
+values (``inside_sql``: a share of exactly 1, what ``fraction`` returns; an open side of the window
+drops its comparisons, so all time costs one a row); only the others pay for the share
+(``attribution.share_sql``); the latest conclusion's time rides along in the same scan.
 """
 
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
-from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, share_sql
+from ledger.attribution import SQL_TOUCHES, share_sql
 
 GroupRow = namedtuple("GroupRow", "experiment card gpu_count provider simulated sessions open_sessions charged_sessions "
                                   "cost_usd gpu_hours tokens job_usd conclusion_at", defaults=(None,))
@@ -38,12 +35,23 @@ _JOB = ("(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour 
 _GPU_HOURS = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0)"
 
 
-def _attributed(x: str) -> str:
-    """``x`` x the row's share of [:lo, :hi) for a CLOSED row.
+def inside_sql(lo: float | None, hi: float | None) -> str:
+    """``attribution.SQL_INSIDE`` (a closed row wholly inside [:lo, :hi): share exactly 1) without
+    the comparisons an open side makes always true: all time, a row is inside once it ended at or
+    after its instance began (``ended_at >= instance_created_at``, which NULLs fail), so the
+    default ``ledger experiments`` sums plain values with one comparison a row."""
+    parts = (["instance_created_at >= :lo"] if lo is not None else []) + (["ended_at < :hi"] if hi is not None else [])
+    return "(" + " AND ".join(parts + ["ended_at >= instance_created_at"]) + ")"
 
-    ``x`` itself when the row lies wholly inside (share 1, as ``attribution.fraction`` returns),
-    else ``x * share`` (the same product the row-by-row path computes)."""
-    return f"(CASE WHEN {SQL_INSIDE} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
+
+def _attributed(x: str, inside: str) -> str:
+    """``x`` x the row's share of [:lo, :hi) for a CLOSED row: ``x`` itself when the row lies wholly
+    inside (``inside``: share 1, as ``attribution.fraction`` returns), else ``x * share`` (the same
+    product the row-by-row path computes)."""
+    return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
+
+
+_CONCLUSION_AT = ", MAX(CASE WHEN conclusion <> '' THEN created_at END)"
 
 
 def _group_by(keys: Sequence[str]) -> str:
@@ -52,53 +60,43 @@ def _group_by(keys: Sequence[str]) -> str:
     return ", ".join(sorted(keys, key=lambda k: k != "simulated"))
 
 
-def _range(lo: float | None, hi: float | None, ended: str) -> list[str]:
-    """The index-friendly pre-filter with ``ended`` for its ``ended_at`` side.
-
-    The index-friendly pre-filter (``ledger.reads._overlap_sql``) with ``ended`` for its
-    ``ended_at`` side, one arm per statement (each one index range search, no OR of two)."""
-    parts = []
-    if hi is not None:
-        parts.append("+created_at < :hi")
-    if lo is not None:
-        parts.append(ended)
-    return parts
-
-
 def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: str, conclusion: bool) -> str:
-    """The GROUP BY over closed rows that spent money in [:lo, :hi).
-
-    ``ended``: which ``ended_at`` arm of the overlap, see ``_range``."""
-    k = ", ".join(keys)
+    """The GROUP BY over closed rows that spent money in [:lo, :hi) (``ended``: the ``ended_at``
+    arm of the range search, ``ended_at >= :lo`` or ``ended_at IS NULL``; "" without a lower
+    bound). One scan: the rows wholly inside add their plain values, the others their share
+    (measured: on PostgreSQL a second scan for the edge rows costs more than the CASE saves)."""
+    inside = inside_sql(lo, hi)
     cols = (f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
-            f" SUM({_attributed('COALESCE(cost_usd, 0.0)')}), SUM({_attributed(_GPU_HOURS)}),"
-            f" SUM({_attributed('COALESCE(tokens, 0) * 1.0')}), SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB)} ELSE 0.0 END)")
-    if conclusion:
-        cols += ", MAX(CASE WHEN conclusion <> '' THEN created_at END)"
-    where = " AND ".join(_range(lo, hi, ended) + ["status = 'closed'", f"({SQL_INSIDE} OR {SQL_TOUCHES})"])
-    return f"SELECT {k}, {cols} FROM sessions WHERE {where} GROUP BY {_group_by(keys)}"
+            f" SUM({_attributed('COALESCE(cost_usd, 0.0)', inside)}), SUM({_attributed(_GPU_HOURS, inside)}),"
+            f" SUM({_attributed('COALESCE(tokens, 0) * 1.0', inside)}),"
+            f" SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB, inside)} ELSE 0.0 END)")
+    where = ([] if hi is None else ["+created_at < :hi"]) + ([ended] if ended else []) + ["status = 'closed'", f"({inside} OR {SQL_TOUCHES})"]
+    return (f"SELECT {', '.join(keys)}, {cols}{_CONCLUSION_AT if conclusion else ''} FROM sessions WHERE {' AND '.join(where)}"
+            f" GROUP BY {_group_by(keys)}")
 
 
 def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion: bool) -> str:
-    """The GROUP BY over open rows touching [:lo, :hi).
-
-    Counted, no cost (``attribution``); found through the partial index ``ix_sessions_open`` (a
-    handful of rows)."""
+    """The GROUP BY over open rows touching [:lo, :hi): counted, no cost (``attribution``); found
+    through the partial index ``ix_sessions_open`` (a handful of rows)."""
     k = ", ".join(keys)
     where = "status <> 'closed' AND created_at < :hi"  # :hi is 1e300 for an open end: still the index's search
     if lo is not None:
         where += " AND (ended_at >= :lo OR ended_at IS NULL)"
-    cols = "COUNT(*), COUNT(*), 0, 0.0, 0.0, 0.0, 0.0" + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
+    cols = "COUNT(*), COUNT(*), 0, 0.0, 0.0, 0.0, 0.0" + (_CONCLUSION_AT if conclusion else "")
     return f"SELECT {k}, {cols} FROM sessions WHERE {where} AND {SQL_TOUCHES} GROUP BY {_group_by(keys)}"
 
 
 def statements(lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[str]:
-    """The SQL texts ``group_rows`` runs (named parameters :lo, :hi; see ``params``)."""
-    if lo is None:
-        closed = [closed_sql(keys, lo, hi, "", conclusion)]
-    else:
-        closed = [closed_sql(keys, lo, hi, "ended_at >= :lo", conclusion), closed_sql(keys, lo, hi, "ended_at IS NULL", conclusion)]
-    return closed + [open_sql(keys, lo, hi, conclusion)]
+    """The arms of ``statement`` (each one index search on SQLite: closed rows by ``ended_at``
+    on the covering index ``ix_sessions_books``, open ones on ``ix_sessions_open``)."""
+    arms = [""] if lo is None else ["ended_at >= :lo", "ended_at IS NULL"]
+    return [closed_sql(keys, lo, hi, ended, conclusion) for ended in arms] + [open_sql(keys, lo, hi, conclusion)]
+
+
+def statement(lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> str:
+    """The one SQL statement ``group_rows`` runs: ``statements`` joined by UNION ALL (named
+    parameters :lo, :hi; see ``params``). A group may come back once per arm."""
+    return " UNION ALL ".join(statements(lo, hi, keys, conclusion))
 
 
 _INF = 1e300  # an open window side, as a number both databases compare with floats
@@ -110,37 +108,31 @@ def params(lo: float | None, hi: float | None) -> dict:
 
 def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None,
                keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[GroupRow]:
-    """The sums by ``keys`` of the sessions that spent money in [lo, hi), attributed by time.
-
-    The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``; the
-    other fields are None, ``gpu_count`` 0) of sessions that spent money in [lo, hi) epoch s (None:
-    open), their sums attributed by time: sessions, open_sessions, charged_sessions, cost_usd (USD),
-    gpu_hours (billed hours x GPU count), tokens, job_usd (USD of the job's own seconds, sessions
-    with tokens). One group may come back in several rows (add them up). ``conclusion``:
-    ``conclusion_at``, the newest intent time (epoch s) of the group's rows with a conclusion (None:
-    none; see ``latest_conclusions``). ``query(sql, params)`` runs SQL text with named parameters
-    and returns tuples."""
+    """The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``;
+    the other fields are None, ``gpu_count`` 0) of
+    sessions that spent money in [lo, hi) epoch s (None: open), their sums attributed by time:
+    sessions, open_sessions, charged_sessions, cost_usd (USD), gpu_hours (billed hours x GPU
+    count), tokens, job_usd (USD of the job's own seconds, sessions with tokens). One group may
+    come back in several rows (add them up). ``conclusion``: ``conclusion_at``, the newest intent
+    time (epoch s) of the group's rows with a conclusion (None: none; see ``latest_conclusions``).
+    ``query(sql, params)`` runs SQL text with named parameters and returns tuples."""
     n = len(keys)
     args = params(lo, hi)
     out = []
-    for sql in statements(lo, hi, keys, conclusion):
-        for r in query(sql, args):
-            key = dict(zip(keys, r))
-            out.append(GroupRow(key.get("experiment"), key.get("card"), int(key.get("gpu_count") or 0), key.get("provider"),
-                                bool(key["simulated"]), int(r[n]), int(r[n + 1] or 0), int(r[n + 2] or 0), float(r[n + 3] or 0.0),
-                                float(r[n + 4] or 0.0), float(r[n + 5] or 0.0), float(r[n + 6] or 0.0),
-                                r[n + 7] if conclusion else None))
+    for r in query(statement(lo, hi, keys, conclusion), args):
+        key = dict(zip(keys, r))
+        out.append(GroupRow(key.get("experiment"), key.get("card"), int(key.get("gpu_count") or 0), key.get("provider"),
+                            bool(key["simulated"]), int(r[n]), int(r[n + 1] or 0), int(r[n + 2] or 0), float(r[n + 3] or 0.0),
+                            float(r[n + 4] or 0.0), float(r[n + 5] or 0.0), float(r[n + 6] or 0.0),
+                            r[n + 7] if conclusion else None))
     return out
 
 
 def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: Iterable[GroupRow], lo: float | None,
                        hi: float | None) -> dict[str, str]:
-    """{experiment: its latest non-empty conclusion} among the rows of ``groups``.
-
-    {experiment: its latest non-empty conclusion} among the rows of ``groups`` (``group_rows`` with
-    ``conclusion=True`` over [lo, hi)): the newest intent time per experiment came with the sums;
-    only those few rows are read here (seeks on the created_at index). Ties: the last by id, as
-    before."""
+    """{experiment: its latest non-empty conclusion} among the rows of ``groups`` (``group_rows``
+    with ``conclusion=True`` over [lo, hi)): the newest intent time per experiment came with the sums; only
+    those few rows are read here (seeks on the created_at index). Ties: the last by id, as before."""
     newest: dict[str, float] = {}
     for g in groups:
         if g.conclusion_at is not None and (g.experiment not in newest or g.conclusion_at > newest[g.experiment]):

@@ -118,6 +118,15 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     assert norm(got) == norm(exp_py)
     # the newest intent time among counted rows; e13 (never rented) shares e07's intent time: no candidate
     assert {e["name"]: e["latest_conclusion"] for e in got["experiments"]} == {"x0": "c3", "x1": "c7", "x2": "c5"}
+    # open sides (ledger experiments' default is all time): the inside rule drops what an open side makes
+    # true, and the rows it does not prove inside still pay the share (e07 without an instance time, e08
+    # closed without an end, e09 ending before its start): every closed rented row whole, once
+    for since, until, a, b in ((None, None, None, None), ("2026-11-01", None, lo, None), (None, "2026-11-30", None, hi)):
+        exp_py = experiments_report(ledger.overlapping(a, b, REPORT_COLUMNS), since, until, a, b)
+        assert norm(cmds.experiments(ledger, since, until, "UTC")) == norm(exp_py)
+    every = cmds.experiments(ledger)["experiments"]
+    assert round(sum(e["cost_usd"] for e in every), 6) == 129.0 and sum(e["simulated_usd"] for e in every) == 9.0  # 6+..+17, e03 simulated
+    assert sum(e["sessions"] for e in every) == 13 and sum(e["open_sessions"] for e in every) == 1
     # the cap: the same real money, plus the open row's hour so far at 3 USD/h
     assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
     # per owner: rows from before owners were booked count for everyone; another owner's do not
@@ -168,10 +177,10 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     assert json.loads(out) == json.loads(json.dumps(via_engine))
     assert via_engine["month"]["storage_usd"] == 1.75
     reader = LedgerReader(url)  # the day-by-day report streams rows through SQLAlchemy, opened on demand
-    assert reader._pg is not None and reader._engine is None
+    assert reader.driver == "psycopg"  # the day-by-day rows stream through psycopg too
     led = Ledger(url)
     assert cmds.month(reader, "2026-11", "UTC", by="day") == cmds.month(led, "2026-11", "UTC", by="day")
-    reader.engine.dispose()
+    assert reader.driver == "psycopg" and reader._engine is None
     led.engine.dispose()
     fresh = postgres_server.new_database()
 
@@ -180,9 +189,9 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
         migrate(conn, upto="m007_ownership")
     eng.dispose()
     r = LedgerReader(fresh)  # one migration short: SQLAlchemy opens and migrates it
-    assert r._pg is None and r._engine is not None and cmds.month(r, "2026-11", "UTC")["sessions"] == 0
+    assert r.driver == "sqlalchemy" and cmds.month(r, "2026-11", "UTC")["sessions"] == 0
     r.engine.dispose()
-    assert LedgerReader(fresh)._pg is not None
+    assert LedgerReader(fresh).driver == "psycopg"
 
 
 def test_token_sums_past_64_bits_do_not_overflow(ledger):
