@@ -137,6 +137,7 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
     if fold:  # every column but the key may move to a continuation table, the rightmost first
         cols = [c if i == 0 or c.drop else Col(c.header, c.kind, 1, c.justify, c.style) for i, c in enumerate(cols)]
         cols[0] = Col(cols[0].header, cols[0].kind, 0, cols[0].justify, cols[0].style)
+    rows = [[_text(c) for c in r] for r in rows]  # each cell made (and made safe) once: measured, then drawn
     shown, widths, left = layout(cols, rows, width)
     if _continued and len([j for j in shown if j != 0]) == 0:
         return [], [c.header for c in cols[1:]]
@@ -147,7 +148,7 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
         # allowed everywhere (headers wrap at spaces; a cell of a wrapping column folds).
         t.add_column(c.header, justify=c.justify or ("right" if c.kind == NUM else "left"), width=w, overflow="fold", style=c.style)
     for r in rows:
-        t.add_row(*[_text(r[j]) for j in shown])
+        t.add_row(*[r[j] for j in shown])
     out = [t]
     if not left or not fold:
         return out, [cols[i].header for i in left]
