@@ -27,8 +27,15 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
 
 
 def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
+    import os
+
     from gpuops.rental.sessions import LIVE_COLUMNS, open_session_columns, row_json
+    from ledger import Ledger
     from ledger.models import Session
 
     row = Session(id="s-1", experiment="e", job="j.sh", provider="local", card="a100-80gb", status="open", created_at=1.0)
-    assert tuple(row_json(row)) + LIVE_COLUMNS == open_session_columns()
+    led = Ledger(os.environ["GPUOPS_LEDGER_URL"])  # the header is the ledger's columns: the model's, in its order
+    try:
+        assert tuple(row_json(row)) + LIVE_COLUMNS == open_session_columns(led)
+    finally:
+        led.engine.dispose()
