@@ -1,5 +1,6 @@
-"""Benchmark: the books' reports beside their floor, the same numbers as one SQL statement run by
-the database's own shell (``sqlite3``, ``psql``), in one run.
+"""Benchmark: the books' reports beside their floor, one SQL statement run by the database's shell.
+
+The floor gives the same numbers as one statement run by ``sqlite3`` or ``psql``, in the same run.
 
     .venv/bin/python bench/bench_reports.py [--sessions 100000,1000000] [--pg-sessions 100000]
                                             [--runs 5] [--no-postgres] [--repo DIR]

@@ -1,6 +1,7 @@
-"""Month and experiment totals summed inside the database, by the attribution rule in SQL
-(``ledger.attribution``): ONE statement returns a few dozen group rows instead of 100,000 session
-rows (a report costs about what one SQL statement costs).
+"""Month and experiment totals summed inside the database, by the attribution rule in SQL (``ledger.attribution``).
+
+ONE statement returns a few dozen group rows instead of 100,000 session rows (a report costs about
+what one SQL statement costs).
 
 ``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters
 (``ledger.reads.Reads.query``: ``sqlite3``, ``psycopg`` or an SQLAlchemy engine). The groups are
@@ -19,7 +20,7 @@ drops its comparisons, so all time costs one a row); only the others pay for the
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ledger.attribution import SQL_TOUCHES, share_sql
 
@@ -36,8 +37,9 @@ _GPU_HOURS = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu
 
 
 def inside_sql(lo: float | None, hi: float | None) -> str:
-    """``attribution.SQL_INSIDE`` (a closed row wholly inside [:lo, :hi): share exactly 1) without
-    the comparisons an open side makes always true: all time, a row is inside once it ended at or
+    """``attribution.SQL_INSIDE`` without the comparisons an open side of the window makes always true.
+
+    A closed row wholly inside [:lo, :hi) has a share of exactly 1. All time, a row is inside once it ended at or
     after its instance began (``ended_at >= instance_created_at``, which NULLs fail), so the
     default ``ledger experiments`` sums plain values with one comparison a row."""
     parts = (["instance_created_at >= :lo"] if lo is not None else []) + (["ended_at < :hi"] if hi is not None else [])
@@ -45,8 +47,10 @@ def inside_sql(lo: float | None, hi: float | None) -> str:
 
 
 def _attributed(x: str, inside: str) -> str:
-    """``x`` x the row's share of [:lo, :hi) for a CLOSED row: ``x`` itself when the row lies wholly
-    inside (``inside``: share 1, as ``attribution.fraction`` returns), else ``x * share`` (the same
+    """``x`` x the row's share of [:lo, :hi) for a CLOSED row.
+
+    ``x`` itself when the row lies wholly inside (``inside``: share 1, as ``attribution.fraction``
+    returns), else ``x * share`` (the same
     product the row-by-row path computes)."""
     return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
 
@@ -61,8 +65,9 @@ def _group_by(keys: Sequence[str]) -> str:
 
 
 def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: str, conclusion: bool) -> str:
-    """The GROUP BY over closed rows that spent money in [:lo, :hi) (``ended``: the ``ended_at``
-    arm of the range search, ``ended_at >= :lo`` or ``ended_at IS NULL``; "" without a lower
+    """The GROUP BY over closed rows that spent money in [:lo, :hi).
+
+    ``ended``: the ``ended_at`` arm of the range search, ``ended_at >= :lo`` or ``ended_at IS NULL``; "" without a lower
     bound). One scan: the rows wholly inside add their plain values, the others their share
     (measured: on PostgreSQL a second scan for the edge rows costs more than the CASE saves)."""
     inside = inside_sql(lo, hi)
@@ -76,8 +81,10 @@ def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: s
 
 
 def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion: bool) -> str:
-    """The GROUP BY over open rows touching [:lo, :hi): counted, no cost (``attribution``); found
-    through the partial index ``ix_sessions_open`` (a handful of rows)."""
+    """The GROUP BY over open rows touching [:lo, :hi).
+
+    Counted, no cost (``attribution``); found through the partial index ``ix_sessions_open`` (a
+    handful of rows)."""
     k = ", ".join(keys)
     where = "status <> 'closed' AND created_at < :hi"  # :hi is 1e300 for an open end: still the index's search
     if lo is not None:
@@ -87,15 +94,17 @@ def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion
 
 
 def statements(lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[str]:
-    """The arms of ``statement`` (each one index search on SQLite: closed rows by ``ended_at``
-    on the covering index ``ix_sessions_books``, open ones on ``ix_sessions_open``)."""
+    """The arms of ``statement``, each one index search on SQLite.
+
+    Closed rows by ``ended_at`` on the covering index ``ix_sessions_books``, open ones on ``ix_sessions_open``."""
     arms = [""] if lo is None else ["ended_at >= :lo", "ended_at IS NULL"]
     return [closed_sql(keys, lo, hi, ended, conclusion) for ended in arms] + [open_sql(keys, lo, hi, conclusion)]
 
 
 def statement(lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> str:
-    """The one SQL statement ``group_rows`` runs: ``statements`` joined by UNION ALL (named
-    parameters :lo, :hi; see ``params``). A group may come back once per arm."""
+    """The one SQL statement ``group_rows`` runs: ``statements`` joined by UNION ALL.
+
+    Named parameters :lo, :hi (see ``params``). A group may come back once per arm."""
     return " UNION ALL ".join(statements(lo, hi, keys, conclusion))
 
 
@@ -108,7 +117,9 @@ def params(lo: float | None, hi: float | None) -> dict:
 
 def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None,
                keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[GroupRow]:
-    """The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``;
+    """The sums by ``keys`` of the sessions that spent money in [lo, hi), attributed by time.
+
+    The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``;
     the other fields are None, ``gpu_count`` 0) of
     sessions that spent money in [lo, hi) epoch s (None: open), their sums attributed by time:
     sessions, open_sessions, charged_sessions, cost_usd (USD), gpu_hours (billed hours x GPU
@@ -130,7 +141,9 @@ def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, 
 
 def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: Iterable[GroupRow], lo: float | None,
                        hi: float | None) -> dict[str, str]:
-    """{experiment: its latest non-empty conclusion} among the rows of ``groups`` (``group_rows``
+    """{experiment: its latest non-empty conclusion} among the rows of ``groups``.
+
+    The rows of ``groups`` (``group_rows``
     with ``conclusion=True`` over [lo, hi)): the newest intent time per experiment came with the sums; only
     those few rows are read here (seeks on the created_at index). Ties: the last by id, as before."""
     newest: dict[str, float] = {}

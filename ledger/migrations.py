@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from sqlalchemy import Table
     from sqlalchemy.engine import Connection
 
 MIGRATIONS: list[tuple[str, Callable[[Connection], None]]] = []
@@ -331,7 +332,7 @@ def m010_runs(conn: Connection) -> None:
     md.create_all(conn)
 
 
-def _migrations_table() -> sa.Table:
+def _migrations_table() -> Table:
     import sqlalchemy as sa
 
     return sa.Table(

@@ -1,5 +1,6 @@
-"""The read side of the ledger: every read the commands make, written once (``Reads``) as SQL text
-with named ``:params``, run on whichever connection reaches the books cheapest:
+"""The read side of the ledger: every read the commands make, written once (``Reads``).
+
+Each read is SQL text with named ``:params``, run on whichever connection reaches the books cheapest:
 
 - a current SQLite file: the standard library's ``sqlite3``, read-only (WAL: beside a writer);
 - a current PostgreSQL ledger (``postgresql+psycopg://``): ``psycopg`` itself;
@@ -23,9 +24,10 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections import namedtuple
-from functools import lru_cache
+from collections.abc import Iterable, Iterator
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ledger.migrations import MIGRATION_NAMES
 
@@ -45,8 +47,9 @@ SPEND_COLUMNS = (
 
 
 class Row:
-    """A read-only row (a named tuple of the columns read): attribute access like the ORM's
-    ``models`` rows, and ``model_dump()`` giving the same dict (column order, bools as bool)."""
+    """A read-only row: a named tuple of the columns read.
+
+    Attribute access like the ORM's ``models`` rows, and ``model_dump()`` giving the same dict (column order, bools as bool)."""
 
     __slots__ = ()
 
@@ -55,8 +58,9 @@ class Row:
 
 
 class PassRow(Row):
-    """One ``watchdog_passes`` row (``at`` epoch s UTC; ``seconds`` the pass took;
-    ``interval_seconds`` its watchdog's interval)."""
+    """One ``watchdog_passes`` row.
+
+    ``at`` epoch s UTC; ``seconds`` the pass took; ``interval_seconds`` its watchdog's interval."""
 
     __slots__ = ()
 
@@ -67,7 +71,7 @@ class PassRow(Row):
                 f"{self.errors} error{'' if self.errors == 1 else 's'}")  # type: ignore[attr-defined]
 
 
-@lru_cache(maxsize=None)
+@cache
 def row_type(name: str, fields: tuple[str, ...], base: type = Row) -> type:
     """The row class of ``fields`` (a named tuple with ``base``'s methods), made once per shape."""
     return type(name, (base, namedtuple(name, fields)), {"__slots__": ()})
@@ -75,7 +79,9 @@ def row_type(name: str, fields: tuple[str, ...], base: type = Row) -> type:
 
 # -- the three connections ------------------------------------------------------------------------
 class _Sqlite:
-    """An SQLite file through ``sqlite3``, read-only. ``query`` reuses one connection per thread (an
+    """An SQLite file through ``sqlite3``, read-only.
+
+    ``query`` reuses one connection per thread (an
     open costs up to 3 ms when the ``-shm`` file is gone); ``stream`` opens its own, so a forked
     child (``ledger.csvio.write_export_forked``) and nested reads never share a cursor."""
 
@@ -114,7 +120,9 @@ def _pg_text(sql: str, params: dict) -> str:
 
 
 class _Psycopg:
-    """A PostgreSQL ledger through psycopg: ``con`` (autocommit) for ``query``; ``stream`` opens
+    """A PostgreSQL ledger through psycopg.
+
+    ``con`` (autocommit) for ``query``; ``stream`` opens
     its own connection (rows one at a time, flat memory) so reads inside a stream may run."""
 
     driver, dialect = "psycopg", "postgresql"
@@ -169,7 +177,9 @@ class _Engine:
 
 # -- the reads, once ------------------------------------------------------------------------------
 class Reads:
-    """Every read of the books on one connection (``_Sqlite``, ``_Psycopg`` or ``_Engine``). Values
+    """Every read of the books on one connection (``_Sqlite``, ``_Psycopg`` or ``_Engine``).
+
+    Values
     are bound parameters, never text in the SQL; table and column names are ours."""
 
     def __init__(self, db):
@@ -209,8 +219,9 @@ class Reads:
 
     def rows(self, table: str, columns: Iterable[str] | None = None, where: Iterable[str] = (), params: dict | None = None,
              order: str = "", limit: int | None = None, stream: bool = False, base: type = Row) -> Any:
-        """Rows of ``table`` (``columns``, default all) matching every ``where`` clause, as ``base``
-        rows (a list, or an iterator with ``stream``). Raises ValueError for an unknown column."""
+        """Rows of ``table`` matching every ``where`` clause, as ``base`` rows.
+
+        ``columns``: default all; a list, or an iterator with ``stream``. Raises ValueError for an unknown column."""
         known = dict(self._describe(table))
         cols = tuple(columns) if columns else tuple(known)
         bad = [c for c in cols if c not in known]
@@ -234,8 +245,9 @@ class Reads:
         return self.rows("sessions", where=[OPEN_SESSIONS_WHERE], order="created_at, id")
 
     def last_event(self, session_id: str, kind: str) -> tuple | None:
-        """(at, detail text) of the newest ``kind`` event of ``session_id``, or None (the events
-        index on session_id)."""
+        """(at, detail text) of the newest ``kind`` event of ``session_id``, or None.
+
+        Answered from the events index on session_id."""
         got = self.query("SELECT at, detail FROM events WHERE session_id = :sid AND kind = :kind ORDER BY id DESC LIMIT 1",
                          {"sid": session_id, "kind": kind})
         return tuple(got[0]) if got else None
@@ -245,14 +257,16 @@ class Reads:
         return self.rows("refusals", where=["lifted_at IS NULL"], order="id")
 
     def watchdog_passes(self) -> list[PassRow]:
-        """The newest pass of each watchdog (host, owner), newest first: a few hundred rows at worst
-        (``ledger.passes.KEEP_PER_HOST`` per host)."""
+        """The newest pass of each watchdog (host, owner), newest first.
+
+        A few hundred rows at worst (``ledger.passes.KEEP_PER_HOST`` per host)."""
         return self.rows("watchdog_passes", where=["id IN (SELECT MAX(id) FROM watchdog_passes GROUP BY host, owner)"],
                          order="at DESC, id DESC", base=PassRow)
 
     def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None,
                      stream: bool = False) -> Any:
-        """Sessions whose intent time (``created_at``, epoch s) is in [start, end), oldest first;
+        """Sessions whose intent time (``created_at``, epoch s) is in [start, end), oldest first.
+
         None leaves that side open. ``columns``: which to load (default all). ValueError for an
         unknown column."""
         where = [w for w, v in (("created_at >= :start", start), ("created_at < :end", end)) if v is not None]
@@ -264,7 +278,9 @@ class Reads:
         return self.rows_between(start, end, columns, stream=True)
 
     def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None) -> Iterator[Any]:
-        """Stream the sessions that may have spent money in [start, end) epoch s: intent before
+        """Stream the sessions that may have spent money in [start, end) epoch s.
+
+        Intent before
         ``end`` and not ended before ``start`` (None leaves a side open). ``ended_at`` is indexed
         (m004) and its two arms are two index searches (SQLite: MULTI-INDEX OR); ``+created_at``
         keeps SQLite from walking ``created_at``'s index over the whole history before ``end``."""
@@ -305,8 +321,9 @@ def sqlite_file(url: str) -> Path | None:
 
 
 def sqlite_current_file(url: str) -> Path | None:
-    """The file of an SQLite ``url`` whose ledger has every migration applied, else None (a
-    server, an in-memory or new database, a file still to migrate, or a newer gpuops's: the
+    """The file of an SQLite ``url`` whose ledger has every migration applied, else None.
+
+    None for a server, an in-memory or new database, a file still to migrate, or a newer gpuops's: the
     engine path refuses that one)."""
     path = sqlite_file(url)
     if path is None or not path.is_file():
@@ -319,8 +336,9 @@ def sqlite_current_file(url: str) -> Path | None:
 
 
 def pg_current(url: str) -> _Psycopg | None:
-    """psycopg on a PostgreSQL ledger at ``url`` (``postgresql+psycopg://...``) that has every
-    migration applied, else None (another URL, a database still to migrate, or any error: then
+    """psycopg on a PostgreSQL ledger at ``url`` (``postgresql+psycopg://...``) that has every migration applied.
+
+    Else None (another URL, a database still to migrate, or any error: then
     SQLAlchemy opens it, migrates it or reports the error exactly as before)."""
     if not url.startswith("postgresql+psycopg://"):
         return None
@@ -355,7 +373,9 @@ def file_reads(path: Path) -> Reads:
 
 
 class LedgerReader(Reads):
-    """The read side of a ledger at ``url`` for the reports. A current SQLite file or PostgreSQL
+    """The read side of a ledger at ``url`` for the reports.
+
+    A current SQLite file or PostgreSQL
     ledger is read with its own driver; anything else opens the engine, which migrates an older
     ledger first (like ``Ledger``) and raises ``LedgerTooNew`` for a newer gpuops's."""
 
