@@ -77,7 +77,10 @@ def session_rows(n: int, first: float, last: float, tag: str):
 
 
 def schema_tag() -> str:
-    from ledger.migrations import MIGRATION_NAMES
+    try:
+        from ledger.migrations import MIGRATION_NAMES
+    except ImportError:  # a checkout from before the names moved there (--repo)
+        from ledger.schema_version import MIGRATION_NAMES
 
     return hashlib.sha256(",".join(MIGRATION_NAMES).encode()).hexdigest()[:10]
 

@@ -39,9 +39,9 @@ _GPU_HOURS = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu
 def inside_sql(lo: float | None, hi: float | None) -> str:
     """``attribution.SQL_INSIDE`` without the comparisons an open side of the window makes always true.
 
-    A closed row wholly inside [:lo, :hi) has a share of exactly 1. All time, a row is inside once it ended at or
-    after its instance began (``ended_at >= instance_created_at``, which NULLs fail), so the
-    default ``ledger experiments`` sums plain values with one comparison a row."""
+    A closed row wholly inside [:lo, :hi) has a share of exactly 1. All time, a row is inside once
+    it ended at or after its instance began (``ended_at >= instance_created_at``, which NULLs fail),
+    so the default ``ledger experiments`` sums plain values with one comparison a row."""
     parts = (["instance_created_at >= :lo"] if lo is not None else []) + (["ended_at < :hi"] if hi is not None else [])
     return "(" + " AND ".join(parts + ["ended_at >= instance_created_at"]) + ")"
 
@@ -50,8 +50,7 @@ def _attributed(x: str, inside: str) -> str:
     """``x`` x the row's share of [:lo, :hi) for a CLOSED row.
 
     ``x`` itself when the row lies wholly inside (``inside``: share 1, as ``attribution.fraction``
-    returns), else ``x * share`` (the same
-    product the row-by-row path computes)."""
+    returns), else ``x * share`` (the same product the row-by-row path computes)."""
     return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
 
 
@@ -67,9 +66,10 @@ def _group_by(keys: Sequence[str]) -> str:
 def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: str, conclusion: bool) -> str:
     """The GROUP BY over closed rows that spent money in [:lo, :hi).
 
-    ``ended``: the ``ended_at`` arm of the range search, ``ended_at >= :lo`` or ``ended_at IS NULL``; "" without a lower
-    bound). One scan: the rows wholly inside add their plain values, the others their share
-    (measured: on PostgreSQL a second scan for the edge rows costs more than the CASE saves)."""
+    ``ended``: the ``ended_at`` arm of the range search (``ended_at >= :lo`` or ``ended_at IS
+    NULL``; "" without a lower bound). One scan: the rows wholly inside add their plain values, the
+    others their share (measured: on PostgreSQL a second scan for the edge rows cost more than the
+    CASE saves)."""
     inside = inside_sql(lo, hi)
     cols = (f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
             f" SUM({_attributed('COALESCE(cost_usd, 0.0)', inside)}), SUM({_attributed(_GPU_HOURS, inside)}),"
