@@ -28,7 +28,7 @@ from typing import Any
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
 from ledger.checkpoint import WRITTEN
-from ledger.reads import SESSION_COLUMNS, SessionRow, _session_row
+from ledger.reads import Reads, Row
 
 # The defaults of ``ledger.models.Session`` for a row given as a dict (the columns not listed
 # default to NULL); tests/books/test_light_ledger.py checks them against the model.
@@ -37,7 +37,6 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "simulated": False, "status": str(RowStatus.PROVISIONING), "tokens": 0, "conclusion": "", "note": "", "log_path": "",
     "results_path": "", "source": "gpuops",
 }
-_COLUMNS = frozenset(SESSION_COLUMNS)
 EVENT_COLUMNS = ("id", "session_id", "at", "kind", "detail")
 
 
@@ -47,18 +46,40 @@ class EventRow(namedtuple("EventRow", EVENT_COLUMNS)):
     __slots__ = ()
 
 
-def session_dict(fields: dict) -> dict:
+def session_dict(fields: dict, columns: Iterable[str]) -> dict:
     """Every ``sessions`` column of a new row: ``fields`` over ``SESSION_DEFAULTS``, None for the rest.
 
-    Raises ValueError for a key that is not a column, or a row without id or created_at."""
-    bad = sorted(set(fields) - _COLUMNS)
+    ``columns``: the table's columns (``LightFile.columns``). Raises ValueError for a key that is
+    not a column, or a row without id or created_at."""
+    columns = tuple(columns)
+    bad = sorted(set(fields) - set(columns))
     if bad:
         raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
-    row = {c: SESSION_DEFAULTS.get(c) for c in SESSION_COLUMNS}
+    row = {c: SESSION_DEFAULTS.get(c) for c in columns}
     row.update(fields)
     if not row["id"] or row["created_at"] is None:
         raise ValueError("a session row needs its id and created_at")
     return row
+
+
+class _Held:
+    """``ledger.reads``' connection interface on the connection a ``LightFile`` holds.
+
+    So a light rental reads its row back through ``Reads``, inside its own write transaction."""
+
+    driver, dialect = "sqlite3", "sqlite"
+
+    def __init__(self) -> None:
+        self.con: sqlite3.Connection | None = None
+
+    def query(self, sql: str, params: dict) -> list[tuple]:
+        assert self.con is not None, "read outside LightFile.write/read"
+        return self.con.execute(sql, params).fetchall()
+
+    stream = query
+
+    def describe(self, table: str) -> list[tuple[str, bool]]:
+        return [(r[1], r[2].upper() == "BOOLEAN") for r in self.query(f"PRAGMA table_info({table})", {})]
 
 
 class LightFile:
@@ -72,6 +93,8 @@ class LightFile:
         self.path = Path(path)
         self._con: sqlite3.Connection | None = None
         self._lock = threading.Lock()
+        self._held_con = _Held()
+        self.reads = Reads(self._held_con)  # the one read path, on the held connection
 
     @contextmanager
     def _held(self, timeout_s: float) -> Iterator[sqlite3.Connection]:
@@ -85,8 +108,10 @@ class LightFile:
                 con.execute("PRAGMA synchronous=NORMAL")
                 self._con = con
             self._con.execute(f"PRAGMA busy_timeout={max(1, int(timeout_s * 1000))}")
+            self._held_con.con = self._con
             yield self._con
         finally:
+            self._held_con.con = None
             self._lock.release()
 
     @contextmanager
@@ -124,24 +149,26 @@ class LightFile:
                 pass
 
 
-def _one(con: sqlite3.Connection, session_id: str) -> SessionRow | None:
-    got = con.execute(f"SELECT {', '.join(SESSION_COLUMNS)} FROM sessions WHERE id = ?", (session_id,)).fetchall()
-    return _session_row(got[0]) if got else None
+def _one(f: LightFile, session_id: str) -> Row | None:
+    got = f.reads.rows("sessions", where=["id = :id"], params={"id": session_id})
+    return got[0] if got else None
 
 
 def _event(con: sqlite3.Connection, session_id: str, kind: str, detail: str, at: float) -> None:
     con.execute("INSERT INTO events (session_id, at, kind, detail) VALUES (?, ?, ?, ?)", (session_id, at, kind, detail))
 
 
-def add_session(f: LightFile, row: dict, timeout_s: float) -> SessionRow:
+def add_session(f: LightFile, fields: dict, timeout_s: float) -> Row:
     """Insert the intent row and its ``intent`` event in one transaction; returns the row as stored.
 
-    ``row``: every column (``session_dict``); the event is dated the row's ``created_at``."""
-    cols = list(SESSION_COLUMNS)
+    ``fields``: the row's columns (``session_dict`` fills in the rest); the event is dated the
+    row's ``created_at``. ValueError for an unknown column or a row without id or created_at."""
     with f.write(timeout_s) as con:
+        row = session_dict(fields, f.reads.columns("sessions"))
+        cols = list(row)
         con.execute(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", [row[c] for c in cols])
         _event(con, row["id"], str(EventKind.INTENT), "", row["created_at"])
-        return _one(con, row["id"])  # type: ignore[return-value]
+        return _one(f, row["id"])  # type: ignore[return-value]
 
 
 def event(f: LightFile, session_id: str, kind: str, detail: str, at: float | None, timeout_s: float) -> None:
@@ -150,19 +177,19 @@ def event(f: LightFile, session_id: str, kind: str, detail: str, at: float | Non
         _event(con, session_id, kind, detail, at if at is not None else time.time())
 
 
-def set_fields(f: LightFile, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> SessionRow:
+def set_fields(f: LightFile, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> Row:
     """Set ``fields`` of the row, and append the event ``kind`` when given, in one transaction.
 
     Returns the row. KeyError for an unknown session, ValueError for an unknown column."""
-    bad = sorted(set(fields) - _COLUMNS - {"id"}) + (["id"] if "id" in fields else [])
-    if bad:
-        raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
     with f.write(timeout_s) as con:
+        bad = sorted(set(fields) - set(f.reads.columns("sessions")) - {"id"}) + (["id"] if "id" in fields else [])
+        if bad:
+            raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
         if fields:
             cur = con.execute(f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in fields)} WHERE id = ?", [*fields.values(), session_id])
             if cur.rowcount == 0:
                 raise KeyError(session_id)
-        row = _one(con, session_id)
+        row = _one(f, session_id)
         if row is None:
             raise KeyError(session_id)
         if kind is not None:
@@ -198,14 +225,14 @@ def request_end(f: LightFile, session_id: str, reason: str, by: str, detail: str
         return end_reason or reason
 
 
-def close(f: LightFile, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict, timeout_s: float) -> SessionRow:
+def close(f: LightFile, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict, timeout_s: float) -> Row:
     """``Ledger.close``: end time, reason, billed seconds and cost, ``fields``; its ``closed`` event.
 
     An earlier request's reason wins; billed seconds and cost come from the charged price. A closed
     row is returned unchanged. KeyError for an unknown session."""
     fields = dict(fields)
     with f.write(timeout_s) as con:
-        row = _one(con, session_id)
+        row = _one(f, session_id)
         if row is None:
             raise KeyError(session_id)
         if row.status == RowStatus.CLOSED:
@@ -217,19 +244,19 @@ def close(f: LightFile, session_id: str, ended_at: float, reason: str, exit_code
                 "billed_seconds": seconds, "cost_usd": cost}
         if exit_code is not None:
             sets["exit_code"] = exit_code
-        bad = sorted(set(fields) - _COLUMNS - {"id"})
+        bad = sorted(set(fields) - set(f.reads.columns("sessions")) - {"id"})
         if bad:
             raise ValueError(f"unknown sessions column(s): {', '.join(bad)}")
         sets.update(fields)
         con.execute(f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in sets)} WHERE id = ?", [*sets.values(), session_id])
         _event(con, session_id, str(EventKind.CLOSED), sets["end_reason"], time.time())
-        return _one(con, session_id)  # type: ignore[return-value]
+        return _one(f, session_id)  # type: ignore[return-value]
 
 
-def get(f: LightFile, session_id: str, timeout_s: float) -> SessionRow | None:
-    """The row, read-only (``ledger.reads.SessionRow``), or None."""
-    with f.read(timeout_s) as con:
-        return _one(con, session_id)
+def get(f: LightFile, session_id: str, timeout_s: float) -> Row | None:
+    """The row, read-only (``ledger.reads.Row``), or None."""
+    with f.read(timeout_s):
+        return _one(f, session_id)
 
 
 def events(f: LightFile, session_id: str, timeout_s: float) -> list[EventRow]:

@@ -553,7 +553,7 @@ class Ledger:
             from ledger import light
 
             fields = row if isinstance(row, dict) else row.model_dump()
-            got = light.add_session(lite, light.session_dict({k: _plain(v) for k, v in fields.items()}), self._busy_s())
+            got = light.add_session(lite, {k: _plain(v) for k, v in fields.items()}, self._busy_s())
             self._hold("row", {}, got)
             return
         DbSession, select, Session, Event, BootstrapStep = _orm()

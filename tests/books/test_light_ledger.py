@@ -51,10 +51,10 @@ def test_the_defaults_are_the_models():
     from ledger.models import Session
 
     model = Session(id="x", created_at=T0).model_dump()
-    assert session_dict({"id": "x", "created_at": T0}) == model
+    assert session_dict({"id": "x", "created_at": T0}, model) == model
     assert set(SESSION_DEFAULTS) <= set(model)
     with pytest.raises(ValueError, match="unknown sessions column"):
-        session_dict({"id": "x", "created_at": T0, "nope": 1})
+        session_dict({"id": "x", "created_at": T0, "nope": 1}, model)
 
 
 def test_a_light_rental_books_what_the_orm_books(tmp_path):
