@@ -30,8 +30,10 @@ import io
 import os
 from bisect import bisect_right
 from datetime import datetime, timezone
-from operator import itemgetter
-from typing import Callable, Collection, Iterable, Iterator, TextIO
+from itertools import islice, repeat
+from math import fsum
+from operator import add, attrgetter, itemgetter, mul, sub
+from typing import Callable, Collection, Iterable, Iterator, Sequence, TextIO
 
 COLUMNS = ["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion"]
 EXTRA_COLUMNS = ["simulated", "session"]
@@ -538,6 +540,10 @@ def _row_id(cells: list[str], seen: dict[bytes, int]) -> tuple[str, int]:
     return "imp-" + hashlib.sha256(f"{key}\x1e{seen[digest]}".encode()).hexdigest()[:16], seen[digest]
 
 
+# Lines ``CsvImport.chunks`` reads and checks together (and the ledger inserts in one executemany).
+IMPORT_CHUNK_ROWS = 5000
+
+
 class CsvImport:
     """Read a CSV (ours, or a user's spreadsheet) into ``sessions`` rows, one at a time.
 
@@ -560,7 +566,16 @@ class CsvImport:
         self.warnings: list[tuple[int, str]] = []
         self.rows = 0
 
-    def __iter__(self) -> Iterator[tuple[int, dict]]:
+    def __iter__(self) -> Iterator[tuple[int, tuple]]:
+        for lines, rows in self.chunks():
+            yield from zip(lines, rows)
+
+    def chunks(self, size: int = IMPORT_CHUNK_ROWS) -> Iterator[tuple[Sequence[int], list[tuple]]]:
+        """The good rows in batches of at most ``size`` lines read: (their line numbers, their
+        ``IMPORT_ROW`` tuples). A batch is checked column by column first (``_chunk_parser``: the
+        same conversions, bounds and notes, each run over a whole column in C); a batch with
+        anything to say (a bad or odd cell, a warning, a row without a session id, a line of
+        another width) goes line by line through ``_row_parser``, which words each problem."""
         if csv.field_size_limit() < MAX_CELL_CHARS:  # process-wide: it only ever grows here
             csv.field_size_limit(MAX_CELL_CHARS)
         reader = csv.reader(self.f)
@@ -589,33 +604,69 @@ class CsvImport:
             return
         width = len(names)
         parse = _row_parser(ix, seen, tzinfo, self.providers, self.cards)
-        prev = reader.line_num
-        try:
-            for cells in reader:
-                line, prev = prev + 1, reader.line_num
-                if len(cells) != width:
-                    if not "".join(cells).strip():
-                        continue  # blank line
-                    self.errors.append((line, f"has {len(cells)} fields, the header has {width}"))
-                    continue
-                cells.append("")
-                try:
-                    row, notes = parse(cells)
-                except _Bad as e:
-                    if "".join(cells).strip():
-                        self.errors.append((line, str(e)))
-                    continue  # a line of empty cells is blank
-                if notes:
-                    (self.errors if self.strict else self.warnings).extend((line, n) for n in notes)
-                    if self.strict:
+        parse_chunk = _chunk_parser(ix, width, tzinfo, self.providers, self.cards)
+        while True:
+            start = reader.line_num
+            cells_of: list[list[str]] = []
+            broken = None
+            try:
+                cells_of.extend(islice(reader, size))  # keeps the lines read before a csv.Error
+            except csv.Error as e:  # the reader cannot go on past it: this line and the rest are not read
+                broken = e
+            if not cells_of and broken is None:
+                break
+            if broken is None and reader.line_num - start == len(cells_of):
+                lines: Sequence[int] = range(start + 1, reader.line_num + 1)  # one line per row
+            else:
+                lines = _line_numbers(cells_of, start)
+            rows = parse_chunk(cells_of) if broken is None else None
+            if rows is not None:
+                self.rows += len(rows)
+                yield lines, rows
+            else:
+                good_lines, rows = [], []
+                for line, cells in zip(lines, cells_of):
+                    if len(cells) != width:
+                        if not "".join(cells).strip():
+                            continue  # blank line
+                        self.errors.append((line, f"has {len(cells)} fields, the header has {width}"))
                         continue
-                self.rows += 1
-                yield line, row
-        except csv.Error as e:  # the reader cannot go on past it: this line and the rest are not read
-            self.errors.append((prev + 1, f"not readable as CSV: {e}; nothing after it was read"))
-            return
+                    cells.append("")
+                    try:
+                        row, notes = parse(cells)
+                    except _Bad as e:
+                        if "".join(cells).strip():
+                            self.errors.append((line, str(e)))
+                        continue  # a line of empty cells is blank
+                    if notes:
+                        (self.errors if self.strict else self.warnings).extend((line, n) for n in notes)
+                        if self.strict:
+                            continue
+                    good_lines.append(line)
+                    rows.append(row)
+                self.rows += len(rows)
+                if rows:
+                    yield good_lines, rows
+            if broken is not None:
+                after = (lines[-1] + _breaks(cells_of[-1])) if cells_of else start
+                self.errors.append((after + 1, f"not readable as CSV: {broken}; nothing after it was read"))
+                return
         if not self.rows and not self.errors:
             self.errors.append((1, "no data rows after the header"))
+
+
+def _breaks(cells: list[str]) -> int:
+    """How many line breaks the quoted cells of one record span (CR, LF or CRLF each one line)."""
+    return sum(c.count("\n") + c.count("\r") - c.count("\r\n") for c in cells)
+
+
+def _line_numbers(records: list[list[str]], before: int) -> list[int]:
+    """The line each record starts on, the first one starting after line ``before``."""
+    lines, line = [], before
+    for cells in records:
+        lines.append(line + 1)
+        line += 1 + _breaks(cells)
+    return lines
 
 
 def _header_problem(names: list[str]) -> str | None:
@@ -781,6 +832,146 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
             raise _Bad(f"date {v_date.strip()!r} (to its end, {hours:g} h later) is outside 0001-01-02 .. 9999-12-31 UTC")
         return (sid, experiment or "default", provider, card, gpus, price, simulated, created, created, created + seconds,
                 seconds, cost, tokens, conclusion), notes
+
+    return parse
+
+
+# A column's distinct values converted one by one when the plain conversion fails on some cell (a
+# "$" price, an empty tokens cell, a column the header leaves out), up to this many of them.
+_DISTINCT_MAX = 256
+_SKIP = object()  # ``_column``: the batch goes line by line
+_TZINFO = attrgetter("tzinfo")
+
+
+def _column(cells: Sequence[str], plain: Callable, careful: Callable) -> list | object:
+    """``cells`` converted by ``plain`` (a C builtin mapped over the column), or where one cell
+    refuses it by ``careful`` once per distinct value; ``_SKIP`` when ``careful`` raises ``_Bad``
+    or there are too many distinct values to convert that way."""
+    try:
+        return list(map(plain, cells))
+    except (ValueError, KeyError):
+        distinct = set(cells)
+        if len(distinct) > _DISTINCT_MAX:
+            return _SKIP
+        try:
+            known = {v: careful(v) for v in distinct}
+        except _Bad:
+            return _SKIP
+        return list(map(known.__getitem__, cells))
+
+
+def _texts(cells: Sequence[str]) -> list[str]:
+    """Text cells as ``_row_parser`` reads them: stripped, one formula guard removed."""
+    out = list(map(str.strip, cells))
+    if _any_quoted(out):
+        out = [unneutralize(t) if t[:1] == "'" else t for t in out]
+    return out
+
+
+def _any_quoted(texts: list[str]) -> bool:
+    """Whether a text may start with ``'`` (one scan in C; a quote after a line feed inside a
+    text is a false alarm, which only costs the exact look)."""
+    return "\n'" in "\n" + "\n".join(texts)
+
+
+def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection[str] | None,
+                  cards: Collection[str] | None):
+    """The batch parser compiled for one header: ``parse(records) -> [IMPORT_ROW tuple]`` for a
+    batch of records (lists of cells), or None when any record must go through ``_row_parser``
+    (another width, a cell it would refuse or note, an empty session id, a date near the ends of
+    time). Every value comes from the same conversions as ``_row_parser``'s (``float``, ``int``,
+    ``datetime.fromisoformat``, ``round``), each mapped over a column in C, so the rows are equal
+    to what it gives; the checks are its bounds over each column's min and max."""
+    fromiso = datetime.fromisoformat
+    max_hours, max_price, max_cost = MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
+    absent = width
+    names: dict[str, str | None] = {}  # a provider or card cell -> its name, None when it needs a word
+
+    def name_of(raw: str, known: Collection[str] | None) -> str | None:
+        name = raw.strip()
+        if name[:1] == "'":
+            name = unneutralize(name)
+        return name if name and (known is None or name.lower() in known) else None
+
+    def flag(raw: str) -> bool:
+        f = raw.strip().lower()
+        if f not in _TRUE and f not in _FALSE:
+            raise _Bad(raw)
+        return f in _TRUE
+
+    def parse(records: list[list[str]]) -> list[tuple] | None:
+        n = len(records)
+        if not n or set(map(len, records)) != {width}:
+            return None
+        columns = list(zip(*records))
+        blank = ("",) * n
+        (v_date, v_exp, v_prov, v_card, v_gpus, v_price, v_hours, v_cost, v_tokens, v_concl, v_flag, v_sid) = (
+            columns[i] if i != absent else blank for i in ix)
+        sids = list(map(str.strip, v_sid))
+        if not all(sids):
+            return None  # rows without a session id are numbered line by line (``_row_id``)
+        try:
+            dates = list(map(fromiso, v_date))
+        except ValueError:
+            return None
+        if None in set(map(_TZINFO, dates)):
+            dates = [d if d.tzinfo is not None else d.replace(tzinfo=tzinfo) for d in dates]
+        created = list(map(datetime.timestamp, dates))
+        provs, card_names = [], []
+        for col, known, out in ((v_prov, providers, provs), (v_card, cards, card_names)):
+            table = {}
+            for raw in set(col):
+                key = (raw, known is providers)
+                if key not in names:
+                    if len(names) >= 4096:
+                        names.clear()
+                    names[key] = name_of(raw, known)
+                table[raw] = names[key]
+            if None in table.values():
+                return None
+            out.extend(map(table.__getitem__, col))
+        prices = _column(v_price, float, lambda v: _float(v, "usd_per_hour"))
+        hours = _column(v_hours, float, lambda v: _float(v, "hours"))
+        costs = _column(v_cost, float, lambda v: _float(v, "cost_usd"))
+        if _SKIP in (prices, hours, costs):
+            return None
+        missing = [c for c in (prices, hours, costs) if None in c]
+        if missing:
+            if len(missing) > 1 or set(missing[0]) != {None}:
+                return None  # some rows derive another column than others: line by line
+            if costs is missing[0]:
+                costs = list(map(round, map(mul, prices, hours), repeat(6, n)))
+            elif hours is missing[0]:
+                hours = [c / p if p else 0.0 for c, p in zip(costs, prices)]
+            else:
+                prices = [c / h if h else 0.0 for c, h in zip(costs, hours)]
+        elif max(map(abs, map(sub, costs, map(mul, prices, hours)))) > COST_TOLERANCE_USD:
+            return None  # noted line by line
+        for col, top in ((prices, max_price), (hours, max_hours), (costs, max_cost)):
+            total = fsum(col)  # NaN or inf in the column: not finite
+            if not (total < _INF and min(col) >= 0 and max(col) <= top):
+                return None
+        sims = _column(v_flag, {"false": False, "true": True}.__getitem__, flag)
+        gpus = _column(v_gpus, int, lambda v: _int(v, "gpu_count", 1))
+        tokens = _column(v_tokens, int, lambda v: _int(v, "tokens", 0))
+        if _SKIP in (sims, gpus, tokens):
+            return None
+        if min(gpus) < 1 or max(gpus) > MAX_IMPORT_GPU_COUNT or min(tokens) < 0 or max(tokens) > MAX_IMPORT_TOKENS:
+            return None
+        if _any_quoted(sids):
+            sids = [unneutralize(s) if s[:1] == "'" else s for s in sids]
+        experiments = _texts(v_exp)
+        if not all(experiments):
+            experiments = [e or "default" for e in experiments]
+        conclusions = _texts(v_concl)
+        if "\0" in "".join(conclusions) or "\0" in "".join(sids):
+            return None
+        seconds = list(map(round, map(mul, hours, repeat(3600.0, n)), repeat(3, n)))
+        if not (min(created) >= _FIRST_TIME and max(created) <= _LAST_TIME - max(seconds) - 86400.0):
+            return None  # near the ends of time: the exact bound line by line
+        ends = list(map(add, created, seconds))
+        return list(zip(sids, experiments, provs, card_names, gpus, prices, sims, created, created, ends, seconds,
+                        costs, tokens, conclusions))
 
     return parse
 

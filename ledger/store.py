@@ -33,9 +33,11 @@ import os
 import threading
 import time
 from contextlib import contextmanager
+from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ledger.billing import billed_cost, unseen_end
 from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, engine_reads, file_reads, sqlite_current_file
@@ -147,6 +149,52 @@ def _sql_literal(value: Any, dialect: str) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     return "'" + str(value).replace("'", "''") + "'"
+
+
+class _SqliteConn:
+    """The calls of a SQLAlchemy Connection ``Ledger.import_chunks`` makes, on a ``sqlite3``
+    connection (``exec_driver_sql`` with a list of rows is an executemany)."""
+
+    dialect = SimpleNamespace(name="sqlite", paramstyle="qmark", driver="pysqlite")
+
+    def __init__(self, con: Any):
+        self.con = con
+
+    def exec_driver_sql(self, sql: str, params: Any = ()) -> Any:
+        return self.con.executemany(sql, params) if isinstance(params, list) else self.con.execute(sql, params)
+
+
+@contextmanager
+def _sqlite_writing(path: Path) -> Iterator[_SqliteConn]:
+    """One write transaction on the current SQLite ledger at ``path`` with the standard library (no
+    SQLAlchemy import, ~1 s of CPU): the engine's pragmas and busy timeout, the write lock taken at
+    BEGIN, committed on leaving, rolled back on an exception. A database error is raised as
+    SQLAlchemy raises it (``sqlalchemy.exc.IntegrityError``, ``OperationalError``, ...), as the
+    engine would have."""
+    import sqlite3
+
+    from ledger.checkpoint import WRITTEN
+    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
+
+    con = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        try:
+            con.execute("PRAGMA foreign_keys=ON")  # as ledger.engine sets them on every connection
+            con.execute("PRAGMA synchronous=NORMAL")
+            con.execute("BEGIN IMMEDIATE")
+            WRITTEN.add(str(path))
+            try:
+                yield _SqliteConn(con)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        except sqlite3.Error as e:
+            import sqlalchemy as sa
+
+            raise sa.exc.DBAPIError.instance(None, None, e, sqlite3.Error) from e
+    finally:
+        con.close()
 
 
 class ImportRejected(ValueError):
@@ -755,18 +803,39 @@ class Ledger:
 
     def import_rows(self, pairs: Iterable[tuple[int, Any]], errors: list[tuple[int, str]] | None = None,
                     chunk: int = 5000, columns: Iterable[str] | None = None, constants: dict | None = None) -> int:
-        """Stream (line number, row) pairs into ``sessions`` in ONE transaction, ``chunk`` rows per
-        executemany: memory holds one chunk, whatever the file's size. A row is a dict of columns
-        (absent ones NULL) or a tuple of ``columns`` (default every column of ``models.Session``; the
-        id first). ``errors``: a list the producer (``ledger.csvio.CsvImport``) appends bad lines to
+        """``import_chunks`` of (line number, row) pairs, ``chunk`` of them per batch. A row is a
+        dict of columns (absent ones NULL) or a tuple of ``columns`` (default every column of
+        ``models.Session``; the id first)."""
+        if columns is None:
+            from ledger.models import Session
+
+            columns = Session.__table__.c.keys()
+        cols = tuple(columns)
+
+        def batches() -> Iterator[tuple[list[int], list[tuple]]]:
+            it = iter(pairs)
+            while part := list(islice(it, chunk)):
+                yield [line for line, _ in part], [tuple(map(r.get, cols)) if isinstance(r, dict) else r for _, r in part]
+
+        return self.import_chunks(batches(), errors, cols, constants)
+
+    def import_chunks(self, chunks: Iterable[tuple[Sequence[int], Sequence[tuple]]], errors: list[tuple[int, str]] | None = None,
+                      columns: Iterable[str] | None = None, constants: dict | None = None, expected_rows: int = 0) -> int:
+        """Stream batches of rows into ``sessions`` in ONE transaction, one executemany (or COPY) per
+        batch: memory holds one batch, whatever the file's size. A batch is (line numbers, rows),
+        each row a tuple of ``columns`` (default every column of ``models.Session``; the id first)
+        (``ledger.csvio.CsvImport.chunks``). ``errors``: a list the producer appends bad lines to
         while it is consumed; an id already in the ledger (or earlier in the same stream) is one
-        too, reported when no line is otherwise bad. After the last pair, any error rolls
+        too, reported when no line is otherwise bad. After the last batch, any error rolls
         everything back and raises ImportRejected naming every bad line; otherwise commits and
         returns the count written. Database errors roll back and propagate (as SQLAlchemy's, e.g.
         IntegrityError). ``constants``: {column: value} the same for every row, written as SQL
         literals (ours, never a user's string), so each row binds only ``columns``. On PostgreSQL
-        (psycopg) each chunk goes in by COPY; on SQLite a big import rebuilds the secondary
-        indexes after its last row (``IMPORT_DEFER_INDEXES_ROWS``)."""
+        (psycopg) each batch goes in by COPY after its ids are looked up; on SQLite each batch is
+        inserted under a savepoint and its ids looked up only when the primary key refuses one,
+        and a big import rebuilds the secondary indexes after its last row
+        (``IMPORT_DEFER_INDEXES_ROWS``; before its first one when ``expected_rows``, the caller's
+        estimate, says it will be big)."""
         from ledger.csvio import LineErrors
 
         if columns is None:
@@ -778,30 +847,37 @@ class Ledger:
         errors = errors if errors is not None else []
         clashes = LineErrors()
         count = 0
-        with self.engine.begin() as conn:
+        path = self.fast_sqlite
+        with (self.engine.begin() if path is None else _sqlite_writing(path)) as conn:
+            if path is None:
+                import sqlalchemy as sa
+
+                refused: tuple[type[BaseException], ...] = (sa.exc.IntegrityError,)
+            else:
+                import sqlite3
+
+                refused = (sqlite3.IntegrityError,)
+            sqlite = conn.dialect.name == "sqlite"
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
             insert = (f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
                       f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v, conn.dialect.name) for v in fixed.values()])})")
             # Each id is looked up with whether THIS import wrote it (an id repeated further apart than
-            # a chunk): SQLite by rowid, PostgreSQL by the row's inserting transaction (xmin, 32 bits).
+            # a batch): SQLite by rowid, PostgreSQL by the row's inserting transaction (xmin, 32 bits).
             mine = {"sqlite": "rowid > :before",
                     "postgresql": "xmin::text::bigint = txid_current() %% 4294967296"}.get(conn.dialect.name, "0 = 1")
             before = 0
-            if conn.dialect.name == "sqlite":
-                before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").scalar()
+            if sqlite:
+                before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").fetchone()[0]
             lookup = f"SELECT id, {mine.replace(':before', str(int(before)))} FROM sessions WHERE id IN ({{}})"
             fixed_values = tuple(fixed.values())
             copy_sql = None
             if conn.dialect.name == "postgresql" and conn.dialect.driver == "psycopg":
                 copy_sql = f"COPY sessions ({', '.join(cols + tuple(fixed))}) FROM STDIN"
-            batch: dict[str, tuple[int, tuple]] = {}
             # SQLite: once this import outgrows the ledger it goes into, the secondary indexes are
             # dropped and rebuilt at the end in one sorted pass each (a third faster at a million
             # rows than updating nine B-trees per row); same transaction, so a failure restores them.
             deferred: list[str] = []
-            defer_at = None
-            if conn.dialect.name == "sqlite":
-                defer_at = max(IMPORT_DEFER_INDEXES_ROWS, before)
+            defer_at = max(IMPORT_DEFER_INDEXES_ROWS, before) if sqlite else None
 
             def defer_indexes() -> None:
                 unique = {r[1] for r in conn.exec_driver_sql("PRAGMA index_list(sessions)") if r[2]}
@@ -811,18 +887,36 @@ class Ledger:
                         deferred.append(sql)
                         conn.exec_driver_sql('DROP INDEX "{}"'.format(name.replace('"', '""')))
 
-            def flush() -> None:
-                nonlocal count
-                if errors:  # a bad line rejects the file: stop writing, keep reading for more bad lines
-                    batch.clear()
-                    return
+            if defer_at is not None and expected_rows >= defer_at:
+                defer_indexes()
+
+            def look_up(batch: dict[str, tuple[int, tuple]]) -> None:
+                """Name the ids of ``batch`` already in the ledger (as clashes) and drop them from it."""
                 ids = list(batch)
                 for i in range(0, len(ids), 900):  # SQLite allows 999 parameters per statement
                     part = ids[i : i + 900]
                     for sid, repeat in conn.exec_driver_sql(lookup.format(", ".join([mark] * len(part))), tuple(part)):
                         clashes.append((batch.pop(sid)[0], f"session {sid} repeats an earlier line of this file" if repeat
                                         else f"session {sid} is already in the ledger (imported before?)"))
-                if batch and not clashes:
+
+            def write(batch: dict[str, tuple[int, tuple]]) -> None:
+                nonlocal count
+                if sqlite and not clashes:  # the primary key finds a known id: look up only then
+                    conn.exec_driver_sql("SAVEPOINT import_batch")
+                    try:
+                        conn.exec_driver_sql(insert, [r for _, r in batch.values()])
+                    except refused:
+                        conn.exec_driver_sql("ROLLBACK TO import_batch")
+                        conn.exec_driver_sql("RELEASE import_batch")
+                        look_up(batch)
+                        if not clashes:
+                            raise
+                        return
+                    conn.exec_driver_sql("RELEASE import_batch")
+                else:
+                    look_up(batch)
+                    if not batch or clashes:
+                        return
                     if copy_sql is not None:  # PostgreSQL: COPY, the bulk path (same values, same transaction)
                         dbapi = conn.dialect.loaded_dbapi
                         try:
@@ -835,22 +929,23 @@ class Ledger:
                             raise sa.exc.DBAPIError.instance(copy_sql, None, e, dbapi.Error, dialect=conn.dialect) from e
                     else:
                         conn.exec_driver_sql(insert, [r for _, r in batch.values()])
-                    count += len(batch)
-                    if defer_at is not None and count >= defer_at and not deferred:
-                        defer_indexes()
-                batch.clear()
+                count += len(batch)
+                if defer_at is not None and count >= defer_at and not deferred:
+                    defer_indexes()
 
-            for line, row in pairs:
-                if isinstance(row, dict):
-                    row = tuple(map(row.get, cols))
-                sid = row[0]
-                if sid in batch:
-                    clashes.append((line, f"session {sid} repeats line {batch[sid][0]}"))
+            for lines, rows in chunks:
+                if errors:  # a bad line rejects the file: stop writing, keep reading for more bad lines
                     continue
-                batch[sid] = (line, row)
-                if len(batch) >= chunk:
-                    flush()
-            flush()
+                batch = dict(zip(map(itemgetter(0), rows), zip(lines, rows)))
+                if len(batch) != len(rows):  # an id twice in the batch: the later lines are clashes
+                    batch = {}
+                    for line, row in zip(lines, rows):
+                        if row[0] in batch:
+                            clashes.append((line, f"session {row[0]} repeats line {batch[row[0]][0]}"))
+                        else:
+                            batch[row[0]] = (line, row)
+                if batch:
+                    write(batch)
             if errors or clashes:  # bad lines first: ids are only compared once every line parses
                 bad = errors or clashes
                 raise ImportRejected(sorted(bad), getattr(bad, "total", len(bad)))
