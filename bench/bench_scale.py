@@ -15,7 +15,9 @@ target:
   ``ledger month`` over 8,000 rows vs ``gpuops --help`` (<= 2x); the same two reports on a ledger
   holding the ``--sessions`` history too ("history": the plain floors walk every row there);
 - ``ledger export`` / ``ledger import`` of the big ledger vs ``sqlite3 -csv`` / csv + executemany
-  (<= 1.5x, peak RSS <= 100 MiB), and the import vs ``sqlite3 .import`` into a plain table (<= 2x);
+  (<= 1.5x, peak RSS <= 100 MiB), and the import vs ``sqlite3 .import`` into a plain table (<= 2x)
+  and vs ``sqlite3`` putting the same rows into ``sessions`` (the schema's floor: its indexes built
+  after), with the CPU seconds of each (run with ``--sessions 100000`` for the smaller size);
 - ``ps`` and ``watchdog --once`` on an empty ledger vs ``gpuops --help`` (<= 2x).
 
 Ledgers are built with SQL executemany (not the CLI) and cached under the temp dir
@@ -226,6 +228,33 @@ con.executemany(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?
 con.execute("COMMIT")
 """
 
+# ``sqlite3`` putting the export's rows into ``sessions`` as ``ledger import`` books them (same
+# columns, converted by SQL, nothing checked), the secondary indexes dropped and built after.
+IMPORT_SCHEMA_FLOOR = """
+.mode list
+BEGIN IMMEDIATE;
+CREATE TEMP TABLE dropped AS SELECT name, sql FROM sqlite_master
+ WHERE type = 'index' AND tbl_name = 'sessions' AND sql IS NOT NULL;
+.once {csv}.drop.sql
+SELECT 'DROP INDEX "' || name || '";' FROM dropped;
+.read {csv}.drop.sql
+CREATE TEMP TABLE c (d, e, p, k, g, u, h, o, t, n, s, i);
+.mode csv
+.import --skip 1 {csv} c
+INSERT INTO sessions (id, experiment, provider, card, gpu_count, usd_per_hour, simulated, created_at, instance_created_at,
+  ended_at, billed_seconds, cost_usd, tokens, conclusion, job, spot, label, status, end_reason, note, log_path,
+  results_path, end_source, source)
+ SELECT i, e, p, k, CAST(g AS INTEGER), CAST(u AS REAL), s = 'true', unixepoch(d), unixepoch(d),
+  unixepoch(d) + round(h * 3600.0, 3), round(h * 3600.0, 3), CAST(o AS REAL), CAST(t AS INTEGER), n,
+  '', 0, '', 'closed', 'imported', '', '', '', 'import', 'import' FROM c;
+.mode list
+.once {csv}.create.sql
+SELECT sql || ';' FROM dropped;
+.read {csv}.create.sql
+COMMIT;
+PRAGMA wal_checkpoint(TRUNCATE);
+"""
+
 
 class Bench:
     def __init__(self, a: argparse.Namespace, work: Path):
@@ -371,26 +400,44 @@ class Bench:
                 Path(str(target) + sfx).unlink(missing_ok=True)
             new_ledger(target)
 
-        walls_o, walls_f, walls_s = [], [], []
+        walls_o, walls_f, walls_s, walls_t = [], [], [], []
+        cpu_o = cpu_s = cpu_t = 0.0
         # The physical floor: sqlite3's own CSV reader into a plain table of the file's columns, in
         # the same fresh ledger file (no parsing, no checks, no indexes).
         dot_import = ["sqlite3", str(target), "-cmd", ".mode csv", f".import --skip 1 {out} imported_csv"]
+        # The schema's floor: sqlite3 itself puts the same rows into ``sessions`` (its indexes dropped
+        # and built after, as the import does), converting with SQL and checking nothing.
+        into_sessions = self.work / "into_sessions.sql"
+        into_sessions.write_text(IMPORT_SCHEMA_FLOOR.format(csv=out))
+        schema_floor = ["sqlite3", str(target), f".read {into_sessions}"]
+        ours_argv = self.gpuops + ["ledger", "import", str(out), "--tz", "UTC"]
         for _ in range(runs):
             fresh()
-            walls_o.append(measure(self.gpuops + ["ledger", "import", str(out), "--tz", "UTC"], self.env_for(f"sqlite:///{target}"),
-                                   1, warmup=0, cwd=str(self.work)))
+            walls_o.append(measure(ours_argv, self.env_for(f"sqlite:///{target}"), 1, warmup=0, cwd=str(self.work)))
             fresh()
             walls_f.append(measure([sys.executable, "-c", IMPORT_FLOOR, str(target), str(out), ",".join(COLUMNS)], self.env, 1,
                                    warmup=0, cwd=str(self.work)))
             fresh()
             walls_s.append(measure(dot_import, self.env, 1, warmup=0, cwd=str(self.work)))
+            fresh()
+            walls_t.append(measure(schema_floor, self.env, 1, warmup=0, cwd=str(self.work)))
+        # CPU seconds (user + sys, one more run each): on a busy machine the wall clock is the load's.
+        fresh()
+        cpu_o = self.cpu_seconds(ours_argv, self.env_for(f"sqlite:///{target}"), self.work / "import.out")
+        fresh()
+        cpu_s = self.cpu_seconds(dot_import, self.env, self.work / "import.out")
+        fresh()
+        cpu_t = self.cpu_seconds(schema_floor, self.env, self.work / "import.out")
 
         def merged(ts: list[Timing]) -> Timing:
             xs = sorted(t.median_s for t in ts)
             return Timing(xs[len(xs) // 2], xs[0], max(t.max_rss_mib for t in ts), len(ts))
 
         self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "csv + executemany", merged(walls_f), 1.5, "(peak <= 100 MiB)")
-        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "sqlite3 .import", merged(walls_s), 2.0, "(peak <= 100 MiB)")
+        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "sqlite3 .import", merged(walls_s), 2.0,
+                 f"(peak <= 100 MiB; CPU {cpu_o:.2f} s vs {cpu_s:.2f} s)")
+        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "sqlite3 into sessions", merged(walls_t), 2.0,
+                 f"(the schema's own floor: 11 indexes; CPU {cpu_o:.2f} s vs {cpu_t:.2f} s)")
 
 
 def main() -> None:

@@ -16,9 +16,11 @@ more, so import strips exactly one and gets the text back (numeric columns are w
 numbers and never quoted).
 
 Both directions stream: export writes row by row from a cursor (a common row is one f-string,
-odd rows go through the csv module; the bytes are the same either way); import parses row by row
-with a parser compiled for the file's header and the ledger inserts in batches of 14 bound values
-per row inside one transaction, so memory stays flat at a million rows. A big SQLite export is
+odd rows go through the csv module; the bytes are the same either way); import reads batches of
+``IMPORT_CHUNK_ROWS`` lines and checks each column of a batch at once with parsers compiled for the
+file's header (a batch with anything to say goes line by line, which words it), and the ledger
+inserts each batch with 14 bound values per row inside one transaction, so memory stays flat at a
+million rows. A big SQLite export is
 written by two processes in turns, slice by slice of its time range (``write_export_forked``):
 Python's sqlite3 holds the GIL while it builds each row, so a reader thread overlaps nothing.
 """

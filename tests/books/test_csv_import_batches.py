@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 import sqlalchemy as sa
 
-import ledger.csvio as csvio
+from ledger import csvio
 from gpuops.errors import BadInput
 from gpuops.rental import ledger_service as books
 
