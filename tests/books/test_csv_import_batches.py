@@ -10,9 +10,9 @@ from datetime import datetime, timezone
 import pytest
 import sqlalchemy as sa
 
-from ledger import csvio
 from gpuops.errors import BadInput
 from gpuops.rental import ledger_service as books
+from ledger import csvio
 
 HEAD = "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion,simulated,session\n"
 CARDS = {"rtx-4090", "a100-80gb", "h100-sxm"}
