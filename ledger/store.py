@@ -151,52 +151,6 @@ def _sql_literal(value: Any, dialect: str) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-class _SqliteConn:
-    """The calls of a SQLAlchemy Connection ``Ledger.import_chunks`` makes, on a ``sqlite3``
-    connection (``exec_driver_sql`` with a list of rows is an executemany)."""
-
-    dialect = SimpleNamespace(name="sqlite", paramstyle="qmark", driver="pysqlite")
-
-    def __init__(self, con: Any):
-        self.con = con
-
-    def exec_driver_sql(self, sql: str, params: Any = ()) -> Any:
-        return self.con.executemany(sql, params) if isinstance(params, list) else self.con.execute(sql, params)
-
-
-@contextmanager
-def _sqlite_writing(path: Path) -> Iterator[_SqliteConn]:
-    """One write transaction on the current SQLite ledger at ``path`` with the standard library (no
-    SQLAlchemy import, ~1 s of CPU): the engine's pragmas and busy timeout, the write lock taken at
-    BEGIN, committed on leaving, rolled back on an exception. A database error is raised as
-    SQLAlchemy raises it (``sqlalchemy.exc.IntegrityError``, ``OperationalError``, ...), as the
-    engine would have."""
-    import sqlite3
-
-    from ledger.checkpoint import WRITTEN
-    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
-
-    con = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
-    try:
-        try:
-            con.execute("PRAGMA foreign_keys=ON")  # as ledger.engine sets them on every connection
-            con.execute("PRAGMA synchronous=NORMAL")
-            con.execute("BEGIN IMMEDIATE")
-            WRITTEN.add(str(path))
-            try:
-                yield _SqliteConn(con)
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
-            con.execute("COMMIT")
-        except sqlite3.Error as e:
-            import sqlalchemy as sa
-
-            raise sa.exc.DBAPIError.instance(None, None, e, sqlite3.Error) from e
-    finally:
-        con.close()
-
-
 class ImportRejected(ValueError):
     """An import that wrote nothing. ``errors``: (line number, message) pairs, in line order (at
     most ``LineErrors.KEEP`` of them); ``total``: how many there were."""
@@ -836,6 +790,8 @@ class Ledger:
         and a big import rebuilds the secondary indexes after its last row
         (``IMPORT_DEFER_INDEXES_ROWS``; before its first one when ``expected_rows``, the caller's
         estimate, says it will be big)."""
+        import sqlalchemy as sa
+
         from ledger.csvio import LineErrors
 
         if columns is None:
@@ -847,16 +803,7 @@ class Ledger:
         errors = errors if errors is not None else []
         clashes = LineErrors()
         count = 0
-        path = self.fast_sqlite
-        with (self.engine.begin() if path is None else _sqlite_writing(path)) as conn:
-            if path is None:
-                import sqlalchemy as sa
-
-                refused: tuple[type[BaseException], ...] = (sa.exc.IntegrityError,)
-            else:
-                import sqlite3
-
-                refused = (sqlite3.IntegrityError,)
+        with self.engine.begin() as conn:
             sqlite = conn.dialect.name == "sqlite"
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
             insert = (f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
@@ -867,7 +814,7 @@ class Ledger:
                     "postgresql": "xmin::text::bigint = txid_current() %% 4294967296"}.get(conn.dialect.name, "0 = 1")
             before = 0
             if sqlite:
-                before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").fetchone()[0]
+                before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").scalar()
             lookup = f"SELECT id, {mine.replace(':before', str(int(before)))} FROM sessions WHERE id IN ({{}})"
             fixed_values = tuple(fixed.values())
             copy_sql = None
@@ -905,7 +852,7 @@ class Ledger:
                     conn.exec_driver_sql("SAVEPOINT import_batch")
                     try:
                         conn.exec_driver_sql(insert, [r for _, r in batch.values()])
-                    except refused:
+                    except sa.exc.IntegrityError:
                         conn.exec_driver_sql("ROLLBACK TO import_batch")
                         conn.exec_driver_sql("RELEASE import_batch")
                         look_up(batch)
@@ -924,8 +871,6 @@ class Ledger:
                                 for _, r in batch.values():
                                     copy.write_row(r + fixed_values)
                         except dbapi.Error as e:  # as SQLAlchemy raises it for an INSERT (IntegrityError, ...)
-                            import sqlalchemy as sa
-
                             raise sa.exc.DBAPIError.instance(copy_sql, None, e, dbapi.Error, dialect=conn.dialect) from e
                     else:
                         conn.exec_driver_sql(insert, [r for _, r in batch.values()])
