@@ -8,14 +8,22 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sqlalchemy import BigInteger
+from sqlalchemy import BigInteger, Index, text
 from sqlmodel import Field, SQLModel
+
+
+def _partial(name: str, column: str) -> Index:
+    """The index ``name`` on ``column`` over the rows that have a value (m011_partial_indexes)."""
+    where = text(f"{column} IS NOT NULL")
+    return Index(name, column, sqlite_where=where, postgresql_where=where)
 
 
 class Session(SQLModel, table=True):
     """One rental session: intent, instance, money, time, outcome, work."""
 
     __tablename__ = "sessions"
+    __table_args__ = (_partial("ix_sessions_instance_id", "instance_id"), _partial("ix_sessions_owner", "owner"),
+                      _partial("ix_sessions_account", "account"), _partial("ix_sessions_run_id", "run_id"))
 
     id: str = Field(primary_key=True)  # e.g. "20261129-1632-3f9a"; label is "gpuops-" + id
     experiment: str = Field(default="default", index=True)
@@ -25,7 +33,7 @@ class Session(SQLModel, table=True):
     gpu_count: int = 1
     spot: bool = False
     label: str = ""
-    instance_id: Optional[str] = Field(default=None, index=True)
+    instance_id: Optional[str] = None  # m011: indexed where not NULL (``__table_args__``)
     offer_id: Optional[str] = None
     usd_per_hour: Optional[float] = None  # price really charged (create response / instance)
     bid_usd_per_hour: Optional[float] = None
@@ -59,10 +67,10 @@ class Session(SQLModel, table=True):
     charged_usd: Optional[float] = None  # the provider's own charge for the GPU time (ledger sync --apply)
     cost_source: Optional[str] = None  # estimated (or None) | charged: what cost_usd is
     # m006_ownership: who rented it and under which provider account (None: before m006, or imported)
-    owner: Optional[str] = Field(default=None, index=True)  # [user] name, default user@host
-    account: Optional[str] = Field(default=None, index=True)  # provider account fingerprint (gpuops.ownership)
+    owner: Optional[str] = None  # [user] name, default user@host
+    account: Optional[str] = None  # provider account fingerprint (gpuops.ownership)
     # m010_runs: the run this rental is an attempt of (None: a rental outside any run)
-    run_id: Optional[str] = Field(default=None, index=True)  # runs.id, "run-..."
+    run_id: Optional[str] = None  # runs.id, "run-..."
     attempt: Optional[int] = None  # 1 for the run's first rental, 2 after its first recovery, ...
     max_session_usd: Optional[float] = None  # the run's money left when this rental was made (its own cap), USD
 

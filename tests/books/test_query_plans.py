@@ -114,3 +114,65 @@ def test_find_by_prefix_is_a_key_range(ledger_url):
         assert [r.id for r in led.find("20261129-16")] == ["20261129-1632-3f9a"]
     finally:
         led.engine.dispose()
+
+
+def _hot_queries() -> list[tuple[str, str, dict, str]]:
+    """(what, SQL, parameters, the indexes its sessions access must use) of the hot paths that read
+    the indexes m011 made partial or dropped: the planner's own words, on either database."""
+    from ledger.aggregate import EXPERIMENT_KEYS, params, statement
+    from ledger.sync import _sessions
+
+    lo, hi = 1.0e9 + 300 * 60.0, 1.0e9 + 400 * 60.0
+    # The month and experiments reports (one statement each): closed rows by the period's search on
+    # the books index, open rows from their partial index.
+    month = [("ledger month", statement(lo, hi), params(lo, hi), "ix_sessions_books ix_sessions_open"),
+             ("ledger experiments", statement(lo, hi, EXPERIMENT_KEYS, conclusion=True), params(lo, hi),
+              "ix_sessions_books ix_sessions_open")]
+    ids = sa.select(_sessions.c.provider, _sessions.c.instance_id).where(_sessions.c.instance_id.in_(["i00201", "i00202"]))
+    by_instance = str(ids.compile(compile_kwargs={"literal_binds": True}))  # ledger.sync.known_instances
+    return [
+        ("ps: open rows", OPEN_SESSIONS_SQL, {}, "ix_sessions_open"),
+        ("ledger sync: rows of instances", by_instance, {}, "ix_sessions_instance_id"),
+        ("a run's rentals", "SELECT id FROM sessions WHERE run_id = :r ORDER BY attempt, created_at", {"r": "run-1"},
+         "ix_sessions_run_id"),
+        ("month range", MONTH_RANGE_PLUS_SQL, {"start": lo, "end": hi}, "ix_sessions_books"),
+        *month,
+    ]
+
+
+def test_hot_queries_keep_an_index_with_partial_indexes(ledger_url):
+    """m011: the indexes on instance_id, owner, account and run_id hold only rows with a value, and
+    ended_at's own index went for the books index it prefixes; every hot query still searches one."""
+    led = Ledger(ledger_url)
+    try:
+        _fill(led)
+        with led.engine.begin() as conn:  # half the rows rented (an instance, an owner), a few in runs
+            conn.execute(sa.text("UPDATE sessions SET instance_id = 'i' || substr(id, 2), owner = 'ann', account = 'runpod:a'"
+                                 " WHERE id >= 's00200'"))
+            conn.execute(sa.text("UPDATE sessions SET run_id = 'run-1' WHERE id >= 's00390'"))
+            if led.engine.dialect.name == "sqlite":  # no statistics, as a real ledger has none
+                defs = {r[0]: r[1] for r in conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'")}
+            else:
+                conn.exec_driver_sql("ANALYZE sessions")  # as autovacuum does
+                defs = {r[0]: r[1] for r in conn.exec_driver_sql("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'sessions'")}
+        assert "ix_sessions_ended_at" not in defs and defs["ix_sessions_books"]
+        for name in ("ix_sessions_instance_id", "ix_sessions_owner", "ix_sessions_account", "ix_sessions_run_id"):
+            assert defs[name].replace("(", "").replace(")", "").endswith(f"WHERE {name[12:]} IS NOT NULL"), defs[name]
+        sqlite = led.engine.dialect.name == "sqlite"
+        for what, sql, args, index in _hot_queries():
+            plan = _plan(led, sql, args)
+            if sqlite:
+                # every access to sessions is an index search (or a walk of the open rows' partial index)
+                steps = [ln for ln in plan.splitlines() if " sessions " in f"{ln} "]
+                assert steps and all((ln.startswith("SEARCH sessions USING") and "INDEX" in ln)
+                                     or ln.startswith("SCAN sessions USING INDEX ix_sessions_open") for ln in steps), (what, plan)
+            else:
+                assert "Seq Scan" not in plan, (what, plan)
+            assert all(name in plan for name in index.split()), (what, plan)
+        with led.engine.connect() as conn:  # and the partial indexes answer with every row
+            hot = {what: (sql, args) for what, sql, args, _ in _hot_queries()}
+            assert sorted(conn.execute(sa.text(hot["ledger sync: rows of instances"][0])).all()) == [("local", "i00201"), ("local", "i00202")]
+            assert [r[0] for r in conn.execute(sa.text(hot["a run's rentals"][0]), hot["a run's rentals"][1])] == [
+                f"s{i:05d}" for i in range(390, 400)]
+    finally:
+        led.engine.dispose()

@@ -126,3 +126,26 @@ def test_reader_migrates_an_old_sqlite_ledger(tmp_path):
     rows = reader.rows_between()
     assert [(r.id, r.cost_usd, r.source, r.spot) for r in rows] == [(OLD_ROW["id"], 0.35, "gpuops", True)]
     assert LedgerReader(url).driver == "sqlite3"  # current now
+
+
+def test_the_models_indexes_are_the_migrations(ledger_url):
+    """Every index a model states is in a migrated ledger: same columns, same partial predicate
+    (m011's ``WHERE col IS NOT NULL``), on SQLite and PostgreSQL."""
+    from ledger import Ledger
+    from ledger.models import Session
+
+    def where(clause) -> str:  # PostgreSQL reflects "(run_id IS NOT NULL)"
+        return "" if clause is None else str(clause).replace("(", "").replace(")", "").lower()
+
+    led = Ledger(ledger_url)
+    dialect = led.engine.dialect.name
+    try:
+        with led.engine.connect() as conn:
+            have = {i["name"]: (i["column_names"], where(i.get("dialect_options", {}).get(f"{dialect}_where")))
+                    for i in sa.inspect(conn).get_indexes("sessions")}
+        stated = {i.name: ([c.name for c in i.columns], where(i.dialect_options[dialect]["where"])) for i in Session.__table__.indexes}
+        assert stated["ix_sessions_run_id"] == (["run_id"], "run_id is not null")
+        assert {n: have.get(n) for n in stated} == stated
+        assert "ix_sessions_ended_at" not in have  # ix_sessions_books leads with ended_at (m011)
+    finally:
+        led.engine.dispose()
