@@ -450,8 +450,8 @@ def watchdog(
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
     With --once, --interval says how often your cron runs it (the views call a pass late after 3)."""
     json_out = fmt == "json"
-    if interval <= 0:
-        raise BadInput(f"--interval must be > 0 seconds, got {interval:g}", "e.g. --interval 30")
+    if not math.isfinite(interval) or interval <= 0:  # nan passes `<= 0`; inf is a pass never late
+        raise BadInput(f"--interval must be a finite number of seconds > 0, got {interval:g}", "e.g. --interval 30")
     if install + uninstall + service_status + once > 1:
         raise BadInput("--install, --uninstall, --status and --once go one at a time", "pass one of them")
     if env_file is not None:

@@ -189,3 +189,14 @@ def test_up_exit_code_job_passes_the_jobs_own_status(gpuops_home, cli_env, tmp_p
     assert json.loads(scripted.stdout)["exit_code"] == 3
     bad = _run(env, "up", "--job", str(job), "--exit-code", "jobs")
     assert bad.returncode == 2 and "--exit-code 'jobs' is not gpuops or job" in bad.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_watchdog_interval_must_be_a_finite_number(value, gpuops_home, cli):
+    # Seen: `watchdog --once --interval nan` passed the > 0 check and died booking its pass
+    # ("IntegrityError: NOT NULL constraint failed: watchdog_passes.interval_seconds", exit 1);
+    # `--interval inf` booked a pass that the views never call late.
+    out = cli("watchdog", "--once", "--interval", value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == f"error: --interval must be a finite number of seconds > 0, got {value} (e.g. --interval 30)\n"
+    assert not (gpuops_home / "ledger.db").exists()
