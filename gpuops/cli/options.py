@@ -150,7 +150,9 @@ def _reader(config: Optional[str]):
 def _card_count(card: Optional[str], gpu_count: int, default: int = 1) -> tuple[Optional[str], int]:
     """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count); a plain
     ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
-    says another count."""
+    says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
+    if card is not None and not card.strip():
+        raise BadInput("--card is empty", "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits")
     if not card or ":" not in card:
         return card, gpu_count
     name, _, count = card.rpartition(":")

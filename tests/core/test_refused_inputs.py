@@ -200,3 +200,14 @@ def test_watchdog_interval_must_be_a_finite_number(value, gpuops_home, cli):
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert out.stderr == f"error: --interval must be a finite number of seconds > 0, got {value} (e.g. --interval 30)\n"
     assert not (gpuops_home / "ledger.db").exists()
+
+
+@pytest.mark.parametrize("command", [["up", "--job", "{job}"], ["offers"], ["plan", "--model", "llama-3-8b"]])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_card_is_refused_not_read_as_no_card(command, value, job, gpuops_home, cli):
+    # Seen: `up --card "$CARD"` with CARD unset rented the cheapest card (a t4) as if --card were left out.
+    out = cli(*[job if a == "{job}" else a for a in command], "--card", value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == ("error: --card is empty (pass a card, e.g. --card a100 (`gpuops cards` lists them), "
+                          "or leave --card out for the cheapest card that fits)\n")
+    assert not (gpuops_home / "ledger.db").exists() and not (gpuops_home / "boxes").exists()
