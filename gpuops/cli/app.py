@@ -610,8 +610,9 @@ SQLITE_LOCKED_FIX = "another process holds the SQLite ledger's lock; wait for it
 
 def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     """(one-line error, exit code) when ``e`` is the ledger database failing to open or answer
-    (a bad URL, a missing driver, a server that is down, a file that is not a database); else None.
-    Passwords in URLs are masked. A bad URL or driver is bad input (2), the rest a failure (1)."""
+    (a bad URL, a missing driver, a server that is down, a file that is not a database, an SQLite
+    file that cannot be created); else None. Passwords in URLs are masked. A bad URL, driver or data
+    dir is bad input (2), the rest a failure (1)."""
     import re
     import traceback
 
@@ -622,6 +623,10 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
         return f"error: {e} ({e.fix})", 2
     frames = [f.filename for f in traceback.extract_tb(e.__traceback__)]
     from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)
+    if isinstance(e, OSError) and any(f.endswith("/ledger/engine.py") for f in frames):  # its folder or file
+        why = f"{e.filename}: {e.strerror}" if e.filename else str(e)
+        return (f"error: the SQLite ledger cannot be created ({why}) "
+                "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)"), 2
     if isinstance(e, ModuleNotFoundError) and any("sqlalchemy/dialects" in f for f in frames):
         msg, code = f"the ledger URL needs the database driver {e.name!r}, which is not installed", 2
     elif mod.startswith("sqlalchemy") or (mod in ("sqlite3", "psycopg", "psycopg.errors") and from_ledger):

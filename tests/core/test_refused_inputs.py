@@ -211,3 +211,16 @@ def test_an_empty_card_is_refused_not_read_as_no_card(command, value, job, gpuop
     assert out.stderr == ("error: --card is empty (pass a card, e.g. --card a100 (`gpuops cards` lists them), "
                           "or leave --card out for the cheapest card that fits)\n")
     assert not (gpuops_home / "ledger.db").exists() and not (gpuops_home / "boxes").exists()
+
+
+@pytest.mark.parametrize("command", [["ps"], ["ledger", "month"], ["up", "--job", "{job}"]])
+def test_a_data_dir_that_cannot_hold_the_ledger_is_one_line(command, job, tmp_path, cli):
+    # Seen: GPUOPS_DATA_DIR naming a file (or a folder under /proc) ended every command in a
+    # traceback (NotADirectoryError from the ledger's os.open, FileNotFoundError from its mkdir).
+    afile = tmp_path / "not-a-dir"
+    afile.write_text("")
+    out = cli(*[job if a == "{job}" else a for a in command], env={"GPUOPS_DATA_DIR": str(afile), "GPUOPS_LEDGER_URL": None})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (f"error: the SQLite ledger cannot be created ({afile / 'ledger.db'}: Not a directory) "
+                          "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)\n")
+    assert afile.read_text() == ""
