@@ -304,11 +304,13 @@ def render_sync(rep: dict) -> None:
 
     Then the charges that match no row (never booked), account-level storage, and the month's
     invoice."""
+    from rich.markup import escape
+
     from gpuops.views.tables import ID, NUM, TEXT, Col, print_table, ranked
 
     c = _console()
-    for name, why in rep.get("skipped", {}).items():
-        c.print(f"[yellow]{name}:[/] not compared ({why})", markup=True)
+    for name, why in rep.get("skipped", {}).items():  # the reason's "[providers.runpod]" is text, not a style
+        c.print(f"[yellow]{escape(name)}:[/] not compared ({escape(why)})", markup=True)
     cols = [Col("session", ID), Col("provider", ID), Col("instance", ID), Col("ours USD", NUM), Col("theirs USD", NUM),
             Col("diff USD", NUM), Col("status", TEXT)]
     rows = []

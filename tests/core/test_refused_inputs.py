@@ -224,3 +224,11 @@ def test_a_data_dir_that_cannot_hold_the_ledger_is_one_line(command, job, tmp_pa
     assert out.stderr == (f"error: the SQLite ledger cannot be created ({afile / 'ledger.db'}: Not a directory) "
                           "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)\n")
     assert afile.read_text() == ""
+
+
+def test_ledger_sync_without_keys_names_the_settings_section(gpuops_home, cli):
+    # Seen: "or  api_key in infra.toml": rich read "[providers.runpod]" in the reason as a style tag and dropped it.
+    out = cli("ledger", "sync", env={"RUNPOD_API_KEY": None, "VAST_API_KEY": None, "COLUMNS": "300"})
+    assert out.returncode == 0, out.stderr
+    assert "or [providers.runpod] api_key in infra.toml (chmod 600)" in out.stdout, out.stdout
+    assert "or [providers.vast] api_key in infra.toml (chmod 600)" in out.stdout, out.stdout
