@@ -237,6 +237,22 @@ class Plan:
         }
 
 
+MAX_TP = 16  # the most GPUs `up` puts in one box (gpuops.rental.launcher.MAX_GPUS_PER_BOX)
+
+
+class TensorParallelRefused(BadInput):
+    """``--gpu-count`` is a tensor-parallel size vLLM refuses for the model (see ``tp_splits``)."""
+
+
+def tp_splits(arch: Architecture, gpu_count: int) -> bool:
+    """Whether vLLM takes ``--tensor-parallel-size gpu_count`` for this model.
+
+    The attention heads must divide evenly (vLLM 0.11 ``vllm/config/model.py``,
+    ``ModelConfig.verify_with_parallel_config``: "Total number of attention heads ... must be
+    divisible by tensor parallel size")."""
+    return gpu_count <= 1 or arch.heads % gpu_count == 0
+
+
 def _split(arch: Architecture, gpu_count: int) -> tuple[int, int]:
     """(weight/activation split, KV split) over ``gpu_count`` GPUs with tensor parallelism.
 
@@ -573,6 +589,11 @@ def plan(
     chosen = tuple(resolve_cards(card)) if card else cards_for(vendor_for(vendor))
 
     arch = architecture(src.config)
+    if engine == "vllm" and not tp_splits(arch, gpu_count):
+        takes = [str(n) for n in range(2, MAX_TP + 1) if tp_splits(arch, n)]
+        raise TensorParallelRefused(f"vLLM cannot split {src.name}'s {arch.heads} attention heads over --gpu-count {gpu_count} "
+                                    "(tensor parallelism needs a count that divides them)",
+                                    f"pass --gpu-count {', '.join(takes[:-1]) + ' or ' + takes[-1] if len(takes) > 1 else '1'}")
     w = resolve_weights(src, arch, dtype_n, quant, mode)
     warnings = list(arch.notes) + list(w.notes)
     if card and alias_note(card):
@@ -672,7 +693,7 @@ def fit_advice(p: Plan) -> str:
         if KV_DTYPE_BYTES[p.kv_dtype] > 1 and fits_with(kv_dtype="fp8"):
             fixes.append("--kv-dtype fp8")
     for n in (2, 4, 8, 16):
-        if n > p.gpu_count and fits_with(gpu_count=n):
+        if n > p.gpu_count and (p.engine != "vllm" or tp_splits(p.arch, n)) and fits_with(gpu_count=n):
             fixes.append(f"--gpu-count {n}")
             break
     if p.batch > 1 and big.max_batch >= 1:

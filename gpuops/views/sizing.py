@@ -33,6 +33,7 @@ def plan_command(
     Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
     exit code (0). Raises BadInput (exit 2) for bad input."""
+    from gpuops.errors import BadInput
     from gpuops.planning import sizing as P
     from gpuops.planning.models import model_catalog
     from gpuops.planning.quant import quantization
@@ -44,8 +45,18 @@ def plan_command(
     args = dict(dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom, card=card,
                 engine=engine, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
     if model.strip().lower() == ALL_MODELS:
+        plans, unsplit = [], []
         with waiting("planning every built-in model on every card"):
-            plans = [P.plan(m, **{**args, "dtype": None} if quantization(m.config) else args) for m in model_catalog()]
+            for m in model_catalog():
+                try:
+                    plans.append(P.plan(m, **{**args, "dtype": None} if quantization(m.config) else args))
+                except P.TensorParallelRefused:  # one model's heads do not split over --gpu-count: the others still do
+                    unsplit.append(m.name)
+        if unsplit and not plans:
+            raise BadInput(f"vLLM cannot split any built-in model's attention heads over --gpu-count {gpu_count}", "e.g. --gpu-count 2")
+        if unsplit:
+            sys.stderr.write(f"warning: left out {', '.join(unsplit)}: vLLM cannot split their attention heads over "
+                             f"--gpu-count {gpu_count} (tensor parallelism needs a count that divides them)\n")
         _emit([p.as_json() for p in plans], fmt, lambda: render_matrix(plans))
         return 0
     with waiting(f"sizing {model} (a Hugging Face repo id is read from the hub)"):

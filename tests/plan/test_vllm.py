@@ -296,3 +296,36 @@ def test_unknown_quantization_method_without_a_byte_count_is_unverified():
     c = {**builtin_model("llama-3-8b").config, "quantization_config": {"quant_method": "hqq"}}
     p = P.plan(ModelSource(name="q", config=c, source="t"), card="h100-sxm")
     assert p.unverified and any("hqq" in w for w in p.warnings)
+
+
+def test_tensor_parallel_must_divide_the_attention_heads():
+    # Seen: `plan --model llama-3-8b --card h100-sxm --gpu-count 3` said "fits: yes" and printed
+    # `vllm serve ... --tensor-parallel-size 3`, which vLLM refuses at start-up ("Total number of
+    # attention heads (32) must be divisible by tensor parallel size (3)", vllm/config/model.py
+    # ModelConfig.verify_with_parallel_config, 0.11). hf and train split no heads: they plan it.
+    with pytest.raises(BadInput) as e:
+        P.plan("llama-3-8b", card="h100-sxm", gpu_count=3)
+    assert (e.value.message, e.value.fix) == (
+        "vLLM cannot split llama-3-8b's 32 attention heads over --gpu-count 3 (tensor parallelism needs a count that divides them)",
+        "pass --gpu-count 2, 4, 8 or 16")
+    with pytest.raises(BadInput, match=r"28 attention heads over --gpu-count 8 .*pass --gpu-count 2, 4, 7 or 14\)$"):
+        P.plan("qwen2.5-7b", card="h100-sxm", gpu_count=8)
+    assert P.plan("llama-3-8b", card="h100-sxm", gpu_count=3, engine="hf").cards[0].fits
+    assert P.plan("llama-3-8b", card="h100-sxm", gpu_count=4).cards[0].fits
+
+
+
+def test_the_fix_for_a_model_that_does_not_fit_never_names_a_count_vllm_refuses():
+    # Seen: Qwen2.5-32B (40 heads) in fp32 on a T4: "try --gpu-count 16 on t4", which vLLM refuses.
+    with pytest.raises(BadInput) as e:
+        P.size_for_up("qwen2.5-32b", card="t4", dtype="fp32")
+    assert "--gpu-count 16" not in str(e.value) and "attention heads" not in str(e.value), str(e.value)
+    assert str(e.value).endswith("short; try a smaller model on t4)")
+
+
+def test_plan_all_leaves_out_the_models_a_gpu_count_does_not_split(gpuops_home, cli):
+    out = cli("plan", "--model", "all", "--gpu-count", "8", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    names = {d["model"] for d in json.loads(out.stdout)}
+    assert "llama-3-8b" in names and "qwen2.5-7b" not in names and "qwen2.5-32b" in names  # 32 and 40 heads split by 8, 28 not
+    assert out.stderr.startswith("warning: left out qwen2.5-7b, ") and "--gpu-count 8" in out.stderr, out.stderr
