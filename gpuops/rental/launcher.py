@@ -253,8 +253,13 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
 # -- the run --------------------------------------------------------------------------------------
 @contextmanager
 def _signals_raise() -> Iterator[list]:
-    """SIGINT (KeyboardInterrupt), SIGTERM and SIGHUP (Interrupted) stop the run -- once. A second
-    signal while the first is being handled is ignored: it must not cut the booking or teardown."""
+    """Make SIGINT (KeyboardInterrupt), SIGTERM and SIGHUP (Interrupted) stop the run, once.
+
+    A second signal while the first is being handled is ignored: it must not cut the booking or
+    teardown. A signal the process inherited ignored stays ignored, as the caller asked:
+    `nohup gpuops up ... &` keeps the run (and its box) going when the terminal closes, and so does
+    the SIGINT a shell without job control ignores for `cmd &`. The other layers (TTL, idle window,
+    the box's own watchdog) still end such a run."""
     fired = []
 
     def handler(signum, _frame):
@@ -266,7 +271,8 @@ def _signals_raise() -> Iterator[list]:
             raise KeyboardInterrupt
         raise Interrupted(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {s: signal.signal(s, handler) for s in sigs if signal.getsignal(s) != signal.SIG_IGN}
     try:
         yield fired  # append to it to ignore every later signal (teardown has begun)
     finally:

@@ -87,3 +87,27 @@ def test_down_from_another_terminal_is_reported_as_manual(gpuops_home, cli_env, 
     kinds = [e.kind for e in ledger().events(sid)]
     assert kinds.count("closed") == 1 and kinds.count("end_requested") == 1
     no_box_processes(gpuops_home / "boxes" / row.label)
+
+
+def test_a_hang_up_ignored_by_nohup_keeps_the_run_going(gpuops_home, cli_env, fake_smi, tmp_path):
+    """`nohup gpuops up` asked for SIGHUP to be ignored: the run goes on to its job's end."""
+    fake_smi.util(70)
+    gate = tmp_path / "gate"
+    job = tmp_path / "job.sh"
+    job.write_text(f'while [ ! -e "{gate}" ]; do sleep 0.05; done\necho done\n')
+    argv = ["bash", "-c", 'trap "" HUP; exec "$@"', "up", *gpuops_cmd("up", "--job", str(job))]
+    up = subprocess.Popen(argv, env=up_env(cli_env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_for(has_event("job_started"), 60)
+        up.send_signal(signal.SIGHUP)  # `up` itself (bash exec'd it): as a closing terminal would
+        gate.touch()
+        out, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate(timeout=30)
+    row = wait_closed(5)
+    assert up.returncode == 0, err.decode()
+    assert row.end_reason == "job_end" and row.exit_code == 0
+    no_box_processes(gpuops_home / "boxes" / row.label)
