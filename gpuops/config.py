@@ -41,30 +41,10 @@ from bootstrap.vocabulary import (
     EndReason,
 )
 from gpuops.errors import BadInput
+from gpuops.providers import REGISTRY  # the one list of providers (see ProvidersSettings)
+from gpuops.settings_base import Section as _Section, check as _check
 
 ENV_PREFIX = "GPUOPS_"
-
-
-def _check(*fields: str, before: bool = False):
-    """Mark a section's classmethod as the check of ``fields``.
-
-    ``before``: it sees the value as given (file, variable or flag, before its type is checked),
-    else the typed value. It returns the value to keep or raises ValueError with the one-line problem.
-    """
-
-    def mark(method):
-        method.__func__._settings_check = (fields, before)
-        return method
-
-    return mark
-
-
-class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    """A settings table: typed fields with defaults; an unknown key is an error.
-
-    ``load_settings`` also refuses an infinite or NaN number (an infinite max_hours would switch the
-    TTL off).
-    """
 
 
 class UpSettings(_Section):
@@ -138,29 +118,16 @@ class LedgerSettings(_Section):
     url: str = ""  # SQLAlchemy URL; empty: sqlite:///<user data dir>/ledger.db
 
 
-class LocalProviderSettings(_Section):
-    price_per_hour: Annotated[float, Meta(ge=0)] | None = None  # USD/h; unset: catalog reference, simulated
-    keep_box_days: Annotated[float, Meta(ge=0)] = 7.0  # a destroyed box keeps only its logs after this many days
-
-
-class RunpodSettings(_Section):
-    url: str = ""  # GraphQL base; empty: the SDK default (or RUNPOD_API_BASE_URL)
-    api_key: str = ""
-    billing_increment_seconds: Annotated[float, Meta(gt=0)] = 1.0  # "billed by the second" (docs.runpod.io/pods/pricing)
-
-
-class VastSettings(_Section):
-    url: str = ""  # REST base; empty: the SDK default (or VAST_URL)
-    api_key: str = ""
-    billing_increment_seconds: Annotated[float, Meta(gt=0)] = 1.0  # "every second" (docs.vast.ai/billing-help)
-
-
-class ProvidersSettings(_Section):
-    """One table per provider (``[providers.<name>]``), named as in the provider registry."""
-
-    local: LocalProviderSettings = msgspec.field(default_factory=LocalProviderSettings)
-    runpod: RunpodSettings = msgspec.field(default_factory=RunpodSettings)
-    vast: VastSettings = msgspec.field(default_factory=VastSettings)
+# One table per provider (``[providers.<name>]``), each the settings model of its folder
+# (``gpuops/providers/<name>/settings.py``), in the registry's order: adding a provider edits nothing
+# here. The registry is the one module above the ground floor that config imports (the contract's
+# one declared exception, pyproject ``[tool.importlinter]``): it and what it loads are light data.
+ProvidersSettings = msgspec.defstruct(
+    "ProvidersSettings",
+    [(e.section, e.settings, msgspec.field(default_factory=e.settings)) for e in REGISTRY.values()],
+    bases=(_Section,), module=__name__,
+    namespace={"__doc__": "One table per provider (``[providers.<name>]``), named as in the provider registry."},
+)
 
 
 class WeightsSource(_Section):

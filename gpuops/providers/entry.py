@@ -2,7 +2,8 @@
 
 ``ProviderEntry``, and ``KeySource``, where its account key and API base come from. Light on
 purpose: every provider folder's ``__init__.py`` builds its entry from these at CLI start-up (the
-help strings), so this module imports no provider class, SDK or ``logging``."""
+help strings and ``gpuops.config``'s ``[providers]`` tables), so this module imports no provider
+class, SDK or ``logging``."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.providers.volumes import VolumeService
+    from gpuops.settings_base import Section
 
 
 def read_key_file(path: Path) -> str:
@@ -52,7 +54,9 @@ class ProviderEntry:
 
     ``name``: its ``ProviderName`` (also its ``[providers.<name>]`` config section, its pyproject
     extra and the agent's destroy kind for its boxes); ``title``: how prose names it; ``build``:
-    the provider object from Settings; ``load``: its class (imported on call).
+    the provider object from Settings; ``load``: its class (imported on call); ``settings``: its
+    ``[providers.<name>]`` settings model (``<folder>/settings.py``, pure data: ``gpuops.config``
+    builds ``Settings.providers`` from these).
     ``keys``: where its account key and API base come from (None: it needs no account).
     ``spot``/``billing``: whether the class has the ``Interruptible`` / ``HasBilling`` capability
     (stated here for the help strings, which cannot import the class; a test checks the two
@@ -70,6 +74,7 @@ class ProviderEntry:
     title: str
     build: Callable[[Settings], Provider]
     load: Callable[[], type[Provider]]
+    settings: type[Section]
     keys: KeySource | None = None
     spot: bool = False
     volumes: Callable[[], type[VolumeService]] | None = None

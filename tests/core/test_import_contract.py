@@ -7,7 +7,15 @@ contract fails the unit lane with import-linter's report of the offending import
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,3 +29,24 @@ def test_import_contracts_are_kept(capsys):
     report = capsys.readouterr().out
     assert kept, report
     assert "4 kept, 0 broken" in report
+
+
+def test_config_loads_only_the_ground_floor_and_the_light_registry():
+    """The contract's one way up (``gpuops.config -> gpuops.providers``, for each provider's settings
+    model) stays light: ``import gpuops.config`` loads, of gpuops, the ground floor, the registry,
+    ``providers/entry.py`` and each provider folder's ``__init__.py`` and ``settings.py``, and no
+    provider class, SDK or HTTP client."""
+    from gpuops.providers import NAMES
+
+    code = "import sys, gpuops.config; print('\\n'.join(sorted(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=120, check=True).stdout.split()
+    layers = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"][0]["layers"]
+    ground = {m.strip() for layer in layers[layers.index("config"):] for m in layer.split("|")}
+    light = {"gpuops.providers", "gpuops.providers.entry"} | {f"gpuops.providers.{n}{s}" for n in NAMES for s in ("", ".settings")}
+    above = [m for m in loaded if m.startswith(("gpuops.", "ledger")) and m not in light
+             and m.split(".")[1] not in ground]
+    assert not above, above
+    assert light <= set(loaded)
+    assert not {"requests", "vastai", "sqlalchemy", "paramiko"} & set(loaded)

@@ -1,7 +1,7 @@
 """The provider registry (gpuops/providers/__init__.py) is the one list of providers on the laptop
-side: what derives from it agrees with it, and what cannot import it (the config type, the box's
-standard-library files, infra.example.toml, the pyproject extras) is
-checked against it here. docs/adding-a-provider.md names these checks."""
+side: what derives from it agrees with it (the ``[providers.<name>]`` settings tables included),
+and what cannot import it (the box's standard-library files, infra.example.toml, the pyproject
+extras, the catalog's columns) is checked against it here. docs/adding-a-provider.md names these checks."""
 
 from __future__ import annotations
 
@@ -49,9 +49,28 @@ def test_the_config_takes_exactly_the_registered_names():
     for name in NAMES:
         s = load_settings(None, {"up": {"provider": name}})
         assert s.up.provider == name
-        assert hasattr(s.providers, REGISTRY[name].section), f"gpuops/config.py: a [providers.{name}] settings section"
     with pytest.raises(BadInput):
         load_settings(None, {"up": {"provider": "nope"}})
+
+
+def test_the_providers_tables_are_the_entries_settings_models():
+    """``[providers]`` is built from the entries: one table per provider, in registry order, of the
+    model its folder's ``settings.py`` declares; config.py names no provider."""
+    import msgspec
+
+    from gpuops.config import Settings, _env_names
+    from gpuops.settings_base import Section
+
+    providers = Settings().providers
+    assert tuple(providers.__struct_fields__) == NAMES
+    for name, e in REGISTRY.items():
+        assert issubclass(e.settings, Section), f"gpuops/providers/{name}/settings.py: a Section subclass, named in ENTRY.settings"
+        assert e.settings.__module__ == f"gpuops.providers.{name}.settings", e.settings
+        assert type(getattr(providers, e.section)) is e.settings
+        for key in msgspec.structs.fields(e.settings):
+            assert _env_names()[f"GPUOPS_PROVIDERS_{name.upper()}_{key.name.upper()}"] == ("providers", name, key.name)
+    config = (ROOT / "gpuops" / "config.py").read_text(encoding="utf-8")
+    assert not [e.settings.__name__ for e in REGISTRY.values() if e.settings.__name__ in config], "config.py names no provider's model"
 
 
 def test_infra_example_has_one_section_per_provider():

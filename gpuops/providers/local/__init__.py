@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import ProviderEntry
+from gpuops.providers.local.settings import LocalProviderSettings
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -34,6 +35,6 @@ def load() -> type[Provider]:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.LOCAL, "this machine", build, load,
+    ProviderName.LOCAL, "this machine", build, load, settings=LocalProviderSettings,
     agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
 )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource, ProviderEntry
+from gpuops.providers.runpod.settings import RunpodSettings
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -62,7 +63,7 @@ def read_key_file(path: Path) -> str:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.RUNPOD, "RunPod", build, load,
+    ProviderName.RUNPOD, "RunPod", build, load, settings=RunpodSettings,
     keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
                    files=key_files, read_file=read_key_file, url_tails=("/graphql", "/v2"),
                    console="runpod.io > Settings > API Keys"),

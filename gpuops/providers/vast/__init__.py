@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource, ProviderEntry
+from gpuops.providers.vast.settings import VastSettings
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -52,7 +53,7 @@ def key_files(env: dict) -> list[Path]:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.VAST, "Vast.ai", build, load,
+    ProviderName.VAST, "Vast.ai", build, load, settings=VastSettings,
     keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=key_files,
                    console="cloud.vast.ai > Account > API Keys"),
     spot=True, volumes=volume_service, volume_region="country code or machine:<id>", billing=True,
