@@ -122,9 +122,10 @@ class LedgerSettings(_Section):
 # (``gpuops/providers/<name>/settings.py``), in the registry's order: adding a provider edits nothing
 # here. The registry is the one module above the ground floor that config imports (the contract's
 # one declared exception, pyproject ``[tool.importlinter]``): it and what it loads are light data.
+_PROVIDER_MODELS = {e.section: e.settings() for e in REGISTRY.values()}
 ProvidersSettings = msgspec.defstruct(
     "ProvidersSettings",
-    [(e.section, e.settings, msgspec.field(default_factory=e.settings)) for e in REGISTRY.values()],
+    [(name, model, msgspec.field(default_factory=model)) for name, model in _PROVIDER_MODELS.items()],
     bases=(_Section,), module=__name__,
     namespace={"__doc__": "One table per provider (``[providers.<name>]``), named as in the provider registry."},
 )

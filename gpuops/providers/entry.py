@@ -55,8 +55,8 @@ class ProviderEntry:
     ``name``: its ``ProviderName`` (also its ``[providers.<name>]`` config section, its pyproject
     extra and the agent's destroy kind for its boxes); ``title``: how prose names it; ``build``:
     the provider object from Settings; ``load``: its class (imported on call); ``settings``: its
-    ``[providers.<name>]`` settings model (``<folder>/settings.py``, pure data: ``gpuops.config``
-    builds ``Settings.providers`` from these).
+    ``[providers.<name>]`` settings model, imported on call (``<folder>/settings.py``, pure data;
+    ``gpuops.config`` builds ``Settings.providers`` from these, the help strings never load them).
     ``keys``: where its account key and API base come from (None: it needs no account).
     ``spot``/``billing``: whether the class has the ``Interruptible`` / ``HasBilling`` capability
     (stated here for the help strings, which cannot import the class; a test checks the two
@@ -74,7 +74,7 @@ class ProviderEntry:
     title: str
     build: Callable[[Settings], Provider]
     load: Callable[[], type[Provider]]
-    settings: type[Section]
+    settings: Callable[[], type[Section]]
     keys: KeySource | None = None
     spot: bool = False
     volumes: Callable[[], type[VolumeService]] | None = None

@@ -64,13 +64,14 @@ def test_the_providers_tables_are_the_entries_settings_models():
     providers = Settings().providers
     assert tuple(providers.__struct_fields__) == NAMES
     for name, e in REGISTRY.items():
-        assert issubclass(e.settings, Section), f"gpuops/providers/{name}/settings.py: a Section subclass, named in ENTRY.settings"
-        assert e.settings.__module__ == f"gpuops.providers.{name}.settings", e.settings
-        assert type(getattr(providers, e.section)) is e.settings
-        for key in msgspec.structs.fields(e.settings):
+        model = e.settings()
+        assert issubclass(model, Section), f"gpuops/providers/{name}/settings.py: a Section subclass, loaded by ENTRY.settings"
+        assert model.__module__ == f"gpuops.providers.{name}.settings", model
+        assert type(getattr(providers, e.section)) is model
+        for key in msgspec.structs.fields(model):
             assert _env_names()[f"GPUOPS_PROVIDERS_{name.upper()}_{key.name.upper()}"] == ("providers", name, key.name)
     config = (ROOT / "gpuops" / "config.py").read_text(encoding="utf-8")
-    assert not [e.settings.__name__ for e in REGISTRY.values() if e.settings.__name__ in config], "config.py names no provider's model"
+    assert not [e.settings().__name__ for e in REGISTRY.values() if e.settings().__name__ in config], "config.py names no provider's model"
 
 
 def test_infra_example_has_one_section_per_provider():

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import ProviderEntry
-from gpuops.providers.local.settings import LocalProviderSettings
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
+    from gpuops.settings_base import Section
 
 
 def build(settings: Settings) -> Provider:
@@ -34,7 +34,14 @@ def load() -> type[Provider]:
     return LocalProvider
 
 
+def settings_model() -> type[Section]:
+    """``LocalProviderSettings``, its ``[providers.local]`` table, imported on call (the help strings need no msgspec)."""
+    from gpuops.providers.local.settings import LocalProviderSettings
+
+    return LocalProviderSettings
+
+
 ENTRY = ProviderEntry(
-    ProviderName.LOCAL, "this machine", build, load, settings=LocalProviderSettings,
+    ProviderName.LOCAL, "this machine", build, load, settings_model,
     agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
 )

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource, ProviderEntry
-from gpuops.providers.runpod.settings import RunpodSettings
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.providers.volumes import VolumeService
+    from gpuops.settings_base import Section
 
 
 def build(settings: Settings) -> Provider:
@@ -33,6 +33,13 @@ def load() -> type[Provider]:
     from gpuops.providers.runpod.compute import RunPodProvider
 
     return RunPodProvider
+
+
+def settings_model() -> type[Section]:
+    """``RunpodSettings``, its ``[providers.runpod]`` table, imported on call (the help strings need no msgspec)."""
+    from gpuops.providers.runpod.settings import RunpodSettings
+
+    return RunpodSettings
 
 
 def volume_service() -> type[VolumeService]:
@@ -63,7 +70,7 @@ def read_key_file(path: Path) -> str:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.RUNPOD, "RunPod", build, load, settings=RunpodSettings,
+    ProviderName.RUNPOD, "RunPod", build, load, settings_model,
     keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
                    files=key_files, read_file=read_key_file, url_tails=("/graphql", "/v2"),
                    console="runpod.io > Settings > API Keys"),

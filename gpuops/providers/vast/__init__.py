@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource, ProviderEntry
-from gpuops.providers.vast.settings import VastSettings
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.providers.volumes import VolumeService
+    from gpuops.settings_base import Section
 
 
 def build(settings: Settings) -> Provider:
@@ -38,6 +38,13 @@ def load() -> type[Provider]:
     return VastProvider
 
 
+def settings_model() -> type[Section]:
+    """``VastSettings``, its ``[providers.vast]`` table, imported on call (the help strings need no msgspec)."""
+    from gpuops.providers.vast.settings import VastSettings
+
+    return VastSettings
+
+
 def volume_service() -> type[VolumeService]:
     """``VastVolumes``, imported on call."""
     from gpuops.providers.vast.volumes import VastVolumes
@@ -53,7 +60,7 @@ def key_files(env: dict) -> list[Path]:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.VAST, "Vast.ai", build, load, settings=VastSettings,
+    ProviderName.VAST, "Vast.ai", build, load, settings_model,
     keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=key_files,
                    console="cloud.vast.ai > Account > API Keys"),
     spot=True, volumes=volume_service, volume_region="country code or machine:<id>", billing=True,
