@@ -36,12 +36,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from bootstrap.vocabulary import (
-    PROVIDER_NAMES as PROVIDERS,  # noqa: F401  (the one list, gpuops.providers.REGISTRY)
-    EndReason,
-)
+from bootstrap.vocabulary import EndReason
 from gpuops.errors import BadInput
-from gpuops.providers import REGISTRY  # the one list of providers (see ProvidersSettings)
+from gpuops.providers import NAMES as PROVIDERS, REGISTRY  # the one list of providers (see ProvidersSettings)
 from gpuops.settings_base import Section as _Section, check as _check
 
 ENV_PREFIX = "GPUOPS_"
@@ -50,7 +47,7 @@ ENV_PREFIX = "GPUOPS_"
 class UpSettings(_Section):
     """Defaults for `gpuops up` flags."""
 
-    provider: Literal[PROVIDERS] = "local"  # type: ignore[valid-type]  # the registry's names (tests/providers/test_registry.py)
+    provider: Literal[PROVIDERS] = "local"  # type: ignore[valid-type]  # the registry's names
     card: str = ""  # empty: any card that fits
     experiment: str = "default"
     spot: bool = True  # prefer interruptible offers where the provider has them

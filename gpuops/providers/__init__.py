@@ -1,15 +1,17 @@
 """The provider registry: the ONE table of providers gpuops knows on the laptop side.
 
 Everything that names providers derives from ``REGISTRY``: the CLI's ``--provider`` choices and
-help strings (``NAMES``, ``choices``), the ``[providers.<name>]`` config sections, where account
-keys come from (``ProviderEntry.keys``, read by ``keys.py``), the agent's destroy kind, which
-providers have spot, volumes and billing, the documented billing unit, the SDK `gpuops check`
-looks for, and the catalog column of each provider's GPU names. What cannot import it is checked
-against it by ``tests/providers/test_registry.py``: the config's ``provider`` type, the
-``bootstrap/`` vocabulary (it runs on the box, standard library only), ``infra.example.toml``'s
-sections and the pyproject extras. Adding a provider:
-docs/adding-a-provider.md. Provider classes and SDKs import lazily (``build``, ``load``): this
-module is read at CLI start-up for the help strings.
+help strings (``NAMES``, ``choices``), the config's ``[up] provider`` type and its
+``[providers.<name>]`` tables (each folder's ``settings.py``, built into ``Settings`` by
+``gpuops.config``), where account keys come from (``ProviderEntry.keys``, read by ``keys.py``), the
+agent's destroy kind, which providers have spot, volumes and billing, the documented billing unit,
+the SDK `gpuops check` looks for, and the catalog column of each provider's GPU names. What cannot
+import it is checked against it by ``tests/providers/test_registry.py``: the ``bootstrap/``
+vocabulary (it runs on the box, standard library only), ``infra.example.toml``'s sections and the
+pyproject extras. Adding a provider: docs/adding-a-provider.md. Provider classes, SDKs and settings
+models import lazily (``build``, ``load``, ``settings``): this module is read at CLI start-up for
+the help strings, and by ``gpuops.config`` (the one import up the layers, pyproject
+``[tool.importlinter]``), so at module level it imports nothing above the ground floor.
 """
 
 from __future__ import annotations
