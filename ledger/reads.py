@@ -212,6 +212,10 @@ class Reads:
         """The columns of ``table`` in the database, in the migrations' order."""
         return tuple(c for c, _ in self._describe(table))
 
+    def bool_columns(self, table: str) -> frozenset[str]:
+        """The BOOLEAN columns of ``table`` that the connection reports (always SQLite's, stored 0/1)."""
+        return frozenset(c for c, b in self._describe(table) if b)
+
     def _describe(self, table: str) -> list[tuple[str, bool]]:
         if table not in self._tables:
             self._tables[table] = self._db.describe(table)

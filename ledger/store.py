@@ -1,6 +1,7 @@
-"""The ledger store: the few writes the lifecycle needs and the ORM reads of single sessions (the
-engine and migrations are ``ledger/engine.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so a crash leaves
-every committed transition in place.
+"""The ledger store: the few writes the lifecycle needs (the engine and migrations are
+``ledger/engine.py``; the rental's writes and single-session reads, written once as SQL,
+``ledger/writes.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so
+a crash leaves every committed transition in place.
 
 A write the database refuses (disk full, a lock held past the busy timeout, an unreachable
 server: ``sqlalchemy.exc.OperationalError``) is not lost: events, field updates, heartbeats, end
@@ -40,7 +41,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from ledger.billing import billed_cost, unseen_end
-from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, engine_reads, file_reads, sqlite_current_file
+from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, Row, engine_reads, file_reads, sqlite_current_file
 from bootstrap.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def _orm():
 
 def _spooled_errors() -> tuple[type[BaseException], ...]:
     """The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it
-    (once loaded) or the standard library's ``sqlite3`` (a light ledger, ``ledger.light``)."""
+    (once loaded) or the standard library's ``sqlite3`` (a light ledger, ``ledger.writes.LightFile``)."""
     import sqlite3
     import sys
 
@@ -165,15 +166,17 @@ class ImportRejected(ValueError):
 
 class Ledger:
     """A ledger at ``url`` (SQLAlchemy URL). Creates the SQLite file's folder and applies pending
-    migrations on open. ``light``: while the file is a current SQLite ledger and the engine is not
-    open, the rental's writes and single-session reads (``add_session``, ``event``, ``update``,
-    ``add_steps``, ``request_end``, ``close``, ``get``, ``events``) go through the standard
-    library (``ledger.light``: no SQLAlchemy import; ``get``/``events`` then answer read-only rows)."""
+    migrations on open. The rental's writes and single-session reads (``add_session``, ``event``,
+    ``update``, ``add_steps``, ``request_end``, ``close``, ``get``, ``events``) are
+    ``ledger/writes.py``'s statements, answering read-only rows (``ledger.reads.Row``). ``light``:
+    while the file is a current SQLite ledger and the engine is not open, they are sent through the
+    standard library's ``sqlite3`` (no SQLAlchemy import), else through the engine."""
 
     def __init__(self, url: str, spool_path: str | Path | None = None, light: bool = False):
         self.url = url
         self._light = light
-        self._light_file = None  # ledger.light.LightFile: the connection of a light ledger
+        self._light_file = None  # ledger.writes.LightFile: the connection of a light ledger
+        self._writers: dict[Any, Any] = {}  # an engine -> its ledger.writes.EngineFile
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
         self.fallback_spool_path = fallback_spool_path(url)
         self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
@@ -211,15 +214,23 @@ class Ledger:
                 self._file_id = _file_id(self._file)
         return self._engine
 
-    def _lite(self):
-        """The file's ``ledger.light.LightFile`` while a light ledger goes without SQLAlchemy, else None."""
-        if not self._light or self._engine is not None or self._sqlite is None:
-            return None
-        if self._light_file is None:
-            from ledger.light import LightFile
+    def _books(self):
+        """Where the rental's writes go (``ledger/writes.py``): the file's ``LightFile`` (``sqlite3``)
+        while a light ledger goes without SQLAlchemy, else an ``EngineFile`` on ``engine`` (inside
+        ``bounded()`` the short-deadline one)."""
+        if self._light and self._engine is None and self._sqlite is not None:
+            if self._light_file is None:
+                from ledger.writes import LightFile
 
-            self._light_file = LightFile(self._sqlite)
-        return self._light_file
+                self._light_file = LightFile(self._sqlite)
+            return self._light_file
+        from ledger.writes import EngineFile
+
+        eng = self.engine
+        got = self._writers.get(eng)
+        if got is None:
+            got = self._writers[eng] = EngineFile(eng)
+        return got
 
     def _busy_s(self) -> float:
         """How long a standard-library write waits for another writer: ``bounded()``'s deadline,
@@ -354,6 +365,7 @@ class Ledger:
         self._engine = self._short = self._light_file = None
         self._sqlite = None
         self._reads.clear()
+        self._writers.clear()
         self._file_id = None
         n = self._rebook()
         self.notices.append(f"the ledger file {self._file} vanished during this run (removed or replaced); "
@@ -362,19 +374,12 @@ class Ledger:
     def _rebook(self) -> int:
         """Insert the held rows the ledger no longer has (with an ``intent`` and a ``rebooked``
         event); returns how many. Database errors leave the rest to the spool."""
-        DbSession, select, Session, Event, BootstrapStep = _orm()
+        from ledger import writes
+
         done = 0
-        for sid, d in list(self._held.items()):
+        for d in list(self._held.values()):
             try:
-                with DbSession(self.engine) as db:
-                    if db.get(Session, sid) is not None:
-                        continue
-                    db.add(Session(**d))
-                    db.flush()
-                    db.add(Event(session_id=sid, at=d.get("created_at") or time.time(), kind=str(EventKind.INTENT), detail=""))
-                    db.add(Event(session_id=sid, at=time.time(), kind=str(EventKind.REBOOKED), detail="the ledger file vanished; rebooked from memory"))
-                    db.commit()
-                    done += 1
+                done += writes.rebook(self._books(), d, "the ledger file vanished; rebooked from memory", self._busy_s())
             except _spooled_errors():
                 break
         if self._file is not None:
@@ -549,25 +554,12 @@ class Ledger:
     def add_session(self, row: Session | dict) -> None:
         """Insert the intent row (status provisioning) and its first event in one transaction.
         ``row``: a ``ledger.models.Session``, or its columns as a dict (the model's defaults for
-        the rest: ``ledger.light.session_dict``)."""
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+        the rest: ``ledger.writes.session_dict``)."""
+        from ledger import writes
 
-            fields = row if isinstance(row, dict) else row.model_dump()
-            got = light.add_session(lite, {k: _plain(v) for k, v in fields.items()}, self._busy_s())
-            self._hold("row", {}, got)
-            return
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        if isinstance(row, dict):
-            row = Session(**row)
-        with DbSession(self.engine) as db:
-            db.add(row)
-            db.flush()  # the row must exist before its event (no ORM relationship orders them)
-            db.add(Event(session_id=row.id, at=row.created_at, kind=str(EventKind.INTENT), detail=""))
-            db.commit()
-            db.refresh(row)
-        self._hold("row", {}, row)
+        fields = row if isinstance(row, dict) else row.model_dump()
+        got = writes.add_session(self._books(), {k: _plain(v) for k, v in fields.items()}, self._busy_s())
+        self._hold("row", {}, got)
 
     def update(self, session_id: str, **fields: Any) -> None:
         """Set fields of a session row in one short transaction (spooled when the database refuses
@@ -583,15 +575,9 @@ class Ledger:
                       at=at if at is not None else time.time())
 
     def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+        from ledger import writes
 
-            return light.event(lite, session_id, _plain(kind), detail, at, self._busy_s())
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            db.add(Event(session_id=session_id, at=at if at is not None else time.time(), kind=_plain(kind), detail=detail))
-            db.commit()
+        writes.event(self._books(), session_id, _plain(kind), detail, at, self._busy_s())
 
     def add_steps(self, session_id: str, steps: Iterable[dict]) -> None:
         """Store bootstrap step lines ``{"step", "status", "seconds", "detail"}`` (spooled when the
@@ -600,25 +586,9 @@ class Ledger:
         self._guarded("steps", self._add_steps, session_id=session_id, steps=steps)
 
     def _add_steps(self, session_id: str, steps: list[dict]) -> None:
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+        from ledger import writes
 
-            return light.add_steps(lite, session_id, steps, self._busy_s())
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            for s in steps:
-                detail = s.get("detail", "")
-                db.add(
-                    BootstrapStep(
-                        session_id=session_id,
-                        name=str(s["step"]),
-                        status=str(s.get("status", "")),
-                        seconds=float(s.get("seconds", 0.0)),
-                        detail=detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True),
-                    )
-                )
-            db.commit()
+        writes.add_steps(self._books(), session_id, steps, self._busy_s())
 
     def request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str | None:
         """Record why a session is being ended, BEFORE its destroy: whoever closes the row then
@@ -629,25 +599,11 @@ class Ledger:
         return self._guarded("request_end", self._request_end, session_id=session_id, reason=_plain(reason), by=_plain(by), detail=detail)
 
     def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+        from ledger import writes
 
-            return light.request_end(lite, session_id, reason, by, detail, self._busy_s())
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            row = db.get(Session, session_id)
-            if row is None:
-                raise KeyError(session_id)
-            if row.status != RowStatus.CLOSED and not row.end_reason:
-                row.end_reason = reason
-                db.add(row)
-                doc = json.dumps({"reason": reason, "by": by, "detail": detail}, sort_keys=True)
-                db.add(Event(session_id=session_id, at=time.time(), kind=str(EventKind.END_REQUESTED), detail=doc))
-                db.commit()
-            return row.end_reason or reason
+        return writes.request_end(self._books(), session_id, reason, by, detail, self._busy_s())
 
-    def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session | None:
+    def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row | None:
         """Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
         billed seconds and cost from the charged price. A reason recorded earlier with
         ``request_end`` wins over ``reason``. Closing a closed row changes nothing. Returns the
@@ -656,39 +612,12 @@ class Ledger:
         return self._guarded("close", self._close, session_id=session_id, ended_at=ended_at, reason=_plain(reason),
                              exit_code=exit_code, **fields)
 
-    def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Session:
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+    def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row:
+        from ledger import writes
 
-            return light.close(lite, session_id, ended_at, reason, exit_code, fields, self._busy_s())  # type: ignore[return-value]
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            row = db.get(Session, session_id)
-            if row is None:
-                raise KeyError(session_id)
-            if row.status == RowStatus.CLOSED:
-                return row
-            increment = fields.pop("billing_increment_seconds", row.billing_increment_seconds)
-            row.billing_increment_seconds = increment
-            seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at, increment)
-            row.status = str(RowStatus.CLOSED)
-            row.ended_at = ended_at
-            row.end_reason = row.end_reason or reason
-            row.end_source = fields.pop("end_source", None) or row.end_source or "destroy"
-            if exit_code is not None:
-                row.exit_code = exit_code
-            row.billed_seconds = seconds
-            row.cost_usd = cost
-            for k, v in fields.items():
-                setattr(row, k, v)
-            db.add(row)
-            db.add(Event(session_id=session_id, at=time.time(), kind=str(EventKind.CLOSED), detail=row.end_reason))
-            db.commit()
-            db.refresh(row)
-            return row
+        return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
 
-    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Session:
+    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row:
         """Close a session whose destroy we never saw: the end time is the provider's, else the
         agent's last heartbeat (``ledger.billing.unseen_end``), never "now". Raises NoEndTime when
         neither is known (the row stays open), KeyError for an unknown session."""
@@ -714,37 +643,22 @@ class Ledger:
                 .values(last_heartbeat_at=at)
             )
 
-    def set_tokens(self, session_id: str, tokens: int) -> Session:
+    def set_tokens(self, session_id: str, tokens: int) -> Row:
         """Set a session's token count after the fact (``ledger tokens SESSION N``) and log an event.
         Raises ValueError for a negative count, KeyError for an unknown session."""
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
         return self._set_with_event(session_id, str(EventKind.TOKENS), str(tokens), tokens=int(tokens))
 
-    def note(self, session_id: str, text: str) -> Session:
+    def note(self, session_id: str, text: str) -> Row:
         """Set the session's one-line conclusion (``ledger note SESSION TEXT``) and log an event."""
         line = " ".join(text.split())
         return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
-    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Session:
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Row:
+        from ledger import writes
 
-            return light.set_fields(lite, session_id, kind, detail, fields, self._busy_s())  # type: ignore[return-value]
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            row = db.get(Session, session_id)
-            if row is None:
-                raise KeyError(session_id)
-            for k, v in fields.items():
-                setattr(row, k, v)
-            db.add(row)
-            if kind is not None:
-                db.add(Event(session_id=session_id, at=time.time(), kind=kind, detail=detail))
-            db.commit()
-            db.refresh(row)
-            return row
+        return writes.set_fields(self._books(), session_id, kind, detail, fields, self._busy_s())
 
     def import_sessions(self, rows: Iterable[dict], lines: Iterable[int] | None = None, chunk: int = 5000) -> int:
         """Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
@@ -996,17 +910,11 @@ class Ledger:
         return [SimpleNamespace(**{**dict(r), "simulated": bool(r["simulated"])}) for r in rows]
 
     # -- reads --------------------------------------------------------------------------------
-    def get(self, session_id: str) -> Session | None:
+    def get(self, session_id: str) -> Row | None:
         """The session row (None when there is none); this Ledger then holds it (``held``)."""
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+        from ledger import writes
 
-            row = light.get(lite, session_id, self._busy_s())
-        else:
-            DbSession, select, Session, Event, BootstrapStep = _orm()
-            with DbSession(self.engine) as db:
-                row = db.get(Session, session_id)
+        row = writes.get(self._books(), session_id, self._busy_s())
         if row is not None and (session_id not in self._held or not self.has_spool()):
             self._hold("row", {}, row)  # not over a held row whose later writes still wait in the spool
         return row
@@ -1097,13 +1005,8 @@ class Ledger:
         with DbSession(self.engine) as db:
             return list(db.exec(select(BootstrapStep).where(BootstrapStep.session_id == session_id).order_by(BootstrapStep.id)))
 
-    def events(self, session_id: str) -> list[Event]:
-        """The session's events, oldest first (read-only rows on a light ledger)."""
-        lite = self._lite()
-        if lite is not None:
-            from ledger import light
+    def events(self, session_id: str) -> list[Any]:
+        """The session's events, oldest first (read-only rows: ``ledger.writes.EventRow``)."""
+        from ledger import writes
 
-            return light.events(lite, session_id, self._busy_s())  # type: ignore[return-value]
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            return list(db.exec(select(Event).where(Event.session_id == session_id).order_by(Event.id)))
+        return writes.events(self._books(), session_id, self._busy_s())

@@ -1,5 +1,5 @@
 """A light ledger (``Ledger(url, light=True)``, `gpuops up`'s) books a rental with the standard
-library's sqlite3 on a current SQLite file, and what it books is what the ORM path books."""
+library's sqlite3 on a current SQLite file, and what it books is what the engine (SQLAlchemy) path books."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ledger import Ledger
-from ledger.light import SESSION_DEFAULTS, session_dict
+from ledger.writes import SESSION_DEFAULTS, session_dict
 
 T0 = 1_800_000_000.0
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,12 +57,12 @@ def test_the_defaults_are_the_models():
         session_dict({"id": "x", "created_at": T0, "nope": 1}, model)
 
 
-def test_a_light_rental_books_what_the_orm_books(tmp_path):
-    urls = [f"sqlite:///{tmp_path / name}.db" for name in ("orm", "light")]
+def test_a_light_rental_books_what_the_engine_books(tmp_path):
+    urls = [f"sqlite:///{tmp_path / name}.db" for name in ("engine", "light")]
     for url in urls:
         Ledger(url)  # migrated: a current file, as a user's is after the first command
-    orm, light = Ledger(urls[0]), Ledger(urls[1], light=True)
-    _rental(orm, "s1")
+    eng, light = Ledger(urls[0]), Ledger(urls[1], light=True)
+    _rental(eng, "s1")
     _rental(light, "s1")
     assert light.fast_sqlite is not None  # the engine was never opened
     a, b = _books(urls[0], "s1"), _books(urls[1], "s1")
@@ -132,3 +132,20 @@ def test_a_light_rental_never_imports_sqlalchemy(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert Ledger(url).get("s4").cost_usd == pytest.approx(0.016667, abs=1e-9)  # 60 s at 1 USD/h, to the micro-dollar
+
+
+def test_the_engine_books_what_sqlite3_books_on_both_databases(ledger_url, tmp_path):
+    """The same statements through SQLAlchemy (PostgreSQL: real booleans) and through sqlite3."""
+    light_url = f"sqlite:///{tmp_path / 'light.db'}"
+    Ledger(light_url)
+    led, light = Ledger(ledger_url), Ledger(light_url, light=True)
+    _rental(led, "s5")
+    _rental(light, "s5")
+    a, b = led.get("s5").model_dump(), light.get("s5").model_dump()
+    assert a == b and a["spot"] is True and a["simulated"] is True and a["cost_usd"] == pytest.approx(0.099, abs=1e-9)
+    assert [(e.kind, e.detail) for e in led.events("s5")][:3] == [(e.kind, e.detail) for e in light.events("s5")][:3]
+    assert [e.kind for e in led.events("s5")] == ["intent", "create", "created", "end_requested", "closed"]
+    assert [(s.name, s.status, s.seconds, s.detail) for s in led.steps("s5")] == [("system", "done", 0.25, '{"k": 1}'), ("verify", "done", 0.5, "")]
+    assert led.set_tokens("s5", 7).tokens == 7 and led.note("s5", " a  b ").conclusion == "a b"
+    with pytest.raises(KeyError):
+        led.update("nope", spot=False)
