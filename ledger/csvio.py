@@ -580,14 +580,16 @@ class CsvImport:
         another width) goes line by line through ``_row_parser``, which words each problem."""
         if csv.field_size_limit() < MAX_CELL_CHARS:  # process-wide: it only ever grows here
             csv.field_size_limit(MAX_CELL_CHARS)
-        reader = csv.reader(self.f)
+        # strict: a quote never closed is an error at the end of the file, not one cell that swallowed
+        # every later line (and a quote closing a cell mid-cell, where such a cell usually ends).
+        reader = csv.reader(self.f, strict=True)
         try:
             header = next(reader)
         except StopIteration:
             self.errors.append((1, "the file is empty; expected a header line: " + ",".join(COLUMNS)))
             return
         except csv.Error as e:  # a cell over MAX_CELL_CHARS, a NUL byte on older Pythons, ...
-            self.errors.append((1, f"not readable as CSV: {e}"))
+            self.errors.append((1, _csv_problem(e)))
             return
         names = [h.strip().lower().lstrip("\ufeff") for h in header]
         problem = _header_problem(names)
@@ -651,10 +653,19 @@ class CsvImport:
                     yield good_lines, rows
             if broken is not None:
                 after = (lines[-1] + _breaks(cells_of[-1])) if cells_of else start
-                self.errors.append((after + 1, f"not readable as CSV: {broken}; nothing after it was read"))
+                self.errors.append((after + 1, _csv_problem(broken)))
                 return
         if not self.rows and not self.errors:
             self.errors.append((1, "no data rows after the header"))
+
+
+def _csv_problem(e: csv.Error) -> str:
+    """The one line an import says of a record the csv module cannot read (``strict`` reader)."""
+    text = str(e)
+    if text == "unexpected end of data" or "expected after '\"'" in text:
+        return ('a quoted cell that starts on this line is never closed, so every later line would be part of it: '
+                'close it with " (and write a quote inside a quoted cell as ""); nothing after it was read')
+    return f"not readable as CSV: {text}; nothing after it was read"
 
 
 def _breaks(cells: list[str]) -> int:

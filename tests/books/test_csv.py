@@ -326,3 +326,26 @@ def test_a_file_of_bad_lines_keeps_the_first_errors_and_counts_them_all(ledger, 
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p)
     assert [n for n, _ in e.value.errors] == [2, 3, 4] and str(e.value).startswith("10 bad row(s): sheet.csv:2: date '11/01' is not ISO 8601")
+
+
+def test_an_unterminated_quote_is_refused_naming_its_line(ledger, tmp_path):
+    """A quote never closed made the csv module read every later line into one cell: 4 data rows
+    were "imported 1 session". Refused, naming the line the quoted cell starts on; nothing written.
+    A quoted cell over two lines still imports."""
+    p = tmp_path / "quote.csv"
+    head = "date,provider,card,usd_per_hour,hours,conclusion\n"
+    p.write_text(head + "2026-11-01,vast,rtx-4090,0.35,1,ok\n"
+                        '2026-11-02,vast,rtx-4090,0.35,1,"forgot to close\n'
+                        "2026-11-03,vast,rtx-4090,0.35,1,ok\n"
+                        "2026-11-04,vast,rtx-4090,0.35,1,ok\n")
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p, tz="UTC")
+    assert [n for n, _ in e.value.errors] == [3]
+    assert "quoted cell that starts on this line is never closed" in e.value.errors[0][1]
+    assert "\n" not in str(e.value) and _count(ledger) == 0
+    # closed by a later cell's quote: the text after that quote gives it away
+    _, _, errs = parse_csv(head + '2026-11-01,vast,rtx-4090,0.35,1,"oops\n2026-11-02,vast,rtx-4090,0.35,1,"x"\n', tz="UTC")
+    assert [n for n, _ in errs] == [2] and "never closed" in errs[0][1]
+    rows, lines, errs = parse_csv(head + '2026-11-01,vast,rtx-4090,0.35,1,"two\nlines, fine"\n2026-11-02,vast,rtx-4090,0.35,1,ok\n',
+                                  tz="UTC")
+    assert errs == [] and lines == [2, 4] and rows[0]["conclusion"] == "two\nlines, fine"
