@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import re
 from bisect import bisect_right
 from datetime import datetime, timezone
 from itertools import islice, repeat
@@ -542,6 +543,20 @@ def _row_id(cells: list[str], seen: dict[bytes, int]) -> tuple[str, int]:
     return "imp-" + hashlib.sha256(f"{key}\x1e{seen[digest]}".encode()).hexdigest()[:16], seen[digest]
 
 
+# What a ``session`` cell may hold: the ids this tool writes (``new_session_id``'s
+# ``YYYYMMDD-HHMMSS-xxxx``, ``up --name``'s lower-case names, ``imp-`` + hex for imported rows
+# without one) and a teammate's sheet's own (upper case, ``.``, ``_``, ``:``), 64 characters at
+# most. An id is shown in every report and passed back on the command line (``ledger note ID``):
+# no spaces, quotes, ``;`` or control characters.
+SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+SESSION_ID_RULE = "1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)"
+
+
+def _bad_session_id(sid: str) -> _Bad:
+    shown = repr(sid[:40]) + (f" (+{len(sid) - 40} more characters)" if len(sid) > 40 else "")
+    return _Bad(f"session {shown} is not a session id: use {SESSION_ID_RULE}")
+
+
 # Lines ``CsvImport.chunks`` reads and checks together (and the ledger inserts in one executemany).
 IMPORT_CHUNK_ROWS = 5000
 
@@ -728,6 +743,7 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
     inf, max_hours, max_price, max_cost = _INF, MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
     true, false = _TRUE, _FALSE
 
+    session_id = SESSION_ID.fullmatch
     to_seconds: dict[float, float] = {}  # hours -> round(hours * 3600, 3): durations repeat, round(x, 3) is slow
 
     def parse(cells: list[str]) -> tuple[tuple, list[str] | None]:
@@ -834,6 +850,8 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
             conclusion = unneutralize(conclusion)
         if "\0" in conclusion or "\0" in sid:  # PostgreSQL text refuses it (a DataError mid-import); SQLite kept it
             raise _Bad(("session" if "\0" in sid else "conclusion") + " contains a NUL character (\\x00); use visible text")
+        if not session_id(sid):  # every imp- id fits
+            raise _bad_session_id(sid)
         seconds = to_seconds.get(hours) if hours else None  # never 0.0: -0.0 is equal and hashes alike
         if seconds is None:
             seconds = round(hours * 3600.0, 3)
@@ -896,6 +914,7 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
     ``datetime.fromisoformat``, ``round``), each mapped over a column in C, so the rows are equal
     to what it gives; the checks are its bounds over each column's min and max."""
     fromiso = datetime.fromisoformat
+    session_id = SESSION_ID.fullmatch
     max_hours, max_price, max_cost = MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
     absent = width
     names: dict[str, str | None] = {}  # a provider or card cell -> its name, None when it needs a word
@@ -977,8 +996,8 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
         if not all(experiments):
             experiments = [e or "default" for e in experiments]
         conclusions = _texts(v_concl)
-        if "\0" in "".join(conclusions) or "\0" in "".join(sids):
-            return None
+        if "\0" in "".join(conclusions) or not all(map(session_id, sids)):
+            return None  # a NUL or an id off SESSION_ID: worded line by line
         seconds = list(map(round, map(mul, hours, repeat(3600.0, n)), repeat(3, n)))
         if not (min(created) >= _FIRST_TIME and max(created) <= _LAST_TIME - max(seconds) - 86400.0):
             return None  # near the ends of time: the exact bound line by line

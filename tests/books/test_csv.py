@@ -349,3 +349,23 @@ def test_an_unterminated_quote_is_refused_naming_its_line(ledger, tmp_path):
     rows, lines, errs = parse_csv(head + '2026-11-01,vast,rtx-4090,0.35,1,"two\nlines, fine"\n2026-11-02,vast,rtx-4090,0.35,1,ok\n',
                                   tz="UTC")
     assert errs == [] and lines == [2, 4] and rows[0]["conclusion"] == "two\nlines, fine"
+
+
+def test_a_session_id_off_the_id_rule_is_a_bad_line(ledger, tmp_path):
+    """The session column took anything: a 5,000-character id, an ESC, a `;`. Those lines are
+    refused, naming line and column; ids this tool or a teammate's sheet writes still import."""
+    head = "date,provider,card,usd_per_hour,hours,session\n"
+    good = ["20261103-140500-3f9a", "llama-sweep-1", "imp-0123456789abcdef", "S_7.run:2", "-s-quoted"]
+    bad = ["x" * 5000, "s\x1b[2J", "s1;drop", "two words", "x" * 65]
+    rows, _, errs = parse_csv(head + "".join(f"2026-11-02,vast,rtx-4090,0.35,1,{s}\n" for s in good), tz="UTC")
+    assert errs == [] and [r["id"] for r in rows] == good
+    p = tmp_path / "ids.csv"
+    p.write_text(head + "".join(f"2026-11-02,vast,rtx-4090,0.35,1,{s}\n" for s in ["ok-1", *bad]))
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p, tz="UTC")
+    assert [n for n, _ in e.value.errors] == [3, 4, 5, 6, 7]
+    msgs = dict(e.value.errors)
+    assert msgs[3] == ("session 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' (+4960 more characters) is not a session id: "
+                       "use 1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)")
+    assert msgs[4].startswith("session 's\\x1b[2J' is not a session id") and "'s1;drop'" in msgs[5]
+    assert _count(ledger) == 0
