@@ -806,7 +806,7 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         if providers is not None and provider.lower() not in providers:
             notes = (notes or []) + [f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})"]
         if cards is not None and card.lower() not in cards:
-            notes = (notes or []) + [f"unknown card {card!r} (`gpuops plan --model list` shows the catalog)"]
+            notes = (notes or []) + [f"unknown card {card!r} (`gpuops cards` lists the known cards)"]
         if raw_flag == "false":
             simulated = False
         elif raw_flag == "true":

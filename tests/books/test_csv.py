@@ -207,7 +207,7 @@ def test_unknown_names_and_costs_off_price_are_reported_per_line(ledger, tmp_pat
     assert r["imported"] == 5
     w = dict(r["warnings"])
     assert list(w) == [3, 4, 5]
-    assert w[3].startswith("unknown provider 'aws'") and w[4].startswith("unknown card 'notacard'")
+    assert w[3].startswith("unknown provider 'aws'") and w[4] == "unknown card 'notacard' (`gpuops cards` lists the known cards)"
     assert w[5] == "cost_usd 99 differs from usd_per_hour x hours = 3.5 x 2 = 7.0000 by more than $0.01"
 
 
