@@ -37,7 +37,7 @@ def zone(tz: str | None):
     try:
         return ZoneInfo(tz)
     except (KeyError, ValueError):
-        raise ValueError(f"unknown time zone {tz!r}; use an IANA name such as UTC or Europe/Berlin") from None
+        raise ValueError(f"unknown time zone {tz!r}") from None
 
 
 def month_bounds(month: str, tz: str | None = None) -> tuple[float, float]:

@@ -369,3 +369,10 @@ def test_a_session_id_off_the_id_rule_is_a_bad_line(ledger, tmp_path):
                        "use 1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)")
     assert msgs[4].startswith("session 's\\x1b[2J' is not a session id") and "'s1;drop'" in msgs[5]
     assert _count(ledger) == 0
+
+
+def test_a_bad_time_zone_says_the_fix_once(ledger):
+    """`--tz Mars/Base` said "use an IANA name" twice: in the message and again in the fix."""
+    with pytest.raises(BadInput) as e:
+        cmds.month(ledger, "2026-11", "Mars/Base")
+    assert e.value.message == "unknown time zone 'Mars/Base'" and e.value.fix == "pass an IANA name, e.g. --tz Europe/Berlin or --tz UTC"
