@@ -31,6 +31,7 @@ import csv
 import io
 import os
 import re
+import time
 from bisect import bisect_right
 from datetime import datetime, timezone
 from itertools import islice, repeat
@@ -552,6 +553,16 @@ SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 SESSION_ID_RULE = "1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)"
 
 
+# A date later than now by more than this is noted (refused with --strict): a teammate's clock
+# may run ahead, a rental dated 2099 is a typo.
+FUTURE_TOLERANCE_S = 86400.0
+
+
+def _future_note(v_date: str) -> str:
+    return (f"date {v_date.strip()!r} is more than a day in the future: a typo in the year?"
+            " (booked as is; --strict refuses it)")
+
+
 def _bad_session_id(sid: str) -> _Bad:
     shown = repr(sid[:40]) + (f" (+{len(sid) - 40} more characters)" if len(sid) > 40 else "")
     return _Bad(f"session {shown} is not a session id: use {SESSION_ID_RULE}")
@@ -744,6 +755,7 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
     true, false = _TRUE, _FALSE
 
     session_id = SESSION_ID.fullmatch
+    future = time.time() + FUTURE_TOLERANCE_S
     to_seconds: dict[float, float] = {}  # hours -> round(hours * 3600, 3): durations repeat, round(x, 3) is slow
 
     def parse(cells: list[str]) -> tuple[tuple, list[str] | None]:
@@ -861,6 +873,8 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
                 to_seconds[hours] = seconds
         if not _FIRST_TIME <= created <= _LAST_TIME - seconds:
             raise _Bad(f"date {v_date.strip()!r} (to its end, {hours:g} h later) is outside 0001-01-02 .. 9999-12-31 UTC")
+        if created > future:
+            notes = (notes or []) + [_future_note(v_date)]
         return (sid, experiment or "default", provider, card, gpus, price, simulated, created, created, created + seconds,
                 seconds, cost, tokens, conclusion), notes
 
@@ -915,6 +929,7 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
     to what it gives; the checks are its bounds over each column's min and max."""
     fromiso = datetime.fromisoformat
     session_id = SESSION_ID.fullmatch
+    future = time.time() + FUTURE_TOLERANCE_S
     max_hours, max_price, max_cost = MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
     absent = width
     names: dict[str, str | None] = {}  # a provider or card cell -> its name, None when it needs a word
@@ -999,8 +1014,8 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
         if "\0" in "".join(conclusions) or not all(map(session_id, sids)):
             return None  # a NUL or an id off SESSION_ID: worded line by line
         seconds = list(map(round, map(mul, hours, repeat(3600.0, n)), repeat(3, n)))
-        if not (min(created) >= _FIRST_TIME and max(created) <= _LAST_TIME - max(seconds) - 86400.0):
-            return None  # near the ends of time: the exact bound line by line
+        if not (min(created) >= _FIRST_TIME and max(created) <= min(future, _LAST_TIME - max(seconds) - 86400.0)):
+            return None  # in the future or near the ends of time: noted or refused line by line
         ends = list(map(add, created, seconds))
         return list(zip(sids, experiments, provs, card_names, gpus, prices, sims, created, created, ends, seconds,
                         costs, tokens, conclusions))

@@ -376,3 +376,21 @@ def test_a_bad_time_zone_says_the_fix_once(ledger):
     with pytest.raises(BadInput) as e:
         cmds.month(ledger, "2026-11", "Mars/Base")
     assert e.value.message == "unknown time zone 'Mars/Base'" and e.value.fix == "pass an IANA name, e.g. --tz Europe/Berlin or --tz UTC"
+
+
+def test_a_date_more_than_a_day_ahead_is_noted_and_refused_with_strict(ledger, tmp_path):
+    """A rental dated 2099 was booked without a word. Noted like an unknown card (a teammate's
+    clock may run ahead: up to a day is fine); --strict refuses it."""
+    from datetime import datetime, timedelta, timezone
+
+    soon = (datetime.now(timezone.utc) + timedelta(hours=12)).isoformat(timespec="seconds")
+    p = tmp_path / "future.csv"
+    p.write_text("date,provider,card,usd_per_hour,hours\n"
+                 f"2026-11-01,vast,rtx-4090,0.35,1\n{soon},vast,rtx-4090,0.35,1\n2099-11-01,vast,rtx-4090,0.35,1\n")
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p, tz="UTC", strict=True)
+    assert [n for n, _ in e.value.errors] == [4] and _count(ledger) == 0
+    r = cmds.import_csv(ledger, p, tz="UTC")
+    assert r["imported"] == 3
+    assert r["warnings"] == [(4, "date '2099-11-01' is more than a day in the future: a typo in the year?"
+                                 " (booked as is; --strict refuses it)")]
