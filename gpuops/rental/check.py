@@ -74,10 +74,12 @@ def exit_code(findings: Iterable[Finding]) -> int:
 
 
 def report(findings: Iterable[Finding], provider: str | None = None, live: bool = False, rent: bool = False) -> dict:
-    """The command's one document: ``checks`` (ordered), ``failed`` / ``warnings`` counts, ``exit``."""
+    """The command's one document: ``checks`` (ordered), ``failed`` / ``warnings`` / ``skipped``
+    counts (a skipped check, e.g. no API key, is no failure: ``exit`` stays 0), ``exit``."""
     items = ordered(findings)
     return {"provider": provider, "live": live, "rent": rent, "exit": exit_code(items),
             "failed": sum(f.verdict == Verdict.FAIL for f in items), "warnings": sum(f.verdict == Verdict.WARN for f in items),
+            "skipped": sum(f.verdict == Verdict.SKIP for f in items),
             "checks": [f.as_json() for f in items]}
 
 
@@ -365,6 +367,9 @@ def live(settings, led, provider: str | None = None, providers: dict | None = No
         if p.account is None and REGISTRY[name].needs_key:
             if provider:  # asked for by name: it must work
                 out.append(Finding(f"auth.{name}", Verdict.FAIL, f"no {name} API key", "set the key (`gpuops check` shows where it is looked for)"))
+            else:  # said, so that the summary claims nothing of a provider not checked
+                out.append(Finding(f"live.{name}", Verdict.SKIP, f"{name} not checked live: no {name} API key",
+                                   "set the key (`gpuops check` shows where it is looked for)"))
             continue
         try:
             bal = p.balance()

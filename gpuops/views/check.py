@@ -25,8 +25,13 @@ def lines(doc: dict) -> list[str]:
         fix = f"  -> {c['fix']}" if c.get("fix") else ""
         out.append(f"{MARK.get(c['verdict'], c['verdict']):<5} {safe(c['check']):<{width}}  {safe(c['detail'])}{safe(fix)}")
     what = "check" + (" --live" if doc["live"] else "") + (" --rent" if doc["rent"] else "")
+    skipped = [c["check"] for c in doc["checks"] if c["verdict"] == "skip"]
+    # A check not run (no API key) holds nothing: named, never counted as holding.
+    skips = f"; {len(skipped)} skipped ({safe(', '.join(skipped))}: no API key)" if skipped else ""
     if doc["failed"]:
-        out.append(f"{what}: {doc['failed']} failed, {doc['warnings']} warning(s)")
+        out.append(f"{what}: {doc['failed']} failed, {doc['warnings']} warning(s){skips}")
+    elif skipped:
+        out.append(f"{what}: nothing failed" + (f" ({doc['warnings']} warning(s))" if doc["warnings"] else "") + skips)
     else:
         out.append(f"{what}: every check holds" + (f" ({doc['warnings']} warning(s))" if doc["warnings"] else ""))
     return out

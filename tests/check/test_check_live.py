@@ -30,3 +30,17 @@ def test_live_with_a_refused_key_fails_auth(cli, emulator_env):
     res = cli("check", "--live", "--provider", "vast", "--format", "json", env={"VAST_API_KEY": "not-this-key"})
     c = {x["check"]: x for x in json.loads(res.stdout)["checks"]}
     assert res.returncode == 1 and c["auth.vast"]["verdict"] == "fail", res
+
+
+def test_live_without_any_key_names_what_it_skipped(cli):
+    """With no provider key `check --live` said "every check holds" though nothing was checked
+    live. Each provider not checked is a skip, and the summary names them; nothing failed: exit 0."""
+    res = cli("check", "--live", "--format", "json")
+    doc = json.loads(res.stdout)
+    c = {x["check"]: x for x in doc["checks"]}
+    assert res.returncode == 0 and doc["failed"] == 0, res
+    assert c["live.runpod"]["verdict"] == "skip" and c["live.runpod"]["detail"] == "runpod not checked live: no runpod API key"
+    assert c["live.vast"]["verdict"] == "skip" and doc["skipped"] >= 2
+    last = cli("check", "--live").stdout.splitlines()[-1]
+    assert "every check holds" not in last and last.startswith("check --live: nothing failed")
+    assert "skipped (" in last and "live.runpod" in last and "live.vast" in last and last.endswith(": no API key)")
