@@ -6,8 +6,6 @@ change here needs a new migration there.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from sqlalchemy import BigInteger, Index, text
 from sqlmodel import Field, SQLModel
 
@@ -33,46 +31,46 @@ class Session(SQLModel, table=True):
     gpu_count: int = 1
     spot: bool = False
     label: str = ""
-    instance_id: Optional[str] = None  # m011: indexed where not NULL (``__table_args__``)
-    offer_id: Optional[str] = None
-    usd_per_hour: Optional[float] = None  # price really charged (create response / instance)
-    bid_usd_per_hour: Optional[float] = None
+    instance_id: str | None = None  # m011: indexed where not NULL (``__table_args__``)
+    offer_id: str | None = None
+    usd_per_hour: float | None = None  # price really charged (create response / instance)
+    bid_usd_per_hour: float | None = None
     simulated: bool = False  # True when the price is a catalog reference, not a charge
     status: str = "provisioning"  # bootstrap.vocabulary.RowStatus (m005: open rows have the partial index ix_sessions_open)
     created_at: float = Field(index=True)  # the intent row (before create)
-    instance_created_at: Optional[float] = None  # create returned: billing starts
-    ready_at: Optional[float] = None
-    ended_at: Optional[float] = None  # confirmed destroy (billing stops)
-    end_reason: Optional[str] = None  # bootstrap.vocabulary.EndReason
-    exit_code: Optional[int] = None
-    billed_seconds: Optional[float] = None
-    cost_usd: Optional[float] = None
+    instance_created_at: float | None = None  # create returned: billing starts
+    ready_at: float | None = None
+    ended_at: float | None = None  # confirmed destroy (billing stops)
+    end_reason: str | None = None  # bootstrap.vocabulary.EndReason
+    exit_code: int | None = None
+    billed_seconds: float | None = None
+    cost_usd: float | None = None
     tokens: int = Field(default=0, sa_type=BigInteger)  # BIGINT as the migration made it (psycopg binds a plain int as ::INTEGER)
-    job_seconds: Optional[float] = None
+    job_seconds: float | None = None
     conclusion: str = ""
     note: str = ""
     log_path: str = ""
     results_path: str = ""
     # m002_cost_truth
-    billing_increment_seconds: Optional[float] = None  # provider rounds billed time up to this; None = 1 s
-    last_heartbeat_at: Optional[float] = None  # the on-box agent's last heartbeat (epoch s)
-    end_source: Optional[str] = None  # destroy|provider|heartbeat|import: where ended_at came from
+    billing_increment_seconds: float | None = None  # provider rounds billed time up to this; None = 1 s
+    last_heartbeat_at: float | None = None  # the on-box agent's last heartbeat (epoch s)
+    end_source: str | None = None  # destroy|provider|heartbeat|import: where ended_at came from
     source: str = Field(default="gpuops", index=True)  # gpuops|import
     # m004_session_limits: the session's own limits (None on older rows: the actor's settings apply)
-    max_hours: Optional[float] = None  # hard TTL from create, hours
-    ready_timeout_seconds: Optional[float] = None  # create -> SSH ready deadline, seconds
-    idle_minutes: Optional[float] = None  # idle window, minutes; 0 = idle layer off; None = not recorded
+    max_hours: float | None = None  # hard TTL from create, hours
+    ready_timeout_seconds: float | None = None  # create -> SSH ready deadline, seconds
+    idle_minutes: float | None = None  # idle window, minutes; 0 = idle layer off; None = not recorded
     # m005_books
-    estimated_usd: Optional[float] = None  # our estimate, kept when the provider's charge is booked
-    charged_usd: Optional[float] = None  # the provider's own charge for the GPU time (ledger sync --apply)
-    cost_source: Optional[str] = None  # estimated (or None) | charged: what cost_usd is
+    estimated_usd: float | None = None  # our estimate, kept when the provider's charge is booked
+    charged_usd: float | None = None  # the provider's own charge for the GPU time (ledger sync --apply)
+    cost_source: str | None = None  # estimated (or None) | charged: what cost_usd is
     # m006_ownership: who rented it and under which provider account (None: before m006, or imported)
-    owner: Optional[str] = None  # [user] name, default user@host
-    account: Optional[str] = None  # provider account fingerprint (gpuops.ownership)
+    owner: str | None = None  # [user] name, default user@host
+    account: str | None = None  # provider account fingerprint (gpuops.ownership)
     # m010_runs: the run this rental is an attempt of (None: a rental outside any run)
-    run_id: Optional[str] = None  # runs.id, "run-..."
-    attempt: Optional[int] = None  # 1 for the run's first rental, 2 after its first recovery, ...
-    max_session_usd: Optional[float] = None  # the run's money left when this rental was made (its own cap), USD
+    run_id: str | None = None  # runs.id, "run-..."
+    attempt: int | None = None  # 1 for the run's first rental, 2 after its first recovery, ...
+    max_session_usd: float | None = None  # the run's money left when this rental was made (its own cap), USD
 
 
 class Run(SQLModel, table=True):
@@ -87,17 +85,17 @@ class Run(SQLModel, table=True):
     provider: str = ""
     status: str = "open"  # open | closed
     created_at: float = Field(index=True)
-    ended_at: Optional[float] = None
-    end_reason: Optional[str] = None  # the last rental's reason, or what the run ran out of (bootstrap.vocabulary.RUN_ENDS)
+    ended_at: float | None = None
+    end_reason: str | None = None  # the last rental's reason, or what the run ran out of (bootstrap.vocabulary.RUN_ENDS)
     detail: str = ""  # one line: why it ended
     recover: int = 0  # rentals allowed after the first
     recover_on: str = ""  # comma-separated end reasons that re-rent
     attempts: int = 0  # rentals made so far
-    max_hours: Optional[float] = None  # the whole run's billed hours
-    max_usd: Optional[float] = None  # the whole run's money, USD (max_session_usd)
+    max_hours: float | None = None  # the whole run's billed hours
+    max_usd: float | None = None  # the whole run's money, USD (max_session_usd)
     note: str = ""
-    owner: Optional[str] = Field(default=None, index=True)
-    account: Optional[str] = None
+    owner: str | None = Field(default=None, index=True)
+    account: str | None = None
 
 
 class BootstrapStep(SQLModel, table=True):
@@ -105,7 +103,7 @@ class BootstrapStep(SQLModel, table=True):
 
     __tablename__ = "bootstrap_steps"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="sessions.id", index=True)
     name: str
     status: str  # done|skipped|failed
@@ -118,7 +116,7 @@ class Event(SQLModel, table=True):
 
     __tablename__ = "events"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="sessions.id", index=True)
     at: float
     kind: str
@@ -141,15 +139,15 @@ class Refusal(SQLModel, table=True):
 
     __tablename__ = "refusals"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     scope: str = Field(index=True)
     reason: str
     detail: str = ""
     set_at: float
-    lifted_at: Optional[float] = None
+    lifted_at: float | None = None
     # m006_ownership: whom the refusal covers: the provider account (balance_floor) or the owner
     # (monthly_cap); None covers everyone (teardown.limits_scope = "team", or a refusal from before m006)
-    account: Optional[str] = None
+    account: str | None = None
 
 
 class CostLine(SQLModel, table=True):
@@ -159,10 +157,10 @@ class CostLine(SQLModel, table=True):
 
     __tablename__ = "cost_lines"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
-    session_id: Optional[str] = Field(default=None, index=True)
+    id: int | None = Field(default=None, primary_key=True)
+    session_id: str | None = Field(default=None, index=True)
     provider: str
-    instance_id: Optional[str] = None
+    instance_id: str | None = None
     kind: str
     start_at: float
     end_at: float = Field(index=True)

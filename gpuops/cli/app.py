@@ -10,7 +10,6 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -32,11 +31,19 @@ app.add_typer(ledger_app, name="ledger")
 from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
 
 app.add_typer(volumes_app, name="volumes")
-from gpuops.cli.options import CONFIG_OPT, TZ_OPT, _card_count, _parse_price, _print_lossy, _settings, number, output_options  # noqa: E402
+from gpuops.cli.options import (  # noqa: E402
+    CONFIG_OPT,
+    TZ_OPT,
+    _card_count,
+    _parse_price,
+    _print_lossy,
+    _settings,
+    number,
+    output_options,
+)
 
 # Provider names in help strings come from the registry (names only: no provider class is imported).
 from gpuops.providers import MARKETPLACES, NAMES, SPOT, WITH_VOLUMES, choices, titles  # noqa: E402
-
 
 
 def _spot_by_provider() -> str:
@@ -76,19 +83,19 @@ def up(
     # str, not Path: typer coerces a Path through a pydantic adapter built on first use (start-up
     # before the intent row); gpuops.rental.launcher.validate checks the file.
     job: str = typer.Option(..., "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."),
-    card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
-    experiment: Optional[str] = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
-    provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: [up] provider, else local)."),
-    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
+    card: str | None = typer.Option(None, "--card", help=CARD_HELP),
+    experiment: str | None = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
+    provider: str | None = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: [up] provider, else local)."),
+    spot: bool | None = typer.Option(None, "--spot/--on-demand", help=(
         "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
         f"{_spot_by_provider()}.")),
-    max_price: Optional[float] = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
+    max_price: float | None = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
                                         unit="USD per hour"),
-    max_hours: Optional[float] = number(None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"),
-    idle_minutes: Optional[str] = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
+    max_hours: float | None = number(None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"),
+    idle_minutes: str | None = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
-    model: Optional[str] = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
+    model: str | None = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
     dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."),
     seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
@@ -96,26 +103,25 @@ def up(
     gpu_count: int = number(1, "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them).", example="2",
                             whole=True),
     allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
-    vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
-    volume: Optional[str] = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
-    name: Optional[str] = typer.Option(None, "--name", help="The session id to use (1-40 of a-z, 0-9, -), e.g. llama-sweep-1: `gpuops logs/down NAME`."),
+    vendor: str | None = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
+    volume: str | None = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
+    name: str | None = typer.Option(None, "--name", help="The session id to use (1-40 of a-z, 0-9, -), e.g. llama-sweep-1: `gpuops logs/down NAME`."),
     exit_code: str = typer.Option("gpuops", "--exit-code", help=(
         "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
         "exit code when it ran (else the gpuops code).")),
-    recover: Optional[int] = number(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover).",
+    recover: int | None = number(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover).",
                                     example="3 (a run of at most 4 rentals)", whole=True, unit="re-rentals"),
-    recover_on: Optional[str] = typer.Option(None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."),
-    config: Optional[str] = CONFIG_OPT,
+    recover_on: str | None = typer.Option(None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."),
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Rent a box, bootstrap it, run JOB, tear it down, book the session.
 
     Spot by default where the provider has it ([up] spot = true): interruptible at the offer's minimum bid, else
     on-demand (see --spot); --on-demand never rents spot."""
-    from gpuops.views import emit
-    from gpuops.rental import launcher
-    from gpuops.views import ui
     from gpuops.providers import NAMES
+    from gpuops.rental import launcher
+    from gpuops.views import emit, ui
 
     if exit_code not in ("gpuops", "job"):
         raise BadInput(f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code")
@@ -214,28 +220,26 @@ def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
 @app.command("offers")
 @output_options()
 def offers(
-    card: Optional[str] = typer.Option(None, "--card", help=CARD_HELP),
-    vram_gb: Optional[float] = number(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes).", example="24", unit="GB"),
-    model: Optional[str] = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
+    card: str | None = typer.Option(None, "--card", help=CARD_HELP),
+    vram_gb: float | None = number(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes).", example="24", unit="GB"),
+    model: str | None = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
     dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's)."),
     seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
     batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
     gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
-    provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: every provider with a key)."),
-    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help=(
+    provider: str | None = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: every provider with a key)."),
+    spot: bool | None = typer.Option(None, "--spot/--on-demand", help=(
         f"Interruptible offers only ({titles(SPOT, ', ')}; {_without_spot()} none), or on-demand only (default: both, each at the price it rents at).")),
-    max_price: Optional[float] = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
+    max_price: float | None = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
                                         unit="USD per hour"),
     limit: int = number(20, "--limit", help="Show at most this many offers.", example="20", whole=True),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
-    from gpuops.views import emit
-    from gpuops.views import offers as offers_view
-    from gpuops.views import ui
     from gpuops.planning.sizing import parse_positive_int
+    from gpuops.views import emit, offers as offers_view, ui
 
     card, gpu_count = _card_count(card, gpu_count)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", 4096, 1):
@@ -252,22 +256,22 @@ def offers(
 @app.command()
 @output_options()
 def plan(
-    model: Optional[str] = typer.Option(None, "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
+    model: str | None = typer.Option(None, "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
     dtype: str = typer.Option("auto", "--dtype", help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4."),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto (the model's, as vLLM), fp32, bf16, fp16, fp8, int8."),
     batch: int = number(1, "--batch", help="Concurrent sequences.", example="32", whole=True),
     seq: int = number(4096, "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len.", example="4096", whole=True),
-    engine: Optional[str] = typer.Option(None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."),
+    engine: str | None = typer.Option(None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."),
     mode: str = typer.Option("infer", "--mode", help="infer | train (same as --engine train: mixed-precision Adam, 16 B/param + activations)."),
     gpu_count: int = number(1, "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism.", example="2", whole=True),
-    headroom: Optional[float] = number(None, "--gpu-memory-utilization", "--headroom", example="0.9",
+    headroom: float | None = number(None, "--gpu-memory-utilization", "--headroom", example="0.9",
                                        help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90)."),
-    max_num_seqs: Optional[int] = number(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024).",
+    max_num_seqs: int | None = number(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024).",
                                          example="256", whole=True),
-    max_num_batched_tokens: Optional[int] = number(None, "--max-num-batched-tokens", example="8192", whole=True,
+    max_num_batched_tokens: int | None = number(None, "--max-num-batched-tokens", example="8192", whole=True,
                                                    help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
-    card: Optional[str] = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them)."),
-    vendor: Optional[str] = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
+    card: str | None = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them)."),
+    vendor: str | None = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
     fmt: str = "table",
 ) -> None:
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
@@ -291,21 +295,20 @@ def plan(
 @app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
 @output_options()
 def plan_spot(
-    card: Optional[str] = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
-    provider: Optional[str] = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
+    card: str | None = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
+    provider: str | None = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
     gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
     lost_minutes: float = number(10, "--lost-minutes", example="10", unit="minutes",
                                  help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint."),
-    spot_usd_per_hour: Optional[float] = number(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's.",
+    spot_usd_per_hour: float | None = number(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's.",
                                                 example="0.2", unit="USD per hour"),
-    on_demand_usd_per_hour: Optional[float] = number(None, "--on-demand-usd-per-hour", example="0.5", unit="USD per hour",
+    on_demand_usd_per_hour: float | None = number(None, "--on-demand-usd-per-hour", example="0.5", unit="USD per hour",
                                                      help="The on-demand price instead of the cheapest offer's."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """What a spot run (up --spot --recover N) costs against one on-demand box: the break-even preemption rate from the two prices."""
-    from gpuops.views import emit
-    from gpuops.views import spot as spot_view
+    from gpuops.views import emit, spot as spot_view
 
     need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
     rep = spot_view.spot_plan(_settings(config) if need_offers else None, card=card, provider=provider, gpu_count=gpu_count,
@@ -321,10 +324,10 @@ def plan_storage(
     download_gbps: float = number(1, "--download-gbps", help="Download rate from the box to the hub, Gbit/s.", example="1"),
     provider: str = typer.Option(WITH_VOLUMES[0], "--provider", help=f"{choices(WITH_VOLUMES)}: whose volume price applies."),
     dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype when the checkpoint size is unknown."),
-    card: Optional[str] = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
-    usd_per_hour: Optional[float] = number(None, "--usd-per-hour", help="Box price instead of the card's reference price.", example="2",
+    card: str | None = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
+    usd_per_hour: float | None = number(None, "--usd-per-hour", help="Box price instead of the card's reference price.", example="2",
                                            unit="USD per hour"),
-    usd_per_gb_month: Optional[float] = number(None, "--usd-per-gb-month", help="Volume price instead of the provider's.",
+    usd_per_gb_month: float | None = number(None, "--usd-per-gb-month", help="Volume price instead of the provider's.",
                                                example="0.07", unit="USD per GB-month"),
     fmt: str = "table",
 ) -> None:
@@ -340,13 +343,12 @@ def plan_storage(
 @output_options()
 def ps(
     everyone: bool = typer.Option(False, "--all/--mine", help="Every user's open sessions, or only yours (default: yours)."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """List open sessions (boxes that may be billing): yours by default, with their owner."""
-    from gpuops.views import emit
     from gpuops.rental import sessions
-    from gpuops.views import ui
+    from gpuops.views import emit, ui
 
     settings = _settings(config, emergency=True)
     ledger = sessions.open_ledger(settings)
@@ -383,14 +385,14 @@ def cards(
 @app.command()
 @output_options()
 def down(
-    session: Optional[str] = typer.Argument(None, help="Session id (or a unique prefix)."),
+    session: str | None = typer.Argument(None, help="Session id (or a unique prefix)."),
     all_open: bool = typer.Option(False, "--all", help="Take down every open session of yours (rented with a key you hold)."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Destroy a session's box now and close its row (reason: manual)."""
-    from gpuops.views import emit
     from gpuops.rental import sessions
+    from gpuops.views import emit
 
     settings = _settings(config, emergency=True)
     from gpuops.views.progress import waiting
@@ -419,7 +421,7 @@ def down(
 def logs(
     session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the job ends (Ctrl-C detaches; the job keeps running)."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
 ) -> None:
     """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
     from gpuops.views.logs import show_logs
@@ -439,13 +441,13 @@ def logs(
 def watchdog(
     interval: float = number(30.0, "--interval", help="Seconds between ticks.", example="30", unit="seconds"),
     once: bool = typer.Option(False, "--once", help="One reconcile and one tick, then exit (for cron)."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
     verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
     install: bool = typer.Option(False, "--install", help="Run it as a user service (systemd user unit / launchd agent) with these settings."),
     uninstall: bool = typer.Option(False, "--uninstall", help="Stop and remove the user service."),
     service_status: bool = typer.Option(False, "--status", help="Whether the user service runs, since when, and each watchdog's last pass."),
-    env_file: Optional[str] = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
+    env_file: str | None = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
     With --once, --interval says how often your cron runs it (the views call a pass late after 3)."""
@@ -472,10 +474,10 @@ def watchdog(
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
     def on_pass(name: str, acts: list, seconds: float) -> None:
         if verbose:
+            import time as _time
+
             from gpuops.views.emit import utc_iso
             from gpuops.views.session_history import plural
-
-            import time as _time
 
             print(f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s", file=sys.stderr, flush=True)
 
@@ -497,12 +499,12 @@ def watchdog(
 @output_options()
 def reconcile(
     destroy_unknown: bool = typer.Option(False, "--destroy-unknown", help="Also destroy gpuops- instances this ledger has no row for."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
-    from gpuops.views import emit
     from gpuops.rental import reconcile as rec
+    from gpuops.views import emit
 
     settings = _settings(config, emergency=True)
     from gpuops.views.progress import waiting
@@ -523,19 +525,19 @@ def reconcile(
 @app.command()
 @output_options()
 def check(
-    provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: {titles(MARKETPLACES, ' and ')}; --rent: [up] provider, else the one with a key)."),
+    provider: str | None = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: {titles(MARKETPLACES, ' and ')}; --rent: [up] provider, else the one with a key)."),
     live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
     rent: bool = typer.Option(False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."),
-    max_usd: Optional[float] = number(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10).",
+    max_usd: float | None = number(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10).",
                                       example="0.2", unit="USD"),
-    max_minutes: Optional[float] = number(None, "--max-minutes", example="15", unit="minutes",
+    max_minutes: float | None = number(None, "--max-minutes", example="15", unit="minutes",
                                           help="The whole check's wall time in minutes (default [check] max_minutes, 10)."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box."""
-    from gpuops.views import emit
     from gpuops.providers import NAMES
+    from gpuops.views import emit
 
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
@@ -589,11 +591,11 @@ def _emit_json(action) -> None:
 
 @app.command()
 def dashboard(
-    month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
-    tz: Optional[str] = TZ_OPT,
+    month: str | None = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
+    tz: str | None = TZ_OPT,
     port: int = number(8765, "--port", help="Port on 127.0.0.1 (0: any free port).", example="8765", whole=True),
-    html: Optional[Path] = typer.Option(None, "--html", help="Write the page as one self-contained offline file instead of serving it."),
-    config: Optional[str] = CONFIG_OPT,
+    html: Path | None = typer.Option(None, "--html", help="Write the page as one self-contained offline file instead of serving it."),
+    config: str | None = CONFIG_OPT,
 ) -> None:
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
     from gpuops.views.dashboard import command

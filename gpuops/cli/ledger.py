@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
 from gpuops.cli.options import CONFIG_OPT, TZ_OPT, Number, _ledger, _reader, _settings, number, output_options
 from gpuops.errors import BadInput
-
 
 ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
 
@@ -19,11 +17,11 @@ ledger_app = typer.Typer(help="The books: what each session and month cost.", no
 @ledger_app.command("month")
 @output_options(csv=True)
 def ledger_month(
-    month: Optional[str] = typer.Argument(None, help="YYYY-MM (default: this month)."),
-    tz: Optional[str] = TZ_OPT,
-    by: Optional[str] = typer.Option(None, "--by", help="'day': add a day-by-day table."),
+    month: str | None = typer.Argument(None, help="YYYY-MM (default: this month)."),
+    tz: str | None = TZ_OPT,
+    by: str | None = typer.Option(None, "--by", help="'day': add a day-by-day table."),
     plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal (table format only)."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """What the month cost: totals, by experiment, by card, by provider.
@@ -44,10 +42,10 @@ def ledger_month(
 @ledger_app.command("experiments")
 @output_options(csv=True)
 def ledger_experiments(
-    since: Optional[str] = typer.Option(None, "--since", help="First day, YYYY-MM-DD."),
-    until: Optional[str] = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
-    tz: Optional[str] = TZ_OPT,
-    config: Optional[str] = CONFIG_OPT,
+    since: str | None = typer.Option(None, "--since", help="First day, YYYY-MM-DD."),
+    until: str | None = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
+    tz: str | None = TZ_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Per experiment: sessions, GPU-hours, cost, tokens, $/Mtoken, latest conclusion.
@@ -63,17 +61,16 @@ def ledger_experiments(
 @ledger_app.command("sessions")
 @output_options(csv=True)
 def ledger_sessions(
-    since: Optional[str] = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
-    experiment: Optional[str] = typer.Option(None, "--experiment", help="Only this experiment."),
+    since: str | None = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
+    experiment: str | None = typer.Option(None, "--experiment", help="Only this experiment."),
     limit: int = number(20, "--limit", help="Show at most this many sessions (newest first).", example="20", whole=True),
     runs: bool = typer.Option(False, "--runs", help="List runs (up --recover) with their rentals' total instead."),
-    tz: Optional[str] = TZ_OPT,
-    config: Optional[str] = CONFIG_OPT,
+    tz: str | None = TZ_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Past sessions, newest first: when, run, experiment, card, hours, cost, end reason, conclusion."""
-    from gpuops.views import emit
-    from gpuops.views import session_history as history
+    from gpuops.views import emit, session_history as history
 
     if runs:
         if experiment is not None:
@@ -93,8 +90,8 @@ def ledger_sessions(
 @output_options(csv=True)
 def ledger_show(
     session: str = typer.Argument(..., help="Session id (or a unique prefix), or a run id (run-...)."),
-    tz: Optional[str] = TZ_OPT,
-    config: Optional[str] = CONFIG_OPT,
+    tz: str | None = TZ_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Every field of one session, its bootstrap steps, its events, where logs and results are;
@@ -103,8 +100,7 @@ def ledger_show(
     from gpuops.views import ledger as ledger_view
 
     if session.startswith("run-"):
-        from gpuops.views import emit
-        from gpuops.views import session_history as history
+        from gpuops.views import emit, session_history as history
 
         rep = books.show_run(_ledger(config), session, tz)
         emit.emit(rep, fmt, lambda: history.render_run(rep), csv_records=rep["rentals"],
@@ -118,13 +114,12 @@ def ledger_show(
 def ledger_note(
     session: str = typer.Argument(...),
     text: str = typer.Argument(..., help="One-line conclusion."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Record a session's one-line conclusion."""
     from gpuops.rental import ledger_service as books
-    from gpuops.views import emit
-    from gpuops.views import ui
+    from gpuops.views import emit, ui
 
     r = books.note(_ledger(config), session, text)
     emit.emit(r, fmt, lambda: print(f"{r['session']}: {ui.safe(r['conclusion'])}"))
@@ -136,7 +131,7 @@ def ledger_tokens(
     session: str = typer.Argument(...),
     n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count).",
                             parser=Number("the token count", whole=True, fix="e.g. gpuops ledger tokens SESSION 2100000")),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Set a session's token count after the fact (for $/Mtoken)."""
@@ -152,10 +147,10 @@ def ledger_tokens(
 
 @ledger_app.command("export")
 def ledger_export(
-    month: Optional[str] = typer.Option(None, "--month", help="Only this month, YYYY-MM (default: everything)."),
-    tz: Optional[str] = TZ_OPT,
-    config: Optional[str] = CONFIG_OPT,
-    fmt: Optional[str] = typer.Option(None, "--format", help="csv (the only format: what `ledger import` reads)."),
+    month: str | None = typer.Option(None, "--month", help="Only this month, YYYY-MM (default: everything)."),
+    tz: str | None = TZ_OPT,
+    config: str | None = CONFIG_OPT,
+    fmt: str | None = typer.Option(None, "--format", help="csv (the only format: what `ledger import` reads)."),
     csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format)."),
 ) -> None:
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
@@ -187,9 +182,9 @@ def ledger_export(
 @output_options()
 def ledger_import(
     file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
-    tz: Optional[str] = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
+    tz: str | None = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
     strict: bool = typer.Option(False, "--strict", help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent."),
-    config: Optional[str] = CONFIG_OPT,
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
@@ -207,8 +202,8 @@ def ledger_import(
 @ledger_app.command("replay")
 @output_options()
 def ledger_replay(
-    lines: Optional[List[str]] = typer.Argument(None, help="Lines `up` printed when no spool could hold them (default: replay the spool)."),
-    config: Optional[str] = CONFIG_OPT,
+    lines: list[str] | None = typer.Argument(None, help="Lines `up` printed when no spool could hold them (default: replay the spool)."),
+    config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Apply writes the ledger refused: the spool (what `ps`, `watchdog` and `reconcile` also do), or
@@ -230,9 +225,9 @@ def ledger_replay(
 @ledger_app.command("sync")
 @output_options(csv=True)
 def ledger_sync(
-    month: Optional[str] = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
-    tz: Optional[str] = TZ_OPT,
-    config: Optional[str] = CONFIG_OPT,
+    month: str | None = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
+    tz: str | None = TZ_OPT,
+    config: str | None = CONFIG_OPT,
     apply: bool = typer.Option(False, "--apply", help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines."),
     fmt: str = "table",
 ) -> None:

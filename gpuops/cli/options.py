@@ -8,18 +8,16 @@ import inspect
 import math
 import os
 import sys
-from typing import Optional
 from collections.abc import Callable, Sequence
 
 import typer
 
 from gpuops.errors import BadInput
 
-
 CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
 
 
-def _settings(config: Optional[str], overrides: dict | None = None, emergency: bool = False):
+def _settings(config: str | None, overrides: dict | None = None, emergency: bool = False):
     """Settings for a command. ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
     lists, reads or destroys boxes and books): a broken infra.toml key or GPUOPS_* variable is
     skipped with a one-line warning on stderr instead of refusing, so a running box can still be
@@ -68,7 +66,7 @@ def number(default, *flags: str, help: str, example: str, whole: bool = False, u
     return typer.Option(default, *flags, help=help, parser=Number(flags[0], whole, unit, f"e.g. {flags[0]} {example}"))
 
 
-def _parse_price(price: Optional[float]) -> Optional[float]:
+def _parse_price(price: float | None) -> float | None:
     """``--max-price`` (a float or None) checked finite: BadInput otherwise."""
     if price is not None and not math.isfinite(price):
         raise BadInput(f"--max-price must be a finite number of USD per hour, got {str(price)!r}", "e.g. --max-price 2.5")
@@ -79,7 +77,6 @@ def _print_lossy(render) -> None:
     """Print the end of a rental where the terminal may be gone: a closed or broken stdout/stderr
     (EPIPE, EBADF) loses the text, never the exit status; stdout is pointed at /dev/null so the
     interpreter's final flush cannot fail either."""
-    import os
 
     try:
         render()
@@ -113,7 +110,7 @@ def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json",
         sig = inspect.signature(command, eval_str=True)
         params = list(sig.parameters.values())
         at = [p.name for p in params].index("fmt")
-        added = [inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+        added = [inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                                    default=typer.Option(None, "--format", help=help))]
         added += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                                     default=typer.Option(False, flag, help=f"Shorthand for --format {value}."))
@@ -122,7 +119,7 @@ def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json",
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
 
         @functools.wraps(command)
-        def run(*args, fmt: Optional[str] = None, json_out: bool = False, csv_out: bool = False, **kwargs):
+        def run(*args, fmt: str | None = None, json_out: bool = False, csv_out: bool = False, **kwargs):
             from gpuops.views.emit import pick
 
             return command(*args, fmt=pick(fmt, json_out, csv_out, allowed=formats), **kwargs)
@@ -134,20 +131,20 @@ def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json",
     return decorate
 
 
-def _ledger(config: Optional[str]):
+def _ledger(config: str | None):
     from gpuops.rental import sessions
 
     return sessions.open_ledger(_settings(config, emergency=True))
 
 
-def _reader(config: Optional[str]):
+def _reader(config: str | None):
     """The ledger's read side for reports (no ORM import: fast on 100k sessions)."""
     from ledger.reads import LedgerReader
 
     return LedgerReader(_settings(config, emergency=True).ledger_url())
 
 
-def _card_count(card: Optional[str], gpu_count: int, default: int = 1) -> tuple[Optional[str], int]:
+def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str | None, int]:
     """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count); a plain
     ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
     says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager, nullcontext
-from typing import Optional
 
 import typer
 
 from gpuops.cli.options import CONFIG_OPT, number, output_options
 from gpuops.errors import BadInput
 from gpuops.providers import WITH_VOLUMES, choices, titles  # names only: no provider class is imported
-
 
 
 def _region_help() -> str:
@@ -29,10 +27,9 @@ volumes_app = typer.Typer(help=f"Persistent volumes that survive the destroy ({t
 DROP_ORDER = ("mount", "region", "name")
 
 
-def _provider(name: str, config: Optional[str]):
+def _provider(name: str, config: str | None):
     from gpuops.config import load_settings
-    from gpuops.providers import get_provider
-    from gpuops.providers import WITH_VOLUMES
+    from gpuops.providers import WITH_VOLUMES, get_provider
 
     if name not in WITH_VOLUMES:
         raise BadInput(f"provider {name!r} has no volumes", f"use --provider {' or '.join(WITH_VOLUMES)}")
@@ -54,8 +51,8 @@ def _input_errors():
 
 
 def _print(vols: list, fmt: str, notes: list[str]) -> None:
-    from gpuops.views import emit
     from gpuops.providers.volumes import VOLUME_COLUMNS
+    from gpuops.views import emit
 
     if fmt != "table":
         emit.emit({"volumes": [v.as_json() for v in vols], "notes": notes}, fmt, csv_records=[v.as_json() for v in vols],
@@ -82,8 +79,8 @@ def _print(vols: list, fmt: str, notes: list[str]) -> None:
 
 @volumes_app.command("list")
 @output_options()
-def volumes_list(provider: Optional[str] = typer.Option(None, "--provider", help=f"{choices(WITH_VOLUMES)} (default: every provider with a key)."),
-                 config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
+def volumes_list(provider: str | None = typer.Option(None, "--provider", help=f"{choices(WITH_VOLUMES)} (default: every provider with a key)."),
+                 config: str | None = CONFIG_OPT, fmt: str = "table") -> None:
     """Your volumes: size (GB), region/datacenter, monthly cost (USD)."""
     from gpuops.config import load_settings
     from gpuops.providers import MARKETPLACES, WITH_VOLUMES, configured, get_provider, titles
@@ -118,7 +115,7 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help=f"{choic
                    name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
                    size_gb: float = number(..., "--size-gb", help="Size in GB (10^9 bytes).", example="100", unit="GB"),
                    region: str = typer.Option("", "--region", help=_region_help()),
-                   config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
+                   config: str | None = CONFIG_OPT, fmt: str = "table") -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
     from gpuops.providers import REGISTRY, WITH_VOLUMES
     from gpuops.providers.volumes import check_name, check_size, service
@@ -137,7 +134,7 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help=f"{choic
 @output_options()
 def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"),
                    yes: bool = typer.Option(False, "--yes", help="Really delete: the data on it is lost."),
-                   config: Optional[str] = CONFIG_OPT, fmt: str = "table") -> None:
+                   config: str | None = CONFIG_OPT, fmt: str = "table") -> None:
     """Delete a volume and everything on it (weights, caches, kept results)."""
     from gpuops.providers.volumes import parse_ref, resolve, service
 

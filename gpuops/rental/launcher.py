@@ -20,20 +20,29 @@ import secrets
 import shlex
 import signal
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 import msgspec
 
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
-from gpuops.config import Settings
 from gpuops.agent.jobio import tokens_from_metrics
+from gpuops.config import Settings
 from gpuops.errors import BadInput, GpuopsError
-from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
-from gpuops.providers.base import CreateSpec, Instance, InstanceStatus, Offer, OfferQuery, Provider, ProviderError, ProviderErrorKind
+from gpuops.providers.base import (
+    CreateSpec,
+    Instance,
+    InstanceStatus,
+    Offer,
+    OfferQuery,
+    Provider,
+    ProviderError,
+    ProviderErrorKind,
+)
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"
 # On the box, everything gpuops owns lives under <root>/.gpuops
@@ -93,7 +102,7 @@ class OfferChoice:
     candidates: list[Offer]
     projected_cost_usd: float  # the offer's price as rented (Offer.price: the bid on spot) x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
-    volume: "object | None" = None  # gpuops.providers.volumes.Volume mounted at create
+    volume: object | None = None  # gpuops.providers.volumes.Volume mounted at create
     notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.planning.offers.screen)
 
     def as_json(self, settings: Settings) -> dict:
@@ -646,7 +655,7 @@ def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter
                 rentals.append(s)
                 ledger.update_run(run_id, attempts=attempt)
 
-                def write_intent(s=s, choice=choice, cur_settings=cur_settings, attempt=attempt) -> None:
+                def write_intent(s=s, choice=choice, cur_settings=cur_settings, attempt=attempt, usd_left=usd_left) -> None:
                     _intent(s, choice, cur_settings, provider, ledger, reporter)
                     if attempt > 1:
                         ledger.event(s.id, EventKind.RECOVER, {"run": run_id, "attempt": attempt, "after": str(rentals[-2].end_reason),
@@ -847,7 +856,6 @@ def _ready(s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: S
         s.box = open_box(provider, s.instance, deadline, settings)
     else:
         from gpuops.box import remote
-
         from gpuops.providers.wait import wait_for_ssh
 
         if s.instance.ssh is None and not s.instance.extra.get("local_root"):
