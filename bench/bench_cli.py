@@ -1,5 +1,6 @@
-"""Benchmark: CLI start-up against the providers' own CLIs, the month report on a 100,000-session
-ledger imported through `gpuops ledger import`, and inserting a session with its events.
+"""Benchmark the CLI: start-up, the month report on a 100,000-session ledger, a session insert.
+
+Start-up is timed against the providers' own CLIs; the ledger is built through `gpuops ledger import`.
 
     /work/main/.venv/bin/python bench/bench_cli.py [--sessions 100000] [--runs 7] [--keep DIR] [--startup-only]
 
@@ -75,8 +76,9 @@ STARTUP_TARGET = 0.25  # each command's wall / vastai --help's wall
 
 
 def startup_goal(gpuops: list[str], env: dict, empty: Path, runs: int) -> dict[str, float]:
-    """Median wall seconds of ``--help``, ``ps`` and ``watchdog --once`` on the empty ledger in
-    ``empty`` and of ``vastai --help``, in turns (one warm-up each), with the ratios printed."""
+    """Median wall seconds of ``--help``, ``ps``, ``watchdog --once`` and ``vastai --help``, with the ratios printed.
+
+    gpuops runs on the empty ledger in ``empty``; the commands take turns (one warm-up each)."""
     env = dict(env, GPUOPS_DATA_DIR=str(empty / "data"), GPUOPS_LEDGER_URL=f"sqlite:///{empty / 'ledger.db'}")
     commands = {"gpuops --help": gpuops + ["--help"], "gpuops ps": gpuops + ["ps"],
                 "gpuops watchdog --once": gpuops + ["watchdog", "--once"], "vastai --help": [str(BIN / "vastai"), "--help"]}

@@ -74,7 +74,9 @@ class Session(SQLModel, table=True):
 
 
 class Run(SQLModel, table=True):
-    """The user's job across rentals (m010): ``up --recover N`` makes one, and one rental per
+    """The user's job across rentals (m010).
+
+    ``up --recover N`` makes one, and one rental per
     attempt (``sessions.run_id``). Its cost is its rentals' (never booked twice)."""
 
     __tablename__ = "runs"
@@ -134,8 +136,9 @@ class SessionLease(SQLModel, table=True):
 
 
 class Refusal(SQLModel, table=True):
-    """A money limit crossed: new boxes in ``scope`` (a provider name, or "*") are refused while
-    ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m003)."""
+    """A money limit crossed: new boxes in ``scope`` (a provider name, or "*") are refused until lifted.
+
+    Refused while ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m003)."""
 
     __tablename__ = "refusals"
 
@@ -151,7 +154,9 @@ class Refusal(SQLModel, table=True):
 
 
 class CostLine(SQLModel, table=True):
-    """Money that is not a session's GPU time (m005): ``kind`` storage (a stopped instance's disk,
+    """Money that is not a session's GPU time (m005).
+
+    ``kind`` storage (a stopped instance's disk,
     a network volume), over [``start_at``, ``end_at``) epoch s, ``usd`` USD. ``session_id`` None:
     an account-level line. ``source``: provider (its billing) or estimate."""
 

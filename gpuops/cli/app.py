@@ -47,7 +47,9 @@ from gpuops.providers import MARKETPLACES, NAMES, SPOT, WITH_VOLUMES, choices, t
 
 
 def _spot_by_provider() -> str:
-    """What `up` rents on each provider by default, from the registry: ``Vast.ai bids the offer's
+    """What `up` rents on each provider by default, from the registry.
+
+    E.g. ``Vast.ai bids the offer's
     minimum (it can be taken back); RunPod has no spot, so on-demand; local: on-demand``."""
     from gpuops.providers import REGISTRY
 
@@ -199,7 +201,9 @@ def up(
 
 
 def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
-    """``--recover N`` / ``--recover-on R,R`` as [job] settings; BadInput (one line) for a count
+    """``--recover N`` / ``--recover-on R,R`` as [job] settings.
+
+    BadInput (one line) for a count
     that is not a whole number in [0, MAX_RECOVER] or a reason a run never re-rents on."""
     from gpuops.config import MAX_RECOVER, parse_recover_on
 
@@ -450,6 +454,7 @@ def watchdog(
     env_file: str | None = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
+
     With --once, --interval says how often your cron runs it (the views call a pass late after 3)."""
     json_out = fmt == "json"
     if not math.isfinite(interval) or interval <= 0:  # nan passes `<= 0`; inf is a pass never late
@@ -611,9 +616,10 @@ SQLITE_LOCKED_FIX = "another process holds the SQLite ledger's lock; wait for it
 
 
 def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
-    """(one-line error, exit code) when ``e`` is the ledger database failing to open or answer
-    (a bad URL, a missing driver, a server that is down, a file that is not a database, an SQLite
-    file that cannot be created); else None. Passwords in URLs are masked. A bad URL, driver or data
+    """(one-line error, exit code) when ``e`` is the ledger database failing to open or answer, else None.
+
+    Failing: a bad URL, a missing driver, a server that is down, a file that is not a database, an SQLite
+    file that cannot be created. Passwords in URLs are masked. A bad URL, driver or data
     dir is bad input (2), the rest a failure (1)."""
     import re
     import traceback
@@ -658,8 +664,9 @@ def _err(text: str) -> None:
 
 
 def _std_fds() -> None:
-    """Started with stdin/stdout/stderr closed (``>&- 2>&-``, a dead parent): point the missing fds
-    at /dev/null FIRST, so no file opened later (the SQLite ledger) becomes fd 1 or 2 and receives
+    """Point closed stdin/stdout/stderr (``>&- 2>&-``, a dead parent) at /dev/null, first.
+
+    So no file opened later (the SQLite ledger) becomes fd 1 or 2 and receives
     what a child process writes to its stdout."""
     import os
 
@@ -681,8 +688,9 @@ def _std_fds() -> None:
 
 
 def _fast_exit(code: int) -> None:
-    """Exit with ``code`` without tearing down every object the imports made (SQLAlchemy, pydantic
-    and rich cost 0.05-0.3 s to dismantle at interpreter exit, more than `ps` itself).
+    """Exit with ``code`` without tearing down every object the imports made.
+
+    SQLAlchemy, pydantic and rich cost 0.05-0.3 s to dismantle at interpreter exit, more than `ps` itself.
 
     Safe for the ledger: every write is its own committed transaction before a command returns
     (SQLite's WAL or PostgreSQL has it; an unclosed connection is only a socket or a file handle).
@@ -711,7 +719,9 @@ def _fast_exit(code: int) -> None:
 
 
 def main(fast_exit: bool = True) -> None:
-    """Entry point: run the app; GpuopsError -> one line on stderr and its exit code; a usage
+    """Entry point: run the app, ending with an exit code.
+
+    GpuopsError -> one line on stderr and its exit code; a usage
     error -> one line naming the help to read, exit 2. ``fast_exit``: leave through ``_fast_exit``
     (pass False when calling it inside another Python program, which it would end). Files gpuops
     creates (ledger, logs, local boxes, results) are the user's alone: umask 077."""

@@ -1,5 +1,7 @@
-"""`gpuops ledger ...`: the books' commands (month, experiments, sessions, show, note, tokens, export,
-import, sync, replay). Parse, call gpuops.rental.ledger_service, render through gpuops.views.ledger."""
+"""`gpuops ledger ...`: the books' commands.
+
+Month, experiments, sessions, show, note, tokens, export, import, sync, replay. Parse, call
+gpuops.rental.ledger_service, render through gpuops.views.ledger."""
 
 from __future__ import annotations
 
@@ -94,8 +96,9 @@ def ledger_show(
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
-    """Every field of one session, its bootstrap steps, its events, where logs and results are;
-    for a run (run-...): its rentals and why each ended."""
+    """Every field of one session: its bootstrap steps, its events, where logs and results are.
+
+    For a run (run-...): its rentals and why each ended."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
@@ -206,7 +209,9 @@ def ledger_replay(
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
-    """Apply writes the ledger refused: the spool (what `ps`, `watchdog` and `reconcile` also do), or
+    """Apply writes the ledger refused.
+
+    The spool (what `ps`, `watchdog` and `reconcile` also do), or
     the lines `up` printed when its spools could not be written either."""
     from gpuops.views import emit
 

@@ -1,4 +1,6 @@
-"""What several command groups share: the output options (one decorator), the config option, the
+"""What several command groups share.
+
+The output options (one decorator), the config option, the
 settings load, the ledger openers, and the one way a table is printed to a pipe that may close."""
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: .
 
 
 def _settings(config: str | None, overrides: dict | None = None, emergency: bool = False):
-    """Settings for a command. ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
+    """Settings for a command.
+
+    ``emergency`` (ps, down, reconcile, logs, ledger, dashboard: what
     lists, reads or destroys boxes and books): a broken infra.toml key or GPUOPS_* variable is
     skipped with a one-line warning on stderr instead of refusing, so a running box can still be
     found and destroyed."""
@@ -28,8 +32,9 @@ def _settings(config: str | None, overrides: dict | None = None, emergency: bool
 
 
 class Number:
-    """typer's ``parser=`` for a number on the command line: the text as an ``int`` (``whole``) or
-    a ``float``; anything else is BadInput, one line naming the flag and an example, e.g.
+    """typer's ``parser=`` for a number on the command line: an ``int`` (``whole``) or a ``float``.
+
+    Anything else is BadInput, one line naming the flag and an example, e.g.
     ``--batch must be a whole number, got 'x' (e.g. --batch 32)``. A whole number may be written
     as a float with no fraction (``1e3``, ``4096.0``). Ranges are the command's own checks."""
 
@@ -60,9 +65,10 @@ class Number:
 
 
 def number(default, *flags: str, help: str, example: str, whole: bool = False, unit: str = ""):
-    """A numeric option, the one way: ``typer.Option(default, *flags, help=help)`` read by
-    :class:`Number` (annotate it ``int`` with ``whole=True``, else ``float``; ``Optional[...]``
-    with a None default). ``example``: a value for the fix, e.g. ``"4096"`` -> ``e.g. --seq 4096``."""
+    """A numeric option, the one way: ``typer.Option(default, *flags, help=help)`` read by :class:`Number`.
+
+    Annotate it ``int`` with ``whole=True``, else ``float``; ``X | None`` with a None default.
+    ``example``: a value for the fix, e.g. ``"4096"`` -> ``e.g. --seq 4096``."""
     return typer.Option(default, *flags, help=help, parser=Number(flags[0], whole, unit, f"e.g. {flags[0]} {example}"))
 
 
@@ -74,7 +80,9 @@ def _parse_price(price: float | None) -> float | None:
 
 
 def _print_lossy(render) -> None:
-    """Print the end of a rental where the terminal may be gone: a closed or broken stdout/stderr
+    """Print the end of a rental where the terminal may be gone.
+
+    A closed or broken stdout/stderr
     (EPIPE, EBADF) loses the text, never the exit status; stdout is pointed at /dev/null so the
     interpreter's final flush cannot fail either."""
 
@@ -97,8 +105,9 @@ FORMAT_HELP = "table (default), json or csv: JSON indent 2, times ISO-8601 UTC; 
 
 def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json", "csv"),
                    help: str = FORMAT_HELP) -> Callable:
-    """Decorator: give a command ``--format`` and ``--json`` (and ``--csv`` with ``csv=True``) and
-    call it with the one format asked for as ``fmt`` (a str of ``formats``; default ``table``).
+    """Decorator: give a command ``--format`` and ``--json`` (and ``--csv`` with ``csv=True``).
+
+    It is called with the one format asked for as ``fmt`` (a str of ``formats``; default ``table``).
 
     The command declares ``fmt: str`` without a default; the options take its place in the
     signature typer reads (so ``--help`` lists them where ``fmt`` stood). Two formats at once, an
@@ -145,8 +154,9 @@ def _reader(config: str | None):
 
 
 def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str | None, int]:
-    """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count); a plain
-    ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
+    """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count).
+
+    A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
     says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
     if card is not None and not card.strip():
         raise BadInput("--card is empty", "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits")

@@ -1,5 +1,6 @@
-"""``gpuops volumes list|create|delete``: persistent volumes (gpuops.providers.volumes). Light at import:
-SDKs and rich load inside the commands."""
+"""``gpuops volumes list|create|delete``: persistent volumes (gpuops.providers.volumes).
+
+Light at import: SDKs and rich load inside the commands."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ def _provider(name: str, config: str | None):
 
 @contextmanager
 def _input_errors():
-    """A provider refusal that means "fix your input" (no or a rejected key, an unsupported
-    request, a 400) exits 2 like `up`'s, not 1: nothing was created."""
+    """A provider refusal that means "fix your input" exits 2 like `up`'s, not 1.
+
+    Such a refusal is no or a rejected key, an unsupported request, a 400: nothing was created."""
     from gpuops.providers.base import ProviderError, ProviderErrorKind
 
     try:

@@ -1,5 +1,6 @@
-"""`gpuops up` as an explicit state machine (the stages and their failure table live in
-``gpuops.rental.lifecycle``):
+"""`gpuops up` as an explicit state machine.
+
+The stages and their failure table live in ``gpuops.rental.lifecycle``:
 
     validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
 
@@ -135,8 +136,9 @@ class Reporter:
 
 
 def fault_point(stage: str) -> None:
-    """A named point of `up` where the fault-matrix tests (tests/lifecycle/test_fault_matrix.py)
-    hold the run: with ``GPUOPS_TEST_PAUSE_AT=<stage>`` and ``GPUOPS_TEST_PAUSE_FILE=<path>``, on
+    """A named point of `up` where the fault-matrix tests (tests/lifecycle/test_fault_matrix.py) hold the run.
+
+    With ``GPUOPS_TEST_PAUSE_AT=<stage>`` and ``GPUOPS_TEST_PAUSE_FILE=<path>``, on
     reaching ``stage`` it creates ``<path>.reached`` and waits while ``<path>`` exists (at most
     600 s), so a test can send a signal, close the output or SIGKILL exactly there. Unset (always,
     outside tests): returns at once."""
@@ -205,8 +207,9 @@ def query_for(req: UpRequest) -> OfferQuery:
 
 
 def _of_vendor(offers: list, vendor: str) -> list:
-    """Offers whose card is ``vendor``'s (a card the catalog does not know counts as NVIDIA's): a
-    CUDA job never lands on an AMD card unless asked (gpuops.catalog.vendor_for)."""
+    """Offers whose card is ``vendor``'s (a card the catalog does not know counts as NVIDIA's).
+
+    A CUDA job never lands on an AMD card unless asked (gpuops.catalog.vendor_for)."""
     if vendor == "any":
         return list(offers)
     from gpuops.catalog import card_by_name
@@ -291,8 +294,9 @@ def _signals_raise() -> Iterator[list]:
 
 @contextmanager
 def _shielded(noted: list | None = None) -> Iterator[None]:
-    """Ignore SIGINT/SIGTERM/SIGHUP: teardown must finish once it has started. ``noted``: append
-    each signal's number there instead (a run's loop then rents nothing more)."""
+    """Ignore SIGINT/SIGTERM/SIGHUP: teardown must finish once it has started.
+
+    ``noted``: append each signal's number there instead (a run's loop then rents nothing more)."""
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     action = signal.SIG_IGN if noted is None else (lambda signum, _frame: noted.append(signum))
     old = {s: signal.signal(s, action) for s in sigs}
@@ -304,7 +308,9 @@ def _shielded(noted: list | None = None) -> Iterator[None]:
 
 
 class SafeReporter(Reporter):
-    """Output never decides a rental's fate: every call to the wrapped reporter that raises (a
+    """A reporter wrapper: output never decides a rental's fate.
+
+    Every call to the wrapped reporter that raises (a
     closed terminal, a broken pipe -- EPIPE/EBADF/EIO -- a closed file, or rich's SystemExit(1) on
     a broken pipe) is swallowed; only a signal's Ctrl-C/Interrupted goes through."""
 
@@ -334,7 +340,9 @@ class SafeReporter(Reporter):
 
 @dataclass
 class UpRun:
-    """What the run knows as it goes; becomes the summary. ``stage``: the stage being run (the
+    """What the run knows as it goes; becomes the summary.
+
+    ``stage``: the stage being run (the
     failure table in gpuops.rental.lifecycle is looked up with it); ``end_reason``: the outcome a stage
     decided (None until one did)."""
 
@@ -461,8 +469,9 @@ def _with_failure(summ: dict, failure: BaseException | None, s: UpRun) -> dict:
 
 
 def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = "", **run: object) -> UpRun:
-    """A rental's id (``name``: the one `up --name` chose, else a new one), label and log file (0600
-    from the first byte); ``run``: the UpRun fields of a run's rental (run_id, attempt,
+    """A rental's id, label and log file (0600 from the first byte).
+
+    ``name``: the one `up --name` chose, else a new one. ``run``: the UpRun fields of a run's rental (run_id, attempt,
     max_session_usd, resume_from)."""
     import os
 
@@ -476,8 +485,9 @@ def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = 
 
 
 def _intent(s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger, reporter: Reporter) -> None:
-    """Write the rental's row BEFORE anything is created, with its limits on it (a dict of its
-    columns: the ledger's light path writes it without importing the ORM's model)."""
+    """Write the rental's row BEFORE anything is created, with its limits on it.
+
+    The row is a dict of its columns: the ledger's light path writes it without importing the ORM's model."""
     req = s.req
     reporter.stage("intent", f"session {s.id}" + (f" (run {s.run_id}, attempt {s.attempt})" if s.run_id else ""))
     ledger.add_session(dict(
@@ -493,8 +503,9 @@ def _intent(s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, le
 
 def _rent(s: UpRun, p: OfferChoice, settings: Settings, reporter: Reporter, provider: Provider, ledger, open_box: Callable | None,
           signalled: list, intent: Callable[[], None] | None = None) -> BaseException | None:
-    """One rental from create to teardown (the stages after intent, then ``_teardown`` in
-    ``finally``, shielded). ``signalled``: the run's signal list (``_signals_raise``); a rental of a
+    """One rental from create to teardown (the stages after intent, then ``_teardown`` in ``finally``, shielded).
+
+    ``signalled``: the run's signal list (``_signals_raise``); a rental of a
     run has its row written by ``intent`` inside the guarded block, and notes the signals that come
     during its teardown there. Returns the failure that ended it (None: a stage decided)."""
     # The stages after intent, in order (gpuops.rental.lifecycle.STAGES). Each returns None to go on, or
@@ -541,8 +552,9 @@ def _rent(s: UpRun, p: OfferChoice, settings: Settings, reporter: Reporter, prov
 
 
 def _has_row(ledger, session_id: str) -> bool:
-    """True when this process wrote (or read) the session's row (a run's intent that a signal cut
-    before the row was written has nothing to end)."""
+    """True when this process wrote (or read) the session's row.
+
+    A run's intent that a signal cut before the row was written has nothing to end."""
     held = getattr(ledger, "held", None)
     return held is None or held(session_id) is not None
 
@@ -556,8 +568,9 @@ TAKEN_BACK_POLL_S = 10.0
 
 
 def _taken_back(s: UpRun, provider: Provider, ledger, stage: str | None = None) -> bool:
-    """True when the provider's own state says the rental's interruptible box was taken back
-    (stopped or exited while spot -- outbid, host gone; never guessed from a silent box); writes
+    """True when the provider's own state says the rental's interruptible box was taken back.
+
+    Stopped or exited while spot (outbid, host gone; never guessed from a silent box); writes
     the event ``taken_back``. A provider that cannot be read, an instance that answers with another
     label, or an on-demand box: False."""
     if s.instance is None or not s.instance.id or s.offer is None or not s.offer.spot:
@@ -578,7 +591,9 @@ def _taken_back(s: UpRun, provider: Provider, ledger, stage: str | None = None) 
 
 
 def _rental_settings(settings: Settings, hours: float, usd: float | None) -> Settings:
-    """``settings`` with a run's rental limits as its teardown: ``max_hours`` and ``max_session_usd``
+    """``settings`` with a run's rental limits as its teardown.
+
+    ``max_hours`` and ``max_session_usd``
     what the run has left (the agent is armed with them; the budget check counts them)."""
     t = msgspec.structs.replace(settings.teardown, max_hours=hours, max_session_usd=usd)
     return msgspec.structs.replace(settings, teardown=t)
@@ -600,8 +615,9 @@ def _spent(rentals: list[UpRun], ledger) -> tuple[float, float, bool]:
 
 
 def _resume_source(rentals: list[UpRun], settings: Settings) -> Path | None:
-    """The newest earlier rental's results at home that hold a file (what the next rental resumes
-    from), else None."""
+    """The newest earlier rental's results at home that hold a file, else None.
+
+    It is what the next rental resumes from."""
     base = settings.data_path() / "results"
     for r in reversed(rentals):
         d = base / r.id
@@ -612,7 +628,9 @@ def _resume_source(rentals: list[UpRun], settings: Settings) -> Path | None:
 
 def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter: Reporter, provider: Provider, ledger,
                     open_box: Callable | None) -> dict:
-    """`up --recover N`: one run of up to N + 1 rentals. A rental that ends for a reason in
+    """`up --recover N`: one run of up to N + 1 rentals.
+
+    A rental that ends for a reason in
     ``req.recover_on`` (default: preempted) is followed by the next offer that fits (the same plan,
     --max-price and provider) while attempts and money remain; each rental is a whole `up` (row
     before create, teardown in finally). Money counts the whole run (``gpuops.rental.runs``); the
@@ -719,7 +737,9 @@ def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter
 
 
 def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: str) -> dict:
-    """The last rental's summary with the run on top: ``run`` (id, end reason, detail), ``rentals``
+    """The last rental's summary with the run on top.
+
+    ``run`` (id, end reason, detail), ``rentals``
     (each one's session, attempt, end reason, seconds, cost), ``end_reason`` the run's, ``cost_usd``
     / ``seconds`` / ``tokens`` the sums over its rentals."""
     booked = [r for r in rentals if _has_row(ledger, r.id)]
@@ -743,8 +763,9 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: st
 
 
 def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> None:
-    """Events (and the traceback of a bug) for a failure the stage table booked. Never raises: a
-    ledger or disk that fails here must not skip the teardown."""
+    """Events (and the traceback of a bug) for a failure the stage table booked.
+
+    Never raises: a ledger or disk that fails here must not skip the teardown."""
     try:
         detail = {"stage": s.stage, "reason": str(s.end_reason), "error": f"{type(e).__name__}: {e}"}
         if isinstance(e, ProviderError):
@@ -765,8 +786,9 @@ def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> Non
 
 
 def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> EndReason | None:
-    """Rent the first offer that can be rented; book what was delivered. The outcome
-    ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
+    """Rent the first offer that can be rented; book what was delivered.
+
+    The outcome ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {price_words(p.offer)}")
     ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
@@ -822,9 +844,10 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
 
 
 def price_words(offer: Offer) -> str:
-    """The price `up` rents ``offer`` at, as one phrase: ``0.1582 USD/h (spot bid; on-demand
-    0.2882)`` (the on-demand price where it is known), ``0.1582 USD/h (spot bid)`` or ``0.2882
-    USD/h`` (USD/h for the whole box, ``Offer.price``)."""
+    """The price `up` rents ``offer`` at, as one phrase (USD/h for the whole box, ``Offer.price``).
+
+    E.g. ``0.1582 USD/h (spot bid; on-demand 0.2882)`` (the on-demand price where it is known),
+    ``0.1582 USD/h (spot bid)`` or ``0.2882 USD/h``."""
     if offer.on_demand_usd_per_hour is not None:
         return f"{offer.price:.4f} USD/h (spot bid; on-demand {offer.on_demand_usd_per_hour:.4f})"
     return f"{offer.price:.4f} USD/h" + (" (spot bid)" if offer.spot else "")
@@ -880,8 +903,9 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
 
 
 def _watchdog_note(ledger, reporter: Reporter) -> None:
-    """Warn once when no watchdog passed over the ledger within three of its intervals: then only
-    the box's own agent guards the rental (gpuops.rental.watchdog_passes.guarded_recently)."""
+    """Warn once when no watchdog passed over the ledger within three of its intervals.
+
+    Then only the box's own agent guards the rental (gpuops.rental.watchdog_passes.guarded_recently)."""
     from gpuops.rental.watchdog_passes import INSTALL_HINT, guarded_recently
 
     if not guarded_recently(ledger):
@@ -904,8 +928,9 @@ def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
 
 
 def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
-    """Run bootstrap.py's steps; None when every step passed, else the outcome (bootstrap_failed,
-    or ttl when max_hours ran out during it)."""
+    """Run bootstrap.py's steps; None when every step passed, else the outcome.
+
+    The outcome: bootstrap_failed, or ttl when max_hours ran out during it."""
     from gpuops.agent.bootstrap_config import RUNNER_DIR, build_bootstrap_plan, run_bootstrap_plan
     from gpuops.catalog import cards
 
@@ -936,8 +961,9 @@ def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndR
 
 
 def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider | None = None) -> EndReason:
-    """Start the job detached, stream its log until it exits or max_hours runs out; the outcome:
-    job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl; for a run's rental also
+    """Start the job detached, stream its log until it exits or max_hours runs out; return the outcome.
+
+    Outcomes: job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl; for a run's rental also
     preempted (the provider shows its spot box taken back: asked every ``TAKEN_BACK_POLL_S``)."""
     from gpuops.agent import jobio
 
@@ -1021,8 +1047,9 @@ TEARDOWN_IMPORTS = ("tenacity", "gpuops.providers.boxes")
 
 
 def import_meanwhile(modules: tuple[str, ...]) -> None:
-    """Import ``modules`` on a daemon thread while the caller waits on something else (a running
-    job): the code that needs them later finds them loaded (an import still under way makes it wait
+    """Import ``modules`` on a daemon thread while the caller waits on something else (a running job).
+
+    The code that needs them later finds them loaded (an import still under way makes it wait
     on the module's lock, as it would have waited for the import itself). An import that fails is
     left to that code to report."""
     import importlib
@@ -1039,14 +1066,17 @@ def import_meanwhile(modules: tuple[str, ...]) -> None:
 
 
 def _log_poll_s(box) -> float:
-    """Seconds between two reads of the job's log and exit: ``LOCAL_LOG_POLL_S`` on a box whose
+    """Seconds between two reads of the job's log and exit.
+
+    ``LOCAL_LOG_POLL_S`` on a box whose
     reads are local files, else ``LOG_POLL_S`` (each read of an SSH box is a round trip)."""
     return LOCAL_LOG_POLL_S if getattr(box, "local_reads", False) else LOG_POLL_S
 
 
 def _book_live(s: UpRun, ledger) -> None:
-    """Book what `ps` shows of the running box (``gpuops.rental.live``): the tokens the job has
-    written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
+    """Book what `ps` shows of the running box (``gpuops.rental.live``).
+
+    The tokens the job has written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
     clock); nothing when the box answered neither read. Never raises."""
     import os
     import socket
@@ -1068,7 +1098,9 @@ def _book_live(s: UpRun, ledger) -> None:
 
 
 def _resume_env(s: UpRun, ledger, settings: Settings) -> dict[str, str]:
-    """A run's job environment: ``GPUOPS_RUN``, ``GPUOPS_ATTEMPT`` (1, 2, ...) and
+    """A run's job environment.
+
+    ``GPUOPS_RUN``, ``GPUOPS_ATTEMPT`` (1, 2, ...) and
     ``GPUOPS_RESUME_DIR``, the directory the job keeps its checkpoints in and resumes from. With a
     volume: ``<volume>/gpuops/runs/<run>`` (it outlives every box). Without: the results directory
     on the box (``[job] results``), filled first with the newest earlier rental's results that came
@@ -1093,8 +1125,9 @@ def _resume_env(s: UpRun, ledger, settings: Settings) -> dict[str, str]:
 
 
 def _run_poll(s: UpRun, ledger, settings: Settings, provider: Provider) -> Callable[[], None]:
-    """What `up` does between two log reads of a run's job: every ``TAKEN_BACK_POLL_S`` ask the
-    provider whether the spot box was taken back (raises TakenBack); every ``[job]
+    """What `up` does between two log reads of a run's job.
+
+    Every ``TAKEN_BACK_POLL_S`` ask the provider whether the spot box was taken back (raises TakenBack); every ``[job]
     checkpoint_sync_seconds`` (no volume) copy the results directory home and read the tokens, so
     a box lost without warning leaves its last checkpoint and work booked."""
     asked = [time.monotonic()]
@@ -1115,8 +1148,9 @@ def _run_poll(s: UpRun, ledger, settings: Settings, provider: Provider) -> Calla
 
 
 def _sync_home(s: UpRun, ledger, settings: Settings, results: str) -> None:
-    """Copy the job's results home now (verified, resumable: what is home already is not read
-    again) and read its tokens; a copy that fails only waits for the next one."""
+    """Copy the job's results home now and read its tokens.
+
+    Verified and resumable: what is home already is not read again; a copy that fails only waits for the next one."""
     from gpuops.rental import results as copyback
 
     dest = settings.data_path() / "results" / s.id
@@ -1176,8 +1210,9 @@ def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
 
 
 def _no_results_dir(box, results: str) -> bool:
-    """True when ``box`` reads its files locally (``LocalBox.local_reads``) and has no directory
-    ``results``; False otherwise (an SSH box is asked by the manifest itself: one round trip)."""
+    """True when ``box`` reads its files locally (``LocalBox.local_reads``) and has no directory ``results``.
+
+    False otherwise (an SSH box is asked by the manifest itself: one round trip)."""
     import os
 
     return bool(getattr(box, "local_reads", False)) and not os.path.isdir(box._abs(results))
@@ -1201,8 +1236,9 @@ ADOPT_RETRY = RetryPolicy(attempts=3, wait_s=1.0, max_wait_s=2.0, budget_s=None)
 
 
 def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
-    """After a create that failed, was interrupted or raised something not a provider's: the
-    instance may exist anyway (the request reached the provider). Find it by its label, book it."""
+    """Find and book an instance a create that failed may have made anyway (the request reached the provider).
+
+    Also after an interrupted create, or one that raised something not a provider's. Found by its label."""
     try:  # any ProviderError: 3 tries, 1 s then 2 s apart (each look-up has its provider call's deadline)
         found = call_with_retries(lambda: provider.find_by_label(s.label), ADOPT_RETRY, retry_on=lambda e: isinstance(e, ProviderError),
                                   retry_after=False)
@@ -1214,8 +1250,9 @@ def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
 
 
 def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
-    """Put an instance the row does not know on the row (id, billing start, price) so the close
-    bills it; never raises (the destroy must still happen)."""
+    """Put an instance the row does not know on the row (id, billing start, price) so the close bills it.
+
+    Never raises (the destroy must still happen)."""
     s.instance = inst
     try:
         ledger.update(s.id, instance_id=inst.id, instance_created_at=inst.created_at or time.time(),
@@ -1226,7 +1263,9 @@ def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
 
 
 def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
-    """End the rental through ``gpuops.rental.lifecycle.end_rental``. The reason: one requested on the
+    """End the rental through ``gpuops.rental.lifecycle.end_rental``.
+
+    The reason: one requested on the
     row by someone else (``gpuops down`` from another terminal wins), else the agent's when it
     destroyed the box, else the outcome the stages decided. Tokens the job wrote are booked even
     when the run was interrupted."""
@@ -1279,8 +1318,9 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
 
 
 def _raw_line(text: str) -> None:
-    """``text`` as one line on stderr, never wrapped or styled (a command to copy); a closed or
-    broken stderr loses it, nothing else."""
+    """Write ``text`` as one line on stderr, never wrapped or styled (a command to copy).
+
+    A closed or broken stderr loses it, nothing else."""
     import os
 
     try:
@@ -1290,7 +1330,9 @@ def _raw_line(text: str) -> None:
 
 
 def summary(s: UpRun, ledger) -> dict:
-    """The run's summary: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
+    """The run's summary, as a dict.
+
+    Keys: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
     tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results; ``ledger``: what
     the ledger could not take, when it refused: ``spooled`` pending writes, ``replay`` commands for
     lines no spool could hold, ``notices``). The row as this run holds it when the ledger cannot
@@ -1324,7 +1366,9 @@ def summary(s: UpRun, ledger) -> dict:
 
 
 def _ledger_state(ledger) -> dict:
-    """``{"ledger": {...}}`` when the ledger refused something this run (else {}): how many writes
+    """``{"ledger": {...}}`` when the ledger refused something this run (else {}).
+
+    It holds how many writes
     wait in the spool (every later `ps`, `watchdog`, `reconcile` replays them), the lines no spool
     could take as commands that replay them, and the notices (a ledger file that vanished)."""
     waiting = len(ledger.spooled()) if ledger.has_spool() else 0

@@ -1,5 +1,4 @@
-"""A rental's life in one place: `up`'s stages, what a failure in each books, and the ONE way to
-end a rental.
+"""A rental's life in one place: `up`'s stages, what a failure in each books, the ONE way to end a rental.
 
     validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
 
@@ -36,7 +35,9 @@ STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "
 
 @dataclass(frozen=True)
 class FailureBooks:
-    """What an error escaping a stage books: ``gpuops_error`` for a GpuopsError that is not a
+    """What an error escaping a stage books.
+
+    ``gpuops_error`` for a GpuopsError that is not a
     provider's (bad state, timeout, SSH), ``provider_error`` for a ProviderError. None: keep the
     outcome an earlier stage decided (collect after the job: the job's end stands)."""
 
@@ -57,8 +58,9 @@ FAILURE_BOOKS: dict[str, FailureBooks] = {
 
 
 def failure_reason(stage: str, error: BaseException, decided: EndReason | None) -> EndReason:
-    """The end reason an error escaping ``stage`` books (see ``FAILURE_BOOKS``). ``decided``: the
-    outcome an earlier stage already set (kept where the table says None). KeyboardInterrupt and
+    """The end reason an error escaping ``stage`` books (see ``FAILURE_BOOKS``).
+
+    ``decided``: the outcome an earlier stage already set (kept where the table says None). KeyboardInterrupt and
     ``launcher.Interrupted`` (any BaseException that is not an Exception) -> INTERRUPTED."""
     from gpuops.errors import GpuopsError
 
@@ -84,7 +86,9 @@ DESTROY_RETRY = RetryPolicy(attempts=DESTROY_ATTEMPTS, wait_s=DESTROY_BACKOFF_S,
 
 @dataclass
 class Ended:
-    """What ``end_rental`` did. ``closed``: the row is closed (False: the destroy gave up and the
+    """What ``end_rental`` did.
+
+    ``closed``: the row is closed (False: the destroy gave up and the
     row stays open for reconcile, or the ledger refused the close and spooled it). ``reason``: the
     reason the row carries (a reason requested earlier wins). ``end_source``: provider | destroy |
     heartbeat | ledger_event | create | caller."""
@@ -173,8 +177,9 @@ def _row_for(ledger, session_id: str):
 
 
 def _not_our_instance(row, inst: Instance | None) -> str:
-    """Why ``inst`` (read by the row's instance id) is not the row's box, "" when it may be: the
-    provider answers that id with another label (the old one deleted and the id reused, or a
+    """Why ``inst`` (read by the row's instance id) is not the row's box, "" when it may be.
+
+    Not the row's: the provider answers that id with another label (the old one deleted and the id reused, or a
     ``get`` answering another instance). An unreadable instance (status unknown, no label) is
     not evidence either way."""
     if row is None or inst is None or inst.status in (InstanceStatus.GONE, InstanceStatus.UNKNOWN):
@@ -342,7 +347,9 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
 
 
 def requested_reason(ledger, session_id: str) -> EndReason | None:
-    """The reason recorded for a session before its end was seen: an ``end_requested`` event (the
+    """The reason recorded for a session before its end was seen.
+
+    An ``end_requested`` event (the
     newest), else the job's end as last seen (``job_exited``: job_end / job_failed). None when
     neither exists. Reads untrusted event text: unknown words are ignored."""
     for e in reversed(ledger.events(session_id)):

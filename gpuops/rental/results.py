@@ -44,7 +44,9 @@ class Entry:
 
 @dataclass
 class CopyReport:
-    """What the copy did. ``ok``: every listed file is home and verified. ``bytes`` copied now
+    """What the copy did.
+
+    ``ok``: every listed file is home and verified. ``bytes`` copied now
     (resumed bytes not re-read are in ``resumed_bytes``); ``seconds`` wall time; ``reconnects``:
     connections re-made after a drop; ``failed``: "path: why"; ``skipped``: entries not copied
     (symlinks, unsafe names); ``kept``: the box-side copy on the volume (or None)."""
@@ -75,8 +77,9 @@ class CopyReport:
 
 
 def safe_parts(path: str) -> list[str] | None:
-    """``path`` split into plain components, or None when one is empty, ``.``, ``..``, holds a
-    backslash or NUL, or the path is absolute."""
+    """``path`` split into plain components, or None when it is not a safe relative path.
+
+    Unsafe: a component that is empty, ``.``, ``..``, or holds a backslash or NUL, or an absolute path."""
     if not path or path.startswith("/"):
         return None
     parts = path.split("/")
@@ -94,8 +97,9 @@ def _sha256_file(path: Path) -> str:
 
 
 def read_manifest(box, remote_dir: str, *, keep_to: str | None = None, timeout: float = 600.0) -> tuple[list[Entry], list[str], dict]:
-    """Run the manifest on the box: (entries, skipped "path (why)", last line). Raises
-    GpuopsError when it fails; FileNotFoundError when ``remote_dir`` does not exist."""
+    """Run the manifest on the box: (entries, skipped "path (why)", last line).
+
+    Raises GpuopsError when it fails; FileNotFoundError when ``remote_dir`` does not exist."""
     import shlex
 
     from gpuops.errors import GpuopsError
@@ -135,8 +139,9 @@ def read_manifest(box, remote_dir: str, *, keep_to: str | None = None, timeout: 
 
 
 class _Reader:
-    """Reads a box file at an offset, over SFTP for an SSHBox or directly for a LocalBox; after a
-    dropped connection ``reset()`` makes the next read reconnect."""
+    """Reads a box file at an offset, over SFTP for an SSHBox or directly for a LocalBox.
+
+    After a dropped connection ``reset()`` makes the next read reconnect."""
 
     def __init__(self, box):
         self.box = box
@@ -188,8 +193,9 @@ def _no_sftp(e: BaseException) -> bool:
 
 
 def _read_chunk(reader: _Reader, remote_abs: str, offset: int, size: int, deadline: float, rep: CopyReport) -> bytes:
-    """``size`` bytes of ``remote_abs`` from ``offset``; after a dropped connection, reconnect and
-    read again, waiting ``RETRY_WAIT_S`` doubling to 8 s, while the next wait ends by ``deadline``
+    """Read ``size`` bytes of ``remote_abs`` from ``offset``, reconnecting after a dropped connection.
+
+    It reads again, waiting ``RETRY_WAIT_S`` doubling to 8 s, while the next wait ends by ``deadline``
     (a ``time.monotonic()`` value). Raises the last error when the deadline passes, any other at once."""
     from gpuops.providers.retry import RetryPolicy, call_with_retries
 
@@ -258,8 +264,9 @@ def _fetch_whole(box, remote_abs: str, target: Path, part: Path, e: Entry, rep: 
 
 def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0, keep_to: str | None = None,
                   on_progress=None, max_bytes: int | None = None, max_files: int | None = None) -> CopyReport:
-    """Copy ``remote_dir`` (relative to the box root) into ``dest`` with sizes and sha256 checked,
-    resuming after dropped connections, within ``deadline_s`` seconds. ``keep_to``: an absolute
+    """Copy ``remote_dir`` (relative to the box root) into ``dest`` with sizes and sha256 checked.
+
+    It resumes after dropped connections, within ``deadline_s`` seconds. ``keep_to``: an absolute
     directory on the box (on a persistent volume) that first receives a verified copy.
     ``on_progress(report)`` is called after every chunk written.
     ``max_bytes``/``max_files``: caps on what the box lists (default ``MAX_BYTES``, ``MAX_FILES``);
@@ -334,8 +341,9 @@ def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0
 
 
 def presence(box):
-    """The laptop's presence lease on ``box`` while copying (gpuops.agent.agentctl.hold_presence, from
-    the agent's branch), or a no-op context where that build is absent."""
+    """The laptop's presence lease on ``box`` while copying, or a no-op context where there is none.
+
+    The lease is gpuops.agent.agentctl.hold_presence, where this build has it."""
     try:
         from gpuops.agent.agentctl import hold_presence  # type: ignore[attr-defined]
     except ImportError:
