@@ -105,7 +105,7 @@ def test_every_number_is_a_number_option_and_read_without_pydantic():
         if desc.annotation in (int, float) or set(get_args(desc.annotation)) & {int, float}:
             numbers.append(f"{cmd} {p.name}")
             assert isinstance(desc.parameter_info.parser, Number), f"{cmd} {p.name}: type it with gpuops.cli.options.number()"
-        if cli_values.plain_coercer(desc) is None and desc.annotation not in (Path, Optional[Path], List[str], Optional[List[str]]):  # noqa: UP006, UP045
+        if cli_values.plain_coercer(desc) is None and desc.annotation not in (Path, Optional[Path], List[str], Optional[List[str]], list[str], list[str] | None):  # noqa: UP006, UP045
             slow.append(f"{cmd} {p.name}: {desc.annotation}")
     assert len(numbers) >= 25 and "plan batch" in numbers and "watchdog interval" in numbers
     assert slow == []
