@@ -2,7 +2,7 @@
 
 Start-up is timed against the providers' own CLIs; the ledger is built through `gpuops ledger import`.
 
-    /work/main/.venv/bin/python bench/bench_cli.py [--sessions 100000] [--runs 7] [--keep DIR] [--startup-only]
+    .venv/bin/python bench/bench_cli.py [--sessions 100000] [--runs 7] [--keep DIR] [--startup-only]
 
 First the start-up goal: ``gpuops --help``, ``gpuops ps`` and ``gpuops watchdog --once`` on an
 empty ledger, each measured whole (a fresh process, the settings validated in full) against

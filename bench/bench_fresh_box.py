@@ -1,4 +1,4 @@
-"""A fresh box end to end on this machine, cold and warm, against the seeds' five minutes (not a test).
+"""A fresh box end to end on this machine, cold and warm, against a five-minute target (not a test).
 
     .venv/bin/python bench/bench_fresh_box.py [--weights-mb 512] [--rate-mbps 1000] [--stream-mbps 250]
                                               [--packages 40] [--kb 200] [--model llama-3-8b]
@@ -20,7 +20,7 @@ none). deps, code and weights run at once. Each step's seconds and the total are
 Targets: the cold wall time <= 1.15x its longest step (the steps overlap: a max, not a sum); the
 weights step >= 80% of the link's rate (the floor: bytes / bandwidth, printed beside it); warm <= 2 s.
 Then the weights step is projected to ``--model``'s real size at the same rate (the download time
-scales with bytes; the other steps do not), against the Day 21 target of 300 s.
+scales with bytes; the other steps do not), against the target of 300 s from boot to running GPU code.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from tests.support.wheels import make_wheel  # noqa: E402
 
 RUNNER = REPO / "bootstrap" / "bootstrap.py"
 PY = sys.executable
-TARGET_S = 300.0  # seeds, Day 21: boot to running GPU code in at most five minutes
+TARGET_S = 300.0  # boot to running GPU code in at most five minutes
 
 
 def box(name: str, base: Path, volume: Path, config: dict, env: dict) -> tuple[float, list[dict]]:

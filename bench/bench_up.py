@@ -10,7 +10,7 @@
 
 Runs alternate (floor, up, floor, up, ...) after one untimed warm-up of each, so a load that
 changes during the run weighs on both. Every run uses compiled bytecode (a private
-PYTHONPYCACHEPREFIX, filled by the warm-up), as after a normal install. Targets (issue 29):
+PYTHONPYCACHEPREFIX, filled by the warm-up), as after a normal install. Targets:
 ``up`` <= 6.5 s wall (overhead <= 1.5 s over the floor), job end to row closed <= 0.5 s.
 ``--baseline DIR`` times another checkout in the same runs, alternating with this one (e.g. the
 figures before a change); ``--repo DIR`` times another checkout alone.
@@ -127,7 +127,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs of each (after one warm-up of each)")
     ap.add_argument("--job-seconds", type=float, default=5.0, help="what the job sleeps (s)")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose gpuops is timed")
-    ap.add_argument("--baseline", type=Path, default=None, help="another checkout timed in the same runs, alternating (e.g. /work/main)")
+    ap.add_argument("--baseline", type=Path, default=None, help="another checkout timed in the same runs, alternating (e.g. a worktree of main)")
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     a = ap.parse_args()
     repos = [a.repo.resolve()] + ([a.baseline.resolve()] if a.baseline is not None else [])
