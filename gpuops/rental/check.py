@@ -74,7 +74,9 @@ def exit_code(findings: Iterable[Finding]) -> int:
 
 
 def report(findings: Iterable[Finding], provider: str | None = None, live: bool = False, rent: bool = False) -> dict:
-    """The command's one document: ``checks`` (ordered), ``failed`` / ``warnings`` / ``skipped``
+    """The command's one document, as a dict.
+
+    Keys: ``checks`` (ordered), ``failed`` / ``warnings`` / ``skipped``
     counts (a skipped check, e.g. no API key, is no failure: ``exit`` stays 0), ``exit``."""
     items = ordered(findings)
     return {"provider": provider, "live": live, "rent": rent, "exit": exit_code(items),
