@@ -1,10 +1,10 @@
-"""The spreadsheet view of the ledger: export closed rentals to CSV, and parse a CSV (ours, or the
+"""The spreadsheet view of the ledger: CSV export of closed rentals and CSV import of session rows.
+
+The spreadsheet view of the ledger: export closed rentals to CSV, and parse a CSV (ours, or the
 one a user kept before gpuops) into session rows, reporting every bad row with its line number.
 
 Columns: ``date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens,
-conclusion`` (the seeds' day-23 spreadsheet: date, experiment, card, hourly price, duration, cost,
-one line of conclusion; plus provider, GPU count and tokens), then two columns of ours that an
-import may omit: ``simulated`` and ``session``.
+conclusion``, then two columns of ours that an import may omit: ``simulated`` and ``session``.
 
 Round trip: ``export`` writes floats in Python's shortest exact form and dates as ISO 8601 UTC, so
 export -> import -> export gives the same text byte for byte.
@@ -33,11 +33,12 @@ import os
 import re
 import time
 from bisect import bisect_right
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
 from itertools import islice, repeat
 from math import fsum
 from operator import add, attrgetter, itemgetter, mul, sub
-from typing import Callable, Collection, Iterable, Iterator, Sequence, TextIO
+from typing import TextIO
 
 COLUMNS = ["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion"]
 EXTRA_COLUMNS = ["simulated", "session"]
@@ -57,7 +58,9 @@ MAX_CELL_CHARS = 1 << 24
 
 
 def neutralize(text: str) -> str:
-    """``text`` safe to open in a spreadsheet: one leading ``'`` when it would start a formula
+    """Return ``text`` made safe to open in a spreadsheet.
+
+    ``text`` safe to open in a spreadsheet: one leading ``'`` when it would start a formula
     (after any quotes it already starts with; see the module docstring). ``unneutralize`` undoes it."""
     return "'" + text if text.lstrip("'")[:1] in FORMULA_START and text[:1] else text
 
@@ -76,7 +79,9 @@ def _export_select(where: list[str], order: str) -> str:
 
 
 def export_sql(dialect: str, start: float | None = None, end: float | None = None) -> tuple[str, dict]:
-    """(SQL, params) selecting what ``write_export`` writes, in CSV column order (the date as the
+    """Return the (SQL, params) that select the rows ``write_export`` writes.
+
+    (SQL, params) selecting what ``write_export`` writes, in CSV column order (the date as the
     epoch seconds it is formatted from): closed sessions that got an instance, intent time in
     [start, end) (None: open side), oldest first, equal times by session id. On ``sqlite`` the
     SQL orders by time only (the index order; a sort by id as well costs a quarter of the query)
@@ -94,7 +99,9 @@ def export_sql(dialect: str, start: float | None = None, end: float | None = Non
 
 
 def export_run_sql(created: float) -> tuple[str, dict]:
-    """(SQL, params) selecting the rows of ``export_sql`` whose intent time is ``created``, by id
+    """Return the (SQL, params) that select the ``export_sql`` rows of one intent time.
+
+    (SQL, params) selecting the rows of ``export_sql`` whose intent time is ``created``, by id
     (``write_export``'s ``run_by_id``)."""
     return _export_select(_EXPORTED + ["created_at = :created"], "id"), {"created": created}
 
@@ -112,7 +119,9 @@ _MS = [f"{i:03d}" for i in range(1000)]  # microseconds as two halves: 123456 ->
 
 
 def _csv_cell(text) -> str | None:
-    """``text`` neutralized and as the csv module writes it in a row of ``write_export`` (quoted
+    """Return one CSV cell of ``write_export``, or None when the row needs the csv module.
+
+    ``text`` neutralized and as the csv module writes it in a row of ``write_export`` (quoted
     when it holds a comma, a double quote or a line feed, quotes doubled), or None when the row
     must go through the csv module itself: a carriage return (the row is then quoted whole, see
     ``write_export``) or not a string."""
@@ -129,7 +138,9 @@ def _csv_cell(text) -> str | None:
 
 def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False,
                  run_by_id: Callable[[float], Iterable[tuple]] | None = None, header: bool = True) -> int:
-    """Write the rows of ``export_sql`` to ``out`` as CSV (header first; floats in Python's shortest
+    """Write the rows of ``export_sql`` to ``out`` as CSV and return the number of sessions written.
+
+    Write the rows of ``export_sql`` to ``out`` as CSV (header first; floats in Python's shortest
     exact form, dates ISO 8601 UTC, text ``neutralize``d); returns the number of sessions written.
     ``sort_ties``: the rows come ordered by time only; order rows of equal time by session id, in
     memory up to ``_TIE_RUN_MAX`` of them, beyond that (memory stays flat) from ``run_by_id(t)``:
@@ -282,14 +293,18 @@ _FORK_HOLD_MAX = 4 << 20
 
 
 def export_bounds_sql() -> str:
-    """SQL for (min created_at, max created_at, max rowid) of ``sessions``: three index look-ups on
+    """Return the SQL that reads the bounds of ``sessions`` for ``write_export_forked``.
+
+    SQL for (min created_at, max created_at, max rowid) of ``sessions``: three index look-ups on
     SQLite (``write_export_forked``'s slicing)."""
     return ("SELECT (SELECT min(created_at) FROM sessions), (SELECT max(created_at) FROM sessions), "
             "(SELECT max(rowid) FROM sessions)")
 
 
 def _fork_slices(lo, hi, start: float | None, end: float | None, k: int) -> list[tuple[float | None, float | None]]:
-    """[start, end) cut into up to ``k`` slices of equal time over the ledger's [lo, hi] (open ends
+    """Cut [start, end) into up to ``k`` slices of equal time.
+
+    [start, end) cut into up to ``k`` slices of equal time over the ledger's [lo, hi] (open ends
     stay open, so every row of ``export_sql(start, end)`` is in exactly one slice)."""
     cuts = [lo + (hi - lo) * i / k for i in range(1, k)]
     cuts = [c for c in cuts if (start is None or c > start) and (end is None or c < end)]
@@ -298,7 +313,9 @@ def _fork_slices(lo, hi, start: float | None, end: float | None, k: int) -> list
 
 
 class _Turn:
-    """The text sink of one process of ``write_export_forked``: holds a slice's text until it is
+    """The text sink of one process of ``write_export_forked``.
+
+    The text sink of one process of ``write_export_forked``: holds a slice's text until it is
     this process's turn (a byte on ``turn_in``), then writes to ``fd``; hands the turn on with
     ``done``."""
 
@@ -346,7 +363,9 @@ class _PeerGone(Exception):
 
 def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: TextIO, start: float | None = None,
                         end: float | None = None) -> int:
-    """``write_export`` of SQLite's ``export_sql(start, end)`` (header included) to ``out``, a text
+    """Export like ``write_export`` from SQLite with this process and one forked child taking turns.
+
+    ``write_export`` of SQLite's ``export_sql(start, end)`` (header included) to ``out``, a text
     stream on a file descriptor, by this process and one forked child in turns: the time range is
     cut into slices; while one writes its slice the other formats the next (two cores; the bytes
     are the same as one process's). ``query(sql, params)`` must open its own connection per call
@@ -435,7 +454,9 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
 
 
 class LineErrors(list):
-    """(line number, message) pairs: the first ``KEEP`` appended are kept, ``total`` counts them all.
+    """A list of (line number, message) pairs that keeps the first ``KEEP`` and counts them all.
+
+    (line number, message) pairs: the first ``KEEP`` appended are kept, ``total`` counts them all.
     A file whose every line is bad (a date format, the same file imported twice) held one message
     per line: 330 MB at a million lines, where an import otherwise stays flat."""
 
@@ -599,7 +620,9 @@ class CsvImport:
             yield from zip(lines, rows)
 
     def chunks(self, size: int = IMPORT_CHUNK_ROWS) -> Iterator[tuple[Sequence[int], list[tuple]]]:
-        """The good rows in batches of at most ``size`` lines read: (their line numbers, their
+        """Yield the good rows in batches of at most ``size`` lines read.
+
+        The good rows in batches of at most ``size`` lines read: (their line numbers, their
         ``IMPORT_ROW`` tuples). A batch is checked column by column first (``_chunk_parser``: the
         same conversions, bounds and notes, each run over a whole column in C); a batch with
         anything to say (a bad or odd cell, a warning, a row without a session id, a line of
@@ -744,7 +767,9 @@ IMPORT_COLUMNS = IMPORT_ROW + tuple(IMPORT_CONSTANTS)
 
 def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: Collection[str] | None,
                 cards: Collection[str] | None):
-    """The per-line parser compiled for one header: ``parse(cells) -> (IMPORT_ROW tuple, notes or
+    """Compile the per-line parser for one header.
+
+    The per-line parser compiled for one header: ``parse(cells) -> (IMPORT_ROW tuple, notes or
     None)``, raising ``_Bad`` with the first problem of the line. ``ix``: the cell index of each of
     ``ALL_COLUMNS`` (an absent column points at the trailing "" ``CsvImport`` appends). The checks,
     their order and their messages are those of the one generic path (``_float``, ``_int``,
@@ -889,7 +914,9 @@ _TZINFO = attrgetter("tzinfo")
 
 
 def _column(cells: Sequence[str], plain: Callable, careful: Callable) -> list | object:
-    """``cells`` converted by ``plain`` (a C builtin mapped over the column), or where one cell
+    """Convert a column of cells, fast where possible, or return ``_SKIP``.
+
+    ``cells`` converted by ``plain`` (a C builtin mapped over the column), or where one cell
     refuses it by ``careful`` once per distinct value; ``_SKIP`` when ``careful`` raises ``_Bad``
     or there are too many distinct values to convert that way."""
     try:
@@ -914,14 +941,18 @@ def _texts(cells: Sequence[str]) -> list[str]:
 
 
 def _any_quoted(texts: list[str]) -> bool:
-    """Whether a text may start with ``'`` (one scan in C; a quote after a line feed inside a
+    """Tell whether a text may start with ``'``.
+
+    Whether a text may start with ``'`` (one scan in C; a quote after a line feed inside a
     text is a false alarm, which only costs the exact look)."""
     return "\n'" in "\n" + "\n".join(texts)
 
 
 def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection[str] | None,
                   cards: Collection[str] | None):
-    """The batch parser compiled for one header: ``parse(records) -> [IMPORT_ROW tuple]`` for a
+    """Compile the batch parser for one header.
+
+    The batch parser compiled for one header: ``parse(records) -> [IMPORT_ROW tuple]`` for a
     batch of records (lists of cells), or None when any record must go through ``_row_parser``
     (another width, a cell it would refuse or note, an empty session id, a date near the ends of
     time). Every value comes from the same conversions as ``_row_parser``'s (``float``, ``int``,
@@ -1025,7 +1056,9 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
 
 def parse_csv(text: TextIO | str, tz: str | None = None, providers: Collection[str] | None = None,
               cards: Collection[str] | None = None, strict: bool = False) -> tuple[list[dict], list[int], list[tuple[int, str]]]:
-    """``CsvImport`` read whole: (rows, their line numbers, errors as (line, message)); with
+    """Read a whole CSV with ``CsvImport`` and return its rows, line numbers and errors.
+
+    ``CsvImport`` read whole: (rows, their line numbers, errors as (line, message)); with
     errors, import nothing. For small files and tests; ``ledger import`` streams instead."""
     imp = CsvImport(text, tz, providers, cards, strict)
     rows, lines = [], []

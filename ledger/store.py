@@ -1,4 +1,6 @@
-"""The ledger store: the few writes the lifecycle needs (the engine and migrations are
+"""The ledger store: the few writes the lifecycle needs, each in its own short transaction.
+
+The ledger store: the few writes the lifecycle needs (the engine and migrations are
 ``ledger/engine.py``; the rental's writes and single-session reads, written once as SQL,
 ``ledger/writes.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so
 a crash leaves every committed transition in place.
@@ -33,26 +35,28 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
+from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost, unseen_end
 from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, Row, engine_reads, file_reads, sqlite_current_file
-from bootstrap.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
     from ledger.models import BootstrapStep, Session
 
 
 def _orm():
-    """SQLModel's session and select, and the table classes: imported on the first ORM call, so a
+    """Import SQLModel's session and select, and the table classes, on the first ORM call.
+
+    SQLModel's session and select, and the table classes: imported on the first ORM call, so a
     command that only lists open sessions of a current SQLite ledger never loads SQLAlchemy."""
-    from sqlmodel import Session as DbSession
-    from sqlmodel import select
+    from sqlmodel import Session as DbSession, select
 
     from ledger.models import BootstrapStep, Event, Session
 
@@ -60,7 +64,9 @@ def _orm():
 
 
 def _spooled_errors() -> tuple[type[BaseException], ...]:
-    """The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it
+    """Return the errors that send a write to the spool.
+
+    The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it
     (once loaded) or the standard library's ``sqlite3`` (a light ledger, ``ledger.writes.LightFile``)."""
     import sqlite3
     import sys
@@ -105,7 +111,9 @@ class _Late(Exception):
 
 
 def fallback_spool_path(url: str) -> Path:
-    """The second spool, for when the first cannot be written (its disk is the ledger's, and full):
+    """Return the second spool, for when the first cannot be written.
+
+    The second spool, for when the first cannot be written (its disk is the ledger's, and full):
     ``$GPUOPS_SPOOL_FALLBACK_DIR``, else ``$XDG_RUNTIME_DIR/gpuops/spool``, else
     ``/dev/shm/gpuops-<uid>/spool`` (memory-backed: another filesystem than any disk), else the
     temp dir; file ``<sha256(url)[:12]>.jsonl``. It lives until reboot: every later actor replays it."""
@@ -124,7 +132,9 @@ def fallback_spool_path(url: str) -> Path:
 
 
 def default_spool_path(url: str) -> Path:
-    """Where writes a ledger refused wait: ``$GPUOPS_SPOOL_DIR`` (else the user cache dir
+    """Return where the writes a ledger refused wait.
+
+    Where writes a ledger refused wait: ``$GPUOPS_SPOOL_DIR`` (else the user cache dir
     ``~/.cache/gpuops/spool``) / ``<sha256(url)[:12]>.jsonl`` -- not next to the database, whose
     disk may be the one that is full."""
     base = os.environ.get("GPUOPS_SPOOL_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpuops", "spool")
@@ -141,7 +151,9 @@ IMPORT_DEFER_INDEXES_ROWS = 20_000
 
 
 def _sql_literal(value: Any, dialect: str) -> str:
-    """``value`` (None, a bool, an int or float, or one of OUR constant strings, never a user's) as an
+    """Return ``value`` as an SQL literal of ``dialect``.
+
+    ``value`` (None, a bool, an int or float, or one of OUR constant strings, never a user's) as an
     SQL literal of ``dialect`` (a bool is 0/1 on SQLite, as its driver binds it)."""
     if value is None:
         return "NULL"
@@ -153,7 +165,9 @@ def _sql_literal(value: Any, dialect: str) -> str:
 
 
 class ImportRejected(ValueError):
-    """An import that wrote nothing. ``errors``: (line number, message) pairs, in line order (at
+    """An import that wrote nothing.
+
+    ``errors``: (line number, message) pairs, in line order (at
     most ``LineErrors.KEEP`` of them); ``total``: how many there were."""
 
     def __init__(self, errors: list[tuple[int, str]], total: int | None = None):
@@ -165,7 +179,9 @@ class ImportRejected(ValueError):
 
 
 class Ledger:
-    """A ledger at ``url`` (SQLAlchemy URL). Creates the SQLite file's folder and applies pending
+    """A ledger at ``url`` (SQLAlchemy URL).
+
+    Creates the SQLite file's folder and applies pending
     migrations on open. The rental's writes and single-session reads (``add_session``, ``event``,
     ``update``, ``add_steps``, ``request_end``, ``close``, ``get``, ``events``) are
     ``ledger/writes.py``'s statements, answering read-only rows (``ledger.reads.Row``). ``light``:
@@ -198,7 +214,9 @@ class Ledger:
 
     @property
     def engine(self):
-        """The SQLAlchemy engine (opened, and migrations applied, on first use); inside
+        """Return the SQLAlchemy engine, opened with migrations applied on first use.
+
+        The SQLAlchemy engine (opened, and migrations applied, on first use); inside
         ``bounded()`` the short-deadline engine."""
         from ledger.engine import open_engine
 
@@ -215,7 +233,9 @@ class Ledger:
         return self._engine
 
     def _books(self):
-        """Where the rental's writes go (``ledger/writes.py``): the file's ``LightFile`` (``sqlite3``)
+        """Return where the rental's writes go (``ledger/writes.py``).
+
+        Where the rental's writes go (``ledger/writes.py``): the file's ``LightFile`` (``sqlite3``)
         while a light ledger goes without SQLAlchemy, else an ``EngineFile`` on ``engine`` (inside
         ``bounded()`` the short-deadline one)."""
         if self._light and self._engine is None and self._sqlite is not None:
@@ -233,13 +253,17 @@ class Ledger:
         return got
 
     def _busy_s(self) -> float:
-        """How long a standard-library write waits for another writer: ``bounded()``'s deadline,
+        """Return how long a standard-library write waits for another writer.
+
+        How long a standard-library write waits for another writer: ``bounded()``'s deadline,
         else the engine's busy timeout."""
         return self._bound if self._bound is not None else SQLITE_BUSY_TIMEOUT_S
 
     @property
     def reads(self) -> Reads:
-        """Every read of ``ledger/reads.py`` on this ledger: ``sqlite3`` on a current SQLite file
+        """Return every read of ``ledger/reads.py`` on this ledger.
+
+        Every read of ``ledger/reads.py`` on this ledger: ``sqlite3`` on a current SQLite file
         until the engine is opened (by the first write), then the engine (inside ``bounded()`` the
         short-deadline one)."""
         key = self._sqlite if self._sqlite is not None and self._engine is None else self.engine
@@ -250,14 +274,18 @@ class Ledger:
 
     @property
     def fast_sqlite(self) -> Path | None:
-        """The SQLite file while this ledger goes without SQLAlchemy (a current file, the engine not
+        """Return the SQLite file while this ledger goes without SQLAlchemy, else None.
+
+        The SQLite file while this ledger goes without SQLAlchemy (a current file, the engine not
         opened yet), else None: a hot path may then read or write it with ``sqlite3`` itself."""
         return self._sqlite if self._engine is None else None
 
     # -- bounded writes, rows held in memory, a file that vanished -----------------------------
     @contextmanager
     def bounded(self, seconds: float = BOUNDED_S):
-        """Inside: every spoolable write and every ``quick`` read waits at most ``seconds`` for the
+        """Bound how long writes and ``quick`` reads wait for the database.
+
+        Inside: every spoolable write and every ``quick`` read waits at most ``seconds`` for the
         database, then is spooled (a read: answers its default). Re-entrant (the shortest wins)."""
         prev = self._bound
         self._bound = seconds if prev is None else min(prev, seconds)
@@ -267,7 +295,9 @@ class Ledger:
             self._bound = prev
 
     def _run(self, fn, args: dict) -> Any:
-        """``fn(**args)``; inside ``bounded()`` in a worker thread given the deadline plus 1 s
+        """Call ``fn(**args)``, inside ``bounded()`` in a worker thread with a deadline.
+
+        ``fn(**args)``; inside ``bounded()`` in a worker thread given the deadline plus 1 s
         (raises _Late after it: a server that stopped answering mid-statement cannot hold us; the
         late write may still land, which the replay of its spooled copy makes at worst a repeated
         event -- closes, end requests and updates apply once)."""
@@ -296,7 +326,9 @@ class Ledger:
                 and time.monotonic() - self._refused_at < REFUSED_HOLD_S)
 
     def quick(self, fn, default: Any = None) -> Any:
-        """``fn()`` (a read of this ledger) bounded like a write inside ``bounded()``; ``default``
+        """Run the read ``fn()`` bounded like a write, returning ``default`` on failure.
+
+        ``fn()`` (a read of this ledger) bounded like a write inside ``bounded()``; ``default``
         when the database fails or is late (never raises a database error)."""
         if self._refusing():
             return default
@@ -308,7 +340,9 @@ class Ledger:
             return default
 
     def try_replay(self) -> int:
-        """One bounded attempt to apply the spool now, whatever a recent refusal said (`up` makes it
+        """Try once, bounded, to apply the spool now.
+
+        One bounded attempt to apply the spool now, whatever a recent refusal said (`up` makes it
         once the box is destroyed: a ledger back by then gets the close at once). Returns how many
         writes were applied (0 when the ledger still refuses)."""
         if not self.has_spool():
@@ -318,7 +352,9 @@ class Ledger:
             return self.quick(self.replay_spool, 0)
 
     def held(self, session_id: str) -> Any | None:
-        """The session row as this Ledger last wrote or read it (attribute access; no database
+        """Return the session row as this Ledger last wrote or read it, or None.
+
+        The session row as this Ledger last wrote or read it (attribute access; no database
         read), or None when this process never saw it. Closing it in the spool closes it here too,
         with the cost the database would book (``billed_cost``)."""
         d = self._held.get(session_id)
@@ -352,7 +388,9 @@ class Ledger:
                     d["exit_code"] = args["exit_code"]
 
     def _check_vanished(self) -> None:
-        """An SQLite file removed or replaced under this process: say so (``notices``), drop the
+        """Handle an SQLite file removed or replaced under this process.
+
+        An SQLite file removed or replaced under this process: say so (``notices``), drop the
         engines (their connections write to the removed file), create the file anew and book the
         held rows into it again. Cheap: one stat."""
         if self._file is None or self._file_id is None or _file_id(self._file) == self._file_id:
@@ -372,7 +410,9 @@ class Ledger:
                             f"a new one was made there and the {n} session(s) this run holds were booked into it again")
 
     def _rebook(self) -> int:
-        """Insert the held rows the ledger no longer has (with an ``intent`` and a ``rebooked``
+        """Insert the held rows the ledger no longer has and return how many.
+
+        Insert the held rows the ledger no longer has (with an ``intent`` and a ``rebooked``
         event); returns how many. Database errors leave the rest to the spool."""
         from ledger import writes
 
@@ -395,7 +435,9 @@ class Ledger:
         return any(p.exists() for p in self._spool_paths())
 
     def _spool(self, op: str, **args: Any) -> None:
-        """Append one refused write to the spool, else to the fallback spool (another filesystem),
+        """Append one refused write to the spool, else to the fallback spool, else keep it in ``lost``.
+
+        Append one refused write to the spool, else to the fallback spool (another filesystem),
         else keep it in ``lost`` (the caller prints it as a replay command). Each line starts with
         a newline, so a line a full disk cut short never swallows the next one. Never raises."""
         line = json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}, "t": time.time()}, sort_keys=True)
@@ -440,7 +482,9 @@ class Ledger:
         return sorted(out, key=lambda e: e.get("t") or 0.0)
 
     def replay_line(self, line: str) -> bool:
-        """Apply one spool line (``gpuops ledger replay 'LINE'``: what was printed when no spool
+        """Apply one spool line and return whether it was applied.
+
+        Apply one spool line (``gpuops ledger replay 'LINE'``: what was printed when no spool
         could be written). Returns True when applied; False for a line that is not one (or whose
         session is not in this ledger). Database errors propagate."""
         got = self._entries(line)
@@ -474,7 +518,9 @@ class Ledger:
         return True
 
     def replay_spool(self) -> int:
-        """Apply spooled writes in order; returns how many were applied. Each spool file is claimed
+        """Apply spooled writes in order and return how many were applied.
+
+        Apply spooled writes in order; returns how many were applied. Each spool file is claimed
         by renaming it first, so two processes never replay the same lines; writes that fail again
         go back to the spool. Raises nothing for database errors (they re-spool)."""
         claimed = []
@@ -525,7 +571,9 @@ class Ledger:
         return done
 
     def _guarded(self, op: str, fn, **args: Any) -> Any:
-        """Run one write; a refused (or, inside ``bounded()``, late) write is spooled (returns
+        """Run one write, spooling it when it is refused or late.
+
+        Run one write; a refused (or, inside ``bounded()``, late) write is spooled (returns
         None), else pending spool lines are replayed before it (what was spooled first happened
         first). The held row follows either way."""
         try:
@@ -552,7 +600,9 @@ class Ledger:
 
     # -- writes -------------------------------------------------------------------------------
     def add_session(self, row: Session | dict) -> None:
-        """Insert the intent row (status provisioning) and its first event in one transaction.
+        """Insert the intent row and its first event in one transaction.
+
+        Insert the intent row (status provisioning) and its first event in one transaction.
         ``row``: a ``ledger.models.Session``, or its columns as a dict (the model's defaults for
         the rest: ``ledger.writes.session_dict``)."""
         from ledger import writes
@@ -562,13 +612,17 @@ class Ledger:
         self._hold("row", {}, got)
 
     def update(self, session_id: str, **fields: Any) -> None:
-        """Set fields of a session row in one short transaction (spooled when the database refuses
+        """Set fields of a session row in one short transaction.
+
+        Set fields of a session row in one short transaction (spooled when the database refuses
         it). KeyError for an unknown id."""
         fields = {k: _plain(v) for k, v in fields.items()}
         self._guarded("update", lambda session_id, **f: self._set_with_event(session_id, None, "", **f), session_id=session_id, **fields)
 
     def event(self, session_id: str, kind: str, detail: Any = "", at: float | None = None) -> None:
-        """Append an event (``kind``: an ``EventKind``; ``detail``: text or JSON-able, stored as
+        """Append an event to a session.
+
+        Append an event (``kind``: an ``EventKind``; ``detail``: text or JSON-able, stored as
         JSON text; ``at``: epoch s, default now). Spooled when the database refuses it."""
         text = _plain(detail) if isinstance(detail, str) else json.dumps(detail, sort_keys=True)
         self._guarded("event", self._event, session_id=session_id, kind=_plain(kind), detail=text,
@@ -580,7 +634,9 @@ class Ledger:
         writes.event(self._books(), session_id, _plain(kind), detail, at, self._busy_s())
 
     def add_steps(self, session_id: str, steps: Iterable[dict]) -> None:
-        """Store bootstrap step lines ``{"step", "status", "seconds", "detail"}`` (spooled when the
+        """Store bootstrap step lines for a session.
+
+        Store bootstrap step lines ``{"step", "status", "seconds", "detail"}`` (spooled when the
         database refuses them)."""
         steps = [{k: s.get(k) for k in ("step", "status", "seconds", "detail") if k in s} for s in steps]
         self._guarded("steps", self._add_steps, session_id=session_id, steps=steps)
@@ -591,7 +647,9 @@ class Ledger:
         writes.add_steps(self._books(), session_id, steps, self._busy_s())
 
     def request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str | None:
-        """Record why a session is being ended, BEFORE its destroy: whoever closes the row then
+        """Record why a session is being ended, before its destroy.
+
+        Record why a session is being ended, BEFORE its destroy: whoever closes the row then
         books this reason (the first request wins; a crash between destroy and close still leaves
         it). Event ``end_requested`` with detail ``{"reason", "by", "detail"}``. Returns the reason
         the row will close with (an earlier request's, or ``reason``), None when the write was
@@ -604,7 +662,9 @@ class Ledger:
         return writes.request_end(self._books(), session_id, reason, by, detail, self._busy_s())
 
     def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row | None:
-        """Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
+        """Close a session with its end time, reason, billed seconds and cost.
+
+        Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
         billed seconds and cost from the charged price. A reason recorded earlier with
         ``request_end`` wins over ``reason``. Closing a closed row changes nothing. Returns the
         closed row, or None when the database refused the write (spooled: replayed later)."""
@@ -618,7 +678,9 @@ class Ledger:
         return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
 
     def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row:
-        """Close a session whose destroy we never saw: the end time is the provider's, else the
+        """Close a session whose destroy we never saw.
+
+        Close a session whose destroy we never saw: the end time is the provider's, else the
         agent's last heartbeat (``ledger.billing.unseen_end``), never "now". Raises NoEndTime when
         neither is known (the row stays open), KeyError for an unknown session."""
         row = self.get(session_id)
@@ -628,7 +690,9 @@ class Ledger:
         return self.close(session_id, ended_at, reason, end_source=source)
 
     def heartbeat(self, session_id: str, at: float) -> None:
-        """Record the on-box agent's heartbeat time (epoch s); only moves forward. Spooled when
+        """Record the on-box agent's heartbeat time (epoch s).
+
+        Record the on-box agent's heartbeat time (epoch s); only moves forward. Spooled when
         the database refuses it."""
         self._guarded("heartbeat", self._heartbeat, session_id=session_id, at=at)
 
@@ -644,7 +708,9 @@ class Ledger:
             )
 
     def set_tokens(self, session_id: str, tokens: int) -> Row:
-        """Set a session's token count after the fact (``ledger tokens SESSION N``) and log an event.
+        """Set a session's token count after the fact and log an event.
+
+        Set a session's token count after the fact (``ledger tokens SESSION N``) and log an event.
         Raises ValueError for a negative count, KeyError for an unknown session."""
         if tokens < 0:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
@@ -661,7 +727,9 @@ class Ledger:
         return writes.set_fields(self._books(), session_id, kind, detail, fields, self._busy_s())
 
     def import_sessions(self, rows: Iterable[dict], lines: Iterable[int] | None = None, chunk: int = 5000) -> int:
-        """Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
+        """Insert closed session rows in ONE transaction: all or none.
+
+        Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
         are written or none. An id already in the ledger rejects the whole import with its line
         number (``lines[i]`` is row i's line in the source file). Returns the count written.
         Raises ImportRejected."""
@@ -671,7 +739,9 @@ class Ledger:
 
     def import_rows(self, pairs: Iterable[tuple[int, Any]], errors: list[tuple[int, str]] | None = None,
                     chunk: int = 5000, columns: Iterable[str] | None = None, constants: dict | None = None) -> int:
-        """``import_chunks`` of (line number, row) pairs, ``chunk`` of them per batch. A row is a
+        """Import (line number, row) pairs in batches of ``chunk`` via ``import_chunks``.
+
+        ``import_chunks`` of (line number, row) pairs, ``chunk`` of them per batch. A row is a
         dict of columns (absent ones NULL) or a tuple of ``columns`` (default every column of
         ``models.Session``; the id first)."""
         if columns is None:
@@ -689,7 +759,9 @@ class Ledger:
 
     def import_chunks(self, chunks: Iterable[tuple[Sequence[int], Sequence[tuple]]], errors: list[tuple[int, str]] | None = None,
                       columns: Iterable[str] | None = None, constants: dict | None = None, expected_rows: int = 0) -> int:
-        """Stream batches of rows into ``sessions`` in ONE transaction, one executemany (or COPY) per
+        """Stream batches of rows into ``sessions`` in ONE transaction.
+
+        Stream batches of rows into ``sessions`` in ONE transaction, one executemany (or COPY) per
         batch: memory holds one batch, whatever the file's size. A batch is (line numbers, rows),
         each row a tuple of ``columns`` (default every column of ``models.Session``; the id first)
         (``ledger.csvio.CsvImport.chunks``). ``errors``: a list the producer appends bad lines to
@@ -843,7 +915,9 @@ class Ledger:
             db.commit()
 
     def close_run(self, run_id: str, ended_at: float, reason: str, detail: str = "") -> None:
-        """Close a run with its outcome (``reason``: the last rental's end reason, or what the run
+        """Close a run with its outcome and one line of detail.
+
+        Close a run with its outcome (``reason``: the last rental's end reason, or what the run
         ran out of) and one line of ``detail``; closing a closed run changes nothing. Spooled when
         the database refuses it."""
         held = self._held_runs.get(run_id)
@@ -886,7 +960,9 @@ class Ledger:
             return list(db.exec(q))
 
     def runs(self, since: float | None = None, limit: int | None = None) -> list[Any]:
-        """Runs newest first (``since``: created at or after, epoch s), each with its rentals'
+        """Return runs newest first, each with its rentals' totals.
+
+        Runs newest first (``since``: created at or after, epoch s), each with its rentals'
         totals: ``rentals``, ``cost_usd`` (their sum; None while none has a cost), ``billed_seconds``,
         ``tokens``, ``simulated`` (any rental simulated). Rows with attribute access."""
         import sqlalchemy as sa
@@ -920,7 +996,9 @@ class Ledger:
         return row
 
     def find(self, prefix: str) -> list[Session]:
-        """Sessions whose id starts with ``prefix`` (users type short ids). On SQLite (binary
+        """Return the sessions whose id starts with ``prefix``.
+
+        Sessions whose id starts with ``prefix`` (users type short ids). On SQLite (binary
         collation) a key range on the primary key; elsewhere LIKE (a linguistic collation does not
         order every string with the prefix inside that range)."""
         DbSession, select, Session, _, _ = _orm()
@@ -933,7 +1011,9 @@ class Ledger:
             return [r for r in db.exec(q) if r.id.startswith(prefix)]
 
     def open_sessions(self) -> list[Any]:
-        """Every session not closed, oldest intent first, as read-only rows with attribute access
+        """Return every session not closed, oldest intent first.
+
+        Every session not closed, oldest intent first, as read-only rows with attribute access
         and ``model_dump()`` (``ledger.reads.Row``; re-read with ``get`` before writing).
         Answered from the partial index ``ix_sessions_open`` (m005): a handful of rows whatever
         the ledger's size. Spooled writes are replayed first (bounded: ``bounded()``), so a
@@ -945,7 +1025,9 @@ class Ledger:
         return self.reads.open_sessions()
 
     def last_event(self, session_id: str, kind: str) -> tuple[float, Any] | None:
-        """(epoch s, detail parsed from JSON, else the text) of the newest ``kind`` event of
+        """Return the newest ``kind`` event of ``session_id`` as (epoch s, detail), or None.
+
+        (epoch s, detail parsed from JSON, else the text) of the newest ``kind`` event of
         ``session_id``, or None."""
         got = self.reads.last_event(session_id, kind)
         if got is None:
@@ -973,12 +1055,16 @@ class Ledger:
             return list(db.exec(q))
 
     def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None) -> list[Any]:
-        """Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
+        """Return lightweight rows whose intent time is in [start, end).
+
+        Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
         see ``ledger.reads.Reads.rows_between``."""
         return self.reads.rows_between(start, end, columns)
 
     def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None):
-        """Narrow session rows that may have spent money in [start, end), streamed
+        """Stream the narrow session rows that may have spent money in [start, end).
+
+        Narrow session rows that may have spent money in [start, end), streamed
         (``ledger.reads.Reads.overlapping``)."""
         return self.reads.overlapping(start, end, columns)
 
