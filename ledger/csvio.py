@@ -1,7 +1,7 @@
 """The spreadsheet view of the ledger: CSV export of closed rentals and CSV import of session rows.
 
-The spreadsheet view of the ledger: export closed rentals to CSV, and parse a CSV (ours, or the
-one a user kept before gpuops) into session rows, reporting every bad row with its line number.
+An import parses a CSV (ours, or the one a user kept before gpuops) into session rows and
+reports every bad row with its line number.
 
 Columns: ``date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens,
 conclusion``, then two columns of ours that an import may omit: ``simulated`` and ``session``.

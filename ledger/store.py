@@ -1,9 +1,8 @@
 """The ledger store: the few writes the lifecycle needs, each in its own short transaction.
 
-The ledger store: the few writes the lifecycle needs (the engine and migrations are
-``ledger/engine.py``; the rental's writes and single-session reads, written once as SQL,
-``ledger/writes.py``; report reads ``ledger/reads.py``). Every write is its own short transaction so
-a crash leaves every committed transition in place.
+The engine and migrations are ``ledger/engine.py``; the rental's writes and single-session reads,
+written once as SQL, ``ledger/writes.py``; report reads ``ledger/reads.py``. A crash leaves every
+committed transition in place.
 
 A write the database refuses (disk full, a lock held past the busy timeout, an unreachable
 server: ``sqlalchemy.exc.OperationalError``) is not lost: events, field updates, heartbeats, end
