@@ -81,16 +81,41 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None 
         (root / ".gpuops" / "bootstrap.pid").write_text("999999\n")  # a bootstrap that ended long ago
         (root / ".gpuops" / "run" / "job.log").write_text("")  # the job runs
         now = time.time()
-        cfg = {"session": "bench", "provider": "local", "instance_id": "bench", "root": str(root), "run_dir": ".gpuops/run",
-               "bootstrap_pidfile": ".gpuops/bootstrap.pid", "started_at": now, "armed_at": now, "max_hours": 10.0,
-               "usd_per_hour": 1.0, "gpu_source": "nvidia-smi", "destroy": {"kind": "local"},
-               "teardown": {"max_hours": 10.0, "idle_minutes": "off", "idle_util_percent": 5.0, "sample_seconds": 1.0,
-                            "job_end_grace_seconds": 30.0, "kill_grace_seconds": 1.0, "max_session_usd": None}}
+        cfg = {
+            "session": "bench",
+            "provider": "local",
+            "instance_id": "bench",
+            "root": str(root),
+            "run_dir": ".gpuops/run",
+            "bootstrap_pidfile": ".gpuops/bootstrap.pid",
+            "started_at": now,
+            "armed_at": now,
+            "max_hours": 10.0,
+            "usd_per_hour": 1.0,
+            "gpu_source": "nvidia-smi",
+            "destroy": {"kind": "local"},
+            "teardown": {
+                "max_hours": 10.0,
+                "idle_minutes": "off",
+                "idle_util_percent": 5.0,
+                "sample_seconds": 1.0,
+                "job_end_grace_seconds": 30.0,
+                "kill_grace_seconds": 1.0,
+                "max_session_usd": None,
+            },
+        }
         (root / ".gpuops" / "agent.json").write_text(json.dumps(cfg))
         env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", GPUOPS_LOCAL_BOX=str(root))
         log = open(root / ".gpuops" / "agent.log", "ab")
-        sup = subprocess.Popen([sys.executable, ".gpuops/bootstrap/agent.py", "--config", ".gpuops/agent.json"], cwd=root,
-                               env=env, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+        sup = subprocess.Popen(
+            [sys.executable, ".gpuops/bootstrap/agent.py", "--config", ".gpuops/agent.json"],
+            cwd=root,
+            env=env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         status = root / ".gpuops" / "agent-status.json"
         deadline = time.monotonic() + 30
         worker = None
@@ -114,10 +139,14 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None 
             (c0, ch0), (w0, n0), ns0 = before[k]
             (c1, ch1), (w1, n1), ns1 = after[k]
             precise = None if ns0 is None or ns1 is None else round((ns1 - ns0) * 60 / dt, 4)
-            out[k] = {"cpu_s_per_min": round((c1 - c0) * 60 / dt, 3), "oncpu_s_per_min": precise,
-                      "children_cpu_s_per_min": round((ch1 - ch0) * 60 / dt, 3),
-                      "rss_mib": round(rss[k], 1), "bytes_written_per_min": int((w1 - w0) * 60 / dt),
-                      "write_calls_per_min": int((n1 - n0) * 60 / dt)}
+            out[k] = {
+                "cpu_s_per_min": round((c1 - c0) * 60 / dt, 3),
+                "oncpu_s_per_min": precise,
+                "children_cpu_s_per_min": round((ch1 - ch0) * 60 / dt, 3),
+                "rss_mib": round(rss[k], 1),
+                "bytes_written_per_min": int((w1 - w0) * 60 / dt),
+                "write_calls_per_min": int((n1 - n0) * 60 / dt),
+            }
         os.killpg(sup.pid, signal.SIGTERM)
         try:
             sup.wait(10)
@@ -142,7 +171,9 @@ def baseline_dir(ref: str) -> Path:
 
 
 def show(results: list[dict]) -> None:
-    print(f"agent at 1 s samples, {results[0]['seconds']:.0f} s measured (targets: <= 0.1 s CPU/min, <= 15 MiB RSS per process)")
+    print(
+        f"agent at 1 s samples, {results[0]['seconds']:.0f} s measured (targets: <= 0.1 s CPU/min, <= 15 MiB RSS per process)"
+    )
     head = f"{'':34}" + "".join(f"{r['label']:>16}" for r in results)
     print(head)
     rows = [("status file, bytes", lambda r: r["status_bytes"])]
@@ -155,13 +186,27 @@ def show(results: list[dict]) -> None:
             (f"{proc}: bytes written/min", lambda r, p=proc: r[p]["bytes_written_per_min"]),
             (f"{proc}: write calls/min", lambda r, p=proc: r[p]["write_calls_per_min"]),
         ]
-    rows += [("agent total CPU s/min (schedstat)", lambda r: None if r["worker"]["oncpu_s_per_min"] is None else
-              round(r["worker"]["oncpu_s_per_min"] + r["supervisor"]["oncpu_s_per_min"], 4))]
+    rows += [
+        (
+            "agent total CPU s/min (schedstat)",
+            lambda r: (
+                None
+                if r["worker"]["oncpu_s_per_min"] is None
+                else round(r["worker"]["oncpu_s_per_min"] + r["supervisor"]["oncpu_s_per_min"], 4)
+            ),
+        )
+    ]
     for name, get in rows:
         print(f"{name:34}" + "".join(f"{get(r):>16}" for r in results))
     for base in results:  # each baseline against this checkout's run of the same GPU load
-        other = next((r for r in results if r["util"] == base["util"] and r["label"] != base["label"]
-                      and r["label"] in CHECKOUT_LABELS), None)
+        other = next(
+            (
+                r
+                for r in results
+                if r["util"] == base["util"] and r["label"] != base["label"] and r["label"] in CHECKOUT_LABELS
+            ),
+            None,
+        )
         if base["label"] in CHECKOUT_LABELS or other is None:
             continue
         for k in ("cpu_s_per_min", "oncpu_s_per_min", "bytes_written_per_min"):
@@ -175,9 +220,12 @@ CHECKOUT_LABELS = ("this checkout", "idle GPU", "real nvidia-smi")
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--baseline", default="",
-                   help="git ref (or directory) whose bootstrap/agent.py to run the same way (e.g. main)")
-    p.add_argument("--real-smi", action="store_true", help="on a GPU box: the machine's nvidia-smi, no stand-in (one run each)")
+    p.add_argument(
+        "--baseline", default="", help="git ref (or directory) whose bootstrap/agent.py to run the same way (e.g. main)"
+    )
+    p.add_argument(
+        "--real-smi", action="store_true", help="on a GPU box: the machine's nvidia-smi, no stand-in (one run each)"
+    )
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     loads = [(None, "real nvidia-smi")] if a.real_smi else [(37, "this checkout"), (0, "idle GPU")]

@@ -47,8 +47,13 @@ def run_runner(config: dict, work: Path, env: dict) -> tuple[float, list[dict]]:
     cfg = work / "bootstrap.json"
     cfg.write_text(json.dumps(config))
     t0 = time.perf_counter()
-    p = subprocess.run([PY, str(RUNNER), "--config", str(cfg), "--state-dir", str(work / "state")], cwd=work, env=env,
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [PY, str(RUNNER), "--config", str(cfg), "--state-dir", str(work / "state")],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     secs = time.perf_counter() - t0
     if p.returncode != 0:
         raise SystemExit(f"bootstrap failed: {p.stdout}\n{p.stderr[-2000:]}")
@@ -75,8 +80,15 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
         plan = build_bootstrap_plan(settings, environ={})
         for i in range(repeat):
             t0 = time.perf_counter()
-            box = SSHBox(server.host, server.port, server.user, key_path=key, pins=HostKeyPins(base / "data" / "known_hosts"),
-                         pin_name="bench/1", root="gpuops/bench").connect(time.monotonic() + 10)
+            box = SSHBox(
+                server.host,
+                server.port,
+                server.user,
+                key_path=key,
+                pins=HostKeyPins(base / "data" / "known_hosts"),
+                pin_name="bench/1",
+                root="gpuops/bench",
+            ).connect(time.monotonic() + 10)
             connects.append(time.perf_counter() - t0)
             t0 = time.perf_counter()
             box.run("true", timeout=10)
@@ -91,8 +103,11 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
     finally:
         server.stop()
         server.end_box_processes()
-    return {"ssh_connect_s": round(median(connects), 3), "ssh_run_true_s": round(median(runs), 3),
-            "ssh_ship_and_rerun_unchanged_s": round(median(reruns), 3)}
+    return {
+        "ssh_connect_s": round(median(connects), 3),
+        "ssh_run_true_s": round(median(runs), 3),
+        "ssh_ship_and_rerun_unchanged_s": round(median(reruns), 3),
+    }
 
 
 def main() -> None:
@@ -105,8 +120,12 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
     smi = base / "bin"
     fake_nvidia_smi.install(smi)
-    env = {"PATH": f"{smi}:{Path(PY).parent}:/usr/bin:/bin", "HOME": str(base / "home"), "HF_TOKEN": "hf_bench_token_123456",
-           "LANG": "C.UTF-8"}
+    env = {
+        "PATH": f"{smi}:{Path(PY).parent}:/usr/bin:/bin",
+        "HOME": str(base / "home"),
+        "HF_TOKEN": "hf_bench_token_123456",
+        "LANG": "C.UTF-8",
+    }
     wh = base / "wheelhouse"
     names = [f"gpuops_bench_{i:03d}" for i in range(a.packages)]
     for i, n in enumerate(names):
@@ -119,8 +138,15 @@ def main() -> None:
         for r in range(a.repeat):
             work = base / f"{installer}-full-{r}"
             work.mkdir()
-            step = {"name": "deps", "kind": "deps", "installer": installer, "packages": [names[0]], "wheelhouse": str(wh),
-                    "venv": "venv", "cache_dir": str(work / "cache")}
+            step = {
+                "name": "deps",
+                "kind": "deps",
+                "installer": installer,
+                "packages": [names[0]],
+                "wheelhouse": str(wh),
+                "venv": "venv",
+                "cache_dir": str(work / "cache"),
+            }
             full.append(run_runner({"steps": [step]}, work, env)[0])
             work2 = base / f"{installer}-only-{r}"
             work2.mkdir()
@@ -140,16 +166,26 @@ def main() -> None:
     make_repo(repo, {"train.py": "print(1)\n"})
     wfile = base / "weights.bin"
     wfile.write_bytes(os.urandom(64 << 20))
-    cfg = {"steps": [
-        {"name": "system", "kind": "system"},
-        {"name": "secrets", "kind": "secrets", "env": ["HF_TOKEN"]},
-        {"name": "deps", "kind": "deps", "installer": "uv", "packages": [names[0]], "wheelhouse": str(wh), "venv": "venv"},
-        {"name": "code", "kind": "code", "repo": str(repo), "ref": "main"},
-        {"name": "weights", "kind": "weights", "source": f"file://{wfile}", "dest": "weights"},
-        {"name": "verify", "kind": "verify"},
-        {"name": "a", "kind": "run", "command": "true"}, {"name": "b", "kind": "run", "command": "true"},
-        {"name": "c", "kind": "run", "command": "true"},
-    ]}
+    cfg = {
+        "steps": [
+            {"name": "system", "kind": "system"},
+            {"name": "secrets", "kind": "secrets", "env": ["HF_TOKEN"]},
+            {
+                "name": "deps",
+                "kind": "deps",
+                "installer": "uv",
+                "packages": [names[0]],
+                "wheelhouse": str(wh),
+                "venv": "venv",
+            },
+            {"name": "code", "kind": "code", "repo": str(repo), "ref": "main"},
+            {"name": "weights", "kind": "weights", "source": f"file://{wfile}", "dest": "weights"},
+            {"name": "verify", "kind": "verify"},
+            {"name": "a", "kind": "run", "command": "true"},
+            {"name": "b", "kind": "run", "command": "true"},
+            {"name": "c", "kind": "run", "command": "true"},
+        ]
+    }
     first, lines = run_runner(cfg, work, env)
     out["full_config_first_run_s"] = round(first, 3)
     out["full_config_first_run_slowest"] = lines[-1]["slowest"]

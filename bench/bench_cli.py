@@ -47,7 +47,22 @@ def make_csv(path: Path, n: int, seed: int = 7) -> float:
     total = 0.0
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion", "simulated", "session"])
+        w.writerow(
+            [
+                "date",
+                "experiment",
+                "provider",
+                "card",
+                "gpu_count",
+                "usd_per_hour",
+                "hours",
+                "cost_usd",
+                "tokens",
+                "conclusion",
+                "simulated",
+                "session",
+            ]
+        )
         for i in range(n):
             card, price = rng.choice(CARDS)
             gpus = rng.choice([1, 1, 1, 2, 4, 8])
@@ -56,8 +71,22 @@ def make_csv(path: Path, n: int, seed: int = 7) -> float:
             total += usd
             t = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(start + rng.random() * year))
             tokens = rng.choice([0, rng.randrange(10**5, 10**9)])
-            w.writerow([t, f"exp-{rng.randrange(200):03d}", rng.choice(PROVIDERS), card, gpus, price * gpus, hours, usd, tokens,
-                        "", "false", f"bench-{i:06d}"])
+            w.writerow(
+                [
+                    t,
+                    f"exp-{rng.randrange(200):03d}",
+                    rng.choice(PROVIDERS),
+                    card,
+                    gpus,
+                    price * gpus,
+                    hours,
+                    usd,
+                    tokens,
+                    "",
+                    "false",
+                    f"bench-{i:06d}",
+                ]
+            )
     return total
 
 
@@ -80,8 +109,12 @@ def startup_goal(gpuops: list[str], env: dict, empty: Path, runs: int) -> dict[s
 
     gpuops runs on the empty ledger in ``empty``; the commands take turns (one warm-up each)."""
     env = dict(env, GPUOPS_DATA_DIR=str(empty / "data"), GPUOPS_LEDGER_URL=f"sqlite:///{empty / 'ledger.db'}")
-    commands = {"gpuops --help": gpuops + ["--help"], "gpuops ps": gpuops + ["ps"],
-                "gpuops watchdog --once": gpuops + ["watchdog", "--once"], "vastai --help": [str(BIN / "vastai"), "--help"]}
+    commands = {
+        "gpuops --help": gpuops + ["--help"],
+        "gpuops ps": gpuops + ["ps"],
+        "gpuops watchdog --once": gpuops + ["watchdog", "--once"],
+        "vastai --help": [str(BIN / "vastai"), "--help"],
+    }
     if not (BIN / "vastai").exists():
         print("start-up goal: vastai not installed (pip install gpuops[vast])")
         return {}
@@ -94,12 +127,16 @@ def startup_goal(gpuops: list[str], env: dict, empty: Path, runs: int) -> dict[s
                 times[name].append(time.perf_counter() - t)
     med = {name: statistics.median(xs) for name, xs in times.items()}
     base = med["vastai --help"]
-    print(f"start-up goal (median of {runs} runs in turns; target <= {STARTUP_TARGET:.2f}x vastai --help = {STARTUP_TARGET * base:.3f} s):")
+    print(
+        f"start-up goal (median of {runs} runs in turns; target <= {STARTUP_TARGET:.2f}x vastai --help = {STARTUP_TARGET * base:.3f} s):"
+    )
     for name in commands:
         if name != "vastai --help":
             ratio = med[name] / base
-            print(f"  {name:24s} {med[name]:6.3f} s  / vastai --help {base:6.3f} s = {ratio:.2f}  "
-                  f"{'meets' if ratio <= STARTUP_TARGET else 'MISSES'} <= {STARTUP_TARGET:.2f}")
+            print(
+                f"  {name:24s} {med[name]:6.3f} s  / vastai --help {base:6.3f} s = {ratio:.2f}  "
+                f"{'meets' if ratio <= STARTUP_TARGET else 'MISSES'} <= {STARTUP_TARGET:.2f}"
+            )
     return med
 
 
@@ -113,8 +150,21 @@ def insert_bench(url: str, n: int = 300, events: int = 6) -> dict:
     for i in range(n):
         sid = f"ins-{i:05d}"
         t0 = time.perf_counter()
-        led.add_session(Session(id=sid, experiment="bench", job="bench.sh", provider="vast", card="rtx-4090", gpu_count=1,
-                                spot=True, label="gpuops-" + sid, simulated=False, status="provisioning", created_at=time.time()))
+        led.add_session(
+            Session(
+                id=sid,
+                experiment="bench",
+                job="bench.sh",
+                provider="vast",
+                card="rtx-4090",
+                gpu_count=1,
+                spot=True,
+                label="gpuops-" + sid,
+                simulated=False,
+                status="provisioning",
+                created_at=time.time(),
+            )
+        )
         for k in range(events):
             led.event(sid, f"stage{k}", {"k": k})
         ins.append((time.perf_counter() - t0) * 1000)
@@ -123,8 +173,12 @@ def insert_bench(url: str, n: int = 300, events: int = 6) -> dict:
         led.close(sid, time.time() + 60, "job_end", exit_code=0)
         close.append((time.perf_counter() - t0) * 1000)
     led.engine.dispose()
-    return {"insert_ms_median": statistics.median(ins), "insert_ms_p95": sorted(ins)[int(0.95 * n)],
-            "close_ms_median": statistics.median(close), "events": events}
+    return {
+        "insert_ms_median": statistics.median(ins),
+        "insert_ms_p95": sorted(ins)[int(0.95 * n)],
+        "close_ms_median": statistics.median(close),
+        "events": events,
+    }
 
 
 def main() -> None:
@@ -140,8 +194,14 @@ def main() -> None:
     if db.exists():
         db.unlink()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(work / "pycache"), GPUOPS_DATA_DIR=str(work / "data"),
-               GPUOPS_LEDGER_URL=f"sqlite:///{db}", HOME=str(work), XDG_CONFIG_HOME=str(work / "cfg"))
+    env.update(
+        PYTHONPATH=str(REPO),
+        PYTHONPYCACHEPREFIX=str(work / "pycache"),
+        GPUOPS_DATA_DIR=str(work / "data"),
+        GPUOPS_LEDGER_URL=f"sqlite:///{db}",
+        HOME=str(work),
+        XDG_CONFIG_HOME=str(work / "cfg"),
+    )
     gpuops = [sys.executable, "-m", "gpuops"]
     startup_goal(gpuops, env, work / "empty", a.runs)
     if a.startup_only:
@@ -152,8 +212,16 @@ def main() -> None:
     csv_path = work / "sessions.csv"
     total = make_csv(csv_path, a.sessions)
     t = time.perf_counter()
-    subprocess.run(gpuops + ["ledger", "import", str(csv_path), "--tz", "UTC"], env=env, check=True, capture_output=True, timeout=1200)
-    print(f"import {a.sessions:,} sessions ({csv_path.stat().st_size / 1e6:.1f} MB CSV): {time.perf_counter() - t:.2f} s (real spend {total:,.2f} USD)")
+    subprocess.run(
+        gpuops + ["ledger", "import", str(csv_path), "--tz", "UTC"],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=1200,
+    )
+    print(
+        f"import {a.sessions:,} sessions ({csv_path.stat().st_size / 1e6:.1f} MB CSV): {time.perf_counter() - t:.2f} s (real spend {total:,.2f} USD)"
+    )
 
     figures = {
         "gpuops --help": gpuops + ["--help"],
@@ -175,8 +243,10 @@ def main() -> None:
             if ours in res and theirs in res:
                 print(f"ratio {ours} / {theirs}: {res[ours] / res[theirs]:.2f}")
     ins = insert_bench(f"sqlite:///{work / 'insert.db'}")
-    print(f"session insert with {ins['events']} events (SQLite, one transaction each): median {ins['insert_ms_median']:.2f} ms, "
-          f"p95 {ins['insert_ms_p95']:.2f} ms; close: median {ins['close_ms_median']:.2f} ms")
+    print(
+        f"session insert with {ins['events']} events (SQLite, one transaction each): median {ins['insert_ms_median']:.2f} ms, "
+        f"p95 {ins['insert_ms_p95']:.2f} ms; close: median {ins['close_ms_median']:.2f} ms"
+    )
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -37,14 +37,27 @@ def _figure(row: dict) -> float:
     if "config" in row:
         path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
         config = json.loads(path.read_text())
-        model = models.ModelSource(name=row["config"], config=config, source=str(path), stored_dtype=models._stored_dtype(config))
+        model = models.ModelSource(
+            name=row["config"], config=config, source=str(path), stored_dtype=models._stored_dtype(config)
+        )
     else:
         model = row["model"]
-    p = P.plan(model, card=row["card"], headroom=row["utilization"], seq=row["seq"], dtype=row.get("dtype"),
-               gpu_count=row.get("gpu_count", 1))
+    p = P.plan(
+        model,
+        card=row["card"],
+        headroom=row["utilization"],
+        seq=row["seq"],
+        dtype=row.get("dtype"),
+        gpu_count=row.get("gpu_count", 1),
+    )
     c = p.cards[0]
-    return {"kv_pool_gib": c.kv_pool_bytes / 2**30, "max_concurrency": c.max_concurrency, "weights_gib": p.weights_bytes / 2**30,
-            "weights_gb": p.weights_bytes / 1e9, "params_b": p.params / 1e9}[row["metric"]]
+    return {
+        "kv_pool_gib": c.kv_pool_bytes / 2**30,
+        "max_concurrency": c.max_concurrency,
+        "weights_gib": p.weights_bytes / 2**30,
+        "weights_gb": p.weights_bytes / 1e9,
+        "params_b": p.params / 1e9,
+    }[row["metric"]]
 
 
 def vllm_table() -> None:
@@ -65,8 +78,10 @@ def vllm_table() -> None:
     print("-" * len(head))
     for r in rows:
         ours = _figure(r)
-        print(f"{r.get('model', r.get('config')):<16} {r['card']:<14} {r['utilization']:>4.2f} {r['seq']:>6}  {r['what']:<28} "
-              f"{ours:>9.2f} {r['measured']:>9.2f} {ours / r['measured']:>6.3f}")
+        print(
+            f"{r.get('model', r.get('config')):<16} {r['card']:<14} {r['utilization']:>4.2f} {r['seq']:>6}  {r['what']:<28} "
+            f"{ours:>9.2f} {r['measured']:>9.2f} {ours / r['measured']:>6.3f}"
+        )
 
 
 def _rule_figure(row: dict) -> float:
@@ -78,11 +93,23 @@ def _rule_figure(row: dict) -> float:
 
     path = Path(__file__).resolve().parent.parent / "tests" / "plan" / "data" / f"{row['config']}.config.json"
     config = json.loads(path.read_text())
-    model = models.ModelSource(name=row["config"], config=config, source=str(path), stored_dtype=models._stored_dtype(config))
-    p = P.plan(model, card=row["card"], seq=row["seq"], gpu_count=row.get("gpu_count", 1), chunked_hybrid=row.get("chunked_hybrid", False))
+    model = models.ModelSource(
+        name=row["config"], config=config, source=str(path), stored_dtype=models._stored_dtype(config)
+    )
+    p = P.plan(
+        model,
+        card=row["card"],
+        seq=row["seq"],
+        gpu_count=row.get("gpu_count", 1),
+        chunked_hybrid=row.get("chunked_hybrid", False),
+    )
     c = p.cards[0]
-    return {"weights_gb": p.weights_bytes / 1e9, "params_b": p.params / 1e9, "request_kv_mib": c.per_request_bytes / 2**20,
-            "weights_loaded_gib": (c.fixed_bytes - c.overhead_bytes - c.activation_bytes - c.cuda_graph_bytes) / 2**30}[row["metric"]]
+    return {
+        "weights_gb": p.weights_bytes / 1e9,
+        "params_b": p.params / 1e9,
+        "request_kv_mib": c.per_request_bytes / 2**20,
+        "weights_loaded_gib": (c.fixed_bytes - c.overhead_bytes - c.activation_bytes - c.cuda_graph_bytes) / 2**30,
+    }[row["metric"]]
 
 
 def rules_table() -> None:
@@ -97,14 +124,18 @@ def rules_table() -> None:
 
     rows = tomllib.loads((Path(__file__).with_name("engine_rules.toml")).read_text())["rows"]
     print("\nnew kinds: gpuops vs the engine's rule by hand (ratio target 1.000; 'before' = gpuops at 86593ec)")
-    head = f"{'model':<22} {'card':<9} {'seq':>6}  {'what':<32} {'before':>9} {'gpuops':>10} {'engine':>10} {'ratio':>6}"
+    head = (
+        f"{'model':<22} {'card':<9} {'seq':>6}  {'what':<32} {'before':>9} {'gpuops':>10} {'engine':>10} {'ratio':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         ours = _rule_figure(r)
         card = r["card"] + (f" x{r['gpu_count']}" if r.get("gpu_count", 1) > 1 else "")
-        print(f"{r['config']:<22} {card:<9} {r['seq']:>6}  {r['what']:<32} {r['before']:>9.3f} {ours:>10.3f} {r['engine']:>10.3f} "
-              f"{ours / r['engine']:>6.3f}")
+        print(
+            f"{r['config']:<22} {card:<9} {r['seq']:>6}  {r['what']:<32} {r['before']:>9.3f} {ours:>10.3f} {r['engine']:>10.3f} "
+            f"{ours / r['engine']:>6.3f}"
+        )
 
 
 def main() -> None:
@@ -133,8 +164,10 @@ def main() -> None:
     print(f"catalog: {pairs} (model, card) pairs")
     print(f"import gpuops.planning.sizing: {t_import * 1e3:.1f} ms")
     print(f"first pass (loads models.toml, cards.toml): {t_cold * 1e3:.1f} ms")
-    print(f"warm pass, median of {args.repeat}: {med * 1e3:.1f} ms ({med / pairs * 1e6:.0f} us per pair); "
-          f"min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms")
+    print(
+        f"warm pass, median of {args.repeat}: {med * 1e3:.1f} ms ({med / pairs * 1e6:.0f} us per pair); "
+        f"min {min(times) * 1e3:.1f} ms, max {max(times) * 1e3:.1f} ms"
+    )
     vllm_table()
     rules_table()
 

@@ -71,7 +71,12 @@ def main() -> None:
             floor = ["sqlite3", "-cmd", ".parameter set :lo -1e300", "-cmd", ".parameter set :hi 1e300", str(db), sql]
             env = b.env_for(f"sqlite:///{db}")
             pair(f"ledger experiments, all time, {n:,} (SQLite)", b.gpuops + ["ledger", "experiments"], env, floor)
-            pair(f"ledger experiments --json, all time, {n:,} (SQLite)", b.gpuops + ["ledger", "experiments", "--json"], env, floor)
+            pair(
+                f"ledger experiments --json, all time, {n:,} (SQLite)",
+                b.gpuops + ["ledger", "experiments", "--json"],
+                env,
+                floor,
+            )
         if not a.no_postgres:
             from tests.support.postgres import PostgresServer
 
@@ -84,8 +89,20 @@ def main() -> None:
                 month = time.strftime("%Y-%m", time.gmtime(start))
                 sql_file = work / "month.sql"  # a file, not -c: psql interpolates :lo and :hi in what it reads
                 sql_file.write_text(attributed_sql(*MONTH) + ";\n")
-                psql = [str(pg.bindir / "psql"), "-X", "-q", "-A", "-t", "-v", f"lo={lo}", "-v", f"hi={hi}",
-                        url.replace("postgresql+psycopg://", "postgresql://"), "-f", str(sql_file)]
+                psql = [
+                    str(pg.bindir / "psql"),
+                    "-X",
+                    "-q",
+                    "-A",
+                    "-t",
+                    "-v",
+                    f"lo={lo}",
+                    "-v",
+                    f"hi={hi}",
+                    url.replace("postgresql+psycopg://", "postgresql://"),
+                    "-f",
+                    str(sql_file),
+                ]
                 env = b.env_for(url)
                 cmd = b.gpuops + ["ledger", "month", month, "--tz", "UTC"]
                 pair(f"ledger month, {a.pg_sessions:,} this month (PostgreSQL)", cmd, env, psql)

@@ -50,10 +50,38 @@ CARDS = [("rtx-4090", 0.35), ("a100-80gb", 1.89), ("h100-sxm", 2.99), ("l40s", 0
 PROVIDERS = ["runpod", "vast"]
 # The columns the bench writes (every other column has a default).
 COLUMNS = (
-    "id", "experiment", "job", "provider", "card", "gpu_count", "spot", "label", "instance_id", "offer_id",
-    "usd_per_hour", "bid_usd_per_hour", "simulated", "status", "created_at", "instance_created_at", "ready_at",
-    "ended_at", "end_reason", "exit_code", "billed_seconds", "cost_usd", "tokens", "job_seconds", "conclusion",
-    "note", "log_path", "results_path", "billing_increment_seconds", "last_heartbeat_at", "end_source", "source",
+    "id",
+    "experiment",
+    "job",
+    "provider",
+    "card",
+    "gpu_count",
+    "spot",
+    "label",
+    "instance_id",
+    "offer_id",
+    "usd_per_hour",
+    "bid_usd_per_hour",
+    "simulated",
+    "status",
+    "created_at",
+    "instance_created_at",
+    "ready_at",
+    "ended_at",
+    "end_reason",
+    "exit_code",
+    "billed_seconds",
+    "cost_usd",
+    "tokens",
+    "job_seconds",
+    "conclusion",
+    "note",
+    "log_path",
+    "results_path",
+    "billing_increment_seconds",
+    "last_heartbeat_at",
+    "end_source",
+    "source",
 )
 
 
@@ -72,10 +100,40 @@ def session_rows(n: int, first: float, last: float, tag: str):
         secs = float(60 + (i * 7919) % 3600)
         secs = min(secs, max(1.0, last - created - 1.0))
         usd = round(price * gpus * secs / 3600.0, 6)
-        yield (f"{tag}-{i:07d}", f"exp-{i % 200:03d}", "job.sh", PROVIDERS[i % 2], card, gpus, False, f"gpuops-{tag}-{i:07d}",
-               f"i{i}", None, price * gpus, None, False, "closed", created, created + 5.0, created + 30.0, created + 5.0 + secs,
-               "job_end", 0, secs, usd, (i * 104729) % 10**8, secs - 40.0 if secs > 40 else None, "ok" if i % 3 else "",
-               "", "", "", None, None, "destroy", "gpuops")
+        yield (
+            f"{tag}-{i:07d}",
+            f"exp-{i % 200:03d}",
+            "job.sh",
+            PROVIDERS[i % 2],
+            card,
+            gpus,
+            False,
+            f"gpuops-{tag}-{i:07d}",
+            f"i{i}",
+            None,
+            price * gpus,
+            None,
+            False,
+            "closed",
+            created,
+            created + 5.0,
+            created + 30.0,
+            created + 5.0 + secs,
+            "job_end",
+            0,
+            secs,
+            usd,
+            (i * 104729) % 10**8,
+            secs - 40.0 if secs > 40 else None,
+            "ok" if i % 3 else "",
+            "",
+            "",
+            "",
+            None,
+            None,
+            "destroy",
+            "gpuops",
+        )
 
 
 def schema_tag() -> str:
@@ -108,8 +166,10 @@ def sqlite_ledger(kind: str, n: int, first: float, last: float) -> Path:
     t0 = time.perf_counter()
     con = sqlite3.connect(tmp)
     with con:
-        con.executemany(f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
-                        session_rows(n, first, last, kind))
+        con.executemany(
+            f"INSERT INTO sessions ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})",
+            session_rows(n, first, last, kind),
+        )
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
     tmp.rename(path)
@@ -162,7 +222,6 @@ EXPERIMENTS_SQL = """SELECT experiment, count(*), sum(cost_usd), sum(billed_seco
   FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY experiment ORDER BY experiment"""
 
 
-
 def attributed_sql(keys: str, conclusion: bool) -> str:
     """The second floor: the numbers of ``ledger month``/``experiments`` as ONE plain SQL statement.
 
@@ -177,19 +236,23 @@ def attributed_sql(keys: str, conclusion: bool) -> str:
     def part(x: str) -> str:
         return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
 
-    job = ("(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
-           " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
-           " ELSE COALESCE(cost_usd, 0.0) END)")
+    job = (
+        "(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
+        " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
+        " ELSE COALESCE(cost_usd, 0.0) END)"
+    )
     gh = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0)"
     closed = "status = 'closed'"
-    return (f"SELECT {keys}, COUNT(*), SUM(CASE WHEN status <> 'closed' THEN 1 ELSE 0 END),"
-            f" SUM(CASE WHEN {closed} AND cost_source = 'charged' THEN 1 ELSE 0 END),"
-            f" SUM(CASE WHEN {closed} THEN {part('COALESCE(cost_usd, 0.0)')} ELSE 0.0 END),"
-            f" SUM(CASE WHEN {closed} THEN {part(gh)} ELSE 0.0 END), SUM(CASE WHEN {closed} THEN {part('COALESCE(tokens, 0) * 1.0')} ELSE 0.0 END),"
-            f" SUM(CASE WHEN {closed} AND tokens > 0 THEN {part(job)} ELSE 0.0 END)"
-            + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
-            + f" FROM sessions WHERE +created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND {SQL_TOUCHES}"
-            f" GROUP BY simulated, {keys.replace(', simulated', '')}")
+    return (
+        f"SELECT {keys}, COUNT(*), SUM(CASE WHEN status <> 'closed' THEN 1 ELSE 0 END),"
+        f" SUM(CASE WHEN {closed} AND cost_source = 'charged' THEN 1 ELSE 0 END),"
+        f" SUM(CASE WHEN {closed} THEN {part('COALESCE(cost_usd, 0.0)')} ELSE 0.0 END),"
+        f" SUM(CASE WHEN {closed} THEN {part(gh)} ELSE 0.0 END), SUM(CASE WHEN {closed} THEN {part('COALESCE(tokens, 0) * 1.0')} ELSE 0.0 END),"
+        f" SUM(CASE WHEN {closed} AND tokens > 0 THEN {part(job)} ELSE 0.0 END)"
+        + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
+        + f" FROM sessions WHERE +created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND {SQL_TOUCHES}"
+        f" GROUP BY simulated, {keys.replace(', simulated', '')}"
+    )
 
 
 SQL_RUNNER = r"""
@@ -261,8 +324,13 @@ class Bench:
         self.a, self.work = a, work
         self.results: list[tuple[str, str, Timing | None, str, Timing | None, float, str]] = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-        env.update(PYTHONPATH=str(REPO), PYTHONPYCACHEPREFIX=str(CACHE / "pycache"), HOME=str(work),
-                   XDG_CONFIG_HOME=str(work / "cfg"), GPUOPS_DATA_DIR=str(work / "data"))
+        env.update(
+            PYTHONPATH=str(REPO),
+            PYTHONPYCACHEPREFIX=str(CACHE / "pycache"),
+            HOME=str(work),
+            XDG_CONFIG_HOME=str(work / "cfg"),
+            GPUOPS_DATA_DIR=str(work / "data"),
+        )
         self.env = env
         self.gpuops = [sys.executable, "-m", "gpuops"]
         job = work / "exit0.sh"
@@ -276,11 +344,17 @@ class Bench:
     def time(self, argv: list[str], env: dict, runs: int | None = None, **kw) -> Timing:
         return measure(argv, env, runs or self.a.runs, cwd=str(self.work), **kw)
 
-    def add(self, what: str, ours_label: str, ours: Timing, floor_label: str, floor: Timing, target: float, note: str = "") -> None:
+    def add(
+        self, what: str, ours_label: str, ours: Timing, floor_label: str, floor: Timing, target: float, note: str = ""
+    ) -> None:
         self.results.append((what, ours_label, ours, floor_label, floor, target, note))
         ratio = ours.median_s / floor.median_s
-        print(f"  {what}: {ours.median_s:.3f} s vs {floor.median_s:.3f} s = x{ratio:.2f} (target x{target:g}) "
-              f"peak {ours.max_rss_mib:.0f} / {floor.max_rss_mib:.0f} MiB {note}", file=sys.stderr, flush=True)
+        print(
+            f"  {what}: {ours.median_s:.3f} s vs {floor.median_s:.3f} s = x{ratio:.2f} (target x{target:g}) "
+            f"peak {ours.max_rss_mib:.0f} / {floor.max_rss_mib:.0f} MiB {note}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def print_table(self) -> None:
         print()
@@ -288,8 +362,10 @@ class Bench:
         for what, _ol, ours, fl, floor, target, note in self.results:
             ratio = ours.median_s / floor.median_s
             flag = "ok" if ratio <= target else "OVER"
-            print(f"{what:44s} {ours.median_s:8.3f}s {floor.median_s:8.3f}s {ratio:6.2f}x {target:5.2g}x  "
-                  f"{ours.max_rss_mib:6.0f}/{floor.max_rss_mib:<6.0f}  {fl} {flag}{' ' + note if note else ''}")
+            print(
+                f"{what:44s} {ours.median_s:8.3f}s {floor.median_s:8.3f}s {ratio:6.2f}x {target:5.2g}x  "
+                f"{ours.max_rss_mib:6.0f}/{floor.max_rss_mib:<6.0f}  {fl} {flag}{' ' + note if note else ''}"
+            )
 
     # -- groups ---------------------------------------------------------------------------------
     def startup(self, empty: Path) -> None:
@@ -297,8 +373,14 @@ class Bench:
         help_ = self.time(self.gpuops + ["--help"], env)
         self.help = help_
         for cmd in (["ps"], ["watchdog", "--once"]):
-            self.add(f"{' '.join(cmd)} (small ledger) vs --help", " ".join(cmd), self.time(self.gpuops + cmd, env),
-                     "gpuops --help", help_, 2.0)
+            self.add(
+                f"{' '.join(cmd)} (small ledger) vs --help",
+                " ".join(cmd),
+                self.time(self.gpuops + cmd, env),
+                "gpuops --help",
+                help_,
+                2.0,
+            )
 
     def scale(self, empty: Path, big: Path, which: set[str]) -> None:
         n = self.a.sessions
@@ -310,7 +392,14 @@ class Bench:
         for cmd, runs in cmds:
             floor = self.time(self.gpuops + cmd, self.env_for(f"sqlite:///{empty}"), runs)
             ours = self.time(self.gpuops + cmd, self.env_for(f"sqlite:///{big}"), runs)
-            self.add(f"{cmd[0]}{' --once' if '--once' in cmd else ''} on {n:,} sessions vs empty", "", ours, "same, empty ledger", floor, 1.2)
+            self.add(
+                f"{cmd[0]}{' --once' if '--once' in cmd else ''} on {n:,} sessions vs empty",
+                "",
+                ours,
+                "same, empty ledger",
+                floor,
+                1.2,
+            )
 
     def cap(self, month: Path) -> None:
         url = f"sqlite:///{month}"
@@ -322,8 +411,15 @@ class Bench:
         wd = self.gpuops + ["watchdog", "--once"]
         floor = self.time(wd, self.env_for(url), runs)
         ours = self.time(wd, self.env_for(url, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="1000000000"), runs)
-        self.add(f"watchdog --once, cap, {self.a.month_sessions:,} this month", "", ours, "same, no cap", floor, 1.2,
-                 f"(memory flat: {ours.max_rss_mib:.0f} vs {floor.max_rss_mib:.0f} MiB)")
+        self.add(
+            f"watchdog --once, cap, {self.a.month_sessions:,} this month",
+            "",
+            ours,
+            "same, no cap",
+            floor,
+            1.2,
+            f"(memory flat: {ours.max_rss_mib:.0f} vs {floor.max_rss_mib:.0f} MiB)",
+        )
 
     def reports(self, url: str, backend: str, start: float, end: float) -> None:
         month = time.strftime("%Y-%m", time.gmtime(start))
@@ -334,16 +430,42 @@ class Bench:
         floor = self.time(runner + [MONTH_SQL.format(p=p), m_args], self.env)
         ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
         self.add(f"ledger month, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
-        floor2 = self.time(runner + [attributed_sql("experiment, card, gpu_count, provider, simulated", False),
-                                     f'{{"lo": {start}, "hi": {end}}}'], self.env)
-        self.add(f"ledger month, {self.a.month_sessions:,} rows ({backend})", "", ours, "same numbers, one SQL statement", floor2, 1.5,
-                 "(attributed by time)")
+        floor2 = self.time(
+            runner
+            + [
+                attributed_sql("experiment, card, gpu_count, provider, simulated", False),
+                f'{{"lo": {start}, "hi": {end}}}',
+            ],
+            self.env,
+        )
+        self.add(
+            f"ledger month, {self.a.month_sessions:,} rows ({backend})",
+            "",
+            ours,
+            "same numbers, one SQL statement",
+            floor2,
+            1.5,
+            "(attributed by time)",
+        )
         floor = self.time(runner + [EXPERIMENTS_SQL.format(p=p), f"[{end}, {start}]"], self.env)
-        ours = self.time(self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url))
-        self.add(f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
-        floor2 = self.time(runner + [attributed_sql("experiment, simulated", True), f'{{"lo": {start}, "hi": 1e300}}'], self.env)
-        self.add(f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "same numbers, one SQL statement", floor2,
-                 1.5, "(attributed by time)")
+        ours = self.time(
+            self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url)
+        )
+        self.add(
+            f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5
+        )
+        floor2 = self.time(
+            runner + [attributed_sql("experiment, simulated", True), f'{{"lo": {start}, "hi": 1e300}}'], self.env
+        )
+        self.add(
+            f"ledger experiments, {self.a.month_sessions:,} rows ({backend})",
+            "",
+            ours,
+            "same numbers, one SQL statement",
+            floor2,
+            1.5,
+            "(attributed by time)",
+        )
 
     def history(self, path: Path, start: float, end: float) -> None:
         """The month's reports on a ledger that also holds the history (``--sessions`` before this month).
@@ -354,11 +476,15 @@ class Bench:
         url = f"sqlite:///{path}"
         runner = [sys.executable, "-c", SQL_RUNNER, url]
         what = f"{self.a.sessions:,} + {self.a.month_sessions:,} this month"
-        floor = self.time(runner + [MONTH_SQL.format(p="?"), f"[{end}, {start}, {end}, {start}, {end}, {start}]"], self.env)
+        floor = self.time(
+            runner + [MONTH_SQL.format(p="?"), f"[{end}, {start}, {end}, {start}, {end}, {start}]"], self.env
+        )
         ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
         self.add(f"ledger month, {what}", "", ours, "one SQL statement", floor, 1.5)
         floor = self.time(runner + [EXPERIMENTS_SQL.format(p="?"), f"[{end}, {start}]"], self.env)
-        ours = self.time(self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url))
+        ours = self.time(
+            self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url)
+        )
         self.add(f"ledger experiments, {what}", "", ours, "one SQL statement", floor, 1.5)
 
     def small_month(self, small: Path, start: float) -> None:
@@ -383,16 +509,27 @@ class Bench:
         n = self.a.sessions
         out = self.work / "export.csv"
         runs = max(1, min(3, self.a.runs // 2))
-        ours = self.time(self.gpuops + ["ledger", "export"], self.env_for(f"sqlite:///{big}"), runs, stdout_path=str(out))
-        sql = ("SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
-               "tokens, conclusion, simulated, id FROM sessions WHERE status = 'closed' ORDER BY created_at, id")
+        ours = self.time(
+            self.gpuops + ["ledger", "export"], self.env_for(f"sqlite:///{big}"), runs, stdout_path=str(out)
+        )
+        sql = (
+            "SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
+            "tokens, conclusion, simulated, id FROM sessions WHERE status = 'closed' ORDER BY created_at, id"
+        )
         floor = self.time(["sqlite3", "-csv", str(big), sql], self.env, runs, stdout_path=str(self.work / "floor.csv"))
         # The export runs two processes (ledger/csvio.py write_export_forked); sqlite3 -csv one: their
         # CPU seconds (user + sys, one more run each) are printed beside the wall-clock ratio.
         cpu_ours = self.cpu_seconds(self.gpuops + ["ledger", "export"], self.env_for(f"sqlite:///{big}"), out)
         cpu_floor = self.cpu_seconds(["sqlite3", "-csv", str(big), sql], self.env, self.work / "floor.csv")
-        self.add(f"ledger export, {n:,} rows", "", ours, "sqlite3 -csv", floor, 1.5,
-                 f"(peak <= 100 MiB per process; CPU {cpu_ours:.2f} s vs {cpu_floor:.2f} s)")
+        self.add(
+            f"ledger export, {n:,} rows",
+            "",
+            ours,
+            "sqlite3 -csv",
+            floor,
+            1.5,
+            f"(peak <= 100 MiB per process; CPU {cpu_ours:.2f} s vs {cpu_floor:.2f} s)",
+        )
         target = self.work / "import.db"
 
         def fresh() -> None:
@@ -415,8 +552,15 @@ class Bench:
             fresh()
             walls_o.append(measure(ours_argv, self.env_for(f"sqlite:///{target}"), 1, warmup=0, cwd=str(self.work)))
             fresh()
-            walls_f.append(measure([sys.executable, "-c", IMPORT_FLOOR, str(target), str(out), ",".join(COLUMNS)], self.env, 1,
-                                   warmup=0, cwd=str(self.work)))
+            walls_f.append(
+                measure(
+                    [sys.executable, "-c", IMPORT_FLOOR, str(target), str(out), ",".join(COLUMNS)],
+                    self.env,
+                    1,
+                    warmup=0,
+                    cwd=str(self.work),
+                )
+            )
             fresh()
             walls_s.append(measure(dot_import, self.env, 1, warmup=0, cwd=str(self.work)))
             fresh()
@@ -433,16 +577,40 @@ class Bench:
             xs = sorted(t.median_s for t in ts)
             return Timing(xs[len(xs) // 2], xs[0], max(t.max_rss_mib for t in ts), len(ts))
 
-        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "csv + executemany", merged(walls_f), 1.5, "(peak <= 100 MiB)")
-        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "sqlite3 .import", merged(walls_s), 2.0,
-                 f"(peak <= 100 MiB; CPU {cpu_o:.2f} s vs {cpu_s:.2f} s)")
-        self.add(f"ledger import, {n:,} rows", "", merged(walls_o), "sqlite3 into sessions", merged(walls_t), 2.0,
-                 f"(the schema's own floor, its indexes; CPU {cpu_o:.2f} s vs {cpu_t:.2f} s)")
+        self.add(
+            f"ledger import, {n:,} rows",
+            "",
+            merged(walls_o),
+            "csv + executemany",
+            merged(walls_f),
+            1.5,
+            "(peak <= 100 MiB)",
+        )
+        self.add(
+            f"ledger import, {n:,} rows",
+            "",
+            merged(walls_o),
+            "sqlite3 .import",
+            merged(walls_s),
+            2.0,
+            f"(peak <= 100 MiB; CPU {cpu_o:.2f} s vs {cpu_s:.2f} s)",
+        )
+        self.add(
+            f"ledger import, {n:,} rows",
+            "",
+            merged(walls_o),
+            "sqlite3 into sessions",
+            merged(walls_t),
+            2.0,
+            f"(the schema's own floor, its indexes; CPU {cpu_o:.2f} s vs {cpu_t:.2f} s)",
+        )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sessions", type=int, default=1_000_000, help="sessions in the big ledger (100000 for a quicker run)")
+    ap.add_argument(
+        "--sessions", type=int, default=1_000_000, help="sessions in the big ledger (100000 for a quicker run)"
+    )
     ap.add_argument("--month-sessions", type=int, default=100_000, help="sessions this month (cap, month, experiments)")
     ap.add_argument("--small-month", type=int, default=8_000)
     ap.add_argument("--runs", type=int, default=5)

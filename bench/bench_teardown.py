@@ -47,15 +47,17 @@ def setup(tmp: Path) -> dict:
     (bindir / "nvidia-smi").chmod(0o755)
     set_util(bindir, 90)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
-    env.update({
-        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(REPO),
-        "GPUOPS_DATA_DIR": str(tmp / "data"),
-        "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
-        "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
-        "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-" + secrets.token_hex(3),
-        "XDG_CONFIG_HOME": str(tmp / "xdg"),
-    })
+    env.update(
+        {
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(REPO),
+            "GPUOPS_DATA_DIR": str(tmp / "data"),
+            "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
+            "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
+            "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-" + secrets.token_hex(3),
+            "XDG_CONFIG_HOME": str(tmp / "xdg"),
+        }
+    )
     return env
 
 
@@ -83,12 +85,22 @@ def after_exit(env: dict, tmp: Path, laptop_alive: bool, grace: float) -> dict:
     """One `up` run; seconds from the job's exit to the confirmed destroy (and to the booked end)."""
     job = tmp / "job.sh"
     job.write_text("sleep 1\n")
-    e = dict(env, GPUOPS_TEARDOWN_SAMPLE_SECONDS="1", GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS=str(grace),
-             GPUOPS_TEARDOWN_IDLE_MINUTES="off")
+    e = dict(
+        env,
+        GPUOPS_TEARDOWN_SAMPLE_SECONDS="1",
+        GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS=str(grace),
+        GPUOPS_TEARDOWN_IDLE_MINUTES="off",
+    )
     before = set(_boxes(env).glob("gpuops-*")) if _boxes(env).exists() else set()
-    p = subprocess.Popen([sys.executable, "-m", "gpuops", "up", "--job", str(job), "--json"], env=e,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    box = _wait(lambda: next(iter(set(_boxes(env).glob("gpuops-*")) - before), None) if _boxes(env).exists() else None, 60)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "gpuops", "up", "--job", str(job), "--json"],
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    box = _wait(
+        lambda: next(iter(set(_boxes(env).glob("gpuops-*")) - before), None) if _boxes(env).exists() else None, 60
+    )
     if laptop_alive:
         p.wait(timeout=120)
     else:
@@ -102,7 +114,7 @@ def after_exit(env: dict, tmp: Path, laptop_alive: bool, grace: float) -> dict:
     if laptop_alive:
         from ledger.store import Ledger
 
-        row = Ledger(env["GPUOPS_LEDGER_URL"]).get(box.name[len("gpuops-"):])
+        row = Ledger(env["GPUOPS_LEDGER_URL"]).get(box.name[len("gpuops-") :])
         out["booked_after_exit_s"] = round(row.instance_created_at + row.billed_seconds - job_end, 3)
     return out
 
@@ -131,8 +143,25 @@ def after_exit_ssh(env: dict, tmp: Path, runs: int) -> list[float]:
             emu.market.ssh_endpoint = (sshd.host, sshd.port)
             e = dict(env, VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url, GPUOPS_TEARDOWN_SAMPLE_SECONDS="1")
             try:
-                r = subprocess.run([sys.executable, "-m", "gpuops", "up", "--job", str(job), "--provider", "vast", "--card",
-                                    "rtx-4090", "--json"], env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=300)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "gpuops",
+                        "up",
+                        "--job",
+                        str(job),
+                        "--provider",
+                        "vast",
+                        "--card",
+                        "rtx-4090",
+                        "--json",
+                    ],
+                    env=e,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    timeout=300,
+                )
                 if r.returncode != 0:
                     raise RuntimeError(r.stderr[-2000:])
                 inst = max(emu.market.instances.values(), key=lambda i: int(i.id))
@@ -165,8 +194,13 @@ def idle_delay(env: dict, window_s: float, sample_s: float) -> dict:
     _wait(r.gone, window_s + 10 * sample_s + 30)
     st = r.status()
     if not st.get("destroy"):
-        raise RuntimeError("box gone without an agent destroy: %s %s" % (
-            (Path(r.box.root) / "destroyed.json").read_text(), (Path(r.box.root) / ".gpuops" / "agent.log").read_text()[-2000:]))
+        raise RuntimeError(
+            "box gone without an agent destroy: %s %s"
+            % (
+                (Path(r.box.root) / "destroyed.json").read_text(),
+                (Path(r.box.root) / ".gpuops" / "agent.log").read_text()[-2000:],
+            )
+        )
     return {
         "window_s": window_s,
         "sample_s": sample_s,
@@ -192,14 +226,20 @@ def main() -> int:
         env = setup(tmp)
         alive = [after_exit(env, tmp, True, grace=30.0) for _ in range(a.runs)]
         gone = [after_exit(env, tmp, False, grace=a.grace) for _ in range(a.runs)]
-        res["laptop_alive"] = {"after_exit_s": summarize([x["after_exit_s"] for x in alive]),
-                               "booked_after_exit_s": summarize([x["booked_after_exit_s"] for x in alive]),
-                               "destroyed_by": sorted({x["by"] for x in alive}), "target_s": 5.0}
+        res["laptop_alive"] = {
+            "after_exit_s": summarize([x["after_exit_s"] for x in alive]),
+            "booked_after_exit_s": summarize([x["booked_after_exit_s"] for x in alive]),
+            "destroyed_by": sorted({x["by"] for x in alive}),
+            "target_s": 5.0,
+        }
         ssh = after_exit_ssh(env, tmp, a.runs)
         res["laptop_alive_ssh_vast_emulator"] = {"after_exit_s": summarize(ssh), "target_s": 5.0}
-        res["laptop_gone"] = {"grace_s": a.grace, "after_exit_s": summarize([x["after_exit_s"] for x in gone]),
-                              "overhead_over_grace_s": summarize([x["after_exit_s"] - a.grace for x in gone]),
-                              "destroyed_by": sorted({x["by"] for x in gone})}
+        res["laptop_gone"] = {
+            "grace_s": a.grace,
+            "after_exit_s": summarize([x["after_exit_s"] for x in gone]),
+            "overhead_over_grace_s": summarize([x["after_exit_s"] - a.grace for x in gone]),
+            "destroyed_by": sorted({x["by"] for x in gone}),
+        }
         idle = []
         for window, sample in ((3.0, 0.5), (3.0, 1.0), (5.0, 2.0), (4.5, 2.0)):
             for _ in range(a.runs):
@@ -207,26 +247,40 @@ def main() -> int:
         res["idle"] = []
         for window, sample in sorted({(x["window_s"], x["sample_s"]) for x in idle}):
             xs = [x for x in idle if (x["window_s"], x["sample_s"]) == (window, sample)]
-            res["idle"].append({"window_s": window, "sample_s": sample, "reasons": sorted({x["reason"] for x in xs}),
-                                "destroy_call_after_window_end_s": summarize([x["destroy_call_after_window_end_s"] for x in xs]),
-                                "destroyed_after_window_end_s": summarize([x["destroyed_after_window_end_s"] for x in xs]),
-                                "target_s": sample})
+            res["idle"].append(
+                {
+                    "window_s": window,
+                    "sample_s": sample,
+                    "reasons": sorted({x["reason"] for x in xs}),
+                    "destroy_call_after_window_end_s": summarize([x["destroy_call_after_window_end_s"] for x in xs]),
+                    "destroyed_after_window_end_s": summarize([x["destroyed_after_window_end_s"] for x in xs]),
+                    "target_s": sample,
+                }
+            )
     if a.json:
         print(json.dumps(res, indent=1))
         return 0
     la, lg = res["laptop_alive"], res["laptop_gone"]
-    print(f"billed after job exit, laptop alive: median {la['after_exit_s']['median']:.3f} s, max {la['after_exit_s']['max']:.3f} s "
-          f"(booked, per-second rounding: max {la['booked_after_exit_s']['max']:.3f} s; target <= 5 s; n={la['after_exit_s']['n']})")
+    print(
+        f"billed after job exit, laptop alive: median {la['after_exit_s']['median']:.3f} s, max {la['after_exit_s']['max']:.3f} s "
+        f"(booked, per-second rounding: max {la['booked_after_exit_s']['max']:.3f} s; target <= 5 s; n={la['after_exit_s']['n']})"
+    )
     ls = res["laptop_alive_ssh_vast_emulator"]["after_exit_s"]
-    print(f"billed after job exit, laptop alive, SSH box + emulated Vast: median {ls['median']:.3f} s, max {ls['max']:.3f} s "
-          f"(target <= 5 s; n={ls['n']})")
-    print(f"billed after job exit, laptop gone (agent, grace {lg['grace_s']:g} s): median {lg['after_exit_s']['median']:.3f} s, "
-          f"max {lg['after_exit_s']['max']:.3f} s = grace + {lg['overhead_over_grace_s']['max']:.3f} s at most")
+    print(
+        f"billed after job exit, laptop alive, SSH box + emulated Vast: median {ls['median']:.3f} s, max {ls['max']:.3f} s "
+        f"(target <= 5 s; n={ls['n']})"
+    )
+    print(
+        f"billed after job exit, laptop gone (agent, grace {lg['grace_s']:g} s): median {lg['after_exit_s']['median']:.3f} s, "
+        f"max {lg['after_exit_s']['max']:.3f} s = grace + {lg['overhead_over_grace_s']['max']:.3f} s at most"
+    )
     for row in res["idle"]:
         c = row["destroy_call_after_window_end_s"]
         dd = row["destroyed_after_window_end_s"]
-        print(f"idle window {row['window_s']:g} s, sample {row['sample_s']:g} s: destroy call {c['median']:.3f} s after the window "
-              f"(max {c['max']:.3f} s; target <= {row['sample_s']:g} s); box gone {dd['max']:.3f} s after at most")
+        print(
+            f"idle window {row['window_s']:g} s, sample {row['sample_s']:g} s: destroy call {c['median']:.3f} s after the window "
+            f"(max {c['max']:.3f} s; target <= {row['sample_s']:g} s); box gone {dd['max']:.3f} s after at most"
+        )
     return 0
 
 

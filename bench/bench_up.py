@@ -50,17 +50,19 @@ def setup(tmp: Path, repo: Path) -> dict:
     (bindir / "nvidia-smi").write_text(SMI)
     (bindir / "nvidia-smi").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-    env.update({
-        "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": str(repo),
-        "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
-        "GPUOPS_DATA_DIR": str(tmp / "data"),
-        "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
-        "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
-        "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-nobody",
-        "XDG_CONFIG_HOME": str(tmp / "xdg"),
-        "XDG_CACHE_HOME": str(tmp / "cache"),
-    })
+    env.update(
+        {
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(repo),
+            "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
+            "GPUOPS_DATA_DIR": str(tmp / "data"),
+            "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
+            "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
+            "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-nobody",
+            "XDG_CONFIG_HOME": str(tmp / "xdg"),
+            "XDG_CACHE_HOME": str(tmp / "cache"),
+        }
+    )
     return env
 
 
@@ -78,33 +80,50 @@ def up_once(env: dict, job: Path, timeout_s: float) -> dict:
     spans between the moments read from its box and its row (epoch s, this machine's clock)."""
     t_start = time.time()
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "gpuops", "up", "--job", str(job)], env=env, cwd=env["PYTHONPATH"],  # -m: the cwd comes first
-                       capture_output=True, timeout=timeout_s)
+    r = subprocess.run(
+        [sys.executable, "-m", "gpuops", "up", "--job", str(job)],
+        env=env,
+        cwd=env["PYTHONPATH"],  # -m: the cwd comes first
+        capture_output=True,
+        timeout=timeout_s,
+    )
     wall = time.perf_counter() - t0
     t_gone = time.time()
     if r.returncode != 0:
         raise RuntimeError(f"gpuops up exited {r.returncode}: {r.stderr.decode(errors='replace')[-2000:]}")
-    db = sqlite3.connect(env["GPUOPS_LEDGER_URL"][len("sqlite:///"):])
+    db = sqlite3.connect(env["GPUOPS_LEDGER_URL"][len("sqlite:///") :])
     try:
         sid = db.execute("SELECT id FROM sessions ORDER BY created_at DESC LIMIT 1").fetchone()[0]
     finally:
         db.close()
-    code = (Path(env["GPUOPS_DATA_DIR"]) / "boxes" / f"gpuops-{sid}" / ".gpuops" / "run" / "exit_code").read_text().split()
+    code = (
+        (Path(env["GPUOPS_DATA_DIR"]) / "boxes" / f"gpuops-{sid}" / ".gpuops" / "run" / "exit_code").read_text().split()
+    )
     job_start, job_end = float(code[1]), float(code[2])
-    db = sqlite3.connect(env["GPUOPS_LEDGER_URL"][len("sqlite:///"):])
+    db = sqlite3.connect(env["GPUOPS_LEDGER_URL"][len("sqlite:///") :])
     try:
         intent_at = db.execute("SELECT created_at FROM sessions WHERE id = ?", (sid,)).fetchone()[0]
-        closed_at = db.execute("SELECT MAX(at) FROM events WHERE session_id = ? AND kind = 'closed'", (sid,)).fetchone()[0]
+        closed_at = db.execute(
+            "SELECT MAX(at) FROM events WHERE session_id = ? AND kind = 'closed'", (sid,)
+        ).fetchone()[0]
     finally:
         db.close()
-    return {"wall_s": wall, "start_to_intent_s": intent_at - t_start, "intent_to_job_s": job_start - intent_at,
-            "job_s": job_end - job_start, "job_end_to_closed_s": closed_at - job_end, "closed_to_gone_s": t_gone - closed_at}
+    return {
+        "wall_s": wall,
+        "start_to_intent_s": intent_at - t_start,
+        "intent_to_job_s": job_start - intent_at,
+        "job_s": job_end - job_start,
+        "job_end_to_closed_s": closed_at - job_end,
+        "closed_to_gone_s": t_gone - closed_at,
+    }
 
 
 def _figures(ups: list[dict], floor: float) -> dict:
     med = {k: statistics.median(u[k] for u in ups) for k in ups[0]}
     return {
-        "up_s": round(med["wall_s"], 3), "ratio": round(med["wall_s"] / floor, 3), "overhead_s": round(med["wall_s"] - floor, 3),
+        "up_s": round(med["wall_s"], 3),
+        "ratio": round(med["wall_s"] / floor, 3),
+        "overhead_s": round(med["wall_s"] - floor, 3),
         "overhead_max_s": round(max(u["wall_s"] for u in ups) - floor, 3),
         "job_end_to_closed_max_s": round(max(u["job_end_to_closed_s"] for u in ups), 3),
         **{k: round(v, 3) for k, v in med.items() if k != "wall_s"},
@@ -113,9 +132,13 @@ def _figures(ups: list[dict], floor: float) -> dict:
 
 def _print(name: str, f: dict, seconds: float) -> None:
     print(f"  {name}")
-    print(f"    gpuops up --job            {f['up_s']:7.3f} s   x{f['ratio']:.3f} the floor; overhead {f['overhead_s']:.3f} s "
-          f"(max {f['overhead_max_s']:.3f} s)   target <= {seconds + 1.5:g} s wall, overhead <= 1.5 s")
-    print(f"    job end -> row closed      {f['job_end_to_closed_s']:7.3f} s   (max {f['job_end_to_closed_max_s']:.3f} s)   target <= 0.5 s")
+    print(
+        f"    gpuops up --job            {f['up_s']:7.3f} s   x{f['ratio']:.3f} the floor; overhead {f['overhead_s']:.3f} s "
+        f"(max {f['overhead_max_s']:.3f} s)   target <= {seconds + 1.5:g} s wall, overhead <= 1.5 s"
+    )
+    print(
+        f"    job end -> row closed      {f['job_end_to_closed_s']:7.3f} s   (max {f['job_end_to_closed_max_s']:.3f} s)   target <= 0.5 s"
+    )
     print(f"    start -> intent row        {f['start_to_intent_s']:7.3f} s   (outside the booked window)")
     print(f"    intent row -> job start    {f['intent_to_job_s']:7.3f} s   (create, ready, arm, bootstrap, job start)")
     print(f"    job itself                 {f['job_s']:7.3f} s")
@@ -127,7 +150,12 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="timed runs of each (after one warm-up of each)")
     ap.add_argument("--job-seconds", type=float, default=5.0, help="what the job sleeps (s)")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose gpuops is timed")
-    ap.add_argument("--baseline", type=Path, default=None, help="another checkout timed in the same runs, alternating (e.g. a worktree of main)")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout timed in the same runs, alternating (e.g. a worktree of main)",
+    )
     ap.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     a = ap.parse_args()
     repos = [a.repo.resolve()] + ([a.baseline.resolve()] if a.baseline is not None else [])

@@ -39,8 +39,14 @@ class Timing:
         return f"median {self.median_s:7.3f} s  min {self.min_s:7.3f} s  peak RSS {self.max_rss_mib:7.1f} MiB  ({self.runs} runs)"
 
 
-def run_once(argv: Sequence[str], env: dict | None = None, stdout: IO | int | None = subprocess.DEVNULL,
-             stdin: IO | int | None = subprocess.DEVNULL, cwd: str | None = None, timeout_s: float = 1800.0) -> tuple[float, float]:
+def run_once(
+    argv: Sequence[str],
+    env: dict | None = None,
+    stdout: IO | int | None = subprocess.DEVNULL,
+    stdin: IO | int | None = subprocess.DEVNULL,
+    cwd: str | None = None,
+    timeout_s: float = 1800.0,
+) -> tuple[float, float]:
     """(wall seconds, peak RSS MiB) of one run of ``argv``.
 
     Raises CalledProcessError on a non-zero exit (with the command's stderr), TimeoutExpired past
@@ -78,8 +84,15 @@ def run_once(argv: Sequence[str], env: dict | None = None, stdout: IO | int | No
     return wall, peak_kib / 1024.0
 
 
-def measure(argv: Sequence[str], env: dict | None = None, runs: int = 5, warmup: int = 1, stdout_path: str | None = None,
-            stdin_path: str | None = None, cwd: str | None = None) -> Timing:
+def measure(
+    argv: Sequence[str],
+    env: dict | None = None,
+    runs: int = 5,
+    warmup: int = 1,
+    stdout_path: str | None = None,
+    stdin_path: str | None = None,
+    cwd: str | None = None,
+) -> Timing:
     """``Timing`` of ``runs`` runs after ``warmup`` untimed ones.
 
     ``stdout_path``: where the output goes (else discarded); ``stdin_path``: a file fed to stdin."""

@@ -86,6 +86,7 @@ def _import_worker_modules():
         import policy
         from vocabulary import ProviderName
 
+
 STATUS_VERSION = 2
 MAX_ERRORS_KEPT = 20
 MAX_SAMPLE_RUNS = 200
@@ -273,8 +274,14 @@ class ProcScanner:
         self.spawn_seen = spawned
         before = _last_pid(self.loadavg) if self.by_range else None
         # Look the new pids up one by one when they are few and the count held for our own child.
-        if (before is not None and not full and self.prev is not None and new_spawn
-                and self.prev[0] <= before <= self.prev[0] + self.PROBE_MAX and _in_pid_range(spawned, self.prev[0], before)):
+        if (
+            before is not None
+            and not full
+            and self.prev is not None
+            and new_spawn
+            and self.prev[0] <= before <= self.prev[0] + self.PROBE_MAX
+            and _in_pid_range(spawned, self.prev[0], before)
+        ):
             return self._probe(self.prev[0], before, users, real_root)
         live = (self.pids or localbox.pids)()
         after = _last_pid(self.loadavg) if self.by_range else None
@@ -289,8 +296,10 @@ class ProcScanner:
             e = cache.get(pid)
             if e is None:
                 if ranged and not _in_pid_range(pid, lo, hi):
-                    log("/proc/loadavg's newest pid does not tell new processes (pid %d outside %d..%d); "
-                        "comparing /proc entry times instead" % (pid, lo, hi))
+                    log(
+                        "/proc/loadavg's newest pid does not tell new processes (pid %d outside %d..%d); "
+                        "comparing /proc entry times instead" % (pid, lo, hi)
+                    )
                     self.by_range = ranged = False
                 e = self._read(pid)
             elif ranged and _in_pid_range(pid, lo, hi):  # handed out since the last scan: a new process
@@ -440,8 +449,11 @@ def run_capture(argv, timeout):
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        actions = [
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2),
+        ]
         spawn = os.posix_spawn if os.sep in argv[0] else os.posix_spawnp
         if not _SPAWN_ENV:
             _SPAWN_ENV.append(dict(os.environb))
@@ -590,7 +602,12 @@ def destroy_runpod(cfg, env):
     if status not in (401, 403):
         raise RuntimeError("terminate pod: HTTP %d %s" % (status, text[:200]))
     refused = status
-    status, text = _http("POST", url + "/action", dict(auth, **{"Content-Type": "application/json"}), json.dumps({"action": "stop"}).encode())
+    status, text = _http(
+        "POST",
+        url + "/action",
+        dict(auth, **{"Content-Type": "application/json"}),
+        json.dumps({"action": "stop"}).encode(),
+    )
     if status == 200:
         return "stopped pod %s (its key may not terminate it: HTTP %d); the laptop side terminates it" % (pod, refused)
     if status == 404:
@@ -721,7 +738,9 @@ class Agent:
             return
         if old.get("session") != self.cfg.get("session") or old.get("version") != STATUS_VERSION:
             return
-        self.samples = [s for s in (old.get("samples") or []) if isinstance(s, dict) and _num_or_none(s.get("t")) is not None]
+        self.samples = [
+            s for s in (old.get("samples") or []) if isinstance(s, dict) and _num_or_none(s.get("t")) is not None
+        ]
         self.samples = self.samples[-MAX_SAMPLE_RUNS:]
         if count_restart:
             self.restarts = int(old.get("restarts", 0)) + (1 if old.get("pid") != os.getpid() else 0)
@@ -809,7 +828,13 @@ class Agent:
             ssh, scanned_boot = None, False
         else:
             ssh, scanned_boot = scan_proc(self.ssh_users, want_boot)
-        s = {"t": round(t, 3), "gpus": r["gpus"], "error": r["error"], "bootstrap": boot == "running" or scanned_boot, "ssh": ssh}
+        s = {
+            "t": round(t, 3),
+            "gpus": r["gpus"],
+            "error": r["error"],
+            "bootstrap": boot == "running" or scanned_boot,
+            "ssh": ssh,
+        }
         if r.get("warning"):
             s["warning"] = r["warning"]
         if r["error"]:
@@ -835,13 +860,23 @@ class Agent:
         now = self.clock()
         d = decision.as_dict() if decision else None
         # What the rules read, as a tuple of plain values (compared, never serialised, each loop).
-        key = (tuple((s["t"], s.get("error"), s.get("bootstrap"), s.get("ssh")) for s in self.samples[-3:]),
-               len(self.samples), d and (d["action"], d["reason"], d["idle_since"]),
-               (job["ended_at"], job["exit_code"], job["started"]),
-               self.destroy and json.dumps(self.destroy, sort_keys=True, default=str),
-               self.restarts, tuple(e["msg"] for e in self.errors), presence_until is not None,
-               self._deferred_since is not None)
-        if not force and key == self._last_key and self._last_write is not None and now - self._last_write < self.heartbeat_s:
+        key = (
+            tuple((s["t"], s.get("error"), s.get("bootstrap"), s.get("ssh")) for s in self.samples[-3:]),
+            len(self.samples),
+            d and (d["action"], d["reason"], d["idle_since"]),
+            (job["ended_at"], job["exit_code"], job["started"]),
+            self.destroy and json.dumps(self.destroy, sort_keys=True, default=str),
+            self.restarts,
+            tuple(e["msg"] for e in self.errors),
+            presence_until is not None,
+            self._deferred_since is not None,
+        )
+        if (
+            not force
+            and key == self._last_key
+            and self._last_write is not None
+            and now - self._last_write < self.heartbeat_s
+        ):
             return False
         status = {
             "version": STATUS_VERSION,
@@ -890,8 +925,14 @@ class Agent:
         Retry with backoff until ``destroy_deadline_s`` (then exit non-zero: the supervisor starts a
         new worker, which tries again). No write is needed for any of it."""
         if not self.destroy or self.destroy.get("reason") is None:
-            self.destroy = {"reason": decision.reason, "explanation": decision.explanation,
-                            "requested_at": round(self.clock(), 3), "done_at": None, "attempts": 0, "result": None}
+            self.destroy = {
+                "reason": decision.reason,
+                "explanation": decision.explanation,
+                "requested_at": round(self.clock(), 3),
+                "done_at": None,
+                "attempts": 0,
+                "result": None,
+            }
         # Said before it is done (when the disk lets us): whoever finds the box gone (watchdog,
         # reconcile, `up` waking up) can read why, even if this process dies mid-destroy.
         self.write_status(decision, job, force=True)
@@ -903,9 +944,15 @@ class Agent:
             self.destroy["attempts"] += 1
             try:
                 if kind == ProviderName.LOCAL:
-                    result = destroy_local(dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)), self.root, self.clock)
+                    result = destroy_local(
+                        dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)),
+                        self.root,
+                        self.clock,
+                    )
                 elif kind in MARKET_DESTROYS:
-                    result = MARKET_DESTROYS[kind](dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file))
+                    result = MARKET_DESTROYS[kind](
+                        dict(self.destroy_cfg, instance_id=self.cfg.get("instance_id")), read_environ(self.environ_file)
+                    )
                 else:
                     raise RuntimeError("unknown destroy kind %r" % self.destroy_cfg.get("kind"))
             except Exception as e:  # any failure: log, back off, try again until the deadline
@@ -936,11 +983,17 @@ class Agent:
             self.no_job_since = now
         state = policy.BoxState(
             started_at=float(self.cfg.get("started_at") or self.started),
-            job_ended_at=job["ended_at"], job_exit_code=job["exit_code"],
-            usd_per_hour=self.cfg.get("usd_per_hour"), no_job_since=self.no_job_since,
+            job_ended_at=job["ended_at"],
+            job_exit_code=job["exit_code"],
+            usd_per_hour=self.cfg.get("usd_per_hour"),
+            no_job_since=self.no_job_since,
         )
         d = policy.decide(self.samples, now, state, self.settings)
-        if d.action == policy.DESTROY and d.reason not in (policy.REASON_TTL, policy.REASON_SESSION_CAP) and presence_until is not None:
+        if (
+            d.action == policy.DESTROY
+            and d.reason not in (policy.REASON_TTL, policy.REASON_SESSION_CAP)
+            and presence_until is not None
+        ):
             if self._deferred_since is None:
                 self._deferred_since = now
             state.presence_until = presence_until
@@ -963,8 +1016,10 @@ class Agent:
             return 0
         except OSError as e:  # no lock file on a full/read-only disk: the supervisor is the guard
             log("no worker lock (%s); going on" % e)
-        log("worker up: session %s, sample %.3g s, max_hours %s, destroy %s" % (
-            self.cfg.get("session"), self.sample_s, self.settings.get("max_hours"), self.destroy_cfg.get("kind")))
+        log(
+            "worker up: session %s, sample %.3g s, max_hours %s, destroy %s"
+            % (self.cfg.get("session"), self.sample_s, self.settings.get("max_hours"), self.destroy_cfg.get("kind"))
+        )
         next_sample = self.clock()
         last_line = None
         if self.destroy and self.destroy.get("done_at"):
@@ -1090,15 +1145,32 @@ def supervise(config_path, max_backoff=30.0):
     while True:
         # Nothing left to guard (the box directory went away, or it was destroyed): a worker could
         # not even read its config, and restarting it forever would outlive the box.
-        if not os.path.isdir(root) or os.path.exists(os.path.join(root, "destroyed.json")) or not os.path.exists(config_path):
+        if (
+            not os.path.isdir(root)
+            or os.path.exists(os.path.join(root, "destroyed.json"))
+            or not os.path.exists(config_path)
+        ):
             log("box %s is gone; supervisor exits" % root)
             return 0
         t0 = time.monotonic()
         r, w = os.pipe()
         child = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--config", config_path, "--worker",
-             "--anchor", "%r,%r" % anchor, "--pulse-fd", str(w), "--restarts", str(restarts)],
-            stdin=subprocess.DEVNULL, pass_fds=(w,))
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--config",
+                config_path,
+                "--worker",
+                "--anchor",
+                "%r,%r" % anchor,
+                "--pulse-fd",
+                str(w),
+                "--restarts",
+                str(restarts),
+            ],
+            stdin=subprocess.DEVNULL,
+            pass_fds=(w,),
+        )
         os.close(w)
         state["child"] = child
         rc = _watch(child, r, stale_s, state)

@@ -138,8 +138,16 @@ def _sh(argv, step, cwd=None, env=None, shell=False, check=True, quiet=False):
     full_env.update(env or {})
     try:
         # Own process group, so a timeout (or our own TERM) ends the step's whole tree.
-        proc = subprocess.Popen(argv, cwd=cwd, env=full_env, shell=shell, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=os.setpgrp)
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=full_env,
+            shell=shell,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=os.setpgrp,
+        )
     except OSError as e:
         raise StepError("cannot start %s: %s" % (argv if shell else argv[0], e)) from e
     CHILDREN.add(proc.pid)
@@ -178,7 +186,9 @@ def _file_sig(path, content_limit=1 << 20):
     except OSError:
         return "missing"
     if os.path.isdir(path):
-        return "dir:" + ",".join(sorted("%s:%d" % (n, os.stat(os.path.join(path, n)).st_size) for n in os.listdir(path)))
+        return "dir:" + ",".join(
+            sorted("%s:%d" % (n, os.stat(os.path.join(path, n)).st_size) for n in os.listdir(path))
+        )
     if st.st_size <= content_limit:
         with open(path, "rb") as f:
             return "sha256:" + hashlib.sha256(f.read()).hexdigest()
@@ -203,8 +213,10 @@ def _num(v):
 
 
 def step_system(step, ctx):
-    info = {"disk_free_gb": round(shutil.disk_usage(os.getcwd()).free / 1e9, 1),
-            "python": "%d.%d.%d" % sys.version_info[:3]}
+    info = {
+        "disk_free_gb": round(shutil.disk_usage(os.getcwd()).free / 1e9, 1),
+        "python": "%d.%d.%d" % sys.version_info[:3],
+    }
     smi = shutil.which("nvidia-smi")
     if not smi:
         if step.get("require_gpu"):
@@ -212,8 +224,13 @@ def step_system(step, ctx):
         info["gpus"] = []
         return info
     try:
-        out = subprocess.run([smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        out = subprocess.run(
+            [smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         raise StepError("nvidia-smi did not answer: %s" % e) from e
     gpus = []
@@ -227,8 +244,14 @@ def step_system(step, ctx):
         vals = [v.strip() for v in line.split(",")]
         if len(vals) != len(SMI_FIELDS):
             continue
-        gpus.append({"name": vals[0], "memory_total_mib": _num(vals[2]), "memory_used_mib": _num(vals[3]),
-                     "utilization_gpu_percent": _num(vals[4])})
+        gpus.append(
+            {
+                "name": vals[0],
+                "memory_total_mib": _num(vals[2]),
+                "memory_used_mib": _num(vals[3]),
+                "utilization_gpu_percent": _num(vals[4]),
+            }
+        )
         info["driver"] = _num(vals[1]) if _num(vals[1]) is None else vals[1]
     if out.returncode != 0 and not gpus:
         first = next((line for line in out.stdout.splitlines() if line.strip()), "")
@@ -237,7 +260,8 @@ def step_system(step, ctx):
         # Valid rows with a non-zero exit: nvidia-smi only warned (exit 14: a corrupted infoROM).
         # The rows stand; the warning is reported, the session goes on.
         info["warning"] = ("nvidia-smi exited %d: " % out.returncode if out.returncode else "") + (
-            warnings[0] if warnings else "no message")[:200]
+            warnings[0] if warnings else "no message"
+        )[:200]
     info["gpus"] = gpus
     try:
         rep = subprocess.run([smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
@@ -252,6 +276,7 @@ def step_system(step, ctx):
 # deps
 # ---------------------------------------------------------------------------------------------
 
+
 def _target_python(step):
     if step.get("venv"):
         return os.path.join(os.path.abspath(step["venv"]), "bin", "python")
@@ -263,7 +288,9 @@ def _find_uv():
     if uv:
         return [uv]
     try:
-        out = subprocess.run([sys.executable, "-m", "uv", "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30)
+        out = subprocess.run(
+            [sys.executable, "-m", "uv", "--version"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30
+        )
         if out.returncode == 0:
             return [sys.executable, "-m", "uv"]
     except (OSError, subprocess.TimeoutExpired):
@@ -288,7 +315,7 @@ def _installer(step, ctx):
         uv = _find_uv() if rc == 0 else None
     if uv is None:
         if want == "uv":
-            raise StepError("uv is not installed and could not be installed; use installer = \"pip\"")
+            raise StepError('uv is not installed and could not be installed; use installer = "pip"')
         return "pip", None
     return "uv", uv
 
@@ -320,7 +347,11 @@ def step_deps(step, ctx):
     shared = ["--system-site-packages"] if step.get("system_site_packages", True) else []
     if step.get("venv") and not os.path.exists(_target_python(step)):
         if kind == "uv":
-            _sh(uv + ["venv", "-q", "--python", sys.executable] + shared + [os.path.abspath(step["venv"])], step, env=env)
+            _sh(
+                uv + ["venv", "-q", "--python", sys.executable] + shared + [os.path.abspath(step["venv"])],
+                step,
+                env=env,
+            )
         else:
             _sh([sys.executable, "-m", "venv"] + shared + [os.path.abspath(step["venv"])], step)
     py = _target_python(step)
@@ -347,9 +378,14 @@ def step_deps(step, ctx):
         argv = [py, "-m", "pip", "install", "--disable-pip-version-check", "--no-input"] + src + what
     argv += list(step.get("extra_args", []))
     _sh(argv, step, env=env)
-    return {"installer": kind, "python": py, "packages": len(step.get("packages", [])),
-            "requirements": step.get("requirements") or None, "wheelhouse": step.get("wheelhouse") or None,
-            "reused": ["%s==%s" % nv for nv in reused]}
+    return {
+        "installer": kind,
+        "python": py,
+        "packages": len(step.get("packages", [])),
+        "requirements": step.get("requirements") or None,
+        "wheelhouse": step.get("wheelhouse") or None,
+        "reused": ["%s==%s" % nv for nv in reused],
+    }
 
 
 # Run in the new venv's python (its own site-packages still empty, so what it finds is the image's):
@@ -391,7 +427,11 @@ def _requirement_lines(step):
     if step.get("requirements"):
         with open(step["requirements"]) as f:
             lines += [line.split(" #", 1)[0].strip() for line in f]
-    return [line for line in lines if line and not line.startswith(("-", "#", ".", "/")) and "://" not in line and " @ " not in line]
+    return [
+        line
+        for line in lines
+        if line and not line.startswith(("-", "#", ".", "/")) and "://" not in line and " @ " not in line
+    ]
 
 
 def _satisfied(py, lines):
@@ -399,8 +439,13 @@ def _satisfied(py, lines):
     if not lines:
         return []
     try:
-        p = subprocess.run([py, "-c", _SATISFIED_SCRIPT], input=json.dumps(lines).encode(), stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, timeout=60)
+        p = subprocess.run(
+            [py, "-c", _SATISFIED_SCRIPT],
+            input=json.dumps(lines).encode(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
         return [tuple(x) for x in json.loads(p.stdout.decode().strip().splitlines()[-1])] if p.returncode == 0 else []
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return []
@@ -419,8 +464,14 @@ def code_inputs(step, ctx):
     if SHA.match(ref):
         return {"commit": ref}
     try:
-        out = subprocess.run(["git", "ls-remote", "--", step["repo"], ref], stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, timeout=60, env=dict(os.environ, **GIT_ENV))
+        out = subprocess.run(
+            ["git", "ls-remote", "--", step["repo"], ref],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, **GIT_ENV),
+        )
         lines = out.stdout.split()
         return {"commit": lines[0] if lines else "unresolved:%d" % out.returncode}
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -429,8 +480,13 @@ def code_inputs(step, ctx):
 
 def _head(dest):
     try:
-        out = subprocess.run(["git", "-C", dest, "rev-parse", "HEAD"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            ["git", "-C", dest, "rev-parse", "HEAD"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            timeout=30,
+        )
         return out.stdout.strip() if out.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -462,6 +518,7 @@ def step_code(step, ctx):
 # ---------------------------------------------------------------------------------------------
 # secrets
 # ---------------------------------------------------------------------------------------------
+
 
 def _write_private(path, text):
     """Write ``text`` to ``path`` with mode 0600 from the first byte (tmp file + rename)."""
@@ -597,11 +654,11 @@ def netrc_with(text, host, login, password):
     cut = None
     for k, (tok, start, _end) in enumerate(toks):
         if tok == "machine" and k + 1 < len(toks) and toks[k + 1][0] == host:
-            nxt = next((t[1] for t in toks[k + 2:] if t[0] in keywords), len(text))
+            nxt = next((t[1] for t in toks[k + 2 :] if t[0] in keywords), len(text))
             cut = (start, nxt)
             break
     if cut is not None:
-        text = text[:cut[0]] + text[cut[1]:]
+        text = text[: cut[0]] + text[cut[1] :]
         toks = _netrc_tokens(text)
     entry = "machine %s\n  login %s\n  password %s\n" % (host, login, password)
     default = next((t[1] for t in toks if t[0] == "default"), None)
@@ -629,7 +686,7 @@ def _weights_dest(step, ctx):
 def weights_inputs(step, ctx):
     src = step.get("source", "")
     if src.startswith("file://"):
-        return {"source": _file_sig(src[len("file://"):], content_limit=0)}
+        return {"source": _file_sig(src[len("file://") :], content_limit=0)}
     return {}
 
 
@@ -827,9 +884,18 @@ def _fetch_range(conn, part, start, end, headers):
             if r.status != 206 or (r.getheader("Content-Range") or "") != want:
                 body = r.read(200)
                 conn.close()
-                raise (_Refused if 400 <= r.status < 500 else StepError)("range %d-%d of %s: answer %d %s, not 206 %s%s" % (
-                    at, end, part.url, r.status, r.getheader("Content-Range") or "", want,
-                    (": " + body.decode("utf-8", "replace").strip()[:100]) if r.status >= 400 else ""))
+                raise (_Refused if 400 <= r.status < 500 else StepError)(
+                    "range %d-%d of %s: answer %d %s, not 206 %s%s"
+                    % (
+                        at,
+                        end,
+                        part.url,
+                        r.status,
+                        r.getheader("Content-Range") or "",
+                        want,
+                        (": " + body.decode("utf-8", "replace").strip()[:100]) if r.status >= 400 else "",
+                    )
+                )
             while at <= end:
                 if STOP.is_set():
                     conn.close()
@@ -858,7 +924,7 @@ def _fetch_range(conn, part, start, end, headers):
         except Exception as e:  # OSError, http.client.HTTPException (IncompleteRead, RemoteDisconnected, ...)
             conn.close()
             last = "%s: %s" % (type(e).__name__, e)
-        time.sleep(min(8.0, 0.25 * 2 ** attempt))
+        time.sleep(min(8.0, 0.25 * 2**attempt))
     raise StepError("range %d-%d of %s failed %d times: %s" % (start, end, part.url, RANGE_TRIES, last))
 
 
@@ -964,8 +1030,11 @@ def _plain_download(f, headers, timeout):
 def _download(url, path, step):
     """An https:// weights file by parallel ranges (``workers``); returns ranged_download's answer."""
     timeout = min(float(step.get("timeout", DEFAULT_TIMEOUT)), 120.0)
-    return ranged_download([{"url": url, "path": path, "sha256": step.get("sha256")}],
-                           workers=int(step.get("workers", DEFAULT_WORKERS)), timeout=timeout)
+    return ranged_download(
+        [{"url": url, "path": path, "sha256": step.get("sha256")}],
+        workers=int(step.get("workers", DEFAULT_WORKERS)),
+        timeout=timeout,
+    )
 
 
 # The download runs in the box's python that has huggingface_hub (the deps venv, else this one):
@@ -1073,7 +1142,7 @@ def _hf_weights(step, ctx):
 
     snapshot_download into the HF cache (resumable: an interrupted file continues from its
     ``.incomplete`` blob), or skip when the cache holds the pinned revision."""
-    repo, _, rev = step["source"][len("hf://"):].partition("@")
+    repo, _, rev = step["source"][len("hf://") :].partition("@")
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", repo):
         raise StepError("hf source %r is not hf://org/name[@revision]" % step["source"])
     patterns = list(step.get("allow_patterns") or [])
@@ -1085,8 +1154,16 @@ def _hf_weights(step, ctx):
     if pinned:
         files = _hf_cached(snapshot, patterns)
         if files is not None:
-            raise StepSkipped({"path": snapshot, "files": len(files), "bytes": sum(sz for _, sz in files), "revision": rev,
-                               "cache": "hit", "downloaded_bytes": 0})
+            raise StepSkipped(
+                {
+                    "path": snapshot,
+                    "files": len(files),
+                    "bytes": sum(sz for _, sz in files),
+                    "revision": rev,
+                    "cache": "hit",
+                    "downloaded_bytes": 0,
+                }
+            )
     stale = _drop_stale_incomplete(cache_dir, repo, float(step.get("stale_incomplete_s", 600)))
     py = step.get("python") or sys.executable
     if not os.path.isabs(py) and os.sep in py:
@@ -1105,41 +1182,76 @@ def _hf_weights(step, ctx):
         if how == "ranged":
             path, fetched = _hf_ranged(step, ctx, repo, rev, patterns, cache_dir, dest, home)
         else:
-            path = _hf_hub_client(step, py, home, {"repo": repo, "revision": rev or None, "allow_patterns": patterns,
-                                                   "cache_dir": cache_dir, "dest": dest,
-                                                   "workers": int(step.get("workers", DEFAULT_WORKERS))})
+            path = _hf_hub_client(
+                step,
+                py,
+                home,
+                {
+                    "repo": repo,
+                    "revision": rev or None,
+                    "allow_patterns": patterns,
+                    "cache_dir": cache_dir,
+                    "dest": dest,
+                    "workers": int(step.get("workers", DEFAULT_WORKERS)),
+                },
+            )
     except _HfError as e:
         err = e.args[0]
         if err == "no_hub":
             raise StepError("huggingface_hub is not installed in %s; add it to [bootstrap] packages" % py) from None
         if err == "gated":
-            raise StepError("%s is gated: add HF_TOKEN to [bootstrap] secrets (a token whose account accepted the model's "
-                            "license on huggingface.co)%s" % (repo, "" if os.environ.get("HF_TOKEN") else "; no HF_TOKEN was given")) from None
+            raise StepError(
+                "%s is gated: add HF_TOKEN to [bootstrap] secrets (a token whose account accepted the model's "
+                "license on huggingface.co)%s" % (repo, "" if os.environ.get("HF_TOKEN") else "; no HF_TOKEN was given")
+            ) from None
         if err == "revision":
-            raise StepError("revision %r of %s is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)" % (rev, repo)) from None
+            raise StepError(
+                "revision %r of %s is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)"
+                % (rev, repo)
+            ) from None
         raise StepError("%s is not on the hub (or is private: add HF_TOKEN to [bootstrap] secrets)" % repo) from None
     secs = time.time() - t0
     files = _snapshot_files(path)
     resolved = os.path.basename(os.path.normpath(path)) if not dest else rev
-    _write_private(os.path.join(path, HF_MARKER), json.dumps({"repo": repo, "revision": resolved, "allow_patterns": patterns,
-                                                             "files": files, "at": time.time()}))
+    _write_private(
+        os.path.join(path, HF_MARKER),
+        json.dumps({"repo": repo, "revision": resolved, "allow_patterns": patterns, "files": files, "at": time.time()}),
+    )
     total = sum(sz for _, sz in files)
-    detail = {"path": path, "files": len(files), "bytes": total, "seconds": round(secs, 3), "revision": resolved, "cache": "miss",
-              "mb_s": round((total if fetched is None else fetched) / 1e6 / secs, 2) if secs > 0 else None, "downloader": how}
+    detail = {
+        "path": path,
+        "files": len(files),
+        "bytes": total,
+        "seconds": round(secs, 3),
+        "revision": resolved,
+        "cache": "miss",
+        "mb_s": round((total if fetched is None else fetched) / 1e6 / secs, 2) if secs > 0 else None,
+        "downloader": how,
+    }
     if fetched is not None:
         detail["downloaded_bytes"] = fetched
     if stale:
         detail["stale_incomplete_bytes_removed"] = stale
     if not pinned:
-        detail["warning"] = "revision not pinned: use hf://%s@%s so a warm cache is used without asking the hub" % (repo, resolved)
+        detail["warning"] = "revision not pinned: use hf://%s@%s so a warm cache is used without asking the hub" % (
+            repo,
+            resolved,
+        )
     return detail
 
 
 def _has_module(py, name):
     """Whether interpreter ``py`` can import ``name`` (found, not imported); False when ``py`` is missing."""
     try:
-        return subprocess.run([py, "-c", "import importlib.util as u, sys; sys.exit(0 if u.find_spec(%r) else 3)" % name],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60).returncode == 0
+        return (
+            subprocess.run(
+                [py, "-c", "import importlib.util as u, sys; sys.exit(0 if u.find_spec(%r) else 3)" % name],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=60,
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -1153,8 +1265,9 @@ def _hf_hub_client(step, py, home, args):
     env = dict(os.environ, HF_HOME=home, HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_DISABLE_TELEMETRY="1")
     timeout = float(step.get("timeout", DEFAULT_TIMEOUT))
     try:
-        proc = subprocess.Popen([py, "-c", _HF_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env)
+        proc = subprocess.Popen(
+            [py, "-c", _HF_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+        )
     except OSError as e:
         raise StepError("cannot run %s for the hf download: %s" % (py, e)) from e
     PROCS.add(proc.pid)
@@ -1163,7 +1276,10 @@ def _hf_hub_client(step, py, home, args):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        raise StepError("hf download of %s ran past %s s (run again: it resumes)" % (args["repo"], step.get("timeout", DEFAULT_TIMEOUT))) from None
+        raise StepError(
+            "hf download of %s ran past %s s (run again: it resumes)"
+            % (args["repo"], step.get("timeout", DEFAULT_TIMEOUT))
+        ) from None
     finally:
         PROCS.discard(proc.pid)
     for line in err.decode("utf-8", "replace").splitlines()[-20:]:
@@ -1177,7 +1293,9 @@ def _hf_hub_client(step, py, home, args):
     if e in ("no_hub", "gated", "revision", "repo"):
         raise _HfError(e)
     if e:
-        raise StepError("hf download of %s failed: %s: %s (run again: it resumes)" % (args["repo"], e, ans.get("message", "")))
+        raise StepError(
+            "hf download of %s failed: %s: %s (run again: it resumes)" % (args["repo"], e, ans.get("message", ""))
+        )
     return ans["path"]
 
 
@@ -1263,8 +1381,14 @@ def _hf_ranged(step, ctx, repo, rev, patterns, cache_dir, dest, home):
                 continue  # already in the cache (another revision shares the blob)
         except OSError:
             pass
-        files.append({"url": "%s/%s/resolve/%s/%s" % (endpoint, repo, commit, quote(rel)), "path": target,
-                      "sha256": lfs.get("sha256"), "etag": etag})
+        files.append(
+            {
+                "url": "%s/%s/resolve/%s/%s" % (endpoint, repo, commit, quote(rel)),
+                "path": target,
+                "sha256": lfs.get("sha256"),
+                "etag": etag,
+            }
+        )
     got = ranged_download(files, workers=int(step.get("workers", DEFAULT_WORKERS)), headers=headers, timeout=timeout)
     for rel, etag in links:
         link = os.path.join(snapshot, rel)
@@ -1305,7 +1429,7 @@ def step_weights(step, ctx):
         got = _download(src, target, step)
         fetched = got["fetched"]
     elif src.startswith("file://"):
-        path = src[len("file://"):]
+        path = src[len("file://") :]
         if not os.path.exists(path):
             raise StepError("source %s not found" % path)
         if os.path.isdir(path):
@@ -1330,8 +1454,12 @@ def step_weights(step, ctx):
     detail = {"path": target, "files": len(files), "bytes": total}
     if fetched is not None:
         secs = time.time() - t0
-        detail.update(downloaded_bytes=fetched, seconds=round(secs, 3), mb_s=round(fetched / 1e6 / secs, 2) if secs > 0 else None,
-                      workers=int(step.get("workers", DEFAULT_WORKERS)))
+        detail.update(
+            downloaded_bytes=fetched,
+            seconds=round(secs, 3),
+            mb_s=round(fetched / 1e6 / secs, 2) if secs > 0 else None,
+            workers=int(step.get("workers", DEFAULT_WORKERS)),
+        )
     if step.get("warm", True):
         t0 = time.time()
         for f in files:
@@ -1347,6 +1475,7 @@ def step_weights(step, ctx):
 # ---------------------------------------------------------------------------------------------
 # verify
 # ---------------------------------------------------------------------------------------------
+
 
 def verify_inputs(step, ctx):
     import importlib.util
@@ -1390,9 +1519,13 @@ def step_verify(step, ctx):
         x @ y
     end.record()
     torch.cuda.synchronize()
-    tflops = 2 * m ** 3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
-    detail = {"measured": True, "device": torch.cuda.get_device_name(0), "bandwidth_gb_s": round(bw, 1),
-              "bf16_tflops": round(tflops, 1)}
+    tflops = 2 * m**3 * iters / (start.elapsed_time(end) / 1e3) / 1e12
+    detail = {
+        "measured": True,
+        "device": torch.cuda.get_device_name(0),
+        "bandwidth_gb_s": round(bw, 1),
+        "bf16_tflops": round(tflops, 1),
+    }
     expect = step.get("expect") or {}
     threshold = float(step.get("threshold", 0.7))
     flags = []
@@ -1413,6 +1546,7 @@ def step_verify(step, ctx):
 # ---------------------------------------------------------------------------------------------
 # run
 # ---------------------------------------------------------------------------------------------
+
 
 def run_inputs(step, ctx):
     return {"inputs": [[p, _file_sig(p)] for p in step.get("inputs", [])]}
@@ -1509,8 +1643,12 @@ def _run_step(step, name, state_dir, ctx):
         fp = _fingerprint(step, inputs_fn(step, ctx) if inputs_fn else None)
         prev = None if always else _read_state(path)
         if prev and prev.get("fingerprint") == fp and (valid_fn is None or valid_fn(step, ctx, prev)):
-            return {"step": name, "status": "skipped", "seconds": round(time.time() - t0, 3),
-                    "detail": "unchanged since %s" % prev.get("at", "?")}
+            return {
+                "step": name,
+                "status": "skipped",
+                "seconds": round(time.time() - t0, 3),
+                "detail": "unchanged since %s" % prev.get("at", "?"),
+            }
         if os.path.exists(path):
             os.remove(path)  # a step that starts and fails must not look done next time
         detail = fn(step, ctx)
@@ -1525,8 +1663,16 @@ def _run_step(step, name, state_dir, ctx):
     secs = round(time.time() - t0, 3)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"fingerprint": fp, "detail": detail, "outputs": ctx.get("outputs") or [], "seconds": secs,
-                   "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, f)
+        json.dump(
+            {
+                "fingerprint": fp,
+                "detail": detail,
+                "outputs": ctx.get("outputs") or [],
+                "seconds": secs,
+                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+            f,
+        )
     os.replace(tmp, path)
     return {"step": name, "status": "done", "seconds": secs, "detail": detail}
 
@@ -1550,14 +1696,20 @@ def run(config, state_dir):
     dup = sorted(set(n for n in names if names.count(n) > 1))
     unknown = sorted(set(a for s in steps for a in (s.get("after") or []) if a not in names)) if not dup else []
     if dup or unknown or any(not n for n in names):
-        why = ("every step needs a unique name (repeated: %s)" % ", ".join(map(str, dup)) if not unknown
-               else "after names no step: %s" % ", ".join(map(str, unknown)))
+        why = (
+            "every step needs a unique name (repeated: %s)" % ", ".join(map(str, dup))
+            if not unknown
+            else "after names no step: %s" % ", ".join(map(str, unknown))
+        )
         _emit({"step": "config", "status": "failed", "seconds": 0.0, "detail": why})
         _emit({"total_seconds": 0.0, "slowest": None, "failed": "config"})
         return 2
     waits = dict(zip(names, _waits(steps, names)))
-    ctx = {"state_dir": state_dir, "cache_dir": config.get("cache_dir") or "",
-           "building": set(_target_python(s) for s in steps if s.get("kind") == "deps")}
+    ctx = {
+        "state_dir": state_dir,
+        "cache_dir": config.get("cache_dir") or "",
+        "building": set(_target_python(s) for s in steps if s.get("kind") == "deps"),
+    }
     by_name = dict(zip(names, steps))
     status = {}  # name -> final line
     running = {}  # name -> thread
@@ -1594,8 +1746,14 @@ def run(config, state_dir):
                 break
             if not running:  # nothing can start: the ``after`` names wait in a circle
                 left = [n for n in names if n not in status]
-                _emit({"step": "config", "status": "failed", "seconds": 0.0,
-                       "detail": "after waits in a circle: %s" % ", ".join(left)})
+                _emit(
+                    {
+                        "step": "config",
+                        "status": "failed",
+                        "seconds": 0.0,
+                        "detail": "after waits in a circle: %s" % ", ".join(left),
+                    }
+                )
                 _emit({"total_seconds": round(time.time() - total0, 3), "slowest": None, "failed": "config"})
                 return 2
             if failed:
@@ -1604,8 +1762,14 @@ def run(config, state_dir):
                     _kill_children()
                     cond.wait(0.2)
                 for name in [n for n in running if n not in status]:  # a step that would not end: reported, left behind
-                    _emit({"step": name, "status": "stopped", "seconds": round(time.time() - total0, 3),
-                           "detail": "stopped: did not end within %.0f s of another step's failure" % STOP_GRACE_S})
+                    _emit(
+                        {
+                            "step": name,
+                            "status": "stopped",
+                            "seconds": round(time.time() - total0, 3),
+                            "detail": "stopped: did not end within %.0f s of another step's failure" % STOP_GRACE_S,
+                        }
+                    )
                     running.pop(name)
                 continue
             cond.wait(1.0)

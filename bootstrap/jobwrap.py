@@ -53,7 +53,7 @@ def descendants(root_pid):
         try:
             with open("/proc/%s/stat" % name, "rb") as f:
                 data = f.read().decode("ascii", "replace")
-            ppid = int(data[data.rfind(")") + 2:].split()[1])
+            ppid = int(data[data.rfind(")") + 2 :].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(name))
@@ -77,7 +77,7 @@ def _live(pid):
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             data = f.read().decode("ascii", "replace")
-        return data[data.rfind(")") + 2:].split()[0] not in ("Z", "X")
+        return data[data.rfind(")") + 2 :].split()[0] not in ("Z", "X")
     except (OSError, IndexError):
         return False
 
@@ -122,7 +122,9 @@ def _write_atomic(path, text):
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
-    p.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL of leftovers")
+    p.add_argument(
+        "--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL of leftovers"
+    )
     p.add_argument("command", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command

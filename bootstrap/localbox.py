@@ -29,7 +29,7 @@ def proc_stat(pid):
             data = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    rest = data[data.rfind(")") + 2:].split()
+    rest = data[data.rfind(")") + 2 :].split()
     try:
         return rest[0], int(rest[2])
     except (IndexError, ValueError):
@@ -116,7 +116,7 @@ def _below_groups(groups, spare_pgid=None):
         try:
             with open("/proc/%d/stat" % pid, "rb") as f:
                 data = f.read().decode("ascii", "replace")
-            rest = data[data.rfind(")") + 2:].split()
+            rest = data[data.rfind(")") + 2 :].split()
             stats[pid] = (rest[0], int(rest[1]), int(rest[2]))
         except (OSError, ValueError, IndexError):
             continue

@@ -62,7 +62,7 @@ def main(argv=None):
     if "--keep-to" in args:
         i = args.index("--keep-to")
         keep_to = args[i + 1]
-        del args[i:i + 2]
+        del args[i : i + 2]
     if len(args) != 1 or not os.path.isdir(args[0]):
         sys.stderr.write("manifest: %r is not a directory\n" % (args[:1] or [""])[0])
         return 2

@@ -110,12 +110,14 @@ def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> Dict[str, A
         if len(cells) != 4 or _num(cells[0]) is None:
             (warnings if line.upper().startswith("WARNING") else bad).append(line)
             continue
-        gpus.append({
-            "index": int(_num(cells[0]) or 0),
-            "util": _num(cells[1]),
-            "mem_used_mib": _num(cells[2]),
-            "mem_total_mib": _num(cells[3]),
-        })
+        gpus.append(
+            {
+                "index": int(_num(cells[0]) or 0),
+                "util": _num(cells[1]),
+                "mem_used_mib": _num(cells[2]),
+                "mem_total_mib": _num(cells[3]),
+            }
+        )
     warnings += [w.strip() for w in stderr.splitlines() if w.strip().upper().startswith("WARNING")]
     if bad or not gpus:
         if returncode != 0:
@@ -163,12 +165,26 @@ class BoxState:
     ``presence_deadline``: the hard limit of what presence may defer (None: only the TTL).
     """
 
-    __slots__ = ("started_at", "job_ended_at", "job_exit_code", "usd_per_hour", "no_job_since", "presence_until",
-                 "presence_deadline")
+    __slots__ = (
+        "started_at",
+        "job_ended_at",
+        "job_exit_code",
+        "usd_per_hour",
+        "no_job_since",
+        "presence_until",
+        "presence_deadline",
+    )
 
-    def __init__(self, started_at: float, job_ended_at: "Optional[float]" = None, job_exit_code: "Optional[int]" = None,
-                 usd_per_hour: "Optional[float]" = None, no_job_since: "Optional[float]" = None,
-                 presence_until: "Optional[float]" = None, presence_deadline: "Optional[float]" = None):
+    def __init__(
+        self,
+        started_at: float,
+        job_ended_at: "Optional[float]" = None,
+        job_exit_code: "Optional[int]" = None,
+        usd_per_hour: "Optional[float]" = None,
+        no_job_since: "Optional[float]" = None,
+        presence_until: "Optional[float]" = None,
+        presence_deadline: "Optional[float]" = None,
+    ):
         self.started_at = started_at
         self.job_ended_at = job_ended_at
         self.job_exit_code = job_exit_code
@@ -182,7 +198,6 @@ class BoxState:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, BoxState) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
-
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "BoxState":
@@ -207,8 +222,14 @@ class Decision:
 
     __slots__ = ("action", "reason", "explanation", "idle_since", "next_due")
 
-    def __init__(self, action: str, reason: "Optional[str]", explanation: str, idle_since: "Optional[float]" = None,
-                 next_due: "Optional[float]" = None):
+    def __init__(
+        self,
+        action: str,
+        reason: "Optional[str]",
+        explanation: str,
+        idle_since: "Optional[float]" = None,
+        next_due: "Optional[float]" = None,
+    ):
         self.action = action
         self.reason = reason
         self.explanation = explanation
@@ -259,12 +280,18 @@ def idle_streak(samples: List[Dict[str, Any]], util_percent: float, sample_secon
 
 
 def _same_kind(a: Dict[str, Any], b: Dict[str, Any], util_percent: float) -> bool:
-    return (classify(a, util_percent) == classify(b, util_percent) and a.get("error") == b.get("error")
-            and bool(a.get("bootstrap")) == bool(b.get("bootstrap")) and a.get("ssh") == b.get("ssh")
-            and len(a.get("gpus") or []) == len(b.get("gpus") or []))
+    return (
+        classify(a, util_percent) == classify(b, util_percent)
+        and a.get("error") == b.get("error")
+        and bool(a.get("bootstrap")) == bool(b.get("bootstrap"))
+        and a.get("ssh") == b.get("ssh")
+        and len(a.get("gpus") or []) == len(b.get("gpus") or [])
+    )
 
 
-def merge_sample(samples: List[Dict[str, Any]], sample: Dict[str, Any], util_percent: float, sample_seconds: float) -> bool:
+def merge_sample(
+    samples: List[Dict[str, Any]], sample: Dict[str, Any], util_percent: float, sample_seconds: float
+) -> bool:
     """Append ``sample`` to ``samples``, folding it into the newest entry when they say the same.
 
     Append ``sample`` to ``samples`` (in place), folding it into the newest entry when both classify
@@ -312,8 +339,12 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
 
     ttl_at = state.started_at + float(_get(settings, "max_hours", 4.0)) * 3600.0
     if now >= ttl_at:
-        return Decision(DESTROY, REASON_TTL, "ttl: box up %s, max_hours %.4g h reached" % (
-            _fmt_s(now - state.started_at), float(_get(settings, "max_hours"))))
+        return Decision(
+            DESTROY,
+            REASON_TTL,
+            "ttl: box up %s, max_hours %.4g h reached"
+            % (_fmt_s(now - state.started_at), float(_get(settings, "max_hours"))),
+        )
     due.append(ttl_at)
 
     cap = _get(settings, "max_session_usd")
@@ -322,8 +353,11 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
         cap_at = state.started_at + float(cap) / float(price) * 3600.0
         spent = (now - state.started_at) / 3600.0 * float(price)
         if now >= cap_at:
-            return Decision(DESTROY, REASON_SESSION_CAP, "session_cap: $%.4f spent at $%.4f/h reached max_session_usd $%.2f" % (
-                spent, float(price), float(cap)))
+            return Decision(
+                DESTROY,
+                REASON_SESSION_CAP,
+                "session_cap: $%.4f spent at $%.4f/h reached max_session_usd $%.2f" % (spent, float(price), float(cap)),
+            )
         due.append(cap_at)
 
     soft = None  # the first of job end / no_job / idle that says destroy; presence may defer it
@@ -333,8 +367,12 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
         code = state.job_exit_code
         reason = REASON_JOB_END if code in (0, None) else REASON_JOB_FAILED
         if now >= end_at:
-            soft = Decision(DESTROY, reason, "%s: job exited (code %s) %s ago, grace %s" % (
-                reason, code, _fmt_s(now - float(state.job_ended_at)), _fmt_s(grace)))
+            soft = Decision(
+                DESTROY,
+                reason,
+                "%s: job exited (code %s) %s ago, grace %s"
+                % (reason, code, _fmt_s(now - float(state.job_ended_at)), _fmt_s(grace)),
+            )
         else:
             due.append(end_at)
 
@@ -342,8 +380,12 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
         wait = float(_get(settings, "no_job_seconds", NO_JOB_SECONDS) or NO_JOB_SECONDS)
         no_job_at = float(state.no_job_since) + wait
         if now >= no_job_at:
-            soft = Decision(DESTROY, REASON_NO_JOB, "%s: armed with no job, no bootstrap and no laptop for %s (wait %s)" % (
-                REASON_NO_JOB, _fmt_s(now - float(state.no_job_since)), _fmt_s(wait)))
+            soft = Decision(
+                DESTROY,
+                REASON_NO_JOB,
+                "%s: armed with no job, no bootstrap and no laptop for %s (wait %s)"
+                % (REASON_NO_JOB, _fmt_s(now - float(state.no_job_since)), _fmt_s(wait)),
+            )
         else:
             due.append(no_job_at)
 
@@ -356,8 +398,13 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
     if soft is None and idle_min is not None and since is not None:
         window = idle_min * 60.0
         if now - since >= window:
-            soft = Decision(DESTROY, REASON_IDLE, "idle: no GPU above %.4g%% for %s (window %s), no bootstrap step, no SSH session" % (
-                util, _fmt_s(now - since), _fmt_s(window)), idle_since=since)
+            soft = Decision(
+                DESTROY,
+                REASON_IDLE,
+                "idle: no GPU above %.4g%% for %s (window %s), no bootstrap step, no SSH session"
+                % (util, _fmt_s(now - since), _fmt_s(window)),
+                idle_since=since,
+            )
         else:
             due.append(since + window)
     if soft is not None:
@@ -367,8 +414,14 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
             held_until = min(held_until, float(state.presence_deadline))
         if held_until is not None and now < held_until:
             due.append(held_until)
-            return Decision(KEEP, None, "keep: laptop present (results copy-back) for %s more; then %s" % (
-                _fmt_s(held_until - now), soft.explanation), idle_since=since, next_due=min(due))
+            return Decision(
+                KEEP,
+                None,
+                "keep: laptop present (results copy-back) for %s more; then %s"
+                % (_fmt_s(held_until - now), soft.explanation),
+                idle_since=since,
+                next_due=min(due),
+            )
         return soft
     why = _keep_why(last, what, util, since, now)
     return Decision(KEEP, None, why, idle_since=since, next_due=min(due) if due else None)

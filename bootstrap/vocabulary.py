@@ -147,7 +147,9 @@ class EventKind(_Word):
     NOTE = "note"  # `ledger note`
     # runs (up --recover): the user's job across rentals
     TAKEN_BACK = "taken_back"  # detail {"stage", "status", "raw_status"}: the provider shows the interruptible box stopped/exited/offline
-    RECOVER = "recover"  # detail {"run", "attempt", "after", "hours_left", "usd_left"}: this rental re-rents a run's job
+    RECOVER = (
+        "recover"  # detail {"run", "attempt", "after", "hours_left", "usd_left"}: this rental re-rents a run's job
+    )
     RESUME = "resume"  # detail {"from", "files", "dir"}: the previous rental's results put on this box for the job to resume from
     # books (ledger/sync.py)
     CHARGED = "charged"  # `ledger sync --apply` booked the provider's charge; detail {"charged_usd", "estimated_usd", "storage_usd"}

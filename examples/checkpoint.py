@@ -55,5 +55,8 @@ while state["step"] < steps:
             f.write(json.dumps({"tokens": 1000}) + "\n")
     print(f"checkpoint {state['step']}", flush=True)
 
-save(os.path.join("out", "result.json"), {"steps": state["step"], "digest": state["digest"], "attempts": state["attempts"]})
+save(
+    os.path.join("out", "result.json"),
+    {"steps": state["step"], "digest": state["digest"], "attempts": state["attempts"]},
+)
 print(f"done: {state['step']} steps, digest {state['digest'][:12]}", flush=True)

@@ -25,7 +25,11 @@ _MISS = object()
 def plain_coercer(descriptor: Any):
     """The direct reading for a typer ``TypeDescriptor``, or None when typer's own is needed."""
     info = descriptor.parameter_info
-    if descriptor.file_annotation is not None or getattr(info, "min", None) is not None or getattr(info, "max", None) is not None:
+    if (
+        descriptor.file_annotation is not None
+        or getattr(info, "min", None) is not None
+        or getattr(info, "max", None) is not None
+    ):
         return None
     parser = getattr(info, "parser", None)
     if parser is not None:
@@ -81,8 +85,9 @@ def install() -> bool:
         fast = plain_coercer(descriptor)
         if fast is None:
             return build(descriptor)
-        return PlainRuntimeParam(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
-                                 descriptor=descriptor, fast=fast)
+        return PlainRuntimeParam(
+            parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, descriptor=descriptor, fast=fast
+        )
 
     build_plain_first.gpuops_plain = True  # type: ignore[attr-defined]
     core.build_runtime_param = build_plain_first

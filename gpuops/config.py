@@ -88,9 +88,9 @@ class TeardownSettings(_Section):
         try:
             f = float(v)
         except (TypeError, ValueError):
-            raise ValueError("idle_minutes must be a number of minutes or \"off\"") from None
+            raise ValueError('idle_minutes must be a number of minutes or "off"') from None
         if f <= 0:
-            raise ValueError("idle_minutes must be > 0; 0 is ambiguous, use \"off\" to disable the idle layer")
+            raise ValueError('idle_minutes must be > 0; 0 is ambiguous, use "off" to disable the idle layer')
         return f
 
 
@@ -107,7 +107,9 @@ class UserSettings(_Section):
     def _name(cls, v: str) -> str:
         v = v.strip()
         if v and not OWNER_RE.fullmatch(v):
-            raise ValueError(f"user name {v!r} must be 1-64 letters, digits or . _ @ + - (starting with a letter or digit)")
+            raise ValueError(
+                f"user name {v!r} must be 1-64 letters, digits or . _ @ + - (starting with a letter or digit)"
+            )
         return v
 
 
@@ -123,7 +125,8 @@ _PROVIDER_MODELS = {e.section: e.settings() for e in REGISTRY.values()}
 ProvidersSettings = msgspec.defstruct(
     "ProvidersSettings",
     [(name, model, msgspec.field(default_factory=model)) for name, model in _PROVIDER_MODELS.items()],
-    bases=(_Section,), module=__name__,
+    bases=(_Section,),
+    module=__name__,
     namespace={"__doc__": "One table per provider (``[providers.<name>]``), named as in the provider registry."},
 )
 
@@ -196,8 +199,17 @@ class BootstrapSettings(_Section):
 # was taken back or never became usable. A job that failed on its own (job_failed), a limit that
 # ran out (ttl, session_cap, monthly_cap, balance_floor) or a person (interrupted, manual) never
 # re-rents.
-RECOVERABLE = tuple(str(r) for r in (EndReason.PREEMPTED, EndReason.PROVISION_FAILED, EndReason.SSH_NEVER_READY, EndReason.BOOTSTRAP_FAILED,
-                                      EndReason.PROVIDER_ERROR, EndReason.DELIVERY_MISMATCH))
+RECOVERABLE = tuple(
+    str(r)
+    for r in (
+        EndReason.PREEMPTED,
+        EndReason.PROVISION_FAILED,
+        EndReason.SSH_NEVER_READY,
+        EndReason.BOOTSTRAP_FAILED,
+        EndReason.PROVIDER_ERROR,
+        EndReason.DELIVERY_MISMATCH,
+    )
+)
 MAX_RECOVER = 20  # rentals after the first one run may make (a typo like 100 would rent 101 boxes)
 
 
@@ -213,7 +225,9 @@ def parse_recover_on(v: Any) -> list[str]:
     for r in v:
         if r not in RECOVERABLE:
             never = " (a job that fails on its own, a limit or a person never re-rents)" if isinstance(r, str) else ""
-            raise ValueError(f"recover_on: {r!r} is not a reason a run re-rents on{never}; use one of: {', '.join(RECOVERABLE)}")
+            raise ValueError(
+                f"recover_on: {r!r} is not a reason a run re-rents on{never}; use one of: {', '.join(RECOVERABLE)}"
+            )
     return list(dict.fromkeys(v))
 
 
@@ -335,7 +349,9 @@ def find_config(explicit: str | None) -> Path | None:
     if explicit:
         p = Path(explicit).expanduser()
         if p.is_dir():
-            raise BadInput(f"config file {explicit} is a directory", f"pass the file itself, e.g. --config {p / 'infra.toml'}")
+            raise BadInput(
+                f"config file {explicit} is a directory", f"pass the file itself, e.g. --config {p / 'infra.toml'}"
+            )
         if not p.is_file():
             raise BadInput(f"config file {explicit} not found", "pass an existing file to --config")
         return p
@@ -349,6 +365,7 @@ def find_config(explicit: str | None) -> Path | None:
 
 
 # -- validation: msgspec for the types and bounds, the rest here --------------------------------------
+
 
 class _Problem(Exception):
     """One thing wrong with the data at ``loc`` (key path, list indexes as ints).
@@ -463,10 +480,19 @@ def _after(obj: Any, loc: tuple = ()) -> None:
                 _after(v, here + (i,))
 
 
-_MSGSPEC_TYPES = {"float": "a valid number", "int": "a valid integer", "bool": "a valid boolean", "str": "a valid string",
-                  "array": "a valid list", "object": "a valid dictionary"}
-_LAX_SUFFIX = {"float": ", unable to parse string as a number", "int": ", unable to parse string as an integer",
-               "bool": ", unable to interpret input"}
+_MSGSPEC_TYPES = {
+    "float": "a valid number",
+    "int": "a valid integer",
+    "bool": "a valid boolean",
+    "str": "a valid string",
+    "array": "a valid list",
+    "object": "a valid dictionary",
+}
+_LAX_SUFFIX = {
+    "float": ", unable to parse string as a number",
+    "int": ", unable to parse string as an integer",
+    "bool": ", unable to interpret input",
+}
 _BOUNDS = {">": "greater than", ">=": "greater than or equal to", "<": "less than", "<=": "less than or equal to"}
 
 
@@ -485,7 +511,9 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
     base = _unwrap(_type_at(loc))
     if get_origin(base) is Literal:
         words = [repr(v) for v in get_args(base)]
-        return _Problem(loc, "Input should be " + (", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]))
+        return _Problem(
+            loc, "Input should be " + (", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0])
+        )
     if isinstance(base, type) and issubclass(base, _Section) and msg.startswith("Expected `object`"):
         return _Problem(loc, f"Input should be a valid dictionary or instance of {base.__name__}", "type")
     if m := re.fullmatch(r"Expected `(\w+)[^`]*`, got `\w+`", msg):
@@ -545,7 +573,9 @@ def settings_from(data: dict) -> Settings:
     try:
         return _validate(data, strict=True)
     except _Problem as p:
-        raise BadInput(f"{'.'.join(str(k) for k in p.loc)}: {p.msg}", "see infra.example.toml for the keys and units") from None
+        raise BadInput(
+            f"{'.'.join(str(k) for k in p.loc)}: {p.msg}", "see infra.example.toml for the keys and units"
+        ) from None
 
 
 def _line_of(text: str, loc: tuple) -> int | None:
@@ -554,7 +584,7 @@ def _line_of(text: str, loc: tuple) -> int | None:
     if not keys:
         return None
     for cut in range(len(keys), 0, -1):  # the key itself, else its table's header
-        key, section = keys[cut - 1], ".".join(keys[:cut - 1])
+        key, section = keys[cut - 1], ".".join(keys[: cut - 1])
         current = ""
         for n, line in enumerate(text.splitlines(), 1):
             m = re.match(r"^\s*\[+([^\]]+)\]", line)
@@ -569,7 +599,7 @@ def _line_of(text: str, loc: tuple) -> int | None:
 
 
 def _closest(loc: tuple) -> str:
-    """"did you mean max_hours? " for an unknown key at ``loc``, or ""."""
+    """Say "did you mean max_hours? " for an unknown key at ``loc``, or return ""."""
     import difflib
 
     section = _unwrap(_type_at(loc[:-1])) if loc else None
@@ -606,14 +636,22 @@ def _check_env_names(env: dict, known: dict, spelled: dict | None = None) -> lis
     """
     import difflib
 
-    sections = tuple(f"{ENV_PREFIX}{n.upper()}_" for n, (t, _, _) in _fields(Settings).items()
-                     if isinstance(t, type) and issubclass(t, _Section))
+    sections = tuple(
+        f"{ENV_PREFIX}{n.upper()}_"
+        for n, (t, _, _) in _fields(Settings).items()
+        if isinstance(t, type) and issubclass(t, _Section)
+    )
     problems = []
     for var in sorted(env):
         if var.startswith(sections) and var not in known:
             close = difflib.get_close_matches(var, list(known), n=1, cutoff=0.8)
             hint = f"did you mean {close[0]}? " if close else ""
-            problems.append((var, f"environment variable {(spelled or {}).get(var, var)} names no setting ({hint}infra.example.toml lists every key; unset it)"))
+            problems.append(
+                (
+                    var,
+                    f"environment variable {(spelled or {}).get(var, var)} names no setting ({hint}infra.example.toml lists every key; unset it)",
+                )
+            )
     return problems
 
 
@@ -657,7 +695,11 @@ def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:  # not UTF-8 (TOML is), a folder, no permission
-        why = f"not UTF-8 text ({e.reason} at byte {e.start})" if isinstance(e, UnicodeDecodeError) else f"unreadable ({e.strerror or e})"
+        why = (
+            f"not UTF-8 text ({e.reason} at byte {e.start})"
+            if isinstance(e, UnicodeDecodeError)
+            else f"unreadable ({e.strerror or e})"
+        )
         if not lenient:
             raise BadInput(f"{path}: {why}", "save it as UTF-8 text, or see infra.example.toml") from None
         problems.append(f"{path}: {why}; the whole file is skipped")
@@ -675,7 +717,9 @@ def _read_file(path: Path, problems: list[str], lenient: bool) -> dict:
             return data
         except _Problem as p:
             if not lenient:
-                raise BadInput(_file_problem(p, str(path), text, data), "see infra.example.toml for the keys and units") from None
+                raise BadInput(
+                    _file_problem(p, str(path), text, data), "see infra.example.toml for the keys and units"
+                ) from None
             problems.append(_file_problem(p, str(path), text, data) + "; skipped")
             if not _drop(data, p.loc):
                 problems.append(f"{path}: skipped as a whole")
@@ -730,8 +774,9 @@ def _var_of(loc: tuple, env: dict) -> str | None:
     return None
 
 
-def load_settings(config: str | None = None, overrides: dict | None = None, env: dict | None = None,
-                  lenient: bool = False, warn=None) -> Settings:
+def load_settings(
+    config: str | None = None, overrides: dict | None = None, env: dict | None = None, lenient: bool = False, warn=None
+) -> Settings:
     """Settings from the file (if any), then GPUOPS_* variables, then flags.
 
     ``env``: the variables (default ``os.environ``); ``overrides``: from flags, nested dicts like
@@ -771,13 +816,21 @@ def load_settings(config: str | None = None, overrides: dict | None = None, env:
             keys = tuple(str(k) for k in p.loc if isinstance(k, str))
             var = _var_of(p.loc, env)
             if var is None or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
-                raise BadInput(f"command line: {'.'.join(str(k) for k in p.loc)}: {p.msg}", "see `gpuops up --help`") from None
+                raise BadInput(
+                    f"command line: {'.'.join(str(k) for k in p.loc)}: {p.msg}", "see `gpuops up --help`"
+                ) from None
             if not lenient:
-                raise BadInput(f"environment variable {spelled.get(var, var)}: {p.msg}", "fix or unset the variable") from None
+                raise BadInput(
+                    f"environment variable {spelled.get(var, var)}: {p.msg}", "fix or unset the variable"
+                ) from None
             problems.append(f"environment variable {spelled.get(var, var)}: {p.msg}; ignored")
             env.pop(var)
     if problems:
-        (warn or _warn_stderr)("warning: " + " | ".join(problems) + " (this command goes on without them; `gpuops up` refuses until they are fixed)")
+        (warn or _warn_stderr)(
+            "warning: "
+            + " | ".join(problems)
+            + " (this command goes on without them; `gpuops up` refuses until they are fixed)"
+        )
     s.source = str(path) if path else None
     return s
 
@@ -839,7 +892,9 @@ def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[s
                 walk(value, here)
                 continue
             var = ENV_PREFIX + "_".join(here).upper()
-            origin = f"${var}" if var in upper else (str(Path(settings.source).resolve()) if in_file(here) else "default")
+            origin = (
+                f"${var}" if var in upper else (str(Path(settings.source).resolve()) if in_file(here) else "default")
+            )
             if name in SECRET_KEYS and value:
                 value = "(set)"
             elif isinstance(value, str) and "://" in value:

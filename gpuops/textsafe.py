@@ -74,6 +74,8 @@ def check_name(text: str, what: str, example: str = "llama-sweep") -> str:
     if bad:
         from gpuops.errors import BadInput
 
-        raise BadInput(f"{what} contains control or bidi characters ({', '.join(dict.fromkeys(bad))}): {safe(text)}",
-                       f"use visible text only, e.g. {example}")
+        raise BadInput(
+            f"{what} contains control or bidi characters ({', '.join(dict.fromkeys(bad))}): {safe(text)}",
+            f"use visible text only, e.g. {example}",
+        )
     return text

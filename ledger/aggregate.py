@@ -24,15 +24,21 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ledger.attribution import SQL_TOUCHES, share_sql
 
-GroupRow = namedtuple("GroupRow", "experiment card gpu_count provider simulated sessions open_sessions charged_sessions "
-                                  "cost_usd gpu_hours tokens job_usd conclusion_at", defaults=(None,))
+GroupRow = namedtuple(
+    "GroupRow",
+    "experiment card gpu_count provider simulated sessions open_sessions charged_sessions "
+    "cost_usd gpu_hours tokens job_usd conclusion_at",
+    defaults=(None,),
+)
 
 MONTH_KEYS = ("experiment", "card", "gpu_count", "provider", "simulated")
 EXPERIMENT_KEYS = ("experiment", "simulated")
 
-_JOB = ("(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
-        " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
-        " ELSE COALESCE(cost_usd, 0.0) END)")
+_JOB = (
+    "(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
+    " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
+    " ELSE COALESCE(cost_usd, 0.0) END)"
+)
 _GPU_HOURS = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0)"
 
 
@@ -71,13 +77,21 @@ def closed_sql(keys: Sequence[str], lo: float | None, hi: float | None, ended: s
     others their share (measured: on PostgreSQL a second scan for the edge rows cost more than the
     CASE saves)."""
     inside = inside_sql(lo, hi)
-    cols = (f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
-            f" SUM({_attributed('COALESCE(cost_usd, 0.0)', inside)}), SUM({_attributed(_GPU_HOURS, inside)}),"
-            f" SUM({_attributed('COALESCE(tokens, 0) * 1.0', inside)}),"
-            f" SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB, inside)} ELSE 0.0 END)")
-    where = ([] if hi is None else ["+created_at < :hi"]) + ([ended] if ended else []) + ["status = 'closed'", f"({inside} OR {SQL_TOUCHES})"]
-    return (f"SELECT {', '.join(keys)}, {cols}{_CONCLUSION_AT if conclusion else ''} FROM sessions WHERE {' AND '.join(where)}"
-            f" GROUP BY {_group_by(keys)}")
+    cols = (
+        f"COUNT(*), 0, SUM(CASE WHEN cost_source = 'charged' THEN 1 ELSE 0 END),"
+        f" SUM({_attributed('COALESCE(cost_usd, 0.0)', inside)}), SUM({_attributed(_GPU_HOURS, inside)}),"
+        f" SUM({_attributed('COALESCE(tokens, 0) * 1.0', inside)}),"
+        f" SUM(CASE WHEN tokens > 0 THEN {_attributed(_JOB, inside)} ELSE 0.0 END)"
+    )
+    where = (
+        ([] if hi is None else ["+created_at < :hi"])
+        + ([ended] if ended else [])
+        + ["status = 'closed'", f"({inside} OR {SQL_TOUCHES})"]
+    )
+    return (
+        f"SELECT {', '.join(keys)}, {cols}{_CONCLUSION_AT if conclusion else ''} FROM sessions WHERE {' AND '.join(where)}"
+        f" GROUP BY {_group_by(keys)}"
+    )
 
 
 def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion: bool) -> str:
@@ -93,7 +107,9 @@ def open_sql(keys: Sequence[str], lo: float | None, hi: float | None, conclusion
     return f"SELECT {k}, {cols} FROM sessions WHERE {where} AND {SQL_TOUCHES} GROUP BY {_group_by(keys)}"
 
 
-def statements(lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[str]:
+def statements(
+    lo: float | None, hi: float | None, keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False
+) -> list[str]:
     """The arms of ``statement``, each one index search on SQLite.
 
     Closed rows by ``ended_at`` on the covering index ``ix_sessions_books``, open ones on ``ix_sessions_open``."""
@@ -115,8 +131,13 @@ def params(lo: float | None, hi: float | None) -> dict:
     return {"lo": -_INF if lo is None else float(lo), "hi": _INF if hi is None else float(hi)}
 
 
-def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, hi: float | None,
-               keys: Sequence[str] = MONTH_KEYS, conclusion: bool = False) -> list[GroupRow]:
+def group_rows(
+    query: Callable[[str, dict], Iterable[tuple]],
+    lo: float | None,
+    hi: float | None,
+    keys: Sequence[str] = MONTH_KEYS,
+    conclusion: bool = False,
+) -> list[GroupRow]:
     """The sums by ``keys`` of the sessions that spent money in [lo, hi), attributed by time.
 
     The groups (by ``keys``, a subset of ``MONTH_KEYS`` in that order that holds ``simulated``;
@@ -132,15 +153,29 @@ def group_rows(query: Callable[[str, dict], Iterable[tuple]], lo: float | None, 
     out = []
     for r in query(statement(lo, hi, keys, conclusion), args):
         key = dict(zip(keys, r))
-        out.append(GroupRow(key.get("experiment"), key.get("card"), int(key.get("gpu_count") or 0), key.get("provider"),
-                            bool(key["simulated"]), int(r[n]), int(r[n + 1] or 0), int(r[n + 2] or 0), float(r[n + 3] or 0.0),
-                            float(r[n + 4] or 0.0), float(r[n + 5] or 0.0), float(r[n + 6] or 0.0),
-                            r[n + 7] if conclusion else None))
+        out.append(
+            GroupRow(
+                key.get("experiment"),
+                key.get("card"),
+                int(key.get("gpu_count") or 0),
+                key.get("provider"),
+                bool(key["simulated"]),
+                int(r[n]),
+                int(r[n + 1] or 0),
+                int(r[n + 2] or 0),
+                float(r[n + 3] or 0.0),
+                float(r[n + 4] or 0.0),
+                float(r[n + 5] or 0.0),
+                float(r[n + 6] or 0.0),
+                r[n + 7] if conclusion else None,
+            )
+        )
     return out
 
 
-def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: Iterable[GroupRow], lo: float | None,
-                       hi: float | None) -> dict[str, str]:
+def latest_conclusions(
+    query: Callable[[str, dict], Iterable[tuple]], groups: Iterable[GroupRow], lo: float | None, hi: float | None
+) -> dict[str, str]:
     """{experiment: its latest non-empty conclusion} among the rows of ``groups``.
 
     The rows of ``groups`` (``group_rows``
@@ -155,8 +190,10 @@ def latest_conclusions(query: Callable[[str, dict], Iterable[tuple]], groups: It
     for i in range(0, len(times), 200):  # each chunk: that many seeks on ix_sessions_created_at
         chunk = times[i : i + 200]
         marks = ", ".join(f":t{j}" for j in range(len(chunk)))
-        sql = f"SELECT experiment, created_at, conclusion FROM sessions WHERE created_at IN ({marks}) AND conclusion <> ''" \
-              f" AND {SQL_TOUCHES} ORDER BY id"  # a row that spent nothing in the period (same intent time) is no candidate
+        sql = (
+            f"SELECT experiment, created_at, conclusion FROM sessions WHERE created_at IN ({marks}) AND conclusion <> ''"
+            f" AND {SQL_TOUCHES} ORDER BY id"
+        )  # a row that spent nothing in the period (same intent time) is no candidate
         for exp, at, conclusion in query(sql, params(lo, hi) | {f"t{j}": t for j, t in enumerate(chunk)}):
             if newest.get(exp) == at:
                 out[exp] = conclusion

@@ -100,19 +100,21 @@ def accrued(s: Row, lo: float, hi: float, now: float) -> float:
     return overlap / 3600.0 * s.usd_per_hour if overlap > 0 else 0.0
 
 
-
 # The same rule in SQL (SQLite and PostgreSQL alike: CASE and COALESCE only), so sums over 100k
 # sessions run inside the database. Named parameters :lo and :hi are the period (epoch s).
 # tests/books/test_attribution.py keeps it equal to ``interval``/``fraction`` on both backends.
 _BEGAN = "COALESCE(instance_created_at, created_at)"
 _ENDED = f"(CASE WHEN ended_at IS NULL OR ended_at < {_BEGAN} THEN {_BEGAN} ELSE ended_at END)"
-_OVERLAP = (f"((CASE WHEN {_ENDED} < :hi THEN {_ENDED} ELSE :hi END)"
-            f" - (CASE WHEN {_BEGAN} > :lo THEN {_BEGAN} ELSE :lo END))")
+_OVERLAP = (
+    f"((CASE WHEN {_ENDED} < :hi THEN {_ENDED} ELSE :hi END) - (CASE WHEN {_BEGAN} > :lo THEN {_BEGAN} ELSE :lo END))"
+)
 # A row that may have cost money (``interval`` is not None) and really touches [lo, hi) (``overlaps``).
-SQL_TOUCHES = (f"(instance_id IS NOT NULL OR instance_created_at IS NOT NULL) AND ("
-               f"(status <> 'closed' AND {_BEGAN} < :hi) OR (status = 'closed' AND ("
-               f"({_ENDED} <= {_BEGAN} AND {_BEGAN} >= :lo AND {_BEGAN} < :hi)"
-               f" OR ({_ENDED} > {_BEGAN} AND {_BEGAN} < :hi AND {_ENDED} > :lo))))")
+SQL_TOUCHES = (
+    f"(instance_id IS NOT NULL OR instance_created_at IS NOT NULL) AND ("
+    f"(status <> 'closed' AND {_BEGAN} < :hi) OR (status = 'closed' AND ("
+    f"({_ENDED} <= {_BEGAN} AND {_BEGAN} >= :lo AND {_BEGAN} < :hi)"
+    f" OR ({_ENDED} > {_BEGAN} AND {_BEGAN} < :hi AND {_ENDED} > :lo))))"
+)
 
 # A CLOSED row wholly inside [lo, hi) (its instance began at or after lo, ended before hi, not
 # before it began): ``fraction`` is exactly 1, so its plain values count (NULLs: not proven inside;
@@ -124,5 +126,7 @@ def share_sql(x: str) -> str:
     """SQL for ``x x fraction(interval)`` over [:lo, :hi) of a closed row: ``fraction``'s SQL twin.
 
     ``x``: an SQL expression of the row's columns, e.g. ``COALESCE(cost_usd, 0)``."""
-    return (f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN (CASE WHEN {_BEGAN} >= :lo AND {_BEGAN} < :hi THEN {x} ELSE 0.0 END)"
-            f" WHEN {_OVERLAP} > 0 THEN {x} * {_OVERLAP} / ({_ENDED} - {_BEGAN}) ELSE 0.0 END)")
+    return (
+        f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN (CASE WHEN {_BEGAN} >= :lo AND {_BEGAN} < :hi THEN {x} ELSE 0.0 END)"
+        f" WHEN {_OVERLAP} > 0 THEN {x} * {_OVERLAP} / ({_ENDED} - {_BEGAN}) ELSE 0.0 END)"
+    )

@@ -137,8 +137,13 @@ def provider_end(s: Any, lines: Iterable[ChargeLine]) -> float | None:
 
 
 def compare_billing(
-    sessions: Iterable[Any], charges: Iterable[ChargeLine], providers: Iterable[str], tolerance_usd: float = MATCH_TOLERANCE_USD,
-    lo: float | None = None, hi: float | None = None, booked_storage: dict[str, float] | None = None,
+    sessions: Iterable[Any],
+    charges: Iterable[ChargeLine],
+    providers: Iterable[str],
+    tolerance_usd: float = MATCH_TOLERANCE_USD,
+    lo: float | None = None,
+    hi: float | None = None,
+    booked_storage: dict[str, float] | None = None,
     elsewhere: set[tuple[str, str]] | None = None,
 ) -> dict:
     """Our books against the providers' billing, per session and in total.
@@ -167,7 +172,8 @@ def compare_billing(
     booked_storage = booked_storage or {}
     elsewhere = elsewhere or set()
     rows = [
-        s for s in sessions
+        s
+        for s in sessions
         if s.provider in wanted and not s.simulated and (s.instance_id is not None or s.instance_created_at is not None)
     ]
     by_instance = {(s.provider, str(s.instance_id)): s for s in rows if s.instance_id is not None}
@@ -192,16 +198,29 @@ def compare_billing(
         if share <= 0:
             continue
         if c.instance_id is None and not c.label:
-            a = account.setdefault((c.provider, c.kind), {"provider": c.provider, "usd": 0.0, "kind": c.kind, "description": c.description})
+            a = account.setdefault(
+                (c.provider, c.kind), {"provider": c.provider, "usd": 0.0, "kind": c.kind, "description": c.description}
+            )
             a["usd"] += share
             continue
-        u = foreign.setdefault((c.provider, str(c.instance_id or c.label)), {
-            "provider": c.provider, "instance_id": c.instance_id, "label": c.label, "usd": 0.0, "kind": c.kind, "description": c.description})
+        u = foreign.setdefault(
+            (c.provider, str(c.instance_id or c.label)),
+            {
+                "provider": c.provider,
+                "instance_id": c.instance_id,
+                "label": c.label,
+                "usd": 0.0,
+                "kind": c.kind,
+                "description": c.description,
+            },
+        )
         u["usd"] += share
         if c.kind not in u["kind"].split("+"):
             u["kind"] += "+" + c.kind
     out_rows = []
-    prov: dict[str, dict] = {p: {"name": p, "ours_usd": 0.0, "theirs_usd": 0.0, "diff_usd": 0.0} for p in sorted(wanted)}
+    prov: dict[str, dict] = {
+        p: {"name": p, "ours_usd": 0.0, "theirs_usd": 0.0, "diff_usd": 0.0} for p in sorted(wanted)
+    }
     for s in sorted(rows, key=lambda r: (r.instance_created_at or 0.0, r.id)):
         lines = mine.get(s.id, [])
         closed = s.status == "closed"
@@ -215,13 +234,21 @@ def compare_billing(
         else:
             status = "match" if abs(their - ours) <= tolerance_usd else "differs"
         diff = (their or 0.0) - (ours or 0.0)
-        out_rows.append({
-            "session": s.id, "provider": s.provider, "instance_id": s.instance_id,
-            "ours_usd": None if ours is None else _r(ours), "theirs_usd": None if their is None else _r(their),
-            "theirs_gpu_usd": None if their is None else _r(their - storage), "theirs_storage_usd": _r(storage),
-            "diff_usd": _r(diff), "status": status, "cost_source": getattr(s, "cost_source", None) or "estimated",
-            "provider_end": None if closed else provider_end(s, lines),
-        })
+        out_rows.append(
+            {
+                "session": s.id,
+                "provider": s.provider,
+                "instance_id": s.instance_id,
+                "ours_usd": None if ours is None else _r(ours),
+                "theirs_usd": None if their is None else _r(their),
+                "theirs_gpu_usd": None if their is None else _r(their - storage),
+                "theirs_storage_usd": _r(storage),
+                "diff_usd": _r(diff),
+                "status": status,
+                "cost_source": getattr(s, "cost_source", None) or "estimated",
+                "provider_end": None if closed else provider_end(s, lines),
+            }
+        )
         p = prov[s.provider]
         p["ours_usd"] += ours or 0.0
         p["theirs_usd"] += their or 0.0

@@ -40,7 +40,18 @@ from math import fsum
 from operator import add, attrgetter, itemgetter, mul, sub
 from typing import TextIO
 
-COLUMNS = ["date", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "hours", "cost_usd", "tokens", "conclusion"]
+COLUMNS = [
+    "date",
+    "experiment",
+    "provider",
+    "card",
+    "gpu_count",
+    "usd_per_hour",
+    "hours",
+    "cost_usd",
+    "tokens",
+    "conclusion",
+]
 EXTRA_COLUMNS = ["simulated", "session"]
 ALL_COLUMNS = COLUMNS + EXTRA_COLUMNS
 REQUIRED = {"date", "provider", "card"}
@@ -74,8 +85,10 @@ _EXPORTED = ["status = 'closed'", "(instance_id IS NOT NULL OR instance_created_
 
 
 def _export_select(where: list[str], order: str) -> str:
-    return ("SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
-            f"tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY {order}")
+    return (
+        "SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
+        f"tokens, conclusion, simulated, id FROM sessions WHERE {' AND '.join(where)} ORDER BY {order}"
+    )
 
 
 def export_sql(dialect: str, start: float | None = None, end: float | None = None) -> tuple[str, dict]:
@@ -136,8 +149,13 @@ def _csv_cell(text) -> str | None:
     return text
 
 
-def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False,
-                 run_by_id: Callable[[float], Iterable[tuple]] | None = None, header: bool = True) -> int:
+def write_export(
+    rows: Iterable[tuple],
+    out: TextIO,
+    sort_ties: bool = False,
+    run_by_id: Callable[[float], Iterable[tuple]] | None = None,
+    header: bool = True,
+) -> int:
     """Write the rows of ``export_sql`` to ``out`` as CSV and return the number of sessions written.
 
     Write the rows of ``export_sql`` to ``out`` as CSV (header first; floats in Python's shortest
@@ -204,12 +222,20 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False,
         return c
 
     def by_csv_module(created, exp, prov, card, gpus, price, hours, cost, tokens, concl, sim, sid) -> str:
-        rec = (date_of(created), neutralize(exp) if exp[:1] in _RISKY_START else exp,
-               neutralize(prov) if prov[:1] in _RISKY_START else prov, neutralize(card) if card[:1] in _RISKY_START else card,
-               gpus, None if price is None else float(price), None if hours is None else float(hours),
-               None if cost is None else float(cost), tokens or 0,
-               (neutralize(concl) if concl[:1] in _RISKY_START else concl) if concl else "", "true" if sim else "false",
-               neutralize(sid) if sid[:1] in _RISKY_START else sid)
+        rec = (
+            date_of(created),
+            neutralize(exp) if exp[:1] in _RISKY_START else exp,
+            neutralize(prov) if prov[:1] in _RISKY_START else prov,
+            neutralize(card) if card[:1] in _RISKY_START else card,
+            gpus,
+            None if price is None else float(price),
+            None if hours is None else float(hours),
+            None if cost is None else float(cost),
+            tokens or 0,
+            (neutralize(concl) if concl[:1] in _RISKY_START else concl) if concl else "",
+            "true" if sim else "false",
+            neutralize(sid) if sid[:1] in _RISKY_START else sid,
+        )
         cr = "\r" in rec[1] or "\r" in rec[2] or "\r" in rec[3] or "\r" in rec[9] or "\r" in rec[11]
         one.seek(0)
         one.truncate()
@@ -233,24 +259,40 @@ def write_export(rows: Iterable[tuple], out: TextIO, sort_ties: bool = False,
             e, p, c = text_cell(exp), text_cell(prov), text_cell(card)
             epc = names[key] = None if e is None or p is None or c is None else f"{e},{p},{c}"
         k = cells[concl] if concl in cells else text_cell(concl if concl else "")
-        if (epc is None or k is None or type(sid) is not str or sid[:1] in risky or "," in sid or '"' in sid
-                or "\n" in sid or "\r" in sid or type(gpus) is not int or type(tokens) is not int or type(created) is not float):
+        if (
+            epc is None
+            or k is None
+            or type(sid) is not str
+            or sid[:1] in risky
+            or "," in sid
+            or '"' in sid
+            or "\n" in sid
+            or "\r" in sid
+            or type(gpus) is not int
+            or type(tokens) is not int
+            or type(created) is not float
+        ):
             line = by_csv_module(*row)
         else:
             whole = int(created)
             us = round((created - whole) * 1e6)
             if lo <= whole < hi and us < 1_000_000:
                 m, sec = divmod(whole - lo, 60)
-                date = (f"{prefix}{hh_mm[m]}{ss[sec]}.{ms[us // 1000]}{ms[us % 1000]}+00:00" if us
-                        else f"{prefix}{hh_mm[m]}{ss[sec]}+00:00")
+                date = (
+                    f"{prefix}{hh_mm[m]}{ss[sec]}.{ms[us // 1000]}{ms[us % 1000]}+00:00"
+                    if us
+                    else f"{prefix}{hh_mm[m]}{ss[sec]}+00:00"
+                )
             else:
                 date = date_of(created)
                 if created >= 0 and us < 1_000_000 and whole // 86400 in days:
                     lo = whole // 86400 * 86400
                     hi, prefix = lo + 86400, days[whole // 86400]
-            line = (f"{date},{epc},{gpus},{floats[price] if price in floats else number(price)},"
-                    f"{floats[hours] if hours in floats else number(hours)},{'' if cost is None else repr(float(cost))},"
-                    f"{tokens},{k},{'true' if sim else 'false'},{sid}\n")
+            line = (
+                f"{date},{epc},{gpus},{floats[price] if price in floats else number(price)},"
+                f"{floats[hours] if hours in floats else number(hours)},{'' if cost is None else repr(float(cost))},"
+                f"{tokens},{k},{'true' if sim else 'false'},{sid}\n"
+            )
         n += 1
         if sort_ties and created == prev_created:
             if created == spilled:  # this run was written from ``run_by_id``
@@ -297,8 +339,10 @@ def export_bounds_sql() -> str:
 
     SQL for (min created_at, max created_at, max rowid) of ``sessions``: three index look-ups on
     SQLite (``write_export_forked``'s slicing)."""
-    return ("SELECT (SELECT min(created_at) FROM sessions), (SELECT max(created_at) FROM sessions), "
-            "(SELECT max(rowid) FROM sessions)")
+    return (
+        "SELECT (SELECT min(created_at) FROM sessions), (SELECT max(created_at) FROM sessions), "
+        "(SELECT max(rowid) FROM sessions)"
+    )
 
 
 def _fork_slices(lo, hi, start: float | None, end: float | None, k: int) -> list[tuple[float | None, float | None]]:
@@ -331,7 +375,7 @@ class _Turn:
         self.held.clear()
         self.size = 0
         while data:
-            data = data[os.write(self.fd, data):]
+            data = data[os.write(self.fd, data) :]
 
     def wait(self) -> None:
         if not self.mine:
@@ -361,8 +405,9 @@ class _PeerGone(Exception):
     pass
 
 
-def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: TextIO, start: float | None = None,
-                        end: float | None = None) -> int:
+def write_export_forked(
+    query: Callable[[str, dict], Iterable[tuple]], out: TextIO, start: float | None = None, end: float | None = None
+) -> int:
     """Export like ``write_export`` from SQLite with this process and one forked child taking turns.
 
     ``write_export`` of SQLite's ``export_sql(start, end)`` (header included) to ``out``, a text
@@ -376,12 +421,19 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
     import pickle
     import signal
 
-    lo, hi, rows = (list(query(export_bounds_sql(), {})) or [(None, None, None)])[0]  # its connection closed before the fork
+    lo, hi, rows = (list(query(export_bounds_sql(), {})) or [(None, None, None)])[
+        0
+    ]  # its connection closed before the fork
     fd = out.fileno()
-    if rows is None or rows < _FORK_MIN_ROWS or not (isinstance(lo, float) and isinstance(hi, float)) or not (
-            -1e300 < lo <= hi < 1e300):
-        return write_export(query(*export_sql("sqlite", start, end)), out, sort_ties=True,
-                            run_by_id=lambda t: query(*export_run_sql(t)))
+    if (
+        rows is None
+        or rows < _FORK_MIN_ROWS
+        or not (isinstance(lo, float) and isinstance(hi, float))
+        or not (-1e300 < lo <= hi < 1e300)
+    ):
+        return write_export(
+            query(*export_sql("sqlite", start, end)), out, sort_ties=True, run_by_id=lambda t: query(*export_run_sql(t))
+        )
     slices = _fork_slices(lo, hi, start, end, min(_FORK_SLICES, max(2, rows // _FORK_SLICE_ROWS)))
     csv.writer(out, lineterminator="\n").writerow(ALL_COLUMNS)
     out.flush()
@@ -394,8 +446,13 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
         n = 0
         for i in range(me, len(slices), 2):
             a, b = slices[i]
-            n += write_export(query(*export_sql("sqlite", a, b)), sink, sort_ties=True,
-                              run_by_id=lambda t: query(*export_run_sql(t)), header=False)
+            n += write_export(
+                query(*export_sql("sqlite", a, b)),
+                sink,
+                sort_ties=True,
+                run_by_id=lambda t: query(*export_run_sql(t)),
+                header=False,
+            )
             sink.done(last=i == len(slices) - 1)
         return n
 
@@ -416,7 +473,7 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
                     reply = ("error", pickle.dumps(RuntimeError(f"ledger export: {type(e).__name__}: {e}")))
             data = memoryview(pickle.dumps(reply))
             while data:
-                data = data[os.write(result_w, data):]
+                data = data[os.write(result_w, data) :]
         finally:
             os._exit(code)
     os.close(to_child_r)
@@ -437,7 +494,11 @@ def write_export_forked(query: Callable[[str, dict], Iterable[tuple]], out: Text
         reaped = True
         reply = pickle.loads(b"".join(chunks)) if chunks else ("error", None)
         if reply[0] != "ok":
-            err = pickle.loads(reply[1]) if reply[1] is not None else RuntimeError("ledger export: the writing process died")
+            err = (
+                pickle.loads(reply[1])
+                if reply[1] is not None
+                else RuntimeError("ledger export: the writing process died")
+            )
             raise err
         if n is None:
             raise RuntimeError("ledger export: the writing process stopped")
@@ -549,8 +610,10 @@ def _date(v: str, tzinfo) -> float:
 # What an import says of a line that repeats an earlier one exactly and has no session id. It is
 # booked (two equal rentals on one day are real: a run repeated at the same price and length) but
 # noted, since a pasted-twice line doubles its cost; with --strict it is refused.
-REPEATED_LINE_NOTE = ("repeats an earlier line exactly and has no session id: two rentals alike, or one line "
-                      "pasted twice? (delete the copy, or give each row a session id)")
+REPEATED_LINE_NOTE = (
+    "repeats an earlier line exactly and has no session id: two rentals alike, or one line "
+    "pasted twice? (delete the copy, or give each row a session id)"
+)
 
 
 def _row_id(cells: list[str], seen: dict[bytes, int]) -> tuple[str, int]:
@@ -580,8 +643,10 @@ FUTURE_TOLERANCE_S = 86400.0
 
 
 def _future_note(v_date: str) -> str:
-    return (f"date {v_date.strip()!r} is more than a day in the future: a typo in the year?"
-            " (booked as is; --strict refuses it)")
+    return (
+        f"date {v_date.strip()!r} is more than a day in the future: a typo in the year?"
+        " (booked as is; --strict refuses it)"
+    )
 
 
 def _bad_session_id(sid: str) -> _Bad:
@@ -607,8 +672,14 @@ class CsvImport:
     iteration. Nothing of the file is kept but the current row (and, for rows without a session
     id, a digest per distinct line, to number identical lines apart)."""
 
-    def __init__(self, f: TextIO | str, tz: str | None = None, providers: Collection[str] | None = None,
-                 cards: Collection[str] | None = None, strict: bool = False):
+    def __init__(
+        self,
+        f: TextIO | str,
+        tz: str | None = None,
+        providers: Collection[str] | None = None,
+        cards: Collection[str] | None = None,
+        strict: bool = False,
+    ):
         self.f = io.StringIO(f) if isinstance(f, str) else f
         self.tz, self.providers, self.cards, self.strict = tz, providers, cards, strict
         self.errors: list[tuple[int, str]] = LineErrors()
@@ -712,8 +783,10 @@ def _csv_problem(e: csv.Error) -> str:
     """The one line an import says of a record the csv module cannot read (``strict`` reader)."""
     text = str(e)
     if text == "unexpected end of data" or "expected after '\"'" in text:
-        return ('a quoted cell that starts on this line is never closed, so every later line would be part of it: '
-                'close it with " (and write a quote inside a quoted cell as ""); nothing after it was read')
+        return (
+            "a quoted cell that starts on this line is never closed, so every later line would be part of it: "
+            'close it with " (and write a quote inside a quoted cell as ""); nothing after it was read'
+        )
     return f"not readable as CSV: {text}; nothing after it was read"
 
 
@@ -752,21 +825,52 @@ def _header_problem(names: list[str]) -> str | None:
 # order), ``IMPORT_CONSTANTS`` is the same for every line (an imported rental is closed, booked from
 # the sheet; the insert writes them as literals, so each line binds 14 values, not 32).
 IMPORT_ROW = (
-    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "created_at",
-    "instance_created_at", "ended_at", "billed_seconds", "cost_usd", "tokens", "conclusion",
+    "id",
+    "experiment",
+    "provider",
+    "card",
+    "gpu_count",
+    "usd_per_hour",
+    "simulated",
+    "created_at",
+    "instance_created_at",
+    "ended_at",
+    "billed_seconds",
+    "cost_usd",
+    "tokens",
+    "conclusion",
 )
 IMPORT_CONSTANTS = {
-    "job": "", "spot": False, "label": "", "instance_id": None, "offer_id": None, "bid_usd_per_hour": None,
-    "status": "closed", "ready_at": None, "end_reason": "imported", "exit_code": None, "job_seconds": None, "note": "",
-    "log_path": "", "results_path": "", "billing_increment_seconds": None, "last_heartbeat_at": None,
-    "end_source": "import", "source": "import",
+    "job": "",
+    "spot": False,
+    "label": "",
+    "instance_id": None,
+    "offer_id": None,
+    "bid_usd_per_hour": None,
+    "status": "closed",
+    "ready_at": None,
+    "end_reason": "imported",
+    "exit_code": None,
+    "job_seconds": None,
+    "note": "",
+    "log_path": "",
+    "results_path": "",
+    "billing_increment_seconds": None,
+    "last_heartbeat_at": None,
+    "end_source": "import",
+    "source": "import",
 }
 # Every column an imported row sets.
 IMPORT_COLUMNS = IMPORT_ROW + tuple(IMPORT_CONSTANTS)
 
 
-def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: Collection[str] | None,
-                cards: Collection[str] | None):
+def _row_parser(
+    ix: tuple[int, ...],
+    seen: dict[bytes, int],
+    tzinfo,
+    providers: Collection[str] | None,
+    cards: Collection[str] | None,
+):
     """Compile the per-line parser for one header.
 
     The per-line parser compiled for one header: ``parse(cells) -> (IMPORT_ROW tuple, notes or
@@ -776,7 +880,12 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
     ``_date``); the common case (plain numbers, an ISO date) is tried first, inline."""
     pick = itemgetter(*ix)
     fromiso = datetime.fromisoformat
-    inf, max_hours, max_price, max_cost = _INF, MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
+    inf, max_hours, max_price, max_cost = (
+        _INF,
+        MAX_IMPORT_HOURS,
+        MAX_IMPORT_USD_PER_HOUR,
+        MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS,
+    )
     true, false = _TRUE, _FALSE
 
     session_id = SESSION_ID.fullmatch
@@ -784,8 +893,9 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
     to_seconds: dict[float, float] = {}  # hours -> round(hours * 3600, 3): durations repeat, round(x, 3) is slow
 
     def parse(cells: list[str]) -> tuple[tuple, list[str] | None]:
-        (v_date, experiment, provider, card, v_gpus, v_price, v_hours, v_cost, v_tokens, conclusion, raw_flag,
-         sid) = pick(cells)
+        (v_date, experiment, provider, card, v_gpus, v_price, v_hours, v_cost, v_tokens, conclusion, raw_flag, sid) = (
+            pick(cells)
+        )
         try:
             d = fromiso(v_date)
         except ValueError:
@@ -832,12 +942,18 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         elif price is None:
             price = cost / hours if hours else 0.0
         elif abs(cost - price * hours) > COST_TOLERANCE_USD:
-            notes = [f"cost_usd {cost:g} differs from usd_per_hour x hours = {price:g} x {hours:g} = {price * hours:.4f}"
-                     f" by more than ${COST_TOLERANCE_USD:g}"]
+            notes = [
+                f"cost_usd {cost:g} differs from usd_per_hour x hours = {price:g} x {hours:g} = {price * hours:.4f}"
+                f" by more than ${COST_TOLERANCE_USD:g}"
+            ]
         if hours > max_hours:
-            raise _Bad(f"hours {hours:g} is more than one rental can last ({MAX_IMPORT_HOURS:g} h = 366 days): minutes or seconds in the hours column?")
+            raise _Bad(
+                f"hours {hours:g} is more than one rental can last ({MAX_IMPORT_HOURS:g} h = 366 days): minutes or seconds in the hours column?"
+            )
         if price > max_price:
-            raise _Bad(f"usd_per_hour {price:g} is above ${MAX_IMPORT_USD_PER_HOUR:g}/h, more than any box costs: a total in the price column?")
+            raise _Bad(
+                f"usd_per_hour {price:g} is above ${MAX_IMPORT_USD_PER_HOUR:g}/h, more than any box costs: a total in the price column?"
+            )
         if cost > max_cost:
             raise _Bad(f"cost_usd {cost:g} is more than a year of the dearest box: a typo?")
         if providers is not None and provider.lower() not in providers:
@@ -886,7 +1002,9 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
         if conclusion[:1] == "'":
             conclusion = unneutralize(conclusion)
         if "\0" in conclusion or "\0" in sid:  # PostgreSQL text refuses it (a DataError mid-import); SQLite kept it
-            raise _Bad(("session" if "\0" in sid else "conclusion") + " contains a NUL character (\\x00); use visible text")
+            raise _Bad(
+                ("session" if "\0" in sid else "conclusion") + " contains a NUL character (\\x00); use visible text"
+            )
         if not session_id(sid):  # every imp- id fits
             raise _bad_session_id(sid)
         seconds = to_seconds.get(hours) if hours else None  # never 0.0: -0.0 is equal and hashes alike
@@ -897,11 +1015,27 @@ def _row_parser(ix: tuple[int, ...], seen: dict[bytes, int], tzinfo, providers: 
                     to_seconds.clear()
                 to_seconds[hours] = seconds
         if not _FIRST_TIME <= created <= _LAST_TIME - seconds:
-            raise _Bad(f"date {v_date.strip()!r} (to its end, {hours:g} h later) is outside 0001-01-02 .. 9999-12-31 UTC")
+            raise _Bad(
+                f"date {v_date.strip()!r} (to its end, {hours:g} h later) is outside 0001-01-02 .. 9999-12-31 UTC"
+            )
         if created > future:
             notes = (notes or []) + [_future_note(v_date)]
-        return (sid, experiment or "default", provider, card, gpus, price, simulated, created, created, created + seconds,
-                seconds, cost, tokens, conclusion), notes
+        return (
+            sid,
+            experiment or "default",
+            provider,
+            card,
+            gpus,
+            price,
+            simulated,
+            created,
+            created,
+            created + seconds,
+            seconds,
+            cost,
+            tokens,
+            conclusion,
+        ), notes
 
     return parse
 
@@ -948,8 +1082,9 @@ def _any_quoted(texts: list[str]) -> bool:
     return "\n'" in "\n" + "\n".join(texts)
 
 
-def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection[str] | None,
-                  cards: Collection[str] | None):
+def _chunk_parser(
+    ix: tuple[int, ...], width: int, tzinfo, providers: Collection[str] | None, cards: Collection[str] | None
+):
     """Compile the batch parser for one header.
 
     The batch parser compiled for one header: ``parse(records) -> [IMPORT_ROW tuple]`` for a
@@ -961,7 +1096,11 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
     fromiso = datetime.fromisoformat
     session_id = SESSION_ID.fullmatch
     future = time.time() + FUTURE_TOLERANCE_S
-    max_hours, max_price, max_cost = MAX_IMPORT_HOURS, MAX_IMPORT_USD_PER_HOUR, MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS
+    max_hours, max_price, max_cost = (
+        MAX_IMPORT_HOURS,
+        MAX_IMPORT_USD_PER_HOUR,
+        MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS,
+    )
     absent = width
     names: dict[str, str | None] = {}  # a provider or card cell -> its name, None when it needs a word
 
@@ -984,7 +1123,8 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
         columns = list(zip(*records))
         blank = ("",) * n
         (v_date, v_exp, v_prov, v_card, v_gpus, v_price, v_hours, v_cost, v_tokens, v_concl, v_flag, v_sid) = (
-            columns[i] if i != absent else blank for i in ix)
+            columns[i] if i != absent else blank for i in ix
+        )
         sids = list(map(str.strip, v_sid))
         if not all(sids):
             return None  # rows without a session id are numbered line by line (``_row_id``)
@@ -1048,14 +1188,35 @@ def _chunk_parser(ix: tuple[int, ...], width: int, tzinfo, providers: Collection
         if not (min(created) >= _FIRST_TIME and max(created) <= min(future, _LAST_TIME - max(seconds) - 86400.0)):
             return None  # in the future or near the ends of time: noted or refused line by line
         ends = list(map(add, created, seconds))
-        return list(zip(sids, experiments, provs, card_names, gpus, prices, sims, created, created, ends, seconds,
-                        costs, tokens, conclusions))
+        return list(
+            zip(
+                sids,
+                experiments,
+                provs,
+                card_names,
+                gpus,
+                prices,
+                sims,
+                created,
+                created,
+                ends,
+                seconds,
+                costs,
+                tokens,
+                conclusions,
+            )
+        )
 
     return parse
 
 
-def parse_csv(text: TextIO | str, tz: str | None = None, providers: Collection[str] | None = None,
-              cards: Collection[str] | None = None, strict: bool = False) -> tuple[list[dict], list[int], list[tuple[int, str]]]:
+def parse_csv(
+    text: TextIO | str,
+    tz: str | None = None,
+    providers: Collection[str] | None = None,
+    cards: Collection[str] | None = None,
+    strict: bool = False,
+) -> tuple[list[dict], list[int], list[tuple[int, str]]]:
     """Read a whole CSV with ``CsvImport`` and return its rows, line numbers and errors.
 
     ``CsvImport`` read whole: (rows, their line numbers, errors as (line, message)); with

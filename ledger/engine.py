@@ -28,7 +28,9 @@ def _sqlite_pragmas(dbapi_conn, _record, busy_timeout_ms: int | None = None) -> 
     # Let SQLAlchemy's "begin" hook issue BEGIN itself (see _sqlite_begin).
     dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
-    cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms if busy_timeout_ms is not None else SQLITE_BUSY_TIMEOUT_MS)}")
+    cur.execute(
+        f"PRAGMA busy_timeout={int(busy_timeout_ms if busy_timeout_ms is not None else SQLITE_BUSY_TIMEOUT_MS)}"
+    )
     _ensure_wal(cur, busy_timeout_ms)
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")
@@ -67,8 +69,6 @@ def _sqlite_begin(conn) -> None:
         WRITTEN.add(conn.engine.url.database)
 
 
-
-
 def _private_file(path: Path) -> None:
     """Create the SQLite file's folder (0700) and the file (0600) when missing.
 
@@ -104,7 +104,7 @@ def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
     libpq's unit), runs each statement and waits on each lock at most that long, and pings a pooled
     connection before use (a restarted server's old connections are not an error)."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        _private_file(Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser())
+        _private_file(Path(url[len("sqlite:///") :].split("?", 1)[0]).expanduser())
     kwargs: dict[str, Any] = {}
     busy_ms = None if deadline_s is None else max(1, int(deadline_s * 1000))
     if url.startswith("sqlite"):

@@ -14,27 +14,80 @@ from collections.abc import Iterable
 from typing import Any
 
 HISTORY_COLUMNS = (
-    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
-    "instance_id", "instance_created_at", "ended_at", "end_reason", "billed_seconds", "cost_usd", "tokens",
-    "job_seconds", "conclusion", "source", "note", "run_id",
+    "id",
+    "experiment",
+    "provider",
+    "card",
+    "gpu_count",
+    "usd_per_hour",
+    "simulated",
+    "status",
+    "created_at",
+    "instance_id",
+    "instance_created_at",
+    "ended_at",
+    "end_reason",
+    "billed_seconds",
+    "cost_usd",
+    "tokens",
+    "job_seconds",
+    "conclusion",
+    "source",
+    "note",
+    "run_id",
 )
 
 
-def recent_rows(reader, start: float | None = None, end: float | None = None, experiment: str | None = None,
-                limit: int | None = None) -> list[Any]:
+def recent_rows(
+    reader,
+    start: float | None = None,
+    end: float | None = None,
+    experiment: str | None = None,
+    limit: int | None = None,
+) -> list[Any]:
     """Sessions created in [start, end), of ``experiment`` when given, newest first, at most ``limit``.
 
     Sessions whose intent time (``created_at``, epoch s) is in [start, end) (None: open), at most
     ``limit`` (None: all). ``reader``: a ``Ledger`` or a ``ledger.reads.LedgerReader`` (``reads``).
     Values are bound parameters, never text in the SQL."""
-    where = [w for w, v in (("created_at >= :start", start), ("created_at < :end", end), ("experiment = :experiment", experiment))
-             if v is not None]
-    return reader.reads.rows("sessions", HISTORY_COLUMNS, where, {"start": start, "end": end, "experiment": experiment},
-                             "created_at DESC, id DESC", limit)
+    where = [
+        w
+        for w, v in (
+            ("created_at >= :start", start),
+            ("created_at < :end", end),
+            ("experiment = :experiment", experiment),
+        )
+        if v is not None
+    ]
+    return reader.reads.rows(
+        "sessions",
+        HISTORY_COLUMNS,
+        where,
+        {"start": start, "end": end, "experiment": experiment},
+        "created_at DESC, id DESC",
+        limit,
+    )
 
 
-SESSION_ROW_COLUMNS = ("session", "run", "started", "date", "experiment", "provider", "card", "gpu_count", "status", "end_reason",
-                       "hours", "usd_per_hour", "cost_usd", "simulated", "tokens", "usd_per_mtoken", "conclusion")
+SESSION_ROW_COLUMNS = (
+    "session",
+    "run",
+    "started",
+    "date",
+    "experiment",
+    "provider",
+    "card",
+    "gpu_count",
+    "status",
+    "end_reason",
+    "hours",
+    "usd_per_hour",
+    "cost_usd",
+    "simulated",
+    "tokens",
+    "usd_per_mtoken",
+    "conclusion",
+)
 
 
 def session_row(s: Any, tz: str | None = None) -> dict:
@@ -76,8 +129,21 @@ def session_rows(rows: Iterable[Any], tz: str | None = None) -> list[dict]:
     return [session_row(s, tz) for s in rows]
 
 
-RUN_ROW_COLUMNS = ("run", "started", "experiment", "provider", "status", "end_reason", "rentals", "recover", "hours", "cost_usd",
-                   "simulated", "tokens", "detail")
+RUN_ROW_COLUMNS = (
+    "run",
+    "started",
+    "experiment",
+    "provider",
+    "status",
+    "end_reason",
+    "rentals",
+    "recover",
+    "hours",
+    "cost_usd",
+    "simulated",
+    "tokens",
+    "detail",
+)
 
 
 def run_row(r: Any, tz: str | None = None) -> dict:
@@ -89,8 +155,17 @@ def run_row(r: Any, tz: str | None = None) -> dict:
     from ledger.reports import iso
 
     return {
-        "run": r.id, "started": iso(r.created_at, tz), "experiment": r.experiment, "provider": r.provider, "status": r.status,
-        "end_reason": r.end_reason, "rentals": int(r.rentals or 0), "recover": r.recover,
-        "hours": round((r.billed_seconds or 0.0) / 3600.0, 6), "cost_usd": None if r.cost_usd is None else round(r.cost_usd, 6),
-        "simulated": bool(r.simulated), "tokens": int(r.tokens or 0), "detail": r.detail or "",
+        "run": r.id,
+        "started": iso(r.created_at, tz),
+        "experiment": r.experiment,
+        "provider": r.provider,
+        "status": r.status,
+        "end_reason": r.end_reason,
+        "rentals": int(r.rentals or 0),
+        "recover": r.recover,
+        "hours": round((r.billed_seconds or 0.0) / 3600.0, 6),
+        "cost_usd": None if r.cost_usd is None else round(r.cost_usd, 6),
+        "simulated": bool(r.simulated),
+        "tokens": int(r.tokens or 0),
+        "detail": r.detail or "",
     }

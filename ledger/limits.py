@@ -84,7 +84,9 @@ def _same_account(account: str | None):
     return Refusal.account.is_(None) if account is None else Refusal.account == account
 
 
-def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None) -> bool:
+def set_refusal(
+    ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None
+) -> bool:
     """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None: everyone).
 
     False (and no change) when the same refusal is active."""
@@ -94,7 +96,9 @@ def set_refusal(ledger: Ledger, scope: str, reason: str, detail: str, now: float
 
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
-        q = select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, _same_account(account), Refusal.lifted_at.is_(None))
+        q = select(Refusal).where(
+            Refusal.scope == scope, Refusal.reason == reason, _same_account(account), Refusal.lifted_at.is_(None)
+        )
         if db.exec(q).first() is not None:
             return False
         db.add(Refusal(scope=scope, reason=reason, detail=detail, set_at=now, account=account))
@@ -110,8 +114,16 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
 
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
-        rows = list(db.exec(select(Refusal).where(Refusal.scope == scope, Refusal.reason == reason, _same_account(account),
-                                                  Refusal.lifted_at.is_(None))))
+        rows = list(
+            db.exec(
+                select(Refusal).where(
+                    Refusal.scope == scope,
+                    Refusal.reason == reason,
+                    _same_account(account),
+                    Refusal.lifted_at.is_(None),
+                )
+            )
+        )
         for r in rows:
             r.lifted_at = now
             db.add(r)
@@ -135,9 +147,11 @@ def _open_accrued(query, args: dict, mine: str, start: float, end: float, now: f
     the partial index ``ix_sessions_open`` (a handful of rows)."""
     from ledger.attribution import SQL_TOUCHES, accrued
 
-    opened = (f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
-              f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
-              f" AND {SQL_TOUCHES}{mine}")
+    opened = (
+        f"SELECT status, instance_id, instance_created_at, created_at, ended_at, usd_per_hour FROM sessions"
+        f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND simulated = :no"
+        f" AND {SQL_TOUCHES}{mine}"
+    )
     cols = ("status", "instance_id", "instance_created_at", "created_at", "ended_at", "usd_per_hour")
     return sum(accrued(_Row(zip(cols, r)), start, end, now) for r in query(opened, args))
 
@@ -177,9 +191,11 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     # ``ledger.aggregate._attributed`` form.
     cost = "COALESCE(cost_usd, 0.0)"
     for arm in ("ended_at >= :lo", "ended_at IS NULL"):
-        sql = (f"SELECT SUM(CASE WHEN {SQL_INSIDE} THEN {cost} WHEN (instance_created_at IS NOT NULL OR instance_id IS NOT NULL)"
-               f" THEN {cost} * {share_sql('1.0')} END) FROM sessions WHERE +created_at < :hi AND {arm}"
-               f" AND simulated = :no AND status = 'closed'{mine}")
+        sql = (
+            f"SELECT SUM(CASE WHEN {SQL_INSIDE} THEN {cost} WHEN (instance_created_at IS NOT NULL OR instance_id IS NOT NULL)"
+            f" THEN {cost} * {share_sql('1.0')} END) FROM sessions WHERE +created_at < :hi AND {arm}"
+            f" AND simulated = :no AND status = 'closed'{mine}"
+        )
         total += float(query(sql, args)[0][0] or 0.0)
     total += _open_accrued(query, args, mine, start, end, now)
     lines = ledger.cost_lines(start, end)
@@ -189,8 +205,13 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
         for i in range(0, len(ids), 500):
             chunk = ids[i : i + 500]
             marks = ", ".join(f":i{j}" for j in range(len(chunk)))
-            theirs |= {r[0] for r in query(f"SELECT id FROM sessions WHERE owner IS NOT NULL AND owner <> :owner AND id IN ({marks})",
-                                           {"owner": owner} | {f"i{j}": x for j, x in enumerate(chunk)})}
+            theirs |= {
+                r[0]
+                for r in query(
+                    f"SELECT id FROM sessions WHERE owner IS NOT NULL AND owner <> :owner AND id IN ({marks})",
+                    {"owner": owner} | {f"i{j}": x for j, x in enumerate(chunk)},
+                )
+            }
         lines = [ln for ln in lines if ln.session_id and ln.session_id not in theirs]
     for ln in lines:
         if not ln.simulated:
@@ -215,7 +236,9 @@ def month_spend_at_most(ledger: Ledger, start: float, end: float, now: float | N
     args = {"lo": float(start), "hi": float(end), "no": False}
     positive = "SUM(CASE WHEN cost_usd > 0 THEN cost_usd ELSE 0.0 END)"  # SQLite and PostgreSQL alike
     total = float(query(f"SELECT {positive} FROM sessions WHERE ended_at >= :lo", args)[0][0] or 0.0)
-    total += float(query(f"SELECT {positive} FROM sessions WHERE ended_at IS NULL AND status = 'closed'", args)[0][0] or 0.0)
+    total += float(
+        query(f"SELECT {positive} FROM sessions WHERE ended_at IS NULL AND status = 'closed'", args)[0][0] or 0.0
+    )
     total += _open_accrued(query, args, "", start, end, now)
     total += sum(max(ln.usd, 0.0) for ln in ledger.cost_lines(start, end) if not ln.simulated and ln.usd is not None)
     return total

@@ -236,9 +236,25 @@ def m007_ownership(conn: Connection) -> None:
 
 # What the month-range sums read (ledger.aggregate, ledger.limits.month_spend), after ``ended_at``
 # (the period's index search): the sums are answered from this index alone, no table lookups.
-BOOKS_INDEX_COLUMNS = ("ended_at", "created_at", "status", "simulated", "instance_created_at", "instance_id", "cost_usd", "owner",
-                       "experiment", "card", "gpu_count", "provider", "cost_source", "billed_seconds", "tokens", "job_seconds",
-                       "usd_per_hour")
+BOOKS_INDEX_COLUMNS = (
+    "ended_at",
+    "created_at",
+    "status",
+    "simulated",
+    "instance_created_at",
+    "instance_id",
+    "cost_usd",
+    "owner",
+    "experiment",
+    "card",
+    "gpu_count",
+    "provider",
+    "cost_source",
+    "billed_seconds",
+    "tokens",
+    "job_seconds",
+    "usd_per_hour",
+)
 
 
 @migration
@@ -336,8 +352,12 @@ def m010_runs(conn: Connection) -> None:
 # column existed), with their indexes: m011 keeps only the rows that have a value in them. Every
 # query that searches one names a value (``=``, ``IN``, a join on it), which implies IS NOT NULL on
 # SQLite and PostgreSQL alike; none looks for the NULLs through them.
-PARTIAL_INDEXES = (("ix_sessions_instance_id", "instance_id"), ("ix_sessions_owner", "owner"), ("ix_sessions_account", "account"),
-                   ("ix_sessions_run_id", "run_id"))
+PARTIAL_INDEXES = (
+    ("ix_sessions_instance_id", "instance_id"),
+    ("ix_sessions_owner", "owner"),
+    ("ix_sessions_account", "account"),
+    ("ix_sessions_run_id", "run_id"),
+)
 
 
 @migration
@@ -409,7 +429,9 @@ class LedgerTooNew(RuntimeError):
 
     def __init__(self, unknown):
         self.unknown = sorted(unknown)
-        super().__init__(f"the ledger was written by a newer gpuops (schema migration {self.unknown[0]} is unknown to this one)")
+        super().__init__(
+            f"the ledger was written by a newer gpuops (schema migration {self.unknown[0]} is unknown to this one)"
+        )
 
     fix = "upgrade gpuops (pip install -U gpuops), or point [ledger] url / GPUOPS_LEDGER_URL at another ledger"
 

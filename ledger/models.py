@@ -20,8 +20,12 @@ class Session(SQLModel, table=True):
     """One rental session: intent, instance, money, time, outcome, work."""
 
     __tablename__ = "sessions"
-    __table_args__ = (_partial("ix_sessions_instance_id", "instance_id"), _partial("ix_sessions_owner", "owner"),
-                      _partial("ix_sessions_account", "account"), _partial("ix_sessions_run_id", "run_id"))
+    __table_args__ = (
+        _partial("ix_sessions_instance_id", "instance_id"),
+        _partial("ix_sessions_owner", "owner"),
+        _partial("ix_sessions_account", "account"),
+        _partial("ix_sessions_run_id", "run_id"),
+    )
 
     id: str = Field(primary_key=True)  # e.g. "20261129-1632-3f9a"; label is "gpuops-" + id
     experiment: str = Field(default="default", index=True)
@@ -36,7 +40,9 @@ class Session(SQLModel, table=True):
     usd_per_hour: float | None = None  # price really charged (create response / instance)
     bid_usd_per_hour: float | None = None
     simulated: bool = False  # True when the price is a catalog reference, not a charge
-    status: str = "provisioning"  # bootstrap.vocabulary.RowStatus (m005: open rows have the partial index ix_sessions_open)
+    status: str = (
+        "provisioning"  # bootstrap.vocabulary.RowStatus (m005: open rows have the partial index ix_sessions_open)
+    )
     created_at: float = Field(index=True)  # the intent row (before create)
     instance_created_at: float | None = None  # create returned: billing starts
     ready_at: float | None = None
@@ -45,7 +51,9 @@ class Session(SQLModel, table=True):
     exit_code: int | None = None
     billed_seconds: float | None = None
     cost_usd: float | None = None
-    tokens: int = Field(default=0, sa_type=BigInteger)  # BIGINT as the migration made it (psycopg binds a plain int as ::INTEGER)
+    tokens: int = Field(
+        default=0, sa_type=BigInteger
+    )  # BIGINT as the migration made it (psycopg binds a plain int as ::INTEGER)
     job_seconds: float | None = None
     conclusion: str = ""
     note: str = ""
@@ -88,7 +96,9 @@ class Run(SQLModel, table=True):
     status: str = "open"  # open | closed
     created_at: float = Field(index=True)
     ended_at: float | None = None
-    end_reason: str | None = None  # the last rental's reason, or what the run ran out of (bootstrap.vocabulary.RUN_ENDS)
+    end_reason: str | None = (
+        None  # the last rental's reason, or what the run ran out of (bootstrap.vocabulary.RUN_ENDS)
+    )
     detail: str = ""  # one line: why it ended
     recover: int = 0  # rentals allowed after the first
     recover_on: str = ""  # comma-separated end reasons that re-rent

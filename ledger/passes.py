@@ -20,13 +20,26 @@ KEEP_PER_HOST = 100  # passes kept per host: at the default 30 s interval, the l
 
 # Deletes what is past the newest KEEP_PER_HOST passes of one host (ids grow with each insert). A
 # LIMIT inside IN runs on SQLite and PostgreSQL alike; ix_watchdog_passes_host answers both scans.
-_PRUNE_SQL = ("DELETE FROM watchdog_passes WHERE host = :host AND id NOT IN "
-              "(SELECT id FROM watchdog_passes WHERE host = :host ORDER BY id DESC LIMIT :keep)")
+_PRUNE_SQL = (
+    "DELETE FROM watchdog_passes WHERE host = :host AND id NOT IN "
+    "(SELECT id FROM watchdog_passes WHERE host = :host ORDER BY id DESC LIMIT :keep)"
+)
 
 
-def record_pass(ledger: Ledger, host: str, owner: str, *, at: float | None = None, seconds: float = 0.0,
-                interval_seconds: float, checked: int = 0, ended: int = 0, errors: int = 0, actions: int = 0,
-                keep: int = KEEP_PER_HOST) -> None:
+def record_pass(
+    ledger: Ledger,
+    host: str,
+    owner: str,
+    *,
+    at: float | None = None,
+    seconds: float = 0.0,
+    interval_seconds: float,
+    checked: int = 0,
+    ended: int = 0,
+    errors: int = 0,
+    actions: int = 0,
+    keep: int = KEEP_PER_HOST,
+) -> None:
     """Book one watchdog pass of ``owner`` on ``host``, pruning the host's older passes.
 
     Book one watchdog pass of ``owner`` on ``host`` at ``at`` (epoch s, default now) that took
@@ -34,9 +47,17 @@ def record_pass(ledger: Ledger, host: str, owner: str, *, at: float | None = Non
     destroyed or closed, ``errors`` and ``actions`` in all. In the same transaction, prune the
     host's passes to the newest ``keep``. Raises what the database raises (the watchdog reports it
     and goes on: a lost pass record never stops a pass)."""
-    row = {"host": host, "owner": owner, "at": time.time() if at is None else float(at), "seconds": float(seconds),
-           "interval_seconds": float(interval_seconds), "checked": int(checked), "ended": int(ended), "errors": int(errors),
-           "actions": int(actions)}
+    row = {
+        "host": host,
+        "owner": owner,
+        "at": time.time() if at is None else float(at),
+        "seconds": float(seconds),
+        "interval_seconds": float(interval_seconds),
+        "checked": int(checked),
+        "ended": int(ended),
+        "errors": int(errors),
+        "actions": int(actions),
+    }
     path = getattr(ledger, "fast_sqlite", None)
     if path is not None:  # `watchdog --once` on a quiet current SQLite ledger: no SQLAlchemy import for one row
         _sqlite_record(path, row, keep)

@@ -40,9 +40,24 @@ OPEN_SESSIONS_WHERE = "status <> 'closed'"
 
 # The columns attribution needs, with what a report groups by (narrow rows, never ORM objects).
 SPEND_COLUMNS = (
-    "id", "experiment", "provider", "card", "gpu_count", "usd_per_hour", "simulated", "status", "created_at",
-    "instance_id", "instance_created_at", "ended_at", "billed_seconds", "cost_usd", "tokens", "job_seconds",
-    "conclusion", "cost_source",
+    "id",
+    "experiment",
+    "provider",
+    "card",
+    "gpu_count",
+    "usd_per_hour",
+    "simulated",
+    "status",
+    "created_at",
+    "instance_id",
+    "instance_created_at",
+    "ended_at",
+    "billed_seconds",
+    "cost_usd",
+    "tokens",
+    "job_seconds",
+    "conclusion",
+    "cost_source",
 )
 
 
@@ -67,8 +82,10 @@ class PassRow(Row):
     @property
     def summary(self) -> str:
         """What the pass did, in words: ``checked 3 sessions, ended 1, 0 errors``."""
-        return (f"checked {self.checked} session{'' if self.checked == 1 else 's'}, ended {self.ended}, "  # type: ignore[attr-defined]
-                f"{self.errors} error{'' if self.errors == 1 else 's'}")  # type: ignore[attr-defined]
+        return (
+            f"checked {self.checked} session{'' if self.checked == 1 else 's'}, ended {self.ended}, "  # type: ignore[attr-defined]
+            f"{self.errors} error{'' if self.errors == 1 else 's'}"
+        )  # type: ignore[attr-defined]
 
 
 @cache
@@ -115,8 +132,11 @@ def _pg_text(sql: str, params: dict) -> str:
     """SQL text with named ``:params`` (SQLAlchemy's and sqlite3's style) in psycopg's ``%(name)s``."""
     import re
 
-    return re.sub(r"(?<![:\w]):([A-Za-z_]\w*)", lambda m: f"%({m.group(1)})s" if m.group(1) in params else m.group(0),
-                  sql.replace("%", "%%"))
+    return re.sub(
+        r"(?<![:\w]):([A-Za-z_]\w*)",
+        lambda m: f"%({m.group(1)})s" if m.group(1) in params else m.group(0),
+        sql.replace("%", "%%"),
+    )
 
 
 class _Psycopg:
@@ -221,8 +241,17 @@ class Reads:
             self._tables[table] = self._db.describe(table)
         return self._tables[table]
 
-    def rows(self, table: str, columns: Iterable[str] | None = None, where: Iterable[str] = (), params: dict | None = None,
-             order: str = "", limit: int | None = None, stream: bool = False, base: type = Row) -> Any:
+    def rows(
+        self,
+        table: str,
+        columns: Iterable[str] | None = None,
+        where: Iterable[str] = (),
+        params: dict | None = None,
+        order: str = "",
+        limit: int | None = None,
+        stream: bool = False,
+        base: type = Row,
+    ) -> Any:
         """Rows of ``table`` matching every ``where`` clause, as ``base`` rows.
 
         ``columns``: default all; a list, or an iterator with ``stream``. Raises ValueError for an unknown column."""
@@ -232,8 +261,12 @@ class Reads:
         if bad:
             raise ValueError(f"unknown {table} column(s): {', '.join(bad)}")
         where = list(where)
-        sql = (f"SELECT {', '.join(cols)} FROM {table}" + (f" WHERE {' AND '.join(where)}" if where else "")
-               + (f" ORDER BY {order}" if order else "") + (" LIMIT :limit" if limit is not None else ""))
+        sql = (
+            f"SELECT {', '.join(cols)} FROM {table}"
+            + (f" WHERE {' AND '.join(where)}" if where else "")
+            + (f" ORDER BY {order}" if order else "")
+            + (" LIMIT :limit" if limit is not None else "")
+        )
         params = dict(params or {}) | ({"limit": int(limit)} if limit is not None else {})
         make = row_type(table.title().replace("_", "") + "Row", cols, base)._make
         bools = [i for i, c in enumerate(cols) if known[c]]
@@ -252,8 +285,10 @@ class Reads:
         """(at, detail text) of the newest ``kind`` event of ``session_id``, or None.
 
         Answered from the events index on session_id."""
-        got = self.query("SELECT at, detail FROM events WHERE session_id = :sid AND kind = :kind ORDER BY id DESC LIMIT 1",
-                         {"sid": session_id, "kind": kind})
+        got = self.query(
+            "SELECT at, detail FROM events WHERE session_id = :sid AND kind = :kind ORDER BY id DESC LIMIT 1",
+            {"sid": session_id, "kind": kind},
+        )
         return tuple(got[0]) if got else None
 
     def active_refusals(self) -> list[Any]:
@@ -264,11 +299,20 @@ class Reads:
         """The newest pass of each watchdog (host, owner), newest first.
 
         A few hundred rows at worst (``ledger.passes.KEEP_PER_HOST`` per host)."""
-        return self.rows("watchdog_passes", where=["id IN (SELECT MAX(id) FROM watchdog_passes GROUP BY host, owner)"],
-                         order="at DESC, id DESC", base=PassRow)
+        return self.rows(
+            "watchdog_passes",
+            where=["id IN (SELECT MAX(id) FROM watchdog_passes GROUP BY host, owner)"],
+            order="at DESC, id DESC",
+            base=PassRow,
+        )
 
-    def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None,
-                     stream: bool = False) -> Any:
+    def rows_between(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        columns: Iterable[str] | None = None,
+        stream: bool = False,
+    ) -> Any:
         """Sessions whose intent time (``created_at``, epoch s) is in [start, end), oldest first.
 
         None leaves that side open. ``columns``: which to load (default all). ValueError for an
@@ -276,12 +320,15 @@ class Reads:
         where = [w for w, v in (("created_at >= :start", start), ("created_at < :end", end)) if v is not None]
         return self.rows("sessions", columns, where, {"start": start, "end": end}, "created_at, id", stream=stream)
 
-    def iter_rows_between(self, start: float | None = None, end: float | None = None,
-                          columns: Iterable[str] | None = None) -> Iterator[Any]:
+    def iter_rows_between(
+        self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None
+    ) -> Iterator[Any]:
         """``rows_between`` streamed (flat memory, whatever the range holds)."""
         return self.rows_between(start, end, columns, stream=True)
 
-    def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None) -> Iterator[Any]:
+    def overlapping(
+        self, start: float | None, end: float | None, columns: Iterable[str] | None = None
+    ) -> Iterator[Any]:
         """Stream the sessions that may have spent money in [start, end) epoch s.
 
         Intent before
@@ -302,10 +349,22 @@ class Reads:
 
 def overlap_where(start: float | None, end: float | None) -> list[str]:
     """The clauses of ``Reads.overlapping`` (named ``:start``, ``:end``; None leaves a side open)."""
-    return ([] if end is None else ["+created_at < :end"]) + ([] if start is None else ["(ended_at >= :start OR ended_at IS NULL)"])
+    return ([] if end is None else ["+created_at < :end"]) + (
+        [] if start is None else ["(ended_at >= :start OR ended_at IS NULL)"]
+    )
 
 
-_COST_LINE_COLUMNS = ("session_id", "provider", "instance_id", "kind", "start_at", "end_at", "usd", "simulated", "description")
+_COST_LINE_COLUMNS = (
+    "session_id",
+    "provider",
+    "instance_id",
+    "kind",
+    "start_at",
+    "end_at",
+    "usd",
+    "simulated",
+    "description",
+)
 
 
 def _bools(r: tuple, at: list[int]) -> list:
@@ -320,7 +379,7 @@ def _bools(r: tuple, at: list[int]) -> list:
 def sqlite_file(url: str) -> Path | None:
     """The file of a plain SQLite ``url`` (None for a server, an in-memory database or a URL with options)."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:") and "?" not in url:
-        return Path(url[len("sqlite:///"):]).expanduser()
+        return Path(url[len("sqlite:///") :]).expanduser()
     return None
 
 
@@ -350,7 +409,7 @@ def pg_current(url: str) -> _Psycopg | None:
         import psycopg
     except ImportError:
         return None
-    dsn = "postgresql://" + url[len("postgresql+psycopg://"):]
+    dsn = "postgresql://" + url[len("postgresql+psycopg://") :]
     try:
         con = psycopg.connect(dsn, autocommit=True, connect_timeout=PG_PROBE_TIMEOUT_S)
     except psycopg.Error:

@@ -44,8 +44,6 @@ def job_cost(s: Row) -> float:
     return min(cost, s.job_seconds * s.usd_per_hour / 3600.0)
 
 
-
-
 def per_mtoken(cost_usd: float, tokens: int) -> float | None:
     """USD per million tokens, None when there are no tokens."""
     return round(cost_usd / tokens * 1e6, 6) if tokens else None
@@ -166,8 +164,17 @@ class _Book:
     to day buckets when ``day_edges``) with ``ledger.attribution``, grouped by ``keys`` (name ->
     function of a row)."""
 
-    def __init__(self, name: str, lo: float, hi: float, keys: dict[str, Callable[[Row], str]], cost_lines: Iterable[Row] = (),
-                 day_edges: list[float] | None = None, day_names: list[str] | None = None, conclusion: bool = False):
+    def __init__(
+        self,
+        name: str,
+        lo: float,
+        hi: float,
+        keys: dict[str, Callable[[Row], str]],
+        cost_lines: Iterable[Row] = (),
+        day_edges: list[float] | None = None,
+        day_names: list[str] | None = None,
+        conclusion: bool = False,
+    ):
         self.lo, self.hi = lo, hi
         self.total = Totals(name=name)
         self.keys = keys
@@ -232,8 +239,9 @@ def _edges(month: str, tz: str | None) -> tuple[list[float], list[str]]:
     return edges, names
 
 
-def month_report(sessions: Iterable[Row], month: str, tz: str | None = None, by_day: bool = False,
-                 cost_lines: Iterable[Row] = ()) -> dict:
+def month_report(
+    sessions: Iterable[Row], month: str, tz: str | None = None, by_day: bool = False, cost_lines: Iterable[Row] = ()
+) -> dict:
     """The month's totals and breakdowns by experiment, card and provider.
 
     ``sessions``: rows (streamed is fine) that may overlap the month (``LedgerReader.overlapping``);
@@ -250,8 +258,15 @@ def month_report(sessions: Iterable[Row], month: str, tz: str | None = None, by_
     edges = names = None
     if by_day:
         edges, names = _edges(month, tz)
-    book = _Book(month, lo, hi, {"experiment": attrgetter("experiment"), "card": card_name, "provider": attrgetter("provider")},
-                 cost_lines, edges, names)
+    book = _Book(
+        month,
+        lo,
+        hi,
+        {"experiment": attrgetter("experiment"), "card": card_name, "provider": attrgetter("provider")},
+        cost_lines,
+        edges,
+        names,
+    )
     book.add_sessions(sessions)
     book.add_lines()
     j = book.total.as_json()
@@ -259,10 +274,29 @@ def month_report(sessions: Iterable[Row], month: str, tz: str | None = None, by_
         "month": month,
         "tz": tz or "local",
         "total_usd": j["cost_usd"],
-        **{k: j[k] for k in ("simulated_usd", "storage_usd", "gpu_hours", "sessions", "open_sessions", "charged_sessions", "tokens")},
+        **{
+            k: j[k]
+            for k in (
+                "simulated_usd",
+                "storage_usd",
+                "gpu_hours",
+                "sessions",
+                "open_sessions",
+                "charged_sessions",
+                "tokens",
+            )
+        },
         # tokens of simulated sessions (the rest are real ones'): $/Mtoken divides each money by its own tokens
         "simulated_tokens": int(round(book.total.simulated_tokens)),
-        **{k: j[k] for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job")},
+        **{
+            k: j[k]
+            for k in (
+                "usd_per_mtoken",
+                "usd_per_mtoken_job",
+                "simulated_usd_per_mtoken",
+                "simulated_usd_per_mtoken_job",
+            )
+        },
         "by_experiment": _rows(book.groups["experiment"]),
         "by_card": _rows(book.groups["card"]),
         "by_provider": _rows(book.groups["provider"]),
@@ -289,8 +323,15 @@ def _absorb(t: Totals, g: Any) -> None:
         t.real_job_usd += g.job_usd
 
 
-def _grouped(groups: Iterable[Any], lo: float, hi: float, keys: dict[str, Callable[[Any], str]], cost_lines: Iterable[Row],
-             line_keys: dict[str, dict[str, str]], name: str = "") -> tuple[Totals, dict[str, dict[str, Totals]]]:
+def _grouped(
+    groups: Iterable[Any],
+    lo: float,
+    hi: float,
+    keys: dict[str, Callable[[Any], str]],
+    cost_lines: Iterable[Row],
+    line_keys: dict[str, dict[str, str]],
+    name: str = "",
+) -> tuple[Totals, dict[str, dict[str, Totals]]]:
     from ledger.attribution import fraction
 
     total = Totals(name=name)
@@ -312,35 +353,79 @@ def _grouped(groups: Iterable[Any], lo: float, hi: float, keys: dict[str, Callab
     return total, out
 
 
-def month_report_groups(groups: Iterable[Any], month: str, tz: str | None = None, cost_lines: Iterable[Row] = (),
-                        line_keys: dict[str, dict[str, str]] | None = None) -> dict:
+def month_report_groups(
+    groups: Iterable[Any],
+    month: str,
+    tz: str | None = None,
+    cost_lines: Iterable[Row] = (),
+    line_keys: dict[str, dict[str, str]] | None = None,
+) -> dict:
     """``month_report`` (without days) from database groups (``ledger.aggregate.group_rows`` over the month's bounds).
 
     The same figures, summed by the database. ``line_keys``: {session id:
     {"experiment","card","provider"}} for the sessions that own ``cost_lines``."""
     lo, hi = month_bounds(month, tz)
-    total, by = _grouped(groups, lo, hi, {"experiment": attrgetter("experiment"), "card": card_name, "provider": attrgetter("provider")},
-                         cost_lines, line_keys or {}, month)
+    total, by = _grouped(
+        groups,
+        lo,
+        hi,
+        {"experiment": attrgetter("experiment"), "card": card_name, "provider": attrgetter("provider")},
+        cost_lines,
+        line_keys or {},
+        month,
+    )
     j = total.as_json()
     return {
         "month": month,
         "tz": tz or "local",
         "total_usd": j["cost_usd"],
-        **{k: j[k] for k in ("simulated_usd", "storage_usd", "gpu_hours", "sessions", "open_sessions", "charged_sessions", "tokens")},
+        **{
+            k: j[k]
+            for k in (
+                "simulated_usd",
+                "storage_usd",
+                "gpu_hours",
+                "sessions",
+                "open_sessions",
+                "charged_sessions",
+                "tokens",
+            )
+        },
         "simulated_tokens": int(round(total.simulated_tokens)),
-        **{k: j[k] for k in ("usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job")},
+        **{
+            k: j[k]
+            for k in (
+                "usd_per_mtoken",
+                "usd_per_mtoken_job",
+                "simulated_usd_per_mtoken",
+                "simulated_usd_per_mtoken_job",
+            )
+        },
         "by_experiment": _rows(by["experiment"]),
         "by_card": _rows(by["card"]),
         "by_provider": _rows(by["provider"]),
     }
 
 
-def experiments_report_groups(groups: Iterable[Any], conclusions: dict[str, str], since: str | None = None, until: str | None = None,
-                              start: float | None = None, end: float | None = None, cost_lines: Iterable[Row] = (),
-                              line_keys: dict[str, dict[str, str]] | None = None) -> dict:
+def experiments_report_groups(
+    groups: Iterable[Any],
+    conclusions: dict[str, str],
+    since: str | None = None,
+    until: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    cost_lines: Iterable[Row] = (),
+    line_keys: dict[str, dict[str, str]] | None = None,
+) -> dict:
     """``experiments_report`` from database groups; ``conclusions``: {experiment: latest conclusion}."""
-    _, by = _grouped(groups, -_INF if start is None else start, _INF if end is None else end, {"experiment": attrgetter("experiment")},
-                     cost_lines, line_keys or {})
+    _, by = _grouped(
+        groups,
+        -_INF if start is None else start,
+        _INF if end is None else end,
+        {"experiment": attrgetter("experiment")},
+        cost_lines,
+        line_keys or {},
+    )
     for name, t in by["experiment"].items():
         t.latest_conclusion = conclusions.get(name, "")
     return {"since": since, "until": until, "experiments": _rows(by["experiment"], conclusion=True)}
@@ -350,11 +435,16 @@ def _day_rows(days: list[Totals]) -> list[dict]:
     out = []
     for g in days:
         j = g.as_json()
-        out.append({"date": g.name} | {k: j[k] for k in ("cost_usd", "simulated_usd", "storage_usd", "gpu_hours", "sessions", "tokens")})
+        out.append(
+            {"date": g.name}
+            | {k: j[k] for k in ("cost_usd", "simulated_usd", "storage_usd", "gpu_hours", "sessions", "tokens")}
+        )
     return out
 
 
-def day_report(sessions: Iterable[Row], month: str, tz: str | None = None, cost_lines: Iterable[Row] = ()) -> list[dict]:
+def day_report(
+    sessions: Iterable[Row], month: str, tz: str | None = None, cost_lines: Iterable[Row] = ()
+) -> list[dict]:
     """One row per calendar day of ``month`` in ``tz`` (days without spend included, so a plot has no gaps).
 
     ``{"date","cost_usd","simulated_usd","storage_usd","gpu_hours","sessions","tokens"}``. A
@@ -362,8 +452,14 @@ def day_report(sessions: Iterable[Row], month: str, tz: str | None = None, cost_
     return month_report(sessions, month, tz, by_day=True, cost_lines=cost_lines)["days"]
 
 
-def experiments_report(sessions: Iterable[Row], since: str | None = None, until: str | None = None,
-                       start: float | None = None, end: float | None = None, cost_lines: Iterable[Row] = ()) -> dict:
+def experiments_report(
+    sessions: Iterable[Row],
+    since: str | None = None,
+    until: str | None = None,
+    start: float | None = None,
+    end: float | None = None,
+    cost_lines: Iterable[Row] = (),
+) -> dict:
     """The experiments report: per experiment, its figures and latest conclusion.
 
     Per experiment: sessions, GPU-hours, cost (real and simulated apart, storage inside), tokens,
@@ -375,22 +471,62 @@ def experiments_report(sessions: Iterable[Row], since: str | None = None, until:
     "gpu_hours","sessions","open_sessions","charged_sessions","tokens","usd_per_mtoken",
     "usd_per_mtoken_job","simulated_usd_per_mtoken","simulated_usd_per_mtoken_job","latest_conclusion"}]}``.
     """
-    book = _Book("", -_INF if start is None else start, _INF if end is None else end, {"experiment": attrgetter("experiment")}, cost_lines)
+    book = _Book(
+        "",
+        -_INF if start is None else start,
+        _INF if end is None else end,
+        {"experiment": attrgetter("experiment")},
+        cost_lines,
+    )
     book.add_sessions(sessions)
     book.add_lines()
     return {"since": since, "until": until, "experiments": _rows(book.groups["experiment"], conclusion=True)}
 
 
 SESSION_FIELDS = (
-    "id", "experiment", "job", "provider", "card", "gpu_count", "spot", "label", "instance_id", "offer_id",
-    "usd_per_hour", "bid_usd_per_hour", "simulated", "status", "created_at", "instance_created_at", "ready_at",
-    "ended_at", "end_reason", "end_source", "exit_code", "billed_seconds", "billing_increment_seconds",
-    "cost_usd", "tokens", "job_seconds", "last_heartbeat_at", "conclusion", "note", "log_path", "results_path",
+    "id",
+    "experiment",
+    "job",
+    "provider",
+    "card",
+    "gpu_count",
+    "spot",
+    "label",
+    "instance_id",
+    "offer_id",
+    "usd_per_hour",
+    "bid_usd_per_hour",
+    "simulated",
+    "status",
+    "created_at",
+    "instance_created_at",
+    "ready_at",
+    "ended_at",
+    "end_reason",
+    "end_source",
+    "exit_code",
+    "billed_seconds",
+    "billing_increment_seconds",
+    "cost_usd",
+    "tokens",
+    "job_seconds",
+    "last_heartbeat_at",
+    "conclusion",
+    "note",
+    "log_path",
+    "results_path",
     "source",
-    "max_hours", "ready_timeout_seconds", "idle_minutes",  # m004_session_limits
-    "estimated_usd", "charged_usd", "cost_source",
-    "owner", "account",
-    "run_id", "attempt", "max_session_usd",  # m010_runs
+    "max_hours",
+    "ready_timeout_seconds",
+    "idle_minutes",  # m004_session_limits
+    "estimated_usd",
+    "charged_usd",
+    "cost_source",
+    "owner",
+    "account",
+    "run_id",
+    "attempt",
+    "max_session_usd",  # m010_runs
 )
 
 
@@ -416,18 +552,25 @@ def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = ()
     cost = s.cost_usd if closed else None
     jc = job_cost(s) if closed and got_instance(s) else None
     out = {k: getattr(s, k, None) for k in SESSION_FIELDS}
-    out.update({
-        "session": s.id,
-        "seconds": s.billed_seconds if closed else None,
-        "cost_usd": cost,
-        "usd_per_mtoken": per_mtoken(cost, tokens) if cost is not None else None,
-        "usd_per_mtoken_job": per_mtoken(jc, tokens) if jc is not None else None,
-        "job_cost_usd": None if jc is None else round(jc, 6),
-        "log": s.log_path,
-        "results": s.results_path,
-        "bootstrap_seconds": round(sum(st.seconds for st in steps), 6),
-        "times": {k: iso(getattr(s, k, None), tz) for k in ("created_at", "instance_created_at", "ready_at", "ended_at", "last_heartbeat_at")},
-        "steps": [{"name": st.name, "status": st.status, "seconds": st.seconds, "detail": st.detail} for st in steps],
-        "events": [{"at": e.at, "time": iso(e.at, tz), "kind": e.kind, "detail": e.detail} for e in events],
-    })
+    out.update(
+        {
+            "session": s.id,
+            "seconds": s.billed_seconds if closed else None,
+            "cost_usd": cost,
+            "usd_per_mtoken": per_mtoken(cost, tokens) if cost is not None else None,
+            "usd_per_mtoken_job": per_mtoken(jc, tokens) if jc is not None else None,
+            "job_cost_usd": None if jc is None else round(jc, 6),
+            "log": s.log_path,
+            "results": s.results_path,
+            "bootstrap_seconds": round(sum(st.seconds for st in steps), 6),
+            "times": {
+                k: iso(getattr(s, k, None), tz)
+                for k in ("created_at", "instance_created_at", "ready_at", "ended_at", "last_heartbeat_at")
+            },
+            "steps": [
+                {"name": st.name, "status": st.status, "seconds": st.seconds, "detail": st.detail} for st in steps
+            ],
+            "events": [{"at": e.at, "time": iso(e.at, tz), "kind": e.kind, "detail": e.detail} for e in events],
+        }
+    )
     return out

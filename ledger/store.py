@@ -77,7 +77,7 @@ def _spooled_errors() -> tuple[type[BaseException], ...]:
 def _sqlite_path(url: str) -> Path | None:
     """The file of an SQLite ``url`` (None for a server or an in-memory database)."""
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        return Path(url[len("sqlite:///"):].split("?", 1)[0]).expanduser()
+        return Path(url[len("sqlite:///") :].split("?", 1)[0]).expanduser()
     return None
 
 
@@ -136,8 +136,11 @@ def default_spool_path(url: str) -> Path:
     Where writes a ledger refused wait: ``$GPUOPS_SPOOL_DIR`` (else the user cache dir
     ``~/.cache/gpuops/spool``) / ``<sha256(url)[:12]>.jsonl`` -- not next to the database, whose
     disk may be the one that is full."""
-    base = os.environ.get("GPUOPS_SPOOL_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpuops", "spool")
+    base = os.environ.get("GPUOPS_SPOOL_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpuops", "spool"
+    )
     return Path(base) / (hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl")
+
 
 __all__ = ["Ledger", "billed_cost", "ImportRejected"]
 
@@ -321,8 +324,11 @@ class Ledger:
 
     def _refusing(self) -> bool:
         """True inside ``bounded()`` while a refusal is recent: skip the database, spool at once."""
-        return (self._bound is not None and self._refused_at is not None
-                and time.monotonic() - self._refused_at < REFUSED_HOLD_S)
+        return (
+            self._bound is not None
+            and self._refused_at is not None
+            and time.monotonic() - self._refused_at < REFUSED_HOLD_S
+        )
 
     def quick(self, fn, default: Any = None) -> Any:
         """Run the read ``fn()`` bounded like a write, returning ``default`` on failure.
@@ -380,9 +386,16 @@ class Ledger:
                 fields = {k: v for k, v in args.items() if k not in ("session_id", "ended_at", "reason", "exit_code")}
                 inc = fields.pop("billing_increment_seconds", d.get("billing_increment_seconds"))
                 seconds, cost = billed_cost(d.get("usd_per_hour"), d.get("instance_created_at"), args["ended_at"], inc)
-                d.update(fields, status=str(RowStatus.CLOSED), ended_at=args["ended_at"], end_reason=d.get("end_reason") or args["reason"],
-                         end_source=fields.get("end_source") or d.get("end_source") or "destroy", billed_seconds=seconds, cost_usd=cost,
-                         billing_increment_seconds=inc)
+                d.update(
+                    fields,
+                    status=str(RowStatus.CLOSED),
+                    ended_at=args["ended_at"],
+                    end_reason=d.get("end_reason") or args["reason"],
+                    end_source=fields.get("end_source") or d.get("end_source") or "destroy",
+                    billed_seconds=seconds,
+                    cost_usd=cost,
+                    billing_increment_seconds=inc,
+                )
                 if args.get("exit_code") is not None:
                     d["exit_code"] = args["exit_code"]
 
@@ -405,8 +418,10 @@ class Ledger:
         self._writers.clear()
         self._file_id = None
         n = self._rebook()
-        self.notices.append(f"the ledger file {self._file} vanished during this run (removed or replaced); "
-                            f"a new one was made there and the {n} session(s) this run holds were booked into it again")
+        self.notices.append(
+            f"the ledger file {self._file} vanished during this run (removed or replaced); "
+            f"a new one was made there and the {n} session(s) this run holds were booked into it again"
+        )
 
     def _rebook(self) -> int:
         """Insert the held rows the ledger no longer has and return how many.
@@ -418,7 +433,9 @@ class Ledger:
         done = 0
         for d in list(self._held.values()):
             try:
-                done += writes.rebook(self._books(), d, "the ledger file vanished; rebooked from memory", self._busy_s())
+                done += writes.rebook(
+                    self._books(), d, "the ledger file vanished; rebooked from memory", self._busy_s()
+                )
             except _spooled_errors():
                 break
         if self._file is not None:
@@ -565,7 +582,7 @@ class Ledger:
         for sid in sessions:
             try:
                 self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
-            except (_spooled_errors() + (KeyError,)):
+            except _spooled_errors() + (KeyError,):
                 pass
         return done
 
@@ -616,7 +633,12 @@ class Ledger:
         Set fields of a session row in one short transaction (spooled when the database refuses
         it). KeyError for an unknown id."""
         fields = {k: _plain(v) for k, v in fields.items()}
-        self._guarded("update", lambda session_id, **f: self._set_with_event(session_id, None, "", **f), session_id=session_id, **fields)
+        self._guarded(
+            "update",
+            lambda session_id, **f: self._set_with_event(session_id, None, "", **f),
+            session_id=session_id,
+            **fields,
+        )
 
     def event(self, session_id: str, kind: str, detail: Any = "", at: float | None = None) -> None:
         """Append an event to a session.
@@ -624,8 +646,14 @@ class Ledger:
         Append an event (``kind``: an ``EventKind``; ``detail``: text or JSON-able, stored as
         JSON text; ``at``: epoch s, default now). Spooled when the database refuses it."""
         text = _plain(detail) if isinstance(detail, str) else json.dumps(detail, sort_keys=True)
-        self._guarded("event", self._event, session_id=session_id, kind=_plain(kind), detail=text,
-                      at=at if at is not None else time.time())
+        self._guarded(
+            "event",
+            self._event,
+            session_id=session_id,
+            kind=_plain(kind),
+            detail=text,
+            at=at if at is not None else time.time(),
+        )
 
     def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
         from ledger import writes
@@ -653,14 +681,18 @@ class Ledger:
         it). Event ``end_requested`` with detail ``{"reason", "by", "detail"}``. Returns the reason
         the row will close with (an earlier request's, or ``reason``), None when the write was
         spooled. KeyError for an unknown session."""
-        return self._guarded("request_end", self._request_end, session_id=session_id, reason=_plain(reason), by=_plain(by), detail=detail)
+        return self._guarded(
+            "request_end", self._request_end, session_id=session_id, reason=_plain(reason), by=_plain(by), detail=detail
+        )
 
     def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
         from ledger import writes
 
         return writes.request_end(self._books(), session_id, reason, by, detail, self._busy_s())
 
-    def close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row | None:
+    def close(
+        self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any
+    ) -> Row | None:
         """Close a session with its end time, reason, billed seconds and cost.
 
         Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
@@ -668,8 +700,15 @@ class Ledger:
         ``request_end`` wins over ``reason``. Closing a closed row changes nothing. Returns the
         closed row, or None when the database refused the write (spooled: replayed later)."""
         fields = {k: _plain(v) for k, v in fields.items()}
-        return self._guarded("close", self._close, session_id=session_id, ended_at=ended_at, reason=_plain(reason),
-                             exit_code=exit_code, **fields)
+        return self._guarded(
+            "close",
+            self._close,
+            session_id=session_id,
+            ended_at=ended_at,
+            reason=_plain(reason),
+            exit_code=exit_code,
+            **fields,
+        )
 
     def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row:
         from ledger import writes
@@ -698,11 +737,14 @@ class Ledger:
     def _heartbeat(self, session_id: str, at: float) -> None:
         DbSession, select, Session, Event, BootstrapStep = _orm()
         import sqlalchemy as sa
+
         with self.engine.begin() as conn:
             conn.execute(
                 sa.update(Session.__table__)
                 .where(Session.__table__.c.id == session_id)
-                .where(sa.or_(Session.__table__.c.last_heartbeat_at.is_(None), Session.__table__.c.last_heartbeat_at < at))
+                .where(
+                    sa.or_(Session.__table__.c.last_heartbeat_at.is_(None), Session.__table__.c.last_heartbeat_at < at)
+                )
                 .values(last_heartbeat_at=at)
             )
 
@@ -736,8 +778,14 @@ class Ledger:
         lines = list(lines) if lines is not None else list(range(1, len(rows) + 1))
         return self.import_rows(zip(lines, rows), chunk=chunk)
 
-    def import_rows(self, pairs: Iterable[tuple[int, Any]], errors: list[tuple[int, str]] | None = None,
-                    chunk: int = 5000, columns: Iterable[str] | None = None, constants: dict | None = None) -> int:
+    def import_rows(
+        self,
+        pairs: Iterable[tuple[int, Any]],
+        errors: list[tuple[int, str]] | None = None,
+        chunk: int = 5000,
+        columns: Iterable[str] | None = None,
+        constants: dict | None = None,
+    ) -> int:
         """Import (line number, row) pairs in batches of ``chunk`` via ``import_chunks``.
 
         ``import_chunks`` of (line number, row) pairs, ``chunk`` of them per batch. A row is a
@@ -752,12 +800,21 @@ class Ledger:
         def batches() -> Iterator[tuple[list[int], list[tuple]]]:
             it = iter(pairs)
             while part := list(islice(it, chunk)):
-                yield [line for line, _ in part], [tuple(map(r.get, cols)) if isinstance(r, dict) else r for _, r in part]
+                yield (
+                    [line for line, _ in part],
+                    [tuple(map(r.get, cols)) if isinstance(r, dict) else r for _, r in part],
+                )
 
         return self.import_chunks(batches(), errors, cols, constants)
 
-    def import_chunks(self, chunks: Iterable[tuple[Sequence[int], Sequence[tuple]]], errors: list[tuple[int, str]] | None = None,
-                      columns: Iterable[str] | None = None, constants: dict | None = None, expected_rows: int = 0) -> int:
+    def import_chunks(
+        self,
+        chunks: Iterable[tuple[Sequence[int], Sequence[tuple]]],
+        errors: list[tuple[int, str]] | None = None,
+        columns: Iterable[str] | None = None,
+        constants: dict | None = None,
+        expected_rows: int = 0,
+    ) -> int:
         """Stream batches of rows into ``sessions`` in ONE transaction.
 
         Stream batches of rows into ``sessions`` in ONE transaction, one executemany (or COPY) per
@@ -791,12 +848,15 @@ class Ledger:
         with self.engine.begin() as conn:
             sqlite = conn.dialect.name == "sqlite"
             mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-            insert = (f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
-                      f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v, conn.dialect.name) for v in fixed.values()])})")
+            insert = (
+                f"INSERT INTO sessions ({', '.join(cols + tuple(fixed))}) "
+                f"VALUES ({', '.join([mark] * len(cols) + [_sql_literal(v, conn.dialect.name) for v in fixed.values()])})"
+            )
             # Each id is looked up with whether THIS import wrote it (an id repeated further apart than
             # a batch): SQLite by rowid, PostgreSQL by the row's inserting transaction (xmin, 32 bits).
-            mine = {"sqlite": "rowid > :before",
-                    "postgresql": "xmin::text::bigint = txid_current() %% 4294967296"}.get(conn.dialect.name, "0 = 1")
+            mine = {"sqlite": "rowid > :before", "postgresql": "xmin::text::bigint = txid_current() %% 4294967296"}.get(
+                conn.dialect.name, "0 = 1"
+            )
             before = 0
             if sqlite:
                 before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").scalar()
@@ -813,8 +873,10 @@ class Ledger:
 
             def defer_indexes() -> None:
                 unique = {r[1] for r in conn.exec_driver_sql("PRAGMA index_list(sessions)") if r[2]}
-                for name, sql in conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'index' "
-                                                      "AND tbl_name = 'sessions' AND sql IS NOT NULL").fetchall():
+                for name, sql in conn.exec_driver_sql(
+                    "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+                    "AND tbl_name = 'sessions' AND sql IS NOT NULL"
+                ).fetchall():
                     if name not in unique:
                         deferred.append(sql)
                         conn.exec_driver_sql('DROP INDEX "{}"'.format(name.replace('"', '""')))
@@ -828,8 +890,14 @@ class Ledger:
                 for i in range(0, len(ids), 900):  # SQLite allows 999 parameters per statement
                     part = ids[i : i + 900]
                     for sid, repeat in conn.exec_driver_sql(lookup.format(", ".join([mark] * len(part))), tuple(part)):
-                        clashes.append((batch.pop(sid)[0], f"session {sid} repeats an earlier line of this file" if repeat
-                                        else f"session {sid} is already in the ledger (imported before?)"))
+                        clashes.append(
+                            (
+                                batch.pop(sid)[0],
+                                f"session {sid} repeats an earlier line of this file"
+                                if repeat
+                                else f"session {sid} is already in the ledger (imported before?)",
+                            )
+                        )
 
             def write(batch: dict[str, tuple[int, tuple]]) -> None:
                 nonlocal count
@@ -856,7 +924,9 @@ class Ledger:
                                 for _, r in batch.values():
                                     copy.write_row(r + fixed_values)
                         except dbapi.Error as e:  # as SQLAlchemy raises it for an INSERT (IntegrityError, ...)
-                            raise sa.exc.DBAPIError.instance(copy_sql, None, e, dbapi.Error, dialect=conn.dialect) from e
+                            raise sa.exc.DBAPIError.instance(
+                                copy_sql, None, e, dbapi.Error, dialect=conn.dialect
+                            ) from e
                     else:
                         conn.exec_driver_sql(insert, [r for _, r in batch.values()])
                 count += len(batch)
@@ -922,7 +992,9 @@ class Ledger:
         held = self._held_runs.get(run_id)
         if held is not None and held.get("status") != "closed":
             held.update(status="closed", ended_at=ended_at, end_reason=_plain(reason), detail=detail)
-        self._guarded("run_close", self._run_close, run_id=run_id, ended_at=ended_at, reason=_plain(reason), detail=detail)
+        self._guarded(
+            "run_close", self._run_close, run_id=run_id, ended_at=ended_at, reason=_plain(reason), detail=detail
+        )
 
     def _run_close(self, run_id: str, ended_at: float, reason: str, detail: str = "") -> None:
         from ledger.models import Run
@@ -966,15 +1038,17 @@ class Ledger:
         ``tokens``, ``simulated`` (any rental simulated). Rows with attribute access."""
         import sqlalchemy as sa
 
-        sql = ("SELECT r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
-               "r.attempts, r.max_hours, r.max_usd, r.owner, COUNT(s.id) AS rentals, SUM(s.cost_usd) AS cost_usd, "
-               "SUM(s.billed_seconds) AS billed_seconds, COALESCE(SUM(s.tokens), 0) AS tokens, "
-               "MAX(CASE WHEN s.simulated THEN 1 ELSE 0 END) AS simulated "
-               "FROM runs r LEFT JOIN sessions s ON s.run_id = r.id "
-               + ("WHERE r.created_at >= :since " if since is not None else "")
-               + "GROUP BY r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
-               "r.attempts, r.max_hours, r.max_usd, r.owner ORDER BY r.created_at DESC, r.id DESC"
-               + (" LIMIT :limit" if limit is not None else ""))
+        sql = (
+            "SELECT r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
+            "r.attempts, r.max_hours, r.max_usd, r.owner, COUNT(s.id) AS rentals, SUM(s.cost_usd) AS cost_usd, "
+            "SUM(s.billed_seconds) AS billed_seconds, COALESCE(SUM(s.tokens), 0) AS tokens, "
+            "MAX(CASE WHEN s.simulated THEN 1 ELSE 0 END) AS simulated "
+            "FROM runs r LEFT JOIN sessions s ON s.run_id = r.id "
+            + ("WHERE r.created_at >= :since " if since is not None else "")
+            + "GROUP BY r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
+            "r.attempts, r.max_hours, r.max_usd, r.owner ORDER BY r.created_at DESC, r.id DESC"
+            + (" LIMIT :limit" if limit is not None else "")
+        )
         params: dict = {}
         if since is not None:
             params["since"] = since
@@ -1050,10 +1124,16 @@ class Ledger:
         """Sessions whose intent time is in [start, end) epoch seconds."""
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
-            q = select(Session).where(Session.created_at >= start, Session.created_at < end).order_by(Session.created_at)
+            q = (
+                select(Session)
+                .where(Session.created_at >= start, Session.created_at < end)
+                .order_by(Session.created_at)
+            )
             return list(db.exec(q))
 
-    def rows_between(self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None) -> list[Any]:
+    def rows_between(
+        self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None
+    ) -> list[Any]:
         """Return lightweight rows whose intent time is in [start, end).
 
         Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
@@ -1071,8 +1151,9 @@ class Ledger:
         """Cost lines (storage) whose period overlaps [start, end) (``ledger.reads.Reads.cost_lines``)."""
         return self.reads.cost_lines(start, end)
 
-    def iter_rows_between(self, start: float | None = None, end: float | None = None,
-                          columns: Iterable[str] | None = None) -> Iterator[Any]:
+    def iter_rows_between(
+        self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None
+    ) -> Iterator[Any]:
         """``rows_between`` streamed (flat memory)."""
         return self.reads.iter_rows_between(start, end, columns)
 
@@ -1088,7 +1169,9 @@ class Ledger:
     def steps(self, session_id: str) -> list[BootstrapStep]:
         DbSession, select, Session, Event, BootstrapStep = _orm()
         with DbSession(self.engine) as db:
-            return list(db.exec(select(BootstrapStep).where(BootstrapStep.session_id == session_id).order_by(BootstrapStep.id)))
+            return list(
+                db.exec(select(BootstrapStep).where(BootstrapStep.session_id == session_id).order_by(BootstrapStep.id))
+            )
 
     def events(self, session_id: str) -> list[Any]:
         """The session's events, oldest first (read-only rows: ``ledger.writes.EventRow``)."""

@@ -24,11 +24,33 @@ import sqlalchemy as sa
 from bootstrap.vocabulary import EventKind
 from ledger.billing import ChargeLine
 
-_sessions = sa.table("sessions", sa.column("id"), sa.column("provider"), sa.column("instance_id"), sa.column("cost_usd"),
-                     sa.column("estimated_usd"), sa.column("charged_usd"), sa.column("cost_source"), sa.column("status"))
-_lines = sa.table("cost_lines", sa.column("id"), sa.column("session_id"), sa.column("provider"), sa.column("instance_id"),
-                  sa.column("kind"), sa.column("start_at"), sa.column("end_at"), sa.column("usd"), sa.column("simulated", sa.Boolean),
-                  sa.column("source"), sa.column("description"), sa.column("booked_at"), sa.column("line_key"))
+_sessions = sa.table(
+    "sessions",
+    sa.column("id"),
+    sa.column("provider"),
+    sa.column("instance_id"),
+    sa.column("cost_usd"),
+    sa.column("estimated_usd"),
+    sa.column("charged_usd"),
+    sa.column("cost_source"),
+    sa.column("status"),
+)
+_lines = sa.table(
+    "cost_lines",
+    sa.column("id"),
+    sa.column("session_id"),
+    sa.column("provider"),
+    sa.column("instance_id"),
+    sa.column("kind"),
+    sa.column("start_at"),
+    sa.column("end_at"),
+    sa.column("usd"),
+    sa.column("simulated", sa.Boolean),
+    sa.column("source"),
+    sa.column("description"),
+    sa.column("booked_at"),
+    sa.column("line_key"),
+)
 _events = sa.table("events", sa.column("session_id"), sa.column("at"), sa.column("kind"), sa.column("detail"))
 
 
@@ -43,8 +65,12 @@ def booked_storage(engine, session_ids: Iterable[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     with engine.connect() as conn:
         for i in range(0, len(ids), 900):
-            q = (sa.select(_lines.c.session_id, sa.func.sum(_lines.c.usd)).where(_lines.c.session_id.in_(ids[i : i + 900]))
-                 .where(_lines.c.source == "provider").group_by(_lines.c.session_id))
+            q = (
+                sa.select(_lines.c.session_id, sa.func.sum(_lines.c.usd))
+                .where(_lines.c.session_id.in_(ids[i : i + 900]))
+                .where(_lines.c.source == "provider")
+                .group_by(_lines.c.session_id)
+            )
             out.update({sid: float(usd or 0.0) for sid, usd in conn.execute(q)})
     return out
 
@@ -56,7 +82,9 @@ def known_instances(engine, keys: Iterable[tuple[str, str]]) -> set[tuple[str, s
     ids = sorted({k[1] for k in keys})
     with engine.connect() as conn:
         for i in range(0, len(ids), 900):
-            q = sa.select(_sessions.c.provider, _sessions.c.instance_id).where(_sessions.c.instance_id.in_(ids[i : i + 900]))
+            q = sa.select(_sessions.c.provider, _sessions.c.instance_id).where(
+                _sessions.c.instance_id.in_(ids[i : i + 900])
+            )
             found.update((p, str(iid)) for p, iid in conn.execute(q))
     return found & set(keys)
 
@@ -80,8 +108,11 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
             if r is None or r["status"] == "open":
                 continue
             gpu = round(sum(c.usd for c in lines if c.kind != "storage"), 6)
-            cur = conn.execute(sa.select(_sessions.c.cost_usd, _sessions.c.estimated_usd, _sessions.c.cost_source, _sessions.c.charged_usd)
-                               .where(_sessions.c.id == sid)).first()
+            cur = conn.execute(
+                sa.select(
+                    _sessions.c.cost_usd, _sessions.c.estimated_usd, _sessions.c.cost_source, _sessions.c.charged_usd
+                ).where(_sessions.c.id == sid)
+            ).first()
             if cur is None:
                 continue
             storage = [c for c in lines if c.kind == "storage"]
@@ -90,11 +121,27 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
                 rows.extend(_row(c, sid, now) for c in storage)
                 continue
             estimate = cur.estimated_usd if cur.estimated_usd is not None else cur.cost_usd
-            conn.execute(sa.update(_sessions).where(_sessions.c.id == sid)
-                         .values(cost_usd=gpu, charged_usd=gpu, estimated_usd=estimate, cost_source="charged"))
-            conn.execute(sa.insert(_events).values(session_id=sid, at=now, kind=EventKind.CHARGED.value, detail=json.dumps(
-                {"charged_usd": gpu, "estimated_usd": estimate, "storage_usd": round(sum(c.usd for c in storage), 6),
-                 "provider": r["provider"]}, sort_keys=True)))
+            conn.execute(
+                sa.update(_sessions)
+                .where(_sessions.c.id == sid)
+                .values(cost_usd=gpu, charged_usd=gpu, estimated_usd=estimate, cost_source="charged")
+            )
+            conn.execute(
+                sa.insert(_events).values(
+                    session_id=sid,
+                    at=now,
+                    kind=EventKind.CHARGED.value,
+                    detail=json.dumps(
+                        {
+                            "charged_usd": gpu,
+                            "estimated_usd": estimate,
+                            "storage_usd": round(sum(c.usd for c in storage), 6),
+                            "provider": r["provider"],
+                        },
+                        sort_keys=True,
+                    ),
+                )
+            )
             booked += 1
             rows.extend(_row(c, sid, now) for c in storage)
         for c in charges:
@@ -103,7 +150,9 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
         keys = [r["line_key"] for r in rows]
         had: set = set()
         for i in range(0, len(keys), 900):
-            had.update(k for (k,) in conn.execute(sa.select(_lines.c.line_key).where(_lines.c.line_key.in_(keys[i : i + 900]))))
+            had.update(
+                k for (k,) in conn.execute(sa.select(_lines.c.line_key).where(_lines.c.line_key.in_(keys[i : i + 900])))
+            )
             conn.execute(sa.delete(_lines).where(_lines.c.line_key.in_(keys[i : i + 900])))
         if rows:
             conn.execute(sa.insert(_lines), rows)
@@ -111,12 +160,28 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
         account_n = sum(1 for r in new if r["session_id"] is None)
         lines_n = len(new) - account_n
         storage_usd = sum(r["usd"] for r in new if r["session_id"] is not None)
-    return {"sessions": booked, "storage_lines": lines_n, "account_lines": account_n, "storage_usd": round(storage_usd, 6),
-            "unchanged": unchanged}
+    return {
+        "sessions": booked,
+        "storage_lines": lines_n,
+        "account_lines": account_n,
+        "storage_usd": round(storage_usd, 6),
+        "unchanged": unchanged,
+    }
 
 
 def _row(c: ChargeLine, session_id: str | None, now: float) -> dict[str, Any]:
     start = c.start if c.start is not None else now
-    return {"session_id": session_id, "provider": c.provider, "instance_id": c.instance_id, "kind": "storage",
-            "start_at": start, "end_at": c.end if c.end is not None else start, "usd": round(c.usd, 9), "simulated": False,
-            "source": "provider", "description": c.description, "booked_at": now, "line_key": line_key(c)}
+    return {
+        "session_id": session_id,
+        "provider": c.provider,
+        "instance_id": c.instance_id,
+        "kind": "storage",
+        "start_at": start,
+        "end_at": c.end if c.end is not None else start,
+        "usd": round(c.usd, 9),
+        "simulated": False,
+        "source": "provider",
+        "description": c.description,
+        "booked_at": now,
+        "line_key": line_key(c),
+    }

@@ -41,9 +41,21 @@ from ledger.reads import Reads, Row
 # The defaults of ``ledger.models.Session`` for a row given as a dict (the columns not listed
 # default to NULL); tests/books/test_light_ledger.py checks them against the model.
 SESSION_DEFAULTS: dict[str, Any] = {
-    "experiment": "default", "job": "", "provider": "", "card": "", "gpu_count": 1, "spot": False, "label": "",
-    "simulated": False, "status": str(RowStatus.PROVISIONING), "tokens": 0, "conclusion": "", "note": "", "log_path": "",
-    "results_path": "", "source": "gpuops",
+    "experiment": "default",
+    "job": "",
+    "provider": "",
+    "card": "",
+    "gpu_count": 1,
+    "spot": False,
+    "label": "",
+    "simulated": False,
+    "status": str(RowStatus.PROVISIONING),
+    "tokens": 0,
+    "conclusion": "",
+    "note": "",
+    "log_path": "",
+    "results_path": "",
+    "source": "gpuops",
 }
 EVENT_COLUMNS = ("id", "session_id", "at", "kind", "detail")
 
@@ -103,8 +115,10 @@ class _Held:
     def describe(self, table: str) -> list[tuple[str, bool]]:
         if self.dialect == "sqlite":
             return [(r[1], r[2].upper() == "BOOLEAN") for r in self.query(f"PRAGMA table_info({table})", {})]
-        sql = ("SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() "
-               "AND table_name = :t ORDER BY ordinal_position")
+        sql = (
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() "
+            "AND table_name = :t ORDER BY ordinal_position"
+        )
         return [(c, t == "boolean") for c, t in self.query(sql, {"t": table})]
 
 
@@ -198,8 +212,10 @@ class EngineFile:
         """A read-only connection (no write lock)."""
         import sqlalchemy as sa
 
-        with self.engine.connect().execution_options(ledger_read=True) as conn, \
-                self.tx.holding(lambda sql, params: conn.execute(sa.text(sql), params)):
+        with (
+            self.engine.connect().execution_options(ledger_read=True) as conn,
+            self.tx.holding(lambda sql, params: conn.execute(sa.text(sql), params)),
+        ):
             yield self.tx
 
 
@@ -227,8 +243,10 @@ def _set(tx: _Held, session_id: str, sets: dict) -> int:
 
 
 def _event(tx: _Held, session_id: str, kind: str, detail: str, at: float) -> None:
-    tx.run("INSERT INTO events (session_id, at, kind, detail) VALUES (:sid, :at, :kind, :detail)",
-           {"sid": session_id, "at": at, "kind": kind, "detail": detail})
+    tx.run(
+        "INSERT INTO events (session_id, at, kind, detail) VALUES (:sid, :at, :kind, :detail)",
+        {"sid": session_id, "at": at, "kind": kind, "detail": detail},
+    )
 
 
 def _insert(f: LightFile | EngineFile, tx: _Held, fields: dict) -> dict:
@@ -260,13 +278,17 @@ def rebook(f: LightFile | EngineFile, fields: dict, detail: str, timeout_s: floa
         return True
 
 
-def event(f: LightFile | EngineFile, session_id: str, kind: str, detail: str, at: float | None, timeout_s: float) -> None:
+def event(
+    f: LightFile | EngineFile, session_id: str, kind: str, detail: str, at: float | None, timeout_s: float
+) -> None:
     """Append one event (``at``: epoch s, None: now)."""
     with f.write(timeout_s) as tx:
         _event(tx, session_id, kind, detail, at if at is not None else time.time())
 
 
-def set_fields(f: LightFile | EngineFile, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float) -> Row:
+def set_fields(
+    f: LightFile | EngineFile, session_id: str, kind: str | None, detail: str, fields: dict, timeout_s: float
+) -> Row:
     """Set ``fields`` of the row, and append the event ``kind`` when given, in one transaction.
 
     Returns the row. KeyError for an unknown session, ValueError for an unknown column."""
@@ -287,11 +309,21 @@ def add_steps(f: LightFile | EngineFile, session_id: str, steps: Iterable[dict],
     rows = []
     for s in steps:
         detail = s.get("detail", "")
-        rows.append({"sid": session_id, "name": str(s["step"]), "status": str(s.get("status", "")), "seconds": float(s.get("seconds", 0.0)),
-                     "detail": detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True)})
+        rows.append(
+            {
+                "sid": session_id,
+                "name": str(s["step"]),
+                "status": str(s.get("status", "")),
+                "seconds": float(s.get("seconds", 0.0)),
+                "detail": detail if isinstance(detail, str) else json.dumps(detail, sort_keys=True),
+            }
+        )
     with f.write(timeout_s) as tx:
         for r in rows:
-            tx.run("INSERT INTO bootstrap_steps (session_id, name, status, seconds, detail) VALUES (:sid, :name, :status, :seconds, :detail)", r)
+            tx.run(
+                "INSERT INTO bootstrap_steps (session_id, name, status, seconds, detail) VALUES (:sid, :name, :status, :seconds, :detail)",
+                r,
+            )
 
 
 def request_end(f: LightFile | EngineFile, session_id: str, reason: str, by: str, detail: str, timeout_s: float) -> str:
@@ -311,8 +343,15 @@ def request_end(f: LightFile | EngineFile, session_id: str, reason: str, by: str
         return end_reason or reason
 
 
-def close(f: LightFile | EngineFile, session_id: str, ended_at: float, reason: str, exit_code: int | None, fields: dict,
-          timeout_s: float) -> Row:
+def close(
+    f: LightFile | EngineFile,
+    session_id: str,
+    ended_at: float,
+    reason: str,
+    exit_code: int | None,
+    fields: dict,
+    timeout_s: float,
+) -> Row:
     """``Ledger.close``: end time, reason, billed seconds and cost, ``fields``; its ``closed`` event.
 
     An earlier request's reason wins; billed seconds and cost come from the charged price. A closed
@@ -326,9 +365,15 @@ def close(f: LightFile | EngineFile, session_id: str, ended_at: float, reason: s
             return row
         increment = fields.pop("billing_increment_seconds", row.billing_increment_seconds)
         seconds, cost = billed_cost(row.usd_per_hour, row.instance_created_at, ended_at, increment)
-        sets = {"billing_increment_seconds": increment, "status": str(RowStatus.CLOSED), "ended_at": ended_at,
-                "end_reason": row.end_reason or reason, "end_source": fields.pop("end_source", None) or row.end_source or "destroy",
-                "billed_seconds": seconds, "cost_usd": cost}
+        sets = {
+            "billing_increment_seconds": increment,
+            "status": str(RowStatus.CLOSED),
+            "ended_at": ended_at,
+            "end_reason": row.end_reason or reason,
+            "end_source": fields.pop("end_source", None) or row.end_source or "destroy",
+            "billed_seconds": seconds,
+            "cost_usd": cost,
+        }
         if exit_code is not None:
             sets["exit_code"] = exit_code
         _checked(f, fields)

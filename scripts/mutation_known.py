@@ -52,76 +52,190 @@ END_TIME_E2E = [  # the end-to-end tests that compare a booked end time with the
     "tests/lifecycle/test_laptop_faults.py::test_output_gone_then_signal_still_tears_down_and_books_tokens",
     "tests/lifecycle/test_fault_matrix.py::test_fault_matrix_local",
 ]
-END_TIME_E2E_K = ("-k", "not intent and (not test_output_gone or pipe) and (not test_fault_matrix or job-SIGTERM or teardown-SIGTERM)")
+END_TIME_E2E_K = (
+    "-k",
+    "not intent and (not test_output_gone or pipe) and (not test_fault_matrix or job-SIGTERM or teardown-SIGTERM)",
+)
 
 MUTATIONS = [
-    Mutation("end_rental skips the destroy but closes the row", "gpuops/rental/lifecycle.py",
-             [("                provider.destroy(iid)\n                last_err = None", "                last_err = None")],
-             ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"]),
-    Mutation("no destroy retries", "gpuops/rental/lifecycle.py",
-             [("for attempt in range(max(1, attempts)):", "for attempt in range(1):")],
-             ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"]),
-    Mutation('the end time is "now" instead of the provider\'s record (19 e2e tests)', "gpuops/rental/lifecycle.py",
-             [('            return float(t), "provider"', '            return now, "provider"'),
-              ('        return float(inst.extra["ended_at"]), "provider"', '        return now, "provider"')],
-             END_TIME_E2E, END_TIME_E2E_K, count=True),
-    Mutation("attribution gives a session wholly to its start month (Python)", "ledger/attribution.py",
-             [("    if end <= start:\n        return 1.0 if lo <= start < hi else 0.0", "    if True:\n        return 1.0 if lo <= start < hi else 0.0")],
-             ["tests/books/test_attribution.py", "tests/books/test_reports.py"], NOT_PG),
-    Mutation("attribution gives a session wholly to its start month (SQL twin)", "ledger/attribution.py",
-             [('return (f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN', 'return (f"(CASE WHEN 1 = 1 THEN')],
-             ["tests/books/test_attribution.py", "tests/books/test_reports.py", "tests/teardown/test_budget.py"], NOT_PG),
-    Mutation("the idle rule needs one more sample", "bootstrap/policy.py",
-             [("        if now - since >= window:", "        if now - since >= window + sample_s:")],
-             ["tests/teardown/test_policy.py"]),
-    Mutation("classify ignores GPU utilization", "bootstrap/policy.py",
-             [('    if any(g.get("util") is not None and g["util"] > util_percent for g in gpus):\n        return "busy"',
-               '    if False:\n        return "busy"')],
-             ["tests/teardown/test_policy.py"]),
-    Mutation("unknown utilization counts as idle", "bootstrap/policy.py",
-             [('    if sample.get("error") or not gpus or any(g.get("util") is None for g in gpus):',
-               '    if sample.get("error") or not gpus:')],
-             ["tests/teardown/test_policy.py"]),
-    Mutation("NaN passes the budget", "gpuops/rental/budget.py",
-             [("        if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v)):",
-               "        if v is not None and not isinstance(v, (int, float)):")],
-             ["tests/teardown/test_budget.py"]),
-    Mutation("offers sorted by price descending", "gpuops/planning/offers.py",
-             [("key=lambda o: (effective_price(o), -o.reliability", "key=lambda o: (-effective_price(o), -o.reliability")],
-             ["tests/providers/test_offer_selection.py", "tests/providers/test_offers_view.py"]),
-    Mutation("the lm_head dropped from the parameter count", "gpuops/planning/architecture.py",
-             [('    bd["lm_head"] = 0 if tied else h * vocab', '    bd["lm_head"] = 0')],
-             ["tests/plan/test_memory.py", "tests/plan/test_seeds.py"]),
-    Mutation("the KV cache sized with attention heads", "gpuops/planning/architecture.py",
-             [("        layer_kv = 2 * kv_heads * head_dim", "        layer_kv = 2 * heads * head_dim")],
-             ["tests/plan/test_memory.py", "tests/plan/test_seeds.py"]),
-    Mutation("the CSV formula neutralizing removed", "ledger/csvio.py",
-             [("""    return "'" + text if text.lstrip("'")[:1] in FORMULA_START and text[:1] else text""", "    return text")],
-             ["tests/books/test_csv.py"], NOT_PG),
-    Mutation("end_rental's own refusal of another account's row disabled", "gpuops/rental/lifecycle.py",
-             [("        if held == OTHER:\n            return Ended(", "        if False:\n            return Ended(")],
-             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py", "tests/team/test_two_accounts.py"]),
-    Mutation("standing() treats any held account as the owner", "gpuops/ownership.py",
-             [("    return HELD if held_account is not None and acct == held_account else OTHER",
-               "    return HELD if held_account is not None else OTHER")],
-             ["tests/team/test_ownership_rules.py", "tests/team/test_two_accounts.py"]),
-    Mutation("`..` allowed in result names", "gpuops/rental/results.py",
-             [('    if any(p in ("", ".", "..") or', '    if any(p in ("", ".") or')],
-             ["tests/storage/test_results.py"]),
-    Mutation("the reply size cap removed", "gpuops/providers/http_guard.py",
-             [("            if declared and declared.isdigit() and int(declared) > max_bytes:", "            if False:"),
-              ("                    if len(body) > max_bytes:", "                    if False:")],
-             ["tests/lifecycle/test_provider_deadline.py"]),
+    Mutation(
+        "end_rental skips the destroy but closes the row",
+        "gpuops/rental/lifecycle.py",
+        [("                provider.destroy(iid)\n                last_err = None", "                last_err = None")],
+        ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
+    ),
+    Mutation(
+        "no destroy retries",
+        "gpuops/rental/lifecycle.py",
+        [("for attempt in range(max(1, attempts)):", "for attempt in range(1):")],
+        ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
+    ),
+    Mutation(
+        'the end time is "now" instead of the provider\'s record (19 e2e tests)',
+        "gpuops/rental/lifecycle.py",
+        [
+            ('            return float(t), "provider"', '            return now, "provider"'),
+            ('        return float(inst.extra["ended_at"]), "provider"', '        return now, "provider"'),
+        ],
+        END_TIME_E2E,
+        END_TIME_E2E_K,
+        count=True,
+    ),
+    Mutation(
+        "attribution gives a session wholly to its start month (Python)",
+        "ledger/attribution.py",
+        [
+            (
+                "    if end <= start:\n        return 1.0 if lo <= start < hi else 0.0",
+                "    if True:\n        return 1.0 if lo <= start < hi else 0.0",
+            )
+        ],
+        ["tests/books/test_attribution.py", "tests/books/test_reports.py"],
+        NOT_PG,
+    ),
+    Mutation(
+        "attribution gives a session wholly to its start month (SQL twin)",
+        "ledger/attribution.py",
+        [('return (f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN', 'return (f"(CASE WHEN 1 = 1 THEN')],
+        ["tests/books/test_attribution.py", "tests/books/test_reports.py", "tests/teardown/test_budget.py"],
+        NOT_PG,
+    ),
+    Mutation(
+        "the idle rule needs one more sample",
+        "bootstrap/policy.py",
+        [("        if now - since >= window:", "        if now - since >= window + sample_s:")],
+        ["tests/teardown/test_policy.py"],
+    ),
+    Mutation(
+        "classify ignores GPU utilization",
+        "bootstrap/policy.py",
+        [
+            (
+                '    if any(g.get("util") is not None and g["util"] > util_percent for g in gpus):\n        return "busy"',
+                '    if False:\n        return "busy"',
+            )
+        ],
+        ["tests/teardown/test_policy.py"],
+    ),
+    Mutation(
+        "unknown utilization counts as idle",
+        "bootstrap/policy.py",
+        [
+            (
+                '    if sample.get("error") or not gpus or any(g.get("util") is None for g in gpus):',
+                '    if sample.get("error") or not gpus:',
+            )
+        ],
+        ["tests/teardown/test_policy.py"],
+    ),
+    Mutation(
+        "NaN passes the budget",
+        "gpuops/rental/budget.py",
+        [
+            (
+                "        if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v)):",
+                "        if v is not None and not isinstance(v, (int, float)):",
+            )
+        ],
+        ["tests/teardown/test_budget.py"],
+    ),
+    Mutation(
+        "offers sorted by price descending",
+        "gpuops/planning/offers.py",
+        [("key=lambda o: (effective_price(o), -o.reliability", "key=lambda o: (-effective_price(o), -o.reliability")],
+        ["tests/providers/test_offer_selection.py", "tests/providers/test_offers_view.py"],
+    ),
+    Mutation(
+        "the lm_head dropped from the parameter count",
+        "gpuops/planning/architecture.py",
+        [('    bd["lm_head"] = 0 if tied else h * vocab', '    bd["lm_head"] = 0')],
+        ["tests/plan/test_memory.py", "tests/plan/test_seeds.py"],
+    ),
+    Mutation(
+        "the KV cache sized with attention heads",
+        "gpuops/planning/architecture.py",
+        [("        layer_kv = 2 * kv_heads * head_dim", "        layer_kv = 2 * heads * head_dim")],
+        ["tests/plan/test_memory.py", "tests/plan/test_seeds.py"],
+    ),
+    Mutation(
+        "the CSV formula neutralizing removed",
+        "ledger/csvio.py",
+        [
+            (
+                """    return "'" + text if text.lstrip("'")[:1] in FORMULA_START and text[:1] else text""",
+                "    return text",
+            )
+        ],
+        ["tests/books/test_csv.py"],
+        NOT_PG,
+    ),
+    Mutation(
+        "end_rental's own refusal of another account's row disabled",
+        "gpuops/rental/lifecycle.py",
+        [("        if held == OTHER:\n            return Ended(", "        if False:\n            return Ended(")],
+        [
+            "tests/lifecycle/test_end_time_rule.py",
+            "tests/lifecycle/test_end_rental.py",
+            "tests/team/test_two_accounts.py",
+        ],
+    ),
+    Mutation(
+        "standing() treats any held account as the owner",
+        "gpuops/ownership.py",
+        [
+            (
+                "    return HELD if held_account is not None and acct == held_account else OTHER",
+                "    return HELD if held_account is not None else OTHER",
+            )
+        ],
+        ["tests/team/test_ownership_rules.py", "tests/team/test_two_accounts.py"],
+    ),
+    Mutation(
+        "`..` allowed in result names",
+        "gpuops/rental/results.py",
+        [('    if any(p in ("", ".", "..") or', '    if any(p in ("", ".") or')],
+        ["tests/storage/test_results.py"],
+    ),
+    Mutation(
+        "the reply size cap removed",
+        "gpuops/providers/http_guard.py",
+        [
+            ("            if declared and declared.isdigit() and int(declared) > max_bytes:", "            if False:"),
+            ("                    if len(body) > max_bytes:", "                    if False:"),
+        ],
+        ["tests/lifecycle/test_provider_deadline.py"],
+    ),
     # -- the end-time rule's other branches (beyond those above) --
-    Mutation("a gone box's proof of life not clamped to [create, now]", "gpuops/rental/lifecycle.py",
-             [("    return min(max(float(t), start), now), src", "    return float(t), src")],
-             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_session_limits.py::test_box_clock_skew_cannot_bend_an_unseen_end"]),
-    Mutation('a box just seen and destroyed booked at its last heartbeat, not at the confirmed destroy', "gpuops/rental/lifecycle.py",
-             [('    if not already_gone:\n        return now, "destroy"', '    if False:\n        return now, "destroy"')],
-             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py"]),
-    Mutation("this end's own events count as proof of life", "gpuops/rental/lifecycle.py",
-             [("    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED}", "    skip = set()")],
-             ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py", "tests/teardown/test_watchdog.py::test_gone_without_provider_record_uses_last_heartbeat"]),
+    Mutation(
+        "a gone box's proof of life not clamped to [create, now]",
+        "gpuops/rental/lifecycle.py",
+        [("    return min(max(float(t), start), now), src", "    return float(t), src")],
+        [
+            "tests/lifecycle/test_end_time_rule.py",
+            "tests/lifecycle/test_session_limits.py::test_box_clock_skew_cannot_bend_an_unseen_end",
+        ],
+    ),
+    Mutation(
+        "a box just seen and destroyed booked at its last heartbeat, not at the confirmed destroy",
+        "gpuops/rental/lifecycle.py",
+        [('    if not already_gone:\n        return now, "destroy"', '    if False:\n        return now, "destroy"')],
+        ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py"],
+    ),
+    Mutation(
+        "this end's own events count as proof of life",
+        "gpuops/rental/lifecycle.py",
+        [
+            (
+                "    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED}",
+                "    skip = set()",
+            )
+        ],
+        [
+            "tests/lifecycle/test_end_time_rule.py",
+            "tests/lifecycle/test_end_rental.py",
+            "tests/teardown/test_watchdog.py::test_gone_without_provider_record_uses_last_heartbeat",
+        ],
+    ),
 ]
 
 
@@ -133,8 +247,13 @@ def _tree(ref: str | None, into: Path) -> None:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
         return
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"], check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-co", "--exclude-standard", "-z"], check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for f in filter(None, files):
         src = REPO / f
         if src.is_file() and not src.is_symlink():

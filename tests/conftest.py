@@ -39,18 +39,34 @@ _OUTER_TMP = os.environ.get("PYTEST_GPUOPS_OUTER_TMPDIR") or tempfile.gettempdir
 PYCACHE = str(Path(_OUTER_TMP) / "gpuops-tests-pycache")
 
 # A test that requests one of these starts a server or a process: it runs in the e2e lane.
-E2E_FIXTURES = frozenset({
-    "cli_env", "sshd", "sshd_unstarted", "make_box", "runpod_emulator", "vast_emulator", "emulator_env",
-    "runpod_provider", "vast_provider", "postgres_server", "own_postgres", "rig", "fake_smi", "world",
-    "side",  # tests/providers/test_provider_contract.py: an emulator per provider
-    "hub",  # tests/plan/test_hub.py: the stand-in Hugging Face Hub (an HTTP server)
-})
+E2E_FIXTURES = frozenset(
+    {
+        "cli_env",
+        "sshd",
+        "sshd_unstarted",
+        "make_box",
+        "runpod_emulator",
+        "vast_emulator",
+        "emulator_env",
+        "runpod_provider",
+        "vast_provider",
+        "postgres_server",
+        "own_postgres",
+        "rig",
+        "fake_smi",
+        "world",
+        "side",  # tests/providers/test_provider_contract.py: an emulator per provider
+        "hub",  # tests/plan/test_hub.py: the stand-in Hugging Face Hub (an HTTP server)
+    }
+)
 # Every test in these folders drives real processes (agents, sshd, `up`).
 E2E_DIRS = frozenset({"teardown", "box"})
 # Code that starts a process or a server.
 # (``run_up`` is `up` in process, ``LocalBox`` a local box: both start processes.)
-_SPAWNS = re.compile(r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|LocalBox|laptop\(|HttpFiles|HubServer"
-                     r"|run_up\(|getfixturevalue)|Emulator\(\)")
+_SPAWNS = re.compile(
+    r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|LocalBox|laptop\(|HttpFiles|HubServer"
+    r"|run_up\(|getfixturevalue)|Emulator\(\)"
+)
 LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
 
 
@@ -100,7 +116,9 @@ def _spawning_names(module) -> set[str]:
                 pass
     spawners = {n for n, src in sources.items() if _SPAWNS.search(src)}
     while True:
-        more = {n for n, src in sources.items() if n not in spawners and any(re.search(rf"\b{s}\(", src) for s in spawners)}
+        more = {
+            n for n, src in sources.items() if n not in spawners and any(re.search(rf"\b{s}\(", src) for s in spawners)
+        }
         if not more:
             break
         spawners |= more
@@ -245,8 +263,11 @@ def _no_leftover_processes(request):
     left = procs.wait_gone(lambda: procs.of_test(nodeid, os.environ[procs.RUN_VAR], roots), LEAK_GRACE_S)
     if left:
         procs.kill(left)
-        pytest.fail(f"{len(left)} process(es) outlived this test and its fixtures (killed now):\n"
-                    + "\n".join(p.describe() for p in left), pytrace=False)
+        pytest.fail(
+            f"{len(left)} process(es) outlived this test and its fixtures (killed now):\n"
+            + "\n".join(p.describe() for p in left),
+            pytrace=False,
+        )
 
 
 @pytest.fixture(autouse=True)
@@ -260,8 +281,11 @@ def _provider_contract():
     yield
     new = [v for v in contract.VIOLATIONS[start:] if not contract.known(v)]
     if new:
-        pytest.fail("the providers' published OpenAPI specs reject this test's traffic (tests/data/specs):\n"
-                    + contract.summary(new), pytrace=False)
+        pytest.fail(
+            "the providers' published OpenAPI specs reject this test's traffic (tests/data/specs):\n"
+            + contract.summary(new),
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(trylast=True)
@@ -275,8 +299,10 @@ def pytest_sessionfinish(session, exitstatus):
     if left:
         procs.kill(left)
         tr = session.config.pluginmanager.get_plugin("terminalreporter")
-        msg = (f"\nFAILED: {len(left)} process(es) started by this test run were still alive at its end (killed now):\n"
-               + "\n".join("  " + p.describe() for p in left))
+        msg = (
+            f"\nFAILED: {len(left)} process(es) started by this test run were still alive at its end (killed now):\n"
+            + "\n".join("  " + p.describe() for p in left)
+        )
         if tr is not None:
             tr.write_line(msg, red=True)
         else:

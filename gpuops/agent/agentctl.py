@@ -163,7 +163,11 @@ def _clamp_times(obj: Any, now: float) -> Any:
     if isinstance(obj, dict):
         out = {}
         for k, v in obj.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and (k in ("t", "t_last", "heartbeat") or k.endswith("_at")):
+            if (
+                isinstance(v, (int, float))
+                and not isinstance(v, bool)
+                and (k in ("t", "t_last", "heartbeat") or k.endswith("_at"))
+            ):
                 out[k] = min(float(v), now) if v == v else None
             else:
                 out[k] = _clamp_times(v, now)
@@ -301,4 +305,7 @@ def heartbeat_stale(status: dict | None, now: float | None = None) -> bool:
     if not status or not status.get("heartbeat"):
         return True
     now = time.time() if now is None else now
-    return now - min(float(status["heartbeat"]), now) > STALE_SAMPLES * float(status.get("sample_seconds") or 10.0) + STALE_SLACK_S
+    return (
+        now - min(float(status["heartbeat"]), now)
+        > STALE_SAMPLES * float(status.get("sample_seconds") or 10.0) + STALE_SLACK_S
+    )

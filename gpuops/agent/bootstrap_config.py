@@ -59,8 +59,10 @@ def bootstrap_command(config_path: str, state_dir: str = ".gpuops/bootstrap-stat
 
     Its pid in ``.gpuops/bootstrap.pid``; ``exec`` keeps the pid."""
     q = shlex.quote
-    return (f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} {RUNNER_DIR}/bootstrap.py "
-            f"--config {q(config_path)} --state-dir {q(state_dir)}")
+    return (
+        f"echo $$ > {q(BOOTSTRAP_PIDFILE)} && exec {q(python)} {RUNNER_DIR}/bootstrap.py "
+        f"--config {q(config_path)} --state-dir {q(state_dir)}"
+    )
 
 
 def _weights_name(source: str, i: int) -> str:
@@ -88,8 +90,14 @@ def cache_env(cache_dir: str) -> dict[str, str]:
     return {"HF_HOME": f"{c}/huggingface", "UV_CACHE_DIR": f"{c}/pip/uv", "PIP_CACHE_DIR": f"{c}/pip/pip"}
 
 
-def build_bootstrap_plan(settings, *, card=None, volume_path: str | None = None, environ: Mapping[str, str] | None = None,
-               base_dir: Path | None = None) -> BootstrapPlan:
+def build_bootstrap_plan(
+    settings,
+    *,
+    card=None,
+    volume_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
+) -> BootstrapPlan:
     """Build the bootstrap plan from ``settings`` (gpuops.config.Settings).
 
     ``card``: the rented card (gpuops.catalog.Card) whose catalog figures ``verify`` compares
@@ -110,8 +118,10 @@ def build_bootstrap_plan(settings, *, card=None, volume_path: str | None = None,
     if b.secrets:
         missing = [n for n in b.secrets if not environ.get(n)]
         if missing:
-            raise BadInput(f"secret {', '.join(missing)} is not set in this shell's environment",
-                           f"export {missing[0]}=... before `gpuops up`, or remove it from [bootstrap] secrets")
+            raise BadInput(
+                f"secret {', '.join(missing)} is not set in this shell's environment",
+                f"export {missing[0]}=... before `gpuops up`, or remove it from [bootstrap] secrets",
+            )
         plan.env = {n: environ[n] for n in b.secrets}
         steps.append({"name": "secrets", "kind": "secrets", "env": list(b.secrets)})
 
@@ -121,7 +131,10 @@ def build_bootstrap_plan(settings, *, card=None, volume_path: str | None = None,
             req = Path(b.requirements).expanduser()
             req = req if req.is_absolute() else base_dir / req
             if not req.is_file():
-                raise BadInput(f"[bootstrap] requirements file {b.requirements} not found", "fix the path (relative to where you run gpuops)")
+                raise BadInput(
+                    f"[bootstrap] requirements file {b.requirements} not found",
+                    "fix the path (relative to where you run gpuops)",
+                )
             plan.files.append((req, REQUIREMENTS_PATH))
             deps["requirements"] = REQUIREMENTS_PATH
         if b.packages:
@@ -158,8 +171,11 @@ def build_bootstrap_plan(settings, *, card=None, volume_path: str | None = None,
     if b.verify:
         verify: dict = {"name": "verify", "kind": "verify", "strict": b.verify_strict}
         if card is not None:
-            verify["expect"] = {"card": card.name, "bandwidth_gb_s": card.bandwidth_bytes_s / 1e9,
-                                "bf16_tflops": card.bf16_flops / 1e12}
+            verify["expect"] = {
+                "card": card.name,
+                "bandwidth_gb_s": card.bandwidth_bytes_s / 1e9,
+                "bf16_tflops": card.bf16_flops / 1e12,
+            }
         steps.append(verify)
 
     for i, cmd in enumerate(b.commands, 1):
@@ -205,7 +221,9 @@ def parse_line(line: str) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
-def run_bootstrap_plan(box, plan: BootstrapPlan, *, python: str = "python3", on_step=None, on_line=None) -> BootstrapResult:
+def run_bootstrap_plan(
+    box, plan: BootstrapPlan, *, python: str = "python3", on_step=None, on_line=None
+) -> BootstrapResult:
     """Ship the runner, config and files to ``box`` and run the bootstrap there, streaming.
 
     ``on_step(dict)`` gets each step line as it arrives, ``on_line(str)`` every other output

@@ -65,9 +65,18 @@ class WrapperLost(GpuopsError):
     """The job wrapper stopped beating without writing an exit marker (killed, box rebooted)."""
 
 
-def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offset: int = 0, poll_s: float = 0.5,
-               deadline: float | None = None, started_deadline: float | None = None,
-               stale_after_s: float | None = None, on_poll: Callable[[], None] | None = None) -> tuple[int, JobExit | None]:
+def follow_log(
+    box,
+    write: Callable[[bytes], None],
+    *,
+    follow: bool = True,
+    offset: int = 0,
+    poll_s: float = 0.5,
+    deadline: float | None = None,
+    started_deadline: float | None = None,
+    stale_after_s: float | None = None,
+    on_poll: Callable[[], None] | None = None,
+) -> tuple[int, JobExit | None]:
     """Copy the job log from byte ``offset`` to ``write``, at most ``LOG_CHUNK_BYTES`` per call.
 
     Raw bytes, in order, each byte once; memory stays bounded.
@@ -91,8 +100,10 @@ def follow_log(box, write: Callable[[bytes], None], *, follow: bool = True, offs
             if now_beat != beat:
                 beat, beat_seen = now_beat, time.monotonic()
             elif time.monotonic() - beat_seen > stale_after_s:
-                raise WrapperLost(f"the job wrapper on the box stopped ({stale_after_s:.0f} s without a heartbeat, no exit code)",
-                                  "the job was killed from outside gpuops; see the job log")
+                raise WrapperLost(
+                    f"the job wrapper on the box stopped ({stale_after_s:.0f} s without a heartbeat, no exit code)",
+                    "the job was killed from outside gpuops; see the job log",
+                )
         chunk = box.read_file(LOG, offset, LOG_CHUNK_BYTES)
         if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
             raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")
@@ -132,6 +143,11 @@ def tokens_from_metrics(text: str) -> int:
         except ValueError:
             continue
         n = obj.get("tokens") if isinstance(obj, dict) else None
-        if isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n) and 0 <= n <= MAX_TOKENS_PER_LINE:
+        if (
+            isinstance(n, (int, float))
+            and not isinstance(n, bool)
+            and math.isfinite(n)
+            and 0 <= n <= MAX_TOKENS_PER_LINE
+        ):
             total += int(n)
     return min(total, 2**62)

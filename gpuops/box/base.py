@@ -44,7 +44,9 @@ class _CopyBudget:
     def file(self, declared: int = 0) -> None:
         self.files += 1
         if self.files > self.max_files:
-            raise UnsafeCopy(f"results hold more than {self.max_files} files", "write fewer, larger files, or copy them yourself")
+            raise UnsafeCopy(
+                f"results hold more than {self.max_files} files", "write fewer, larger files, or copy them yourself"
+            )
         if self.bytes + max(0, declared) > self.max_bytes:
             raise UnsafeCopy(f"results exceed {self.max_bytes} bytes", "pass a larger max_bytes, or copy them yourself")
 
@@ -120,7 +122,9 @@ class Box(Protocol):
 
     root: str
 
-    def run(self, command: str, *, timeout: float, env: dict[str, str] | None = None, on_line: LineSink | None = None) -> int:
+    def run(
+        self, command: str, *, timeout: float, env: dict[str, str] | None = None, on_line: LineSink | None = None
+    ) -> int:
         """Run ``command`` (bash) in ``root``, stream stdout+stderr lines to ``on_line``, return the exit status.
 
         Raises TimeoutError after ``timeout`` seconds (the command is killed)."""

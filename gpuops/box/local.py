@@ -34,7 +34,9 @@ class LocalBox:
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         from gpuops.box.boxenv import local_box_env
 
-        env = local_box_env(os.environ, os.path.abspath(self.root))  # allow-listed, HOME = the box (gpuops/box/boxenv.py)
+        env = local_box_env(
+            os.environ, os.path.abspath(self.root)
+        )  # allow-listed, HOME = the box (gpuops/box/boxenv.py)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
         env.update(self._base_env)
         env.update(extra or {})
@@ -53,8 +55,13 @@ class LocalBox:
 
     def run(self, command, *, timeout, env=None, on_line=None):
         proc = subprocess.Popen(
-            ["bash", "-c", command], cwd=self.root, env=self._env(env), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            ["bash", "-c", command],
+            cwd=self.root,
+            env=self._env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         self._record_pgid(proc.pid)
         expired = threading.Event()
@@ -84,8 +91,13 @@ class LocalBox:
 
     def run_detached(self, command, *, env=None):
         proc = subprocess.Popen(
-            ["bash", "-c", command], cwd=self.root, env=self._env(env), stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+            ["bash", "-c", command],
+            cwd=self.root,
+            env=self._env(env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         self._record_pgid(proc.pid)
 

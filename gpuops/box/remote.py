@@ -27,8 +27,16 @@ from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
 from gpuops.errors import GpuopsError
 
 
-def open_box(instance, *, data_dir: Path, deadline: float, ssh_key: str = "", root: str | None = None,
-             keepalive_s: float = 15.0, reconnect_s: float = 120.0) -> LocalBox | SSHBox:
+def open_box(
+    instance,
+    *,
+    data_dir: Path,
+    deadline: float,
+    ssh_key: str = "",
+    root: str | None = None,
+    keepalive_s: float = 15.0,
+    reconnect_s: float = 120.0,
+) -> LocalBox | SSHBox:
     """The Box for ``instance`` (a providers.base.Instance).
 
     Local instances (``instance.extra["local_root"]``) get a LocalBox on that directory. Others
@@ -41,12 +49,19 @@ def open_box(instance, *, data_dir: Path, deadline: float, ssh_key: str = "", ro
     if instance.extra.get("local_root"):
         return LocalBox(Path(instance.extra["local_root"]))
     if instance.ssh is None:
-        raise GpuopsError(f"instance {instance.id} has no SSH endpoint yet", "wait for the provider to publish its port")
+        raise GpuopsError(
+            f"instance {instance.id} has no SSH endpoint yet", "wait for the provider to publish its port"
+        )
     key_path = Path(ssh_key).expanduser() if ssh_key else ensure_ssh_key(Path(data_dir))[0]
     box = SSHBox(
-        instance.ssh.host, instance.ssh.port, instance.ssh.user or "root", key_path=key_path,
-        pins=HostKeyPins(Path(data_dir) / "known_hosts"), pin_name=f"{instance.label}/{instance.id}",
+        instance.ssh.host,
+        instance.ssh.port,
+        instance.ssh.user or "root",
+        key_path=key_path,
+        pins=HostKeyPins(Path(data_dir) / "known_hosts"),
+        pin_name=f"{instance.label}/{instance.id}",
         root=root or instance.extra.get("workdir") or f"gpuops/{instance.label}",
-        keepalive_s=keepalive_s, reconnect_s=reconnect_s,
+        keepalive_s=keepalive_s,
+        reconnect_s=reconnect_s,
     )
     return box.connect(deadline)

@@ -101,11 +101,15 @@ def _load_key(path: Path):
     import paramiko
 
     if not path.is_file():
-        raise BadInput(f"SSH key {path} not found", "name an existing private key, or leave it empty to use gpuops' own")
+        raise BadInput(
+            f"SSH key {path} not found", "name an existing private key, or leave it empty to use gpuops' own"
+        )
     try:
         return paramiko.PKey.from_path(str(path))
     except paramiko.PasswordRequiredException:
-        raise BadInput(f"SSH key {path} is passphrase-protected", "name an unencrypted key, or leave it empty to use gpuops' own") from None
+        raise BadInput(
+            f"SSH key {path} is passphrase-protected", "name an unencrypted key, or leave it empty to use gpuops' own"
+        ) from None
     except (paramiko.SSHException, ValueError) as e:
         raise BadInput(f"SSH key {path} cannot be read: {e}", "name an OpenSSH private key file") from None
 
@@ -187,8 +191,20 @@ class SSHBox:
     they never appear on a command line.
     """
 
-    def __init__(self, host: str, port: int, user: str, *, key_path: Path, pins: HostKeyPins, pin_name: str,
-                 root: str, keepalive_s: float = 15.0, reconnect_s: float = 120.0, io_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        user: str,
+        *,
+        key_path: Path,
+        pins: HostKeyPins,
+        pin_name: str,
+        root: str,
+        keepalive_s: float = 15.0,
+        reconnect_s: float = 120.0,
+        io_timeout_s: float = 60.0,
+    ):
         self.host, self.port, self.user = host, int(port), user
         self.key_path = Path(key_path)
         self.pins, self.pin_name = pins, _pin_name(pin_name)
@@ -248,8 +264,10 @@ class SSHBox:
         budget = deadline - time.monotonic()
         try:
             retrying = Retrying(
-                stop=stop_before_delay(max(0.0, budget)), wait=wait_exponential(multiplier=0.25, max=5.0),
-                retry=retry_if_exception_type((OSError, EOFError, paramiko.SSHException)), reraise=True,
+                stop=stop_before_delay(max(0.0, budget)),
+                wait=wait_exponential(multiplier=0.25, max=5.0),
+                retry=retry_if_exception_type((OSError, EOFError, paramiko.SSHException)),
+                reraise=True,
             )
             self._t = retrying(attempt)
         except (OSError, EOFError, paramiko.SSHException) as e:
@@ -307,7 +325,9 @@ class SSHBox:
             self._sftp.get_channel().settimeout(self.io_timeout_s)
         return self._sftp
 
-    def _exec_io(self, command: str, *, stdin=None, timeout: float | None = None, stdout=None) -> tuple[int, bytes, bytes]:
+    def _exec_io(
+        self, command: str, *, stdin=None, timeout: float | None = None, stdout=None
+    ) -> tuple[int, bytes, bytes]:
         """Run ``command`` on a fresh exec channel (no shell of ours around it).
 
         ``stdin``: bytes, or a callable given a writer (``write(bytes)``) that streams them;
@@ -334,8 +354,10 @@ class SSHBox:
             rc = chan.recv_exit_status()
         except OSError as e:
             if not t.is_active():
-                raise ConnectionLost(f"connection to {self.host}:{self.port} dropped during a copy ({e})",
-                                     "run it again; the copy is idempotent") from None
+                raise ConnectionLost(
+                    f"connection to {self.host}:{self.port} dropped during a copy ({e})",
+                    "run it again; the copy is idempotent",
+                ) from None
             raise
         finally:
             chan.close()
@@ -345,8 +367,10 @@ class SSHBox:
         rc, out, err = self._exec_io(command, **kw)
         if rc != 0:
             first = (err.decode("utf-8", "replace").strip().splitlines() or [f"exit {rc}"])[0]
-            raise GpuopsError(f"{what} on {self.host}:{self.port} failed over exec (the box has no SFTP): {first[:200]}",
-                              "install openssh-sftp-server (or tar) in the image")
+            raise GpuopsError(
+                f"{what} on {self.host}:{self.port} failed over exec (the box has no SFTP): {first[:200]}",
+                "install openssh-sftp-server (or tar) in the image",
+            )
         return out
 
     def _retrying(self, fn):
@@ -356,7 +380,9 @@ class SSHBox:
         try:
             return fn()
         except (EOFError, paramiko.SSHException, OSError) as e:
-            if isinstance(e, (FileNotFoundError, PermissionError)) or (self._t is not None and self._t.is_active() and not _is_timeout(e)):
+            if isinstance(e, (FileNotFoundError, PermissionError)) or (
+                self._t is not None and self._t.is_active() and not _is_timeout(e)
+            ):
                 raise
             self._reconnect()
             return fn()
@@ -429,8 +455,10 @@ class SSHBox:
                     data = chan.recv(65536)
                 except TimeoutError:
                     if not t.is_active():
-                        raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran",
-                                             "long work belongs in run_detached; re-attach with `gpuops logs`") from None
+                        raise ConnectionLost(
+                            f"connection to {self.host}:{self.port} dropped while a command ran",
+                            "long work belongs in run_detached; re-attach with `gpuops logs`",
+                        ) from None
                     continue
                 if not data:
                     break
@@ -452,8 +480,10 @@ class SSHBox:
                 while t.is_active() and time.monotonic() < settle:
                     time.sleep(0.02)
                 if not t.is_active():
-                    raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while a command ran",
-                                         "long work belongs in run_detached; re-attach with `gpuops logs`")
+                    raise ConnectionLost(
+                        f"connection to {self.host}:{self.port} dropped while a command ran",
+                        "long work belongs in run_detached; re-attach with `gpuops logs`",
+                    )
             return rc
         except ConnectionLost:
             raise
@@ -479,10 +509,14 @@ class SSHBox:
         prefix = self._env_prefix(env)
         self._transport()
         try:
-            self._exec_capture(f"cd {q(self.root)} && {prefix}(setsid nohup bash -c {q(command)} >/dev/null 2>&1 </dev/null &)")
+            self._exec_capture(
+                f"cd {q(self.root)} && {prefix}(setsid nohup bash -c {q(command)} >/dev/null 2>&1 </dev/null &)"
+            )
         except (EOFError, OSError, paramiko.SSHException) as e:
-            raise ConnectionLost(f"connection to {self.host}:{self.port} dropped while starting a detached command ({e})",
-                                 "it may have started: look with `gpuops logs SESSION`") from None
+            raise ConnectionLost(
+                f"connection to {self.host}:{self.port} dropped while starting a detached command ({e})",
+                "it may have started: look with `gpuops logs SESSION`",
+            ) from None
 
     def put(self, local, remote):
         local = Path(local)
@@ -528,7 +562,9 @@ class SSHBox:
                     for child in sorted(local.iterdir()):
                         tar.add(str(child), arcname=child.name, filter=strip)
 
-            self._exec_ok(f"mkdir -p {q(dest)} && tar -x -o -f - -C {q(dest)}", f"copying {local}", stdin=send, timeout=3600)
+            self._exec_ok(
+                f"mkdir -p {q(dest)} && tar -x -o -f - -C {q(dest)}", f"copying {local}", stdin=send, timeout=3600
+            )
             return
         parent = dest.rsplit("/", 1)[0] or "/"
         tmp = dest + ".gpuops-part"
@@ -539,8 +575,12 @@ class SSHBox:
                 while chunk := f.read(1 << 20):
                     w.write(chunk)
 
-        self._exec_ok(f"mkdir -p {q(parent)} && cat > {q(tmp)} && chmod {mode:o} {q(tmp)} && mv -f {q(tmp)} {q(dest)}",
-                      f"copying {local}", stdin=send_file, timeout=3600)
+        self._exec_ok(
+            f"mkdir -p {q(parent)} && cat > {q(tmp)} && chmod {mode:o} {q(tmp)} && mv -f {q(tmp)} {q(dest)}",
+            f"copying {local}",
+            stdin=send_file,
+            timeout=3600,
+        )
 
     @staticmethod
     def _put_file(sftp, src: Path, dest: str) -> None:
@@ -655,7 +695,12 @@ class SSHBox:
             with tarfile.open(fileobj=r, mode="r|") as tar:
                 for m in tar:
                     parts = m.name.split("/")
-                    if m.name.startswith("/") or not parts or parts[0] != base or not all(safe_name(p) for p in parts[1:]):
+                    if (
+                        m.name.startswith("/")
+                        or not parts
+                        or parts[0] != base
+                        or not all(safe_name(p) for p in parts[1:])
+                    ):
                         budget.skipped.append(f"{m.name!r} (not a plain name)")
                         continue
                     rel = parts[1:]
@@ -671,7 +716,9 @@ class SSHBox:
                     else:
                         budget.skipped.append("/".join(rel) + " (link or special file)")
 
-        self._exec_ok(f"tar -c -f - -C {q(parent or '/')} -- {q(base)}", f"copying {src} back", stdout=receive, timeout=3600)
+        self._exec_ok(
+            f"tar -c -f - -C {q(parent or '/')} -- {q(base)}", f"copying {src} back", stdout=receive, timeout=3600
+        )
         return True
 
     def read_file(self, remote, offset=0, limit=None):

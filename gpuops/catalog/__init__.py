@@ -78,9 +78,12 @@ def cards() -> tuple[Card, ...]:
                 vast_name=c.get("vast_name", ""),
                 reference_usd_per_hour=float(c.get("reference_usd_per_hour", 0.0)),
                 sources=tuple(c.get("sources", ())),
-                reported_vram_bytes=int(c["vram_reported_mib"] * 2**20) if c.get("vram_reported_mib") else int(c["vram_gib"] * GIB),
+                reported_vram_bytes=int(c["vram_reported_mib"] * 2**20)
+                if c.get("vram_reported_mib")
+                else int(c["vram_gib"] * GIB),
                 bf16_native=bool(c.get("bf16_native", True)),
-                engine_visible_bytes=int(c["engine_visible_gib"] * GIB) if c.get("engine_visible_gib")
+                engine_visible_bytes=int(c["engine_visible_gib"] * GIB)
+                if c.get("engine_visible_gib")
                 else (int(c["vram_reported_mib"] * 2**20) if c.get("vram_reported_mib") else int(c["vram_gib"] * GIB)),
                 vendor=str(c.get("vendor", "nvidia")),
                 compute_capability=float(c.get("compute_capability", 0.0)),
@@ -107,7 +110,9 @@ def resolve_cards(query: str) -> list[Card]:
         return family
     known = sorted({c.name for c in cards()} | {c.family for c in cards()} | {a for c in cards() for a in c.aliases})
     close = difflib.get_close_matches(q, known, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}? (`gpuops cards` lists them)" if close else "`gpuops cards` lists the cards"
+    hint = (
+        f"did you mean {', '.join(close)}? (`gpuops cards` lists them)" if close else "`gpuops cards` lists the cards"
+    )
     raise BadInput(f"unknown card {query!r}", f"{hint}")
 
 

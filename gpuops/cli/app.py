@@ -65,7 +65,9 @@ def _without_spot() -> str:
     return f"{titles(names, ', ')} {'has' if len(names) == 1 else 'have'}"
 
 
-CARD_HELP = "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
+CARD_HELP = (
+    "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
+)
 
 
 def _version(value: bool) -> None:
@@ -75,7 +77,9 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
     """gpuops: GPU rentals that cannot be forgotten."""
 
 
@@ -84,36 +88,82 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 def up(
     # str, not Path: typer coerces a Path through a pydantic adapter built on first use (start-up
     # before the intent row); gpuops.rental.launcher.validate checks the file.
-    job: str = typer.Option(..., "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."),
+    job: str = typer.Option(
+        ..., "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."
+    ),
     card: str | None = typer.Option(None, "--card", help=CARD_HELP),
     experiment: str | None = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
-    provider: str | None = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: [up] provider, else local)."),
-    spot: bool | None = typer.Option(None, "--spot/--on-demand", help=(
-        "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
-        f"{_spot_by_provider()}.")),
-    max_price: float | None = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
-                                        unit="USD per hour"),
-    max_hours: float | None = number(None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"),
+    provider: str | None = typer.Option(
+        None, "--provider", help=f"{choices(NAMES)} (default: [up] provider, else local)."
+    ),
+    spot: bool | None = typer.Option(
+        None,
+        "--spot/--on-demand",
+        help=(
+            "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
+            f"{_spot_by_provider()}."
+        ),
+    ),
+    max_price: float | None = number(
+        None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5", unit="USD per hour"
+    ),
+    max_hours: float | None = number(
+        None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"
+    ),
     idle_minutes: str | None = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
     note: str = typer.Option("", "--note", help="Free text stored with the session."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Check everything and show what would be rented; rent nothing."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Check everything and show what would be rented; rent nothing."
+    ),
     model: str | None = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
-    dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."),
+    dtype: str = typer.Option(
+        "auto",
+        "--dtype",
+        help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4).",
+    ),
+    kv_dtype: str = typer.Option(
+        "auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."
+    ),
     seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
     batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
-    gpu_count: int = number(1, "--gpu-count", help="GPUs in the box (with --model: weights and KV split across them).", example="2",
-                            whole=True),
-    allow_unverified: bool = typer.Option(False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."),
-    vendor: str | None = typer.Option(None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."),
-    volume: str | None = typer.Option(None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."),
-    name: str | None = typer.Option(None, "--name", help="The session id to use (1-40 of a-z, 0-9, -), e.g. llama-sweep-1: `gpuops logs/down NAME`."),
-    exit_code: str = typer.Option("gpuops", "--exit-code", help=(
-        "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
-        "exit code when it ran (else the gpuops code).")),
-    recover: int | None = number(None, "--recover", help="A run: re-rent up to N times when a spot box is taken back ([job] recover).",
-                                    example="3 (a run of at most 4 rentals)", whole=True, unit="re-rentals"),
-    recover_on: str | None = typer.Option(None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."),
+    gpu_count: int = number(
+        1,
+        "--gpu-count",
+        help="GPUs in the box (with --model: weights and KV split across them).",
+        example="2",
+        whole=True,
+    ),
+    allow_unverified: bool = typer.Option(
+        False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."
+    ),
+    vendor: str | None = typer.Option(
+        None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."
+    ),
+    volume: str | None = typer.Option(
+        None, "--volume", help="Mount this persistent volume, <provider>:<id or name> ([storage] volume)."
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="The session id to use (1-40 of a-z, 0-9, -), e.g. llama-sweep-1: `gpuops logs/down NAME`."
+    ),
+    exit_code: str = typer.Option(
+        "gpuops",
+        "--exit-code",
+        help=(
+            "gpuops (default: 0 job done, 1 failed, 2 bad input, 3 taken down, 130 interrupted) or job: exit with the job's own "
+            "exit code when it ran (else the gpuops code)."
+        ),
+    ),
+    recover: int | None = number(
+        None,
+        "--recover",
+        help="A run: re-rent up to N times when a spot box is taken back ([job] recover).",
+        example="3 (a run of at most 4 rentals)",
+        whole=True,
+        unit="re-rentals",
+    ),
+    recover_on: str | None = typer.Option(
+        None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -126,23 +176,38 @@ def up(
     from gpuops.views import emit, ui
 
     if exit_code not in ("gpuops", "job"):
-        raise BadInput(f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code")
+        raise BadInput(
+            f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code"
+        )
     card, gpu_count = _card_count(card, gpu_count)
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
     if max_hours is not None and not math.isfinite(max_hours):
-        raise BadInput(f"--max-hours must be a finite number of hours, got {max_hours}", "it is the box's hard TTL, e.g. --max-hours 2")
+        raise BadInput(
+            f"--max-hours must be a finite number of hours, got {max_hours}",
+            "it is the box's hard TTL, e.g. --max-hours 2",
+        )
     if max_hours is not None and max_hours <= 0:
-        raise BadInput(f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
+        raise BadInput(
+            f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2"
+        )
     from gpuops.config import MAX_TTL_HOURS
 
     if max_hours is not None and max_hours > MAX_TTL_HOURS:
         shown = f"{max_hours:g}" if float(f"{max_hours:g}") == max_hours else repr(max_hours)  # never "got 720"
-        raise BadInput(f"--max-hours must be at most {MAX_TTL_HOURS:g} ({MAX_TTL_HOURS / 24:g} days), got {shown}",
-                       "a TTL is the box's hard time limit; pass the hours the job needs, e.g. --max-hours 48")
+        raise BadInput(
+            f"--max-hours must be at most {MAX_TTL_HOURS:g} ({MAX_TTL_HOURS / 24:g} days), got {shown}",
+            "a TTL is the box's hard time limit; pass the hours the job needs, e.g. --max-hours 48",
+        )
     over: dict = {"up": {}, "teardown": {}}
-    for key, val in (("provider", provider), ("card", card), ("experiment", experiment), ("spot", spot), ("max_price", price)):
+    for key, val in (
+        ("provider", provider),
+        ("card", card),
+        ("experiment", experiment),
+        ("spot", spot),
+        ("max_price", price),
+    ):
         if val is not None:
             over["up"][key] = val
     if max_hours is not None:
@@ -159,10 +224,21 @@ def up(
 
         resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
     req = launcher.UpRequest(
-        job=Path(job), card=settings.up.card, experiment=settings.up.experiment, provider=settings.up.provider,
-        spot=settings.up.spot, spot_explicit=spot is not None, max_usd_per_hour=settings.up.max_price, max_hours=settings.teardown.max_hours,
-        note=note, dry_run=dry_run, volume=settings.storage.volume, vendor=vendor or "", name=name or "",
-        recover=settings.job.recover, recover_on=tuple(settings.job.recover_on),
+        job=Path(job),
+        card=settings.up.card,
+        experiment=settings.up.experiment,
+        provider=settings.up.provider,
+        spot=settings.up.spot,
+        spot_explicit=spot is not None,
+        max_usd_per_hour=settings.up.max_price,
+        max_hours=settings.teardown.max_hours,
+        note=note,
+        dry_run=dry_run,
+        volume=settings.storage.volume,
+        vendor=vendor or "",
+        name=name or "",
+        recover=settings.job.recover,
+        recover_on=tuple(settings.job.recover_on),
     )
     from gpuops.planning.sizing import parse_positive_int
 
@@ -172,7 +248,10 @@ def up(
         req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
         req.allow_unverified = allow_unverified
     elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", 4096, 1, False):
-        raise BadInput("--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model", "add --model, e.g. --model llama-3-8b")
+        raise BadInput(
+            "--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model",
+            "add --model, e.g. --model llama-3-8b",
+        )
     from gpuops.views.console_reporter import ConsoleReporter
 
     reporter = ConsoleReporter(json_mode=fmt != "table")
@@ -210,8 +289,10 @@ def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
     out: dict = {}
     if recover is not None:
         if not 0 <= recover <= MAX_RECOVER:
-            raise BadInput(f"--recover must be a whole number of re-rentals from 0 to {MAX_RECOVER}, got {str(recover)!r}",
-                           "e.g. --recover 3 (a run of at most 4 rentals)")
+            raise BadInput(
+                f"--recover must be a whole number of re-rentals from 0 to {MAX_RECOVER}, got {str(recover)!r}",
+                "e.g. --recover 3 (a run of at most 4 rentals)",
+            )
         out["recover"] = recover
     if recover_on is not None:
         try:
@@ -225,18 +306,32 @@ def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
 @output_options()
 def offers(
     card: str | None = typer.Option(None, "--card", help=CARD_HELP),
-    vram_gb: float | None = number(None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes).", example="24", unit="GB"),
+    vram_gb: float | None = number(
+        None, "--vram-gb", help="Memory needed per GPU, in GB (10^9 bytes).", example="24", unit="GB"
+    ),
     model: str | None = typer.Option(None, "--model", help="Size from this model instead (as in `gpuops plan`)."),
-    dtype: str = typer.Option("auto", "--dtype", help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4)."),
+    dtype: str = typer.Option(
+        "auto",
+        "--dtype",
+        help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4).",
+    ),
     kv_dtype: str = typer.Option("auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's)."),
     seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
     batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
     gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
-    provider: str | None = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: every provider with a key)."),
-    spot: bool | None = typer.Option(None, "--spot/--on-demand", help=(
-        f"Interruptible offers only ({titles(SPOT, ', ')}; {_without_spot()} none), or on-demand only (default: both, each at the price it rents at).")),
-    max_price: float | None = number(None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5",
-                                        unit="USD per hour"),
+    provider: str | None = typer.Option(
+        None, "--provider", help=f"{choices(NAMES)} (default: every provider with a key)."
+    ),
+    spot: bool | None = typer.Option(
+        None,
+        "--spot/--on-demand",
+        help=(
+            f"Interruptible offers only ({titles(SPOT, ', ')}; {_without_spot()} none), or on-demand only (default: both, each at the price it rents at)."
+        ),
+    ),
+    max_price: float | None = number(
+        None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5", unit="USD per hour"
+    ),
     limit: int = number(20, "--limit", help="Show at most this many offers.", example="20", whole=True),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
@@ -247,11 +342,24 @@ def offers(
 
     card, gpu_count = _card_count(card, gpu_count)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", 4096, 1):
-        raise BadInput("--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b")
-    res = offers_view.find_offers(_settings(config), card=card, vram_gb=vram_gb, gpu_count=gpu_count, provider=provider,
-                                  spot=spot, max_price=_parse_price(max_price), limit=limit, model=model, dtype=dtype,
-                                  kv_dtype=kv_dtype, seq=parse_positive_int(seq, "--seq", "4096"),
-                                  batch=parse_positive_int(batch, "--batch", "32"))
+        raise BadInput(
+            "--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b"
+        )
+    res = offers_view.find_offers(
+        _settings(config),
+        card=card,
+        vram_gb=vram_gb,
+        gpu_count=gpu_count,
+        provider=provider,
+        spot=spot,
+        max_price=_parse_price(max_price),
+        limit=limit,
+        model=model,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        seq=parse_positive_int(seq, "--seq", "4096"),
+        batch=parse_positive_int(batch, "--batch", "32"),
+    )
     for n in res.notes:
         sys.stderr.write(f"note: {ui.safe(n)}\n")
     emit.emit(res.offers, fmt, lambda: offers_view.render(res))
@@ -260,22 +368,63 @@ def offers(
 @app.command()
 @output_options()
 def plan(
-    model: str | None = typer.Option(None, "--model", help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id."),
-    dtype: str = typer.Option("auto", "--dtype", help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4."),
-    kv_dtype: str = typer.Option("auto", "--kv-dtype", help="KV cache dtype: auto (the model's, as vLLM), fp32, bf16, fp16, fp8, int8."),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Built-in name (e.g. llama-3-8b; 'list' shows them, 'all' plans every one), a config.json or its directory, or a HF repo id.",
+    ),
+    dtype: str = typer.Option(
+        "auto",
+        "--dtype",
+        help="Weight dtype: auto (the checkpoint's, quantization_config included), fp32, bf16, fp16, fp8, int8, int4.",
+    ),
+    kv_dtype: str = typer.Option(
+        "auto", "--kv-dtype", help="KV cache dtype: auto (the model's, as vLLM), fp32, bf16, fp16, fp8, int8."
+    ),
     batch: int = number(1, "--batch", help="Concurrent sequences.", example="32", whole=True),
-    seq: int = number(4096, "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len.", example="4096", whole=True),
-    engine: str | None = typer.Option(None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."),
-    mode: str = typer.Option("infer", "--mode", help="infer | train (same as --engine train: mixed-precision Adam, 16 B/param + activations)."),
-    gpu_count: int = number(1, "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism.", example="2", whole=True),
-    headroom: float | None = number(None, "--gpu-memory-utilization", "--headroom", example="0.9",
-                                       help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90)."),
-    max_num_seqs: int | None = number(None, "--max-num-seqs", help="vLLM --max-num-seqs (default: the card's, 256 or 1024).",
-                                         example="256", whole=True),
-    max_num_batched_tokens: int | None = number(None, "--max-num-batched-tokens", example="8192", whole=True,
-                                                   help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192)."),
-    card: str | None = typer.Option(None, "--card", help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them)."),
-    vendor: str | None = typer.Option(None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."),
+    seq: int = number(
+        4096, "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len.", example="4096", whole=True
+    ),
+    engine: str | None = typer.Option(
+        None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."
+    ),
+    mode: str = typer.Option(
+        "infer",
+        "--mode",
+        help="infer | train (same as --engine train: mixed-precision Adam, 16 B/param + activations).",
+    ),
+    gpu_count: int = number(
+        1, "--gpu-count", help="GPUs per box; weights and KV split by tensor parallelism.", example="2", whole=True
+    ),
+    headroom: float | None = number(
+        None,
+        "--gpu-memory-utilization",
+        "--headroom",
+        example="0.9",
+        help="Fraction of the engine-visible VRAM the engine takes (vLLM default 0.90).",
+    ),
+    max_num_seqs: int | None = number(
+        None,
+        "--max-num-seqs",
+        help="vLLM --max-num-seqs (default: the card's, 256 or 1024).",
+        example="256",
+        whole=True,
+    ),
+    max_num_batched_tokens: int | None = number(
+        None,
+        "--max-num-batched-tokens",
+        example="8192",
+        whole=True,
+        help="vLLM --max-num-batched-tokens (default: the card's, 2048 or 8192).",
+    ),
+    card: str | None = typer.Option(
+        None,
+        "--card",
+        help="One card or a family, e.g. a100, h100-sxm, rtx-4090, or NAME:COUNT (default: all; 'list' shows them).",
+    ),
+    vendor: str | None = typer.Option(
+        None, "--vendor", help="nvidia (default) | amd | any: whose cards to plan when --card names none."
+    ),
     fmt: str = "table",
 ) -> None:
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
@@ -289,11 +438,27 @@ def plan(
         show_cards(fmt)
         return
     if not model:
-        raise BadInput("--model is required", "e.g. gpuops plan --model llama-3-8b (--model list shows the models, --card list the cards)")
+        raise BadInput(
+            "--model is required",
+            "e.g. gpuops plan --model llama-3-8b (--model list shows the models, --card list the cards)",
+        )
     card, gpu_count = _card_count(card, gpu_count)
-    plan_command(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count,
-                 headroom=headroom, card=card, fmt=fmt, engine=engine, max_num_seqs=max_num_seqs,
-                 max_num_batched_tokens=max_num_batched_tokens, vendor=vendor)
+    plan_command(
+        model,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        batch=batch,
+        seq=seq,
+        mode=mode,
+        gpu_count=gpu_count,
+        headroom=headroom,
+        card=card,
+        fmt=fmt,
+        engine=engine,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        vendor=vendor,
+    )
 
 
 @app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
@@ -302,12 +467,27 @@ def plan_spot(
     card: str | None = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
     provider: str | None = typer.Option(None, "--provider", help="Whose offers (default: every provider with a key)."),
     gpu_count: int = number(1, "--gpu-count", help="GPUs in the box.", example="2", whole=True),
-    lost_minutes: float = number(10, "--lost-minutes", example="10", unit="minutes",
-                                 help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint."),
-    spot_usd_per_hour: float | None = number(None, "--spot-usd-per-hour", help="The spot price instead of the cheapest offer's.",
-                                                example="0.2", unit="USD per hour"),
-    on_demand_usd_per_hour: float | None = number(None, "--on-demand-usd-per-hour", example="0.5", unit="USD per hour",
-                                                     help="The on-demand price instead of the cheapest offer's."),
+    lost_minutes: float = number(
+        10,
+        "--lost-minutes",
+        example="10",
+        unit="minutes",
+        help="Minutes one preemption costs: re-rent, bootstrap, work since the last checkpoint.",
+    ),
+    spot_usd_per_hour: float | None = number(
+        None,
+        "--spot-usd-per-hour",
+        help="The spot price instead of the cheapest offer's.",
+        example="0.2",
+        unit="USD per hour",
+    ),
+    on_demand_usd_per_hour: float | None = number(
+        None,
+        "--on-demand-usd-per-hour",
+        example="0.5",
+        unit="USD per hour",
+        help="The on-demand price instead of the cheapest offer's.",
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -315,8 +495,15 @@ def plan_spot(
     from gpuops.views import emit, spot as spot_view
 
     need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
-    rep = spot_view.spot_plan(_settings(config) if need_offers else None, card=card, provider=provider, gpu_count=gpu_count,
-                              lost_minutes=lost_minutes, spot_usd_per_hour=spot_usd_per_hour, on_demand_usd_per_hour=on_demand_usd_per_hour)
+    rep = spot_view.spot_plan(
+        _settings(config) if need_offers else None,
+        card=card,
+        provider=provider,
+        gpu_count=gpu_count,
+        lost_minutes=lost_minutes,
+        spot_usd_per_hour=spot_usd_per_hour,
+        on_demand_usd_per_hour=on_demand_usd_per_hour,
+    )
     emit.emit(rep, fmt, lambda: spot_view.render(rep))
 
 
@@ -324,29 +511,60 @@ def plan_spot(
 @output_options()
 def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
-    runs_per_month: int = number(20, "--runs-per-month", help="Boxes per month that need the weights.", example="20", whole=True),
-    download_gbps: float = number(1, "--download-gbps", help="Download rate from the box to the hub, Gbit/s.", example="1"),
-    provider: str = typer.Option(WITH_VOLUMES[0], "--provider", help=f"{choices(WITH_VOLUMES)}: whose volume price applies."),
+    runs_per_month: int = number(
+        20, "--runs-per-month", help="Boxes per month that need the weights.", example="20", whole=True
+    ),
+    download_gbps: float = number(
+        1, "--download-gbps", help="Download rate from the box to the hub, Gbit/s.", example="1"
+    ),
+    provider: str = typer.Option(
+        WITH_VOLUMES[0], "--provider", help=f"{choices(WITH_VOLUMES)}: whose volume price applies."
+    ),
     dtype: str = typer.Option("bf16", "--dtype", help="Weight dtype when the checkpoint size is unknown."),
-    card: str | None = typer.Option(None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."),
-    usd_per_hour: float | None = number(None, "--usd-per-hour", help="Box price instead of the card's reference price.", example="2",
-                                           unit="USD per hour"),
-    usd_per_gb_month: float | None = number(None, "--usd-per-gb-month", help="Volume price instead of the provider's.",
-                                               example="0.07", unit="USD per GB-month"),
+    card: str | None = typer.Option(
+        None, "--card", help="The box whose hourly price a download burns (default: cheapest that fits)."
+    ),
+    usd_per_hour: float | None = number(
+        None,
+        "--usd-per-hour",
+        help="Box price instead of the card's reference price.",
+        example="2",
+        unit="USD per hour",
+    ),
+    usd_per_gb_month: float | None = number(
+        None,
+        "--usd-per-gb-month",
+        help="Volume price instead of the provider's.",
+        example="0.07",
+        unit="USD per GB-month",
+    ),
     fmt: str = "table",
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
     from gpuops.planning.storage import storage_plan
     from gpuops.views.storage import render
 
-    render(storage_plan(model, runs_per_month=runs_per_month, download_gbps=download_gbps, provider=provider, dtype=dtype, card=card,
-                        usd_per_hour=usd_per_hour, usd_per_gb_month=usd_per_gb_month), fmt)
+    render(
+        storage_plan(
+            model,
+            runs_per_month=runs_per_month,
+            download_gbps=download_gbps,
+            provider=provider,
+            dtype=dtype,
+            card=card,
+            usd_per_hour=usd_per_hour,
+            usd_per_gb_month=usd_per_gb_month,
+        ),
+        fmt,
+    )
 
 
 @app.command()
 @output_options()
 def ps(
-    everyone: bool = typer.Option(False, "--all/--mine", help="Every user's open sessions, or only yours (default: yours)."),
+    everyone: bool = typer.Option(
+        False, "--all/--mine", help="Every user's open sessions, or only yours (default: yours)."
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -390,7 +608,9 @@ def cards(
 @output_options()
 def down(
     session: str | None = typer.Argument(None, help="Session id (or a unique prefix)."),
-    all_open: bool = typer.Option(False, "--all", help="Take down every open session of yours (rented with a key you hold)."),
+    all_open: bool = typer.Option(
+        False, "--all", help="Take down every open session of yours (rented with a key you hold)."
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -401,7 +621,9 @@ def down(
     settings = _settings(config, emergency=True)
     from gpuops.views.progress import waiting
 
-    with waiting(f"destroying {'every open session' if all_open else session}: waiting for the provider and the job to stop"):
+    with waiting(
+        f"destroying {'every open session' if all_open else session}: waiting for the provider and the job to stop"
+    ):
         out = sessions.down(settings, sessions.open_ledger(settings), session, all_open)
     if fmt != "table":
         emit.emit(out, fmt)
@@ -411,10 +633,14 @@ def down(
                 print(f"{r['session']}: instance {r['instance_id']} is not visible to this key; left open (unknown)")
                 continue
             if r.get("error"):
-                print(f"{r['session']}: destroy of {r['instance_id']} failed: {r['error']}; the row stays open, "
-                      "run `gpuops down` again or `gpuops reconcile`")
+                print(
+                    f"{r['session']}: destroy of {r['instance_id']} failed: {r['error']}; the row stays open, "
+                    "run `gpuops down` again or `gpuops reconcile`"
+                )
                 continue
-            print(f"{r['session']}: {'destroyed ' + r['instance_id'] if r['destroyed'] else 'already closed'} ({r['end_reason']})")
+            print(
+                f"{r['session']}: {'destroyed ' + r['instance_id'] if r['destroyed'] else 'already closed'} ({r['end_reason']})"
+            )
         if not out:
             print("no open sessions")
     if any(r.get("error") for r in out):
@@ -424,7 +650,9 @@ def down(
 @app.command("logs")
 def logs(
     session: str = typer.Argument(..., help="Session id (or a unique prefix)."),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep streaming until the job ends (Ctrl-C detaches; the job keeps running)."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep streaming until the job ends (Ctrl-C detaches; the job keeps running)."
+    ),
     config: str | None = CONFIG_OPT,
 ) -> None:
     """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
@@ -441,17 +669,27 @@ def logs(
 
 
 @app.command()
-@output_options(formats=("table", "json"), help="table (lines, default) or json: one JSON object per action, one per line.")
+@output_options(
+    formats=("table", "json"), help="table (lines, default) or json: one JSON object per action, one per line."
+)
 def watchdog(
     interval: float = number(30.0, "--interval", help="Seconds between ticks.", example="30", unit="seconds"),
     once: bool = typer.Option(False, "--once", help="One reconcile and one tick, then exit (for cron)."),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."),
-    install: bool = typer.Option(False, "--install", help="Run it as a user service (systemd user unit / launchd agent) with these settings."),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="One line per pass on stderr: when, how long, how many actions."
+    ),
+    install: bool = typer.Option(
+        False, "--install", help="Run it as a user service (systemd user unit / launchd agent) with these settings."
+    ),
     uninstall: bool = typer.Option(False, "--uninstall", help="Stop and remove the user service."),
-    service_status: bool = typer.Option(False, "--status", help="Whether the user service runs, since when, and each watchdog's last pass."),
-    env_file: str | None = typer.Option(None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."),
+    service_status: bool = typer.Option(
+        False, "--status", help="Whether the user service runs, since when, and each watchdog's last pass."
+    ),
+    env_file: str | None = typer.Option(
+        None, "--env-file", help="Read variables from this 0600 file first (what --install writes)."
+    ),
 ) -> None:
     """Watch every open session: job end, idle GPU, TTL, session cap, balance floor, monthly cap.
 
@@ -477,6 +715,7 @@ def watchdog(
     emit = _emit_json if json_out else print
     if not once:
         print(f"gpuops watchdog: every {interval:g} s; Ctrl-C stops it", file=sys.stderr)
+
     def on_pass(name: str, acts: list, seconds: float) -> None:
         if verbose:
             import time as _time
@@ -484,7 +723,11 @@ def watchdog(
             from gpuops.views.emit import utc_iso
             from gpuops.views.session_history import plural
 
-            print(f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     if once:
         from gpuops.views.progress import waiting
@@ -503,7 +746,9 @@ def watchdog(
 @app.command()
 @output_options()
 def reconcile(
-    destroy_unknown: bool = typer.Option(False, "--destroy-unknown", help="Also destroy gpuops- instances this ledger has no row for."),
+    destroy_unknown: bool = typer.Option(
+        False, "--destroy-unknown", help="Also destroy gpuops- instances this ledger has no row for."
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -530,13 +775,33 @@ def reconcile(
 @app.command()
 @output_options()
 def check(
-    provider: str | None = typer.Option(None, "--provider", help=f"{choices(NAMES)} (default: {titles(MARKETPLACES, ' and ')}; --rent: [up] provider, else the one with a key)."),
-    live: bool = typer.Option(False, "--live", help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing."),
-    rent: bool = typer.Option(False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."),
-    max_usd: float | None = number(None, "--max-usd", help="The whole check's cap in USD (default [check] max_usd, 0.10).",
-                                      example="0.2", unit="USD"),
-    max_minutes: float | None = number(None, "--max-minutes", example="15", unit="minutes",
-                                          help="The whole check's wall time in minutes (default [check] max_minutes, 10)."),
+    provider: str | None = typer.Option(
+        None,
+        "--provider",
+        help=f"{choices(NAMES)} (default: {titles(MARKETPLACES, ' and ')}; --rent: [up] provider, else the one with a key).",
+    ),
+    live: bool = typer.Option(
+        False,
+        "--live",
+        help="Also ask the providers: key, balance, offers, our instances and volumes, this month's billing.",
+    ),
+    rent: bool = typer.Option(
+        False, "--rent", help="With --live: one short rental per teardown layer, under one hard cap."
+    ),
+    max_usd: float | None = number(
+        None,
+        "--max-usd",
+        help="The whole check's cap in USD (default [check] max_usd, 0.10).",
+        example="0.2",
+        unit="USD",
+    ),
+    max_minutes: float | None = number(
+        None,
+        "--max-minutes",
+        example="15",
+        unit="minutes",
+        help="The whole check's wall time in minutes (default [check] max_minutes, 10).",
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -550,7 +815,9 @@ def check(
         raise BadInput("--rent rents boxes: it needs --live", "run `gpuops check --live --rent`")
     for flag, val in (("--max-usd", max_usd), ("--max-minutes", max_minutes)):
         if val is not None and (not math.isfinite(val) or val <= 0):
-            raise BadInput(f"{flag} must be a positive number, got {val:g}", f"e.g. {flag} {0.2 if flag == '--max-usd' else 15}")
+            raise BadInput(
+                f"{flag} must be a positive number, got {val:g}", f"e.g. {flag} {0.2 if flag == '--max-usd' else 15}"
+            )
         if val is not None and not rent:
             raise BadInput(f"{flag} caps the rentals of --rent", "add --live --rent, or drop it")
     from gpuops.rental import check as chk
@@ -576,8 +843,15 @@ def check(
 
         led = led or open_ledger(settings)
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if fmt == "table" else None
-        findings += check_layers.rent(settings, led, get_provider(renting, settings), max_usd=max_usd, max_minutes=max_minutes,
-                                      config=config, on_line=say)
+        findings += check_layers.rent(
+            settings,
+            led,
+            get_provider(renting, settings),
+            max_usd=max_usd,
+            max_minutes=max_minutes,
+            config=config,
+            on_line=say,
+        )
     doc = chk.report(findings, provider=renting, live=live, rent=rent)
     from gpuops.views import check as check_view
 
@@ -599,7 +873,9 @@ def dashboard(
     month: str | None = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
     tz: str | None = TZ_OPT,
     port: int = number(8765, "--port", help="Port on 127.0.0.1 (0: any free port).", example="8765", whole=True),
-    html: Path | None = typer.Option(None, "--html", help="Write the page as one self-contained offline file instead of serving it."),
+    html: Path | None = typer.Option(
+        None, "--html", help="Write the page as one self-contained offline file instead of serving it."
+    ),
     config: str | None = CONFIG_OPT,
 ) -> None:
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
@@ -610,8 +886,10 @@ def dashboard(
 
 LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"
 # An SQLite file that is not a ledger (or is damaged) is fixed on this disk, not with a server URL.
-SQLITE_FIX = ("the SQLite ledger file is damaged or not a ledger: move it aside (mv ledger.db ledger.db.bad) and "
-              "restore a backup, or recover what it holds with `sqlite3 ledger.db.bad .recover | sqlite3 ledger.db`")
+SQLITE_FIX = (
+    "the SQLite ledger file is damaged or not a ledger: move it aside (mv ledger.db ledger.db.bad) and "
+    "restore a backup, or recover what it holds with `sqlite3 ledger.db.bad .recover | sqlite3 ledger.db`"
+)
 SQLITE_LOCKED_FIX = "another process holds the SQLite ledger's lock; wait for it, or find it with `fuser ledger.db`"
 
 
@@ -633,8 +911,10 @@ def _ledger_failure(e: BaseException) -> tuple[str, int] | None:
     from_ledger = any("/ledger/" in f or "sqlalchemy" in f for f in frames)
     if isinstance(e, OSError) and any(f.endswith("/ledger/engine.py") for f in frames):  # its folder or file
         why = f"{e.filename}: {e.strerror}" if e.filename else str(e)
-        return (f"error: the SQLite ledger cannot be created ({why}) "
-                "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)"), 2
+        return (
+            f"error: the SQLite ledger cannot be created ({why}) "
+            "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)"
+        ), 2
     if isinstance(e, ModuleNotFoundError) and any("sqlalchemy/dialects" in f for f in frames):
         msg, code = f"the ledger URL needs the database driver {e.name!r}, which is not installed", 2
     elif mod.startswith("sqlalchemy") or (mod in ("sqlite3", "psycopg", "psycopg.errors") and from_ledger):

@@ -35,8 +35,10 @@ def ledger_month(
     from gpuops.views import ledger as ledger_view
 
     if plot and fmt != "table":
-        raise BadInput(f"--plot draws a chart in the terminal; --format {fmt} has no place for it",
-                       "drop --plot, or drop --format/--json/--csv (the days are in the output with --by day)")
+        raise BadInput(
+            f"--plot draws a chart in the terminal; --format {fmt} has no place for it",
+            "drop --plot, or drop --format/--json/--csv (the days are in the output with --by day)",
+        )
     rep = books.month(_reader(config), month, tz, by, plot, watchdogs=True)
     ledger_view.emit("month", rep, fmt, plot=plot, days_table=by == "day")
 
@@ -65,7 +67,9 @@ def ledger_experiments(
 def ledger_sessions(
     since: str | None = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
     experiment: str | None = typer.Option(None, "--experiment", help="Only this experiment."),
-    limit: int = number(20, "--limit", help="Show at most this many sessions (newest first).", example="20", whole=True),
+    limit: int = number(
+        20, "--limit", help="Show at most this many sessions (newest first).", example="20", whole=True
+    ),
     runs: bool = typer.Option(False, "--runs", help="List runs (up --recover) with their rentals' total instead."),
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
@@ -106,8 +110,24 @@ def ledger_show(
         from gpuops.views import emit, session_history as history
 
         rep = books.show_run(_ledger(config), session, tz)
-        emit.emit(rep, fmt, lambda: history.render_run(rep), csv_records=rep["rentals"],
-                  csv_columns=("session", "attempt", "started", "card", "usd_per_hour", "seconds", "cost_usd", "tokens", "end_reason", "why"))
+        emit.emit(
+            rep,
+            fmt,
+            lambda: history.render_run(rep),
+            csv_records=rep["rentals"],
+            csv_columns=(
+                "session",
+                "attempt",
+                "started",
+                "card",
+                "usd_per_hour",
+                "seconds",
+                "cost_usd",
+                "tokens",
+                "end_reason",
+                "why",
+            ),
+        )
         return
     ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
 
@@ -132,8 +152,11 @@ def ledger_note(
 @output_options()
 def ledger_tokens(
     session: str = typer.Argument(...),
-    n: int = typer.Argument(..., help="Tokens the job produced (replaces the booked count).",
-                            parser=Number("the token count", whole=True, fix="e.g. gpuops ledger tokens SESSION 2100000")),
+    n: int = typer.Argument(
+        ...,
+        help="Tokens the job produced (replaces the booked count).",
+        parser=Number("the token count", whole=True, fix="e.g. gpuops ledger tokens SESSION 2100000"),
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -144,8 +167,14 @@ def ledger_tokens(
 
     r = books.tokens(_ledger(config), session, n)
     per = r["usd_per_mtoken"]
-    emit.emit(r, fmt, lambda: print(f"{r['session']}: {r['tokens']:,} tokens"
-                                    + (f", {money(per, r['simulated'])}/Mtoken" if per is not None else "")))
+    emit.emit(
+        r,
+        fmt,
+        lambda: print(
+            f"{r['session']}: {r['tokens']:,} tokens"
+            + (f", {money(per, r['simulated'])}/Mtoken" if per is not None else "")
+        ),
+    )
 
 
 @ledger_app.command("export")
@@ -172,8 +201,11 @@ def ledger_export(
         books.export(_reader(config), sys.stdout, month, tz)
         return
     sys.stdout.flush()
-    out = io.TextIOWrapper(io.BufferedWriter(io.FileIO(fd, "w", closefd=False), 1 << 20),
-                           encoding=sys.stdout.encoding or "utf-8", newline="")
+    out = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(fd, "w", closefd=False), 1 << 20),
+        encoding=sys.stdout.encoding or "utf-8",
+        newline="",
+    )
     try:
         books.export(_reader(config), out, month, tz)
     finally:
@@ -186,7 +218,11 @@ def ledger_export(
 def ledger_import(
     file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
     tz: str | None = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
-    strict: bool = typer.Option(False, "--strict", help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent."),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent.",
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -198,14 +234,22 @@ def ledger_import(
     r = books.import_csv(_ledger(config), file, tz, strict=strict)
     for line, msg in r["warnings"]:
         sys.stderr.write(f"warning: {Path(file).name}:{line}: {msg}\n")
-    emit.emit(r, fmt, lambda: print(f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
-                                    + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else "")))
+    emit.emit(
+        r,
+        fmt,
+        lambda: print(
+            f"imported {plural(r['imported'], 'session')} from {r['file']}: ${r['cost_usd']:,.4f}"
+            + (f" + ${r['simulated_usd']:,.4f} simulated" if r["simulated_usd"] else "")
+        ),
+    )
 
 
 @ledger_app.command("replay")
 @output_options()
 def ledger_replay(
-    lines: list[str] | None = typer.Argument(None, help="Lines `up` printed when no spool could hold them (default: replay the spool)."),
+    lines: list[str] | None = typer.Argument(
+        None, help="Lines `up` printed when no spool could hold them (default: replay the spool)."
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -219,8 +263,10 @@ def ledger_replay(
     if lines:
         bad = [i + 1 for i, line in enumerate(lines) if not led.replay_line(line)]
         if bad:
-            raise BadInput(f"line {bad[0]} is not a spooled ledger write of this ledger",
-                           "pass the quoted text `gpuops up` printed after `gpuops ledger replay`, unchanged")
+            raise BadInput(
+                f"line {bad[0]} is not a spooled ledger write of this ledger",
+                "pass the quoted text `gpuops up` printed after `gpuops ledger replay`, unchanged",
+            )
         r = {"applied": len(lines), "waiting": len(led.spooled())}
     else:
         r = {"applied": led.replay_spool(), "waiting": len(led.spooled())}
@@ -233,7 +279,11 @@ def ledger_sync(
     month: str | None = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
-    apply: bool = typer.Option(False, "--apply", help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines."),
+    apply: bool = typer.Option(
+        False,
+        "--apply",
+        help="Book each closed session's provider charge as its cost (our estimate kept beside it) and storage as its own lines.",
+    ),
     fmt: str = "table",
 ) -> None:
     """Fetch the providers' own billing and show the difference to our books, per session and in total."""

@@ -16,7 +16,9 @@ import typer
 
 from gpuops.errors import BadInput
 
-CONFIG_OPT = typer.Option(None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir).")
+CONFIG_OPT = typer.Option(
+    None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir)."
+)
 
 
 def _settings(config: str | None, overrides: dict | None = None, emergency: bool = False):
@@ -54,7 +56,9 @@ class Number:
             return float(text)
         except (ValueError, OverflowError):
             kind = "whole number" if self.whole else "number"
-            raise BadInput(f"{self.name} must be a {kind}{' of ' + self.unit if self.unit else ''}, got {text!r}", self.fix) from None
+            raise BadInput(
+                f"{self.name} must be a {kind}{' of ' + self.unit if self.unit else ''}, got {text!r}", self.fix
+            ) from None
 
     def _whole(self, number: float, text) -> int:
         if isinstance(number, int):
@@ -75,7 +79,9 @@ def number(default, *flags: str, help: str, example: str, whole: bool = False, u
 def _parse_price(price: float | None) -> float | None:
     """``--max-price`` (a float or None) checked finite: BadInput otherwise."""
     if price is not None and not math.isfinite(price):
-        raise BadInput(f"--max-price must be a finite number of USD per hour, got {str(price)!r}", "e.g. --max-price 2.5")
+        raise BadInput(
+            f"--max-price must be a finite number of USD per hour, got {str(price)!r}", "e.g. --max-price 2.5"
+        )
     return price
 
 
@@ -103,8 +109,9 @@ TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.
 FORMAT_HELP = "table (default), json or csv: JSON indent 2, times ISO-8601 UTC; CSV header first."
 
 
-def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json", "csv"),
-                   help: str = FORMAT_HELP) -> Callable:
+def output_options(
+    csv: bool = False, formats: Sequence[str] = ("table", "json", "csv"), help: str = FORMAT_HELP
+) -> Callable:
     """Decorator: give a command ``--format`` and ``--json`` (and ``--csv`` with ``csv=True``).
 
     It is called with the one format asked for as ``fmt`` (a str of ``formats``; default ``table``).
@@ -119,12 +126,24 @@ def output_options(csv: bool = False, formats: Sequence[str] = ("table", "json",
         sig = inspect.signature(command, eval_str=True)
         params = list(sig.parameters.values())
         at = [p.name for p in params].index("fmt")
-        added = [inspect.Parameter("fmt", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
-                                   default=typer.Option(None, "--format", help=help))]
-        added += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=bool,
-                                    default=typer.Option(False, flag, help=f"Shorthand for --format {value}."))
-                  for name, flag, value in shorthands]
-        params[at:at + 1] = added
+        added = [
+            inspect.Parameter(
+                "fmt",
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=str | None,
+                default=typer.Option(None, "--format", help=help),
+            )
+        ]
+        added += [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=bool,
+                default=typer.Option(False, flag, help=f"Shorthand for --format {value}."),
+            )
+            for name, flag, value in shorthands
+        ]
+        params[at : at + 1] = added
         params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in params]
 
         @functools.wraps(command)
@@ -159,12 +178,19 @@ def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str
     A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
     says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
     if card is not None and not card.strip():
-        raise BadInput("--card is empty", "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits")
+        raise BadInput(
+            "--card is empty",
+            "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits",
+        )
     if not card or ":" not in card:
         return card, gpu_count
     name, _, count = card.rpartition(":")
     if not name or not count.isdigit() or int(count) < 1:
-        raise BadInput(f"--card {card!r} is not NAME or NAME:COUNT", "e.g. --card a100 or --card a100:2 (2 GPUs in one box)")
+        raise BadInput(
+            f"--card {card!r} is not NAME or NAME:COUNT", "e.g. --card a100 or --card a100:2 (2 GPUs in one box)"
+        )
     if gpu_count != default and gpu_count != int(count):
-        raise BadInput(f"--card {card} asks for {int(count)} GPUs and --gpu-count for {gpu_count}", "give the count once")
+        raise BadInput(
+            f"--card {card} asks for {int(count)} GPUs and --gpu-count for {gpu_count}", "give the count once"
+        )
     return name, int(count)

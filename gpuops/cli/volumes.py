@@ -21,8 +21,9 @@ def _region_help() -> str:
     return "; ".join(f"{REGISTRY[n].title}: {REGISTRY[n].volume_region}" for n in WITH_VOLUMES) + "."
 
 
-volumes_app = typer.Typer(help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).",
-                          no_args_is_help=True)
+volumes_app = typer.Typer(
+    help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).", no_args_is_help=True
+)
 
 # Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).
 DROP_ORDER = ("mount", "region", "name")
@@ -57,19 +58,44 @@ def _print(vols: list, fmt: str, notes: list[str]) -> None:
     from gpuops.views import emit
 
     if fmt != "table":
-        emit.emit({"volumes": [v.as_json() for v in vols], "notes": notes}, fmt, csv_records=[v.as_json() for v in vols],
-                  csv_columns=VOLUME_COLUMNS)
+        emit.emit(
+            {"volumes": [v.as_json() for v in vols], "notes": notes},
+            fmt,
+            csv_records=[v.as_json() for v in vols],
+            csv_columns=VOLUME_COLUMNS,
+        )
         return
     from gpuops.views import ui
     from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
     con = ui.console()
     if vols:
-        cols = [Col("provider", ID), Col("id", ID), Col("name", NAME), Col("size GB", NUM), Col("region", NAME), Col("USD/month", NUM),
-                Col("mount", TEXT)]
-        print_table(con, None, ranked(cols, DROP_ORDER), [
-            [v.provider, v.id, v.name, f"{v.size_gb:g}", v.region + (f" (machine {v.machine_id})" if v.machine_id else ""),
-             f"{v.usd_per_month:.2f}" if v.usd_per_month is not None else "?", v.mount_path] for v in vols])
+        cols = [
+            Col("provider", ID),
+            Col("id", ID),
+            Col("name", NAME),
+            Col("size GB", NUM),
+            Col("region", NAME),
+            Col("USD/month", NUM),
+            Col("mount", TEXT),
+        ]
+        print_table(
+            con,
+            None,
+            ranked(cols, DROP_ORDER),
+            [
+                [
+                    v.provider,
+                    v.id,
+                    v.name,
+                    f"{v.size_gb:g}",
+                    v.region + (f" (machine {v.machine_id})" if v.machine_id else ""),
+                    f"{v.usd_per_month:.2f}" if v.usd_per_month is not None else "?",
+                    v.mount_path,
+                ]
+                for v in vols
+            ],
+        )
     else:
         con.print("no volumes")
     total = sum(v.usd_per_month or 0.0 for v in vols)
@@ -81,8 +107,13 @@ def _print(vols: list, fmt: str, notes: list[str]) -> None:
 
 @volumes_app.command("list")
 @output_options()
-def volumes_list(provider: str | None = typer.Option(None, "--provider", help=f"{choices(WITH_VOLUMES)} (default: every provider with a key)."),
-                 config: str | None = CONFIG_OPT, fmt: str = "table") -> None:
+def volumes_list(
+    provider: str | None = typer.Option(
+        None, "--provider", help=f"{choices(WITH_VOLUMES)} (default: every provider with a key)."
+    ),
+    config: str | None = CONFIG_OPT,
+    fmt: str = "table",
+) -> None:
     """Your volumes: size (GB), region/datacenter, monthly cost (USD)."""
     from gpuops.config import load_settings
     from gpuops.providers import MARKETPLACES, WITH_VOLUMES, configured, get_provider, titles
@@ -113,11 +144,14 @@ def volumes_list(provider: str | None = typer.Option(None, "--provider", help=f"
 
 @volumes_app.command("create")
 @output_options()
-def volumes_create(provider: str = typer.Option(..., "--provider", help=f"{choices(WITH_VOLUMES)}."),
-                   name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
-                   size_gb: float = number(..., "--size-gb", help="Size in GB (10^9 bytes).", example="100", unit="GB"),
-                   region: str = typer.Option("", "--region", help=_region_help()),
-                   config: str | None = CONFIG_OPT, fmt: str = "table") -> None:
+def volumes_create(
+    provider: str = typer.Option(..., "--provider", help=f"{choices(WITH_VOLUMES)}."),
+    name: str = typer.Option(..., "--name", help="Volume name (letters, digits, . _ -)."),
+    size_gb: float = number(..., "--size-gb", help="Size in GB (10^9 bytes).", example="100", unit="GB"),
+    region: str = typer.Option("", "--region", help=_region_help()),
+    config: str | None = CONFIG_OPT,
+    fmt: str = "table",
+) -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
     from gpuops.providers import REGISTRY, WITH_VOLUMES
     from gpuops.providers.volumes import check_name, check_size, service
@@ -134,9 +168,12 @@ def volumes_create(provider: str = typer.Option(..., "--provider", help=f"{choic
 
 @volumes_app.command("delete")
 @output_options()
-def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"),
-                   yes: bool = typer.Option(False, "--yes", help="Really delete: the data on it is lost."),
-                   config: str | None = CONFIG_OPT, fmt: str = "table") -> None:
+def volumes_delete(
+    ref: str = typer.Argument(..., help="<provider>:<id or name>"),
+    yes: bool = typer.Option(False, "--yes", help="Really delete: the data on it is lost."),
+    config: str | None = CONFIG_OPT,
+    fmt: str = "table",
+) -> None:
     """Delete a volume and everything on it (weights, caches, kept results)."""
     from gpuops.providers.volumes import parse_ref, resolve, service
 
@@ -157,7 +194,9 @@ def volumes_delete(ref: str = typer.Argument(..., help="<provider>:<id or name>"
 
         emit.emit({"deleted": vol.as_json()}, fmt, csv_records=[vol.as_json()])
     else:
-        print(f"deleted {vol.provider} volume {vol.id} ({vol.name}, {vol.size_gb:g} GB, saves {vol.usd_per_month or 0:.2f} USD/month)")
+        print(
+            f"deleted {vol.provider} volume {vol.id} ({vol.name}, {vol.size_gb:g} GB, saves {vol.usd_per_month or 0:.2f} USD/month)"
+        )
 
 
 def _on_terminal() -> bool:

@@ -35,7 +35,14 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # (gate_up 2 x width, down hidden) and on the router (transformers GptOss*, vllm gpt_oss.py).
     "gpt_oss": {"qkv_bias": False, "norms": 2, "tied": False, "sinks": True, "expert_bias": True, "router_bias": True},
     # Hybrids: attention layers among Gated DeltaNet / Mamba layers (``_hybrid_roles``).
-    "qwen3_next": {"qkv_bias": False, "norms": 2, "tied": False, "qk_norm": True, "gated_q": True, "hybrid": "qwen3_next"},
+    "qwen3_next": {
+        "qkv_bias": False,
+        "norms": 2,
+        "tied": False,
+        "qk_norm": True,
+        "gated_q": True,
+        "hybrid": "qwen3_next",
+    },
     "jamba": {"qkv_bias": False, "norms": 2, "tied": False, "hybrid": "jamba"},
     "nemotron_h": {"qkv_bias": False, "norms": 1, "tied": False, "hybrid": "nemotron_h"},
     "falcon_h1": {"qkv_bias": False, "norms": 2, "tied": False, "hybrid": "falcon_h1", "unchecked": True},
@@ -49,23 +56,53 @@ _MLA_KEYS = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim
 # Keys that make a config a mixture of experts, any family: the expert count under any of
 # its names, and the layout keys.
 MOE_EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-MOE_LAYOUT_KEYS = ("moe_intermediate_size", "n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace",
-                   "decoder_sparse_step", "moe_layer_freq", "mlp_only_layers", "num_experts_per_tok")
+MOE_LAYOUT_KEYS = (
+    "moe_intermediate_size",
+    "n_shared_experts",
+    "shared_expert_intermediate_size",
+    "first_k_dense_replace",
+    "decoder_sparse_step",
+    "moe_layer_freq",
+    "mlp_only_layers",
+    "num_experts_per_tok",
+)
 # transformers' Gemma3TextConfig defaults (transformers/models/gemma3/configuration_gemma3.py, 4.50+):
 # Gemma-3 4B/12B/27B publish a multimodal config whose text_config leaves these out.
 GEMMA3_TEXT_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
-    "sliding_window": 4096, "sliding_window_pattern": 6, "tie_word_embeddings": True, "query_pre_attn_scalar": 256,
+    "vocab_size": 262_208,
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "max_position_embeddings": 131_072,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 6,
+    "tie_word_embeddings": True,
+    "query_pre_attn_scalar": 256,
 }
 # transformers' SiglipVisionConfig defaults (Gemma-3 configs state every size they use).
-SIGLIP_DEFAULTS: dict[str, Any] = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
-                                   "num_channels": 3, "image_size": 224, "patch_size": 16}
+SIGLIP_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_channels": 3,
+    "image_size": 224,
+    "patch_size": 16,
+}
 # transformers' MistralConfig defaults that llava-style configs (Pixtral-12B) leave out of text_config.
 MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {"vocab_size": 32000, "num_attention_heads": 32, "tie_word_embeddings": False}
 # transformers' PixtralVisionConfig defaults (transformers/models/pixtral/configuration_pixtral.py).
-PIXTRAL_DEFAULTS: dict[str, Any] = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
-                                    "num_channels": 3, "image_size": 1024, "patch_size": 16}
+PIXTRAL_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 1024,
+    "intermediate_size": 4096,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "num_channels": 3,
+    "image_size": 1024,
+    "patch_size": 16,
+}
 _TEXT_DEFAULTS = {"gemma3_text": GEMMA3_TEXT_DEFAULTS, "mistral": MISTRAL_TEXT_DEFAULTS}
 
 
@@ -133,10 +170,15 @@ class Architecture:
 def _int_key(cfg: dict, key: str, default: Any = None, *, allow_zero: bool = False) -> int:
     v = cfg.get(key, default)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
-        raise BadInput(f"config key {key} must be a whole number, got {v!r}", "fix config.json (published configs have integers here)")
+        raise BadInput(
+            f"config key {key} must be a whole number, got {v!r}",
+            "fix config.json (published configs have integers here)",
+        )
     v = int(v)
     if v < 0 or (v == 0 and not allow_zero):
-        raise BadInput(f"config key {key} must be > 0, got {v}", "fix config.json (published configs have positive sizes here)")
+        raise BadInput(
+            f"config key {key} must be > 0, got {v}", "fix config.json (published configs have positive sizes here)"
+        )
     return v
 
 
@@ -154,7 +196,11 @@ def _text_config(cfg: dict) -> tuple[dict, dict | None]:
     vision = cfg.get("vision_config") if isinstance(cfg.get("vision_config"), dict) else None
     if isinstance(text, dict) and not all(k in cfg for k in _BASE_KEYS):
         mtype = str(text.get("model_type") or ("gemma3_text" if cfg.get("model_type") == "gemma3" else ""))
-        merged = {**_TEXT_DEFAULTS.get(mtype, {}), **{k: v for k, v in text.items() if v is not None}, "model_type": mtype or text.get("model_type")}
+        merged = {
+            **_TEXT_DEFAULTS.get(mtype, {}),
+            **{k: v for k, v in text.items() if v is not None},
+            "model_type": mtype or text.get("model_type"),
+        }
         return merged, vision
     mtype = str(cfg.get("model_type") or "")
     if mtype in _TEXT_DEFAULTS:
@@ -165,8 +211,10 @@ def _text_config(cfg: dict) -> tuple[dict, dict | None]:
 def _require(cfg: dict, keys: Iterable[str], family: str) -> None:
     missing = [k for k in keys if cfg.get(k) is None]
     if missing:
-        raise BadInput(f"config ({family or 'no model_type'}) lacks {', '.join(missing)}",
-                       "the planner needs these config.json keys for this family; pass the model's published config.json")
+        raise BadInput(
+            f"config ({family or 'no model_type'}) lacks {', '.join(missing)}",
+            "the planner needs these config.json keys for this family; pass the model's published config.json",
+        )
 
 
 def _vision_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, str] | None:
@@ -210,7 +258,11 @@ def _llama4_vision_params(vision: dict, text_hidden: int) -> tuple[int, str]:
     Llama-4 vision: patch unfold (no bias), class token, position table (patches + 1), pre/post
     LayerNorms, layers with biased q/k/v/o and GELU fc1/fc2, the pixel-shuffle MLP (hidden x 4 ->
     projector_input_dim -> projector_output_dim, no biases) and the projector to the text width."""
-    hv, iv, lv = _int_key(vision, "hidden_size"), _int_key(vision, "intermediate_size"), _int_key(vision, "num_hidden_layers")
+    hv, iv, lv = (
+        _int_key(vision, "hidden_size"),
+        _int_key(vision, "intermediate_size"),
+        _int_key(vision, "num_hidden_layers"),
+    )
     p, img, ch = _int_key(vision, "patch_size"), _int_key(vision, "image_size"), _int_key(vision, "num_channels", 3)
     pin, pout = _int_key(vision, "projector_input_dim"), _int_key(vision, "projector_output_dim")
     out = _int_key(vision, "vision_output_dim", pout)
@@ -220,7 +272,10 @@ def _llama4_vision_params(vision: dict, text_hidden: int) -> tuple[int, str]:
     tower = ch * p * p * hv + hv + (patches + 1) * hv + 2 * 2 * hv + lv * layer
     shuffle = int(hv / (ratio * ratio)) * pin + pout * pout
     projector = out * text_hidden + (text_hidden if vision.get("multi_modal_projector_bias") else 0)
-    return tower + shuffle + projector, f"vision tower counted: llama4 {lv} layers x {hv} wide + pixel-shuffle MLP + projector"
+    return (
+        tower + shuffle + projector,
+        f"vision tower counted: llama4 {lv} layers x {hv} wide + pixel-shuffle MLP + projector",
+    )
 
 
 def _qwen25_vl_vision_params(vision: dict) -> tuple[int, str]:
@@ -230,12 +285,19 @@ def _qwen25_vl_vision_params(vision: dict) -> tuple[int, str]:
     RMSNorms, a gated SiLU MLP with biases, and the patch merger (RMSNorm, spatial_merge^2 x hidden
     -> same, GELU, -> out_hidden_size, biases)."""
     hv, iv, depth = _int_key(vision, "hidden_size"), _int_key(vision, "intermediate_size"), _int_key(vision, "depth")
-    p, tp, ch = _int_key(vision, "patch_size"), _int_key(vision, "temporal_patch_size", 2), _int_key(vision, "in_chans", 3)
+    p, tp, ch = (
+        _int_key(vision, "patch_size"),
+        _int_key(vision, "temporal_patch_size", 2),
+        _int_key(vision, "in_chans", 3),
+    )
     out, merge = _int_key(vision, "out_hidden_size"), _int_key(vision, "spatial_merge_size", 2)
     block = (hv * 3 * hv + 3 * hv) + (hv * hv + hv) + 2 * (hv * iv + iv) + (iv * hv + hv) + 2 * hv
     m = hv * merge * merge
     merger = hv + (m * m + m) + (m * out + out)
-    return ch * tp * p * p * hv + depth * block + merger, f"vision tower counted: qwen2.5-vl {depth} blocks x {hv} wide (q/k/v biases) + merger"
+    return (
+        ch * tp * p * p * hv + depth * block + merger,
+        f"vision tower counted: qwen2.5-vl {depth} blocks x {hv} wide (q/k/v biases) + merger",
+    )
 
 
 def _siglip_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, str]:
@@ -247,10 +309,15 @@ def _siglip_params(vision: dict, text_hidden: int, top_type: str) -> tuple[int, 
     hv, iv, lv = _int_key(v, "hidden_size"), _int_key(v, "intermediate_size"), _int_key(v, "num_hidden_layers")
     p, img, ch = _int_key(v, "patch_size"), _int_key(v, "image_size"), _int_key(v, "num_channels")
     patches = (img // p) ** 2
-    layer = 4 * (hv * hv + hv) + (hv * iv + iv) + (iv * hv + hv) + 2 * 2 * hv  # q,k,v,o + fc1, fc2 (biases) + 2 LayerNorms
+    layer = (
+        4 * (hv * hv + hv) + (hv * iv + iv) + (iv * hv + hv) + 2 * 2 * hv
+    )  # q,k,v,o + fc1, fc2 (biases) + 2 LayerNorms
     tower = ch * p * p * hv + hv + patches * hv + lv * layer + 2 * hv  # patch conv, position embedding, layers, post-LN
     projector = hv * text_hidden + hv
-    return tower + projector, f"vision tower counted: {v.get('model_type', 'siglip')} {lv} layers x {hv} wide + projector ({top_type})"
+    return (
+        tower + projector,
+        f"vision tower counted: {v.get('model_type', 'siglip')} {lv} layers x {hv} wide + projector ({top_type})",
+    )
 
 
 def _moe_layout(cfg: dict, n_layers: int, inter: int, family: str) -> dict | None:
@@ -283,10 +350,24 @@ def _moe_layout(cfg: dict, n_layers: int, inter: int, family: str) -> dict | Non
     offset = _opt_int(cfg, "expert_layer_offset", 0) if "expert_layer_period" in cfg else 0
     only = cfg.get("mlp_only_layers") or []
     only = {int(i) for i in only} if isinstance(only, list) else set()
-    moe_layers = [i for i in range(n_layers)
-                  if i >= first_dense and i % freq == 0 and (i + 1) % step == 0 and i not in only and i % period == offset % period]
-    return {"experts": experts, "per_tok": per_tok, "width": width, "shared": shared, "shared_gate": shared_gate,
-            "moe_layers": len(moe_layers), "score_bias": family == "deepseek_v3" or cfg.get("topk_method") == "noaux_tc"}
+    moe_layers = [
+        i
+        for i in range(n_layers)
+        if i >= first_dense
+        and i % freq == 0
+        and (i + 1) % step == 0
+        and i not in only
+        and i % period == offset % period
+    ]
+    return {
+        "experts": experts,
+        "per_tok": per_tok,
+        "width": width,
+        "shared": shared,
+        "shared_gate": shared_gate,
+        "moe_layers": len(moe_layers),
+        "score_bias": family == "deepseek_v3" or cfg.get("topk_method") == "noaux_tc",
+    }
 
 
 def _windows(cfg: dict, fam: dict, family: str, n_layers: int) -> list[int | None]:
@@ -336,8 +417,10 @@ def _hybrid_roles(cfg: dict, kind: str, n_layers: int) -> list[str]:
     if kind == "nemotron_h":
         pattern = cfg.get("hybrid_override_pattern")
         if not isinstance(pattern, str) or len(pattern) != n_layers or set(pattern) - set("M*-E"):
-            raise BadInput(f"nemotron_h: hybrid_override_pattern must be {n_layers} characters of M, *, - and E, got {pattern!r}",
-                           "pass the model's published config.json")
+            raise BadInput(
+                f"nemotron_h: hybrid_override_pattern must be {n_layers} characters of M, *, - and E, got {pattern!r}",
+                "pass the model's published config.json",
+            )
         return [{"M": "mamba", "*": "attn", "-": "mlp", "E": "moe"}[c] for c in pattern]
     return ["both"] * n_layers  # falcon_h1
 
@@ -350,20 +433,39 @@ def _mamba_layer(cfg: dict, kind: str, h: int) -> tuple[MambaShape, int]:
     parameters as in transformers' modules)."""
     if kind == "qwen3_next":
         kh, vh = _int_key(cfg, "linear_num_key_heads"), _int_key(cfg, "linear_num_value_heads")
-        kd, vd, k = _int_key(cfg, "linear_key_head_dim"), _int_key(cfg, "linear_value_head_dim"), _int_key(cfg, "linear_conv_kernel_dim", 4)
+        kd, vd, k = (
+            _int_key(cfg, "linear_key_head_dim"),
+            _int_key(cfg, "linear_value_head_dim"),
+            _int_key(cfg, "linear_conv_kernel_dim", 4),
+        )
         key, val = kh * kd, vh * vd
         # in_proj_qkvz, in_proj_ba, depthwise conv1d (no bias), dt_bias + A_log, gated RMSNorm, out_proj
         params = h * (2 * key + 2 * val) + h * 2 * vh + (2 * key + val) * k + 2 * vh + vd + val * h
-        return MambaShape("gdn", k, k_heads=kh, v_heads=vh, k_dim=kd, v_dim=vd, source="Gated DeltaNet (linear_* keys)"), params
+        return MambaShape(
+            "gdn", k, k_heads=kh, v_heads=vh, k_dim=kd, v_dim=vd, source="Gated DeltaNet (linear_* keys)"
+        ), params
     if kind == "jamba":
         inner = _int_key(cfg, "mamba_expand", 2) * h
         ds, k = _int_key(cfg, "mamba_d_state", 16), _int_key(cfg, "mamba_d_conv", 4)
         dt = _int_key(cfg, "mamba_dt_rank") if cfg.get("mamba_dt_rank") not in (None, "auto") else -(-h // 16)
         pb = bool(cfg.get("mamba_proj_bias", False))
-        params = (h * 2 * inner + (2 * inner if pb else 0) + inner * k + (inner if cfg.get("mamba_conv_bias", True) else 0)
-                  + inner * (dt + 2 * ds) + (dt * inner + inner) + inner * ds + inner + inner * h + (h if pb else 0)
-                  + dt + 2 * ds)  # in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj, dt/B/C layernorms
-        return MambaShape("mamba1", k, inner=inner, d_state=ds, source="Mamba-1 (mamba_expand x hidden, mamba_d_state)"), params
+        params = (
+            h * 2 * inner
+            + (2 * inner if pb else 0)
+            + inner * k
+            + (inner if cfg.get("mamba_conv_bias", True) else 0)
+            + inner * (dt + 2 * ds)
+            + (dt * inner + inner)
+            + inner * ds
+            + inner
+            + inner * h
+            + (h if pb else 0)
+            + dt
+            + 2 * ds
+        )  # in_proj, conv1d, x_proj, dt_proj, A_log, D, out_proj, dt/B/C layernorms
+        return MambaShape(
+            "mamba1", k, inner=inner, d_state=ds, source="Mamba-1 (mamba_expand x hidden, mamba_d_state)"
+        ), params
     if kind == "nemotron_h":
         heads, hd = _int_key(cfg, "mamba_num_heads"), _int_key(cfg, "mamba_head_dim")
         inner, ng = heads * hd, _int_key(cfg, "n_groups", 1)
@@ -371,15 +473,35 @@ def _mamba_layer(cfg: dict, kind: str, h: int) -> tuple[MambaShape, int]:
         bias, conv_bias = bool(cfg.get("use_bias", False)), bool(cfg.get("use_conv_bias", True))
     else:  # falcon_h1
         heads, hd = _int_key(cfg, "mamba_n_heads"), _int_key(cfg, "mamba_d_head")
-        inner = _int_key(cfg, "mamba_d_ssm") if cfg.get("mamba_d_ssm") is not None else int(_num(cfg.get("mamba_expand"), 2) * h)
+        inner = (
+            _int_key(cfg, "mamba_d_ssm")
+            if cfg.get("mamba_d_ssm") is not None
+            else int(_num(cfg.get("mamba_expand"), 2) * h)
+        )
         ng, ds, k = _int_key(cfg, "mamba_n_groups", 1), _int_key(cfg, "mamba_d_state"), _int_key(cfg, "mamba_d_conv", 4)
         bias, conv_bias = bool(cfg.get("mamba_proj_bias", False)), bool(cfg.get("mamba_conv_bias", True))
     conv_dim = inner + 2 * ng * ds
     proj = 2 * inner + 2 * ng * ds + heads
-    params = (h * proj + (proj if bias else 0) + conv_dim * k + (conv_dim if conv_bias else 0) + 3 * heads + inner
-              + inner * h + (h if bias else 0))  # in_proj, conv1d, dt_bias/A_log/D, gated norm, out_proj
-    return MambaShape("mamba2", k, inner=inner, n_groups=ng, heads=heads, head_dim=hd, d_state=ds,
-                      source="Mamba-2 (heads x head_dim, n_groups, state size)"), params
+    params = (
+        h * proj
+        + (proj if bias else 0)
+        + conv_dim * k
+        + (conv_dim if conv_bias else 0)
+        + 3 * heads
+        + inner
+        + inner * h
+        + (h if bias else 0)
+    )  # in_proj, conv1d, dt_bias/A_log/D, gated norm, out_proj
+    return MambaShape(
+        "mamba2",
+        k,
+        inner=inner,
+        n_groups=ng,
+        heads=heads,
+        head_dim=hd,
+        d_state=ds,
+        source="Mamba-2 (heads x head_dim, n_groups, state size)",
+    ), params
 
 
 def architecture(config: dict) -> Architecture:
@@ -402,7 +524,9 @@ def architecture(config: dict) -> Architecture:
     _require(cfg, _BASE_KEYS if not _moe_keys_only(cfg) else _BASE_KEYS[:3] + ("vocab_size",), family)
     if fam is None:
         fam = _FAMILIES["llama"]
-        notes.append(f"model_type {family or '(none)'!r} is not a family gpuops knows; counted as a llama-style decoder (gated MLP, no biases)")
+        notes.append(
+            f"model_type {family or '(none)'!r} is not a family gpuops knows; counted as a llama-style decoder (gated MLP, no biases)"
+        )
     elif fam.get("unchecked"):
         known = False
         notes.append(f"{family}: counted from its module shapes, not yet checked against a published parameter count")
@@ -410,18 +534,30 @@ def architecture(config: dict) -> Architecture:
     n_layers = _int_key(cfg, "num_hidden_layers")
     heads = _int_key(cfg, "num_attention_heads")
     vocab = _int_key(cfg, "vocab_size")
-    inter = _int_key(cfg, "intermediate_size") if cfg.get("intermediate_size") is not None else _int_key(cfg, "moe_intermediate_size")
+    inter = (
+        _int_key(cfg, "intermediate_size")
+        if cfg.get("intermediate_size") is not None
+        else _int_key(cfg, "moe_intermediate_size")
+    )
     kv_heads = _int_key(cfg, "num_key_value_heads") if cfg.get("num_key_value_heads") is not None else heads
-    hd_key = "head_dim" if cfg.get("head_dim") is not None else ("attention_head_dim" if cfg.get("attention_head_dim") is not None else None)
+    hd_key = (
+        "head_dim"
+        if cfg.get("head_dim") is not None
+        else ("attention_head_dim" if cfg.get("attention_head_dim") is not None else None)
+    )
     if hd_key:
         head_dim = _int_key(cfg, hd_key)
     else:
         if h % heads:
-            raise BadInput(f"hidden_size {h} is not a multiple of num_attention_heads {heads} and the config has no head_dim",
-                           "add head_dim to config.json")
+            raise BadInput(
+                f"hidden_size {h} is not a multiple of num_attention_heads {heads} and the config has no head_dim",
+                "add head_dim to config.json",
+            )
         head_dim = h // heads
     if heads % kv_heads:
-        raise BadInput(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", "fix config.json")
+        raise BadInput(
+            f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}", "fix config.json"
+        )
     tied = cfg.get("tie_word_embeddings", fam["tied"])
     if tied is None and config is not cfg:
         tied = config.get("tie_word_embeddings")
@@ -433,7 +569,9 @@ def architecture(config: dict) -> Architecture:
     o_bias = attn_bias and not family.startswith("qwen2")
     mlp_bias = bool(cfg.get("mlp_bias", False))
     max_ctx = cfg.get("max_position_embeddings")
-    max_ctx = int(max_ctx) if isinstance(max_ctx, (int, float)) and not isinstance(max_ctx, bool) and max_ctx > 0 else None
+    max_ctx = (
+        int(max_ctx) if isinstance(max_ctx, (int, float)) and not isinstance(max_ctx, bool) and max_ctx > 0 else None
+    )
 
     hybrid = fam.get("hybrid")
     roles = _hybrid_roles(cfg, hybrid, n_layers) if hybrid else ["attn"] * n_layers
@@ -492,20 +630,34 @@ def architecture(config: dict) -> Architecture:
     expert_params = 0
     moe = _moe_layout(cfg, n_layers, inter, family)
     if moe:
-        if known and not (family.startswith("deepseek") or family.endswith("moe") or family in ("mixtral", "gpt_oss", "llama4_text", "qwen3_next", "jamba")):
+        if known and not (
+            family.startswith("deepseek")
+            or family.endswith("moe")
+            or family in ("mixtral", "gpt_oss", "llama4_text", "qwen3_next", "jamba")
+        ):
             notes.append(f"{family}: mixture of experts detected from its config keys")
         experts, per_tok, width, ml = moe["experts"], moe["per_tok"], moe["width"], moe["moe_layers"]
-        dense_width = _int_key(cfg, "intermediate_size_mlp") if family == "llama4_text" and cfg.get("intermediate_size_mlp") else inter
+        dense_width = (
+            _int_key(cfg, "intermediate_size_mlp")
+            if family == "llama4_text" and cfg.get("intermediate_size_mlp")
+            else inter
+        )
         expert_params = ml * experts * mlp(width)
         bd["experts"] = expert_params
         if fam.get("expert_bias"):
             bd["expert_bias"] = ml * experts * (2 * width + h)
             expert_params += bd["expert_bias"]
         bd["mlp"] = (n_layers - ml) * mlp(dense_width) + ml * (mlp(moe["shared"]) if moe["shared"] else 0)
-        bd["router"] = ml * (h * experts + (experts if moe["score_bias"] or fam.get("router_bias") else 0) + (h if moe["shared_gate"] else 0))
+        bd["router"] = ml * (
+            h * experts
+            + (experts if moe["score_bias"] or fam.get("router_bias") else 0)
+            + (h if moe["shared_gate"] else 0)
+        )
         act_width = max(dense_width if ml < n_layers else 0, per_tok * width + moe["shared"])
         if cfg.get("num_nextn_predict_layers"):
-            notes.append("multi-token-prediction layers (num_nextn_predict_layers) are not counted: serving loads them only for speculative decoding")
+            notes.append(
+                "multi-token-prediction layers (num_nextn_predict_layers) are not counted: serving loads them only for speculative decoding"
+            )
     else:
         bd["mlp"] = mlp_n * mlp(inter)
         act_width = inter
@@ -516,8 +668,10 @@ def architecture(config: dict) -> Architecture:
             bd["vision"], vnote = counted
             notes.append(vnote)
         else:
-            notes.append(f"vision tower of {top or 'this model'} ({vision.get('model_type') or 'no model_type'}) not counted; "
-                         "the checkpoint's byte count, when read, includes it")
+            notes.append(
+                f"vision tower of {top or 'this model'} ({vision.get('model_type') or 'no model_type'}) not counted; "
+                "the checkpoint's byte count, when read, includes it"
+            )
             known = False
     params = sum(bd.values())
     active = params - expert_params + (expert_params * per_tok // experts if experts else 0)
@@ -531,15 +685,38 @@ def architecture(config: dict) -> Architecture:
         # transformers' default when the config leaves the list empty: every 4th layer global.
         nrl = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(n_layers)]
         if not isinstance(nrl, list) or len(nrl) != n_layers:
-            raise BadInput(f"llama4: no_rope_layers must list {n_layers} layers", "pass the model's published config.json")
+            raise BadInput(
+                f"llama4: no_rope_layers must list {n_layers} layers", "pass the model's published config.json"
+            )
         kinds = [CHUNKED if nrl[i] else FULL for i in attn_idx]
     return Architecture(
-        family=family or "unknown", hidden=h, layers=n_layers, heads=heads, kv_heads=kv_heads if not mla else heads,
-        head_dim=head_dim, vocab=vocab, max_context=max_ctx, params=params, active_params=active,
-        expert_params=expert_params, experts=experts, experts_per_tok=per_tok, breakdown=bd,
-        layer_kv_elems=tuple([layer_kv] * len(attn_idx)), layer_window=tuple(windows), kv_split=kv_split,
-        act_width=act_width, mla=mla, notes=tuple(notes), known=known, tied=tied, layer_kind=tuple(kinds),
-        mamba=mamba, mamba_layers=mamba_n, attention_chunk=chunk, vision_tokens=_vision_tokens(config, vision) if "vision" in bd else 0,
+        family=family or "unknown",
+        hidden=h,
+        layers=n_layers,
+        heads=heads,
+        kv_heads=kv_heads if not mla else heads,
+        head_dim=head_dim,
+        vocab=vocab,
+        max_context=max_ctx,
+        params=params,
+        active_params=active,
+        expert_params=expert_params,
+        experts=experts,
+        experts_per_tok=per_tok,
+        breakdown=bd,
+        layer_kv_elems=tuple([layer_kv] * len(attn_idx)),
+        layer_window=tuple(windows),
+        kv_split=kv_split,
+        act_width=act_width,
+        mla=mla,
+        notes=tuple(notes),
+        known=known,
+        tied=tied,
+        layer_kind=tuple(kinds),
+        mamba=mamba,
+        mamba_layers=mamba_n,
+        attention_chunk=chunk,
+        vision_tokens=_vision_tokens(config, vision) if "vision" in bd else 0,
     )
 
 
@@ -556,7 +733,9 @@ def _vision_tokens(config: dict, vision: dict) -> int:
         n = int(_num(vision.get("image_size"), 1024) // _num(vision.get("patch_size"), 16))
         return n * n + n
     if vtype == "llama4_vision_model":
-        per_tile = (_num(vision.get("image_size"), 336) // _num(vision.get("patch_size"), 14)) ** 2 * _num(vision.get("pixel_shuffle_ratio"), 0.5) ** 2
+        per_tile = (_num(vision.get("image_size"), 336) // _num(vision.get("patch_size"), 14)) ** 2 * _num(
+            vision.get("pixel_shuffle_ratio"), 0.5
+        ) ** 2
         return int(per_tile * 17)
     if top == "qwen2_5_vl":
         return 12_845_056 // (28 * 28)
@@ -565,5 +744,8 @@ def _vision_tokens(config: dict, vision: dict) -> int:
 
 def _moe_keys_only(cfg: dict) -> bool:
     """An MoE config may leave out the dense ``intermediate_size`` when it has ``moe_intermediate_size``."""
-    return cfg.get("intermediate_size") is None and cfg.get("moe_intermediate_size") is not None and any(
-        cfg.get(k) for k in MOE_EXPERT_KEYS)
+    return (
+        cfg.get("intermediate_size") is None
+        and cfg.get("moe_intermediate_size") is not None
+        and any(cfg.get(k) for k in MOE_EXPERT_KEYS)
+    )

@@ -85,8 +85,9 @@ def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int, dtyp
     return int((per_seq * KV_DTYPE_BYTES[kv_dtype] + mamba_state_bytes(arch, dtype)) * batch)
 
 
-def vllm_kv_layout(arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_count: int = 1,
-                   chunked_hybrid: bool = False) -> KVLayout:
+def vllm_kv_layout(
+    arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_count: int = 1, chunked_hybrid: bool = False
+) -> KVLayout:
     """vLLM's KV cache layout on one of ``gpu_count`` tensor-parallel GPUs.
 
     One spec per attention layer (full, sliding window, Llama-4 chunked) and per Mamba / Gated
@@ -101,7 +102,11 @@ def vllm_kv_layout(arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_c
         per_tok = int(arch.layer_kv_elems[0] * kvb) if arch.layer_kv_elems else 0
     else:
         per_tok = int(2 * max(1, arch.kv_heads // gpu_count) * arch.head_dim * kvb)
-    state = arch.mamba.state_bytes(DTYPE_BYTES[default_kv_dtype(dtype)], gpu_count) if arch.mamba and arch.mamba_layers else 0
+    state = (
+        arch.mamba.state_bytes(DTYPE_BYTES[default_kv_dtype(dtype)], gpu_count)
+        if arch.mamba and arch.mamba_layers
+        else 0
+    )
     block = attention_block_size(per_tok, state) if state and per_tok else VLLM_BLOCK_SIZE
     page = per_tok * block
     specs: list[LayerSpec] = []
@@ -117,8 +122,9 @@ def vllm_kv_layout(arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_c
     return kv_layout(specs, hybrid_allocator=hybrid)
 
 
-def request_kv_bytes(arch: Architecture, kv_dtype: str, seq: int, max_num_batched_tokens: int, dtype: str = "bf16",
-                     gpu_count: int = 1) -> int:
+def request_kv_bytes(
+    arch: Architecture, kv_dtype: str, seq: int, max_num_batched_tokens: int, dtype: str = "bf16", gpu_count: int = 1
+) -> int:
     """KV bytes vLLM reserves for one request of ``seq`` tokens on one of ``gpu_count`` GPUs (1: the whole model).
 
     The blocks of every KV cache group, padding layers included (``vllm_kv_layout``; a
@@ -146,7 +152,9 @@ def activation_bytes(arch: Architecture, dtype: str, batch: int, seq: int, mode:
     return int(tokens * arch.act_width * width_bytes)
 
 
-def vllm_activation_bytes(arch: Architecture, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype: str = "bf16") -> int:
+def vllm_activation_bytes(
+    arch: Architecture, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype: str = "bf16"
+) -> int:
     """Per-GPU activation peak of vLLM's profiling run (``gpu_model_runner.profile_run``).
 
     A forward pass of ``max_num_batched_tokens`` tokens (per token: gate/up and the activated MLP
@@ -224,38 +232,64 @@ def resolve_weights(src: ModelSource, arch: Architecture, dtype: str, quant: Qua
     families without a checkpoint count are unverified."""
     if mode == "train":
         total = arch.params * TRAIN_BYTES_PER_PARAM
-        return Weights(total, {k: v * TRAIN_BYTES_PER_PARAM for k, v in arch.breakdown.items()},
-                       "16 B/param (bf16 weights + grads, fp32 master + Adam m, v)", arch.known, None)
+        return Weights(
+            total,
+            {k: v * TRAIN_BYTES_PER_PARAM for k, v in arch.breakdown.items()},
+            "16 B/param (bf16 weights + grads, fp32 master + Adam m, v)",
+            arch.known,
+            None,
+        )
     shape_total, parts = weight_bytes(arch, dtype, quant)
     notes: list[str] = []
-    qn = 0 if quant is None else sum(arch.breakdown.get(k, 0) for k in quant.parts) + (arch.breakdown["lm_head"] if quant.lm_head else 0)
-    what = (f"shapes: {arch.params:,} params x {DTYPE_BYTES[dtype]:g} B" if quant is None else
-            f"shapes: {qn:,} {'expert' if quant.parts == ('experts',) else 'linear'} params x "
-            f"{quant.bytes_per_param:.4g} B ({quant.label}) + {arch.params - qn:,} others x 2 B")
+    qn = (
+        0
+        if quant is None
+        else sum(arch.breakdown.get(k, 0) for k in quant.parts) + (arch.breakdown["lm_head"] if quant.lm_head else 0)
+    )
+    what = (
+        f"shapes: {arch.params:,} params x {DTYPE_BYTES[dtype]:g} B"
+        if quant is None
+        else f"shapes: {qn:,} {'expert' if quant.parts == ('experts',) else 'linear'} params x "
+        f"{quant.bytes_per_param:.4g} B ({quant.label}) + {arch.params - qn:,} others x 2 B"
+    )
     stored = src.weights_total_size
     checkpoint_quant = quant is not None and quant.from_checkpoint
-    as_stored = checkpoint_quant or (quant is None and (src.stored_dtype in (None, dtype) or (
-        src.stored_dtype in ("bf16", "fp16") and dtype in ("bf16", "fp16"))))
+    as_stored = checkpoint_quant or (
+        quant is None
+        and (src.stored_dtype in (None, dtype) or (src.stored_dtype in ("bf16", "fp16") and dtype in ("bf16", "fp16")))
+    )
     if stored and as_stored:
         ratio = stored / shape_total if shape_total else 0
         if arch.known and abs(ratio - 1) > 0.05:
-            notes.append(f"the checkpoint stores {stored / GB:,.2f} GB where the shapes count {shape_total / GB:,.2f} GB; "
-                         f"planning with the checkpoint's {src.weights_size_source}")
+            notes.append(
+                f"the checkpoint stores {stored / GB:,.2f} GB where the shapes count {shape_total / GB:,.2f} GB; "
+                f"planning with the checkpoint's {src.weights_size_source}"
+            )
         elif not arch.known:
-            notes.append(f"weights from the checkpoint's {src.weights_size_source} ({stored / GB:,.2f} GB), not from the "
-                         f"llama-style shape guess ({shape_total / GB:,.2f} GB)")
+            notes.append(
+                f"weights from the checkpoint's {src.weights_size_source} ({stored / GB:,.2f} GB), not from the "
+                f"llama-style shape guess ({shape_total / GB:,.2f} GB)"
+            )
         scaled = {k: int(v * stored / shape_total) for k, v in parts.items()} if shape_total else parts
         return Weights(int(stored), scaled, f"checkpoint {src.weights_size_source}", True, quant, tuple(notes))
     if src.params_by_dtype and quant is None and not arch.known:
         # an unquantized checkpoint served in another 16/32-bit dtype: exact count x new size
         n = sum(src.params_by_dtype.values())
-        return Weights(int(n * DTYPE_BYTES[dtype]), parts, f"safetensors headers: {n:,} params x {DTYPE_BYTES[dtype]:g} B", True, quant,
-                       (f"weights from the checkpoint's parameter count ({n:,}), not from the llama-style shape guess",))
+        return Weights(
+            int(n * DTYPE_BYTES[dtype]),
+            parts,
+            f"safetensors headers: {n:,} params x {DTYPE_BYTES[dtype]:g} B",
+            True,
+            quant,
+            (f"weights from the checkpoint's parameter count ({n:,}), not from the llama-style shape guess",),
+        )
     if stored and not as_stored and arch.known:
         stored_params = stored / DTYPE_BYTES.get(src.stored_dtype or "bf16", 2.0)
         if abs(stored_params / arch.params - 1) > 0.05:
-            notes.append(f"the checkpoint's total_size ({stored / GB:,.2f} GB as {src.stored_dtype}) does not match the shape count; "
-                         "planning with the shapes")
+            notes.append(
+                f"the checkpoint's total_size ({stored / GB:,.2f} GB as {src.stored_dtype}) does not match the shape count; "
+                "planning with the shapes"
+            )
     verified = arch.known and (quant is None or quant.known)
     if quant is not None and not quant.known:
         notes.append(f"{quant.label}: gpuops cannot size it from shapes; planned at 16 bits")

@@ -26,8 +26,25 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 # -- model catalog and loading --------------------------------------------------------------------
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8,
-                           "I32": 4, "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4, "BOOL": 1, "F4": 0.5, "F6_E2M3": 0.75}
+SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "U16": 2,
+    "U32": 4,
+    "BOOL": 1,
+    "F4": 0.5,
+    "F6_E2M3": 0.75,
+}
 
 
 @dataclass(frozen=True)
@@ -62,9 +79,18 @@ def model_catalog() -> tuple[ModelSource, ...]:
     for m in _models_data()["models"]:
         hf = next((a for a in m.get("aliases", ()) if "/" in a), "")
         ts = m.get("total_size")
-        out.append(ModelSource(name=m["name"], config=dict(m["config"]), source=m["source"], params_published=m.get("params_published"),
-                               stored_dtype=_stored_dtype(m["config"]), hf_id=hf, weights_total_size=int(ts) if ts else None,
-                               weights_size_source="safetensors index total_size (catalog)" if ts else ""))
+        out.append(
+            ModelSource(
+                name=m["name"],
+                config=dict(m["config"]),
+                source=m["source"],
+                params_published=m.get("params_published"),
+                stored_dtype=_stored_dtype(m["config"]),
+                hf_id=hf,
+                weights_total_size=int(ts) if ts else None,
+                weights_size_source="safetensors index total_size (catalog)" if ts else "",
+            )
+        )
     return tuple(out)
 
 
@@ -229,20 +255,30 @@ def _load_hf(repo_id: str) -> ModelSource:
     try:
         import huggingface_hub.errors as hf_errors
     except ImportError:
-        raise BadInput(f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not installed",
-                       f"pip install 'gpuops[hf]', or {local}") from None
+        raise BadInput(
+            f"{repo_id!r} looks like a Hugging Face repo id, but huggingface_hub is not installed",
+            f"pip install 'gpuops[hf]', or {local}",
+        ) from None
     try:
         cfg_path = _hf_download(repo_id, "config.json")
     except hf_errors.GatedRepoError:
-        raise BadInput(f"Hugging Face repo {repo_id} is gated", f"accept its licence and set HF_TOKEN, or {local}") from None
+        raise BadInput(
+            f"Hugging Face repo {repo_id} is gated", f"accept its licence and set HF_TOKEN, or {local}"
+        ) from None
     except hf_errors.RepositoryNotFoundError:
-        raise BadInput(f"Hugging Face repo {repo_id} not found (or private)", f"check the name, set HF_TOKEN, or {local}") from None
+        raise BadInput(
+            f"Hugging Face repo {repo_id} not found (or private)", f"check the name, set HF_TOKEN, or {local}"
+        ) from None
     except hf_errors.LocalEntryNotFoundError:
-        raise BadInput(f"cannot reach the Hugging Face Hub for {repo_id} (offline, and config.json not cached)", local) from None
+        raise BadInput(
+            f"cannot reach the Hugging Face Hub for {repo_id} (offline, and config.json not cached)", local
+        ) from None
     except hf_errors.EntryNotFoundError:
         raise BadInput(f"Hugging Face repo {repo_id} has no config.json", local) from None
     except (hf_errors.HfHubHTTPError, OSError) as e:
-        raise BadInput(f"cannot fetch config.json of {repo_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", local) from None
+        raise BadInput(
+            f"cannot fetch config.json of {repo_id}: {str(e).splitlines()[0] if str(e) else type(e).__name__}", local
+        ) from None
     config = _read_json(Path(cfg_path), "config")
     counts = _hf_safetensors_counts(repo_id)
     total, how = None, ""
@@ -254,8 +290,16 @@ def _load_hf(repo_id: str) -> ModelSource:
             how = "safetensors index total_size" if total else ""
         except (hf_errors.EntryNotFoundError, hf_errors.HfHubHTTPError, OSError, BadInput):
             total = None  # single-file checkpoints have no index: fall back to the shape count
-    return ModelSource(name=repo_id, config=config, source=f"https://huggingface.co/{repo_id}", weights_total_size=total,
-                       stored_dtype=_stored_dtype(config), weights_size_source=how, params_by_dtype=counts, hf_id=repo_id)
+    return ModelSource(
+        name=repo_id,
+        config=config,
+        source=f"https://huggingface.co/{repo_id}",
+        weights_total_size=total,
+        stored_dtype=_stored_dtype(config),
+        weights_size_source=how,
+        params_by_dtype=counts,
+        hf_id=repo_id,
+    )
 
 
 def load_model(model: str) -> ModelSource:
@@ -279,7 +323,9 @@ def load_model(model: str) -> ModelSource:
         if path.is_dir():
             cfg = path / "config.json"
             if not cfg.is_file():
-                raise BadInput(f"{path} has no config.json", "pass the model directory that holds config.json, or the file itself")
+                raise BadInput(
+                    f"{path} has no config.json", "pass the model directory that holds config.json, or the file itself"
+                )
         else:
             cfg = path
         config = _read_json(cfg, "config")
@@ -291,8 +337,16 @@ def load_model(model: str) -> ModelSource:
             index = cfg.parent / "model.safetensors.index.json"
             total = _index_total_size(index) if index.is_file() else None
             how = "safetensors index total_size" if total else ""
-        return ModelSource(name=str(model), config=config, source=str(cfg), weights_total_size=total,
-                           stored_dtype=_stored_dtype(config), weights_size_source=how, params_by_dtype=counts, hf_id=str(cfg.parent))
+        return ModelSource(
+            name=str(model),
+            config=config,
+            source=str(cfg),
+            weights_total_size=total,
+            stored_dtype=_stored_dtype(config),
+            weights_size_source=how,
+            params_by_dtype=counts,
+            hf_id=str(cfg.parent),
+        )
     if model.endswith(".json") or model.startswith((".", "/", "~")):
         raise BadInput(f"model config {model} not found", "check the path to config.json")
     if _REPO_ID.match(model):
@@ -301,4 +355,7 @@ def load_model(model: str) -> ModelSource:
 
     close = difflib.get_close_matches(model.strip().lower(), list(_model_names()), n=3, cutoff=0.6)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise BadInput(f"unknown model {model!r}", f"{hint}pass a built-in name (`gpuops plan --model list` shows them), a config.json path or a HF repo id (org/name)")
+    raise BadInput(
+        f"unknown model {model!r}",
+        f"{hint}pass a built-in name (`gpuops plan --model list` shows them), a config.json path or a HF repo id (org/name)",
+    )

@@ -67,8 +67,13 @@ def fits(offer: Offer, need_bytes_per_gpu: int) -> bool:
     return offer.vram_bytes >= need_bytes_per_gpu * (1.0 - VRAM_TOLERANCE)
 
 
-def rank(offers: list[Offer], need_bytes_per_gpu: int = 0, max_usd_per_hour: float | None = None, spot: bool | None = None,
-         gpu_count: int | None = None) -> list[Offer]:
+def rank(
+    offers: list[Offer],
+    need_bytes_per_gpu: int = 0,
+    max_usd_per_hour: float | None = None,
+    spot: bool | None = None,
+    gpu_count: int | None = None,
+) -> list[Offer]:
     """Offers that pass ``screen``, fit and are within budget, cheapest first.
 
     ``screen``: a finite positive price, VRAM and GPU count (``gpu_count`` GPUs when given).
@@ -137,8 +142,12 @@ def delivered(order: Offer, instance: Instance) -> dict:
     gpu_name = extra.get("gpu_name") or extra.get("gpu")
     count = extra.get("num_gpus", extra.get("gpu_count"))
     card = card_of_gpu_name(str(gpu_name)) if gpu_name else None
-    return {"gpu_name": str(gpu_name) if gpu_name else None, "card": card.name if card else None,
-            "gpu_count": count, "usd_per_hour": instance.usd_per_hour}
+    return {
+        "gpu_name": str(gpu_name) if gpu_name else None,
+        "card": card.name if card else None,
+        "gpu_count": count,
+        "usd_per_hour": instance.usd_per_hour,
+    }
 
 
 def check_delivered(order: Offer, instance: Instance, max_usd_per_hour: float | None = None) -> str | None:
@@ -174,7 +183,9 @@ def check_delivered(order: Offer, instance: Instance, max_usd_per_hour: float | 
         else:
             ceiling = max(order.usd_per_hour, effective_price(order)) * (1 + PRICE_TOLERANCE) + PRICE_SLACK_USD_H
             if price > ceiling:
-                problems.append(f"charged ${price:.4f}/h against the offer's ${max(order.usd_per_hour, effective_price(order)):.4f}/h")
+                problems.append(
+                    f"charged ${price:.4f}/h against the offer's ${max(order.usd_per_hour, effective_price(order)):.4f}/h"
+                )
             elif max_usd_per_hour is not None and price > max_usd_per_hour * (1 + PRICE_TOLERANCE) + PRICE_SLACK_USD_H:
                 problems.append(f"charged ${price:.4f}/h above --max-price ${max_usd_per_hour:.4f}/h")
     return "; ".join(problems) or None

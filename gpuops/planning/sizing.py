@@ -154,7 +154,9 @@ class CardPlan:
             "max_batch": int(self.max_batch),
             "decode_tok_s": None if self.decode_tok_s is None else round(self.decode_tok_s, 3),
             "ridge_flop_per_byte": round(self.ridge_flop_per_byte, 3),
-            "usd_per_mtoken": None if self.usd_per_mtoken is None else {k: (None if v is None else round(v, 6)) for k, v in self.usd_per_mtoken.items()},
+            "usd_per_mtoken": None
+            if self.usd_per_mtoken is None
+            else {k: (None if v is None else round(v, 6)) for k, v in self.usd_per_mtoken.items()},
             "engine": self.engine,
             "budget_bytes": int(self.budget_bytes),
             "kv_pool_bytes": int(self.kv_pool_bytes),
@@ -313,18 +315,33 @@ def mxfp4_padding_bytes(p: Plan, card: Card) -> tuple[int, str]:
         return 0, ""
     name, ia, ha = be
     cfg = _text_config(p.src.config)[0] if p.src is not None else {}
-    width = _int_key(cfg, "moe_intermediate_size") if cfg.get("moe_intermediate_size") else _int_key(cfg, "intermediate_size")
+    width = (
+        _int_key(cfg, "moe_intermediate_size")
+        if cfg.get("moe_intermediate_size")
+        else _int_key(cfg, "intermediate_size")
+    )
     per = -(-width // p.gpu_count)
     ip, hp = _round_up(per, ia), _round_up(a.hidden, ha)
     ml = round(a.breakdown.get("experts", 0) / (a.experts * 3 * a.hidden * width)) if width else 0
-    extra = ml * a.experts * (3 * (ip * hp - per * a.hidden) * MXFP4_BYTES_PER_PARAM + 2 * (2 * (ip - per) + (hp - a.hidden)))
-    note = (f"MXFP4 on {name}: experts padded to {ip} x {hp} (checkpoint {per} x {a.hidden}), +{extra / GIB:.2f} GiB per GPU"
-            if extra else "")
+    extra = (
+        ml
+        * a.experts
+        * (3 * (ip * hp - per * a.hidden) * MXFP4_BYTES_PER_PARAM + 2 * (2 * (ip - per) + (hp - a.hidden)))
+    )
+    note = (
+        f"MXFP4 on {name}: experts padded to {ip} x {hp} (checkpoint {per} x {a.hidden}), +{extra / GIB:.2f} GiB per GPU"
+        if extra
+        else ""
+    )
     return int(extra), note
 
 
 def _layout(p: Plan) -> KVLayout:
-    return p.kv_layout if p.kv_layout is not None else vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid)
+    return (
+        p.kv_layout
+        if p.kv_layout is not None
+        else vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid)
+    )
 
 
 def _request_kv_per_gpu(p: Plan, seq: int, card: Card | None) -> int:
@@ -366,7 +383,9 @@ def _weights_read(p: Plan, batch: int) -> float:
 def _step_tok_s(p: Plan, card: Card, flops: float, batch: int) -> float:
     n, kv_n = _split(p.arch, p.gpu_count)
     bw = card.bandwidth_bytes_s * n
-    kv_read = kv_cache_bytes(p.arch, p.kv_dtype, batch, p.seq, p.dtype) * (n / kv_n)  # replicated KV is read on every GPU
+    kv_read = kv_cache_bytes(p.arch, p.kv_dtype, batch, p.seq, p.dtype) * (
+        n / kv_n
+    )  # replicated KV is read on every GPU
     mem_t = (_weights_read(p, batch) + kv_read) / bw
     cmp_t = 2.0 * p.active_params * batch / (flops * n)
     return batch / max(mem_t, cmp_t)
@@ -380,6 +399,7 @@ def _compute_bound_batch(p: Plan, card: Card, flops: float) -> float:
 
     def gap(b: float) -> float:
         return 2.0 * p.active_params * b / flops - _weights_read(p, max(1, int(b))) / bw
+
     if not p.arch.experts:
         return flops / bw * _weights_read(p, 1) / (2.0 * p.active_params)
     lo, hi = 0.0, 1.0
@@ -403,11 +423,26 @@ def vllm_command(p: Plan, card: Card | None) -> str:
     --max-num-batched-tokens when set). Every value is quoted."""
     mnbt, mns = _batch_settings(p, card)
     src = p.src
-    model = (src.hf_id if src is not None and src.hf_id else p.model)
-    env = ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"] if p.chunked_hybrid and CHUNKED in p.arch.kinds else []
-    parts = [*env, "vllm", "serve", shlex.quote(model), "--max-model-len", str(p.seq), "--gpu-memory-utilization", _fmt_util(p.headroom),
-             "--max-num-seqs", str(mns), "--kv-cache-dtype", "fp8" if p.kv_dtype == "fp8" else "auto",
-             "--tensor-parallel-size", str(p.gpu_count)]
+    model = src.hf_id if src is not None and src.hf_id else p.model
+    env = (
+        ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"] if p.chunked_hybrid and CHUNKED in p.arch.kinds else []
+    )
+    parts = [
+        *env,
+        "vllm",
+        "serve",
+        shlex.quote(model),
+        "--max-model-len",
+        str(p.seq),
+        "--gpu-memory-utilization",
+        _fmt_util(p.headroom),
+        "--max-num-seqs",
+        str(mns),
+        "--kv-cache-dtype",
+        "fp8" if p.kv_dtype == "fp8" else "auto",
+        "--tensor-parallel-size",
+        str(p.gpu_count),
+    ]
     if p.max_num_batched_tokens:
         parts += ["--max-num-batched-tokens", str(mnbt)]
     if p.quant is not None and not p.quant.from_checkpoint:
@@ -440,23 +475,39 @@ def _card_plan(p: Plan, card: Card) -> CardPlan:
         ctx_fits = True
         if p.arch.max_context and p.arch.max_context > p.seq:
             ctx_fits = pool >= _layout(p).layer_bytes(p.arch.max_context, mnbt)  # check_enough_kv_cache_memory
-        extra.update(kv_pool_bytes=max(0, pool), max_concurrency=conc, engine_command=vllm_command(p, card), fixed_bytes=fixed,
-                     per_request_bytes=per_req, activation_bytes=act, overhead_bytes=over, cuda_graph_bytes=graphs,
-                     max_num_seqs=mns, max_num_batched_tokens=mnbt, context_fits=ctx_fits)
+        extra.update(
+            kv_pool_bytes=max(0, pool),
+            max_concurrency=conc,
+            engine_command=vllm_command(p, card),
+            fixed_bytes=fixed,
+            per_request_bytes=per_req,
+            activation_bytes=act,
+            overhead_bytes=over,
+            cuda_graph_bytes=graphs,
+            max_num_seqs=mns,
+            max_num_batched_tokens=mnbt,
+            context_fits=ctx_fits,
+        )
         fits = need <= budget and pool > 0
         extra["note"] = mxfp4_padding_bytes(p, card)[1]
         if p.quant is not None and p.quant.method == "mxfp4" and mxfp4_backend(card) is None:
             fits, mb = False, 0  # Mxfp4Config.get_min_capability: 80
-            extra["note"] = f"vLLM {VLLM_VERSION} runs MXFP4 on compute capability >= 8.0 only; {card.display} is {card.compute_capability:g}"
+            extra["note"] = (
+                f"vLLM {VLLM_VERSION} runs MXFP4 on compute capability >= 8.0 only; {card.display} is {card.compute_capability:g}"
+            )
     else:
         need = per_gpu_bytes(p, p.batch)
         fixed = per_gpu_bytes(p, 0)
         per_seq = per_gpu_bytes(p, 1) - fixed
         mb = max_batch_for(budget, fixed, per_seq)
         pool = budget - fixed
-        extra.update(kv_pool_bytes=max(0, pool) if p.mode != "train" else 0,
-                     max_concurrency=(max(0, pool) / per_seq if per_seq > 0 and p.mode != "train" else 0.0),
-                     fixed_bytes=fixed, per_request_bytes=per_seq, overhead_bytes=p.overhead_bytes)
+        extra.update(
+            kv_pool_bytes=max(0, pool) if p.mode != "train" else 0,
+            max_concurrency=(max(0, pool) / per_seq if per_seq > 0 and p.mode != "train" else 0.0),
+            fixed_bytes=fixed,
+            per_request_bytes=per_seq,
+            overhead_bytes=p.overhead_bytes,
+        )
         fits = need <= budget
     if p.mode == "train":
         return CardPlan(card, n, need, budget, fits, mb, None, None, None, ridge, flops, None, price, None, **extra)
@@ -464,11 +515,15 @@ def _card_plan(p: Plan, card: Card) -> CardPlan:
     b1 = _step_tok_s(p, card, flops, 1)
     bmax = _step_tok_s(p, card, flops, mb) if mb >= 1 else None
     cbb = _compute_bound_batch(p, card, flops)
-    usd = {
-        "ceiling": dollars_per_mtoken(price, ceiling),
-        "batch_1": dollars_per_mtoken(price, b1),
-        "max_batch": dollars_per_mtoken(price, bmax) if bmax else None,
-    } if price > 0 else None
+    usd = (
+        {
+            "ceiling": dollars_per_mtoken(price, ceiling),
+            "batch_1": dollars_per_mtoken(price, b1),
+            "max_batch": dollars_per_mtoken(price, bmax) if bmax else None,
+        }
+        if price > 0
+        else None
+    )
     return CardPlan(card, n, need, budget, fits, mb, ceiling, b1, bmax, ridge, flops, cbb, price, usd, **extra)
 
 
@@ -496,15 +551,19 @@ def _serving_dtype(src: ModelSource, dtype: str | None, engine: str) -> tuple[st
     asked = None if dtype is None or str(dtype).strip().lower() in AUTO else norm_dtype(dtype)
     if q is not None:
         if asked is not None and asked != q.dtype:
-            raise BadInput(f"--dtype {asked} contradicts the checkpoint: it is quantized ({q.label})",
-                           f"drop --dtype (its quantization_config sets the weight size){', or pass --dtype ' + q.dtype if q.known else ''}")
+            raise BadInput(
+                f"--dtype {asked} contradicts the checkpoint: it is quantized ({q.label})",
+                f"drop --dtype (its quantization_config sets the weight size){', or pass --dtype ' + q.dtype if q.known else ''}",
+            )
         return q.dtype, q
     if asked is None:
         stored = src.stored_dtype or "bf16"
         return ("bf16" if stored == "fp32" and engine != "train" else stored), None
     if asked == "mxfp4":  # vLLM 0.11 loads MXFP4 from a checkpoint only (Mxfp4MoEMethod has no online path)
-        raise BadInput("--dtype mxfp4 needs an MXFP4 checkpoint (quantization_config quant_method mxfp4, e.g. gpt-oss)",
-                       "drop --dtype, or use --dtype fp8 / int4 on this checkpoint")
+        raise BadInput(
+            "--dtype mxfp4 needs an MXFP4 checkpoint (quantization_config quant_method mxfp4, e.g. gpt-oss)",
+            "drop --dtype, or use --dtype fp8 / int4 on this checkpoint",
+        )
     return asked, online_quant(asked)
 
 
@@ -512,22 +571,28 @@ def _layout_notes(arch: Architecture, layout: KVLayout, kv: str, dtype: str, seq
     """What the engine's KV cache layout does to this model, one line each (the plan's warnings)."""
     out: list[str] = []
     if arch.mamba_layers:
-        out.append(f"{arch.mamba_layers} {arch.mamba.kind} layers ({arch.mamba.source}) hold a fixed state per request, no per-token KV; "
-                   f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a state "
-                   "(vllm/model_executor/models/config.py HybridAttentionMambaModelConfig, 0.11)")
+        out.append(
+            f"{arch.mamba_layers} {arch.mamba.kind} layers ({arch.mamba.source}) hold a fixed state per request, no per-token KV; "
+            f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a state "
+            "(vllm/model_executor/models/config.py HybridAttentionMambaModelConfig, 0.11)"
+        )
     if layout.padding_layers:
         full = layout.layer_bytes(seq, mnbt)
-        out.append(f"vLLM's hybrid KV cache groups layers {layout.group_size} to a group and pads {layout.padding_layers} layers "
-                   f"(vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, 0.11): a request of {seq:,} tokens "
-                   f"takes {layout.bytes_per_request(seq, mnbt) / full - 1:.1%} more KV than the layers hold")
+        out.append(
+            f"vLLM's hybrid KV cache groups layers {layout.group_size} to a group and pads {layout.padding_layers} layers "
+            f"(vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, 0.11): a request of {seq:,} tokens "
+            f"takes {layout.bytes_per_request(seq, mnbt) / full - 1:.1%} more KV than the layers hold"
+        )
     if CHUNKED in arch.kinds and not layout.hybrid:
         on = vllm_kv_layout(arch, kv, dtype, 1, chunked_hybrid=True)
         off = vllm_kv_layout(arch, kv, dtype, 1)
         save = 1 - on.bytes_per_request(seq, mnbt) / off.bytes_per_request(seq, mnbt)
-        out.append(f"chunked local attention (attention_chunk_size {arch.attention_chunk}) on {arch.kinds.count(CHUNKED)} of "
-                   f"{len(arch.kinds)} layers: vLLM {VLLM_VERSION} caches them as full attention (the hybrid KV cache manager is off "
-                   f"for chunked attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; 0.12 keeps that default); "
-                   f"planned that way. With it set, a request of {seq:,} tokens needs {save:.0%} less KV")
+        out.append(
+            f"chunked local attention (attention_chunk_size {arch.attention_chunk}) on {arch.kinds.count(CHUNKED)} of "
+            f"{len(arch.kinds)} layers: vLLM {VLLM_VERSION} caches them as full attention (the hybrid KV cache manager is off "
+            f"for chunked attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; 0.12 keeps that default); "
+            f"planned that way. With it set, a request of {seq:,} tokens needs {save:.0%} less KV"
+        )
     return out
 
 
@@ -575,42 +640,63 @@ def plan(
     seq = _positive_int(seq, "--seq", "4096")
     gpu_count = _positive_int(gpu_count, "--gpu-count", "2")
     mns = None if max_num_seqs is None else _positive_int(max_num_seqs, "--max-num-seqs", "256")
-    mnbt = None if max_num_batched_tokens is None else _positive_int(max_num_batched_tokens, "--max-num-batched-tokens", "8192")
+    mnbt = (
+        None
+        if max_num_batched_tokens is None
+        else _positive_int(max_num_batched_tokens, "--max-num-batched-tokens", "8192")
+    )
     if headroom is None:
         headroom = DEFAULT_HEADROOM
     try:
         headroom = float(headroom)
     except (TypeError, ValueError):
-        raise BadInput(f"--gpu-memory-utilization must be a fraction, got {headroom!r}", "e.g. --gpu-memory-utilization 0.9") from None
+        raise BadInput(
+            f"--gpu-memory-utilization must be a fraction, got {headroom!r}", "e.g. --gpu-memory-utilization 0.9"
+        ) from None
     if not 0 < headroom <= 1:
-        raise BadInput(f"--gpu-memory-utilization must be in (0, 1], got {headroom:g}", "e.g. --gpu-memory-utilization 0.9 (vLLM's default)")
+        raise BadInput(
+            f"--gpu-memory-utilization must be in (0, 1], got {headroom:g}",
+            "e.g. --gpu-memory-utilization 0.9 (vLLM's default)",
+        )
     dtype_n, quant = _serving_dtype(src, dtype, engine)
-    kv = default_kv_dtype(dtype_n) if kv_dtype is None or str(kv_dtype).strip().lower() in AUTO else norm_dtype(kv_dtype, kv=True)
+    kv = (
+        default_kv_dtype(dtype_n)
+        if kv_dtype is None or str(kv_dtype).strip().lower() in AUTO
+        else norm_dtype(kv_dtype, kv=True)
+    )
     chosen = tuple(resolve_cards(card)) if card else cards_for(vendor_for(vendor))
 
     arch = architecture(src.config)
     if engine == "vllm" and not tp_splits(arch, gpu_count):
         takes = [str(n) for n in range(2, MAX_TP + 1) if tp_splits(arch, n)]
-        raise TensorParallelRefused(f"vLLM cannot split {src.name}'s {arch.heads} attention heads over --gpu-count {gpu_count} "
-                                    "(tensor parallelism needs a count that divides them)",
-                                    f"pass --gpu-count {', '.join(takes[:-1]) + ' or ' + takes[-1] if len(takes) > 1 else '1'}")
+        raise TensorParallelRefused(
+            f"vLLM cannot split {src.name}'s {arch.heads} attention heads over --gpu-count {gpu_count} "
+            "(tensor parallelism needs a count that divides them)",
+            f"pass --gpu-count {', '.join(takes[:-1]) + ' or ' + takes[-1] if len(takes) > 1 else '1'}",
+        )
     w = resolve_weights(src, arch, dtype_n, quant, mode)
     warnings = list(arch.notes) + list(w.notes)
     if card and alias_note(card):
         warnings.append(alias_note(card))
     unverified = not w.verified
     if unverified:
-        warnings.append("unverified: nothing confirms the weight count (a family gpuops does not know and no checkpoint byte count); "
-                        "`up --model` refuses to rent on it without --allow-unverified")
+        warnings.append(
+            "unverified: nothing confirms the weight count (a family gpuops does not know and no checkpoint byte count); "
+            "`up --model` refuses to rent on it without --allow-unverified"
+        )
     if arch.max_context and seq > arch.max_context:
-        warnings.append(f"--seq {seq} is beyond the model's context ({arch.max_context} tokens, max_position_embeddings)")
+        warnings.append(
+            f"--seq {seq} is beyond the model's context ({arch.max_context} tokens, max_position_embeddings)"
+        )
     if dtype_n == "bf16" and chosen and all(not c.bf16_native for c in chosen):
         names = ", ".join(c.name for c in chosen)
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
     n = gpu_count
     layout = vllm_kv_layout(arch, kv, dtype_n, n, bool(chunked_hybrid)) if engine == "vllm" else None
     if layout is not None:
-        warnings += _layout_notes(arch, layout, kv, dtype_n, seq, mnbt or (vllm_batch_defaults(chosen[0])[0] if len(chosen) == 1 else 2048))
+        warnings += _layout_notes(
+            arch, layout, kv, dtype_n, seq, mnbt or (vllm_batch_defaults(chosen[0])[0] if len(chosen) == 1 else 2048)
+        )
     if engine == "vllm":
         # plan-level figures: the one card's defaults when one card is planned, else the smaller ones
         ref_mnbt, ref_mns = vllm_batch_defaults(chosen[0]) if len(chosen) == 1 else (2048, 256)
@@ -624,24 +710,52 @@ def plan(
         act = activation_bytes(arch, dtype_n, batch, seq, mode)
         total = w.total + kv_cache + act + overhead * n
     p = Plan(
-        model=src.name, source=src.source, arch=arch, params=arch.params, active_params=arch.active_params,
-        dtype=dtype_n, kv_dtype=kv, batch=batch, seq=seq, mode=mode, gpu_count=gpu_count, headroom=headroom,
-        weights_bytes=w.total, weights_source=w.source, kv_bytes_per_token=kv_bytes_per_token(arch, kv),
-        kv_cache_bytes=kv_cache, activation_bytes=act, overhead_bytes=overhead,
-        total_bytes=total, cards=(), warnings=tuple(warnings), engine=engine, unverified=unverified, weight_parts=w.parts,
-        quant=quant, src=src, max_num_seqs=mns, max_num_batched_tokens=mnbt,
+        model=src.name,
+        source=src.source,
+        arch=arch,
+        params=arch.params,
+        active_params=arch.active_params,
+        dtype=dtype_n,
+        kv_dtype=kv,
+        batch=batch,
+        seq=seq,
+        mode=mode,
+        gpu_count=gpu_count,
+        headroom=headroom,
+        weights_bytes=w.total,
+        weights_source=w.source,
+        kv_bytes_per_token=kv_bytes_per_token(arch, kv),
+        kv_cache_bytes=kv_cache,
+        activation_bytes=act,
+        overhead_bytes=overhead,
+        total_bytes=total,
+        cards=(),
+        warnings=tuple(warnings),
+        engine=engine,
+        unverified=unverified,
+        weight_parts=w.parts,
+        quant=quant,
+        src=src,
+        max_num_seqs=mns,
+        max_num_batched_tokens=mnbt,
         cuda_graph_bytes=VLLM_CUDA_GRAPH_BYTES if engine == "vllm" else 0,
-        kv_layout=layout, chunked_hybrid=bool(chunked_hybrid),
+        kv_layout=layout,
+        chunked_hybrid=bool(chunked_hybrid),
     )
     p = _with_cards(p, chosen)
     if engine == "vllm" and arch.max_context and arch.max_context > seq:
         short = [c.card.name for c in p.cards if c.fits and not c.context_fits]
         if short:
             need = p.kv_layout.layer_bytes(arch.max_context, mnbt or ref_mnbt)
-            p = replace(p, warnings=p.warnings + (
-                f"vLLM's default --max-model-len is max_position_embeddings ({arch.max_context:,} tokens, {need / GIB:,.2f} GiB of KV "
-                f"per GPU): it does not fit the KV pool on {', '.join(short)} and vLLM would refuse to start; "
-                f"keep --max-model-len {seq} from the engine command",))
+            p = replace(
+                p,
+                warnings=p.warnings
+                + (
+                    f"vLLM's default --max-model-len is max_position_embeddings ({arch.max_context:,} tokens, {need / GIB:,.2f} GiB of KV "
+                    f"per GPU): it does not fit the KV pool on {', '.join(short)} and vLLM would refuse to start; "
+                    f"keep --max-model-len {seq} from the engine command",
+                ),
+            )
     return p
 
 
@@ -699,18 +813,31 @@ def fit_advice(p: Plan) -> str:
     if p.batch > 1 and big.max_batch >= 1:
         fixes.append(f"--batch {big.max_batch}")
     what = " or ".join(fixes) if fixes else "a smaller model"
-    return (f"needs {fmt_bytes(big.need_bytes_per_gpu)} per GPU; {big.card.name} x{p.gpu_count} has "
-            f"{fmt_bytes(big.budget_bytes)} at {p.headroom:.0%} of its {big.card.engine_visible_bytes / GIB:.2f} GiB, "
-            f"{fmt_bytes(short)} short; try {what} on {big.card.name}")
+    return (
+        f"needs {fmt_bytes(big.need_bytes_per_gpu)} per GPU; {big.card.name} x{p.gpu_count} has "
+        f"{fmt_bytes(big.budget_bytes)} at {p.headroom:.0%} of its {big.card.engine_visible_bytes / GIB:.2f} GiB, "
+        f"{fmt_bytes(short)} short; try {what} on {big.card.name}"
+    )
 
 
 def _replan(p: Plan, card: Card, **args: Any) -> Plan:
     """``p`` with another dtype / KV dtype / GPU count on ``card`` (same model, no reload)."""
     assert p.src is not None
     dtype = args["dtype"] if not (p.quant is not None and p.quant.from_checkpoint) else None
-    q = plan(p.src, dtype=dtype, kv_dtype=args["kv_dtype"], batch=p.batch, seq=p.seq, mode=p.mode, gpu_count=args["gpu_count"],
-             headroom=p.headroom, card=card.name, engine=p.engine, max_num_seqs=p.max_num_seqs,
-             max_num_batched_tokens=p.max_num_batched_tokens)
+    q = plan(
+        p.src,
+        dtype=dtype,
+        kv_dtype=args["kv_dtype"],
+        batch=p.batch,
+        seq=p.seq,
+        mode=p.mode,
+        gpu_count=args["gpu_count"],
+        headroom=p.headroom,
+        card=card.name,
+        engine=p.engine,
+        max_num_seqs=p.max_num_seqs,
+        max_num_batched_tokens=p.max_num_batched_tokens,
+    )
     return q
 
 
@@ -747,17 +874,32 @@ def size_for_up(
     missing on the largest card and what would make it fit, ``fit_advice``), and when the plan is
     unverified unless ``allow_unverified`` (``--allow-unverified``).
     """
-    p = plan(model, dtype=dtype, kv_dtype=kv_dtype, batch=batch, seq=seq, mode="infer", gpu_count=gpu_count,
-             headroom=headroom, card=card, engine=engine, vendor=vendor_for(vendor, image, card))
+    p = plan(
+        model,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        batch=batch,
+        seq=seq,
+        mode="infer",
+        gpu_count=gpu_count,
+        headroom=headroom,
+        card=card,
+        engine=engine,
+        vendor=vendor_for(vendor, image, card),
+    )
     if p.unverified and not allow_unverified:
-        raise BadInput(f"{p.model}: the plan is unverified (model_type {p.arch.family!r} is not a family gpuops counts, and no "
-                       "checkpoint byte count confirms it)",
-                       "pass the model directory with its *.safetensors or index, or add --allow-unverified to rent on the guess")
+        raise BadInput(
+            f"{p.model}: the plan is unverified (model_type {p.arch.family!r} is not a family gpuops counts, and no "
+            "checkpoint byte count confirms it)",
+            "pass the model directory with its *.safetensors or index, or add --allow-unverified to rent on the guess",
+        )
     fitting = tuple(c.card.name for c in p.cards if c.fits)
     if not fitting:
         where = f"--card {card}" if card else "catalog card"
-        raise BadInput(f"{p.model} ({p.dtype}, KV {p.kv_dtype}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s), {p.engine}) fits no {where}",
-                       fit_advice(p))
+        raise BadInput(
+            f"{p.model} ({p.dtype}, KV {p.kv_dtype}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s), {p.engine}) fits no {where}",
+            fit_advice(p),
+        )
     return need_bytes_per_gpu(p), fitting, p
 
 

@@ -54,8 +54,10 @@ class StoragePlan:
     reasons: tuple[str, ...]
 
     def as_json(self) -> dict:
-        return {k: getattr(self, k) if not isinstance(getattr(self, k), tuple) else list(getattr(self, k))
-                for k in self.__dataclass_fields__}
+        return {
+            k: getattr(self, k) if not isinstance(getattr(self, k), tuple) else list(getattr(self, k))
+            for k in self.__dataclass_fields__
+        }
 
 
 def _positive(value, flag: str, example: str, integer: bool = False) -> float:
@@ -64,12 +66,23 @@ def _positive(value, flag: str, example: str, integer: bool = False) -> float:
     except (TypeError, ValueError):
         raise BadInput(f"{flag} must be a number, got {value!r}", f"e.g. {flag} {example}") from None
     if not math.isfinite(x) or x <= 0 or (integer and x != int(x)):
-        raise BadInput(f"{flag} must be a positive {'whole ' if integer else ''}number, got {value!r}", f"e.g. {flag} {example}")
+        raise BadInput(
+            f"{flag} must be a positive {'whole ' if integer else ''}number, got {value!r}", f"e.g. {flag} {example}"
+        )
     return x
 
 
-def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_GBPS), provider: str = "runpod", dtype: str = "bf16",
-                 card: str | None = None, usd_per_hour=None, usd_per_gb_month=None) -> StoragePlan:
+def storage_plan(
+    model: str,
+    *,
+    runs_per_month="20",
+    download_gbps=str(DEFAULT_GBPS),
+    provider: str = "runpod",
+    dtype: str = "bf16",
+    card: str | None = None,
+    usd_per_hour=None,
+    usd_per_gb_month=None,
+) -> StoragePlan:
     """The plan for ``model`` (anything ``gpuops plan --model`` takes).
 
     ``runs_per_month``: boxes started per month that need the weights; ``download_gbps``: Gbit/s
@@ -85,7 +98,10 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     runs = int(_positive(runs_per_month, "--runs-per-month", "20", integer=True))
     gbps = _positive(download_gbps, "--download-gbps", "1")
     if provider not in WITH_VOLUMES:
-        raise BadInput(f"--provider must be {' or '.join(WITH_VOLUMES)}, got {provider!r}", f"volumes exist on {' and '.join(WITH_VOLUMES)}")
+        raise BadInput(
+            f"--provider must be {' or '.join(WITH_VOLUMES)}, got {provider!r}",
+            f"volumes exist on {' and '.join(WITH_VOLUMES)}",
+        )
     service = REGISTRY[provider].volumes()  # type: ignore[misc]
     src = load_model(model)
     p = planner.plan(src, dtype=dtype, card=card)
@@ -100,7 +116,10 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     elif fitting:
         price, card_name = float(fitting[0].usd_per_hour), fitting[0].card.name
     else:
-        raise BadInput(f"no catalog card{' ' + card if card else ''} holds {p.model}", "pass --usd-per-hour, or --card with one that fits")
+        raise BadInput(
+            f"no catalog card{' ' + card if card else ''} holds {p.model}",
+            "pass --usd-per-hour, or --card with one that fits",
+        )
     gb = wbytes / 1e9
     vol_gb = max(1, math.ceil(gb * VOLUME_HEADROOM))
     if usd_per_gb_month is not None:
@@ -118,20 +137,43 @@ def storage_plan(model: str, *, runs_per_month="20", download_gbps=str(DEFAULT_G
     ]
     keep = breakeven is not None and runs > breakeven
     if keep:
-        reasons.append(f"weights: {runs} runs/month x {per_run:.4f} USD = {per_month:.2f} USD/month refetching > "
-                       f"{vol_usd:.2f} USD/month for a {vol_gb} GB volume (break-even {breakeven:.1f} runs)")
+        reasons.append(
+            f"weights: {runs} runs/month x {per_run:.4f} USD = {per_month:.2f} USD/month refetching > "
+            f"{vol_usd:.2f} USD/month for a {vol_gb} GB volume (break-even {breakeven:.1f} runs)"
+        )
     else:
-        reasons.append(f"weights: {runs} runs/month x {per_run:.4f} USD = {per_month:.2f} USD/month refetching <= "
-                       f"{vol_usd:.2f} USD/month for a {vol_gb} GB volume (break-even {breakeven:.1f} runs)" if breakeven else "weights: free to refetch")
+        reasons.append(
+            f"weights: {runs} runs/month x {per_run:.4f} USD = {per_month:.2f} USD/month refetching <= "
+            f"{vol_usd:.2f} USD/month for a {vol_gb} GB volume (break-even {breakeven:.1f} runs)"
+            if breakeven
+            else "weights: free to refetch"
+        )
     slow = secs > BOOTSTRAP_TARGET_S
     if slow:
-        reasons.append(f"time: the download alone takes {secs / 60:.1f} min, over the 5-minute bootstrap target (boot to running GPU code): "
-                       "only a warm volume meets it")
+        reasons.append(
+            f"time: the download alone takes {secs / 60:.1f} min, over the 5-minute bootstrap target (boot to running GPU code): "
+            "only a warm volume meets it"
+        )
     if service.plan_note:
         reasons.append(f"note: {service.plan_note}")
     rec = "keep the weights on a volume" if keep or slow else "refetch the weights every run (no volume)"
-    return StoragePlan(model=p.model, weights_bytes=wbytes, weights_source=wsrc, provider=provider, volume_gb=vol_gb, usd_per_gb_month=per_gb,
-                       volume_usd_per_month=round(vol_usd, 4), price_source=psrc, download_gbps=gbps, download_seconds=round(secs, 1),
-                       card=card_name, box_usd_per_hour=price, refetch_usd_per_run=round(per_run, 6), runs_per_month=runs,
-                       refetch_usd_per_month=round(per_month, 4), break_even_runs=round(breakeven, 2) if breakeven else None,
-                       recommendation=rec, reasons=tuple(reasons))
+    return StoragePlan(
+        model=p.model,
+        weights_bytes=wbytes,
+        weights_source=wsrc,
+        provider=provider,
+        volume_gb=vol_gb,
+        usd_per_gb_month=per_gb,
+        volume_usd_per_month=round(vol_usd, 4),
+        price_source=psrc,
+        download_gbps=gbps,
+        download_seconds=round(secs, 1),
+        card=card_name,
+        box_usd_per_hour=price,
+        refetch_usd_per_run=round(per_run, 6),
+        runs_per_month=runs,
+        refetch_usd_per_month=round(per_month, 4),
+        break_even_runs=round(breakeven, 2) if breakeven else None,
+        recommendation=rec,
+        reasons=tuple(reasons),
+    )

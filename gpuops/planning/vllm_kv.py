@@ -64,7 +64,9 @@ class LayerSpec:
         if self.kind == MAMBA:
             return self.page_bytes
         if self.kind == SLIDING:
-            return (cdiv(min(self.window - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1) * self.page_bytes
+            return (
+                cdiv(min(self.window - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
+            ) * self.page_bytes
         if self.kind == CHUNKED:
             return cdiv(min(self.window + max_num_batched_tokens, max_model_len), self.block_size) * self.page_bytes
         return cdiv(max_model_len, self.block_size) * self.page_bytes
@@ -180,7 +182,7 @@ def kv_layout(specs: list[LayerSpec], *, hybrid_allocator: bool = True, version:
     for s in specs:
         by_spec[s] = by_spec.get(s, 0) + 1
     if len(by_spec) == 1:
-        (spec, n), = by_spec.items()
+        ((spec, n),) = by_spec.items()
         return KVLayout((KVGroup(spec, n),), n, page, hybrid_allocator, 0, unified)
     counts = list(by_spec.values())
     size = min(counts)
@@ -196,7 +198,9 @@ def kv_layout(specs: list[LayerSpec], *, hybrid_allocator: bool = True, version:
     return KVLayout(tuple(groups), size, page, hybrid_allocator, padding, unified)
 
 
-def attention_block_size(attn_page_bytes_per_token: int, mamba_page_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
+def attention_block_size(
+    attn_page_bytes_per_token: int, mamba_page_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE
+) -> int:
     """Tokens per attention block in a model with Mamba / linear-attention layers.
 
     ``HybridAttentionMambaModelConfig.verify_and_update_config``: the smallest multiple of 16

@@ -44,13 +44,13 @@ class InstanceStatus(str, enum.Enum):
 class Offer:
     """A rentable configuration.
 
-    ``vram_bytes`` is per GPU; ``usd_per_hour`` is the whole box (all GPUs, storage included where
-    the provider bills it hourly). ``min_bid`` is USD/h for interruptible offers, else None.
-    ``reliability`` is 0..1 (1 when the provider publishes none). ``storage_usd_per_hour`` is what
-    the provider bills beside a bid (Vast: the disk, ``storage_total_cost``); ``listed_usd_per_hour``
-    an interruptible offer's on-demand price where the provider gave it (Vast: the same machine's
-on-demand row). ``price`` is what the row costs per hour if rented as
-    offered (on spot: the bid + storage).
+        ``vram_bytes`` is per GPU; ``usd_per_hour`` is the whole box (all GPUs, storage included where
+        the provider bills it hourly). ``min_bid`` is USD/h for interruptible offers, else None.
+        ``reliability`` is 0..1 (1 when the provider publishes none). ``storage_usd_per_hour`` is what
+        the provider bills beside a bid (Vast: the disk, ``storage_total_cost``); ``listed_usd_per_hour``
+        an interruptible offer's on-demand price where the provider gave it (Vast: the same machine's
+    on-demand row). ``price`` is what the row costs per hour if rented as
+        offered (on spot: the bid + storage).
     """
 
     provider: str
@@ -68,7 +68,9 @@ on-demand row). ``price`` is what the row costs per hour if rented as
     simulated: bool = False
     machine_id: str = ""  # the host machine, where the provider has one (Vast); a Vast volume mounts only there
     storage_usd_per_hour: float = 0.0
-    listed_usd_per_hour: float | None = None  # an interruptible offer's on-demand price, where the provider gives one (Vast's dph_total)
+    listed_usd_per_hour: float | None = (
+        None  # an interruptible offer's on-demand price, where the provider gives one (Vast's dph_total)
+    )
 
     @property
     def price(self) -> float:

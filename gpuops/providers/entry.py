@@ -101,5 +101,3 @@ class ProviderEntry:
     def agent_destroy_kind(self) -> str:
         """``destroy.kind`` in the on-box agent's config for its boxes (``bootstrap/agent.py``)."""
         return self.name.value
-
-

@@ -47,42 +47,62 @@ def _install() -> None:
         def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):
             g = getattr(_STATE, "guard", None)
             if g is None:
-                return original(self, request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
+                return original(
+                    self, request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies
+                )
             deadline, max_bytes, what = g
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ProviderError(ProviderErrorKind.TIMEOUT, f"{what}: no answer within the call's deadline", "retry later")
-            connect, read = (timeout if isinstance(timeout, tuple) else (timeout, timeout))
+                raise ProviderError(
+                    ProviderErrorKind.TIMEOUT, f"{what}: no answer within the call's deadline", "retry later"
+                )
+            connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
             bounded = (min(connect or left, left), min(read or left, left))
             try:
                 resp = original(self, request, stream=True, timeout=bounded, verify=verify, cert=cert, proxies=proxies)
             except Exception as e:  # requests' Timeout/ConnectionError: past our deadline it is ours
                 if time.monotonic() >= deadline:
-                    raise ProviderError(ProviderErrorKind.TIMEOUT, f"{what}: no answer within the call's deadline", "retry later") from None
+                    raise ProviderError(
+                        ProviderErrorKind.TIMEOUT, f"{what}: no answer within the call's deadline", "retry later"
+                    ) from None
                 raise e
             declared = resp.headers.get("Content-Length")
             if declared and declared.isdigit() and int(declared) > max_bytes:
                 resp.close()
-                raise ProviderError(ProviderErrorKind.SERVER, f"{what}: reply of {int(declared)} bytes is over the {max_bytes}-byte cap", "retry later")
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"{what}: reply of {int(declared)} bytes is over the {max_bytes}-byte cap",
+                    "retry later",
+                )
             body = bytearray()
             try:
                 while True:
                     if time.monotonic() >= deadline:
-                        raise ProviderError(ProviderErrorKind.TIMEOUT, f"{what}: the reply did not finish within the call's deadline", "retry later")
+                        raise ProviderError(
+                            ProviderErrorKind.TIMEOUT,
+                            f"{what}: the reply did not finish within the call's deadline",
+                            "retry later",
+                        )
                     # read1: what has arrived (up to CHUNK_BYTES), so a trickle cannot hold one read past the deadline
                     chunk = resp.raw.read1(CHUNK_BYTES, decode_content=True)
                     if not chunk:
                         break
                     body += chunk
                     if len(body) > max_bytes:
-                        raise ProviderError(ProviderErrorKind.SERVER, f"{what}: reply over the {max_bytes}-byte cap", "retry later")
+                        raise ProviderError(
+                            ProviderErrorKind.SERVER, f"{what}: reply over the {max_bytes}-byte cap", "retry later"
+                        )
             except ProviderError:
                 resp.close()
                 raise
             except Exception:  # a socket timeout mid-body
                 resp.close()
                 if time.monotonic() >= deadline:
-                    raise ProviderError(ProviderErrorKind.TIMEOUT, f"{what}: the reply did not finish within the call's deadline", "retry later") from None
+                    raise ProviderError(
+                        ProviderErrorKind.TIMEOUT,
+                        f"{what}: the reply did not finish within the call's deadline",
+                        "retry later",
+                    ) from None
                 raise
             resp._content = bytes(body)
             resp._content_consumed = True

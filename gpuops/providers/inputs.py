@@ -22,7 +22,9 @@ LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # A docker image reference: [registry[:port]/]path[:tag][@digest]; no spaces, quotes or backslashes.
 IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-SSH_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]*)?$")
+SSH_KEY_RE = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/]+={0,3}( [^\x00-\x1f\x7f]*)?$"
+)
 # Provider-side identifiers we paste back (pod ids, GPU type ids from the catalog).
 PROVIDER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/()-]{0,127}$")
 
@@ -30,14 +32,20 @@ PROVIDER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._:/()-]{0,127}$")
 def check_label(label: str) -> str:
     """``label`` unchanged, or BadInput: 1-64 chars of letters, digits, ``.``, ``_``, ``-``."""
     if not LABEL_RE.match(label or ""):
-        raise BadInput(f"label {label!r} is not allowed", "use 1-64 letters, digits, '.', '_' or '-' (experiment names end up in it)")
+        raise BadInput(
+            f"label {label!r} is not allowed",
+            "use 1-64 letters, digits, '.', '_' or '-' (experiment names end up in it)",
+        )
     return label
 
 
 def check_image(image: str) -> str:
     """``image`` unchanged, or BadInput when it is not a plain docker reference."""
     if not IMAGE_RE.match(image or ""):
-        raise BadInput(f"image {image!r} is not a docker image reference", "use e.g. runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04")
+        raise BadInput(
+            f"image {image!r} is not a docker image reference",
+            "use e.g. runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+        )
     return image
 
 
@@ -49,10 +57,15 @@ def check_env(env: dict[str, str]) -> dict[str, str]:
     out = {}
     for k, v in env.items():
         if not ENV_KEY_RE.match(str(k)):
-            raise BadInput(f"environment name {k!r} is not allowed", "use letters, digits and '_', not starting with a digit")
+            raise BadInput(
+                f"environment name {k!r} is not allowed", "use letters, digits and '_', not starting with a digit"
+            )
         v = str(v)
         if re.search(r"[\x00-\x08\x0a-\x1f\x7f]", v):
-            raise BadInput(f"environment value of {k} contains a control character", "remove newlines and control characters from the value")
+            raise BadInput(
+                f"environment value of {k} contains a control character",
+                "remove newlines and control characters from the value",
+            )
         out[k] = v
     return out
 
@@ -61,7 +74,10 @@ def check_ssh_public_key(key: str) -> str:
     """The one-line OpenSSH public key, stripped, or BadInput."""
     key = (key or "").strip()
     if not SSH_KEY_RE.match(key):
-        raise BadInput("the SSH public key is not a single OpenSSH public key line", "pass the contents of a .pub file (ssh-ed25519 AAAA... comment)")
+        raise BadInput(
+            "the SSH public key is not a single OpenSSH public key line",
+            "pass the contents of a .pub file (ssh-ed25519 AAAA... comment)",
+        )
     return key
 
 

@@ -33,7 +33,6 @@ else:  # pragma: no cover
 log = logging.getLogger("gpuops.providers")
 
 
-
 def _source(name: str) -> KeySource:
     from gpuops.providers import REGISTRY
 
@@ -88,8 +87,12 @@ def _warn_if_readable(path: str) -> None:
         return
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         _warned.add(path)
-        log.warning("%s holds a provider API key and is readable by group/others (mode %o); run: chmod 600 %s",
-                    path, stat.S_IMODE(mode), path)
+        log.warning(
+            "%s holds a provider API key and is readable by group/others (mode %o); run: chmod 600 %s",
+            path,
+            stat.S_IMODE(mode),
+            path,
+        )
 
 
 def _key_in_file(path: str, name: str) -> bool:
@@ -100,7 +103,9 @@ def _key_in_file(path: str, name: str) -> bool:
     return bool(data.get("providers", {}).get(name, {}).get("api_key"))
 
 
-def resolve_key(name: str, configured: str = "", config_source: str | None = None, env: dict | None = None) -> Credential | None:
+def resolve_key(
+    name: str, configured: str = "", config_source: str | None = None, env: dict | None = None
+) -> Credential | None:
     """The API key for marketplace ``name`` (a registry name with ``keys``), or None when none is set anywhere.
 
     ``configured``: ``settings.providers.<name>.api_key``; ``config_source``: the infra.toml path it

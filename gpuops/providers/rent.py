@@ -23,9 +23,15 @@ class RentResult:
     skipped: list[tuple[Offer, str]] = field(default_factory=list)
 
 
-def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec | Callable[[Offer], CreateSpec], max_offers: int = 3,
-               on_attempt: Callable[[Offer], None] | None = None, on_skip: Callable[[Offer, ProviderError], None] | None = None,
-               on_leftover: Callable[[Offer, ProviderError], None] | None = None) -> RentResult:
+def rent_first(
+    provider: Provider,
+    ranked: list[Offer],
+    spec: CreateSpec | Callable[[Offer], CreateSpec],
+    max_offers: int = 3,
+    on_attempt: Callable[[Offer], None] | None = None,
+    on_skip: Callable[[Offer, ProviderError], None] | None = None,
+    on_leftover: Callable[[Offer, ProviderError], None] | None = None,
+) -> RentResult:
     """Create an instance from the first of ``ranked`` (already ranked, this provider's) that works.
 
     ``spec``: one CreateSpec, or a function of the offer (the bid differs per offer).
@@ -39,7 +45,11 @@ def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec | Calla
     skipped: list[tuple[Offer, str]] = []
     tried = [o for o in ranked if o.provider == provider.name][: max(1, max_offers)]
     if not tried:
-        raise ProviderError(ProviderErrorKind.NO_CAPACITY, f"no {provider.name} offer to rent", "widen the search: another card, --max-price, or another provider")
+        raise ProviderError(
+            ProviderErrorKind.NO_CAPACITY,
+            f"no {provider.name} offer to rent",
+            "widen the search: another card, --max-price, or another provider",
+        )
     for offer in tried:
         if on_attempt is not None:
             on_attempt(offer)
@@ -67,5 +77,8 @@ def rent_first(provider: Provider, ranked: list[Offer], spec: CreateSpec | Calla
             skipped.append((offer, e.kind.value))
             if on_skip is not None:
                 on_skip(offer, e)
-    raise ProviderError(ProviderErrorKind.NO_CAPACITY, f"{len(tried)} {provider.name} offers in a row were gone by the time we rented them",
-                        "run again (offers move fast), or widen the search")
+    raise ProviderError(
+        ProviderErrorKind.NO_CAPACITY,
+        f"{len(tried)} {provider.name} offers in a row were gone by the time we rented them",
+        "run again (offers move fast), or widen the search",
+    )

@@ -58,11 +58,18 @@ def retryable(e: BaseException) -> bool:
     return isinstance(e, ProviderError) and e.retryable
 
 
-def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, *, retry_on: Callable[[BaseException], bool] = retryable,
-                      retry_after: bool = True, deadline: float | None = None, clock: Callable[[], float] = time.monotonic,
-                      after: Callable[[RetryCallState], None] | None = None,
-                      before_sleep: Callable[[RetryCallState], None] | None = None,
-                      sleep: Callable[[float], None] | None = None) -> T:
+def call_with_retries(
+    fn: Callable[[], T],
+    policy: RetryPolicy,
+    *,
+    retry_on: Callable[[BaseException], bool] = retryable,
+    retry_after: bool = True,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    after: Callable[[RetryCallState], None] | None = None,
+    before_sleep: Callable[[RetryCallState], None] | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> T:
     """``fn()``, retried per ``policy`` while ``retry_on(exception)`` holds.
 
     The last exception is re-raised when attempts, ``budget_s`` or ``deadline`` run out, any other
@@ -93,5 +100,12 @@ def call_with_retries(fn: Callable[[], T], policy: RetryPolicy, *, retry_on: Cal
         stops.append(stop_after_attempt(max(1, policy.attempts)))
     if policy.budget_s is not None:
         stops.append(stop_after_delay(policy.budget_s))
-    return Retrying(retry=retry_if_exception(retry_on), stop=stop_any(*stops), wait=wait, after=after, before_sleep=before_sleep,
-                    sleep=sleep or time.sleep, reraise=True)(fn)
+    return Retrying(
+        retry=retry_if_exception(retry_on),
+        stop=stop_any(*stops),
+        wait=wait,
+        after=after,
+        before_sleep=before_sleep,
+        sleep=sleep or time.sleep,
+        reraise=True,
+    )(fn)

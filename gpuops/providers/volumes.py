@@ -52,8 +52,22 @@ class Volume:
 
     def as_json(self) -> dict:
         """The volume as a JSON-ready dict, keys ``VOLUME_COLUMNS`` in order."""
-        return dict(zip(VOLUME_COLUMNS, (self.provider, self.id, self.name, self.size_gb, self.region, self.usd_per_month,
-                                         self.kind, self.machine_id or None, self.mount_path)))
+        return dict(
+            zip(
+                VOLUME_COLUMNS,
+                (
+                    self.provider,
+                    self.id,
+                    self.name,
+                    self.size_gb,
+                    self.region,
+                    self.usd_per_month,
+                    self.kind,
+                    self.machine_id or None,
+                    self.mount_path,
+                ),
+            )
+        )
 
 
 class VolumeService(abc.ABC):
@@ -117,11 +131,13 @@ def parse_ref(ref: str) -> tuple[str, str]:
     have = _with_volumes()
     prov, sep, ident = (ref or "").strip().partition(":")
     if sep and prov not in have and prov in NAMES:  # a real provider without volumes
-        raise BadInput(f"volume {ref!r}: the {prov} provider has no persistent volumes (only {', '.join(have)} do)",
-                       f"drop --volume for a {prov} run, or rent on --provider {choices(have, ' / ')}")
+        raise BadInput(
+            f"volume {ref!r}: the {prov} provider has no persistent volumes (only {', '.join(have)} do)",
+            f"drop --volume for a {prov} run, or rent on --provider {choices(have, ' / ')}",
+        )
     if not sep or prov not in have or not ident or not _NAME.match(ident):
         examples = [REGISTRY[n].volumes().example for n in have[:2]]  # type: ignore[misc]
-        eg = f"--volume {examples[0]}" + (f" or [storage] volume = \"{examples[1]}\"" if len(examples) > 1 else "")
+        eg = f"--volume {examples[0]}" + (f' or [storage] volume = "{examples[1]}"' if len(examples) > 1 else "")
         raise BadInput(f"volume {ref!r} is not <provider>:<id or name>", f"e.g. {eg}; see `gpuops volumes list`")
     return prov, ident
 
@@ -136,7 +152,9 @@ def check_size(size_gb: float) -> float:
     import math
 
     if not isinstance(size_gb, (int, float)) or not math.isfinite(size_gb) or not 1 <= size_gb <= 100_000:
-        raise BadInput(f"volume size {size_gb!r} GB is not a size", "pass --size-gb between 1 and 100000, e.g. --size-gb 50")
+        raise BadInput(
+            f"volume size {size_gb!r} GB is not a size", "pass --size-gb between 1 and 100000, e.g. --size-gb 50"
+        )
     return float(size_gb)
 
 
@@ -156,12 +174,18 @@ def resolve(provider, ref: str) -> Volume:
     Raises BadInput when the provider differs, or no volume (or more than one) has that id or name."""
     prov, ident = parse_ref(ref)
     if prov != provider.name:
-        raise BadInput(f"volume {ref!r} is on {prov}, but `up` rents on {provider.name}", f"add --provider {prov}, or pick a {provider.name} volume")
+        raise BadInput(
+            f"volume {ref!r} is on {prov}, but `up` rents on {provider.name}",
+            f"add --provider {prov}, or pick a {provider.name} volume",
+        )
     vols = service(provider).list()
     found = [v for v in vols if v.id == ident] or [v for v in vols if v.name == ident]
     if not found:
         names = ", ".join(f"{v.name or v.id}" for v in vols[:5]) or "none"
-        raise BadInput(f"no {prov} volume with id or name {ident!r} (yours: {names})", "create it with `gpuops volumes create`, or fix [storage] volume")
+        raise BadInput(
+            f"no {prov} volume with id or name {ident!r} (yours: {names})",
+            "create it with `gpuops volumes create`, or fix [storage] volume",
+        )
     if len(found) > 1:
         raise BadInput(f"{len(found)} {prov} volumes are named {ident!r}", "name it by id (see `gpuops volumes list`)")
     return found[0]
@@ -174,8 +198,10 @@ def mountable(provider, volume: Volume, offers: list) -> list:
     ok = service(provider).mountable(volume, offers)
     if offers and not ok:
         where = service(provider).where(volume)
-        raise BadInput(f"no offer can mount volume {volume.name or volume.id} ({where})",
-                       "try another --card, or drop --volume (weights are then fetched on the box)")
+        raise BadInput(
+            f"no offer can mount volume {volume.name or volume.id} ({where})",
+            "try another --card, or drop --volume (weights are then fetched on the box)",
+        )
     return ok
 
 

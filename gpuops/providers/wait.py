@@ -46,8 +46,12 @@ def wait_for_ssh(
             last_error = None
         except ProviderError as e:
             if e.kind == ProviderErrorKind.TIMEOUT and clock() >= deadline:
-                raise ProviderError(ProviderErrorKind.TIMEOUT, _timeout_message(provider.name, instance_id, timeout_s, last, e),
-                                    f"raise [up] ready_timeout_seconds (now {timeout_s:g} s) or try another offer", instance_id=instance_id) from None
+                raise ProviderError(
+                    ProviderErrorKind.TIMEOUT,
+                    _timeout_message(provider.name, instance_id, timeout_s, last, e),
+                    f"raise [up] ready_timeout_seconds (now {timeout_s:g} s) or try another offer",
+                    instance_id=instance_id,
+                ) from None
             if not e.retryable:
                 raise
             inst, last_error = last, e
@@ -55,25 +59,43 @@ def wait_for_ssh(
             if on_poll is not None:
                 on_poll(inst)
             if inst is None or inst.status == InstanceStatus.GONE:
-                raise ProviderError(ProviderErrorKind.GONE, f"{provider.name} instance {instance_id} disappeared while waiting for SSH (deleted from the console or reclaimed)",
-                                    "nothing to destroy; check the provider console, then run `gpuops up` again", instance_id=instance_id)
+                raise ProviderError(
+                    ProviderErrorKind.GONE,
+                    f"{provider.name} instance {instance_id} disappeared while waiting for SSH (deleted from the console or reclaimed)",
+                    "nothing to destroy; check the provider console, then run `gpuops up` again",
+                    instance_id=instance_id,
+                )
             if inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED):
                 preempted = bool(inst.extra.get("preempted"))
                 kind = ProviderErrorKind.PREEMPTED if preempted else ProviderErrorKind.GONE
-                why = "was outbid (interruptible instance stopped)" if preempted else f"stopped before SSH was ready (status {inst.raw_status or inst.status.value})"
-                raise ProviderError(kind, f"{provider.name} instance {instance_id} {why}",
-                                    "raise the bid or use --on-demand" if preempted else "try another offer", instance_id=instance_id)
+                why = (
+                    "was outbid (interruptible instance stopped)"
+                    if preempted
+                    else f"stopped before SSH was ready (status {inst.raw_status or inst.status.value})"
+                )
+                raise ProviderError(
+                    kind,
+                    f"{provider.name} instance {instance_id} {why}",
+                    "raise the bid or use --on-demand" if preempted else "try another offer",
+                    instance_id=instance_id,
+                )
             if inst.status == InstanceStatus.RUNNING and inst.ssh is not None:
                 return inst
             last = inst
         now = clock()
         if now >= deadline:
-            raise ProviderError(ProviderErrorKind.TIMEOUT, _timeout_message(provider.name, instance_id, timeout_s, last, last_error),
-                                f"raise [up] ready_timeout_seconds (now {timeout_s:g} s) or try another offer", instance_id=instance_id)
+            raise ProviderError(
+                ProviderErrorKind.TIMEOUT,
+                _timeout_message(provider.name, instance_id, timeout_s, last, last_error),
+                f"raise [up] ready_timeout_seconds (now {timeout_s:g} s) or try another offer",
+                instance_id=instance_id,
+            )
         sleep(max(0.0, min(poll_s, deadline - now)))
 
 
-def _timeout_message(name: str, instance_id: str, timeout_s: float, last: Instance | None, err: ProviderError | None) -> str:
+def _timeout_message(
+    name: str, instance_id: str, timeout_s: float, last: Instance | None, err: ProviderError | None
+) -> str:
     head = f"{name} instance {instance_id} had no SSH endpoint after {timeout_s:g} s"
     if last is None:
         return f"{head}: never answered ({err.kind.value if err else 'no reply'})"

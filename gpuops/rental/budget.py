@@ -34,30 +34,48 @@ def check_budget(
     import math
 
     if not isinstance(price_usd_h, (int, float)) or not math.isfinite(price_usd_h) or price_usd_h < 0:
-        raise BadInput(f"price {price_usd_h!r} USD/h is not a finite number >= 0: refusing to rent",
-                       "the provider's price is not a price; pick another offer, --card or --provider")
+        raise BadInput(
+            f"price {price_usd_h!r} USD/h is not a finite number >= 0: refusing to rent",
+            "the provider's price is not a price; pick another offer, --card or --provider",
+        )
     if not isinstance(max_hours, (int, float)) or not math.isfinite(max_hours) or max_hours <= 0:
         raise BadInput(f"max_hours {max_hours!r} is not a finite number > 0", "pass --max-hours, e.g. --max-hours 2")
     for what, v in (("balance", balance), ("floor", floor), ("month-to-date spend", month_spent), ("monthly cap", cap)):
         if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v)):
-            raise BadInput(f"{what} {v!r} is not a finite number: cannot check the budget, refusing to rent",
-                           "check the provider balance and `gpuops ledger month` for a row with a broken cost")
+            raise BadInput(
+                f"{what} {v!r} is not a finite number: cannot check the budget, refusing to rent",
+                "check the provider balance and `gpuops ledger month` for a row with a broken cost",
+            )
     need = price_usd_h * max_hours
     limits = []
     if balance is not None:
         fl = floor or 0.0
-        limits.append((balance - fl, f"balance ${balance:.2f} minus floor ${fl:.2f}", "top up the account, or lower balance_floor_usd",
-                       "balance_floor"))
+        limits.append(
+            (
+                balance - fl,
+                f"balance ${balance:.2f} minus floor ${fl:.2f}",
+                "top up the account, or lower balance_floor_usd",
+                "balance_floor",
+            )
+        )
     if cap is not None:
         spent = month_spent or 0.0
-        limits.append((cap - spent, f"monthly cap ${cap:.2f} minus ${spent:.2f} spent this month", "raise monthly_cap_usd", "monthly_cap"))
+        limits.append(
+            (
+                cap - spent,
+                f"monthly cap ${cap:.2f} minus ${spent:.2f} spent this month",
+                "raise monthly_cap_usd",
+                "monthly_cap",
+            )
+        )
     for room, what, remedy, limit in limits:
         if need > room + 1e-9:
             short = need - room
             fits_h = max(0.0, room) / price_usd_h if price_usd_h > 0 else 0.0
             err = BadInput(
                 f"${price_usd_h:.4f}/h x {max_hours:g} h = ${need:.2f} does not fit in {what} = ${room:.2f}: short by ${short:.2f}",
-                f"use --max-hours {fits_h:.2f} or less, a cheaper offer, or {remedy}" if fits_h >= 0.01
+                f"use --max-hours {fits_h:.2f} or less, a cheaper offer, or {remedy}"
+                if fits_h >= 0.01
                 else f"{remedy}; nothing fits now",
             )
             err.limit = limit  # type: ignore[attr-defined]  the end reason a run stops with (gpuops.rental.launcher)
@@ -87,7 +105,9 @@ def assert_not_refused(ledger, provider: str, account: str | None = None, owner:
             since = datetime.fromtimestamp(r.set_at).strftime("%Y-%m-%d %H:%M")
             err = BadInput(
                 f"new boxes refused ({r.reason}, since {since}): {r.detail}",
-                "top up the account" if r.reason == "balance_floor" else "raise teardown.monthly_cap_usd or wait for next month",
+                "top up the account"
+                if r.reason == "balance_floor"
+                else "raise teardown.monthly_cap_usd or wait for next month",
             )
             err.limit = r.reason if r.reason in ("balance_floor", "monthly_cap") else None  # type: ignore[attr-defined]
             raise err
@@ -113,7 +133,9 @@ def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
         if balance is None and bal.note:  # e.g. RunPod's GraphQL answered an error: say so, rent on
             import logging
 
-            logging.getLogger("gpuops.rental.budget").warning("%s: the balance floor is not checked: %s", provider.name, bal.note)
+            logging.getLogger("gpuops.rental.budget").warning(
+                "%s: the balance floor is not checked: %s", provider.name, bal.note
+            )
     except ProviderError:
         if t.balance_floor_usd is not None:
             raise

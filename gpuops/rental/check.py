@@ -59,7 +59,13 @@ class Finding:
     first: bool = False
 
     def as_json(self) -> dict:
-        return {"verdict": self.verdict.value, "check": self.check, "detail": self.detail, "fix": self.fix, **({"data": self.data} if self.data else {})}
+        return {
+            "verdict": self.verdict.value,
+            "check": self.check,
+            "detail": self.detail,
+            "fix": self.fix,
+            **({"data": self.data} if self.data else {}),
+        }
 
 
 def ordered(findings: Iterable[Finding]) -> list[Finding]:
@@ -79,10 +85,16 @@ def report(findings: Iterable[Finding], provider: str | None = None, live: bool 
     Keys: ``checks`` (ordered), ``failed`` / ``warnings`` / ``skipped``
     counts (a skipped check, e.g. no API key, is no failure: ``exit`` stays 0), ``exit``."""
     items = ordered(findings)
-    return {"provider": provider, "live": live, "rent": rent, "exit": exit_code(items),
-            "failed": sum(f.verdict == Verdict.FAIL for f in items), "warnings": sum(f.verdict == Verdict.WARN for f in items),
-            "skipped": sum(f.verdict == Verdict.SKIP for f in items),
-            "checks": [f.as_json() for f in items]}
+    return {
+        "provider": provider,
+        "live": live,
+        "rent": rent,
+        "exit": exit_code(items),
+        "failed": sum(f.verdict == Verdict.FAIL for f in items),
+        "warnings": sum(f.verdict == Verdict.WARN for f in items),
+        "skipped": sum(f.verdict == Verdict.SKIP for f in items),
+        "checks": [f.as_json() for f in items],
+    }
 
 
 # -- offline ---------------------------------------------------------------------------------------
@@ -99,7 +111,9 @@ def _private(name: str, path: Path, what: str, want: int = 0o600) -> Finding:
     if mode is None:
         return Finding(name, Verdict.INFO, f"{what} {path}: not there yet (made at the first rental)")
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        return Finding(name, Verdict.WARN, f"{what} {path} is mode {mode:04o}: others may read it", f"chmod {want:o} {path}")
+        return Finding(
+            name, Verdict.WARN, f"{what} {path} is mode {mode:04o}: others may read it", f"chmod {want:o} {path}"
+        )
     return Finding(name, Verdict.OK, f"{what} {path} is mode {mode:04o}")
 
 
@@ -112,16 +126,33 @@ def settings_findings(settings, env: dict | None = None) -> list[Finding]:
 
     rows = setting_origins(settings, env)
     where = str(Path(settings.source).resolve()) if settings.source else None
-    out = [Finding("settings.file", Verdict.OK, f"read {where}" if where else
-                   "no infra.toml (./infra.toml, then the user config dir): every setting is a GPUOPS_* variable or its default",
-                   data={"file": where})]
+    out = [
+        Finding(
+            "settings.file",
+            Verdict.OK,
+            f"read {where}"
+            if where
+            else "no infra.toml (./infra.toml, then the user config dir): every setting is a GPUOPS_* variable or its default",
+            data={"file": where},
+        )
+    ]
     defaults = 0
     for key, value, origin in rows:
         if origin == "default":
             defaults += 1
             continue
-        out.append(Finding(f"settings.{key}", Verdict.INFO, f"{value} (from {origin})", data={"value": value, "origin": origin}))
-    out.append(Finding("settings.defaults", Verdict.INFO, f"{defaults} other settings at their defaults (infra.example.toml lists them)"))
+        out.append(
+            Finding(
+                f"settings.{key}", Verdict.INFO, f"{value} (from {origin})", data={"value": value, "origin": origin}
+            )
+        )
+    out.append(
+        Finding(
+            "settings.defaults",
+            Verdict.INFO,
+            f"{defaults} other settings at their defaults (infra.example.toml lists them)",
+        )
+    )
     return out
 
 
@@ -137,8 +168,14 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
         cfg = getattr(settings.providers, REGISTRY[name].section)
         cred = resolve_key(name, cfg.api_key, settings.source)
         if cred is None:
-            out.append(Finding(f"keys.{name}", Verdict.SKIP, f"no {name} API key (not in ${env_var(name)}, infra.toml or the {name} CLI's file)",
-                               f"export {env_var(name)}=... to use {name}"))
+            out.append(
+                Finding(
+                    f"keys.{name}",
+                    Verdict.SKIP,
+                    f"no {name} API key (not in ${env_var(name)}, infra.toml or the {name} CLI's file)",
+                    f"export {env_var(name)}=... to use {name}",
+                )
+            )
             continue
         src = cred.source
         path = Path(src.split(" [providers.", 1)[0]).resolve() if not src.startswith("$") else None
@@ -177,7 +214,11 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
         try:
             p = get_provider(name, settings)
         except GpuopsError as e:
-            out.append(Finding(f"routes.{name}", Verdict.FAIL, f"cannot build the {name} provider: {e}", "fix the setting it names"))
+            out.append(
+                Finding(
+                    f"routes.{name}", Verdict.FAIL, f"cannot build the {name} provider: {e}", "fix the setting it names"
+                )
+            )
             continue
         if p.routes:
             base = getattr(p, "url", "")
@@ -186,14 +227,31 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
             have = _sdk_version(sdk) if sdk else None
             sdk_note = f"; SDK {sdk} {have}" if have else (f"; SDK {sdk} not installed" if sdk else "")
             verdict, fix = (Verdict.OK, "") if (have or not sdk) else (Verdict.WARN, f"pip install -e '.[{name}]'")
-            out.append(Finding(f"routes.{name}", verdict, f"{base}: {', '.join(versions)} ({len(p.routes)} routes){sdk_note}", fix,
-                               data={"base": base, "versions": versions, "routes": [f"{m} {path}" for m, path in p.routes], "sdk": have}))
+            out.append(
+                Finding(
+                    f"routes.{name}",
+                    verdict,
+                    f"{base}: {', '.join(versions)} ({len(p.routes)} routes){sdk_note}",
+                    fix,
+                    data={
+                        "base": base,
+                        "versions": versions,
+                        "routes": [f"{m} {path}" for m, path in p.routes],
+                        "sdk": have,
+                    },
+                )
+            )
         elif not p.http_calls:
             out.append(Finding(f"routes.{name}", Verdict.OK, "no API: this machine"))
         else:
             out.append(Finding(f"routes.{name}", Verdict.INFO, "this provider does not list its routes"))
-        out.append(Finding(f"agent.{name}", Verdict.OK if entry.agent_credential else Verdict.INFO,
-                           f"the box destroys itself with {entry.agent_credential or 'nothing of its own'}"))
+        out.append(
+            Finding(
+                f"agent.{name}",
+                Verdict.OK if entry.agent_credential else Verdict.INFO,
+                f"the box destroys itself with {entry.agent_credential or 'nothing of its own'}",
+            )
+        )
         if entry.agent_refused:
             out.append(Finding(f"agent.{name}.refused", Verdict.INFO, f"if that is refused, {entry.agent_refused}"))
     return out
@@ -223,8 +281,10 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     shown = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", url)
     latest = migrations.MIGRATIONS[-1][0]
     known = {n for n, _ in migrations.MIGRATIONS}
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).exists():
-        return [Finding("ledger", Verdict.INFO, f"{shown}: no ledger yet (made at the first rental, schema {latest})")], None
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+        return [
+            Finding("ledger", Verdict.INFO, f"{shown}: no ledger yet (made at the first rental, schema {latest})")
+        ], None
     try:
         import sqlalchemy as sa
 
@@ -234,16 +294,31 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
         engine.dispose()
     except Exception as e:  # a bad URL, a driver missing, a server down: said, not a traceback
         first = (str(getattr(e, "orig", None) or e).strip().splitlines() or [type(e).__name__])[0]
-        return [Finding("ledger", Verdict.FAIL, f"{shown}: cannot open: {first}",
-                        "check [ledger] url / GPUOPS_LEDGER_URL and that its server runs")], None
+        return [
+            Finding(
+                "ledger",
+                Verdict.FAIL,
+                f"{shown}: cannot open: {first}",
+                "check [ledger] url / GPUOPS_LEDGER_URL and that its server runs",
+            )
+        ], None
     ahead = [n for n in done if n not in known]
     data = {"url": shown, "schema": done[-1] if done else None, "latest": latest}
     if ahead:
-        out = [Finding("ledger", Verdict.FAIL, f"{shown}: schema {ahead[-1]} is newer than this gpuops knows ({latest})",
-                       "upgrade gpuops on this machine (a teammate's newer version migrated the shared ledger)", data)]
+        out = [
+            Finding(
+                "ledger",
+                Verdict.FAIL,
+                f"{shown}: schema {ahead[-1]} is newer than this gpuops knows ({latest})",
+                "upgrade gpuops on this machine (a teammate's newer version migrated the shared ledger)",
+                data,
+            )
+        ]
         return out, None
     pending = [n for n, _ in migrations.MIGRATIONS if n not in done]
-    detail = f"{shown}: schema {done[-1] if done else 'none'}" + (f" ({len(pending)} migration(s) to {latest} run at the next open)" if pending else " (current)")
+    detail = f"{shown}: schema {done[-1] if done else 'none'}" + (
+        f" ({len(pending)} migration(s) to {latest} run at the next open)" if pending else " (current)"
+    )
     from ledger import Ledger
 
     return [Finding("ledger", Verdict.OK, detail, data=data)], Ledger(url)
@@ -269,8 +344,16 @@ def open_findings(settings, led) -> list[Finding]:
         since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(r.instance_created_at or r.created_at))
         detail = f"{r.provider} {r.instance_id or '(no instance yet)'} of session {r.id} ({r.experiment}{price}) open since {since}"
         if mine:
-            out.append(Finding(f"open.{r.id}", Verdict.WARN, detail + ": it may be billing", f"gpuops down {r.id} (or gpuops reconcile)",
-                               data={"session": r.id, "provider": r.provider, "instance_id": r.instance_id}, first=True))
+            out.append(
+                Finding(
+                    f"open.{r.id}",
+                    Verdict.WARN,
+                    detail + ": it may be billing",
+                    f"gpuops down {r.id} (or gpuops reconcile)",
+                    data={"session": r.id, "provider": r.provider, "instance_id": r.instance_id},
+                    first=True,
+                )
+            )
         else:
             out.append(Finding(f"open.{r.id}", Verdict.INFO, f"{detail} (owner {r.owner})"))
     return out
@@ -290,9 +373,23 @@ def watchdog_findings(led) -> list[Finding]:
     p = passes[0]
     data = {k: p[k] for k in ("host", "owner", "last_pass_at", "stale", "interval_seconds", "summary")}
     if p["stale"]:
-        return [Finding("watchdog", Verdict.WARN, f"last pass {ago(p['age_seconds'])} ago on {p['host']} by {p['owner']} (stopped?): {NOT_ENFORCED}",
-                        fix, data=data)]
-    return [Finding("watchdog", Verdict.OK, f"last pass {ago(p['age_seconds'])} ago on {p['host']} by {p['owner']} ({p['summary']})", data=data)]
+        return [
+            Finding(
+                "watchdog",
+                Verdict.WARN,
+                f"last pass {ago(p['age_seconds'])} ago on {p['host']} by {p['owner']} (stopped?): {NOT_ENFORCED}",
+                fix,
+                data=data,
+            )
+        ]
+    return [
+        Finding(
+            "watchdog",
+            Verdict.OK,
+            f"last pass {ago(p['age_seconds'])} ago on {p['host']} by {p['owner']} ({p['summary']})",
+            data=data,
+        )
+    ]
 
 
 def rent_provider(settings, provider: str | None) -> str:
@@ -308,12 +405,16 @@ def rent_provider(settings, provider: str | None) -> str:
     if name is None:
         have = configured(settings)
         if len(have) != 1:
-            raise BadInput("--rent proves the teardown layers on one provider account: which one?",
-                           f"add {flags(MARKETPLACES)}" + (f" (keys found: {', '.join(have)})" if have else ""))
+            raise BadInput(
+                "--rent proves the teardown layers on one provider account: which one?",
+                f"add {flags(MARKETPLACES)}" + (f" (keys found: {', '.join(have)})" if have else ""),
+            )
         name = have[0]
     if name in REGISTRY and not REGISTRY[name].needs_key:
-        raise BadInput(f"--rent proves the teardown layers on a provider account; the {name} provider has none",
-                       f"add {flags(MARKETPLACES)} (the local box's teardown is covered by the test suite)")
+        raise BadInput(
+            f"--rent proves the teardown layers on a provider account; the {name} provider has none",
+            f"add {flags(MARKETPLACES)} (the local box's teardown is covered by the test suite)",
+        )
     return name
 
 
@@ -324,15 +425,24 @@ def provider_names(provider: str | None) -> list[str]:
     return [provider] if provider else list(MARKETPLACES)
 
 
-def offline(settings, provider: str | None = None, env: dict | None = None, problems: Iterable[str] = ()) -> tuple[list[Finding], Any]:
+def offline(
+    settings, provider: str | None = None, env: dict | None = None, problems: Iterable[str] = ()
+) -> tuple[list[Finding], Any]:
     """Every offline check (module doc), in order.
 
     Returns the findings and the opened ledger (None when there is none yet or it did not open).
     ``problems``: what a lenient settings load skipped (``gpuops.config.load_settings``'s warning),
     each a failed check."""
     names = provider_names(provider)
-    out = [Finding("settings", Verdict.FAIL, p.removeprefix("warning: "), "fix the file or variable it names (`gpuops up` refuses until then)")
-           for p in problems]
+    out = [
+        Finding(
+            "settings",
+            Verdict.FAIL,
+            p.removeprefix("warning: "),
+            "fix the file or variable it names (`gpuops up` refuses until then)",
+        )
+        for p in problems
+    ]
     out += settings_findings(settings, env)
     out += key_findings(settings, [n for n in names if n not in ACCOUNTLESS])
     out += route_findings(settings, names)
@@ -368,39 +478,86 @@ def live(settings, led, provider: str | None = None, providers: dict | None = No
         built[name] = p
         if p.account is None and REGISTRY[name].needs_key:
             if provider:  # asked for by name: it must work
-                out.append(Finding(f"auth.{name}", Verdict.FAIL, f"no {name} API key", "set the key (`gpuops check` shows where it is looked for)"))
+                out.append(
+                    Finding(
+                        f"auth.{name}",
+                        Verdict.FAIL,
+                        f"no {name} API key",
+                        "set the key (`gpuops check` shows where it is looked for)",
+                    )
+                )
             else:  # said, so that the summary claims nothing of a provider not checked
-                out.append(Finding(f"live.{name}", Verdict.SKIP, f"{name} not checked live: no {name} API key",
-                                   "set the key (`gpuops check` shows where it is looked for)"))
+                out.append(
+                    Finding(
+                        f"live.{name}",
+                        Verdict.SKIP,
+                        f"{name} not checked live: no {name} API key",
+                        "set the key (`gpuops check` shows where it is looked for)",
+                    )
+                )
             continue
         try:
             bal = p.balance()
         except GpuopsError as e:
-            out.append(Finding(f"auth.{name}", Verdict.FAIL, f"{name} refused: {e}", getattr(e, "fix", "") or "check the key"))
+            out.append(
+                Finding(f"auth.{name}", Verdict.FAIL, f"{name} refused: {e}", getattr(e, "fix", "") or "check the key")
+            )
             continue
         answered.append(name)
         out.append(Finding(f"auth.{name}", Verdict.OK, f"{name} accepted the key (account {p.account})"))
         if bal.usd is None:
-            out.append(Finding(f"balance.{name}", Verdict.INFO, f"no balance figure{': ' + bal.note if getattr(bal, 'note', '') else ''}"))
+            out.append(
+                Finding(
+                    f"balance.{name}",
+                    Verdict.INFO,
+                    f"no balance figure{': ' + bal.note if getattr(bal, 'note', '') else ''}",
+                )
+            )
         else:
             rate = f", spending {bal.spend_usd_per_hour:g} USD/h" if bal.spend_usd_per_hour else ""
             floor = settings.teardown.balance_floor_usd
             low = floor is not None and bal.usd < floor
-            out.append(Finding(f"balance.{name}", Verdict.WARN if low else Verdict.OK, f"{bal.usd:.2f} USD{rate}" + (f" (under the floor {floor:g})" if low else ""),
-                               "add credit, or lower [teardown] balance_floor_usd" if low else "", data={"usd": bal.usd}))
+            out.append(
+                Finding(
+                    f"balance.{name}",
+                    Verdict.WARN if low else Verdict.OK,
+                    f"{bal.usd:.2f} USD{rate}" + (f" (under the floor {floor:g})" if low else ""),
+                    "add credit, or lower [teardown] balance_floor_usd" if low else "",
+                    data={"usd": bal.usd},
+                )
+            )
         try:
             from gpuops.planning.offers import screen
 
             offers, _ = screen(p.offers(OfferQuery()), 1)
         except GpuopsError as e:
-            out.append(Finding(f"offers.{name}", Verdict.FAIL, f"offers: {e}", "retry; `gpuops offers --provider " + name + "` shows it alone"))
+            out.append(
+                Finding(
+                    f"offers.{name}",
+                    Verdict.FAIL,
+                    f"offers: {e}",
+                    "retry; `gpuops offers --provider " + name + "` shows it alone",
+                )
+            )
         else:
             if offers:
                 cheap = min(offers, key=lambda o: o.usd_per_hour)
-                out.append(Finding(f"offers.{name}", Verdict.OK, f"{len(offers)} offers in stock; cheapest {cheap.card} at {cheap.usd_per_hour:g} USD/h",
-                                   data={"count": len(offers), "cheapest_usd_per_hour": cheap.usd_per_hour, "cheapest_card": cheap.card}))
+                out.append(
+                    Finding(
+                        f"offers.{name}",
+                        Verdict.OK,
+                        f"{len(offers)} offers in stock; cheapest {cheap.card} at {cheap.usd_per_hour:g} USD/h",
+                        data={
+                            "count": len(offers),
+                            "cheapest_usd_per_hour": cheap.usd_per_hour,
+                            "cheapest_card": cheap.card,
+                        },
+                    )
+                )
             else:
-                out.append(Finding(f"offers.{name}", Verdict.WARN, "no offer in stock", "try later or another provider"))
+                out.append(
+                    Finding(f"offers.{name}", Verdict.WARN, "no offer in stock", "try later or another provider")
+                )
         out += _instances(p, led, name)
         out += _volumes(p, name)
     out += _billing(settings, led, answered, built)
@@ -418,13 +575,26 @@ def _instances(p, led, name: str) -> list[Finding]:
         return [Finding(f"instances.{name}", Verdict.OK, "no gpuops instance of ours")]
     out = []
     for i in insts:
-        sid = i.label[len("gpuops-"):] if i.label.startswith("gpuops-") else i.label
+        sid = i.label[len("gpuops-") :] if i.label.startswith("gpuops-") else i.label
         row = led.get(sid) if led is not None else None
-        booked = "its row is open" if row is not None and row.status != "closed" else ("its row is closed: an orphan" if row is not None else "no row in this ledger")
+        booked = (
+            "its row is open"
+            if row is not None and row.status != "closed"
+            else ("its row is closed: an orphan" if row is not None else "no row in this ledger")
+        )
         price = f" at {i.usd_per_hour:g} USD/h" if i.usd_per_hour else ""
-        out.append(Finding(f"instances.{name}.{i.id}", Verdict.WARN, f"{name} instance {i.id} ({i.label}, {i.status.value}{price}) is billing: {booked}",
-                           f"gpuops down {sid}" if row is not None and row.status != "closed" else "gpuops reconcile (--destroy-unknown for a row elsewhere)",
-                           data={"instance_id": i.id, "label": i.label, "status": i.status.value}, first=True))
+        out.append(
+            Finding(
+                f"instances.{name}.{i.id}",
+                Verdict.WARN,
+                f"{name} instance {i.id} ({i.label}, {i.status.value}{price}) is billing: {booked}",
+                f"gpuops down {sid}"
+                if row is not None and row.status != "closed"
+                else "gpuops reconcile (--destroy-unknown for a row elsewhere)",
+                data={"instance_id": i.id, "label": i.label, "status": i.status.value},
+                first=True,
+            )
+        )
     return out
 
 
@@ -441,8 +611,16 @@ def _volumes(p, name: str) -> list[Finding]:
     out = []
     for v in vols:
         price = f", {v.usd_per_month:g} USD/month" if v.usd_per_month is not None else ""
-        out.append(Finding(f"volumes.{name}.{v.id}", Verdict.INFO, f"volume {v.name or v.id} ({v.size_gb:g} GB{price}) bills until deleted",
-                           f"gpuops volumes delete {name}:{v.id} --yes, when it is no longer needed", data=v.as_json(), first=True))
+        out.append(
+            Finding(
+                f"volumes.{name}.{v.id}",
+                Verdict.INFO,
+                f"volume {v.name or v.id} ({v.size_gb:g} GB{price}) bills until deleted",
+                f"gpuops volumes delete {name}:{v.id} --yes, when it is no longer needed",
+                data=v.as_json(),
+                first=True,
+            )
+        )
     return out
 
 
@@ -467,8 +645,19 @@ def _billing(settings, led, names: list[str], built: dict) -> list[Finding]:
     diff = rep.get("diff_usd") or 0.0
     shown = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(counts.items())) or "no session this month"
     verdict = Verdict.WARN if counts.get("differs") else Verdict.OK
-    out.append(Finding(f"billing.{rep['month']}", verdict, f"{', '.join(rep['providers']) if rep.get('providers') else ', '.join(names)}: "
-                       f"theirs {rep.get('theirs_usd') or 0:.4f} USD, ours {rep.get('ours_usd') or 0:.4f} USD ({shown})",
-                       "gpuops ledger sync --apply books their figures" if counts.get("differs") else "",
-                       data={"theirs_usd": rep.get("theirs_usd"), "ours_usd": rep.get("ours_usd"), "diff_usd": diff, "sessions": counts}))
+    out.append(
+        Finding(
+            f"billing.{rep['month']}",
+            verdict,
+            f"{', '.join(rep['providers']) if rep.get('providers') else ', '.join(names)}: "
+            f"theirs {rep.get('theirs_usd') or 0:.4f} USD, ours {rep.get('ours_usd') or 0:.4f} USD ({shown})",
+            "gpuops ledger sync --apply books their figures" if counts.get("differs") else "",
+            data={
+                "theirs_usd": rep.get("theirs_usd"),
+                "ours_usd": rep.get("ours_usd"),
+                "diff_usd": diff,
+                "sessions": counts,
+            },
+        )
+    )
     return out

@@ -81,14 +81,24 @@ def plan_cap(price_usd_h: float, settings, max_usd: float | None, max_minutes: f
     usd = c.max_usd if max_usd is None else max_usd
     minutes = c.max_minutes if max_minutes is None else max_minutes
     if minutes <= c.ttl_minutes:
-        raise BadInput(f"the TTL layer's TTL ({c.ttl_minutes:g} min) does not fit the check's wall cap ({minutes:g} min)",
-                       f"pass --max-minutes {c.ttl_minutes * 2:g} (or lower [check] ttl_minutes)")
+        raise BadInput(
+            f"the TTL layer's TTL ({c.ttl_minutes:g} min) does not fit the check's wall cap ({minutes:g} min)",
+            f"pass --max-minutes {c.ttl_minutes * 2:g} (or lower [check] ttl_minutes)",
+        )
     hours = {"job_end": minutes / 60, "idle": minutes / 60, "ttl": c.ttl_minutes / 60}
     worst = price_usd_h * sum(hours.values())
     if worst > usd + 1e-9:
-        raise BadInput(f"the check's worst case is {worst:.4f} USD (3 boxes at {price_usd_h:g} USD/h, each to its TTL), above the cap of {usd:g} USD",
-                       f"pass --max-usd {math.ceil(worst * 100 - 1e-9) / 100:.2f} to allow it, or a smaller --max-minutes")
-    return {"wall_s": minutes * 60, "max_hours": hours, "worst_usd": round(worst, 6), "max_usd": usd, "max_minutes": minutes}
+        raise BadInput(
+            f"the check's worst case is {worst:.4f} USD (3 boxes at {price_usd_h:g} USD/h, each to its TTL), above the cap of {usd:g} USD",
+            f"pass --max-usd {math.ceil(worst * 100 - 1e-9) / 100:.2f} to allow it, or a smaller --max-minutes",
+        )
+    return {
+        "wall_s": minutes * 60,
+        "max_hours": hours,
+        "worst_usd": round(worst, 6),
+        "max_usd": usd,
+        "max_minutes": minutes,
+    }
 
 
 def cheapest(provider: Provider, n: int = len(LAYERS)) -> list:
@@ -103,7 +113,9 @@ def cheapest(provider: Provider, n: int = len(LAYERS)) -> list:
     offers, _ = screen(provider.offers(OfferQuery(spot=False if provider.supports_spot else None)), 1)
     offers = sorted((o for o in offers if not o.spot), key=lambda o: (o.usd_per_hour, -o.reliability))
     if not offers:
-        raise BadInput(f"no on-demand {provider.name} offer in stock to check with", "try again later, or --provider another one")
+        raise BadInput(
+            f"no on-demand {provider.name} offer in stock to check with", "try again later, or --provider another one"
+        )
     return offers[:n]
 
 
@@ -131,9 +143,18 @@ class CheckRun:
     ``clock``/``sleep``: seams for tests; ``on_line``: called with a progress line (stderr on a
     terminal)."""
 
-    def __init__(self, settings, ledger, provider: Provider, max_price: float, cap: dict, config: str | None = None,
-                 on_line: Callable[[str], None] | None = None, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        settings,
+        ledger,
+        provider: Provider,
+        max_price: float,
+        cap: dict,
+        config: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.settings, self.ledger, self.provider, self.max_price, self.cap = settings, ledger, provider, max_price, cap
         self.config = config
         self.on_line = on_line or (lambda _l: None)
@@ -165,8 +186,18 @@ class CheckRun:
         finally:
             with _shielded():  # a second Ctrl-C must not cut the cleanup
                 self._cleanup()
-        head = [Finding("rent.interrupted", Verdict.FAIL, "interrupted: every box of the check is destroyed and its row closed",
-                        "run `gpuops check --live --rent` again")] if self.interrupted else []
+        head = (
+            [
+                Finding(
+                    "rent.interrupted",
+                    Verdict.FAIL,
+                    "interrupted: every box of the check is destroyed and its row closed",
+                    "run `gpuops check --live --rent` again",
+                )
+            ]
+            if self.interrupted
+            else []
+        )
         return head + [layer.finding for layer in self.layers if layer.finding is not None] + self._books()
 
     def _watch_all(self, c) -> None:
@@ -178,7 +209,11 @@ class CheckRun:
             if self.clock() > wall_end:
                 for layer in self.layers:
                     if not layer.done:
-                        self._fail(layer, f"not over within the check's wall cap ({self.cap['max_minutes']:g} min)", "raise --max-minutes, or look at the layer's log")
+                        self._fail(
+                            layer,
+                            f"not over within the check's wall cap ({self.cap['max_minutes']:g} min)",
+                            "raise --max-minutes, or look at the layer's log",
+                        )
                 return
             if not all(layer.done for layer in self.layers):
                 self.sleep(c.poll_seconds)
@@ -187,19 +222,47 @@ class CheckRun:
         job = self.dir / f"{name}.sh"
         seconds = c.job_seconds if name == "job_end" else SLEEP_JOB_S
         job.write_text(f"# gpuops check: the {name} layer\nsleep {shlex.quote(f'{seconds:g}')}\n")
-        layer = Layer(name=name, note=f"gpuops check {self.run_id} {name}", job=job,
-                      idle_minutes=f"{c.idle_minutes:g}" if name == "idle" else "off",
-                      max_hours=self.cap["max_hours"][name], log=self.dir / f"{name}.log")
-        argv = [sys.executable, "-m", "gpuops", "up", "--job", str(job), "--provider", self.provider.name,
-                "--experiment", EXPERIMENT, "--note", layer.note, "--max-hours", repr(layer.max_hours),
-                "--idle-minutes", layer.idle_minutes, "--max-price", repr(self.max_price)]
+        layer = Layer(
+            name=name,
+            note=f"gpuops check {self.run_id} {name}",
+            job=job,
+            idle_minutes=f"{c.idle_minutes:g}" if name == "idle" else "off",
+            max_hours=self.cap["max_hours"][name],
+            log=self.dir / f"{name}.log",
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "gpuops",
+            "up",
+            "--job",
+            str(job),
+            "--provider",
+            self.provider.name,
+            "--experiment",
+            EXPERIMENT,
+            "--note",
+            layer.note,
+            "--max-hours",
+            repr(layer.max_hours),
+            "--idle-minutes",
+            layer.idle_minutes,
+            "--max-price",
+            repr(self.max_price),
+        ]
         if self.provider.supports_spot:
             argv.append("--on-demand")
         if self.config:
             argv += ["--config", self.config]
         with open(layer.log, "wb") as out:
-            layer.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=_child_env(),
-                                          start_new_session=True)
+            layer.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=_child_env(),
+                start_new_session=True,
+            )
         self.on_line(f"check: {name} layer: `gpuops up` started (pid {layer.proc.pid})")
         return layer
 
@@ -222,13 +285,19 @@ class CheckRun:
             if {EventKind.ARMED, EventKind.JOB_STARTED} <= kinds and rc is None:
                 _kill(layer.proc)  # the laptop is gone: only the agent is left
                 layer.killed_at = self.clock()
-                layer.job_started_at = next((e.at for e in self.ledger.events(layer.row_id) if e.kind == EventKind.JOB_STARTED), layer.killed_at)
+                layer.job_started_at = next(
+                    (e.at for e in self.ledger.events(layer.row_id) if e.kind == EventKind.JOB_STARTED), layer.killed_at
+                )
                 self._due(layer)
                 self.on_line(f"check: {layer.name} layer: agent armed, job started; `gpuops up` SIGKILLed")
             elif rc is not None:
                 reason = row.end_reason if row is not None else None
-                self._fail(layer, f"`gpuops up` ended by itself (exit {rc}{', ' + str(reason) if reason else ''}) before the agent was armed and "
-                           f"the job started: {self._why(layer)}", f"read {layer.log}")
+                self._fail(
+                    layer,
+                    f"`gpuops up` ended by itself (exit {rc}{', ' + str(reason) if reason else ''}) before the agent was armed and "
+                    f"the job started: {self._why(layer)}",
+                    f"read {layer.log}",
+                )
             return
         self._watch(layer, now)
 
@@ -263,8 +332,13 @@ class CheckRun:
                 if own is None and inst.ssh is not None:
                     from gpuops.box import remote
 
-                    own = remote.open_box(inst, data_dir=self.settings.data_path(), deadline=time.monotonic() + 5.0,
-                                          ssh_key=self.settings.up.ssh_key, reconnect_s=0.0)
+                    own = remote.open_box(
+                        inst,
+                        data_dir=self.settings.data_path(),
+                        deadline=time.monotonic() + 5.0,
+                        ssh_key=self.settings.up.ssh_key,
+                        reconnect_s=0.0,
+                    )
                 layer.box = own
             if layer.box is not None:
                 st = read_status(layer.box)
@@ -278,7 +352,9 @@ class CheckRun:
             inst = self.provider.get(layer.instance_id) if layer.instance_id else None
         except ProviderError as e:
             if now > (layer.due_at or now):
-                self._fail(layer, f"the provider could not be asked about the box: {e}", "retry `gpuops check --live --rent`")
+                self._fail(
+                    layer, f"the provider could not be asked about the box: {e}", "retry `gpuops check --live --rent`"
+                )
             return
         if inst is None or inst.status == InstanceStatus.GONE:
             layer.gone_at = now
@@ -296,9 +372,16 @@ class CheckRun:
             d = (layer.status or {}).get("destroy") or {}
             errors = (layer.status or {}).get("errors") or [""]
             last = errors[-1].get("msg", "") if isinstance(errors[-1], dict) else str(errors[-1])
-            why = f"the agent asked for {d.get('reason')} but its destroy failed ({d.get('attempts')} attempts; last: {last[:300]})" \
-                if d.get("reason") else "the agent never asked for the end"
-            self._fail(layer, f"the box was still up {now - layer.trigger_at:.0f} s after its {self._what(layer)} ({why})", self._fix(layer, d))
+            why = (
+                f"the agent asked for {d.get('reason')} but its destroy failed ({d.get('attempts')} attempts; last: {last[:300]})"
+                if d.get("reason")
+                else "the agent never asked for the end"
+            )
+            self._fail(
+                layer,
+                f"the box was still up {now - layer.trigger_at:.0f} s after its {self._what(layer)} ({why})",
+                self._fix(layer, d),
+            )
 
     def _what(self, layer: Layer) -> str:
         return {"job_end": "job ended", "idle": "idle window ran out", "ttl": "TTL ran out"}[layer.name]
@@ -325,21 +408,38 @@ class CheckRun:
             close_gone(ctx, row, self.provider, None, layer.status)
             row = self.ledger.get(layer.row_id)
         reason = reason or (row.end_reason if row is not None else None)
-        layer.data.update(session=layer.row_id, instance_id=layer.instance_id, seconds_to_gone=measured, agent_reason=reason)
+        layer.data.update(
+            session=layer.row_id, instance_id=layer.instance_id, seconds_to_gone=measured, agent_reason=reason
+        )
         expected = EndReason.JOB_END.value if layer.name == "job_end" else layer.name
         if reason is not None and reason not in (expected, EndReason.AGENT_ENDED.value):
-            self._fail(layer, f"the box went by {reason}, not by its {self._what(layer)} ({measured:+.0f} s from the trigger)",
-                       "raise [check] ttl_minutes: boot, arm and bootstrap must fit in it" if reason == "ttl" else "read the layer's log")
+            self._fail(
+                layer,
+                f"the box went by {reason}, not by its {self._what(layer)} ({measured:+.0f} s from the trigger)",
+                "raise [check] ttl_minutes: boot, arm and bootstrap must fit in it"
+                if reason == "ttl"
+                else "read the layer's log",
+            )
             return
         if stopped:
             layer.done = True
-            layer.finding = Finding(f"layer.{layer.name}", Verdict.WARN, f"the agent stopped the box {measured:.0f} s after its {self._what(layer)} "
-                                "(GPU billing over; its key may not terminate it): the check terminates it with the account key",
-                                "nothing: the watchdog and reconcile terminate a stopped box of ours", data=dict(layer.data))
+            layer.finding = Finding(
+                f"layer.{layer.name}",
+                Verdict.WARN,
+                f"the agent stopped the box {measured:.0f} s after its {self._what(layer)} "
+                "(GPU billing over; its key may not terminate it): the check terminates it with the account key",
+                "nothing: the watchdog and reconcile terminate a stopped box of ours",
+                data=dict(layer.data),
+            )
             return
         layer.done = True
-        layer.finding = Finding(f"layer.{layer.name}", Verdict.OK, f"the box went by itself {measured:.0f} s after its {self._what(layer)}"
-                            + (f" (agent: {reason})" if reason else ""), data=dict(layer.data))
+        layer.finding = Finding(
+            f"layer.{layer.name}",
+            Verdict.OK,
+            f"the box went by itself {measured:.0f} s after its {self._what(layer)}"
+            + (f" (agent: {reason})" if reason else ""),
+            data=dict(layer.data),
+        )
         self.on_line(f"check: {layer.name} layer: gone {measured:.0f} s after the trigger")
 
     def _fail(self, layer: Layer, detail: str, fix: str) -> None:
@@ -373,15 +473,27 @@ class CheckRun:
                 # a box its agent stopped is booked with the agent's reason; one the check ends, as manual
                 reason = EndReason.parse(layer.data.get("agent_reason")) if layer.stopped_at is not None else None
                 reason = reason or (EndReason.INTERRUPTED if layer.finding is None else EndReason.MANUAL)
-                end_rental(self.ledger, self.provider, row.id, reason, by=f"check:{os.getpid()}", detail=f"gpuops check: {layer.name} layer over")
+                end_rental(
+                    self.ledger,
+                    self.provider,
+                    row.id,
+                    reason,
+                    by=f"check:{os.getpid()}",
+                    detail=f"gpuops check: {layer.name} layer over",
+                )
                 if layer.finding is None:
                     layer.data.update(session=layer.row_id, instance_id=layer.instance_id)
-                    layer.finding = Finding(f"layer.{layer.name}", Verdict.FAIL, "interrupted before the layer was proven; its box is destroyed",
-                                        "run `gpuops check --live --rent` again", data=dict(layer.data))
+                    layer.finding = Finding(
+                        f"layer.{layer.name}",
+                        Verdict.FAIL,
+                        "interrupted before the layer was proven; its box is destroyed",
+                        "run `gpuops check --live --rent` again",
+                        data=dict(layer.data),
+                    )
         # A create that had not reached the row yet: the label finds it (nothing of ours is left).
         try:
             for inst in self.provider.list("gpuops-"):
-                sid = inst.label[len("gpuops-"):]
+                sid = inst.label[len("gpuops-") :]
                 if inst.status != InstanceStatus.GONE and sid in {layer.row_id for layer in self.layers}:
                     self.provider.destroy(inst.id)
         except GpuopsError:
@@ -395,28 +507,61 @@ class CheckRun:
             return []
         booked_s = sum(r.billed_seconds or 0 for r in rows)
         booked = sum(r.cost_usd or 0.0 for r in rows)
-        data: dict = {"booked_seconds": round(booked_s, 3), "booked_usd": round(booked, 6), "sessions": [r.id for r in rows]}
+        data: dict = {
+            "booked_seconds": round(booked_s, 3),
+            "booked_usd": round(booked, 6),
+            "sessions": [r.id for r in rows],
+        }
         try:
-            lines = self.provider.billing(min(r.instance_created_at or r.created_at for r in rows) - 3600, self.clock() + 60)
+            lines = self.provider.billing(
+                min(r.instance_created_at or r.created_at for r in rows) - 3600, self.clock() + 60
+            )
         except ProviderError as e:
-            return [Finding("books.check", Verdict.PENDING, f"booked {booked_s:.0f} s, {booked:.4f} USD; billing not read: {e}",
-                            "run `gpuops check --live` later", data=data)]
+            return [
+                Finding(
+                    "books.check",
+                    Verdict.PENDING,
+                    f"booked {booked_s:.0f} s, {booked:.4f} USD; billing not read: {e}",
+                    "run `gpuops check --live` later",
+                    data=data,
+                )
+            ]
         ids = {str(r.instance_id) for r in rows}
         labels = {f"gpuops-{r.id}" for r in rows}
         mine = [c for c in lines if str(c.instance_id) in ids or getattr(c, "label", None) in labels]
         if not mine:
-            return [Finding("books.check", Verdict.PENDING, f"booked {booked_s:.0f} s, {booked:.4f} USD; not billed yet",
-                            "run `gpuops check --live` later", data=data)]
+            return [
+                Finding(
+                    "books.check",
+                    Verdict.PENDING,
+                    f"booked {booked_s:.0f} s, {booked:.4f} USD; not billed yet",
+                    "run `gpuops check --live` later",
+                    data=data,
+                )
+            ]
         theirs = sum(c.usd for c in mine)
         data["billed_usd"] = round(theirs, 6)
         close = abs(theirs - booked) <= max(0.01, 0.05 * booked)
-        return [Finding("books.check", Verdict.OK if close else Verdict.WARN,
-                        f"booked {booked_s:.0f} s, {booked:.4f} USD; the provider billed {theirs:.4f} USD",
-                        "" if close else "gpuops ledger sync --apply books the provider's figures", data=data)]
+        return [
+            Finding(
+                "books.check",
+                Verdict.OK if close else Verdict.WARN,
+                f"booked {booked_s:.0f} s, {booked:.4f} USD; the provider billed {theirs:.4f} USD",
+                "" if close else "gpuops ledger sync --apply books the provider's figures",
+                data=data,
+            )
+        ]
 
 
-def rent(settings, ledger, provider: Provider, max_usd: float | None = None, max_minutes: float | None = None,
-         config: str | None = None, on_line: Callable[[str], None] | None = None) -> list[Finding]:
+def rent(
+    settings,
+    ledger,
+    provider: Provider,
+    max_usd: float | None = None,
+    max_minutes: float | None = None,
+    config: str | None = None,
+    on_line: Callable[[str], None] | None = None,
+) -> list[Finding]:
     """``check --live --rent`` on ``provider`` (module doc).
 
     The cap first, at the dearest of the three cheapest offers (each `up` gets it as
@@ -425,7 +570,11 @@ def rent(settings, ledger, provider: Provider, max_usd: float | None = None, max
     offers = cheapest(provider)
     price = max(o.usd_per_hour for o in offers)
     cap = plan_cap(price, settings, max_usd, max_minutes)
-    head = Finding("rent.cap", Verdict.INFO, f"3 rentals from {offers[0].usd_per_hour:g} USD/h ({offers[0].card}), at most {price:g} USD/h; worst case "
-                   f"{cap['worst_usd']:.4f} USD of a {cap['max_usd']:g} USD cap, {cap['max_minutes']:g} min of wall time",
-                   data={**cap, "card": offers[0].card, "usd_per_hour": offers[0].usd_per_hour, "max_usd_per_hour": price})
+    head = Finding(
+        "rent.cap",
+        Verdict.INFO,
+        f"3 rentals from {offers[0].usd_per_hour:g} USD/h ({offers[0].card}), at most {price:g} USD/h; worst case "
+        f"{cap['worst_usd']:.4f} USD of a {cap['max_usd']:g} USD cap, {cap['max_minutes']:g} min of wall time",
+        data={**cap, "card": offers[0].card, "usd_per_hour": offers[0].usd_per_hour, "max_usd_per_hour": price},
+    )
     return [head] + CheckRun(settings, ledger, provider, price, cap, config=config, on_line=on_line).run()

@@ -49,7 +49,11 @@ def keep_log(ledger, row, open_box: Callable[[], object], by: str, close: bool =
     kept here, `up` drained the log, or already finished). Never raises: the destroy must still
     happen."""
     try:
-        if not row.log_path or not any(e.kind == EventKind.JOB_STARTED for e in ledger.events(row.id)) or drained(ledger, row.id):
+        if (
+            not row.log_path
+            or not any(e.kind == EventKind.JOB_STARTED for e in ledger.events(row.id))
+            or drained(ledger, row.id)
+        ):
             return None
         path = Path(row.log_path)
         have = path.stat().st_size if path.is_file() else 0
@@ -62,9 +66,15 @@ def keep_log(ledger, row, open_box: Callable[[], object], by: str, close: bool =
                 lines = _count_lines(path, at)
                 if why is None:
                     why = f"the rest is over {MAX_FETCH_BYTES // 2**20} MiB"
-                f.write(f"\n{INCOMPLETE}: it stops at byte {at:,} (line {lines:,}), where `up` stopped following the job; {why}\n".encode())
-        done = {"complete": got is not None and len(got) <= MAX_FETCH_BYTES, "bytes": have + (len(got[:MAX_FETCH_BYTES]) if got else 0),
-                "fetched": len(got[:MAX_FETCH_BYTES]) if got else 0, "by": by}
+                f.write(
+                    f"\n{INCOMPLETE}: it stops at byte {at:,} (line {lines:,}), where `up` stopped following the job; {why}\n".encode()
+                )
+        done = {
+            "complete": got is not None and len(got) <= MAX_FETCH_BYTES,
+            "bytes": have + (len(got[:MAX_FETCH_BYTES]) if got else 0),
+            "fetched": len(got[:MAX_FETCH_BYTES]) if got else 0,
+            "by": by,
+        }
         ledger.event(row.id, EventKind.LOG_KEPT, done)
         return done
     except Exception:  # noqa: BLE001  a log is never worth a box left billing

@@ -87,10 +87,14 @@ class UpRequest:
     kv_dtype: str = "auto"
     seq: int = 4096
     batch: int = 1
-    allow_unverified: bool = False  # rent even when nothing confirms the model's size (gpuops.planning.sizing: "unverified")
+    allow_unverified: bool = (
+        False  # rent even when nothing confirms the model's size (gpuops.planning.sizing: "unverified")
+    )
     volume: str = ""  # "<provider>:<id or name>" of a persistent volume to mount (gpuops.providers.volumes)
     name: str = ""  # `up --name`: the session id the user chose (SESSION_NAME), instead of new_session_id()
-    vendor: str = ""  # nvidia | amd | any; "": from the card named, a ROCm [up] image, else nvidia (gpuops.catalog.vendor_for)
+    vendor: str = (
+        ""  # nvidia | amd | any; "": from the card named, a ROCm [up] image, else nvidia (gpuops.catalog.vendor_for)
+    )
     # up --recover N: a run of up to N + 1 rentals, re-rented when one ends for a reason in recover_on
     recover: int = 0
     recover_on: tuple[str, ...] = ("preempted",)
@@ -179,21 +183,33 @@ def validate(req: UpRequest) -> None:
         raise BadInput(f"job {req.job} is not a regular file", "pass a script file, e.g. --job examples/bench.sh")
     if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
         # It is a row label in every report and a CSV field: one visible line.
-        raise BadInput(f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep")
+        raise BadInput(
+            f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep"
+        )
     from gpuops.textsafe import check_name
 
     check_name(req.experiment, "--experiment")  # C1 controls (U+009B) and bidi overrides (U+202E) too
     if req.name and not SESSION_NAME.match(req.name):
-        raise BadInput(f"--name {req.name!r} is not a session name", "1-40 lower-case letters, digits and dashes, e.g. --name llama-sweep-1")
+        raise BadInput(
+            f"--name {req.name!r} is not a session name",
+            "1-40 lower-case letters, digits and dashes, e.g. --name llama-sweep-1",
+        )
     if req.max_hours <= 0:
-        raise BadInput(f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2")
+        raise BadInput(
+            f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2"
+        )
     if req.max_usd_per_hour is not None and req.max_usd_per_hour <= 0:
-        raise BadInput(f"--max-price must be > 0 USD/h, got {req.max_usd_per_hour:g}", "pass a price in USD per hour, e.g. --max-price 2.5")
+        raise BadInput(
+            f"--max-price must be > 0 USD/h, got {req.max_usd_per_hour:g}",
+            "pass a price in USD per hour, e.g. --max-price 2.5",
+        )
     if req.gpu_count < 1:
         raise BadInput(f"--gpu-count must be >= 1, got {req.gpu_count}", "pass a whole number of GPUs")
     if req.gpu_count > MAX_GPUS_PER_BOX:  # the local provider would "rent" any count and book its simulated price
-        raise BadInput(f"--gpu-count must be <= {MAX_GPUS_PER_BOX} GPUs in one box, got {req.gpu_count}",
-                       "pass the GPUs of one machine, e.g. --gpu-count 8")
+        raise BadInput(
+            f"--gpu-count must be <= {MAX_GPUS_PER_BOX} GPUs in one box, got {req.gpu_count}",
+            "pass the GPUs of one machine, e.g. --gpu-count 8",
+        )
 
 
 def query_for(req: UpRequest) -> OfferQuery:
@@ -202,8 +218,13 @@ def query_for(req: UpRequest) -> OfferQuery:
         from gpuops.catalog import resolve_cards
 
         cards = tuple(c.name for c in resolve_cards(req.card))
-    return OfferQuery(cards=cards, gpu_count=req.gpu_count, min_vram_bytes=req.need_bytes_per_gpu,
-                      spot=req.spot, max_usd_per_hour=req.max_usd_per_hour)
+    return OfferQuery(
+        cards=cards,
+        gpu_count=req.gpu_count,
+        min_vram_bytes=req.need_bytes_per_gpu,
+        spot=req.spot,
+        max_usd_per_hour=req.max_usd_per_hour,
+    )
 
 
 def _of_vendor(offers: list, vendor: str) -> list:
@@ -219,6 +240,7 @@ def _of_vendor(offers: list, vendor: str) -> list:
             return card_by_name(o.card).vendor
         except KeyError:
             return "nvidia"
+
     return [o for o in offers if of(o) == vendor]
 
 
@@ -233,9 +255,18 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
 
         from gpuops.planning.sizing import size_for_up
 
-        need, fitting, _ = size_for_up(req.model, dtype=req.dtype, kv_dtype=req.kv_dtype, seq=req.seq, batch=req.batch,
-                                       gpu_count=req.gpu_count, card=req.card or None, allow_unverified=req.allow_unverified,
-                                       vendor=req.vendor or None, image=settings.up.image)
+        need, fitting, _ = size_for_up(
+            req.model,
+            dtype=req.dtype,
+            kv_dtype=req.kv_dtype,
+            seq=req.seq,
+            batch=req.batch,
+            gpu_count=req.gpu_count,
+            card=req.card or None,
+            allow_unverified=req.allow_unverified,
+            vendor=req.vendor or None,
+            image=settings.up.image,
+        )
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
     if query.spot and not req.spot_explicit and not provider.supports_spot:
@@ -252,14 +283,22 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
     offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
         offers = volumes.mountable(provider, volume, offers)
-    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot)
+    ranked = rank(
+        offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot
+    )
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.price for o in offers), default=None)
-        hint = f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price" if cheapest and req.max_usd_per_hour else "try another --card or --provider"
+        hint = (
+            f"the cheapest fitting offer is {cheapest:.2f} USD/h; raise --max-price"
+            if cheapest and req.max_usd_per_hour
+            else "try another --card or --provider"
+        )
         raise BadInput(f"no {provider.name} offer for {what} fits", hint)
     best = ranked[0]
-    return OfferChoice(provider.name, best, ranked, best.price * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes)
+    return OfferChoice(
+        provider.name, best, ranked, best.price * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes
+    )
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -395,8 +434,14 @@ def _idle_minutes_for_row(teardown) -> float:
     return 0.0 if v is None else float(v)
 
 
-def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Provider | None = None, ledger=None,
-           open_box: Callable | None = None) -> dict:
+def run_up(
+    req: UpRequest,
+    settings: Settings,
+    reporter: Reporter,
+    provider: Provider | None = None,
+    ledger=None,
+    open_box: Callable | None = None,
+) -> dict:
     """Run the whole state machine; return the summary dict (see ``summary``).
 
     ``provider``/``ledger``/``open_box`` default to those named by ``settings``; tests pass their
@@ -414,15 +459,22 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
-        raise BadInput(f"{provider.name} has no interruptible (spot) boxes: {provider.no_spot_reason}, so --spot --recover "
-                       "has nothing to recover from there", f"use {flags(SPOT)} for spot with recovery, or --on-demand")
+        raise BadInput(
+            f"{provider.name} has no interruptible (spot) boxes: {provider.no_spot_reason}, so --spot --recover "
+            "has nothing to recover from there",
+            f"use {flags(SPOT)} for spot with recovery, or --on-demand",
+        )
     if req.recover and req.name:
-        raise BadInput("--name names one rental; a run's rentals are named by gpuops (the run is run-<id>)",
-                       "drop --name, or drop --recover")
+        raise BadInput(
+            "--name names one rental; a run's rentals are named by gpuops (the run is run-<id>)",
+            "drop --name, or drop --recover",
+        )
     if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
         from ledger import Ledger
 
-        ledger = Ledger(settings.ledger_url(), light=True)  # a current SQLite file: the rental booked without SQLAlchemy
+        ledger = Ledger(
+            settings.ledger_url(), light=True
+        )  # a current SQLite file: the rental booked without SQLAlchemy
     reporter.stage("plan")
     fault_point("plan")
     try:
@@ -434,13 +486,20 @@ def run_up(req: UpRequest, settings: Settings, reporter: Reporter, provider: Pro
     for n in p.notes:
         reporter.warn(n)
     if req.name and ledger.get(req.name) is not None:  # a dry run says so too, before anything is written
-        raise BadInput(f"session {req.name} is already in the ledger", "pick another --name (a session id names one rental)")
+        raise BadInput(
+            f"session {req.name} is already in the ledger", "pick another --name (a session id names one rental)"
+        )
     from gpuops.rental.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
         budget_for_up(ledger, settings, provider, p.offer.price)
-        return {"dry_run": True, **p.as_json(settings), "experiment": req.experiment, "note": req.note,
-                "volume": p.volume.as_json() if p.volume is not None else None}
+        return {
+            "dry_run": True,
+            **p.as_json(settings),
+            "experiment": req.experiment,
+            "note": req.note,
+            "volume": p.volume.as_json() if p.volume is not None else None,
+        }
     _quick_reconcile(settings, ledger, provider, reporter)
     if req.recover:
         return _run_recovering(req, p, settings, reporter, provider, ledger, open_box)
@@ -464,7 +523,9 @@ def _with_failure(summ: dict, failure: BaseException | None, s: UpRun) -> dict:
     elif isinstance(failure, GpuopsError):
         summ["error"] = str(failure)
     elif failure is not None:
-        summ["error"] = f"internal error: {type(failure).__name__}: {failure} (the traceback is in {s.log_path}; please report it)"
+        summ["error"] = (
+            f"internal error: {type(failure).__name__}: {failure} (the traceback is in {s.log_path}; please report it)"
+        )
     return summ
 
 
@@ -490,19 +551,44 @@ def _intent(s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, le
     The row is a dict of its columns: the ledger's light path writes it without importing the ORM's model."""
     req = s.req
     reporter.stage("intent", f"session {s.id}" + (f" (run {s.run_id}, attempt {s.attempt})" if s.run_id else ""))
-    ledger.add_session(dict(
-        id=s.id, experiment=req.experiment, job=str(req.job), provider=provider.name, card=p.offer.card,
-        gpu_count=p.offer.gpu_count, spot=p.offer.spot, label=s.label, simulated=p.offer.simulated,
-        status=str(RowStatus.PROVISIONING), created_at=time.time(), note=req.note, log_path=str(s.log_path),
-        max_hours=req.max_hours, ready_timeout_seconds=float(settings.up.ready_timeout_seconds),
-        idle_minutes=_idle_minutes_for_row(settings.teardown),
-        owner=settings.owner(), account=provider.account,  # gpuops.ownership: who rented it, under which key
-        run_id=s.run_id or None, attempt=s.attempt or None, max_session_usd=s.max_session_usd,
-    ))
+    ledger.add_session(
+        dict(
+            id=s.id,
+            experiment=req.experiment,
+            job=str(req.job),
+            provider=provider.name,
+            card=p.offer.card,
+            gpu_count=p.offer.gpu_count,
+            spot=p.offer.spot,
+            label=s.label,
+            simulated=p.offer.simulated,
+            status=str(RowStatus.PROVISIONING),
+            created_at=time.time(),
+            note=req.note,
+            log_path=str(s.log_path),
+            max_hours=req.max_hours,
+            ready_timeout_seconds=float(settings.up.ready_timeout_seconds),
+            idle_minutes=_idle_minutes_for_row(settings.teardown),
+            owner=settings.owner(),
+            account=provider.account,  # gpuops.ownership: who rented it, under which key
+            run_id=s.run_id or None,
+            attempt=s.attempt or None,
+            max_session_usd=s.max_session_usd,
+        )
+    )
 
 
-def _rent(s: UpRun, p: OfferChoice, settings: Settings, reporter: Reporter, provider: Provider, ledger, open_box: Callable | None,
-          signalled: list, intent: Callable[[], None] | None = None) -> BaseException | None:
+def _rent(
+    s: UpRun,
+    p: OfferChoice,
+    settings: Settings,
+    reporter: Reporter,
+    provider: Provider,
+    ledger,
+    open_box: Callable | None,
+    signalled: list,
+    intent: Callable[[], None] | None = None,
+) -> BaseException | None:
     """One rental from create to teardown (the stages after intent, then ``_teardown`` in ``finally``, shielded).
 
     ``signalled``: the run's signal list (``_signals_raise``); a rental of a
@@ -584,7 +670,11 @@ def _taken_back(s: UpRun, provider: Provider, ledger, stage: str | None = None) 
     if inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED):
         return False
     try:
-        ledger.event(s.id, EventKind.TAKEN_BACK, {"stage": stage or s.stage, "status": inst.status.value, "raw_status": inst.raw_status})
+        ledger.event(
+            s.id,
+            EventKind.TAKEN_BACK,
+            {"stage": stage or s.stage, "status": inst.status.value, "raw_status": inst.raw_status},
+        )
     except Exception:  # noqa: BLE001  the teardown books it either way
         pass
     return True
@@ -626,8 +716,15 @@ def _resume_source(rentals: list[UpRun], settings: Settings) -> Path | None:
     return None
 
 
-def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter: Reporter, provider: Provider, ledger,
-                    open_box: Callable | None) -> dict:
+def _run_recovering(
+    req: UpRequest,
+    p: OfferChoice,
+    settings: Settings,
+    reporter: Reporter,
+    provider: Provider,
+    ledger,
+    open_box: Callable | None,
+) -> dict:
     """`up --recover N`: one run of up to N + 1 rentals.
 
     A rental that ends for a reason in
@@ -654,10 +751,24 @@ def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
     run_id = runs.new_run_id(new_session_id())
-    ledger.add_run(Run(id=run_id, experiment=req.experiment, job=str(req.job), provider=provider.name, status="open",
-                       created_at=time.time(), recover=req.recover, recover_on=",".join(req.recover_on), attempts=0,
-                       max_hours=req.max_hours, max_usd=t.max_session_usd, note=req.note, owner=settings.owner(),
-                       account=provider.account))
+    ledger.add_run(
+        Run(
+            id=run_id,
+            experiment=req.experiment,
+            job=str(req.job),
+            provider=provider.name,
+            status="open",
+            created_at=time.time(),
+            recover=req.recover,
+            recover_on=",".join(req.recover_on),
+            attempts=0,
+            max_hours=req.max_hours,
+            max_usd=t.max_session_usd,
+            note=req.note,
+            owner=settings.owner(),
+            account=provider.account,
+        )
+    )
     rentals: list[UpRun] = []
     failure: BaseException | None = None
     end: str | None = None
@@ -668,21 +779,42 @@ def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter
             while True:
                 attempt = len(rentals) + 1
                 signalled.clear()  # armed: a signal now raises (and ends the run once the rental is torn down)
-                s = _new_rental(cur_req, choice, cur_settings, run_id=run_id, attempt=attempt, max_session_usd=usd_left,
-                                resume_from=resume)
+                s = _new_rental(
+                    cur_req,
+                    choice,
+                    cur_settings,
+                    run_id=run_id,
+                    attempt=attempt,
+                    max_session_usd=usd_left,
+                    resume_from=resume,
+                )
                 rentals.append(s)
                 ledger.update_run(run_id, attempts=attempt)
 
-                def write_intent(s=s, choice=choice, cur_settings=cur_settings, attempt=attempt, usd_left=usd_left) -> None:
+                def write_intent(
+                    s=s, choice=choice, cur_settings=cur_settings, attempt=attempt, usd_left=usd_left
+                ) -> None:
                     _intent(s, choice, cur_settings, provider, ledger, reporter)
                     if attempt > 1:
-                        ledger.event(s.id, EventKind.RECOVER, {"run": run_id, "attempt": attempt, "after": str(rentals[-2].end_reason),
-                                                               "hours_left": round(cur_settings.teardown.max_hours, 6),
-                                                               "usd_left": usd_left})
+                        ledger.event(
+                            s.id,
+                            EventKind.RECOVER,
+                            {
+                                "run": run_id,
+                                "attempt": attempt,
+                                "after": str(rentals[-2].end_reason),
+                                "hours_left": round(cur_settings.teardown.max_hours, 6),
+                                "usd_left": usd_left,
+                            },
+                        )
 
-                failure = _rent(s, choice, cur_settings, reporter, provider, ledger, open_box, signalled, intent=write_intent)
+                failure = _rent(
+                    s, choice, cur_settings, reporter, provider, ledger, open_box, signalled, intent=write_intent
+                )
                 got = str(s.end_reason or EndReason.ERROR)
-                if s.exit_code == 0 and s.collected:  # the job finished and came home: a box lost after that re-runs nothing
+                if (
+                    s.exit_code == 0 and s.collected
+                ):  # the job finished and came home: a box lost after that re-runs nothing
                     got = str(EndReason.JOB_END)
                 spent_s, spent_usd, all_closed = _spent(rentals, ledger)
                 if any(signalled) or (failure is not None and not isinstance(failure, Exception)):
@@ -699,8 +831,11 @@ def _run_recovering(req: UpRequest, p: OfferChoice, settings: Settings, reporter
                     detail = f"{attempt} rentals, the last ended {got}: --recover {req.recover} spent"
                     break
                 signalled.clear()  # re-renting: no box is open; a signal ends the run here
-                reporter.stage("recover", f"rental {attempt} ended {got}; run {run_id}: ${spent_usd:.4f}, {spent_s:.0f} s billed so far; "
-                               f"attempt {attempt + 1} of {req.recover + 1}")
+                reporter.stage(
+                    "recover",
+                    f"rental {attempt} ended {got}; run {run_id}: ${spent_usd:.4f}, {spent_s:.0f} s billed so far; "
+                    f"attempt {attempt + 1} of {req.recover + 1}",
+                )
                 fault_point("recover")
                 try:
                     choice = choose_offer(req, provider, settings)
@@ -744,20 +879,45 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: st
     / ``seconds`` / ``tokens`` the sums over its rentals."""
     booked = [r for r in rentals if _has_row(ledger, r.id)]
     parts = [summary(r, ledger) for r in booked]
-    empty = {"session": None, "provider": None, "card": None, "usd_per_hour": None, "simulated": False, "exit_code": None, "log": None,
-             "slowest_step": None, "slowest_step_seconds": 0.0, "results": None, "results_copy": None, "status": None}
+    empty = {
+        "session": None,
+        "provider": None,
+        "card": None,
+        "usd_per_hour": None,
+        "simulated": False,
+        "exit_code": None,
+        "log": None,
+        "slowest_step": None,
+        "slowest_step_seconds": 0.0,
+        "results": None,
+        "results_copy": None,
+        "status": None,
+    }
     last = dict(parts[-1]) if parts else empty  # a signal before the first row was written
-    rows = [{"session": x["session"], "attempt": r.attempt, "end_reason": x["end_reason"], "card": x.get("card"),
-             "usd_per_hour": x.get("usd_per_hour"), "seconds": x.get("seconds"), "cost_usd": x.get("cost_usd"),
-             "tokens": x.get("tokens"), "results": x.get("results")} for r, x in zip(booked, parts)]
-    last.update({
-        "run": {"id": run_id, "end_reason": end, "detail": detail, "rentals": len(rows)},
-        "rentals": rows,
-        "end_reason": end,
-        "seconds": round(sum(float(x.get("seconds") or 0.0) for x in parts), 3),
-        "cost_usd": round(sum(float(x.get("cost_usd") or 0.0) for x in parts), 6),
-        "tokens": sum(int(x.get("tokens") or 0) for x in parts),
-    })
+    rows = [
+        {
+            "session": x["session"],
+            "attempt": r.attempt,
+            "end_reason": x["end_reason"],
+            "card": x.get("card"),
+            "usd_per_hour": x.get("usd_per_hour"),
+            "seconds": x.get("seconds"),
+            "cost_usd": x.get("cost_usd"),
+            "tokens": x.get("tokens"),
+            "results": x.get("results"),
+        }
+        for r, x in zip(booked, parts)
+    ]
+    last.update(
+        {
+            "run": {"id": run_id, "end_reason": end, "detail": detail, "rentals": len(rows)},
+            "rentals": rows,
+            "end_reason": end,
+            "seconds": round(sum(float(x.get("seconds") or 0.0) for x in parts), 3),
+            "cost_usd": round(sum(float(x.get("cost_usd") or 0.0) for x in parts), 6),
+            "tokens": sum(int(x.get("tokens") or 0) for x in parts),
+        }
+    )
     last["usd_per_mtoken"] = round(last["cost_usd"] / last["tokens"] * 1e6, 6) if last["tokens"] else None
     return last
 
@@ -785,7 +945,9 @@ def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> Non
         reporter.warn(f"internal error: {type(e).__name__}: {e}; the traceback is in {s.log_path}; please report it")
 
 
-def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings) -> EndReason | None:
+def _create(
+    s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings
+) -> EndReason | None:
     """Rent the first offer that can be rented; book what was delivered.
 
     The outcome ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
@@ -800,19 +962,31 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     def spec_for(offer: Offer) -> CreateSpec:
         from gpuops.providers.volumes import spec_fields
 
-        return CreateSpec(label=label, image=settings.up.image, disk_gb=settings.up.disk_gb,
-                          bid_usd_per_hour=offer.min_bid if offer.spot else None, ssh_public_key=key, **spec_fields(p.volume))
+        return CreateSpec(
+            label=label,
+            image=settings.up.image,
+            disk_gb=settings.up.disk_gb,
+            bid_usd_per_hour=offer.min_bid if offer.spot else None,
+            ssh_public_key=key,
+            **spec_fields(p.volume),
+        )
 
     def leftover(offer: Offer, e: ProviderError) -> None:
         # A failed create that still made an instance: book it so teardown (and reconcile) end it.
         s.instance = Instance(id=e.instance_id or "", label=label, status=InstanceStatus.UNKNOWN)
         ledger.update(s.id, instance_id=e.instance_id, instance_created_at=time.time(), usd_per_hour=offer.price)
-        ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value})
+        ledger.event(
+            s.id,
+            EventKind.CREATE_LEFT_INSTANCE,
+            {"offer": offer.offer_id, "instance": e.instance_id, "kind": e.kind.value},
+        )
 
     def skipped(offer: Offer, e: ProviderError) -> None:
         ledger.event(s.id, EventKind.OFFER_SKIPPED, {"offer": offer.offer_id, "kind": e.kind.value})
 
-    got = rent_first(provider, p.candidates, spec_for, max_offers=MAX_OFFER_ATTEMPTS, on_skip=skipped, on_leftover=leftover)
+    got = rent_first(
+        provider, p.candidates, spec_for, max_offers=MAX_OFFER_ATTEMPTS, on_skip=skipped, on_leftover=leftover
+    )
     inst, offer = got.instance, got.offer
     bid = offer.min_bid if offer.spot else None
     s.instance, s.offer = inst, offer
@@ -828,16 +1002,25 @@ def _create(s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Repo
     price = d["usd_per_hour"] if d["usd_per_hour"] is not None else offer.price
     count = d["gpu_count"]
     ledger.update(
-        s.id, instance_id=inst.id, offer_id=offer.offer_id, card=d["card"] or (_safe_name(d["gpu_name"]) if mismatch else offer.card),
-        gpu_count=int(count) if isinstance(count, (int, float)) and math.isfinite(count) and count == int(count) else offer.gpu_count,
-        spot=offer.spot, bid_usd_per_hour=bid, status=RowStatus.RUNNING,
+        s.id,
+        instance_id=inst.id,
+        offer_id=offer.offer_id,
+        card=d["card"] or (_safe_name(d["gpu_name"]) if mismatch else offer.card),
+        gpu_count=int(count)
+        if isinstance(count, (int, float)) and math.isfinite(count) and count == int(count)
+        else offer.gpu_count,
+        spot=offer.spot,
+        bid_usd_per_hour=bid,
+        status=RowStatus.RUNNING,
         instance_created_at=inst.created_at or time.time(),
         usd_per_hour=price if isinstance(price, (int, float)) and math.isfinite(price) and price >= 0 else None,
         simulated=offer.simulated,
     )
     ledger.event(s.id, EventKind.CREATED, {"instance": inst.id})
     if mismatch:
-        ledger.event(s.id, EventKind.DELIVERY_MISMATCH, {"ordered": offer.as_json(), "delivered": d, "problem": mismatch})
+        ledger.event(
+            s.id, EventKind.DELIVERY_MISMATCH, {"ordered": offer.as_json(), "delivered": d, "problem": mismatch}
+        )
         reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
         return EndReason.DELIVERY_MISMATCH
     return None
@@ -871,7 +1054,9 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
     return ensure_ssh_key(settings.data_path())[1]
 
 
-def _ready(s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None) -> None:
+def _ready(
+    s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None
+) -> None:
     reporter.stage("ready")
     assert s.instance is not None
     deadline = time.monotonic() + settings.up.ready_timeout_seconds
@@ -882,10 +1067,14 @@ def _ready(s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: S
         from gpuops.providers.wait import wait_for_ssh
 
         if s.instance.ssh is None and not s.instance.extra.get("local_root"):
-            fresh = wait_for_ssh(provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S)
+            fresh = wait_for_ssh(
+                provider, s.instance.id, timeout_s=max(0.0, deadline - time.monotonic()), poll_s=READY_POLL_S
+            )
             fresh.extra = {**s.instance.extra, **fresh.extra}  # what create knew (volume_path, bid) stays known
             s.instance = fresh
-        s.box = remote.open_box(s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key)
+        s.box = remote.open_box(
+            s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key
+        )
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, EventKind.READY)
 
@@ -909,8 +1098,10 @@ def _watchdog_note(ledger, reporter: Reporter) -> None:
     from gpuops.rental.watchdog_passes import INSTALL_HINT, guarded_recently
 
     if not guarded_recently(ledger):
-        reporter.warn("no watchdog has made a pass lately: only the box's own agent (job end, idle, TTL) guards this rental; "
-                      f"the balance floor and the monthly cap are not enforced; {INSTALL_HINT}")
+        reporter.warn(
+            "no watchdog has made a pass lately: only the box's own agent (job end, idle, TTL) guards this rental; "
+            f"the balance floor and the monthly cap are not enforced; {INSTALL_HINT}"
+        )
 
 
 def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
@@ -920,8 +1111,14 @@ def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     reporter.stage("arm")
     row = ledger.held(s.id) or ledger.get(s.id)  # written by this run: in memory, no read to wait on
     cfg = agentctl.agent_config(
-        session_id=s.id, provider=provider.name, instance_id=s.instance.id, root=s.box.root,  # type: ignore[union-attr]
-        teardown=settings.teardown, started_at=row.instance_created_at, usd_per_hour=row.usd_per_hour, settings=settings,
+        session_id=s.id,
+        provider=provider.name,
+        instance_id=s.instance.id,
+        root=s.box.root,  # type: ignore[union-attr]
+        teardown=settings.teardown,
+        started_at=row.instance_created_at,
+        usd_per_hour=row.usd_per_hour,
+        settings=settings,
     )
     agentctl.arm(s.box, cfg)
     ledger.event(s.id, EventKind.ARMED)
@@ -948,15 +1145,25 @@ def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndR
     except TimeoutError:
         why = EventKind.TTL if ttl_bound else EventKind.BOOTSTRAP_TIMEOUT
         ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
-        reporter.warn(f"bootstrap ran past {plan.timeout:.0f} s"
-                      + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)"))
+        reporter.warn(
+            f"bootstrap ran past {plan.timeout:.0f} s"
+            + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)")
+        )
         return EndReason.TTL if ttl_bound else EndReason.BOOTSTRAP_FAILED
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     s.slowest_step_seconds = max((float(st.get("seconds") or 0.0) for st in res.steps if "step" in st), default=0.0)
     ledger.add_steps(s.id, res.steps)
-    ledger.event(s.id, EventKind.BOOTSTRAPPED, {"rc": res.rc, "slowest": s.slowest_step, "failed": res.failed,
-                                        "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)"})
+    ledger.event(
+        s.id,
+        EventKind.BOOTSTRAPPED,
+        {
+            "rc": res.rc,
+            "slowest": s.slowest_step,
+            "failed": res.failed,
+            "cache_dir": plan.config.get("cache_dir") or "~/.cache/gpuops (on the box, lost with it)",
+        },
+    )
     return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
 
 
@@ -978,7 +1185,9 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
     from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
 
-    env.update(cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None)))
+    env.update(
+        cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None))
+    )
     if s.run_id:
         env.update(_resume_env(s, ledger, settings))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
@@ -992,6 +1201,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     pending = b""
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
+
         def sink(chunk: bytes) -> None:
             nonlocal pending
             s.last_seen_at = time.time()
@@ -1017,8 +1227,14 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
                 run_poll()
 
         try:
-            log_bytes, ended = jobio.follow_log(box, sink, poll_s=_log_poll_s(box), deadline=time.monotonic() + (ttl_deadline - time.time()),
-                                        stale_after_s=WRAPPER_STALE_S, on_poll=live)
+            log_bytes, ended = jobio.follow_log(
+                box,
+                sink,
+                poll_s=_log_poll_s(box),
+                deadline=time.monotonic() + (ttl_deadline - time.time()),
+                stale_after_s=WRAPPER_STALE_S,
+                on_poll=live,
+            )
         except TakenBack:
             return EndReason.PREEMPTED
         except jobio.WrapperLost as e:
@@ -1154,7 +1370,9 @@ def _sync_home(s: UpRun, ledger, settings: Settings, results: str) -> None:
     from gpuops.rental import results as copyback
 
     dest = settings.data_path() / "results" / s.id
-    rep = copyback.fetch_results(s.box, results, dest, deadline_s=max(5.0, min(120.0, settings.job.checkpoint_sync_seconds)))
+    rep = copyback.fetch_results(
+        s.box, results, dest, deadline_s=max(5.0, min(120.0, settings.job.checkpoint_sync_seconds))
+    )
     if rep.files and not s.results_path:
         s.results_path = str(dest)
         ledger.update(s.id, results_path=s.results_path)
@@ -1192,7 +1410,9 @@ def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
         volume = s.instance.extra.get("volume_path") if s.instance is not None else None
         keep_to = f"{volume.rstrip('/')}/gpuops/results/{s.id}" if volume else None
         with copyback.presence(box):  # the on-box agent must not destroy the box during the copy
-            rep = copyback.fetch_results(box, results, dest, deadline_s=settings.storage.results_deadline_seconds, keep_to=keep_to)
+            rep = copyback.fetch_results(
+                box, results, dest, deadline_s=settings.storage.results_deadline_seconds, keep_to=keep_to
+            )
         if rep.files or not rep.ok:
             s.results_copy = rep.as_json()
             s.results_copy["line"] = rep.line()
@@ -1240,8 +1460,12 @@ def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
 
     Also after an interrupted create, or one that raised something not a provider's. Found by its label."""
     try:  # any ProviderError: 3 tries, 1 s then 2 s apart (each look-up has its provider call's deadline)
-        found = call_with_retries(lambda: provider.find_by_label(s.label), ADOPT_RETRY, retry_on=lambda e: isinstance(e, ProviderError),
-                                  retry_after=False)
+        found = call_with_retries(
+            lambda: provider.find_by_label(s.label),
+            ADOPT_RETRY,
+            retry_on=lambda e: isinstance(e, ProviderError),
+            retry_after=False,
+        )
     except ProviderError:
         return
     if found is None:
@@ -1255,8 +1479,12 @@ def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
     Never raises (the destroy must still happen)."""
     s.instance = inst
     try:
-        ledger.update(s.id, instance_id=inst.id, instance_created_at=inst.created_at or time.time(),
-                      usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.price if s.offer else None))
+        ledger.update(
+            s.id,
+            instance_id=inst.id,
+            instance_created_at=inst.created_at or time.time(),
+            usd_per_hour=inst.usd_per_hour if inst.usd_per_hour is not None else (s.offer.price if s.offer else None),
+        )
         ledger.event(s.id, EventKind.CREATE_LEFT_INSTANCE, {"instance": inst.id, "found_by": found_by})
     except Exception:  # noqa: BLE001
         pass
@@ -1297,19 +1525,31 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
         from gpuops.rental.joblog import keep_log
 
         keep_log(ledger, row, lambda: s.box, by=f"up:{socket.gethostname()}:{os.getpid()}", close=False)
-    ended = end_rental(ledger, provider if s.instance is not None else None, s.id, reason,
-                       by=f"up:{socket.gethostname()}:{os.getpid()}", instance_id=s.instance.id if s.instance else None,
-                       exit_code=s.exit_code, tokens=s.tokens if s.tokens_booked else None, last_seen_at=s.last_seen_at)
+    ended = end_rental(
+        ledger,
+        provider if s.instance is not None else None,
+        s.id,
+        reason,
+        by=f"up:{socket.gethostname()}:{os.getpid()}",
+        instance_id=s.instance.id if s.instance else None,
+        exit_code=s.exit_code,
+        tokens=s.tokens if s.tokens_booked else None,
+        last_seen_at=s.last_seen_at,
+    )
     s.end_reason = EndReason.parse(ended.reason) or reason
     gave_up = ended.error and not ended.destroyed and not ended.closed and ended.error != "ledger write spooled"
     if gave_up and s.instance is not None:  # (a refused destroy of a reused id closes the row: not this)
-        reporter.warn(f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {ended.error}; "
-                      "run `gpuops down " + s.id + "` or `gpuops reconcile`")
+        reporter.warn(
+            f"destroy of {s.instance.id} failed {DESTROY_ATTEMPTS} times: {ended.error}; "
+            "run `gpuops down " + s.id + "` or `gpuops reconcile`"
+        )
     ledger.try_replay()  # the box is gone; a ledger that is back takes the spooled close now
     for note in ledger.notices:
         reporter.warn(note)
     for line in ledger.lost:  # neither spool could be written: one raw line each, a command that books it
-        _raw_line("warning: a ledger write no spool could hold; book it with: gpuops ledger replay " + shlex.quote(line))
+        _raw_line(
+            "warning: a ledger write no spool could hold; book it with: gpuops ledger replay " + shlex.quote(line)
+        )
     if s.box is not None:
         try:
             s.box.close()  # type: ignore[union-attr]

@@ -25,8 +25,14 @@ def _tz_checked(tz: str | None) -> str | None:
     return tz
 
 
-def month(ledger, month: str | None = None, tz: str | None = None, by: str | None = None, plot: bool = False,
-          watchdogs: bool = False) -> dict:
+def month(
+    ledger,
+    month: str | None = None,
+    tz: str | None = None,
+    by: str | None = None,
+    plot: bool = False,
+    watchdogs: bool = False,
+) -> dict:
     """``ledger month``: the month report for ``YYYY-MM`` (default: this month in ``tz``).
 
     ``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
@@ -80,7 +86,9 @@ def experiments(ledger, since: str | None = None, until: str | None = None, tz: 
     q = _query(ledger)
     lines = ledger.cost_lines(start, end)
     groups = group_rows(q, start, end, EXPERIMENT_KEYS, conclusion=True)
-    return experiments_report_groups(groups, latest_conclusions(q, groups, start, end), since, until, start, end, lines, _line_keys(q, lines))
+    return experiments_report_groups(
+        groups, latest_conclusions(q, groups, start, end), since, until, start, end, lines, _line_keys(q, lines)
+    )
 
 
 def _query(ledger):
@@ -97,9 +105,15 @@ def _line_keys(q, lines) -> dict[str, dict[str, str]]:
     for i in range(0, len(ids), 500):
         chunk = ids[i : i + 500]
         marks = ", ".join(f":i{j}" for j in range(len(chunk)))
-        for sid, exp, card, n, prov in q(f"SELECT id, experiment, card, gpu_count, provider FROM sessions WHERE id IN ({marks})",
-                                         {f"i{j}": x for j, x in enumerate(chunk)}):
-            out[sid] = {"experiment": exp, "card": card_name(type("R", (), {"card": card, "gpu_count": n})), "provider": prov}
+        for sid, exp, card, n, prov in q(
+            f"SELECT id, experiment, card, gpu_count, provider FROM sessions WHERE id IN ({marks})",
+            {f"i{j}": x for j, x in enumerate(chunk)},
+        ):
+            out[sid] = {
+                "experiment": exp,
+                "card": card_name(type("R", (), {"card": card, "gpu_count": n})),
+                "provider": prov,
+            }
     return out
 
 
@@ -125,8 +139,17 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
     tz = _tz_checked(tz)
     row = resolve_session(ledger, ref)
     d = session_detail(row, ledger.steps(row.id), ledger.events(row.id), tz)
-    d["cost_lines"] = [{"kind": ln.kind, "usd": ln.usd, "start_at": ln.start_at, "end_at": ln.end_at, "provider": ln.provider,
-                        "description": ln.description} for ln in ledger.reads.session_cost_lines(row.id)]
+    d["cost_lines"] = [
+        {
+            "kind": ln.kind,
+            "usd": ln.usd,
+            "start_at": ln.start_at,
+            "end_at": ln.end_at,
+            "provider": ln.provider,
+            "description": ln.description,
+        }
+        for ln in ledger.reads.session_cost_lines(row.id)
+    ]
     d["storage_usd"] = round(sum(ln["usd"] for ln in d["cost_lines"]), 6)
     return d
 
@@ -166,15 +189,36 @@ def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
             elif e.kind == "stage_failed" and r.end_reason != "preempted":
                 why = f"{r.end_reason}: {d.get('stage')} failed: {d.get('error')}"
         closed = r.status == "closed"
-        rentals.append({"session": r.id, "attempt": r.attempt, "started": iso(r.created_at, tz), "card": r.card,
-                        "usd_per_hour": r.usd_per_hour, "seconds": r.billed_seconds if closed else None,
-                        "cost_usd": round(r.cost_usd or 0.0, 6) if closed else None, "tokens": r.tokens or 0,
-                        "end_reason": r.end_reason, "why": why})
+        rentals.append(
+            {
+                "session": r.id,
+                "attempt": r.attempt,
+                "started": iso(r.created_at, tz),
+                "card": r.card,
+                "usd_per_hour": r.usd_per_hour,
+                "seconds": r.billed_seconds if closed else None,
+                "cost_usd": round(r.cost_usd or 0.0, 6) if closed else None,
+                "tokens": r.tokens or 0,
+                "end_reason": r.end_reason,
+                "why": why,
+            }
+        )
     return {
-        "run": {"id": run.id, "experiment": run.experiment, "provider": run.provider, "status": run.status,
-                "started": iso(run.created_at, tz), "ended": iso(run.ended_at, tz), "end_reason": run.end_reason,
-                "detail": run.detail, "recover": run.recover, "recover_on": run.recover_on, "attempts": run.attempts,
-                "max_hours": run.max_hours, "max_usd": run.max_usd},
+        "run": {
+            "id": run.id,
+            "experiment": run.experiment,
+            "provider": run.provider,
+            "status": run.status,
+            "started": iso(run.created_at, tz),
+            "ended": iso(run.ended_at, tz),
+            "end_reason": run.end_reason,
+            "detail": run.detail,
+            "recover": run.recover,
+            "recover_on": run.recover_on,
+            "attempts": run.attempts,
+            "max_hours": run.max_hours,
+            "max_usd": run.max_usd,
+        },
         "rentals": rentals,
         "cost_usd": round(sum(x["cost_usd"] or 0.0 for x in rentals), 6),
         "seconds": round(sum(x["seconds"] or 0.0 for x in rentals), 3),
@@ -197,11 +241,18 @@ def tokens(ledger, ref: str, n: int) -> dict:
     if n < 0:
         raise BadInput(f"tokens must be >= 0, got {n}", "pass the number of tokens the job produced")
     if n > MAX_TOKENS:  # SQLite INTEGER / PostgreSQL BIGINT hold 64-bit signed integers
-        raise BadInput(f"tokens must be at most {MAX_TOKENS:,}, got {n:,}", "pass the number of tokens the job produced")
+        raise BadInput(
+            f"tokens must be at most {MAX_TOKENS:,}, got {n:,}", "pass the number of tokens the job produced"
+        )
     row = ledger.set_tokens(resolve_session(ledger, ref).id, n)
     cost = row.cost_usd if row.status == "closed" else None
-    return {"session": row.id, "tokens": row.tokens, "cost_usd": cost, "simulated": bool(row.simulated),
-            "usd_per_mtoken": per_mtoken(cost, row.tokens) if cost is not None else None}
+    return {
+        "session": row.id,
+        "tokens": row.tokens,
+        "cost_usd": cost,
+        "simulated": bool(row.simulated),
+        "usd_per_mtoken": per_mtoken(cost, row.tokens) if cost is not None else None,
+    }
 
 
 def note(ledger, ref: str, text: str) -> dict:
@@ -252,8 +303,12 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
         from ledger.csvio import write_export_forked
 
         return write_export_forked(ledger.iter_query, out, start, end)
-    return write_export(ledger.iter_query(*export_sql(dialect, start, end)), out, sort_ties=dialect == "sqlite",
-                        run_by_id=lambda t: ledger.iter_query(*export_run_sql(t)))
+    return write_export(
+        ledger.iter_query(*export_sql(dialect, start, end)),
+        out,
+        sort_ties=dialect == "sqlite",
+        run_by_id=lambda t: ledger.iter_query(*export_run_sql(t)),
+    )
 
 
 # Bytes per line ``import_csv`` assumes to estimate a file's rows (a line of our export is 110-130).
@@ -299,14 +354,20 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
         bad = [(c, [x for x in bad_chars(str(row[i] or "")) if x not in ("\\x09", "\\x0d", "\\x0a")]) for c, i in names]
         bad = [(c, b) for c, b in bad if b]
         for c, b in bad:  # names label every report: no terminal control or bidi characters in them
-            imp.errors.append((line, f"{c} contains control or bidi characters ({', '.join(dict.fromkeys(b))}); use visible text"))
+            imp.errors.append(
+                (line, f"{c} contains control or bidi characters ({', '.join(dict.fromkeys(b))}); use visible text")
+            )
         return not bad
 
     def counted(chunks):
         for lines, rows in chunks:
             # One scan in C over the batch's names; line by line only for a hit.
             if any(unsafe("".join(map(itemgetter(i), rows))) for _, i in names):
-                kept = [(line, row) for line, row in zip(lines, rows) if not unsafe("".join(pick_names(row))) or checked(line, row)]
+                kept = [
+                    (line, row)
+                    for line, row in zip(lines, rows)
+                    if not unsafe("".join(pick_names(row))) or checked(line, row)
+                ]
                 lines, rows = [line for line, _ in kept], [row for _, row in kept]
             costs, sims = list(map(itemgetter(i_cost), rows)), list(map(itemgetter(i_sim), rows))
             # Added in line order, as one running sum per kind, whatever the batch size.
@@ -326,8 +387,13 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
             try:
                 # A line of a sheet is rarely under IMPORT_LINE_BYTES: the row count this estimates
                 # is low, so the ledger only drops its indexes up front for a file surely big.
-                n = ledger.import_chunks(counted(imp.chunks()), imp.errors, columns=IMPORT_ROW, constants=IMPORT_CONSTANTS,
-                                         expected_rows=p.stat().st_size // IMPORT_LINE_BYTES)
+                n = ledger.import_chunks(
+                    counted(imp.chunks()),
+                    imp.errors,
+                    columns=IMPORT_ROW,
+                    constants=IMPORT_CONSTANTS,
+                    expected_rows=p.stat().st_size // IMPORT_LINE_BYTES,
+                )
             except ImportRejected as e:
                 errors, total = e.errors, e.total
     except UnicodeDecodeError as e:
@@ -336,8 +402,11 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
         if collecting:
             gc.enable()
     if errors:
-        err = BadInput(_errors_line(p, errors, total), "fix those lines and import again; nothing was imported"
-                       + ("" if not strict else " (--strict refuses unknown names and costs off price x hours)"))
+        err = BadInput(
+            _errors_line(p, errors, total),
+            "fix those lines and import again; nothing was imported"
+            + ("" if not strict else " (--strict refuses unknown names and costs off price x hours)"),
+        )
         err.errors = errors  # type: ignore[attr-defined]
         raise err
     return {
@@ -356,8 +425,9 @@ def _errors_line(p: Path, errors: list[tuple[int, str]], total: int | None = Non
     return f"{total} bad row(s): {shown}{more}"
 
 
-def fetch_billing(settings, names: Iterable[str], since: float, until: float,
-                  get_provider: Callable[[str, Any], Any] | None = None) -> tuple[list, list[str], dict[str, str]]:
+def fetch_billing(
+    settings, names: Iterable[str], since: float, until: float, get_provider: Callable[[str, Any], Any] | None = None
+) -> tuple[list, list[str], dict[str, str]]:
     """Each provider's billing lines over [since, until) epoch s, and why a provider could not answer.
 
     Ask each provider in ``names`` for its billing lines over [since, until) epoch s via the
@@ -398,8 +468,15 @@ def billing_increment(settings, provider: str) -> float:
     return float(inc) if inc else (documented(provider) or DEFAULT_INCREMENT_S)
 
 
-def sync(ledger, settings, month: str | None = None, tz: str | None = None, providers: Iterable[str] | None = None,
-         get_provider: Callable[[str, Any], Any] | None = None, apply: bool = False) -> dict:
+def sync(
+    ledger,
+    settings,
+    month: str | None = None,
+    tz: str | None = None,
+    providers: Iterable[str] | None = None,
+    get_provider: Callable[[str, Any], Any] | None = None,
+    apply: bool = False,
+) -> dict:
     """``ledger sync [--month M] [--apply]``: the providers' own billing against our books.
 
     Compared: every real rental that spent money in the month (attributed by time), each WHOLE (a
@@ -439,8 +516,15 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
     def compare() -> dict:
         mine = {(r.provider, str(r.instance_id)) for r in rows if r.instance_id is not None}
         other = {(c.provider, str(c.instance_id)) for c in lines if c.instance_id is not None} - mine
-        return compare_billing(rows, lines, answered, lo=lo, hi=hi, booked_storage=booked_storage(ledger.engine, [r.id for r in rows]),
-                               elsewhere=known_instances(ledger.engine, other) if other else set())
+        return compare_billing(
+            rows,
+            lines,
+            answered,
+            lo=lo,
+            hi=hi,
+            booked_storage=booked_storage(ledger.engine, [r.id for r in rows]),
+            elsewhere=known_instances(ledger.engine, other) if other else set(),
+        )
 
     rep = compare()
     applied = None
@@ -458,10 +542,20 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
                 from gpuops.providers.base import Instance, InstanceStatus
                 from gpuops.rental.lifecycle import end_rental
 
-                gone_inst = Instance(id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE)
-                end_rental(ledger, get_provider(r["provider"], settings), r["session"], EndReason.INTERRUPTED,
-                           by=f"{Actor.RECONCILE}:ledger-sync", instance=gone_inst, detail="instance gone; end from the provider's billing",
-                           ended_at=r["provider_end"], end_source="provider")
+                gone_inst = Instance(
+                    id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE
+                )
+                end_rental(
+                    ledger,
+                    get_provider(r["provider"], settings),
+                    r["session"],
+                    EndReason.INTERRUPTED,
+                    by=f"{Actor.RECONCILE}:ledger-sync",
+                    instance=gone_inst,
+                    detail="instance gone; end from the provider's billing",
+                    ended_at=r["provider_end"],
+                    end_source="provider",
+                )
                 closed_any = True
         if closed_any:
             rows = _sync_rows(ledger, lo, hi)
@@ -470,14 +564,36 @@ def sync(ledger, settings, month: str | None = None, tz: str | None = None, prov
         rows = _sync_rows(ledger, lo, hi)
         rep = compare()
     rep.pop("lines", None)
-    rep.update(month=month, skipped=skipped, window=[since, until], applied=applied,
-               month_usd=month_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=ledger.cost_lines(lo, hi))["total_usd"])
+    rep.update(
+        month=month,
+        skipped=skipped,
+        window=[since, until],
+        applied=applied,
+        month_usd=month_report(
+            ledger.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=ledger.cost_lines(lo, hi)
+        )["total_usd"],
+    )
     return rep
 
 
 def _sync_rows(ledger, lo: float, hi: float) -> list:
-    return [r for r in ledger.overlapping(lo, hi, SYNC_COLUMNS) if r.instance_id is not None or r.instance_created_at is not None]
+    return [
+        r
+        for r in ledger.overlapping(lo, hi, SYNC_COLUMNS)
+        if r.instance_id is not None or r.instance_created_at is not None
+    ]
 
 
-SYNC_COLUMNS = ("id", "provider", "instance_id", "instance_created_at", "created_at", "ended_at", "status", "simulated",
-                "cost_usd", "cost_source", "usd_per_hour")
+SYNC_COLUMNS = (
+    "id",
+    "provider",
+    "instance_id",
+    "instance_created_at",
+    "created_at",
+    "ended_at",
+    "status",
+    "simulated",
+    "cost_usd",
+    "cost_source",
+    "usd_per_hour",
+)

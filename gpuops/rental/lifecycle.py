@@ -81,7 +81,9 @@ def failure_reason(stage: str, error: BaseException, decided: EndReason | None) 
 DESTROY_ATTEMPTS = 5
 DESTROY_BACKOFF_S = 1.0
 DESTROY_BACKOFF_CAP_S = 10.0
-DESTROY_RETRY = RetryPolicy(attempts=DESTROY_ATTEMPTS, wait_s=DESTROY_BACKOFF_S, max_wait_s=DESTROY_BACKOFF_CAP_S, budget_s=None)
+DESTROY_RETRY = RetryPolicy(
+    attempts=DESTROY_ATTEMPTS, wait_s=DESTROY_BACKOFF_S, max_wait_s=DESTROY_BACKOFF_CAP_S, budget_s=None
+)
 
 
 @dataclass
@@ -115,12 +117,26 @@ def _last_event_at(ledger, session_id: str) -> float | None:
 
     An event dated after now (a teammate's clock ahead) is kept: ``end_time`` clamps it to now,
     where dropping it would book the box from its create time only."""
-    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED, EventKind.DESTROY_REFUSED}
+    skip = {
+        EventKind.CLOSED,
+        EventKind.END_REQUESTED,
+        EventKind.DESTROYED,
+        EventKind.DESTROY_FAILED,
+        EventKind.DESTROY_REFUSED,
+    }
     return max((e.at for e in ledger.events(session_id) if e.kind not in skip), default=None)
 
 
-def end_time(provider: Provider | None, instance_id: str | None, inst: Instance | None, already_gone: bool, row,
-             last_event_at: float | None, now: float, last_seen_at: float | None = None) -> tuple[float, str]:
+def end_time(
+    provider: Provider | None,
+    instance_id: str | None,
+    inst: Instance | None,
+    already_gone: bool,
+    row,
+    last_event_at: float | None,
+    now: float,
+    last_seen_at: float | None = None,
+) -> tuple[float, str]:
     """When billing stopped (epoch s) and where that came from -- the module's one rule.
 
     ``inst``: the instance as read before the destroy (None: not found); ``already_gone``: it was
@@ -190,12 +206,25 @@ def _not_our_instance(row, inst: Instance | None) -> str:
     return ""
 
 
-def end_rental(ledger, provider: Provider | None, session_id: str | None, reason: EndReason | str, *, by: str,
-               instance_id: str | None = None, instance: Instance | None = None, detail: str = "",
-               exit_code: int | None = None, tokens: int | None = None, ended_at: float | None = None,
-               end_source: str | None = None, last_seen_at: float | None = None,
-               attempts: int = DESTROY_ATTEMPTS, clock: Callable[[], float] = time.time,
-               sleep: Callable[[float], None] = time.sleep) -> Ended:
+def end_rental(
+    ledger,
+    provider: Provider | None,
+    session_id: str | None,
+    reason: EndReason | str,
+    *,
+    by: str,
+    instance_id: str | None = None,
+    instance: Instance | None = None,
+    detail: str = "",
+    exit_code: int | None = None,
+    tokens: int | None = None,
+    ended_at: float | None = None,
+    end_source: str | None = None,
+    last_seen_at: float | None = None,
+    attempts: int = DESTROY_ATTEMPTS,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Ended:
     """End one rental: request the end, destroy, close. The one way every actor does it.
 
     ``ledger``: a ``ledger.Ledger``. ``provider``: the provider of the instance (None when the row
@@ -234,21 +263,63 @@ def end_rental(ledger, provider: Provider | None, session_id: str | None, reason
     if session_id and row is None:
         raise KeyError(session_id)
     with _bounded(ledger):
-        return _end(ledger, provider, session_id, row, reason, by=by, instance_id=instance_id, instance=instance, detail=detail,
-                    exit_code=exit_code, tokens=tokens, ended_at=ended_at, end_source=end_source, last_seen_at=last_seen_at,
-                    attempts=attempts, clock=clock, sleep=sleep)
+        return _end(
+            ledger,
+            provider,
+            session_id,
+            row,
+            reason,
+            by=by,
+            instance_id=instance_id,
+            instance=instance,
+            detail=detail,
+            exit_code=exit_code,
+            tokens=tokens,
+            ended_at=ended_at,
+            end_source=end_source,
+            last_seen_at=last_seen_at,
+            attempts=attempts,
+            clock=clock,
+            sleep=sleep,
+        )
 
 
-def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance, detail, exit_code, tokens, ended_at,
-         end_source, last_seen_at, attempts, clock, sleep) -> Ended:
+def _end(
+    ledger,
+    provider,
+    session_id,
+    row,
+    reason,
+    *,
+    by,
+    instance_id,
+    instance,
+    detail,
+    exit_code,
+    tokens,
+    ended_at,
+    end_source,
+    last_seen_at,
+    attempts,
+    clock,
+    sleep,
+) -> Ended:
     iid = instance_id or (row.instance_id if row is not None else None)
     if row is not None and provider is not None:
         from gpuops.ownership import LEGACY, OTHER, account_of, standing
 
         held = standing(row, account_of(provider))
         if held == OTHER:
-            return Ended(session_id, iid, False, False, row.end_reason, error=f"row of account {row.account} ({row.owner}): not ours to end",
-                         row=row, not_ours=True)
+            return Ended(
+                session_id,
+                iid,
+                False,
+                False,
+                row.end_reason,
+                error=f"row of account {row.account} ({row.owner}): not ours to end",
+                row=row,
+                not_ours=True,
+            )
         if held == LEGACY and iid and row.status != RowStatus.CLOSED:
             if instance is None:
                 try:
@@ -257,8 +328,16 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
                     instance = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)
             if instance is None:  # "not found" under a key that may not be the row's: proves nothing
                 ledger.event(session_id, EventKind.UNKNOWN, {"instance": iid, "by": by, "reason": str(reason)})
-                return Ended(session_id, iid, False, False, row.end_reason, error="instance not visible to the key held here",
-                             row=row, unknown=True)
+                return Ended(
+                    session_id,
+                    iid,
+                    False,
+                    False,
+                    row.end_reason,
+                    error="instance not visible to the key held here",
+                    row=row,
+                    unknown=True,
+                )
     is_open = row is not None and row.status != RowStatus.CLOSED
     destroyed = already_gone = False
     inst = instance
@@ -272,8 +351,18 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
         refused = _not_our_instance(row, inst)
         if refused:  # the id is someone else's now: never destroy it; find ours by its label
             if session_id:
-                ledger.event(session_id, EventKind.DESTROY_REFUSED, {"instance": iid, "expected_label": row.label, "label": inst.label,
-                                                                      "account": getattr(row, "account", None), "by": by, "why": refused})
+                ledger.event(
+                    session_id,
+                    EventKind.DESTROY_REFUSED,
+                    {
+                        "instance": iid,
+                        "expected_label": row.label,
+                        "label": inst.label,
+                        "account": getattr(row, "account", None),
+                        "by": by,
+                        "why": refused,
+                    },
+                )
             try:
                 ours = provider.find_by_label(row.label)
             except ProviderError:
@@ -283,8 +372,14 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
                 _quick(ledger, lambda: ledger.update(session_id, instance_id=ours.id))
             else:
                 inst = None  # ours is gone (deleted from the console): nothing of ours to destroy
-        if (row is not None and is_open and inst is not None and getattr(row, "spot", False)
-                and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED) and ended_at is None):
+        if (
+            row is not None
+            and is_open
+            and inst is not None
+            and getattr(row, "spot", False)
+            and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
+            and ended_at is None
+        ):
             reason = EndReason.PREEMPTED  # the provider's own state: the market took the box back
             if inst.extra.get("ended_at"):
                 ended_at, end_source = float(inst.extra["ended_at"]), "provider"
@@ -302,12 +397,21 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
 
         def failed(state) -> None:  # every failed try is booked, the last one too
             if session_id:
-                ledger.event(session_id, EventKind.DESTROY_FAILED,
-                             {"attempt": state.attempt_number, "kind": state.outcome.exception().kind.value, "by": by})
+                ledger.event(
+                    session_id,
+                    EventKind.DESTROY_FAILED,
+                    {"attempt": state.attempt_number, "kind": state.outcome.exception().kind.value, "by": by},
+                )
 
         try:  # keep trying: a box left running is the one unforgivable bug
-            call_with_retries(lambda: provider.destroy(iid), replace(DESTROY_RETRY, attempts=attempts),
-                              retry_on=lambda e: isinstance(e, ProviderError), retry_after=False, after=failed, sleep=sleep)
+            call_with_retries(
+                lambda: provider.destroy(iid),
+                replace(DESTROY_RETRY, attempts=attempts),
+                retry_on=lambda e: isinstance(e, ProviderError),
+                retry_after=False,
+                after=failed,
+                sleep=sleep,
+            )
         except ProviderError as e:
             last_err = e
         if last_err is not None:
@@ -319,10 +423,21 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
         already_gone = True  # not found, or the id answers for another's instance
     if not is_open:
         if row is not None and destroyed and not already_gone:
-            ledger.event(session_id, EventKind.ORPHAN_DESTROYED, {"instance": iid, "by": by, "label": inst.label if inst else ""})
-        return Ended(session_id, iid, destroyed, row is not None, row.end_reason if row is not None else booked,
-                     row.ended_at if row is not None else None, row.end_source if row is not None else None, already_gone, row=row,
-                     error=refused)
+            ledger.event(
+                session_id, EventKind.ORPHAN_DESTROYED, {"instance": iid, "by": by, "label": inst.label if inst else ""}
+            )
+        return Ended(
+            session_id,
+            iid,
+            destroyed,
+            row is not None,
+            row.end_reason if row is not None else booked,
+            row.ended_at if row is not None else None,
+            row.end_source if row is not None else None,
+            already_gone,
+            row=row,
+            error=refused,
+        )
     now = clock()
     if ended_at is not None:
         t, source = float(ended_at), end_source or "caller"
@@ -333,17 +448,43 @@ def _end(ledger, provider, session_id, row, reason, *, by, instance_id, instance
         asked = None if (refused and inst is None) else provider  # the reused id's record is not ours
         t, source = end_time(asked, iid, inst, already_gone, row, last_event, now, last_seen_at)
     if iid:
-        ledger.event(session_id, EventKind.DESTROYED, {"instance": iid, "by": by, "already_gone": already_gone, "end_source": source})
+        ledger.event(
+            session_id,
+            EventKind.DESTROYED,
+            {"instance": iid, "by": by, "already_gone": already_gone, "end_source": source},
+        )
     if exit_code is None:
-        exit_code = _quick(ledger, lambda: seen_exit_code(ledger, session_id))  # the job's exit as `up` or a watchdog saw it
+        exit_code = _quick(
+            ledger, lambda: seen_exit_code(ledger, session_id)
+        )  # the job's exit as `up` or a watchdog saw it
     fields = {} if tokens is None else {"tokens": int(tokens)}
     closed = ledger.close(session_id, t, booked, exit_code=exit_code, end_source=source, **fields)
     if closed is None:  # spooled: replayed by the next ledger write, or the next `ps`/watchdog/reconcile
         held = getattr(ledger, "held", lambda _sid: None)(session_id)
-        return Ended(session_id, iid, destroyed, False, (held.end_reason if held is not None else None) or booked, t, source, already_gone,
-                     error="ledger write spooled", row=held)
-    return Ended(session_id, iid, destroyed, True, closed.end_reason, closed.ended_at, closed.end_source, already_gone, row=closed,
-                 error=refused)
+        return Ended(
+            session_id,
+            iid,
+            destroyed,
+            False,
+            (held.end_reason if held is not None else None) or booked,
+            t,
+            source,
+            already_gone,
+            error="ledger write spooled",
+            row=held,
+        )
+    return Ended(
+        session_id,
+        iid,
+        destroyed,
+        True,
+        closed.end_reason,
+        closed.ended_at,
+        closed.end_source,
+        already_gone,
+        row=closed,
+        error=refused,
+    )
 
 
 def requested_reason(ledger, session_id: str) -> EndReason | None:

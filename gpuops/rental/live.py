@@ -21,15 +21,21 @@ from bootstrap.vocabulary import EventKind
 LIVE_EVERY_S = 10.0
 
 
-def record_live(ledger, session_id: str, *, tokens: int | None, idle_seconds: float | None, by: str, now: float | None = None) -> None:
+def record_live(
+    ledger, session_id: str, *, tokens: int | None, idle_seconds: float | None, by: str, now: float | None = None
+) -> None:
     """Book the box's status as seen now (``now``: this machine's epoch s).
 
     ``tokens`` so far (None: unread), ``idle_seconds`` the current idle streak (0: busy; None:
     unknown). Best effort: a ledger that refuses it is spooled by the ledger; nothing here may stop
     a run."""
     try:
-        ledger.event(session_id, EventKind.LIVE, {"tokens": tokens, "idle_seconds": idle_seconds, "by": by},
-                     at=time.time() if now is None else now)
+        ledger.event(
+            session_id,
+            EventKind.LIVE,
+            {"tokens": tokens, "idle_seconds": idle_seconds, "by": by},
+            at=time.time() if now is None else now,
+        )
     except Exception:  # noqa: BLE001  a live figure is never worth a failed run
         pass
 

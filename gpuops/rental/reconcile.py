@@ -84,9 +84,18 @@ class Context:
     ``ssh_connect_s``: how long to try reaching a box over SSH for the agent's status.
     """
 
-    def __init__(self, settings, ledger=None, providers: dict | None = None, clock: Callable[[], float] = time.time,
-                 owner: str | None = None, arm_margin_s: float = 60.0, lease_seconds: float = 120.0,
-                 destroy_unknown: bool = False, ssh_connect_s: float = 10.0):
+    def __init__(
+        self,
+        settings,
+        ledger=None,
+        providers: dict | None = None,
+        clock: Callable[[], float] = time.time,
+        owner: str | None = None,
+        arm_margin_s: float = 60.0,
+        lease_seconds: float = 120.0,
+        destroy_unknown: bool = False,
+        ssh_connect_s: float = 10.0,
+    ):
         from ledger.store import Ledger
 
         self.settings = settings
@@ -164,8 +173,13 @@ class Context:
             return None
         from gpuops.box import remote
 
-        return remote.open_box(inst, data_dir=self.settings.data_path(), deadline=time.monotonic() + self.ssh_connect_s,
-                               ssh_key=self.settings.up.ssh_key, reconnect_s=0.0)
+        return remote.open_box(
+            inst,
+            data_dir=self.settings.data_path(),
+            deadline=time.monotonic() + self.ssh_connect_s,
+            ssh_key=self.settings.up.ssh_key,
+            reconnect_s=0.0,
+        )
 
     def event(self, session_id: str, kind: str, detail) -> None:
         self.ledger.event(session_id, kind, detail, at=self.clock())
@@ -260,16 +274,27 @@ def _tokens_to_book(ctx: Context, row, provider: Provider, inst: Instance | None
 
 def _ended_action(row, ended: Ended, what: str) -> Action:
     if ended.not_ours:
-        return Action(row.id, "left_to_owner", f"{what}: the row belongs to account {row.account} ({row.owner}); not ended here")
+        return Action(
+            row.id, "left_to_owner", f"{what}: the row belongs to account {row.account} ({row.owner}); not ended here"
+        )
     if ended.unknown:
-        return Action(row.id, "unknown", f"{what}: {row.provider} instance {row.instance_id} is not visible to this key "
-                      "(no account recorded on the row); left open for its owner")
+        return Action(
+            row.id,
+            "unknown",
+            f"{what}: {row.provider} instance {row.instance_id} is not visible to this key "
+            "(no account recorded on the row); left open for its owner",
+        )
     if not ended.closed:
         return Action(row.id, "error", f"{what}: {ended.error or 'not closed'}")
     c = ended.row
-    said = what if what.startswith(f"{ended.reason}:") else f"{ended.reason}: {what}"  # the policy's line names its reason: once
-    return Action(row.id, "closed" if ended.already_gone else "destroyed",
-                  f"{said}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}")
+    said = (
+        what if what.startswith(f"{ended.reason}:") else f"{ended.reason}: {what}"
+    )  # the policy's line names its reason: once
+    return Action(
+        row.id,
+        "closed" if ended.already_gone else "destroyed",
+        f"{said}; end time from {ended.end_source}; billed {c.billed_seconds:.0f} s, {money(c.cost_usd, c.simulated)}",
+    )
 
 
 def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -> EndReason:
@@ -280,7 +305,10 @@ def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -
     (``lifecycle.requested_reason``); else ``agent_ended`` when an agent was armed (heartbeat or
     ``armed`` event: it destroyed the box, nobody read why), else ``interrupted``. Never a guessed
     ``preempted``."""
-    for text in (((status or {}).get("destroy") or {}).get("reason"), (inst.extra.get("end_reason") if inst is not None else None)):
+    for text in (
+        ((status or {}).get("destroy") or {}).get("reason"),
+        (inst.extra.get("end_reason") if inst is not None else None),
+    ):
         got = EndReason.parse(text)
         if got is not None:
             return got
@@ -303,23 +331,46 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
 
     if inst is None and ctx.standing(row) != HELD:
         ctx.event(row.id, EventKind.UNKNOWN, {"by": ctx.by, "detail": "instance not visible to the key held here"})
-        return Action(row.id, "unknown", f"{row.provider} instance {row.instance_id} is not visible to this key "
-                      f"(row account {row.account or 'not recorded'}); left open for its owner ({row.owner or 'unknown'})")
+        return Action(
+            row.id,
+            "unknown",
+            f"{row.provider} instance {row.instance_id} is not visible to this key "
+            f"(row account {row.account or 'not recorded'}); left open for its owner ({row.owner or 'unknown'})",
+        )
     reason = gone_reason(ctx, row, inst, status)
-    proofs = [float(t) for t in (((status or {}).get("destroy") or {}).get("done_at"), (status or {}).get("heartbeat")) if t]
+    proofs = [
+        float(t) for t in (((status or {}).get("destroy") or {}).get("done_at"), (status or {}).get("heartbeat")) if t
+    ]
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
     keep_log(ctx.ledger, row, lambda: ctx.box(provider, inst) if inst is not None else None, by=ctx.by)
-    ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, instance=inst or Instance(id=row.instance_id, label=row.label, status=InstanceStatus.GONE),
-                       detail="instance gone", exit_code=exit_code, last_seen_at=max(proofs) if proofs else None, clock=ctx.clock,
-                       tokens=_tokens_to_book(ctx, row, provider, inst))
+    ended = end_rental(
+        ctx.ledger,
+        provider,
+        row.id,
+        reason,
+        by=ctx.by,
+        instance=inst or Instance(id=row.instance_id, label=row.label, status=InstanceStatus.GONE),
+        detail="instance gone",
+        exit_code=exit_code,
+        last_seen_at=max(proofs) if proofs else None,
+        clock=ctx.clock,
+        tokens=_tokens_to_book(ctx, row, provider, inst),
+    )
     close_run_of(ctx, row, ended)
     return _ended_action(row, ended, "instance gone")
 
 
-def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail: str, ended_at: float | None = None,
-                      end_source: str | None = None) -> Action:
+def destroy_and_close(
+    ctx: Context,
+    row,
+    provider: Provider,
+    reason: str,
+    detail: str,
+    ended_at: float | None = None,
+    end_source: str | None = None,
+) -> Action:
     """Destroy the row's instance and close the row (``lifecycle.end_rental``).
 
     At the confirmed destroy, or at ``ended_at`` when the box stopped billing earlier (a preempted
@@ -331,9 +382,19 @@ def destroy_and_close(ctx: Context, row, provider: Provider, reason: str, detail
         except ProviderError:
             inst = None
     keep_log(ctx.ledger, row, lambda: ctx.box(provider, inst) if inst is not None else None, by=ctx.by)
-    ended = end_rental(ctx.ledger, provider, row.id, reason, by=ctx.by, detail=detail, ended_at=ended_at,
-                       end_source=end_source or ("heartbeat" if ended_at is not None else None), clock=ctx.clock,
-                       instance=inst, tokens=_tokens_to_book(ctx, row, provider, inst))
+    ended = end_rental(
+        ctx.ledger,
+        provider,
+        row.id,
+        reason,
+        by=ctx.by,
+        detail=detail,
+        ended_at=ended_at,
+        end_source=end_source or ("heartbeat" if ended_at is not None else None),
+        clock=ctx.clock,
+        instance=inst,
+        tokens=_tokens_to_book(ctx, row, provider, inst),
+    )
     close_run_of(ctx, row, ended)
     return _ended_action(row, ended, detail)
 
@@ -354,15 +415,23 @@ def close_run_of(ctx: Context, row, ended: Ended) -> bool:
         return False
     try:
         run = ctx.ledger.get_run(run_id)
-        if run is None or run.status == "closed" or any(r.status != RowStatus.CLOSED for r in ctx.ledger.run_rentals(run_id)):
+        if (
+            run is None
+            or run.status == "closed"
+            or any(r.status != RowStatus.CLOSED for r in ctx.ledger.run_rentals(run_id))
+        ):
             return False
         reason = str(ended.reason or EndReason.ERROR)
         recovers = reason in {w for w in (run.recover_on or "").split(",") if w}
         if recovers and int(run.attempts or 0) <= int(run.recover or 0):
             return False
         end = str(RunEnd.ATTEMPTS_SPENT) if recovers else reason
-        ctx.ledger.close_run(run_id, float(ended.ended_at or ctx.clock()), end,
-                             f"rental {getattr(row, 'attempt', None) or '?'} ({row.id}) ended {reason}; closed with it by {ctx.by}")
+        ctx.ledger.close_run(
+            run_id,
+            float(ended.ended_at or ctx.clock()),
+            end,
+            f"rental {getattr(row, 'attempt', None) or '?'} ({row.id}) ended {reason}; closed with it by {ctx.by}",
+        )
     except Exception:  # noqa: BLE001
         return False
     return True
@@ -401,17 +470,28 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
     (A stopped interruptible box is the watchdog's ``preempted``.)"""
     asked = EndReason.parse(((status or {}).get("destroy") or {}).get("reason"))
     if asked is not None:
-        return destroy_and_close(ctx, row, provider, asked, f"its agent asked for the end ({asked}) and the box is still here: "
-                                 "terminated with the account key")
+        return destroy_and_close(
+            ctx,
+            row,
+            provider,
+            asked,
+            f"its agent asked for the end ({asked}) and the box is still here: terminated with the account key",
+        )
     requested = _end_requested(ctx, row)
     if requested is not None:
-        return destroy_and_close(ctx, row, provider, requested, f"its end was requested ({requested}) and the box is still here: "
-                                 "terminated")
+        return destroy_and_close(
+            ctx, row, provider, requested, f"its end was requested ({requested}) and the box is still here: terminated"
+        )
     if not row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
         ended = row.last_heartbeat_at
-        return destroy_and_close(ctx, row, provider, gone_reason(ctx, row, inst, status),
-                                 f"instance {inst.raw_status or inst.status.value} (stopped, still billing its disk): terminated",
-                                 ended_at=ended)
+        return destroy_and_close(
+            ctx,
+            row,
+            provider,
+            gone_reason(ctx, row, inst, status),
+            f"instance {inst.raw_status or inst.status.value} (stopped, still billing its disk): terminated",
+            ended_at=ended,
+        )
     return None
 
 
@@ -422,12 +502,14 @@ def _deadline(ctx: Context, row) -> float:
     Create + the ROW's ready timeout (this process's setting only for rows written before m004) +
     ``arm_margin_s``."""
     start = row.instance_created_at or row.created_at
-    ready = row.ready_timeout_seconds if row.ready_timeout_seconds is not None else ctx.settings.up.ready_timeout_seconds
+    ready = (
+        row.ready_timeout_seconds if row.ready_timeout_seconds is not None else ctx.settings.up.ready_timeout_seconds
+    )
     return start + float(ready) + ctx.arm_margin_s
 
 
 def _session_of_label(label: str) -> str:
-    return label[len(LABEL_PREFIX):] if label.startswith(LABEL_PREFIX) else label
+    return label[len(LABEL_PREFIX) :] if label.startswith(LABEL_PREFIX) else label
 
 
 def reconcile(ctx: Context) -> list[Action]:
@@ -436,7 +518,11 @@ def reconcile(ctx: Context) -> list[Action]:
     Provider errors are reported as ``error`` actions and the pass goes on."""
     actions: list[Action] = []
     for name in ctx.provider_names():
-        if name not in ACCOUNTLESS and ctx.account(name) is None and all(r.account for r in ctx.ledger.open_sessions() if r.provider == name):
+        if (
+            name not in ACCOUNTLESS
+            and ctx.account(name) is None
+            and all(r.account for r in ctx.ledger.open_sessions() if r.provider == name)
+        ):
             continue  # no key here for this provider: every open row of it is another account's
         try:
             p = ctx.provider(name)
@@ -455,8 +541,14 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
     others = [r for r in open_rows if not ctx.holds(r)]
     if others:
         owners = sorted({r.owner or "?" for r in others})
-        actions.append(Action("", "left_to_owner", f"{name}: {len(others)} open session(s) of other accounts ({', '.join(owners)}); "
-                              "only a holder of their key closes or destroys them"))
+        actions.append(
+            Action(
+                "",
+                "left_to_owner",
+                f"{name}: {len(others)} open session(s) of other accounts ({', '.join(owners)}); "
+                "only a holder of their key closes or destroys them",
+            )
+        )
     open_rows = [r for r in open_rows if ctx.holds(r)]
     by_iid = {r.instance_id: r for r in open_rows if r.instance_id}
     by_label = {r.label: r for r in open_rows}
@@ -469,16 +561,26 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
                 if not ok:
                     continue
                 price = inst.usd_per_hour
-                ok = isinstance(price, (int, float)) and math.isfinite(price) and price >= 0  # a provider's NaN is not a price
-                ctx.ledger.update(row.id, instance_id=inst.id, instance_created_at=inst.created_at or row.created_at,
-                                  usd_per_hour=price if ok else row.usd_per_hour)
+                ok = (
+                    isinstance(price, (int, float)) and math.isfinite(price) and price >= 0
+                )  # a provider's NaN is not a price
+                ctx.ledger.update(
+                    row.id,
+                    instance_id=inst.id,
+                    instance_created_at=inst.created_at or row.created_at,
+                    usd_per_hour=price if ok else row.usd_per_hour,
+                )
                 ctx.event(row.id, EventKind.ADOPTED, {"instance_id": inst.id, "label": inst.label})
-                actions.append(Action(row.id, "adopted", f"instance {inst.id} (label {inst.label}) had no id in its row"))
+                actions.append(
+                    Action(row.id, "adopted", f"instance {inst.id} (label {inst.label}) had no id in its row")
+                )
     listed = {i.id: i for i in insts}
     for row in ctx.open_sessions_leased(actions, keep=lambda r: r.provider == name and ctx.holds(r)):
         if row.instance_id is None:
             if now > _deadline(ctx, row):
-                ctx.event(row.id, EventKind.STALE_INTENT, "no instance by the ready deadline; closed at its intent time")
+                ctx.event(
+                    row.id, EventKind.STALE_INTENT, "no instance by the ready deadline; closed at its intent time"
+                )
                 ended = end_rental(ctx.ledger, None, row.id, EndReason.PROVISION_FAILED, by=ctx.by, clock=ctx.clock)
                 actions.append(Action(row.id, "closed", f"{ended.reason}: never got an instance; $0.0000"))
             continue
@@ -497,13 +599,23 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
         if alive:
             record_proof_of_life(ctx, row, status, now)
         # (a stopped interruptible box is the watchdog's: it books preempted)
-        ended = None if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED) else end_asked_for(ctx, row, p, inst, status)
+        ended = (
+            None
+            if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED)
+            else end_asked_for(ctx, row, p, inst, status)
+        )
         if ended is not None:
             actions.append(ended)
         elif not alive and row.last_heartbeat_at is None and now > _deadline(ctx, row):
-            actions.append(destroy_and_close(
-                ctx, row, p, EndReason.INTERRUPTED,
-                f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming"))
+            actions.append(
+                destroy_and_close(
+                    ctx,
+                    row,
+                    p,
+                    EndReason.INTERRUPTED,
+                    f"no agent heartbeat {now - (row.instance_created_at or row.created_at):.0f} s after create: `up` was interrupted before arming",
+                )
+            )
     return actions
 
 
@@ -513,13 +625,33 @@ def _orphan(ctx: Context, p: Provider, inst: Instance) -> Action:
     sid = _session_of_label(inst.label)
     row = ctx.ledger.get(sid)
     if row is not None and ctx.standing(row) == OTHER:
-        return Action("", "unknown_instance", f"{p.name} instance {inst.id} label {inst.label}: its row belongs to account "
-                      f"{row.account} ({row.owner}); left alone")
+        return Action(
+            "",
+            "unknown_instance",
+            f"{p.name} instance {inst.id} label {inst.label}: its row belongs to account "
+            f"{row.account} ({row.owner}); left alone",
+        )
     if row is None and not ctx.destroy_unknown:
-        return Action("", "unknown_instance", f"{p.name} instance {inst.id} label {inst.label}: no row in this ledger; left alone "
-                      "(another ledger's?); `gpuops reconcile --destroy-unknown` destroys it")
-    ended = end_rental(ctx.ledger, p, sid if row is not None else None, EndReason.INTERRUPTED, by=ctx.by,
-                       instance_id=inst.id, instance=inst, clock=ctx.clock)
+        return Action(
+            "",
+            "unknown_instance",
+            f"{p.name} instance {inst.id} label {inst.label}: no row in this ledger; left alone "
+            "(another ledger's?); `gpuops reconcile --destroy-unknown` destroys it",
+        )
+    ended = end_rental(
+        ctx.ledger,
+        p,
+        sid if row is not None else None,
+        EndReason.INTERRUPTED,
+        by=ctx.by,
+        instance_id=inst.id,
+        instance=inst,
+        clock=ctx.clock,
+    )
     if not ended.destroyed:
         return Action(sid if row else "", "error", f"orphan {inst.id}: destroy failed: {ended.error}")
-    return Action(sid if row else "", "orphan_destroyed", f"{p.name} instance {inst.id} label {inst.label}: its row is {'closed' if row else 'missing'}")
+    return Action(
+        sid if row else "",
+        "orphan_destroyed",
+        f"{p.name} instance {inst.id} label {inst.label}: its row is {'closed' if row else 'missing'}",
+    )

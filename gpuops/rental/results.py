@@ -64,14 +64,32 @@ class CopyReport:
     error: str | None = None
 
     def as_json(self) -> dict:
-        return {k: getattr(self, k) for k in ("ok", "files", "total_bytes", "bytes", "resumed_bytes", "seconds", "reconnects",
-                                               "failed", "skipped", "kept", "error")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "ok",
+                "files",
+                "total_bytes",
+                "bytes",
+                "resumed_bytes",
+                "seconds",
+                "reconnects",
+                "failed",
+                "skipped",
+                "kept",
+                "error",
+            )
+        }
 
     def line(self) -> str:
         """One line for the summary."""
         kept = f"; a verified copy is on the volume at {self.kept}" if self.kept else ""
         if self.ok:
-            return f"{self.files} files, {self.total_bytes:,} bytes, sha256 verified" + (f" ({self.reconnects} reconnects)" if self.reconnects else "") + kept
+            return (
+                f"{self.files} files, {self.total_bytes:,} bytes, sha256 verified"
+                + (f" ({self.reconnects} reconnects)" if self.reconnects else "")
+                + kept
+            )
         what = self.error or f"{len(self.failed)} of {self.files} files failed: {'; '.join(self.failed[:3])}"
         return f"NOT all copied home: {what}" + (kept or "; the box is destroyed, so what did not come home is lost")
 
@@ -96,7 +114,9 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_manifest(box, remote_dir: str, *, keep_to: str | None = None, timeout: float = 600.0) -> tuple[list[Entry], list[str], dict]:
+def read_manifest(
+    box, remote_dir: str, *, keep_to: str | None = None, timeout: float = 600.0
+) -> tuple[list[Entry], list[str], dict]:
     """Run the manifest on the box: (entries, skipped "path (why)", last line).
 
     Raises GpuopsError when it fails; FileNotFoundError when ``remote_dir`` does not exist."""
@@ -134,7 +154,10 @@ def read_manifest(box, remote_dir: str, *, keep_to: str | None = None, timeout: 
     if rc == 2:
         raise FileNotFoundError(remote_dir)
     if rc != 0 or not last:
-        raise GpuopsError(f"listing the results on the box failed (exit {rc}): {' '.join(errors)[:200]}", "the box's python3 must run .gpuops/bootstrap/manifest.py")
+        raise GpuopsError(
+            f"listing the results on the box failed (exit {rc}): {' '.join(errors)[:200]}",
+            "the box's python3 must run .gpuops/bootstrap/manifest.py",
+        )
     return entries, skipped, last
 
 
@@ -185,7 +208,9 @@ def _transient(e: BaseException) -> bool:
         pass
     from gpuops.errors import GpuopsError
 
-    return isinstance(e, (EOFError, OSError, ConnectionError)) or (isinstance(e, GpuopsError) and "connect" in str(e).lower())
+    return isinstance(e, (EOFError, OSError, ConnectionError)) or (
+        isinstance(e, GpuopsError) and "connect" in str(e).lower()
+    )
 
 
 def _no_sftp(e: BaseException) -> bool:
@@ -204,11 +229,19 @@ def _read_chunk(reader: _Reader, remote_abs: str, offset: int, size: int, deadli
         rep.reconnects += 1
 
     policy = RetryPolicy(attempts=None, wait_s=RETRY_WAIT_S, max_wait_s=8.0, budget_s=None)  # the deadline bounds it
-    return call_with_retries(lambda: reader.read(remote_abs, offset, size), policy, retry_on=lambda err: _transient(err) and not _no_sftp(err),
-                             retry_after=False, deadline=deadline, before_sleep=reconnect)
+    return call_with_retries(
+        lambda: reader.read(remote_abs, offset, size),
+        policy,
+        retry_on=lambda err: _transient(err) and not _no_sftp(err),
+        retry_after=False,
+        deadline=deadline,
+        before_sleep=reconnect,
+    )
 
 
-def _fetch_one(reader: _Reader, remote_abs: str, target: Path, e: Entry, deadline: float, rep: CopyReport, on_progress=None) -> str | None:
+def _fetch_one(
+    reader: _Reader, remote_abs: str, target: Path, e: Entry, deadline: float, rep: CopyReport, on_progress=None
+) -> str | None:
     """Copy one file into ``target`` (resuming ``target.gpuops-part``); None on success, else why."""
     part = target.with_name(target.name + ".gpuops-part")
     for attempt in range(2):  # a sha256 mismatch earns one fetch from zero
@@ -262,8 +295,17 @@ def _fetch_whole(box, remote_abs: str, target: Path, part: Path, e: Entry, rep: 
     return None
 
 
-def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0, keep_to: str | None = None,
-                  on_progress=None, max_bytes: int | None = None, max_files: int | None = None) -> CopyReport:
+def fetch_results(
+    box,
+    remote_dir: str,
+    dest: Path,
+    *,
+    deadline_s: float = 900.0,
+    keep_to: str | None = None,
+    on_progress=None,
+    max_bytes: int | None = None,
+    max_files: int | None = None,
+) -> CopyReport:
     """Copy ``remote_dir`` (relative to the box root) into ``dest`` with sizes and sha256 checked.
 
     It resumes after dropped connections, within ``deadline_s`` seconds. ``keep_to``: an absolute
@@ -301,8 +343,10 @@ def fetch_results(box, remote_dir: str, dest: Path, *, deadline_s: float = 900.0
     cap_b, cap_f = MAX_BYTES if max_bytes is None else max_bytes, MAX_FILES if max_files is None else max_files
     if rep.total_bytes > cap_b or rep.files > cap_f:
         rep.ok = False
-        rep.error = (f"the box lists {rep.files} files, {rep.total_bytes:,} bytes: over the copy-back caps ({cap_f} files, {cap_b:,} bytes); "
-                     "nothing copied")
+        rep.error = (
+            f"the box lists {rep.files} files, {rep.total_bytes:,} bytes: over the copy-back caps ({cap_f} files, {cap_b:,} bytes); "
+            "nothing copied"
+        )
         rep.seconds = round(time.monotonic() - t0, 3)
         return rep
     dest.mkdir(parents=True, exist_ok=True)

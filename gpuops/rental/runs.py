@@ -38,7 +38,9 @@ class NextRental:
     detail: str = ""
 
 
-def next_rental(max_hours: float, max_usd: float | None, spent_s: float, spent_usd: float, price_usd_h: float) -> NextRental:
+def next_rental(
+    max_hours: float, max_usd: float | None, spent_s: float, spent_usd: float, price_usd_h: float
+) -> NextRental:
     """The limits of a run's next rental.
 
     ``max_hours``: the run's (hours); ``max_usd``: the run's max_session_usd (USD, None: none);
@@ -47,17 +49,25 @@ def next_rental(max_hours: float, max_usd: float | None, spent_s: float, spent_u
     min_s = float(MIN_RENTAL_S)
     left_s = max_hours * 3600.0 - max(0.0, spent_s)
     if left_s < min_s:
-        return NextRental(0.0, None, EndReason.TTL,
-                          f"max_hours {max_hours:g} h for the run: {spent_s:.0f} s billed, {max(0.0, left_s):.0f} s left, "
-                          f"under the {min_s:.0f} s a rental needs")
+        return NextRental(
+            0.0,
+            None,
+            EndReason.TTL,
+            f"max_hours {max_hours:g} h for the run: {spent_s:.0f} s billed, {max(0.0, left_s):.0f} s left, "
+            f"under the {min_s:.0f} s a rental needs",
+        )
     usd_left = None
     if max_usd is not None:
         usd_left = max_usd - max(0.0, spent_usd)
         buys_s = usd_left / price_usd_h * 3600.0 if price_usd_h > 0 else math.inf
         if usd_left <= 0 or buys_s < min_s:
-            return NextRental(0.0, usd_left, EndReason.SESSION_CAP,
-                              f"max_session_usd ${max_usd:.4f} for the run: ${spent_usd:.4f} spent, ${max(0.0, usd_left):.4f} left "
-                              f"buys {max(0.0, buys_s):.0f} s at ${price_usd_h:.4f}/h, under the {min_s:.0f} s a rental needs")
+            return NextRental(
+                0.0,
+                usd_left,
+                EndReason.SESSION_CAP,
+                f"max_session_usd ${max_usd:.4f} for the run: ${spent_usd:.4f} spent, ${max(0.0, usd_left):.4f} left "
+                f"buys {max(0.0, buys_s):.0f} s at ${price_usd_h:.4f}/h, under the {min_s:.0f} s a rental needs",
+            )
         left_s = min(left_s, buys_s)
     return NextRental(left_s / 3600.0, usd_left)
 
@@ -70,7 +80,10 @@ def break_even_preemptions_per_hour(spot_usd_h: float, on_demand_usd_h: float, l
     r preemptions per hour; on-demand pays p_d x H. Equal at r = (p_d / p_s - 1) / o. None when
     spot is not cheaper (no rate makes it pay) or the inputs are not positive numbers."""
     vals = (spot_usd_h, on_demand_usd_h, lost_hours_each)
-    if not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in vals) or spot_usd_h >= on_demand_usd_h:
+    if (
+        not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in vals)
+        or spot_usd_h >= on_demand_usd_h
+    ):
         return None
     return (on_demand_usd_h / spot_usd_h - 1.0) / lost_hours_each
 

@@ -25,7 +25,9 @@ def resolve_session(ledger, ref: str):
     if len(rows) == 1:
         return rows[0]
     if not rows:
-        raise BadInput(f"no session {ref!r} in the ledger", "`gpuops ps` lists open sessions, `gpuops ledger sessions` past ones")
+        raise BadInput(
+            f"no session {ref!r} in the ledger", "`gpuops ps` lists open sessions, `gpuops ledger sessions` past ones"
+        )
     raise BadInput(f"{ref!r} matches {len(rows)} sessions", "type more of the session id")
 
 
@@ -49,7 +51,13 @@ def open_session_columns(ledger) -> tuple[str, ...]:
     """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even with no open session.
 
     The ledger's ``sessions`` columns (as the database holds them), then what ``ps`` adds."""
-    return ("session", *(c for c in ledger.reads.columns("sessions") if c != "id"), "usd_per_mtoken", "seconds", *LIVE_COLUMNS)
+    return (
+        "session",
+        *(c for c in ledger.reads.columns("sessions") if c != "id"),
+        "usd_per_mtoken",
+        "seconds",
+        *LIVE_COLUMNS,
+    )
 
 
 def list_open(ledger, owner: str | None = None, now: float | None = None) -> list[dict]:
@@ -75,7 +83,12 @@ def list_open(ledger, owner: str | None = None, now: float | None = None) -> lis
         d = row_json(r)
         live = live_figures(d, ledger.last_event(r.id, EventKind.LIVE), now)
         d.update({k: live[k] for k in LIVE_COLUMNS})
-        d.update(cost_usd=live["accrued_usd"], tokens=live["tokens"], usd_per_mtoken=live["usd_per_mtoken"], usd_per_hour=live["usd_per_hour"])
+        d.update(
+            cost_usd=live["accrued_usd"],
+            tokens=live["tokens"],
+            usd_per_mtoken=live["usd_per_mtoken"],
+            usd_per_hour=live["usd_per_hour"],
+        )
         out.append(d)
     return out
 
@@ -113,27 +126,38 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
 
     me = settings.owner()
     if all_open:
-        rows = [r for r in ledger.open_sessions() if is_mine(r, me) and standing(r, account_of(provider_of(r))) != OTHER]
+        rows = [
+            r for r in ledger.open_sessions() if is_mine(r, me) and standing(r, account_of(provider_of(r))) != OTHER
+        ]
     else:
         if not ref:
             raise BadInput("name a session or pass --all", "see `gpuops ps` for open sessions")
         rows = [resolve_session(ledger, ref)]
         row = rows[0]
         if row.status != RowStatus.CLOSED and standing(row, account_of(provider_of(row))) == OTHER:
-            raise BadInput(f"session {row.id} was rented by {row.owner} under {row.provider} account {row.account}; "
-                           "this machine holds no key for that account", f"ask {row.owner} to run `gpuops down {row.id}`")
+            raise BadInput(
+                f"session {row.id} was rented by {row.owner} under {row.provider} account {row.account}; "
+                "this machine holds no key for that account",
+                f"ask {row.owner} to run `gpuops down {row.id}`",
+            )
     out = []
     for row in rows:
         if row.status == RowStatus.CLOSED:
-            out.append({"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason})
+            out.append(
+                {"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason}
+            )
             continue
         provider = provider_of(row) if row.instance_id else None
         by = f"{Actor.DOWN}:{socket.gethostname()}:{os.getpid()}"
         if provider is not None:  # the rest of the job's log first, if `up` stopped following it
             _keep_log(settings, ledger, provider, row, by)
         ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=by)
-        item = {"session": row.id, "instance_id": row.instance_id, "destroyed": ended.destroyed,
-                "end_reason": "unknown" if ended.unknown else ended.reason}
+        item = {
+            "session": row.id,
+            "instance_id": row.instance_id,
+            "destroyed": ended.destroyed,
+            "end_reason": "unknown" if ended.unknown else ended.reason,
+        }
         if ended.error:
             item["error"] = ended.error
         out.append(item)

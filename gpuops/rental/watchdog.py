@@ -120,7 +120,16 @@ def check_session(ctx: Context, row) -> list[Action]:
         # An interruptible box the market took back: billing for the GPU stopped when the agent went
         # silent; destroy what is left (a stopped Vast instance still bills storage).
         ended = row.last_heartbeat_at or inst.extra.get("ended_at")
-        return [destroy_and_close(ctx, row, p, EndReason.PREEMPTED, f"spot instance {inst.raw_status or inst.status.value}", ended_at=ended)]
+        return [
+            destroy_and_close(
+                ctx,
+                row,
+                p,
+                EndReason.PREEMPTED,
+                f"spot instance {inst.raw_status or inst.status.value}",
+                ended_at=ended,
+            )
+        ]
     status = agent_status(ctx, p, inst)
     actions: list[Action] = []
     stale = heartbeat_stale(status, now)
@@ -131,13 +140,23 @@ def check_session(ctx: Context, row) -> list[Action]:
         return [ended]
     if status and status.get("heartbeat"):
         job = status.get("job") or {}
-        if job.get("ended_at") is not None and not any(e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)):
+        if job.get("ended_at") is not None and not any(
+            e.kind == EventKind.JOB_EXITED for e in ctx.ledger.events(row.id)
+        ):
             # Booked now: if the box then destroys itself unseen, its row still closes as job_end.
-            ctx.event(row.id, EventKind.JOB_EXITED, {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner})
+            ctx.event(
+                row.id,
+                EventKind.JOB_EXITED,
+                {"exit_code": job.get("exit_code"), "ended_at": job["ended_at"], "seen_by": ctx.owner},
+            )
     state = _box_state(row, None if stale else status)
     if stale:
         age = f"{now - float(status['heartbeat']):.0f} s old" if status and status.get("heartbeat") else "none yet"
-        actions.append(Action(row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap and the job's exit marker"))
+        actions.append(
+            Action(
+                row.id, "stale_heartbeat", f"agent heartbeat {age}; applying ttl/session cap and the job's exit marker"
+            )
+        )
         seen = _job_exit_seen(ctx, row, p, inst)
         if seen is not None:
             state.job_ended_at, state.job_exit_code = seen
@@ -148,8 +167,14 @@ def check_session(ctx: Context, row) -> list[Action]:
         from gpuops.rental.live import record_live
         from gpuops.rental.reconcile import box_tokens
 
-        record_live(ctx.ledger, row.id, tokens=box_tokens(ctx, p, inst), by=f"{Actor.WATCHDOG}:{ctx.owner}", now=now,
-                    idle_seconds=max(0.0, now - decision.idle_since) if decision.idle_since is not None else 0.0)
+        record_live(
+            ctx.ledger,
+            row.id,
+            tokens=box_tokens(ctx, p, inst),
+            by=f"{Actor.WATCHDOG}:{ctx.owner}",
+            now=now,
+            idle_seconds=max(0.0, now - decision.idle_since) if decision.idle_since is not None else 0.0,
+        )
     if decision.action == policy.DESTROY:
         actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
     return actions
@@ -188,10 +213,17 @@ def _money(ctx: Context) -> list[Action]:
                 actions.append(Action("", "note", f"{name}: balance floor not checked: {bal.note}"))
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
-            covered.append((name, EndReason.BALANCE_FLOOR,
-                            f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f} (account {held})", floor_who))
-        elif (name, EndReason.BALANCE_FLOOR, floor_who) in refused and lift_refusal(ctx.ledger, name, EndReason.BALANCE_FLOOR, now,
-                                                                                    account=floor_who):
+            covered.append(
+                (
+                    name,
+                    EndReason.BALANCE_FLOOR,
+                    f"{name} balance ${bal.usd:.2f} is below the floor ${t.balance_floor_usd:.2f} (account {held})",
+                    floor_who,
+                )
+            )
+        elif (name, EndReason.BALANCE_FLOOR, floor_who) in refused and lift_refusal(
+            ctx.ledger, name, EndReason.BALANCE_FLOOR, now, account=floor_who
+        ):
             actions.append(Action("", "lifted", f"{name}: balance ${bal.usd:.2f} is back above the floor"))
     cap_refused = ("*", EndReason.MONTHLY_CAP, cap_who) in refused
     if t.monthly_cap_usd is not None or cap_refused:
@@ -201,15 +233,31 @@ def _money(ctx: Context) -> list[Action]:
     if month is not None:
         spent = month_spend(ctx.ledger, *month, now=now, owner=cap_who)
         whose = "the team's" if team else f"{ctx.me}'s"
-        if t.monthly_cap_usd is not None and (spent != spent or spent >= t.monthly_cap_usd):  # NaN: a broken row, not room
-            covered.append(("*", EndReason.MONTHLY_CAP,
-                            f"{whose} month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}", cap_who))
-        elif ("*", EndReason.MONTHLY_CAP, cap_who) in refused and lift_refusal(ctx.ledger, "*", EndReason.MONTHLY_CAP, now, account=cap_who):
+        if t.monthly_cap_usd is not None and (
+            spent != spent or spent >= t.monthly_cap_usd
+        ):  # NaN: a broken row, not room
+            covered.append(
+                (
+                    "*",
+                    EndReason.MONTHLY_CAP,
+                    f"{whose} month-to-date spend ${spent:.2f} reached the monthly cap ${t.monthly_cap_usd:.2f}",
+                    cap_who,
+                )
+            )
+        elif ("*", EndReason.MONTHLY_CAP, cap_who) in refused and lift_refusal(
+            ctx.ledger, "*", EndReason.MONTHLY_CAP, now, account=cap_who
+        ):
             actions.append(Action("", "lifted", f"monthly cap: {whose} spend ${spent:.2f} is under the cap again"))
     for scope, reason, detail, who in covered:
         if set_refusal(ctx.ledger, scope, reason, detail, now, account=who):
             whom = "everyone" if who is None else who
-            actions.append(Action("", "refused", f"new boxes refused for {'all providers' if scope == '*' else scope} ({whom}): {detail}"))
+            actions.append(
+                Action(
+                    "",
+                    "refused",
+                    f"new boxes refused for {'all providers' if scope == '*' else scope} ({whom}): {detail}",
+                )
+            )
 
         def covered_row(r, scope=scope, reason=reason, who=who) -> bool:
             if r.instance_id is None or not ctx.holds(r) or (scope != "*" and r.provider != scope):
@@ -253,8 +301,14 @@ def tick(ctx: Context) -> list[Action]:
     return actions
 
 
-def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Action], None] = print,
-        ctx: Context | None = None, on_pass: Callable[[str, list[Action], float], None] | None = None) -> list[Action]:
+def run(
+    settings,
+    interval: float = 30.0,
+    once: bool = False,
+    emit: Callable[[Action], None] = print,
+    ctx: Context | None = None,
+    on_pass: Callable[[str, list[Action], float], None] | None = None,
+) -> list[Action]:
     """The `gpuops watchdog` body.
 
     Reconcile, then one tick (``once``) or a tick every ``interval`` seconds under APScheduler until
@@ -296,8 +350,16 @@ def run(settings, interval: float = 30.0, once: bool = False, emit: Callable[[Ac
     # An explicit timezone: APScheduler's default asks tzlocal, which dies on POSIX TZ strings
     # (TZ=UTC0, TZ=CET-1CEST). Only intervals are scheduled, so UTC changes nothing else.
     sched = BlockingScheduler(timezone=timezone.utc)
-    sched.add_job(guarded, "interval", args=[tick], seconds=interval, next_run_time=datetime.now(timezone.utc),
-                  max_instances=1, coalesce=True, misfire_grace_time=None)
+    sched.add_job(
+        guarded,
+        "interval",
+        args=[tick],
+        seconds=interval,
+        next_run_time=datetime.now(timezone.utc),
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=None,
+    )
     try:
         sched.start()
     except (KeyboardInterrupt, SystemExit):
@@ -320,9 +382,18 @@ def record_pass(ctx: Context, acts: list[Action], seconds: float, interval: floa
     from ledger.passes import record_pass as book
 
     try:
-        book(ctx.ledger, socket.gethostname(), ctx.me, at=ctx.clock(), seconds=seconds, interval_seconds=interval,
-             checked=getattr(ctx, "checked", 0), ended=sum(a.kind in ENDED_KINDS for a in acts),
-             errors=sum(a.kind == "error" for a in acts), actions=len(acts))
+        book(
+            ctx.ledger,
+            socket.gethostname(),
+            ctx.me,
+            at=ctx.clock(),
+            seconds=seconds,
+            interval_seconds=interval,
+            checked=getattr(ctx, "checked", 0),
+            ended=sum(a.kind in ENDED_KINDS for a in acts),
+            errors=sum(a.kind == "error" for a in acts),
+            actions=len(acts),
+        )
     except Exception as e:  # noqa: BLE001  a database hiccup must not stop the daemon
         log.warning("watchdog pass not booked: %s", e)
         return [Action("", "error", f"watchdog pass not booked in the ledger: {type(e).__name__}: {e}")]

@@ -28,10 +28,23 @@ def last_passes(books, now: float | None = None) -> list[dict]:
     out = []
     for p in latest_passes(books):
         stale_at = p.at + STALE_INTERVALS * p.interval_seconds
-        out.append({"host": p.host, "owner": p.owner, "last_pass_at": p.at, "stale_at": stale_at,
-                    "age_seconds": round(max(0.0, now - p.at), 3), "stale": now > stale_at,
-                    "interval_seconds": p.interval_seconds, "seconds": round(p.seconds, 3), "checked": p.checked, "ended": p.ended,
-                    "errors": p.errors, "actions": p.actions, "summary": p.summary})
+        out.append(
+            {
+                "host": p.host,
+                "owner": p.owner,
+                "last_pass_at": p.at,
+                "stale_at": stale_at,
+                "age_seconds": round(max(0.0, now - p.at), 3),
+                "stale": now > stale_at,
+                "interval_seconds": p.interval_seconds,
+                "seconds": round(p.seconds, 3),
+                "checked": p.checked,
+                "ended": p.ended,
+                "errors": p.errors,
+                "actions": p.actions,
+                "summary": p.summary,
+            }
+        )
     return out
 
 
@@ -57,8 +70,14 @@ def health_lines(passes: list[dict]) -> list[tuple[str, bool]]:
 
     if not passes:
         return [(f"no watchdog pass in this ledger: {NOT_ENFORCED}; {INSTALL_HINT}", True)]
-    lines = [(f"watchdog: last pass {ago(p['age_seconds'])} ago on {safe(p['host'])} by {safe(p['owner'])}"
-              + (" (stopped?)" if p["stale"] else f" ({p['summary']})"), p["stale"]) for p in passes]
+    lines = [
+        (
+            f"watchdog: last pass {ago(p['age_seconds'])} ago on {safe(p['host'])} by {safe(p['owner'])}"
+            + (" (stopped?)" if p["stale"] else f" ({p['summary']})"),
+            p["stale"],
+        )
+        for p in passes
+    ]
     if all(p["stale"] for p in passes):
         newest = min(p["age_seconds"] for p in passes)
         lines.append((f"no watchdog pass for {ago(newest)}: {NOT_ENFORCED}; {INSTALL_HINT}", True))

@@ -35,8 +35,15 @@ UNIT_NAME = "gpuops-watchdog.service"
 LAUNCHD_LABEL = "dev.gpuops.watchdog"
 # Variables, besides every GPUOPS_*, that shape what the watchdog sees (gpuops/providers/keys.py:
 # the keys and the API base URLs; the XDG directories: where config, data and spool live).
-PASSED_VARS = ("RUNPOD_API_KEY", "VAST_API_KEY", "RUNPOD_API_BASE_URL", "VAST_URL", "XDG_CONFIG_HOME", "XDG_DATA_HOME",
-               "XDG_CACHE_HOME")
+PASSED_VARS = (
+    "RUNPOD_API_KEY",
+    "VAST_API_KEY",
+    "RUNPOD_API_BASE_URL",
+    "VAST_URL",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_CACHE_HOME",
+)
 RESTART_SECONDS = 15  # systemd RestartSec / launchd ThrottleInterval: a crash loop costs a line per 15 s, not a CPU
 COMMAND_TIMEOUT_S = 30.0  # each systemctl / launchctl call
 
@@ -73,7 +80,9 @@ def env_file_text(env: Mapping[str, str]) -> str:
     out = ["# gpuops watchdog service environment (gpuops watchdog --install); secrets: keep it 0600"]
     for k, v in env.items():
         if not k.replace("_", "a").isalnum() or k[0].isdigit():
-            raise BadInput(f"environment variable name {k!r} cannot be passed to the service", "unset it and run --install again")
+            raise BadInput(
+                f"environment variable name {k!r} cannot be passed to the service", "unset it and run --install again"
+            )
         esc = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
         out.append(f'{k}="{esc}"')
     return "\n".join(out) + "\n"
@@ -87,10 +96,14 @@ def read_env_file(path: Path) -> dict[str, str]:
     try:
         st = path.stat()
     except OSError as e:
-        raise BadInput(f"--env-file {path}: {e.strerror}", "run `gpuops watchdog --install` again to write it") from None
+        raise BadInput(
+            f"--env-file {path}: {e.strerror}", "run `gpuops watchdog --install` again to write it"
+        ) from None
     if st.st_mode & 0o077:
-        raise BadInput(f"--env-file {path} is readable by others (mode {st.st_mode & 0o777:o}); it may hold API keys",
-                       f"chmod 600 {path}")
+        raise BadInput(
+            f"--env-file {path} is readable by others (mode {st.st_mode & 0o777:o}); it may hold API keys",
+            f"chmod 600 {path}",
+        )
     from dotenv import dotenv_values
 
     return {k: v for k, v in dotenv_values(path).items() if v is not None}
@@ -98,7 +111,16 @@ def read_env_file(path: Path) -> dict[str, str]:
 
 def watchdog_argv(interval: float, env_path: Path, config_file: str | None, python: str | None = None) -> list[str]:
     """The service's command line: this interpreter running ``gpuops watchdog`` (no secret in it)."""
-    argv = [python or sys.executable, "-m", "gpuops", "watchdog", "--interval", f"{interval:g}", "--env-file", str(env_path)]
+    argv = [
+        python or sys.executable,
+        "-m",
+        "gpuops",
+        "watchdog",
+        "--interval",
+        f"{interval:g}",
+        "--env-file",
+        str(env_path),
+    ]
     if config_file:
         argv += ["--config", str(Path(config_file).resolve())]
     return argv
@@ -121,25 +143,27 @@ def render_unit(argv: list[str]) -> str:
 
     Restarted on failure, logging to the journal, started with the user's session manager
     (``default.target``)."""
-    return "\n".join([
-        "# written by `gpuops watchdog --install`; `gpuops watchdog --uninstall` removes it",
-        "[Unit]",
-        "Description=gpuops watchdog: job end, idle GPU, TTL, balance floor and monthly cap for every open rental",
-        "After=network-online.target",
-        "",
-        "[Service]",
-        "Type=simple",
-        "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
-        "Restart=on-failure",
-        f"RestartSec={RESTART_SECONDS}",
-        "StandardOutput=journal",
-        "StandardError=journal",
-        "SyslogIdentifier=gpuops-watchdog",
-        "",
-        "[Install]",
-        "WantedBy=default.target",
-        "",
-    ])
+    return "\n".join(
+        [
+            "# written by `gpuops watchdog --install`; `gpuops watchdog --uninstall` removes it",
+            "[Unit]",
+            "Description=gpuops watchdog: job end, idle GPU, TTL, balance floor and monthly cap for every open rental",
+            "After=network-online.target",
+            "",
+            "[Service]",
+            "Type=simple",
+            "ExecStart=" + " ".join(systemd_quote(a, executable=i == 0) for i, a in enumerate(argv)),
+            "Restart=on-failure",
+            f"RestartSec={RESTART_SECONDS}",
+            "StandardOutput=journal",
+            "StandardError=journal",
+            "SyslogIdentifier=gpuops-watchdog",
+            "",
+            "[Install]",
+            "WantedBy=default.target",
+            "",
+        ]
+    )
 
 
 def render_plist(argv: list[str], log_path: Path) -> bytes:
@@ -147,16 +171,18 @@ def render_plist(argv: list[str], log_path: Path) -> bytes:
 
     At load, again whenever it exits unsuccessfully (``KeepAlive.SuccessfulExit = false``), its
     output appended to ``log_path``."""
-    return plistlib.dumps({
-        "Label": LAUNCHD_LABEL,
-        "ProgramArguments": list(argv),
-        "RunAtLoad": True,
-        "KeepAlive": {"SuccessfulExit": False},
-        "ThrottleInterval": RESTART_SECONDS,
-        "ProcessType": "Background",
-        "StandardOutPath": str(log_path),
-        "StandardErrorPath": str(log_path),
-    })
+    return plistlib.dumps(
+        {
+            "Label": LAUNCHD_LABEL,
+            "ProgramArguments": list(argv),
+            "RunAtLoad": True,
+            "KeepAlive": {"SuccessfulExit": False},
+            "ThrottleInterval": RESTART_SECONDS,
+            "ProcessType": "Background",
+            "StandardOutPath": str(log_path),
+            "StandardErrorPath": str(log_path),
+        }
+    )
 
 
 # -- where, and which manager ------------------------------------------------------------------------
@@ -210,12 +236,19 @@ def no_manager(interval: float) -> NoServiceManager:
     return NoServiceManager(
         "no user service manager here (no systemd user bus, no launchd: a container or CI?); nothing was written",
         f"run `gpuops watchdog --interval {interval:g}` under this machine's own supervisor "
-        "(in a container it is the gpuops image's entry point: see README, keeping the watchdog running)")
+        "(in a container it is the gpuops image's entry point: see README, keeping the watchdog running)",
+    )
 
 
 # -- install, uninstall, status ----------------------------------------------------------------------
-def plan_files(manager: str, interval: float, config_file: str | None, environ: Mapping[str, str], log_dir: Path,
-               python: str | None = None) -> ServiceFiles:
+def plan_files(
+    manager: str,
+    interval: float,
+    config_file: str | None,
+    environ: Mapping[str, str],
+    log_dir: Path,
+    python: str | None = None,
+) -> ServiceFiles:
     """The files ``--install`` writes for ``manager`` (nothing written yet)."""
     env_path = env_file_path()
     argv = watchdog_argv(interval, env_path, config_file, python)
@@ -262,14 +295,21 @@ def install(files: ServiceFiles, run: Runner = run_command) -> list[list[str]]:
     _write_private(files.env_path, files.env_text)
     _write_public(files.path, files.text)
     if files.manager == "launchd":
-        Path(render_log_dir(files)).mkdir(parents=True, exist_ok=True, mode=0o700)  # launchd opens the log, never creates its folder
-        cmds = [["launchctl", "bootout", f"{_launchd_domain()}/{LAUNCHD_LABEL}"],  # a loaded older copy; fails when none
-                ["launchctl", "bootstrap", _launchd_domain(), str(files.path)]]
+        Path(render_log_dir(files)).mkdir(
+            parents=True, exist_ok=True, mode=0o700
+        )  # launchd opens the log, never creates its folder
+        cmds = [
+            ["launchctl", "bootout", f"{_launchd_domain()}/{LAUNCHD_LABEL}"],  # a loaded older copy; fails when none
+            ["launchctl", "bootstrap", _launchd_domain(), str(files.path)],
+        ]
         run(cmds[0])
         _checked(run, cmds[1])
         return cmds
-    cmds = [["systemctl", "--user", "daemon-reload"], ["systemctl", "--user", "enable", UNIT_NAME],
-            ["systemctl", "--user", "restart", UNIT_NAME]]  # restart: a running copy takes the new settings
+    cmds = [
+        ["systemctl", "--user", "daemon-reload"],
+        ["systemctl", "--user", "enable", UNIT_NAME],
+        ["systemctl", "--user", "restart", UNIT_NAME],
+    ]  # restart: a running copy takes the new settings
     for c in cmds:
         _checked(run, c)
     return cmds
@@ -309,8 +349,15 @@ def status(manager: str, environ: Mapping[str, str] | None = None, run: Runner =
     ``{"manager","path","installed", "active" (bool),"state" (the manager's words),"since_at" (epoch
     s or None),"pid"}``."""
     path = unit_path(manager, environ)
-    out = {"manager": manager, "path": str(path), "installed": path.exists(), "active": False, "state": "not loaded",
-           "since_at": None, "pid": None}
+    out = {
+        "manager": manager,
+        "path": str(path),
+        "installed": path.exists(),
+        "active": False,
+        "state": "not loaded",
+        "since_at": None,
+        "pid": None,
+    }
     if manager == "launchd":
         r = run(["launchctl", "print", f"{_launchd_domain()}/{LAUNCHD_LABEL}"])
         if r.returncode == 0:
@@ -319,8 +366,16 @@ def status(manager: str, environ: Mapping[str, str] | None = None, run: Runner =
             out["active"] = out["state"] == "running"
             out["pid"] = int(fields["pid"]) if fields.get("pid", "").isdigit() else None
         return out
-    r = run(["systemctl", "--user", "show", UNIT_NAME, "--property=ActiveState,SubState,MainPID,ActiveEnterTimestamp",
-             "--timestamp=unix"])
+    r = run(
+        [
+            "systemctl",
+            "--user",
+            "show",
+            UNIT_NAME,
+            "--property=ActiveState,SubState,MainPID,ActiveEnterTimestamp",
+            "--timestamp=unix",
+        ]
+    )
     if r.returncode != 0:
         return out
     props = dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)

@@ -15,9 +15,18 @@ def card_rows() -> list[dict]:
     reference on-demand price in USD/h (the local provider's simulated price)."""
     from gpuops.catalog import cards
 
-    return [{"name": c.name, "family": c.family, "aliases": " ".join(c.aliases), "vram_gib": round(c.vram_bytes / GIB, 1),
-             "bandwidth_gb_s": round(c.bandwidth_bytes_s / 1e9), "bf16_tflops": round(c.bf16_flops / 1e12, 1),
-             "reference_usd_per_hour": c.reference_usd_per_hour} for c in cards()]
+    return [
+        {
+            "name": c.name,
+            "family": c.family,
+            "aliases": " ".join(c.aliases),
+            "vram_gib": round(c.vram_bytes / GIB, 1),
+            "bandwidth_gb_s": round(c.bandwidth_bytes_s / 1e9),
+            "bf16_tflops": round(c.bf16_flops / 1e12, 1),
+            "reference_usd_per_hour": c.reference_usd_per_hour,
+        }
+        for c in cards()
+    ]
 
 
 def show_cards(fmt: str = "table") -> None:
@@ -29,11 +38,32 @@ def show_cards(fmt: str = "table") -> None:
     def table() -> None:
         from gpuops.views.tables import ID, NAME, NUM, Col, console, print_table, ranked
 
-        cols = [Col("card", ID), Col("family", ID), Col("VRAM GiB", NUM), Col("bandwidth GB/s", NUM), Col("bf16 TFLOP/s", NUM),
-                Col("ref USD/h", NUM), Col("aliases", NAME)]
+        cols = [
+            Col("card", ID),
+            Col("family", ID),
+            Col("VRAM GiB", NUM),
+            Col("bandwidth GB/s", NUM),
+            Col("bf16 TFLOP/s", NUM),
+            Col("ref USD/h", NUM),
+            Col("aliases", NAME),
+        ]
         c = console()
-        print_table(c, "cards (--card takes a name, an alias or a family; NAME:COUNT for several GPUs)", ranked(cols, DROP_ORDER),
-                    [[r["name"], r["family"], f"{r['vram_gib']:g}", f"{r['bandwidth_gb_s']:,}", f"{r['bf16_tflops']:g}",
-                      f"{r['reference_usd_per_hour']:.2f}", r["aliases"]] for r in rows])
+        print_table(
+            c,
+            "cards (--card takes a name, an alias or a family; NAME:COUNT for several GPUs)",
+            ranked(cols, DROP_ORDER),
+            [
+                [
+                    r["name"],
+                    r["family"],
+                    f"{r['vram_gib']:g}",
+                    f"{r['bandwidth_gb_s']:,}",
+                    f"{r['bf16_tflops']:g}",
+                    f"{r['reference_usd_per_hour']:.2f}",
+                    r["aliases"],
+                ]
+                for r in rows
+            ],
+        )
 
     emit.emit(rows, fmt, table, csv_columns=COLUMNS)

@@ -23,7 +23,9 @@ def lines(doc: dict) -> list[str]:
     out = []
     for c in doc["checks"]:
         fix = f"  -> {c['fix']}" if c.get("fix") else ""
-        out.append(f"{MARK.get(c['verdict'], c['verdict']):<5} {safe(c['check']):<{width}}  {safe(c['detail'])}{safe(fix)}")
+        out.append(
+            f"{MARK.get(c['verdict'], c['verdict']):<5} {safe(c['check']):<{width}}  {safe(c['detail'])}{safe(fix)}"
+        )
     what = "check" + (" --live" if doc["live"] else "") + (" --rent" if doc["rent"] else "")
     skipped = [c["check"] for c in doc["checks"] if c["verdict"] == "skip"]
     # A check not run (no API key) holds nothing: named, never counted as holding.

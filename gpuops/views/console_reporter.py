@@ -61,7 +61,10 @@ class ConsoleReporter(Reporter):
         self.ticker.stop()
         status = line.get("status", "")
         color = {"done": "green", "skipped": "dim", "failed": "red"}.get(status, "white")
-        self.err.print(f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s", markup=True)
+        self.err.print(
+            f"         step {_esc(str(line.get('step')))}: [{color}]{_esc(str(status))}[/] {line.get('seconds', 0):.2f}s",
+            markup=True,
+        )
 
     def job_line(self, text: str) -> None:
         self.ticker.stop()

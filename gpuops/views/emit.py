@@ -43,8 +43,12 @@ def pick(fmt: str | None, json_out: bool = False, csv_out: bool = False, allowed
             raise BadInput(f"unknown --format {fmt!r}", f"use one of: {', '.join(allowed)}")
         asked.append(fmt)
     if len(set(asked)) > 1:
-        raise BadInput(f"--{asked[0]} and --{asked[1]} exclude each other" if fmt is None
-                       else f"--format {fmt} and --{asked[0]} exclude each other", "pass one of them")
+        raise BadInput(
+            f"--{asked[0]} and --{asked[1]} exclude each other"
+            if fmt is None
+            else f"--format {fmt} and --{asked[0]} exclude each other",
+            "pass one of them",
+        )
     out = asked[0] if asked else "table"
     if out not in allowed:
         raise BadInput(f"this command writes no {out}", f"use --format {' or '.join(allowed)}")

@@ -10,10 +10,33 @@ import sys
 
 from ledger.reports import SESSION_FIELDS
 
-GROUP_COLUMNS = ["name", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "open_sessions", "tokens",
-                 "usd_per_mtoken", "usd_per_mtoken_job", "simulated_usd_per_mtoken", "simulated_usd_per_mtoken_job", "storage_usd", "charged_sessions"]
+GROUP_COLUMNS = [
+    "name",
+    "cost_usd",
+    "simulated_usd",
+    "gpu_hours",
+    "sessions",
+    "open_sessions",
+    "tokens",
+    "usd_per_mtoken",
+    "usd_per_mtoken_job",
+    "simulated_usd_per_mtoken",
+    "simulated_usd_per_mtoken_job",
+    "storage_usd",
+    "charged_sessions",
+]
 DAY_COLUMNS = ["date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens", "storage_usd"]
-SYNC_COLUMNS = ["session", "provider", "instance_id", "ours_usd", "cost_source", "theirs_usd", "theirs_storage_usd", "diff_usd", "status"]
+SYNC_COLUMNS = [
+    "session",
+    "provider",
+    "instance_id",
+    "ours_usd",
+    "cost_source",
+    "theirs_usd",
+    "theirs_storage_usd",
+    "diff_usd",
+    "status",
+]
 # The month's tables show the biggest groups; the rest are one summary row (all of them: --json,
 # --csv, or `ledger experiments`). People look at a month before they read it.
 MONTH_TABLE_ROWS = 15
@@ -61,8 +84,15 @@ def csv_text(kind: str, rep: dict) -> str:
     from gpuops.views.emit import csv_text as write_csv, machine
 
     if kind == "month" and "days" in rep:
-        total = {"date": "total", "cost_usd": rep["total_usd"], "simulated_usd": rep["simulated_usd"], "gpu_hours": rep["gpu_hours"],
-                 "sessions": rep["sessions"], "tokens": rep["tokens"], "storage_usd": rep.get("storage_usd")}
+        total = {
+            "date": "total",
+            "cost_usd": rep["total_usd"],
+            "simulated_usd": rep["simulated_usd"],
+            "gpu_hours": rep["gpu_hours"],
+            "sessions": rep["sessions"],
+            "tokens": rep["tokens"],
+            "storage_usd": rep.get("storage_usd"),
+        }
         return write_csv(([d[c] for c in DAY_COLUMNS] for d in rep["days"] + [total]), DAY_COLUMNS)
     if kind == "month":
         total = {"name": rep["month"], "cost_usd": rep["total_usd"]} | {c: rep.get(c) for c in GROUP_COLUMNS[2:]}
@@ -79,7 +109,9 @@ def csv_text(kind: str, rep: dict) -> str:
         return write_csv([[row[c] for c in cols]], cols)
     if kind == "sync":
         rows = [[r[c] for c in SYNC_COLUMNS] for r in rep["sessions"]]
-        rows += [["", u["provider"], u["instance_id"], "", "", u["usd"], "", u["usd"], "unbooked"] for u in rep["unbooked"]]
+        rows += [
+            ["", u["provider"], u["instance_id"], "", "", u["usd"], "", u["usd"], "unbooked"] for u in rep["unbooked"]
+        ]
         rows += [["", a["provider"], "", "", "", a["usd"], a["usd"], "", "account"] for a in rep.get("account", [])]
         return write_csv(rows, SYNC_COLUMNS)
     return write_csv([[machine(rep)[k] for k in rep]], list(rep))
@@ -101,8 +133,12 @@ def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_tabl
 
         # notes, experiments, card names from CSV: shown, never run by the terminal
         rep = _safe_month(rep) if kind == "month" else safe_tree(rep)
-        {"month": lambda: render_month(rep, plot, days_table), "experiments": lambda: render_experiments(rep),
-         "show": lambda: render_show(rep), "sync": lambda: render_sync(rep)}.get(kind, lambda: render_plain(rep))()
+        {
+            "month": lambda: render_month(rep, plot, days_table),
+            "experiments": lambda: render_experiments(rep),
+            "show": lambda: render_show(rep),
+            "sync": lambda: render_sync(rep),
+        }.get(kind, lambda: render_plain(rep))()
 
 
 def _safe_month(rep: dict) -> dict:
@@ -151,9 +187,16 @@ def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
         allin = r["simulated_usd_per_mtoken"] if sim else r["usd_per_mtoken"]
         job = r["simulated_usd_per_mtoken_job"] if sim else r["usd_per_mtoken_job"]
         mark = " sim" if sim else ""
-        cells = [r["name"], usd(r["cost_usd"]), usd(r["simulated_usd"]), f"{r['gpu_hours']:,.3f}",
-                 str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""), f"{r['tokens']:,}",
-                 usd(allin) + (mark if allin is not None else ""), usd(job) + (mark if job is not None else "")]
+        cells = [
+            r["name"],
+            usd(r["cost_usd"]),
+            usd(r["simulated_usd"]),
+            f"{r['gpu_hours']:,.3f}",
+            str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""),
+            f"{r['tokens']:,}",
+            usd(allin) + (mark if allin is not None else ""),
+            usd(job) + (mark if job is not None else ""),
+        ]
         if conclusion:
             cells.append(r.get("latest_conclusion") or "")
         out.append(cells)
@@ -168,8 +211,16 @@ def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: 
     ``GROUP_DROP_ORDER`` with a line naming them."""
     from gpuops.views.tables import NAME, TEXT, Col, print_table, ranked
 
-    cols = [Col(first, NAME), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens"),
-            Col("$/Mtok all-in"), Col("$/Mtok job")]
+    cols = [
+        Col(first, NAME),
+        Col("cost USD"),
+        Col("sim USD"),
+        Col("GPU-h"),
+        Col("sessions"),
+        Col("tokens"),
+        Col("$/Mtok all-in"),
+        Col("$/Mtok job"),
+    ]
     if conclusion:
         cols.append(Col("latest conclusion", TEXT))
     print_table(c, title, ranked(cols, GROUP_DROP_ORDER), _group_rows(rows, conclusion))
@@ -189,10 +240,17 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         tokens = f" | {real_tokens:,} tokens real, {sim_tokens:,} simulated"
     else:
         tokens = f" | {rep['tokens']:,} tokens"
-    per_words = [f"${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" + (" (real)" if sim_tokens else "")] if per is not None else []
+    per_words = (
+        [f"${per:,.4f}/Mtoken all-in, ${job:,.4f} job only" + (" (real)" if sim_tokens else "")]
+        if per is not None
+        else []
+    )
     if sim_per is not None:
-        per_words.append(f"${sim_per:,.4f}/Mtoken all-in, ${sim_job:,.4f} job only (simulated)" if sim_job is not None
-                         else f"${sim_per:,.4f}/Mtoken all-in (simulated)")
+        per_words.append(
+            f"${sim_per:,.4f}/Mtoken all-in, ${sim_job:,.4f} job only (simulated)"
+            if sim_job is not None
+            else f"${sim_per:,.4f}/Mtoken all-in (simulated)"
+        )
     c.print(
         f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
         + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
@@ -210,8 +268,10 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
     closed = rep["sessions"] - rep["open_sessions"]
     if closed:
         charged = rep.get("charged_sessions", 0)
-        c.print(f"costs: {charged} of {closed} closed sessions at the provider's own charge (ledger sync --apply), "
-                f"{closed - charged} our estimate (price x billed seconds); split across the hours they ran in")
+        c.print(
+            f"costs: {charged} of {closed} closed sessions at the provider's own charge (ledger sync --apply), "
+            f"{closed - charged} our estimate (price x billed seconds); split across the hours they ran in"
+        )
     if not rep["sessions"]:
         c.print("no sessions this month")
     for key, title in (("by_experiment", "experiment"), ("by_card", "card"), ("by_provider", "provider")):
@@ -221,9 +281,22 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         from gpuops.views.tables import ID, Col, print_table, ranked
 
         cols = [Col("date", ID), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens")]
-        print_table(c, "by day", ranked(cols, GROUP_DROP_ORDER), [
-            [d["date"], usd(d["cost_usd"]), usd(d["simulated_usd"]), f"{d['gpu_hours']:,.3f}", str(d["sessions"]), f"{d['tokens']:,}"]
-            for d in rep["days"]])
+        print_table(
+            c,
+            "by day",
+            ranked(cols, GROUP_DROP_ORDER),
+            [
+                [
+                    d["date"],
+                    usd(d["cost_usd"]),
+                    usd(d["simulated_usd"]),
+                    f"{d['gpu_hours']:,.3f}",
+                    str(d["sessions"]),
+                    f"{d['tokens']:,}",
+                ]
+                for d in rep["days"]
+            ],
+        )
     if plot:
         for line in bar_lines(rep.get("days", [])):
             c.print(line, markup=True)
@@ -243,7 +316,7 @@ def bar_lines(days: list[dict], width: int = 50) -> list[str]:
     for d in days:
         real = _bar(d["cost_usd"], top, width)
         both = _bar(d["cost_usd"] + d["simulated_usd"], top, width)
-        sim = both[len(real.rstrip()):] if len(both) > len(real.rstrip()) else ""
+        sim = both[len(real.rstrip()) :] if len(both) > len(real.rstrip()) else ""
         label = f"${d['cost_usd']:,.2f}" + (f" +${d['simulated_usd']:,.2f} sim" if d["simulated_usd"] else "")
         out.append(f"{d['date'][5:]} [green]{real.rstrip()}[/][yellow]{sim.rstrip()}[/] {label}".rstrip())
     return out
@@ -286,13 +359,26 @@ def render_show(d: dict) -> None:
     # folding (never cutting) the rare longer one (a log path, an error).
     print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields, header=False)
     if d["steps"]:
-        print_table(c, "bootstrap steps", [Col("step", NAME), Col("status", ID), Col("seconds", NUM), Col("detail", TEXT)],
-                    [[s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"]] for s in d["steps"]])
-    print_table(c, "events", [Col("time", ID), Col("kind", ID), Col("detail", TEXT)], [[e["time"], e["kind"], e["detail"]] for e in d["events"]])
+        print_table(
+            c,
+            "bootstrap steps",
+            [Col("step", NAME), Col("status", ID), Col("seconds", NUM), Col("detail", TEXT)],
+            [[s["name"], s["status"], f"{s['seconds']:.2f}", s["detail"]] for s in d["steps"]],
+        )
+    print_table(
+        c,
+        "events",
+        [Col("time", ID), Col("kind", ID), Col("detail", TEXT)],
+        [[e["time"], e["kind"], e["detail"]] for e in d["events"]],
+    )
     for ln in d.get("cost_lines", []):
-        c.print(f"{ln['kind']} line: {usd(ln['usd'])} USD ({ln['description'] or ln['provider']}), booked apart from GPU time")
+        c.print(
+            f"{ln['kind']} line: {usd(ln['usd'])} USD ({ln['description'] or ln['provider']}), booked apart from GPU time"
+        )
     if d.get("cost_source") == "charged":
-        c.print(f"cost: the provider's own charge {usd(d.get('charged_usd'))} USD; our estimate was {usd(d.get('estimated_usd'))} USD")
+        c.print(
+            f"cost: the provider's own charge {usd(d.get('charged_usd'))} USD; our estimate was {usd(d.get('estimated_usd'))} USD"
+        )
     c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
 
 
@@ -311,27 +397,69 @@ def render_sync(rep: dict) -> None:
     c = _console()
     for name, why in rep.get("skipped", {}).items():  # the reason's "[providers.runpod]" is text, not a style
         c.print(f"[yellow]{escape(name)}:[/] not compared ({escape(why)})", markup=True)
-    cols = [Col("session", ID), Col("provider", ID), Col("instance", ID), Col("ours USD", NUM), Col("theirs USD", NUM),
-            Col("diff USD", NUM), Col("status", TEXT)]
+    cols = [
+        Col("session", ID),
+        Col("provider", ID),
+        Col("instance", ID),
+        Col("ours USD", NUM),
+        Col("theirs USD", NUM),
+        Col("diff USD", NUM),
+        Col("status", TEXT),
+    ]
     rows = []
     for r in rep["sessions"]:
         storage = r.get("theirs_storage_usd") or 0.0
-        rows.append([r["session"], r["provider"], r["instance_id"] or "-", usd(r["ours_usd"]), usd(r["theirs_usd"]), diff_usd(r["diff_usd"]),
-                     f"{r['status']}, {r.get('cost_source') or 'estimated'}" + (f", storage {usd(storage)}" if storage else "")])
-    rows += [["-", u["provider"], u["instance_id"] or u.get("label") or "-", "-", usd(u["usd"]), diff_usd(u["usd"]), "not ours: not booked"]
-             for u in rep["unbooked"]]
-    rows += [["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])]
+        rows.append(
+            [
+                r["session"],
+                r["provider"],
+                r["instance_id"] or "-",
+                usd(r["ours_usd"]),
+                usd(r["theirs_usd"]),
+                diff_usd(r["diff_usd"]),
+                f"{r['status']}, {r.get('cost_source') or 'estimated'}"
+                + (f", storage {usd(storage)}" if storage else ""),
+            ]
+        )
+    rows += [
+        [
+            "-",
+            u["provider"],
+            u["instance_id"] or u.get("label") or "-",
+            "-",
+            usd(u["usd"]),
+            diff_usd(u["usd"]),
+            "not ours: not booked",
+        ]
+        for u in rep["unbooked"]
+    ]
+    rows += [
+        ["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])
+    ]
     if rows:
         print_table(c, f"our books vs provider billing, {rep.get('month', '')}", ranked(cols, SYNC_DROP_ORDER), rows)
-    c.print(f"total: ours ${usd(rep['ours_usd'])}, theirs ${usd(rep['theirs_usd'])}, difference {diff_usd(rep['diff_usd'], '$')}")
+    c.print(
+        f"total: ours ${usd(rep['ours_usd'])}, theirs ${usd(rep['theirs_usd'])}, difference {diff_usd(rep['diff_usd'], '$')}"
+    )
     if "invoice_usd" in rep:
-        c.print(f"{rep.get('month', '')}: the providers bill ${usd(rep['invoice_usd'])}; the books hold ${usd(rep.get('month_usd') or 0)}"
-                + (f" (${sum(u['usd'] for u in rep['unbooked']):,.4f} of instances not ours, not booked)" if rep["unbooked"] else ""))
+        c.print(
+            f"{rep.get('month', '')}: the providers bill ${usd(rep['invoice_usd'])}; the books hold ${usd(rep.get('month_usd') or 0)}"
+            + (
+                f" (${sum(u['usd'] for u in rep['unbooked']):,.4f} of instances not ours, not booked)"
+                if rep["unbooked"]
+                else ""
+            )
+        )
     ap = rep.get("applied")
     if ap and not (ap["sessions"] or ap["storage_lines"] or ap["account_lines"]):
-        c.print("applied: nothing new" + (f" ({ap['unchanged']} sessions already booked at the provider's charge)" if ap.get("unchanged") else ""))
+        c.print(
+            "applied: nothing new"
+            + (f" ({ap['unchanged']} sessions already booked at the provider's charge)" if ap.get("unchanged") else "")
+        )
     elif ap:
-        c.print(f"applied: {ap['sessions']} sessions booked at the provider's charge (our estimate kept beside it), "
-                f"{ap['storage_lines']} storage lines (${ap['storage_usd']:,.4f}), {ap['account_lines']} account storage lines")
+        c.print(
+            f"applied: {ap['sessions']} sessions booked at the provider's charge (our estimate kept beside it), "
+            f"{ap['storage_lines']} storage lines (${ap['storage_usd']:,.4f}), {ap['account_lines']} account storage lines"
+        )
     elif rep["sessions"]:
         c.print("nothing booked: run `gpuops ledger sync --apply` to book the providers' charges")

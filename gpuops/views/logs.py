@@ -41,8 +41,12 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     if row.status != "closed" and row.instance_id:
         inst = get_provider(row.provider, settings).get(row.instance_id)
     if inst is not None and inst.status not in (InstanceStatus.GONE, InstanceStatus.EXITED, InstanceStatus.STOPPED):
-        box = open_box(inst, data_dir=settings.data_path(), deadline=time.monotonic() + CONNECT_SECONDS,
-                       ssh_key=settings.up.ssh_key)
+        box = open_box(
+            inst,
+            data_dir=settings.data_path(),
+            deadline=time.monotonic() + CONNECT_SECONDS,
+            ssh_key=settings.up.ssh_key,
+        )
         try:
             _, ended = follow_log(box, write, follow=follow)
         finally:
@@ -50,6 +54,8 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
         return ended.code if ended else None
     path = Path(row.log_path) if row.log_path else local_log_path(settings, row.id)
     if not path.is_file():
-        raise BadInput(f"session {row.id} has ended and no copy of its log was kept", "logs are kept from `gpuops up` runs only")
+        raise BadInput(
+            f"session {row.id} has ended and no copy of its log was kept", "logs are kept from `gpuops up` runs only"
+        )
     write(path.read_bytes())
     return row.exit_code

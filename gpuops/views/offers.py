@@ -34,9 +34,21 @@ class OffersResult:
     providers: list[str] = field(default_factory=list)
 
 
-def find_offers(settings: Settings, card: str | None = None, vram_gb: float | None = None, gpu_count: int = 1, provider: str | None = None,
-                spot: bool | None = None, max_price: float | None = None, limit: int = 20, model: str | None = None,
-                dtype: str = "bf16", kv_dtype: str = "same", seq: int = 4096, batch: int = 1) -> OffersResult:
+def find_offers(
+    settings: Settings,
+    card: str | None = None,
+    vram_gb: float | None = None,
+    gpu_count: int = 1,
+    provider: str | None = None,
+    spot: bool | None = None,
+    max_price: float | None = None,
+    limit: int = 20,
+    model: str | None = None,
+    dtype: str = "bf16",
+    kv_dtype: str = "same",
+    seq: int = 4096,
+    batch: int = 1,
+) -> OffersResult:
     """Offers from ``provider`` (or every configured marketplace; ``local`` when none is), ranked.
 
     ``vram_gb``: per-GPU need in GB (10^9 bytes); or ``model`` (+ dtype, kv_dtype, seq, batch):
@@ -53,9 +65,14 @@ def find_offers(settings: Settings, card: str | None = None, vram_gb: float | No
     if limit < 1:
         raise BadInput(f"--limit {limit} must be at least 1", "pass --limit 1 or more")
     if vram_gb is not None and not (0 < vram_gb < float("inf")):  # also NaN and inf
-        raise BadInput(f"--vram-gb {vram_gb:g} must be a positive number", "pass the per-GPU memory in GB, e.g. --vram-gb 40")
+        raise BadInput(
+            f"--vram-gb {vram_gb:g} must be a positive number", "pass the per-GPU memory in GB, e.g. --vram-gb 40"
+        )
     if max_price is not None and not (0 < max_price < float("inf")):
-        raise BadInput(f"--max-price {max_price:g} must be a positive number", "pass USD per hour for the whole box, e.g. --max-price 2.5")
+        raise BadInput(
+            f"--max-price {max_price:g} must be a positive number",
+            "pass USD per hour for the whole box, e.g. --max-price 2.5",
+        )
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
     if model and vram_gb is not None:
@@ -69,8 +86,16 @@ def find_offers(settings: Settings, card: str | None = None, vram_gb: float | No
     if model:
         from gpuops.planning.sizing import size_for_up
 
-        need, cards, _ = size_for_up(model, dtype=dtype, kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, card=card or None,
-                                     image=settings.up.image)  # AMD cards only for a ROCm image or an AMD card named
+        need, cards, _ = size_for_up(
+            model,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+            seq=seq,
+            batch=batch,
+            gpu_count=gpu_count,
+            card=card or None,
+            image=settings.up.image,
+        )  # AMD cards only for a ROCm image or an AMD card named
     query = OfferQuery(cards=cards, gpu_count=gpu_count, min_vram_bytes=need, spot=spot, max_usd_per_hour=max_price)
 
     notes: list[str] = []
@@ -83,14 +108,20 @@ def find_offers(settings: Settings, card: str | None = None, vram_gb: float | No
             from gpuops.providers.keys import env_var
 
             names = list(ACCOUNTLESS)
-            notes.append(f"no {titles(MARKETPLACES)} key found ({', '.join(env_var(n) for n in MARKETPLACES)}): showing this machine only")
+            notes.append(
+                f"no {titles(MARKETPLACES)} key found ({', '.join(env_var(n) for n in MARKETPLACES)}): showing this machine only"
+            )
     pooled: list[Offer] = []
     errors: list[ProviderError] = []
     for name, got in ask_all(names, settings, query, deadline_s=OFFERS_DEADLINE_S):
         if isinstance(got, list):
             pooled.extend(got)
             continue
-        e = got if isinstance(got, ProviderError) else ProviderError(ProviderErrorKind.SERVER, f"{type(got).__name__}: {got}")
+        e = (
+            got
+            if isinstance(got, ProviderError)
+            else ProviderError(ProviderErrorKind.SERVER, f"{type(got).__name__}: {got}")
+        )
         if provider:
             raise e
         if e.kind == ProviderErrorKind.UNSUPPORTED:
@@ -177,14 +208,37 @@ def render(result: OffersResult, console=None) -> None:
     if not result.offers:
         console.print(f"no offers match (asked: {', '.join(result.providers)})")
         return
-    cols = [Col("provider", ID), Col("offer", ID), Col("card", ID), Col("GPUs", NUM), Col("VRAM/GPU GiB", NUM), Col("USD/h", NUM),
-            Col("kind", ID), Col("on-demand USD/h", NUM), Col("reliability", NUM), Col("region", NAME)]
-    rows = [[o.provider, o.offer_id, o.card, str(o.gpu_count), f"{o.vram_bytes / GIB:.1f}", f"{o.price:.3f}",
-             "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
-             f"{o.on_demand_usd_per_hour:.3f}" if o.on_demand_usd_per_hour is not None else "", f"{o.reliability:.3f}", o.region]
-            for o in result.offers]
+    cols = [
+        Col("provider", ID),
+        Col("offer", ID),
+        Col("card", ID),
+        Col("GPUs", NUM),
+        Col("VRAM/GPU GiB", NUM),
+        Col("USD/h", NUM),
+        Col("kind", ID),
+        Col("on-demand USD/h", NUM),
+        Col("reliability", NUM),
+        Col("region", NAME),
+    ]
+    rows = [
+        [
+            o.provider,
+            o.offer_id,
+            o.card,
+            str(o.gpu_count),
+            f"{o.vram_bytes / GIB:.1f}",
+            f"{o.price:.3f}",
+            "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
+            f"{o.on_demand_usd_per_hour:.3f}" if o.on_demand_usd_per_hour is not None else "",
+            f"{o.reliability:.3f}",
+            o.region,
+        ]
+        for o in result.offers
+    ]
     if all(o.on_demand_usd_per_hour is None for o in result.offers):
         at = [c.header for c in cols].index("on-demand USD/h")
         cols.pop(at)
-        rows = [r[:at] + r[at + 1:] for r in rows]
-    print_table(console, "offers: fit, then price (spot: the bid), then reliability", ranked(cols, OFFERS_DROP_ORDER), rows)
+        rows = [r[:at] + r[at + 1 :] for r in rows]
+    print_table(
+        console, "offers: fit, then price (spot: the bid), then reliability", ranked(cols, OFFERS_DROP_ORDER), rows
+    )

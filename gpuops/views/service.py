@@ -23,18 +23,34 @@ def command(what: str, settings, interval: float, json_out: bool) -> None:
     if what == "install":
         files = svc.plan_files(manager, interval, settings.source, os.environ, settings.private_data_path() / "logs")
         cmds = svc.install(files)
-        out = {"manager": manager, "path": str(files.path), "env_file": str(files.env_path), "command": files.argv,
-               "ran": [" ".join(c) for c in cmds]}
-        lines = [f"installed {'the systemd user unit' if manager == 'systemd' else 'the launchd agent'} {files.path}: "
-                 f"`gpuops watchdog --interval {interval:g}` runs now and at every login, restarted if it fails",
-                 f"settings: {settings.source or 'defaults + the GPUOPS_* environment'}; variables and keys in {files.env_path} (0600)",
-                 "logs: " + ("journalctl --user -u gpuops-watchdog" if manager == "systemd" else str(svc.render_log_dir(files)) + "/watchdog.log")]
+        out = {
+            "manager": manager,
+            "path": str(files.path),
+            "env_file": str(files.env_path),
+            "command": files.argv,
+            "ran": [" ".join(c) for c in cmds],
+        }
+        lines = [
+            f"installed {'the systemd user unit' if manager == 'systemd' else 'the launchd agent'} {files.path}: "
+            f"`gpuops watchdog --interval {interval:g}` runs now and at every login, restarted if it fails",
+            f"settings: {settings.source or 'defaults + the GPUOPS_* environment'}; variables and keys in {files.env_path} (0600)",
+            "logs: "
+            + (
+                "journalctl --user -u gpuops-watchdog"
+                if manager == "systemd"
+                else str(svc.render_log_dir(files)) + "/watchdog.log"
+            ),
+        ]
         if manager == "systemd":
             lines.append("to keep it running while you are logged out: loginctl enable-linger $USER")
     elif what == "uninstall":
         out = svc.uninstall(manager)
         out["commands"] = [" ".join(c) for c in out["commands"]]
-        lines = [f"removed {out['path']} and stopped the service" if out["removed"] else f"no service installed ({out['path']} absent)"]
+        lines = [
+            f"removed {out['path']} and stopped the service"
+            if out["removed"]
+            else f"no service installed ({out['path']} absent)"
+        ]
     else:
         from gpuops.rental.sessions import open_ledger
         from gpuops.rental.watchdog_passes import health_lines, last_passes

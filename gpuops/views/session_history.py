@@ -16,8 +16,9 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else (many or word + 's')}"
 
 
-def sessions(reader, since: str | None = None, experiment: str | None = None, limit: int = DEFAULT_LIMIT,
-             tz: str | None = None) -> dict:
+def sessions(
+    reader, since: str | None = None, experiment: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None
+) -> dict:
     """Past sessions since ``since``, of ``experiment`` when given, newest first, at most ``limit``.
 
     ``since``: ``YYYY-MM-DD``, from 00:00 in ``tz`` (None: the local zone); no date: all.
@@ -38,8 +39,14 @@ def sessions(reader, since: str | None = None, experiment: str | None = None, li
     except ValueError as e:
         raise BadInput(str(e), "pass the date as YYYY-MM-DD, e.g. --since 2026-11-01") from None
     rows = recent_rows(reader, start, None, experiment, limit + 1)
-    return {"since": since, "experiment": experiment, "limit": limit, "tz": tz or "local",
-            "more": len(rows) > limit, "sessions": session_rows(rows[:limit], tz)}
+    return {
+        "since": since,
+        "experiment": experiment,
+        "limit": limit,
+        "tz": tz or "local",
+        "more": len(rows) > limit,
+        "sessions": session_rows(rows[:limit], tz),
+    }
 
 
 # Columns of the sessions table, and the order in which they are left out when the terminal is too
@@ -62,10 +69,18 @@ def _cells(r: dict) -> dict:
 
     r = safe_tree(r)  # experiment, card, conclusion: shown escaped, never run by the terminal
     cost = "open" if r["cost_usd"] is None else f"{r['cost_usd']:,.4f}" + (" sim" if r["simulated"] else "")
-    return {"session": r["session"], "run": r.get("run") or "-", "started": r["started"][:16].replace("T", " "), "experiment": r["experiment"],
-            "card": r["card"], "provider": r["provider"], "hours": "-" if r["hours"] is None else f"{r['hours']:.3f}",
-            "cost USD": cost, "end": r["end_reason"] or r["status"],
-            "conclusion": r["conclusion"] or (f"note: {r['note']}" if r.get("note") else "")}  # `up --note` where no conclusion is set
+    return {
+        "session": r["session"],
+        "run": r.get("run") or "-",
+        "started": r["started"][:16].replace("T", " "),
+        "experiment": r["experiment"],
+        "card": r["card"],
+        "provider": r["provider"],
+        "hours": "-" if r["hours"] is None else f"{r['hours']:.3f}",
+        "cost USD": cost,
+        "end": r["end_reason"] or r["status"],
+        "conclusion": r["conclusion"] or (f"note: {r['note']}" if r.get("note") else ""),
+    }  # `up --note` where no conclusion is set
 
 
 def render(rep: dict, console=None) -> None:
@@ -83,11 +98,26 @@ def render(rep: dict, console=None) -> None:
         return
     from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
-    kinds = {"session": ID, "run": ID, "started": ID, "experiment": NAME, "card": NAME, "provider": ID, "hours": NUM,
-             "cost USD": NUM, "end": ID, "conclusion": TEXT}
+    kinds = {
+        "session": ID,
+        "run": ID,
+        "started": ID,
+        "experiment": NAME,
+        "card": NAME,
+        "provider": ID,
+        "hours": NUM,
+        "cost USD": NUM,
+        "end": ID,
+        "conclusion": TEXT,
+    }
     cols = ranked([Col(h, kinds[h]) for h in COLUMNS], DROP_ORDER)
     cells = [_cells(r) for r in rows]
-    print_table(c, f"sessions, newest first (times in {zone_words(rep['tz'])})", cols, [[cell[h] for h in COLUMNS] for cell in cells])
+    print_table(
+        c,
+        f"sessions, newest first (times in {zone_words(rep['tz'])})",
+        cols,
+        [[cell[h] for h in COLUMNS] for cell in cells],
+    )
     if rep["more"]:
         c.print(f"showing the newest {plural(rep['limit'], 'session')}; older ones: --limit N or --since YYYY-MM-DD")
 
@@ -110,8 +140,13 @@ def runs(ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str |
     except ValueError as e:
         raise BadInput(str(e), "pass the date as YYYY-MM-DD, e.g. --since 2026-11-01") from None
     rows = ledger.runs(start, limit + 1)
-    return {"since": since, "limit": limit, "tz": tz or "local", "more": len(rows) > limit,
-            "runs": [run_row(r, tz) for r in rows[:limit]]}
+    return {
+        "since": since,
+        "limit": limit,
+        "tz": tz or "local",
+        "more": len(rows) > limit,
+        "runs": [run_row(r, tz) for r in rows[:limit]],
+    }
 
 
 RUN_COLUMNS = ("run", "started", "experiment", "rentals", "hours", "cost USD", "end", "detail")
@@ -129,13 +164,32 @@ def render_runs(rep: dict, console=None) -> None:
     if not rep["runs"]:
         c.print("no runs" + (f" since {rep['since']}" if rep["since"] else "") + " (a run is `gpuops up --recover N`)")
         return
-    kinds = {"run": ID, "started": ID, "experiment": NAME, "rentals": NUM, "hours": NUM, "cost USD": NUM, "end": ID, "detail": TEXT}
+    kinds = {
+        "run": ID,
+        "started": ID,
+        "experiment": NAME,
+        "rentals": NUM,
+        "hours": NUM,
+        "cost USD": NUM,
+        "end": ID,
+        "detail": TEXT,
+    }
     cols = ranked([Col(h, kinds[h]) for h in RUN_COLUMNS], RUN_DROP_ORDER)
     cells = []
     for r in safe_tree(rep["runs"]):
         cost = "open" if r["cost_usd"] is None else f"{r['cost_usd']:,.4f}" + (" sim" if r["simulated"] else "")
-        cells.append([r["run"], r["started"][:16].replace("T", " "), r["experiment"], str(r["rentals"]), f"{r['hours']:.3f}", cost,
-                      r["end_reason"] or r["status"], r["detail"]])
+        cells.append(
+            [
+                r["run"],
+                r["started"][:16].replace("T", " "),
+                r["experiment"],
+                str(r["rentals"]),
+                f"{r['hours']:.3f}",
+                cost,
+                r["end_reason"] or r["status"],
+                r["detail"],
+            ]
+        )
     print_table(c, f"runs, newest first (times in {zone_words(rep['tz'])})", cols, cells)
     if rep["more"]:
         c.print(f"showing the newest {plural(rep['limit'], 'run')}; older ones: --limit N or --since YYYY-MM-DD")
@@ -152,9 +206,33 @@ def render_run(d: dict, console=None) -> None:
     d = safe_tree(d)
     run = d["run"]
     fields = [[k, "-" if run[k] is None or run[k] == "" else str(run[k])] for k in run]
-    fields += [["cost_usd", f"{d['cost_usd']:.6f} (its rentals' sum)"], ["seconds", f"{d['seconds']:.3f}"], ["tokens", str(d["tokens"])]]
+    fields += [
+        ["cost_usd", f"{d['cost_usd']:.6f} (its rentals' sum)"],
+        ["seconds", f"{d['seconds']:.3f}"],
+        ["tokens", str(d["tokens"])],
+    ]
     print_table(c, f"run {run['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields, header=False)
-    rows = [[str(r["attempt"]), r["session"], r["card"], "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
-             "open" if r["cost_usd"] is None else f"{r['cost_usd']:.6f}", r["why"]] for r in d["rentals"]]
-    print_table(c, "rentals", [Col("attempt", NUM), Col("session", ID), Col("card", NAME), Col("seconds", NUM), Col("cost USD", NUM),
-                               Col("why it ended", TEXT)], rows)
+    rows = [
+        [
+            str(r["attempt"]),
+            r["session"],
+            r["card"],
+            "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
+            "open" if r["cost_usd"] is None else f"{r['cost_usd']:.6f}",
+            r["why"],
+        ]
+        for r in d["rentals"]
+    ]
+    print_table(
+        c,
+        "rentals",
+        [
+            Col("attempt", NUM),
+            Col("session", ID),
+            Col("card", NAME),
+            Col("seconds", NUM),
+            Col("cost USD", NUM),
+            Col("why it ended", TEXT),
+        ],
+        rows,
+    )

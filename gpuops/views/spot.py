@@ -25,8 +25,15 @@ def _price(text: str | None, flag: str) -> float | None:
     return v
 
 
-def spot_plan(settings, card: str | None = None, provider: str | None = None, gpu_count: int = 1, lost_minutes: str = "10",
-              spot_usd_per_hour: str | None = None, on_demand_usd_per_hour: str | None = None) -> dict:
+def spot_plan(
+    settings,
+    card: str | None = None,
+    provider: str | None = None,
+    gpu_count: int = 1,
+    lost_minutes: str = "10",
+    spot_usd_per_hour: str | None = None,
+    on_demand_usd_per_hour: str | None = None,
+) -> dict:
     """Spot against on-demand for ``card`` on ``provider``: the break-even preemption rate.
 
     The two prices (given, else the cheapest live offer of each kind for ``card`` on ``provider``:
@@ -40,9 +47,14 @@ def spot_plan(settings, card: str | None = None, provider: str | None = None, gp
     except ValueError:
         lost = math.nan
     if not (0 < lost < math.inf):
-        raise BadInput(f"--lost-minutes must be a positive number of minutes, got {lost_minutes!r}",
-                       "the minutes one preemption costs: re-rent + bootstrap + work since the last checkpoint, e.g. --lost-minutes 10")
-    spot, od = _price(spot_usd_per_hour, "--spot-usd-per-hour"), _price(on_demand_usd_per_hour, "--on-demand-usd-per-hour")
+        raise BadInput(
+            f"--lost-minutes must be a positive number of minutes, got {lost_minutes!r}",
+            "the minutes one preemption costs: re-rent + bootstrap + work since the last checkpoint, e.g. --lost-minutes 10",
+        )
+    spot, od = (
+        _price(spot_usd_per_hour, "--spot-usd-per-hour"),
+        _price(on_demand_usd_per_hour, "--on-demand-usd-per-hour"),
+    )
     if spot is None or od is None:
         from gpuops.views.offers import find_offers
 
@@ -52,18 +64,28 @@ def spot_plan(settings, card: str | None = None, provider: str | None = None, gp
             got = find_offers(settings, card=card, gpu_count=gpu_count, provider=provider, spot=kind, limit=50).offers
             if not got:
                 what = "interruptible (spot)" if kind else "on-demand"
-                raise BadInput(f"no {what} offer for {card or 'any card'} on {provider or 'any provider'} to take its price from",
-                               f"pass --{'spot' if kind else 'on-demand'}-usd-per-hour, or another --card / --provider")
-            if kind:  # an interruptible box is rented at its minimum bid plus storage (Offer.price), not the listed total
+                raise BadInput(
+                    f"no {what} offer for {card or 'any card'} on {provider or 'any provider'} to take its price from",
+                    f"pass --{'spot' if kind else 'on-demand'}-usd-per-hour, or another --card / --provider",
+                )
+            if (
+                kind
+            ):  # an interruptible box is rented at its minimum bid plus storage (Offer.price), not the listed total
                 spot = min(o.price for o in got)
             else:
                 od = min(o.price for o in got)
     from gpuops.rental.runs import break_even_preemptions_per_hour
 
     rate = break_even_preemptions_per_hour(spot, od, lost / 60.0)
-    return {"card": card, "provider": provider, "spot_usd_per_hour": spot, "on_demand_usd_per_hour": od, "lost_minutes": lost,
-            "break_even_per_hour": None if rate is None else round(rate, 4),
-            "saving_if_never_preempted": round(1.0 - spot / od, 4)}
+    return {
+        "card": card,
+        "provider": provider,
+        "spot_usd_per_hour": spot,
+        "on_demand_usd_per_hour": od,
+        "lost_minutes": lost,
+        "break_even_per_hour": None if rate is None else round(rate, 4),
+        "saving_if_never_preempted": round(1.0 - spot / od, 4),
+    }
 
 
 def render(rep: dict) -> None:
@@ -71,12 +93,16 @@ def render(rep: dict) -> None:
     from rich.console import Console
 
     c = Console(highlight=False, soft_wrap=True, markup=False)
-    c.print(f"spot ${rep['spot_usd_per_hour']:.4f}/h against on-demand ${rep['on_demand_usd_per_hour']:.4f}/h"
-            f" ({rep['card'] or 'any card'}, {rep['provider'] or 'every provider'}); a preemption loses {rep['lost_minutes']:g} min")
+    c.print(
+        f"spot ${rep['spot_usd_per_hour']:.4f}/h against on-demand ${rep['on_demand_usd_per_hour']:.4f}/h"
+        f" ({rep['card'] or 'any card'}, {rep['provider'] or 'every provider'}); a preemption loses {rep['lost_minutes']:g} min"
+    )
     rate = rep["break_even_per_hour"]
     if rate is None:
         c.print("spot is not cheaper here: a run on spot never costs less than one on-demand box")
         return
-    c.print(f"break-even: {rate:.2f} preemptions per job-hour (one every {60.0 / rate:.1f} min of job). "
-            f"Preempted less often, `up --spot --recover N` costs less than one on-demand box; never preempted, "
-            f"{rep['saving_if_never_preempted']:.0%} less.")
+    c.print(
+        f"break-even: {rate:.2f} preemptions per job-hour (one every {60.0 / rate:.1f} min of job). "
+        f"Preempted less often, `up --spot --recover N` costs less than one on-demand box; never preempted, "
+        f"{rep['saving_if_never_preempted']:.0%} less."
+    )

@@ -126,8 +126,15 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tu
     return shown, [widths[j] for j in shown], left
 
 
-def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int, fold: bool = False,
-          _continued: bool = False, header: bool = True) -> tuple[list, list[str]]:
+def build(
+    title: str | None,
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[Any]],
+    width: int,
+    fold: bool = False,
+    _continued: bool = False,
+    header: bool = True,
+) -> tuple[list, list[str]]:
     """The rich tables for ``rows`` at ``width`` cells and the headers left out.
 
     With ``fold``, left-out columns go to continuation tables that repeat the first column (give it
@@ -146,20 +153,40 @@ def build(title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]],
         c = cols[j]
         # Widths are set here: a num/id column is as wide as its longest cell, so wrapping is
         # allowed everywhere (headers wrap at spaces; a cell of a wrapping column folds).
-        t.add_column(c.header, justify=c.justify or ("right" if c.kind == NUM else "left"), width=w, overflow="fold", style=c.style)
+        t.add_column(
+            c.header,
+            justify=c.justify or ("right" if c.kind == NUM else "left"),
+            width=w,
+            overflow="fold",
+            style=c.style,
+        )
     for r in rows:
         t.add_row(*[r[j] for j in shown])
     out = [t]
     if not left or not fold:
         return out, [cols[i].header for i in left]
     rest = [0] + sorted(i for i in left if i != 0)
-    more, names = build(title if _continued else (title or "") + " (continued)", [cols[i] for i in rest], [[r[i] for i in rest] for r in rows], width,
-                        fold=True, _continued=True, header=header)
+    more, names = build(
+        title if _continued else (title or "") + " (continued)",
+        [cols[i] for i in rest],
+        [[r[i] for i in rest] for r in rows],
+        width,
+        fold=True,
+        _continued=True,
+        header=header,
+    )
     return out + more, names
 
 
-def print_table(console, title: str | None, cols: Sequence[Col], rows: Sequence[Sequence[Any]], fold: bool = False,
-                hint: str = LEFT_OUT_HINT, header: bool = True) -> list[str]:
+def print_table(
+    console,
+    title: str | None,
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[Any]],
+    fold: bool = False,
+    hint: str = LEFT_OUT_HINT,
+    header: bool = True,
+) -> list[str]:
     """Print the table on ``console`` at its width, then, when columns were left out, one line naming them and ``hint``.
 
     ``header=False``: a key/value table. Returns the headers left out (empty when everything is

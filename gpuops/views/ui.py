@@ -13,7 +13,9 @@ from gpuops.units import money  # noqa: F401  (re-exported for renderers)
 def console(stderr: bool = False):
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, markup=False)  # user text is literal; styled lines pass markup=True
+    return Console(
+        stderr=stderr, highlight=False, soft_wrap=True, markup=False
+    )  # user text is literal; styled lines pass markup=True
 
 
 def _esc(text: str) -> str:
@@ -40,36 +42,64 @@ def render_summary(summ: dict) -> None:
     rows = [
         ("provider", summ["provider"]),
         ("card", summ["card"]),
-        ("price", f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else " (spot bid)" if summ.get("spot") else "")
-         if summ["usd_per_hour"] is not None else "-"),
+        (
+            "price",
+            f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else " (spot bid)" if summ.get("spot") else "")
+            if summ["usd_per_hour"] is not None
+            else "-",
+        ),
         ("billed", f"{summ['seconds']:.1f} s"),
         ("cost", money(summ["cost_usd"], sim)),
         ("tokens", f"{summ['tokens']:,}"),
-        ("$/Mtoken", money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)"),
+        (
+            "$/Mtoken",
+            money(summ["usd_per_mtoken"], sim) if summ["usd_per_mtoken"] is not None else "- (no tokens reported)",
+        ),
         ("end reason", summ["end_reason"]),
         ("job exit code", str(summ["exit_code"]) if summ["exit_code"] is not None else "- (the job did not finish)"),
         ("slowest step", _slowest(summ)),
     ]
     run = summ.get("run")
     if run:  # up --recover: the figures above are the whole run's; one line per rental below
-        rows.insert(0, ("run", f"{run['id']}: {run['end_reason']} after {run['rentals']} rental(s)"
-                        + (f" ({run['detail']})" if run.get("detail") else "")))
+        rows.insert(
+            0,
+            (
+                "run",
+                f"{run['id']}: {run['end_reason']} after {run['rentals']} rental(s)"
+                + (f" ({run['detail']})" if run.get("detail") else ""),
+            ),
+        )
         for r in summ.get("rentals", []):
             cost = "open" if r["cost_usd"] is None else money(r["cost_usd"], sim)
-            rows.append((f"rental {r['attempt']}", f"{r['session']}: {r['end_reason']}, {float(r['seconds'] or 0):.1f} s, {cost}"))
+            rows.append(
+                (
+                    f"rental {r['attempt']}",
+                    f"{r['session']}: {r['end_reason']}, {float(r['seconds'] or 0):.1f} s, {cost}",
+                )
+            )
     if (summ.get("results_copy") or {}).get("line"):
         rows.append(("results copy", summ["results_copy"]["line"]))
     books = summ.get("ledger") or {}
     for note in books.get("notices", []):
         rows.append(("ledger", note))
     if books.get("spooled"):
-        rows.append(("ledger", f"{books['spooled']} write(s) wait in the spool: the next `gpuops ps`, `watchdog` or `reconcile` books them"))
+        rows.append(
+            (
+                "ledger",
+                f"{books['spooled']} write(s) wait in the spool: the next `gpuops ps`, `watchdog` or `reconcile` books them",
+            )
+        )
     for cmd in books.get("replay", []):
         rows.append(("ledger lost", f"no spool could hold this write; book it with: {cmd}"))
     # a key/value table through the one table rule: values (end reasons, the copy line) wrap, never cut
     c = table_console()
-    print_table(c, f"session {summ['session']}", [Col("key", ID, style="bold"), Col("value", TEXT)],
-                [[k, str(v)] for k, v in rows], header=False)
+    print_table(
+        c,
+        f"session {summ['session']}",
+        [Col("key", ID, style="bold"), Col("value", TEXT)],
+        [[k, str(v)] for k, v in rows],
+        header=False,
+    )
     # Paths under the table, one a line, never folded inside a name: a narrow terminal wraps the
     # line itself, and the path copies whole (a table cell would break it mid-name at 80 columns).
     for key in ("log", "results"):
@@ -91,17 +121,27 @@ def _slowest(summ: dict) -> str:
 def render_dry_run(plan: dict) -> None:
     c = console()
     if "experiment" in plan:
-        c.print(f"experiment: {safe(plan['experiment'])}" + (f"; note: {safe(plan['note'])}" if plan.get("note") else ""), markup=False)
+        c.print(
+            f"experiment: {safe(plan['experiment'])}" + (f"; note: {safe(plan['note'])}" if plan.get("note") else ""),
+            markup=False,
+        )
     sim = " (simulated: catalog reference price)" if plan["simulated"] else ""
     od = plan.get("on_demand_usd_per_hour")
     kind = f"spot bid (on-demand ${od:.4f}/h)" if od is not None else ("spot bid" if plan["spot"] else "on-demand")
-    c.print(f"would rent: {safe(plan['card'])} x{plan['gpu_count']} on {plan['provider']} at "
-            f"${plan['usd_per_hour']:.4f}/h{sim}, {kind}")
-    c.print(f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}")
+    c.print(
+        f"would rent: {safe(plan['card'])} x{plan['gpu_count']} on {plan['provider']} at "
+        f"${plan['usd_per_hour']:.4f}/h{sim}, {kind}"
+    )
+    c.print(
+        f"projected cost of max_hours={plan['max_hours']:g}: {money(plan['projected_cost_usd'], plan['simulated'])}"
+    )
     if plan.get("volume"):
         v = plan["volume"]
-        c.print(f"volume: {v['provider']}:{v['name'] or v['id']} ({v['size_gb']:g} GB, {v['region']}) mounted at {v['mount_path']}; "
-                "caches and kept results go there; it is not deleted at teardown", markup=False)
+        c.print(
+            f"volume: {v['provider']}:{v['name'] or v['id']} ({v['size_gb']:g} GB, {v['region']}) mounted at {v['mount_path']}; "
+            "caches and kept results go there; it is not deleted at teardown",
+            markup=False,
+        )
     td = plan["teardown"]
     c.print("teardown: " + ", ".join(f"{k}={v}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")
@@ -142,25 +182,61 @@ def render_sessions(rows: list[dict], title: str) -> None:
     from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     c = table_console()
-    cols = [Col("session", ID), Col("owner", ID), Col("experiment", NAME), Col("provider", ID), Col("card", ID), Col("status", ID),
-            Col("instance", ID), Col("USD/h", NUM), Col("accrued", NUM), Col("TTL left", NUM), Col("idle", NUM), Col("tokens", NUM),
-            Col("age", NUM)]
+    cols = [
+        Col("session", ID),
+        Col("owner", ID),
+        Col("experiment", NAME),
+        Col("provider", ID),
+        Col("card", ID),
+        Col("status", ID),
+        Col("instance", ID),
+        Col("USD/h", NUM),
+        Col("accrued", NUM),
+        Col("TTL left", NUM),
+        Col("idle", NUM),
+        Col("tokens", NUM),
+        Col("age", NUM),
+    ]
     now = time.time()
 
     def usd(v, sim):
         return "-" if v is None else f"${v:,.4f}" + (SIMULATED_MARK if sim else "")
 
-    print_table(c, title, ranked(cols, PS_DROP_ORDER), [
-        [r["session"], r.get("owner") or "-", r["experiment"], r["provider"], r["card"], r["status"], r["instance_id"] or "-",
-         usd(r["usd_per_hour"], r["simulated"]), usd(r.get("accrued_usd"), r["simulated"]), duration(r.get("ttl_left_seconds")),
-         "busy" if r.get("idle_seconds") == 0 else duration(r.get("idle_seconds")), f"{r.get('tokens') or 0:,}",
-         duration(now - r["created_at"])] for r in rows])
+    print_table(
+        c,
+        title,
+        ranked(cols, PS_DROP_ORDER),
+        [
+            [
+                r["session"],
+                r.get("owner") or "-",
+                r["experiment"],
+                r["provider"],
+                r["card"],
+                r["status"],
+                r["instance_id"] or "-",
+                usd(r["usd_per_hour"], r["simulated"]),
+                usd(r.get("accrued_usd"), r["simulated"]),
+                duration(r.get("ttl_left_seconds")),
+                "busy" if r.get("idle_seconds") == 0 else duration(r.get("idle_seconds")),
+                f"{r.get('tokens') or 0:,}",
+                duration(now - r["created_at"]),
+            ]
+            for r in rows
+        ],
+    )
     t = totals(rows)
-    for kind, label in (("real", "real"), ("simulated", f"simulated{SIMULATED_MARK} (catalog reference price, never charged)")):
+    for kind, label in (
+        ("real", "real"),
+        ("simulated", f"simulated{SIMULATED_MARK} (catalog reference price, never charged)"),
+    ):
         k = t[kind]
         if k["boxes"]:
-            c.print(f"{label}: ${k['usd_per_hour']:,.4f}/h now, ${k['accrued_usd']:,.4f} so far, {k['boxes']} box{'es' if k['boxes'] != 1 else ''}",
-                    markup=False, highlight=False)
+            c.print(
+                f"{label}: ${k['usd_per_hour']:,.4f}/h now, ${k['accrued_usd']:,.4f} so far, {k['boxes']} box{'es' if k['boxes'] != 1 else ''}",
+                markup=False,
+                highlight=False,
+            )
 
 
 def render_watchdogs(passes: list[dict], out=None) -> None:
@@ -182,4 +258,6 @@ def render_watchdogs(passes: list[dict], out=None) -> None:
             import shutil
             import textwrap
 
-            sys.stdout.write(textwrap.fill(text, max(40, shutil.get_terminal_size().columns), subsequent_indent="  ") + "\n")
+            sys.stdout.write(
+                textwrap.fill(text, max(40, shutil.get_terminal_size().columns), subsequent_indent="  ") + "\n"
+            )

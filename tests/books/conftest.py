@@ -42,16 +42,32 @@ def utc(*args: int) -> float:
 def _session(sid: str, created_at: float, **kw):
     from ledger import Session
 
-    base = dict(id=sid, experiment="default", job="job.sh", provider="runpod", card="h100-sxm", gpu_count=1, spot=False,
-                label=f"gpuops-{sid}", simulated=False, status="provisioning", created_at=created_at)
+    base = dict(
+        id=sid,
+        experiment="default",
+        job="job.sh",
+        provider="runpod",
+        card="h100-sxm",
+        gpu_count=1,
+        spot=False,
+        label=f"gpuops-{sid}",
+        simulated=False,
+        status="provisioning",
+        created_at=created_at,
+    )
     base.update(kw)
     return Session(**base)
 
 
 def _rented(led, sid, created, *, price, started=None, **kw):
     led.add_session(_session(sid, created, **kw))
-    led.update(sid, instance_id=f"i-{sid}", instance_created_at=started if started is not None else created + 60.0,
-               usd_per_hour=price, status="running")
+    led.update(
+        sid,
+        instance_id=f"i-{sid}",
+        instance_created_at=started if started is not None else created + 60.0,
+        usd_per_hour=price,
+        status="running",
+    )
 
 
 def build_books(led) -> dict:
@@ -87,8 +103,13 @@ def build_books(led) -> dict:
     t4 = utc(2026, 11, 10, 12, 0)
     _rented(led, "s4", t4, price=0.90, experiment="cpu-sim", provider="local", card="a100-40gb", simulated=True)
     led.update("s4", tokens=1_000_000, job_seconds=1200.0)
-    led.add_steps("s4", [{"step": "system", "status": "done", "seconds": 12.5, "detail": ""},
-                          {"step": "pip", "status": "skipped", "seconds": 0.25, "detail": {"cached": True}}])
+    led.add_steps(
+        "s4",
+        [
+            {"step": "system", "status": "done", "seconds": 12.5, "detail": ""},
+            {"step": "pip", "status": "skipped", "seconds": 0.25, "detail": {"cached": True}},
+        ],
+    )
     led.close("s4", t4 + 60.0 + 1800.0, "job_end", exit_code=0)
 
     t5 = utc(2026, 11, 3, 22, 30)

@@ -74,7 +74,9 @@ def test_sql_sums_equal_the_row_by_row_rule(books, tz):
     lo, hi = day_start("2026-11-04", tz), day_start("2026-11-11", tz)
     python = experiments_report(books.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-04", "2026-11-10", lo, hi)
     assert norm(cmds.experiments(books, "2026-11-04", "2026-11-10", tz)) == norm(python)
-    assert norm(cmds.experiments(books, tz=tz)) == norm(experiments_report(books.overlapping(None, None, REPORT_COLUMNS)))
+    assert norm(cmds.experiments(books, tz=tz)) == norm(
+        experiments_report(books.overlapping(None, None, REPORT_COLUMNS))
+    )
 
 
 def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
@@ -92,18 +94,52 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     lo, hi = month_bounds("2026-11", "UTC")
     H = 3600.0
     edges = [  # (instance_created_at, ended_at, status, instance_id)
-        (lo + H, lo + 3 * H, "closed", "i"), (lo, lo, "closed", "i"), (hi, hi, "closed", "i"), (hi - 1, hi - 1, "closed", "i"),
-        (lo - 2 * H, lo + H, "closed", "i"), (hi - H, hi + 2 * H, "closed", "i"), (lo - H, hi + H, "closed", "i"),
-        (None, lo + 5 * H, "closed", "i"), (lo + H, None, "closed", "i"), (lo + 4 * H, lo + 2 * H, "closed", "i"),
-        (lo + H, hi, "closed", "i"), (lo - H, lo, "closed", "i"), (lo + 2 * H, None, "running", "i"), (None, None, "closed", None),
+        (lo + H, lo + 3 * H, "closed", "i"),
+        (lo, lo, "closed", "i"),
+        (hi, hi, "closed", "i"),
+        (hi - 1, hi - 1, "closed", "i"),
+        (lo - 2 * H, lo + H, "closed", "i"),
+        (hi - H, hi + 2 * H, "closed", "i"),
+        (lo - H, hi + H, "closed", "i"),
+        (None, lo + 5 * H, "closed", "i"),
+        (lo + H, None, "closed", "i"),
+        (lo + 4 * H, lo + 2 * H, "closed", "i"),
+        (lo + H, hi, "closed", "i"),
+        (lo - H, lo, "closed", "i"),
+        (lo + 2 * H, None, "running", "i"),
+        (None, None, "closed", None),
     ]
     rows = []
     for i, (began, ended, status, iid) in enumerate(edges):
-        rows.append(dict(id=f"e{i:02d}", experiment=f"x{i % 3}", job="", provider="vast", card="a100-80gb", gpu_count=1 + i % 2,
-                         spot=False, label="", instance_id=iid, simulated=i == 3, status=status, created_at=(began or lo + 5 * H) - 60.0,
-                         instance_created_at=began, ended_at=ended, usd_per_hour=3.0, billed_seconds=7200.0, cost_usd=6.0 + i,
-                         tokens=1000 * i, job_seconds=3600.0, conclusion=f"c{i}" if i % 4 else "", note="", log_path="",
-                         results_path="", source="gpuops", cost_source="charged" if i % 2 else "estimate"))
+        rows.append(
+            dict(
+                id=f"e{i:02d}",
+                experiment=f"x{i % 3}",
+                job="",
+                provider="vast",
+                card="a100-80gb",
+                gpu_count=1 + i % 2,
+                spot=False,
+                label="",
+                instance_id=iid,
+                simulated=i == 3,
+                status=status,
+                created_at=(began or lo + 5 * H) - 60.0,
+                instance_created_at=began,
+                ended_at=ended,
+                usd_per_hour=3.0,
+                billed_seconds=7200.0,
+                cost_usd=6.0 + i,
+                tokens=1000 * i,
+                job_seconds=3600.0,
+                conclusion=f"c{i}" if i % 4 else "",
+                note="",
+                log_path="",
+                results_path="",
+                source="gpuops",
+                cost_source="charged" if i % 2 else "estimate",
+            )
+        )
     with ledger.engine.begin() as conn:
         conn.execute(Session.__table__.insert(), rows)
 
@@ -112,7 +148,9 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
 
     python = month_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11", "UTC")
     assert norm(cmds.month(ledger, "2026-11", "UTC")) == norm(python)
-    assert python["sessions"] == 11 and python["open_sessions"] == 1  # the 3 outside rows and the never-rented one: not counted
+    assert (
+        python["sessions"] == 11 and python["open_sessions"] == 1
+    )  # the 3 outside rows and the never-rented one: not counted
     got = cmds.experiments(ledger, "2026-11-01", "2026-11-30", "UTC")
     exp_py = experiments_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-01", "2026-11-30", lo, hi)
     assert norm(got) == norm(exp_py)
@@ -121,11 +159,17 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     # open sides (ledger experiments' default is all time): the inside rule drops what an open side makes
     # true, and the rows it does not prove inside still pay the share (e07 without an instance time, e08
     # closed without an end, e09 ending before its start): every closed rented row whole, once
-    for since, until, a, b in ((None, None, None, None), ("2026-11-01", None, lo, None), (None, "2026-11-30", None, hi)):
+    for since, until, a, b in (
+        (None, None, None, None),
+        ("2026-11-01", None, lo, None),
+        (None, "2026-11-30", None, hi),
+    ):
         exp_py = experiments_report(ledger.overlapping(a, b, REPORT_COLUMNS), since, until, a, b)
         assert norm(cmds.experiments(ledger, since, until, "UTC")) == norm(exp_py)
     every = cmds.experiments(ledger)["experiments"]
-    assert round(sum(e["cost_usd"] for e in every), 6) == 129.0 and sum(e["simulated_usd"] for e in every) == 9.0  # 6+..+17, e03 simulated
+    assert (
+        round(sum(e["cost_usd"] for e in every), 6) == 129.0 and sum(e["simulated_usd"] for e in every) == 9.0
+    )  # 6+..+17, e03 simulated
     assert sum(e["sessions"] for e in every) == 13 and sum(e["open_sessions"] for e in every) == 1
     # the cap: the same real money, plus the open row's hour so far at 3 USD/h
     assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
@@ -133,8 +177,12 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
     with ledger.engine.begin() as conn:
         conn.execute(sa.text("UPDATE sessions SET owner = 'them' WHERE id = 'e00'"))
-    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(python["total_usd"] + 3.0 - 6.0, abs=1e-6)
-    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="them") == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(
+        python["total_usd"] + 3.0 - 6.0, abs=1e-6
+    )
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="them") == pytest.approx(
+        python["total_usd"] + 3.0, abs=1e-6
+    )
     with ledger.engine.connect() as conn:  # the fixture's rows are all there is
         assert conn.execute(sa.text("SELECT COUNT(*) FROM sessions")).scalar() == len(edges)
 
@@ -159,12 +207,24 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     import sqlalchemy as sa
 
     with led.engine.begin() as conn:  # storage lines: one on a session, one account-level (a volume)
-        sid = conn.execute(sa.text("SELECT id FROM sessions WHERE status = 'closed' AND cost_usd > 0 ORDER BY id")).scalars().first()
+        sid = (
+            conn.execute(sa.text("SELECT id FROM sessions WHERE status = 'closed' AND cost_usd > 0 ORDER BY id"))
+            .scalars()
+            .first()
+        )
         for i, (session, usd) in enumerate(((sid, 1.25), (None, 0.5))):
-            conn.execute(sa.text("INSERT INTO cost_lines (session_id, provider, instance_id, kind, start_at, end_at, usd, simulated, source,"
-                                 " description, booked_at, line_key) VALUES (:s, 'vast', 'v1', 'storage', :a, :b, :u, false, 'provider',"
-                                 " 'disk', 0, :k)"), {"s": session, "a": utc(2026, 11, 5), "b": utc(2026, 11, 6), "u": usd, "k": f"k{i}"})
-    via_engine = {"month": cmds.month(led, "2026-11", "UTC"), "experiments": cmds.experiments(led, "2026-11-01", None, "UTC")}
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cost_lines (session_id, provider, instance_id, kind, start_at, end_at, usd, simulated, source,"
+                    " description, booked_at, line_key) VALUES (:s, 'vast', 'v1', 'storage', :a, :b, :u, false, 'provider',"
+                    " 'disk', 0, :k)"
+                ),
+                {"s": session, "a": utc(2026, 11, 5), "b": utc(2026, 11, 6), "u": usd, "k": f"k{i}"},
+            )
+    via_engine = {
+        "month": cmds.month(led, "2026-11", "UTC"),
+        "experiments": cmds.experiments(led, "2026-11-01", None, "UTC"),
+    }
     led.engine.dispose()
     code = (
         "import json, sys\nfrom gpuops.rental import ledger_service as books\nfrom ledger.reads import LedgerReader\n"
@@ -204,13 +264,41 @@ def test_token_sums_past_64_bits_do_not_overflow(ledger):
 
     lo, _ = month_bounds("2026-11", "UTC")
     with ledger.engine.begin() as conn:
-        conn.execute(Session.__table__.insert(), [
-            dict(id=f"t{i}", experiment="big", job="", provider="vast", card="h100-sxm", gpu_count=1, spot=False, label="", instance_id="i",
-                 simulated=False, status="closed", created_at=lo + 60.0 * i, instance_created_at=lo + 60.0 * i + 1, ended_at=lo + 60.0 * i + 30,
-                 usd_per_hour=2.0, billed_seconds=29.0, cost_usd=0.5, tokens=MAX_TOKENS, conclusion="", note="", log_path="",
-                 results_path="", source="gpuops") for i in range(2)])
+        conn.execute(
+            Session.__table__.insert(),
+            [
+                dict(
+                    id=f"t{i}",
+                    experiment="big",
+                    job="",
+                    provider="vast",
+                    card="h100-sxm",
+                    gpu_count=1,
+                    spot=False,
+                    label="",
+                    instance_id="i",
+                    simulated=False,
+                    status="closed",
+                    created_at=lo + 60.0 * i,
+                    instance_created_at=lo + 60.0 * i + 1,
+                    ended_at=lo + 60.0 * i + 30,
+                    usd_per_hour=2.0,
+                    billed_seconds=29.0,
+                    cost_usd=0.5,
+                    tokens=MAX_TOKENS,
+                    conclusion="",
+                    note="",
+                    log_path="",
+                    results_path="",
+                    source="gpuops",
+                )
+                for i in range(2)
+            ],
+        )
     assert cmds.month(ledger, "2026-11", "UTC")["tokens"] == int(round(2.0 * MAX_TOKENS))
-    assert cmds.experiments(ledger, "2026-11-01", None, "UTC")["experiments"][0]["tokens"] == int(round(2.0 * MAX_TOKENS))
+    assert cmds.experiments(ledger, "2026-11-01", None, "UTC")["experiments"][0]["tokens"] == int(
+        round(2.0 * MAX_TOKENS)
+    )
 
 
 # -- the rule's pieces, at their edges (pure functions, no ledger) ---------------------------------
@@ -219,12 +307,29 @@ def test_interval_of_a_row():
 
     from ledger.attribution import interval
 
-    assert interval(R(instance_id=None, instance_created_at=None, created_at=5.0, ended_at=9.0, status="closed")) is None
-    assert interval(R(instance_id="i", instance_created_at=None, created_at=5.0, ended_at=9.0, status="closed")) == (5.0, 9.0)
-    assert interval(R(instance_id=None, instance_created_at=6.0, created_at=5.0, ended_at=9.0, status="closed")) == (6.0, 9.0)
-    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=None, status="running")) == (6.0, None)
-    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=None, status="closed")) == (6.0, 6.0)
-    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=4.0, status="closed")) == (6.0, 6.0)
+    assert (
+        interval(R(instance_id=None, instance_created_at=None, created_at=5.0, ended_at=9.0, status="closed")) is None
+    )
+    assert interval(R(instance_id="i", instance_created_at=None, created_at=5.0, ended_at=9.0, status="closed")) == (
+        5.0,
+        9.0,
+    )
+    assert interval(R(instance_id=None, instance_created_at=6.0, created_at=5.0, ended_at=9.0, status="closed")) == (
+        6.0,
+        9.0,
+    )
+    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=None, status="running")) == (
+        6.0,
+        None,
+    )
+    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=None, status="closed")) == (
+        6.0,
+        6.0,
+    )
+    assert interval(R(instance_id="i", instance_created_at=6.0, created_at=5.0, ended_at=4.0, status="closed")) == (
+        6.0,
+        6.0,
+    )
 
 
 def test_fraction_at_the_edges_of_a_period():
@@ -252,7 +357,9 @@ def test_split_buckets_and_shares():
     assert list(split(25.0, 45.0, edges)) == [(2, 0.25)]
     assert list(split(30.0, 40.0, edges)) == [] and list(split(-5.0, 0.0, edges)) == []
     assert list(split(0.0, 0.5, edges)) == [(0, 1.0)] and list(split(29.5, 30.0, edges)) == [(2, 1.0)]
-    assert list(split(5.0, None, edges)) == [] and list(split(5.0, 6.0, [0.0])) == [] and list(split(5.0, 6.0, [])) == []
+    assert (
+        list(split(5.0, None, edges)) == [] and list(split(5.0, 6.0, [0.0])) == [] and list(split(5.0, 6.0, [])) == []
+    )
 
 
 def test_split_of_a_zero_length_interval_goes_to_the_bucket_holding_it():

@@ -10,10 +10,12 @@ import sqlalchemy as sa
 from gpuops.errors import BadInput
 from gpuops.rental import ledger_service as cmds
 
-SHEET = ("date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion\n"
-         "2026-11-03,sweep,runpod,h100-sxm,1,2.4,1.0,2.4,0,\n"
-         "2026-11-04,sweep,vast,rtx-4090,1,0.35,2.0,0.7,0,\n"
-         "2026-11-03,sweep,runpod,h100-sxm,1,2.4,1.0,2.4,0,\n")
+SHEET = (
+    "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion\n"
+    "2026-11-03,sweep,runpod,h100-sxm,1,2.4,1.0,2.4,0,\n"
+    "2026-11-04,sweep,vast,rtx-4090,1,0.35,2.0,0.7,0,\n"
+    "2026-11-03,sweep,runpod,h100-sxm,1,2.4,1.0,2.4,0,\n"
+)
 
 
 def _future(url: str) -> None:
@@ -65,7 +67,8 @@ def test_identical_lines_without_session_ids_are_refused_with_strict(ledger, tmp
 def test_a_month_past_the_calendar_is_one_line(gpuops_home, cli, month):
     out = cli("ledger", "month", month)
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        f"error: month {month} is outside the months the books can count (0001-01 .. 9999-11) (pass the month as YYYY-MM, e.g. 2026-11)"]
+        f"error: month {month} is outside the months the books can count (0001-01 .. 9999-11) (pass the month as YYYY-MM, e.g. 2026-11)"
+    ]
     assert cli("ledger", "month", "9999-11", "--tz", "UTC").returncode == 0  # the last month that has an end
 
 

@@ -29,13 +29,34 @@ def _seed(env):
 def test_month_json_csv_table_plot(cli_env):
     _seed(cli_env)
     rep = json.loads(run(cli_env, "ledger", "month", "2026-11", "--tz", "UTC", "--json").stdout)
-    for key in ("month", "total_usd", "simulated_usd", "gpu_hours", "sessions", "tokens", "usd_per_mtoken",
-                "by_experiment", "by_card", "by_provider"):
+    for key in (
+        "month",
+        "total_usd",
+        "simulated_usd",
+        "gpu_hours",
+        "sessions",
+        "tokens",
+        "usd_per_mtoken",
+        "by_experiment",
+        "by_card",
+        "by_provider",
+    ):
         assert key in rep
-    assert (rep["total_usd"], rep["simulated_usd"], rep["sessions"], rep["usd_per_mtoken_job"]) == (9.531764, 0.45, 6, 0.15)
+    assert (rep["total_usd"], rep["simulated_usd"], rep["sessions"], rep["usd_per_mtoken_job"]) == (
+        9.531764,
+        0.45,
+        6,
+        0.15,
+    )
     assert set(rep["by_experiment"][0]) >= {"name", "cost_usd", "gpu_hours", "sessions", "tokens", "usd_per_mtoken"}
-    rows = list(csv.DictReader(io.StringIO(run(cli_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--csv").stdout)))
-    assert rows[2]["date"] == "2026-11-03" and rows[2]["cost_usd"] == "7.146667"  # s5 runs past midnight: split by the hour
+    rows = list(
+        csv.DictReader(
+            io.StringIO(run(cli_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--csv").stdout)
+        )
+    )
+    assert (
+        rows[2]["date"] == "2026-11-03" and rows[2]["cost_usd"] == "7.146667"
+    )  # s5 runs past midnight: split by the hour
     table = run(cli_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--plot").stdout
     assert "9.5318" in table and "by day" in table and "daily spend" in table and "11-03 " in table
     bad = run(cli_env, "ledger", "month", "2026-11", "--json", "--csv", ok=False)
@@ -47,7 +68,11 @@ def test_month_json_csv_table_plot(cli_env):
 def test_show_tokens_note_experiments(cli_env):
     _seed(cli_env)
     d = json.loads(run(cli_env, "ledger", "show", "s3", "--json", "--tz", "UTC").stdout)
-    assert d["end_source"] == "heartbeat" and d["cost_usd"] == 0.525097 and d["times"]["ended_at"] == "2026-11-05T09:30:30+00:00"
+    assert (
+        d["end_source"] == "heartbeat"
+        and d["cost_usd"] == 0.525097
+        and d["times"]["ended_at"] == "2026-11-05T09:30:30+00:00"
+    )
     out = run(cli_env, "ledger", "show", "s4").stdout
     assert "bootstrap steps" in out and "events" in out and "log:" in out
     assert run(cli_env, "ledger", "tokens", "s3", "2100000").stdout.strip() == "s3: 2,100,000 tokens, $0.2500/Mtoken"
@@ -71,4 +96,7 @@ def test_export_import_via_cli(cli_env, tmp_path):
     bad.write_text(text.replace(",2.4,1.0,2.4,", ",2.4,one,2.4,", 1))
     p = run(env2, "ledger", "import", str(bad), ok=False)
     assert p.returncode == 2
-    assert p.stderr == "error: 1 bad row(s): bad.csv:3: hours 'one' is not a number (fix those lines and import again; nothing was imported)\n"
+    assert (
+        p.stderr
+        == "error: 1 bad row(s): bad.csv:3: hours 'one' is not a number (fix those lines and import again; nothing was imported)\n"
+    )

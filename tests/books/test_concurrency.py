@@ -24,9 +24,21 @@ def _up(url: str, who: int, start, errors) -> None:
         for n in range(SESSIONS_PER_UP):
             sid = f"p{who}-{n:03d}"
             t = 1793865600.0 + who * 1000 + n
-            led.add_session(Session(id=sid, experiment=f"e{who % 2}", job="j", provider="vast", card="rtx-4090",
-                                    gpu_count=1, spot=False, label="gpuops-" + sid, simulated=False,
-                                    status="provisioning", created_at=t))
+            led.add_session(
+                Session(
+                    id=sid,
+                    experiment=f"e{who % 2}",
+                    job="j",
+                    provider="vast",
+                    card="rtx-4090",
+                    gpu_count=1,
+                    spot=False,
+                    label="gpuops-" + sid,
+                    simulated=False,
+                    status="provisioning",
+                    created_at=t,
+                )
+            )
             led.update(sid, instance_id=f"i{who}{n}", instance_created_at=t + 1, usd_per_hour=0.36, status="running")
             for k in range(EVENTS_PER_SESSION):
                 led.event(sid, "stage", {"k": k}, at=t + 2 + k)
@@ -78,8 +90,10 @@ def test_parallel_writers_lose_nothing(ledger_url):
     errors, reports = ctx.Queue(), ctx.Queue()
     start, stop = ctx.Event(), ctx.Event()
     ups = [ctx.Process(target=_up, args=(ledger_url, i, start, errors)) for i in range(UPS)]
-    others = [ctx.Process(target=_watchdog, args=(ledger_url, start, stop, errors)),
-              ctx.Process(target=_report, args=(ledger_url, start, stop, errors, reports))]
+    others = [
+        ctx.Process(target=_watchdog, args=(ledger_url, start, stop, errors)),
+        ctx.Process(target=_report, args=(ledger_url, start, stop, errors, reports)),
+    ]
     for p in ups + others:
         p.start()  # every process opens the (maybe not yet migrated) ledger at the same time
     start.set()

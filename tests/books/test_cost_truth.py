@@ -45,7 +45,12 @@ def test_close_with_provider_increment_is_stored(ledger):
     t = utc(2026, 11, 7, 9, 0)
     _rented(ledger, "m1", t, price=6.0)
     row = ledger.close("m1", t + 60.0 + 61.0, "job_end", billing_increment_seconds=60.0)
-    assert (row.billed_seconds, row.cost_usd, row.billing_increment_seconds, row.end_source) == (120.0, 0.2, 60.0, "destroy")
+    assert (row.billed_seconds, row.cost_usd, row.billing_increment_seconds, row.end_source) == (
+        120.0,
+        0.2,
+        60.0,
+        "destroy",
+    )
     again = ledger.close("m1", t + 99999.0, "manual")  # closing twice changes nothing
     assert again.cost_usd == 0.2 and again.end_reason == "job_end"
 
@@ -67,8 +72,10 @@ def test_compare_billing_per_session_and_total():
         _Row("g", "vast", None, 0.0, started=None),  # failed launch: not a rental
     ]
     lines = [
-        ChargeLine("vast", "101", 0.70, kind="gpu"), ChargeLine("vast", "101", 0.505),  # two days of one box
-        ChargeLine("vast", "102", 0.50), ChargeLine("vast", "102", 0.12, kind="storage"),
+        ChargeLine("vast", "101", 0.70, kind="gpu"),
+        ChargeLine("vast", "101", 0.505),  # two days of one box
+        ChargeLine("vast", "102", 0.50),
+        ChargeLine("vast", "102", 0.12, kind="storage"),
         ChargeLine("runpod", None, 2.004, label="gpuops-c"),
         ChargeLine("vast", "999", 0.80, description="instance we never booked"),
         ChargeLine("vast", "105", 0.25),
@@ -76,8 +83,19 @@ def test_compare_billing_per_session_and_total():
     rep = compare_billing(rows, lines, ["vast", "runpod"])
     by = {r["session"]: r for r in rep["sessions"]}
     assert [r["session"] for r in rep["sessions"]] == ["a", "b", "c", "d", "e"]
-    assert by["a"] == {"session": "a", "provider": "vast", "instance_id": "101", "ours_usd": 1.2, "theirs_usd": 1.205, "diff_usd": 0.005,
-                       "status": "match", "theirs_gpu_usd": 1.205, "theirs_storage_usd": 0, "cost_source": "estimated", "provider_end": None}
+    assert by["a"] == {
+        "session": "a",
+        "provider": "vast",
+        "instance_id": "101",
+        "ours_usd": 1.2,
+        "theirs_usd": 1.205,
+        "diff_usd": 0.005,
+        "status": "match",
+        "theirs_gpu_usd": 1.205,
+        "theirs_storage_usd": 0,
+        "cost_source": "estimated",
+        "provider_end": None,
+    }
     assert by["b"]["theirs_usd"] == 0.62 and by["b"]["diff_usd"] == 0.12 and by["b"]["status"] == "differs"
     assert by["c"]["status"] == "match" and by["c"]["theirs_usd"] == 2.004
     assert by["d"]["status"] == "not_billed" and by["d"]["diff_usd"] == -0.3

@@ -30,8 +30,13 @@ def test_export_columns_and_rows(books):
     assert lines[0].startswith("date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion")
     # s2 (never rented) and s6 (open) are not rentals with a cost: 5 rows, in intent-time order.
     assert [ln.rsplit(",", 1)[1] for ln in lines[1:]] == ["s7", "s1", "s5", "s3", "s4"]
-    assert lines[2] == '2026-11-03T10:00:00+00:00,llama-serve,runpod,h100-sxm,1,2.4,1.0,2.4,12000000,"vLLM 7B fp16: 1,100 tok/s at batch 1",false,s1'
-    assert lines[4].startswith("2026-11-05T08:00:00+00:00,llama-serve,vast,rtx-4090,1,0.35,1.5002777777777778,0.525097,0,")
+    assert (
+        lines[2]
+        == '2026-11-03T10:00:00+00:00,llama-serve,runpod,h100-sxm,1,2.4,1.0,2.4,12000000,"vLLM 7B fp16: 1,100 tok/s at batch 1",false,s1'
+    )
+    assert lines[4].startswith(
+        "2026-11-05T08:00:00+00:00,llama-serve,vast,rtx-4090,1,0.35,1.5002777777777778,0.525097,0,"
+    )
     assert lines[5].endswith(",true,s4")
     assert _export(books, "2026-10", "UTC").splitlines()[1:] == [lines[1]]
 
@@ -121,10 +126,12 @@ def test_implausible_numbers_are_refused_per_line():
     # Seen: `ledger import` of a row with usd_per_hour, hours and cost_usd 1e300 was booked,
     # and `ledger month` then said the month cost $1,000,000,...,160.
     head = "date,provider,card,usd_per_hour,hours,cost_usd\n"
-    _, _, errs = parse_csv(head + "2026-11-01,vast,rtx-4090,1e300,1e300,1e300\n"
-                                  "2026-11-02,vast,rtx-4090,0.35,90000,\n"
-                                  "2026-11-03,vast,rtx-4090,,1,5000\n"
-                                  "2026-11-04,vast,rtx-4090,0.35,8000,2800\n")
+    _, _, errs = parse_csv(
+        head + "2026-11-01,vast,rtx-4090,1e300,1e300,1e300\n"
+        "2026-11-02,vast,rtx-4090,0.35,90000,\n"
+        "2026-11-03,vast,rtx-4090,,1,5000\n"
+        "2026-11-04,vast,rtx-4090,0.35,8000,2800\n"
+    )
     assert [n for n, _ in errs] == [2, 3, 4]
     assert "hours 1e+300 is more than one rental can last" in errs[0][1]
     assert "hours 90000" in errs[1][1] and "usd_per_hour 5000 is above $1000/h" in errs[2][1]
@@ -148,8 +155,20 @@ def test_a_failure_mid_import_leaves_nothing(ledger):
     assert _count(ledger) == 0
 
 
-HOSTILE = ["=HYPERLINK(\"http://x\",\"cost\")", "+1+1", "-2+3", "@SUM(A1)", "\tTAB", "\rCR", "'=already quoted",
-           "''+twice", "'plain quote", "-", "safe text", ""]
+HOSTILE = [
+    '=HYPERLINK("http://x","cost")',
+    "+1+1",
+    "-2+3",
+    "@SUM(A1)",
+    "\tTAB",
+    "\rCR",
+    "'=already quoted",
+    "''+twice",
+    "'plain quote",
+    "-",
+    "safe text",
+    "",
+]
 
 
 def test_formula_cells_are_neutralized_and_round_trip(ledger, tmp_path, fresh_url):
@@ -207,7 +226,10 @@ def test_unknown_names_and_costs_off_price_are_reported_per_line(ledger, tmp_pat
     assert r["imported"] == 5
     w = dict(r["warnings"])
     assert list(w) == [3, 4, 5]
-    assert w[3].startswith("unknown provider 'aws'") and w[4] == "unknown card 'notacard' (`gpuops cards` lists the known cards)"
+    assert (
+        w[3].startswith("unknown provider 'aws'")
+        and w[4] == "unknown card 'notacard' (`gpuops cards` lists the known cards)"
+    )
     assert w[5] == "cost_usd 99 differs from usd_per_hour x hours = 3.5 x 2 = 7.0000 by more than $0.01"
 
 
@@ -246,7 +268,9 @@ def test_a_long_conclusion_round_trips_and_an_oversized_cell_is_a_bad_line(tmp_p
         fresh.engine.dispose()
     text = "date,provider,card,usd_per_hour,hours,conclusion\n2026-11-02,vast,rtx-4090,0.35,2,ok\n"
     rows, _, errors = parse_csv(text + f'2026-11-02,vast,rtx-4090,0.35,2,"{"y" * (MAX_CELL_CHARS + 1)}"\n', tz="UTC")
-    assert errors == [(3, f"not readable as CSV: field larger than field limit ({MAX_CELL_CHARS}); nothing after it was read")]
+    assert errors == [
+        (3, f"not readable as CSV: field larger than field limit ({MAX_CELL_CHARS}); nothing after it was read")
+    ]
 
 
 def test_an_id_repeated_further_apart_than_a_chunk_is_named_a_repeat(ledger):
@@ -258,8 +282,10 @@ def test_an_id_repeated_further_apart_than_a_chunk_is_named_a_repeat(ledger):
     assert ledger.import_sessions(rows[:1]) == 1
     with pytest.raises(ImportRejected) as e:
         ledger.import_rows(zip([2, 3, 4, 5], [rows[1], rows[2], rows[1], rows[0]]), chunk=1)
-    assert e.value.errors == [(4, f"session {rows[1]['id']} repeats an earlier line of this file"),
-                              (5, f"session {rows[0]['id']} is already in the ledger (imported before?)")]
+    assert e.value.errors == [
+        (4, f"session {rows[1]['id']} repeats an earlier line of this file"),
+        (5, f"session {rows[0]['id']} is already in the ledger (imported before?)"),
+    ]
     assert _count(ledger) == 1
 
 
@@ -267,12 +293,16 @@ def test_a_nul_character_is_a_bad_line_on_every_backend(ledger, tmp_path):
     """A NUL in a conclusion or session cell: SQLite booked it, PostgreSQL died mid-import with a
     DataError traceback. Now a bad line, named, on both."""
     p = tmp_path / "nul.csv"
-    p.write_text("date,provider,card,usd_per_hour,hours,conclusion,session\n2026-11-02,vast,rtx-4090,0.35,2,ok,s1\n"
-                 "2026-11-02,vast,rtx-4090,0.35,2,a\x00b,s2\n2026-11-02,vast,rtx-4090,0.35,2,ok,s\x003\n")
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours,conclusion,session\n2026-11-02,vast,rtx-4090,0.35,2,ok,s1\n"
+        "2026-11-02,vast,rtx-4090,0.35,2,a\x00b,s2\n2026-11-02,vast,rtx-4090,0.35,2,ok,s\x003\n"
+    )
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p)
-    assert e.value.errors == [(3, "conclusion contains a NUL character (\\x00); use visible text"),
-                              (4, "session contains a NUL character (\\x00); use visible text")]
+    assert e.value.errors == [
+        (3, "conclusion contains a NUL character (\\x00); use visible text"),
+        (4, "session contains a NUL character (\\x00); use visible text"),
+    ]
     assert _count(ledger) == 0
 
 
@@ -280,14 +310,20 @@ def test_counts_past_their_columns_are_bad_lines(ledger, tmp_path):
     """tokens or gpu_count past the column (BIGINT / INTEGER) died mid-import with an OverflowError
     (SQLite) or DataError (PostgreSQL) traceback; now bad lines, and the largest that fit import."""
     p = tmp_path / "big.csv"
-    p.write_text("date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
-                 f"2026-11-02,vast,rtx-4090,0.35,2,1,{2**63},s1\n2026-11-02,vast,rtx-4090,0.35,2,{2**31},0,s2\n")
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
+        f"2026-11-02,vast,rtx-4090,0.35,2,1,{2**63},s1\n2026-11-02,vast,rtx-4090,0.35,2,{2**31},0,s2\n"
+    )
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p)
-    assert e.value.errors == [(2, f"tokens {2**63} is above {2**63 - 1:,} (the ledger's tokens column)"),
-                              (3, f"gpu_count {2**31} is above {2**31 - 1:,} (the ledger's gpu_count column)")]
-    p.write_text("date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
-                 f"2026-11-02,vast,rtx-4090,0.35,2,{2**31 - 1},{2**63 - 1},s1\n")
+    assert e.value.errors == [
+        (2, f"tokens {2**63} is above {2**63 - 1:,} (the ledger's tokens column)"),
+        (3, f"gpu_count {2**31} is above {2**31 - 1:,} (the ledger's gpu_count column)"),
+    ]
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours,gpu_count,tokens,session\n"
+        f"2026-11-02,vast,rtx-4090,0.35,2,{2**31 - 1},{2**63 - 1},s1\n"
+    )
     assert cmds.import_csv(ledger, p)["imported"] == 1 and _count(ledger) == 1
 
 
@@ -295,16 +331,23 @@ def test_a_date_whose_utc_time_is_past_year_9999_is_a_bad_line():
     """9999-12-31T23:00-05:00 (10000-01-01 UTC) was booked, and every later `ledger export` died
     with "year 10000 is out of range"."""
     head = "date,provider,card,usd_per_hour,hours\n"
-    rows, _, errors = parse_csv(head + "9999-12-31T23:00:00-05:00,vast,rtx-4090,0.35,2\n"
-                                "9999-12-30T23:00:00+00:00,vast,rtx-4090,0.35,2\n0001-01-01T00:00:00+00:00,vast,rtx-4090,0.35,2\n"
-                                "9999-12-29T00:00:00+00:00,vast,rtx-4090,0.35,2\n", tz="UTC")
-    assert errors == [(2, "date '9999-12-31T23:00:00-05:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
-                      (3, "date '9999-12-30T23:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
-                      (4, "date '0001-01-01T00:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC")]
+    rows, _, errors = parse_csv(
+        head + "9999-12-31T23:00:00-05:00,vast,rtx-4090,0.35,2\n"
+        "9999-12-30T23:00:00+00:00,vast,rtx-4090,0.35,2\n0001-01-01T00:00:00+00:00,vast,rtx-4090,0.35,2\n"
+        "9999-12-29T00:00:00+00:00,vast,rtx-4090,0.35,2\n",
+        tz="UTC",
+    )
+    assert errors == [
+        (2, "date '9999-12-31T23:00:00-05:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
+        (3, "date '9999-12-30T23:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
+        (4, "date '0001-01-01T00:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
+    ]
     out = io.StringIO()
     from ledger.csvio import write_export
 
-    write_export([(r["created_at"], "e", "vast", "rtx-4090", 1, 0.35, 2.0, 0.7, 0, "", False, r["id"]) for r in rows], out)
+    write_export(
+        [(r["created_at"], "e", "vast", "rtx-4090", 1, 0.35, 2.0, 0.7, 0, "", False, r["id"]) for r in rows], out
+    )
     assert out.getvalue().splitlines()[1].startswith("9999-12-29T00:00:00+00:00,")
 
 
@@ -315,8 +358,10 @@ def test_a_file_of_bad_lines_keeps_the_first_errors_and_counts_them_all(ledger, 
 
     monkeypatch.setattr(LineErrors, "KEEP", 3)
     p = tmp_path / "sheet.csv"
-    p.write_text("date,provider,card,usd_per_hour,hours,session\n"
-                 + "".join(f"2026-11-{d:02d},vast,rtx-4090,0.35,2,s{d}\n" for d in range(1, 11)))
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours,session\n"
+        + "".join(f"2026-11-{d:02d},vast,rtx-4090,0.35,2,s{d}\n" for d in range(1, 11))
+    )
     assert cmds.import_csv(ledger, p)["imported"] == 10
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p)
@@ -325,7 +370,9 @@ def test_a_file_of_bad_lines_keeps_the_first_errors_and_counts_them_all(ledger, 
     p.write_text(p.read_text().replace("2026-11-", "11/"))
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p)
-    assert [n for n, _ in e.value.errors] == [2, 3, 4] and str(e.value).startswith("10 bad row(s): sheet.csv:2: date '11/01' is not ISO 8601")
+    assert [n for n, _ in e.value.errors] == [2, 3, 4] and str(e.value).startswith(
+        "10 bad row(s): sheet.csv:2: date '11/01' is not ISO 8601"
+    )
 
 
 def test_an_unterminated_quote_is_refused_naming_its_line(ledger, tmp_path):
@@ -334,20 +381,25 @@ def test_an_unterminated_quote_is_refused_naming_its_line(ledger, tmp_path):
     A quoted cell over two lines still imports."""
     p = tmp_path / "quote.csv"
     head = "date,provider,card,usd_per_hour,hours,conclusion\n"
-    p.write_text(head + "2026-11-01,vast,rtx-4090,0.35,1,ok\n"
-                        '2026-11-02,vast,rtx-4090,0.35,1,"forgot to close\n'
-                        "2026-11-03,vast,rtx-4090,0.35,1,ok\n"
-                        "2026-11-04,vast,rtx-4090,0.35,1,ok\n")
+    p.write_text(
+        head + "2026-11-01,vast,rtx-4090,0.35,1,ok\n"
+        '2026-11-02,vast,rtx-4090,0.35,1,"forgot to close\n'
+        "2026-11-03,vast,rtx-4090,0.35,1,ok\n"
+        "2026-11-04,vast,rtx-4090,0.35,1,ok\n"
+    )
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p, tz="UTC")
     assert [n for n, _ in e.value.errors] == [3]
     assert "quoted cell that starts on this line is never closed" in e.value.errors[0][1]
     assert "\n" not in str(e.value) and _count(ledger) == 0
     # closed by a later cell's quote: the text after that quote gives it away
-    _, _, errs = parse_csv(head + '2026-11-01,vast,rtx-4090,0.35,1,"oops\n2026-11-02,vast,rtx-4090,0.35,1,"x"\n', tz="UTC")
+    _, _, errs = parse_csv(
+        head + '2026-11-01,vast,rtx-4090,0.35,1,"oops\n2026-11-02,vast,rtx-4090,0.35,1,"x"\n', tz="UTC"
+    )
     assert [n for n, _ in errs] == [2] and "never closed" in errs[0][1]
-    rows, lines, errs = parse_csv(head + '2026-11-01,vast,rtx-4090,0.35,1,"two\nlines, fine"\n2026-11-02,vast,rtx-4090,0.35,1,ok\n',
-                                  tz="UTC")
+    rows, lines, errs = parse_csv(
+        head + '2026-11-01,vast,rtx-4090,0.35,1,"two\nlines, fine"\n2026-11-02,vast,rtx-4090,0.35,1,ok\n', tz="UTC"
+    )
     assert errs == [] and lines == [2, 4] and rows[0]["conclusion"] == "two\nlines, fine"
 
 
@@ -365,8 +417,10 @@ def test_a_session_id_off_the_id_rule_is_a_bad_line(ledger, tmp_path):
         cmds.import_csv(ledger, p, tz="UTC")
     assert [n for n, _ in e.value.errors] == [3, 4, 5, 6, 7]
     msgs = dict(e.value.errors)
-    assert msgs[3] == ("session 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' (+4960 more characters) is not a session id: "
-                       "use 1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)")
+    assert msgs[3] == (
+        "session 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' (+4960 more characters) is not a session id: "
+        "use 1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)"
+    )
     assert msgs[4].startswith("session 's\\x1b[2J' is not a session id") and "'s1;drop'" in msgs[5]
     assert _count(ledger) == 0
 
@@ -375,7 +429,10 @@ def test_a_bad_time_zone_says_the_fix_once(ledger):
     """`--tz Mars/Base` said "use an IANA name" twice: in the message and again in the fix."""
     with pytest.raises(BadInput) as e:
         cmds.month(ledger, "2026-11", "Mars/Base")
-    assert e.value.message == "unknown time zone 'Mars/Base'" and e.value.fix == "pass an IANA name, e.g. --tz Europe/Berlin or --tz UTC"
+    assert (
+        e.value.message == "unknown time zone 'Mars/Base'"
+        and e.value.fix == "pass an IANA name, e.g. --tz Europe/Berlin or --tz UTC"
+    )
 
 
 def test_a_date_more_than_a_day_ahead_is_noted_and_refused_with_strict(ledger, tmp_path):
@@ -385,12 +442,19 @@ def test_a_date_more_than_a_day_ahead_is_noted_and_refused_with_strict(ledger, t
 
     soon = (datetime.now(timezone.utc) + timedelta(hours=12)).isoformat(timespec="seconds")
     p = tmp_path / "future.csv"
-    p.write_text("date,provider,card,usd_per_hour,hours\n"
-                 f"2026-11-01,vast,rtx-4090,0.35,1\n{soon},vast,rtx-4090,0.35,1\n2099-11-01,vast,rtx-4090,0.35,1\n")
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours\n"
+        f"2026-11-01,vast,rtx-4090,0.35,1\n{soon},vast,rtx-4090,0.35,1\n2099-11-01,vast,rtx-4090,0.35,1\n"
+    )
     with pytest.raises(BadInput) as e:
         cmds.import_csv(ledger, p, tz="UTC", strict=True)
     assert [n for n, _ in e.value.errors] == [4] and _count(ledger) == 0
     r = cmds.import_csv(ledger, p, tz="UTC")
     assert r["imported"] == 3
-    assert r["warnings"] == [(4, "date '2099-11-01' is more than a day in the future: a typo in the year?"
-                                 " (booked as is; --strict refuses it)")]
+    assert r["warnings"] == [
+        (
+            4,
+            "date '2099-11-01' is more than a day in the future: a typo in the year?"
+            " (booked as is; --strict refuses it)",
+        )
+    ]

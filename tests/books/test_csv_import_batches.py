@@ -20,15 +20,17 @@ PROVIDERS = {"runpod", "vast"}
 
 
 def _clean(n: int, start: int = 0) -> str:
-    return "".join(f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:07.250000+00:00,exp-{i % 3},vast,a100-80gb,{1 + i % 8},"
-                   f"1.89,{0.25 + i / 7},{round(1.89 * (0.25 + i / 7), 6)},{i * 1000},ok {i},{'true' if i % 5 == 0 else 'false'},s-{i:04d}\n"
-                   for i in range(start, start + n))
+    return "".join(
+        f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:{i % 60:02d}:07.250000+00:00,exp-{i % 3},vast,a100-80gb,{1 + i % 8},"
+        f"1.89,{0.25 + i / 7},{round(1.89 * (0.25 + i / 7), 6)},{i * 1000},ok {i},{'true' if i % 5 == 0 else 'false'},s-{i:04d}\n"
+        for i in range(start, start + n)
+    )
 
 
 # Odd but valid cells (each in a batch of its own at size 4), then bad lines.
 ODD = (
     "2026-11-03 10:00,  exp-naive ,runpod, H100-SXM ,2,$2.50,1.5,3.75,,fine,yes,s-naive\n"  # naive date, "$", no tokens
-    "2026-11-03T10:00:00Z,'=cmd,vast,rtx-4090,1,0.35,2,0.7,5,\"two\nlines, and \"\"quotes\"\"\",TRUE,s-z\n"
+    '2026-11-03T10:00:00Z,\'=cmd,vast,rtx-4090,1,0.35,2,0.7,5,"two\nlines, and ""quotes""",TRUE,s-z\n'
     "2026-11-04,,vast,rtx-4090,1,0.35,2,0.7,1_000,'+guarded,false,'-s-quoted\n"
     "2026-11-05T01:02:03+05:30,exp,vast,tpu-v9,1,0.35,2,0.7,0,unknown card,false,s-warn\n"  # a warning
     "2026-11-06T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,9.99,0,cost off,false,s-off\n"  # a warning
@@ -43,7 +45,7 @@ ODD = (
 
 def _read(text: str, size: int, line_by_line: bool, monkeypatch, tz: str = "Europe/Berlin", strict: bool = False):
     if line_by_line:
-        monkeypatch.setattr(csvio, "_chunk_parser", lambda *a, **k: (lambda records: None))
+        monkeypatch.setattr(csvio, "_chunk_parser", lambda *a, **k: lambda records: None)
     imp = csvio.CsvImport(text, tz, providers=PROVIDERS, cards=CARDS, strict=strict)
     got = [(list(lines), rows) for lines, rows in imp.chunks(size)]
     monkeypatch.undo()
@@ -60,10 +62,22 @@ def test_batches_give_what_the_line_by_line_parser_gives(monkeypatch, size, stri
     by_id = dict(zip((r[0] for r in rows), zip(lines, rows)))
     # Real values: line 2 is the first clean row; the naive date is Berlin time (UTC+1 in November).
     line, row = by_id["s-0000"]
-    assert line == 2 and row == ("s-0000", "exp-0", "vast", "a100-80gb", 1, 1.89, True,
-                                 datetime(2026, 11, 1, 0, 0, 7, 250000, tzinfo=timezone.utc).timestamp(),
-                                 datetime(2026, 11, 1, 0, 0, 7, 250000, tzinfo=timezone.utc).timestamp(),
-                                 datetime(2026, 11, 1, 0, 15, 7, 250000, tzinfo=timezone.utc).timestamp(), 900.0, 0.4725, 0, "ok 0")
+    assert line == 2 and row == (
+        "s-0000",
+        "exp-0",
+        "vast",
+        "a100-80gb",
+        1,
+        1.89,
+        True,
+        datetime(2026, 11, 1, 0, 0, 7, 250000, tzinfo=timezone.utc).timestamp(),
+        datetime(2026, 11, 1, 0, 0, 7, 250000, tzinfo=timezone.utc).timestamp(),
+        datetime(2026, 11, 1, 0, 15, 7, 250000, tzinfo=timezone.utc).timestamp(),
+        900.0,
+        0.4725,
+        0,
+        "ok 0",
+    )
     line, row = by_id["s-naive"]
     assert line == 11 and row[1:7] == ("exp-naive", "runpod", "H100-SXM", 2, 2.5, True)
     assert row[7] == datetime(2026, 11, 3, 9, 0, tzinfo=timezone.utc).timestamp() and row[12] == 0
@@ -83,7 +97,8 @@ def test_batches_give_what_the_line_by_line_parser_gives(monkeypatch, size, stri
 
 def test_a_sheet_without_cost_or_ids_derives_what_the_line_by_line_parser_derives(monkeypatch):
     text = "date,provider,card,usd_per_hour,hours\n" + "".join(
-        f"2026-10-{1 + i % 30:02d},runpod,h100-sxm,{2.99 + i / 100},{i / 3}\n" for i in range(30))
+        f"2026-10-{1 + i % 30:02d},runpod,h100-sxm,{2.99 + i / 100},{i / 3}\n" for i in range(30)
+    )
     batched = _read(text, 7, False, monkeypatch, tz="UTC")
     assert batched == _read(text, 7, True, monkeypatch, tz="UTC")
     assert batched[1][3][11] == round((2.99 + 0.03) * 1.0, 6) and batched[1][3][10] == 3600.0
@@ -98,12 +113,29 @@ def test_a_sheet_goes_into_a_current_sqlite_ledger_once(tmp_path):
     f = tmp_path / "sheet.csv"
     f.write_text(HEAD + _clean(40))
     r = books.import_csv(led, f, "UTC")
-    assert r["imported"] == 40 and r["cost_usd"] == round(sum(round(1.89 * (0.25 + i / 7), 6) for i in range(40) if i % 5), 6)
+    assert r["imported"] == 40 and r["cost_usd"] == round(
+        sum(round(1.89 * (0.25 + i / 7), 6) for i in range(40) if i % 5), 6
+    )
     with sqlite3.connect(path) as con:
-        got = con.execute("SELECT id, provider, card, gpu_count, usd_per_hour, billed_seconds, cost_usd, tokens, conclusion, simulated,"
-                          " status, source, end_reason FROM sessions WHERE id = 's-0013'").fetchone()
-    assert got == ("s-0013", "vast", "a100-80gb", 6, 1.89, round((0.25 + 13 / 7) * 3600, 3), round(1.89 * (0.25 + 13 / 7), 6),
-                   13000, "ok 13", 0, "closed", "import", "imported")
+        got = con.execute(
+            "SELECT id, provider, card, gpu_count, usd_per_hour, billed_seconds, cost_usd, tokens, conclusion, simulated,"
+            " status, source, end_reason FROM sessions WHERE id = 's-0013'"
+        ).fetchone()
+    assert got == (
+        "s-0013",
+        "vast",
+        "a100-80gb",
+        6,
+        1.89,
+        round((0.25 + 13 / 7) * 3600, 3),
+        round(1.89 * (0.25 + 13 / 7), 6),
+        13000,
+        "ok 13",
+        0,
+        "closed",
+        "import",
+        "imported",
+    )
     with pytest.raises(BadInput) as e:  # the same file again: every line named, nothing written
         books.import_csv(Ledger(f"sqlite:///{path}"), f, "UTC")
     assert "40 bad row(s)" in str(e.value) and "sheet.csv:2: session s-0000 is already in the ledger" in str(e.value)

@@ -18,8 +18,10 @@ def _schema(path) -> list[str]:
 
 
 def _lines(n: int, start: int = 0) -> str:
-    return "".join(f"2026-11-{1 + i % 28:02d}T10:{i % 60:02d}:00+00:00,exp-{i % 7},vast,rtx-4090,1,0.35,1.5,0.525,{i},ok,false,s-{i:05d}\n"
-                   for i in range(start, start + n))
+    return "".join(
+        f"2026-11-{1 + i % 28:02d}T10:{i % 60:02d}:00+00:00,exp-{i % 7},vast,rtx-4090,1,0.35,1.5,0.525,{i},ok,false,s-{i:05d}\n"
+        for i in range(start, start + n)
+    )
 
 
 @pytest.fixture
@@ -43,9 +45,13 @@ def test_a_big_import_rebuilds_every_index(tmp_path, small_threshold):
         assert _schema(path) == before
         with sqlite3.connect(path) as con:
             assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-            plan = " ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN SELECT id FROM sessions WHERE experiment = 'exp-1'"))
+            plan = " ".join(
+                r[3] for r in con.execute("EXPLAIN QUERY PLAN SELECT id FROM sessions WHERE experiment = 'exp-1'")
+            )
             assert "ix_sessions_experiment" in plan
-            assert con.execute("SELECT count(*) FROM sessions INDEXED BY ix_sessions_created_at WHERE created_at > 0").fetchone() == (200,)
+            assert con.execute(
+                "SELECT count(*) FROM sessions INDEXED BY ix_sessions_created_at WHERE created_at > 0"
+            ).fetchone() == (200,)
     finally:
         led.engine.dispose()
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.mark.parametrize("url,code,expected", [
-    ("garbage", 2, "Could not parse SQLAlchemy URL"),
-    ("foo://x", 2, "Can't load plugin"),
-    ("mysql://alice:S3cretPW@h/db", 2, "driver 'MySQLdb'"),
-    ("postgresql+psycopg://alice:S3cretPW@127.0.0.1:1/books", 1, "Connection refused"),
-])
+@pytest.mark.parametrize(
+    "url,code,expected",
+    [
+        ("garbage", 2, "Could not parse SQLAlchemy URL"),
+        ("foo://x", 2, "Can't load plugin"),
+        ("mysql://alice:S3cretPW@h/db", 2, "driver 'MySQLdb'"),
+        ("postgresql+psycopg://alice:S3cretPW@127.0.0.1:1/books", 1, "Connection refused"),
+    ],
+)
 @pytest.mark.parametrize("args", [["ps"], ["ledger", "month"], ["down", "--all"]])
 def test_bad_ledger_url_is_one_line(url, code, expected, args, gpuops_home, cli):
     # Seen: GPUOPS_LEDGER_URL=garbage (or a Postgres that is down) printed an 80-line traceback.

@@ -20,13 +20,38 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _rental(led: Ledger, sid: str) -> None:
     """One rental's writes in the order `up` makes them."""
-    led.add_session(dict(id=sid, experiment="e1", job="job.sh", provider="local", card="a100-80gb", gpu_count=2, spot=True,
-                         label=f"gpuops-{sid}", simulated=True, status="provisioning", created_at=T0, note="n", log_path="/l",
-                         max_hours=1.5, ready_timeout_seconds=600.0, idle_minutes=0.0, owner="me@host", account="local:x"))
+    led.add_session(
+        dict(
+            id=sid,
+            experiment="e1",
+            job="job.sh",
+            provider="local",
+            card="a100-80gb",
+            gpu_count=2,
+            spot=True,
+            label=f"gpuops-{sid}",
+            simulated=True,
+            status="provisioning",
+            created_at=T0,
+            note="n",
+            log_path="/l",
+            max_hours=1.5,
+            ready_timeout_seconds=600.0,
+            idle_minutes=0.0,
+            owner="me@host",
+            account="local:x",
+        )
+    )
     led.event(sid, "create", {"offer": "o1"}, at=T0 + 1)
     led.update(sid, instance_id="i-1", offer_id="o1", status="running", instance_created_at=T0 + 2, usd_per_hour=3.6)
     led.event(sid, "created", {"instance": "i-1"}, at=T0 + 2)
-    led.add_steps(sid, [{"step": "system", "status": "done", "seconds": 0.25, "detail": {"k": 1}}, {"step": "verify", "status": "done", "seconds": 0.5}])
+    led.add_steps(
+        sid,
+        [
+            {"step": "system", "status": "done", "seconds": 0.25, "detail": {"k": 1}},
+            {"step": "verify", "status": "done", "seconds": 0.5},
+        ],
+    )
     led.update(sid, tokens=1234, job_seconds=90.5)
     assert led.request_end(sid, "job_end", by="up:h:1") == "job_end"
     assert led.request_end(sid, "manual", by="down") == "job_end"  # the first request wins
@@ -36,12 +61,20 @@ def _rental(led: Ledger, sid: str) -> None:
 
 
 def _books(url: str, sid: str) -> tuple[dict, list, list]:
-    con = sqlite3.connect(url[len("sqlite:///"):])
+    con = sqlite3.connect(url[len("sqlite:///") :])
     con.row_factory = sqlite3.Row
     try:
         row = dict(con.execute("SELECT * FROM sessions WHERE id = ?", (sid,)).fetchone())
-        events = [(r["kind"], r["detail"]) for r in con.execute("SELECT kind, detail FROM events WHERE session_id = ? ORDER BY id", (sid,))]
-        steps = [tuple(r) for r in con.execute("SELECT name, status, seconds, detail FROM bootstrap_steps WHERE session_id = ? ORDER BY id", (sid,))]
+        events = [
+            (r["kind"], r["detail"])
+            for r in con.execute("SELECT kind, detail FROM events WHERE session_id = ? ORDER BY id", (sid,))
+        ]
+        steps = [
+            tuple(r)
+            for r in con.execute(
+                "SELECT name, status, seconds, detail FROM bootstrap_steps WHERE session_id = ? ORDER BY id", (sid,)
+            )
+        ]
     finally:
         con.close()
     return row, events, steps
@@ -70,7 +103,12 @@ def test_a_light_rental_books_what_the_engine_books(tmp_path):
     assert [k for k, _ in a[1]] == [k for k, _ in b[1]] == ["intent", "create", "created", "end_requested", "closed"]
     assert [d for k, d in a[1] if k != "end_requested"] == [d for k, d in b[1] if k != "end_requested"]
     row = light.get("s1")
-    assert (row.status, row.billed_seconds, row.cost_usd, row.spot) == ("closed", a[0]["billed_seconds"], a[0]["cost_usd"], True)
+    assert (row.status, row.billed_seconds, row.cost_usd, row.spot) == (
+        "closed",
+        a[0]["billed_seconds"],
+        a[0]["cost_usd"],
+        True,
+    )
     assert [e.kind for e in light.events("s1")] == [k for k, _ in b[1]]
     assert light.held("s1").status == "closed" and light.get("nope") is None
 
@@ -95,7 +133,7 @@ def test_a_locked_light_ledger_spools_within_the_deadline_and_replays(tmp_path):
     Ledger(url)
     led = Ledger(url, light=True, spool_path=tmp_path / "spool.jsonl")
     led.add_session(dict(id="s3", created_at=T0, status="running", instance_created_at=T0, usd_per_hour=3.6))
-    con = sqlite3.connect(url[len("sqlite:///"):], isolation_level=None, timeout=10)
+    con = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None, timeout=10)
     con.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     try:
         with led.bounded(0.2):
@@ -127,8 +165,14 @@ def test_a_light_rental_never_imports_sqlalchemy(tmp_path):
             led.get("s4"), led.events("s4")
         print(sorted(m for m in sys.modules if m.split(".")[0] in ("sqlalchemy", "sqlmodel", "pydantic")))
     """)
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert Ledger(url).get("s4").cost_usd == pytest.approx(0.016667, abs=1e-9)  # 60 s at 1 USD/h, to the micro-dollar
@@ -145,7 +189,10 @@ def test_the_engine_books_what_sqlite3_books_on_both_databases(ledger_url, tmp_p
     assert a == b and a["spot"] is True and a["simulated"] is True and a["cost_usd"] == pytest.approx(0.099, abs=1e-9)
     assert [(e.kind, e.detail) for e in led.events("s5")][:3] == [(e.kind, e.detail) for e in light.events("s5")][:3]
     assert [e.kind for e in led.events("s5")] == ["intent", "create", "created", "end_requested", "closed"]
-    assert [(s.name, s.status, s.seconds, s.detail) for s in led.steps("s5")] == [("system", "done", 0.25, '{"k": 1}'), ("verify", "done", 0.5, "")]
+    assert [(s.name, s.status, s.seconds, s.detail) for s in led.steps("s5")] == [
+        ("system", "done", 0.25, '{"k": 1}'),
+        ("verify", "done", 0.5, ""),
+    ]
     assert led.set_tokens("s5", 7).tokens == 7 and led.note("s5", " a  b ").conclusion == "a b"
     with pytest.raises(KeyError):
         led.update("nope", spot=False)

@@ -50,8 +50,10 @@ def core_closure(core: list[str] | None = None) -> dict[str, list[str]]:
         try:
             dist = metadata.distribution(req.name)
         except metadata.PackageNotFoundError:
-            raise AssertionError(f"core dependency {req.name} (via {' -> '.join(chain)}) is not installed; "
-                                 "install requirements.lock first") from None
+            raise AssertionError(
+                f"core dependency {req.name} (via {' -> '.join(chain)}) is not installed; "
+                "install requirements.lock first"
+            ) from None
         wanted = set(req.extras)
         for sub in dist.requires or []:
             r = Requirement(sub)
@@ -83,9 +85,17 @@ def test_extras_are_not_in_the_core():
 
 
 def test_import_cli_loads_no_provider_sdk():
-    code = ("import sys, json; import gpuops.cli.app; "
-            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(PROVIDER_AND_HEAVY_MODULES)!r})))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    code = (
+        "import sys, json; import gpuops.cli.app; "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {list(PROVIDER_AND_HEAVY_MODULES)!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []

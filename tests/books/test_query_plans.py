@@ -12,10 +12,14 @@ from ledger.reads import OPEN_SESSIONS_WHERE
 OPEN_SESSIONS_SQL = f"SELECT * FROM sessions WHERE {OPEN_SESSIONS_WHERE} ORDER BY created_at, id"  # Reads.open_sessions
 
 # Sessions overlapping [start, end): the month-range predicate of the reports and the monthly cap.
-MONTH_RANGE_SQL = "SELECT id, cost_usd FROM sessions WHERE created_at < :end AND (ended_at IS NULL OR ended_at >= :start)"
+MONTH_RANGE_SQL = (
+    "SELECT id, cost_usd FROM sessions WHERE created_at < :end AND (ended_at IS NULL OR ended_at >= :start)"
+)
 # The reports' form (ledger.reads, ledger.limits): unary plus keeps SQLite from walking created_at,
 # so the OR's two arms are lookups on ended_at's index.
-MONTH_RANGE_PLUS_SQL = "SELECT id, cost_usd FROM sessions WHERE +created_at < :end AND (ended_at >= :start OR ended_at IS NULL)"
+MONTH_RANGE_PLUS_SQL = (
+    "SELECT id, cost_usd FROM sessions WHERE +created_at < :end AND (ended_at >= :start OR ended_at IS NULL)"
+)
 # The same rows in the form SQLite searches from ``ended_at`` (the current month costs what it holds).
 MONTH_RANGE_UNION_SQL = (
     "SELECT id, cost_usd FROM sessions WHERE ended_at >= :start AND created_at < :end "
@@ -24,9 +28,29 @@ MONTH_RANGE_UNION_SQL = (
 
 
 def _fill(led: Ledger, n: int = 400) -> None:
-    rows = [dict(id=f"s{i:05d}", experiment="e", job="", provider="local", card="rtx-4090", gpu_count=1, spot=False,
-                 label="", simulated=False, status="closed", created_at=1.0e9 + i * 60.0, ended_at=1.0e9 + i * 60.0 + 30.0,
-                 tokens=0, conclusion="", note="", log_path="", results_path="", source="gpuops") for i in range(n)]
+    rows = [
+        dict(
+            id=f"s{i:05d}",
+            experiment="e",
+            job="",
+            provider="local",
+            card="rtx-4090",
+            gpu_count=1,
+            spot=False,
+            label="",
+            simulated=False,
+            status="closed",
+            created_at=1.0e9 + i * 60.0,
+            ended_at=1.0e9 + i * 60.0 + 30.0,
+            tokens=0,
+            conclusion="",
+            note="",
+            log_path="",
+            results_path="",
+            source="gpuops",
+        )
+        for i in range(n)
+    ]
     rows[-1].update(status="running", ended_at=None)
     with led.engine.begin() as conn:
         conn.execute(sa.text("SELECT 1"))
@@ -83,8 +107,21 @@ def test_open_sessions_of_a_current_sqlite_ledger_load_no_orm(tmp_path):
     led = Ledger(url)
     from ledger.models import Session
 
-    led.add_session(Session(id="a1", experiment="e", job="j", provider="local", card="rtx-4090", gpu_count=1,
-                            spot=True, label="gpuops-a1", simulated=False, status="provisioning", created_at=5.0))
+    led.add_session(
+        Session(
+            id="a1",
+            experiment="e",
+            job="j",
+            provider="local",
+            card="rtx-4090",
+            gpu_count=1,
+            spot=True,
+            label="gpuops-a1",
+            simulated=False,
+            status="provisioning",
+            created_at=5.0,
+        )
+    )
     want = led.get("a1").model_dump()
     led.engine.dispose()
     code = (
@@ -108,8 +145,21 @@ def test_find_by_prefix_is_a_key_range(ledger_url):
         from ledger.models import Session
 
         for sid in ("20261129-1632-3f9a", "20261129-1700-aaaa", "202611291"):
-            led.add_session(Session(id=sid, experiment="e", job="", provider="local", card="c", gpu_count=1, spot=False,
-                                    label="", simulated=False, status="closed", created_at=1.0))
+            led.add_session(
+                Session(
+                    id=sid,
+                    experiment="e",
+                    job="",
+                    provider="local",
+                    card="c",
+                    gpu_count=1,
+                    spot=False,
+                    label="",
+                    simulated=False,
+                    status="closed",
+                    created_at=1.0,
+                )
+            )
         assert [r.id for r in led.find("20261129-")] == ["20261129-1632-3f9a", "20261129-1700-aaaa"]
         assert [r.id for r in led.find("20261129-16")] == ["20261129-1632-3f9a"]
     finally:
@@ -125,16 +175,28 @@ def _hot_queries() -> list[tuple[str, str, dict, str]]:
     lo, hi = 1.0e9 + 300 * 60.0, 1.0e9 + 400 * 60.0
     # The month and experiments reports (one statement each): closed rows by the period's search on
     # the books index, open rows from their partial index.
-    month = [("ledger month", statement(lo, hi), params(lo, hi), "ix_sessions_books ix_sessions_open"),
-             ("ledger experiments", statement(lo, hi, EXPERIMENT_KEYS, conclusion=True), params(lo, hi),
-              "ix_sessions_books ix_sessions_open")]
-    ids = sa.select(_sessions.c.provider, _sessions.c.instance_id).where(_sessions.c.instance_id.in_(["i00201", "i00202"]))
+    month = [
+        ("ledger month", statement(lo, hi), params(lo, hi), "ix_sessions_books ix_sessions_open"),
+        (
+            "ledger experiments",
+            statement(lo, hi, EXPERIMENT_KEYS, conclusion=True),
+            params(lo, hi),
+            "ix_sessions_books ix_sessions_open",
+        ),
+    ]
+    ids = sa.select(_sessions.c.provider, _sessions.c.instance_id).where(
+        _sessions.c.instance_id.in_(["i00201", "i00202"])
+    )
     by_instance = str(ids.compile(compile_kwargs={"literal_binds": True}))  # ledger.sync.known_instances
     return [
         ("ps: open rows", OPEN_SESSIONS_SQL, {}, "ix_sessions_open"),
         ("ledger sync: rows of instances", by_instance, {}, "ix_sessions_instance_id"),
-        ("a run's rentals", "SELECT id FROM sessions WHERE run_id = :r ORDER BY attempt, created_at", {"r": "run-1"},
-         "ix_sessions_run_id"),
+        (
+            "a run's rentals",
+            "SELECT id FROM sessions WHERE run_id = :r ORDER BY attempt, created_at",
+            {"r": "run-1"},
+            "ix_sessions_run_id",
+        ),
         ("month range", MONTH_RANGE_PLUS_SQL, {"start": lo, "end": hi}, "ix_sessions_books"),
         *month,
     ]
@@ -147,14 +209,28 @@ def test_hot_queries_keep_an_index_with_partial_indexes(ledger_url):
     try:
         _fill(led)
         with led.engine.begin() as conn:  # half the rows rented (an instance, an owner), a few in runs
-            conn.execute(sa.text("UPDATE sessions SET instance_id = 'i' || substr(id, 2), owner = 'ann', account = 'runpod:a'"
-                                 " WHERE id >= 's00200'"))
+            conn.execute(
+                sa.text(
+                    "UPDATE sessions SET instance_id = 'i' || substr(id, 2), owner = 'ann', account = 'runpod:a'"
+                    " WHERE id >= 's00200'"
+                )
+            )
             conn.execute(sa.text("UPDATE sessions SET run_id = 'run-1' WHERE id >= 's00390'"))
             if led.engine.dialect.name == "sqlite":  # no statistics, as a real ledger has none
-                defs = {r[0]: r[1] for r in conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'")}
+                defs = {
+                    r[0]: r[1]
+                    for r in conn.exec_driver_sql(
+                        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions'"
+                    )
+                }
             else:
                 conn.exec_driver_sql("ANALYZE sessions")  # as autovacuum does
-                defs = {r[0]: r[1] for r in conn.exec_driver_sql("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'sessions'")}
+                defs = {
+                    r[0]: r[1]
+                    for r in conn.exec_driver_sql(
+                        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'sessions'"
+                    )
+                }
         assert "ix_sessions_ended_at" not in defs and defs["ix_sessions_books"]
         for name in ("ix_sessions_instance_id", "ix_sessions_owner", "ix_sessions_account", "ix_sessions_run_id"):
             assert defs[name].replace("(", "").replace(")", "").endswith(f"WHERE {name[12:]} IS NOT NULL"), defs[name]
@@ -164,15 +240,22 @@ def test_hot_queries_keep_an_index_with_partial_indexes(ledger_url):
             if sqlite:
                 # every access to sessions is an index search (or a walk of the open rows' partial index)
                 steps = [ln for ln in plan.splitlines() if " sessions " in f"{ln} "]
-                assert steps and all((ln.startswith("SEARCH sessions USING") and "INDEX" in ln)
-                                     or ln.startswith("SCAN sessions USING INDEX ix_sessions_open") for ln in steps), (what, plan)
+                assert steps and all(
+                    (ln.startswith("SEARCH sessions USING") and "INDEX" in ln)
+                    or ln.startswith("SCAN sessions USING INDEX ix_sessions_open")
+                    for ln in steps
+                ), (what, plan)
             else:
                 assert "Seq Scan" not in plan, (what, plan)
             assert all(name in plan for name in index.split()), (what, plan)
         with led.engine.connect() as conn:  # and the partial indexes answer with every row
             hot = {what: (sql, args) for what, sql, args, _ in _hot_queries()}
-            assert sorted(conn.execute(sa.text(hot["ledger sync: rows of instances"][0])).all()) == [("local", "i00201"), ("local", "i00202")]
+            assert sorted(conn.execute(sa.text(hot["ledger sync: rows of instances"][0])).all()) == [
+                ("local", "i00201"),
+                ("local", "i00202"),
+            ]
             assert [r[0] for r in conn.execute(sa.text(hot["a run's rentals"][0]), hot["a run's rentals"][1])] == [
-                f"s{i:05d}" for i in range(390, 400)]
+                f"s{i:05d}" for i in range(390, 400)
+            ]
     finally:
         led.engine.dispose()

@@ -40,8 +40,16 @@ def test_month_totals_utc(books):
     assert exp["llama-serve"]["sessions"] == 2  # s2, the failed launch, is not counted
     assert exp["llama-serve"]["usd_per_mtoken"] == 0.243758  # 2.925097 / 12
     assert exp["llama-serve"]["usd_per_mtoken_job"] == 0.15
-    assert exp["finetune"] == {**exp["finetune"], "cost_usd": 6.4, "gpu_hours": 4.0, "sessions": 2, "open_sessions": 1,
-                               "tokens": 0, "usd_per_mtoken": None, "usd_per_mtoken_job": None}
+    assert exp["finetune"] == {
+        **exp["finetune"],
+        "cost_usd": 6.4,
+        "gpu_hours": 4.0,
+        "sessions": 2,
+        "open_sessions": 1,
+        "tokens": 0,
+        "usd_per_mtoken": None,
+        "usd_per_mtoken_job": None,
+    }
     assert exp["cpu-sim"]["cost_usd"] == 0.0 and exp["cpu-sim"]["simulated_usd"] == 0.45
     card = {r["name"]: r for r in rep["by_card"]}
     assert card["a100-80gb x2"]["gpu_hours"] == 4.0
@@ -66,13 +74,22 @@ def test_by_day(books):
     days = cmds.month(books, "2026-11", "UTC", by="day")["days"]
     assert len(days) == 30 and days[0]["date"] == "2026-11-01" and days[-1]["date"] == "2026-11-30"
     d = {x["date"]: x for x in days}
-    assert d["2026-11-03"]["cost_usd"] == 7.146667  # s1 2.40 + s5's 89 min before midnight 4.746667 (s2 failed: nothing)
+    assert (
+        d["2026-11-03"]["cost_usd"] == 7.146667
+    )  # s1 2.40 + s5's 89 min before midnight 4.746667 (s2 failed: nothing)
     assert d["2026-11-03"]["sessions"] == 2
     assert d["2026-11-04"]["cost_usd"] == 1.653333  # s5's other 31 minutes
     assert d["2026-11-01"]["cost_usd"] == 0.206667  # s7's November part
     assert d["2026-11-05"]["cost_usd"] == 0.525097
-    assert d["2026-11-10"] == {"date": "2026-11-10", "cost_usd": 0.0, "simulated_usd": 0.45, "storage_usd": 0.0, "gpu_hours": 0.5,
-                               "sessions": 1, "tokens": 1_000_000}
+    assert d["2026-11-10"] == {
+        "date": "2026-11-10",
+        "cost_usd": 0.0,
+        "simulated_usd": 0.45,
+        "storage_usd": 0.0,
+        "gpu_hours": 0.5,
+        "sessions": 1,
+        "tokens": 1_000_000,
+    }
     assert d["2026-11-20"]["sessions"] == 1 and d["2026-11-20"]["cost_usd"] == 0.0  # open
     assert sum(x["cost_usd"] for x in days) == pytest.approx(9.531764, abs=1e-6)
     tokyo = {x["date"]: x for x in cmds.month(books, "2026-11", "Asia/Tokyo", by="day")["days"]}
@@ -84,15 +101,20 @@ def test_by_day(books):
 def test_plot_lines():
     from gpuops.views.ledger import bar_lines
 
-    lines = bar_lines([
-        {"date": "2026-11-01", "cost_usd": 4.0, "simulated_usd": 0.0},
-        {"date": "2026-11-02", "cost_usd": 1.0, "simulated_usd": 1.0},
-        {"date": "2026-11-03", "cost_usd": 0.0, "simulated_usd": 0.0},
-    ], width=8)
+    lines = bar_lines(
+        [
+            {"date": "2026-11-01", "cost_usd": 4.0, "simulated_usd": 0.0},
+            {"date": "2026-11-02", "cost_usd": 1.0, "simulated_usd": 1.0},
+            {"date": "2026-11-03", "cost_usd": 0.0, "simulated_usd": 0.0},
+        ],
+        width=8,
+    )
     assert lines[1] == "11-01 [green]████████[/][yellow][/] $4.00"
     assert lines[2] == "11-02 [green]██[/][yellow]██[/] $1.00 +$1.00 sim"
     assert lines[3] == "11-03 [green][/][yellow][/] $0.00"
-    assert bar_lines([{"date": "2026-11-01", "cost_usd": 0.0, "simulated_usd": 0.0}]) == ["daily spend: nothing spent this month"]
+    assert bar_lines([{"date": "2026-11-01", "cost_usd": 0.0, "simulated_usd": 0.0}]) == [
+        "daily spend: nothing spent this month"
+    ]
 
 
 def test_experiments_with_latest_conclusion(books):
@@ -105,7 +127,11 @@ def test_experiments_with_latest_conclusion(books):
     assert exp["old"]["cost_usd"] == 0.4
     window = cmds.experiments(books, since="2026-11-04", until="2026-11-10", tz="UTC")
     exp = {r["name"]: r for r in window["experiments"]}
-    assert set(exp) == {"llama-serve", "cpu-sim", "finetune"}  # s3 (Nov 5), s4 (Nov 10, until is inclusive), s5's Nov 4 part
+    assert set(exp) == {
+        "llama-serve",
+        "cpu-sim",
+        "finetune",
+    }  # s3 (Nov 5), s4 (Nov 10, until is inclusive), s5's Nov 4 part
     assert exp["llama-serve"]["cost_usd"] == 0.525097 and exp["llama-serve"]["sessions"] == 1
     assert exp["finetune"]["cost_usd"] == 1.653333
     with pytest.raises(BadInput, match="before"):
@@ -120,12 +146,29 @@ def test_show_every_field_steps_events(books):
     assert d["simulated"] is True and d["cost_usd"] == 0.45 and d["seconds"] == 1800.0
     assert d["usd_per_mtoken"] == 0.45 and d["usd_per_mtoken_job"] == 0.3 and d["job_cost_usd"] == 0.3
     assert d["bootstrap_seconds"] == 12.75
-    assert d["steps"] == [{"name": "system", "status": "done", "seconds": 12.5, "detail": ""},
-                          {"name": "pip", "status": "skipped", "seconds": 0.25, "detail": '{"cached": true}'}]
+    assert d["steps"] == [
+        {"name": "system", "status": "done", "seconds": 12.5, "detail": ""},
+        {"name": "pip", "status": "skipped", "seconds": 0.25, "detail": '{"cached": true}'},
+    ]
     assert [e["kind"] for e in d["events"]] == ["intent", "closed"]
     assert d["times"]["created_at"] == "2026-11-10T12:00:00+00:00"
-    for key in ("provider", "card", "usd_per_hour", "tokens", "end_reason", "exit_code", "log", "results", "status",
-                "experiment", "log_path", "results_path", "end_source", "billing_increment_seconds", "source"):
+    for key in (
+        "provider",
+        "card",
+        "usd_per_hour",
+        "tokens",
+        "end_reason",
+        "exit_code",
+        "log",
+        "results",
+        "status",
+        "experiment",
+        "log_path",
+        "results_path",
+        "end_source",
+        "billing_increment_seconds",
+        "source",
+    ):
         assert key in d
     s3 = cmds.show(books, "s3", tz="UTC")
     assert s3["end_source"] == "heartbeat" and s3["times"]["ended_at"] == "2026-11-05T09:30:30+00:00"
@@ -179,12 +222,23 @@ def test_csv_and_json_views(books):
     rep = cmds.month(books, "2026-11", "UTC")
     rows = list(csv.DictReader(io.StringIO(csv_text("month", rep))))
     assert rows[0]["group"] == "total" and rows[0]["cost_usd"] == "9.531764" and rows[0]["usd_per_mtoken_job"] == "0.15"
-    assert [(r["group"], r["name"]) for r in rows[1:4]] == [("experiment", "finetune"), ("experiment", "llama-serve"), ("experiment", "cpu-sim")]
+    assert [(r["group"], r["name"]) for r in rows[1:4]] == [
+        ("experiment", "finetune"),
+        ("experiment", "llama-serve"),
+        ("experiment", "cpu-sim"),
+    ]
     days = list(csv.DictReader(io.StringIO(csv_text("month", cmds.month(books, "2026-11", "UTC", by="day")))))
     # 30 days, then the month's total row (`--by day --csv` keeps the total)
     assert len(days) == 31 and days[-1]["date"] == "total" and days[-1]["cost_usd"] == "9.531764"
-    assert days[2] == {"date": "2026-11-03", "cost_usd": "7.146667", "simulated_usd": "0.0", "gpu_hours": "3.966667",
-                                           "sessions": "2", "tokens": "12000000", "storage_usd": "0.0"}
+    assert days[2] == {
+        "date": "2026-11-03",
+        "cost_usd": "7.146667",
+        "simulated_usd": "0.0",
+        "gpu_hours": "3.966667",
+        "sessions": "2",
+        "tokens": "12000000",
+        "storage_usd": "0.0",
+    }
     ex = list(csv.DictReader(io.StringIO(csv_text("experiments", cmds.experiments(books)))))
     assert {r["name"]: r["latest_conclusion"] for r in ex}["finetune"] == "loss 1.92 after 1 epoch"
     show = list(csv.DictReader(io.StringIO(csv_text("show", cmds.show(books, "s1")))))
@@ -194,9 +248,22 @@ def test_csv_and_json_views(books):
 def test_month_table_folds_the_tail():
     from gpuops.views.ledger import _fold
 
-    rows = [{"name": f"e{i}", "cost_usd": 10.0 - i, "simulated_usd": 0.5, "gpu_hours": 1.0, "sessions": 2, "open_sessions": 1,
-             "tokens": 100, "usd_per_mtoken": 1.0, "usd_per_mtoken_job": 1.0, "simulated_usd_per_mtoken": None,
-             "simulated_usd_per_mtoken_job": None} for i in range(5)]
+    rows = [
+        {
+            "name": f"e{i}",
+            "cost_usd": 10.0 - i,
+            "simulated_usd": 0.5,
+            "gpu_hours": 1.0,
+            "sessions": 2,
+            "open_sessions": 1,
+            "tokens": 100,
+            "usd_per_mtoken": 1.0,
+            "usd_per_mtoken_job": 1.0,
+            "simulated_usd_per_mtoken": None,
+            "simulated_usd_per_mtoken_job": None,
+        }
+        for i in range(5)
+    ]
     assert _fold(rows, 5) == rows
     folded = _fold(rows, 3)
     assert [r["name"] for r in folded] == ["e0", "e1", "e2", "(2 more)"]

@@ -12,17 +12,45 @@ from ledger.store import Ledger
 T0 = 1_764_583_200.0  # 2025-12-01 10:00 UTC
 
 
-def _rental(led: Ledger, sid: str, run_id: str | None, attempt: int | None, start: float, seconds: float, reason: str) -> None:
-    led.add_session(Session(id=sid, experiment="spot", provider="vast", card="rtx-4090", status="provisioning", created_at=start,
-                            run_id=run_id, attempt=attempt, max_hours=4.0, max_session_usd=1.0 if run_id else None))
+def _rental(
+    led: Ledger, sid: str, run_id: str | None, attempt: int | None, start: float, seconds: float, reason: str
+) -> None:
+    led.add_session(
+        Session(
+            id=sid,
+            experiment="spot",
+            provider="vast",
+            card="rtx-4090",
+            status="provisioning",
+            created_at=start,
+            run_id=run_id,
+            attempt=attempt,
+            max_hours=4.0,
+            max_session_usd=1.0 if run_id else None,
+        )
+    )
     led.update(sid, instance_id=f"i-{sid}", instance_created_at=start, usd_per_hour=0.36, status="running")
     led.close(sid, start + seconds, reason)
 
 
 def test_a_run_and_its_rentals(ledger_url):
     led = Ledger(ledger_url)
-    led.add_run(Run(id="run-a", experiment="spot", job="job.py", provider="vast", status="open", created_at=T0, recover=2,
-                    recover_on="preempted", attempts=0, max_hours=4.0, max_usd=1.0, owner="alice"))
+    led.add_run(
+        Run(
+            id="run-a",
+            experiment="spot",
+            job="job.py",
+            provider="vast",
+            status="open",
+            created_at=T0,
+            recover=2,
+            recover_on="preempted",
+            attempts=0,
+            max_hours=4.0,
+            max_usd=1.0,
+            owner="alice",
+        )
+    )
     _rental(led, "s1", "run-a", 1, T0, 100.0, "preempted")
     _rental(led, "s2", "run-a", 2, T0 + 200, 300.0, "preempted")
     _rental(led, "s3", "run-a", 3, T0 + 600, 50.0, "job_end")
@@ -31,10 +59,18 @@ def test_a_run_and_its_rentals(ledger_url):
     led.close_run("run-a", T0 + 650, "job_end", "rental 3 (s3) ended job_end")
     led.close_run("run-a", T0 + 999, "interrupted", "later")  # a closed run is not changed
     run = led.get_run("run-a")
-    assert (run.status, run.end_reason, run.ended_at, run.attempts, run.detail) == ("closed", "job_end", T0 + 650, 3,
-                                                                                  "rental 3 (s3) ended job_end")
-    assert [(r.id, r.attempt, r.end_reason) for r in led.run_rentals("run-a")] == [("s1", 1, "preempted"), ("s2", 2, "preempted"),
-                                                                                  ("s3", 3, "job_end")]
+    assert (run.status, run.end_reason, run.ended_at, run.attempts, run.detail) == (
+        "closed",
+        "job_end",
+        T0 + 650,
+        3,
+        "rental 3 (s3) ended job_end",
+    )
+    assert [(r.id, r.attempt, r.end_reason) for r in led.run_rentals("run-a")] == [
+        ("s1", 1, "preempted"),
+        ("s2", 2, "preempted"),
+        ("s3", 3, "job_end"),
+    ]
     (listed,) = led.runs()
     assert (listed.id, listed.rentals, listed.billed_seconds, listed.simulated) == ("run-a", 3, 450.0, False)
     assert listed.cost_usd == pytest.approx(0.36 * 450 / 3600, abs=1e-9)
@@ -48,8 +84,19 @@ def test_a_run_and_its_rentals(ledger_url):
 def test_a_refused_run_close_is_spooled_and_replayed(tmp_path):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     led = Ledger(url, spool_path=tmp_path / "spool.jsonl")
-    led.add_run(Run(id="run-b", experiment="x", job="j", provider="vast", status="open", created_at=T0, recover=1,
-                    recover_on="preempted", attempts=1))
+    led.add_run(
+        Run(
+            id="run-b",
+            experiment="x",
+            job="j",
+            provider="vast",
+            status="open",
+            created_at=T0,
+            recover=1,
+            recover_on="preempted",
+            attempts=1,
+        )
+    )
     held = led._run_close
     import sqlalchemy as sa
 

@@ -7,12 +7,34 @@ import sqlalchemy as sa
 from ledger.migrations import MIGRATIONS, applied, migrate
 
 OLD_ROW = {
-    "id": "20260101-0900-aaaa", "experiment": "legacy", "job": "bench.sh", "provider": "vast", "card": "rtx-4090",
-    "gpu_count": 1, "spot": True, "label": "gpuops-20260101-0900-aaaa", "instance_id": "777", "offer_id": "o1",
-    "usd_per_hour": 0.35, "bid_usd_per_hour": 0.3, "simulated": False, "status": "closed", "created_at": 1793865600.25,
-    "instance_created_at": 1793865630.0, "ready_at": 1793865700.0, "ended_at": 1793869230.0, "end_reason": "job_end",
-    "exit_code": 0, "billed_seconds": 3600.0, "cost_usd": 0.35, "tokens": 4_200_000, "job_seconds": 3000.0,
-    "conclusion": "old books", "note": "n", "log_path": "/logs/a.log", "results_path": "/out/a",
+    "id": "20260101-0900-aaaa",
+    "experiment": "legacy",
+    "job": "bench.sh",
+    "provider": "vast",
+    "card": "rtx-4090",
+    "gpu_count": 1,
+    "spot": True,
+    "label": "gpuops-20260101-0900-aaaa",
+    "instance_id": "777",
+    "offer_id": "o1",
+    "usd_per_hour": 0.35,
+    "bid_usd_per_hour": 0.3,
+    "simulated": False,
+    "status": "closed",
+    "created_at": 1793865600.25,
+    "instance_created_at": 1793865630.0,
+    "ready_at": 1793865700.0,
+    "ended_at": 1793869230.0,
+    "end_reason": "job_end",
+    "exit_code": 0,
+    "billed_seconds": 3600.0,
+    "cost_usd": 0.35,
+    "tokens": 4_200_000,
+    "job_seconds": 3000.0,
+    "conclusion": "old books",
+    "note": "n",
+    "log_path": "/logs/a.log",
+    "results_path": "/out/a",
 }
 
 
@@ -24,8 +46,14 @@ def test_first_schema_opens_in_newest_code(ledger_url):
         md.reflect(conn)
         assert "source" not in md.tables["sessions"].c  # really the first schema
         conn.execute(md.tables["sessions"].insert(), [OLD_ROW])
-        conn.execute(md.tables["events"].insert(), [{"session_id": OLD_ROW["id"], "at": 1793865600.25, "kind": "intent", "detail": ""}])
-        conn.execute(md.tables["bootstrap_steps"].insert(), [{"session_id": OLD_ROW["id"], "name": "pip", "status": "done", "seconds": 41.5, "detail": ""}])
+        conn.execute(
+            md.tables["events"].insert(),
+            [{"session_id": OLD_ROW["id"], "at": 1793865600.25, "kind": "intent", "detail": ""}],
+        )
+        conn.execute(
+            md.tables["bootstrap_steps"].insert(),
+            [{"session_id": OLD_ROW["id"], "name": "pip", "status": "done", "seconds": 41.5, "detail": ""}],
+        )
     engine.dispose()
 
     from gpuops.rental import ledger_service as cmds
@@ -38,11 +66,21 @@ def test_first_schema_opens_in_newest_code(ledger_url):
         row = led.get(OLD_ROW["id"])
         for k, v in OLD_ROW.items():
             assert getattr(row, k) == v, k
-        assert (row.source, row.end_source, row.billing_increment_seconds, row.last_heartbeat_at) == ("gpuops", None, None, None)
+        assert (row.source, row.end_source, row.billing_increment_seconds, row.last_heartbeat_at) == (
+            "gpuops",
+            None,
+            None,
+            None,
+        )
         assert [s.seconds for s in led.steps(row.id)] == [41.5]
         assert [e.kind for e in led.events(row.id)] == ["intent"]
         rep = cmds.month(led, "2026-11", "UTC")
-        assert (rep["total_usd"], rep["sessions"], rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]) == (0.35, 1, 0.083333, round(3000 * 0.35 / 3600 / 4.2, 6))
+        assert (rep["total_usd"], rep["sessions"], rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]) == (
+            0.35,
+            1,
+            0.083333,
+            round(3000 * 0.35 / 3600 / 4.2, 6),
+        )
         # and the old row takes new writes
         led.note(row.id, "reopened in the new schema")
         assert led.get(row.id).conclusion == "reopened in the new schema"
@@ -74,8 +112,10 @@ def test_report_path_does_not_import_the_orm():
     import subprocess
     import sys
 
-    code = ("import sys, gpuops.rental.ledger_service, gpuops.views.ledger, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))")
+    code = (
+        "import sys, gpuops.rental.ledger_service, gpuops.views.ledger, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -141,9 +181,14 @@ def test_the_models_indexes_are_the_migrations(ledger_url):
     dialect = led.engine.dialect.name
     try:
         with led.engine.connect() as conn:
-            have = {i["name"]: (i["column_names"], where(i.get("dialect_options", {}).get(f"{dialect}_where")))
-                    for i in sa.inspect(conn).get_indexes("sessions")}
-        stated = {i.name: ([c.name for c in i.columns], where(i.dialect_options[dialect]["where"])) for i in Session.__table__.indexes}
+            have = {
+                i["name"]: (i["column_names"], where(i.get("dialect_options", {}).get(f"{dialect}_where")))
+                for i in sa.inspect(conn).get_indexes("sessions")
+            }
+        stated = {
+            i.name: ([c.name for c in i.columns], where(i.dialect_options[dialect]["where"]))
+            for i in Session.__table__.indexes
+        }
         assert stated["ix_sessions_run_id"] == (["run_id"], "run_id is not null")
         assert {n: have.get(n) for n in stated} == stated
         assert "ix_sessions_ended_at" not in have  # ix_sessions_books leads with ended_at (m011)

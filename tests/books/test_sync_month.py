@@ -52,8 +52,10 @@ class World:
         from gpuops.providers.vast.compute import VastProvider
 
         self.ledger, self.rp, self.va = ledger, rp, va
-        self.prov = {"runpod": RunPodProvider(Credential(rp.market.api_key, "test"), rp.url, retry=FAST_RETRY),
-                     "vast": VastProvider(Credential(va.market.api_key, "test"), va.url, retry=FAST_RETRY, timeout_s=10)}
+        self.prov = {
+            "runpod": RunPodProvider(Credential(rp.market.api_key, "test"), rp.url, retry=FAST_RETRY),
+            "vast": VastProvider(Credential(va.market.api_key, "test"), va.url, retry=FAST_RETRY, timeout_s=10),
+        }
         self.n = 0
         self.vast_offer = 5000
 
@@ -75,9 +77,19 @@ class World:
         """Intent row, then the create, then the instance booked (as `up` does)."""
         self.n += 1
         sid = f"r{self.n:02d}"
-        self.ledger.add_session(_session(sid, self.now(), provider=provider, card="rtx-4090", spot=spot, experiment=f"exp{self.n % 3}"))
-        inst = self.prov[provider].create(self.offer(provider, spot), CreateSpec(label=f"gpuops-{sid}", image="img:1", disk_gb=10))
-        self.ledger.update(sid, instance_id=inst.id, instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running")
+        self.ledger.add_session(
+            _session(sid, self.now(), provider=provider, card="rtx-4090", spot=spot, experiment=f"exp{self.n % 3}")
+        )
+        inst = self.prov[provider].create(
+            self.offer(provider, spot), CreateSpec(label=f"gpuops-{sid}", image="img:1", disk_gb=10)
+        )
+        self.ledger.update(
+            sid,
+            instance_id=inst.id,
+            instance_created_at=inst.created_at,
+            usd_per_hour=inst.usd_per_hour,
+            status="running",
+        )
         return sid, inst.id
 
     def stop(self, provider: str, sid: str, iid: str, close: bool = True) -> None:
@@ -95,7 +107,11 @@ def _month_charge(emu, lo: float, hi: float, iid: str | None = None) -> float:
 
 def _vast_disk(emu, lo: float, hi: float, iid: str | None = None) -> float:
     """The disk part of Vast's charges in [lo, hi): storage rate x every billed second (running or stopped)."""
-    return sum(inst.storage_usd_per_hour * (b - a) / H for inst, a, b, _usd, _k in emu.market.charges(lo, hi) if iid is None or inst.id == iid)
+    return sum(
+        inst.storage_usd_per_hour * (b - a) / H
+        for inst, a, b, _usd, _k in emu.market.charges(lo, hi)
+        if iid is None or inst.id == iid
+    )
 
 
 @pytest.mark.parametrize("clipped", [False, True], ids=["whole-contracts", "clipped-to-window"])
@@ -156,7 +172,9 @@ def test_a_month_of_rentals_booked_to_the_cent(ledger, emulators, clipped):
         inst = w.emu(provider).market.instances[iid]
         assert row.status == "closed" and row.cost_source == "charged", sid
         assert abs(row.cost_usd + storage.get(sid, 0.0) - inst.billed_usd) < 0.005, sid
-        assert row.estimated_usd is not None and abs(row.estimated_usd - inst.billed_usd) < 0.05 or sid == outbid[0], sid
+        assert row.estimated_usd is not None and abs(row.estimated_usd - inst.billed_usd) < 0.05 or sid == outbid[0], (
+            sid
+        )
         assert by[sid]["status"] == "match", (by[sid], row.cost_usd, storage.get(sid), inst.billed_usd)
     # The unseen end came from RunPod's billed seconds, not "now".
     u = ledger.get(unseen)
@@ -186,8 +204,13 @@ def test_a_month_of_rentals_booked_to_the_cent(ledger, emulators, clipped):
     jan_part = _month_charge(rp, lo, hi, boundary[1])
     assert abs(jan_part - 10 * price) < 0.005
     days = {d["date"]: d for d in books.month(ledger, MONTH, "UTC", by="day")["days"]}
-    assert abs(days[f"{MONTH}-01"]["cost_usd"] - (10 * price + _month_charge(va, lo, lo + 86400) + _month_charge(rp, lo, lo + 86400)
-                                                 - jan_part)) < 0.005
+    assert (
+        abs(
+            days[f"{MONTH}-01"]["cost_usd"]
+            - (10 * price + _month_charge(va, lo, lo + 86400) + _month_charge(rp, lo, lo + 86400) - jan_part)
+        )
+        < 0.005
+    )
 
     # Storage is its own line: the outbid instance's disk for the day after the stop.
     inst = va.market.instances[outbid[1]]
@@ -205,7 +228,9 @@ def test_a_month_of_rentals_booked_to_the_cent(ledger, emulators, clipped):
 
     # Applying again books nothing new.
     again = books.sync(ledger, None, MONTH, "UTC", get_provider=get, apply=True)
-    assert again["month_usd"] == rep["month_usd"] and len(ledger.cost_lines(None, None)) == len(storage and list(ledger.cost_lines(None, None)))
+    assert again["month_usd"] == rep["month_usd"] and len(ledger.cost_lines(None, None)) == len(
+        storage and list(ledger.cost_lines(None, None))
+    )
     assert all(r["status"] == "match" for r in again["sessions"])
 
 
@@ -232,7 +257,9 @@ def test_billing_reads_the_real_shapes(emulators):
     assert sum(c.usd for c in pods) == pytest.approx(rp.market.instances[pod].billed_usd, abs=1e-6)
     vol = [c for c in lines if c.instance_id is None]
     assert vol and all(c.kind == "storage" for c in vol)
-    assert sum(c.usd for c in vol) == pytest.approx(100 * 0.07 / 730 * (w.now() - t0) / H, abs=1e-5)  # ~4 s of it: whole-second query stamps
+    assert sum(c.usd for c in vol) == pytest.approx(
+        100 * 0.07 / 730 * (w.now() - t0) / H, abs=1e-5
+    )  # ~4 s of it: whole-second query stamps
     assert any(r["path"] == "/v2/billing/pods" and r["query"].get("bucketSize") == "hour" for r in rp.market.requests)
     assert any(r["path"] == "/v2/billing/network-volumes" for r in rp.market.requests)
     va.market.faults.latency_s = 0.0
@@ -256,17 +283,27 @@ def test_month_range_query_uses_an_index(tmp_path):
     led.engine.dispose()
     where = " AND ".join(overlap_where(1.0, 2.0))
     con = sqlite3.connect(tmp_path / "l.db")
-    plan = " ".join(str(r) for r in con.execute(f"EXPLAIN QUERY PLAN SELECT id, cost_usd FROM sessions WHERE {where}",
-                                                 {"start": 1.0, "end": 2.0}))
+    plan = " ".join(
+        str(r)
+        for r in con.execute(
+            f"EXPLAIN QUERY PLAN SELECT id, cost_usd FROM sessions WHERE {where}", {"start": 1.0, "end": 2.0}
+        )
+    )
     con.close()
-    assert "INDEX ix_sessions_books (ended_at" in plan and "SCAN sessions" not in plan, plan  # m011: ended_at leads the books index
+    assert "INDEX ix_sessions_books (ended_at" in plan and "SCAN sessions" not in plan, (
+        plan
+    )  # m011: ended_at leads the books index
     from ledger.aggregate import EXPERIMENT_KEYS, params, statements
 
     con = sqlite3.connect(tmp_path / "l.db")
     for sql in statements(1.0, 2.0) + statements(1.0, 2.0, EXPERIMENT_KEYS, conclusion=True):  # the reports' GROUP BYs
         plan = " ".join(str(r) for r in con.execute("EXPLAIN QUERY PLAN " + sql, params(1.0, 2.0)))
         # closed rows: the period's search on the covering index (m008), no table lookups; open rows: their partial index
-        want = "INDEX ix_sessions_open" if "WHERE status <> 'closed'" in sql else "COVERING INDEX ix_sessions_books (ended_at"
+        want = (
+            "INDEX ix_sessions_open"
+            if "WHERE status <> 'closed'" in sql
+            else "COVERING INDEX ix_sessions_books (ended_at"
+        )
         assert want in plan and "SCAN sessions" not in plan, plan
     con.close()
 
@@ -280,7 +317,13 @@ def test_sync_cli_lists_then_applies(emulators, tmp_path, cli_env):
     from tests.conftest import gpuops_cmd
 
     rp, va = emulators
-    env = dict(cli_env, RUNPOD_API_KEY=rp.market.api_key, RUNPOD_API_BASE_URL=rp.url, VAST_API_KEY=va.market.api_key, VAST_URL=va.url)
+    env = dict(
+        cli_env,
+        RUNPOD_API_KEY=rp.market.api_key,
+        RUNPOD_API_BASE_URL=rp.url,
+        VAST_API_KEY=va.market.api_key,
+        VAST_URL=va.url,
+    )
     led = Ledger(env["GPUOPS_LEDGER_URL"])
     w = World(led, rp, va)
     w.advance(3 * H)  # into January
@@ -312,9 +355,15 @@ def test_sync_cli_lists_then_applies(emulators, tmp_path, cli_env):
     assert "difference +$" in again or "difference -$" in again  # the stranger's box: a real difference, signed
     month = json.loads(run("ledger", "month", MONTH, "--tz", "UTC", "--json"))
     assert month["charged_sessions"] == 2
-    ours = sum(i.billed_usd for i in list(rp.market.instances.values()) + list(va.market.instances.values()) if i is not stranger)
+    ours = sum(
+        i.billed_usd
+        for i in list(rp.market.instances.values()) + list(va.market.instances.values())
+        if i is not stranger
+    )
     assert abs(month["total_usd"] - ours) < 0.005
-    assert "2 of 2 closed sessions at the provider's own charge" in " ".join(run("ledger", "month", MONTH, "--tz", "UTC").split())
+    assert "2 of 2 closed sessions at the provider's own charge" in " ".join(
+        run("ledger", "month", MONTH, "--tz", "UTC").split()
+    )
 
 
 def test_billing_retries_rate_limits_and_names_a_bad_key(emulators):

@@ -50,9 +50,16 @@ def test_ledger_import_up_and_watchdog_leave_no_wal(gpuops_home, cli_env, tmp_pa
     job.write_text("#!/usr/bin/env bash\necho hi\n")
     run(cli_env, "up", "--job", str(job), "--json")
     assert wal(db) == 0
-    con = sqlite3.connect(db)  # held open, as another process reading the books would: the watchdog's close is not the last
+    con = sqlite3.connect(
+        db
+    )  # held open, as another process reading the books would: the watchdog's close is not the last
     try:
-        assert con.execute("SELECT count(*) FROM sessions WHERE status = 'closed' AND end_reason = 'job_end'").fetchone()[0] == 1
+        assert (
+            con.execute("SELECT count(*) FROM sessions WHERE status = 'closed' AND end_reason = 'job_end'").fetchone()[
+                0
+            ]
+            == 1
+        )
         run(cli_env, "watchdog", "--once")
         assert wal(db) == 0
         assert con.execute("SELECT count(*) FROM watchdog_passes").fetchone()[0] == 1  # it wrote, and checkpointed

@@ -20,7 +20,9 @@ T0 = 1_796_000_000.0
 def test_passes_are_bounded_per_host_and_the_newest_per_watchdog_is_read(ledger, ledger_url):
     for i in range(7):
         record_pass(ledger, "laptop", "alice", at=T0 + i, interval_seconds=30, checked=i, ended=i % 2, keep=5)
-    record_pass(ledger, "team-host", "ops", at=T0 + 3, interval_seconds=60, checked=9, ended=2, errors=1, actions=4, keep=5)
+    record_pass(
+        ledger, "team-host", "ops", at=T0 + 3, interval_seconds=60, checked=9, ended=2, errors=1, actions=4, keep=5
+    )
     record_pass(ledger, "laptop", "bob", at=T0 + 10, interval_seconds=30, keep=5)  # same host, second owner
     assert host_pass_count(ledger, "laptop") == 5 and host_pass_count(ledger, "team-host") == 1  # pruned in the write
     newest = [(p.host, p.owner, p.at, p.checked) for p in ledger.watchdog_passes()]
@@ -34,35 +36,52 @@ def test_passes_are_bounded_per_host_and_the_newest_per_watchdog_is_read(ledger,
 
 def test_views_say_fresh_stale_and_none(ledger):
     assert last_passes(ledger, T0) == []
-    (line, warn), = health_lines([])
-    assert warn and line.startswith("no watchdog pass in this ledger: the balance floor and the monthly cap are not enforced")
+    ((line, warn),) = health_lines([])
+    assert warn and line.startswith(
+        "no watchdog pass in this ledger: the balance floor and the monthly cap are not enforced"
+    )
     assert not guarded_recently(ledger, T0)
 
     record_pass(ledger, "laptop", "alice", at=T0, interval_seconds=30, checked=2)
     record_pass(ledger, "team-host", "ops", at=T0 - 3 * 3600, interval_seconds=60)
     fresh = last_passes(ledger, T0 + 12)
     assert [(p["host"], p["age_seconds"], p["stale"], p["stale_at"]) for p in fresh] == [
-        ("laptop", 12.0, False, T0 + 90), ("team-host", 3 * 3600 + 12.0, True, T0 - 3 * 3600 + 180)]
+        ("laptop", 12.0, False, T0 + 90),
+        ("team-host", 3 * 3600 + 12.0, True, T0 - 3 * 3600 + 180),
+    ]
     assert health_lines(fresh) == [
         ("watchdog: last pass 12 s ago on laptop by alice (checked 2 sessions, ended 0, 0 errors)", False),
-        ("watchdog: last pass 3 h ago on team-host by ops (stopped?)", True)]
+        ("watchdog: last pass 3 h ago on team-host by ops (stopped?)", True),
+    ]
     assert guarded_recently(ledger, T0 + 12)
 
     late = last_passes(ledger, T0 + 91)  # past three of the laptop's intervals: nobody guards
     assert not guarded_recently(ledger, T0 + 91)
-    assert health_lines(late)[-1] == ("no watchdog pass for 1 min: the balance floor and the monthly cap are not enforced "
-                                      "while your laptop is away; `gpuops watchdog --install` keeps one running", True)
+    assert health_lines(late)[-1] == (
+        "no watchdog pass for 1 min: the balance floor and the monthly cap are not enforced "
+        "while your laptop is away; `gpuops watchdog --install` keeps one running",
+        True,
+    )
 
 
 def test_ago_words():
-    assert [ago(s) for s in (0, 12.9, 60, 3599, 3 * 3600 + 5, 2 * 86400)] == ["0 s", "12 s", "1 min", "59 min", "3 h", "2 d"]
+    assert [ago(s) for s in (0, 12.9, 60, 3599, 3 * 3600 + 5, 2 * 86400)] == [
+        "0 s",
+        "12 s",
+        "1 min",
+        "59 min",
+        "3 h",
+        "2 d",
+    ]
 
 
 def test_a_watchdog_pass_is_booked_and_shown_by_ps_and_ledger_month(ledger_url, cli_env, tmp_path):
     env = dict(cli_env, GPUOPS_LEDGER_URL=ledger_url, GPUOPS_USER_NAME="alice", COLUMNS="200")
 
     def gpuops(*args):
-        r = subprocess.run([sys.executable, "-m", "gpuops", *args], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        r = subprocess.run(
+            [sys.executable, "-m", "gpuops", *args], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+        )
         assert r.returncode == 0, r.stderr
         return r.stdout
 
@@ -83,11 +102,15 @@ def test_a_watchdog_pass_is_booked_and_shown_by_ps_and_ledger_month(ledger_url, 
 def test_ps_reads_the_passes_without_sqlalchemy(cli_env, tmp_path):
     # ps's start-up: a current SQLite ledger with a pass is read with sqlite3 alone
     env = dict(cli_env, GPUOPS_USER_NAME="alice")
-    subprocess.run([sys.executable, "-m", "gpuops", "watchdog", "--once"], env=env, capture_output=True, timeout=120, check=True)
-    code = ("import sys; from gpuops.cli.app import main\n"
-            "sys.argv = ['gpuops', 'ps']\n"
-            "try:\n    main(fast_exit=False)\nexcept SystemExit:\n    pass\n"
-            "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'sqlmodel', 'pydantic', 'rich'})))")
+    subprocess.run(
+        [sys.executable, "-m", "gpuops", "watchdog", "--once"], env=env, capture_output=True, timeout=120, check=True
+    )
+    code = (
+        "import sys; from gpuops.cli.app import main\n"
+        "sys.argv = ['gpuops', 'ps']\n"
+        "try:\n    main(fast_exit=False)\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'sqlmodel', 'pydantic', 'rich'})))"
+    )
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "watchdog: last pass" in r.stdout, r
     assert r.stderr.strip().endswith("[]"), r.stderr
@@ -106,7 +129,13 @@ def test_record_pass_counts_what_the_tick_did(ledger, kind):
     acts = [Action("s1", kind, "x"), Action("s2", "stale_heartbeat", "y")]
     assert book(Ctx, acts, 0.25, 30.0) == []
     (p,) = ledger.watchdog_passes()
-    assert (p.checked, p.ended, p.errors, p.actions, p.seconds) == (3, int(kind != "error"), int(kind == "error"), 2, 0.25)
+    assert (p.checked, p.ended, p.errors, p.actions, p.seconds) == (
+        3,
+        int(kind != "error"),
+        int(kind == "error"),
+        2,
+        0.25,
+    )
 
 
 def test_up_says_once_that_only_the_agent_guards_when_no_watchdog_passed(ledger):
@@ -119,7 +148,10 @@ def test_up_says_once_that_only_the_agent_guards_when_no_watchdog_passed(ledger)
 
     _watchdog_note(ledger, Reporter)
     (line,) = said
-    assert "only the box's own agent (job end, idle, TTL) guards this rental" in line and "`gpuops watchdog --install`" in line
+    assert (
+        "only the box's own agent (job end, idle, TTL) guards this rental" in line
+        and "`gpuops watchdog --install`" in line
+    )
     record_pass(ledger, "laptop", "alice", interval_seconds=30)  # a pass just now
     _watchdog_note(ledger, Reporter)
     assert said == [line]
@@ -135,8 +167,12 @@ def test_the_dashboard_says_who_watches(ledger, ledger_url, gpuops_home, monkeyp
     assert build(settings, "2026-11", "UTC", now=T0)["watchdog"][0]["warn"] is True
     record_pass(ledger, "team-host", "ops <b>", at=T0 - 5, interval_seconds=30)
     data = build(settings, "2026-11", "UTC", now=T0)
-    assert data["watchdog"] == [{"text": "watchdog: last pass 5 s ago on team-host by ops <b> (checked 0 sessions, ended 0, 0 errors)",
-                                 "warn": False}]
+    assert data["watchdog"] == [
+        {
+            "text": "watchdog: last pass 5 s ago on team-host by ops <b> (checked 0 sessions, ended 0, 0 errors)",
+            "warn": False,
+        }
+    ]
     html = page.render(data, inline=True)
     assert '<p class="watchdog">watchdog: last pass 5 s ago on team-host by ops &lt;b&gt; (checked 0' in html
     assert data["report"]["watchdogs"][0]["owner"] == "ops <b>"

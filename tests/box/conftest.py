@@ -51,8 +51,16 @@ def make_box(data_dir, client_key):
     boxes = []
 
     def make(server, port=None, pin="gpuops-t/i-1", root="gpuops/s1", timeout=10.0, **kw) -> SSHBox:
-        b = SSHBox(server.host, port or server.port, server.user, key_path=client_key[0],
-                   pins=HostKeyPins(data_dir / "known_hosts"), pin_name=pin, root=root, **kw)
+        b = SSHBox(
+            server.host,
+            port or server.port,
+            server.user,
+            key_path=client_key[0],
+            pins=HostKeyPins(data_dir / "known_hosts"),
+            pin_name=pin,
+            root=root,
+            **kw,
+        )
         boxes.append(b)
         return b.connect(time.monotonic() + timeout)
 

@@ -204,8 +204,15 @@ def hostile_sftp():
 
 
 def test_names_from_a_hostile_sftp_server_never_leave_the_results_dir(hostile_sftp, client_key, data_dir, tmp_path):
-    box = SSHBox("127.0.0.1", hostile_sftp, "root", key_path=client_key[0], pins=HostKeyPins(data_dir / "known_hosts"),
-                 pin_name="gpuops-h/1", root="/box").connect(time.monotonic() + 10)
+    box = SSHBox(
+        "127.0.0.1",
+        hostile_sftp,
+        "root",
+        key_path=client_key[0],
+        pins=HostKeyPins(data_dir / "known_hosts"),
+        pin_name="gpuops-h/1",
+        root="/box",
+    ).connect(time.monotonic() + 10)
     try:
         work = tmp_path / "laptop" / "results" / "s1"
         assert box.get("out", work)
@@ -233,12 +240,16 @@ def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_no
 
     fake_nvidia_smi.set_state(smi_bin, dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
-    s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"commands": ["echo ready"]},
-                             "job": {"results": "out/"}})
+    s = load_settings(
+        None,
+        {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"commands": ["echo ready"]}, "job": {"results": "out/"}},
+    )
     sshd_nosftp.authorize(ensure_ssh_key(s.data_path())[1])
     prov = SshProvider(sshd_nosftp.host, sshd_nosftp.port, sshd_nosftp.user)
     job = tmp_path / "job.sh"
-    job.write_text('mkdir -p out/sub && echo 42 > out/sub/answer.txt && ln -s /etc/passwd out/leak && echo \'{"tokens": 7}\' >> "$GPUOPS_METRICS"\n')
+    job.write_text(
+        'mkdir -p out/sub && echo 42 > out/sub/answer.txt && ln -s /etc/passwd out/leak && echo \'{"tokens": 7}\' >> "$GPUOPS_METRICS"\n'
+    )
     summ = run_up(UpRequest(job=job, provider="emulated"), s, Reporter(), provider=prov)
     assert summ["end_reason"] == "job_end" and summ["exit_code"] == 0, summ
     assert Path(summ["results"], "sub", "answer.txt").read_text() == "42\n"

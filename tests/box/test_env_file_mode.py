@@ -24,7 +24,7 @@ def test_env_file_is_created_0600_by_the_open_request(sshd, make_box, monkeypatc
     monkeypatch.setattr(sftp, "_request", spy)
     prefix = box._env_prefix({"HF_TOKEN": "hf_0600_from_the_first_byte"})
     path = prefix.split()[1]
-    (name, flags, attrs), = opened
+    ((name, flags, attrs),) = opened
     assert name == path and attrs.st_mode == 0o600 and flags & SFTP_FLAG_CREATE and flags & SFTP_FLAG_EXCL
     assert stat.S_IMODE(sftp.stat(path).st_mode) == 0o600
     from gpuops.box.ssh import open_private

@@ -25,23 +25,53 @@ def settings_with(tmp_path, **bootstrap) -> Settings:
 
 def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
     (tmp_path / "req.txt").write_text("x\n")
-    s = settings_with(tmp_path, requirements="req.txt", packages=["y==1"], repo="https://example.invalid/r.git", ref="v1",
-                      secrets=["HF_TOKEN"], weights=["hf://org/model@abc", {"source": "https://h.invalid/w.bin", "sha256": "A" * 64}],
-                      commands=["nvidia-smi", "echo hi"], steps=[{"name": "extra", "kind": "run", "command": "true"}])
+    s = settings_with(
+        tmp_path,
+        requirements="req.txt",
+        packages=["y==1"],
+        repo="https://example.invalid/r.git",
+        ref="v1",
+        secrets=["HF_TOKEN"],
+        weights=["hf://org/model@abc", {"source": "https://h.invalid/w.bin", "sha256": "A" * 64}],
+        commands=["nvidia-smi", "echo hi"],
+        steps=[{"name": "extra", "kind": "run", "command": "true"}],
+    )
     card = resolve_cards("h100")[0]
     plan = build_bootstrap_plan(s, card=card, volume_path="/workspace", environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
     steps = plan.config["steps"]
-    assert [x["name"] for x in steps] == ["system", "secrets", "deps", "code", "weights:org/model", "weights:w.bin",
-                                          "verify", "command 1", "command 2", "extra"]
+    assert [x["name"] for x in steps] == [
+        "system",
+        "secrets",
+        "deps",
+        "code",
+        "weights:org/model",
+        "weights:w.bin",
+        "verify",
+        "command 1",
+        "command 2",
+        "extra",
+    ]
     assert plan.config["cache_dir"] == "/workspace/.cache/gpuops"
-    assert steps[2] == {"name": "deps", "kind": "deps", "installer": "auto", "requirements": ".gpuops/requirements.txt", "packages": ["y==1"]}
+    assert steps[2] == {
+        "name": "deps",
+        "kind": "deps",
+        "installer": "auto",
+        "requirements": ".gpuops/requirements.txt",
+        "packages": ["y==1"],
+    }
     assert steps[5]["sha256"] == "a" * 64
-    assert steps[6]["expect"] == {"card": card.name, "bandwidth_gb_s": card.bandwidth_bytes_s / 1e9, "bf16_tflops": card.bf16_flops / 1e12}
+    assert steps[6]["expect"] == {
+        "card": card.name,
+        "bandwidth_gb_s": card.bandwidth_bytes_s / 1e9,
+        "bf16_tflops": card.bf16_flops / 1e12,
+    }
     assert plan.env == {"HF_TOKEN": SECRET}
     assert SECRET not in json.dumps(plan.config)  # the config names secrets, never holds them
     assert (tmp_path / "req.txt", ".gpuops/requirements.txt") in plan.files
-    assert plan.command() == ("echo $$ > .gpuops/bootstrap.pid && exec python3 .gpuops/bootstrap/bootstrap.py "
-                              "--config .gpuops/bootstrap.json --state-dir .gpuops/bootstrap-state")  # the agent sees it run
+    assert plan.command() == (
+        "echo $$ > .gpuops/bootstrap.pid && exec python3 .gpuops/bootstrap/bootstrap.py "
+        "--config .gpuops/bootstrap.json --state-dir .gpuops/bootstrap-state"
+    )  # the agent sees it run
 
 
 def test_plan_refuses_bad_input_before_anything_is_rented(tmp_path):
@@ -52,8 +82,12 @@ def test_plan_refuses_bad_input_before_anything_is_rented(tmp_path):
     with pytest.raises(BadInput, match="ref is set but repo is not"):
         build_bootstrap_plan(settings_with(tmp_path, ref="main"), environ={})
     bad = tmp_path / "infra.toml"
-    for text, where in (('[bootstrap]\nweights = ["s3://b/m"]\n', "bootstrap.weights.0.source"), ('[job]\nresults = "../up"\n', "job.results"),
-                        ('[bootstrap]\nsecrets = ["HF TOKEN"]\n', "bootstrap.secrets"), ('[bootstrap]\nrepoo = "x"\n', "bootstrap.repoo")):
+    for text, where in (
+        ('[bootstrap]\nweights = ["s3://b/m"]\n', "bootstrap.weights.0.source"),
+        ('[job]\nresults = "../up"\n', "job.results"),
+        ('[bootstrap]\nsecrets = ["HF TOKEN"]\n', "bootstrap.secrets"),
+        ('[bootstrap]\nrepoo = "x"\n', "bootstrap.repoo"),
+    ):
         bad.write_text(text)
         with pytest.raises(BadInput) as e:
             load_settings(str(bad), env={})
@@ -62,9 +96,14 @@ def test_plan_refuses_bad_input_before_anything_is_rented(tmp_path):
 
 def test_bootstrap_then_detached_job_over_real_ssh(sshd, make_box, tmp_path, monkeypatch):
     repo = tmp_path / "repo"
-    sha = make_repo(repo, {"job.py": "import gpuops_probe, os\nos.makedirs('out', exist_ok=True)\n"
-                                     "open('out/result.json', 'w').write('{\"v\": \"%s\"}' % gpuops_probe.VERSION)\n"
-                                     "print('job ran', gpuops_probe.VERSION)\n"})
+    sha = make_repo(
+        repo,
+        {
+            "job.py": "import gpuops_probe, os\nos.makedirs('out', exist_ok=True)\n"
+            "open('out/result.json', 'w').write('{\"v\": \"%s\"}' % gpuops_probe.VERSION)\n"
+            "print('job ran', gpuops_probe.VERSION)\n"
+        },
+    )
     wheels = tmp_path / "wheels"
     make_wheel(wheels, "gpuops_probe", "1.0")
     served = tmp_path / "served"
@@ -73,8 +112,17 @@ def test_bootstrap_then_detached_job_over_real_ssh(sshd, make_box, tmp_path, mon
     http = HttpFiles(served)
     (tmp_path / "requirements.txt").write_text("gpuops_probe\n")
     try:
-        s = settings_with(tmp_path, requirements="requirements.txt", wheelhouse=str(wheels), venv=".venv", repo=str(repo), ref="main",
-                          secrets=["HF_TOKEN"], weights=[http.url + "/w.bin"], commands=["test -s ~/.cache/huggingface/token"])
+        s = settings_with(
+            tmp_path,
+            requirements="requirements.txt",
+            wheelhouse=str(wheels),
+            venv=".venv",
+            repo=str(repo),
+            ref="main",
+            secrets=["HF_TOKEN"],
+            weights=[http.url + "/w.bin"],
+            commands=["test -s ~/.cache/huggingface/token"],
+        )
         plan = build_bootstrap_plan(s, card=resolve_cards("h100")[0], environ={"HF_TOKEN": SECRET}, base_dir=tmp_path)
         box = make_box(sshd)
         seen: list[dict] = []
@@ -93,7 +141,10 @@ def test_bootstrap_then_detached_job_over_real_ssh(sshd, make_box, tmp_path, mon
         t0 = time.monotonic()
         again = run_bootstrap_plan(box, plan)
         assert again.rc == 0 and time.monotonic() - t0 < 3
-        assert {x["step"]: x["status"] for x in again.steps} == {**{x["name"]: "skipped" for x in plan.config["steps"]}, "system": "done"}
+        assert {x["step"]: x["status"] for x in again.steps} == {
+            **{x["name"]: "skipped" for x in plan.config["steps"]},
+            "system": "done",
+        }
 
         start_job(box, "cd code && ../.venv/bin/python job.py && mv out ..", env={"HF_TOKEN": SECRET})
         got = bytearray()
@@ -121,8 +172,16 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     offer = prov.offers(OfferQuery())[0]
     inst = prov.create(offer, CreateSpec(label="gpuops-20261129-1700-abcd"))
     ledger = Ledger(s.ledger_url())
-    ledger.add_session(Session(id="20261129-1700-abcd", provider="local", label=inst.label, instance_id=inst.id,
-                               status="running", created_at=time.time()))
+    ledger.add_session(
+        Session(
+            id="20261129-1700-abcd",
+            provider="local",
+            label=inst.label,
+            instance_id=inst.id,
+            status="running",
+            created_at=time.time(),
+        )
+    )
     box = LocalBox(Path(inst.extra["local_root"]))
     box.put(RUNNER_SOURCE, RUNNER_DIR)
     start_job(box, "echo first; sleep 1; echo second; exit 2")

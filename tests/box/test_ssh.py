@@ -34,7 +34,14 @@ def test_run_streams_lines_exit_code_and_stderr(sshd, make_box):
     assert time.monotonic() - t0 < 5
     # the command runs in the box root, with the stand-in nvidia-smi on PATH
     out: list[str] = []
-    assert box.run("pwd; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits", timeout=10, on_line=out.append) == 0
+    assert (
+        box.run(
+            "pwd; nvidia-smi --query-gpu=name,memory.total --format=csv,noheader,nounits",
+            timeout=10,
+            on_line=out.append,
+        )
+        == 0
+    )
     assert out == [box.root, "NVIDIA H100 80GB HBM3, 81559"]
 
 
@@ -91,7 +98,10 @@ def test_hostile_names_and_paths_are_quoted(sshd, make_box, tmp_path):
     lines: list[str] = []
     from gpuops.box.base import q
 
-    assert box.run(f"cat -- {q('sub dir/' + HOSTILE)}; echo \"$V\"", timeout=10, env={"V": HOSTILE}, on_line=lines.append) == 0
+    assert (
+        box.run(f'cat -- {q("sub dir/" + HOSTILE)}; echo "$V"', timeout=10, env={"V": HOSTILE}, on_line=lines.append)
+        == 0
+    )
     assert lines == ["payload", HOSTILE]
     box.run_detached(f"echo started > {q(HOSTILE + '.flag')}", env={"V": HOSTILE})
     deadline = time.monotonic() + 10
@@ -134,7 +144,12 @@ def test_secrets_go_through_a_0600_file_never_a_command_line(sshd, make_box):
 
     t = threading.Thread(target=scan, daemon=True)
     t.start()
-    rc = box.run('sleep 1; test -n "$HF_TOKEN" && echo has-token; ls -a .gpuops', timeout=20, env={"HF_TOKEN": secret}, on_line=snoop)
+    rc = box.run(
+        'sleep 1; test -n "$HF_TOKEN" && echo has-token; ls -a .gpuops',
+        timeout=20,
+        env={"HF_TOKEN": secret},
+        on_line=snoop,
+    )
     stop.set()
     t.join()
     assert rc == 0
@@ -169,7 +184,9 @@ def test_put_get_directories_and_read_with_offset(sshd, make_box, tmp_path):
     (src / "__pycache__" / "x.pyc").write_bytes(b"junk")
     box.put(src, "shipped")
     out: list[str] = []
-    assert box.run("./shipped/run.sh; test -e shipped/__pycache__ || echo no-cache", timeout=10, on_line=out.append) == 0
+    assert (
+        box.run("./shipped/run.sh; test -e shipped/__pycache__ || echo no-cache", timeout=10, on_line=out.append) == 0
+    )
     assert out == ["ran", "no-cache"]
     assert box.read_file("shipped/a/b/deep.bin", offset=25590) == (bytes(range(256)) * 100)[25590:]
     assert box.read_file("shipped/missing") is None
@@ -231,7 +248,7 @@ def test_job_outlives_the_laptop_process(sshd, make_box, data_dir, client_key):
         from gpuops.box.ssh import HostKeyPins, SSHBox
         from gpuops.agent.jobio import start_job
         b = SSHBox({sshd.host!r}, {sshd.port}, {sshd.user!r}, key_path=Path({str(client_key[0])!r}),
-                   pins=HostKeyPins(Path({str(data_dir / 'known_hosts')!r})), pin_name="gpuops-t/i-1", root="gpuops/s1")
+                   pins=HostKeyPins(Path({str(data_dir / "known_hosts")!r})), pin_name="gpuops-t/i-1", root="gpuops/s1")
         b.connect(time.monotonic() + 10)
         start_job(b, "sleep 2; echo survived; exit 5")
         print("started", flush=True)
@@ -251,9 +268,13 @@ def test_job_outlives_the_laptop_process(sshd, make_box, data_dir, client_key):
 
 
 def test_open_box_local_and_ssh(sshd, data_dir, tmp_path):
-    local = Instance(id="gpuops-x", label="gpuops-x", status=InstanceStatus.RUNNING, extra={"local_root": str(tmp_path / "lbox")})
+    local = Instance(
+        id="gpuops-x", label="gpuops-x", status=InstanceStatus.RUNNING, extra={"local_root": str(tmp_path / "lbox")}
+    )
     assert isinstance(open_box(local, data_dir=data_dir, deadline=time.monotonic() + 1), LocalBox)
-    remote = Instance(id="pod-1", label="gpuops-y", status=InstanceStatus.RUNNING, ssh=SshEndpoint(sshd.host, sshd.port, sshd.user))
+    remote = Instance(
+        id="pod-1", label="gpuops-y", status=InstanceStatus.RUNNING, ssh=SshEndpoint(sshd.host, sshd.port, sshd.user)
+    )
     box = open_box(remote, data_dir=data_dir, deadline=time.monotonic() + 10)
     try:
         assert isinstance(box, SSHBox) and box.root == f"{sshd.home}/gpuops/gpuops-y"
@@ -262,4 +283,8 @@ def test_open_box_local_and_ssh(sshd, data_dir, tmp_path):
     finally:
         box.close()
     with pytest.raises(Exception, match="no SSH endpoint"):
-        open_box(Instance(id="p2", label="l", status=InstanceStatus.PROVISIONING), data_dir=data_dir, deadline=time.monotonic() + 1)
+        open_box(
+            Instance(id="p2", label="l", status=InstanceStatus.PROVISIONING),
+            data_dir=data_dir,
+            deadline=time.monotonic() + 1,
+        )

@@ -33,16 +33,28 @@ def test_up_local_runs_the_bootstrap_records_steps_and_logs_shows_the_log(cli_en
     job = tmp_path / "job.sh"
     job.write_text("mkdir -p out && echo 42 > out/answer.txt && echo job-line\n")
     env = dict(cli_env, HF_TOKEN=SECRET, HF_HOME=str(tmp_path / "hf-home"))
-    p = subprocess.run(gpuops_cmd("up", "--job", str(job), "--card", "rtx-4090", "--json"), env=env, capture_output=True,
-                       text=True, timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--card", "rtx-4090", "--json"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     assert SECRET not in p.stdout + p.stderr
-    summ = json.loads(p.stdout[p.stdout.index("{\n"):]) if "{\n" in p.stdout else json.loads(p.stdout.splitlines()[-1])
+    summ = json.loads(p.stdout[p.stdout.index("{\n") :]) if "{\n" in p.stdout else json.loads(p.stdout.splitlines()[-1])
     assert summ["end_reason"] == "job_end"
     assert Path(summ["results"], "answer.txt").read_text() == "42\n"
     steps = Ledger(load_settings().ledger_url()).steps(summ["session"])
-    assert [(x.name, x.status) for x in steps] == [("system", "done"), ("secrets", "done"), ("weights:w.bin", "done"),
-                                                   ("verify", "done"), ("command 1", "done"), ("command 2", "done")]
+    assert [(x.name, x.status) for x in steps] == [
+        ("system", "done"),
+        ("secrets", "done"),
+        ("weights:w.bin", "done"),
+        ("verify", "done"),
+        ("command 1", "done"),
+        ("command 2", "done"),
+    ]
     assert summ["slowest_step"] in {x.name for x in steps}
     logs = subprocess.run(gpuops_cmd("logs", summ["session"][:15]), env=env, capture_output=True, text=True, timeout=60)
     assert logs.returncode == 0, logs.stderr
@@ -53,7 +65,9 @@ def test_up_refuses_a_missing_secret_before_renting(cli_env, gpuops_home, tmp_pa
     (tmp_path / "infra.toml").write_text('[bootstrap]\nsecrets = ["GPUOPS_TEST_UNSET_TOKEN"]\n')
     job = tmp_path / "job.sh"
     job.write_text("true\n")
-    p = subprocess.run(gpuops_cmd("up", "--job", str(job)), env=cli_env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    p = subprocess.run(
+        gpuops_cmd("up", "--job", str(job)), env=cli_env, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert p.returncode == 2
     assert p.stderr.startswith("error: secret GPUOPS_TEST_UNSET_TOKEN is not set")
     assert Ledger(load_settings().ledger_url()).open_sessions() == []
@@ -72,13 +86,24 @@ class SshProvider(Provider):
         self.public_keys: list[str] = []
 
     def offers(self, query):
-        return [Offer(provider="emulated", offer_id="e-1", card="h100-sxm", gpu_count=1, vram_bytes=80 * 2**30,
-                      usd_per_hour=2.0, spot=False)]
+        return [
+            Offer(
+                provider="emulated",
+                offer_id="e-1",
+                card="h100-sxm",
+                gpu_count=1,
+                vram_bytes=80 * 2**30,
+                usd_per_hour=2.0,
+                spot=False,
+            )
+        ]
 
     def create(self, offer, spec):
         self.public_keys.append(spec.ssh_public_key)
         self.label = spec.label
-        return Instance(id="pod-1", label=spec.label, status=InstanceStatus.PROVISIONING, usd_per_hour=2.0, created_at=time.time())
+        return Instance(
+            id="pod-1", label=spec.label, status=InstanceStatus.PROVISIONING, usd_per_hour=2.0, created_at=time.time()
+        )
 
     def get(self, instance_id):
         self.polls += 1

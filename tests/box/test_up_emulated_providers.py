@@ -25,6 +25,7 @@ def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch,
     sshd.authorize(ensure_ssh_key(s.data_path())[1])
     job = tmp_path / "job.sh"
     job.write_text("echo hello-from-box\n")
+
     class Stages(Reporter):
         def __init__(self):
             self.seen = {}
@@ -41,16 +42,23 @@ def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch,
     # `up` prints the price it books: the bid on spot, the on-demand price only beside it
     booked = round(0.15 + 0.15 * 40 / 730, 6) if name == "vast" else 0.34  # Vast: the bid + its 40 GB of storage
     assert row.usd_per_hour == booked and summ["usd_per_hour"] == booked
-    assert rep.seen["create"] == ("rtx-4090 x1 on vast at 0.1582 USD/h (spot bid)" if name == "vast"
-                                  else "rtx-4090 x1 on runpod at 0.3400 USD/h")
+    assert rep.seen["create"] == (
+        "rtx-4090 x1 on vast at 0.1582 USD/h (spot bid)" if name == "vast" else "rtx-4090 x1 on runpod at 0.3400 USD/h"
+    )
     assert row.status == "closed" and row.instance_created_at >= row.created_at
     assert emu.live() == []
 
 
-@pytest.mark.parametrize("name,fault,kind", [
-    ("vast", "no_ssh_port", "timeout"), ("runpod", "no_ssh_port", "timeout"), ("vast", "stuck", "timeout"),
-    ("runpod", "deleted", "gone"), ("vast", "preempt", "preempted"),
-])
+@pytest.mark.parametrize(
+    "name,fault,kind",
+    [
+        ("vast", "no_ssh_port", "timeout"),
+        ("runpod", "no_ssh_port", "timeout"),
+        ("vast", "stuck", "timeout"),
+        ("runpod", "deleted", "gone"),
+        ("vast", "preempt", "preempted"),
+    ],
+)
 def test_up_wait_faults_end_in_destroy_and_a_closed_row(name, fault, kind, gpuops_home, tmp_path, monkeypatch, request):
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     emu = request.getfixturevalue(f"{name}_emulator")
@@ -84,8 +92,9 @@ def test_up_wait_faults_end_in_destroy_and_a_closed_row(name, fault, kind, gpuop
 
 
 @pytest.mark.parametrize("leaves", [True, False], ids=["leaves-a-stopped-instance", "makes-nothing"])
-def test_up_with_a_bid_gone_too_low_books_provision_failed_in_the_providers_words(leaves, gpuops_home, tmp_path, vast_emulator,
-                                                                                  vast_provider):  # noqa: F811
+def test_up_with_a_bid_gone_too_low_books_provision_failed_in_the_providers_words(
+    leaves, gpuops_home, tmp_path, vast_emulator, vast_provider
+):  # noqa: F811
     """The minimum bid rose between the search and the create: the create is refused (what Vast
     leaves behind is undocumented: a stopped instance, or nothing). The row is provision_failed
     with Vast's own words, and no instance is left either way."""
@@ -94,7 +103,9 @@ def test_up_with_a_bid_gone_too_low_books_provision_failed_in_the_providers_word
     s = load_settings()
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
-    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), s, Reporter(), provider=vast_provider)
+    summ = run_up(
+        UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), s, Reporter(), provider=vast_provider
+    )
     row = Ledger(s.ledger_url()).get(summ["session"])
     assert (summ["end_reason"], row.status, row.end_reason) == ("provision_failed", "closed", "provision_failed"), summ
     words = "is below the minimum bid 0.5000"

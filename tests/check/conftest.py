@@ -33,8 +33,11 @@ class BoxKeyVast(VastVolumeEmulator):
     """Vast (with its volumes): the box key may destroy any instance (``DELETE /api/v0/instances/{id}/``), nothing else."""
 
     def authorized(self, req: dict) -> bool:
-        return super().authorized(req) or (req["auth"] == f"Bearer {BOX_KEY}" and req["method"] == "DELETE"
-                                           and bool(re.fullmatch(r"/api/v0/instances/\d+/", req["path"])))
+        return super().authorized(req) or (
+            req["auth"] == f"Bearer {BOX_KEY}"
+            and req["method"] == "DELETE"
+            and bool(re.fullmatch(r"/api/v0/instances/\d+/", req["path"]))
+        )
 
 
 EMULATORS = {"runpod": BoxKeyRunPod, "vast": BoxKeyVast}
@@ -63,10 +66,20 @@ def check_env(gpuops_home, cli_env, tmp_path):
             env.update(RUNPOD_API_KEY=emu.market.api_key, RUNPOD_API_BASE_URL=emu.url)
         else:
             env.update(VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url)
-        env.update(GPUOPS_AGENT_ENVIRON_FILE=str(environ), GPUOPS_AGENT_SSH_USERS="nobody-here",
-                   GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.5", GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="2",
-                   GPUOPS_CHECK_JOB_SECONDS="1", GPUOPS_CHECK_IDLE_MINUTES="0.05", GPUOPS_CHECK_TTL_MINUTES="0.75",
-                   GPUOPS_CHECK_SLACK_SECONDS="30", GPUOPS_CHECK_MAX_MINUTES="5", GPUOPS_CHECK_MAX_USD="0.5", GPUOPS_CHECK_POLL_SECONDS="0.2", GPUOPS_UP_READY_TIMEOUT_SECONDS="120")
+        env.update(
+            GPUOPS_AGENT_ENVIRON_FILE=str(environ),
+            GPUOPS_AGENT_SSH_USERS="nobody-here",
+            GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.5",
+            GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="2",
+            GPUOPS_CHECK_JOB_SECONDS="1",
+            GPUOPS_CHECK_IDLE_MINUTES="0.05",
+            GPUOPS_CHECK_TTL_MINUTES="0.75",
+            GPUOPS_CHECK_SLACK_SECONDS="30",
+            GPUOPS_CHECK_MAX_MINUTES="5",
+            GPUOPS_CHECK_MAX_USD="0.5",
+            GPUOPS_CHECK_POLL_SECONDS="0.2",
+            GPUOPS_UP_READY_TIMEOUT_SECONDS="120",
+        )
         return emu, env
 
     yield make

@@ -12,7 +12,9 @@ from tests.support.emulators import emulator_env, runpod_emulator, runpod_provid
 
 def test_live_names_an_instance_of_ours_first(cli, emulator_env, runpod_provider):
     o = min(runpod_provider.offers(OfferQuery(spot=None)), key=lambda o: o.usd_per_hour)
-    inst = runpod_provider.create(o, CreateSpec(label="gpuops-20261201-080000-beef", image="img", ssh_public_key="ssh-ed25519 AAAA t"))
+    inst = runpod_provider.create(
+        o, CreateSpec(label="gpuops-20261201-080000-beef", image="img", ssh_public_key="ssh-ed25519 AAAA t")
+    )
     res = cli("check", "--live", "--provider", "runpod", "--format", "json")
     doc = json.loads(res.stdout)
     assert res.returncode == 0, res
@@ -20,8 +22,12 @@ def test_live_names_an_instance_of_ours_first(cli, emulator_env, runpod_provider
     assert first["check"] == f"instances.runpod.{inst.id}" and first["verdict"] == "warn", first
     assert "no row in this ledger" in first["detail"] and "is billing" in first["detail"]
     c = {x["check"]: x for x in doc["checks"]}
-    assert c["auth.runpod"]["verdict"] == "ok" and 99.0 < c["balance.runpod"]["data"]["usd"] <= 100.0  # 100 USD less what the box billed so far
-    assert c["offers.runpod"]["verdict"] == "ok" and c["offers.runpod"]["data"]["cheapest_usd_per_hour"] == o.usd_per_hour
+    assert (
+        c["auth.runpod"]["verdict"] == "ok" and 99.0 < c["balance.runpod"]["data"]["usd"] <= 100.0
+    )  # 100 USD less what the box billed so far
+    assert (
+        c["offers.runpod"]["verdict"] == "ok" and c["offers.runpod"]["data"]["cheapest_usd_per_hour"] == o.usd_per_hour
+    )
     assert c["billing"]["verdict"] == "ok"  # no ledger yet: nothing booked to compare
     assert "auth.vast" not in c  # --provider runpod: the one provider asked
 
@@ -39,7 +45,10 @@ def test_live_without_any_key_names_what_it_skipped(cli):
     doc = json.loads(res.stdout)
     c = {x["check"]: x for x in doc["checks"]}
     assert res.returncode == 0 and doc["failed"] == 0, res
-    assert c["live.runpod"]["verdict"] == "skip" and c["live.runpod"]["detail"] == "runpod not checked live: no runpod API key"
+    assert (
+        c["live.runpod"]["verdict"] == "skip"
+        and c["live.runpod"]["detail"] == "runpod not checked live: no runpod API key"
+    )
     assert c["live.vast"]["verdict"] == "skip" and doc["skipped"] >= 2
     last = cli("check", "--live").stdout.splitlines()[-1]
     assert "every check holds" not in last and last.startswith("check --live: nothing failed")

@@ -39,7 +39,11 @@ def test_settings_say_where_they_came_from_and_keys_their_modes(cli, gpuops_home
     assert c["keys.runpod"]["verdict"] == "ok" and f"{runpod} is mode 0600" in c["keys.runpod"]["detail"]
     assert c["keys.vast"]["verdict"] == "warn" and c["keys.vast"]["fix"] == f"chmod 600 {cfg}"
     assert "secret" not in res.stdout
-    assert c["agent.runpod"]["verdict"] == "ok" and "RUNPOD_API_KEY" in c["agent.runpod"]["detail"] and "stops the pod" in c["agent.runpod.refused"]["detail"]
+    assert (
+        c["agent.runpod"]["verdict"] == "ok"
+        and "RUNPOD_API_KEY" in c["agent.runpod"]["detail"]
+        and "stops the pod" in c["agent.runpod.refused"]["detail"]
+    )
     assert "REST v2" in c["routes.runpod"]["detail"] and "REST v0" in c["routes.vast"]["detail"]
 
 
@@ -48,9 +52,24 @@ def test_an_open_box_of_ours_is_named_first_as_a_warning(cli, gpuops_home):
     from gpuops.config import load_settings
 
     me = load_settings().owner()
-    led.add_session(Session(id="20261201-090000-abcd", experiment="e", job="j.sh", provider="runpod", card="rtx-4090", gpu_count=1,
-                            spot=False, label="gpuops-20261201-090000-abcd", usd_per_hour=0.34, status="running",
-                            created_at=time.time() - 60, instance_id="pod-1", instance_created_at=time.time() - 50, owner=me))
+    led.add_session(
+        Session(
+            id="20261201-090000-abcd",
+            experiment="e",
+            job="j.sh",
+            provider="runpod",
+            card="rtx-4090",
+            gpu_count=1,
+            spot=False,
+            label="gpuops-20261201-090000-abcd",
+            usd_per_hour=0.34,
+            status="running",
+            created_at=time.time() - 60,
+            instance_id="pod-1",
+            instance_created_at=time.time() - 50,
+            owner=me,
+        )
+    )
     res = cli("check", "--format", "json")
     doc = json.loads(res.stdout)
     assert res.returncode == 0 and doc["warnings"] >= 1, res
@@ -61,7 +80,10 @@ def test_an_open_box_of_ours_is_named_first_as_a_warning(cli, gpuops_home):
     assert led_check["verdict"] == "ok" and led_check["data"]["schema"] == led_check["data"]["latest"]
     table = cli("check")
     assert table.stdout.splitlines()[0].startswith("WARN  open.20261201-090000-abcd")
-    assert table.stdout.splitlines()[-1] == "check: nothing failed (2 warning(s)); 2 skipped (keys.runpod, keys.vast: no API key)"  # the box, no watchdog; no keys
+    assert (
+        table.stdout.splitlines()[-1]
+        == "check: nothing failed (2 warning(s)); 2 skipped (keys.runpod, keys.vast: no API key)"
+    )  # the box, no watchdog; no keys
 
 
 def test_rent_refuses_before_renting(cli, gpuops_home):
@@ -119,7 +141,11 @@ def test_the_last_watchdog_pass_is_one_line(cli, gpuops_home):
     led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
     record_pass(led, "laptop-1", "alice", at=time.time() - 20, interval_seconds=30, checked=2, ended=1)
     w = checks(cli("check", "--format", "json"))["watchdog"]
-    assert w["verdict"] == "ok" and re.match(r"last pass \d+ s ago", w["detail"]) and "on laptop-1 by alice (checked 2 sessions, ended 1, 0 errors)" in w["detail"], w
+    assert (
+        w["verdict"] == "ok"
+        and re.match(r"last pass \d+ s ago", w["detail"])
+        and "on laptop-1 by alice (checked 2 sessions, ended 1, 0 errors)" in w["detail"]
+    ), w
     record_pass(led, "laptop-1", "alice", at=time.time() - 600, interval_seconds=30)  # older: the newest still counts
     record_pass(led, "laptop-2", "bob", at=time.time() - 3600, interval_seconds=30)
     assert checks(cli("check", "--format", "json"))["watchdog"]["data"]["host"] == "laptop-1"

@@ -17,8 +17,13 @@ CHECK_TIMEOUT_S = 400  # the wall cap is 5 min here; a loaded machine runs the t
 
 
 def run_check(env, name: str) -> tuple[int, dict, str]:
-    p = subprocess.run(gpuops_cmd("check", "--live", "--rent", "--provider", name, "--format", "json"), env=env,
-                       capture_output=True, text=True, timeout=CHECK_TIMEOUT_S)
+    p = subprocess.run(
+        gpuops_cmd("check", "--live", "--rent", "--provider", name, "--format", "json"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CHECK_TIMEOUT_S,
+    )
     try:
         doc = json.loads(p.stdout)
     except ValueError:
@@ -37,7 +42,9 @@ def verdicts(doc: dict) -> dict[str, str]:
 def assert_nothing_left(emu, gpuops_home) -> None:
     assert emu.live() == []
     rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
-    assert rows and all(r.experiment == "check" and r.status == "closed" for r in rows), [(r.id, r.status) for r in rows]
+    assert rows and all(r.experiment == "check" and r.status == "closed" for r in rows), [
+        (r.id, r.status) for r in rows
+    ]
 
 
 @pytest.mark.parametrize("name", ["runpod", "vast"])
@@ -50,7 +57,9 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
     layers = {c["check"]: c["data"] for c in doc["checks"] if c["check"].startswith("layer.")}
     assert {d["agent_reason"] for d in layers.values()} == {"job_end", "idle", "ttl"}
     for d in layers.values():  # gone after its trigger, within the grace + a sample + the slack
-        assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, d  # idle may start a moment before the job (bootstrap over)
+        assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, (
+            d
+        )  # idle may start a moment before the job (bootstrap over)
     assert v["books.check"] in ("ok", "pending")
     assert_nothing_left(emu, gpuops_home)
     assert len(Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)) == 3  # one rental per layer
@@ -111,8 +120,13 @@ def test_ctrl_c_destroys_every_box_before_the_check_returns(check_env, sshd, gpu
     env["GPUOPS_CHECK_TTL_MINUTES"] = "4"  # nothing goes by itself while the test waits
     env["GPUOPS_CHECK_IDLE_MINUTES"] = "4"
     env["GPUOPS_CHECK_JOB_SECONDS"] = "240"
-    p = subprocess.Popen(gpuops_cmd("check", "--live", "--rent", "--provider", "runpod", "--format", "json"), env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        gpuops_cmd("check", "--live", "--rent", "--provider", "runpod", "--format", "json"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         end = time.monotonic() + 120
         while len(emu.live()) < 3 and time.monotonic() < end and p.poll() is None:

@@ -19,18 +19,27 @@ CASES = {
     "unknown provider": (["up", "--job", "{job}", "--provider", "aws"], "unknown provider 'aws'"),
     "zero max hours": (["up", "--job", "{job}", "--max-hours", "0"], "--max-hours must be > 0"),
     "negative max hours": (["up", "--job", "{job}", "--max-hours", "-1"], "--max-hours must be > 0"),
-    "max hours not a number": (["up", "--job", "{job}", "--max-hours", "two"], "--max-hours must be a number of hours, got 'two'"),
+    "max hours not a number": (
+        ["up", "--job", "{job}", "--max-hours", "two"],
+        "--max-hours must be a number of hours, got 'two'",
+    ),
     "no job option": (["up"], "Missing option '--job'"),
     "price not a number": (["up", "--job", "{job}", "--max-price", "cheap"], "--max-price must be a number"),
-    "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], "use \"off\""),
+    "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], 'use "off"'),
     "bad month": (["ledger", "month", "2026-13"], "month must look like"),
     "bad month text": (["ledger", "month", "november"], "month must look like"),
     "malformed toml": (["up", "--job", "{job}", "--config", "bad.toml"], "bad.toml: malformed TOML"),
     "bad value in toml": (["up", "--job", "{job}", "--config", "neg.toml"], "neg.toml:2: teardown.max_hours"),
     # Seen: a UTF-16 (BOM ff fe) infra.toml -> UnicodeDecodeError traceback, exit 1.
     # Seen: "teardown.idle_minutes.float: Input should be a finite number" (pydantic's union branch).
-    "idle nan in toml": (["up", "--job", "{job}", "--config", "idle.toml"], "idle.toml:2: teardown.idle_minutes: Input should be a finite"),
-    "idle nan flag": (["up", "--job", "{job}", "--idle-minutes", "nan"], "teardown.idle_minutes: Input should be a finite"),
+    "idle nan in toml": (
+        ["up", "--job", "{job}", "--config", "idle.toml"],
+        "idle.toml:2: teardown.idle_minutes: Input should be a finite",
+    ),
+    "idle nan flag": (
+        ["up", "--job", "{job}", "--idle-minutes", "nan"],
+        "teardown.idle_minutes: Input should be a finite",
+    ),
     "toml not utf-8": (["up", "--job", "{job}", "--config", "utf16.toml"], "utf16.toml: not UTF-8 text"),
 }
 

@@ -13,8 +13,27 @@ from gpuops import cli_values
 from gpuops.cli.options import Number
 from gpuops.errors import BadInput
 
-NUMBERS = ["0", "7", "-7", "+7", "007", "-0", "1.5", "1e3", "4096.0", " 7", "7_0", "123456789012345678901234",
-           "inf", "nan", "abc", "", 5, 5.0, 2.5]
+NUMBERS = [
+    "0",
+    "7",
+    "-7",
+    "+7",
+    "007",
+    "-0",
+    "1.5",
+    "1e3",
+    "4096.0",
+    " 7",
+    "7_0",
+    "123456789012345678901234",
+    "inf",
+    "nan",
+    "abc",
+    "",
+    5,
+    5.0,
+    2.5,
+]
 
 
 def _typer_parts():
@@ -25,8 +44,14 @@ def _typer_parts():
 
 
 def _outcome(runtime, value):
-    param = SimpleNamespace(multiple=False, nargs=1, name="opt", opts=["--opt"], human_readable_name="--opt",
-                            get_error_hint=lambda ctx: "'--opt'")
+    param = SimpleNamespace(
+        multiple=False,
+        nargs=1,
+        name="opt",
+        opts=["--opt"],
+        human_readable_name="--opt",
+        get_error_hint=lambda ctx: "'--opt'",
+    )
     try:
         got = runtime.coerce(value, param=param, ctx=None)
         return ("ok", type(got), got)
@@ -44,11 +69,15 @@ def _same(a, b) -> bool:
     return a == b
 
 
-@pytest.mark.parametrize("annotation,info,values", [
-    (str, {}, ["", "x", "sqlite:///a b.db", "  spaced  ", "é", b"bytes", 3]),
-    (int, {"parser": Number("--n", whole=True, fix="e.g. --n 3")}, NUMBERS),
-    (float, {"parser": Number("--x", unit="hours", fix="e.g. --x 2")}, NUMBERS),
-], ids=["str", "whole", "float"])
+@pytest.mark.parametrize(
+    "annotation,info,values",
+    [
+        (str, {}, ["", "x", "sqlite:///a b.db", "  spaced  ", "é", b"bytes", 3]),
+        (int, {"parser": Number("--n", whole=True, fix="e.g. --n 3")}, NUMBERS),
+        (float, {"parser": Number("--x", unit="hours", fix="e.g. --x 2")}, NUMBERS),
+    ],
+    ids=["str", "whole", "float"],
+)
 def test_values_read_as_typer_reads_them(annotation, info, values):
     _coercion, core, OptionInfo = _typer_parts()
     assert cli_values.install() is True
@@ -62,8 +91,18 @@ def test_values_read_as_typer_reads_them(annotation, info, values):
 
 
 def test_number_words_a_bad_value_with_its_fix():
-    whole, hours = Number("--batch", whole=True, fix="e.g. --batch 32"), Number("--max-hours", unit="hours", fix="e.g. --max-hours 2")
-    assert (whole("1e3"), whole("4096.0"), whole(" 7"), whole(20), hours("2"), hours(30)) == (1000, 4096, 7, 20, 2.0, 30.0)
+    whole, hours = (
+        Number("--batch", whole=True, fix="e.g. --batch 32"),
+        Number("--max-hours", unit="hours", fix="e.g. --max-hours 2"),
+    )
+    assert (whole("1e3"), whole("4096.0"), whole(" 7"), whole(20), hours("2"), hours(30)) == (
+        1000,
+        4096,
+        7,
+        20,
+        2.0,
+        30.0,
+    )
     assert type(hours(30)) is float and type(whole(4.0)) is int
     for bad in ("x", "2.5", "inf", "nan", "1e400"):
         with pytest.raises(BadInput, match=rf"^--batch must be a whole number, got '{bad}' \(e\.g\. --batch 32\)$"):
@@ -76,7 +115,12 @@ def test_ranged_and_path_options_keep_typer_coercion():
     from pathlib import Path
 
     _coercion, core, OptionInfo = _typer_parts()
-    for annotation, info in ((int, OptionInfo(min=1)), (float, OptionInfo(max=2.0)), (int, OptionInfo()), (Path, OptionInfo())):
+    for annotation, info in (
+        (int, OptionInfo(min=1)),
+        (float, OptionInfo(max=2.0)),
+        (int, OptionInfo()),
+        (Path, OptionInfo()),
+    ):
         descriptor = _coercion.resolve_type_descriptor(annotation, info)
         assert type(core.build_runtime_param(descriptor)).__name__ != "PlainRuntimeParam", (annotation, info)
 
@@ -97,15 +141,24 @@ def _params():
 
 def test_every_number_is_a_number_option_and_read_without_pydantic():
     from pathlib import Path
-    from typing import List, Optional, get_args  # noqa: UP035 (the annotations typer sees)
+    from typing import List, Optional, get_args
 
     numbers, slow = [], []
     for cmd, p in _params():
         desc = p.type_descriptor
         if desc.annotation in (int, float) or set(get_args(desc.annotation)) & {int, float}:
             numbers.append(f"{cmd} {p.name}")
-            assert isinstance(desc.parameter_info.parser, Number), f"{cmd} {p.name}: type it with gpuops.cli.options.number()"
-        if cli_values.plain_coercer(desc) is None and desc.annotation not in (Path, Optional[Path], List[str], Optional[List[str]], list[str], list[str] | None):  # noqa: UP006, UP045
+            assert isinstance(desc.parameter_info.parser, Number), (
+                f"{cmd} {p.name}: type it with gpuops.cli.options.number()"
+            )
+        if cli_values.plain_coercer(desc) is None and desc.annotation not in (
+            Path,
+            Optional[Path],
+            List[str],
+            Optional[List[str]],
+            list[str],
+            list[str] | None,
+        ):
             slow.append(f"{cmd} {p.name}: {desc.annotation}")
     assert len(numbers) >= 25 and "plan batch" in numbers and "watchdog interval" in numbers
     assert slow == []

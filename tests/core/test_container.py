@@ -48,7 +48,9 @@ def test_runtime_lock_pins_are_the_full_locks():
 def test_the_image_installs_the_runtime_lock_and_runs_the_watchdog():
     steps = instructions(REPO / "Dockerfile")
     run = " ".join(a for i, a in steps if i == "RUN")
-    assert "-r /tmp/requirements-runtime.lock" in run and "requirements.lock" not in run.replace("requirements-runtime.lock", "")
+    assert "-r /tmp/requirements-runtime.lock" in run and "requirements.lock" not in run.replace(
+        "requirements-runtime.lock", ""
+    )
     assert ("COPY", "requirements-runtime.lock /tmp/requirements-runtime.lock") in steps
     assert any(i == "USER" and a != "root" for i, a in steps)  # not root
     (entry,) = [json.loads(a) for i, a in steps if i == "ENTRYPOINT"]  # exec form: JSON

@@ -15,7 +15,14 @@ def test_relative_data_dir_books_absolute_log_paths(gpuops_home, cli_env, tmp_pa
     job.write_text("echo hi\n")
     env = dict(cli_env, GPUOPS_DATA_DIR="reldata")
     env.pop("GPUOPS_LEDGER_URL")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job), "--json"), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--json"),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     log = json.loads(out.stdout)["log"]
     assert log == str(tmp_path / "reldata" / "logs" / (json.loads(out.stdout)["session"] + ".log"))

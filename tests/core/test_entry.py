@@ -39,5 +39,7 @@ def test_the_console_script_and_python_m_run_the_same_entry():
     scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"gpuops": "gpuops.entry:main"}
     assert "from gpuops.entry import main" in (root / "gpuops" / "__main__.py").read_text()
-    version = subprocess.run([sys.executable, "-m", "gpuops", "--version"], capture_output=True, text=True, timeout=60, cwd=root)
+    version = subprocess.run(
+        [sys.executable, "-m", "gpuops", "--version"], capture_output=True, text=True, timeout=60, cwd=root
+    )
     assert version.returncode == 0 and version.stdout.startswith("gpuops ")

@@ -10,12 +10,23 @@ from tests.conftest import REPO
 
 def test_readme_counts_the_locked_packages_and_says_how_to_call_gpuops():
     text = (REPO / "README.md").read_text()
-    locked = [line for line in (REPO / "requirements.lock").read_text().splitlines() if re.match(r"^[A-Za-z0-9_.\-\[\]]+==", line)]
+    locked = [
+        line
+        for line in (REPO / "requirements.lock").read_text().splitlines()
+        if re.match(r"^[A-Za-z0-9_.\-\[\]]+==", line)
+    ]
     said = re.search(r"installs the (\d+) pinned packages", text)
     assert said and int(said.group(1)) == len(locked), (said and said.group(1), len(locked))
     assert "source .venv/bin/activate" in text and ".venv/bin/gpuops" in text
     table = text.split("## Coming from SkyPilot, runpodctl or vastai")[1].split("\n## ")[0]
-    for theirs in ("sky launch", "sky status", "sky down", "runpodctl get pod", "vastai search offers", "vastai destroy instance"):
+    for theirs in (
+        "sky launch",
+        "sky status",
+        "sky down",
+        "runpodctl get pod",
+        "vastai search offers",
+        "vastai destroy instance",
+    ):
         assert theirs in table, theirs
 
 
@@ -24,9 +35,23 @@ def test_the_summary_prints_paths_whole_at_80_columns(monkeypatch, capsys):
 
     monkeypatch.setenv("COLUMNS", "80")
     log = "/home/someone/.local/share/gpuops/logs/20261201-093411-d643-a-rather-long-name.log"
-    render_summary({"session": "20261201-093411-d643", "provider": "local", "card": "a100-80gb-sxm", "usd_per_hour": 1.49,
-                    "seconds": 3.0, "cost_usd": 0.0012, "simulated": True, "tokens": 0, "usd_per_mtoken": None,
-                    "end_reason": "job_end", "exit_code": 0, "log": log, "results": "/tmp/r/20261201-093411-d643"})
+    render_summary(
+        {
+            "session": "20261201-093411-d643",
+            "provider": "local",
+            "card": "a100-80gb-sxm",
+            "usd_per_hour": 1.49,
+            "seconds": 3.0,
+            "cost_usd": 0.0012,
+            "simulated": True,
+            "tokens": 0,
+            "usd_per_mtoken": None,
+            "end_reason": "job_end",
+            "exit_code": 0,
+            "log": log,
+            "results": "/tmp/r/20261201-093411-d643",
+        }
+    )
     out = capsys.readouterr().out
     assert f"log: {log}\n" in out and "results: /tmp/r/20261201-093411-d643\n" in out
     table = out.split("log: ")[0]

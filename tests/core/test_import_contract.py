@@ -38,17 +38,26 @@ def test_config_loads_only_the_ground_floor_and_the_light_registry():
     provider class, SDK or HTTP client; the registry alone (the help strings) loads no msgspec."""
     from gpuops.providers import NAMES
 
-    code = ("import sys, gpuops.providers; print(' '.join(sys.modules)); "
-            "import gpuops.config; print(' '.join(sys.modules))")
+    code = (
+        "import sys, gpuops.providers; print(' '.join(sys.modules)); import gpuops.config; print(' '.join(sys.modules))"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True
+    ).stdout.splitlines()
     registry_only, loaded = set(out[0].split()), set(out[1].split())
-    layers = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"][0]["layers"]
-    ground = {m.strip() for layer in layers[layers.index("config"):] for m in layer.split("|")}
-    light = {"gpuops.providers", "gpuops.providers.entry"} | {f"gpuops.providers.{n}{s}" for n in NAMES for s in ("", ".settings")}
-    above = sorted(m for m in loaded if m.split(".")[0] == "ledger"
-                   or (m.startswith("gpuops.") and m not in light and m.split(".")[1] not in ground))
+    layers = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"][
+        0
+    ]["layers"]
+    ground = {m.strip() for layer in layers[layers.index("config") :] for m in layer.split("|")}
+    light = {"gpuops.providers", "gpuops.providers.entry"} | {
+        f"gpuops.providers.{n}{s}" for n in NAMES for s in ("", ".settings")
+    }
+    above = sorted(
+        m
+        for m in loaded
+        if m.split(".")[0] == "ledger" or (m.startswith("gpuops.") and m not in light and m.split(".")[1] not in ground)
+    )
     assert not above, above
     assert light <= loaded
     assert not {"requests", "vastai", "sqlalchemy", "paramiko"} & loaded

@@ -58,7 +58,10 @@ def test_machine_times_are_iso_utc_and_key_order_is_kept():
     assert doc["created_at"] == "2026-11-05T09:30:30.250Z" and doc["a"]["ended_at"] == "2026-11-05T10:30:30Z"
     assert doc["a"]["ok_at"] is None and doc["flag_at"] is True
     assert emit.json_text({"b": 1, "a": [1]}) == '{\n  "b": 1,\n  "a": [\n    1\n  ]\n}\n'
-    assert emit.records_csv([{"a": 1.1, "n": {"x": None, "y": [1, 2]}}, {"a": 2, "b": True}]) == 'a,n_x,n_y,b\n1.1,,"[1, 2]",\n2,,,true\n'
+    assert (
+        emit.records_csv([{"a": 1.1, "n": {"x": None, "y": [1, 2]}}, {"a": 2, "b": True}])
+        == 'a,n_x,n_y,b\n1.1,,"[1, 2]",\n2,,,true\n'
+    )
 
 
 def test_ledger_show_machine_outputs_have_no_epoch(books_env):
@@ -71,10 +74,25 @@ def test_ledger_show_machine_outputs_have_no_epoch(books_env):
 
 
 def test_by_day_csv_keeps_the_total_and_plot_needs_a_table(books_env):
-    rows = list(csv.DictReader(io.StringIO(run(books_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "csv").stdout)))
-    rep = json.loads(run(books_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "json").stdout)
-    assert rows[-1]["date"] == "total" and float(rows[-1]["cost_usd"]) == rep["total_usd"] and rows[-1]["sessions"] == str(rep["sessions"])
-    assert abs(sum(float(r["cost_usd"]) for r in rows[:-1]) - rep["total_usd"]) < 1e-6 and len(rows) == len(rep["days"]) + 1
+    rows = list(
+        csv.DictReader(
+            io.StringIO(
+                run(books_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "csv").stdout
+            )
+        )
+    )
+    rep = json.loads(
+        run(books_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "json").stdout
+    )
+    assert (
+        rows[-1]["date"] == "total"
+        and float(rows[-1]["cost_usd"]) == rep["total_usd"]
+        and rows[-1]["sessions"] == str(rep["sessions"])
+    )
+    assert (
+        abs(sum(float(r["cost_usd"]) for r in rows[:-1]) - rep["total_usd"]) < 1e-6
+        and len(rows) == len(rep["days"]) + 1
+    )
     for args in (["--json"], ["--format", "json"], ["--csv"]):
         bad = run(books_env, "ledger", "month", "2026-11", "--plot", *args, ok=False)
         assert bad.returncode == 2 and "--plot draws a chart in the terminal" in bad.stderr, bad.stderr
@@ -96,15 +114,27 @@ def still(js: str):
 
 def test_every_reporting_command_takes_format(books_env):
     # json and csv of the same report agree; the shorthand gives the same bytes as --format
-    for args in (["ledger", "month", "2026-11", "--tz", "UTC"], ["ledger", "experiments"], ["ledger", "sessions", "--tz", "UTC"],
-                 ["ps"], ["plan", "--model", "llama-3-8b", "--card", "h100-sxm"], ["offers", "--provider", "local", "--card", "a100"]):
+    for args in (
+        ["ledger", "month", "2026-11", "--tz", "UTC"],
+        ["ledger", "experiments"],
+        ["ledger", "sessions", "--tz", "UTC"],
+        ["ps"],
+        ["plan", "--model", "llama-3-8b", "--card", "h100-sxm"],
+        ["offers", "--provider", "local", "--card", "a100"],
+    ):
         js = run(books_env, *args, "--format", "json").stdout
         assert still(js) == still(run(books_env, *args, "--json").stdout), args
-        assert js.startswith(("{\n  \"", "[\n  {", "[]")), args  # indent 2
+        assert js.startswith(('{\n  "', "[\n  {", "[]")), args  # indent 2
         run(books_env, *args, "--format", "csv")
-    sessions = list(csv.DictReader(io.StringIO(run(books_env, "ledger", "sessions", "--format", "csv", "--tz", "UTC").stdout)))
+    sessions = list(
+        csv.DictReader(io.StringIO(run(books_env, "ledger", "sessions", "--format", "csv", "--tz", "UTC").stdout))
+    )
     assert [r["session"] for r in sessions][:3] == ["s6", "s4", "s3"]
-    plan_rows = list(csv.DictReader(io.StringIO(run(books_env, "plan", "--model", "llama-3-8b", "--card", "a100", "--format", "csv").stdout)))
+    plan_rows = list(
+        csv.DictReader(
+            io.StringIO(run(books_env, "plan", "--model", "llama-3-8b", "--card", "a100", "--format", "csv").stdout)
+        )
+    )
     assert [r["card"] for r in plan_rows] == ["a100-40gb", "a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb-sxm"]
     assert {r["model"] for r in plan_rows} == {"llama-3-8b"} and plan_rows[0]["usd_per_mtoken_ceiling"]
     offers = json.loads(run(books_env, "offers", "--provider", "local", "--card", "a100", "--format", "json").stdout)

@@ -72,8 +72,14 @@ def test_a_wait_on_a_terminal_says_what_and_how_long():
 
 
 def test_a_wait_off_a_terminal_writes_nothing():
-    p = subprocess.run([sys.executable, "-c", SCRIPT], env=dict(os.environ, PYTHONPATH=str(REPO)), input="\n", capture_output=True, text=True,
-                       timeout=30)
+    p = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        input="\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert p.returncode == 0 and p.stdout == "done\n" and p.stderr == ""
 
 
@@ -83,10 +89,15 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
     assert p.stdout.strip() == "nothing to do: no open session needed an action (one reconcile and one tick done)"
     passes = [line for line in p.stderr.splitlines() if " reconcile: " in line or " tick: " in line]
     assert len(passes) == 2 and passes[0].endswith(" s") and "0 actions" in passes[1], p.stderr
-    quiet = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=cli_env, capture_output=True, text=True, timeout=120)
+    quiet = subprocess.run(
+        gpuops_cmd("watchdog", "--once", "--json"), env=cli_env, capture_output=True, text=True, timeout=120
+    )
     # Seen: `watchdog --once --format json` printed nothing when idle; a script then had no document to read
     assert quiet.returncode == 0 and json.loads(quiet.stdout) == {
-        "session": "", "kind": "idle", "detail": "nothing to do: no open session needed an action (one reconcile and one tick done)"}
+        "session": "",
+        "kind": "idle",
+        "detail": "nothing to do: no open session needed an action (one reconcile and one tick done)",
+    }
 
 
 REPORTER = """

@@ -19,14 +19,44 @@ from ledger.models import Session
 def two_boxes(gpuops_home):
     led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
     now = time.time()
-    led.add_session(Session(id="20261201-090000-real", experiment="sweep", job="bench.sh", provider="runpod", card="rtx-4090",
-                            status="running", created_at=now - 1810, instance_created_at=now - 1800, instance_id="pod-1",
-                            usd_per_hour=0.34, max_hours=4.0, simulated=False, owner=None))
-    led.add_session(Session(id="20261201-090500-simu", experiment="sweep", job="bench.sh", provider="local", card="a100-80gb-sxm",
-                            status="running", created_at=now - 610, instance_created_at=now - 600, instance_id="local-1",
-                            usd_per_hour=1.2, max_hours=1.0, simulated=True, owner=None))
+    led.add_session(
+        Session(
+            id="20261201-090000-real",
+            experiment="sweep",
+            job="bench.sh",
+            provider="runpod",
+            card="rtx-4090",
+            status="running",
+            created_at=now - 1810,
+            instance_created_at=now - 1800,
+            instance_id="pod-1",
+            usd_per_hour=0.34,
+            max_hours=4.0,
+            simulated=False,
+            owner=None,
+        )
+    )
+    led.add_session(
+        Session(
+            id="20261201-090500-simu",
+            experiment="sweep",
+            job="bench.sh",
+            provider="local",
+            card="a100-80gb-sxm",
+            status="running",
+            created_at=now - 610,
+            instance_created_at=now - 600,
+            instance_id="local-1",
+            usd_per_hour=1.2,
+            max_hours=1.0,
+            simulated=True,
+            owner=None,
+        )
+    )
     led.event("20261201-090000-real", EventKind.LIVE, {"tokens": 232200, "idle_seconds": 0.0, "by": "up"}, at=now - 5)
-    led.event("20261201-090500-simu", EventKind.LIVE, {"tokens": 5000, "idle_seconds": 100.0, "by": "watchdog"}, at=now - 20)
+    led.event(
+        "20261201-090500-simu", EventKind.LIVE, {"tokens": 5000, "idle_seconds": 100.0, "by": "watchdog"}, at=now - 20
+    )
     led.engine.dispose()
     return now
 
@@ -43,11 +73,15 @@ def test_ps_json_has_the_live_cost_of_each_box(two_boxes, cli, monkeypatch):
     real, sim = json.loads(out.stdout)
     took = time.time() - two_boxes
     assert real["session"] == "20261201-090000-real" and real["simulated"] is False
-    assert real["cost_usd"] == real["accrued_usd"] and real["accrued_usd"] == pytest.approx(0.34 * 1800 / 3600, abs=0.34 * (took + 1) / 3600)
+    assert real["cost_usd"] == real["accrued_usd"] and real["accrued_usd"] == pytest.approx(
+        0.34 * 1800 / 3600, abs=0.34 * (took + 1) / 3600
+    )
     assert real["usd_per_hour"] == 0.34 and real["tokens"] == 232200 and real["idle_seconds"] == 0.0
     assert real["ttl_left_seconds"] == pytest.approx(4 * 3600 - 1800, abs=took + 1)
     assert real["usd_per_mtoken"] == pytest.approx(real["accrued_usd"] / 232200 * 1e6, abs=1e-4)
-    assert sim["simulated"] is True and sim["accrued_usd"] == pytest.approx(1.2 * 600 / 3600, abs=1.2 * (took + 1) / 3600)
+    assert sim["simulated"] is True and sim["accrued_usd"] == pytest.approx(
+        1.2 * 600 / 3600, abs=1.2 * (took + 1) / 3600
+    )
     assert sim["idle_seconds"] == pytest.approx(120.0, abs=took + 1)  # the streak booked 20 s ago, still idle
     assert sim["ttl_left_seconds"] == pytest.approx(3600 - 600, abs=took + 1) and sim["tokens"] == 5000
 
@@ -67,7 +101,9 @@ def test_ps_table_shows_price_accrued_and_ttl_at_any_width(two_boxes, cli, width
     assert "$1.2000*" in sim_row and "$0.200" in sim_row and ("50m00s" in sim_row or "49m5" in sim_row)
     # real and simulated never added: one line each under the table
     assert any(line.startswith("real: $0.3400/h now, $0.17") and line.endswith(", 1 box") for line in lines), out.stdout
-    assert any(line.startswith("simulated* (catalog reference price, never charged): $1.2000/h now, $0.20") for line in lines)
+    assert any(
+        line.startswith("simulated* (catalog reference price, never charged): $1.2000/h now, $0.20") for line in lines
+    )
     if width == 120:
         assert "tokens" in header and "232,200" in row and "idle" in header and "2m0" in sim_row and "busy" in row
 
@@ -87,10 +123,17 @@ def test_a_running_up_books_tokens_and_ps_shows_them_moving(gpuops_home, cli_env
 
     release = tmp_path / "release"
     job = tmp_path / "job.sh"
-    job.write_text('#!/usr/bin/env bash\necho \'{"tokens": 1234}\' >> "$GPUOPS_METRICS"\n'
-                   f'for i in $(seq 1200); do [ -e {release} ] && exit 0; sleep 0.1; done\nexit 3\n')
-    up = subprocess.Popen(gpuops_cmd("up", "--job", str(job), "--card", "a100", "--json"), env=cli_env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job.write_text(
+        '#!/usr/bin/env bash\necho \'{"tokens": 1234}\' >> "$GPUOPS_METRICS"\n'
+        f"for i in $(seq 1200); do [ -e {release} ] && exit 0; sleep 0.1; done\nexit 3\n"
+    )
+    up = subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job), "--card", "a100", "--json"),
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         first = None

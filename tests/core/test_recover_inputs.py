@@ -27,20 +27,35 @@ def _nothing_booked(gpuops_home) -> bool:
 
 
 def test_spot_recover_on_runpod_is_refused_with_the_reason(cli, job, gpuops_home):
-    got = cli("up", "--provider", "runpod", "--spot", "--recover", "2", "--job", str(job), env={"RUNPOD_API_KEY": "rp_TESTKEY"})
+    got = cli(
+        "up",
+        "--provider",
+        "runpod",
+        "--spot",
+        "--recover",
+        "2",
+        "--job",
+        str(job),
+        env={"RUNPOD_API_KEY": "rp_TESTKEY"},
+    )
     assert got.returncode == 2, (got.stdout, got.stderr)
     lines = [ln for ln in got.stderr.splitlines() if ln.strip()]
-    assert len(lines) <= 2 and "runpod has no interruptible (spot) boxes" in got.stderr and "--provider vast" in got.stderr
+    assert (
+        len(lines) <= 2 and "runpod has no interruptible (spot) boxes" in got.stderr and "--provider vast" in got.stderr
+    )
     assert _nothing_booked(gpuops_home)
 
 
-@pytest.mark.parametrize("args, words", [
-    (("--recover", "-1"), "--recover must be a whole number"),
-    (("--recover", "many"), "--recover must be a whole number"),
-    (("--recover", "21"), "--recover must be a whole number of re-rentals from 0 to 20"),
-    (("--recover", "2", "--recover-on", "job_failed"), "'job_failed' is not a reason a run re-rents on"),
-    (("--recover", "2", "--recover-on", "preempted,ttl"), "'ttl' is not a reason a run re-rents on"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--recover", "-1"), "--recover must be a whole number"),
+        (("--recover", "many"), "--recover must be a whole number"),
+        (("--recover", "21"), "--recover must be a whole number of re-rentals from 0 to 20"),
+        (("--recover", "2", "--recover-on", "job_failed"), "'job_failed' is not a reason a run re-rents on"),
+        (("--recover", "2", "--recover-on", "preempted,ttl"), "'ttl' is not a reason a run re-rents on"),
+    ],
+)
 def test_bad_recover_flags_are_one_line(cli, job, gpuops_home, args, words):
     got = cli("up", "--job", str(job), *args)
     assert got.returncode == 2 and words in got.stderr, got.stderr
@@ -73,10 +88,23 @@ def test_break_even_preemption_rate():
 
 
 def test_plan_spot_from_the_two_prices(cli):
-    got = cli("plan", "spot", "--spot-usd-per-hour", "0.2", "--on-demand-usd-per-hour", "0.5", "--lost-minutes", "6", "--format", "json")
+    got = cli(
+        "plan",
+        "spot",
+        "--spot-usd-per-hour",
+        "0.2",
+        "--on-demand-usd-per-hour",
+        "0.5",
+        "--lost-minutes",
+        "6",
+        "--format",
+        "json",
+    )
     assert got.returncode == 0, got.stderr
     rep = json.loads(got.stdout)
-    assert rep["break_even_per_hour"] == pytest.approx(15.0, abs=1e-9) and rep["saving_if_never_preempted"] == pytest.approx(0.6, abs=1e-9)
+    assert rep["break_even_per_hour"] == pytest.approx(15.0, abs=1e-9) and rep[
+        "saving_if_never_preempted"
+    ] == pytest.approx(0.6, abs=1e-9)
     bad = cli("plan", "spot", "--spot-usd-per-hour", "nan", "--on-demand-usd-per-hour", "0.5")
     assert bad.returncode == 2 and "--spot-usd-per-hour must be a positive number" in bad.stderr
 
@@ -94,5 +122,8 @@ def test_plan_spot_reads_the_live_offers(cli, emulator_env):
     got = cli("plan", "spot", "--card", "rtx-4090", "--provider", "vast", "--format", "json")
     assert got.returncode == 0, got.stderr
     rep = json.loads(got.stdout)
-    assert (rep["spot_usd_per_hour"], rep["on_demand_usd_per_hour"]) == (pytest.approx(spot, abs=1e-9), pytest.approx(od, abs=1e-9))
+    assert (rep["spot_usd_per_hour"], rep["on_demand_usd_per_hour"]) == (
+        pytest.approx(spot, abs=1e-9),
+        pytest.approx(od, abs=1e-9),
+    )
     assert rep["break_even_per_hour"] == pytest.approx((od / spot - 1) / (10 / 60), abs=1e-3)

@@ -25,9 +25,13 @@ def _run(env, *args):
 def test_a_ttl_past_30_days_is_refused_from_flag_env_and_file(job, gpuops_home, cli, tmp_path):
     # Seen: `up --max-hours 1e308` was accepted: a TTL that never fires, and a 300-digit projected cost.
     out = cli("up", "--job", job, "--max-hours", "1e308")
-    assert out.returncode == 2 and out.stderr.startswith("error: --max-hours must be at most 720 (30 days), got 1e+308"), out.stderr
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: --max-hours must be at most 720 (30 days), got 1e+308"
+    ), out.stderr
     out = cli("up", "--job", job, "--max-hours", "720.0000001")  # was "at most 720 (30 days), got 720"
-    assert out.returncode == 2 and out.stderr.startswith("error: --max-hours must be at most 720 (30 days), got 720.0000001 "), out.stderr
+    assert out.returncode == 2 and out.stderr.startswith(
+        "error: --max-hours must be at most 720 (30 days), got 720.0000001 "
+    ), out.stderr
     out = cli("up", "--job", job, env={"GPUOPS_TEARDOWN_MAX_HOURS": "721"})
     assert out.returncode == 2 and "GPUOPS_TEARDOWN_MAX_HOURS" in out.stderr and "720" in out.stderr, out.stderr
     cfg = tmp_path / "conf" / "long.toml"  # not ./infra.toml (the cwd), which every later run would read
@@ -44,13 +48,22 @@ def test_config_that_is_a_directory_says_so(gpuops_home, cli, tmp_path):
     # Seen: `--config DIR` said "config file DIR not found" although DIR exists.
     out = cli("ps", "--config", str(tmp_path))
     assert out.returncode == 2
-    assert out.stderr.strip() == f"error: config file {tmp_path} is a directory (pass the file itself, e.g. --config {tmp_path / 'infra.toml'})"
+    assert (
+        out.stderr.strip()
+        == f"error: config file {tmp_path} is a directory (pass the file itself, e.g. --config {tmp_path / 'infra.toml'})"
+    )
 
 
-@pytest.mark.parametrize("flag,value", [
-    ("--max-hours", "inf"), ("--max-hours", "nan"), ("--max-hours", "1e400"),
-    ("--max-price", "inf"), ("--max-price", "nan"),
-])
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--max-hours", "inf"),
+        ("--max-hours", "nan"),
+        ("--max-hours", "1e400"),
+        ("--max-price", "inf"),
+        ("--max-price", "nan"),
+    ],
+)
 def test_non_finite_limits_are_refused(flag, value, job, gpuops_home, cli):
     # Seen: `up --max-hours inf` rented a box with no TTL ("projected cost of max_hours=inf: $inf").
     out = cli("up", "--job", job, flag, value)
@@ -103,11 +116,23 @@ def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli):
     from ledger import Ledger, Session as Row
 
     sid = "20261129-171139-d34b"
-    Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").add_session(Row(
-        id=sid, experiment="a-long-experiment-name", job="/tmp/job.sh", provider="local", card="a100-80gb-sxm",
-        gpu_count=1, spot=False, label=f"gpuops-{sid}", simulated=True, status="running", created_at=time.time(),
-        instance_id=f"gpuops-{sid}", usd_per_hour=1.49,
-    ))
+    Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").add_session(
+        Row(
+            id=sid,
+            experiment="a-long-experiment-name",
+            job="/tmp/job.sh",
+            provider="local",
+            card="a100-80gb-sxm",
+            gpu_count=1,
+            spot=False,
+            label=f"gpuops-{sid}",
+            simulated=True,
+            status="running",
+            created_at=time.time(),
+            instance_id=f"gpuops-{sid}",
+            usd_per_hour=1.49,
+        )
+    )
     out = cli("ps", env={"COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
     assert sid in out.stdout, out.stdout
@@ -131,14 +156,33 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
 def test_summary_without_exit_code_says_so(capsys):
     from gpuops.views.ui import render_summary
 
-    render_summary({"session": "s", "provider": "local", "card": "t4", "usd_per_hour": 0.2, "seconds": 3.0, "cost_usd": 0.0002,
-                    "simulated": True, "tokens": 0, "usd_per_mtoken": None, "end_reason": "bootstrap_failed", "exit_code": None,
-                    "log": "/tmp/x.log"})
+    render_summary(
+        {
+            "session": "s",
+            "provider": "local",
+            "card": "t4",
+            "usd_per_hour": 0.2,
+            "seconds": 3.0,
+            "cost_usd": 0.0002,
+            "simulated": True,
+            "tokens": 0,
+            "usd_per_mtoken": None,
+            "end_reason": "bootstrap_failed",
+            "exit_code": None,
+            "log": "/tmp/x.log",
+        }
+    )
     out = capsys.readouterr().out
-    assert re.search(r"end reason\s*│ bootstrap_failed ", out) and "- (the job did not finish)" in out and "None" not in out
+    assert (
+        re.search(r"end reason\s*│ bootstrap_failed ", out)
+        and "- (the job did not finish)" in out
+        and "None" not in out
+    )
 
 
-@pytest.mark.parametrize("args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]])
+@pytest.mark.parametrize(
+    "args", [["logs", "nosuch"], ["down", "nosuch"], ["ledger", "show", "nosuch"], ["ledger", "note", "nosuch", "x"]]
+)
 def test_unknown_session_names_a_command_that_lists_session_ids(args, gpuops_home, cli):
     # Seen: `logs` said "see `gpuops ledger show` for session ids" (show needs an id) and `down`
     # pointed at `gpuops ledger month`, which prints no session ids.
@@ -208,8 +252,10 @@ def test_an_empty_card_is_refused_not_read_as_no_card(command, value, job, gpuop
     # Seen: `up --card "$CARD"` with CARD unset rented the cheapest card (a t4) as if --card were left out.
     out = cli(*[job if a == "{job}" else a for a in command], "--card", value)
     assert out.returncode == 2, (out.stdout, out.stderr)
-    assert out.stderr == ("error: --card is empty (pass a card, e.g. --card a100 (`gpuops cards` lists them), "
-                          "or leave --card out for the cheapest card that fits)\n")
+    assert out.stderr == (
+        "error: --card is empty (pass a card, e.g. --card a100 (`gpuops cards` lists them), "
+        "or leave --card out for the cheapest card that fits)\n"
+    )
     assert not (gpuops_home / "ledger.db").exists() and not (gpuops_home / "boxes").exists()
 
 
@@ -219,10 +265,14 @@ def test_a_data_dir_that_cannot_hold_the_ledger_is_one_line(command, job, tmp_pa
     # traceback (NotADirectoryError from the ledger's os.open, FileNotFoundError from its mkdir).
     afile = tmp_path / "not-a-dir"
     afile.write_text("")
-    out = cli(*[job if a == "{job}" else a for a in command], env={"GPUOPS_DATA_DIR": str(afile), "GPUOPS_LEDGER_URL": None})
+    out = cli(
+        *[job if a == "{job}" else a for a in command], env={"GPUOPS_DATA_DIR": str(afile), "GPUOPS_LEDGER_URL": None}
+    )
     assert out.returncode == 2, (out.stdout, out.stderr)
-    assert out.stderr == (f"error: the SQLite ledger cannot be created ({afile / 'ledger.db'}: Not a directory) "
-                          "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)\n")
+    assert out.stderr == (
+        f"error: the SQLite ledger cannot be created ({afile / 'ledger.db'}: Not a directory) "
+        "(point GPUOPS_DATA_DIR (or [ledger] url) at a folder you can write)\n"
+    )
     assert afile.read_text() == ""
 
 

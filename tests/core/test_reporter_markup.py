@@ -29,8 +29,13 @@ def test_reports_survive_brackets_in_experiment_and_conclusion(gpuops_home, cli_
     job = tmp_path / "ok.sh"
     job.write_text("true\n")
     env = dict(cli_env, COLUMNS="160")
-    up = subprocess.run(gpuops_cmd("up", "--job", str(job), "--experiment", "exp[/]x[bold]", "--note", "[/]n", "--json"),
-                        env=env, capture_output=True, text=True, timeout=120)
+    up = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--experiment", "exp[/]x[bold]", "--note", "[/]n", "--json"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert up.returncode == 0, up.stderr
     sid = json.loads(up.stdout)["session"]
     note = cli("ledger", "note", sid, "[/]concl", env={"COLUMNS": "160"})  # the reports in process: quick

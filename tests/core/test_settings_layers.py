@@ -39,9 +39,14 @@ def test_file_typo_gets_the_closest_name_and_its_line(tmp_path):
         load_settings(cfg, env={})
 
 
-@pytest.mark.parametrize("text,where", [('[teardown]\nmax_hours = "2"\n', ":2: teardown.max_hours: Input should be a valid number"),
-                                        ('[up]\nspot = "yes"\n', ":2: up.spot: Input should be a valid boolean"),
-                                        ('[up]\ndisk_gb = true\n', ":2: up.disk_gb: Input should be a valid number")])
+@pytest.mark.parametrize(
+    "text,where",
+    [
+        ('[teardown]\nmax_hours = "2"\n', ":2: teardown.max_hours: Input should be a valid number"),
+        ('[up]\nspot = "yes"\n', ":2: up.spot: Input should be a valid boolean"),
+        ("[up]\ndisk_gb = true\n", ":2: up.disk_gb: Input should be a valid number"),
+    ],
+)
 def test_file_types_are_strict(tmp_path, text, where):
     with pytest.raises(BadInput) as e:
         load_settings(_toml(tmp_path, text), env={})
@@ -51,12 +56,16 @@ def test_file_types_are_strict(tmp_path, text, where):
 
 
 def test_environment_text_is_parsed_and_integers_stay_numbers(tmp_path):
-    s = load_settings(_toml(tmp_path, "[teardown]\nmax_hours = 2\n[up]\nspot = false\n"), env={"GPUOPS_UP_SPOT": "true"})
+    s = load_settings(
+        _toml(tmp_path, "[teardown]\nmax_hours = 2\n[up]\nspot = false\n"), env={"GPUOPS_UP_SPOT": "true"}
+    )
     assert s.teardown.max_hours == 2.0 and s.up.spot is True
 
 
 def test_lenient_skips_broken_keys_keeps_the_rest_and_warns_once(tmp_path):
-    cfg = _toml(tmp_path, '[teardown]\nmax_hour = 1\n\n[up]\nspot = "yes"\n\n[ledger]\nurl = "sqlite:////tmp/elsewhere.db"\n')
+    cfg = _toml(
+        tmp_path, '[teardown]\nmax_hour = 1\n\n[up]\nspot = "yes"\n\n[ledger]\nurl = "sqlite:////tmp/elsewhere.db"\n'
+    )
     lines: list[str] = []
     s = load_settings(cfg, env={"GPUOPS_TEARDOWN_MAX_HOUR": "3"}, lenient=True, warn=lines.append)
     assert s.ledger.url == "sqlite:////tmp/elsewhere.db" and s.teardown.max_hours == 4.0 and s.up.spot is True
@@ -70,6 +79,7 @@ def test_lenient_skips_broken_keys_keeps_the_rest_and_warns_once(tmp_path):
 
 def test_emergency_commands_run_on_a_broken_config_and_up_refuses(gpuops_home, cli_env, tmp_path):
     (tmp_path / "infra.toml").write_text("[teardown]\nmax_hour = 1\n")
+
     def run(*a):
         return subprocess.run(gpuops_cmd(*a), env=cli_env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
 
@@ -77,7 +87,9 @@ def test_emergency_commands_run_on_a_broken_config_and_up_refuses(gpuops_home, c
         out = run(*args)
         assert out.returncode == 0, (args, out.stderr)
         warn = [x for x in out.stderr.splitlines() if x.startswith("warning:")]
-        assert len(warn) == 1 and "infra.toml:2: teardown.max_hour: unknown key (did you mean max_hours?)" in warn[0], out.stderr
+        assert len(warn) == 1 and "infra.toml:2: teardown.max_hour: unknown key (did you mean max_hours?)" in warn[0], (
+            out.stderr
+        )
     job = tmp_path / "j.sh"
     job.write_text("true\n")
     up = run("up", "--job", str(job))
@@ -103,12 +115,20 @@ def test_source_is_not_a_key_of_the_file(tmp_path):
 
 
 def test_bounds_and_choices_read_as_before(tmp_path):
-    for text, where in [("[teardown]\nmax_hours = 721\n", ":2: teardown.max_hours: Input should be less than or equal to 720"),
-                        ("[teardown]\nidle_util_percent = -1\n", ":2: teardown.idle_util_percent: Input should be greater than or equal to 0"),
-                        ("[up]\nprovider = 'aws'\n", ":2: up.provider: Input should be 'local', 'runpod' or 'vast'"),
-                        ("[job]\nrecover = 1.5\n", ":2: job.recover: Input should be a valid integer"),
-                        ("[[bootstrap.weights]]\nsha256 = 'ab'\n", "infra.toml: bootstrap.weights.0.source: Field required"),
-                        ("[providers]\nlocal = 3\n", ":2: providers.local: Input should be a valid dictionary or instance of LocalProviderSettings")]:
+    for text, where in [
+        ("[teardown]\nmax_hours = 721\n", ":2: teardown.max_hours: Input should be less than or equal to 720"),
+        (
+            "[teardown]\nidle_util_percent = -1\n",
+            ":2: teardown.idle_util_percent: Input should be greater than or equal to 0",
+        ),
+        ("[up]\nprovider = 'aws'\n", ":2: up.provider: Input should be 'local', 'runpod' or 'vast'"),
+        ("[job]\nrecover = 1.5\n", ":2: job.recover: Input should be a valid integer"),
+        ("[[bootstrap.weights]]\nsha256 = 'ab'\n", "infra.toml: bootstrap.weights.0.source: Field required"),
+        (
+            "[providers]\nlocal = 3\n",
+            ":2: providers.local: Input should be a valid dictionary or instance of LocalProviderSettings",
+        ),
+    ]:
         with pytest.raises(BadInput) as e:
             load_settings(_toml(tmp_path, text), env={})
         assert where in str(e.value), (text, str(e.value))

@@ -17,21 +17,50 @@ WIDTHS = (80, 100, 120)
 
 
 def _console(width: int) -> Console:
-    return Console(width=width, record=True, highlight=False, markup=False, soft_wrap=False, file=open("/dev/null", "w"))
+    return Console(
+        width=width, record=True, highlight=False, markup=False, soft_wrap=False, file=open("/dev/null", "w")
+    )
 
 
-def _group(name: str, cost: float, sim: float, hours: float, sessions: int, tokens: int, per: float | None, job: float | None) -> dict:
-    return {"name": name, "cost_usd": cost, "simulated_usd": sim, "gpu_hours": hours, "sessions": sessions, "open_sessions": 0,
-            "tokens": tokens, "usd_per_mtoken": per, "usd_per_mtoken_job": job, "simulated_usd_per_mtoken": None,
-            "simulated_usd_per_mtoken_job": None, "latest_conclusion": "the 8-bit run matched bf16 within noise, keep it"}
+def _group(
+    name: str, cost: float, sim: float, hours: float, sessions: int, tokens: int, per: float | None, job: float | None
+) -> dict:
+    return {
+        "name": name,
+        "cost_usd": cost,
+        "simulated_usd": sim,
+        "gpu_hours": hours,
+        "sessions": sessions,
+        "open_sessions": 0,
+        "tokens": tokens,
+        "usd_per_mtoken": per,
+        "usd_per_mtoken_job": job,
+        "simulated_usd_per_mtoken": None,
+        "simulated_usd_per_mtoken_job": None,
+        "latest_conclusion": "the 8-bit run matched bf16 within noise, keep it",
+    }
 
 
 def _month() -> dict:
-    exps = [_group(f"experiment-{i:02d}", 7880.1234 - i, 0.0, 1234.567, 3, 12_000_000 + i, 0.6567, 0.5012) for i in range(200)]
-    return {"month": "2026-11", "tz": "UTC", "total_usd": 1_576_024.68, "simulated_usd": 0.0, "gpu_hours": 246_913.4,
-            "sessions": 600, "open_sessions": 0, "tokens": 1_157_000_000_000, "usd_per_mtoken": 1.3622, "usd_per_mtoken_job": 1.0,
-            "by_experiment": exps, "by_card": [_group("a100-80gb-sxm x8", 7880.1234, 12.5, 1234.567, 185, 1_157_000_000, 6.8107, 5.9)],
-            "by_provider": [_group("runpod", 7880.1234, 0.0, 1234.567, 185, 1_157_000_000, None, None)]}
+    exps = [
+        _group(f"experiment-{i:02d}", 7880.1234 - i, 0.0, 1234.567, 3, 12_000_000 + i, 0.6567, 0.5012)
+        for i in range(200)
+    ]
+    return {
+        "month": "2026-11",
+        "tz": "UTC",
+        "total_usd": 1_576_024.68,
+        "simulated_usd": 0.0,
+        "gpu_hours": 246_913.4,
+        "sessions": 600,
+        "open_sessions": 0,
+        "tokens": 1_157_000_000_000,
+        "usd_per_mtoken": 1.3622,
+        "usd_per_mtoken_job": 1.0,
+        "by_experiment": exps,
+        "by_card": [_group("a100-80gb-sxm x8", 7880.1234, 12.5, 1234.567, 185, 1_157_000_000, 6.8107, 5.9)],
+        "by_provider": [_group("runpod", 7880.1234, 0.0, 1234.567, 185, 1_157_000_000, None, None)],
+    }
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -48,7 +77,9 @@ def test_ledger_month_keeps_every_digit(width, monkeypatch):
         assert number in text, number
     # the 185 folded rows' sums, whole
     assert f"{sum(7880.1234 - i for i in range(15, 200)):,.4f}" in text
-    if not left or "tokens" not in left[0]:  # the by-experiment table's tokens: shown whole, or the column is named as left out
+    if (
+        not left or "tokens" not in left[0]
+    ):  # the by-experiment table's tokens: shown whole, or the column is named as left out
         assert f"{sum(12_000_000 + i for i in range(15, 200)):,}" in text and "12,000,014" in text
     if not any("tokens" in x for x in left[1:]):
         assert "1,157,000,000 " in text
@@ -69,7 +100,18 @@ def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
 
     c = _console(width)
     monkeypatch.setattr(ledger_view, "_console", lambda: c)
-    rows = [_group("a-very-long-experiment-name-that-wraps-in-its-cell", 7880.1234, 0.0, 1234.567, 3, 1_157_000_000, 6.8107, 5.9)]
+    rows = [
+        _group(
+            "a-very-long-experiment-name-that-wraps-in-its-cell",
+            7880.1234,
+            0.0,
+            1234.567,
+            3,
+            1_157_000_000,
+            6.8107,
+            5.9,
+        )
+    ]
     ledger_view.render_experiments({"since": None, "until": None, "experiments": rows})
     text = c.export_text()
     assert "…" not in text
@@ -84,9 +126,20 @@ def test_offers_show_pcie_and_sxm_and_whole_ids(width):
     from gpuops.providers.base import Offer
     from gpuops.views.offers import OffersResult, render
 
-    offers = [Offer(provider="vast", offer_id="vast-offer-28417731-long", card=card, gpu_count=1, vram_bytes=80 * 2**30,
-                    usd_per_hour=price, spot=False, reliability=0.9987, region="Europe, Norway (NO)")
-              for card, price in (("a100-80gb-pcie", 1.187), ("a100-80gb-sxm", 1.493))]
+    offers = [
+        Offer(
+            provider="vast",
+            offer_id="vast-offer-28417731-long",
+            card=card,
+            gpu_count=1,
+            vram_bytes=80 * 2**30,
+            usd_per_hour=price,
+            spot=False,
+            reliability=0.9987,
+            region="Europe, Norway (NO)",
+        )
+        for card, price in (("a100-80gb-pcie", 1.187), ("a100-80gb-sxm", 1.493))
+    ]
     c = _console(width)
     render(OffersResult(offers=offers, providers=["vast"]), c)
     text = c.export_text()
@@ -107,8 +160,12 @@ def test_layout_leaves_out_by_stated_order_and_keeps_drop_zero():
 
 def test_print_table_names_what_was_left_out():
     c = _console(34)  # name 4 + cost 10 + rules 7 fit; tokens (13 more) does not
-    left = print_table(c, "t", [Col("name", NAME), Col("cost USD", NUM), Col("tokens", NUM, drop=1)],
-                       [["x", "7,880.1234", "1,157,000,000"]])
+    left = print_table(
+        c,
+        "t",
+        [Col("name", NAME), Col("cost USD", NUM), Col("tokens", NUM, drop=1)],
+        [["x", "7,880.1234", "1,157,000,000"]],
+    )
     text = c.export_text()
     assert left == ["tokens"] and "left out for width: tokens" in text and "7,880.1234" in text
 
@@ -117,14 +174,33 @@ def _run(args, width):
     env_cols = {"COLUMNS": str(width)}
     import os
 
-    return subprocess.run(gpuops_cmd(*args), env={**os.environ, **env_cols, "PYTHONPATH": "."}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        gpuops_cmd(*args),
+        env={**os.environ, **env_cols, "PYTHONPATH": "."},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_plan_model_all_every_max_batch_shown(width, cli_env):
-    doc = json.loads(subprocess.run(gpuops_cmd("plan", "--model", "all", "--format", "json"), env=cli_env, capture_output=True,
-                                    text=True, timeout=120).stdout)
-    out = subprocess.run(gpuops_cmd("plan", "--model", "all"), env={**cli_env, "COLUMNS": str(width)}, capture_output=True, text=True, timeout=120)
+    doc = json.loads(
+        subprocess.run(
+            gpuops_cmd("plan", "--model", "all", "--format", "json"),
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        ).stdout
+    )
+    out = subprocess.run(
+        gpuops_cmd("plan", "--model", "all"),
+        env={**cli_env, "COLUMNS": str(width)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout and max(len(x) for x in out.stdout.splitlines()) <= width
     for p in doc:
@@ -140,10 +216,18 @@ def test_plan_model_all_every_max_batch_shown(width, cli_env):
 @pytest.mark.parametrize("width", WIDTHS)
 def test_plan_one_model_every_figure_shown(width, cli_env):
     args = ("plan", "--model", "llama-3-8b")
-    doc = json.loads(subprocess.run(gpuops_cmd(*args, "--json"), env=cli_env, capture_output=True, text=True, timeout=120).stdout)
-    out = subprocess.run(gpuops_cmd(*args), env={**cli_env, "COLUMNS": str(width)}, capture_output=True, text=True, timeout=120)
+    doc = json.loads(
+        subprocess.run(gpuops_cmd(*args, "--json"), env=cli_env, capture_output=True, text=True, timeout=120).stdout
+    )
+    out = subprocess.run(
+        gpuops_cmd(*args), env={**cli_env, "COLUMNS": str(width)}, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "…" not in text
     for c in doc["cards"]:
-        assert f"{c['decode_tok_s']:,.1f}" in text and f"{c['max_concurrency']:,.2f}" in text and f"{c['kv_pool_bytes'] / 2**30:.2f}" in text
+        assert (
+            f"{c['decode_tok_s']:,.1f}" in text
+            and f"{c['max_concurrency']:,.2f}" in text
+            and f"{c['kv_pool_bytes'] / 2**30:.2f}" in text
+        )

@@ -54,7 +54,10 @@ def settings(**teardown):
 
 
 def test_success_books_a_closed_row_with_tokens(gpuops_home, tmp_path):
-    job = write_job(tmp_path, 'echo hello; echo \'{"tokens": 1500}\' >> "$GPUOPS_METRICS"; echo \'{"tokens": 500}\' >> "$GPUOPS_METRICS"; echo "s=$GPUOPS_SESSION e=$GPUOPS_EXPERIMENT"')
+    job = write_job(
+        tmp_path,
+        'echo hello; echo \'{"tokens": 1500}\' >> "$GPUOPS_METRICS"; echo \'{"tokens": 500}\' >> "$GPUOPS_METRICS"; echo "s=$GPUOPS_SESSION e=$GPUOPS_EXPERIMENT"',
+    )
     lines: list[str] = []
 
     class R(Reporter):
@@ -66,7 +69,9 @@ def test_success_books_a_closed_row_with_tokens(gpuops_home, tmp_path):
     assert summ["tokens"] == 2000
     assert summ["simulated"] is True and summ["usd_per_hour"] == 1.49
     assert summ["cost_usd"] == pytest.approx(summ["seconds"] / 3600 * 1.49, abs=1e-6)
-    assert summ["usd_per_mtoken"] == pytest.approx(summ["cost_usd"] / 2000 * 1e6, abs=3e-4)  # cost_usd rounded to 1e-6 USD, x 500
+    assert summ["usd_per_mtoken"] == pytest.approx(
+        summ["cost_usd"] / 2000 * 1e6, abs=3e-4
+    )  # cost_usd rounded to 1e-6 USD, x 500
     assert "hello" in lines and f"s={summ['session']} e=exp1" in lines
     row = Ledger(load_settings().ledger_url()).get(summ["session"])
     assert row.status == "closed" and row.instance_id == f"gpuops-{summ['session']}"
@@ -114,8 +119,13 @@ def test_ctrl_c_in_plan_books_nothing(gpuops_home, tmp_path):
 
 def test_dry_run_rents_nothing_and_books_nothing(gpuops_home, tmp_path, cli_env):
     job = write_job(tmp_path, "true")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job), "--card", "h100", "--max-hours", "2", "--dry-run", "--json"),
-                         env=cli_env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--card", "h100", "--max-hours", "2", "--dry-run", "--json"),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     plan = json.loads(out.stdout)
     # `h100` is the family (PCIe and SXM); the cheapest at catalog reference prices is the PCIe card.
@@ -140,8 +150,13 @@ def _wait_for(path_glob: str, root: Path, timeout: float = 30.0) -> Path:
 def test_cli_sigint_twice_during_job_still_tears_down_a_job_that_ignores_sigterm(gpuops_home, tmp_path, cli_env):
     job = write_job(tmp_path, "trap '' TERM; echo started; while true; do sleep 0.1; done")
     env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="1")
-    proc = subprocess.Popen(gpuops_cmd("up", "--job", str(job), "--json"), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job), "--json"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pidfile = _wait_for("boxes/*/.gpuops/run/job.pid", gpuops_home)
     deadline = time.monotonic() + 10
     while not pidfile.read_text().strip() and time.monotonic() < deadline:
@@ -159,39 +174,89 @@ def test_cli_sigint_twice_during_job_still_tears_down_a_job_that_ignores_sigterm
 
 def test_cli_end_to_end_then_month_report(gpuops_home, tmp_path, cli_env):
     env = dict(cli_env, WEIGHTS_MB="8", TOKENS="20", COPY_MB="8", GPUOPS_JOB_ENV="WEIGHTS_MB,TOKENS,COPY_MB")
-    out = subprocess.run(gpuops_cmd("up", "--card", "a100", "--job", str(REPO / "examples" / "bench.sh"), "--json", "--experiment", "bench"),
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        gpuops_cmd(
+            "up", "--card", "a100", "--job", str(REPO / "examples" / "bench.sh"), "--json", "--experiment", "bench"
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     summ = json.loads(out.stdout)
-    assert set(summ) >= {"session", "provider", "card", "usd_per_hour", "seconds", "cost_usd", "simulated", "tokens",
-                         "usd_per_mtoken", "end_reason", "exit_code", "log"}
+    assert set(summ) >= {
+        "session",
+        "provider",
+        "card",
+        "usd_per_hour",
+        "seconds",
+        "cost_usd",
+        "simulated",
+        "tokens",
+        "usd_per_mtoken",
+        "end_reason",
+        "exit_code",
+        "log",
+    }
     assert summ["tokens"] == 20 and summ["card"].startswith("a100")
     month = time.strftime("%Y-%m")
-    rep = json.loads(subprocess.run(gpuops_cmd("ledger", "month", "--json"), env=env, capture_output=True, text=True, timeout=60).stdout)
+    rep = json.loads(
+        subprocess.run(
+            gpuops_cmd("ledger", "month", "--json"), env=env, capture_output=True, text=True, timeout=60
+        ).stdout
+    )
     assert rep["month"] == month and rep["sessions"] == 1 and rep["tokens"] == 20
     assert rep["total_usd"] == 0 and rep["simulated_usd"] == pytest.approx(summ["cost_usd"], abs=1e-6)
     assert rep["by_experiment"][0]["name"] == "bench"
-    show = json.loads(subprocess.run(gpuops_cmd("ledger", "show", summ["session"][:17], "--json"), env=env,
-                                     capture_output=True, text=True, timeout=60).stdout)
+    show = json.loads(
+        subprocess.run(
+            gpuops_cmd("ledger", "show", summ["session"][:17], "--json"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
     assert show["status"] == "closed" and show["steps"][0]["name"] == "system" and show["events"][0]["kind"] == "intent"
-    note = subprocess.run(gpuops_cmd("ledger", "note", summ["session"], "bandwidth as expected"), env=env, capture_output=True, text=True, timeout=60)
+    note = subprocess.run(
+        gpuops_cmd("ledger", "note", summ["session"], "bandwidth as expected"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert note.returncode == 0
-    ps = json.loads(subprocess.run(gpuops_cmd("ps", "--json"), env=env, capture_output=True, text=True, timeout=60).stdout)
+    ps = json.loads(
+        subprocess.run(gpuops_cmd("ps", "--json"), env=env, capture_output=True, text=True, timeout=60).stdout
+    )
     assert ps == []
 
 
 def test_down_closes_an_open_session_as_manual(gpuops_home, tmp_path, cli_env):
     job = write_job(tmp_path, "sleep 60")
-    proc = subprocess.Popen(gpuops_cmd("up", "--job", str(job), "--json"), env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job), "--json"),
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _wait_for("boxes/*/.gpuops/run/job.pid", gpuops_home)
-    ps = json.loads(subprocess.run(gpuops_cmd("ps", "--json"), env=cli_env, capture_output=True, text=True, timeout=60).stdout)
+    ps = json.loads(
+        subprocess.run(gpuops_cmd("ps", "--json"), env=cli_env, capture_output=True, text=True, timeout=60).stdout
+    )
     assert len(ps) == 1 and ps[0]["status"] == "running"
-    down = subprocess.run(gpuops_cmd("down", "--all", "--json"), env=cli_env, capture_output=True, text=True, timeout=60)
+    down = subprocess.run(
+        gpuops_cmd("down", "--all", "--json"), env=cli_env, capture_output=True, text=True, timeout=60
+    )
     assert down.returncode == 0, down.stderr
     assert json.loads(down.stdout)[0]["end_reason"] == "manual"
     out, _ = proc.communicate(timeout=60)
     assert json.loads(out)["end_reason"] == "manual"  # the first close wins; `up` does not rewrite it
-    again = subprocess.run(gpuops_cmd("down", ps[0]["session"], "--json"), env=cli_env, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(
+        gpuops_cmd("down", ps[0]["session"], "--json"), env=cli_env, capture_output=True, text=True, timeout=60
+    )
     assert json.loads(again.stdout)[0]["destroyed"] is False
 
 
@@ -227,6 +292,10 @@ def test_missing_provider_key_is_bad_input_before_anything_is_booked(gpuops_home
     job = write_job(tmp_path, "true")
     env = {k: v for k, v in cli_env.items() if k not in ("RUNPOD_API_KEY", "VAST_API_KEY")}
     env["HOME"] = str(tmp_path)  # no ~/.runpod or vastai key file
-    out = subprocess.run(gpuops_cmd("up", "--provider", "vast", "--job", str(job)), env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        gpuops_cmd("up", "--provider", "vast", "--job", str(job)), env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and "VAST_API_KEY" in out.stderr
-    assert not (gpuops_home / "ledger.db").exists() or Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []
+    assert (
+        not (gpuops_home / "ledger.db").exists() or Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []
+    )

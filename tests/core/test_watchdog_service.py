@@ -33,11 +33,15 @@ def verify_unit(tmp_path: Path, text: str) -> str:
     run_dir = tempfile.mkdtemp(prefix="sd-", dir="/tmp")
     try:
         env = dict(os.environ, XDG_RUNTIME_DIR=run_dir)
-        r = subprocess.run(["systemd-analyze", "verify", "--user", str(unit)], capture_output=True, text=True, timeout=60, env=env)
+        r = subprocess.run(
+            ["systemd-analyze", "verify", "--user", str(unit)], capture_output=True, text=True, timeout=60, env=env
+        )
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
     assert r.returncode == 0 or svc.UNIT_NAME in r.stderr, r.stderr
-    return "".join(line + "\n" for line in (r.stdout + r.stderr).splitlines() if svc.UNIT_NAME in line or str(unit.parent) in line)
+    return "".join(
+        line + "\n" for line in (r.stdout + r.stderr).splitlines() if svc.UNIT_NAME in line or str(unit.parent) in line
+    )
 
 
 def test_the_unit_passes_systemd_analyze_verify(tmp_path):
@@ -47,7 +51,9 @@ def test_the_unit_passes_systemd_analyze_verify(tmp_path):
 
 def test_systemd_analyze_catches_a_broken_unit(tmp_path):
     # the check is real: a misspelt key and a bad Restart= value are named
-    bad = svc.render_unit(svc.watchdog_argv(20, tmp_path / "e.env", None)).replace("Restart=on-failure", "Restart=sometimes\nRestrat=no")
+    bad = svc.render_unit(svc.watchdog_argv(20, tmp_path / "e.env", None)).replace(
+        "Restart=on-failure", "Restart=sometimes\nRestrat=no"
+    )
     said = verify_unit(tmp_path, bad)
     assert "Failed to parse service restart specifier" in said and "Unknown key 'Restrat'" in said
 
@@ -72,14 +78,28 @@ def test_the_plist_reads_back_as_the_launchd_agent(tmp_path):
     argv = svc.watchdog_argv(45, tmp_path / "watchdog.env", str(tmp_path / "infra.toml"))
     plist = plistlib.loads(svc.render_plist(argv, tmp_path / "logs" / "watchdog.log"))
     assert plist["Label"] == svc.LAUNCHD_LABEL
-    assert plist["ProgramArguments"] == [sys.executable, "-m", "gpuops", "watchdog", "--interval", "45", "--env-file",
-                                         str(tmp_path / "watchdog.env"), "--config", str(tmp_path / "infra.toml")]
+    assert plist["ProgramArguments"] == [
+        sys.executable,
+        "-m",
+        "gpuops",
+        "watchdog",
+        "--interval",
+        "45",
+        "--env-file",
+        str(tmp_path / "watchdog.env"),
+        "--config",
+        str(tmp_path / "infra.toml"),
+    ]
     assert plist["RunAtLoad"] is True and plist["KeepAlive"] == {"SuccessfulExit": False}  # restarted when it fails
     assert plist["StandardOutPath"] == plist["StandardErrorPath"] == str(tmp_path / "logs" / "watchdog.log")
 
 
 def test_env_file_round_trips_through_dotenv(tmp_path):
-    env = {"GPUOPS_LEDGER_URL": 'postgresql+psycopg://u:p"a\\ss$x@db/gpuops', "RUNPOD_API_KEY": SECRET, "GPUOPS_NOTE": "two\nlines"}
+    env = {
+        "GPUOPS_LEDGER_URL": 'postgresql+psycopg://u:p"a\\ss$x@db/gpuops',
+        "RUNPOD_API_KEY": SECRET,
+        "GPUOPS_NOTE": "two\nlines",
+    }
     path = tmp_path / "w.env"
     path.write_text(svc.env_file_text(env))
     path.chmod(0o600)
@@ -90,10 +110,20 @@ def test_env_file_round_trips_through_dotenv(tmp_path):
 
 
 def test_service_env_takes_gpuops_variables_and_provider_keys_only():
-    env = {"GPUOPS_USER_NAME": "alice", "RUNPOD_API_KEY": "k", "VAST_URL": "http://127.0.0.1:1", "HOME": "/h", "AWS_SECRET": "no",
-           "XDG_CONFIG_HOME": "/c"}
-    assert svc.service_env(env) == {"GPUOPS_USER_NAME": "alice", "RUNPOD_API_KEY": "k", "VAST_URL": "http://127.0.0.1:1",
-                                    "XDG_CONFIG_HOME": "/c"}
+    env = {
+        "GPUOPS_USER_NAME": "alice",
+        "RUNPOD_API_KEY": "k",
+        "VAST_URL": "http://127.0.0.1:1",
+        "HOME": "/h",
+        "AWS_SECRET": "no",
+        "XDG_CONFIG_HOME": "/c",
+    }
+    assert svc.service_env(env) == {
+        "GPUOPS_USER_NAME": "alice",
+        "RUNPOD_API_KEY": "k",
+        "VAST_URL": "http://127.0.0.1:1",
+        "XDG_CONFIG_HOME": "/c",
+    }
 
 
 def test_no_service_manager_is_one_line_and_exit_2(cli, tmp_path, monkeypatch):
@@ -145,8 +175,12 @@ def test_install_status_uninstall_on_systemd(cli, stand_ins, tmp_path, gpuops_ho
     assert r.returncode == 0, r
     unit = tmp_path / "xdg-config" / "systemd" / "user" / svc.UNIT_NAME
     env_file = tmp_path / "xdg-config" / "gpuops" / "watchdog.env"
-    assert stand_ins() == ["systemctl --user show-environment", "systemctl --user daemon-reload",
-                           f"systemctl --user enable {svc.UNIT_NAME}", f"systemctl --user restart {svc.UNIT_NAME}"]
+    assert stand_ins() == [
+        "systemctl --user show-environment",
+        "systemctl --user daemon-reload",
+        f"systemctl --user enable {svc.UNIT_NAME}",
+        f"systemctl --user restart {svc.UNIT_NAME}",
+    ]
     text = unit.read_text()
     assert SECRET not in text and "Restart=on-failure" in text and "StandardOutput=journal" in text
     assert f"--env-file {env_file}" in text and f"--config {cfg}" in text and "--interval 20" in text
@@ -158,10 +192,18 @@ def test_install_status_uninstall_on_systemd(cli, stand_ins, tmp_path, gpuops_ho
     r = cli("watchdog", "--status", "--json")
     assert r.returncode == 0, r
     st = json.loads(r.stdout)
-    assert (st["manager"], st["installed"], st["active"], st["pid"], st["since_at"]) == ("systemd", True, True, 4242, "2025-12-01T09:23:20Z")
+    assert (st["manager"], st["installed"], st["active"], st["pid"], st["since_at"]) == (
+        "systemd",
+        True,
+        True,
+        4242,
+        "2025-12-01T09:23:20Z",
+    )
     assert st["watchdogs"] == []
     r = cli("watchdog", "--status")
-    assert "running, active (running) since 2025-12-01T09:23:20Z (pid 4242)" in r.stdout and "no watchdog pass" in r.stdout
+    assert (
+        "running, active (running) since 2025-12-01T09:23:20Z (pid 4242)" in r.stdout and "no watchdog pass" in r.stdout
+    )
 
     r = cli("watchdog", "--uninstall")
     assert r.returncode == 0 and "removed" in r.stdout
@@ -190,7 +232,10 @@ def test_install_status_uninstall_on_launchd(cli, stand_ins, tmp_path, monkeypat
     assert plist["ProgramArguments"][3:6] == ["watchdog", "--interval", "30"]
     assert Path(plist["StandardOutPath"]).parent.is_dir()  # launchd does not create the log's folder
     uid = os.getuid()
-    assert stand_ins() == [f"launchctl bootout gui/{uid}/{svc.LAUNCHD_LABEL}", f"launchctl bootstrap gui/{uid} {plist_path}"]
+    assert stand_ins() == [
+        f"launchctl bootout gui/{uid}/{svc.LAUNCHD_LABEL}",
+        f"launchctl bootstrap gui/{uid} {plist_path}",
+    ]
     st = json.loads(cli("watchdog", "--status", "--json").stdout)
     assert (st["manager"], st["active"], st["pid"]) == ("launchd", True, 777)
     assert cli("watchdog", "--uninstall").returncode == 0

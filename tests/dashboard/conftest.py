@@ -65,8 +65,14 @@ def run_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def dashboard_url(dash_env):
     """`gpuops dashboard --port 0` running; yields its URL; ended (TERM, then KILL) afterwards."""
-    proc = subprocess.Popen(gpuops_cmd("dashboard", "--port", "0", "--month", "2026-11", "--tz", "UTC"), env=dash_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        gpuops_cmd("dashboard", "--port", "0", "--month", "2026-11", "--tz", "UTC"),
+        env=dash_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
@@ -80,7 +86,9 @@ def dashboard_url(dash_env):
             if "http://127.0.0.1:" in line:
                 url = line.split()[2]
             elif proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gpuops dashboard did not start (rc {proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}")
+                raise RuntimeError(
+                    f"gpuops dashboard did not start (rc {proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}"
+                )
         yield url
     finally:
         proc.terminate()

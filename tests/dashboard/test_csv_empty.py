@@ -8,8 +8,10 @@ def test_ledger_sessions_csv_with_no_sessions_is_its_header(gpuops_home, cli):
     # header the README promises ("--format csv: header first").
     out = cli("ledger", "sessions", "--format", "csv")
     assert out.returncode == 0, out.stderr
-    assert out.stdout == ("session,run,started,date,experiment,provider,card,gpu_count,status,end_reason,"
-                          "hours,usd_per_hour,cost_usd,simulated,tokens,usd_per_mtoken,conclusion\n")
+    assert out.stdout == (
+        "session,run,started,date,experiment,provider,card,gpu_count,status,end_reason,"
+        "hours,usd_per_hour,cost_usd,simulated,tokens,usd_per_mtoken,conclusion\n"
+    )
 
 
 def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_home, cli):
@@ -19,11 +21,16 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
     assert ps.returncode == 0, ps.stderr
     header = ps.stdout.splitlines()
     assert len(header) == 1 and header[0].startswith("session,experiment,job,provider,card,gpu_count,spot,")
-    assert header[0].endswith(",owner,account,run_id,attempt,max_session_usd,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds")
+    assert header[0].endswith(
+        ",owner,account,run_id,attempt,max_session_usd,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds"
+    )
     rec = cli("reconcile", "--format", "csv")
     assert (rec.returncode, rec.stdout) == (0, "session,kind,detail\n"), rec.stderr
     vols = cli("volumes", "list", "--format", "csv")
-    assert (vols.returncode, vols.stdout) == (0, "provider,id,name,size_gb,region,usd_per_month,kind,machine_id,mount_path\n"), vols.stderr
+    assert (vols.returncode, vols.stdout) == (
+        0,
+        "provider,id,name,size_gb,region,usd_per_month,kind,machine_id,mount_path\n",
+    ), vols.stderr
 
 
 def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
@@ -33,7 +40,9 @@ def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
     from ledger import Ledger
     from ledger.models import Session
 
-    row = Session(id="s-1", experiment="e", job="j.sh", provider="local", card="a100-80gb", status="open", created_at=1.0)
+    row = Session(
+        id="s-1", experiment="e", job="j.sh", provider="local", card="a100-80gb", status="open", created_at=1.0
+    )
     led = Ledger(os.environ["GPUOPS_LEDGER_URL"])  # the header is the ledger's columns: the model's, in its order
     try:
         assert tuple(row_json(row)) + LIVE_COLUMNS == open_session_columns(led)

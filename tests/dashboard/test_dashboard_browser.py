@@ -16,10 +16,13 @@ from tests.dashboard.conftest import HOSTILE_NOTE, artifacts_dir, run_cli
 
 pytestmark = pytest.mark.slow
 
-FIGURES_JS = ("JSON.stringify([...document.querySelectorAll('[data-key]')]"
-              ".map(e => [e.dataset.key, JSON.parse(e.dataset.value), e.textContent.trim()]))")
-CHART_JS = ("JSON.stringify(Chart.getChart(document.getElementById('daily-chart')).data.datasets"
-            ".map(d => [d.label, d.data]))")
+FIGURES_JS = (
+    "JSON.stringify([...document.querySelectorAll('[data-key]')]"
+    ".map(e => [e.dataset.key, JSON.parse(e.dataset.value), e.textContent.trim()]))"
+)
+CHART_JS = (
+    "JSON.stringify(Chart.getChart(document.getElementById('daily-chart')).data.datasets.map(d => [d.label, d.data]))"
+)
 WIDTHS = ((1280, 900), (390, 844))
 
 
@@ -60,14 +63,30 @@ def check_figures(page, month: dict, sessions: dict) -> int:
             assert text == "-", key
         else:
             decimals = len(text.split(".")[1]) if "." in text else 0
-            assert _shown_number(text) == pytest.approx(expected, abs=0.5 * 10 ** -decimals + 1e-12), f"{key}: {text}"
+            assert _shown_number(text) == pytest.approx(expected, abs=0.5 * 10**-decimals + 1e-12), f"{key}: {text}"
     # every figure of the month report is on the page
-    need = {f"report.{k}" for k in ("total_usd", "simulated_usd", "gpu_hours", "sessions", "tokens", "usd_per_mtoken", "usd_per_mtoken_job")}
+    need = {
+        f"report.{k}"
+        for k in (
+            "total_usd",
+            "simulated_usd",
+            "gpu_hours",
+            "sessions",
+            "tokens",
+            "usd_per_mtoken",
+            "usd_per_mtoken_job",
+        )
+    }
     for group in ("by_experiment", "by_card", "by_provider"):
         for i, _ in enumerate(month[group]):
-            need |= {f"report.{group}.{i}.{k}" for k in ("name", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens")}
+            need |= {
+                f"report.{group}.{i}.{k}"
+                for k in ("name", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens")
+            }
     for i, _ in enumerate(month["days"]):
-        need |= {f"report.days.{i}.{k}" for k in ("date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens")}
+        need |= {
+            f"report.days.{i}.{k}" for k in ("date", "cost_usd", "simulated_usd", "gpu_hours", "sessions", "tokens")
+        }
     for i, _ in enumerate(sessions["sessions"]):
         need |= {f"sessions.{i}.tokens", f"sessions.{i}.usd_per_mtoken"}
     assert need <= seen, f"missing on the page: {sorted(need - seen)[:10]}"
@@ -111,7 +130,9 @@ def test_served_page_matches_the_cli(dash_env, dashboard_url, browser, ledger_ur
     # another zone through the form's query: the same function answers, so the same figures
     page = browser.page(1280, 900)
     page.goto(dashboard_url + "?month=2026-11&tz=Asia%2FTokyo")
-    tokyo = json.loads(run_cli(dash_env, "ledger", "month", "2026-11", "--tz", "Asia/Tokyo", "--by", "day", "--json").stdout)
+    tokyo = json.loads(
+        run_cli(dash_env, "ledger", "month", "2026-11", "--tz", "Asia/Tokyo", "--by", "day", "--json").stdout
+    )
     figures = dict((k, v) for k, v, _ in json.loads(page.eval(FIGURES_JS)))
     assert figures["report.total_usd"] == tokyo["total_usd"] != month["total_usd"]  # s7 is November in Tokyo
     assert page.eval("document.querySelector('input[name=tz]').value") == "Asia/Tokyo"
@@ -178,9 +199,11 @@ def test_only_loopback_host_headers_are_served(dashboard_url):
         assert status == 200 and json.loads(body)["report"]["month"] == "2026-11", host
 
 
-OPEN_JS = ("JSON.stringify([...document.querySelectorAll('#open_boxes [data-live]')].map(e => "
-           "[e.closest('tr').dataset.session, e.dataset.live, e.dataset.value && JSON.parse(e.dataset.value), e.textContent.trim(), "
-           "e.getBoundingClientRect().right]))")
+OPEN_JS = (
+    "JSON.stringify([...document.querySelectorAll('#open_boxes [data-live]')].map(e => "
+    "[e.closest('tr').dataset.session, e.dataset.live, e.dataset.value && JSON.parse(e.dataset.value), e.textContent.trim(), "
+    "e.getBoundingClientRect().right]))"
+)
 
 
 @pytest.mark.timeout(600)
@@ -205,7 +228,10 @@ def test_open_boxes_first_live_and_readable_at_390px(dash_env, dashboard_url, br
     took = time.time() - t0 + 1.0
     for sid, key, value, text, _ in first:
         if key == "accrued_usd":
-            assert value == pytest.approx(ps[sid]["accrued_usd"], abs=ps[sid]["usd_per_hour"] * (took + 60) / 3600), (sid, value)
+            assert value == pytest.approx(ps[sid]["accrued_usd"], abs=ps[sid]["usd_per_hour"] * (took + 60) / 3600), (
+                sid,
+                value,
+            )
             assert text.startswith("$")
         if key == "usd_per_hour":
             assert value == ps[sid]["usd_per_hour"] and text == f"${value:,.4f}"
@@ -223,22 +249,44 @@ def test_open_boxes_first_live_and_readable_at_390px(dash_env, dashboard_url, br
     assert "no cost yet" not in page.eval("document.body.innerText")
     # where the month went: by experiment and by card as charts, the report's figures
     for canvas, group in (("experiment-chart", "by_experiment"), ("card-chart", "by_card")):
-        got = dict(json.loads(page.eval(f"JSON.stringify(Chart.getChart(document.getElementById('{canvas}')).data.datasets"
-                                        ".map(d => [d.label, d.data]))")))
+        got = dict(
+            json.loads(
+                page.eval(
+                    f"JSON.stringify(Chart.getChart(document.getElementById('{canvas}')).data.datasets"
+                    ".map(d => [d.label, d.data]))"
+                )
+            )
+        )
         assert got["real USD"] == [g["cost_usd"] for g in month[group]]
         assert got["simulated USD (not charged)"] == [g["simulated_usd"] for g in month[group]]
     # the month against the 5 before it: a bar chart on screen at 390 px, each month's figures
     # equal `ledger month YYYY-MM --json`, real and simulated apart
-    got = dict(json.loads(page.eval("JSON.stringify(Chart.getChart(document.getElementById('trend-chart')).data.datasets"
-                                    ".map(d => [d.label, d.data]))")))
+    got = dict(
+        json.loads(
+            page.eval(
+                "JSON.stringify(Chart.getChart(document.getElementById('trend-chart')).data.datasets"
+                ".map(d => [d.label, d.data]))"
+            )
+        )
+    )
     months = json.loads(page.eval("JSON.stringify(Chart.getChart(document.getElementById('trend-chart')).data.labels)"))
     assert months == ["2026-06", "2026-07", "2026-08", "2026-09", "2026-10", "2026-11"]
     cli = [json.loads(run_cli(dash_env, "ledger", "month", m, "--tz", "UTC", "--json").stdout) for m in months]
-    assert got["real USD"] == [c["total_usd"] for c in cli] and got["simulated USD (not charged)"] == [c["simulated_usd"] for c in cli]
-    assert cli[2]["simulated_usd"] > 0 == cli[2]["total_usd"] and cli[3]["total_usd"] > 0  # Aug simulated only, Sep real
-    box = json.loads(page.eval("(b => JSON.stringify([b.left, b.right, b.width, b.height]))"
-                               "(document.getElementById('trend-chart').getBoundingClientRect())"))
+    assert got["real USD"] == [c["total_usd"] for c in cli] and got["simulated USD (not charged)"] == [
+        c["simulated_usd"] for c in cli
+    ]
+    assert (
+        cli[2]["simulated_usd"] > 0 == cli[2]["total_usd"] and cli[3]["total_usd"] > 0
+    )  # Aug simulated only, Sep real
+    box = json.loads(
+        page.eval(
+            "(b => JSON.stringify([b.left, b.right, b.width, b.height]))"
+            "(document.getElementById('trend-chart').getBoundingClientRect())"
+        )
+    )
     assert box[0] >= 0 and box[1] <= 390 and box[2] > 200 and box[3] > 100, box
     line = page.eval("document.getElementById('trend-line').innerText")
-    assert f"${cli[5]['total_usd']:,.4f} this month (2026-11) vs ${cli[4]['total_usd']:,.4f} last month (2026-10)" in line, line
+    assert (
+        f"${cli[5]['total_usd']:,.4f} this month (2026-11) vs ${cli[4]['total_usd']:,.4f} last month (2026-10)" in line
+    ), line
     page.screenshot(artifacts_dir() / "served-open-boxes-390px.png")

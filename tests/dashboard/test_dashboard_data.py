@@ -19,15 +19,29 @@ NOW = 1_800_000_000.0
 
 
 def _row(**kw):
-    base = dict(id="s9", experiment="exp", provider="local", card="a100-80gb", gpu_count=1, status="running",
-                simulated=True, usd_per_hour=1.8, created_at=NOW - 3700.0, instance_created_at=NOW - 3600.0)
+    base = dict(
+        id="s9",
+        experiment="exp",
+        provider="local",
+        card="a100-80gb",
+        gpu_count=1,
+        status="running",
+        simulated=True,
+        usd_per_hour=1.8,
+        created_at=NOW - 3700.0,
+        instance_created_at=NOW - 3600.0,
+    )
     base.update(kw)
     return SimpleNamespace(**base)
 
 
 def test_open_box_from_the_agents_status():
-    status = {"heartbeat": NOW - 5.0, "sample_seconds": 10.0, "teardown": {"max_hours": 2.0, "idle_minutes": 15.0},
-              "decision": {"action": "keep", "idle_since": NOW - 180.0}}
+    status = {
+        "heartbeat": NOW - 5.0,
+        "sample_seconds": 10.0,
+        "teardown": {"max_hours": 2.0, "idle_minutes": 15.0},
+        "decision": {"action": "keep", "idle_since": NOW - 180.0},
+    }
     b = box_row(_row(), status, NOW, TeardownSettings())
     assert b["usd_per_hour"] == 1.8 and b["simulated"] is True
     assert b["up_seconds"] == 3600.0
@@ -56,24 +70,33 @@ def test_idle_states():
 
 
 def test_page_formats():
-    assert fmt(1234.56789) == "$1,234.5679" and fmt(-1e-6) == "$0.0000" and fmt(None) == "-" and fmt(12_000_000, "int") == "12,000,000"
+    assert (
+        fmt(1234.56789) == "$1,234.5679"
+        and fmt(-1e-6) == "$0.0000"
+        and fmt(None) == "-"
+        and fmt(12_000_000, "int") == "12,000,000"
+    )
     assert fmt(7.0, "hours") == "7.000"
     assert duration(40) == "40 s" and duration(754) == "12 min" and duration(7500) == "2 h 05 min"
     assert duration(-180) == "overdue 3 min"
 
 
 def test_dashboard_is_imported_only_by_its_command():
-    code = ("import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.views.dashboard') "
-            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.views.dashboard') "
+        "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
 def test_bad_input_is_one_line_exit_2(cli_env, tmp_path):
-    for args, words in ((["--month", "2026-13", "--html", str(tmp_path / "x.html")], "month must look like 2026-11"),
-                        (["--tz", "Mars/Olympus", "--html", str(tmp_path / "x.html")], "unknown time zone"),
-                        (["--port", "70000"], "--port must be 0..65535"),
-                        (["--html", str(tmp_path)], "is a directory")):
+    for args, words in (
+        (["--month", "2026-13", "--html", str(tmp_path / "x.html")], "month must look like 2026-11"),
+        (["--tz", "Mars/Olympus", "--html", str(tmp_path / "x.html")], "unknown time zone"),
+        (["--port", "70000"], "--port must be 0..65535"),
+        (["--html", str(tmp_path)], "is a directory"),
+    ):
         r = run_cli(cli_env, "dashboard", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
@@ -100,15 +123,36 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
     now = time.time()
     box = gpuops_home / "boxes" / "gpuops-20261130-0900-abcd"
     (box / ".gpuops").mkdir(parents=True)
-    (box / "instance.json").write_text(json.dumps({"id": box.name, "label": box.name, "usd_per_hour": 3.6, "created_at": now - 1800}))
-    (box / ".gpuops" / "agent-status.json").write_text(json.dumps({
-        "heartbeat": now - 2, "sample_seconds": 10, "teardown": {"max_hours": 1.0, "idle_minutes": 20},
-        "decision": {"action": "keep", "reason": None, "explanation": "busy", "idle_since": None}}))
+    (box / "instance.json").write_text(
+        json.dumps({"id": box.name, "label": box.name, "usd_per_hour": 3.6, "created_at": now - 1800})
+    )
+    (box / ".gpuops" / "agent-status.json").write_text(
+        json.dumps(
+            {
+                "heartbeat": now - 2,
+                "sample_seconds": 10,
+                "teardown": {"max_hours": 1.0, "idle_minutes": 20},
+                "decision": {"action": "keep", "reason": None, "explanation": "busy", "idle_since": None},
+            }
+        )
+    )
     settings = load_settings(None)
     led = Ledger(settings.ledger_url())
-    led.add_session(Session(id="20261130-0900-abcd", experiment="sweep", provider="local", card="h100-sxm", label=box.name,
-                            status="running", created_at=now - 1860, instance_id=box.name, instance_created_at=now - 1800,
-                            usd_per_hour=3.6, simulated=True))
+    led.add_session(
+        Session(
+            id="20261130-0900-abcd",
+            experiment="sweep",
+            provider="local",
+            card="h100-sxm",
+            label=box.name,
+            status="running",
+            created_at=now - 1860,
+            instance_id=box.name,
+            instance_created_at=now - 1800,
+            usd_per_hour=3.6,
+            simulated=True,
+        )
+    )
     led.engine.dispose()
     from ledger.reports import this_month
 
@@ -131,19 +175,38 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     now = time.time()
     settings = load_settings(None, {"teardown": {"monthly_cap_usd": 10.0}})
     led = Ledger(settings.ledger_url())
-    led.add_session(Session(id="20261201-0900-real", experiment="sweep", provider="runpod", card="rtx-4090", status="running",
-                            created_at=now - 3610, instance_id="pod-1", instance_created_at=now - 3600, usd_per_hour=2.0))
+    led.add_session(
+        Session(
+            id="20261201-0900-real",
+            experiment="sweep",
+            provider="runpod",
+            card="rtx-4090",
+            status="running",
+            created_at=now - 3610,
+            instance_id="pod-1",
+            instance_created_at=now - 3600,
+            usd_per_hour=2.0,
+        )
+    )
     led.engine.dispose()
     d = build(settings, None, "UTC", now=now, read_status=lambda row: None)
     bu = d["budget"]
     from gpuops.rental.budget import month_start_end
 
-    in_month = now - max(now - 3600, month_start_end(now)[0])  # the hour, or its part in this month (a run just after midnight on the 1st)
-    assert bu["monthly_cap_usd"] == 10.0 and bu["spent_usd"] == pytest.approx(2.0 * in_month / 3600, abs=0.01)  # $2/h, accrued to now
+    in_month = now - max(
+        now - 3600, month_start_end(now)[0]
+    )  # the hour, or its part in this month (a run just after midnight on the 1st)
+    assert bu["monthly_cap_usd"] == 10.0 and bu["spent_usd"] == pytest.approx(
+        2.0 * in_month / 3600, abs=0.01
+    )  # $2/h, accrued to now
     assert bu["cap_fraction"] == pytest.approx(bu["spent_usd"] / 10.0, abs=1e-9)
     assert d["billing_now"]["real"] == {"usd_per_hour": 2.0, "accrued_usd": pytest.approx(2.0, abs=1e-6), "boxes": 1}
     html = page.render(d, inline=True)
-    assert f'<progress max="1" value="{bu["cap_fraction"]}"' in html and "of the monthly cap <span" in html and "$10.0000" in html
+    assert (
+        f'<progress max="1" value="{bu["cap_fraction"]}"' in html
+        and "of the monthly cap <span" in html
+        and "$10.0000" in html
+    )
     got = live(settings, now=now)
     ps = json.loads(cli("ps", "--all", "--json").stdout)
     assert [b["session"] for b in got["open_boxes"]] == [r["session"] for r in ps] == ["20261201-0900-real"]
@@ -186,14 +249,27 @@ def test_the_trend_equals_ledger_month_for_each_month(dash_env, ledger_url, monk
         r = run_cli(dash_env, "ledger", "month", t["month"], "--tz", "UTC", "--json")
         assert r.returncode == 0, r.stderr
         cli = json.loads(r.stdout)
-        assert (t["total_usd"], t["simulated_usd"], t["sessions"]) == (cli["total_usd"], cli["simulated_usd"], cli["sessions"]), t["month"]
+        assert (t["total_usd"], t["simulated_usd"], t["sessions"]) == (
+            cli["total_usd"],
+            cli["simulated_usd"],
+            cli["sessions"],
+        ), t["month"]
     by = {t["month"]: t for t in d["trend"]}
     # hand-computed: s8 runs 1 h either side of Sep/Oct at $1/h; s7 is 29 min of October at $0.40/h
     assert by["2026-09"]["total_usd"] == pytest.approx(1.0, abs=1e-6) and by["2026-09"]["simulated_usd"] == 0
     assert by["2026-10"]["total_usd"] == pytest.approx(1.0 + 0.40 * 1740 / 3600, abs=1e-6)  # s7 bills from 23:31
-    assert by["2026-08"] == {"month": "2026-08", "total_usd": 0, "simulated_usd": pytest.approx(0.45, abs=1e-6), "sessions": 1, "open_sessions": 0}
+    assert by["2026-08"] == {
+        "month": "2026-08",
+        "total_usd": 0,
+        "simulated_usd": pytest.approx(0.45, abs=1e-6),
+        "sessions": 1,
+        "open_sessions": 0,
+    }
     assert by["2026-07"]["sessions"] == 0 and by["2026-07"]["total_usd"] == 0
-    assert by["2026-11"]["total_usd"] == d["report"]["total_usd"] and by["2026-11"]["simulated_usd"] == d["report"]["simulated_usd"] > 0
+    assert (
+        by["2026-11"]["total_usd"] == d["report"]["total_usd"]
+        and by["2026-11"]["simulated_usd"] == d["report"]["simulated_usd"] > 0
+    )
     html = page.render(d, inline=True)
     line = html.split('<p id="trend-line">')[1].split("</p>")[0]
     assert f"{page.fmt(by['2026-11']['total_usd'])}</span> this month (2026-11) vs" in line

@@ -15,4 +15,3 @@ def test_html_into_a_missing_folder_is_bad_input(gpuops_home, cli, tmp_path):
     assert ok.returncode == 0, ok.stderr
     assert (tmp_path / "costs.html").read_text().lstrip().lower().startswith("<!doctype html")
     assert not (tmp_path / "costs.html.tmp").exists()
-

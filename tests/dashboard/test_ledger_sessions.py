@@ -15,14 +15,30 @@ def _ids(env, *args) -> list[str]:
 
 
 def test_newest_first_with_filters(dash_env):
-    assert _ids(dash_env) == ["s6", "s4", "s3", "s5", "s2", "s1", "s7", "s8", "s9"]  # s8, s9: the trend's earlier months
+    assert _ids(dash_env) == [
+        "s6",
+        "s4",
+        "s3",
+        "s5",
+        "s2",
+        "s1",
+        "s7",
+        "s8",
+        "s9",
+    ]  # s8, s9: the trend's earlier months
     assert _ids(dash_env, "--experiment", "finetune") == ["s6", "s5"]
     assert _ids(dash_env, "--since", "2026-11-05") == ["s6", "s4", "s3"]
     r = run_cli(dash_env, "ledger", "sessions", "--json", "--limit", "2")
     doc = json.loads(r.stdout)
     assert [s["session"] for s in doc["sessions"]] == ["s6", "s4"] and doc["more"] is True
     s4 = doc["sessions"][1]
-    assert (s4["cost_usd"], s4["simulated"], s4["tokens"], s4["usd_per_mtoken"], s4["hours"]) == (0.45, True, 1_000_000, 0.45, 0.5)
+    assert (s4["cost_usd"], s4["simulated"], s4["tokens"], s4["usd_per_mtoken"], s4["hours"]) == (
+        0.45,
+        True,
+        1_000_000,
+        0.45,
+        0.5,
+    )
     assert doc["sessions"][0]["cost_usd"] is None  # open: no cost yet
 
 

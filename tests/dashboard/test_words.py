@@ -33,8 +33,20 @@ def test_mtok_terms_are_defined_in_help(cli_env):
 
 
 def test_slowest_step_only_when_it_took_time(capsys):
-    summ = {"session": "s", "provider": "local", "card": "a100", "usd_per_hour": 1.0, "seconds": 2.0, "cost_usd": 0.1,
-            "simulated": True, "tokens": 0, "usd_per_mtoken": None, "end_reason": "job_end", "exit_code": 0, "log": "x"}
+    summ = {
+        "session": "s",
+        "provider": "local",
+        "card": "a100",
+        "usd_per_hour": 1.0,
+        "seconds": 2.0,
+        "cost_usd": 0.1,
+        "simulated": True,
+        "tokens": 0,
+        "usd_per_mtoken": None,
+        "end_reason": "job_end",
+        "exit_code": 0,
+        "log": "x",
+    }
     ui.render_summary(summ | {"slowest_step": "verify", "slowest_step_seconds": 0.0})
     out = capsys.readouterr().out
     assert "verify" not in out
@@ -56,9 +68,24 @@ def test_dry_run_names_experiment_and_note(cli_env, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
     note = "try [bold]batch 8[/bold] & <fp8>"
-    r = run_cli(cli_env, "up", "--job", str(job), "--card", "a100", "--experiment", "kv-sweep", "--note", note, "--dry-run")
+    r = run_cli(
+        cli_env, "up", "--job", str(job), "--card", "a100", "--experiment", "kv-sweep", "--note", note, "--dry-run"
+    )
     assert r.returncode == 0, r.stderr
     assert f"experiment: kv-sweep; note: {note}" in r.stdout
-    r = run_cli(cli_env, "up", "--job", str(job), "--card", "a100", "--experiment", "kv-sweep", "--note", note, "--dry-run", "--json")
+    r = run_cli(
+        cli_env,
+        "up",
+        "--job",
+        str(job),
+        "--card",
+        "a100",
+        "--experiment",
+        "kv-sweep",
+        "--note",
+        note,
+        "--dry-run",
+        "--json",
+    )
     doc = json.loads(r.stdout)
     assert (doc["experiment"], doc["note"]) == ("kv-sweep", note)

@@ -136,7 +136,7 @@ class Market:
 
     def account_of(self, auth_header: str) -> str | None:
         """The account whose key is in ``Authorization: Bearer <key>``, else None."""
-        key = auth_header[len("Bearer "):] if auth_header.startswith("Bearer ") else ""
+        key = auth_header[len("Bearer ") :] if auth_header.startswith("Bearer ") else ""
         return self.accounts.get(key)
 
     def key_of(self, account: str) -> str:
@@ -205,7 +205,9 @@ class Market:
             self.offset_s = epoch_s - time.time()
             self.opened_at = epoch_s
 
-    def charges(self, lo: float, hi: float, account: str | None = None) -> list[tuple[EmuInstance, float, float, float, str]]:
+    def charges(
+        self, lo: float, hi: float, account: str | None = None
+    ) -> list[tuple[EmuInstance, float, float, float, str]]:
         """The billing clock cut to [lo, hi) epoch s: (instance, start, end, usd, kind) per segment
         part inside the window, oldest first (of ``account`` only when given). Money is rate x
         seconds (per-second billing, no rounding: both providers bill by the second, see ledger/billing.py)."""
@@ -226,19 +228,40 @@ class Market:
             return sum(self._rate(i) for i in self.instances.values() if i.account == account)
 
     # -- instances ---------------------------------------------------------------------------
-    def new_instance(self, label: str, offer: dict, usd_per_hour: float, storage_usd_per_hour: float, spot: bool = False,
-                     bid: float | None = None, id_prefix: str = "", request: dict | None = None,
-                     account: str = "acct-1") -> EmuInstance:
+    def new_instance(
+        self,
+        label: str,
+        offer: dict,
+        usd_per_hour: float,
+        storage_usd_per_hour: float,
+        spot: bool = False,
+        bid: float | None = None,
+        id_prefix: str = "",
+        request: dict | None = None,
+        account: str = "acct-1",
+    ) -> EmuInstance:
         with self.lock:
             now = self.now()
             f = self.faults
             n = next(self._ids)
             ssh = self.ssh_endpoint or ("203.0.113.10", next(self._ports))
             inst = EmuInstance(
-                id=f"{id_prefix}{n}", label=label, offer=offer, usd_per_hour=usd_per_hour, storage_usd_per_hour=storage_usd_per_hour,
-                created_t=now, spot=spot, bid=bid, stuck_status=f.stuck_status, no_ssh_port=f.no_ssh_port,
-                delete_at=now + f.delete_after_s if f.delete_after_s is not None else None, boot_s=f.boot_s,
-                last_bill_t=now, ssh=ssh, request=request or {}, account=account,
+                id=f"{id_prefix}{n}",
+                label=label,
+                offer=offer,
+                usd_per_hour=usd_per_hour,
+                storage_usd_per_hour=storage_usd_per_hour,
+                created_t=now,
+                spot=spot,
+                bid=bid,
+                stuck_status=f.stuck_status,
+                no_ssh_port=f.no_ssh_port,
+                delete_at=now + f.delete_after_s if f.delete_after_s is not None else None,
+                boot_s=f.boot_s,
+                last_bill_t=now,
+                ssh=ssh,
+                request=request or {},
+                account=account,
             )
             if f.deliver:
                 inst.delivered = dict(f.deliver)
@@ -296,9 +319,19 @@ class Market:
             old = self.instances[str(instance_id)]
             self.destroy(old.id)
             now = self.now()
-            new = EmuInstance(id=old.id, label=label, offer=old.offer, usd_per_hour=old.usd_per_hour,
-                              storage_usd_per_hour=old.storage_usd_per_hour, created_t=now, state="running", boot_s=0.0,
-                              last_bill_t=now, ssh=old.ssh, account=account or old.account)
+            new = EmuInstance(
+                id=old.id,
+                label=label,
+                offer=old.offer,
+                usd_per_hour=old.usd_per_hour,
+                storage_usd_per_hour=old.storage_usd_per_hour,
+                created_t=now,
+                state="running",
+                boot_s=0.0,
+                last_bill_t=now,
+                ssh=old.ssh,
+                account=account or old.account,
+            )
             self.instances[f"{old.id}~old"] = old
             self.instances[old.id] = new
             return new
@@ -309,7 +342,11 @@ class Market:
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
-            return [i for i in self.instances.values() if i.state != "destroyed" and (account is None or i.account == account)]
+            return [
+                i
+                for i in self.instances.values()
+                if i.state != "destroyed" and (account is None or i.account == account)
+            ]
 
     def mark_fault(self) -> None:
         """The reply of the request this thread serves is a deliberate fault (a gateway's page, an
@@ -345,9 +382,17 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         parts = urlsplit(self.path)
-        req = {"method": self.command, "path": parts.path, "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
-               "body": body, "raw": raw.decode("utf-8", "replace"), "auth": self.headers.get("Authorization", ""),
-               "query_raw": parts.query, "raw_body": raw, "headers": dict(self.headers.items())}
+        req = {
+            "method": self.command,
+            "path": parts.path,
+            "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
+            "body": body,
+            "raw": raw.decode("utf-8", "replace"),
+            "auth": self.headers.get("Authorization", ""),
+            "query_raw": parts.query,
+            "raw_body": raw,
+            "headers": dict(self.headers.items()),
+        }
         req["account"] = emu.market.account_of(req["auth"])
         with emu.market.lock:
             emu.market.requests.append(req)
@@ -391,7 +436,7 @@ class _Handler(BaseHTTPRequestHandler):
                 data = data[1:]
             if f.trickle_s:
                 for i in range(len(data)):
-                    self.wfile.write(data[i:i + 1])
+                    self.wfile.write(data[i : i + 1])
                     self.wfile.flush()
                     time.sleep(f.trickle_s)
             else:
@@ -465,7 +510,10 @@ class Emulator:
         """Every request received (path, query, body; not the Authorization header, which must
         carry the key), as text, for secret-leak assertions."""
         with self.market.lock:
-            return "\n".join(json.dumps({k: v for k, v in r.items() if k not in ("auth", "headers", "raw_body")}) for r in self.market.requests)
+            return "\n".join(
+                json.dumps({k: v for k, v in r.items() if k not in ("auth", "headers", "raw_body")})
+                for r in self.market.requests
+            )
 
 
 JSON = "application/json"

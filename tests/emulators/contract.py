@@ -54,8 +54,10 @@ TOLERATED_VIOLATIONS: dict[str, str] = {
     # ``extra_env`` as an array of strings; the list route's instance (and the SDK, which indexes
     # ports["22/tcp"][0]["HostPort"] and builds a dict from [key, value] pairs) use the docker map
     # and pairs. The emulator serves the list route's shapes on both.
-    _V + r"/api/v0/instances/\d+/: reply 200: InvalidData: instances/ports: ": "Instance.ports: array of integers vs the list's docker map",
-    _V + r"/api/v0/instances/\d+/: reply 200: InvalidData: instances/extra_env/\d+: ": "Instance.extra_env: strings vs the list's [key, value] pairs",
+    _V
+    + r"/api/v0/instances/\d+/: reply 200: InvalidData: instances/ports: ": "Instance.ports: array of integers vs the list's docker map",
+    _V
+    + r"/api/v0/instances/\d+/: reply 200: InvalidData: instances/extra_env/\d+: ": "Instance.extra_env: strings vs the list's [key, value] pairs",
     # The search body's ``order`` is documented as an array of at least 2 items of 2 strings each,
     # which rejects the SDK's one-column order [["dph_total", "asc"]]: minItems/maxItems belong to
     # the inner pair.
@@ -63,15 +65,20 @@ TOLERATED_VIOLATIONS: dict[str, str] = {
     # vastai 1.9.1's create body: every optional key is sent, unset ones as null; env is the SDK's
     # parsed map (docker options as keys), the spec's docker-options string never; ``runtype``
     # "ssh_direc ssh_proxy" is the SDK's spelling for ssh + direct.
-    _V + r"/api/v0/asks/\d+/: request: InvalidRequestBody: [a-z_]+: None is not of type": "SDK: unset optional keys sent as null",
-    _V + r"/api/v0/asks/\d+/: request: InvalidRequestBody: env: \{.*\} is not of type 'string'": "SDK: env sent as a map",
-    _V + r"/api/v0/asks/\d+/: request: InvalidRequestBody: runtype: 'ssh_direc ssh_proxy' is not one of": "SDK: runtype spelling",
+    _V
+    + r"/api/v0/asks/\d+/: request: InvalidRequestBody: [a-z_]+: None is not of type": "SDK: unset optional keys sent as null",
+    _V
+    + r"/api/v0/asks/\d+/: request: InvalidRequestBody: env: \{.*\} is not of type 'string'": "SDK: env sent as a map",
+    _V
+    + r"/api/v0/asks/\d+/: request: InvalidRequestBody: runtype: 'ssh_direc ssh_proxy' is not one of": "SDK: runtype spelling",
     # The spec gives show-instance no answer for an instance that is gone (no 404 listed, and
     # ``instances`` is an object); vastai 1.9.1 reads {"instances": null} as None, so that is what
     # the emulator sends (gpuops takes a 404 as gone too).
-    _V + r"/api/v0/instances/\d+/: reply 200: InvalidData: instances: None is not of type 'object'": "gone instance: instances null",
+    _V
+    + r"/api/v0/instances/\d+/: reply 200: InvalidData: instances: None is not of type 'object'": "gone instance: instances null",
     # vastai 1.9.1 delete_volume sends ``?id=N`` in the query, the spec a JSON body {"id": N}.
-    _V + r"/api/v0/volumes/: request: InvalidRequestBody: \(root\): 'id' is a required property": "SDK: volume id in the query",
+    _V
+    + r"/api/v0/volumes/: request: InvalidRequestBody: \(root\): 'id' is a required property": "SDK: volume id in the query",
 }
 
 VIOLATIONS: list[str] = []  # every violation of this process, in order (the fixture reads its slice)
@@ -90,8 +97,10 @@ def spec(provider: str):
     # The spec is published as it is: validating the spec document itself is not our business
     # (and some of its examples do not match its own schemas).
     # RFC 9457 problem documents (RunPod v2's errors) are JSON; openapi-core knows only application/json.
-    return OpenAPI.from_dict(data, config=Config(spec_validator_cls=None,
-                                                 extra_media_type_deserializers={"application/problem+json": json.loads}))
+    return OpenAPI.from_dict(
+        data,
+        config=Config(spec_validator_cls=None, extra_media_type_deserializers={"application/problem+json": json.loads}),
+    )
 
 
 def _messages(err: BaseException) -> list[str]:
@@ -149,9 +158,15 @@ class Contract:
         api = spec(self.provider)
         headers = dict(req.get("headers") or {})
         raw = req.get("raw_body") or b""
-        request = MockRequest(SERVERS[self.provider], req["method"].lower(), self._path(req["path"]),
-                              args=parse_qsl(req.get("query_raw") or "", keep_blank_values=True), headers=headers,
-                              data=raw or None, content_type=(headers.get("Content-Type") or "application/json").split(";")[0].strip())
+        request = MockRequest(
+            SERVERS[self.provider],
+            req["method"].lower(),
+            self._path(req["path"]),
+            args=parse_qsl(req.get("query_raw") or "", keep_blank_values=True),
+            headers=headers,
+            data=raw or None,
+            content_type=(headers.get("Content-Type") or "application/json").split(";")[0].strip(),
+        )
         where = f"{self.provider} {req['method']} {req['path']}"
         try:
             errors = list(api.iter_request_errors(request))
@@ -164,7 +179,9 @@ class Contract:
             return  # no route in the spec: there is no reply contract to hold it to
         if injected:
             return
-        response = MockResponse(body, status_code=status, headers={"Content-Type": content_type}, content_type=content_type)
+        response = MockResponse(
+            body, status_code=status, headers={"Content-Type": content_type}, content_type=content_type
+        )
         try:
             rerrors = list(api.iter_response_errors(request, response))
         except Exception as e:

@@ -36,12 +36,19 @@ from tests.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Marke
 from tests.emulators.contract import Contract
 
 PROBLEM = "application/problem+json"
-NO_CAPACITY = "There are no longer any instances available with the requested specifications. Please refresh and try again."
+NO_CAPACITY = (
+    "There are no longer any instances available with the requested specifications. Please refresh and try again."
+)
 STORAGE_USD_PER_GB_HOUR = 0.20 / 730  # stopped pod: its disk, USD/GB/month / hours per month
 DATA_CENTERS = {"EU-RO-1": "EU Romania 1", "US-KS-2": "US Kansas 2"}
 STATUSES = ("PROVISIONING", "STARTING", "RUNNING", "EXITED", "ERROR", "TERMINATED")
-ACTIONS = {"RUNNING": ["stop", "restart", "terminate"], "EXITED": ["start", "terminate"], "ERROR": ["start", "terminate"],
-           "PROVISIONING": ["stop", "terminate"], "STARTING": ["stop", "terminate"]}
+ACTIONS = {
+    "RUNNING": ["stop", "restart", "terminate"],
+    "EXITED": ["start", "terminate"],
+    "ERROR": ["start", "terminate"],
+    "PROVISIONING": ["stop", "terminate"],
+    "STARTING": ["stop", "terminate"],
+}
 
 # id, name, memory GB, secure price, community price, maxCount (prices USD/h per GPU; 0: not in that cloud)
 DEFAULT_GPUS = [
@@ -88,9 +95,16 @@ class RunPodEmulator(Emulator):
         self._vol_n = 0
         self.gpus: dict[str, dict] = {}
         for gid, name, mem, secure, community, maxn in DEFAULT_GPUS:
-            self.gpus[gid] = {"id": gid, "name": name, "memory": mem, "secure": secure > 0, "community": community > 0,
-                              "price": {"secure": secure, "community": community}, "maxCount": {"secure": maxn if secure else 0, "community": maxn},
-                              "stock": 10}
+            self.gpus[gid] = {
+                "id": gid,
+                "name": name,
+                "memory": mem,
+                "secure": secure > 0,
+                "community": community > 0,
+                "price": {"secure": secure, "community": community},
+                "maxCount": {"secure": maxn if secure else 0, "community": maxn},
+                "stock": 10,
+            }
         self.pod_key_may: set[str] = {"terminate", "stop"}
         self.pod_key_refusal = 403
         self.graphql_retired = False
@@ -99,8 +113,17 @@ class RunPodEmulator(Emulator):
     # -- helpers -----------------------------------------------------------------------------
     @staticmethod
     def problem(status: int, detail: str, title: str | None = None) -> tuple[int, Any, str]:
-        titles = {400: "Bad Request", 401: "Unauthorized", 402: "Payment Required", 403: "Forbidden", 404: "Not Found",
-                  409: "Conflict", 422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error"}
+        titles = {
+            400: "Bad Request",
+            401: "Unauthorized",
+            402: "Payment Required",
+            403: "Forbidden",
+            404: "Not Found",
+            409: "Conflict",
+            422: "Unprocessable Entity",
+            429: "Too Many Requests",
+            500: "Internal Server Error",
+        }
         return status, {"title": title or titles.get(status, "Error"), "status": status, "detail": detail}, PROBLEM
 
     def pod_key(self, pod_id: str) -> str:
@@ -118,27 +141,62 @@ class RunPodEmulator(Emulator):
             ports = [{"private": 8888, "public": None, "type": "http", "ip": None}]
             if not inst.no_ssh_port:
                 ports.insert(0, {"private": 22, "public": inst.ssh[1], "type": "tcp", "ip": inst.ssh[0]})
-            status, runtime = "RUNNING", {"uptime": int(max(0.0, self.market.now() - inst.created_t - inst.boot_s)), "ports": ports}
+            status, runtime = (
+                "RUNNING",
+                {"uptime": int(max(0.0, self.market.now() - inst.created_t - inst.boot_s)), "ports": ports},
+            )
         else:
-            status, runtime = ("PROVISIONING" if self.market.now() - inst.created_t < inst.boot_s / 2 else "STARTING"), None
+            status, runtime = (
+                ("PROVISIONING" if self.market.now() - inst.created_t < inst.boot_s / 2 else "STARTING"),
+                None,
+            )
         direct = None
         if status == "RUNNING" and not inst.no_ssh_port:
-            direct = {"host": inst.ssh[0], "port": inst.ssh[1], "username": "root", "command": f"ssh root@{inst.ssh[0]} -p {inst.ssh[1]}"}
+            direct = {
+                "host": inst.ssh[0],
+                "port": inst.ssh[1],
+                "username": "root",
+                "command": f"ssh root@{inst.ssh[0]} -p {inst.ssh[1]}",
+            }
         gpu = req.get("gpu") or {}
         mounts: dict = {}
         if (req.get("mounts") or {}).get("network"):
             mounts["network"] = req["mounts"]["network"]
         running = inst.state in ("provisioning", "running") and inst.stuck_status is None
         return {
-            "id": inst.id, "name": inst.label, "status": status, "actions": ACTIONS.get(status, ["terminate"]),
-            "image": req.get("image", ""), "args": req.get("args", ""), "disk": req.get("disk", 10), "mounts": mounts,
-            "ports": req.get("ports", []), "env": req.get("env", {}), "registry": None, "cloud": inst.offer.get("cloud", "SECURE"),
-            "dataCenterId": inst.offer.get("dc"), "cudaVersion": "12.8", "template": None,
-            "gpu": {"id": inst.delivered.get("gpu_name", gpu.get("id", "")), "count": int(inst.delivered.get("num_gpus", gpu.get("count", 1)))},
-            "ssh": {"proxy": {"host": "ssh.runpod.io", "port": 22, "username": f"{inst.id}-64411eb2", "command": f"ssh {inst.id}-64411eb2@ssh.runpod.io"},
-                    "direct": direct},
-            "cost": round(inst.usd_per_hour, 6) if running else 0.0, "locked": False, "globalNetworking": {"enabled": False},
-            "runtime": runtime, "createdAt": _stamp(inst.created_t),
+            "id": inst.id,
+            "name": inst.label,
+            "status": status,
+            "actions": ACTIONS.get(status, ["terminate"]),
+            "image": req.get("image", ""),
+            "args": req.get("args", ""),
+            "disk": req.get("disk", 10),
+            "mounts": mounts,
+            "ports": req.get("ports", []),
+            "env": req.get("env", {}),
+            "registry": None,
+            "cloud": inst.offer.get("cloud", "SECURE"),
+            "dataCenterId": inst.offer.get("dc"),
+            "cudaVersion": "12.8",
+            "template": None,
+            "gpu": {
+                "id": inst.delivered.get("gpu_name", gpu.get("id", "")),
+                "count": int(inst.delivered.get("num_gpus", gpu.get("count", 1))),
+            },
+            "ssh": {
+                "proxy": {
+                    "host": "ssh.runpod.io",
+                    "port": 22,
+                    "username": f"{inst.id}-64411eb2",
+                    "command": f"ssh {inst.id}-64411eb2@ssh.runpod.io",
+                },
+                "direct": direct,
+            },
+            "cost": round(inst.usd_per_hour, 6) if running else 0.0,
+            "locked": False,
+            "globalNetworking": {"enabled": False},
+            "runtime": runtime,
+            "createdAt": _stamp(inst.created_t),
             "startedAt": _stamp(inst.created_t + inst.boot_s) if status == "RUNNING" else None,
         }
 
@@ -182,7 +240,11 @@ class RunPodEmulator(Emulator):
         buckets = self._buckets(lo, hi, size)
         if self.billing_tail_cut:
             buckets = [b for b in buckets if b[1] <= now]
-        q = {"startTime": _stamp(buckets[0][0] if buckets else lo), "endTime": _stamp(buckets[-1][1] if buckets else hi), "bucketSize": size}
+        q = {
+            "startTime": _stamp(buckets[0][0] if buckets else lo),
+            "endTime": _stamp(buckets[-1][1] if buckets else hi),
+            "bucketSize": size,
+        }
         out: list[dict] = []
         if what == "network-volumes":
             for b0, b1 in buckets:
@@ -190,25 +252,57 @@ class RunPodEmulator(Emulator):
                     a, b = max(b0, v["from"]), min(b1, v["to"] if v["to"] is not None else now)
                     if b > a:
                         usd = v["size"] * self.NETWORK_VOLUME_USD_PER_GB_MONTH / 730.0 * (b - a) / HOURS
-                        out.append({"startTime": _stamp(b0), "endTime": _stamp(b1), "networkVolumeId": v["id"], "totalAmount": usd,
-                                    "standardAmount": usd, "highPerformanceAmount": 0.0})
+                        out.append(
+                            {
+                                "startTime": _stamp(b0),
+                                "endTime": _stamp(b1),
+                                "networkVolumeId": v["id"],
+                                "totalAmount": usd,
+                                "standardAmount": usd,
+                                "highPerformanceAmount": 0.0,
+                            }
+                        )
             tot = sum(r["totalAmount"] for r in out)
-            return {"records": out, "metadata": {"query": q, "recordCount": len(out), "uniqueNetworkVolumeCount": len({r["networkVolumeId"] for r in out}),
-                                                 "totals": {"totalAmount": tot, "standardAmount": tot, "highPerformanceAmount": 0.0}}}
+            return {
+                "records": out,
+                "metadata": {
+                    "query": q,
+                    "recordCount": len(out),
+                    "uniqueNetworkVolumeCount": len({r["networkVolumeId"] for r in out}),
+                    "totals": {"totalAmount": tot, "standardAmount": tot, "highPerformanceAmount": 0.0},
+                },
+            }
         pod = query.get("podId")
         groups: dict[tuple[str, float], dict] = {}
         for b0, b1 in buckets:
             for inst, _a, _b, usd, kind in self.market.charges(b0, b1, account):
                 if pod and inst.id != pod:
                     continue
-                rec = groups.setdefault((inst.id, b0), {"startTime": _stamp(b0), "endTime": _stamp(b1), "podId": inst.id, "totalAmount": 0.0,
-                                                        "gpuAmount": 0.0, "cpuAmount": 0.0, "diskAmount": 0.0})
+                rec = groups.setdefault(
+                    (inst.id, b0),
+                    {
+                        "startTime": _stamp(b0),
+                        "endTime": _stamp(b1),
+                        "podId": inst.id,
+                        "totalAmount": 0.0,
+                        "gpuAmount": 0.0,
+                        "cpuAmount": 0.0,
+                        "diskAmount": 0.0,
+                    },
+                )
                 rec["totalAmount"] += usd
                 rec["gpuAmount" if kind == "gpu" else "diskAmount"] += usd
         recs = [groups[k] for k in sorted(groups, key=lambda k: (k[1], k[0]))]
         totals = {k: sum(r[k] for r in recs) for k in ("totalAmount", "gpuAmount", "cpuAmount", "diskAmount")}
-        return {"records": recs, "metadata": {"query": {**q, "podId": pod}, "recordCount": len(recs),
-                                              "uniquePodCount": len({r["podId"] for r in recs}), "totals": totals}}
+        return {
+            "records": recs,
+            "metadata": {
+                "query": {**q, "podId": pod},
+                "recordCount": len(recs),
+                "uniquePodCount": len({r["podId"] for r in recs}),
+                "totals": totals,
+            },
+        }
 
     # -- request handling ----------------------------------------------------------------------
     def _route(self, method: str, path: str) -> tuple[str, str]:
@@ -240,8 +334,14 @@ class RunPodEmulator(Emulator):
         inst = self.market.instances.get(own)
         if inst is None:
             return None, self.problem(401, "invalid API key")
-        action = ((req["body"] or {}).get("action") if isinstance(req["body"], dict) else None)
-        wanted = "terminate" if op == "terminate" or (op == "action" and action == "terminate") else "stop" if op == "action" and action == "stop" else None
+        action = (req["body"] or {}).get("action") if isinstance(req["body"], dict) else None
+        wanted = (
+            "terminate"
+            if op == "terminate" or (op == "action" and action == "terminate")
+            else "stop"
+            if op == "action" and action == "stop"
+            else None
+        )
         if pid == own and (op == "pod" or (wanted is not None and wanted in self.pod_key_may)):
             return inst.account, None
         s = self.pod_key_refusal
@@ -316,14 +416,25 @@ class RunPodEmulator(Emulator):
         clouds = [q["cloud"].lower()] if q.get("cloud") else ["secure", "community"]
         out = []
         for g in self.gpus.values():
-            row = {"id": g["id"], "name": g["name"], "pool": None, "manufacturer": "NVIDIA", "memory": g["memory"], "secure": g["secure"],
-                   "community": g["community"], "price": dict(g["price"]), "maxCount": dict(g["maxCount"])}
+            row = {
+                "id": g["id"],
+                "name": g["name"],
+                "pool": None,
+                "manufacturer": "NVIDIA",
+                "memory": g["memory"],
+                "secure": g["secure"],
+                "community": g["community"],
+                "price": dict(g["price"]),
+                "maxCount": dict(g["maxCount"]),
+            }
             if want:
                 fits = any(g[c] and g["maxCount"][c] >= count for c in clouds)
                 level = _level(g["stock"]) if fits else "NONE"
                 row["availability"] = level
                 if level != "NONE":
-                    row["dataCenters"] = [{"id": dc, "name": name, "availability": level} for dc, name in DATA_CENTERS.items()]
+                    row["dataCenters"] = [
+                        {"id": dc, "name": name, "availability": level} for dc, name in DATA_CENTERS.items()
+                    ]
             out.append(row)
         return 200, {"gpus": out}, JSON
 
@@ -356,8 +467,15 @@ class RunPodEmulator(Emulator):
         g["stock"] -= 1
         disk = int(inp.get("disk") or 10)
         dc = dcs[0] if dcs else next(iter(DATA_CENTERS))
-        inst = self.market.new_instance(inp["name"], {"gpuTypeId": g["id"], "cloud": cloud, "dc": dc}, price, disk * STORAGE_USD_PER_GB_HOUR,
-                                        request=inp, id_prefix="pod", account=account)
+        inst = self.market.new_instance(
+            inp["name"],
+            {"gpuTypeId": g["id"], "cloud": cloud, "dc": dc},
+            price,
+            disk * STORAGE_USD_PER_GB_HOUR,
+            request=inp,
+            id_prefix="pod",
+            account=account,
+        )
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
             self.market.mark_fault()
@@ -377,7 +495,11 @@ class RunPodEmulator(Emulator):
             return self.problem(404, "network volume not found")
         if method == "GET":
             return 200, self.network_volumes[vid], JSON
-        if any(m.get("volumeId") == vid for i in self.market.live() for m in ((i.request.get("mounts") or {}).get("network") or [])):
+        if any(
+            m.get("volumeId") == vid
+            for i in self.market.live()
+            for m in ((i.request.get("mounts") or {}).get("network") or [])
+        ):
             return self.problem(400, "network volume is attached to a pod")
         del self.network_volumes[vid]
         self.remove_network_volume(vid)
@@ -400,10 +522,25 @@ class RunPodEmulator(Emulator):
         if injected is not None:
             return injected, f"<html><body><h1>{injected} Bad Gateway</h1></body></html>".encode(), HTML
         if self.graphql_retired:
-            return 200, {"data": None, "errors": [{"message": "The GraphQL API has been retired; use REST API v2", "path": [root]}]}, JSON
+            return (
+                200,
+                {
+                    "data": None,
+                    "errors": [{"message": "The GraphQL API has been retired; use REST API v2", "path": [root]}],
+                },
+                JSON,
+            )
         if root != "myself":
             return 400, {"data": None, "errors": [{"message": f'Cannot query field "{root}" on type "Query".'}]}, JSON
         with self.market.lock:
-            value = {"id": f"user-{account}", "pubKey": "", "clientBalance": round(self.market.balance(account), 6),
-                     "currentSpendPerHr": round(self.market.spend_rate(account), 6)}
-        return 200, {"data": {"myself": {f.name.value: value.get(f.name.value) for f in field.selection_set.selections}}}, JSON
+            value = {
+                "id": f"user-{account}",
+                "pubKey": "",
+                "clientBalance": round(self.market.balance(account), 6),
+                "currentSpendPerHr": round(self.market.spend_rate(account), 6),
+            }
+        return (
+            200,
+            {"data": {"myself": {f.name.value: value.get(f.name.value) for f in field.selection_set.selections}}},
+            JSON,
+        )

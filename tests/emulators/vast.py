@@ -38,8 +38,24 @@ from tests.emulators.contract import Contract
 HOURS_PER_MONTH = 730.0
 _RESERVED = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 # Instance fields the spec allows to be null (components.schemas.Instance, the v1 list's rows).
-_NULLABLE = {"actual_status", "label", "status_msg", "uptime_mins", "gpu_util", "gpu_temp", "template_id", "template_hash_id",
-             "template_name", "mem_limit", "mem_usage", "vmem_usage", "dlperf", "score", "os_version", "credit_balance"}
+_NULLABLE = {
+    "actual_status",
+    "label",
+    "status_msg",
+    "uptime_mins",
+    "gpu_util",
+    "gpu_temp",
+    "template_id",
+    "template_hash_id",
+    "template_name",
+    "mem_limit",
+    "mem_usage",
+    "vmem_usage",
+    "dlperf",
+    "score",
+    "os_version",
+    "credit_balance",
+}
 
 # id, gpu_name, num_gpus, gpu_ram (MiB per GPU), dph_base (USD/h), min_bid (USD/h), reliability2, geolocation
 DEFAULT_OFFERS = [
@@ -67,8 +83,15 @@ def _num(v: Any) -> Any:
 
 
 _OPS = {
-    "eq": operator.eq, "neq": operator.ne, "gt": operator.gt, "gte": operator.ge, "lt": operator.lt, "lte": operator.le,
-    "in": lambda v, w: v in w, "notin": lambda v, w: v not in w, "nin": lambda v, w: v not in w,
+    "eq": operator.eq,
+    "neq": operator.ne,
+    "gt": operator.gt,
+    "gte": operator.ge,
+    "lt": operator.lt,
+    "lte": operator.le,
+    "in": lambda v, w: v in w,
+    "notin": lambda v, w: v not in w,
+    "nin": lambda v, w: v not in w,
 }
 
 
@@ -90,7 +113,7 @@ class VastEmulator(Emulator):
 
     def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd))
-        self.contract = Contract('vast')
+        self.contract = Contract("vast")
         # Undocumented answers, both ways (each a switch the tests flip):
         self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing
         self.charges_clipped = False  # a charges entry is cut to the asked window (True) or is the whole contract
@@ -99,14 +122,49 @@ class VastEmulator(Emulator):
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
 
-    def add_offer(self, oid: int, gpu_name: str, num_gpus: int, gpu_ram: int, dph_base: float, min_bid: float,
-                  reliability: float = 0.99, geolocation: str = "", storage_cost: float = 0.15) -> dict:
-        row = {"id": oid, "ask_contract_id": oid, "machine_id": oid * 10, "host_id": oid * 100, "gpu_name": gpu_name, "num_gpus": num_gpus,
-               "gpu_ram": gpu_ram, "gpu_total_ram": gpu_ram * num_gpus, "dph_base": dph_base, "min_bid": min_bid,
-               "storage_cost": storage_cost, "reliability2": reliability, "reliability": reliability, "geolocation": geolocation,
-               "inet_down": 850.0, "inet_up": 600.0, "disk_space": 250.0, "cpu_ram": 64000, "cpu_cores_effective": 16.0,
-               "verified": True, "verification": "verified", "external": False, "rentable": True, "rented": False, "hosting_type": 0,
-               "cuda_max_good": 12.4, "direct_port_count": 20, "public_ipaddr": "203.0.113.20", "score": 100.0 * reliability}
+    def add_offer(
+        self,
+        oid: int,
+        gpu_name: str,
+        num_gpus: int,
+        gpu_ram: int,
+        dph_base: float,
+        min_bid: float,
+        reliability: float = 0.99,
+        geolocation: str = "",
+        storage_cost: float = 0.15,
+    ) -> dict:
+        row = {
+            "id": oid,
+            "ask_contract_id": oid,
+            "machine_id": oid * 10,
+            "host_id": oid * 100,
+            "gpu_name": gpu_name,
+            "num_gpus": num_gpus,
+            "gpu_ram": gpu_ram,
+            "gpu_total_ram": gpu_ram * num_gpus,
+            "dph_base": dph_base,
+            "min_bid": min_bid,
+            "storage_cost": storage_cost,
+            "reliability2": reliability,
+            "reliability": reliability,
+            "geolocation": geolocation,
+            "inet_down": 850.0,
+            "inet_up": 600.0,
+            "disk_space": 250.0,
+            "cpu_ram": 64000,
+            "cpu_cores_effective": 16.0,
+            "verified": True,
+            "verification": "verified",
+            "external": False,
+            "rentable": True,
+            "rented": False,
+            "hosting_type": 0,
+            "cuda_max_good": 12.4,
+            "direct_port_count": 20,
+            "public_ipaddr": "203.0.113.20",
+            "score": 100.0 * reliability,
+        }
         self.offers[oid] = row
         return row
 
@@ -147,18 +205,47 @@ class VastEmulator(Emulator):
         if not inst.no_ssh_port:
             proxy = (inst.ssh[0] if self.market.ssh_endpoint else "ssh5.emulator.invalid", inst.ssh[1])
             if running:
-                ports = {"22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(inst.ssh[1])}], "8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41080"}]}
+                ports = {
+                    "22/tcp": [{"HostIp": "0.0.0.0", "HostPort": str(inst.ssh[1])}],
+                    "8080/tcp": [{"HostIp": "0.0.0.0", "HostPort": "41080"}],
+                }
         req = inst.request
         row = {
-            "id": int(inst.id), "label": inst.label, "actual_status": actual, "intended_status": intended, "cur_state": actual or "created",
-            "next_state": intended, "status_msg": ("host machine offline" if actual == "offline" else "outbid: stopped until the bid wins again")
-            if inst.preempted else (actual or "scheduling"),
-            "start_date": inst.created_t, "end_date": None, "extra_env": [[k, v] for k, v in (req.get("env") or {}).items()],
-            "is_bid": inst.spot, "min_bid": o["min_bid"], "dph_total": round(inst.usd_per_hour, 6), "dph_base": o["dph_base"],
-            "num_gpus": inst.delivered.get("num_gpus", o["num_gpus"]), "gpu_name": inst.delivered.get("gpu_name", o["gpu_name"]), "gpu_ram": o["gpu_ram"], "machine_id": o["machine_id"], "host_id": o["host_id"],
-            "public_ipaddr": (inst.ssh[0] if running else None), "ports": ports, "ssh_host": proxy[0], "ssh_port": proxy[1], "ssh_idx": "5",
-            "image_uuid": req.get("image"), "disk_space": req.get("disk"), "onstart": req.get("onstart"), "reliability2": o["reliability2"],
-            "geolocation": o["geolocation"], "gpu_util": 0.0, "uptime_mins": max(0.0, elapsed / 60.0),
+            "id": int(inst.id),
+            "label": inst.label,
+            "actual_status": actual,
+            "intended_status": intended,
+            "cur_state": actual or "created",
+            "next_state": intended,
+            "status_msg": (
+                "host machine offline" if actual == "offline" else "outbid: stopped until the bid wins again"
+            )
+            if inst.preempted
+            else (actual or "scheduling"),
+            "start_date": inst.created_t,
+            "end_date": None,
+            "extra_env": [[k, v] for k, v in (req.get("env") or {}).items()],
+            "is_bid": inst.spot,
+            "min_bid": o["min_bid"],
+            "dph_total": round(inst.usd_per_hour, 6),
+            "dph_base": o["dph_base"],
+            "num_gpus": inst.delivered.get("num_gpus", o["num_gpus"]),
+            "gpu_name": inst.delivered.get("gpu_name", o["gpu_name"]),
+            "gpu_ram": o["gpu_ram"],
+            "machine_id": o["machine_id"],
+            "host_id": o["host_id"],
+            "public_ipaddr": (inst.ssh[0] if running else None),
+            "ports": ports,
+            "ssh_host": proxy[0],
+            "ssh_port": proxy[1],
+            "ssh_idx": "5",
+            "image_uuid": req.get("image"),
+            "disk_space": req.get("disk"),
+            "onstart": req.get("onstart"),
+            "reliability2": o["reliability2"],
+            "geolocation": o["geolocation"],
+            "gpu_util": 0.0,
+            "uptime_mins": max(0.0, elapsed / 60.0),
         }
         # The spec types these as a number or a string, never null: a field with no value is left out.
         return {k: v for k, v in row.items() if v is not None or k in _NULLABLE}
@@ -197,7 +284,9 @@ class VastEmulator(Emulator):
             return self._fail(404, "not_found", f"no route {req['method']} {req['path']}")
         injected = self.market.take_injected(op)
         if injected is not None:
-            return self._fail(injected, "rate_limited" if injected == 429 else "server_error", f"emulated HTTP {injected}")
+            return self._fail(
+                injected, "rate_limited" if injected == 429 else "server_error", f"emulated HTTP {injected}"
+            )
         body = req["body"] or {}
         account = req["account"]  # instances of other accounts are "not found" for this key
         with self.market.lock:
@@ -212,9 +301,18 @@ class VastEmulator(Emulator):
             if op == "invoices":
                 return self._invoices(req["query"], account)
             if op == "user":
-                return self._ok({"id": int(account.split("-")[1]), "username": "emulator", "email": "emu@example.invalid",
-                                 "credit": round(self.market.balance(account), 6), "balance": 0.0,
-                                 "api_key": self.market.key_of(account), "has_billing": True, "can_pay": True})
+                return self._ok(
+                    {
+                        "id": int(account.split("-")[1]),
+                        "username": "emulator",
+                        "email": "emu@example.invalid",
+                        "credit": round(self.market.balance(account), 6),
+                        "balance": 0.0,
+                        "api_key": self.market.key_of(account),
+                        "has_billing": True,
+                        "can_pay": True,
+                    }
+                )
             inst = self.market.find(p["id"], account)
             if op == "show":
                 return self._ok({"instances": self._row(inst) if inst else None})
@@ -277,16 +375,30 @@ class VastEmulator(Emulator):
             items = []
             for _, a, b, usd, kind in parts:
                 disk = inst.storage_usd_per_hour * (b - a) / 3600.0 if kind == "gpu" else usd
-                when = {"start": int(math.floor(a)), "end": int(math.ceil(b)), "source": None, "metadata": {}, "items": []}
+                when = {
+                    "start": int(math.floor(a)),
+                    "end": int(math.ceil(b)),
+                    "source": None,
+                    "metadata": {},
+                    "items": [],
+                }
                 if kind == "gpu" and usd - disk > 0:
                     items.append({**when, "type": "gpu", "amount": usd - disk})
                 if disk > 0:
                     items.append({**when, "type": "disk", "amount": disk})
             if not items:
                 continue
-            rows.append({"start": min(i["start"] for i in items), "end": max(i["end"] for i in items), "type": "instance",
-                         "source": f"instance-{iid}", "amount": sum(i["amount"] for i in items),
-                         "metadata": {"label": inst.label}, "items": items})
+            rows.append(
+                {
+                    "start": min(i["start"] for i in items),
+                    "end": max(i["end"] for i in items),
+                    "type": "instance",
+                    "source": f"instance-{iid}",
+                    "amount": sum(i["amount"] for i in items),
+                    "metadata": {"label": inst.label},
+                    "items": items,
+                }
+            )
         return rows
 
     def _charges(self, query: dict, account: str | None = None) -> tuple[int, Any, str]:
@@ -309,8 +421,22 @@ class VastEmulator(Emulator):
         except _BadQuery as e:
             return self._fail(400, "invalid_args", str(e))
         t = self.market.opened_at
-        rows = [{"start": t, "end": t, "type": "credit", "source": "stripe", "description": "Credit purchase",
-                 "amount": self.market.initial_balance, "metadata": {"invoice_id": 1}, "items": []}] if lo <= t <= hi else []
+        rows = (
+            [
+                {
+                    "start": t,
+                    "end": t,
+                    "type": "credit",
+                    "source": "stripe",
+                    "description": "Credit purchase",
+                    "amount": self.market.initial_balance,
+                    "metadata": {"invoice_id": 1},
+                    "items": [],
+                }
+            ]
+            if lo <= t <= hi
+            else []
+        )
         return self._page(rows, query)
 
     def _search(self, body: dict) -> tuple[int, Any, str]:
@@ -362,12 +488,20 @@ class VastEmulator(Emulator):
             # Undocumented which: the contract is made and left stopped (billing its disk), or
             # nothing is made; either way the answer is the spec's 400 invalid_price (no id in it).
             if self.low_bid_leaves_instance:
-                inst = self.market.new_instance(label, o, price, storage, spot=True, bid=float(bid), request=body, account=account)
+                inst = self.market.new_instance(
+                    label, o, price, storage, spot=True, bid=float(bid), request=body, account=account
+                )
                 inst.state = "stopped"
-            return self._fail(400, "invalid_price", f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
-                              ask_id=oid)
+            return self._fail(
+                400,
+                "invalid_price",
+                f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
+                ask_id=oid,
+            )
         o["rented"] = True
-        inst = self.market.new_instance(label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body, account=account)
+        inst = self.market.new_instance(
+            label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body, account=account
+        )
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
             self.market.mark_fault()

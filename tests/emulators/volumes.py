@@ -44,10 +44,26 @@ class VastVolumeEmulator(VastEmulator):
             o = self.offers[ask]
             self.add_volume_offer(9000 + ask, o["machine_id"], 500.0, 0.10 + 0.01 * (ask % 7), o["geolocation"])
 
-    def add_volume_offer(self, oid: int, machine_id: int, disk_space: float, storage_cost: float, geolocation: str) -> dict:
-        row = {"id": oid, "machine_id": machine_id, "host_id": machine_id * 10, "disk_space": disk_space, "storage_cost": storage_cost,
-               "geolocation": geolocation, "verified": True, "verification": "verified", "external": False, "reliability": 0.99,
-               "inet_down": 850.0, "inet_up": 600.0, "disk_bw": 2000.0, "duration": 86400.0 * 90, "score": 1.0}
+    def add_volume_offer(
+        self, oid: int, machine_id: int, disk_space: float, storage_cost: float, geolocation: str
+    ) -> dict:
+        row = {
+            "id": oid,
+            "machine_id": machine_id,
+            "host_id": machine_id * 10,
+            "disk_space": disk_space,
+            "storage_cost": storage_cost,
+            "geolocation": geolocation,
+            "verified": True,
+            "verification": "verified",
+            "external": False,
+            "reliability": 0.99,
+            "inet_down": 850.0,
+            "inet_up": 600.0,
+            "disk_bw": 2000.0,
+            "duration": 86400.0 * 90,
+            "score": 1.0,
+        }
         self.volume_offers[oid] = row
         return row
 
@@ -72,8 +88,15 @@ class VastVolumeEmulator(VastEmulator):
             if m == "GET":
                 kind = {"local_volume": "local", "network_volume": "network"}.get(q.get("type", ""), None)
                 hide = {"kind"} | (set() if self.volume_label_in_list else {"label"})
-                return self._ok({"volumes": [{k: x for k, x in v.items() if k not in hide} for v in self.volumes.values()
-                                             if kind is None or v["kind"] == kind]})
+                return self._ok(
+                    {
+                        "volumes": [
+                            {k: x for k, x in v.items() if k not in hide}
+                            for v in self.volumes.values()
+                            if kind is None or v["kind"] == kind
+                        ]
+                    }
+                )
             if m == "PUT":
                 o = self.volume_offers.get(int(body.get("id") or 0))
                 size = int(body.get("size") or 0)
@@ -81,16 +104,27 @@ class VastVolumeEmulator(VastEmulator):
                     return self._fail(400, "invalid_args", "no such volume offer, or not enough space on it")
                 vid = next(self._vol_ids)
                 o["disk_space"] -= size
-                self.volumes[vid] = {"id": vid, "label": body.get("name") or "", "disk_space": size, "machine_id": o["machine_id"],
-                                     "geolocation": o["geolocation"], "storage_cost": o["storage_cost"], "status": "running",
-                                     "start_date": self.market.now(), "instances": [], "kind": "local"}
+                self.volumes[vid] = {
+                    "id": vid,
+                    "label": body.get("name") or "",
+                    "disk_space": size,
+                    "machine_id": o["machine_id"],
+                    "geolocation": o["geolocation"],
+                    "storage_cost": o["storage_cost"],
+                    "status": "running",
+                    "start_date": self.market.now(),
+                    "instances": [],
+                    "kind": "local",
+                }
                 return self._ok({"success": True, "volume_name": body.get("name") or f"V.{vid}"})
             if m == "DELETE":
                 vid = int(q.get("id") or 0)
                 if vid not in self.volumes:
                     return self._fail(404, "no_such_volume", f"Volume {vid} not found.")
                 if any((i.request.get("volume_info") or {}).get("volume_id") == vid for i in self.market.live()):
-                    return self._fail(400, "invalid_args", "All instances using the volume must be destroyed before deletion.")
+                    return self._fail(
+                        400, "invalid_args", "All instances using the volume must be destroyed before deletion."
+                    )
                 del self.volumes[vid]
                 return self._ok({"success": True})
         return self._fail(404, "not_found", "no route")

@@ -15,8 +15,10 @@ from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from tests.lifecycle.upproc import UpProc, ledger, only_row, up_env, wait_closed
 from tests.teardown.conftest import wait_for
 
-ARGS = {"runpod": ("--provider", "runpod", "--card", "rtx-4090", "--on-demand"),
-        "vast": ("--provider", "vast", "--card", "rtx-4090", "--on-demand")}
+ARGS = {
+    "runpod": ("--provider", "runpod", "--card", "rtx-4090", "--on-demand"),
+    "vast": ("--provider", "vast", "--card", "rtx-4090", "--on-demand"),
+}
 CREATE_OP = {"runpod": "create", "vast": "create"}
 
 
@@ -33,7 +35,10 @@ def _check_booked_and_destroyed(emu, reason: str):
     return row
 
 
-@pytest.mark.parametrize("name,sig", [("runpod", signal.SIGINT), ("runpod", signal.SIGTERM), ("vast", signal.SIGINT), ("vast", signal.SIGHUP)])
+@pytest.mark.parametrize(
+    "name,sig",
+    [("runpod", signal.SIGINT), ("runpod", signal.SIGTERM), ("vast", signal.SIGINT), ("vast", signal.SIGHUP)],
+)
 def test_signal_while_create_waits_on_its_answer(gpuops_home, cli_env, emulator_env, tmp_path, name, sig):
     emu = emulator_env[name]
     emu.market.faults.reply_delay_s = {CREATE_OP[name]: 60.0}  # made, but the answer never comes in time
@@ -77,6 +82,8 @@ def test_non_provider_exception_inside_create(gpuops_home, emulator_env):
     broken = Broken(real.credential, real.url)
     job = gpuops_home.parent / "job.sh"
     job.write_text("true\n")
-    summ = run_up(UpRequest(job=job, card="rtx-4090", provider="runpod", spot=False), settings, Reporter(), provider=broken)
+    summ = run_up(
+        UpRequest(job=job, card="rtx-4090", provider="runpod", spot=False), settings, Reporter(), provider=broken
+    )
     assert summ["end_reason"] == "error" and "KeyError" in summ["error"]
     _check_booked_and_destroyed(emu, "error")

@@ -53,8 +53,11 @@ def _waiting_job(tmp_path: Path, tokens: int) -> tuple[Path, Path]:
     the fault meanwhile) and exits 0."""
     go = tmp_path / "go"
     started = tmp_path / "started"
-    return _job(tmp_path, f'echo \'{{"tokens": {tokens}}}\' >> "$GPUOPS_METRICS"\ntouch {started}\n'
-                          f'while [ ! -f {go} ]; do sleep 0.05; done\necho done\n'), go
+    return _job(
+        tmp_path,
+        f'echo \'{{"tokens": {tokens}}}\' >> "$GPUOPS_METRICS"\ntouch {started}\n'
+        f"while [ ! -f {go} ]; do sleep 0.05; done\necho done\n",
+    ), go
 
 
 def _one_reconcile(settings) -> Ledger:
@@ -153,7 +156,9 @@ def _fill(d: Path) -> Path:
     return filler
 
 
-def test_ledger_disk_full_mid_job_keeps_reason_time_and_tokens(small_tmpfs, gpuops_home, fake_smi, tmp_path, monkeypatch):
+def test_ledger_disk_full_mid_job_keeps_reason_time_and_tokens(
+    small_tmpfs, gpuops_home, fake_smi, tmp_path, monkeypatch
+):
     fake_smi.util(70)
     # The ledger and its first spool on one small disk (as ~/.cache and the data dir usually are);
     # the fallback spool is elsewhere (tmp_path: another filesystem).
@@ -184,7 +189,7 @@ def test_a_held_sqlite_lock_does_not_delay_the_destroy(gpuops_home, fake_smi, tm
     fake_smi.util(70)
     settings = _settings()
     job, go = _waiting_job(tmp_path, 1000)
-    db = settings.ledger_url()[len("sqlite:///"):]
+    db = settings.ledger_url()[len("sqlite:///") :]
     holder: dict = {}
 
     def fault():
@@ -222,9 +227,12 @@ def test_a_local_job_that_escapes_with_setsid_is_ended(gpuops_home, fake_smi, tm
     fake_smi.util(70)
     settings = _settings()
     pidfile = tmp_path / "escaped.pid"
-    job = _job(tmp_path, f'echo \'{{"tokens": 5}}\' >> "$GPUOPS_METRICS"\n'
-                         f'setsid env -i sh -c \'trap "" TERM HUP INT; echo $$ > {pidfile}; exec sleep 300\' &\n'
-                         f'while [ ! -s {pidfile} ]; do sleep 0.05; done\necho left-it-running\n')
+    job = _job(
+        tmp_path,
+        f'echo \'{{"tokens": 5}}\' >> "$GPUOPS_METRICS"\n'
+        f"setsid env -i sh -c 'trap \"\" TERM HUP INT; echo $$ > {pidfile}; exec sleep 300' &\n"
+        f"while [ ! -s {pidfile} ]; do sleep 0.05; done\necho left-it-running\n",
+    )
     pid = None
     try:
         summ = run_up(UpRequest(job=job), settings, Reporter())
@@ -244,8 +252,11 @@ def test_a_local_job_cannot_find_gpuops_data_and_a_removed_ledger_is_rebooked(gp
     envfile = tmp_path / "box.env"
     # the box's HOME is <data dir>/boxes/<label>: a job that knows the layout can still reach the
     # ledger two levels up; its environment must not lead it there
-    job = _job(tmp_path, f'env > {envfile}\necho \'{{"tokens": 42}}\' >> "$GPUOPS_METRICS"\n'
-                         'rm -f "$GPUOPS_DATA_DIR"/ledger.db* ../../ledger.db*\necho removed\n')
+    job = _job(
+        tmp_path,
+        f'env > {envfile}\necho \'{{"tokens": 42}}\' >> "$GPUOPS_METRICS"\n'
+        'rm -f "$GPUOPS_DATA_DIR"/ledger.db* ../../ledger.db*\necho removed\n',
+    )
     lines: list[str] = []
 
     class R(Reporter):
@@ -255,7 +266,12 @@ def test_a_local_job_cannot_find_gpuops_data_and_a_removed_ledger_is_rebooked(gp
     summ = run_up(UpRequest(job=job), settings, R())
     env = dict(line.split("=", 1) for line in envfile.read_text().splitlines() if "=" in line)
     data = str(gpuops_home)
-    assert not [k for k in env if k.startswith("GPUOPS_") and k not in ("GPUOPS_SESSION", "GPUOPS_EXPERIMENT", "GPUOPS_METRICS", "GPUOPS_LOCAL_BOX")]
+    assert not [
+        k
+        for k in env
+        if k.startswith("GPUOPS_")
+        and k not in ("GPUOPS_SESSION", "GPUOPS_EXPERIMENT", "GPUOPS_METRICS", "GPUOPS_LOCAL_BOX")
+    ]
     assert not [k for k, v in env.items() if v.rstrip("/") == data or "ledger.db" in v or "spool" in v], env
     assert any("vanished" in w and "booked into it again" in w for w in lines), lines
     assert summ["ledger"]["notices"] and (summ["end_reason"], summ["tokens"]) == ("job_end", 42)
@@ -272,19 +288,30 @@ def test_a_job_printing_300_mb_is_streamed_in_bounded_memory(cli_env, gpuops_hom
 
     fake_smi.util(70)
     total = 300 * 1024 * 1024
-    job = _job(tmp_path, 'echo \'{"tokens": 9}\' >> "$GPUOPS_METRICS"\n'
-                         f'python3 -c "import sys; line = b\'x\' * 65535 + b\'\\\\n\'\n'
-                         f'for _ in range({total // 65536}): sys.stdout.buffer.write(line)"\n')
+    job = _job(
+        tmp_path,
+        'echo \'{"tokens": 9}\' >> "$GPUOPS_METRICS"\n'
+        f"python3 -c \"import sys; line = b'x' * 65535 + b'\\\\n'\n"
+        f'for _ in range({total // 65536}): sys.stdout.buffer.write(line)"\n',
+    )
     env = dict(cli_env, **FAST_ENV)
-    p = subprocess.Popen(gpuops_cmd("up", "--job", str(job)), env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, start_new_session=True)
+    p = subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job)),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     peak = 0
     try:
         deadline = time.monotonic() + 300
         while p.poll() is None:
             try:
                 status = Path(f"/proc/{p.pid}/status").read_text()
-                peak = max(peak, int(next(ln for ln in status.splitlines() if ln.startswith("VmHWM:")).split()[1]) * 1024)
+                peak = max(
+                    peak, int(next(ln for ln in status.splitlines() if ln.startswith("VmHWM:")).split()[1]) * 1024
+                )
             except (OSError, StopIteration, ValueError):
                 pass
             assert time.monotonic() < deadline, "up did not finish"
@@ -320,11 +347,31 @@ def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, 
     offer = prov.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=False))[0]
     sid = "20261201-090000-ab12"
     label = f"gpuops-{sid}"
-    led.add_session(Row(id=sid, experiment="e", job="j", provider=name, card=offer.card, gpu_count=1, spot=False, label=label,
-                        simulated=False, status="provisioning", created_at=time.time(), owner=settings.owner(), account=prov.account))
+    led.add_session(
+        Row(
+            id=sid,
+            experiment="e",
+            job="j",
+            provider=name,
+            card=offer.card,
+            gpu_count=1,
+            spot=False,
+            label=label,
+            simulated=False,
+            status="provisioning",
+            created_at=time.time(),
+            owner=settings.owner(),
+            account=prov.account,
+        )
+    )
     inst = prov.create(offer, CreateSpec(label=label, image=settings.up.image))
-    led.update(sid, instance_id=inst.id, instance_created_at=inst.created_at or time.time(), usd_per_hour=offer.usd_per_hour,
-               status="running")
+    led.update(
+        sid,
+        instance_id=inst.id,
+        instance_created_at=inst.created_at or time.time(),
+        usd_per_hour=offer.usd_per_hour,
+        status="running",
+    )
     # the pod is deleted in the console and its id handed to a teammate's instance
     deleted_at = emu.market.now()
     other = emu.market.reuse_id(inst.id, label="team-b-training")
@@ -342,8 +389,9 @@ def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, 
 
 
 # -- a Vast spot box outbid mid-job ----------------------------------------------------------------
-def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(gpuops_home, sshd, vast_emulator, vast_provider,
-                                                                                tmp_path, monkeypatch):
+def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(
+    gpuops_home, sshd, vast_emulator, vast_provider, tmp_path, monkeypatch
+):
     import gpuops.rental.launcher as launcher
     from gpuops.box.ssh import ensure_ssh_key
 
@@ -357,9 +405,12 @@ def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(
     # The box prints until the market takes it back (then nothing more comes out of it); our sshd
     # is not the instance, so SSH keeps answering and the job even exits 0: the old `up` booked that
     # as job_end at full price.
-    job = _job(tmp_path, f'echo \'{{"tokens": 31}}\' >> "$GPUOPS_METRICS"\n'
-                         f'while [ ! -f {frozen} ]; do echo tick; sleep 0.1; done\n'
-                         f'while [ ! -f {go} ]; do sleep 0.05; done\n')
+    job = _job(
+        tmp_path,
+        f'echo \'{{"tokens": 31}}\' >> "$GPUOPS_METRICS"\n'
+        f"while [ ! -f {frozen} ]; do echo tick; sleep 0.1; done\n"
+        f"while [ ! -f {go} ]; do sleep 0.05; done\n",
+    )
     seen: dict = {}
 
     class R(Reporter):
@@ -372,7 +423,9 @@ def test_a_vast_box_outbid_mid_job_is_booked_preempted_from_the_providers_state(
                 frozen.write_text("")
                 threading.Timer(1.0, lambda: go.write_text("")).start()
 
-    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), settings, R(), provider=vast_provider)
+    summ = run_up(
+        UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), settings, R(), provider=vast_provider
+    )
     assert summ["end_reason"] == "preempted", summ
     assert emu.live() == []  # 0 billing: the stopped box (still billing disk) was destroyed
     inst = emu.market.instances[seen["id"]]

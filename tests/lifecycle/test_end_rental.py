@@ -23,9 +23,20 @@ def _rent(gpuops_home, emu, sid="s1"):
     o = min(p.offers(OfferQuery(cards=("rtx-4090",), spot=False)), key=lambda o: o.usd_per_hour)
     inst = p.create(o, CreateSpec(label=f"gpuops-{sid}", image="img", ssh_public_key="ssh-ed25519 AAAA t"))
     led = Ledger(load_settings().ledger_url())
-    led.add_session(Session(id=sid, provider="runpod", card=o.card, label=f"gpuops-{sid}", instance_id=inst.id,
-                            instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running",
-                            created_at=time.time(), account=p.account))  # as `up` books it (gpuops.ownership)
+    led.add_session(
+        Session(
+            id=sid,
+            provider="runpod",
+            card=o.card,
+            label=f"gpuops-{sid}",
+            instance_id=inst.id,
+            instance_created_at=inst.created_at,
+            usd_per_hour=inst.usd_per_hour,
+            status="running",
+            created_at=time.time(),
+            account=p.account,
+        )
+    )  # as `up` books it (gpuops.ownership)
     return p, led, inst
 
 

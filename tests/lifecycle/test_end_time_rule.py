@@ -46,8 +46,14 @@ class Box(Provider):
         self.gets += 1
         if not self.alive or instance_id != "pod-1":
             return None
-        return Instance(id=instance_id, label="gpuops-s1", status=InstanceStatus.RUNNING, usd_per_hour=3.6,
-                        created_at=CREATED, extra=dict(self.extra))
+        return Instance(
+            id=instance_id,
+            label="gpuops-s1",
+            status=InstanceStatus.RUNNING,
+            usd_per_hour=3.6,
+            created_at=CREATED,
+            extra=dict(self.extra),
+        )
 
     def destroy(self, instance_id):
         if instance_id != "pod-1":
@@ -93,16 +99,28 @@ def led(tmp_path):
 
 
 def rented(led, *, account=ACCOUNT, heartbeat=None, instance_created_at=CREATED, instance_id="pod-1") -> None:
-    led.add_session(Session(id="s1", provider="runpod", card="h100-sxm", label="gpuops-s1", instance_id=instance_id,
-                            instance_created_at=instance_created_at, usd_per_hour=3.6, status="running",
-                            created_at=CREATED - 30.0, account=account))
+    led.add_session(
+        Session(
+            id="s1",
+            provider="runpod",
+            card="h100-sxm",
+            label="gpuops-s1",
+            instance_id=instance_id,
+            instance_created_at=instance_created_at,
+            usd_per_hour=3.6,
+            status="running",
+            created_at=CREATED - 30.0,
+            account=account,
+        )
+    )
     if heartbeat is not None:
         led.heartbeat("s1", heartbeat)
 
 
 def end(led, provider, clock=None, **kw):
-    return end_rental(led, provider, "s1", EndReason.IDLE, by="watchdog:test", clock=clock or Clock(NOW),
-                      sleep=lambda s: None, **kw)
+    return end_rental(
+        led, provider, "s1", EndReason.IDLE, by="watchdog:test", clock=clock or Clock(NOW), sleep=lambda s: None, **kw
+    )
 
 
 # -- the provider's record -------------------------------------------------------------------------
@@ -110,9 +128,18 @@ def test_the_providers_record_wins_even_over_our_own_confirmed_destroy(led):
     rented(led)
     p = Box(record=CREATED + 1234.5)
     got = end(led, p)
-    assert (got.ended_at, got.end_source, got.destroyed, got.already_gone) == (CREATED + 1234.5, "provider", True, False)
+    assert (got.ended_at, got.end_source, got.destroyed, got.already_gone) == (
+        CREATED + 1234.5,
+        "provider",
+        True,
+        False,
+    )
     row = led.get("s1")
-    assert (row.ended_at, row.end_source, row.billed_seconds) == (CREATED + 1234.5, "provider", 1235.0)  # per second, up
+    assert (row.ended_at, row.end_source, row.billed_seconds) == (
+        CREATED + 1234.5,
+        "provider",
+        1235.0,
+    )  # per second, up
 
 
 def test_the_instances_own_end_time_is_the_providers_record(led):
@@ -284,8 +311,22 @@ def books(led, sid="s1"):
 
 def ended(got):
     """Ended as a dict, the row by its id and status."""
-    d = {k: getattr(got, k) for k in ("session_id", "instance_id", "destroyed", "closed", "reason", "ended_at", "end_source",
-                                      "already_gone", "error", "not_ours", "unknown")}
+    d = {
+        k: getattr(got, k)
+        for k in (
+            "session_id",
+            "instance_id",
+            "destroyed",
+            "closed",
+            "reason",
+            "ended_at",
+            "end_source",
+            "already_gone",
+            "error",
+            "not_ours",
+            "unknown",
+        )
+    }
     d["row"] = (got.row.id, got.row.status) if got.row is not None else None
     return d
 
@@ -293,12 +334,25 @@ def ended(got):
 def test_a_normal_end_books_request_destroy_close_in_that_order(led):
     rented(led)
     got = end(led, Box(), detail="no GPU above 5% for 15 min")
-    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=True, reason="idle", ended_at=NOW,
-                              end_source="destroy", already_gone=False, error="", not_ours=False, unknown=False, row=("s1", "closed"))
+    assert ended(got) == dict(
+        session_id="s1",
+        instance_id="pod-1",
+        destroyed=True,
+        closed=True,
+        reason="idle",
+        ended_at=NOW,
+        end_source="destroy",
+        already_gone=False,
+        error="",
+        not_ours=False,
+        unknown=False,
+        row=("s1", "closed"),
+    )
     assert books(led) == [
         ("end_requested", {"by": "watchdog:test", "detail": "no GPU above 5% for 15 min", "reason": "idle"}),
         ("destroyed", {"already_gone": False, "by": "watchdog:test", "end_source": "destroy", "instance": "pod-1"}),
-        ("closed", "idle")]
+        ("closed", "idle"),
+    ]
     row = led.get("s1")
     assert (row.end_reason, row.exit_code, row.tokens, row.billed_seconds) == ("idle", None, 0, 3600.0)
 
@@ -313,7 +367,12 @@ def test_the_reason_requested_first_wins_and_the_seen_exit_code_and_tokens_are_b
     assert (row.end_reason, row.exit_code, row.tokens) == ("manual", 3, 1234)
     assert [k for k, _ in books(led)] == ["end_requested", "job_exited", "destroyed", "closed"]  # one request only
     rented_again = end(led, Box(), exit_code=0)  # ending an ended rental books nothing new
-    assert (rented_again.closed, rented_again.reason, rented_again.ended_at, rented_again.end_source) == (True, "manual", NOW, "destroy")
+    assert (rented_again.closed, rented_again.reason, rented_again.ended_at, rented_again.end_source) == (
+        True,
+        "manual",
+        NOW,
+        "destroy",
+    )
 
 
 def test_an_explicit_exit_code_wins_over_the_seen_one(led):
@@ -334,12 +393,23 @@ def test_a_destroy_that_fails_is_retried_with_backoff_then_given_up(led):
     p, waits = Failing(), []
     got = end_rental(led, p, "s1", EndReason.TTL, by="agent:test", attempts=6, clock=Clock(NOW), sleep=waits.append)
     assert waits == [1.0, 2.0, 4.0, 8.0, 10.0] and len(p.destroys) == 6  # doubling from 1 s, capped at 10 s
-    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=False, closed=False, reason="ttl", ended_at=None,
-                              end_source=None, already_gone=False, error="502 from the API", not_ours=False, unknown=False,
-                              row=("s1", "running"))
+    assert ended(got) == dict(
+        session_id="s1",
+        instance_id="pod-1",
+        destroyed=False,
+        closed=False,
+        reason="ttl",
+        ended_at=None,
+        end_source=None,
+        already_gone=False,
+        error="502 from the API",
+        not_ours=False,
+        unknown=False,
+        row=("s1", "running"),
+    )
     assert books(led) == [("end_requested", {"by": "agent:test", "detail": "", "reason": "ttl"})] + [
-        ("destroy_failed", {"attempt": i, "by": "agent:test", "kind": "server"}) for i in range(1, 7)] + [
-        ("destroy_gave_up", {"by": "agent:test", "error": "502 from the API", "instance": "pod-1"})]
+        ("destroy_failed", {"attempt": i, "by": "agent:test", "kind": "server"}) for i in range(1, 7)
+    ] + [("destroy_gave_up", {"by": "agent:test", "error": "502 from the API", "instance": "pod-1"})]
     assert led.get("s1").status == "running"  # left for reconcile
 
 
@@ -383,7 +453,10 @@ def test_the_instance_the_caller_read_is_used_as_is(led):
     gone = Instance(id="pod-1", label="gpuops-s1", status=InstanceStatus.GONE)
     got = end(led, p, instance=gone, last_seen_at=CREATED + 50.0)
     assert (p.gets, got.already_gone, got.ended_at, got.end_source) == (0, True, CREATED + 50.0, "heartbeat")
-    assert books(led)[1] == ("destroyed", {"already_gone": True, "by": "watchdog:test", "end_source": "heartbeat", "instance": "pod-1"})
+    assert books(led)[1] == (
+        "destroyed",
+        {"already_gone": True, "by": "watchdog:test", "end_source": "heartbeat", "instance": "pod-1"},
+    )
 
 
 def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_rebooked(led):
@@ -392,9 +465,20 @@ def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_reboo
     before = led.get("s1")
     p = Box()  # ... yet the instance is alive
     got = end(led, p)
-    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=True, reason=before.end_reason,
-                              ended_at=before.ended_at, end_source=before.end_source, already_gone=False, error="",
-                              not_ours=False, unknown=False, row=("s1", "closed"))
+    assert ended(got) == dict(
+        session_id="s1",
+        instance_id="pod-1",
+        destroyed=True,
+        closed=True,
+        reason=before.end_reason,
+        ended_at=before.ended_at,
+        end_source=before.end_source,
+        already_gone=False,
+        error="",
+        not_ours=False,
+        unknown=False,
+        row=("s1", "closed"),
+    )
     assert books(led)[-1] == ("orphan_destroyed", {"by": "watchdog:test", "instance": "pod-1", "label": "gpuops-s1"})
     assert len(p.destroys) == 1 and led.get("s1").ended_at == before.ended_at
     again = Box(alive=False)
@@ -404,9 +488,23 @@ def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_reboo
 
 def test_an_instance_with_no_row_is_destroyed_and_nothing_booked(led):
     p = Box()
-    got = end_rental(led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-1", sleep=lambda s: None)
-    assert ended(got) == dict(session_id=None, instance_id="pod-1", destroyed=True, closed=False, reason="interrupted",
-                              ended_at=None, end_source=None, already_gone=False, error="", not_ours=False, unknown=False, row=None)
+    got = end_rental(
+        led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-1", sleep=lambda s: None
+    )
+    assert ended(got) == dict(
+        session_id=None,
+        instance_id="pod-1",
+        destroyed=True,
+        closed=False,
+        reason="interrupted",
+        ended_at=None,
+        end_source=None,
+        already_gone=False,
+        error="",
+        not_ours=False,
+        unknown=False,
+        row=None,
+    )
     assert len(p.destroys) == 1
 
 
@@ -420,7 +518,14 @@ def test_no_row_and_no_instance_ends_nothing(led):
     p = Box()
     got = end_rental(led, p, None, EndReason.INTERRUPTED, by="reconcile:test")
     assert (got.session_id, got.instance_id, got.destroyed, got.closed, got.reason, p.gets, p.destroys) == (
-        None, None, False, False, "interrupted", 0, [])
+        None,
+        None,
+        False,
+        False,
+        "interrupted",
+        0,
+        [],
+    )
 
 
 def test_a_refused_row_reports_the_reason_it_already_carries(led):
@@ -428,8 +533,20 @@ def test_a_refused_row_reports_the_reason_it_already_carries(led):
     led.request_end("s1", "manual", by="down:bob")
     assert end(led, Box()).reason == "manual"
     rented_legacy = "s2"
-    led.add_session(Session(id=rented_legacy, provider="runpod", card="h100-sxm", label="gpuops-s2", instance_id="pod-2",
-                            instance_created_at=CREATED, usd_per_hour=3.6, status="running", created_at=CREATED, account=None))
+    led.add_session(
+        Session(
+            id=rented_legacy,
+            provider="runpod",
+            card="h100-sxm",
+            label="gpuops-s2",
+            instance_id="pod-2",
+            instance_created_at=CREATED,
+            usd_per_hour=3.6,
+            status="running",
+            created_at=CREATED,
+            account=None,
+        )
+    )
     led.request_end("s2", "ttl", by="agent")
     got = end_rental(led, Box(), "s2", EndReason.IDLE, by="w", sleep=lambda s: None)  # pod-2 is not visible to this key
     assert (got.unknown, got.reason) == (True, "ttl")
@@ -467,9 +584,20 @@ def test_a_ledger_that_spools_still_ends_the_box_and_says_what_it_will_book(led)
     rented(led)
     p = Box()
     got = end_rental(Spooling(led), p, "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None)
-    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=True, closed=False, reason="idle", ended_at=NOW,
-                              end_source="destroy", already_gone=False, error="ledger write spooled", not_ours=False,
-                              unknown=False, row=("s1", "running"))  # the row as last held: its close waits in the spool
+    assert ended(got) == dict(
+        session_id="s1",
+        instance_id="pod-1",
+        destroyed=True,
+        closed=False,
+        reason="idle",
+        ended_at=NOW,
+        end_source="destroy",
+        already_gone=False,
+        error="ledger write spooled",
+        not_ours=False,
+        unknown=False,
+        row=("s1", "running"),
+    )  # the row as last held: its close waits in the spool
     assert len(p.destroys) == 1
 
 
@@ -494,9 +622,20 @@ def test_no_provider_closes_the_row_without_a_destroy(led):
 def test_the_other_accounts_row_and_the_invisible_legacy_row_return_what_they_found(led):
     rented(led, account="runpod:ffff0000")
     got = end(led, Box())
-    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=False, closed=False, reason=None, ended_at=None,
-                              end_source=None, already_gone=False, not_ours=True, unknown=False, row=("s1", "running"),
-                              error="row of account runpod:ffff0000 (None): not ours to end")
+    assert ended(got) == dict(
+        session_id="s1",
+        instance_id="pod-1",
+        destroyed=False,
+        closed=False,
+        reason=None,
+        ended_at=None,
+        end_source=None,
+        already_gone=False,
+        not_ours=True,
+        unknown=False,
+        row=("s1", "running"),
+        error="row of account runpod:ffff0000 (None): not ours to end",
+    )
 
 
 def test_a_legacy_row_is_ended_when_the_key_cannot_read_the_instance(led):
@@ -513,9 +652,20 @@ def test_a_legacy_row_is_ended_when_the_key_cannot_read_the_instance(led):
 def test_a_legacy_invisible_row_books_the_unknown_event(led):
     rented(led, account=None)
     got = end(led, Box(alive=False))
-    assert ended(got) == dict(session_id="s1", instance_id="pod-1", destroyed=False, closed=False, reason=None, ended_at=None,
-                              end_source=None, already_gone=False, not_ours=False, unknown=True, row=("s1", "running"),
-                              error="instance not visible to the key held here")
+    assert ended(got) == dict(
+        session_id="s1",
+        instance_id="pod-1",
+        destroyed=False,
+        closed=False,
+        reason=None,
+        ended_at=None,
+        end_source=None,
+        already_gone=False,
+        not_ours=False,
+        unknown=True,
+        row=("s1", "running"),
+        error="instance not visible to the key held here",
+    )
     assert books(led) == [("unknown", {"by": "watchdog:test", "instance": "pod-1", "reason": "idle"})]
 
 
@@ -562,9 +712,15 @@ def test_seen_exit_code_is_the_newest_integer_one(led):
 def test_end_time_without_a_provider_or_a_row():
     from gpuops.rental.lifecycle import end_time
 
-    assert end_time(None, "pod-1", None, True, None, None, NOW) == (NOW, "create")  # no row: nothing older than now is known
+    assert end_time(None, "pod-1", None, True, None, None, NOW) == (
+        NOW,
+        "create",
+    )  # no row: nothing older than now is known
     assert end_time(None, "pod-1", None, False, None, None, NOW) == (NOW, "destroy")
-    assert end_time(None, "pod-1", None, True, None, CREATED + 5.0, NOW, last_seen_at=CREATED + 9.0) == (NOW, "heartbeat")
+    assert end_time(None, "pod-1", None, True, None, CREATED + 5.0, NOW, last_seen_at=CREATED + 9.0) == (
+        NOW,
+        "heartbeat",
+    )
 
 
 def test_the_provider_is_asked_about_this_instance():
@@ -607,5 +763,7 @@ def test_a_spooled_close_of_a_gone_box_says_it_was_gone(led):
             return None
 
     rented(led, heartbeat=CREATED + 60.0)
-    got = end_rental(Spooling(led), Box(alive=False), "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None)
+    got = end_rental(
+        Spooling(led), Box(alive=False), "s1", EndReason.IDLE, by="w", clock=Clock(NOW), sleep=lambda s: None
+    )
     assert (got.closed, got.already_gone, got.ended_at, got.end_source) == (False, True, CREATED + 60.0, "heartbeat")

@@ -26,10 +26,14 @@ from tests.teardown.conftest import wait_for
 
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
 FAULTS = ("SIGKILL", "SIGTERM", "SIGINT", "SIGHUP", "hangup", "broken_pipe")  # hangup: the pty closes, then SIGHUP
-RENTS = STAGES[STAGES.index("create"):]
+RENTS = STAGES[STAGES.index("create") :]
 JOB = 'echo \'{"tokens": 1000}\' >> "$GPUOPS_METRICS"\necho started\nsleep 0.3\n'
-ENV = dict(FAST_ENV, GPUOPS_TEARDOWN_IDLE_MINUTES=str(1 / 60), GPUOPS_UP_READY_TIMEOUT_SECONDS="2",
-           GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="0.5")
+ENV = dict(
+    FAST_ENV,
+    GPUOPS_TEARDOWN_IDLE_MINUTES=str(1 / 60),
+    GPUOPS_UP_READY_TIMEOUT_SECONDS="2",
+    GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="0.5",
+)
 
 
 def expected(stage: str, fault: str) -> tuple[str | None, int, object]:
@@ -40,8 +44,16 @@ def expected(stage: str, fault: str) -> tuple[str | None, int, object]:
     if fault == "SIGKILL":
         if stage in ("validate", "plan"):
             return None, 0, None
-        reason = {"intent": "provision_failed", "create": "interrupted", "ready": "interrupted", "arm": "interrupted",
-                  "bootstrap": "idle", "job": "idle", "collect": "job_end", "teardown": "job_end"}[stage]
+        reason = {
+            "intent": "provision_failed",
+            "create": "interrupted",
+            "ready": "interrupted",
+            "arm": "interrupted",
+            "bootstrap": "idle",
+            "job": "idle",
+            "collect": "job_end",
+            "teardown": "job_end",
+        }[stage]
         # tokens: booked by `up` (teardown) or read from the box by the watchdog (collect)
         return reason, 1000 if ran_job else 0, None
     sig = "SIGHUP" if fault == "hangup" else fault

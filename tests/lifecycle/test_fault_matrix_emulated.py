@@ -16,10 +16,16 @@ from tests.lifecycle.upproc import UpProc, ledger, only_row, up_env, wait_closed
 from tests.teardown.conftest import wait_for
 
 SIGNAL = {"runpod": signal.SIGTERM, "vast": signal.SIGINT}
-ARGS = {"runpod": ("--provider", "runpod", "--card", "rtx-4090", "--on-demand"),
-        "vast": ("--provider", "vast", "--card", "rtx-4090", "--on-demand")}
-ENV = {"GPUOPS_UP_READY_TIMEOUT_SECONDS": "30", "GPUOPS_TEARDOWN_IDLE_MINUTES": "off",
-       "GPUOPS_TEARDOWN_KILL_GRACE_SECONDS": "0.5", "GPUOPS_TEARDOWN_SAMPLE_SECONDS": "0.3"}
+ARGS = {
+    "runpod": ("--provider", "runpod", "--card", "rtx-4090", "--on-demand"),
+    "vast": ("--provider", "vast", "--card", "rtx-4090", "--on-demand"),
+}
+ENV = {
+    "GPUOPS_UP_READY_TIMEOUT_SECONDS": "30",
+    "GPUOPS_TEARDOWN_IDLE_MINUTES": "off",
+    "GPUOPS_TEARDOWN_KILL_GRACE_SECONDS": "0.5",
+    "GPUOPS_TEARDOWN_SAMPLE_SECONDS": "0.3",
+}
 
 
 @pytest.mark.slow

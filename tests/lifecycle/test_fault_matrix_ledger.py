@@ -35,7 +35,7 @@ class Outage:
 
     def start(self) -> None:
         if self.backend == "sqlite":
-            self.con = sqlite3.connect(self.url[len("sqlite:///"):], isolation_level=None, timeout=30)
+            self.con = sqlite3.connect(self.url[len("sqlite:///") :], isolation_level=None, timeout=30)
             self.con.execute("BEGIN IMMEDIATE")  # held until end(): every write of `up` is refused
         else:
             self.server.halt()

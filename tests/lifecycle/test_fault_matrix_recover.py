@@ -106,8 +106,9 @@ def test_preempted_at_each_stage(rig, sshd, gpuops_home, vast_provider, tmp_path
 
 
 @pytest.mark.parametrize("where", ["recover", "create"])
-def test_ctrl_c_while_re_renting_leaves_no_box_and_closes_the_run_interrupted(rig, sshd, gpuops_home, vast_provider, tmp_path,
-                                                                               monkeypatch, where):
+def test_ctrl_c_while_re_renting_leaves_no_box_and_closes_the_run_interrupted(
+    rig, sshd, gpuops_home, vast_provider, tmp_path, monkeypatch, where
+):
     emu = rig
     monkeypatch.setenv("STEPS", "30")
     first, second = tmp_path / "pause1", tmp_path / "pause2"
@@ -145,7 +146,9 @@ def test_ctrl_c_while_re_renting_leaves_no_box_and_closes_the_run_interrupted(ri
     assert all(r.status == "closed" for r in rows)
 
 
-def test_a_create_that_made_no_box_re_rents_only_when_asked(rig, sshd, gpuops_home, vast_provider, tmp_path, monkeypatch):
+def test_a_create_that_made_no_box_re_rents_only_when_asked(
+    rig, sshd, gpuops_home, vast_provider, tmp_path, monkeypatch
+):
     emu = rig
     monkeypatch.setenv("STEPS", "1")
     emu.faults.vanish_on_create = True  # every offer is taken between the search and the create
@@ -158,17 +161,31 @@ def test_a_create_that_made_no_box_re_rents_only_when_asked(rig, sshd, gpuops_ho
         emu.faults.vanish_on_create = False
 
     settings = _settings()
-    asked = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=2,
-                      recover_on=("preempted", "provision_failed"))
+    asked = UpRequest(
+        job=JOB,
+        provider="vast",
+        card="rtx-4090",
+        spot=True,
+        spot_explicit=True,
+        recover=2,
+        recover_on=("preempted", "provision_failed"),
+    )
     with Held(pause, market_calms_down) as held:
         summ = run_up(asked, settings, Reporter(), provider=vast_provider)
     assert held.error is None, held.error
-    assert summ["end_reason"] == "job_end" and [r["end_reason"] for r in summ["rentals"]] == ["provision_failed", "job_end"], summ
+    assert summ["end_reason"] == "job_end" and [r["end_reason"] for r in summ["rentals"]] == [
+        "provision_failed",
+        "job_end",
+    ], summ
     assert summ["rentals"][0]["cost_usd"] == 0.0 and emu.live() == []
 
     emu.faults.vanish_on_create = True  # the default recover_on is preempted only: a failed create ends the run
-    summ = run_up(UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=2),
-                  settings, Reporter(), provider=vast_provider)
+    summ = run_up(
+        UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=2),
+        settings,
+        Reporter(),
+        provider=vast_provider,
+    )
     assert summ["end_reason"] == "provision_failed" and len(summ["rentals"]) == 1, summ
 
 
@@ -177,8 +194,15 @@ def test_a_job_that_fails_on_its_own_never_re_rents(rig, sshd, gpuops_home, vast
     job = tmp_path / "fails.sh"
     job.write_text('echo "$GPUOPS_ATTEMPT of run $GPUOPS_RUN"\nexit 3\n')
     settings = _settings()
-    req = UpRequest(job=job, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=3,
-                    recover_on=("preempted", "provision_failed", "bootstrap_failed"))
+    req = UpRequest(
+        job=job,
+        provider="vast",
+        card="rtx-4090",
+        spot=True,
+        spot_explicit=True,
+        recover=3,
+        recover_on=("preempted", "provision_failed", "bootstrap_failed"),
+    )
     summ = run_up(req, settings, Reporter(), provider=vast_provider)
     assert summ["end_reason"] == "job_failed" and summ["exit_code"] == 3 and len(summ["rentals"]) == 1, summ
     assert emu.live() == []

@@ -34,7 +34,9 @@ def _metrics_written(gpuops_home):
 
 @pytest.mark.parametrize("output", ["pty", "pipe", "closed"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
-def test_output_gone_then_signal_still_tears_down_and_books_tokens(gpuops_home, cli_env, fake_smi, tmp_path, output, sig):
+def test_output_gone_then_signal_still_tears_down_and_books_tokens(
+    gpuops_home, cli_env, fake_smi, tmp_path, output, sig
+):
     fake_smi.util(70)
     up = UpProc(tmp_path, up_env(cli_env), TOKENS_JOB, output=output)
     try:
@@ -49,7 +51,9 @@ def test_output_gone_then_signal_still_tears_down_and_books_tokens(gpuops_home, 
     assert (row.end_reason, row.tokens, rc) == ("interrupted", 1000, 130)
     assert row.end_source == "provider" and row.ended_at is not None
     box = gpuops_home / "boxes" / row.label
-    assert row.ended_at == pytest.approx(json.loads((box / "destroyed.json").read_text())["destroyed_at"], abs=1e-6)  # the record itself
+    assert row.ended_at == pytest.approx(
+        json.loads((box / "destroyed.json").read_text())["destroyed_at"], abs=1e-6
+    )  # the record itself
     no_box_processes(box)
 
 
@@ -57,9 +61,13 @@ def test_output_gone_then_signal_still_tears_down_and_books_tokens(gpuops_home, 
 def test_broken_pipe_never_decides_the_rental(gpuops_home, cli_env, fake_smi, tmp_path, redirect):
     fake_smi.util(70)
     job = tmp_path / "job.sh"
-    job.write_text('echo \'{"tokens": 7}\' >> "$GPUOPS_METRICS"\nfor i in $(seq 1 60); do echo "line $i"; sleep 0.02; done\n')
+    job.write_text(
+        'echo \'{"tokens": 7}\' >> "$GPUOPS_METRICS"\nfor i in $(seq 1 60); do echo "line $i"; sleep 0.02; done\n'
+    )
     cmd = " ".join(gpuops_cmd("up", "--job", str(job))) + f" {redirect} | head -3"
-    out = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], env=up_env(cli_env), capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", cmd], env=up_env(cli_env), capture_output=True, text=True, timeout=120
+    )
     row = wait_closed(5)
     assert (row.end_reason, row.exit_code, row.tokens) == ("job_end", 0, 7), out.stderr
     assert out.returncode == 0, out.stderr  # `up` exits as its row says, pipe or no pipe
@@ -96,8 +104,14 @@ def test_a_hang_up_ignored_by_nohup_keeps_the_run_going(gpuops_home, cli_env, fa
     job = tmp_path / "job.sh"
     job.write_text(f'while [ ! -e "{gate}" ]; do sleep 0.05; done\necho done\n')
     argv = ["bash", "-c", 'trap "" HUP; exec "$@"', "up", *gpuops_cmd("up", "--job", str(job))]
-    up = subprocess.Popen(argv, env=up_env(cli_env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, start_new_session=True)
+    up = subprocess.Popen(
+        argv,
+        env=up_env(cli_env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         wait_for(has_event("job_started"), 60)
         up.send_signal(signal.SIGHUP)  # `up` itself (bash exec'd it): as a closing terminal would

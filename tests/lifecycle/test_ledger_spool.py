@@ -22,12 +22,18 @@ def test_job_exit_and_tokens_survive_a_locked_ledger(gpuops_home, fake_smi, tmp_
     monkeypatch.setattr(ledger.engine, "SQLITE_BUSY_TIMEOUT_MS", 300)  # a writer gives up after 0.3 s
     monkeypatch.setenv("GPUOPS_SPOOL_DIR", str(tmp_path / "spool"))
     fake_smi.util(70)
-    settings = load_settings(None, {"teardown": {"kill_grace_seconds": 0.5, "idle_minutes": "off"}, "providers": {"local": {"price_per_hour": 1.0}}})
+    settings = load_settings(
+        None,
+        {
+            "teardown": {"kill_grace_seconds": 0.5, "idle_minutes": "off"},
+            "providers": {"local": {"price_per_hour": 1.0}},
+        },
+    )
     led = Ledger(settings.ledger_url())
     go = tmp_path / "go"
     job = tmp_path / "job.sh"
     job.write_text(f'echo \'{{"tokens": 1000}}\' >> "$GPUOPS_METRICS"\nwhile [ ! -f {go} ]; do sleep 0.05; done\n')
-    db = settings.ledger_url()[len("sqlite:///"):]
+    db = settings.ledger_url()[len("sqlite:///") :]
     release = threading.Event()
     state: dict = {}
 
@@ -71,14 +77,29 @@ def test_job_exit_and_tokens_survive_a_locked_ledger(gpuops_home, fake_smi, tmp_
 def _open_row(led, sid: str = "20261201-100000-aaaa") -> str:
     from ledger import Session as Row
 
-    led.add_session(Row(id=sid, experiment="e", job="j", provider="local", card="a100-80gb", gpu_count=1, spot=False,
-                        label=f"gpuops-{sid}", simulated=False, status="running", created_at=1_800_000_000.0,
-                        instance_created_at=1_800_000_010.0, instance_id=f"gpuops-{sid}", usd_per_hour=3.6))
+    led.add_session(
+        Row(
+            id=sid,
+            experiment="e",
+            job="j",
+            provider="local",
+            card="a100-80gb",
+            gpu_count=1,
+            spot=False,
+            label=f"gpuops-{sid}",
+            simulated=False,
+            status="running",
+            created_at=1_800_000_000.0,
+            instance_created_at=1_800_000_010.0,
+            instance_id=f"gpuops-{sid}",
+            usd_per_hour=3.6,
+        )
+    )
     return sid
 
 
 def _locked(url: str):
-    con = sqlite3.connect(url[len("sqlite:///"):], isolation_level=None, timeout=10)
+    con = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None, timeout=10)
     con.execute("BEGIN IMMEDIATE")
     return con
 
@@ -100,7 +121,13 @@ def test_a_spooled_close_is_finished_by_the_next_ps(gpuops_home, cli):
     out = cli("ps", "--json")
     assert out.returncode == 0 and json.loads(out.stdout) == []  # the close was booked before the listing
     row = Ledger(url).get(sid)
-    assert (row.status, row.end_reason, row.tokens, row.ended_at, row.cost_usd) == ("closed", "job_end", 12, 1_800_000_370.0, pytest.approx(0.36, abs=1e-6))
+    assert (row.status, row.end_reason, row.tokens, row.ended_at, row.cost_usd) == (
+        "closed",
+        "job_end",
+        12,
+        1_800_000_370.0,
+        pytest.approx(0.36, abs=1e-6),
+    )
     assert not led.has_spool()
 
 

@@ -17,7 +17,9 @@ CAP = 1 * 2**20
 # Built with a call deadline no loaded machine reaches (a cold vastai import alone took over 1.5 s
 # at load 8): the SDK is imported and warmed, and the size cap is tested, with no clock in the way.
 # A deadline test narrows ``call_deadline_s`` (the provider's own setting) after the warm-up.
-POLICY = RetryPolicy(attempts=3, wait_s=0.01, max_wait_s=0.05, budget_s=600.0, call_deadline_s=600.0, max_reply_bytes=CAP)
+POLICY = RetryPolicy(
+    attempts=3, wait_s=0.01, max_wait_s=0.05, budget_s=600.0, call_deadline_s=600.0, max_reply_bytes=CAP
+)
 # A loaded machine's slack on "the call ended at its deadline": the faults below would hold the call
 # for 100 s (trickle) or for as long as they are set (stall), so ending within it is the deadline.
 LOADED_SLACK_S = 10.0
@@ -57,7 +59,9 @@ def test_trickling_reply_ends_at_the_calls_deadline(emulator_env, name):
     emu = emulator_env[name]
     p = _provider(name, emu)
     # one byte every 20 ms: a 5 KB reply would take 100 s
-    err, took = _ends_at_the_deadline(p, lambda: p.offers(OfferQuery(cards=("rtx-4090",))), emu.market.faults, trickle_s=0.02)
+    err, took = _ends_at_the_deadline(
+        p, lambda: p.offers(OfferQuery(cards=("rtx-4090",))), emu.market.faults, trickle_s=0.02
+    )
     assert err.kind == ProviderErrorKind.TIMEOUT and "deadline" in err.message
     assert DEADLINE_S - 0.05 <= took < DEADLINE_S + LOADED_SLACK_S, took
 

@@ -49,7 +49,9 @@ def test_up_stores_its_limits_on_the_row(gpuops_home, fake_smi, tmp_path):
     from gpuops.rental.launcher import Reporter, UpRequest, run_up
     from ledger.store import Ledger
 
-    settings = load_settings(None, {"teardown": {"idle_minutes": 7.5, "max_hours": 2.0}, "up": {"ready_timeout_seconds": 321}})
+    settings = load_settings(
+        None, {"teardown": {"idle_minutes": 7.5, "max_hours": 2.0}, "up": {"ready_timeout_seconds": 321}}
+    )
     job = tmp_path / "job.sh"
     job.write_text("true\n")
     summ = run_up(UpRequest(job=job, max_hours=2.0), settings, Reporter())
@@ -90,8 +92,14 @@ def test_box_clock_skew_cannot_bend_an_unseen_end(rig, fake_smi):
         r = rig({"sample_seconds": 5})
         r.intent()
         r.create()
-        status = {"heartbeat": time.time() + skew, "sample_seconds": 5, "samples": [], "job": {}, "destroy": None,
-                  "teardown": {"max_hours": 4, "idle_minutes": "off"}}
+        status = {
+            "heartbeat": time.time() + skew,
+            "sample_seconds": 5,
+            "samples": [],
+            "job": {},
+            "destroy": None,
+            "teardown": {"max_hours": 4, "idle_minutes": "off"},
+        }
         (Path(r.box.root) / ".gpuops").mkdir(exist_ok=True)
         (Path(r.box.root) / ".gpuops" / "agent-status.json").write_text(json.dumps(status))
         seen_at = time.time()

@@ -45,8 +45,13 @@ def _expected_digest(steps: int) -> str:
 
 
 def _settings(**teardown):
-    return load_settings(None, {"teardown": {**TEARDOWN, **teardown},
-                                "job": {"checkpoint_sync_seconds": 0.3, "env": ["STEPS", "STEP_SECONDS"]}})
+    return load_settings(
+        None,
+        {
+            "teardown": {**TEARDOWN, **teardown},
+            "job": {"checkpoint_sync_seconds": 0.3, "env": ["STEPS", "STEP_SECONDS"]},
+        },
+    )
 
 
 @pytest.fixture
@@ -108,9 +113,18 @@ class TakeBack:
                     if inst.id in done or inst.state != "running" or self._step_home(inst.label) < self.at_step[n]:
                         continue
                     self.emu.market.preempt(inst.id, self.modes[n])
-                    self.taken.append({"id": inst.id, "label": inst.label, "at": self.emu.market.now(), "mode": self.modes[n],
-                                       "step_home": self._step_home(inst.label)})
-                    for pid in box_processes(self.sshd.home / "gpuops" / inst.label):  # the box goes, its processes with it
+                    self.taken.append(
+                        {
+                            "id": inst.id,
+                            "label": inst.label,
+                            "at": self.emu.market.now(),
+                            "mode": self.modes[n],
+                            "step_home": self._step_home(inst.label),
+                        }
+                    )
+                    for pid in box_processes(
+                        self.sshd.home / "gpuops" / inst.label
+                    ):  # the box goes, its processes with it
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except ProcessLookupError:
@@ -123,7 +137,9 @@ class TakeBack:
             self.error = e
 
 
-def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_intact(rig, sshd, gpuops_home, vast_provider):
+def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_intact(
+    rig, sshd, gpuops_home, vast_provider
+):
     emu = rig
     settings = _settings()
     req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=2)
@@ -140,15 +156,20 @@ def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_in
     run = led.get_run(run_id)
     assert (run.status, run.end_reason, run.attempts, run.recover) == ("closed", "job_end", 3, 2)
     rows = led.run_rentals(run_id)
-    assert [(r.attempt, r.end_reason, r.status, r.spot) for r in rows] == [(1, "preempted", "closed", True), (2, "preempted", "closed", True),
-                                                                         (3, "job_end", "closed", True)]
+    assert [(r.attempt, r.end_reason, r.status, r.spot) for r in rows] == [
+        (1, "preempted", "closed", True),
+        (2, "preempted", "closed", True),
+        (3, "job_end", "closed", True),
+    ]
     # --max-hours counts the whole run: each rental got what the earlier ones left
     assert rows[0].max_hours == pytest.approx(4.0, abs=1e-9)
     assert rows[1].max_hours == pytest.approx(4.0 - rows[0].billed_seconds / 3600, abs=1e-6)
     assert rows[2].max_hours == pytest.approx(4.0 - (rows[0].billed_seconds + rows[1].billed_seconds) / 3600, abs=1e-6)
 
     # the agent on each box was armed with what the run had left, as the row says
-    armed = [json.loads((sshd.home / "gpuops" / r.label / ".gpuops" / "agent.json").read_text())["teardown"] for r in rows]
+    armed = [
+        json.loads((sshd.home / "gpuops" / r.label / ".gpuops" / "agent.json").read_text())["teardown"] for r in rows
+    ]
     assert [a["max_hours"] for a in armed] == pytest.approx([r.max_hours for r in rows], abs=1e-9)
 
     # the result is intact: every step once in the chain, resumed across the three rentals
@@ -192,7 +213,9 @@ def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_
     shown = json.loads(got.stdout)
     assert [(r["attempt"], r["end_reason"]) for r in shown["rentals"]] == [(1, "preempted"), (2, "preempted")]
     assert all("the provider showed it stopped during job" in r["why"] for r in shown["rentals"]), shown["rentals"]
-    assert shown["run"]["end_reason"] == "attempts_spent" and shown["cost_usd"] == pytest.approx(summ["cost_usd"], abs=1e-6)
+    assert shown["run"]["end_reason"] == "attempts_spent" and shown["cost_usd"] == pytest.approx(
+        summ["cost_usd"], abs=1e-6
+    )
     table = cli("ledger", "show", run.id, env={"COLUMNS": "200"})
     assert table.returncode == 0 and f"run {run.id}" in table.stdout and "why it ended" in table.stdout, table.stdout
     sess = json.loads(cli("ledger", "sessions", "--format", "json").stdout)["sessions"]
@@ -201,7 +224,9 @@ def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_
     assert [(r["run"], r["rentals"], r["end_reason"]) for r in runs] == [(run.id, 2, "attempts_spent")]
     assert runs[0]["cost_usd"] == pytest.approx(summ["cost_usd"], abs=1e-6)
     assert cli("ledger", "show", "run-nope").returncode == 2
-    assert json.loads(cli("ledger", "show", run.id[:-2], "--format", "json").stdout)["run"]["id"] == run.id  # a unique prefix
+    assert (
+        json.loads(cli("ledger", "show", run.id[:-2], "--format", "json").stdout)["run"]["id"] == run.id
+    )  # a unique prefix
 
 
 def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpuops_home, vast_provider, monkeypatch):
@@ -211,7 +236,9 @@ def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpu
     # The first rental may buy MIN_RENTAL_S + 3 s; once it has billed more than 3 s what is left buys
     # less than a rental needs: the run ends session_cap with attempts to spare.
     monkeypatch.setattr(runs, "MIN_RENTAL_S", 3600.0)
-    p = min(o.price for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True)))  # what a rental is charged
+    p = min(
+        o.price for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True))
+    )  # what a rental is charged
     settings = _settings(max_session_usd=p * (3600.0 + 3.0) / 3600.0)
     req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=3)
     with TakeBack(emu, sshd, gpuops_home, at_step=[3], modes=["outbid"]) as tb:
@@ -225,10 +252,14 @@ def test_a_run_out_of_money_ends_session_cap_before_renting_again(rig, sshd, gpu
     (row,) = led.run_rentals(summ["run"]["id"])
     assert row.max_session_usd == pytest.approx(settings.teardown.max_session_usd, abs=1e-9)
     armed = json.loads((sshd.home / "gpuops" / row.label / ".gpuops" / "agent.json").read_text())["teardown"]
-    assert armed["max_session_usd"] == pytest.approx(row.max_session_usd, abs=1e-9)  # the agent holds the run's money left
+    assert armed["max_session_usd"] == pytest.approx(
+        row.max_session_usd, abs=1e-9
+    )  # the agent holds the run's money left
     from gpuops.agent.agentctl import session_teardown
 
-    assert session_teardown(None, {"max_hours": 4.0, "max_session_usd": None}, row)["max_session_usd"] == pytest.approx(row.max_session_usd, abs=1e-9)
+    assert session_teardown(None, {"max_hours": 4.0, "max_session_usd": None}, row)["max_session_usd"] == pytest.approx(
+        row.max_session_usd, abs=1e-9
+    )
 
 
 def test_the_monthly_cap_is_checked_before_each_new_rental(rig, sshd, gpuops_home, vast_provider):
@@ -238,7 +269,9 @@ def test_the_monthly_cap_is_checked_before_each_new_rental(rig, sshd, gpuops_hom
     settings = _settings()
 
     def watchdog_refuses() -> None:  # a watchdog saw the month reach its cap while the first box was being lost
-        set_refusal(Ledger(settings.ledger_url()), "*", "monthly_cap", "month-to-date $50.00 reached monthly_cap_usd $50.00")
+        set_refusal(
+            Ledger(settings.ledger_url()), "*", "monthly_cap", "month-to-date $50.00 reached monthly_cap_usd $50.00"
+        )
 
     req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=3)
     with TakeBack(emu, sshd, gpuops_home, at_step=[2], modes=["host_gone"], then=watchdog_refuses) as tb:

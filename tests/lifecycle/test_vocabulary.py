@@ -30,17 +30,21 @@ def test_members_are_their_strings():
 def test_every_member_is_written_somewhere():
     text = _text()
     for kind in EventKind:
-        assert re.search(rf"EventKind\.{kind.name}\b", text), f"event kind {kind.value} is written nowhere: write it or remove it"
+        assert re.search(rf"EventKind\.{kind.name}\b", text), (
+            f"event kind {kind.value} is written nowhere: write it or remove it"
+        )
     for reason in EndReason:
         # csvio (imports) still spells its one reason as a literal
-        assert re.search(rf"EndReason\.{reason.name}\b", text) or f'"{reason.value}"' in text, f"end reason {reason.value} is never booked"
+        assert re.search(rf"EndReason\.{reason.name}\b", text) or f'"{reason.value}"' in text, (
+            f"end reason {reason.value} is never booked"
+        )
     # the box's policy decides these reasons; they are members of the enum
     for r in ("job_end", "job_failed", "idle", "ttl", "session_cap"):
         assert EndReason.parse(r) is not None
 
 
 def test_failure_table_covers_every_renting_stage():
-    after_intent = STAGES[STAGES.index("create"):STAGES.index("teardown")]
+    after_intent = STAGES[STAGES.index("create") : STAGES.index("teardown")]
     assert set(FAILURE_BOOKS) == set(after_intent)
     from gpuops.errors import GpuopsError
     from gpuops.providers.base import ProviderError, ProviderErrorKind
@@ -63,4 +67,6 @@ def test_exit_status_follows_the_row():
 def test_no_getattr_probes_of_the_provider_contract():
     for p in SOURCES:
         if p.parts[-2] in ("gpuops", "providers"):
-            assert not re.search(r"getattr\((provider|p|prov), \"(destroyed_at|box|supports_spot|find_by_label)\"", p.read_text()), p
+            assert not re.search(
+                r"getattr\((provider|p|prov), \"(destroyed_at|box|supports_spot|find_by_label)\"", p.read_text()
+            ), p

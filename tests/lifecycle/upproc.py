@@ -51,6 +51,7 @@ def has_event(kind: str):
     def pred():
         row = only_row()
         return row is not None and any(e.kind == kind for e in ledger().events(row.id))
+
     return pred
 
 
@@ -65,14 +66,26 @@ class UpProc:
         self.master = None
         if output == "pty":
             self.master, slave = pty.openpty()
-            self.p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True)
+            self.p = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True
+            )
             os.close(slave)
         elif output == "closed":
-            self.p = subprocess.Popen(["bash", "-c", 'exec "$@" >&- 2>&-', "up", *argv], env=env, stdin=subprocess.DEVNULL,
-                                      start_new_session=True)
+            self.p = subprocess.Popen(
+                ["bash", "-c", 'exec "$@" >&- 2>&-', "up", *argv],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         else:
-            self.p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      start_new_session=True)
+            self.p = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
 
     def close_output(self) -> None:
         """The terminal/reader goes away: the next write of `up` fails (EIO on a pty, EPIPE on a pipe)."""

@@ -9,13 +9,49 @@ from gpuops.errors import BadInput
 from gpuops.planning.architecture import architecture
 from gpuops.planning.models import builtin_model
 
-ISSUE_CARDS = ["T4", "L4", "A10G", "RTX 3090", "RTX 4090", "RTX 5090", "RTX A6000", "L40S", "A100 40GB", "A100 40GB PCIe", "A100 80GB PCIe",
-               "A100 80GB SXM", "H100 PCIe", "H100 SXM", "H200", "B200", "MI300X"]
-ISSUE_MODELS = ["llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "llama-3.1-8b", "llama-3.1-70b",
-                "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-32b", "qwen2.5-72b", "gemma-2-9b", "gemma-2-27b",
-                "phi-3-mini", "tinyllama-1.1b", "deepseek-v3",
-                # the published counts of the newer kinds (MXFP4, hybrid KV groups, shared expert + vision towers)
-                "gpt-oss-20b", "gemma-3-27b", "llama-4-scout", "qwen2.5-vl-7b"]
+ISSUE_CARDS = [
+    "T4",
+    "L4",
+    "A10G",
+    "RTX 3090",
+    "RTX 4090",
+    "RTX 5090",
+    "RTX A6000",
+    "L40S",
+    "A100 40GB",
+    "A100 40GB PCIe",
+    "A100 80GB PCIe",
+    "A100 80GB SXM",
+    "H100 PCIe",
+    "H100 SXM",
+    "H200",
+    "B200",
+    "MI300X",
+]
+ISSUE_MODELS = [
+    "llama-2-7b",
+    "llama-2-13b",
+    "llama-2-70b",
+    "llama-3-8b",
+    "llama-3-70b",
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-7b",
+    "qwen2.5-32b",
+    "qwen2.5-72b",
+    "gemma-2-9b",
+    "gemma-2-27b",
+    "phi-3-mini",
+    "tinyllama-1.1b",
+    "deepseek-v3",
+    # the published counts of the newer kinds (MXFP4, hybrid KV groups, shared expert + vision towers)
+    "gpt-oss-20b",
+    "gemma-3-27b",
+    "llama-4-scout",
+    "qwen2.5-vl-7b",
+]
 
 
 def test_every_issue_card_is_in_the_catalog_with_sources():

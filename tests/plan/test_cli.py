@@ -15,12 +15,43 @@ from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.conftest import REPO, gpuops_cmd
 
-TOP_KEYS = ["model", "params", "active_params", "dtype", "kv_dtype", "batch", "seq", "weights_bytes", "kv_bytes_per_token",
-            "kv_cache_bytes", "activation_bytes", "overhead_bytes", "total_bytes", "cards",
-            "engine", "unverified", "weights_source", "quantization"]
-CARD_KEYS = ["card", "vram_bytes", "fits", "max_batch", "decode_tok_s", "ridge_flop_per_byte", "usd_per_mtoken",
-             "engine", "budget_bytes", "kv_pool_bytes", "max_concurrency", "unverified", "engine_command",
-             "vendor", "note"]
+TOP_KEYS = [
+    "model",
+    "params",
+    "active_params",
+    "dtype",
+    "kv_dtype",
+    "batch",
+    "seq",
+    "weights_bytes",
+    "kv_bytes_per_token",
+    "kv_cache_bytes",
+    "activation_bytes",
+    "overhead_bytes",
+    "total_bytes",
+    "cards",
+    "engine",
+    "unverified",
+    "weights_source",
+    "quantization",
+]
+CARD_KEYS = [
+    "card",
+    "vram_bytes",
+    "fits",
+    "max_batch",
+    "decode_tok_s",
+    "ridge_flop_per_byte",
+    "usd_per_mtoken",
+    "engine",
+    "budget_bytes",
+    "kv_pool_bytes",
+    "max_concurrency",
+    "unverified",
+    "engine_command",
+    "vendor",
+    "note",
+]
 
 
 def run(cli_env, *args, **kw):
@@ -42,9 +73,13 @@ def test_plan_json_has_the_issue_shape(cli_env):
     assert sxm["fits"] and isinstance(sxm["vram_bytes"], int) and round(sxm["decode_tok_s"]) == 154
     assert sxm["budget_bytes"] == int(0.9 * int(79.15 * 2**30)) and sxm["unverified"] is False
     # 0.9 x 79.15 GiB - 12.55 weights - 0.25 non-torch - 0.25 activations (2048 tokens, 256 seqs) - 0.8 graphs
-    assert sxm["kv_pool_bytes"] / 2**30 == pytest.approx(57.38, abs=0.01) and sxm["max_concurrency"] == pytest.approx(57.38 / 1, abs=0.02)
-    assert sxm["engine_command"] == ("vllm serve meta-llama/Llama-2-7b-hf --max-model-len 2048 --gpu-memory-utilization 0.9 "
-                                     "--max-num-seqs 256 --kv-cache-dtype auto --tensor-parallel-size 1")
+    assert sxm["kv_pool_bytes"] / 2**30 == pytest.approx(57.38, abs=0.01) and sxm["max_concurrency"] == pytest.approx(
+        57.38 / 1, abs=0.02
+    )
+    assert sxm["engine_command"] == (
+        "vllm serve meta-llama/Llama-2-7b-hf --max-model-len 2048 --gpu-memory-utilization 0.9 "
+        "--max-num-seqs 256 --kv-cache-dtype auto --tensor-parallel-size 1"
+    )
     assert set(sxm["usd_per_mtoken"]) == {"ceiling", "batch_1", "max_batch"}
 
 
@@ -70,13 +105,16 @@ def test_plan_every_model_on_every_card_in_one_table(cli_env):
     assert [c["card"] for c in amd["cards"]] == ["mi300x"] and amd["cards"][0]["vendor"] == "amd"
 
 
-@pytest.mark.parametrize("args,msg", [
-    (["--model", "llama-3-8b", "--dtype", "fp4"], "unknown --dtype 'fp4'"),
-    (["--model", "llama-3-8b", "--batch", "-1"], "--batch must be >= 1"),
-    (["--model", "llama-3-8b", "--batch", "x"], "--batch must be a whole number"),
-    (["--model", "llama-3-8b", "--card", "z100"], "unknown card 'z100'"),
-    (["--model", "nosuch-model"], "unknown model 'nosuch-model'"),
-])
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--model", "llama-3-8b", "--dtype", "fp4"], "unknown --dtype 'fp4'"),
+        (["--model", "llama-3-8b", "--batch", "-1"], "--batch must be >= 1"),
+        (["--model", "llama-3-8b", "--batch", "x"], "--batch must be a whole number"),
+        (["--model", "llama-3-8b", "--card", "z100"], "unknown card 'z100'"),
+        (["--model", "nosuch-model"], "unknown model 'nosuch-model'"),
+    ],
+)
 def test_plan_bad_input_is_one_line_exit_2(cli_env, args, msg):
     out = run(cli_env, "plan", *args)
     assert out.returncode == 2
@@ -87,7 +125,10 @@ def test_plan_bad_input_is_one_line_exit_2(cli_env, args, msg):
 def test_plan_config_missing_keys_exit_2(cli_env, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 4096}))
     out = run(cli_env, "plan", "--model", str(tmp_path))
-    assert out.returncode == 2 and "lacks num_hidden_layers, num_attention_heads, intermediate_size, vocab_size" in out.stderr
+    assert (
+        out.returncode == 2
+        and "lacks num_hidden_layers, num_attention_heads, intermediate_size, vocab_size" in out.stderr
+    )
 
 
 def test_plan_seq_beyond_context_warns_and_answers(cli_env):
@@ -119,11 +160,17 @@ def test_up_model_dry_run_picks_the_cheapest_card_that_fits(cli_env, tmp_path, g
     # 70B bf16 needs 144 GB per GPU: only B200 and MI300X hold it; MI300X is cheaper at reference prices,
     # but a CUDA job (the default image) never lands on an AMD card unless asked
     assert d["card"] == "b200" and d["need_bytes_per_gpu"] > 141 * 10**9
-    amd = json.loads(run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json", "--vendor", "amd").stdout)
+    amd = json.loads(
+        run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json", "--vendor", "amd").stdout
+    )
     assert amd["card"] == "mi300x"
     rocm = tmp_path / "rocm.toml"
     rocm.write_text('[up]\nimage = "rocm/vllm:latest"\n')
-    named = json.loads(run(cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json", "--config", str(rocm)).stdout)
+    named = json.loads(
+        run(
+            cli_env, "up", "--job", str(job), "--model", "llama-3-70b", "--dry-run", "--json", "--config", str(rocm)
+        ).stdout
+    )
     assert named["card"] == "mi300x"  # a ROCm image asks for AMD
     small = json.loads(run(cli_env, "up", "--job", str(job), "--model", "tinyllama-1.1b", "--dry-run", "--json").stdout)
     assert small["card"] == "t4"  # fits the cheapest card
@@ -140,7 +187,10 @@ def test_up_model_that_fits_no_card_rents_and_books_nothing(cli_env, tmp_path, g
     # an A100 has no fp8 tensor cores: the advice is int8, never fp8
     assert "--dtype int8" in err and "fp8" not in err.split("try ")[1]
     assert not (gpuops_home / "boxes").exists()
-    assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+    assert (
+        not (gpuops_home / "ledger.db").exists()
+        or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+    )
 
 
 def test_up_model_refuses_an_unverified_plan_without_the_flag(cli_env, tmp_path, gpuops_home):
@@ -148,23 +198,53 @@ def test_up_model_refuses_an_unverified_plan_without_the_flag(cli_env, tmp_path,
     job.write_text("true\n")
     model = tmp_path / "brandnew"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"model_type": "brandnew", "hidden_size": 2048, "num_hidden_layers": 22,
-                                                   "num_attention_heads": 32, "intermediate_size": 5632, "vocab_size": 32000}))
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "brandnew",
+                "hidden_size": 2048,
+                "num_hidden_layers": 22,
+                "num_attention_heads": 32,
+                "intermediate_size": 5632,
+                "vocab_size": 32000,
+            }
+        )
+    )
     out = run(cli_env, "up", "--job", str(job), "--model", str(model), "--dry-run", "--json")
     assert out.returncode == 2 and "unverified" in out.stderr and "--allow-unverified" in out.stderr
-    assert not (gpuops_home / "ledger.db").exists() or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+    assert (
+        not (gpuops_home / "ledger.db").exists()
+        or Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").open_sessions() == []
+    )
     ok = run(cli_env, "up", "--job", str(job), "--model", str(model), "--allow-unverified", "--dry-run", "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["card"] == "t4"
     plan = run(cli_env, "plan", "--model", str(model), "--card", "t4", "--json")
-    assert plan.returncode == 0 and json.loads(plan.stdout)["cards"][0]["unverified"] is True and "unverified" in plan.stderr
+    assert (
+        plan.returncode == 0
+        and json.loads(plan.stdout)["cards"][0]["unverified"] is True
+        and "unverified" in plan.stderr
+    )
 
 
 def test_plan_engine_hf_and_vllm_flags(cli_env):
     out = run(cli_env, "plan", "--model", "llama-3-8b", "--card", "h100-sxm", "--engine", "hf", "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["cards"][0]["engine_command"] is None
-    out = run(cli_env, "plan", "--model", "llama-3-8b", "--card", "h100-sxm", "--gpu-memory-utilization", "0.8",
-              "--max-num-seqs", "64", "--max-num-batched-tokens", "4096", "--json")
+    out = run(
+        cli_env,
+        "plan",
+        "--model",
+        "llama-3-8b",
+        "--card",
+        "h100-sxm",
+        "--gpu-memory-utilization",
+        "0.8",
+        "--max-num-seqs",
+        "64",
+        "--max-num-batched-tokens",
+        "4096",
+        "--json",
+    )
     c = json.loads(out.stdout)["cards"][0]
     assert c["engine"] == "vllm" and "--gpu-memory-utilization 0.8 --max-num-seqs 64" in c["engine_command"]
     assert "--max-num-batched-tokens 4096" in c["engine_command"]
@@ -197,10 +277,30 @@ def test_plan_hf_repo_from_the_local_hub_cache(cli_env, tmp_path):
     (repo / "refs" / "main").write_text(rev)
     snap = repo / "snapshots" / rev
     snap.mkdir(parents=True)
-    (snap / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22,
-                                                  "num_attention_heads": 32, "num_key_value_heads": 4,
-                                                  "intermediate_size": 5632, "vocab_size": 32000}))
-    out = run(cli_env, "plan", "--model", "someorg/tiny", "--card", "t4", "--json", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    (snap / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "num_hidden_layers": 22,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 4,
+                "intermediate_size": 5632,
+                "vocab_size": 32000,
+            }
+        )
+    )
+    out = run(
+        cli_env,
+        "plan",
+        "--model",
+        "someorg/tiny",
+        "--card",
+        "t4",
+        "--json",
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(tmp_path / "hf"),
+    )
     assert out.returncode == 0, out.stderr
     d = json.loads(out.stdout)
     assert d["model"] == "someorg/tiny" and d["params"] == 1_100_048_384

@@ -11,8 +11,16 @@ from gpuops.planning import models, sizing as P
 from gpuops.planning.architecture import architecture
 from gpuops.planning.models import load_model
 
-CFG = {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 22, "num_attention_heads": 32,
-       "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000, "torch_dtype": "bfloat16"}
+CFG = {
+    "model_type": "llama",
+    "hidden_size": 2048,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "intermediate_size": 5632,
+    "vocab_size": 32000,
+    "torch_dtype": "bfloat16",
+}
 
 
 def test_builtin_case_insensitive_and_alias():
@@ -34,11 +42,14 @@ def test_index_beside_a_config_file(tmp_path):
     assert m.weights_total_size == 2_200_119_296 and m.stored_dtype == "bf16"
 
 
-@pytest.mark.parametrize("write,match", [
-    (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
-    (lambda d: (d / "config.json").write_text("[1, 2]"), "not a JSON object"),
-    (lambda d: None, "has no config.json"),
-])
+@pytest.mark.parametrize(
+    "write,match",
+    [
+        (lambda d: (d / "config.json").write_text("{not json"), "not valid JSON"),
+        (lambda d: (d / "config.json").write_text("[1, 2]"), "not a JSON object"),
+        (lambda d: None, "has no config.json"),
+    ],
+)
 def test_bad_files(tmp_path, write, match):
     write(tmp_path)
     with pytest.raises(BadInput, match=match):
@@ -83,7 +94,9 @@ class FakeHub:
 
 
 def test_hf_repo_config_and_index(tmp_path, monkeypatch):
-    hub = FakeHub(tmp_path, {"config.json": CFG, "model.safetensors.index.json": {"metadata": {"total_size": 2_200_119_296}}})
+    hub = FakeHub(
+        tmp_path, {"config.json": CFG, "model.safetensors.index.json": {"metadata": {"total_size": 2_200_119_296}}}
+    )
     monkeypatch.setattr(models, "_hf_download", hub)
     monkeypatch.setattr(models, "_hf_safetensors_counts", lambda repo_id: None)  # headers: tests/plan/test_hub.py
     m = load_model("someorg/tiny-model")
@@ -109,11 +122,14 @@ def _err(name, msg):
         return cls(msg, response=SimpleNamespace(headers={}, request=None, status_code=403))
 
 
-@pytest.mark.parametrize("err,match", [
-    ("GatedRepoError", "is gated"),
-    ("RepositoryNotFoundError", "not found"),
-    ("LocalEntryNotFoundError", "offline"),
-])
+@pytest.mark.parametrize(
+    "err,match",
+    [
+        ("GatedRepoError", "is gated"),
+        ("RepositoryNotFoundError", "not found"),
+        ("LocalEntryNotFoundError", "offline"),
+    ],
+)
 def test_hf_errors_say_pass_a_local_config(tmp_path, monkeypatch, err, match):
     monkeypatch.setattr(models, "_hf_download", FakeHub(tmp_path, error=_err(err, "boom")))
     with pytest.raises(BadInput, match=match) as e:

@@ -15,8 +15,15 @@ from gpuops.planning.quant import norm_dtype
 
 GB, GIB, KIB = 10**9, 2**30, 2**10
 A100 = "a100-80gb-sxm"
-LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-         "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+}
 
 
 def src(cfg, name="test"):
@@ -33,7 +40,9 @@ def test_sliding_window_caps_every_mistral_layer():
     v = P.plan("mistral-7b", seq=32768, card=A100)
     assert v.cards[0].max_num_batched_tokens == 2048
     assert v.cards[0].per_request_bytes == 128 * KIB * 16 * 385 == v.kv_cache_bytes
-    assert request_kv_bytes(v.arch, "bf16", 1000, 2048) == 128 * KIB * 16 * (63 + 1)  # short request: its own blocks + 1
+    assert request_kv_bytes(v.arch, "bf16", 1000, 2048) == 128 * KIB * 16 * (
+        63 + 1
+    )  # short request: its own blocks + 1
 
 
 def test_gemma2_alternates_local_and_global_layers():
@@ -52,8 +61,12 @@ def test_qwen_sliding_window_off_unless_use_sliding_window():
 
 
 def test_layer_types_list_wins():
-    cfg = {**LLAMA, "num_hidden_layers": 4, "sliding_window": 1024,
-           "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}
+    cfg = {
+        **LLAMA,
+        "num_hidden_layers": 4,
+        "sliding_window": 1024,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    }
     assert architecture(cfg).layer_window == (1024, None, 1024, None)
 
 
@@ -61,13 +74,17 @@ def test_mla_cache_is_the_compressed_latent():
     p = P.plan("deepseek-v3", card="h200", gpu_count=8, dtype="fp8", kv_dtype="bf16", seq=4096, engine="hf")
     assert p.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272  # vs 2 x 61 x 128 x 128 x 2 = 3.9 MB for MHA
     # the latent has no heads to split: every GPU holds the whole cache
-    assert P.per_gpu_bytes(p, 1) - P.per_gpu_bytes(p, 0) == pytest.approx(p.kv_cache_bytes + p.activation_bytes / 8, abs=2)
+    assert P.per_gpu_bytes(p, 1) - P.per_gpu_bytes(p, 0) == pytest.approx(
+        p.kv_cache_bytes + p.activation_bytes / 8, abs=2
+    )
 
 
 def test_tensor_parallel_splits_weights_and_kv_by_head():
     one = P.plan("llama-3-70b", card=A100, seq=8192, engine="hf")
     two = P.plan("llama-3-70b", card=A100, seq=8192, gpu_count=2, engine="hf")
-    assert two.per_gpu_bytes() == pytest.approx((one.per_gpu_bytes() - FRAMEWORK_OVERHEAD_BYTES) / 2 + FRAMEWORK_OVERHEAD_BYTES, abs=2)
+    assert two.per_gpu_bytes() == pytest.approx(
+        (one.per_gpu_bytes() - FRAMEWORK_OVERHEAD_BYTES) / 2 + FRAMEWORK_OVERHEAD_BYTES, abs=2
+    )
     assert two.total_bytes == one.total_bytes + FRAMEWORK_OVERHEAD_BYTES  # overhead is replicated
     # 16 GPUs but only 8 KV heads: the cache splits 8 ways and is replicated beyond
     sixteen = P.plan("llama-3-70b", card=A100, seq=8192, gpu_count=16, engine="hf")
@@ -84,7 +101,9 @@ def test_dtype_bytes_and_int4_overhead():
     linear = bd["attention"] + bd["mlp"]
     rest = n - linear
     for dt, b in (("fp8", 1), ("int8", 1), ("int4", 0.5 + 2.5 / 128)):
-        assert P.plan("llama-2-7b", card=A100, dtype=dt).weights_bytes == pytest.approx(linear * b + rest * 2, abs=4), dt
+        assert P.plan("llama-2-7b", card=A100, dtype=dt).weights_bytes == pytest.approx(linear * b + rest * 2, abs=4), (
+            dt
+        )
     assert norm_dtype("bfloat16") == "bf16" and norm_dtype("FP16") == "fp16"
 
 
@@ -126,7 +145,9 @@ def test_fit_uses_reported_vram_at_headroom():
     # the budget is a fraction of what the engine sees (torch.cuda.mem_get_info: 44.52 GiB), not of nvidia-smi's 46068 MiB
     c = P.plan("llama-3-8b", card="l40s").cards[0]
     assert c.budget_bytes == int(0.9 * int(44.52 * 2**30))
-    assert P.plan("llama-3-8b", card="l40s", headroom=0.5, engine="hf").cards[0].budget_bytes == int(0.5 * int(44.52 * 2**30))
+    assert P.plan("llama-3-8b", card="l40s", headroom=0.5, engine="hf").cards[0].budget_bytes == int(
+        0.5 * int(44.52 * 2**30)
+    )
 
 
 def test_moe_decode_reads_only_routed_experts_at_batch_1():
@@ -151,7 +172,9 @@ def test_safetensors_index_total_size_wins(tmp_path):
     import json
 
     (tmp_path / "config.json").write_text(json.dumps({**LLAMA, "torch_dtype": "bfloat16"}))
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 16_060_522_496}, "weight_map": {}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 16_060_522_496}, "weight_map": {}})
+    )
     p = P.plan(str(tmp_path), card=A100)
     assert p.weights_bytes == 16_060_522_496 and "index" in p.weights_source
     # never rescaled by --dtype: an fp8 plan of a bf16 checkpoint counts shapes (linear fp8, embeddings bf16)
@@ -194,7 +217,9 @@ def test_missing_keys_are_named():
 
 
 def test_unknown_family_without_keys_names_them():
-    with pytest.raises(BadInput, match=r"gpt2.*lacks hidden_size, num_hidden_layers, num_attention_heads, intermediate_size"):
+    with pytest.raises(
+        BadInput, match=r"gpt2.*lacks hidden_size, num_hidden_layers, num_attention_heads, intermediate_size"
+    ):
         architecture({"model_type": "gpt2", "n_embd": 768, "n_layer": 12, "n_head": 12, "vocab_size": 50257})
 
 
@@ -211,18 +236,21 @@ def test_non_numeric_or_zero_sizes(bad):
         architecture(cfg)
 
 
-@pytest.mark.parametrize("kw,match", [
-    ({"dtype": "fp4"}, "unknown --dtype 'fp4'"),
-    ({"kv_dtype": "int4"}, "unknown --kv-dtype"),
-    ({"batch": -1}, "--batch must be >= 1"),
-    ({"batch": 0}, "--batch must be >= 1"),
-    ({"batch": "x"}, "--batch must be a whole number"),
-    ({"seq": 0}, "--seq must be >= 1"),
-    ({"gpu_count": 0}, "--gpu-count must be >= 1"),
-    ({"headroom": 1.5}, "--gpu-memory-utilization must be in"),
-    ({"mode": "serve"}, "--mode must be infer or train"),
-    ({"card": "z100"}, "unknown card"),
-])
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        ({"dtype": "fp4"}, "unknown --dtype 'fp4'"),
+        ({"kv_dtype": "int4"}, "unknown --kv-dtype"),
+        ({"batch": -1}, "--batch must be >= 1"),
+        ({"batch": 0}, "--batch must be >= 1"),
+        ({"batch": "x"}, "--batch must be a whole number"),
+        ({"seq": 0}, "--seq must be >= 1"),
+        ({"gpu_count": 0}, "--gpu-count must be >= 1"),
+        ({"headroom": 1.5}, "--gpu-memory-utilization must be in"),
+        ({"mode": "serve"}, "--mode must be infer or train"),
+        ({"card": "z100"}, "unknown card"),
+    ],
+)
 def test_bad_flags(kw, match):
     with pytest.raises(BadInput, match=match):
         P.plan("llama-3-8b", **kw)
@@ -232,7 +260,8 @@ def test_seq_beyond_context_warns_not_refuses():
     p = P.plan("llama-2-7b", seq=8192, card=A100)
     assert p.seq == 8192 and p.arch.max_context == 4096  # llama-2-7b config.json: max_position_embeddings 4096
     assert [w for w in p.warnings if "beyond" in w] == [
-        "--seq 8192 is beyond the model's context (4096 tokens, max_position_embeddings)"]
+        "--seq 8192 is beyond the model's context (4096 tokens, max_position_embeddings)"
+    ]
     # the plan is sized for the --seq asked, not clipped to the context: twice the KV of 4096 tokens
     at_context = P.plan("llama-2-7b", seq=4096, card=A100)
     assert not [w for w in at_context.warnings if "beyond" in w]  # exactly the context: no warning
@@ -249,7 +278,9 @@ def test_fit_advice_says_how_much_and_what_fits():
         P.size_for_up("llama-3-70b", card="a100")
     msg = str(e.value)
     assert "fits no --card a100" in msg and "short" in msg and "GiB" in msg
-    assert "--dtype int8" in msg and "--dtype fp8" not in msg and "--gpu-count 2" in msg and "\n" not in msg  # A100: no fp8 hardware
+    assert (
+        "--dtype int8" in msg and "--dtype fp8" not in msg and "--gpu-count 2" in msg and "\n" not in msg
+    )  # A100: no fp8 hardware
     with pytest.raises(BadInput, match="try --dtype fp8"):  # an L40S has fp8 tensor cores
         P.size_for_up("qwen2.5-32b", card="l40s")
     with pytest.raises(BadInput, match="--kv-dtype fp8"):
@@ -278,6 +309,12 @@ def test_attention_bias_key_adds_q_k_v_o_biases():
 
 
 def test_fp8_uses_fp8_flops_where_the_card_has_them():
-    assert P.plan("llama-3-8b", dtype="fp8", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(1979e12 / 3350e9, rel=1e-9)
-    assert P.plan("llama-3-8b", dtype="fp8", card=A100).cards[0].ridge_flop_per_byte == pytest.approx(312e12 / 2039e9, rel=1e-9)
-    assert P.plan("llama-3-8b", dtype="int4", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(989e12 / 3350e9, rel=1e-9)
+    assert P.plan("llama-3-8b", dtype="fp8", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(
+        1979e12 / 3350e9, rel=1e-9
+    )
+    assert P.plan("llama-3-8b", dtype="fp8", card=A100).cards[0].ridge_flop_per_byte == pytest.approx(
+        312e12 / 2039e9, rel=1e-9
+    )
+    assert P.plan("llama-3-8b", dtype="int4", card="h100-sxm").cards[0].ridge_flop_per_byte == pytest.approx(
+        989e12 / 3350e9, rel=1e-9
+    )

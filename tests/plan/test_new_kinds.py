@@ -30,7 +30,9 @@ def cfg(name: str) -> dict:
 
 def src(name: str, **kw) -> ModelSource:
     c = cfg(name)
-    return ModelSource(name=name, config=c, source=str(DATA / f"{name}.config.json"), stored_dtype=models._stored_dtype(c), **kw)
+    return ModelSource(
+        name=name, config=c, source=str(DATA / f"{name}.config.json"), stored_dtype=models._stored_dtype(c), **kw
+    )
 
 
 def one(model, card, **kw):
@@ -54,7 +56,10 @@ def test_gpt_oss_20b_counts_to_its_published_params_and_its_index_bytes():
 
 
 def test_gpt_oss_120b_fits_one_80gb_card():
-    p, c = one(src("gpt-oss-120b", weights_total_size=65_248_815_744, weights_size_source="safetensors index total_size"), "h100-sxm")
+    p, c = one(
+        src("gpt-oss-120b", weights_total_size=65_248_815_744, weights_size_source="safetensors index total_size"),
+        "h100-sxm",
+    )
     assert p.params == 116_829_156_672 and p.weights_bytes == 65_248_815_744  # 3.6x under 233.7 GB of bf16
     assert c.fits and c.max_concurrency >= 1
 
@@ -119,9 +124,22 @@ def test_nemotron_h_pattern_and_mamba2_state():
 
 
 def test_falcon_h1_is_counted_but_unchecked():
-    c = {"model_type": "falcon_h1", "hidden_size": 3072, "num_hidden_layers": 44, "num_attention_heads": 12, "num_key_value_heads": 2,
-         "head_dim": 128, "intermediate_size": 12288, "vocab_size": 130049, "mamba_d_ssm": 3072, "mamba_d_state": 256,
-         "mamba_d_head": 128, "mamba_n_heads": 24, "mamba_n_groups": 1, "mamba_d_conv": 4}
+    c = {
+        "model_type": "falcon_h1",
+        "hidden_size": 3072,
+        "num_hidden_layers": 44,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 130049,
+        "mamba_d_ssm": 3072,
+        "mamba_d_state": 256,
+        "mamba_d_head": 128,
+        "mamba_n_heads": 24,
+        "mamba_n_groups": 1,
+        "mamba_d_conv": 4,
+    }
     a = architecture(c)
     assert (len(a.layer_kv_elems), a.mamba_layers) == (44, 44) and not a.known  # attention and Mamba-2 in every layer
     p = P.plan(ModelSource(name="f", config=c, source="t"), card="h100-sxm")
@@ -187,7 +205,11 @@ def test_the_profile_run_keeps_an_encoder_cache():
     _, q = one(src("qwen2.5-vl-7b"), "h100-sxm")
     assert architecture(cfg("qwen2.5-vl-7b")).vision_tokens == 16384  # max_pixels 12,845,056 / 28^2 > 8192
     assert q.activation_bytes == vllm_activation_bytes(architecture(cfg("qwen2.5-vl-7b")), 8192, 1024, 1)
-    assert q.activation_bytes - vllm_activation_bytes(architecture({**cfg("qwen2.5-vl-7b"), "vision_config": None}), 8192, 1024, 1) == 16384 * 3584 * 2
+    assert (
+        q.activation_bytes
+        - vllm_activation_bytes(architecture({**cfg("qwen2.5-vl-7b"), "vision_config": None}), 8192, 1024, 1)
+        == 16384 * 3584 * 2
+    )
 
 
 def test_an_unknown_tower_is_named_and_unverified():
@@ -223,7 +245,11 @@ def test_vendor_for_follows_what_was_asked():
     from gpuops.catalog import cards_for, vendor_for
 
     assert vendor_for() == "nvidia" and vendor_for(image="runpod/pytorch:2.4.0-py3.11-cuda12.4.1") == "nvidia"
-    assert vendor_for(image="rocm/vllm:rocm6.4") == "amd" and vendor_for(card="mi300x") == "amd" and vendor_for(card="h100") == "nvidia"
+    assert (
+        vendor_for(image="rocm/vllm:rocm6.4") == "amd"
+        and vendor_for(card="mi300x") == "amd"
+        and vendor_for(card="h100") == "nvidia"
+    )
     assert vendor_for("AMD", image="") == "amd" and vendor_for("any") == "any"
     assert [c.name for c in cards_for("amd")] == ["mi300x"] and "mi300x" not in {c.name for c in cards_for("nvidia")}
     with pytest.raises(BadInput, match="use nvidia, amd or any"):

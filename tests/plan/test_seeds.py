@@ -31,7 +31,9 @@ A100 = "a100-80gb-sxm"
 
 
 def one(model, card=A100, **kw):
-    kw.setdefault("engine", "hf")  # the hand figures size a plain transformers run: 1.5 GB overhead, whole-batch activations
+    kw.setdefault(
+        "engine", "hf"
+    )  # the hand figures size a plain transformers run: 1.5 GB overhead, whole-batch activations
     p = P.plan(model, card=card, **kw)
     assert len(p.cards) == 1
     return p, p.cards[0]
@@ -128,12 +130,21 @@ def test_s001_h100_ridge_295_and_7b_at_248_tok_s():
     _, c = one("llama-2-7b", card="h100-sxm", dtype="fp16")
     assert round(c.ridge_flop_per_byte) == 295
     assert c.decode_tok_s == pytest.approx(248, rel=0.03)  # seed: 3350 / 13.5 = 248; 253.5 without the embedding table
-    assert c.decode_tok_s / one("llama-2-7b", dtype="fp16")[1].decode_tok_s == pytest.approx(3350 / 2039, rel=1e-9)  # 1.64x
+    assert c.decode_tok_s / one("llama-2-7b", dtype="fp16")[1].decode_tok_s == pytest.approx(
+        3350 / 2039, rel=1e-9
+    )  # 1.64x
 
 
 def test_s001_self_test_1_gqa_vs_mha_kv():
-    cfg = {"model_type": "llama", "hidden_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 48,
-           "num_key_value_heads": 8, "intermediate_size": 16384, "vocab_size": 32000}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 6144,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 48,
+        "num_key_value_heads": 8,
+        "intermediate_size": 16384,
+        "vocab_size": 32000,
+    }
     gqa = kv_bytes_per_token(architecture(cfg), "fp16")
     mha = kv_bytes_per_token(architecture({**cfg, "num_key_value_heads": 48}), "fp16")
     assert gqa == 192 * KIB and mha == 1152 * KIB and mha // gqa == 6
@@ -159,13 +170,17 @@ def test_s003_q1_70b_training_1120_gb_does_not_fit_8_a100():
 
 
 def test_s003_q2_70b_inference_bf16_and_int4():
-    a, = P.plan("llama-3-70b", engine="hf", card=A100, dtype="bf16").cards
+    (a,) = P.plan("llama-3-70b", engine="hf", card=A100, dtype="bf16").cards
     assert not a.fits  # (a) one A100 80GB: weights alone are 141 GB (seed: 140 GB, 60 GB short)
-    assert round(a.missing_bytes / GB) == 68  # 144.2 GB needed vs 76.5 GB usable (90% of the 79.15 GiB the engine sees; seed: 140 - 80 = 60)
+    assert (
+        round(a.missing_bytes / GB) == 68
+    )  # 144.2 GB needed vs 76.5 GB usable (90% of the 79.15 GiB the engine sees; seed: 140 - 80 = 60)
     p2 = P.plan("llama-3-70b", engine="hf", card=A100, dtype="bf16", gpu_count=2, seq=1024)
     assert p2.cards[0].fits  # (b) two cards hold the weights ...
     kv_room_gb = 2 * (p2.cards[0].budget_bytes - P.per_gpu_bytes(p2, 0)) / GB
-    assert kv_room_gb < 12  # ... with single-digit-ish GB left for KV (seed: 160 x 0.9 - 140 = 4 GB; 80 GiB cards give 10.4)
+    assert (
+        kv_room_gb < 12
+    )  # ... with single-digit-ish GB left for KV (seed: 160 x 0.9 - 140 = 4 GB; 80 GiB cards give 10.4)
     p4 = P.plan("llama-3-70b", engine="hf", card=A100, dtype="int4")
     # (c) int4: seed 70 x 0.5 = 35 GB. An int4 (AWQ) checkpoint quantizes the linear layers only, with an
     # fp16 scale and a 4-bit zero per 128 weights (0.5195 B), and keeps embeddings + lm_head (2.1B) in bf16: 39.8 GB
@@ -182,7 +197,9 @@ def test_s003_q3_70b_kv_cache_gqa_vs_mha():
     assert p.kv_bytes_per_token == 320 * KIB  # seed: 320 KB / token
     assert p.kv_bytes_per_token * 8192 == int(2.5 * GIB)  # seed "2.62 GB" = 2,621,440 KiB read as GB
     assert p.kv_cache_bytes == 40 * GIB  # seed "42 GB" (2.62 x 16); exactly 42.9e9 B = 40 GiB
-    mha = dataclasses.replace(builtin_model("llama-3-70b"), config={**builtin_model("llama-3-70b").config, "num_key_value_heads": 64})
+    mha = dataclasses.replace(
+        builtin_model("llama-3-70b"), config={**builtin_model("llama-3-70b").config, "num_key_value_heads": 64}
+    )
     pm = P.plan(mha, engine="hf", card=A100, batch=16, seq=8192)
     assert pm.kv_cache_bytes == 8 * p.kv_cache_bytes == 320 * GIB  # seed "336 GB"
 
@@ -230,13 +247,22 @@ def test_s003_q8_decode_ceilings_70b():
     # seed (b) 96 with 35 GB; an int4 checkpoint is 39.8 GB (bf16 embeddings and lm_head, scales + zeros),
     # of which a step reads all but the 1.05 GB embedding table: 3350 / 37.67 = 88.9
     assert h4 == pytest.approx(96, rel=0.08) and round(h4) == 89
-    assert a == pytest.approx(14, rel=0.05)  # seed (c) 2000 / 140 = 14 (2039 / (141.1 - 1.05 GB embedding table) = 14.7)
+    assert a == pytest.approx(
+        14, rel=0.05
+    )  # seed (c) 2000 / 140 = 14 (2039 / (141.1 - 1.05 GB embedding table) = 14.7)
     assert h / a == pytest.approx(3350 / 2039, rel=1e-9)  # only bandwidth matters at batch 1
 
 
 def test_s003_q10_14b_quantized_memory():
-    cfg = {"model_type": "llama", "hidden_size": 5120, "num_hidden_layers": 40, "num_attention_heads": 40,
-           "num_key_value_heads": 8, "intermediate_size": 17920, "vocab_size": 100352}
+    cfg = {
+        "model_type": "llama",
+        "hidden_size": 5120,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "intermediate_size": 17920,
+        "vocab_size": 100352,
+    }
     a = architecture(cfg)
     assert kv_bytes_per_token(a, "fp16") == 160 * KIB  # seed: 2 x 40 x 8 x 128 x 2 = 160 KB
     # seed: (80 x 0.9 - 7) / 0.655 = 99 concurrent; 160 KiB x 4096 is 0.671e9 B (the seed reads
@@ -269,5 +295,7 @@ def test_field_notes_llama31_70b_32k_is_10_gib_kv_80_if_mha():
     p = P.plan("llama-3.1-70b", engine="hf", seq=32768, card=A100)
     assert p.kv_bytes_per_token == 320 * KIB and p.kv_cache_bytes == 10 * GIB
     src = builtin_model("llama-3.1-70b")
-    mha = P.plan(dataclasses.replace(src, config={**src.config, "num_key_value_heads": 64}), engine="hf", seq=32768, card=A100)
+    mha = P.plan(
+        dataclasses.replace(src, config={**src.config, "num_key_value_heads": 64}), engine="hf", seq=32768, card=A100
+    )
     assert mha.kv_cache_bytes == 80 * GIB

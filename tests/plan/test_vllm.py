@@ -40,7 +40,9 @@ def cfg(name: str) -> dict:
 
 def src(name: str, **kw) -> ModelSource:
     c = cfg(name)
-    return ModelSource(name=name, config=c, source=str(DATA / f"{name}.config.json"), stored_dtype=models._stored_dtype(c), **kw)
+    return ModelSource(
+        name=name, config=c, source=str(DATA / f"{name}.config.json"), stored_dtype=models._stored_dtype(c), **kw
+    )
 
 
 def one(model, card, **kw):
@@ -68,7 +70,9 @@ def test_qwen25_7b_h100_095_kv_pool_58_53_gib_and_133_8x_at_8k():
 
 def test_llama3_8b_a100_80gb_090_kv_pool_53_29_gib():
     p, c = one("llama-3-8b", "a100-80gb-sxm", seq=8192)
-    assert p.headroom == 0.90 and c.max_num_batched_tokens == 2048 and c.max_num_seqs == 256  # A100: the smaller defaults
+    assert (
+        p.headroom == 0.90 and c.max_num_batched_tokens == 2048 and c.max_num_seqs == 256
+    )  # A100: the smaller defaults
     assert c.kv_pool_bytes / GIB == pytest.approx(53.29, rel=0.05)
 
 
@@ -83,7 +87,9 @@ def test_llama31_8b_fp8_weights_8_49_gib():
 # -- models once sized wrong, as regression tests ----------------------------------------------------
 def test_qwen3_30b_a3b_moe_is_30_5b_params_and_fits_no_small_card():
     a = architecture(cfg("qwen3-30b-a3b"))
-    assert a.params == 30_532_122_624 and a.experts == 128 and a.experts_per_tok == 8  # published 30.5B, "A3B": 3.3B active
+    assert (
+        a.params == 30_532_122_624 and a.experts == 128 and a.experts_per_tok == 8
+    )  # published 30.5B, "A3B": 3.3B active
     assert a.active_params / 1e9 == pytest.approx(3.3, abs=0.1)
     p = P.plan(src("qwen3-30b-a3b"))
     assert p.weights_bytes / GB == pytest.approx(61.06, abs=0.01)
@@ -115,7 +121,9 @@ def test_moe_layout_keys_first_k_dense_sparse_step_mlp_only_shared():
 def test_awq_checkpoint_total_size_is_never_rescaled(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(cfg("llama-3-8b-awq")))
     # the index's total_size of an AWQ GEMM checkpoint of Llama-3-8B: 5.73 GB
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 5_727_854_592}, "weight_map": {}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 5_727_854_592}, "weight_map": {}})
+    )
     for dtype in (None, "auto", "int4"):
         p = P.plan(str(tmp_path), dtype=dtype, card="rtx-4090")
         assert p.weights_bytes == 5_727_854_592 and "total_size" in p.weights_source and p.dtype == "int4"
@@ -128,7 +136,9 @@ def test_awq_checkpoint_total_size_is_never_rescaled(tmp_path):
 def test_dtype_contradicting_a_quantized_checkpoint_is_bad_input(dtype):
     with pytest.raises(BadInput) as e:
         P.plan(src("llama-3-8b-awq"), dtype=dtype)
-    assert "contradicts the checkpoint" in str(e.value) and "AWQ 4-bit" in str(e.value) and "drop --dtype" in str(e.value)
+    assert (
+        "contradicts the checkpoint" in str(e.value) and "AWQ 4-bit" in str(e.value) and "drop --dtype" in str(e.value)
+    )
 
 
 def test_int4_plan_of_a_bf16_model_keeps_embeddings_16_bit():
@@ -181,8 +191,10 @@ def test_gemma3_1b_text_config_and_one_global_layer_in_six():
     assert c.per_request_bytes == 1024 * 16 * 4 * (2048 + 6 * local)
 
 
-@pytest.mark.parametrize("name,params", [("gemma-3-4b-it", 4_300_079_472), ("gemma-3-12b-it", 12_187_325_040),
-                                         ("gemma-3-27b-it", 27_432_406_640)])
+@pytest.mark.parametrize(
+    "name,params",
+    [("gemma-3-4b-it", 4_300_079_472), ("gemma-3-12b-it", 12_187_325_040), ("gemma-3-27b-it", 27_432_406_640)],
+)
 def test_gemma3_multimodal_configs_use_the_library_defaults_and_count_the_vision_tower(name, params):
     a = architecture(cfg(name))
     assert a.params == params  # the published count, SigLIP vision tower and projector included
@@ -199,7 +211,9 @@ def test_non_torch_and_nccl_per_gpu():
     assert four.overhead_bytes == int(0.25 * GIB) + int(1.85 * GIB)  # ~2.1 GiB with NCCL
     assert four.fits and four.engine_command.endswith("--tensor-parallel-size 4")
     # weights and the KV cache split 4 ways (8 KV heads), the sampler's logits do not
-    assert four.fixed_bytes - four.overhead_bytes - four.activation_bytes - four.cuda_graph_bytes == -(-2 * 70_553_706_496 // 4)
+    assert four.fixed_bytes - four.overhead_bytes - four.activation_bytes - four.cuda_graph_bytes == -(
+        -2 * 70_553_706_496 // 4
+    )
 
 
 def test_budget_is_the_engine_visible_total():
@@ -224,8 +238,13 @@ def test_engine_command_is_complete_and_quoted(tmp_path):
     (d / "config.json").write_text(json.dumps({k: v for k, v in cfg("gemma-2-9b").items()}))
     c = P.plan(str(d), card="l40s", seq=4096, max_num_seqs=64).cards[0]
     assert c.engine_command.startswith("vllm serve '") and "rm -rf x'" in c.engine_command
-    for flag in ("--max-model-len 4096", "--gpu-memory-utilization 0.9", "--max-num-seqs 64", "--kv-cache-dtype auto",
-                 "--tensor-parallel-size 1"):
+    for flag in (
+        "--max-model-len 4096",
+        "--gpu-memory-utilization 0.9",
+        "--max-num-seqs 64",
+        "--kv-cache-dtype auto",
+        "--tensor-parallel-size 1",
+    ):
         assert flag in c.engine_command
 
 
@@ -234,7 +253,9 @@ def test_unknown_family_unverified_unless_the_checkpoint_counts(tmp_path):
     p = P.plan(ModelSource(name="x", config=odd, source="t"), card="l4")
     assert p.unverified and all(c.unverified for c in p.cards) and any("unverified" in w for w in p.warnings)
     (tmp_path / "config.json").write_text(json.dumps(odd))
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 2_000_000_000}, "weight_map": {}}))
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 2_000_000_000}, "weight_map": {}})
+    )
     q = P.plan(str(tmp_path), card="l4")
     assert not q.unverified and q.weights_bytes == 2_000_000_000 and any("checkpoint" in w for w in q.warnings)
     with pytest.raises(BadInput, match="unverified") as e:
@@ -268,21 +289,59 @@ def test_hf_engine_and_train_engine():
         P.plan("llama-3-8b", engine="sglang")
 
 
-@pytest.mark.parametrize("qc,dtype,per_param", [
-    ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8", 1 + 4 / 16384),
-    ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8", 1.0),
-    ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "int4", 0.5 + 2.5 / 128),
-    ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "int4", 0.5 + 2.5 / 32),
-    ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 3 / 128),
-    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4", 0.5 + 4 / 64),
-    ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1.0),
-    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
-      "ignore": ["lm_head"]}, "fp8", 1.0),
-    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "strategy": "group",
-      "group_size": 128, "symmetric": True}}}, "ignore": ["lm_head"]}, "int4", 0.5 + 2 / 128),
-    ({"quant_method": "compressed-tensors", "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "block",
-      "block_structure": [128, 128]}}}, "ignore": ["lm_head"]}, "fp8", 1 + 4 / 16384),
-])
+@pytest.mark.parametrize(
+    "qc,dtype,per_param",
+    [
+        ({"quant_method": "fp8", "weight_block_size": [128, 128]}, "fp8", 1 + 4 / 16384),
+        ({"quant_method": "fp8", "activation_scheme": "dynamic"}, "fp8", 1.0),
+        ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}, "int4", 0.5 + 2.5 / 128),
+        ({"quant_method": "gptq", "bits": 4, "group_size": 32}, "int4", 0.5 + 2.5 / 32),
+        ({"quant_method": "gptq", "bits": 8, "group_size": 128}, "int8", 1 + 3 / 128),
+        ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}, "int4", 0.5 + 4 / 64),
+        ({"quant_method": "bitsandbytes", "load_in_8bit": True}, "int8", 1.0),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}},
+                "ignore": ["lm_head"],
+            },
+            "fp8",
+            1.0,
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "group_0": {
+                        "weights": {
+                            "num_bits": 4,
+                            "type": "int",
+                            "strategy": "group",
+                            "group_size": 128,
+                            "symmetric": True,
+                        }
+                    }
+                },
+                "ignore": ["lm_head"],
+            },
+            "int4",
+            0.5 + 2 / 128,
+        ),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {
+                    "group_0": {
+                        "weights": {"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}
+                    }
+                },
+                "ignore": ["lm_head"],
+            },
+            "fp8",
+            1 + 4 / 16384,
+        ),
+    ],
+)
 def test_quantization_config_methods(qc, dtype, per_param):
     q = quantization({"quantization_config": qc})
     assert q.dtype == dtype and q.bytes_per_param == pytest.approx(per_param, rel=1e-9) and q.known and not q.lm_head
@@ -307,12 +366,12 @@ def test_tensor_parallel_must_divide_the_attention_heads():
         P.plan("llama-3-8b", card="h100-sxm", gpu_count=3)
     assert (e.value.message, e.value.fix) == (
         "vLLM cannot split llama-3-8b's 32 attention heads over --gpu-count 3 (tensor parallelism needs a count that divides them)",
-        "pass --gpu-count 2, 4, 8 or 16")
+        "pass --gpu-count 2, 4, 8 or 16",
+    )
     with pytest.raises(BadInput, match=r"28 attention heads over --gpu-count 8 .*pass --gpu-count 2, 4, 7 or 14\)$"):
         P.plan("qwen2.5-7b", card="h100-sxm", gpu_count=8)
     assert P.plan("llama-3-8b", card="h100-sxm", gpu_count=3, engine="hf").cards[0].fits
     assert P.plan("llama-3-8b", card="h100-sxm", gpu_count=4).cards[0].fits
-
 
 
 def test_the_fix_for_a_model_that_does_not_fit_never_names_a_count_vllm_refuses():
@@ -327,5 +386,7 @@ def test_plan_all_leaves_out_the_models_a_gpu_count_does_not_split(gpuops_home, 
     out = cli("plan", "--model", "all", "--gpu-count", "8", "--format", "json")
     assert out.returncode == 0, out.stderr
     names = {d["model"] for d in json.loads(out.stdout)}
-    assert "llama-3-8b" in names and "qwen2.5-7b" not in names and "qwen2.5-32b" in names  # 32 and 40 heads split by 8, 28 not
+    assert (
+        "llama-3-8b" in names and "qwen2.5-7b" not in names and "qwen2.5-32b" in names
+    )  # 32 and 40 heads split by 8, 28 not
     assert out.stderr.startswith("warning: left out qwen2.5-7b, ") and "--gpu-count 8" in out.stderr, out.stderr

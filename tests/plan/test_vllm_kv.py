@@ -50,7 +50,11 @@ def test_all_sliding_one_group_32_blocks():
 
 def test_full_and_sliding_with_the_hybrid_manager_off_is_one_full_group():
     lay = kv_layout([full(), sw()], hybrid_allocator=False)
-    assert [g.spec.kind for g in lay.groups] == [FULL] and lay.num_blocks(PAGE * 2 * 32) == 32 and lay.unified == (SLIDING,)
+    assert (
+        [g.spec.kind for g in lay.groups] == [FULL]
+        and lay.num_blocks(PAGE * 2 * 32) == 32
+        and lay.unified == (SLIDING,)
+    )
 
 
 def test_full_and_sliding_hybrid_64_blocks_two_groups_of_one():
@@ -61,7 +65,11 @@ def test_full_and_sliding_hybrid_64_blocks_two_groups_of_one():
 
 def test_two_full_four_sliding_three_groups_of_two():
     lay = kv_layout([full(), full(), sw(), sw(), sw(), sw()])
-    assert lay.group_size == 2 and [(g.spec.kind, g.layers) for g in lay.groups] == [(FULL, 2), (SLIDING, 2), (SLIDING, 2)]
+    assert lay.group_size == 2 and [(g.spec.kind, g.layers) for g in lay.groups] == [
+        (FULL, 2),
+        (SLIDING, 2),
+        (SLIDING, 2),
+    ]
     assert lay.num_blocks(PAGE * 2 * 32) == 32 and lay.padding_layers == 0
 
 
@@ -70,7 +78,9 @@ def test_three_full_seven_sliding_padded_to_nine():
     assert lay.group_size == 3 and len(lay.groups) == 4 and lay.padding_layers == 2
     assert lay.num_blocks(PAGE * 3 * 32) == 32
     # the start-up check counts the 10 layers, the allocation the 12 slots
-    assert lay.layer_bytes(16, 16) == 3 * PAGE + 7 * 2 * PAGE and lay.bytes_per_request(16, 16) == 3 * PAGE + 9 * 2 * PAGE
+    assert (
+        lay.layer_bytes(16, 16) == 3 * PAGE + 7 * 2 * PAGE and lay.bytes_per_request(16, 16) == 3 * PAGE + 9 * 2 * PAGE
+    )
 
 
 def test_different_page_sizes_are_refused():
@@ -117,24 +127,30 @@ JAMBA = MambaShape("mamba1", conv_kernel=4, inner=2 * 4096, d_state=16)
 FALCON_H1_7B = MambaShape("mamba2", conv_kernel=4, inner=3072, n_groups=1, heads=24, head_dim=128, d_state=256)
 
 
-@pytest.mark.parametrize("shape,tp,conv,temporal", [
-    (QWEN3_NEXT, 1, 3 * 8192, 32 * 128 * 128),
-    (QWEN3_NEXT, 4, 3 * 2048, 8 * 128 * 128),
-    (NEMOTRON_H, 1, 3 * (8192 + 2 * 8 * 128), 128 * 64 * 128),
-    (JAMBA, 1, 3 * 8192, 8192 * 16),
-    (FALCON_H1_7B, 1, 3 * (3072 + 2 * 256), 24 * 128 * 256),
-    (FALCON_H1_7B, 2, 3 * (3072 + 2 * 2 * 256) // 2, 12 * 128 * 256),  # one group replicated to 2 for TP 2
-])
+@pytest.mark.parametrize(
+    "shape,tp,conv,temporal",
+    [
+        (QWEN3_NEXT, 1, 3 * 8192, 32 * 128 * 128),
+        (QWEN3_NEXT, 4, 3 * 2048, 8 * 128 * 128),
+        (NEMOTRON_H, 1, 3 * (8192 + 2 * 8 * 128), 128 * 64 * 128),
+        (JAMBA, 1, 3 * 8192, 8192 * 16),
+        (FALCON_H1_7B, 1, 3 * (3072 + 2 * 256), 24 * 128 * 256),
+        (FALCON_H1_7B, 2, 3 * (3072 + 2 * 2 * 256) // 2, 12 * 128 * 256),  # one group replicated to 2 for TP 2
+    ],
+)
 def test_mamba_state_shapes(shape, tp, conv, temporal):
     assert shape.state_elems(tp) == (conv, temporal)
 
 
-@pytest.mark.parametrize("shape,attn_bytes_per_token,block", [
-    (QWEN3_NEXT, 2 * 2 * 256 * 2, 544),  # 1,097,728 B of state: "Setting attention block size to 544 tokens"
-    (NEMOTRON_H, 2 * 8 * 128 * 2, 528),
-    (JAMBA, 2 * 8 * 128 * 2, 80),
-    (FALCON_H1_7B, 2 * 2 * 128 * 2, 1568),
-])
+@pytest.mark.parametrize(
+    "shape,attn_bytes_per_token,block",
+    [
+        (QWEN3_NEXT, 2 * 2 * 256 * 2, 544),  # 1,097,728 B of state: "Setting attention block size to 544 tokens"
+        (NEMOTRON_H, 2 * 8 * 128 * 2, 528),
+        (JAMBA, 2 * 8 * 128 * 2, 80),
+        (FALCON_H1_7B, 2 * 2 * 128 * 2, 1568),
+    ],
+)
 def test_attention_block_size_holds_one_mamba_state(shape, attn_bytes_per_token, block):
     state = shape.state_bytes(2)
     assert attention_block_size(attn_bytes_per_token, state) == block

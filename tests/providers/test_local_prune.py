@@ -17,7 +17,9 @@ def _box(boxes, name, destroyed_days_ago=None, outside=None):
     d = boxes / name
     (d / ".gpuops" / "bootstrap").mkdir(parents=True)
     (d / ".gpuops" / "run").mkdir()
-    (d / "instance.json").write_text(json.dumps({"id": name, "label": name, "usd_per_hour": 1.0, "created_at": NOW - 9 * DAY_S}))
+    (d / "instance.json").write_text(
+        json.dumps({"id": name, "label": name, "usd_per_hour": 1.0, "created_at": NOW - 9 * DAY_S})
+    )
     (d / ".gpuops" / "bootstrap" / "agent.py").write_bytes(b"x" * 50_000)
     (d / ".gpuops" / "agent.log").write_text("agent log\n")
     (d / ".gpuops" / "agent-status.json").write_text("{}")
@@ -43,8 +45,15 @@ def test_prune_keeps_logs_and_state_and_never_follows_links(tmp_path):
     d = _box(tmp_path / "boxes", "gpuops-20261101-0900-aaaa", 10, outside=outside)
     freed = prune_box(d, NOW)
     assert freed >= 150_000
-    assert _files(d) == [".gpuops/agent-status.json", ".gpuops/agent.log", ".gpuops/run/exit_code", ".gpuops/run/job.log",
-                         "destroyed.json", "instance.json", "pruned.json"]
+    assert _files(d) == [
+        ".gpuops/agent-status.json",
+        ".gpuops/agent.log",
+        ".gpuops/run/exit_code",
+        ".gpuops/run/job.log",
+        "destroyed.json",
+        "instance.json",
+        "pruned.json",
+    ]
     assert (outside / "precious.txt").read_text() == "keep me"
     assert json.loads((d / "pruned.json").read_text())["freed_bytes"] == freed
 

@@ -18,16 +18,35 @@ def test_offers_json_merges_both(emulator_env, cli_env, tmp_path):  # emulator_e
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [(r["provider"], r["offer_id"]) for r in rows] == [
-        ("vast", "1002"), ("vast", "1001"), ("runpod", "community:NVIDIA GeForce RTX 4090"), ("runpod", "secure:NVIDIA GeForce RTX 4090")]
-    assert set(rows[0]) == {"provider", "offer_id", "card", "gpu_count", "vram_bytes", "price_usd_per_hour",
-                            "on_demand_usd_per_hour", "usd_per_hour", "spot", "min_bid", "reliability", "region"}
+        ("vast", "1002"),
+        ("vast", "1001"),
+        ("runpod", "community:NVIDIA GeForce RTX 4090"),
+        ("runpod", "secure:NVIDIA GeForce RTX 4090"),
+    ]
+    assert set(rows[0]) == {
+        "provider",
+        "offer_id",
+        "card",
+        "gpu_count",
+        "vram_bytes",
+        "price_usd_per_hour",
+        "on_demand_usd_per_hour",
+        "usd_per_hour",
+        "spot",
+        "min_bid",
+        "reliability",
+        "region",
+    }
     assert emulator_env["runpod"].market.api_key not in out.stdout + out.stderr
 
 
 def test_offers_spot_on_runpod_says_why(emulator_env, cli_env):
     out = run(cli_env, "--provider", "runpod", "--spot")
     assert out.returncode == 1
-    assert out.stderr.startswith("error: RunPod's REST API v2 has no interruptible (spot) pods") and "--provider vast" in out.stderr
+    assert (
+        out.stderr.startswith("error: RunPod's REST API v2 has no interruptible (spot) pods")
+        and "--provider vast" in out.stderr
+    )
     assert out.stderr.count("\n") == 1
 
 

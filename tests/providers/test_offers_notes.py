@@ -16,4 +16,5 @@ def test_offers_without_keys_lists_local_and_notes_the_rest(gpuops_home, cli, mo
     rows = json.loads(out.stdout)
     assert rows and {r["provider"] for r in rows} == {"local"}
     assert [line for line in out.stderr.splitlines() if line] and all(
-        line.startswith("note: ") for line in out.stderr.splitlines() if line)
+        line.startswith("note: ") for line in out.stderr.splitlines() if line
+    )

@@ -23,9 +23,12 @@ def test_merges_both_providers_cheapest_first(settings):
     res = find_offers(settings, card="4090")
     got = [(o.provider, o.offer_id, o.spot) for o in res.offers]
     assert got == [
-        ("vast", "1002", True), ("vast", "1001", True),  # min bids 0.15, 0.18
-        ("vast", "1002", False), ("vast", "1001", False),  # 0.28 / 0.30 + 40 GB storage
-        ("runpod", "community:NVIDIA GeForce RTX 4090", False), ("runpod", "secure:NVIDIA GeForce RTX 4090", False),
+        ("vast", "1002", True),
+        ("vast", "1001", True),  # min bids 0.15, 0.18
+        ("vast", "1002", False),
+        ("vast", "1001", False),  # 0.28 / 0.30 + 40 GB storage
+        ("runpod", "community:NVIDIA GeForce RTX 4090", False),
+        ("runpod", "secure:NVIDIA GeForce RTX 4090", False),
     ]
     assert res.providers == ["runpod", "vast"] and res.notes == []
 
@@ -33,12 +36,34 @@ def test_merges_both_providers_cheapest_first(settings):
 def test_json_shape(settings):
     rows = json.loads(to_json(find_offers(settings, card="4090", spot=False, limit=2)))
     assert rows == [
-        {"price_usd_per_hour": round(0.28 + 0.15 * 40 / 730, 6), "on_demand_usd_per_hour": None,
-         "provider": "vast", "offer_id": "1002", "card": "rtx-4090", "gpu_count": 1, "vram_bytes": 24564 * 2**20,
-         "usd_per_hour": round(0.28 + 0.15 * 40 / 730, 6), "spot": False, "min_bid": None, "reliability": 0.97, "region": "Texas, US"},
-        {"price_usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6), "on_demand_usd_per_hour": None,
-         "provider": "vast", "offer_id": "1001", "card": "rtx-4090", "gpu_count": 1, "vram_bytes": 24564 * 2**20,
-         "usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6), "spot": False, "min_bid": None, "reliability": 0.995, "region": "Sweden, SE"},
+        {
+            "price_usd_per_hour": round(0.28 + 0.15 * 40 / 730, 6),
+            "on_demand_usd_per_hour": None,
+            "provider": "vast",
+            "offer_id": "1002",
+            "card": "rtx-4090",
+            "gpu_count": 1,
+            "vram_bytes": 24564 * 2**20,
+            "usd_per_hour": round(0.28 + 0.15 * 40 / 730, 6),
+            "spot": False,
+            "min_bid": None,
+            "reliability": 0.97,
+            "region": "Texas, US",
+        },
+        {
+            "price_usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6),
+            "on_demand_usd_per_hour": None,
+            "provider": "vast",
+            "offer_id": "1001",
+            "card": "rtx-4090",
+            "gpu_count": 1,
+            "vram_bytes": 24564 * 2**20,
+            "usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6),
+            "spot": False,
+            "min_bid": None,
+            "reliability": 0.995,
+            "region": "Sweden, SE",
+        },
     ]
 
 
@@ -73,7 +98,14 @@ def test_max_price_and_limit(settings):
 
 
 def test_bad_flags(settings):
-    for kw in (dict(card="rtx-9999"), dict(gpu_count=0), dict(vram_gb=-1), dict(max_price=0), dict(provider="aws"), dict(limit=0)):
+    for kw in (
+        dict(card="rtx-9999"),
+        dict(gpu_count=0),
+        dict(vram_gb=-1),
+        dict(max_price=0),
+        dict(provider="aws"),
+        dict(limit=0),
+    ):
         with pytest.raises(BadInput):
             find_offers(settings, **kw)
 
@@ -83,7 +115,11 @@ def test_no_keys_falls_back_to_local(gpuops_home, monkeypatch, tmp_path):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "empty-home"))
     res = find_offers(load_settings(), card="4090")
-    assert res.providers == ["local"] and [o.provider for o in res.offers] == ["local"] and "no RunPod or Vast.ai key" in res.notes[0]
+    assert (
+        res.providers == ["local"]
+        and [o.provider for o in res.offers] == ["local"]
+        and "no RunPod or Vast.ai key" in res.notes[0]
+    )
 
 
 def test_table_renders(settings):

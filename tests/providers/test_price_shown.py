@@ -40,7 +40,11 @@ def test_the_price_column_is_the_price_paid_and_stays_at_any_width(settings, wid
     assert "0.158" in first and "spot (bid)" in first and f"{VAST_1002_ON_DEMAND:.3f}" in first
     assert first.index("0.158") < first.index("spot (bid)") < first.index(f"{VAST_1002_ON_DEMAND:.3f}")
     # the on-demand row of the same machine: its price once, the on-demand cell empty
-    assert third.count(f"{VAST_1002_ON_DEMAND:.3f}") == 1 and "on-demand" in third and third[-1 if width == 80 else -3] == ""
+    assert (
+        third.count(f"{VAST_1002_ON_DEMAND:.3f}") == 1
+        and "on-demand" in third
+        and third[-1 if width == 80 else -3] == ""
+    )
     assert all(len(line) <= width for line in text.splitlines())
     left = next((line for line in text.splitlines() if line.startswith("left out")), "")
     assert "USD/h" not in left.split("(")[0]  # neither price is left out at 80 columns
@@ -53,14 +57,18 @@ def test_json_has_the_price_as_rented_and_the_on_demand_price_where_it_differs(s
 
     got = json.loads(to_json(find_offers(settings, card="4090", limit=3)))
     assert [(r["offer_id"], r["spot"], r["price_usd_per_hour"], r["on_demand_usd_per_hour"]) for r in got] == [
-        ("1002", True, VAST_1002_BID, VAST_1002_ON_DEMAND), ("1001", True, round(0.18 + STORAGE, 6), round(0.30 + STORAGE, 6)),
-        ("1002", False, VAST_1002_ON_DEMAND, None)]
+        ("1002", True, VAST_1002_BID, VAST_1002_ON_DEMAND),
+        ("1001", True, round(0.18 + STORAGE, 6), round(0.30 + STORAGE, 6)),
+        ("1002", False, VAST_1002_ON_DEMAND, None),
+    ]
 
 
 def test_up_dry_run_plans_and_projects_at_the_bid(emulator_env, cli, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
-    out = cli("up", "--job", str(job), "--dry-run", "--json", "--provider", "vast", "--card", "4090", "--max-hours", "2")
+    out = cli(
+        "up", "--job", str(job), "--dry-run", "--json", "--provider", "vast", "--card", "4090", "--max-hours", "2"
+    )
     plan = json.loads(out.stdout)
     # `up` searches Vast's bid rows only: the on-demand price is not known, so not shown
     assert (plan["usd_per_hour"], plan["on_demand_usd_per_hour"], plan["spot"]) == (VAST_1002_BID, None, True)

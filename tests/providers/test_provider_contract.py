@@ -58,7 +58,9 @@ class Side:
         if op != "graphql":
             return op
         try:
-            return graphql.parse((r["body"] or {}).get("query", "")).definitions[0].selection_set.selections[0].name.value
+            return (
+                graphql.parse((r["body"] or {}).get("query", "")).definitions[0].selection_set.selections[0].name.value
+            )
         except (graphql.GraphQLError, AttributeError, IndexError):
             return "?"
 
@@ -69,19 +71,31 @@ def side(request) -> Side:
         from gpuops.providers.runpod.compute import RunPodProvider
 
         emu = request.getfixturevalue("runpod_emulator")
-        return Side("runpod", "RunPod", "RUNPOD_API_KEY", emu, request.getfixturevalue("runpod_provider"),
-                    lambda cred, url: RunPodProvider(cred, url, retry=FAST_RETRY),
-                    "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
-                    {"list": "pods", "balance": "myself", "create": "create", "get": "pod"},
-                    ProviderErrorKind.NO_CAPACITY)
+        return Side(
+            "runpod",
+            "RunPod",
+            "RUNPOD_API_KEY",
+            emu,
+            request.getfixturevalue("runpod_provider"),
+            lambda cred, url: RunPodProvider(cred, url, retry=FAST_RETRY),
+            "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04",
+            {"list": "pods", "balance": "myself", "create": "create", "get": "pod"},
+            ProviderErrorKind.NO_CAPACITY,
+        )
     from gpuops.providers.vast.compute import VastProvider
 
     emu = request.getfixturevalue("vast_emulator")
-    return Side("vast", "Vast.ai", "VAST_API_KEY", emu, request.getfixturevalue("vast_provider"),
-                lambda cred, url: VastProvider(cred, url, retry=FAST_RETRY, timeout_s=2),
-                "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel",
-                {"list": "list", "balance": "user", "create": "create", "get": "show"},
-                ProviderErrorKind.OFFER_GONE)
+    return Side(
+        "vast",
+        "Vast.ai",
+        "VAST_API_KEY",
+        emu,
+        request.getfixturevalue("vast_provider"),
+        lambda cred, url: VastProvider(cred, url, retry=FAST_RETRY, timeout_s=2),
+        "pytorch/pytorch:2.4.0-cuda12.4-cudnn9-devel",
+        {"list": "list", "balance": "user", "create": "create", "get": "show"},
+        ProviderErrorKind.OFFER_GONE,
+    )
 
 
 def test_create_wait_list_destroy(side):
@@ -97,8 +111,15 @@ def test_create_wait_list_destroy(side):
     assert emu.live() == [] and emu.market.crashes == []
 
 
-@pytest.mark.parametrize("bad", [dict(label='gpuops-x" } }'), dict(label="gpuops x"), dict(label="gpuops-$(reboot)"),
-                                 dict(ssh_public_key="not a key")])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(label='gpuops-x" } }'),
+        dict(label="gpuops x"),
+        dict(label="gpuops-$(reboot)"),
+        dict(ssh_public_key="not a key"),
+    ],
+)
 def test_bad_input_is_refused_before_any_request(side, bad):
     offer = side.offer()
     sent = len(side.emu.market.requests)
@@ -219,7 +240,9 @@ def test_undocumented_status_is_kept_and_the_wait_names_it(side, raw):
 @pytest.mark.parametrize("status", [429, 502])
 def test_wait_rides_out_transient_errors_while_polling(side, status):
     inst = side.provider.create(side.offer(), side.spec())
-    side.emu.faults.inject[side.ops["get"]] = [status] * 6  # more than one get() retries, fewer than the deadline allows
+    side.emu.faults.inject[side.ops["get"]] = [
+        status
+    ] * 6  # more than one get() retries, fewer than the deadline allows
     ready = wait_for_ssh(side.provider, inst.id, timeout_s=10, poll_s=0.05)
     assert ready.ssh is not None and side.emu.faults.inject[side.ops["get"]] == []
     side.provider.destroy(inst.id)
@@ -248,4 +271,7 @@ def test_unreachable_endpoint_names_the_provider_and_url(side):
     p = side.make(Credential("k_x", "t"), "http://127.0.0.1:9")
     with pytest.raises(ProviderError) as e:
         p.list()
-    assert e.value.kind == ProviderErrorKind.SERVER and f"cannot reach {side.vendor} at http://127.0.0.1:9" in e.value.message
+    assert (
+        e.value.kind == ProviderErrorKind.SERVER
+        and f"cannot reach {side.vendor} at http://127.0.0.1:9" in e.value.message
+    )

@@ -27,7 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_box_vocabulary_names_the_registry_providers():
-    assert set(PROVIDER_NAMES) == set(NAMES) == {p.value for p in ProviderName}, "bootstrap/vocabulary.py ProviderName: one per entry"
+    assert set(PROVIDER_NAMES) == set(NAMES) == {p.value for p in ProviderName}, (
+        "bootstrap/vocabulary.py ProviderName: one per entry"
+    )
     assert NAMES[0] == "local"  # the default provider comes first (help strings, `offers` without keys)
 
 
@@ -37,7 +39,9 @@ def test_the_agent_destroys_a_box_of_every_registered_provider():
         import bootstrap.agent as agent
     finally:
         sys.path.pop(0)
-    assert set(agent.MARKET_DESTROYS) == set(MARKETPLACES), "bootstrap/agent.py MARKET_DESTROYS: one destroy per marketplace"
+    assert set(agent.MARKET_DESTROYS) == set(MARKETPLACES), (
+        "bootstrap/agent.py MARKET_DESTROYS: one destroy per marketplace"
+    )
     assert {REGISTRY[n].agent_destroy_kind for n in NAMES} == set(NAMES)
     for name in NAMES:
         assert REGISTRY[name].agent_credential, name  # `gpuops check` says what the box destroys itself with
@@ -65,13 +69,17 @@ def test_the_providers_tables_are_the_entries_settings_models():
     assert tuple(providers.__struct_fields__) == NAMES
     for name, e in REGISTRY.items():
         model = e.settings()
-        assert issubclass(model, Section), f"gpuops/providers/{name}/settings.py: a Section subclass, loaded by ENTRY.settings"
+        assert issubclass(model, Section), (
+            f"gpuops/providers/{name}/settings.py: a Section subclass, loaded by ENTRY.settings"
+        )
         assert model.__module__ == f"gpuops.providers.{name}.settings", model
         assert type(getattr(providers, e.section)) is model
         for key in msgspec.structs.fields(model):
             assert _env_names()[f"GPUOPS_PROVIDERS_{name.upper()}_{key.name.upper()}"] == ("providers", name, key.name)
     config = (ROOT / "gpuops" / "config.py").read_text(encoding="utf-8")
-    assert not [e.settings().__name__ for e in REGISTRY.values() if e.settings().__name__ in config], "config.py names no provider's model"
+    assert not [e.settings().__name__ for e in REGISTRY.values() if e.settings().__name__ in config], (
+        "config.py names no provider's model"
+    )
 
 
 def test_infra_example_has_one_section_per_provider():
@@ -144,7 +152,9 @@ def test_accounts_keys_and_catalog_columns_come_from_the_entries():
     for name in MARKETPLACES:
         e = REGISTRY[name]
         assert e.keys is not None and e.sdk and e.catalog_heading, name
-        assert e.catalog_field in fields, f"gpuops/catalog: a Card field {e.catalog_field} (and its column in cards.toml)"
+        assert e.catalog_field in fields, (
+            f"gpuops/catalog: a Card field {e.catalog_field} (and its column in cards.toml)"
+        )
         assert env_var(name) in missing_key_fix(name) and f"[providers.{name}]" in missing_key_fix(name)
     for name in ACCOUNTLESS:
         assert REGISTRY[name].keys is None
@@ -161,7 +171,9 @@ def test_help_strings_list_the_registered_providers(cli):
 
 
 # Two or more quoted provider names in one bracket, or a Literal of them: a second list of providers.
-_LIST_OF_NAMES = re.compile(r"[\(\[\{][^()\[\]{}\n]*(%s)[^()\[\]{}\n]*(%s)" % (("|".join(f'"{n}"' for n in NAMES),) * 2))
+_LIST_OF_NAMES = re.compile(
+    r"[\(\[\{][^()\[\]{}\n]*(%s)[^()\[\]{}\n]*(%s)" % (("|".join(f'"{n}"' for n in NAMES),) * 2)
+)
 
 
 def test_no_second_list_of_providers_on_the_laptop_side():
@@ -169,7 +181,11 @@ def test_no_second_list_of_providers_on_the_laptop_side():
     own = {ROOT / "gpuops" / "providers" / "__init__.py"}  # the registry itself
     found = []
     for path in sorted((ROOT / "gpuops").rglob("*.py")):
-        rel = path.relative_to(ROOT / "gpuops" / "providers") if path.is_relative_to(ROOT / "gpuops" / "providers") else None
+        rel = (
+            path.relative_to(ROOT / "gpuops" / "providers")
+            if path.is_relative_to(ROOT / "gpuops" / "providers")
+            else None
+        )
         if path in own or (rel is not None and len(rel.parts) > 1 and rel.parts[0] in NAMES):
             continue
         for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):

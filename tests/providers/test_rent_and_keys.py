@@ -25,7 +25,12 @@ def test_rent_skips_offers_that_vanished(vast_provider, vast_emulator):
     assert [o.offer_id for o in ranked] == ["1002", "1001"]
     vast_emulator.take_offer(1002)
     attempts = []
-    res = rent_first(vast_provider, ranked, CreateSpec(label="gpuops-r1", image=IMAGE), on_attempt=lambda o: attempts.append(o.offer_id))
+    res = rent_first(
+        vast_provider,
+        ranked,
+        CreateSpec(label="gpuops-r1", image=IMAGE),
+        on_attempt=lambda o: attempts.append(o.offer_id),
+    )
     assert res.offer.offer_id == "1001" and res.skipped == [(ranked[0], "offer_gone")] and attempts == ["1002", "1001"]
     assert [i.id for i in vast_emulator.live()] == [res.instance.id]
     vast_provider.destroy(res.instance.id)
@@ -87,7 +92,9 @@ def test_urls_from_variables_and_settings():
     assert resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "http://127.0.0.1:5/"}) == "http://127.0.0.1:5"
     assert resolve_url("vast", "http://a:1", env={"VAST_URL": "http://b:2"}) == "http://a:1"
     assert resolve_url("runpod", "https://api.runpod.io/graphql", env={}) == "https://api.runpod.io"
-    assert resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "https://api.runpod.io/v2/"}) == "https://api.runpod.io"  # the host
+    assert (
+        resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "https://api.runpod.io/v2/"}) == "https://api.runpod.io"
+    )  # the host
 
 
 def test_registry_builds_sdk_providers_from_the_environment(gpuops_home, emulator_env):
@@ -99,12 +106,21 @@ def test_registry_builds_sdk_providers_from_the_environment(gpuops_home, emulato
 
 
 def test_cli_side_imports_no_sdk():
-    code = ("import sys, gpuops.providers, gpuops.providers.runpod.compute, gpuops.providers.vast.compute, gpuops.providers.wait, gpuops.providers.rent, gpuops.views.offers\n"
-            "import importlib.util\n"
-            "mods = ['gpuops.cli.app'] if importlib.util.find_spec('gpuops.cli.app') else []\n"
-            "[__import__(m) for m in mods]\n"
-            "bad = [m for m in ('runpod', 'vastai', 'requests', 'graphql') if m in sys.modules]\n"
-            "print(bad)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    code = (
+        "import sys, gpuops.providers, gpuops.providers.runpod.compute, gpuops.providers.vast.compute, gpuops.providers.wait, gpuops.providers.rent, gpuops.views.offers\n"
+        "import importlib.util\n"
+        "mods = ['gpuops.cli.app'] if importlib.util.find_spec('gpuops.cli.app') else []\n"
+        "[__import__(m) for m in mods]\n"
+        "bad = [m for m in ('runpod', 'vastai', 'requests', 'graphql') if m in sys.modules]\n"
+        "print(bad)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -106,8 +106,12 @@ def test_hooks_see_every_failed_attempt_and_every_wait(waits):
     fn, _ = _failing(10, _server_error())
     after, before = [], []
     with pytest.raises(ProviderError):
-        call_with_retries(fn, RetryPolicy(attempts=3, budget_s=None), after=lambda s: after.append(s.attempt_number),
-                          before_sleep=lambda s: before.append(s.upcoming_sleep))
+        call_with_retries(
+            fn,
+            RetryPolicy(attempts=3, budget_s=None),
+            after=lambda s: after.append(s.attempt_number),
+            before_sleep=lambda s: before.append(s.upcoming_sleep),
+        )
     assert (after, before, waits) == ([1, 2, 3], [1.0, 2.0], [1.0, 2.0])
 
 
@@ -149,7 +153,9 @@ def test_the_launcher_looks_a_label_up_three_times_1_s_then_2_s_apart(waits):
     s, books, p = _run(), _Books(), _Finder(failures=2)
     launcher._adopt_by_label(s, p, books)
     assert (p.calls, waits) == (3, [1.0, 2.0])
-    assert s.instance.id == "pod-9" and books.events == [("s1", "create_left_instance", {"instance": "pod-9", "found_by": "label"})]
+    assert s.instance.id == "pod-9" and books.events == [
+        ("s1", "create_left_instance", {"instance": "pod-9", "found_by": "label"})
+    ]
 
 
 def test_the_launcher_gives_the_label_up_after_three_failed_look_ups(waits):
@@ -174,7 +180,7 @@ class _DroppingReader:
             self.drops[self.chunk] -= 1
             raise EOFError("connection dropped")
         self.chunk += 1
-        return self.data[offset:offset + n]
+        return self.data[offset : offset + n]
 
     def reset(self):
         self.resets += 1

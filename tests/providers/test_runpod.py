@@ -30,7 +30,9 @@ def test_lifecycle(runpod_provider, runpod_emulator):
     emu, p = runpod_emulator, runpod_provider
     offers = p.offers(OfferQuery(cards=("rtx-4090",), gpu_count=2))
     assert {(o.offer_id, o.usd_per_hour) for o in offers} == {
-        ("secure:NVIDIA GeForce RTX 4090", 1.38), ("community:NVIDIA GeForce RTX 4090", 0.68)}
+        ("secure:NVIDIA GeForce RTX 4090", 1.38),
+        ("community:NVIDIA GeForce RTX 4090", 0.68),
+    }
     assert all(o.card == "rtx-4090" and o.gpu_count == 2 and o.vram_bytes == 24 * 2**30 and not o.spot for o in offers)
 
     before = p.balance()
@@ -62,12 +64,28 @@ def test_lifecycle(runpod_provider, runpod_emulator):
 
     # What we sent: the v2 create body -- on-demand, 22/tcp exposed, our key for root.
     pod_req = emu.market.instances[inst.id].request
-    assert pod_req == {"name": "gpuops-s1", "image": IMAGE, "cloud": "COMMUNITY", "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 1},
-                       "disk": 30, "ports": ["22/tcp"], "env": {"PUBLIC_KEY": KEY}, "startSsh": True}
+    assert pod_req == {
+        "name": "gpuops-s1",
+        "image": IMAGE,
+        "cloud": "COMMUNITY",
+        "gpu": {"id": "NVIDIA GeForce RTX 4090", "count": 1},
+        "disk": 30,
+        "ports": ["22/tcp"],
+        "env": {"PUBLIC_KEY": KEY},
+        "startSsh": True,
+    }
     paths = {(r["method"], r["path"].replace(inst.id, "{id}").replace(other.id, "{id}")) for r in emu.market.requests}
-    assert paths == {("GET", "/v2/catalog/gpus"), ("POST", "/v2/pods"), ("GET", "/v2/pods/{id}"), ("GET", "/v2/pods"),
-                     ("DELETE", "/v2/pods/{id}"), ("POST", "/graphql")}
-    assert {r["query"].get("include") for r in emu.market.requests if r["path"] == "/v2/catalog/gpus"} == {"AVAILABILITY"}
+    assert paths == {
+        ("GET", "/v2/catalog/gpus"),
+        ("POST", "/v2/pods"),
+        ("GET", "/v2/pods/{id}"),
+        ("GET", "/v2/pods"),
+        ("DELETE", "/v2/pods/{id}"),
+        ("POST", "/graphql"),
+    }
+    assert {r["query"].get("include") for r in emu.market.requests if r["path"] == "/v2/catalog/gpus"} == {
+        "AVAILABILITY"
+    }
     assert all(r["auth"] == "Bearer rp_TESTKEY" for r in emu.market.requests)
 
 
@@ -76,7 +94,10 @@ def test_offers_only_what_is_in_stock(runpod_provider, runpod_emulator):
     emu.gpus["NVIDIA GeForce RTX 4090"]["stock"] = 0
     assert p.offers(OfferQuery(cards=("rtx-4090",))) == []
     emu.gpus["NVIDIA GeForce RTX 4090"]["stock"] = 1
-    assert {o.offer_id for o in p.offers(OfferQuery(cards=("rtx-4090",)))} == {"secure:NVIDIA GeForce RTX 4090", "community:NVIDIA GeForce RTX 4090"}
+    assert {o.offer_id for o in p.offers(OfferQuery(cards=("rtx-4090",)))} == {
+        "secure:NVIDIA GeForce RTX 4090",
+        "community:NVIDIA GeForce RTX 4090",
+    }
     assert p.offers(OfferQuery(cards=("rtx-4090",), gpu_count=9)) == []  # over maxCount: none in either cloud
     q = [r["query"] for r in emu.market.requests if r["path"] == "/v2/catalog/gpus"][-2:]
     assert [(x["product"], x["count"], x["cloud"]) for x in q] == [("POD", "9", "SECURE"), ("POD", "9", "COMMUNITY")]
@@ -88,7 +109,9 @@ def test_pod_stop_action_exits_the_pod(runpod_provider, runpod_emulator):
     wait_for_ssh(p, inst.id, timeout_s=10, poll_s=0.05)
     stopped = p.stop(inst.id)
     assert (stopped.status, stopped.raw_status, stopped.ssh) == (InstanceStatus.EXITED, "EXITED", None)
-    assert p.get(inst.id).status == InstanceStatus.EXITED and runpod_emulator.market.instances[inst.id].state == "stopped"
+    assert (
+        p.get(inst.id).status == InstanceStatus.EXITED and runpod_emulator.market.instances[inst.id].state == "stopped"
+    )
     assert runpod_emulator.market.requests[-2]["body"] == {"action": "stop"}
     p.destroy(inst.id)  # a stopped pod still bills its disk: terminate
     assert runpod_emulator.live() == []
@@ -105,7 +128,11 @@ def test_errors_are_read_from_the_problem_detail(runpod_provider, runpod_emulato
     emu.faults.inject["create"] = [403]
     with pytest.raises(ProviderError) as e:
         p.create(offer, spec())
-    assert e.value.kind == ProviderErrorKind.OFFER_GONE and e.value.try_next_offer and "emulated HTTP 403" in e.value.message
+    assert (
+        e.value.kind == ProviderErrorKind.OFFER_GONE
+        and e.value.try_next_offer
+        and "emulated HTTP 403" in e.value.message
+    )
     emu.faults.inject["create"] = [422]
     sent = len(emu.market.requests)
     with pytest.raises(ProviderError) as e:
@@ -142,9 +169,14 @@ def test_strings_reach_the_api_intact(runpod_provider, runpod_emulator):
     runpod_provider.destroy(inst.id)
 
 
-@pytest.mark.parametrize("bad", [
-    dict(image='img"; x'), dict(env={"BAD KEY": "v"}), dict(env={"K": "line1\nline2"}),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(image='img"; x'),
+        dict(env={"BAD KEY": "v"}),
+        dict(env={"K": "line1\nline2"}),
+    ],
+)
 def test_bad_input_is_refused_before_any_request(runpod_provider, runpod_emulator, bad):
     offer = cheapest_4090(runpod_provider)
     sent = len(runpod_emulator.market.requests)
@@ -159,7 +191,11 @@ def test_spot_is_refused_clearly(runpod_provider, runpod_emulator):
     with pytest.raises(ProviderError) as e:
         runpod_provider.offers(OfferQuery(spot=True))
     assert e.value.kind == ProviderErrorKind.UNSUPPORTED
-    assert "no interruptible (spot) pods" in e.value.message and "--provider vast" in e.value.fix and "--on-demand" in e.value.fix
+    assert (
+        "no interruptible (spot) pods" in e.value.message
+        and "--provider vast" in e.value.fix
+        and "--on-demand" in e.value.fix
+    )
     with pytest.raises(ProviderError) as e:
         runpod_provider.create(cheapest_4090(runpod_provider), spec(bid_usd_per_hour=0.2))
     assert e.value.kind == ProviderErrorKind.UNSUPPORTED and runpod_emulator.live() == []
@@ -172,7 +208,10 @@ def test_sdk_global_state_is_restored(runpod_provider, monkeypatch):
     runpod_provider.balance()
     import runpod
 
-    assert os.environ["RUNPOD_API_BASE_URL"] == "http://elsewhere.invalid" and runpod.api_key != runpod_provider.credential.key
+    assert (
+        os.environ["RUNPOD_API_BASE_URL"] == "http://elsewhere.invalid"
+        and runpod.api_key != runpod_provider.credential.key
+    )
 
 
 def test_server_errors_on_read_are_retried_then_named(runpod_provider, runpod_emulator):

@@ -14,7 +14,9 @@ def test_the_gpu_count_that_up_suggests_is_a_flag_up_takes(gpuops_home, cli, tmp
     refused = cli("up", "--job", str(job), "--model", "llama-3-70b", "--card", "rtx-4090", "--dry-run")
     assert refused.returncode == 2
     n = re.search(r"try --gpu-count (\d+) on rtx-4090", refused.stderr).group(1)
-    ok = cli("up", "--job", str(job), "--model", "llama-3-70b", "--card", "rtx-4090", "--gpu-count", n, "--dry-run", "--json")
+    ok = cli(
+        "up", "--job", str(job), "--model", "llama-3-70b", "--card", "rtx-4090", "--gpu-count", n, "--dry-run", "--json"
+    )
     assert ok.returncode == 0, ok.stderr
     plan = json.loads(ok.stdout)
     assert plan["card"] == "rtx-4090" and plan["gpu_count"] == int(n)

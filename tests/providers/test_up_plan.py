@@ -23,7 +23,11 @@ def test_runpod_default_spot_preference_plans_on_demand(emulator_env, cli, tmp_p
 
 def test_runpod_explicit_spot_is_refused(emulator_env, cli, tmp_path):
     out = up(cli, tmp_path, "--provider", "runpod", "--card", "4090", "--spot")
-    assert out.returncode == 2 and "\nerror: RunPod's REST API v2 has no interruptible (spot) pods" in out.stderr and "--on-demand" in out.stderr
+    assert (
+        out.returncode == 2
+        and "\nerror: RunPod's REST API v2 has no interruptible (spot) pods" in out.stderr
+        and "--on-demand" in out.stderr
+    )
     assert emulator_env["runpod"].live() == []
 
 

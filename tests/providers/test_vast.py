@@ -26,7 +26,7 @@ def spec(label="gpuops-v1", **kw):
 
 def offer(p, spot=False, card="rtx-4090", oid=None):
     offers = [o for o in p.offers(OfferQuery(cards=(card,), spot=spot)) if oid is None or o.offer_id == oid]
-    return min(offers, key=lambda o: (o.min_bid if spot else o.usd_per_hour))
+    return min(offers, key=lambda o: o.min_bid if spot else o.usd_per_hour)
 
 
 def test_lifecycle_on_demand(vast_provider, vast_emulator):
@@ -35,7 +35,14 @@ def test_lifecycle_on_demand(vast_provider, vast_emulator):
     assert [o.offer_id for o in offers] == ["1002", "1001"]  # dph_total ascending; the 2-GPU box is filtered out
     o = offers[0]
     assert (o.card, o.gpu_count, o.vram_bytes, o.spot, o.min_bid, o.reliability, o.region) == (
-        "rtx-4090", 1, 24564 * 2**20, False, None, 0.97, "Texas, US")
+        "rtx-4090",
+        1,
+        24564 * 2**20,
+        False,
+        None,
+        0.97,
+        "Texas, US",
+    )
     assert o.usd_per_hour == pytest.approx(0.28 + STORAGE_40GB, abs=1e-6)
 
     inst = p.create(o, spec())
@@ -46,7 +53,12 @@ def test_lifecycle_on_demand(vast_provider, vast_emulator):
     assert ready.extra["ssh_proxy"].host == "ssh5.emulator.invalid"
 
     body = emu.market.instances[inst.id].request
-    assert body["price"] is None and body["runtype"] == "ssh_direc ssh_proxy" and body["label"] == "gpuops-v1" and body["disk"] == 40.0
+    assert (
+        body["price"] is None
+        and body["runtype"] == "ssh_direc ssh_proxy"
+        and body["label"] == "gpuops-v1"
+        and body["disk"] == 40.0
+    )
     assert KEY in shlex.split(body["onstart"])  # the key reaches the box as one quoted argument
 
     assert [i.id for i in p.list("gpuops-")] == [inst.id] and p.list("nope-") == []
@@ -64,7 +76,9 @@ def test_lifecycle_interruptible_bids_the_minimum(vast_provider, vast_emulator):
     # A bid search followed by a create without price would rent on-demand: we always send the bid.
     assert vast_emulator.market.instances[inst.id].request["price"] == 0.15
     assert inst.extra["spot"] is True and inst.usd_per_hour == pytest.approx(0.15 + STORAGE_40GB, abs=1e-6)
-    assert o.usd_per_hour == pytest.approx(0.15 + STORAGE_40GB, abs=1e-6)  # the offer is priced at its bid, not dph_base
+    assert o.usd_per_hour == pytest.approx(
+        0.15 + STORAGE_40GB, abs=1e-6
+    )  # the offer is priced at its bid, not dph_base
     vast_provider.destroy(inst.id)
     assert vast_emulator.live() == []
 
@@ -98,7 +112,9 @@ def test_bid_below_minimum_leaves_nothing_billing(vast_provider, vast_emulator, 
     assert err.kind == ProviderErrorKind.BID_TOO_LOW and "min_bid" in err.fix
     assert "Bid price 0.0100 is below the minimum bid 0.1500" in err.message  # the provider's words
     if leaves:
-        assert err.instance_id is not None and f"stopped instance {err.instance_id} it left was destroyed" in err.message
+        assert (
+            err.instance_id is not None and f"stopped instance {err.instance_id} it left was destroyed" in err.message
+        )
         assert vast_emulator.market.instances[err.instance_id].state == "destroyed"
     else:
         assert err.instance_id is None and vast_emulator.market.instances == {}
@@ -113,31 +129,62 @@ def test_states_that_never_run_fail_the_wait_at_once_naming_the_state(vast_provi
     with pytest.raises(ProviderError) as e:
         wait_for_ssh(vast_provider, inst.id, timeout_s=30, poll_s=0.05)
     assert time.monotonic() - t < 10  # not the 30 s ready timeout
-    assert e.value.kind == ProviderErrorKind.GONE and f"(status {state})" in e.value.message and e.value.instance_id == inst.id
+    assert (
+        e.value.kind == ProviderErrorKind.GONE
+        and f"(status {state})" in e.value.message
+        and e.value.instance_id == inst.id
+    )
     vast_provider.destroy(inst.id)
     assert vast_emulator.live() == []
 
 
 def test_error_words_are_read_from_msg_message_or_detail(vast_provider):
     p = vast_provider
-    assert "pod not found here" in p._body_error(400, {"message": "pod not found here"}, "read", False).message  # RunPod style
+    assert (
+        "pod not found here" in p._body_error(400, {"message": "pod not found here"}, "read", False).message
+    )  # RunPod style
     assert "slow down" in p._body_error(400, {"detail": "slow down"}, "read", False).message
-    assert "bad disk" in p._body_error(400, {"success": False, "error": "invalid_args", "msg": "bad disk"}, "rent", True).message
+    assert (
+        "bad disk"
+        in p._body_error(400, {"success": False, "error": "invalid_args", "msg": "bad disk"}, "rent", True).message
+    )
     assert "HTTP 400" in p._body_error(400, {}, "rent", True).message
 
 
 def test_charges_read_per_contract_with_the_specs_item_types(vast_provider, monkeypatch):
     """One entry per contract, items gpu/disk/bwd/bwu; an item past the asked window counts only
     for its part inside it (attributed by time)."""
-    page = {"success": True, "count": 1, "total": 1, "next_token": None, "results": [
-        {"start": 1000, "end": 5000, "type": "instance", "source": "instance-42", "amount": 7.5, "metadata": {"label": "gpuops-x"},
-         "items": [{"start": 1000, "end": 3000, "type": "gpu", "amount": 4.0}, {"start": 1000, "end": 5000, "type": "disk", "amount": 2.0},
-                   {"start": 1000, "end": 3000, "type": "bwd", "amount": 1.0}, {"start": 1000, "end": 3000, "type": "bwu", "amount": 0.5}]}]}
+    page = {
+        "success": True,
+        "count": 1,
+        "total": 1,
+        "next_token": None,
+        "results": [
+            {
+                "start": 1000,
+                "end": 5000,
+                "type": "instance",
+                "source": "instance-42",
+                "amount": 7.5,
+                "metadata": {"label": "gpuops-x"},
+                "items": [
+                    {"start": 1000, "end": 3000, "type": "gpu", "amount": 4.0},
+                    {"start": 1000, "end": 5000, "type": "disk", "amount": 2.0},
+                    {"start": 1000, "end": 3000, "type": "bwd", "amount": 1.0},
+                    {"start": 1000, "end": 3000, "type": "bwu", "amount": 0.5},
+                ],
+            }
+        ],
+    }
     monkeypatch.setattr(vast_provider, "_call", lambda action, fn, **kw: page)
     lines = vast_provider.billing(2000.0, 4000.0)
     got = sorted((c.kind, round(c.usd, 6), c.start, c.end, c.instance_id, c.label) for c in lines)
-    assert got == [("gpu", 2.0, 2000.0, 3000.0, "42", "gpuops-x"), ("network", 0.25, 2000.0, 3000.0, "42", "gpuops-x"),
-                   ("network", 0.5, 2000.0, 3000.0, "42", "gpuops-x"), ("storage", 1.0, 2000.0, 4000.0, "42", "gpuops-x")]
+    assert got == [
+        ("gpu", 2.0, 2000.0, 3000.0, "42", "gpuops-x"),
+        ("network", 0.25, 2000.0, 3000.0, "42", "gpuops-x"),
+        ("network", 0.5, 2000.0, 3000.0, "42", "gpuops-x"),
+        ("storage", 1.0, 2000.0, 4000.0, "42", "gpuops-x"),
+    ]
 
 
 def test_preemption_during_wait(vast_provider, vast_emulator):
@@ -170,7 +217,10 @@ def test_stuck_loading_times_out(vast_provider, vast_emulator):
     inst = vast_provider.create(offer(vast_provider), spec())
     with pytest.raises(ProviderError) as e:
         wait_for_ssh(vast_provider, inst.id, timeout_s=0.5, poll_s=0.05)
-    assert e.value.kind == ProviderErrorKind.TIMEOUT and "stuck in provisioning (provider status 'loading')" in e.value.message
+    assert (
+        e.value.kind == ProviderErrorKind.TIMEOUT
+        and "stuck in provisioning (provider status 'loading')" in e.value.message
+    )
     vast_provider.destroy(inst.id)
     assert vast_emulator.live() == []
 

@@ -106,12 +106,20 @@ def test_runpod_wire_replays_onto_the_graphql_gpuops_still_uses():
 # What the vastai SDK reads from each reply (vastai 1.9.1: vastai/api/offers.py,
 # instances.py, billing.py).
 VAST_SHAPE = {
-    "search": lambda b: isinstance(b["offers"], list) and all({"id", "dph_total", "gpu_name", "num_gpus", "gpu_ram"} <= set(o)
-                                                              for o in b["offers"]),
+    "search": lambda b: (
+        isinstance(b["offers"], list)
+        and all({"id", "dph_total", "gpu_name", "num_gpus", "gpu_ram"} <= set(o) for o in b["offers"])
+    ),
     "create": lambda b: b["success"] is True and isinstance(b["new_contract"], int),
-    "list": lambda b: isinstance(b["instances"], list) and "next_token" in b
-    and all(isinstance(i["start_date"], float) and isinstance(i["extra_env"], list) for i in b["instances"]),
-    "show": lambda b: isinstance(b["instances"], dict) and {"id", "actual_status", "intended_status", "ssh_host", "ssh_port"} <= set(b["instances"]),
+    "list": lambda b: (
+        isinstance(b["instances"], list)
+        and "next_token" in b
+        and all(isinstance(i["start_date"], float) and isinstance(i["extra_env"], list) for i in b["instances"])
+    ),
+    "show": lambda b: (
+        isinstance(b["instances"], dict)
+        and {"id", "actual_status", "intended_status", "ssh_host", "ssh_port"} <= set(b["instances"])
+    ),
     "update": lambda b: b == {"success": True},
     "bid": lambda b: b == {"success": True},
     "destroy": lambda b: b == {"success": True},
@@ -124,7 +132,9 @@ def _vast_route(method: str, path: str) -> tuple[str, str]:
     """(route template with ``{id}``, the id or "")."""
     parts = path.strip("/").split("/")
     ids = [p for p in parts if p.isdigit()]
-    return (method, "/" + "/".join("{id}" if p.isdigit() else p for p in parts) + "/" * path.endswith("/")), (ids[0] if ids else "")
+    return (method, "/" + "/".join("{id}" if p.isdigit() else p for p in parts) + "/" * path.endswith("/")), (
+        ids[0] if ids else ""
+    )
 
 
 def test_vast_wire_replays_onto_served_routes_with_the_shape_the_sdk_reads():
@@ -161,17 +171,42 @@ def test_vast_wire_replays_onto_served_routes_with_the_shape_the_sdk_reads():
             if op == "create":
                 created.append(str(reply["new_contract"]))
             seen.append(op)
-        assert seen == ["search", "search", "create", "create", "list", "show", "show", "update", "update", "bid",
-                        "destroy", "user", "charges", "destroy", "user", "user", "user", "not_emulated",
-                        "search", "create", "list", "destroy"]
+        assert seen == [
+            "search",
+            "search",
+            "create",
+            "create",
+            "list",
+            "show",
+            "show",
+            "update",
+            "update",
+            "bid",
+            "destroy",
+            "user",
+            "charges",
+            "destroy",
+            "user",
+            "user",
+            "user",
+            "not_emulated",
+            "search",
+            "create",
+            "list",
+            "destroy",
+        ]
         # What Vast's spec rejects in the SDK's own captured traffic (gpuops sends neither): the
         # SDK's default search type "on-demand" (the spec's is "ondemand"), and a route the
         # emulator does not serve answered 404 (reboot). Named here, then taken off the record.
         from tests.emulators import contract
 
-        caught = {re.sub(r"/\d+/", "/{id}/", v.split(" ", 1)[1]) for v in emu.contract.violations}  # without the leading "vast"
-        assert caught == {"POST /api/v0/bundles/: request: InvalidRequestBody: type: 'on-demand' is not one of ['ondemand', 'bid', 'reserved']",
-                          "PUT /api/v0/instances/reboot/{id}/: reply 404: ResponseNotFound: Unknown response http status: 404"}, caught
+        caught = {
+            re.sub(r"/\d+/", "/{id}/", v.split(" ", 1)[1]) for v in emu.contract.violations
+        }  # without the leading "vast"
+        assert caught == {
+            "POST /api/v0/bundles/: request: InvalidRequestBody: type: 'on-demand' is not one of ['ondemand', 'bid', 'reserved']",
+            "PUT /api/v0/instances/reboot/{id}/: reply 404: ResponseNotFound: Unknown response http status: 404",
+        }, caught
         with contract._LOCK:
             contract.VIOLATIONS[:] = [v for v in contract.VIOLATIONS if v not in emu.contract.violations]
         assert emu.market.crashes == []

@@ -34,14 +34,18 @@ def vast_vol_emulator():
 def runpod_vol_provider(runpod_vol_emulator):
     from gpuops.providers.runpod.compute import RunPodProvider
 
-    return RunPodProvider(Credential(runpod_vol_emulator.market.api_key, "test"), runpod_vol_emulator.url, retry=FAST_RETRY)
+    return RunPodProvider(
+        Credential(runpod_vol_emulator.market.api_key, "test"), runpod_vol_emulator.url, retry=FAST_RETRY
+    )
 
 
 @pytest.fixture
 def vast_vol_provider(vast_vol_emulator):
     from gpuops.providers.vast.compute import VastProvider
 
-    return VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10)
+    return VastProvider(
+        Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10
+    )
 
 
 @pytest.fixture

@@ -48,11 +48,17 @@ def test_local_copy_verified_and_kept_on_volume(tmp_path):
     _ship_manifest(box)
     volume = tmp_path / "volume"
     rep = results.fetch_results(box, "out/", tmp_path / "home", keep_to=str(volume / "gpuops/rental/results/s1"))
-    assert rep.ok and rep.files == 3 and rep.total_bytes == sum(map(len, files.values())) and rep.bytes == rep.total_bytes
+    assert (
+        rep.ok and rep.files == 3 and rep.total_bytes == sum(map(len, files.values())) and rep.bytes == rep.total_bytes
+    )
     assert rep.skipped == ["escape (symlink)"]
     _assert_home(tmp_path / "home", files)
     _assert_home(volume / "gpuops/rental/results/s1", files)
-    assert rep.kept == str(volume / "gpuops/rental/results/s1") and "sha256 verified" in rep.line() and "volume" in rep.line()
+    assert (
+        rep.kept == str(volume / "gpuops/rental/results/s1")
+        and "sha256 verified" in rep.line()
+        and "volume" in rep.line()
+    )
     again = results.fetch_results(box, "out", tmp_path / "home")  # a re-run finds everything home
     assert again.ok and again.bytes == 0 and again.resumed_bytes == rep.total_bytes
 
@@ -95,8 +101,16 @@ def ssh_box_factory(sshd, tmp_path):
     boxes = []
 
     def make(port, **kw):
-        b = SSHBox(sshd.host, port, sshd.user, key_path=key, pins=HostKeyPins(data / "known_hosts"), pin_name="gpuops-t/i-1",
-                   root=f"{sshd.home}/gpuops/s1", **kw)
+        b = SSHBox(
+            sshd.host,
+            port,
+            sshd.user,
+            key_path=key,
+            pins=HostKeyPins(data / "known_hosts"),
+            pin_name="gpuops-t/i-1",
+            root=f"{sshd.home}/gpuops/s1",
+            **kw,
+        )
         boxes.append(b)
         return b.connect(time.monotonic() + 15)
 
@@ -165,7 +179,9 @@ def _local_up(tmp_path, body: str, reporter=None):
 def test_up_copies_results_home_verified_before_the_destroy(gpuops_home, tmp_path):
     from ledger import Ledger
 
-    s, summ = _local_up(tmp_path, "mkdir -p out/logs && head -c 300000 /dev/urandom > out/w.bin && echo ok > out/logs/a.txt")
+    s, summ = _local_up(
+        tmp_path, "mkdir -p out/logs && head -c 300000 /dev/urandom > out/w.bin && echo ok > out/logs/a.txt"
+    )
     assert summ["end_reason"] == "job_end", summ
     copy = summ["results_copy"]
     assert copy["ok"] and copy["files"] == 2 and copy["total_bytes"] == 300003 and "sha256 verified" in copy["line"]
@@ -178,7 +194,9 @@ def test_a_failed_copy_is_an_event_and_a_summary_line_and_the_box_still_goes(gpu
     from gpuops.rental.launcher import Reporter
     from ledger import Ledger
 
-    monkeypatch.setattr(results, "_fetch_one", lambda *a, **k: "connection lost and the copy deadline passed (EOFError)")
+    monkeypatch.setattr(
+        results, "_fetch_one", lambda *a, **k: "connection lost and the copy deadline passed (EOFError)"
+    )
     warned = []
 
     class R(Reporter):
@@ -188,7 +206,10 @@ def test_a_failed_copy_is_an_event_and_a_summary_line_and_the_box_still_goes(gpu
     s, summ = _local_up(tmp_path, "mkdir -p out && echo data > out/r.txt", R())
     assert summ["end_reason"] == "job_end" and summ["status"] == "closed", summ
     line = summ["results_copy"]["line"]
-    assert line == "NOT all copied home: 1 of 1 files failed: r.txt: connection lost and the copy deadline passed (EOFError); the box is destroyed, so what did not come home is lost"
+    assert (
+        line
+        == "NOT all copied home: 1 of 1 files failed: r.txt: connection lost and the copy deadline passed (EOFError); the box is destroyed, so what did not come home is lost"
+    )
     assert any(line in w for w in warned)
     events = Ledger(s.ledger_url()).events(summ["session"])
     kinds = [e.kind for e in events]

@@ -46,21 +46,54 @@ def test_default_box_is_the_cheapest_card_that_fits():
     assert (sp.card, sp.box_usd_per_hour) == (fits[0].card.name, fits[0].usd_per_hour)
 
 
-@pytest.mark.parametrize("kw,flag", [({"runs_per_month": "0"}, "--runs-per-month"), ({"runs_per_month": "2.5"}, "--runs-per-month"),
-                                     ({"download_gbps": "nan"}, "--download-gbps"), ({"provider": "local"}, "--provider")])
+@pytest.mark.parametrize(
+    "kw,flag",
+    [
+        ({"runs_per_month": "0"}, "--runs-per-month"),
+        ({"runs_per_month": "2.5"}, "--runs-per-month"),
+        ({"download_gbps": "nan"}, "--download-gbps"),
+        ({"provider": "local"}, "--provider"),
+    ],
+)
 def test_bad_input(kw, flag):
     with pytest.raises(BadInput, match=flag):
         storage_plan("llama-3-8b", **kw)
 
 
 def test_cli_plan_storage(cli_env):
-    r = subprocess.run(gpuops_cmd("plan", "storage", "--model", "llama-3-8b", "--runs-per-month", "40", "--download-gbps", "2",
-                                  "--usd-per-hour", "2", "--json"), env=cli_env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd(
+            "plan",
+            "storage",
+            "--model",
+            "llama-3-8b",
+            "--runs-per-month",
+            "40",
+            "--download-gbps",
+            "2",
+            "--usd-per-hour",
+            "2",
+            "--json",
+        ),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    assert out["recommendation"] == "keep the weights on a volume" and out["break_even_runs"] == pytest.approx(35.3, abs=0.05)
-    r = subprocess.run(gpuops_cmd("plan", "storage", "--model", "llama-3-8b"), env=cli_env, capture_output=True, text=True, timeout=120)
+    assert out["recommendation"] == "keep the weights on a volume" and out["break_even_runs"] == pytest.approx(
+        35.3, abs=0.05
+    )
+    r = subprocess.run(
+        gpuops_cmd("plan", "storage", "--model", "llama-3-8b"), env=cli_env, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0 and "break-even" in r.stdout and "recommendation:" in r.stdout
-    r = subprocess.run(gpuops_cmd("plan", "storage", "--model", "llama-3-8b", "--download-gbps", "-1"), env=cli_env, capture_output=True,
-                       text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd("plan", "storage", "--model", "llama-3-8b", "--download-gbps", "-1"),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--download-gbps" in r.stderr

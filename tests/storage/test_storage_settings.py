@@ -18,13 +18,23 @@ def test_volume_from_the_environment_and_results_deadline(gpuops_home, monkeypat
 
 
 def test_weights_step_gets_patterns_the_venv_python_and_the_volume_cache(gpuops_home):
-    s = load_settings(None, {"bootstrap": {"packages": ["huggingface_hub"], "venv": "venv", "weights": [
-        {"source": "hf://org/model@" + "a" * 40, "allow_patterns": ["*.safetensors", "*.json"]}]}})
+    s = load_settings(
+        None,
+        {
+            "bootstrap": {
+                "packages": ["huggingface_hub"],
+                "venv": "venv",
+                "weights": [{"source": "hf://org/model@" + "a" * 40, "allow_patterns": ["*.safetensors", "*.json"]}],
+            }
+        },
+    )
     plan = build_bootstrap_plan(s, volume_path="/workspace", environ={})
     step = next(x for x in plan.config["steps"] if x["kind"] == "weights")
     assert step["allow_patterns"] == ["*.safetensors", "*.json"] and step["python"] == "venv/bin/python"
     assert plan.config["cache_dir"] == "/workspace/.cache/gpuops"
-    assert cache_env(plan.config["cache_dir"]) == {"HF_HOME": "/workspace/.cache/gpuops/huggingface",
-                                                   "UV_CACHE_DIR": "/workspace/.cache/gpuops/pip/uv",
-                                                   "PIP_CACHE_DIR": "/workspace/.cache/gpuops/pip/pip"}
+    assert cache_env(plan.config["cache_dir"]) == {
+        "HF_HOME": "/workspace/.cache/gpuops/huggingface",
+        "UV_CACHE_DIR": "/workspace/.cache/gpuops/pip/uv",
+        "PIP_CACHE_DIR": "/workspace/.cache/gpuops/pip/pip",
+    }
     assert cache_env("") == {}

@@ -15,7 +15,9 @@ from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 
 
-def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol_emulator, runpod_vol_provider, tmp_path, monkeypatch):
+def test_up_mounts_the_volume_and_never_deletes_it(
+    gpuops_home, sshd, runpod_vol_emulator, runpod_vol_provider, tmp_path, monkeypatch
+):
     from gpuops.box.ssh import ensure_ssh_key
 
     mount = tmp_path / "workspace"  # where the pod sees its network volume (RunPod: /workspace)
@@ -24,15 +26,30 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     runpod_vol_emulator.market.ssh_endpoint = (sshd.host, sshd.port)
     vol = volumes.service(runpod_vol_provider).create("weights-ks", 50, "US-KS-2")
-    s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "storage": {"volume": "runpod:weights-ks"}, "bootstrap": {"verify": False}})
+    s = load_settings(
+        None,
+        {
+            "teardown": {"kill_grace_seconds": 1},
+            "storage": {"volume": "runpod:weights-ks"},
+            "bootstrap": {"verify": False},
+        },
+    )
     sshd.authorize(ensure_ssh_key(s.data_path())[1])
     job = tmp_path / "job.sh"
     job.write_text('mkdir -p out && echo "$HF_HOME" > out/hf_home.txt && echo done\n')
-    summ = run_up(UpRequest(job=job, provider="runpod", card="rtx-4090", volume=s.storage.volume), s, Reporter(), provider=runpod_vol_provider)
+    summ = run_up(
+        UpRequest(job=job, provider="runpod", card="rtx-4090", volume=s.storage.volume),
+        s,
+        Reporter(),
+        provider=runpod_vol_provider,
+    )
     assert summ["end_reason"] == "job_end", summ
     pod = [i for i in runpod_vol_emulator.market.instances.values()][0]
     assert (pod.request["mounts"], pod.request["dataCenterIds"], pod.request["cloud"]) == (
-        {"network": [{"volumeId": vol.id, "path": str(mount)}]}, ["US-KS-2"], "SECURE")
+        {"network": [{"volumeId": vol.id, "path": str(mount)}]},
+        ["US-KS-2"],
+        "SECURE",
+    )
     assert pod.state == "destroyed"
     cache = f"{mount}/.cache/gpuops"
     boot = [e.detail for e in Ledger(s.ledger_url()).events(summ["session"]) if e.kind == "bootstrapped"]
@@ -41,13 +58,17 @@ def test_up_mounts_the_volume_and_never_deletes_it(gpuops_home, sshd, runpod_vol
     assert open(f"{home}/hf_home.txt").read().strip() == f"{cache}/huggingface"
     kept = mount / "gpuops/results" / summ["session"] / "hf_home.txt"
     assert kept.read_text().strip() == f"{cache}/huggingface"  # a verified copy stays on the volume
-    assert summ["results_copy"]["ok"] and summ["results_copy"]["kept"] == str(mount / "gpuops/results" / summ["session"])
+    assert summ["results_copy"]["ok"] and summ["results_copy"]["kept"] == str(
+        mount / "gpuops/results" / summ["session"]
+    )
     assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # teardown never deletes it
     kinds = [e.kind for e in Ledger(s.ledger_url()).events(summ["session"])]
     assert "destroyed" in kinds and "results_copied" in kinds and "volume" in kinds
 
 
-def test_up_on_vast_rents_the_volume_machine(gpuops_home, sshd, vast_vol_emulator, vast_vol_provider, tmp_path, monkeypatch):
+def test_up_on_vast_rents_the_volume_machine(
+    gpuops_home, sshd, vast_vol_emulator, vast_vol_provider, tmp_path, monkeypatch
+):
     from gpuops.box.ssh import ensure_ssh_key
 
     mount = tmp_path / "vast-volume"
@@ -55,13 +76,19 @@ def test_up_on_vast_rents_the_volume_machine(gpuops_home, sshd, vast_vol_emulato
     monkeypatch.setattr(vast_volumes, "VAST_MOUNT", str(mount))
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     vast_vol_emulator.market.ssh_endpoint = (sshd.host, sshd.port)
-    vol = volumes.service(vast_vol_provider).create("cache", 40, "machine:10010")  # offer 1001's machine, not the cheapest (1002 bids 0.15)
+    vol = volumes.service(vast_vol_provider).create(
+        "cache", 40, "machine:10010"
+    )  # offer 1001's machine, not the cheapest (1002 bids 0.15)
     s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "bootstrap": {"verify": False}})
     sshd.authorize(ensure_ssh_key(s.data_path())[1])
     job = tmp_path / "job.sh"
     job.write_text('mkdir -p out && echo "$UV_CACHE_DIR" > out/uv.txt\n')
-    summ = run_up(UpRequest(job=job, provider="vast", card="rtx-4090", spot=True, volume=f"vast:{vol.id}"), s, Reporter(),
-                  provider=vast_vol_provider)
+    summ = run_up(
+        UpRequest(job=job, provider="vast", card="rtx-4090", spot=True, volume=f"vast:{vol.id}"),
+        s,
+        Reporter(),
+        provider=vast_vol_provider,
+    )
     assert summ["end_reason"] == "job_end", summ
     inst = list(vast_vol_emulator.market.instances.values())[0]
     assert inst.offer["id"] == 1001 and inst.request["volume_info"]["volume_id"] == int(vol.id)

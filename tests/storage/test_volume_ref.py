@@ -18,9 +18,15 @@ def test_volumes_without_a_key_exit_2_like_up(gpuops_home, cli):
     # Seen: `gpuops volumes list --provider runpod` without a key exited 1 (a provider failure)
     # while `gpuops up --provider runpod` exits 2 (bad input: set the key); nothing was created.
     env = {"RUNPOD_API_KEY": "", "VAST_API_KEY": ""}
-    for args in (("volumes", "list", "--provider", "runpod"),
-                 ("volumes", "create", "--provider", "runpod", "--name", "w", "--size-gb", "10", "--region", "EU-RO-1"),
-                 ("volumes", "delete", "vast:w", "--yes")):
+    for args in (
+        ("volumes", "list", "--provider", "runpod"),
+        ("volumes", "create", "--provider", "runpod", "--name", "w", "--size-gb", "10", "--region", "EU-RO-1"),
+        ("volumes", "delete", "vast:w", "--yes"),
+    ):
         r = cli(*args, env=env)
         assert r.returncode == 2, (args, r)
-        assert r.stderr.startswith("error: no ") and "API key found" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert (
+            r.stderr.startswith("error: no ")
+            and "API key found" in r.stderr
+            and len(r.stderr.strip().splitlines()) == 1
+        )

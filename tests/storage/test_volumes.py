@@ -21,15 +21,25 @@ def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provid
     svc = volumes.service(runpod_vol_provider)
     assert svc.list() == []
     vol = svc.create("weights-eu", 120, "EU-RO-1")
-    assert (vol.provider, vol.name, vol.size_gb, vol.region, vol.mount_path) == ("runpod", "weights-eu", 120.0, "EU-RO-1", "/workspace")
+    assert (vol.provider, vol.name, vol.size_gb, vol.region, vol.mount_path) == (
+        "runpod",
+        "weights-eu",
+        120.0,
+        "EU-RO-1",
+        "/workspace",
+    )
     assert vol.usd_per_month == pytest.approx(120 * 0.07, abs=1e-6)
-    post = [r for r in runpod_vol_emulator.market.requests if r["path"] == "/v2/network-volumes" and r["method"] == "POST"]
+    post = [
+        r for r in runpod_vol_emulator.market.requests if r["path"] == "/v2/network-volumes" and r["method"] == "POST"
+    ]
     assert post[0]["body"] == {"name": "weights-eu", "size": 120, "dataCenter": "EU-RO-1"}
     assert post[0]["auth"] == "Bearer rp_TESTKEY"
     listed = svc.list()  # GET /v2/network-volumes
     assert [(v.id, v.size_gb, v.region) for v in listed] == [(vol.id, 120.0, "EU-RO-1")]
     assert {(r["method"], r["path"].split("/vol")[0]) for r in runpod_vol_emulator.market.requests} == {
-        ("POST", "/v2/network-volumes"), ("GET", "/v2/network-volumes")}
+        ("POST", "/v2/network-volumes"),
+        ("GET", "/v2/network-volumes"),
+    }
     with pytest.raises(BadInput, match="10-4096 GB"):
         svc.create("tiny", 5, "EU-RO-1")  # under the spec's minimum: refused before any call
     svc.delete(vol.id)
@@ -45,7 +55,13 @@ def test_vast_volume_list_create_delete(vast_vol_emulator, vast_vol_provider):
     svc = volumes.service(vast_vol_provider)
     vol = svc.create("cache-se", 80, "SE")
     # The cheapest offer in Sweden is the one on offer 1001's machine.
-    assert (vol.provider, vol.name, vol.size_gb, vol.kind, vol.machine_id) == ("vast", "cache-se", 80.0, "local", "10010")
+    assert (vol.provider, vol.name, vol.size_gb, vol.kind, vol.machine_id) == (
+        "vast",
+        "cache-se",
+        80.0,
+        "local",
+        "10010",
+    )
     assert vol.usd_per_month == pytest.approx(80 * vast_vol_emulator.volume_offers[10001]["storage_cost"], abs=1e-6)
     put = [r for r in vast_vol_emulator.market.requests if r["path"] == "/api/v0/volumes/" and r["method"] == "PUT"]
     assert put[0]["body"] == {"size": 80, "id": 10001, "name": "cache-se"}
@@ -57,9 +73,14 @@ def test_vast_volume_list_create_delete(vast_vol_emulator, vast_vol_provider):
 
 def test_bad_volume_input_is_one_line_before_any_call(runpod_vol_emulator, runpod_vol_provider):
     svc = volumes.service(runpod_vol_provider)
-    for call in (lambda: svc.create("x y", 10, "EU-RO-1"), lambda: svc.create("ok", 0, "EU-RO-1"),
-                 lambda: svc.create("ok", 10, "Europe"), lambda: volumes.parse_ref("weights"),
-                 lambda: volumes.parse_ref("gcp:abc"), lambda: volumes.parse_ref('runpod:a"b')):
+    for call in (
+        lambda: svc.create("x y", 10, "EU-RO-1"),
+        lambda: svc.create("ok", 0, "EU-RO-1"),
+        lambda: svc.create("ok", 10, "Europe"),
+        lambda: volumes.parse_ref("weights"),
+        lambda: volumes.parse_ref("gcp:abc"),
+        lambda: volumes.parse_ref('runpod:a"b'),
+    ):
         with pytest.raises(BadInput):
             call()
     assert runpod_vol_emulator.market.requests == []
@@ -71,9 +92,15 @@ def test_runpod_offers_narrowed_to_secure_and_pod_mounts_the_volume(runpod_vol_e
     assert {o.offer_id.split(":")[0] for o in offers} == {"secure", "community"}
     ok = volumes.mountable(runpod_vol_provider, vol, offers)
     assert ok and all(o.offer_id.startswith("secure:") and o.region == "US-KS-2" for o in ok)
-    inst = runpod_vol_provider.create(ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **volumes.spec_fields(vol)))
+    inst = runpod_vol_provider.create(
+        ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **volumes.spec_fields(vol))
+    )
     req = runpod_vol_emulator.market.find(inst.id).request
-    assert (req["mounts"], req["dataCenterIds"], req["cloud"]) == ({"network": [{"volumeId": vol.id, "path": "/workspace"}]}, ["US-KS-2"], "SECURE")
+    assert (req["mounts"], req["dataCenterIds"], req["cloud"]) == (
+        {"network": [{"volumeId": vol.id, "path": "/workspace"}]},
+        ["US-KS-2"],
+        "SECURE",
+    )
     assert inst.extra["volume_path"] == "/workspace"
     runpod_vol_provider.destroy(inst.id)
     assert [v.id for v in volumes.service(runpod_vol_provider).list()] == [vol.id]  # destroy never deletes it
@@ -111,7 +138,19 @@ def test_cli_volumes_list_create_delete(vol_env, cli_env, tmp_path):
     (tmp_path / "job.sh").write_text("echo hi\n")
     env = dict(cli_env, **{k: v for k, v in __import__("os").environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
     run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
-    r = run("volumes", "create", "--provider", "runpod", "--name", "weights-eu", "--size-gb", "100", "--region", "EU-RO-1", "--json")
+    r = run(
+        "volumes",
+        "create",
+        "--provider",
+        "runpod",
+        "--name",
+        "weights-eu",
+        "--size-gb",
+        "100",
+        "--region",
+        "EU-RO-1",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     created = json.loads(r.stdout)["volumes"][0]
     assert (created["size_gb"], created["region"], created["usd_per_month"]) == (100.0, "EU-RO-1", 7.0)
@@ -137,14 +176,47 @@ def test_dry_run_names_the_volume_and_the_mountable_offer(vol_env, cli_env, tmp_
     env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
     vol_env["runpod"].add_volume("weights-ro", 40, "EU-RO-1")
     (tmp_path / "job.sh").write_text("echo hi\n")
-    r = subprocess.run(gpuops_cmd("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--card", "rtx-4090",
-                                  "--volume", "runpod:weights-ro", "--dry-run", "--json"), env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd(
+            "up",
+            "--job",
+            str(tmp_path / "job.sh"),
+            "--provider",
+            "runpod",
+            "--card",
+            "rtx-4090",
+            "--volume",
+            "runpod:weights-ro",
+            "--dry-run",
+            "--json",
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["volume"]["region"] == "EU-RO-1" and out["volume"]["mount_path"] == "/workspace"
     assert out["usd_per_hour"] == 0.69  # the Secure Cloud price: community (0.34) cannot mount a network volume
-    r = subprocess.run(gpuops_cmd("up", "--job", str(tmp_path / "job.sh"), "--provider", "runpod", "--card", "rtx-4090",
-                                  "--volume", "runpod:weights-ro", "--dry-run"), env=env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd(
+            "up",
+            "--job",
+            str(tmp_path / "job.sh"),
+            "--provider",
+            "runpod",
+            "--card",
+            "rtx-4090",
+            "--volume",
+            "runpod:weights-ro",
+            "--dry-run",
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and "volume: runpod:weights-ro (40 GB, EU-RO-1) mounted at /workspace" in r.stdout
     assert vol_env["runpod"].live() == []
 
@@ -176,7 +248,19 @@ def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(
     env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
     env.pop("VAST_API_KEY", None)  # this test is about RunPod's billing only
     run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
-    r = run("volumes", "create", "--provider", "runpod", "--name", "weights", "--size-gb", "50", "--region", "EU-RO-1", "--json")
+    r = run(
+        "volumes",
+        "create",
+        "--provider",
+        "runpod",
+        "--name",
+        "weights",
+        "--size-gb",
+        "50",
+        "--region",
+        "EU-RO-1",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     vid = json.loads(r.stdout)["volumes"][0]["id"]
     emu = vol_env["runpod"]
@@ -201,16 +285,26 @@ def test_vast_volume_is_found_after_create_and_by_name_either_way(vast_vol_emula
     from tests.support.emulators import FAST_RETRY
 
     vast_vol_emulator.volume_label_in_list = labelled
-    p = VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10,
-                     data_dir=tmp_path)
+    p = VastProvider(
+        Credential(vast_vol_emulator.market.api_key, "test"),
+        vast_vol_emulator.url,
+        retry=FAST_RETRY,
+        timeout_s=10,
+        data_dir=tmp_path,
+    )
     svc = volumes.service(p)
     other = svc.create("other", 20, "SE")
     vol = svc.create("weights", 30, "SE")
     assert (vol.name, vol.size_gb, vol.id) != (other.name, other.size_gb, other.id) and vol.name == "weights"
     put = [r for r in vast_vol_emulator.market.requests if r["method"] == "PUT" and r["path"] == "/api/v0/volumes/"]
     assert len(put) == 2  # one create each, never retried
-    fresh = VastProvider(Credential(vast_vol_emulator.market.api_key, "test"), vast_vol_emulator.url, retry=FAST_RETRY, timeout_s=10,
-                         data_dir=tmp_path)  # another process: the book is on disk
+    fresh = VastProvider(
+        Credential(vast_vol_emulator.market.api_key, "test"),
+        vast_vol_emulator.url,
+        retry=FAST_RETRY,
+        timeout_s=10,
+        data_dir=tmp_path,
+    )  # another process: the book is on disk
     assert volumes.resolve(fresh, "vast:weights").id == vol.id and volumes.resolve(fresh, "vast:other").id == other.id
     assert (tmp_path / "vast-volumes.json").exists()
     svc.delete(vol.id)
@@ -223,13 +317,18 @@ def test_cli_volumes_delete_asks_on_a_terminal(vol_env, cli, monkeypatch):
     # refuses (exit 2, naming --yes) where nobody can answer (the subprocess test above: a pipe).
     import gpuops.cli.volumes as cli_volumes
 
-    svc = volumes.service(__import__("gpuops.providers", fromlist=["get_provider"]).get_provider(
-        "runpod", __import__("gpuops.config", fromlist=["load_settings"]).load_settings()))
+    svc = volumes.service(
+        __import__("gpuops.providers", fromlist=["get_provider"]).get_provider(
+            "runpod", __import__("gpuops.config", fromlist=["load_settings"]).load_settings()
+        )
+    )
     vol = svc.create("weights-ask", 10, "EU-RO-1")
     monkeypatch.setattr(cli_volumes, "_on_terminal", lambda: True)
     no = cli("volumes", "delete", "runpod:weights-ask", input="n\n")
     assert no.returncode == 1 and "Delete it? [y/N]" in no.stderr and "not deleted" in no.stderr
     assert [v.id for v in svc.list()] == [vol.id]
     yes = cli("volumes", "delete", "runpod:weights-ask", input="y\n")
-    assert yes.returncode == 0 and f"deleted runpod volume {vol.id}" in yes.stdout, yes.stderr  # (the runner echoes the answer)
+    assert yes.returncode == 0 and f"deleted runpod volume {vol.id}" in yes.stdout, (
+        yes.stderr
+    )  # (the runner echoes the answer)
     assert svc.list() == []

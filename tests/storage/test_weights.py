@@ -19,8 +19,12 @@ from tests.support.hub_faults import FaultyHub
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
 WEIGHTS = os.urandom(16 * MIB)  # > huggingface_hub's 10 MB write chunk, so a cut download leaves bytes to resume from
-FILES = {"config.json": {"model_type": "llama", "hidden_size": 64}, "model.safetensors": WEIGHTS, "tokenizer.json": {"v": 1},
-         "README.md": "not fetched: outside allow_patterns"}
+FILES = {
+    "config.json": {"model_type": "llama", "hidden_size": 64},
+    "model.safetensors": WEIGHTS,
+    "tokenizer.json": {"v": 1},
+    "README.md": "not fetched: outside allow_patterns",
+}
 PATTERNS = ["*.json", "*.safetensors"]
 FETCHED = len(json.dumps(FILES["config.json"])) + len(WEIGHTS) + len(json.dumps(FILES["tokenizer.json"]))
 
@@ -45,8 +49,20 @@ def bootstrap(tmp_path, hub, source, state="state1", token=None, timeout=None, p
     env.update(HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path / "home"), PYTHONPATH="")
     if token:
         env["HF_TOKEN"] = token
-    p = subprocess.run([sys.executable, str(REPO / "bootstrap/bootstrap.py"), "--config", str(cfg), "--state-dir", str(tmp_path / state)],
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bootstrap/bootstrap.py"),
+            "--config",
+            str(cfg),
+            "--state-dir",
+            str(tmp_path / state),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
     return next(ln for ln in lines if ln.get("step") == "weights"), p
 
@@ -88,7 +104,12 @@ def test_a_dropped_download_resumes_where_it_stopped(tmp_path, hub):
     line, p = bootstrap(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}")
     assert line["status"] == "done", p.stderr
     gets = [r for r in hub.requests if r[0] == "GET" and r[1].endswith("model.safetensors")]
-    assert len(gets) == 2 and gets[1][2] is not None and gets[1][2].startswith("bytes=") and int(gets[1][2][6:].split("-")[0]) >= 10 * MIB
+    assert (
+        len(gets) == 2
+        and gets[1][2] is not None
+        and gets[1][2].startswith("bytes=")
+        and int(gets[1][2][6:].split("-")[0]) >= 10 * MIB
+    )
     assert (snapshot(tmp_path, sha) / "model.safetensors").read_bytes() == WEIGHTS
 
 
@@ -103,8 +124,20 @@ def test_a_killed_download_completes_on_the_next_run_and_frees_its_partial(tmp_p
     cfg.write_text(json.dumps({"cache_dir": str(tmp_path / "volume/.cache/gpuops"), "steps": [step]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path / "home"), PYTHONPATH="")
-    proc = subprocess.Popen([sys.executable, str(REPO / "bootstrap/bootstrap.py"), "--config", str(cfg), "--state-dir", str(tmp_path / "s0")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "bootstrap/bootstrap.py"),
+            "--config",
+            str(cfg),
+            "--state-dir",
+            str(tmp_path / "s0"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     blobs = tmp_path / "volume/.cache/gpuops/huggingface/hub/models--gpuops-test--tiny/blobs"
     try:
         deadline = time.monotonic() + 60
@@ -133,14 +166,20 @@ def test_wrong_revision_is_a_clear_error(tmp_path, hub):
     hub.add_repo("gpuops-test/tiny", FILES)
     line, _ = bootstrap(tmp_path, hub, "hf://gpuops-test/tiny@" + "0" * 40)
     assert line["status"] == "failed"
-    assert line["detail"] == f"revision {'0' * 40!r} of gpuops-test/tiny is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)"
+    assert (
+        line["detail"]
+        == f"revision {'0' * 40!r} of gpuops-test/tiny is not on the hub: fix the @revision in [bootstrap] weights (a commit sha pins it)"
+    )
 
 
 def test_gated_repo_needs_the_token(tmp_path, hub):
     sha = hub.add_repo("gpuops-test/tiny", FILES, gated=True)
     line, _ = bootstrap(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}")
     assert line["status"] == "failed"
-    assert line["detail"].startswith("gpuops-test/tiny is gated: add HF_TOKEN to [bootstrap] secrets") and "no HF_TOKEN was given" in line["detail"]
+    assert (
+        line["detail"].startswith("gpuops-test/tiny is gated: add HF_TOKEN to [bootstrap] secrets")
+        and "no HF_TOKEN was given" in line["detail"]
+    )
     line, p = bootstrap(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}", token="hf_test_token_123")
     assert line["status"] == "done", p.stderr
 
@@ -148,13 +187,27 @@ def test_gated_repo_needs_the_token(tmp_path, hub):
 def ranged(tmp_path, hub, source, state="r1", workers=4, **extra):
     """The weights step with the standard library's parallel ranges (what a fresh box uses while
     its deps venv is still being built)."""
-    step = {"name": "weights", "kind": "weights", "source": source, "allow_patterns": PATTERNS, "downloader": "ranged",
-            "workers": workers, **extra}
+    step = {
+        "name": "weights",
+        "kind": "weights",
+        "source": source,
+        "allow_patterns": PATTERNS,
+        "downloader": "ranged",
+        "workers": workers,
+        **extra,
+    }
     cfg = tmp_path / f"{state}.json"
     cfg.write_text(json.dumps({"cache_dir": str(tmp_path / "volume/.cache/gpuops"), "steps": [step]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path / "home"), PYTHONPATH="")
-    return [sys.executable, str(REPO / "bootstrap/bootstrap.py"), "--config", str(cfg), "--state-dir", str(tmp_path / state)], env
+    return [
+        sys.executable,
+        str(REPO / "bootstrap/bootstrap.py"),
+        "--config",
+        str(cfg),
+        "--state-dir",
+        str(tmp_path / state),
+    ], env
 
 
 def run_ranged(tmp_path, hub, source, **kw):
@@ -175,22 +228,33 @@ def test_ranged_download_fills_the_cache_that_huggingface_hub_reads_offline(tmp_
     line, p = run_ranged(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}")
     assert line["status"] == "done", p.stderr
     d = line["detail"]
-    assert (d["downloader"], d["bytes"], d["downloaded_bytes"], d["files"], d["revision"]) == ("ranged", FETCHED, FETCHED, 3, sha)
+    assert (d["downloader"], d["bytes"], d["downloaded_bytes"], d["files"], d["revision"]) == (
+        "ranged",
+        FETCHED,
+        FETCHED,
+        3,
+        sha,
+    )
     ranges = sorted(int(r[2][6:].split("-")[0]) for r in weight_gets(hub) if r[2] and r[2] != "bytes=0-0")
     assert ranges == [i * MIB for i in range(16)]  # 16 ranges of 1 MiB, spread over the 4 workers
     cache = tmp_path / "volume/.cache/gpuops/huggingface/hub"
     blob = cache / "models--gpuops-test--tiny/blobs" / hashlib.sha256(WEIGHTS).hexdigest()
     assert blob.read_bytes() == WEIGHTS and (snapshot(tmp_path, sha) / "model.safetensors").resolve() == blob
     # The job's own huggingface_hub finds every file offline, at the blob names it would have used.
-    got = hf_hub_download("gpuops-test/tiny", "model.safetensors", revision=sha, cache_dir=str(cache), local_files_only=True)
+    got = hf_hub_download(
+        "gpuops-test/tiny", "model.safetensors", revision=sha, cache_dir=str(cache), local_files_only=True
+    )
     assert Path(got).read_bytes() == WEIGHTS
-    assert snapshot_download("gpuops-test/tiny", revision=sha, cache_dir=str(cache), local_files_only=True,
-                             allow_patterns=PATTERNS) == str(snapshot(tmp_path, sha))
+    assert snapshot_download(
+        "gpuops-test/tiny", revision=sha, cache_dir=str(cache), local_files_only=True, allow_patterns=PATTERNS
+    ) == str(snapshot(tmp_path, sha))
     assert not list(cache.rglob("*.gpuops-part*"))
     before = len(hub.requests)  # a fresh box on the same volume: the marker says complete, no request
     line, _ = run_ranged(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}", state="r2")
     assert line["status"] == "skipped" and len(hub.requests) == before
-    line, _ = run_ranged(tmp_path, hub, "hf://gpuops-test/tiny", state="r3")  # unpinned: the ref is written as the hub's client does
+    line, _ = run_ranged(
+        tmp_path, hub, "hf://gpuops-test/tiny", state="r3"
+    )  # unpinned: the ref is written as the hub's client does
     assert line["status"] == "done" and line["detail"]["downloaded_bytes"] == 0  # every blob was already there
     assert (cache / "models--gpuops-test--tiny/refs/main").read_text() == sha
 
@@ -201,16 +265,24 @@ def test_ranged_download_resumes_a_dropped_range_and_refuses_a_wrong_one(tmp_pat
     line, p = run_ranged(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}")
     assert line["status"] == "done", p.stderr
     assert (snapshot(tmp_path, sha) / "model.safetensors").read_bytes() == WEIGHTS
-    retried = [r[2] for r in weight_gets(hub) if r[2] and not r[2].endswith(f"-{int(r[2][6:].split('-')[0]) + MIB - 1}")]
-    assert any(int(r[6:].split("-")[0]) % MIB == 300_000 for r in retried)  # picked up inside the range, not from its start
+    retried = [
+        r[2] for r in weight_gets(hub) if r[2] and not r[2].endswith(f"-{int(r[2][6:].split('-')[0]) + MIB - 1}")
+    ]
+    assert any(
+        int(r[6:].split("-")[0]) % MIB == 300_000 for r in retried
+    )  # picked up inside the range, not from its start
     # A hub whose bytes do not match the sha256 it listed: the file never reaches the cache.
     hub.add_repo("gpuops-test/bad", FILES)
     good, send = hashlib.sha256(WEIGHTS).hexdigest(), hub._send
-    hub._send = lambda req, status, body, headers, head: send(req, status, body.replace(good.encode(), b"0" * 64), headers, head)
+    hub._send = lambda req, status, body, headers, head: send(
+        req, status, body.replace(good.encode(), b"0" * 64), headers, head
+    )
     line, _ = run_ranged(tmp_path, hub, "hf://gpuops-test/bad", state="bad")
     assert line["status"] == "failed" and line["detail"].startswith("sha256 mismatch for ")
     assert line["detail"].endswith(f"expected {'0' * 64}, got {good}")
-    assert not list((tmp_path / "volume/.cache/gpuops/huggingface/hub/models--gpuops-test--bad/blobs").glob("0" * 64 + "*"))
+    assert not list(
+        (tmp_path / "volume/.cache/gpuops/huggingface/hub/models--gpuops-test--bad/blobs").glob("0" * 64 + "*")
+    )
 
 
 def test_a_killed_ranged_download_resumes_its_written_ranges(tmp_path, hub):
@@ -221,7 +293,11 @@ def test_a_killed_ranged_download_resumes_its_written_ranges(tmp_path, hub):
     hub.link_bytes_s = 2 * MIB  # 8 s for the file: the box is lost mid-download
     argv, env = ranged(tmp_path, hub, f"hf://gpuops-test/tiny@{sha}", state="k0")
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    side = tmp_path / "volume/.cache/gpuops/huggingface/hub/models--gpuops-test--tiny/blobs" / (hashlib.sha256(WEIGHTS).hexdigest() + ".gpuops-part.json")
+    side = (
+        tmp_path
+        / "volume/.cache/gpuops/huggingface/hub/models--gpuops-test--tiny/blobs"
+        / (hashlib.sha256(WEIGHTS).hexdigest() + ".gpuops-part.json")
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -243,14 +319,19 @@ def test_a_killed_ranged_download_resumes_its_written_ranges(tmp_path, hub):
     assert line["status"] == "done", p.stderr
     # From the new run's file list on: the killed run's last requests, sent before the kill, may reach the hub after n0.
     n1 = next(i for i in range(n0, len(hub.requests)) if hub.requests[i][1].startswith("/api/models/"))
-    asked = [int(r[2][6:].split("-")[0]) for r in hub.requests[n1:] if r[0] == "GET" and r[1].endswith("model.safetensors")
-             and r[2] and r[2] != "bytes=0-0"]
+    asked = [
+        int(r[2][6:].split("-")[0])
+        for r in hub.requests[n1:]
+        if r[0] == "GET" and r[1].endswith("model.safetensors") and r[2] and r[2] != "bytes=0-0"
+    ]
     # only the ranges the killed run had not finished; as a set: under load a request the killed run
     # sent before the kill may still be logged by the hub after the new run began (each range once
     # for the new run is what downloaded_bytes below asserts)
     assert set(asked) == set(range(0, len(WEIGHTS), MIB)) - kept
     left = len(WEIGHTS) - len(kept) * MIB
-    assert left <= line["detail"]["downloaded_bytes"] <= left + FETCHED - len(WEIGHTS)  # (+ the small files the killed run had not got to)
+    assert (
+        left <= line["detail"]["downloaded_bytes"] <= left + FETCHED - len(WEIGHTS)
+    )  # (+ the small files the killed run had not got to)
     assert (snapshot(tmp_path, sha) / "model.safetensors").read_bytes() == WEIGHTS
 
 
@@ -262,16 +343,36 @@ def test_a_fresh_box_downloads_beside_its_deps_with_ranges(tmp_path, hub):
     sha = hub.add_repo("gpuops-test/tiny", FILES)
     wh = tmp_path / "wheelhouse"
     make_wheel(wh, "gpuops_probe", "1.0")
-    steps = [{"name": "deps", "kind": "deps", "installer": "pip", "packages": ["gpuops_probe"], "wheelhouse": str(wh), "venv": "venv"},
-             {"name": "weights", "kind": "weights", "source": f"hf://gpuops-test/tiny@{sha}", "allow_patterns": PATTERNS,
-              "python": "venv/bin/python"}]
+    steps = [
+        {
+            "name": "deps",
+            "kind": "deps",
+            "installer": "pip",
+            "packages": ["gpuops_probe"],
+            "wheelhouse": str(wh),
+            "venv": "venv",
+        },
+        {
+            "name": "weights",
+            "kind": "weights",
+            "source": f"hf://gpuops-test/tiny@{sha}",
+            "allow_patterns": PATTERNS,
+            "python": "venv/bin/python",
+        },
+    ]
     box = tmp_path / "box"
     box.mkdir()
     (box / "b.json").write_text(json.dumps({"cache_dir": str(tmp_path / "volume/.cache/gpuops"), "steps": steps}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path / "home"), PYTHONPATH="")
-    p = subprocess.run([sys.executable, str(REPO / "bootstrap/bootstrap.py"), "--config", "b.json", "--state-dir", "state"], cwd=box,
-                       env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(REPO / "bootstrap/bootstrap.py"), "--config", "b.json", "--state-dir", "state"],
+        cwd=box,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     by = {ln["step"]: ln for ln in map(json.loads, p.stdout.splitlines()) if "step" in ln}
     assert by["weights"]["detail"]["downloader"] == "ranged" and by["deps"]["status"] == "done"

@@ -30,9 +30,19 @@ from typing import Any
 START_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 60.0
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--no-default-browser-check",
-    "--disable-default-apps", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--mute-audio",
+    "--hide-scrollbars",
 )
 
 
@@ -57,8 +67,17 @@ class Browser:
         self.log_path = self.profile / "chromium.log"  # removed with the profile
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [chromium_path(), *CHROMIUM_FLAGS, "--remote-debugging-port=0", f"--user-data-dir={self.profile}", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                chromium_path(),
+                *CHROMIUM_FLAGS,
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self.profile}",
+                "about:blank",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self.ws = None
         self._stack = contextlib.ExitStack()
@@ -77,7 +96,9 @@ class Browser:
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"chromium exited with {self.proc.returncode}: {self.log_path.read_text(errors='replace')[-2000:]}")
+                raise RuntimeError(
+                    f"chromium exited with {self.proc.returncode}: {self.log_path.read_text(errors='replace')[-2000:]}"
+                )
             lines = port_file.read_text().split("\n") if port_file.exists() else []
             if len(lines) >= 2 and lines[0].strip().isdigit() and lines[1].strip():
                 break
@@ -85,9 +106,12 @@ class Browser:
                 raise RuntimeError(f"chromium gave no DevTools port in {START_TIMEOUT_S:.0f} s")
             time.sleep(0.05)
         self.ws = self._stack.enter_context(
-            connect(f"ws://127.0.0.1:{lines[0].strip()}{lines[1].strip()}", max_size=None, open_timeout=START_TIMEOUT_S))
+            connect(f"ws://127.0.0.1:{lines[0].strip()}{lines[1].strip()}", max_size=None, open_timeout=START_TIMEOUT_S)
+        )
 
-    def call(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = CALL_TIMEOUT_S) -> dict:
+    def call(
+        self, method: str, params: dict | None = None, session: str | None = None, timeout: float = CALL_TIMEOUT_S
+    ) -> dict:
         """Send one CDP command and return its result; events that arrive meanwhile are kept in
         ``events``. Raises CdpError on an error answer or after ``timeout`` seconds."""
         self._next_id += 1
@@ -132,8 +156,11 @@ class Browser:
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
-        self.call("Emulation.setDeviceMetricsOverride",
-                  {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600}, session=session)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": width < 600},
+            session=session,
+        )
         return Page(self, session, target)
 
     def close(self) -> None:
@@ -181,15 +208,20 @@ class Page:
 
     def eval(self, expression: str) -> Any:
         """The value of a JavaScript expression (promises awaited). Raises CdpError on a throw."""
-        res = self.b.call("Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True},
-                          session=self.session)
+        res = self.b.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+            session=self.session,
+        )
         if "exceptionDetails" in res:
             raise CdpError(f"{expression[:60]}...: {res['exceptionDetails'].get('exception', {}).get('description')}")
         return res["result"].get("value")
 
     def screenshot(self, path: Path) -> Path:
         """A PNG of the whole page (beyond the viewport) at ``path``."""
-        data = self.b.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=self.session)["data"]
+        data = self.b.call(
+            "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=self.session
+        )["data"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(base64.b64decode(data))
         return path
@@ -203,7 +235,9 @@ class Page:
                 continue
             p = e.get("params", {})
             if e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+                out.append(
+                    "console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+                )
             elif e["method"] == "Runtime.exceptionThrown":
                 d = p.get("exceptionDetails", {})
                 out.append("exception: " + str(d.get("exception", {}).get("description") or d.get("text")))

@@ -51,7 +51,9 @@ def vast_provider(vast_emulator):
     """gpuops' VastProvider talking to ``vast_emulator`` through the vastai SDK."""
     from gpuops.providers.vast.compute import VastProvider
 
-    return VastProvider(Credential(vast_emulator.market.api_key, "test"), vast_emulator.url, retry=FAST_RETRY, timeout_s=10)
+    return VastProvider(
+        Credential(vast_emulator.market.api_key, "test"), vast_emulator.url, retry=FAST_RETRY, timeout_s=10
+    )
 
 
 @pytest.fixture

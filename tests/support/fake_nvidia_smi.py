@@ -32,18 +32,30 @@ import os
 import sys
 import time
 
-DRIVER_FAILURE = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-                  "Make sure that the latest NVIDIA driver is installed and running.\n")
+DRIVER_FAILURE = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+    "Make sure that the latest NVIDIA driver is installed and running.\n"
+)
 
-H100 = {"name": "NVIDIA H100 80GB HBM3", "memory_total_mib": 81559, "memory_used_mib": 0, "utilization_gpu": 0,
-        "utilization_memory": 0, "temperature_gpu": 31, "power_draw": 69.52, "pci_bus_id": "00000000:18:00.0",
-        "uuid": "GPU-5e1c1ef4-2c4c-3b2c-9d1e-1f2a3b4c5d6e", "compute_cap": "9.0"}
+H100 = {
+    "name": "NVIDIA H100 80GB HBM3",
+    "memory_total_mib": 81559,
+    "memory_used_mib": 0,
+    "utilization_gpu": 0,
+    "utilization_memory": 0,
+    "temperature_gpu": 31,
+    "power_draw": 69.52,
+    "pci_bus_id": "00000000:18:00.0",
+    "uuid": "GPU-5e1c1ef4-2c4c-3b2c-9d1e-1f2a3b4c5d6e",
+    "compute_cap": "9.0",
+}
 INFOROM = {"warning": "WARNING: infoROM is corrupted at gpu 0000:18:00.0", "exit_code": 14}
 DEFAULT_STATE = {"mode": "ok", "driver_version": "550.54.15", "cuda_version": "12.4", "gpus": [H100]}
 
 # field -> (state key, unit)
 FIELDS = {
-    "name": ("name", ""), "gpu_name": ("name", ""),
+    "name": ("name", ""),
+    "gpu_name": ("name", ""),
     "index": (None, ""),
     "driver_version": ("@driver_version", ""),
     "memory.total": ("memory_total_mib", "MiB"),
@@ -118,19 +130,26 @@ def _query(state, fields, fmt):
 
 
 def _report(state):
-    out = ["", "==============NVSMI LOG==============", "",
-           "Timestamp                                 : %s" % time.strftime("%a %b %d %H:%M:%S %Y"),
-           "Driver Version                            : %s" % state.get("driver_version", "[N/A]"),
-           "CUDA Version                              : %s" % state.get("cuda_version", "[N/A]"), "",
-           "Attached GPUs                             : %d" % len(state.get("gpus", []))]
+    out = [
+        "",
+        "==============NVSMI LOG==============",
+        "",
+        "Timestamp                                 : %s" % time.strftime("%a %b %d %H:%M:%S %Y"),
+        "Driver Version                            : %s" % state.get("driver_version", "[N/A]"),
+        "CUDA Version                              : %s" % state.get("cuda_version", "[N/A]"),
+        "",
+        "Attached GPUs                             : %d" % len(state.get("gpus", [])),
+    ]
     for gpu in state.get("gpus", []):
-        out += ["GPU %s" % gpu.get("pci_bus_id", "00000000:00:00.0"),
-                "    Product Name                          : %s" % gpu.get("name", "[N/A]"),
-                "    FB Memory Usage",
-                "        Total                             : %s MiB" % gpu.get("memory_total_mib", "[N/A]"),
-                "        Used                              : %s MiB" % gpu.get("memory_used_mib", "[N/A]"),
-                "    Utilization",
-                "        Gpu                               : %s %%" % gpu.get("utilization_gpu", "[N/A]")]
+        out += [
+            "GPU %s" % gpu.get("pci_bus_id", "00000000:00:00.0"),
+            "    Product Name                          : %s" % gpu.get("name", "[N/A]"),
+            "    FB Memory Usage",
+            "        Total                             : %s MiB" % gpu.get("memory_total_mib", "[N/A]"),
+            "        Used                              : %s MiB" % gpu.get("memory_used_mib", "[N/A]"),
+            "    Utilization",
+            "        Gpu                               : %s %%" % gpu.get("utilization_gpu", "[N/A]"),
+        ]
     sys.stdout.write("\n".join(out) + "\n")
     return 0
 
@@ -140,10 +159,13 @@ def _banner(state):
         "+-----------------------------------------------------------------------------------------+\n"
         "| NVIDIA-SMI %-12s           Driver Version: %-12s   CUDA Version: %-9s|\n"
         "|-----------------------------------------+------------------------+----------------------+\n"
-        % (state.get("driver_version"), state.get("driver_version"), state.get("cuda_version")))
+        % (state.get("driver_version"), state.get("driver_version"), state.get("cuda_version"))
+    )
     for i, gpu in enumerate(state.get("gpus", [])):
-        sys.stdout.write("|   %d  %-36s|  %6sMiB / %6sMiB |   %3s%%      Default |\n"
-                         % (i, gpu.get("name"), gpu.get("memory_used_mib"), gpu.get("memory_total_mib"), gpu.get("utilization_gpu")))
+        sys.stdout.write(
+            "|   %d  %-36s|  %6sMiB / %6sMiB |   %3s%%      Default |\n"
+            % (i, gpu.get("name"), gpu.get("memory_used_mib"), gpu.get("memory_total_mib"), gpu.get("utilization_gpu"))
+        )
     return 0
 
 

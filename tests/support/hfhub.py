@@ -39,8 +39,20 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote
 
-SAFETENSORS_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4,
-                           "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+SAFETENSORS_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
 
 
 def safetensors_file(tensors: dict[str, tuple[str, list[int]]], padding: int = 0) -> bytes:
@@ -186,7 +198,7 @@ class HubServer:
             if m:
                 start = int(m[1])
                 end = min(int(m[2]) if m[2] else len(data) - 1, len(data) - 1)
-                part = data[start:end + 1]
+                part = data[start : end + 1]
                 headers["Content-Range"] = f"bytes {start}-{start + len(part) - 1}/{len(data)}"
                 self._send(req, 206, part, headers, head)
                 return
@@ -206,16 +218,25 @@ class HubServer:
                     row["lfs"] = {"sha256": self._digest("sha256", d), "size": len(d), "pointerSize": 134}
             return row
 
-        body = {"id": repo, "modelId": repo, "sha": self.sha(repo), "private": False, "gated": repo in self.gated,
-                "siblings": [sibling(p, d) for p, d in sorted(files.items())]}
+        body = {
+            "id": repo,
+            "modelId": repo,
+            "sha": self.sha(repo),
+            "private": False,
+            "gated": repo in self.gated,
+            "siblings": [sibling(p, d) for p, d in sorted(files.items())],
+        }
         self._send(req, 200, json.dumps(body).encode(), {"Content-Type": "application/json"}, False)
 
     def _tree(self, req, repo: str, prefix: str) -> None:
         files = self._repo_or_error(req, repo, False)
         if files is None:
             return
-        rows = [{"type": "file", "path": p, "size": len(d), "oid": self._digest("sha1", d)}
-                for p, d in sorted(files.items()) if p.startswith(prefix)]
+        rows = [
+            {"type": "file", "path": p, "size": len(d), "oid": self._digest("sha1", d)}
+            for p, d in sorted(files.items())
+            if p.startswith(prefix)
+        ]
         self._send(req, 200, json.dumps(rows).encode(), {"Content-Type": "application/json"}, False)
 
     @staticmethod

@@ -65,7 +65,7 @@ class FaultyHub(HubServer):
         path = req._gpuops_path
         try:
             while sent < limit:
-                chunk = body[sent:min(limit, sent + step)]
+                chunk = body[sent : min(limit, sent + step)]
                 req.wfile.write(chunk)
                 sent += len(chunk)
                 self.served_bytes[path] = self.served_bytes.get(path, 0) + len(chunk)

@@ -61,7 +61,9 @@ class PostgresServer:
             try:
                 pwd.getpwnam("postgres")
             except KeyError:
-                raise RuntimeError("running as root needs the 'postgres' system user (the postgresql package creates it)") from None
+                raise RuntimeError(
+                    "running as root needs the 'postgres' system user (the postgresql package creates it)"
+                ) from None
             self.user = "postgres"
         self.root = Path(tempfile.mkdtemp(prefix="gpuops-pg-"))
         self.data = self.root / "data"
@@ -75,8 +77,12 @@ class PostgresServer:
         # cwd "/": the folder may already be gone when stop() runs. PYTEST_GPUOPS_TEST=session: the
         # server outlives the test that first asked for it (tests/support/procs.py).
         return subprocess.run(
-            [str(self.bindir / args[0]), *args[1:]], user=self.user, capture_output=True, text=True,
-            timeout=timeout, cwd="/",
+            [str(self.bindir / args[0]), *args[1:]],
+            user=self.user,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd="/",
             env={**os.environ, "LC_ALL": "C.UTF-8", "PGTZ": "UTC", "PYTEST_GPUOPS_TEST": "session"},
         )
 
@@ -87,10 +93,24 @@ class PostgresServer:
         last = ""
         for _ in range(3):  # the free port may be taken between probe and bind: try another
             self.port = _free_port()
-            opts = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
-                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300")
-            r = self._run("pg_ctl", "start", "-w", "-t", str(START_TIMEOUT_S), "-D", str(self.data),
-                          "-l", str(self.root / "server.log"), "-o", opts, timeout=START_TIMEOUT_S + 10)
+            opts = (
+                f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+            )
+            r = self._run(
+                "pg_ctl",
+                "start",
+                "-w",
+                "-t",
+                str(START_TIMEOUT_S),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.root / "server.log"),
+                "-o",
+                opts,
+                timeout=START_TIMEOUT_S + 10,
+            )
             if r.returncode == 0:
                 self._opts = opts
                 return self
@@ -100,15 +120,38 @@ class PostgresServer:
     def halt(self) -> None:
         """Stop the server, keeping its data and port (a team ledger whose server went down):
         ``pg_ctl stop -m fast`` (clients are disconnected). ``resume()`` starts it again."""
-        r = self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", str(STOP_TIMEOUT_S), timeout=STOP_TIMEOUT_S + 10)
+        r = self._run(
+            "pg_ctl",
+            "stop",
+            "-D",
+            str(self.data),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            str(STOP_TIMEOUT_S),
+            timeout=STOP_TIMEOUT_S + 10,
+        )
         if r.returncode:
             raise RuntimeError(f"pg_ctl stop failed: {r.stderr.strip()}")
 
     def resume(self) -> None:
         """Start a ``halt()``ed server again on the same port with the same data; returns once
         TCP answers (deadline ``START_TIMEOUT_S``)."""
-        r = self._run("pg_ctl", "start", "-w", "-t", str(START_TIMEOUT_S), "-D", str(self.data),
-                      "-l", str(self.root / "server.log"), "-o", self._opts, timeout=START_TIMEOUT_S + 10)
+        r = self._run(
+            "pg_ctl",
+            "start",
+            "-w",
+            "-t",
+            str(START_TIMEOUT_S),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            self._opts,
+            timeout=START_TIMEOUT_S + 10,
+        )
         if r.returncode:
             raise RuntimeError(f"pg_ctl start failed: {r.stderr.strip()}")
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -145,8 +188,18 @@ class PostgresServer:
         pid = self._postmaster_pid()
         if self.port and self.data.is_dir():
             try:
-                self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", str(STOP_TIMEOUT_S),
-                          timeout=STOP_TIMEOUT_S + 10)
+                self._run(
+                    "pg_ctl",
+                    "stop",
+                    "-D",
+                    str(self.data),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    str(STOP_TIMEOUT_S),
+                    timeout=STOP_TIMEOUT_S + 10,
+                )
             except (OSError, subprocess.SubprocessError):
                 pass
         if pid is not None and _alive(pid):

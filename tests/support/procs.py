@@ -62,7 +62,7 @@ def _exempt() -> set[int]:
         if not stat:
             break
         text = stat.decode("ascii", "replace")
-        pid = int(text[text.rfind(")") + 2:].split()[1])
+        pid = int(text[text.rfind(")") + 2 :].split()[1])
     return out
 
 
@@ -82,7 +82,7 @@ def scan() -> list[Proc]:
         if not stat:
             continue
         text = stat.decode("ascii", "replace")
-        rest = text[text.rfind(")") + 2:].split()
+        rest = text[text.rfind(")") + 2 :].split()
         if len(rest) < 3 or rest[0] in ("Z", "X"):
             continue
         env_raw = _read(f"/proc/{pid}/environ") or b""
@@ -118,8 +118,12 @@ def of_run(run_id: str, roots: list[str], procs: list[Proc] | None = None) -> li
     for p in scan() if procs is None else procs:
         if is_xdist_worker(p):
             continue
-        if (p.env.get(RUN_VAR) == run_id or _under(p.cwd, roots) or _under(p.env.get(BOX_MARKER, ""), roots)
-                or any(r and r in p.cmdline for r in roots)):
+        if (
+            p.env.get(RUN_VAR) == run_id
+            or _under(p.cwd, roots)
+            or _under(p.env.get(BOX_MARKER, ""), roots)
+            or any(r and r in p.cmdline for r in roots)
+        ):
             found.append(p)
     return found
 
@@ -131,8 +135,11 @@ def of_test(nodeid: str, run_id: str, roots: list[str], procs: list[Proc] | None
     found = []
     for p in scan() if procs is None else procs:
         ours = p.env.get(TEST_VAR) == nodeid and p.env.get(RUN_VAR) == run_id
-        if ours or (roots and p.env.get(TEST_VAR) != SESSION and (
-                _under(p.cwd, roots) or _under(p.env.get(BOX_MARKER, ""), roots) or any(r in p.cmdline for r in roots))):
+        if ours or (
+            roots
+            and p.env.get(TEST_VAR) != SESSION
+            and (_under(p.cwd, roots) or _under(p.env.get(BOX_MARKER, ""), roots) or any(r in p.cmdline for r in roots))
+        ):
             if not is_xdist_worker(p):
                 found.append(p)
     return found

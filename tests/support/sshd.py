@@ -82,28 +82,39 @@ class SshServer:
         keygen(self.host_key, "gpuops-test-host-2")
 
     def _config(self) -> Path:
-        path_dirs = [str(p) for p in self.extra_path] + [str(Path(sys.executable).parent),
-                                                         "/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        path_dirs = [str(p) for p in self.extra_path] + [
+            str(Path(sys.executable).parent),
+            "/usr/local/sbin",
+            "/usr/local/bin",
+            "/usr/sbin",
+            "/usr/bin",
+            "/sbin",
+            "/bin",
+        ]
         cfg = self.base / "sshd_config"
-        cfg.write_text("\n".join([
-            f"Port {self.port}",
-            f"ListenAddress {self.host}",
-            f"HostKey {self.host_key}",
-            f"PidFile {self.base / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.authorized_keys}",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
-            "UsePAM no",
-            "StrictModes no",
-            "MaxStartups 100:30:200",
-            "MaxSessions 100",
-            "LogLevel VERBOSE",
-            *(["Subsystem sftp internal-sftp"] if self.sftp else []),
-            f"SetEnv PATH={':'.join(path_dirs)} HOME={self.home} LANG=C.UTF-8",
-            "",
-        ]))
+        cfg.write_text(
+            "\n".join(
+                [
+                    f"Port {self.port}",
+                    f"ListenAddress {self.host}",
+                    f"HostKey {self.host_key}",
+                    f"PidFile {self.base / 'sshd.pid'}",
+                    f"AuthorizedKeysFile {self.authorized_keys}",
+                    "PubkeyAuthentication yes",
+                    "PasswordAuthentication no",
+                    "KbdInteractiveAuthentication no",
+                    "PermitRootLogin prohibit-password",
+                    "UsePAM no",
+                    "StrictModes no",
+                    "MaxStartups 100:30:200",
+                    "MaxSessions 100",
+                    "LogLevel VERBOSE",
+                    *(["Subsystem sftp internal-sftp"] if self.sftp else []),
+                    f"SetEnv PATH={':'.join(path_dirs)} HOME={self.home} LANG=C.UTF-8",
+                    "",
+                ]
+            )
+        )
         return cfg
 
     def start(self, timeout: float = 10.0) -> None:
@@ -112,7 +123,9 @@ class SshServer:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir sshd demands as root
         cfg = self._config()
         log = open(self.log, "ab")
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

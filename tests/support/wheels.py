@@ -24,9 +24,14 @@ def make_wheel(dir: Path, name: str, version: str, requires: list[str] | None = 
     dir.mkdir(parents=True, exist_ok=True)
     dist = f"{name}-{version}.dist-info"
     files = {
-        f"{name}/__init__.py": (f'VERSION = "{version}"\n' + (f"BLOB = {'x' * payload_bytes!r}\n" if payload_bytes else "")).encode(),
-        f"{dist}/METADATA": ("Metadata-Version: 2.1\n" f"Name: {name}\n" f"Version: {version}\n"
-                             + "".join(f"Requires-Dist: {r}\n" for r in requires or [])).encode(),
+        f"{name}/__init__.py": (
+            f'VERSION = "{version}"\n' + (f"BLOB = {'x' * payload_bytes!r}\n" if payload_bytes else "")
+        ).encode(),
+        f"{dist}/METADATA": (
+            "Metadata-Version: 2.1\n"
+            f"Name: {name}\n"
+            f"Version: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires or [])
+        ).encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: gpuops-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{dist}/top_level.txt": f"{name}\n".encode(),
     }

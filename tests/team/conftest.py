@@ -18,8 +18,10 @@ from ledger.models import Session
 from tests.emulators import RunPodEmulator, VastEmulator
 from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
 
-KEYS = {"alice": {"runpod": "rp_ALICE_key", "vast": "vast_ALICE_key"},
-        "bob": {"runpod": "rp_BOB_key", "vast": "vast_BOB_key"}}
+KEYS = {
+    "alice": {"runpod": "rp_ALICE_key", "vast": "vast_ALICE_key"},
+    "bob": {"runpod": "rp_BOB_key", "vast": "vast_BOB_key"},
+}
 
 
 @dataclass
@@ -43,12 +45,39 @@ class User:
         offers = [o for o in p.offers(OfferQuery(cards=(card,), spot=False)) if not o.spot]
         offer = min(offers, key=lambda o: o.usd_per_hour)
         label = f"gpuops-{sid}"
-        self.ledger.add_session(Session(
-            id=sid, experiment="team", job="job.sh", provider=provider, card=offer.card, gpu_count=1, spot=False, label=label,
-            simulated=offer.simulated, status="provisioning", created_at=time.time(), owner=self.settings.owner(), account=p.account))
-        inst = p.create(offer, CreateSpec(label=label, image="img", disk_gb=20, ssh_public_key="ssh-ed25519 AAAA test" if provider != "local" else ""))
-        self.ledger.update(sid, instance_id=inst.id, instance_created_at=inst.created_at or time.time(),
-                           usd_per_hour=inst.usd_per_hour, status="running")
+        self.ledger.add_session(
+            Session(
+                id=sid,
+                experiment="team",
+                job="job.sh",
+                provider=provider,
+                card=offer.card,
+                gpu_count=1,
+                spot=False,
+                label=label,
+                simulated=offer.simulated,
+                status="provisioning",
+                created_at=time.time(),
+                owner=self.settings.owner(),
+                account=p.account,
+            )
+        )
+        inst = p.create(
+            offer,
+            CreateSpec(
+                label=label,
+                image="img",
+                disk_gb=20,
+                ssh_public_key="ssh-ed25519 AAAA test" if provider != "local" else "",
+            ),
+        )
+        self.ledger.update(
+            sid,
+            instance_id=inst.id,
+            instance_created_at=inst.created_at or time.time(),
+            usd_per_hour=inst.usd_per_hour,
+            status="running",
+        )
         return self.ledger.get(sid)
 
 
@@ -85,15 +114,19 @@ def team(gpuops_home, tmp_path, monkeypatch, markets, team_ledger_url, fake_smi_
     def make(teardown: dict | None = None) -> dict[str, User]:
         users = {}
         for name in ("alice", "bob"):
-            settings = load_settings(overrides={
-                "user": {"name": name},
-                "data_dir": str(tmp_path / f"data-{name}"),
-                "ledger": {"url": team_ledger_url},
-                "teardown": {"kill_grace_seconds": 1.0, **(teardown or {})},
-                "providers": {"local": {"price_per_hour": 2.0},
-                              "runpod": {"api_key": KEYS[name]["runpod"], "url": markets["runpod"].url},
-                              "vast": {"api_key": KEYS[name]["vast"], "url": markets["vast"].url}},
-            })
+            settings = load_settings(
+                overrides={
+                    "user": {"name": name},
+                    "data_dir": str(tmp_path / f"data-{name}"),
+                    "ledger": {"url": team_ledger_url},
+                    "teardown": {"kill_grace_seconds": 1.0, **(teardown or {})},
+                    "providers": {
+                        "local": {"price_per_hour": 2.0},
+                        "runpod": {"api_key": KEYS[name]["runpod"], "url": markets["runpod"].url},
+                        "vast": {"api_key": KEYS[name]["vast"], "url": markets["vast"].url},
+                    },
+                }
+            )
             users[name] = User(name, settings, Ledger(team_ledger_url))
             made.append(users[name])
         return users
@@ -125,7 +158,14 @@ def fake_smi_team(tmp_path, monkeypatch):
 def snapshot(led: Ledger, sid: str) -> tuple:
     """What must not change on someone else's row: status, end, reason, cost, events."""
     r = led.get(sid)
-    return (r.status, r.ended_at, r.end_reason, r.cost_usd, r.billed_seconds, [(e.kind, e.detail) for e in led.events(sid)])
+    return (
+        r.status,
+        r.ended_at,
+        r.end_reason,
+        r.cost_usd,
+        r.billed_seconds,
+        [(e.kind, e.detail) for e in led.events(sid)],
+    )
 
 
 def repo_root() -> Path:

@@ -25,14 +25,29 @@ NAN = float("nan")
 
 
 def offer(price=1.0, vram=24 * 2**30, n=1, oid="o", **kw):
-    return Offer(provider="vast", offer_id=oid, card="rtx-4090", gpu_count=n, vram_bytes=vram, usd_per_hour=price, spot=False, **kw)
+    return Offer(
+        provider="vast",
+        offer_id=oid,
+        card="rtx-4090",
+        gpu_count=n,
+        vram_bytes=vram,
+        usd_per_hour=price,
+        spot=False,
+        **kw,
+    )
 
 
 # -- prices -------------------------------------------------------------------------------------
 def test_nan_and_negative_offers_are_dropped_with_a_note_not_ranked_first():
     good = offer(0.40, oid="good")
-    bad = [offer(NAN, oid="nan"), offer(-1.0, oid="neg"), offer(float("inf"), oid="inf"), offer(0.3, vram=NAN, oid="vram-nan"),
-           offer(0.3, vram=-5, oid="vram-neg"), offer(0.3, n=0, oid="zero-gpus")]
+    bad = [
+        offer(NAN, oid="nan"),
+        offer(-1.0, oid="neg"),
+        offer(float("inf"), oid="inf"),
+        offer(0.3, vram=NAN, oid="vram-nan"),
+        offer(0.3, vram=-5, oid="vram-neg"),
+        offer(0.3, n=0, oid="zero-gpus"),
+    ]
     assert rank(bad + [good]) == [good]
     kept, notes = screen(bad + [good])
     assert kept == [good] and len(notes) == 6
@@ -91,11 +106,32 @@ def test_gpu_count_4_ranks_only_4_gpu_offers():
 # -- the delivered box ----------------------------------------------------------------------------
 def test_check_delivered_names_each_difference():
     order = offer(0.45, oid="1001")
-    inst = Instance(id="7", label="gpuops-x", status=InstanceStatus.RUNNING, usd_per_hour=5.0, extra={"gpu_name": "RTX 3070", "num_gpus": 1})
-    assert check_delivered(order, inst, 0.5) == "card 'RTX 3070' instead of rtx-4090; charged $5.0000/h against the offer's $0.4500/h"
-    same = Instance(id="8", label="gpuops-y", status=InstanceStatus.RUNNING, usd_per_hour=0.45, extra={"gpu": "RTX 4090", "gpu_count": 1})
+    inst = Instance(
+        id="7",
+        label="gpuops-x",
+        status=InstanceStatus.RUNNING,
+        usd_per_hour=5.0,
+        extra={"gpu_name": "RTX 3070", "num_gpus": 1},
+    )
+    assert (
+        check_delivered(order, inst, 0.5)
+        == "card 'RTX 3070' instead of rtx-4090; charged $5.0000/h against the offer's $0.4500/h"
+    )
+    same = Instance(
+        id="8",
+        label="gpuops-y",
+        status=InstanceStatus.RUNNING,
+        usd_per_hour=0.45,
+        extra={"gpu": "RTX 4090", "gpu_count": 1},
+    )
     assert check_delivered(order, same, 0.5) is None
-    two = Instance(id="9", label="gpuops-z", status=InstanceStatus.RUNNING, usd_per_hour=NAN, extra={"gpu_name": "RTX 4090", "num_gpus": 2})
+    two = Instance(
+        id="9",
+        label="gpuops-z",
+        status=InstanceStatus.RUNNING,
+        usd_per_hour=NAN,
+        extra={"gpu_name": "RTX 4090", "num_gpus": 2},
+    )
     assert check_delivered(order, two) == "2 GPU(s) instead of 1; price nan USD/h is not a price"
 
 
@@ -115,12 +151,20 @@ def test_mismatched_box_is_destroyed_and_booked_as_delivered(name, gpuops_home, 
         def warn(self, text):
             warned.append(text)
 
-    summ = run_up(UpRequest(job=job, provider=name, card="rtx-4090", spot=False, max_usd_per_hour=0.5), s, R(), provider=prov)
+    summ = run_up(
+        UpRequest(job=job, provider=name, card="rtx-4090", spot=False, max_usd_per_hour=0.5), s, R(), provider=prov
+    )
     led = Ledger(s.ledger_url())
     row = led.get(summ["session"])
-    assert summ["end_reason"] == "delivery_mismatch" and any("card 'RTX 3070' instead of rtx-4090" in w for w in warned), warned
+    assert summ["end_reason"] == "delivery_mismatch" and any(
+        "card 'RTX 3070' instead of rtx-4090" in w for w in warned
+    ), warned
     (ev,) = [json.loads(e.detail) for e in led.events(row.id) if e.kind == "delivery_mismatch"]
-    assert ev["problem"] == "card 'RTX 3070' instead of rtx-4090; charged $5.0000/h against the offer's " + f"${ev['ordered']['usd_per_hour']:.4f}/h"
+    assert (
+        ev["problem"]
+        == "card 'RTX 3070' instead of rtx-4090; charged $5.0000/h against the offer's "
+        + f"${ev['ordered']['usd_per_hour']:.4f}/h"
+    )
     assert (row.status, row.card, row.usd_per_hour) == ("closed", "RTX 3070", 5.0)  # what was delivered
     assert "job_started" not in [e.kind for e in led.events(row.id)]
     assert emu.live() == []
@@ -132,8 +176,13 @@ def test_dry_run_runs_the_budget_checks(gpuops_home, cli_env, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
     env = dict(cli_env, GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR="100", GPUOPS_TEARDOWN_MONTHLY_CAP_USD="5")
-    r = subprocess.run(gpuops_cmd("up", "--job", str(job), "--card", "a100", "--dry-run", "--max-hours", "2"), env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--card", "a100", "--dry-run", "--max-hours", "2"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and "monthly cap $5.00" in r.stderr and "would rent" not in r.stdout, r.stdout + r.stderr
 
 
@@ -142,8 +191,13 @@ def test_dry_run_runs_the_budget_checks(gpuops_home, cli_env, tmp_path):
 def test_experiment_name_with_control_or_bidi_is_refused(gpuops_home, cli_env, tmp_path, bad):
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
-    r = subprocess.run(gpuops_cmd("up", "--job", str(job), "--experiment", bad, "--dry-run"), env=cli_env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--experiment", bad, "--dry-run"),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "\x1b" not in r.stderr and "\u202e" not in r.stderr and "\u009b" not in r.stderr
     assert "--experiment" in r.stderr
@@ -154,27 +208,67 @@ def test_notes_are_shown_escaped_everywhere(gpuops_home, cli_env, tmp_path):
 
     s = load_settings(None, {})
     led = Ledger(s.ledger_url())
-    led.add_session(Session(id="20261130-000000-aaaa", experiment="e", job="j", provider="local", card="a100", label="gpuops-x",
-                            created_at=1.0, note="\x1b[2J\x1b]0;pwned\x07cost $0.00", owner="alice"))
+    led.add_session(
+        Session(
+            id="20261130-000000-aaaa",
+            experiment="e",
+            job="j",
+            provider="local",
+            card="a100",
+            label="gpuops-x",
+            created_at=1.0,
+            note="\x1b[2J\x1b]0;pwned\x07cost $0.00",
+            owner="alice",
+        )
+    )
     led.close("20261130-000000-aaaa", 2.0, "manual")
     hostile = "fine\x1b[2J\x1b[Hcost $0.00\u202e"
-    r = subprocess.run(gpuops_cmd("ledger", "note", "20261130-000000-aaaa", hostile), env=cli_env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        gpuops_cmd("ledger", "note", "20261130-000000-aaaa", hostile),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "\x1b" not in r.stdout and "\\x1b[2J" in r.stdout and "\\u202e" in r.stdout
-    for args in (["ledger", "show", "20261130-000000-aaaa"], ["ledger", "experiments"], ["ledger", "month", "1970-01", "--tz", "UTC"]):
-        r = subprocess.run(gpuops_cmd(*args), env=dict(cli_env, COLUMNS="300"), capture_output=True, text=True, timeout=60)
+    for args in (
+        ["ledger", "show", "20261130-000000-aaaa"],
+        ["ledger", "experiments"],
+        ["ledger", "month", "1970-01", "--tz", "UTC"],
+    ):
+        r = subprocess.run(
+            gpuops_cmd(*args), env=dict(cli_env, COLUMNS="300"), capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 0, r.stderr
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\u202e" not in r.stdout, args
-    assert "\\x1b]0;pwned\\x07" in subprocess.run(gpuops_cmd("ledger", "show", "20261130-000000-aaaa"), env=dict(cli_env, COLUMNS="300"),
-                                                   capture_output=True, text=True, timeout=60).stdout
+    assert (
+        "\\x1b]0;pwned\\x07"
+        in subprocess.run(
+            gpuops_cmd("ledger", "show", "20261130-000000-aaaa"),
+            env=dict(cli_env, COLUMNS="300"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
     # JSON keeps the exact text (escaped by JSON itself)
-    r = subprocess.run(gpuops_cmd("ledger", "show", "20261130-000000-aaaa", "--json"), env=cli_env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        gpuops_cmd("ledger", "show", "20261130-000000-aaaa", "--json"),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert json.loads(r.stdout)["conclusion"] == " ".join(hostile.split())
 
 
 def test_csv_names_with_escapes_are_refused_on_import(gpuops_home, cli_env, tmp_path):
     f = tmp_path / "past.csv"
-    f.write_text("date,experiment,provider,card,usd_per_hour,hours\n2026-11-02,exp\x1b[2J,runpod,rtx-4090,0.5,1\n"
-                 "2026-11-03,ok,runpod,rtx\u202e4090,0.5,1\n", encoding="utf-8")
+    f.write_text(
+        "date,experiment,provider,card,usd_per_hour,hours\n2026-11-02,exp\x1b[2J,runpod,rtx-4090,0.5,1\n"
+        "2026-11-03,ok,runpod,rtx\u202e4090,0.5,1\n",
+        encoding="utf-8",
+    )
     r = subprocess.run(gpuops_cmd("ledger", "import", str(f)), env=cli_env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "experiment contains control or bidi characters (\\x1b)" in r.stderr, r.stderr
     assert "card contains control or bidi characters (\\u202e)" in r.stderr and "\x1b" not in r.stderr
@@ -208,8 +302,18 @@ def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_
 
     led = Ledger(team_ledger_url)
     now = time.time()
-    led.add_session(Session(id="nan-1", experiment="e", job="j", provider="vast", card="rtx-4090", label="gpuops-nan-1",
-                            created_at=now - 60, owner="alice"))
+    led.add_session(
+        Session(
+            id="nan-1",
+            experiment="e",
+            job="j",
+            provider="vast",
+            card="rtx-4090",
+            label="gpuops-nan-1",
+            created_at=now - 60,
+            owner="alice",
+        )
+    )
     led.update("nan-1", instance_id="1", instance_created_at=now - 50, usd_per_hour=NAN, status="running")
     led.close("nan-1", now - 10, "job_end")
     spent = month_spend(led, now - 3600, now + 3600)
@@ -217,12 +321,22 @@ def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_
         assert spent == 0.0  # SQLite stores NaN as NULL: booked $0
     else:
         assert math.isnan(spent)
-    s = load_settings(None, {"user": {"name": "alice"}, "ledger": {"url": team_ledger_url},
-                             "teardown": {"monthly_cap_usd": 5.0, "max_hours": 2.0}})
-    with pytest.raises(BadInput, match="month-to-date spend nan" if math.isnan(spent) else r"\$50.0000/h x 2 h = \$100.00 does not fit"):
+    s = load_settings(
+        None,
+        {
+            "user": {"name": "alice"},
+            "ledger": {"url": team_ledger_url},
+            "teardown": {"monthly_cap_usd": 5.0, "max_hours": 2.0},
+        },
+    )
+    with pytest.raises(
+        BadInput, match="month-to-date spend nan" if math.isnan(spent) else r"\$50.0000/h x 2 h = \$100.00 does not fit"
+    ):
         budget_for_up(led, s, get_provider("local", s), 50.0)
     run(s, once=True, emit=lambda a: None, ctx=Context(s, ledger=led, arm_margin_s=1e6))
-    assert [(r.reason, r.account) for r in active_refusals(led)] == ([("monthly_cap", "alice")] if math.isnan(spent) else [])
+    assert [(r.reason, r.account) for r in active_refusals(led)] == (
+        [("monthly_cap", "alice")] if math.isnan(spent) else []
+    )
     led.engine.dispose()
 
 
@@ -230,15 +344,34 @@ def test_note_and_conclusion_escaped_in_dry_run_and_ledger_sessions(gpuops_home,
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
     note = "\x1b]0;pwned\x07\x1b[2Jcost $0.00"
-    r = subprocess.run(gpuops_cmd("up", "--job", str(job), "--note", note, "--dry-run"), env=cli_env, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--note", note, "--dry-run"),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stdout and "note: \\x1b]0;pwned\\x07\\x1b[2Jcost $0.00" in r.stdout
     from ledger.models import Session
 
     led = Ledger(load_settings(None, {}).ledger_url())
-    led.add_session(Session(id="20261130-000000-bbbb", experiment="e", job="j", provider="local", card="a100", label="gpuops-y",
-                            created_at=1.0))
+    led.add_session(
+        Session(
+            id="20261130-000000-bbbb",
+            experiment="e",
+            job="j",
+            provider="local",
+            card="a100",
+            label="gpuops-y",
+            created_at=1.0,
+        )
+    )
     led.close("20261130-000000-bbbb", 2.0, "manual")
     led.note("20261130-000000-bbbb", "done\x1b[2J\u202e")
-    r = subprocess.run(gpuops_cmd("ledger", "sessions"), env=dict(cli_env, COLUMNS="250"), capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and "\x1b" not in r.stdout and "\u202e" not in r.stdout and "done\\x1b[2J\\u202e" in r.stdout
+    r = subprocess.run(
+        gpuops_cmd("ledger", "sessions"), env=dict(cli_env, COLUMNS="250"), capture_output=True, text=True, timeout=60
+    )
+    assert (
+        r.returncode == 0 and "\x1b" not in r.stdout and "\u202e" not in r.stdout and "done\\x1b[2J\\u202e" in r.stdout
+    )

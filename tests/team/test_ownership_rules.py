@@ -43,15 +43,18 @@ def test_is_mine_by_owner_and_legacy_rows_are_everyones():
     assert is_mine(Row(owner=None), "alice@lap") and is_mine(Row(), "alice@lap")
 
 
-@pytest.mark.parametrize("scope,account,provider,expected", [
-    ("*", None, "runpod", True),  # everyone, every provider (team scope)
-    ("runpod", None, "runpod", True),
-    ("runpod", None, "vast", False),  # another provider's refusal
-    ("runpod", "runpod:aaaa1111", "runpod", True),  # the fallen account
-    ("runpod", "runpod:bbbb2222", "runpod", False),  # another account's floor
-    ("*", "alice@lap", "vast", True),  # the user's monthly cap
-    ("*", "bob@lap", "vast", False),  # another user's cap
-])
+@pytest.mark.parametrize(
+    "scope,account,provider,expected",
+    [
+        ("*", None, "runpod", True),  # everyone, every provider (team scope)
+        ("runpod", None, "runpod", True),
+        ("runpod", None, "vast", False),  # another provider's refusal
+        ("runpod", "runpod:aaaa1111", "runpod", True),  # the fallen account
+        ("runpod", "runpod:bbbb2222", "runpod", False),  # another account's floor
+        ("*", "alice@lap", "vast", True),  # the user's monthly cap
+        ("*", "bob@lap", "vast", False),  # another user's cap
+    ],
+)
 def test_a_refusal_covers_its_scope_and_its_account_or_owner_only(scope, account, provider, expected):
     refusal = Row(scope=scope, account=account)
     assert refused_by(refusal, provider, "runpod:aaaa1111", "alice@lap") is expected

@@ -16,8 +16,10 @@ from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 
 # A ~/.netrc the old regex broke: it removed github.com (and everything after) along with wandb.
-USER_NETRC = "machine api.wandb.ai\n  login user\n  password OLD_WANDB\nmachine github.com\n  login me\n  password ghp_KEEPME\n" \
-             "macdef init\ncd /tmp\n\ndefault login anonymous password me@example.org\n"
+USER_NETRC = (
+    "machine api.wandb.ai\n  login user\n  password OLD_WANDB\nmachine github.com\n  login me\n  password ghp_KEEPME\n"
+    "macdef init\ncd /tmp\n\ndefault login anonymous password me@example.org\n"
+)
 
 
 def hosts(text: str, tmp_path: Path) -> dict:
@@ -30,7 +32,9 @@ def test_netrc_edit_touches_only_the_wandb_entry(tmp_path):
     out = netrc_with(USER_NETRC, "api.wandb.ai", "user", "NEW_WANDB")
     h = hosts(out, tmp_path)
     assert h["github.com"] == ("me", "", "ghp_KEEPME") and h["api.wandb.ai"] == ("user", "", "NEW_WANDB")
-    assert h["default"] == ("anonymous", "", "me@example.org") and out.rstrip().endswith("me@example.org")  # default stays last
+    assert h["default"] == ("anonymous", "", "me@example.org") and out.rstrip().endswith(
+        "me@example.org"
+    )  # default stays last
     assert "OLD_WANDB" not in out and "macdef init\ncd /tmp\n\n" in out
     assert netrc_with(out, "api.wandb.ai", "user", "NEW_WANDB") == out  # idempotent
 
@@ -52,16 +56,27 @@ def test_secrets_step_writes_the_netrc_0600_and_keeps_other_machines(tmp_path, m
 def _run_local(tmp_path, monkeypatch, job_body: str, **over):
     job = tmp_path / "job.sh"
     job.write_text(job_body)
-    settings = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "providers": {"local": {"price_per_hour": 1.0}},
-                                    "bootstrap": {"verify": False, **over.get("bootstrap", {})}, "job": over.get("job", {})})
+    settings = load_settings(
+        None,
+        {
+            "teardown": {"kill_grace_seconds": 1},
+            "providers": {"local": {"price_per_hour": 1.0}},
+            "bootstrap": {"verify": False, **over.get("bootstrap", {})},
+            "job": over.get("job", {}),
+        },
+    )
     summ = run_up(UpRequest(job=job, card="a100", provider="local"), settings, Reporter())
     return settings, summ
 
 
 def test_local_job_gets_an_allow_listed_environment(gpuops_home, tmp_path, monkeypatch):
-    secrets = {"RUNPOD_API_KEY": "rp_LEAK_" + os.urandom(4).hex(), "VAST_API_KEY": "vast_LEAK_" + os.urandom(4).hex(),
-               "GPUOPS_PROVIDERS_RUNPOD_API_KEY": "rp_LEAK2_" + os.urandom(4).hex(), "HF_TOKEN": "hf_LEAK_" + os.urandom(4).hex(),
-               "AWS_SECRET_ACCESS_KEY": "aws_LEAK_" + os.urandom(4).hex()}
+    secrets = {
+        "RUNPOD_API_KEY": "rp_LEAK_" + os.urandom(4).hex(),
+        "VAST_API_KEY": "vast_LEAK_" + os.urandom(4).hex(),
+        "GPUOPS_PROVIDERS_RUNPOD_API_KEY": "rp_LEAK2_" + os.urandom(4).hex(),
+        "HF_TOKEN": "hf_LEAK_" + os.urandom(4).hex(),
+        "AWS_SECRET_ACCESS_KEY": "aws_LEAK_" + os.urandom(4).hex(),
+    }
     for k, v in secrets.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("MY_KNOB", "knob-value")
@@ -85,8 +100,12 @@ def test_secrets_step_on_local_never_touches_the_users_real_files(gpuops_home, t
     monkeypatch.delenv("HF_HOME", raising=False)
     monkeypatch.setenv("WANDB_API_KEY", "wandb_FOR_THE_BOX")
     monkeypatch.setenv("HF_TOKEN", "hf_FOR_THE_BOX")
-    settings, summ = _run_local(tmp_path, monkeypatch, "test -s ~/.netrc && test -s \"$HF_HOME/token\"\n",
-                                bootstrap={"secrets": ["WANDB_API_KEY", "HF_TOKEN"]})
+    settings, summ = _run_local(
+        tmp_path,
+        monkeypatch,
+        'test -s ~/.netrc && test -s "$HF_HOME/token"\n',
+        bootstrap={"secrets": ["WANDB_API_KEY", "HF_TOKEN"]},
+    )
     assert summ["end_reason"] == "job_end", Path(summ["log"]).read_text()
     assert (real / ".netrc").read_text() == USER_NETRC
     assert (real / ".cache" / "huggingface" / "token").read_text() == "hf_USERS_OWN"

@@ -26,8 +26,13 @@ def test_ps_reconcile_down_as_the_other_user(team, markets, cli_env, tmp_path):
     alice, bob = users["alice"], users["bob"]
     a = alice.rent("runpod", "a-rp")
     bob.rent("runpod", "b-rp")
-    env = dict(cli_env, GPUOPS_LEDGER_URL=alice.settings.ledger.url, RUNPOD_API_BASE_URL=markets["runpod"].url,
-               VAST_URL=markets["vast"].url, COLUMNS="200")
+    env = dict(
+        cli_env,
+        GPUOPS_LEDGER_URL=alice.settings.ledger.url,
+        RUNPOD_API_BASE_URL=markets["runpod"].url,
+        VAST_URL=markets["vast"].url,
+        COLUMNS="200",
+    )
     bob_env = dict(env, GPUOPS_DATA_DIR=str(tmp_path / "data-bob"))
     before = snapshot(alice.ledger, a.id)
 
@@ -55,7 +60,9 @@ def test_up_books_owner_and_account(gpuops_home, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUOPS_USER_NAME", "carol")
     job = tmp_path / "job.sh"
     job.write_text("echo ok\n")
-    settings = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "providers": {"local": {"price_per_hour": 1.0}}})
+    settings = load_settings(
+        None, {"teardown": {"kill_grace_seconds": 1}, "providers": {"local": {"price_per_hour": 1.0}}}
+    )
     summ = run_up(UpRequest(job=job, card="a100", provider="local"), settings, Reporter())
     row = Ledger(settings.ledger_url()).get(summ["session"])
     assert row.owner == "carol" and row.account.startswith("local:") and row.end_reason == "job_end"
@@ -65,6 +72,13 @@ def test_up_books_owner_and_account(gpuops_home, tmp_path, monkeypatch):
 def test_bad_user_name_is_refused(gpuops_home, cli_env, tmp_path, name):
     job = tmp_path / "job.sh"
     job.write_text("true\n")
-    r = subprocess.run(gpuops_cmd("up", "--job", str(job), "--dry-run"), env=dict(cli_env, GPUOPS_USER_NAME=name),
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "GPUOPS_USER_NAME" in r.stderr and "\x1b" not in r.stderr and "\u202e" not in r.stderr, r.stderr
+    r = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--dry-run"),
+        env=dict(cli_env, GPUOPS_USER_NAME=name),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        r.returncode == 2 and "GPUOPS_USER_NAME" in r.stderr and "\x1b" not in r.stderr and "\u202e" not in r.stderr
+    ), r.stderr

@@ -55,7 +55,9 @@ def test_bobs_commands_leave_alices_sessions_and_instances_alone(team, markets):
     assert not [a for a in acts if a.session.startswith("a-")]
     assert any(a.kind == "left_to_owner" and "alice" in a.detail for a in acts)
     # B's watchdog --once
-    watchdog_run(bob.settings, once=True, emit=lambda a: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
+    watchdog_run(
+        bob.settings, once=True, emit=lambda a: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5)
+    )
     # B's `up` quick reconcile, for each provider B would rent on
     for name in ("runpod", "vast", "local"):
         _quick_reconcile(bob.settings, bob.ledger, bob.provider(name), Warnings())
@@ -111,8 +113,15 @@ def test_row_without_an_account_is_unknown_when_not_visible(team, markets):
     acts = reconcile(Context(bob.settings, arm_margin_s=1e6))
     assert ("legacy-1", "unknown") in [(a.session, a.kind) for a in acts]
     out = down(bob.settings, bob.ledger, "legacy-1", False)
-    assert out == [{"session": "legacy-1", "instance_id": row.instance_id, "destroyed": False, "end_reason": "unknown",
-                    "error": "instance not visible to the key held here"}]
+    assert out == [
+        {
+            "session": "legacy-1",
+            "instance_id": row.instance_id,
+            "destroyed": False,
+            "end_reason": "unknown",
+            "error": "instance not visible to the key held here",
+        }
+    ]
     assert bob.ledger.get(row.id).status == "running" and markets["runpod"].market.find(row.instance_id) is not None
 
 
@@ -123,7 +132,9 @@ def test_balance_floor_refuses_only_the_fallen_account(team, markets):
     a = alice.rent("runpod", "a-rp")
     bob.rent("runpod", "b-rp")
     before = snapshot(alice.ledger, a.id)
-    acts = watchdog_run(bob.settings, once=True, emit=lambda x: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
+    acts = watchdog_run(
+        bob.settings, once=True, emit=lambda x: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5)
+    )
     kinds = [(x.session, x.kind) for x in acts]
     assert ("", "refused") in kinds and ("b-rp", "destroyed") in kinds
     assert bob.ledger.get("b-rp").end_reason == "balance_floor"
@@ -134,7 +145,9 @@ def test_balance_floor_refuses_only_the_fallen_account(team, markets):
         budget_for_up(bob.ledger, bob.settings, bob.provider("runpod"), 0.5)
     assert budget_for_up(alice.ledger, alice.settings, alice.provider("runpod"), 0.5) == 2.0  # $0.5/h x 4 h
     # alice's watchdog neither lifts bob's refusal nor touches anything of his
-    watchdog_run(alice.settings, once=True, emit=lambda x: None, ctx=Context(alice.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
+    watchdog_run(
+        alice.settings, once=True, emit=lambda x: None, ctx=Context(alice.settings, arm_margin_s=1e6, ssh_connect_s=0.5)
+    )
     assert [r.id for r in active_refusals(alice.ledger)] == [ref.id]
     down(alice.settings, alice.ledger, None, True)
 
@@ -144,7 +157,9 @@ def test_team_scope_refuses_everyone(team, markets):
     alice, bob = users["alice"], users["bob"]
     markets["runpod"].market.initial_balances["acct-2"] = 4.0
     a = alice.rent("runpod", "a-rp")
-    watchdog_run(bob.settings, once=True, emit=lambda x: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
+    watchdog_run(
+        bob.settings, once=True, emit=lambda x: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5)
+    )
     assert [(r.scope, r.account) for r in active_refusals(alice.ledger)] == [("runpod", None)]
     with pytest.raises(BadInput, match="balance_floor"):
         assert_not_refused(alice.ledger, "runpod", alice.provider("runpod").account, "alice")
@@ -158,7 +173,9 @@ def test_monthly_cap_counts_and_refuses_one_user(team, markets):
     a = alice.rent("local", "a-loc")
     b = bob.rent("local", "b-loc")
     bob.ledger.update(b.id, instance_created_at=b.instance_created_at - 3600.0)  # bob's box has run an hour at $2/h
-    acts = watchdog_run(bob.settings, once=True, emit=lambda x: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
+    acts = watchdog_run(
+        bob.settings, once=True, emit=lambda x: None, ctx=Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5)
+    )
     assert ("b-loc", "destroyed") in [(x.session, x.kind) for x in acts]
     (ref,) = active_refusals(bob.ledger)
     assert (ref.scope, ref.reason, ref.account) == ("*", "monthly_cap", "bob")
@@ -167,5 +184,7 @@ def test_monthly_cap_counts_and_refuses_one_user(team, markets):
     with pytest.raises(BadInput, match="monthly_cap"):
         assert_not_refused(bob.ledger, "vast", bob.provider("vast").account, "bob")
     # alice's own watchdog: her spend ($0.00...) is under the cap; bob's refusal stays
-    watchdog_run(alice.settings, once=True, emit=lambda x: None, ctx=Context(alice.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
+    watchdog_run(
+        alice.settings, once=True, emit=lambda x: None, ctx=Context(alice.settings, arm_margin_s=1e6, ssh_connect_s=0.5)
+    )
     assert alice.ledger.get(a.id).status == "running" and len(active_refusals(alice.ledger)) == 1

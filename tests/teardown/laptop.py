@@ -57,12 +57,14 @@ def main() -> int:
                 self.job_seen = True
                 stage("job")
 
-    settings = load_settings(overrides={
-        "teardown": json.loads(a.teardown),
-        "providers": {"local": {"price_per_hour": 2.0}},
-        "up": dict({"ready_timeout_seconds": 1.0}, **json.loads(a.up)),
-        "bootstrap": {"commands": [f"sleep {a.bootstrap_seconds}"]},
-    })
+    settings = load_settings(
+        overrides={
+            "teardown": json.loads(a.teardown),
+            "providers": {"local": {"price_per_hour": 2.0}},
+            "up": dict({"ready_timeout_seconds": 1.0}, **json.loads(a.up)),
+            "bootstrap": {"commands": [f"sleep {a.bootstrap_seconds}"]},
+        }
+    )
     base = get_provider("local", settings)
 
     class PausingLocal(type(base)):  # the local provider, with the two points inside its calls
@@ -81,7 +83,9 @@ def main() -> int:
     job = settings.data_path() / f"laptop-job-{a.sid}.sh"
     job.parent.mkdir(parents=True, exist_ok=True)
     job.write_text(f"echo laptop: job started\n{a.job}\n")
-    summary = launcher.run_up(launcher.UpRequest(job=Path(job), experiment="t", spot=False), settings, Points(), provider=provider)
+    summary = launcher.run_up(
+        launcher.UpRequest(job=Path(job), experiment="t", spot=False), settings, Points(), provider=provider
+    )
     stage("closed")
     return 0 if summary.get("exit_code") == 0 else 1
 

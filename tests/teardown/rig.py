@@ -70,24 +70,51 @@ class Rig:
     def intent(self, spot: bool = False) -> None:
         offer = self.provider.offers(OfferQuery())[0]
         self.offer = offer
-        self.ledger.add_session(Session(
-            id=self.sid, experiment="t", job="job.sh", provider="local", card=offer.card, gpu_count=1, spot=spot,
-            label=self.label, offer_id=offer.offer_id, usd_per_hour=offer.usd_per_hour, simulated=offer.simulated,
-            status="provisioning", created_at=time.time(), owner=self.settings.owner(), account=self.provider.account,
-        ))
+        self.ledger.add_session(
+            Session(
+                id=self.sid,
+                experiment="t",
+                job="job.sh",
+                provider="local",
+                card=offer.card,
+                gpu_count=1,
+                spot=spot,
+                label=self.label,
+                offer_id=offer.offer_id,
+                usd_per_hour=offer.usd_per_hour,
+                simulated=offer.simulated,
+                status="provisioning",
+                created_at=time.time(),
+                owner=self.settings.owner(),
+                account=self.provider.account,
+            )
+        )
 
     def create(self, commit: bool = True) -> None:
         self.inst = self.provider.create(self.offer, CreateSpec(label=self.label))
         if commit:
-            self.ledger.update(self.sid, instance_id=self.inst.id, instance_created_at=self.inst.created_at,
-                               usd_per_hour=self.inst.usd_per_hour, status="running")
+            self.ledger.update(
+                self.sid,
+                instance_id=self.inst.id,
+                instance_created_at=self.inst.created_at,
+                usd_per_hour=self.inst.usd_per_hour,
+                status="running",
+            )
             self.ledger.event(self.sid, "created", self.inst.id)
         self.box = self.provider.box(self.inst)
 
     def arm(self, **extra) -> None:
-        cfg = agent_config(session_id=self.sid, provider="local", instance_id=self.inst.id, root=self.box.root,
-                           teardown=self.settings.teardown, started_at=self.inst.created_at,
-                           usd_per_hour=self.inst.usd_per_hour, settings=self.settings, extra=extra)
+        cfg = agent_config(
+            session_id=self.sid,
+            provider="local",
+            instance_id=self.inst.id,
+            root=self.box.root,
+            teardown=self.settings.teardown,
+            started_at=self.inst.created_at,
+            usd_per_hour=self.inst.usd_per_hour,
+            settings=self.settings,
+            extra=extra,
+        )
         arm(self.box, cfg)
         self.ledger.event(self.sid, "armed", "")
 

@@ -135,9 +135,11 @@ def test_few_new_pids_are_looked_up_one_by_one_threads_apart(procs, monkeypatch)
     agent.run_capture(["true"], 20)
     assert s.scan([USER]) == (0, False) and len(listings) == 1  # the first scan lists /proc
     # A session whose process also runs a thread: /proc answers for the thread's id too.
-    p = procs(f'exec -a "sshd: {USER}@pts/4" {sys.executable} -c "import threading, time; '
-              f'threading.Thread(target=time.sleep, args=(60,)).start(); print(1, flush=True); time.sleep(60)"',
-              stdout=subprocess.PIPE)
+    p = procs(
+        f'exec -a "sshd: {USER}@pts/4" {sys.executable} -c "import threading, time; '
+        f'threading.Thread(target=time.sleep, args=(60,)).start(); print(1, flush=True); time.sleep(60)"',
+        stdout=subprocess.PIPE,
+    )
     assert p.stdout.readline() == b"1\n"
     tids = sorted(int(t) for t in os.listdir(f"/proc/{p.pid}/task"))
     assert len(tids) == 2
@@ -196,4 +198,5 @@ def test_sample_gpus_without_the_program_says_not_found(tmp_path, monkeypatch):
     assert agent.sample_gpus([str(tmp_path / "nvidia-smi")], timeout=5) == {"gpus": [], "error": "nvidia-smi not found"}
     script(tmp_path / "nvidia-smi", 'echo "0, 3, 100, 200"\n')  # found on PATH once it is there
     assert agent.sample_gpus(["nvidia-smi"], timeout=20)["gpus"] == [
-        {"index": 0, "util": 3.0, "mem_used_mib": 100.0, "mem_total_mib": 200.0}]
+        {"index": 0, "util": 3.0, "mem_used_mib": 100.0, "mem_total_mib": 200.0}
+    ]

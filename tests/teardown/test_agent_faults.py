@@ -67,8 +67,13 @@ LAPTOP = textwrap.dedent("""
 def test_laptop_killed_after_arm_the_agent_destroys_for_no_job(rig, fake_smi):
     fake_smi.util(0)
     r = rig(FAST)
-    p = subprocess.Popen([sys.executable, "-c", LAPTOP, json.dumps(FAST), r.sid, "2.0"], cwd=str(REPO),
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", LAPTOP, json.dumps(FAST), r.sid, "2.0"],
+        cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert p.stdout.readline().strip() == "ARMED"  # a blocking read, ended by the laptop's exit at worst
         p.kill()  # the laptop is gone; no job will ever come
@@ -98,8 +103,16 @@ def test_the_sessions_own_max_hours_is_the_agents_ttl(rig, fake_smi):
     r.create()
     from gpuops.agent.agentctl import agent_config, arm
 
-    cfg = agent_config(session_id=r.sid, provider="local", instance_id=r.inst.id, root=r.box.root,
-                       teardown=r.settings.teardown, started_at=r.inst.created_at, usd_per_hour=2.0, max_hours=2.0 / 3600)
+    cfg = agent_config(
+        session_id=r.sid,
+        provider="local",
+        instance_id=r.inst.id,
+        root=r.box.root,
+        teardown=r.settings.teardown,
+        started_at=r.inst.created_at,
+        usd_per_hour=2.0,
+        max_hours=2.0 / 3600,
+    )
     arm(r.box, cfg)
     wait_for(r.gone, STAGE_TIMEOUT_S)
     st = r.status()
@@ -177,8 +190,13 @@ HOLDER = textwrap.dedent("""
 
 
 def holder(r, hold: float, work: float):
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, r.box.root, str(hold), str(work)], cwd=str(REPO),
-                         env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, r.box.root, str(hold), str(work)],
+        cwd=str(REPO),
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout.readline().strip() == "HOLDING"
     return p
 
@@ -195,7 +213,12 @@ def test_copy_back_holds_the_job_end_destroy_until_released(rig, fake_smi):
     try:
         r.job("sleep 0.2")
         wait_for(lambda: ((r.status() or {}).get("job") or {}).get("ended_at"), STAGE_TIMEOUT_S)
-        st = wait_for(lambda: (s := r.status()) and "laptop present" in ((s.get("decision") or {}).get("explanation") or "") and s, STAGE_TIMEOUT_S)
+        st = wait_for(
+            lambda: (
+                (s := r.status()) and "laptop present" in ((s.get("decision") or {}).get("explanation") or "") and s
+            ),
+            STAGE_TIMEOUT_S,
+        )
         assert st["presence"]["until"] > st["heartbeat"]
         word, releasing = p.stdout.readline().split()
         assert word == "RELEASED"
@@ -217,8 +240,15 @@ def test_presence_of_a_laptop_that_died_lapses_and_a_stuck_one_has_a_hard_deadli
     p = holder(r, hold=1.5, work=3600)  # holds forever
     try:
         r.job("sleep 0.2")
-        end = float(wait_for(lambda: Path(r.box.root, ".gpuops", "run", "exit_code").exists()
-                             and Path(r.box.root, ".gpuops", "run", "exit_code").read_text().split()[2], STAGE_TIMEOUT_S))
+        end = float(
+            wait_for(
+                lambda: (
+                    Path(r.box.root, ".gpuops", "run", "exit_code").exists()
+                    and Path(r.box.root, ".gpuops", "run", "exit_code").read_text().split()[2]
+                ),
+                STAGE_TIMEOUT_S,
+            )
+        )
         wait_for(r.gone, STAGE_TIMEOUT_S)
         held = r.destroyed_at() - end
         assert 1.0 + 3.0 <= held < 1.0 + 3.0 + LOADED_SLACK_S, held  # grace, then at most presence_max_seconds
@@ -254,7 +284,9 @@ def test_status_writes_failing_with_efbig_do_not_stop_the_destroy_or_restart_the
     sup, worker = agent_pids(r)
     frozen = r.status()
     for pid in (sup, worker):  # every write past 100 bytes now fails (EFBIG; SIGXFSZ ignored)
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))  # soft limit: liftable without privilege
+        resource.prlimit(
+            pid, resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY)
+        )  # soft limit: liftable without privilege
     fake_smi.util(0)
 
     def gone_with_same_worker():
@@ -276,7 +308,9 @@ def test_write_failures_are_counted_and_the_idle_streak_survives(rig, fake_smi):
     sup, worker = agent_pids(r)
     first = wait_for(lambda: (s := r.status()) and s["samples"] and s, STAGE_TIMEOUT_S)
     for pid in (sup, worker):
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY))  # soft limit: liftable without privilege
+        resource.prlimit(
+            pid, resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY)
+        )  # soft limit: liftable without privilege
     # Read after the limit (however late a loaded machine makes it): a write begun before it may
     # still land, with a heartbeat from before it; none after it can.
     limited = r.status()
@@ -333,7 +367,9 @@ def test_box_clock_5h_ahead_neither_fires_the_ttl_early_nor_shifts_the_job_end(r
     # box clock is 5 h off). Not ``t_end``: read before the agent saw the end, that is the exit
     # marker's time clamped to the moment of reading, which a loaded machine makes late.
     assert st["job"].get("source") != "exit_marker"
-    assert 1.0 - 0.01 <= st["destroy"]["requested_at"] - st["job"]["ended_at"] < 1.0 + LOADED_SLACK_S  # 0.01: ms rounding
+    assert (
+        1.0 - 0.01 <= st["destroy"]["requested_at"] - st["job"]["ended_at"] < 1.0 + LOADED_SLACK_S
+    )  # 0.01: ms rounding
     assert abs(r2.destroyed_at() - t_end) < 1.0 + LOADED_SLACK_S
 
 
@@ -343,18 +379,29 @@ def test_forged_status_cannot_extend_the_ttl_or_the_bill(rig, fake_smi):
     r.intent()
     r.create()
     future = time.time() + 86400
-    forged = {"version": 2, "session": r.sid, "heartbeat": future, "sample_seconds": 0.3, "samples": [],
-              "teardown": {"max_hours": 1000, "idle_minutes": "off"}, "job": {"ended_at": None, "exit_code": None},
-              "destroy": None}
+    forged = {
+        "version": 2,
+        "session": r.sid,
+        "heartbeat": future,
+        "sample_seconds": 0.3,
+        "samples": [],
+        "teardown": {"max_hours": 1000, "idle_minutes": "off"},
+        "job": {"ended_at": None, "exit_code": None},
+        "destroy": None,
+    }
     Path(r.box.root, ".gpuops", "agent-status.json").write_text(json.dumps(forged))
     st = read_status(r.box)
     now = time.time()
     assert st["heartbeat"] <= now
     assert session_teardown(st, r.settings.teardown)["max_hours"] == pytest.approx(1.5 / 3600, abs=1e-9)
     assert session_teardown(st, {"max_hours": 2.0})["max_hours"] == 2.0
-    assert session_teardown({"teardown": {"max_hours": 0.5}}, {"max_hours": 2.0})["max_hours"] == 0.5  # tightening is fine
-    junk = session_teardown({"teardown": {"max_hours": "nan", "sample_seconds": "x", "idle_minutes": -1, "max_session_usd": True}},
-                            {"max_hours": 2.0, "sample_seconds": 10.0, "idle_minutes": 15.0, "max_session_usd": None})
+    assert (
+        session_teardown({"teardown": {"max_hours": 0.5}}, {"max_hours": 2.0})["max_hours"] == 0.5
+    )  # tightening is fine
+    junk = session_teardown(
+        {"teardown": {"max_hours": "nan", "sample_seconds": "x", "idle_minutes": -1, "max_session_usd": True}},
+        {"max_hours": 2.0, "sample_seconds": 10.0, "idle_minutes": 15.0, "max_session_usd": None},
+    )
     assert junk == {"max_hours": 2.0, "sample_seconds": 10.0, "idle_minutes": 15.0, "max_session_usd": None}
     wait_for(lambda: time.time() > r.inst.created_at + 1.6, STAGE_TIMEOUT_S)
     watchdog_once(r)
@@ -395,8 +442,13 @@ def test_watchdog_daemon_ticks_under_a_posix_tz(rig, cli_env, tmp_path, tz):
     r.intent()
     r.create()
     env = dict(cli_env, TZ=tz)
-    p = subprocess.Popen(gpuops_cmd("watchdog", "--interval", "0.5", "--config", str(cfg)), env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        gpuops_cmd("watchdog", "--interval", "0.5", "--config", str(cfg)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: p.poll() is not None or r.ledger.get(r.sid).status == "closed", STAGE_TIMEOUT_S)
         assert p.poll() is None, p.stderr.read()
@@ -419,7 +471,9 @@ def test_nvidia_smi_exit_14_with_valid_rows_is_a_reading_not_unknown(rig, tmp_pa
 
     smi = fake_nvidia_smi.install(tmp_path / "real-smi", dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
     r = sample_gpus([smi], timeout=20)
-    assert r["error"] is None and r["gpus"] == [{"index": 0, "util": 0.0, "mem_used_mib": 0.0, "mem_total_mib": 81559.0}]
+    assert r["error"] is None and r["gpus"] == [
+        {"index": 0, "util": 0.0, "mem_used_mib": 0.0, "mem_total_mib": 81559.0}
+    ]
     assert r["warning"] == "nvidia-smi exited 14: WARNING: infoROM is corrupted at gpu 0000:18:00.0"
     box = rig({"sample_seconds": 0.3, "idle_minutes": 1 / 60})
     box.intent()

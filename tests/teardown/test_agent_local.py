@@ -18,12 +18,33 @@ from tests.teardown.conftest import LOADED_SLACK_S, STAGE_TIMEOUT_S, gate, wait_
 REPO = Path(__file__).resolve().parents[2]
 
 
-def laptop(sid: str, teardown: dict, job: str, pause_after: str = "", bootstrap_seconds: float = 0.2, up: dict | None = None):
+def laptop(
+    sid: str, teardown: dict, job: str, pause_after: str = "", bootstrap_seconds: float = 0.2, up: dict | None = None
+):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.teardown.laptop", "--sid", sid, "--teardown", json.dumps(teardown),
-         "--up", json.dumps(up or {}), "--job", job, "--pause-after", pause_after, "--bootstrap-seconds", str(bootstrap_seconds)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(REPO), text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.teardown.laptop",
+            "--sid",
+            sid,
+            "--teardown",
+            json.dumps(teardown),
+            "--up",
+            json.dumps(up or {}),
+            "--job",
+            job,
+            "--pause-after",
+            pause_after,
+            "--bootstrap-seconds",
+            str(bootstrap_seconds),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=str(REPO),
+        text=True,
     )
 
 
@@ -162,13 +183,19 @@ def test_ttl_with_a_job_that_never_ends(rig, fake_smi):
     assert all(g["util"] == 99 for s in st["samples"] for g in s["gpus"])
 
 
-@pytest.mark.parametrize("out,rc", [
-    ("0, [N/A], 1, 81559\n", 0),
-    ("0, [Not Supported], [Not Supported], 81559\n", 0),
-    ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
-     "NVIDIA driver is installed and running.\n", 9),
-    ("No devices were found\n", 6),
-])
+@pytest.mark.parametrize(
+    "out,rc",
+    [
+        ("0, [N/A], 1, 81559\n", 0),
+        ("0, [Not Supported], [Not Supported], 81559\n", 0),
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest "
+            "NVIDIA driver is installed and running.\n",
+            9,
+        ),
+        ("No devices were found\n", 6),
+    ],
+)
 def test_unknown_nvidia_smi_output_is_not_idle_and_ttl_still_applies(rig, fake_smi, out, rc):
     fake_smi.set(out, rc)
     t = {"sample_seconds": 0.3, "idle_minutes": 0.5 / 60, "max_hours": 2.5 / 3600}
@@ -219,4 +246,10 @@ def test_agent_also_ends_box_processes_that_left_their_group(rig, fake_smi):
     escaped = int(wait_for(lambda: pidfile.read_text().strip(), STAGE_TIMEOUT_S))
     wait_for(r.gone, STAGE_TIMEOUT_S)
     assert r.status()["destroy"]["reason"] == "idle"
-    wait_for(lambda: not os.path.exists(f"/proc/{escaped}") or open(f"/proc/{escaped}/stat").read().split(")")[-1].split()[0] == "Z", STAGE_TIMEOUT_S)
+    wait_for(
+        lambda: (
+            not os.path.exists(f"/proc/{escaped}")
+            or open(f"/proc/{escaped}/stat").read().split(")")[-1].split()[0] == "Z"
+        ),
+        STAGE_TIMEOUT_S,
+    )

@@ -40,10 +40,20 @@ def test_cap_already_spent():
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.mark.parametrize("field,value", [
-    ("balance", NAN), ("balance", INF), ("balance", -INF), ("floor", NAN), ("floor", INF),
-    ("month_spent", NAN), ("month_spent", -INF), ("cap", NAN), ("cap", INF),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("balance", NAN),
+        ("balance", INF),
+        ("balance", -INF),
+        ("floor", NAN),
+        ("floor", INF),
+        ("month_spent", NAN),
+        ("month_spent", -INF),
+        ("cap", NAN),
+        ("cap", INF),
+    ],
+)
 def test_a_money_figure_that_is_not_finite_refuses(field, value):
     """NaN compares false with everything (``need > room`` is False): unchecked, it would pass
     every limit; an infinite balance or cap would make any rental fit."""
@@ -51,7 +61,9 @@ def test_a_money_figure_that_is_not_finite_refuses(field, value):
     assert check_budget(2.0, 4.0, **money) == 8.0
     money[field] = value
     what = {"balance": "balance", "floor": "floor", "month_spent": "month-to-date spend", "cap": "monthly cap"}[field]
-    with pytest.raises(BadInput, match=rf"^{what} {value!r} is not a finite number: cannot check the budget, refusing to rent") as e:
+    with pytest.raises(
+        BadInput, match=rf"^{what} {value!r} is not a finite number: cannot check the budget, refusing to rent"
+    ) as e:
         check_budget(2.0, 4.0, **money)
     assert e.value.exit_code == 2
 
@@ -82,7 +94,9 @@ def test_month_spend_counts_real_closed_and_accrued_open(gpuops_home):
 
     led = Ledger(f"sqlite:///{gpuops_home / 'l.db'}")
     now = time.time()
-    base = dict(experiment="e", job="j", provider="local", card="c", gpu_count=1, spot=False, label="x", status="provisioning")
+    base = dict(
+        experiment="e", job="j", provider="local", card="c", gpu_count=1, spot=False, label="x", status="provisioning"
+    )
     led.add_session(Session(id="a", created_at=now - 7200, simulated=False, usd_per_hour=3.0, **base))
     led.update("a", instance_created_at=now - 7200)
     led.close("a", now - 3600, "job_end")  # 1 h at $3 = $3
@@ -109,26 +123,66 @@ def test_month_spend_at_most_bounds_the_exact_spend_of_every_owner(gpuops_home):
     lo, hi = month_bounds("2026-11", "UTC")
     H = 3600.0
     edges = [  # (instance_created_at, ended_at, status, instance_id, cost_usd, simulated, owner)
-        (lo + H, lo + 3 * H, "closed", "i", 6.0, False, None), (lo, lo, "closed", "i", 7.0, False, "me"),
-        (hi - 1, hi - 1, "closed", "i", 8.0, False, "them"), (lo - 2 * H, lo + H, "closed", "i", 9.0, False, "me"),
-        (hi - H, hi + 2 * H, "closed", "i", 10.0, False, None), (lo - H, hi + H, "closed", "i", 11.0, False, "them"),
-        (None, lo + 5 * H, "closed", "i", 12.0, False, None), (lo + H, None, "closed", "i", 13.0, False, "me"),
-        (lo + 4 * H, lo + 2 * H, "closed", "i", 14.0, False, None), (lo + H, lo + 2 * H, "closed", "i", -5.0, False, "me"),
-        (lo + H, lo + 2 * H, "closed", "i", 50.0, True, "me"), (None, None, "closed", None, 3.0, False, None),
-        (lo + 2 * H, None, "running", "i", None, False, "me"), (lo + 2 * H, None, "running", "i", None, False, "them"),
+        (lo + H, lo + 3 * H, "closed", "i", 6.0, False, None),
+        (lo, lo, "closed", "i", 7.0, False, "me"),
+        (hi - 1, hi - 1, "closed", "i", 8.0, False, "them"),
+        (lo - 2 * H, lo + H, "closed", "i", 9.0, False, "me"),
+        (hi - H, hi + 2 * H, "closed", "i", 10.0, False, None),
+        (lo - H, hi + H, "closed", "i", 11.0, False, "them"),
+        (None, lo + 5 * H, "closed", "i", 12.0, False, None),
+        (lo + H, None, "closed", "i", 13.0, False, "me"),
+        (lo + 4 * H, lo + 2 * H, "closed", "i", 14.0, False, None),
+        (lo + H, lo + 2 * H, "closed", "i", -5.0, False, "me"),
+        (lo + H, lo + 2 * H, "closed", "i", 50.0, True, "me"),
+        (None, None, "closed", None, 3.0, False, None),
+        (lo + 2 * H, None, "running", "i", None, False, "me"),
+        (lo + 2 * H, None, "running", "i", None, False, "them"),
         (lo - 3 * H, lo - H, "closed", "i", 99.0, False, None),
     ]
-    rows = [dict(id=f"e{i:02d}", experiment="x", job="", provider="vast", card="a100", gpu_count=1, spot=False, label="",
-                 instance_id=iid, simulated=sim, status=status, created_at=(began or lo + 5 * H) - 60.0, instance_created_at=began,
-                 ended_at=ended, usd_per_hour=3.0, billed_seconds=7200.0, cost_usd=cost, owner=owner, tokens=0, job_seconds=None,
-                 conclusion="", note="", log_path="", results_path="", source="gpuops", cost_source="estimate")
-            for i, (began, ended, status, iid, cost, sim, owner) in enumerate(edges)]
+    rows = [
+        dict(
+            id=f"e{i:02d}",
+            experiment="x",
+            job="",
+            provider="vast",
+            card="a100",
+            gpu_count=1,
+            spot=False,
+            label="",
+            instance_id=iid,
+            simulated=sim,
+            status=status,
+            created_at=(began or lo + 5 * H) - 60.0,
+            instance_created_at=began,
+            ended_at=ended,
+            usd_per_hour=3.0,
+            billed_seconds=7200.0,
+            cost_usd=cost,
+            owner=owner,
+            tokens=0,
+            job_seconds=None,
+            conclusion="",
+            note="",
+            log_path="",
+            results_path="",
+            source="gpuops",
+            cost_source="estimate",
+        )
+        for i, (began, ended, status, iid, cost, sim, owner) in enumerate(edges)
+    ]
     with led.engine.begin() as conn:
         conn.execute(Session.__table__.insert(), rows)
-        conn.execute(sa.text("INSERT INTO cost_lines (session_id, provider, kind, start_at, end_at, usd, simulated, source, description,"
-                             " booked_at, line_key) VALUES (:sid, 'vast', 'storage', :a, :b, :usd, 0, 'provider', '', :a, :k)"), [
-            dict(sid="e03", a=lo - 10 * H, b=lo + 10 * H, usd=4.0, k="k1"), dict(sid="e02", a=lo, b=lo + H, usd=2.0, k="k2"),
-            dict(sid=None, a=lo, b=lo + H, usd=-1.0, k="k3")])
+        conn.execute(
+            sa.text(
+                "INSERT INTO cost_lines (session_id, provider, kind, start_at, end_at, usd, simulated, source, description,"
+                " booked_at, line_key) VALUES (:sid, 'vast', 'storage', :a, :b, :usd, 0, 'provider', '', :a, :k)"
+            ),
+            [
+                dict(sid="e03", a=lo - 10 * H, b=lo + 10 * H, usd=4.0, k="k1"),
+                dict(sid="e02", a=lo, b=lo + H, usd=2.0, k="k2"),
+                dict(sid=None, a=lo, b=lo + H, usd=-1.0, k="k3"),
+            ],
+        )
     now = lo + 3 * H
     bound = month_spend_at_most(led, lo, hi, now=now)
     spends = {who: month_spend(led, lo, hi, now=now, owner=who) for who in (None, "me", "them", "nobody")}
@@ -153,25 +207,32 @@ def _refused(**kw) -> BadInput:
 
 def test_each_refusal_names_the_fix():
     e = _refused(price_usd_h=NAN, max_hours=4.0, balance=None, floor=None, month_spent=None, cap=None)
-    assert (e.message, e.fix) == ("price nan USD/h is not a finite number >= 0: refusing to rent",
-                                  "the provider's price is not a price; pick another offer, --card or --provider")
+    assert (e.message, e.fix) == (
+        "price nan USD/h is not a finite number >= 0: refusing to rent",
+        "the provider's price is not a price; pick another offer, --card or --provider",
+    )
     e = _refused(price_usd_h=1.0, max_hours=0, balance=None, floor=None, month_spent=None, cap=None)
     assert (e.message, e.fix) == ("max_hours 0 is not a finite number > 0", "pass --max-hours, e.g. --max-hours 2")
     e = _refused(price_usd_h=1.0, max_hours=2.0, balance=None, floor=None, month_spent="12", cap=50.0)
-    assert (e.message, e.fix) == ("month-to-date spend '12' is not a finite number: cannot check the budget, refusing to rent",
-                                  "check the provider balance and `gpuops ledger month` for a row with a broken cost")
+    assert (e.message, e.fix) == (
+        "month-to-date spend '12' is not a finite number: cannot check the budget, refusing to rent",
+        "check the provider balance and `gpuops ledger month` for a row with a broken cost",
+    )
     e = _refused(price_usd_h=2.5, max_hours=4.0, balance=12.0, floor=5.0, month_spent=0.0, cap=None)
     assert (e.message, e.fix) == (
         "$2.5000/h x 4 h = $10.00 does not fit in balance $12.00 minus floor $5.00 = $7.00: short by $3.00",
-        "use --max-hours 2.80 or less, a cheaper offer, or top up the account, or lower balance_floor_usd")
+        "use --max-hours 2.80 or less, a cheaper offer, or top up the account, or lower balance_floor_usd",
+    )
     e = _refused(price_usd_h=2.0, max_hours=4.0, balance=None, floor=None, month_spent=None, cap=5.0)
     assert (e.message, e.fix) == (
         "$2.0000/h x 4 h = $8.00 does not fit in monthly cap $5.00 minus $0.00 spent this month = $5.00: short by $3.00",
-        "use --max-hours 2.50 or less, a cheaper offer, or raise monthly_cap_usd")
+        "use --max-hours 2.50 or less, a cheaper offer, or raise monthly_cap_usd",
+    )
     e = _refused(price_usd_h=1.0, max_hours=8.0, balance=None, floor=None, month_spent=52.0, cap=50.0)
     assert (e.message, e.fix) == (
         "$1.0000/h x 8 h = $8.00 does not fit in monthly cap $50.00 minus $52.00 spent this month = $-2.00: short by $10.00",
-        "raise monthly_cap_usd; nothing fits now")
+        "raise monthly_cap_usd; nothing fits now",
+    )
     e = _refused(price_usd_h=10.0, max_hours=1.0, balance=5.05, floor=5.0, month_spent=None, cap=None)  # fits 0.005 h
     assert e.fix == "top up the account, or lower balance_floor_usd; nothing fits now"
 
@@ -208,12 +269,21 @@ def test_an_active_refusal_stops_up_with_the_watchdogs_words(led):
 
     assert_not_refused(led, "runpod", "runpod:aaaa1111", "alice")  # nothing refused
     at = 1_800_000_000.0
-    set_refusal(led, "runpod", "balance_floor", "runpod balance $4.20 is below the floor $5.00", now=at, account="runpod:aaaa1111")
+    set_refusal(
+        led,
+        "runpod",
+        "balance_floor",
+        "runpod balance $4.20 is below the floor $5.00",
+        now=at,
+        account="runpod:aaaa1111",
+    )
     since = datetime.fromtimestamp(at).strftime("%Y-%m-%d %H:%M")
     with pytest.raises(BadInput) as e:
         assert_not_refused(led, "runpod", "runpod:aaaa1111", "alice")
     assert (e.value.message, e.value.fix) == (
-        f"new boxes refused (balance_floor, since {since}): runpod balance $4.20 is below the floor $5.00", "top up the account")
+        f"new boxes refused (balance_floor, since {since}): runpod balance $4.20 is below the floor $5.00",
+        "top up the account",
+    )
     assert_not_refused(led, "runpod", "runpod:bbbb2222", "bob")  # another account's floor
     assert_not_refused(led, "vast", "runpod:aaaa1111", "alice")  # another provider
     set_refusal(led, "*", "monthly_cap", "month-to-date $51.00 reached the cap $50.00", now=at, account="alice")
@@ -221,7 +291,8 @@ def test_an_active_refusal_stops_up_with_the_watchdogs_words(led):
         assert_not_refused(led, "vast", "vast:cccc3333", "alice")
     assert (e.value.message, e.value.fix) == (
         f"new boxes refused (monthly_cap, since {since}): month-to-date $51.00 reached the cap $50.00",
-        "raise teardown.monthly_cap_usd or wait for next month")
+        "raise teardown.monthly_cap_usd or wait for next month",
+    )
     assert_not_refused(led, "vast", "vast:cccc3333", "bob")
     lift_refusal(led, "*", "monthly_cap", account="alice")
     lift_refusal(led, "runpod", "balance_floor", account="runpod:aaaa1111")
@@ -258,8 +329,23 @@ def _spent(led, sid, owner, usd):
     from ledger.models import Session
 
     lo, _ = month_start_end()
-    led.add_session(Session(id=sid, experiment="e", job="j", provider="runpod", card="c", gpu_count=1, spot=False, label=sid,
-                            status="provisioning", created_at=lo + 60, simulated=False, usd_per_hour=usd, owner=owner))
+    led.add_session(
+        Session(
+            id=sid,
+            experiment="e",
+            job="j",
+            provider="runpod",
+            card="c",
+            gpu_count=1,
+            spot=False,
+            label=sid,
+            status="provisioning",
+            created_at=lo + 60,
+            simulated=False,
+            usd_per_hour=usd,
+            owner=owner,
+        )
+    )
     led.update(sid, instance_id="i-" + sid, instance_created_at=lo + 60)
     led.close(sid, lo + 3660, "job_end")
 
@@ -275,7 +361,9 @@ def test_budget_for_up_checks_the_balance_and_the_month(led):
     from gpuops.providers.base import ProviderError
 
     with pytest.raises(ProviderError):
-        budget_for_up(led, _settings(floor=5.0), _Funded(error=True), 2.0)  # a floor that cannot be checked rents nothing
+        budget_for_up(
+            led, _settings(floor=5.0), _Funded(error=True), 2.0
+        )  # a floor that cannot be checked rents nothing
     _spent(led, "a1", "alice", 40.0)
     _spent(led, "b1", "bob", 45.0)
     assert budget_for_up(led, _settings(cap=50.0), _Funded(), 2.0) == 8.0  # alice spent 40: 10 left, 8 fits
@@ -311,7 +399,9 @@ def test_the_month_is_the_local_calendar_month():
 
 
 def test_the_largest_ttl_that_fits_is_named_to_the_hundredth():
-    e = _refused(price_usd_h=0.5, max_hours=10.0, balance=3.0, floor=0.0, month_spent=None, cap=None)  # a price under $1/h
+    e = _refused(
+        price_usd_h=0.5, max_hours=10.0, balance=3.0, floor=0.0, month_spent=None, cap=None
+    )  # a price under $1/h
     assert e.fix == "use --max-hours 6.00 or less, a cheaper offer, or top up the account, or lower balance_floor_usd"
     e = _refused(price_usd_h=2.0, max_hours=4.0, balance=1.0, floor=0.0, month_spent=None, cap=None)
     assert e.fix.startswith("use --max-hours 0.50 or less")
@@ -323,7 +413,8 @@ def test_a_free_box_under_the_floor_is_refused_without_dividing_by_its_price():
     e = _refused(price_usd_h=0.0, max_hours=4.0, balance=3.0, floor=5.0, month_spent=None, cap=None)
     assert (e.message, e.fix) == (
         "$0.0000/h x 4 h = $0.00 does not fit in balance $3.00 minus floor $5.00 = $-2.00: short by $2.00",
-        "top up the account, or lower balance_floor_usd; nothing fits now")
+        "top up the account, or lower balance_floor_usd; nothing fits now",
+    )
 
 
 def test_a_worst_case_of_float_dust_over_the_room_fits():

@@ -45,8 +45,13 @@ def job_file(tmp_path: Path, body: str) -> Path:
 
 
 def start_up(tmp_path, env, body: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(gpuops_cmd("up", "--job", str(job_file(tmp_path, body)), *extra), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job_file(tmp_path, body)), *extra),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_stage(p: subprocess.Popen, stage: str, timeout: float = STAGE_TIMEOUT_S) -> None:
@@ -98,7 +103,9 @@ def test_up_stopped_during_job_agent_destroys_after_grace(gpuops_home, tmp_path,
         code = (box / ".gpuops" / "run" / "exit_code").read_text().split()
         destroyed = json.loads((box / "destroyed.json").read_text())
         assert destroyed["by"] == "agent"
-        assert 1.0 <= destroyed["destroyed_at"] - float(code[2]) < 1.0 + LOADED_SLACK_S  # grace 1 s, then the poll and the kill
+        assert (
+            1.0 <= destroyed["destroyed_at"] - float(code[2]) < 1.0 + LOADED_SLACK_S
+        )  # grace 1 s, then the poll and the kill
         status = json.loads((box / ".gpuops" / "agent-status.json").read_text())
         assert status["destroy"]["reason"] == "job_end"
         os.kill(p.pid, signal.SIGCONT)  # the laptop wakes: its teardown is idempotent and books the row
@@ -132,13 +139,17 @@ def test_up_sigkilled_box_goes_and_watchdog_books_it(gpuops_home, tmp_path, env,
     if stage == "job":
         go.touch()  # the job ends after `up` is gone: the agent's job_end
     wait_for(lambda: (box / "destroyed.json").exists(), STAGE_TIMEOUT_S)
-    out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     acts = [json.loads(line) for line in out.stdout.splitlines()]
     assert [(a["session"], a["kind"]) for a in acts] == [(row.id, "closed")]
     led, row = only_row(gpuops_home)
     assert row.status == "closed" and row.end_reason == reason and row.end_source == "provider"
-    assert row.ended_at == pytest.approx(json.loads((box / "destroyed.json").read_text())["destroyed_at"], abs=1e-6)  # the record itself
+    assert row.ended_at == pytest.approx(
+        json.loads((box / "destroyed.json").read_text())["destroyed_at"], abs=1e-6
+    )  # the record itself
 
 
 def test_watchdog_daemon_ticks_until_interrupted(gpuops_home, tmp_path, env, fake_smi):
@@ -148,8 +159,13 @@ def test_watchdog_daemon_ticks_until_interrupted(gpuops_home, tmp_path, env, fak
     r.intent()
     r.create()  # no agent: the daemon's TTL has to do it
     env = dict(env, GPUOPS_TEARDOWN_MAX_HOURS=str(1 / 3600), GPUOPS_UP_READY_TIMEOUT_SECONDS="100")
-    d = subprocess.Popen(gpuops_cmd("watchdog", "--interval", "0.5", "--json"), env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    d = subprocess.Popen(
+        gpuops_cmd("watchdog", "--interval", "0.5", "--json"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: r.ledger.get(r.sid).status == "closed", STAGE_TIMEOUT_S)
     finally:
@@ -178,13 +194,21 @@ def test_reconcile_cli_destroys_orphan(gpuops_home, tmp_path, env, fake_smi):
 
 def test_up_refuses_when_max_hours_does_not_fit_the_monthly_cap(gpuops_home, tmp_path, env):
     env = dict(env, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="0.5")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job_file(tmp_path, "true")), "--max-hours", "4"), env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job_file(tmp_path, "true")), "--max-hours", "4"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
-    assert ("$1.5000/h x 4 h = $6.00 does not fit in monthly cap $0.50 minus $0.00 spent this month = $0.50: "
-            "short by $5.50") in out.stderr
+    assert (
+        "$1.5000/h x 4 h = $6.00 does not fit in monthly cap $0.50 minus $0.00 spent this month = $0.50: short by $5.50"
+    ) in out.stderr
     assert "--max-hours 0.33 or less" in out.stderr
-    assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [out.stderr.strip().splitlines()[-1]]
+    assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
+        out.stderr.strip().splitlines()[-1]
+    ]
     assert Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []  # no half-written row
     assert not list((gpuops_home / "boxes").glob("gpuops-*"))
 
@@ -194,13 +218,19 @@ def test_refusal_set_by_watchdog_blocks_up_until_lifted(gpuops_home, tmp_path, e
 
     led = Ledger(load_settings().ledger_url())
     set_refusal(led, "*", "monthly_cap", "month-to-date spend $51.00 reached the monthly cap $50.00")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job_file(tmp_path, "true"))), env=env, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job_file(tmp_path, "true"))), env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2
     assert "new boxes refused (monthly_cap" in out.stderr and "$51.00" in out.stderr
     lift_refusal(led, "*", "monthly_cap")
     # the idle layer off: under load the 1 s idle window of FAST_ENV can end the box before `true` is
     # run, and this test is about the refusal alone
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job_file(tmp_path, "true")), "--idle-minutes", "off"), env=env,
-                         capture_output=True, text=True, timeout=STAGE_TIMEOUT_S)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job_file(tmp_path, "true")), "--idle-minutes", "off"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=STAGE_TIMEOUT_S,
+    )
     assert out.returncode == 0, out.stderr

@@ -51,8 +51,16 @@ def vast():
 def create(p, label: str, spot: bool = False):
     offers = [o for o in p.offers(OfferQuery(cards=("rtx-4090",), spot=spot or None)) if o.spot == spot]
     o = min(offers, key=lambda o: o.usd_per_hour)
-    return p.create(o, CreateSpec(label=label, image="img", disk_gb=40, ssh_public_key="ssh-ed25519 AAAA test",
-                                  bid_usd_per_hour=o.min_bid if spot else None))
+    return p.create(
+        o,
+        CreateSpec(
+            label=label,
+            image="img",
+            disk_gb=40,
+            ssh_public_key="ssh-ed25519 AAAA test",
+            bid_usd_per_hour=o.min_bid if spot else None,
+        ),
+    )
 
 
 def run_agent(tmp_path: Path, kind: str, url: str, instance_id: str, environ: dict[str, str]) -> subprocess.Popen:
@@ -62,13 +70,28 @@ def run_agent(tmp_path: Path, kind: str, url: str, instance_id: str, environ: di
     (root / ".gpuops" / "run").mkdir(parents=True)
     env_file = tmp_path / "environ"
     env_file.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in environ.items()))
-    cfg = {"session": "s1", "provider": kind, "instance_id": instance_id, "root": str(root), "started_at": time.time(),
-           "usd_per_hour": 0.5, "teardown": {"sample_seconds": 0.3, "idle_minutes": "off", "job_end_grace_seconds": 0.3},
-           "destroy": {"kind": kind, "url": url}, "environ_file": str(env_file), "nvidia_smi": ["false"], "ssh_users": ["nobody-here"]}
+    cfg = {
+        "session": "s1",
+        "provider": kind,
+        "instance_id": instance_id,
+        "root": str(root),
+        "started_at": time.time(),
+        "usd_per_hour": 0.5,
+        "teardown": {"sample_seconds": 0.3, "idle_minutes": "off", "job_end_grace_seconds": 0.3},
+        "destroy": {"kind": kind, "url": url},
+        "environ_file": str(env_file),
+        "nvidia_smi": ["false"],
+        "ssh_users": ["nobody-here"],
+    }
     (root / ".gpuops" / "agent.json").write_text(json.dumps(cfg))
     clean = {k: v for k, v in os.environ.items() if not any(s in k for s in ("API_KEY", "RUNPOD", "VAST", "CONTAINER"))}
-    p = subprocess.Popen([sys.executable, str(REPO / "bootstrap" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
-                         env=clean, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "w"), start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, str(REPO / "bootstrap" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
+        env=clean,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "agent.log", "w"),
+        start_new_session=True,
+    )
     # the job exits: the agent destroys after the 0.3 s grace
     (root / ".gpuops" / "run" / "exit_code").write_text(f"0\n{time.time() - 5:.3f}\n{time.time():.3f}\n")
     (root / ".gpuops" / "run" / "exit_marker").write_text("")
@@ -97,15 +120,22 @@ def test_agent_terminates_runpod_pod_with_its_pod_scoped_key(tmp_path, rp):
     inst = create(p, "gpuops-rp1")
     other = create(p, "gpuops-rp2")
     emu.market.faults.inject["terminate"] = [502]  # a gateway hiccup: the agent retries
-    a = run_agent(tmp_path, "runpod", emu.url, "ignored-config-id",
-                  {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id), "PATH": "/usr/bin"})
+    a = run_agent(
+        tmp_path,
+        "runpod",
+        emu.url,
+        "ignored-config-id",
+        {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id), "PATH": "/usr/bin"},
+    )
     try:
         assert a.wait(timeout=20) == 0
     finally:
         stop(a)
     assert emu.market.find(inst.id) is None and emu.market.find(other.id) is not None
     calls = [r for r in emu.market.requests if r["auth"] != f"Bearer {emu.market.api_key}"]
-    assert [(c["method"], c["path"], c["auth"]) for c in calls] == [("DELETE", f"/v2/pods/{inst.id}", f"Bearer {runpod_pod_key(inst.id)}")] * 2
+    assert [(c["method"], c["path"], c["auth"]) for c in calls] == [
+        ("DELETE", f"/v2/pods/{inst.id}", f"Bearer {runpod_pod_key(inst.id)}")
+    ] * 2
     st = status_of(tmp_path)
     assert st["destroy"]["reason"] == "job_end" and st["destroy"]["attempts"] == 2
     assert st["destroy"]["result"] == f"terminated pod {inst.id}"
@@ -138,7 +168,9 @@ def test_pod_key_that_may_only_stop_stops_it_and_the_watchdog_terminates_it(gpuo
     led = Ledger(settings.ledger_url())
     inst = create(p, "gpuops-k1")
     book(led, "k1", "runpod", inst, spot=False, account=p.account)
-    a = run_agent(tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)})
+    a = run_agent(
+        tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)}
+    )
     try:
         assert a.wait(timeout=20) == 0
     finally:
@@ -146,8 +178,15 @@ def test_pod_key_that_may_only_stop_stops_it_and_the_watchdog_terminates_it(gpuo
     st = status_of(tmp_path)
     assert st["destroy"]["result"].startswith(f"stopped pod {inst.id} (its key may not terminate it: HTTP {refusal})")
     assert emu.market.instances[inst.id].state == "stopped" and p.get(inst.id).raw_status == "EXITED"
-    pod_calls = [(r["method"], r["path"], r["body"]) for r in emu.market.requests if r["auth"] == f"Bearer {runpod_pod_key(inst.id)}"]
-    assert pod_calls == [("DELETE", f"/v2/pods/{inst.id}", None), ("POST", f"/v2/pods/{inst.id}/action", {"action": "stop"})]
+    pod_calls = [
+        (r["method"], r["path"], r["body"])
+        for r in emu.market.requests
+        if r["auth"] == f"Bearer {runpod_pod_key(inst.id)}"
+    ]
+    assert pod_calls == [
+        ("DELETE", f"/v2/pods/{inst.id}", None),
+        ("POST", f"/v2/pods/{inst.id}/action", {"action": "stop"}),
+    ]
     beat = time.time() - 1.0
     led.heartbeat("k1", beat)  # the last status the laptop read before the pod stopped
     acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=p))
@@ -168,14 +207,23 @@ def test_pod_key_refused_both_ways_keeps_trying_and_the_laptop_terminates(gpuops
     inst = create(p, "gpuops-k2")
     wait_for(lambda: p.get(inst.id).ssh is not None, 10)
     book(led, "k2", "runpod", inst, spot=False, account=p.account)
-    a = run_agent(tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)})
+    a = run_agent(
+        tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)}
+    )
     try:
         wait_for(lambda: (st := status_of(tmp_path)).get("destroy") and st["destroy"]["attempts"] >= 2, 15)
         st = status_of(tmp_path)
         assert st["destroy"]["done_at"] is None and st["destroy"]["reason"] == "job_end"
         assert "refused (HTTP 403), and stop: HTTP 403" in st["errors"][-1]["msg"]
         assert emu.market.find(inst.id) is not None and emu.market.instances[inst.id].state == "running"
-        c = _BoxCtx(settings, ledger=led, providers={"runpod": p}, arm_margin_s=1e6, ssh_connect_s=0.5, box_root=tmp_path / "box")
+        c = _BoxCtx(
+            settings,
+            ledger=led,
+            providers={"runpod": p},
+            arm_margin_s=1e6,
+            ssh_connect_s=0.5,
+            box_root=tmp_path / "box",
+        )
         acts = run(settings, once=True, emit=lambda a: None, ctx=c)
     finally:
         stop(a)
@@ -190,7 +238,9 @@ def test_pod_key_refused_both_ways_keeps_trying_and_the_laptop_terminates(gpuops
 def test_agent_destroys_vast_instance_with_container_api_key(tmp_path, vast):
     emu, p = vast
     inst = create(p, "gpuops-v1")
-    a = run_agent(tmp_path, "vast", emu.url, "0", {"CONTAINER_ID": inst.id, "CONTAINER_API_KEY": vast_instance_key(inst.id)})
+    a = run_agent(
+        tmp_path, "vast", emu.url, "0", {"CONTAINER_ID": inst.id, "CONTAINER_API_KEY": vast_instance_key(inst.id)}
+    )
     try:
         assert a.wait(timeout=20) == 0
     finally:
@@ -198,7 +248,8 @@ def test_agent_destroys_vast_instance_with_container_api_key(tmp_path, vast):
     assert emu.market.find(inst.id) is None
     calls = [r for r in emu.market.requests if r["auth"] != f"Bearer {emu.market.api_key}"]
     assert [(c["method"], c["path"], c["auth"]) for c in calls] == [
-        ("DELETE", f"/api/v0/instances/{inst.id}/", f"Bearer {vast_instance_key(inst.id)}")]
+        ("DELETE", f"/api/v0/instances/{inst.id}/", f"Bearer {vast_instance_key(inst.id)}")
+    ]
     assert status_of(tmp_path)["destroy"]["result"] == f"destroyed instance {inst.id}"
 
 
@@ -219,9 +270,25 @@ def test_agent_without_a_key_keeps_trying_and_says_why(tmp_path, vast):
 
 def book(led: Ledger, sid: str, provider: str, inst, spot: bool, account: str | None = None) -> None:
     """A row as `up` books it: ``account`` is the renting provider's (gpuops.ownership)."""
-    led.add_session(Session(id=sid, experiment="e", job="j", provider=provider, card="rtx-4090", gpu_count=1, spot=spot,
-                            label=f"gpuops-{sid}", simulated=False, status="provisioning", created_at=time.time(), account=account))
-    led.update(sid, instance_id=inst.id, instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running")
+    led.add_session(
+        Session(
+            id=sid,
+            experiment="e",
+            job="j",
+            provider=provider,
+            card="rtx-4090",
+            gpu_count=1,
+            spot=spot,
+            label=f"gpuops-{sid}",
+            simulated=False,
+            status="provisioning",
+            created_at=time.time(),
+            account=account,
+        )
+    )
+    led.update(
+        sid, instance_id=inst.id, instance_created_at=inst.created_at, usd_per_hour=inst.usd_per_hour, status="running"
+    )
 
 
 def ctx(led, settings, **providers):
@@ -280,8 +347,21 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     inst = create(p, "gpuops-c1")
     book(led, "c1", "runpod", inst, spot=False, account=p.account)
     orphan = create(p, "gpuops-c2")  # its row was closed: an orphan
-    led.add_session(Session(id="c2", experiment="e", job="j", provider="runpod", card="rtx-4090", gpu_count=1, spot=False,
-                            label="gpuops-c2", simulated=False, status="provisioning", created_at=time.time()))
+    led.add_session(
+        Session(
+            id="c2",
+            experiment="e",
+            job="j",
+            provider="runpod",
+            card="rtx-4090",
+            gpu_count=1,
+            spot=False,
+            label="gpuops-c2",
+            simulated=False,
+            status="provisioning",
+            created_at=time.time(),
+        )
+    )
     led.close("c2", time.time(), "provision_failed")
     beat = time.time()
     led.heartbeat("c1", beat)

@@ -29,16 +29,26 @@ def test_after_up_is_killed_the_ender_fetches_the_rest_of_the_log(gpuops_home, c
     # Seen: after `up` was killed the kept log held 2 of 21 lines and nothing said so.
     go, printed = tmp_path / "go", tmp_path / "printed"
     job = tmp_path / "job.sh"
-    job.write_text("#!/usr/bin/env bash\necho line 1; echo line 2\n"
-                   f"while [ ! -e {go} ]; do sleep 0.05; done\n"
-                   f"for i in $(seq 3 21); do echo line $i; done; touch {printed}\n"
-                   + ("sleep 600\n" if ender == "down" else "exit 0\n"))
+    job.write_text(
+        "#!/usr/bin/env bash\necho line 1; echo line 2\n"
+        f"while [ ! -e {go} ]; do sleep 0.05; done\n"
+        f"for i in $(seq 3 21); do echo line $i; done; touch {printed}\n"
+        + ("sleep 600\n" if ender == "down" else "exit 0\n")
+    )
     grace = {"GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS": "1"}  # the job's end is acted on 1 s after its exit
-    up = subprocess.Popen(gpuops_cmd("up", "--job", str(job), "--card", "a100"), env={**cli_env, **grace},
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    up = subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job), "--card", "a100"),
+        env={**cli_env, **grace},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         logs = gpuops_home / "logs"
-        kept = wait(lambda: [p for p in logs.glob("*.log") if b"line 2\n" in p.read_bytes()], 90, "the kept log to hold line 2")[0]
+        kept = wait(
+            lambda: [p for p in logs.glob("*.log") if b"line 2\n" in p.read_bytes()], 90, "the kept log to hold line 2"
+        )[0]
         os.killpg(up.pid, signal.SIGKILL)  # `up` and nothing else: the job runs detached on its box
         up.wait(timeout=30)
         go.touch()
@@ -48,6 +58,7 @@ def test_after_up_is_killed_the_ender_fetches_the_rest_of_the_log(gpuops_home, c
             out = cli("down", sid)
             assert out.returncode == 0, out.stderr
         else:  # the job ended: a watchdog ends the rental (or closes the row of the box its agent destroyed)
+
             def closed():
                 out = cli("watchdog", "--once", env=grace)
                 assert out.returncode == 0, out.stderr
@@ -76,8 +87,18 @@ def test_a_copy_that_cannot_be_finished_says_where_it_stops(gpuops_home, tmp_pat
     led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
     log = tmp_path / "s1.log"
     log.write_bytes(b"line 1\nline 2\n")
-    led.add_session(Session(id="s1", experiment="e", job="j.sh", provider="local", card="a100-80gb-sxm", status="running",
-                            created_at=time.time(), log_path=str(log)))
+    led.add_session(
+        Session(
+            id="s1",
+            experiment="e",
+            job="j.sh",
+            provider="local",
+            card="a100-80gb-sxm",
+            status="running",
+            created_at=time.time(),
+            log_path=str(log),
+        )
+    )
     led.event("s1", EventKind.JOB_STARTED)
 
     def unreachable():
@@ -86,7 +107,9 @@ def test_a_copy_that_cannot_be_finished_says_where_it_stops(gpuops_home, tmp_pat
     done = keep_log(led, led.get("s1"), unreachable, by="watchdog:test")
     assert done == {"complete": False, "bytes": 14, "fetched": 0, "by": "watchdog:test"}
     text = log.read_text()
-    assert text.startswith("line 1\nline 2\n\n" + INCOMPLETE + ": it stops at byte 14 (line 2), where `up` stopped following the job; ")
+    assert text.startswith(
+        "line 1\nline 2\n\n" + INCOMPLETE + ": it stops at byte 14 (line 2), where `up` stopped following the job; "
+    )
     assert "could not be reached before it was destroyed (OSError)" in text
     assert keep_log(led, led.get("s1"), unreachable, by="again") is None  # once: a second ender adds nothing
     assert log.read_text() == text

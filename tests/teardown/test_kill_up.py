@@ -49,7 +49,7 @@ def _groups_alive(root) -> list[int]:
                     st = open(f"/proc/{pid}/stat").read()
                 except OSError:
                     continue
-                rest = st[st.rfind(")") + 2:].split()
+                rest = st[st.rfind(")") + 2 :].split()
                 if int(rest[2]) == g and rest[0] != "Z":
                     alive.append(g)
                     break
@@ -76,7 +76,9 @@ def test_sigkill_up_at_each_stage(gpuops_home, fake_smi, stage):
     ledger = Ledger(settings.ledger_url())
     deadline = time.monotonic() + 20
     while True:
-        run(settings, once=True, emit=lambda a: None, ctx=Context(settings, ledger=ledger, arm_margin_s=2.0))  # an agent gets 1 s ready + 2 s to heartbeat
+        run(
+            settings, once=True, emit=lambda a: None, ctx=Context(settings, ledger=ledger, arm_margin_s=2.0)
+        )  # an agent gets 1 s ready + 2 s to heartbeat
         row = ledger.get(sid)
         inst = provider.get("gpuops-" + sid)
         if row.status == "closed" and (inst is None or inst.status == InstanceStatus.GONE):
@@ -90,7 +92,9 @@ def test_sigkill_up_at_each_stage(gpuops_home, fake_smi, stage):
         assert (row.billed_seconds, row.cost_usd, row.ended_at) == (0.0, 0.0, row.created_at)
         return
     assert row.instance_id == inst.id and row.instance_created_at == pytest.approx(inst.created_at, abs=1e-6)
-    assert row.ended_at == pytest.approx(provider.destroyed_at(inst.id), abs=1e-6)  # the provider's record itself, not "now"
+    assert row.ended_at == pytest.approx(
+        provider.destroyed_at(inst.id), abs=1e-6
+    )  # the provider's record itself, not "now"
     assert row.billed_seconds == billed_seconds(row.instance_created_at, row.ended_at)  # per second, rounded up
     assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 2.0, abs=1e-6)
     # The agent that destroyed the box exits right after writing its status: give it a moment.

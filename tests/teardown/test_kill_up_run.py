@@ -52,11 +52,24 @@ def test_a_run_that_would_re_rent_stays_open(gpuops_home):
     led = Ledger(settings.ledger_url())
     ctx = Context(settings, ledger=led)
     for rid, attempts in (("run-a", 1), ("run-b", 2)):
-        led.add_run(Run(id=rid, experiment="x", job="j", provider="local", status="open", created_at=1_800_000_000.0, recover=1,
-                        recover_on="preempted", attempts=attempts))
+        led.add_run(
+            Run(
+                id=rid,
+                experiment="x",
+                job="j",
+                provider="local",
+                status="open",
+                created_at=1_800_000_000.0,
+                recover=1,
+                recover_on="preempted",
+                attempts=attempts,
+            )
+        )
         led.add_session(dict(id=f"s-{rid}", created_at=1_800_000_000.0, status="closed", run_id=rid, attempt=attempts))
     closed = Ended("s", "i", True, True, "preempted", ended_at=1_800_000_100.0)
-    assert not close_run_of(ctx, SimpleNamespace(id="s-run-a", run_id="run-a", attempt=1), closed)  # its `up` rents attempt 2
+    assert not close_run_of(
+        ctx, SimpleNamespace(id="s-run-a", run_id="run-a", attempt=1), closed
+    )  # its `up` rents attempt 2
     assert led.get_run("run-a").status == "open"
     assert close_run_of(ctx, SimpleNamespace(id="s-run-b", run_id="run-b", attempt=2), closed)  # recover 1: spent
     assert (led.get_run("run-b").status, led.get_run("run-b").end_reason) == ("closed", "attempts_spent")

@@ -15,10 +15,27 @@ from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def led(request, tmp_path):
-    url = f"sqlite:///{tmp_path / 'l.db'}" if request.param == "sqlite" else request.getfixturevalue("postgres_server").new_database()
+    url = (
+        f"sqlite:///{tmp_path / 'l.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("postgres_server").new_database()
+    )
     led = Ledger(url)
-    led.add_session(Session(id="s1", experiment="e", job="j", provider="local", card="c", gpu_count=1, spot=False,
-                            label="gpuops-s1", simulated=False, status="running", created_at=time.time()))
+    led.add_session(
+        Session(
+            id="s1",
+            experiment="e",
+            job="j",
+            provider="local",
+            card="c",
+            gpu_count=1,
+            spot=False,
+            label="gpuops-s1",
+            simulated=False,
+            status="running",
+            created_at=time.time(),
+        )
+    )
     yield led
     led.engine.dispose()
 

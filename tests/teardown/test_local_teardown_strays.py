@@ -22,10 +22,14 @@ def test_a_child_that_left_the_process_group_is_ended_at_teardown(gpuops_home, c
     # "teardown job_end"; on a rented box destroy takes everything, on `local` it must too.
     pidfile = tmp_path / "child.pid"
     job = tmp_path / "forks.sh"
-    job.write_text(f"setsid bash -c 'echo $$ > {pidfile}; exec sleep 300' &\n"
-                   f"for i in $(seq 50); do [ -s {pidfile} ] && break; sleep 0.1; done\necho forked\n")
+    job.write_text(
+        f"setsid bash -c 'echo $$ > {pidfile}; exec sleep 300' &\n"
+        f"for i in $(seq 50); do [ -s {pidfile} ] && break; sleep 0.1; done\necho forked\n"
+    )
     env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="1")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job), "--json"), env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--json"), env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     pid = int(pidfile.read_text())
     try:

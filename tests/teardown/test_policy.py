@@ -9,8 +9,14 @@ import pytest
 from bootstrap import policy
 from bootstrap.policy import BoxState, classify, decide, parse_smi
 
-SETTINGS = {"max_hours": 1.0, "idle_minutes": 1.0, "idle_util_percent": 5.0, "sample_seconds": 10.0,
-            "job_end_grace_seconds": 30.0, "max_session_usd": None}
+SETTINGS = {
+    "max_hours": 1.0,
+    "idle_minutes": 1.0,
+    "idle_util_percent": 5.0,
+    "sample_seconds": 10.0,
+    "job_end_grace_seconds": 30.0,
+    "max_session_usd": None,
+}
 
 
 def s(t, utils, **kw):
@@ -38,8 +44,10 @@ def test_parse_na_cells_are_unknown_not_idle():
 
 
 def test_parse_driver_failure():
-    out = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
-           "Make sure that the latest NVIDIA driver is installed and running.\n")
+    out = (
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\n"
+    )
     r = parse_smi(out, returncode=9)
     assert r["gpus"] == []
     assert r["error"].startswith("nvidia-smi exited 9: NVIDIA-SMI has failed")
@@ -49,7 +57,9 @@ def test_parse_driver_failure():
 def test_parse_no_devices_and_garbage():
     assert parse_smi("No devices were found\n", returncode=6)["error"] == "nvidia-smi exited 6: No devices were found"
     assert parse_smi("")["error"] == "no GPU reported"
-    assert parse_smi("Unable to determine the device handle for GPU0000:01:00.0: Unknown Error\n")["error"].startswith("unparsed")
+    assert parse_smi("Unable to determine the device handle for GPU0000:01:00.0: Unknown Error\n")["error"].startswith(
+        "unparsed"
+    )
 
 
 def test_one_busy_gpu_beats_an_unknown_one():
@@ -91,8 +101,10 @@ def test_long_bootstrap_at_zero_percent_is_not_idle():
 
 def test_unknown_readings_never_idle_but_ttl_still_applies():
     st = BoxState(started_at=0.0)
-    samples = [{"t": t, "gpus": [], "error": "nvidia-smi exited 9: NVIDIA-SMI has failed", "bootstrap": False, "ssh": 0}
-               for t in range(0, 3600, 10)]
+    samples = [
+        {"t": t, "gpus": [], "error": "nvidia-smi exited 9: NVIDIA-SMI has failed", "bootstrap": False, "ssh": 0}
+        for t in range(0, 3600, 10)
+    ]
     d = decide(samples, 3599.0, st, SETTINGS)
     assert d.action == "keep" and "unknown" in d.explanation
     d = decide(samples, 3600.0, st, SETTINGS)
@@ -168,7 +180,9 @@ def test_box_side_files_are_python_3_8_and_stdlib_only():
         # optional, imported inside a try and used only when the image has them: pynvml (agent),
         # torch and huggingface_hub (bootstrap's verify and weights steps)
         optional = {"pynvml", "torch", "huggingface_hub"}
-        assert top - set(sys.stdlib_module_names) - {"__future__", "policy", "localbox", "vocabulary"} - optional == set(), name
+        assert (
+            top - set(sys.stdlib_module_names) - {"__future__", "policy", "localbox", "vocabulary"} - optional == set()
+        ), name
 
 
 def test_nvml_reading_when_pynvml_is_there(monkeypatch):
@@ -191,13 +205,23 @@ def test_nvml_reading_when_pynvml_is_there(monkeypatch):
         return Util()
 
     fake = types.SimpleNamespace(
-        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlDeviceGetUtilizationRates=util, nvmlDeviceGetMemoryInfo=lambda h: Mem())
+        NVMLError=NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetUtilizationRates=util,
+        nvmlDeviceGetMemoryInfo=lambda h: Mem(),
+    )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     r = agent.sample_nvml()
-    assert r == {"error": None, "gpus": [
-        {"index": 0, "util": 37.0, "mem_used_mib": 3072.0, "mem_total_mib": 81920.0},
-        {"index": 1, "util": None, "mem_used_mib": 3072.0, "mem_total_mib": 81920.0}]}
+    assert r == {
+        "error": None,
+        "gpus": [
+            {"index": 0, "util": 37.0, "mem_used_mib": 3072.0, "mem_total_mib": 81920.0},
+            {"index": 1, "util": None, "mem_used_mib": 3072.0, "mem_total_mib": 81920.0},
+        ],
+    }
     assert classify({"t": 0, **r, "bootstrap": False, "ssh": 0}, 5.0) == "busy"  # 37 % on GPU 0
 
     def no_driver():

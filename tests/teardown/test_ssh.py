@@ -29,8 +29,9 @@ from tests.teardown.scoped import ScopedVastEmulator, vast_instance_key
 @pytest.fixture
 def world(gpuops_home, tmp_path, monkeypatch, cli_env):
     smi = tmp_path / "smi-bin"
-    fake_nvidia_smi.install(smi, {**fake_nvidia_smi.DEFAULT_STATE,
-                                  "gpus": [{**fake_nvidia_smi.H100, "utilization_gpu": 80}]})
+    fake_nvidia_smi.install(
+        smi, {**fake_nvidia_smi.DEFAULT_STATE, "gpus": [{**fake_nvidia_smi.H100, "utilization_gpu": 80}]}
+    )
     sshd = SshServer(tmp_path / "sshd", extra_path=[smi])
     sshd.authorize(ensure_ssh_key(gpuops_home)[1])
     sshd.start()
@@ -38,9 +39,15 @@ def world(gpuops_home, tmp_path, monkeypatch, cli_env):
     emu.market.ssh_endpoint = (sshd.host, sshd.port)
     environ = tmp_path / "pid1-environ"  # the container's PID 1 environment, where Vast puts the key
     environ.write_bytes(b"CONTAINER_ID=1\0CONTAINER_API_KEY=" + vast_instance_key("1").encode() + b"\0")
-    env = dict(cli_env, VAST_API_KEY=emu.market.api_key, VAST_URL=emu.url,
-               GPUOPS_AGENT_ENVIRON_FILE=str(environ), GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.3",
-               GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5", GPUOPS_UP_READY_TIMEOUT_SECONDS="20")
+    env = dict(
+        cli_env,
+        VAST_API_KEY=emu.market.api_key,
+        VAST_URL=emu.url,
+        GPUOPS_AGENT_ENVIRON_FILE=str(environ),
+        GPUOPS_TEARDOWN_SAMPLE_SECONDS="0.3",
+        GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5",
+        GPUOPS_UP_READY_TIMEOUT_SECONDS="20",
+    )
     env.pop("GPUOPS_AGENT_SSH_USERS", None)
     try:
         yield {"sshd": sshd, "emu": emu, "env": env, "smi": smi, "home": gpuops_home}
@@ -54,8 +61,13 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
     sshd, emu, env = world["sshd"], world["emu"], dict(world["env"], GPUOPS_TEARDOWN_JOB_END_GRACE_SECONDS="4")
     job = tmp_path / "job.sh"
     job.write_text("sleep 1.5\n")
-    up = subprocess.Popen(gpuops_cmd("up", "--job", str(job), "--provider", "vast", "--card", "rtx-4090"), env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    up = subprocess.Popen(
+        gpuops_cmd("up", "--job", str(job), "--provider", "vast", "--card", "rtx-4090"),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     led = Ledger(load_settings().ledger_url())
     try:
         row = wait_for(lambda: (rows := led.sessions_between(0, 2e10)) and rows[0].instance_id and rows[0], 30)
@@ -70,7 +82,9 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
     # unseen (then booked preempted). The agent is paused once its status shows the job's end; a
     # watchdog pass whose clock reads 1 s after that end (inside the grace) reads the box over SSH.
     status = box / ".gpuops" / "agent-status.json"
-    st = wait_for(lambda: status.exists() and (d := json.loads(status.read_text())).get("job", {}).get("ended_at") and d, 20)
+    st = wait_for(
+        lambda: status.exists() and (d := json.loads(status.read_text())).get("job", {}).get("ended_at") and d, 20
+    )
     ended, agent_pid = st["job"]["ended_at"], st["pid"]  # the worker (agent.pid is its supervisor)
     os.kill(agent_pid, signal.SIGSTOP)
     try:
@@ -90,7 +104,9 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
     assert st["destroy"]["reason"] == "job_end" and st["destroy"]["result"] == f"destroyed instance {row.instance_id}"
     scoped = [r for r in emu.market.requests if r["auth"] == f"Bearer {vast_instance_key(row.instance_id)}"]
     assert [(r["method"], r["path"]) for r in scoped] == [("DELETE", f"/api/v0/instances/{row.instance_id}/")]
-    out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60
+    )
     assert [json.loads(x)["kind"] for x in out.stdout.splitlines()] == ["closed"], out.stdout + out.stderr
     row = led.get(row.id)
     assert (row.status, row.end_reason, row.end_source) == ("closed", "job_end", "heartbeat")
@@ -112,22 +128,39 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
     o = min(p.offers(OfferQuery(cards=("rtx-4090",), spot=False)), key=lambda o: o.usd_per_hour)
     inst = p.create(o, CreateSpec(label="gpuops-ssh1", image="img", disk_gb=40, ssh_public_key=ensure_ssh_key(home)[1]))
     key = ensure_ssh_key(home)[0]
-    box = SSHBox(sshd.host, sshd.port, sshd.user, key_path=key, pins=HostKeyPins(home / "known_hosts"), pin_name="t/1",
-                 root="gpuops/ssh1").connect(time.monotonic() + 10)
+    box = SSHBox(
+        sshd.host,
+        sshd.port,
+        sshd.user,
+        key_path=key,
+        pins=HostKeyPins(home / "known_hosts"),
+        pin_name="t/1",
+        root="gpuops/ssh1",
+    ).connect(time.monotonic() + 10)
     os.environ["GPUOPS_AGENT_ENVIRON_FILE"] = world["env"]["GPUOPS_AGENT_ENVIRON_FILE"]
     try:
-        cfg = agent_config(session_id="ssh1", provider="vast", instance_id=inst.id, root=box.root,
-                           teardown=TeardownSettings(sample_seconds=0.3, idle_minutes=2 / 60), started_at=time.time(),
-                           usd_per_hour=inst.usd_per_hour, extra={"destroy": {"kind": "vast", "url": emu.url},
-                                                                  "status_heartbeat_seconds": 0.3})
+        cfg = agent_config(
+            session_id="ssh1",
+            provider="vast",
+            instance_id=inst.id,
+            root=box.root,
+            teardown=TeardownSettings(sample_seconds=0.3, idle_minutes=2 / 60),
+            started_at=time.time(),
+            usd_per_hour=inst.usd_per_hour,
+            extra={"destroy": {"kind": "vast", "url": emu.url}, "status_heartbeat_seconds": 0.3},
+        )
         arm(box, cfg)
         wait_for(lambda: read_status(box), 10)
         c = paramiko.SSHClient()
         c.set_missing_host_key_policy(paramiko.AutoAddPolicy())
-        c.connect(sshd.host, sshd.port, username=sshd.user, key_filename=str(key), look_for_keys=False, allow_agent=False)
+        c.connect(
+            sshd.host, sshd.port, username=sshd.user, key_filename=str(key), look_for_keys=False, allow_agent=False
+        )
         shell = c.invoke_shell()  # a person at a terminal on the box: sshd titles it "sshd: user@pts/N"
         try:
-            seen = wait_for(lambda: (s := read_status(box)) and (s.get("samples") or [{}])[-1].get("ssh", 0) >= 1 and s, 10)
+            seen = wait_for(
+                lambda: (s := read_status(box)) and (s.get("samples") or [{}])[-1].get("ssh", 0) >= 1 and s, 10
+            )
             since = seen["samples"][-1]["t"]  # the agent's first sample with the session open
             # the agent's own word, once its samples with the session open span more than the idle
             # window at 0 % GPU (2 s): it decided to keep the box, for that reason
@@ -144,7 +177,7 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
         assert st["destroy"]["reason"] == "idle" and st["decision"]["idle_since"] >= closed - 0.7
     finally:
         os.environ.pop("GPUOPS_AGENT_ENVIRON_FILE", None)
-        pid = (sshd.home / "gpuops" / "ssh1" / ".gpuops" / "agent.pid")
+        pid = sshd.home / "gpuops" / "ssh1" / ".gpuops" / "agent.pid"
         if pid.exists() and emu.market.find(inst.id) is not None:
             os.kill(int(pid.read_text()), signal.SIGTERM)
         box.close()

@@ -17,8 +17,14 @@ def test_ttl_counts_bootstrap_time(gpuops_home, cli_env, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text(f"touch {ran}\nsleep 30\n")
     env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5")
-    out = subprocess.run(gpuops_cmd("up", "--job", str(job), "--max-hours", "0.0003", "--json"), env=env, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--max-hours", "0.0003", "--json"),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 1, out.stderr
     summ = json.loads(out.stdout)
     assert summ["end_reason"] == "ttl"
@@ -30,8 +36,14 @@ def _up(cli_env, tmp_path, toml, *args):
     job = tmp_path / "job.sh"
     job.write_text(f"touch {tmp_path / 'job-ran'}\n")
     env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="0.5")
-    return subprocess.run(gpuops_cmd("up", "--job", str(job), "--json", *args), env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        gpuops_cmd("up", "--job", str(job), "--json", *args),
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_bootstrap_timeout_is_booked_as_bootstrap_failed_with_a_summary(gpuops_home, cli_env, tmp_path):

@@ -58,7 +58,9 @@ def test_once_closes_row_of_box_the_agent_destroyed(rig, fake_smi):
     assert (r.sid, "closed") in kinds(acts)
     row = r.ledger.get(r.sid)
     assert row.status == "closed" and row.end_reason == "idle"
-    assert row.end_source == "provider" and row.ended_at == pytest.approx(r.destroyed_at(), abs=1e-6)  # the record itself
+    assert row.end_source == "provider" and row.ended_at == pytest.approx(
+        r.destroyed_at(), abs=1e-6
+    )  # the record itself
     assert row.billed_seconds == billed_seconds(r.inst.created_at, r.destroyed_at())  # per second, rounded up
     assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 3.6, abs=1e-6)
     evs = r.ledger.events(r.sid)
@@ -96,18 +98,39 @@ def test_watchdog_applies_policy_from_agent_status(rig, fake_smi):
     r.create()
     now = time.time()
     # An agent status as a (not running) agent would write it: two idle minutes of samples.
-    samples = [{"t": now - 120 + 5 * i, "gpus": [{"index": 0, "util": 0.0, "mem_used_mib": 1.0, "mem_total_mib": 8.0}],
-                "error": None, "bootstrap": False, "ssh": 0} for i in range(25)]
-    status = {"heartbeat": now, "sample_seconds": 5, "samples": samples, "job": {"ended_at": None, "exit_code": None},
-              "teardown": {"max_hours": 4, "idle_minutes": 1.0, "idle_util_percent": 5, "sample_seconds": 5,
-                           "job_end_grace_seconds": 30}, "destroy": None}
+    samples = [
+        {
+            "t": now - 120 + 5 * i,
+            "gpus": [{"index": 0, "util": 0.0, "mem_used_mib": 1.0, "mem_total_mib": 8.0}],
+            "error": None,
+            "bootstrap": False,
+            "ssh": 0,
+        }
+        for i in range(25)
+    ]
+    status = {
+        "heartbeat": now,
+        "sample_seconds": 5,
+        "samples": samples,
+        "job": {"ended_at": None, "exit_code": None},
+        "teardown": {
+            "max_hours": 4,
+            "idle_minutes": 1.0,
+            "idle_util_percent": 5,
+            "sample_seconds": 5,
+            "job_end_grace_seconds": 30,
+        },
+        "destroy": None,
+    }
     Path(r.box.root, ".gpuops", "agent-status.json").write_text(json.dumps(status))
     acts = once(r)
     row = r.ledger.get(r.sid)
     assert row.end_reason == "idle", acts
     assert r.gone()
     ev = [e for e in r.ledger.events(r.sid) if e.kind == "end_requested"]
-    assert json.loads(ev[0].detail)["reason"] == "idle" and "idle: no GPU above 5%" in json.loads(ev[0].detail)["detail"]
+    assert (
+        json.loads(ev[0].detail)["reason"] == "idle" and "idle: no GPU above 5%" in json.loads(ev[0].detail)["detail"]
+    )
 
 
 def test_stale_heartbeat_is_reported_and_ttl_still_enforced(rig, fake_smi):
@@ -226,8 +249,16 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi, tmp_path):
     wait_for(lambda: time.time() > r.inst.created_at + 1.2, 5)  # past the 0.0003 h TTL of the watchdogs
     env = dict(os.environ, PYTHONPATH=str(REPO))
     go = [tmp_path / "go-wd1", tmp_path / "go-wd2"]
-    procs = [subprocess.Popen([sys.executable, "-c", WATCHDOG, f"wd{i}", str(go[i - 1])], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env, text=True) for i in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WATCHDOG, f"wd{i}", str(go[i - 1])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for i in (1, 2)
+    ]
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
     # Overlap them for certain (under load two processes started together may not overlap at all):
@@ -269,7 +300,9 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
         acts = once(r)
         assert (r.sid, "destroyed") in kinds(acts), acts
         (done,) = [a for a in acts if a.kind == "destroyed"]
-        assert done.detail.startswith("job_failed: job exited (code 3)") and "job_failed: job_failed" not in done.detail, done.detail
+        assert (
+            done.detail.startswith("job_failed: job exited (code 3)") and "job_failed: job_failed" not in done.detail
+        ), done.detail
     finally:
         try:
             os.kill(st["pid"], signal.SIGCONT)

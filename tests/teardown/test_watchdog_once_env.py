@@ -16,15 +16,22 @@ def test_watchdog_once_applies_the_ttl_from_the_environment(gpuops_home, cli_env
     r = rig({"max_hours": ttl_hours}, up={"ready_timeout_seconds": 100})
     r.intent()
     r.create()  # no agent: only the watchdog's TTL can end it
-    env = dict(os.environ, PYTHONPATH=cli_env["PYTHONPATH"], GPUOPS_TEARDOWN_MAX_HOURS=str(ttl_hours),
-               GPUOPS_UP_READY_TIMEOUT_SECONDS="100", GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR="2.0")
+    env = dict(
+        os.environ,
+        PYTHONPATH=cli_env["PYTHONPATH"],
+        GPUOPS_TEARDOWN_MAX_HOURS=str(ttl_hours),
+        GPUOPS_UP_READY_TIMEOUT_SECONDS="100",
+        GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR="2.0",
+    )
     ps = subprocess.run(gpuops_cmd("ps", "--json"), env=env, capture_output=True, text=True, timeout=60)
     assert ps.returncode == 0, ps.stderr
     assert [s["session"] for s in json.loads(ps.stdout)] == [r.sid]
     kinds: list[str] = []
 
     def tick() -> bool:  # the TTL is one second from create: tick until it has passed
-        out = subprocess.run(gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            gpuops_cmd("watchdog", "--once", "--json"), env=env, capture_output=True, text=True, timeout=60
+        )
         assert out.returncode == 0, out.stderr
         kinds.extend(json.loads(line)["kind"] for line in out.stdout.splitlines())
         return "destroyed" in kinds

@@ -12,14 +12,21 @@ from tests.conftest import gpuops_cmd
 
 
 def test_the_daemon_leaks_no_scheduler_lines(gpuops_home, cli_env):
-    p = subprocess.Popen(gpuops_cmd("watchdog", "--interval", "0.01", "-v"), env=cli_env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        gpuops_cmd("watchdog", "--interval", "0.01", "-v"),
+        env=cli_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(p.stderr.readline, "")), daemon=True)
     reader.start()
     try:
         deadline = time.monotonic() + 90
-        while sum(" tick: " in line for line in lines) < 30 and time.monotonic() < deadline:  # ticks past 10 ms overlap the next
+        while (
+            sum(" tick: " in line for line in lines) < 30 and time.monotonic() < deadline
+        ):  # ticks past 10 ms overlap the next
             time.sleep(0.05)
         assert sum(" tick: " in line for line in lines) >= 30, lines
     finally:

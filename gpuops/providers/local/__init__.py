@@ -42,6 +42,10 @@ def settings_model() -> type[Section]:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.LOCAL, "this machine", build, load, settings_model,
+    ProviderName.LOCAL,
+    "this machine",
+    build,
+    load,
+    settings_model,
     agent_credential="no key: it ends the box's own processes (TERM, then KILL)",
 )

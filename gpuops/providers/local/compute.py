@@ -40,7 +40,9 @@ def detect_gpus(timeout_s: float = 5.0) -> list[str]:
     if not smi:
         return []
     try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run(
+            [smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired):
         return []
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
@@ -52,10 +54,17 @@ class LocalProvider(Provider):
     name = "local"
     http_calls = False  # processes on this machine only: no HTTP for http_guard to bound
 
-    def __init__(self, boxes_dir: Path, price_per_hour: float | None = None, kill_grace_seconds: float = 10.0,
-                 keep_box_days: float = 7.0):
+    def __init__(
+        self,
+        boxes_dir: Path,
+        price_per_hour: float | None = None,
+        kill_grace_seconds: float = 10.0,
+        keep_box_days: float = 7.0,
+    ):
         self.boxes_dir = Path(boxes_dir)
-        self.keep_box_days = keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
+        self.keep_box_days = (
+            keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
+        )
         self.price_per_hour = price_per_hour
         self.kill_grace_seconds = kill_grace_seconds
         # "Account" on this machine: who and where (gpuops.ownership.local_account). A box of another
@@ -68,9 +77,16 @@ class LocalProvider(Provider):
         simulated = self.price_per_hour is None
         price = card.reference_usd_per_hour * gpu_count if simulated else float(self.price_per_hour)
         return Offer(
-            provider="local", offer_id=f"local:{card.name}:{gpu_count}", card=card.name, gpu_count=gpu_count,
-            vram_bytes=card.vram_bytes, usd_per_hour=round(price, 6), spot=False, reliability=1.0,
-            region="this machine", simulated=simulated,
+            provider="local",
+            offer_id=f"local:{card.name}:{gpu_count}",
+            card=card.name,
+            gpu_count=gpu_count,
+            vram_bytes=card.vram_bytes,
+            usd_per_hour=round(price, 6),
+            spot=False,
+            reliability=1.0,
+            region="this machine",
+            simulated=simulated,
         )
 
     def offers(self, query: OfferQuery) -> list[Offer]:
@@ -91,16 +107,26 @@ class LocalProvider(Provider):
             os.chmod(self.boxes_dir, 0o700)
         d.mkdir(mode=0o700, exist_ok=False)
         os.chmod(d, 0o700)  # the box's HOME: its .netrc and tokens are the user's alone
-        meta = {"id": instance_id, "label": spec.label, "offer": offer.as_json(), "usd_per_hour": offer.usd_per_hour,
-                "simulated": offer.simulated, "created_at": time.time()}
+        meta = {
+            "id": instance_id,
+            "label": spec.label,
+            "offer": offer.as_json(),
+            "usd_per_hour": offer.usd_per_hour,
+            "simulated": offer.simulated,
+            "created_at": time.time(),
+        }
         (d / "instance.json").write_text(json.dumps(meta, indent=1))
         return self._instance(d, meta)
 
     def _instance(self, d: Path, meta: dict) -> Instance:
         gone = (d / "destroyed.json").exists()
         return Instance(
-            id=meta["id"], label=meta["label"], status=InstanceStatus.GONE if gone else InstanceStatus.RUNNING,
-            usd_per_hour=meta["usd_per_hour"], created_at=meta["created_at"], raw_status="destroyed" if gone else "running",
+            id=meta["id"],
+            label=meta["label"],
+            status=InstanceStatus.GONE if gone else InstanceStatus.RUNNING,
+            usd_per_hour=meta["usd_per_hour"],
+            created_at=meta["created_at"],
+            raw_status="destroyed" if gone else "running",
             extra={"local_root": str(d), "simulated": meta.get("simulated", False)},
         )
 

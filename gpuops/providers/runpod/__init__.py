@@ -70,17 +70,31 @@ def read_key_file(path: Path) -> str:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.RUNPOD, "RunPod", build, load, settings_model,
-    keys=KeySource(env_var="RUNPOD_API_KEY", url_var="RUNPOD_API_BASE_URL", default_url="https://api.runpod.io",
-                   files=key_files, read_file=read_key_file, url_tails=("/graphql", "/v2"),
-                   console="runpod.io > Settings > API Keys"),
-    volumes=volume_service, volume_region="datacenter (e.g. EU-RO-1, required)", billing=True,
+    ProviderName.RUNPOD,
+    "RunPod",
+    build,
+    load,
+    settings_model,
+    keys=KeySource(
+        env_var="RUNPOD_API_KEY",
+        url_var="RUNPOD_API_BASE_URL",
+        default_url="https://api.runpod.io",
+        files=key_files,
+        read_file=read_key_file,
+        url_tails=("/graphql", "/v2"),
+        console="runpod.io > Settings > API Keys",
+    ),
+    volumes=volume_service,
+    volume_region="datacenter (e.g. EU-RO-1, required)",
+    billing=True,
     # "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
     # network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
     billing_increment_s=1.0,
-    sdk="runpod", catalog_field="runpod_id", catalog_heading="RunPod gpuTypeId",
+    sdk="runpod",
+    catalog_field="runpod_id",
+    catalog_heading="RunPod gpuTypeId",
     agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "
-                     "the account key never goes to the box",
+    "the account key never goes to the box",
     agent_refused="the agent stops the pod instead (POST /v2/pods/{id}/action stop: GPU billing ends), else keeps "
-                  "trying; the watchdog and reconcile terminate it with the account key",
+    "trying; the watchdog and reconcile terminate it with the account key",
 )

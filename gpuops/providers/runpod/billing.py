@@ -53,5 +53,15 @@ def charge_lines(pod_records: list[Any], volume_records: list[Any]) -> list[Char
         usd = money(rec, "totalAmount")
         if start is None or end is None or usd <= 0:
             continue
-        out.append(ChargeLine(NAME, None, usd, start, end, kind="storage", description=f"network volume {rec.get('networkVolumeId') or '?'}"))
+        out.append(
+            ChargeLine(
+                NAME,
+                None,
+                usd,
+                start,
+                end,
+                kind="storage",
+                description=f"network volume {rec.get('networkVolumeId') or '?'}",
+            )
+        )
     return out

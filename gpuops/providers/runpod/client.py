@@ -110,35 +110,72 @@ class RunPodClient:
             raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(NAME))
         return self.credential.key
 
-    def _status_error(self, status: int, body: Any, action: str, creating: bool, retry_after: str | None) -> ProviderError:
+    def _status_error(
+        self, status: int, body: Any, action: str, creating: bool, retry_after: str | None
+    ) -> ProviderError:
         key = self.credential.key if self.credential else None
         text = redact(problem_text(body, f"HTTP {status}"), key)
         if status == 401:
-            return ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
-                                 missing_key_fix(NAME))
+            return ProviderError(
+                ProviderErrorKind.AUTH,
+                f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
+                missing_key_fix(NAME),
+            )
         if status == 403:
             if creating:  # "your account cannot access the requested pool: skip this candidate"
-                return ProviderError(ProviderErrorKind.OFFER_GONE, f"RunPod refused this GPU pool to the account ({action}): {text}", "try the next offer")
-            return ProviderError(ProviderErrorKind.AUTH, f"RunPod refused the key access while trying to {action}: {text}", missing_key_fix(NAME))
+                return ProviderError(
+                    ProviderErrorKind.OFFER_GONE,
+                    f"RunPod refused this GPU pool to the account ({action}): {text}",
+                    "try the next offer",
+                )
+            return ProviderError(
+                ProviderErrorKind.AUTH,
+                f"RunPod refused the key access while trying to {action}: {text}",
+                missing_key_fix(NAME),
+            )
         if status == 402:
-            return ProviderError(ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {text}", "add credit at runpod.io > Billing")
+            return ProviderError(
+                ProviderErrorKind.FUNDS, f"RunPod refused to {action}: {text}", "add credit at runpod.io > Billing"
+            )
         if status == 429:
-            err = ProviderError(ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry")
+            err = ProviderError(
+                ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry"
+            )
             try:
                 err.retry_after_s = float(retry_after or "")  # type: ignore[attr-defined]
             except ValueError:
                 pass
             return err
         if status >= 500:
-            return ProviderError(ProviderErrorKind.SERVER, f"RunPod server error {status} while trying to {action}: {text}", "retry later; see status.runpod.io")
+            return ProviderError(
+                ProviderErrorKind.SERVER,
+                f"RunPod server error {status} while trying to {action}: {text}",
+                "retry later; see status.runpod.io",
+            )
         if status == 404:
             return ProviderError(ProviderErrorKind.GONE, f"RunPod: {text} ({action})")
         if creating and status == 400:  # no capacity for this GPU here, or a rule broken: next candidate
-            return ProviderError(ProviderErrorKind.NO_CAPACITY, f"RunPod could not place the pod ({action}): {text}", "try another offer or card")
-        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"RunPod rejected the request to {action} ({status}): {text}", "check the card, image and disk size")
+            return ProviderError(
+                ProviderErrorKind.NO_CAPACITY,
+                f"RunPod could not place the pod ({action}): {text}",
+                "try another offer or card",
+            )
+        return ProviderError(
+            ProviderErrorKind.BAD_REQUEST,
+            f"RunPod rejected the request to {action} ({status}): {text}",
+            "check the card, image and disk size",
+        )
 
-    def _rest(self, method: str, path: str, action: str, params: dict | None = None, body: dict | None = None,
-              retries: bool = True, creating: bool = False) -> tuple[int, Any]:
+    def _rest(
+        self,
+        method: str,
+        path: str,
+        action: str,
+        params: dict | None = None,
+        body: dict | None = None,
+        retries: bool = True,
+        creating: bool = False,
+    ) -> tuple[int, Any]:
         """One v2 call: (status, parsed JSON or None).
 
         2xx only; every other status is a ProviderError of the kind the spec's status means.
@@ -150,13 +187,22 @@ class RunPodClient:
 
         def once():
             try:
-                r = requests.request(method, url, params=params, json=body, timeout=self.timeout_s,
-                                     headers={"Authorization": f"Bearer {key}", "Accept": "application/json"})
+                r = requests.request(
+                    method,
+                    url,
+                    params=params,
+                    json=body,
+                    timeout=self.timeout_s,
+                    headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
+                )
             except ProviderError:
                 raise
             except (requests.ConnectionError, requests.Timeout):
-                raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to {action}",
-                                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)") from None
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"cannot reach RunPod at {self.url} to {action}",
+                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
+                ) from None
             try:
                 payload = r.json() if r.content else None
             except ValueError:
@@ -164,12 +210,18 @@ class RunPodClient:
             if not 200 <= r.status_code < 300:
                 raise self._status_error(r.status_code, payload, action, creating, r.headers.get("Retry-After"))
             if r.content and payload is None:
-                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod answered with something that is not JSON while trying to {action}", "retry later")
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"RunPod answered with something that is not JSON while trying to {action}",
+                    "retry later",
+                )
             return r.status_code, payload
 
         return call_with_retries(once, self.retry) if retries else once()
 
     def _object(self, payload: Any, key: str | None, action: str) -> Any:
         if not isinstance(payload, dict) or (key is not None and key not in payload):
-            raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's answer to {action} is not the documented shape", "retry later")
+            raise ProviderError(
+                ProviderErrorKind.SERVER, f"RunPod's answer to {action} is not the documented shape", "retry later"
+            )
         return payload if key is None else payload[key]

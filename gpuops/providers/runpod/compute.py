@@ -112,8 +112,14 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     no_spot_reason = "its REST v2 API withdrew them"  # v2 has no interruptible pods: not Interruptible
     routes = ROUTES
 
-    def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, cloud_types: tuple[str, ...] = CLOUDS,
-                 timeout_s: float = 30.0):
+    def __init__(
+        self,
+        credential: Credential | None,
+        url: str,
+        retry: RetryPolicy | None = None,
+        cloud_types: tuple[str, ...] = CLOUDS,
+        timeout_s: float = 30.0,
+    ):
         self.credential = credential
         self.url = url.rstrip("/")
         self.retry = retry or RetryPolicy()
@@ -180,10 +186,23 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
             vram = max(card.vram_bytes, int(float(mem) * GB)) if mem is not None else card.vram_bytes
         except (TypeError, ValueError, OverflowError):
             vram = float("nan")
-        dcs = [d.get("id") for d in g.get("dataCenters") or [] if isinstance(d, dict) and d.get("availability") not in (None, "NONE")]
-        return Offer(provider=NAME, offer_id=f"{c}:{card.runpod_id}", card=card.name, gpu_count=query.gpu_count, vram_bytes=vram,
-                     usd_per_hour=price, spot=False, min_bid=None, reliability=1.0,
-                     region=f"{c} cloud" + (f" ({', '.join(str(d) for d in dcs[:4])})" if dcs else ""))
+        dcs = [
+            d.get("id")
+            for d in g.get("dataCenters") or []
+            if isinstance(d, dict) and d.get("availability") not in (None, "NONE")
+        ]
+        return Offer(
+            provider=NAME,
+            offer_id=f"{c}:{card.runpod_id}",
+            card=card.name,
+            gpu_count=query.gpu_count,
+            vram_bytes=vram,
+            usd_per_hour=price,
+            spot=False,
+            min_bid=None,
+            reliability=1.0,
+            region=f"{c} cloud" + (f" ({', '.join(str(d) for d in dcs[:4])})" if dcs else ""),
+        )
 
     # -- instances ---------------------------------------------------------------------------
     def _instance(self, pod: dict) -> Instance:
@@ -195,10 +214,18 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         ssh = None
         direct = (pod.get("ssh") or {}).get("direct") if isinstance(pod.get("ssh"), dict) else None
         if isinstance(direct, dict) and direct.get("host") and direct.get("port"):
-            ssh = SshEndpoint(host=str(direct["host"]), port=int(direct["port"]), user=str(direct.get("username") or "root"))
+            ssh = SshEndpoint(
+                host=str(direct["host"]), port=int(direct["port"]), user=str(direct.get("username") or "root")
+            )
         else:  # the runtime's published port 22 over TCP on a public address
             for p in ((pod.get("runtime") or {}).get("ports") or []) if isinstance(pod.get("runtime"), dict) else []:
-                if isinstance(p, dict) and p.get("private") == 22 and p.get("type") == "tcp" and p.get("ip") and p.get("public"):
+                if (
+                    isinstance(p, dict)
+                    and p.get("private") == 22
+                    and p.get("type") == "tcp"
+                    and p.get("ip")
+                    and p.get("public")
+                ):
                     ssh = SshEndpoint(host=str(p["ip"]), port=int(p["public"]))
                     break
         if status == InstanceStatus.RUNNING and not pod.get("runtime"):
@@ -206,11 +233,20 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         cost = pod.get("cost")
         gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
         return Instance(
-            id=str(pod["id"]), label=str(pod.get("name") or ""), status=status,
-            usd_per_hour=float(cost) if isinstance(cost, (int, float)) else None, ssh=ssh if status == InstanceStatus.RUNNING else None,
-            created_at=parse_time(pod.get("createdAt")), raw_status=raw,
-            extra={"gpu_count": gpu.get("count"), "gpu": gpu.get("id"), "data_center": pod.get("dataCenterId"),
-                   "started_at": parse_time(pod.get("startedAt")), "actions": pod.get("actions")},
+            id=str(pod["id"]),
+            label=str(pod.get("name") or ""),
+            status=status,
+            usd_per_hour=float(cost) if isinstance(cost, (int, float)) else None,
+            ssh=ssh if status == InstanceStatus.RUNNING else None,
+            created_at=parse_time(pod.get("createdAt")),
+            raw_status=raw,
+            extra={
+                "gpu_count": gpu.get("count"),
+                "gpu": gpu.get("id"),
+                "data_center": pod.get("dataCenterId"),
+                "started_at": parse_time(pod.get("startedAt")),
+                "actions": pod.get("actions"),
+            },
         )
 
     @staticmethod
@@ -234,7 +270,9 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         """Pods whose name starts with ``label_prefix`` (``GET /v2/pods`` answers the whole list)."""
         _, payload = self._rest("GET", "/v2/pods", "list pods")
         pods = self._object(payload, "pods", "list pods") or []
-        return [self._instance(p) for p in pods if isinstance(p, dict) and str(p.get("name") or "").startswith(label_prefix)]
+        return [
+            self._instance(p) for p in pods if isinstance(p, dict) and str(p.get("name") or "").startswith(label_prefix)
+        ]
 
     def _find_label(self, label: str) -> Instance | None:
         """``find_by_label`` where a failed look-up means "not found" (the caller raises its own error)."""
@@ -257,26 +295,45 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
             raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_WITHDRAWN, _spot_fix())
         cloud, _, gpu_type = offer.offer_id.partition(":")
         if cloud.upper() not in CLOUDS or not gpu_type:
-            raise BadInput(f"not a RunPod offer id: {offer.offer_id!r}", "pick an offer from `gpuops offers --provider runpod`")
+            raise BadInput(
+                f"not a RunPod offer id: {offer.offer_id!r}", "pick an offer from `gpuops offers --provider runpod`"
+            )
         label = inputs.check_label(spec.label)
         image = inputs.check_image(spec.image)
         gpu_id = inputs.check_provider_id(gpu_type, "RunPod GPU type")
         env = dict(inputs.check_env(spec.env))
         if spec.ssh_public_key:
             env["PUBLIC_KEY"] = inputs.check_ssh_public_key(spec.ssh_public_key)
-        body: dict[str, Any] = {"name": label, "image": image, "cloud": cloud.upper(), "gpu": {"id": gpu_id, "count": int(offer.gpu_count)},
-                                "disk": max(1, int(round(spec.disk_gb))), "ports": ["22/tcp"], "env": env, "startSsh": True}
+        body: dict[str, Any] = {
+            "name": label,
+            "image": image,
+            "cloud": cloud.upper(),
+            "gpu": {"id": gpu_id, "count": int(offer.gpu_count)},
+            "disk": max(1, int(round(spec.disk_gb))),
+            "ports": ["22/tcp"],
+            "env": env,
+            "startSsh": True,
+        }
         mount_path = ""
         if spec.volume_id:  # a network volume: Secure Cloud, its datacenter (gpuops.providers.volumes)
             mount_path = spec.volume_mount_path or "/workspace"
-            body["mounts"] = {"network": [{"volumeId": inputs.check_provider_id(spec.volume_id, "RunPod network volume id"), "path": mount_path}]}
+            body["mounts"] = {
+                "network": [
+                    {
+                        "volumeId": inputs.check_provider_id(spec.volume_id, "RunPod network volume id"),
+                        "path": mount_path,
+                    }
+                ]
+            }
             body["dataCenterIds"] = [inputs.check_provider_id(spec.volume_region, "RunPod datacenter id")]
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
 
         def once() -> tuple[Any, Instance | None]:  # (the reply's pod, or the pod an ambiguous failure made)
             try:
-                return self._rest("POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True)[1], None
+                return self._rest(
+                    "POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True
+                )[1], None
             except ProviderError as e:
                 if not e.retryable:
                     raise e from None
@@ -295,7 +352,9 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         except (KeyError, TypeError, ValueError, ProviderError):
             found = self._find_label(label)
             if found is None:
-                raise ProviderError(ProviderErrorKind.SERVER, "RunPod's answer to the create has no pod id", "run `gpuops reconcile`") from None
+                raise ProviderError(
+                    ProviderErrorKind.SERVER, "RunPod's answer to the create has no pod id", "run `gpuops reconcile`"
+                ) from None
             inst = found
         inst.created_at = max(inst.created_at or 0.0, asked_at)
         if inst.usd_per_hour is None:
@@ -358,16 +417,25 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                 try:
                     return run_graphql_query(BALANCE_QUERY, api_key=key)
                 except rperr.AuthenticationError:
-                    raise ProviderError(ProviderErrorKind.AUTH, f"RunPod rejected the API key ({self.credential.source}) while trying to read the balance",
-                                        missing_key_fix(NAME)) from None
+                    raise ProviderError(
+                        ProviderErrorKind.AUTH,
+                        f"RunPod rejected the API key ({self.credential.source}) while trying to read the balance",
+                        missing_key_fix(NAME),
+                    ) from None
                 except rperr.QueryError as e:
                     return {"error": redact(str(e), key)}
                 except (requests.ConnectionError, requests.Timeout):
-                    raise ProviderError(ProviderErrorKind.SERVER, f"cannot reach RunPod at {self.url} to read the balance",
-                                        "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)") from None
+                    raise ProviderError(
+                        ProviderErrorKind.SERVER,
+                        f"cannot reach RunPod at {self.url} to read the balance",
+                        "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
+                    ) from None
                 except (ValueError, TypeError, KeyError):  # the SDK has no status check: an error page, or no data
-                    raise ProviderError(ProviderErrorKind.SERVER, "RunPod answered with an error page or no data while trying to read the balance",
-                                        "retry later; see status.runpod.io") from None
+                    raise ProviderError(
+                        ProviderErrorKind.SERVER,
+                        "RunPod answered with an error page or no data while trying to read the balance",
+                        "retry later; see status.runpod.io",
+                    ) from None
                 finally:
                     if old is None:
                         os.environ.pop("RUNPOD_API_BASE_URL", None)
@@ -376,13 +444,19 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
 
         got = call_with_retries(once, self.retry)
         if "error" in got:
-            return Balance(usd=None, note=f"RunPod's GraphQL API (the only one with the balance) answered an error: {got['error'][:200]}")
+            return Balance(
+                usd=None,
+                note=f"RunPod's GraphQL API (the only one with the balance) answered an error: {got['error'][:200]}",
+            )
         me = ((got or {}).get("data") or {}).get("myself")
         if not isinstance(me, dict):
             return Balance(usd=None, note="RunPod's GraphQL API answered no account (myself)")
         bal, spend = me.get("clientBalance"), me.get("currentSpendPerHr")
         try:
-            return Balance(usd=float(bal) if bal is not None else None, spend_usd_per_hour=float(spend) if spend is not None else None)
+            return Balance(
+                usd=float(bal) if bal is not None else None,
+                spend_usd_per_hour=float(spend) if spend is not None else None,
+            )
         except (TypeError, ValueError):
             return Balance(usd=None, note="RunPod's balance is not a number")
 
@@ -401,7 +475,11 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
             _, payload = self._rest("GET", path, f"read {what} billing", params=window)
             recs = self._object(payload, "records", f"read {what} billing")
             if not isinstance(recs, list):
-                raise ProviderError(ProviderErrorKind.SERVER, f"RunPod's {what} billing has no list of records", "retry later")
+                raise ProviderError(
+                    ProviderErrorKind.SERVER, f"RunPod's {what} billing has no list of records", "retry later"
+                )
             return recs
 
-        return charge_lines(records("/v2/billing/pods", "pod"), records("/v2/billing/network-volumes", "network-volume"))
+        return charge_lines(
+            records("/v2/billing/pods", "pod"), records("/v2/billing/network-volumes", "network-volume")
+        )

@@ -52,8 +52,17 @@ class RunPodVolumes(VolumeService):
 
     def _volume(self, v: dict) -> Volume:
         size = float(v.get("size") or 0)
-        return Volume(provider="runpod", id=str(v["id"]), name=str(v.get("name") or ""), size_gb=size, region=str(v.get("dataCenter") or ""),
-                      usd_per_month=runpod_usd_per_month(size), kind="network", mount_path=RUNPOD_MOUNT, raw=dict(v))
+        return Volume(
+            provider="runpod",
+            id=str(v["id"]),
+            name=str(v.get("name") or ""),
+            size_gb=size,
+            region=str(v.get("dataCenter") or ""),
+            usd_per_month=runpod_usd_per_month(size),
+            kind="network",
+            mount_path=RUNPOD_MOUNT,
+            raw=dict(v),
+        )
 
     def list(self) -> list[Volume]:
         """Every network volume of the account (``GET /v2/network-volumes``). Raises ProviderError."""
@@ -76,13 +85,27 @@ class RunPodVolumes(VolumeService):
         check_name(name)
         size = int(round(check_size(size_gb)))
         if not self.MIN_GB <= size <= self.MAX_GB:
-            raise BadInput(f"a RunPod network volume is {self.MIN_GB}-{self.MAX_GB} GB, not {size} GB", f"pass --size-gb between {self.MIN_GB} and {self.MAX_GB}")
+            raise BadInput(
+                f"a RunPod network volume is {self.MIN_GB}-{self.MAX_GB} GB, not {size} GB",
+                f"pass --size-gb between {self.MIN_GB} and {self.MAX_GB}",
+            )
         if not _RUNPOD_DC.match(region or ""):
-            raise BadInput(f"RunPod datacenter {region!r} is not a datacenter id", "pass --region like EU-RO-1 or US-KS-2")
-        _, body = self.p._rest("POST", "/v2/network-volumes", f"create network volume {name}",
-                               body={"name": name, "size": size, "dataCenter": region}, retries=False)
+            raise BadInput(
+                f"RunPod datacenter {region!r} is not a datacenter id", "pass --region like EU-RO-1 or US-KS-2"
+            )
+        _, body = self.p._rest(
+            "POST",
+            "/v2/network-volumes",
+            f"create network volume {name}",
+            body={"name": name, "size": size, "dataCenter": region},
+            retries=False,
+        )
         if not isinstance(body, dict) or "id" not in body:
-            raise ProviderError(ProviderErrorKind.SERVER, "RunPod's answer to the volume create has no id", "run `gpuops volumes list --provider runpod`")
+            raise ProviderError(
+                ProviderErrorKind.SERVER,
+                "RunPod's answer to the volume create has no id",
+                "run `gpuops volumes list --provider runpod`",
+            )
         return self._volume(body)
 
     def delete(self, volume_id: str) -> None:

@@ -27,8 +27,12 @@ def build(settings: Settings) -> Provider:
     from gpuops.providers.vast.compute import VastProvider
 
     cfg = settings.providers.vast
-    return VastProvider(resolve_key("vast", cfg.api_key, settings.source), resolve_url("vast", cfg.url), storage_gb=settings.up.disk_gb,
-                        data_dir=settings.data_path())
+    return VastProvider(
+        resolve_key("vast", cfg.api_key, settings.source),
+        resolve_url("vast", cfg.url),
+        storage_gb=settings.up.disk_gb,
+        data_dir=settings.data_path(),
+    )
 
 
 def load() -> type[Provider]:
@@ -60,16 +64,30 @@ def key_files(env: dict) -> list[Path]:
 
 
 ENTRY = ProviderEntry(
-    ProviderName.VAST, "Vast.ai", build, load, settings_model,
-    keys=KeySource(env_var="VAST_API_KEY", url_var="VAST_URL", default_url="https://console.vast.ai", files=key_files,
-                   console="cloud.vast.ai > Account > API Keys"),
-    spot=True, volumes=volume_service, volume_region="country code or machine:<id>", billing=True,
+    ProviderName.VAST,
+    "Vast.ai",
+    build,
+    load,
+    settings_model,
+    keys=KeySource(
+        env_var="VAST_API_KEY",
+        url_var="VAST_URL",
+        default_url="https://console.vast.ai",
+        files=key_files,
+        console="cloud.vast.ai > Account > API Keys",
+    ),
+    spot=True,
+    volumes=volume_service,
+    volume_region="country code or machine:<id>",
+    billing=True,
     # "You are charged the base active rental cost for every second your instance is in the
     # active/connected state ... the storage cost ... for every second your instance exists"
     # (docs.vast.ai/billing-help); a stopped instance still bills storage.
     billing_increment_s=1.0,
-    sdk="vastai", catalog_field="vast_name", catalog_heading="Vast gpu_name",
+    sdk="vastai",
+    catalog_field="vast_name",
+    catalog_heading="Vast gpu_name",
     agent_credential="the per-instance CONTAINER_API_KEY from the instance's PID 1 environment "
-                     "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
+    "(DELETE /api/v0/instances/{id}/); the account key never goes to the box",
     agent_refused="the agent keeps trying (backing off to 30 s); the watchdog and reconcile destroy it with the account key",
 )

@@ -58,6 +58,16 @@ def charge_lines(results: list[Any], since: float, until: float) -> list[ChargeL
                 if share <= 0:
                     continue
                 usd, start, end = usd * share, max(start, since), min(end, until)
-            out.append(ChargeLine(NAME, iid, usd, start, end, label=label, kind=kind,
-                                  description=f"{it.get('type') or typ} {source}".strip()))
+            out.append(
+                ChargeLine(
+                    NAME,
+                    iid,
+                    usd,
+                    start,
+                    end,
+                    label=label,
+                    kind=kind,
+                    description=f"{it.get('type') or typ} {source}".strip(),
+                )
+            )
     return out

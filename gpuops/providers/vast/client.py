@@ -70,35 +70,84 @@ class VastClient:
                 pass
             return err
         if isinstance(e, (requests.ConnectionError, requests.Timeout)):
-            return ProviderError(ProviderErrorKind.SERVER, f"cannot reach Vast.ai at {self.url} to {action}", "check the network or [providers.vast] url")
+            return ProviderError(
+                ProviderErrorKind.SERVER,
+                f"cannot reach Vast.ai at {self.url} to {action}",
+                "check the network or [providers.vast] url",
+            )
         if isinstance(e, ValueError):  # 2xx with a non-JSON body
-            return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai answered with something that is not JSON while trying to {action}", "retry later")
-        return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai call failed while trying to {action}: {type(e).__name__}: {redact(str(e), key)}")
+            return ProviderError(
+                ProviderErrorKind.SERVER,
+                f"Vast.ai answered with something that is not JSON while trying to {action}",
+                "retry later",
+            )
+        return ProviderError(
+            ProviderErrorKind.SERVER,
+            f"Vast.ai call failed while trying to {action}: {type(e).__name__}: {redact(str(e), key)}",
+        )
 
     def _body_error(self, status: int, body: dict, action: str, creating: bool) -> ProviderError:
         key = self.credential.key if self.credential else None
         code = str(body.get("error") or "").lower()
         # Vast's {"error", "msg"}; its 429 {"detail"}; a RunPod-style {"message"} read right too.
-        words = next((body[k] for k in ("msg", "message", "detail", "error") if isinstance(body.get(k), str) and body[k].strip()), None)
+        words = next(
+            (
+                body[k]
+                for k in ("msg", "message", "detail", "error")
+                if isinstance(body.get(k), str) and body[k].strip()
+            ),
+            None,
+        )
         text = redact(str(words or f"HTTP {status}"), key)
         low = (code + " " + text).lower()
         left = body.get("new_contract") or body.get("instance_id")
         left_id = str(left) if left else None
         if status in (401, 403) or "auth" in code or "api key" in low:
-            return ProviderError(ProviderErrorKind.AUTH, f"Vast.ai rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}", missing_key_fix(NAME))
+            return ProviderError(
+                ProviderErrorKind.AUTH,
+                f"Vast.ai rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
+                missing_key_fix(NAME),
+            )
         if status == 429:
-            return ProviderError(ProviderErrorKind.RATE_LIMIT, f"Vast.ai rate limit while trying to {action}", "wait a minute and retry")
+            return ProviderError(
+                ProviderErrorKind.RATE_LIMIT, f"Vast.ai rate limit while trying to {action}", "wait a minute and retry"
+            )
         if status >= 500:
-            return ProviderError(ProviderErrorKind.SERVER, f"Vast.ai server error {status} while trying to {action}: {text}", "retry later", instance_id=left_id)
+            return ProviderError(
+                ProviderErrorKind.SERVER,
+                f"Vast.ai server error {status} while trying to {action}: {text}",
+                "retry later",
+                instance_id=left_id,
+            )
         if "bid" in low and ("low" in low or "min" in low):
-            return ProviderError(ProviderErrorKind.BID_TOO_LOW, f"Vast.ai refused the bid while trying to {action}: {text}", "bid at least the offer's min_bid (see `gpuops offers --spot`)", instance_id=left_id)
+            return ProviderError(
+                ProviderErrorKind.BID_TOO_LOW,
+                f"Vast.ai refused the bid while trying to {action}: {text}",
+                "bid at least the offer's min_bid (see `gpuops offers --spot`)",
+                instance_id=left_id,
+            )
         if status == 402 or "insufficient" in low or "credit" in low or "balance" in low:
-            return ProviderError(ProviderErrorKind.FUNDS, f"Vast.ai refused to {action}: {text}", "add credit at cloud.vast.ai > Billing", instance_id=left_id)
+            return ProviderError(
+                ProviderErrorKind.FUNDS,
+                f"Vast.ai refused to {action}: {text}",
+                "add credit at cloud.vast.ai > Billing",
+                instance_id=left_id,
+            )
         if creating and (status == 404 or any(g in low for g in _GONE_ERRORS) or "not available" in low):
-            return ProviderError(ProviderErrorKind.OFFER_GONE, f"the Vast.ai offer is gone ({action}): {text}", "try the next offer", instance_id=left_id)
+            return ProviderError(
+                ProviderErrorKind.OFFER_GONE,
+                f"the Vast.ai offer is gone ({action}): {text}",
+                "try the next offer",
+                instance_id=left_id,
+            )
         if status == 404 or "no_such_instance" in low or "not found" in low:
             return ProviderError(ProviderErrorKind.GONE, f"Vast.ai: {text} ({action})")
-        return ProviderError(ProviderErrorKind.BAD_REQUEST, f"Vast.ai rejected the request to {action}: {text}", "check the image, disk size and bid", instance_id=left_id)
+        return ProviderError(
+            ProviderErrorKind.BAD_REQUEST,
+            f"Vast.ai rejected the request to {action}: {text}",
+            "check the image, disk size and bid",
+            instance_id=left_id,
+        )
 
     def _call(self, action: str, fn, retries: bool = True, creating: bool = False):
         def once():

@@ -73,7 +73,6 @@ _STATUS = {
 }
 
 
-
 def _card_for(gpu_name: str, vram_bytes: int, pool: list[Card]) -> Card | None:
     """The catalog card Vast's ``gpu_name`` means.
 
@@ -95,14 +94,32 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
     name = NAME
 
     routes = (
-        ("POST", "/api/v0/bundles/"), ("PUT", "/api/v0/asks/{id}/"), ("GET", "/api/v1/instances/"), ("GET", "/api/v0/instances/{id}/"),
-        ("DELETE", "/api/v0/instances/{id}/"), ("GET", "/api/v0/users/current"), ("GET", "/api/v0/charges/"),
-        ("GET", "/api/v0/volumes"), ("POST", "/api/v0/volumes/search/"), ("PUT", "/api/v0/volumes/"), ("DELETE", "/api/v0/volumes/"),
+        ("POST", "/api/v0/bundles/"),
+        ("PUT", "/api/v0/asks/{id}/"),
+        ("GET", "/api/v1/instances/"),
+        ("GET", "/api/v0/instances/{id}/"),
+        ("DELETE", "/api/v0/instances/{id}/"),
+        ("GET", "/api/v0/users/current"),
+        ("GET", "/api/v0/charges/"),
+        ("GET", "/api/v0/volumes"),
+        ("POST", "/api/v0/volumes/search/"),
+        ("PUT", "/api/v0/volumes/"),
+        ("DELETE", "/api/v0/volumes/"),
     )  # what gpuops calls on Vast (through vastai 1.9.1), for `gpuops check` and the docs
 
-    def __init__(self, credential: Credential | None, url: str, retry: RetryPolicy | None = None, timeout_s: float = 30.0,
-                 search_limit: int = 64, storage_gb: float = 40.0, data_dir=None):
-        self.data_dir = data_dir  # where gpuops.providers.volumes keeps the names of the volumes it created (Vast lists none)
+    def __init__(
+        self,
+        credential: Credential | None,
+        url: str,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = 30.0,
+        search_limit: int = 64,
+        storage_gb: float = 40.0,
+        data_dir=None,
+    ):
+        self.data_dir = (
+            data_dir  # where gpuops.providers.volumes keeps the names of the volumes it created (Vast lists none)
+        )
         self.credential = credential
         self.url = url
         self.retry = retry or RetryPolicy()
@@ -143,8 +160,15 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
             qk = dict(q)
             if query.max_usd_per_hour is not None and kind == "ondemand":
                 qk["dph_total"] = {"lte": float(query.max_usd_per_hour)}
-            rows = self._call(f"search {kind} offers",
-                              lambda v: v.search_offers(query=qk, type=kind, order="dph_total", limit=self.search_limit, storage=self.storage_gb)) or []
+            rows = (
+                self._call(
+                    f"search {kind} offers",
+                    lambda v: v.search_offers(
+                        query=qk, type=kind, order="dph_total", limit=self.search_limit, storage=self.storage_gb
+                    ),
+                )
+                or []
+            )
             for r in rows:
                 o = self._offer(r, kind == "bid", pool)
                 if o is None:
@@ -157,8 +181,12 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         import dataclasses
 
         on_demand = {o.offer_id: o.usd_per_hour for o in out if not o.spot}
-        return [dataclasses.replace(o, listed_usd_per_hour=on_demand[o.offer_id]) if o.spot and o.offer_id in on_demand else o
-                for o in out]
+        return [
+            dataclasses.replace(o, listed_usd_per_hour=on_demand[o.offer_id])
+            if o.spot and o.offer_id in on_demand
+            else o
+            for o in out
+        ]
 
     def _offer(self, r: dict, spot: bool, pool: list[Card]) -> Offer | None:
         # Numbers are taken as Vast sent them (NaN, negative, 0 GPUs included): gpuops.planning.offers.screen
@@ -185,11 +213,20 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
             if spot and min_bid is not None and stc is not None:
                 price = float(min_bid) + storage  # what a bid at the minimum is charged: bid + storage
             return Offer(
-                provider=NAME, offer_id=str(int(r["id"])), card=card.name, gpu_count=gpu_count, vram_bytes=vram,
-                usd_per_hour=round(price, 6), spot=spot, min_bid=float(min_bid) if (spot and min_bid is not None) else None,
-                reliability=float(rel) if rel is not None else 1.0, region=str(r.get("geolocation") or ""),
-                disk_gb=float(r.get("disk_space") or 0.0), net_down_mbps=float(r.get("inet_down") or 0.0),
-                machine_id=str(r.get("machine_id") or ""), storage_usd_per_hour=round(storage, 6) if math.isfinite(storage) else 0.0,
+                provider=NAME,
+                offer_id=str(int(r["id"])),
+                card=card.name,
+                gpu_count=gpu_count,
+                vram_bytes=vram,
+                usd_per_hour=round(price, 6),
+                spot=spot,
+                min_bid=float(min_bid) if (spot and min_bid is not None) else None,
+                reliability=float(rel) if rel is not None else 1.0,
+                region=str(r.get("geolocation") or ""),
+                disk_gb=float(r.get("disk_space") or 0.0),
+                net_down_mbps=float(r.get("inet_down") or 0.0),
+                machine_id=str(r.get("machine_id") or ""),
+                storage_usd_per_hour=round(storage, 6) if math.isfinite(storage) else 0.0,
             )
         except (KeyError, TypeError, ValueError):
             return None  # a malformed row must not break the whole search
@@ -200,7 +237,11 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         raw_s = "" if raw is None else str(raw)
         status = InstanceStatus.PROVISIONING if raw is None else _STATUS.get(raw_s.lower(), InstanceStatus.UNKNOWN)
         is_bid = bool(row.get("is_bid"))
-        preempted = is_bid and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED) and str(row.get("intended_status") or "") == "running"
+        preempted = (
+            is_bid
+            and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
+            and str(row.get("intended_status") or "") == "running"
+        )
         direct = proxy = None
         ports = row.get("ports") if isinstance(row.get("ports"), dict) else {}
         p22 = ports.get("22/tcp") or []
@@ -211,18 +252,32 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         ssh = (direct or proxy) if status == InstanceStatus.RUNNING else None
         price = row.get("dph_total")
         return Instance(
-            id=str(row["id"]), label=str(row.get("label") or ""), status=status, usd_per_hour=float(price) if price is not None else None,
-            ssh=ssh, created_at=float(row["start_date"]) if row.get("start_date") is not None else None, raw_status=raw_s,
-            extra={"preempted": preempted, "spot": is_bid, "ssh_proxy": proxy, "ssh_direct": direct,
-                   "gpu_name": row.get("gpu_name"), "num_gpus": row.get("num_gpus"),  # checked against the order (offers.check_delivered)
-                   "intended_status": row.get("intended_status"), "status_msg": row.get("status_msg")},
+            id=str(row["id"]),
+            label=str(row.get("label") or ""),
+            status=status,
+            usd_per_hour=float(price) if price is not None else None,
+            ssh=ssh,
+            created_at=float(row["start_date"]) if row.get("start_date") is not None else None,
+            raw_status=raw_s,
+            extra={
+                "preempted": preempted,
+                "spot": is_bid,
+                "ssh_proxy": proxy,
+                "ssh_direct": direct,
+                "gpu_name": row.get("gpu_name"),
+                "num_gpus": row.get("num_gpus"),  # checked against the order (offers.check_delivered)
+                "intended_status": row.get("intended_status"),
+                "status_msg": row.get("status_msg"),
+            },
         )
 
     def _id(self, instance_id: str) -> int:
         try:
             return int(instance_id)
         except (TypeError, ValueError):
-            raise BadInput(f"not a Vast.ai instance id: {instance_id!r}", "Vast ids are numbers; see `gpuops reconcile`") from None
+            raise BadInput(
+                f"not a Vast.ai instance id: {instance_id!r}", "Vast ids are numbers; see `gpuops reconcile`"
+            ) from None
 
     @guarded
     def get(self, instance_id: str) -> Instance | None:
@@ -267,21 +322,39 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         onstart = inputs.authorized_keys_onstart(spec.ssh_public_key) if spec.ssh_public_key else None
         bid = None
         if offer.spot:
-            bid = spec.bid_usd_per_hour if spec.bid_usd_per_hour is not None else (offer.min_bid if offer.min_bid is not None else offer.usd_per_hour)
+            bid = (
+                spec.bid_usd_per_hour
+                if spec.bid_usd_per_hour is not None
+                else (offer.min_bid if offer.min_bid is not None else offer.usd_per_hour)
+            )
             if not bid or bid <= 0:
                 raise BadInput(f"bid {bid!r} USD/h is not a price", "pass a positive bid")
         elif spec.bid_usd_per_hour is not None:
-            raise BadInput("a bid was given for an on-demand Vast offer", "pick an interruptible offer (--spot) or drop the bid")
+            raise BadInput(
+                "a bid was given for an on-demand Vast offer", "pick an interruptible offer (--spot) or drop the bid"
+            )
 
         mount = {}
         if spec.volume_id:  # a Vast local volume on this offer's machine (gpuops.providers.volumes)
             if not str(spec.volume_id).isdigit():
-                raise BadInput(f"Vast volume id {spec.volume_id!r} is not a number", "see `gpuops volumes list --provider vast`")
+                raise BadInput(
+                    f"Vast volume id {spec.volume_id!r} is not a number", "see `gpuops volumes list --provider vast`"
+                )
             mount = {"link_volume": int(spec.volume_id), "mount_path": spec.volume_mount_path or "/gpuops-volume"}
 
         def rent(v):
-            res = v.create_instance(ask, image=image, disk=float(spec.disk_gb), env=env, price=bid, label=label,
-                                    onstart_cmd=onstart, ssh=True, direct=True, **mount)
+            res = v.create_instance(
+                ask,
+                image=image,
+                disk=float(spec.disk_gb),
+                env=env,
+                price=bid,
+                label=label,
+                onstart_cmd=onstart,
+                ssh=True,
+                direct=True,
+                **mount,
+            )
             if not isinstance(res, dict) or not res.get("success") or not res.get("new_contract"):
                 raise self._body_error(200, res if isinstance(res, dict) else {}, f"rent offer {ask}", True)
             return res
@@ -324,8 +397,13 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         except ProviderError:
             pass
         if inst is None:
-            inst = Instance(id=iid, label=label, status=InstanceStatus.PROVISIONING,
-                            usd_per_hour=bid if bid is not None else offer.usd_per_hour, created_at=time.time())
+            inst = Instance(
+                id=iid,
+                label=label,
+                status=InstanceStatus.PROVISIONING,
+                usd_per_hour=bid if bid is not None else offer.usd_per_hour,
+                created_at=time.time(),
+            )
         inst.extra["bid_usd_per_hour"] = bid
         if mount:
             inst.extra["volume_path"] = mount["mount_path"]

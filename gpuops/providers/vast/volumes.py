@@ -23,7 +23,9 @@ from pathlib import Path
 from gpuops.errors import BadInput
 from gpuops.providers.volumes import Volume, VolumeService, check_name, check_size
 
-VAST_USD_PER_GB_MONTH = 0.10  # vastai 1.9.1 vastai/api/storage.py list_volume(price_disk=0.10): hosts' default volume price
+VAST_USD_PER_GB_MONTH = (
+    0.10  # vastai 1.9.1 vastai/api/storage.py list_volume(price_disk=0.10): hosts' default volume price
+)
 VAST_MOUNT = "/gpuops-volume"  # Vast mounts a volume where the renter says (volume_info.mount_path)
 
 
@@ -75,9 +77,18 @@ class VastVolumes(VolumeService):
         vid = str(int(row["id"]))
         own = row.get("label") or row.get("name") or row.get("volume_name")
         name = str(own) if own else str(((book or {}).get(vid) or {}).get("name") or "")
-        return Volume(provider="vast", id=vid, name=name, size_gb=size,
-                      region=str(row.get("geolocation") or ""), usd_per_month=round(float(cost) * size, 4) if cost is not None else None,
-                      kind=kind, machine_id=str(row.get("machine_id") or ""), mount_path=VAST_MOUNT, raw=dict(row))
+        return Volume(
+            provider="vast",
+            id=vid,
+            name=name,
+            size_gb=size,
+            region=str(row.get("geolocation") or ""),
+            usd_per_month=round(float(cost) * size, 4) if cost is not None else None,
+            kind=kind,
+            machine_id=str(row.get("machine_id") or ""),
+            mount_path=VAST_MOUNT,
+            raw=dict(row),
+        )
 
     def list(self) -> list[Volume]:
         """Local and network volumes of the account (named from the row, else from the book). Raises ProviderError."""
@@ -111,22 +122,45 @@ class VastVolumes(VolumeService):
         elif re.fullmatch(r"[A-Z]{2}", region or ""):
             query["geolocation"] = {"eq": region}
         elif region:
-            raise BadInput(f"Vast region {region!r} is not a country code or machine:<id>", "pass --region SE, or --region machine:12345")
-        offers = self.p._call("search volume offers", lambda v: v.search_volumes(query=query, order=[["storage_cost", "asc"]], storage=size))
-        offers = [o for o in offers or [] if float(o.get("disk_space") or 0) >= size and o.get("storage_cost") is not None]
+            raise BadInput(
+                f"Vast region {region!r} is not a country code or machine:<id>",
+                "pass --region SE, or --region machine:12345",
+            )
+        offers = self.p._call(
+            "search volume offers",
+            lambda v: v.search_volumes(query=query, order=[["storage_cost", "asc"]], storage=size),
+        )
+        offers = [
+            o for o in offers or [] if float(o.get("disk_space") or 0) >= size and o.get("storage_cost") is not None
+        ]
         if not offers:
-            raise ProviderError(ProviderErrorKind.NO_CAPACITY, f"no Vast volume offer has {size:g} GB free" + (f" in {region}" if region else ""),
-                                "try another --region or a smaller --size-gb")
+            raise ProviderError(
+                ProviderErrorKind.NO_CAPACITY,
+                f"no Vast volume offer has {size:g} GB free" + (f" in {region}" if region else ""),
+                "try another --region or a smaller --size-gb",
+            )
         best = min(offers, key=lambda o: float(o["storage_cost"]))
         before = {v.id for v in self.list()}
-        res = self.p._call(f"create volume on offer {best['id']}", lambda v: v.create_volume(int(best["id"]), size=size, name=name), retries=False)
+        res = self.p._call(
+            f"create volume on offer {best['id']}",
+            lambda v: v.create_volume(int(best["id"]), size=size, name=name),
+            retries=False,
+        )
         vname = str(res.get("volume_name") or "") if isinstance(res, dict) else ""
-        new = [v for v in self.list() if v.id not in before and (not v.machine_id or v.machine_id == str(best.get("machine_id") or v.machine_id))]
+        new = [
+            v
+            for v in self.list()
+            if v.id not in before and (not v.machine_id or v.machine_id == str(best.get("machine_id") or v.machine_id))
+        ]
         named = [v for v in new if v.name and v.name in (name, vname)]
         pick = named[0] if len(named) == 1 else new[0] if len(new) == 1 else None
         if pick is None:
-            raise ProviderError(ProviderErrorKind.SERVER, f"Vast accepted the volume {name!r} ({vname or 'no volume_name'}) but the list "
-                                f"shows {len(new)} new volumes", "run `gpuops volumes list --provider vast`")
+            raise ProviderError(
+                ProviderErrorKind.SERVER,
+                f"Vast accepted the volume {name!r} ({vname or 'no volume_name'}) but the list "
+                f"shows {len(new)} new volumes",
+                "run `gpuops volumes list --provider vast`",
+            )
         book = self._book()
         book[pick.id] = {"name": name, "volume_name": vname}
         self._write_book(book)
@@ -141,7 +175,10 @@ class VastVolumes(VolumeService):
         try:
             self.p._call(f"delete volume {volume_id}", lambda v: v.delete_volume(int(volume_id)))
         except ProviderError as e:
-            if e.kind not in (ProviderErrorKind.GONE, ProviderErrorKind.OFFER_GONE) and "not found" not in e.message.lower():
+            if (
+                e.kind not in (ProviderErrorKind.GONE, ProviderErrorKind.OFFER_GONE)
+                and "not found" not in e.message.lower()
+            ):
                 raise
         book = self._book()
         if book.pop(str(volume_id), None) is not None:
@@ -150,7 +187,10 @@ class VastVolumes(VolumeService):
     def mountable(self, volume: Volume, offers: list) -> list:
         """The offers that can mount ``volume``: those on its machine (a Vast local volume)."""
         if volume.kind != "local":
-            raise BadInput(f"Vast network volume {volume.id} cannot be mounted by gpuops yet", "use a Vast local volume, or a RunPod network volume")
+            raise BadInput(
+                f"Vast network volume {volume.id} cannot be mounted by gpuops yet",
+                "use a Vast local volume, or a RunPod network volume",
+            )
         return [o for o in offers if getattr(o, "machine_id", "") == volume.machine_id]
 
     def where(self, volume: Volume) -> str:

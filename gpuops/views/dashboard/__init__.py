@@ -23,7 +23,9 @@ def _need(*modules: str) -> None:
         raise BadInput(f"gpuops dashboard needs {', '.join(missing)}, which is not installed", EXTRA_FIX)
 
 
-def command(settings, month: str | None = None, tz: str | None = None, port: int = 8765, html: Path | None = None) -> None:
+def command(
+    settings, month: str | None = None, tz: str | None = None, port: int = 8765, html: Path | None = None
+) -> None:
     """Serve the dashboard on 127.0.0.1:``port``, or write the page for ``month`` to ``html``.
 
     Serve the dashboard on 127.0.0.1:``port`` until stopped, or with ``html`` write the page for
@@ -46,8 +48,10 @@ def command(settings, month: str | None = None, tz: str | None = None, port: int
         except OSError as e:  # no such folder, read-only, disk full: the user's path, a one-line fix
             if tmp.parent.is_dir():
                 tmp.unlink(missing_ok=True)
-            raise BadInput(f"cannot write --html {html}: {e.strerror or e}",
-                           "pass a file in an existing, writable folder, e.g. --html costs.html") from None
+            raise BadInput(
+                f"cannot write --html {html}: {e.strerror or e}",
+                "pass a file in an existing, writable folder, e.g. --html costs.html",
+            ) from None
         print(f"wrote {out} ({len(text.encode()):,} bytes, opens offline)")
         return
     _need("starlette", "uvicorn", "jinja2")

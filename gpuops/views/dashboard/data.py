@@ -19,8 +19,13 @@ from typing import Any
 StatusReader = Callable[[Any], "dict | None"]
 
 
-def build(settings, month: str | None = None, tz: str | None = None, now: float | None = None,
-          read_status: StatusReader | None = None) -> dict:
+def build(
+    settings,
+    month: str | None = None,
+    tz: str | None = None,
+    now: float | None = None,
+    read_status: StatusReader | None = None,
+) -> dict:
     """The dashboard's data for ``month`` in ``tz``.
 
     ``month``: ``YYYY-MM``, default this month; ``tz``: an IANA name, None for the machine's zone.
@@ -51,7 +56,9 @@ def build(settings, month: str | None = None, tz: str | None = None, now: float 
         "report": report,
         "sessions": session_rows(recent_rows(reader, start, end), tz),
         "open_boxes": boxes,
-        "watchdog": [{"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))],  # who enforces the money layer
+        "watchdog": [
+            {"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))
+        ],  # who enforces the money layer
         "billing_now": _totals(boxes),
         "budget": budget(settings, now),
         "trend": trend(reader, report["month"], tz),
@@ -106,7 +113,11 @@ def live(settings, now: float | None = None, tz: str | None = None) -> dict:
     now = time.time() if now is None else now
     rows = list_open(open_ledger(settings), now=now)
     keep = ("session", "usd_per_hour", "accrued_usd", "ttl_left_seconds", "idle_seconds", "tokens", "simulated")
-    return {"generated_at": iso(now, tz), "open_boxes": [{k: r.get(k) for k in keep} for r in rows], "billing_now": totals(rows)}
+    return {
+        "generated_at": iso(now, tz),
+        "open_boxes": [{k: r.get(k) for k in keep} for r in rows],
+        "billing_now": totals(rows),
+    }
 
 
 def budget(settings, now: float) -> dict:
@@ -122,11 +133,21 @@ def budget(settings, now: float) -> dict:
 
     t = settings.teardown
     cap = t.monthly_cap_usd
-    out = {"monthly_cap_usd": cap, "spent_usd": None, "cap_fraction": None, "balance_floor_usd": t.balance_floor_usd,
-           "balances": balances(settings)}
+    out = {
+        "monthly_cap_usd": cap,
+        "spent_usd": None,
+        "cap_fraction": None,
+        "balance_floor_usd": t.balance_floor_usd,
+        "balances": balances(settings),
+    }
     if cap is None:
         return out
-    spent = month_spend(open_ledger(settings), *month_start_end(now), now=now, owner=None if t.limits_scope == "team" else settings.owner())
+    spent = month_spend(
+        open_ledger(settings),
+        *month_start_end(now),
+        now=now,
+        owner=None if t.limits_scope == "team" else settings.owner(),
+    )
     out["spent_usd"] = round(spent, 6)
     out["cap_fraction"] = round(spent / cap, 6) if cap > 0 else None
     return out
@@ -185,7 +206,9 @@ def box_row(row, status: dict | None, now: float, default_teardown, tz: str | No
     source = "box agent"
     if not isinstance(max_hours, (int, float)) or isinstance(max_hours, bool) or max_hours <= 0:
         max_hours, source = default_teardown.max_hours, "default setting"
-    idle_minutes = teardown.get("idle_minutes", default_teardown.idle_minutes) if status else default_teardown.idle_minutes
+    idle_minutes = (
+        teardown.get("idle_minutes", default_teardown.idle_minutes) if status else default_teardown.idle_minutes
+    )
     hb = (status or {}).get("heartbeat")
     hb_age = round(now - float(hb), 1) if isinstance(hb, (int, float)) and not isinstance(hb, bool) else None
     return {

@@ -22,10 +22,14 @@ PAGE_JS = STATIC / "dashboard.js"
 # How often the served page re-reads the open boxes' figures (``/api/open.json``: the ledger only).
 POLL_SECONDS = 5.0
 
-ALLIN_HELP = ("every dollar paid per million tokens: bootstrap, idle time after the job and failed runs "
-              "of the same group included (cost / tokens x 1e6)")
-JOB_HELP = ("only the job's own seconds x the price, per million tokens, over the sessions that produced "
-            "tokens: what the work itself cost")
+ALLIN_HELP = (
+    "every dollar paid per million tokens: bootstrap, idle time after the job and failed runs "
+    "of the same group included (cost / tokens x 1e6)"
+)
+JOB_HELP = (
+    "only the job's own seconds x the price, per million tokens, over the sessions that produced "
+    "tokens: what the work itself cost"
+)
 
 
 def tz_words(tz: str | None) -> str:
@@ -72,8 +76,12 @@ def duration(seconds) -> str:
 def _env():
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=False)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+    )
     env.filters["fmt"] = fmt
     env.filters["duration"] = duration
     return env
@@ -106,14 +114,38 @@ def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str
 
     words = tz_words(data["tz"])
     rep = data["report"]
-    chart = {"month": data["month"], "tz_words": words, "days": rep["days"],
-             "by_experiment": [{"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_experiment"]],
-             "by_card": [{"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_card"]],
-             "trend": [{"month": t["month"], "cost_usd": t["total_usd"], "simulated_usd": t["simulated_usd"]} for t in data["trend"]],
-             "live_url": "api/open.json" + (f"?tz={quote(tz_value)}" if tz_value else "") if not inline else None,
-             "poll_seconds": POLL_SECONDS}
-    return _env().get_template("page.html").render(
-        d=data, served=not inline, version=__version__, tz_words=words, tz_value=tz_value or "",
-        zones=_zones() if not inline else (), allin_help=ALLIN_HELP, job_help=JOB_HELP, chart=chart,
-        chart_js=_script_text(CHART_JS) if inline else "", page_js=_script_text(PAGE_JS) if inline else "",
+    chart = {
+        "month": data["month"],
+        "tz_words": words,
+        "days": rep["days"],
+        "by_experiment": [
+            {"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]}
+            for g in rep["by_experiment"]
+        ],
+        "by_card": [
+            {"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_card"]
+        ],
+        "trend": [
+            {"month": t["month"], "cost_usd": t["total_usd"], "simulated_usd": t["simulated_usd"]}
+            for t in data["trend"]
+        ],
+        "live_url": "api/open.json" + (f"?tz={quote(tz_value)}" if tz_value else "") if not inline else None,
+        "poll_seconds": POLL_SECONDS,
+    }
+    return (
+        _env()
+        .get_template("page.html")
+        .render(
+            d=data,
+            served=not inline,
+            version=__version__,
+            tz_words=words,
+            tz_value=tz_value or "",
+            zones=_zones() if not inline else (),
+            allin_help=ALLIN_HELP,
+            job_help=JOB_HELP,
+            chart=chart,
+            chart_js=_script_text(CHART_JS) if inline else "",
+            page_js=_script_text(PAGE_JS) if inline else "",
+        )
     )

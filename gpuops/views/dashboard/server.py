@@ -20,8 +20,10 @@ from gpuops.errors import BadInput
 HOST = "127.0.0.1"
 # The Host header values served; the port is not part of the match (TrustedHostMiddleware strips it).
 ALLOWED_HOSTS = ("127.0.0.1", "localhost")
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
-       "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+)
 
 
 def make_app(settings, month: str | None = None, tz: str | None = None, read_status=None):
@@ -37,8 +39,12 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
     import gpuops.views.dashboard.data as dashboard_data
     import gpuops.views.dashboard.page as page
 
-    headers = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-               "Cache-Control": "no-store"}
+    headers = {
+        "Content-Security-Policy": CSP,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
 
     def _params(request) -> tuple[str | None, str | None]:
         m = request.query_params.get("month") or month
@@ -72,20 +78,25 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
             return JSONResponse({"error": str(e)}, status_code=400, headers=headers)
         return JSONResponse(d, headers=headers)
 
-    return Starlette(routes=[
-        Route("/", index, methods=["GET"]),
-        Route("/api/dashboard.json", api, methods=["GET"]),
-        Route("/api/open.json", open_boxes, methods=["GET"]),
-        Mount("/static", app=StaticFiles(directory=str(page.STATIC)), name="static"),
-    ], middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(ALLOWED_HOSTS), www_redirect=False)])
+    return Starlette(
+        routes=[
+            Route("/", index, methods=["GET"]),
+            Route("/api/dashboard.json", api, methods=["GET"]),
+            Route("/api/open.json", open_boxes, methods=["GET"]),
+            Mount("/static", app=StaticFiles(directory=str(page.STATIC)), name="static"),
+        ],
+        middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(ALLOWED_HOSTS), www_redirect=False)],
+    )
 
 
 def _error_page(message: str) -> str:
     from markupsafe import escape
 
-    return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><link rel=\"icon\" href=\"data:,\">"
-            f"<title>gpuops dashboard: bad request</title></head><body><p>error: {escape(message)}</p>"
-            f"<p><a href=\"./\">back to this month</a></p></body></html>")
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><link rel="icon" href="data:,">'
+        f"<title>gpuops dashboard: bad request</title></head><body><p>error: {escape(message)}</p>"
+        f'<p><a href="./">back to this month</a></p></body></html>'
+    )
 
 
 def serve(settings, month: str | None, tz: str | None, port: int) -> None:
@@ -101,7 +112,9 @@ def serve(settings, month: str | None, tz: str | None, port: int) -> None:
         sock.bind((HOST, port))
     except OSError as e:
         sock.close()
-        raise BadInput(f"cannot listen on {HOST}:{port}: {e.strerror}", "pick another --port, or --port 0 for any free one") from None
+        raise BadInput(
+            f"cannot listen on {HOST}:{port}: {e.strerror}", "pick another --port, or --port 0 for any free one"
+        ) from None
     sock.listen(64)
     url = f"http://{HOST}:{sock.getsockname()[1]}/"
     print(f"gpuops dashboard: {url} (read-only; Ctrl-C stops it)", flush=True)
