@@ -462,34 +462,21 @@ class CheckRun:
 
         Every child ended, every box of this check destroyed with the account key, every row closed
         (``lifecycle.end_rental``: idempotent, retried, waits on the provider only)."""
-        from gpuops.rental.lifecycle import end_rental
-
-        for layer in self.layers:
+        for layer in self.layers:  # every child first: a layer that fails below must not keep one alive
             self._close_box(layer)
             if layer.proc is not None:
                 _kill(layer.proc)
-            row = self._row(layer)
-            if row is not None and row.status != RowStatus.CLOSED:
-                # a box its agent stopped is booked with the agent's reason; one the check ends, as manual
-                reason = EndReason.parse(layer.data.get("agent_reason")) if layer.stopped_at is not None else None
-                reason = reason or (EndReason.INTERRUPTED if layer.finding is None else EndReason.MANUAL)
-                end_rental(
-                    self.ledger,
-                    self.provider,
-                    row.id,
-                    reason,
-                    by=f"check:{os.getpid()}",
-                    detail=f"gpuops check: {layer.name} layer over",
+        for layer in self.layers:
+            try:
+                self._end_row(layer)
+            except Exception as e:  # noqa: BLE001 -- the next layer's box is destroyed all the same
+                layer.finding = Finding(
+                    f"layer.{layer.name}",
+                    Verdict.FAIL,
+                    f"its row could not be closed: {e}",
+                    "run `gpuops reconcile` (it closes the row from the provider's answer)",
+                    data=dict(layer.data),
                 )
-                if layer.finding is None:
-                    layer.data.update(session=layer.row_id, instance_id=layer.instance_id)
-                    layer.finding = Finding(
-                        f"layer.{layer.name}",
-                        Verdict.FAIL,
-                        "interrupted before the layer was proven; its box is destroyed",
-                        "run `gpuops check --live --rent` again",
-                        data=dict(layer.data),
-                    )
         # A create that had not reached the row yet: the label finds it (nothing of ours is left).
         try:
             for inst in self.provider.list("gpuops-"):
@@ -498,6 +485,33 @@ class CheckRun:
                     self.provider.destroy(inst.id)
         except GpuopsError:
             pass
+
+    def _end_row(self, layer: Layer) -> None:
+        """Close ``layer``'s row if it is still open (``lifecycle.end_rental`` destroys its box)."""
+        from gpuops.rental.lifecycle import end_rental
+
+        row = self._row(layer)
+        if row is not None and row.status != RowStatus.CLOSED:
+            # a box its agent stopped is booked with the agent's reason; one the check ends, as manual
+            reason = EndReason.parse(layer.data.get("agent_reason")) if layer.stopped_at is not None else None
+            reason = reason or (EndReason.INTERRUPTED if layer.finding is None else EndReason.MANUAL)
+            end_rental(
+                self.ledger,
+                self.provider,
+                row.id,
+                reason,
+                by=f"check:{os.getpid()}",
+                detail=f"gpuops check: {layer.name} layer over",
+            )
+            if layer.finding is None:
+                layer.data.update(session=layer.row_id, instance_id=layer.instance_id)
+                layer.finding = Finding(
+                    f"layer.{layer.name}",
+                    Verdict.FAIL,
+                    "interrupted before the layer was proven; its box is destroyed",
+                    "run `gpuops check --live --rent` again",
+                    data=dict(layer.data),
+                )
 
     def _books(self) -> list[Finding]:
         """Booked seconds and cost of each rental beside the provider's billing."""
