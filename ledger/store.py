@@ -428,7 +428,7 @@ class Ledger:
 
         Insert the held rows the ledger no longer has (with an ``intent`` and a ``rebooked``
         event); returns how many. Database errors leave the rest to the spool."""
-        from ledger import writes
+        import ledger.writes as writes
 
         done = 0
         for d in list(self._held.values()):
@@ -621,7 +621,7 @@ class Ledger:
         Insert the intent row (status provisioning) and its first event in one transaction.
         ``row``: a ``ledger.models.Session``, or its columns as a dict (the model's defaults for
         the rest: ``ledger.writes.session_dict``)."""
-        from ledger import writes
+        import ledger.writes as writes
 
         fields = row if isinstance(row, dict) else row.model_dump()
         got = writes.add_session(self._books(), {k: _plain(v) for k, v in fields.items()}, self._busy_s())
@@ -656,7 +656,7 @@ class Ledger:
         )
 
     def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
-        from ledger import writes
+        import ledger.writes as writes
 
         writes.event(self._books(), session_id, _plain(kind), detail, at, self._busy_s())
 
@@ -669,7 +669,7 @@ class Ledger:
         self._guarded("steps", self._add_steps, session_id=session_id, steps=steps)
 
     def _add_steps(self, session_id: str, steps: list[dict]) -> None:
-        from ledger import writes
+        import ledger.writes as writes
 
         writes.add_steps(self._books(), session_id, steps, self._busy_s())
 
@@ -686,7 +686,7 @@ class Ledger:
         )
 
     def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
-        from ledger import writes
+        import ledger.writes as writes
 
         return writes.request_end(self._books(), session_id, reason, by, detail, self._busy_s())
 
@@ -711,7 +711,7 @@ class Ledger:
         )
 
     def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row:
-        from ledger import writes
+        import ledger.writes as writes
 
         return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
 
@@ -763,7 +763,7 @@ class Ledger:
         return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
     def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Row:
-        from ledger import writes
+        import ledger.writes as writes
 
         return writes.set_fields(self._books(), session_id, kind, detail, fields, self._busy_s())
 
@@ -1061,7 +1061,7 @@ class Ledger:
     # -- reads --------------------------------------------------------------------------------
     def get(self, session_id: str) -> Row | None:
         """The session row (None when there is none); this Ledger then holds it (``held``)."""
-        from ledger import writes
+        import ledger.writes as writes
 
         row = writes.get(self._books(), session_id, self._busy_s())
         if row is not None and (session_id not in self._held or not self.has_spool()):
@@ -1175,6 +1175,6 @@ class Ledger:
 
     def events(self, session_id: str) -> list[Any]:
         """The session's events, oldest first (read-only rows: ``ledger.writes.EventRow``)."""
-        from ledger import writes
+        import ledger.writes as writes
 
         return writes.events(self._books(), session_id, self._busy_s())
