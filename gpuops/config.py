@@ -119,8 +119,9 @@ class LedgerSettings(_Section):
 
 # One table per provider (``[providers.<name>]``), each the settings model of its folder
 # (``gpuops/providers/<name>/settings.py``), in the registry's order: adding a provider edits nothing
-# here. The registry is the one module above the ground floor that config imports (the contract's
-# one declared exception, pyproject ``[tool.importlinter]``): it and what it loads are light data.
+# here. config sits on the floor above the registry (pyproject ``[tool.importlinter]``), which
+# imports nothing of config (a provider is built from ``entry.SettingsView``, this file's shape of
+# ``Settings``); what the registry loads is light data (tests/core/test_import_contract.py).
 _PROVIDER_MODELS = {e.section: e.settings() for e in REGISTRY.values()}
 ProvidersSettings = msgspec.defstruct(
     "ProvidersSettings",

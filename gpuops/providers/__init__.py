@@ -10,8 +10,9 @@ import it is checked against it by ``tests/providers/test_registry.py``: the ``b
 vocabulary (it runs on the box, standard library only), ``infra.example.toml``'s sections and the
 pyproject extras. Adding a provider: docs/adding-a-provider.md. Provider classes, SDKs and settings
 models import lazily (``build``, ``load``, ``settings``): this module is read at CLI start-up for
-the help strings, and by ``gpuops.config`` (the one import up the layers, pyproject
-``[tool.importlinter]``), so at module level it imports nothing above the ground floor.
+the help strings, and by ``gpuops.config`` (the floor above, pyproject ``[tool.importlinter]``), so
+at module level it imports nothing but the ground floor. A provider is built from a
+``SettingsView`` (``entry.py``), the shape of ``config.Settings``: nothing here imports ``config``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,9 @@ from typing import TYPE_CHECKING
 from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
 from gpuops.providers import local, runpod, vast  # one folder each; adding one: docs/adding-a-provider.md
-from gpuops.providers.entry import ProviderEntry
+from gpuops.providers.entry import ProviderEntry, SettingsView
 
 if TYPE_CHECKING:
-    from gpuops.config import Settings
     from gpuops.providers.base import Provider
 
 # The registrations, in the order help strings list them (local first: the default).
@@ -63,7 +63,7 @@ def entry(name: str) -> ProviderEntry:
     return e
 
 
-def get_provider(name: str, settings: Settings) -> Provider:
+def get_provider(name: str, settings: SettingsView) -> Provider:
     """The provider called ``name``; BadInput for an unknown name."""
     return entry(name).build(settings)
 
@@ -82,7 +82,7 @@ def billing_increment(name: str) -> float | None:
     return e.billing_increment_s if e is not None else None
 
 
-def configured(settings: Settings) -> list[str]:
+def configured(settings: SettingsView) -> list[str]:
     """Marketplace providers with an API key somewhere, in NAMES order.
 
     Somewhere: its variable, infra.toml or the provider's own file; ``local`` is not included (it

@@ -1,24 +1,42 @@
 """One provider as the registry (``gpuops.providers.REGISTRY``) knows it.
 
-``ProviderEntry``, and ``KeySource``, where its account key and API base come from. Light on
-purpose: every provider folder's ``__init__.py`` builds its entry from these at CLI start-up (the
-help strings and ``gpuops.config``'s ``[providers]`` tables), so this module imports no provider
-class, SDK or ``logging``."""
+``ProviderEntry``; ``KeySource``, where its account key and API base come from; ``SettingsView``,
+what a provider is built from. Light on purpose: every provider folder's ``__init__.py`` builds its
+entry from these at CLI start-up (the help strings and ``gpuops.config``'s ``[providers]`` tables),
+so this module imports no provider class, SDK or ``logging``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bootstrap.vocabulary import ProviderName
 
 if TYPE_CHECKING:
-    from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.providers.volumes import VolumeService
     from gpuops.settings_base import Section
+
+
+@runtime_checkable
+class SettingsView(Protocol):
+    """What a provider is built from: the parts of ``gpuops.config.Settings`` that ``build`` reads.
+
+    ``config`` sits above ``providers/`` (it builds ``[providers]`` from the registry's ``settings``
+    models), so nothing here imports it; ``Settings`` has this shape, which
+    ``tests/core/test_import_contract.py`` checks. ``providers``: one table per provider
+    (``providers.<section>``, that entry's ``settings`` model); ``up`` / ``teardown``: the
+    ``[up]`` / ``[teardown]`` tables; ``source``: the infra.toml they came from (None: none);
+    ``data_path()``: the data directory."""
+
+    providers: Any
+    up: Any
+    teardown: Any
+    source: str | None
+
+    def data_path(self) -> Path: ...
 
 
 def read_key_file(path: Path) -> str:
@@ -54,8 +72,8 @@ class ProviderEntry:
 
     ``name``: its ``ProviderName`` (also its ``[providers.<name>]`` config section, its pyproject
     extra and the agent's destroy kind for its boxes); ``title``: how prose names it; ``build``:
-    the provider object from Settings; ``load``: its class (imported on call); ``settings``: its
-    ``[providers.<name>]`` settings model, imported on call (``<folder>/settings.py``, pure data;
+    the provider object from a ``SettingsView``; ``load``: its class (imported on call); ``settings``:
+    its ``[providers.<name>]`` settings model, imported on call (``<folder>/settings.py``, pure data;
     ``gpuops.config`` builds ``Settings.providers`` from these, the help strings never load them).
     ``keys``: where its account key and API base come from (None: it needs no account).
     ``spot``/``billing``: whether the class has the ``Interruptible`` / ``HasBilling`` capability
@@ -72,7 +90,7 @@ class ProviderEntry:
 
     name: ProviderName
     title: str
-    build: Callable[[Settings], Provider]
+    build: Callable[[SettingsView], Provider]
     load: Callable[[], type[Provider]]
     settings: Callable[[], type[Section]]
     keys: KeySource | None = None

@@ -2,7 +2,10 @@
 bootstrap/ import nothing of gpuops, and no package's modules import each other in a circle.
 
 Run in process through import-linter's own entry (what ``lint-imports`` runs), so a broken
-contract fails the unit lane with import-linter's report of the offending import lines.
+contract fails the unit lane with import-linter's report of the offending import lines. Every
+import counts, ``TYPE_CHECKING`` ones included, and none is ignored: an annotation-only
+``from gpuops.config import Settings`` under ``providers/`` (the old config <-> providers circle)
+breaks both the layers and the no-circles contracts.
 """
 
 from __future__ import annotations
@@ -31,11 +34,41 @@ def test_import_contracts_are_kept(capsys):
     assert "4 kept, 0 broken" in report
 
 
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+
+
+def test_the_contract_counts_type_checking_imports_and_ignores_none():
+    """No import is let off: ``TYPE_CHECKING`` ones count (an annotation is a dependency, and the
+    config <-> providers circle was one) and no contract lists ``ignore_imports``."""
+    cfg = _pyproject()
+    assert cfg["exclude_type_checking_imports"] is False
+    ignored = {c["id"]: c["ignore_imports"] for c in cfg["contracts"] if c.get("ignore_imports")}
+    assert ignored == {}
+    layers = next(c for c in cfg["contracts"] if c["id"] == "layers")["layers"]
+    assert layers.index("config") < layers.index("providers")  # config reads the registry, not the reverse
+
+
+def test_settings_has_the_shape_a_provider_is_built_from(tmp_path):
+    """``providers.entry.SettingsView`` (what ``build`` and ``configured`` take, so that nothing under
+    providers/ imports config) is met by the real ``Settings``: every member it names is there."""
+    from gpuops.config import Settings
+    from gpuops.providers import NAMES, REGISTRY
+    from gpuops.providers.entry import SettingsView
+
+    s = Settings(data_dir=str(tmp_path))
+    assert isinstance(s, SettingsView)
+    assert s.data_path() == tmp_path
+    assert s.up.disk_gb > 0 and s.teardown.kill_grace_seconds > 0  # what vast's and local's build read
+    assert [type(getattr(s.providers, REGISTRY[n].section)) for n in NAMES] == [REGISTRY[n].settings() for n in NAMES]
+    assert not isinstance(object(), SettingsView)
+
+
 def test_config_loads_only_the_ground_floor_and_the_light_registry():
-    """The contract's one way up (``gpuops.config -> gpuops.providers``, for each provider's settings
-    model) stays light: ``import gpuops.config`` loads, of gpuops, the ground floor, the registry,
+    """What config loads of the floors below it (the registry, for each provider's settings model)
+    stays light: ``import gpuops.config`` loads, of gpuops, the ground floor, the registry,
     ``providers/entry.py`` and each provider folder's ``__init__.py`` and ``settings.py``, and no
-    provider class, SDK or HTTP client; the registry alone (the help strings) loads no msgspec."""
+    provider class, box, SDK or HTTP client; the registry alone (the help strings) loads no msgspec."""
     from gpuops.providers import NAMES
 
     code = (
@@ -46,10 +79,8 @@ def test_config_loads_only_the_ground_floor_and_the_light_registry():
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=True
     ).stdout.splitlines()
     registry_only, loaded = set(out[0].split()), set(out[1].split())
-    layers = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"][
-        0
-    ]["layers"]
-    ground = {m.strip() for layer in layers[layers.index("config") :] for m in layer.split("|")}
+    layers = next(c for c in _pyproject()["contracts"] if c["id"] == "layers")["layers"]
+    ground = {"config"} | {m.strip() for layer in layers[layers.index("box") + 1 :] for m in layer.split("|")}
     light = {"gpuops.providers", "gpuops.providers.entry"} | {
         f"gpuops.providers.{n}{s}" for n in NAMES for s in ("", ".settings")
     }

@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
-from gpuops.providers.entry import ProviderEntry
+from gpuops.providers.entry import ProviderEntry, SettingsView
 
 if TYPE_CHECKING:
-    from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.settings_base import Section
 
 
-def build(settings: Settings) -> Provider:
+def build(settings: SettingsView) -> Provider:
     """The local provider from ``settings`` (its boxes under ``<data dir>/boxes``)."""
     from gpuops.providers.local.compute import LocalProvider
 

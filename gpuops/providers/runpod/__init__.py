@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
-from gpuops.providers.entry import KeySource, ProviderEntry
+from gpuops.providers.entry import KeySource, ProviderEntry, SettingsView
 
 if TYPE_CHECKING:
-    from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.providers.volumes import VolumeService
     from gpuops.settings_base import Section
 
 
-def build(settings: Settings) -> Provider:
+def build(settings: SettingsView) -> Provider:
     """``RunPodProvider`` with the key and API host ``settings`` and the environment give."""
     from gpuops.providers.keys import resolve_key, resolve_url
     from gpuops.providers.runpod.compute import RunPodProvider

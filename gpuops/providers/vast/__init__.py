@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
-from gpuops.providers.entry import KeySource, ProviderEntry
+from gpuops.providers.entry import KeySource, ProviderEntry, SettingsView
 
 if TYPE_CHECKING:
-    from gpuops.config import Settings
     from gpuops.providers.base import Provider
     from gpuops.providers.volumes import VolumeService
     from gpuops.settings_base import Section
 
 
-def build(settings: Settings) -> Provider:
+def build(settings: SettingsView) -> Provider:
     """``VastProvider`` with the key and REST base ``settings`` and the environment give.
 
     With the disk ``[up] disk_gb`` priced into searches, the volume names under the data dir."""
