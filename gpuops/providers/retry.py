@@ -2,7 +2,7 @@
 
 Provider calls retry rate limits and server errors only, never a create: a 5xx can hide a create
 that did happen (providers' create is not idempotent), so a create's retry looks the label up
-before it tries again (``runpod.py``, ``vast.py``). The same policy retries ``end_rental``'s
+before it tries again (``create_with_retries``, run by RunPod's and Vast's ``create``). The same policy retries ``end_rental``'s
 destroy (its ``destroy_failed`` event is the ``after`` hook), the launcher's look-up by label after
 a failed create, and a results copy's read after a dropped connection (``rental/results.py``).
 Every use is bounded: by ``attempts``, by ``budget_s`` seconds of trying, or by an absolute
@@ -20,6 +20,8 @@ from gpuops.providers.base import ProviderError
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
+
+    from gpuops.providers.base import Instance
 
 T = TypeVar("T")
 
@@ -109,3 +111,36 @@ def call_with_retries(
         sleep=sleep or time.sleep,
         reraise=True,
     )(fn)
+
+
+def create_with_retries(
+    create: Callable[[], T],
+    find: Callable[[str], Instance | None],
+    label: str,
+    policy: RetryPolicy,
+    asked_at: float,
+) -> tuple[T | None, Instance | None]:
+    """A provider's create, tried again per ``policy`` only after an ambiguous failure whose label look-up finds nothing.
+
+    Ambiguous: a retryable ProviderError (rate limit, 5xx), after which the instance may exist.
+    ``find(label)``: the live instance labelled ``label``, None when there is none or the look-up
+    failed. Returns ``(create()'s answer, None)``, or ``(None, the instance found)`` with
+    ``extra["recovered_after"]`` the error's message and ``created_at`` no earlier than
+    ``asked_at`` (epoch seconds of the first try; providers' stamps may be whole seconds). A
+    ProviderError that is not retryable is raised at once, the last ambiguous one when ``policy``
+    runs out; a server's Retry-After is not waited for (the look-up comes first)."""
+
+    def once() -> tuple[T | None, Instance | None]:
+        try:
+            return create(), None
+        except ProviderError as e:
+            if not e.retryable:
+                raise e from None
+            found = find(label)
+            if found is None:
+                raise
+            found.extra["recovered_after"] = e.message
+            found.created_at = max(found.created_at or 0.0, asked_at)
+            return None, found
+
+    return call_with_retries(once, policy, retry_after=False)

@@ -1,7 +1,8 @@
-"""The one retry policy (``gpuops.providers.retry``) and the budgets of the call sites that use it
-outside the provider clients: the launcher's look-up by label after a failed create, and a results
-copy's read after a dropped connection (``end_rental``'s destroy: tests/lifecycle/test_end_time_rule.py;
-the creates: tests/providers/test_provider_contract.py)."""
+"""The one retry policy (``gpuops.providers.retry``), a create's retry with its look-up by label
+(``create_with_retries``), and the budgets of the call sites that use the policy outside the
+provider clients: the launcher's look-up by label after a failed create, and a results copy's read
+after a dropped connection (``end_rental``'s destroy: tests/lifecycle/test_end_time_rule.py; each
+provider's create against its emulator: tests/providers/test_provider_contract.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from gpuops.providers import retry
 from gpuops.providers.base import Instance, InstanceStatus, ProviderError, ProviderErrorKind
-from gpuops.providers.retry import MAX_RETRY_AFTER_S, RetryPolicy, call_with_retries
+from gpuops.providers.retry import MAX_RETRY_AFTER_S, RetryPolicy, call_with_retries, create_with_retries
 from gpuops.rental import launcher, results
 
 
@@ -118,6 +119,54 @@ def test_hooks_see_every_failed_attempt_and_every_wait(waits):
 def test_a_create_keeps_attempts_and_backoff_but_no_time_budget():
     p = RetryPolicy(attempts=4, wait_s=0.5, max_wait_s=4.0, budget_s=60.0, call_deadline_s=30.0)
     assert p.for_create() == RetryPolicy(attempts=4, wait_s=0.5, max_wait_s=4.0, budget_s=None, call_deadline_s=30.0)
+
+
+def _finder(*found: Instance | None):
+    """A look-up by label answering ``found`` in turn; ``asked`` holds the labels asked for."""
+    answers, asked = list(found), []
+
+    def find(label):
+        asked.append(label)
+        return answers.pop(0)
+
+    return find, asked
+
+
+_CREATE = RetryPolicy(attempts=3, wait_s=1.0, budget_s=None)
+
+
+def test_a_create_that_failed_but_made_its_instance_returns_that_instance_and_is_not_tried_again(waits):
+    fn, calls = _failing(5, _server_error())
+    left = Instance(id="i-7", label="gpuops-s1", status=InstanceStatus.RUNNING, created_at=999.0)
+    find, asked = _finder(left)
+    assert create_with_retries(fn, find, "gpuops-s1", _CREATE, asked_at=1000.5) == (None, left)
+    assert (len(calls), asked, waits) == (1, ["gpuops-s1"], [])
+    assert left.extra == {"recovered_after": "502 from the API"} and left.created_at == 1000.5
+
+
+def test_a_create_is_tried_again_only_after_the_look_up_found_nothing(waits):
+    e = ProviderError(ProviderErrorKind.RATE_LIMIT, "429")
+    e.retry_after_s = 30.0
+    fn, calls = _failing(2, e, then="pod")
+    find, asked = _finder(None, None)
+    assert create_with_retries(fn, find, "gpuops-s1", _CREATE, asked_at=0.0) == ("pod", None)
+    assert (len(calls), len(asked), waits) == (3, 2, [1.0, 2.0])  # the server's Retry-After is not waited for
+
+
+def test_a_refused_create_is_raised_at_once_without_a_look_up(waits):
+    fn, calls = _failing(1, ProviderError(ProviderErrorKind.FUNDS, "402: add credit"))
+    find, asked = _finder()
+    with pytest.raises(ProviderError, match="402"):
+        create_with_retries(fn, find, "gpuops-s1", _CREATE, asked_at=0.0)
+    assert (len(calls), asked, waits) == (1, [], [])
+
+
+def test_a_create_whose_look_ups_never_find_it_raises_the_last_error(waits):
+    fn, calls = _failing(9, _server_error())
+    find, asked = _finder(None, None, None)
+    with pytest.raises(ProviderError, match="502"):
+        create_with_retries(fn, find, "gpuops-s1", _CREATE, asked_at=0.0)
+    assert (len(calls), len(asked), waits) == (3, 3, [1.0, 2.0])
 
 
 # --- the launcher: the look-up by label after a failed create -------------------------------------

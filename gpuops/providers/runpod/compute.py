@@ -54,7 +54,7 @@ from gpuops.providers.base import (
     guarded,
 )
 from gpuops.providers.keys import Credential, missing_key_fix, redact
-from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.retry import RetryPolicy, call_with_retries, create_with_retries
 from gpuops.providers.runpod.client import _SDK_LOCK, NAME, ROUTES, RunPodClient, _import_runpod, parse_time, stamp
 
 CLOUDS = ("SECURE", "COMMUNITY")
@@ -329,22 +329,12 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
 
-        def once() -> tuple[Any, Instance | None]:  # (the reply's pod, or the pod an ambiguous failure made)
-            try:
-                return self._rest(
-                    "POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True
-                )[1], None
-            except ProviderError as e:
-                if not e.retryable:
-                    raise e from None
-                found = self._find_label(label)
-                if found is None:
-                    raise
-                found.extra["recovered_after"] = e.message
-                found.created_at = max(found.created_at or 0.0, asked_at)
-                return None, found
+        def once() -> Any:  # the reply's pod
+            return self._rest(
+                "POST", "/v2/pods", f"create a {offer.card} pod", body=body, retries=False, creating=True
+            )[1]
 
-        pod, found = call_with_retries(once, self.retry.for_create(), retry_after=False)
+        pod, found = create_with_retries(once, self._find_label, label, self.retry.for_create(), asked_at)
         if found is not None:
             return found
         try:

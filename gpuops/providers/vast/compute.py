@@ -52,7 +52,7 @@ from gpuops.providers.base import (
     guarded,
 )
 from gpuops.providers.keys import Credential
-from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.retry import RetryPolicy, create_with_retries
 from gpuops.providers.vast.client import NAME, VastClient
 
 MIB = 2**20
@@ -361,9 +361,9 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
         asked_at = time.time()  # the instance cannot predate our request (stamps may be whole seconds)
 
-        def once() -> tuple[Any, Instance | None]:  # (the create's answer, or the instance an ambiguous failure made)
+        def once() -> Any:  # the create's answer; a refusal that left a stopped instance destroys it first
             try:
-                return self._call(f"rent offer {ask}", rent, retries=False, creating=True), None
+                return self._call(f"rent offer {ask}", rent, retries=False, creating=True)
             except ProviderError as e:
                 if e.kind == ProviderErrorKind.BID_TOO_LOW and not e.instance_id:
                     # Undocumented whether a refused bid leaves a (stopped, disk-billing) instance;
@@ -378,16 +378,9 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
                     except ProviderError as d:
                         e.message += f"; destroying the stopped instance {e.instance_id} it left failed ({d.kind.value}): destroy it"
                     raise e from None
-                if not e.retryable:
-                    raise
-                found = self._find_label(label)
-                if found is None:
-                    raise
-                found.extra["recovered_after"] = e.message
-                found.created_at = max(found.created_at or 0.0, asked_at)
-                return None, found
+                raise
 
-        res, found = call_with_retries(once, self.retry.for_create(), retry_after=False)
+        res, found = create_with_retries(once, self._find_label, label, self.retry.for_create(), asked_at)
         if found is not None:
             return found
         iid = str(res["new_contract"])
