@@ -13,29 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-HISTORY_COLUMNS = (
-    "id",
-    "experiment",
-    "provider",
-    "card",
-    "gpu_count",
-    "usd_per_hour",
-    "simulated",
-    "status",
-    "created_at",
-    "instance_id",
-    "instance_created_at",
-    "ended_at",
-    "end_reason",
-    "billed_seconds",
-    "cost_usd",
-    "tokens",
-    "job_seconds",
-    "conclusion",
-    "source",
-    "note",
-    "run_id",
-)
+from ledger.reads import SPEND_COLUMNS
+
+# What attribution reads (a history row's cost, hours and tokens are the report's), and what the
+# session table shows besides.
+HISTORY_COLUMNS = (*SPEND_COLUMNS, "end_reason", "source", "note", "run_id")
 
 
 def recent_rows(
