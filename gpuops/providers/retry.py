@@ -2,11 +2,12 @@
 
 Provider calls retry rate limits and server errors only, never a create: a 5xx can hide a create
 that did happen (providers' create is not idempotent), so a create's retry looks the label up
-before it tries again (``create_with_retries``, run by RunPod's and Vast's ``create``). The same policy retries ``end_rental``'s
-destroy (its ``destroy_failed`` event is the ``after`` hook), the launcher's look-up by label after
-a failed create, and a results copy's read after a dropped connection (``rental/results.py``).
-Every use is bounded: by ``attempts``, by ``budget_s`` seconds of trying, or by an absolute
-``deadline``; the backoff is ``wait_s`` doubling each retry up to ``max_wait_s``.
+before it tries again (``create_with_retries``, run by RunPod's and Vast's ``create``). The same
+policy retries ``end_rental``'s destroy (its ``destroy_failed`` event is the ``after`` hook), the
+launcher's look-up by label after a failed create, and a results copy's read after a dropped
+connection (``rental/results.py``). Every use is bounded: by ``attempts``, by ``budget_s`` seconds
+of trying, or by an absolute ``deadline``; the backoff is ``wait_s`` doubling each retry up to
+``max_wait_s``.
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
-from gpuops.providers.base import ProviderError
+from gpuops.providers.base import Instance, ProviderError
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
-
-    from gpuops.providers.base import Instance
 
 T = TypeVar("T")
 
