@@ -48,7 +48,7 @@ class UpSettings(_Section):
     """Defaults for `gpuops up` flags."""
 
     provider: Literal[PROVIDERS] = "local"  # type: ignore[valid-type]  # the registry's names
-    card: str = ""  # empty: any card that fits
+    card: str = ""  # unset: any card that fits; given, never blank (see blank_card)
     experiment: str = "default"
     spot: bool = True  # prefer interruptible offers where the provider has them
     max_price: Annotated[float, Meta(gt=0)] | None = None  # USD/hour for the whole box
@@ -56,6 +56,24 @@ class UpSettings(_Section):
     disk_gb: Annotated[float, Meta(gt=0)] = 40.0
     ready_timeout_seconds: Annotated[float, Meta(gt=0)] = 600.0  # create -> SSH answers
     ssh_key: str = ""  # private key for rented boxes; empty: gpuops' own, <data dir>/ssh/id_ed25519 (made once, 0600)
+
+    @_check("card", before=True)
+    @classmethod
+    def _card(cls, v: Any) -> Any:
+        if blank_card(v):
+            raise ValueError(
+                "card is empty: name one, e.g. a100 (`gpuops cards` lists them), "
+                "or leave it unset for the cheapest card that fits"
+            )
+        return v
+
+
+def blank_card(value: Any) -> bool:
+    """Whether a card given as a flag, [up] card or GPUOPS_UP_CARD is blank text ("" or spaces).
+
+    Blank is bad input, never "any card": ``--card "$CARD"`` or ``GPUOPS_UP_CARD=$CARD`` with CARD
+    unset must not rent the cheapest card. Leaving the setting out is how to ask for any card."""
+    return isinstance(value, str) and not value.strip()
 
 
 MAX_TTL_HOURS = 720.0  # 30 days: gpuops rents for jobs and experiments, not standing servers

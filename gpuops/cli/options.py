@@ -177,7 +177,9 @@ def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str
 
     A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
     says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
-    if card is not None and not card.strip():
+    from gpuops.config import blank_card
+
+    if blank_card(card):
         raise BadInput(
             "--card is empty",
             "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits",
