@@ -107,8 +107,12 @@ class TeardownSettings(_Section):
             f = float(v)
         except (TypeError, ValueError):
             raise ValueError('idle_minutes must be a number of minutes or "off"') from None
-        if f <= 0:
+        if f == 0:
             raise ValueError('idle_minutes must be > 0; 0 is ambiguous, use "off" to disable the idle layer')
+        if f < 0:
+            raise ValueError(
+                f'idle_minutes must be > 0 minutes, got {f:g}: e.g. 15, or "off" to disable the idle layer'
+            )
         return f
 
 

@@ -35,6 +35,7 @@ from gpuops.cli.options import (  # noqa: E402
     CONFIG_OPT,
     TZ_OPT,
     _card_count,
+    _parse_idle,
     _parse_price,
     _print_lossy,
     _settings,
@@ -212,8 +213,9 @@ def up(
             over["up"][key] = val
     if max_hours is not None:
         over["teardown"]["max_hours"] = max_hours
-    if idle_minutes is not None:
-        over["teardown"]["idle_minutes"] = idle_minutes
+    idle = _parse_idle(idle_minutes)
+    if idle is not None:
+        over["teardown"]["idle_minutes"] = idle
     if volume is not None:
         over["storage"] = {"volume": volume}
     if recover is not None or recover_on is not None:

@@ -77,12 +77,39 @@ def number(default, *flags: str, help: str, example: str, whole: bool = False, u
 
 
 def _parse_price(price: float | None) -> float | None:
-    """``--max-price`` (a float or None) checked finite: BadInput otherwise."""
+    """``--max-price`` (a float or None) checked finite and > 0 (USD per hour): BadInput otherwise."""
     if price is not None and not math.isfinite(price):
         raise BadInput(
             f"--max-price must be a finite number of USD per hour, got {str(price)!r}", "e.g. --max-price 2.5"
         )
+    if price is not None and price <= 0:
+        raise BadInput(f"--max-price must be > 0 USD per hour, got {price:g}", "e.g. --max-price 2.5")
     return price
+
+
+IDLE_FIX = "e.g. --idle-minutes 15, or --idle-minutes off to switch the idle layer off"
+
+
+def _parse_idle(text: str | None) -> float | str | None:
+    """``--idle-minutes`` (text, minutes or ``off``) as minutes > 0 or ``"off"``; None stays None.
+
+    BadInput for anything else, one line each: not a number, not finite, negative, and 0 (which
+    could mean "never idle" or "off": ``off`` says it)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "off":
+        return "off"
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise BadInput(f"--idle-minutes must be a number of minutes or off, got {text!r}", IDLE_FIX) from None
+    if not math.isfinite(minutes):
+        raise BadInput(f"--idle-minutes must be a finite number of minutes, got {text!r}", IDLE_FIX)
+    if minutes < 0:
+        raise BadInput(f"--idle-minutes must be > 0 minutes, got {minutes:g}", IDLE_FIX)
+    if minutes == 0:
+        raise BadInput("--idle-minutes 0 is ambiguous: an idle window needs minutes > 0", IDLE_FIX)
+    return minutes
 
 
 def _print_lossy(render) -> None:

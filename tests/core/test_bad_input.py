@@ -25,7 +25,7 @@ CASES = {
     ),
     "no job option": (["up"], "Missing option '--job'"),
     "price not a number": (["up", "--job", "{job}", "--max-price", "cheap"], "--max-price must be a number"),
-    "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], 'use "off"'),
+    "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], "--idle-minutes off to switch the idle layer off"),
     "bad month": (["ledger", "month", "2026-13"], "month must look like"),
     "bad month text": (["ledger", "month", "november"], "month must look like"),
     "malformed toml": (["up", "--job", "{job}", "--config", "bad.toml"], "bad.toml: malformed TOML"),
@@ -38,7 +38,7 @@ CASES = {
     ),
     "idle nan flag": (
         ["up", "--job", "{job}", "--idle-minutes", "nan"],
-        "teardown.idle_minutes: Input should be a finite",
+        "--idle-minutes must be a finite number of minutes, got 'nan'",
     ),
     "toml not utf-8": (["up", "--job", "{job}", "--config", "utf16.toml"], "utf16.toml: not UTF-8 text"),
 }

@@ -55,3 +55,51 @@ def test_the_example_config_leaves_card_unset(gpuops_home, cli, job):
 
     out = cli("up", "--job", job, "--dry-run", "--config", str(REPO / "infra.example.toml"))
     assert out.returncode == 0, (out.stdout, out.stderr)
+
+
+IDLE_FIX = "(e.g. --idle-minutes 15, or --idle-minutes off to switch the idle layer off)"
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("-3", "--idle-minutes must be > 0 minutes, got -3"),  # was "0 is ambiguous"
+        ("0", "--idle-minutes 0 is ambiguous: an idle window needs minutes > 0"),
+        ("nan", "--idle-minutes must be a finite number of minutes, got 'nan'"),
+        ("abc", "--idle-minutes must be a number of minutes or off, got 'abc'"),
+        ("", "--idle-minutes must be a number of minutes or off, got ''"),
+    ],
+)
+def test_a_bad_idle_window_flag_says_what_is_wrong_with_an_example(value, problem, job, gpuops_home, cli):
+    out = cli("up", "--job", job, "--idle-minutes", value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == f"error: {problem} {IDLE_FIX}\n"
+    _nothing_rented(gpuops_home)
+
+
+def test_a_negative_idle_window_variable_is_not_called_ambiguous(job, gpuops_home, cli):
+    out = cli("up", "--job", job, env={"GPUOPS_TEARDOWN_IDLE_MINUTES": "-3"})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        "error: environment variable GPUOPS_TEARDOWN_IDLE_MINUTES: idle_minutes must be > 0 minutes, got -3: "
+        'e.g. 15, or "off" to disable the idle layer (fix or unset the variable)\n'
+    )
+
+
+def test_an_idle_window_flag_of_minutes_or_off_is_taken(job, gpuops_home, cli):
+    import json
+
+    for value, want in (("1.5", 1.5), (" Off ", "off")):
+        out = cli("up", "--job", job, "--idle-minutes", value, "--dry-run", "--json")
+        assert out.returncode == 0, (out.stdout, out.stderr)
+        assert json.loads(out.stdout)["teardown"]["idle_minutes"] == want
+
+
+@pytest.mark.parametrize("command", [["up", "--job", "{job}"], ["offers"]])
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_a_price_cap_at_or_under_zero_names_a_valid_one(command, value, job, gpuops_home, cli):
+    # Seen: "command line: up.max_price: Input should be greater than 0 (see `gpuops up --help`)": no example.
+    out = cli(*[job if a == "{job}" else a for a in command], "--max-price", value)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == f"error: --max-price must be > 0 USD per hour, got {value} (e.g. --max-price 2.5)\n"
+    _nothing_rented(gpuops_home)
