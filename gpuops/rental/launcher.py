@@ -54,7 +54,6 @@ LOG_POLL_S = 0.2
 # A box whose files are this machine's (LocalBox.local_reads): a poll is three file reads, so the
 # job's end is seen within this, not within LOG_POLL_S (job end to row closed is what the user pays).
 LOCAL_LOG_POLL_S = 0.02
-MAX_JOB_LINE_BYTES = 64 * 1024  # the longest piece of one job output line shown at once (flat memory)
 # The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
 # change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
 WRAPPER_STALE_S = 30.0
@@ -1198,21 +1197,15 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     jobio.start_job(box, _job_command(req.job.name), env=env)
     ledger.event(s.id, EventKind.JOB_STARTED)
     import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
-    pending = b""
+    lines = jobio.JobLines(reporter.job_line)  # whole characters; a line without end in pieces
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
 
         def sink(chunk: bytes) -> None:
-            nonlocal pending
             s.last_seen_at = time.time()
             log.write(chunk)
             log.flush()
-            *whole, pending = (pending + chunk).split(b"\n")
-            for line in whole:
-                reporter.job_line(line.decode("utf-8", "replace"))
-            while len(pending) > MAX_JOB_LINE_BYTES:  # a line without end is shown in pieces: memory stays bounded
-                reporter.job_line(pending[:MAX_JOB_LINE_BYTES].decode("utf-8", "replace"))
-                pending = pending[MAX_JOB_LINE_BYTES:]
+            lines.feed(chunk)
 
         from gpuops.rental.live import LIVE_EVERY_S
 
@@ -1242,8 +1235,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
             reporter.warn(str(e))
             return EndReason.JOB_FAILED
         finally:
-            if pending:
-                reporter.job_line(pending.decode("utf-8", "replace"))
+            lines.close()
     if ended is None:
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours})
         return EndReason.TTL

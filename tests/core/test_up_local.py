@@ -82,6 +82,24 @@ def test_success_books_a_closed_row_with_tokens(gpuops_home, tmp_path):
     assert "hello" in Path(summ["log"]).read_text()
 
 
+def test_a_job_line_longer_than_64_kib_of_multibyte_characters_is_shown_without_cuts(gpuops_home, tmp_path):
+    # Seen: a line of "€" longer than one read of the log (1 MiB) came to the terminal with U+FFFD at
+    # each 64 KiB cut (bytes cut inside a character, then decoded).
+    N = 400_000  # 1.2 MB
+    job = write_job(tmp_path, f'python3 -c \'print("\\u20ac" * {N}); print("done")\'')
+    lines: list[str] = []
+
+    class R(Reporter):
+        def job_line(self, text):
+            lines.append(text)
+
+    summ = run_up(UpRequest(job=job), settings(), R())
+    assert summ["end_reason"] == "job_end", summ
+    assert "\ufffd" not in "".join(lines)
+    assert "".join(lines[:-1]) == "\u20ac" * N and lines[-1] == "done"
+    assert Path(summ["log"]).read_text(encoding="utf-8") == "\u20ac" * N + "\ndone\n"  # the log: the bytes as written
+
+
 def test_failing_job_closes_row_as_job_failed(gpuops_home, tmp_path):
     job = write_job(tmp_path, "echo about to fail; exit 3")
     summ = run_up(UpRequest(job=job, card="rtx-4090"), settings(), Reporter())
