@@ -48,7 +48,7 @@ class UpSettings(_Section):
     """Defaults for `gpuops up` flags."""
 
     provider: Literal[PROVIDERS] = "local"  # type: ignore[valid-type]  # the registry's names
-    card: str = ""  # unset: any card that fits; given, never blank (see blank_card)
+    card: str = ""  # unset: any card that fits; given, never blank (see blank_text)
     experiment: str = "default"
     spot: bool = True  # prefer interruptible offers where the provider has them
     max_price: Annotated[float, Meta(gt=0)] | None = None  # USD/hour for the whole box
@@ -60,7 +60,7 @@ class UpSettings(_Section):
     @_check("card", before=True)
     @classmethod
     def _card(cls, v: Any) -> Any:
-        if blank_card(v):
+        if blank_text(v):
             raise ValueError(
                 "card is empty: name one, e.g. a100 (`gpuops cards` lists them), "
                 "or leave it unset for the cheapest card that fits"
@@ -68,11 +68,11 @@ class UpSettings(_Section):
         return v
 
 
-def blank_card(value: Any) -> bool:
-    """Whether a card given as a flag, [up] card or GPUOPS_UP_CARD is blank text ("" or spaces).
+def blank_text(value: Any) -> bool:
+    """Whether a flag or setting given as text is blank ("" or spaces), e.g. ``--card``, ``[up] card``.
 
-    Blank is bad input, never "any card": ``--card "$CARD"`` or ``GPUOPS_UP_CARD=$CARD`` with CARD
-    unset must not rent the cheapest card. Leaving the setting out is how to ask for any card."""
+    Blank is bad input, never "unset": ``--card "$CARD"`` or ``GPUOPS_UP_CARD=$CARD`` with CARD
+    unset must not rent the cheapest card. Leaving the flag or setting out is how to unset it."""
     return isinstance(value, str) and not value.strip()
 
 

@@ -35,6 +35,7 @@ from gpuops.cli.options import (  # noqa: E402
     CONFIG_OPT,
     TZ_OPT,
     _card_count,
+    _not_blank,
     _parse_idle,
     _parse_price,
     _print_lossy,
@@ -180,6 +181,11 @@ def up(
         raise BadInput(
             f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code"
         )
+    _not_blank("--job", job, "pass the path of a script, e.g. --job examples/bench.sh")
+    _not_blank("--name", name, "pass a session id, e.g. --name llama-sweep-1, or leave --name out for a generated one")
+    _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
+    _not_blank("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")
+    _dtypes_not_blank(dtype, kv_dtype)
     card, gpu_count = _card_count(card, gpu_count)
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
@@ -281,6 +287,14 @@ def up(
         raise typer.Exit(code)
 
 
+def _dtypes_not_blank(dtype: str, kv_dtype: str) -> None:
+    """BadInput for a blank ``--dtype`` or ``--kv-dtype`` (the flag left out is ``auto``)."""
+    _not_blank("--dtype", dtype, "pass a dtype, e.g. --dtype bf16, or leave --dtype out for the checkpoint's (auto)")
+    _not_blank(
+        "--kv-dtype", kv_dtype, "pass a dtype, e.g. --kv-dtype fp8, or leave --kv-dtype out for the model's (auto)"
+    )
+
+
 def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
     """``--recover N`` / ``--recover-on R,R`` as [job] settings.
 
@@ -342,6 +356,8 @@ def offers(
     from gpuops.planning.sizing import parse_positive_int
     from gpuops.views import emit, offers as offers_view, ui
 
+    _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
+    _dtypes_not_blank(dtype, kv_dtype)
     card, gpu_count = _card_count(card, gpu_count)
     if not model and (dtype, kv_dtype, seq, batch) != ("auto", "auto", 4096, 1):
         raise BadInput(
@@ -444,6 +460,9 @@ def plan(
             "--model is required",
             "e.g. gpuops plan --model llama-3-8b (--model list shows the models, --card list the cards)",
         )
+    _dtypes_not_blank(dtype, kv_dtype)
+    _not_blank("--engine", engine, "pass vllm, hf or train, or leave --engine out for vllm")
+    _not_blank("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")
     card, gpu_count = _card_count(card, gpu_count)
     plan_command(
         model,

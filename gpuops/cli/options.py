@@ -199,18 +199,27 @@ def _reader(config: str | None):
     return LedgerReader(_settings(config, emergency=True).ledger_url())
 
 
+def _not_blank(flag: str, value: str | None, fix: str) -> None:
+    """BadInput ``{flag} is empty`` (``fix`` says what to pass) when ``value`` is given but blank.
+
+    A blank flag (``--model "$MODEL"`` with MODEL unset) is bad input, not the flag left out
+    (gpuops.config.blank_text, the check the settings file and GPUOPS_* variables get too)."""
+    from gpuops.config import blank_text
+
+    if blank_text(value):
+        raise BadInput(f"{flag} is empty", fix)
+
+
 def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str | None, int]:
     """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count).
 
     A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
     says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
-    from gpuops.config import blank_card
-
-    if blank_card(card):
-        raise BadInput(
-            "--card is empty",
-            "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits",
-        )
+    _not_blank(
+        "--card",
+        card,
+        "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits",
+    )
     if not card or ":" not in card:
         return card, gpu_count
     name, _, count = card.rpartition(":")

@@ -103,3 +103,27 @@ def test_a_price_cap_at_or_under_zero_names_a_valid_one(command, value, job, gpu
     assert out.returncode == 2, (out.stdout, out.stderr)
     assert out.stderr == f"error: --max-price must be > 0 USD per hour, got {value} (e.g. --max-price 2.5)\n"
     _nothing_rented(gpuops_home)
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["up", "--job", ""], "--job"),  # was "job . is a directory"
+        (["up", "--job", "{job}", "--name", ""], "--name"),  # was a generated session id
+        (["up", "--job", "{job}", "--model", " "], "--model"),  # was no model
+        (["up", "--job", "{job}", "--vendor", ""], "--vendor"),  # was nvidia
+        (["up", "--job", "{job}", "--model", "llama-3-8b", "--dtype", ""], "--dtype"),  # was auto
+        (["plan", "--model", "llama-3-8b", "--kv-dtype", ""], "--kv-dtype"),
+        (["plan", "--model", "llama-3-8b", "--engine", ""], "--engine"),  # was vllm
+        (["plan", "--model", "llama-3-8b", "--vendor", ""], "--vendor"),
+        (["offers", "--model", ""], "--model"),
+    ],
+)
+def test_a_blank_flag_is_refused_not_read_as_left_out(args, flag, job, gpuops_home, cli):
+    # Seen: `--name "$NAME"` (and --model, --vendor, --dtype, --kv-dtype, --engine) with the variable
+    # unset ran as if the flag were left out; `--job ""` said "job . is a directory".
+    out = cli(*[job if a == "{job}" else a for a in args])
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag} is empty (pass "), out.stderr
+    _nothing_rented(gpuops_home)
