@@ -11,14 +11,14 @@ import re
 import time
 from datetime import date, datetime, timezone
 
-MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$")
+MONTH_RE = re.compile(r"^(\d{4})-(\d{2})$", re.ASCII)  # ASCII digits: int() also reads "２０２６"
 
 
 # The months a report can name: the calendar of ``datetime`` runs from year 1 to 9999, and a month's
 # end is the first day of the next one.
 FIRST_MONTH, LAST_MONTH = "0001-01", "9999-11"
 
-DAY_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
+DAY_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII)
 
 
 def zone(tz: str | None):

@@ -40,6 +40,7 @@ from gpuops.cli.options import (  # noqa: E402
     _parse_price,
     _print_lossy,
     _settings,
+    month_option,
     number,
     output_options,
 )
@@ -891,7 +892,7 @@ def _emit_json(action) -> None:
 
 @app.command()
 def dashboard(
-    month: str | None = typer.Option(None, "--month", help="YYYY-MM shown first (default: this month)."),
+    month: str | None = month_option("YYYY-MM shown first (default: this month)."),
     tz: str | None = TZ_OPT,
     port: int = number(8765, "--port", help="Port on 127.0.0.1 (0: any free port).", example="8765", whole=True),
     html: Path | None = typer.Option(

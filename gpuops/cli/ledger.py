@@ -10,7 +10,20 @@ from pathlib import Path
 
 import typer
 
-from gpuops.cli.options import CONFIG_OPT, TZ_OPT, Number, _ledger, _reader, _settings, number, output_options
+from gpuops.cli.options import (
+    CONFIG_OPT,
+    TZ_OPT,
+    NotBlank,
+    Number,
+    _ledger,
+    _reader,
+    _settings,
+    day_option,
+    month_option,
+    number,
+    output_options,
+    tz_option,
+)
 from gpuops.errors import BadInput
 
 ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
@@ -19,7 +32,11 @@ ledger_app = typer.Typer(help="The books: what each session and month cost.", no
 @ledger_app.command("month")
 @output_options(csv=True)
 def ledger_month(
-    month: str | None = typer.Argument(None, help="YYYY-MM (default: this month)."),
+    month: str | None = typer.Argument(
+        None,
+        help="YYYY-MM (default: this month).",
+        parser=NotBlank("the month", "pass YYYY-MM, e.g. gpuops ledger month 2026-11, or leave it out for this month"),
+    ),
     tz: str | None = TZ_OPT,
     by: str | None = typer.Option(None, "--by", help="'day': add a day-by-day table."),
     plot: bool = typer.Option(False, "--plot", help="Bar chart of daily spend in the terminal (table format only)."),
@@ -46,8 +63,8 @@ def ledger_month(
 @ledger_app.command("experiments")
 @output_options(csv=True)
 def ledger_experiments(
-    since: str | None = typer.Option(None, "--since", help="First day, YYYY-MM-DD."),
-    until: str | None = typer.Option(None, "--until", help="Last day (included), YYYY-MM-DD."),
+    since: str | None = day_option("--since", "First day, YYYY-MM-DD."),
+    until: str | None = day_option("--until", "Last day (included), YYYY-MM-DD."),
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
@@ -65,7 +82,7 @@ def ledger_experiments(
 @ledger_app.command("sessions")
 @output_options(csv=True)
 def ledger_sessions(
-    since: str | None = typer.Option(None, "--since", help="Only sessions started on or after this day, YYYY-MM-DD."),
+    since: str | None = day_option("--since", "Only sessions started on or after this day, YYYY-MM-DD."),
     experiment: str | None = typer.Option(None, "--experiment", help="Only this experiment."),
     limit: int = number(
         20, "--limit", help="Show at most this many sessions (newest first).", example="20", whole=True
@@ -179,7 +196,7 @@ def ledger_tokens(
 
 @ledger_app.command("export")
 def ledger_export(
-    month: str | None = typer.Option(None, "--month", help="Only this month, YYYY-MM (default: everything)."),
+    month: str | None = month_option("Only this month, YYYY-MM (default: everything)."),
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
     fmt: str | None = typer.Option(None, "--format", help="csv (the only format: what `ledger import` reads)."),
@@ -216,8 +233,12 @@ def ledger_export(
 @ledger_app.command("import")
 @output_options()
 def ledger_import(
-    file: Path = typer.Argument(..., help="CSV with the export's columns (simulated and session optional)."),
-    tz: str | None = typer.Option(None, "--tz", help="Time zone of dates without an offset (default: local)."),
+    file: str = typer.Argument(
+        ...,
+        help="CSV with the export's columns (simulated and session optional).",
+        parser=NotBlank("the file", "pass the CSV file to import, e.g. gpuops ledger import rentals.csv"),
+    ),
+    tz: str | None = tz_option("Time zone of dates without an offset (default: local)."),
     strict: bool = typer.Option(
         False,
         "--strict",
@@ -276,7 +297,7 @@ def ledger_replay(
 @ledger_app.command("sync")
 @output_options(csv=True)
 def ledger_sync(
-    month: str | None = typer.Option(None, "--month", help="YYYY-MM (default: this month)."),
+    month: str | None = month_option("YYYY-MM (default: this month)."),
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
     apply: bool = typer.Option(

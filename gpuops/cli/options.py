@@ -130,7 +130,45 @@ def _print_lossy(render) -> None:
             pass
 
 
-TZ_OPT = typer.Option(None, "--tz", help="IANA time zone for months and days, e.g. Europe/Berlin (default: local).")
+class NotBlank:
+    """typer's ``parser=`` for text that may be left out but not given blank ("" or spaces).
+
+    Blank is BadInput, one line: ``--tz is empty (pass ...)`` (see :func:`_not_blank`); other text
+    is returned as given, for the command's own checks."""
+
+    def __init__(self, flag: str, fix: str):
+        self.flag, self.fix = flag, fix
+
+    def __call__(self, value):
+        if isinstance(value, str):
+            _not_blank(self.flag, value, self.fix)
+        return value
+
+
+TZ_HELP = "IANA time zone for months and days, e.g. Europe/Berlin (default: local)."
+TZ_FIX = "pass an IANA name, e.g. --tz Europe/Berlin or --tz UTC, or leave --tz out for this machine's zone"
+
+
+def tz_option(help: str = TZ_HELP):
+    """The ``--tz`` option (an IANA name; left out: local time); blank is BadInput."""
+    return typer.Option(None, "--tz", help=help, parser=NotBlank("--tz", TZ_FIX))
+
+
+TZ_OPT = tz_option()
+
+
+def month_option(help: str, flag: str = "--month"):
+    """A ``YYYY-MM`` option (``flag``; None when left out); blank is BadInput."""
+    return typer.Option(
+        None, flag, help=help, parser=NotBlank(flag, f"pass YYYY-MM, e.g. {flag} 2026-11, or leave it out")
+    )
+
+
+def day_option(flag: str, help: str):
+    """A ``YYYY-MM-DD`` option (None when left out); blank is BadInput."""
+    return typer.Option(
+        None, flag, help=help, parser=NotBlank(flag, f"pass YYYY-MM-DD, e.g. {flag} 2026-11-01, or leave it out")
+    )
 
 
 FORMAT_HELP = "table (default), json or csv: JSON indent 2, times ISO-8601 UTC; CSV header first."

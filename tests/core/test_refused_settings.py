@@ -127,3 +127,33 @@ def test_a_blank_flag_is_refused_not_read_as_left_out(args, flag, job, gpuops_ho
     lines = out.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {flag} is empty (pass "), out.stderr
     _nothing_rented(gpuops_home)
+
+
+@pytest.mark.parametrize(
+    "args,what",
+    [
+        (["ledger", "month", ""], "the month"),  # was this month
+        (["ledger", "month", "--tz", ""], "--tz"),  # was this machine's zone
+        (["ledger", "experiments", "--since", " "], "--since"),  # was from the first session
+        (["ledger", "experiments", "--until", ""], "--until"),
+        (["ledger", "sessions", "--since", ""], "--since"),
+        (["ledger", "export", "--month", ""], "--month"),  # was everything
+        (["ledger", "import", ""], "the file"),  # was ". is not a file"
+        (["ledger", "sync", "--month", ""], "--month"),
+        (["dashboard", "--month", "", "--html", "page.html"], "--month"),
+    ],
+)
+def test_a_blank_ledger_flag_is_refused_not_read_as_left_out(args, what, cli):
+    out = cli(*args)
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {what} is empty (pass "), out.stderr
+
+
+def test_a_month_in_full_width_digits_is_refused_as_not_yyyy_mm(cli):
+    # Seen: "month ２０２６-１１ is outside the months the books can count" (int() reads full-width digits).
+    out = cli("ledger", "month", "２０２６-１１")
+    assert out.returncode == 2
+    assert out.stderr == (
+        "error: month must look like 2026-11, got '２０２６-１１' (pass the month as YYYY-MM, e.g. 2026-11)\n"
+    )
