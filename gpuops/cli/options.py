@@ -16,10 +16,6 @@ import typer
 
 from gpuops.errors import BadInput
 
-CONFIG_OPT = typer.Option(
-    None, "--config", help="infra.toml to read (default: ./infra.toml, then the user config dir)."
-)
-
 
 def _settings(config: str | None, overrides: dict | None = None, emergency: bool = False):
     """Settings for a command.
@@ -143,6 +139,14 @@ class NotBlank:
         if isinstance(value, str):
             _not_blank(self.flag, value, self.fix)
         return value
+
+
+CONFIG_OPT = typer.Option(
+    None,
+    "--config",
+    help="infra.toml to read (default: ./infra.toml, then the user config dir).",
+    parser=NotBlank("--config", "pass the path of an infra.toml, e.g. --config infra.toml, or leave --config out"),
+)
 
 
 TZ_HELP = "IANA time zone for months and days, e.g. Europe/Berlin (default: local)."

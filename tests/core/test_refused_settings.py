@@ -157,3 +157,15 @@ def test_a_month_in_full_width_digits_is_refused_as_not_yyyy_mm(cli):
     assert out.stderr == (
         "error: month must look like 2026-11, got '２０２６-１１' (pass the month as YYYY-MM, e.g. 2026-11)\n"
     )
+
+
+@pytest.mark.parametrize("command", [["up", "--job", "{job}"], ["ps"], ["ledger", "month"]])
+def test_a_blank_config_flag_is_refused_not_read_as_the_default_file(command, job, gpuops_home, cli, tmp_path):
+    # Seen: `--config "$CFG"` with CFG unset read ./infra.toml (or the user's) instead.
+    (tmp_path / "infra.toml").write_text('[up]\ncard = "h100"\n')  # what a left-out --config would read
+    out = cli(*[job if a == "{job}" else a for a in command], "--config", "")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        "error: --config is empty (pass the path of an infra.toml, e.g. --config infra.toml, or leave --config out)\n"
+    )
+    _nothing_rented(gpuops_home)
