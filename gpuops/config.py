@@ -810,6 +810,7 @@ def load_settings(
     is not TOML or a misspelt variable is skipped and ``warn(line)`` is called once with one line
     saying so (default: stderr), so that a box can still be listed and destroyed."""
     path = find_config(config)
+    overrides = _given(overrides or {})  # an empty table of flags overrides nothing (a broken GPUOPS_UP stays seen)
     # GPUOPS_* names are read in any case (a later spelling winning); the checks here read them
     # upper-case, and messages name them as they were set.
     spelled: dict[str, str] = {}
@@ -833,12 +834,12 @@ def load_settings(
         env.pop(var)
     for _ in range(50):  # an environment value that does not validate: refused, or (lenient) left out
         try:
-            s = _validate(_deep_merge(_deep_merge(data, _env_layer(env, known)), overrides or {}), strict=False)
+            s = _validate(_deep_merge(_deep_merge(data, _env_layer(env, known)), overrides), strict=False)
             break
         except _Problem as p:
             keys = tuple(str(k) for k in p.loc if isinstance(k, str))
             var = _var_of(p.loc, env)
-            if var is None or _has(overrides or {}, keys):  # the file was checked alone: this is a flag
+            if var is None or _has(overrides, keys):  # the file was checked alone: this is a flag
                 raise BadInput(
                     f"command line: {'.'.join(str(k) for k in p.loc)}: {p.msg}", "see `gpuops up --help`"
                 ) from None
@@ -856,6 +857,21 @@ def load_settings(
         )
     s.source = str(path) if path else None
     return s
+
+
+def _given(over: dict) -> dict:
+    """``over`` (the flags' tables) without its empty tables, at any depth.
+
+    ``{"up": {}, "teardown": {"max_hours": 2}}`` -> ``{"teardown": {"max_hours": 2}}``: merged, an
+    empty table would replace a variable's whole table (a broken ``GPUOPS_TEARDOWN`` went unseen)."""
+    out = {}
+    for k, v in over.items():
+        if isinstance(v, dict):
+            v = _given(v)
+            if not v:
+                continue
+        out[k] = v
+    return out
 
 
 def _has(d: dict, keys: tuple) -> bool:

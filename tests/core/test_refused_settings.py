@@ -169,3 +169,17 @@ def test_a_blank_config_flag_is_refused_not_read_as_the_default_file(command, jo
         "error: --config is empty (pass the path of an infra.toml, e.g. --config infra.toml, or leave --config out)\n"
     )
     _nothing_rented(gpuops_home)
+
+
+@pytest.mark.parametrize("var", ["GPUOPS_TEARDOWN", "GPUOPS_UP"])
+def test_a_whole_table_variable_that_is_not_a_table_is_refused_by_up(var, job, gpuops_home, cli):
+    # Seen: `GPUOPS_TEARDOWN='not json' gpuops up ...` ran with the default TTL: up's empty table of
+    # flags replaced the variable's value before it was checked (`gpuops plan`/`ps` saw it).
+    out = cli("up", "--job", job, env={var: "not json"})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    section = {"GPUOPS_TEARDOWN": "TeardownSettings", "GPUOPS_UP": "UpSettings"}[var]
+    assert out.stderr == (
+        f"error: environment variable {var}: Input should be a valid dictionary or instance of {section} "
+        "(fix or unset the variable)\n"
+    )
+    _nothing_rented(gpuops_home)
