@@ -187,8 +187,32 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
             out.append(Finding(f"keys.{name}", Verdict.OK, f"{name} key from {src} (account {name}:{cred.account})"))
     ssh = Path(settings.up.ssh_key).expanduser() if settings.up.ssh_key else settings.data_path() / "ssh" / "id_ed25519"
     out.append(_private("keys.ssh", ssh, "SSH key for rented boxes"))
-    out.append(_private("data_dir", settings.data_path(), "data dir (ledger, logs, results, keys)", want=0o700))
+    data = settings.data_path()
+    out.append(_unwritable(data) or _private("data_dir", data, "data dir (ledger, logs, results, keys)", want=0o700))
     return out
+
+
+def _unwritable(data: Path) -> Finding | None:
+    """A failed ``data_dir`` finding when ``data`` cannot be written or made, else None.
+
+    Made: the nearest folder above it that exists must be a writable folder (not a file, not
+    read-only, ours to write). ``os.access`` answers for a read-only file system too (EROFS)."""
+    at = data
+    while not at.exists() and at.parent != at:
+        at = at.parent
+    why = None
+    if not at.is_dir():
+        why = f"{at} is not a folder"
+    elif not os.access(at, os.W_OK | os.X_OK):
+        why = f"{at} is not writable"
+    if why is None:
+        return None
+    return Finding(
+        "data_dir",
+        Verdict.FAIL,
+        f"data dir (ledger, logs, results, keys) {data} cannot be {'written' if at == data else 'made'}: {why}",
+        "point GPUOPS_DATA_DIR (or data_dir in infra.toml) at a folder you can write",
+    )
 
 
 def _sdk_version(dist: str) -> str | None:

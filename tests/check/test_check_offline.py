@@ -149,3 +149,19 @@ def test_the_last_watchdog_pass_is_one_line(cli, gpuops_home):
     record_pass(led, "laptop-1", "alice", at=time.time() - 600, interval_seconds=30)  # older: the newest still counts
     record_pass(led, "laptop-2", "bob", at=time.time() - 3600, interval_seconds=30)
     assert checks(cli("check", "--format", "json"))["watchdog"]["data"]["host"] == "laptop-1"
+
+
+def test_a_data_dir_that_cannot_be_made_is_a_failed_check(cli, gpuops_home, tmp_path):
+    # Seen: with a read-only HOME, `check` said "data dir ...: not there yet (made at the first rental)"
+    # and "nothing failed"; the first `up` then refused ("the SQLite ledger cannot be created").
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    res = cli("check", "--format", "json", env={"GPUOPS_DATA_DIR": str(afile / "gpuops"), "GPUOPS_LEDGER_URL": None})
+    assert res.returncode == 1, res
+    c = checks(res)["data_dir"]
+    assert c["verdict"] == "fail", c
+    assert (
+        c["detail"]
+        == f"data dir (ledger, logs, results, keys) {afile / 'gpuops'} cannot be made: {afile} is not a folder"
+    )
+    assert c["fix"] == "point GPUOPS_DATA_DIR (or data_dir in infra.toml) at a folder you can write"
