@@ -169,6 +169,7 @@ def new_session_id(now: float | None = None) -> str:
 # Vast.ai's marketplace carry up to 16 (RunPod's gpuTypes report maxGpuCount <= 10). A bigger
 # count is a typo (80 for 8), and would otherwise be "rented" on the local provider.
 MAX_GPUS_PER_BOX = 16
+MAX_EXPERIMENT_CHARS = 200  # an experiment is a name that labels report rows, not a description
 
 
 # -- validate + plan (pure of side effects: nothing rented, nothing booked) -----------------------
@@ -188,6 +189,15 @@ def validate(req: UpRequest) -> None:
     from gpuops.textsafe import check_name
 
     check_name(req.experiment, "--experiment")  # C1 controls (U+009B) and bidi overrides (U+202E) too
+    if not any(ch.isprintable() and not ch.isspace() for ch in req.experiment):  # only U+200B and the like
+        raise BadInput(
+            f"--experiment must be one line of visible text, got {req.experiment!r}", "e.g. --experiment llama-sweep"
+        )
+    if len(req.experiment) > MAX_EXPERIMENT_CHARS:  # a row label in every report: 100 KB wrapped to 4000 lines
+        raise BadInput(
+            f"--experiment is {len(req.experiment):,} characters long, more than {MAX_EXPERIMENT_CHARS}",
+            "use a short name, e.g. --experiment llama-sweep (the --note holds the details)",
+        )
     if req.name and not SESSION_NAME.match(req.name):
         raise BadInput(
             f"--name {req.name!r} is not a session name",

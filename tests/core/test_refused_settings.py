@@ -183,3 +183,19 @@ def test_a_whole_table_variable_that_is_not_a_table_is_refused_by_up(var, job, g
         "(fix or unset the variable)\n"
     )
     _nothing_rented(gpuops_home)
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("x" * 100_000, "--experiment is 100,000 characters long, more than 200"),  # was booked, 4000 report lines
+        ("\u200b", "--experiment must be one line of visible text, got '\\u200b'"),  # was booked, an invisible label
+    ],
+)
+def test_an_experiment_that_is_no_short_visible_name_is_refused(value, problem, job, gpuops_home, cli):
+    out = cli("up", "--job", job, "--experiment", value)
+    assert out.returncode == 2, (out.stdout, out.stderr[:300])
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {problem} ("), out.stderr[:300]
+    _nothing_rented(gpuops_home)
+    assert cli("up", "--job", job, "--experiment", "实验-" + "x" * 196, "--dry-run").returncode == 0
