@@ -187,7 +187,7 @@ def up(
     _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
     _not_blank("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")
     _dtypes_not_blank(dtype, kv_dtype)
-    card, gpu_count = _card_count(card, gpu_count)
+    card, gpu_count = _card_count(card, gpu_count, most=launcher.MAX_GPUS_PER_BOX)
     price = _parse_price(max_price)
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")

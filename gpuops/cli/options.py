@@ -252,11 +252,12 @@ def _not_blank(flag: str, value: str | None, fix: str) -> None:
         raise BadInput(f"{flag} is empty", fix)
 
 
-def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str | None, int]:
+def _card_count(card: str | None, gpu_count: int, default: int = 1, most: int | None = None) -> tuple[str | None, int]:
     """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count).
 
-    A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1 or ``--gpu-count``
-    says another count, or when ``--card`` is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
+    A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1, is above
+    ``most`` (`up`: the GPUs of one box) or ``--gpu-count`` says another count, or when ``--card``
+    is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
     _not_blank(
         "--card",
         card,
@@ -268,6 +269,11 @@ def _card_count(card: str | None, gpu_count: int, default: int = 1) -> tuple[str
     if not name or not count.isdigit() or int(count) < 1:
         raise BadInput(
             f"--card {card!r} is not NAME or NAME:COUNT", "e.g. --card a100 or --card a100:2 (2 GPUs in one box)"
+        )
+    if most is not None and int(count) > most:  # else refused as "--gpu-count must be <= 16", a flag not given
+        raise BadInput(
+            f"--card {card} asks for {int(count):,} GPUs, more than the {most} of one box",
+            "e.g. --card a100:8 (8 GPUs in one box)",
         )
     if gpu_count != default and gpu_count != int(count):
         raise BadInput(

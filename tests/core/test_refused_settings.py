@@ -199,3 +199,13 @@ def test_an_experiment_that_is_no_short_visible_name_is_refused(value, problem, 
     assert len(lines) == 1 and lines[0].startswith(f"error: {problem} ("), out.stderr[:300]
     _nothing_rented(gpuops_home)
     assert cli("up", "--job", job, "--experiment", "实验-" + "x" * 196, "--dry-run").returncode == 0
+
+
+def test_a_card_count_past_one_box_names_the_card_flag(job, gpuops_home, cli):
+    # Seen: `up --card a100:99` said "--gpu-count must be <= 16 GPUs in one box": a flag not given.
+    out = cli("up", "--job", job, "--card", "a100:99")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        "error: --card a100:99 asks for 99 GPUs, more than the 16 of one box (e.g. --card a100:8 (8 GPUs in one box))\n"
+    )
+    _nothing_rented(gpuops_home)
