@@ -67,6 +67,13 @@ class UpSettings(_Section):
             )
         return v
 
+    @_check("experiment", before=True)
+    @classmethod
+    def _experiment(cls, v: Any) -> Any:
+        if blank_text(v):
+            raise ValueError("experiment is empty: name one, e.g. llama-sweep, or leave it unset for default")
+        return v
+
 
 def blank_text(value: Any) -> bool:
     """Whether a flag or setting given as text is blank ("" or spaces), e.g. ``--card``, ``[up] card``.

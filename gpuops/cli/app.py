@@ -183,6 +183,7 @@ def up(
             f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code"
         )
     _not_blank("--job", job, "pass the path of a script, e.g. --job examples/bench.sh")
+    _not_blank("--experiment", experiment, "pass a name, e.g. --experiment llama-sweep, or leave --experiment out")
     _not_blank("--name", name, "pass a session id, e.g. --name llama-sweep-1, or leave --name out for a generated one")
     _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
     _not_blank("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")

@@ -209,3 +209,20 @@ def test_a_card_count_past_one_box_names_the_card_flag(job, gpuops_home, cli):
         "error: --card a100:99 asks for 99 GPUs, more than the 16 of one box (e.g. --card a100:8 (8 GPUs in one box))\n"
     )
     _nothing_rented(gpuops_home)
+
+
+def test_a_blank_experiment_names_where_it_was_set(job, gpuops_home, cli, tmp_path):
+    # Seen: `GPUOPS_UP_EXPERIMENT=` was refused as "--experiment must be one line ...": a flag not given.
+    fix = "experiment is empty: name one, e.g. llama-sweep, or leave it unset for default"
+    out = cli("up", "--job", job, env={"GPUOPS_UP_EXPERIMENT": ""})
+    assert out.stderr == f"error: environment variable GPUOPS_UP_EXPERIMENT: {fix} (fix or unset the variable)\n"
+    cfg = tmp_path / "conf" / "infra.toml"
+    cfg.parent.mkdir()
+    cfg.write_text('[up]\nexperiment = " "\n')
+    out = cli("up", "--job", job, "--config", str(cfg))
+    assert out.stderr == f"error: {cfg}:2: up.experiment: {fix} (see infra.example.toml for the keys and units)\n"
+    out = cli("up", "--job", job, "--experiment", "")
+    assert out.stderr == (
+        "error: --experiment is empty (pass a name, e.g. --experiment llama-sweep, or leave --experiment out)\n"
+    )
+    _nothing_rented(gpuops_home)
