@@ -143,7 +143,21 @@ class UserSettings(_Section):
 
 
 class LedgerSettings(_Section):
-    url: str = ""  # SQLAlchemy URL; empty: sqlite:///<user data dir>/ledger.db
+    """Where the books are: a SQLAlchemy URL; unset: ``sqlite:///<data dir>/ledger.db``."""
+
+    url: str = ""  # unset: the local SQLite ledger; given, never blank (see blank_text)
+
+    @_check("url", before=True)
+    @classmethod
+    def _url(cls, v: Any) -> Any:
+        # `GPUOPS_LEDGER_URL=$TEAM_DB` with TEAM_DB unset must not book a team's rentals into a
+        # private file, where the team's monthly cap never counts them
+        if blank_text(v):
+            raise ValueError(
+                "url is empty: give one, e.g. postgresql+psycopg://user@host/gpuops, "
+                "or leave it unset for the local ledger"
+            )
+        return v
 
 
 # One table per provider (``[providers.<name>]``), each the settings model of its folder

@@ -226,3 +226,33 @@ def test_a_blank_experiment_names_where_it_was_set(job, gpuops_home, cli, tmp_pa
         "error: --experiment is empty (pass a name, e.g. --experiment llama-sweep, or leave --experiment out)\n"
     )
     _nothing_rented(gpuops_home)
+
+
+LEDGER_URL_EMPTY = (
+    "url is empty: give one, e.g. postgresql+psycopg://user@host/gpuops, or leave it unset for the local ledger"
+)
+
+
+def test_an_empty_ledger_url_in_the_file_is_refused_not_read_as_the_local_ledger(job, gpuops_home, cli, tmp_path):
+    # `url = ""` (the old example config's line) booked into the local SQLite file without a word.
+    cfg = tmp_path / "conf" / "infra.toml"
+    cfg.parent.mkdir()
+    cfg.write_text('[ledger]\nurl = ""\n')
+    out = cli("up", "--job", job, "--config", str(cfg))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        f"error: {cfg}:2: ledger.url: {LEDGER_URL_EMPTY} (see infra.example.toml for the keys and units)\n"
+    )
+    _nothing_rented(gpuops_home)
+
+
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_ledger_url_variable_is_refused_not_read_as_the_local_ledger(value, job, gpuops_home, cli):
+    # Seen: `GPUOPS_LEDGER_URL=$TEAM_DB gpuops up ...` with TEAM_DB unset booked into a private file,
+    # where the team's monthly cap never counts the rental.
+    out = cli("up", "--job", job, env={"GPUOPS_LEDGER_URL": value})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        f"error: environment variable GPUOPS_LEDGER_URL: {LEDGER_URL_EMPTY} (fix or unset the variable)\n"
+    )
+    _nothing_rented(gpuops_home)
