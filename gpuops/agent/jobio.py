@@ -52,14 +52,43 @@ def start_job(box, command: str, *, env: dict[str, str] | None = None, python: s
 
 
 def job_exit(box) -> JobExit | None:
-    """The job's exit, or None while it runs (or before it started)."""
+    """The job's exit, or None while it runs (or before it started).
+
+    The box's files are the other side of a trust boundary: an exit code that is not a whole
+    number 0-255 (what ``bootstrap/jobwrap.py`` writes: 128+N for signal N) raises GpuopsError
+    naming the file; a time that is not a finite number becomes None (no job seconds booked)."""
     if box.read_file(f"{JOB_DIR}/exit_marker") is None:
         return None
-    raw = (box.read_file(f"{JOB_DIR}/exit_code") or b"").decode().split()
+    raw = (box.read_file(f"{JOB_DIR}/exit_code") or b"").decode("utf-8", "replace").split()
     if not raw:
         raise GpuopsError("job exit marker present but exit_code empty", "inspect .gpuops/run on the box")
-    vals = [float(x) for x in raw[1:3]] + [None, None]
-    return JobExit(code=int(raw[0]), started=vals[0], ended=vals[1])
+    code = int(raw[0]) if raw[0].isascii() and raw[0].isdigit() else -1
+    if not 0 <= code <= 255:
+        raise GpuopsError(
+            f"the job's exit code on the box is not a number 0-255: {raw[0][:32]!r}",
+            f"inspect {JOB_DIR}/exit_code on the box",
+        )
+    return JobExit(code=code, started=_finite(raw[1:2]), ended=_finite(raw[2:3]))
+
+
+def job_seconds(ended: JobExit, ran_here_s: float) -> float | None:
+    """The job's run time in seconds (3 decimals) by the box's clock, held to what this machine saw.
+
+    ``ran_here_s``: seconds from starting the job to reading its exit, by this machine's monotonic
+    clock, an upper bound on the job's real run time. A skewed or forged box clock never books a
+    negative time, nor more than that. None when the box gave no usable times."""
+    if ended.started is None or ended.ended is None:
+        return None
+    return round(min(max(ended.ended - ended.started, 0.0), max(ran_here_s, 0.0)), 3)
+
+
+def _finite(words: list[str]) -> float | None:
+    """The one word in ``words`` as a finite float, else None (missing, not a number, nan, inf)."""
+    try:
+        value = float(words[0]) if words else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 # The longest piece of one job output line shown at once, characters: a line without end is shown

@@ -1204,6 +1204,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours, "before_job": True})
         return EndReason.TTL
     s.job_started = True  # from here a teardown reads the tokens the job wrote, whatever ends it
+    started_here = time.monotonic()  # bounds the job seconds the box's clock reports
     jobio.start_job(box, _job_command(req.job.name), env=env)
     ledger.event(s.id, EventKind.JOB_STARTED)
     import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
@@ -1250,8 +1251,9 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours})
         return EndReason.TTL
     s.exit_code = ended.code
-    if ended.started is not None and ended.ended is not None:
-        s.job_seconds = round(ended.ended - ended.started, 3)
+    seconds = jobio.job_seconds(ended, time.monotonic() - started_here)
+    if seconds is not None:
+        s.job_seconds = seconds
     # log_bytes: `up` followed the log to its end (gpuops.rental.joblog: nothing left to fetch at teardown)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
     if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
