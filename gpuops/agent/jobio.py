@@ -10,7 +10,6 @@ On the box (relative to the session directory): ``.gpuops/run/job.log`` (stdout+
 
 from __future__ import annotations
 
-import codecs
 import json
 import math
 import shlex
@@ -89,41 +88,6 @@ def _finite(words: list[str]) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-# The longest piece of one job output line shown at once, characters: a line without end is shown
-# in pieces of this size, so memory stays flat whatever the job prints.
-MAX_JOB_LINE_CHARS = 64 * 1024
-
-
-class JobLines:
-    """The job's output bytes as lines of text, in order, each handed to ``emit`` (no newline).
-
-    UTF-8 is decoded incrementally (``codecs`` incremental decoder), so a character split between
-    two reads, or at a long line's piece boundary, arrives whole; only bytes that are not UTF-8
-    become U+FFFD. A line whose end has not come within ``max_chars`` characters is emitted in
-    pieces of ``max_chars`` (memory stays bounded: one read plus ``max_chars``). Call ``close()``
-    once at the end for a last line without a newline."""
-
-    def __init__(self, emit: Callable[[str], None], max_chars: int = MAX_JOB_LINE_CHARS):
-        self.emit, self.max_chars = emit, max_chars
-        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
-        self._pending = ""
-
-    def feed(self, chunk: bytes) -> None:
-        """Take the next bytes of the output; emit the lines they end (and pieces of a long one)."""
-        *whole, self._pending = (self._pending + self._decode(chunk)).split("\n")
-        for line in whole:
-            self.emit(line)
-        while len(self._pending) > self.max_chars:
-            self.emit(self._pending[: self.max_chars])
-            self._pending = self._pending[self.max_chars :]
-
-    def close(self) -> None:
-        """Emit what is left (a last line without a newline; a cut character as U+FFFD)."""
-        rest, self._pending = self._pending + self._decode(b"", final=True), ""
-        if rest:
-            self.emit(rest)
 
 
 class WrapperLost(GpuopsError):

@@ -5,6 +5,7 @@ value in a command goes through it), and the copy-back's trust rules: names, sym
 
 from __future__ import annotations
 
+import codecs
 import os
 import shlex
 from collections.abc import Callable
@@ -16,6 +17,41 @@ from gpuops.errors import GpuopsError
 q = shlex.quote
 
 LineSink = Callable[[str], None]
+
+# The longest piece of one output line handed on at once, characters: a line without end (from a
+# job or a command on a box that is not trusted) comes in pieces of this size, so memory stays flat.
+MAX_LINE_CHARS = 64 * 1024
+
+
+class OutputLines:
+    """A box's output bytes (a job's log, a command's stdout) as lines of text, in order, each handed to ``emit`` (no newline).
+
+    UTF-8 is decoded incrementally (``codecs`` incremental decoder), so a character split between
+    two reads, or at a long line's piece boundary, arrives whole; only bytes that are not UTF-8
+    become U+FFFD. A line whose end has not come within ``max_chars`` characters is emitted in
+    pieces of ``max_chars`` (memory stays bounded: one read plus ``max_chars``). Call ``close()``
+    once at the end for a last line without a newline."""
+
+    def __init__(self, emit: Callable[[str], None], max_chars: int = MAX_LINE_CHARS):
+        self.emit, self.max_chars = emit, max_chars
+        self._decode = codecs.getincrementaldecoder("utf-8")("replace").decode
+        self._pending = ""
+
+    def feed(self, chunk: bytes) -> None:
+        """Take the next bytes of the output; emit the lines they end (and pieces of a long one)."""
+        *whole, self._pending = (self._pending + self._decode(chunk)).split("\n")
+        for line in whole:
+            self.emit(line)
+        while len(self._pending) > self.max_chars:
+            self.emit(self._pending[: self.max_chars])
+            self._pending = self._pending[self.max_chars :]
+
+    def close(self) -> None:
+        """Emit what is left (a last line without a newline; a cut character as U+FFFD)."""
+        rest, self._pending = self._pending + self._decode(b"", final=True), ""
+        if rest:
+            self.emit(rest)
+
 
 # Caps of one copy-back (``Box.get``): what a laptop accepts from a box it does not trust.
 GET_MAX_BYTES = 50 * 2**30  # 50 GiB; pass max_bytes to change it

@@ -13,7 +13,13 @@ import threading
 from pathlib import Path
 
 from bootstrap.localbox import MARKER as BOX_MARKER
-from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, _copy_tree_safely, _CopyBudget, _local_file
+from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, OutputLines, _copy_tree_safely, _CopyBudget, _local_file
+
+READ_BYTES = 1 << 16  # one read of a command's output: a line without end is handed on in pieces
+
+
+def _drop(line: str) -> None:
+    """An ``on_line`` that keeps nothing (``run`` without one still drains the output)."""
 
 
 class LocalBox:
@@ -75,9 +81,10 @@ class LocalBox:
         timer.start()
         try:
             assert proc.stdout is not None
-            for raw in proc.stdout:
-                if on_line:
-                    on_line(raw.decode("utf-8", "replace").rstrip("\n"))
+            lines = OutputLines(on_line or _drop)  # whole characters; a line without end in pieces
+            while chunk := proc.stdout.read1(READ_BYTES):
+                lines.feed(chunk)
+            lines.close()
             rc = proc.wait()
         except BaseException:
             _killpg(proc.pid, signal.SIGKILL)

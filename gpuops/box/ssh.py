@@ -13,6 +13,7 @@ from gpuops.box.base import (
     GET_MAX_BYTES,
     GET_MAX_DEPTH,
     GET_MAX_FILES,
+    OutputLines,
     _CopyBudget,
     _local_dir,
     _local_file,
@@ -436,14 +437,16 @@ class SSHBox:
         chan.settimeout(0.5)
         chan.exec_command(f"exec bash -c {q(inner)}")
         deadline = time.monotonic() + timeout
-        buf, pid = b"", None
+        pid = None
 
-        def emit(raw: bytes) -> None:
+        def emit(line: str) -> None:
             nonlocal pid
             if pid is None:
-                pid = raw.decode("ascii", "replace").strip()
+                pid = line.strip()
             elif on_line:
-                on_line(raw.decode("utf-8", "replace").rstrip("\r"))
+                on_line(line.rstrip("\r"))
+
+        lines = OutputLines(emit)  # whole characters; a line without end in pieces
 
         try:
             while True:
@@ -462,12 +465,8 @@ class SSHBox:
                     continue
                 if not data:
                     break
-                buf += data
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    emit(line)
-            if buf:
-                emit(buf)
+                lines.feed(data)
+            lines.close()
             while not chan.status_event.is_set():
                 if time.monotonic() > deadline:
                     self._kill_group(pid)

@@ -1182,6 +1182,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     Outcomes: job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl; for a run's rental also
     preempted (the provider shows its spot box taken back: asked every ``TAKEN_BACK_POLL_S``)."""
     from gpuops.agent import jobio
+    from gpuops.box.base import OutputLines
 
     box = s.box
     req = s.req
@@ -1208,7 +1209,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     jobio.start_job(box, _job_command(req.job.name), env=env)
     ledger.event(s.id, EventKind.JOB_STARTED)
     import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
-    lines = jobio.JobLines(reporter.job_line)  # whole characters; a line without end in pieces
+    lines = OutputLines(reporter.job_line)  # whole characters; a line without end in pieces
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
 

@@ -288,3 +288,28 @@ def test_open_box_local_and_ssh(sshd, data_dir, tmp_path):
             data_dir=data_dir,
             deadline=time.monotonic() + 1,
         )
+
+
+# A command that prints 300 000 multi-byte characters and no newline (a hostile or broken bootstrap
+# step): its output must come in bounded pieces of whole characters, on an SSH box and a local one.
+LONG_LINE = "import sys; sys.stdout.write('é€😀' * 100000); sys.stdout.flush()"
+
+
+def _long_line_pieces(box) -> list[str]:
+    from gpuops.box.base import MAX_LINE_CHARS
+
+    pieces: list[str] = []
+    assert box.run(f"python3 -c {LONG_LINE!r}; echo; echo after", timeout=60, on_line=pieces.append) == 0
+    assert pieces[-1] == "after"  # the long line ended by the `echo`
+    assert "".join(pieces[:-1]) == "é€😀" * 100000  # no U+FFFD: never cut inside a character
+    assert max(len(p) for p in pieces) <= MAX_LINE_CHARS  # memory bounded whatever the box prints
+    return pieces
+
+
+def test_a_line_without_end_comes_in_whole_bounded_pieces_over_ssh(sshd, make_box):
+    box = make_box(sshd)
+    assert len(_long_line_pieces(box)) >= 300_000 // (64 * 1024) + 2
+
+
+def test_a_line_without_end_comes_in_whole_bounded_pieces_on_a_local_box(tmp_path):
+    assert len(_long_line_pieces(LocalBox(tmp_path / "box"))) >= 300_000 // (64 * 1024) + 2

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.agent.jobio import MAX_JOB_LINE_CHARS, JobLines
+from gpuops.box.base import MAX_LINE_CHARS, OutputLines
 
 # 2-, 3- and 4-byte characters: a 64 KiB cut lands inside one of them unless the decoder holds it.
 TEXT = "é€😀" * 30_000  # 270 000 bytes, 90 000 characters, no newline until the end
 
 
-def _lines(data: bytes, size: int, max_chars: int = MAX_JOB_LINE_CHARS) -> list[str]:
+def _lines(data: bytes, size: int, max_chars: int = MAX_LINE_CHARS) -> list[str]:
     out: list[str] = []
-    lines = JobLines(out.append, max_chars)
+    lines = OutputLines(out.append, max_chars)
     for i in range(0, len(data), size):
         lines.feed(data[i : i + size])
     lines.close()
@@ -27,7 +27,7 @@ def test_a_long_line_of_multibyte_characters_is_never_cut_inside_a_character(siz
     assert "\ufffd" not in "".join(out)
     assert "".join(out[:-1]) == TEXT and out[-1] == "after"
     if size <= 64 * 1024:  # its end not read within 64 Ki characters: the line is shown in pieces of that many
-        assert out[:-1] == [TEXT[:MAX_JOB_LINE_CHARS], TEXT[MAX_JOB_LINE_CHARS:]]
+        assert out[:-1] == [TEXT[:MAX_LINE_CHARS], TEXT[MAX_LINE_CHARS:]]
     else:  # one read holds the whole line
         assert out[:-1] == [TEXT]
 
