@@ -30,14 +30,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuops.agent.bootstrap_config import BOOTSTRAP_PIDFILE
+from gpuops.agent.bootstrap_config import BOOTSTRAP_PIDFILE, RUNNER_DIR, RUNNER_SOURCE
 from gpuops.agent.jobio import JOB_DIR
 
 if TYPE_CHECKING:
     from gpuops.config import Settings, TeardownSettings
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"
-BOOTSTRAP_REMOTE = ".gpuops/bootstrap"
 AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
@@ -144,7 +142,7 @@ def arm(box, config: dict, python: str = "python3") -> None:
     """
     import tempfile
 
-    box.put(BOOTSTRAP_DIR, BOOTSTRAP_REMOTE)
+    box.put(RUNNER_SOURCE, RUNNER_DIR)
     # armed_at as late as possible: the agent anchors its clock on it when the box's clock disagrees.
     config = dict(config, armed_at=time.time())
     with tempfile.TemporaryDirectory() as d:
@@ -152,7 +150,7 @@ def arm(box, config: dict, python: str = "python3") -> None:
         p.write_text(json.dumps(config, indent=1))
         box.put(p, AGENT_CONFIG)
     q = shlex.quote
-    box.run_detached(f"exec {q(python)} {BOOTSTRAP_REMOTE}/agent.py --config {q(AGENT_CONFIG)} >>{q(AGENT_LOG)} 2>&1")
+    box.run_detached(f"exec {q(python)} {RUNNER_DIR}/agent.py --config {q(AGENT_CONFIG)} >>{q(AGENT_LOG)} 2>&1")
 
 
 def _clamp_times(obj: Any, now: float) -> Any:

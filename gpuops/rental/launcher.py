@@ -45,7 +45,6 @@ from gpuops.providers.base import (
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 
-BOOTSTRAP_DIR = Path(__file__).resolve().parents[2] / "bootstrap"
 # On the box, everything gpuops owns lives under <root>/.gpuops
 META = ".gpuops"
 # How many next-best offers to try when one vanishes or has no capacity (no spend is booked).

@@ -26,8 +26,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuops.agent.bootstrap_config import RUNNER_DIR
+
 CHUNK = 4 << 20  # bytes read per request; also the most a drop can cost to re-read
-MANIFEST = ".gpuops/bootstrap/manifest.py"  # shipped with the runner (gpuops.agent.agentctl.BOOTSTRAP_REMOTE)
+MANIFEST = f"{RUNNER_DIR}/manifest.py"  # shipped with the runner
 RETRY_WAIT_S = 0.5  # first wait after a dropped connection; doubles up to 8 s
 MAX_BYTES = 50 * 2**30  # what a laptop accepts from a box it does not trust (as gpuops.box.remote's copy-back caps)
 MAX_FILES = 200_000

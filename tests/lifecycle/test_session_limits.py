@@ -62,13 +62,13 @@ def test_up_stores_its_limits_on_the_row(gpuops_home, fake_smi, tmp_path):
 def test_silent_agent_the_watchdog_reads_the_jobs_exit_marker(rig, fake_smi):
     """No agent heartbeat (stopped or dead) and the laptop gone: the job's exit marker on the box
     still ends the rental (job_end after the grace, counted from when the watchdog saw it)."""
-    from gpuops.rental.launcher import BOOTSTRAP_DIR
+    from gpuops.agent.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
 
     fake_smi.util(90)
     r = rig({"job_end_grace_seconds": 0.5, "sample_seconds": 0.3, "max_hours": 4.0})
     r.intent()
     r.create()  # no agent: its heartbeat is "none yet", i.e. stale
-    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # the job wrapper
+    r.box.put(RUNNER_SOURCE, RUNNER_DIR)  # the job wrapper
     r.job("true")
     wait_for(lambda: (Path(r.box.root) / ".gpuops" / "run" / "exit_marker").exists(), 10)
     ctx = Context(r.settings, ledger=r.ledger)

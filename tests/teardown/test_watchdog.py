@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.agent.agentctl import BOOTSTRAP_DIR
+from gpuops.agent.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
 from gpuops.errors import BadInput
 from gpuops.providers.base import Balance
 from gpuops.providers.local.compute import LocalProvider
@@ -244,7 +244,7 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi, tmp_path):
     r = rig({"sample_seconds": 0.3, "kill_grace_seconds": 1.5})
     r.intent()
     r.create()  # no agent: the watchdogs apply their own 0.0003 h TTL
-    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
+    r.box.put(RUNNER_SOURCE, RUNNER_DIR)  # jobwrap
     r.job("trap '' TERM; while true; do sleep 0.1; done")  # ignores TERM: destroy takes the grace
     wait_for(lambda: time.time() > r.inst.created_at + 1.2, 5)  # past the 0.0003 h TTL of the watchdogs
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -290,7 +290,7 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
     r.intent()
     r.create()
     r.arm()
-    r.box.put(BOOTSTRAP_DIR, ".gpuops/bootstrap")  # jobwrap
+    r.box.put(RUNNER_SOURCE, RUNNER_DIR)  # jobwrap
     r.job("exit 3")
     raw = Path(r.box.root, ".gpuops", "agent-status.json")  # the agent's own document (pid: its worker)
     st = wait_for(lambda: raw.exists() and (s := json.loads(raw.read_text())).get("job", {}).get("ended_at") and s, 20)
