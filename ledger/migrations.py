@@ -374,6 +374,16 @@ def m011_partial_indexes(conn: Connection) -> None:
     conn.exec_driver_sql("DROP INDEX IF EXISTS ix_sessions_ended_at")
 
 
+@migration
+def m012_drop_source_index(conn: Connection) -> None:
+    """Drop ``ix_sessions_source`` (m002): no query searches ``sessions.source``.
+
+    ``source`` (gpuops | import) is read with a row, never searched, filtered or sorted on: its
+    index only cost every insert (a million imported rows: a third of a second to build, each
+    ``up`` one more B-tree entry). ``tests/books/test_query_plans.py`` pins the hot queries' plans."""
+    conn.exec_driver_sql("DROP INDEX IF EXISTS ix_sessions_source")
+
+
 def _migrations_table() -> Table:
     import sqlalchemy as sa
 

@@ -63,7 +63,7 @@ class Session(SQLModel, table=True):
     billing_increment_seconds: float | None = None  # provider rounds billed time up to this; None = 1 s
     last_heartbeat_at: float | None = None  # the on-box agent's last heartbeat (epoch s)
     end_source: str | None = None  # destroy|provider|heartbeat|import: where ended_at came from
-    source: str = Field(default="gpuops", index=True)  # gpuops|import
+    source: str = Field(default="gpuops")  # gpuops|import (m012: not indexed, no query searches it)
     # m004_session_limits: the session's own limits (None on older rows: the actor's settings apply)
     max_hours: float | None = None  # hard TTL from create, hours
     ready_timeout_seconds: float | None = None  # create -> SSH ready deadline, seconds

@@ -259,3 +259,32 @@ def test_hot_queries_keep_an_index_with_partial_indexes(ledger_url):
             ]
     finally:
         led.engine.dispose()
+
+
+def test_m012_drops_the_source_index_and_no_query_needs_it(ledger_url):
+    """m012: ``ix_sessions_source`` is gone from a ledger migrated from m011 (its rows kept), on
+    SQLite and PostgreSQL; no query names ``source`` in a search, so every hot plan above is as it was
+    (``test_hot_queries_keep_an_index_with_partial_indexes``) and a filter on it reads the table."""
+    from ledger.migrations import MIGRATION_NAMES, migrate
+
+    def indexes(conn) -> set[str]:
+        return {i["name"] for i in sa.inspect(conn).get_indexes("sessions")}
+
+    engine = sa.create_engine(ledger_url)
+    try:
+        with engine.begin() as conn:
+            migrate(conn, upto="m011_partial_indexes")
+            assert "ix_sessions_source" in indexes(conn)
+            conn.exec_driver_sql(
+                "INSERT INTO sessions (id, experiment, job, provider, card, gpu_count, spot, label, simulated, status,"
+                " created_at, tokens, conclusion, note, log_path, results_path, source)"
+                " VALUES ('s1', 'e', '', 'local', 'c', 1, false, '', false, 'closed', 1.0, 0, '', '', '', '', 'import')"
+            )
+        with engine.begin() as conn:
+            assert migrate(conn) == ["m012_drop_source_index"] and MIGRATION_NAMES[-1] == "m012_drop_source_index"
+            have = indexes(conn)
+            assert "ix_sessions_source" not in have
+            assert {"ix_sessions_created_at", "ix_sessions_experiment", "ix_sessions_books", "ix_sessions_open"} <= have
+            assert conn.exec_driver_sql("SELECT id, source FROM sessions").all() == [("s1", "import")]
+    finally:
+        engine.dispose()
