@@ -17,8 +17,9 @@ numbers and never quoted).
 
 Both directions stream: export writes row by row from a cursor (a common row is one f-string,
 odd rows go through the csv module; the bytes are the same either way); import reads batches of
-``IMPORT_CHUNK_ROWS`` lines and checks each column of a batch at once with parsers compiled for the
-file's header (a batch with anything to say goes line by line, which words it), and the ledger
+``IMPORT_CHUNK_ROWS`` lines, splits a batch of plain lines into columns in C (``_split_plain``; a
+batch with quotes goes through the csv module), checks each column of a batch at once with parsers
+compiled for the file's header (a batch with anything to say goes line by line, which words it), and the ledger
 inserts each batch with 14 bound values per row inside one transaction, so memory stays flat at a
 million rows. A big SQLite export is
 written by two processes in turns, slice by slice of its time range (``write_export_forked``):
@@ -35,7 +36,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import datetime, timezone
-from itertools import islice, repeat
+from itertools import chain, islice, repeat
 from math import fsum
 from operator import add, attrgetter, itemgetter, mul, sub
 from typing import TextIO
@@ -702,7 +703,8 @@ class CsvImport:
             csv.field_size_limit(MAX_CELL_CHARS)
         # strict: a quote never closed is an error at the end of the file, not one cell that swallowed
         # every later line (and a quote closing a cell mid-cell, where such a cell usually ends).
-        reader = csv.reader(self.f, strict=True)
+        src = iter(self.f)
+        reader = csv.reader(src, strict=True)
         try:
             header = next(reader)
         except StopIteration:
@@ -729,21 +731,36 @@ class CsvImport:
         width = len(names)
         parse = _row_parser(ix, seen, tzinfo, self.providers, self.cards)
         parse_chunk = _chunk_parser(ix, width, tzinfo, self.providers, self.cards)
+        # A text stream's lines each end at their one line break: those without quotes, carriage
+        # returns or NULs split into columns in C (``_split_plain``); any other batch is read by a
+        # csv reader from the same lines on, so the records and line numbers are the csv module's.
+        plain = isinstance(self.f, io.TextIOBase)
+        line_no = reader.line_num  # lines read so far (the header's)
         while True:
-            start = reader.line_num
-            cells_of: list[list[str]] = []
-            broken = None
-            try:
-                cells_of.extend(islice(reader, size))  # keeps the lines read before a csv.Error
-            except csv.Error as e:  # the reader cannot go on past it: this line and the rest are not read
-                broken = e
-            if not cells_of and broken is None:
+            start = line_no
+            head = list(islice(src, size))
+            if not head:
                 break
-            if broken is None and reader.line_num - start == len(cells_of):
-                lines: Sequence[int] = range(start + 1, reader.line_num + 1)  # one line per row
+            columns = _split_plain(head, width) if plain else None
+            broken = None
+            if columns is not None:
+                line_no += len(head)
+                lines: Sequence[int] = range(start + 1, line_no + 1)
+                rows = parse_chunk(None, columns)
+                cells_of = list(map(list, zip(*columns))) if rows is None else []
             else:
-                lines = _line_numbers(cells_of, start)
-            rows = parse_chunk(cells_of) if broken is None else None
+                reader = csv.reader(chain(head, src), strict=True)  # >= 1 line a record: reads all of head
+                cells_of = []
+                try:
+                    cells_of.extend(islice(reader, size))  # keeps the lines read before a csv.Error
+                except csv.Error as e:  # the reader cannot go on past it: this line and the rest are not read
+                    broken = e
+                line_no += reader.line_num
+                if broken is None and reader.line_num == len(cells_of):
+                    lines = range(start + 1, line_no + 1)  # one line per row
+                else:
+                    lines = _line_numbers(cells_of, start)
+                rows = parse_chunk(cells_of) if broken is None else None
             if rows is not None:
                 self.rows += len(rows)
                 yield lines, rows
@@ -1082,15 +1099,43 @@ def _any_quoted(texts: list[str]) -> bool:
     return "\n'" in "\n" + "\n".join(texts)
 
 
+def _split_plain(lines: list[str], width: int) -> list[list[str]] | None:
+    """Split lines without quotes into columns, as the csv module would, or return None.
+
+    ``lines`` (each ending in ``"\\n"``, the last one may end the file without it) as ``width``
+    columns of one cell per line: exactly the records ``csv.reader(lines, strict=True)`` gives,
+    transposed, when no line holds a quote, a carriage return or a NUL and every line has
+    ``width - 1`` commas; None otherwise (the csv module reads those). One ``str.split`` over the
+    batch and slices of it, all in C: no list per line. Every comma of the text splits a cell,
+    each newline ends a line: with ``n`` lines, the ``n * (width - 1) + 1`` pieces between commas
+    hold one newline in every ``(width - 1)``-th piece (a line's last cell, then the next line's
+    first) and none elsewhere exactly when each line has ``width - 1`` commas."""
+    text = "".join(lines)
+    n, m = len(lines), width - 1
+    if not n or m < 1 or '"' in text or "\r" in text or "\0" in text or len(text) > MAX_CELL_CHARS:
+        return None
+    if text[-1] != "\n":
+        text += "\n"
+    cells = text.split(",")
+    if len(cells) != n * m + 1:
+        return None
+    ends = cells[m::m]  # "last cell\nnext line's first cell", the last one "last cell\n"
+    if set(map(str.count, ends, repeat("\n", n))) != {1}:
+        return None
+    edge = "\n".join(ends).split("\n")  # last, first, last, first, ..., last, ""
+    return [[cells[0], *edge[1:-1:2]], *(cells[j : n * m : m] for j in range(1, m)), edge[0::2]]
+
+
 def _chunk_parser(
     ix: tuple[int, ...], width: int, tzinfo, providers: Collection[str] | None, cards: Collection[str] | None
 ):
     """Compile the batch parser for one header.
 
-    The batch parser compiled for one header: ``parse(records) -> [IMPORT_ROW tuple]`` for a
-    batch of records (lists of cells), or None when any record must go through ``_row_parser``
-    (another width, a cell it would refuse or note, an empty session id, a date near the ends of
-    time). Every value comes from the same conversions as ``_row_parser``'s (``float``, ``int``,
+    The batch parser compiled for one header: ``parse(records, columns=None) -> [IMPORT_ROW
+    tuple]`` for a batch of records (lists of cells; or ``columns``, the same batch as one sequence
+    of cells per column, every record of the header's width, ``records`` then unused), or None
+    when any record must go through ``_row_parser`` (another width, a cell it would refuse or note,
+    an empty session id, a date near the ends of time). Every value comes from the same conversions as ``_row_parser``'s (``float``, ``int``,
     ``datetime.fromisoformat``, ``round``), each mapped over a column in C, so the rows are equal
     to what it gives; the checks are its bounds over each column's min and max."""
     fromiso = datetime.fromisoformat
@@ -1116,11 +1161,14 @@ def _chunk_parser(
             raise _Bad(raw)
         return f in _TRUE
 
-    def parse(records: list[list[str]]) -> list[tuple] | None:
-        n = len(records)
-        if not n or set(map(len, records)) != {width}:
-            return None
-        columns = list(zip(*records))
+    def parse(records: list[list[str]] | None, columns: Sequence[Sequence[str]] | None = None) -> list[tuple] | None:
+        if columns is None:
+            n = len(records)
+            if not n or set(map(len, records)) != {width}:
+                return None
+            columns = list(zip(*records))
+        else:
+            n = len(columns[0])
         blank = ("",) * n
         (v_date, v_exp, v_prov, v_card, v_gpus, v_price, v_hours, v_cost, v_tokens, v_concl, v_flag, v_sid) = (
             columns[i] if i != absent else blank for i in ix

@@ -45,7 +45,7 @@ ODD = (
 
 def _read(text: str, size: int, line_by_line: bool, monkeypatch, tz: str = "Europe/Berlin", strict: bool = False):
     if line_by_line:
-        monkeypatch.setattr(csvio, "_chunk_parser", lambda *a, **k: lambda records: None)
+        monkeypatch.setattr(csvio, "_chunk_parser", lambda *a, **k: lambda records, columns=None: None)
     imp = csvio.CsvImport(text, tz, providers=PROVIDERS, cards=CARDS, strict=strict)
     got = [(list(lines), rows) for lines, rows in imp.chunks(size)]
     monkeypatch.undo()
@@ -164,7 +164,9 @@ def test_a_clean_sheet_is_checked_by_whole_batches(monkeypatch):
 
     def counting(*a, **k):
         parse = compiled(*a, **k)
-        return lambda records: taken.append(parse(records) is not None) or parse(records)
+        return lambda records, columns=None: (
+            taken.append(parse(records, columns) is not None) or parse(records, columns)
+        )
 
     monkeypatch.setattr(csvio, "_chunk_parser", counting)
     naive, no_id = ODD.splitlines(keepends=True)[0], ODD.splitlines(keepends=True)[6]
@@ -173,3 +175,73 @@ def test_a_clean_sheet_is_checked_by_whole_batches(monkeypatch):
     # The naive date, "$2.50", the blank tokens and "yes" are converted once per distinct cell; a
     # row without a session id is numbered line by line.
     assert taken == [True, True, True, False]
+
+
+# Lines the plain split must read as the csv module does, or leave to it: widths that make up for
+# each other, blank lines, quotes, CR, CRLF, NUL, separators the csv module does not split on.
+HOSTILE = (
+    "2026-11-09T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,0.7,0,a,false,s-w1,extra\n"
+    "2026-11-09T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,0.7,0,false,s-w2\n"
+    "2026-11-09T00:00:00+00:00, exp ,vast,rtx-4090,1,0.35,2,0.7,0,  spaced\u2028sep\x0cff\x85 ,false,s-sp\n"
+    "2026-11-09T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,0.7,0,crlf,false,s-crlf\r\n"
+    "2026-11-09T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,0.7,0,nul\0,false,s-nul\n"
+    "\n"
+    ",,,,,,,,,,,\n"
+    '2026-11-09T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,0.7,0,"quoted, cell",false,s-q\n'
+    "2026-11-09T00:00:00+00:00,exp,vast,rtx-4090,1,0.35,2,0.7,0,last line,false,s-last"
+)
+
+
+def test_the_plain_split_is_the_csv_modules_reading():
+    import csv
+    import io
+
+    lines = list(io.StringIO(HEAD + _clean(3) + ODD + HOSTILE))
+    got = {}
+    for i in range(len(lines)):
+        for j in range(i + 1, min(len(lines), i + 6) + 1):
+            part = lines[i:j]
+            columns = csvio._split_plain(part, 12)
+            records = list(csv.reader(part, strict=True)) if '"' not in "".join(part) else None
+            if columns is not None:
+                assert records is not None and {len(r) for r in records} == {12}, part
+                assert columns == [list(c) for c in zip(*records)], part
+            got[len(part), columns is not None] = True
+    assert got[5, True] and got[5, False]  # both ways taken
+    assert csvio._split_plain(["a,b,c\n", "d\n", "e,f,g,h,i\n"], 3) is None  # 2 + 0 + 4 commas
+    assert csvio._split_plain(["a,b\n", "c,d"], 2) == [["a", "c"], ["b", "d"]]  # the file's last line
+
+
+@pytest.mark.parametrize("size", [3, 5000])
+@pytest.mark.parametrize("strict", [False, True])
+def test_batches_split_in_c_give_what_the_csv_module_gives(monkeypatch, tmp_path, size, strict):
+    """The same rows, line numbers, errors and warnings whether a batch is split by ``_split_plain``
+    or read by the csv module, from a string and from a file opened as ``ledger import`` opens it."""
+    import io
+
+    text = HEAD + _clean(7) + ODD + _clean(5, start=7) + HOSTILE + "\n" + _clean(4, start=12)
+    path = tmp_path / "sheet.csv"
+    path.write_bytes(("\ufeff" + text).encode())
+
+    def read(split: bool) -> list:
+        if not split:
+            monkeypatch.setattr(csvio, "_split_plain", lambda lines, width: None)
+        out = []
+        for source in (text, path):
+            with open(source, newline="", encoding="utf-8-sig") if source is path else io.StringIO(source) as f:
+                imp = csvio.CsvImport(f, "UTC", providers=PROVIDERS, cards=CARDS, strict=strict)
+                got = [(list(lines), rows) for lines, rows in imp.chunks(size)]
+                out.append((got, list(imp.errors), imp.warnings))
+        monkeypatch.undo()
+        return out
+
+    split, by_csv = read(True), read(False)
+    assert split == by_csv
+    (batches, errors, _), _ = split
+    by_id = {r[0]: n for lines, rows in batches for n, r in zip(lines, rows)}
+    assert [by_id[s] for s in ("s-sp", "s-crlf", "s-q", "s-last", "s-0012", "s-0015")] == [28, 29, 33, 34, 35, 38]
+    assert errors[-3:] == [
+        (26, "has 13 fields, the header has 12"),
+        (27, "has 11 fields, the header has 12"),
+        (30, "conclusion contains a NUL character (\\x00); use visible text"),
+    ]
