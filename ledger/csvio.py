@@ -748,6 +748,7 @@ class CsvImport:
                 lines: Sequence[int] = range(start + 1, line_no + 1)
                 rows = parse_chunk(None, columns)
                 cells_of = list(map(list, zip(*columns))) if rows is None else []
+                head = columns = None  # not held while the batch is inserted
             else:
                 reader = csv.reader(chain(head, src), strict=True)  # >= 1 line a record: reads all of head
                 cells_of = []
