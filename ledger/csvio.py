@@ -18,10 +18,10 @@ numbers and never quoted).
 Both directions stream: export writes row by row from a cursor (a common row is one f-string,
 odd rows go through the csv module; the bytes are the same either way); import reads batches of
 ``IMPORT_CHUNK_ROWS`` lines, splits a batch of plain lines into columns in C (``_split_plain``; a
-batch with quotes goes through the csv module), checks each column of a batch at once with parsers
-compiled for the file's header (a batch with anything to say goes line by line, which words it), and the ledger
-inserts each batch with 14 bound values per row inside one transaction, so memory stays flat at a
-million rows. A big SQLite export is
+batch with quotes goes through the csv module), checks each column of a batch at once with
+parsers compiled for the file's header (a batch with anything to say goes line by line, which
+words it), and the ledger inserts each batch with 14 bound values per row inside one
+transaction, so memory stays flat at a million rows. A big SQLite export is
 written by two processes in turns, slice by slice of its time range (``write_export_forked``):
 Python's sqlite3 holds the GIL while it builds each row, so a reader thread overlaps nothing.
 """
@@ -750,7 +750,7 @@ class CsvImport:
                 cells_of = list(map(list, zip(*columns))) if rows is None else []
                 head = columns = None  # not held while the batch is inserted
             else:
-                reader = csv.reader(chain(head, src), strict=True)  # >= 1 line a record: reads all of head
+                reader = csv.reader(chain(head, src), strict=True)  # a record is >= 1 line: reads all of head
                 cells_of = []
                 try:
                     cells_of.extend(islice(reader, size))  # keeps the lines read before a csv.Error
@@ -1136,9 +1136,10 @@ def _chunk_parser(
     tuple]`` for a batch of records (lists of cells; or ``columns``, the same batch as one sequence
     of cells per column, every record of the header's width, ``records`` then unused), or None
     when any record must go through ``_row_parser`` (another width, a cell it would refuse or note,
-    an empty session id, a date near the ends of time). Every value comes from the same conversions as ``_row_parser``'s (``float``, ``int``,
-    ``datetime.fromisoformat``, ``round``), each mapped over a column in C, so the rows are equal
-    to what it gives; the checks are its bounds over each column's min and max."""
+    an empty session id, a date near the ends of time). Every value comes from the same
+    conversions as ``_row_parser``'s (``float``, ``int``, ``datetime.fromisoformat``, ``round``),
+    each mapped over a column in C, so the rows are equal to what it gives; the checks are its
+    bounds over each column's min and max."""
     fromiso = datetime.fromisoformat
     session_id = SESSION_ID.fullmatch
     future = time.time() + FUTURE_TOLERANCE_S
