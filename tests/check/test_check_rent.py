@@ -24,27 +24,37 @@ def run_check(env, name: str) -> tuple[int, dict, str]:
         text=True,
         timeout=CHECK_TIMEOUT_S,
     )
+    return p.returncode, parsed(p.returncode, p.stdout, p.stderr), p.stderr
+
+
+def parsed(rc: int | None, out: str, err: str) -> dict:
+    """check's JSON document; without one, its exit and its stderr (the traceback) are the failure."""
     try:
-        doc = json.loads(p.stdout)
+        return json.loads(out)
     except ValueError:
-        raise AssertionError(f"no JSON document (exit {p.returncode}): {p.stdout[-2000:]} {p.stderr[-4000:]}") from None
-    return p.returncode, doc, p.stderr
+        raise AssertionError(f"no JSON document (exit {rc}): stdout {out[-2000:]!r}\nstderr:\n{err[-6000:]}") from None
 
 
 def shown(doc: dict) -> str:
     return "\n".join(f"{c['verdict']} {c['check']} {c['detail']} {c['fix']}" for c in doc["checks"])
 
 
+def why(doc: dict, err: str) -> str:
+    """An assertion's message: every finding, then check's stderr (a traceback, the layers' lines)."""
+    return f"{shown(doc)}\ncheck's stderr:\n{err[-6000:]}"
+
+
 def verdicts(doc: dict) -> dict[str, str]:
     return {c["check"]: c["verdict"] for c in doc["checks"]}
 
 
-def assert_nothing_left(emu, gpuops_home) -> None:
-    assert emu.live() == []
+def assert_nothing_left(emu, gpuops_home, said: str) -> None:
+    """No box live, every row of the check closed; ``said`` (``why``: the findings, check's stderr) if not."""
+    assert emu.live() == [], f"{emu.live()}\n{said}"
     rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
-    assert rows and all(r.experiment == "check" and r.status == "closed" for r in rows), [
-        (r.id, r.status) for r in rows
-    ]
+    assert rows and all(r.experiment == "check" and r.status == "closed" for r in rows), (
+        f"{[(r.id, r.status) for r in rows]}\n{said}"
+    )
 
 
 @pytest.mark.parametrize("name", ["runpod", "vast"])
@@ -52,17 +62,17 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
     emu, env = check_env(name, sshd=sshd)
     rc, doc, err = run_check(env, name)
     v = verdicts(doc)
-    assert rc == 0, shown(doc) + err
-    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("ok", "ok", "ok"), doc
+    assert rc == 0, why(doc, err)
+    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("ok", "ok", "ok"), why(doc, err)
     layers = {c["check"]: c["data"] for c in doc["checks"] if c["check"].startswith("layer.")}
-    assert {d["agent_reason"] for d in layers.values()} == {"job_end", "idle", "ttl"}
+    assert {d["agent_reason"] for d in layers.values()} == {"job_end", "idle", "ttl"}, why(doc, err)
     for d in layers.values():  # gone after its trigger, within the grace + a sample + the slack
-        assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, (
-            d
-        )  # idle may start a moment before the job (bootstrap over)
-    assert v["books.check"] in ("ok", "pending")
-    assert_nothing_left(emu, gpuops_home)
-    assert len(Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)) == 3  # one rental per layer
+        # idle may start a moment before the job (bootstrap over)
+        assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, f"{d}\n{why(doc, err)}"
+    assert v["books.check"] in ("ok", "pending"), why(doc, err)
+    assert_nothing_left(emu, gpuops_home, why(doc, err))
+    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
+    assert len(rows) == 3, why(doc, err)  # one rental per layer
 
 
 def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(check_env, sshd, gpuops_home):
@@ -70,11 +80,12 @@ def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(c
     emu.pod_key_may = set()  # the pod's own key may neither terminate nor stop it
     rc, doc, err = run_check(env, "runpod")
     v = verdicts(doc)
-    assert rc == 1, shown(doc) + err
-    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("fail", "fail", "fail"), shown(doc)
+    assert rc == 1, why(doc, err)
+    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("fail", "fail", "fail"), why(doc, err)
     job = next(c for c in doc["checks"] if c["check"] == "layer.job_end")
-    assert "the agent asked for job_end but its destroy failed" in job["detail"] and "HTTP 403" in job["detail"], job
-    assert_nothing_left(emu, gpuops_home)
+    asked = "the agent asked for job_end but its destroy failed" in job["detail"]
+    assert asked and "HTTP 403" in job["detail"], why(doc, err)
+    assert_nothing_left(emu, gpuops_home, why(doc, err))
 
 
 def test_a_pod_key_that_may_only_stop_is_a_warning_and_the_check_terminates(check_env, sshd, gpuops_home):
@@ -82,12 +93,14 @@ def test_a_pod_key_that_may_only_stop_is_a_warning_and_the_check_terminates(chec
     emu.pod_key_may = {"stop"}  # what the one public watchdog using this key does: stop, never terminate
     rc, doc, err = run_check(env, "runpod")
     v = verdicts(doc)
-    assert rc == 0, shown(doc) + err
-    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("warn", "warn", "warn"), shown(doc)
-    assert all("stopped the box" in c["detail"] for c in doc["checks"] if c["check"].startswith("layer.")), shown(doc)
-    assert_nothing_left(emu, gpuops_home)
+    assert rc == 0, why(doc, err)
+    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("warn", "warn", "warn"), why(doc, err)
+    layers = [c for c in doc["checks"] if c["check"].startswith("layer.")]
+    assert all("stopped the box" in c["detail"] for c in layers), why(doc, err)
+    assert_nothing_left(emu, gpuops_home, why(doc, err))
     rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
-    assert sorted(r.end_reason for r in rows) == ["idle", "job_end", "ttl"]  # booked with the agent's reasons
+    # booked with the agent's reasons
+    assert sorted(r.end_reason for r in rows) == ["idle", "job_end", "ttl"], why(doc, err)
 
 
 def test_a_busy_idle_sampler_fails_the_idle_layer_alone(check_env, sshd, smi_bin, gpuops_home):
@@ -95,11 +108,11 @@ def test_a_busy_idle_sampler_fails_the_idle_layer_alone(check_env, sshd, smi_bin
     emu, env = check_env("vast", sshd=sshd)
     rc, doc, err = run_check(env, "vast")
     v = verdicts(doc)
-    assert rc == 1, shown(doc) + err
-    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("ok", "fail", "ok"), doc
+    assert rc == 1, why(doc, err)
+    assert (v["layer.job_end"], v["layer.idle"], v["layer.ttl"]) == ("ok", "fail", "ok"), why(doc, err)
     idle = next(c for c in doc["checks"] if c["check"] == "layer.idle")
-    assert "idle window ran out" in idle["detail"] and "never asked for the end" in idle["detail"], idle
-    assert_nothing_left(emu, gpuops_home)
+    assert "idle window ran out" in idle["detail"] and "never asked for the end" in idle["detail"], why(doc, err)
+    assert_nothing_left(emu, gpuops_home, why(doc, err))
 
 
 def test_a_refused_account_key_fails_auth_and_rents_nothing(check_env, gpuops_home):
@@ -107,9 +120,9 @@ def test_a_refused_account_key_fails_auth_and_rents_nothing(check_env, gpuops_ho
     env["RUNPOD_API_KEY"] = "rp_not_this_account"
     rc, doc, err = run_check(env, "runpod")
     v = verdicts(doc)
-    assert rc == 1 and v["auth.runpod"] == "fail", shown(doc) + err
-    assert not any(k.startswith("layer.") for k in v)
-    assert emu.market.instances == {} or emu.live() == []
+    assert rc == 1 and v["auth.runpod"] == "fail", why(doc, err)
+    assert not any(k.startswith("layer.") for k in v), why(doc, err)
+    assert emu.market.instances == {} or emu.live() == [], why(doc, err)
 
 
 def test_ctrl_c_destroys_every_box_before_the_check_returns(check_env, sshd, gpuops_home):
@@ -131,13 +144,14 @@ def test_ctrl_c_destroys_every_box_before_the_check_returns(check_env, sshd, gpu
         end = time.monotonic() + 120
         while len(emu.live()) < 3 and time.monotonic() < end and p.poll() is None:
             time.sleep(0.1)
-        assert len(emu.live()) == 3, emu.live()
-        p.send_signal(signal.SIGINT)
+        live = emu.live()
+        p.send_signal(signal.SIGINT)  # also when the boxes are not all up: check then cleans up what is
         out, err = p.communicate(timeout=120)
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-    doc = json.loads(out)
-    assert p.returncode == 130 and verdicts(doc)["rent.interrupted"] == "fail", shown(doc) + err
-    assert_nothing_left(emu, gpuops_home)
+    assert len(live) == 3, f"{live} (check's exit {p.returncode})\ncheck's stderr:\n{err[-6000:]}"
+    doc = parsed(p.returncode, out, err)
+    assert p.returncode == 130 and verdicts(doc)["rent.interrupted"] == "fail", why(doc, err)
+    assert_nothing_left(emu, gpuops_home, why(doc, err))
