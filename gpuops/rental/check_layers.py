@@ -176,6 +176,7 @@ class CheckRun:
         from gpuops.rental.launcher import Interrupted, _shielded, _signals_raise
 
         c = self.settings.check
+        self._load()  # before Ctrl-C can raise: a first import it cuts would break the cleanup
         try:
             with _signals_raise():  # Ctrl-C (KeyboardInterrupt), SIGTERM, SIGHUP (Interrupted): cleaned up below
                 for name in LAYERS:
@@ -199,6 +200,18 @@ class CheckRun:
             else []
         )
         return head + [layer.finding for layer in self.layers if layer.finding is not None] + self._books()
+
+    def _load(self) -> None:
+        """Import what the watch and the cleanup use, and open the ledger's engine, before anything is rented.
+
+        A KeyboardInterrupt that lands in a module's first import leaves that module half made, and
+        ``ledger.models`` cannot be imported again: its tables are already in SQLModel's metadata
+        ("Table 'sessions' is already defined"). Every ledger read the cleanup needs would then fail:
+        no row closed, no row id to find a box by its label, every box left to its TTL. On a
+        loaded machine that first import takes seconds, so a Ctrl-C lands in it."""
+        from gpuops.rental import lifecycle, reconcile  # noqa: F401  (the cleanup's end_rental; close_gone)
+
+        self.ledger.sessions_between(self.started, self.started)  # SQLModel, the table classes, the engine
 
     def _watch_all(self, c) -> None:
         wall_end = self.started + self.cap["wall_s"]

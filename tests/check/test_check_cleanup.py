@@ -1,5 +1,7 @@
-"""`check --rent`'s cleanup ends every child and tries every row, whatever one layer raises."""
+"""`check --rent`'s cleanup ends every child and tries every row, whatever one layer raises, and a Ctrl-C
+that cuts the first import of the ledger's models still leaves it the ledger to close every row with."""
 
+import sys
 from pathlib import Path
 
 from gpuops.rental import check_layers
@@ -29,3 +31,76 @@ def test_a_layer_whose_row_cannot_be_closed_does_not_keep_the_others_alive(monke
     assert ended == ["idle", "ttl"]
     job = run.layers[0].finding
     assert job.verdict.value == "fail" and "database is locked" in job.detail and "reconcile" in job.fix
+
+
+# A `gpuops check` process whose Ctrl-C lands in the watch's first ledger read, inside the first
+# import of ledger.models (seconds on a loaded machine): the cut is made with a trace hook that
+# raises KeyboardInterrupt in that module's body, once its first table is defined.
+CUT_CHECK = r"""
+import json, sys
+from gpuops.config import load_settings
+from gpuops.rental import check_layers
+from gpuops.rental.check_layers import CheckRun, Layer
+from gpuops.rental.sessions import open_ledger
+
+class Provider:
+    name, supports_spot, account = "stub", False, None
+    def list(self, prefix):
+        return []
+    def billing(self, start, end):
+        return []
+
+def cut(frame, event, arg):
+    if frame.f_code.co_filename.endswith("ledger/models.py") and event == "line" and "Session" in frame.f_globals:
+        sys.settrace(None)
+        raise KeyboardInterrupt
+    return cut
+
+def start(self, name, c):
+    p = self.dir / name
+    return Layer(name, f"check-cut {name}", p, "off", 1.0, p)
+
+def watch_all(self, c):
+    sys.settrace(cut)  # fires only if this process has not imported ledger.models yet
+    self._row(self.layers[0])
+    sys.settrace(None)
+    raise KeyboardInterrupt
+
+CheckRun._start, CheckRun._watch_all = start, watch_all
+settings = load_settings(None)
+ledger = open_ledger(settings)
+first = "ledger.models" in sys.modules
+run = CheckRun(settings, ledger, Provider(), 1.0, {"wall_s": 60.0})
+found = run.run()
+print(json.dumps({"loaded_before": first, "findings": [[f.check, f.verdict.value, f.detail] for f in found]}))
+"""
+
+
+def test_a_ctrl_c_in_the_first_import_of_the_ledger_models_still_closes_every_row(cli_env, gpuops_home):
+    import json
+    import subprocess
+    import time
+
+    from ledger import Ledger
+    from tests.conftest import REPO
+
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")  # made here: the check process imports nothing of it
+    for name in check_layers.LAYERS:  # each layer's `up` wrote its row; none got its box yet
+        led.add_session(
+            {"id": f"cut-{name}", "created_at": time.time(), "experiment": "check", "note": f"check-cut {name}"}
+        )
+    p = subprocess.run(
+        [sys.executable, "-c", CUT_CHECK], env=cli_env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr[-4000:]
+    got = json.loads(p.stdout.splitlines()[-1])
+    assert got["loaded_before"] is False, got  # the cut can land: nothing before the check imported it
+    findings = {c: (v, d) for c, v, d in got["findings"]}
+    assert findings["rent.interrupted"][0] == "fail", findings
+    for name in check_layers.LAYERS:
+        assert findings[f"layer.{name}"] == ("fail", "interrupted before the layer was proven; its box is destroyed"), (
+            findings,
+            p.stderr[-4000:],
+        )
+        row = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").get(f"cut-{name}")
+        assert row.status == "closed" and row.end_reason == "interrupted", (row, p.stderr[-4000:])
