@@ -320,6 +320,7 @@ class CheckRun:
             for e in reversed(self.ledger.events(layer.row_id)):
                 if e.kind in (EventKind.PROVIDER_ERROR, EventKind.STAGE_FAILED, EventKind.ERROR):
                     return f"{e.kind}: {e.detail[:300]}"
+            return "its row's events name no error (see the log)"
         return "no row was written (see the log)"
 
     def _due(self, layer: Layer) -> None:
