@@ -165,6 +165,7 @@ class CheckRun:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.layers: list[Layer] = []
         self.interrupted = False
+        self.signalled: list = []  # the signals `_signals_raise` saw (``run``)
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> list[Finding]:
@@ -178,7 +179,8 @@ class CheckRun:
         c = self.settings.check
         self._load()  # before Ctrl-C can raise: a first import it cuts would break the cleanup
         try:
-            with _signals_raise():  # Ctrl-C (KeyboardInterrupt), SIGTERM, SIGHUP (Interrupted): cleaned up below
+            # Ctrl-C (KeyboardInterrupt), SIGTERM, SIGHUP (Interrupted): cleaned up below
+            with _signals_raise() as self.signalled:
                 for name in LAYERS:
                     self.layers.append(self._start(name, c))
                 self._watch_all(c)
@@ -213,9 +215,25 @@ class CheckRun:
 
         self.ledger.sessions_between(self.started, self.started)  # SQLModel, the table classes, the engine
 
+    def _raise_lost(self) -> None:
+        """Raise the signal that came while its exception was dropped (once per watch round).
+
+        The signal handler raises wherever the main thread is, and an exception raised in a weakref
+        callback or a ``__del__`` (SQLAlchemy's, say) is printed ("Exception ignored in") and dropped;
+        ``_signals_raise`` then ignores every later signal, so the watch would go on to the wall cap
+        with the user's Ctrl-C spent."""
+        if self.signalled:
+            from gpuops.rental.launcher import Interrupted
+
+            first = self.signalled[0]
+            if first == signal.SIGINT:
+                raise KeyboardInterrupt
+            raise Interrupted(signal.Signals(first).name)
+
     def _watch_all(self, c) -> None:
         wall_end = self.started + self.cap["wall_s"]
         while not all(layer.done for layer in self.layers):
+            self._raise_lost()
             for layer in self.layers:
                 if not layer.done:
                     self._step(layer)

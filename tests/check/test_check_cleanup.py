@@ -104,3 +104,35 @@ def test_a_ctrl_c_in_the_first_import_of_the_ledger_models_still_closes_every_ro
         )
         row = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").get(f"cut-{name}")
         assert row.status == "closed" and row.end_reason == "interrupted", (row, p.stderr[-4000:])
+
+
+def test_a_ctrl_c_whose_exception_python_drops_still_ends_the_watch(monkeypatch):
+    """The handler's KeyboardInterrupt raised in a ``__del__`` (or a weakref callback, as one of
+    SQLAlchemy's was under load) is printed and dropped; the next watch round raises it."""
+    import signal
+    from types import SimpleNamespace
+
+    run = object.__new__(CheckRun)
+    run.settings = SimpleNamespace(check=SimpleNamespace(poll_seconds=0.0))
+    run.ledger = SimpleNamespace(sessions_between=lambda start, end: [], get=lambda sid: None)
+    run.provider, run.cap, run.started = _Provider(), {"wall_s": 3600.0, "max_minutes": 60}, 0.0
+    run.clock, run.sleep, run.layers, run.interrupted, run.signalled = (lambda: 0.0), (lambda s: None), [], False, []
+    monkeypatch.setattr(CheckRun, "_start", lambda self, name, c: Layer(name, "", Path(name), "off", 1.0, Path(name)))
+    dropped, rounds = [], []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_type))
+
+    class Drop:
+        def __del__(self):
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # as if Ctrl-C came while this ran
+
+    def step(layer):
+        rounds.append(layer.name)
+        if len(rounds) == 1:
+            Drop()
+        assert len(rounds) <= 3, "the watch went on after the Ctrl-C"
+
+    monkeypatch.setattr(run, "_step", step)
+    found = run.run()
+    assert dropped == [KeyboardInterrupt]  # Python dropped the handler's exception
+    assert rounds == ["job_end", "idle", "ttl"]  # the round it came in ends, the next one raises it
+    assert found[0].check == "rent.interrupted" and run.interrupted
