@@ -146,7 +146,12 @@ def test_ctrl_c_destroys_every_box_before_the_check_returns(check_env, sshd, gpu
             time.sleep(0.1)
         live = emu.live()
         p.send_signal(signal.SIGINT)  # also when the boxes are not all up: check then cleans up what is
-        out, err = p.communicate(timeout=120)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"check ran on 120 s after Ctrl-C (killed now); stderr:\n{err[-6000:]}") from None
     finally:
         if p.poll() is None:
             p.kill()
