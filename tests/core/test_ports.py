@@ -1,4 +1,4 @@
-"""tests.support.ports: numbers for servers that bind later never come from the ephemeral range."""
+"""tests.support.ports: numbers for servers that bind later (and the emulators') never come from the ephemeral range."""
 
 from __future__ import annotations
 
@@ -22,3 +22,15 @@ def test_a_taken_port_is_skipped():
         taken = s.getsockname()[1]
         assert not ports.is_free(taken)
         assert all(ports.reserved_port() != taken for _ in range(len(ports._BLOCK) - 1))
+
+
+def test_an_emulator_listens_on_a_reserved_port():
+    """Not on one a ``bind(0)`` gave up a moment ago, where another test's process may still send."""
+    from tests.emulators import VastEmulator
+
+    emu = VastEmulator().start()
+    try:
+        port = int(emu.url.rsplit(":", 1)[1])
+        assert port in ports._BLOCK and port < ports._ephemeral_low(), emu.url
+    finally:
+        emu.stop()

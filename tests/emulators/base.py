@@ -464,7 +464,7 @@ class Emulator:
     def start(self) -> Emulator:
         if self.contract is not None:
             self.contract.warm()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = _server()
         self._httpd.daemon_threads = True
         self._httpd.emulator = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
@@ -518,3 +518,25 @@ class Emulator:
 
 JSON = "application/json"
 HTML = "text/html"
+
+
+def _server() -> ThreadingHTTPServer:
+    """The emulator's HTTP server on 127.0.0.1, on a port below the ephemeral range.
+
+    A port ``bind(0)`` handed out goes to the next ``bind(0)`` on the machine once its server
+    stops, while a process of the test that used it (an `up` retrying its destroy in the leak
+    grace, another run's) may still send there: its traffic then reached another test's emulator,
+    whose spec check blamed it on that test (RunPod's ``GET``/``DELETE /v2/pods/pod1`` at a Vast
+    emulator). ``reserved_port`` walks a block of this worker's own (tests/support/ports.py);
+    a port another run takes between its check and the bind is skipped."""
+    import errno
+
+    from tests.support.ports import reserved_port
+
+    for _ in range(4):
+        try:
+            return ThreadingHTTPServer(("127.0.0.1", reserved_port()), _Handler)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+    return ThreadingHTTPServer(("127.0.0.1", reserved_port()), _Handler)
