@@ -222,13 +222,9 @@ class CheckRun:
         callback or a ``__del__`` (SQLAlchemy's, say) is printed ("Exception ignored in") and dropped;
         ``_signals_raise`` then ignores every later signal, so the watch would go on to the wall cap
         with the user's Ctrl-C spent."""
-        if self.signalled:
-            from gpuops.rental.launcher import Interrupted
+        from gpuops.rental.launcher import raise_lost_signal
 
-            first = self.signalled[0]
-            if first == signal.SIGINT:
-                raise KeyboardInterrupt
-            raise Interrupted(signal.Signals(first).name)
+        raise_lost_signal(self.signalled)
 
     def _watch_all(self, c) -> None:
         wall_end = self.started + self.cap["wall_s"]

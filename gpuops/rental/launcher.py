@@ -339,6 +339,21 @@ def _signals_raise() -> Iterator[list]:
             signal.signal(s, h)
 
 
+def raise_lost_signal(signalled: list) -> None:
+    """Raise the signal ``_signals_raise`` noted whose exception Python dropped; no-op otherwise.
+
+    The handler raises wherever the main thread is, and an exception raised in a ``__del__`` or a
+    weakref callback (SQLAlchemy's, say) is printed ("Exception ignored in") and dropped, while
+    ``_signals_raise`` ignores every later signal: the user's Ctrl-C would be spent. A loop that
+    runs while the signals are armed calls this each round. ``signalled`` holding 0 means
+    teardown has begun (signals are noted there, never raised)."""
+    if signalled and 0 not in signalled:
+        first = signalled[0]
+        if first == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted(signal.Signals(first).name)
+
+
 @contextmanager
 def _shielded(noted: list | None = None) -> Iterator[None]:
     """Ignore SIGINT/SIGTERM/SIGHUP: teardown must finish once it has started.
@@ -609,7 +624,7 @@ def _rent(
         ("ready", lambda: _ready(s, provider, ledger, reporter, settings, open_box)),
         ("arm", lambda: _arm(s, ledger, reporter, settings, provider)),
         ("bootstrap", lambda: _bootstrap(s, ledger, reporter, settings)),
-        ("job", lambda: _job(s, ledger, reporter, settings, provider)),
+        ("job", lambda: _job(s, ledger, reporter, settings, provider, signalled)),
         ("collect", lambda: _collect(s, ledger, reporter, settings)),
     ]
     stop_on_outcome = {"create", "bootstrap"}  # create: the delivered box is not the order
@@ -620,6 +635,7 @@ def _rent(
                 intent()
             fault_point("intent")
             for name, run_stage in stages:
+                raise_lost_signal(signalled)
                 s.stage = name
                 if name != "create":
                     fault_point(name)  # create's point is inside _create: the instance exists, the row does not know
@@ -1175,7 +1191,14 @@ def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndR
     return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
 
 
-def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider | None = None) -> EndReason:
+def _job(
+    s: UpRun,
+    ledger,
+    reporter: Reporter,
+    settings: Settings,
+    provider: Provider | None = None,
+    signalled: list | None = None,
+) -> EndReason:
     """Start the job detached, stream its log until it exits or max_hours runs out; return the outcome.
 
     Outcomes: job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl; for a run's rental also
@@ -1224,6 +1247,7 @@ def _job(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
         run_poll = _run_poll(s, ledger, settings, provider) if s.run_id and provider is not None else None
 
         def live() -> None:
+            raise_lost_signal(signalled or [])  # a Ctrl-C whose exception was dropped ends the job now
             if time.monotonic() >= live_due[0]:
                 live_due[0] = time.monotonic() + LIVE_EVERY_S
                 _book_live(s, ledger)
