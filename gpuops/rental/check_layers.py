@@ -53,6 +53,7 @@ class Layer:
     max_hours: float
     log: Path
     proc: subprocess.Popen | None = None
+    session: str | None = None  # the id its `up` is given (--name): its box's label without the ledger
     row_id: str | None = None
     instance_id: str | None = None
     created_at: float | None = None
@@ -256,6 +257,7 @@ class CheckRun:
             idle_minutes=f"{c.idle_minutes:g}" if name == "idle" else "off",
             max_hours=self.cap["max_hours"][name],
             log=self.dir / f"{name}.log",
+            session=f"check-{self.run_id}-{name}".replace("_", "-").lower(),
         )
         argv = [
             sys.executable,
@@ -270,6 +272,8 @@ class CheckRun:
             EXPERIMENT,
             "--note",
             layer.note,
+            "--name",
+            layer.session,
             "--max-hours",
             repr(layer.max_hours),
             "--idle-minutes",
@@ -505,11 +509,13 @@ class CheckRun:
                     "run `gpuops reconcile` (it closes the row from the provider's answer)",
                     data=dict(layer.data),
                 )
-        # A create that had not reached the row yet: the label finds it (nothing of ours is left).
+        # A create that had not reached the row yet, or a ledger that cannot be read: each layer's
+        # session id (its `up --name`) names its box's label, so the provider alone finds every box.
+        ours = {sid for layer in self.layers for sid in (layer.session, layer.row_id) if sid}
         try:
             for inst in self.provider.list("gpuops-"):
                 sid = inst.label[len("gpuops-") :]
-                if inst.status != InstanceStatus.GONE and sid in {layer.row_id for layer in self.layers}:
+                if inst.status != InstanceStatus.GONE and sid in ours:
                     self.provider.destroy(inst.id)
         except GpuopsError:
             pass

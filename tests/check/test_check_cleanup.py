@@ -33,6 +33,57 @@ def test_a_layer_whose_row_cannot_be_closed_does_not_keep_the_others_alive(monke
     assert job.verdict.value == "fail" and "database is locked" in job.detail and "reconcile" in job.fix
 
 
+def test_every_layers_box_is_found_by_its_session_id_when_the_ledger_cannot_be_read(monkeypatch):
+    # Each layer's `up` is given its session id (--name), so the box's label is known without any
+    # row: a ledger that fails every read still leaves the provider able to find and destroy them.
+    from types import SimpleNamespace
+
+    from gpuops.providers.base import InstanceStatus
+
+    destroyed = []
+    boxes = [
+        SimpleNamespace(id=f"i-{n}", label=f"gpuops-check-20261201-100000-42-{n}", status=InstanceStatus.RUNNING)
+        for n in ("job-end", "idle", "ttl")
+    ] + [SimpleNamespace(id="i-theirs", label="gpuops-someone-else", status=InstanceStatus.RUNNING)]
+    provider = SimpleNamespace(list=lambda prefix: boxes, destroy=destroyed.append)
+    run = object.__new__(CheckRun)
+    run.provider = provider
+    run.layers = [
+        Layer(n, "", Path(n), "off", 1.0, Path(n), proc=n, session=f"check-20261201-100000-42-{n.replace('_', '-')}")
+        for n in check_layers.LAYERS
+    ]
+    monkeypatch.setattr(check_layers, "_kill", lambda proc: None)
+
+    def end_row(layer):
+        raise RuntimeError("no such table: sessions")
+
+    monkeypatch.setattr(run, "_end_row", end_row)
+    run._cleanup()
+    assert sorted(destroyed) == ["i-idle", "i-job-end", "i-ttl"]  # every box of the check, none of theirs
+    assert all("no such table" in layer.finding.detail for layer in run.layers)
+
+
+def test_each_layers_up_is_given_a_session_id_that_up_accepts(tmp_path, monkeypatch):
+    from gpuops.rental.launcher import SESSION_NAME
+
+    run = object.__new__(CheckRun)
+    run.run_id, run.dir = "20261201-235959-4194304", tmp_path  # the longest: a 7-digit pid
+    started = []
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(
+        check_layers.subprocess, "Popen", lambda argv, **kw: started.append(argv) or SimpleNamespace(pid=1)
+    )
+    run.provider = type("P", (), {"name": "local", "supports_spot": False})()
+    run.cap, run.max_price, run.config = {"max_hours": {n: 1.0 for n in check_layers.LAYERS}}, 1.0, None
+    run.on_line = lambda line: None
+    c = type("C", (), {"job_seconds": 20.0, "idle_minutes": 1.0})()
+    for name in check_layers.LAYERS:
+        layer = run._start(name, c)
+        argv = started[-1]
+        assert argv[argv.index("--name") + 1] == layer.session and SESSION_NAME.match(layer.session), layer.session
+
+
 # A `gpuops check` process whose Ctrl-C lands in the watch's first ledger read, inside the first
 # import of ledger.models (seconds on a loaded machine): the cut is made with a trace hook that
 # raises KeyboardInterrupt in that module's body, once its first table is defined.
