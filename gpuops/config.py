@@ -60,19 +60,15 @@ class UpSettings(_Section):
     @_check("card", before=True)
     @classmethod
     def _card(cls, v: Any) -> Any:
-        if blank_text(v):
-            raise ValueError(
-                "card is empty: name one, e.g. a100 (`gpuops cards` lists them), "
-                "or leave it unset for the cheapest card that fits"
-            )
-        return v
+        return not_blank(
+            v,
+            "card is empty: name one, e.g. a100 (`gpuops cards` lists them), or leave it unset for the cheapest card that fits",
+        )
 
     @_check("experiment", before=True)
     @classmethod
     def _experiment(cls, v: Any) -> Any:
-        if blank_text(v):
-            raise ValueError("experiment is empty: name one, e.g. llama-sweep, or leave it unset for default")
-        return v
+        return not_blank(v, "experiment is empty: name one, e.g. llama-sweep, or leave it unset for default")
 
 
 def blank_text(value: Any) -> bool:
@@ -81,6 +77,13 @@ def blank_text(value: Any) -> bool:
     Blank is bad input, never "unset": ``--card "$CARD"`` or ``GPUOPS_UP_CARD=$CARD`` with CARD
     unset must not rent the cheapest card. Leaving the flag or setting out is how to unset it."""
     return isinstance(value, str) and not value.strip()
+
+
+def not_blank(value: Any, problem: str) -> Any:
+    """``value`` itself, for a setting's check; raises ValueError(``problem``) when it is blank text."""
+    if blank_text(value):
+        raise ValueError(problem)
+    return value
 
 
 MAX_TTL_HOURS = 720.0  # 30 days: gpuops rents for jobs and experiments, not standing servers
@@ -152,12 +155,10 @@ class LedgerSettings(_Section):
     def _url(cls, v: Any) -> Any:
         # `GPUOPS_LEDGER_URL=$TEAM_DB` with TEAM_DB unset must not book a team's rentals into a
         # private file, where the team's monthly cap never counts them
-        if blank_text(v):
-            raise ValueError(
-                "url is empty: give one, e.g. postgresql+psycopg://user@host/gpuops, "
-                "or leave it unset for the local ledger"
-            )
-        return v
+        return not_blank(
+            v,
+            "url is empty: give one, e.g. postgresql+psycopg://user@host/gpuops, or leave it unset for the local ledger",
+        )
 
 
 # One table per provider (``[providers.<name>]``), each the settings model of its folder
