@@ -802,6 +802,7 @@ def _run_recovering(
         try:
             while True:
                 attempt = len(rentals) + 1
+                raise_lost_signal(signalled)  # one dropped while re-renting: not cleared away below
                 signalled.clear()  # armed: a signal now raises (and ends the run once the rental is torn down)
                 s = _new_rental(
                     cur_req,
