@@ -61,7 +61,8 @@ def job_exit(box) -> JobExit | None:
     raw = (box.read_file(f"{JOB_DIR}/exit_code") or b"").decode("utf-8", "replace").split()
     if not raw:
         raise GpuopsError("job exit marker present but exit_code empty", "inspect .gpuops/run on the box")
-    code = int(raw[0]) if raw[0].isascii() and raw[0].isdigit() else -1
+    # int() of over 4,300 digits is a ValueError (sys.get_int_max_str_digits): no code 0-255 is that long.
+    code = int(raw[0]) if raw[0].isascii() and raw[0].isdigit() and len(raw[0]) <= 16 else -1
     if not 0 <= code <= 255:
         raise GpuopsError(
             f"the job's exit code on the box is not a number 0-255: {raw[0][:32]!r}",

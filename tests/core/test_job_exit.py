@@ -32,7 +32,7 @@ def test_the_wrappers_file_is_read_whole():
     assert job_exit(FilesBox(b"137\n1700000000.250\n1700000060.500\n")) == JobExit(137, 1700000000.25, 1700000060.5)
 
 
-@pytest.mark.parametrize("code", [b"abc", b"-1", b"256", b"1e3", b"\xff\xfe", "\u0663".encode()])
+@pytest.mark.parametrize("code", [b"abc", b"-1", b"256", b"1e3", b"\xff\xfe", "\u0663".encode(), b"1" * 5000])
 def test_an_exit_code_that_is_not_0_to_255_names_the_file(code):
     with pytest.raises(GpuopsError) as e:
         job_exit(FilesBox(code + b"\n1.0\n2.0\n"))
