@@ -26,6 +26,9 @@ from gpuops.errors import GpuopsError
 LOG_CHUNK_BYTES = 1 << 20
 JOB_DIR = ".gpuops/run"  # the wrapper's files on the box; .gpuops/job holds the job file
 LOG = f"{JOB_DIR}/job.log"
+# The most of the box's exit_code file read, bytes: the wrapper writes three short numbers; a job that
+# fills the file is not read whole into this machine's memory.
+EXIT_CODE_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,11 @@ def job_exit(box) -> JobExit | None:
 
     The box's files are the other side of a trust boundary: an exit code that is not a whole
     number 0-255 (what ``bootstrap/jobwrap.py`` writes: 128+N for signal N) raises GpuopsError
-    naming the file; a time that is not a finite number becomes None (no job seconds booked)."""
+    naming the file; a time that is not a finite number becomes None (no job seconds booked). At
+    most ``EXIT_CODE_BYTES`` of the file are read."""
     if box.read_file(f"{JOB_DIR}/exit_marker") is None:
         return None
-    raw = (box.read_file(f"{JOB_DIR}/exit_code") or b"").decode("utf-8", "replace").split()
+    raw = (box.read_file(f"{JOB_DIR}/exit_code", limit=EXIT_CODE_BYTES) or b"").decode("utf-8", "replace").split()
     if not raw:
         raise GpuopsError("job exit marker present but exit_code empty", "inspect .gpuops/run on the box")
     # int() of over 4,300 digits is a ValueError (sys.get_int_max_str_digits): no code 0-255 is that long.

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpuops.agent.jobio import JOB_DIR, JobExit, job_exit, job_seconds
+from gpuops.agent.jobio import EXIT_CODE_BYTES, JOB_DIR, JobExit, job_exit, job_seconds
 from gpuops.errors import GpuopsError
 
 pytestmark = pytest.mark.unit
@@ -17,11 +17,14 @@ class FilesBox:
 
     def __init__(self, exit_code: bytes | None, marker: bool = True):
         self.files = {f"{JOB_DIR}/exit_code": exit_code}
+        self.limits: list[int | None] = []
         if marker:
             self.files[f"{JOB_DIR}/exit_marker"] = b""
 
-    def read_file(self, path: str, offset: int = 0, size: int | None = None) -> bytes | None:
-        return self.files.get(path)
+    def read_file(self, path: str, offset: int = 0, limit: int | None = None) -> bytes | None:
+        self.limits.append(limit)
+        data = self.files.get(path)
+        return data if data is None or limit is None else data[offset : offset + limit]
 
 
 def test_a_running_job_has_no_exit():
@@ -30,6 +33,14 @@ def test_a_running_job_has_no_exit():
 
 def test_the_wrappers_file_is_read_whole():
     assert job_exit(FilesBox(b"137\n1700000000.250\n1700000060.500\n")) == JobExit(137, 1700000000.25, 1700000060.5)
+
+
+def test_a_filled_exit_code_file_is_not_read_whole():
+    # A job may fill the file after its marker (gigabytes): only its head is read, and the numbers
+    # the wrapper wrote first still count.
+    box = FilesBox(b"3\n100.0\n160.0\n" + b" " * (64 << 20) + b"999")
+    assert job_exit(box) == JobExit(3, 100.0, 160.0)
+    assert box.limits[-1] == EXIT_CODE_BYTES
 
 
 @pytest.mark.parametrize("code", [b"abc", b"-1", b"256", b"1e3", b"\xff\xfe", "\u0663".encode(), b"1" * 5000])
