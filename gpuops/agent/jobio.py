@@ -59,8 +59,8 @@ def job_exit(box) -> JobExit | None:
     The box's files are the other side of a trust boundary: an exit code that is not a whole
     number 0-255 (what ``bootstrap/jobwrap.py`` writes: 128+N for signal N) raises GpuopsError
     naming the file; a time that is not a finite number becomes None (no job seconds booked). At
-    most ``EXIT_CODE_BYTES`` of the file are read."""
-    if box.read_file(f"{JOB_DIR}/exit_marker") is None:
+    most ``EXIT_CODE_BYTES`` of the file are read, one byte of the marker."""
+    if box.read_file(f"{JOB_DIR}/exit_marker", limit=1) is None:  # only whether it is there
         return None
     raw = (box.read_file(f"{JOB_DIR}/exit_code", limit=EXIT_CODE_BYTES) or b"").decode("utf-8", "replace").split()
     if not raw:

@@ -40,7 +40,13 @@ def test_a_filled_exit_code_file_is_not_read_whole():
     # the wrapper wrote first still count.
     box = FilesBox(b"3\n100.0\n160.0\n" + b" " * (64 << 20) + b"999")
     assert job_exit(box) == JobExit(3, 100.0, 160.0)
-    assert box.limits[-1] == EXIT_CODE_BYTES
+    assert box.limits == [1, EXIT_CODE_BYTES]  # the marker only for whether it is there
+
+
+def test_a_filled_marker_is_not_read_whole():
+    box = FilesBox(b"0\n1.0\n2.0\n")
+    box.files[f"{JOB_DIR}/exit_marker"] = b" " * (64 << 20)
+    assert job_exit(box) == JobExit(0, 1.0, 2.0) and box.limits[0] == 1
 
 
 @pytest.mark.parametrize("code", [b"abc", b"-1", b"256", b"1e3", b"\xff\xfe", "\u0663".encode(), b"1" * 5000])
