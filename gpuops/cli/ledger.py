@@ -236,7 +236,7 @@ def ledger_import(
     file: str = typer.Argument(
         ...,
         help="CSV with the export's columns (simulated and session optional).",
-        parser=NotBlank("the file", "pass the CSV file to import, e.g. gpuops ledger import rentals.csv"),
+        parser=NotBlank("the file name", "pass the CSV file to import, e.g. gpuops ledger import rentals.csv"),
     ),
     tz: str | None = tz_option("Time zone of dates without an offset (default: local)."),
     strict: bool = typer.Option(

@@ -138,7 +138,7 @@ def test_a_blank_flag_is_refused_not_read_as_left_out(args, flag, job, gpuops_ho
         (["ledger", "experiments", "--until", ""], "--until"),
         (["ledger", "sessions", "--since", ""], "--since"),
         (["ledger", "export", "--month", ""], "--month"),  # was everything
-        (["ledger", "import", ""], "the file"),  # was ". is not a file"
+        (["ledger", "import", ""], "the file name"),  # was ". is not a file"; "the file is empty" words an empty CSV
         (["ledger", "sync", "--month", ""], "--month"),
         (["dashboard", "--month", "", "--html", "page.html"], "--month"),
     ],
