@@ -827,8 +827,11 @@ def _header_problem(names: list[str]) -> str | None:
     missing = sorted(REQUIRED - set(names))
     if unknown or missing or len(set(names)) != len(names):
         parts = []
-        if unknown:
-            parts.append("unknown column(s) " + ", ".join(unknown))
+        if unknown:  # an empty name or one with a line break or control character is shown quoted
+            shown = ", ".join(h if h.isprintable() and h.strip() else repr(h) for h in unknown)
+            parts.append(
+                f"unknown column(s) {shown}" + (" (an empty header cell: a trailing comma?)" * ("" in unknown))
+            )
         if missing:
             parts.append("missing column(s) " + ", ".join(missing))
         if len(set(names)) != len(names):

@@ -146,6 +146,17 @@ def test_bad_headers():
     assert parse_csv("date,provider,card,hours,cost_usd\n")[2] == [(1, "no data rows after the header")]
 
 
+def test_a_header_cell_that_is_empty_or_holds_a_line_break_is_named_on_one_line():
+    # A spreadsheet's trailing comma gives an empty header cell; a quoted one may hold a newline.
+    errs = parse_csv("date,provider,card,usd_per_hour,hours,\n2026-11-01,vast,a100,1,1,\n")[2]
+    assert errs[0][1].startswith("unknown column(s) '' (an empty header cell: a trailing comma?); expected "), errs
+    errs = parse_csv('"da\nte",provider,card,usd_per_hour,hours\n')[2]
+    assert (
+        errs[0][1].startswith("unknown column(s) 'da\\nte'; missing column(s) date; expected ")
+        and "\n" not in errs[0][1]
+    )
+
+
 def test_a_failure_mid_import_leaves_nothing(ledger):
     good, _, errs = parse_csv(SPREADSHEET, tz="UTC")
     assert not errs
