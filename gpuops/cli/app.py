@@ -779,7 +779,9 @@ def reconcile(
     from gpuops.rental import reconcile as rec
     from gpuops.views import emit
 
-    settings = _settings(config, emergency=True)
+    # --destroy-unknown trusts the ledger to hold every box of ours: a broken setting (a blank
+    # ledger url) is refused, not skipped, since skipping it can make another ledger "the ledger".
+    settings = _settings(config, emergency=not destroy_unknown)
     from gpuops.views.progress import waiting
 
     with waiting("reconcile: asking the providers for gpuops instances"):

@@ -256,3 +256,15 @@ def test_an_empty_ledger_url_variable_is_refused_not_read_as_the_local_ledger(va
         f"error: environment variable GPUOPS_LEDGER_URL: {LEDGER_URL_EMPTY} (fix or unset the variable)\n"
     )
     _nothing_rented(gpuops_home)
+
+
+def test_reconcile_destroy_unknown_refuses_a_ledger_url_it_would_skip(gpuops_home, cli):
+    # --destroy-unknown destroys every gpuops- box the ledger has no row for: with a blank
+    # GPUOPS_LEDGER_URL skipped, the local file would be "the ledger" and a team's boxes all unknown.
+    out = cli("reconcile", "--destroy-unknown", env={"GPUOPS_LEDGER_URL": ""})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        f"error: environment variable GPUOPS_LEDGER_URL: {LEDGER_URL_EMPTY} (fix or unset the variable)\n"
+    )
+    out = cli("reconcile", env={"GPUOPS_LEDGER_URL": ""})  # only the ledger's own rows: warned, goes on
+    assert out.returncode == 0 and out.stderr.startswith("warning: environment variable GPUOPS_LEDGER_URL: "), out
