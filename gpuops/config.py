@@ -65,6 +65,14 @@ class UpSettings(_Section):
             "card is empty: name one, e.g. a100 (`gpuops cards` lists them), or leave it unset for the cheapest card that fits",
         )
 
+    @_check("image", before=True)
+    @classmethod
+    def _image(cls, v: Any) -> Any:
+        return not_blank(
+            v,
+            "image is empty: name one, e.g. runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04, or leave it unset",
+        )
+
     @_check("experiment", before=True)
     @classmethod
     def _experiment(cls, v: Any) -> Any:

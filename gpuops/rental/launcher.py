@@ -478,8 +478,10 @@ def run_up(
     fault_point("validate")
     validate(req)
     from gpuops.agent.bootstrap_config import build_bootstrap_plan
+    from gpuops.providers.inputs import check_image
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
         raise BadInput(

@@ -268,3 +268,27 @@ def test_reconcile_destroy_unknown_refuses_a_ledger_url_it_would_skip(gpuops_hom
     )
     out = cli("reconcile", env={"GPUOPS_LEDGER_URL": ""})  # only the ledger's own rows: warned, goes on
     assert out.returncode == 0 and out.stderr.startswith("warning: environment variable GPUOPS_LEDGER_URL: "), out
+
+
+IMAGE_EMPTY = (
+    "image is empty: name one, e.g. runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04, or leave it unset"
+)
+
+
+def test_an_empty_image_variable_is_refused_not_read_as_the_default_image(job, gpuops_home, cli):
+    out = cli("up", "--job", job, env={"GPUOPS_UP_IMAGE": ""})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == f"error: environment variable GPUOPS_UP_IMAGE: {IMAGE_EMPTY} (fix or unset the variable)\n"
+    _nothing_rented(gpuops_home)
+
+
+@pytest.mark.parametrize("dry_run", [[], ["--dry-run"]])
+def test_an_image_that_is_not_a_docker_reference_is_refused_before_the_intent_row(dry_run, job, gpuops_home, cli):
+    # Seen: caught only by the provider's create, after the intent row; `up --dry-run` said nothing.
+    out = cli("up", "--job", job, *dry_run, env={"GPUOPS_UP_IMAGE": "bad image;rm -rf ~"})
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr == (
+        "error: image 'bad image;rm -rf ~' is not a docker image reference "
+        "(use e.g. runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04)\n"
+    )
+    _nothing_rented(gpuops_home)
