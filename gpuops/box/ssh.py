@@ -253,13 +253,14 @@ class SSHBox:
         from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential
 
         self.close()
-        last: list[BaseException] = []
+        refused: list[BaseException] = []  # the box said no to our key: the reason worth naming
 
         def attempt():
             try:
                 return self._connect_once(deadline - time.monotonic())
             except (OSError, EOFError, paramiko.SSHException) as e:
-                last[:] = [e]
+                if isinstance(e, paramiko.AuthenticationException):
+                    refused[:] = [e]
                 raise
 
         budget = deadline - time.monotonic()
@@ -272,7 +273,10 @@ class SSHBox:
             )
             self._t = retrying(attempt)
         except (OSError, EOFError, paramiko.SSHException) as e:
-            kind = "key refused" if isinstance(e, paramiko.AuthenticationException) else type(e).__name__
+            # a refusal seen on any attempt names the cause, though the last one (cut by the deadline
+            # mid-handshake on a loaded machine) may say only "No existing session"
+            e = refused[0] if refused else e
+            kind = "key refused" if refused else type(e).__name__
             raise SshUnreachable(
                 f"ssh {self.user}@{self.host}:{self.port} did not answer within {budget:.0f} s ({kind}: {e})",
                 "raise [up] ready_timeout_seconds, or check the provider's console for the box",

@@ -83,8 +83,8 @@ def test_connect_gives_up_at_the_deadline(sshd_unstarted, make_box):
 def test_a_key_the_box_does_not_know_is_refused(sshd, make_box, tmp_path):
     sshd.authorized_keys.write_text("")  # nobody may log in
     with pytest.raises(SshUnreachable) as e:
-        make_box(sshd, timeout=1.5)
-    assert "key refused" in str(e.value)
+        make_box(sshd, timeout=5)  # a refusal is retried to the deadline (a fresh box's key may come late)
+    assert "key refused" in str(e.value)  # also when the last try was cut mid-handshake (a loaded machine)
 
 
 def test_hostile_names_and_paths_are_quoted(sshd, make_box, tmp_path):
