@@ -105,7 +105,9 @@ def agent_config(
     if settings is not None and provider in MARKETPLACES:
         from gpuops.providers.keys import resolve_url
 
-        destroy["url"] = resolve_url(provider, getattr(settings.providers, REGISTRY[provider].section).url)
+        destroy["url"] = resolve_url(
+            REGISTRY[provider].keys, getattr(settings.providers, REGISTRY[provider].section).url
+        )
     users = [u for u in os.environ.get("GPUOPS_AGENT_SSH_USERS", "").split(",") if u]
     td = teardown_dict(teardown)
     if max_hours is not None:

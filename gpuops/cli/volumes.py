@@ -116,10 +116,9 @@ def volumes_list(
 ) -> None:
     """Your volumes: size (GB), region/datacenter, monthly cost (USD)."""
     from gpuops.config import load_settings
-    from gpuops.providers import MARKETPLACES, WITH_VOLUMES, configured, get_provider, titles
+    from gpuops.providers import MARKETPLACES, REGISTRY, WITH_VOLUMES, configured, get_provider, titles
     from gpuops.providers.base import ProviderError
-    from gpuops.providers.keys import env_var
-    from gpuops.providers.volumes import service
+    from gpuops.providers.volume_refs import service
 
     settings = load_settings(config)
     names = [provider] if provider else [n for n in configured(settings) if n in WITH_VOLUMES]
@@ -128,7 +127,7 @@ def volumes_list(
     vols, notes = [], []
     if not names:
         keyed = [n for n in MARKETPLACES if n in WITH_VOLUMES]
-        notes.append(f"no {titles(keyed)} key found: set {' or '.join(env_var(n) for n in keyed)}")
+        notes.append(f"no {titles(keyed)} key found: set {' or '.join(REGISTRY[n].keys.env_var for n in keyed)}")
     for name in names:
         try:
             from gpuops.views.progress import waiting
@@ -154,7 +153,8 @@ def volumes_create(
 ) -> None:
     """Create a volume; it bills per GB-month until `gpuops volumes delete`."""
     from gpuops.providers import REGISTRY, WITH_VOLUMES
-    from gpuops.providers.volumes import check_name, check_size, service
+    from gpuops.providers.volume_refs import service
+    from gpuops.providers.volumes import check_name, check_size
 
     check_name(name)
     check_size(size_gb)
@@ -175,7 +175,7 @@ def volumes_delete(
     fmt: str = "table",
 ) -> None:
     """Delete a volume and everything on it (weights, caches, kept results)."""
-    from gpuops.providers.volumes import parse_ref, resolve, service
+    from gpuops.providers.volume_refs import parse_ref, resolve, service
 
     prov, _ = parse_ref(ref)
     with _input_errors():

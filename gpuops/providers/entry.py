@@ -55,7 +55,8 @@ class KeySource:
     ``default_url``: its public API base; ``files``: its own key files, given the environment
     (``HOME``, ``XDG_CONFIG_HOME``), first found wins; ``read_file``: the key in one of them ("" when
     none); ``url_tails``: path tails dropped from a configured base (gpuops appends them per call);
-    ``console``: where a user makes a key, for the fix line."""
+    ``console``: where a user makes a key, for the fix line; ``name``: the provider's registry name
+    (its ``[providers.<name>]`` table)."""
 
     env_var: str
     url_var: str
@@ -64,6 +65,7 @@ class KeySource:
     read_file: Callable[[Path], str] = read_key_file
     url_tails: tuple[str, ...] = ()
     console: str = ""
+    name: str = ""
 
 
 @dataclass(frozen=True)

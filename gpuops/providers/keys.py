@@ -4,7 +4,7 @@ Order (first found wins), for a provider whose registry entry has a ``KeySource`
 1. the provider's variable (``KeySource.env_var``: ``RUNPOD_API_KEY`` / ``VAST_API_KEY``);
 2. ``[providers.<name>] api_key`` in infra.toml (or ``GPUOPS_PROVIDERS_<NAME>_API_KEY``); a file
    readable by group or others gets a warning;
-3. the provider's own files (``KeySource.files``, in its folder's ``__init__.py``):
+3. the provider's own files (``KeySource.files``, in its folder's ``account.py``):
    ``~/.runpod/config.toml`` (profile ``[default]``, key ``api_key``, as the runpod SDK's
    ``get_credentials`` reads it), or ``$XDG_CONFIG_HOME/vastai/vast_api_key`` then
    ``~/.vast_api_key`` (as vastai's ``_resolve_api_key`` reads them).
@@ -31,20 +31,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 log = logging.getLogger("gpuops.providers")
-
-
-def _source(name: str) -> KeySource:
-    from gpuops.providers import REGISTRY
-
-    entry = REGISTRY.get(name)
-    if entry is None or entry.keys is None:
-        raise KeyError(f"provider {name!r} has no account key")
-    return entry.keys
-
-
-def env_var(name: str) -> str:
-    """The variable that holds provider ``name``'s key (``RUNPOD_API_KEY``)."""
-    return _source(name).env_var
 
 
 @dataclass(frozen=True)
@@ -104,16 +90,15 @@ def _key_in_file(path: str, name: str) -> bool:
 
 
 def resolve_key(
-    name: str, configured: str = "", config_source: str | None = None, env: dict | None = None
+    source: KeySource, configured: str = "", config_source: str | None = None, env: dict | None = None
 ) -> Credential | None:
-    """The API key for marketplace ``name`` (a registry name with ``keys``), or None when none is set anywhere.
+    """The API key for the marketplace of ``source`` (its entry's ``keys``), or None when none is set anywhere.
 
     ``configured``: ``settings.providers.<name>.api_key``; ``config_source``: the infra.toml path it
     may have come from (for the permission warning).
     """
     env = os.environ if env is None else env
-    source = _source(name)
-    var = source.env_var
+    name, var = source.name, source.env_var
     if env.get(var, "").strip():
         return Credential(env[var].strip(), f"${var}")
     if configured.strip():
@@ -128,15 +113,14 @@ def resolve_key(
     return None
 
 
-def resolve_url(name: str, configured: str = "", env: dict | None = None) -> str:
-    """API base URL for ``name``.
+def resolve_url(source: KeySource, configured: str = "", env: dict | None = None) -> str:
+    """API base URL of the provider of ``source``.
 
     ``[providers.<name>] url``, else its ``KeySource.url_var`` (``RUNPOD_API_BASE_URL`` /
     ``VAST_URL``), else the provider's public endpoint. Trailing slashes are dropped (vastai joins
     paths with plain string concatenation), and so are its ``url_tails`` (RunPod: the URL names
     the API host; ``/v2/...`` and ``/graphql`` are appended per call)."""
     env = os.environ if env is None else env
-    source = _source(name)
     url = (configured.strip() or env.get(source.url_var, "").strip() or source.default_url).rstrip("/")
     for tail in source.url_tails:
         if url.endswith(tail):
@@ -152,7 +136,6 @@ def redact(text: str, *secrets: str | None) -> str:
     return text
 
 
-def missing_key_fix(name: str) -> str:
-    """The one-line fix for a missing or rejected key of provider ``name``."""
-    source = _source(name)
-    return f"set {source.env_var} ({source.console}), or [providers.{name}] api_key in infra.toml (chmod 600)"
+def missing_key_fix(source: KeySource) -> str:
+    """The one-line fix for a missing or rejected key of the provider of ``source``."""
+    return f"set {source.env_var} ({source.console}), or [providers.{source.name}] api_key in infra.toml (chmod 600)"

@@ -7,7 +7,8 @@ Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.agent.bootstrap_c
 
 Each provider's service is its folder's ``volumes.py`` (``VolumeService`` below; the wire shapes
 there, emulated by tests/emulators/volumes.py); this module has what they share: the ``Volume``,
-references (``<provider>:<id or name>``), names and sizes, and how `up` finds and mounts one.
+names and sizes; ``volume_refs`` reads a reference (``<provider>:<id or name>``) against the
+registry and finds the volume `up` mounts.
 
 Sizes are GB (10^9 bytes) as both providers quote them; money is USD per month (730 h, the month
 both providers' storage prices use) or USD/h where said.
@@ -23,7 +24,7 @@ from typing import ClassVar
 from gpuops.errors import BadInput
 
 HOURS_PER_MONTH = 730.0  # 8760 h / 12, the month RunPod and Vast divide storage prices by
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 # ``Volume.as_json`` keys in order: the CSV header of `gpuops volumes list`, printed even with no volume.
@@ -118,32 +119,8 @@ class VolumeService(abc.ABC):
         return f"region {volume.region}"
 
 
-def _with_volumes() -> tuple[str, ...]:
-    from gpuops.providers import WITH_VOLUMES
-
-    return WITH_VOLUMES
-
-
-def parse_ref(ref: str) -> tuple[str, str]:
-    """``"<provider>:<id or name>"`` -> (provider, id or name). Raises BadInput naming the fix."""
-    from gpuops.providers import NAMES, REGISTRY, choices
-
-    have = _with_volumes()
-    prov, sep, ident = (ref or "").strip().partition(":")
-    if sep and prov not in have and prov in NAMES:  # a real provider without volumes
-        raise BadInput(
-            f"volume {ref!r}: the {prov} provider has no persistent volumes (only {', '.join(have)} do)",
-            f"drop --volume for a {prov} run, or rent on --provider {choices(have, ' / ')}",
-        )
-    if not sep or prov not in have or not ident or not _NAME.match(ident):
-        examples = [REGISTRY[n].volumes().example for n in have[:2]]  # type: ignore[misc]
-        eg = f"--volume {examples[0]}" + (f' or [storage] volume = "{examples[1]}"' if len(examples) > 1 else "")
-        raise BadInput(f"volume {ref!r} is not <provider>:<id or name>", f"e.g. {eg}; see `gpuops volumes list`")
-    return prov, ident
-
-
 def check_name(name: str) -> str:
-    if not _NAME.match(name or ""):
+    if not VOLUME_NAME.match(name or ""):
         raise BadInput(f"volume name {name!r} is not allowed", "use letters, digits, '.', '_' and '-' (at most 63)")
     return name
 
@@ -156,53 +133,6 @@ def check_size(size_gb: float) -> float:
             f"volume size {size_gb!r} GB is not a size", "pass --size-gb between 1 and 100000, e.g. --size-gb 50"
         )
     return float(size_gb)
-
-
-# ------------------------------------------------------------------------------------------------
-def service(provider):
-    """The provider's volume service (``Provider.volumes()``). Raises BadInput when it has none."""
-    svc = provider.volumes()
-    if svc is None:
-        have = _with_volumes()
-        raise BadInput(f"provider {provider.name!r} has no volumes", f"volumes exist on {' and '.join(have)}")
-    return svc
-
-
-def resolve(provider, ref: str) -> Volume:
-    """The volume ``ref`` (``<provider>:<id or name>``) names, on ``provider``.
-
-    Raises BadInput when the provider differs, or no volume (or more than one) has that id or name."""
-    prov, ident = parse_ref(ref)
-    if prov != provider.name:
-        raise BadInput(
-            f"volume {ref!r} is on {prov}, but `up` rents on {provider.name}",
-            f"add --provider {prov}, or pick a {provider.name} volume",
-        )
-    vols = service(provider).list()
-    found = [v for v in vols if v.id == ident] or [v for v in vols if v.name == ident]
-    if not found:
-        names = ", ".join(f"{v.name or v.id}" for v in vols[:5]) or "none"
-        raise BadInput(
-            f"no {prov} volume with id or name {ident!r} (yours: {names})",
-            "create it with `gpuops volumes create`, or fix [storage] volume",
-        )
-    if len(found) > 1:
-        raise BadInput(f"{len(found)} {prov} volumes are named {ident!r}", "name it by id (see `gpuops volumes list`)")
-    return found[0]
-
-
-def mountable(provider, volume: Volume, offers: list) -> list:
-    """``offers`` narrowed to those that can mount ``volume`` (RunPod: Secure Cloud, its datacenter; Vast: its machine).
-
-    Raises BadInput when none can."""
-    ok = service(provider).mountable(volume, offers)
-    if offers and not ok:
-        where = service(provider).where(volume)
-        raise BadInput(
-            f"no offer can mount volume {volume.name or volume.id} ({where})",
-            "try another --card, or drop --volume (weights are then fetched on the box)",
-        )
-    return ok
 
 
 def spec_fields(volume: Volume | None) -> dict:

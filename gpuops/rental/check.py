@@ -161,19 +161,19 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
 
     The SSH key for rented boxes and the data dir, both the user's alone."""
     from gpuops.providers import REGISTRY
-    from gpuops.providers.keys import env_var, resolve_key
+    from gpuops.providers.keys import resolve_key
 
     out = []
     for name in names:
         cfg = getattr(settings.providers, REGISTRY[name].section)
-        cred = resolve_key(name, cfg.api_key, settings.source)
+        cred = resolve_key(REGISTRY[name].keys, cfg.api_key, settings.source)
         if cred is None:
             out.append(
                 Finding(
                     f"keys.{name}",
                     Verdict.SKIP,
-                    f"no {name} API key (not in ${env_var(name)}, infra.toml or the {name} CLI's file)",
-                    f"export {env_var(name)}=... to use {name}",
+                    f"no {name} API key (not in ${REGISTRY[name].keys.env_var}, infra.toml or the {name} CLI's file)",
+                    f"export {REGISTRY[name].keys.env_var}=... to use {name}",
                 )
             )
             continue

@@ -284,13 +284,13 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
         query = dataclasses.replace(query, spot=None)
     volume = None
     if req.volume:  # only offers that can mount it (BadInput before anything is rented)
-        from gpuops.providers import volumes
+        from gpuops.providers import volume_refs
 
-        volume = volumes.resolve(provider, req.volume)
+        volume = volume_refs.resolve(provider, req.volume)
     offers, notes = screen(provider.offers(query), req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
     offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
-        offers = volumes.mountable(provider, volume, offers)
+        offers = volume_refs.mountable(provider, volume, offers)
     ranked = rank(
         offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot
     )

@@ -104,12 +104,11 @@ def find_offers(
     else:
         names = configured(settings)
         if not names:
-            from gpuops.providers import ACCOUNTLESS, MARKETPLACES, titles
-            from gpuops.providers.keys import env_var
+            from gpuops.providers import ACCOUNTLESS, MARKETPLACES, REGISTRY, titles
 
             names = list(ACCOUNTLESS)
             notes.append(
-                f"no {titles(MARKETPLACES)} key found ({', '.join(env_var(n) for n in MARKETPLACES)}): showing this machine only"
+                f"no {titles(MARKETPLACES)} key found ({', '.join(REGISTRY[n].keys.env_var for n in MARKETPLACES)}): showing this machine only"
             )
     pooled: list[Offer] = []
     errors: list[ProviderError] = []

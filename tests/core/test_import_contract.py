@@ -67,9 +67,9 @@ def test_settings_has_the_shape_a_provider_is_built_from(tmp_path):
 def test_config_loads_only_the_ground_floor_and_the_light_registry():
     """What config loads of the floors below it (the registry, for each provider's settings model)
     stays light: ``import gpuops.config`` loads, of gpuops, the ground floor, the registry,
-    ``providers/entry.py`` and each provider folder's ``__init__.py`` and ``settings.py``, and no
+    ``providers/entry.py`` and each provider folder's ``__init__.py``, ``settings.py`` and ``account.py``, and no
     provider class, box, SDK or HTTP client; the registry alone (the help strings) loads no msgspec."""
-    from gpuops.providers import NAMES
+    from gpuops.providers import MARKETPLACES, NAMES
 
     code = (
         "import sys, gpuops.providers; print(' '.join(sys.modules)); import gpuops.config; print(' '.join(sys.modules))"
@@ -81,9 +81,11 @@ def test_config_loads_only_the_ground_floor_and_the_light_registry():
     registry_only, loaded = set(out[0].split()), set(out[1].split())
     layers = next(c for c in _pyproject()["contracts"] if c["id"] == "layers")["layers"]
     ground = {"config"} | {m.strip() for layer in layers[layers.index("box") + 1 :] for m in layer.split("|")}
-    light = {"gpuops.providers", "gpuops.providers.entry"} | {
-        f"gpuops.providers.{n}{s}" for n in NAMES for s in ("", ".settings")
-    }
+    light = (
+        {"gpuops.providers", "gpuops.providers.entry"}
+        | {f"gpuops.providers.{n}{s}" for n in NAMES for s in ("", ".settings")}
+        | {f"gpuops.providers.{n}.account" for n in MARKETPLACES}
+    )  # where a marketplace's key comes from
     above = sorted(
         m
         for m in loaded
@@ -93,3 +95,39 @@ def test_config_loads_only_the_ground_floor_and_the_light_registry():
     assert light <= loaded
     assert not {"requests", "vastai", "sqlalchemy", "paramiko"} & loaded
     assert "msgspec" not in registry_only and not any(m.endswith(".settings") for m in registry_only)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    """No circle among the project's modules, parent packages and their children included.
+
+    Counts imports inside functions and under ``TYPE_CHECKING`` (grimp, import-linter's graph); the
+    layer contract's own circle check looks only at siblings, so a folder importing its registry
+    package back (``gpuops.providers`` <-> ``gpuops.providers.keys``) would pass it."""
+    import grimp
+
+    graph = grimp.build_graph("gpuops", "ledger", "bootstrap", exclude_type_checking_imports=False)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(m: str) -> None:  # Tarjan's strongly connected components
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        for n in graph.find_modules_directly_imported_by(m):
+            if n not in index:
+                visit(n)
+                low[m] = min(low[m], low[n])
+            elif n in stack:
+                low[m] = min(low[m], index[n])
+        if low[m] == index[m]:
+            part = []
+            while not part or part[-1] != m:
+                part.append(stack.pop())
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for m in sorted(graph.modules):
+        if m not in index:
+            visit(m)
+    assert not circles, "modules that import each other in a circle: " + "; ".join(" <-> ".join(c) for c in circles)

@@ -146,7 +146,7 @@ def test_a_class_missing_a_required_method_cannot_be_made():
 
 def test_accounts_keys_and_catalog_columns_come_from_the_entries():
     from gpuops.catalog import Card
-    from gpuops.providers.keys import env_var, missing_key_fix
+    from gpuops.providers.keys import missing_key_fix
 
     fields = {f.name for f in dataclasses.fields(Card)}
     for name in MARKETPLACES:
@@ -155,7 +155,8 @@ def test_accounts_keys_and_catalog_columns_come_from_the_entries():
         assert e.catalog_field in fields, (
             f"gpuops/catalog: a Card field {e.catalog_field} (and its column in cards.toml)"
         )
-        assert env_var(name) in missing_key_fix(name) and f"[providers.{name}]" in missing_key_fix(name)
+        fix = missing_key_fix(e.keys)
+        assert e.keys.name == name and e.keys.env_var in fix and f"[providers.{name}]" in fix
     for name in ACCOUNTLESS:
         assert REGISTRY[name].keys is None
     with pytest.raises(BadInput, match="unknown provider"):
@@ -192,3 +193,12 @@ def test_no_second_list_of_providers_on_the_laptop_side():
             if _LIST_OF_NAMES.search(line.split("#", 1)[0]):
                 found.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_runpods_spot_fix_names_every_provider_with_spot():
+    # runpod/compute.py reads its siblings' entries (it may not import the registry): this keeps
+    # that list in step with the registry's; a new provider with spot is added there too.
+    from gpuops.providers import SPOT, flags
+    from gpuops.providers.runpod.compute import _spot_fix
+
+    assert _spot_fix().startswith(f"use {flags(n for n in SPOT if n != 'runpod')} for interruptible offers")

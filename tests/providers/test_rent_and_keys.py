@@ -11,7 +11,7 @@ import pytest
 
 from gpuops.config import load_settings
 from gpuops.planning.offers import rank
-from gpuops.providers import configured, get_provider
+from gpuops.providers import REGISTRY, configured, get_provider
 from gpuops.providers.base import CreateSpec, OfferQuery, ProviderError, ProviderErrorKind
 from gpuops.providers.keys import resolve_key, resolve_url
 from gpuops.providers.rent import rent_first
@@ -59,13 +59,13 @@ def test_key_order(tmp_path):
     (home / ".config" / "vastai").mkdir(parents=True)
     (home / ".config" / "vastai" / "vast_api_key").write_text("vast_FROMFILE\n")
     env = {"HOME": str(home)}
-    assert resolve_key("runpod", env=env).key == "rp_FROMFILE"
-    assert resolve_key("vast", env=env).source.endswith("vastai/vast_api_key")
-    assert resolve_key("vast", "vast_CFG", env=env).key == "vast_CFG"
+    assert resolve_key(REGISTRY["runpod"].keys, env=env).key == "rp_FROMFILE"
+    assert resolve_key(REGISTRY["vast"].keys, env=env).source.endswith("vastai/vast_api_key")
+    assert resolve_key(REGISTRY["vast"].keys, "vast_CFG", env=env).key == "vast_CFG"
     env["VAST_API_KEY"] = "vast_ENV"
-    assert resolve_key("vast", "vast_CFG", env=env).key == "vast_ENV"
-    assert resolve_key("runpod", env={"HOME": str(tmp_path / "nobody")}) is None
-    assert "rp_FROMFILE" not in repr(resolve_key("runpod", env=env))
+    assert resolve_key(REGISTRY["vast"].keys, "vast_CFG", env=env).key == "vast_ENV"
+    assert resolve_key(REGISTRY["runpod"].keys, env={"HOME": str(tmp_path / "nobody")}) is None
+    assert "rp_FROMFILE" not in repr(resolve_key(REGISTRY["runpod"].keys, env=env))
 
 
 def test_key_in_readable_infra_toml_warns(tmp_path, caplog):
@@ -74,26 +74,29 @@ def test_key_in_readable_infra_toml_warns(tmp_path, caplog):
     os.chmod(cfg, 0o644)
     caplog.set_level(logging.WARNING, logger="gpuops.providers")
     s = load_settings(str(cfg), env={})
-    cred = resolve_key("vast", s.providers.vast.api_key, s.source, env={"HOME": str(tmp_path)})
+    cred = resolve_key(REGISTRY["vast"].keys, s.providers.vast.api_key, s.source, env={"HOME": str(tmp_path)})
     assert cred.key == "vast_INFILE" and "[providers.vast] api_key" in cred.source
     assert "chmod 600" in caplog.text and "vast_INFILE" not in caplog.text
-    assert resolve_url("vast", s.providers.vast.url, env={}) == "http://127.0.0.1:1"
+    assert resolve_url(REGISTRY["vast"].keys, s.providers.vast.url, env={}) == "http://127.0.0.1:1"
     caplog.clear()
     cfg2 = tmp_path / "private.toml"
     cfg2.write_text('[providers.vast]\napi_key = "vast_INFILE"\n')
     os.chmod(cfg2, 0o600)
     s2 = load_settings(str(cfg2), env={})
-    resolve_key("vast", s2.providers.vast.api_key, s2.source, env={})
+    resolve_key(REGISTRY["vast"].keys, s2.providers.vast.api_key, s2.source, env={})
     assert "chmod" not in caplog.text
 
 
 def test_urls_from_variables_and_settings():
-    assert resolve_url("runpod", env={}) == "https://api.runpod.io"
-    assert resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "http://127.0.0.1:5/"}) == "http://127.0.0.1:5"
-    assert resolve_url("vast", "http://a:1", env={"VAST_URL": "http://b:2"}) == "http://a:1"
-    assert resolve_url("runpod", "https://api.runpod.io/graphql", env={}) == "https://api.runpod.io"
+    assert resolve_url(REGISTRY["runpod"].keys, env={}) == "https://api.runpod.io"
     assert (
-        resolve_url("runpod", env={"RUNPOD_API_BASE_URL": "https://api.runpod.io/v2/"}) == "https://api.runpod.io"
+        resolve_url(REGISTRY["runpod"].keys, env={"RUNPOD_API_BASE_URL": "http://127.0.0.1:5/"}) == "http://127.0.0.1:5"
+    )
+    assert resolve_url(REGISTRY["vast"].keys, "http://a:1", env={"VAST_URL": "http://b:2"}) == "http://a:1"
+    assert resolve_url(REGISTRY["runpod"].keys, "https://api.runpod.io/graphql", env={}) == "https://api.runpod.io"
+    assert (
+        resolve_url(REGISTRY["runpod"].keys, env={"RUNPOD_API_BASE_URL": "https://api.runpod.io/v2/"})
+        == "https://api.runpod.io"
     )  # the host
 
 

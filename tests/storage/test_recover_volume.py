@@ -13,7 +13,7 @@ import time
 
 import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
-from gpuops.providers import volumes
+from gpuops.providers import volume_refs as volumes
 from gpuops.providers.vast import volumes as vast_volumes
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger

@@ -10,10 +10,11 @@ import subprocess
 import pytest
 
 from gpuops.errors import BadInput
-from gpuops.providers import volumes
+from gpuops.providers import volume_refs as volumes
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.provider_errors import ProviderError
 from gpuops.providers.runpod import volumes as runpod_volumes
+from gpuops.providers.volumes import spec_fields
 from tests.conftest import gpuops_cmd
 
 
@@ -93,7 +94,7 @@ def test_runpod_offers_narrowed_to_secure_and_pod_mounts_the_volume(runpod_vol_e
     ok = volumes.mountable(runpod_vol_provider, vol, offers)
     assert ok and all(o.offer_id.startswith("secure:") and o.region == "US-KS-2" for o in ok)
     inst = runpod_vol_provider.create(
-        ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **volumes.spec_fields(vol))
+        ok[0], CreateSpec(label="gpuops-t1", image="runpod/base:0.0.0", **spec_fields(vol))
     )
     req = runpod_vol_emulator.market.find(inst.id).request
     assert (req["mounts"], req["dataCenterIds"], req["cloud"]) == (
@@ -111,7 +112,7 @@ def test_vast_offers_narrowed_to_the_volume_machine(vast_vol_emulator, vast_vol_
     offers = vast_vol_provider.offers(OfferQuery(cards=("rtx-4090",), spot=False))
     ok = volumes.mountable(vast_vol_provider, vol, offers)
     assert [o.offer_id for o in ok] == ["1002"]
-    inst = vast_vol_provider.create(ok[0], CreateSpec(label="gpuops-t2", image="img:1", **volumes.spec_fields(vol)))
+    inst = vast_vol_provider.create(ok[0], CreateSpec(label="gpuops-t2", image="img:1", **spec_fields(vol)))
     body = vast_vol_emulator.market.find(inst.id).request
     assert body["volume_info"] == {"mount_path": "/gpuops-volume", "create_new": False, "volume_id": int(vol.id)}
     assert inst.extra["volume_path"] == "/gpuops-volume"

@@ -6,11 +6,11 @@ entry (``gpuops.providers.REGISTRY``). Light: no SDK, no requests."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
-from gpuops.providers.entry import KeySource, ProviderEntry, SettingsView
+from gpuops.providers.entry import ProviderEntry, SettingsView
+from gpuops.providers.runpod.account import KEYS
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Provider
@@ -24,7 +24,7 @@ def build(settings: SettingsView) -> Provider:
     from gpuops.providers.runpod.compute import RunPodProvider
 
     cfg = settings.providers.runpod
-    return RunPodProvider(resolve_key("runpod", cfg.api_key, settings.source), resolve_url("runpod", cfg.url))
+    return RunPodProvider(resolve_key(KEYS, cfg.api_key, settings.source), resolve_url(KEYS, cfg.url))
 
 
 def load() -> type[Provider]:
@@ -48,41 +48,13 @@ def volume_service() -> type[VolumeService]:
     return RunPodVolumes
 
 
-def key_files(env: dict) -> list[Path]:
-    """``~/.runpod/config.toml``, where ``runpodctl config`` and the runpod SDK keep the key."""
-    return [Path(env.get("HOME") or Path.home()) / ".runpod" / "config.toml"]
-
-
-def read_key_file(path: Path) -> str:
-    """The ``[default] api_key`` of a runpod config.toml (runpod SDK ``get_credentials``); "" if none."""
-    import sys
-
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError):
-        return ""
-    return str(data.get("default", {}).get("api_key", "") or "").strip()
-
-
 ENTRY = ProviderEntry(
     ProviderName.RUNPOD,
     "RunPod",
     build,
     load,
     settings_model,
-    keys=KeySource(
-        env_var="RUNPOD_API_KEY",
-        url_var="RUNPOD_API_BASE_URL",
-        default_url="https://api.runpod.io",
-        files=key_files,
-        read_file=read_key_file,
-        url_tails=("/graphql", "/v2"),
-        console="runpod.io > Settings > API Keys",
-    ),
+    keys=KEYS,
     volumes=volume_service,
     volume_region="datacenter (e.g. EU-RO-1, required)",
     billing=True,

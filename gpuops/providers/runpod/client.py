@@ -19,6 +19,7 @@ from typing import Any
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.runpod.account import KEYS
 
 NAME = "runpod"
 
@@ -107,7 +108,7 @@ class RunPodClient:
 
     def _key(self) -> str:
         if self.credential is None:
-            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(NAME))
+            raise ProviderError(ProviderErrorKind.AUTH, "no RunPod API key found", missing_key_fix(KEYS))
         return self.credential.key
 
     def _status_error(
@@ -119,7 +120,7 @@ class RunPodClient:
             return ProviderError(
                 ProviderErrorKind.AUTH,
                 f"RunPod rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
-                missing_key_fix(NAME),
+                missing_key_fix(KEYS),
             )
         if status == 403:
             if creating:  # "your account cannot access the requested pool: skip this candidate"
@@ -131,7 +132,7 @@ class RunPodClient:
             return ProviderError(
                 ProviderErrorKind.AUTH,
                 f"RunPod refused the key access while trying to {action}: {text}",
-                missing_key_fix(NAME),
+                missing_key_fix(KEYS),
             )
         if status == 402:
             return ProviderError(

@@ -55,6 +55,7 @@ from gpuops.providers.base import (
 )
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries, create_with_retries
+from gpuops.providers.runpod.account import KEYS
 from gpuops.providers.runpod.client import _SDK_LOCK, NAME, ROUTES, RunPodClient, _import_runpod, parse_time, stamp
 
 CLOUDS = ("SECURE", "COMMUNITY")
@@ -64,10 +65,14 @@ GB = 10**9
 
 
 def _spot_fix() -> str:
-    """The fix line for a spot request: the registry's providers with spot, or on-demand here."""
-    from gpuops.providers import SPOT, flags
+    """The fix line for a spot request: the other providers with spot, or on-demand here.
 
-    return f"use {flags(SPOT)} for interruptible offers, or --on-demand to rent an on-demand RunPod pod"
+    Read from the sibling folders' entries, not the registry (which imports this folder): a
+    provider's modules never import the registry back."""
+    from gpuops.providers import local, vast
+
+    spot = " or ".join(f"--provider {e.name}" for e in (local.ENTRY, vast.ENTRY) if e.spot)
+    return f"use {spot} for interruptible offers, or --on-demand to rent an on-demand RunPod pod"
 
 
 class PodStatus(str, enum.Enum):
@@ -410,7 +415,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                     raise ProviderError(
                         ProviderErrorKind.AUTH,
                         f"RunPod rejected the API key ({self.credential.source}) while trying to read the balance",
-                        missing_key_fix(NAME),
+                        missing_key_fix(KEYS),
                     ) from None
                 except rperr.QueryError as e:
                     return {"error": redact(str(e), key)}

@@ -6,11 +6,11 @@ the SDK is imported inside calls."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
-from gpuops.providers.entry import KeySource, ProviderEntry, SettingsView
+from gpuops.providers.entry import ProviderEntry, SettingsView
+from gpuops.providers.vast.account import KEYS
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Provider
@@ -27,8 +27,8 @@ def build(settings: SettingsView) -> Provider:
 
     cfg = settings.providers.vast
     return VastProvider(
-        resolve_key("vast", cfg.api_key, settings.source),
-        resolve_url("vast", cfg.url),
+        resolve_key(KEYS, cfg.api_key, settings.source),
+        resolve_url(KEYS, cfg.url),
         storage_gb=settings.up.disk_gb,
         data_dir=settings.data_path(),
     )
@@ -55,26 +55,13 @@ def volume_service() -> type[VolumeService]:
     return VastVolumes
 
 
-def key_files(env: dict) -> list[Path]:
-    """``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (vastai ``_resolve_api_key``)."""
-    home = Path(env.get("HOME") or Path.home())
-    xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
-    return [xdg / "vastai" / "vast_api_key", home / ".vast_api_key"]
-
-
 ENTRY = ProviderEntry(
     ProviderName.VAST,
     "Vast.ai",
     build,
     load,
     settings_model,
-    keys=KeySource(
-        env_var="VAST_API_KEY",
-        url_var="VAST_URL",
-        default_url="https://console.vast.ai",
-        files=key_files,
-        console="cloud.vast.ai > Account > API Keys",
-    ),
+    keys=KEYS,
     spot=True,
     volumes=volume_service,
     volume_region="country code or machine:<id>",

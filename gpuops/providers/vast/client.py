@@ -15,6 +15,7 @@ from typing import Any
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.vast.account import KEYS
 
 NAME = "vast"
 
@@ -37,7 +38,7 @@ class VastClient:
 
     def _sdk(self) -> Any:
         if self.credential is None:
-            raise ProviderError(ProviderErrorKind.AUTH, "no Vast.ai API key found", missing_key_fix(NAME))
+            raise ProviderError(ProviderErrorKind.AUTH, "no Vast.ai API key found", missing_key_fix(KEYS))
         if self._client is None:
             import logging
             import os
@@ -106,7 +107,7 @@ class VastClient:
             return ProviderError(
                 ProviderErrorKind.AUTH,
                 f"Vast.ai rejected the API key ({self.credential.source if self.credential else 'none'}) while trying to {action}",
-                missing_key_fix(NAME),
+                missing_key_fix(KEYS),
             )
         if status == 429:
             return ProviderError(
