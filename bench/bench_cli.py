@@ -47,22 +47,10 @@ def make_csv(path: Path, n: int, seed: int = 7) -> float:
     total = 0.0
     with path.open("w", newline="") as f:
         w = csv.writer(f, lineterminator="\n")
-        w.writerow(
-            [
-                "date",
-                "experiment",
-                "provider",
-                "card",
-                "gpu_count",
-                "usd_per_hour",
-                "hours",
-                "cost_usd",
-                "tokens",
-                "conclusion",
-                "simulated",
-                "session",
-            ]
-        )
+        sys.path.insert(0, str(REPO))
+        from ledger.csvio import COLUMNS, EXTRA_COLUMNS  # the import's own header, this checkout's
+
+        w.writerow(COLUMNS + EXTRA_COLUMNS)
         for i in range(n):
             card, price = rng.choice(CARDS)
             gpus = rng.choice([1, 1, 1, 2, 4, 8])
