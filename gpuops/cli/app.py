@@ -655,10 +655,17 @@ def down(
             if r["end_reason"] == "unknown":
                 print(f"{r['session']}: instance {r['instance_id']} is not visible to this key; left open (unknown)")
                 continue
+            if r.get("refused"):
+                print(f"{r['session']}: {r['instance_id']} not touched: {r['refused']}")
             if r.get("error"):
                 print(
-                    f"{r['session']}: destroy of {r['instance_id']} failed: {r['error']}; the row stays open, "
+                    f"{r['session']}: destroy of {r['instance_id']} not done: {r['error']}; the row stays open, "
                     "run `gpuops down` again or `gpuops reconcile`"
+                )
+                continue
+            if r.get("refused"):
+                print(
+                    f"{r['session']}: ours is gone (nothing labelled ours is listed); the row is closed ({r['end_reason']})"
                 )
                 continue
             print(

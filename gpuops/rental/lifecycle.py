@@ -110,6 +110,9 @@ class Ended:
     # account and the held key cannot see its instance: nothing was destroyed or booked.
     not_ours: bool = False
     unknown: bool = False
+    # Why the instance under the row's id was not touched ("" when it was ours or gone): the row
+    # still closes when ours is found gone by its label; with any doubt left it stays open (``error``).
+    refused: str = ""
 
 
 def _last_event_at(ledger, session_id: str) -> float | None:
@@ -192,18 +195,54 @@ def _row_for(ledger, session_id: str):
     return row if row is not None else ledger.get(session_id)
 
 
-def _not_our_instance(row, inst: Instance | None) -> str:
-    """Why ``inst`` (read by the row's instance id) is not the row's box, "" when it may be.
+def _not_our_instance(want: str, inst: Instance | None, looked_up: str = "") -> str:
+    """Why ``inst`` (read by the row's instance id) is not certainly the row's box; "" when it is ours or gone.
 
-    Not the row's: the provider answers that id with another label (the old one deleted and the id reused, or a
-    ``get`` answering another instance). An unreadable instance (status unknown, no label) is
-    not evidence either way."""
-    if row is None or inst is None or inst.status in (InstanceStatus.GONE, InstanceStatus.UNKNOWN):
+    ``want``: the row's label. ``looked_up``: the error of a look-up that failed ("" when it
+    answered). Ours only when the provider answers the id with ``want``; a failed look-up, an
+    answer with no label or another label, or a row with no label is doubt, and doubt is not ours.
+    Gone (None, or the provider's terminal state) is not a refusal: there is nothing to destroy."""
+    if looked_up:
+        return f"the look-up of instance {inst.id if inst else '?'} failed ({looked_up}): cannot tell it is ours"
+    if inst is None or inst.status == InstanceStatus.GONE:
         return ""
-    want = getattr(row, "label", "") or ""
-    if want and inst.label and inst.label != want:
+    if not want:
+        return f"the row has no label to check instance {inst.id} against"
+    if not inst.label:
+        return f"instance {inst.id} answers with no label, not {want!r}"
+    if inst.label != want:
         return f"instance {inst.id} is labelled {inst.label!r}, not {want!r}"
     return ""
+
+
+def _destroy_confirmed(provider: Provider, iid: str, want: str, policy: RetryPolicy, after, sleep) -> None:
+    """Destroy ``iid`` and read it back until the provider shows it gone, under ``policy``.
+
+    Gone: the read answers nothing, the provider's terminal state, or another (non-empty) label
+    (ours was deleted and the id handed on). A read still answering ``want`` destroys again on
+    the next try; an answer with no label is doubt: never destroyed, only read again. Raises the
+    last ProviderError when ``policy`` runs out (kind SERVER when the provider never showed it gone)."""
+    from gpuops.providers.base import ProviderErrorKind
+
+    again = [True]
+
+    def once() -> None:
+        if again[0]:
+            provider.destroy(iid)
+            again[0] = False
+        back = provider.get(iid)
+        if back is None or back.status == InstanceStatus.GONE or (back.label and back.label != want):
+            return
+        again[0] = back.label == want
+        raise ProviderError(
+            ProviderErrorKind.SERVER,
+            f"{provider.name} still shows instance {iid} {back.raw_status or back.status.value!s}"
+            f"{'' if back.label else ' with no label'} after the destroy",
+        )
+
+    call_with_retries(
+        once, policy, retry_on=lambda e: isinstance(e, ProviderError), retry_after=False, after=after, sleep=sleep
+    )
 
 
 def end_rental(
@@ -242,9 +281,14 @@ def end_rental(
     Nothing between the call and the provider's destroy waits on the ledger: the row comes from
     memory (``Ledger.held``: `up` wrote it; other actors read it before deciding to end it), and
     every ledger read and write here runs under ``Ledger.bounded()`` (a short deadline, then the
-    spool). Before the destroy the provider is asked for the instance: one answering the row's id
-    with another label is not ours and is never destroyed (event ``destroy_refused``; the row's own
-    box is looked up by its label and destroyed if it is there, else the row closes as gone); an
+    spool). Before the destroy the provider is asked for the instance: it is ours only when the
+    provider answers the id with the row's label. Any doubt -- another label, no label, a failed
+    look-up -- is not ours and is never destroyed (event ``destroy_refused``, ``Ended.refused``
+    the reason); the row's own box is then looked up by its label and destroyed if it is there,
+    the row closes as gone when the provider lists nothing labelled ours, and stays open (event
+    ``destroy_gave_up``, ``Ended.error``) when that look-up fails too. A destroy counts only once
+    the provider reads the instance back gone (not found, its terminal state, or the id now
+    another's), under ``DESTROY_RETRY``; until then the row stays open and says why. An
     interruptible box the provider shows stopped or exited is booked ``preempted`` (the provider's
     word, never a guess), ending at the last proof of life before it stopped.
 
@@ -257,7 +301,8 @@ def end_rental(
     instance ``provider``'s key cannot see is left open (``Ended.unknown``, event ``unknown``). Idempotent: ending an ended rental destroys nothing new and books
     nothing new. Never raises ProviderError: a destroy that fails ``attempts`` times returns
     ``Ended(destroyed=False, closed=False, error=...)`` with event ``destroy_gave_up`` and the row
-    open (reconcile and the watchdog retry). Raises KeyError for an unknown ``session_id``.
+    open (reconcile and the watchdog retry); so does a destroy the provider never shows done.
+    Raises KeyError for an unknown ``session_id``.
     """
     row = _row_for(ledger, session_id) if session_id else None
     if session_id and row is None:
@@ -305,6 +350,7 @@ def _end(
     sleep,
 ) -> Ended:
     iid = instance_id or (row.instance_id if row is not None else None)
+    legacy_err = ""  # a look-up the ownership check made that failed
     if row is not None and provider is not None:
         from gpuops.ownership import LEGACY, OTHER, account_of, standing
 
@@ -324,8 +370,8 @@ def _end(
             if instance is None:
                 try:
                     instance = provider.get(iid)
-                except ProviderError:
-                    instance = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)
+                except ProviderError as e:
+                    instance, legacy_err = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN), str(e)
             if instance is None:  # "not found" under a key that may not be the row's: proves nothing
                 ledger.event(session_id, EventKind.UNKNOWN, {"instance": iid, "by": by, "reason": str(reason)})
                 return Ended(
@@ -341,59 +387,55 @@ def _end(
     is_open = row is not None and row.status != RowStatus.CLOSED
     destroyed = already_gone = False
     inst = instance
-    refused = ""
+    refused = doubt = ""
+    want = (getattr(row, "label", "") or "") if row is not None else (inst.label if inst is not None else "")
     if iid and provider is not None:
+        looked_up = legacy_err
         if inst is None:
             try:
                 inst = provider.get(iid)
-            except ProviderError:
-                inst = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)  # cannot tell: destroy it anyway
-        refused = _not_our_instance(row, inst)
-        if refused:  # the id is someone else's now: never destroy it; find ours by its label
+            except ProviderError as e:
+                inst, looked_up = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN), str(e)
+        refused = _not_our_instance(want, inst, looked_up)
+        if refused:  # not certainly ours: never destroy it; find ours by its label
             if session_id:
                 ledger.event(
                     session_id,
                     EventKind.DESTROY_REFUSED,
                     {
                         "instance": iid,
-                        "expected_label": row.label,
+                        "expected_label": want,
                         "label": inst.label,
                         "account": getattr(row, "account", None),
                         "by": by,
                         "why": refused,
                     },
                 )
-            try:
-                ours = provider.find_by_label(row.label)
-            except ProviderError:
-                ours = None
-            if ours is not None and ours.id != iid and ours.label == row.label:
-                iid, inst = ours.id, ours
-                _quick(ledger, lambda: ledger.update(session_id, instance_id=ours.id))
+            ours = None
+            if not want:
+                doubt = "no label to look ours up by"
             else:
-                inst = None  # ours is gone (deleted from the console): nothing of ours to destroy
-        if (
-            row is not None
-            and is_open
-            and inst is not None
-            and getattr(row, "spot", False)
-            and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
-            and ended_at is None
-        ):
-            reason = EndReason.PREEMPTED  # the provider's own state: the market took the box back
-            if inst.extra.get("ended_at"):
-                ended_at, end_source = float(inst.extra["ended_at"]), "provider"
-            else:  # billing for the GPU stopped when the box was last seen alive
-                seen = [t for t in (last_seen_at, getattr(row, "last_heartbeat_at", None)) if t]
-                if seen:
-                    ended_at, end_source = float(max(seen)), "heartbeat"
+                try:
+                    ours = provider.find_by_label(want)
+                except ProviderError as e:
+                    doubt = f"the look-up of {want!r} failed ({e})"
+            if ours is not None and ours.label == want:
+                if ours.id != iid and session_id:
+                    _quick(ledger, lambda: ledger.update(session_id, instance_id=ours.id))
+                iid, inst = ours.id, ours
+            else:
+                inst = None  # ours is gone (the provider lists nothing labelled ours), or doubt
     booked: str | None = str(reason)
     if is_open:
         got = ledger.request_end(session_id, reason, by=by, detail=detail)
         booked = got or (getattr(row, "end_reason", None) or str(reason))
+    if doubt:  # neither the id nor the label proves anything: the row stays open and says why
+        error = f"{refused}; {doubt}: nothing destroyed"
+        if session_id:
+            ledger.event(session_id, EventKind.DESTROY_GAVE_UP, {"instance": iid, "by": by, "error": error})
+        return Ended(session_id, iid, False, False, booked, error=error, row=row, refused=refused)
     if iid and provider is not None and not (refused and inst is None):
         already_gone = inst is None or inst.status == InstanceStatus.GONE
-        last_err: ProviderError | None = None
 
         def failed(state) -> None:  # every failed try is booked, the last one too
             if session_id:
@@ -403,21 +445,13 @@ def _end(
                     {"attempt": state.attempt_number, "kind": state.outcome.exception().kind.value, "by": by},
                 )
 
-        try:  # keep trying: a box left running is the one unforgivable bug
-            call_with_retries(
-                lambda: provider.destroy(iid),
-                replace(DESTROY_RETRY, attempts=attempts),
-                retry_on=lambda e: isinstance(e, ProviderError),
-                retry_after=False,
-                after=failed,
-                sleep=sleep,
-            )
+        try:  # keep trying: a box left running is the one unforgivable bug; closed only once confirmed gone
+            _destroy_confirmed(provider, iid, want, replace(DESTROY_RETRY, attempts=attempts), failed, sleep)
         except ProviderError as e:
-            last_err = e
-        if last_err is not None:
+            error = str(e)
             if session_id:
-                ledger.event(session_id, EventKind.DESTROY_GAVE_UP, {"instance": iid, "by": by, "error": str(last_err)})
-            return Ended(session_id, iid, False, False, booked, error=str(last_err), row=row)
+                ledger.event(session_id, EventKind.DESTROY_GAVE_UP, {"instance": iid, "by": by, "error": error})
+            return Ended(session_id, iid, False, False, booked, error=error, row=row, refused=refused)
         destroyed = True
     elif iid and provider is not None:
         already_gone = True  # not found, or the id answers for another's instance
@@ -436,7 +470,7 @@ def _end(
             row.end_source if row is not None else None,
             already_gone,
             row=row,
-            error=refused,
+            refused=refused,
         )
     now = clock()
     if ended_at is not None:
@@ -483,7 +517,7 @@ def _end(
         closed.end_source,
         already_gone,
         row=closed,
-        error=refused,
+        refused=refused,
     )
 
 

@@ -105,9 +105,11 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
     reported with ``end_reason`` "unknown" and stays open.
 
     Idempotent: a session already closed is reported, not destroyed again. Returns one dict per
-    session: ``{"session","instance_id","destroyed","end_reason"}``. Raises BadInput for an
-    unknown/ambiguous reference; a destroy that keeps failing is reported with ``destroyed`` False
-    and ``error`` (the row stays open for reconcile).
+    session: ``{"session","instance_id","destroyed","closed","end_reason"}``, plus ``refused``
+    (why the instance under the row's id was not touched: not certainly ours) and ``error`` (only
+    when the row stays open: a destroy that kept failing or was never confirmed, or a refusal whose
+    look-up by label failed too; reconcile retries). Raises BadInput for an unknown/ambiguous
+    reference.
     """
     import os
     import socket
@@ -144,7 +146,13 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
     for row in rows:
         if row.status == RowStatus.CLOSED:
             out.append(
-                {"session": row.id, "instance_id": row.instance_id, "destroyed": False, "end_reason": row.end_reason}
+                {
+                    "session": row.id,
+                    "instance_id": row.instance_id,
+                    "destroyed": False,
+                    "closed": True,
+                    "end_reason": row.end_reason,
+                }
             )
             continue
         provider = provider_of(row) if row.instance_id else None
@@ -156,9 +164,12 @@ def down(settings: Settings, ledger, ref: str | None, all_open: bool) -> list[di
             "session": row.id,
             "instance_id": row.instance_id,
             "destroyed": ended.destroyed,
+            "closed": ended.closed,
             "end_reason": "unknown" if ended.unknown else ended.reason,
         }
-        if ended.error:
+        if ended.refused:
+            item["refused"] = ended.refused
+        if ended.error and not ended.closed:
             item["error"] = ended.error
         out.append(item)
     return out

@@ -46,6 +46,8 @@ class Faults:
       while the fault is set (a reply that never completes).
     - ``create_unsuccessful_but_creates``: the next N creates make the instance, then answer
       ``200 {"success": false}`` (Vast).
+    - ``destroy_ignored``: the next N destroys through the API answer success and leave the
+      instance as it was (an acknowledged terminate the provider dropped).
     """
 
     latency_s: float = 0.0
@@ -63,6 +65,7 @@ class Faults:
     hide_length: bool = False
     stall_reply: bool = False
     create_unsuccessful_but_creates: int = 0
+    destroy_ignored: int = 0
     # New instances are not what was ordered: any of gpu_name, num_gpus, usd_per_hour (USD/h)
     # replaces what the instance reports (and is charged), e.g. {"gpu_name": "RTX 3070", "usd_per_hour": 5.0}.
     deliver: dict | None = None
@@ -277,6 +280,14 @@ class Market:
                 return None
             self.tick(inst)
             return None if inst.state == "destroyed" else inst
+
+    def api_destroy(self, instance_id: str) -> None:
+        """A destroy asked through the API: ``destroy``, unless ``faults.destroy_ignored`` drops it."""
+        with self.lock:
+            if self.faults.destroy_ignored > 0:
+                self.faults.destroy_ignored -= 1
+                return
+            self.destroy(instance_id)
 
     def destroy(self, instance_id: str, account: str | None = None) -> bool:
         """Destroy; False when unknown, already destroyed or (with ``account``) another's."""

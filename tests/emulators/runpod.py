@@ -390,7 +390,7 @@ class RunPodEmulator(Emulator):
             if op == "pod":
                 return 200, self._pod(inst), JSON
             if op == "terminate":
-                self.market.destroy(inst.id)
+                self.market.api_destroy(inst.id)
                 return 204, b"", JSON
             return self._action(inst, body.get("action"))
 
@@ -400,7 +400,7 @@ class RunPodEmulator(Emulator):
             return self.problem(409, f"action {action!r} is not valid for a pod in status {status}")
         self.market.tick(inst)
         if action == "terminate":
-            self.market.destroy(inst.id)
+            self.market.api_destroy(inst.id)
             return 204, b"", JSON
         if action == "stop":
             inst.state = "stopped"

@@ -319,7 +319,7 @@ class VastEmulator(Emulator):
             if inst is None:
                 return self._fail(404, "no_such_instance", f"Instance {p['id']} not found.")
             if op == "destroy":
-                self.market.destroy(inst.id)
+                self.market.api_destroy(inst.id)
                 return self._ok({"success": True})
             if op == "update":
                 self.market.tick(inst)

@@ -333,10 +333,15 @@ def test_a_job_printing_300_mb_is_streamed_in_bounded_memory(cli_env, gpuops_hom
 
 
 # -- an instance id that now answers for someone else's instance -----------------------------------
-@pytest.mark.parametrize("name", ["runpod", "vast"])
-def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, request, monkeypatch):
+# The single-instance read of each emulator (its ``OPS`` name): a fault there is a failed look-up.
+GET_OP = {"runpod": "pod", "vast": "show"}
+
+
+def _booked(name, request, monkeypatch):
+    """A rental booked and created on ``name``'s emulator (``get_provider`` answers its provider).
+
+    Returns (emulator, provider, settings, session id, instance id)."""
     from gpuops.providers.base import CreateSpec, OfferQuery
-    from gpuops.rental.sessions import down
     from ledger import Session as Row
 
     emu = request.getfixturevalue(f"{name}_emulator")
@@ -372,20 +377,124 @@ def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, 
         usd_per_hour=offer.usd_per_hour,
         status="running",
     )
-    # the pod is deleted in the console and its id handed to a teammate's instance
+    return emu, prov, settings, sid, inst.id
+
+
+def _booked_then_reused(name, request, monkeypatch, foreign_label: str):
+    """``_booked``, then the instance deleted (as from the console) and its id handed to a
+    teammate's running instance labelled ``foreign_label``.
+
+    Returns (emulator, settings, session id, our old instance id, the foreign instance)."""
+    emu, _, settings, sid, iid = _booked(name, request, monkeypatch)
     deleted_at = emu.market.now()
-    other = emu.market.reuse_id(inst.id, label="team-b-training")
-    led.heartbeat(sid, deleted_at)  # the agent's last word came as the box went
-    got = down(settings, Ledger(settings.ledger_url()), sid, False)
-    assert got[0]["session"] == sid
-    assert other.state == "running" and emu.market.instances[inst.id] is other  # not touched
+    other = emu.market.reuse_id(iid, label=foreign_label)
+    Ledger(settings.ledger_url()).heartbeat(sid, deleted_at)  # the agent's last word came as the box went
+    return emu, settings, sid, iid, other
+
+
+def _assert_foreign_untouched_and_ours_closed_gone(emu, settings, sid, iid, other, foreign_label):
+    assert other.state == "running" and emu.market.instances[iid] is other  # not touched
     led2 = Ledger(settings.ledger_url())
     row = led2.get(sid)
     kinds = [e.kind for e in led2.events(sid)]
     assert "destroy_refused" in kinds and row.status == "closed" and row.end_reason == "manual"
-    old = emu.market.instances[f"{inst.id}~old"]
+    old = emu.market.instances[f"{iid}~old"]
     assert abs(row.ended_at - old.ended_t) <= END_TOLERANCE_S  # the billing clock of OUR instance
-    assert [i.label for i in emu.live()] == ["team-b-training"]  # ours: 0 billing; theirs: untouched
+    assert [i.label for i in emu.live()] == [foreign_label]  # ours: 0 billing; theirs: untouched
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_an_id_reused_by_another_instance_is_never_destroyed(name, gpuops_home, request, monkeypatch):
+    from gpuops.rental.sessions import down
+
+    emu, settings, sid, iid, other = _booked_then_reused(name, request, monkeypatch, "team-b-training")
+    got = down(settings, Ledger(settings.ledger_url()), sid, False)
+    assert got[0]["session"] == sid and got[0]["closed"] and not got[0]["destroyed"]
+    _assert_foreign_untouched_and_ours_closed_gone(emu, settings, sid, iid, other, "team-b-training")
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_an_id_reused_by_an_instance_with_no_label_is_never_destroyed(name, gpuops_home, request, monkeypatch):
+    from gpuops.rental.sessions import down
+
+    emu, settings, sid, iid, other = _booked_then_reused(name, request, monkeypatch, "")
+    got = down(settings, Ledger(settings.ledger_url()), sid, False)
+    assert "answers with no label" in got[0]["refused"] and got[0]["closed"]
+    _assert_foreign_untouched_and_ours_closed_gone(emu, settings, sid, iid, other, "")
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_reused_id_whose_read_answers_500_is_never_destroyed(name, gpuops_home, request, monkeypatch):
+    from gpuops.rental.sessions import down
+
+    emu, settings, sid, iid, other = _booked_then_reused(name, request, monkeypatch, "team-b-training")
+    emu.faults.inject[GET_OP[name]] = [500] * 100  # every read of the id fails, the list answers
+    try:
+        got = down(settings, Ledger(settings.ledger_url()), sid, False)
+    finally:
+        emu.faults.inject.pop(GET_OP[name], None)
+    assert "cannot tell it is ours" in got[0]["refused"]
+    _assert_foreign_untouched_and_ours_closed_gone(emu, settings, sid, iid, other, "team-b-training")
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_reused_id_with_every_read_failing_leaves_the_row_open_and_says_so(
+    name, gpuops_home, request, monkeypatch, cli
+):
+    emu, settings, sid, iid, other = _booked_then_reused(name, request, monkeypatch, "team-b-training")
+    list_op = {"runpod": "pods", "vast": "list"}[name]
+    emu.faults.inject[GET_OP[name]] = [500] * 100
+    emu.faults.inject[list_op] = [500] * 100
+    try:
+        res = cli("down", sid)
+    finally:
+        emu.faults.inject.clear()
+    assert other.state == "running" and emu.market.instances[iid] is other
+    row = Ledger(settings.ledger_url()).get(sid)
+    assert row.status != "closed" and res.returncode == 1
+    assert "not touched" in res.stdout and "the row stays open" in res.stdout, res.stdout
+    kinds = [e.kind for e in Ledger(settings.ledger_url()).events(sid)]
+    assert "destroy_refused" in kinds and "destroy_gave_up" in kinds and "destroyed" not in kinds
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_down_on_a_reused_id_says_what_the_row_says(name, gpuops_home, request, monkeypatch, cli):
+    emu, settings, sid, iid, other = _booked_then_reused(name, request, monkeypatch, "team-b-training")
+    res = cli("down", sid)
+    row = Ledger(settings.ledger_url()).get(sid)
+    assert row.status == "closed" and row.end_reason == "manual"
+    assert "stays open" not in res.stdout and "failed" not in res.stdout, res.stdout
+    assert f"{iid} not touched: instance {iid} is labelled 'team-b-training'" in res.stdout, res.stdout
+    assert "the row is closed (manual)" in res.stdout and res.returncode == 0, res.stdout
+    _assert_foreign_untouched_and_ours_closed_gone(emu, settings, sid, iid, other, "team-b-training")
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_destroy_is_booked_only_once_the_provider_reads_it_back_gone(name, gpuops_home, request, monkeypatch):
+    from gpuops.rental.lifecycle import end_rental
+
+    emu, prov, settings, sid, iid = _booked(name, request, monkeypatch)
+    emu.faults.destroy_ignored = 1  # the first terminate is acknowledged and dropped
+    waits: list[float] = []
+    got = end_rental(Ledger(settings.ledger_url()), prov, sid, "manual", by="down:test", sleep=waits.append)
+    assert (got.destroyed, got.closed, waits) == (True, True, [1.0])  # tried again after the read-back
+    assert emu.live() == [] and Ledger(settings.ledger_url()).get(sid).status == "closed"
+
+
+@pytest.mark.parametrize("name", ["runpod", "vast"])
+def test_a_destroy_the_provider_never_carries_out_leaves_the_row_open(name, gpuops_home, request, monkeypatch):
+    from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental
+
+    emu, prov, settings, sid, iid = _booked(name, request, monkeypatch)
+    emu.faults.destroy_ignored = 100
+    got = end_rental(Ledger(settings.ledger_url()), prov, sid, "manual", by="down:test", sleep=lambda s: None)
+    emu.faults.destroy_ignored = 0
+    assert (got.destroyed, got.closed) == (False, False) and f"still shows instance {iid}" in got.error
+    led = Ledger(settings.ledger_url())
+    kinds = [e.kind for e in led.events(sid)]
+    assert led.get(sid).status != "closed" and "destroyed" not in kinds and "destroy_gave_up" in kinds
+    assert kinds.count("destroy_failed") == DESTROY_ATTEMPTS
+    assert [i.id for i in emu.live()] == [iid]  # what the provider shows: still billing, and the row says so
 
 
 # -- a Vast spot box outbid mid-job ----------------------------------------------------------------

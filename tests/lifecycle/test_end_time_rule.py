@@ -435,16 +435,38 @@ def test_at_least_one_destroy_attempt(led):
     assert end(led, p, attempts=0).destroyed and len(p.destroys) == 1
 
 
-def test_an_instance_that_cannot_be_read_is_destroyed_anyway(led):
+def test_an_instance_that_cannot_be_read_is_not_destroyed_and_the_row_stays_open(led):
     rented(led)
 
     class Blind(Box):
         def get(self, instance_id):
             raise ProviderError(ProviderErrorKind.SERVER, "timeout")
 
+        def list(self, label_prefix="gpuops-"):
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
     p = Blind()
+    got = end(led, p)  # doubt is not ours: neither the id nor the label could be read
+    assert (got.destroyed, got.closed, len(p.destroys), led.get("s1").status) == (False, False, 0, "running")
+    assert got.refused == "the look-up of instance pod-1 failed (timeout): cannot tell it is ours"
+    assert [k for k, _ in books(led)][-3:] == ["destroy_refused", "end_requested", "destroy_gave_up"]
+
+
+def test_an_instance_that_cannot_be_read_by_id_is_destroyed_when_its_label_answers(led):
+    rented(led)
+
+    class Half(Box):
+        def get(self, instance_id):
+            if self.destroys:
+                return None  # the read-back after the destroy answers
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
+        def list(self, label_prefix="gpuops-"):
+            return [Instance(id="pod-1", label="gpuops-s1", status=InstanceStatus.RUNNING)]
+
+    p = Half()
     got = end(led, p)
-    assert (got.destroyed, got.already_gone, got.end_source, len(p.destroys)) == (True, False, "destroy", 1)
+    assert (got.destroyed, got.closed, len(p.destroys)) == (True, True, 1)
 
 
 def test_the_instance_the_caller_read_is_used_as_is(led):
@@ -452,7 +474,8 @@ def test_the_instance_the_caller_read_is_used_as_is(led):
     p = Box()
     gone = Instance(id="pod-1", label="gpuops-s1", status=InstanceStatus.GONE)
     got = end(led, p, instance=gone, last_seen_at=CREATED + 50.0)
-    assert (p.gets, got.already_gone, got.ended_at, got.end_source) == (0, True, CREATED + 50.0, "heartbeat")
+    # not read again before the destroy; read once after it (the confirmation)
+    assert (p.gets, got.already_gone, got.ended_at, got.end_source) == (1, True, CREATED + 50.0, "heartbeat")
     assert books(led)[1] == (
         "destroyed",
         {"already_gone": True, "by": "watchdog:test", "end_source": "heartbeat", "instance": "pod-1"},
@@ -488,8 +511,16 @@ def test_a_closed_rows_live_instance_is_destroyed_as_an_orphan_and_nothing_reboo
 
 def test_an_instance_with_no_row_is_destroyed_and_nothing_booked(led):
     p = Box()
+    listed = Instance(id="pod-1", label="gpuops-s1", status=InstanceStatus.RUNNING)
     got = end_rental(
-        led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-1", sleep=lambda s: None
+        led,
+        p,
+        None,
+        EndReason.INTERRUPTED,
+        by="reconcile:test",
+        instance_id="pod-1",
+        instance=listed,
+        sleep=lambda s: None,
     )
     assert ended(got) == dict(
         session_id=None,
@@ -506,6 +537,15 @@ def test_an_instance_with_no_row_is_destroyed_and_nothing_booked(led):
         row=None,
     )
     assert len(p.destroys) == 1
+
+
+def test_an_instance_with_no_row_and_no_label_is_not_destroyed(led):
+    p = Box()
+    got = end_rental(
+        led, p, None, EndReason.INTERRUPTED, by="reconcile:test", instance_id="pod-1", sleep=lambda s: None
+    )
+    assert (got.destroyed, got.closed, len(p.destroys)) == (False, False, 0)
+    assert got.refused == "the row has no label to check instance pod-1 against"
 
 
 def test_an_unknown_session_is_a_key_error(led):
@@ -601,7 +641,7 @@ def test_a_ledger_that_spools_still_ends_the_box_and_says_what_it_will_book(led)
     assert len(p.destroys) == 1
 
 
-def test_an_orphan_whose_instance_cannot_be_read_is_destroyed_with_an_empty_label(led):
+def test_an_orphan_whose_instance_cannot_be_read_is_not_destroyed(led):
     rented(led)
     end(led, Box(alive=False))
 
@@ -609,8 +649,12 @@ def test_an_orphan_whose_instance_cannot_be_read_is_destroyed_with_an_empty_labe
         def get(self, instance_id):
             raise ProviderError(ProviderErrorKind.SERVER, "timeout")
 
-    end(led, Blind())
-    assert books(led)[-1] == ("orphan_destroyed", {"by": "watchdog:test", "instance": "pod-1", "label": ""})
+        def list(self, label_prefix="gpuops-"):
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
+    p = Blind()
+    end(led, p)
+    assert p.destroys == [] and [k for k, _ in books(led)][-2:] == ["destroy_refused", "destroy_gave_up"]
 
 
 def test_no_provider_closes_the_row_without_a_destroy(led):
@@ -638,15 +682,19 @@ def test_the_other_accounts_row_and_the_invisible_legacy_row_return_what_they_fo
     )
 
 
-def test_a_legacy_row_is_ended_when_the_key_cannot_read_the_instance(led):
+def test_a_legacy_row_whose_instance_cannot_be_read_is_left_open(led):
     rented(led, account=None)
 
     class Blind(Box):
         def get(self, instance_id):
             raise ProviderError(ProviderErrorKind.SERVER, "timeout")
 
-    got = end(led, Blind())  # cannot tell: destroyed anyway (a legacy row the key may own)
-    assert (got.destroyed, got.closed, got.unknown) == (True, True, False)
+        def list(self, label_prefix="gpuops-"):
+            raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+
+    got = end(led, Blind())  # cannot tell: doubt is not ours, nothing destroyed
+    assert (got.destroyed, got.closed, got.unknown) == (False, False, False)
+    assert "cannot tell it is ours" in got.refused
 
 
 def test_a_legacy_invisible_row_books_the_unknown_event(led):

@@ -118,6 +118,7 @@ def test_row_without_an_account_is_unknown_when_not_visible(team, markets):
             "session": "legacy-1",
             "instance_id": row.instance_id,
             "destroyed": False,
+            "closed": False,
             "end_reason": "unknown",
             "error": "instance not visible to the key held here",
         }
