@@ -425,6 +425,21 @@ def _end(
                 iid, inst = ours.id, ours
             else:
                 inst = None  # ours is gone (the provider lists nothing labelled ours), or doubt
+        if (
+            row is not None
+            and is_open
+            and inst is not None
+            and getattr(row, "spot", False)
+            and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
+            and ended_at is None
+        ):
+            reason = EndReason.PREEMPTED  # the provider's own state: the market took the box back
+            if inst.extra.get("ended_at"):
+                ended_at, end_source = float(inst.extra["ended_at"]), "provider"
+            else:  # billing for the GPU stopped when the box was last seen alive
+                seen = [t for t in (last_seen_at, getattr(row, "last_heartbeat_at", None)) if t]
+                if seen:
+                    ended_at, end_source = float(max(seen)), "heartbeat"
     booked: str | None = str(reason)
     if is_open:
         got = ledger.request_end(session_id, reason, by=by, detail=detail)
