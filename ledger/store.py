@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import threading
 import time
@@ -443,35 +444,117 @@ class Ledger:
         return done
 
     # -- the spool ----------------------------------------------------------------------------
+    # Each spool folder is checked ours alone (``ledger.spool.own_dir``) before anything in it is
+    # read or written; a refused one is skipped and said once in ``notices``. Every line replayed
+    # passes ``ledger.spool.check_line``; one that fails goes to ``<spool file>.quarantine``
+    # (said in ``notices``) and the lines behind it are still applied.
     def _spool_paths(self) -> list[Path]:
         return [self.spool_path] + ([self.fallback_spool_path] if self.fallback_spool_path != self.spool_path else [])
 
+    def _say(self, text: str) -> None:
+        if text not in self.notices:
+            self.notices.append(text)
+
+    def _spool_dir_ok(self, path: Path, make: bool) -> bool:
+        """Whether ``path``'s folder may be used: exists (made when ``make``) and is ours alone."""
+        from ledger.spool import SpoolRefused, check_dir, own_dir
+
+        try:
+            if make:
+                own_dir(path.parent)
+                return True
+            return check_dir(path.parent)
+        except SpoolRefused as e:
+            self._say(str(e))
+        except OSError:
+            pass
+        return False
+
+    def _leftovers(self, path: Path) -> list[Path]:
+        """``<spool>.<pid>[-n].replay`` files a replay claimed and never finished (its process is gone)."""
+        out = []
+        try:
+            names = os.listdir(path.parent)
+        except OSError:
+            return out
+        for n in names:
+            if not (n.startswith(path.name + ".") and n.endswith(".replay")):
+                continue
+            pid = n[len(path.name) + 1 : -len(".replay")].split("-", 1)[0]
+            if not pid.isdigit():
+                continue
+            if int(pid) != os.getpid():
+                try:
+                    os.kill(int(pid), 0)
+                    continue  # another process is replaying it now
+                except ProcessLookupError:
+                    pass
+                except OSError:
+                    continue
+            out.append(path.parent / n)
+        return sorted(out)
+
     def has_spool(self) -> bool:
-        """True when writes wait in either spool file."""
-        return any(p.exists() for p in self._spool_paths())
+        """True when writes wait in a spool folder of ours (a spool file, or a replay left unfinished)."""
+        return any(
+            self._spool_dir_ok(p, False) and (p.exists() or bool(self._leftovers(p))) for p in self._spool_paths()
+        )
+
+    def _append(self, path: Path, line: str) -> None:
+        """Append ``line`` to the spool file ``path`` (0600, ours, no link followed). Raises OSError."""
+        from ledger.spool import own_file
+
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            own_file(fd, path)
+            data = ("\n" + line + "\n").encode("utf-8")
+            if os.write(fd, data) != len(data):
+                raise OSError("short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _read(self, path: Path) -> str:
+        """The text of the spool file ``path`` once it is checked ours (0600, no link). Raises OSError."""
+        from ledger.spool import own_file
+
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            own_file(fd, path)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+
+    def _spool_line(self, line: str) -> None:
+        from ledger.spool import SpoolRefused
+
+        for path in self._spool_paths():
+            if not self._spool_dir_ok(path, True):
+                continue
+            try:
+                self._append(path, line)
+                return
+            except SpoolRefused as e:
+                self._say(str(e))
+            except OSError:
+                continue
+        self.lost.append(line)
 
     def _spool(self, op: str, **args: Any) -> None:
         """Append one refused write to the spool, else to the fallback spool, else keep it in ``lost``.
 
         Append one refused write to the spool, else to the fallback spool (another filesystem),
         else keep it in ``lost`` (the caller prints it as a replay command). Each line starts with
-        a newline, so a line a full disk cut short never swallows the next one. Never raises."""
-        line = json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}, "t": time.time()}, sort_keys=True)
-        for path in self._spool_paths():
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                try:
-                    data = ("\n" + line + "\n").encode("utf-8")
-                    if os.write(fd, data) != len(data):
-                        raise OSError("short write")
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                return
-            except OSError:
-                continue
-        self.lost.append(line)
+        a newline, so a line a full disk cut short never swallows the next one. A spool folder or
+        file that is not ours alone is not used (``notices`` names it). Never raises."""
+        self._spool_line(
+            json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}, "t": time.time()}, sort_keys=True)
+        )
+
+    @staticmethod
+    def _lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.strip()]
 
     @staticmethod
     def _entries(text: str) -> list[dict]:
@@ -487,34 +570,75 @@ class Ledger:
                 out.append(e)
         return out
 
+    @staticmethod
+    def _when(e: Any) -> float:
+        t = e.get("t") if isinstance(e, dict) else None
+        return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
+
     def spooled(self) -> list[dict]:
-        """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``)."""
+        """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``), unchecked."""
         out = []
         for path in self._spool_paths():
-            try:
-                out += self._entries(path.read_text(encoding="utf-8"))
-            except OSError:
+            if not self._spool_dir_ok(path, False):
                 continue
-        return sorted(out, key=lambda e: e.get("t") or 0.0)
+            for f in [path, *self._leftovers(path)]:
+                try:
+                    out += self._entries(self._read(f))
+                except OSError:
+                    continue
+        return sorted(out, key=self._when)
+
+    def _check(self, e: Any) -> tuple[str, dict]:
+        """``ledger.spool.check_line`` against the rows as the database holds them now."""
+        import ledger.writes as writes
+        from ledger.spool import check_line
+
+        return check_line(
+            e,
+            lambda sid: writes.get(self._books(), sid, self._busy_s()),
+            self.get_run,
+            time.time(),
+        )
+
+    def _quarantine(self, spool: Path, line: str, why: str) -> None:
+        """Keep a line that failed the check in ``<spool>.quarantine`` and say so in ``notices``."""
+        q = spool.with_name(spool.name + ".quarantine")
+        doc = json.dumps({"why": why, "line": line, "at": time.time()}, sort_keys=True)
+        try:
+            self._append(q, doc)
+            self._say(f"a spool line was not applied ({why}); it is kept in {q}")
+        except OSError:
+            self._say(f"a spool line was not applied ({why}) and could not be kept: {line[:200]}")
 
     def replay_line(self, line: str) -> bool:
-        """Apply one spool line and return whether it was applied.
+        """Apply one spool line (``gpuops ledger replay 'LINE'``); True once applied.
 
         Apply one spool line (``gpuops ledger replay 'LINE'``: what was printed when no spool
-        could be written). Returns True when applied; False for a line that is not one (or whose
-        session is not in this ledger). Database errors propagate."""
-        got = self._entries(line)
-        if len(got) != 1:
-            return False
-        try:
-            return self._apply(got[0])
-        except KeyError:
-            return False
+        could be written), after the same check as every spooled line (``ledger.spool.check_line``).
+        Raises ``ledger.spool.BadLine`` saying why a line is refused (not one line of JSON, an
+        unknown operation or argument, a value out of range, a closed row, a session not in this
+        ledger). Database errors propagate."""
+        from ledger.spool import BadLine
 
-    def _apply(self, e: dict) -> bool:
-        op, args = e.get("op"), dict(e.get("args") or {})
+        lines = self._lines(line)
+        if len(lines) != 1:
+            raise BadLine("not one line")
+        try:
+            e = json.loads(lines[0])
+        except ValueError:
+            raise BadLine("not JSON") from None
+        op, args = self._check(e)
+        try:
+            self._apply(op, args)
+        except KeyError as k:
+            raise BadLine(f"no {k} in this ledger") from None
+        return True
+
+    def _apply(self, op: str, args: dict) -> None:
+        """Apply one checked spool write (``ledger.spool.check_line``'s answer)."""
+        args = dict(args)
         if op == "event":
-            self._event(**args)
+            self._event(args["session_id"], args["kind"], args.get("detail", ""), args.get("at"))
         elif op == "update":
             self._set_with_event(args.pop("session_id"), None, "", **args)
         elif op == "heartbeat":
@@ -529,52 +653,73 @@ class Ledger:
             self._run_update(**args)
         elif op == "run_close":
             self._run_close(**args)
-        else:
-            return False
-        return True
 
     def replay_spool(self) -> int:
         """Apply spooled writes in order and return how many were applied.
 
         Apply spooled writes in order; returns how many were applied. Each spool file is claimed
-        by renaming it first, so two processes never replay the same lines; writes that fail again
-        go back to the spool. Raises nothing for database errors (they re-spool)."""
-        claimed = []
+        by renaming it first (``<spool>.<pid>.replay``), so two processes never replay the same
+        lines; a claimed file whose process is gone is picked up again. Every line is checked
+        (``ledger.spool.check_line``): one that fails is moved to ``<spool>.quarantine`` and said in
+        ``notices``, and the lines behind it are still applied. Writes the database refuses go back
+        to the spool. Raises nothing for database errors (they re-spool)."""
+        from ledger.spool import BadLine
+
+        claimed: list[tuple[Path, Path]] = []  # (spool file, claimed copy)
         for path in self._spool_paths():
-            if not path.exists():
+            if not self._spool_dir_ok(path, False):
                 continue
-            mine = path.with_name(path.name + f".{os.getpid()}.replay")
-            try:
-                os.replace(path, mine)
-            except OSError:
-                continue
-            claimed.append(mine)
+            sources = ([path] if path.exists() else []) + self._leftovers(path)
+            for k, src in enumerate(sources):
+                mine = path.with_name(path.name + f".{os.getpid()}{'-' + str(k) if k else ''}.replay")
+                if src != mine:
+                    try:
+                        os.replace(src, mine)
+                    except OSError:
+                        continue
+                claimed.append((path, mine))
         if not claimed:
             return 0
-        entries = []
-        for c in claimed:
+        lines: list[tuple[Path, str, Any]] = []  # (spool file, the line, its JSON or None)
+        unread: set[Path] = set()
+        for spool, c in claimed:
             try:
-                entries += self._entries(c.read_text(encoding="utf-8"))
-            except OSError:
+                text = self._read(c)
+            except OSError as e:
+                self._say(f"spool file {c} could not be read ({e}); left where it is")
+                unread.add(c)
                 continue
-        entries.sort(key=lambda e: e.get("t") or 0.0)
+            for line in self._lines(text):
+                try:
+                    lines.append((spool, line, json.loads(line)))
+                except ValueError:
+                    lines.append((spool, line, None))
+        lines.sort(key=lambda x: self._when(x[2]))
         done = 0
         sessions: set[str] = set()
-        for i, e in enumerate(entries):
+        for i, (spool, line, e) in enumerate(lines):
             try:
-                if not self._apply(e):
-                    continue
+                if e is None:
+                    raise BadLine("not JSON (a line cut short?)")
+                op, args = self._check(e)
+                self._apply(op, args)
             except _spooled_errors():
-                for rest in entries[i:]:
-                    self._spool(rest.get("op"), **(rest.get("args") or {}))
+                for _, rest, _e in lines[i:]:
+                    self._spool_line(rest)
                 break
-            except KeyError:
-                continue  # a session that is not in this ledger: nothing to apply it to
+            except BadLine as why:
+                self._quarantine(spool, line, str(why))
+                continue
+            except (KeyError, TypeError, ValueError) as why:  # passed the check, refused by the write
+                self._quarantine(spool, line, f"{type(why).__name__}: {why}")
+                continue
             done += 1
-            sid = (e.get("args") or {}).get("session_id")
+            sid = args.get("session_id")
             if sid:
                 sessions.add(sid)
-        for c in claimed:
+        for _, c in claimed:
+            if c in unread:
+                continue
             try:
                 c.unlink()
             except OSError:

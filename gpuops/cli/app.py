@@ -610,6 +610,8 @@ def ps(
         ui.render_watchdogs(last_passes(ledger))
 
     emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns(ledger))
+    for n in ledger.notices:  # a spool folder refused, a spool line quarantined
+        sys.stderr.write(f"warning: {ui.safe(n)}\n")
 
 
 app.command("status", hidden=True, help="Same as `gpuops ps` (SkyPilot's `sky status`).")(ps)

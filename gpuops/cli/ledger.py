@@ -282,12 +282,16 @@ def ledger_replay(
 
     led = _ledger(config)
     if lines:
-        bad = [i + 1 for i, line in enumerate(lines) if not led.replay_line(line)]
-        if bad:
-            raise BadInput(
-                f"line {bad[0]} is not a spooled ledger write of this ledger",
-                "pass the quoted text `gpuops up` printed after `gpuops ledger replay`, unchanged",
-            )
+        from ledger.spool import BadLine
+
+        for i, line in enumerate(lines):  # each line checked like every spooled write, then applied
+            try:
+                led.replay_line(line)
+            except BadLine as e:
+                raise BadInput(
+                    f"line {i + 1} is not a spooled ledger write of this ledger ({e}); {i} line(s) before it applied",
+                    "pass the quoted text `gpuops up` printed after `gpuops ledger replay`, unchanged",
+                ) from None
         r = {"applied": len(lines), "waiting": len(led.spooled())}
     else:
         r = {"applied": led.replay_spool(), "waiting": len(led.spooled())}

@@ -14,7 +14,7 @@ import pytest
 from ledger import Ledger
 from ledger.writes import SESSION_DEFAULTS, session_dict
 
-T0 = 1_800_000_000.0
+T0 = 1_764_583_200.0  # 2025-12-01 10:00 UTC: a spooled time may not lie in the future
 ROOT = Path(__file__).resolve().parents[2]
 
 

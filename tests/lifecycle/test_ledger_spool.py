@@ -4,9 +4,12 @@ that succeeds, so the session closes job_end with its tokens instead of losing t
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -77,6 +80,11 @@ def test_job_exit_and_tokens_survive_a_locked_ledger(gpuops_home, fake_smi, tmp_
     assert led.spooled() == [] and not led.spool_path.exists()
 
 
+# The rows below were written 1000 s ago: a spooled time must fall in the rental's life, and not
+# more than 5 s after now (ledger.spool.check_line).
+T0 = float(int(time.time()) - 1000)
+
+
 def _open_row(led, sid: str = "20261201-100000-aaaa") -> str:
     from ledger import Session as Row
 
@@ -92,8 +100,8 @@ def _open_row(led, sid: str = "20261201-100000-aaaa") -> str:
             label=f"gpuops-{sid}",
             simulated=False,
             status="running",
-            created_at=1_800_000_000.0,
-            instance_created_at=1_800_000_010.0,
+            created_at=T0,
+            instance_created_at=T0 + 10,
             instance_id=f"gpuops-{sid}",
             usd_per_hour=3.6,
         )
@@ -116,7 +124,7 @@ def test_a_spooled_close_is_finished_by_the_next_ps(gpuops_home, cli):
     con = _locked(url)
     try:
         with led.bounded(0.2):
-            assert led.close(sid, 1_800_000_370.0, "job_end", exit_code=0, tokens=12) is None  # spooled
+            assert led.close(sid, T0 + 370, "job_end", exit_code=0, tokens=12) is None  # spooled
         assert led.held(sid).status == "closed" and led.held(sid).cost_usd == pytest.approx(0.36, abs=1e-9)
     finally:
         con.execute("ROLLBACK")
@@ -128,7 +136,7 @@ def test_a_spooled_close_is_finished_by_the_next_ps(gpuops_home, cli):
         "closed",
         "job_end",
         12,
-        1_800_000_370.0,
+        T0 + 370,
         pytest.approx(0.36, abs=1e-6),
     )
     assert not led.has_spool()
@@ -147,7 +155,7 @@ def test_a_write_no_spool_can_hold_is_one_replayable_line(gpuops_home, cli, tmp_
     con = _locked(url)
     try:
         with led.bounded(0.2):
-            assert led.close(sid, 1_800_000_370.0, "job_end", exit_code=0, tokens=12) is None
+            assert led.close(sid, T0 + 370, "job_end", exit_code=0, tokens=12) is None
     finally:
         con.execute("ROLLBACK")
         con.close()
@@ -158,3 +166,189 @@ def test_a_write_no_spool_can_hold_is_one_replayable_line(gpuops_home, cli, tmp_
     assert (row.status, row.end_reason, row.tokens) == ("closed", "job_end", 12)
     bad = cli("ledger", "replay", "not a spool line")
     assert bad.returncode == 2 and bad.stderr.startswith("error: line 1 is not a spooled ledger write")
+
+
+# -- the spool is ours alone, and every line is checked --------------------------------------------
+def _line(op: str, t: float | None = None, **args) -> str:
+    return json.dumps({"op": op, "args": args, "t": time.time() if t is None else t}, sort_keys=True)
+
+
+def test_a_fallback_spool_another_user_made_first_is_refused_by_ps(gpuops_home, cli_env, tmp_path):
+    """Another local user makes /dev/shm/gpuops-<uid>/spool first (the fallback when
+    XDG_RUNTIME_DIR is unset) and writes a line into it: ``ps`` neither reads nor applies it and
+    names the folder. Run in a private mount namespace with its own /dev/shm (the suite runs as
+    root), so no other test's /dev/shm is touched."""
+    import subprocess
+
+    from ledger.store import Ledger
+    from tests.conftest import gpuops_cmd
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    sid = _open_row(Ledger(url))
+    uid = os.getuid()
+    hostile = _line("update", session_id=sid, cost_usd=9999.0, experiment='=HYPERLINK("http://x","y")')
+    script = tmp_path / "attack.sh"
+    script.write_text(
+        "set -e\nmount -t tmpfs -o mode=1777 tmpfs /dev/shm\n"
+        f"mkdir -p /dev/shm/gpuops-{uid}/spool && chmod 777 /dev/shm/gpuops-{uid} /dev/shm/gpuops-{uid}/spool\n"
+        f"chown -R 65534:65534 /dev/shm/gpuops-{uid}\n"
+        f"f=/dev/shm/gpuops-{uid}/spool/$SPOOL_NAME\n"
+        f"printf '%s\\n' \"$HOSTILE\" > $f && chown 65534 $f && chmod 666 $f\n"
+        '"$@"\nls /dev/shm/gpuops-*/spool >&2\n'
+    )
+    env = dict(cli_env)
+    env.pop("XDG_RUNTIME_DIR", None)
+    env.pop("GPUOPS_SPOOL_FALLBACK_DIR", None)
+    env["HOSTILE"] = hostile
+    env["SPOOL_NAME"] = hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl"
+    p = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", str(script), *gpuops_cmd("ps", "--json")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    row = Ledger(url).get(sid)
+    assert (row.cost_usd, row.experiment) == (None, "e")  # nothing of the line was applied
+    (refusal,) = [ln for ln in p.stderr.splitlines() if ln.startswith("warning: spool folder")]
+    assert f"/dev/shm/gpuops-{uid}/spool" in refusal and "owned by uid 65534" in refusal, p.stderr
+    assert f"{env['SPOOL_NAME']}" in p.stderr  # the line is still where the other user left it
+
+
+def test_a_spool_folder_with_open_mode_is_refused_before_anything_is_written(gpuops_home, tmp_path, monkeypatch):
+    from ledger.store import Ledger
+
+    spool = tmp_path / "spool"
+    spool.mkdir(mode=0o777)
+    os.chmod(spool, 0o777)
+    monkeypatch.setenv("GPUOPS_SPOOL_DIR", str(spool))
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    con = _locked(url)
+    try:
+        with led.bounded(0.2):
+            assert led.close(sid, T0 + 370, "job_end", exit_code=0) is None
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    assert os.listdir(spool) == []  # not one byte in the open folder
+    assert any(f"spool folder {spool} is owned by uid" in n and "mode 0777" in n for n in led.notices), led.notices
+    fallback = led.fallback_spool_path  # the second place took the line: made 0700, the file 0600
+    assert oct(os.stat(fallback.parent).st_mode & 0o777) == "0o700"
+    assert oct(os.stat(fallback).st_mode & 0o777) == "0o600"
+
+
+def test_a_bad_spool_line_is_quarantined_and_the_write_behind_it_applied(gpuops_home, cli, monkeypatch):
+    """A line from another version (an unknown argument) ahead of a real close: ``ps`` exits 0,
+    the close is applied, the bad line is kept in the quarantine file and named, and nothing is
+    left as a ``.replay`` file."""
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    spool = led.spool_path
+    spool.parent.mkdir(parents=True, mode=0o700)
+    now = time.time()
+    lines = [
+        _line("event", now - 3, session_id=sid, kind="live", detail="", at=now - 3, colour="blue"),
+        _line("frobnicate", now - 2, session_id=sid),
+        _line("close", now - 1, session_id=sid, ended_at=T0 + 370, reason="job_end", exit_code=0, tokens=12),
+    ]
+    spool.write_text("\n".join(lines) + "\n")
+    os.chmod(spool, 0o600)
+    out = cli("ps", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout) == [], out
+    row = Ledger(url).get(sid)
+    assert (row.status, row.end_reason, row.tokens, row.ended_at) == ("closed", "job_end", 12, T0 + 370)
+    q = spool.with_name(spool.name + ".quarantine")
+    kept = [json.loads(x) for x in q.read_text().splitlines() if x.strip()]
+    assert [k["line"] for k in kept] == lines[:2]
+    assert "unknown argument(s) colour" in kept[0]["why"] and "op 'frobnicate'" in kept[1]["why"]
+    assert out.stderr.count("a spool line was not applied") == 2 and str(q) in out.stderr
+    assert sorted(os.listdir(spool.parent)) == [q.name]  # no spool, no stranded .replay file
+
+
+def test_a_replay_left_by_a_process_that_died_is_picked_up(gpuops_home, cli):
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    spool = led.spool_path
+    spool.parent.mkdir(parents=True, mode=0o700)
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid no process has now
+    left = spool.with_name(f"{spool.name}.{dead.pid}.replay")
+    left.write_text(_line("close", session_id=sid, ended_at=T0 + 370, reason="job_end", exit_code=0) + "\n")
+    os.chmod(left, 0o600)
+    out = cli("ps", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout) == [], out
+    assert Ledger(url).get(sid).status == "closed" and not left.exists()
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        ({"cost_usd": float("nan")}, "not a finite number"),
+        ({"cost_usd": -1e308}, "negative"),
+        ({"usd_per_hour": "9999"}, "not a finite number"),
+        ({"status": "running", "ended_at": None}, "only a close books"),
+        ({"status": "running"}, "would reopen session"),
+        ({"last_heartbeat_at": 1e18}, "more than 5 s after now"),
+        ({"instance_created_at": 1.0}, "before the row was written"),
+    ],
+)
+def test_ledger_replay_refuses_a_hostile_line(gpuops_home, cli, args, why):
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    led.close(sid, T0 + 370, "job_end", exit_code=0)
+    before = Ledger(url).get(sid)
+    line = json.dumps({"op": "update", "args": {"session_id": sid, **args}, "t": time.time()})
+    out = cli("ledger", "replay", line)
+    assert out.returncode == 2 and why in out.stderr, out
+    assert Ledger(url).get(sid) == before  # nothing changed
+    assert cli("ledger", "show", sid).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        ({"ended_at": 1e18}, "more than 5 s after now"),
+        ({"ended_at": float("nan")}, "not a finite number"),
+        ({"ended_at": 1.0}, "before the row was written"),
+        ({"ended_at": T0 + 370, "reason": "because"}, "not an end reason"),
+        ({"ended_at": T0 + 370, "tokens": -5}, "a negative count"),
+    ],
+)
+def test_ledger_replay_refuses_a_hostile_close(gpuops_home, cli, args, why):
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    sid = _open_row(Ledger(url))
+    line = json.dumps({"op": "close", "args": {"session_id": sid, "reason": "job_end", **args}, "t": time.time()})
+    out = cli("ledger", "replay", line)
+    assert out.returncode == 2 and why in out.stderr, out
+    row = Ledger(url).get(sid)
+    assert (row.status, row.ended_at) == ("running", None)
+    assert cli("ledger", "show", sid).returncode == 0
+
+
+def test_ledger_replay_of_a_close_on_a_closed_row_is_refused(gpuops_home, cli):
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    led.close(sid, T0 + 370, "job_end", exit_code=0)
+    line = _line("close", session_id=sid, ended_at=T0 + 400, reason="manual")
+    out = cli("ledger", "replay", line)
+    assert out.returncode == 2 and "is closed already" in out.stderr, out
+    assert Ledger(url).get(sid).ended_at == T0 + 370
