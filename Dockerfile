@@ -10,7 +10,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    GPUOPS_DATA_DIR=/data
+    GPUOPS_DATA_DIR=/data \
+    GPUOPS_SPOOL_DIR=/data/spool
 
 # The runtime lock: the package with its runpod, vast and postgres extras, no test packages
 # (derived from requirements.lock with uv; tests/core/test_container.py keeps the pins equal).
@@ -24,7 +25,9 @@ COPY ledger ./ledger
 COPY bootstrap ./bootstrap
 RUN pip install --no-deps . && rm -rf /src
 
-# An unprivileged user; its data dir (spool, settings snapshot, SSH keys, logs) is a volume.
+# An unprivileged user; its data dir is the volume: the books without GPUOPS_LEDGER_URL, the spool
+# of writes the ledger refused (GPUOPS_SPOOL_DIR above: a restarted container still replays them,
+# where HOME's cache would be lost with the container), the settings snapshot, SSH keys, logs.
 RUN useradd --create-home --uid 10001 gpuops && mkdir -p /data && chown gpuops /data && chmod 700 /data
 USER gpuops
 WORKDIR /home/gpuops
