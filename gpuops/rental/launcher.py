@@ -980,6 +980,8 @@ def _create(
     The outcome ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {price_words(p.offer)}")
+    if getattr(provider, "containment_note", ""):  # said once per `up`: what the box can reach of ours
+        reporter.warn(provider.containment_note)
     ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first

@@ -281,6 +281,48 @@ def test_a_local_job_cannot_find_gpuops_data_and_a_removed_ledger_is_rebooked(gp
     _assert_local_truth(settings, row, "job_end", 42)
 
 
+def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops_home, fake_smi, tmp_path):
+    """The platform branch gpuops takes today: a local job is not a separate user or namespace, so
+    one that reads its parents' /proc/PID/environ finds the data dir and can delete the ledger.
+    `up` says so once (and README says it plainly); the session is still booked (rebooked)."""
+    from tests.conftest import gpuops_cmd
+    from tests.lifecycle.upproc import FAST_ENV
+
+    fake_smi.util(70)
+    found = tmp_path / "found"
+    walker = tmp_path / "walk.py"  # up the parent links only: never another process's books
+    walker.write_text(
+        "import os\n"
+        "pid = os.getppid()\n"
+        "while pid > 1:\n"
+        "    try:\n"
+        "        env = open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0')\n"
+        "        status = open(f'/proc/{pid}/status').read()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    hit = [e[len(b'GPUOPS_DATA_DIR='):] for e in env if e.startswith(b'GPUOPS_DATA_DIR=')]\n"
+        "    if hit:\n"
+        "        print(hit[0].decode())\n"
+        "        break\n"
+        "    pid = int(status.split('PPid:')[1].split()[0])\n"
+    )
+    job = _job(
+        tmp_path,
+        'echo \'{"tokens": 3}\' >> "$GPUOPS_METRICS"\n'
+        f"python3 {walker} > {found}\n"
+        f'd=$(cat {found}); [ "$d" = "{gpuops_home}" ] && rm -f "$d"/ledger.db*\necho walked\n',
+    )
+    p = subprocess.run(
+        gpuops_cmd("up", "--job", str(job)), env=dict(cli_env, **FAST_ENV), capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    said = [ln for ln in p.stderr.splitlines() if "a local job runs with your own user's rights" in ln]
+    assert len(said) == 1, p.stderr[-3000:]
+    assert found.read_text().strip() == str(gpuops_home)  # what the warning is about: the job found the books
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "**A local job runs with your own user's rights**" in readme
+
+
 # -- 300 MB of job output, streamed with bounded memory --------------------------------------------
 def test_a_job_printing_300_mb_is_streamed_in_bounded_memory(cli_env, gpuops_home, fake_smi, tmp_path):
     from tests.conftest import gpuops_cmd

@@ -53,6 +53,13 @@ class LocalProvider(Provider):
 
     name = "local"
     http_calls = False  # processes on this machine only: no HTTP for http_guard to bound
+    # What `up` says once when it rents a local box: the box is not a separate user or namespace,
+    # so a job that looks (its parents' /proc/PID/environ, the layout of the data dir) can read and
+    # delete what the user can, gpuops' own data included. README ("Local boxes") says the same.
+    containment_note = (
+        "a local job runs with your own user's rights: it can read and delete whatever you can, "
+        "gpuops' data dir and ledger included; run a job you do not trust on a rented box"
+    )
 
     def __init__(
         self,
