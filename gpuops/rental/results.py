@@ -10,7 +10,11 @@
    fetched once more from zero and then counted failed; only then is it renamed into place. A file
    already home with the right size and sha256 is not fetched again (a re-run resumes).
 3. Names from the box are trusted only as plain path components (no ``/``, ``..``, NUL, absolute);
-   anything else is skipped and listed, and nothing is written through a symlink.
+   anything else is skipped and listed, and nothing is written through a symlink. A component
+   holding control or bidi characters (a newline, ESC) is written home under its escaped name
+   (``gpuops.textsafe.safe``, the one escaping every renderer uses) and listed in ``renamed``;
+   what the box left out for safety (symlinks, FIFOs, devices) is listed in ``skipped``, and the
+   summary line names both.
 
 The on-box agent must not destroy the box during the copy: the laptop holds its presence lease
 (``gpuops.agent.agentctl.hold_presence``, when that agent build is present) for the whole copy.
@@ -51,7 +55,9 @@ class CopyReport:
     ``ok``: every listed file is home and verified. ``bytes`` copied now
     (resumed bytes not re-read are in ``resumed_bytes``); ``seconds`` wall time; ``reconnects``:
     connections re-made after a drop; ``failed``: "path: why"; ``skipped``: entries not copied
-    (symlinks, unsafe names); ``kept``: the box-side copy on the volume (or None)."""
+    (symlinks, FIFOs, unsafe names), "path (why)"; ``renamed``: "box name -> name home" for names
+    with control characters, both escaped; ``kept``: the box-side copy on the volume (or None).
+    Every path in the lists is escaped (``gpuops.textsafe.safe``)."""
 
     ok: bool = True
     files: int = 0
@@ -62,6 +68,7 @@ class CopyReport:
     reconnects: int = 0
     failed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    renamed: list[str] = field(default_factory=list)
     kept: str | None = None
     error: str | None = None
 
@@ -78,22 +85,36 @@ class CopyReport:
                 "reconnects",
                 "failed",
                 "skipped",
+                "renamed",
                 "kept",
                 "error",
             )
         }
 
     def line(self) -> str:
-        """One line for the summary."""
+        """One line for the summary: what came home, what was renamed and what was skipped for safety."""
         kept = f"; a verified copy is on the volume at {self.kept}" if self.kept else ""
+
+        def listed(what: str, items: list[str], n: int = 5) -> str:
+            more = f" and {len(items) - n} more" if len(items) > n else ""
+            return f"; {what}: {', '.join(items[:n])}{more}" if items else ""
+
+        names = listed("renamed (control characters in the name)", self.renamed) + listed(
+            "skipped for safety", self.skipped
+        )
         if self.ok:
             return (
                 f"{self.files} files, {self.total_bytes:,} bytes, sha256 verified"
                 + (f" ({self.reconnects} reconnects)" if self.reconnects else "")
+                + names
                 + kept
             )
         what = self.error or f"{len(self.failed)} of {self.files} files failed: {'; '.join(self.failed[:3])}"
-        return f"NOT all copied home: {what}" + (kept or "; the box is destroyed, so what did not come home is lost")
+        return (
+            f"NOT all copied home: {what}"
+            + names
+            + (kept or "; the box is destroyed, so what did not come home is lost")
+        )
 
 
 def safe_parts(path: str) -> list[str] | None:
@@ -125,6 +146,7 @@ def read_manifest(
     import shlex
 
     from gpuops.errors import GpuopsError
+    from gpuops.textsafe import safe
 
     entries: list[Entry] = []
     skipped: list[str] = []
@@ -143,9 +165,9 @@ def read_manifest(
             try:
                 entries.append(Entry(str(obj["path"]), int(obj["size"]), str(obj["sha256"]).lower()))
             except (KeyError, TypeError, ValueError):
-                skipped.append(f"{obj.get('path')!r} (malformed manifest line)")
+                skipped.append(f"{safe(repr(obj.get('path')))} (malformed manifest line)")
         elif "skipped" in obj:
-            skipped.append(f"{obj['skipped']} ({obj.get('why', '?')})")
+            skipped.append(f"{safe(obj['skipped'])} ({safe(obj.get('why', '?'))})")
         elif "files" in obj:
             last.update(obj)
 
@@ -281,13 +303,20 @@ def _fetch_one(
 
 
 def _fetch_whole(box, remote_abs: str, target: Path, part: Path, e: Entry, rep: CopyReport) -> str | None:
-    """The file in one ``Box.get`` (no offset reads on this box), then the same size and sha256 check."""
+    """The file in one ``Box.get`` (no offset reads on this box), then the same size and sha256 check.
+
+    ``Box.get`` writes a name of its own making (the box's sha256 of the file): it checks the name it
+    writes like a name from the box, and an escaped name home holds backslashes."""
     if part.exists():
         part.unlink()
+    got = part.with_name(f".{e.sha256[:32]}.gpuops-part")
     try:
-        if not box.get(remote_abs, part):
+        if not box.get(remote_abs, got):
             return "the file is gone from the box"
+        os.replace(got, part)
     except Exception as err:  # whatever the transport raises, the file did not come home
+        with contextlib.suppress(OSError):
+            got.unlink()
         return f"{type(err).__name__}: {err}"
     if part.is_symlink() or not part.is_file() or part.stat().st_size != e.size or _sha256_file(part) != e.sha256:
         part.unlink(missing_ok=True)
@@ -333,13 +362,27 @@ def fetch_results(
     rep.skipped = skipped
     if keep_to and not last.get("keep_errors"):
         rep.kept = keep_to
-    safe = []
+    from gpuops.textsafe import safe
+
+    plain: list[tuple[Entry, list[str]]] = []  # each entry with the components it is written home under
     for e in entries:
         if safe_parts(e.path) is None or e.size < 0:
-            rep.skipped.append(f"{e.path!r} (not a plain relative path)")
+            rep.skipped.append(f"{safe(repr(e.path))} (not a plain relative path)")
         else:
-            safe.append(e)
-    entries = safe
+            plain.append((e, [safe(p) for p in safe_parts(e.path) or []]))
+    taken = {e.path for e, _ in plain}
+    homed = []
+    for e, parts in plain:
+        name = "/".join(parts)
+        if name != e.path:  # a newline or ESC in a name from the box: home under its escaped name
+            if name in taken:
+                rep.skipped.append(f"{safe(e.path)} (its escaped name {name} is another file's)")
+                continue
+            taken.add(name)
+            rep.renamed.append(f"{safe(repr(e.path))} -> {name}")
+        homed.append((e, parts))
+    entries = [e for e, _ in homed]
+    home_parts = {id(e): parts for e, parts in homed}
     rep.files = len(entries)
     rep.total_bytes = sum(e.size for e in entries)
     cap_b, cap_f = MAX_BYTES if max_bytes is None else max_bytes, MAX_FILES if max_files is None else max_files
@@ -356,7 +399,7 @@ def fetch_results(
     root_abs = box._abs(remote_dir.rstrip("/"))  # both Box kinds resolve paths against their root
     try:
         for e in entries:
-            parts = safe_parts(e.path) or []
+            parts = home_parts[id(e)]
             target = dest
             try:
                 for p in parts[:-1]:
@@ -368,17 +411,17 @@ def fetch_results(
                 if target.is_symlink():
                     raise OSError(f"{target} is a symlink")
             except OSError as err:
-                rep.failed.append(f"{e.path}: {err}")
+                rep.failed.append(f"{safe(e.path)}: {err}")
                 continue
             if target.exists() and target.stat().st_size == e.size and _sha256_file(target) == e.sha256:
                 rep.resumed_bytes += e.size
                 continue  # already home and verified
             if time.monotonic() > deadline:
-                rep.failed.append(f"{e.path}: the copy deadline ({deadline_s:g} s) passed")
+                rep.failed.append(f"{safe(e.path)}: the copy deadline ({deadline_s:g} s) passed")
                 continue
             why = _fetch_one(reader, str(root_abs) + "/" + e.path, target, e, deadline, rep, on_progress)
             if why:
-                rep.failed.append(f"{e.path}: {why}")
+                rep.failed.append(f"{safe(e.path)}: {why}")
     finally:
         reader.close()
     rep.ok = not rep.failed

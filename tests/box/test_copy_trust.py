@@ -260,3 +260,44 @@ def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_no
     steps = Ledger(s.ledger_url()).steps(summ["session"])
     assert steps[0].name == "system" and steps[0].status == "done"
     assert json.loads(steps[0].detail)["warning"].startswith("nvidia-smi exited 14: WARNING: infoROM")
+
+
+@pytest.mark.parametrize("sftp", [True, False])
+def test_results_with_control_characters_in_names_come_home_escaped_and_listed(
+    tmp_path, smi_bin, client_key, make_box, sftp
+):
+    """Results whose names hold a newline or ESC are copied home under their escaped names (the
+    one escaping, gpuops.textsafe.safe) and listed; what the box left out for safety (a symlink
+    out of the results, a FIFO) is named in the summary line with why."""
+    from gpuops.rental import results
+
+    s = SshServer(tmp_path / "sshd", extra_path=[smi_bin], sftp=sftp)
+    s.authorize(client_key[1])
+    s.start()
+    try:
+        box = make_box(s)
+        box.put(REPO / "bootstrap" / "manifest.py", results.MANIFEST)
+        out = Path(box.root) / "out"
+        out.mkdir(parents=True)
+        (out / "plain.txt").write_text("P")
+        (out / "two\nlines.txt").write_text("N")
+        (out / "red\x1b[31m.txt").write_text("E")
+        os.symlink("/etc/passwd", out / "leak")
+        os.mkfifo(out / "pipe")
+        dest = tmp_path / "home"
+        rep = results.fetch_results(box, "out", dest)
+        assert rep.ok and rep.files == 3, rep
+        home = sorted(p.name for p in dest.iterdir())
+        assert home == ["plain.txt", "red\\x1b[31m.txt", "two\\x0alines.txt"]  # escaped by hand: \x1b, \x0a
+        assert (dest / "two\\x0alines.txt").read_text() == "N" and (dest / "red\\x1b[31m.txt").read_text() == "E"
+        assert sorted(rep.renamed) == [
+            "'red\\x1b[31m.txt' -> red\\x1b[31m.txt",
+            "'two\\nlines.txt' -> two\\x0alines.txt",
+        ]
+        line = rep.line()
+        assert "\n" not in line and "\x1b" not in line
+        assert "renamed (control characters in the name): " in line and "two\\x0alines.txt" in line
+        assert "skipped for safety: " in line and "leak (symlink)" in line and "pipe (not a regular file)" in line
+    finally:
+        s.stop()
+        s.end_box_processes()
