@@ -40,14 +40,17 @@ from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost, unseen_end
 from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, Row, engine_reads, file_reads, sqlite_current_file
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from ledger.models import BootstrapStep, Session
+    from ledger.writes import LightFile
 
 
 def _orm():
@@ -193,7 +196,7 @@ class Ledger:
     def __init__(self, url: str, spool_path: str | Path | None = None, light: bool = False):
         self.url = url
         self._light = light
-        self._light_file = None  # ledger.writes.LightFile: the connection of a light ledger
+        self._light_file: LightFile | None = None  # ledger.writes.LightFile: the connection of a light ledger
         self._writers: dict[Any, Any] = {}  # an engine -> its ledger.writes.EngineFile
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
         self.fallback_spool_path = fallback_spool_path(url)
@@ -202,9 +205,9 @@ class Ledger:
         self._held: dict[str, dict] = {}  # session id -> the row as this process last wrote or read it
         self._held_runs: dict[str, dict] = {}  # run id -> the run as this process last wrote it
         self._bound: float | None = None  # the deadline of ``bounded()`` writes, seconds
-        self._short = None  # the engine of bounded writes (short timeouts)
+        self._short: Engine | None = None  # the engine of bounded writes (short timeouts)
         self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
-        self._engine = None
+        self._engine: Engine | None = None
         self._file = _sqlite_path(url)
         self._file_id = _file_id(self._file)
         # A current SQLite file is read with sqlite3 until the first write opens the engine.
@@ -366,7 +369,7 @@ class Ledger:
         return SimpleNamespace(**d) if d is not None else None
 
     def _hold(self, op: str, args: dict, out: Any = None) -> None:
-        sid = args.get("session_id")
+        sid = cast(str, args.get("session_id"))
         if op == "row" and out is not None:
             self._held[out.id] = dict(out.model_dump())
             return
@@ -566,7 +569,7 @@ class Ledger:
                     continue
             except _spooled_errors():
                 for rest in entries[i:]:
-                    self._spool(rest.get("op"), **(rest.get("args") or {}))
+                    self._spool(cast(str, rest.get("op")), **(rest.get("args") or {}))
                 break
             except KeyError:
                 continue  # a session that is not in this ledger: nothing to apply it to
@@ -715,7 +718,7 @@ class Ledger:
 
         return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
 
-    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row:
+    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row | None:
         """Close a session whose destroy we never saw.
 
         Close a session whose destroy we never saw: the end time is the provider's, else the

@@ -57,13 +57,15 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "results_path": "",
     "source": "gpuops",
 }
-EVENT_COLUMNS = ("id", "session_id", "at", "kind", "detail")
 
 
-class EventRow(namedtuple("EventRow", EVENT_COLUMNS)):
+class EventRow(namedtuple("EventRow", ["id", "session_id", "at", "kind", "detail"])):
     """An ``events`` row, read-only (attribute access like ``ledger.models.Event``)."""
 
     __slots__ = ()
+
+
+EVENT_COLUMNS = EventRow._fields
 
 
 def session_dict(fields: dict, columns: Iterable[str]) -> dict:
@@ -263,7 +265,7 @@ def add_session(f: LightFile | EngineFile, fields: dict, timeout_s: float) -> Ro
     row's ``created_at``. ValueError for an unknown column or a row without id or created_at."""
     with f.write(timeout_s) as tx:
         row = _insert(f, tx, fields)
-        return _one(f, row["id"])  # type: ignore[return-value]
+        return _one(f, row["id"])  # type: ignore[return-value]  # the row this transaction just wrote: never None
 
 
 def rebook(f: LightFile | EngineFile, fields: dict, detail: str, timeout_s: float) -> bool:
@@ -379,7 +381,7 @@ def close(
         _checked(f, fields)
         _set(tx, session_id, _typed(f, {**sets, **fields}))
         _event(tx, session_id, str(EventKind.CLOSED), sets["end_reason"], time.time())
-        return _one(f, session_id)  # type: ignore[return-value]
+        return _one(f, session_id)  # type: ignore[return-value]  # read above in this transaction: never None
 
 
 def get(f: LightFile | EngineFile, session_id: str, timeout_s: float) -> Row | None:
