@@ -15,6 +15,7 @@ provider method except bugs.
 from __future__ import annotations
 
 import abc
+import builtins  # a method named list shadows the type in its class
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -321,7 +322,7 @@ class Provider(abc.ABC):
         return None
 
     # -- capabilities: the defaults of a provider without the mixin ------------------------------
-    def billing(self, since: float, until: float) -> list[ChargeLine]:
+    def billing(self, since: float, until: float) -> builtins.list[ChargeLine]:
         """The provider's own charge lines over [``since``, ``until``) (``HasBilling``).
 
         Without it: ProviderError UNSUPPORTED, which ``ledger sync`` shows as "not compared"."""
@@ -355,7 +356,7 @@ class HasBilling(Provider):
     """Capability: the provider's own billing, as ``ledger.billing.ChargeLine`` records."""
 
     @abc.abstractmethod
-    def billing(self, since: float, until: float) -> list[ChargeLine]:
+    def billing(self, since: float, until: float) -> builtins.list[ChargeLine]:
         """The provider's own charge lines over [``since``, ``until``) epoch s, every page read.
 
         ``ledger.billing.ChargeLine``: provider, instance id, USD, period, kind

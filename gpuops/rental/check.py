@@ -166,14 +166,14 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
     out = []
     for name in names:
         cfg = getattr(settings.providers, REGISTRY[name].section)
-        cred = resolve_key(REGISTRY[name].keys, cfg.api_key, settings.source)
+        cred = resolve_key(REGISTRY[name].key_source, cfg.api_key, settings.source)
         if cred is None:
             out.append(
                 Finding(
                     f"keys.{name}",
                     Verdict.SKIP,
-                    f"no {name} API key (not in ${REGISTRY[name].keys.env_var}, infra.toml or the {name} CLI's file)",
-                    f"export {REGISTRY[name].keys.env_var}=... to use {name}",
+                    f"no {name} API key (not in ${REGISTRY[name].key_source.env_var}, infra.toml or the {name} CLI's file)",
+                    f"export {REGISTRY[name].key_source.env_var}=... to use {name}",
                 )
             )
             continue

@@ -75,7 +75,7 @@ class LocalProvider(Provider):
 
     def _offer(self, card: Card, gpu_count: int) -> Offer:
         simulated = self.price_per_hour is None
-        price = card.reference_usd_per_hour * gpu_count if simulated else float(self.price_per_hour)
+        price = card.reference_usd_per_hour * gpu_count if self.price_per_hour is None else float(self.price_per_hour)
         return Offer(
             provider="local",
             offer_id=f"local:{card.name}:{gpu_count}",
