@@ -57,7 +57,7 @@ def install() -> bool:
         from typer import _coercion, core
     except ImportError:  # pragma: no cover  (another typer layout: its own coercion, unchanged)
         return False
-    build = getattr(core, "build_runtime_param", None)
+    build: Any = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
     if build is None or base is None:  # pragma: no cover
         return False
