@@ -24,10 +24,14 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 # `up`'s stages, in order. validate and plan rent nothing; intent writes the row before create.
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
@@ -104,7 +108,7 @@ class Ended:
     end_source: str | None = None
     already_gone: bool = False
     error: str = ""
-    row: object | None = None
+    row: Any = None  # the session row (a ledger.reads.Row, or the copy Ledger.held keeps), None when not read
     # Ownership (gpuops/ownership.py): ``not_ours`` -- the row belongs to a provider account whose
     # key this process does not hold: nothing was touched; ``unknown`` -- the row records no
     # account and the held key cannot see its instance: nothing was destroyed or booked.
@@ -112,7 +116,7 @@ class Ended:
     unknown: bool = False
 
 
-def _last_event_at(ledger, session_id: str) -> float | None:
+def _last_event_at(ledger: Ledger, session_id: str) -> float | None:
     """The newest event of the session that is a proof of life (not one of ending it), epoch s.
 
     An event dated after now (a teammate's clock ahead) is kept: ``end_time`` clamps it to now,
@@ -166,7 +170,7 @@ def end_time(
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
 
 
-def _bounded(ledger):
+def _bounded(ledger: Ledger):
     """``ledger.bounded()`` (a real Ledger), else a no-op context (a test's stand-in)."""
     from contextlib import nullcontext
 
@@ -174,7 +178,7 @@ def _bounded(ledger):
     return b() if b is not None else nullcontext()
 
 
-def _quick(ledger, fn, default=None):
+def _quick(ledger: Ledger, fn, default=None):
     """A ledger read bounded like the writes around a destroy: ``default`` when it fails."""
     q = getattr(ledger, "quick", None)
     if q is not None:
@@ -185,7 +189,7 @@ def _quick(ledger, fn, default=None):
         return default
 
 
-def _row_for(ledger, session_id: str):
+def _row_for(ledger: Ledger, session_id: str):
     """The row as this process holds it in memory (written or read earlier: no wait), else read."""
     held = getattr(ledger, "held", None)
     row = held(session_id) if held is not None else None
@@ -207,7 +211,7 @@ def _not_our_instance(row, inst: Instance | None) -> str:
 
 
 def end_rental(
-    ledger,
+    ledger: Ledger,
     provider: Provider | None,
     session_id: str | None,
     reason: EndReason | str,
@@ -285,7 +289,7 @@ def end_rental(
 
 
 def _end(
-    ledger,
+    ledger: Ledger,
     provider,
     session_id,
     row,
@@ -387,7 +391,7 @@ def _end(
                 seen = [t for t in (last_seen_at, getattr(row, "last_heartbeat_at", None)) if t]
                 if seen:
                     ended_at, end_source = float(max(seen)), "heartbeat"
-    booked: str | None = str(reason)
+    booked: str = str(reason)
     if is_open:
         got = ledger.request_end(session_id, reason, by=by, detail=detail)
         booked = got or (getattr(row, "end_reason", None) or str(reason))
@@ -460,13 +464,13 @@ def _end(
     fields = {} if tokens is None else {"tokens": int(tokens)}
     closed = ledger.close(session_id, t, booked, exit_code=exit_code, end_source=source, **fields)
     if closed is None:  # spooled: replayed by the next ledger write, or the next `ps`/watchdog/reconcile
-        held = getattr(ledger, "held", lambda _sid: None)(session_id)
+        kept = getattr(ledger, "held", lambda _sid: None)(session_id)
         return Ended(
             session_id,
             iid,
             destroyed,
             False,
-            (held.end_reason if held is not None else None) or booked,
+            (kept.end_reason if kept is not None else None) or booked,
             t,
             source,
             already_gone,
@@ -487,7 +491,7 @@ def _end(
     )
 
 
-def requested_reason(ledger, session_id: str) -> EndReason | None:
+def requested_reason(ledger: Ledger, session_id: str) -> EndReason | None:
     """The reason recorded for a session before its end was seen.
 
     An ``end_requested`` event (the
@@ -512,7 +516,7 @@ def requested_reason(ledger, session_id: str) -> EndReason | None:
     return None
 
 
-def seen_exit_code(ledger, session_id: str) -> int | None:
+def seen_exit_code(ledger: Ledger, session_id: str) -> int | None:
     """The job's exit code from the newest ``job_exited`` event (None when none was seen)."""
     for e in reversed(ledger.events(session_id)):
         if e.kind == EventKind.JOB_EXITED:
