@@ -475,7 +475,7 @@ def _end(
             source,
             already_gone,
             error="ledger write spooled",
-            row=held,
+            row=kept,
         )
     return Ended(
         session_id,
