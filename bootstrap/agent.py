@@ -569,7 +569,13 @@ def destroy_local(cfg, root, now=None):
     End the session's processes except the agent's own group (bootstrap/localbox.py, the same rule
     the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the agent's
     ledger-timeline clock). Idempotent."""
-    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent", now=now)
+    n = localbox.end_box(
+        root,
+        float(cfg.get("kill_grace_seconds", policy.KILL_GRACE_SECONDS)),
+        spare_pgid=os.getpgrp(),
+        by="agent",
+        now=now,
+    )
     return "ended %d process group(s)" % n
 
 
@@ -678,12 +684,12 @@ class Agent:
         for k in ("max_hours", "no_job_seconds"):  # the session's own, passed at arm
             if self.settings.get(k) is None and cfg.get(k) is not None:
                 self.settings[k] = cfg[k]
-        self.sample_s = float(self.settings.get("sample_seconds", 10.0))
+        self.sample_s = float(self.settings.get("sample_seconds", policy.SAMPLE_SECONDS))
         self.poll_s = min(float(cfg.get("poll_seconds", 1.0)), self.sample_s)
         # The heartbeat alone is rewritten this often; the laptop calls it stale after 3 samples + 15 s.
         self.heartbeat_s = float(cfg.get("status_heartbeat_seconds") or 5.0)
         self.presence_max_s = float(cfg.get("presence_max_seconds") or 3600.0)
-        self.util = float(self.settings.get("idle_util_percent", 5.0))
+        self.util = float(self.settings.get("idle_util_percent", policy.IDLE_UTIL_PERCENT))
         self.smi = cfg.get("nvidia_smi") or ["nvidia-smi"]
         if isinstance(self.smi, str):
             self.smi = [self.smi]
@@ -952,7 +958,10 @@ class Agent:
             try:
                 if kind == ProviderName.LOCAL:
                     result = destroy_local(
-                        dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)),
+                        dict(
+                            self.destroy_cfg,
+                            kill_grace_seconds=self.settings.get("kill_grace_seconds", policy.KILL_GRACE_SECONDS),
+                        ),
                         self.root,
                         self.clock,
                     )

@@ -63,6 +63,17 @@ REASON_JOB_FAILED = EndReason.JOB_FAILED
 REASON_NO_JOB = EndReason.NO_JOB  # armed, then neither a job nor the laptop came for no_job_seconds
 REASON_IDLE = EndReason.IDLE
 
+# -- the teardown defaults --------------------------------------------------------------------------
+# Stated once, here: the agent falls back to them when its settings lack one, the laptop's settings
+# default to them (gpuops.config.TeardownSettings), and infra.example.toml shows them
+# (tests/core/test_example_config.py checks it does).
+MAX_HOURS = 4.0  # hard TTL per box, hours
+IDLE_MINUTES = 15.0  # the GPU idle window, minutes
+IDLE_UTIL_PERCENT = 5.0  # a GPU at or under this utilization (%) counts as idle
+SAMPLE_SECONDS = 10.0  # how often the agent samples the GPUs, seconds
+JOB_END_GRACE_SECONDS = 30.0  # the agent destroys the box this long after the job's exit marker, seconds
+KILL_GRACE_SECONDS = 10.0  # a local box's destroy: TERM, then KILL after this many seconds
+
 # The armed-no-job wait when settings do not say: long enough for a slow bootstrap upload with the
 # laptop present (it holds a presence lease meanwhile), short against a 4 h TTL.
 NO_JOB_SECONDS = 900.0
@@ -261,7 +272,7 @@ def _get(settings: Any, name: str, default: Any = None) -> Any:
 
 def idle_minutes_of(settings: Any) -> float | None:
     """The idle window in minutes, or None when the idle layer is "off"."""
-    v = _get(settings, "idle_minutes", 15.0)
+    v = _get(settings, "idle_minutes", IDLE_MINUTES)
     if v is None or (isinstance(v, str) and v.strip().lower() == "off"):
         return None
     return float(v)
@@ -344,7 +355,7 @@ def decide(samples: list[dict[str, Any]], now: float, state: BoxState, settings:
         state = BoxState.from_dict(state)
     due: list[float] = []
 
-    ttl_at = state.started_at + float(_get(settings, "max_hours", 4.0)) * 3600.0
+    ttl_at = state.started_at + float(_get(settings, "max_hours", MAX_HOURS)) * 3600.0
     if now >= ttl_at:
         return Decision(
             DESTROY,
@@ -369,7 +380,7 @@ def decide(samples: list[dict[str, Any]], now: float, state: BoxState, settings:
 
     soft = None  # the first of job end / no_job / idle that says destroy; presence may defer it
     if state.job_ended_at is not None:
-        grace = float(_get(settings, "job_end_grace_seconds", 30.0))
+        grace = float(_get(settings, "job_end_grace_seconds", JOB_END_GRACE_SECONDS))
         end_at = float(state.job_ended_at) + grace
         code = state.job_exit_code
         reason = REASON_JOB_END if code in (0, None) else REASON_JOB_FAILED
@@ -397,8 +408,8 @@ def decide(samples: list[dict[str, Any]], now: float, state: BoxState, settings:
             due.append(no_job_at)
 
     idle_min = idle_minutes_of(settings)
-    util = float(_get(settings, "idle_util_percent", 5.0))
-    sample_s = float(_get(settings, "sample_seconds", 10.0))
+    util = float(_get(settings, "idle_util_percent", IDLE_UTIL_PERCENT))
+    sample_s = float(_get(settings, "sample_seconds", SAMPLE_SECONDS))
     since = idle_streak(samples, util, sample_s)
     last = samples[-1] if samples else None
     what = classify(last, util) if last else "no samples"

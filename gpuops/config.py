@@ -37,6 +37,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from bootstrap.policy import (
+    IDLE_MINUTES,
+    IDLE_UTIL_PERCENT,
+    JOB_END_GRACE_SECONDS,
+    KILL_GRACE_SECONDS,
+    MAX_HOURS,
+    SAMPLE_SECONDS,
+)
 from bootstrap.vocabulary import EndReason
 from gpuops.errors import BadInput
 from gpuops.providers import NAMES as PROVIDERS, REGISTRY  # the one list of providers (see ProvidersSettings)
@@ -103,12 +111,15 @@ class TeardownSettings(_Section):
 
     # Hard TTL per box, hours. At most MAX_TTL_HOURS: a larger number would switch the TTL off in all
     # but name (``1e308`` was accepted and printed a 300-digit projected cost).
-    max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = 4.0
-    idle_minutes: float | Literal["off"] = 15.0
-    idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = 5.0
-    sample_seconds: Annotated[float, Meta(gt=0)] = 10.0
-    job_end_grace_seconds: Annotated[float, Meta(ge=0)] = 30.0  # agent destroys this long after job exit
-    kill_grace_seconds: Annotated[float, Meta(ge=0)] = 10.0  # local destroy: TERM, then KILL after this
+    # The defaults of the layers the agent runs on the box are stated once, in bootstrap/policy.py.
+    max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = MAX_HOURS
+    idle_minutes: float | Literal["off"] = IDLE_MINUTES
+    idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = IDLE_UTIL_PERCENT
+    sample_seconds: Annotated[float, Meta(gt=0)] = SAMPLE_SECONDS
+    job_end_grace_seconds: Annotated[float, Meta(ge=0)] = (
+        JOB_END_GRACE_SECONDS  # agent destroys this long after job exit
+    )
+    kill_grace_seconds: Annotated[float, Meta(ge=0)] = KILL_GRACE_SECONDS  # local destroy: TERM, then KILL after this
     max_session_usd: Annotated[float, Meta(gt=0)] | None = None
     balance_floor_usd: Annotated[float, Meta(ge=0)] | None = None
     monthly_cap_usd: Annotated[float, Meta(gt=0)] | None = None

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from bootstrap.policy import MAX_HOURS
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.agent.jobio import tokens_from_metrics
 from gpuops.config import Settings
@@ -80,7 +81,7 @@ class UpRequest:
     spot: bool = True
     spot_explicit: bool = False  # --spot/--on-demand was typed (a provider without spot then refuses)
     max_usd_per_hour: float | None = None
-    max_hours: float = 4.0
+    max_hours: float = MAX_HOURS
     note: str = ""
     gpu_count: int = 1
     need_bytes_per_gpu: int = 0
