@@ -24,13 +24,18 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
-from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
+from gpuops.providers.base import Instance, InstanceStatus, Provider
+from gpuops.providers.provider_errors import ProviderError
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from tenacity import RetryCallState
+
     from ledger import Ledger
 
 # `up`'s stages, in order. validate and plan rent nothing; intent writes the row before create.
@@ -136,7 +141,7 @@ def end_time(
     instance_id: str | None,
     inst: Instance | None,
     already_gone: bool,
-    row,
+    row: Any,
     last_event_at: float | None,
     now: float,
     last_seen_at: float | None = None,
@@ -170,7 +175,7 @@ def end_time(
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
 
 
-def _bounded(ledger: Ledger):
+def _bounded(ledger: Ledger) -> AbstractContextManager[Any]:
     """``ledger.bounded()`` (a real Ledger), else a no-op context (a test's stand-in)."""
     from contextlib import nullcontext
 
@@ -178,7 +183,7 @@ def _bounded(ledger: Ledger):
     return b() if b is not None else nullcontext()
 
 
-def _quick(ledger: Ledger, fn, default=None):
+def _quick(ledger: Ledger, fn: Callable[[], Any], default: Any = None) -> Any:
     """A ledger read bounded like the writes around a destroy: ``default`` when it fails."""
     q = getattr(ledger, "quick", None)
     if q is not None:
@@ -189,14 +194,19 @@ def _quick(ledger: Ledger, fn, default=None):
         return default
 
 
-def _row_for(ledger: Ledger, session_id: str):
+def _failure(state: RetryCallState) -> ProviderError:
+    """The ProviderError of a failed destroy try (the retry retries nothing else)."""
+    return cast(ProviderError, state.outcome.exception() if state.outcome is not None else None)
+
+
+def _row_for(ledger: Ledger, session_id: str) -> Any:
     """The row as this process holds it in memory (written or read earlier: no wait), else read."""
     held = getattr(ledger, "held", None)
     row = held(session_id) if held is not None else None
     return row if row is not None else ledger.get(session_id)
 
 
-def _not_our_instance(row, inst: Instance | None) -> str:
+def _not_our_instance(row: Any, inst: Instance | None) -> str:
     """Why ``inst`` (read by the row's instance id) is not the row's box, "" when it may be.
 
     Not the row's: the provider answers that id with another label (the old one deleted and the id reused, or a
@@ -290,23 +300,23 @@ def end_rental(
 
 def _end(
     ledger: Ledger,
-    provider,
-    session_id,
-    row,
-    reason,
+    provider: Provider | None,
+    session_id: str | None,
+    row: Any,
+    reason: EndReason | str,
     *,
-    by,
-    instance_id,
-    instance,
-    detail,
-    exit_code,
-    tokens,
-    ended_at,
-    end_source,
-    last_seen_at,
-    attempts,
-    clock,
-    sleep,
+    by: str,
+    instance_id: str | None,
+    instance: Instance | None,
+    detail: str,
+    exit_code: int | None,
+    tokens: int | None,
+    ended_at: float | None,
+    end_source: str | None,
+    last_seen_at: float | None,
+    attempts: int,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
 ) -> Ended:
     iid = instance_id or (row.instance_id if row is not None else None)
     if row is not None and provider is not None:
@@ -325,6 +335,7 @@ def _end(
                 not_ours=True,
             )
         if held == LEGACY and iid and row.status != RowStatus.CLOSED:
+            assert session_id is not None  # a row was read for it (end_rental)
             if instance is None:
                 try:
                     instance = provider.get(iid)
@@ -354,6 +365,7 @@ def _end(
                 inst = Instance(id=iid, label="", status=InstanceStatus.UNKNOWN)  # cannot tell: destroy it anyway
         refused = _not_our_instance(row, inst)
         if refused:  # the id is someone else's now: never destroy it; find ours by its label
+            assert row is not None and inst is not None and session_id is not None  # refused: the row's own id
             if session_id:
                 ledger.event(
                     session_id,
@@ -393,18 +405,19 @@ def _end(
                     ended_at, end_source = float(max(seen)), "heartbeat"
     booked: str = str(reason)
     if is_open:
+        assert session_id is not None  # is_open: its row was read
         got = ledger.request_end(session_id, reason, by=by, detail=detail)
         booked = got or (getattr(row, "end_reason", None) or str(reason))
     if iid and provider is not None and not (refused and inst is None):
         already_gone = inst is None or inst.status == InstanceStatus.GONE
         last_err: ProviderError | None = None
 
-        def failed(state) -> None:  # every failed try is booked, the last one too
+        def failed(state: RetryCallState) -> None:  # every failed try is booked, the last one too
             if session_id:
                 ledger.event(
                     session_id,
                     EventKind.DESTROY_FAILED,
-                    {"attempt": state.attempt_number, "kind": state.outcome.exception().kind.value, "by": by},
+                    {"attempt": state.attempt_number, "kind": _failure(state).kind.value, "by": by},
                 )
 
         try:  # keep trying: a box left running is the one unforgivable bug
@@ -426,7 +439,7 @@ def _end(
     elif iid and provider is not None:
         already_gone = True  # not found, or the id answers for another's instance
     if not is_open:
-        if row is not None and destroyed and not already_gone:
+        if row is not None and session_id is not None and destroyed and not already_gone:  # a row: read by its id
             ledger.event(
                 session_id, EventKind.ORPHAN_DESTROYED, {"instance": iid, "by": by, "label": inst.label if inst else ""}
             )
@@ -442,6 +455,7 @@ def _end(
             row=row,
             error=refused,
         )
+    assert session_id is not None  # is_open: its row was read
     now = clock()
     if ended_at is not None:
         t, source = float(ended_at), end_source or "caller"
