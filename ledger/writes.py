@@ -31,12 +31,15 @@ from collections import namedtuple
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
 from ledger.checkpoint import WRITTEN
 from ledger.reads import Reads, Row
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 # The defaults of ``ledger.models.Session`` for a row given as a dict (the columns not listed
 # default to NULL); tests/books/test_light_ledger.py checks them against the model.
@@ -196,7 +199,7 @@ class EngineFile:
     A write is ``engine.begin()`` (SQLite: BEGIN IMMEDIATE; the engine's busy, connect and statement
     timeouts bound it, so ``timeout_s`` is the engine's); a read takes no write lock (``ledger_read``)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.tx = _Held("sqlalchemy", engine.dialect.name)
         self.reads = Reads(self.tx)

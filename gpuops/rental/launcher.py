@@ -1627,6 +1627,7 @@ def summary(s: UpRun, ledger: Ledger) -> dict:
     held = ledger.held(s.id)
     if row is None or (row.status != RowStatus.CLOSED and held is not None and held.status == RowStatus.CLOSED):
         row = held
+    assert row is not None  # this run wrote the row: it holds it at least
     cost = row.cost_usd or 0.0
     return {
         "session": s.id,
