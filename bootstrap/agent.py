@@ -65,7 +65,13 @@ import signal
 import sys
 import time
 
-if __package__:
+TYPE_CHECKING = False  # as typing's, without importing typing (the agent's memory, bench/bench_agent.py)
+if TYPE_CHECKING:  # the type checker reads the package
+    from typing import Any
+
+    from . import localbox, policy
+    from .vocabulary import ProviderName
+elif __package__:
     from . import localbox, policy
     from .vocabulary import ProviderName
 elif __name__ == "__main__":  # run as a script on the box (they sit next to this file): by the worker only
@@ -81,7 +87,7 @@ def _import_worker_modules():
 
     The supervisor never does: compiling them costs it ~1 MB of resident memory for nothing."""
     global localbox, policy, ProviderName
-    if policy is None:
+    if policy is None and not TYPE_CHECKING:  # the type checker reads the package's (above)
         import localbox
         import policy
         from vocabulary import ProviderName
@@ -208,7 +214,7 @@ class ProcScanner:
         # pid -> [ctime_ns, cmdline, ssh user or None, sshd title?, runs bootstrap?, reads]
         self.cache = {}
         self.watch = set()  # pids whose entry can count or may still change: read every scan
-        self.prev = None  # (newest pid before the previous scan looked, newest pid after)
+        self.prev: tuple[int, int] | None = None  # (newest pid before the previous scan looked, newest pid after)
         self.by_range = True
         self.full_at = None  # monotonic time of the last listing with every entry's ctime compared
         self.spawn_seen = None  # the last run_capture child the previous scan knew of
@@ -287,6 +293,7 @@ class ProcScanner:
         after = _last_pid(self.loadavg) if self.by_range else None
         ranged = self.by_range and not full and before is not None and after is not None and self.prev is not None
         if ranged:
+            assert self.prev is not None and after is not None  # what ranged checked
             lo, hi = self.prev[0], after
         elif full:
             self.full_at = now
@@ -432,10 +439,10 @@ def _exit_code(status):
     return os.WEXITSTATUS(status)
 
 
-_LAST_SPAWN = [None]  # pid of run_capture's newest child: ProcScanner checks /proc/loadavg with it
+_LAST_SPAWN: "list[int | None]" = [None]  # pid of run_capture's newest child: ProcScanner checks /proc/loadavg with it
 # The environment run_capture's children get, as bytes, taken at the first call (the agent never
 # changes its own): handing os.environ itself to posix_spawn re-encodes every variable each time.
-_SPAWN_ENV = []
+_SPAWN_ENV: "list[dict[bytes, bytes]]" = []
 
 
 def run_capture(argv, timeout):
@@ -466,7 +473,7 @@ def run_capture(argv, timeout):
     finally:
         os.close(out_w)
         os.close(err_w)
-    chunks = {out_r: [], err_r: []}
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     reading = [out_r, err_r]
     deadline = time.monotonic() + timeout
     try:
@@ -534,7 +541,7 @@ def sample_nvml():
         gpus = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            g = {"index": i, "util": None, "mem_used_mib": None, "mem_total_mib": None}
+            g: dict[str, Any] = {"index": i, "util": None, "mem_used_mib": None, "mem_total_mib": None}
             try:
                 g["util"] = float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu)
             except pynvml.NVMLError:
@@ -562,7 +569,13 @@ def destroy_local(cfg, root, now=None):
     End the session's processes except the agent's own group (bootstrap/localbox.py, the same rule
     the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the agent's
     ledger-timeline clock). Idempotent."""
-    n = localbox.end_box(root, float(cfg.get("kill_grace_seconds", 10.0)), spare_pgid=os.getpgrp(), by="agent", now=now)
+    n = localbox.end_box(
+        root,
+        float(cfg.get("kill_grace_seconds", policy.KILL_GRACE_SECONDS)),
+        spare_pgid=os.getpgrp(),
+        by="agent",
+        now=now,
+    )
     return "ended %d process group(s)" % n
 
 
@@ -671,12 +684,12 @@ class Agent:
         for k in ("max_hours", "no_job_seconds"):  # the session's own, passed at arm
             if self.settings.get(k) is None and cfg.get(k) is not None:
                 self.settings[k] = cfg[k]
-        self.sample_s = float(self.settings.get("sample_seconds", 10.0))
+        self.sample_s = float(self.settings.get("sample_seconds", policy.SAMPLE_SECONDS))
         self.poll_s = min(float(cfg.get("poll_seconds", 1.0)), self.sample_s)
         # The heartbeat alone is rewritten this often; the laptop calls it stale after 3 samples + 15 s.
         self.heartbeat_s = float(cfg.get("status_heartbeat_seconds") or 5.0)
         self.presence_max_s = float(cfg.get("presence_max_seconds") or 3600.0)
-        self.util = float(self.settings.get("idle_util_percent", 5.0))
+        self.util = float(self.settings.get("idle_util_percent", policy.IDLE_UTIL_PERCENT))
         self.smi = cfg.get("nvidia_smi") or ["nvidia-smi"]
         if isinstance(self.smi, str):
             self.smi = [self.smi]
@@ -705,7 +718,7 @@ class Agent:
         self._presence_sig, self._presence_until_mono, self._presence_first = None, None, True
         self._deferred_since = None
         self._boot_sig, self._boot_state = None, None
-        self.no_job_since = self.started
+        self.no_job_since: float | None = self.started
         self._resume(restarts is None)
 
     # -- clocks -------------------------------------------------------------------------------
@@ -945,7 +958,10 @@ class Agent:
             try:
                 if kind == ProviderName.LOCAL:
                     result = destroy_local(
-                        dict(self.destroy_cfg, kill_grace_seconds=self.settings.get("kill_grace_seconds", 10.0)),
+                        dict(
+                            self.destroy_cfg,
+                            kill_grace_seconds=self.settings.get("kill_grace_seconds", policy.KILL_GRACE_SECONDS),
+                        ),
                         self.root,
                         self.clock,
                     )
@@ -1126,7 +1142,7 @@ def supervise(config_path, max_backoff=30.0):
     except OSError as e:
         log("agent.pid not written (%s)" % e)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    state = {"child": None, "stopping": False}
+    state: dict[str, Any] = {"child": None, "stopping": False}
     stale_s = worker_stale_seconds(cfg)
 
     def stop(signum, _frame):
@@ -1238,7 +1254,7 @@ def _args(argv):
     """The command line as a dict (no argparse: it costs the agent ~1.5 MB of memory on the box).
 
     Raises SystemExit(2) with the usage line on anything unknown."""
-    out = {"config": None, "worker": False, "anchor": None, "pulse_fd": None, "restarts": None}
+    out: dict[str, Any] = {"config": None, "worker": False, "anchor": None, "pulse_fd": None, "restarts": None}
     it = iter(argv)
     for a in it:
         key, eq, val = a.partition("=")

@@ -76,9 +76,13 @@ import sys
 import threading
 import time
 
-SECRETS = set()  # values to scrub from anything we print
-CHILDREN = set()  # process groups of the step processes now running
-PROCS = set()  # step processes kept in our own group (the hf client: a kill of the runner's group ends it)
+TYPE_CHECKING = False  # as typing's, without importing typing: the annotations' names for the type checker only
+if TYPE_CHECKING:
+    from typing import Any
+
+SECRETS: "set[str]" = set()  # values to scrub from anything we print
+CHILDREN: "set[int]" = set()  # process groups of the step processes now running
+PROCS: "set[int]" = set()  # step processes kept in our own group (the hf client: a kill of the runner's group ends it)
 DEFAULT_TIMEOUT = 3600.0
 STOP = threading.Event()  # set when a step failed: the running steps end, no other starts
 _OUT = threading.Lock()  # one JSON or log line at a time, whichever step writes it
@@ -160,7 +164,8 @@ def _sh(argv, step, cwd=None, env=None, shell=False, check=True, quiet=False):
     timer = threading.Timer(timeout, expire)
     timer.daemon = True
     timer.start()
-    tail = []
+    tail: list[str] = []
+    assert proc.stdout is not None  # stdout=PIPE above
     try:
         for raw in proc.stdout:
             line = raw.decode("utf-8", "replace").rstrip("\n")
@@ -955,7 +960,7 @@ def ranged_download(files, workers=DEFAULT_WORKERS, headers=None, timeout=60.0):
         part = _Part(url, f["path"], size, etag, f.get("sha256"))
         parts.append(part)
         queue += [(part, a, b) for a, b in part.ranges(workers)]
-    errors = []
+    errors: list[BaseException] = []
     qlock = threading.Lock()
 
     def work():
@@ -985,9 +990,13 @@ def ranged_download(files, workers=DEFAULT_WORKERS, headers=None, timeout=60.0):
                 os.close(part.fd)
             except OSError:
                 pass
-        e = errors[0]
-        raise e if isinstance(e, StepError) else StepError("download failed: %s: %s" % (type(e).__name__, e))
-    out = {"bytes": 0, "fetched": 0, "sha256": {}}
+        first = errors[0]
+        raise (
+            first
+            if isinstance(first, StepError)
+            else StepError("download failed: %s: %s" % (type(first).__name__, first))
+        )
+    out: dict[str, Any] = {"bytes": 0, "fetched": 0, "sha256": {}}
     for part in parts:
         out["sha256"][part.path] = part.finish()
         out["bytes"] += part.size
@@ -1289,12 +1298,12 @@ def _hf_hub_client(step, py, home, args):
         ans = json.loads(lines[-1])
     except (IndexError, ValueError):
         raise StepError("hf download of %s failed (exit %d) with no answer" % (args["repo"], proc.returncode)) from None
-    e = ans.get("error")
-    if e in ("no_hub", "gated", "revision", "repo"):
-        raise _HfError(e)
-    if e:
+    why = ans.get("error")
+    if why in ("no_hub", "gated", "revision", "repo"):
+        raise _HfError(why)
+    if why:
         raise StepError(
-            "hf download of %s failed: %s: %s (run again: it resumes)" % (args["repo"], e, ans.get("message", ""))
+            "hf download of %s failed: %s: %s (run again: it resumes)" % (args["repo"], why, ans.get("message", ""))
         )
     return ans["path"]
 

@@ -42,7 +42,7 @@ def become_subreaper():
 
 def descendants(root_pid):
     """PIDs whose parent chain in /proc leads to ``root_pid`` (live or zombie), [] without /proc."""
-    children = {}
+    children: dict[int, list[int]] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
@@ -88,7 +88,7 @@ def end_descendants(grace_s, me=None):
     SIGTERM every descendant of this process, SIGKILL the ones still there after ``grace_s`` (and
     any started meanwhile), reap them all. Returns how many were signalled."""
     me = os.getpid() if me is None else me
-    seen = set()
+    seen: set[int] = set()
     deadline = time.monotonic() + grace_s
     sig = signal.SIGTERM
     while True:

@@ -19,6 +19,10 @@ import os
 import signal
 import time
 
+TYPE_CHECKING = False  # as typing's, without importing typing: the annotations' names for the type checker only
+if TYPE_CHECKING:
+    from typing import Any
+
 MARKER = "GPUOPS_LOCAL_BOX"
 
 
@@ -111,7 +115,8 @@ def _below_groups(groups, spare_pgid=None):
     those groups and ``spare_pgid`` -- what a job wrapper (a child subreaper) holds after setsid."""
     if not groups or not os.path.isdir("/proc/self"):
         return []
-    stats, children = {}, {}
+    stats: dict[int, Any] = {}
+    children: dict[int, list[int]] = {}
     for pid in pids():
         try:
             with open("/proc/%d/stat" % pid, "rb") as f:

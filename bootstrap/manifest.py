@@ -87,7 +87,7 @@ def main(argv=None):
                 keep(path, keep_to, rel, digest)
             except OSError as e:
                 kept_errors.append("%s: %s" % (rel, e))
-    last = {"files": files, "bytes": total}
+    last: dict[str, object] = {"files": files, "bytes": total}
     if keep_to:
         last["kept"] = keep_to
         if kept_errors:

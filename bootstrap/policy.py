@@ -34,7 +34,11 @@ from __future__ import annotations
 import math
 
 # No dataclasses/typing here: on the box this module is imported by the agent, whose resident
-# memory is a target (bench/bench_agent.py); the annotations below are strings only.
+# memory is a target (bench/bench_agent.py); the annotations below are never evaluated, and their
+# names are imported for the type checker only (``TYPE_CHECKING`` is False at run time, as typing's).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # The query the agent runs; the parser expects exactly these four columns in this order.
 SMI_QUERY = "index,utilization.gpu,memory.used,memory.total"
@@ -43,10 +47,13 @@ SMI_ARGS = ["--query-gpu=" + SMI_QUERY, "--format=csv,noheader,nounits"]
 KEEP = "keep"
 DESTROY = "destroy"
 
-try:  # imported as bootstrap.policy on the laptop, as a plain module next to agent.py on the box
+if TYPE_CHECKING:  # the type checker reads the package
     from .vocabulary import EndReason
-except ImportError:
-    from vocabulary import EndReason
+else:
+    try:  # imported as bootstrap.policy on the laptop, as a plain module next to agent.py on the box
+        from .vocabulary import EndReason
+    except ImportError:
+        from vocabulary import EndReason
 
 # End reasons this file can return (bootstrap/vocabulary.py; enum here costs nothing: re imports it).
 REASON_TTL = EndReason.TTL
@@ -55,6 +62,17 @@ REASON_JOB_END = EndReason.JOB_END
 REASON_JOB_FAILED = EndReason.JOB_FAILED
 REASON_NO_JOB = EndReason.NO_JOB  # armed, then neither a job nor the laptop came for no_job_seconds
 REASON_IDLE = EndReason.IDLE
+
+# -- the teardown defaults --------------------------------------------------------------------------
+# Stated once, here: the agent falls back to them when its settings lack one, the laptop's settings
+# default to them (gpuops.config.TeardownSettings), and infra.example.toml shows them
+# (tests/core/test_example_config.py checks it does).
+MAX_HOURS = 4.0  # hard TTL per box, hours
+IDLE_MINUTES = 15.0  # the GPU idle window, minutes
+IDLE_UTIL_PERCENT = 5.0  # a GPU at or under this utilization (%) counts as idle
+SAMPLE_SECONDS = 10.0  # how often the agent samples the GPUs, seconds
+JOB_END_GRACE_SECONDS = 30.0  # the agent destroys the box this long after the job's exit marker, seconds
+KILL_GRACE_SECONDS = 10.0  # a local box's destroy: TERM, then KILL after this many seconds
 
 # The armed-no-job wait when settings do not say: long enough for a slow bootstrap upload with the
 # laptop present (it holds a presence lease meanwhile), short against a 4 h TTL.
@@ -67,7 +85,7 @@ MAX_GAP_SLACK_S = 5.0
 
 
 # -- parsing ---------------------------------------------------------------------------------------
-def _num(field: str) -> Optional[float]:
+def _num(field: str) -> float | None:
     """A csv cell as a float.
 
     None for ``[N/A]``, ``[Not Supported]``, ``N/A`` and anything else that is not a finite number."""
@@ -83,7 +101,7 @@ def _num(field: str) -> Optional[float]:
     return v if math.isfinite(v) else None
 
 
-def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> Dict[str, Any]:
+def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> dict[str, Any]:
     """Parse the output of ``nvidia-smi`` run with ``SMI_ARGS`` (``--query-gpu=SMI_QUERY``, CSV).
 
     Returns ``{"gpus": [reading...], "error": None|"why", "warning": None|"what"}``.
@@ -99,9 +117,9 @@ def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> Dict[str, A
     * Cells like ``[N/A]`` / ``[Not Supported]`` do not make an error: that GPU's value is None,
       which ``classify`` treats as unknown (never idle).
     """
-    gpus: List[Dict[str, Any]] = []
-    bad: List[str] = []
-    warnings: List[str] = []
+    gpus: list[dict[str, Any]] = []
+    bad: list[str] = []
+    warnings: list[str] = []
     for line in stdout.splitlines():
         line = line.strip()
         if not line:
@@ -134,7 +152,7 @@ def parse_smi(stdout: str, returncode: int = 0, stderr: str = "") -> Dict[str, A
 
 
 # -- one sample ------------------------------------------------------------------------------------
-def classify(sample: Dict[str, Any], util_percent: float) -> str:
+def classify(sample: dict[str, Any], util_percent: float) -> str:
     """``"busy"``, ``"idle"`` or ``"unknown"`` for one sample.
 
     busy: a bootstrap step runs, an interactive SSH session is open, or any GPU is above
@@ -178,12 +196,12 @@ class BoxState:
     def __init__(
         self,
         started_at: float,
-        job_ended_at: "Optional[float]" = None,
-        job_exit_code: "Optional[int]" = None,
-        usd_per_hour: "Optional[float]" = None,
-        no_job_since: "Optional[float]" = None,
-        presence_until: "Optional[float]" = None,
-        presence_deadline: "Optional[float]" = None,
+        job_ended_at: float | None = None,
+        job_exit_code: int | None = None,
+        usd_per_hour: float | None = None,
+        no_job_since: float | None = None,
+        presence_until: float | None = None,
+        presence_deadline: float | None = None,
     ):
         self.started_at = started_at
         self.job_ended_at = job_ended_at
@@ -200,7 +218,7 @@ class BoxState:
         return isinstance(other, BoxState) and all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "BoxState":
+    def from_dict(cls, d: dict[str, Any]) -> BoxState:
         return cls(
             started_at=float(d["started_at"]),
             job_ended_at=d.get("job_ended_at"),
@@ -225,10 +243,10 @@ class Decision:
     def __init__(
         self,
         action: str,
-        reason: "Optional[str]",
+        reason: str | None,
         explanation: str,
-        idle_since: "Optional[float]" = None,
-        next_due: "Optional[float]" = None,
+        idle_since: float | None = None,
+        next_due: float | None = None,
     ):
         self.action = action
         self.reason = reason
@@ -236,7 +254,7 @@ class Decision:
         self.idle_since = idle_since
         self.next_due = next_due
 
-    def as_dict(self) -> "Dict[str, Any]":
+    def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__}
 
     def __repr__(self) -> str:
@@ -252,15 +270,15 @@ def _get(settings: Any, name: str, default: Any = None) -> Any:
     return getattr(settings, name, default)
 
 
-def idle_minutes_of(settings: Any) -> Optional[float]:
+def idle_minutes_of(settings: Any) -> float | None:
     """The idle window in minutes, or None when the idle layer is "off"."""
-    v = _get(settings, "idle_minutes", 15.0)
+    v = _get(settings, "idle_minutes", IDLE_MINUTES)
     if v is None or (isinstance(v, str) and v.strip().lower() == "off"):
         return None
     return float(v)
 
 
-def idle_streak(samples: List[Dict[str, Any]], util_percent: float, sample_seconds: float) -> Optional[float]:
+def idle_streak(samples: list[dict[str, Any]], util_percent: float, sample_seconds: float) -> float | None:
     """When the current idle streak began (epoch s), or None when the newest sample is not idle.
 
     Epoch time of the first sample of the newest unbroken run of idle samples (ending at the newest
@@ -279,7 +297,7 @@ def idle_streak(samples: List[Dict[str, Any]], util_percent: float, sample_secon
     return since
 
 
-def _same_kind(a: Dict[str, Any], b: Dict[str, Any], util_percent: float) -> bool:
+def _same_kind(a: dict[str, Any], b: dict[str, Any], util_percent: float) -> bool:
     return (
         classify(a, util_percent) == classify(b, util_percent)
         and a.get("error") == b.get("error")
@@ -290,7 +308,7 @@ def _same_kind(a: Dict[str, Any], b: Dict[str, Any], util_percent: float) -> boo
 
 
 def merge_sample(
-    samples: List[Dict[str, Any]], sample: Dict[str, Any], util_percent: float, sample_seconds: float
+    samples: list[dict[str, Any]], sample: dict[str, Any], util_percent: float, sample_seconds: float
 ) -> bool:
     """Append ``sample`` to ``samples``, folding it into the newest entry when they say the same.
 
@@ -315,7 +333,7 @@ def _fmt_s(seconds: float) -> str:
     return "%.0f s" % seconds if seconds < 600 else "%.1f min" % (seconds / 60.0)
 
 
-def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings: Any) -> Decision:
+def decide(samples: list[dict[str, Any]], now: float, state: BoxState, settings: Any) -> Decision:
     """Keep or destroy the box, and why.
 
     ``samples``: oldest first (see module doc); ``now``: epoch seconds; ``state``: ``BoxState`` or
@@ -335,9 +353,9 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
     """
     if isinstance(state, dict):
         state = BoxState.from_dict(state)
-    due: List[float] = []
+    due: list[float] = []
 
-    ttl_at = state.started_at + float(_get(settings, "max_hours", 4.0)) * 3600.0
+    ttl_at = state.started_at + float(_get(settings, "max_hours", MAX_HOURS)) * 3600.0
     if now >= ttl_at:
         return Decision(
             DESTROY,
@@ -362,7 +380,7 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
 
     soft = None  # the first of job end / no_job / idle that says destroy; presence may defer it
     if state.job_ended_at is not None:
-        grace = float(_get(settings, "job_end_grace_seconds", 30.0))
+        grace = float(_get(settings, "job_end_grace_seconds", JOB_END_GRACE_SECONDS))
         end_at = float(state.job_ended_at) + grace
         code = state.job_exit_code
         reason = REASON_JOB_END if code in (0, None) else REASON_JOB_FAILED
@@ -390,8 +408,8 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
             due.append(no_job_at)
 
     idle_min = idle_minutes_of(settings)
-    util = float(_get(settings, "idle_util_percent", 5.0))
-    sample_s = float(_get(settings, "sample_seconds", 10.0))
+    util = float(_get(settings, "idle_util_percent", IDLE_UTIL_PERCENT))
+    sample_s = float(_get(settings, "sample_seconds", SAMPLE_SECONDS))
     since = idle_streak(samples, util, sample_s)
     last = samples[-1] if samples else None
     what = classify(last, util) if last else "no samples"
@@ -427,7 +445,7 @@ def decide(samples: List[Dict[str, Any]], now: float, state: BoxState, settings:
     return Decision(KEEP, None, why, idle_since=since, next_due=min(due) if due else None)
 
 
-def _keep_why(last: Optional[Dict[str, Any]], what: str, util: float, since: Optional[float], now: float) -> str:
+def _keep_why(last: dict[str, Any] | None, what: str, util: float, since: float | None, now: float) -> str:
     if last is None:
         return "keep: no samples yet"
     if what == "idle":

@@ -12,6 +12,12 @@ default format of str-mixin enums to ``ClassName.MEMBER``; ``_Word`` pins it).
 
 import enum
 
+TYPE_CHECKING = False  # as typing's, without importing typing on the box: names for the type checker only
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    _W = TypeVar("_W", bound="_Word")
+
 
 class _Word(str, enum.Enum):
     """A str-valued enum whose str() and format() are the bare value."""
@@ -26,7 +32,7 @@ class _Word(str, enum.Enum):
     __hash__ = str.__hash__
 
     @classmethod
-    def parse(cls, text):
+    def parse(cls: "type[_W]", text: object) -> "_W | None":
         """The member spelled ``text``, or None when ``text`` is not one (untrusted input)."""
         try:
             return cls(text)
@@ -87,7 +93,7 @@ RUN_ENDS = END_REASONS + tuple(r.value for r in RunEnd)
 # Exit status of `gpuops up` by the reason its row was closed with (one table; cli.py uses it).
 # 0 only for a job that ended well; 130 like a shell's Ctrl-C; 3 for "taken down by `gpuops down`
 # from elsewhere", so a script can tell it from a failure; everything else 1. (2 is bad input.)
-EXIT_STATUS = {EndReason.JOB_END: 0, EndReason.INTERRUPTED: 130, EndReason.MANUAL: 3}
+EXIT_STATUS: "dict[EndReason | None, int]" = {EndReason.JOB_END: 0, EndReason.INTERRUPTED: 130, EndReason.MANUAL: 3}
 
 
 def exit_status(reason):

@@ -57,7 +57,7 @@ def install() -> bool:
         from typer import _coercion, core
     except ImportError:  # pragma: no cover  (another typer layout: its own coercion, unchanged)
         return False
-    build = getattr(core, "build_runtime_param", None)
+    build: Any = getattr(core, "build_runtime_param", None)
     base = getattr(_coercion, "RuntimeParam", None)
     if build is None or base is None:  # pragma: no cover
         return False
@@ -66,7 +66,7 @@ def install() -> bool:
     from dataclasses import dataclass, field
 
     @dataclass(frozen=True)
-    class PlainRuntimeParam(base):  # type: ignore[misc, valid-type]
+    class PlainRuntimeParam(base):  # type: ignore[misc, valid-type]  # typer's class, found at run time (its internals)
         """Text and parsed numbers here, anything else through typer's own runtime."""
 
         descriptor: Any = None
@@ -89,6 +89,6 @@ def install() -> bool:
             parameter_info=descriptor.parameter_info, annotation=descriptor.annotation, descriptor=descriptor, fast=fast
         )
 
-    build_plain_first.gpuops_plain = True  # type: ignore[attr-defined]
+    build_plain_first.gpuops_plain = True  # type: ignore[attr-defined]  # a mark on the function: installed once
     core.build_runtime_param = build_plain_first
     return True

@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import types
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -36,6 +37,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from bootstrap.policy import (
+    IDLE_MINUTES,
+    IDLE_UTIL_PERCENT,
+    JOB_END_GRACE_SECONDS,
+    KILL_GRACE_SECONDS,
+    MAX_HOURS,
+    SAMPLE_SECONDS,
+)
 from bootstrap.vocabulary import EndReason
 from gpuops.errors import BadInput
 from gpuops.providers import NAMES as PROVIDERS, REGISTRY  # the one list of providers (see ProvidersSettings)
@@ -102,12 +111,15 @@ class TeardownSettings(_Section):
 
     # Hard TTL per box, hours. At most MAX_TTL_HOURS: a larger number would switch the TTL off in all
     # but name (``1e308`` was accepted and printed a 300-digit projected cost).
-    max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = 4.0
-    idle_minutes: float | Literal["off"] = 15.0
-    idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = 5.0
-    sample_seconds: Annotated[float, Meta(gt=0)] = 10.0
-    job_end_grace_seconds: Annotated[float, Meta(ge=0)] = 30.0  # agent destroys this long after job exit
-    kill_grace_seconds: Annotated[float, Meta(ge=0)] = 10.0  # local destroy: TERM, then KILL after this
+    # The defaults of the layers the agent runs on the box are stated once, in bootstrap/policy.py.
+    max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = MAX_HOURS
+    idle_minutes: float | Literal["off"] = IDLE_MINUTES
+    idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = IDLE_UTIL_PERCENT
+    sample_seconds: Annotated[float, Meta(gt=0)] = SAMPLE_SECONDS
+    job_end_grace_seconds: Annotated[float, Meta(ge=0)] = (
+        JOB_END_GRACE_SECONDS  # agent destroys this long after job exit
+    )
+    kill_grace_seconds: Annotated[float, Meta(ge=0)] = KILL_GRACE_SECONDS  # local destroy: TERM, then KILL after this
     max_session_usd: Annotated[float, Meta(gt=0)] | None = None
     balance_floor_usd: Annotated[float, Meta(ge=0)] | None = None
     monthly_cap_usd: Annotated[float, Meta(gt=0)] | None = None
@@ -361,7 +373,7 @@ class Settings(_Section):
     up: UpSettings = msgspec.field(default_factory=UpSettings)
     teardown: TeardownSettings = msgspec.field(default_factory=TeardownSettings)
     ledger: LedgerSettings = msgspec.field(default_factory=LedgerSettings)
-    providers: ProvidersSettings = msgspec.field(default_factory=ProvidersSettings)
+    providers: ProvidersSettings = msgspec.field(default_factory=ProvidersSettings)  # type: ignore[valid-type]  # a struct msgspec builds from the registry (above): its sections are read by name
     bootstrap: BootstrapSettings = msgspec.field(default_factory=BootstrapSettings)
     job: JobSettings = msgspec.field(default_factory=JobSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
@@ -571,13 +583,13 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
         return _Problem(loc, f"Input should be a valid dictionary or instance of {base.__name__}", "type")
     if m := re.fullmatch(r"Expected `(\w+)[^`]*`, got `\w+`", msg):
         want = m.group(1)
-        words = f"Input should be {_MSGSPEC_TYPES.get(want, want)}"
+        said = f"Input should be {_MSGSPEC_TYPES.get(want, want)}"
         given = _value_at(data, loc)
         if not strict and isinstance(given, str):
-            words += _LAX_SUFFIX.get(want, "")
+            said += _LAX_SUFFIX.get(want, "")
         elif want == "int" and isinstance(given, float) and not strict:
-            words += ", got a number with a fractional part"
-        return _Problem(loc, words, "type")
+            said += ", got a number with a fractional part"
+        return _Problem(loc, said, "type")
     if m := re.fullmatch(r"Expected `\w+` (>=|<=|>|<) (\S+)", msg):
         bound = float(m.group(2))
         return _Problem(loc, f"Input should be {_BOUNDS[m.group(1)]} {int(bound) if bound.is_integer() else bound}")
@@ -868,17 +880,17 @@ def load_settings(
             break
         except _Problem as p:
             keys = tuple(str(k) for k in p.loc if isinstance(k, str))
-            var = _var_of(p.loc, env)
-            if var is None or _has(overrides, keys):  # the file was checked alone: this is a flag
+            bad = _var_of(p.loc, env)
+            if bad is None or _has(overrides, keys):  # the file was checked alone: this is a flag
                 raise BadInput(
                     f"command line: {'.'.join(str(k) for k in p.loc)}: {p.msg}", "see `gpuops up --help`"
                 ) from None
             if not lenient:
                 raise BadInput(
-                    f"environment variable {spelled.get(var, var)}: {p.msg}", "fix or unset the variable"
+                    f"environment variable {spelled.get(bad, bad)}: {p.msg}", "fix or unset the variable"
                 ) from None
-            problems.append(f"environment variable {spelled.get(var, var)}: {p.msg}; ignored")
-            env.pop(var)
+            problems.append(f"environment variable {spelled.get(bad, bad)}: {p.msg}; ignored")
+            env.pop(bad)
     if problems:
         (warn or _warn_stderr)(
             "warning: "
@@ -926,7 +938,7 @@ def _deep_merge(base: dict, over: dict) -> dict:
 SECRET_KEYS = ("api_key",)
 
 
-def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[str, Any, str]]:
+def setting_origins(settings: Settings, env: Mapping[str, str] | None = None) -> list[tuple[str, Any, str]]:
     """Where each setting of ``settings`` came from, in declaration order: (dotted key, value, origin).
 
     Origin: ``$GPUOPS_<SECTION>_<KEY>`` (the environment wins over the file), the file's path
@@ -942,6 +954,8 @@ def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[s
         except (OSError, tomllib.TOMLDecodeError):
             data = {}
     out: list[tuple[str, Any, str]] = []
+
+    source = settings.source
 
     def in_file(path: tuple) -> bool:
         d: Any = data
@@ -962,7 +976,9 @@ def setting_origins(settings: Settings, env: dict | None = None) -> list[tuple[s
                 continue
             var = ENV_PREFIX + "_".join(here).upper()
             origin = (
-                f"${var}" if var in upper else (str(Path(settings.source).resolve()) if in_file(here) else "default")
+                f"${var}"
+                if var in upper
+                else (str(Path(source).resolve()) if source is not None and in_file(here) else "default")
             )
             if name in SECRET_KEYS and value:
                 value = "(set)"

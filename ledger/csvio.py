@@ -39,7 +39,7 @@ from datetime import datetime, timezone
 from itertools import chain, islice, repeat
 from math import fsum
 from operator import add, attrgetter, itemgetter, mul, sub
-from typing import TextIO
+from typing import Any, Protocol, TextIO, cast
 
 COLUMNS = [
     "date",
@@ -150,9 +150,15 @@ def _csv_cell(text) -> str | None:
     return text
 
 
+class TextSink(Protocol):
+    """Where ``write_export`` writes: a text stream, or ``write_export_forked``'s turn-taking sink."""
+
+    def write(self, text: str, /) -> object: ...
+
+
 def write_export(
     rows: Iterable[tuple],
-    out: TextIO,
+    out: TextSink,
     sort_ties: bool = False,
     run_by_id: Callable[[float], Iterable[tuple]] | None = None,
     header: bool = True,
@@ -457,6 +463,7 @@ def write_export_forked(
             sink.done(last=i == len(slices) - 1)
         return n
 
+    reply: tuple[str, Any]  # ("ok", sessions written) or ("error", the pickled exception or None)
     pid = os.fork()
     if pid == 0:  # the child: odd slices; never returns
         code = 1
@@ -503,7 +510,7 @@ def write_export_forked(
             raise err
         if n is None:
             raise RuntimeError("ledger export: the writing process stopped")
-        return n + reply[1]
+        return n + cast(int, reply[1])  # an "ok" reply: the child's count
     finally:
         if not reaped:
             try:
@@ -736,6 +743,8 @@ class CsvImport:
         # csv reader from the same lines on, so the records and line numbers are the csv module's.
         plain = isinstance(self.f, io.TextIOBase)
         line_no = reader.line_num  # lines read so far (the header's)
+        head: list[str] | None
+        columns: list[list[str]] | None
         while True:
             start = line_no
             head = list(islice(src, size))
@@ -930,6 +939,9 @@ def _row_parser(
             card = unneutralize(card)
         if not provider or not card:
             raise _Bad("provider and card must not be empty")
+        price: float | None
+        hours: float | None
+        cost: float | None
         try:
             price = float(v_price)
         except ValueError:
@@ -1068,7 +1080,7 @@ _SKIP = object()  # ``_column``: the batch goes line by line
 _TZINFO = attrgetter("tzinfo")
 
 
-def _column(cells: Sequence[str], plain: Callable, careful: Callable) -> list | object:
+def _column(cells: Sequence[str], plain: Callable, careful: Callable) -> Any:  # a list, or _SKIP
     """Convert a column of cells, fast where possible, or return ``_SKIP``.
 
     ``cells`` converted by ``plain`` (a C builtin mapped over the column), or where one cell
@@ -1152,7 +1164,9 @@ def _chunk_parser(
         MAX_IMPORT_USD_PER_HOUR * MAX_IMPORT_HOURS,
     )
     absent = width
-    names: dict[str, str | None] = {}  # a provider or card cell -> its name, None when it needs a word
+    names: dict[
+        tuple[str, bool], str | None
+    ] = {}  # (a provider or card cell, is a provider) -> its name, None when it needs a word
 
     def name_of(raw: str, known: Collection[str] | None) -> str | None:
         name = raw.strip()
@@ -1168,6 +1182,7 @@ def _chunk_parser(
 
     def parse(records: list[list[str]] | None, columns: Sequence[Sequence[str]] | None = None) -> list[tuple] | None:
         if columns is None:
+            assert records is not None  # one of the two is given
             n = len(records)
             if not n or set(map(len, records)) != {width}:
                 return None
@@ -1188,7 +1203,8 @@ def _chunk_parser(
         if None in set(map(_TZINFO, dates)):
             dates = [d if d.tzinfo is not None else d.replace(tzinfo=tzinfo) for d in dates]
         created = list(map(datetime.timestamp, dates))
-        provs, card_names = [], []
+        provs: list[str | None] = []
+        card_names: list[str | None] = []
         for col, known, out in ((v_prov, providers, provs), (v_card, cards, card_names)):
             table = {}
             for raw in set(col):

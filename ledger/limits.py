@@ -79,9 +79,11 @@ def active_refusals(ledger: Ledger) -> list[Any]:
 
 
 def _same_account(account: str | None):
+    from sqlmodel import col
+
     from ledger.models import Refusal
 
-    return Refusal.account.is_(None) if account is None else Refusal.account == account
+    return col(Refusal.account).is_(None) if account is None else col(Refusal.account) == account
 
 
 def set_refusal(
@@ -90,14 +92,14 @@ def set_refusal(
     """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None: everyone).
 
     False (and no change) when the same refusal is active."""
-    from sqlmodel import Session as DbSession, select
+    from sqlmodel import Session as DbSession, col, select
 
     from ledger.models import Refusal
 
     now = time.time() if now is None else now
     with DbSession(ledger.engine) as db:
         q = select(Refusal).where(
-            Refusal.scope == scope, Refusal.reason == reason, _same_account(account), Refusal.lifted_at.is_(None)
+            Refusal.scope == scope, Refusal.reason == reason, _same_account(account), col(Refusal.lifted_at).is_(None)
         )
         if db.exec(q).first() is not None:
             return False
@@ -108,7 +110,7 @@ def set_refusal(
 
 def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None, account: str | None = None) -> bool:
     """Lift an active refusal of ``account`` (None: the everyone-refusal); True when one was lifted."""
-    from sqlmodel import Session as DbSession, select
+    from sqlmodel import Session as DbSession, col, select
 
     from ledger.models import Refusal
 
@@ -120,7 +122,7 @@ def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = No
                     Refusal.scope == scope,
                     Refusal.reason == reason,
                     _same_account(account),
-                    Refusal.lifted_at.is_(None),
+                    col(Refusal.lifted_at).is_(None),
                 )
             )
         )

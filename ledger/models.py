@@ -6,8 +6,13 @@ change here needs a new migration there.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar
+
 from sqlalchemy import BigInteger, Index, text
 from sqlmodel import Field, SQLModel
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
 
 
 def _partial(name: str, column: str) -> Index:
@@ -20,6 +25,8 @@ class Session(SQLModel, table=True):
     """One rental session: intent, instance, money, time, outcome, work."""
 
     __tablename__ = "sessions"
+    if TYPE_CHECKING:  # set by SQLAlchemy at class creation; SQLModel's annotations do not declare it
+        __table__: ClassVar[Table]
     __table_args__ = (
         _partial("ix_sessions_instance_id", "instance_id"),
         _partial("ix_sessions_owner", "owner"),
@@ -139,6 +146,8 @@ class SessionLease(SQLModel, table=True):
     """Who acts on a session now (a watchdog, a reconcile), until ``expires_at`` (epoch s) (m003)."""
 
     __tablename__ = "session_leases"
+    if TYPE_CHECKING:  # set by SQLAlchemy at class creation; SQLModel's annotations do not declare it
+        __table__: ClassVar[Table]
 
     session_id: str = Field(primary_key=True)  # sessions.id
     owner: str

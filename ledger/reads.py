@@ -27,9 +27,12 @@ from collections import namedtuple
 from collections.abc import Iterable, Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.migrations import MIGRATION_NAMES
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 PG_PROBE_TIMEOUT_S = 10  # a server that does not answer: SQLAlchemy then tries, and reports the error as always
@@ -68,8 +71,16 @@ class Row:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # what ``row_type`` mixes in: a named tuple of columns known only when read
+        _fields: tuple[str, ...]
+
+        @classmethod
+        def _make(cls, iterable: Iterable[Any]) -> Row: ...
+        def __iter__(self) -> Iterator[Any]: ...
+        def __getattr__(self, name: str) -> Any: ...
+
     def model_dump(self) -> dict:
-        return dict(zip(self._fields, self))  # type: ignore[attr-defined]
+        return dict(zip(self._fields, self))
 
 
 class PassRow(Row):
@@ -83,13 +94,13 @@ class PassRow(Row):
     def summary(self) -> str:
         """What the pass did, in words: ``checked 3 sessions, ended 1, 0 errors``."""
         return (
-            f"checked {self.checked} session{'' if self.checked == 1 else 's'}, ended {self.ended}, "  # type: ignore[attr-defined]
+            f"checked {self.checked} session{'' if self.checked == 1 else 's'}, ended {self.ended}, "
             f"{self.errors} error{'' if self.errors == 1 else 's'}"
-        )  # type: ignore[attr-defined]
+        )
 
 
 @cache
-def row_type(name: str, fields: tuple[str, ...], base: type = Row) -> type:
+def row_type(name: str, fields: tuple[str, ...], base: type[Row] = Row) -> type[Row]:
     """The row class of ``fields`` (a named tuple with ``base``'s methods), made once per shape."""
     return type(name, (base, namedtuple(name, fields)), {"__slots__": ()})
 
@@ -368,11 +379,11 @@ _COST_LINE_COLUMNS = (
 
 
 def _bools(r: tuple, at: list[int]) -> list:
-    r = list(r)
+    out = list(r)
     for i in at:
-        if r[i] is not None:
-            r[i] = bool(r[i])
-    return r
+        if out[i] is not None:
+            out[i] = bool(out[i])
+    return out
 
 
 # -- opening ----------------------------------------------------------------------------------------
@@ -444,7 +455,7 @@ class LedgerReader(Reads):
 
     def __init__(self, url: str):
         self.url = url
-        self._engine = None
+        self._engine: Engine | None = None
         path = sqlite_current_file(url)
         db = _Sqlite(path) if path is not None else pg_current(url)
         super().__init__(db if db is not None else _Engine(self.engine))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter
-from typing import Any
+from typing import Any, cast
 
 from ledger.periods import DAY_RE, MONTH_RE, day_of, day_start, days_in_month, month_bounds, this_month, zone  # noqa: F401 (re-exported)
 
@@ -44,7 +44,7 @@ def job_cost(s: Row) -> float:
     return min(cost, s.job_seconds * s.usd_per_hour / 3600.0)
 
 
-def per_mtoken(cost_usd: float, tokens: int) -> float | None:
+def per_mtoken(cost_usd: float, tokens: float) -> float | None:
     """USD per million tokens, None when there are no tokens."""
     return round(cost_usd / tokens * 1e6, 6) if tokens else None
 
@@ -202,6 +202,7 @@ class _Book:
             if iv is None or not overlaps(iv[0], iv[1], lo, hi):
                 continue
             f = _fact(s, fraction(iv[0], iv[1], lo, hi) if iv[1] is not None else 0.0)
+            assert f is not None  # interval(s) is None exactly when _fact(s) is (a session never rented)
             self.total.add_fact(f)
             for k, fn in self.keys.items():
                 self._group(k, fn(s)).add_fact(f)
@@ -212,7 +213,7 @@ class _Book:
                         self.days[i].add_fact(f)
                 else:
                     for i, share in split(iv[0], iv[1], self.day_edges):
-                        self.days[i].add_fact(_fact(s, share))
+                        self.days[i].add_fact(cast(tuple, _fact(s, share)))  # not None: as f above
 
     def add_lines(self) -> None:
         from ledger.attribution import fraction, split

@@ -35,23 +35,30 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost, unseen_end
 from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, Row, engine_reads, file_reads, sqlite_current_file
 
 if TYPE_CHECKING:
-    from ledger.models import BootstrapStep, Session
+    from sqlalchemy.engine import Engine
+    from sqlmodel import Session as DbSession
+
+    from ledger.models import BootstrapStep, Event, Session
+    from ledger.writes import EngineFile, LightFile
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 
-def _orm():
+def _orm() -> tuple[type[DbSession], Any, type[Session], type[Event], type[BootstrapStep]]:
     """Import SQLModel's session and select, and the table classes, on the first ORM call.
 
     SQLModel's session and select, and the table classes: imported on the first ORM call, so a
@@ -194,18 +201,18 @@ class Ledger:
     def __init__(self, url: str, spool_path: str | Path | None = None, light: bool = False):
         self.url = url
         self._light = light
-        self._light_file = None  # ledger.writes.LightFile: the connection of a light ledger
+        self._light_file: LightFile | None = None  # ledger.writes.LightFile: the connection of a light ledger
         self._writers: dict[Any, Any] = {}  # an engine -> its ledger.writes.EngineFile
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
         self.fallback_spool_path = fallback_spool_path(url)
         self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
         self.notices: list[str] = []  # what the caller should tell the user (a ledger file that vanished)
-        self._held: dict[str, dict] = {}  # session id -> the row as this process last wrote or read it
-        self._held_runs: dict[str, dict] = {}  # run id -> the run as this process last wrote it
+        self._held: dict[str, dict[str, Any]] = {}  # session id -> the row as this process last wrote or read it
+        self._held_runs: dict[str, dict[str, Any]] = {}  # run id -> the run as this process last wrote it
         self._bound: float | None = None  # the deadline of ``bounded()`` writes, seconds
-        self._short = None  # the engine of bounded writes (short timeouts)
+        self._short: Engine | None = None  # the engine of bounded writes (short timeouts)
         self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
-        self._engine = None
+        self._engine: Engine | None = None
         self._file = _sqlite_path(url)
         self._file_id = _file_id(self._file)
         # A current SQLite file is read with sqlite3 until the first write opens the engine.
@@ -216,7 +223,7 @@ class Ledger:
             self._file_id = _file_id(self._file)
 
     @property
-    def engine(self):
+    def engine(self) -> Engine:
         """Return the SQLAlchemy engine, opened with migrations applied on first use.
 
         The SQLAlchemy engine (opened, and migrations applied, on first use); inside
@@ -235,7 +242,7 @@ class Ledger:
                 self._file_id = _file_id(self._file)
         return self._engine
 
-    def _books(self):
+    def _books(self) -> LightFile | EngineFile:
         """Return where the rental's writes go (``ledger/writes.py``).
 
         Where the rental's writes go (``ledger/writes.py``): the file's ``LightFile`` (``sqlite3``)
@@ -285,7 +292,7 @@ class Ledger:
 
     # -- bounded writes, rows held in memory, a file that vanished -----------------------------
     @contextmanager
-    def bounded(self, seconds: float = BOUNDED_S):
+    def bounded(self, seconds: float = BOUNDED_S) -> Iterator[Ledger]:
         """Bound how long writes and ``quick`` reads wait for the database.
 
         Inside: every spoolable write and every ``quick`` read waits at most ``seconds`` for the
@@ -297,7 +304,7 @@ class Ledger:
         finally:
             self._bound = prev
 
-    def _run(self, fn, args: dict) -> Any:
+    def _run(self, fn: Callable[..., T], args: dict[str, Any]) -> T:
         """Call ``fn(**args)``, inside ``bounded()`` in a worker thread with a deadline.
 
         ``fn(**args)``; inside ``bounded()`` in a worker thread given the deadline plus 1 s
@@ -306,7 +313,7 @@ class Ledger:
         event -- closes, end requests and updates apply once)."""
         if self._bound is None:
             return fn(**args)
-        box: dict = {}
+        box: dict[str, Any] = {}
 
         def work() -> None:
             try:
@@ -321,7 +328,7 @@ class Ledger:
             raise _Late(f"the ledger did not answer within {self._bound:g} s")
         if "err" in box:
             raise box["err"]
-        return box.get("out")
+        return cast(T, box.get("out"))
 
     def _refusing(self) -> bool:
         """True inside ``bounded()`` while a refusal is recent: skip the database, spool at once."""
@@ -331,7 +338,11 @@ class Ledger:
             and time.monotonic() - self._refused_at < REFUSED_HOLD_S
         )
 
-    def quick(self, fn, default: Any = None) -> Any:
+    @overload
+    def quick(self, fn: Callable[[], T]) -> T | None: ...
+    @overload
+    def quick(self, fn: Callable[[], T], default: D) -> T | D: ...
+    def quick(self, fn: Callable[[], Any], default: Any = None) -> Any:
         """Run the read ``fn()`` bounded like a write, returning ``default`` on failure.
 
         ``fn()`` (a read of this ledger) bounded like a write inside ``bounded()``; ``default``
@@ -366,8 +377,8 @@ class Ledger:
         d = self._held.get(session_id)
         return SimpleNamespace(**d) if d is not None else None
 
-    def _hold(self, op: str, args: dict, out: Any = None) -> None:
-        sid = args.get("session_id")
+    def _hold(self, op: str, args: dict[str, Any], out: Any = None) -> None:
+        sid = cast(str, args.get("session_id"))
         if op == "row" and out is not None:
             self._held[out.id] = dict(out.model_dump())
             return
@@ -472,7 +483,7 @@ class Ledger:
 
     def _leftovers(self, path: Path) -> list[Path]:
         """``<spool>.<pid>[-n].replay`` files a replay claimed and never finished (its process is gone)."""
-        out = []
+        out: list[Path] = []
         try:
             names = os.listdir(path.parent)
         except OSError:
@@ -557,7 +568,7 @@ class Ledger:
         return [line for line in text.splitlines() if line.strip()]
 
     @staticmethod
-    def _entries(text: str) -> list[dict]:
+    def _entries(text: str) -> list[dict[str, Any]]:
         out = []
         for line in text.splitlines():
             if not line.strip():
@@ -575,7 +586,7 @@ class Ledger:
         t = e.get("t") if isinstance(e, dict) else None
         return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
 
-    def spooled(self) -> list[dict]:
+    def spooled(self) -> list[dict[str, Any]]:
         """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``), unchecked."""
         out = []
         for path in self._spool_paths():
@@ -588,7 +599,7 @@ class Ledger:
                     continue
         return sorted(out, key=self._when)
 
-    def _check(self, e: Any) -> tuple[str, dict]:
+    def _check(self, e: Any) -> tuple[str, dict[str, Any]]:
         """``ledger.spool.check_line`` against the rows as the database holds them now."""
         import ledger.writes as writes
         from ledger.spool import check_line
@@ -634,7 +645,7 @@ class Ledger:
             raise BadLine(f"no {k} in this ledger") from None
         return True
 
-    def _apply(self, op: str, args: dict) -> None:
+    def _apply(self, op: str, args: dict[str, Any]) -> None:
         """Apply one checked spool write (``ledger.spool.check_line``'s answer)."""
         args = dict(args)
         if op == "event":
@@ -697,11 +708,11 @@ class Ledger:
         lines.sort(key=lambda x: self._when(x[2]))
         done = 0
         sessions: set[str] = set()
-        for i, (spool, line, e) in enumerate(lines):
+        for i, (spool, line, entry) in enumerate(lines):
             try:
-                if e is None:
+                if entry is None:
                     raise BadLine("not JSON (a line cut short?)")
-                op, args = self._check(e)
+                op, args = self._check(entry)
                 self._apply(op, args)
             except _spooled_errors():
                 for _, rest, _e in lines[i:]:
@@ -731,7 +742,7 @@ class Ledger:
                 pass
         return done
 
-    def _guarded(self, op: str, fn, **args: Any) -> Any:
+    def _guarded(self, op: str, fn: Callable[..., T], **args: Any) -> T | None:
         """Run one write, spooling it when it is refused or late.
 
         Run one write; a refused (or, inside ``bounded()``, late) write is spooled (returns
@@ -760,7 +771,7 @@ class Ledger:
         return out
 
     # -- writes -------------------------------------------------------------------------------
-    def add_session(self, row: Session | dict) -> None:
+    def add_session(self, row: Session | dict[str, Any]) -> None:
         """Insert the intent row and its first event in one transaction.
 
         Insert the intent row (status provisioning) and its first event in one transaction.
@@ -805,7 +816,7 @@ class Ledger:
 
         writes.event(self._books(), session_id, _plain(kind), detail, at, self._busy_s())
 
-    def add_steps(self, session_id: str, steps: Iterable[dict]) -> None:
+    def add_steps(self, session_id: str, steps: Iterable[dict[str, Any]]) -> None:
         """Store bootstrap step lines for a session.
 
         Store bootstrap step lines ``{"step", "status", "seconds", "detail"}`` (spooled when the
@@ -813,7 +824,7 @@ class Ledger:
         steps = [{k: s.get(k) for k in ("step", "status", "seconds", "detail") if k in s} for s in steps]
         self._guarded("steps", self._add_steps, session_id=session_id, steps=steps)
 
-    def _add_steps(self, session_id: str, steps: list[dict]) -> None:
+    def _add_steps(self, session_id: str, steps: list[dict[str, Any]]) -> None:
         import ledger.writes as writes
 
         writes.add_steps(self._books(), session_id, steps, self._busy_s())
@@ -860,7 +871,7 @@ class Ledger:
 
         return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
 
-    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row:
+    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row | None:
         """Close a session whose destroy we never saw.
 
         Close a session whose destroy we never saw: the end time is the provider's, else the
@@ -912,7 +923,9 @@ class Ledger:
 
         return writes.set_fields(self._books(), session_id, kind, detail, fields, self._busy_s())
 
-    def import_sessions(self, rows: Iterable[dict], lines: Iterable[int] | None = None, chunk: int = 5000) -> int:
+    def import_sessions(
+        self, rows: Iterable[dict[str, Any]], lines: Iterable[int] | None = None, chunk: int = 5000
+    ) -> int:
         """Insert closed session rows in ONE transaction: all or none.
 
         Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
@@ -929,7 +942,7 @@ class Ledger:
         errors: list[tuple[int, str]] | None = None,
         chunk: int = 5000,
         columns: Iterable[str] | None = None,
-        constants: dict | None = None,
+        constants: dict[str, Any] | None = None,
     ) -> int:
         """Import (line number, row) pairs in batches of ``chunk`` via ``import_chunks``.
 
@@ -942,7 +955,7 @@ class Ledger:
             columns = Session.__table__.c.keys()
         cols = tuple(columns)
 
-        def batches() -> Iterator[tuple[list[int], list[tuple]]]:
+        def batches() -> Iterator[tuple[list[int], list[tuple[Any, ...]]]]:
             it = iter(pairs)
             while part := list(islice(it, chunk)):
                 yield (
@@ -954,10 +967,10 @@ class Ledger:
 
     def import_chunks(
         self,
-        chunks: Iterable[tuple[Sequence[int], Sequence[tuple]]],
+        chunks: Iterable[tuple[Sequence[int], Sequence[tuple[Any, ...]]]],
         errors: list[tuple[int, str]] | None = None,
         columns: Iterable[str] | None = None,
-        constants: dict | None = None,
+        constants: dict[str, Any] | None = None,
         expected_rows: int = 0,
     ) -> int:
         """Stream batches of rows into ``sessions`` in ONE transaction.
@@ -1004,7 +1017,7 @@ class Ledger:
             )
             before = 0
             if sqlite:
-                before = conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").scalar()
+                before = int(conn.exec_driver_sql("SELECT coalesce(max(rowid), 0) FROM sessions").scalar() or 0)
             lookup = f"SELECT id, {mine.replace(':before', str(int(before)))} FROM sessions WHERE id IN ({{}})"
             fixed_values = tuple(fixed.values())
             copy_sql = None
@@ -1029,7 +1042,7 @@ class Ledger:
             if defer_at is not None and expected_rows >= defer_at:
                 defer_indexes()
 
-            def look_up(batch: dict[str, tuple[int, tuple]]) -> None:
+            def look_up(batch: dict[str, tuple[int, tuple[Any, ...]]]) -> None:
                 """Name the ids of ``batch`` already in the ledger (as clashes) and drop them from it."""
                 ids = list(batch)
                 for i in range(0, len(ids), 900):  # SQLite allows 999 parameters per statement
@@ -1044,7 +1057,7 @@ class Ledger:
                             )
                         )
 
-            def write(batch: dict[str, tuple[int, tuple]]) -> None:
+            def write(batch: dict[str, tuple[int, tuple[Any, ...]]]) -> None:
                 nonlocal count
                 if sqlite and not clashes:  # the primary key finds a known id: look up only then
                     conn.exec_driver_sql("SAVEPOINT import_batch")
@@ -1064,8 +1077,10 @@ class Ledger:
                         return
                     if copy_sql is not None:  # PostgreSQL: COPY, the bulk path (same values, same transaction)
                         dbapi = conn.dialect.loaded_dbapi
+                        driver = conn.connection.driver_connection
+                        assert driver is not None  # the connection this transaction holds
                         try:
-                            with conn.connection.driver_connection.cursor() as cur, cur.copy(copy_sql) as copy:
+                            with driver.cursor() as cur, cur.copy(copy_sql) as copy:
                                 for _, r in batch.values():
                                     copy.write_row(r + fixed_values)
                         except dbapi.Error as e:  # as SQLAlchemy raises it for an INSERT (IntegrityError, ...)
@@ -1194,7 +1209,7 @@ class Ledger:
             "r.attempts, r.max_hours, r.max_usd, r.owner ORDER BY r.created_at DESC, r.id DESC"
             + (" LIMIT :limit" if limit is not None else "")
         )
-        params: dict = {}
+        params: dict[str, Any] = {}
         if since is not None:
             params["since"] = since
         if limit is not None:
@@ -1224,7 +1239,9 @@ class Ledger:
         if self.engine.dialect.name == "sqlite" and prefix and ord(prefix[-1]) < 0x10FFFF:
             q = q.where(Session.id >= prefix, Session.id < prefix[:-1] + chr(ord(prefix[-1]) + 1))
         else:
-            q = q.where(Session.id.startswith(prefix, autoescape=True))
+            from sqlmodel import col
+
+            q = q.where(col(Session.id).startswith(prefix, autoescape=True))
         with DbSession(self.engine) as db:
             return [r for r in db.exec(q) if r.id.startswith(prefix)]
 
@@ -1283,9 +1300,11 @@ class Ledger:
 
         Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
         see ``ledger.reads.Reads.rows_between``."""
-        return self.reads.rows_between(start, end, columns)
+        return cast(list[Any], self.reads.rows_between(start, end, columns))  # a list: not streamed
 
-    def overlapping(self, start: float | None, end: float | None, columns: Iterable[str] | None = None):
+    def overlapping(
+        self, start: float | None, end: float | None, columns: Iterable[str] | None = None
+    ) -> Iterator[Any]:
         """Stream the narrow session rows that may have spent money in [start, end).
 
         Narrow session rows that may have spent money in [start, end), streamed
@@ -1307,7 +1326,7 @@ class Ledger:
         """``sqlite`` or the SQLAlchemy dialect name (``postgresql``)."""
         return self.reads.dialect
 
-    def iter_query(self, sql: str, params: dict) -> Iterator[tuple]:
+    def iter_query(self, sql: str, params: dict[str, Any]) -> Iterator[tuple[Any, ...]]:
         """Tuples of a read-only ``sql`` with named ``:params``, streamed (flat memory)."""
         return self.reads.iter_query(sql, params)
 

@@ -31,12 +31,15 @@ from collections import namedtuple
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
 from ledger.checkpoint import WRITTEN
 from ledger.reads import Reads, Row
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
 
 # The defaults of ``ledger.models.Session`` for a row given as a dict (the columns not listed
 # default to NULL); tests/books/test_light_ledger.py checks them against the model.
@@ -57,13 +60,15 @@ SESSION_DEFAULTS: dict[str, Any] = {
     "results_path": "",
     "source": "gpuops",
 }
-EVENT_COLUMNS = ("id", "session_id", "at", "kind", "detail")
 
 
-class EventRow(namedtuple("EventRow", EVENT_COLUMNS)):
+class EventRow(namedtuple("EventRow", ["id", "session_id", "at", "kind", "detail"])):
     """An ``events`` row, read-only (attribute access like ``ledger.models.Event``)."""
 
     __slots__ = ()
+
+
+EVENT_COLUMNS = EventRow._fields
 
 
 def session_dict(fields: dict, columns: Iterable[str]) -> dict:
@@ -194,7 +199,7 @@ class EngineFile:
     A write is ``engine.begin()`` (SQLite: BEGIN IMMEDIATE; the engine's busy, connect and statement
     timeouts bound it, so ``timeout_s`` is the engine's); a read takes no write lock (``ledger_read``)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.tx = _Held("sqlalchemy", engine.dialect.name)
         self.reads = Reads(self.tx)
@@ -263,7 +268,7 @@ def add_session(f: LightFile | EngineFile, fields: dict, timeout_s: float) -> Ro
     row's ``created_at``. ValueError for an unknown column or a row without id or created_at."""
     with f.write(timeout_s) as tx:
         row = _insert(f, tx, fields)
-        return _one(f, row["id"])  # type: ignore[return-value]
+        return _one(f, row["id"])  # type: ignore[return-value]  # the row this transaction just wrote: never None
 
 
 def rebook(f: LightFile | EngineFile, fields: dict, detail: str, timeout_s: float) -> bool:
@@ -379,7 +384,7 @@ def close(
         _checked(f, fields)
         _set(tx, session_id, _typed(f, {**sets, **fields}))
         _event(tx, session_id, str(EventKind.CLOSED), sets["end_reason"], time.time())
-        return _one(f, session_id)  # type: ignore[return-value]
+        return _one(f, session_id)  # type: ignore[return-value]  # read above in this transaction: never None
 
 
 def get(f: LightFile | EngineFile, session_id: str, timeout_s: float) -> Row | None:

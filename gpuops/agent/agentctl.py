@@ -106,7 +106,7 @@ def agent_config(
         from gpuops.providers.keys import resolve_url
 
         destroy["url"] = resolve_url(
-            REGISTRY[provider].keys, getattr(settings.providers, REGISTRY[provider].section).url
+            REGISTRY[provider].key_source, getattr(settings.providers, REGISTRY[provider].section).url
         )
     users = [u for u in os.environ.get("GPUOPS_AGENT_SSH_USERS", "").split(",") if u]
     td = teardown_dict(teardown)

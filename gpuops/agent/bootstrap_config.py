@@ -183,7 +183,7 @@ def build_bootstrap_plan(
     steps.extend(dict(s) for s in b.steps)
 
     names = [s.get("name") or s.get("kind") for s in steps]
-    dup = sorted({n for n in names if names.count(n) > 1})
+    dup = sorted({n for n in names if names.count(n) > 1}, key=str)
     if dup:
         raise BadInput(f"[bootstrap] steps repeat the name {dup[0]!r}", "give every raw step a unique name")
     plan.config = {"steps": steps}

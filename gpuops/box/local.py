@@ -4,6 +4,7 @@ Each process in its own process group, recorded so that the local provider's des
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -80,7 +81,7 @@ class LocalBox:
         timer.daemon = True
         timer.start()
         try:
-            assert proc.stdout is not None
+            assert isinstance(proc.stdout, io.BufferedReader)  # stdout=PIPE, buffered: read1 reads what is there
             lines = OutputLines(on_line or _drop)  # whole characters; a line without end in pieces
             while chunk := proc.stdout.read1(READ_BYTES):
                 lines.feed(chunk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuops.box.base import (
     GET_MAX_BYTES,
@@ -21,6 +22,9 @@ from gpuops.box.base import (
     safe_name,
 )
 from gpuops.errors import BadInput, GpuopsError
+
+if TYPE_CHECKING:  # imported lazily at run time (start-up)
+    import paramiko
 
 
 def open_private(sftp, path: str):
@@ -212,8 +216,8 @@ class SSHBox:
         self.root = root
         self.keepalive_s, self.reconnect_s, self.io_timeout_s = keepalive_s, reconnect_s, io_timeout_s
         self._key = _load_key(self.key_path)
-        self._t = None
-        self._sftp = None
+        self._t: paramiko.Transport | None = None
+        self._sftp: paramiko.SFTPClient | None = None
         self.connects = 0  # how many times a connection was made (1 + reconnects)
         self.sftp_missing: str | None = None  # why SFTP is not used on this box (None: it is)
         self.skipped: list[str] = []  # what the last get() left out, and why
@@ -275,10 +279,10 @@ class SSHBox:
         except (OSError, EOFError, paramiko.SSHException) as e:
             # a refusal seen on any attempt names the cause, though the last one (cut by the deadline
             # mid-handshake on a loaded machine) may say only "No existing session"
-            e = refused[0] if refused else e
-            kind = "key refused" if refused else type(e).__name__
+            cause = refused[0] if refused else e
+            kind = "key refused" if refused else type(cause).__name__
             raise SshUnreachable(
-                f"ssh {self.user}@{self.host}:{self.port} did not answer within {budget:.0f} s ({kind}: {e})",
+                f"ssh {self.user}@{self.host}:{self.port} did not answer within {budget:.0f} s ({kind}: {cause})",
                 "raise [up] ready_timeout_seconds, or check the provider's console for the box",
             ) from None
         self.connects += 1
@@ -327,7 +331,9 @@ class SSHBox:
                 # The connection is fine; the server refused the subsystem.
                 self.sftp_missing = f"{self.host}:{self.port} has no SFTP subsystem ({e}); copying over exec (cat, tar)"
                 raise NoSftp(self.sftp_missing) from None
-            self._sftp.get_channel().settimeout(self.io_timeout_s)
+            channel = self._sftp.get_channel() if self._sftp is not None else None
+            assert channel is not None  # paramiko's from_transport opened it (it raises when it cannot)
+            channel.settimeout(self.io_timeout_s)
         return self._sftp
 
     def _exec_io(
@@ -393,6 +399,7 @@ class SSHBox:
             return fn()
 
     def _exec_capture(self, command: str, timeout: float = 30.0) -> str:
+        assert self._t is not None  # called once connected (connect, then _reconnect)
         chan = self._t.open_session(timeout=timeout)
         chan.settimeout(timeout)
         chan.exec_command(command)
@@ -712,6 +719,7 @@ class SSHBox:
                     elif m.isreg():
                         budget.file(m.size)
                         f_in = tar.extractfile(m)
+                        assert f_in is not None  # a regular member (isreg above)
                         with _local_file(local.parent, [local.name] + rel) as f_out:
                             while chunk := f_in.read(1 << 20):
                                 budget.charge(len(chunk))

@@ -876,6 +876,7 @@ def check(
         from gpuops.rental.sessions import open_ledger
 
         led = led or open_ledger(settings)
+        assert renting is not None  # rent: chk.rent_provider named it
         say = (lambda line: print(line, file=sys.stderr, flush=True)) if fmt == "table" else None
         findings += check_layers.rent(
             settings,

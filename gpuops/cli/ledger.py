@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -25,6 +26,10 @@ from gpuops.cli.options import (
     tz_option,
 )
 from gpuops.errors import BadInput
+
+if TYPE_CHECKING:
+    from ledger import Ledger
+    from ledger.reads import LedgerReader
 
 ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
 
@@ -316,6 +321,7 @@ def ledger_sync(
     from gpuops.views import ledger as ledger_view
 
     settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
+    led: Ledger | LedgerReader
     if apply:
         from ledger import Ledger
 

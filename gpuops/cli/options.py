@@ -221,7 +221,7 @@ def output_options(
 
             return command(*args, fmt=pick(fmt, json_out, csv_out, allowed=formats), **kwargs)
 
-        run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]  # what inspect.signature (typer) reads
         run.__annotations__ = {p.name: p.annotation for p in params}
         return run
 

@@ -127,7 +127,7 @@ def volumes_list(
     vols, notes = [], []
     if not names:
         keyed = [n for n in MARKETPLACES if n in WITH_VOLUMES]
-        notes.append(f"no {titles(keyed)} key found: set {' or '.join(REGISTRY[n].keys.env_var for n in keyed)}")
+        notes.append(f"no {titles(keyed)} key found: set {' or '.join(REGISTRY[n].key_source.env_var for n in keyed)}")
     for name in names:
         try:
             from gpuops.views.progress import waiting
@@ -158,7 +158,7 @@ def volumes_create(
 
     check_name(name)
     check_size(size_gb)
-    need = REGISTRY[provider].volumes().region_required if provider in WITH_VOLUMES else None  # type: ignore[misc]
+    need = REGISTRY[provider].volume_type.region_required if provider in WITH_VOLUMES else None
     if need and not region:
         raise BadInput(*need)
     with _input_errors():

@@ -716,7 +716,7 @@ def architecture(config: dict) -> Architecture:
         mamba=mamba,
         mamba_layers=mamba_n,
         attention_chunk=chunk,
-        vision_tokens=_vision_tokens(config, vision) if "vision" in bd else 0,
+        vision_tokens=_vision_tokens(config, vision) if vision is not None and "vision" in bd else 0,
     )
 
 

@@ -220,7 +220,7 @@ def weight_bytes(arch: Architecture, dtype: str, quant: Quant | None) -> tuple[i
     parts: dict[str, int] = {}
     for k, n in arch.breakdown.items():
         q = quant is not None and (k in quant.parts or (k == "lm_head" and quant.lm_head))
-        parts[k] = int(math.ceil(n * (quant.bytes_per_param if q else base)))
+        parts[k] = int(math.ceil(n * (quant.bytes_per_param if q and quant is not None else base)))
     return sum(parts.values()), parts
 
 

@@ -571,6 +571,7 @@ def _layout_notes(arch: Architecture, layout: KVLayout, kv: str, dtype: str, seq
     """What the engine's KV cache layout does to this model, one line each (the plan's warnings)."""
     out: list[str] = []
     if arch.mamba_layers:
+        assert arch.mamba is not None  # mamba_layers counts its layers
         out.append(
             f"{arch.mamba_layers} {arch.mamba.kind} layers ({arch.mamba.source}) hold a fixed state per request, no per-token KV; "
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a state "
@@ -746,6 +747,7 @@ def plan(
     if engine == "vllm" and arch.max_context and arch.max_context > seq:
         short = [c.card.name for c in p.cards if c.fits and not c.context_fits]
         if short:
+            assert p.kv_layout is not None  # a vLLM plan has its layout
             need = p.kv_layout.layer_bytes(arch.max_context, mnbt or ref_mnbt)
             p = replace(
                 p,

@@ -102,7 +102,7 @@ def storage_plan(
             f"--provider must be {' or '.join(WITH_VOLUMES)}, got {provider!r}",
             f"volumes exist on {' and '.join(WITH_VOLUMES)}",
         )
-    service = REGISTRY[provider].volumes()  # type: ignore[misc]
+    service = REGISTRY[provider].volume_type
     src = load_model(model)
     p = planner.plan(src, dtype=dtype, card=card)
     if src.weights_total_size:

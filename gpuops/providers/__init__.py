@@ -92,6 +92,6 @@ def configured(settings: SettingsView) -> list[str]:
     out = []
     for name in MARKETPLACES:
         cfg = getattr(settings.providers, REGISTRY[name].section)
-        if resolve_key(REGISTRY[name].keys, cfg.api_key, settings.source) is not None:
+        if resolve_key(REGISTRY[name].key_source, cfg.api_key, settings.source) is not None:
             out.append(name)
     return out

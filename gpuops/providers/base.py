@@ -15,6 +15,7 @@ provider method except bugs.
 from __future__ import annotations
 
 import abc
+import builtins  # a method named list shadows the type in its class
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,7 +208,7 @@ def guarded(fn: Callable[..., T]) -> Callable[..., T]:
         with guard(f"{self.name}: {fn.__name__}", self.call_deadline_s, self.max_reply_bytes):
             return fn(self, *args, **kwargs)
 
-    call.guarded = True  # type: ignore[attr-defined]
+    call.guarded = True  # type: ignore[attr-defined]  # a mark on the wrapper function, read by the provider tests
     return call
 
 
@@ -274,6 +275,9 @@ class Provider(abc.ABC):
     # False for a provider that makes no HTTP call (local): ``@guarded`` runs its methods bare (the
     # guard would import requests, ~30 ms of `watchdog --once` start-up, only to guard nothing).
     http_calls: bool = True
+    # What `up` says once when it rents a box of this provider that is not contained from the
+    # user's own files ("" for a rented box, which is another machine).
+    containment_note: str = ""
 
     # The methods that are one provider call each: an HTTP provider's own definitions carry @guarded.
     GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label", "billing")
@@ -321,7 +325,7 @@ class Provider(abc.ABC):
         return None
 
     # -- capabilities: the defaults of a provider without the mixin ------------------------------
-    def billing(self, since: float, until: float) -> list[ChargeLine]:
+    def billing(self, since: float, until: float) -> builtins.list[ChargeLine]:
         """The provider's own charge lines over [``since``, ``until``) (``HasBilling``).
 
         Without it: ProviderError UNSUPPORTED, which ``ledger sync`` shows as "not compared"."""
@@ -355,7 +359,7 @@ class HasBilling(Provider):
     """Capability: the provider's own billing, as ``ledger.billing.ChargeLine`` records."""
 
     @abc.abstractmethod
-    def billing(self, since: float, until: float) -> list[ChargeLine]:
+    def billing(self, since: float, until: float) -> builtins.list[ChargeLine]:
         """The provider's own charge lines over [``since``, ``until``) epoch s, every page read.
 
         ``ledger.billing.ChargeLine``: provider, instance id, USD, period, kind

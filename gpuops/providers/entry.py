@@ -7,7 +7,7 @@ so this module imports no provider class, SDK or ``logging``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -61,7 +61,7 @@ class KeySource:
     env_var: str
     url_var: str
     default_url: str
-    files: Callable[[dict], list[Path]] = lambda env: []
+    files: Callable[[Mapping[str, str]], list[Path]] = lambda env: []
     read_file: Callable[[Path], str] = read_key_file
     url_tails: tuple[str, ...] = ()
     console: str = ""
@@ -116,6 +116,20 @@ class ProviderEntry:
     def needs_key(self) -> bool:
         """Whether it rents on an account (an API key)."""
         return self.keys is not None
+
+    @property
+    def key_source(self) -> KeySource:
+        """``keys`` of a marketplace. Raises ValueError for a provider that needs no key (``local``)."""
+        if self.keys is None:
+            raise ValueError(f"provider {self.name.value} needs no API key")
+        return self.keys
+
+    @property
+    def volume_type(self) -> type[VolumeService]:
+        """Its volume service class (``volumes()``). Raises ValueError for a provider without volumes."""
+        if self.volumes is None:
+            raise ValueError(f"provider {self.name.value} has no volumes")
+        return self.volumes()
 
     @property
     def agent_destroy_kind(self) -> str:

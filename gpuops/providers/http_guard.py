@@ -108,7 +108,7 @@ def _install() -> None:
             resp._content_consumed = True
             return resp
 
-        HTTPAdapter.send = send
+        HTTPAdapter.send = send  # type: ignore[method-assign]  # the guard is installed on the class, once per process
         _INSTALLED = True
 
 

@@ -20,6 +20,7 @@ import logging
 import os
 import stat
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +91,7 @@ def _key_in_file(path: str, name: str) -> bool:
 
 
 def resolve_key(
-    source: KeySource, configured: str = "", config_source: str | None = None, env: dict | None = None
+    source: KeySource, configured: str = "", config_source: str | None = None, env: Mapping[str, str] | None = None
 ) -> Credential | None:
     """The API key for the marketplace of ``source`` (its entry's ``keys``), or None when none is set anywhere.
 
@@ -113,7 +114,7 @@ def resolve_key(
     return None
 
 
-def resolve_url(source: KeySource, configured: str = "", env: dict | None = None) -> str:
+def resolve_url(source: KeySource, configured: str = "", env: Mapping[str, str] | None = None) -> str:
     """API base URL of the provider of ``source``.
 
     ``[providers.<name>] url``, else its ``KeySource.url_var`` (``RUNPOD_API_BASE_URL`` /

@@ -35,6 +35,7 @@ class ProviderError(GpuopsError):
     left an instance behind (it must be destroyed)."""
 
     exit_code = 1
+    retry_after_s: float | None = None  # the server's Retry-After, seconds, when it sent one (providers.retry)
 
     def __init__(self, kind: ProviderErrorKind, message: str, fix: str | None = None, instance_id: str | None = None):
         super().__init__(message, fix)

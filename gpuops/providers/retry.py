@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuops.providers.base import Instance, ProviderError
 
@@ -96,7 +96,7 @@ def call_with_retries(
     def past_deadline(state: RetryCallState) -> bool:  # the next wait would end past the deadline
         return deadline is not None and clock() + state.upcoming_sleep > deadline
 
-    stops = [past_deadline]
+    stops: list[Any] = [past_deadline]  # stop_base instances and a plain predicate: stop_any calls each
     if policy.attempts is not None:
         stops.append(stop_after_attempt(max(1, policy.attempts)))
     if policy.budget_s is not None:
@@ -105,7 +105,7 @@ def call_with_retries(
         retry=retry_if_exception(retry_on),
         stop=stop_any(*stops),
         wait=wait,
-        after=after,
+        after=after,  # type: ignore[arg-type]  # tenacity skips a None after (Retrying._begin_iter), its annotation says a callable
         before_sleep=before_sleep,
         sleep=sleep or time.sleep,
         reraise=True,

@@ -23,7 +23,7 @@ def parse_ref(ref: str) -> tuple[str, str]:
             f"drop --volume for a {prov} run, or rent on --provider {choices(have, ' / ')}",
         )
     if not sep or prov not in have or not ident or not VOLUME_NAME.match(ident):
-        examples = [REGISTRY[n].volumes().example for n in have[:2]]  # type: ignore[misc]
+        examples = [REGISTRY[n].volume_type.example for n in have[:2]]
         eg = f"--volume {examples[0]}" + (f' or [storage] volume = "{examples[1]}"' if len(examples) > 1 else "")
         raise BadInput(f"volume {ref!r} is not <provider>:<id or name>", f"e.g. {eg}; see `gpuops volumes list`")
     return prov, ident

@@ -17,6 +17,7 @@ both providers' storage prices use) or USD/h where said.
 from __future__ import annotations
 
 import abc
+import builtins  # a method named list shadows the type in its class
 import re
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -111,7 +112,7 @@ class VolumeService(abc.ABC):
         """Delete the volume. Idempotent: a volume the provider no longer knows is success."""
 
     @abc.abstractmethod
-    def mountable(self, volume: Volume, offers: list) -> list:
+    def mountable(self, volume: Volume, offers: builtins.list) -> builtins.list:
         """The offers (re-tagged where needed) that can mount ``volume``."""
 
     def where(self, volume: Volume) -> str:

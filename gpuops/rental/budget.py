@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import time
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gpuops.errors import BadInput
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 def check_budget(
@@ -78,7 +82,7 @@ def check_budget(
                 if fits_h >= 0.01
                 else f"{remedy}; nothing fits now",
             )
-            err.limit = limit  # type: ignore[attr-defined]  the end reason a run stops with (gpuops.rental.launcher)
+            err.limit = limit
             raise err
     return round(need, 6)
 
@@ -91,7 +95,7 @@ def month_start_end(now: float | None = None) -> tuple[float, float]:
     return month_bounds(datetime.fromtimestamp(now).strftime("%Y-%m"))
 
 
-def assert_not_refused(ledger, provider: str, account: str | None = None, owner: str | None = None) -> None:
+def assert_not_refused(ledger: Ledger, provider: str, account: str | None = None, owner: str | None = None) -> None:
     """Raise BadInput when the watchdog refuses new boxes for ``provider`` to this account and owner.
 
     Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all) to this
@@ -109,11 +113,11 @@ def assert_not_refused(ledger, provider: str, account: str | None = None, owner:
                 if r.reason == "balance_floor"
                 else "raise teardown.monthly_cap_usd or wait for next month",
             )
-            err.limit = r.reason if r.reason in ("balance_floor", "monthly_cap") else None  # type: ignore[attr-defined]
+            err.limit = r.reason if r.reason in ("balance_floor", "monthly_cap") else None
             raise err
 
 
-def budget_for_up(ledger, settings, provider, price_usd_h: float) -> float:
+def budget_for_up(ledger: Ledger, settings, provider, price_usd_h: float) -> float:
     """What `up` calls before the intent row.
 
     Refusals, then ``check_budget`` with the provider's balance and the ledger's month-to-date

@@ -20,10 +20,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import GpuopsError
 from gpuops.providers import ACCOUNTLESS  # the registry: names only
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 
 class Verdict(str, enum.Enum):
@@ -166,14 +169,14 @@ def key_findings(settings, names: Iterable[str]) -> list[Finding]:
     out = []
     for name in names:
         cfg = getattr(settings.providers, REGISTRY[name].section)
-        cred = resolve_key(REGISTRY[name].keys, cfg.api_key, settings.source)
+        cred = resolve_key(REGISTRY[name].key_source, cfg.api_key, settings.source)
         if cred is None:
             out.append(
                 Finding(
                     f"keys.{name}",
                     Verdict.SKIP,
-                    f"no {name} API key (not in ${REGISTRY[name].keys.env_var}, infra.toml or the {name} CLI's file)",
-                    f"export {REGISTRY[name].keys.env_var}=... to use {name}",
+                    f"no {name} API key (not in ${REGISTRY[name].key_source.env_var}, infra.toml or the {name} CLI's file)",
+                    f"export {REGISTRY[name].key_source.env_var}=... to use {name}",
                 )
             )
             continue
@@ -348,7 +351,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     return [Finding("ledger", Verdict.OK, detail, data=data)], Ledger(url)
 
 
-def open_findings(settings, led) -> list[Finding]:
+def open_findings(settings, led: Ledger) -> list[Finding]:
     """What is open now in the ledger.
 
     Each of our open sessions (a box that may be billing) is a warning named first, with the command
@@ -383,7 +386,7 @@ def open_findings(settings, led) -> list[Finding]:
     return out
 
 
-def watchdog_findings(led) -> list[Finding]:
+def watchdog_findings(led: Ledger) -> list[Finding]:
     """The newest watchdog pass on this ledger (``gpuops.rental.watchdog_passes``).
 
     OK when a watchdog passed within three of its own intervals; else a warning, since the balance
@@ -476,7 +479,7 @@ def offline(
 
 
 # -- live ------------------------------------------------------------------------------------------
-def live(settings, led, provider: str | None = None, providers: dict | None = None) -> list[Finding]:
+def live(settings, led: Ledger, provider: str | None = None, providers: dict | None = None) -> list[Finding]:
     """``--live``: each keyed provider's account, offers, our instances and volumes, and billing.
 
     ``--live``: per provider with a key (``provider``: that one, and a missing key fails),
@@ -588,7 +591,7 @@ def live(settings, led, provider: str | None = None, providers: dict | None = No
     return out
 
 
-def _instances(p, led, name: str) -> list[Finding]:
+def _instances(p, led: Ledger, name: str) -> list[Finding]:
     from gpuops.providers.base import InstanceStatus
 
     try:
@@ -648,7 +651,7 @@ def _volumes(p, name: str) -> list[Finding]:
     return out
 
 
-def _billing(settings, led, names: list[str], built: dict) -> list[Finding]:
+def _billing(settings, led: Ledger, names: list[str], built: dict) -> list[Finding]:
     """This month's billing of ``names`` against the books: ``ledger sync`` without --apply."""
     if not names:
         return []

@@ -30,12 +30,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.errors import BadInput, GpuopsError
 from gpuops.providers.base import InstanceStatus, OfferQuery, Provider, ProviderError
 from gpuops.rental.check import Finding, Verdict
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 EXPERIMENT = "check"
 LAYERS = ("job_end", "idle", "ttl")
@@ -147,7 +150,7 @@ class CheckRun:
     def __init__(
         self,
         settings,
-        ledger,
+        ledger: Ledger,
         provider: Provider,
         max_price: float,
         cap: dict,
@@ -250,6 +253,7 @@ class CheckRun:
         job = self.dir / f"{name}.sh"
         seconds = c.job_seconds if name == "job_end" else SLEEP_JOB_S
         job.write_text(f"# gpuops check: the {name} layer\nsleep {shlex.quote(f'{seconds:g}')}\n")
+        session = f"check-{self.run_id}-{name}".replace("_", "-").lower()
         layer = Layer(
             name=name,
             note=f"gpuops check {self.run_id} {name}",
@@ -257,7 +261,7 @@ class CheckRun:
             idle_minutes=f"{c.idle_minutes:g}" if name == "idle" else "off",
             max_hours=self.cap["max_hours"][name],
             log=self.dir / f"{name}.log",
-            session=f"check-{self.run_id}-{name}".replace("_", "-").lower(),
+            session=session,
         )
         argv = [
             sys.executable,
@@ -273,7 +277,7 @@ class CheckRun:
             "--note",
             layer.note,
             "--name",
-            layer.session,
+            session,
             "--max-hours",
             repr(layer.max_hours),
             "--idle-minutes",
@@ -314,6 +318,7 @@ class CheckRun:
             rc = layer.proc.poll() if layer.proc is not None else None
             kinds = {e.kind for e in self.ledger.events(layer.row_id)} if layer.row_id else set()
             if {EventKind.ARMED, EventKind.JOB_STARTED} <= kinds and rc is None:
+                assert layer.proc is not None and layer.row_id is not None  # _start ran it; kinds came from its row
                 _kill(layer.proc)  # the laptop is gone: only the agent is left
                 layer.killed_at = self.clock()
                 layer.job_started_at = next(
@@ -400,6 +405,7 @@ class CheckRun:
             self._held(layer, stopped=True)
             return
         self._read_status(layer, inst)
+        assert layer.due_at is not None and layer.trigger_at is not None  # _due set them (watched once killed)
         if now > layer.due_at:
             d = (layer.status or {}).get("destroy") or {}
             errors = (layer.status or {}).get("errors") or [""]
@@ -428,6 +434,9 @@ class CheckRun:
     def _held(self, layer: Layer, stopped: bool = False) -> None:
         """The box went (or stopped) on its own: book it, judge the reason the agent gave."""
         seen = layer.stopped_at if stopped else layer.gone_at
+        assert (
+            seen is not None and layer.trigger_at is not None and layer.row_id is not None
+        )  # set by _watch, _due, _row
         measured = round(seen - layer.trigger_at, 1)
         d = (layer.status or {}).get("destroy") or {}
         reason = d.get("reason")
@@ -549,8 +558,8 @@ class CheckRun:
 
     def _books(self) -> list[Finding]:
         """Booked seconds and cost of each rental beside the provider's billing."""
-        rows = [self.ledger.get(layer.row_id) for layer in self.layers if layer.row_id]
-        rows = [r for r in rows if r is not None and r.instance_id]
+        got = [self.ledger.get(layer.row_id) for layer in self.layers if layer.row_id]
+        rows = [r for r in got if r is not None and r.instance_id]
         if not rows:
             return []
         booked_s = sum(r.billed_seconds or 0 for r in rows)
@@ -603,7 +612,7 @@ class CheckRun:
 
 def rent(
     settings,
-    ledger,
+    ledger: Ledger,
     provider: Provider,
     max_usd: float | None = None,
     max_minutes: float | None = None,

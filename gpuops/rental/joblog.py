@@ -13,8 +13,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import EventKind
+
+if TYPE_CHECKING:
+    from gpuops.box.base import Box
+    from ledger import Ledger
 
 # The most a finishing fetch appends (bytes): the rest of a log `up` was following, not a new copy of a
 # runaway one. Past it the copy is marked incomplete at that byte.
@@ -22,7 +27,7 @@ MAX_FETCH_BYTES = 256 * 2**20
 INCOMPLETE = "[gpuops] this copy of the job log is incomplete"
 
 
-def drained(ledger, session_id: str) -> bool:
+def drained(ledger: Ledger, session_id: str) -> bool:
     """True when `up` followed the job's log to its end, or the copy was already finished.
 
     Followed: its ``job_exited`` event carries ``log_bytes``; finished: ``log_kept``."""
@@ -38,7 +43,7 @@ def drained(ledger, session_id: str) -> bool:
     return False
 
 
-def keep_log(ledger, row, open_box: Callable[[], object], by: str, close: bool = True) -> dict | None:
+def keep_log(ledger: Ledger, row, open_box: Callable[[], Box | None], by: str, close: bool = True) -> dict | None:
     """Finish the kept copy of ``row``'s job log before its box is destroyed.
 
     Append what the box's log (``gpuops.agent.jobio.LOG``) holds past the copy's size.
@@ -81,7 +86,7 @@ def keep_log(ledger, row, open_box: Callable[[], object], by: str, close: bool =
         return None
 
 
-def _fetch(open_box: Callable[[], object], offset: int, close: bool) -> tuple[bytes | None, str | None]:
+def _fetch(open_box: Callable[[], Box | None], offset: int, close: bool) -> tuple[bytes | None, str | None]:
     """(the box's job log from ``offset``, None) or (None, why it could not be read)."""
     from gpuops.agent.jobio import LOG
 
@@ -92,14 +97,14 @@ def _fetch(open_box: Callable[[], object], offset: int, close: bool) -> tuple[by
     if box is None:
         return None, "the box was gone before the rest could be fetched"
     try:
-        got = box.read_file(LOG, offset)  # type: ignore[attr-defined]
+        got = box.read_file(LOG, offset)
         return (got or b"", None) if got is not None else (None, "the box holds no job log")
     except Exception as e:  # noqa: BLE001
         return None, f"the box could not be read before it was destroyed ({type(e).__name__})"
     finally:
         if close:
             try:
-                box.close()  # type: ignore[attr-defined]
+                box.close()
             except Exception:  # noqa: BLE001
                 pass
 

@@ -25,9 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from bootstrap.policy import MAX_HOURS
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.agent.jobio import tokens_from_metrics
 from gpuops.config import Settings
@@ -44,6 +46,11 @@ from gpuops.providers.base import (
 )
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
+
+if TYPE_CHECKING:
+    from gpuops.box.base import Box
+    from gpuops.providers.volumes import Volume
+    from ledger import Ledger
 
 # On the box, everything gpuops owns lives under <root>/.gpuops
 META = ".gpuops"
@@ -74,7 +81,7 @@ class UpRequest:
     spot: bool = True
     spot_explicit: bool = False  # --spot/--on-demand was typed (a provider without spot then refuses)
     max_usd_per_hour: float | None = None
-    max_hours: float = 4.0
+    max_hours: float = MAX_HOURS
     note: str = ""
     gpu_count: int = 1
     need_bytes_per_gpu: int = 0
@@ -105,7 +112,7 @@ class OfferChoice:
     candidates: list[Offer]
     projected_cost_usd: float  # the offer's price as rented (Offer.price: the bid on spot) x max_hours
     need_bytes_per_gpu: int = 0  # VRAM per GPU the model needs (0: no --model)
-    volume: object | None = None  # gpuops.providers.volumes.Volume mounted at create
+    volume: Volume | None = None  # mounted at create
     notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.planning.offers.screen)
 
     def as_json(self, settings: Settings) -> dict:
@@ -319,7 +326,7 @@ def _signals_raise() -> Iterator[list]:
     `nohup gpuops up ... &` keeps the run (and its box) going when the terminal closes, and so does
     the SIGINT a shell without job control ignores for `cmd &`. The other layers (TTL, idle window,
     the box's own watchdog) still end such a run."""
-    fired = []
+    fired: list[int] = []
 
     def handler(signum, _frame):
         if fired:
@@ -412,7 +419,7 @@ class UpRun:
     req: UpRequest
     offer: Offer | None = None
     instance: Instance | None = None
-    box: object | None = None
+    box: Box | None = None
     exit_code: int | None = None
     end_reason: EndReason | None = None
     stage: str = "intent"
@@ -462,7 +469,7 @@ def run_up(
     settings: Settings,
     reporter: Reporter,
     provider: Provider | None = None,
-    ledger=None,
+    ledger: Ledger | None = None,
     open_box: Callable | None = None,
 ) -> dict:
     """Run the whole state machine; return the summary dict (see ``summary``).
@@ -554,7 +561,7 @@ def _with_failure(summ: dict, failure: BaseException | None, s: UpRun) -> dict:
     return summ
 
 
-def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = "", **run: object) -> UpRun:
+def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = "", **run: Any) -> UpRun:
     """A rental's id, label and log file (0600 from the first byte).
 
     ``name``: the one `up --name` chose, else a new one. ``run``: the UpRun fields of a run's rental (run_id, attempt,
@@ -562,7 +569,7 @@ def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = 
     import os
 
     sid = name or new_session_id()
-    s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}", **run)  # type: ignore[arg-type]
+    s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}", **run)
     logs_dir = settings.private_data_path() / "logs"
     logs_dir.mkdir(mode=0o700, exist_ok=True)
     s.log_path = logs_dir / f"{sid}.log"
@@ -570,7 +577,9 @@ def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = 
     return s
 
 
-def _intent(s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger, reporter: Reporter) -> None:
+def _intent(
+    s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger: Ledger, reporter: Reporter
+) -> None:
     """Write the rental's row BEFORE anything is created, with its limits on it.
 
     The row is a dict of its columns: the ledger's light path writes it without importing the ORM's model."""
@@ -609,7 +618,7 @@ def _rent(
     settings: Settings,
     reporter: Reporter,
     provider: Provider,
-    ledger,
+    ledger: Ledger,
     open_box: Callable | None,
     signalled: list,
     intent: Callable[[], None] | None = None,
@@ -663,7 +672,7 @@ def _rent(
     return failure
 
 
-def _has_row(ledger, session_id: str) -> bool:
+def _has_row(ledger: Ledger, session_id: str) -> bool:
     """True when this process wrote (or read) the session's row.
 
     A run's intent that a signal cut before the row was written has nothing to end."""
@@ -679,7 +688,7 @@ class TakenBack(GpuopsError):
 TAKEN_BACK_POLL_S = 10.0
 
 
-def _taken_back(s: UpRun, provider: Provider, ledger, stage: str | None = None) -> bool:
+def _taken_back(s: UpRun, provider: Provider, ledger: Ledger, stage: str | None = None) -> bool:
     """True when the provider's own state says the rental's interruptible box was taken back.
 
     Stopped or exited while spot (outbid, host gone; never guessed from a silent box); writes
@@ -715,7 +724,7 @@ def _rental_settings(settings: Settings, hours: float, usd: float | None) -> Set
     return msgspec.structs.replace(settings, teardown=t)
 
 
-def _spent(rentals: list[UpRun], ledger) -> tuple[float, float, bool]:
+def _spent(rentals: list[UpRun], ledger: Ledger) -> tuple[float, float, bool]:
     """(billed seconds, cost USD, all closed) of a run's rentals, from the rows this process holds."""
     secs = usd = 0.0
     closed = True
@@ -748,7 +757,7 @@ def _run_recovering(
     settings: Settings,
     reporter: Reporter,
     provider: Provider,
-    ledger,
+    ledger: Ledger,
     open_box: Callable | None,
 ) -> dict:
     """`up --recover N`: one run of up to N + 1 rentals.
@@ -898,7 +907,7 @@ def _run_recovering(
     return _with_failure(summ, failure, rentals[-1] if rentals else UpRun(id="", req=req))
 
 
-def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: str) -> dict:
+def _run_summary(run_id: str, rentals: list[UpRun], ledger: Ledger, end: str, detail: str) -> dict:
     """The last rental's summary with the run on top.
 
     ``run`` (id, end reason, detail), ``rentals``
@@ -920,7 +929,7 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: st
         "results_copy": None,
         "status": None,
     }
-    last = dict(parts[-1]) if parts else empty  # a signal before the first row was written
+    last: dict[str, Any] = dict(parts[-1]) if parts else empty  # a signal before the first row was written
     rows = [
         {
             "session": x["session"],
@@ -949,7 +958,7 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger, end: str, detail: st
     return last
 
 
-def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> None:
+def _book_failure(s: UpRun, ledger: Ledger, reporter: Reporter, e: BaseException) -> None:
     """Events (and the traceback of a bug) for a failure the stage table booked.
 
     Never raises: a ledger or disk that fails here must not skip the teardown."""
@@ -961,7 +970,7 @@ def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> Non
             import traceback
 
             ledger.event(s.id, EventKind.ERROR, f"{type(e).__name__}: {e}")
-            with open(s.log_path, "a", encoding="utf-8") as log:  # type: ignore[arg-type]
+            with open(s.log_path, "a", encoding="utf-8") as log:  # type: ignore[arg-type]  # _new_rental set it
                 log.write("gpuops internal error:\n" + traceback.format_exc())
         ledger.event(s.id, EventKind.STAGE_FAILED, detail)
     except Exception:  # noqa: BLE001
@@ -973,14 +982,14 @@ def _book_failure(s: UpRun, ledger, reporter: Reporter, e: BaseException) -> Non
 
 
 def _create(
-    s: UpRun, p: OfferChoice, provider: Provider, ledger, reporter: Reporter, label: str, settings: Settings
+    s: UpRun, p: OfferChoice, provider: Provider, ledger: Ledger, reporter: Reporter, label: str, settings: Settings
 ) -> EndReason | None:
     """Rent the first offer that can be rented; book what was delivered.
 
     The outcome ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {price_words(p.offer)}")
-    if getattr(provider, "containment_note", ""):  # said once per `up`: what the box can reach of ours
+    if provider.containment_note:  # said once per `up`: what the box can reach of ours
         reporter.warn(provider.containment_note)
     ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
@@ -1084,7 +1093,7 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
 
 
 def _ready(
-    s: UpRun, provider: Provider, ledger, reporter: Reporter, settings: Settings, open_box: Callable | None
+    s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter, settings: Settings, open_box: Callable | None
 ) -> None:
     reporter.stage("ready")
     assert s.instance is not None
@@ -1108,7 +1117,7 @@ def _ready(
     ledger.event(s.id, EventKind.READY)
 
 
-def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: Reporter) -> None:
+def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, reporter: Reporter) -> None:
     """Reconcile this provider before renting (orphans, gone boxes); a failure only warns."""
     from gpuops.rental.reconcile import Context, reconcile
 
@@ -1120,7 +1129,7 @@ def _quick_reconcile(settings: Settings, ledger, provider: Provider, reporter: R
         reporter.warn(f"reconcile skipped: {e}")
 
 
-def _watchdog_note(ledger, reporter: Reporter) -> None:
+def _watchdog_note(ledger: Ledger, reporter: Reporter) -> None:
     """Warn once when no watchdog passed over the ledger within three of its intervals.
 
     Then only the box's own agent guards the rental (gpuops.rental.watchdog_passes.guarded_recently)."""
@@ -1133,17 +1142,18 @@ def _watchdog_note(ledger, reporter: Reporter) -> None:
         )
 
 
-def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
+def _arm(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
     """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
     from gpuops.agent import agentctl
 
     reporter.stage("arm")
     row = ledger.held(s.id) or ledger.get(s.id)  # written by this run: in memory, no read to wait on
+    assert s.instance is not None and s.box is not None and row is not None  # rented, connected, booked before arm
     cfg = agentctl.agent_config(
         session_id=s.id,
         provider=provider.name,
         instance_id=s.instance.id,
-        root=s.box.root,  # type: ignore[union-attr]
+        root=s.box.root,
         teardown=settings.teardown,
         started_at=row.instance_created_at,
         usd_per_hour=row.usd_per_hour,
@@ -1153,7 +1163,7 @@ def _arm(s: UpRun, ledger, reporter: Reporter, settings: Settings, provider: Pro
     ledger.event(s.id, EventKind.ARMED)
 
 
-def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
+def _bootstrap(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
     """Run bootstrap.py's steps; None when every step passed, else the outcome.
 
     The outcome: bootstrap_failed, or ttl when max_hours ran out during it."""
@@ -1168,7 +1178,8 @@ def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndR
     remaining = s.ttl_deadline - time.time() if s.ttl_deadline is not None else None
     ttl_bound = remaining is not None and remaining < plan.timeout
     if ttl_bound:
-        plan.timeout = max(remaining, 0.1)  # type: ignore[type-var]
+        assert remaining is not None  # what ttl_bound checked
+        plan.timeout = max(remaining, 0.1)
     try:
         res = run_bootstrap_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
     except TimeoutError:
@@ -1198,7 +1209,7 @@ def _bootstrap(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> EndR
 
 def _job(
     s: UpRun,
-    ledger,
+    ledger: Ledger,
     reporter: Reporter,
     settings: Settings,
     provider: Provider | None = None,
@@ -1212,10 +1223,11 @@ def _job(
     from gpuops.box.base import OutputLines
 
     box = s.box
+    assert box is not None  # connected by the box stage
     req = s.req
     reporter.stage("job", req.job.name)
-    box.put(req.job, f"{META}/job/{req.job.name}")  # type: ignore[union-attr]
-    metrics = f"{box.root}/{META}/metrics.jsonl"  # type: ignore[union-attr]
+    box.put(req.job, f"{META}/job/{req.job.name}")
+    metrics = f"{box.root}/{META}/metrics.jsonl"
     import os
 
     env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
@@ -1238,7 +1250,7 @@ def _job(
     import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
     lines = OutputLines(reporter.job_line)  # whole characters; a line without end in pieces
 
-    with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
+    with open(s.log_path, "ab") as log:  # type: ignore[arg-type]  # _new_rental set it
 
         def sink(chunk: bytes) -> None:
             s.last_seen_at = time.time()
@@ -1322,7 +1334,7 @@ def _log_poll_s(box) -> float:
     return LOCAL_LOG_POLL_S if getattr(box, "local_reads", False) else LOG_POLL_S
 
 
-def _book_live(s: UpRun, ledger) -> None:
+def _book_live(s: UpRun, ledger: Ledger) -> None:
     """Book what `ps` shows of the running box (``gpuops.rental.live``).
 
     The tokens the job has written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
@@ -1346,7 +1358,7 @@ def _book_live(s: UpRun, ledger) -> None:
     record_live(ledger, s.id, tokens=tokens, idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
 
 
-def _resume_env(s: UpRun, ledger, settings: Settings) -> dict[str, str]:
+def _resume_env(s: UpRun, ledger: Ledger, settings: Settings) -> dict[str, str]:
     """A run's job environment.
 
     ``GPUOPS_RUN``, ``GPUOPS_ATTEMPT`` (1, 2, ...) and
@@ -1358,22 +1370,23 @@ def _resume_env(s: UpRun, ledger, settings: Settings) -> dict[str, str]:
     from gpuops.box.base import q
 
     box = s.box
+    assert box is not None  # connected by the box stage
     volume = s.instance.extra.get("volume_path") if s.instance is not None else None
     results = settings.job.results.strip("/") or f"{META}/resume"
     if volume:
         where = f"{volume.rstrip('/')}/gpuops/runs/{s.run_id}"
     else:
-        where = f"{str(box.root).rstrip('/')}/{results}"  # type: ignore[union-attr]
+        where = f"{str(box.root).rstrip('/')}/{results}"
         if s.resume_from is not None:
-            box.put(s.resume_from, results)  # type: ignore[union-attr]
+            box.put(s.resume_from, results)
             files = sum(1 for p in s.resume_from.rglob("*") if p.is_file())
             ledger.event(s.id, EventKind.RESUME, {"from": s.resume_from.name, "files": files, "dir": where})
-    box.run(f"mkdir -p {q(where)}", timeout=60)  # type: ignore[union-attr]
+    box.run(f"mkdir -p {q(where)}", timeout=60)
     s.synced_at = time.monotonic()
     return {"GPUOPS_RUN": s.run_id, "GPUOPS_ATTEMPT": str(s.attempt), "GPUOPS_RESUME_DIR": where}
 
 
-def _run_poll(s: UpRun, ledger, settings: Settings, provider: Provider) -> Callable[[], None]:
+def _run_poll(s: UpRun, ledger: Ledger, settings: Settings, provider: Provider) -> Callable[[], None]:
     """What `up` does between two log reads of a run's job.
 
     Every ``TAKEN_BACK_POLL_S`` ask the provider whether the spot box was taken back (raises TakenBack); every ``[job]
@@ -1396,7 +1409,7 @@ def _run_poll(s: UpRun, ledger, settings: Settings, provider: Provider) -> Calla
     return poll
 
 
-def _sync_home(s: UpRun, ledger, settings: Settings, results: str) -> None:
+def _sync_home(s: UpRun, ledger: Ledger, settings: Settings, results: str) -> None:
     """Copy the job's results home now and read its tokens.
 
     Verified and resumable: what is home already is not read again; a copy that fails only waits for the next one."""
@@ -1417,13 +1430,15 @@ def _sync_home(s: UpRun, ledger, settings: Settings, results: str) -> None:
 def _read_tokens(s: UpRun) -> int | None:
     """Tokens the job wrote to $GPUOPS_METRICS so far (None when the box cannot be read)."""
     try:
-        raw = s.box.read_file(f"{META}/metrics.jsonl")  # type: ignore[union-attr]
+        if s.box is None:
+            return None  # never connected: nothing to read
+        raw = s.box.read_file(f"{META}/metrics.jsonl")
     except Exception:  # noqa: BLE001  the box may be gone; the caller books what it has
         return None
     return tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else 0
 
 
-def _collect(s: UpRun, ledger, reporter: Reporter, settings: Settings) -> None:
+def _collect(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings) -> None:
     """Book the tokens first (they are the rental's work), then copy results back."""
     box = s.box
     got = _read_tokens(s)
@@ -1488,7 +1503,7 @@ def _agent_reason(s: UpRun) -> EndReason | None:
 ADOPT_RETRY = RetryPolicy(attempts=3, wait_s=1.0, max_wait_s=2.0, budget_s=None)
 
 
-def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
+def _adopt_by_label(s: UpRun, provider: Provider, ledger: Ledger) -> None:
     """Find and book an instance a create that failed may have made anyway (the request reached the provider).
 
     Also after an interrupted create, or one that raised something not a provider's. Found by its label."""
@@ -1506,7 +1521,7 @@ def _adopt_by_label(s: UpRun, provider: Provider, ledger) -> None:
     _book_instance(s, ledger, found, "label")
 
 
-def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
+def _book_instance(s: UpRun, ledger: Ledger, inst: Instance, found_by: str) -> None:
     """Put an instance the row does not know on the row (id, billing start, price) so the close bills it.
 
     Never raises (the destroy must still happen)."""
@@ -1523,7 +1538,7 @@ def _book_instance(s: UpRun, ledger, inst: Instance, found_by: str) -> None:
         pass
 
 
-def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
+def _teardown(s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter) -> None:
     """End the rental through ``gpuops.rental.lifecycle.end_rental``.
 
     The reason: one requested on the
@@ -1585,7 +1600,7 @@ def _teardown(s: UpRun, provider: Provider, ledger, reporter: Reporter) -> None:
         )
     if s.box is not None:
         try:
-            s.box.close()  # type: ignore[union-attr]
+            s.box.close()
         except Exception:  # closing a transport to a destroyed box may fail; nothing to do
             pass
 
@@ -1602,7 +1617,7 @@ def _raw_line(text: str) -> None:
         pass
 
 
-def summary(s: UpRun, ledger) -> dict:
+def summary(s: UpRun, ledger: Ledger) -> dict:
     """The run's summary, as a dict.
 
     Keys: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
@@ -1614,6 +1629,7 @@ def summary(s: UpRun, ledger) -> dict:
     held = ledger.held(s.id)
     if row is None or (row.status != RowStatus.CLOSED and held is not None and held.status == RowStatus.CLOSED):
         row = held
+    assert row is not None  # this run wrote the row: it holds it at least
     cost = row.cost_usd or 0.0
     return {
         "session": s.id,
@@ -1638,7 +1654,7 @@ def summary(s: UpRun, ledger) -> dict:
     }
 
 
-def _ledger_state(ledger) -> dict:
+def _ledger_state(ledger: Ledger) -> dict:
     """``{"ledger": {...}}`` when the ledger refused something this run (else {}).
 
     It holds how many writes

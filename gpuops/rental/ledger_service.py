@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import BadInput, GpuopsError
 
 # Columns a report needs (narrow rows, streamed, not ORM objects: 100k sessions stay fast).
 from ledger.reads import SPEND_COLUMNS as REPORT_COLUMNS  # noqa: E402
+
+if TYPE_CHECKING:
+    from ledger import Ledger
+    from ledger.reads import LedgerReader
 
 
 def _tz_checked(tz: str | None) -> str | None:
@@ -26,7 +30,7 @@ def _tz_checked(tz: str | None) -> str | None:
 
 
 def month(
-    ledger,
+    ledger: Ledger | LedgerReader,
     month: str | None = None,
     tz: str | None = None,
     by: str | None = None,
@@ -65,7 +69,7 @@ def month(
     return rep
 
 
-def experiments(ledger, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
+def experiments(ledger: Ledger, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
     """``ledger experiments``.
 
     per-experiment totals over [since 00:00, until 24:00) in ``tz`` (dates ``YYYY-MM-DD``; either
@@ -91,7 +95,7 @@ def experiments(ledger, since: str | None = None, until: str | None = None, tz: 
     )
 
 
-def _query(ledger):
+def _query(ledger: Ledger | LedgerReader):
     """SQL text runner for ``ledger.aggregate`` (``ledger.reads.Reads.query``) of a ``Ledger`` or a ``LedgerReader``."""
     return ledger.reads.query
 
@@ -127,7 +131,7 @@ def _day_after(day: str, tz: str | None) -> float:
     return day_start(nxt.isoformat(), tz)
 
 
-def show(ledger, ref: str, tz: str | None = None) -> dict:
+def show(ledger: Ledger, ref: str, tz: str | None = None) -> dict:
     """``ledger show``: one session's every field, steps, events, cost figures and cost lines.
 
     ``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
@@ -154,7 +158,7 @@ def show(ledger, ref: str, tz: str | None = None) -> dict:
     return d
 
 
-def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
+def show_run(ledger: Ledger, run_id: str, tz: str | None = None) -> dict:
     """``ledger show run-...``: a run and its rentals, in attempt order, with why each ended.
 
     Returns ``{"run": {id, experiment, provider, status, started, ended, end_reason, detail,
@@ -176,7 +180,7 @@ def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
         run = ledger.get_run(ids[0]) if ids else None
     if run is None:
         raise BadInput(f"no run {run_id!r} in the ledger", "list runs with `gpuops ledger sessions --runs`")
-    rentals = []
+    rentals: list[dict[str, Any]] = []
     for r in ledger.run_rentals(run.id):
         why = r.end_reason or r.status
         for e in ledger.events(r.id):
@@ -229,7 +233,7 @@ def show_run(ledger, run_id: str, tz: str | None = None) -> dict:
 MAX_TOKENS = 2**63 - 1  # the ledger's tokens column: a 64-bit signed integer (SQLite INTEGER, PostgreSQL BIGINT)
 
 
-def tokens(ledger, ref: str, n: int) -> dict:
+def tokens(ledger: Ledger, ref: str, n: int) -> dict:
     """``ledger tokens SESSION N``: set the session's token count after the fact.
 
     Returns ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the
@@ -255,7 +259,7 @@ def tokens(ledger, ref: str, n: int) -> dict:
     }
 
 
-def note(ledger, ref: str, text: str) -> dict:
+def note(ledger: Ledger, ref: str, text: str) -> dict:
     """``ledger note SESSION TEXT``: set the one-line conclusion. Returns ``{"session","conclusion"}``."""
     from gpuops.rental.sessions import resolve_session
 
@@ -265,7 +269,7 @@ def note(ledger, ref: str, text: str) -> dict:
     return {"session": row.id, "conclusion": row.conclusion}
 
 
-def _can_fork_export(ledger, out) -> bool:
+def _can_fork_export(ledger: Ledger, out) -> bool:
     """True when ``ledger export`` may be written by two processes (``ledger.csvio.write_export_forked``).
 
     A plain-sqlite3 reader, an output with a file descriptor, Linux (a fork without exec is unsafe
@@ -283,7 +287,7 @@ def _can_fork_export(ledger, out) -> bool:
     return True
 
 
-def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
+def export(ledger: Ledger, out, month: str | None = None, tz: str | None = None) -> int:
     """``ledger export --csv``.
 
     Write closed rentals (all, or of ``month``) as CSV to the text stream ``out``; returns the
@@ -315,7 +319,7 @@ def export(ledger, out, month: str | None = None, tz: str | None = None) -> int:
 IMPORT_LINE_BYTES = 100
 
 
-def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:
+def import_csv(ledger: Ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:
     """``ledger import FILE.csv``: all rows or none, in one transaction, streamed (flat memory).
 
     Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are [(line,
@@ -407,7 +411,7 @@ def import_csv(ledger, path: str | Path, tz: str | None = None, strict: bool = F
             "fix those lines and import again; nothing was imported"
             + ("" if not strict else " (--strict refuses unknown names and costs off price x hours)"),
         )
-        err.errors = errors  # type: ignore[attr-defined]
+        err.errors = errors
         raise err
     return {
         "file": str(p),
@@ -434,7 +438,9 @@ def fetch_billing(
     ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default). Returns (lines,
     providers that answered, {provider: why not} for those that could not)."""
     if get_provider is None:
-        from gpuops.providers import get_provider
+        from gpuops.providers import get_provider as registry_provider
+
+        get_provider = registry_provider
     lines: list = []
     answered: list[str] = []
     skipped: dict[str, str] = {}
@@ -469,7 +475,7 @@ def billing_increment(settings, provider: str) -> float:
 
 
 def sync(
-    ledger,
+    ledger: Ledger | LedgerReader,
     settings,
     month: str | None = None,
     tz: str | None = None,
@@ -510,7 +516,9 @@ def sync(
     since = min([lo] + [r.instance_created_at for r in rows if r.instance_created_at is not None])
     until = max([hi] + [r.ended_at for r in rows if r.ended_at is not None])
     if get_provider is None:
-        from gpuops.providers import get_provider
+        from gpuops.providers import get_provider as registry_provider
+
+        get_provider = registry_provider
     lines, answered, skipped = fetch_billing(settings, providers, since, until, get_provider)
 
     def compare() -> dict:
@@ -529,6 +537,9 @@ def sync(
     rep = compare()
     applied = None
     if apply:
+        from ledger import Ledger
+
+        assert isinstance(ledger, Ledger)  # --apply books: the command opens the ledger for writing
         closed_any = False
         for r in rep["sessions"]:
             if r["status"] != "open" or r["provider_end"] is None:
@@ -576,7 +587,7 @@ def sync(
     return rep
 
 
-def _sync_rows(ledger, lo: float, hi: float) -> list:
+def _sync_rows(ledger: Ledger | LedgerReader, lo: float, hi: float) -> list:
     return [
         r
         for r in ledger.overlapping(lo, hi, SYNC_COLUMNS)

@@ -24,10 +24,19 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
 from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
-from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
+from gpuops.providers.base import Instance, InstanceStatus, Provider
+from gpuops.providers.provider_errors import ProviderError
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from tenacity import RetryCallState
+
+    from ledger import Ledger
 
 # `up`'s stages, in order. validate and plan rent nothing; intent writes the row before create.
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
@@ -104,7 +113,7 @@ class Ended:
     end_source: str | None = None
     already_gone: bool = False
     error: str = ""
-    row: object | None = None
+    row: Any = None  # the session row (a ledger.reads.Row, or the copy Ledger.held keeps), None when not read
     # Ownership (gpuops/ownership.py): ``not_ours`` -- the row belongs to a provider account whose
     # key this process does not hold: nothing was touched; ``unknown`` -- the row records no
     # account and the held key cannot see its instance: nothing was destroyed or booked.
@@ -115,7 +124,7 @@ class Ended:
     refused: str = ""
 
 
-def _last_event_at(ledger, session_id: str) -> float | None:
+def _last_event_at(ledger: Ledger, session_id: str) -> float | None:
     """The newest event of the session that is a proof of life (not one of ending it), epoch s.
 
     An event dated after now (a teammate's clock ahead) is kept: ``end_time`` clamps it to now,
@@ -135,7 +144,7 @@ def end_time(
     instance_id: str | None,
     inst: Instance | None,
     already_gone: bool,
-    row,
+    row: Any,
     last_event_at: float | None,
     now: float,
     last_seen_at: float | None = None,
@@ -169,7 +178,7 @@ def end_time(
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
 
 
-def _bounded(ledger):
+def _bounded(ledger: Ledger) -> AbstractContextManager[Any]:
     """``ledger.bounded()`` (a real Ledger), else a no-op context (a test's stand-in)."""
     from contextlib import nullcontext
 
@@ -177,7 +186,7 @@ def _bounded(ledger):
     return b() if b is not None else nullcontext()
 
 
-def _quick(ledger, fn, default=None):
+def _quick(ledger: Ledger, fn: Callable[[], Any], default: Any = None) -> Any:
     """A ledger read bounded like the writes around a destroy: ``default`` when it fails."""
     q = getattr(ledger, "quick", None)
     if q is not None:
@@ -188,7 +197,12 @@ def _quick(ledger, fn, default=None):
         return default
 
 
-def _row_for(ledger, session_id: str):
+def _failure(state: RetryCallState) -> ProviderError:
+    """The ProviderError of a failed destroy try (the retry retries nothing else)."""
+    return cast(ProviderError, state.outcome.exception() if state.outcome is not None else None)
+
+
+def _row_for(ledger: Ledger, session_id: str) -> Any:
     """The row as this process holds it in memory (written or read earlier: no wait), else read."""
     held = getattr(ledger, "held", None)
     row = held(session_id) if held is not None else None
@@ -215,7 +229,14 @@ def _not_our_instance(want: str, inst: Instance | None, looked_up: str = "") -> 
     return ""
 
 
-def _destroy_confirmed(provider: Provider, iid: str, want: str, policy: RetryPolicy, after, sleep) -> None:
+def _destroy_confirmed(
+    provider: Provider,
+    iid: str,
+    want: str,
+    policy: RetryPolicy,
+    after: Callable[[RetryCallState], None],
+    sleep: Callable[[float], None],
+) -> None:
     """Destroy ``iid`` and read it back until the provider shows it gone, under ``policy``.
 
     Gone: the read answers nothing, the provider's terminal state, or another (non-empty) label
@@ -246,7 +267,7 @@ def _destroy_confirmed(provider: Provider, iid: str, want: str, policy: RetryPol
 
 
 def end_rental(
-    ledger,
+    ledger: Ledger,
     provider: Provider | None,
     session_id: str | None,
     reason: EndReason | str,
@@ -330,24 +351,24 @@ def end_rental(
 
 
 def _end(
-    ledger,
-    provider,
-    session_id,
-    row,
-    reason,
+    ledger: Ledger,
+    provider: Provider | None,
+    session_id: str | None,
+    row: Any,
+    reason: EndReason | str,
     *,
-    by,
-    instance_id,
-    instance,
-    detail,
-    exit_code,
-    tokens,
-    ended_at,
-    end_source,
-    last_seen_at,
-    attempts,
-    clock,
-    sleep,
+    by: str,
+    instance_id: str | None,
+    instance: Instance | None,
+    detail: str,
+    exit_code: int | None,
+    tokens: int | None,
+    ended_at: float | None,
+    end_source: str | None,
+    last_seen_at: float | None,
+    attempts: int,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
 ) -> Ended:
     iid = instance_id or (row.instance_id if row is not None else None)
     legacy_err = ""  # a look-up the ownership check made that failed
@@ -367,6 +388,7 @@ def _end(
                 not_ours=True,
             )
         if held == LEGACY and iid and row.status != RowStatus.CLOSED:
+            assert session_id is not None  # a row was read for it (end_rental)
             if instance is None:
                 try:
                     instance = provider.get(iid)
@@ -405,7 +427,7 @@ def _end(
                     {
                         "instance": iid,
                         "expected_label": want,
-                        "label": inst.label,
+                        "label": inst.label if inst is not None else "",
                         "account": getattr(row, "account", None),
                         "by": by,
                         "why": refused,
@@ -440,8 +462,9 @@ def _end(
                 seen = [t for t in (last_seen_at, getattr(row, "last_heartbeat_at", None)) if t]
                 if seen:
                     ended_at, end_source = float(max(seen)), "heartbeat"
-    booked: str | None = str(reason)
+    booked: str = str(reason)
     if is_open:
+        assert session_id is not None  # is_open: its row was read
         got = ledger.request_end(session_id, reason, by=by, detail=detail)
         booked = got or (getattr(row, "end_reason", None) or str(reason))
     if doubt:  # neither the id nor the label proves anything: the row stays open and says why
@@ -452,12 +475,12 @@ def _end(
     if iid and provider is not None and not (refused and inst is None):
         already_gone = inst is None or inst.status == InstanceStatus.GONE
 
-        def failed(state) -> None:  # every failed try is booked, the last one too
+        def failed(state: RetryCallState) -> None:  # every failed try is booked, the last one too
             if session_id:
                 ledger.event(
                     session_id,
                     EventKind.DESTROY_FAILED,
-                    {"attempt": state.attempt_number, "kind": state.outcome.exception().kind.value, "by": by},
+                    {"attempt": state.attempt_number, "kind": _failure(state).kind.value, "by": by},
                 )
 
         try:  # keep trying: a box left running is the one unforgivable bug; closed only once confirmed gone
@@ -471,7 +494,7 @@ def _end(
     elif iid and provider is not None:
         already_gone = True  # not found, or the id answers for another's instance
     if not is_open:
-        if row is not None and destroyed and not already_gone:
+        if row is not None and session_id is not None and destroyed and not already_gone:  # a row: read by its id
             ledger.event(
                 session_id, EventKind.ORPHAN_DESTROYED, {"instance": iid, "by": by, "label": inst.label if inst else ""}
             )
@@ -487,6 +510,7 @@ def _end(
             row=row,
             refused=refused,
         )
+    assert session_id is not None  # is_open: its row was read
     now = clock()
     if ended_at is not None:
         t, source = float(ended_at), end_source or "caller"
@@ -509,18 +533,18 @@ def _end(
     fields = {} if tokens is None else {"tokens": int(tokens)}
     closed = ledger.close(session_id, t, booked, exit_code=exit_code, end_source=source, **fields)
     if closed is None:  # spooled: replayed by the next ledger write, or the next `ps`/watchdog/reconcile
-        held = getattr(ledger, "held", lambda _sid: None)(session_id)
+        kept = getattr(ledger, "held", lambda _sid: None)(session_id)
         return Ended(
             session_id,
             iid,
             destroyed,
             False,
-            (held.end_reason if held is not None else None) or booked,
+            (kept.end_reason if kept is not None else None) or booked,
             t,
             source,
             already_gone,
             error="ledger write spooled",
-            row=held,
+            row=kept,
         )
     return Ended(
         session_id,
@@ -536,7 +560,7 @@ def _end(
     )
 
 
-def requested_reason(ledger, session_id: str) -> EndReason | None:
+def requested_reason(ledger: Ledger, session_id: str) -> EndReason | None:
     """The reason recorded for a session before its end was seen.
 
     An ``end_requested`` event (the
@@ -561,7 +585,7 @@ def requested_reason(ledger, session_id: str) -> EndReason | None:
     return None
 
 
-def seen_exit_code(ledger, session_id: str) -> int | None:
+def seen_exit_code(ledger: Ledger, session_id: str) -> int | None:
     """The job's exit code from the newest ``job_exited`` event (None when none was seen)."""
     for e in reversed(ledger.events(session_id)):
         if e.kind == EventKind.JOB_EXITED:

@@ -13,16 +13,25 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import EventKind
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 # How often `up` books the box's status while the job runs (seconds of this machine's clock).
 LIVE_EVERY_S = 10.0
 
 
 def record_live(
-    ledger, session_id: str, *, tokens: int | None, idle_seconds: float | None, by: str, now: float | None = None
+    ledger: Ledger,
+    session_id: str,
+    *,
+    tokens: int | None,
+    idle_seconds: float | None,
+    by: str,
+    now: float | None = None,
 ) -> None:
     """Book the box's status as seen now (``now``: this machine's epoch s).
 

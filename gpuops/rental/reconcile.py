@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
@@ -48,6 +48,9 @@ from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderEr
 from gpuops.rental.joblog import keep_log
 from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.units import money  # "simulated" on every money figure
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 LABEL_PREFIX = "gpuops-"
 
@@ -87,7 +90,7 @@ class Context:
     def __init__(
         self,
         settings,
-        ledger=None,
+        ledger: Ledger | None = None,
         providers: dict | None = None,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,
@@ -110,6 +113,7 @@ class Context:
         self.ssh_connect_s = ssh_connect_s
         self.actor = Actor.RECONCILE  # the watchdog sets Actor.WATCHDOG
         self.me = settings.owner()  # this user's name on the ledger
+        self.checked = 0  # open sessions the last watchdog pass looked at (gpuops.rental.watchdog)
 
     def account(self, name: str) -> str | None:
         """The provider account this process holds for provider ``name`` (None: no key for it)."""
@@ -584,28 +588,28 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
                 ended = end_rental(ctx.ledger, None, row.id, EndReason.PROVISION_FAILED, by=ctx.by, clock=ctx.clock)
                 actions.append(Action(row.id, "closed", f"{ended.reason}: never got an instance; $0.0000"))
             continue
-        inst = listed.get(row.instance_id)
-        if inst is None:
+        seen = listed.get(row.instance_id)
+        if seen is None:
             try:
-                inst = p.get(row.instance_id)
+                seen = p.get(row.instance_id)
             except ProviderError as e:
                 actions.append(Action(row.id, "error", f"{name}: get {row.instance_id}: {e}"))
                 continue
-        status = agent_status(ctx, p, inst) if inst is not None else None
-        if inst is None or inst.status == InstanceStatus.GONE:
-            actions.append(close_gone(ctx, row, p, inst, status))
+        status = agent_status(ctx, p, seen) if seen is not None else None
+        if seen is None or seen.status == InstanceStatus.GONE:
+            actions.append(close_gone(ctx, row, p, seen, status))
             continue
         alive = bool(status and status.get("heartbeat"))
-        if alive:
+        if alive and status is not None:
             record_proof_of_life(ctx, row, status, now)
         # (a stopped interruptible box is the watchdog's: it books preempted)
-        ended = (
+        asked = (
             None
-            if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED)
-            else end_asked_for(ctx, row, p, inst, status)
+            if row.spot and seen.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED)
+            else end_asked_for(ctx, row, p, seen, status)
         )
-        if ended is not None:
-            actions.append(ended)
+        if asked is not None:
+            actions.append(asked)
         elif not alive and row.last_heartbeat_at is None and now > _deadline(ctx, row):
             actions.append(
                 destroy_and_close(

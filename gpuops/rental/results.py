@@ -355,8 +355,8 @@ def fetch_results(
         rep.error = None
         rep.seconds = round(time.monotonic() - t0, 3)
         return rep  # no results directory: nothing to copy, nothing failed
-    except Exception as e:  # the manifest could not run (connection gone, no python3): say so, do not raise
-        rep.ok, rep.error = False, f"{type(e).__name__}: {e}"
+    except Exception as failure:  # the manifest could not run (connection gone, no python3): say so, do not raise
+        rep.ok, rep.error = False, f"{type(failure).__name__}: {failure}"
         rep.seconds = round(time.monotonic() - t0, 3)
         return rep
     rep.skipped = skipped
@@ -434,7 +434,7 @@ def presence(box):
 
     The lease is gpuops.agent.agentctl.hold_presence, where this build has it."""
     try:
-        from gpuops.agent.agentctl import hold_presence  # type: ignore[attr-defined]
+        from gpuops.agent.agentctl import hold_presence
     except ImportError:
         return contextlib.nullcontext()
     return hold_presence(box)

@@ -176,6 +176,7 @@ def check_session(ctx: Context, row) -> list[Action]:
             idle_seconds=max(0.0, now - decision.idle_since) if decision.idle_since is not None else 0.0,
         )
     if decision.action == policy.DESTROY:
+        assert decision.reason is not None  # policy.decide names why it destroys
         actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
     return actions
 

@@ -108,7 +108,7 @@ def find_offers(
 
             names = list(ACCOUNTLESS)
             notes.append(
-                f"no {titles(MARKETPLACES)} key found ({', '.join(REGISTRY[n].keys.env_var for n in MARKETPLACES)}): showing this machine only"
+                f"no {titles(MARKETPLACES)} key found ({', '.join(REGISTRY[n].key_source.env_var for n in MARKETPLACES)}): showing this machine only"
             )
     pooled: list[Offer] = []
     errors: list[ProviderError] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from gpuops.textsafe import safe
 
@@ -23,7 +24,7 @@ def command(what: str, settings, interval: float, json_out: bool) -> None:
     if what == "install":
         files = svc.plan_files(manager, interval, settings.source, os.environ, settings.private_data_path() / "logs")
         cmds = svc.install(files)
-        out = {
+        out: dict[str, Any] = {
             "manager": manager,
             "path": str(files.path),
             "env_file": str(files.env_path),

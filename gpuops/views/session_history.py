@@ -6,7 +6,12 @@ The read is ``ledger.history.recent_rows`` (newest first, LIMIT in the database)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuops.errors import BadInput
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 DEFAULT_LIMIT = 20
 
@@ -122,7 +127,7 @@ def render(rep: dict, console=None) -> None:
         c.print(f"showing the newest {plural(rep['limit'], 'session')}; older ones: --limit N or --since YYYY-MM-DD")
 
 
-def runs(ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
+def runs(ledger: Ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
     """``ledger sessions --runs``.
 
     Runs (``up --recover``) newest first, each with its rentals' count, billed hours and cost (their

@@ -7,6 +7,7 @@ inside the functions so that `gpuops --help` stays fast.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 ALL_MODELS = "all"
 LIST_MODELS = "list"
@@ -42,7 +43,7 @@ def plan_command(
     if model.strip().lower() == LIST_MODELS:
         render_catalog(fmt)
         return 0
-    args = dict(
+    args: dict[str, Any] = dict(
         dtype=dtype,
         kv_dtype=kv_dtype,
         batch=batch,
@@ -203,7 +204,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
         )
         if p.engine == "vllm":
             lay = p.kv_layout
-            kinds = {}
+            kinds: dict[str, int] = {}
             for g in lay.groups:
                 kinds[g.spec.kind] = kinds.get(g.spec.kind, 0) + 1
             grp = (
@@ -466,7 +467,7 @@ def render_catalog(fmt: str = "table", console=None) -> None:
     from gpuops.planning.models import model_catalog
     from gpuops.views.tables import ID, NAME, TEXT, Col, print_table
 
-    models = []
+    models: list[dict[str, Any]] = []
     for m in model_catalog():
         a = architecture(m.config)
         models.append(

@@ -13,7 +13,7 @@ import math
 from gpuops.errors import BadInput
 
 
-def _price(text: str | None, flag: str) -> float | None:
+def _price(text: str | float | None, flag: str) -> float | None:
     if text is None:
         return None
     try:
@@ -30,9 +30,9 @@ def spot_plan(
     card: str | None = None,
     provider: str | None = None,
     gpu_count: int = 1,
-    lost_minutes: str = "10",
-    spot_usd_per_hour: str | None = None,
-    on_demand_usd_per_hour: str | None = None,
+    lost_minutes: str | float = "10",
+    spot_usd_per_hour: str | float | None = None,
+    on_demand_usd_per_hour: str | float | None = None,
 ) -> dict:
     """Spot against on-demand for ``card`` on ``provider``: the break-even preemption rate.
 
@@ -76,6 +76,7 @@ def spot_plan(
                 od = min(o.price for o in got)
     from gpuops.rental.runs import break_even_preemptions_per_hour
 
+    assert spot is not None and od is not None  # given, else taken from an offer above (else BadInput)
     rate = break_even_preemptions_per_hour(spot, od, lost / 60.0)
     return {
         "card": card,

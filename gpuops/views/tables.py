@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 NUM, ID, NAME, TEXT = "num", "id", "name", "text"
 # Narrowest a wrapping column gets before columns are left out, in terminal cells: a name up to
@@ -43,7 +46,7 @@ class Col:
     header: str
     kind: str = NUM
     drop: int = 0
-    justify: str | None = None
+    justify: JustifyMethod | None = None
     style: str | None = None
 
 

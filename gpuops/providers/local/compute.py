@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bootstrap.localbox import end_box
+from bootstrap.policy import KILL_GRACE_SECONDS
 from gpuops.box.local import LocalBox
 from gpuops.catalog import Card, cards
 from gpuops.providers.base import (
@@ -65,7 +66,7 @@ class LocalProvider(Provider):
         self,
         boxes_dir: Path,
         price_per_hour: float | None = None,
-        kill_grace_seconds: float = 10.0,
+        kill_grace_seconds: float = KILL_GRACE_SECONDS,
         keep_box_days: float = 7.0,
     ):
         self.boxes_dir = Path(boxes_dir)
@@ -82,7 +83,7 @@ class LocalProvider(Provider):
 
     def _offer(self, card: Card, gpu_count: int) -> Offer:
         simulated = self.price_per_hour is None
-        price = card.reference_usd_per_hour * gpu_count if simulated else float(self.price_per_hour)
+        price = card.reference_usd_per_hour * gpu_count if self.price_per_hour is None else float(self.price_per_hour)
         return Offer(
             provider="local",
             offer_id=f"local:{card.name}:{gpu_count}",

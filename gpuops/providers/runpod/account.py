@@ -4,13 +4,14 @@ Pure data and stdlib: the registry, the client and the compute module read it al
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource
 
 
-def key_files(env: dict) -> list[Path]:
+def key_files(env: Mapping[str, str]) -> list[Path]:
     """``~/.runpod/config.toml``, where ``runpodctl config`` and the runpod SDK keep the key."""
     return [Path(env.get("HOME") or Path.home()) / ".runpod" / "config.toml"]
 

@@ -52,7 +52,7 @@ def _import_runpod() -> Any:
     stubbed = "cpuinfo" not in sys.modules
     if stubbed:
         stub = types.ModuleType("cpuinfo")
-        stub.get_cpu_info = lambda: {}  # type: ignore[attr-defined]
+        stub.get_cpu_info = lambda: {}  # type: ignore[attr-defined]  # a stand-in module, given the one name the SDK calls
         sys.modules["cpuinfo"] = stub
     try:
         import runpod
@@ -143,7 +143,7 @@ class RunPodClient:
                 ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry"
             )
             try:
-                err.retry_after_s = float(retry_after or "")  # type: ignore[attr-defined]
+                err.retry_after_s = float(retry_after or "")
             except ValueError:
                 pass
             return err

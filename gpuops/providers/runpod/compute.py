@@ -29,6 +29,7 @@ blindly (its label is looked up after an ambiguous failure).
 
 from __future__ import annotations
 
+import builtins  # a method named list shadows the type in its class
 import enum
 import math
 import os
@@ -190,7 +191,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         try:
             vram = max(card.vram_bytes, int(float(mem) * GB)) if mem is not None else card.vram_bytes
         except (TypeError, ValueError, OverflowError):
-            vram = float("nan")
+            vram = float("nan")  # type: ignore[assignment]  # as RunPod sent it: planning.offers.screen drops the offer with a note
         dcs = [
             d.get("id")
             for d in g.get("dataCenters") or []
@@ -236,7 +237,8 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         if status == InstanceStatus.RUNNING and not pod.get("runtime"):
             status = InstanceStatus.PROVISIONING  # the container is not up yet (runtime null)
         cost = pod.get("cost")
-        gpu = pod.get("gpu") if isinstance(pod.get("gpu"), dict) else {}
+        gpu = pod.get("gpu")
+        gpu = gpu if isinstance(gpu, dict) else {}
         return Instance(
             id=str(pod["id"]),
             label=str(pod.get("name") or ""),
@@ -400,6 +402,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         then not judged, and the note says why. A rejected key, 5xx and an unreachable host raise
         ProviderError as every call."""
         key = self._key()
+        source = self.credential.source if self.credential is not None else ""  # set: _key() raised otherwise
         _import_runpod()
         import requests
         from runpod import error as rperr
@@ -414,7 +417,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                 except rperr.AuthenticationError:
                     raise ProviderError(
                         ProviderErrorKind.AUTH,
-                        f"RunPod rejected the API key ({self.credential.source}) while trying to read the balance",
+                        f"RunPod rejected the API key ({source}) while trying to read the balance",
                         missing_key_fix(KEYS),
                     ) from None
                 except rperr.QueryError as e:
@@ -457,7 +460,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
 
     # -- billing: the records, parsed in billing.py ---------------------------------------------
     @guarded
-    def billing(self, since: float, until: float) -> list:
+    def billing(self, since: float, until: float) -> builtins.list:
         """Pod and network-volume records over [since, until) epoch s as ``ledger.billing.ChargeLine``.
 
         Parsed by ``gpuops.providers.runpod.billing.charge_lines``. Raises ProviderError (AUTH,

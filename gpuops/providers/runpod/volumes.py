@@ -13,6 +13,7 @@ rather than $0.10/GB/month" for pod disk); 0.05 USD/GB/month past 1 TB (runpod.i
 
 from __future__ import annotations
 
+import builtins  # a method named list shadows the type in its class
 import re
 from dataclasses import replace
 
@@ -122,7 +123,7 @@ class RunPodVolumes(VolumeService):
             if e.kind != ProviderErrorKind.GONE:
                 raise
 
-    def mountable(self, volume: Volume, offers: list) -> list:
+    def mountable(self, volume: Volume, offers: builtins.list) -> builtins.list:
         """The offers that can mount ``volume``: Secure Cloud ones, re-tagged to its datacenter."""
         return [replace(o, region=volume.region) for o in offers if o.offer_id.startswith("secure:")]
 

@@ -4,13 +4,14 @@ Pure data and stdlib: the registry and the client read it alike."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource
 
 
-def key_files(env: dict) -> list[Path]:
+def key_files(env: Mapping[str, str]) -> list[Path]:
     """``$XDG_CONFIG_HOME/vastai/vast_api_key`` then ``~/.vast_api_key`` (vastai ``_resolve_api_key``)."""
     home = Path(env.get("HOME") or Path.home())
     xdg = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"

@@ -66,7 +66,7 @@ class VastClient:
             body = body if isinstance(body, dict) else {}
             err = self._body_error(status, body, action, creating)
             try:  # the SDK honoured Retry-After itself; with retry=1 we do
-                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))  # type: ignore[attr-defined]
+                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))
             except ValueError:
                 pass
             return err

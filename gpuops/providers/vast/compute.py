@@ -29,6 +29,7 @@ SDK quirks handled here:
 
 from __future__ import annotations
 
+import builtins  # a method named list shadows the type in its class
 import math
 import time
 from typing import Any
@@ -194,7 +195,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         try:
             ram = float(r.get("gpu_ram") or 0)
             vram = int(ram * MIB) if math.isfinite(ram) else ram
-            card = _card_for(str(r.get("gpu_name") or ""), vram if math.isfinite(vram) else 0, pool)
+            card = _card_for(str(r.get("gpu_name") or ""), int(vram) if math.isfinite(vram) else 0, pool)
             if card is None:
                 return None
             rel = r.get("reliability2", r.get("reliability"))
@@ -216,8 +217,8 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
                 provider=NAME,
                 offer_id=str(int(r["id"])),
                 card=card.name,
-                gpu_count=gpu_count,
-                vram_bytes=vram,
+                gpu_count=gpu_count,  # type: ignore[arg-type]  # as Vast sent it (a NaN, a fraction): planning.offers.screen drops it with a note
+                vram_bytes=vram,  # type: ignore[arg-type]  # as gpu_count
                 usd_per_hour=round(price, 6),
                 spot=spot,
                 min_bid=float(min_bid) if (spot and min_bid is not None) else None,
@@ -243,7 +244,8 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
             and str(row.get("intended_status") or "") == "running"
         )
         direct = proxy = None
-        ports = row.get("ports") if isinstance(row.get("ports"), dict) else {}
+        ports = row.get("ports")
+        ports = ports if isinstance(ports, dict) else {}
         p22 = ports.get("22/tcp") or []
         if p22 and row.get("public_ipaddr") and p22[0].get("HostPort"):
             direct = SshEndpoint(host=str(row["public_ipaddr"]).strip(), port=int(p22[0]["HostPort"]))
@@ -383,6 +385,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         res, found = create_with_retries(once, self._find_label, label, self.retry.for_create(), asked_at)
         if found is not None:
             return found
+        assert res is not None  # create_with_retries: the answer, or the instance found
         iid = str(res["new_contract"])
         inst = None
         try:
@@ -428,7 +431,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     # -- billing: the charges, parsed in billing.py ---------------------------------------------
     @guarded
-    def billing(self, since: float, until: float) -> list:
+    def billing(self, since: float, until: float) -> builtins.list:
         """Vast's charges over [since, until) epoch s as ``ledger.billing.ChargeLine``, one per item.
 
         Parsed by ``gpuops.providers.vast.billing.charge_lines``, every page: through the SDK's

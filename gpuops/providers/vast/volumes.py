@@ -16,6 +16,7 @@ on one machine, so only offers on that ``machine_id`` can mount it.
 
 from __future__ import annotations
 
+import builtins  # a method named list shadows the type in its class
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -184,7 +185,7 @@ class VastVolumes(VolumeService):
         if book.pop(str(volume_id), None) is not None:
             self._write_book(book)
 
-    def mountable(self, volume: Volume, offers: list) -> list:
+    def mountable(self, volume: Volume, offers: builtins.list) -> builtins.list:
         """The offers that can mount ``volume``: those on its machine (a Vast local volume)."""
         if volume.kind != "local":
             raise BadInput(

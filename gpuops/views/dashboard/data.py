@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger import Ledger
 
 StatusReader = Callable[[Any], "dict | None"]
 
@@ -175,7 +178,7 @@ def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusR
     return out
 
 
-def _provider_status_reader(settings, ledger) -> StatusReader:
+def _provider_status_reader(settings, ledger: Ledger) -> StatusReader:
     from gpuops.rental.reconcile import Context, agent_status
 
     ctx = Context(settings, ledger=ledger, ssh_connect_s=5.0)
