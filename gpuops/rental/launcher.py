@@ -429,7 +429,7 @@ class UpRun:
     results_copy: dict | None = None  # gpuops.rental.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
-    last_seen_at: float | None = None  # wall clock of the last job output read from the box (a proof of life)
+    last_seen_at: float | None = None  # wall clock of the box's last answer to `up`'s job reads (a proof of life)
     # A rental of a run (up --recover): the run, which attempt this is, the money left to it (its
     # own max_session_usd), and the previous rental's results at home to resume from.
     run_id: str = ""
@@ -1238,8 +1238,10 @@ def _job(
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]
 
-        def sink(chunk: bytes) -> None:
+        def seen() -> None:  # the box answered this poll's reads: alive, billing (lifecycle.PROOF_OF_LIFE)
             s.last_seen_at = time.time()
+
+        def sink(chunk: bytes) -> None:
             log.write(chunk)
             log.flush()
             lines.feed(chunk)
@@ -1265,6 +1267,7 @@ def _job(
                 deadline=time.monotonic() + (ttl_deadline - time.time()),
                 stale_after_s=WRAPPER_STALE_S,
                 on_poll=live,
+                on_seen=seen,
             )
         except TakenBack:
             return EndReason.PREEMPTED
