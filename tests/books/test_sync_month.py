@@ -418,3 +418,32 @@ def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(
     got = {r["session"]: (r["theirs_usd"], r["status"]) for r in rep["sessions"]}
     assert got == {"r-a": (2.0, "match"), "r-b": (None, "not_billed"), "r-v": (1.0, "match")}
     assert rep["unbooked"] == []
+
+
+def test_two_providers_sharing_an_instance_id_each_get_their_own_charge(ledger):
+    """Rows booked before accounts were recorded (no account), a RunPod and a Vast one with the
+    same instance id "7": each provider's charge lands on its own provider's row."""
+    from gpuops.rental.ledger_service import sync
+    from ledger.billing import ChargeLine
+
+    t0 = utc(YEAR - 2, 3, 2, 10, 0)
+    for sid, provider, price in (("r-p", "runpod", 2.0), ("r-v", "vast", 1.0)):
+        ledger.add_session(_session(sid, t0, provider=provider, account=None))
+        ledger.update(sid, instance_id="7", instance_created_at=t0, usd_per_hour=price, status="running")
+        ledger.close(sid, t0 + H, "job_end", end_source="destroy")  # one hour each: $2, $1
+
+    class Billed:
+        account = None  # a provider whose account is not known: its lines carry none
+
+        def __init__(self, name: str, usd: float):
+            self.name, self.usd = name, usd
+
+        def billing(self, since: float, until: float) -> list[ChargeLine]:
+            return [ChargeLine(self.name, "7", self.usd, t0, t0 + H, kind="gpu")]
+
+    held = {"runpod": Billed("runpod", 2.0), "vast": Billed("vast", 1.0)}
+    rep = sync(
+        ledger, None, month=f"{YEAR - 2}-03", tz="UTC", providers=("runpod", "vast"), get_provider=lambda n, s: held[n]
+    )
+    got = {r["session"]: (r["theirs_usd"], r["status"]) for r in rep["sessions"]}
+    assert got == {"r-p": (2.0, "match"), "r-v": (1.0, "match")}

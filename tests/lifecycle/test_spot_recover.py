@@ -68,8 +68,8 @@ def rig(gpuops_home, sshd, vast_emulator, monkeypatch):
     emu = vast_emulator
     emu.market.ssh_endpoint = (sshd.host, sshd.port)
     emu.faults.boot_s = 0.0
-    for i in range(5):
-        emu.add_offer(1101 + i, "RTX 4090", 1, 24564, 0.40 + i * 0.01, 0.20 + i * 0.01, 0.99, "Norway, NO")
+    for i in range(5):  # every offer at one price: a run's next rental is never ended by a dearer offer
+        emu.add_offer(1101 + i, "RTX 4090", 1, 24564, 0.40, 0.20, 0.99, "Norway, NO")
     sshd.authorize(ensure_ssh_key(gpuops_home)[1])
     return emu
 
@@ -281,3 +281,59 @@ def test_the_monthly_cap_is_checked_before_each_new_rental(rig, sshd, gpuops_hom
     assert "new boxes refused (monthly_cap" in summ["run"]["detail"]
     assert [r["end_reason"] for r in summ["rentals"]] == ["preempted"]
     assert emu.live() == []
+
+
+QUIET_JOB = """import json, os, time
+print("started", flush=True)  # one line, then quiet: only its checkpoints show it works
+d = os.environ["GPUOPS_RESUME_DIR"]
+p = os.path.join(d, "checkpoint.json")
+step = json.load(open(p))["step"] if os.path.exists(p) else 0
+while True:
+    time.sleep(1.0)
+    step += 1
+    with open(p + ".tmp", "w") as f:
+        json.dump({"step": step}, f)
+    os.replace(p + ".tmp", p)
+"""
+
+
+def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
+    rig, sshd, gpuops_home, vast_provider, monkeypatch, tmp_path
+):
+    """`up --spot --recover 1` with --max-hours 0.01 (36 s) and a max_session_usd, a quiet job, every
+    offer at one price: the first box is taken back; the second rental is handed what the
+    provider billed the first one left (hours and USD), and the run's GPU time stays within its
+    limit (5 %)."""
+    import gpuops.rental.runs as runs
+
+    emu = rig
+    monkeypatch.setattr(runs, "MIN_RENTAL_S", 5.0)  # a short run may still re-rent
+    job = tmp_path / "quiet.py"
+    job.write_text(QUIET_JOB)
+    limit_s = 36.0
+    charged = min(o.price for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True)))
+    max_usd = 2 * charged * limit_s / 3600.0  # twice what 36 s cost: the hours bind, the money is counted down
+    settings = _settings(max_session_usd=max_usd)
+    req = UpRequest(
+        job=job, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1, max_hours=limit_s / 3600
+    )
+    with TakeBack(emu, sshd, gpuops_home, at_step=[4], modes=["outbid"]) as tb:
+        summ = run_up(req, settings, Reporter(), provider=vast_provider)
+    assert tb.error is None, tb.error
+    assert [r["end_reason"] for r in summ["rentals"]][0] == "preempted", summ
+    assert emu.live() == []
+    rows = Ledger(settings.ledger_url()).run_rentals(summ["run"]["id"])
+    assert len(rows) == 2, summ
+    insts = [emu.market.instances[r.instance_id] for r in rows]
+    gpu_s = [sum(t1 - t0 for t0, t1, _, kind in i.segments if kind == "gpu") for i in insts]
+    usd = [i.billed_usd for i in insts]
+    # the second rental got what the provider's bill of the first left: within 1 s, 1 s of money
+    assert rows[1].max_hours * 3600 == pytest.approx(limit_s - gpu_s[0], abs=1.0), (rows[1].max_hours * 3600, gpu_s)
+    assert rows[1].max_session_usd == pytest.approx(max_usd - usd[0], abs=charged / 3600 + 0.05 * usd[0]), (
+        rows[1].max_session_usd,
+        max_usd,
+        usd,
+    )
+    # and the run as a whole spent what it was allowed
+    assert sum(gpu_s) <= limit_s * 1.05, gpu_s
+    assert sum(usd) <= max_usd * 1.05, (usd, max_usd)
