@@ -385,11 +385,12 @@ def test_billing_retries_rate_limits_and_names_a_bad_key(emulators):
     assert e.value.kind == ProviderErrorKind.AUTH and "rp_WRONG" not in str(e.value)
 
 
-def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(ledger):
+@pytest.mark.parametrize("held", ["runpod:aaaa", "runpod:bbbb"])
+def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(ledger, held):
     """Instance ids are only unique within one provider (and one account's view of it): three rows
-    share the id "7" -- a RunPod one of account A, a RunPod one of account B, a Vast one. Each
-    provider's charge lands on its own row only; account B's row, whose key this sync does not
-    hold, is not billed by account A's charge."""
+    share the id "7" -- a RunPod one of account A, a RunPod one of account B, a Vast one. The sync
+    holds one RunPod account's key (either one): its charge lands on that account's row only, the
+    other account's row is not billed by it, the Vast charge lands on the Vast row."""
     from gpuops.rental.ledger_service import sync
     from ledger.billing import ChargeLine
 
@@ -411,12 +412,14 @@ def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(
         def billing(self, since: float, until: float) -> list[ChargeLine]:
             return [ChargeLine(self.name, "7", self.usd, t0, t0 + H, kind="gpu")]
 
-    held = {"runpod": Billed("runpod", "runpod:aaaa", 2.0), "vast": Billed("vast", "vast:cccc", 1.0)}
+    mine, other = ("r-a", "r-b") if held == "runpod:aaaa" else ("r-b", "r-a")
+    usd = {"r-a": 2.0, "r-b": 3.0}[mine]
+    keys = {"runpod": Billed("runpod", held, usd), "vast": Billed("vast", "vast:cccc", 1.0)}
     rep = sync(
-        ledger, None, month=f"{YEAR - 2}-03", tz="UTC", providers=("runpod", "vast"), get_provider=lambda n, s: held[n]
+        ledger, None, month=f"{YEAR - 2}-03", tz="UTC", providers=("runpod", "vast"), get_provider=lambda n, s: keys[n]
     )
     got = {r["session"]: (r["theirs_usd"], r["status"]) for r in rep["sessions"]}
-    assert got == {"r-a": (2.0, "match"), "r-b": (None, "not_billed"), "r-v": (1.0, "match")}
+    assert got == {mine: (usd, "match"), other: (None, "not_billed"), "r-v": (1.0, "match")}
     assert rep["unbooked"] == []
 
 

@@ -337,3 +337,77 @@ def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
     # and the run as a whole spent what it was allowed
     assert sum(gpu_s) <= limit_s * 1.05, gpu_s
     assert sum(usd) <= max_usd * 1.05, (usd, max_usd)
+
+
+def _host_goes(sshd, root: Path) -> None:
+    """The box goes as a reclaimed host does: every SSH connection cut and new ones refused (the sshd
+    and its sessions killed), its processes with it."""
+    if sshd.proc is not None:
+        kids: dict[int, list[int]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    stat = open(f"/proc/{name}/stat").read()
+                except OSError:
+                    continue
+                kids.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(name))
+        todo = [sshd.proc.pid]
+        while todo:
+            for pid in kids.get(todo.pop(), []):
+                todo.append(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    sshd.stop()
+    for pid in box_processes(root):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_box_taken_back_during_the_copy_back_is_rented_again_and_the_job_resumes(
+    rig, sshd, gpuops_home, vast_provider, monkeypatch
+):
+    """The job ended well; while its results are being copied home the market takes the box back
+    (the host gone: the copy fails). The result is not home, so the run re-rents (attempts allowing)
+    and the job resumes from its last checkpoint; the run and its rentals agree: preempted, then
+    job_end, and the result is intact."""
+    import threading
+
+    from gpuops.rental import results as copyback
+
+    emu = rig
+    settings = _settings()
+    real = copyback.fetch_results
+    taken: list[str] = []
+
+    def copy_home(box, results, dest, **kw):
+        if "keep_to" in kw and not taken:  # the collect stage's copy (the checkpoint copies pass no keep_to)
+            (inst,) = [i for i in emu.live() if i.state == "running"]
+            emu.market.preempt(inst.id, "outbid")
+            taken.append(inst.id)
+            _host_goes(sshd, sshd.home / "gpuops" / inst.label)
+
+            def back() -> None:  # the next rental's box answers on the same sshd once this one is destroyed
+                deadline = time.monotonic() + STAGE_TIMEOUT_S
+                while emu.market.find(inst.id) is not None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                sshd.start()
+
+            threading.Thread(target=back, daemon=True).start()
+        return real(box, results, dest, **kw)
+
+    monkeypatch.setattr(copyback, "fetch_results", copy_home)
+    req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1)
+    summ = run_up(req, settings, Reporter(), provider=vast_provider)
+    assert taken, "the collect stage never copied"
+    assert [r["end_reason"] for r in summ["rentals"]] == ["preempted", "job_end"], summ
+    assert summ["end_reason"] == "job_end" and emu.live() == []
+    led = Ledger(settings.ledger_url())
+    rows = led.run_rentals(summ["run"]["id"])
+    assert [(r.end_reason, r.status) for r in rows] == [("preempted", "closed"), ("job_end", "closed")]
+    assert led.get_run(summ["run"]["id"]).end_reason == "job_end"
+    result = json.loads((gpuops_home / "results" / rows[1].id / "result.json").read_text())
+    assert result["steps"] == STEPS and result["digest"] == _expected_digest(STEPS) and result["attempts"] == [1, 2]
