@@ -411,9 +411,8 @@ def _end(
             and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
             and ended_at is None
         )
-        if stopped and getattr(row, "spot", False) and reason != EndReason.JOB_END:
+        if stopped and getattr(row, "spot", False):
             reason = EndReason.PREEMPTED  # the provider's own state: the market took the box back
-            # (a job that ended well and whose result is home keeps job_end: the run says so too)
     booked: str | None = str(reason)
     if is_open:
         got = ledger.request_end(session_id, reason, by=by, detail=detail)
