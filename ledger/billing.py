@@ -86,6 +86,8 @@ class ChargeLine:
     (``gpuops-<session>``) when the provider reports it. ``kind``: gpu (compute time, the price
     including the disk of a running box), storage (a stopped box's disk, volumes), network or
     other. ``seconds``: compute seconds billed, when the provider says (RunPod ``timeBilledMs``).
+    ``account``: the provider account whose key read the line (``Provider.account``, as our rows
+    store it), None when unknown: a charge is keyed by (provider, account, instance id).
     """
 
     provider: str
@@ -97,6 +99,7 @@ class ChargeLine:
     kind: str = "gpu"
     description: str = ""
     seconds: float | None = None
+    account: str | None = None
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -149,10 +152,10 @@ def compare_billing(
     """Our books against the providers' billing, per session and in total.
 
     ``sessions``: ledger rows (attributes ``id, provider, instance_id, instance_created_at, status,
-    simulated, cost_usd``, optionally ``cost_source``); only real (not simulated) rentals of
+    simulated, cost_usd``, optionally ``cost_source`` and ``account``); only real (not simulated) rentals of
     ``providers`` are compared. ``charges``: the providers' lines, fetched over a window that covers
     every compared session whole (a rental across a month boundary is compared whole). A line
-    matches a session by (provider, instance_id), else by label ``gpuops-<session id>``; several
+    matches a session by (provider, account, instance_id), else by label ``gpuops-<session id>``; several
     lines of one instance (hours, days, storage) are summed. ``booked_storage``: {session id: USD of
     storage lines already booked}, part of "ours". ``elsewhere``: (provider, instance id) of ledger
     rows outside this comparison (a neighbouring month's rental): their lines are ignored, not
@@ -176,7 +179,24 @@ def compare_billing(
         for s in sessions
         if s.provider in wanted and not s.simulated and (s.instance_id is not None or s.instance_created_at is not None)
     ]
-    by_instance = {(s.provider, str(s.instance_id)): s for s in rows if s.instance_id is not None}
+    # A charge is keyed by (provider, account, instance id): an id is unique only within one
+    # provider, and an account sees only its own instances. A row or line with no account recorded
+    # (a row booked before accounts were, a caller's line) matches that provider's id when exactly
+    # one row has it.
+    by_instance: dict[tuple[str, str], list] = {}
+    for s in rows:
+        if s.instance_id is not None:
+            by_instance.setdefault((s.provider, str(s.instance_id)), []).append(s)
+
+    def row_of(c: ChargeLine):
+        cands = by_instance.get((c.provider, str(c.instance_id)), []) if c.instance_id is not None else []
+        if c.account is not None:
+            same = [s for s in cands if getattr(s, "account", None) == c.account]
+            if same:
+                return same[0]
+            cands = [s for s in cands if getattr(s, "account", None) is None]
+        return cands[0] if len(cands) == 1 else None
+
     by_label = {f"gpuops-{s.id}": s for s in rows}
     mine: dict[str, list[ChargeLine]] = {}
     foreign: dict[tuple[str, str], dict] = {}
@@ -187,7 +207,7 @@ def compare_billing(
             continue
         share = _share(c, lo, hi)
         invoice[c.provider] += share
-        s = by_instance.get((c.provider, str(c.instance_id))) if c.instance_id is not None else None
+        s = row_of(c)
         if s is None and c.label:
             s = by_label.get(c.label)
         if s is not None:

@@ -61,13 +61,13 @@ MUTATIONS = [
     Mutation(
         "end_rental skips the destroy but closes the row",
         "gpuops/rental/lifecycle.py",
-        [("                provider.destroy(iid)\n                last_err = None", "                last_err = None")],
+        [("                lambda: provider.destroy(iid),", "                lambda: None,")],
         ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
     ),
     Mutation(
         "no destroy retries",
         "gpuops/rental/lifecycle.py",
-        [("for attempt in range(max(1, attempts)):", "for attempt in range(1):")],
+        [("replace(DESTROY_RETRY, attempts=attempts)", "replace(DESTROY_RETRY, attempts=1)")],
         ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
     ),
     Mutation(
@@ -96,7 +96,7 @@ MUTATIONS = [
     Mutation(
         "attribution gives a session wholly to its start month (SQL twin)",
         "ledger/attribution.py",
-        [('return (f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN', 'return (f"(CASE WHEN 1 = 1 THEN')],
+        [('        f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN', '        f"(CASE WHEN 1 = 1 THEN')],
         ["tests/books/test_attribution.py", "tests/books/test_reports.py", "tests/teardown/test_budget.py"],
         NOT_PG,
     ),
@@ -222,19 +222,69 @@ MUTATIONS = [
         ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py"],
     ),
     Mutation(
-        "this end's own events count as proof of life",
+        "every event counts as proof of life (the closer's own log_kept, this end's own events)",
         "gpuops/rental/lifecycle.py",
-        [
-            (
-                "    skip = {EventKind.CLOSED, EventKind.END_REQUESTED, EventKind.DESTROYED, EventKind.DESTROY_FAILED}",
-                "    skip = set()",
-            )
-        ],
+        [("for e in ledger.events(session_id) if e.kind in PROOF_OF_LIFE)", "for e in ledger.events(session_id))")],
         [
             "tests/lifecycle/test_end_time_rule.py",
-            "tests/lifecycle/test_end_rental.py",
-            "tests/teardown/test_watchdog.py::test_gone_without_provider_record_uses_last_heartbeat",
+            "tests/teardown/test_emulated.py::test_watchdog_closing_a_pod_already_gone_books_its_last_proof_of_life_not_its_own_log_kept",
         ],
+    ),
+    Mutation(
+        "a gone box's newest proof of life not compared: a heartbeat wins over a newer `live` event",
+        "gpuops/rental/lifecycle.py",
+        [("    t, kind = max(got, key=lambda p: p[0])", "    t, kind = got[0]")],
+        [
+            "tests/lifecycle/test_end_time_rule.py",
+            "tests/teardown/test_emulated.py::test_a_vast_spot_box_outbid_while_up_watched_books_its_gpu_time",
+        ],
+    ),
+    # -- a run spends what its rentals cost; the agent's limits count from the create --
+    Mutation(
+        "the run's remaining money not decremented between rentals",
+        "gpuops/rental/launcher.py",
+        [
+            (
+                "nxt = runs.next_rental(req.max_hours, t.max_session_usd, spent_s, spent_usd, choice.offer.price)",
+                "nxt = runs.next_rental(req.max_hours, t.max_session_usd, spent_s, 0.0, choice.offer.price)",
+            )
+        ],
+        ["tests/lifecycle/test_spot_recover.py::test_a_run_spends_what_its_rentals_cost_by_the_providers_bill"],
+    ),
+    Mutation(
+        "the agent's TTL counted from the agent's start, not the instance's create",
+        "bootstrap/agent.py",
+        [('started_at=float(self.cfg.get("started_at") or self.started),', "started_at=float(self.started),")],
+        ["tests/teardown/test_agent_local.py::test_ttl_counts_from_the_create_when_the_agent_is_armed_late"],
+    ),
+    # -- ledger sync: a charge keyed by provider, account and instance id --
+    Mutation(
+        "ledger sync matches a charge by instance id alone, ignoring the provider",
+        "ledger/billing.py",
+        [
+            (
+                "by_instance.setdefault((s.provider, str(s.instance_id)), [])",
+                "by_instance.setdefault(str(s.instance_id), [])",
+            ),
+            (
+                "by_instance.get((c.provider, str(c.instance_id)), [])",
+                "by_instance.get(str(c.instance_id), [])",
+            ),
+        ],
+        ["tests/books/test_sync_month.py"],
+        ("-k", "instance_id and not postgres"),
+    ),
+    Mutation(
+        "ledger sync ignores the account a charge was read with",
+        "ledger/billing.py",
+        [
+            (
+                '            same = [s for s in cands if getattr(s, "account", None) == c.account]',
+                "            same = cands",
+            )
+        ],
+        ["tests/books/test_sync_month.py"],
+        ("-k", "account and not postgres"),
     ),
 ]
 

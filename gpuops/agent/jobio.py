@@ -110,6 +110,7 @@ def follow_log(
     started_deadline: float | None = None,
     stale_after_s: float | None = None,
     on_poll: Callable[[], None] | None = None,
+    on_seen: Callable[[], None] | None = None,
 ) -> tuple[int, JobExit | None]:
     """Copy the job log from byte ``offset`` to ``write``, at most ``LOG_CHUNK_BYTES`` per call.
 
@@ -123,6 +124,8 @@ def follow_log(
     ``stale_after_s``: raise WrapperLost when the wrapper's heartbeat has not changed for this many
     seconds of this machine's clock (content is compared, not timestamps: no clock skew).
     ``on_poll``: called once per poll (the caller throttles it; `up` books the box's live status).
+    ``on_seen``: called each time the box answered a poll's reads (a proof of life: `up` keeps the
+    moment, ``gpuops.rental.lifecycle.PROOF_OF_LIFE``).
     """
     beat, beat_seen = None, time.monotonic()
     while True:
@@ -139,6 +142,8 @@ def follow_log(
                     "the job was killed from outside gpuops; see the job log",
                 )
         chunk = box.read_file(LOG, offset, LOG_CHUNK_BYTES)
+        if on_seen is not None:
+            on_seen()
         if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
             raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")
         if chunk:

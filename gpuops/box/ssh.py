@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,10 @@ class SshUnreachable(GpuopsError):
 
 class HostKeyChanged(GpuopsError):
     """The box presented a host key other than the one pinned for this instance (possible MITM)."""
+
+
+class BoxGone(GpuopsError):
+    """The box stopped answering and its provider says the instance is gone or stopped."""
 
 
 class ConnectionLost(GpuopsError):
@@ -218,6 +223,10 @@ class SSHBox:
         self._key = _load_key(self.key_path)
         self._t: paramiko.Transport | None = None
         self._sftp: paramiko.SFTPClient | None = None
+        # Asked while the box does not answer (before every reconnect try): False when the
+        # provider, the one source that knows, says the instance is gone or stopped -- then
+        # BoxGone at once instead of waiting out ``reconnect_s``. None: never asked (ready, tests).
+        self.still_there: Callable[[], bool] | None = None
         self.connects = 0  # how many times a connection was made (1 + reconnects)
         self.sftp_missing: str | None = None  # why SFTP is not used on this box (None: it is)
         self.skipped: list[str] = []  # what the last get() left out, and why
@@ -260,6 +269,7 @@ class SSHBox:
         refused: list[BaseException] = []  # the box said no to our key: the reason worth naming
 
         def attempt():
+            self._ask_still_there()
             try:
                 return self._connect_once(deadline - time.monotonic())
             except (OSError, EOFError, paramiko.SSHException) as e:
@@ -304,6 +314,14 @@ class SSHBox:
     def _reconnect(self) -> None:
         self._drop()
         self.connect(time.monotonic() + self.reconnect_s)
+
+    def _ask_still_there(self) -> None:
+        """Raise BoxGone when ``still_there`` says the instance is gone (not asked without one)."""
+        if self.still_there is not None and not self.still_there():
+            raise BoxGone(
+                f"ssh {self.user}@{self.host}:{self.port} stopped answering and its provider shows the instance gone",
+                "nothing to do: the box is gone; its rental is booked to its last proof of life",
+            )
 
     def _drop(self) -> None:
         for obj in (self._sftp, self._t):

@@ -436,7 +436,8 @@ class UpRun:
     results_copy: dict | None = None  # gpuops.rental.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
-    last_seen_at: float | None = None  # wall clock of the last job output read from the box (a proof of life)
+    last_seen_at: float | None = None  # wall clock of the box's last answer to `up`'s job reads (a proof of life)
+    box_gone: bool = False  # the box stopped answering and the provider showed it gone or stopped (BoxGone)
     # A rental of a run (up --recover): the run, which attempt this is, the money left to it (its
     # own max_session_usd), and the previous rental's results at home to resume from.
     run_id: str = ""
@@ -444,7 +445,7 @@ class UpRun:
     max_session_usd: float | None = None
     resume_from: Path | None = None
     synced_at: float = 0.0  # monotonic time of the last checkpoint copy home during the job
-    collected: bool = False  # collect finished: the job's tokens and results are home
+    collected: bool = False  # collect finished: the job's tokens and results are home (every file verified)
 
 
 def _job_command(job_name: str) -> str:
@@ -654,6 +655,8 @@ def _rent(
                         s.end_reason = EndReason.PREEMPTED
                         break
                 outcome = run_stage()
+                if name == "collect" and s.run_id and not s.collected and _taken_back(s, provider, ledger, name):
+                    outcome = EndReason.PREEMPTED  # taken back during the copy-back: the result is not home
                 if outcome is not None:
                     s.end_reason = outcome
                     if name in stop_on_outcome or outcome == EndReason.PREEMPTED:
@@ -1113,8 +1116,31 @@ def _ready(
         s.box = remote.open_box(
             s.instance, data_dir=settings.data_path(), deadline=deadline, ssh_key=settings.up.ssh_key
         )
+    if hasattr(s.box, "still_there"):  # an SSH box that stops answering: ask the provider, not the reconnects
+        s.box.still_there = _still_there(s, provider)
     ledger.update(s.id, ready_at=time.time())
     ledger.event(s.id, EventKind.READY)
+
+
+def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
+    """What an SSH box that stopped answering asks before each reconnect try (``SSHBox.still_there``).
+
+    False when the provider shows the rental's instance gone, stopped or exited, or answers its id
+    with another label (the box cannot answer again); True when it runs or the provider cannot be
+    asked (then the reconnects go on, to their deadline)."""
+
+    def ask() -> bool:
+        if s.instance is None:
+            return True
+        try:
+            inst = provider.get(s.instance.id)
+        except ProviderError:
+            return True
+        if inst is None or inst.status == InstanceStatus.GONE or (inst.label and inst.label != s.label):
+            return False
+        return inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
+
+    return ask
 
 
 def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, reporter: Reporter) -> None:
@@ -1221,6 +1247,7 @@ def _job(
     preempted (the provider shows its spot box taken back: asked every ``TAKEN_BACK_POLL_S``)."""
     from gpuops.agent import jobio
     from gpuops.box.base import OutputLines
+    from gpuops.box.ssh import BoxGone
 
     box = s.box
     assert box is not None  # connected by the box stage
@@ -1252,8 +1279,10 @@ def _job(
 
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]  # _new_rental set it
 
-        def sink(chunk: bytes) -> None:
+        def seen() -> None:  # the box answered this poll's reads: alive, billing (lifecycle.PROOF_OF_LIFE)
             s.last_seen_at = time.time()
+
+        def sink(chunk: bytes) -> None:
             log.write(chunk)
             log.flush()
             lines.feed(chunk)
@@ -1279,9 +1308,17 @@ def _job(
                 deadline=time.monotonic() + (ttl_deadline - time.time()),
                 stale_after_s=WRAPPER_STALE_S,
                 on_poll=live,
+                on_seen=seen,
             )
         except TakenBack:
             return EndReason.PREEMPTED
+        except BoxGone as e:  # the box went (its agent destroyed it, the host was reclaimed): nothing more to read
+            s.box_gone = True
+            reporter.warn(str(e))
+            ledger.event(s.id, EventKind.PROVIDER_ERROR, {"during": "job", "error": str(e)})
+            if provider is not None and _taken_back(s, provider, ledger, "job"):
+                return EndReason.PREEMPTED
+            return EndReason.AGENT_ENDED
         except jobio.WrapperLost as e:
             ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
             reporter.warn(str(e))
@@ -1473,7 +1510,7 @@ def _collect(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings) -
                 s.results_path = str(dest)
     if not booked:
         ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
-    s.collected = True
+    s.collected = not (s.results_copy and not s.results_copy.get("ok"))  # a copy that failed: the result is not home
     return None
 
 
@@ -1554,7 +1591,7 @@ def _teardown(s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter) 
         requested = EndReason.parse(row.end_reason) if row is not None else None
     except Exception:  # noqa: BLE001  a ledger that fails here must not stop the destroy
         row = None
-    taken = s.end_reason == EndReason.PREEMPTED  # the box is stopped or gone: read nothing more from it
+    taken = s.end_reason == EndReason.PREEMPTED or s.box_gone  # the box is stopped or gone: read nothing more
     reason = requested or (None if taken else _agent_reason(s)) or s.end_reason or EndReason.ERROR
     s.end_reason = reason
     fault_point("teardown")

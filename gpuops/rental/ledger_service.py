@@ -435,8 +435,11 @@ def fetch_billing(
     """Each provider's billing lines over [since, until) epoch s, and why a provider could not answer.
 
     Ask each provider in ``names`` for its billing lines over [since, until) epoch s via the
-    ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default). Returns (lines,
+    ``Provider.billing(since, until) -> list[ChargeLine]`` (UNSUPPORTED by default), each line
+    stamped with the account whose key read it (``ChargeLine.account``). Returns (lines,
     providers that answered, {provider: why not} for those that could not)."""
+    from dataclasses import replace
+
     if get_provider is None:
         from gpuops.providers import get_provider as registry_provider
 
@@ -451,7 +454,8 @@ def fetch_billing(
             skipped[name] = e.message
             continue
         try:
-            lines.extend(prov.billing(since, until))
+            account = getattr(prov, "account", None)  # whose key read them: a charge is keyed by it too
+            lines.extend(replace(c, account=account) for c in prov.billing(since, until))
         except GpuopsError as e:
             skipped[name] = str(e)
             continue
@@ -598,6 +602,7 @@ def _sync_rows(ledger: Ledger | LedgerReader, lo: float, hi: float) -> list:
 SYNC_COLUMNS = (
     "id",
     "provider",
+    "account",
     "instance_id",
     "instance_created_at",
     "created_at",

@@ -10,10 +10,12 @@
   (a gone box, an abandoned one, an orphan) and the watchdog (idle, ttl, money): request the end
   (the reason is on the row before any destroy), destroy idempotently with retries, take the end
   time by one rule (``end_time``), close the row.
-* The end time rule: the provider's own record of when billing stopped; else, when we destroyed a
-  box we had just seen alive, the moment our destroy was confirmed; else (the box was already gone:
-  nobody saw its end) the last proof of life -- the agent's last heartbeat, the last ledger event,
-  the create time -- clamped to [create, now]. Never "now" for a box that was already gone.
+* The end time rule (``end_time``): the provider's own record of when billing stopped; else, when we
+  destroyed a box we had just seen alive, the moment our destroy was confirmed; else (the box was
+  already gone, or the provider shows it stopped: nobody saw its end) the NEWEST proof of life
+  (``last_proof_of_life``: every kind in ``PROOF_OF_LIFE`` compared, the caller's fresh read, the
+  row's heartbeat and the ledger's events alike), else the create time, clamped to [create, now].
+  Never "now" for a box that was already gone, never an event a closer writes about its own work.
 
 The vocabulary (end reasons, event kinds, row status) is ``bootstrap/vocabulary.py``.
 """
@@ -124,19 +126,55 @@ class Ended:
     refused: str = ""
 
 
+# What proves a box was alive (billing) at a moment: the ONE table the end-time rule reads. Each
+# source is written when the box or the provider answered, by the clock of the machine that asked
+# (the box's own clock is never booked). Not here, on purpose: what an ending writes about its own
+# work (end_requested, destroy_failed, destroyed, log_kept, closed, ...), what the laptop writes by
+# its own clock alone (intent, create, ttl, stage_failed, note), and taken_back (a proof of death).
+PROOF_OF_LIFE: dict[str, str] = {
+    "seen": "the caller's own fresh read: the box answered `up`'s last log/exit read, a status a closer just read",
+    "heartbeat": "the row's last_heartbeat_at: the agent's status read fresh by `up` or a watchdog",
+    EventKind.READY: "the box answered SSH (or the local box exists)",
+    EventKind.ARMED: "the agent was started on the box",
+    EventKind.BOOTSTRAPPED: "the bootstrap's steps came back from the box",
+    EventKind.JOB_STARTED: "the job was started on the box",
+    EventKind.JOB_EXITED: "the job's exit was read from the box",
+    EventKind.WRAPPER_LOST: "the box answered; the job's wrapper on it had stopped",
+    EventKind.LIVE: "the box's status (tokens, idle streak) as `up` or a watchdog read it",
+    EventKind.RESUME: "the previous rental's results were put on the box",
+    EventKind.RESULTS_COPIED: "the job's results came home from the box, verified",
+}
+# Which proof's name ``end_time`` books as ``end_source``.
+_SOURCE_OF = {"seen": "heartbeat", "heartbeat": "heartbeat"}
+
+
 def _last_event_at(ledger: Ledger, session_id: str) -> float | None:
-    """The newest event of the session that is a proof of life (not one of ending it), epoch s.
+    """The newest event of the session whose kind is in ``PROOF_OF_LIFE``, epoch s (None: none).
 
     An event dated after now (a teammate's clock ahead) is kept: ``end_time`` clamps it to now,
     where dropping it would book the box from its create time only."""
-    skip = {
-        EventKind.CLOSED,
-        EventKind.END_REQUESTED,
-        EventKind.DESTROYED,
-        EventKind.DESTROY_FAILED,
-        EventKind.DESTROY_REFUSED,
-    }
-    return max((e.at for e in ledger.events(session_id) if e.kind not in skip), default=None)
+    return max((e.at for e in ledger.events(session_id) if e.kind in PROOF_OF_LIFE), default=None)
+
+
+def last_proof_of_life(
+    row: Any, last_event_at: float | None, last_seen_at: float | None = None
+) -> tuple[float, str] | None:
+    """The newest proof that the box was alive, as (epoch s, end source); None when there is none.
+
+    Compares every ``PROOF_OF_LIFE`` source: ``last_seen_at`` (the caller's fresh read),
+    ``row.last_heartbeat_at`` and ``last_event_at`` (``_last_event_at``: the newest proof-of-life
+    event). Sources: ``heartbeat`` (a read of the box or its agent), ``ledger_event``. Unclamped:
+    ``end_time`` clamps it to [create, now]."""
+    proofs = [
+        (last_seen_at, "seen"),
+        (getattr(row, "last_heartbeat_at", None) if row is not None else None, "heartbeat"),
+        (last_event_at, "event"),
+    ]
+    got = [(float(t), k) for t, k in proofs if t]
+    if not got:
+        return None
+    t, kind = max(got, key=lambda p: p[0])  # the first of equal ones: a read before an event
+    return t, _SOURCE_OF.get(kind, "ledger_event")
 
 
 def end_time(
@@ -152,10 +190,11 @@ def end_time(
     """When billing stopped (epoch s) and where that came from -- the module's one rule.
 
     ``inst``: the instance as read before the destroy (None: not found); ``already_gone``: it was
-    gone before we destroyed it; ``row``: the session row (create time, heartbeat);
-    ``last_event_at``: newest ledger event before this end began; ``now``: the clock after the
-    destroy was confirmed; ``last_seen_at``: a proof of life the caller holds (e.g. a heartbeat it
-    just read). Returns (epoch s, source)."""
+    gone before we destroyed it, or the provider shows it stopped (its compute ended unseen);
+    ``row``: the session row (create time, heartbeat); ``last_event_at``: the newest
+    ``PROOF_OF_LIFE`` event (``_last_event_at``); ``now``: the clock after the destroy was
+    confirmed; ``last_seen_at``: a proof of life the caller holds (e.g. a heartbeat it just read).
+    Returns (epoch s, source): provider | destroy | heartbeat | ledger_event | create."""
     if provider is not None and instance_id:
         try:
             t = provider.destroyed_at(instance_id)
@@ -168,13 +207,7 @@ def end_time(
     if not already_gone:
         return now, "destroy"
     start = float((row.instance_created_at or row.created_at) if row is not None else now)
-    beats = [(b, "heartbeat") for b in (last_seen_at, row.last_heartbeat_at if row is not None else None) if b]
-    if beats:
-        t, src = max(beats)
-    elif last_event_at:
-        t, src = last_event_at, "ledger_event"
-    else:
-        t, src = start, "create"
+    t, src = last_proof_of_life(row, last_event_at, last_seen_at) or (start, "create")
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
 
 
@@ -410,6 +443,7 @@ def _end(
     destroyed = already_gone = False
     inst = instance
     refused = doubt = ""
+    stopped = False  # the provider shows the box stopped/exited: its compute ended unseen (end_time's rule)
     want = (getattr(row, "label", "") or "") if row is not None else (inst.label if inst is not None else "")
     if iid and provider is not None:
         looked_up = legacy_err
@@ -447,21 +481,15 @@ def _end(
                 iid, inst = ours.id, ours
             else:
                 inst = None  # ours is gone (the provider lists nothing labelled ours), or doubt
-        if (
+        stopped = (
             row is not None
             and is_open
             and inst is not None
-            and getattr(row, "spot", False)
             and inst.status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
             and ended_at is None
-        ):
+        )
+        if stopped and getattr(row, "spot", False):
             reason = EndReason.PREEMPTED  # the provider's own state: the market took the box back
-            if inst.extra.get("ended_at"):
-                ended_at, end_source = float(inst.extra["ended_at"]), "provider"
-            else:  # billing for the GPU stopped when the box was last seen alive
-                seen = [t for t in (last_seen_at, getattr(row, "last_heartbeat_at", None)) if t]
-                if seen:
-                    ended_at, end_source = float(max(seen)), "heartbeat"
     booked: str = str(reason)
     if is_open:
         assert session_id is not None  # is_open: its row was read
@@ -517,9 +545,10 @@ def _end(
     elif iid is None:
         t, source = float(row.created_at), "create"  # never rented: nothing billed
     else:
-        last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id)) if already_gone else None
+        unseen = already_gone or stopped  # a stopped box's compute ended unseen, like a gone one's
+        last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id)) if unseen else None
         asked = None if (refused and inst is None) else provider  # the reused id's record is not ours
-        t, source = end_time(asked, iid, inst, already_gone, row, last_event, now, last_seen_at)
+        t, source = end_time(asked, iid, inst, unseen, row, last_event, now, last_seen_at)
     if iid:
         ledger.event(
             session_id,

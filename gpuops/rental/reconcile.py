@@ -372,13 +372,12 @@ def destroy_and_close(
     provider: Provider,
     reason: str,
     detail: str,
-    ended_at: float | None = None,
-    end_source: str | None = None,
 ) -> Action:
     """Destroy the row's instance and close the row (``lifecycle.end_rental``).
 
-    At the confirmed destroy, or at ``ended_at`` when the box stopped billing earlier (a preempted
-    spot instance: its last heartbeat, ``end_source``)."""
+    The end time is ``lifecycle.end_time``'s one rule: at the confirmed destroy of a box just seen
+    running; a box the provider shows stopped (a preempted spot instance, an on-demand box its
+    agent's key could only stop) at its newest proof of life."""
     inst = None
     if row.instance_id:
         try:
@@ -393,8 +392,6 @@ def destroy_and_close(
         reason,
         by=ctx.by,
         detail=detail,
-        ended_at=ended_at,
-        end_source=end_source or ("heartbeat" if ended_at is not None else None),
         clock=ctx.clock,
         instance=inst,
         tokens=_tokens_to_book(ctx, row, provider, inst),
@@ -487,14 +484,12 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
             ctx, row, provider, requested, f"its end was requested ({requested}) and the box is still here: terminated"
         )
     if not row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
-        ended = row.last_heartbeat_at
         return destroy_and_close(
             ctx,
             row,
             provider,
             gone_reason(ctx, row, inst, status),
             f"instance {inst.raw_status or inst.status.value} (stopped, still billing its disk): terminated",
-            ended_at=ended,
         )
     return None
 

@@ -117,18 +117,10 @@ def check_session(ctx: Context, row) -> list[Action]:
     if inst is None or inst.status == InstanceStatus.GONE:
         return [close_gone(ctx, row, p, inst, agent_status(ctx, p, inst) if inst is not None else None)]
     if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
-        # An interruptible box the market took back: billing for the GPU stopped when the agent went
-        # silent; destroy what is left (a stopped Vast instance still bills storage).
-        ended = row.last_heartbeat_at or inst.extra.get("ended_at")
+        # An interruptible box the market took back: billing for the GPU stopped at its newest proof
+        # of life (lifecycle.end_time); destroy what is left (a stopped Vast instance still bills storage).
         return [
-            destroy_and_close(
-                ctx,
-                row,
-                p,
-                EndReason.PREEMPTED,
-                f"spot instance {inst.raw_status or inst.status.value}",
-                ended_at=ended,
-            )
+            destroy_and_close(ctx, row, p, EndReason.PREEMPTED, f"spot instance {inst.raw_status or inst.status.value}")
         ]
     status = agent_status(ctx, p, inst)
     actions: list[Action] = []

@@ -383,3 +383,70 @@ def test_billing_retries_rate_limits_and_names_a_bad_key(emulators):
     with pytest.raises(ProviderError) as e:
         bad.billing(w.now() - H, w.now())
     assert e.value.kind == ProviderErrorKind.AUTH and "rp_WRONG" not in str(e.value)
+
+
+@pytest.mark.parametrize("held", ["runpod:aaaa", "runpod:bbbb"])
+def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(ledger, held):
+    """Instance ids are only unique within one provider (and one account's view of it): three rows
+    share the id "7" -- a RunPod one of account A, a RunPod one of account B, a Vast one. The sync
+    holds one RunPod account's key (either one): its charge lands on that account's row only, the
+    other account's row is not billed by it, the Vast charge lands on the Vast row."""
+    from gpuops.rental.ledger_service import sync
+    from ledger.billing import ChargeLine
+
+    t0 = utc(YEAR - 2, 3, 2, 10, 0)
+    rows = [
+        ("r-a", "runpod", "runpod:aaaa", 2.0),
+        ("r-b", "runpod", "runpod:bbbb", 3.0),
+        ("r-v", "vast", "vast:cccc", 1.0),
+    ]
+    for sid, provider, account, price in rows:
+        ledger.add_session(_session(sid, t0, provider=provider, account=account))
+        ledger.update(sid, instance_id="7", instance_created_at=t0, usd_per_hour=price, status="running")
+        ledger.close(sid, t0 + H, "job_end", end_source="destroy")  # one hour each: $2, $3, $1
+
+    class Billed:
+        def __init__(self, name: str, account: str, usd: float):
+            self.name, self.account, self.usd = name, account, usd
+
+        def billing(self, since: float, until: float) -> list[ChargeLine]:
+            return [ChargeLine(self.name, "7", self.usd, t0, t0 + H, kind="gpu")]
+
+    mine, other = ("r-a", "r-b") if held == "runpod:aaaa" else ("r-b", "r-a")
+    usd = {"r-a": 2.0, "r-b": 3.0}[mine]
+    keys = {"runpod": Billed("runpod", held, usd), "vast": Billed("vast", "vast:cccc", 1.0)}
+    rep = sync(
+        ledger, None, month=f"{YEAR - 2}-03", tz="UTC", providers=("runpod", "vast"), get_provider=lambda n, s: keys[n]
+    )
+    got = {r["session"]: (r["theirs_usd"], r["status"]) for r in rep["sessions"]}
+    assert got == {mine: (usd, "match"), other: (None, "not_billed"), "r-v": (1.0, "match")}
+    assert rep["unbooked"] == []
+
+
+def test_two_providers_sharing_an_instance_id_each_get_their_own_charge(ledger):
+    """Rows booked before accounts were recorded (no account), a RunPod and a Vast one with the
+    same instance id "7": each provider's charge lands on its own provider's row."""
+    from gpuops.rental.ledger_service import sync
+    from ledger.billing import ChargeLine
+
+    t0 = utc(YEAR - 2, 3, 2, 10, 0)
+    for sid, provider, price in (("r-p", "runpod", 2.0), ("r-v", "vast", 1.0)):
+        ledger.add_session(_session(sid, t0, provider=provider, account=None))
+        ledger.update(sid, instance_id="7", instance_created_at=t0, usd_per_hour=price, status="running")
+        ledger.close(sid, t0 + H, "job_end", end_source="destroy")  # one hour each: $2, $1
+
+    class Billed:
+        account = None  # a provider whose account is not known: its lines carry none
+
+        def __init__(self, name: str, usd: float):
+            self.name, self.usd = name, usd
+
+        def billing(self, since: float, until: float) -> list[ChargeLine]:
+            return [ChargeLine(self.name, "7", self.usd, t0, t0 + H, kind="gpu")]
+
+    held = {"runpod": Billed("runpod", 2.0), "vast": Billed("vast", 1.0)}
+    rep = sync(
+        ledger, None, month=f"{YEAR - 2}-03", tz="UTC", providers=("runpod", "vast"), get_provider=lambda n, s: held[n]
+    )
+    got = {r["session"]: (r["theirs_usd"], r["status"]) for r in rep["sessions"]}
+    assert got == {"r-p": (2.0, "match"), "r-v": (1.0, "match")}

@@ -98,7 +98,9 @@ def led(tmp_path):
     ledger.engine.dispose()
 
 
-def rented(led, *, account=ACCOUNT, heartbeat=None, instance_created_at=CREATED, instance_id="pod-1") -> None:
+def rented(
+    led, *, account=ACCOUNT, heartbeat=None, instance_created_at=CREATED, instance_id="pod-1", spot=False
+) -> None:
     led.add_session(
         Session(
             id="s1",
@@ -111,6 +113,7 @@ def rented(led, *, account=ACCOUNT, heartbeat=None, instance_created_at=CREATED,
             status="running",
             created_at=CREATED - 30.0,
             account=account,
+            spot=spot,
         )
     )
     if heartbeat is not None:
@@ -211,9 +214,9 @@ def test_gone_box_an_event_after_now_is_clamped_to_now(led):
 
 
 def test_gone_box_with_no_proof_of_life_but_its_intent_ends_at_its_create_time(led):
-    rented(led)  # the intent event (30 s before create) is the only trace: clamped up to create
+    rented(led)  # the intent event (30 s before create) is the only trace: the laptop's, not the box's
     got = end(led, Box(alive=False))
-    assert (got.ended_at, got.end_source) == (CREATED, "ledger_event")
+    assert (got.ended_at, got.end_source) == (CREATED, "create")
     row = led.get("s1")
     assert (row.billed_seconds, row.cost_usd) == (0.0, 0.0)
 
@@ -226,6 +229,87 @@ def test_gone_box_with_no_event_at_all_ends_at_its_create_time(led):
         conn.execute(sa.text("DELETE FROM events"))
     got = end(led, Box(alive=False))
     assert (got.ended_at, got.end_source) == (CREATED, "create")
+
+
+# -- every proof of life compared: the newest wins, whatever kind it is ------------------------------
+# The kinds of event that prove the box answered, written here by hand (not read from the code).
+LIFE = [
+    "ready",
+    "armed",
+    "bootstrapped",
+    "job_started",
+    "job_exited",
+    "wrapper_lost",
+    "live",
+    "resume",
+    "results_copied",
+]
+# What an end, a closer or the laptop's own clock writes: never the moment a box was last alive.
+NOT_LIFE = [
+    "intent",
+    "create",
+    "created",
+    "ttl",
+    "log_kept",
+    "end_requested",
+    "destroy_failed",
+    "destroy_gave_up",
+    "destroyed",
+    "destroy_refused",
+    "closed",
+    "taken_back",
+    "stage_failed",
+    "note",
+    "tokens",
+    "unknown",
+]
+
+
+@pytest.mark.parametrize("kind", LIFE)
+def test_gone_box_a_proof_of_life_event_newer_than_the_heartbeat_and_the_callers_read_wins(led, kind):
+    """`up` saw one line of output at +3 s and its agent's heartbeat at +5 s; the box went on
+    answering (`live` every 10 s) until +70 s: billing ran to +70 s, not +5 s."""
+    rented(led, heartbeat=CREATED + 5.0)
+    led.event("s1", kind, {}, at=CREATED + 70.0)
+    got = end(led, Box(alive=False), last_seen_at=CREATED + 3.0)
+    assert (got.ended_at, got.end_source) == (CREATED + 70.0, "ledger_event")
+    assert led.get("s1").billed_seconds == 70.0
+
+
+@pytest.mark.parametrize("kind", NOT_LIFE)
+def test_gone_box_an_event_a_closer_or_the_laptop_writes_is_no_proof_of_life(led, kind):
+    rented(led)
+    led.event("s1", EventKind.LIVE, {}, at=CREATED + 8.0)
+    led.event("s1", kind, {}, at=CREATED + 33.0)  # e.g. the closer's own log_kept, just before it closes
+    got = end(led, Box(alive=False), clock=Clock(NOW))
+    assert (got.ended_at, got.end_source) == (CREATED + 8.0, "ledger_event")
+
+
+def test_gone_box_the_callers_read_newer_than_every_event_wins(led):
+    rented(led, heartbeat=CREATED + 5.0)
+    led.event("s1", EventKind.LIVE, {}, at=CREATED + 60.0)
+    got = end(led, Box(alive=False), last_seen_at=CREATED + 72.0)  # `up`'s last answered poll
+    assert (got.ended_at, got.end_source) == (CREATED + 72.0, "heartbeat")
+
+
+class Stopped(Box):
+    """The provider shows the instance stopped (outbid; or an on-demand box its key could only stop)."""
+
+    def get(self, instance_id):
+        inst = super().get(instance_id)
+        return None if inst is None else Instance(**{**inst.__dict__, "status": InstanceStatus.STOPPED})
+
+
+@pytest.mark.parametrize("spot", [True, False])
+def test_a_stopped_box_ends_at_its_newest_proof_of_life_not_at_our_destroy(led, spot):
+    rented(led, heartbeat=CREATED + 3.0, spot=spot)
+    led.event("s1", EventKind.LIVE, {}, at=CREATED + 9.0)  # `up` read the box at +9 s; outbid just after
+    led.event("s1", EventKind.LOG_KEPT, {}, at=CREATED + 12.0)  # the closer's own, before it ends the box
+    p = Stopped()
+    got = end(led, p, clock=Clock(NOW))
+    assert (got.ended_at, got.end_source, got.destroyed) == (CREATED + 9.0, "ledger_event", True)
+    assert got.reason == ("preempted" if spot else "idle")
+    assert p.destroys == [0.0]  # what is left (a stopped box bills its disk) is destroyed
 
 
 def test_gone_box_with_no_instance_create_time_counts_from_the_intent(led):

@@ -68,8 +68,8 @@ def rig(gpuops_home, sshd, vast_emulator, monkeypatch):
     emu = vast_emulator
     emu.market.ssh_endpoint = (sshd.host, sshd.port)
     emu.faults.boot_s = 0.0
-    for i in range(5):
-        emu.add_offer(1101 + i, "RTX 4090", 1, 24564, 0.40 + i * 0.01, 0.20 + i * 0.01, 0.99, "Norway, NO")
+    for i in range(5):  # every offer at one price: a run's next rental is never ended by a dearer offer
+        emu.add_offer(1101 + i, "RTX 4090", 1, 24564, 0.40, 0.20, 0.99, "Norway, NO")
     sshd.authorize(ensure_ssh_key(gpuops_home)[1])
     return emu
 
@@ -281,3 +281,133 @@ def test_the_monthly_cap_is_checked_before_each_new_rental(rig, sshd, gpuops_hom
     assert "new boxes refused (monthly_cap" in summ["run"]["detail"]
     assert [r["end_reason"] for r in summ["rentals"]] == ["preempted"]
     assert emu.live() == []
+
+
+QUIET_JOB = """import json, os, time
+print("started", flush=True)  # one line, then quiet: only its checkpoints show it works
+d = os.environ["GPUOPS_RESUME_DIR"]
+p = os.path.join(d, "checkpoint.json")
+step = json.load(open(p))["step"] if os.path.exists(p) else 0
+while True:
+    time.sleep(1.0)
+    step += 1
+    with open(p + ".tmp", "w") as f:
+        json.dump({"step": step}, f)
+    os.replace(p + ".tmp", p)
+"""
+
+
+def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
+    rig, sshd, gpuops_home, vast_provider, monkeypatch, tmp_path
+):
+    """`up --spot --recover 1` with --max-hours 0.01 (36 s) and a max_session_usd, a quiet job, every
+    offer at one price: the first box is taken back; the second rental is handed what the
+    provider billed the first one left (hours and USD), and the run's GPU time stays within its
+    limit (5 %)."""
+    import gpuops.rental.runs as runs
+
+    emu = rig
+    monkeypatch.setattr(runs, "MIN_RENTAL_S", 5.0)  # a short run may still re-rent
+    job = tmp_path / "quiet.py"
+    job.write_text(QUIET_JOB)
+    limit_s = 36.0
+    charged = min(o.price for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True)))
+    max_usd = 2 * charged * limit_s / 3600.0  # twice what 36 s cost: the hours bind, the money is counted down
+    settings = _settings(max_session_usd=max_usd)
+    req = UpRequest(
+        job=job, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1, max_hours=limit_s / 3600
+    )
+    with TakeBack(emu, sshd, gpuops_home, at_step=[4], modes=["outbid"]) as tb:
+        summ = run_up(req, settings, Reporter(), provider=vast_provider)
+    assert tb.error is None, tb.error
+    assert [r["end_reason"] for r in summ["rentals"]][0] == "preempted", summ
+    assert emu.live() == []
+    rows = Ledger(settings.ledger_url()).run_rentals(summ["run"]["id"])
+    assert len(rows) == 2, summ
+    insts = [emu.market.instances[r.instance_id] for r in rows]
+    gpu_s = [sum(t1 - t0 for t0, t1, _, kind in i.segments if kind == "gpu") for i in insts]
+    usd = [i.billed_usd for i in insts]
+    # the second rental got what the provider's bill of the first left: within 1 s, 1 s of money
+    assert rows[1].max_hours * 3600 == pytest.approx(limit_s - gpu_s[0], abs=1.0), (rows[1].max_hours * 3600, gpu_s)
+    assert rows[1].max_session_usd == pytest.approx(max_usd - usd[0], abs=charged / 3600 + 0.05 * usd[0]), (
+        rows[1].max_session_usd,
+        max_usd,
+        usd,
+    )
+    # and the run as a whole spent what it was allowed
+    assert sum(gpu_s) <= limit_s * 1.05, gpu_s
+    assert sum(usd) <= max_usd * 1.05, (usd, max_usd)
+
+
+def _host_goes(sshd, root: Path) -> None:
+    """The box goes as a reclaimed host does: every SSH connection cut and new ones refused (the sshd
+    and its sessions killed), its processes with it."""
+    if sshd.proc is not None:
+        kids: dict[int, list[int]] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    stat = open(f"/proc/{name}/stat").read()
+                except OSError:
+                    continue
+                kids.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(name))
+        todo = [sshd.proc.pid]
+        while todo:
+            for pid in kids.get(todo.pop(), []):
+                todo.append(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    sshd.stop()
+    for pid in box_processes(root):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_box_taken_back_during_the_copy_back_is_rented_again_and_the_job_resumes(
+    rig, sshd, gpuops_home, vast_provider, monkeypatch
+):
+    """The job ended well; while its results are being copied home the market takes the box back
+    (the host gone: the copy fails). The result is not home, so the run re-rents (attempts allowing)
+    and the job resumes from its last checkpoint; the run and its rentals agree: preempted, then
+    job_end, and the result is intact."""
+    import threading
+
+    from gpuops.rental import results as copyback
+
+    emu = rig
+    settings = _settings()
+    real = copyback.fetch_results
+    taken: list[str] = []
+
+    def copy_home(box, results, dest, **kw):
+        if "keep_to" in kw and not taken:  # the collect stage's copy (the checkpoint copies pass no keep_to)
+            (inst,) = [i for i in emu.live() if i.state == "running"]
+            emu.market.preempt(inst.id, "outbid")
+            taken.append(inst.id)
+            _host_goes(sshd, sshd.home / "gpuops" / inst.label)
+
+            def back() -> None:  # the next rental's box answers on the same sshd once this one is destroyed
+                deadline = time.monotonic() + STAGE_TIMEOUT_S
+                while emu.market.find(inst.id) is not None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                sshd.start()
+
+            threading.Thread(target=back, daemon=True).start()
+        return real(box, results, dest, **kw)
+
+    monkeypatch.setattr(copyback, "fetch_results", copy_home)
+    req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1)
+    summ = run_up(req, settings, Reporter(), provider=vast_provider)
+    assert taken, "the collect stage never copied"
+    assert [r["end_reason"] for r in summ["rentals"]] == ["preempted", "job_end"], summ
+    assert summ["end_reason"] == "job_end" and emu.live() == []
+    led = Ledger(settings.ledger_url())
+    rows = led.run_rentals(summ["run"]["id"])
+    assert [(r.end_reason, r.status) for r in rows] == [("preempted", "closed"), ("job_end", "closed")]
+    assert led.get_run(summ["run"]["id"]).end_reason == "job_end"
+    result = json.loads((gpuops_home / "results" / rows[1].id / "result.json").read_text())
+    assert result["steps"] == STEPS and result["digest"] == _expected_digest(STEPS) and result["attempts"] == [1, 2]

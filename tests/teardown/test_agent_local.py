@@ -183,6 +183,24 @@ def test_ttl_with_a_job_that_never_ends(rig, fake_smi):
     assert all(g["util"] == 99 for s in st["samples"] for g in s["gpus"])
 
 
+def test_ttl_counts_from_the_create_when_the_agent_is_armed_late(rig, fake_smi):
+    """On a real provider the box boots between create and arm, and that time is billed: the agent
+    armed 6 s after the create with a 10 s TTL ends the box 10 s after the create (the provider's
+    record), not 10 s after it started (16 s)."""
+    fake_smi.util(99)
+    gap_s, ttl_s = 6.0, 10.0
+    r = rig({"sample_seconds": 0.3, "max_hours": ttl_s / 3600, "idle_minutes": "off"})
+    r.intent()
+    r.create()
+    wait_for(lambda: time.time() >= r.inst.created_at + gap_s, gap_s + STAGE_TIMEOUT_S)  # booting: billed, no agent
+    r.arm()
+    r.job("while true; do sleep 1; done")
+    wait_for(r.gone, STAGE_TIMEOUT_S)
+    assert r.status()["destroy"]["reason"] == "ttl"
+    billed = r.destroyed_at() - r.inst.created_at
+    assert ttl_s - 0.01 <= billed < ttl_s + LOADED_SLACK_S, billed  # 0.01: ms rounding; + 5 s < the 16 s from arm
+
+
 @pytest.mark.parametrize(
     "out,rc",
     [

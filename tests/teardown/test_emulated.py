@@ -6,6 +6,7 @@ provider, and reconcile closes a pod deleted in the console."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -20,7 +21,6 @@ from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
 from gpuops.rental.reconcile import Context
 from gpuops.rental.watchdog import run
-from ledger.billing import billed_seconds
 from ledger.models import Session
 from ledger.store import Ledger
 from tests.support.emulators import FAST_RETRY
@@ -168,6 +168,8 @@ def test_pod_key_that_may_only_stop_stops_it_and_the_watchdog_terminates_it(gpuo
     led = Ledger(settings.ledger_url())
     inst = create(p, "gpuops-k1")
     book(led, "k1", "runpod", inst, spot=False, account=p.account)
+    beat = time.time()
+    led.heartbeat("k1", beat)  # the last status the laptop read before the pod stopped
     a = run_agent(
         tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)}
     )
@@ -187,8 +189,6 @@ def test_pod_key_that_may_only_stop_stops_it_and_the_watchdog_terminates_it(gpuo
         ("DELETE", f"/v2/pods/{inst.id}", None),
         ("POST", f"/v2/pods/{inst.id}/action", {"action": "stop"}),
     ]
-    beat = time.time() - 1.0
-    led.heartbeat("k1", beat)  # the last status the laptop read before the pod stopped
     acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=p))
     assert [("k1", "destroyed")] == [(x.session, x.kind) for x in acts if x.kind == "destroyed"], acts
     row = led.get("k1")
@@ -316,7 +316,7 @@ def test_preempted_spot_instance_closed_preempted_with_cost_to_last_heartbeat(gp
     assert emu.market.find(inst.id) is None  # the stopped box would have billed its disk
     rate = inst.usd_per_hour
     assert row.cost_usd == pytest.approx(gpu_cost, abs=rate * 2.0 / 3600)  # within 2 s of billing (whole-second stamps)
-    assert row.billed_seconds == billed_seconds(inst.created_at, beat)  # to the heartbeat, not to "now"
+    assert row.billed_seconds == math.ceil(beat - inst.created_at)  # to the heartbeat, not to "now"
 
 
 def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast):
@@ -396,3 +396,85 @@ def test_a_row_whose_end_was_requested_has_its_pod_terminated_by_the_next_pass(g
     assert [("q1", "destroyed")] == [(x.session, x.kind) for x in acts if x.kind == "destroyed"], acts
     row = led.get("q1")
     assert (row.status, row.end_reason) == ("closed", "idle") and emu.market.find(inst.id) is None
+
+
+# -- the books against the provider's own bill: a box whose end nobody saw --------------------------
+def _billed(emu, iid: str, kind: str | None = None) -> tuple[float, float]:
+    """(seconds, USD) the emulator billed instance ``iid`` (of segment ``kind`` only, when given)."""
+    segs = [s for s in emu.market.instances[iid].segments if kind is None or s[3] == kind]
+    return sum(t1 - t0 for t0, t1, _, _ in segs), sum((t1 - t0) * rate / 3600 for t0, t1, rate, _ in segs)
+
+
+def _within(booked: float, billed: float, rel: float = 0.05, abs_: float = 1.0) -> bool:
+    """The bar for seconds: within 5 % or 1 s of the provider's figure."""
+    return abs(booked - billed) <= max(rel * billed, abs_)
+
+
+# How long these boxes bill: long enough that the ledger's whole-second rounding (up) stays under
+# the 5 % the cost is judged by (1 s in 21 s).
+BILLS_S = 21.0
+
+
+def _live_until(led, sid: str, seconds: float) -> float:
+    """Book the box's status as `up` does while it watches (gpuops.rental.live) for ``seconds``;
+    returns the time of the last one."""
+    from gpuops.rental.live import record_live
+
+    end = time.monotonic() + seconds
+    while True:
+        at = time.time()
+        record_live(led, sid, tokens=0, idle_seconds=0.0, by="up:test", now=at)
+        if time.monotonic() >= end:
+            return at
+        time.sleep(0.25)
+
+
+def test_watchdog_closing_a_pod_already_gone_books_its_last_proof_of_life_not_its_own_log_kept(gpuops_home, rp):
+    """`up` watched the job (its `live` events) until the box was deleted; the watchdog that closes
+    the row afterwards keeps the job log first (`log_kept`): that event is its own work, not the box's
+    life. Booked within 5 % or 1 s of the pod's billed time, the cost within 5 % of its bill."""
+    emu, p = rp
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-g1")
+    book(led, "g1", "runpod", inst, spot=False, account=p.account)
+    log = gpuops_home / "g1.log"
+    log.write_text("step 1\n")
+    led.update("g1", log_path=str(log))
+    led.event("g1", "job_started", {})
+    _live_until(led, "g1", BILLS_S)
+    emu.delete_from_console(inst.id)  # right after `up`'s last read: the box is gone
+    secs, usd = _billed(emu, inst.id)
+    time.sleep(2.0)  # the watchdog comes by later: what is under test is that its clock is not the end
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, runpod=p))
+    assert [("g1", "closed")] == [(a.session, a.kind) for a in acts if a.session == "g1"], acts
+    assert "log_kept" in [e.kind for e in led.events("g1")]
+    row = led.get("g1")
+    assert row.end_source == "ledger_event"
+    assert _within(row.billed_seconds, secs), (row.billed_seconds, secs)
+    assert row.cost_usd == pytest.approx(usd, abs=0.05 * usd), (row.cost_usd, usd)  # within 5 %
+
+
+def test_a_vast_spot_box_outbid_while_up_watched_books_its_gpu_time(gpuops_home, vast):
+    """The agent's heartbeat was read early; `up` went on reading the box (`live`) until the market
+    took it back (stopped: its disk still bills); the watchdog destroys what is left. Booked to the
+    newest proof of life: the GPU time the provider billed within 5 % or 1 s, the cost (GPU and
+    disk) within 5 %."""
+    emu, p = vast
+    settings = load_settings()
+    led = Ledger(settings.ledger_url())
+    inst = create(p, "gpuops-o1", spot=True)
+    book(led, "o1", "vast", inst, spot=True, account=p.account)
+    led.heartbeat("o1", time.time())  # a watchdog read the agent once, at the start
+    _live_until(led, "o1", BILLS_S)
+    emu.preempt(inst.id)  # outbid: stopped, its disk billing on
+    time.sleep(1.0)
+    acts = run(settings, once=True, emit=lambda a: None, ctx=ctx(led, settings, vast=p))
+    assert [("o1", "destroyed")] == [(a.session, a.kind) for a in acts if a.session == "o1"], acts
+    assert emu.market.find(inst.id) is None
+    row = led.get("o1")
+    assert (row.end_reason, row.end_source) == ("preempted", "ledger_event")
+    gpu_s, _ = _billed(emu, inst.id, "gpu")
+    _, usd = _billed(emu, inst.id)  # GPU and the stopped box's disk
+    assert _within(row.billed_seconds, gpu_s), (row.billed_seconds, gpu_s)
+    assert row.cost_usd == pytest.approx(usd, abs=0.05 * usd), (row.cost_usd, usd)  # within 5 %

@@ -181,3 +181,101 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
         if pid.exists() and emu.market.find(inst.id) is not None:
             os.kill(int(pid.read_text()), signal.SIGTERM)
         box.close()
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (from /proc)."""
+    kids: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = open(f"/proc/{name}/stat").read()
+            except OSError:
+                continue
+            kids.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class HostGoes:
+    """Once the emulator has destroyed the instance, its box goes as a reclaimed host does: every
+    SSH connection cut and new ones refused (the sshd and its sessions killed), its processes with it."""
+
+    def __init__(self, emu, sshd):
+        import threading
+
+        self.emu, self.sshd, self.at = emu, sshd, None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(10)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            with self.emu.market.lock:
+                gone = any(i.state == "destroyed" for i in self.emu.market.instances.values())
+            if gone:
+                self.at = time.time()
+                if self.sshd.proc is not None:
+                    for pid in _children(self.sshd.proc.pid):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                self.sshd.stop()
+                self.sshd.end_box_processes()
+                return
+            time.sleep(0.05)
+
+
+@pytest.mark.parametrize("ender", ["ttl", "idle"])
+def test_a_quiet_job_ended_by_its_agent_while_up_watches_is_booked_as_billed(world, tmp_path, ender):
+    """`up` watches a job that prints one line and is then quiet; the box's own agent ends it (its
+    TTL, or the idle layer). The row books the instance's billed time within 5 % or 1 s and its
+    cost within 5 % of the provider's bill: not the moment of the job's one line of output."""
+    emu, env = world["emu"], dict(world["env"])
+    job = tmp_path / "job.sh"
+    job.write_text("echo started\nsleep 600\n")
+    args: list[str] = []
+    if ender == "ttl":
+        env["GPUOPS_TEARDOWN_IDLE_MINUTES"] = "off"
+        args = ["--max-hours", "0.006"]  # 21.6 s from create
+    else:
+        fake_nvidia_smi.set_state(world["smi"], fake_nvidia_smi.DEFAULT_STATE)  # GPU at 0 %
+        env["GPUOPS_TEARDOWN_IDLE_MINUTES"] = "0.35"  # 21 s
+    with HostGoes(emu, world["sshd"]):
+        t0 = time.monotonic()
+        out = subprocess.run(
+            gpuops_cmd("up", "--job", str(job), "--provider", "vast", "--card", "rtx-4090", "--json", *args),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        took = time.monotonic() - t0
+    summ = json.loads(out.stdout)
+    row = Ledger(load_settings().ledger_url()).get(summ["session"])
+    # the TTL: `up`'s own deadline or the agent's, whichever came first; the idle layer: the agent's,
+    # whose reason went with the box (nobody could read it: agent_ended)
+    want = ("ttl", "agent_ended") if ender == "ttl" else ("agent_ended",)
+    assert row.status == "closed" and row.end_reason in want, (summ, out.stderr[-2000:])
+    assert took < 21.6 + 60.0, took  # noticed in seconds: no SSH reconnect waited out (120 s each)
+    assert emu.market.find(row.instance_id) is None
+    inst = emu.market.instances[row.instance_id]
+    billed_s = sum(t1 - t0 for t0, t1, _, _ in inst.segments)
+    assert abs(row.billed_seconds - billed_s) <= max(0.05 * billed_s, 1.0), (
+        row.billed_seconds,
+        billed_s,
+        row.end_source,
+    )
+    assert row.cost_usd == pytest.approx(inst.billed_usd, abs=0.05 * inst.billed_usd), (row.cost_usd, inst.billed_usd)
