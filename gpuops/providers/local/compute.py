@@ -5,6 +5,12 @@ and job run there as child process groups (``gpuops.box.local.LocalBox``). Destr
 (TERM, then KILL after ``kill_grace_seconds``), writes ``destroyed.json`` and keeps the logs; after
 ``[providers.local] keep_box_days`` the rest of a destroyed box is pruned (``boxes.py``).
 
+Containment: where the platform allows it (``contained``: one probe per provider object, a trial
+run of bootstrap/contain.py under a deadline) the job runs in its own user, mount and PID
+namespace that covers ``hide`` (the data dir, the spool dirs, config and key files) and shows no
+parent's /proc; elsewhere, or with ``[providers.local] contain = false``, it runs with the user's
+own rights and ``containment_note`` says so (the launcher warns it once per `up`).
+
 Price: ``[providers.local] price_per_hour`` when set (a real cost, e.g. your own workstation);
 otherwise the card's catalog reference price, and the offer is marked simulated.
 """
@@ -15,7 +21,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from bootstrap.localbox import end_box
@@ -53,13 +61,6 @@ class LocalProvider(Provider):
 
     name = "local"
     http_calls = False  # processes on this machine only: no HTTP for http_guard to bound
-    # What `up` says once when it rents a local box: the box is not a separate user or namespace,
-    # so a job that looks (its parents' /proc/PID/environ, the layout of the data dir) can read and
-    # delete what the user can, gpuops' own data included. README ("Local boxes") says the same.
-    containment_note = (
-        "a local job runs with your own user's rights: it can read and delete whatever you can, "
-        "gpuops' data dir and ledger included; run a job you do not trust on a rented box"
-    )
 
     def __init__(
         self,
@@ -67,8 +68,20 @@ class LocalProvider(Provider):
         price_per_hour: float | None = None,
         kill_grace_seconds: float = 10.0,
         keep_box_days: float = 7.0,
+        hide: Sequence[Path] = (),
+        spool_dirs: Sequence[Path] = (),
+        contain: bool = True,
     ):
+        """The provider over ``boxes_dir``; what its jobs must not see, and whether to contain them.
+
+        ``hide``: paths the job must not see (the data dir, config and key files); ``spool_dirs``:
+        the ledger's spool folders, made (0700, ours) before they are hidden; ``contain``: False
+        runs jobs uncontained whatever the platform allows."""
         self.boxes_dir = Path(boxes_dir)
+        self.hide = [os.path.abspath(p) for p in hide]
+        self.spool_dirs = [os.path.abspath(p) for p in spool_dirs]
+        self.contain = contain
+        self._contained: bool | None = None
         self.keep_box_days = (
             keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
         )
@@ -79,6 +92,40 @@ class LocalProvider(Provider):
         from gpuops.ownership import local_account
 
         self.account = local_account(self.boxes_dir)
+
+    def contained(self) -> bool:
+        """Whether this provider's jobs run contained: ``contain`` and the probe said yes.
+
+        Probed once per object: the spool folders are made (``ledger.spool.own_dir``: a job cannot
+        make one first), then bootstrap/contain.py runs ``true`` with the real hide list under a
+        deadline of ``PROBE_TIMEOUT_S`` seconds; any failure means no (and ``containment_note``)."""
+        if self._contained is None:
+            self._contained = self.contain and _probe(self.boxes_dir, self._hidden())
+        return self._contained
+
+    def _hidden(self) -> list[str]:
+        from ledger.spool import own_dir
+
+        for d in self.spool_dirs:
+            try:
+                own_dir(Path(d))
+            except OSError:
+                pass  # not ours or not makeable: hidden where it exists, refused by the ledger anyway
+        return self.hide + self.spool_dirs
+
+    @property
+    def containment_note(self) -> str:
+        """What `up` says once when it rents a local box: "" when its job is contained.
+
+        Otherwise the job is not a separate user or namespace, so one that looks (its parents'
+        /proc/PID/environ, the layout of the data dir) can read and delete what the user can,
+        gpuops' own data included. README ("Local boxes") says the same."""
+        if self.contained():
+            return ""
+        return (
+            "a local job runs with your own user's rights: it can read and delete whatever you can, "
+            "gpuops' data dir and ledger included; run a job you do not trust on a rented box"
+        )
 
     def _offer(self, card: Card, gpu_count: int) -> Offer:
         simulated = self.price_per_hour is None
@@ -123,7 +170,10 @@ class LocalProvider(Provider):
             "created_at": time.time(),
         }
         (d / "instance.json").write_text(json.dumps(meta, indent=1))
-        return self._instance(d, meta)
+        inst = self._instance(d, meta)
+        # What the job of this box must not see (``box``, gpuops.box.remote.open_box); None: uncontained.
+        inst.extra["local_hide"] = self._hidden() if self.contained() else None
+        return inst
 
     def _instance(self, d: Path, meta: dict) -> Instance:
         gone = (d / "destroyed.json").exists()
@@ -178,4 +228,26 @@ class LocalProvider(Provider):
         return Balance(usd=None)
 
     def box(self, instance: Instance) -> LocalBox:
-        return LocalBox(Path(instance.extra["local_root"]))
+        return LocalBox(Path(instance.extra["local_root"]), hide=instance.extra.get("local_hide"))
+
+
+PROBE_TIMEOUT_S = 10.0  # the containment trial's deadline: a namespace that does not start by then is not used
+CONTAIN_PY = Path(__file__).resolve().parents[3] / "bootstrap" / "contain.py"
+
+
+def _probe(boxes_dir: Path, hide: list[str]) -> bool:
+    """True when bootstrap/contain.py runs ``true`` with ``hide`` covered and a box under ``boxes_dir`` kept."""
+    try:
+        boxes_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
+        p = subprocess.run(
+            [sys.executable, "-I", "-S", str(CONTAIN_PY), "--keep", str(boxes_dir)]
+            + [a for h in hide for a in ("--hide", h)]
+            + ["--", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0
