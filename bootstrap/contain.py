@@ -28,7 +28,6 @@ the network). A step that fails writes one line ``gpuops: cannot contain the job
 (the job log) and exits ``CANNOT``, before the job runs.
 """
 
-import argparse
 import ctypes
 import os
 import signal
@@ -163,16 +162,42 @@ def _init(libc, a, cmd):
     os._exit(code)
 
 
+class _Args:
+    keep = None
+    grace = 2.0
+
+    def __init__(self):
+        self.hide = []
+
+
+def parse(argv):
+    """(options, command) from ``argv``; ValueError naming what is wrong.
+
+    By hand, not argparse: its imports (re, gettext) would weigh on every job's start."""
+    a, i = _Args(), 0
+    while i < len(argv) and argv[i] != "--":
+        if argv[i] not in ("--keep", "--hide", "--grace") or i + 1 >= len(argv):
+            raise ValueError("usage: contain.py --keep BOX [--hide PATH]... [--grace S] -- COMMAND...")
+        name, value = argv[i][2:], argv[i + 1]
+        if name == "hide":
+            a.hide.append(value)
+        elif name == "grace":
+            a.grace = float(value)
+        else:
+            a.keep = value
+        i += 2
+    cmd = argv[i + 1 :]
+    if a.keep is None or not cmd:
+        raise ValueError("contain.py needs --keep BOX and a command after --")
+    return a, cmd
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--keep", required=True, help="the box: stays visible at its own path")
-    p.add_argument("--hide", action="append", default=[], help="a folder (or file) the job must not see")
-    p.add_argument("--grace", type=float, default=2.0, help="seconds between SIGTERM and SIGKILL of leftovers")
-    p.add_argument("command", nargs=argparse.REMAINDER)
-    a = p.parse_args(argv)
-    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if not cmd:
-        p.error("no command")
+    try:
+        a, cmd = parse(sys.argv[1:] if argv is None else argv)
+    except ValueError as e:
+        sys.stderr.write("gpuops: cannot contain the job: %s\n" % e)
+        return CANNOT
     uid, gid = os.getuid(), os.getgid()
     try:
         libc = _libc()

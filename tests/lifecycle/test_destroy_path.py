@@ -339,6 +339,7 @@ def test_a_contained_local_job_that_walks_its_parents_proc_finds_no_books(cli_en
         f"ls -A {data} > {seen}/data-listing\n"
         f"cat {data}/ledger.db > {seen}/ledger-copy 2>/dev/null\n"
         f"rm -f {data}/ledger.db* ../../ledger.db*\n"
+        f"umount -l {data} 2>/dev/null; ls -A {data} > {seen}/after-umount\n"
         f"ls /proc | grep -c '^[0-9]' > {seen}/pids\n"
         "echo walked\n"
     )
@@ -349,6 +350,7 @@ def test_a_contained_local_job_that_walks_its_parents_proc_finds_no_books(cli_en
     assert data.encode() not in (seen / "init-environ").read_bytes()
     assert (seen / "data-listing").read_text().split() == ["boxes"]  # the box's own folder, nothing else
     assert (seen / "ledger-copy").read_bytes() == b""
+    assert (seen / "after-umount").read_text().split() == ["boxes"]  # what covers the books stays put
     assert int((seen / "pids").read_text()) <= 6  # the namespace's own few processes, not the machine's
     led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
     rows = {r.id: r for r in led.sessions_between(0, time.time() + 3600)}
@@ -403,7 +405,7 @@ def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops
     assert len(said) == 1, p.stderr[-3000:]
     assert found.read_text().strip() == str(gpuops_home)  # what the warning is about: the job found the books
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert "**A local job runs with your own user's rights**" in readme
+    assert "**a local job runs with your own user's rights**" in readme
 
 
 # -- 300 MB of job output, streamed with bounded memory --------------------------------------------

@@ -82,6 +82,7 @@ class LocalProvider(Provider):
         self.spool_dirs = [os.path.abspath(p) for p in spool_dirs]
         self.contain = contain
         self._contained: bool | None = None
+        self._trial: subprocess.Popen | None = None  # the probe, started with the first offers()
         self.keep_box_days = (
             keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
         )
@@ -98,10 +99,18 @@ class LocalProvider(Provider):
 
         Probed once per object: the spool folders are made (``ledger.spool.own_dir``: a job cannot
         make one first), then bootstrap/contain.py runs ``true`` with the real hide list under a
-        deadline of ``PROBE_TIMEOUT_S`` seconds; any failure means no (and ``containment_note``)."""
+        deadline of ``PROBE_TIMEOUT_S`` seconds; any failure means no (and ``containment_note``).
+        The trial starts with the first ``offers()`` (planning overlaps it), else here."""
         if self._contained is None:
-            self._contained = self.contain and _probe(self.boxes_dir, self._hidden())
+            trial = self._start_probe()
+            self._contained = trial is not None and _probe_passed(trial)
         return self._contained
+
+    def _start_probe(self) -> subprocess.Popen | None:
+        """The probe's process (started once; None when ``contain`` is off or it cannot start)."""
+        if self.contain and self._trial is None and self._contained is None:
+            self._trial = _start_probe(self.boxes_dir, self._hidden())
+        return self._trial
 
     def _hidden(self) -> list[str]:
         from ledger.spool import own_dir
@@ -145,6 +154,7 @@ class LocalProvider(Provider):
 
     def offers(self, query: OfferQuery) -> list[Offer]:
         """Every catalog card the query names (all cards when it names none), at one price."""
+        self._start_probe()  # a rental may follow: its containment trial runs while the plan is made
         chosen = [c for c in cards() if not query.cards or c.name in query.cards]
         return [self._offer(c, query.gpu_count) for c in chosen]
 
@@ -235,19 +245,27 @@ PROBE_TIMEOUT_S = 10.0  # the containment trial's deadline: a namespace that doe
 CONTAIN_PY = Path(__file__).resolve().parents[3] / "bootstrap" / "contain.py"
 
 
-def _probe(boxes_dir: Path, hide: list[str]) -> bool:
-    """True when bootstrap/contain.py runs ``true`` with ``hide`` covered and a box under ``boxes_dir`` kept."""
+def _start_probe(boxes_dir: Path, hide: list[str]) -> subprocess.Popen | None:
+    """Start bootstrap/contain.py on ``true`` with ``hide`` covered and ``boxes_dir`` kept (None: it cannot start)."""
     try:
         boxes_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
-        p = subprocess.run(
+        return subprocess.Popen(
             [sys.executable, "-I", "-S", str(CONTAIN_PY), "--keep", str(boxes_dir)]
             + [a for h in hide for a in ("--hide", h)]
             + ["--", "true"],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            timeout=PROBE_TIMEOUT_S,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
+        return None
+
+
+def _probe_passed(trial: subprocess.Popen) -> bool:
+    """True when the trial exits 0 within ``PROBE_TIMEOUT_S`` of now (it is killed past that)."""
+    try:
+        return trial.wait(timeout=PROBE_TIMEOUT_S) == 0
+    except subprocess.TimeoutExpired:
+        trial.kill()
+        trial.wait()
         return False
-    return p.returncode == 0
