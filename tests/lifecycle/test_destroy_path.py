@@ -362,13 +362,18 @@ def test_a_contained_local_job_that_walks_its_parents_proc_finds_no_books(cli_en
 
 
 def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops_home, fake_smi, tmp_path):
-    """The fallback branch (``[providers.local] contain = false``, as on a platform without user
-    namespaces): a local job is not a separate user or namespace, so one that reads its parents'
-    /proc/PID/environ finds the data dir and can delete the ledger. `up` says so once (and README
-    says it plainly); the session is still booked (rebooked)."""
+    """The fallback branch, on a platform that refuses the namespace: `up` runs in a user namespace
+    whose ``user.max_user_namespaces`` is 0 (as a kernel or distribution that allows none), so the
+    containment trial fails. A local job is then not a separate user or namespace: one that reads
+    its parents' /proc/PID/environ finds the data dir and can delete the ledger. `up` says so once
+    (and README says it plainly); the session is still booked (rebooked)."""
+    import shutil
+
     from tests.conftest import gpuops_cmd
     from tests.lifecycle.upproc import FAST_ENV
 
+    if not shutil.which("unshare"):
+        pytest.skip("util-linux unshare is needed to make a namespace-less platform")
     fake_smi.util(70)
     found = tmp_path / "found"
     walker = tmp_path / "walk.py"  # up the parent links only: never another process's books
@@ -394,8 +399,10 @@ def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops
         f'd=$(cat {found}); [ "$d" = "{gpuops_home}" ] && rm -f "$d"/ledger.db*\necho walked\n',
     )
     p = subprocess.run(
-        gpuops_cmd("up", "--job", str(job)),
-        env=dict(cli_env, **FAST_ENV, GPUOPS_PROVIDERS_LOCAL_CONTAIN="false"),
+        ["unshare", "--user", "--map-root-user", "sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"']
+        + ["sh"]
+        + gpuops_cmd("up", "--job", str(job)),
+        env=dict(cli_env, **FAST_ENV),
         capture_output=True,
         text=True,
         timeout=300,
