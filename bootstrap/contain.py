@@ -87,25 +87,40 @@ def _new_user_ns(libc, flags, uid, gid):
 
 
 def _cover(libc, keep, hides):
-    """Step 2 of the module doc (in the init): fresh /proc, hidden paths covered, ``keep`` bound back."""
+    """Step 2 of the module doc (in the init): fresh /proc, hidden paths covered, ``keep`` bound back.
+
+    Paths are resolved first (a data dir reached through a symlink is covered where it is), and
+    each covered path is looked at afterwards: one that still shows anything but the way to
+    ``keep`` raises OSError, so the job never runs believing it is contained when it is not."""
+    keep = os.path.realpath(keep)
+    hides = [os.path.realpath(p) for p in hides]
     _mount(libc, "none", "/", None, MS_REC | MS_PRIVATE)
     keep_fd = os.open(keep, os.O_PATH | os.O_DIRECTORY)  # the box, reachable after its parent is covered
     try:
         _mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        covered = False
+        covered = []
         for p in hides:
-            if os.path.islink(p) or not os.path.lexists(p):
-                continue  # a link is not followed (its target is named on its own); nothing to hide
+            if not os.path.lexists(p):
+                continue  # nothing to hide (or already under a covered folder)
             if os.path.isdir(p):
                 _mount(libc, "none", p, "tmpfs", MS_NOSUID | MS_NODEV, TMPFS_OPTIONS)
             else:
                 _mount(libc, "/dev/null", p, None, MS_BIND)
-            covered = covered or keep == p or keep.startswith(p.rstrip("/") + "/")
-        if covered:
+            covered.append(p)
+        above = [p for p in covered if keep == p or keep.startswith(p.rstrip("/") + "/")]
+        if above:
             os.makedirs(keep, mode=0o700, exist_ok=True)
             _mount(libc, "/proc/self/fd/%d" % keep_fd, keep, None, MS_BIND | MS_REC)
     finally:
         os.close(keep_fd)
+    for p in covered:
+        if os.path.isdir(p):
+            way = os.path.relpath(keep, p).split(os.sep)[0] if p in above else None
+            left = [n for n in os.listdir(p) if n != way]
+        else:
+            left = [p] if os.path.getsize(p) else []
+        if left:
+            raise OSError("%s still shows %s after it was covered" % (p, left[:3]))
 
 
 def _status(st):

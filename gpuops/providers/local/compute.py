@@ -82,7 +82,7 @@ class LocalProvider(Provider):
         self.spool_dirs = [os.path.abspath(p) for p in spool_dirs]
         self.contain = contain
         self._contained: bool | None = None
-        self._trial: subprocess.Popen | None = None  # the probe, started with the first offers()
+        self._trial: _Probe | None = None  # the containment trial, started with the first offers()
         self.keep_box_days = (
             keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
         )
@@ -97,19 +97,19 @@ class LocalProvider(Provider):
     def contained(self) -> bool:
         """Whether this provider's jobs run contained: ``contain`` and the probe said yes.
 
-        Probed once per object: the spool folders are made (``ledger.spool.own_dir``: a job cannot
-        make one first), then bootstrap/contain.py runs ``true`` with the real hide list under a
-        deadline of ``PROBE_TIMEOUT_S`` seconds; any failure means no (and ``containment_note``).
-        The trial starts with the first ``offers()`` (planning overlaps it), else here."""
+        Probed once per object (``_probe``: bootstrap/contain.py runs ``true`` with a folder of its
+        own covered and a box under it kept, under a deadline of ``PROBE_TIMEOUT_S`` seconds); any
+        failure means no, and ``containment_note`` says so. The trial starts with the first
+        ``offers()`` (planning overlaps it), else here; it touches nothing of gpuops' data."""
         if self._contained is None:
             trial = self._start_probe()
-            self._contained = trial is not None and _probe_passed(trial)
+            self._contained = trial is not None and trial.passed()
         return self._contained
 
-    def _start_probe(self) -> subprocess.Popen | None:
-        """The probe's process (started once; None when ``contain`` is off or it cannot start)."""
+    def _start_probe(self) -> _Probe | None:
+        """The probe (started once; None when ``contain`` is off or it cannot start)."""
         if self.contain and self._trial is None and self._contained is None:
-            self._trial = _start_probe(self.boxes_dir, self._hidden())
+            self._trial = _Probe.start()
         return self._trial
 
     def _hidden(self) -> list[str]:
@@ -245,27 +245,50 @@ PROBE_TIMEOUT_S = 10.0  # the containment trial's deadline: a namespace that doe
 CONTAIN_PY = Path(__file__).resolve().parents[3] / "bootstrap" / "contain.py"
 
 
-def _start_probe(boxes_dir: Path, hide: list[str]) -> subprocess.Popen | None:
-    """Start bootstrap/contain.py on ``true`` with ``hide`` covered and ``boxes_dir`` kept (None: it cannot start)."""
-    try:
-        boxes_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
-        return subprocess.Popen(
-            [sys.executable, "-I", "-S", str(CONTAIN_PY), "--keep", str(boxes_dir)]
-            + [a for h in hide for a in ("--hide", h)]
-            + ["--", "true"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    except OSError:
-        return None
+class _Probe:
+    """One trial of bootstrap/contain.py, the folder it used removed after.
 
+    ``true`` runs with a temp folder of its own covered and a box under it bound back: every step
+    a job's containment takes, on nothing of gpuops' data."""
 
-def _probe_passed(trial: subprocess.Popen) -> bool:
-    """True when the trial exits 0 within ``PROBE_TIMEOUT_S`` of now (it is killed past that)."""
-    try:
-        return trial.wait(timeout=PROBE_TIMEOUT_S) == 0
-    except subprocess.TimeoutExpired:
-        trial.kill()
-        trial.wait()
-        return False
+    def __init__(self, proc: subprocess.Popen, folder: str):
+        self.proc, self.folder = proc, folder
+        self._result: bool | None = None
+        import atexit
+
+        atexit.register(self.passed)  # a trial nobody asked about (a dry run) is still waited on and removed
+
+    @classmethod
+    def start(cls) -> _Probe | None:
+        """The trial, started; None when it cannot start (no temp folder, no interpreter)."""
+        import tempfile
+
+        folder = None
+        try:
+            folder = tempfile.mkdtemp(prefix="gpuops-contain-")
+            box = os.path.join(folder, "hidden", "box")
+            os.makedirs(box, mode=0o700)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(CONTAIN_PY), "--keep", box, "--hide", os.path.join(folder, "hidden")]
+                + ["--", "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            return None
+        return cls(proc, folder)
+
+    def passed(self) -> bool:
+        """True when the trial exited 0 within ``PROBE_TIMEOUT_S`` of the first call (killed past it)."""
+        if self._result is None:
+            try:
+                self._result = self.proc.wait(timeout=PROBE_TIMEOUT_S) == 0
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self._result = False
+            shutil.rmtree(self.folder, ignore_errors=True)
+        return self._result
