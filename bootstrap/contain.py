@@ -155,6 +155,9 @@ def _init(libc, a, cmd):
     if job == 0:
         try:
             _new_user_ns(libc, CLONE_NEWNS, 0, 0)  # locks every mount above for the job
+            for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):  # what Python ignores, as subprocess restores it
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
             os.execvp(cmd[0], cmd)
         except OSError as e:
             sys.stderr.write("gpuops: cannot contain the job: %s\n" % e)
