@@ -22,12 +22,9 @@ parents' /proc); the variable itself never reaches the job. Everything above hol
 namespace's processes are this wrapper's descendants.
 """
 
-import argparse
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 HEARTBEAT_S = 1.0
@@ -144,6 +141,11 @@ def _write_atomic(path, text):
 
 
 def main(argv=None):
+    # imported here: contain.py imports this module for end_descendants at every job's start
+    import argparse
+    import subprocess
+    import threading
+
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument(
