@@ -14,19 +14,40 @@ re-parented to the wrapper, not to init. When the job exits, and when the wrappe
 (SIGTERM/SIGINT), every descendant left is sent SIGTERM, then SIGKILL after ``--grace`` seconds,
 and reaped; the exit marker is written once none is left. A descendant is found by walking the
 parent links of /proc, so the rule needs nothing the job could change (its environment, its group).
+
+On a local box that asks for it (``CONTAIN_ENV`` in the wrapper's environment, set by
+gpuops.box.local.LocalBox: JSON ``{"keep": BOX, "hide": [PATH, ...]}``) the job is started through
+``contain.py`` (its own user, mount and PID namespace: it cannot see the hidden paths or its
+parents' /proc); the variable itself never reaches the job. Everything above holds unchanged: the
+namespace's processes are this wrapper's descendants.
 """
 
-import argparse
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
 
 HEARTBEAT_S = 1.0
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 DEFAULT_GRACE_S = 2.0
+CONTAIN_ENV = "GPUOPS_LOCAL_CONTAIN"
+
+
+def contained(spec, cmd, grace_s):
+    """``cmd`` run through contain.py as ``spec`` (the JSON of ``CONTAIN_ENV``) asks.
+
+    Raises ValueError when ``spec`` is not ``{"keep": str, "hide": [str, ...]}``."""
+    import json
+
+    d = json.loads(spec)
+    keep, hide = (d.get("keep"), d.get("hide")) if isinstance(d, dict) else (None, None)
+    if not isinstance(keep, str) or not isinstance(hide, list) or not all(isinstance(h, str) for h in hide):
+        raise ValueError("%s is not {keep, hide}" % CONTAIN_ENV)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "contain.py")
+    out = [sys.executable, "-I", "-S", here, "--keep", keep, "--grace", str(grace_s)]
+    for h in hide:
+        out += ["--hide", h]
+    return out + ["--"] + cmd
 
 
 def become_subreaper():
@@ -120,6 +141,11 @@ def _write_atomic(path, text):
 
 
 def main(argv=None):
+    # imported here: contain.py imports this module for end_descendants at every job's start
+    import argparse
+    import subprocess
+    import threading
+
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
     p.add_argument(
@@ -148,9 +174,12 @@ def main(argv=None):
     threading.Thread(target=beat, daemon=True).start()
     become_subreaper()  # before the job starts: every process it makes stays below us
     started = time.time()
+    spec = os.environ.pop(CONTAIN_ENV, None)  # the job never sees it
     try:
+        if spec is not None:
+            cmd = contained(spec, cmd, a.grace)
         child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    except OSError as e:
+    except (OSError, ValueError) as e:
         log.write(("gpuops: cannot start job: %s\n" % e).encode())
         code = 127
     else:

@@ -16,7 +16,8 @@ user's real ``~/.netrc`` and ``~/.cache/huggingface/token``. So:
   ``GPUOPS_SPOOL_DIR``, ``GPUOPS_CONFIG``...: they point at gpuops' own data -- a job that ran
   ``rm "$GPUOPS_DATA_DIR"/ledger.db*`` took the books with it -- or hold a password); the box's own
   ``GPUOPS_SESSION``/``_EXPERIMENT``/``_METRICS``/``_LOCAL_BOX`` are set by the box, as on a rented
-  one. Nor a name containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH (HF_TOKEN,
+  one (and ``GPUOPS_LOCAL_CONTAIN``, what the job wrapper hides from a contained job, which the
+  wrapper takes out before the job starts). Nor a name containing KEY, TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL or AUTH (HF_TOKEN,
   PIP_INDEX_URL's cousins that carry a password are named so); nor ``HF_HOME`` and ``XDG_*`` (they
   point into the user's own dirs).
 * A secret the user listed in ``[bootstrap] secrets`` reaches the bootstrap explicitly (the

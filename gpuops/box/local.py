@@ -1,10 +1,12 @@
 """This machine as a box (``LocalBox``).
 
-Each process in its own process group, recorded so that the local provider's destroy ends them all."""
+Each process in its own process group, recorded so that the local provider's destroy ends them all.
+A box given ``hide`` paths has its job contained (bootstrap/contain.py, through the job wrapper)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import signal
@@ -13,6 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
+from bootstrap.jobwrap import CONTAIN_ENV
 from bootstrap.localbox import MARKER as BOX_MARKER
 from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, OutputLines, _copy_tree_safely, _CopyBudget, _local_file
 
@@ -28,13 +31,17 @@ class LocalBox:
 
     ``root`` is a directory; each process runs in its own process group, recorded in
     ``root/.gpuops/pgids`` so that the local provider's destroy ends them all. ``local_reads``:
-    reading a file of the box is a local read (callers may poll it often)."""
+    reading a file of the box is a local read (callers may poll it often). ``hide``: absolute paths
+    (gpuops' data dir, spool dirs, config and key files) the job must not see: when given, the job
+    wrapper starts the job in its own user, mount and PID namespace where they are covered and the
+    box stays visible (``CONTAIN_ENV``, bootstrap/jobwrap.py); None: the job runs uncontained."""
 
     local_reads = True
 
-    def __init__(self, root: Path, base_env: dict[str, str] | None = None):
+    def __init__(self, root: Path, base_env: dict[str, str] | None = None, hide: list[str] | None = None):
         self.root = str(root)
         self._base_env = dict(base_env or {})
+        self._hide = None if hide is None else list(hide)
         Path(self.root, ".gpuops").mkdir(parents=True, exist_ok=True)
 
     # The job and bootstrap see python3 = the interpreter gpuops runs on (its venv), first on PATH.
@@ -50,6 +57,8 @@ class LocalBox:
         # Marks every process of this box, also those that leave its process groups (setsid,
         # daemonize): the local destroy finds them by it (bootstrap/localbox.py).
         env[BOX_MARKER] = os.path.abspath(self.root)
+        if self._hide is not None:
+            env[CONTAIN_ENV] = json.dumps({"keep": os.path.abspath(self.root), "hide": self._hide})
         return env
 
     def _record_pgid(self, pid: int) -> None:

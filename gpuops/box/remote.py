@@ -39,15 +39,16 @@ def open_box(
 ) -> LocalBox | SSHBox:
     """The Box for ``instance`` (a providers.base.Instance).
 
-    Local instances (``instance.extra["local_root"]``) get a LocalBox on that directory. Others
+    Local instances (``instance.extra["local_root"]``) get a LocalBox on that directory (hiding
+    ``instance.extra["local_hide"]`` from its job, set by the local provider's create). Others
     get an SSHBox on ``instance.ssh``, connected with retries until ``deadline`` (a
     ``time.monotonic()`` value), key ``ssh_key`` (a path; empty: gpuops' own key in
     ``data_dir/ssh``), host key pinned in ``data_dir/known_hosts`` under ``<label>/<id>``; the
     box's root is ``root``, else ``instance.extra["workdir"]``, else ``~/gpuops/<label>``.
     Raises GpuopsError when the instance has no SSH endpoint, SshUnreachable, HostKeyChanged.
     """
-    if instance.extra.get("local_root"):
-        return LocalBox(Path(instance.extra["local_root"]))
+    if instance.extra.get("local_root"):  # its job contained when create named what to hide
+        return LocalBox(Path(instance.extra["local_root"]), hide=instance.extra.get("local_hide"))
     if instance.ssh is None:
         raise GpuopsError(
             f"instance {instance.id} has no SSH endpoint yet", "wait for the provider to publish its port"

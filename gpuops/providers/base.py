@@ -275,9 +275,13 @@ class Provider(abc.ABC):
     # False for a provider that makes no HTTP call (local): ``@guarded`` runs its methods bare (the
     # guard would import requests, ~30 ms of `watchdog --once` start-up, only to guard nothing).
     http_calls: bool = True
-    # What `up` says once when it rents a box of this provider that is not contained from the
-    # user's own files ("" for a rented box, which is another machine).
-    containment_note: str = ""
+
+    @property
+    def containment_note(self) -> str:
+        """What `up` says once when it rents a box that the user's own files are not hidden from.
+
+        "" for a rented box, which is another machine (the local provider overrides it)."""
+        return ""
 
     # The methods that are one provider call each: an HTTP provider's own definitions carry @guarded.
     GUARDED = ("offers", "create", "get", "list", "destroy", "balance", "find_by_label", "billing")

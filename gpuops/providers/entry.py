@@ -29,7 +29,7 @@ class SettingsView(Protocol):
     ``tests/core/test_import_contract.py`` checks. ``providers``: one table per provider
     (``providers.<section>``, that entry's ``settings`` model); ``up`` / ``teardown``: the
     ``[up]`` / ``[teardown]`` tables; ``source``: the infra.toml they came from (None: none);
-    ``data_path()``: the data directory."""
+    ``data_path()``: the data directory; ``ledger_url()``: the ledger's URL (its spool paths)."""
 
     providers: Any
     up: Any
@@ -37,6 +37,8 @@ class SettingsView(Protocol):
     source: str | None
 
     def data_path(self) -> Path: ...
+
+    def ledger_url(self) -> str: ...
 
 
 def read_key_file(path: Path) -> str:

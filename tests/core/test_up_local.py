@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -279,13 +280,28 @@ def test_down_closes_an_open_session_as_manual(gpuops_home, tmp_path, cli_env):
 
 
 def test_job_wrapper_killed_is_booked_failed_not_waited_on_until_ttl(gpuops_home, tmp_path, monkeypatch):
-    # Seen: `kill -9 $PPID` from the job left `up` waiting for an exit marker until the TTL.
+    # Seen: `kill -9 $PPID` from an uncontained job left `up` waiting for an exit marker until the TTL;
+    # a contained job cannot see its wrapper, so the test kills it from outside (as an OOM killer would).
     import gpuops.rental.launcher as launcher
 
     monkeypatch.setattr(launcher, "WRAPPER_STALE_S", 3.0)
-    job = write_job(tmp_path, "echo before; kill -9 $PPID; sleep 1; echo after")
+    job = write_job(tmp_path, "echo before; sleep 20; echo after")
+
+    def kill_the_wrapper() -> None:  # from outside: a contained job cannot see its wrapper
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for f in gpuops_home.glob("boxes/*/.gpuops/run/job.pid"):
+                if f.read_text().strip():  # the wrapper's child; the wrapper is its parent
+                    stat = Path(f"/proc/{int(f.read_text())}/stat").read_text()
+                    os.kill(int(stat.rsplit(")", 1)[1].split()[1]), signal.SIGKILL)
+                    return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_wrapper, daemon=True)
+    killer.start()
     t0 = time.monotonic()
     summ = run_up(UpRequest(job=job, max_hours=1.0), settings(), Reporter())
+    killer.join(timeout=5)
     assert time.monotonic() - t0 < 30
     assert summ["end_reason"] == "job_failed" and summ["status"] == "closed" and summ["exit_code"] is None
     kinds = [e.kind for e in Ledger(load_settings().ledger_url()).events(summ["session"])]

@@ -24,7 +24,7 @@ from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from gpuops.rental.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
-from tests.lifecycle.upproc import no_box_processes
+from tests.lifecycle.upproc import no_box_processes, tag, tagged
 from tests.support.emulators import runpod_provider, vast_provider  # noqa: F401  (fixtures)
 from tests.support.postgres import own_postgres  # noqa: F401  (fixture)
 from tests.teardown.conftest import wait_for
@@ -33,8 +33,8 @@ END_TOLERANCE_S = 2.0  # booked end vs the provider's billing clock (absolute, s
 TEARDOWN = {"kill_grace_seconds": 0.5, "idle_minutes": "off", "sample_seconds": 0.3, "job_end_grace_seconds": 30}
 
 
-def _settings(url: str | None = None, **up):
-    over = {"teardown": TEARDOWN, "providers": {"local": {"price_per_hour": 1.5}}}
+def _settings(url: str | None = None, contain: bool = True, **up):
+    over = {"teardown": TEARDOWN, "providers": {"local": {"price_per_hour": 1.5, "contain": contain}}}
     if url:
         over["ledger"] = {"url": url}
     if up:
@@ -226,29 +226,31 @@ def _alive(pid: int) -> bool:
 def test_a_local_job_that_escapes_with_setsid_is_ended(gpuops_home, fake_smi, tmp_path):
     fake_smi.util(70)
     settings = _settings()
-    pidfile = tmp_path / "escaped.pid"
+    started = tmp_path / "escaped.pid"
+    name = tag()  # followed by name: in its own PID namespace the job's $$ is not this machine's pid
     job = _job(
         tmp_path,
         f'echo \'{{"tokens": 5}}\' >> "$GPUOPS_METRICS"\n'
-        f"setsid env -i sh -c 'trap \"\" TERM HUP INT; echo $$ > {pidfile}; exec sleep 300' &\n"
-        f"while [ ! -s {pidfile} ]; do sleep 0.05; done\necho left-it-running\n",
+        f"setsid env -i bash -c 'trap \"\" TERM HUP INT; echo $$ > {started}; exec -a {name} sleep 300' &\n"
+        f"while [ ! -s {started} ]; do sleep 0.05; done\necho left-it-running\n",
     )
-    pid = None
     try:
         summ = run_up(UpRequest(job=job), settings, Reporter())
-        pid = int(pidfile.read_text())
-        wait_for(lambda: not _alive(pid), 15)
+        assert started.read_text().strip()
+        wait_for(lambda: not tagged(name), 15)
         row = Ledger(settings.ledger_url()).get(summ["session"])
         _assert_local_truth(settings, row, "job_end", 5)
     finally:
-        if pid is not None and _alive(pid):
+        for pid in tagged(name):
             os.kill(pid, signal.SIGKILL)
 
 
 # -- a local job that deletes the ledger ----------------------------------------------------------
 def test_a_local_job_cannot_find_gpuops_data_and_a_removed_ledger_is_rebooked(gpuops_home, fake_smi, tmp_path):
+    """Uncontained (``contain = false``): the environment leads nowhere, and a ledger the job
+    removes through the box's layout is made again with this run's session rebooked."""
     fake_smi.util(70)
-    settings = _settings()
+    settings = _settings(contain=False)
     envfile = tmp_path / "box.env"
     # the box's HOME is <data dir>/boxes/<label>: a job that knows the layout can still reach the
     # ledger two levels up; its environment must not lead it there
@@ -281,13 +283,97 @@ def test_a_local_job_cannot_find_gpuops_data_and_a_removed_ledger_is_rebooked(gp
     _assert_local_truth(settings, row, "job_end", 42)
 
 
-def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops_home, fake_smi, tmp_path):
-    """The platform branch gpuops takes today: a local job is not a separate user or namespace, so
-    one that reads its parents' /proc/PID/environ finds the data dir and can delete the ledger.
-    `up` says so once (and README says it plainly); the session is still booked (rebooked)."""
+# The walker a hostile job runs: up its parent links (pid 1 included), printing the data dir the
+# first environment that names one holds. Never another process's books.
+WALKER = (
+    "import os\n"
+    "pid = os.getppid()\n"
+    "while pid >= 1:\n"
+    "    try:\n"
+    "        env = open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0')\n"
+    "        status = open(f'/proc/{pid}/status').read()\n"
+    "    except OSError:\n"
+    "        break\n"
+    "    hit = [e[len(b'GPUOPS_DATA_DIR='):] for e in env if e.startswith(b'GPUOPS_DATA_DIR=')]\n"
+    "    if hit:\n"
+    "        print(hit[0].decode())\n"
+    "        break\n"
+    "    pid = int(status.split('PPid:')[1].split()[0])\n"
+)
+
+
+def test_a_contained_local_job_that_walks_its_parents_proc_finds_no_books(cli_env, gpuops_home, fake_smi, tmp_path):
+    """Where the platform allows it (the suite's, as root): the local job runs in its own user,
+    mount and PID namespace. Its parents' /proc entries are not there, the data dir (which the job
+    names outright, as one that read the layout would) shows only the box's folder, the ledger can
+    be neither read nor deleted; the earlier session stays in the books, `up` exits 0 with this
+    one booked normally (not rebooked) and says no containment note."""
+    from gpuops.providers.local.compute import LocalProvider
     from tests.conftest import gpuops_cmd
     from tests.lifecycle.upproc import FAST_ENV
 
+    if not LocalProvider(tmp_path / "probe-boxes").contained():
+        pytest.skip("this platform allows no user + mount + PID namespace: the fallback test covers it")
+    fake_smi.util(70)
+    env = dict(cli_env, **FAST_ENV)
+    first = subprocess.run(
+        gpuops_cmd("up", "--job", str(_job(tmp_path, 'echo \'{"tokens": 2}\' >> "$GPUOPS_METRICS"\n'))),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    earlier = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, time.time() + 3600)
+    assert [(r.status, r.end_reason, r.tokens) for r in earlier] == [("closed", "job_end", 2)]
+    walker = tmp_path / "walk.py"
+    walker.write_text(WALKER)
+    seen = tmp_path / "seen"  # outside the data dir: what the job saw comes back here
+    seen.mkdir()
+    data = str(gpuops_home)
+    job = tmp_path / "hostile.sh"
+    job.write_text(
+        'echo \'{"tokens": 3}\' >> "$GPUOPS_METRICS"\n'
+        f"python3 {walker} > {seen}/found\n"
+        f"cat /proc/1/environ > {seen}/init-environ 2>/dev/null\n"
+        f"ls -A {data} > {seen}/data-listing\n"
+        f"cat {data}/ledger.db > {seen}/ledger-copy 2>/dev/null\n"
+        f"rm -f {data}/ledger.db* ../../ledger.db*\n"
+        f"umount -l {data} 2>/dev/null; ls -A {data} > {seen}/after-umount\n"
+        f"ls /proc | grep -c '^[0-9]' > {seen}/pids\n"
+        "echo walked\n"
+    )
+    p = subprocess.run(gpuops_cmd("up", "--job", str(job)), env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "own user's rights" not in p.stderr and "vanished" not in p.stderr, p.stderr[-3000:]
+    assert (seen / "found").read_text() == ""  # no parent's environment names the data dir
+    assert data.encode() not in (seen / "init-environ").read_bytes()
+    assert (seen / "data-listing").read_text().split() == ["boxes"]  # the box's own folder, nothing else
+    assert (seen / "ledger-copy").read_bytes() == b""
+    assert (seen / "after-umount").read_text().split() == ["boxes"]  # what covers the books stays put
+    assert int((seen / "pids").read_text()) <= 6  # the namespace's own few processes, not the machine's
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
+    rows = {r.id: r for r in led.sessions_between(0, time.time() + 3600)}
+    assert earlier[0].id in rows and rows[earlier[0].id].tokens == 2  # the earlier history is still there
+    (now,) = [r for i, r in rows.items() if i != earlier[0].id]
+    assert (now.status, now.end_reason, now.exit_code, now.tokens) == ("closed", "job_end", 0, 3)
+    assert "rebooked" not in [e.kind for e in led.events(now.id)]
+    assert "walked" in (gpuops_home / "boxes" / now.label / ".gpuops" / "run" / "job.log").read_text()
+
+
+def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops_home, fake_smi, tmp_path):
+    """The fallback branch, on a platform that refuses the namespace: `up` runs in a user namespace
+    whose ``user.max_user_namespaces`` is 0 (as a kernel or distribution that allows none), so the
+    containment trial fails. A local job is then not a separate user or namespace: one that reads
+    its parents' /proc/PID/environ finds the data dir and can delete the ledger. `up` says so once
+    (and README says it plainly); the session is still booked (rebooked)."""
+    import shutil
+
+    from tests.conftest import gpuops_cmd
+    from tests.lifecycle.upproc import FAST_ENV
+
+    if not shutil.which("unshare"):
+        pytest.skip("util-linux unshare is needed to make a namespace-less platform")
     fake_smi.util(70)
     found = tmp_path / "found"
     walker = tmp_path / "walk.py"  # up the parent links only: never another process's books
@@ -313,14 +399,20 @@ def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops
         f'd=$(cat {found}); [ "$d" = "{gpuops_home}" ] && rm -f "$d"/ledger.db*\necho walked\n',
     )
     p = subprocess.run(
-        gpuops_cmd("up", "--job", str(job)), env=dict(cli_env, **FAST_ENV), capture_output=True, text=True, timeout=300
+        ["unshare", "--user", "--map-root-user", "sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"']
+        + ["sh"]
+        + gpuops_cmd("up", "--job", str(job)),
+        env=dict(cli_env, **FAST_ENV),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     said = [ln for ln in p.stderr.splitlines() if "a local job runs with your own user's rights" in ln]
     assert len(said) == 1, p.stderr[-3000:]
     assert found.read_text().strip() == str(gpuops_home)  # what the warning is about: the job found the books
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert "**A local job runs with your own user's rights**" in readme
+    assert "**a local job runs with your own user's rights**" in readme
 
 
 # -- 300 MB of job output, streamed with bounded memory --------------------------------------------

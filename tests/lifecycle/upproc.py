@@ -145,3 +145,30 @@ def wait_closed(timeout: float = 30.0):
 
 def now() -> float:
     return time.time()
+
+
+def tag() -> str:
+    """A name no other process carries: a job starts a process as ``exec -a TAG ...`` (bash) and
+    the test follows it by ``tagged(TAG)``. A contained local job has its own PID namespace, so a
+    pid it writes down is not this machine's number for it."""
+    import uuid
+
+    return f"gpuops-test-{uuid.uuid4().hex}"
+
+
+def tagged(name: str) -> list[int]:
+    """Live (not zombie) pids of this machine whose command line starts with ``name``."""
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0", 1)[0]
+            with open(f"/proc/{p}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if argv0 == name.encode() and state not in ("Z", "X"):
+            out.append(int(p))
+    return out

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.lifecycle.upproc import tag, tagged
 from tests.teardown.conftest import LOADED_SLACK_S, STAGE_TIMEOUT_S, gate, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -258,16 +259,13 @@ def test_agent_also_ends_box_processes_that_left_their_group(rig, fake_smi):
     r.intent()
     r.create()
     r.arm()
-    r.job("setsid sleep 600 & echo $! > escaped.pid; sleep 600")  # a daemon in its own session
-    pidfile = Path(r.box.root) / "escaped.pid"
-    wait_for(pidfile.exists, STAGE_TIMEOUT_S)
-    escaped = int(wait_for(lambda: pidfile.read_text().strip(), STAGE_TIMEOUT_S))
-    wait_for(r.gone, STAGE_TIMEOUT_S)
-    assert r.status()["destroy"]["reason"] == "idle"
-    wait_for(
-        lambda: (
-            not os.path.exists(f"/proc/{escaped}")
-            or open(f"/proc/{escaped}/stat").read().split(")")[-1].split()[0] == "Z"
-        ),
-        STAGE_TIMEOUT_S,
-    )
+    name = tag()  # followed by name: in its own PID namespace the job's $! is not this machine's pid
+    r.job(f"setsid bash -c 'exec -a {name} sleep 600' & sleep 600")  # a daemon in its own session
+    try:
+        wait_for(lambda: tagged(name), STAGE_TIMEOUT_S)
+        wait_for(r.gone, STAGE_TIMEOUT_S)
+        assert r.status()["destroy"]["reason"] == "idle"
+        wait_for(lambda: not tagged(name), STAGE_TIMEOUT_S)
+    finally:
+        for pid in tagged(name):
+            os.kill(pid, signal.SIGKILL)

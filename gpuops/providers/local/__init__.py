@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bootstrap.vocabulary import ProviderName
@@ -15,14 +16,30 @@ if TYPE_CHECKING:
 
 
 def build(settings: SettingsView) -> Provider:
-    """The local provider from ``settings`` (its boxes under ``<data dir>/boxes``)."""
-    from gpuops.providers.local.compute import LocalProvider
+    """The local provider from ``settings`` (its boxes under ``<data dir>/boxes``).
 
+    What its job must not see: the data dir (ledger, keys, boxes but its own), the config file and
+    the user config folder, the SSH key named in ``[up] ssh_key``, the ledger's spool folders."""
+    import platformdirs
+
+    from gpuops.providers.local.compute import LocalProvider
+    from ledger.store import default_spool_path, fallback_spool_path
+
+    url = settings.ledger_url()
+    hide = [settings.data_path(), Path(platformdirs.user_config_dir("gpuops", appauthor=False))]
+    if settings.source:
+        hide.append(Path(settings.source))
+    if settings.up.ssh_key:
+        key = Path(settings.up.ssh_key).expanduser()
+        hide += [key, key.with_name(key.name + ".pub")]
     return LocalProvider(
         settings.data_path() / "boxes",
         price_per_hour=settings.providers.local.price_per_hour,
         kill_grace_seconds=settings.teardown.kill_grace_seconds,
         keep_box_days=settings.providers.local.keep_box_days,
+        hide=hide,
+        spool_dirs=[default_spool_path(url).parent, fallback_spool_path(url).parent],
+        contain=settings.providers.local.contain,
     )
 
 

@@ -5,6 +5,12 @@ and job run there as child process groups (``gpuops.box.local.LocalBox``). Destr
 (TERM, then KILL after ``kill_grace_seconds``), writes ``destroyed.json`` and keeps the logs; after
 ``[providers.local] keep_box_days`` the rest of a destroyed box is pruned (``boxes.py``).
 
+Containment: where the platform allows it (``contained``: one probe per provider object, a trial
+run of bootstrap/contain.py under a deadline) the job runs in its own user, mount and PID
+namespace that covers ``hide`` (the data dir, the spool dirs, config and key files) and shows no
+parent's /proc; elsewhere, or with ``[providers.local] contain = false``, it runs with the user's
+own rights and ``containment_note`` says so (the launcher warns it once per `up`).
+
 Price: ``[providers.local] price_per_hour`` when set (a real cost, e.g. your own workstation);
 otherwise the card's catalog reference price, and the offer is marked simulated.
 """
@@ -15,7 +21,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from bootstrap.localbox import end_box
@@ -54,13 +62,6 @@ class LocalProvider(Provider):
 
     name = "local"
     http_calls = False  # processes on this machine only: no HTTP for http_guard to bound
-    # What `up` says once when it rents a local box: the box is not a separate user or namespace,
-    # so a job that looks (its parents' /proc/PID/environ, the layout of the data dir) can read and
-    # delete what the user can, gpuops' own data included. README ("Local boxes") says the same.
-    containment_note = (
-        "a local job runs with your own user's rights: it can read and delete whatever you can, "
-        "gpuops' data dir and ledger included; run a job you do not trust on a rented box"
-    )
 
     def __init__(
         self,
@@ -68,8 +69,21 @@ class LocalProvider(Provider):
         price_per_hour: float | None = None,
         kill_grace_seconds: float = KILL_GRACE_SECONDS,
         keep_box_days: float = 7.0,
+        hide: Sequence[Path] = (),
+        spool_dirs: Sequence[Path] = (),
+        contain: bool = True,
     ):
+        """The provider over ``boxes_dir``; what its jobs must not see, and whether to contain them.
+
+        ``hide``: paths the job must not see (the data dir, config and key files); ``spool_dirs``:
+        the ledger's spool folders, made (0700, ours) before they are hidden; ``contain``: False
+        runs jobs uncontained whatever the platform allows."""
         self.boxes_dir = Path(boxes_dir)
+        self.hide = [os.path.abspath(p) for p in hide]
+        self.spool_dirs = [os.path.abspath(p) for p in spool_dirs]
+        self.contain = contain
+        self._contained: bool | None = None
+        self._trial: _Probe | None = None  # the containment trial, started with the first offers()
         self.keep_box_days = (
             keep_box_days  # a destroyed box keeps only its logs after this (gpuops/providers/local/boxes.py)
         )
@@ -80,6 +94,48 @@ class LocalProvider(Provider):
         from gpuops.ownership import local_account
 
         self.account = local_account(self.boxes_dir)
+
+    def contained(self) -> bool:
+        """Whether this provider's jobs run contained: ``contain`` and the probe said yes.
+
+        Probed once per object (``_probe``: bootstrap/contain.py runs ``true`` with a folder of its
+        own covered and a box under it kept, under a deadline of ``PROBE_TIMEOUT_S`` seconds); any
+        failure means no, and ``containment_note`` says so. The trial starts with the first
+        ``offers()`` (planning overlaps it), else here; it touches nothing of gpuops' data."""
+        if self._contained is None:
+            trial = self._start_probe()
+            self._contained = trial is not None and trial.passed()
+        return self._contained
+
+    def _start_probe(self) -> _Probe | None:
+        """The probe (started once; None when ``contain`` is off or it cannot start)."""
+        if self.contain and self._trial is None and self._contained is None:
+            self._trial = _Probe.start()
+        return self._trial
+
+    def _hidden(self) -> list[str]:
+        from ledger.spool import own_dir
+
+        for d in self.spool_dirs:
+            try:
+                own_dir(Path(d))
+            except OSError:
+                pass  # not ours or not makeable: hidden where it exists, refused by the ledger anyway
+        return self.hide + self.spool_dirs
+
+    @property
+    def containment_note(self) -> str:
+        """What `up` says once when it rents a local box: "" when its job is contained.
+
+        Otherwise the job is not a separate user or namespace, so one that looks (its parents'
+        /proc/PID/environ, the layout of the data dir) can read and delete what the user can,
+        gpuops' own data included. README ("Local boxes") says the same."""
+        if self.contained():
+            return ""
+        return (
+            "a local job runs with your own user's rights: it can read and delete whatever you can, "
+            "gpuops' data dir and ledger included; run a job you do not trust on a rented box"
+        )
 
     def _offer(self, card: Card, gpu_count: int) -> Offer:
         simulated = self.price_per_hour is None
@@ -99,6 +155,7 @@ class LocalProvider(Provider):
 
     def offers(self, query: OfferQuery) -> list[Offer]:
         """Every catalog card the query names (all cards when it names none), at one price."""
+        self._start_probe()  # a rental may follow: its containment trial runs while the plan is made
         chosen = [c for c in cards() if not query.cards or c.name in query.cards]
         return [self._offer(c, query.gpu_count) for c in chosen]
 
@@ -124,7 +181,10 @@ class LocalProvider(Provider):
             "created_at": time.time(),
         }
         (d / "instance.json").write_text(json.dumps(meta, indent=1))
-        return self._instance(d, meta)
+        inst = self._instance(d, meta)
+        # What the job of this box must not see (``box``, gpuops.box.remote.open_box); None: uncontained.
+        inst.extra["local_hide"] = self._hidden() if self.contained() else None
+        return inst
 
     def _instance(self, d: Path, meta: dict) -> Instance:
         gone = (d / "destroyed.json").exists()
@@ -179,4 +239,57 @@ class LocalProvider(Provider):
         return Balance(usd=None)
 
     def box(self, instance: Instance) -> LocalBox:
-        return LocalBox(Path(instance.extra["local_root"]))
+        return LocalBox(Path(instance.extra["local_root"]), hide=instance.extra.get("local_hide"))
+
+
+PROBE_TIMEOUT_S = 10.0  # the containment trial's deadline: a namespace that does not start by then is not used
+CONTAIN_PY = Path(__file__).resolve().parents[3] / "bootstrap" / "contain.py"
+
+
+class _Probe:
+    """One trial of bootstrap/contain.py, the folder it used removed after.
+
+    ``true`` runs with a temp folder of its own covered and a box under it bound back: every step
+    a job's containment takes, on nothing of gpuops' data."""
+
+    def __init__(self, proc: subprocess.Popen, folder: str):
+        self.proc, self.folder = proc, folder
+        self._result: bool | None = None
+        import atexit
+
+        atexit.register(self.passed)  # a trial nobody asked about (a dry run) is still waited on and removed
+
+    @classmethod
+    def start(cls) -> _Probe | None:
+        """The trial, started; None when it cannot start (no temp folder, no interpreter)."""
+        import tempfile
+
+        folder = None
+        try:
+            folder = tempfile.mkdtemp(prefix="gpuops-contain-")
+            box = os.path.join(folder, "hidden", "box")
+            os.makedirs(box, mode=0o700)
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(CONTAIN_PY), "--keep", box, "--hide", os.path.join(folder, "hidden")]
+                + ["--", "true"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            return None
+        return cls(proc, folder)
+
+    def passed(self) -> bool:
+        """True when the trial exited 0 within ``PROBE_TIMEOUT_S`` of the first call (killed past it)."""
+        if self._result is None:
+            try:
+                self._result = self.proc.wait(timeout=PROBE_TIMEOUT_S) == 0
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self._result = False
+            shutil.rmtree(self.folder, ignore_errors=True)
+        return self._result
