@@ -839,7 +839,10 @@ def check(
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
-    """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box."""
+    """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box.
+
+    Exit status: 0 every check holds (warnings named), 1 a check failed, 4 --live checked nothing
+    (no provider has an API key), 130 interrupted (after the cleanup)."""
     from gpuops.providers import NAMES
     from gpuops.views import emit
 

@@ -316,7 +316,10 @@ def ledger_sync(
     ),
     fmt: str = "table",
 ) -> None:
-    """Fetch the providers' own billing and show the difference to our books, per session and in total."""
+    """Fetch the providers' own billing and show the difference to our books, per session and in total.
+
+    Exit status: 0 compared, 4 nothing compared (no provider's billing could be read: no API key,
+    or every provider refused)."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
@@ -335,3 +338,7 @@ def ledger_sync(
     with waiting("ledger sync: asking the providers for their billing"):
         rep = books.sync(led, settings, month, tz, apply=apply)
     ledger_view.emit("sync", rep, fmt)
+    if not rep["providers"]:  # checked nothing: never exit 0 (cron and CI would read it as success)
+        from gpuops.errors import NOTHING_CHECKED
+
+        raise typer.Exit(NOTHING_CHECKED)

@@ -436,6 +436,12 @@ def render_sync(rep: dict) -> None:
     rows += [
         ["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])
     ]
+    if not rep.get("providers"):  # no provider's billing was read: no total, no "the providers bill $0"
+        c.print(
+            f"nothing compared: no provider's billing was read ({rep.get('month', '')}: the books hold "
+            f"${usd(rep.get('month_usd') or 0)}, not checked against any bill)"
+        )
+        return
     if rows:
         print_table(c, f"our books vs provider billing, {rep.get('month', '')}", ranked(cols, SYNC_DROP_ORDER), rows)
     c.print(
