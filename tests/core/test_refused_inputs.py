@@ -286,3 +286,16 @@ def test_ledger_sync_without_keys_names_the_settings_section(gpuops_home, cli):
     assert "the providers bill" not in out.stdout and "total:" not in out.stdout, out.stdout
     assert "nothing compared: no provider's billing was read" in out.stdout, out.stdout
     assert "4 nothing compared" in " ".join(cli("ledger", "sync", "--help").stdout.split())
+
+
+def test_up_spot_on_local_is_refused_with_the_fix(gpuops_home, cli, tmp_path):
+    """Seen: `up --spot` on the local provider rented an on-demand box without a word (RunPod refuses
+    `--spot` with the fix). Refused before any row or box, naming the provider with spot and --on-demand."""
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+    out = cli("up", "--provider", "local", "--spot", "--card", "a100", "--job", str(job))
+    assert out.returncode == 2, out
+    assert "error: the local provider has no interruptible (spot) boxes" in out.stderr, out.stderr
+    assert "--provider vast" in out.stderr and "--on-demand" in out.stderr, out.stderr
+    boxes = gpuops_home / "boxes"
+    assert not boxes.exists() or list(boxes.iterdir()) == []
