@@ -14,10 +14,14 @@ from pathlib import Path
 import typer
 
 from gpuops import __version__, cli_values
+from gpuops.cli.group import Group
 from gpuops.errors import BadInput, GpuopsError
 
 cli_values.install()  # text and number() option values without importing pydantic (see gpuops/cli_values.py)
+
+
 app = typer.Typer(
+    cls=Group,
     name="gpuops",
     help="Rent a GPU for one job: size it, rent the cheapest fit, bootstrap, run, always tear down, book the cost.",
     no_args_is_help=True,
@@ -449,7 +453,9 @@ def plan(
 ) -> None:
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
 
-    `gpuops plan storage --model M` answers the other question: keep the weights on a volume or refetch them every run."""
+    Two other questions have their own commands: `gpuops plan storage --model M` (keep the weights on
+    a volume or refetch them every run) and `gpuops plan spot --card C` (what a run on spot costs
+    against one on-demand box: the break-even preemption rate)."""
     from gpuops.views.sizing import plan_command
 
     if card == "list":  # the catalog's cards, as `gpuops cards`
@@ -484,7 +490,7 @@ def plan(
     )
 
 
-@app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
+@app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see Group)
 @output_options()
 def plan_spot(
     card: str | None = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
@@ -530,7 +536,7 @@ def plan_spot(
     emit.emit(rep, fmt, lambda: spot_view.render(rep))
 
 
-@app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
+@app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see Group)
 @output_options()
 def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
@@ -1036,6 +1042,34 @@ def _fast_exit(code: int) -> None:
     os._exit(code)
 
 
+# Options other tools (SkyPilot, runpodctl, vastai, cron habits) name differently: an unknown one is
+# answered with ours (click suggests only names spelled alike: `--ttl` got no hint of `--max-hours`).
+OPTION_SYNONYMS = {
+    "--ttl": "--max-hours",
+    "--timeout": "--max-hours",
+    "--hours": "--max-hours",
+    "--gpus": "--card",
+    "--gpu": "--card",
+    "--use-spot": "--spot",
+    "--bid": "--max-price",
+    "--bid-price": "--max-price",
+    "--cloud": "--provider",
+}
+
+
+def _nearest_option(e: Exception) -> str:
+    """``"; did you mean --max-hours?"`` for an unknown option another tool spells so, else ``""``.
+
+    Only an option the command has (``e.ctx.command``); click's own spelling suggestions stay as
+    they are."""
+    if type(e).__name__ != "NoSuchOption":
+        return ""
+    ours = OPTION_SYNONYMS.get(str(getattr(e, "option_name", "")).split("=", 1)[0])
+    ctx = getattr(e, "ctx", None)
+    has = {o for p in (ctx.command.params if ctx is not None else []) for o in getattr(p, "opts", [])}
+    return f"; did you mean {ours}?" if ours in has else ""
+
+
 def main(fast_exit: bool = True) -> None:
     """Entry point: run the app, ending with an exit code.
 
@@ -1047,10 +1081,6 @@ def main(fast_exit: bool = True) -> None:
 
     os.umask(0o077)
     _std_fds()
-    if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
-        sys.argv[1:3] = ["plan-storage"]
-    elif sys.argv[1:3] == ["plan", "spot"]:  # and so is its spot question
-        sys.argv[1:3] = ["plan-spot"]
     try:
         _main()
     except SystemExit as e:
@@ -1088,7 +1118,7 @@ def _main() -> None:
             sys.exit(2)
         ctx = getattr(e, "ctx", None)
         cmd = ctx.command_path if ctx is not None else "gpuops"
-        _err(f"error: {e.format_message()} (see `{cmd} --help`)\n")
+        _err(f"error: {e.format_message()}{_nearest_option(e)} (see `{cmd} --help`)\n")
         sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)
 

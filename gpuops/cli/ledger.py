@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from gpuops.cli.group import Group
 from gpuops.cli.options import (
     CONFIG_OPT,
     TZ_OPT,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ledger import Ledger
     from ledger.reads import LedgerReader
 
-ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
+ledger_app = typer.Typer(cls=Group, help="The books: what each session and month cost.", no_args_is_help=True)
 
 
 @ledger_app.command("month")
@@ -126,9 +127,10 @@ def ledger_show(
 
     For a run (run-...): its rentals and why each ended."""
     from gpuops.rental import ledger_service as books
+    from gpuops.rental.runs import RUN_PREFIX
     from gpuops.views import ledger as ledger_view
 
-    if session.startswith("run-"):
+    if session.startswith(RUN_PREFIX):
         from gpuops.views import emit, session_history as history
 
         rep = books.show_run(_ledger(config), session, tz)

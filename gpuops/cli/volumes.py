@@ -9,6 +9,7 @@ from contextlib import contextmanager, nullcontext
 
 import typer
 
+from gpuops.cli.group import Group
 from gpuops.cli.options import CONFIG_OPT, number, output_options
 from gpuops.errors import BadInput
 from gpuops.providers import WITH_VOLUMES, choices, titles  # names only: no provider class is imported
@@ -22,7 +23,7 @@ def _region_help() -> str:
 
 
 volumes_app = typer.Typer(
-    help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).", no_args_is_help=True
+    cls=Group, help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).", no_args_is_help=True
 )
 
 # Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).

@@ -209,6 +209,13 @@ def validate(req: UpRequest) -> None:
             f"--name {req.name!r} is not a session name",
             "1-40 lower-case letters, digits and dashes, e.g. --name llama-sweep-1",
         )
+    from gpuops.rental.runs import RUN_PREFIX
+
+    if req.name and req.name.startswith(RUN_PREFIX):  # `ledger show run-...` reads it as a run id and finds nothing
+        raise BadInput(
+            f"--name {req.name!r} looks like a run id ({RUN_PREFIX}...): `gpuops ledger show` would look for a run",
+            f"pick a name that does not start with {RUN_PREFIX!r}, e.g. --name {req.name[len(RUN_PREFIX) :] or 'a1'}",
+        )
     if req.max_hours <= 0:
         raise BadInput(
             f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2"

@@ -1,0 +1,56 @@
+"""The small traps a new user met in the first hour: each answered with the fix, in one line."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+
+def test_help_command_lists_never_cut_a_sentence(cli):
+    """Seen: `Rent a box, bootstrap it, run JOB, tear it down, book the...` at 80 columns."""
+    for args in ((), ("ledger",), ("volumes",)):
+        out = cli(*args, "--help", env={"COLUMNS": "80"})
+        assert out.returncode == 0, out
+        listing = out.stdout.split("Commands:\n", 1)[1]
+        assert "..." not in listing, listing
+        for line in listing.splitlines():
+            assert len(line) <= 80, line
+    top = " ".join(cli("--help", env={"COLUMNS": "80"}).stdout.split())
+    assert "up Rent a box, bootstrap it, run JOB, tear it down, book the session." in top, top
+
+
+def test_plan_help_names_its_two_questions_and_their_usage(cli):
+    plan = " ".join(cli("plan", "--help").stdout.split())
+    assert "`gpuops plan storage --model M`" in plan and "`gpuops plan spot --card C`" in plan, plan
+    storage = cli("plan", "storage", "--help")
+    assert storage.returncode == 0 and re.match(r"Usage: .*gpuops plan storage \[OPTIONS\]", storage.stdout), storage
+    spot = cli("plan", "spot", "--help")
+    assert spot.returncode == 0 and re.match(r"Usage: .*gpuops plan spot \[OPTIONS\]", spot.stdout), spot
+    bad = cli("plan", "storage", "--nope")
+    assert bad.returncode == 2 and "gpuops plan storage --help`)" in bad.stderr, bad
+
+
+@pytest.mark.parametrize(
+    ("args", "ours"),
+    [(("up", "--ttl", "1"), "--max-hours"), (("up", "--ttl=1"), "--max-hours"), (("up", "--gpus", "a100:2"), "--card")],
+)
+def test_an_option_other_tools_spell_otherwise_names_ours(cli, args, ours):
+    """Seen: `up --ttl 1` answered `No such option: --ttl` with no hint of --max-hours."""
+    out = cli(*args)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert len(out.stderr.splitlines()) == 1 and f"; did you mean {ours}?" in out.stderr, out.stderr
+
+
+def test_a_synonym_the_command_lacks_is_not_suggested(cli):
+    out = cli("offers", "--ttl", "1")
+    assert out.returncode == 2 and "did you mean" not in out.stderr, out.stderr
+
+
+def test_up_refuses_a_name_that_looks_like_a_run_id(cli, tmp_path):
+    """Seen: `up --name run-a1` was accepted, then `ledger show run-a1` looked for a run and found nothing."""
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+    out = cli("up", "--name", "run-a1", "--card", "a100", "--job", str(job))
+    assert out.returncode == 2, out
+    assert re.search(r"error: --name 'run-a1' looks like a run id .*--name a1", out.stderr), out.stderr
