@@ -249,7 +249,7 @@ def ledger_import(
     strict: bool = typer.Option(
         False,
         "--strict",
-        help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent.",
+        help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent (a misspelt provider and a rental ending in the future are refused always).",
     ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
