@@ -159,11 +159,18 @@ def volumes_create(
 
     check_name(name)
     check_size(size_gb)
-    need = REGISTRY[provider].volume_type.region_required if provider in WITH_VOLUMES else None
+    with _input_errors():
+        p = _provider(provider, config)
+    entry = REGISTRY[provider]
+    if p.account is None and entry.needs_key:  # no key: said before anything else is asked for
+        from gpuops.providers.keys import missing_key_fix
+
+        raise BadInput(f"no {entry.title} API key found", missing_key_fix(entry.key_source))
+    need = entry.volume_type.region_required if provider in WITH_VOLUMES else None
     if need and not region:
         raise BadInput(*need)
     with _input_errors():
-        vol = service(_provider(provider, config)).create(name, size_gb, region)
+        vol = service(p).create(name, size_gb, region)
     _print([vol], fmt, [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
 
 

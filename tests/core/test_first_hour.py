@@ -54,3 +54,16 @@ def test_up_refuses_a_name_that_looks_like_a_run_id(cli, tmp_path):
     out = cli("up", "--name", "run-a1", "--card", "a100", "--job", str(job))
     assert out.returncode == 2, out
     assert re.search(r"error: --name 'run-a1' looks like a run id .*--name a1", out.stderr), out.stderr
+
+
+def test_volumes_create_says_there_is_no_key_before_asking_for_a_region(cli):
+    """Seen: `volumes create --provider runpod` asked for --region, and only then said there is no key."""
+    out = cli(
+        "volumes", "create", "--provider", "runpod", "--name", "v1", "--size-gb", "10", env={"RUNPOD_API_KEY": None}
+    )
+    assert out.returncode == 2, out
+    assert out.stderr.startswith("error: no RunPod API key found (set RUNPOD_API_KEY"), out.stderr
+    keyed = cli(
+        "volumes", "create", "--provider", "runpod", "--name", "v1", "--size-gb", "10", env={"RUNPOD_API_KEY": "k"}
+    )
+    assert keyed.returncode == 2 and "--region" in keyed.stderr, keyed
