@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 
 from gpuops import __version__, cli_values
-from gpuops.cli.group import Group
+from gpuops.cli.group import Group, interrupt_note
 from gpuops.errors import BadInput, GpuopsError
 
 cli_values.install()  # text and number() option values without importing pydantic (see gpuops/cli_values.py)
@@ -273,6 +273,9 @@ def up(
         summ = launcher.run_up(req, settings, reporter)
     finally:
         reporter.close()
+    interrupt_note(  # the rental is over and booked; only its summary is lost
+        f"interrupted after the rental ended; `gpuops ledger show {summ.get('session') or 'SESSION'}` has its summary"
+    )
     if summ.get("dry_run"):
         emit.emit(summ, fmt, lambda: ui.render_dry_run(summ))
         return
