@@ -1627,7 +1627,7 @@ def _raw_line(text: str) -> None:
 def summary(s: UpRun, ledger: Ledger) -> dict:
     """The run's summary, as a dict.
 
-    Keys: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
+    Keys: ``session, provider, card, gpu_count, usd_per_hour, seconds, cost_usd, simulated,
     tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results; ``ledger``: what
     the ledger could not take, when it refused: ``spooled`` pending writes, ``replay`` commands for
     lines no spool could hold, ``notices``). The row as this run holds it when the ledger cannot
@@ -1642,6 +1642,7 @@ def summary(s: UpRun, ledger: Ledger) -> dict:
         "session": s.id,
         "provider": row.provider,
         "card": row.card,
+        "gpu_count": row.gpu_count,
         "usd_per_hour": row.usd_per_hour,  # the price booked (the bid on spot)
         "spot": bool(row.spot),
         "seconds": round(row.billed_seconds or 0.0, 3),

@@ -339,6 +339,10 @@ def render_experiments(rep: dict) -> None:
     _print_group_table(c, f"experiments, {window}", "experiment", rep["experiments"], conclusion=True)
 
 
+# Fields `ledger show` prints under its tables, each whole on its own line: (label, field).
+SHOW_BELOW = {"log": "log_path", "results": "results_path"}
+
+
 def render_show(d: dict) -> None:
     """Every field of one session, its bootstrap steps and its events.
 
@@ -348,13 +352,17 @@ def render_show(d: dict) -> None:
     c = _console()
     times = d.get("times", {})
     fields = []
+    from gpuops.views.ui import field_text
+
     for k in SESSION_FIELDS:
+        if k in SHOW_BELOW.values():
+            continue
         v = times.get(k) or d.get(k)
         if k.endswith("_seconds") and isinstance(v, float):
             v = f"{v:.3f}"  # a measured duration: milliseconds are enough
-        fields.append([k, "-" if v is None or v == "" else str(v)])
+        fields.append([k, field_text(v)])
     for k in ("bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"):
-        fields.append([k, "-" if d.get(k) is None else str(d[k])])
+        fields.append([k, field_text(d.get(k))])
     # Values are ids, times and amounts: a value column as wide as the longest value that fits,
     # folding (never cutting) the rare longer one (a log path, an error).
     print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields, header=False)
@@ -379,7 +387,14 @@ def render_show(d: dict) -> None:
         c.print(
             f"cost: the provider's own charge {usd(d.get('charged_usd'))} USD; our estimate was {usd(d.get('estimated_usd'))} USD"
         )
-    c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
+    # Paths under the tables, one a line, never folded inside a name (a table cell broke them
+    # mid-word at 80 columns): a narrow terminal wraps the line itself, and the path copies whole.
+    import sys
+
+    from gpuops.textsafe import safe
+
+    for key, field in SHOW_BELOW.items():
+        sys.stdout.write(f"{key}: {safe(str(d.get(field) or '-'))}\n")
 
 
 SYNC_DROP_ORDER = ("instance", "provider", "theirs USD", "ours USD")

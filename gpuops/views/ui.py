@@ -41,7 +41,7 @@ def render_summary(summ: dict) -> None:
     sim = bool(summ.get("simulated"))
     rows = [
         ("provider", summ["provider"]),
-        ("card", summ["card"]),
+        ("card", f"{summ['card']} x{summ.get('gpu_count') or 1}"),
         (
             "price",
             f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else " (spot bid)" if summ.get("spot") else "")
@@ -118,6 +118,24 @@ def _slowest(summ: dict) -> str:
     return name if secs is None else f"{name} ({secs:.2f} s)"
 
 
+def setting_text(v: Any) -> str:
+    """A setting's value as infra.toml spells it: ``true``/``false``, ``unset`` for None, else ``str``."""
+    if v is None:
+        return "unset"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def field_text(v: Any) -> str:
+    """A ledger field's value for a person: ``-`` for None or empty, ``yes``/``no`` for a flag, else ``str``."""
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
 def render_dry_run(plan: dict) -> None:
     c = console()
     if "experiment" in plan:
@@ -143,7 +161,7 @@ def render_dry_run(plan: dict) -> None:
             markup=False,
         )
     td = plan["teardown"]
-    c.print("teardown: " + ", ".join(f"{k}={v}" for k, v in td.items()))
+    c.print("teardown: " + ", ".join(f"{k}={setting_text(v)}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")
     c.print("dry run: nothing rented, nothing booked")
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
+
+from tests.conftest import gpuops_cmd
 
 
 def test_help_command_lists_never_cut_a_sentence(cli):
@@ -67,3 +70,37 @@ def test_volumes_create_says_there_is_no_key_before_asking_for_a_region(cli):
         "volumes", "create", "--provider", "runpod", "--name", "v1", "--size-gb", "10", env={"RUNPOD_API_KEY": "k"}
     )
     assert keyed.returncode == 2 and "--region" in keyed.stderr, keyed
+
+
+@pytest.mark.e2e  # rents a local box: a real process
+def test_summary_show_and_dry_run_read_as_words_and_keep_paths_whole(cli, cli_env, tmp_path):
+    """Seen: the `up` summary said `a100-40gb-pcie` for `--card a100:2`; `ledger show` split the
+    log path mid-word at 80 columns and said `False`/`True`; `--dry-run` said `max_session_usd=None`."""
+    data = tmp_path / "a-data-dir-with-a-long-name-as-under-home-dot-local-share" / "gpuops"
+    env = {"GPUOPS_DATA_DIR": str(data), "GPUOPS_LEDGER_URL": f"sqlite:///{data / 'ledger.db'}", "COLUMNS": "80"}
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+    dry = cli("up", "--card", "a100:2", "--job", str(job), "--dry-run", env=env)
+    assert dry.returncode == 0, dry
+    teardown = next(line for line in dry.stdout.splitlines() if line.startswith("teardown: "))
+    assert "max_session_usd=unset" in teardown and not re.search(r"\b(None|True|False)\b", dry.stdout), dry.stdout
+    up = subprocess.run(
+        gpuops_cmd("up", "--card", "a100:2", "--job", str(job)),
+        env={**cli_env, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert up.returncode == 0, up
+    assert re.search(r"│ card +│ a100-40gb-pcie x2 +│", up.stdout), up.stdout
+    m = re.search(r"^session (\S+)", up.stdout, re.M)
+    assert m is not None, up.stdout
+    show = cli("ledger", "show", m.group(1), env=env)
+    assert show.returncode == 0, show
+    lines = show.stdout.splitlines()
+    log = str(data / "logs" / f"{m.group(1)}.log")
+    assert len(f"log: {log}") > 80 and f"log: {log}" in lines and "results: -" in lines, show.stdout
+    assert not any("log_path" in line for line in lines)  # once, whole, under the tables
+    assert re.search(r"│ spot +│ no +│", show.stdout) and re.search(r"│ simulated +│ yes +│", show.stdout), show.stdout
+    assert not re.search(r"\b(None|True|False)\b", show.stdout), show.stdout
