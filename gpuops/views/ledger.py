@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from gpuops.views import money
 from ledger.reports import SESSION_FIELDS
 
 GROUP_COLUMNS = [
@@ -189,8 +190,8 @@ def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
         mark = " sim" if sim else ""
         cells = [
             r["name"],
-            usd(r["cost_usd"]),
-            usd(r["simulated_usd"]),
+            money.total(r["cost_usd"]),
+            money.total(r["simulated_usd"]),
             f"{r['gpu_hours']:,.3f}",
             str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""),
             f"{r['tokens']:,}",
@@ -252,9 +253,9 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
             else f"${sim_per:,.4f}/Mtoken all-in (simulated)"
         )
     c.print(
-        f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
-        + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
-        + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
+        f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${money.total(rep['total_usd'])}"
+        + (f" (of which ${money.total(rep['storage_usd'])} storage)" if rep.get("storage_usd") else "")
+        + (f" + ${money.total(rep['simulated_usd'])} simulated" if rep["simulated_usd"] else "")
         + f" | {rep['gpu_hours']:,.3f} GPU-h | {plural(rep['sessions'], 'session')}"
         + (f" ({rep['open_sessions']} open, still accruing: `gpuops ps`)" if rep["open_sessions"] else "")
         + tokens
@@ -288,8 +289,8 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
             [
                 [
                     d["date"],
-                    usd(d["cost_usd"]),
-                    usd(d["simulated_usd"]),
+                    money.total(d["cost_usd"]),
+                    money.total(d["simulated_usd"]),
                     f"{d['gpu_hours']:,.3f}",
                     str(d["sessions"]),
                     f"{d['tokens']:,}",

@@ -217,8 +217,10 @@ def render_sessions(rows: list[dict], title: str) -> None:
     ]
     now = time.time()
 
-    def usd(v, sim):
-        return "-" if v is None else f"${v:,.4f}" + (SIMULATED_MARK if sim else "")
+    from gpuops.views import money
+
+    def usd(v, sim, fmt=money.rate):
+        return "-" if v is None else f"${fmt(v)}" + (SIMULATED_MARK if sim else "")
 
     print_table(
         c,
@@ -230,11 +232,11 @@ def render_sessions(rows: list[dict], title: str) -> None:
                 r.get("owner") or "-",
                 r["experiment"],
                 r["provider"],
-                r["card"],
+                f"{r['card']} x{r.get('gpu_count') or 1}",
                 r["status"],
                 r["instance_id"] or "-",
                 usd(r["usd_per_hour"], r["simulated"]),
-                usd(r.get("accrued_usd"), r["simulated"]),
+                usd(r.get("accrued_usd"), r["simulated"], money.rental),
                 duration(r.get("ttl_left_seconds")),
                 "busy" if r.get("idle_seconds") == 0 else duration(r.get("idle_seconds")),
                 f"{r.get('tokens') or 0:,}",

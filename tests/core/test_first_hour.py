@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -104,3 +105,86 @@ def test_summary_show_and_dry_run_read_as_words_and_keep_paths_whole(cli, cli_en
     assert not any("log_path" in line for line in lines)  # once, whole, under the tables
     assert re.search(r"│ spot +│ no +│", show.stdout) and re.search(r"│ simulated +│ yes +│", show.stdout), show.stdout
     assert not re.search(r"\b(None|True|False)\b", show.stdout), show.stdout
+
+
+SHEET = (
+    "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,simulated,session\n"
+    "2026-11-02T10:00:00+00:00,llama-sweep,local,a100-40gb-pcie,2,1.2,0.5,0.6,true,s-0001\n"
+    "2026-11-03T10:00:00+00:00,llama-sweep,runpod,rtx-4090,1,0.34,10,3.4,false,s-0002\n"
+    "2026-11-04T10:00:00+00:00,bench,runpod,rtx-4090,1,0.34,100,34.0,false,s-0003\n"
+)
+
+
+def _imported(cli, tmp_path) -> dict:
+    p = tmp_path / "sheet.csv"
+    p.write_text(SHEET)
+    out = cli("ledger", "import", str(p), "--tz", "UTC")
+    assert out.returncode == 0, out
+    return {"COLUMNS": "80"}
+
+
+def _headers(text: str) -> str:
+    return " ".join(line for line in text.splitlines() if line.startswith("┃"))
+
+
+def test_tables_at_80_columns_keep_the_column_the_command_is_for(cli, tmp_path):
+    """Seen at 80 columns: `cards` left out aliases; `ledger sessions` card, start and end reason;
+    `ledger month` by card `sim USD` (a local user saw only 0.0000)."""
+    env = _imported(cli, tmp_path)
+    cards = cli("cards", env=env).stdout
+    assert "aliases" in _headers(cards) and "ref" in _headers(cards) and "tesla-t4" in cards, cards
+    assert all(len(line) <= 80 for line in cards.splitlines())
+    sessions = cli("ledger", "sessions", "--tz", "UTC", env=env).stdout
+    heads = _headers(sessions)
+    for h in ("session", "experiment", "card", "cost", "started", "end"):
+        assert h in heads, (h, sessions)
+    assert "left out for width" not in sessions and all(len(line) <= 80 for line in sessions.splitlines())
+    for sid in ("s-0001", "s-0002", "s-0003"):
+        assert sessions.count(sid) >= 2, sessions  # the id keys the table and its continuation, whole
+    month = cli("ledger", "month", "2026-11", "--tz", "UTC", env=env).stdout
+    by_card = month[month.index("by card") :]
+    assert "sim" in _headers(by_card) and "cost" in _headers(by_card), month
+
+
+def test_money_reads_at_a_glance(cli, tmp_path):
+    """Totals in cents; a single rental under $1 and every rate to 4 places; JSON full precision."""
+    env = _imported(cli, tmp_path)
+    month = cli("ledger", "month", "2026-11", "--tz", "UTC", env=env).stdout
+    assert "spent $37.40 + $0.60 simulated" in " ".join(month.split()), month  # 3.4 + 34.0; 0.6 simulated
+    by_card = month[month.index("by card") :]
+    assert re.search(r"│ rtx-4090 +│ +37\.40 │", by_card) and "37.4000" not in month, month
+    sessions = cli("ledger", "sessions", "--tz", "UTC", env=env).stdout
+    assert "0.6000 sim" in sessions and "34.00" in sessions and "34.0000" not in sessions, sessions
+    assert re.search(r"│ +3\.40 │", sessions), sessions
+    doc = json.loads(cli("ledger", "month", "2026-11", "--tz", "UTC", "--json").stdout)
+    assert doc["total_usd"] == pytest.approx(37.4, abs=1e-9)
+
+
+def test_ps_at_80_columns_names_the_gpu_count(capsys, monkeypatch):
+    """Seen: `--card a100:2` showed `a100-40gb-pcie` in `ps` at 80 columns."""
+    import time
+
+    from gpuops.views import ui
+
+    monkeypatch.setenv("COLUMNS", "80")
+    row = {
+        "session": "20261201-095550-80f2",
+        "owner": "alice@laptop",
+        "experiment": "default",
+        "provider": "local",
+        "card": "a100-40gb-pcie",
+        "gpu_count": 2,
+        "status": "running",
+        "instance_id": "gpuops-20261201-095550-80f2",
+        "usd_per_hour": 1.2,
+        "accrued_usd": 0.0123456,
+        "simulated": True,
+        "ttl_left_seconds": 3600.0,
+        "idle_seconds": 0,
+        "tokens": 0,
+        "created_at": time.time() - 60,
+    }
+    ui.render_sessions([row], "open sessions")
+    out = capsys.readouterr().out
+    assert "a100-40gb-pcie x2" in out and "$1.2000*" in out and "$0.0123*" in out, out
+    assert all(len(line) <= 80 for line in out.splitlines()), out
