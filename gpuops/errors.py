@@ -6,6 +6,10 @@ on the same line) and exits with ``exit_code``.
 
 from __future__ import annotations
 
+# Exit status of a command that was asked to check or compare something and checked nothing (no
+# provider key, no provider answered): never 0, so cron and CI do not read it as success.
+NOTHING_CHECKED = 4
+
 
 class GpuopsError(Exception):
     """Base error: ``message`` says what is wrong, ``fix`` what the user should do."""

@@ -645,16 +645,23 @@ SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 SESSION_ID_RULE = "1-64 letters, digits and . _ : - (e.g. s-0001 or 20261103-140500-3f9a)"
 
 
-# A date later than now by more than this is noted (refused with --strict): a teammate's clock
-# may run ahead, a rental dated 2099 is a typo.
-FUTURE_TOLERANCE_S = 86400.0
+# A rental that ends later than now by more than this is refused: it is not over (a row of a past
+# rental), or its year is a typo (2099). The slack is clock skew between machines, never a day.
+END_SLACK_S = 300.0
 
 
-def _future_note(v_date: str) -> str:
-    return (
-        f"date {v_date.strip()!r} is more than a day in the future: a typo in the year?"
-        " (booked as is; --strict refuses it)"
+def _future_end(v_date: str, hours: float) -> _Bad:
+    return _Bad(
+        f"date {v_date.strip()!r} plus {hours:g} h ends in the future: a rental not over yet, or a typo in the year?"
     )
+
+
+def _typo_of(name: str, known: Collection[str]) -> str | None:
+    """The known name ``name`` is a misspelling of (``runpood`` -> ``runpod``), else None."""
+    import difflib
+
+    close = difflib.get_close_matches(name.lower(), sorted(known), n=1, cutoff=0.75)
+    return close[0] if close else None
 
 
 def _bad_session_id(sid: str) -> _Bad:
@@ -919,7 +926,7 @@ def _row_parser(
     true, false = _TRUE, _FALSE
 
     session_id = SESSION_ID.fullmatch
-    future = time.time() + FUTURE_TOLERANCE_S
+    future = time.time() + END_SLACK_S
     to_seconds: dict[float, float] = {}  # hours -> round(hours * 3600, 3): durations repeat, round(x, 3) is slow
 
     def parse(cells: list[str]) -> tuple[tuple, list[str] | None]:
@@ -990,6 +997,9 @@ def _row_parser(
         if cost > max_cost:
             raise _Bad(f"cost_usd {cost:g} is more than a year of the dearest box: a typo?")
         if providers is not None and provider.lower() not in providers:
+            typo = _typo_of(provider, providers)
+            if typo is not None:  # a misspelt provider would split its money off in every report
+                raise _Bad(f"unknown provider {provider!r}: did you mean {typo!r}?")
             notes = (notes or []) + [f"unknown provider {provider!r} (known: {', '.join(sorted(providers))})"]
         if cards is not None and card.lower() not in cards:
             notes = (notes or []) + [f"unknown card {card!r} (`gpuops cards` lists the known cards)"]
@@ -1051,8 +1061,8 @@ def _row_parser(
             raise _Bad(
                 f"date {v_date.strip()!r} (to its end, {hours:g} h later) is outside 0001-01-02 .. 9999-12-31 UTC"
             )
-        if created > future:
-            notes = (notes or []) + [_future_note(v_date)]
+        if created + seconds > future:
+            raise _future_end(v_date, hours)
         return (
             sid,
             experiment or "default",
@@ -1157,7 +1167,7 @@ def _chunk_parser(
     bounds over each column's min and max."""
     fromiso = datetime.fromisoformat
     session_id = SESSION_ID.fullmatch
-    future = time.time() + FUTURE_TOLERANCE_S
+    future = time.time() + END_SLACK_S
     max_hours, max_price, max_cost = (
         MAX_IMPORT_HOURS,
         MAX_IMPORT_USD_PER_HOUR,
@@ -1254,9 +1264,11 @@ def _chunk_parser(
         if "\0" in "".join(conclusions) or not all(map(session_id, sids)):
             return None  # a NUL or an id off SESSION_ID: worded line by line
         seconds = list(map(round, map(mul, hours, repeat(3600.0, n)), repeat(3, n)))
-        if not (min(created) >= _FIRST_TIME and max(created) <= min(future, _LAST_TIME - max(seconds) - 86400.0)):
-            return None  # in the future or near the ends of time: noted or refused line by line
+        if not (min(created) >= _FIRST_TIME and max(created) <= _LAST_TIME - max(seconds) - 86400.0):
+            return None  # near the ends of time: refused line by line
         ends = list(map(add, created, seconds))
+        if max(ends) > future:
+            return None  # ends in the future: refused line by line
         return list(
             zip(
                 sids,

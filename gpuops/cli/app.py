@@ -14,10 +14,14 @@ from pathlib import Path
 import typer
 
 from gpuops import __version__, cli_values
+from gpuops.cli.group import Group, interrupt_note
 from gpuops.errors import BadInput, GpuopsError
 
 cli_values.install()  # text and number() option values without importing pydantic (see gpuops/cli_values.py)
+
+
 app = typer.Typer(
+    cls=Group,
     name="gpuops",
     help="Rent a GPU for one job: size it, rent the cheapest fit, bootstrap, run, always tear down, book the cost.",
     no_args_is_help=True,
@@ -269,6 +273,9 @@ def up(
         summ = launcher.run_up(req, settings, reporter)
     finally:
         reporter.close()
+    interrupt_note(  # the rental is over and booked; only its summary is lost
+        f"interrupted after the rental ended; `gpuops ledger show {summ.get('session') or 'SESSION'}` has its summary"
+    )
     if summ.get("dry_run"):
         emit.emit(summ, fmt, lambda: ui.render_dry_run(summ))
         return
@@ -449,7 +456,9 @@ def plan(
 ) -> None:
     """Size the box before renting: memory as the engine sizes it, fit, KV pool, max concurrency, decode ceiling, $/Mtoken per card, and the `vllm serve` command.
 
-    `gpuops plan storage --model M` answers the other question: keep the weights on a volume or refetch them every run."""
+    Two other questions have their own commands: `gpuops plan storage --model M` (keep the weights on
+    a volume or refetch them every run) and `gpuops plan spot --card C` (what a run on spot costs
+    against one on-demand box: the break-even preemption rate)."""
     from gpuops.views.sizing import plan_command
 
     if card == "list":  # the catalog's cards, as `gpuops cards`
@@ -484,7 +493,7 @@ def plan(
     )
 
 
-@app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see main)
+@app.command("plan-spot", hidden=True)  # typed as `gpuops plan spot` (see Group)
 @output_options()
 def plan_spot(
     card: str | None = typer.Option(None, "--card", help="Card or family whose live offers give the two prices."),
@@ -530,7 +539,7 @@ def plan_spot(
     emit.emit(rep, fmt, lambda: spot_view.render(rep))
 
 
-@app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see main)
+@app.command("plan-storage", hidden=True)  # typed as `gpuops plan storage` (see Group)
 @output_options()
 def plan_storage(
     model: str = typer.Option(..., "--model", help="Model, as in `gpuops plan --model`."),
@@ -839,7 +848,10 @@ def check(
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
-    """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box."""
+    """What gpuops will do with your account, one line per check with its fix; --live asks the providers; --live --rent proves every teardown layer on a real box.
+
+    Exit status: 0 every check holds (warnings named), 1 a check failed, 4 --live checked nothing
+    (no provider has an API key), 130 interrupted (after the cleanup)."""
     from gpuops.providers import NAMES
     from gpuops.views import emit
 
@@ -1033,6 +1045,34 @@ def _fast_exit(code: int) -> None:
     os._exit(code)
 
 
+# Options other tools (SkyPilot, runpodctl, vastai, cron habits) name differently: an unknown one is
+# answered with ours (click suggests only names spelled alike: `--ttl` got no hint of `--max-hours`).
+OPTION_SYNONYMS = {
+    "--ttl": "--max-hours",
+    "--timeout": "--max-hours",
+    "--hours": "--max-hours",
+    "--gpus": "--card",
+    "--gpu": "--card",
+    "--use-spot": "--spot",
+    "--bid": "--max-price",
+    "--bid-price": "--max-price",
+    "--cloud": "--provider",
+}
+
+
+def _nearest_option(e: Exception) -> str:
+    """``"; did you mean --max-hours?"`` for an unknown option another tool spells so, else ``""``.
+
+    Only an option the command has (``e.ctx.command``); click's own spelling suggestions stay as
+    they are."""
+    if type(e).__name__ != "NoSuchOption":
+        return ""
+    ours = OPTION_SYNONYMS.get(str(getattr(e, "option_name", "")).split("=", 1)[0])
+    ctx = getattr(e, "ctx", None)
+    has = {o for p in (ctx.command.params if ctx is not None else []) for o in getattr(p, "opts", [])}
+    return f"; did you mean {ours}?" if ours in has else ""
+
+
 def main(fast_exit: bool = True) -> None:
     """Entry point: run the app, ending with an exit code.
 
@@ -1044,10 +1084,6 @@ def main(fast_exit: bool = True) -> None:
 
     os.umask(0o077)
     _std_fds()
-    if sys.argv[1:3] == ["plan", "storage"]:  # `plan` is one command; its storage question is its own
-        sys.argv[1:3] = ["plan-storage"]
-    elif sys.argv[1:3] == ["plan", "spot"]:  # and so is its spot question
-        sys.argv[1:3] = ["plan-spot"]
     try:
         _main()
     except SystemExit as e:
@@ -1085,7 +1121,7 @@ def _main() -> None:
             sys.exit(2)
         ctx = getattr(e, "ctx", None)
         cmd = ctx.command_path if ctx is not None else "gpuops"
-        _err(f"error: {e.format_message()} (see `{cmd} --help`)\n")
+        _err(f"error: {e.format_message()}{_nearest_option(e)} (see `{cmd} --help`)\n")
         sys.exit(2)
     sys.exit(rv if isinstance(rv, int) else 0)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from gpuops.cli.group import Group
 from gpuops.cli.options import (
     CONFIG_OPT,
     TZ_OPT,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ledger import Ledger
     from ledger.reads import LedgerReader
 
-ledger_app = typer.Typer(help="The books: what each session and month cost.", no_args_is_help=True)
+ledger_app = typer.Typer(cls=Group, help="The books: what each session and month cost.", no_args_is_help=True)
 
 
 @ledger_app.command("month")
@@ -126,9 +127,10 @@ def ledger_show(
 
     For a run (run-...): its rentals and why each ended."""
     from gpuops.rental import ledger_service as books
+    from gpuops.rental.runs import RUN_PREFIX
     from gpuops.views import ledger as ledger_view
 
-    if session.startswith("run-"):
+    if session.startswith(RUN_PREFIX):
         from gpuops.views import emit, session_history as history
 
         rep = books.show_run(_ledger(config), session, tz)
@@ -247,7 +249,7 @@ def ledger_import(
     strict: bool = typer.Option(
         False,
         "--strict",
-        help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent.",
+        help="Refuse rows naming an unknown provider or card, or whose cost is not price x hours within a cent (a misspelt provider and a rental ending in the future are refused always).",
     ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
@@ -316,7 +318,10 @@ def ledger_sync(
     ),
     fmt: str = "table",
 ) -> None:
-    """Fetch the providers' own billing and show the difference to our books, per session and in total."""
+    """Fetch the providers' own billing and show the difference to our books, per session and in total.
+
+    Exit status: 0 compared, 4 nothing compared (no provider's billing could be read: no API key,
+    or every provider refused)."""
     from gpuops.rental import ledger_service as books
     from gpuops.views import ledger as ledger_view
 
@@ -335,3 +340,7 @@ def ledger_sync(
     with waiting("ledger sync: asking the providers for their billing"):
         rep = books.sync(led, settings, month, tz, apply=apply)
     ledger_view.emit("sync", rep, fmt)
+    if not rep["providers"]:  # checked nothing: never exit 0 (cron and CI would read it as success)
+        from gpuops.errors import NOTHING_CHECKED
+
+        raise typer.Exit(NOTHING_CHECKED)

@@ -9,6 +9,7 @@ from contextlib import contextmanager, nullcontext
 
 import typer
 
+from gpuops.cli.group import Group
 from gpuops.cli.options import CONFIG_OPT, number, output_options
 from gpuops.errors import BadInput
 from gpuops.providers import WITH_VOLUMES, choices, titles  # names only: no provider class is imported
@@ -22,7 +23,7 @@ def _region_help() -> str:
 
 
 volumes_app = typer.Typer(
-    help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).", no_args_is_help=True
+    cls=Group, help=f"Persistent volumes that survive the destroy ({titles(WITH_VOLUMES, ', ')}).", no_args_is_help=True
 )
 
 # Columns left out first to last when the terminal is too narrow (provider, id, size, price stay).
@@ -158,11 +159,18 @@ def volumes_create(
 
     check_name(name)
     check_size(size_gb)
-    need = REGISTRY[provider].volume_type.region_required if provider in WITH_VOLUMES else None
+    with _input_errors():
+        p = _provider(provider, config)
+    entry = REGISTRY[provider]
+    if p.account is None and entry.needs_key:  # no key: said before anything else is asked for
+        from gpuops.providers.keys import missing_key_fix
+
+        raise BadInput(f"no {entry.title} API key found", missing_key_fix(entry.key_source))
+    need = entry.volume_type.region_required if provider in WITH_VOLUMES else None
     if need and not region:
         raise BadInput(*need)
     with _input_errors():
-        vol = service(_provider(provider, config)).create(name, size_gb, region)
+        vol = service(p).create(name, size_gb, region)
     _print([vol], fmt, [f"mount it with: gpuops up --volume {vol.provider}:{vol.name or vol.id} (or [storage] volume)"])
 
 

@@ -82,17 +82,34 @@ def exit_code(findings: Iterable[Finding]) -> int:
     return 1 if any(f.verdict == Verdict.FAIL for f in findings) else 0
 
 
+def nothing_live(findings: Iterable[Finding]) -> bool:
+    """True when ``--live`` checked no provider.
+
+    Every ``live.<provider>`` finding is a skip (no API key) and no provider was asked (no
+    ``auth.<provider>`` finding)."""
+    items = list(findings)
+    skipped = [f for f in items if f.check.startswith("live.") and f.verdict == Verdict.SKIP]
+    return bool(skipped) and not any(f.check.startswith("auth.") for f in items)
+
+
 def report(findings: Iterable[Finding], provider: str | None = None, live: bool = False, rent: bool = False) -> dict:
     """The command's one document, as a dict.
 
-    Keys: ``checks`` (ordered), ``failed`` / ``warnings`` / ``skipped``
-    counts (a skipped check, e.g. no API key, is no failure: ``exit`` stays 0), ``exit``."""
+    Keys: ``checks`` (ordered), ``failed`` / ``warnings`` / ``skipped`` counts, ``nothing_live``
+    (``--live`` asked no provider: no key anywhere), ``exit``: 1 when a check failed, else
+    ``gpuops.errors.NOTHING_CHECKED`` (4) when ``nothing_live``, else 0 (a provider skipped beside one
+    checked is named, not a failure)."""
+    from gpuops.errors import NOTHING_CHECKED
+
     items = ordered(findings)
+    none_live = live and nothing_live(items)
+    code = exit_code(items)
     return {
         "provider": provider,
         "live": live,
         "rent": rent,
-        "exit": exit_code(items),
+        "nothing_live": none_live,
+        "exit": code or (NOTHING_CHECKED if none_live else 0),
         "failed": sum(f.verdict == Verdict.FAIL for f in items),
         "warnings": sum(f.verdict == Verdict.WARN for f in items),
         "skipped": sum(f.verdict == Verdict.SKIP for f in items),

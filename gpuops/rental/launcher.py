@@ -209,6 +209,13 @@ def validate(req: UpRequest) -> None:
             f"--name {req.name!r} is not a session name",
             "1-40 lower-case letters, digits and dashes, e.g. --name llama-sweep-1",
         )
+    from gpuops.rental.runs import RUN_PREFIX
+
+    if req.name and req.name.startswith(RUN_PREFIX):  # `ledger show run-...` reads it as a run id and finds nothing
+        raise BadInput(
+            f"--name {req.name!r} looks like a run id ({RUN_PREFIX}...): `gpuops ledger show` would look for a run",
+            f"pick a name that does not start with {RUN_PREFIX!r}, e.g. --name {req.name[len(RUN_PREFIX) :] or 'a1'}",
+        )
     if req.max_hours <= 0:
         raise BadInput(
             f"--max-hours must be > 0, got {req.max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2"
@@ -1657,7 +1664,7 @@ def _raw_line(text: str) -> None:
 def summary(s: UpRun, ledger: Ledger) -> dict:
     """The run's summary, as a dict.
 
-    Keys: ``session, provider, card, usd_per_hour, seconds, cost_usd, simulated,
+    Keys: ``session, provider, card, gpu_count, usd_per_hour, seconds, cost_usd, simulated,
     tokens, usd_per_mtoken, end_reason, exit_code, log`` (+ slowest_step, results; ``ledger``: what
     the ledger could not take, when it refused: ``spooled`` pending writes, ``replay`` commands for
     lines no spool could hold, ``notices``). The row as this run holds it when the ledger cannot
@@ -1672,6 +1679,7 @@ def summary(s: UpRun, ledger: Ledger) -> dict:
         "session": s.id,
         "provider": row.provider,
         "card": row.card,
+        "gpu_count": row.gpu_count,
         "usd_per_hour": row.usd_per_hour,  # the price booked (the bid on spot)
         "spot": bool(row.spot),
         "seconds": round(row.billed_seconds or 0.0, 3),

@@ -324,7 +324,8 @@ def import_csv(ledger: Ledger, path: str | Path, tz: str | None = None, strict: 
 
     Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are [(line,
     message)] for unknown provider or card names and a cost that is not usd_per_hour x hours within
-    a cent (imported anyway; ``strict`` refuses them). Any bad row raises BadInput naming the count
+    a cent (imported anyway; ``strict`` refuses them). A provider misspelt (``runpood``) and a row
+    that ends in the future are bad rows. Any bad row raises BadInput naming the count
     and the first bad lines (``errors`` attribute: [(line, message)], the first
     ``ledger.csvio.LineErrors.KEEP``); nothing is written then."""
     from gpuops.catalog import cards

@@ -88,6 +88,9 @@ def break_even_preemptions_per_hour(spot_usd_h: float, on_demand_usd_h: float, l
     return (on_demand_usd_h / spot_usd_h - 1.0) / lost_hours_each
 
 
+RUN_PREFIX = "run-"  # a run id's prefix: `ledger show` reads a reference with it as a run (a session name never has it)
+
+
 def new_run_id(session_id: str) -> str:
     """A new run id, ``run-YYYYMMDD-HHMMSS-xxxx``: a session id's form, told apart at a glance."""
-    return "run-" + session_id
+    return RUN_PREFIX + session_id

@@ -231,12 +231,24 @@ def detect(platform: str | None = None, run: Runner = run_command) -> str | None
     return None
 
 
+def cron_line(python: str | None = None) -> str:
+    """The crontab line that runs one watchdog pass a minute with this interpreter.
+
+    ``--interval 60`` is cron's period, so the views know when a pass is late."""
+    import shlex
+
+    return f"* * * * * {shlex.quote(python or sys.executable)} -m gpuops watchdog --once --interval 60"
+
+
 def no_manager(interval: float) -> NoServiceManager:
-    """The one line for a machine without a user service manager, naming what to run instead."""
+    """The one line for a machine without a user service manager, naming what to run instead.
+
+    A supervisor of its own, or the cron line (``cron_line``)."""
     return NoServiceManager(
         "no user service manager here (no systemd user bus, no launchd: a container or CI?); nothing was written",
         f"run `gpuops watchdog --interval {interval:g}` under this machine's own supervisor "
-        "(in a container it is the gpuops image's entry point: see README, keeping the watchdog running)",
+        "(in a container it is the gpuops image's entry point: see README, keeping the watchdog running), "
+        f"or from cron (`crontab -e`; cron passes no API key from your shell: keep it in infra.toml): {cron_line()}",
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 GIB = 2**30
 COLUMNS = ("name", "family", "aliases", "vram_gib", "bandwidth_gb_s", "bf16_tflops", "reference_usd_per_hour")
 # Left out first when the terminal is too narrow (the name, its family and its memory stay).
-DROP_ORDER = ("aliases", "bf16 TFLOP/s", "bandwidth GB/s", "ref USD/h")
+# Left out first to last; the card, its aliases (what --card takes) and its price stay.
+DROP_ORDER = ("bf16 TFLOP/s", "bandwidth GB/s", "family")
 
 
 def card_rows() -> list[dict]:

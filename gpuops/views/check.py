@@ -30,7 +30,9 @@ def lines(doc: dict) -> list[str]:
     skipped = [c["check"] for c in doc["checks"] if c["verdict"] == "skip"]
     # A check not run (no API key) holds nothing: named, never counted as holding.
     skips = f"; {len(skipped)} skipped ({safe(', '.join(skipped))}: no API key)" if skipped else ""
-    if doc["failed"]:
+    if doc.get("nothing_live") and not doc["failed"]:
+        out.append(f"{what}: nothing was checked live: no provider has an API key{skips}")
+    elif doc["failed"]:
         out.append(f"{what}: {doc['failed']} failed, {doc['warnings']} warning(s){skips}")
     elif skipped:
         out.append(f"{what}: nothing failed" + (f" ({doc['warnings']} warning(s))" if doc["warnings"] else "") + skips)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 
+from gpuops.views import money
 from ledger.reports import SESSION_FIELDS
 
 GROUP_COLUMNS = [
@@ -189,8 +190,8 @@ def _group_rows(rows: list[dict], conclusion: bool = False) -> list[list[str]]:
         mark = " sim" if sim else ""
         cells = [
             r["name"],
-            usd(r["cost_usd"]),
-            usd(r["simulated_usd"]),
+            money.total(r["cost_usd"]),
+            money.total(r["simulated_usd"]),
             f"{r['gpu_hours']:,.3f}",
             str(r["sessions"]) + (f" ({r['open_sessions']} open)" if r["open_sessions"] else ""),
             f"{r['tokens']:,}",
@@ -252,9 +253,9 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
             else f"${sim_per:,.4f}/Mtoken all-in (simulated)"
         )
     c.print(
-        f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${rep['total_usd']:,.4f}"
-        + (f" (of which ${rep['storage_usd']:,.4f} storage)" if rep.get("storage_usd") else "")
-        + (f" + ${rep['simulated_usd']:,.4f} simulated" if rep["simulated_usd"] else "")
+        f"[bold]{rep['month']}[/] (days in {zone_words(rep['tz'])}): spent ${money.total(rep['total_usd'])}"
+        + (f" (of which ${money.total(rep['storage_usd'])} storage)" if rep.get("storage_usd") else "")
+        + (f" + ${money.total(rep['simulated_usd'])} simulated" if rep["simulated_usd"] else "")
         + f" | {rep['gpu_hours']:,.3f} GPU-h | {plural(rep['sessions'], 'session')}"
         + (f" ({rep['open_sessions']} open, still accruing: `gpuops ps`)" if rep["open_sessions"] else "")
         + tokens
@@ -288,8 +289,8 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
             [
                 [
                     d["date"],
-                    usd(d["cost_usd"]),
-                    usd(d["simulated_usd"]),
+                    money.total(d["cost_usd"]),
+                    money.total(d["simulated_usd"]),
                     f"{d['gpu_hours']:,.3f}",
                     str(d["sessions"]),
                     f"{d['tokens']:,}",
@@ -339,6 +340,10 @@ def render_experiments(rep: dict) -> None:
     _print_group_table(c, f"experiments, {window}", "experiment", rep["experiments"], conclusion=True)
 
 
+# Fields `ledger show` prints under its tables, each whole on its own line: (label, field).
+SHOW_BELOW = {"log": "log_path", "results": "results_path"}
+
+
 def render_show(d: dict) -> None:
     """Every field of one session, its bootstrap steps and its events.
 
@@ -348,13 +353,17 @@ def render_show(d: dict) -> None:
     c = _console()
     times = d.get("times", {})
     fields = []
+    from gpuops.views.ui import field_text
+
     for k in SESSION_FIELDS:
+        if k in SHOW_BELOW.values():
+            continue
         v = times.get(k) or d.get(k)
         if k.endswith("_seconds") and isinstance(v, float):
             v = f"{v:.3f}"  # a measured duration: milliseconds are enough
-        fields.append([k, "-" if v is None or v == "" else str(v)])
+        fields.append([k, field_text(v)])
     for k in ("bootstrap_seconds", "job_cost_usd", "usd_per_mtoken", "usd_per_mtoken_job"):
-        fields.append([k, "-" if d.get(k) is None else str(d[k])])
+        fields.append([k, field_text(d.get(k))])
     # Values are ids, times and amounts: a value column as wide as the longest value that fits,
     # folding (never cutting) the rare longer one (a log path, an error).
     print_table(c, f"session {d['id']}", [Col("field", ID, style="bold"), Col("value", TEXT)], fields, header=False)
@@ -379,7 +388,14 @@ def render_show(d: dict) -> None:
         c.print(
             f"cost: the provider's own charge {usd(d.get('charged_usd'))} USD; our estimate was {usd(d.get('estimated_usd'))} USD"
         )
-    c.print(f"log: {d['log_path'] or '-'}   results: {d['results_path'] or '-'}")
+    # Paths under the tables, one a line, never folded inside a name (a table cell broke them
+    # mid-word at 80 columns): a narrow terminal wraps the line itself, and the path copies whole.
+    import sys
+
+    from gpuops.textsafe import safe
+
+    for key, field in SHOW_BELOW.items():
+        sys.stdout.write(f"{key}: {safe(str(d.get(field) or '-'))}\n")
 
 
 SYNC_DROP_ORDER = ("instance", "provider", "theirs USD", "ours USD")
@@ -436,6 +452,12 @@ def render_sync(rep: dict) -> None:
     rows += [
         ["-", a["provider"], "(account)", "-", usd(a["usd"]), "", "account storage"] for a in rep.get("account", [])
     ]
+    if not rep.get("providers"):  # no provider's billing was read: no total, no "the providers bill $0"
+        c.print(
+            f"nothing compared: no provider's billing was read ({rep.get('month', '')}: the books hold "
+            f"${usd(rep.get('month_usd') or 0)}, not checked against any bill)"
+        )
+        return
     if rows:
         print_table(c, f"our books vs provider billing, {rep.get('month', '')}", ranked(cols, SYNC_DROP_ORDER), rows)
     c.print(

@@ -192,15 +192,19 @@ def to_json(result: OffersResult) -> str:
 # offer id goes before the on-demand price: RunPod's ("community:NVIDIA GeForce RTX 4090") alone
 # takes 33 of 80 cells, and `up` does not take one. The on-demand column is there only when a row
 # (a spot one) has an on-demand price that differs from its own.
-OFFERS_DROP_ORDER = ("region", "reliability", "GPUs", "VRAM/GPU GiB", "offer", "on-demand USD/h")
+# Moved to the continuation table (keyed by the offer id) first to last when the terminal is too
+# narrow; nothing is left out (GPUs, VRAM and region tell RunPod's secure and community rows
+# apart). The offer, its card and its prices stay in the first table.
+OFFERS_DROP_ORDER = ("reliability", "region", "VRAM/GPU GiB", "GPUs", "provider", "kind")
 
 
 def render(result: OffersResult, console=None) -> None:
     """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.views.tables``.
 
-    Offer ids, card names and prices never cut; columns left out by ``OFFERS_DROP_ORDER``. ``USD/h``
+    Offer ids, card names and prices never cut; columns moved to a continuation table by ``OFFERS_DROP_ORDER``. ``USD/h``
     is what the row costs rented as shown (``Offer.price``: the bid on spot); the on-demand price
     stands beside it only where it differs."""
+    from gpuops.views import money
     from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     console = console or table_console()
@@ -208,8 +212,8 @@ def render(result: OffersResult, console=None) -> None:
         console.print(f"no offers match (asked: {', '.join(result.providers)})")
         return
     cols = [
-        Col("provider", ID),
         Col("offer", ID),
+        Col("provider", ID),
         Col("card", ID),
         Col("GPUs", NUM),
         Col("VRAM/GPU GiB", NUM),
@@ -221,14 +225,14 @@ def render(result: OffersResult, console=None) -> None:
     ]
     rows = [
         [
-            o.provider,
             o.offer_id,
+            o.provider,
             o.card,
             str(o.gpu_count),
             f"{o.vram_bytes / GIB:.1f}",
-            f"{o.price:.3f}",
+            money.rate(o.price),
             "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
-            f"{o.on_demand_usd_per_hour:.3f}" if o.on_demand_usd_per_hour is not None else "",
+            money.rate(o.on_demand_usd_per_hour) if o.on_demand_usd_per_hour is not None else "",
             f"{o.reliability:.3f}",
             o.region,
         ]
@@ -239,5 +243,9 @@ def render(result: OffersResult, console=None) -> None:
         cols.pop(at)
         rows = [r[:at] + r[at + 1 :] for r in rows]
     print_table(
-        console, "offers: fit, then price (spot: the bid), then reliability", ranked(cols, OFFERS_DROP_ORDER), rows
+        console,
+        "offers: fit, then price (spot: the bid), then reliability",
+        ranked(cols, OFFERS_DROP_ORDER),
+        rows,
+        fold=True,
     )

@@ -57,7 +57,10 @@ def sessions(
 # Columns of the sessions table, and the order in which they are left out when the terminal is too
 # narrow (gpuops.views.tables: numbers and ids are never cut; the conclusion folds).
 COLUMNS = ("session", "run", "started", "experiment", "card", "provider", "hours", "cost USD", "end", "conclusion")
-DROP_ORDER = ("provider", "end", "card", "run", "started", "hours", "experiment")
+# Moved to the continuation table (keyed by the session) first to last when the terminal is too
+# narrow: nothing the table is for is left out (when, what, on which card, the cost, how it ended);
+# the session, its card and its cost stay in the first table.
+DROP_ORDER = ("provider", "run", "hours", "conclusion", "started", "end", "experiment")
 
 
 def zone_words(tz: str) -> str:
@@ -73,7 +76,9 @@ def _cells(r: dict) -> dict:
     from gpuops.textsafe import safe_tree
 
     r = safe_tree(r)  # experiment, card, conclusion: shown escaped, never run by the terminal
-    cost = "open" if r["cost_usd"] is None else f"{r['cost_usd']:,.4f}" + (" sim" if r["simulated"] else "")
+    from gpuops.views import money
+
+    cost = "open" if r["cost_usd"] is None else money.rental(r["cost_usd"]) + (" sim" if r["simulated"] else "")
     return {
         "session": r["session"],
         "run": r.get("run") or "-",
@@ -91,8 +96,8 @@ def _cells(r: dict) -> dict:
 def render(rep: dict, console=None) -> None:
     """The sessions as a table (``gpuops.views.tables``).
 
-    Numbers and ids are never cut: when the terminal is too narrow, columns are left out in
-    ``DROP_ORDER`` and named below the table."""
+    Numbers and ids are never cut: when the terminal is too narrow, columns move to a continuation
+    table keyed by the session, in ``DROP_ORDER``."""
     from rich.console import Console
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
@@ -122,6 +127,7 @@ def render(rep: dict, console=None) -> None:
         f"sessions, newest first (times in {zone_words(rep['tz'])})",
         cols,
         [[cell[h] for h in COLUMNS] for cell in cells],
+        fold=True,
     )
     if rep["more"]:
         c.print(f"showing the newest {plural(rep['limit'], 'session')}; older ones: --limit N or --since YYYY-MM-DD")

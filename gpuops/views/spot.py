@@ -62,10 +62,21 @@ def spot_plan(
             if (spot if kind else od) is not None:
                 continue
             got = find_offers(settings, card=card, gpu_count=gpu_count, provider=provider, spot=kind, limit=50).offers
+            # Only offers of the kind asked: the ranking falls back to on-demand when there is no spot
+            # (right for `up`), which here compared the on-demand price with itself.
+            got = [o for o in got if o.spot == kind]
             if not got:
+                from gpuops.providers import REGISTRY, SPOT
+
                 what = "interruptible (spot)" if kind else "on-demand"
+                where = (
+                    f" (spot is rented on {', '.join(REGISTRY[n].title for n in SPOT)}, with its API key)"
+                    if kind
+                    else ""
+                )
                 raise BadInput(
-                    f"no {what} offer for {card or 'any card'} on {provider or 'any provider'} to take its price from",
+                    f"no {what} offer for {card or 'any card'} on {provider or 'any provider'} to take its price from"
+                    + where,
                     f"pass --{'spot' if kind else 'on-demand'}-usd-per-hour, or another --card / --provider",
                 )
             if (

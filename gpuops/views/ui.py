@@ -41,7 +41,7 @@ def render_summary(summ: dict) -> None:
     sim = bool(summ.get("simulated"))
     rows = [
         ("provider", summ["provider"]),
-        ("card", summ["card"]),
+        ("card", f"{summ['card']} x{summ.get('gpu_count') or 1}"),
         (
             "price",
             f"${summ['usd_per_hour']:,.4f}/h" + (" (simulated)" if sim else " (spot bid)" if summ.get("spot") else "")
@@ -118,6 +118,24 @@ def _slowest(summ: dict) -> str:
     return name if secs is None else f"{name} ({secs:.2f} s)"
 
 
+def setting_text(v: Any) -> str:
+    """A setting's value as infra.toml spells it: ``true``/``false``, ``unset`` for None, else ``str``."""
+    if v is None:
+        return "unset"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def field_text(v: Any) -> str:
+    """A ledger field's value for a person: ``-`` for None or empty, ``yes``/``no`` for a flag, else ``str``."""
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return str(v)
+
+
 def render_dry_run(plan: dict) -> None:
     c = console()
     if "experiment" in plan:
@@ -143,7 +161,7 @@ def render_dry_run(plan: dict) -> None:
             markup=False,
         )
     td = plan["teardown"]
-    c.print("teardown: " + ", ".join(f"{k}={v}" for k, v in td.items()))
+    c.print("teardown: " + ", ".join(f"{k}={setting_text(v)}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")
     c.print("dry run: nothing rented, nothing booked")
 
@@ -199,8 +217,10 @@ def render_sessions(rows: list[dict], title: str) -> None:
     ]
     now = time.time()
 
-    def usd(v, sim):
-        return "-" if v is None else f"${v:,.4f}" + (SIMULATED_MARK if sim else "")
+    from gpuops.views import money
+
+    def usd(v, sim, fmt=money.rate):
+        return "-" if v is None else f"${fmt(v)}" + (SIMULATED_MARK if sim else "")
 
     print_table(
         c,
@@ -212,11 +232,11 @@ def render_sessions(rows: list[dict], title: str) -> None:
                 r.get("owner") or "-",
                 r["experiment"],
                 r["provider"],
-                r["card"],
+                f"{r['card']} x{r.get('gpu_count') or 1}",
                 r["status"],
                 r["instance_id"] or "-",
                 usd(r["usd_per_hour"], r["simulated"]),
-                usd(r.get("accrued_usd"), r["simulated"]),
+                usd(r.get("accrued_usd"), r["simulated"], money.rental),
                 duration(r.get("ttl_left_seconds")),
                 "busy" if r.get("idle_seconds") == 0 else duration(r.get("idle_seconds")),
                 f"{r.get('tokens') or 0:,}",

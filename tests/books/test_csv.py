@@ -130,7 +130,7 @@ def test_implausible_numbers_are_refused_per_line():
         head + "2026-11-01,vast,rtx-4090,1e300,1e300,1e300\n"
         "2026-11-02,vast,rtx-4090,0.35,90000,\n"
         "2026-11-03,vast,rtx-4090,,1,5000\n"
-        "2026-11-04,vast,rtx-4090,0.35,8000,2800\n"
+        "2025-01-04,vast,rtx-4090,0.35,8000,2800\n"  # 333 days, over before today: booked
     )
     assert [n for n, _ in errs] == [2, 3, 4]
     assert "hours 1e+300 is more than one rental can last" in errs[0][1]
@@ -244,6 +244,24 @@ def test_unknown_names_and_costs_off_price_are_reported_per_line(ledger, tmp_pat
     assert w[5] == "cost_usd 99 differs from usd_per_hour x hours = 3.5 x 2 = 7.0000 by more than $0.01"
 
 
+def test_a_misspelt_provider_is_refused_with_the_name_it_misses(ledger, tmp_path):
+    """Seen: provider `runpood` imported with a warning (only --strict refused it): its money stood
+    apart from RunPod's in every report. A near miss of a known provider is refused, naming it; a
+    name like no provider of ours (aws) is still noted, as above."""
+    p = tmp_path / "typo.csv"
+    p.write_text(
+        "date,provider,card,usd_per_hour,hours\n2026-11-01,vast,rtx-4090,0.35,2\n2026-11-02,runpood,rtx-4090,0.35,2\n"
+        "2026-11-03,Vastt,rtx-4090,0.35,2\n"
+    )
+    with pytest.raises(BadInput) as e:
+        cmds.import_csv(ledger, p, tz="UTC")
+    assert e.value.errors == [
+        (3, "unknown provider 'runpood': did you mean 'runpod'?"),
+        (4, "unknown provider 'Vastt': did you mean 'vast'?"),
+    ]
+    assert _count(ledger) == 0
+
+
 def test_import_streams_in_batches_inside_one_transaction(ledger):
     """Rows go in per chunk; a clash in a late chunk rolls the earlier chunks back."""
     from ledger.store import ImportRejected
@@ -352,13 +370,19 @@ def test_a_date_whose_utc_time_is_past_year_9999_is_a_bad_line():
         (2, "date '9999-12-31T23:00:00-05:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
         (3, "date '9999-12-30T23:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
         (4, "date '0001-01-01T00:00:00+00:00' (to its end, 2 h later) is outside 0001-01-02 .. 9999-12-31 UTC"),
+        (
+            5,
+            "date '9999-12-29T00:00:00+00:00' plus 2 h ends in the future: a rental not over yet, or a typo in the year?",
+        ),
     ]
+    assert rows == []
     out = io.StringIO()
+    from datetime import datetime, timezone
+
     from ledger.csvio import write_export
 
-    write_export(
-        [(r["created_at"], "e", "vast", "rtx-4090", 1, 0.35, 2.0, 0.7, 0, "", False, r["id"]) for r in rows], out
-    )
+    late = datetime(9999, 12, 29, tzinfo=timezone.utc).timestamp()  # what an export of such a row writes
+    write_export([(late, "e", "vast", "rtx-4090", 1, 0.35, 2.0, 0.7, 0, "", False, "s-1")], out)
     assert out.getvalue().splitlines()[1].startswith("9999-12-29T00:00:00+00:00,")
 
 
@@ -446,26 +470,26 @@ def test_a_bad_time_zone_says_the_fix_once(ledger):
     )
 
 
-def test_a_date_more_than_a_day_ahead_is_noted_and_refused_with_strict(ledger, tmp_path):
-    """A rental dated 2099 was booked without a word. Noted like an unknown card (a teammate's
-    clock may run ahead: up to a day is fine); --strict refuses it."""
+def test_a_row_that_ends_in_the_future_is_refused(ledger, tmp_path):
+    """A rental dated 2099 was booked without a word, then with a note (a day's tolerance). A row
+    that ends in the future is no past rental: refused, whatever --strict says; the slack is clock
+    skew (minutes), so a row ending in 12 h is refused too."""
     from datetime import datetime, timedelta, timezone
 
     soon = (datetime.now(timezone.utc) + timedelta(hours=12)).isoformat(timespec="seconds")
+    ended = (datetime.now(timezone.utc) - timedelta(hours=2)).isoformat(timespec="seconds")
     p = tmp_path / "future.csv"
     p.write_text(
         "date,provider,card,usd_per_hour,hours\n"
         f"2026-11-01,vast,rtx-4090,0.35,1\n{soon},vast,rtx-4090,0.35,1\n2099-11-01,vast,rtx-4090,0.35,1\n"
+        f"{ended},vast,rtx-4090,0.35,3\n{ended},vast,rtx-4090,0.35,1\n"
     )
-    with pytest.raises(BadInput) as e:
-        cmds.import_csv(ledger, p, tz="UTC", strict=True)
-    assert [n for n, _ in e.value.errors] == [4] and _count(ledger) == 0
-    r = cmds.import_csv(ledger, p, tz="UTC")
-    assert r["imported"] == 3
-    assert r["warnings"] == [
-        (
-            4,
-            "date '2099-11-01' is more than a day in the future: a typo in the year?"
-            " (booked as is; --strict refuses it)",
+    for strict in (False, True):
+        with pytest.raises(BadInput) as e:
+            cmds.import_csv(ledger, p, tz="UTC", strict=strict)
+        assert [n for n, _ in e.value.errors] == [3, 4, 5] and _count(ledger) == 0
+        why = dict(e.value.errors)
+        assert why[4] == (
+            "date '2099-11-01' plus 1 h ends in the future: a rental not over yet, or a typo in the year?"
         )
-    ]
+        assert why[5].endswith("plus 3 h ends in the future: a rental not over yet, or a typo in the year?")

@@ -39,17 +39,29 @@ def test_live_with_a_refused_key_fails_auth(cli, emulator_env):
 
 
 def test_live_without_any_key_names_what_it_skipped(cli):
-    """With no provider key `check --live` said "every check holds" though nothing was checked
-    live. Each provider not checked is a skip, and the summary names them; nothing failed: exit 0."""
+    """With no provider key `check --live` said "every check holds", then "nothing failed" with exit
+    0, though nothing was checked live: in cron or CI that reads as success. Each provider not
+    checked is a skip, the summary says nothing was checked live, and the exit status is 4 (named
+    in --help)."""
     res = cli("check", "--live", "--format", "json")
     doc = json.loads(res.stdout)
     c = {x["check"]: x for x in doc["checks"]}
-    assert res.returncode == 0 and doc["failed"] == 0, res
+    assert res.returncode == 4 and doc["failed"] == 0 and doc["exit"] == 4 and doc["nothing_live"] is True, res
     assert (
         c["live.runpod"]["verdict"] == "skip"
         and c["live.runpod"]["detail"] == "runpod not checked live: no runpod API key"
     )
     assert c["live.vast"]["verdict"] == "skip" and doc["skipped"] >= 2
-    last = cli("check", "--live").stdout.splitlines()[-1]
-    assert "every check holds" not in last and last.startswith("check --live: nothing failed")
+    table = cli("check", "--live")
+    last = table.stdout.splitlines()[-1]
+    assert table.returncode == 4
+    assert "every check holds" not in last and "nothing failed" not in last
+    assert last.startswith("check --live: nothing was checked live: no provider has an API key")
     assert "skipped (" in last and "live.runpod" in last and "live.vast" in last and last.endswith(": no API key)")
+    assert "4 --live checked nothing" in " ".join(cli("check", "--help").stdout.split())
+
+
+def test_offline_check_without_a_key_is_not_a_failure(cli):
+    """Offline `check` checks settings, the ledger and what is open; no key there is a skip, exit 0."""
+    res = cli("check", "--format", "json")
+    assert res.returncode == 0 and json.loads(res.stdout)["nothing_live"] is False, res

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 INTERRUPT_THE_IMPORT = r"""
 import sys
@@ -43,3 +44,66 @@ def test_the_console_script_and_python_m_run_the_same_entry():
         [sys.executable, "-m", "gpuops", "--version"], capture_output=True, text=True, timeout=60, cwd=root
     )
     assert version.returncode == 0 and version.stdout.startswith("gpuops ")
+
+
+INTERRUPT_AT = r"""
+import sys
+
+import gpuops.cli.app as app
+from gpuops.rental import launcher
+
+
+def interrupt(*_a, **_k):  # Ctrl-C arriving at this point
+    raise KeyboardInterrupt
+
+
+setattr({"app": app, "launcher": launcher}[sys.argv[1]], sys.argv[2], interrupt)
+sys.argv[:] = ["gpuops", "up", "--card", "a100", "--job", sys.argv[3]]
+from gpuops.entry import main
+main()
+"""
+
+
+def _interrupted_at(module: str, name: str, tmp_path) -> subprocess.CompletedProcess:
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),  # this checkout's gpuops
+        "HOME": str(tmp_path),
+        "GPUOPS_DATA_DIR": str(tmp_path / "data"),
+        "GPUOPS_LEDGER_URL": f"sqlite:///{tmp_path / 'data' / 'ledger.db'}",
+        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", INTERRUPT_AT, module, name, str(job)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+
+
+def test_ctrl_c_before_the_command_group_is_one_line_and_exit_130(tmp_path):
+    """Seen: Ctrl-C at 0.5 s of `up` printed a 40-line KeyboardInterrupt traceback (rc -2)."""
+    out = _interrupted_at("app", "_std_fds", tmp_path)
+    assert (out.returncode, out.stderr, out.stdout) == (
+        130,
+        "interrupted while starting: nothing was rented or booked\n",
+        "",
+    )
+
+
+def test_ctrl_c_in_up_before_its_run_arms_says_nothing_was_rented(tmp_path):
+    """Seen: Ctrl-C at 0.6-0.9 s of `up` (options, settings, the plan) exited 130 without a word
+    (typer turns a KeyboardInterrupt into a silent exit 130)."""
+    for module, name in (("app", "_card_count"), ("launcher", "run_up")):
+        out = _interrupted_at(module, name, tmp_path)
+        assert (out.returncode, out.stderr, out.stdout) == (
+            130,
+            "interrupted before anything was rented: nothing to tear down\n",
+            "",
+        ), (name, out)
+        assert not (tmp_path / "data" / "boxes").exists()

@@ -9,13 +9,18 @@ from tests.conftest import REPO
 
 
 def test_readme_counts_the_locked_packages_and_says_how_to_call_gpuops():
+    """A user's install is the runtime lock (seen: the first command installed the whole development
+    toolchain, a 464 MB venv); the test command installs the rest (scripts/test.sh, requirements.lock)."""
     text = (REPO / "README.md").read_text()
+    first = text.split("## Two commands on a fresh machine")[1].split("```")[1]
+    assert "-r requirements-runtime.lock" in first and "-r requirements.lock" not in first, first
+    assert "-r requirements.lock" in (REPO / "scripts" / "test.sh").read_text()
     locked = [
         line
-        for line in (REPO / "requirements.lock").read_text().splitlines()
+        for line in (REPO / "requirements-runtime.lock").read_text().splitlines()
         if re.match(r"^[A-Za-z0-9_.\-\[\]]+==", line)
     ]
-    said = re.search(r"installs the (\d+) pinned packages", text)
+    said = re.search(r"installs the (\d+) pinned packages of the runtime lock", text)
     assert said and int(said.group(1)) == len(locked), (said and said.group(1), len(locked))
     assert "source .venv/bin/activate" in text and ".venv/bin/gpuops" in text
     table = text.split("## Coming from SkyPilot, runpodctl or vastai")[1].split("\n## ")[0]

@@ -109,6 +109,15 @@ def test_plan_spot_from_the_two_prices(cli):
     assert bad.returncode == 2 and "--spot-usd-per-hour must be a positive number" in bad.stderr
 
 
+def test_plan_spot_without_spot_offers_refuses(cli):
+    """Seen: with no key (local offers only, none of them spot) `plan spot` printed `spot $0.3400/h
+    against on-demand $0.3400/h ... not cheaper`: the on-demand price compared with itself."""
+    got = cli("plan", "spot", "--card", "rtx-4090", env={"RUNPOD_API_KEY": None, "VAST_API_KEY": None})
+    assert got.returncode == 2, got
+    assert got.stdout == "" and "no interruptible (spot) offer for rtx-4090" in got.stderr, got
+    assert "Vast.ai" in got.stderr and "--spot-usd-per-hour" in got.stderr, got.stderr
+
+
 def test_plan_spot_reads_the_live_offers(cli, emulator_env):
     from gpuops.providers.base import OfferQuery
     from gpuops.providers.vast.compute import VastProvider

@@ -279,6 +279,23 @@ def test_a_data_dir_that_cannot_hold_the_ledger_is_one_line(command, job, tmp_pa
 def test_ledger_sync_without_keys_names_the_settings_section(gpuops_home, cli):
     # Seen: "or  api_key in infra.toml": rich read "[providers.runpod]" in the reason as a style tag and dropped it.
     out = cli("ledger", "sync", env={"RUNPOD_API_KEY": None, "VAST_API_KEY": None, "COLUMNS": "300"})
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 4, out.stderr
     assert "or [providers.runpod] api_key in infra.toml (chmod 600)" in out.stdout, out.stdout
     assert "or [providers.vast] api_key in infra.toml (chmod 600)" in out.stdout, out.stdout
+    # Seen: "the providers bill $0.0000; the books hold $15.7748", exit 0: read as success in cron.
+    assert "the providers bill" not in out.stdout and "total:" not in out.stdout, out.stdout
+    assert "nothing compared: no provider's billing was read" in out.stdout, out.stdout
+    assert "4 nothing compared" in " ".join(cli("ledger", "sync", "--help").stdout.split())
+
+
+def test_up_spot_on_local_is_refused_with_the_fix(gpuops_home, cli, tmp_path):
+    """Seen: `up --spot` on the local provider rented an on-demand box without a word (RunPod refuses
+    `--spot` with the fix). Refused before any row or box, naming the provider with spot and --on-demand."""
+    job = tmp_path / "job.sh"
+    job.write_text("echo hi\n")
+    out = cli("up", "--provider", "local", "--spot", "--card", "a100", "--job", str(job))
+    assert out.returncode == 2, out
+    assert "error: the local provider has no interruptible (spot) boxes" in out.stderr, out.stderr
+    assert "--provider vast" in out.stderr and "--on-demand" in out.stderr, out.stderr
+    boxes = gpuops_home / "boxes"
+    assert not boxes.exists() or list(boxes.iterdir()) == []

@@ -73,10 +73,12 @@ def test_ledger_month_keeps_every_digit(width, monkeypatch):
     text = c.export_text()
     assert "…" not in text and max(len(x) for x in text.splitlines()) <= width
     left = re.findall(r"left out for width: (.*?) \(", text.replace("\n", " "))
-    for number in ("7,880.1234", "7,866.1234", "1,234.567", "(185 more)", "1,576,024.6800", "1,157,000,000,000"):
+    # totals in cents (a month's, an experiment's, a card's, a provider's), every digit before them
+    for number in ("7,880.12", "7,866.12", "1,234.567", "(185 more)", "1,576,024.68", "1,157,000,000,000"):
         assert number in text, number
+    assert "7,880.1234" not in text
     # the 185 folded rows' sums, whole
-    assert f"{sum(7880.1234 - i for i in range(15, 200)):,.4f}" in text
+    assert f"{sum(7880.1234 - i for i in range(15, 200)):,.2f}" in text
     if (
         not left or "tokens" not in left[0]
     ):  # the by-experiment table's tokens: shown whole, or the column is named as left out
@@ -115,7 +117,7 @@ def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
     ledger_view.render_experiments({"since": None, "until": None, "experiments": rows})
     text = c.export_text()
     assert "…" not in text
-    assert "7,880.1234" in text and "1,234.567" in text
+    assert "7,880.12" in text and "1,234.567" in text
     # the name is all there, wrapped (fold keeps every character)
     body = "".join(re.sub(r"[│┃]", "", line).split()[0] for line in text.splitlines() if line.startswith("│"))
     assert "a-very-long-experiment-name-that-wraps-in-its-cell" in body
@@ -145,7 +147,11 @@ def test_offers_show_pcie_and_sxm_and_whole_ids(width):
     text = c.export_text()
     assert "…" not in text
     assert "a100-80gb-pcie" in text and "a100-80gb-sxm" in text
-    assert text.count("vast-offer-28417731-long") == 2 and "1.187" in text and "1.493" in text
+    # the offer id keys every table (the first, and each continuation at a narrow width); rates to 4 places
+    tables = text.count("┏")
+    assert text.count("vast-offer-28417731-long") == 2 * tables and "1.1870" in text and "1.4930" in text
+    for header in ("GPUs", "VRAM/GPU", "region", "reliability"):  # moved to a continuation, never left out
+        assert header in text, header
 
 
 def test_layout_leaves_out_by_stated_order_and_keeps_drop_zero():

@@ -133,6 +133,10 @@ def test_no_service_manager_is_one_line_and_exit_2(cli, tmp_path, monkeypatch):
         assert r.returncode == 2, r
         assert "no user service manager here" in r.stderr and "run `gpuops watchdog --interval 60`" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1
+        # Seen: the cron line the README describes was not named.
+        assert r.stderr.rstrip().endswith(f"* * * * * {sys.executable} -m gpuops watchdog --once --interval 60)"), (
+            r.stderr
+        )
     assert not (tmp_path / "xdg-config" / "systemd").exists() and not (tmp_path / "xdg-config" / "gpuops").exists()
 
 

@@ -47,9 +47,12 @@ def test_table_at_80_columns_cuts_no_number(dash_env):
     r = run_cli(env, "ledger", "sessions", "--tz", "UTC")
     assert r.returncode == 0, r.stderr
     assert max(len(line) for line in r.stdout.splitlines()) <= 80
-    for sid, cost in (("s1", "2.4000"), ("s5", "6.4000"), ("s3", "0.5251"), ("s4", "0.4500 sim")):
+    # a rental's cost in cents from $1, to 4 places under $1
+    for sid, cost in (("s1", "2.40"), ("s5", "6.40"), ("s3", "0.5251"), ("s4", "0.4500 sim")):
         assert f" {sid} " in r.stdout and cost in r.stdout
-    assert "left out for width:" in r.stdout and "…" not in r.stdout
+    assert "2.4000" not in r.stdout
+    # nothing left out: what does not fit moves to a continuation table keyed by the session
+    assert "left out for width:" not in r.stdout and "(continued)" in r.stdout and "…" not in r.stdout
     wide = run_cli(dict(dash_env, COLUMNS="200"), "ledger", "sessions", "--tz", "UTC")
     assert "left out" not in wide.stdout and "agent_destroyed" in wide.stdout
 

@@ -37,11 +37,12 @@ def test_the_price_column_is_the_price_paid_and_stays_at_any_width(settings, wid
     rows = rows_of(text)
     # first row: Vast 1002 as a spot bid: 0.15 + 40 GB of storage (0.008) in the price column, its on-demand 0.288 beside it
     first, third = rows[0], rows[2]
-    assert "0.158" in first and "spot (bid)" in first and f"{VAST_1002_ON_DEMAND:.3f}" in first
-    assert first.index("0.158") < first.index("spot (bid)") < first.index(f"{VAST_1002_ON_DEMAND:.3f}")
+    bid = f"{VAST_1002_BID:.4f}"  # a rate: to 4 places
+    assert bid in first and "spot (bid)" in first and f"{VAST_1002_ON_DEMAND:.4f}" in first
+    assert first.index(bid) < first.index("spot (bid)") < first.index(f"{VAST_1002_ON_DEMAND:.4f}")
     # the on-demand row of the same machine: its price once, the on-demand cell empty
     assert (
-        third.count(f"{VAST_1002_ON_DEMAND:.3f}") == 1
+        third.count(f"{VAST_1002_ON_DEMAND:.4f}") == 1
         and "on-demand" in third
         and third[-1 if width == 80 else -3] == ""
     )

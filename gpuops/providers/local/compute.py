@@ -57,6 +57,19 @@ def detect_gpus(timeout_s: float = 5.0) -> list[str]:
     return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
+SPOT_REFUSED = "the local provider has no interruptible (spot) boxes; gpuops will not rent on-demand in their place"
+
+
+def _spot_fix() -> str:
+    """The fix line for a spot request here: the providers with spot, or on-demand.
+
+    Read from the sibling folders' entries, not the registry (which imports this folder)."""
+    from gpuops.providers import runpod, vast
+
+    spot = " or ".join(f"--provider {e.name}" for e in (runpod.ENTRY, vast.ENTRY) if e.spot)
+    return f"use {spot} for interruptible offers, or --on-demand to rent on this machine"
+
+
 class LocalProvider(Provider):
     """This machine as a provider. ``boxes_dir``: where session directories live."""
 
@@ -154,7 +167,12 @@ class LocalProvider(Provider):
         )
 
     def offers(self, query: OfferQuery) -> list[Offer]:
-        """Every catalog card the query names (all cards when it names none), at one price."""
+        """Every catalog card the query names (all cards when it names none), at one price.
+
+        Raises ProviderError(UNSUPPORTED) when ``query.spot`` is True: this machine has no
+        interruptible boxes, and an on-demand one is never rented in their place (as RunPod)."""
+        if query.spot is True:
+            raise ProviderError(ProviderErrorKind.UNSUPPORTED, SPOT_REFUSED, _spot_fix())
         self._start_probe()  # a rental may follow: its containment trial runs while the plan is made
         chosen = [c for c in cards() if not query.cards or c.name in query.cards]
         return [self._offer(c, query.gpu_count) for c in chosen]
