@@ -441,7 +441,11 @@ class VastEmulator(Emulator):
 
     def _search(self, body: dict) -> tuple[int, Any, str]:
         storage = float(body.get("allocated_storage") or 5.0)
+        # Both spellings of on-demand: the spec's enum "ondemand" and "on-demand", which Vast's own
+        # clients send (vastai search_offers, vast-cli) and its server answers.
         kind = body.get("type", "on-demand")
+        if kind not in ("on-demand", "ondemand", "bid", "reserved"):
+            return self._fail(400, "invalid_args", f"unknown offer type {kind!r}")
         rows = []
         for o in self.offers.values():
             if o["rented"]:

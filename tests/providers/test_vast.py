@@ -256,3 +256,28 @@ def test_retry_after_is_honoured(vast_provider, vast_emulator):
     t = time.monotonic()
     assert vast_provider.balance().usd == pytest.approx(100.0, abs=1e-6)
     assert time.monotonic() - t >= 0.5
+
+
+def test_on_demand_search_sends_what_vasts_own_clients_send(vast_provider, vast_emulator):
+    """vastai's search_offers default, vast-cli and the spec's own example send "on-demand" (the
+    spec's enum says "ondemand"): the client that runs on real accounts wins."""
+    vast_provider.offers(OfferQuery(cards=("rtx-4090",), spot=None))
+    sent = [r["body"]["type"] for r in vast_emulator.market.requests if r["path"] == "/api/v0/bundles/"]
+    assert sent == ["on-demand", "bid"]
+
+
+@pytest.mark.parametrize("kind", ["on-demand", "ondemand"])
+def test_emulator_serves_both_spellings_of_on_demand(vast_emulator, kind):
+    import requests
+
+    r = requests.post(
+        f"{vast_emulator.url}/api/v0/bundles/",
+        json={"type": kind, "limit": 2, "order": [["dph_total", "asc"]]},
+        headers={"Authorization": f"Bearer {vast_emulator.market.api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 200
+    offers = r.json()["offers"]
+    assert [o["is_bid"] for o in offers] == [False, False]
+    assert offers[0]["dph_total"] == pytest.approx(0.06 + 0.15 * 5 / 730, abs=1e-6)  # dph_base + 5 GB storage
+    assert vast_emulator.contract.violations == []
