@@ -181,11 +181,18 @@ class CreateSpec:
 class Balance:
     """Account credit in USD, and the current spend rate in USD/h when the provider reports it.
 
-    ``usd`` None: no figure (the provider has none, or could not give it: ``note`` says why)."""
+    ``usd`` None: no figure. With a ``note`` the balance exists but cannot be read (a field the
+    answer lacks, an API retired: the note says why) and a balance floor cannot be enforced
+    (``unreadable``); without one the provider keeps no balance at all (local)."""
 
     usd: float | None
     spend_usd_per_hour: float | None = None
     note: str = ""
+
+    @property
+    def unreadable(self) -> bool:
+        """True when the provider keeps a balance this answer could not give (``usd`` None, ``note`` why)."""
+        return self.usd is None and bool(self.note)
 
 
 def guarded(fn: Callable[..., T]) -> Callable[..., T]:

@@ -14,7 +14,8 @@ validates every request and reply here: tests/emulators/contract.py):
   ``bucketSize`` buckets, one record per pod (volume) per bucket, ``{"records", "metadata"}``.
 - ``POST /graphql``: ``myself { clientBalance currentSpendPerHr ... }`` only (the account
   balance, which v2 lacks; runpod SDK 1.11.0 ``run_graphql_query``). ``graphql_retired``: it
-  answers a GraphQL error instead, as it will once RunPod retires GraphQL (early 2027).
+  answers as it may once RunPod retires GraphQL (early 2027): a GraphQL error (``"errors"``), a
+  web page (``"html"``) or a plain 404 (``"404"``).
 
 Errors are RFC 9457 problems ``{"title", "status", "detail"}`` (``application/problem+json``).
 
@@ -107,7 +108,9 @@ class RunPodEmulator(Emulator):
             }
         self.pod_key_may: set[str] = {"terminate", "stop"}
         self.pod_key_refusal = 403
-        self.graphql_retired = False
+        # How /graphql answers once RunPod retires it: None (it serves the balance), "errors" (200
+        # with a GraphQL error), "html" (200 with a web page), "404" (a plain not-found page).
+        self.graphql_retired: str | None = None
         self.billing_tail_cut = False  # records for the current (in-progress) bucket are left out
 
     # -- helpers -----------------------------------------------------------------------------
@@ -521,7 +524,15 @@ class RunPodEmulator(Emulator):
             return 500, {"data": None}, JSON
         if injected is not None:
             return injected, f"<html><body><h1>{injected} Bad Gateway</h1></body></html>".encode(), HTML
-        if self.graphql_retired:
+        if self.graphql_retired == "html":
+            return (
+                200,
+                b"<!doctype html><html><body><h1>RunPod API v2</h1><p>GraphQL has moved.</p></body></html>",
+                HTML,
+            )
+        if self.graphql_retired == "404":
+            return 404, b"404 page not found", HTML
+        if self.graphql_retired == "errors":
             return (
                 200,
                 {

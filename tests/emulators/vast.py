@@ -15,7 +15,8 @@ tests/emulators/contract.py). Charges (spec ``get /api/v0/charges``): one entry 
 ``select_filters={"day":{"gte","lte"}}`` in unix seconds, paged by ``after_token``; whether an
 entry is cut to the asked window is undocumented (``charges_clipped``).
 
-Undocumented answers, as switches: ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
+Undocumented answers, as switches: ``user_without`` (``/users/current`` without ``credit``
+or ``balance``), ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
 stopped instance, or nothing: either way a 400 ``invalid_price``), ``charges_clipped``,
 ``VastVolumeEmulator.volume_label_in_list`` (volumes/volumes.py).
 
@@ -118,6 +119,9 @@ class VastEmulator(Emulator):
         self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing
         self.charges_clipped = False  # a charges entry is cut to the asked window (True) or is the whole contract
         self.min_bid_rises_to: float | None = None  # every create first sees min_bid at least this (USD/h)
+        # /api/v0/users/current leaves these fields out: "credit" (undocumented, what Vast's console
+        # shows) or "balance" (the spec's field); both carry the account's credit when sent.
+        self.user_without: set[str] = set()
         self.offers: dict[int, dict] = {}
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
@@ -301,18 +305,17 @@ class VastEmulator(Emulator):
             if op == "invoices":
                 return self._invoices(req["query"], account)
             if op == "user":
-                return self._ok(
-                    {
-                        "id": int(account.split("-")[1]),
-                        "username": "emulator",
-                        "email": "emu@example.invalid",
-                        "credit": round(self.market.balance(account), 6),
-                        "balance": 0.0,
-                        "api_key": self.market.key_of(account),
-                        "has_billing": True,
-                        "can_pay": True,
-                    }
-                )
+                user = {
+                    "id": int(account.split("-")[1]),
+                    "username": "emulator",
+                    "email": "emu@example.invalid",
+                    "credit": round(self.market.balance(account), 6),
+                    "balance": round(self.market.balance(account), 6),
+                    "api_key": self.market.key_of(account),
+                    "has_billing": True,
+                    "can_pay": True,
+                }
+                return self._ok({k: v for k, v in user.items() if k not in self.user_without})
             inst = self.market.find(p["id"], account)
             if op == "show":
                 return self._ok({"instances": self._row(inst) if inst else None})

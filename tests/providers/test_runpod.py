@@ -142,7 +142,7 @@ def test_errors_are_read_from_the_problem_detail(runpod_provider, runpod_emulato
 
 
 def test_balance_degrades_to_a_note_when_graphql_answers_an_error(runpod_provider, runpod_emulator):
-    runpod_emulator.graphql_retired = True
+    runpod_emulator.graphql_retired = "errors"
     b = runpod_provider.balance()
     assert b.usd is None and b.spend_usd_per_hour is None
     assert "GraphQL" in b.note and "retired" in b.note

@@ -281,3 +281,18 @@ def test_emulator_serves_both_spellings_of_on_demand(vast_emulator, kind):
     assert [o["is_bid"] for o in offers] == [False, False]
     assert offers[0]["dph_total"] == pytest.approx(0.06 + 0.15 * 5 / 730, abs=1e-6)  # dph_base + 5 GB storage
     assert vast_emulator.contract.violations == []
+
+
+def test_balance_reads_the_documented_field_not_credit(vast_provider, vast_emulator):
+    """The spec's /users/current lists ``balance``; ``credit`` is undocumented: an answer without it
+    still gives the balance."""
+    vast_emulator.user_without = {"credit"}
+    b = vast_provider.balance()
+    assert b.usd == pytest.approx(100.0, abs=1e-6) and not b.unreadable
+
+
+def test_balance_without_its_field_cannot_be_read(vast_provider, vast_emulator):
+    vast_emulator.user_without = {"balance"}
+    b = vast_provider.balance()
+    assert b.usd is None and b.unreadable
+    assert b.note == "Vast.ai's account answer (/api/v0/users/current) has no balance field"

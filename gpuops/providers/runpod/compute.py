@@ -397,10 +397,12 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         """The balance (USD) and spend rate (USD/h): GraphQL, v2 has no balance route.
 
         ``myself { clientBalance currentSpendPerHr }`` through the runpod SDK's GraphQL helper at
-        ``<url>/graphql``. A GraphQL error answer
-        (the API retired, a field gone) is ``Balance(usd=None, note=...)``: the balance floor is
-        then not judged, and the note says why. A rejected key, 5xx and an unreachable host raise
-        ProviderError as every call."""
+        ``<url>/graphql``. A GraphQL error or an answer without a numeric balance (the API retired,
+        a field gone) is ``Balance(usd=None, note=why)`` (``Balance.unreadable``). A web page or a
+        404 (no JSON) is retried as a server error and then raised as ProviderError(SERVER), as are
+        a rejected key (AUTH) and an unreachable host; ``gpuops.rental.budget.read_balance`` takes
+        every one of them but AUTH as the same "cannot be read", and says what stands in for the
+        floor."""
         key = self._key()
         source = self.credential.source if self.credential is not None else ""  # set: _key() raised otherwise
         _import_runpod()
@@ -428,10 +430,10 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                         f"cannot reach RunPod at {self.url} to read the balance",
                         "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
                     ) from None
-                except (ValueError, TypeError, KeyError):  # the SDK has no status check: an error page, or no data
+                except (ValueError, TypeError, KeyError):  # the SDK has no status check: a web page, a 404
                     raise ProviderError(
                         ProviderErrorKind.SERVER,
-                        "RunPod answered with an error page or no data while trying to read the balance",
+                        "RunPod answered with a web page or no data while trying to read the balance",
                         "retry later; see status.runpod.io",
                     ) from None
                 finally:
@@ -444,19 +446,20 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         if "error" in got:
             return Balance(
                 usd=None,
-                note=f"RunPod's GraphQL API (the only one with the balance) answered an error: {got['error'][:200]}",
+                note=f"RunPod's GraphQL API (the only one with the balance) answered {got['error'][:200]}",
             )
         me = ((got or {}).get("data") or {}).get("myself")
         if not isinstance(me, dict):
             return Balance(usd=None, note="RunPod's GraphQL API answered no account (myself)")
         bal, spend = me.get("clientBalance"), me.get("currentSpendPerHr")
         try:
-            return Balance(
-                usd=float(bal) if bal is not None else None,
-                spend_usd_per_hour=float(spend) if spend is not None else None,
-            )
+            usd = float(bal)  # type: ignore[arg-type]  # None and non-numbers raise, caught below
+            rate = float(spend) if spend is not None else None
         except (TypeError, ValueError):
-            return Balance(usd=None, note="RunPod's balance is not a number")
+            return Balance(usd=None, note=f"RunPod's GraphQL API answered a balance that is not a number ({bal!r:.40})")
+        if not math.isfinite(usd):
+            return Balance(usd=None, note=f"RunPod's GraphQL API answered a balance that is not a number ({bal!r:.40})")
+        return Balance(usd=usd, spend_usd_per_hour=rate)
 
     # -- billing: the records, parsed in billing.py ---------------------------------------------
     @guarded

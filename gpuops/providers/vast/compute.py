@@ -3,7 +3,7 @@
 Calls used: ``VastAI(api_key=..., server_url=..., retry=1)``; ``search_offers`` (``type="on-demand"``,
 ``type="bid"`` for interruptible offers), ``create_instance`` (``price=`` the bid for interruptible offers),
 ``show_instance``/``show_instances``, ``destroy_instance`` (never stop: a stopped instance keeps
-billing its disk), ``show_user`` (``credit``, USD).
+billing its disk), ``show_user`` (``balance``, USD, the spec's field).
 
 Units (offer fields of ``POST /api/v0/bundles/`` as vastai 1.9.1 returns them, vastai/api/offers.py and
 vastai/api/query.py; https://docs.vast.ai/cli/reference/search-offers): ``gpu_ram`` is per GPU in
@@ -426,10 +426,20 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     @guarded
     def balance(self) -> Balance:
-        """``show_user()["credit"]``: remaining prepaid credit in USD (Vast reports no spend rate)."""
-        user = self._call("read the balance", lambda v: v.show_user()) or {}
-        credit = user.get("credit")
-        return Balance(usd=float(credit) if credit is not None else None)
+        """``show_user()["balance"]``: the account's balance in USD (the spec's field).
+
+        ``GET /api/v0/users/current``; Vast reports no spend rate.
+
+        An answer without a finite number there is a balance that cannot be read:
+        ``Balance(usd=None, note=why)`` (``Balance.unreadable``), never a silent skip. Raises
+        ProviderError as every call (AUTH, RATE_LIMIT, SERVER)."""
+        user = self._call("read the balance", lambda v: v.show_user())
+        user = user if isinstance(user, dict) else {}
+        value = user.get("balance")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            why = "has no balance field" if value is None else f"has a balance that is not a number ({value!r:.40})"
+            return Balance(usd=None, note=f"Vast.ai's account answer (/api/v0/users/current) {why}")
+        return Balance(usd=float(value))
 
     # -- billing: the charges, parsed in billing.py ---------------------------------------------
     @guarded
