@@ -15,7 +15,8 @@ tests/emulators/contract.py). Charges (spec ``get /api/v0/charges``): one entry 
 ``select_filters={"day":{"gte","lte"}}`` in unix seconds, paged by ``after_token``; whether an
 entry is cut to the asked window is undocumented (``charges_clipped``).
 
-Undocumented answers, as switches: ``user_without`` (``/users/current`` without ``credit``
+Undocumented answers, as switches: ``destroy_unsuccessful`` (a destroy answered 200
+``{"success": false}``), ``low_bid_msg`` (a refused bid in other words), ``user_without`` (``/users/current`` without ``credit``
 or ``balance``), ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
 stopped instance, or nothing: either way a 400 ``invalid_price``), ``charges_clipped``,
 ``VastVolumeEmulator.volume_label_in_list`` (volumes/volumes.py).
@@ -122,6 +123,10 @@ class VastEmulator(Emulator):
         # /api/v0/users/current leaves these fields out: "credit" (undocumented, what Vast's console
         # shows) or "balance" (the spec's field); both carry the account's credit when sent.
         self.user_without: set[str] = set()
+        # A refused bid's words (the code stays the spec's invalid_price); None: the default sentence.
+        self.low_bid_msg: str | None = None
+        # The next N destroys answer 200 {"success": false} and leave the instance as it was.
+        self.destroy_unsuccessful = 0
         self.offers: dict[int, dict] = {}
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
@@ -322,6 +327,9 @@ class VastEmulator(Emulator):
             if inst is None:
                 return self._fail(404, "no_such_instance", f"Instance {p['id']} not found.")
             if op == "destroy":
+                if self.destroy_unsuccessful > 0:
+                    self.destroy_unsuccessful -= 1
+                    return self._fail(200, "destroy_failed", "Unable to destroy the instance right now.")
                 self.market.api_destroy(inst.id)
                 return self._ok({"success": True})
             if op == "update":
@@ -502,7 +510,8 @@ class VastEmulator(Emulator):
             return self._fail(
                 400,
                 "invalid_price",
-                f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
+                self.low_bid_msg
+                or f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
                 ask_id=oid,
             )
         o["rented"] = True

@@ -296,3 +296,44 @@ def test_balance_without_its_field_cannot_be_read(vast_provider, vast_emulator):
     b = vast_provider.balance()
     assert b.usd is None and b.unreadable
     assert b.note == "Vast.ai's account answer (/api/v0/users/current) has no balance field"
+
+
+@pytest.mark.parametrize("leaves", [True, False], ids=["leaves-a-stopped-instance", "makes-nothing"])
+def test_a_refused_bid_is_known_by_its_code_not_its_words(vast_provider, vast_emulator, leaves):
+    """The spec's 400 ``invalid_price`` in words that say neither "bid" nor "low": still BID_TOO_LOW,
+    and what it left is found by its label and destroyed."""
+    vast_emulator.low_bid_leaves_instance = leaves
+    vast_emulator.low_bid_msg = "Your offer is not competitive for this machine."
+    with pytest.raises(ProviderError) as e:
+        vast_provider.create(offer(vast_provider, spot=True), spec(bid_usd_per_hour=0.01))
+    err = e.value
+    assert err.kind == ProviderErrorKind.BID_TOO_LOW and "Your offer is not competitive" in err.message
+    if leaves:
+        assert vast_emulator.market.instances[err.instance_id].state == "destroyed"
+    else:
+        assert err.instance_id is None and vast_emulator.market.instances == {}
+    assert vast_emulator.live() == []
+
+
+def test_a_destroy_answered_success_false_is_failed_and_retried(vast_provider, vast_emulator):
+    inst = vast_provider.create(offer(vast_provider), spec())
+    vast_emulator.destroy_unsuccessful = 1
+    vast_provider.destroy(inst.id)
+    deletes = [r for r in vast_emulator.market.requests if r["method"] == "DELETE"]
+    assert len(deletes) == 2 and vast_emulator.live() == []
+
+
+def test_a_destroy_that_keeps_answering_success_false_raises(vast_provider, vast_emulator):
+    from tests.support.emulators import FAST_RETRY
+
+    inst = vast_provider.create(offer(vast_provider), spec())
+    vast_emulator.destroy_unsuccessful = 100
+    with pytest.raises(ProviderError) as e:
+        vast_provider.destroy(inst.id)
+    assert e.value.kind == ProviderErrorKind.SERVER and "success: false" in e.value.message
+    assert "Unable to destroy the instance right now." in e.value.message
+    assert len([r for r in vast_emulator.market.requests if r["method"] == "DELETE"]) == FAST_RETRY.attempts
+    assert [i.id for i in vast_emulator.live()] == [inst.id]
+    vast_emulator.destroy_unsuccessful = 0
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []

@@ -19,8 +19,10 @@ SDK quirks handled here:
 - a ``type="bid"`` search followed by a create without ``price`` rents ON-DEMAND: an interruptible
   create always sends a price (the bid, default the offer's ``min_bid``).
 - a bid under the minimum may leave a stopped instance that bills storage (undocumented; the spec's
-  400 ``invalid_price`` carries no id): it is found by its label, destroyed at once, and BID_TOO_LOW
-  is raised with ``instance_id`` set and Vast's own words; with nothing left, just BID_TOO_LOW.
+  400 ``invalid_price`` carries no id): after any refusal of a bid (BID_TOO_LOW, known by that code
+  and never by its words, or BAD_REQUEST) the instance is looked for by its label, destroyed at
+  once, and the error is raised with ``instance_id`` set and Vast's own words.
+- a destroy answered 2xx with ``"success": false`` failed (dstack reads it too): retried, then raised.
 - ``unknown``/``offline`` never reach running (the spec): they map to EXITED, so a wait fails at
   once naming the state.
 - errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg``; they are mapped to
@@ -369,9 +371,14 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
             try:
                 return self._call(f"rent offer {ask}", rent, retries=False, creating=True)
             except ProviderError as e:
-                if e.kind == ProviderErrorKind.BID_TOO_LOW and not e.instance_id:
+                refused_bid = bid is not None and e.kind in (
+                    ProviderErrorKind.BID_TOO_LOW,
+                    ProviderErrorKind.BAD_REQUEST,
+                )
+                if refused_bid and not e.instance_id:
                     # Undocumented whether a refused bid leaves a (stopped, disk-billing) instance;
-                    # the spec's answer carries no id, so look for one by its label.
+                    # the spec's answer carries no id, so look for one by its label (after any
+                    # refusal of a bid: the code or the words of the answer may not say "bid").
                     left = self._find_label(label)
                     e.instance_id = left.id if left is not None else None
                 if e.instance_id and not e.retryable:
@@ -410,10 +417,29 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     @guarded
     def destroy(self, instance_id: str) -> None:
-        """Destroy (not stop) the instance. Idempotent: an instance Vast no longer knows is success."""
+        """Destroy (not stop) the instance. Idempotent: an instance Vast no longer knows is success.
+
+        A 2xx whose body says ``"success": false`` is a failed destroy (SERVER, retried as every
+        call, then raised with Vast's words); only ``success`` true, or a body without it, is done.
+        Raises ProviderError."""
         iid = self._id(instance_id)
+        action = f"destroy instance {iid}"
+
+        def kill(v: Any) -> Any:
+            res = v.destroy_instance(iid)
+            if isinstance(res, dict) and res.get("success") is False:
+                err = self._body_error(200, res, action, False)
+                if err.kind == ProviderErrorKind.GONE:
+                    raise err
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"Vast.ai answered success: false to {action}: {err.message}",
+                    "retry the destroy; `gpuops reconcile` destroys it later",
+                )
+            return res
+
         try:
-            self._call(f"destroy instance {iid}", lambda v: v.destroy_instance(iid))
+            self._call(action, kill)
         except ProviderError as e:
             if e.kind != ProviderErrorKind.GONE:
                 raise
