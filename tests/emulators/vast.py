@@ -15,7 +15,8 @@ tests/emulators/contract.py). Charges (spec ``get /api/v0/charges``): one entry 
 ``select_filters={"day":{"gte","lte"}}`` in unix seconds, paged by ``after_token``; whether an
 entry is cut to the asked window is undocumented (``charges_clipped``).
 
-Undocumented answers, as switches: ``destroy_unsuccessful`` (a destroy answered 200
+Undocumented answers, as switches: ``outbid_intended`` (an outbid instance's
+``intended_status``, "running" or "stopped"), ``destroy_unsuccessful`` (a destroy answered 200
 ``{"success": false}``), ``low_bid_msg`` (a refused bid in other words), ``user_without`` (``/users/current`` without ``credit``
 or ``balance``), ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
 stopped instance, or nothing: either way a 400 ``invalid_price``), ``charges_clipped``,
@@ -127,6 +128,9 @@ class VastEmulator(Emulator):
         self.low_bid_msg: str | None = None
         # The next N destroys answer 200 {"success": false} and leave the instance as it was.
         self.destroy_unsuccessful = 0
+        # What an outbid instance reports as intended_status: "running" (it runs again when the bid
+        # wins) or "stopped" (cur_state == intended_status == next_state == "stopped", dstack's test).
+        self.outbid_intended = "running"
         self.offers: dict[int, dict] = {}
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
@@ -204,7 +208,7 @@ class VastEmulator(Emulator):
             actual = None if elapsed < inst.boot_s / 2 else "loading"
         elif inst.state == "stopped":
             actual = "stopped"
-            intended = "running" if inst.preempted else "stopped"
+            intended = "running" if inst.preempted and self.outbid_intended == "running" else "stopped"
         elif inst.state == "offline":  # Market.preempt(mode="host_gone"): the host machine went offline
             actual = "offline"
         else:

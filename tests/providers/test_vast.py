@@ -337,3 +337,20 @@ def test_a_destroy_that_keeps_answering_success_false_raises(vast_provider, vast
     vast_emulator.destroy_unsuccessful = 0
     vast_provider.destroy(inst.id)
     assert vast_emulator.live() == []
+
+
+@pytest.mark.parametrize("intended", ["running", "stopped"])
+def test_an_outbid_box_in_either_shape_is_preempted_during_the_wait(vast_provider, vast_emulator, intended):
+    """dstack reads cur_state == intended_status == next_state == "stopped" as outbid: preempted
+    (the next offer is tried), never gone."""
+    vast_emulator.outbid_intended = intended
+    vast_emulator.faults.boot_s = 30
+    inst = vast_provider.create(offer(vast_provider, spot=True), spec())
+    vast_emulator.preempt(inst.id)
+    got = vast_provider.get(inst.id)
+    assert got.extra["intended_status"] == intended and got.extra["preempted"] is True
+    with pytest.raises(ProviderError) as e:
+        wait_for_ssh(vast_provider, inst.id, timeout_s=5, poll_s=0.05)
+    assert e.value.kind == ProviderErrorKind.PREEMPTED and "outbid" in e.value.message
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []

@@ -242,11 +242,11 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         raw_s = "" if raw is None else str(raw)
         status = InstanceStatus.PROVISIONING if raw is None else _STATUS.get(raw_s.lower(), InstanceStatus.UNKNOWN)
         is_bid = bool(row.get("is_bid"))
-        preempted = (
-            is_bid
-            and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
-            and str(row.get("intended_status") or "") == "running"
-        )
+        # An interruptible instance that stopped was preempted (outbid, or its host went away):
+        # gpuops never stops a Vast instance. Outbid shows either as intended_status "running" (it
+        # runs again when the bid wins) or as cur_state == intended_status == next_state ==
+        # "stopped" (dstack's test for interrupted or outbid); both are preemption.
+        preempted = is_bid and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
         direct = proxy = None
         ports = row.get("ports")
         ports = ports if isinstance(ports, dict) else {}
