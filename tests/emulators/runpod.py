@@ -111,6 +111,8 @@ class RunPodEmulator(Emulator):
         # How /graphql answers once RunPod retires it: None (it serves the balance), "errors" (200
         # with a GraphQL error), "html" (200 with a web page), "404" (a plain not-found page).
         self.graphql_retired: str | None = None
+        # Running pods map 22/tcp on a private address only (ssh.direct null): never reachable.
+        self.ssh_port_private = False
         self.billing_tail_cut = False  # records for the current (in-progress) bucket are left out
 
     # -- helpers -----------------------------------------------------------------------------
@@ -142,7 +144,9 @@ class RunPodEmulator(Emulator):
             status, runtime = "EXITED", None
         elif inst.state == "running":
             ports = [{"private": 8888, "public": None, "type": "http", "ip": None}]
-            if not inst.no_ssh_port:
+            if self.ssh_port_private:  # 22/tcp mapped on the host's private network only
+                ports.insert(0, {"private": 22, "public": 22022, "type": "tcp", "ip": "10.65.0.7"})
+            elif not inst.no_ssh_port:
                 ports.insert(0, {"private": 22, "public": inst.ssh[1], "type": "tcp", "ip": inst.ssh[0]})
             status, runtime = (
                 "RUNNING",
@@ -154,7 +158,7 @@ class RunPodEmulator(Emulator):
                 None,
             )
         direct = None
-        if status == "RUNNING" and not inst.no_ssh_port:
+        if status == "RUNNING" and not inst.no_ssh_port and not self.ssh_port_private:
             direct = {
                 "host": inst.ssh[0],
                 "port": inst.ssh[1],

@@ -240,3 +240,29 @@ def test_gpu_type_withdrawn_between_search_and_create(runpod_provider, runpod_em
     with pytest.raises(ProviderError) as e:
         runpod_provider.create(offer, spec())
     assert e.value.kind == ProviderErrorKind.NO_CAPACITY and e.value.try_next_offer and runpod_emulator.live() == []
+
+
+@pytest.mark.parametrize("how", ["private-address", "no-port-22"])
+def test_a_running_pod_without_a_public_ssh_port_fails_the_wait_at_once(runpod_provider, runpod_emulator, how):
+    """A pod whose 22/tcp is mapped on a private address only (or not at all) is never reachable:
+    the wait ends at once with the reason, not paid until the ready timeout."""
+    runpod_emulator.faults.boot_s = 0
+    if how == "private-address":
+        runpod_emulator.ssh_port_private = True
+    else:
+        runpod_emulator.faults.no_ssh_port = True
+    o = [x for x in runpod_provider.offers(OfferQuery(cards=("rtx-4090",))) if x.offer_id.startswith("community")][0]
+    inst = runpod_provider.create(o, spec())
+    t = time.monotonic()
+    with pytest.raises(ProviderError) as e:
+        wait_for_ssh(runpod_provider, inst.id, timeout_s=30, poll_s=0.05)
+    assert time.monotonic() - t < 10  # not the 30 s ready timeout
+    assert e.value.kind == ProviderErrorKind.UNSUPPORTED and e.value.instance_id == inst.id
+    why = (
+        "port 22 is published only on 10.65.0.7:22022, not on a public address"
+        if how == "private-address"
+        else "the running pod publishes no 22/tcp port (its ports: 8888/http)"
+    )
+    assert e.value.message == f"runpod instance {inst.id} runs without a public SSH port: {why}"
+    runpod_provider.destroy(inst.id)
+    assert runpod_emulator.live() == []

@@ -107,6 +107,16 @@ class AvailabilityLevel(str, enum.Enum):
     HIGH = "HIGH"
 
 
+def _public_ip(ip: object) -> bool:
+    """Whether ``ip`` is an internet address (not private, loopback, link-local or reserved; not a name)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(str(ip)).is_global
+    except ValueError:
+        return False
+
+
 class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     """RunPod on-demand pods over REST v2. ``credential`` None: every call raises AUTH with the fix.
 
@@ -223,19 +233,25 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
             ssh = SshEndpoint(
                 host=str(direct["host"]), port=int(direct["port"]), user=str(direct.get("username") or "root")
             )
-        else:  # the runtime's published port 22 over TCP on a public address
-            for p in ((pod.get("runtime") or {}).get("ports") or []) if isinstance(pod.get("runtime"), dict) else []:
-                if (
-                    isinstance(p, dict)
-                    and p.get("private") == 22
-                    and p.get("type") == "tcp"
-                    and p.get("ip")
-                    and p.get("public")
-                ):
+        runtime = pod.get("runtime")
+        listed = runtime.get("ports") if isinstance(runtime, dict) else None
+        ports = [p for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict)]
+        p22 = [p for p in ports if p.get("private") == 22 and p.get("type") == "tcp"]
+        if ssh is None:  # the runtime's published port 22 over TCP, on a public address only
+            for p in p22:
+                if p.get("public") and _public_ip(p.get("ip")):
                     ssh = SshEndpoint(host=str(p["ip"]), port=int(p["public"]))
                     break
         if status == InstanceStatus.RUNNING and not pod.get("runtime"):
             status = InstanceStatus.PROVISIONING  # the container is not up yet (runtime null)
+        no_ssh = None  # why a running pod will never be reachable over SSH (wait_for_ssh fails at once)
+        if status == InstanceStatus.RUNNING and ssh is None and ports:
+            if p22:
+                where = ", ".join(f"{p.get('ip') or 'no address'}:{p.get('public') or 'no port'}" for p in p22)
+                no_ssh = f"port 22 is published only on {where}, not on a public address"
+            else:
+                shown = ", ".join(f"{p.get('private')}/{p.get('type')}" for p in ports)
+                no_ssh = f"the running pod publishes no 22/tcp port (its ports: {shown})"
         cost = pod.get("cost")
         gpu = pod.get("gpu")
         gpu = gpu if isinstance(gpu, dict) else {}
@@ -253,6 +269,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                 "data_center": pod.get("dataCenterId"),
                 "started_at": parse_time(pod.get("startedAt")),
                 "actions": pod.get("actions"),
+                "no_ssh": no_ssh,
             },
         )
 
