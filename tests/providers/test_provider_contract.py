@@ -185,6 +185,37 @@ def test_a_create_that_keeps_failing_is_tried_attempts_times_with_a_look_up_afte
     assert side.emu.live() == []
 
 
+def test_a_create_storm_waits_out_the_rate_limit_within_the_creates_deadline(side, monkeypatch):
+    """A 429 refused the create: its Retry-After is waited (after the look-up) and the create tried
+    again past ``attempts``, until the create's deadline; 5xx keep counting against ``attempts``."""
+    from types import SimpleNamespace
+
+    from gpuops.providers import retry
+
+    offer = side.offer()
+    waits: list[float] = []
+    monkeypatch.setattr(retry, "time", SimpleNamespace(sleep=waits.append, monotonic=time.monotonic))  # nothing sleeps
+    side.emu.faults.retry_after_s = 30  # the server asks for 30 s each time
+    side.emu.faults.inject[side.ops["create"]] = [429] * 6
+    inst = side.provider.create(offer, side.spec())
+    assert side.sent("create") == 7 and waits == pytest.approx([30.0] * 6, abs=1e-9)
+    assert [i.id for i in side.emu.live()] == [inst.id]
+    side.provider.destroy(inst.id)
+
+
+def test_a_rate_limit_longer_than_the_creates_deadline_ends_at_the_deadline(side):
+    side.provider.create_deadline_s = 1.0
+    offer = side.offer()
+    side.emu.faults.retry_after_s = 0.3
+    side.emu.faults.inject[side.ops["create"]] = [429] * 100
+    t = time.monotonic()
+    with pytest.raises(ProviderError) as e:
+        side.provider.create(offer, side.spec())
+    took = time.monotonic() - t
+    assert e.value.kind == ProviderErrorKind.RATE_LIMIT and 0.6 <= took < 5.0  # waited, and stopped by the deadline
+    assert side.emu.live() == []
+
+
 def test_offer_vanishing_between_search_and_create_says_try_the_next(side):
     offer = side.offer()
     side.emu.faults.vanish_on_create = True

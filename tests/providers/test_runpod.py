@@ -266,3 +266,16 @@ def test_a_running_pod_without_a_public_ssh_port_fails_the_wait_at_once(runpod_p
     assert e.value.message == f"runpod instance {inst.id} runs without a public SSH port: {why}"
     runpod_provider.destroy(inst.id)
     assert runpod_emulator.live() == []
+
+
+def test_a_429_without_retry_after_waits_for_the_exhausted_quota_window(runpod_provider, runpod_emulator):
+    """RunPod's spec: RateLimit ``"minute";r=0;t=N`` says when the exhausted window resets."""
+    from gpuops.providers.retry import wait_asked
+
+    assert wait_asked(None, '"minute";r=0;t=12, "hour";r=2800;t=1812') == 12.0
+    assert wait_asked("3", '"minute";r=0;t=12') == 3.0 and wait_asked(None, '"minute";r=5;t=12') is None
+    runpod_emulator.faults.quota_reset_s = 0.4
+    runpod_emulator.faults.inject["pods"] = [429]
+    t = time.monotonic()
+    assert runpod_provider.list() == []
+    assert time.monotonic() - t >= 0.4

@@ -140,6 +140,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         self.url = url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
+        self.create_deadline_s = self.retry.create_deadline_s
         self.cloud_types = cloud_types
         self.timeout_s = timeout_s
         # The account this key acts for (gpuops.ownership): None without a key.

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
-from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.retry import RetryPolicy, call_with_retries, wait_asked
 from gpuops.providers.vast.account import KEYS
 
 NAME = "vast"
@@ -65,10 +65,8 @@ class VastClient:
                 body = {}
             body = body if isinstance(body, dict) else {}
             err = self._body_error(status, body, action, creating)
-            try:  # the SDK honoured Retry-After itself; with retry=1 we do
-                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))
-            except ValueError:
-                pass
+            # the SDK honoured Retry-After itself; with retry=1 we do
+            err.retry_after_s = wait_asked(e.response.headers.get("Retry-After"))
             return err
         if isinstance(e, (requests.ConnectionError, requests.Timeout)):
             return ProviderError(

@@ -127,6 +127,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         self.url = url
         self.retry = retry or RetryPolicy()
         self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
+        self.create_deadline_s = self.retry.create_deadline_s
         self.timeout_s = timeout_s
         self.search_limit = search_limit
         self.storage_gb = storage_gb
