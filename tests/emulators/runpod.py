@@ -113,6 +113,8 @@ class RunPodEmulator(Emulator):
         self.graphql_retired: str | None = None
         # Running pods map 22/tcp on a private address only (ssh.direct null): never reachable.
         self.ssh_port_private = False
+        # The next N pod actions answer 409 "not valid for its status" and do nothing (a status race).
+        self.action_conflict = 0
         self.billing_tail_cut = False  # records for the current (in-progress) bucket are left out
 
     # -- helpers -----------------------------------------------------------------------------
@@ -403,6 +405,9 @@ class RunPodEmulator(Emulator):
 
     def _action(self, inst: EmuInstance, action: Any) -> tuple[int, Any, str]:
         status = self._pod(inst)["status"]
+        if self.action_conflict > 0:
+            self.action_conflict -= 1
+            return self.problem(409, f"action {action!r} is not valid for a pod in status {status}")
         if action not in ACTIONS.get(status, []):
             return self.problem(409, f"action {action!r} is not valid for a pod in status {status}")
         self.market.tick(inst)
