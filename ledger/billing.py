@@ -86,6 +86,8 @@ class ChargeLine:
     (``gpuops-<session>``) when the provider reports it. ``kind``: gpu (compute time, the price
     including the disk of a running box), storage (a stopped box's disk, volumes), network or
     other. ``seconds``: compute seconds billed, when the provider says (RunPod ``timeBilledMs``).
+    ``note``: where the provider's own figures disagree about this line (RunPod: a record's
+    ``totalAmount`` against its parts), said by ``ledger sync`` as a flag; "" when they agree.
     """
 
     provider: str
@@ -97,6 +99,7 @@ class ChargeLine:
     kind: str = "gpu"
     description: str = ""
     seconds: float | None = None
+    note: str = ""
 
     def as_json(self) -> dict:
         return asdict(self)

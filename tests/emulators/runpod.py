@@ -116,6 +116,8 @@ class RunPodEmulator(Emulator):
         # The next N pod actions answer 409 "not valid for its status" and do nothing (a status race).
         self.action_conflict = 0
         self.billing_tail_cut = False  # records for the current (in-progress) bucket are left out
+        # USD added to every pod record's totalAmount and to no part of it (a fee outside GPU, CPU, disk).
+        self.billing_fee_usd = 0.0
 
     # -- helpers -----------------------------------------------------------------------------
     @staticmethod
@@ -302,6 +304,8 @@ class RunPodEmulator(Emulator):
                 rec["totalAmount"] += usd
                 rec["gpuAmount" if kind == "gpu" else "diskAmount"] += usd
         recs = [groups[k] for k in sorted(groups, key=lambda k: (k[1], k[0]))]
+        for r in recs:
+            r["totalAmount"] += self.billing_fee_usd
         totals = {k: sum(r[k] for r in recs) for k in ("totalAmount", "gpuAmount", "cpuAmount", "diskAmount")}
         return {
             "records": recs,
