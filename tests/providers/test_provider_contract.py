@@ -204,15 +204,18 @@ def test_a_create_storm_waits_out_the_rate_limit_within_the_creates_deadline(sid
 
 
 def test_a_rate_limit_longer_than_the_creates_deadline_ends_at_the_deadline(side):
-    side.provider.create_deadline_s = 1.0
+    side.provider.create_deadline_s = 3.0
     offer = side.offer()
-    side.emu.faults.retry_after_s = 0.3
+    side.emu.faults.retry_after_s = 1.0
     side.emu.faults.inject[side.ops["create"]] = [429] * 100
     t = time.monotonic()
     with pytest.raises(ProviderError) as e:
         side.provider.create(offer, side.spec())
     took = time.monotonic() - t
-    assert e.value.kind == ProviderErrorKind.RATE_LIMIT and 0.6 <= took < 5.0  # waited, and stopped by the deadline
+    # Waited out at least one Retry-After, and the create's deadline ended it: the next wait would
+    # pass it (RATE_LIMIT), or, on a loaded machine, a call in flight reached it (TIMEOUT).
+    assert e.value.kind in (ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.TIMEOUT)
+    assert 1.0 <= took < 3.0 + 2.0, took
     assert side.emu.live() == []
 
 
