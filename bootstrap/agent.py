@@ -596,8 +596,10 @@ def destroy_runpod(cfg, env):
 
     What that key may do is undocumented: refused (401/403), the pod is stopped instead (``POST
     /v2/pods/{id}/action`` ``{"action": "stop"}``: GPU billing ends, the pod shows EXITED to the
-    provider, where the laptop side finds and terminates it). Both refused: RuntimeError, and the
-    caller keeps trying (its status stays readable over SSH for the watchdog)."""
+    provider, where the laptop side finds and terminates it). A stop answered 409 (not valid for
+    the pod's status) counts as stopped only when a read of the pod says EXITED. Both refused, or a
+    409 on a pod still running: RuntimeError, and the caller keeps trying (its status stays
+    readable over SSH for the watchdog)."""
     import urllib.parse
 
     key = env.get("RUNPOD_API_KEY")
@@ -625,8 +627,18 @@ def destroy_runpod(cfg, env):
         return "stopped pod %s (its key may not terminate it: HTTP %d); the laptop side terminates it" % (pod, refused)
     if status == 404:
         return "pod %s already gone" % pod
-    if status == 409:  # not valid for its status: already EXITED
-        return "pod %s already stopped (its key may not terminate it: HTTP %d)" % (pod, refused)
+    if status == 409:  # not valid for its status: stopped already only if a read says so
+        st, body = _http("GET", url, auth, None)
+        try:
+            now = json.loads(body).get("status") if st == 200 else None
+        except (ValueError, AttributeError):
+            now = None
+        if now in ("EXITED", "TERMINATED"):
+            return "pod %s already stopped (its key may not terminate it: HTTP %d)" % (pod, refused)
+        raise RuntimeError(
+            "terminate pod: refused (HTTP %d), and stop: HTTP 409 while the pod reads %s"
+            % (refused, now or "HTTP %d" % st)
+        )
     raise RuntimeError("terminate pod: refused (HTTP %d), and stop: HTTP %d %s" % (refused, status, text[:200]))
 
 

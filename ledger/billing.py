@@ -88,6 +88,8 @@ class ChargeLine:
     other. ``seconds``: compute seconds billed, when the provider says (RunPod ``timeBilledMs``).
     ``account``: the provider account whose key read the line (``Provider.account``, as our rows
     store it), None when unknown: a charge is keyed by (provider, account, instance id).
+    ``note``: where the provider's own figures disagree about this line (RunPod: a record's
+    ``totalAmount`` against its parts), said by ``ledger sync`` as a flag; "" when they agree.
     """
 
     provider: str
@@ -100,6 +102,7 @@ class ChargeLine:
     description: str = ""
     seconds: float | None = None
     account: str | None = None
+    note: str = ""
 
     def as_json(self) -> dict:
         return asdict(self)

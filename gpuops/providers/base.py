@@ -181,17 +181,25 @@ class CreateSpec:
 class Balance:
     """Account credit in USD, and the current spend rate in USD/h when the provider reports it.
 
-    ``usd`` None: no figure (the provider has none, or could not give it: ``note`` says why)."""
+    ``usd`` None: no figure. With a ``note`` the balance exists but cannot be read (a field the
+    answer lacks, an API retired: the note says why) and a balance floor cannot be enforced
+    (``unreadable``); without one the provider keeps no balance at all (local)."""
 
     usd: float | None
     spend_usd_per_hour: float | None = None
     note: str = ""
 
+    @property
+    def unreadable(self) -> bool:
+        """True when the provider keeps a balance this answer could not give (``usd`` None, ``note`` why)."""
+        return self.usd is None and bool(self.note)
+
 
 def guarded(fn: Callable[..., T]) -> Callable[..., T]:
     """Run a provider method under its call guard (``gpuops.providers.http_guard``).
 
-    One total deadline (``self.call_deadline_s`` seconds) and a reply size cap
+    One total deadline (``self.call_deadline_s`` seconds; a ``create``'s is
+    ``self.create_deadline_s``, which leaves room to wait out a rate limit) and a reply size cap
     (``self.max_reply_bytes`` bytes) over every HTTP request it makes. Past the deadline the method
     raises ProviderError(TIMEOUT), over the cap ProviderError(SERVER). A provider with
     ``http_calls`` False (local) runs the method bare: the guard would import requests only to guard
@@ -205,7 +213,8 @@ def guarded(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(self, *args, **kwargs)
         from gpuops.providers.http_guard import guard
 
-        with guard(f"{self.name}: {fn.__name__}", self.call_deadline_s, self.max_reply_bytes):
+        deadline_s = self.create_deadline_s if fn.__name__ == "create" else self.call_deadline_s
+        with guard(f"{self.name}: {fn.__name__}", deadline_s, self.max_reply_bytes):
             return fn(self, *args, **kwargs)
 
     call.guarded = True  # type: ignore[attr-defined]  # a mark on the wrapper function, read by the provider tests
@@ -272,6 +281,9 @@ class Provider(abc.ABC):
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).
     call_deadline_s: float = 60.0
     max_reply_bytes: int = 16 * 2**20
+    # A create's own deadline (seconds): room to wait out a provider's rate limit within it
+    # (``RetryPolicy.create_deadline_s``, where the figure is stated).
+    create_deadline_s: float = 60.0
     # False for a provider that makes no HTTP call (local): ``@guarded`` runs its methods bare (the
     # guard would import requests, ~30 ms of `watchdog --once` start-up, only to guard nothing).
     http_calls: bool = True

@@ -129,3 +129,9 @@ def guard(what: str, deadline_s: float = DEFAULT_DEADLINE_S, max_bytes: int = DE
         yield
     finally:
         _STATE.guard = outer
+
+
+def current_deadline() -> float | None:
+    """The ``time.monotonic()`` deadline of this thread's innermost guard, or None outside one."""
+    g = getattr(_STATE, "guard", None)
+    return g[0] if g is not None else None

@@ -41,17 +41,42 @@ class RetryPolicy:
     # this many bytes per HTTP reply (gpuops/providers/http_guard.py has the sources of both).
     call_deadline_s: float = 60.0
     max_reply_bytes: int = 16 * 2**20
+    # A create (its look-ups by label and its retries included) ends within this many seconds: one
+    # call's deadline and a whole rate-limit window (MAX_RETRY_AFTER_S) waited out.
+    create_deadline_s: float = 120.0
 
     def for_create(self) -> RetryPolicy:
         """This policy for a create's retries (each after a label look-up found nothing).
 
-        The same attempts and backoff, no ``budget_s`` (the create call's ``call_deadline_s`` bounds
-        it)."""
+        The same attempts and backoff, no ``budget_s`` (the create's ``create_deadline_s`` bounds
+        it; rate limits are waited out within it, ``create_with_retries``)."""
         return replace(self, budget_s=None)
 
 
 # A server's Retry-After is honoured up to this many seconds (the vastai SDK's own cap, 60 s).
 MAX_RETRY_AFTER_S = 60.0
+
+
+def wait_asked(retry_after: str | None, quota: str | None = None) -> float | None:
+    """Seconds a 429 asks to wait (never negative), or None when it does not say.
+
+    Its ``Retry-After`` (seconds), else the longest reset ``t`` of an exhausted window (``r=0``) in
+    a ``RateLimit`` header (the IETF draft RunPod's spec cites: ``"minute";r=0;t=12,
+    "hour";r=2800;t=1812``)."""
+    try:
+        if retry_after is not None and retry_after.strip():
+            return max(0.0, float(retry_after))
+    except ValueError:
+        pass
+    waits = []
+    for member in (quota or "").split(","):
+        params = dict(p.strip().split("=", 1) for p in member.split(";")[1:] if "=" in p)
+        try:
+            if float(params.get("r", "1")) <= 0:
+                waits.append(max(0.0, float(params.get("t", "0"))))
+        except ValueError:
+            continue
+    return max(waits) if waits else None
 
 
 def retryable(e: BaseException) -> bool:
@@ -126,15 +151,24 @@ def create_with_retries(
     failed. Returns ``(create()'s answer, None)``, or ``(None, the instance found)`` with
     ``extra["recovered_after"]`` the error's message and ``created_at`` no earlier than
     ``asked_at`` (epoch seconds of the first try; providers' stamps may be whole seconds). A
-    ProviderError that is not retryable is raised at once, the last ambiguous one when ``policy``
-    runs out; a server's Retry-After is not waited for (the look-up comes first)."""
+    ProviderError that is not retryable is raised at once. A rate limit is waited out (the
+    server's Retry-After, after the look-up) and tried again until the create's deadline (the
+    enclosing call guard's, ``RetryPolicy.create_deadline_s``); ``policy.attempts`` counts the other
+    ambiguous failures (5xx), the last one raised when they run out."""
+    from gpuops.providers.base import ProviderErrorKind
+    from gpuops.providers.http_guard import current_deadline
+
+    others = 0  # ambiguous failures that are not rate limits
 
     def once() -> tuple[T | None, Instance | None]:
+        nonlocal others
         try:
             return create(), None
         except ProviderError as e:
             if not e.retryable:
                 raise e from None
+            if e.kind != ProviderErrorKind.RATE_LIMIT:
+                others += 1
             found = find(label)
             if found is None:
                 raise
@@ -142,4 +176,9 @@ def create_with_retries(
             found.created_at = max(found.created_at or 0.0, asked_at)
             return None, found
 
-    return call_with_retries(once, policy, retry_after=False)
+    def again(e: BaseException) -> bool:
+        return retryable(e) and (policy.attempts is None or others < policy.attempts)
+
+    deadline = current_deadline()
+    unbounded = replace(policy, attempts=None) if deadline is not None else policy
+    return call_with_retries(once, unbounded, retry_on=again, deadline=deadline)

@@ -4,6 +4,8 @@ Outcomes, as ProviderError kinds (the caller destroys the instance and closes it
 ``error.kind.value`` as the reason):
 - GONE: the instance vanished mid-wait (deleted from the console, reclaimed by the host);
 - PREEMPTED: an interruptible instance was outbid while we waited;
+- UNSUPPORTED: the instance runs but will never be reachable over SSH (``extra["no_ssh"]`` says
+  why: RunPod's port 22 on a private address only, or no 22/tcp at all), at once, not at the deadline;
 - TIMEOUT: the deadline passed: still provisioning/loading, running without port 22, or an
   unknown status string (kept in the message; never raised on by itself).
 Rate limits and 5xx while polling are tolerated until the deadline.
@@ -31,7 +33,7 @@ def wait_for_ssh(
     Return that Instance. ``timeout_s``: deadline in seconds from now.
 
     ``on_poll`` sees every observation (None when the provider no longer knows the instance).
-    Raises ProviderError (GONE, PREEMPTED, TIMEOUT; AUTH/BAD_REQUEST pass through at once).
+    Raises ProviderError (GONE, PREEMPTED, UNSUPPORTED, TIMEOUT; AUTH/BAD_REQUEST pass through at once).
     """
     deadline = clock() + timeout_s
     last: Instance | None = None
@@ -81,6 +83,13 @@ def wait_for_ssh(
                 )
             if inst.status == InstanceStatus.RUNNING and inst.ssh is not None:
                 return inst
+            if inst.status == InstanceStatus.RUNNING and inst.extra.get("no_ssh"):
+                raise ProviderError(
+                    ProviderErrorKind.UNSUPPORTED,
+                    f"{provider.name} instance {instance_id} runs without a public SSH port: {inst.extra['no_ssh']}",
+                    "try another offer (the box must publish 22/tcp on a public address)",
+                    instance_id=instance_id,
+                )
             last = inst
         now = clock()
         if now >= deadline:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
+    from gpuops.providers.base import Balance
     from ledger import Ledger
 
 
@@ -117,33 +118,65 @@ def assert_not_refused(ledger: Ledger, provider: str, account: str | None = None
             raise err
 
 
+def floor_unenforced(provider: str, floor: float, cap: float | None, why: str) -> str:
+    """The one line every view that shows the balance floor says when the balance cannot be read.
+
+    ``floor``/``cap``: ``balance_floor_usd``/``monthly_cap_usd`` (USD; ``cap`` None when unset);
+    ``why``: the provider's note (``Balance.note``) or error. The floor cannot be enforced; the
+    monthly cap, which the books enforce, stands in, and without one `up` refuses."""
+    stands = (
+        f"the monthly cap ${cap:.2f} (monthly_cap_usd, enforced by the books) stands in"
+        if cap is not None
+        else "no monthly_cap_usd is set to stand in, so `up` refuses to rent"
+    )
+    return (
+        f"{provider}: the balance floor ${floor:.2f} cannot be enforced: the balance cannot be read ({why}); {stands}"
+    )
+
+
+def read_balance(provider) -> Balance:
+    """``provider.balance()``, where every failure but a rejected key is the one "cannot be read".
+
+    Returns the provider's ``Balance``; a ProviderError other than AUTH (5xx, rate limit, an
+    unreachable host, all retried first) becomes ``Balance(usd=None, note=its message)``
+    (``Balance.unreadable``). Raises ProviderError(AUTH): a rejected key is the user's to fix."""
+    from gpuops.providers.base import Balance, ProviderError, ProviderErrorKind
+
+    try:
+        return provider.balance()
+    except ProviderError as e:
+        if e.kind == ProviderErrorKind.AUTH:
+            raise
+        return Balance(usd=None, note=e.message)
+
+
 def budget_for_up(ledger: Ledger, settings, provider, price_usd_h: float) -> float:
     """What `up` calls before the intent row.
 
     Refusals, then ``check_budget`` with the provider's balance and the ledger's month-to-date
-    spend. Returns the worst case USD. A balance that cannot be read skips the balance check, unless
-    ``balance_floor_usd`` is set (then the ProviderError propagates: the floor cannot be checked, so
-    nothing is rented)."""
+    spend. Returns the worst case USD. A balance that cannot be read (``read_balance``: a note, an
+    error page, a retired API) with ``balance_floor_usd`` set: the floor cannot be enforced, and
+    the monthly cap stands in (a warning says so, ``floor_unenforced``); with no
+    ``monthly_cap_usd`` either, BadInput (limit ``balance_floor``) naming ``monthly_cap_usd``,
+    before anything is rented. Without a floor the balance check is skipped. Raises
+    ProviderError(AUTH) for a rejected key."""
     from gpuops.ownership import account_of
-    from gpuops.providers.base import ProviderError
     from ledger.limits import month_spend
 
     owner = settings.owner()
     assert_not_refused(ledger, provider.name, account_of(provider), owner)
     t = settings.teardown
-    try:
-        bal = provider.balance()
-        balance = bal.usd
-        if balance is None and bal.note:  # e.g. RunPod's GraphQL answered an error: say so, rent on
-            import logging
+    bal = read_balance(provider)
+    balance = bal.usd
+    if bal.unreadable and t.balance_floor_usd is not None:
+        line = floor_unenforced(provider.name, t.balance_floor_usd, t.monthly_cap_usd, bal.note)
+        if t.monthly_cap_usd is None:
+            err = BadInput(line, "set [teardown] monthly_cap_usd (the books enforce it), or unset balance_floor_usd")
+            err.limit = "balance_floor"
+            raise err
+        import logging
 
-            logging.getLogger("gpuops.rental.budget").warning(
-                "%s: the balance floor is not checked: %s", provider.name, bal.note
-            )
-    except ProviderError:
-        if t.balance_floor_usd is not None:
-            raise
-        balance = None
+        logging.getLogger("gpuops.rental.budget").warning("%s", line)
     spent = None
     if t.monthly_cap_usd is not None:
         spent = month_spend(ledger, *month_start_end(), owner=None if t.limits_scope == "team" else owner)

@@ -549,7 +549,20 @@ def live(settings, led: Ledger, provider: str | None = None, providers: dict | N
             continue
         answered.append(name)
         out.append(Finding(f"auth.{name}", Verdict.OK, f"{name} accepted the key (account {p.account})"))
-        if bal.usd is None:
+        floor = settings.teardown.balance_floor_usd
+        if bal.unreadable and floor is not None:
+            from gpuops.rental.budget import floor_unenforced
+
+            cap = settings.teardown.monthly_cap_usd
+            out.append(
+                Finding(
+                    f"balance.{name}",
+                    Verdict.WARN,
+                    floor_unenforced(name, floor, cap, bal.note),
+                    "set [teardown] monthly_cap_usd (the books enforce it)" if cap is None else "",
+                )
+            )
+        elif bal.usd is None:
             out.append(
                 Finding(
                     f"balance.{name}",
@@ -559,7 +572,6 @@ def live(settings, led: Ledger, provider: str | None = None, providers: dict | N
             )
         else:
             rate = f", spending {bal.spend_usd_per_hour:g} USD/h" if bal.spend_usd_per_hour else ""
-            floor = settings.teardown.balance_floor_usd
             low = floor is not None and bal.usd < floor
             out.append(
                 Finding(

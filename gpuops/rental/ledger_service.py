@@ -499,7 +499,8 @@ def sync(
     provider no longer has is closed at the end its billing shows (never "now"); then every closed
     session's charge is booked as its cost (``ledger.sync.apply_charges``: estimate kept beside it,
     storage as its own lines, an event). Returns ``ledger.billing.compare_billing``'s dict plus
-    ``month``, ``skipped`` {provider: reason}, ``window`` [since, until] epoch s, ``month_usd``
+    ``month``, ``skipped`` {provider: reason}, ``flags`` [{provider, instance_id, note}] (where a
+    provider's own figures disagree, ``ChargeLine.note``), ``window`` [since, until] epoch s, ``month_usd``
     (the books' month total after the run, attributed by time), ``applied`` (when ``apply``).
     ``providers``: whose billing is read (default: every provider with billing, the registry's
     ``WITH_BILLING``). Raises BadInput for a bad month or zone.
@@ -583,6 +584,7 @@ def sync(
     rep.update(
         month=month,
         skipped=skipped,
+        flags=[{"provider": c.provider, "instance_id": c.instance_id, "note": c.note} for c in lines if c.note],
         window=[since, until],
         applied=applied,
         month_usd=month_report(

@@ -178,7 +178,7 @@ def _money(ctx: Context) -> list[Action]:
 
     Destroy covered boxes, refuse, lift."""
     from gpuops.ownership import is_mine
-    from gpuops.rental.budget import month_start_end
+    from gpuops.rental.budget import floor_unenforced, month_start_end, read_balance
     from ledger.limits import active_refusals, lift_refusal, month_spend, month_spend_at_most, set_refusal
 
     t = ctx.settings.teardown
@@ -197,13 +197,15 @@ def _money(ctx: Context) -> list[Action]:
         if t.balance_floor_usd is None and (name, EndReason.BALANCE_FLOOR, floor_who) not in refused:
             continue
         try:
-            bal = ctx.provider(name).balance()
+            bal = read_balance(ctx.provider(name))
         except GpuopsError as e:
             actions.append(Action("", "error", f"{name}: balance: {e}"))
             continue
         if bal.usd is None:
-            if bal.note:  # the balance could not be read (RunPod: GraphQL answered an error): said, not a crash
-                actions.append(Action("", "note", f"{name}: balance floor not checked: {bal.note}"))
+            if bal.unreadable and t.balance_floor_usd is not None:  # said each tick, never a silent skip
+                actions.append(
+                    Action("", "note", floor_unenforced(name, t.balance_floor_usd, t.monthly_cap_usd, bal.note))
+                )
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
             covered.append(

@@ -413,6 +413,8 @@ def render_sync(rep: dict) -> None:
     c = _console()
     for name, why in rep.get("skipped", {}).items():  # the reason's "[providers.runpod]" is text, not a style
         c.print(f"[yellow]{escape(name)}:[/] not compared ({escape(why)})", markup=True)
+    for f in rep.get("flags", []):  # the provider's own figures disagree
+        c.print(f"[yellow]{escape(f['provider'])}: flag:[/] {escape(f['note'])}", markup=True)
     cols = [
         Col("session", ID),
         Col("provider", ID),

@@ -450,3 +450,49 @@ def test_two_providers_sharing_an_instance_id_each_get_their_own_charge(ledger):
     )
     got = {r["session"]: (r["theirs_usd"], r["status"]) for r in rep["sessions"]}
     assert got == {"r-p": (2.0, "match"), "r-v": (1.0, "match")}
+
+
+def test_runpod_total_beyond_its_parts_is_booked_and_flagged(ledger, emulators):
+    """RunPod's records carry totalAmount beside GPU + CPU + disk: a fee outside the three is booked
+    (as ``other``, with the compute) and flagged by `ledger sync`, never lost."""
+    from gpuops.rental import ledger_service as books
+    from ledger.reports import month_bounds
+
+    rp, va = emulators
+    rp.billing_fee_usd = 0.25  # on every hourly record of the pod
+    w = World(ledger, rp, va)
+    w.advance(3 * H)  # into the month: 1 Jan 01:00 UTC
+    sid, iid = w.start("runpod")
+    w.advance(1.5 * H)  # two hourly records
+    w.stop("runpod", sid, iid)
+    get = lambda name, settings: w.prov[name]  # noqa: E731
+    rep = books.sync(ledger, None, MONTH, "UTC", providers=["runpod"], get_provider=get, apply=True)
+    lo, hi = month_bounds(MONTH, "UTC")
+    billed = _month_charge(rp, lo, hi, iid)  # the emulator's own record of the pod's GPU time
+    row = next(r for r in rep["sessions"] if r["session"] == sid)
+    assert row["theirs_usd"] == pytest.approx(billed + 2 * 0.25, abs=1e-6)
+    assert row["ours_usd"] == pytest.approx(billed + 2 * 0.25, abs=1e-6)  # booked, fee included
+    flags = [f for f in rep["flags"] if f["instance_id"] == iid]
+    assert len(flags) == 2 and all("$0.2500 more than GPU + CPU + disk" in f["note"] for f in flags)
+    assert ledger.get(sid).cost_usd == pytest.approx(billed + 0.5, abs=1e-6)
+
+
+def test_runpod_parts_beyond_the_total_are_flagged():
+    from gpuops.providers.runpod.billing import charge_lines
+
+    rec = {
+        "startTime": "2030-01-01T00:00:00Z",
+        "endTime": "2030-01-01T01:00:00Z",
+        "podId": "p1",
+        "totalAmount": 0.50,
+        "gpuAmount": 0.60,
+        "cpuAmount": 0.0,
+        "diskAmount": 0.02,
+    }
+    lines = charge_lines([rec], [])
+    assert [(c.kind, c.usd) for c in lines] == [("gpu", 0.60), ("storage", 0.02)]
+    assert lines[0].note == (
+        "pod p1 2030-01-01T00:00:00Z..2030-01-01T01:00:00Z: GPU + CPU + disk $0.6200 exceed totalAmount $0.5000 by $0.1200"
+    )
+    assert lines[1].note == ""
+    assert [c.note for c in charge_lines([{**rec, "totalAmount": 0.624}], [])] == ["", ""]  # under a cent: rounding

@@ -53,7 +53,7 @@ def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch,
     "name,fault,kind",
     [
         ("vast", "no_ssh_port", "timeout"),
-        ("runpod", "no_ssh_port", "timeout"),
+        ("runpod", "no_ssh_port", "unsupported"),  # fails at once: a running pod without 22/tcp never gets one
         ("vast", "stuck", "timeout"),
         ("runpod", "deleted", "gone"),
         ("vast", "preempt", "preempted"),

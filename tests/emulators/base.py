@@ -36,6 +36,8 @@ class Faults:
       seconds after creation.
     - ``boot_s``: emulated seconds from create to running.
     - ``retry_after_s``: the ``Retry-After`` header sent with a 429.
+    - ``quota_reset_s``: the ``RateLimit``/``RateLimit-Policy`` headers (RunPod's spec) sent with a
+      429, the exhausted window resetting in this many seconds.
     - ``reply_delay_s``: op -> seconds to hold the reply AFTER the op was served (a create that
       made the instance while the caller still waits on the answer).
     - ``trickle_s``: send every reply body one byte at a time, this many seconds apart.
@@ -59,6 +61,7 @@ class Faults:
     delete_after_s: float | None = None
     boot_s: float = 0.3
     retry_after_s: float | None = None  # sent as Retry-After with every 429
+    quota_reset_s: float | None = None  # sent as RunPod's RateLimit header (t= of the exhausted window) with every 429
     reply_delay_s: dict[str, float] = field(default_factory=dict)
     trickle_s: float = 0.0
     pad_reply_bytes: int = 0
@@ -430,6 +433,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         if status == 429 and emu.market.faults.retry_after_s is not None:
             self.send_header("Retry-After", f"{emu.market.faults.retry_after_s:g}")
+        if status == 429 and emu.market.faults.quota_reset_s is not None:  # RunPod's spec: the exhausted window
+            self.send_header("RateLimit", f'"minute";r=0;t={emu.market.faults.quota_reset_s:g}, "hour";r=2800;t=1812')
+            self.send_header("RateLimit-Policy", '"minute";q=60;w=60, "hour";q=3000;w=3600')
         self.send_header("Content-Type", ctype)
         if f.hide_length:
             self.send_header("Connection", "close")

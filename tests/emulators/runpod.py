@@ -14,7 +14,8 @@ validates every request and reply here: tests/emulators/contract.py):
   ``bucketSize`` buckets, one record per pod (volume) per bucket, ``{"records", "metadata"}``.
 - ``POST /graphql``: ``myself { clientBalance currentSpendPerHr ... }`` only (the account
   balance, which v2 lacks; runpod SDK 1.11.0 ``run_graphql_query``). ``graphql_retired``: it
-  answers a GraphQL error instead, as it will once RunPod retires GraphQL (early 2027).
+  answers as it may once RunPod retires GraphQL (early 2027): a GraphQL error (``"errors"``), a
+  web page (``"html"``) or a plain 404 (``"404"``).
 
 Errors are RFC 9457 problems ``{"title", "status", "detail"}`` (``application/problem+json``).
 
@@ -107,8 +108,16 @@ class RunPodEmulator(Emulator):
             }
         self.pod_key_may: set[str] = {"terminate", "stop"}
         self.pod_key_refusal = 403
-        self.graphql_retired = False
+        # How /graphql answers once RunPod retires it: None (it serves the balance), "errors" (200
+        # with a GraphQL error), "html" (200 with a web page), "404" (a plain not-found page).
+        self.graphql_retired: str | None = None
+        # Running pods map 22/tcp on a private address only (ssh.direct null): never reachable.
+        self.ssh_port_private = False
+        # The next N pod actions answer 409 "not valid for its status" and do nothing (a status race).
+        self.action_conflict = 0
         self.billing_tail_cut = False  # records for the current (in-progress) bucket are left out
+        # USD added to every pod record's totalAmount and to no part of it (a fee outside GPU, CPU, disk).
+        self.billing_fee_usd = 0.0
 
     # -- helpers -----------------------------------------------------------------------------
     @staticmethod
@@ -139,7 +148,9 @@ class RunPodEmulator(Emulator):
             status, runtime = "EXITED", None
         elif inst.state == "running":
             ports = [{"private": 8888, "public": None, "type": "http", "ip": None}]
-            if not inst.no_ssh_port:
+            if self.ssh_port_private:  # 22/tcp mapped on the host's private network only
+                ports.insert(0, {"private": 22, "public": 22022, "type": "tcp", "ip": "10.65.0.7"})
+            elif not inst.no_ssh_port:
                 ports.insert(0, {"private": 22, "public": inst.ssh[1], "type": "tcp", "ip": inst.ssh[0]})
             status, runtime = (
                 "RUNNING",
@@ -151,7 +162,7 @@ class RunPodEmulator(Emulator):
                 None,
             )
         direct = None
-        if status == "RUNNING" and not inst.no_ssh_port:
+        if status == "RUNNING" and not inst.no_ssh_port and not self.ssh_port_private:
             direct = {
                 "host": inst.ssh[0],
                 "port": inst.ssh[1],
@@ -293,6 +304,8 @@ class RunPodEmulator(Emulator):
                 rec["totalAmount"] += usd
                 rec["gpuAmount" if kind == "gpu" else "diskAmount"] += usd
         recs = [groups[k] for k in sorted(groups, key=lambda k: (k[1], k[0]))]
+        for r in recs:
+            r["totalAmount"] += self.billing_fee_usd
         totals = {k: sum(r[k] for r in recs) for k in ("totalAmount", "gpuAmount", "cpuAmount", "diskAmount")}
         return {
             "records": recs,
@@ -396,6 +409,9 @@ class RunPodEmulator(Emulator):
 
     def _action(self, inst: EmuInstance, action: Any) -> tuple[int, Any, str]:
         status = self._pod(inst)["status"]
+        if self.action_conflict > 0:
+            self.action_conflict -= 1
+            return self.problem(409, f"action {action!r} is not valid for a pod in status {status}")
         if action not in ACTIONS.get(status, []):
             return self.problem(409, f"action {action!r} is not valid for a pod in status {status}")
         self.market.tick(inst)
@@ -521,7 +537,15 @@ class RunPodEmulator(Emulator):
             return 500, {"data": None}, JSON
         if injected is not None:
             return injected, f"<html><body><h1>{injected} Bad Gateway</h1></body></html>".encode(), HTML
-        if self.graphql_retired:
+        if self.graphql_retired == "html":
+            return (
+                200,
+                b"<!doctype html><html><body><h1>RunPod API v2</h1><p>GraphQL has moved.</p></body></html>",
+                HTML,
+            )
+        if self.graphql_retired == "404":
+            return 404, b"404 page not found", HTML
+        if self.graphql_retired == "errors":
             return (
                 200,
                 {

@@ -15,7 +15,10 @@ tests/emulators/contract.py). Charges (spec ``get /api/v0/charges``): one entry 
 ``select_filters={"day":{"gte","lte"}}`` in unix seconds, paged by ``after_token``; whether an
 entry is cut to the asked window is undocumented (``charges_clipped``).
 
-Undocumented answers, as switches: ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
+Undocumented answers, as switches: ``outbid_intended`` (an outbid instance's
+``intended_status``, "running" or "stopped"), ``destroy_unsuccessful`` (a destroy answered 200
+``{"success": false}``), ``low_bid_msg`` (a refused bid in other words), ``user_without`` (``/users/current`` without ``credit``
+or ``balance``), ``low_bid_leaves_instance`` (a bid under ``min_bid`` leaves a
 stopped instance, or nothing: either way a 400 ``invalid_price``), ``charges_clipped``,
 ``VastVolumeEmulator.volume_label_in_list`` (volumes/volumes.py).
 
@@ -118,6 +121,16 @@ class VastEmulator(Emulator):
         self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing
         self.charges_clipped = False  # a charges entry is cut to the asked window (True) or is the whole contract
         self.min_bid_rises_to: float | None = None  # every create first sees min_bid at least this (USD/h)
+        # /api/v0/users/current leaves these fields out: "credit" (undocumented, what Vast's console
+        # shows) or "balance" (the spec's field); both carry the account's credit when sent.
+        self.user_without: set[str] = set()
+        # A refused bid's words (the code stays the spec's invalid_price); None: the default sentence.
+        self.low_bid_msg: str | None = None
+        # The next N destroys answer 200 {"success": false} and leave the instance as it was.
+        self.destroy_unsuccessful = 0
+        # What an outbid instance reports as intended_status: "running" (it runs again when the bid
+        # wins) or "stopped" (cur_state == intended_status == next_state == "stopped", dstack's test).
+        self.outbid_intended = "running"
         self.offers: dict[int, dict] = {}
         for oid, name, n, ram, base, min_bid, rel, geo in DEFAULT_OFFERS:
             self.add_offer(oid, name, n, ram, base, min_bid, rel, geo)
@@ -195,7 +208,7 @@ class VastEmulator(Emulator):
             actual = None if elapsed < inst.boot_s / 2 else "loading"
         elif inst.state == "stopped":
             actual = "stopped"
-            intended = "running" if inst.preempted else "stopped"
+            intended = "running" if inst.preempted and self.outbid_intended == "running" else "stopped"
         elif inst.state == "offline":  # Market.preempt(mode="host_gone"): the host machine went offline
             actual = "offline"
         else:
@@ -301,24 +314,26 @@ class VastEmulator(Emulator):
             if op == "invoices":
                 return self._invoices(req["query"], account)
             if op == "user":
-                return self._ok(
-                    {
-                        "id": int(account.split("-")[1]),
-                        "username": "emulator",
-                        "email": "emu@example.invalid",
-                        "credit": round(self.market.balance(account), 6),
-                        "balance": 0.0,
-                        "api_key": self.market.key_of(account),
-                        "has_billing": True,
-                        "can_pay": True,
-                    }
-                )
+                user = {
+                    "id": int(account.split("-")[1]),
+                    "username": "emulator",
+                    "email": "emu@example.invalid",
+                    "credit": round(self.market.balance(account), 6),
+                    "balance": round(self.market.balance(account), 6),
+                    "api_key": self.market.key_of(account),
+                    "has_billing": True,
+                    "can_pay": True,
+                }
+                return self._ok({k: v for k, v in user.items() if k not in self.user_without})
             inst = self.market.find(p["id"], account)
             if op == "show":
                 return self._ok({"instances": self._row(inst) if inst else None})
             if inst is None:
                 return self._fail(404, "no_such_instance", f"Instance {p['id']} not found.")
             if op == "destroy":
+                if self.destroy_unsuccessful > 0:
+                    self.destroy_unsuccessful -= 1
+                    return self._fail(200, "destroy_failed", "Unable to destroy the instance right now.")
                 self.market.api_destroy(inst.id)
                 return self._ok({"success": True})
             if op == "update":
@@ -441,7 +456,11 @@ class VastEmulator(Emulator):
 
     def _search(self, body: dict) -> tuple[int, Any, str]:
         storage = float(body.get("allocated_storage") or 5.0)
+        # Both spellings of on-demand: the spec's enum "ondemand" and "on-demand", which Vast's own
+        # clients send (vastai search_offers, vast-cli) and its server answers.
         kind = body.get("type", "on-demand")
+        if kind not in ("on-demand", "ondemand", "bid", "reserved"):
+            return self._fail(400, "invalid_args", f"unknown offer type {kind!r}")
         rows = []
         for o in self.offers.values():
             if o["rented"]:
@@ -495,7 +514,8 @@ class VastEmulator(Emulator):
             return self._fail(
                 400,
                 "invalid_price",
-                f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
+                self.low_bid_msg
+                or f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
                 ask_id=oid,
             )
         o["rented"] = True

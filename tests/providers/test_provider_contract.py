@@ -185,6 +185,40 @@ def test_a_create_that_keeps_failing_is_tried_attempts_times_with_a_look_up_afte
     assert side.emu.live() == []
 
 
+def test_a_create_storm_waits_out_the_rate_limit_within_the_creates_deadline(side, monkeypatch):
+    """A 429 refused the create: its Retry-After is waited (after the look-up) and the create tried
+    again past ``attempts``, until the create's deadline; 5xx keep counting against ``attempts``."""
+    from types import SimpleNamespace
+
+    from gpuops.providers import retry
+
+    offer = side.offer()
+    waits: list[float] = []
+    monkeypatch.setattr(retry, "time", SimpleNamespace(sleep=waits.append, monotonic=time.monotonic))  # nothing sleeps
+    side.emu.faults.retry_after_s = 30  # the server asks for 30 s each time
+    side.emu.faults.inject[side.ops["create"]] = [429] * 6
+    inst = side.provider.create(offer, side.spec())
+    assert side.sent("create") == 7 and waits == pytest.approx([30.0] * 6, abs=1e-9)
+    assert [i.id for i in side.emu.live()] == [inst.id]
+    side.provider.destroy(inst.id)
+
+
+def test_a_rate_limit_longer_than_the_creates_deadline_ends_at_the_deadline(side):
+    side.provider.create_deadline_s = 3.0
+    offer = side.offer()
+    side.emu.faults.retry_after_s = 1.0
+    side.emu.faults.inject[side.ops["create"]] = [429] * 100
+    t = time.monotonic()
+    with pytest.raises(ProviderError) as e:
+        side.provider.create(offer, side.spec())
+    took = time.monotonic() - t
+    # Waited out at least one Retry-After, and the create's deadline ended it: the next wait would
+    # pass it (RATE_LIMIT), or, on a loaded machine, a call in flight reached it (TIMEOUT).
+    assert e.value.kind in (ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.TIMEOUT)
+    assert 1.0 <= took < 3.0 + 2.0, took
+    assert side.emu.live() == []
+
+
 def test_offer_vanishing_between_search_and_create_says_try_the_next(side):
     offer = side.offer()
     side.emu.faults.vanish_on_create = True
@@ -201,13 +235,18 @@ def test_insufficient_funds_rents_nothing(side):
     assert e.value.kind == ProviderErrorKind.FUNDS and side.emu.live() == []
 
 
-def test_instance_that_never_publishes_port_22_times_out(side):
+def test_instance_that_never_publishes_port_22_fails_the_wait(side):
+    """Vast: the wait times out (its answer cannot tell "not yet" from "never"). RunPod: a running
+    pod whose runtime ports lack 22/tcp never gets one, so the wait fails at once with the reason."""
     side.emu.faults.no_ssh_port = True
     side.emu.faults.boot_s = 0  # running at once: the wait can only end in "no port 22"
     inst = side.provider.create(side.offer(), side.spec())
     with pytest.raises(ProviderError) as e:
         wait_for_ssh(side.provider, inst.id, timeout_s=0.8, poll_s=0.05)
-    assert e.value.kind == ProviderErrorKind.TIMEOUT and "never published port 22" in e.value.message
+    if side.name == "runpod":
+        assert e.value.kind == ProviderErrorKind.UNSUPPORTED and "publishes no 22/tcp port" in e.value.message
+    else:
+        assert e.value.kind == ProviderErrorKind.TIMEOUT and "never published port 22" in e.value.message
     assert e.value.instance_id == inst.id
     side.provider.destroy(inst.id)
     assert side.emu.live() == []

@@ -150,7 +150,7 @@ def test_a_create_is_tried_again_only_after_the_look_up_found_nothing(waits):
     fn, calls = _failing(2, e, then="pod")
     find, asked = _finder(None, None)
     assert create_with_retries(fn, find, "gpuops-s1", _CREATE, asked_at=0.0) == ("pod", None)
-    assert (len(calls), len(asked), waits) == (3, 2, [1.0, 2.0])  # the server's Retry-After is not waited for
+    assert (len(calls), len(asked), waits) == (3, 2, [30.0, 30.0])  # the server's Retry-After, after each look-up
 
 
 def test_a_refused_create_is_raised_at_once_without_a_look_up(waits):

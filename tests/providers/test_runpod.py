@@ -142,7 +142,7 @@ def test_errors_are_read_from_the_problem_detail(runpod_provider, runpod_emulato
 
 
 def test_balance_degrades_to_a_note_when_graphql_answers_an_error(runpod_provider, runpod_emulator):
-    runpod_emulator.graphql_retired = True
+    runpod_emulator.graphql_retired = "errors"
     b = runpod_provider.balance()
     assert b.usd is None and b.spend_usd_per_hour is None
     assert "GraphQL" in b.note and "retired" in b.note
@@ -240,3 +240,42 @@ def test_gpu_type_withdrawn_between_search_and_create(runpod_provider, runpod_em
     with pytest.raises(ProviderError) as e:
         runpod_provider.create(offer, spec())
     assert e.value.kind == ProviderErrorKind.NO_CAPACITY and e.value.try_next_offer and runpod_emulator.live() == []
+
+
+@pytest.mark.parametrize("how", ["private-address", "no-port-22"])
+def test_a_running_pod_without_a_public_ssh_port_fails_the_wait_at_once(runpod_provider, runpod_emulator, how):
+    """A pod whose 22/tcp is mapped on a private address only (or not at all) is never reachable:
+    the wait ends at once with the reason, not paid until the ready timeout."""
+    runpod_emulator.faults.boot_s = 0
+    if how == "private-address":
+        runpod_emulator.ssh_port_private = True
+    else:
+        runpod_emulator.faults.no_ssh_port = True
+    o = [x for x in runpod_provider.offers(OfferQuery(cards=("rtx-4090",))) if x.offer_id.startswith("community")][0]
+    inst = runpod_provider.create(o, spec())
+    t = time.monotonic()
+    with pytest.raises(ProviderError) as e:
+        wait_for_ssh(runpod_provider, inst.id, timeout_s=30, poll_s=0.05)
+    assert time.monotonic() - t < 10  # not the 30 s ready timeout
+    assert e.value.kind == ProviderErrorKind.UNSUPPORTED and e.value.instance_id == inst.id
+    why = (
+        "port 22 is published only on 10.65.0.7:22022, not on a public address"
+        if how == "private-address"
+        else "the running pod publishes no 22/tcp port (its ports: 8888/http)"
+    )
+    assert e.value.message == f"runpod instance {inst.id} runs without a public SSH port: {why}"
+    runpod_provider.destroy(inst.id)
+    assert runpod_emulator.live() == []
+
+
+def test_a_429_without_retry_after_waits_for_the_exhausted_quota_window(runpod_provider, runpod_emulator):
+    """RunPod's spec: RateLimit ``"minute";r=0;t=N`` says when the exhausted window resets."""
+    from gpuops.providers.retry import wait_asked
+
+    assert wait_asked(None, '"minute";r=0;t=12, "hour";r=2800;t=1812') == 12.0
+    assert wait_asked("3", '"minute";r=0;t=12') == 3.0 and wait_asked(None, '"minute";r=5;t=12') is None
+    runpod_emulator.faults.quota_reset_s = 0.4
+    runpod_emulator.faults.inject["pods"] = [429]
+    t = time.monotonic()
+    assert runpod_provider.list() == []
+    assert time.monotonic() - t >= 0.4

@@ -256,3 +256,101 @@ def test_retry_after_is_honoured(vast_provider, vast_emulator):
     t = time.monotonic()
     assert vast_provider.balance().usd == pytest.approx(100.0, abs=1e-6)
     assert time.monotonic() - t >= 0.5
+
+
+def test_on_demand_search_sends_what_vasts_own_clients_send(vast_provider, vast_emulator):
+    """vastai's search_offers default, vast-cli and the spec's own example send "on-demand" (the
+    spec's enum says "ondemand"): the client that runs on real accounts wins."""
+    vast_provider.offers(OfferQuery(cards=("rtx-4090",), spot=None))
+    sent = [r["body"]["type"] for r in vast_emulator.market.requests if r["path"] == "/api/v0/bundles/"]
+    assert sent == ["on-demand", "bid"]
+
+
+@pytest.mark.parametrize("kind", ["on-demand", "ondemand"])
+def test_emulator_serves_both_spellings_of_on_demand(vast_emulator, kind):
+    import requests
+
+    r = requests.post(
+        f"{vast_emulator.url}/api/v0/bundles/",
+        json={"type": kind, "limit": 2, "order": [["dph_total", "asc"]]},
+        headers={"Authorization": f"Bearer {vast_emulator.market.api_key}"},
+        timeout=10,
+    )
+    assert r.status_code == 200
+    offers = r.json()["offers"]
+    assert [o["is_bid"] for o in offers] == [False, False]
+    assert offers[0]["dph_total"] == pytest.approx(0.06 + 0.15 * 5 / 730, abs=1e-6)  # dph_base + 5 GB storage
+    assert vast_emulator.contract.violations == []
+
+
+def test_balance_reads_the_documented_field_not_credit(vast_provider, vast_emulator):
+    """The spec's /users/current lists ``balance``; ``credit`` is undocumented: an answer without it
+    still gives the balance."""
+    vast_emulator.user_without = {"credit"}
+    b = vast_provider.balance()
+    assert b.usd == pytest.approx(100.0, abs=1e-6) and not b.unreadable
+
+
+def test_balance_without_its_field_cannot_be_read(vast_provider, vast_emulator):
+    vast_emulator.user_without = {"balance"}
+    b = vast_provider.balance()
+    assert b.usd is None and b.unreadable
+    assert b.note == "Vast.ai's account answer (/api/v0/users/current) has no balance field"
+
+
+@pytest.mark.parametrize("leaves", [True, False], ids=["leaves-a-stopped-instance", "makes-nothing"])
+def test_a_refused_bid_is_known_by_its_code_not_its_words(vast_provider, vast_emulator, leaves):
+    """The spec's 400 ``invalid_price`` in words that say neither "bid" nor "low": still BID_TOO_LOW,
+    and what it left is found by its label and destroyed."""
+    vast_emulator.low_bid_leaves_instance = leaves
+    vast_emulator.low_bid_msg = "Your offer is not competitive for this machine."
+    with pytest.raises(ProviderError) as e:
+        vast_provider.create(offer(vast_provider, spot=True), spec(bid_usd_per_hour=0.01))
+    err = e.value
+    assert err.kind == ProviderErrorKind.BID_TOO_LOW and "Your offer is not competitive" in err.message
+    if leaves:
+        assert vast_emulator.market.instances[err.instance_id].state == "destroyed"
+    else:
+        assert err.instance_id is None and vast_emulator.market.instances == {}
+    assert vast_emulator.live() == []
+
+
+def test_a_destroy_answered_success_false_is_failed_and_retried(vast_provider, vast_emulator):
+    inst = vast_provider.create(offer(vast_provider), spec())
+    vast_emulator.destroy_unsuccessful = 1
+    vast_provider.destroy(inst.id)
+    deletes = [r for r in vast_emulator.market.requests if r["method"] == "DELETE"]
+    assert len(deletes) == 2 and vast_emulator.live() == []
+
+
+def test_a_destroy_that_keeps_answering_success_false_raises(vast_provider, vast_emulator):
+    from tests.support.emulators import FAST_RETRY
+
+    inst = vast_provider.create(offer(vast_provider), spec())
+    vast_emulator.destroy_unsuccessful = 100
+    with pytest.raises(ProviderError) as e:
+        vast_provider.destroy(inst.id)
+    assert e.value.kind == ProviderErrorKind.SERVER and "success: false" in e.value.message
+    assert "Unable to destroy the instance right now." in e.value.message
+    assert len([r for r in vast_emulator.market.requests if r["method"] == "DELETE"]) == FAST_RETRY.attempts
+    assert [i.id for i in vast_emulator.live()] == [inst.id]
+    vast_emulator.destroy_unsuccessful = 0
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []
+
+
+@pytest.mark.parametrize("intended", ["running", "stopped"])
+def test_an_outbid_box_in_either_shape_is_preempted_during_the_wait(vast_provider, vast_emulator, intended):
+    """dstack reads cur_state == intended_status == next_state == "stopped" as outbid: preempted
+    (the next offer is tried), never gone."""
+    vast_emulator.outbid_intended = intended
+    vast_emulator.faults.boot_s = 30
+    inst = vast_provider.create(offer(vast_provider, spot=True), spec())
+    vast_emulator.preempt(inst.id)
+    got = vast_provider.get(inst.id)
+    assert got.extra["intended_status"] == intended and got.extra["preempted"] is True
+    with pytest.raises(ProviderError) as e:
+        wait_for_ssh(vast_provider, inst.id, timeout_s=5, poll_s=0.05)
+    assert e.value.kind == ProviderErrorKind.PREEMPTED and "outbid" in e.value.message
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []

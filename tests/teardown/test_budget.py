@@ -358,12 +358,10 @@ def test_budget_for_up_checks_the_balance_and_the_month(led):
     with pytest.raises(BadInput, match=r"balance \$12.00 minus floor \$5.00 = \$7.00: short by \$1.00"):
         budget_for_up(led, _settings(floor=5.0), _Funded(usd=12.0), 2.0)
     assert budget_for_up(led, _settings(), _Funded(error=True), 2.0) == 8.0  # unreadable, no floor: not checked
-    from gpuops.providers.base import ProviderError
-
-    with pytest.raises(ProviderError):
-        budget_for_up(
-            led, _settings(floor=5.0), _Funded(error=True), 2.0
-        )  # a floor that cannot be checked rents nothing
+    # a floor that cannot be checked, and no monthly cap to stand in: nothing is rented
+    with pytest.raises(BadInput, match=r"^runpod: the balance floor \$5.00 cannot be enforced: .*monthly_cap_usd"):
+        budget_for_up(led, _settings(floor=5.0), _Funded(error=True), 2.0)
+    assert budget_for_up(led, _settings(floor=5.0, cap=50.0), _Funded(error=True), 2.0) == 8.0  # the cap stands in
     _spent(led, "a1", "alice", 40.0)
     _spent(led, "b1", "bob", 45.0)
     assert budget_for_up(led, _settings(cap=50.0), _Funded(), 2.0) == 8.0  # alice spent 40: 10 left, 8 fits

@@ -196,6 +196,28 @@ def test_pod_key_that_may_only_stop_stops_it_and_the_watchdog_terminates_it(gpuo
     assert emu.market.find(inst.id) is None  # terminated with the account key: the disk bills no more
 
 
+def test_a_stop_answered_409_on_a_running_pod_is_not_taken_as_stopped(tmp_path, rp):
+    """A 409 on ``/action`` means "not valid for its status": the agent reads the pod, and one
+    still RUNNING is tried again (never "already stopped" on doubt)."""
+    emu, p = rp
+    emu.pod_key_may, emu.action_conflict = {"stop"}, 1
+    inst = create(p, "gpuops-k9")
+    wait_for(lambda: p.get(inst.id).ssh is not None, 10)
+    a = run_agent(
+        tmp_path, "runpod", emu.url, inst.id, {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id)}
+    )
+    try:
+        assert a.wait(timeout=20) == 0
+    finally:
+        stop(a)
+    st = status_of(tmp_path)
+    assert st["destroy"]["result"].startswith(f"stopped pod {inst.id} (its key may not terminate it: HTTP 403)")
+    assert st["destroy"]["attempts"] == 2 and "HTTP 409 while the pod reads RUNNING" in st["errors"][-1]["msg"]
+    assert emu.market.instances[inst.id].state == "stopped"
+    p.destroy(inst.id)
+    assert emu.live() == []
+
+
 def test_pod_key_refused_both_ways_keeps_trying_and_the_laptop_terminates(gpuops_home, tmp_path, rp):
     """The pod key may neither terminate nor stop: the agent keeps trying, its status readable and
     saying why; the watchdog, reading that the agent asked for the end, terminates the pod with the

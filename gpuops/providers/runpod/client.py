@@ -18,7 +18,7 @@ from typing import Any
 
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
-from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.retry import RetryPolicy, call_with_retries, wait_asked
 from gpuops.providers.runpod.account import KEYS
 
 NAME = "runpod"
@@ -112,7 +112,13 @@ class RunPodClient:
         return self.credential.key
 
     def _status_error(
-        self, status: int, body: Any, action: str, creating: bool, retry_after: str | None
+        self,
+        status: int,
+        body: Any,
+        action: str,
+        creating: bool,
+        retry_after: str | None,
+        quota: str | None = None,
     ) -> ProviderError:
         key = self.credential.key if self.credential else None
         text = redact(problem_text(body, f"HTTP {status}"), key)
@@ -142,10 +148,7 @@ class RunPodClient:
             err = ProviderError(
                 ProviderErrorKind.RATE_LIMIT, f"RunPod rate limit while trying to {action}", "wait a minute and retry"
             )
-            try:
-                err.retry_after_s = float(retry_after or "")
-            except ValueError:
-                pass
+            err.retry_after_s = wait_asked(retry_after, quota)
             return err
         if status >= 500:
             return ProviderError(
@@ -209,7 +212,9 @@ class RunPodClient:
             except ValueError:
                 payload = None
             if not 200 <= r.status_code < 300:
-                raise self._status_error(r.status_code, payload, action, creating, r.headers.get("Retry-After"))
+                raise self._status_error(
+                    r.status_code, payload, action, creating, r.headers.get("Retry-After"), r.headers.get("RateLimit")
+                )
             if r.content and payload is None:
                 raise ProviderError(
                     ProviderErrorKind.SERVER,

@@ -107,6 +107,16 @@ class AvailabilityLevel(str, enum.Enum):
     HIGH = "HIGH"
 
 
+def _public_ip(ip: object) -> bool:
+    """Whether ``ip`` is an internet address (not private, loopback, link-local or reserved; not a name)."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(str(ip)).is_global
+    except ValueError:
+        return False
+
+
 class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     """RunPod on-demand pods over REST v2. ``credential`` None: every call raises AUTH with the fix.
 
@@ -130,6 +140,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         self.url = url.rstrip("/")
         self.retry = retry or RetryPolicy()
         self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
+        self.create_deadline_s = self.retry.create_deadline_s
         self.cloud_types = cloud_types
         self.timeout_s = timeout_s
         # The account this key acts for (gpuops.ownership): None without a key.
@@ -223,19 +234,25 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
             ssh = SshEndpoint(
                 host=str(direct["host"]), port=int(direct["port"]), user=str(direct.get("username") or "root")
             )
-        else:  # the runtime's published port 22 over TCP on a public address
-            for p in ((pod.get("runtime") or {}).get("ports") or []) if isinstance(pod.get("runtime"), dict) else []:
-                if (
-                    isinstance(p, dict)
-                    and p.get("private") == 22
-                    and p.get("type") == "tcp"
-                    and p.get("ip")
-                    and p.get("public")
-                ):
+        runtime = pod.get("runtime")
+        listed = runtime.get("ports") if isinstance(runtime, dict) else None
+        ports = [p for p in (listed if isinstance(listed, list) else []) if isinstance(p, dict)]
+        p22 = [p for p in ports if p.get("private") == 22 and p.get("type") == "tcp"]
+        if ssh is None:  # the runtime's published port 22 over TCP, on a public address only
+            for p in p22:
+                if p.get("public") and _public_ip(p.get("ip")):
                     ssh = SshEndpoint(host=str(p["ip"]), port=int(p["public"]))
                     break
         if status == InstanceStatus.RUNNING and not pod.get("runtime"):
             status = InstanceStatus.PROVISIONING  # the container is not up yet (runtime null)
+        no_ssh = None  # why a running pod will never be reachable over SSH (wait_for_ssh fails at once)
+        if status == InstanceStatus.RUNNING and ssh is None and ports:
+            if p22:
+                where = ", ".join(f"{p.get('ip') or 'no address'}:{p.get('public') or 'no port'}" for p in p22)
+                no_ssh = f"port 22 is published only on {where}, not on a public address"
+            else:
+                shown = ", ".join(f"{p.get('private')}/{p.get('type')}" for p in ports)
+                no_ssh = f"the running pod publishes no 22/tcp port (its ports: {shown})"
         cost = pod.get("cost")
         gpu = pod.get("gpu")
         gpu = gpu if isinstance(gpu, dict) else {}
@@ -253,6 +270,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                 "data_center": pod.get("dataCenterId"),
                 "started_at": parse_time(pod.get("startedAt")),
                 "actions": pod.get("actions"),
+                "no_ssh": no_ssh,
             },
         )
 
@@ -397,10 +415,12 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         """The balance (USD) and spend rate (USD/h): GraphQL, v2 has no balance route.
 
         ``myself { clientBalance currentSpendPerHr }`` through the runpod SDK's GraphQL helper at
-        ``<url>/graphql``. A GraphQL error answer
-        (the API retired, a field gone) is ``Balance(usd=None, note=...)``: the balance floor is
-        then not judged, and the note says why. A rejected key, 5xx and an unreachable host raise
-        ProviderError as every call."""
+        ``<url>/graphql``. A GraphQL error or an answer without a numeric balance (the API retired,
+        a field gone) is ``Balance(usd=None, note=why)`` (``Balance.unreadable``). A web page or a
+        404 (no JSON) is retried as a server error and then raised as ProviderError(SERVER), as are
+        a rejected key (AUTH) and an unreachable host; ``gpuops.rental.budget.read_balance`` takes
+        every one of them but AUTH as the same "cannot be read", and says what stands in for the
+        floor."""
         key = self._key()
         source = self.credential.source if self.credential is not None else ""  # set: _key() raised otherwise
         _import_runpod()
@@ -428,10 +448,10 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
                         f"cannot reach RunPod at {self.url} to read the balance",
                         "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
                     ) from None
-                except (ValueError, TypeError, KeyError):  # the SDK has no status check: an error page, or no data
+                except (ValueError, TypeError, KeyError):  # the SDK has no status check: a web page, a 404
                     raise ProviderError(
                         ProviderErrorKind.SERVER,
-                        "RunPod answered with an error page or no data while trying to read the balance",
+                        "RunPod answered with a web page or no data while trying to read the balance",
                         "retry later; see status.runpod.io",
                     ) from None
                 finally:
@@ -444,19 +464,20 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         if "error" in got:
             return Balance(
                 usd=None,
-                note=f"RunPod's GraphQL API (the only one with the balance) answered an error: {got['error'][:200]}",
+                note=f"RunPod's GraphQL API (the only one with the balance) answered {got['error'][:200]}",
             )
         me = ((got or {}).get("data") or {}).get("myself")
         if not isinstance(me, dict):
             return Balance(usd=None, note="RunPod's GraphQL API answered no account (myself)")
         bal, spend = me.get("clientBalance"), me.get("currentSpendPerHr")
         try:
-            return Balance(
-                usd=float(bal) if bal is not None else None,
-                spend_usd_per_hour=float(spend) if spend is not None else None,
-            )
+            usd = float(bal)  # type: ignore[arg-type]  # None and non-numbers raise, caught below
+            rate = float(spend) if spend is not None else None
         except (TypeError, ValueError):
-            return Balance(usd=None, note="RunPod's balance is not a number")
+            return Balance(usd=None, note=f"RunPod's GraphQL API answered a balance that is not a number ({bal!r:.40})")
+        if not math.isfinite(usd):
+            return Balance(usd=None, note=f"RunPod's GraphQL API answered a balance that is not a number ({bal!r:.40})")
+        return Balance(usd=usd, spend_usd_per_hour=rate)
 
     # -- billing: the records, parsed in billing.py ---------------------------------------------
     @guarded

@@ -4,8 +4,8 @@ One call, its errors mapped to ``ProviderError`` kinds, under the retry policy (
 retries off: ``retry=1``).
 
 Errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg`` (a 429 ``detail``);
-a create's 404 or ``no_such_ask``-like code is OFFER_GONE (next offer), a bid under the minimum
-BID_TOO_LOW, 402 or "insufficient credit" FUNDS; an id Vast leaves in the body (``new_contract``,
+a create's 404 or ``no_such_ask``-like code is OFFER_GONE (next offer), a refused bid (the spec's
+400 ``invalid_price``, whatever its words) BID_TOO_LOW, 402 or "insufficient credit" FUNDS; an id Vast leaves in the body (``new_contract``,
 ``instance_id``) is kept on the error so the caller destroys what the failed call made."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
-from gpuops.providers.retry import RetryPolicy, call_with_retries
+from gpuops.providers.retry import RetryPolicy, call_with_retries, wait_asked
 from gpuops.providers.vast.account import KEYS
 
 NAME = "vast"
@@ -65,10 +65,8 @@ class VastClient:
                 body = {}
             body = body if isinstance(body, dict) else {}
             err = self._body_error(status, body, action, creating)
-            try:  # the SDK honoured Retry-After itself; with retry=1 we do
-                err.retry_after_s = float(e.response.headers.get("Retry-After", ""))
-            except ValueError:
-                pass
+            # the SDK honoured Retry-After itself; with retry=1 we do
+            err.retry_after_s = wait_asked(e.response.headers.get("Retry-After"))
             return err
         if isinstance(e, (requests.ConnectionError, requests.Timeout)):
             return ProviderError(
@@ -120,7 +118,7 @@ class VastClient:
                 "retry later",
                 instance_id=left_id,
             )
-        if "bid" in low and ("low" in low or "min" in low):
+        if code == "invalid_price":  # the spec's code for a refused bid; its words vary
             return ProviderError(
                 ProviderErrorKind.BID_TOO_LOW,
                 f"Vast.ai refused the bid while trying to {action}: {text}",

@@ -1,9 +1,9 @@
 """Vast.ai through the ``vastai`` SDK (1.9.1; imported lazily, inside methods).
 
-Calls used: ``VastAI(api_key=..., server_url=..., retry=1)``; ``search_offers`` (``type="bid"`` for
-interruptible offers), ``create_instance`` (``price=`` the bid for interruptible offers),
+Calls used: ``VastAI(api_key=..., server_url=..., retry=1)``; ``search_offers`` (``type="on-demand"``,
+``type="bid"`` for interruptible offers), ``create_instance`` (``price=`` the bid for interruptible offers),
 ``show_instance``/``show_instances``, ``destroy_instance`` (never stop: a stopped instance keeps
-billing its disk), ``show_user`` (``credit``, USD).
+billing its disk), ``show_user`` (``balance``, USD, the spec's field).
 
 Units (offer fields of ``POST /api/v0/bundles/`` as vastai 1.9.1 returns them, vastai/api/offers.py and
 vastai/api/query.py; https://docs.vast.ai/cli/reference/search-offers): ``gpu_ram`` is per GPU in
@@ -19,8 +19,10 @@ SDK quirks handled here:
 - a ``type="bid"`` search followed by a create without ``price`` rents ON-DEMAND: an interruptible
   create always sends a price (the bid, default the offer's ``min_bid``).
 - a bid under the minimum may leave a stopped instance that bills storage (undocumented; the spec's
-  400 ``invalid_price`` carries no id): it is found by its label, destroyed at once, and BID_TOO_LOW
-  is raised with ``instance_id`` set and Vast's own words; with nothing left, just BID_TOO_LOW.
+  400 ``invalid_price`` carries no id): after any refusal of a bid (BID_TOO_LOW, known by that code
+  and never by its words, or BAD_REQUEST) the instance is looked for by its label, destroyed at
+  once, and the error is raised with ``instance_id`` set and Vast's own words.
+- a destroy answered 2xx with ``"success": false`` failed (dstack reads it too): retried, then raised.
 - ``unknown``/``offline`` never reach running (the spec): they map to EXITED, so a wait fails at
   once naming the state.
 - errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg``; they are mapped to
@@ -125,6 +127,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         self.url = url
         self.retry = retry or RetryPolicy()
         self.call_deadline_s, self.max_reply_bytes = self.retry.call_deadline_s, self.retry.max_reply_bytes
+        self.create_deadline_s = self.retry.create_deadline_s
         self.timeout_s = timeout_s
         self.search_limit = search_limit
         self.storage_gb = storage_gb
@@ -154,12 +157,14 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         if query.min_vram_bytes:
             # Never stricter than our own fit test (offers.fits), which runs afterwards.
             q["gpu_ram"] = {"gte": math.floor(query.min_vram_bytes * (1.0 - VRAM_TOLERANCE) / MIB)}
-        # The spec's search types are ondemand, bid, reserved (vastai's own default spells it on-demand).
-        kinds = {None: ("ondemand", "bid"), True: ("bid",), False: ("ondemand",)}[query.spot]
+        # On-demand is asked as "on-demand": what Vast's own clients send on real accounts every day
+        # (vastai 1.9.1 search_offers' default, vast-cli --type, the spec's own example), though the
+        # spec's enum spells it "ondemand" (tests/data/specs/CAUGHT.md says why the client wins).
+        kinds = {None: ("on-demand", "bid"), True: ("bid",), False: ("on-demand",)}[query.spot]
         out: list[Offer] = []
         for kind in kinds:
             qk = dict(q)
-            if query.max_usd_per_hour is not None and kind == "ondemand":
+            if query.max_usd_per_hour is not None and kind == "on-demand":
                 qk["dph_total"] = {"lte": float(query.max_usd_per_hour)}
             rows = (
                 self._call(
@@ -238,11 +243,11 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
         raw_s = "" if raw is None else str(raw)
         status = InstanceStatus.PROVISIONING if raw is None else _STATUS.get(raw_s.lower(), InstanceStatus.UNKNOWN)
         is_bid = bool(row.get("is_bid"))
-        preempted = (
-            is_bid
-            and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
-            and str(row.get("intended_status") or "") == "running"
-        )
+        # An interruptible instance that stopped was preempted (outbid, or its host went away):
+        # gpuops never stops a Vast instance. Outbid shows either as intended_status "running" (it
+        # runs again when the bid wins) or as cur_state == intended_status == next_state ==
+        # "stopped" (dstack's test for interrupted or outbid); both are preemption.
+        preempted = is_bid and status in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
         direct = proxy = None
         ports = row.get("ports")
         ports = ports if isinstance(ports, dict) else {}
@@ -367,9 +372,14 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
             try:
                 return self._call(f"rent offer {ask}", rent, retries=False, creating=True)
             except ProviderError as e:
-                if e.kind == ProviderErrorKind.BID_TOO_LOW and not e.instance_id:
+                refused_bid = bid is not None and e.kind in (
+                    ProviderErrorKind.BID_TOO_LOW,
+                    ProviderErrorKind.BAD_REQUEST,
+                )
+                if refused_bid and not e.instance_id:
                     # Undocumented whether a refused bid leaves a (stopped, disk-billing) instance;
-                    # the spec's answer carries no id, so look for one by its label.
+                    # the spec's answer carries no id, so look for one by its label (after any
+                    # refusal of a bid: the code or the words of the answer may not say "bid").
                     left = self._find_label(label)
                     e.instance_id = left.id if left is not None else None
                 if e.instance_id and not e.retryable:
@@ -408,10 +418,29 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     @guarded
     def destroy(self, instance_id: str) -> None:
-        """Destroy (not stop) the instance. Idempotent: an instance Vast no longer knows is success."""
+        """Destroy (not stop) the instance. Idempotent: an instance Vast no longer knows is success.
+
+        A 2xx whose body says ``"success": false`` is a failed destroy (SERVER, retried as every
+        call, then raised with Vast's words); only ``success`` true, or a body without it, is done.
+        Raises ProviderError."""
         iid = self._id(instance_id)
+        action = f"destroy instance {iid}"
+
+        def kill(v: Any) -> Any:
+            res = v.destroy_instance(iid)
+            if isinstance(res, dict) and res.get("success") is False:
+                err = self._body_error(200, res, action, False)
+                if err.kind == ProviderErrorKind.GONE:
+                    raise err
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"Vast.ai answered success: false to {action}: {err.message}",
+                    "retry the destroy; `gpuops reconcile` destroys it later",
+                )
+            return res
+
         try:
-            self._call(f"destroy instance {iid}", lambda v: v.destroy_instance(iid))
+            self._call(action, kill)
         except ProviderError as e:
             if e.kind != ProviderErrorKind.GONE:
                 raise
@@ -424,10 +453,20 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     @guarded
     def balance(self) -> Balance:
-        """``show_user()["credit"]``: remaining prepaid credit in USD (Vast reports no spend rate)."""
-        user = self._call("read the balance", lambda v: v.show_user()) or {}
-        credit = user.get("credit")
-        return Balance(usd=float(credit) if credit is not None else None)
+        """``show_user()["balance"]``: the account's balance in USD (the spec's field).
+
+        ``GET /api/v0/users/current``; Vast reports no spend rate.
+
+        An answer without a finite number there is a balance that cannot be read:
+        ``Balance(usd=None, note=why)`` (``Balance.unreadable``), never a silent skip. Raises
+        ProviderError as every call (AUTH, RATE_LIMIT, SERVER)."""
+        user = self._call("read the balance", lambda v: v.show_user())
+        user = user if isinstance(user, dict) else {}
+        value = user.get("balance")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            why = "has no balance field" if value is None else f"has a balance that is not a number ({value!r:.40})"
+            return Balance(usd=None, note=f"Vast.ai's account answer (/api/v0/users/current) {why}")
+        return Balance(usd=float(value))
 
     # -- billing: the charges, parsed in billing.py ---------------------------------------------
     @guarded

@@ -255,16 +255,27 @@ def balances(settings) -> list[dict]:
     """Each keyed provider's account credit as it reports it, or its one-line error.
 
     Each keyed provider's account credit as it reports it (``Provider.balance``: USD, and the spend
-    rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error"}]``; a provider that
-    fails is listed with its one-line error, never a guessed figure."""
+    rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error","floor_note"}]``; a
+    provider that fails is listed with its one-line error, never a guessed figure. ``floor_note``:
+    with ``balance_floor_usd`` set and the balance unreadable, the line saying the floor cannot be
+    enforced and what stands in (``gpuops.rental.budget.floor_unenforced``), else None."""
     from gpuops.errors import GpuopsError
     from gpuops.providers import configured, get_provider
+    from gpuops.rental.budget import floor_unenforced, read_balance
 
+    t = settings.teardown
     out = []
     for name in configured(settings):
         try:
-            b = get_provider(name, settings).balance()
-            out.append({"provider": name, "usd": b.usd, "usd_per_hour": b.spend_usd_per_hour, "error": None})
+            b = read_balance(get_provider(name, settings))
+            note = (
+                floor_unenforced(name, t.balance_floor_usd, t.monthly_cap_usd, b.note)
+                if b.unreadable and t.balance_floor_usd is not None
+                else None
+            )
+            row = {"provider": name, "usd": b.usd, "usd_per_hour": b.spend_usd_per_hour, "error": None}
+            out.append({**row, "floor_note": note})
         except GpuopsError as e:
-            out.append({"provider": name, "usd": None, "usd_per_hour": None, "error": str(e).splitlines()[0]})
+            err = str(e).splitlines()[0]
+            out.append({"provider": name, "usd": None, "usd_per_hour": None, "error": err, "floor_note": None})
     return out
