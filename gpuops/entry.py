@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-INTERRUPTED = 130  # 128 + SIGINT, as shells report it (gpuops.cli.app: typer.Abort)
-STARTING = "interrupted while starting: nothing was rented or booked"  # a Ctrl-C before a command is named
+from gpuops.errors import INTERRUPTED, STARTING
 
 
 def main() -> None:

@@ -9,6 +9,10 @@ from __future__ import annotations
 # Exit status of a command that was asked to check or compare something and checked nothing (no
 # provider key, no provider answered): never 0, so cron and CI do not read it as success.
 NOTHING_CHECKED = 4
+# Exit status of an interrupted command: 128 + SIGINT, as shells report it (gpuops.cli.app: typer.Abort).
+INTERRUPTED = 130
+# What a Ctrl-C before a command is named says (gpuops.entry, gpuops.cli.group).
+STARTING = "interrupted while starting: nothing was rented or booked"
 
 
 class GpuopsError(Exception):

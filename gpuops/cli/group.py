@@ -7,7 +7,7 @@ import sys
 import typer
 import typer.core
 
-from gpuops.entry import INTERRUPTED, STARTING
+from gpuops.errors import INTERRUPTED, STARTING
 
 # What a Ctrl-C that reaches the group means, one line: STARTING until a command is named, then the
 # command's START_NOTE (else "interrupted"), then what the command says (`up`, once its rental ended).

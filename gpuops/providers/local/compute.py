@@ -63,10 +63,12 @@ SPOT_REFUSED = "the local provider has no interruptible (spot) boxes; gpuops wil
 def _spot_fix() -> str:
     """The fix line for a spot request here: the providers with spot, or on-demand.
 
-    Read from the sibling folders' entries, not the registry (which imports this folder)."""
-    from gpuops.providers import runpod, vast
+    Read from Vast's entry, not the registry (which imports this folder) and not RunPod's (whose
+    own spot fix reads this folder's entry: reading it back would be an import circle, and RunPod
+    rents no spot)."""
+    from gpuops.providers import vast
 
-    spot = " or ".join(f"--provider {e.name}" for e in (runpod.ENTRY, vast.ENTRY) if e.spot)
+    spot = " or ".join(f"--provider {e.name}" for e in (vast.ENTRY,) if e.spot)
     return f"use {spot} for interruptible offers, or --on-demand to rent on this machine"
 
 
