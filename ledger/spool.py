@@ -9,7 +9,8 @@ another user who got to the folder first), so
   (0600, ours);
 * ``check_line(entry, row_of, run_of, now)`` admits a line only when it names an operation of the
   closed list ``OPS`` with the arguments that operation takes, each of its type and range: money
-  finite and >= 0, times finite, not before the row was written and not more than ``FUTURE_S``
+  finite and >= 0, times finite, not before the row was written (a close's end: not before its
+  instance's create, by the provider's clock) and not more than ``FUTURE_S``
   seconds after ``now``, end reasons, statuses and event kinds from the vocabulary, and nothing
   that reopens or rewrites a closed row. A line that fails raises ``BadLine`` (the store moves it to
   the quarantine file and reports it; the lines behind it are still applied). ``gpuops ledger
@@ -239,8 +240,9 @@ def check_line(
 
     ``entry``: the parsed line (``{"op", "args", "t"}``). ``row_of(session_id)``: the session row
     as the ledger holds it (None: not in this ledger); ``run_of(run_id)``: the run (None: none).
-    ``now``: epoch s. Times must fall in the row's life: not before its ``created_at``, not more
-    than ``FUTURE_S`` after ``now``. A closed row takes no ``update`` of what only a close books and
+    ``now``: epoch s. Times must fall in the row's life: not before its ``created_at`` (a close's
+    end: not before its instance's create, which the provider's clock may put before the intent),
+    not more than ``FUTURE_S`` after ``now``. A closed row takes no ``update`` of what only a close books and
     no new close (the first close stands; the store would ignore it anyway)."""
     if not isinstance(entry, dict):
         raise BadLine("not a JSON object")
@@ -274,6 +276,10 @@ def check_line(
         if row is None:
             raise BadLine(f"{op}: no session {sid!r} in this ledger")
         life = (float(row.created_at), now + FUTURE_S)
+        if op == "close" and row.instance_created_at is not None:
+            # a rental's life starts at its instance's create, by the provider's clock (the end-time
+            # rule's start): a provider clock behind ours puts it before our intent
+            life = (min(life[0], float(row.instance_created_at)), life[1])
         if op == "close" and row.status == RowStatus.CLOSED:
             raise BadLine(f"close: session {sid} is closed already (at {row.ended_at})")
         if op == "update" and row.status == RowStatus.CLOSED and "status" in args:

@@ -667,14 +667,14 @@ def down(
                 print(f"{r['session']}: instance {r['instance_id']} is not visible to this key; left open (unknown)")
                 continue
             if r.get("refused"):
-                print(f"{r['session']}: {r['instance_id']} not touched: {r['refused']}")
+                print(f"{r['session']}: {r.get('refused_id') or r['instance_id']} not touched: {r['refused']}")
             if r.get("error"):
                 print(
                     f"{r['session']}: destroy of {r['instance_id']} not done: {r['error']}; the row stays open, "
                     "run `gpuops down` again or `gpuops reconcile`"
                 )
                 continue
-            if r.get("refused"):
+            if r.get("refused") and not r["destroyed"]:
                 print(
                     f"{r['session']}: ours is gone (nothing labelled ours is listed); the row is closed ({r['end_reason']})"
                 )

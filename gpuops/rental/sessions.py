@@ -107,8 +107,10 @@ def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) ->
     reported with ``end_reason`` "unknown" and stays open.
 
     Idempotent: a session already closed is reported, not destroyed again. Returns one dict per
-    session: ``{"session","instance_id","destroyed","closed","end_reason"}``, plus ``refused``
-    (why the instance under the row's id was not touched: not certainly ours) and ``error`` (only
+    session: ``{"session","instance_id","destroyed","closed","end_reason"}`` (``instance_id``: the
+    one destroyed, which may be ours found by its label, else the row's), plus ``refused`` and
+    ``refused_id`` (why the instance under the row's id was not touched: not certainly ours; absent
+    when that id, once looked up by label, proved ours and was destroyed) and ``error`` (only
     when the row stays open: a destroy that kept failing or was never confirmed, or a refusal whose
     look-up by label failed too; reconcile retries). Raises BadInput for an unknown/ambiguous
     reference.
@@ -164,13 +166,14 @@ def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) ->
         ended = end_rental(ledger, provider, row.id, EndReason.MANUAL, by=by)
         item = {
             "session": row.id,
-            "instance_id": row.instance_id,
+            "instance_id": (ended.instance_id if ended.destroyed else None) or row.instance_id,
             "destroyed": ended.destroyed,
             "closed": ended.closed,
             "end_reason": "unknown" if ended.unknown else ended.reason,
         }
-        if ended.refused:
-            item["refused"] = ended.refused
+        if ended.refused and not (ended.destroyed and ended.instance_id == row.instance_id):
+            item["refused"] = ended.refused  # (an id refused in doubt, then found ours by its label: not refused)
+            item["refused_id"] = row.instance_id
         if ended.error and not ended.closed:
             item["error"] = ended.error
         out.append(item)
