@@ -602,8 +602,9 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
             except ProviderError as e:
                 actions.append(Action(row.id, "error", f"{name}: get {row.instance_id}: {e}"))
                 continue
-        status = agent_status(ctx, p, seen) if ours(row, seen) is not None else None
-        if seen is None or seen.status == InstanceStatus.GONE or ours(row, seen) is None:  # gone, or the id another's
+        mine = ours(row, seen)
+        status = agent_status(ctx, p, mine) if mine is not None else None
+        if seen is None or seen.status == InstanceStatus.GONE or mine is None:  # gone, or the id another's
             actions.append(close_gone(ctx, row, p, seen, status))
             continue
         alive = bool(status and status.get("heartbeat"))
