@@ -234,6 +234,15 @@ def agent_status(ctx: Context, provider: Provider, inst: Instance) -> dict | Non
         return None
 
 
+def ours(row, inst: Instance | None) -> Instance | None:
+    """``inst`` when the provider answers the row's instance id with the row's own label, else None.
+
+    An id answering with another label, or none, is not the row's box (ours deleted and the id
+    handed on, or doubt): nothing on it is read as the row's -- its agent's heartbeat, tokens, log
+    or end reason -- and ``lifecycle.end_rental`` decides what to destroy and when the row ended."""
+    return inst if inst is not None and inst.label and inst.label == row.label else None
+
+
 def record_proof_of_life(ctx: Context, row, status: dict, now: float) -> None:
     """Book that the box was alive now, by the laptop's clock, after a fresh heartbeat.
 
@@ -341,14 +350,16 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
             f"{row.provider} instance {row.instance_id} is not visible to this key "
             f"(row account {row.account or 'not recorded'}); left open for its owner ({row.owner or 'unknown'})",
         )
-    reason = gone_reason(ctx, row, inst, status)
+    mine = ours(row, inst)
+    status = status if mine is not None else None
+    reason = gone_reason(ctx, row, mine, status)
     proofs = [
         float(t) for t in (((status or {}).get("destroy") or {}).get("done_at"), (status or {}).get("heartbeat")) if t
     ]
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
-    keep_log(ctx.ledger, row, lambda: ctx.box(provider, inst) if inst is not None else None, by=ctx.by)
+    keep_log(ctx.ledger, row, lambda: ctx.box(provider, mine) if mine is not None else None, by=ctx.by)
     ended = end_rental(
         ctx.ledger,
         provider,
@@ -360,7 +371,7 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
         exit_code=exit_code,
         last_seen_at=max(proofs) if proofs else None,
         clock=ctx.clock,
-        tokens=_tokens_to_book(ctx, row, provider, inst),
+        tokens=_tokens_to_book(ctx, row, provider, mine),
     )
     close_run_of(ctx, row, ended)
     return _ended_action(row, ended, "instance gone")
@@ -384,7 +395,8 @@ def destroy_and_close(
             inst = provider.get(row.instance_id)
         except ProviderError:
             inst = None
-    keep_log(ctx.ledger, row, lambda: ctx.box(provider, inst) if inst is not None else None, by=ctx.by)
+    mine = ours(row, inst)
+    keep_log(ctx.ledger, row, lambda: ctx.box(provider, mine) if mine is not None else None, by=ctx.by)
     ended = end_rental(
         ctx.ledger,
         provider,
@@ -394,7 +406,7 @@ def destroy_and_close(
         detail=detail,
         clock=ctx.clock,
         instance=inst,
-        tokens=_tokens_to_book(ctx, row, provider, inst),
+        tokens=_tokens_to_book(ctx, row, provider, mine),
     )
     close_run_of(ctx, row, ended)
     return _ended_action(row, ended, detail)
@@ -590,8 +602,9 @@ def _reconcile_provider(ctx: Context, name: str, p: Provider, insts: list[Instan
             except ProviderError as e:
                 actions.append(Action(row.id, "error", f"{name}: get {row.instance_id}: {e}"))
                 continue
-        status = agent_status(ctx, p, seen) if seen is not None else None
-        if seen is None or seen.status == InstanceStatus.GONE:
+        mine = ours(row, seen)
+        status = agent_status(ctx, p, mine) if mine is not None else None
+        if seen is None or seen.status == InstanceStatus.GONE or mine is None:  # gone, or the id another's
             actions.append(close_gone(ctx, row, p, seen, status))
             continue
         alive = bool(status and status.get("heartbeat"))

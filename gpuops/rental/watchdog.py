@@ -42,6 +42,7 @@ from gpuops.rental.reconcile import (
     close_gone,
     destroy_and_close,
     end_asked_for,
+    ours,
     reconcile,
     record_proof_of_life,
 )
@@ -114,8 +115,9 @@ def check_session(ctx: Context, row) -> list[Action]:
         inst = p.get(row.instance_id)
     except GpuopsError as e:
         return [Action(row.id, "error", f"{row.provider}: {e}")]
-    if inst is None or inst.status == InstanceStatus.GONE:
-        return [close_gone(ctx, row, p, inst, agent_status(ctx, p, inst) if inst is not None else None)]
+    mine = ours(row, inst)
+    if inst is None or inst.status == InstanceStatus.GONE or mine is None:  # gone, or the id another's
+        return [close_gone(ctx, row, p, inst, agent_status(ctx, p, mine) if mine is not None else None)]
     if row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
         # An interruptible box the market took back: billing for the GPU stopped at its newest proof
         # of life (lifecycle.end_time); destroy what is left (a stopped Vast instance still bills storage).
