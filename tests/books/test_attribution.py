@@ -67,10 +67,19 @@ def test_sql_sums_equal_the_row_by_row_rule(books, tz):
     def norm(rep):
         return {k: (sorted(v, key=lambda r: r["name"]) if isinstance(v, list) else v) for k, v in rep.items()}
 
+    # The books' real money by hand (tests/books/conftest.py: build_books): s1 2.40, s3 0.525097 (5401 s
+    # at 0.35 $/h), s5 6.40, s7 0.40 from 31 Oct 23:31 UTC for an hour: 29/60 of it in October in UTC,
+    # all of it in November in Tokyo (UTC+9); s4 is simulated, s6 open, s2 never rented.
+    by_hand = {
+        "UTC": {"2026-10": 0.40 * 29 / 60, "2026-11": 2.40 + 0.525097 + 6.40 + 0.40 * 31 / 60},
+        "Asia/Tokyo": {"2026-10": 0.0, "2026-11": 2.40 + 0.525097 + 6.40 + 0.40},
+    }
     for month in ("2026-10", "2026-11"):
         lo, hi = month_bounds(month, tz)
+        got = cmds.month(books, month, tz)
+        assert got["total_usd"] == pytest.approx(by_hand[tz][month], abs=1e-6)
         python = month_report(books.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=books.cost_lines(lo, hi))
-        assert norm(cmds.month(books, month, tz)) == norm(python)
+        assert norm(got) == norm(python)
     lo, hi = day_start("2026-11-04", tz), day_start("2026-11-11", tz)
     python = experiments_report(books.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-04", "2026-11-10", lo, hi)
     assert norm(cmds.experiments(books, "2026-11-04", "2026-11-10", tz)) == norm(python)
@@ -146,10 +155,25 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     def norm(rep):
         return {k: (sorted(v, key=lambda r: r["name"]) if isinstance(v, list) else v) for k, v in rep.items()}
 
+    # November's real money by hand, cost x the share of [start, end) inside [lo, hi) (the month is
+    # 720 h): e00 6, e01 7 (zero-length at lo), e04 10 x 1/3, e05 11 x 1/3, e06 12 x 720/722, e07 13
+    # (no instance time: from its intent, 60 s inside), e08 14 (closed without an end: zero-length
+    # inside), e09 15 (ends before it starts: likewise), e10 16; e02 (at hi) and e11 (before lo) 0;
+    # e03 simulated (9); e12 open (no cost in the books); e13 never rented.
+    total = 6 + 7 + 10 / 3 + 11 / 3 + 12 * 720 / 722 + 13 + 14 + 15 + 16
+    month = cmds.month(ledger, "2026-11", "UTC")
+    assert month["total_usd"] == pytest.approx(total, abs=1e-6)
+    assert month["simulated_usd"] == pytest.approx(9.0, abs=1e-6)
+    by_experiment = {e["name"]: e["cost_usd"] for e in month["by_experiment"]}
+    assert by_experiment == {
+        "x0": pytest.approx(6 + 12 * 720 / 722 + 15, abs=1e-6),  # e00, e06, e09 (e03 simulated, e12 open)
+        "x1": pytest.approx(7 + 10 / 3 + 13 + 16, abs=1e-6),  # e01, e04, e07, e10
+        "x2": pytest.approx(11 / 3 + 14, abs=1e-6),  # e05, e08 (e02, e11 outside)
+    }
     python = month_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11", "UTC")
-    assert norm(cmds.month(ledger, "2026-11", "UTC")) == norm(python)
+    assert norm(month) == norm(python)
     assert (
-        python["sessions"] == 11 and python["open_sessions"] == 1
+        month["sessions"] == 11 and month["open_sessions"] == 1
     )  # the 3 outside rows and the never-rented one: not counted
     got = cmds.experiments(ledger, "2026-11-01", "2026-11-30", "UTC")
     exp_py = experiments_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-01", "2026-11-30", lo, hi)
@@ -172,17 +196,13 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     )  # 6+..+17, e03 simulated
     assert sum(e["sessions"] for e in every) == 13 and sum(e["open_sessions"] for e in every) == 1
     # the cap: the same real money, plus the open row's hour so far at 3 USD/h
-    assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H) == pytest.approx(total + 3.0, abs=1e-6)
     # per owner: rows from before owners were booked count for everyone; another owner's do not
-    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(python["total_usd"] + 3.0, abs=1e-6)
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(total + 3.0, abs=1e-6)
     with ledger.engine.begin() as conn:
         conn.execute(sa.text("UPDATE sessions SET owner = 'them' WHERE id = 'e00'"))
-    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(
-        python["total_usd"] + 3.0 - 6.0, abs=1e-6
-    )
-    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="them") == pytest.approx(
-        python["total_usd"] + 3.0, abs=1e-6
-    )
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="me") == pytest.approx(total + 3.0 - 6.0, abs=1e-6)
+    assert month_spend(ledger, lo, hi, now=lo + 3 * H, owner="them") == pytest.approx(total + 3.0, abs=1e-6)
     with ledger.engine.connect() as conn:  # the fixture's rows are all there is
         assert conn.execute(sa.text("SELECT COUNT(*) FROM sessions")).scalar() == len(edges)
 
