@@ -1,7 +1,7 @@
-"""Cost truth: billed seconds, unseen end times, and our books against the provider's billing.
+"""Cost truth: billed seconds, and our books against the provider's billing.
 
-Billed seconds the way a provider rounds them, end times we did not see, and the comparison of our
-books with the provider's own billing.
+Billed seconds the way a provider rounds them, and the comparison of our books with the provider's
+own billing. When a rental ended is decided by one rule, ``gpuops.rental.lifecycle.end_time``.
 
 Pure functions only; the provider calls that fetch billing live in ``gpuops/providers/`` and hand
 back ``ChargeLine`` lists (this package imports nothing of ``gpuops``).
@@ -23,10 +23,6 @@ _EPS = 1e-6
 
 # Two money figures closer than this are the same charge (provider invoices show cents).
 MATCH_TOLERANCE_USD = 0.01
-
-
-class NoEndTime(ValueError):
-    """Neither the provider nor the agent's heartbeat gives an end time; the row stays open."""
 
 
 def billed_seconds(started_at: float | None, ended_at: float | None, increment_s: float | None = None) -> float:
@@ -56,23 +52,6 @@ def billed_cost(
     """
     seconds = billed_seconds(started_at, ended_at, increment_s)
     return seconds, round(seconds / 3600.0 * (usd_per_hour or 0.0), 6)
-
-
-def unseen_end(provider_ended_at: float | None, last_heartbeat_at: float | None) -> tuple[float, str]:
-    """The end time of a box whose destroy the laptop never saw.
-
-    The provider's own end time when it reports one, else the on-box agent's last heartbeat. Never
-    "now" (a box that self-destroyed while the laptop slept must not bill until the laptop wakes;
-    https://github.com/skypilot-org/skypilot/issues/1301).
-
-    Returns (epoch seconds, source) with source ``provider`` or ``heartbeat``.
-    Raises NoEndTime when neither is known.
-    """
-    if provider_ended_at is not None:
-        return float(provider_ended_at), "provider"
-    if last_heartbeat_at is not None:
-        return float(last_heartbeat_at), "heartbeat"
-    raise NoEndTime("no end time from the provider and no agent heartbeat; leave the row open and sync later")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from bootstrap.vocabulary import EventKind, RowStatus
-from ledger.billing import billed_cost, unseen_end
+from ledger.billing import billed_cost
 from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, Row, engine_reads, file_reads, sqlite_current_file
 
 if TYPE_CHECKING:
@@ -870,18 +870,6 @@ class Ledger:
         import ledger.writes as writes
 
         return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
-
-    def close_unseen(self, session_id: str, reason: str, provider_ended_at: float | None = None) -> Row | None:
-        """Close a session whose destroy we never saw.
-
-        Close a session whose destroy we never saw: the end time is the provider's, else the
-        agent's last heartbeat (``ledger.billing.unseen_end``), never "now". Raises NoEndTime when
-        neither is known (the row stays open), KeyError for an unknown session."""
-        row = self.get(session_id)
-        if row is None:
-            raise KeyError(session_id)
-        ended_at, source = unseen_end(provider_ended_at, row.last_heartbeat_at)
-        return self.close(session_id, ended_at, reason, end_source=source)
 
     def heartbeat(self, session_id: str, at: float) -> None:
         """Record the on-box agent's heartbeat time (epoch s).

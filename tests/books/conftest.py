@@ -97,7 +97,7 @@ def build_books(led) -> dict:
     led.heartbeat("s3", t3 + 30.0 + 600.0)
     led.heartbeat("s3", t3 + 30.0 + 5400.5)
     led.heartbeat("s3", t3 + 30.0 + 100.0)  # late, out-of-order heartbeat: ignored
-    led.close_unseen("s3", "agent_destroyed")
+    led.close("s3", t3 + 30.0 + 5400.5, "agent_destroyed", end_source="heartbeat")  # its last heartbeat
     led.note("s3", "box died overnight; closed from the agent heartbeat")
 
     t4 = utc(2026, 11, 10, 12, 0)

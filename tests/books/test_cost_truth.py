@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.billing import ChargeLine, NoEndTime, billed_cost, billed_seconds, compare_billing, unseen_end
+from ledger.billing import ChargeLine, billed_cost, billed_seconds, compare_billing
 from tests.books.conftest import _rented, utc
 
 
@@ -22,23 +22,6 @@ def test_billed_seconds_rounding():
     assert billed_cost(3.0, 0.0, 90.0, increment_s=60) == (120.0, 0.1)
     with pytest.raises(ValueError):
         billed_seconds(0.0, 1.0, increment_s=0)
-
-
-def test_unseen_end_never_now():
-    assert unseen_end(2000.0, 1500.0) == (2000.0, "provider")
-    assert unseen_end(None, 1500.0) == (1500.0, "heartbeat")
-    with pytest.raises(NoEndTime):
-        unseen_end(None, None)
-
-
-def test_close_unseen_without_any_end_keeps_the_row_open(ledger):
-    t = utc(2026, 11, 7, 9, 0)
-    _rented(ledger, "u1", t, price=1.0)
-    with pytest.raises(NoEndTime):
-        ledger.close_unseen("u1", "gone")
-    assert ledger.get("u1").status == "running" and ledger.get("u1").cost_usd is None
-    row = ledger.close_unseen("u1", "gone", provider_ended_at=t + 60.0 + 1800.0)
-    assert (row.status, row.end_source, row.billed_seconds, row.cost_usd) == ("closed", "provider", 1800.0, 0.5)
 
 
 def test_close_with_provider_increment_is_stored(ledger):
