@@ -377,21 +377,7 @@ def test_a_local_job_that_walks_its_parents_proc_is_told_of_once(cli_env, gpuops
     fake_smi.util(70)
     found = tmp_path / "found"
     walker = tmp_path / "walk.py"  # up the parent links only: never another process's books
-    walker.write_text(
-        "import os\n"
-        "pid = os.getppid()\n"
-        "while pid > 1:\n"
-        "    try:\n"
-        "        env = open(f'/proc/{pid}/environ', 'rb').read().split(b'\\0')\n"
-        "        status = open(f'/proc/{pid}/status').read()\n"
-        "    except OSError:\n"
-        "        break\n"
-        "    hit = [e[len(b'GPUOPS_DATA_DIR='):] for e in env if e.startswith(b'GPUOPS_DATA_DIR=')]\n"
-        "    if hit:\n"
-        "        print(hit[0].decode())\n"
-        "        break\n"
-        "    pid = int(status.split('PPid:')[1].split()[0])\n"
-    )
+    walker.write_text(WALKER)
     job = _job(
         tmp_path,
         'echo \'{"tokens": 3}\' >> "$GPUOPS_METRICS"\n'

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from bootstrap.jobwrap import descendants
 from gpuops.config import load_settings
 from gpuops.providers.base import OfferQuery
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
@@ -343,22 +344,11 @@ def _host_goes(sshd, root: Path) -> None:
     """The box goes as a reclaimed host does: every SSH connection cut and new ones refused (the sshd
     and its sessions killed), its processes with it."""
     if sshd.proc is not None:
-        kids: dict[int, list[int]] = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    stat = open(f"/proc/{name}/stat").read()
-                except OSError:
-                    continue
-                kids.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(name))
-        todo = [sshd.proc.pid]
-        while todo:
-            for pid in kids.get(todo.pop(), []):
-                todo.append(pid)
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        for pid in descendants(sshd.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     sshd.stop()
     for pid in box_processes(root):
         try:

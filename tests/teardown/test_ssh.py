@@ -14,6 +14,7 @@ import time
 import paramiko
 import pytest
 
+from bootstrap.jobwrap import descendants
 from gpuops.box.ssh import ensure_ssh_key
 from gpuops.config import load_settings
 from gpuops.rental.reconcile import Context
@@ -183,24 +184,6 @@ def test_interactive_ssh_session_opened_after_agent_start_is_seen(world, tmp_pat
         box.close()
 
 
-def _children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (from /proc)."""
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = open(f"/proc/{name}/stat").read()
-            except OSError:
-                continue
-            kids.setdefault(int(stat[stat.rfind(")") + 2 :].split()[1]), []).append(int(name))
-    out, todo = [], [pid]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 class HostGoes:
     """Once the emulator has destroyed the instance, its box goes as a reclaimed host does: every
     SSH connection cut and new ones refused (the sshd and its sessions killed), its processes with it."""
@@ -227,7 +210,7 @@ class HostGoes:
             if gone:
                 self.at = time.time()
                 if self.sshd.proc is not None:
-                    for pid in _children(self.sshd.proc.pid):
+                    for pid in descendants(self.sshd.proc.pid):
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except ProcessLookupError:
