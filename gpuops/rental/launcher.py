@@ -702,17 +702,18 @@ def _taken_back(s: UpRun, provider: Provider, ledger: Ledger, stage: str | None 
     """True when the provider's own state says the rental's interruptible box was taken back.
 
     Stopped or exited while spot (outbid, host gone; never guessed from a silent box); writes
-    the event ``taken_back``. A provider that cannot be read, an instance that answers with another
-    label, or an on-demand box: False."""
+    the event ``taken_back``. A provider that cannot be read, an instance that does not answer with
+    the rental's label (``reconcile.ours``), or an on-demand box: False."""
     if s.instance is None or not s.instance.id or s.offer is None or not s.offer.spot:
         return False
     try:
         inst = provider.get(s.instance.id)
     except ProviderError:
         return False
-    if inst is None or (inst.label and inst.label != s.label):
-        return False
-    if inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED):
+    from gpuops.rental.reconcile import ours
+
+    inst = ours(s, inst)  # another label, or none: not certainly ours, so not ours taken back
+    if inst is None or inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED):
         return False
     try:
         ledger.event(
@@ -1143,6 +1144,8 @@ def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
             inst = provider.get(s.instance.id)
         except ProviderError:
             return True
+        # Doubt (an answer with no label) keeps the reconnects going: a live job is never ended on
+        # it; an answer with another label is another's box, so ours is gone.
         if inst is None or inst.status == InstanceStatus.GONE or (inst.label and inst.label != s.label):
             return False
         return inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED)
