@@ -30,12 +30,16 @@ Destroy, by ``destroy.kind`` in the config:
 
 The account key never comes to the box.
 
-Clocks. Every time the rules compare (TTL, grace, idle window, the no-job wait) is on the ledger's
-timeline: one anchor taken when the supervisor starts, plus the box's monotonic clock since, handed
-to each worker (``--anchor``). The anchor is the box's wall clock when it reads within
-``ARM_LATENCY_MAX_S`` after the laptop's ``armed_at`` (clocks agree; the arm's latency then shifts
-nothing), else ``armed_at`` itself. A box wall clock hours off can neither fire nor suppress a rule;
-times written to the status (and the local ``destroyed.json``) are on that timeline too.
+Clocks. The box's wall clock is never read for a rule. Every time the rules compare (TTL, session
+cap, grace, idle window, the no-job wait) is on one timeline: the laptop's ``armed_at`` at the
+moment the supervisor starts, plus the box's monotonic clock since, handed to each worker
+(``--anchor``); the box's wall clock only when the config has no ``armed_at`` (a config written by
+hand). The money limits come as what is LEFT (``ttl_seconds_left``, ``session_usd_left``: computed by
+the laptop at ``armed_at`` from the instance's create time as the provider reported it, less what
+was billed by then) and run out that many seconds of the monotonic clock after the arm (late by
+the arm's own latency, the config's copy and the detached start: a round trip or two). A box wall
+clock hours off can neither fire nor suppress a rule; times written to the status (and the local
+``destroyed.json``) are on that timeline too.
 
 Faults it survives. Status writes are best-effort: ENOSPC/EFBIG (full disk, RLIMIT_FSIZE) are
 counted (``write_failures``) and never stop a destroy. The worker pulses a pipe to the supervisor
@@ -715,6 +719,18 @@ class Agent:
             anchor = (time.time(), time.monotonic())
         self.anchor_wall, self.anchor_mono = float(anchor[0]), float(anchor[1])
         self.started = self.anchor_wall
+        # The money limits as armed (see the module doc, Clocks): the create placed on this timeline
+        # is the arm moment less the seconds the laptop counted billed by then.
+        armed = _num_or_none(cfg.get("armed_at"))
+        self.armed_at = self.started if armed is None else armed
+        ttl_s = float(self.settings.get("max_hours", policy.MAX_HOURS)) * 3600.0
+        left = _num_or_none(cfg.get("ttl_seconds_left"))
+        self.billed_at_arm_s = 0.0 if left is None else ttl_s - max(0.0, left)
+        self.billing_started = self.armed_at - self.billed_at_arm_s
+        self.rule_settings = dict(self.settings)
+        usd_left, price = _num_or_none(cfg.get("session_usd_left")), _num_or_none(cfg.get("usd_per_hour"))
+        if usd_left is not None and price:  # policy counts spend from the create: add back what was billed by the arm
+            self.rule_settings["max_session_usd"] = max(0.0, usd_left) + self.billed_at_arm_s / 3600.0 * price
         self.pulse_fd = pulse_fd
         self.pulse_every = pulse_interval(worker_stale_seconds(cfg))
         self._pulsed = None  # monotonic time of the last pulse
@@ -911,7 +927,7 @@ class Agent:
             "heartbeat": round(now, 3),
             "sample_seconds": self.sample_s,
             "teardown": self.settings,
-            "started_at": self.cfg.get("started_at"),
+            "started_at": round(self.billing_started, 3),
             "usd_per_hour": self.cfg.get("usd_per_hour"),
             "samples": self.samples,
             "decision": d,
@@ -1010,13 +1026,13 @@ class Agent:
         elif self.no_job_since is None:
             self.no_job_since = now
         state = policy.BoxState(
-            started_at=float(self.cfg.get("started_at") or self.started),
+            started_at=self.billing_started,
             job_ended_at=job["ended_at"],
             job_exit_code=job["exit_code"],
             usd_per_hour=self.cfg.get("usd_per_hour"),
             no_job_since=self.no_job_since,
         )
-        d = policy.decide(self.samples, now, state, self.settings)
+        d = policy.decide(self.samples, now, state, self.rule_settings)
         if (
             d.action == policy.DESTROY
             and d.reason not in (policy.REASON_TTL, policy.REASON_SESSION_CAP)
@@ -1026,7 +1042,7 @@ class Agent:
                 self._deferred_since = now
             state.presence_until = presence_until
             state.presence_deadline = self._deferred_since + self.presence_max_s
-            d = policy.decide(self.samples, now, state, self.settings)
+            d = policy.decide(self.samples, now, state, self.rule_settings)
         elif d.action != policy.DESTROY:
             self._deferred_since = None
         return d
@@ -1087,21 +1103,12 @@ class Agent:
 
 
 # -- the supervisor --------------------------------------------------------------------------------
-# How far after the laptop's ``armed_at`` the box's wall clock may read at the agent's start and
-# still be believed: the config's copy and the detached start take a few round trips. Outside this
-# window (a box clock behind the laptop, or hours ahead) ``armed_at`` itself anchors the clock.
-ARM_LATENCY_MAX_S = 60.0
+def ledger_anchor(armed_at, box_mono):
+    """``(wall, mono)``: the timeline second that the box's monotonic reading ``box_mono`` stands for.
 
-
-def ledger_anchor(armed_at, box_wall, box_mono):
-    """``(wall, mono)``: the ledger-timeline second that the box's monotonic reading ``box_mono`` stands for.
-
-    The box's wall clock when it agrees with the laptop's ``armed_at`` (within ``ARM_LATENCY_MAX_S``
-    after it), else ``armed_at``; the box's wall clock alone only when the laptop sent no
-    ``armed_at``."""
-    if armed_at is None or 0.0 <= box_wall - armed_at <= ARM_LATENCY_MAX_S:
-        return (box_wall, box_mono)
-    return (armed_at, box_mono)
+    The laptop's ``armed_at`` (epoch s); the box's wall clock only when the laptop sent none (a
+    config written by hand). Never a comparison of the two: the box's clock is not trusted."""
+    return (time.time() if armed_at is None else armed_at, box_mono)
 
 
 def worker_stale_seconds(cfg):
@@ -1129,7 +1136,7 @@ def supervise(config_path, max_backoff=30.0):
 
     with open(config_path) as f:
         cfg = json.load(f)
-    anchor = ledger_anchor(_num_or_none(cfg.get("armed_at")), time.time(), time.monotonic())
+    anchor = ledger_anchor(_num_or_none(cfg.get("armed_at")), time.monotonic())
     root = os.path.abspath(cfg.get("root") or os.path.dirname(os.path.dirname(os.path.abspath(config_path))))
     state_dir = os.path.join(root, cfg.get("state_dir", ".gpuops"))
     try:

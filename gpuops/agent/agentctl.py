@@ -81,13 +81,14 @@ def agent_config(
 ) -> dict:
     """The agent.json document for one session.
 
-    ``started_at``: the instance's create time (epoch s, the ledger's; TTL and spend count from it);
+    ``started_at``: the instance's create time as the provider reported it (epoch s; TTL and spend
+    count from it: ``limits_left`` turns it into what is left when ``arm`` ships the config);
     ``usd_per_hour``: the price really charged (session cap); ``max_hours``: the session's own TTL
     in hours (default ``teardown.max_hours``, which `up --max-hours` sets); ``no_job_seconds``: how
     long an armed box waits for a job, a bootstrap or the laptop's presence before it destroys
     itself (default ``bootstrap.policy.NO_JOB_SECONDS``); ``armed_at``: this machine's epoch
-    second now (default ``time.time()``): the agent counts every duration from it with the box's
-    monotonic clock, so a box clock that is off changes nothing. ``destroy.url`` is the endpoint the
+    second now (default ``time.time()``; ``arm`` sets it again): the agent counts every duration
+    from it with the box's monotonic clock, never reading the box's wall clock. ``destroy.url`` is the endpoint the
     laptop uses (``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` / ``VAST_URL``, else the
     public API). ``GPUOPS_AGENT_SSH_USERS`` (comma list) limits which users' SSH sessions
     count (default: any); ``GPUOPS_AGENT_ENVIRON_FILE`` replaces ``/proc/1/environ`` as the place
@@ -135,18 +136,41 @@ def agent_config(
     return cfg
 
 
+def limits_left(config: dict, now: float) -> dict:
+    """The money limits the agent is armed with: what is left of them at ``now`` (epoch s, this machine's).
+
+    ``ttl_seconds_left``: the TTL (``config["max_hours"]``, h) less the seconds billed since the
+    instance's create (``config["started_at"]``, the provider's; None: counted from ``now``), at
+    least 0. ``session_usd_left``: ``teardown.max_session_usd`` less those seconds at
+    ``usd_per_hour``, at least 0 (None: no cap, or no price). The agent counts them down on the
+    box's monotonic clock from the moment it is armed (bootstrap/agent.py, Clocks)."""
+    created = config.get("started_at")
+    billed_s = max(0.0, now - float(created)) if created is not None else 0.0
+    cap = (config.get("teardown") or {}).get("max_session_usd")
+    price = config.get("usd_per_hour")
+    return {
+        "ttl_seconds_left": max(0.0, float(config["max_hours"]) * 3600.0 - billed_s),
+        "session_usd_left": None if cap is None or not price else max(0.0, float(cap) - billed_s / 3600.0 * price),
+    }
+
+
+def armed_config(config: dict, now: float) -> dict:
+    """``config`` as ``arm`` ships it at ``now`` (this machine's epoch s): ``armed_at`` and ``limits_left``."""
+    return dict(config, armed_at=now, **limits_left(config, now))
+
+
 def arm(box, config: dict, python: str = "python3") -> None:
     """Ship ``bootstrap/`` and the agent config to ``box`` and start the agent detached.
 
-    Sets ``armed_at`` (this machine's clock, just before the config is copied) in the copy it ships.
-    Idempotent: a second arm rewrites the config and the start is a no-op while the supervisor
-    runs (it holds a lock). ``box``: a ``gpuops.box.base.Box``. Raises what the box raises.
+    Ships ``armed_config`` at this machine's now, just before the config is copied. Idempotent: a
+    second arm rewrites the config (its limits left counted from its own ``armed_at``) and the
+    start is a no-op while the supervisor runs (it holds a lock). ``box``: a ``gpuops.box.base.Box``. Raises what the box raises.
     """
     import tempfile
 
     box.put(RUNNER_SOURCE, RUNNER_DIR)
-    # armed_at as late as possible: the agent anchors its clock on it when the box's clock disagrees.
-    config = dict(config, armed_at=time.time())
+    # As late as possible: the agent counts what is left from its start (the copy and the start's latency unseen).
+    config = armed_config(config, time.time())
     with tempfile.TemporaryDirectory() as d:
         p = Path(d) / "agent.json"
         p.write_text(json.dumps(config, indent=1))

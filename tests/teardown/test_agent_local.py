@@ -82,8 +82,12 @@ def test_agent_destroys_after_job_end_plus_grace_with_laptop_stopped(rig, fake_s
         st = r.status()
         assert st["destroy"]["reason"] == "job_end"
         assert st["job"]["exit_code"] == 0
+        # The grace on the agent's own timeline (the laptop's arm time + the box's monotonic clock,
+        # behind the box's wall clock by the arm's latency), bounded above by the wrapper's own time.
+        grace = st["destroy"]["requested_at"] - st["job"]["ended_at"]
+        assert 1.5 - 0.01 <= grace < 1.5 + LOADED_SLACK_S, grace  # 0.01: ms rounding
         delay = r.destroyed_at() - job_end
-        assert 1.5 <= delay < 1.5 + LOADED_SLACK_S, delay  # the grace, then the marker poll and the kill
+        assert delay < 1.5 + LOADED_SLACK_S, delay  # the grace, then the marker poll and the kill
         assert json.loads((Path(r.box.root) / "destroyed.json").read_text())["by"] == "agent"
     finally:
         os.kill(p.pid, signal.SIGKILL)
@@ -184,22 +188,37 @@ def test_ttl_with_a_job_that_never_ends(rig, fake_smi):
     assert all(g["util"] == 99 for s in st["samples"] for g in s["gpus"])
 
 
-def test_ttl_counts_from_the_create_when_the_agent_is_armed_late(rig, fake_smi):
+@pytest.mark.parametrize("limit", ["ttl", "session_cap"])
+def test_ttl_counts_from_the_create_when_the_agent_is_armed_late(rig, fake_smi, limit):
     """On a real provider the box boots between create and arm, and that time is billed: the agent
-    armed 6 s after the create with a 10 s TTL ends the box 10 s after the create (the provider's
-    record), not 10 s after it started (16 s)."""
+    armed 6 s after the create with a 10 s TTL (or a max_session_usd of 10 s at $2/h) ends the box
+    10 s after the create (the provider's record), not 10 s after it started (16 s). It is armed
+    with what is LEFT (about 4 s, $0.0022), counted on the box's monotonic clock."""
     fake_smi.util(99)
-    gap_s, ttl_s = 6.0, 10.0
-    r = rig({"sample_seconds": 0.3, "max_hours": ttl_s / 3600, "idle_minutes": "off"})
+    gap_s, limit_s, price = 6.0, 10.0, 2.0  # the rig's local offer: $2/h
+    td = {"sample_seconds": 0.3, "idle_minutes": "off"}
+    td.update(
+        {"max_hours": limit_s / 3600}
+        if limit == "ttl"
+        else {"max_hours": 1.0, "max_session_usd": limit_s / 3600 * price}
+    )
+    r = rig(td)
     r.intent()
     r.create()
     wait_for(lambda: time.time() >= r.inst.created_at + gap_s, gap_s + STAGE_TIMEOUT_S)  # booting: billed, no agent
     r.arm()
+    shipped = json.loads(Path(r.box.root, ".gpuops", "agent.json").read_text())
+    waited = shipped["armed_at"] - r.inst.created_at  # >= the 6 s gap
+    if limit == "ttl":
+        assert shipped["ttl_seconds_left"] == pytest.approx(limit_s - waited, abs=1e-6)
+    else:
+        assert shipped["session_usd_left"] == pytest.approx((limit_s - waited) / 3600 * price, abs=1e-9)
+        assert shipped["ttl_seconds_left"] == pytest.approx(3600 - waited, abs=1e-6)
     r.job("while true; do sleep 1; done")
     wait_for(r.gone, STAGE_TIMEOUT_S)
-    assert r.status()["destroy"]["reason"] == "ttl"
+    assert r.status()["destroy"]["reason"] == limit
     billed = r.destroyed_at() - r.inst.created_at
-    assert ttl_s - 0.01 <= billed < ttl_s + LOADED_SLACK_S, billed  # 0.01: ms rounding; + 5 s < the 16 s from arm
+    assert limit_s - 0.01 <= billed < limit_s + LOADED_SLACK_S, billed  # 0.01: ms rounding; + 5 s < the 16 s from arm
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from gpuops.rental.watchdog import run
 from ledger.models import Session
 from ledger.store import Ledger
 from tests.support.emulators import FAST_RETRY
-from tests.teardown.conftest import wait_for
+from tests.teardown.conftest import LOADED_SLACK_S, wait_for
 from tests.teardown.scoped import ScopedRunPodEmulator, ScopedVastEmulator, runpod_pod_key, vast_instance_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -422,9 +422,9 @@ def test_a_row_whose_end_was_requested_has_its_pod_terminated_by_the_next_pass(g
 
 # -- the books against the provider's own bill: a box whose end nobody saw --------------------------
 def _billed(emu, iid: str, kind: str | None = None) -> tuple[float, float]:
-    """(seconds, USD) the emulator billed instance ``iid`` (of segment ``kind`` only, when given)."""
-    segs = [s for s in emu.market.instances[iid].segments if kind is None or s[3] == kind]
-    return sum(t1 - t0 for t0, t1, _, _ in segs), sum((t1 - t0) * rate / 3600 for t0, t1, rate, _ in segs)
+    """(seconds, USD) the emulator billed instance ``iid`` (of segment ``kind`` only, when given), in its increment."""
+    i = emu.market.instances[iid]
+    return i.billed_s(kind), i.billed_cost(kind)
 
 
 def _within(booked: float, billed: float, rel: float = 0.05, abs_: float = 1.0) -> bool:
@@ -473,6 +473,9 @@ def test_watchdog_closing_a_pod_already_gone_books_its_last_proof_of_life_not_it
     assert "log_kept" in [e.kind for e in led.events("g1")]
     row = led.get("g1")
     assert row.end_source == "ledger_event"
+    print(
+        f"pod gone, watchdog closes: billed {secs:.2f} s ${usd:.6f}; booked {row.billed_seconds:.2f} s ${row.cost_usd:.6f}"
+    )
     assert _within(row.billed_seconds, secs), (row.billed_seconds, secs)
     assert row.cost_usd == pytest.approx(usd, abs=0.05 * usd), (row.cost_usd, usd)  # within 5 %
 
@@ -497,6 +500,77 @@ def test_a_vast_spot_box_outbid_while_up_watched_books_its_gpu_time(gpuops_home,
     row = led.get("o1")
     assert (row.end_reason, row.end_source) == ("preempted", "ledger_event")
     gpu_s, _ = _billed(emu, inst.id, "gpu")
+    disk_s, _ = _billed(emu, inst.id, "storage")
     _, usd = _billed(emu, inst.id)  # GPU and the stopped box's disk
+    print(
+        f"vast outbid: billed {gpu_s:.2f} s GPU + {disk_s:.2f} s disk ${usd:.6f}; "
+        f"booked {row.billed_seconds:.2f} s ${row.cost_usd:.6f}"
+    )
     assert _within(row.billed_seconds, gpu_s), (row.billed_seconds, gpu_s)
     assert row.cost_usd == pytest.approx(usd, abs=0.05 * usd), (row.cost_usd, usd)  # within 5 %
+
+
+SKEW = "import time as _t\n_real = _t.time\n_t.time = lambda: _real() + {skew!r}\n"
+
+
+@pytest.mark.parametrize("skew_s", [30.0, 5 * 3600.0, -5 * 3600.0], ids=["30s-ahead", "5h-ahead", "5h-behind"])
+def test_agent_armed_late_on_a_box_whose_clock_is_off_ends_the_pod_at_create_plus_ttl(
+    gpuops_home, tmp_path, monkeypatch, rp, skew_s
+):
+    """The agent is armed with the seconds LEFT (the laptop's count from the pod's create, the
+    provider's), counted on the box's monotonic clock: armed 3 s after the create, on a box whose
+    wall clock is 30 s or 5 h off, it ends the pod 8 s after its create by the emulator's own
+    instance times. (30 s ahead was believed before: the agent anchored its clock on a box clock
+    within 60 s after the laptop's arm time, and ended the pod at once.)"""
+    from gpuops.agent.agentctl import agent_config, armed_config
+
+    emu, p = rp
+    inst = create(p, "gpuops-skew")
+    gap_s, ttl_s, sample_s = 3.0, 8.0, 0.3
+    wait_for(lambda: time.time() >= inst.created_at + gap_s, gap_s + 60)  # booting: billed, no agent yet
+    root = tmp_path / "box"
+    (root / ".gpuops" / "run").mkdir(parents=True)
+    env_file = tmp_path / "environ"
+    env = {"RUNPOD_POD_ID": inst.id, "RUNPOD_API_KEY": runpod_pod_key(inst.id), "PATH": "/usr/bin"}
+    env_file.write_bytes(b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
+    teardown = load_settings(
+        overrides={"teardown": {"sample_seconds": sample_s, "idle_minutes": "off", "max_hours": ttl_s / 3600}}
+    ).teardown
+    cfg = agent_config(
+        session_id="s1",
+        provider="runpod",
+        instance_id=inst.id,
+        root=str(root),
+        teardown=teardown,
+        started_at=inst.created_at,
+        usd_per_hour=inst.usd_per_hour,
+        extra={
+            "destroy": {"kind": "runpod", "url": emu.url},
+            "environ_file": str(env_file),
+            "nvidia_smi": ["false"],  # unknown readings: never idle
+            "ssh_users": ["nobody-here"],
+        },
+    )
+    (root / ".gpuops" / "agent.json").write_text(json.dumps(armed_config(cfg, time.time())))  # what arm ships
+    skew = tmp_path / "skew"
+    skew.mkdir()
+    (skew / "sitecustomize.py").write_text(SKEW.format(skew=skew_s))
+    clean = {k: v for k, v in os.environ.items() if not any(s in k for s in ("API_KEY", "RUNPOD", "VAST", "CONTAINER"))}
+    a = subprocess.Popen(
+        [sys.executable, str(REPO / "bootstrap" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
+        env=dict(clean, PYTHONPATH=str(skew)),
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp_path / "agent.log", "w"),
+        start_new_session=True,
+    )
+    try:
+        assert a.wait(timeout=60) == 0
+    finally:
+        stop(a)
+    st = status_of(tmp_path)
+    assert st["destroy"]["reason"] == "ttl", st["destroy"]
+    assert abs(st["heartbeat"] - time.time()) < 60  # the laptop's timeline, not the box's clock
+    pod = emu.market.instances[inst.id]
+    lived = pod.ended_t - pod.created_t  # the emulator's own record
+    print(f"skew {skew_s:+.0f} s: pod lived {lived:.3f} s (TTL {ttl_s} s, armed {gap_s} s after create)")
+    assert ttl_s - 0.01 <= lived < ttl_s + sample_s + LOADED_SLACK_S, lived  # 0.01: ms rounding
