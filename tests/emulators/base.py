@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -17,6 +18,16 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 HOURS = 3600.0
+_EPS = 1e-9  # float slack before a started increment counts: 5.000000000001 s is 5 s
+
+
+def billed_span(t0: float, t1: float, increment_s: float) -> float:
+    """Seconds a provider bills for a spell in one billing state from ``t0`` to ``t1`` (epoch s):
+    every increment begun counts whole (the emulator's own rule, from the providers' documents; see
+    each emulator's ``BILLING_INCREMENT_S``)."""
+    return math.ceil((t1 - t0) / increment_s - _EPS) * increment_s if t1 > t0 else 0.0
+
+
 _CURRENT = threading.local()  # the op of the request this server thread handles
 
 
@@ -77,7 +88,8 @@ class Faults:
 @dataclass
 class EmuInstance:
     """One rented box. Money: ``usd_per_hour`` while provisioning/running, ``storage_usd_per_hour``
-    while stopped, nothing once destroyed; ``billed_usd`` is brought up to date by ``Market.tick``."""
+    while stopped, nothing once destroyed; ``billed_usd``: each spell in one billing state
+    (``segments``, brought up to date by ``Market.tick``) billed in whole ``increment_s``."""
 
     id: str
     label: str
@@ -93,7 +105,7 @@ class EmuInstance:
     no_ssh_port: bool = False
     delete_at: float | None = None
     boot_s: float = 0.3
-    billed_usd: float = 0.0
+    increment_s: float = 1.0  # the market's billing increment (Market.increment_s), set at create
     last_bill_t: float = 0.0
     ended_t: float | None = None
     ssh: tuple[str, int] = ("203.0.113.10", 40022)
@@ -105,6 +117,23 @@ class EmuInstance:
     account: str = "acct-1"  # the account whose key rented it; other keys cannot see or touch it
     delivered: dict = field(default_factory=dict)  # Faults.deliver at create: what it reports instead of the offer
 
+    def billed_s(self, kind: str | None = None) -> float:
+        """Seconds the provider billed it so far (of ``kind`` "gpu" or "storage" only, when given)."""
+        return sum(billed_span(t0, t1, self.increment_s) for t0, t1, _, k in self.segments if kind in (None, k))
+
+    def billed_cost(self, kind: str | None = None) -> float:
+        """USD the provider charged for it so far: every segment's billed seconds x its rate (``kind`` only, when given)."""
+        return sum(
+            rate * billed_span(t0, t1, self.increment_s) / HOURS
+            for t0, t1, rate, k in self.segments
+            if kind in (None, k)
+        )
+
+    @property
+    def billed_usd(self) -> float:
+        """What the provider charged for it so far, USD (``billed_cost``)."""
+        return self.billed_cost()
+
 
 class Market:
     """State common to both emulators; every public method holds ``self.lock``.
@@ -115,8 +144,9 @@ class Market:
     own balance. Methods taking ``account=None`` mean every account (tests) or, for money, acct-1.
     """
 
-    def __init__(self, api_key: str, balance_usd: float = 100.0):
+    def __init__(self, api_key: str, balance_usd: float, increment_s: float):
         self.api_key = api_key
+        self.increment_s = increment_s  # the provider's billing increment, s (its emulator's BILLING_INCREMENT_S)
         self.initial_balance = balance_usd
         self.accounts: dict[str, str] = {api_key: "acct-1"}  # key -> account id
         self.initial_balances: dict[str, float] = {"acct-1": balance_usd}
@@ -181,7 +211,6 @@ class Market:
                 continue
             if t > inst.last_bill_t:
                 rate = self._rate(inst)
-                inst.billed_usd += rate * (t - inst.last_bill_t) / HOURS
                 if rate:
                     kind = "storage" if inst.state == "stopped" else "gpu"
                     seg = inst.segments[-1] if inst.segments else None
@@ -216,7 +245,8 @@ class Market:
     ) -> list[tuple[EmuInstance, float, float, float, str]]:
         """The billing clock cut to [lo, hi) epoch s: (instance, start, end, usd, kind) per segment
         part inside the window, oldest first (of ``account`` only when given). Money is rate x
-        seconds (per-second billing, no rounding: both providers bill by the second, see ledger/billing.py)."""
+        seconds; a segment bills to the end of its last increment begun (``billed_span``), so the
+        parts add up to ``billed_usd``."""
         with self.lock:
             out = []
             for inst in self.instances.values():
@@ -224,7 +254,7 @@ class Market:
                 if account is not None and inst.account != account:
                     continue
                 for t0, t1, rate, kind in inst.segments:
-                    a, b = max(t0, lo), min(t1, hi)
+                    a, b = max(t0, lo), min(t0 + billed_span(t0, t1, inst.increment_s), hi)
                     if b > a:
                         out.append((inst, a, b, rate * (b - a) / HOURS, kind))
             return sorted(out, key=lambda c: (c[1], c[0].id))
@@ -265,6 +295,7 @@ class Market:
                 delete_at=now + f.delete_after_s if f.delete_after_s is not None else None,
                 boot_s=f.boot_s,
                 last_bill_t=now,
+                increment_s=self.increment_s,
                 ssh=ssh,
                 request=request or {},
                 account=account,

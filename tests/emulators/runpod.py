@@ -87,9 +87,13 @@ class RunPodEmulator(Emulator):
 
     OPS = ("gpus", "create", "pods", "pod", "terminate", "action", "networkvolumes", "billing", "myself")
     NETWORK_VOLUME_USD_PER_GB_MONTH = 0.07  # docs.runpod.io/get-started/billing-information (under 1 TB)
+    # "All compute and storage charges are billed per second" (https://docs.runpod.io/accounts-billing/billing);
+    # a second begun is billed whole, as its Serverless page states ("rounded up to the nearest
+    # second", https://docs.runpod.io/serverless/pricing); no minimum charge is documented.
+    BILLING_INCREMENT_S = 1.0
 
     def __init__(self, api_key: str = "rp_TESTKEY", balance_usd: float = 100.0):
-        super().__init__(Market(api_key, balance_usd))
+        super().__init__(Market(api_key, balance_usd, self.BILLING_INCREMENT_S))
         self.contract = Contract("runpod")
         self.volumes: dict[str, dict] = {}
         self.network_volumes: dict[str, dict] = {}

@@ -114,8 +114,13 @@ class VastEmulator(Emulator):
 
     OPS = ("search", "create", "list", "show", "update", "bid", "destroy", "user", "ssh", "charges", "invoices")
 
+    # "charged the base active rental cost for every second your instance is in the active/connected
+    # state ... the storage cost ... for every second your instance exists" (https://docs.vast.ai/billing-help):
+    # a second begun is billed whole; no minimum charge is documented.
+    BILLING_INCREMENT_S = 1.0
+
     def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
-        super().__init__(Market(api_key, balance_usd))
+        super().__init__(Market(api_key, balance_usd, self.BILLING_INCREMENT_S))
         self.contract = Contract("vast")
         # Undocumented answers, both ways (each a switch the tests flip):
         self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing

@@ -326,8 +326,17 @@ def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
     rows = Ledger(settings.ledger_url()).run_rentals(summ["run"]["id"])
     assert len(rows) == 2, summ
     insts = [emu.market.instances[r.instance_id] for r in rows]
-    gpu_s = [sum(t1 - t0 for t0, t1, _, kind in i.segments if kind == "gpu") for i in insts]
+    gpu_s = [i.billed_s("gpu") for i in insts]  # the emulator's bill, in its documented increment
     usd = [i.billed_usd for i in insts]
+    for r, i in zip(rows, insts):
+        print(
+            f"rental {r.attempt}: billed {i.billed_s('gpu'):.2f} s GPU + {i.billed_s('storage'):.2f} s disk "
+            f"${i.billed_usd:.6f}; booked {r.billed_seconds:.2f} s ${r.cost_usd:.6f}"
+        )
+    # each rental booked as billed: within 5 % of the provider's seconds and USD, a 5 s rental too
+    for r, i in zip(rows, insts):
+        assert r.billed_seconds == pytest.approx(i.billed_s("gpu"), rel=0.05), (r.billed_seconds, i.segments)
+        assert r.cost_usd == pytest.approx(i.billed_usd, rel=0.05), (r.cost_usd, i.billed_usd, i.segments)
     # the second rental got what the provider's bill of the first left: within 1 s, 1 s of money
     assert rows[1].max_hours * 3600 == pytest.approx(limit_s - gpu_s[0], abs=1.0), (rows[1].max_hours * 3600, gpu_s)
     assert rows[1].max_session_usd == pytest.approx(max_usd - usd[0], abs=charged / 3600 + 0.05 * usd[0]), (

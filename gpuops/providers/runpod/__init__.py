@@ -58,8 +58,10 @@ ENTRY = ProviderEntry(
     volumes=volume_service,
     volume_region="datacenter (e.g. EU-RO-1, required)",
     billing=True,
-    # "All Pods are billed by the second for compute and storage" (docs.runpod.io/pods/pricing);
-    # network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
+    # Whole seconds, a second begun billed whole, no minimum charge documented: "All compute and
+    # storage charges are billed per second" (https://docs.runpod.io/accounts-billing/billing);
+    # "rounded up to the nearest second" is stated for Serverless (https://docs.runpod.io/serverless/pricing),
+    # nothing finer for Pods. Network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
     billing_increment_s=1.0,
     sdk="runpod",
     catalog_field="runpod_id",

@@ -66,9 +66,10 @@ ENTRY = ProviderEntry(
     volumes=volume_service,
     volume_region="country code or machine:<id>",
     billing=True,
-    # "You are charged the base active rental cost for every second your instance is in the
-    # active/connected state ... the storage cost ... for every second your instance exists"
-    # (docs.vast.ai/billing-help); a stopped instance still bills storage.
+    # Whole seconds, a second begun billed whole, no minimum charge documented: "You are charged the
+    # base active rental cost for every second your instance is in the active/connected state ...
+    # the storage cost ... for every second your instance exists" (https://docs.vast.ai/billing-help);
+    # a stopped instance still bills storage.
     billing_increment_s=1.0,
     sdk="vastai",
     catalog_field="vast_name",
