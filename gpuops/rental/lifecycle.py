@@ -10,7 +10,8 @@
   (a gone box, an abandoned one, an orphan) and the watchdog (idle, ttl, money): request the end
   (the reason is on the row before any destroy), destroy idempotently with retries, take the end
   time by one rule (``end_time``), close the row.
-* The end time rule (``end_time``): the provider's own record of when billing stopped; else, when we
+* The end time rule (``end_time``): the provider's own record of when billing stopped (its billing
+  lines are not read: none carries a per-instance end that can be read cheaply, see ``end_time``); else, when we
   destroyed a box we had just seen alive, the moment our destroy was confirmed; else (the box was
   already gone, or the provider shows it stopped: nobody saw its end) the NEWEST proof of life
   (``last_proof_of_life``: every kind in ``PROOF_OF_LIFE`` compared, the caller's fresh read, the
@@ -194,7 +195,14 @@ def end_time(
     ``row``: the session row (create time, heartbeat); ``last_event_at``: the newest
     ``PROOF_OF_LIFE`` event (``_last_event_at``); ``now``: the clock after the destroy was
     confirmed; ``last_seen_at``: a proof of life the caller holds (e.g. a heartbeat it just read).
-    Returns (epoch s, source): provider | destroy | heartbeat | ledger_event | create."""
+    Returns (epoch s, source): provider | destroy | heartbeat | ledger_event | create.
+
+    Ranks: the provider's record (``Provider.destroyed_at``, the instance's ``ended_at``); then the
+    confirmed destroy; then the newest proof of life; then the create. The providers' billing
+    lines rank below the provider's record and are NOT read here: RunPod's pod records are hourly
+    buckets (start/end are the bucket's; no per-pod end, no per-pod filter), Vast's charges carry a
+    contract's integer start/end only in a listing of every contract over a day range, whether cut
+    to the window undocumented. ``ledger sync`` compares the books with them after the fact."""
     if provider is not None and instance_id:
         try:
             t = provider.destroyed_at(instance_id)
