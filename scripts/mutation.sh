@@ -41,6 +41,7 @@ TESTS=(
   tests/teardown/test_budget.py
   tests/team/test_ownership_rules.py
   tests/lifecycle/test_end_time_rule.py
+  tests/lifecycle/test_end_rental_calls.py
   tests/lifecycle/test_vocabulary.py
   tests/providers/test_offer_selection.py
 )

@@ -61,7 +61,7 @@ MUTATIONS = [
     Mutation(
         "end_rental skips the destroy but closes the row",
         "gpuops/rental/lifecycle.py",
-        [("                lambda: provider.destroy(iid),", "                lambda: None,")],
+        [("            provider.destroy(iid)\n            again[0] = False", "            again[0] = False")],
         ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
     ),
     Mutation(
@@ -254,7 +254,36 @@ MUTATIONS = [
     Mutation(
         "the agent's TTL counted from the agent's start, not the instance's create",
         "bootstrap/agent.py",
-        [('started_at=float(self.cfg.get("started_at") or self.started),', "started_at=float(self.started),")],
+        [
+            (
+                "self.billed_at_arm_s = 0.0 if left is None else ttl_s - max(0.0, left)",
+                "self.billed_at_arm_s = 0.0",
+            )
+        ],
+        ["tests/teardown/test_agent_local.py::test_ttl_counts_from_the_create_when_the_agent_is_armed_late"],
+    ),
+    Mutation(
+        "the agent's timeline anchored on the box's wall clock (not the laptop's arm time)",
+        "bootstrap/agent.py",
+        [
+            (
+                "    return (time.time() if armed_at is None else armed_at, box_mono)",
+                "    return (time.time(), box_mono)",
+            )
+        ],
+        [
+            "tests/teardown/test_emulated.py::test_agent_armed_late_on_a_box_whose_clock_is_off_ends_the_pod_at_create_plus_ttl"
+        ],
+    ),
+    Mutation(
+        "the agent armed with the whole TTL, not what is left of it at the arm",
+        "gpuops/agent/agentctl.py",
+        [
+            (
+                '"ttl_seconds_left": max(0.0, float(config["max_hours"]) * 3600.0 - billed_s),',
+                '"ttl_seconds_left": float(config["max_hours"]) * 3600.0,',
+            )
+        ],
         ["tests/teardown/test_agent_local.py::test_ttl_counts_from_the_create_when_the_agent_is_armed_late"],
     ),
     # -- ledger sync: a charge keyed by provider, account and instance id --
