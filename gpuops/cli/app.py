@@ -180,7 +180,7 @@ def up(
     on-demand (see --spot); --on-demand never rents spot."""
     from gpuops.providers import NAMES
     from gpuops.rental import launcher
-    from gpuops.views import emit, ui
+    from gpuops.render import emit, ui
 
     if exit_code not in ("gpuops", "job"):
         raise BadInput(
@@ -266,7 +266,7 @@ def up(
             "--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model",
             "add --model, e.g. --model llama-3-8b",
         )
-    from gpuops.views.console_reporter import ConsoleReporter
+    from gpuops.render.console_reporter import ConsoleReporter
 
     reporter = ConsoleReporter(json_mode=fmt != "table")
     try:
@@ -363,7 +363,7 @@ def offers(
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
     from gpuops.planning.sizing import parse_positive_int
-    from gpuops.views import emit, offers as offers_view, ui
+    from gpuops.render import emit, offers as offers_view, ui
 
     _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
     _dtypes_not_blank(dtype, kv_dtype)
@@ -459,10 +459,10 @@ def plan(
     Two other questions have their own commands: `gpuops plan storage --model M` (keep the weights on
     a volume or refetch them every run) and `gpuops plan spot --card C` (what a run on spot costs
     against one on-demand box: the break-even preemption rate)."""
-    from gpuops.views.sizing import plan_command
+    from gpuops.render.sizing import plan_command
 
     if card == "list":  # the catalog's cards, as `gpuops cards`
-        from gpuops.views.cards import show_cards
+        from gpuops.render.cards import show_cards
 
         show_cards(fmt)
         return
@@ -524,7 +524,7 @@ def plan_spot(
     fmt: str = "table",
 ) -> None:
     """What a spot run (up --spot --recover N) costs against one on-demand box: the break-even preemption rate from the two prices."""
-    from gpuops.views import emit, spot as spot_view
+    from gpuops.render import emit, spot as spot_view
 
     need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
     rep = spot_view.spot_plan(
@@ -574,7 +574,7 @@ def plan_storage(
 ) -> None:
     """Keep the weights on a volume or refetch them every run: sizes, prices, break-even, recommendation."""
     from gpuops.planning.storage import storage_plan
-    from gpuops.views.storage import render
+    from gpuops.render.storage import render
 
     render(
         storage_plan(
@@ -602,7 +602,7 @@ def ps(
 ) -> None:
     """List open sessions (boxes that may be billing): yours by default, with their owner."""
     from gpuops.rental import sessions
-    from gpuops.views import emit, ui
+    from gpuops.render import emit, ui
 
     settings = _settings(config, emergency=True)
     ledger = sessions.open_ledger(settings)
@@ -614,7 +614,7 @@ def ps(
         hidden = 0 if everyone else len(ledger.open_sessions()) - len(rows)
         if hidden:
             print(f"{hidden} open session(s) of other users not shown; `gpuops ps --all` lists them")
-        from gpuops.rental.watchdog_passes import last_passes
+        from gpuops.teardown.watchdog_passes import last_passes
 
         ui.render_watchdogs(last_passes(ledger))
 
@@ -633,7 +633,7 @@ def cards(
     fmt: str = "table",
 ) -> None:
     """The cards gpuops knows: names and aliases for --card, memory, bandwidth, reference price."""
-    from gpuops.views.cards import show_cards
+    from gpuops.render.cards import show_cards
 
     show_cards(fmt)
 
@@ -650,10 +650,10 @@ def down(
 ) -> None:
     """Destroy a session's box now and close its row (reason: manual)."""
     from gpuops.rental import sessions
-    from gpuops.views import emit
+    from gpuops.render import emit
 
     settings = _settings(config, emergency=True)
-    from gpuops.views.progress import waiting
+    from gpuops.render.progress import waiting
 
     with waiting(
         f"destroying {'every open session' if all_open else session}: waiting for the provider and the job to stop"
@@ -697,7 +697,7 @@ def logs(
     config: str | None = CONFIG_OPT,
 ) -> None:
     """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
-    from gpuops.views.logs import show_logs
+    from gpuops.render.logs import show_logs
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
@@ -741,16 +741,16 @@ def watchdog(
     if install + uninstall + service_status + once > 1:
         raise BadInput("--install, --uninstall, --status and --once go one at a time", "pass one of them")
     if env_file is not None:
-        from gpuops.rental.watchdog_service import read_env_file
+        from gpuops.teardown.watchdog_service import read_env_file
 
         os.environ.update(read_env_file(Path(env_file)))
     if install or uninstall or service_status:
-        from gpuops.views.service import command as service_command
+        from gpuops.render.service import command as service_command
 
         what = "install" if install else "uninstall" if uninstall else "status"
         # install: a full load (the service must start on these settings); the others only read the ledger
         return service_command(what, _settings(config, emergency=not install), interval, json_out)
-    from gpuops.rental import watchdog as wd
+    from gpuops.teardown import watchdog as wd
 
     settings = _settings(config)
     emit = _emit_json if json_out else print
@@ -761,8 +761,8 @@ def watchdog(
         if verbose:
             import time as _time
 
-            from gpuops.views.emit import utc_iso
-            from gpuops.views.session_history import plural
+            from gpuops.render.emit import utc_iso
+            from gpuops.render.session_history import plural
 
             print(
                 f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s",
@@ -771,7 +771,7 @@ def watchdog(
             )
 
     if once:
-        from gpuops.views.progress import waiting
+        from gpuops.render.progress import waiting
 
         with waiting("watchdog --once: one reconcile and one tick over the open sessions"):
             acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
@@ -794,13 +794,13 @@ def reconcile(
     fmt: str = "table",
 ) -> None:
     """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
-    from gpuops.rental import reconcile as rec
-    from gpuops.views import emit
+    from gpuops.teardown import reconcile as rec
+    from gpuops.render import emit
 
     # --destroy-unknown trusts the ledger to hold every box of ours: a broken setting (a blank
     # ledger url) is refused, not skipped, since skipping it can make another ledger "the ledger".
     settings = _settings(config, emergency=not destroy_unknown)
-    from gpuops.views.progress import waiting
+    from gpuops.render.progress import waiting
 
     with waiting("reconcile: asking the providers for gpuops instances"):
         acts = rec.reconcile(rec.Context(settings, destroy_unknown=destroy_unknown))
@@ -853,7 +853,7 @@ def check(
     Exit status: 0 every check holds (warnings named), 1 a check failed, 4 --live checked nothing
     (no provider has an API key), 130 interrupted (after the cleanup)."""
     from gpuops.providers import NAMES
-    from gpuops.views import emit
+    from gpuops.render import emit
 
     if provider is not None and provider not in NAMES:
         raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
@@ -866,7 +866,7 @@ def check(
             )
         if val is not None and not rent:
             raise BadInput(f"{flag} caps the rentals of --rent", "add --live --rent, or drop it")
-    from gpuops.rental import check as chk
+    from gpuops.check import check as chk
 
     problems: list[str] = []
     if rent:  # rents boxes: a broken setting refuses, as `up` does
@@ -878,13 +878,13 @@ def check(
     renting = chk.rent_provider(settings, provider) if rent else provider
     findings, led = chk.offline(settings, provider or renting, problems=problems)
     if live:
-        from gpuops.views.progress import waiting
+        from gpuops.render.progress import waiting
 
         with waiting("check --live: asking the providers"):
             findings += chk.live(settings, led, renting)
     if rent and not any(f.verdict == chk.Verdict.FAIL and f.check.startswith("auth.") for f in findings):
         from gpuops.providers import get_provider
-        from gpuops.rental import check_layers
+        from gpuops.check import check_layers
         from gpuops.rental.sessions import open_ledger
 
         led = led or open_ledger(settings)
@@ -900,7 +900,7 @@ def check(
             on_line=say,
         )
     doc = chk.report(findings, provider=renting, live=live, rent=rent)
-    from gpuops.views import check as check_view
+    from gpuops.render import check as check_view
 
     emit.emit(doc, fmt, lambda: check_view.render(doc), csv_records=doc["checks"], csv_columns=chk.FINDING_COLUMNS)
     if any(c["check"] == "rent.interrupted" for c in doc["checks"]):
@@ -910,7 +910,7 @@ def check(
 
 
 def _emit_json(action) -> None:
-    from gpuops.views.emit import json_line, write
+    from gpuops.render.emit import json_line, write
 
     write(json_line(action.as_json()))
 
@@ -926,7 +926,7 @@ def dashboard(
     config: str | None = CONFIG_OPT,
 ) -> None:
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
-    from gpuops.views.dashboard import command
+    from gpuops.render.dashboard import command
 
     command(_settings(config, emergency=True), month=month, tz=tz, port=port, html=html)
 

@@ -188,7 +188,7 @@ def output_options(
     The command declares ``fmt: str`` without a default; the options take its place in the
     signature typer reads (so ``--help`` lists them where ``fmt`` stood). Two formats at once, an
     unknown one, or one outside ``formats`` is BadInput before the command runs
-    (``gpuops.views.emit.pick``, the convention of every machine output)."""
+    (``gpuops.render.emit.pick``, the convention of every machine output)."""
     shorthands = [("json_out", "--json", "json")] + ([("csv_out", "--csv", "csv")] if csv else [])
 
     def decorate(command: Callable) -> Callable:
@@ -217,7 +217,7 @@ def output_options(
 
         @functools.wraps(command)
         def run(*args, fmt: str | None = None, json_out: bool = False, csv_out: bool = False, **kwargs):
-            from gpuops.views.emit import pick
+            from gpuops.render.emit import pick
 
             return command(*args, fmt=pick(fmt, json_out, csv_out, allowed=formats), **kwargs)
 

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpuops.config import TeardownSettings
-from gpuops.views.dashboard.data import box_row, idle_state
-from gpuops.views.dashboard.page import duration, fmt
+from gpuops.render.dashboard.data import box_row, idle_state
+from gpuops.render.dashboard.page import duration, fmt
 from tests.dashboard.conftest import run_cli
 
 NOW = 1_800_000_000.0
@@ -83,7 +83,7 @@ def test_page_formats():
 
 def test_dashboard_is_imported_only_by_its_command():
     code = (
-        "import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.views.dashboard') "
+        "import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.render.dashboard') "
         "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -117,7 +117,7 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
     import time
 
     from gpuops.config import load_settings
-    from gpuops.views.dashboard.data import build
+    from gpuops.render.dashboard.data import build
     from ledger import Ledger, Session
 
     now = time.time()
@@ -168,8 +168,8 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     import time
 
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build, live
+    from gpuops.render.dashboard import page
+    from gpuops.render.dashboard.data import build, live
     from ledger import Ledger, Session
 
     now = time.time()
@@ -191,7 +191,7 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     led.engine.dispose()
     d = build(settings, None, "UTC", now=now, read_status=lambda row: None)
     bu = d["budget"]
-    from gpuops.rental.budget import month_start_end
+    from gpuops.teardown.budget import month_start_end
 
     in_month = now - max(
         now - 3600, month_start_end(now)[0]
@@ -220,8 +220,8 @@ from tests.support.emulators import emulator_env, runpod_emulator, vast_emulator
 def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no provider config files from the real user
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build
+    from gpuops.render.dashboard import page
+    from gpuops.render.dashboard.data import build
 
     settings = load_settings(None, {"teardown": {"balance_floor_usd": 20.0}})
     d = build(settings, None, "UTC", read_status=lambda row: None)
@@ -236,8 +236,8 @@ def test_the_trend_equals_ledger_month_for_each_month(dash_env, ledger_url, monk
     """The month against the 5 before it: each month's real and simulated USD is what
     `gpuops ledger month YYYY-MM --json` says, the two never added; one month crosses into the next."""
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build, earlier_months
+    from gpuops.render.dashboard import page
+    from gpuops.render.dashboard.data import build, earlier_months
 
     assert earlier_months("2026-02", 3) == ["2025-12", "2026-01", "2026-02"]
     months = earlier_months("2026-11")

@@ -9,15 +9,15 @@ provider or the agent's heartbeat, never "now"; a stopped/exited spot instance: 
 the agent's status through the Box (a stale heartbeat is reported and checking goes on); apply
 ``bootstrap/policy.decide`` with the session's own limits (max_hours and idle window from its ROW,
 the rest from the agent's status, else this watchdog's settings) -> destroy on ttl / session_cap /
-job end / idle, through ``gpuops.rental.lifecycle.end_rental``. Then the money layer: each
+job end / idle, through ``gpuops.teardown.lifecycle.end_rental``. Then the money layer: each
 provider's balance against ``balance_floor_usd`` and the ledger's month-to-date spend against
 ``monthly_cap_usd``; crossing one destroys every box it covers and records a refusal that `up`
-checks (``gpuops.rental.budget.assert_not_refused``); the refusal is lifted when the condition clears.
+checks (``gpuops.teardown.budget.assert_not_refused``); the refusal is lifted when the condition clears.
 A tick with no cap refusal first sums a cheap upper bound of the spend (``ledger.limits.
 month_spend_at_most``, ~half the exact sum at 100k sessions this month); only a bound at or above
 the cap (or an active refusal) pays for the exact, attributed, per-user sum.
 Every action is a ledger event; provider errors are reported and the daemon keeps running.
-The daemon runs a reconcile (gpuops/rental/reconcile.py) at start.
+The daemon runs a reconcile (gpuops/teardown/reconcile.py) at start.
 
 Ownership (gpuops/ownership.py): a watchdog acts only on rows of provider accounts it holds a key
 for. With ``teardown.limits_scope = "account"`` (the default) a balance floor refuses and destroys
@@ -35,7 +35,7 @@ from bootstrap import policy
 from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
-from gpuops.rental.reconcile import (
+from gpuops.teardown.reconcile import (
     Action,
     Context,
     agent_status,
@@ -47,7 +47,7 @@ from gpuops.rental.reconcile import (
     record_proof_of_life,
 )
 
-log = logging.getLogger("gpuops.rental.watchdog")
+log = logging.getLogger("gpuops.teardown.watchdog")
 
 
 def _box_state(row, status: dict | None) -> policy.BoxState:
@@ -80,7 +80,7 @@ def _job_exit_seen(ctx: Context, row, provider, inst) -> tuple[float, int | None
 
     Booked once as ``job_exited`` at the time THIS watchdog first saw it (the laptop's clock: a box
     clock ahead or behind cannot shorten the grace); returns (first seen, exit code) or None."""
-    from gpuops.rental.lifecycle import seen_exit_code
+    from gpuops.teardown.lifecycle import seen_exit_code
 
     for e in ctx.ledger.events(row.id):
         if e.kind == EventKind.JOB_EXITED:
@@ -157,9 +157,9 @@ def check_session(ctx: Context, row) -> list[Action]:
     settings = session_limits(ctx, row, status)
     samples = [] if stale else ((status or {}).get("samples") or [])
     decision = policy.decide(samples, now, state, settings)
-    if not stale and status:  # what `ps` shows of this box, as this tick saw it (gpuops.rental.live)
-        from gpuops.rental.live import record_live
-        from gpuops.rental.reconcile import box_tokens
+    if not stale and status:  # what `ps` shows of this box, as this tick saw it (gpuops.teardown.live)
+        from gpuops.teardown.live import record_live
+        from gpuops.teardown.reconcile import box_tokens
 
         record_live(
             ctx.ledger,
@@ -180,7 +180,7 @@ def _money(ctx: Context) -> list[Action]:
 
     Destroy covered boxes, refuse, lift."""
     from gpuops.ownership import is_mine
-    from gpuops.rental.budget import floor_unenforced, month_start_end, read_balance
+    from gpuops.teardown.budget import floor_unenforced, month_start_end, read_balance
     from ledger.limits import active_refusals, lift_refusal, month_spend, month_spend_at_most, set_refusal
 
     t = ctx.settings.teardown
@@ -364,7 +364,7 @@ def run(
     return done
 
 
-# -- watchdog passes: who looked last (read back by gpuops/rental/watchdog_passes.py) ---------------
+# -- watchdog passes: who looked last (read back by gpuops/teardown/watchdog_passes.py) ---------------
 ENDED_KINDS = ("destroyed", "closed", "orphan_destroyed")  # Action kinds that ended a session
 
 

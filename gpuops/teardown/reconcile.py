@@ -20,8 +20,8 @@ Lists every provider instance whose label starts with ``gpuops-`` and matches it
   the same deadline.
 
 Every action takes the session's lease (ledger/limits.py), so concurrent watchdogs and reconciles
-do not fight, and is a ledger event. Every end goes through ``gpuops.rental.lifecycle.end_rental``.
-Shared by ``gpuops.rental.watchdog``.
+do not fight, and is a ledger event. Every end goes through ``gpuops.teardown.lifecycle.end_rental``.
+Shared by ``gpuops.teardown.watchdog``.
 
 Ownership (gpuops/ownership.py): only rows of a provider account this process holds a key for are
 looked at. A row of another account is left to its owner (one ``left_to_owner`` line per provider),
@@ -45,8 +45,8 @@ from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowSt
 from gpuops.errors import GpuopsError
 from gpuops.providers import ACCOUNTLESS
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
-from gpuops.rental.joblog import keep_log
-from gpuops.rental.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
+from gpuops.teardown.joblog import keep_log
+from gpuops.teardown.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.units import money  # "simulated" on every money figure
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class Context:
         self.ssh_connect_s = ssh_connect_s
         self.actor = Actor.RECONCILE  # the watchdog sets Actor.WATCHDOG
         self.me = settings.owner()  # this user's name on the ledger
-        self.checked = 0  # open sessions the last watchdog pass looked at (gpuops.rental.watchdog)
+        self.checked = 0  # open sessions the last watchdog pass looked at (gpuops.teardown.watchdog)
 
     def account(self, name: str) -> str | None:
         """The provider account this process holds for provider ``name`` (None: no key for it)."""

@@ -32,7 +32,7 @@ def sessions(
     is True when older sessions matched beyond ``limit``. Raises BadInput for a bad date, zone
     or a limit < 1.
     """
-    from gpuops.rental.ledger_service import _tz_checked
+    from gpuops.accounting.ledger_service import _tz_checked
     from ledger.history import recent_rows, session_rows
     from ledger.reports import day_start
 
@@ -55,7 +55,7 @@ def sessions(
 
 
 # Columns of the sessions table, and the order in which they are left out when the terminal is too
-# narrow (gpuops.views.tables: numbers and ids are never cut; the conclusion folds).
+# narrow (gpuops.render.tables: numbers and ids are never cut; the conclusion folds).
 COLUMNS = ("session", "run", "started", "experiment", "card", "provider", "hours", "cost USD", "end", "conclusion")
 # Moved to the continuation table (keyed by the session) first to last when the terminal is too
 # narrow: nothing the table is for is left out (when, what, on which card, the cost, how it ended);
@@ -76,7 +76,7 @@ def _cells(r: dict) -> dict:
     from gpuops.textsafe import safe_tree
 
     r = safe_tree(r)  # experiment, card, conclusion: shown escaped, never run by the terminal
-    from gpuops.views import money
+    from gpuops.render import money
 
     cost = "open" if r["cost_usd"] is None else money.rental(r["cost_usd"]) + (" sim" if r["simulated"] else "")
     return {
@@ -94,7 +94,7 @@ def _cells(r: dict) -> dict:
 
 
 def render(rep: dict, console=None) -> None:
-    """The sessions as a table (``gpuops.views.tables``).
+    """The sessions as a table (``gpuops.render.tables``).
 
     Numbers and ids are never cut: when the terminal is too narrow, columns move to a continuation
     table keyed by the session, in ``DROP_ORDER``."""
@@ -106,7 +106,7 @@ def render(rep: dict, console=None) -> None:
         what = f" of experiment {rep['experiment']!r}" if rep["experiment"] else ""
         c.print(f"no sessions{what}" + (f" since {rep['since']}" if rep["since"] else ""))
         return
-    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+    from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
     kinds = {
         "session": ID,
@@ -139,7 +139,7 @@ def runs(ledger: Ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, t
     Runs (``up --recover``) newest first, each with its rentals' count, billed hours and cost (their
     sum: the month still counts the rentals). Returns
     ``{"since","limit","tz","more","runs":[ledger.history.run_row...]}``. BadInput as ``sessions``."""
-    from gpuops.rental.ledger_service import _tz_checked
+    from gpuops.accounting.ledger_service import _tz_checked
     from ledger.history import run_row
     from ledger.reports import day_start
 
@@ -169,7 +169,7 @@ def render_runs(rep: dict, console=None) -> None:
     from rich.console import Console
 
     from gpuops.textsafe import safe_tree
-    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+    from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
     if not rep["runs"]:
@@ -211,7 +211,7 @@ def render_run(d: dict, console=None) -> None:
     from rich.console import Console
 
     from gpuops.textsafe import safe_tree
-    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
+    from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
     d = safe_tree(d)

@@ -38,7 +38,7 @@ def plan_command(
     from gpuops.planning import sizing as P
     from gpuops.planning.models import model_catalog
     from gpuops.planning.quant import quantization
-    from gpuops.views.progress import waiting
+    from gpuops.render.progress import waiting
 
     if model.strip().lower() == LIST_MODELS:
         render_catalog(fmt)
@@ -98,7 +98,7 @@ def card_records(plans: list[dict]) -> list[dict]:
 
 
 def _emit(plans: list[dict], fmt: str, table, one: bool = False) -> None:
-    from gpuops.views import emit
+    from gpuops.render import emit
 
     emit.emit(plans[0] if one else plans, fmt, table, csv_records=card_records(plans))
 
@@ -106,7 +106,7 @@ def _emit(plans: list[dict], fmt: str, table, one: bool = False) -> None:
 def _console():
     """The terminal's width (``COLUMNS`` when piped; rich's default 80).
 
-    Tables fit it by the one table rule (``gpuops.views.tables``), folding columns into continuation
+    Tables fit it by the one table rule (``gpuops.render.tables``), folding columns into continuation
     tables, never cutting."""
     from rich.console import Console
 
@@ -311,7 +311,7 @@ def render(p, console=None) -> None:
     from rich.text import Text
 
     from gpuops.planning.memory import VLLM_VERSION
-    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
+    from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     con = console or _console()
     kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
@@ -437,7 +437,7 @@ def render(p, console=None) -> None:
 
 def render_matrix(plans: list, console=None) -> None:
     """Every model (rows) on every card (columns): max batch at --seq, or '-' when it does not fit."""
-    from gpuops.views.tables import NAME, Col, print_table
+    from gpuops.render.tables import NAME, Col, print_table
 
     con = console or _console()
     if not plans:
@@ -465,7 +465,7 @@ def render_catalog(fmt: str = "table", console=None) -> None:
     from gpuops.catalog import cards
     from gpuops.planning.architecture import architecture
     from gpuops.planning.models import model_catalog
-    from gpuops.views.tables import ID, NAME, TEXT, Col, print_table
+    from gpuops.render.tables import ID, NAME, TEXT, Col, print_table
 
     models: list[dict[str, Any]] = []
     for m in model_catalog():
@@ -498,7 +498,7 @@ def render_catalog(fmt: str = "table", console=None) -> None:
         for c in cards()
     ]
     if fmt != "table":
-        from gpuops.views import emit
+        from gpuops.render import emit
 
         # CSV: the models (the cards are `--format json`'s second list)
         emit.emit({"models": models, "cards": card_rows}, fmt, csv_records=models)

@@ -6,14 +6,14 @@ from gpuops.planning.storage import StoragePlan
 
 
 def render(sp: StoragePlan, fmt: str = "table") -> None:
-    """Print the storage plan as ``fmt`` (table, json, csv: gpuops.views.emit's convention)."""
+    """Print the storage plan as ``fmt`` (table, json, csv: gpuops.render.emit's convention)."""
     if fmt != "table":
-        from gpuops.views import emit
+        from gpuops.render import emit
 
         emit.emit(sp.as_json(), fmt)
         return
-    from gpuops.views import ui
-    from gpuops.views.tables import ID, TEXT, Col, print_table
+    from gpuops.render import ui
+    from gpuops.render.tables import ID, TEXT, Col, print_table
 
     c = ui.console()
     rows = [

@@ -176,7 +176,7 @@ def budget_for_up(ledger: Ledger, settings, provider, price_usd_h: float) -> flo
             raise err
         import logging
 
-        logging.getLogger("gpuops.rental.budget").warning("%s", line)
+        logging.getLogger("gpuops.teardown.budget").warning("%s", line)
     spent = None
     if t.monthly_cap_usd is not None:
         spent = month_spend(ledger, *month_start_end(), owner=None if t.limits_scope == "team" else owner)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.errors import BadInput, GpuopsError
 from gpuops.providers.base import InstanceStatus, OfferQuery, Provider, ProviderError
-from gpuops.rental.check import Finding, Verdict
+from gpuops.check.check import Finding, Verdict
 
 if TYPE_CHECKING:
     from ledger import Ledger
@@ -215,7 +215,7 @@ class CheckRun:
         ("Table 'sessions' is already defined"). Every ledger read the cleanup needs would then fail:
         no row closed, no row id to find a box by its label, every box left to its TTL. On a
         loaded machine that first import takes seconds, so a Ctrl-C lands in it."""
-        from gpuops.rental import lifecycle, reconcile  # noqa: F401  (the cleanup's end_rental; close_gone)
+        from gpuops.teardown import lifecycle, reconcile  # noqa: F401  (the cleanup's end_rental; close_gone)
 
         self.ledger.sessions_between(self.started, self.started)  # SQLModel, the table classes, the engine
 
@@ -443,7 +443,7 @@ class CheckRun:
         self._close_box(layer)
         row = self.ledger.get(layer.row_id)
         if not stopped and row is not None and row.status != RowStatus.CLOSED:
-            from gpuops.rental.reconcile import Context, close_gone
+            from gpuops.teardown.reconcile import Context, close_gone
 
             ctx = Context(self.settings, ledger=self.ledger, providers={self.provider.name: self.provider})
             close_gone(ctx, row, self.provider, None, layer.status)
@@ -531,7 +531,7 @@ class CheckRun:
 
     def _end_row(self, layer: Layer) -> None:
         """Close ``layer``'s row if it is still open (``lifecycle.end_rental`` destroys its box)."""
-        from gpuops.rental.lifecycle import end_rental
+        from gpuops.teardown.lifecycle import end_rental
 
         row = self._row(layer)
         if row is not None and row.status != RowStatus.CLOSED:

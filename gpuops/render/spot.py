@@ -56,7 +56,7 @@ def spot_plan(
         _price(on_demand_usd_per_hour, "--on-demand-usd-per-hour"),
     )
     if spot is None or od is None:
-        from gpuops.views.offers import find_offers
+        from gpuops.render.offers import find_offers
 
         for kind in (True, False):
             if (spot if kind else od) is not None:

@@ -2,7 +2,7 @@
 
 Nothing here loads at CLI start-up: ``command`` imports the server (Starlette, uvicorn) and the
 template engine (Jinja2) only when the command runs; they come with the ``dashboard`` extra.
-The page's figures are ``gpuops.rental.ledger_service.month``'s report, the one ``gpuops ledger month --json``
+The page's figures are ``gpuops.accounting.ledger_service.month``'s report, the one ``gpuops ledger month --json``
 prints (see ``data.py``).
 """
 
@@ -35,7 +35,7 @@ def command(
         raise BadInput(f"--port must be 0..65535, got {port}", "e.g. --port 8765, or 0 for any free port")
     if html is not None:
         _need("jinja2")
-        from gpuops.views.dashboard import data, page
+        from gpuops.render.dashboard import data, page
 
         text = page.render(data.build(settings, month, tz), inline=True, tz_value=tz)
         out = Path(html)
@@ -55,8 +55,8 @@ def command(
         print(f"wrote {out} ({len(text.encode()):,} bytes, opens offline)")
         return
     _need("starlette", "uvicorn", "jinja2")
-    from gpuops.rental.ledger_service import _tz_checked
-    from gpuops.views.dashboard import server
+    from gpuops.accounting.ledger_service import _tz_checked
+    from gpuops.render.dashboard import server
 
     _tz_checked(tz)
     if month is not None:

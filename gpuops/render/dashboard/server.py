@@ -36,8 +36,8 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    import gpuops.views.dashboard.data as dashboard_data
-    import gpuops.views.dashboard.page as page
+    import gpuops.render.dashboard.data as dashboard_data
+    import gpuops.render.dashboard.page as page
 
     headers = {
         "Content-Security-Policy": CSP,

@@ -1,6 +1,6 @@
 """`gpuops watchdog --install | --uninstall | --status`.
 
-The user service (gpuops/rental/watchdog_service.py), said in a few lines or one JSON object."""
+The user service (gpuops/teardown/watchdog_service.py), said in a few lines or one JSON object."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def command(what: str, settings, interval: float, json_out: bool) -> None:
 
     Raises NoServiceManager (exit 2) where there is no user service manager, GpuopsError (exit 1)
     when the manager refuses."""
-    from gpuops.rental import watchdog_service as svc
+    from gpuops.teardown import watchdog_service as svc
 
     manager = svc.detect()
     if manager is None:
@@ -54,13 +54,13 @@ def command(what: str, settings, interval: float, json_out: bool) -> None:
         ]
     else:
         from gpuops.rental.sessions import open_ledger
-        from gpuops.rental.watchdog_passes import health_lines, last_passes
+        from gpuops.teardown.watchdog_passes import health_lines, last_passes
 
         out = svc.status(manager)
         out["watchdogs"] = last_passes(open_ledger(settings))
         lines = [_status_line(out)] + [t for t, _ in health_lines(out["watchdogs"])]
     if json_out:
-        from gpuops.views.emit import json_text
+        from gpuops.render.emit import json_text
 
         sys.stdout.write(json_text(out))
         return
@@ -69,7 +69,7 @@ def command(what: str, settings, interval: float, json_out: bool) -> None:
 
 
 def _status_line(st: dict) -> str:
-    from gpuops.views.emit import utc_iso
+    from gpuops.render.emit import utc_iso
 
     where = "systemd user unit" if st["manager"] == "systemd" else "launchd agent"
     if not st["installed"] and not st["active"]:

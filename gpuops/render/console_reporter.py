@@ -9,9 +9,9 @@ import sys
 import time
 
 from gpuops.rental.launcher import Reporter
-from gpuops.views.ui import _esc, console
+from gpuops.render.ui import _esc, console
 
-# What a stage waits for, as its live line says it on a terminal (gpuops.views.progress).
+# What a stage waits for, as its live line says it on a terminal (gpuops.render.progress).
 WAITING_FOR = {
     "validate": "validate: checking the job, the settings and the keys",
     "plan": "plan: waiting for the provider's offers, its balance and a quick reconcile",
@@ -30,10 +30,10 @@ class ConsoleReporter(Reporter):
     """Stages with elapsed time on stderr; the job's output on stdout (stderr with --json).
 
     On a terminal, a stage that lasts over a second shows a live line with its seconds
-    (``gpuops.views.progress``) until the next line is printed; ``close()`` ends it."""
+    (``gpuops.render.progress``) until the next line is printed; ``close()`` ends it."""
 
     def __init__(self, json_mode: bool = False):
-        from gpuops.views.progress import Ticker
+        from gpuops.render.progress import Ticker
 
         self.err = console(stderr=True)
         self.json_mode = json_mode
@@ -55,7 +55,7 @@ class ConsoleReporter(Reporter):
         if name == "job" and not self.json_mode:  # the summary's table, imported while the job runs
             from gpuops.rental.launcher import import_meanwhile
 
-            import_meanwhile(("gpuops.views.tables", "rich.table"))
+            import_meanwhile(("gpuops.render.tables", "rich.table"))
 
     def step(self, line: dict) -> None:
         self.ticker.stop()

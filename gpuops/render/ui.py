@@ -29,14 +29,14 @@ def _esc(text: str) -> str:
 
 
 def print_json(obj: Any) -> None:
-    """``obj`` as the one JSON convention (``gpuops.views.emit.json_text``)."""
-    from gpuops.views.emit import json_text
+    """``obj`` as the one JSON convention (``gpuops.render.emit.json_text``)."""
+    from gpuops.render.emit import json_text
 
     sys.stdout.write(json_text(obj))
 
 
 def render_summary(summ: dict) -> None:
-    from gpuops.views.tables import ID, TEXT, Col, console as table_console, print_table
+    from gpuops.render.tables import ID, TEXT, Col, console as table_console, print_table
 
     sim = bool(summ.get("simulated"))
     rows = [
@@ -187,17 +187,17 @@ def duration(seconds: float | None) -> str:
 
 
 def render_sessions(rows: list[dict], title: str) -> None:
-    """Open sessions as a table (``gpuops.views.tables``).
+    """Open sessions as a table (``gpuops.render.tables``).
 
     The session id (what `down` and `logs` need), the price (USD/h), what it has cost so far, the
     TTL left, the idle streak and tokens (from the last status the ledger holds:
-    ``gpuops.rental.live``); ids and money never cut. Simulated money is marked ``*``; under the
+    ``gpuops.teardown.live``); ids and money never cut. Simulated money is marked ``*``; under the
     table one line per kind of money (real and simulated never added)."""
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
-    from gpuops.rental.live import totals
-    from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
+    from gpuops.teardown.live import totals
+    from gpuops.render.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     c = table_console()
     cols = [
@@ -217,7 +217,7 @@ def render_sessions(rows: list[dict], title: str) -> None:
     ]
     now = time.time()
 
-    from gpuops.views import money
+    from gpuops.render import money
 
     def usd(v, sim, fmt=money.rate):
         return "-" if v is None else f"${fmt(v)}" + (SIMULATED_MARK if sim else "")
@@ -262,10 +262,10 @@ def render_sessions(rows: list[dict], title: str) -> None:
 def render_watchdogs(passes: list[dict], out=None) -> None:
     """Who enforces the money layer.
 
-    One line per watchdog (``gpuops.rental.watchdog_passes.health_lines``), the warnings (no fresh
+    One line per watchdog (``gpuops.teardown.watchdog_passes.health_lines``), the warnings (no fresh
     pass) in the warning colour, wrapped to the terminal. ``out``: a rich console (default: stdout;
     rich loads only for a warning)."""
-    from gpuops.rental.watchdog_passes import health_lines
+    from gpuops.teardown.watchdog_passes import health_lines
 
     for text, warn in health_lines(passes):
         if out is not None:

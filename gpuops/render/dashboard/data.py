@@ -1,6 +1,6 @@
 """What the dashboard shows, as one JSON-ready dict.
 
-No aggregation happens here: the month's figures are ``gpuops.rental.ledger_service.month`` (the
+No aggregation happens here: the month's figures are ``gpuops.accounting.ledger_service.month`` (the
 very function behind ``gpuops ledger month --json``), the session rows are
 ``ledger.history.session_row`` (behind ``gpuops ledger sessions``), so the page and the CLI agree by
 construction.
@@ -41,8 +41,8 @@ def build(
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
-    from gpuops.rental import ledger_service as books
-    from gpuops.rental.watchdog_passes import health_lines, last_passes
+    from gpuops.accounting import ledger_service as books
+    from gpuops.teardown.watchdog_passes import health_lines, last_passes
     from ledger.history import recent_rows, session_rows
     from ledger.reads import LedgerReader
     from ledger.reports import iso, month_bounds
@@ -87,17 +87,17 @@ def trend(reader, month: str, tz: str | None = None) -> list[dict]:
     """The month against earlier months.
 
     For ``month`` and the 5 before it (oldest first), the figures of ``gpuops ledger month YYYY-MM
-    --json`` (``gpuops.rental.ledger_service.month``, one report per month, summed in SQL):
+    --json`` (``gpuops.accounting.ledger_service.month``, one report per month, summed in SQL):
     ``[{"month","total_usd" (real USD),"simulated_usd" (never charged, kept
     apart),"sessions","open_sessions"}]``. Raises BadInput for a bad zone."""
-    from gpuops.rental import ledger_service as books
+    from gpuops.accounting import ledger_service as books
 
     keep = ("month", "total_usd", "simulated_usd", "sessions", "open_sessions")
     return [{k: rep[k] for k in keep} for rep in (books.month(reader, m, tz) for m in earlier_months(month))]
 
 
 def _totals(boxes: list[dict]) -> dict:
-    from gpuops.rental.live import totals
+    from gpuops.teardown.live import totals
 
     return totals(boxes)
 
@@ -109,7 +109,7 @@ def live(settings, now: float | None = None, tz: str | None = None) -> dict:
     (``gpuops.rental.sessions.list_open``: no connection to any box):
     ``{"generated_at","open_boxes": [{"session","usd_per_hour",
     "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
-    from gpuops.rental.live import totals
+    from gpuops.teardown.live import totals
     from gpuops.rental.sessions import list_open, open_ledger
     from ledger.reports import iso
 
@@ -130,7 +130,7 @@ def budget(settings, now: float) -> dict:
     ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
     ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd",
     "balances" (``balances``)}``."""
-    from gpuops.rental.budget import month_start_end
+    from gpuops.teardown.budget import month_start_end
     from gpuops.rental.sessions import open_ledger
     from ledger.limits import month_spend
 
@@ -179,7 +179,7 @@ def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusR
 
 
 def _provider_status_reader(settings, ledger: Ledger) -> StatusReader:
-    from gpuops.rental.reconcile import Context, agent_status
+    from gpuops.teardown.reconcile import Context, agent_status
 
     ctx = Context(settings, ledger=ledger, ssh_connect_s=5.0)
 
@@ -258,10 +258,10 @@ def balances(settings) -> list[dict]:
     rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error","floor_note"}]``; a
     provider that fails is listed with its one-line error, never a guessed figure. ``floor_note``:
     with ``balance_floor_usd`` set and the balance unreadable, the line saying the floor cannot be
-    enforced and what stands in (``gpuops.rental.budget.floor_unenforced``), else None."""
+    enforced and what stands in (``gpuops.teardown.budget.floor_unenforced``), else None."""
     from gpuops.errors import GpuopsError
     from gpuops.providers import configured, get_provider
-    from gpuops.rental.budget import floor_unenforced, read_balance
+    from gpuops.teardown.budget import floor_unenforced, read_balance
 
     t = settings.teardown
     out = []

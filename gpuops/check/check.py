@@ -5,7 +5,7 @@ the default), the key files and their modes, the API routes and versions each pr
 the credential the on-box agent destroys with and what it does when that credential is refused,
 the ledger and its schema, what is open now, and the last watchdog pass. ``--live`` (``live``):
 authenticate, the balance, offers in stock, our labelled instances and volumes, and this month's
-billing against the books (``ledger sync`` without applying). ``--live --rent`` is ``gpuops.rental.check_layers``.
+billing against the books (``ledger sync`` without applying). ``--live --rent`` is ``gpuops.check.check_layers``.
 
 Every finding is one ``Finding``: a verdict (``Verdict``), a name, what was found, and the fix.
 Nothing here writes the ledger or rents anything.
@@ -404,11 +404,11 @@ def open_findings(settings, led: Ledger) -> list[Finding]:
 
 
 def watchdog_findings(led: Ledger) -> list[Finding]:
-    """The newest watchdog pass on this ledger (``gpuops.rental.watchdog_passes``).
+    """The newest watchdog pass on this ledger (``gpuops.teardown.watchdog_passes``).
 
     OK when a watchdog passed within three of its own intervals; else a warning, since the balance
     floor and the monthly cap are enforced only while one runs."""
-    from gpuops.rental.watchdog_passes import INSTALL_HINT, NOT_ENFORCED, ago, last_passes
+    from gpuops.teardown.watchdog_passes import INSTALL_HINT, NOT_ENFORCED, ago, last_passes
 
     passes = last_passes(led) if led is not None else []
     fix = INSTALL_HINT.replace("`", "")
@@ -551,7 +551,7 @@ def live(settings, led: Ledger, provider: str | None = None, providers: dict | N
         out.append(Finding(f"auth.{name}", Verdict.OK, f"{name} accepted the key (account {p.account})"))
         floor = settings.teardown.balance_floor_usd
         if bal.unreadable and floor is not None:
-            from gpuops.rental.budget import floor_unenforced
+            from gpuops.teardown.budget import floor_unenforced
 
             cap = settings.teardown.monthly_cap_usd
             out.append(
@@ -686,7 +686,7 @@ def _billing(settings, led: Ledger, names: list[str], built: dict) -> list[Findi
         return []
     if led is None:
         return [Finding("billing", Verdict.OK, "no ledger yet: nothing booked to compare")]
-    from gpuops.rental.ledger_service import sync
+    from gpuops.accounting.ledger_service import sync
 
     try:
         rep = sync(led, settings, providers=names, get_provider=lambda n, s: built[n])

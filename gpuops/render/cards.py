@@ -31,13 +31,13 @@ def card_rows() -> list[dict]:
 
 
 def show_cards(fmt: str = "table") -> None:
-    """Print the cards as ``fmt`` (table, json, csv); the table through ``gpuops.views.tables``."""
-    from gpuops.views import emit
+    """Print the cards as ``fmt`` (table, json, csv); the table through ``gpuops.render.tables``."""
+    from gpuops.render import emit
 
     rows = card_rows()
 
     def table() -> None:
-        from gpuops.views.tables import ID, NAME, NUM, Col, console, print_table, ranked
+        from gpuops.render.tables import ID, NAME, NUM, Col, console, print_table, ranked
 
         cols = [
             Col("card", ID),

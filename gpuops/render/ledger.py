@@ -1,6 +1,6 @@
 """Rendering of the ledger reports: rich tables, a terminal bar chart of daily spend, CSV and JSON.
 
-Every report is a JSON-ready dict from ``gpuops/rental/ledger_service.py``; ``emit(kind, report, fmt)`` prints it
+Every report is a JSON-ready dict from ``gpuops/accounting/ledger_service.py``; ``emit(kind, report, fmt)`` prints it
 as a table (``fmt="table"``), JSON or CSV. rich is imported inside the functions (fast startup).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from gpuops.views import money
+from gpuops.render import money
 from ledger.reports import SESSION_FIELDS
 
 GROUP_COLUMNS = [
@@ -76,13 +76,13 @@ def diff_usd(x: float | None, dollar: str = "") -> str:
 
 
 def csv_text(kind: str, rep: dict) -> str:
-    """The report as CSV text (header first; ``gpuops.views.emit``'s cells and times).
+    """The report as CSV text (header first; ``gpuops.render.emit``'s cells and times).
 
     ``month``: a ``group`` column (total, experiment, card, provider) then ``GROUP_COLUMNS``; with
     days, the day rows then a ``total`` row. ``experiments``: one row per experiment with
     ``latest_conclusion``. ``show``: one row of every session column (times ISO-8601 UTC). ``sync``:
     one row per session, then ``unbooked`` lines as status ``unbooked``."""
-    from gpuops.views.emit import csv_text as write_csv, machine
+    from gpuops.render.emit import csv_text as write_csv, machine
 
     if kind == "month" and "days" in rep:
         total = {
@@ -123,7 +123,7 @@ def emit(kind: str, rep: dict, fmt: str = "table", plot: bool = False, days_tabl
 
     Table (rich), json or csv. ``plot``: the month's bar chart of daily spend (needs
     ``rep["days"]``); ``days_table``: also the month's day-by-day table when ``days`` is there."""
-    from gpuops.views.emit import json_text
+    from gpuops.render.emit import json_text
 
     if fmt == "json":
         sys.stdout.write(json_text(rep))
@@ -208,9 +208,9 @@ def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: 
     """One group table (by experiment, card or provider, or experiments) through the one table rule.
 
     One group table (by experiment / card / provider, or experiments) through the one table rule
-    (``gpuops.views.tables``): amounts never cut, names wrap, columns left out by
+    (``gpuops.render.tables``): amounts never cut, names wrap, columns left out by
     ``GROUP_DROP_ORDER`` with a line naming them."""
-    from gpuops.views.tables import NAME, TEXT, Col, print_table, ranked
+    from gpuops.render.tables import NAME, TEXT, Col, print_table, ranked
 
     cols = [
         Col(first, NAME),
@@ -229,7 +229,7 @@ def _print_group_table(c, title: str, first: str, rows: list[dict], conclusion: 
 
 def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None:
     """Totals line, then by experiment, card, provider (and the days, and the plot)."""
-    from gpuops.views.session_history import plural, zone_words
+    from gpuops.render.session_history import plural, zone_words
 
     c = _console()
     per, job = rep["usd_per_mtoken"], rep["usd_per_mtoken_job"]
@@ -263,7 +263,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         markup=True,
     )
     if "watchdogs" in rep:
-        from gpuops.views.ui import render_watchdogs
+        from gpuops.render.ui import render_watchdogs
 
         render_watchdogs(rep["watchdogs"], c)
     closed = rep["sessions"] - rep["open_sessions"]
@@ -279,7 +279,7 @@ def render_month(rep: dict, plot: bool = False, days_table: bool = True) -> None
         if rep[key]:
             _print_group_table(c, f"by {title}", title, _fold(rep[key], MONTH_TABLE_ROWS))
     if "days" in rep and days_table:
-        from gpuops.views.tables import ID, Col, print_table, ranked
+        from gpuops.render.tables import ID, Col, print_table, ranked
 
         cols = [Col("date", ID), Col("cost USD"), Col("sim USD"), Col("GPU-h"), Col("sessions"), Col("tokens")]
         print_table(
@@ -348,12 +348,12 @@ def render_show(d: dict) -> None:
     """Every field of one session, its bootstrap steps and its events.
 
     The fields are a two-column table: names never cut, values wrap."""
-    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table
+    from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table
 
     c = _console()
     times = d.get("times", {})
     fields = []
-    from gpuops.views.ui import field_text
+    from gpuops.render.ui import field_text
 
     for k in SESSION_FIELDS:
         if k in SHOW_BELOW.values():
@@ -408,7 +408,7 @@ def render_sync(rep: dict) -> None:
     invoice."""
     from rich.markup import escape
 
-    from gpuops.views.tables import ID, NUM, TEXT, Col, print_table, ranked
+    from gpuops.render.tables import ID, NUM, TEXT, Col, print_table, ranked
 
     c = _console()
     for name, why in rep.get("skipped", {}).items():  # the reason's "[providers.runpod]" is text, not a style

@@ -1,7 +1,7 @@
 """The `gpuops ledger ...` command bodies.
 
 Open the ledger, call the pure reports in ``ledger/``, return JSON-ready dicts (rendering is
-``gpuops/views/ledger.py``). Bad input raises BadInput."""
+``gpuops/render/ledger.py``). Bad input raises BadInput."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def month(
 
     ``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
     this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``; with ``watchdogs``, also
-    ``watchdogs``: each watchdog's newest pass (``gpuops.rental.watchdog_passes.last_passes``), as
+    ``watchdogs``: each watchdog's newest pass (``gpuops.teardown.watchdog_passes.last_passes``), as
     `ledger month` and the dashboard show them. Raises BadInput for a bad month, zone or ``by``."""
     from ledger.reports import month_bounds, month_report, this_month
 
@@ -63,9 +63,9 @@ def month(
         q = _query(ledger)
         rep = month_report_groups(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines))
     if watchdogs:
-        from gpuops.rental.watchdog_passes import last_passes
+        from gpuops.teardown.watchdog_passes import last_passes
 
-        rep["watchdogs"] = last_passes(ledger)  # who enforces the money layer now (gpuops.rental.watchdog_passes)
+        rep["watchdogs"] = last_passes(ledger)  # who enforces the money layer now (gpuops.teardown.watchdog_passes)
     return rep
 
 
@@ -557,7 +557,7 @@ def sync(
             if gone:  # the one way to end a rental; the end is the provider's billed end, never "now"
                 from bootstrap.vocabulary import Actor, EndReason
                 from gpuops.providers.base import Instance, InstanceStatus
-                from gpuops.rental.lifecycle import end_rental
+                from gpuops.teardown.lifecycle import end_rental
 
                 gone_inst = Instance(
                     id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE

@@ -18,7 +18,7 @@ MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "pending": "wait", "info": "
 
 
 def lines(doc: dict) -> list[str]:
-    """The table's lines for ``doc`` (``gpuops.rental.check.report``): verdict, check, detail, fix."""
+    """The table's lines for ``doc`` (``gpuops.check.check.report``): verdict, check, detail, fix."""
     width = max([len(c["check"]) for c in doc["checks"]] + [10])
     out = []
     for c in doc["checks"]:

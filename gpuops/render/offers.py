@@ -144,12 +144,12 @@ def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = O
     Yields ``(name, offers list | exception)`` in ``names`` order. A provider that has not answered
     ``deadline_s`` seconds after the start yields a ProviderError (its thread is abandoned: a
     daemon, it cannot hold the process). While waiting, stderr (a terminal) shows who is still asked
-    and for how long (``gpuops.views.progress``)."""
+    and for how long (``gpuops.render.progress``)."""
     import threading
     import time
 
     from gpuops.providers import get_provider
-    from gpuops.views import progress
+    from gpuops.render import progress
 
     answers: dict[str, object] = {}
     done = threading.Condition()
@@ -181,8 +181,8 @@ def ask_all(names: list[str], settings, query: OfferQuery, deadline_s: float = O
 
 
 def to_json(result: OffersResult) -> str:
-    """The offers as a JSON list of ``Offer.as_json()`` objects (``gpuops.views.emit``: indent 2)."""
-    from gpuops.views.emit import json_text
+    """The offers as a JSON list of ``Offer.as_json()`` objects (``gpuops.render.emit``: indent 2)."""
+    from gpuops.render.emit import json_text
 
     return json_text([o.as_json() for o in result.offers]).rstrip("\n")
 
@@ -199,13 +199,13 @@ OFFERS_DROP_ORDER = ("reliability", "region", "VRAM/GPU GiB", "GPUs", "provider"
 
 
 def render(result: OffersResult, console=None) -> None:
-    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.views.tables``.
+    """Print the offers as a table (VRAM in GiB, prices in USD/h) through ``gpuops.render.tables``.
 
     Offer ids, card names and prices never cut; columns moved to a continuation table by ``OFFERS_DROP_ORDER``. ``USD/h``
     is what the row costs rented as shown (``Offer.price``: the bid on spot); the on-demand price
     stands beside it only where it differs."""
-    from gpuops.views import money
-    from gpuops.views.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
+    from gpuops.render import money
+    from gpuops.render.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
 
     console = console or table_console()
     if not result.offers:
