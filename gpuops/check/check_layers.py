@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bootstrap.vocabulary import EndReason, EventKind, RowStatus
+from gpuops.check.check import Finding, Verdict
 from gpuops.errors import BadInput, GpuopsError
 from gpuops.providers.base import InstanceStatus, OfferQuery, Provider, ProviderError
-from gpuops.check.check import Finding, Verdict
 
 if TYPE_CHECKING:
     from ledger import Ledger

@@ -179,8 +179,8 @@ def up(
     Spot by default where the provider has it ([up] spot = true): interruptible at the offer's minimum bid, else
     on-demand (see --spot); --on-demand never rents spot."""
     from gpuops.providers import NAMES
-    from gpuops.rental import launcher
     from gpuops.render import emit, ui
+    from gpuops.rental import launcher
 
     if exit_code not in ("gpuops", "job"):
         raise BadInput(
@@ -601,8 +601,8 @@ def ps(
     fmt: str = "table",
 ) -> None:
     """List open sessions (boxes that may be billing): yours by default, with their owner."""
-    from gpuops.rental import sessions
     from gpuops.render import emit, ui
+    from gpuops.rental import sessions
 
     settings = _settings(config, emergency=True)
     ledger = sessions.open_ledger(settings)
@@ -649,8 +649,8 @@ def down(
     fmt: str = "table",
 ) -> None:
     """Destroy a session's box now and close its row (reason: manual)."""
-    from gpuops.rental import sessions
     from gpuops.render import emit
+    from gpuops.rental import sessions
 
     settings = _settings(config, emergency=True)
     from gpuops.render.progress import waiting
@@ -794,8 +794,8 @@ def reconcile(
     fmt: str = "table",
 ) -> None:
     """Match provider instances labelled gpuops-* to ledger rows: destroy orphans, close gone rows."""
-    from gpuops.teardown import reconcile as rec
     from gpuops.render import emit
+    from gpuops.teardown import reconcile as rec
 
     # --destroy-unknown trusts the ledger to hold every box of ours: a broken setting (a blank
     # ledger url) is refused, not skipped, since skipping it can make another ledger "the ledger".
@@ -883,8 +883,8 @@ def check(
         with waiting("check --live: asking the providers"):
             findings += chk.live(settings, led, renting)
     if rent and not any(f.verdict == chk.Verdict.FAIL and f.check.startswith("auth.") for f in findings):
-        from gpuops.providers import get_provider
         from gpuops.check import check_layers
+        from gpuops.providers import get_provider
         from gpuops.rental.sessions import open_ledger
 
         led = led or open_ledger(settings)

@@ -127,8 +127,8 @@ def ledger_show(
 
     For a run (run-...): its rentals and why each ended."""
     from gpuops.accounting import ledger_service as books
-    from gpuops.rental.runs import RUN_PREFIX
     from gpuops.render import ledger as ledger_view
+    from gpuops.rental.runs import RUN_PREFIX
 
     if session.startswith(RUN_PREFIX):
         from gpuops.render import emit, session_history as history

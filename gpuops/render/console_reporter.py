@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 import time
 
-from gpuops.rental.launcher import Reporter
 from gpuops.render.ui import _esc, console
+from gpuops.rental.launcher import Reporter
 
 # What a stage waits for, as its live line says it on a terminal (gpuops.render.progress).
 WAITING_FOR = {

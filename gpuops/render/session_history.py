@@ -168,8 +168,8 @@ def render_runs(rep: dict, console=None) -> None:
     """The runs as a table: a run's cost is its rentals' sum; ``end`` the run's outcome."""
     from rich.console import Console
 
-    from gpuops.textsafe import safe_tree
     from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+    from gpuops.textsafe import safe_tree
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
     if not rep["runs"]:
@@ -210,8 +210,8 @@ def render_run(d: dict, console=None) -> None:
     """``ledger show run-...``: the run, then one line per rental with why it ended."""
     from rich.console import Console
 
-    from gpuops.textsafe import safe_tree
     from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table
+    from gpuops.textsafe import safe_tree
 
     c = console or Console(highlight=False, soft_wrap=False, markup=False)
     d = safe_tree(d)

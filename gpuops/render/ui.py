@@ -196,8 +196,8 @@ def render_sessions(rows: list[dict], title: str) -> None:
     if not rows:  # the common answer of `gpuops ps`: no need to load rich for one line
         sys.stdout.write(f"{title}: none\n")
         return
-    from gpuops.teardown.live import totals
     from gpuops.render.tables import ID, NAME, NUM, Col, console as table_console, print_table, ranked
+    from gpuops.teardown.live import totals
 
     c = table_console()
     cols = [

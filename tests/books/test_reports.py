@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.errors import BadInput
 from gpuops.accounting import ledger_service as cmds
+from gpuops.errors import BadInput
 
 
 def test_month_totals_utc(books):

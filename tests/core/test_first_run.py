@@ -64,8 +64,8 @@ def test_the_summary_prints_paths_whole_at_80_columns(monkeypatch, capsys):
 
 
 def test_waits_say_what_for():
-    from gpuops.teardown.lifecycle import STAGES
     from gpuops.render.console_reporter import WAITING_FOR
+    from gpuops.teardown.lifecycle import STAGES
 
     assert set(STAGES) <= set(WAITING_FOR)
     assert WAITING_FOR["plan"].startswith("plan: waiting for the provider's offers")

@@ -15,8 +15,8 @@ from gpuops.config import load_settings
 from gpuops.errors import BadInput
 from gpuops.planning.offers import check_delivered, rank, screen
 from gpuops.providers.base import Instance, InstanceStatus, Offer, OfferQuery
-from gpuops.teardown.budget import check_budget
 from gpuops.rental.launcher import Reporter, UpRequest, choose_offer, run_up
+from gpuops.teardown.budget import check_budget
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support.emulators import runpod_emulator, runpod_provider, vast_emulator, vast_provider  # noqa: F401

@@ -76,9 +76,9 @@ def test_floor_with_a_cap_rents_under_the_cap_and_says_the_floor_is_not_enforced
 
 @pytest.mark.parametrize("unreadable", UNREADABLE, indirect=True)
 def test_views_that_show_the_floor_say_it_cannot_be_enforced(unreadable, tmp_path):
+    from gpuops.render.dashboard.data import balances
     from gpuops.teardown.reconcile import Context
     from gpuops.teardown.watchdog import run
-    from gpuops.render.dashboard.data import balances
 
     s = _settings({"balance_floor_usd": 5.0})
     line = f"{unreadable}: the balance floor $5.00 cannot be enforced"
@@ -97,8 +97,8 @@ def test_views_that_show_the_floor_say_it_cannot_be_enforced(unreadable, tmp_pat
 def test_no_floor_no_note(emulator_env, runpod_emulator, gpuops_home, monkeypatch, tmp_path):
     """Without a floor an unreadable balance decides nothing: `up` rents, no view speaks of a floor."""
     from gpuops.providers import get_provider
-    from gpuops.teardown.budget import budget_for_up
     from gpuops.render.dashboard.data import balances
+    from gpuops.teardown.budget import budget_for_up
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     runpod_emulator.graphql_retired = "html"

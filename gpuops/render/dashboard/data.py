@@ -109,8 +109,8 @@ def live(settings, now: float | None = None, tz: str | None = None) -> dict:
     (``gpuops.rental.sessions.list_open``: no connection to any box):
     ``{"generated_at","open_boxes": [{"session","usd_per_hour",
     "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
-    from gpuops.teardown.live import totals
     from gpuops.rental.sessions import list_open, open_ledger
+    from gpuops.teardown.live import totals
     from ledger.reports import iso
 
     now = time.time() if now is None else now
@@ -130,8 +130,8 @@ def budget(settings, now: float) -> dict:
     ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
     ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd",
     "balances" (``balances``)}``."""
-    from gpuops.teardown.budget import month_start_end
     from gpuops.rental.sessions import open_ledger
+    from gpuops.teardown.budget import month_start_end
     from ledger.limits import month_spend
 
     t = settings.teardown
