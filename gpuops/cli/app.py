@@ -363,7 +363,8 @@ def offers(
 ) -> None:
     """Offers across providers: those that fit, cheapest first, reliability as the tie-break."""
     from gpuops.planning.sizing import parse_positive_int
-    from gpuops.render import emit, offers as offers_view, ui
+    from gpuops.render import emit, offers as offers_view, progress, ui
+    from gpuops.rental.offers import find_offers
 
     _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
     _dtypes_not_blank(dtype, kv_dtype)
@@ -372,7 +373,7 @@ def offers(
         raise BadInput(
             "--dtype, --kv-dtype, --seq and --batch size the box from a model", "add --model, e.g. --model llama-3-8b"
         )
-    res = offers_view.find_offers(
+    res = find_offers(
         _settings(config),
         card=card,
         vram_gb=vram_gb,
@@ -386,6 +387,7 @@ def offers(
         kv_dtype=kv_dtype,
         seq=parse_positive_int(seq, "--seq", "4096"),
         batch=parse_positive_int(batch, "--batch", "32"),
+        waiting=progress.waiting,
     )
     for n in res.notes:
         sys.stderr.write(f"note: {ui.safe(n)}\n")
@@ -524,10 +526,11 @@ def plan_spot(
     fmt: str = "table",
 ) -> None:
     """What a spot run (up --spot --recover N) costs against one on-demand box: the break-even preemption rate from the two prices."""
-    from gpuops.render import emit, spot as spot_view
+    from gpuops.render import emit, progress, spot as spot_view
+    from gpuops.rental.spot import spot_plan
 
     need_offers = spot_usd_per_hour is None or on_demand_usd_per_hour is None
-    rep = spot_view.spot_plan(
+    rep = spot_plan(
         _settings(config) if need_offers else None,
         card=card,
         provider=provider,
@@ -535,6 +538,7 @@ def plan_spot(
         lost_minutes=lost_minutes,
         spot_usd_per_hour=spot_usd_per_hour,
         on_demand_usd_per_hour=on_demand_usd_per_hour,
+        waiting=progress.waiting,
     )
     emit.emit(rep, fmt, lambda: spot_view.render(rep))
 
@@ -697,7 +701,7 @@ def logs(
     config: str | None = CONFIG_OPT,
 ) -> None:
     """Print a session's job log from its box (re-attach), or the kept copy once it is gone."""
-    from gpuops.render.logs import show_logs
+    from gpuops.rental.logs import show_logs
 
     def write(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
@@ -745,11 +749,17 @@ def watchdog(
 
         os.environ.update(read_env_file(Path(env_file)))
     if install or uninstall or service_status:
-        from gpuops.render.service import command as service_command
+        from gpuops.render import service as service_view
+        from gpuops.rental.sessions import open_ledger
+        from gpuops.teardown.watchdog_passes import health_lines, last_passes
+        from gpuops.teardown.watchdog_service import run_service
 
         what = "install" if install else "uninstall" if uninstall else "status"
         # install: a full load (the service must start on these settings); the others only read the ledger
-        return service_command(what, _settings(config, emergency=not install), interval, json_out)
+        settings = _settings(config, emergency=not install)
+        done = run_service(what, settings, interval, lambda: last_passes(open_ledger(settings)))
+        health = [t for t, _ in health_lines(done.out["watchdogs"])] if what == "status" else []
+        return service_view.render(done, settings, interval, health, json_out)
     from gpuops.teardown import watchdog as wd
 
     settings = _settings(config)
@@ -926,7 +936,7 @@ def dashboard(
     config: str | None = CONFIG_OPT,
 ) -> None:
     """The month's costs as a read-only web page on 127.0.0.1 (needs the `dashboard` extra)."""
-    from gpuops.render.dashboard import command
+    from gpuops.dashboard import command
 
     command(_settings(config, emergency=True), month=month, tz=tz, port=port, html=html)
 

@@ -1,69 +1,44 @@
-"""`gpuops watchdog --install | --uninstall | --status`.
+"""`gpuops watchdog --install | --uninstall | --status`, said in a few lines or one JSON object.
 
-The user service (gpuops/teardown/watchdog_service.py), said in a few lines or one JSON object."""
+What the service did is ``gpuops.teardown.watchdog_service.run_service``'s ``ServiceOutcome``."""
 
 from __future__ import annotations
 
-import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuops.textsafe import safe
 
+if TYPE_CHECKING:
+    from gpuops.teardown.watchdog_service import ServiceOutcome
 
-def command(what: str, settings, interval: float, json_out: bool) -> None:
-    """Run ``what`` (install, uninstall, status) for the watchdog service with ``settings`` and print the result.
 
-    Raises NoServiceManager (exit 2) where there is no user service manager, GpuopsError (exit 1)
-    when the manager refuses."""
-    from gpuops.teardown import watchdog_service as svc
+def render(done: ServiceOutcome, settings, interval: float, health: list[str], json_out: bool) -> None:
+    """Print ``done`` as lines (or, with ``json_out``, its JSON object); ``health``: a status's watchdog lines."""
+    out, manager = done.out, done.manager
+    if json_out:
+        from gpuops.render.emit import json_text
 
-    manager = svc.detect()
-    if manager is None:
-        raise svc.no_manager(interval)
-    if what == "install":
-        files = svc.plan_files(manager, interval, settings.source, os.environ, settings.private_data_path() / "logs")
-        cmds = svc.install(files)
-        out: dict[str, Any] = {
-            "manager": manager,
-            "path": str(files.path),
-            "env_file": str(files.env_path),
-            "command": files.argv,
-            "ran": [" ".join(c) for c in cmds],
-        }
+        sys.stdout.write(json_text(out))
+        return
+    if done.what == "install":
         lines = [
-            f"installed {'the systemd user unit' if manager == 'systemd' else 'the launchd agent'} {files.path}: "
+            f"installed {'the systemd user unit' if manager == 'systemd' else 'the launchd agent'} {out['path']}: "
             f"`gpuops watchdog --interval {interval:g}` runs now and at every login, restarted if it fails",
-            f"settings: {settings.source or 'defaults + the GPUOPS_* environment'}; variables and keys in {files.env_path} (0600)",
+            f"settings: {settings.source or 'defaults + the GPUOPS_* environment'}; variables and keys in {out['env_file']} (0600)",
             "logs: "
-            + (
-                "journalctl --user -u gpuops-watchdog"
-                if manager == "systemd"
-                else str(svc.render_log_dir(files)) + "/watchdog.log"
-            ),
+            + ("journalctl --user -u gpuops-watchdog" if manager == "systemd" else f"{done.log_dir}/watchdog.log"),
         ]
         if manager == "systemd":
             lines.append("to keep it running while you are logged out: loginctl enable-linger $USER")
-    elif what == "uninstall":
-        out = svc.uninstall(manager)
-        out["commands"] = [" ".join(c) for c in out["commands"]]
+    elif done.what == "uninstall":
         lines = [
             f"removed {out['path']} and stopped the service"
             if out["removed"]
             else f"no service installed ({out['path']} absent)"
         ]
     else:
-        from gpuops.rental.sessions import open_ledger
-        from gpuops.teardown.watchdog_passes import health_lines, last_passes
-
-        out = svc.status(manager)
-        out["watchdogs"] = last_passes(open_ledger(settings))
-        lines = [_status_line(out)] + [t for t, _ in health_lines(out["watchdogs"])]
-    if json_out:
-        from gpuops.render.emit import json_text
-
-        sys.stdout.write(json_text(out))
-        return
+        lines = [_status_line(out), *health]
     for line in lines:
         sys.stdout.write(safe(line) + "\n")
 

@@ -28,6 +28,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpuops.errors import BadInput, GpuopsError
 
@@ -407,3 +408,48 @@ def _launchd_fields(text: str):
         if line.startswith("\t") and not line.startswith("\t\t") and " = " in line:
             k, v = line.strip().split(" = ", 1)
             yield k, v.strip()
+
+
+@dataclass
+class ServiceOutcome:
+    """What ``run_service`` did.
+
+    ``what`` (install, uninstall, status), the ``manager`` (systemd, launchd), ``out`` (the JSON object `watchdog --json` prints) and, for an install, where its log
+    goes (``log_dir``: the launchd agent's folder; None under systemd, which keeps it in the journal)."""
+
+    what: str
+    manager: str
+    out: dict[str, Any]
+    log_dir: str | None = None
+
+
+def run_service(
+    what: str, settings: Any, interval: float, last_passes: Callable[[], list] | None = None
+) -> ServiceOutcome:
+    """Install, uninstall or read the status of the watchdog's user service for ``settings``.
+
+    ``interval``: seconds between passes of the installed watchdog. ``last_passes``: for a status,
+    the newest watchdog passes the books hold (``watchdog_passes.last_passes`` of the ledger; the cli
+    opens it). Raises NoServiceManager (exit 2) where there is no user service manager, GpuopsError
+    (exit 1) when the manager refuses."""
+    manager = detect()
+    if manager is None:
+        raise no_manager(interval)
+    if what == "install":
+        files = plan_files(manager, interval, settings.source, os.environ, settings.private_data_path() / "logs")
+        cmds = install(files)
+        out: dict[str, Any] = {
+            "manager": manager,
+            "path": str(files.path),
+            "env_file": str(files.env_path),
+            "command": files.argv,
+            "ran": [" ".join(c) for c in cmds],
+        }
+        return ServiceOutcome(what, manager, out, None if manager == "systemd" else render_log_dir(files))
+    if what == "uninstall":
+        out = uninstall(manager)
+        out["commands"] = [" ".join(c) for c in out["commands"]]
+        return ServiceOutcome(what, manager, out)
+    out = status(manager)
+    out["watchdogs"] = last_passes() if last_passes is not None else []
+    return ServiceOutcome(what, manager, out)

@@ -158,9 +158,9 @@ def test_up_says_once_that_only_the_agent_guards_when_no_watchdog_passed(ledger)
 
 
 def test_the_dashboard_says_who_watches(ledger, ledger_url, gpuops_home, monkeypatch):
+    from gpuops.accounting.dashboard import build
     from gpuops.config import load_settings
     from gpuops.render.dashboard import page
-    from gpuops.render.dashboard.data import build
 
     monkeypatch.setenv("GPUOPS_LEDGER_URL", ledger_url)
     settings = load_settings(None)

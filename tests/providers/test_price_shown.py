@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from gpuops.config import load_settings
-from gpuops.render.offers import find_offers, render
+from gpuops.render.offers import render
+from gpuops.rental.offers import find_offers
 
 STORAGE = 0.15 * 40 / 730  # the emulated Vast's 40 GB disk at 0.15 USD/GB-month, per hour
 VAST_1002_ON_DEMAND = round(0.28 + STORAGE, 6)  # dph_total: GPU + storage

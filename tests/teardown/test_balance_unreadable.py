@@ -76,7 +76,7 @@ def test_floor_with_a_cap_rents_under_the_cap_and_says_the_floor_is_not_enforced
 
 @pytest.mark.parametrize("unreadable", UNREADABLE, indirect=True)
 def test_views_that_show_the_floor_say_it_cannot_be_enforced(unreadable, tmp_path):
-    from gpuops.render.dashboard.data import balances
+    from gpuops.accounting.dashboard import balances
     from gpuops.teardown.reconcile import Context
     from gpuops.teardown.watchdog import run
 
@@ -96,8 +96,8 @@ def test_views_that_show_the_floor_say_it_cannot_be_enforced(unreadable, tmp_pat
 
 def test_no_floor_no_note(emulator_env, runpod_emulator, gpuops_home, monkeypatch, tmp_path):
     """Without a floor an unreadable balance decides nothing: `up` rents, no view speaks of a floor."""
+    from gpuops.accounting.dashboard import balances
     from gpuops.providers import get_provider
-    from gpuops.render.dashboard.data import balances
     from gpuops.teardown.budget import budget_for_up
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -103,7 +103,7 @@ def _zones() -> tuple[str, ...]:
 
 
 def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str:
-    """The page for ``data`` (``gpuops.render.dashboard.data.build``).
+    """The page for ``data`` (``gpuops.accounting.dashboard.build``).
 
     ``inline``: the self-contained file (scripts inlined, no form); else the served page (scripts
     from ``static/``, a month and time zone form). ``tz_value``: what the zone field shows (None:

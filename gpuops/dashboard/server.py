@@ -36,7 +36,7 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
     from starlette.routing import Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    import gpuops.render.dashboard.data as dashboard_data
+    import gpuops.accounting.dashboard as dashboard_data
     import gpuops.render.dashboard.page as page
 
     headers = {
