@@ -1,6 +1,7 @@
-"""The gpuops command line (typer): this module builds the app, registers each command group's
-commands (one module per group: up, offers, plan, session, watchdog, check, dashboard, ledger,
-volumes) and runs it (``main``: the one line and exit code of every error). No logic here.
+"""The gpuops command line (typer): the app, each command group's commands registered, and ``main``.
+
+One module per group (up, offers, plan, session, watchdog, check, dashboard, ledger, volumes) parses
+and renders; ``main`` turns every error into its one line and exit code. No logic here.
 
 Imports stay light: services, rich and provider SDKs load inside the commands that use them, so
 `gpuops --help` starts fast.

@@ -99,17 +99,18 @@ def ledger_sessions(
     fmt: str = "table",
 ) -> None:
     """Past sessions, newest first: when, run, experiment, card, hours, cost, end reason, conclusion."""
+    from gpuops.accounting import history as books_history
     from gpuops.render import emit, session_history as history
 
     if runs:
         if experiment is not None:
             raise BadInput("--experiment filters sessions; --runs lists runs", "drop one of them")
-        rep = history.runs(_ledger(config), since, limit, tz)
+        rep = books_history.runs(_ledger(config), since, limit, tz)
         from ledger.history import RUN_ROW_COLUMNS
 
         emit.emit(rep, fmt, lambda: history.render_runs(rep), csv_records=rep["runs"], csv_columns=RUN_ROW_COLUMNS)
         return
-    rep = history.sessions(_reader(config), since, experiment, limit, tz)
+    rep = books_history.sessions(_reader(config), since, experiment, limit, tz)
     from ledger.history import SESSION_ROW_COLUMNS
 
     emit.emit(rep, fmt, lambda: history.render(rep), csv_records=rep["sessions"], csv_columns=SESSION_ROW_COLUMNS)

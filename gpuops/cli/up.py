@@ -201,7 +201,7 @@ def up(
             "--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model",
             "add --model, e.g. --model llama-3-8b",
         )
-    from gpuops.render.console_reporter import ConsoleReporter
+    from gpuops.cli.up_reporter import ConsoleReporter
 
     reporter = ConsoleReporter(json_mode=fmt != "table")
     try:

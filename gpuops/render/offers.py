@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuops.rental.offers import OffersResult
+    from gpuops.planning.offers import OffersResult
 
 GIB = 2**30
 

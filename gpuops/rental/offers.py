@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import BadInput
+from gpuops.planning.offers import OffersResult
 from gpuops.providers.base import Offer, OfferQuery, ProviderError, ProviderErrorKind
 
 if TYPE_CHECKING:
@@ -35,15 +35,6 @@ Waiting = Callable[[str], AbstractContextManager[Any]]
 @contextmanager
 def _silent(what: str) -> Iterator[SimpleNamespace]:
     yield SimpleNamespace(what=what)
-
-
-@dataclass
-class OffersResult:
-    """Ranked offers, and one-line notes (a provider skipped or failing) for stderr."""
-
-    offers: list[Offer]
-    notes: list[str] = field(default_factory=list)
-    providers: list[str] = field(default_factory=list)
 
 
 def find_offers(

@@ -64,7 +64,7 @@ def test_the_summary_prints_paths_whole_at_80_columns(monkeypatch, capsys):
 
 
 def test_waits_say_what_for():
-    from gpuops.render.console_reporter import WAITING_FOR
+    from gpuops.cli.up_reporter import WAITING_FOR
     from gpuops.teardown.lifecycle import STAGES
 
     assert set(STAGES) <= set(WAITING_FOR)

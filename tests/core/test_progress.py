@@ -102,7 +102,7 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
 
 REPORTER = """
 import sys
-from gpuops.render.console_reporter import ConsoleReporter
+from gpuops.cli.up_reporter import ConsoleReporter
 r = ConsoleReporter()
 r.stage("ready", "waiting for SSH")
 sys.stdin.readline()

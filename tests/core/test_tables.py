@@ -125,9 +125,9 @@ def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_offers_show_pcie_and_sxm_and_whole_ids(width):
+    from gpuops.planning.offers import OffersResult
     from gpuops.providers.base import Offer
     from gpuops.render.offers import render
-    from gpuops.rental.offers import OffersResult
 
     offers = [
         Offer(

@@ -279,8 +279,8 @@ def test_offer_region_from_the_provider_is_shown_escaped():
 
     from rich.console import Console
 
+    from gpuops.planning.offers import OffersResult
     from gpuops.render.offers import render
-    from gpuops.rental.offers import OffersResult
 
     buf = io.StringIO()
     o = offer(0.3, oid="9\x1b[2J", region="[bold]Sweden\x1b]0;pwned\x07\u202e")

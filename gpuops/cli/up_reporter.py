@@ -1,4 +1,4 @@
-"""The terminal reporter of `up` and `run`.
+"""The terminal reporter of `up` (a renderer that plugs into the launcher's Reporter, so it sits with the command).
 
 Its own module, so that the commands that only render tables never import
 ``gpuops.rental.launcher``."""
