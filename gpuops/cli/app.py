@@ -14,12 +14,9 @@ import sys
 
 import typer
 
-from gpuops import __version__, cli_values
+from gpuops import __version__
 from gpuops.cli.group import Group
 from gpuops.errors import GpuopsError
-
-cli_values.install()  # text and number() option values without importing pydantic (see gpuops/cli_values.py)
-
 
 app = typer.Typer(
     cls=Group,
