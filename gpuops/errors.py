@@ -33,9 +33,9 @@ class BadInput(GpuopsError):
     """Input that cannot work; raised before anything is rented or booked. Exit code 2."""
 
     exit_code = 2
-    # a budget refusal (gpuops.rental.budget): the end reason a run stops with (gpuops.rental.launcher)
+    # a budget refusal (gpuops.teardown.budget): the end reason a run stops with (gpuops.rental.launcher)
     limit: str | None = None
-    # a refused `ledger import` (gpuops.rental.ledger_service): each bad line, (line number, why)
+    # a refused `ledger import` (gpuops.accounting.ledger_service): each bad line, (line number, why)
     errors: list[tuple[int, str]] | None = None
 
 

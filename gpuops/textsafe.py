@@ -3,8 +3,8 @@
 Text that came from a user, a box, a provider or a CSV file is printed with its control and bidi
 characters shown escaped, never interpreted by the terminal.
 
-``safe(text)`` is applied by every renderer that prints such text (``gpuops.views.ui``: ``ps``, the `up`
-reporter's stage/step/warning lines, notes; ``gpuops.views.ledger``: ``ledger month / experiments /
+``safe(text)`` is applied by every renderer that prints such text (``gpuops.render.ui``: ``ps``, the `up`
+reporter's stage/step/warning lines, notes; ``gpuops.render.ledger``: ``ledger month / experiments /
 show / sync`` tables; ``ledger note``). JSON output needs nothing (``json.dumps`` escapes them), and
 CSV output stays byte-exact (it is data; the import must read back what the export wrote).
 The job's own log lines are the user's program output and pass through unchanged.

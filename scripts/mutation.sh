@@ -29,9 +29,9 @@ TARGET=90
 MODULES=(
   ledger/attribution.py       # which hour/day/month a dollar belongs to, and its SQL twin
   bootstrap/policy.py         # idle window, TTL, session cap, job end: when a box is destroyed
-  gpuops/rental/budget.py     # what `up` refuses before renting
+  gpuops/teardown/budget.py     # what `up` refuses before renting
   gpuops/ownership.py         # whose row a process may end
-  gpuops/rental/lifecycle.py  # end_rental and the end-time rule
+  gpuops/teardown/lifecycle.py  # end_rental and the end-time rule
   gpuops/planning/offers.py   # offer selection and the delivered-box check
 )
 TESTS=(
@@ -54,19 +54,19 @@ SOURCE_READERS=(
 # Keyed by mutmut's name (module.x_function__mutmut_N); re-check the numbers when a function changes.
 EQUIVALENT=(
   "gpuops.ownership.x_local_account__mutmut_7 encode('UTF-8') for 'utf-8': codec names are case-insensitive"
-  "gpuops.rental.lifecycle.x_failure_reason__mutmut_11 'or' for 'and': no FAILURE_BOOKS row has exactly one None entry"
-  "gpuops.rental.lifecycle.x_failure_reason__mutmut_19 'decided and ERROR': got is None only on a row with a None entry, and the only such row (collect) returned above"
-  "gpuops.rental.lifecycle.x_end_time__mutmut_5 t = '' for None: both falsy, the next 'if t:' skips both"
-  "gpuops.rental.lifecycle.x_end_rental__mutmut_4 ledger.get(None) is None, as the skipped call gives"
-  "gpuops.rental.lifecycle.x_last_proof_of_life__mutmut_16 the event source's name 'XXeventXX' is not in _SOURCE_OF either: both book ledger_event"
-  "gpuops.rental.lifecycle.x_last_proof_of_life__mutmut_17 the event source's name 'EVENT' is not in _SOURCE_OF either: both book ledger_event"
-  "gpuops.rental.lifecycle.x__destroy_confirmed__mutmut_5 again[0] None for False: both falsy, read only by 'if again[0]'"
-  "gpuops.rental.lifecycle.x__destroy_confirmed__mutmut_7 again[0] True after the destroy: every read-back that does not return sets again[0] itself before the next try"
-  "gpuops.rental.lifecycle.x__destroy_confirmed__mutmut_32 retry_after None for False: call_with_retries reads it only as 'if retry_after'"
-  "gpuops.rental.lifecycle.x__quick__mutmut_11 q(fn, None) for q(fn, default): every caller of _quick passes no default (None)"
-  "gpuops.rental.lifecycle.x__end__mutmut_6 legacy_err None for '': both falsy, read only by _not_our_instance's 'if looked_up'"
-  "gpuops.rental.lifecycle.x_requested_reason__mutmut_9 code '' or None: neither is 0, both book job_failed"
-  "gpuops.rental.budget.x_assert_not_refused__mutmut_11 owner '' or 'XXXX' for a missing owner: no refusal names either"
+  "gpuops.teardown.lifecycle.x_failure_reason__mutmut_11 'or' for 'and': no FAILURE_BOOKS row has exactly one None entry"
+  "gpuops.teardown.lifecycle.x_failure_reason__mutmut_19 'decided and ERROR': got is None only on a row with a None entry, and the only such row (collect) returned above"
+  "gpuops.teardown.lifecycle.x_end_time__mutmut_5 t = '' for None: both falsy, the next 'if t:' skips both"
+  "gpuops.teardown.lifecycle.x_end_rental__mutmut_4 ledger.get(None) is None, as the skipped call gives"
+  "gpuops.teardown.lifecycle.x_last_proof_of_life__mutmut_16 the event source's name 'XXeventXX' is not in _SOURCE_OF either: both book ledger_event"
+  "gpuops.teardown.lifecycle.x_last_proof_of_life__mutmut_17 the event source's name 'EVENT' is not in _SOURCE_OF either: both book ledger_event"
+  "gpuops.teardown.lifecycle.x__destroy_confirmed__mutmut_5 again[0] None for False: both falsy, read only by 'if again[0]'"
+  "gpuops.teardown.lifecycle.x__destroy_confirmed__mutmut_7 again[0] True after the destroy: every read-back that does not return sets again[0] itself before the next try"
+  "gpuops.teardown.lifecycle.x__destroy_confirmed__mutmut_32 retry_after None for False: call_with_retries reads it only as 'if retry_after'"
+  "gpuops.teardown.lifecycle.x__quick__mutmut_11 q(fn, None) for q(fn, default): every caller of _quick passes no default (None)"
+  "gpuops.teardown.lifecycle.x__end__mutmut_6 legacy_err None for '': both falsy, read only by _not_our_instance's 'if looked_up'"
+  "gpuops.teardown.lifecycle.x_requested_reason__mutmut_9 code '' or None: neither is 0, both book job_failed"
+  "gpuops.teardown.budget.x_assert_not_refused__mutmut_11 owner '' or 'XXXX' for a missing owner: no refusal names either"
   "gpuops.planning.offers.x_rank__mutmut_1 need 1 byte instead of 0: screen drops VRAM <= 0, and any whole positive VRAM covers 1 byte"
   "gpuops.planning.offers.x__norm__mutmut_13 an empty name normalized to 'xxxx': no card has that name, and callers skip empty names"
   "gpuops.planning.offers.x_delivered__mutmut_23 card_of_gpu_name('None') is None: no card is named 'none'"

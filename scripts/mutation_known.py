@@ -60,19 +60,19 @@ END_TIME_E2E_K = (
 MUTATIONS = [
     Mutation(
         "end_rental skips the destroy but closes the row",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [("            provider.destroy(iid)\n            again[0] = False", "            again[0] = False")],
         ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
     ),
     Mutation(
         "no destroy retries",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [("replace(DESTROY_RETRY, attempts=attempts)", "replace(DESTROY_RETRY, attempts=1)")],
         ["tests/lifecycle/test_end_rental.py", "tests/lifecycle/test_end_time_rule.py"],
     ),
     Mutation(
         'the end time is "now" instead of the provider\'s record (19 e2e tests)',
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [
             ('            return float(t), "provider"', '            return now, "provider"'),
             ('        return float(inst.extra["ended_at"]), "provider"', '        return now, "provider"'),
@@ -130,7 +130,7 @@ MUTATIONS = [
     ),
     Mutation(
         "NaN passes the budget",
-        "gpuops/rental/budget.py",
+        "gpuops/teardown/budget.py",
         [
             (
                 "        if v is not None and (not isinstance(v, (int, float)) or not math.isfinite(v)):",
@@ -171,7 +171,7 @@ MUTATIONS = [
     ),
     Mutation(
         "end_rental's own refusal of another account's row disabled",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [("        if held == OTHER:\n            return Ended(", "        if False:\n            return Ended(")],
         [
             "tests/lifecycle/test_end_time_rule.py",
@@ -208,7 +208,7 @@ MUTATIONS = [
     # -- the end-time rule's other branches (beyond those above) --
     Mutation(
         "a gone box's proof of life not clamped to [create, now]",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [("    return min(max(float(t), start), now), src", "    return float(t), src")],
         [
             "tests/lifecycle/test_end_time_rule.py",
@@ -217,13 +217,13 @@ MUTATIONS = [
     ),
     Mutation(
         "a box just seen and destroyed booked at its last heartbeat, not at the confirmed destroy",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [('    if not already_gone:\n        return now, "destroy"', '    if False:\n        return now, "destroy"')],
         ["tests/lifecycle/test_end_time_rule.py", "tests/lifecycle/test_end_rental.py"],
     ),
     Mutation(
         "every event counts as proof of life (the closer's own log_kept, this end's own events)",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [("for e in ledger.events(session_id) if e.kind in PROOF_OF_LIFE)", "for e in ledger.events(session_id))")],
         [
             "tests/lifecycle/test_end_time_rule.py",
@@ -232,7 +232,7 @@ MUTATIONS = [
     ),
     Mutation(
         "a gone box's newest proof of life not compared: a heartbeat wins over a newer `live` event",
-        "gpuops/rental/lifecycle.py",
+        "gpuops/teardown/lifecycle.py",
         [("    t, kind = max(got, key=lambda p: p[0])", "    t, kind = got[0]")],
         [
             "tests/lifecycle/test_end_time_rule.py",

@@ -1,7 +1,7 @@
 """The laptop's side of the on-box agent: write its config, start it (the `arm` stage), read its status.
 
 The agent itself is ``bootstrap/agent.py`` (stdlib, runs on the box); the rules it applies are
-``bootstrap/policy.py``, which ``gpuops.rental.watchdog`` applies too.
+``bootstrap/policy.py``, which ``gpuops.teardown.watchdog`` applies too.
 
 Paths on the box, relative to the box root (``Box.root``):
 

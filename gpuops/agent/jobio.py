@@ -125,7 +125,7 @@ def follow_log(
     seconds of this machine's clock (content is compared, not timestamps: no clock skew).
     ``on_poll``: called once per poll (the caller throttles it; `up` books the box's live status).
     ``on_seen``: called each time the box answered a poll's reads (a proof of life: `up` keeps the
-    moment, ``gpuops.rental.lifecycle.PROOF_OF_LIFE``).
+    moment, ``gpuops.teardown.lifecycle.PROOF_OF_LIFE``).
     """
     beat, beat_seen = None, time.monotonic()
     while True:

@@ -1,7 +1,7 @@
 """`gpuops ledger ...`: the books' commands.
 
 Month, experiments, sessions, show, note, tokens, export, import, sync, replay. Parse, call
-gpuops.rental.ledger_service, render through gpuops.views.ledger."""
+gpuops.accounting.ledger_service, render through gpuops.render.ledger."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ def ledger_month(
     $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time after the job and the
     group's failed runs included). $/Mtok job: only the job's own seconds x the price, per million
     tokens. Real and simulated money are never added together."""
-    from gpuops.rental import ledger_service as books
-    from gpuops.views import ledger as ledger_view
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import ledger as ledger_view
 
     if plot and fmt != "table":
         raise BadInput(
@@ -79,8 +79,8 @@ def ledger_experiments(
 
     $/Mtok all-in: every dollar paid per million tokens (bootstrap, idle time, failed runs
     included). $/Mtok job: only the job's own seconds x the price, per million tokens."""
-    from gpuops.rental import ledger_service as books
-    from gpuops.views import ledger as ledger_view
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import ledger as ledger_view
 
     ledger_view.emit("experiments", books.experiments(_reader(config), since, until, tz), fmt)
 
@@ -99,17 +99,18 @@ def ledger_sessions(
     fmt: str = "table",
 ) -> None:
     """Past sessions, newest first: when, run, experiment, card, hours, cost, end reason, conclusion."""
-    from gpuops.views import emit, session_history as history
+    from gpuops.accounting import history as books_history
+    from gpuops.render import emit, session_history as history
 
     if runs:
         if experiment is not None:
             raise BadInput("--experiment filters sessions; --runs lists runs", "drop one of them")
-        rep = history.runs(_ledger(config), since, limit, tz)
+        rep = books_history.runs(_ledger(config), since, limit, tz)
         from ledger.history import RUN_ROW_COLUMNS
 
         emit.emit(rep, fmt, lambda: history.render_runs(rep), csv_records=rep["runs"], csv_columns=RUN_ROW_COLUMNS)
         return
-    rep = history.sessions(_reader(config), since, experiment, limit, tz)
+    rep = books_history.sessions(_reader(config), since, experiment, limit, tz)
     from ledger.history import SESSION_ROW_COLUMNS
 
     emit.emit(rep, fmt, lambda: history.render(rep), csv_records=rep["sessions"], csv_columns=SESSION_ROW_COLUMNS)
@@ -126,12 +127,12 @@ def ledger_show(
     """Every field of one session: its bootstrap steps, its events, where logs and results are.
 
     For a run (run-...): its rentals and why each ended."""
-    from gpuops.rental import ledger_service as books
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import ledger as ledger_view
     from gpuops.rental.runs import RUN_PREFIX
-    from gpuops.views import ledger as ledger_view
 
     if session.startswith(RUN_PREFIX):
-        from gpuops.views import emit, session_history as history
+        from gpuops.render import emit, session_history as history
 
         rep = books.show_run(_ledger(config), session, tz)
         emit.emit(
@@ -165,8 +166,8 @@ def ledger_note(
     fmt: str = "table",
 ) -> None:
     """Record a session's one-line conclusion."""
-    from gpuops.rental import ledger_service as books
-    from gpuops.views import emit, ui
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import emit, ui
 
     r = books.note(_ledger(config), session, text)
     emit.emit(r, fmt, lambda: print(f"{r['session']}: {ui.safe(r['conclusion'])}"))
@@ -185,9 +186,9 @@ def ledger_tokens(
     fmt: str = "table",
 ) -> None:
     """Set a session's token count after the fact (for $/Mtoken)."""
-    from gpuops.rental import ledger_service as books
-    from gpuops.views import emit
-    from gpuops.views.ui import money
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import emit
+    from gpuops.render.ui import money
 
     r = books.tokens(_ledger(config), session, n)
     per = r["usd_per_mtoken"]
@@ -212,8 +213,8 @@ def ledger_export(
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
     import io
 
-    from gpuops.rental import ledger_service as books
-    from gpuops.views.emit import pick
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render.emit import pick
 
     if fmt is not None:  # the export is the import's format: CSV only (`ledger sessions --format json` for JSON)
         pick(fmt, allowed=("csv",))
@@ -255,9 +256,9 @@ def ledger_import(
     fmt: str = "table",
 ) -> None:
     """Import a spreadsheet of past rentals: every row or none; bad rows are named by line."""
-    from gpuops.rental import ledger_service as books
-    from gpuops.views import emit
-    from gpuops.views.session_history import plural
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import emit
+    from gpuops.render.session_history import plural
 
     r = books.import_csv(_ledger(config), file, tz, strict=strict)
     for line, msg in r["warnings"]:
@@ -285,7 +286,7 @@ def ledger_replay(
 
     The spool (what `ps`, `watchdog` and `reconcile` also do), or
     the lines `up` printed when its spools could not be written either."""
-    from gpuops.views import emit
+    from gpuops.render import emit
 
     led = _ledger(config)
     if lines:
@@ -322,8 +323,8 @@ def ledger_sync(
 
     Exit status: 0 compared, 4 nothing compared (no provider's billing could be read: no API key,
     or every provider refused)."""
-    from gpuops.rental import ledger_service as books
-    from gpuops.views import ledger as ledger_view
+    from gpuops.accounting import ledger_service as books
+    from gpuops.render import ledger as ledger_view
 
     settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
     led: Ledger | LedgerReader
@@ -335,7 +336,7 @@ def ledger_sync(
         from ledger.reads import LedgerReader
 
         led = LedgerReader(settings.ledger_url())
-    from gpuops.views.progress import waiting
+    from gpuops.render.progress import waiting
 
     with waiting("ledger sync: asking the providers for their billing"):
         rep = books.sync(led, settings, month, tz, apply=apply)

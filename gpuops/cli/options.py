@@ -16,6 +16,9 @@ import typer
 
 from gpuops.errors import BadInput
 
+# Provider names in help strings come from the registry (names only: no provider class is imported).
+from gpuops.providers import MARKETPLACES, NAMES, SPOT, titles
+
 
 def _settings(config: str | None, overrides: dict | None = None, emergency: bool = False):
     """Settings for a command.
@@ -188,7 +191,7 @@ def output_options(
     The command declares ``fmt: str`` without a default; the options take its place in the
     signature typer reads (so ``--help`` lists them where ``fmt`` stood). Two formats at once, an
     unknown one, or one outside ``formats`` is BadInput before the command runs
-    (``gpuops.views.emit.pick``, the convention of every machine output)."""
+    (``gpuops.render.emit.pick``, the convention of every machine output)."""
     shorthands = [("json_out", "--json", "json")] + ([("csv_out", "--csv", "csv")] if csv else [])
 
     def decorate(command: Callable) -> Callable:
@@ -217,7 +220,7 @@ def output_options(
 
         @functools.wraps(command)
         def run(*args, fmt: str | None = None, json_out: bool = False, csv_out: bool = False, **kwargs):
-            from gpuops.views.emit import pick
+            from gpuops.render.emit import pick
 
             return command(*args, fmt=pick(fmt, json_out, csv_out, allowed=formats), **kwargs)
 
@@ -280,3 +283,35 @@ def _card_count(card: str | None, gpu_count: int, default: int = 1, most: int | 
             f"--card {card} asks for {int(count)} GPUs and --gpu-count for {gpu_count}", "give the count once"
         )
     return name, int(count)
+
+
+CARD_HELP = (
+    "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
+)
+
+
+def _spot_by_provider() -> str:
+    """What `up` rents on each provider by default, from the registry.
+
+    E.g. ``Vast.ai bids the offer's
+    minimum (it can be taken back); RunPod has no spot, so on-demand; local: on-demand``."""
+    from gpuops.providers import REGISTRY
+
+    said = [f"{REGISTRY[n].title} bids the offer's minimum (it can be taken back)" for n in SPOT]
+    said += [f"{REGISTRY[n].title} has no spot, so on-demand" for n in MARKETPLACES if n not in SPOT]
+    said += [f"{n}: on-demand" for n in NAMES if n not in MARKETPLACES and n not in SPOT]
+    return "; ".join(said)
+
+
+def _without_spot() -> str:
+    """The marketplaces without interruptible offers, for a help string: ``RunPod has``."""
+    names = [n for n in MARKETPLACES if n not in SPOT]
+    return f"{titles(names, ', ')} {'has' if len(names) == 1 else 'have'}"
+
+
+def _dtypes_not_blank(dtype: str, kv_dtype: str) -> None:
+    """BadInput for a blank ``--dtype`` or ``--kv-dtype`` (the flag left out is ``auto``)."""
+    _not_blank("--dtype", dtype, "pass a dtype, e.g. --dtype bf16, or leave --dtype out for the checkpoint's (auto)")
+    _not_blank(
+        "--kv-dtype", kv_dtype, "pass a dtype, e.g. --kv-dtype fp8, or leave --kv-dtype out for the model's (auto)"
+    )

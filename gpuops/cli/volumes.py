@@ -56,7 +56,7 @@ def _input_errors():
 
 def _print(vols: list, fmt: str, notes: list[str]) -> None:
     from gpuops.providers.volumes import VOLUME_COLUMNS
-    from gpuops.views import emit
+    from gpuops.render import emit
 
     if fmt != "table":
         emit.emit(
@@ -66,8 +66,8 @@ def _print(vols: list, fmt: str, notes: list[str]) -> None:
             csv_columns=VOLUME_COLUMNS,
         )
         return
-    from gpuops.views import ui
-    from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
+    from gpuops.render import ui
+    from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, print_table, ranked
 
     con = ui.console()
     if vols:
@@ -131,7 +131,7 @@ def volumes_list(
         notes.append(f"no {titles(keyed)} key found: set {' or '.join(REGISTRY[n].key_source.env_var for n in keyed)}")
     for name in names:
         try:
-            from gpuops.views.progress import waiting
+            from gpuops.render.progress import waiting
 
             with waiting(f"asking {name} for its volumes"), _input_errors() if provider else nullcontext():
                 vols += service(get_provider(name, settings)).list()
@@ -198,7 +198,7 @@ def volumes_delete(
             raise typer.Exit(1)
     service(p).delete(vol.id)
     if fmt != "table":
-        from gpuops.views import emit
+        from gpuops.render import emit
 
         emit.emit({"deleted": vol.as_json()}, fmt, csv_records=[vol.as_json()])
     else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 
 from gpuops.providers.base import VRAM_TOLERANCE, Instance, Offer
 
@@ -189,3 +190,12 @@ def check_delivered(order: Offer, instance: Instance, max_usd_per_hour: float | 
             elif max_usd_per_hour is not None and price > max_usd_per_hour * (1 + PRICE_TOLERANCE) + PRICE_SLACK_USD_H:
                 problems.append(f"charged ${price:.4f}/h above --max-price ${max_usd_per_hour:.4f}/h")
     return "; ".join(problems) or None
+
+
+@dataclass
+class OffersResult:
+    """Ranked offers, and one-line notes (a provider skipped or failing) for stderr."""
+
+    offers: list[Offer]
+    notes: list[str] = field(default_factory=list)
+    providers: list[str] = field(default_factory=list)

@@ -1,1 +1,1 @@
-"""Services of a rental: `up`'s stages, lifecycle (the one end_rental), reconcile, watchdog, budget, results, the ledger commands."""
+"""`gpuops up`'s stages: the launcher (the state machine), a run's arithmetic, the copy-back, the open sessions (`ps`, `down`)."""

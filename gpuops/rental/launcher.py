@@ -1,6 +1,6 @@
 """`gpuops up` as an explicit state machine.
 
-The stages and their failure table live in ``gpuops.rental.lifecycle``:
+The stages and their failure table live in ``gpuops.teardown.lifecycle``:
 
     validate -> plan -> intent -> create -> ready -> arm -> bootstrap -> job -> collect -> teardown
 
@@ -45,7 +45,7 @@ from gpuops.providers.base import (
     ProviderErrorKind,
 )
 from gpuops.providers.retry import RetryPolicy, call_with_retries
-from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
+from gpuops.teardown.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
 
 if TYPE_CHECKING:
     from gpuops.box.base import Box
@@ -419,7 +419,7 @@ class UpRun:
     """What the run knows as it goes; becomes the summary.
 
     ``stage``: the stage being run (the
-    failure table in gpuops.rental.lifecycle is looked up with it); ``end_reason``: the outcome a stage
+    failure table in gpuops.teardown.lifecycle is looked up with it); ``end_reason``: the outcome a stage
     decided (None until one did)."""
 
     id: str
@@ -529,7 +529,7 @@ def run_up(
         raise BadInput(
             f"session {req.name} is already in the ledger", "pick another --name (a session id names one rental)"
         )
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
 
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
         budget_for_up(ledger, settings, provider, p.offer.price)
@@ -636,7 +636,7 @@ def _rent(
     ``signalled``: the run's signal list (``_signals_raise``); a rental of a
     run has its row written by ``intent`` inside the guarded block, and notes the signals that come
     during its teardown there. Returns the failure that ended it (None: a stage decided)."""
-    # The stages after intent, in order (gpuops.rental.lifecycle.STAGES). Each returns None to go on, or
+    # The stages after intent, in order (gpuops.teardown.lifecycle.STAGES). Each returns None to go on, or
     # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
     stages: list[tuple[str, Callable[[], EndReason | None]]] = [
         ("create", lambda: _create(s, p, provider, ledger, reporter, s.label, settings)),
@@ -710,7 +710,7 @@ def _taken_back(s: UpRun, provider: Provider, ledger: Ledger, stage: str | None 
         inst = provider.get(s.instance.id)
     except ProviderError:
         return False
-    from gpuops.rental.reconcile import ours
+    from gpuops.teardown.reconcile import ours
 
     inst = ours(s, inst)  # another label, or none: not certainly ours, so not ours taken back
     if inst is None or inst.status not in (InstanceStatus.STOPPED, InstanceStatus.EXITED):
@@ -784,7 +784,7 @@ def _run_recovering(
 
     from bootstrap.vocabulary import RunEnd
     from gpuops.rental import runs
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
     from ledger import Run
 
     t = settings.teardown
@@ -1155,7 +1155,7 @@ def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
 
 def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, reporter: Reporter) -> None:
     """Reconcile this provider before renting (orphans, gone boxes); a failure only warns."""
-    from gpuops.rental.reconcile import Context, reconcile
+    from gpuops.teardown.reconcile import Context, reconcile
 
     try:
         for a in reconcile(Context(settings, ledger=ledger, providers={provider.name: provider})):
@@ -1168,8 +1168,8 @@ def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, rep
 def _watchdog_note(ledger: Ledger, reporter: Reporter) -> None:
     """Warn once when no watchdog passed over the ledger within three of its intervals.
 
-    Then only the box's own agent guards the rental (gpuops.rental.watchdog_passes.guarded_recently)."""
-    from gpuops.rental.watchdog_passes import INSTALL_HINT, guarded_recently
+    Then only the box's own agent guards the rental (gpuops.teardown.watchdog_passes.guarded_recently)."""
+    from gpuops.teardown.watchdog_passes import INSTALL_HINT, guarded_recently
 
     if not guarded_recently(ledger):
         reporter.warn(
@@ -1297,7 +1297,7 @@ def _job(
             log.flush()
             lines.feed(chunk)
 
-        from gpuops.rental.live import LIVE_EVERY_S
+        from gpuops.teardown.live import LIVE_EVERY_S
 
         live_due = [time.monotonic() + min(2.0, LIVE_EVERY_S)]  # the first status soon after the job starts
         run_poll = _run_poll(s, ledger, settings, provider) if s.run_id and provider is not None else None
@@ -1342,7 +1342,7 @@ def _job(
     seconds = jobio.job_seconds(ended, time.monotonic() - started_here)
     if seconds is not None:
         s.job_seconds = seconds
-    # log_bytes: `up` followed the log to its end (gpuops.rental.joblog: nothing left to fetch at teardown)
+    # log_bytes: `up` followed the log to its end (gpuops.teardown.joblog: nothing left to fetch at teardown)
     ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
     if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
         return EndReason.PREEMPTED  # stopped with its box (a SIGTERM from the host), not a failure of its own
@@ -1382,14 +1382,14 @@ def _log_poll_s(box) -> float:
 
 
 def _book_live(s: UpRun, ledger: Ledger) -> None:
-    """Book what `ps` shows of the running box (``gpuops.rental.live``).
+    """Book what `ps` shows of the running box (``gpuops.teardown.live``).
 
     The tokens the job has written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
     clock); nothing when the box answered neither read. Never raises."""
     import os
     import socket
 
-    from gpuops.rental.live import record_live
+    from gpuops.teardown.live import record_live
 
     try:
         from gpuops.agent.agentctl import read_status
@@ -1586,7 +1586,7 @@ def _book_instance(s: UpRun, ledger: Ledger, inst: Instance, found_by: str) -> N
 
 
 def _teardown(s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter) -> None:
-    """End the rental through ``gpuops.rental.lifecycle.end_rental``.
+    """End the rental through ``gpuops.teardown.lifecycle.end_rental``.
 
     The reason: one requested on the
     row by someone else (``gpuops down`` from another terminal wins), else the agent's when it
@@ -1617,7 +1617,7 @@ def _teardown(s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter) 
         s.tokens_booked = True  # the tokens read at the last checkpoint copy
     reporter.stage("teardown", str(reason))
     if s.job_started and s.box is not None and row is not None:  # interrupted mid-job: the rest of the log first
-        from gpuops.rental.joblog import keep_log
+        from gpuops.teardown.joblog import keep_log
 
         keep_log(ledger, row, lambda: s.box, by=f"up:{socket.gethostname()}:{os.getpid()}", close=False)
     ended = end_rental(

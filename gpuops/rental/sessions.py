@@ -45,7 +45,7 @@ def row_json(row) -> dict:
     return d
 
 
-# What `ps` adds to each open row (gpuops.rental.live.live_figures), after the row's columns.
+# What `ps` adds to each open row (gpuops.teardown.live.live_figures), after the row's columns.
 LIVE_COLUMNS = ("accrued_usd", "ttl_left_seconds", "idle_seconds", "status_at", "status_age_seconds")
 
 
@@ -66,7 +66,7 @@ def list_open(ledger: Ledger, owner: str | None = None, now: float | None = None
     """Open sessions as dicts with what each has cost so far at ``now``, read from the ledger alone.
 
     Open sessions as dicts (``row_json``) with what each has cost so far at ``now``
-    (``gpuops.rental.live.live_figures``, from the newest ``live`` event the ledger holds: no
+    (``gpuops.teardown.live.live_figures``, from the newest ``live`` event the ledger holds: no
     connection to any box): ``cost_usd`` and ``accrued_usd`` the accrual so far (USD), ``tokens`` so
     far, ``usd_per_mtoken``, ``ttl_left_seconds``, ``idle_seconds``, ``status_at``,
     ``status_age_seconds``. ``owner``: only that user's (and rows from before owners were booked),
@@ -75,7 +75,7 @@ def list_open(ledger: Ledger, owner: str | None = None, now: float | None = None
 
     from bootstrap.vocabulary import EventKind
     from gpuops.ownership import is_mine
-    from gpuops.rental.live import live_figures
+    from gpuops.teardown.live import live_figures
 
     now = time.time() if now is None else now
     out = []
@@ -98,7 +98,7 @@ def list_open(ledger: Ledger, owner: str | None = None, now: float | None = None
 def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) -> list[dict]:
     """Destroy the instance of one open session (or all) and close its row as ``manual``.
 
-    Through ``gpuops.rental.lifecycle.end_rental``: the reason is on the row before the destroy, so
+    Through ``gpuops.teardown.lifecycle.end_rental``: the reason is on the row before the destroy, so
     an `up` still watching that session reports ``manual`` too.
 
     Ownership (gpuops/ownership.py): ``--all`` takes this user's open sessions whose provider
@@ -121,7 +121,7 @@ def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) ->
     from bootstrap.vocabulary import Actor, EndReason, RowStatus
     from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers import get_provider
-    from gpuops.rental.lifecycle import end_rental
+    from gpuops.teardown.lifecycle import end_rental
 
     providers: dict = {}
 
@@ -181,9 +181,9 @@ def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) ->
 
 
 def _keep_log(settings: Settings, ledger: Ledger, provider, row, by: str) -> None:
-    """``gpuops.rental.joblog.keep_log`` for `down`: the box as reconcile reaches it."""
-    from gpuops.rental.joblog import drained, keep_log
-    from gpuops.rental.reconcile import Context
+    """``gpuops.teardown.joblog.keep_log`` for `down`: the box as reconcile reaches it."""
+    from gpuops.teardown.joblog import drained, keep_log
+    from gpuops.teardown.reconcile import Context
 
     if not row.log_path or drained(ledger, row.id):
         return

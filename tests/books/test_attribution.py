@@ -34,7 +34,7 @@ def test_open_session_accrues_only_inside_the_period():
 
 
 def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
-    from gpuops.rental import ledger_service as books
+    from gpuops.accounting import ledger_service as books
     from ledger.limits import month_spend
 
     t = utc(2026, 10, 31, 21, 59)
@@ -51,7 +51,7 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
     assert books.month(ledger, "2026-11", "UTC")["total_usd"] == 100.0  # the books: no cost until it closes
     # The watchdog's cap check is the same function: past a 50 USD cap in November.
     from gpuops.errors import BadInput
-    from gpuops.rental.budget import check_budget
+    from gpuops.teardown.budget import check_budget
 
     with pytest.raises(BadInput, match="monthly cap"):
         check_budget(1.0, 1.0, None, None, month_spend(ledger, *nov, now=utc(2026, 11, 2, 3)), 50.0)
@@ -60,8 +60,8 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo"])
 def test_sql_sums_equal_the_row_by_row_rule(books, tz):
     """The database's sums (ledger/aggregate.py, the rule in SQL) equal the row-by-row path."""
-    from gpuops.rental import ledger_service as cmds
-    from gpuops.rental.ledger_service import REPORT_COLUMNS
+    from gpuops.accounting import ledger_service as cmds
+    from gpuops.accounting.ledger_service import REPORT_COLUMNS
     from ledger.reports import day_start, experiments_report, month_bounds, month_report
 
     def norm(rep):
@@ -94,8 +94,8 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     inside rows summed plainly, the others attributed) and the cap equal ``fraction`` row by row."""
     import sqlalchemy as sa
 
-    from gpuops.rental import ledger_service as cmds
-    from gpuops.rental.ledger_service import REPORT_COLUMNS
+    from gpuops.accounting import ledger_service as cmds
+    from gpuops.accounting.ledger_service import REPORT_COLUMNS
     from ledger.limits import month_spend
     from ledger.models import Session
     from ledger.reports import experiments_report, month_bounds, month_report
@@ -215,7 +215,7 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     import subprocess
     import sys
 
-    from gpuops.rental import ledger_service as cmds
+    from gpuops.accounting import ledger_service as cmds
     from ledger import Ledger
     from ledger.migrations import migrate
     from ledger.reads import LedgerReader
@@ -247,7 +247,7 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
     }
     led.engine.dispose()
     code = (
-        "import json, sys\nfrom gpuops.rental import ledger_service as books\nfrom ledger.reads import LedgerReader\n"
+        "import json, sys\nfrom gpuops.accounting import ledger_service as books\nfrom ledger.reads import LedgerReader\n"
         f"r = LedgerReader({url!r})\n"
         "out = {'month': books.month(r, '2026-11', 'UTC'), 'experiments': books.experiments(r, '2026-11-01', None, 'UTC')}\n"
         "assert 'sqlalchemy' not in sys.modules, 'sqlalchemy loaded'\n"
@@ -277,8 +277,8 @@ def test_reports_on_a_current_postgres_ledger_read_with_psycopg(postgres_server)
 def test_token_sums_past_64_bits_do_not_overflow(ledger):
     """Two sessions of one group with the largest token count the ledger takes: the SQL sums add
     floats (SQLite's integer SUM raises "integer overflow" past 2**63 - 1)."""
-    from gpuops.rental import ledger_service as cmds
-    from gpuops.rental.ledger_service import MAX_TOKENS
+    from gpuops.accounting import ledger_service as cmds
+    from gpuops.accounting.ledger_service import MAX_TOKENS
     from ledger.models import Session
     from ledger.reports import month_bounds
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
+from gpuops.accounting import ledger_service as cmds
 from gpuops.errors import BadInput
-from gpuops.rental import ledger_service as cmds
 
 SHEET = (
     "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion\n"

@@ -93,8 +93,8 @@ def test_compare_billing_per_session_and_total():
 
 
 def test_sync_command_body_with_a_stand_in_provider(books):
+    from gpuops.accounting import ledger_service as cmds
     from gpuops.errors import BadInput
-    from gpuops.rental import ledger_service as cmds
 
     class Vast:
         def billing(self, since, until):

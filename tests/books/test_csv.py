@@ -7,8 +7,8 @@ import io
 import pytest
 import sqlalchemy as sa
 
+from gpuops.accounting import ledger_service as cmds
 from gpuops.errors import BadInput
-from gpuops.rental import ledger_service as cmds
 from ledger.csvio import ALL_COLUMNS, parse_csv
 
 

@@ -17,7 +17,7 @@ from itertools import groupby
 
 import sqlalchemy as sa
 
-from gpuops.rental import ledger_service as books
+from gpuops.accounting import ledger_service as books
 from ledger.csvio import _RISKY_START, ALL_COLUMNS, neutralize
 
 _REFERENCE_DATE_SQL = {

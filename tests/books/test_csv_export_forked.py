@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from gpuops.rental import ledger_service as books
+from gpuops.accounting import ledger_service as books
 from ledger import csvio
 from ledger.reads import LedgerReader
 

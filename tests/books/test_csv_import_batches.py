@@ -10,8 +10,8 @@ from datetime import datetime, timezone
 import pytest
 import sqlalchemy as sa
 
+from gpuops.accounting import ledger_service as books
 from gpuops.errors import BadInput
-from gpuops.rental import ledger_service as books
 from ledger import csvio
 
 HEAD = "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion,simulated,session\n"

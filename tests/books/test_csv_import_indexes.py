@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from gpuops.rental import ledger_service as books
+from gpuops.accounting import ledger_service as books
 
 HEAD = "date,experiment,provider,card,gpu_count,usd_per_hour,hours,cost_usd,tokens,conclusion,simulated,session\n"
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpuops.accounting import ledger_service as cmds
 from gpuops.errors import BadInput
-from gpuops.rental import ledger_service as cmds
 
 
 def test_month_totals_utc(books):
@@ -99,7 +99,7 @@ def test_by_day(books):
 
 
 def test_plot_lines():
-    from gpuops.views.ledger import bar_lines
+    from gpuops.render.ledger import bar_lines
 
     lines = bar_lines(
         [
@@ -217,7 +217,7 @@ def test_csv_and_json_views(books):
     import csv
     import io
 
-    from gpuops.views.ledger import csv_text
+    from gpuops.render.ledger import csv_text
 
     rep = cmds.month(books, "2026-11", "UTC")
     rows = list(csv.DictReader(io.StringIO(csv_text("month", rep))))
@@ -246,7 +246,7 @@ def test_csv_and_json_views(books):
 
 
 def test_month_table_folds_the_tail():
-    from gpuops.views.ledger import _fold
+    from gpuops.render.ledger import _fold
 
     rows = [
         {

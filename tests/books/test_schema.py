@@ -56,7 +56,7 @@ def test_first_schema_opens_in_newest_code(ledger_url):
         )
     engine.dispose()
 
-    from gpuops.rental import ledger_service as cmds
+    from gpuops.accounting import ledger_service as cmds
     from ledger import Ledger
 
     led = Ledger(ledger_url)
@@ -113,7 +113,7 @@ def test_report_path_does_not_import_the_orm():
     import sys
 
     code = (
-        "import sys, gpuops.rental.ledger_service, gpuops.views.ledger, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
+        "import sys, gpuops.accounting.ledger_service, gpuops.render.ledger, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -118,7 +118,7 @@ def _vast_disk(emu, lo: float, hi: float, iid: str | None = None) -> float:
 def test_a_month_of_rentals_booked_to_the_cent(ledger, emulators, clipped):
     """The month's books come out right whether Vast cuts a charges entry to the asked window or
     answers whole contracts (undocumented): every item is attributed by time."""
-    from gpuops.rental import ledger_service as books
+    from gpuops.accounting import ledger_service as books
     from ledger.reports import month_bounds
 
     rp, va = emulators
@@ -391,7 +391,7 @@ def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(
     share the id "7" -- a RunPod one of account A, a RunPod one of account B, a Vast one. The sync
     holds one RunPod account's key (either one): its charge lands on that account's row only, the
     other account's row is not billed by it, the Vast charge lands on the Vast row."""
-    from gpuops.rental.ledger_service import sync
+    from gpuops.accounting.ledger_service import sync
     from ledger.billing import ChargeLine
 
     t0 = utc(YEAR - 2, 3, 2, 10, 0)
@@ -426,7 +426,7 @@ def test_a_charge_is_booked_to_the_row_of_its_own_provider_account_and_instance(
 def test_two_providers_sharing_an_instance_id_each_get_their_own_charge(ledger):
     """Rows booked before accounts were recorded (no account), a RunPod and a Vast one with the
     same instance id "7": each provider's charge lands on its own provider's row."""
-    from gpuops.rental.ledger_service import sync
+    from gpuops.accounting.ledger_service import sync
     from ledger.billing import ChargeLine
 
     t0 = utc(YEAR - 2, 3, 2, 10, 0)
@@ -455,7 +455,7 @@ def test_two_providers_sharing_an_instance_id_each_get_their_own_charge(ledger):
 def test_runpod_total_beyond_its_parts_is_booked_and_flagged(ledger, emulators):
     """RunPod's records carry totalAmount beside GPU + CPU + disk: a fee outside the three is booked
     (as ``other``, with the compute) and flagged by `ledger sync`, never lost."""
-    from gpuops.rental import ledger_service as books
+    from gpuops.accounting import ledger_service as books
     from ledger.reports import month_bounds
 
     rp, va = emulators

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from gpuops.rental.watchdog_passes import ago, guarded_recently, health_lines, last_passes
+from gpuops.teardown.watchdog_passes import ago, guarded_recently, health_lines, last_passes
 from ledger.passes import host_pass_count, record_pass
 from ledger.reads import LedgerReader, engine_reads
 
@@ -109,7 +109,7 @@ def test_ps_reads_the_passes_without_sqlalchemy(cli_env, tmp_path):
         "import sys; from gpuops.cli.app import main\n"
         "sys.argv = ['gpuops', 'ps']\n"
         "try:\n    main(fast_exit=False)\nexcept SystemExit:\n    pass\n"
-        "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'sqlmodel', 'pydantic', 'rich'})))"
+        "sys.stderr.write(repr(sorted({m.split('.')[0] for m in sys.modules} & {'sqlalchemy', 'sqlmodel', 'rich'})))"
     )
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "watchdog: last pass" in r.stdout, r
@@ -118,8 +118,8 @@ def test_ps_reads_the_passes_without_sqlalchemy(cli_env, tmp_path):
 
 @pytest.mark.parametrize("kind", ["destroyed", "closed", "error"])
 def test_record_pass_counts_what_the_tick_did(ledger, kind):
-    from gpuops.rental.reconcile import Action
-    from gpuops.rental.watchdog import record_pass as book
+    from gpuops.teardown.reconcile import Action
+    from gpuops.teardown.watchdog import record_pass as book
 
     class Ctx:
         me, checked = "alice", 3
@@ -158,9 +158,9 @@ def test_up_says_once_that_only_the_agent_guards_when_no_watchdog_passed(ledger)
 
 
 def test_the_dashboard_says_who_watches(ledger, ledger_url, gpuops_home, monkeypatch):
+    from gpuops.accounting.dashboard import build
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build
+    from gpuops.render.dashboard import page
 
     monkeypatch.setenv("GPUOPS_LEDGER_URL", ledger_url)
     settings = load_settings(None)

@@ -163,7 +163,7 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     from gpuops.box.local import LocalBox
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.local.compute import LocalProvider
-    from gpuops.views.logs import show_logs
+    from gpuops.rental.logs import show_logs
     from ledger.models import Session
     from ledger.store import Ledger
 

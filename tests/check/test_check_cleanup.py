@@ -4,8 +4,8 @@ that cuts the first import of the ledger's models still leaves it the ledger to 
 import sys
 from pathlib import Path
 
-from gpuops.rental import check_layers
-from gpuops.rental.check_layers import CheckRun, Layer
+from gpuops.check import check_layers
+from gpuops.check.check_layers import CheckRun, Layer
 
 
 class _Provider:
@@ -90,8 +90,8 @@ def test_each_layers_up_is_given_a_session_id_that_up_accepts(tmp_path, monkeypa
 CUT_CHECK = r"""
 import json, sys
 from gpuops.config import load_settings
-from gpuops.rental import check_layers
-from gpuops.rental.check_layers import CheckRun, Layer
+from gpuops.check import check_layers
+from gpuops.check.check_layers import CheckRun, Layer
 from gpuops.rental.sessions import open_ledger
 
 class Provider:

@@ -100,9 +100,9 @@ def test_rent_refuses_before_renting(cli, gpuops_home):
 
 
 def test_the_cap_is_refused_above_without_the_flags():
+    from gpuops.check.check_layers import plan_cap
     from gpuops.config import load_settings
     from gpuops.errors import BadInput
-    from gpuops.rental.check_layers import plan_cap
 
     s = load_settings(env={k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")})
     cap = plan_cap(0.2, s, None, None)  # 10 + 10 + 5 box-minutes at 0.20 USD/h

@@ -164,7 +164,7 @@ def test_ps_at_80_columns_names_the_gpu_count(capsys, monkeypatch):
     """Seen: `--card a100:2` showed `a100-40gb-pcie` in `ps` at 80 columns."""
     import time
 
-    from gpuops.views import ui
+    from gpuops.render import ui
 
     monkeypatch.setenv("COLUMNS", "80")
     row = {

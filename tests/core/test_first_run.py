@@ -36,7 +36,7 @@ def test_readme_counts_the_locked_packages_and_says_how_to_call_gpuops():
 
 
 def test_the_summary_prints_paths_whole_at_80_columns(monkeypatch, capsys):
-    from gpuops.views.ui import render_summary
+    from gpuops.render.ui import render_summary
 
     monkeypatch.setenv("COLUMNS", "80")
     log = "/home/someone/.local/share/gpuops/logs/20261201-093411-d643-a-rather-long-name.log"
@@ -64,8 +64,8 @@ def test_the_summary_prints_paths_whole_at_80_columns(monkeypatch, capsys):
 
 
 def test_waits_say_what_for():
-    from gpuops.rental.lifecycle import STAGES
-    from gpuops.views.console_reporter import WAITING_FOR
+    from gpuops.cli.up_reporter import WAITING_FOR
+    from gpuops.teardown.lifecycle import STAGES
 
     assert set(STAGES) <= set(WAITING_FOR)
     assert WAITING_FOR["plan"].startswith("plan: waiting for the provider's offers")

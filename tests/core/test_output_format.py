@@ -1,4 +1,4 @@
-"""One output convention (gpuops/views/emit.py): --format table|json|csv on every reporting command,
+"""One output convention (gpuops/render/emit.py): --format table|json|csv on every reporting command,
 --json/--csv shorthands, ISO-8601 UTC times, stable key order, indent 2, totals in day CSV."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from gpuops.errors import BadInput
-from gpuops.views import emit
+from gpuops.render import emit
 from tests.books.conftest import build_books
 from tests.conftest import gpuops_cmd
 
@@ -98,7 +98,7 @@ def test_by_day_csv_keeps_the_total_and_plot_needs_a_table(books_env):
         assert bad.returncode == 2 and "--plot draws a chart in the terminal" in bad.stderr, bad.stderr
 
 
-# `ps` shows what each open box has cost so far: these move between two runs (gpuops.rental.live)
+# `ps` shows what each open box has cost so far: these move between two runs (gpuops.teardown.live)
 MOVING = ("cost_usd", "accrued_usd", "usd_per_mtoken", "ttl_left_seconds", "idle_seconds", "status_age_seconds")
 
 

@@ -18,7 +18,7 @@ from tests.conftest import REPO, gpuops_cmd
 # fixed sleep raced the status thread on a loaded machine: the first frame came after 1.5 s, "2 s").
 SCRIPT = """
 import sys
-from gpuops.views.progress import waiting
+from gpuops.render.progress import waiting
 with waiting("asking vast for offers"):
     sys.stdin.readline()
 print("done", flush=True)
@@ -102,7 +102,7 @@ def test_watchdog_once_says_when_there_is_nothing_to_do_and_v_prints_each_pass(g
 
 REPORTER = """
 import sys
-from gpuops.views.console_reporter import ConsoleReporter
+from gpuops.cli.up_reporter import ConsoleReporter
 r = ConsoleReporter()
 r.stage("ready", "waiting for SSH")
 sys.stdin.readline()

@@ -154,7 +154,7 @@ def test_ttl_summary_does_not_print_python_none(gpuops_home, cli_env, tmp_path):
 
 
 def test_summary_without_exit_code_says_so(capsys):
-    from gpuops.views.ui import render_summary
+    from gpuops.render.ui import render_summary
 
     render_summary(
         {

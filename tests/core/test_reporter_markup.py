@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpuops.views.console_reporter import ConsoleReporter
+from gpuops.cli.up_reporter import ConsoleReporter
 
 
 def test_job_name_with_brackets_is_printed_as_typed(capsys):

@@ -1,4 +1,4 @@
-"""The one table rule (gpuops/views/tables.py): at 80, 100 and 120 columns no number or id is cut,
+"""The one table rule (gpuops/render/tables.py): at 80, 100 and 120 columns no number or id is cut,
 names wrap, headers never break inside a word, and what is left out is named."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from rich.console import Console
 
-from gpuops.views.tables import ID, NAME, NUM, TEXT, Col, layout, print_table
+from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, layout, print_table
 from tests.conftest import gpuops_cmd
 
 WIDTHS = (80, 100, 120)
@@ -65,7 +65,7 @@ def _month() -> dict:
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_ledger_month_keeps_every_digit(width, monkeypatch):
-    from gpuops.views import ledger as ledger_view
+    from gpuops.render import ledger as ledger_view
 
     c = _console(width)
     monkeypatch.setattr(ledger_view, "_console", lambda: c)
@@ -89,7 +89,7 @@ def test_ledger_month_keeps_every_digit(width, monkeypatch):
         assert left == []  # everything fits at 120
     for dropped in left:  # what is left out is named, in the stated order
         names = dropped.split(", ")
-        from gpuops.views.ledger import GROUP_DROP_ORDER
+        from gpuops.render.ledger import GROUP_DROP_ORDER
 
         assert names == [h for h in GROUP_DROP_ORDER if h in names]
     for header_word in ("experiment", "provider", "sessions"):
@@ -98,7 +98,7 @@ def test_ledger_month_keeps_every_digit(width, monkeypatch):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
-    from gpuops.views import ledger as ledger_view
+    from gpuops.render import ledger as ledger_view
 
     c = _console(width)
     monkeypatch.setattr(ledger_view, "_console", lambda: c)
@@ -125,8 +125,9 @@ def test_experiments_conclusion_wraps_and_numbers_stay(width, monkeypatch):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_offers_show_pcie_and_sxm_and_whole_ids(width):
+    from gpuops.planning.offers import OffersResult
     from gpuops.providers.base import Offer
-    from gpuops.views.offers import OffersResult, render
+    from gpuops.render.offers import render
 
     offers = [
         Offer(

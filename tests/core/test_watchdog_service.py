@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuops.rental import watchdog_service as svc
+from gpuops.teardown import watchdog_service as svc
 
 SECRET = "rp-secret-key-0123456789"
 

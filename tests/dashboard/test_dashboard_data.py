@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpuops.accounting.dashboard import box_row, idle_state
 from gpuops.config import TeardownSettings
-from gpuops.views.dashboard.data import box_row, idle_state
-from gpuops.views.dashboard.page import duration, fmt
+from gpuops.render.dashboard.page import duration, fmt
 from tests.dashboard.conftest import run_cli
 
 NOW = 1_800_000_000.0
@@ -83,7 +83,7 @@ def test_page_formats():
 
 def test_dashboard_is_imported_only_by_its_command():
     code = (
-        "import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.views.dashboard') "
+        "import sys, gpuops.cli.app; bad = [m for m in ('starlette', 'uvicorn', 'jinja2', 'gpuops.dashboard', 'gpuops.render.dashboard', 'gpuops.accounting.dashboard') "
         "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -116,8 +116,8 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
     """A running local box: the dashboard reads its agent's status the way the watchdog does."""
     import time
 
+    from gpuops.accounting.dashboard import build
     from gpuops.config import load_settings
-    from gpuops.views.dashboard.data import build
     from ledger import Ledger, Session
 
     now = time.time()
@@ -167,9 +167,9 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     """The cap's progress is the watchdog's own sum; the polled open-box figures are `ps`'s."""
     import time
 
+    from gpuops.accounting.dashboard import build, live
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build, live
+    from gpuops.render.dashboard import page
     from ledger import Ledger, Session
 
     now = time.time()
@@ -191,7 +191,7 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     led.engine.dispose()
     d = build(settings, None, "UTC", now=now, read_status=lambda row: None)
     bu = d["budget"]
-    from gpuops.rental.budget import month_start_end
+    from gpuops.teardown.budget import month_start_end
 
     in_month = now - max(
         now - 3600, month_start_end(now)[0]
@@ -219,9 +219,9 @@ from tests.support.emulators import emulator_env, runpod_emulator, vast_emulator
 
 def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no provider config files from the real user
+    from gpuops.accounting.dashboard import build
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build
+    from gpuops.render.dashboard import page
 
     settings = load_settings(None, {"teardown": {"balance_floor_usd": 20.0}})
     d = build(settings, None, "UTC", read_status=lambda row: None)
@@ -235,9 +235,9 @@ def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypat
 def test_the_trend_equals_ledger_month_for_each_month(dash_env, ledger_url, monkeypatch):
     """The month against the 5 before it: each month's real and simulated USD is what
     `gpuops ledger month YYYY-MM --json` says, the two never added; one month crosses into the next."""
+    from gpuops.accounting.dashboard import build, earlier_months
     from gpuops.config import load_settings
-    from gpuops.views.dashboard import page
-    from gpuops.views.dashboard.data import build, earlier_months
+    from gpuops.render.dashboard import page
 
     assert earlier_months("2026-02", 3) == ["2025-12", "2026-01", "2026-02"]
     months = earlier_months("2026-11")

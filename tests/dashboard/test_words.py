@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from gpuops.views import ui
-from gpuops.views.session_history import plural
+from gpuops.render import ui
+from gpuops.render.session_history import plural
 from tests.dashboard.conftest import run_cli
 
 

@@ -21,7 +21,7 @@ from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
-from gpuops.rental.reconcile import Context, reconcile
+from gpuops.teardown.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
 from tests.lifecycle.upproc import no_box_processes, tag, tagged
@@ -591,7 +591,7 @@ def test_down_on_a_reused_id_says_what_the_row_says(name, gpuops_home, request, 
 
 @pytest.mark.parametrize("name", ["runpod", "vast"])
 def test_a_destroy_is_booked_only_once_the_provider_reads_it_back_gone(name, gpuops_home, request, monkeypatch):
-    from gpuops.rental.lifecycle import end_rental
+    from gpuops.teardown.lifecycle import end_rental
 
     emu, prov, settings, sid, iid = _booked(name, request, monkeypatch)
     emu.faults.destroy_ignored = 1  # the first terminate is acknowledged and dropped
@@ -603,7 +603,7 @@ def test_a_destroy_is_booked_only_once_the_provider_reads_it_back_gone(name, gpu
 
 @pytest.mark.parametrize("name", ["runpod", "vast"])
 def test_a_destroy_the_provider_never_carries_out_leaves_the_row_open(name, gpuops_home, request, monkeypatch):
-    from gpuops.rental.lifecycle import DESTROY_ATTEMPTS, end_rental
+    from gpuops.teardown.lifecycle import DESTROY_ATTEMPTS, end_rental
 
     emu, prov, settings, sid, iid = _booked(name, request, monkeypatch)
     emu.faults.destroy_ignored = 100

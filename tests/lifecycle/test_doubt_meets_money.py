@@ -50,7 +50,7 @@ def test_a_spooled_close_of_a_box_whose_providers_clock_is_behind_is_applied(
     created = emu.market.instances[iid].created_t
     assert listed.created_at == pytest.approx(created, abs=1.0) and created < led.get(sid).created_at - 2.0
     emu.delete_from_console(iid)
-    from gpuops.rental.lifecycle import end_rental
+    from gpuops.teardown.lifecycle import end_rental
 
     con = sqlite3.connect(url[len("sqlite:///") :], isolation_level=None, timeout=10)
     con.execute("BEGIN IMMEDIATE")  # every write now waits out the bound, then spools
@@ -80,8 +80,8 @@ def test_a_watchdog_never_books_a_reused_ids_box_as_ours(name, gpuops_home, requ
     import time
 
     from gpuops.box.ssh import ensure_ssh_key
-    from gpuops.rental.reconcile import Context
-    from gpuops.rental.watchdog import run
+    from gpuops.teardown.reconcile import Context
+    from gpuops.teardown.watchdog import run
 
     emu = request.getfixturevalue(f"{name}_emulator")
     emu.market.ssh_endpoint = (sshd.host, sshd.port)

@@ -9,7 +9,7 @@ import time
 from bootstrap.vocabulary import EndReason
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
-from gpuops.rental.lifecycle import end_rental
+from gpuops.teardown.lifecycle import end_rental
 from ledger.models import Session
 from ledger.store import Ledger
 from tests.support.emulators import FAST_RETRY

@@ -15,7 +15,7 @@ import pytest
 
 from bootstrap.vocabulary import EndReason
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
-from gpuops.rental.lifecycle import end_rental
+from gpuops.teardown.lifecycle import end_rental
 
 CREATED = 1_700_000_000.0  # the instance's create time, epoch s
 NOW = CREATED + 100.0  # the clock when the end is booked

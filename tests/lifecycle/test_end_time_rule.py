@@ -20,7 +20,7 @@ import pytest
 
 from bootstrap.vocabulary import EndReason, EventKind
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
-from gpuops.rental.lifecycle import end_rental
+from gpuops.teardown.lifecycle import end_rental
 from ledger.models import Session
 from ledger.store import Ledger
 
@@ -803,7 +803,7 @@ def test_a_legacy_invisible_row_books_the_unknown_event(led):
 
 # -- the reason and the exit code as last seen -----------------------------------------------------
 def test_requested_reason_reads_the_newest_request_or_job_end(led):
-    from gpuops.rental.lifecycle import requested_reason
+    from gpuops.teardown.lifecycle import requested_reason
 
     rented(led)
     assert requested_reason(led, "s1") is None
@@ -827,7 +827,7 @@ def test_requested_reason_reads_the_newest_request_or_job_end(led):
 
 
 def test_seen_exit_code_is_the_newest_integer_one(led):
-    from gpuops.rental.lifecycle import seen_exit_code
+    from gpuops.teardown.lifecycle import seen_exit_code
 
     rented(led)
     assert seen_exit_code(led, "s1") is None
@@ -842,7 +842,7 @@ def test_seen_exit_code_is_the_newest_integer_one(led):
 
 
 def test_end_time_without_a_provider_or_a_row():
-    from gpuops.rental.lifecycle import end_time
+    from gpuops.teardown.lifecycle import end_time
 
     assert end_time(None, "pod-1", None, True, None, None, NOW) == (
         NOW,
@@ -856,7 +856,7 @@ def test_end_time_without_a_provider_or_a_row():
 
 
 def test_the_provider_is_asked_about_this_instance():
-    from gpuops.rental.lifecycle import end_time
+    from gpuops.teardown.lifecycle import end_time
 
     class Records(Box):
         def destroyed_at(self, instance_id):
@@ -869,7 +869,7 @@ def test_the_provider_is_asked_about_this_instance():
 
 def test_what_a_failure_in_each_stage_books():
     from gpuops.errors import GpuopsError
-    from gpuops.rental.lifecycle import failure_reason
+    from gpuops.teardown.lifecycle import failure_reason
 
     server = ProviderError(ProviderErrorKind.SERVER, "x")
     assert failure_reason("arm", server, None) == EndReason.PROVIDER_ERROR

@@ -19,8 +19,8 @@ import pytest
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run as watchdog_run
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run as watchdog_run
 from tests.lifecycle.upproc import FAST_ENV, UpProc, ledger, no_box_processes, only_row, up_env
 from tests.teardown.conftest import wait_for
 

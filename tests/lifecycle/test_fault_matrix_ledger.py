@@ -16,7 +16,7 @@ import pytest
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
-from gpuops.rental.reconcile import Context, reconcile
+from gpuops.teardown.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.lifecycle.test_fault_matrix import JOB, STAGES
 from tests.lifecycle.upproc import UpProc, no_box_processes, up_env

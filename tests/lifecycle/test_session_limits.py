@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gpuops.rental.reconcile import Context, reconcile
-from gpuops.rental.watchdog import tick
+from gpuops.teardown.reconcile import Context, reconcile
+from gpuops.teardown.watchdog import tick
 from tests.teardown.conftest import wait_for
 
 

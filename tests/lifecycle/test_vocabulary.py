@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus, exit_status
-from gpuops.rental.lifecycle import FAILURE_BOOKS, STAGES, failure_reason
+from gpuops.teardown.lifecycle import FAILURE_BOOKS, STAGES, failure_reason
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [p for d in ("gpuops", "ledger", "bootstrap") for p in (REPO / d).rglob("*.py") if p.name != "vocabulary.py"]

@@ -145,7 +145,7 @@ def test_plan_hf_repo_offline_says_pass_a_local_config(cli_env, tmp_path):
 
 
 def test_cli_import_does_not_load_the_planner():
-    code = "import sys, gpuops.cli.app; bad = [m for m in ('gpuops.planning.sizing', 'gpuops.views.sizing', 'huggingface_hub') if m in sys.modules]; print(bad)"
+    code = "import sys, gpuops.cli.app; bad = [m for m in ('gpuops.planning.sizing', 'gpuops.render.sizing', 'huggingface_hub') if m in sys.modules]; print(bad)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
 

@@ -229,7 +229,7 @@ def test_an_alias_spanning_variants_plans_each_and_says_which():
 def test_an_unverified_row_says_so_in_its_cells():
     from rich.console import Console
 
-    from gpuops.views.sizing import render
+    from gpuops.render.sizing import render
 
     odd = {**builtin_model("llama-3-8b").config, "model_type": "brandnew"}
     p = P.plan(ModelSource(name="x", config=odd, source="t"), card="h100-sxm")

@@ -10,7 +10,8 @@ from rich.console import Console
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
 from gpuops.providers.base import ProviderError, ProviderErrorKind
-from gpuops.views.offers import find_offers, render, to_json
+from gpuops.render.offers import render, to_json
+from gpuops.rental.offers import find_offers
 
 
 @pytest.fixture
@@ -147,7 +148,7 @@ def test_a_provider_that_does_not_answer_is_named_and_the_others_shown(settings,
     # has a deadline (here 1 s; the emulated Vast holds its search reply 4 s).
     import time
 
-    from gpuops.views import offers as offers_view
+    from gpuops.rental import offers as offers_view
 
     monkeypatch.setattr(offers_view, "OFFERS_DEADLINE_S", 1.0)
     emulator_env["vast"].faults.reply_delay_s["search"] = 4.0

@@ -10,7 +10,8 @@ import pytest
 from rich.console import Console
 
 from gpuops.config import load_settings
-from gpuops.views.offers import find_offers, render
+from gpuops.render.offers import render
+from gpuops.rental.offers import find_offers
 
 STORAGE = 0.15 * 40 / 730  # the emulated Vast's 40 GB disk at 0.15 USD/GB-month, per hour
 VAST_1002_ON_DEMAND = round(0.28 + STORAGE, 6)  # dph_total: GPU + storage
@@ -54,7 +55,7 @@ def test_the_price_column_is_the_price_paid_and_stays_at_any_width(settings, wid
 
 
 def test_json_has_the_price_as_rented_and_the_on_demand_price_where_it_differs(settings):
-    from gpuops.views.offers import to_json
+    from gpuops.render.offers import to_json
 
     got = json.loads(to_json(find_offers(settings, card="4090", limit=3)))
     assert [(r["offer_id"], r["spot"], r["price_usd_per_hour"], r["on_demand_usd_per_hour"]) for r in got] == [

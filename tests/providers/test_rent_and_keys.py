@@ -110,7 +110,7 @@ def test_registry_builds_sdk_providers_from_the_environment(gpuops_home, emulato
 
 def test_cli_side_imports_no_sdk():
     code = (
-        "import sys, gpuops.providers, gpuops.providers.runpod.compute, gpuops.providers.vast.compute, gpuops.providers.wait, gpuops.providers.rent, gpuops.views.offers\n"
+        "import sys, gpuops.providers, gpuops.providers.runpod.compute, gpuops.providers.vast.compute, gpuops.providers.wait, gpuops.providers.rent, gpuops.rental.offers\n"
         "import importlib.util\n"
         "mods = ['gpuops.cli.app'] if importlib.util.find_spec('gpuops.cli.app') else []\n"
         "[__import__(m) for m in mods]\n"

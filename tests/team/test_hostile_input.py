@@ -15,8 +15,8 @@ from gpuops.config import load_settings
 from gpuops.errors import BadInput
 from gpuops.planning.offers import check_delivered, rank, screen
 from gpuops.providers.base import Instance, InstanceStatus, Offer, OfferQuery
-from gpuops.rental.budget import check_budget
 from gpuops.rental.launcher import Reporter, UpRequest, choose_offer, run_up
+from gpuops.teardown.budget import check_budget
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support.emulators import runpod_emulator, runpod_provider, vast_emulator, vast_provider  # noqa: F401
@@ -279,7 +279,8 @@ def test_offer_region_from_the_provider_is_shown_escaped():
 
     from rich.console import Console
 
-    from gpuops.views.offers import OffersResult, render
+    from gpuops.planning.offers import OffersResult
+    from gpuops.render.offers import render
 
     buf = io.StringIO()
     o = offer(0.3, oid="9\x1b[2J", region="[bold]Sweden\x1b]0;pwned\x07\u202e")
@@ -294,9 +295,9 @@ def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_
     import time
 
     from gpuops.providers import get_provider
-    from gpuops.rental.budget import budget_for_up
-    from gpuops.rental.reconcile import Context
-    from gpuops.rental.watchdog import run
+    from gpuops.teardown.budget import budget_for_up
+    from gpuops.teardown.reconcile import Context
+    from gpuops.teardown.watchdog import run
     from ledger.limits import active_refusals, month_spend
     from ledger.models import Session
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from gpuops.errors import BadInput
-from gpuops.rental.budget import assert_not_refused, budget_for_up
 from gpuops.rental.launcher import Reporter, _quick_reconcile
-from gpuops.rental.reconcile import Context, reconcile
 from gpuops.rental.sessions import down, list_open
-from gpuops.rental.watchdog import run as watchdog_run
+from gpuops.teardown.budget import assert_not_refused, budget_for_up
+from gpuops.teardown.reconcile import Context, reconcile
+from gpuops.teardown.watchdog import run as watchdog_run
 from ledger.limits import active_refusals
 from tests.team.conftest import snapshot
 

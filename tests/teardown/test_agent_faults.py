@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.agent.agentctl import read_status, session_teardown
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run as watchdog_run
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run as watchdog_run
 from tests.teardown.conftest import LOADED_SLACK_S, STAGE_TIMEOUT_S, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

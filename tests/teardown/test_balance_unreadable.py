@@ -42,7 +42,7 @@ def _ledger(tmp_path):
 @pytest.mark.parametrize("unreadable", UNREADABLE, indirect=True)
 def test_floor_without_a_cap_refuses_in_one_line_naming_the_cap(unreadable, tmp_path):
     from gpuops.providers import get_provider
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
 
     s = _settings({"balance_floor_usd": 5.0})
     led = _ledger(tmp_path)
@@ -58,11 +58,11 @@ def test_floor_without_a_cap_refuses_in_one_line_naming_the_cap(unreadable, tmp_
 @pytest.mark.parametrize("unreadable", UNREADABLE, indirect=True)
 def test_floor_with_a_cap_rents_under_the_cap_and_says_the_floor_is_not_enforced(unreadable, tmp_path, caplog):
     from gpuops.providers import get_provider
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
 
     s = _settings({"balance_floor_usd": 5.0, "monthly_cap_usd": 50.0})
     led = _ledger(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="gpuops.rental.budget"):
+    with caplog.at_level(logging.WARNING, logger="gpuops.teardown.budget"):
         assert budget_for_up(led, s, get_provider(unreadable, s), 0.5) == pytest.approx(2.0, abs=1e-9)  # $0.5/h x 4 h
     said = [r.getMessage() for r in caplog.records if "cannot be enforced" in r.getMessage()]
     assert len(said) == 1 and "the monthly cap $50.00 (monthly_cap_usd, enforced by the books) stands in" in said[0]
@@ -76,9 +76,9 @@ def test_floor_with_a_cap_rents_under_the_cap_and_says_the_floor_is_not_enforced
 
 @pytest.mark.parametrize("unreadable", UNREADABLE, indirect=True)
 def test_views_that_show_the_floor_say_it_cannot_be_enforced(unreadable, tmp_path):
-    from gpuops.rental.reconcile import Context
-    from gpuops.rental.watchdog import run
-    from gpuops.views.dashboard.data import balances
+    from gpuops.accounting.dashboard import balances
+    from gpuops.teardown.reconcile import Context
+    from gpuops.teardown.watchdog import run
 
     s = _settings({"balance_floor_usd": 5.0})
     line = f"{unreadable}: the balance floor $5.00 cannot be enforced"
@@ -96,9 +96,9 @@ def test_views_that_show_the_floor_say_it_cannot_be_enforced(unreadable, tmp_pat
 
 def test_no_floor_no_note(emulator_env, runpod_emulator, gpuops_home, monkeypatch, tmp_path):
     """Without a floor an unreadable balance decides nothing: `up` rents, no view speaks of a floor."""
+    from gpuops.accounting.dashboard import balances
     from gpuops.providers import get_provider
-    from gpuops.rental.budget import budget_for_up
-    from gpuops.views.dashboard.data import balances
+    from gpuops.teardown.budget import budget_for_up
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     runpod_emulator.graphql_retired = "html"

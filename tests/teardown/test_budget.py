@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops.errors import BadInput
-from gpuops.rental.budget import check_budget
+from gpuops.teardown.budget import check_budget
 
 
 def test_fits():
@@ -264,7 +264,7 @@ def led(tmp_path):
 def test_an_active_refusal_stops_up_with_the_watchdogs_words(led):
     from datetime import datetime
 
-    from gpuops.rental.budget import assert_not_refused
+    from gpuops.teardown.budget import assert_not_refused
     from ledger.limits import lift_refusal, set_refusal
 
     assert_not_refused(led, "runpod", "runpod:aaaa1111", "alice")  # nothing refused
@@ -325,7 +325,7 @@ def _settings(max_hours=4.0, floor=None, cap=None, scope="user", owner="alice"):
 def _spent(led, sid, owner, usd):
     """One closed hour at ``usd`` USD/h inside this local month (its first hour: the month's rows
     are summed by time, so a row ended "later today" counts the same)."""
-    from gpuops.rental.budget import month_start_end
+    from gpuops.teardown.budget import month_start_end
     from ledger.models import Session
 
     lo, _ = month_start_end()
@@ -351,7 +351,7 @@ def _spent(led, sid, owner, usd):
 
 
 def test_budget_for_up_checks_the_balance_and_the_month(led):
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
 
     assert budget_for_up(led, _settings(), _Funded(usd=None), 2.0) == 8.0  # no balance reported, no cap
     assert budget_for_up(led, _settings(floor=5.0), _Funded(usd=13.0), 2.0) == 8.0
@@ -372,7 +372,7 @@ def test_budget_for_up_checks_the_balance_and_the_month(led):
 
 
 def test_budget_for_up_asks_the_refusals_first(led):
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
     from ledger.limits import set_refusal
 
     set_refusal(led, "runpod", "balance_floor", "below the floor", account="runpod:aaaa1111")
@@ -383,7 +383,7 @@ def test_budget_for_up_asks_the_refusals_first(led):
 def test_the_month_is_the_local_calendar_month():
     from datetime import datetime
 
-    from gpuops.rental.budget import month_start_end
+    from gpuops.teardown.budget import month_start_end
 
     now = datetime(2026, 11, 17, 15, 30).timestamp()  # local time
     lo, hi = month_start_end(now)
@@ -420,7 +420,7 @@ def test_a_worst_case_of_float_dust_over_the_room_fits():
 
 
 def test_budget_for_up_checks_the_users_own_refusal(led):
-    from gpuops.rental.budget import budget_for_up
+    from gpuops.teardown.budget import budget_for_up
     from ledger.limits import set_refusal
 
     set_refusal(led, "*", "monthly_cap", "alice's month is spent", account="alice")

@@ -19,8 +19,8 @@ import pytest
 from gpuops.config import load_settings
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run
 from ledger.models import Session
 from ledger.store import Ledger
 from tests.support.emulators import FAST_RETRY
@@ -354,7 +354,7 @@ def test_balance_floor_destroys_only_that_providers_boxes(gpuops_home, rp, vast)
     assert led.get("b-v").end_reason == "balance_floor" and vemu.market.find(vi.id) is None
     assert led.get("b-rp").status == "running" and remu.market.find(ri.id) is not None
     from gpuops.errors import BadInput
-    from gpuops.rental.budget import assert_not_refused
+    from gpuops.teardown.budget import assert_not_refused
 
     assert_not_refused(led, "runpod")
     with pytest.raises(BadInput, match=r"vast balance \$4\.\d\d is below the floor \$5\.00"):
@@ -389,7 +389,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     led.heartbeat("c1", beat)
     emu.delete_from_console(inst.id)
     time.sleep(0.3)
-    from gpuops.rental.reconcile import reconcile
+    from gpuops.teardown.reconcile import reconcile
 
     acts = reconcile(ctx(led, settings, runpod=p))
     assert sorted((a.session, a.kind) for a in acts) == [("c1", "closed"), ("c2", "orphan_destroyed")]
@@ -403,7 +403,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
 def test_a_row_whose_end_was_requested_has_its_pod_terminated_by_the_next_pass(gpuops_home, rp):
     """A destroy that gave up (every attempt refused) leaves the row open with its end requested;
     the next watchdog pass terminates the pod, running or stopped, and books the requested reason."""
-    from gpuops.rental.lifecycle import end_rental
+    from gpuops.teardown.lifecycle import end_rental
 
     emu, p = rp
     settings = load_settings()
@@ -438,9 +438,9 @@ BILLS_S = 21.0
 
 
 def _live_until(led, sid: str, seconds: float) -> float:
-    """Book the box's status as `up` does while it watches (gpuops.rental.live) for ``seconds``;
+    """Book the box's status as `up` does while it watches (gpuops.teardown.live) for ``seconds``;
     returns the time of the last one."""
-    from gpuops.rental.live import record_live
+    from gpuops.teardown.live import record_live
 
     end = time.monotonic() + seconds
     while True:

@@ -1,5 +1,5 @@
 """The kept copy of a job's log after `up` is killed: whoever ends the rental fetches the rest from
-the box first (``gpuops.rental.joblog``), or the copy says it is incomplete and where it stops."""
+the box first (``gpuops.teardown.joblog``), or the copy says it is incomplete and where it stops."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_after_up_is_killed_the_ender_fetches_the_rest_of_the_log(gpuops_home, c
 
 def test_a_copy_that_cannot_be_finished_says_where_it_stops(gpuops_home, tmp_path):
     from bootstrap.vocabulary import EventKind
-    from gpuops.rental.joblog import INCOMPLETE, keep_log
+    from gpuops.teardown.joblog import INCOMPLETE, keep_log
     from ledger import Ledger
     from ledger.models import Session
 

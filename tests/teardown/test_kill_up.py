@@ -14,8 +14,8 @@ import pytest
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import InstanceStatus
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run
 from ledger.store import Ledger
 from tests.teardown.conftest import wait_for
 from tests.teardown.test_agent_local import laptop, read_until

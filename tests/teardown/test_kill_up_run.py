@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from gpuops.config import load_settings
-from gpuops.rental.lifecycle import Ended
-from gpuops.rental.reconcile import Context, close_run_of, reconcile
-from gpuops.rental.watchdog import run
+from gpuops.teardown.lifecycle import Ended
+from gpuops.teardown.reconcile import Context, close_run_of, reconcile
+from gpuops.teardown.watchdog import run
 from ledger import Run
 from ledger.store import Ledger
 from tests.lifecycle.upproc import UpProc, has_event, no_box_processes, only_row, up_env

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gpuops.providers.base import CreateSpec
-from gpuops.rental.reconcile import Context, reconcile
+from gpuops.teardown.reconcile import Context, reconcile
 
 
 def kinds(actions):

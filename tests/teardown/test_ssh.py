@@ -17,8 +17,8 @@ import pytest
 from bootstrap.jobwrap import descendants
 from gpuops.box.ssh import ensure_ssh_key
 from gpuops.config import load_settings
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run
 from ledger.store import Ledger
 from tests.conftest import gpuops_cmd
 from tests.support import fake_nvidia_smi

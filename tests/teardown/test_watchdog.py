@@ -19,9 +19,9 @@ from gpuops.agent.bootstrap_config import RUNNER_DIR, RUNNER_SOURCE
 from gpuops.errors import BadInput
 from gpuops.providers.base import Balance
 from gpuops.providers.local.compute import LocalProvider
-from gpuops.rental.budget import assert_not_refused
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run
+from gpuops.teardown.budget import assert_not_refused
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run
 from ledger.limits import active_refusals, lease_holder
 from tests.teardown.conftest import wait_for
 
@@ -227,8 +227,8 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
 WATCHDOG = """
 import json, os, sys, time
 from gpuops.config import load_settings
-from gpuops.rental.reconcile import Context
-from gpuops.rental.watchdog import run
+from gpuops.teardown.reconcile import Context
+from gpuops.teardown.watchdog import run
 print("ready", flush=True)
 deadline = time.monotonic() + 60
 while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:  # the test says when

@@ -418,7 +418,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
         ``<url>/graphql``. A GraphQL error or an answer without a numeric balance (the API retired,
         a field gone) is ``Balance(usd=None, note=why)`` (``Balance.unreadable``). A web page or a
         404 (no JSON) is retried as a server error and then raised as ProviderError(SERVER), as are
-        a rejected key (AUTH) and an unreachable host; ``gpuops.rental.budget.read_balance`` takes
+        a rejected key (AUTH) and an unreachable host; ``gpuops.teardown.budget.read_balance`` takes
         every one of them but AUTH as the same "cannot be read", and says what stands in for the
         floor."""
         key = self._key()

@@ -1,0 +1,1 @@
+"""The services of `gpuops ledger ...`: month, export, import, sync, over the books (the top-level ``ledger`` package)."""

@@ -1,0 +1,281 @@
+"""What the dashboard shows, as one JSON-ready dict.
+
+No aggregation happens here: the month's figures are ``gpuops.accounting.ledger_service.month`` (the
+very function behind ``gpuops ledger month --json``), the session rows are
+``ledger.history.session_row`` (behind ``gpuops ledger sessions``), so the page and the CLI agree by
+construction.
+
+Open boxes are read live: the ledger's open rows, and for each the on-box agent's status (its
+teardown settings, last decision, heartbeat) through the provider, as the watchdog reads it. A
+box that cannot be reached shows "unknown", never a guess.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ledger import Ledger
+
+StatusReader = Callable[[Any], "dict | None"]
+
+
+def build(
+    settings,
+    month: str | None = None,
+    tz: str | None = None,
+    now: float | None = None,
+    read_status: StatusReader | None = None,
+) -> dict:
+    """The dashboard's data for ``month`` in ``tz``.
+
+    ``month``: ``YYYY-MM``, default this month; ``tz``: an IANA name, None for the machine's zone.
+
+    Shape: ``{"month","tz","generated_at" (ISO 8601),"report" (books.month with "days": the
+    ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
+    "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
+    "billing_now" (``live``'s totals), "budget" (``budget``), "trend" (``trend``: this month and the
+    5 before it)}``.
+    ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
+    Raises BadInput for a bad month or zone (from books.month).
+    """
+    from gpuops.accounting import ledger_service as books
+    from gpuops.teardown.watchdog_passes import health_lines, last_passes
+    from ledger.history import recent_rows, session_rows
+    from ledger.reads import LedgerReader
+    from ledger.reports import iso, month_bounds
+
+    now = time.time() if now is None else now
+    reader = LedgerReader(settings.ledger_url())
+    report = books.month(reader, month, tz, by="day", watchdogs=True)  # the same call as `ledger month --by day --json`
+    start, end = month_bounds(report["month"], tz)
+    boxes = open_boxes(settings, now, tz, read_status)
+    return {
+        "month": report["month"],
+        "tz": report["tz"],
+        "generated_at": iso(now, tz),
+        "report": report,
+        "sessions": session_rows(recent_rows(reader, start, end), tz),
+        "open_boxes": boxes,
+        "watchdog": [
+            {"text": t, "warn": w} for t, w in health_lines(last_passes(reader, now))
+        ],  # who enforces the money layer
+        "billing_now": _totals(boxes),
+        "budget": budget(settings, now),
+        "trend": trend(reader, report["month"], tz),
+    }
+
+
+TREND_MONTHS = 6  # the shown month and the 5 before it
+
+
+def earlier_months(month: str, count: int = TREND_MONTHS) -> list[str]:
+    """``count`` months ending at ``month`` (``YYYY-MM``), oldest first.
+
+    ``2026-02`` with 3 gives ``["2025-12", "2026-01", "2026-02"]``."""
+    y, m = int(month[:4]), int(month[5:7])
+    out = []
+    for back in range(count - 1, -1, -1):
+        n = y * 12 + (m - 1) - back
+        out.append(f"{n // 12:04d}-{n % 12 + 1:02d}")
+    return out
+
+
+def trend(reader, month: str, tz: str | None = None) -> list[dict]:
+    """The month against earlier months.
+
+    For ``month`` and the 5 before it (oldest first), the figures of ``gpuops ledger month YYYY-MM
+    --json`` (``gpuops.accounting.ledger_service.month``, one report per month, summed in SQL):
+    ``[{"month","total_usd" (real USD),"simulated_usd" (never charged, kept
+    apart),"sessions","open_sessions"}]``. Raises BadInput for a bad zone."""
+    from gpuops.accounting import ledger_service as books
+
+    keep = ("month", "total_usd", "simulated_usd", "sessions", "open_sessions")
+    return [{k: rep[k] for k in keep} for rep in (books.month(reader, m, tz) for m in earlier_months(month))]
+
+
+def _totals(boxes: list[dict]) -> dict:
+    from gpuops.teardown.live import totals
+
+    return totals(boxes)
+
+
+def live(settings, now: float | None = None, tz: str | None = None) -> dict:
+    """What the page polls (``/api/open.json``).
+
+    The open boxes' running figures from the ledger alone, as `gpuops ps --all --json` computes them
+    (``gpuops.rental.sessions.list_open``: no connection to any box):
+    ``{"generated_at","open_boxes": [{"session","usd_per_hour",
+    "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
+    from gpuops.rental.sessions import list_open, open_ledger
+    from gpuops.teardown.live import totals
+    from ledger.reports import iso
+
+    now = time.time() if now is None else now
+    rows = list_open(open_ledger(settings), now=now)
+    keep = ("session", "usd_per_hour", "accrued_usd", "ttl_left_seconds", "idle_seconds", "tokens", "simulated")
+    return {
+        "generated_at": iso(now, tz),
+        "open_boxes": [{k: r.get(k) for k in keep} for r in rows],
+        "billing_now": totals(rows),
+    }
+
+
+def budget(settings, now: float) -> dict:
+    """This calendar month's real spend against ``monthly_cap_usd``, and the balances.
+
+    This calendar month's real spend against ``monthly_cap_usd`` (the figure the watchdog compares,
+    ``ledger.limits.month_spend``, everyone's or this user's by ``limits_scope``):
+    ``{"monthly_cap_usd","spent_usd","cap_fraction" (None without a cap),"balance_floor_usd",
+    "balances" (``balances``)}``."""
+    from gpuops.rental.sessions import open_ledger
+    from gpuops.teardown.budget import month_start_end
+    from ledger.limits import month_spend
+
+    t = settings.teardown
+    cap = t.monthly_cap_usd
+    out = {
+        "monthly_cap_usd": cap,
+        "spent_usd": None,
+        "cap_fraction": None,
+        "balance_floor_usd": t.balance_floor_usd,
+        "balances": balances(settings),
+    }
+    if cap is None:
+        return out
+    spent = month_spend(
+        open_ledger(settings),
+        *month_start_end(now),
+        now=now,
+        owner=None if t.limits_scope == "team" else settings.owner(),
+    )
+    out["spent_usd"] = round(spent, 6)
+    out["cap_fraction"] = round(spent / cap, 6) if cap > 0 else None
+    return out
+
+
+def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusReader | None = None) -> list[dict]:
+    """Every open session (any month: a box bills now whenever it was started) as ``box_row``."""
+    from gpuops.rental.sessions import open_ledger
+
+    ledger = open_ledger(settings)
+    rows = ledger.open_sessions()
+    if not rows:
+        return []
+    if read_status is None:
+        read_status = _provider_status_reader(settings, ledger)
+    out = []
+    for r in rows:
+        status = None
+        if r.instance_id:
+            try:
+                status = read_status(r)
+            except Exception:  # an unreachable provider or box: shown as unknown
+                status = None
+        out.append(box_row(r, status, now, settings.teardown, tz))
+    return out
+
+
+def _provider_status_reader(settings, ledger: Ledger) -> StatusReader:
+    from gpuops.teardown.reconcile import Context, agent_status
+
+    ctx = Context(settings, ledger=ledger, ssh_connect_s=5.0)
+
+    def read(row) -> dict | None:
+        p = ctx.provider(row.provider)
+        inst = p.get(row.instance_id)
+        return None if inst is None else agent_status(ctx, p, inst)
+
+    return read
+
+
+def box_row(row, status: dict | None, now: float, default_teardown, tz: str | None = None) -> dict:
+    """One open box as the dashboard shows it.
+
+    One open box: ``{"session","experiment","provider","card","simulated","usd_per_hour" (the burn
+    rate, USD/h),"up_seconds","accrued_usd" (up_seconds x rate: not booked until it closes),
+    "ttl_left_seconds","ttl_source" ("box agent" | "default setting"),"idle" (one line),
+    "idle_minutes","heartbeat_age_seconds","started"}``. Seconds are wall-clock seconds."""
+    from gpuops.agent.agentctl import heartbeat_stale
+    from ledger.reports import card_name, iso
+
+    started = row.instance_created_at or row.created_at
+    up_s = max(0.0, now - started) if row.instance_created_at else 0.0
+    rate = row.usd_per_hour or 0.0
+    teardown = (status or {}).get("teardown") or {}
+    max_hours = teardown.get("max_hours")
+    source = "box agent"
+    if not isinstance(max_hours, (int, float)) or isinstance(max_hours, bool) or max_hours <= 0:
+        max_hours, source = default_teardown.max_hours, "default setting"
+    idle_minutes = (
+        teardown.get("idle_minutes", default_teardown.idle_minutes) if status else default_teardown.idle_minutes
+    )
+    hb = (status or {}).get("heartbeat")
+    hb_age = round(now - float(hb), 1) if isinstance(hb, (int, float)) and not isinstance(hb, bool) else None
+    return {
+        "session": row.id,
+        "experiment": row.experiment,
+        "provider": row.provider,
+        "card": card_name(row),
+        "status": row.status,
+        "simulated": bool(row.simulated),
+        "usd_per_hour": rate,
+        "started": iso(started, tz),
+        "up_seconds": round(up_s, 1),
+        "accrued_usd": round(up_s * rate / 3600.0, 6),
+        "ttl_left_seconds": round(started + max_hours * 3600.0 - now, 1) if row.instance_created_at else None,
+        "ttl_source": source,
+        "idle_minutes": idle_minutes,
+        "heartbeat_age_seconds": hb_age,
+        "idle": idle_state(status, now, idle_minutes, stale=heartbeat_stale(status, now)),
+    }
+
+
+def idle_state(status: dict | None, now: float, idle_minutes: Any, stale: bool) -> str:
+    """One line on the box's idle layer.
+
+    "busy", "idle 3.0 of 15 min", "idle rule off", or "unknown (...)" when the agent's status is
+    missing or stale."""
+    if idle_minutes == "off":
+        return "idle rule off"
+    if not status:
+        return "unknown (no agent status)"
+    if stale:
+        return "unknown (agent heartbeat stale)"
+    decision = status.get("decision") or {}
+    since = decision.get("idle_since")
+    if isinstance(since, (int, float)) and not isinstance(since, bool):
+        return f"idle {max(0.0, now - since) / 60:.1f} of {float(idle_minutes):g} min"
+    return "busy"
+
+
+def balances(settings) -> list[dict]:
+    """Each keyed provider's account credit as it reports it, or its one-line error.
+
+    Each keyed provider's account credit as it reports it (``Provider.balance``: USD, and the spend
+    rate in USD/h where given): ``[{"provider","usd","usd_per_hour","error","floor_note"}]``; a
+    provider that fails is listed with its one-line error, never a guessed figure. ``floor_note``:
+    with ``balance_floor_usd`` set and the balance unreadable, the line saying the floor cannot be
+    enforced and what stands in (``gpuops.teardown.budget.floor_unenforced``), else None."""
+    from gpuops.errors import GpuopsError
+    from gpuops.providers import configured, get_provider
+    from gpuops.teardown.budget import floor_unenforced, read_balance
+
+    t = settings.teardown
+    out = []
+    for name in configured(settings):
+        try:
+            b = read_balance(get_provider(name, settings))
+            note = (
+                floor_unenforced(name, t.balance_floor_usd, t.monthly_cap_usd, b.note)
+                if b.unreadable and t.balance_floor_usd is not None
+                else None
+            )
+            row = {"provider": name, "usd": b.usd, "usd_per_hour": b.spend_usd_per_hour, "error": None}
+            out.append({**row, "floor_note": note})
+        except GpuopsError as e:
+            err = str(e).splitlines()[0]
+            out.append({"provider": name, "usd": None, "usd_per_hour": None, "error": err, "floor_note": None})
+    return out

@@ -1,0 +1,151 @@
+"""The dashboard page as HTML text (Jinja2, autoescaped).
+
+One template for the served page and the self-contained file (``inline=True``: the chart library and
+the page script are inlined, so the file opens offline with nothing fetched).
+
+Charts: Chart.js 4.6.1 (MIT, https://www.chartjs.org, license in ``static/chart.js-LICENSE.md``),
+vendored as ``static/chart.umd.min.js`` from the npm package ``chart.js@4.6.1`` (file
+``dist/chart.umd.min.js``): no CDN at view time.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STATIC = HERE / "static"
+CHART_JS = STATIC / "chart.umd.min.js"
+PAGE_JS = STATIC / "dashboard.js"
+
+# How often the served page re-reads the open boxes' figures (``/api/open.json``: the ledger only).
+POLL_SECONDS = 5.0
+
+ALLIN_HELP = (
+    "every dollar paid per million tokens: bootstrap, idle time after the job and failed runs "
+    "of the same group included (cost / tokens x 1e6)"
+)
+JOB_HELP = (
+    "only the job's own seconds x the price, per million tokens, over the sessions that produced "
+    "tokens: what the work itself cost"
+)
+
+
+def tz_words(tz: str | None) -> str:
+    """How the page names the zone: the IANA name, or "local time (CET)" for the machine's zone."""
+    if tz and tz != "local":
+        return f"{tz} time"
+    from datetime import datetime
+
+    return f"this machine's time zone, {datetime.now().astimezone().tzname()}"
+
+
+def fmt(value, kind: str = "usd") -> str:
+    """A figure as the page shows it.
+
+    USD as ``$1,234.5678``, hours with 3 decimals, counts with separators, ``pct`` a fraction as a
+    percentage; None as "-"."""
+    if value is None:
+        return "-"
+    if kind == "int":
+        return f"{value:,}"
+    if kind == "hours":
+        return f"{value:,.3f}"
+    if kind == "pct":
+        return f"{value * 100:,.1f}%"
+    if round(value, 4) == 0:
+        return "$0.0000"  # never "$-0.0000"
+    return f"${value:,.4f}" if value > 0 else f"-${-value:,.4f}"
+
+
+def duration(seconds) -> str:
+    """Seconds as "2 h 05 min", "12 min", "40 s"; negative as "overdue 3 min"."""
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if s < 0:
+        return "overdue " + duration(-s)
+    if s < 60:
+        return f"{s:.0f} s"
+    m = int(s // 60)
+    return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
+
+
+@lru_cache(maxsize=1)
+def _env():
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(HERE / "templates")),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+    )
+    env.filters["fmt"] = fmt
+    env.filters["duration"] = duration
+    return env
+
+
+def _script_text(path: Path):
+    """A script file's text made safe to sit inside <script>...</script> (no closing tag in it)."""
+    from markupsafe import Markup
+
+    text = path.read_text(encoding="utf-8")
+    return Markup(re.sub(r"</(script)", r"<\\/\1", text, flags=re.IGNORECASE))
+
+
+@lru_cache(maxsize=1)
+def _zones() -> tuple[str, ...]:
+    from zoneinfo import available_timezones
+
+    return tuple(sorted(z for z in available_timezones() if "/" in z or z == "UTC"))
+
+
+def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str:
+    """The page for ``data`` (``gpuops.accounting.dashboard.build``).
+
+    ``inline``: the self-contained file (scripts inlined, no form); else the served page (scripts
+    from ``static/``, a month and time zone form). ``tz_value``: what the zone field shows (None:
+    empty = local)."""
+    from urllib.parse import quote
+
+    from gpuops import __version__
+
+    words = tz_words(data["tz"])
+    rep = data["report"]
+    chart = {
+        "month": data["month"],
+        "tz_words": words,
+        "days": rep["days"],
+        "by_experiment": [
+            {"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]}
+            for g in rep["by_experiment"]
+        ],
+        "by_card": [
+            {"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_card"]
+        ],
+        "trend": [
+            {"month": t["month"], "cost_usd": t["total_usd"], "simulated_usd": t["simulated_usd"]}
+            for t in data["trend"]
+        ],
+        "live_url": "api/open.json" + (f"?tz={quote(tz_value)}" if tz_value else "") if not inline else None,
+        "poll_seconds": POLL_SECONDS,
+    }
+    return (
+        _env()
+        .get_template("page.html")
+        .render(
+            d=data,
+            served=not inline,
+            version=__version__,
+            tz_words=words,
+            tz_value=tz_value or "",
+            zones=_zones() if not inline else (),
+            allin_help=ALLIN_HELP,
+            job_help=JOB_HELP,
+            chart=chart,
+            chart_js=_script_text(CHART_JS) if inline else "",
+            page_js=_script_text(PAGE_JS) if inline else "",
+        )
+    )
