@@ -234,6 +234,8 @@ class Plan:
             "cards": [c.as_json() for c in self.cards],
             "engine": self.engine,
             "unverified": self.unverified,
+            "kv_layout_verified": self.arch.layout_verified,
+            "vllm_version": VLLM_VERSION,
             "weights_source": self.weights_source,
             "quantization": None if self.quant is None else self.quant.label,
         }
@@ -336,17 +338,16 @@ def mxfp4_padding_bytes(p: Plan, card: Card) -> tuple[int, str]:
     return int(extra), note
 
 
-def _layout(p: Plan) -> KVLayout:
-    return (
-        p.kv_layout
-        if p.kv_layout is not None
-        else vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid)
-    )
+def _layout(p: Plan, card: Card | None = None) -> KVLayout:
+    """The KV cache layout on ``card`` (its MLA block size; None: the plan's own)."""
+    if card is None and p.kv_layout is not None:
+        return p.kv_layout
+    return vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid, card)
 
 
 def _request_kv_per_gpu(p: Plan, seq: int, card: Card | None) -> int:
     mnbt, _ = _batch_settings(p, card)
-    return _layout(p).bytes_per_request(seq, mnbt)
+    return _layout(p, card).bytes_per_request(seq, mnbt)
 
 
 def per_gpu_bytes(p: Plan, batch: int, card: Card | None = None) -> int:
@@ -425,7 +426,9 @@ def vllm_command(p: Plan, card: Card | None) -> str:
     src = p.src
     model = src.hf_id if src is not None and src.hf_id else p.model
     env = (
-        ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"] if p.chunked_hybrid and CHUNKED in p.arch.kinds else []
+        ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0"]
+        if not p.chunked_hybrid and CHUNKED in p.arch.kinds
+        else []
     )
     parts = [
         *env,
@@ -469,12 +472,12 @@ def _card_plan(p: Plan, card: Card) -> CardPlan:
         fixed, act, over, graphs = _vllm_fixed(p, card)
         per_req = _request_kv_per_gpu(p, p.seq, card)
         pool = budget - fixed
-        conc = _layout(p).max_concurrency(pool, p.seq, mnbt)  # pool blocks / blocks one request needs
+        conc = _layout(p, card).max_concurrency(pool, p.seq, mnbt)  # pool blocks / blocks one request needs
         mb = min(int(math.floor(conc + 1e-9)), mns)
         need = fixed + p.batch * per_req
         ctx_fits = True
         if p.arch.max_context and p.arch.max_context > p.seq:
-            ctx_fits = pool >= _layout(p).layer_bytes(p.arch.max_context, mnbt)  # check_enough_kv_cache_memory
+            ctx_fits = pool >= _layout(p, card).layer_bytes(p.arch.max_context, mnbt)  # check_enough_kv_cache_memory
         extra.update(
             kv_pool_bytes=max(0, pool),
             max_concurrency=conc,
@@ -575,24 +578,23 @@ def _layout_notes(arch: Architecture, layout: KVLayout, kv: str, dtype: str, seq
         out.append(
             f"{arch.mamba_layers} {arch.mamba.kind} layers ({arch.mamba.source}) hold a fixed state per request, no per-token KV; "
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a state "
-            "(vllm/model_executor/models/config.py HybridAttentionMambaModelConfig, 0.11)"
+            f"(vllm/platforms/interface.py _align_hybrid_block_size, vLLM {VLLM_VERSION})"
         )
     if layout.padding_layers:
         full = layout.layer_bytes(seq, mnbt)
         out.append(
             f"vLLM's hybrid KV cache groups layers {layout.group_size} to a group and pads {layout.padding_layers} layers "
-            f"(vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, 0.11): a request of {seq:,} tokens "
+            f"(vllm/v1/core/kv_cache_planning.py _get_kv_cache_groups_uniform_page_size, {VLLM_VERSION}): a request of {seq:,} tokens "
             f"takes {layout.bytes_per_request(seq, mnbt) / full - 1:.1%} more KV than the layers hold"
         )
     if CHUNKED in arch.kinds and not layout.hybrid:
         on = vllm_kv_layout(arch, kv, dtype, 1, chunked_hybrid=True)
-        off = vllm_kv_layout(arch, kv, dtype, 1)
+        off = vllm_kv_layout(arch, kv, dtype, 1, chunked_hybrid=False)
         save = 1 - on.bytes_per_request(seq, mnbt) / off.bytes_per_request(seq, mnbt)
         out.append(
             f"chunked local attention (attention_chunk_size {arch.attention_chunk}) on {arch.kinds.count(CHUNKED)} of "
-            f"{len(arch.kinds)} layers: vLLM {VLLM_VERSION} caches them as full attention (the hybrid KV cache manager is off "
-            f"for chunked attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; 0.12 keeps that default); "
-            f"planned that way. With it set, a request of {seq:,} tokens needs {save:.0%} less KV"
+            f"{len(arch.kinds)} layers cached as full attention (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0; "
+            f"vLLM {VLLM_VERSION} defaults to 1, where a request of {seq:,} tokens needs {save:.0%} less KV)"
         )
     return out
 
@@ -610,7 +612,7 @@ def plan(
     engine: str | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
-    chunked_hybrid: bool = False,
+    chunked_hybrid: bool = True,
     vendor: str | None = None,
 ) -> Plan:
     """Plan ``model`` for every catalog card, or for the cards ``card`` names.
@@ -622,8 +624,8 @@ def plan(
     ``headroom``: vLLM's gpu_memory_utilization (default 0.90), fraction of the engine-visible total.
     ``max_num_seqs``/``max_num_batched_tokens``: vLLM settings (default: the card's).
     ``vendor``: nvidia (default), amd or any: whose cards to plan when ``card`` names none (AMD cards
-    only when asked: a CUDA job does not run on them). ``chunked_hybrid``: plan as with ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (Llama-4's
-    chunked layers cached as chunks; vLLM 0.11's default caches them as full attention). Raises
+    only when asked: a CUDA job does not run on them). ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
+    (1, vLLM's default: Llama-4's chunked layers cached as chunks; False: as full attention). Raises
     BadInput for unknown dtypes, a --dtype contradicting a quantized checkpoint, non-positive sizes,
     a bad config or an unknown card; a ``seq`` beyond the model's context is a warning.
     """
@@ -679,11 +681,15 @@ def plan(
     warnings = list(arch.notes) + list(w.notes)
     if card and alias_note(card):
         warnings.append(alias_note(card))
-    unverified = not w.verified
-    if unverified:
+    unverified = not w.verified or not arch.layout_verified
+    if not w.verified:
         warnings.append(
             "unverified: nothing confirms the weight count (a family gpuops does not know and no checkpoint byte count); "
             "`up --model` refuses to rent on it without --allow-unverified"
+        )
+    if not arch.layout_verified:
+        warnings.append(
+            f"unverified KV plan: {arch.layout_note}; `up --model` refuses to rent on it without --allow-unverified"
         )
     if arch.max_context and seq > arch.max_context:
         warnings.append(
@@ -693,7 +699,12 @@ def plan(
         names = ", ".join(c.name for c in chosen)
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
     n = gpu_count
-    layout = vllm_kv_layout(arch, kv, dtype_n, n, bool(chunked_hybrid)) if engine == "vllm" else None
+    # the plan-level layout: the one card's when one card is planned (MLA blocks depend on it), else Hopper's
+    layout = (
+        vllm_kv_layout(arch, kv, dtype_n, n, bool(chunked_hybrid), chosen[0] if len(chosen) == 1 else None)
+        if engine == "vllm"
+        else None
+    )
     if layout is not None:
         warnings += _layout_notes(
             arch, layout, kv, dtype_n, seq, mnbt or (vllm_batch_defaults(chosen[0])[0] if len(chosen) == 1 else 2048)
@@ -890,6 +901,11 @@ def size_for_up(
         vendor=vendor_for(vendor, image, card),
     )
     if p.unverified and not allow_unverified:
+        if not p.arch.layout_verified:
+            raise BadInput(
+                f"{p.model}: the KV plan is unverified ({p.arch.layout_note})",
+                "add --allow-unverified to rent on the guess (it covers the KV plan too)",
+            )
         raise BadInput(
             f"{p.model}: the plan is unverified (model_type {p.arch.family!r} is not a family gpuops counts, and no "
             "checkpoint byte count confirms it)",
