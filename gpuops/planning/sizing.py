@@ -10,23 +10,21 @@ FLOP/s; prices in USD/hour; speeds in tokens/s; cost in USD per million generate
 
 Engines (``engine=``; formulas also in docs/ARCHITECTURE.md "Numbers to know"):
 
-- ``vllm`` (default) sizes memory the way vLLM 0.11 (V1 engine) does at start-up
-  (vllm/v1/worker/gpu_worker.py ``determine_available_memory``, vllm/utils ``memory_profiling``,
-  vllm/v1/core/kv_cache_utils.py, docs.vllm.ai "Conserving memory"): per GPU, the budget is
-  ``gpu_memory_utilization`` (default 0.90) x the total the engine sees (torch.cuda.mem_get_info,
-  catalog ``engine_visible_gib``); minus the weights (split by tensor parallelism), non-torch memory
-  (0.25 GiB; 2.1 GiB with NCCL at TP >= 2), the activation peak of the profiling run
+- ``vllm`` (default) sizes memory the way vLLM ``VLLM_RELEASE`` (0.33.0, V1 engine) does at start-up
+  (vllm/v1/worker/gpu_worker.py ``determine_available_memory``, vllm/utils/mem_utils.py
+  ``memory_profiling``): per GPU, the budget (``requested_memory``) is ``gpu_memory_utilization``
+  (default 0.90) x the total the engine sees (torch.cuda.mem_get_info, catalog
+  ``engine_visible_gib``); minus the weights (split by tensor parallelism), non-torch memory (0.25
+  GiB; 2.1 GiB with NCCL at TP >= 2), the activation peak of the profiling run
   (``max_num_batched_tokens`` tokens through the model + ``max_num_seqs`` fp32 logits and
-  probabilities, defaults per card from vllm/engine/arg_utils.py), and CUDA-graph memory (0.8 GiB;
-  counted inside the budget, as vLLM does with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the
-  default of later releases; 0.10/0.11 captured graphs after sizing the pool, so their published
-  pools are ~0.8 GiB larger than ours: conservative by 1-2%);
-  what is left is the KV pool, cut in blocks of 16 tokens (more with Mamba layers). Max concurrency at
-  ``seq`` = pool blocks / blocks one request of ``seq`` tokens needs, by vLLM's KV cache layout
-  (``memory.vllm_kv_layout``; the rules and their vLLM sources in gpuops/planning/vllm_kv.py): a
-  sliding-window layer needs ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
-  (``SlidingWindowSpec.max_memory_usage_bytes``), layers of two kinds are grouped by the smaller count
-  and padded, a Mamba / Gated DeltaNet layer holds one state page per request.
+  probabilities, defaults per card from vllm/engine/arg_utils.py), and the CUDA-graph estimate (0.8
+  GiB; subtracted before the pool since ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1);
+  what is left is the KV pool. Its blocks, groups and max concurrency at ``seq`` follow vLLM's KV cache
+  planning (``memory.vllm_kv_layout``; the rules and their sources in gpuops/planning/vllm_kv.py,
+  proven against vLLM's own functions by tests/data/vllm_golden.json): a sliding-window layer
+  needs ceil(min(window - 1 + 2 x max_num_batched_tokens, seq) / 16) + 1 blocks (two batches in
+  flight), layers of two kinds are grouped by the smaller count (the larger when within 1.5x) and
+  padded, a Mamba / Gated DeltaNet layer holds one state page per request.
 - ``hf``: plain transformers ``generate``: weights + a contiguous KV cache of batch x seq (a windowed
   layer holds min(seq, window)) + the activations of a whole-batch prefill + 1.5 GB of framework
   overhead (docs/worked-numbers.md), against the headroom fraction of the engine-visible total.
