@@ -153,6 +153,11 @@ def _materialize(config: dict | None, where: Path) -> Path:
     # The weights' quantization does not change the KV cache (its dtype is the model's with
     # --kv-cache-dtype auto), and vLLM's check of it imports CUDA kernels that do not load on CPU.
     cfg.pop("quantization_config", None)
+    # Llama-4's published attn_temperature_tuning is 4 where transformers' strict config wants a bool
+    # (it scales attention logits; no bearing on the cache).
+    for c in (cfg, cfg.get("text_config")):
+        if isinstance(c, dict) and isinstance(c.get("attn_temperature_tuning"), int):
+            c["attn_temperature_tuning"] = bool(c["attn_temperature_tuning"])
     if isinstance(cfg.get("text_config"), dict):
         cfg["text_config"] = {k: v for k, v in cfg["text_config"].items() if k != "quantization_config"}
     mt = cfg.get("model_type", "")
@@ -206,6 +211,9 @@ def layer_specs(case: dict, model_dir: Path) -> tuple[dict, dict, str]:
     vc = VllmConfig(model_config=mc, cache_config=CacheConfig(cache_dtype=kv_dtype))
     vc.scheduler_config.max_num_batched_tokens = int(case.get("max_num_batched_tokens", MAX_NUM_BATCHED_TOKENS))
     vc.scheduler_config.async_scheduling = True  # what `vllm serve` resolves on CUDA (VllmConfig.__post_init__)
+    # CpuPlatform.check_and_update_config stores the SSM state in float32 for its GDN kernels; CUDA keeps
+    # "auto" (the model's dtype), which is what a served box holds.
+    vc.cache_config.mamba_ssm_cache_dtype = "auto"
     object.__setattr__(vc.cache_config, "kv_cache_layout", "LBHNC")
     if case.get("disable_hybrid_kv_cache_manager"):
         vc.scheduler_config.disable_hybrid_kv_cache_manager = True
@@ -220,16 +228,21 @@ def layer_specs(case: dict, model_dir: Path) -> tuple[dict, dict, str]:
 
     # which layers hold attention (hybrids), from vLLM's own helpers
     roles = ["attention"] * n
+    # a layer is attention, a state (mamba / linear attention) or neither (an MLP or MoE block), from the
+    # layout key vLLM's get_num_layers_by_block_type reads (layers_block_type, else layer_types)
+    state_names, attn_names = ("mamba", "linear_attention"), ("attention", "full_attention", "hybrid")
+    for key in ("layers_block_type", "layer_types"):
+        types = getattr(text, key, None)
+        if isinstance(types, (list, tuple)) and any(str(t) in state_names for t in types):
+            roles = [
+                "mamba" if str(t) in state_names else ("attention" if str(t) in attn_names else "none") for t in types
+            ]
+            reading.append(f"hybrid layout: hf_text_config.{key}")
+            break
     if mc.is_hybrid:
-        lbt = getattr(text, "layers_block_type", None)
-        lt = getattr(text, "layer_types", None)
-        if lbt is not None:
-            roles = ["attention" if t == "attention" else "mamba" for t in lbt]
-            reading.append("hybrid layout: hf_text_config.layers_block_type")
-        elif lt is not None:
-            roles = ["attention" if t in ("attention", "full_attention") else "mamba" for t in lt]
-            reading.append("hybrid layout: hf_text_config.layer_types")
         assert mc.get_num_layers_by_block_type(pc, "attention") == roles.count("attention")
+    elif "mamba" in roles:
+        reading.append("vLLM's model inspection on CPU did not mark it hybrid; the layout key above decides")
     # sliding / chunked per layer (vllm model files: gemma2/gemma3/mistral/llama read layer_types and
     # sliding_window; llama4.py: chunked on the RoPE layers, no_rope_layers[i] == 1)
     window = getattr(text, "sliding_window", None)
@@ -271,6 +284,8 @@ def layer_specs(case: dict, model_dir: Path) -> tuple[dict, dict, str]:
         name = f"model.layers.{i}"
         if roles[i] == "mamba":
             specs[name] = mamba_spec
+            continue
+        if roles[i] == "none":
             continue
         if mc.use_mla:
             if sparse:
@@ -326,6 +341,7 @@ def _vllm_config(case: dict, model_dir: Path):
     vc = VllmConfig(model_config=mc, cache_config=CacheConfig(cache_dtype=case.get("kv_cache_dtype", "auto")))
     vc.scheduler_config.max_num_batched_tokens = int(case.get("max_num_batched_tokens", MAX_NUM_BATCHED_TOKENS))
     vc.scheduler_config.async_scheduling = True
+    vc.cache_config.mamba_ssm_cache_dtype = "auto"
     object.__setattr__(vc.cache_config, "kv_cache_layout", "LBHNC")
     return vc
 

@@ -91,8 +91,14 @@ SIGLIP_DEFAULTS: dict[str, Any] = {
     "image_size": 224,
     "patch_size": 16,
 }
-# transformers' MistralConfig defaults that llava-style configs (Pixtral-12B) leave out of text_config.
-MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {"vocab_size": 32000, "num_attention_heads": 32, "tie_word_embeddings": False}
+# transformers' MistralConfig defaults that llava-style configs (Pixtral-12B) leave out of text_config;
+# sliding_window 4096 too, which vLLM then applies to every layer (no layer_types: CacheConfig.sliding_window).
+MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000,
+    "num_attention_heads": 32,
+    "tie_word_embeddings": False,
+    "sliding_window": 4096,
+}
 # transformers' PixtralVisionConfig defaults (transformers/models/pixtral/configuration_pixtral.py).
 PIXTRAL_DEFAULTS: dict[str, Any] = {
     "hidden_size": 1024,

@@ -40,6 +40,10 @@ KINDS = (FULL, SLIDING, CHUNKED, MLA, MAMBA)
 DEFAULT_BLOCK_SIZE = 16
 # VllmConfig.max_concurrent_batches with async scheduling (the `vllm serve` default on CUDA, no PP).
 BATCHES_IN_FLIGHT = 2
+# MambaSpec.max_memory_usage_bytes with mamba_cache_mode "align": 2 state pages per request (the state
+# and its prefix-cache checkpoint). MambaModelConfig.verify_and_update_config (vllm/model_executor/models/
+# config.py) sets "align" whenever prefix caching is on, the default.
+MAMBA_PAGES_PER_REQUEST = 2
 # _get_kv_cache_groups_uniform_page_size: the largest count is the group size below this ratio.
 CLOSE_COUNTS_RATIO = 1.5
 
@@ -78,10 +82,10 @@ class LayerSpec:
         """Bytes one request of ``max_model_len`` tokens can hold in this layer (``max_memory_usage_bytes``).
 
         Full / MLA: ceil(len / block) pages; sliding: ceil(min(window - 1 + in flight, len) / block)
-        + 1; chunked: ceil(min(chunk + in flight, len) / block); mamba: one page. ``in_flight_tokens``:
+        + 1; chunked: ceil(min(chunk + in flight, len) / block); mamba: ``MAMBA_PAGES_PER_REQUEST`` pages. ``in_flight_tokens``:
         ``max_in_flight_tokens`` (``BATCHES_IN_FLIGHT`` x max_num_batched_tokens)."""
         if self.kind == MAMBA:
-            return self.page_bytes
+            return MAMBA_PAGES_PER_REQUEST * self.page_bytes
         if self.kind == SLIDING:
             return (cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1) * self.page_bytes
         if self.kind == CHUNKED:
@@ -110,6 +114,12 @@ class KVGroup:
     def page_bytes(self) -> int:
         """Bytes of one block of the group: its layers' pages together."""
         return sum(s.page_bytes for s in self.layers)
+
+    @property
+    def spec_page_bytes(self) -> int:
+        """The page of the group's spec as vLLM reports it: one layer's when its layers share one spec,
+        else (``UniformTypeKVCacheSpecs``) their pages together."""
+        return self.layers[0].page_bytes if len(set(self.layers)) == 1 else self.page_bytes
 
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
         """Block ids one request takes in this group: the most pages any of its layers needs."""
