@@ -239,9 +239,13 @@ def layer_specs(case: dict, model_dir: Path) -> tuple[dict, dict, str]:
             ]
             reading.append(f"hybrid layout: hf_text_config.{key}")
             break
-    if mc.is_hybrid:
-        assert mc.get_num_layers_by_block_type(pc, "attention") == roles.count("attention")
-    elif "mamba" in roles:
+    if mc.is_hybrid and mc.get_num_layers_by_block_type(pc, "attention") != roles.count("attention"):
+        reading.append(
+            f"vLLM's get_num_layers_by_block_type counts {mc.get_num_layers_by_block_type(pc, 'attention')} attention "
+            f"layers (it looks for 'attention', the config says 'full_attention'); the model file builds "
+            f"{roles.count('attention')}, from the same key"
+        )
+    elif "mamba" in roles and not mc.is_hybrid:
         reading.append("vLLM's model inspection on CPU did not mark it hybrid; the layout key above decides")
     # sliding / chunked per layer (vllm model files: gemma2/gemma3/mistral/llama read layer_types and
     # sliding_window; llama4.py: chunked on the RoPE layers, no_rope_layers[i] == 1)
@@ -263,8 +267,31 @@ def layer_specs(case: dict, model_dir: Path) -> tuple[dict, dict, str]:
         from vllm.model_executor.models import ModelRegistry
 
         cls, _ = ModelRegistry.resolve_model_cls(mc.architectures, model_config=mc)
-        shapes = cls.get_mamba_state_shape_from_config(vc)
-        dtypes = cls.get_mamba_state_dtype_from_config(vc)
+        if hasattr(cls, "get_mamba_state_shape_from_config"):
+            shapes = cls.get_mamba_state_shape_from_config(vc)
+            dtypes = cls.get_mamba_state_dtype_from_config(vc)
+        else:  # resolved to the Transformers backend: vLLM's own Mamba-2 calculator on the config's fields
+            from vllm.model_executor.layers.mamba.mamba_utils import (
+                MambaStateDtypeCalculator,
+                MambaStateShapeCalculator,
+            )
+
+            shapes = MambaStateShapeCalculator.mamba2_state_shape(
+                tp_world_size=1,
+                intermediate_size=int(getattr(text, "mamba_d_ssm", None) or text.mamba_expand * text.hidden_size),
+                n_groups=text.mamba_n_groups,
+                num_heads=text.mamba_n_heads,
+                head_dim=text.mamba_d_head,
+                state_size=text.mamba_d_state,
+                conv_kernel=text.mamba_d_conv,
+            )
+            dtypes = MambaStateDtypeCalculator.mamba2_state_dtype(
+                mc.dtype, vc.cache_config.mamba_cache_dtype, vc.cache_config.mamba_ssm_cache_dtype
+            )
+            reading.append(
+                f"vLLM resolved {cls.__name__} (no native class read on CPU): the state from "
+                "MambaStateShapeCalculator.mamba2_state_shape on the config's mamba_* fields"
+            )
         mamba_page = MambaSpec(shapes=tuple(shapes), dtypes=tuple(dtypes), block_size=-1).page_size_bytes
         attn_1 = FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=head, dtype=dtype).page_size_bytes
         align = 128 if mc.use_mla else 16

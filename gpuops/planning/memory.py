@@ -67,9 +67,12 @@ VLLM_SAMPLER_BYTES_PER_LOGIT = 8
 def vllm_batch_defaults(card: Card) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve`` on ``card``.
 
-    8192 / 1024 on GPUs with >= 70 GiB that are not an A100, else 2048 / 256 (vLLM 0.11
-    vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``, UsageContext.OPENAI_API_SERVER; the
-    A100 stays on the small defaults since https://github.com/vllm-project/vllm/pull/17885)."""
+    16384 / 1024 on GPUs with >= 160 GiB (B200), 8192 / 1024 on GPUs with >= 70 GiB that are not an
+    A100, else 2048 / 256 (vLLM 0.33 vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``,
+    UsageContext.OPENAI_API_SERVER; the A100 stays on the small defaults since
+    https://github.com/vllm-project/vllm/pull/17885)."""
+    if card.engine_visible_bytes >= 160 * GIB:
+        return 16384, 1024
     if card.engine_visible_bytes >= 70 * GIB and card.family != "a100":
         return 8192, 1024
     return 2048, 256
@@ -190,9 +193,9 @@ def request_kv_bytes(
     """KV bytes vLLM reserves for one request of ``seq`` tokens on one of ``gpu_count`` GPUs (1: the whole model).
 
     The blocks of every KV cache group, padding layers included (``vllm_kv_layout``; a
-    full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 +
-    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk +
-    max_num_batched_tokens, seq) / block), a Mamba layer one page; vllm/v1/kv_cache_interface.py
+    full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 + 2 x
+    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk + 2 x
+    max_num_batched_tokens, seq) / block), a Mamba layer 2 pages; vllm/v1/kv_cache_interface.py
     ``max_memory_usage_bytes``)."""
     return vllm_kv_layout(arch, kv_dtype, dtype, gpu_count).bytes_per_request(seq, max_num_batched_tokens)
 

@@ -117,8 +117,9 @@ class KVGroup:
 
     @property
     def spec_page_bytes(self) -> int:
-        """The page of the group's spec as vLLM reports it: one layer's when its layers share one spec,
-        else (``UniformTypeKVCacheSpecs``) their pages together."""
+        """The page of the group's spec as vLLM reports it (bytes).
+
+        One layer's when its layers share one spec, else (``UniformTypeKVCacheSpecs``) their pages together."""
         return self.layers[0].page_bytes if len(set(self.layers)) == 1 else self.page_bytes
 
     def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:

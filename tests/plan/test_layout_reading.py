@@ -52,7 +52,7 @@ def test_kv_shared_layers_hold_no_cache():
 
 
 def test_a_mamba2_hybrid_of_an_unknown_type_is_read_from_its_layout_keys():
-    a = architecture(cfg("mamba2_bamba"))
+    a = architecture(cfg("mamba2_granitemoehybrid"))
     assert (len(a.layer_kv_elems), a.mamba_layers) == (2, 6) and a.mamba is not None and a.mamba.kind == "mamba2"
     assert a.layout_verified
 

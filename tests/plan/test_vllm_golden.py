@@ -82,7 +82,9 @@ def test_plan_matches_vllm(name: str):
         }
         for g in lay.groups
     ]
-    assert got_groups == case["groups"]
+    # vLLM lists groups by their first layer; the order changes no number, so compare them as a set
+    key = lambda g: sorted(g.items())  # noqa: E731
+    assert sorted(got_groups, key=key) == sorted(case["groups"], key=key)
     assert lay.block_bytes == case["bytes_per_block"]
     assert lay.num_blocks(pool) == case["num_blocks"]
     assert lay.blocks_per_request(seq, mnbt) == case["blocks_per_request"]
@@ -96,5 +98,10 @@ def test_every_layer_kind_is_covered():
     kinds = {g["kind"] for c in GOLDEN["cases"] for g in c["groups"]}
     assert {"full", "sliding", "chunked", "mla", "mamba"} <= kinds
     names = set(CASES)
-    for needed in ("sparse_mla_deepseek_v32_fp8", "shared_kv_gemma3n", "mixed_pages_full8_sliding4", "mamba2_bamba"):
+    for needed in (
+        "sparse_mla_deepseek_v32_fp8",
+        "shared_kv_gemma3n",
+        "mixed_pages_full8_sliding4",
+        "mamba2_granitemoehybrid",
+    ):
         assert needed in names
