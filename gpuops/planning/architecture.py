@@ -91,8 +91,14 @@ SIGLIP_DEFAULTS: dict[str, Any] = {
     "image_size": 224,
     "patch_size": 16,
 }
-# transformers' MistralConfig defaults that llava-style configs (Pixtral-12B) leave out of text_config.
-MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {"vocab_size": 32000, "num_attention_heads": 32, "tie_word_embeddings": False}
+# transformers' MistralConfig defaults that llava-style configs (Pixtral-12B) leave out of text_config;
+# sliding_window 4096 too, which vLLM then applies to every layer (no layer_types: CacheConfig.sliding_window).
+MISTRAL_TEXT_DEFAULTS: dict[str, Any] = {
+    "vocab_size": 32000,
+    "num_attention_heads": 32,
+    "tie_word_embeddings": False,
+    "sliding_window": 4096,
+}
 # transformers' PixtralVisionConfig defaults (transformers/models/pixtral/configuration_pixtral.py).
 PIXTRAL_DEFAULTS: dict[str, Any] = {
     "hidden_size": 1024,
@@ -124,6 +130,11 @@ class Architecture:
     parallelism can split the cache (kv heads; 1 for MLA, whose latent is replicated on every GPU).
     ``act_width``: widest per-token intermediate (elements). ``known``: the family is one gpuops
     counts (else the count is a llama-style guess). ``tied``: lm_head shares the embedding matrix.
+    ``sparse_mla``/``index_head_dim``: a sparse-MLA model (``index_topk``) keeps an indexer cache of
+    ``index_head_dim`` beside each latent. ``kv_shared_layers``: the last layers that read an
+    earlier layer's cache (``num_kv_shared_layers``; not in ``layer_kv_elems``).
+    ``layout_verified``: gpuops read every attention-layout key of the config (else
+    ``layout_note`` names the keys it could not read, and the KV plan is a guess).
     """
 
     family: str
@@ -153,6 +164,11 @@ class Architecture:
     mamba_layers: int = 0
     attention_chunk: int | None = None
     vision_tokens: int = 0
+    sparse_mla: bool = False
+    index_head_dim: int = 0
+    kv_shared_layers: int = 0
+    layout_verified: bool = True
+    layout_note: str = ""
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -504,6 +520,137 @@ def _mamba_layer(cfg: dict, kind: str, h: int) -> tuple[MambaShape, int]:
     ), params
 
 
+# Substrings of config keys that change the KV cache layout (per-layer attention kind, a state in
+# place of a cache, a latent, shared caches). A family gpuops does not know must have none of them
+# left unread, else its KV plan is unverified.
+LAYOUT_KEY_HINTS = (
+    "mamba",
+    "ssm",
+    "linear_",
+    "conv_kernel",
+    "attn_layer",
+    "block_type",
+    "hybrid",
+    "lora_rank",
+    "index_",
+    "kv_shared",
+    "sliding",
+    "window",
+    "chunk",
+    "layer_types",
+    "attention_interval",
+    "attn_type",
+    "block_configs",
+    "no_rope",
+    "global_attn",
+    "local_attn",
+    "compress",
+    "rwkv",
+    "retention",
+)
+# Keys that carry such a hint but do not change the cache, or that the readers below consume.
+_LAYOUT_KEYS_READ = {
+    "sliding_window",
+    "layer_types",
+    "sliding_window_pattern",
+    "use_sliding_window",
+    "max_window_layers",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "index_topk",
+    "index_head_dim",
+    "index_n_heads",
+    "num_kv_shared_layers",
+    "attn_layer_indices",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "full_attention_interval",
+}
+_MAMBA_KEYS_READ = {
+    "qwen3_next": {
+        "linear_num_key_heads",
+        "linear_num_value_heads",
+        "linear_key_head_dim",
+        "linear_value_head_dim",
+        "linear_conv_kernel_dim",
+    },
+    "nemotron_h": {
+        "mamba_num_heads",
+        "mamba_head_dim",
+        "n_groups",
+        "ssm_state_size",
+        "conv_kernel",
+        "mamba_hidden_act",
+        "mamba_proj_bias",
+        "use_mamba_kernels",
+        "chunk_size",
+        "mamba_d_state",
+    },
+    "falcon_h1": {
+        "mamba_n_heads",
+        "mamba_d_head",
+        "mamba_d_ssm",
+        "mamba_expand",
+        "mamba_n_groups",
+        "mamba_d_state",
+        "mamba_d_conv",
+        "mamba_proj_bias",
+        "mamba_conv_bias",
+        "mamba_chunk_size",
+        "use_mamba_kernels",
+        "mamba_dt_rank",
+        "mamba_rms_norm",
+        "mamba_norm_before_gate",
+        "mamba_use_mlp",
+    },
+}
+
+
+def _generic_state_kind(cfg: dict) -> str | None:
+    """Which state reader fits a config gpuops has no family for: its Mamba / linear-attention keys."""
+    if cfg.get("linear_num_value_heads") is not None and cfg.get("linear_key_head_dim") is not None:
+        return "qwen3_next"
+    if cfg.get("mamba_num_heads") is not None and cfg.get("mamba_head_dim") is not None:
+        return "nemotron_h"
+    if cfg.get("mamba_n_heads") is not None and cfg.get("mamba_d_head") is not None:
+        return "falcon_h1"
+    return None
+
+
+def _generic_roles(cfg: dict, n_layers: int) -> list[str] | None:
+    """Attention / state role of each layer from a hybrid layout key of any family, or None without one.
+
+    ``attn_layer_indices`` (Bamba), ``layers_block_type`` (Jamba-style), ``layer_types`` naming
+    linear_attention / mamba layers (Qwen3-Next, Granite-4), ``hybrid_override_pattern`` (Nemotron-H)."""
+    idx = cfg.get("attn_layer_indices")
+    if isinstance(idx, list) and all(isinstance(i, int) for i in idx):
+        return ["attn" if i in set(idx) else "mamba" for i in range(n_layers)]
+    for key in ("layers_block_type", "layer_types"):
+        types = cfg.get(key)
+        if (
+            isinstance(types, list)
+            and len(types) == n_layers
+            and any(str(t) in ("mamba", "linear_attention") for t in types)
+        ):
+            return ["mamba" if str(t) in ("mamba", "linear_attention") else "attn" for t in types]
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == n_layers:
+        return [{"M": "mamba", "*": "attn"}.get(c, "mlp") for c in pattern]
+    return None
+
+
+def _unread_layout_keys(cfg: dict, read: set[str]) -> list[str]:
+    """Keys of ``cfg`` that look like attention-layout keys (``LAYOUT_KEY_HINTS``) and were not read."""
+    return sorted(
+        k
+        for k in cfg
+        if any(h in k for h in LAYOUT_KEY_HINTS) and k not in read and cfg.get(k) not in (None, False, [], 0)
+    )
+
+
 def architecture(config: dict) -> Architecture:
     """Count parameters and cache shapes from a config.json dict.
 
@@ -574,7 +721,19 @@ def architecture(config: dict) -> Architecture:
     )
 
     hybrid = fam.get("hybrid")
-    roles = _hybrid_roles(cfg, hybrid, n_layers) if hybrid else ["attn"] * n_layers
+    read_keys = set(_LAYOUT_KEYS_READ)
+    generic_roles = None if known or fam.get("unchecked") else _generic_roles(cfg, n_layers)
+    if generic_roles is not None and "mamba" in generic_roles:
+        hybrid = _generic_state_kind(cfg)
+        if hybrid is None:  # a hybrid layout whose state gpuops cannot size
+            generic_roles = None
+    if hybrid:
+        read_keys |= _MAMBA_KEYS_READ.get(hybrid, set()) | {"attn_layer_offset", "attn_layer_period"}
+    roles = (
+        generic_roles
+        if generic_roles is not None and hybrid
+        else (_hybrid_roles(cfg, hybrid, n_layers) if hybrid else ["attn"] * n_layers)
+    )
     attn_idx = [i for i, r in enumerate(roles) if r in ("attn", "both")]
     mamba_n = sum(1 for r in roles if r in ("mamba", "both"))
     mlp_n = sum(1 for r in roles if r not in ("attn", "mamba")) if hybrid == "nemotron_h" else n_layers
@@ -588,7 +747,9 @@ def architecture(config: dict) -> Architecture:
     qk_norm = 2 * head_dim if fam.get("qk_norm") else 0
     bd["norms"] = n_layers * fam["norms"] * h + len(attn_idx) * qk_norm + h  # + final norm
 
-    mla = bool(fam.get("mla"))
+    mla = bool(fam.get("mla")) or (cfg.get("kv_lora_rank") is not None and cfg.get("qk_rope_head_dim") is not None)
+    sparse = mla and cfg.get("index_topk") is not None
+    index_head_dim = _int_key(cfg, "index_head_dim", 128) if sparse else 0
     if mla:
         _require(cfg, _MLA_KEYS, family)
         kv_rank = _int_key(cfg, "kv_lora_rank")
@@ -675,8 +836,14 @@ def architecture(config: dict) -> Architecture:
             known = False
     params = sum(bd.values())
     active = params - expert_params + (expert_params * per_tok // experts if experts else 0)
+    shared = _opt_int(cfg, "num_kv_shared_layers")
+    if shared >= n_layers:
+        raise BadInput(
+            f"num_kv_shared_layers {shared} leaves no layer of the {n_layers} holding a cache", "fix config.json"
+        )
+    cache_idx = [i for i in attn_idx if i < n_layers - shared]  # the last `shared` layers read an earlier cache
     windows = _windows(cfg, fam, family, n_layers)
-    windows = [windows[i] for i in attn_idx]
+    windows = [windows[i] for i in cache_idx]
     kinds = [FULL if w is None else SLIDING for w in windows]
     chunk = cfg.get("attention_chunk_size") if family == "llama4_text" else None
     chunk = int(chunk) if isinstance(chunk, int) and not isinstance(chunk, bool) and chunk > 0 else None
@@ -688,7 +855,15 @@ def architecture(config: dict) -> Architecture:
             raise BadInput(
                 f"llama4: no_rope_layers must list {n_layers} layers", "pass the model's published config.json"
             )
-        kinds = [CHUNKED if nrl[i] else FULL for i in attn_idx]
+        kinds = [CHUNKED if nrl[i] else FULL for i in cache_idx]
+        read_keys |= {"attention_chunk_size", "no_rope_layers"}
+    unread = [] if known else _unread_layout_keys(cfg, read_keys)
+    layout_note = (
+        f"model_type {family or '(none)'!r}: gpuops cannot read its attention layout from {', '.join(unread)}; "
+        "the KV plan assumes the layers it could read"
+        if unread
+        else ""
+    )
     return Architecture(
         family=family or "unknown",
         hidden=h,
@@ -704,7 +879,7 @@ def architecture(config: dict) -> Architecture:
         experts=experts,
         experts_per_tok=per_tok,
         breakdown=bd,
-        layer_kv_elems=tuple([layer_kv] * len(attn_idx)),
+        layer_kv_elems=tuple([layer_kv] * len(cache_idx)),
         layer_window=tuple(windows),
         kv_split=kv_split,
         act_width=act_width,
@@ -717,6 +892,11 @@ def architecture(config: dict) -> Architecture:
         mamba_layers=mamba_n,
         attention_chunk=chunk,
         vision_tokens=_vision_tokens(config, vision) if vision is not None and "vision" in bd else 0,
+        sparse_mla=sparse,
+        index_head_dim=index_head_dim,
+        kv_shared_layers=shared,
+        layout_verified=not unread,
+        layout_note=layout_note,
     )
 
 

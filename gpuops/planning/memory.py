@@ -1,6 +1,6 @@
 """The engines' memory rules.
 
-vLLM 0.11's start-up arithmetic and defaults, the hf and train engines' constants, and the bytes of
+vLLM's start-up arithmetic and defaults (the release ``VLLM_RELEASE``), the hf and train engines' constants, and the bytes of
 weights, KV cache and activations (units: bytes, GB = 10^9, GiB = 2^30)."""
 
 from __future__ import annotations
@@ -12,7 +12,19 @@ from gpuops.catalog import Card
 from gpuops.planning.architecture import Architecture
 from gpuops.planning.models import ModelSource
 from gpuops.planning.quant import DTYPE_BYTES, KV_DTYPE_BYTES, Quant, default_kv_dtype
-from gpuops.planning.vllm_kv import CHUNKED, FULL, MAMBA, SLIDING, KVLayout, LayerSpec, attention_block_size, kv_layout
+from gpuops.planning.vllm_kv import (
+    CHUNKED,
+    DEFAULT_BLOCK_SIZE,
+    FULL,
+    MAMBA,
+    MLA,
+    SLIDING,
+    VLLM_RELEASE,
+    KVLayout,
+    LayerSpec,
+    attention_block_size,
+    kv_layout,
+)
 
 GB = 10**9
 GIB = 2**30
@@ -32,9 +44,14 @@ TRAIN_BYTES_PER_PARAM = 16
 TRAIN_ACT_BYTES_PER_TOKEN_HIDDEN_LAYER = 34
 
 # -- vLLM, the version whose defaults and start-up arithmetic we follow -------------------------------
-VLLM_VERSION = "0.11"
-# CacheConfig.block_size: 16 tokens on CUDA (vllm/config/cache.py).
-VLLM_BLOCK_SIZE = 16
+VLLM_VERSION = VLLM_RELEASE
+# CacheConfig.DEFAULT_BLOCK_SIZE: 16 tokens (vllm/config/cache.py); FlashAttention / FlashInfer keep it.
+VLLM_BLOCK_SIZE = DEFAULT_BLOCK_SIZE
+# fp8_ds_mla: a sparse-MLA latent with an fp8 cache, 656 B per token (512 fp8 NoPE + 4 fp32 scales +
+# 64 bf16 RoPE; vllm/v1/attention/backends/mla/flashmla_sparse.py).
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+# DeepseekV32IndexerCache: index_head_dim fp8 values + one fp32 scale per 128 (vllm/model_executor/models/deepseek_v2.py).
+INDEXER_QUANT_BLOCK = 128
 # memory_profiling's non_torch_increase on one GPU (cuBLAS workspace, allocator fragments): 0.25 GiB in
 # published "Memory profiling takes ..." logs of 8B models on one H100. With TP >= 2, NCCL buffers and
 # the custom all-reduce add ~1.85 GiB per GPU (published TP=2/4 logs: non_torch_memory ~2.1 GiB).
@@ -50,9 +67,12 @@ VLLM_SAMPLER_BYTES_PER_LOGIT = 8
 def vllm_batch_defaults(card: Card) -> tuple[int, int]:
     """vLLM's ``(max_num_batched_tokens, max_num_seqs)`` defaults for ``vllm serve`` on ``card``.
 
-    8192 / 1024 on GPUs with >= 70 GiB that are not an A100, else 2048 / 256 (vLLM 0.11
-    vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``, UsageContext.OPENAI_API_SERVER; the
-    A100 stays on the small defaults since https://github.com/vllm-project/vllm/pull/17885)."""
+    16384 / 1024 on GPUs with >= 160 GiB (B200), 8192 / 1024 on GPUs with >= 70 GiB that are not an
+    A100, else 2048 / 256 (vLLM 0.33 vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``,
+    UsageContext.OPENAI_API_SERVER; the A100 stays on the small defaults since
+    https://github.com/vllm-project/vllm/pull/17885)."""
+    if card.engine_visible_bytes >= 160 * GIB:
+        return 16384, 1024
     if card.engine_visible_bytes >= 70 * GIB and card.family != "a100":
         return 8192, 1024
     return 2048, 256
@@ -62,8 +82,11 @@ def vllm_batch_defaults(card: Card) -> tuple[int, int]:
 def kv_bytes_per_token(arch: Architecture, kv_dtype: str) -> int:
     """KV cache bytes one token adds with every layer holding it (no window).
 
-    Sum over layers of 2 x kv_heads x head_dim x bytes (MLA: (kv_lora_rank + qk_rope_head_dim) x
-    bytes)."""
+    Sum over the layers that hold a cache of 2 x kv_heads x head_dim x bytes (MLA: (kv_lora_rank +
+    qk_rope_head_dim) x bytes, fp8_ds_mla 656 B, + the sparse-MLA indexer's bytes)."""
+    if arch.mla:
+        index = arch.index_head_dim + arch.index_head_dim // INDEXER_QUANT_BLOCK * 4 if arch.sparse_mla else 0
+        return (mla_bytes_per_token(arch, kv_dtype) + index) * len(arch.layer_kv_elems)
     return int(sum(arch.layer_kv_elems) * KV_DTYPE_BYTES[kv_dtype])
 
 
@@ -85,21 +108,55 @@ def kv_cache_bytes(arch: Architecture, kv_dtype: str, batch: int, seq: int, dtyp
     return int((per_seq * KV_DTYPE_BYTES[kv_dtype] + mamba_state_bytes(arch, dtype)) * batch)
 
 
-def vllm_kv_layout(
-    arch: Architecture, kv_dtype: str, dtype: str = "bf16", gpu_count: int = 1, chunked_hybrid: bool = False
-) -> KVLayout:
-    """vLLM's KV cache layout on one of ``gpu_count`` tensor-parallel GPUs.
+def mla_block_size(kv_dtype: str, card: Card | None, sparse: bool = False) -> tuple[int, str]:
+    """(tokens per MLA block, the backend that sets it) vLLM picks on ``card``.
 
-    One spec per attention layer (full, sliding window, Llama-4 chunked) and per Mamba / Gated
-    DeltaNet layer, in pages of 16 tokens, or, with Mamba layers, of the smallest multiple of 16
-    tokens whose page holds one layer's state (the state page is padded to it); grouped by the
-    hybrid allocator. KV heads split by TP down to one per GPU (MLA's latent is on every GPU).
-    ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1``; without it (0.11's
-    default) chunked layers are cached as full attention. The rules and their sources are in
-    gpuops/planning/vllm_kv.py."""
+    The first backend of ``_get_backend_priorities`` (vllm/platforms/cuda.py) that takes the case,
+    its ``get_supported_kernel_block_sizes`` and ``get_preferred_block_size`` (16 when it takes 16,
+    else its smallest): sparse MLA FLASHMLA_SPARSE [64]; Hopper FLASH_ATTN_MLA MultipleOf(16) -> 16
+    with a 16-bit cache, FLASHMLA [64] with fp8 (FLASH_ATTN_MLA takes auto/fp16/bf16 only);
+    Blackwell FLASHINFER_MLA [32, 64] -> 32; others TRITON_MLA MultipleOf(16) -> 16. No card: Hopper."""
+    if sparse:
+        return 64, "FLASHMLA_SPARSE"
+    cc = int(card.compute_capability) if card is not None and card.compute_capability else 9
+    if cc == 9:
+        return (16, "FLASH_ATTN_MLA") if kv_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2") else (64, "FLASHMLA")
+    if cc == 10:
+        return 32, "FLASHINFER_MLA"
+    return 16, "TRITON_MLA"
+
+
+def mla_bytes_per_token(arch: Architecture, kv_dtype: str) -> int:
+    """Cache bytes per token of one MLA layer: (kv_lora_rank + qk_rope_head_dim) x bytes, or fp8_ds_mla's 656 B.
+
+    The sparse-MLA latent with an fp8 cache is stored in fp8_ds_mla; a dense MLA latent in the KV dtype."""
+    if arch.sparse_mla and KV_DTYPE_BYTES[kv_dtype] == 1:
+        return FP8_DS_MLA_BYTES_PER_TOKEN
+    return int(arch.layer_kv_elems[0] * KV_DTYPE_BYTES[kv_dtype]) if arch.layer_kv_elems else 0
+
+
+def vllm_kv_layout(
+    arch: Architecture,
+    kv_dtype: str,
+    dtype: str = "bf16",
+    gpu_count: int = 1,
+    chunked_hybrid: bool = True,
+    card: Card | None = None,
+) -> KVLayout:
+    """vLLM's KV cache layout on one of ``gpu_count`` tensor-parallel GPUs of ``card``.
+
+    One spec per attention layer that holds a cache (full, sliding window, chunked, MLA; layers that
+    read another layer's cache, ``num_kv_shared_layers``, hold none), a sparse-MLA indexer cache
+    beside each MLA layer, and one per Mamba / Gated DeltaNet layer; blocks of 16 tokens (MLA: the
+    backend's, ``mla_block_size``), raised with Mamba layers until one page holds a state (the state
+    page is padded to it); grouped by ``kv_layout``. KV heads split by TP down to one per GPU (MLA's
+    latent is on every GPU). ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
+    (1 by default): off, chunked layers are cached as full attention."""
     kvb = KV_DTYPE_BYTES[kv_dtype]
+    block = VLLM_BLOCK_SIZE
     if arch.mla:
-        per_tok = int(arch.layer_kv_elems[0] * kvb) if arch.layer_kv_elems else 0
+        per_tok = mla_bytes_per_token(arch, kv_dtype)
+        block = mla_block_size(kv_dtype, card, arch.sparse_mla)[0]
     else:
         per_tok = int(2 * max(1, arch.kv_heads // gpu_count) * arch.head_dim * kvb)
     state = (
@@ -107,11 +164,19 @@ def vllm_kv_layout(
         if arch.mamba and arch.mamba_layers
         else 0
     )
-    block = attention_block_size(per_tok, state) if state and per_tok else VLLM_BLOCK_SIZE
+    if state and per_tok:
+        block = attention_block_size(per_tok, state, block, arch.mla)
     page = per_tok * block
+    index_page = 0
+    if arch.sparse_mla:
+        index_page = (arch.index_head_dim + arch.index_head_dim // INDEXER_QUANT_BLOCK * 4) * block
     specs: list[LayerSpec] = []
     for kind, w in zip(arch.kinds, arch.layer_window):
-        if kind == SLIDING:
+        if arch.mla:
+            specs.append(LayerSpec(MLA, page, block))
+            if index_page:
+                specs.append(LayerSpec(MLA, index_page, block, role="indexer"))
+        elif kind == SLIDING:
             specs.append(LayerSpec(SLIDING, page, block, int(w or 0)))
         elif kind == CHUNKED:
             specs.append(LayerSpec(CHUNKED, page, block, int(arch.attention_chunk or 0)))
@@ -128,9 +193,9 @@ def request_kv_bytes(
     """KV bytes vLLM reserves for one request of ``seq`` tokens on one of ``gpu_count`` GPUs (1: the whole model).
 
     The blocks of every KV cache group, padding layers included (``vllm_kv_layout``; a
-    full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 +
-    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk +
-    max_num_batched_tokens, seq) / block), a Mamba layer one page; vllm/v1/kv_cache_interface.py
+    full-attention layer ceil(seq / block), a sliding-window layer ceil(min(window - 1 + 2 x
+    max_num_batched_tokens, seq) / block) + 1, a chunked one ceil(min(chunk + 2 x
+    max_num_batched_tokens, seq) / block), a Mamba layer 2 pages; vllm/v1/kv_cache_interface.py
     ``max_memory_usage_bytes``)."""
     return vllm_kv_layout(arch, kv_dtype, dtype, gpu_count).bytes_per_request(seq, max_num_batched_tokens)
 

@@ -9,7 +9,7 @@ import json
 import re
 import struct
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -110,6 +110,18 @@ def builtin_model(name: str) -> ModelSource | None:
     if key is None:
         return None
     return next(m for m in model_catalog() if m.name == key)
+
+
+def _as_asked(builtin: ModelSource, asked: str) -> ModelSource:
+    """``builtin`` served as the repository id that was asked for (its alias as the catalog spells it).
+
+    `--model meta-llama/Llama-3.1-8B-Instruct` serves the instruct checkpoint, not the catalog's
+    first repository (the base model): same shapes, another repository."""
+    if not _REPO_ID.match(asked):
+        return builtin
+    entry = next(m for m in _models_data()["models"] if m["name"] == builtin.name)
+    repo = next((a for a in entry.get("aliases", ()) if a.lower() == asked.lower()), asked)
+    return replace(builtin, hf_id=repo)
 
 
 def _read_json(path: Path, what: str) -> dict:
@@ -317,7 +329,7 @@ def load_model(model: str) -> ModelSource:
         raise BadInput("--model is empty", "pass a built-in name (e.g. llama-3-8b), a config.json path or a HF repo id")
     builtin = builtin_model(model)
     if builtin is not None:
-        return builtin
+        return _as_asked(builtin, model.strip())
     path = Path(model).expanduser()
     if path.exists():
         if path.is_dir():

@@ -10,23 +10,21 @@ FLOP/s; prices in USD/hour; speeds in tokens/s; cost in USD per million generate
 
 Engines (``engine=``; formulas also in docs/ARCHITECTURE.md "Numbers to know"):
 
-- ``vllm`` (default) sizes memory the way vLLM 0.11 (V1 engine) does at start-up
-  (vllm/v1/worker/gpu_worker.py ``determine_available_memory``, vllm/utils ``memory_profiling``,
-  vllm/v1/core/kv_cache_utils.py, docs.vllm.ai "Conserving memory"): per GPU, the budget is
-  ``gpu_memory_utilization`` (default 0.90) x the total the engine sees (torch.cuda.mem_get_info,
-  catalog ``engine_visible_gib``); minus the weights (split by tensor parallelism), non-torch memory
-  (0.25 GiB; 2.1 GiB with NCCL at TP >= 2), the activation peak of the profiling run
+- ``vllm`` (default) sizes memory the way vLLM ``VLLM_RELEASE`` (0.33.0, V1 engine) does at start-up
+  (vllm/v1/worker/gpu_worker.py ``determine_available_memory``, vllm/utils/mem_utils.py
+  ``memory_profiling``): per GPU, the budget (``requested_memory``) is ``gpu_memory_utilization``
+  (default 0.90) x the total the engine sees (torch.cuda.mem_get_info, catalog
+  ``engine_visible_gib``); minus the weights (split by tensor parallelism), non-torch memory (0.25
+  GiB; 2.1 GiB with NCCL at TP >= 2), the activation peak of the profiling run
   (``max_num_batched_tokens`` tokens through the model + ``max_num_seqs`` fp32 logits and
-  probabilities, defaults per card from vllm/engine/arg_utils.py), and CUDA-graph memory (0.8 GiB;
-  counted inside the budget, as vLLM does with VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, the
-  default of later releases; 0.10/0.11 captured graphs after sizing the pool, so their published
-  pools are ~0.8 GiB larger than ours: conservative by 1-2%);
-  what is left is the KV pool, cut in blocks of 16 tokens (more with Mamba layers). Max concurrency at
-  ``seq`` = pool blocks / blocks one request of ``seq`` tokens needs, by vLLM's KV cache layout
-  (``memory.vllm_kv_layout``; the rules and their vLLM sources in gpuops/planning/vllm_kv.py): a
-  sliding-window layer needs ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks
-  (``SlidingWindowSpec.max_memory_usage_bytes``), layers of two kinds are grouped by the smaller count
-  and padded, a Mamba / Gated DeltaNet layer holds one state page per request.
+  probabilities, defaults per card from vllm/engine/arg_utils.py), and the CUDA-graph estimate (0.8
+  GiB; subtracted before the pool since ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS`` defaults to 1);
+  what is left is the KV pool. Its blocks, groups and max concurrency at ``seq`` follow vLLM's KV cache
+  planning (``memory.vllm_kv_layout``; the rules and their sources in gpuops/planning/vllm_kv.py,
+  proven against vLLM's own functions by tests/data/vllm_golden.json): a sliding-window layer
+  needs ceil(min(window - 1 + 2 x max_num_batched_tokens, seq) / 16) + 1 blocks (two batches in
+  flight), layers of two kinds are grouped by the smaller count (the larger when within 1.5x) and
+  padded, a Mamba / Gated DeltaNet layer holds one state page per request.
 - ``hf``: plain transformers ``generate``: weights + a contiguous KV cache of batch x seq (a windowed
   layer holds min(seq, window)) + the activations of a whole-batch prefill + 1.5 GB of framework
   overhead (docs/worked-numbers.md), against the headroom fraction of the engine-visible total.
@@ -234,6 +232,8 @@ class Plan:
             "cards": [c.as_json() for c in self.cards],
             "engine": self.engine,
             "unverified": self.unverified,
+            "kv_layout_verified": self.arch.layout_verified,
+            "vllm_version": VLLM_VERSION,
             "weights_source": self.weights_source,
             "quantization": None if self.quant is None else self.quant.label,
         }
@@ -336,17 +336,16 @@ def mxfp4_padding_bytes(p: Plan, card: Card) -> tuple[int, str]:
     return int(extra), note
 
 
-def _layout(p: Plan) -> KVLayout:
-    return (
-        p.kv_layout
-        if p.kv_layout is not None
-        else vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid)
-    )
+def _layout(p: Plan, card: Card | None = None) -> KVLayout:
+    """The KV cache layout on ``card`` (its MLA block size; None: the plan's own)."""
+    if card is None and p.kv_layout is not None:
+        return p.kv_layout
+    return vllm_kv_layout(p.arch, p.kv_dtype, p.dtype, p.gpu_count, p.chunked_hybrid, card)
 
 
 def _request_kv_per_gpu(p: Plan, seq: int, card: Card | None) -> int:
     mnbt, _ = _batch_settings(p, card)
-    return _layout(p).bytes_per_request(seq, mnbt)
+    return _layout(p, card).bytes_per_request(seq, mnbt)
 
 
 def per_gpu_bytes(p: Plan, batch: int, card: Card | None = None) -> int:
@@ -425,7 +424,9 @@ def vllm_command(p: Plan, card: Card | None) -> str:
     src = p.src
     model = src.hf_id if src is not None and src.hf_id else p.model
     env = (
-        ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"] if p.chunked_hybrid and CHUNKED in p.arch.kinds else []
+        ["VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0"]
+        if not p.chunked_hybrid and CHUNKED in p.arch.kinds
+        else []
     )
     parts = [
         *env,
@@ -469,12 +470,12 @@ def _card_plan(p: Plan, card: Card) -> CardPlan:
         fixed, act, over, graphs = _vllm_fixed(p, card)
         per_req = _request_kv_per_gpu(p, p.seq, card)
         pool = budget - fixed
-        conc = _layout(p).max_concurrency(pool, p.seq, mnbt)  # pool blocks / blocks one request needs
+        conc = _layout(p, card).max_concurrency(pool, p.seq, mnbt)  # pool blocks / blocks one request needs
         mb = min(int(math.floor(conc + 1e-9)), mns)
         need = fixed + p.batch * per_req
         ctx_fits = True
         if p.arch.max_context and p.arch.max_context > p.seq:
-            ctx_fits = pool >= _layout(p).layer_bytes(p.arch.max_context, mnbt)  # check_enough_kv_cache_memory
+            ctx_fits = pool >= _layout(p, card).layer_bytes(p.arch.max_context, mnbt)  # check_enough_kv_cache_memory
         extra.update(
             kv_pool_bytes=max(0, pool),
             max_concurrency=conc,
@@ -575,24 +576,23 @@ def _layout_notes(arch: Architecture, layout: KVLayout, kv: str, dtype: str, seq
         out.append(
             f"{arch.mamba_layers} {arch.mamba.kind} layers ({arch.mamba.source}) hold a fixed state per request, no per-token KV; "
             f"vLLM raises the attention block to {layout.block_size} tokens so one page holds a state "
-            "(vllm/model_executor/models/config.py HybridAttentionMambaModelConfig, 0.11)"
+            f"(vllm/platforms/interface.py _align_hybrid_block_size, vLLM {VLLM_VERSION})"
         )
     if layout.padding_layers:
         full = layout.layer_bytes(seq, mnbt)
         out.append(
             f"vLLM's hybrid KV cache groups layers {layout.group_size} to a group and pads {layout.padding_layers} layers "
-            f"(vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, 0.11): a request of {seq:,} tokens "
+            f"(vllm/v1/core/kv_cache_planning.py _get_kv_cache_groups_uniform_page_size, {VLLM_VERSION}): a request of {seq:,} tokens "
             f"takes {layout.bytes_per_request(seq, mnbt) / full - 1:.1%} more KV than the layers hold"
         )
     if CHUNKED in arch.kinds and not layout.hybrid:
         on = vllm_kv_layout(arch, kv, dtype, 1, chunked_hybrid=True)
-        off = vllm_kv_layout(arch, kv, dtype, 1)
+        off = vllm_kv_layout(arch, kv, dtype, 1, chunked_hybrid=False)
         save = 1 - on.bytes_per_request(seq, mnbt) / off.bytes_per_request(seq, mnbt)
         out.append(
             f"chunked local attention (attention_chunk_size {arch.attention_chunk}) on {arch.kinds.count(CHUNKED)} of "
-            f"{len(arch.kinds)} layers: vLLM {VLLM_VERSION} caches them as full attention (the hybrid KV cache manager is off "
-            f"for chunked attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1; 0.12 keeps that default); "
-            f"planned that way. With it set, a request of {seq:,} tokens needs {save:.0%} less KV"
+            f"{len(arch.kinds)} layers cached as full attention (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0; "
+            f"vLLM {VLLM_VERSION} defaults to 1, where a request of {seq:,} tokens needs {save:.0%} less KV)"
         )
     return out
 
@@ -610,7 +610,7 @@ def plan(
     engine: str | None = None,
     max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
-    chunked_hybrid: bool = False,
+    chunked_hybrid: bool = True,
     vendor: str | None = None,
 ) -> Plan:
     """Plan ``model`` for every catalog card, or for the cards ``card`` names.
@@ -622,8 +622,8 @@ def plan(
     ``headroom``: vLLM's gpu_memory_utilization (default 0.90), fraction of the engine-visible total.
     ``max_num_seqs``/``max_num_batched_tokens``: vLLM settings (default: the card's).
     ``vendor``: nvidia (default), amd or any: whose cards to plan when ``card`` names none (AMD cards
-    only when asked: a CUDA job does not run on them). ``chunked_hybrid``: plan as with ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (Llama-4's
-    chunked layers cached as chunks; vLLM 0.11's default caches them as full attention). Raises
+    only when asked: a CUDA job does not run on them). ``chunked_hybrid``: ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
+    (1, vLLM's default: Llama-4's chunked layers cached as chunks; False: as full attention). Raises
     BadInput for unknown dtypes, a --dtype contradicting a quantized checkpoint, non-positive sizes,
     a bad config or an unknown card; a ``seq`` beyond the model's context is a warning.
     """
@@ -679,11 +679,15 @@ def plan(
     warnings = list(arch.notes) + list(w.notes)
     if card and alias_note(card):
         warnings.append(alias_note(card))
-    unverified = not w.verified
-    if unverified:
+    unverified = not w.verified or not arch.layout_verified
+    if not w.verified:
         warnings.append(
             "unverified: nothing confirms the weight count (a family gpuops does not know and no checkpoint byte count); "
             "`up --model` refuses to rent on it without --allow-unverified"
+        )
+    if not arch.layout_verified:
+        warnings.append(
+            f"unverified KV plan: {arch.layout_note}; `up --model` refuses to rent on it without --allow-unverified"
         )
     if arch.max_context and seq > arch.max_context:
         warnings.append(
@@ -693,7 +697,12 @@ def plan(
         names = ", ".join(c.name for c in chosen)
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
     n = gpu_count
-    layout = vllm_kv_layout(arch, kv, dtype_n, n, bool(chunked_hybrid)) if engine == "vllm" else None
+    # the plan-level layout: the one card's when one card is planned (MLA blocks depend on it), else Hopper's
+    layout = (
+        vllm_kv_layout(arch, kv, dtype_n, n, bool(chunked_hybrid), chosen[0] if len(chosen) == 1 else None)
+        if engine == "vllm"
+        else None
+    )
     if layout is not None:
         warnings += _layout_notes(
             arch, layout, kv, dtype_n, seq, mnbt or (vllm_batch_defaults(chosen[0])[0] if len(chosen) == 1 else 2048)
@@ -890,6 +899,11 @@ def size_for_up(
         vendor=vendor_for(vendor, image, card),
     )
     if p.unverified and not allow_unverified:
+        if not p.arch.layout_verified:
+            raise BadInput(
+                f"{p.model}: the KV plan is unverified ({p.arch.layout_note})",
+                "add --allow-unverified to rent on the guess (it covers the KV plan too)",
+            )
         raise BadInput(
             f"{p.model}: the plan is unverified (model_type {p.arch.family!r} is not a family gpuops counts, and no "
             "checkpoint byte count confirms it)",

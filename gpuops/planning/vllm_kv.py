@@ -1,44 +1,55 @@
-"""vLLM's KV cache arithmetic, rule for rule.
+"""vLLM's KV cache arithmetic, rule for rule, as the release ``VLLM_RELEASE`` has it.
 
-per-layer cache specs, the hybrid allocator's groups, the block count of a pool, the blocks one
-request needs, and max concurrency.
+Per-layer cache specs, the KV cache groups, the block count of a pool, the blocks one request needs,
+and max concurrency. Pure functions over integers (bytes, tokens); standard library only. Checked
+against vLLM's own functions by tests/plan/test_vllm_golden.py (tests/data/vllm_golden.json,
+written by scripts/vllm_oracle.py with that release installed).
 
-Pure functions over integers (bytes, tokens); standard library only. Each rule names the vLLM file
-and function it follows. The version followed is vLLM 0.11 (``VLLM_VERSION`` in the planner);
-where 0.12 changed a rule, ``version="0.12"`` gives the newer one and the docstring says what moved.
+Sources (vLLM 0.33.0 wheel):
 
-Sources (vLLM 0.11.0 wheel, and 0.12.0 where named):
-
-- vllm/v1/kv_cache_interface.py: ``FullAttentionSpec``, ``SlidingWindowSpec``,
-  ``ChunkedLocalAttentionSpec``, ``MambaSpec`` (``page_size_bytes``, ``max_memory_usage_bytes``).
-- vllm/v1/core/kv_cache_utils.py: ``get_kv_cache_groups``, ``unify_hybrid_kv_cache_specs``,
-  ``_get_kv_cache_groups_uniform_page_size`` (group size = the smallest layer count of a type, the
-  other types padded to whole groups), ``get_kv_cache_config_from_groups`` / ``get_num_blocks``
-  (blocks = available // page // group size), ``get_max_concurrency_for_kv_cache_config``.
-- vllm/model_executor/models/config.py: ``HybridAttentionMambaModelConfig.verify_and_update_config``
-  (the attention block size is raised to a multiple of 16 tokens whose page holds one Mamba state;
-  the Mamba page is padded to it).
-- vllm/model_executor/layers/mamba/mamba_utils.py: ``MambaStateShapeCalculator`` (conv and temporal
-  state shapes of Mamba-1, Mamba-2 and Gated DeltaNet layers, split by tensor parallelism).
-- vllm/config/__init__.py ``VllmConfig.__post_init__``: chunked local attention (Llama-4
-  ``attention_chunk_size``) turns the hybrid allocator off unless
-  ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` (still the default in 0.12); then
-  ``unify_hybrid_kv_cache_specs`` treats sliding and chunked layers as full attention.
+- vllm/v1/kv_cache_interface.py: ``FullAttentionSpec``, ``MLAAttentionSpec``, ``SlidingWindowSpec``,
+  ``ChunkedLocalAttentionSpec``, ``MambaSpec`` (``page_size_bytes``, ``max_memory_usage_bytes``: a
+  sliding or chunked layer keeps ``VllmConfig.max_in_flight_tokens`` = batches in flight x
+  max_num_batched_tokens), ``UniformTypeKVCacheSpecs`` (layers of one type with different pages:
+  one group whose page is their sum).
+- vllm/v1/core/kv_cache_planning.py: ``get_kv_cache_groups`` (one spec: one group; one type: one
+  group; else ``unify_kv_cache_spec_page_size`` then ``_get_kv_cache_groups_uniform_page_size``:
+  group size = the smallest layer count of a spec, or the largest when it is under 1.5 x the
+  smallest; each spec's layers split into ceil(count / size) groups, ``layers[i::k]``),
+  ``_get_kv_cache_bytes_per_block`` (the largest group's bytes per block), ``get_kv_cache_configs``
+  (blocks = available // bytes per block), ``_promote_local_kv_cache_specs`` (hybrid manager off).
+- vllm/v1/core/kv_cache_utils.py ``get_max_concurrency_for_kv_cache_config``: blocks / the sum over
+  groups of ceil(a request's bytes in the group / the group's page).
+- vllm/platforms/interface.py ``_align_hybrid_block_size``: with Mamba layers the attention block is
+  the smallest multiple of 16 (128 with MLA) whose page holds one state; the state page is padded to it.
+- vllm/config/vllm.py ``max_concurrent_batches``: async scheduling, on by default for ``vllm serve``
+  on CUDA, keeps 2 batches in flight; ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE``
+  defaults to 1 (vllm/envs.py), so chunked local attention keeps the hybrid manager on.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-FULL, SLIDING, CHUNKED, MAMBA = "full", "sliding", "chunked", "mamba"
-KINDS = (FULL, SLIDING, CHUNKED, MAMBA)
-# CacheConfig.block_size on CUDA (vllm/config/cache.py); attention backends want multiples of 16.
+# The vLLM release the planner follows, the one place it is named: scripts/vllm_oracle.py installs it
+# to write tests/data/vllm_golden.json, and `plan` prints it ("follows vLLM ...").
+VLLM_RELEASE = "0.33.0"
+FULL, SLIDING, CHUNKED, MLA, MAMBA = "full", "sliding", "chunked", "mla", "mamba"
+KINDS = (FULL, SLIDING, CHUNKED, MLA, MAMBA)
+# CacheConfig.DEFAULT_BLOCK_SIZE (vllm/config/cache.py); FlashAttention/FlashInfer take MultipleOf(16).
 DEFAULT_BLOCK_SIZE = 16
-VERSIONS = ("0.11", "0.12")
+# VllmConfig.max_concurrent_batches with async scheduling (the `vllm serve` default on CUDA, no PP).
+BATCHES_IN_FLIGHT = 2
+# MambaSpec.max_memory_usage_bytes with mamba_cache_mode "align": 2 state pages per request (the state
+# and its prefix-cache checkpoint). MambaModelConfig.verify_and_update_config (vllm/model_executor/models/
+# config.py) sets "align" whenever prefix caching is on, the default.
+MAMBA_PAGES_PER_REQUEST = 2
+# _get_kv_cache_groups_uniform_page_size: the largest count is the group size below this ratio.
+CLOSE_COUNTS_RATIO = 1.5
 
 
 def cdiv(a: int, b: int) -> int:
-    """Ceiling division of whole numbers (vllm.utils.cdiv)."""
+    """Ceiling division of whole numbers (vllm.utils.math_utils.cdiv)."""
     return -(-a // b)
 
 
@@ -46,93 +57,129 @@ def cdiv(a: int, b: int) -> int:
 class LayerSpec:
     """The KV cache spec of one layer on one GPU.
 
-    ``kind``: full, sliding, chunked or mamba. ``page_bytes``: bytes of one block (``block_size``
-    tokens of this layer; a Mamba layer's page is its whole state, padded). ``window``: the sliding
-    window or attention chunk, in tokens (0 otherwise).
+    ``kind``: full, sliding, chunked, mla (a full-attention latent) or mamba. ``page_bytes``: bytes
+    of one block (``block_size`` tokens of this layer; a Mamba layer's page is its whole state,
+    padded). ``window``: the sliding window or attention chunk, in tokens (0 otherwise).
+    ``role``: what the layer's cache is beside its kind ("indexer": a sparse-MLA indexer cache).
     """
 
     kind: str
     page_bytes: int
     block_size: int = DEFAULT_BLOCK_SIZE
     window: int = 0
+    role: str = ""
 
-    def max_memory_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+    @property
+    def type_key(self) -> tuple:
+        """What makes layers one type (``is_uniform_with_collection``): full and MLA are full attention."""
+        if self.kind in (FULL, MLA):
+            return (FULL, self.block_size)
+        if self.kind == MAMBA:
+            return (MAMBA, self.block_size, self.page_bytes)
+        return (self.kind, self.block_size, self.window)
+
+    def max_memory_bytes(self, max_model_len: int, in_flight_tokens: int) -> int:
         """Bytes one request of ``max_model_len`` tokens can hold in this layer (``max_memory_usage_bytes``).
 
-        Full: ceil(len / block) pages; sliding: ceil(min(window - 1 + batched, len) / block) + 1;
-        chunked: ceil(min(chunk + batched, len) / block); mamba: one page."""
+        Full / MLA: ceil(len / block) pages; sliding: ceil(min(window - 1 + in flight, len) / block)
+        + 1; chunked: ceil(min(chunk + in flight, len) / block); mamba: ``MAMBA_PAGES_PER_REQUEST`` pages. ``in_flight_tokens``:
+        ``max_in_flight_tokens`` (``BATCHES_IN_FLIGHT`` x max_num_batched_tokens)."""
         if self.kind == MAMBA:
-            return self.page_bytes
+            return MAMBA_PAGES_PER_REQUEST * self.page_bytes
         if self.kind == SLIDING:
-            return (
-                cdiv(min(self.window - 1 + max_num_batched_tokens, max_model_len), self.block_size) + 1
-            ) * self.page_bytes
+            return (cdiv(min(self.window - 1 + in_flight_tokens, max_model_len), self.block_size) + 1) * self.page_bytes
         if self.kind == CHUNKED:
-            return cdiv(min(self.window + max_num_batched_tokens, max_model_len), self.block_size) * self.page_bytes
+            return cdiv(min(self.window + in_flight_tokens, max_model_len), self.block_size) * self.page_bytes
         return cdiv(max_model_len, self.block_size) * self.page_bytes
 
 
 @dataclass(frozen=True)
 class KVGroup:
-    """One KV cache group: layers of one spec sharing a block table.
+    """One KV cache group: layers sharing a block table (``KVCacheGroupSpec``).
 
-    ``layers``: real layers in it (a padded group has fewer than the layout's ``group_size``)."""
+    ``layers``: the specs of its layers (one type; their pages may differ, ``UniformTypeKVCacheSpecs``)."""
 
-    spec: LayerSpec
-    layers: int
+    layers: tuple[LayerSpec, ...]
+
+    @property
+    def kind(self) -> str:
+        """The kinds of its layers, "+"-joined (e.g. "mla" or "full+mla")."""
+        return "+".join(sorted({s.kind for s in self.layers}))
+
+    @property
+    def block_size(self) -> int:
+        return self.layers[0].block_size
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one block of the group: its layers' pages together."""
+        return sum(s.page_bytes for s in self.layers)
+
+    @property
+    def spec_page_bytes(self) -> int:
+        """The page of the group's spec as vLLM reports it (bytes).
+
+        One layer's when its layers share one spec, else (``UniformTypeKVCacheSpecs``) their pages together."""
+        return self.layers[0].page_bytes if len(set(self.layers)) == 1 else self.page_bytes
+
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """Block ids one request takes in this group: the most pages any of its layers needs."""
+        return max(cdiv(s.max_memory_bytes(max_model_len, in_flight_tokens), s.page_bytes) for s in self.layers)
+
+
+def in_flight(max_num_batched_tokens: int) -> int:
+    """``VllmConfig.max_in_flight_tokens`` with vLLM's serving defaults: 2 batches x max_num_batched_tokens."""
+    return BATCHES_IN_FLIGHT * max_num_batched_tokens
 
 
 @dataclass(frozen=True)
 class KVLayout:
     """How vLLM lays a model's KV cache out on one GPU.
 
-    ``group_size``: layers per group, padding included: the pool is cut into this many tensors and
-    each block of a tensor is one page of one layer of every group. ``padding_layers``: layers vLLM
-    pads in to make whole groups (memory that holds nothing). ``hybrid``: the hybrid allocator is on
-    (else every attention layer is full attention, as ``unify_hybrid_kv_cache_specs`` makes it).
-    ``unified``: kinds that were turned into full attention because the allocator is off.
+    ``groups``: the KV cache groups. ``padding_layers``: layer slots vLLM pads in to make groups of
+    one size (a block of every group costs the widest group's bytes). ``hybrid``: the hybrid
+    manager is on (else sliding and chunked layers are cached as full attention, ``unified``).
     """
 
     groups: tuple[KVGroup, ...]
-    group_size: int
-    page_bytes: int
-    hybrid: bool
+    hybrid: bool = True
     padding_layers: int = 0
     unified: tuple[str, ...] = ()
 
     @property
     def block_size(self) -> int:
-        """Tokens per attention block (the smallest block size of the groups)."""
-        att = [g.spec.block_size for g in self.groups if g.spec.kind != MAMBA]
-        return min(att) if att else self.groups[0].spec.block_size
+        """Tokens per attention block (the smallest block size of the attention groups)."""
+        att = [g.block_size for g in self.groups if g.kind != MAMBA]
+        return min(att) if att else (self.groups[0].block_size if self.groups else DEFAULT_BLOCK_SIZE)
+
+    @property
+    def group_size(self) -> int:
+        """Layers in the widest group."""
+        return max((len(g.layers) for g in self.groups), default=0)
 
     @property
     def block_bytes(self) -> int:
-        """Bytes one block id costs: one page in each of the ``group_size`` tensors."""
-        return self.page_bytes * self.group_size
+        """Bytes one block id costs in the pool (``_get_kv_cache_bytes_per_block``): the widest group's page."""
+        return max((g.page_bytes for g in self.groups), default=0)
 
     def num_blocks(self, available_bytes: int) -> int:
-        """Blocks the pool holds (``get_num_blocks``): available // page // group size, >= 0."""
+        """Blocks the pool holds: available // bytes per block, >= 0."""
         if available_bytes <= 0 or not self.groups:
             return 0
-        return int(available_bytes // self.page_bytes // self.group_size)
+        return int(available_bytes // self.block_bytes)
 
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Block ids one request of ``max_model_len`` tokens can need.
-
-        The sum over groups of its pages (``get_max_concurrency_for_kv_cache_config``'s
-        num_block_per_request)."""
-        per = sum(g.spec.max_memory_bytes(max_model_len, max_num_batched_tokens) for g in self.groups)
-        return cdiv(per * self.group_size, self.block_bytes)
+        """Block ids one request of ``max_model_len`` tokens can need: the sum over groups."""
+        t = in_flight(max_num_batched_tokens)
+        return sum(g.blocks_per_request(max_model_len, t) for g in self.groups)
 
     def layer_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Bytes the layers themselves hold for one request, padding left out.
-
-        What ``check_enough_kv_cache_memory`` compares with the pool before vLLM starts."""
-        return sum(g.spec.max_memory_bytes(max_model_len, max_num_batched_tokens) * g.layers for g in self.groups)
+        """Bytes the layers themselves hold for one request, padding left out."""
+        t = in_flight(max_num_batched_tokens)
+        return sum(s.max_memory_bytes(max_model_len, t) for g in self.groups for s in g.layers)
 
     def bytes_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
-        """Pool bytes one request of ``max_model_len`` tokens can take, padding layers included."""
+        """Pool bytes one request of ``max_model_len`` tokens can take, padding included."""
         return self.blocks_per_request(max_model_len, max_num_batched_tokens) * self.block_bytes
 
     def max_concurrency(self, available_bytes: int, max_model_len: int, max_num_batched_tokens: int) -> float:
@@ -145,69 +192,88 @@ class KVLayout:
         return self.num_blocks(available_bytes) // max(1, len(self.groups)) * self.block_size
 
 
-def unify_hybrid(specs: list[LayerSpec]) -> tuple[list[LayerSpec], tuple[str, ...]]:
-    """``unify_hybrid_kv_cache_specs``.
+def promote_local(specs: list[LayerSpec]) -> tuple[list[LayerSpec], tuple[str, ...]]:
+    """``_promote_local_kv_cache_specs`` (hybrid manager off).
 
-    With the hybrid allocator off and full attention present, sliding-window and chunked layers are
-    cached as full attention (blocks for every token). Returns (specs, kinds turned into full)."""
+    With full attention present, sliding-window and chunked layers are cached as full attention
+    (blocks for every token, the full layers' block size). Returns (specs, kinds turned into full)."""
     kinds = {s.kind for s in specs}
-    if FULL not in kinds or not kinds & {SLIDING, CHUNKED}:
+    if not kinds & {FULL, MLA} or not kinds & {SLIDING, CHUNKED}:
         return list(specs), ()
-    out = [LayerSpec(FULL, s.page_bytes, s.block_size) if s.kind in (SLIDING, CHUNKED) else s for s in specs]
+    blocks = {s.block_size for s in specs if s.kind == FULL}
+    out = [
+        LayerSpec(
+            FULL,
+            s.page_bytes * (next(iter(blocks)) if len(blocks) == 1 else s.block_size) // s.block_size,
+            next(iter(blocks)) if len(blocks) == 1 else s.block_size,
+        )
+        if s.kind in (SLIDING, CHUNKED)
+        else s
+        for s in specs
+    ]
     return out, tuple(sorted(kinds & {SLIDING, CHUNKED}))
 
 
-def kv_layout(specs: list[LayerSpec], *, hybrid_allocator: bool = True, version: str = "0.11") -> KVLayout:
+def unify_page_sizes(specs: list[LayerSpec]) -> list[LayerSpec]:
+    """``unify_kv_cache_spec_page_size``: every page made the largest.
+
+    An attention layer whose page divides the largest gets a block that many times larger; a Mamba
+    page, or a non-MLA attention page that does not divide it, is padded. Raises ValueError where
+    vLLM raises NotImplementedError (an MLA page that does not divide the largest)."""
+    top = max(s.page_bytes for s in specs)
+    out = []
+    for s in specs:
+        if s.page_bytes == top:
+            out.append(s)
+        elif s.kind != MAMBA and top % s.page_bytes == 0:
+            out.append(LayerSpec(s.kind, top, s.block_size * (top // s.page_bytes), s.window, s.role))
+        elif s.kind != MLA:
+            out.append(LayerSpec(s.kind, top, s.block_size, s.window, s.role))
+        else:
+            raise ValueError(f"an MLA page of {s.page_bytes} B does not divide {top} B: vLLM cannot lay this cache out")
+    return out
+
+
+def kv_layout(specs: list[LayerSpec], *, hybrid_allocator: bool = True) -> KVLayout:
     """Group ``specs`` (one per cache layer, in model order) the way ``get_kv_cache_groups`` does.
 
-    All layers of one spec: one group of every layer. Several specs with one page size: group size
-    = the smallest layer count of a spec (0.12: the largest when it is under 1.25 x the smallest, e.g.
-    12 sliding + 13 full -> 13), each spec's layers split into ceil(count / group size) groups, the
-    last one padded. With ``hybrid_allocator`` False, sliding and chunked layers become full first.
-    Raises ValueError for page sizes that differ (vLLM raises NotImplementedError) or an unknown
-    ``version``.
-    """
-    if version not in VERSIONS:
-        raise ValueError(f"vLLM version {version!r}: known rules are {', '.join(VERSIONS)}")
+    All layers of one spec, or of one type (``type_key``): one group of every layer. Else the pages
+    are unified, the layers bucketed by spec, the group size is the smallest bucket (the largest
+    when it is under 1.5 x the smallest, e.g. 13 full + 12 sliding -> 13) and each bucket splits into
+    ceil(count / size) groups, ``layers[i::k]``."""
     if not specs:
-        return KVLayout((), 1, 1, hybrid_allocator)
+        return KVLayout((), hybrid_allocator)
     unified: tuple[str, ...] = ()
     if not hybrid_allocator:
-        specs, unified = unify_hybrid(specs)
-    pages = {s.page_bytes for s in specs}
-    if len(pages) != 1:
-        raise ValueError(f"layers with different page sizes ({sorted(pages)} B): vLLM cannot lay this cache out")
-    page = pages.pop()
-    by_spec: dict[LayerSpec, int] = {}
+        specs, unified = promote_local(specs)
+    if len(set(specs)) == 1 or len({s.type_key for s in specs}) == 1:
+        return KVLayout((KVGroup(tuple(specs)),), hybrid_allocator, 0, unified)
+    specs = unify_page_sizes(specs)
+    buckets: dict[LayerSpec, list[LayerSpec]] = {}
     for s in specs:
-        by_spec[s] = by_spec.get(s, 0) + 1
-    if len(by_spec) == 1:
-        ((spec, n),) = by_spec.items()
-        return KVLayout((KVGroup(spec, n),), n, page, hybrid_allocator, 0, unified)
-    counts = list(by_spec.values())
+        buckets.setdefault(s, []).append(s)
+    counts = [len(b) for b in buckets.values()]
     size = min(counts)
-    if version != "0.11" and max(counts) < size * 1.25:
+    if max(counts) < size * CLOSE_COUNTS_RATIO:
         size = max(counts)
     groups: list[KVGroup] = []
     padding = 0
-    for spec, n in by_spec.items():
-        k = cdiv(n, size)
-        padding += k * size - n
-        for i in range(k):  # layers[i::k]: group i gets every k-th layer
-            groups.append(KVGroup(spec, len(range(i, n, k))))
-    return KVLayout(tuple(groups), size, page, hybrid_allocator, padding, unified)
+    for layers in buckets.values():
+        k = cdiv(len(layers), size)
+        padding += k * size - len(layers)
+        groups += [KVGroup(tuple(layers[i::k])) for i in range(k)]
+    return KVLayout(tuple(groups), hybrid_allocator, padding, unified)
 
 
 def attention_block_size(
-    attn_page_bytes_per_token: int, mamba_page_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE
+    attn_page_bytes_per_token: int, mamba_page_bytes: int, block_size: int = DEFAULT_BLOCK_SIZE, mla: bool = False
 ) -> int:
     """Tokens per attention block in a model with Mamba / linear-attention layers.
 
-    ``HybridAttentionMambaModelConfig.verify_and_update_config``: the smallest multiple of 16
-    whose page holds one Mamba state, 16 x ceil(mamba page / (16 x attention bytes per token)), or
-    ``block_size`` when that is larger. 0.12 keeps the rule without prefix caching (Blackwell with
-    head size 256 aligns to 32)."""
-    need = DEFAULT_BLOCK_SIZE * cdiv(mamba_page_bytes, DEFAULT_BLOCK_SIZE * attn_page_bytes_per_token)
+    ``_align_hybrid_block_size``: the smallest multiple of the kernel alignment (16; 128 with MLA)
+    whose page holds one Mamba state, or ``block_size`` when that is larger."""
+    align = max(128 if mla else DEFAULT_BLOCK_SIZE, block_size)
+    need = align * cdiv(mamba_page_bytes, align * attn_page_bytes_per_token)
     return max(block_size, need)
 
 

@@ -137,12 +137,16 @@ def _usd(v: float | None) -> str:
     return "-" if v is None else (f"{v:,.2f}" if v >= 1 else f"{v:.3f}")
 
 
+def _weights_only_verified(p: Any) -> bool:
+    """The plan is unverified for its KV layout alone (the weights are confirmed)."""
+    return not p.arch.layout_verified and p.weights_source.startswith("checkpoint")
+
+
 def memory_rows(p) -> list[tuple[str, str, str, str]]:
     """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
     from gpuops.planning.memory import (
         TRAIN_BYTES_PER_PARAM,
         VLLM_SAMPLER_BYTES_PER_LOGIT,
-        VLLM_VERSION,
         mamba_state_bytes,
         vllm_batch_defaults,
     )
@@ -174,16 +178,24 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
                 "weights",
                 _gb(p.weights_bytes),
                 _gib(p.weights_bytes),
-                p.weights_source + (" [UNVERIFIED]" if p.unverified else ""),
+                p.weights_source + (" [UNVERIFIED]" if p.unverified and not _weights_only_verified(p) else ""),
             )
         )
         kvb = KV_DTYPE_BYTES[p.kv_dtype]
         n_att = len(a.layer_kv_elems)
         of = " attention" if a.mamba_layers else ""
-        if a.mla:
+        if a.mla and a.sparse_mla and kvb == 1:
+            f = f"{n_att} layers x (656 B fp8_ds_mla latent + {a.index_head_dim + a.index_head_dim // 128 * 4} B indexer)"
+        elif a.mla:
             f = f"{n_att} layers x (kv_lora_rank + qk_rope_head_dim = {a.layer_kv_elems[0]}) x {kvb:g} B (MLA latent)"
+            if a.sparse_mla:
+                f += f" + {a.index_head_dim + a.index_head_dim // 128 * 4} B indexer per layer"
         else:
             f = f"2 x {n_att}{of} layers x {a.kv_heads} kv_heads x {a.head_dim} head_dim x {kvb:g} B"
+        if a.kv_shared_layers:
+            f += f" ({a.kv_shared_layers} more layers read an earlier layer's cache)"
+        if not a.layout_verified:
+            f += " [UNVERIFIED layout]"
         rows.append(("KV / token", _kib(p.kv_bytes_per_token), "", f))
         if a.mamba_layers:
             st = mamba_state_bytes(a, p.dtype)
@@ -206,7 +218,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
             lay = p.kv_layout
             kinds: dict[str, int] = {}
             for g in lay.groups:
-                kinds[g.spec.kind] = kinds.get(g.spec.kind, 0) + 1
+                kinds[g.kind] = kinds.get(g.kind, 0) + 1
             grp = (
                 f"; {len(lay.groups)} KV cache groups of {lay.group_size} layers ("
                 + ", ".join(f"{n} {k}" for k, n in kinds.items())
@@ -216,7 +228,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
                 else ""
             )
             unified = (
-                f"; {', '.join(lay.unified)} layers cached as full attention (vLLM {VLLM_VERSION} default)"
+                f"; {', '.join(lay.unified)} layers cached as full attention (hybrid KV cache manager off)"
                 if lay.unified
                 else ""
             )
@@ -226,7 +238,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
                     _gb(p.kv_cache_bytes),
                     _gib(p.kv_cache_bytes),
                     f"batch {p.batch} x one request of {p.seq} tokens in blocks of {lay.block_size}{wnote}{grp}{unified}"
-                    + (" (admitted at min(window - 1 + max_num_batched_tokens, seq) + 1 block)" if win else ""),
+                    + (" (admitted at min(window - 1 + 2 x max_num_batched_tokens, seq) + 1 block)" if win else ""),
                 )
             )
         else:
@@ -317,13 +329,18 @@ def render(p, console=None) -> None:
     kv = f", KV {p.kv_dtype}" if p.mode == "infer" else ""
     con.print(f"[bold]{p.model}[/] ({p.arch.family}; {p.source})")
     eng = {
-        "vllm": f"engine vllm {VLLM_VERSION} (V1) defaults, gpu_memory_utilization {p.headroom:g}",
+        "vllm": f"engine vllm: follows vLLM {VLLM_VERSION} (V1) defaults, gpu_memory_utilization {p.headroom:g}",
         "hf": f"engine hf (transformers generate), headroom {p.headroom:.0%}",
         "train": f"engine train, headroom {p.headroom:.0%}",
     }[p.engine]
     q = f" ({p.quant.label})" if p.quant is not None else ""
     con.print(f"{p.mode}: {p.dtype} weights{q}{kv}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s); {eng}")
-    if p.unverified:
+    if p.unverified and not p.arch.layout_verified:
+        con.print(
+            f"[bold red]UNVERIFIED[/] KV plan: {p.arch.layout_note}; every fit below is a guess "
+            "(`up --model` refuses without --allow-unverified)"
+        )
+    elif p.unverified:
         con.print(
             "[bold red]UNVERIFIED[/]: nothing confirms the weight count; every fit below is a guess "
             "(`up --model` refuses without --allow-unverified)"

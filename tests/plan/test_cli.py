@@ -32,6 +32,8 @@ TOP_KEYS = [
     "cards",
     "engine",
     "unverified",
+    "kv_layout_verified",
+    "vllm_version",
     "weights_source",
     "quantization",
 ]
@@ -81,6 +83,7 @@ def test_plan_json_has_the_issue_shape(cli_env):
         "--max-num-seqs 256 --kv-cache-dtype auto --tensor-parallel-size 1"
     )
     assert set(sxm["usd_per_mtoken"]) == {"ceiling", "batch_1", "max_batch"}
+    assert d["vllm_version"] == "0.33.0" and d["kv_layout_verified"] is True
 
 
 def test_plan_table_names_units_and_formulas(cli_env):
@@ -89,7 +92,7 @@ def test_plan_table_names_units_and_formulas(cli_env):
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "13.48 GB" in text and "12.55 GiB" in text and "6,738,415,616 params x 2 B" in text
-    assert "vllm serve meta-llama/Llama-2-7b-hf" in text and "engine vllm 0.11" in text
+    assert "vllm serve meta-llama/Llama-2-7b-hf" in text and "follows vLLM 0.33.0" in text
     assert "2 x 32 layers x 32 kv_heads x 128 head_dim x 2 B" in text
     assert "A100 80GB SXM" in text and "A100 40GB" in text and "H100" not in text
 

@@ -35,11 +35,11 @@ def test_sliding_window_caps_every_mistral_layer():
     long = P.plan("mistral-7b", seq=32768, card=A100, engine="hf")
     assert short.kv_cache_bytes == 128 * KIB * 4096 == long.kv_cache_bytes  # window 4096 on all 32 layers
     assert long.kv_bytes_per_token == 128 * KIB
-    # vLLM admits a windowed layer at ceil(min(window - 1 + max_num_batched_tokens, seq) / 16) + 1 blocks:
-    # A100 defaults 2048 tokens -> 385 blocks of 16 = 6160 tokens, not 4096
+    # vLLM 0.33 admits a windowed layer at ceil(min(window - 1 + 2 x max_num_batched_tokens, seq) / 16) + 1
+    # blocks (two batches in flight): A100 defaults 2048 tokens -> 513 blocks of 16 = 8208 tokens, not 4096
     v = P.plan("mistral-7b", seq=32768, card=A100)
     assert v.cards[0].max_num_batched_tokens == 2048
-    assert v.cards[0].per_request_bytes == 128 * KIB * 16 * 385 == v.kv_cache_bytes
+    assert v.cards[0].per_request_bytes == 128 * KIB * 16 * 513 == v.kv_cache_bytes
     assert request_kv_bytes(v.arch, "bf16", 1000, 2048) == 128 * KIB * 16 * (
         63 + 1
     )  # short request: its own blocks + 1
