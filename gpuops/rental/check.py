@@ -324,7 +324,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     url = settings.ledger_url()
     shown = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", url)
     latest = migrations.MIGRATIONS[-1][0]
-    known = {n for n, _ in migrations.MIGRATIONS}
+    known = set(migrations.KNOWN_NAMES)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
         return [
             Finding("ledger", Verdict.INFO, f"{shown}: no ledger yet (made at the first rental, schema {latest})")
@@ -359,7 +359,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
             )
         ]
         return out, None
-    pending = [n for n, _ in migrations.MIGRATIONS if n not in done]
+    pending = migrations.pending(done)
     detail = f"{shown}: schema {done[-1] if done else 'none'}" + (
         f" ({len(pending)} migration(s) to {latest} run at the next open)" if pending else " (current)"
     )

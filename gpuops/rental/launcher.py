@@ -512,9 +512,7 @@ def run_up(
     if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
         from ledger import Ledger
 
-        ledger = Ledger(
-            settings.ledger_url(), light=True
-        )  # a current SQLite file: the rental booked without SQLAlchemy
+        ledger = Ledger(settings.ledger_url())
     reporter.stage("plan")
     fault_point("plan")
     try:

@@ -272,13 +272,13 @@ def note(ledger: Ledger, ref: str, text: str) -> dict:
 def _can_fork_export(ledger: Ledger, out) -> bool:
     """True when ``ledger export`` may be written by two processes (``ledger.csvio.write_export_forked``).
 
-    A plain-sqlite3 reader, an output with a file descriptor, Linux (a fork without exec is unsafe
+    An SQLite ledger, an output with a file descriptor, Linux (a fork without exec is unsafe
     on macOS, where Python itself spawns instead), and no other thread in this process (a lock
     another thread holds would stay held in the child)."""
     import sys
     import threading
 
-    if ledger.reads.driver != "sqlite3" or not sys.platform.startswith("linux") or threading.active_count() != 1:
+    if ledger.reads.dialect != "sqlite" or not sys.platform.startswith("linux") or threading.active_count() != 1:
         return False
     try:
         out.fileno()

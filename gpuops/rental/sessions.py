@@ -35,10 +35,8 @@ def resolve_session(ledger: Ledger, ref: str):
 
 def row_json(row) -> dict:
     """A session row as a JSON-ready dict, ``session`` first, then the model's columns in order."""
-    dumped = row.model_dump()
+    dumped = dict(row._mapping)  # a sessions row (SQLAlchemy Row): its columns in the table's order
     d = {"session": dumped.pop("id")}
-    order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.Row or models.Session
-    d.update({k: dumped.pop(k) for k in order if k in dumped})
     d.update(dumped)
     d["usd_per_mtoken"] = round(row.cost_usd / row.tokens * 1e6, 6) if row.tokens and row.cost_usd is not None else None
     d["seconds"] = row.billed_seconds
