@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 from sqlalchemy import BigInteger, Index, text
 from sqlmodel import Field, SQLModel
 
-from ledger.reads import OPEN_SESSIONS_WHERE
+from ledger.attribution import OPEN_SESSIONS_WHERE
 
 if TYPE_CHECKING:
     from sqlalchemy import Table

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger.store import Ledger
+    from ledger.books import Books
 
 KEEP_PER_HOST = 100  # passes kept per host: at the default 30 s interval, the last 50 minutes of one watchdog
 
@@ -27,7 +27,7 @@ _PRUNE_SQL = (
 
 
 def record_pass(
-    ledger: Ledger,
+    ledger: Books,
     host: str,
     owner: str,
     *,
@@ -69,7 +69,7 @@ def _insert_sql(row: dict[str, Any]) -> str:
     return f"INSERT INTO watchdog_passes ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
 
 
-def host_pass_count(ledger: Ledger, host: str) -> int:
+def host_pass_count(ledger: Books, host: str) -> int:
     """How many passes the ledger keeps for ``host`` (at most ``KEEP_PER_HOST``)."""
     return int(ledger.reads.query("SELECT COUNT(*) FROM watchdog_passes WHERE host = :host", {"host": host})[0][0])
 

@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from ledger.attribution import OPEN_SESSIONS_WHERE
+
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine, Row
 
-# Open sessions (``Reads.open_sessions``): an inline literal, not a bound parameter, so both
-# databases prove the query implies the partial index ``ix_sessions_open``.
-OPEN_SESSIONS_WHERE = "status <> 'closed'"
 
 # The columns attribution needs, with what a report groups by (narrow rows, never ORM objects).
 SPEND_COLUMNS = (

@@ -53,6 +53,7 @@ from ledger.reads import Reads
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine, Row
 
+    from ledger.books import Books
     from ledger.models import Run, Session
 
 T = TypeVar("T")
@@ -786,7 +787,7 @@ class Ledger:
 
     def close(
         self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any
-    ) -> Row | None:
+    ) -> Row[Any] | None:
         """Close a session with its end time, reason, billed seconds and cost.
 
         Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
@@ -804,7 +805,9 @@ class Ledger:
             **fields,
         )
 
-    def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row:
+    def _close(
+        self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any
+    ) -> Row[Any]:
         import ledger.writes as writes
 
         with self._write() as (conn, reads):
@@ -823,7 +826,7 @@ class Ledger:
         with self._write() as (conn, _):
             writes.heartbeat(conn, session_id, at)
 
-    def set_tokens(self, session_id: str, tokens: int) -> Row:
+    def set_tokens(self, session_id: str, tokens: int) -> Row[Any]:
         """Set a session's token count after the fact and log an event.
 
         Set a session's token count after the fact (``ledger tokens SESSION N``) and log an event.
@@ -832,29 +835,16 @@ class Ledger:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
         return self._set_with_event(session_id, str(EventKind.TOKENS), str(tokens), tokens=int(tokens))
 
-    def note(self, session_id: str, text: str) -> Row:
+    def note(self, session_id: str, text: str) -> Row[Any]:
         """Set the session's one-line conclusion (``ledger note SESSION TEXT``) and log an event."""
         line = " ".join(text.split())
         return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
-    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Row:
+    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Row[Any]:
         import ledger.writes as writes
 
         with self._write() as (conn, reads):
             return writes.set_fields(conn, reads, session_id, kind, detail, fields)
-
-    def import_sessions(
-        self, rows: Iterable[dict[str, Any]], lines: Iterable[int] | None = None, chunk: int = 5000
-    ) -> int:
-        """Insert closed session rows in ONE transaction: all or none.
-
-        Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
-        are written or none. An id already in the ledger rejects the whole import with its line
-        number (``lines[i]`` is row i's line in the source file). Returns the count written.
-        Raises ImportRejected."""
-        rows = list(rows)
-        lines = list(lines) if lines is not None else list(range(1, len(rows) + 1))
-        return self.import_rows(zip(lines, rows), chunk=chunk)
 
     def import_rows(
         self,
@@ -1220,12 +1210,6 @@ class Ledger:
         """Cost lines (storage, USD) whose period overlaps [start, end) epoch s (``ledger.reads.Reads.cost_lines``)."""
         return cast("list[Row[Any]]", self.reads.cost_lines(start, end))
 
-    def iter_rows_between(
-        self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None
-    ) -> Iterator[Row[Any]]:
-        """``rows_between`` streamed (flat memory)."""
-        return cast("Iterator[Row[Any]]", self.reads.iter_rows_between(start, end, columns))
-
     @property
     def dialect(self) -> str:
         """``sqlite`` or the SQLAlchemy dialect name (``postgresql``)."""
@@ -1247,3 +1231,10 @@ class Ledger:
         import ledger.writes as writes
 
         return writes.events(self.reads, session_id)
+
+
+if TYPE_CHECKING:
+
+    def _implements(ledger: Ledger) -> Books:
+        """The type checker's proof that ``Ledger`` is a ``ledger.books.Books``."""
+        return ledger

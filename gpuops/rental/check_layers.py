@@ -38,7 +38,7 @@ from gpuops.providers.base import InstanceStatus, OfferQuery, Provider, Provider
 from gpuops.rental.check import Finding, Verdict
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 EXPERIMENT = "check"
 LAYERS = ("job_end", "idle", "ttl")
@@ -150,7 +150,7 @@ class CheckRun:
     def __init__(
         self,
         settings,
-        ledger: Ledger,
+        ledger: Books,
         provider: Provider,
         max_price: float,
         cap: dict,
@@ -612,7 +612,7 @@ class CheckRun:
 
 def rent(
     settings,
-    ledger: Ledger,
+    ledger: Books,
     provider: Provider,
     max_usd: float | None = None,
     max_minutes: float | None = None,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 DEFAULT_LIMIT = 20
 
@@ -133,7 +133,7 @@ def render(rep: dict, console=None) -> None:
         c.print(f"showing the newest {plural(rep['limit'], 'session')}; older ones: --limit N or --since YYYY-MM-DD")
 
 
-def runs(ledger: Ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
+def runs(ledger: Books, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
     """``ledger sessions --runs``.
 
     Runs (``up --recover``) newest first, each with its rentals' count, billed hours and cost (their
