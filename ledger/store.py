@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import threading
 import time
@@ -49,6 +48,7 @@ import sqlalchemy as sa
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
 from ledger.reads import Reads
+from ledger.spool import SpoolFiles
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine, Row
@@ -192,6 +192,7 @@ class Ledger:
         self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
         self._engine: Engine | None = None
         self._reads: dict[Engine, Reads] = {}  # an engine -> its Reads
+        self._files = SpoolFiles(self._spool_paths, self._say, self.lost)
         self._file = _sqlite_path(url)
         self._engine = self.engine  # migrate now
         self._file_id = _file_id(self._file)
@@ -390,10 +391,10 @@ class Ledger:
         return done
 
     # -- the spool ----------------------------------------------------------------------------
-    # Each spool folder is checked ours alone (``ledger.spool.own_dir``) before anything in it is
-    # read or written; a refused one is skipped and said once in ``notices``. Every line replayed
-    # passes ``ledger.spool.check_line``; one that fails goes to ``<spool file>.quarantine``
-    # (said in ``notices``) and the lines behind it are still applied.
+    # A refused write goes to the spool's files (``ledger.spool.SpoolFiles``: folders and files
+    # checked ours alone, lines claimed before a replay) and comes back through the same writes
+    # (``_apply``). Every line replayed passes ``ledger.spool.check_line``; one that fails goes to
+    # ``<spool file>.quarantine`` (said in ``notices``) and the lines behind it are still applied.
     def _spool_paths(self) -> list[Path]:
         return [self.spool_path] + ([self.fallback_spool_path] if self.fallback_spool_path != self.spool_path else [])
 
@@ -401,91 +402,12 @@ class Ledger:
         if text not in self.notices:
             self.notices.append(text)
 
-    def _spool_dir_ok(self, path: Path, make: bool) -> bool:
-        """Whether ``path``'s folder may be used: exists (made when ``make``) and is ours alone."""
-        from ledger.spool import SpoolRefused, check_dir, own_dir
-
-        try:
-            if make:
-                own_dir(path.parent)
-                return True
-            return check_dir(path.parent)
-        except SpoolRefused as e:
-            self._say(str(e))
-        except OSError:
-            pass
-        return False
-
-    def _leftovers(self, path: Path) -> list[Path]:
-        """``<spool>.<pid>[-n].replay`` files a replay claimed and never finished (its process is gone)."""
-        out: list[Path] = []
-        try:
-            names = os.listdir(path.parent)
-        except OSError:
-            return out
-        for n in names:
-            if not (n.startswith(path.name + ".") and n.endswith(".replay")):
-                continue
-            pid = n[len(path.name) + 1 : -len(".replay")].split("-", 1)[0]
-            if not pid.isdigit():
-                continue
-            if int(pid) != os.getpid():
-                try:
-                    os.kill(int(pid), 0)
-                    continue  # another process is replaying it now
-                except ProcessLookupError:
-                    pass
-                except OSError:
-                    continue
-            out.append(path.parent / n)
-        return sorted(out)
-
     def has_spool(self) -> bool:
         """True when writes wait in a spool folder of ours (a spool file, or a replay left unfinished)."""
-        return any(
-            self._spool_dir_ok(p, False) and (p.exists() or bool(self._leftovers(p))) for p in self._spool_paths()
-        )
-
-    def _append(self, path: Path, line: str) -> None:
-        """Append ``line`` to the spool file ``path`` (0600, ours, no link followed). Raises OSError."""
-        from ledger.spool import own_file
-
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            own_file(fd, path)
-            data = ("\n" + line + "\n").encode("utf-8")
-            if os.write(fd, data) != len(data):
-                raise OSError("short write")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _read(self, path: Path) -> str:
-        """The text of the spool file ``path`` once it is checked ours (0600, no link). Raises OSError."""
-        from ledger.spool import own_file
-
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            own_file(fd, path)
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        return self._files.waiting()
 
     def _spool_line(self, line: str) -> None:
-        from ledger.spool import SpoolRefused
-
-        for path in self._spool_paths():
-            if not self._spool_dir_ok(path, True):
-                continue
-            try:
-                self._append(path, line)
-                return
-            except SpoolRefused as e:
-                self._say(str(e))
-            except OSError:
-                continue
-        self.lost.append(line)
+        self._files.put(line)
 
     def _spool(self, op: str, **args: Any) -> None:
         """Append one refused write to the spool, else to the fallback spool, else keep it in ``lost``.
@@ -498,41 +420,9 @@ class Ledger:
             json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}, "t": time.time()}, sort_keys=True)
         )
 
-    @staticmethod
-    def _lines(text: str) -> list[str]:
-        return [line for line in text.splitlines() if line.strip()]
-
-    @staticmethod
-    def _entries(text: str) -> list[dict[str, Any]]:
-        out = []
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a crash or a full disk mid-write
-            if isinstance(e, dict):
-                out.append(e)
-        return out
-
-    @staticmethod
-    def _when(e: Any) -> float:
-        t = e.get("t") if isinstance(e, dict) else None
-        return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
-
     def spooled(self) -> list[dict[str, Any]]:
         """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``), unchecked."""
-        out = []
-        for path in self._spool_paths():
-            if not self._spool_dir_ok(path, False):
-                continue
-            for f in [path, *self._leftovers(path)]:
-                try:
-                    out += self._entries(self._read(f))
-                except OSError:
-                    continue
-        return sorted(out, key=self._when)
+        return self._files.entries()
 
     def _check(self, e: Any) -> tuple[str, dict[str, Any]]:
         """``ledger.spool.check_line`` against the rows as the database holds them now."""
@@ -546,16 +436,6 @@ class Ledger:
             time.time(),
         )
 
-    def _quarantine(self, spool: Path, line: str, why: str) -> None:
-        """Keep a line that failed the check in ``<spool>.quarantine`` and say so in ``notices``."""
-        q = spool.with_name(spool.name + ".quarantine")
-        doc = json.dumps({"why": why, "line": line, "at": time.time()}, sort_keys=True)
-        try:
-            self._append(q, doc)
-            self._say(f"a spool line was not applied ({why}); it is kept in {q}")
-        except OSError:
-            self._say(f"a spool line was not applied ({why}) and could not be kept: {line[:200]}")
-
     def replay_line(self, line: str) -> bool:
         """Apply one spool line (``gpuops ledger replay 'LINE'``); True once applied.
 
@@ -566,7 +446,7 @@ class Ledger:
         ledger). Database errors propagate."""
         from ledger.spool import BadLine
 
-        lines = self._lines(line)
+        lines = [x for x in line.splitlines() if x.strip()]
         if len(lines) != 1:
             raise BadLine("not one line")
         try:
@@ -611,36 +491,9 @@ class Ledger:
         to the spool. Raises nothing for database errors (they re-spool)."""
         from ledger.spool import BadLine
 
-        claimed: list[tuple[Path, Path]] = []  # (spool file, claimed copy)
-        for path in self._spool_paths():
-            if not self._spool_dir_ok(path, False):
-                continue
-            sources = ([path] if path.exists() else []) + self._leftovers(path)
-            for k, src in enumerate(sources):
-                mine = path.with_name(path.name + f".{os.getpid()}{'-' + str(k) if k else ''}.replay")
-                if src != mine:
-                    try:
-                        os.replace(src, mine)
-                    except OSError:
-                        continue
-                claimed.append((path, mine))
+        claimed, lines, unread = self._files.claim()
         if not claimed:
             return 0
-        lines: list[tuple[Path, str, Any]] = []  # (spool file, the line, its JSON or None)
-        unread: set[Path] = set()
-        for spool, c in claimed:
-            try:
-                text = self._read(c)
-            except OSError as e:
-                self._say(f"spool file {c} could not be read ({e}); left where it is")
-                unread.add(c)
-                continue
-            for line in self._lines(text):
-                try:
-                    lines.append((spool, line, json.loads(line)))
-                except ValueError:
-                    lines.append((spool, line, None))
-        lines.sort(key=lambda x: self._when(x[2]))
         done = 0
         sessions: set[str] = set()
         for i, (spool, line, entry) in enumerate(lines):
@@ -654,22 +507,16 @@ class Ledger:
                     self._spool_line(rest)
                 break
             except BadLine as why:
-                self._quarantine(spool, line, str(why))
+                self._files.quarantine(spool, line, str(why))
                 continue
             except (KeyError, TypeError, ValueError) as why:  # passed the check, refused by the write
-                self._quarantine(spool, line, f"{type(why).__name__}: {why}")
+                self._files.quarantine(spool, line, f"{type(why).__name__}: {why}")
                 continue
             done += 1
             sid = args.get("session_id")
             if sid:
                 sessions.add(sid)
-        for _, c in claimed:
-            if c in unread:
-                continue
-            try:
-                c.unlink()
-            except OSError:
-                pass
+        self._files.release(claimed, unread)
         for sid in sessions:
             try:
                 self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
