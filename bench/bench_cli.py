@@ -4,10 +4,10 @@ Start-up is timed against the providers' own CLIs; the ledger is built through `
 
     .venv/bin/python bench/bench_cli.py [--sessions 100000] [--runs 7] [--keep DIR] [--startup-only]
 
-First the start-up goal: ``gpuops --help``, ``gpuops ps`` and ``gpuops watchdog --once`` on an
-empty ledger, each measured whole (a fresh process, the settings validated in full) against
+First the start-up goal: ``gpuops --help``, ``gpuops ps``, ``gpuops watchdog --once`` and
+``gpuops ledger month`` on an empty ledger, each measured whole (a fresh process, the settings validated in full) against
 ``vastai --help`` in the same run, the commands taken in turn each round so that a load on the
-machine falls on all of them alike; target: each <= 0.25x ``vastai --help``. Then one line per
+machine falls on all of them alike; target (issue 39): each within ``vastai --help`` (<= 1.0x). Then one line per
 figure (median wall seconds of ``--runs`` runs after one warm-up) and the ratios to ``vastai
 --help`` and ``runpod --help``. Targets: ``gpuops --help`` < 0.25 s, ``gpuops ledger month`` <
 0.5 s on 100k sessions, a session insert with its events < 10 ms. Not a test: it never fails on a
@@ -89,11 +89,11 @@ def timed(argv: list[str], env: dict, runs: int) -> tuple[float, float]:
     return statistics.median(xs), min(xs)
 
 
-STARTUP_TARGET = 0.25  # each command's wall / vastai --help's wall
+STARTUP_TARGET = 1.0  # each command's wall / vastai --help's wall (issue 39: within the fastest peer's --help)
 
 
 def startup_goal(gpuops: list[str], env: dict, empty: Path, runs: int) -> dict[str, float]:
-    """Median wall seconds of ``--help``, ``ps``, ``watchdog --once`` and ``vastai --help``, with the ratios printed.
+    """Median wall seconds of ``--help``, ``ps``, ``watchdog --once``, ``ledger month`` and ``vastai --help``, with the ratios printed.
 
     gpuops runs on the empty ledger in ``empty``; the commands take turns (one warm-up each)."""
     env = dict(env, GPUOPS_DATA_DIR=str(empty / "data"), GPUOPS_LEDGER_URL=f"sqlite:///{empty / 'ledger.db'}")
@@ -101,6 +101,7 @@ def startup_goal(gpuops: list[str], env: dict, empty: Path, runs: int) -> dict[s
         "gpuops --help": gpuops + ["--help"],
         "gpuops ps": gpuops + ["ps"],
         "gpuops watchdog --once": gpuops + ["watchdog", "--once"],
+        "gpuops ledger month": gpuops + ["ledger", "month", "2026-11", "--tz", "UTC"],
         "vastai --help": [str(BIN / "vastai"), "--help"],
     }
     if not (BIN / "vastai").exists():

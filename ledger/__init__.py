@@ -1,8 +1,9 @@
 """The books: one row per rental session, its bootstrap steps and events, and the reports.
 
-This package imports nothing of ``gpuops``; any SQLAlchemy URL works (SQLite by default).
-Names load on first use so the report path (``ledger.reads``, ``ledger.reports``) starts without
-the ORM (SQLModel costs about 0.15 s to import).
+This package imports nothing of ``gpuops``; any SQLAlchemy URL works (SQLite by default). The
+rental code is written against ``ledger.books.Books``; ``Ledger`` is its one implementation. Names
+load on first use so the report path (``ledger.reads``, ``ledger.reports``) starts without SQLModel
+(about 0.4 s to import): reads are SQLAlchemy Core alone.
 """
 
 from __future__ import annotations

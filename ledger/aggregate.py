@@ -4,7 +4,7 @@ ONE statement returns a few dozen group rows instead of 100,000 session rows (a 
 what one SQL statement costs).
 
 ``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters
-(``ledger.reads.Reads.query``: ``sqlite3``, ``psycopg`` or an SQLAlchemy engine). The groups are
+(``ledger.reads.Reads.query``: SQL text on the ledger's engine). The groups are
 ``keys`` (default: experiment, card, gpu_count, provider, simulated); ``ledger.reports`` merges
 them into the report's totals and breakdowns, exactly as its row-by-row path would (a test keeps
 both equal, on SQLite and PostgreSQL). A group may come back once per arm: a report adds them up.

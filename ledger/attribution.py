@@ -22,6 +22,11 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+# Open sessions: the predicate they are read by and their partial index ``ix_sessions_open``
+# (``ledger/models.py``) is built on, inline (never a bound parameter) so both databases prove the
+# query implies the index.
+OPEN_SESSIONS_WHERE = "status <> 'closed'"
+
 Row = Any
 
 

@@ -1,7 +1,7 @@
 """Cost truth: billed seconds, and our books against the provider's billing.
 
 Billed seconds the way a provider rounds them, and the comparison of our books with the provider's
-own billing. When a rental ended is decided by one rule, ``gpuops.rental.lifecycle.end_time``.
+own billing. When a rental ended is decided by one rule, ``gpuops.teardown.lifecycle.end_time``.
 
 Pure functions only; the provider calls that fetch billing live in ``gpuops/providers/`` and hand
 back ``ChargeLine`` lists (this package imports nothing of ``gpuops``).

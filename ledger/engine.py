@@ -4,11 +4,13 @@ SQLite: WAL (readers never block the writer), a busy timeout (a writer waits for
 of failing with "database is locked"), and BEGIN IMMEDIATE for writes (the write lock is taken at
 BEGIN, so two writers queue instead of deadlocking on a lock upgrade). PostgreSQL: migrations under
 an advisory lock so several processes opening a new ledger at once apply each migration once.
-SQLAlchemy Core only (no ORM import here): the report path stays fast.
+The one way to the books: every read and write of ``ledger`` goes through the engine made here.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +68,7 @@ def _sqlite_begin(conn) -> None:
         return
     conn.exec_driver_sql("BEGIN IMMEDIATE")
     if conn.engine.url.database not in (None, "", ":memory:"):
-        WRITTEN.add(conn.engine.url.database)
+        WRITTEN[conn.engine.url.database] = conn.engine
 
 
 def _private_file(path: Path) -> None:
@@ -90,6 +92,12 @@ def _private_file(path: Path) -> None:
 # Linux) unless told otherwise (libpq "connect_timeout", seconds): every wait has a deadline. A
 # ``?connect_timeout=N`` in the ledger URL wins.
 PG_CONNECT_TIMEOUT_S = 10
+
+
+def _dispose_in_child(ref: weakref.ReferenceType[sa.engine.Engine]) -> None:
+    engine = ref()
+    if engine is not None:
+        engine.dispose(close=False)
 
 
 def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
@@ -118,6 +126,10 @@ def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
             kwargs["pool_pre_ping"] = True
         kwargs["connect_args"] = args
     engine = sa.create_engine(url, **kwargs)
+    # A forked child (``ledger.csvio.write_export_forked``) opens its own connections, never the
+    # parent's pooled ones (SQLAlchemy's "using connection pools with multiprocessing").
+    ref = weakref.ref(engine)
+    os.register_at_fork(after_in_child=lambda: _dispose_in_child(ref))
     if url.startswith("sqlite"):
         sa_event.listen(engine, "connect", lambda c, r: _sqlite_pragmas(c, r, busy_ms))
         sa_event.listen(engine, "begin", _sqlite_begin)

@@ -12,10 +12,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # SQLAlchemy and the ORM load inside the functions that write (watchdog start-up)
-    from ledger.store import Ledger
+    from ledger.books import Books
 
 
-def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, now: float | None = None) -> bool:
+def acquire_lease(ledger: Books, session_id: str, owner: str, seconds: float, now: float | None = None) -> bool:
     """Take (or renew) the lease on ``session_id`` for ``seconds``; True when ``owner`` holds it.
 
     Succeeds when nobody holds it, ``owner`` already does, or the holder's lease expired. Two
@@ -46,7 +46,7 @@ def acquire_lease(ledger: Ledger, session_id: str, owner: str, seconds: float, n
         return False
 
 
-def release_lease(ledger: Ledger, session_id: str, owner: str) -> None:
+def release_lease(ledger: Books, session_id: str, owner: str) -> None:
     """Give the lease back (only if ``owner`` still holds it)."""
     import sqlalchemy as sa
 
@@ -57,7 +57,7 @@ def release_lease(ledger: Ledger, session_id: str, owner: str) -> None:
         conn.execute(sa.delete(t).where(t.c.session_id == session_id, t.c.owner == owner))
 
 
-def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> str | None:
+def lease_holder(ledger: Books, session_id: str, now: float | None = None) -> str | None:
     """The owner of an unexpired lease on ``session_id``, else None."""
     import sqlalchemy as sa
 
@@ -70,74 +70,59 @@ def lease_holder(ledger: Ledger, session_id: str, now: float | None = None) -> s
     return row.owner if row is not None and row.expires_at >= now else None
 
 
-def active_refusals(ledger: Ledger) -> list[Any]:
+def active_refusals(ledger: Books) -> list[Any]:
     """Refusals not lifted, oldest first.
 
-    read-only rows with the ``Refusal`` fields (``Ledger.active_refusals``: no ORM load on a current
-    SQLite ledger)."""
+    Read-only rows with the ``Refusal`` fields (``Books.active_refusals``: SQL text, no ORM load)."""
     return ledger.active_refusals()
 
 
-def _same_account(account: str | None):
-    from sqlmodel import col
-
+def _refusals() -> Any:
     from ledger.models import Refusal
 
-    return col(Refusal.account).is_(None) if account is None else col(Refusal.account) == account
+    return Refusal.__table__  # type: ignore[attr-defined]  # SQLModel sets it
+
+
+def _active(t: Any, scope: str, reason: str, account: str | None) -> Any:
+    """The active refusals of ``scope`` and ``reason`` for ``account`` (None: the everyone-refusal)."""
+    import sqlalchemy as sa
+
+    same = t.c.account.is_(None) if account is None else t.c.account == account
+    return sa.and_(t.c.scope == scope, t.c.reason == reason, same, t.c.lifted_at.is_(None))
 
 
 def set_refusal(
-    ledger: Ledger, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None
+    ledger: Books, scope: str, reason: str, detail: str, now: float | None = None, account: str | None = None
 ) -> bool:
     """Refuse new boxes in ``scope`` for ``account`` (a provider account or an owner; None: everyone).
 
     False (and no change) when the same refusal is active."""
-    from sqlmodel import Session as DbSession, col, select
+    import sqlalchemy as sa
 
-    from ledger.models import Refusal
-
+    t = _refusals()
     now = time.time() if now is None else now
-    with DbSession(ledger.engine) as db:
-        q = select(Refusal).where(
-            Refusal.scope == scope, Refusal.reason == reason, _same_account(account), col(Refusal.lifted_at).is_(None)
-        )
-        if db.exec(q).first() is not None:
+    with ledger.engine.begin() as conn:
+        if conn.execute(sa.select(t.c.id).where(_active(t, scope, reason, account))).first() is not None:
             return False
-        db.add(Refusal(scope=scope, reason=reason, detail=detail, set_at=now, account=account))
-        db.commit()
+        conn.execute(sa.insert(t).values(scope=scope, reason=reason, detail=detail, set_at=now, account=account))
         return True
 
 
-def lift_refusal(ledger: Ledger, scope: str, reason: str, now: float | None = None, account: str | None = None) -> bool:
+def lift_refusal(ledger: Books, scope: str, reason: str, now: float | None = None, account: str | None = None) -> bool:
     """Lift an active refusal of ``account`` (None: the everyone-refusal); True when one was lifted."""
-    from sqlmodel import Session as DbSession, col, select
+    import sqlalchemy as sa
 
-    from ledger.models import Refusal
-
+    t = _refusals()
     now = time.time() if now is None else now
-    with DbSession(ledger.engine) as db:
-        rows = list(
-            db.exec(
-                select(Refusal).where(
-                    Refusal.scope == scope,
-                    Refusal.reason == reason,
-                    _same_account(account),
-                    col(Refusal.lifted_at).is_(None),
-                )
-            )
-        )
-        for r in rows:
-            r.lifted_at = now
-            db.add(r)
-        db.commit()
-        return bool(rows)
+    with ledger.engine.begin() as conn:
+        return bool(conn.execute(sa.update(t).where(_active(t, scope, reason, account)).values(lifted_at=now)).rowcount)
 
 
-def _spend_query(ledger: Ledger):
+def _spend_query(ledger: Books):
     """(query, sqlite) for the spend statements.
 
-    ``ledger.reads.Reads.query`` (``sqlite3`` on a current SQLite ledger: no SQLAlchemy import, no
-    ORM objects); ``sqlite``: the dialect is SQLite."""
+    ``ledger.reads.Reads.query`` (SQL text on the ledger's engine, no ORM objects); ``sqlite``: the
+    dialect is SQLite."""
     reads = ledger.reads
     return reads.query, reads.dialect == "sqlite"
 
@@ -158,7 +143,7 @@ def _open_accrued(query, args: dict, mine: str, start: float, end: float, now: f
     return sum(accrued(_Row(zip(cols, r)), start, end, now) for r in query(opened, args))
 
 
-def month_spend(ledger: Ledger, start: float, end: float, now: float | None = None, owner: str | None = None) -> float:
+def month_spend(ledger: Books, start: float, end: float, now: float | None = None, owner: str | None = None) -> float:
     """Real (not simulated) USD spent in [start, end) epoch s, attributed by time.
 
     Real (not simulated) USD spent in [start, end) epoch s, attributed by time
@@ -170,8 +155,7 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     Closed sessions are summed inside the database with the same rule as the reports
     (``ledger.aggregate``: rows wholly inside the period plainly, the edge rows attributed), one
     ``ended_at`` index search per statement; open sessions come back as rows from the partial
-    index ``ix_sessions_open``. A current SQLite ledger is read with ``sqlite3`` (no SQLAlchemy
-    import, no ORM objects, flat memory); anything else through the engine.
+    index ``ix_sessions_open``. SQL text on the ledger's engine (no ORM objects, flat memory).
 
     ``owner``: only that user's sessions and their storage lines (rows from before owners were
     booked count for everyone); None: everyone's (m006_ownership; the cap per user or per team).
@@ -221,7 +205,7 @@ def month_spend(ledger: Ledger, start: float, end: float, now: float | None = No
     return round(total, 6)
 
 
-def month_spend_at_most(ledger: Ledger, start: float, end: float, now: float | None = None) -> float:
+def month_spend_at_most(ledger: Books, start: float, end: float, now: float | None = None) -> float:
     """An upper bound (USD) of ``month_spend`` for every owner, at about half its cost.
 
     What a watchdog tick far under the monthly cap needs to know.

@@ -1,7 +1,8 @@
-"""Ledger tables (SQLModel). Times are epoch seconds UTC (float); money in USD; prices USD/hour.
+"""Ledger tables (SQLModel): the schema, stated once. Times are epoch seconds UTC (float); money in USD; prices USD/hour.
 
-The schema these classes describe is built by the migrations in ``ledger/migrations.py``; a
-change here needs a new migration there.
+Columns, their types, defaults and indexes live here only: ``ledger/migrations.py`` creates a new
+ledger from this metadata (``m001_models``); a change here needs a later migration there that
+alters an existing ledger to match (tests/books/test_schema.py compares a migrated ledger with it).
 """
 
 from __future__ import annotations
@@ -11,14 +12,19 @@ from typing import TYPE_CHECKING, ClassVar
 from sqlalchemy import BigInteger, Index, text
 from sqlmodel import Field, SQLModel
 
+from ledger.attribution import OPEN_SESSIONS_WHERE
+
 if TYPE_CHECKING:
     from sqlalchemy import Table
 
 
-def _partial(name: str, column: str) -> Index:
-    """The index ``name`` on ``column`` over the rows that have a value (m011_partial_indexes)."""
-    where = text(f"{column} IS NOT NULL")
-    return Index(name, column, sqlite_where=where, postgresql_where=where)
+def _partial(name: str, *columns: str, where: str | None = None) -> Index:
+    """The index ``name`` on ``columns`` over the rows matching ``where`` (default: the first column has a value).
+
+    A partial index answers only a query whose predicate implies ``where`` (SQLite and PostgreSQL
+    alike): one that names a value of the column, or the literal predicate itself."""
+    cond = text(where or f"{columns[0]} IS NOT NULL")
+    return Index(name, *columns, sqlite_where=cond, postgresql_where=cond)
 
 
 class Session(SQLModel, table=True):
@@ -28,6 +34,9 @@ class Session(SQLModel, table=True):
     if TYPE_CHECKING:  # set by SQLAlchemy at class creation; SQLModel's annotations do not declare it
         __table__: ClassVar[Table]
     __table_args__ = (
+        # the open sessions (a handful among a million), ordered by intent time
+        _partial("ix_sessions_open", "created_at", where=OPEN_SESSIONS_WHERE),
+        # an imported row (no instance, owner, account or run) enters none of these four
         _partial("ix_sessions_instance_id", "instance_id"),
         _partial("ix_sessions_owner", "owner"),
         _partial("ix_sessions_account", "account"),
@@ -70,7 +79,9 @@ class Session(SQLModel, table=True):
     billing_increment_seconds: float | None = None  # provider rounds billed time up to this; None = 1 s
     last_heartbeat_at: float | None = None  # the on-box agent's last heartbeat (epoch s)
     end_source: str | None = None  # destroy|provider|heartbeat|import: where ended_at came from
-    source: str = Field(default="gpuops")  # gpuops|import (m012: not indexed, no query searches it)
+    source: str = Field(
+        default="gpuops", sa_column_kwargs={"server_default": "gpuops"}
+    )  # gpuops|import; never searched: not indexed
     # m004_session_limits: the session's own limits (None on older rows: the actor's settings apply)
     max_hours: float | None = None  # hard TTL from create, hours
     ready_timeout_seconds: float | None = None  # create -> SSH ready deadline, seconds
@@ -160,6 +171,7 @@ class Refusal(SQLModel, table=True):
     Refused while ``lifted_at`` is None. ``reason`` is balance_floor or monthly_cap (m003)."""
 
     __tablename__ = "refusals"
+    __table_args__ = (_partial("ix_refusals_active", "scope", "reason", where="lifted_at IS NULL"),)
 
     id: int | None = Field(default=None, primary_key=True)
     scope: str = Field(index=True)
@@ -194,3 +206,26 @@ class CostLine(SQLModel, table=True):
     description: str = ""
     booked_at: float
     line_key: str = Field(unique=True)
+
+
+class WatchdogPass(SQLModel, table=True):
+    """One pass of a `gpuops watchdog` (``ledger/passes.py``: the newest ``KEEP_PER_HOST`` per host are kept).
+
+    Who (``owner``, the ``[user] name``), where (``host``), when (``at``, epoch s; ``seconds`` it
+    took), what it did (``checked``: open sessions looked at under their lease, ``ended``: sessions
+    destroyed or closed, ``errors``, ``actions``) and how often it runs (``interval_seconds``: a pass
+    older than three intervals means that watchdog is gone)."""
+
+    __tablename__ = "watchdog_passes"
+    __table_args__ = (Index("ix_watchdog_passes_host", "host", "id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    host: str
+    owner: str
+    at: float
+    seconds: float
+    interval_seconds: float
+    checked: int
+    ended: int
+    errors: int
+    actions: int

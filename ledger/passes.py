@@ -4,8 +4,8 @@ Each pass of a `gpuops watchdog` is one row (who, where, when, what it did), so 
 when a watchdog last looked and a user whose watchdog died sees it. Bounded: the write that adds a
 pass prunes that host's older passes in the same transaction, keeping the newest ``KEEP_PER_HOST``.
 
-Reads are ``Ledger.watchdog_passes`` / ``LedgerReader.watchdog_passes`` (``ledger/reads.py``: the
-standard library or psycopg on a current ledger, no SQLAlchemy).
+Reads are ``Ledger.watchdog_passes`` / ``LedgerReader.watchdog_passes`` (``ledger/reads.py``); a
+pass is written through the ledger's engine.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger.store import Ledger
+    from ledger.books import Books
 
 KEEP_PER_HOST = 100  # passes kept per host: at the default 30 s interval, the last 50 minutes of one watchdog
 
@@ -27,7 +27,7 @@ _PRUNE_SQL = (
 
 
 def record_pass(
-    ledger: Ledger,
+    ledger: Books,
     host: str,
     owner: str,
     *,
@@ -58,10 +58,6 @@ def record_pass(
         "errors": int(errors),
         "actions": int(actions),
     }
-    path = getattr(ledger, "fast_sqlite", None)
-    if path is not None:  # `watchdog --once` on a quiet current SQLite ledger: no SQLAlchemy import for one row
-        _sqlite_record(path, row, keep)
-        return
     import sqlalchemy as sa
 
     with ledger.engine.begin() as conn:
@@ -69,44 +65,17 @@ def record_pass(
         conn.execute(sa.text(_PRUNE_SQL), {"host": host, "keep": int(keep)})
 
 
-def _insert_sql(row: dict) -> str:
+def _insert_sql(row: dict[str, Any]) -> str:
     return f"INSERT INTO watchdog_passes ({', '.join(row)}) VALUES ({', '.join(':' + k for k in row)})"
 
 
-def _sqlite_record(path, row: dict, keep: int) -> None:
-    """``record_pass`` with the standard library on the SQLite file at ``path``.
-
-    The write lock taken at BEGIN, with the engine's busy timeout
-    (``ledger.reads.SQLITE_BUSY_TIMEOUT_S``), as every write."""
-    import sqlite3
-
-    from ledger.reads import SQLITE_BUSY_TIMEOUT_S
-
-    con = sqlite3.connect(str(path), timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        try:
-            con.execute(_insert_sql(row), row)
-            con.execute(_PRUNE_SQL, {"host": row["host"], "keep": int(keep)})
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
-        con.execute("COMMIT")
-    finally:
-        con.close()
-    from ledger.checkpoint import WRITTEN
-
-    WRITTEN.add(str(path))
-
-
-def host_pass_count(ledger: Ledger, host: str) -> int:
+def host_pass_count(ledger: Books, host: str) -> int:
     """How many passes the ledger keeps for ``host`` (at most ``KEEP_PER_HOST``)."""
     return int(ledger.reads.query("SELECT COUNT(*) FROM watchdog_passes WHERE host = :host", {"host": host})[0][0])
 
 
 def latest_passes(books: Any) -> list[Any]:
-    """The newest pass of each watchdog (host, owner), newest first, as ``ledger.reads.PassRow``.
+    """The newest pass of each watchdog (host, owner), newest first (host, owner, at epoch s, ...).
 
-    The newest pass of each watchdog (host, owner), newest first, as ``ledger.reads.PassRow`` (host,
-    owner, at epoch s, ..., ``summary``) from a ``Ledger`` or a ``LedgerReader``."""
+    From a ``Ledger`` or a ``LedgerReader``; ``ledger.reads.pass_summary`` says one in words."""
     return books.watchdog_passes()

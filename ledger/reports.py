@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from ledger.periods import DAY_RE, MONTH_RE, day_of, day_start, days_in_month, month_bounds, this_month, zone  # noqa: F401 (re-exported)
 
-# Rows may be ORM ``Session`` objects or lightweight rows from ``Ledger.rows_between``: anything
+# Rows are SQLAlchemy ``Row``s from ``Books.rows_between``, or anything
 # with the ``sessions`` columns as attributes.
 Row = Any
 

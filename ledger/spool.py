@@ -15,13 +15,19 @@ another user who got to the folder first), so
   that reopens or rewrites a closed row. A line that fails raises ``BadLine`` (the store moves it to
   the quarantine file and reports it; the lines behind it are still applied). ``gpuops ledger
   replay 'LINE'`` goes through the same check.
+
+``SpoolFiles`` is the spool itself (append a refused write, list, claim, quarantine); the store
+(``ledger/store.py``: ``Ledger._guarded``) sends a write there when the database refuses it and
+replays each line through the same writes it would have made.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -302,3 +308,179 @@ def check_line(
         if args["ended_at"] < float(start):
             raise BadLine(f"close: ended_at={args['ended_at']!r} is before the instance was created ({start})")
     return op, dict(args)
+
+
+def _when(e: Any) -> float:
+    """The time a spool line was written (epoch s; 0 when it names none)."""
+    t = e.get("t") if isinstance(e, dict) else None
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
+
+
+class SpoolFiles:
+    """The files where refused writes wait: JSON lines, one write each, in the folders ``paths()`` names.
+
+    ``paths()``: the spool files, first choice first (``Ledger.spool_path``, then the fallback on
+    another filesystem). Each folder is checked ours alone (``own_dir``/``check_dir``) before
+    anything in it is read or written and each file when opened (``own_file``); a refused one is
+    skipped and said once through ``say``. A line no file could take goes to ``lost``."""
+
+    def __init__(self, paths: Callable[[], list[Path]], say: Callable[[str], None], lost: list[str]) -> None:
+        self.paths, self.say, self.lost = paths, say, lost
+
+    def dir_ok(self, path: Path, make: bool) -> bool:
+        """Whether ``path``'s folder may be used: exists (made when ``make``) and is ours alone."""
+        try:
+            if make:
+                own_dir(path.parent)
+                return True
+            return check_dir(path.parent)
+        except SpoolRefused as e:
+            self.say(str(e))
+        except OSError:
+            pass
+        return False
+
+    def leftovers(self, path: Path) -> list[Path]:
+        """``<spool>.<pid>[-n].replay`` files a replay claimed and never finished (its process is gone)."""
+        out: list[Path] = []
+        try:
+            names = os.listdir(path.parent)
+        except OSError:
+            return out
+        for n in names:
+            if not (n.startswith(path.name + ".") and n.endswith(".replay")):
+                continue
+            pid = n[len(path.name) + 1 : -len(".replay")].split("-", 1)[0]
+            if not pid.isdigit():
+                continue
+            if int(pid) != os.getpid():
+                try:
+                    os.kill(int(pid), 0)
+                    continue  # another process is replaying it now
+                except ProcessLookupError:
+                    pass
+                except OSError:
+                    continue
+            out.append(path.parent / n)
+        return sorted(out)
+
+    def waiting(self) -> bool:
+        """True when writes wait in a spool folder of ours (a spool file, or a replay left unfinished)."""
+        return any(self.dir_ok(p, False) and (p.exists() or bool(self.leftovers(p))) for p in self.paths())
+
+    def append(self, path: Path, line: str) -> None:
+        """Append ``line`` to the spool file ``path`` (0600, ours, no link followed). Raises OSError.
+
+        Each line starts with a newline, so a line a full disk cut short never swallows the next one."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            own_file(fd, path)
+            data = ("\n" + line + "\n").encode("utf-8")
+            if os.write(fd, data) != len(data):
+                raise OSError("short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def read(self, path: Path) -> str:
+        """The text of the spool file ``path`` once it is checked ours (0600, no link). Raises OSError."""
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        try:
+            own_file(fd, path)
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        finally:
+            os.close(fd)
+
+    def put(self, line: str) -> None:
+        """Append one line to the first spool that takes it, else keep it in ``lost``. Never raises."""
+        for path in self.paths():
+            if not self.dir_ok(path, True):
+                continue
+            try:
+                self.append(path, line)
+                return
+            except SpoolRefused as e:
+                self.say(str(e))
+            except OSError:
+                continue
+        self.lost.append(line)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``), unchecked."""
+        out = []
+        for path in self.paths():
+            if not self.dir_ok(path, False):
+                continue
+            for f in [path, *self.leftovers(path)]:
+                try:
+                    text = self.read(f)
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    try:
+                        e = json.loads(line) if line.strip() else None
+                    except ValueError:
+                        continue  # a line cut by a crash or a full disk mid-write
+                    if isinstance(e, dict):
+                        out.append(e)
+        return sorted(out, key=_when)
+
+    def claim(self) -> tuple[list[tuple[Path, Path]], list[tuple[Path, str, Any]], set[Path]]:
+        """Claim every spool file for this process and read its lines, oldest first.
+
+        Each file is renamed first (``<spool>.<pid>.replay``), so two processes never replay the
+        same lines; a claimed file whose process is gone is picked up again. Returns ((spool file,
+        claimed copy) pairs, (spool file, line, its JSON or None) oldest first, the claimed copies
+        that could not be read: left where they are, said through ``say``)."""
+        claimed: list[tuple[Path, Path]] = []
+        for path in self.paths():
+            if not self.dir_ok(path, False):
+                continue
+            sources = ([path] if path.exists() else []) + self.leftovers(path)
+            for k, src in enumerate(sources):
+                mine = path.with_name(path.name + f".{os.getpid()}{'-' + str(k) if k else ''}.replay")
+                if src != mine:
+                    try:
+                        os.replace(src, mine)
+                    except OSError:
+                        continue
+                claimed.append((path, mine))
+        lines: list[tuple[Path, str, Any]] = []
+        unread: set[Path] = set()
+        for spool, c in claimed:
+            try:
+                text = self.read(c)
+            except OSError as e:
+                self.say(f"spool file {c} could not be read ({e}); left where it is")
+                unread.add(c)
+                continue
+            for line in text.splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    lines.append((spool, line, json.loads(line)))
+                except ValueError:
+                    lines.append((spool, line, None))
+        lines.sort(key=lambda x: _when(x[2]))
+        return claimed, lines, unread
+
+    def release(self, claimed: list[tuple[Path, Path]], unread: set[Path]) -> None:
+        """Remove the claimed copies a replay went through (not the unread ones)."""
+        for _, c in claimed:
+            if c in unread:
+                continue
+            try:
+                c.unlink()
+            except OSError:
+                pass
+
+    def quarantine(self, spool: Path, line: str, why: str) -> None:
+        """Keep a line that failed the check in ``<spool>.quarantine`` and say so."""
+        q = spool.with_name(spool.name + ".quarantine")
+        doc = json.dumps({"why": why, "line": line, "at": time.time()}, sort_keys=True)
+        try:
+            self.append(q, doc)
+            self.say(f"a spool line was not applied ({why}); it is kept in {q}")
+        except OSError:
+            self.say(f"a spool line was not applied ({why}) and could not be kept: {line[:200]}")

@@ -22,16 +22,16 @@ process is noticed at the next write (``notices``): the file is created anew and
 booked into it again. Vocabulary members (``bootstrap.vocabulary``) are stored as their plain
 strings.
 
-Start-up is a hot path (`ps`, `watchdog --once` every minute from cron): on an SQLite ledger that
-is already at the newest schema the engine (SQLAlchemy, SQLModel) is opened by the first write;
-until then ``reads`` (``ledger/reads.py``) answers through ``sqlite3``, after it through the engine.
+One way to the database: the ledger's SQLAlchemy engine (``ledger/engine.py``), a write in
+``engine.begin()`` (``_write``), a read on a connection that takes no write lock (``reads``,
+``ledger/reads.py``). The models (``ledger/models.py``, SQLModel) are imported by the first write;
+a command that only reads loads SQLAlchemy Core alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import threading
 import time
@@ -43,43 +43,26 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
+import sqlalchemy as sa
+
 from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
-from ledger.reads import SQLITE_BUSY_TIMEOUT_S, Reads, Row, engine_reads, file_reads, sqlite_current_file
+from ledger.reads import Reads
+from ledger.spool import SpoolFiles
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import Engine
-    from sqlmodel import Session as DbSession
+    from sqlalchemy.engine import Connection, Engine, Row
 
-    from ledger.models import BootstrapStep, Event, Session
-    from ledger.writes import EngineFile, LightFile
+    from ledger.books import Books
+    from ledger.models import Run, Session
 
 T = TypeVar("T")
 D = TypeVar("D")
 
 
-def _orm() -> tuple[type[DbSession], Any, type[Session], type[Event], type[BootstrapStep]]:
-    """Import SQLModel's session and select, and the table classes, on the first ORM call.
-
-    SQLModel's session and select, and the table classes: imported on the first ORM call, so a
-    command that only lists open sessions of a current SQLite ledger never loads SQLAlchemy."""
-    from sqlmodel import Session as DbSession, select
-
-    from ledger.models import BootstrapStep, Event, Session
-
-    return DbSession, select, Session, Event, BootstrapStep
-
-
 def _spooled_errors() -> tuple[type[BaseException], ...]:
-    """Return the errors that send a write to the spool.
-
-    The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it
-    (once loaded) or the standard library's ``sqlite3`` (a light ledger, ``ledger.writes.LightFile``)."""
-    import sqlite3
-    import sys
-
-    sa = sys.modules.get("sqlalchemy")
-    return (sqlite3.OperationalError,) + ((sa.exc.OperationalError,) if sa is not None else ())
+    """The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it."""
+    return (sa.exc.OperationalError,)
 
 
 def _sqlite_path(url: str) -> Path | None:
@@ -189,20 +172,15 @@ class ImportRejected(ValueError):
 
 
 class Ledger:
-    """A ledger at ``url`` (SQLAlchemy URL).
+    """A ledger at ``url`` (SQLAlchemy URL): the one implementation of ``ledger.books.Books``.
 
-    Creates the SQLite file's folder and applies pending
-    migrations on open. The rental's writes and single-session reads (``add_session``, ``event``,
-    ``update``, ``add_steps``, ``request_end``, ``close``, ``get``, ``events``) are
-    ``ledger/writes.py``'s statements, answering read-only rows (``ledger.reads.Row``). ``light``:
-    while the file is a current SQLite ledger and the engine is not open, they are sent through the
-    standard library's ``sqlite3`` (no SQLAlchemy import), else through the engine."""
+    Creates the SQLite file's folder and applies pending migrations on open. The rental's writes
+    and single-session reads (``add_session``, ``event``, ``update``, ``add_steps``,
+    ``request_end``, ``close``, ``get``, ``events``) are ``ledger/writes.py``'s statements, each in
+    one transaction of the ledger's engine, answering read-only rows (SQLAlchemy ``Row``)."""
 
-    def __init__(self, url: str, spool_path: str | Path | None = None, light: bool = False):
+    def __init__(self, url: str, spool_path: str | Path | None = None) -> None:
         self.url = url
-        self._light = light
-        self._light_file: LightFile | None = None  # ledger.writes.LightFile: the connection of a light ledger
-        self._writers: dict[Any, Any] = {}  # an engine -> its ledger.writes.EngineFile
         self.spool_path = Path(spool_path) if spool_path is not None else default_spool_path(url)
         self.fallback_spool_path = fallback_spool_path(url)
         self.lost: list[str] = []  # spool lines no spool could take: print them as `gpuops ledger replay` commands
@@ -213,21 +191,17 @@ class Ledger:
         self._short: Engine | None = None  # the engine of bounded writes (short timeouts)
         self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
         self._engine: Engine | None = None
+        self._reads: dict[Engine, Reads] = {}  # an engine -> its Reads
+        self._files = SpoolFiles(self._spool_paths, self._say, self.lost)
         self._file = _sqlite_path(url)
+        self._engine = self.engine  # migrate now
         self._file_id = _file_id(self._file)
-        # A current SQLite file is read with sqlite3 until the first write opens the engine.
-        self._sqlite = sqlite_current_file(url)
-        self._reads: dict[Any, Reads] = {}  # the file's or an engine's -> its Reads
-        if self._sqlite is None:
-            self._engine = self.engine  # migrate now: an old or new ledger, or a server
-            self._file_id = _file_id(self._file)
 
     @property
     def engine(self) -> Engine:
-        """Return the SQLAlchemy engine, opened with migrations applied on first use.
+        """The SQLAlchemy engine (opened, and migrations applied, on first use).
 
-        The SQLAlchemy engine (opened, and migrations applied, on first use); inside
-        ``bounded()`` the short-deadline engine."""
+        Inside ``bounded()`` the short-deadline engine."""
         from ledger.engine import open_engine
 
         if self._bound is not None:
@@ -238,57 +212,24 @@ class Ledger:
             return self._short
         if self._engine is None:
             self._engine = open_engine(self.url)
-            if self._file_id is None:
-                self._file_id = _file_id(self._file)
+            self._file_id = _file_id(self._file)
         return self._engine
-
-    def _books(self) -> LightFile | EngineFile:
-        """Return where the rental's writes go (``ledger/writes.py``).
-
-        Where the rental's writes go (``ledger/writes.py``): the file's ``LightFile`` (``sqlite3``)
-        while a light ledger goes without SQLAlchemy, else an ``EngineFile`` on ``engine`` (inside
-        ``bounded()`` the short-deadline one)."""
-        if self._light and self._engine is None and self._sqlite is not None:
-            if self._light_file is None:
-                from ledger.writes import LightFile
-
-                self._light_file = LightFile(self._sqlite)
-            return self._light_file
-        from ledger.writes import EngineFile
-
-        eng = self.engine
-        got = self._writers.get(eng)
-        if got is None:
-            got = self._writers[eng] = EngineFile(eng)
-        return got
-
-    def _busy_s(self) -> float:
-        """Return how long a standard-library write waits for another writer.
-
-        How long a standard-library write waits for another writer: ``bounded()``'s deadline,
-        else the engine's busy timeout."""
-        return self._bound if self._bound is not None else SQLITE_BUSY_TIMEOUT_S
 
     @property
     def reads(self) -> Reads:
-        """Return every read of ``ledger/reads.py`` on this ledger.
-
-        Every read of ``ledger/reads.py`` on this ledger: ``sqlite3`` on a current SQLite file
-        until the engine is opened (by the first write), then the engine (inside ``bounded()`` the
-        short-deadline one)."""
-        key = self._sqlite if self._sqlite is not None and self._engine is None else self.engine
-        got = self._reads.get(key)
+        """Every read of ``ledger/reads.py`` on this ledger's engine (inside ``bounded()`` the short-deadline one)."""
+        eng = self.engine
+        got = self._reads.get(eng)
         if got is None:
-            got = self._reads[key] = file_reads(key) if isinstance(key, Path) else engine_reads(key)
+            got = self._reads[eng] = Reads(eng)
         return got
 
-    @property
-    def fast_sqlite(self) -> Path | None:
-        """Return the SQLite file while this ledger goes without SQLAlchemy, else None.
-
-        The SQLite file while this ledger goes without SQLAlchemy (a current file, the engine not
-        opened yet), else None: a hot path may then read or write it with ``sqlite3`` itself."""
-        return self._sqlite if self._engine is None else None
+    @contextmanager
+    def _write(self) -> Iterator[tuple[Connection, Reads]]:
+        """One write transaction (``engine.begin()``) and the reads on its connection."""
+        reads = self.reads
+        with reads.engine.begin() as conn:
+            yield conn, reads.on(conn)
 
     # -- bounded writes, rows held in memory, a file that vanished -----------------------------
     @contextmanager
@@ -380,7 +321,7 @@ class Ledger:
     def _hold(self, op: str, args: dict[str, Any], out: Any = None) -> None:
         sid = cast(str, args.get("session_id"))
         if op == "row" and out is not None:
-            self._held[out.id] = dict(out.model_dump())
+            self._held[out.id] = dict(out._mapping)
             return
         d = self._held.get(sid) if sid else None
         if d is None:
@@ -393,7 +334,7 @@ class Ledger:
             d["last_heartbeat_at"] = args["at"]
         elif op == "close":
             if out is not None:
-                self._held[sid] = dict(out.model_dump())
+                self._held[sid] = dict(out._mapping)
             elif d.get("status") != str(RowStatus.CLOSED):
                 fields = {k: v for k, v in args.items() if k not in ("session_id", "ended_at", "reason", "exit_code")}
                 inc = fields.pop("billing_increment_seconds", d.get("billing_increment_seconds"))
@@ -422,12 +363,8 @@ class Ledger:
         for eng in (self._engine, self._short):
             if eng is not None:
                 eng.dispose()
-        if self._light_file is not None:
-            self._light_file.close()
-        self._engine = self._short = self._light_file = None
-        self._sqlite = None
+        self._engine = self._short = None
         self._reads.clear()
-        self._writers.clear()
         self._file_id = None
         n = self._rebook()
         self.notices.append(
@@ -445,9 +382,8 @@ class Ledger:
         done = 0
         for d in list(self._held.values()):
             try:
-                done += writes.rebook(
-                    self._books(), d, "the ledger file vanished; rebooked from memory", self._busy_s()
-                )
+                with self._write() as (conn, reads):
+                    done += writes.rebook(conn, reads, d, "the ledger file vanished; rebooked from memory")
             except _spooled_errors():
                 break
         if self._file is not None:
@@ -455,10 +391,10 @@ class Ledger:
         return done
 
     # -- the spool ----------------------------------------------------------------------------
-    # Each spool folder is checked ours alone (``ledger.spool.own_dir``) before anything in it is
-    # read or written; a refused one is skipped and said once in ``notices``. Every line replayed
-    # passes ``ledger.spool.check_line``; one that fails goes to ``<spool file>.quarantine``
-    # (said in ``notices``) and the lines behind it are still applied.
+    # A refused write goes to the spool's files (``ledger.spool.SpoolFiles``: folders and files
+    # checked ours alone, lines claimed before a replay) and comes back through the same writes
+    # (``_apply``). Every line replayed passes ``ledger.spool.check_line``; one that fails goes to
+    # ``<spool file>.quarantine`` (said in ``notices``) and the lines behind it are still applied.
     def _spool_paths(self) -> list[Path]:
         return [self.spool_path] + ([self.fallback_spool_path] if self.fallback_spool_path != self.spool_path else [])
 
@@ -466,91 +402,12 @@ class Ledger:
         if text not in self.notices:
             self.notices.append(text)
 
-    def _spool_dir_ok(self, path: Path, make: bool) -> bool:
-        """Whether ``path``'s folder may be used: exists (made when ``make``) and is ours alone."""
-        from ledger.spool import SpoolRefused, check_dir, own_dir
-
-        try:
-            if make:
-                own_dir(path.parent)
-                return True
-            return check_dir(path.parent)
-        except SpoolRefused as e:
-            self._say(str(e))
-        except OSError:
-            pass
-        return False
-
-    def _leftovers(self, path: Path) -> list[Path]:
-        """``<spool>.<pid>[-n].replay`` files a replay claimed and never finished (its process is gone)."""
-        out: list[Path] = []
-        try:
-            names = os.listdir(path.parent)
-        except OSError:
-            return out
-        for n in names:
-            if not (n.startswith(path.name + ".") and n.endswith(".replay")):
-                continue
-            pid = n[len(path.name) + 1 : -len(".replay")].split("-", 1)[0]
-            if not pid.isdigit():
-                continue
-            if int(pid) != os.getpid():
-                try:
-                    os.kill(int(pid), 0)
-                    continue  # another process is replaying it now
-                except ProcessLookupError:
-                    pass
-                except OSError:
-                    continue
-            out.append(path.parent / n)
-        return sorted(out)
-
     def has_spool(self) -> bool:
         """True when writes wait in a spool folder of ours (a spool file, or a replay left unfinished)."""
-        return any(
-            self._spool_dir_ok(p, False) and (p.exists() or bool(self._leftovers(p))) for p in self._spool_paths()
-        )
-
-    def _append(self, path: Path, line: str) -> None:
-        """Append ``line`` to the spool file ``path`` (0600, ours, no link followed). Raises OSError."""
-        from ledger.spool import own_file
-
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        try:
-            own_file(fd, path)
-            data = ("\n" + line + "\n").encode("utf-8")
-            if os.write(fd, data) != len(data):
-                raise OSError("short write")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _read(self, path: Path) -> str:
-        """The text of the spool file ``path`` once it is checked ours (0600, no link). Raises OSError."""
-        from ledger.spool import own_file
-
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            own_file(fd, path)
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        finally:
-            os.close(fd)
+        return self._files.waiting()
 
     def _spool_line(self, line: str) -> None:
-        from ledger.spool import SpoolRefused
-
-        for path in self._spool_paths():
-            if not self._spool_dir_ok(path, True):
-                continue
-            try:
-                self._append(path, line)
-                return
-            except SpoolRefused as e:
-                self._say(str(e))
-            except OSError:
-                continue
-        self.lost.append(line)
+        self._files.put(line)
 
     def _spool(self, op: str, **args: Any) -> None:
         """Append one refused write to the spool, else to the fallback spool, else keep it in ``lost``.
@@ -563,41 +420,9 @@ class Ledger:
             json.dumps({"op": op, "args": {k: _plain(v) for k, v in args.items()}, "t": time.time()}, sort_keys=True)
         )
 
-    @staticmethod
-    def _lines(text: str) -> list[str]:
-        return [line for line in text.splitlines() if line.strip()]
-
-    @staticmethod
-    def _entries(text: str) -> list[dict[str, Any]]:
-        out = []
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-            except ValueError:
-                continue  # a line cut by a crash or a full disk mid-write
-            if isinstance(e, dict):
-                out.append(e)
-        return out
-
-    @staticmethod
-    def _when(e: Any) -> float:
-        t = e.get("t") if isinstance(e, dict) else None
-        return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) else 0.0
-
     def spooled(self) -> list[dict[str, Any]]:
         """The writes waiting in the spools, oldest first (``{"op", "args", "t"}``), unchecked."""
-        out = []
-        for path in self._spool_paths():
-            if not self._spool_dir_ok(path, False):
-                continue
-            for f in [path, *self._leftovers(path)]:
-                try:
-                    out += self._entries(self._read(f))
-                except OSError:
-                    continue
-        return sorted(out, key=self._when)
+        return self._files.entries()
 
     def _check(self, e: Any) -> tuple[str, dict[str, Any]]:
         """``ledger.spool.check_line`` against the rows as the database holds them now."""
@@ -606,20 +431,10 @@ class Ledger:
 
         return check_line(
             e,
-            lambda sid: writes.get(self._books(), sid, self._busy_s()),
+            lambda sid: writes._one(self.reads, sid),
             self.get_run,
             time.time(),
         )
-
-    def _quarantine(self, spool: Path, line: str, why: str) -> None:
-        """Keep a line that failed the check in ``<spool>.quarantine`` and say so in ``notices``."""
-        q = spool.with_name(spool.name + ".quarantine")
-        doc = json.dumps({"why": why, "line": line, "at": time.time()}, sort_keys=True)
-        try:
-            self._append(q, doc)
-            self._say(f"a spool line was not applied ({why}); it is kept in {q}")
-        except OSError:
-            self._say(f"a spool line was not applied ({why}) and could not be kept: {line[:200]}")
 
     def replay_line(self, line: str) -> bool:
         """Apply one spool line (``gpuops ledger replay 'LINE'``); True once applied.
@@ -631,7 +446,7 @@ class Ledger:
         ledger). Database errors propagate."""
         from ledger.spool import BadLine
 
-        lines = self._lines(line)
+        lines = [x for x in line.splitlines() if x.strip()]
         if len(lines) != 1:
             raise BadLine("not one line")
         try:
@@ -676,36 +491,9 @@ class Ledger:
         to the spool. Raises nothing for database errors (they re-spool)."""
         from ledger.spool import BadLine
 
-        claimed: list[tuple[Path, Path]] = []  # (spool file, claimed copy)
-        for path in self._spool_paths():
-            if not self._spool_dir_ok(path, False):
-                continue
-            sources = ([path] if path.exists() else []) + self._leftovers(path)
-            for k, src in enumerate(sources):
-                mine = path.with_name(path.name + f".{os.getpid()}{'-' + str(k) if k else ''}.replay")
-                if src != mine:
-                    try:
-                        os.replace(src, mine)
-                    except OSError:
-                        continue
-                claimed.append((path, mine))
+        claimed, lines, unread = self._files.claim()
         if not claimed:
             return 0
-        lines: list[tuple[Path, str, Any]] = []  # (spool file, the line, its JSON or None)
-        unread: set[Path] = set()
-        for spool, c in claimed:
-            try:
-                text = self._read(c)
-            except OSError as e:
-                self._say(f"spool file {c} could not be read ({e}); left where it is")
-                unread.add(c)
-                continue
-            for line in self._lines(text):
-                try:
-                    lines.append((spool, line, json.loads(line)))
-                except ValueError:
-                    lines.append((spool, line, None))
-        lines.sort(key=lambda x: self._when(x[2]))
         done = 0
         sessions: set[str] = set()
         for i, (spool, line, entry) in enumerate(lines):
@@ -719,22 +507,16 @@ class Ledger:
                     self._spool_line(rest)
                 break
             except BadLine as why:
-                self._quarantine(spool, line, str(why))
+                self._files.quarantine(spool, line, str(why))
                 continue
             except (KeyError, TypeError, ValueError) as why:  # passed the check, refused by the write
-                self._quarantine(spool, line, f"{type(why).__name__}: {why}")
+                self._files.quarantine(spool, line, f"{type(why).__name__}: {why}")
                 continue
             done += 1
             sid = args.get("session_id")
             if sid:
                 sessions.add(sid)
-        for _, c in claimed:
-            if c in unread:
-                continue
-            try:
-                c.unlink()
-            except OSError:
-                pass
+        self._files.release(claimed, unread)
         for sid in sessions:
             try:
                 self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
@@ -780,7 +562,8 @@ class Ledger:
         import ledger.writes as writes
 
         fields = row if isinstance(row, dict) else row.model_dump()
-        got = writes.add_session(self._books(), {k: _plain(v) for k, v in fields.items()}, self._busy_s())
+        with self._write() as (conn, reads):
+            got = writes.add_session(conn, reads, {k: _plain(v) for k, v in fields.items()})
         self._hold("row", {}, got)
 
     def update(self, session_id: str, **fields: Any) -> None:
@@ -814,7 +597,8 @@ class Ledger:
     def _event(self, session_id: str, kind: str, detail: str, at: float | None) -> None:
         import ledger.writes as writes
 
-        writes.event(self._books(), session_id, _plain(kind), detail, at, self._busy_s())
+        with self._write() as (conn, _):
+            writes.event(conn, session_id, _plain(kind), detail, at)
 
     def add_steps(self, session_id: str, steps: Iterable[dict[str, Any]]) -> None:
         """Store bootstrap step lines for a session.
@@ -827,7 +611,8 @@ class Ledger:
     def _add_steps(self, session_id: str, steps: list[dict[str, Any]]) -> None:
         import ledger.writes as writes
 
-        writes.add_steps(self._books(), session_id, steps, self._busy_s())
+        with self._write() as (conn, _):
+            writes.add_steps(conn, session_id, steps)
 
     def request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str | None:
         """Record why a session is being ended, before its destroy.
@@ -844,11 +629,12 @@ class Ledger:
     def _request_end(self, session_id: str, reason: str, by: str = "", detail: str = "") -> str:
         import ledger.writes as writes
 
-        return writes.request_end(self._books(), session_id, reason, by, detail, self._busy_s())
+        with self._write() as (conn, _):
+            return writes.request_end(conn, session_id, reason, by, detail)
 
     def close(
         self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any
-    ) -> Row | None:
+    ) -> Row[Any] | None:
         """Close a session with its end time, reason, billed seconds and cost.
 
         Close a session: end time (confirmed destroy, or the provider's/agent's time), reason,
@@ -866,10 +652,13 @@ class Ledger:
             **fields,
         )
 
-    def _close(self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any) -> Row:
+    def _close(
+        self, session_id: str, ended_at: float, reason: str, exit_code: int | None = None, **fields: Any
+    ) -> Row[Any]:
         import ledger.writes as writes
 
-        return writes.close(self._books(), session_id, ended_at, reason, exit_code, fields, self._busy_s())
+        with self._write() as (conn, reads):
+            return writes.close(conn, reads, session_id, ended_at, reason, exit_code, fields)
 
     def heartbeat(self, session_id: str, at: float) -> None:
         """Record the on-box agent's heartbeat time (epoch s).
@@ -879,20 +668,12 @@ class Ledger:
         self._guarded("heartbeat", self._heartbeat, session_id=session_id, at=at)
 
     def _heartbeat(self, session_id: str, at: float) -> None:
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        import sqlalchemy as sa
+        import ledger.writes as writes
 
-        with self.engine.begin() as conn:
-            conn.execute(
-                sa.update(Session.__table__)
-                .where(Session.__table__.c.id == session_id)
-                .where(
-                    sa.or_(Session.__table__.c.last_heartbeat_at.is_(None), Session.__table__.c.last_heartbeat_at < at)
-                )
-                .values(last_heartbeat_at=at)
-            )
+        with self._write() as (conn, _):
+            writes.heartbeat(conn, session_id, at)
 
-    def set_tokens(self, session_id: str, tokens: int) -> Row:
+    def set_tokens(self, session_id: str, tokens: int) -> Row[Any]:
         """Set a session's token count after the fact and log an event.
 
         Set a session's token count after the fact (``ledger tokens SESSION N``) and log an event.
@@ -901,28 +682,16 @@ class Ledger:
             raise ValueError(f"tokens must be >= 0, got {tokens}")
         return self._set_with_event(session_id, str(EventKind.TOKENS), str(tokens), tokens=int(tokens))
 
-    def note(self, session_id: str, text: str) -> Row:
+    def note(self, session_id: str, text: str) -> Row[Any]:
         """Set the session's one-line conclusion (``ledger note SESSION TEXT``) and log an event."""
         line = " ".join(text.split())
         return self._set_with_event(session_id, str(EventKind.NOTE), line, conclusion=line)
 
-    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Row:
+    def _set_with_event(self, session_id: str, kind: str | None, detail: str, **fields: Any) -> Row[Any]:
         import ledger.writes as writes
 
-        return writes.set_fields(self._books(), session_id, kind, detail, fields, self._busy_s())
-
-    def import_sessions(
-        self, rows: Iterable[dict[str, Any]], lines: Iterable[int] | None = None, chunk: int = 5000
-    ) -> int:
-        """Insert closed session rows in ONE transaction: all or none.
-
-        Insert closed session rows (dicts of ``sessions`` columns) in ONE transaction: either all
-        are written or none. An id already in the ledger rejects the whole import with its line
-        number (``lines[i]`` is row i's line in the source file). Returns the count written.
-        Raises ImportRejected."""
-        rows = list(rows)
-        lines = list(lines) if lines is not None else list(range(1, len(rows) + 1))
-        return self.import_rows(zip(lines, rows), chunk=chunk)
+        with self._write() as (conn, reads):
+            return writes.set_fields(conn, reads, session_id, kind, detail, fields)
 
     def import_rows(
         self,
@@ -1102,14 +871,18 @@ class Ledger:
         return count
 
     # -- runs (m010): the user's job across rentals --------------------------------------------
-    def add_run(self, run: Any) -> None:
+    @staticmethod
+    def _runs_table() -> sa.Table:
+        from ledger.models import Run
+
+        return cast(sa.Table, Run.__table__)  # type: ignore[attr-defined]  # SQLModel sets it
+
+    def add_run(self, run: Run) -> None:
         """Insert a ``runs`` row (``ledger.models.Run``, status open) before its first rental."""
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            db.add(run)
-            db.commit()
-            db.refresh(run)
-        self._held_runs[run.id] = dict(run.model_dump())
+        fields = {k: _plain(v) for k, v in run.model_dump().items()}
+        with self._write() as (conn, _):
+            conn.execute(sa.insert(self._runs_table()).values(**fields))
+        self._held_runs[run.id] = fields
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set fields of a run (spooled when the database refuses). KeyError for an unknown id."""
@@ -1119,17 +892,13 @@ class Ledger:
         self._guarded("run_update", self._run_update, run_id=run_id, **fields)
 
     def _run_update(self, run_id: str, **fields: Any) -> None:
-        from ledger.models import Run
-
-        DbSession = _orm()[0]
-        with DbSession(self.engine) as db:
-            row = db.get(Run, run_id)
-            if row is None:
+        runs = self._runs_table()
+        bad = sorted(set(fields) - set(runs.c.keys()) - {"id"}) + (["id"] if "id" in fields else [])
+        if bad:
+            raise ValueError(f"unknown runs column(s): {', '.join(bad)}")
+        with self._write() as (conn, _):
+            if conn.execute(sa.update(runs).where(runs.c.id == run_id).values(**fields)).rowcount == 0:
                 raise KeyError(run_id)
-            for k, v in fields.items():
-                setattr(row, k, v)
-            db.add(row)
-            db.commit()
 
     def close_run(self, run_id: str, ended_at: float, reason: str, detail: str = "") -> None:
         """Close a run with its outcome and one line of detail.
@@ -1145,38 +914,35 @@ class Ledger:
         )
 
     def _run_close(self, run_id: str, ended_at: float, reason: str, detail: str = "") -> None:
-        from ledger.models import Run
-
-        DbSession = _orm()[0]
-        with DbSession(self.engine) as db:
-            row = db.get(Run, run_id)
-            if row is None:
+        runs = self._runs_table()
+        with self._write() as (conn, _):
+            status = conn.execute(sa.select(runs.c.status).where(runs.c.id == run_id)).scalar()
+            if status is None:
                 raise KeyError(run_id)
-            if row.status == "closed":
+            if status == "closed":
                 return
-            row.status, row.ended_at, row.end_reason, row.detail = "closed", ended_at, reason, detail
-            db.add(row)
-            db.commit()
+            conn.execute(
+                sa.update(runs)
+                .where(runs.c.id == run_id)
+                .values(status="closed", ended_at=ended_at, end_reason=reason, detail=detail)
+            )
 
     def held_run(self, run_id: str) -> Any | None:
         """The run as this Ledger last wrote or read it (no database read), or None."""
         d = self._held_runs.get(run_id)
         return SimpleNamespace(**d) if d is not None else None
 
-    def get_run(self, run_id: str) -> Any | None:
-        """The ``runs`` row (``ledger.models.Run``), or None."""
-        from ledger.models import Run
+    def get_run(self, run_id: str) -> Row[Any] | None:
+        """The ``runs`` row (every column of ``ledger.models.Run``), or None."""
+        got = self.reads.rows("runs", where=["id = :id"], params={"id": run_id})
+        return got[0] if got else None
 
-        DbSession = _orm()[0]
-        with DbSession(self.engine) as db:
-            return db.get(Run, run_id)
-
-    def run_rentals(self, run_id: str) -> list[Session]:
-        """The rentals of a run, in attempt order."""
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            q = select(Session).where(Session.run_id == run_id).order_by(Session.attempt, Session.created_at)
-            return list(db.exec(q))
+    def run_rentals(self, run_id: str) -> list[Row[Any]]:
+        """The rentals (``sessions`` rows) of a run, in attempt order."""
+        return cast(
+            "list[Row[Any]]",
+            self.reads.rows("sessions", where=["run_id = :rid"], params={"rid": run_id}, order="attempt, created_at"),
+        )
 
     def runs(self, since: float | None = None, limit: int | None = None) -> list[Any]:
         """Return runs newest first, each with its rentals' totals.
@@ -1184,17 +950,17 @@ class Ledger:
         Runs newest first (``since``: created at or after, epoch s), each with its rentals'
         totals: ``rentals``, ``cost_usd`` (their sum; None while none has a cost), ``billed_seconds``,
         ``tokens``, ``simulated`` (any rental simulated). Rows with attribute access."""
-        import sqlalchemy as sa
-
+        cols = (
+            "r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
+            "r.attempts, r.max_hours, r.max_usd, r.owner"
+        )
         sql = (
-            "SELECT r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
-            "r.attempts, r.max_hours, r.max_usd, r.owner, COUNT(s.id) AS rentals, SUM(s.cost_usd) AS cost_usd, "
+            f"SELECT {cols}, COUNT(s.id) AS rentals, SUM(s.cost_usd) AS cost_usd, "
             "SUM(s.billed_seconds) AS billed_seconds, COALESCE(SUM(s.tokens), 0) AS tokens, "
             "MAX(CASE WHEN s.simulated THEN 1 ELSE 0 END) AS simulated "
             "FROM runs r LEFT JOIN sessions s ON s.run_id = r.id "
             + ("WHERE r.created_at >= :since " if since is not None else "")
-            + "GROUP BY r.id, r.experiment, r.provider, r.status, r.created_at, r.ended_at, r.end_reason, r.detail, r.recover, "
-            "r.attempts, r.max_hours, r.max_usd, r.owner ORDER BY r.created_at DESC, r.id DESC"
+            + f"GROUP BY {cols} ORDER BY r.created_at DESC, r.id DESC"
             + (" LIMIT :limit" if limit is not None else "")
         )
         params: dict[str, Any] = {}
@@ -1202,50 +968,51 @@ class Ledger:
             params["since"] = since
         if limit is not None:
             params["limit"] = int(limit)
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.text(sql), params).mappings().all()
-        return [SimpleNamespace(**{**dict(r), "simulated": bool(r["simulated"])}) for r in rows]
+        names = [c.strip().removeprefix("r.") for c in cols.split(",")]
+        names += ["rentals", "cost_usd", "billed_seconds", "tokens", "simulated"]
+        out = []
+        for r in self.reads.query(sql, params):
+            d = dict(zip(names, r))
+            out.append(SimpleNamespace(**{**d, "simulated": bool(d["simulated"])}))
+        return out
 
     # -- reads --------------------------------------------------------------------------------
-    def get(self, session_id: str) -> Row | None:
+    def get(self, session_id: str) -> Row[Any] | None:
         """The session row (None when there is none); this Ledger then holds it (``held``)."""
-        import ledger.writes as writes
+        from ledger.writes import _one
 
-        row = writes.get(self._books(), session_id, self._busy_s())
+        row = _one(self.reads, session_id)
         if row is not None and (session_id not in self._held or not self.has_spool()):
             self._hold("row", {}, row)  # not over a held row whose later writes still wait in the spool
         return row
 
-    def find(self, prefix: str) -> list[Session]:
-        """Return the sessions whose id starts with ``prefix``.
+    def find(self, prefix: str) -> list[Row[Any]]:
+        """Return the sessions whose id starts with ``prefix``, by id.
 
         Sessions whose id starts with ``prefix`` (users type short ids). On SQLite (binary
         collation) a key range on the primary key; elsewhere LIKE (a linguistic collation does not
         order every string with the prefix inside that range)."""
-        DbSession, select, Session, _, _ = _orm()
-        q = select(Session).order_by(Session.id)
-        if self.engine.dialect.name == "sqlite" and prefix and ord(prefix[-1]) < 0x10FFFF:
-            q = q.where(Session.id >= prefix, Session.id < prefix[:-1] + chr(ord(prefix[-1]) + 1))
+        if self.reads.dialect == "sqlite" and prefix and ord(prefix[-1]) < 0x10FFFF:
+            where, params = ["id >= :lo", "id < :hi"], {"lo": prefix, "hi": prefix[:-1] + chr(ord(prefix[-1]) + 1)}
         else:
-            from sqlmodel import col
+            escaped = prefix.replace("/", "//").replace("%", "/%").replace("_", "/_")
+            where, params = ["id LIKE :pattern ESCAPE '/'"], {"pattern": escaped + "%"}
+        rows = self.reads.rows("sessions", where=where, params=params, order="id")
+        return [r for r in rows if r.id.startswith(prefix)]
 
-            q = q.where(col(Session.id).startswith(prefix, autoescape=True))
-        with DbSession(self.engine) as db:
-            return [r for r in db.exec(q) if r.id.startswith(prefix)]
-
-    def open_sessions(self) -> list[Any]:
+    def open_sessions(self) -> list[Row[Any]]:
         """Return every session not closed, oldest intent first.
 
-        Every session not closed, oldest intent first, as read-only rows with attribute access
-        and ``model_dump()`` (``ledger.reads.Row``; re-read with ``get`` before writing).
-        Answered from the partial index ``ix_sessions_open`` (m005): a handful of rows whatever
-        the ledger's size. Spooled writes are replayed first (bounded: ``bounded()``), so a
-        spooled close is finished by whoever lists the open sessions next (``ps``, ``watchdog``,
-        ``reconcile``) instead of being taken for a box still running or one that vanished."""
+        Every session not closed, oldest intent first, as read-only rows (SQLAlchemy ``Row``;
+        re-read with ``get`` before writing). Answered from the partial index ``ix_sessions_open``:
+        a handful of rows whatever the ledger's size. Spooled writes are replayed first (bounded:
+        ``bounded()``), so a spooled close is finished by whoever lists the open sessions next
+        (``ps``, ``watchdog``, ``reconcile``) instead of being taken for a box still running or one
+        that vanished."""
         if self.has_spool():
             with self.bounded():
                 self.quick(self.replay_spool, 0)
-        return self.reads.open_sessions()
+        return cast("list[Row[Any]]", self.reads.open_sessions())
 
     def last_event(self, session_id: str, kind: str) -> tuple[float, Any] | None:
         """Return the newest ``kind`` event of ``session_id`` as (epoch s, detail), or None.
@@ -1262,52 +1029,33 @@ class Ledger:
             detail = text
         return float(at), detail
 
-    def active_refusals(self) -> list[Any]:
+    def active_refusals(self) -> list[Row[Any]]:
         """Refusals not lifted (``refusals`` rows, oldest first) as read-only rows."""
-        return self.reads.active_refusals()
+        return cast("list[Row[Any]]", self.reads.active_refusals())
 
-    def watchdog_passes(self) -> list[Any]:
-        """The newest pass of each watchdog (host, owner), newest first (``ledger.reads.PassRow``)."""
-        return self.reads.watchdog_passes()
-
-    def sessions_between(self, start: float, end: float) -> list[Session]:
-        """Sessions whose intent time is in [start, end) epoch seconds."""
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            q = (
-                select(Session)
-                .where(Session.created_at >= start, Session.created_at < end)
-                .order_by(Session.created_at)
-            )
-            return list(db.exec(q))
+    def watchdog_passes(self) -> list[Row[Any]]:
+        """The newest pass of each watchdog (host, owner), newest first (``watchdog_passes`` rows)."""
+        return cast("list[Row[Any]]", self.reads.watchdog_passes())
 
     def rows_between(
         self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None
-    ) -> list[Any]:
-        """Return lightweight rows whose intent time is in [start, end).
+    ) -> list[Row[Any]]:
+        """Session rows whose intent time (``created_at``, epoch s) is in [start, end), oldest first.
 
-        Lightweight rows (attribute access, no ORM objects) whose intent time is in [start, end);
-        see ``ledger.reads.Reads.rows_between``."""
-        return cast(list[Any], self.reads.rows_between(start, end, columns))  # a list: not streamed
+        ``columns``: which to load (default all); see ``ledger.reads.Reads.rows_between``."""
+        return cast("list[Row[Any]]", self.reads.rows_between(start, end, columns))  # a list: not streamed
 
     def overlapping(
         self, start: float | None, end: float | None, columns: Iterable[str] | None = None
-    ) -> Iterator[Any]:
-        """Stream the narrow session rows that may have spent money in [start, end).
+    ) -> Iterator[Row[Any]]:
+        """Stream the narrow session rows that may have spent money in [start, end) epoch s.
 
-        Narrow session rows that may have spent money in [start, end), streamed
         (``ledger.reads.Reads.overlapping``)."""
-        return self.reads.overlapping(start, end, columns)
+        return cast("Iterator[Row[Any]]", self.reads.overlapping(start, end, columns))
 
-    def cost_lines(self, start: float | None, end: float | None) -> list[Any]:
-        """Cost lines (storage) whose period overlaps [start, end) (``ledger.reads.Reads.cost_lines``)."""
-        return self.reads.cost_lines(start, end)
-
-    def iter_rows_between(
-        self, start: float | None = None, end: float | None = None, columns: Iterable[str] | None = None
-    ) -> Iterator[Any]:
-        """``rows_between`` streamed (flat memory)."""
-        return self.reads.iter_rows_between(start, end, columns)
+    def cost_lines(self, start: float | None, end: float | None) -> list[Row[Any]]:
+        """Cost lines (storage, USD) whose period overlaps [start, end) epoch s (``ledger.reads.Reads.cost_lines``)."""
+        return cast("list[Row[Any]]", self.reads.cost_lines(start, end))
 
     @property
     def dialect(self) -> str:
@@ -1318,15 +1066,22 @@ class Ledger:
         """Tuples of a read-only ``sql`` with named ``:params``, streamed (flat memory)."""
         return self.reads.iter_query(sql, params)
 
-    def steps(self, session_id: str) -> list[BootstrapStep]:
-        DbSession, select, Session, Event, BootstrapStep = _orm()
-        with DbSession(self.engine) as db:
-            return list(
-                db.exec(select(BootstrapStep).where(BootstrapStep.session_id == session_id).order_by(BootstrapStep.id))
-            )
+    def steps(self, session_id: str) -> list[Row[Any]]:
+        """The session's bootstrap steps in the order written (``name``, ``status``, ``seconds`` wall s, ``detail``)."""
+        return cast(
+            "list[Row[Any]]",
+            self.reads.rows("bootstrap_steps", where=["session_id = :sid"], params={"sid": session_id}, order="id"),
+        )
 
-    def events(self, session_id: str) -> list[Any]:
-        """The session's events, oldest first (read-only rows: ``ledger.writes.EventRow``)."""
+    def events(self, session_id: str) -> list[Row[Any]]:
+        """The session's events, oldest first (``id, session_id, at`` epoch s``, kind, detail``)."""
         import ledger.writes as writes
 
-        return writes.events(self._books(), session_id, self._busy_s())
+        return writes.events(self.reads, session_id)
+
+
+if TYPE_CHECKING:
+
+    def _implements(ledger: Ledger) -> Books:
+        """The type checker's proof that ``Ledger`` is a ``ledger.books.Books``."""
+        return ledger

@@ -24,34 +24,12 @@ import sqlalchemy as sa
 from bootstrap.vocabulary import EventKind
 from ledger.billing import ChargeLine
 
-_sessions = sa.table(
-    "sessions",
-    sa.column("id"),
-    sa.column("provider"),
-    sa.column("instance_id"),
-    sa.column("cost_usd"),
-    sa.column("estimated_usd"),
-    sa.column("charged_usd"),
-    sa.column("cost_source"),
-    sa.column("status"),
-)
-_lines = sa.table(
-    "cost_lines",
-    sa.column("id"),
-    sa.column("session_id"),
-    sa.column("provider"),
-    sa.column("instance_id"),
-    sa.column("kind"),
-    sa.column("start_at"),
-    sa.column("end_at"),
-    sa.column("usd"),
-    sa.column("simulated", sa.Boolean),
-    sa.column("source"),
-    sa.column("description"),
-    sa.column("booked_at"),
-    sa.column("line_key"),
-)
-_events = sa.table("events", sa.column("session_id"), sa.column("at"), sa.column("kind"), sa.column("detail"))
+
+def _tables() -> tuple[sa.Table, sa.Table, sa.Table]:
+    """The models' ``sessions``, ``cost_lines`` and ``events`` tables (``ledger/models.py``)."""
+    from ledger.models import CostLine, Event, Session
+
+    return Session.__table__, CostLine.__table__, Event.__table__  # type: ignore[attr-defined]  # SQLModel sets it
 
 
 def line_key(c: ChargeLine) -> str:
@@ -61,6 +39,7 @@ def line_key(c: ChargeLine) -> str:
 
 def booked_storage(engine, session_ids: Iterable[str]) -> dict[str, float]:
     """{session id: USD of storage lines booked from provider billing}."""
+    _sessions, _lines, _events = _tables()
     ids = list(session_ids)
     out: dict[str, float] = {}
     with engine.connect() as conn:
@@ -77,6 +56,7 @@ def booked_storage(engine, session_ids: Iterable[str]) -> dict[str, float]:
 
 def known_instances(engine, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
     """Which (provider, instance id) pairs belong to some ledger row (indexed ``instance_id``)."""
+    _sessions, _lines, _events = _tables()
     keys = list(keys)
     found: set[tuple[str, str]] = set()
     ids = sorted({k[1] for k in keys})
@@ -98,6 +78,7 @@ def apply_charges(engine, report: dict, charges: Iterable[ChargeLine], now: floa
     ``unchanged``), and a storage line already booked is replaced, not counted again. Returns
     ``{"sessions": n booked, "storage_lines": n new, "account_lines": n new, "storage_usd": USD of
     the new lines, "unchanged": n sessions already at their charge}``."""
+    _sessions, _lines, _events = _tables()
     now = time.time() if now is None else now
     by_id = {r["session"]: r for r in report["sessions"]}
     booked = lines_n = account_n = unchanged = 0

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 StatusReader = Callable[[Any], "dict | None"]
 
@@ -178,7 +178,7 @@ def open_boxes(settings, now: float, tz: str | None = None, read_status: StatusR
     return out
 
 
-def _provider_status_reader(settings, ledger: Ledger) -> StatusReader:
+def _provider_status_reader(settings, ledger: Books) -> StatusReader:
     from gpuops.teardown.reconcile import Context, agent_status
 
     ctx = Context(settings, ledger=ledger, ssh_connect_s=5.0)

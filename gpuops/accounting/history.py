@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 DEFAULT_LIMIT = 20
 
@@ -50,7 +50,7 @@ def sessions(
     }
 
 
-def runs(ledger: Ledger, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
+def runs(ledger: Books, since: str | None = None, limit: int = DEFAULT_LIMIT, tz: str | None = None) -> dict:
     """``ledger sessions --runs``.
 
     Runs (``up --recover``) newest first, each with its rentals' count, billed hours and cost (their

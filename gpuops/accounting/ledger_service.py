@@ -15,7 +15,7 @@ from gpuops.errors import BadInput, GpuopsError
 from ledger.reads import SPEND_COLUMNS as REPORT_COLUMNS  # noqa: E402
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
     from ledger.reads import LedgerReader
 
 
@@ -30,7 +30,7 @@ def _tz_checked(tz: str | None) -> str | None:
 
 
 def month(
-    ledger: Ledger | LedgerReader,
+    ledger: Books | LedgerReader,
     month: str | None = None,
     tz: str | None = None,
     by: str | None = None,
@@ -69,7 +69,7 @@ def month(
     return rep
 
 
-def experiments(ledger: Ledger, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
+def experiments(ledger: Books, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
     """``ledger experiments``.
 
     per-experiment totals over [since 00:00, until 24:00) in ``tz`` (dates ``YYYY-MM-DD``; either
@@ -95,7 +95,7 @@ def experiments(ledger: Ledger, since: str | None = None, until: str | None = No
     )
 
 
-def _query(ledger: Ledger | LedgerReader):
+def _query(ledger: Books | LedgerReader):
     """SQL text runner for ``ledger.aggregate`` (``ledger.reads.Reads.query``) of a ``Ledger`` or a ``LedgerReader``."""
     return ledger.reads.query
 
@@ -131,7 +131,7 @@ def _day_after(day: str, tz: str | None) -> float:
     return day_start(nxt.isoformat(), tz)
 
 
-def show(ledger: Ledger, ref: str, tz: str | None = None) -> dict:
+def show(ledger: Books, ref: str, tz: str | None = None) -> dict:
     """``ledger show``: one session's every field, steps, events, cost figures and cost lines.
 
     ``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
@@ -158,7 +158,7 @@ def show(ledger: Ledger, ref: str, tz: str | None = None) -> dict:
     return d
 
 
-def show_run(ledger: Ledger, run_id: str, tz: str | None = None) -> dict:
+def show_run(ledger: Books, run_id: str, tz: str | None = None) -> dict:
     """``ledger show run-...``: a run and its rentals, in attempt order, with why each ended.
 
     Returns ``{"run": {id, experiment, provider, status, started, ended, end_reason, detail,
@@ -233,7 +233,7 @@ def show_run(ledger: Ledger, run_id: str, tz: str | None = None) -> dict:
 MAX_TOKENS = 2**63 - 1  # the ledger's tokens column: a 64-bit signed integer (SQLite INTEGER, PostgreSQL BIGINT)
 
 
-def tokens(ledger: Ledger, ref: str, n: int) -> dict:
+def tokens(ledger: Books, ref: str, n: int) -> dict:
     """``ledger tokens SESSION N``: set the session's token count after the fact.
 
     Returns ``{"session","tokens","cost_usd","simulated","usd_per_mtoken"}`` (``cost_usd``: the
@@ -259,7 +259,7 @@ def tokens(ledger: Ledger, ref: str, n: int) -> dict:
     }
 
 
-def note(ledger: Ledger, ref: str, text: str) -> dict:
+def note(ledger: Books, ref: str, text: str) -> dict:
     """``ledger note SESSION TEXT``: set the one-line conclusion. Returns ``{"session","conclusion"}``."""
     from gpuops.rental.sessions import resolve_session
 
@@ -269,16 +269,16 @@ def note(ledger: Ledger, ref: str, text: str) -> dict:
     return {"session": row.id, "conclusion": row.conclusion}
 
 
-def _can_fork_export(ledger: Ledger, out) -> bool:
+def _can_fork_export(ledger: Books, out) -> bool:
     """True when ``ledger export`` may be written by two processes (``ledger.csvio.write_export_forked``).
 
-    A plain-sqlite3 reader, an output with a file descriptor, Linux (a fork without exec is unsafe
+    An SQLite ledger, an output with a file descriptor, Linux (a fork without exec is unsafe
     on macOS, where Python itself spawns instead), and no other thread in this process (a lock
     another thread holds would stay held in the child)."""
     import sys
     import threading
 
-    if ledger.reads.driver != "sqlite3" or not sys.platform.startswith("linux") or threading.active_count() != 1:
+    if ledger.reads.dialect != "sqlite" or not sys.platform.startswith("linux") or threading.active_count() != 1:
         return False
     try:
         out.fileno()
@@ -287,7 +287,7 @@ def _can_fork_export(ledger: Ledger, out) -> bool:
     return True
 
 
-def export(ledger: Ledger, out, month: str | None = None, tz: str | None = None) -> int:
+def export(ledger: Books, out, month: str | None = None, tz: str | None = None) -> int:
     """``ledger export --csv``.
 
     Write closed rentals (all, or of ``month``) as CSV to the text stream ``out``; returns the
@@ -319,7 +319,7 @@ def export(ledger: Ledger, out, month: str | None = None, tz: str | None = None)
 IMPORT_LINE_BYTES = 100
 
 
-def import_csv(ledger: Ledger, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:
+def import_csv(ledger: Books, path: str | Path, tz: str | None = None, strict: bool = False) -> dict:
     """``ledger import FILE.csv``: all rows or none, in one transaction, streamed (flat memory).
 
     Returns ``{"file","imported","cost_usd","simulated_usd","warnings"}``; ``warnings`` are [(line,
@@ -480,7 +480,7 @@ def billing_increment(settings, provider: str) -> float:
 
 
 def sync(
-    ledger: Ledger | LedgerReader,
+    ledger: Books | LedgerReader,
     settings,
     month: str | None = None,
     tz: str | None = None,
@@ -594,7 +594,7 @@ def sync(
     return rep
 
 
-def _sync_rows(ledger: Ledger | LedgerReader, lo: float, hi: float) -> list:
+def _sync_rows(ledger: Books | LedgerReader, lo: float, hi: float) -> list:
     return [
         r
         for r in ledger.overlapping(lo, hi, SYNC_COLUMNS)

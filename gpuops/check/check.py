@@ -26,7 +26,7 @@ from gpuops.errors import GpuopsError
 from gpuops.providers import ACCOUNTLESS  # the registry: names only
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 
 class Verdict(str, enum.Enum):
@@ -324,7 +324,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     url = settings.ledger_url()
     shown = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", url)
     latest = migrations.MIGRATIONS[-1][0]
-    known = {n for n, _ in migrations.MIGRATIONS}
+    known = set(migrations.KNOWN_NAMES)
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
         return [
             Finding("ledger", Verdict.INFO, f"{shown}: no ledger yet (made at the first rental, schema {latest})")
@@ -359,7 +359,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
             )
         ]
         return out, None
-    pending = [n for n, _ in migrations.MIGRATIONS if n not in done]
+    pending = migrations.pending(done)
     detail = f"{shown}: schema {done[-1] if done else 'none'}" + (
         f" ({len(pending)} migration(s) to {latest} run at the next open)" if pending else " (current)"
     )
@@ -368,7 +368,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     return [Finding("ledger", Verdict.OK, detail, data=data)], Ledger(url)
 
 
-def open_findings(settings, led: Ledger) -> list[Finding]:
+def open_findings(settings, led: Books) -> list[Finding]:
     """What is open now in the ledger.
 
     Each of our open sessions (a box that may be billing) is a warning named first, with the command
@@ -403,7 +403,7 @@ def open_findings(settings, led: Ledger) -> list[Finding]:
     return out
 
 
-def watchdog_findings(led: Ledger) -> list[Finding]:
+def watchdog_findings(led: Books) -> list[Finding]:
     """The newest watchdog pass on this ledger (``gpuops.teardown.watchdog_passes``).
 
     OK when a watchdog passed within three of its own intervals; else a warning, since the balance
@@ -496,7 +496,7 @@ def offline(
 
 
 # -- live ------------------------------------------------------------------------------------------
-def live(settings, led: Ledger, provider: str | None = None, providers: dict | None = None) -> list[Finding]:
+def live(settings, led: Books, provider: str | None = None, providers: dict | None = None) -> list[Finding]:
     """``--live``: each keyed provider's account, offers, our instances and volumes, and billing.
 
     ``--live``: per provider with a key (``provider``: that one, and a missing key fails),
@@ -620,7 +620,7 @@ def live(settings, led: Ledger, provider: str | None = None, providers: dict | N
     return out
 
 
-def _instances(p, led: Ledger, name: str) -> list[Finding]:
+def _instances(p, led: Books, name: str) -> list[Finding]:
     from gpuops.providers.base import InstanceStatus
 
     try:
@@ -680,7 +680,7 @@ def _volumes(p, name: str) -> list[Finding]:
     return out
 
 
-def _billing(settings, led: Ledger, names: list[str], built: dict) -> list[Finding]:
+def _billing(settings, led: Books, names: list[str], built: dict) -> list[Finding]:
     """This month's billing of ``names`` against the books: ``ledger sync`` without --apply."""
     if not names:
         return []

@@ -38,7 +38,7 @@ from gpuops.errors import BadInput, GpuopsError
 from gpuops.providers.base import InstanceStatus, OfferQuery, Provider, ProviderError
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 EXPERIMENT = "check"
 LAYERS = ("job_end", "idle", "ttl")
@@ -150,7 +150,7 @@ class CheckRun:
     def __init__(
         self,
         settings,
-        ledger: Ledger,
+        ledger: Books,
         provider: Provider,
         max_price: float,
         cap: dict,
@@ -217,7 +217,7 @@ class CheckRun:
         loaded machine that first import takes seconds, so a Ctrl-C lands in it."""
         from gpuops.teardown import lifecycle, reconcile  # noqa: F401  (the cleanup's end_rental; close_gone)
 
-        self.ledger.sessions_between(self.started, self.started)  # SQLModel, the table classes, the engine
+        self.ledger.rows_between(self.started, self.started)  # SQLModel, the table classes, the engine
 
     def _raise_lost(self) -> None:
         """Raise the signal that came while its exception was dropped (once per watch round).
@@ -303,7 +303,7 @@ class CheckRun:
 
     def _row(self, layer: Layer):
         if layer.row_id is None:
-            for r in self.ledger.sessions_between(self.started - 60, self.clock() + 60):
+            for r in self.ledger.rows_between(self.started - 60, self.clock() + 60):
                 if r.note == layer.note:
                     layer.row_id = r.id
                     break
@@ -612,7 +612,7 @@ class CheckRun:
 
 def rent(
     settings,
-    ledger: Ledger,
+    ledger: Books,
     provider: Provider,
     max_usd: float | None = None,
     max_minutes: float | None = None,

@@ -29,7 +29,7 @@ from gpuops.cli.options import (
 from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
     from ledger.reads import LedgerReader
 
 ledger_app = typer.Typer(cls=Group, help="The books: what each session and month cost.", no_args_is_help=True)
@@ -327,7 +327,7 @@ def ledger_sync(
     from gpuops.render import ledger as ledger_view
 
     settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
-    led: Ledger | LedgerReader
+    led: Books | LedgerReader
     if apply:
         from ledger import Ledger
 

@@ -50,7 +50,7 @@ from gpuops.teardown.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reas
 if TYPE_CHECKING:
     from gpuops.box.base import Box
     from gpuops.providers.volumes import Volume
-    from ledger import Ledger
+    from ledger.books import Books
 
 # On the box, everything gpuops owns lives under <root>/.gpuops
 META = ".gpuops"
@@ -477,7 +477,7 @@ def run_up(
     settings: Settings,
     reporter: Reporter,
     provider: Provider | None = None,
-    ledger: Ledger | None = None,
+    ledger: Books | None = None,
     open_box: Callable | None = None,
 ) -> dict:
     """Run the whole state machine; return the summary dict (see ``summary``).
@@ -512,9 +512,7 @@ def run_up(
     if ledger is None:  # opened before the plan: a ledger that is down, damaged or from a newer gpuops stops here
         from ledger import Ledger
 
-        ledger = Ledger(
-            settings.ledger_url(), light=True
-        )  # a current SQLite file: the rental booked without SQLAlchemy
+        ledger = Ledger(settings.ledger_url())
     reporter.stage("plan")
     fault_point("plan")
     try:
@@ -586,7 +584,7 @@ def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = 
 
 
 def _intent(
-    s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger: Ledger, reporter: Reporter
+    s: UpRun, p: OfferChoice, settings: Settings, provider: Provider, ledger: Books, reporter: Reporter
 ) -> None:
     """Write the rental's row BEFORE anything is created, with its limits on it.
 
@@ -626,7 +624,7 @@ def _rent(
     settings: Settings,
     reporter: Reporter,
     provider: Provider,
-    ledger: Ledger,
+    ledger: Books,
     open_box: Callable | None,
     signalled: list,
     intent: Callable[[], None] | None = None,
@@ -682,7 +680,7 @@ def _rent(
     return failure
 
 
-def _has_row(ledger: Ledger, session_id: str) -> bool:
+def _has_row(ledger: Books, session_id: str) -> bool:
     """True when this process wrote (or read) the session's row.
 
     A run's intent that a signal cut before the row was written has nothing to end."""
@@ -698,7 +696,7 @@ class TakenBack(GpuopsError):
 TAKEN_BACK_POLL_S = 10.0
 
 
-def _taken_back(s: UpRun, provider: Provider, ledger: Ledger, stage: str | None = None) -> bool:
+def _taken_back(s: UpRun, provider: Provider, ledger: Books, stage: str | None = None) -> bool:
     """True when the provider's own state says the rental's interruptible box was taken back.
 
     Stopped or exited while spot (outbid, host gone; never guessed from a silent box); writes
@@ -735,7 +733,7 @@ def _rental_settings(settings: Settings, hours: float, usd: float | None) -> Set
     return msgspec.structs.replace(settings, teardown=t)
 
 
-def _spent(rentals: list[UpRun], ledger: Ledger) -> tuple[float, float, bool]:
+def _spent(rentals: list[UpRun], ledger: Books) -> tuple[float, float, bool]:
     """(billed seconds, cost USD, all closed) of a run's rentals, from the rows this process holds."""
     secs = usd = 0.0
     closed = True
@@ -768,7 +766,7 @@ def _run_recovering(
     settings: Settings,
     reporter: Reporter,
     provider: Provider,
-    ledger: Ledger,
+    ledger: Books,
     open_box: Callable | None,
 ) -> dict:
     """`up --recover N`: one run of up to N + 1 rentals.
@@ -918,7 +916,7 @@ def _run_recovering(
     return _with_failure(summ, failure, rentals[-1] if rentals else UpRun(id="", req=req))
 
 
-def _run_summary(run_id: str, rentals: list[UpRun], ledger: Ledger, end: str, detail: str) -> dict:
+def _run_summary(run_id: str, rentals: list[UpRun], ledger: Books, end: str, detail: str) -> dict:
     """The last rental's summary with the run on top.
 
     ``run`` (id, end reason, detail), ``rentals``
@@ -969,7 +967,7 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger: Ledger, end: str, de
     return last
 
 
-def _book_failure(s: UpRun, ledger: Ledger, reporter: Reporter, e: BaseException) -> None:
+def _book_failure(s: UpRun, ledger: Books, reporter: Reporter, e: BaseException) -> None:
     """Events (and the traceback of a bug) for a failure the stage table booked.
 
     Never raises: a ledger or disk that fails here must not skip the teardown."""
@@ -993,7 +991,7 @@ def _book_failure(s: UpRun, ledger: Ledger, reporter: Reporter, e: BaseException
 
 
 def _create(
-    s: UpRun, p: OfferChoice, provider: Provider, ledger: Ledger, reporter: Reporter, label: str, settings: Settings
+    s: UpRun, p: OfferChoice, provider: Provider, ledger: Books, reporter: Reporter, label: str, settings: Settings
 ) -> EndReason | None:
     """Rent the first offer that can be rented; book what was delivered.
 
@@ -1104,7 +1102,7 @@ def _ssh_public_key(provider: Provider, settings: Settings) -> str:
 
 
 def _ready(
-    s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter, settings: Settings, open_box: Callable | None
+    s: UpRun, provider: Provider, ledger: Books, reporter: Reporter, settings: Settings, open_box: Callable | None
 ) -> None:
     reporter.stage("ready")
     assert s.instance is not None
@@ -1153,7 +1151,7 @@ def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
     return ask
 
 
-def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, reporter: Reporter) -> None:
+def _quick_reconcile(settings: Settings, ledger: Books, provider: Provider, reporter: Reporter) -> None:
     """Reconcile this provider before renting (orphans, gone boxes); a failure only warns."""
     from gpuops.teardown.reconcile import Context, reconcile
 
@@ -1165,7 +1163,7 @@ def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, rep
         reporter.warn(f"reconcile skipped: {e}")
 
 
-def _watchdog_note(ledger: Ledger, reporter: Reporter) -> None:
+def _watchdog_note(ledger: Books, reporter: Reporter) -> None:
     """Warn once when no watchdog passed over the ledger within three of its intervals.
 
     Then only the box's own agent guards the rental (gpuops.teardown.watchdog_passes.guarded_recently)."""
@@ -1178,7 +1176,7 @@ def _watchdog_note(ledger: Ledger, reporter: Reporter) -> None:
         )
 
 
-def _arm(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings, provider: Provider) -> None:
+def _arm(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings, provider: Provider) -> None:
     """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
     from gpuops.agent import agentctl
 
@@ -1199,7 +1197,7 @@ def _arm(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings, provi
     ledger.event(s.id, EventKind.ARMED)
 
 
-def _bootstrap(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings) -> EndReason | None:
+def _bootstrap(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) -> EndReason | None:
     """Run bootstrap.py's steps; None when every step passed, else the outcome.
 
     The outcome: bootstrap_failed, or ttl when max_hours ran out during it."""
@@ -1245,7 +1243,7 @@ def _bootstrap(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings)
 
 def _job(
     s: UpRun,
-    ledger: Ledger,
+    ledger: Books,
     reporter: Reporter,
     settings: Settings,
     provider: Provider | None = None,
@@ -1381,7 +1379,7 @@ def _log_poll_s(box) -> float:
     return LOCAL_LOG_POLL_S if getattr(box, "local_reads", False) else LOG_POLL_S
 
 
-def _book_live(s: UpRun, ledger: Ledger) -> None:
+def _book_live(s: UpRun, ledger: Books) -> None:
     """Book what `ps` shows of the running box (``gpuops.teardown.live``).
 
     The tokens the job has written so far and the agent's idle streak (its heartbeat minus its ``idle_since``: one
@@ -1405,7 +1403,7 @@ def _book_live(s: UpRun, ledger: Ledger) -> None:
     record_live(ledger, s.id, tokens=tokens, idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
 
 
-def _resume_env(s: UpRun, ledger: Ledger, settings: Settings) -> dict[str, str]:
+def _resume_env(s: UpRun, ledger: Books, settings: Settings) -> dict[str, str]:
     """A run's job environment.
 
     ``GPUOPS_RUN``, ``GPUOPS_ATTEMPT`` (1, 2, ...) and
@@ -1433,7 +1431,7 @@ def _resume_env(s: UpRun, ledger: Ledger, settings: Settings) -> dict[str, str]:
     return {"GPUOPS_RUN": s.run_id, "GPUOPS_ATTEMPT": str(s.attempt), "GPUOPS_RESUME_DIR": where}
 
 
-def _run_poll(s: UpRun, ledger: Ledger, settings: Settings, provider: Provider) -> Callable[[], None]:
+def _run_poll(s: UpRun, ledger: Books, settings: Settings, provider: Provider) -> Callable[[], None]:
     """What `up` does between two log reads of a run's job.
 
     Every ``TAKEN_BACK_POLL_S`` ask the provider whether the spot box was taken back (raises TakenBack); every ``[job]
@@ -1456,7 +1454,7 @@ def _run_poll(s: UpRun, ledger: Ledger, settings: Settings, provider: Provider) 
     return poll
 
 
-def _sync_home(s: UpRun, ledger: Ledger, settings: Settings, results: str) -> None:
+def _sync_home(s: UpRun, ledger: Books, settings: Settings, results: str) -> None:
     """Copy the job's results home now and read its tokens.
 
     Verified and resumable: what is home already is not read again; a copy that fails only waits for the next one."""
@@ -1485,7 +1483,7 @@ def _read_tokens(s: UpRun) -> int | None:
     return tokens_from_metrics(raw.decode("utf-8", "replace")) if raw else 0
 
 
-def _collect(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings) -> None:
+def _collect(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) -> None:
     """Book the tokens first (they are the rental's work), then copy results back."""
     box = s.box
     got = _read_tokens(s)
@@ -1550,7 +1548,7 @@ def _agent_reason(s: UpRun) -> EndReason | None:
 ADOPT_RETRY = RetryPolicy(attempts=3, wait_s=1.0, max_wait_s=2.0, budget_s=None)
 
 
-def _adopt_by_label(s: UpRun, provider: Provider, ledger: Ledger) -> None:
+def _adopt_by_label(s: UpRun, provider: Provider, ledger: Books) -> None:
     """Find and book an instance a create that failed may have made anyway (the request reached the provider).
 
     Also after an interrupted create, or one that raised something not a provider's. Found by its label."""
@@ -1568,7 +1566,7 @@ def _adopt_by_label(s: UpRun, provider: Provider, ledger: Ledger) -> None:
     _book_instance(s, ledger, found, "label")
 
 
-def _book_instance(s: UpRun, ledger: Ledger, inst: Instance, found_by: str) -> None:
+def _book_instance(s: UpRun, ledger: Books, inst: Instance, found_by: str) -> None:
     """Put an instance the row does not know on the row (id, billing start, price) so the close bills it.
 
     Never raises (the destroy must still happen)."""
@@ -1585,7 +1583,7 @@ def _book_instance(s: UpRun, ledger: Ledger, inst: Instance, found_by: str) -> N
         pass
 
 
-def _teardown(s: UpRun, provider: Provider, ledger: Ledger, reporter: Reporter) -> None:
+def _teardown(s: UpRun, provider: Provider, ledger: Books, reporter: Reporter) -> None:
     """End the rental through ``gpuops.teardown.lifecycle.end_rental``.
 
     The reason: one requested on the
@@ -1664,7 +1662,7 @@ def _raw_line(text: str) -> None:
         pass
 
 
-def summary(s: UpRun, ledger: Ledger) -> dict:
+def summary(s: UpRun, ledger: Books) -> dict:
     """The run's summary, as a dict.
 
     Keys: ``session, provider, card, gpu_count, usd_per_hour, seconds, cost_usd, simulated,
@@ -1702,7 +1700,7 @@ def summary(s: UpRun, ledger: Ledger) -> dict:
     }
 
 
-def _ledger_state(ledger: Ledger) -> dict:
+def _ledger_state(ledger: Books) -> dict:
     """``{"ledger": {...}}`` when the ledger refused something this run (else {}).
 
     It holds how many writes

@@ -8,17 +8,17 @@ from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
-    from ledger import Ledger
+    from ledger.books import Books
 
 
-def open_ledger(settings: Settings) -> Ledger:
+def open_ledger(settings: Settings) -> Books:
     """The ledger of ``settings`` (``Settings.ledger_url``), opened on first use."""
     from ledger import Ledger
 
     return Ledger(settings.ledger_url())
 
 
-def resolve_session(ledger: Ledger, ref: str):
+def resolve_session(ledger: Books, ref: str):
     """The session whose id is ``ref`` or starts with it; BadInput when none or ambiguous."""
     row = ledger.get(ref)
     if row is not None:
@@ -35,10 +35,8 @@ def resolve_session(ledger: Ledger, ref: str):
 
 def row_json(row) -> dict:
     """A session row as a JSON-ready dict, ``session`` first, then the model's columns in order."""
-    dumped = row.model_dump()
+    dumped = dict(row._mapping)  # a sessions row (SQLAlchemy Row): its columns in the table's order
     d = {"session": dumped.pop("id")}
-    order = getattr(row, "_fields", None) or list(type(row).model_fields)  # ledger.reads.Row or models.Session
-    d.update({k: dumped.pop(k) for k in order if k in dumped})
     d.update(dumped)
     d["usd_per_mtoken"] = round(row.cost_usd / row.tokens * 1e6, 6) if row.tokens and row.cost_usd is not None else None
     d["seconds"] = row.billed_seconds
@@ -49,7 +47,7 @@ def row_json(row) -> dict:
 LIVE_COLUMNS = ("accrued_usd", "ttl_left_seconds", "idle_seconds", "status_at", "status_age_seconds")
 
 
-def open_session_columns(ledger: Ledger) -> tuple[str, ...]:
+def open_session_columns(ledger: Books) -> tuple[str, ...]:
     """The keys of ``list_open``'s rows in order: the CSV header of ``gpuops ps``, printed even with no open session.
 
     The ledger's ``sessions`` columns (as the database holds them), then what ``ps`` adds."""
@@ -62,7 +60,7 @@ def open_session_columns(ledger: Ledger) -> tuple[str, ...]:
     )
 
 
-def list_open(ledger: Ledger, owner: str | None = None, now: float | None = None) -> list[dict]:
+def list_open(ledger: Books, owner: str | None = None, now: float | None = None) -> list[dict]:
     """Open sessions as dicts with what each has cost so far at ``now``, read from the ledger alone.
 
     Open sessions as dicts (``row_json``) with what each has cost so far at ``now``
@@ -95,7 +93,7 @@ def list_open(ledger: Ledger, owner: str | None = None, now: float | None = None
     return out
 
 
-def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) -> list[dict]:
+def down(settings: Settings, ledger: Books, ref: str | None, all_open: bool) -> list[dict]:
     """Destroy the instance of one open session (or all) and close its row as ``manual``.
 
     Through ``gpuops.teardown.lifecycle.end_rental``: the reason is on the row before the destroy, so
@@ -180,7 +178,7 @@ def down(settings: Settings, ledger: Ledger, ref: str | None, all_open: bool) ->
     return out
 
 
-def _keep_log(settings: Settings, ledger: Ledger, provider, row, by: str) -> None:
+def _keep_log(settings: Settings, ledger: Books, provider, row, by: str) -> None:
     """``gpuops.teardown.joblog.keep_log`` for `down`: the box as reconcile reaches it."""
     from gpuops.teardown.joblog import drained, keep_log
     from gpuops.teardown.reconcile import Context

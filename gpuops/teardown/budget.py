@@ -14,7 +14,7 @@ from gpuops.errors import BadInput
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Balance
-    from ledger import Ledger
+    from ledger.books import Books
 
 
 def check_budget(
@@ -96,7 +96,7 @@ def month_start_end(now: float | None = None) -> tuple[float, float]:
     return month_bounds(datetime.fromtimestamp(now).strftime("%Y-%m"))
 
 
-def assert_not_refused(ledger: Ledger, provider: str, account: str | None = None, owner: str | None = None) -> None:
+def assert_not_refused(ledger: Books, provider: str, account: str | None = None, owner: str | None = None) -> None:
     """Raise BadInput when the watchdog refuses new boxes for ``provider`` to this account and owner.
 
     Raise BadInput when the watchdog refuses new boxes for ``provider`` (or for all) to this
@@ -150,7 +150,7 @@ def read_balance(provider) -> Balance:
         return Balance(usd=None, note=e.message)
 
 
-def budget_for_up(ledger: Ledger, settings, provider, price_usd_h: float) -> float:
+def budget_for_up(ledger: Books, settings, provider, price_usd_h: float) -> float:
     """What `up` calls before the intent row.
 
     Refusals, then ``check_budget`` with the provider's balance and the ledger's month-to-date

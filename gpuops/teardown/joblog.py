@@ -19,7 +19,7 @@ from bootstrap.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from gpuops.box.base import Box
-    from ledger import Ledger
+    from ledger.books import Books
 
 # The most a finishing fetch appends (bytes): the rest of a log `up` was following, not a new copy of a
 # runaway one. Past it the copy is marked incomplete at that byte.
@@ -27,7 +27,7 @@ MAX_FETCH_BYTES = 256 * 2**20
 INCOMPLETE = "[gpuops] this copy of the job log is incomplete"
 
 
-def drained(ledger: Ledger, session_id: str) -> bool:
+def drained(ledger: Books, session_id: str) -> bool:
     """True when `up` followed the job's log to its end, or the copy was already finished.
 
     Followed: its ``job_exited`` event carries ``log_bytes``; finished: ``log_kept``."""
@@ -43,7 +43,7 @@ def drained(ledger: Ledger, session_id: str) -> bool:
     return False
 
 
-def keep_log(ledger: Ledger, row, open_box: Callable[[], Box | None], by: str, close: bool = True) -> dict | None:
+def keep_log(ledger: Books, row, open_box: Callable[[], Box | None], by: str, close: bool = True) -> dict | None:
     """Finish the kept copy of ``row``'s job log before its box is destroyed.
 
     Append what the box's log (``gpuops.agent.jobio.LOG``) holds past the copy's size.

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from tenacity import RetryCallState
 
-    from ledger import Ledger
+    from ledger.books import Books
 
 # `up`'s stages, in order. validate and plan rent nothing; intent writes the row before create.
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
@@ -116,7 +116,7 @@ class Ended:
     end_source: str | None = None
     already_gone: bool = False
     error: str = ""
-    row: Any = None  # the session row (a ledger.reads.Row, or the copy Ledger.held keeps), None when not read
+    row: Any = None  # the session row (an SQLAlchemy Row, or the copy Books.held keeps), None when not read
     # Ownership (gpuops/ownership.py): ``not_ours`` -- the row belongs to a provider account whose
     # key this process does not hold: nothing was touched; ``unknown`` -- the row records no
     # account and the held key cannot see its instance: nothing was destroyed or booked.
@@ -149,7 +149,7 @@ PROOF_OF_LIFE: dict[str, str] = {
 _SOURCE_OF = {"seen": "heartbeat", "heartbeat": "heartbeat"}
 
 
-def _last_event_at(ledger: Ledger, session_id: str) -> float | None:
+def _last_event_at(ledger: Books, session_id: str) -> float | None:
     """The newest event of the session whose kind is in ``PROOF_OF_LIFE``, epoch s (None: none).
 
     An event dated after now (a teammate's clock ahead) is kept: ``end_time`` clamps it to now,
@@ -219,7 +219,7 @@ def end_time(
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
 
 
-def _bounded(ledger: Ledger) -> AbstractContextManager[Any]:
+def _bounded(ledger: Books) -> AbstractContextManager[Any]:
     """``ledger.bounded()`` (a real Ledger), else a no-op context (a test's stand-in)."""
     from contextlib import nullcontext
 
@@ -227,7 +227,7 @@ def _bounded(ledger: Ledger) -> AbstractContextManager[Any]:
     return b() if b is not None else nullcontext()
 
 
-def _quick(ledger: Ledger, fn: Callable[[], Any], default: Any = None) -> Any:
+def _quick(ledger: Books, fn: Callable[[], Any], default: Any = None) -> Any:
     """A ledger read bounded like the writes around a destroy: ``default`` when it fails."""
     q = getattr(ledger, "quick", None)
     if q is not None:
@@ -243,7 +243,7 @@ def _failure(state: RetryCallState) -> ProviderError:
     return cast(ProviderError, state.outcome.exception() if state.outcome is not None else None)
 
 
-def _row_for(ledger: Ledger, session_id: str) -> Any:
+def _row_for(ledger: Books, session_id: str) -> Any:
     """The row as this process holds it in memory (written or read earlier: no wait), else read."""
     held = getattr(ledger, "held", None)
     row = held(session_id) if held is not None else None
@@ -308,7 +308,7 @@ def _destroy_confirmed(
 
 
 def end_rental(
-    ledger: Ledger,
+    ledger: Books,
     provider: Provider | None,
     session_id: str | None,
     reason: EndReason | str,
@@ -392,7 +392,7 @@ def end_rental(
 
 
 def _end(
-    ledger: Ledger,
+    ledger: Books,
     provider: Provider | None,
     session_id: str | None,
     row: Any,
@@ -597,7 +597,7 @@ def _end(
     )
 
 
-def requested_reason(ledger: Ledger, session_id: str) -> EndReason | None:
+def requested_reason(ledger: Books, session_id: str) -> EndReason | None:
     """The reason recorded for a session before its end was seen.
 
     An ``end_requested`` event (the
@@ -622,7 +622,7 @@ def requested_reason(ledger: Ledger, session_id: str) -> EndReason | None:
     return None
 
 
-def seen_exit_code(ledger: Ledger, session_id: str) -> int | None:
+def seen_exit_code(ledger: Books, session_id: str) -> int | None:
     """The job's exit code from the newest ``job_exited`` event (None when none was seen)."""
     for e in reversed(ledger.events(session_id)):
         if e.kind == EventKind.JOB_EXITED:

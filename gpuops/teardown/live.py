@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 from bootstrap.vocabulary import EventKind
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 # How often `up` books the box's status while the job runs (seconds of this machine's clock).
 LIVE_EVERY_S = 10.0
 
 
 def record_live(
-    ledger: Ledger,
+    ledger: Books,
     session_id: str,
     *,
     tokens: int | None,

@@ -50,7 +50,7 @@ from gpuops.teardown.lifecycle import Ended, end_rental, requested_reason, seen_
 from gpuops.units import money  # "simulated" on every money figure
 
 if TYPE_CHECKING:
-    from ledger import Ledger
+    from ledger.books import Books
 
 LABEL_PREFIX = "gpuops-"
 
@@ -90,7 +90,7 @@ class Context:
     def __init__(
         self,
         settings,
-        ledger: Ledger | None = None,
+        ledger: Books | None = None,
         providers: dict | None = None,
         clock: Callable[[], float] = time.time,
         owner: str | None = None,

@@ -3,8 +3,7 @@
 Who looked last: the watchdog passes booked in the ledger (``ledger/passes.py``), as data for every
 view (`ps`, `ledger month`, the dashboard, `gpuops check`) and for `up`'s one warning.
 
-Light on purpose: `ps` imports it at start-up (the ledger read is ``sqlite3``/``psycopg`` on a
-current ledger, no SQLAlchemy), so it imports nothing of the watchdog itself.
+Light on purpose: `ps` imports it at start-up, so it imports nothing of the watchdog itself.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ def last_passes(books, now: float | None = None) -> list[dict]:
     ``stale`` (bool), ``interval_seconds``, ``seconds`` (the pass took), ``checked``, ``ended``,
     ``errors``, ``actions`` and ``summary`` (words). [] for a ledger no watchdog has passed over."""
     from ledger.passes import latest_passes
+    from ledger.reads import pass_summary
 
     now = time.time() if now is None else now
     out = []
@@ -42,7 +42,7 @@ def last_passes(books, now: float | None = None) -> list[dict]:
                 "ended": p.ended,
                 "errors": p.errors,
                 "actions": p.actions,
-                "summary": p.summary,
+                "summary": pass_summary(p),
             }
         )
     return out

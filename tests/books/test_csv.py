@@ -162,7 +162,7 @@ def test_a_failure_mid_import_leaves_nothing(ledger):
     assert not errs
     broken = dict(good[3], experiment=None)  # NOT NULL violation in the second chunk
     with pytest.raises(sa.exc.IntegrityError):
-        ledger.import_sessions(good[:3] + [broken], chunk=2)
+        ledger.import_rows(enumerate(good[:3] + [broken], 1), chunk=2)
     assert _count(ledger) == 0
 
 
@@ -267,7 +267,7 @@ def test_import_streams_in_batches_inside_one_transaction(ledger):
     from ledger.store import ImportRejected
 
     rows, lines, errs = parse_csv(SPREADSHEET, tz="UTC")
-    assert ledger.import_sessions(rows[:1]) == 1
+    assert ledger.import_rows(enumerate(rows[:1], 1)) == 1
     with pytest.raises(ImportRejected) as e:
         ledger.import_rows(zip([10, 11, 12, 13], rows[1:] + rows[:1]), chunk=1)
     assert e.value.errors == [(13, f"session {rows[0]['id']} is already in the ledger (imported before?)")]
@@ -308,7 +308,7 @@ def test_an_id_repeated_further_apart_than_a_chunk_is_named_a_repeat(ledger):
     from ledger.store import ImportRejected
 
     rows, _, errs = parse_csv(SPREADSHEET, tz="UTC")
-    assert ledger.import_sessions(rows[:1]) == 1
+    assert ledger.import_rows(enumerate(rows[:1], 1)) == 1
     with pytest.raises(ImportRejected) as e:
         ledger.import_rows(zip([2, 3, 4, 5], [rows[1], rows[2], rows[1], rows[0]]), chunk=1)
     assert e.value.errors == [

@@ -165,7 +165,7 @@ def test_a_ctrl_c_whose_exception_python_drops_still_ends_the_watch(monkeypatch)
 
     run = object.__new__(CheckRun)
     run.settings = SimpleNamespace(check=SimpleNamespace(poll_seconds=0.0))
-    run.ledger = SimpleNamespace(sessions_between=lambda start, end: [], get=lambda sid: None)
+    run.ledger = SimpleNamespace(rows_between=lambda start, end: [], get=lambda sid: None)
     run.provider, run.cap, run.started = _Provider(), {"wall_s": 3600.0, "max_minutes": 60}, 0.0
     run.clock, run.sleep, run.layers, run.interrupted, run.signalled = (lambda: 0.0), (lambda s: None), [], False, []
     monkeypatch.setattr(CheckRun, "_start", lambda self, name, c: Layer(name, "", Path(name), "off", 1.0, Path(name)))

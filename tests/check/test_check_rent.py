@@ -51,7 +51,7 @@ def verdicts(doc: dict) -> dict[str, str]:
 def assert_nothing_left(emu, gpuops_home, said: str) -> None:
     """No box live, every row of the check closed; ``said`` (``why``: the findings, check's stderr) if not."""
     assert emu.live() == [], f"{emu.live()}\n{said}"
-    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
+    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").rows_between(0, 2**40)
     assert rows and all(r.experiment == "check" and r.status == "closed" for r in rows), (
         f"{[(r.id, r.status) for r in rows]}\n{said}"
     )
@@ -71,7 +71,7 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
         assert -5.0 <= d["seconds_to_gone"] <= 2 + 0.5 + 30, f"{d}\n{why(doc, err)}"
     assert v["books.check"] in ("ok", "pending"), why(doc, err)
     assert_nothing_left(emu, gpuops_home, why(doc, err))
-    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
+    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").rows_between(0, 2**40)
     assert len(rows) == 3, why(doc, err)  # one rental per layer
 
 
@@ -98,7 +98,7 @@ def test_a_pod_key_that_may_only_stop_is_a_warning_and_the_check_terminates(chec
     layers = [c for c in doc["checks"] if c["check"].startswith("layer.")]
     assert all("stopped the box" in c["detail"] for c in layers), why(doc, err)
     assert_nothing_left(emu, gpuops_home, why(doc, err))
-    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, 2**40)
+    rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").rows_between(0, 2**40)
     # booked with the agent's reasons
     assert sorted(r.end_reason for r in rows) == ["idle", "job_end", "ttl"], why(doc, err)
 

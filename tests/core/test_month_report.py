@@ -75,7 +75,7 @@ def led(tmp_path):
 
 def test_month_totals_and_breakdowns(led):
     start, end = month_bounds("2026-11", "UTC")
-    rep = month_report(led.sessions_between(start, end), "2026-11")
+    rep = month_report(led.rows_between(start, end), "2026-11")
     assert rep["total_usd"] == pytest.approx(5.0, abs=1e-6)
     assert rep["simulated_usd"] == pytest.approx(0.9, abs=1e-6)
     assert rep["gpu_hours"] == pytest.approx(2 + 1 + 1, abs=1e-6)

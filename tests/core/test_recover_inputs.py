@@ -23,7 +23,7 @@ def _nothing_booked(gpuops_home) -> bool:
     from ledger.store import Ledger
 
     led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
-    return led.runs() == [] and led.sessions_between(0, 2e10) == []
+    return led.runs() == [] and led.rows_between(0, 2e10) == []
 
 
 def test_spot_recover_on_runpod_is_refused_with_the_reason(cli, job, gpuops_home):

@@ -153,7 +153,7 @@ def test_dry_run_rents_nothing_and_books_nothing(gpuops_home, tmp_path, cli_env)
     assert plan["teardown"]["max_hours"] == 2
     assert not (gpuops_home / "boxes").exists()
     led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
-    assert led.sessions_between(0, 2e10) == []
+    assert led.rows_between(0, 2e10) == []
 
 
 def _wait_for(path_glob: str, root: Path, timeout: float = 30.0) -> Path:
@@ -330,6 +330,4 @@ def test_missing_provider_key_is_bad_input_before_anything_is_booked(gpuops_home
         gpuops_cmd("up", "--provider", "vast", "--job", str(job)), env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "VAST_API_KEY" in out.stderr
-    assert (
-        not (gpuops_home / "ledger.db").exists() or Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []
-    )
+    assert not (gpuops_home / "ledger.db").exists() or Ledger(load_settings().ledger_url()).rows_between(0, 2e10) == []

@@ -324,7 +324,7 @@ def test_a_contained_local_job_that_walks_its_parents_proc_finds_no_books(cli_en
         timeout=300,
     )
     assert first.returncode == 0, first.stderr[-3000:]
-    earlier = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").sessions_between(0, time.time() + 3600)
+    earlier = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").rows_between(0, time.time() + 3600)
     assert [(r.status, r.end_reason, r.tokens) for r in earlier] == [("closed", "job_end", 2)]
     walker = tmp_path / "walk.py"
     walker.write_text(WALKER)
@@ -353,7 +353,7 @@ def test_a_contained_local_job_that_walks_its_parents_proc_finds_no_books(cli_en
     assert (seen / "after-umount").read_text().split() == ["boxes"]  # what covers the books stays put
     assert int((seen / "pids").read_text()) <= 6  # the namespace's own few processes, not the machine's
     led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
-    rows = {r.id: r for r in led.sessions_between(0, time.time() + 3600)}
+    rows = {r.id: r for r in led.rows_between(0, time.time() + 3600)}
     assert earlier[0].id in rows and rows[earlier[0].id].tokens == 2  # the earlier history is still there
     (now,) = [r for i, r in rows.items() if i != earlier[0].id]
     assert (now.status, now.end_reason, now.exit_code, now.tokens) == ("closed", "job_end", 0, 3)
@@ -446,7 +446,7 @@ def test_a_job_printing_300_mb_is_streamed_in_bounded_memory(cli_env, gpuops_hom
     assert 0 < peak < 200 * 1024 * 1024, f"up peaked at {peak / 2**20:.0f} MiB for {total / 2**20:.0f} MiB of output"
     settings = _settings()
     led = Ledger(settings.ledger_url())
-    row = led.sessions_between(0, 2e10)[0]
+    row = led.rows_between(0, 2e10)[0]
     log = Path(row.log_path)
     assert log.stat().st_size >= total  # every byte reached the session log
     _assert_local_truth(settings, row, "job_end", 9)

@@ -91,7 +91,7 @@ def test_ledger_unavailable_at_every_stage(ledger_backend, gpuops_home, cli_env,
         outage.end()
     settings = load_settings()
     led = Ledger(url)
-    rows = led.sessions_between(0, 2e10)
+    rows = led.rows_between(0, 2e10)
     boxes = list((gpuops_home / "boxes").glob("gpuops-*")) if (gpuops_home / "boxes").exists() else []
     if stage in ("validate", "plan"):  # no row could be written: nothing rented, one line
         assert rc == 1 and rows == [] and boxes == [], (rc, err)
@@ -104,7 +104,7 @@ def test_ledger_unavailable_at_every_stage(ledger_backend, gpuops_home, cli_env,
     assert len(boxes) == 1 and provider.get(boxes[0].name).status == InstanceStatus.GONE
     reconcile(Context(settings, ledger=Ledger(url), arm_margin_s=0.5))  # the one pass once the ledger is back
     led = Ledger(url)
-    (row,) = led.sessions_between(0, 2e10)
+    (row,) = led.rows_between(0, 2e10)
     assert (row.status, row.end_reason, row.tokens, row.exit_code) == ("closed", "job_end", 1000, 0)
     assert row.instance_id == boxes[0].name
     assert abs(row.ended_at - provider.destroyed_at(row.instance_id)) <= END_TOLERANCE_S

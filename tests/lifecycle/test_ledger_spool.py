@@ -41,7 +41,7 @@ def test_job_exit_and_tokens_survive_a_locked_ledger(gpuops_home, fake_smi, tmp_
     state: dict = {}
 
     def competitor():
-        rows = wait_for(lambda: led.sessions_between(0, 2e10), 60)
+        rows = wait_for(lambda: led.rows_between(0, 2e10), 60)
         wait_for(lambda: any(e.kind == "job_started" for e in led.events(rows[0].id)), 60)
         con = sqlite3.connect(db, isolation_level=None, timeout=10)
         con.execute("BEGIN IMMEDIATE")  # holds the write lock: every gpuops write now fails after 0.3 s

@@ -43,7 +43,7 @@ def ledger() -> Ledger:
 
 def only_row(led: Ledger | None = None):
     led = led or ledger()
-    rows = led.sessions_between(0, 2e10)
+    rows = led.rows_between(0, 2e10)
     return rows[0] if len(rows) == 1 else None
 
 

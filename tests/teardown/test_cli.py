@@ -83,7 +83,7 @@ def wait_stage(p: subprocess.Popen, stage: str, timeout: float = STAGE_TIMEOUT_S
 
 def only_row(home: Path):
     led = Ledger(load_settings().ledger_url())
-    rows = led.sessions_between(0, 2e10)
+    rows = led.rows_between(0, 2e10)
     assert len(rows) == 1
     return led, rows[0]
 
@@ -209,7 +209,7 @@ def test_up_refuses_when_max_hours_does_not_fit_the_monthly_cap(gpuops_home, tmp
     assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [
         out.stderr.strip().splitlines()[-1]
     ]
-    assert Ledger(load_settings().ledger_url()).sessions_between(0, 2e10) == []  # no half-written row
+    assert Ledger(load_settings().ledger_url()).rows_between(0, 2e10) == []  # no half-written row
     assert not list((gpuops_home / "boxes").glob("gpuops-*"))
 
 

@@ -71,7 +71,7 @@ def test_up_killed_over_ssh_agent_destroys_vast_instance(world, tmp_path, monkey
     )
     led = Ledger(load_settings().ledger_url())
     try:
-        row = wait_for(lambda: (rows := led.sessions_between(0, 2e10)) and rows[0].instance_id and rows[0], 30)
+        row = wait_for(lambda: (rows := led.rows_between(0, 2e10)) and rows[0].instance_id and rows[0], 30)
         box = sshd.home / "gpuops" / row.label
         wait_for(lambda: (box / ".gpuops" / "run" / "job.pid").exists(), 30)
     finally:
