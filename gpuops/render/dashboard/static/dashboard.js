@@ -7,6 +7,7 @@
   var el = document.getElementById("dashboard-data");
   if (!el) { return; }
   var data = JSON.parse(el.textContent);
+  var BAR_PX = 20, CHROME_PX = 130;  // a horizontal bar's height; its title, legend and USD axis
   var usd = function (v) {
     if (v === null || v === undefined) { return "-"; }
     var s = Math.abs(v).toLocaleString("en-US", { minimumFractionDigits: 4, maximumFractionDigits: 4 });
@@ -21,6 +22,9 @@
   };
   var stacked = function (canvas, labels, real, sim, horizontal, title) {
     if (!canvas || typeof Chart === "undefined") { return; }
+    // A bar per row, each named: the box grows with the rows (BAR_PX each) instead of Chart.js
+    // skipping every other label.
+    if (horizontal) { canvas.parentNode.style.height = (CHROME_PX + BAR_PX * Math.max(labels.length, 1)) + "px"; }
     new Chart(canvas, {
       type: "bar",
       data: { labels: labels, datasets: [
@@ -31,7 +35,7 @@
         animation: false, responsive: true, maintainAspectRatio: false, indexAxis: horizontal ? "y" : "x",
         interaction: { mode: "index", intersect: false },
         scales: horizontal
-          ? { x: { stacked: true, beginAtZero: true, title: { display: true, text: "USD" } }, y: { stacked: true } }
+          ? { x: { stacked: true, beginAtZero: true, title: { display: true, text: "USD" } }, y: { stacked: true, ticks: { autoSkip: false } } }
           : { x: { stacked: true, title: { display: true, text: title } }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "USD" } } },
         plugins: {
           title: { display: horizontal, text: title },
