@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import typer
 import typer.core
@@ -24,6 +25,16 @@ def interrupt_note(text: str) -> None:
     _note[0] = text
 
 
+def _say_interrupted() -> NoReturn:
+    """Print the line of ``interrupt_note`` on stderr and exit 130 (``typer.Exit``)."""
+    try:
+        sys.stderr.write(_note[0] + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # a closed stderr loses the line, never the exit status
+    raise typer.Exit(INTERRUPTED) from None
+
+
 class Group(typer.core.TyperGroup):
     """gpuops' command groups: whole first sentences in the command list, and two-word commands.
 
@@ -39,18 +50,21 @@ class Group(typer.core.TyperGroup):
     # `up` rents nothing until its run arms its own signal handling (at the intent row).
     START_NOTE = {"up": "interrupted before anything was rented: nothing to tear down"}
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        # The root group reads its own options here, before `invoke` (typer imports its value
+        # adapters, ~0.2 s): a Ctrl-C then was typer's silent exit 130.
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except KeyboardInterrupt:
+            _say_interrupted()
+
     def invoke(self, ctx):
         if ctx.parent is None:
             _note[0] = STARTING
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
-            try:
-                sys.stderr.write(_note[0] + "\n")
-                sys.stderr.flush()
-            except (OSError, ValueError):
-                pass  # a closed stderr loses the line, never the exit status
-            raise typer.Exit(INTERRUPTED) from None
+            _say_interrupted()
 
     def format_commands(self, ctx, formatter) -> None:
         rows = []

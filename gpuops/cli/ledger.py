@@ -208,7 +208,7 @@ def ledger_export(
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
     fmt: str | None = typer.Option(None, "--format", help="csv (the only format: what `ledger import` reads)."),
-    csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format)."),
+    csv_out: bool = typer.Option(True, "--csv", help="CSV on stdout (the only format).", show_default=False),
 ) -> None:
     """Closed rentals as CSV: date, experiment, provider, card, gpu_count, usd_per_hour, hours, cost_usd, tokens, conclusion, simulated, session."""
     import io

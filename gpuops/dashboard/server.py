@@ -76,7 +76,7 @@ def make_app(settings, month: str | None = None, tz: str | None = None, read_sta
             d = await run_in_threadpool(dashboard_data.live, settings, None, z)
         except BadInput as e:
             return JSONResponse({"error": str(e)}, status_code=400, headers=headers)
-        return JSONResponse(d, headers=headers)
+        return JSONResponse(page.with_live_text(d), headers=headers)
 
     return Starlette(
         routes=[

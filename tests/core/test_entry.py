@@ -108,3 +108,38 @@ def test_ctrl_c_in_up_before_its_run_arms_says_nothing_was_rented(tmp_path):
             "",
         ), (name, out)
         assert not (tmp_path / "data" / "boxes").exists()
+
+
+INTERRUPT_THE_ROOT_PARSE = r"""
+import sys
+
+import typer.core
+
+
+def interrupt(*_a, **_k):  # Ctrl-C arriving while typer reads the root group's options
+    raise KeyboardInterrupt
+
+
+typer.core.TyperGroup.parse_args = interrupt
+sys.argv[:] = ["gpuops", "up", "--card", "a100", "--job", "job.sh"]
+from gpuops.entry import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_root_group_reads_its_options_is_one_line_and_exit_130(tmp_path):
+    """Seen: Ctrl-C at 0.3-0.5 s of `up` (typer importing its value adapters for the root group's
+    options, before any command is named) exited 130 without a word."""
+    out = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_THE_ROOT_PARSE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HOME": str(tmp_path)},
+    )
+    assert (out.returncode, out.stderr, out.stdout) == (
+        130,
+        "interrupted while starting: nothing was rented or booked\n",
+        "",
+    )

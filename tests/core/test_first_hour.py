@@ -24,6 +24,35 @@ def test_help_command_lists_never_cut_a_sentence(cli):
     assert "up Rent a box, bootstrap it, run JOB, tear it down, book the session." in top, top
 
 
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command of the app, as the words a user types (``("ledger", "export")``)."""
+    import typer.main
+
+    from gpuops.cli.app import app
+
+    paths: list[tuple[str, ...]] = []
+
+    def walk(cmd, path: tuple[str, ...]) -> None:
+        paths.append(path)
+        for name, sub in getattr(cmd, "commands", {}).items():
+            if not sub.hidden:
+                walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return paths
+
+
+def test_no_help_shows_a_python_literal(cli):
+    """Seen: `ledger export --help` said `[default: True]` (Python's True, for a flag that is always on)."""
+    paths = _command_paths()
+    assert ("ledger", "export") in paths and ("up",) in paths
+    for path in paths:
+        out = cli(*path, "--help", env={"COLUMNS": "80"})
+        assert out.returncode == 0, (path, out)
+        found = re.findall(r"\b(True|False|None)\b", out.stdout)
+        assert not found, (path, found, out.stdout)
+
+
 def test_plan_help_names_its_two_questions_and_their_usage(cli):
     plan = " ".join(cli("plan", "--help").stdout.split())
     assert "`gpuops plan storage --model M`" in plan and "`gpuops plan spot --card C`" in plan, plan

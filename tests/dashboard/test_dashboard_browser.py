@@ -243,6 +243,14 @@ def test_open_boxes_first_live_and_readable_at_390px(dash_env, dashboard_url, br
         time.sleep(0.5)
         now = {(s, k): v for s, k, v, _, _ in json.loads(page.eval(OPEN_JS)) if k == "accrued_usd"}
     assert all(now[k] > before[k] for k in before), (before, now)
+    # the refreshed figures read as the page first wrote them: money with its $, the TTL in words
+    for sid, key, value, text, _ in json.loads(page.eval(OPEN_JS)):
+        if key == "usd_per_hour":
+            assert text == f"${value:,.4f}", (sid, text)  # a rate: 4 places
+        elif key == "accrued_usd":  # one rental: 4 places under $1, cents from $1
+            assert text == (f"${value:,.4f}" if value < 1 else f"${value:,.2f}"), (sid, value, text)
+        else:
+            assert text == "-" if value is None else text.endswith(("min", " s")), (sid, key, value, text)
     assert "refreshed every" in page.eval("document.getElementById('live-at').textContent")
     # money carries its $, and "no cost yet" is gone
     assert page.eval("document.querySelector('[data-key=\"report.total_usd\"]').textContent").startswith("$")
@@ -287,6 +295,6 @@ def test_open_boxes_first_live_and_readable_at_390px(dash_env, dashboard_url, br
     assert box[0] >= 0 and box[1] <= 390 and box[2] > 200 and box[3] > 100, box
     line = page.eval("document.getElementById('trend-line').innerText")
     assert (
-        f"${cli[5]['total_usd']:,.4f} this month (2026-11) vs ${cli[4]['total_usd']:,.4f} last month (2026-10)" in line
+        f"${cli[5]['total_usd']:,.2f} this month (2026-11) vs ${cli[4]['total_usd']:,.2f} last month (2026-10)" in line
     ), line
     page.screenshot(artifacts_dir() / "served-open-boxes-390px.png")

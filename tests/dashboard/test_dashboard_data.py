@@ -70,9 +70,16 @@ def test_idle_states():
 
 
 def test_page_formats():
+    # money at a glance (issue 44): totals in cents, one rental to 4 places under $1, rates to 4
     assert (
-        fmt(1234.56789) == "$1,234.5679"
-        and fmt(-1e-6) == "$0.0000"
+        fmt(1234.56789) == "$1,234.57"
+        and fmt(25.8393) == "$25.84"
+        and fmt(0.004) == "<$0.01"  # spent, under half a cent: never "$0.00"
+        and fmt(-1e-6) == "$0.00"
+        and fmt(-2.5) == "-$2.50"
+        and fmt(0.0067, "rental") == "$0.0067"
+        and fmt(3.14159, "rental") == "$3.14"
+        and fmt(0.34, "rate") == "$0.3400"
         and fmt(None) == "-"
         and fmt(12_000_000, "int") == "12,000,000"
     )
@@ -205,13 +212,21 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     assert (
         f'<progress max="1" value="{bu["cap_fraction"]}"' in html
         and "of the monthly cap <span" in html
-        and "$10.0000" in html
+        and "$10.00" in html  # a cap is a total: in cents
     )
     got = live(settings, now=now)
     ps = json.loads(cli("ps", "--all", "--json").stdout)
     assert [b["session"] for b in got["open_boxes"]] == [r["session"] for r in ps] == ["20261201-0900-real"]
     assert got["open_boxes"][0]["accrued_usd"] == pytest.approx(ps[0]["accrued_usd"], abs=2.0 * 30 / 3600)
     assert got["open_boxes"][0]["ttl_left_seconds"] == pytest.approx(ps[0]["ttl_left_seconds"], abs=30)
+    # the page's script shows the server's words: the burn a rate (4 places), the accrual one
+    # rental's cost (cents from $1), the open boxes' sum a total
+    worded = page.with_live_text(got)
+    box = worded["open_boxes"][0]
+    assert box["text"]["usd_per_hour"] == "$2.0000"
+    assert box["text"]["accrued_usd"] == f"${box['accrued_usd']:,.2f}" and box["accrued_usd"] >= 1
+    assert worded["billing_now"]["text"]["real.usd_per_hour"] == "$2.0000"
+    assert "text" not in got["open_boxes"][0]  # the service's dict is left as it was
 
 
 from tests.support.emulators import emulator_env, runpod_emulator, vast_emulator  # noqa: E402,F401  (fixtures)
@@ -228,7 +243,7 @@ def test_the_balance_of_each_keyed_provider(gpuops_home, emulator_env, monkeypat
     got = {b["provider"]: b["usd"] for b in d["budget"]["balances"]}
     assert got == {"runpod": 100.0, "vast": 100.0}  # the emulated accounts' credit
     html = page.render(d, inline=True)
-    assert "runpod balance <span" in html and "$100.0000" in html and "the floor is $20.0000" in html
+    assert "runpod balance <span" in html and "$100.00<" in html and "the floor is $20.00" in html
     assert html.count('aria-label="runpod credit above the floor"') == 1
 
 

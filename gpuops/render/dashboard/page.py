@@ -41,10 +41,13 @@ def tz_words(tz: str | None) -> str:
     return f"this machine's time zone, {datetime.now().astimezone().tzname()}"
 
 
-def fmt(value, kind: str = "usd") -> str:
+def fmt(value, kind: str = "total") -> str:
     """A figure as the page shows it.
 
-    USD as ``$1,234.5678``, hours with 3 decimals, counts with separators, ``pct`` a fraction as a
+    Money by ``gpuops.render.money``'s rule, with its ``$``: ``total`` (a month's, a day's, a
+    group's, a balance: cents, ``$25.84``; ``<$0.01`` for less than half a cent spent), ``rental``
+    (one rental: to 4 places under $1, cents from $1), ``rate`` (USD/h, $/Mtoken: 4 places,
+    ``$0.3400``). Hours with 3 decimals, counts with separators, ``pct`` a fraction as a
     percentage; None as "-"."""
     if value is None:
         return "-"
@@ -54,9 +57,13 @@ def fmt(value, kind: str = "usd") -> str:
         return f"{value:,.3f}"
     if kind == "pct":
         return f"{value * 100:,.1f}%"
-    if round(value, 4) == 0:
-        return "$0.0000"  # never "$-0.0000"
-    return f"${value:,.4f}" if value > 0 else f"-${-value:,.4f}"
+    from gpuops.render import money
+
+    rule = {"total": money.total, "rental": money.rental, "rate": money.rate}[kind]
+    text = rule(abs(value))
+    if text.startswith("<"):  # under half a cent: spent, or a refund that rounds to nothing
+        return "<$0.01" if value > 0 else "$" + rule(0.0)
+    return ("-$" if value < 0 and text.strip("0.,") else "$") + text
 
 
 def duration(seconds) -> str:
@@ -70,6 +77,30 @@ def duration(seconds) -> str:
         return f"{s:.0f} s"
     m = int(s // 60)
     return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
+
+
+# How each live figure of the page reads (``fmt``'s kinds; "duration": ``duration``).
+LIVE_KINDS = {"usd_per_hour": "rate", "accrued_usd": "rental", "ttl_left_seconds": "duration"}
+LIVE_TOTAL_KINDS = {"usd_per_hour": "rate", "accrued_usd": "total"}
+
+
+def with_live_text(live: dict) -> dict:
+    """``live`` (``gpuops.accounting.dashboard.live``) with the words the page shows for each figure.
+
+    The page's script never formats money itself: every open box gets ``"text": {figure: words}``
+    for ``LIVE_KINDS``, and ``billing_now`` a ``"text": {"real.usd_per_hour": words, ...}``.
+    Returns a new dict; ``live`` is left as it was."""
+
+    def words(value, kind: str) -> str:
+        return duration(value) if kind == "duration" else fmt(value, kind)
+
+    boxes = [dict(b, text={k: words(b.get(k), kind) for k, kind in LIVE_KINDS.items()}) for b in live["open_boxes"]]
+    totals = {
+        f"{side}.{k}": words(live["billing_now"][side][k], kind)
+        for side in ("real", "simulated")
+        for k, kind in LIVE_TOTAL_KINDS.items()
+    }
+    return dict(live, open_boxes=boxes, billing_now=dict(live["billing_now"], text=totals))
 
 
 @lru_cache(maxsize=1)
@@ -114,21 +145,23 @@ def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str
 
     words = tz_words(data["tz"])
     rep = data["report"]
+
+    def bars(name: str, cost: float, sim: float) -> dict:  # a bar's figures and the words its tooltip shows
+        return {
+            "name": name,
+            "cost_usd": cost,
+            "simulated_usd": sim,
+            "cost_text": fmt(cost),
+            "simulated_text": fmt(sim),
+        }
+
     chart = {
         "month": data["month"],
         "tz_words": words,
-        "days": rep["days"],
-        "by_experiment": [
-            {"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]}
-            for g in rep["by_experiment"]
-        ],
-        "by_card": [
-            {"name": g["name"], "cost_usd": g["cost_usd"], "simulated_usd": g["simulated_usd"]} for g in rep["by_card"]
-        ],
-        "trend": [
-            {"month": t["month"], "cost_usd": t["total_usd"], "simulated_usd": t["simulated_usd"]}
-            for t in data["trend"]
-        ],
+        "days": [bars(d["date"], d["cost_usd"], d["simulated_usd"]) for d in rep["days"]],
+        "by_experiment": [bars(g["name"], g["cost_usd"], g["simulated_usd"]) for g in rep["by_experiment"]],
+        "by_card": [bars(g["name"], g["cost_usd"], g["simulated_usd"]) for g in rep["by_card"]],
+        "trend": [bars(t["month"], t["total_usd"], t["simulated_usd"]) for t in data["trend"]],
         "live_url": "api/open.json" + (f"?tz={quote(tz_value)}" if tz_value else "") if not inline else None,
         "poll_seconds": POLL_SECONDS,
     }

@@ -7,20 +7,17 @@
   var el = document.getElementById("dashboard-data");
   if (!el) { return; }
   var data = JSON.parse(el.textContent);
-  var usd = function (v) {
-    if (v === null || v === undefined) { return "-"; }
-    var s = Math.abs(v).toLocaleString("en-US", { minimumFractionDigits: 4, maximumFractionDigits: 4 });
-    return (v < 0 && s !== "0.0000" ? "-$" : "$") + s;
-  };
-  var duration = function (v) {
-    if (v === null || v === undefined) { return "-"; }
-    if (v < 0) { return "overdue " + duration(-v); }
-    if (v < 60) { return Math.round(v) + " s"; }
-    var m = Math.floor(v / 60);
-    return m >= 60 ? Math.floor(m / 60) + " h " + String(m % 60).padStart(2, "0") + " min" : m + " min";
-  };
-  var stacked = function (canvas, labels, real, sim, horizontal, title) {
+  var col = function (rows, k) { return rows.map(function (r) { return r[k]; }); };
+  var BAR_PX = 20, CHROME_PX = 130;  // a horizontal bar's height; its title, legend and USD axis
+  // rows: [{name, cost_usd, simulated_usd, cost_text, simulated_text}]; the texts are the server's
+  // words for each figure (gpuops' one money rule), shown in the tooltips.
+  var stacked = function (canvas, rows, label, horizontal, title) {
+    var labels = rows.map(label), real = col(rows, "cost_usd"), sim = col(rows, "simulated_usd");
+    var texts = [col(rows, "cost_text"), col(rows, "simulated_text")];
     if (!canvas || typeof Chart === "undefined") { return; }
+    // A bar per row, each named: the box grows with the rows (BAR_PX each) instead of Chart.js
+    // skipping every other label.
+    if (horizontal) { canvas.parentNode.style.height = (CHROME_PX + BAR_PX * Math.max(labels.length, 1)) + "px"; }
     new Chart(canvas, {
       type: "bar",
       data: { labels: labels, datasets: [
@@ -31,29 +28,27 @@
         animation: false, responsive: true, maintainAspectRatio: false, indexAxis: horizontal ? "y" : "x",
         interaction: { mode: "index", intersect: false },
         scales: horizontal
-          ? { x: { stacked: true, beginAtZero: true, title: { display: true, text: "USD" } }, y: { stacked: true } }
+          ? { x: { stacked: true, beginAtZero: true, title: { display: true, text: "USD" } }, y: { stacked: true, ticks: { autoSkip: false } } }
           : { x: { stacked: true, title: { display: true, text: title } }, y: { stacked: true, beginAtZero: true, title: { display: true, text: "USD" } } },
         plugins: {
           title: { display: horizontal, text: title },
-          tooltip: { callbacks: { label: function (ctx) { return ctx.dataset.label + ": " + usd(horizontal ? ctx.parsed.x : ctx.parsed.y); } } }
+          tooltip: { callbacks: { label: function (ctx) { return ctx.dataset.label + ": " + texts[ctx.datasetIndex][ctx.dataIndex]; } } }
         }
       }
     });
   };
-  var col = function (rows, k) { return rows.map(function (r) { return r[k]; }); };
-  stacked(document.getElementById("daily-chart"), data.days.map(function (d) { return d.date.slice(8); }),
-          col(data.days, "cost_usd"), col(data.days, "simulated_usd"), false, data.month + " (" + data.tz_words + ")");
-  stacked(document.getElementById("trend-chart"), col(data.trend, "month"), col(data.trend, "cost_usd"),
-          col(data.trend, "simulated_usd"), false, "month (" + data.tz_words + ")");
-  stacked(document.getElementById("experiment-chart"), col(data.by_experiment, "name"), col(data.by_experiment, "cost_usd"),
-          col(data.by_experiment, "simulated_usd"), true, "by experiment");
-  stacked(document.getElementById("card-chart"), col(data.by_card, "name"), col(data.by_card, "cost_usd"),
-          col(data.by_card, "simulated_usd"), true, "by card");
+  var name = function (r) { return r.name; };
+  stacked(document.getElementById("daily-chart"), data.days, function (d) { return d.name.slice(8); }, false,
+          data.month + " (" + data.tz_words + ")");
+  stacked(document.getElementById("trend-chart"), data.trend, name, false, "month (" + data.tz_words + ")");
+  stacked(document.getElementById("experiment-chart"), data.by_experiment, name, true, "by experiment");
+  stacked(document.getElementById("card-chart"), data.by_card, name, true, "by card");
 
   if (!data.live_url) { return; }  // the saved file: no server to ask
-  var show = function (node, value) {
+  // The words come with the figures (the server formats money by gpuops' one rule).
+  var show = function (node, value, text) {
     node.dataset.value = JSON.stringify(value);
-    node.textContent = node.dataset.kind === "duration" ? duration(value) : usd(value);
+    node.textContent = text;
   };
   var refresh = function () {
     fetch(data.live_url, { cache: "no-store" }).then(function (r) { return r.ok ? r.json() : null; }).then(function (live) {
@@ -61,11 +56,11 @@
       live.open_boxes.forEach(function (b) {
         var row = document.querySelector('tr[data-session="' + CSS.escape(b.session) + '"]');
         if (!row) { return; }
-        row.querySelectorAll("[data-live]").forEach(function (node) { show(node, b[node.dataset.live]); });
+        row.querySelectorAll("[data-live]").forEach(function (node) { show(node, b[node.dataset.live], b.text[node.dataset.live]); });
       });
       document.querySelectorAll("[data-live-total]").forEach(function (node) {
         var path = node.dataset.liveTotal.split(".");
-        show(node, live.billing_now[path[0]][path[1]]);
+        show(node, live.billing_now[path[0]][path[1]], live.billing_now.text[node.dataset.liveTotal]);
       });
       var at = document.getElementById("live-at");
       if (at) { at.textContent = "(as of " + live.generated_at + "; refreshed every " + data.poll_seconds + " s)"; }
