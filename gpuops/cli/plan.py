@@ -14,6 +14,7 @@ from gpuops.cli.options import (
     output_options,
 )
 from gpuops.errors import BadInput
+from gpuops.planning.vllm_kv import VLLM_RELEASE
 from gpuops.providers import WITH_VOLUMES, choices
 
 
@@ -37,7 +38,7 @@ def plan(
         4096, "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len.", example="4096", whole=True
     ),
     engine: str | None = typer.Option(
-        None, "--engine", help="vllm (default: sizes as vLLM 0.11 does) | hf (transformers generate) | train."
+        None, "--engine", help=f"vllm (default: sizes as vLLM {VLLM_RELEASE} does) | hf (transformers generate) | train."
     ),
     mode: str = typer.Option(
         "infer",
