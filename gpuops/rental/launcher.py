@@ -1127,7 +1127,12 @@ def _ready(
     if hasattr(s.box, "still_there"):  # an SSH box that stops answering: ask the provider, not the reconnects
         s.box.still_there = _still_there(s, provider)
     ledger.update(s.id, ready_at=time.time())
-    ledger.event(s.id, EventKind.READY)
+    # where the box answered: what `gpuops ssh`/`exec` and `ps --json` read (gpuops.rental.sessions.endpoint)
+    ssh = s.instance.ssh if not s.instance.extra.get("local_root") else None
+    where: dict[str, str | int] = {"root": str(s.box.root)}
+    if ssh is not None:
+        where.update(host=ssh.host, port=int(ssh.port), user=ssh.user or "root")
+    ledger.event(s.id, EventKind.READY, where)
 
 
 def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
