@@ -144,5 +144,8 @@ def exec_(
         sys.stdout.flush()
 
     settings = _settings(config, emergency=True)
-    rc = access.exec_(settings, sessions.open_ledger(settings), session, list(command), line)
+    argv = list(command)
+    if argv[:1] == ["--"]:  # `exec SESSION -- CMD`: everything after SESSION is the command, so `--` arrives in it
+        argv = argv[1:]
+    rc = access.exec_(settings, sessions.open_ledger(settings), session, argv, line)
     raise typer.Exit(rc)

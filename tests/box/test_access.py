@@ -9,7 +9,6 @@ import subprocess
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
