@@ -103,6 +103,12 @@ class UpRequest:
     # up --recover N: a run of up to N + 1 rentals, re-rented when one ends for a reason in recover_on
     recover: int = 0
     recover_on: tuple[str, ...] = ("preempted",)
+    # up --interactive: no job; `up` leaves the box up after bootstrap (ended by idle, TTL, the money
+    # limits or `gpuops down`), and its row open, booked like any rental by whoever ends it.
+    interactive: bool = False
+
+
+INTERACTIVE_JOB = "(interactive)"  # the row's job of an `up --interactive` box
 
 
 @dataclass
@@ -181,11 +187,14 @@ MAX_EXPERIMENT_CHARS = 200  # an experiment is a name that labels report rows, n
 # -- validate + plan (pure of side effects: nothing rented, nothing booked) -----------------------
 def validate(req: UpRequest) -> None:
     """Raise BadInput for anything a typo could break. Settings were validated when loaded."""
-    if not req.job.exists():
+    if req.interactive:
+        if req.recover:
+            raise BadInput("--interactive has no job to recover", "drop --recover, or pass --job PATH for a run")
+    elif not req.job.exists():
         raise BadInput(f"job file {req.job} not found", "pass the path of a script, e.g. --job examples/bench.sh")
-    if req.job.is_dir():
+    elif req.job.is_dir():
         raise BadInput(f"job {req.job} is a directory", "pass a script file, e.g. --job examples/bench.sh")
-    if not req.job.is_file():  # a FIFO would hang the copy to the box, /dev/zero would fill its disk
+    elif not req.job.is_file():  # a FIFO would hang the copy to the box, /dev/zero would fill its disk
         raise BadInput(f"job {req.job} is not a regular file", "pass a script file, e.g. --job examples/bench.sh")
     if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
         # It is a row label in every report and a CSV field: one visible line.
@@ -452,6 +461,7 @@ class UpRun:
     max_session_usd: float | None = None
     resume_from: Path | None = None
     synced_at: float = 0.0  # monotonic time of the last checkpoint copy home during the job
+    left_up: bool = False  # up --interactive: bootstrapped and left running for the user (no teardown by up)
     collected: bool = False  # collect finished: the job's tokens and results are home (every file verified)
 
 
@@ -597,7 +607,7 @@ def _intent(
         dict(
             id=s.id,
             experiment=req.experiment,
-            job=str(req.job),
+            job=INTERACTIVE_JOB if req.interactive else str(req.job),
             provider=provider.name,
             card=p.offer.card,
             gpu_count=p.offer.gpu_count,
@@ -646,6 +656,8 @@ def _rent(
         ("job", lambda: _job(s, ledger, reporter, settings, provider, signalled)),
         ("collect", lambda: _collect(s, ledger, reporter, settings)),
     ]
+    if s.req.interactive:  # a box to work on: no job, nothing to collect; left up once bootstrapped
+        stages = stages[:-2]
     stop_on_outcome = {"create", "bootstrap"}  # create: the delivered box is not the order
     failure: BaseException | None = None
     try:
@@ -676,9 +688,14 @@ def _rent(
             _book_failure(s, ledger, reporter, e)
     finally:
         signalled.append(0)  # from here on a signal changes nothing: the rental is being ended
-        with _shielded(signalled if s.run_id else None):
-            if intent is None or _has_row(ledger, s.id):
-                _teardown(s, provider, ledger, reporter)
+        s.left_up = s.req.interactive and failure is None and s.end_reason is None
+        if s.left_up:  # bootstrapped: the box is the user's now; its agent (idle, TTL, caps) or `down` ends it
+            if s.box is not None:
+                s.box.close()
+        else:
+            with _shielded(signalled if s.run_id else None):
+                if intent is None or _has_row(ledger, s.id):
+                    _teardown(s, provider, ledger, reporter)
     return failure
 
 
@@ -801,7 +818,7 @@ def _run_recovering(
         Run(
             id=run_id,
             experiment=req.experiment,
-            job=str(req.job),
+            job=INTERACTIVE_JOB if req.interactive else str(req.job),
             provider=provider.name,
             status="open",
             created_at=time.time(),
@@ -1200,6 +1217,8 @@ def _arm(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings, provi
         usd_per_hour=row.usd_per_hour,
         settings=settings,
     )
+    if s.req.interactive:
+        cfg["interactive"] = True  # no job comes: no armed-no-job wait (bootstrap/agent.py)
     agentctl.arm(s.box, cfg)
     ledger.event(s.id, EventKind.ARMED)
 
@@ -1704,6 +1723,7 @@ def summary(s: UpRun, ledger: Ledger) -> dict:
         "results_copy": s.results_copy,
         "status": row.status,
         **_ledger_state(ledger),
+        **({"interactive": {"ssh": f"gpuops ssh {s.id}", "down": f"gpuops down {s.id}"}} if s.left_up else {}),
     }
 
 
