@@ -111,6 +111,18 @@ def up(
     recover_on: str | None = typer.Option(
         None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."
     ),
+    workdir: str | None = typer.Option(
+        None,
+        "--workdir",
+        metavar="DIR",
+        help="Upload DIR to the box before the job (<box root>/workdir, $GPUOPS_WORKDIR; .gitignore honoured).",
+    ),
+    workdir_exclude: list[str] | None = typer.Option(
+        None,
+        "--workdir-exclude",
+        metavar="PATTERN",
+        help="Leave out of --workdir what matches (repeatable): data, '*.ckpt'.",
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -134,6 +146,9 @@ def up(
     if job is not None and interactive:
         raise BadInput("--job and --interactive exclude each other", "an interactive box runs no job: drop one of them")
     _not_blank("--job", job, "pass the path of a script, e.g. --job examples/bench.sh")
+    _not_blank("--workdir", workdir, "pass the folder to upload, e.g. --workdir ., or leave --workdir out")
+    if workdir_exclude and workdir is None:
+        raise BadInput("--workdir-exclude narrows --workdir", "add --workdir DIR, or drop --workdir-exclude")
     _not_blank("--experiment", experiment, "pass a name, e.g. --experiment llama-sweep, or leave --experiment out")
     _not_blank("--name", name, "pass a session id, e.g. --name llama-sweep-1, or leave --name out for a generated one")
     _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
@@ -187,6 +202,8 @@ def up(
     req = launcher.UpRequest(
         job=Path(job or ""),
         interactive=interactive,
+        workdir=workdir or "",
+        workdir_exclude=tuple(workdir_exclude or ()),
         card=settings.up.card,
         experiment=settings.up.experiment,
         provider=settings.up.provider,

@@ -106,6 +106,10 @@ class UpRequest:
     # up --interactive: no job; `up` leaves the box up after bootstrap (ended by idle, TTL, the money
     # limits or `gpuops down`), and its row open, booked like any rental by whoever ends it.
     interactive: bool = False
+    # up --workdir DIR: uploaded to <box root>/workdir during the bootstrap stage (gpuops.rental.workdir);
+    # "" none. workdir_exclude: fnmatch patterns left out beside .gitignore.
+    workdir: str = ""
+    workdir_exclude: tuple[str, ...] = ()
 
 
 INTERACTIVE_JOB = "(interactive)"  # the row's job of an `up --interactive` box
@@ -436,6 +440,7 @@ class UpRun:
     offer: Offer | None = None
     instance: Instance | None = None
     box: Box | None = None
+    workdir: Any = None  # gpuops.rental.workdir.WorkTree: what --workdir sends, scanned before renting
     exit_code: int | None = None
     end_reason: EndReason | None = None
     stage: str = "intent"
@@ -506,6 +511,11 @@ def run_up(
     from gpuops.providers.inputs import check_image
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    tree = None
+    if req.workdir:  # what goes up, its size and sha256: a tree over the cap is refused before renting
+        from gpuops.rental.workdir import scan
+
+        tree = scan(req.workdir, req.workdir_exclude, int(settings.job.workdir_max_mb * 2**20))
     check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
@@ -557,6 +567,7 @@ def run_up(
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
     s = _new_rental(req, p, settings, name=req.name)
+    s.workdir = tree
     _intent(s, p, settings, provider, ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
@@ -1240,8 +1251,12 @@ def _bootstrap(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings)
     if ttl_bound:
         assert remaining is not None  # what ttl_bound checked
         plan.timeout = max(remaining, 0.1)
+    upload = _workdir_upload(s, reporter) if s.workdir is not None else None  # beside the steps, as the weights
     try:
-        res = run_bootstrap_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+        try:
+            res = run_bootstrap_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+        finally:
+            sent = upload() if upload is not None else None
     except TimeoutError:
         why = EventKind.TTL if ttl_bound else EventKind.BOOTSTRAP_TIMEOUT
         ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
@@ -1250,6 +1265,8 @@ def _bootstrap(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings)
             + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)")
         )
         return EndReason.TTL if ttl_bound else EndReason.BOOTSTRAP_FAILED
+    if sent is not None:
+        res.steps.append(sent)  # a failed upload is a failed step: res.failed names it
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     s.slowest_step_seconds = max((float(st.get("seconds") or 0.0) for st in res.steps if "step" in st), default=0.0)
@@ -1265,6 +1282,43 @@ def _bootstrap(s: UpRun, ledger: Ledger, reporter: Reporter, settings: Settings)
         },
     )
     return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
+
+
+def _workdir_upload(s: UpRun, reporter: Reporter) -> Callable[[], dict]:
+    """Start ``up --workdir``'s upload on a thread (a second connection on an SSH box); return its join.
+
+    The join returns the bootstrap step line it is booked as (``workdir``: done, or failed with why)."""
+    import threading
+
+    from gpuops.rental.workdir import upload
+
+    assert s.box is not None and s.workdir is not None  # connected by ready, scanned before renting
+    out: dict = {}
+    t0 = time.monotonic()
+
+    def work() -> None:
+        box = s.box
+        try:
+            another = getattr(box, "another", None)
+            if another is not None:
+                box = another(time.monotonic() + 60.0)
+            try:
+                out.update(upload(box, s.workdir, on_progress=reporter.job_line).as_step())
+            finally:
+                if box is not s.box and box is not None:
+                    box.close()
+        except Exception as e:  # noqa: BLE001  booked as the step's failure; bootstrap_failed follows
+            out.update(step="workdir", status="failed", seconds=round(time.monotonic() - t0, 3), detail=str(e)[:500])
+
+    thread = threading.Thread(target=work, name="gpuops-workdir", daemon=True)
+    thread.start()
+
+    def join() -> dict:
+        thread.join()
+        reporter.step(out)
+        return out
+
+    return join
 
 
 def _job(
@@ -1293,6 +1347,10 @@ def _job(
 
     env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
+    if s.workdir is not None:  # up --workdir: uploaded during bootstrap (gpuops.rental.workdir)
+        from gpuops.rental.workdir import WORKDIR
+
+        env["GPUOPS_WORKDIR"] = f"{str(box.root).rstrip('/')}/{WORKDIR}"
     from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
 
     env.update(
