@@ -562,12 +562,11 @@ def run_up(
         }
     _quick_reconcile(settings, ledger, provider, reporter)
     if req.recover:
-        return _run_recovering(req, p, settings, reporter, provider, ledger, open_box)
+        return _run_recovering(req, p, settings, reporter, provider, ledger, open_box, workdir=tree)
     budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
-    s = _new_rental(req, p, settings, name=req.name)
-    s.workdir = tree
+    s = _new_rental(req, p, settings, name=req.name, workdir=tree)
     _intent(s, p, settings, provider, ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
@@ -593,8 +592,8 @@ def _with_failure(summ: dict, failure: BaseException | None, s: UpRun) -> dict:
 def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = "", **run: Any) -> UpRun:
     """A rental's id, label and log file (0600 from the first byte).
 
-    ``name``: the one `up --name` chose, else a new one. ``run``: the UpRun fields of a run's rental (run_id, attempt,
-    max_session_usd, resume_from)."""
+    ``name``: the one `up --name` chose, else a new one. ``run``: more UpRun fields (a run's rental: run_id,
+    attempt, max_session_usd, resume_from; workdir)."""
     import os
 
     sid = name or new_session_id()
@@ -798,8 +797,9 @@ def _run_recovering(
     provider: Provider,
     ledger: Ledger,
     open_box: Callable | None,
+    workdir: Any = None,
 ) -> dict:
-    """`up --recover N`: one run of up to N + 1 rentals.
+    """`up --recover N`: one run of up to N + 1 rentals (``workdir``: the scanned --workdir, sent to each).
 
     A rental that ends for a reason in
     ``req.recover_on`` (default: preempted) is followed by the next offer that fits (the same plan,
@@ -862,6 +862,7 @@ def _run_recovering(
                     attempt=attempt,
                     max_session_usd=usd_left,
                     resume_from=resume,
+                    workdir=workdir,
                 )
                 rentals.append(s)
                 ledger.update_run(run_id, attempts=attempt)
