@@ -16,7 +16,7 @@ from tests.teardown.rig import STAGE_TIMEOUT_S, wait_for
 
 
 def test_an_interactive_box_is_left_up_reached_by_exec_and_ended_by_idle(fake_smi, cli_env, gpuops_home, tmp_path):
-    fake_smi.util(0)
+    fake_smi.util(97)  # busy while the test looks: never idle, however slow this machine is
     (tmp_path / "infra.toml").write_text(
         "[teardown]\nsample_seconds = 0.3\nidle_minutes = 0.05\njob_end_grace_seconds = 1\nkill_grace_seconds = 1\n"
     )
@@ -44,6 +44,8 @@ def test_an_interactive_box_is_left_up_reached_by_exec_and_ended_by_idle(fake_sm
         cwd=tmp_path,
     )
     assert (ex.returncode, ex.stdout) == (4, "from-the-box\n"), ex.stderr
+    assert not (root / "destroyed.json").exists()
+    fake_smi.util(0)  # the GPU goes quiet, no session open: the idle window runs
     wait_for(lambda: (root / "destroyed.json").exists(), STAGE_TIMEOUT_S)  # the agent's idle rule
     status = json.loads((root / ".gpuops" / "agent-status.json").read_text())
     assert status["destroy"]["reason"] == "idle"
