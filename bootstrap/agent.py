@@ -49,7 +49,11 @@ bootstrap, no SSH session and no laptop presence for ``no_job_seconds`` is destr
 ``no_job``). While the laptop's presence lease (``<state>/laptop-presence``, refreshed by
 ``gpuops.agent.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic
 clock, never by timestamps -- job end, no_job and idle wait, at most ``presence_max_seconds``;
-TTL and session cap never wait.
+TTL and session cap never wait. Each open ``gpuops ssh`` / ``exec`` / ``-L`` holds an activity
+lease (``<state>/activity/<id>``, ``gpuops.agent.agentctl.hold_activity``, the same hold rule:
+``LeaseFile``), counted in a sample's ``ssh`` beside the terminal sessions: the box is busy while
+one is open. A config with ``"interactive": true`` (``gpuops up --interactive``: no job) has no
+armed-no-job wait; idle, TTL and the session cap end it.
 
 Status (``<state>/agent-status.json``, rewritten atomically when what the rules read changed, and
 every ``status_heartbeat_seconds`` for the heartbeat): ``{"version", "session", "pid",
@@ -103,6 +107,9 @@ MAX_SAMPLE_RUNS = 200
 SSH_SESSION_RE = re.compile(r"^sshd(?:-session)?: (\S+?)@(pts/\d+|tty\S*)")
 PRESENCE_FILE = "laptop-presence"  # in the state dir; written by gpuops.agent.agentctl.hold_presence
 PRESENCE_HOLD_MAX_S = 600.0  # one refresh never holds longer than this, whatever the file says
+# In the state dir: one lease file per open `gpuops ssh` / `exec` / `-L` (gpuops.agent.agentctl.hold_activity),
+# each counted as an SSH session while fresh (the same hold rule as the presence lease, LeaseFile).
+ACTIVITY_DIR = "activity"
 WRITE_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO)
 
 
@@ -189,6 +196,52 @@ def _ctime(pid):
         return os.stat("/proc/%s" % pid).st_ctime_ns
     except OSError:
         return None
+
+
+class LeaseFile:
+    """A lease the laptop refreshes by rewriting one file: the presence lease, each activity lease.
+
+    A refresh is seen as a change of the file (inode, mtime, size); how long it holds (its JSON
+    ``hold_seconds``, default 60, at most ``PRESENCE_HOLD_MAX_S``) is measured on this box's
+    monotonic clock from that moment, never from a timestamp in the file. ``released``: over now.
+    The first version of the file this worker sees counts its age (the box's own clock, once)."""
+
+    __slots__ = ("path", "sig", "until_mono", "first")
+
+    def __init__(self, path):
+        self.path = path
+        self.sig = None
+        self.until_mono = None
+        self.first = True
+
+    def left(self):
+        """Seconds the lease still holds (> 0), or None (no file, released, lapsed)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            self.sig, self.until_mono = None, None
+            return None
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if sig != self.sig:
+            self.sig = sig
+            try:
+                with open(self.path) as f:
+                    doc = json.loads(f.read() or "{}")
+            except (OSError, ValueError):
+                doc = {}
+            doc = doc if isinstance(doc, dict) else {}
+            hold = _num_or_none(doc.get("hold_seconds"))
+            hold = max(0.0, min(hold if hold is not None else 60.0, PRESENCE_HOLD_MAX_S))
+            if doc.get("released"):
+                self.until_mono = None
+            else:
+                base = time.monotonic()
+                if self.first:  # written before this worker looked: count its age
+                    base -= max(0.0, time.time() - st.st_mtime)
+                self.until_mono = base + hold
+        self.first = False
+        left = None if self.until_mono is None else self.until_mono - time.monotonic()
+        return None if left is None or left <= 0 else left
 
 
 class ProcScanner:
@@ -694,6 +747,7 @@ class Agent:
         self.state_dir = os.path.join(self.root, cfg.get("state_dir", ".gpuops"))
         self.status_path = os.path.join(self.state_dir, "agent-status.json")
         self.presence_path = os.path.join(self.state_dir, PRESENCE_FILE)
+        self.activity_dir = os.path.join(self.state_dir, ACTIVITY_DIR)
         self.run_dir = os.path.join(self.root, cfg.get("run_dir", ".gpuops/run"))
         self.pidfile = os.path.join(self.root, cfg.get("bootstrap_pidfile", ".gpuops/bootstrap.pid"))
         self.settings = dict(cfg.get("teardown") or {})
@@ -743,7 +797,8 @@ class Agent:
         self._last_key, self._last_write = None, None
         self._job_seen = False
         self._job_end = None  # (ledger-timeline end, exit code) once the marker was read
-        self._presence_sig, self._presence_until_mono, self._presence_first = None, None, True
+        self._presence = LeaseFile(self.presence_path)
+        self._activity = {}  # file name -> LeaseFile: the open `gpuops ssh` / `exec` leases (activity())
         self._deferred_since = None
         self._boot_sig, self._boot_state = None, None
         self.no_job_since: float | None = self.started
@@ -808,36 +863,30 @@ class Agent:
         return {"ended_at": self._job_end[0], "exit_code": self._job_end[1], "started": True}
 
     def presence(self):
-        """Until when (ledger timeline) the laptop's presence lease holds, or None.
+        """Until when (ledger timeline) the laptop's presence lease holds, or None (``LeaseFile``)."""
+        left = self._presence.left()
+        return None if left is None else self.clock() + left
 
-        A refresh is seen as a change of the file (inode, mtime, size); how long it holds is
-        measured on this box's monotonic clock from that moment, never from a timestamp in the file."""
+    def activity(self):
+        """How many activity leases (``<state>/activity/*``) are fresh: open ``gpuops ssh`` / ``exec`` / ``-L``.
+
+        Each is one file, written and refreshed by ``gpuops.agent.agentctl.hold_activity`` while its
+        command is open on the laptop, removed when it ends; a file no longer refreshed lapses after
+        its hold (the laptop went away). Each counts as one SSH session in the sample."""
         try:
-            st = os.stat(self.presence_path)
+            names = [n for n in os.listdir(self.activity_dir) if not n.endswith(".tmp")]
         except OSError:
-            self._presence_sig, self._presence_until_mono = None, None
-            return None
-        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if sig != self._presence_sig:
-            self._presence_sig = sig
-            try:
-                with open(self.presence_path) as f:
-                    doc = json.loads(f.read() or "{}")
-            except (OSError, ValueError):
-                doc = {}
-            doc = doc if isinstance(doc, dict) else {}
-            hold = _num_or_none(doc.get("hold_seconds"))
-            hold = max(0.0, min(hold if hold is not None else 60.0, PRESENCE_HOLD_MAX_S))
-            if doc.get("released"):
-                self._presence_until_mono = None
-            else:
-                base = time.monotonic()
-                if self._presence_first:  # written before this worker looked: count its age
-                    base -= max(0.0, time.time() - st.st_mtime)
-                self._presence_until_mono = base + hold
-        self._presence_first = False
-        left = None if self._presence_until_mono is None else self._presence_until_mono - time.monotonic()
-        return None if left is None or left <= 0 else self.clock() + left
+            names = []
+        leases = self._activity
+        for gone in [n for n in leases if n not in names]:
+            del leases[gone]
+        n = 0
+        for name in names[:256]:  # bounded: a box flooded with files costs one listing, not one read each
+            lease = leases.get(name)
+            if lease is None:
+                lease = leases[name] = LeaseFile(os.path.join(self.activity_dir, name))
+            n += lease.left() is not None
+        return n
 
     def bootstrap_state(self):
         """``bootstrap_pid_state(self.pidfile)``.
@@ -869,6 +918,7 @@ class Agent:
             ssh, scanned_boot = None, False
         else:
             ssh, scanned_boot = scan_proc(self.ssh_users, want_boot)
+            ssh += self.activity()  # `gpuops ssh` / `exec` / `-L` sessions, interactive or not
         s = {
             "t": round(t, 3),
             "gpus": r["gpus"],
@@ -1019,8 +1069,8 @@ class Agent:
 
         Its hard deadline counts from the moment a deferrable rule first wanted to fire."""
         last = self.samples[-1] if self.samples else None
-        if job["started"] or job["ended_at"] is not None:
-            self.no_job_since = None
+        if job["started"] or job["ended_at"] is not None or self.cfg.get("interactive"):
+            self.no_job_since = None  # (an interactive box has no job to wait for: idle, TTL and caps end it)
         elif presence_until is not None or (last and (last.get("bootstrap") or last.get("ssh"))):
             self.no_job_since = now  # something is happening: the wait starts again from here
         elif self.no_job_since is None:

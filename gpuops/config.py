@@ -305,6 +305,8 @@ class JobSettings(_Section):
     # With recover: copy the results directory home this often while the job runs (seconds), so a
     # box taken back without warning leaves its last checkpoint at home for the next rental.
     checkpoint_sync_seconds: Annotated[float, Meta(gt=0)] = 60.0
+    # up --workdir DIR: the most it may upload (MiB), checked before anything is rented (gpuops/rental/workdir.py).
+    workdir_max_mb: Annotated[float, Meta(gt=0)] = 512.0
     # Names of this machine's environment variables the job gets (local and rented boxes alike);
     # nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py).
     # GPUOPS_JOB_ENV takes them comma-separated.

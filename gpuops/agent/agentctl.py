@@ -13,6 +13,8 @@ Paths on the box, relative to the box root (``Box.root``):
 * ``.gpuops/run/``               the job's run dir (``jobwrap.py --dir .gpuops/run``, as the launcher runs it)
 * ``.gpuops/laptop-presence``    the laptop's presence lease (``hold_presence``): while fresh, the agent
                                  does not destroy for job end / idle / no job (TTL and caps still apply)
+* ``.gpuops/activity/<id>``      one lease per open `gpuops ssh` / `exec` / `-L` (``hold_activity``): while
+                                 fresh, the agent counts it as an SSH session (the box is not idle)
 
 Trust: the status is written by the box. ``read_status`` clamps its heartbeat (and any time in it)
 to this machine's now, and ``session_teardown`` lets it only tighten a limit, never extend one.
@@ -98,7 +100,8 @@ def agent_config(
     worker; default max(90, 3 x sample + 30)), ``status_heartbeat_seconds`` (s, default 5),
     ``presence_max_seconds`` (how long presence may hold a due destroy; default 3600),
     ``poll_seconds`` (exit-marker poll, default 1), ``nvidia_smi`` (argv), ``gpu_source``
-    ("auto" | "nvidia-smi").
+    ("auto" | "nvidia-smi"), ``interactive`` (true: `up --interactive`, no job comes: no
+    armed-no-job wait).
     """
     from gpuops.providers import MARKETPLACES, REGISTRY, agent_destroy_kind
 
@@ -294,34 +297,77 @@ def hold_presence(box, hold_seconds: float = 60.0, refresh_seconds: float | None
     then lapses after ``hold_seconds`` and the agent goes on. TTL and money limits are never held.
 
     Use: ``with agentctl.hold_presence(box): box.get(results, dest)``."""
+
+    def put(seq: int, released: bool) -> None:
+        write_presence(box, hold_seconds, released=released, seq=seq)
+
+    with _refreshed(box, put, hold_seconds, refresh_seconds):
+        yield
+
+
+ACTIVITY_DIR = ".gpuops/activity"  # bootstrap/agent.py ACTIVITY_DIR, in its state dir
+
+
+@contextlib.contextmanager
+def hold_activity(box, hold_seconds: float = 60.0, refresh_seconds: float | None = None) -> Iterator[str]:
+    """Count the block as an SSH session on the box: the agent's idle and no-job rules see it busy.
+
+    One lease file per holder, ``.gpuops/activity/<random id>`` (written over ``box.run``, so a box
+    without SFTP and a local box work alike), refreshed like ``hold_presence`` and removed at exit;
+    a holder that dies leaves a file that lapses ``hold_seconds`` after its last refresh, judged on
+    the box's monotonic clock (``bootstrap/agent.py: LeaseFile``). Job end, TTL and the money limits
+    are not held. Yields the lease's path on the box (relative to its root)."""
+    path = f"{ACTIVITY_DIR}/{os.urandom(8).hex()}"
+    q = shlex.quote
+
+    def put(seq: int, released: bool) -> None:
+        if released:
+            box.run(f"rm -f {q(path)}", timeout=30)
+            return
+        body = json.dumps({"hold_seconds": float(hold_seconds), "seq": int(seq)})
+        box.run(
+            f"mkdir -p {q(ACTIVITY_DIR)} && printf %s {q(body)} > {q(path + '.tmp')} && mv -f {q(path + '.tmp')} {q(path)}",
+            timeout=30,
+        )
+
+    with _refreshed(box, put, hold_seconds, refresh_seconds):
+        yield path
+
+
+@contextlib.contextmanager
+def _refreshed(box, put, hold_seconds: float, refresh_seconds: float | None) -> Iterator[None]:
+    """A lease kept fresh while the block runs: ``put(seq, released)`` calls on a daemon thread.
+
+    ``put(seq, False)`` at entry and every ``refresh_seconds`` (default ``hold_seconds / 4``),
+    ``put(seq, True)`` at exit; a failed call is skipped (the lease then lapses)."""
     refresh = refresh_seconds if refresh_seconds is not None else max(0.5, hold_seconds / 4.0)
     stop = threading.Event()
     seq = [0]
 
-    def put(released: bool = False, refresh: bool = False) -> None:
+    def call(released: bool = False, refresh: bool = False) -> None:
         seq[0] += 1
         connected = getattr(box, "is_connected", None)
         if refresh and connected is not None and not connected():
-            return  # never reconnect from this thread (the caller's copy owns the connection)
+            return  # never reconnect from this thread (the caller's work owns the connection)
         try:
-            write_presence(box, hold_seconds, released=released, seq=seq[0])
+            put(seq[0], released)
         except Exception:  # a failed refresh only shortens the lease; the caller's work goes on
             pass
 
-    put()
+    call()
 
     def loop() -> None:
         while not stop.wait(refresh):
-            put(refresh=True)
+            call(refresh=True)
 
-    t = threading.Thread(target=loop, name="gpuops-presence", daemon=True)
+    t = threading.Thread(target=loop, name="gpuops-lease", daemon=True)
     t.start()
     try:
         yield
     finally:
         stop.set()
         t.join(timeout=refresh + 30)
-        put(released=True)
+        call(released=True)
 
 
 def heartbeat_stale(status: dict | None, now: float | None = None) -> bool:

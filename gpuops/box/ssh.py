@@ -302,6 +302,25 @@ class SSHBox:
         self._exec_capture(f"mkdir -p {q(self.root)}/.gpuops")
         return self
 
+    def another(self, deadline: float) -> SSHBox:
+        """A second connection to the same box (same key, pins and root), connected by ``deadline``.
+
+        For work beside this connection's (an upload while the bootstrap runs): each keeps its own SFTP client."""
+        box = SSHBox(
+            self.host,
+            self.port,
+            self.user,
+            key_path=self.key_path,
+            pins=self.pins,
+            pin_name=self.pin_name,
+            root=self.root,
+            keepalive_s=self.keepalive_s,
+            reconnect_s=self.reconnect_s,
+            io_timeout_s=self.io_timeout_s,
+        )
+        box.still_there = self.still_there
+        return box.connect(deadline)
+
     def is_connected(self) -> bool:
         """True while the SSH transport is up (no reconnect is tried)."""
         return self._t is not None and self._t.is_active()

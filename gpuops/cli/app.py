@@ -65,6 +65,8 @@ app.command("ls", hidden=True, help="Same as `gpuops ps` (runpodctl's `get pod`,
 app.command()(offers.cards)
 app.command()(session.down)
 app.command("logs")(session.logs)
+app.command()(session.ssh)
+app.command("exec", context_settings={"allow_interspersed_args": False})(session.exec_)
 app.command()(watchdog.watchdog)
 app.command()(watchdog.reconcile)
 app.command()(check.check)

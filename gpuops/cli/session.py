@@ -111,3 +111,41 @@ def logs(
         show_logs(_settings(config, emergency=True), session, follow=follow, write=write)
     except KeyboardInterrupt:
         sys.stderr.write("detached; the job keeps running\n")
+
+
+def ssh(
+    session: str = typer.Argument(..., help="Session id (or a unique prefix) of a live box of yours."),
+    command: list[str] | None = typer.Argument(None, help="After --: a command to run instead of a shell."),
+    forward: list[str] | None = typer.Option(
+        None,
+        "-L",
+        help="LOCAL:REMOTE: localhost:LOCAL reaches the box's 127.0.0.1:REMOTE while open (repeatable).",
+    ),
+    config: str | None = CONFIG_OPT,
+) -> None:
+    """Open a shell on a live box, or run a command there (`-- CMD`); `-L` forwards a port."""
+    from gpuops.rental import access, sessions
+
+    settings = _settings(config, emergency=True)
+    rc = access.ssh(settings, sessions.open_ledger(settings), session, list(command or []), list(forward or []))
+    raise typer.Exit(rc)
+
+
+def exec_(
+    session: str = typer.Argument(..., help="Session id (or a unique prefix) of a live box of yours."),
+    command: list[str] = typer.Argument(..., help="The command and its arguments (each quoted for the box)."),
+    config: str | None = CONFIG_OPT,
+) -> None:
+    """Run a command on a live box and stream its output; exits with its exit code."""
+    from gpuops.rental import access, sessions
+
+    def line(text: str) -> None:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+
+    settings = _settings(config, emergency=True)
+    argv = list(command)
+    if argv[:1] == ["--"]:  # `exec SESSION -- CMD`: everything after SESSION is the command, so `--` arrives in it
+        argv = argv[1:]
+    rc = access.exec_(settings, sessions.open_ledger(settings), session, argv, line)
+    raise typer.Exit(rc)

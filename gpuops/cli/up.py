@@ -30,8 +30,13 @@ from gpuops.providers import NAMES, choices
 def up(
     # str, not Path: typer coerces a Path through a pydantic adapter built on first use (start-up
     # before the intent row); gpuops.rental.launcher.validate checks the file.
-    job: str = typer.Option(
-        ..., "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."
+    job: str | None = typer.Option(
+        None, "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."
+    ),
+    interactive: bool = typer.Option(
+        False,
+        "--interactive",
+        help="No job: a box to work on (`gpuops ssh SESSION`), ended by idle, the TTL or `gpuops down`.",
     ),
     card: str | None = typer.Option(None, "--card", help=CARD_HELP),
     experiment: str | None = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
@@ -106,6 +111,18 @@ def up(
     recover_on: str | None = typer.Option(
         None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."
     ),
+    workdir: str | None = typer.Option(
+        None,
+        "--workdir",
+        metavar="DIR",
+        help="Upload DIR to the box before the job (<box root>/workdir, $GPUOPS_WORKDIR; .gitignore honoured).",
+    ),
+    workdir_exclude: list[str] | None = typer.Option(
+        None,
+        "--workdir-exclude",
+        metavar="PATTERN",
+        help="Leave out of --workdir what matches (repeatable): data, '*.ckpt'.",
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -121,7 +138,17 @@ def up(
         raise BadInput(
             f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code"
         )
+    if job is None and not interactive:
+        raise BadInput(
+            "up needs --job PATH or --interactive",
+            "e.g. --job examples/bench.sh, or --interactive for a box to work on",
+        )
+    if job is not None and interactive:
+        raise BadInput("--job and --interactive exclude each other", "an interactive box runs no job: drop one of them")
     _not_blank("--job", job, "pass the path of a script, e.g. --job examples/bench.sh")
+    _not_blank("--workdir", workdir, "pass the folder to upload, e.g. --workdir ., or leave --workdir out")
+    if workdir_exclude and workdir is None:
+        raise BadInput("--workdir-exclude narrows --workdir", "add --workdir DIR, or drop --workdir-exclude")
     _not_blank("--experiment", experiment, "pass a name, e.g. --experiment llama-sweep, or leave --experiment out")
     _not_blank("--name", name, "pass a session id, e.g. --name llama-sweep-1, or leave --name out for a generated one")
     _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
@@ -173,7 +200,10 @@ def up(
 
         resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
     req = launcher.UpRequest(
-        job=Path(job),
+        job=Path(job or ""),
+        interactive=interactive,
+        workdir=workdir or "",
+        workdir_exclude=tuple(workdir_exclude or ()),
         card=settings.up.card,
         experiment=settings.up.experiment,
         provider=settings.up.provider,
@@ -213,6 +243,9 @@ def up(
     )
     if summ.get("dry_run"):
         emit.emit(summ, fmt, lambda: ui.render_dry_run(summ))
+        return
+    if summ.get("interactive"):  # left up for the user: the way in, and what ends it
+        _print_lossy(lambda: emit.emit(summ, fmt, lambda: ui.render_interactive(summ, settings.teardown)))
         return
     _print_lossy(lambda: emit.emit(summ, fmt, lambda: ui.render_summary(summ)))
     from bootstrap.vocabulary import EndReason, exit_status

@@ -35,6 +35,23 @@ def print_json(obj: Any) -> None:
     sys.stdout.write(json_text(obj))
 
 
+def render_interactive(summ: dict, teardown) -> None:
+    """What `up --interactive` prints once its box is bootstrapped: where it is, what ends it, the way in.
+
+    ``summ``: launcher.summary's dict with ``interactive``; ``teardown``: the session's TeardownSettings."""
+    idle = teardown.idle_minutes
+    price = summ["usd_per_hour"]
+    print(
+        f"box {summ['session']} is up: {summ['provider']} {summ['card']} x{summ.get('gpu_count') or 1}"
+        + (f" at ${price:,.4f}/h" + (" (simulated)" if summ.get("simulated") else "") if price is not None else "")
+    )
+    ends = [f"TTL {teardown.max_hours:g} h"]
+    if idle != "off":
+        ends.insert(0, f"{idle:g} min with no GPU busy and no session open")
+    print("it ends after " + " or ".join(ends) + f", or by `{summ['interactive']['down']}`")
+    print(summ["interactive"]["ssh"])
+
+
 def render_summary(summ: dict) -> None:
     from gpuops.render.tables import ID, TEXT, Col, console as table_console, print_table
 

@@ -103,6 +103,16 @@ class UpRequest:
     # up --recover N: a run of up to N + 1 rentals, re-rented when one ends for a reason in recover_on
     recover: int = 0
     recover_on: tuple[str, ...] = ("preempted",)
+    # up --interactive: no job; `up` leaves the box up after bootstrap (ended by idle, TTL, the money
+    # limits or `gpuops down`), and its row open, booked like any rental by whoever ends it.
+    interactive: bool = False
+    # up --workdir DIR: uploaded to <box root>/workdir during the bootstrap stage (gpuops.rental.workdir);
+    # "" none. workdir_exclude: fnmatch patterns left out beside .gitignore.
+    workdir: str = ""
+    workdir_exclude: tuple[str, ...] = ()
+
+
+INTERACTIVE_JOB = "(interactive)"  # the row's job of an `up --interactive` box
 
 
 @dataclass
@@ -181,11 +191,14 @@ MAX_EXPERIMENT_CHARS = 200  # an experiment is a name that labels report rows, n
 # -- validate + plan (pure of side effects: nothing rented, nothing booked) -----------------------
 def validate(req: UpRequest) -> None:
     """Raise BadInput for anything a typo could break. Settings were validated when loaded."""
-    if not req.job.exists():
+    if req.interactive:
+        if req.recover:
+            raise BadInput("--interactive has no job to recover", "drop --recover, or pass --job PATH for a run")
+    elif not req.job.exists():
         raise BadInput(f"job file {req.job} not found", "pass the path of a script, e.g. --job examples/bench.sh")
-    if req.job.is_dir():
+    elif req.job.is_dir():
         raise BadInput(f"job {req.job} is a directory", "pass a script file, e.g. --job examples/bench.sh")
-    if not req.job.is_file():  # a FIFO would hang the copy to the box, /dev/zero would fill its disk
+    elif not req.job.is_file():  # a FIFO would hang the copy to the box, /dev/zero would fill its disk
         raise BadInput(f"job {req.job} is not a regular file", "pass a script file, e.g. --job examples/bench.sh")
     if not req.experiment.strip() or any(ch < " " or ch == "\x7f" for ch in req.experiment):
         # It is a row label in every report and a CSV field: one visible line.
@@ -427,6 +440,7 @@ class UpRun:
     offer: Offer | None = None
     instance: Instance | None = None
     box: Box | None = None
+    workdir: Any = None  # gpuops.rental.workdir.WorkTree: what --workdir sends, scanned before renting
     exit_code: int | None = None
     end_reason: EndReason | None = None
     stage: str = "intent"
@@ -452,6 +466,7 @@ class UpRun:
     max_session_usd: float | None = None
     resume_from: Path | None = None
     synced_at: float = 0.0  # monotonic time of the last checkpoint copy home during the job
+    left_up: bool = False  # up --interactive: bootstrapped and left running for the user (no teardown by up)
     collected: bool = False  # collect finished: the job's tokens and results are home (every file verified)
 
 
@@ -496,6 +511,11 @@ def run_up(
     from gpuops.providers.inputs import check_image
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    tree = None
+    if req.workdir:  # what goes up, its size and sha256: a tree over the cap is refused before renting
+        from gpuops.rental.workdir import scan
+
+        tree = scan(req.workdir, req.workdir_exclude, int(settings.job.workdir_max_mb * 2**20))
     check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
@@ -540,11 +560,11 @@ def run_up(
         }
     _quick_reconcile(settings, ledger, provider, reporter)
     if req.recover:
-        return _run_recovering(req, p, settings, reporter, provider, ledger, open_box)
+        return _run_recovering(req, p, settings, reporter, provider, ledger, open_box, workdir=tree)
     budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
-    s = _new_rental(req, p, settings, name=req.name)
+    s = _new_rental(req, p, settings, name=req.name, workdir=tree)
     _intent(s, p, settings, provider, ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
@@ -570,8 +590,8 @@ def _with_failure(summ: dict, failure: BaseException | None, s: UpRun) -> dict:
 def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = "", **run: Any) -> UpRun:
     """A rental's id, label and log file (0600 from the first byte).
 
-    ``name``: the one `up --name` chose, else a new one. ``run``: the UpRun fields of a run's rental (run_id, attempt,
-    max_session_usd, resume_from)."""
+    ``name``: the one `up --name` chose, else a new one. ``run``: more UpRun fields (a run's rental: run_id,
+    attempt, max_session_usd, resume_from; workdir)."""
     import os
 
     sid = name or new_session_id()
@@ -595,7 +615,7 @@ def _intent(
         dict(
             id=s.id,
             experiment=req.experiment,
-            job=str(req.job),
+            job=INTERACTIVE_JOB if req.interactive else str(req.job),
             provider=provider.name,
             card=p.offer.card,
             gpu_count=p.offer.gpu_count,
@@ -644,6 +664,8 @@ def _rent(
         ("job", lambda: _job(s, ledger, reporter, settings, provider, signalled)),
         ("collect", lambda: _collect(s, ledger, reporter, settings)),
     ]
+    if s.req.interactive:  # a box to work on: no job, nothing to collect; left up once bootstrapped
+        stages = stages[:-2]
     stop_on_outcome = {"create", "bootstrap"}  # create: the delivered box is not the order
     failure: BaseException | None = None
     try:
@@ -674,9 +696,14 @@ def _rent(
             _book_failure(s, ledger, reporter, e)
     finally:
         signalled.append(0)  # from here on a signal changes nothing: the rental is being ended
-        with _shielded(signalled if s.run_id else None):
-            if intent is None or _has_row(ledger, s.id):
-                _teardown(s, provider, ledger, reporter)
+        s.left_up = s.req.interactive and failure is None and s.end_reason is None
+        if s.left_up:  # bootstrapped: the box is the user's now; its agent (idle, TTL, caps) or `down` ends it
+            if s.box is not None:
+                s.box.close()
+        else:
+            with _shielded(signalled if s.run_id else None):
+                if intent is None or _has_row(ledger, s.id):
+                    _teardown(s, provider, ledger, reporter)
     return failure
 
 
@@ -768,8 +795,9 @@ def _run_recovering(
     provider: Provider,
     ledger: Books,
     open_box: Callable | None,
+    workdir: Any = None,
 ) -> dict:
-    """`up --recover N`: one run of up to N + 1 rentals.
+    """`up --recover N`: one run of up to N + 1 rentals (``workdir``: the scanned --workdir, sent to each).
 
     A rental that ends for a reason in
     ``req.recover_on`` (default: preempted) is followed by the next offer that fits (the same plan,
@@ -799,7 +827,7 @@ def _run_recovering(
         Run(
             id=run_id,
             experiment=req.experiment,
-            job=str(req.job),
+            job=INTERACTIVE_JOB if req.interactive else str(req.job),
             provider=provider.name,
             status="open",
             created_at=time.time(),
@@ -832,6 +860,7 @@ def _run_recovering(
                     attempt=attempt,
                     max_session_usd=usd_left,
                     resume_from=resume,
+                    workdir=workdir,
                 )
                 rentals.append(s)
                 ledger.update_run(run_id, attempts=attempt)
@@ -1125,7 +1154,12 @@ def _ready(
     if hasattr(s.box, "still_there"):  # an SSH box that stops answering: ask the provider, not the reconnects
         s.box.still_there = _still_there(s, provider)
     ledger.update(s.id, ready_at=time.time())
-    ledger.event(s.id, EventKind.READY)
+    # where the box answered: what `gpuops ssh`/`exec` and `ps --json` read (gpuops.rental.sessions.endpoint)
+    ssh = s.instance.ssh if not s.instance.extra.get("local_root") else None
+    where: dict[str, str | int] = {"root": str(s.box.root)}
+    if ssh is not None:
+        where.update(host=ssh.host, port=int(ssh.port), user=ssh.user or "root")
+    ledger.event(s.id, EventKind.READY, where)
 
 
 def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
@@ -1193,6 +1227,8 @@ def _arm(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings, provid
         usd_per_hour=row.usd_per_hour,
         settings=settings,
     )
+    if s.req.interactive:
+        cfg["interactive"] = True  # no job comes: no armed-no-job wait (bootstrap/agent.py)
     agentctl.arm(s.box, cfg)
     ledger.event(s.id, EventKind.ARMED)
 
@@ -1214,8 +1250,12 @@ def _bootstrap(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) 
     if ttl_bound:
         assert remaining is not None  # what ttl_bound checked
         plan.timeout = max(remaining, 0.1)
+    upload = _workdir_upload(s, reporter) if s.workdir is not None else None  # beside the steps, as the weights
     try:
-        res = run_bootstrap_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+        try:
+            res = run_bootstrap_plan(s.box, plan, on_step=reporter.step, on_line=reporter.job_line)
+        finally:
+            sent = upload() if upload is not None else None
     except TimeoutError:
         why = EventKind.TTL if ttl_bound else EventKind.BOOTSTRAP_TIMEOUT
         ledger.event(s.id, why, {"during": "bootstrap", "seconds": round(plan.timeout, 3)})
@@ -1224,6 +1264,8 @@ def _bootstrap(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) 
             + (" (max_hours ran out)" if ttl_bound else " ([bootstrap] timeout_seconds)")
         )
         return EndReason.TTL if ttl_bound else EndReason.BOOTSTRAP_FAILED
+    if sent is not None:
+        res.steps.append(sent)  # a failed upload is a failed step: res.failed names it
     s.steps = res.steps
     s.slowest_step = res.summary.get("slowest")
     s.slowest_step_seconds = max((float(st.get("seconds") or 0.0) for st in res.steps if "step" in st), default=0.0)
@@ -1239,6 +1281,43 @@ def _bootstrap(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) 
         },
     )
     return None if res.rc == 0 and res.failed is None else EndReason.BOOTSTRAP_FAILED
+
+
+def _workdir_upload(s: UpRun, reporter: Reporter) -> Callable[[], dict]:
+    """Start ``up --workdir``'s upload on a thread (a second connection on an SSH box); return its join.
+
+    The join returns the bootstrap step line it is booked as (``workdir``: done, or failed with why)."""
+    import threading
+
+    from gpuops.rental.workdir import upload
+
+    assert s.box is not None and s.workdir is not None  # connected by ready, scanned before renting
+    out: dict = {}
+    t0 = time.monotonic()
+
+    def work() -> None:
+        box = s.box
+        try:
+            another = getattr(box, "another", None)
+            if another is not None:
+                box = another(time.monotonic() + 60.0)
+            try:
+                out.update(upload(box, s.workdir, on_progress=reporter.job_line).as_step())
+            finally:
+                if box is not s.box and box is not None:
+                    box.close()
+        except Exception as e:  # noqa: BLE001  booked as the step's failure; bootstrap_failed follows
+            out.update(step="workdir", status="failed", seconds=round(time.monotonic() - t0, 3), detail=str(e)[:500])
+
+    thread = threading.Thread(target=work, name="gpuops-workdir", daemon=True)
+    thread.start()
+
+    def join() -> dict:
+        thread.join()
+        reporter.step(out)
+        return out
+
+    return join
 
 
 def _job(
@@ -1267,6 +1346,10 @@ def _job(
 
     env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
+    if s.workdir is not None:  # up --workdir: uploaded during bootstrap (gpuops.rental.workdir)
+        from gpuops.rental.workdir import WORKDIR
+
+        env["GPUOPS_WORKDIR"] = f"{str(box.root).rstrip('/')}/{WORKDIR}"
     from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
 
     env.update(
@@ -1697,6 +1780,7 @@ def summary(s: UpRun, ledger: Books) -> dict:
         "results_copy": s.results_copy,
         "status": row.status,
         **_ledger_state(ledger),
+        **({"interactive": {"ssh": f"gpuops ssh {s.id}", "down": f"gpuops down {s.id}"}} if s.left_up else {}),
     }
 
 

@@ -45,6 +45,8 @@ def row_json(row) -> dict:
 
 # What `ps` adds to each open row (gpuops.teardown.live.live_figures), after the row's columns.
 LIVE_COLUMNS = ("accrued_usd", "ttl_left_seconds", "idle_seconds", "status_at", "status_age_seconds")
+# Where the box answers SSH, booked by `up`'s ready stage (endpoint); None on a local box.
+ACCESS_COLUMNS = ("ssh_host", "ssh_port", "ssh_user")
 
 
 def open_session_columns(ledger: Books) -> tuple[str, ...]:
@@ -57,7 +59,20 @@ def open_session_columns(ledger: Books) -> tuple[str, ...]:
         "usd_per_mtoken",
         "seconds",
         *LIVE_COLUMNS,
+        *ACCESS_COLUMNS,
     )
+
+
+def endpoint(ledger: Books, session_id: str) -> dict:
+    """Where the box of ``session_id`` answers, booked by `up`'s ready stage.
+
+    ``{"host", "port", "user", "root"}``; host, port and user absent on a local box, all absent
+    when no ready stage booked them."""
+    from bootstrap.vocabulary import EventKind
+
+    got = ledger.last_event(session_id, EventKind.READY)
+    detail = got[1] if got is not None else None
+    return dict(detail) if isinstance(detail, dict) else {}
 
 
 def list_open(ledger: Books, owner: str | None = None, now: float | None = None) -> list[dict]:
@@ -67,7 +82,7 @@ def list_open(ledger: Books, owner: str | None = None, now: float | None = None)
     (``gpuops.teardown.live.live_figures``, from the newest ``live`` event the ledger holds: no
     connection to any box): ``cost_usd`` and ``accrued_usd`` the accrual so far (USD), ``tokens`` so
     far, ``usd_per_mtoken``, ``ttl_left_seconds``, ``idle_seconds``, ``status_at``,
-    ``status_age_seconds``. ``owner``: only that user's (and rows from before owners were booked),
+    ``status_age_seconds``, and ``ssh_host``, ``ssh_port``, ``ssh_user`` (None on a local box). ``owner``: only that user's (and rows from before owners were booked),
     None: everyone's."""
     import time
 
@@ -83,6 +98,8 @@ def list_open(ledger: Books, owner: str | None = None, now: float | None = None)
         d = row_json(r)
         live = live_figures(d, ledger.last_event(r.id, EventKind.LIVE), now)
         d.update({k: live[k] for k in LIVE_COLUMNS})
+        where = endpoint(ledger, r.id)
+        d.update(ssh_host=where.get("host"), ssh_port=where.get("port"), ssh_user=where.get("user"))
         d.update(
             cost_usd=live["accrued_usd"],
             tokens=live["tokens"],

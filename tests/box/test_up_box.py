@@ -156,3 +156,46 @@ def test_up_over_real_ssh_survives_a_dropped_connection_mid_job(gpuops_home, ssh
     assert [(x.name, x.status) for x in steps] == [("system", "done"), ("verify", "done"), ("command 1", "done")]
     system = json.loads(steps[0].detail)
     assert system["gpus"][0]["name"] == "NVIDIA H100 80GB HBM3"  # the stand-in nvidia-smi on the box
+
+
+def test_up_over_real_ssh_uploads_the_workdir_beside_the_bootstrap_and_ssh_reaches_the_box(
+    gpuops_home, sshd, tmp_path, monkeypatch
+):
+    """--workdir over a second connection while bootstrap.py's steps run; the ready event books where
+    the box answers, and `gpuops ssh -- CMD` (the system client) reaches it while the job runs."""
+    from gpuops.box.ssh import ensure_ssh_key
+    from gpuops.rental import access
+
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    s = load_settings(None, {"bootstrap": {"commands": ["sleep 0.5"]}})
+    sshd.authorize(ensure_ssh_key(s.data_path())[1])
+    prov = SshProvider(sshd.host, sshd.port, sshd.user)
+    work = tmp_path / "project"
+    (work / "pkg").mkdir(parents=True)
+    (work / "pkg" / "data.txt").write_text("uploaded\n")
+    gate = tmp_path / "job-may-end"
+    job = tmp_path / "job.sh"
+    job.write_text(
+        f'cat "$GPUOPS_WORKDIR/pkg/data.txt"; for i in $(seq 300); do test -e {gate} && exit 0; sleep 0.1; done; exit 9\n'
+    )
+    got: list[tuple[int, str]] = []
+
+    class R(Reporter):
+        def job_line(self, text):
+            if text == "uploaded":  # the job read the upload; reach its box the way a user would
+                ledger = Ledger(s.ledger_url())
+                (row,) = ledger.open_sessions()
+
+                def run(argv, timeout_s):
+                    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+                    got.append((p.returncode, p.stdout))
+                    return p.returncode
+
+                access.ssh(s, ledger, row.id, ["cat", "workdir/pkg/data.txt"], [], provider=prov, run=run)
+                gate.touch()
+
+    summ = run_up(UpRequest(job=job, provider="emulated", workdir=str(work)), s, R(), provider=prov)
+    assert summ["end_reason"] == "job_end", summ
+    assert got == [(0, "uploaded\n")]
+    steps = {x.name: x for x in Ledger(s.ledger_url()).steps(summ["session"])}
+    assert steps["workdir"].status == "done" and steps["command 1"].status == "done"

@@ -22,7 +22,8 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
     header = ps.stdout.splitlines()
     assert len(header) == 1 and header[0].startswith("session,experiment,job,provider,card,gpu_count,spot,")
     assert header[0].endswith(
-        ",owner,account,run_id,attempt,max_session_usd,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds"
+        ",owner,account,run_id,attempt,max_session_usd,usd_per_mtoken,seconds,accrued_usd,ttl_left_seconds,idle_seconds,status_at,status_age_seconds,"
+        "ssh_host,ssh_port,ssh_user"
     )
     rec = cli("reconcile", "--format", "csv")
     assert (rec.returncode, rec.stdout) == (0, "session,kind,detail\n"), rec.stderr
@@ -36,7 +37,7 @@ def test_ps_reconcile_and_volumes_csv_with_nothing_listed_is_the_header(gpuops_h
 def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
     import os
 
-    from gpuops.rental.sessions import LIVE_COLUMNS, open_session_columns, row_json
+    from gpuops.rental.sessions import ACCESS_COLUMNS, LIVE_COLUMNS, open_session_columns, row_json
     from ledger import Ledger
     from ledger.models import Session
 
@@ -45,6 +46,6 @@ def test_ps_csv_header_is_the_same_with_an_open_session(gpuops_home, cli):
         Session(id="s-1", experiment="e", job="j.sh", provider="local", card="a100-80gb", status="open", created_at=1.0)
     )
     try:
-        assert tuple(row_json(led.get("s-1"))) + LIVE_COLUMNS == open_session_columns(led)
+        assert tuple(row_json(led.get("s-1"))) + LIVE_COLUMNS + ACCESS_COLUMNS == open_session_columns(led)
     finally:
         led.engine.dispose()

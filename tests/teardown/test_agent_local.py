@@ -288,3 +288,28 @@ def test_agent_also_ends_box_processes_that_left_their_group(rig, fake_smi):
     finally:
         for pid in tagged(name):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_an_activity_lease_counts_as_a_session_and_idle_fires_after_it_ends(rig, fake_smi):
+    """`gpuops ssh` / `exec` / `-L` hold an activity lease (agentctl.hold_activity); the agent counts it
+    like an SSH session with a terminal: an idle GPU under it is not idle, and the window starts at its end."""
+    from gpuops.agent.agentctl import hold_activity
+
+    fake_smi.util(0)
+    t = {"sample_seconds": 0.3, "idle_minutes": 1.5 / 60}
+    r = rig(t)
+    r.intent()
+    r.create()
+    r.arm(interactive=True)
+    wait_for(r.status, STAGE_TIMEOUT_S)
+    with hold_activity(r.box, hold_seconds=2.0, refresh_seconds=0.3):
+        wait_for(lambda: (r.status() or {}).get("samples", [{}])[-1].get("ssh") == 1, STAGE_TIMEOUT_S)
+        t_seen = time.monotonic()
+        wait_for(lambda: time.monotonic() - t_seen >= 3.0, STAGE_TIMEOUT_S)  # two idle windows held
+        assert not r.gone()
+        assert "1 SSH session(s) open" in r.status()["decision"]["explanation"]
+    wait_for(r.gone, STAGE_TIMEOUT_S)
+    st = r.status()
+    assert st["destroy"]["reason"] == "idle"  # interactive: no no_job; idle ended it
+    last_ssh = max(s.get("t_last", s["t"]) for s in st["samples"] if s.get("ssh"))
+    assert st["decision"]["idle_since"] > last_ssh
