@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
+
+import pytest
 
 
 @pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import re
+
+import pytest
 
 
 @pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
