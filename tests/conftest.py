@@ -3,10 +3,15 @@
 Area-specific fixtures live in tests/<area>/conftest.py; fixtures that several areas share (sshd,
 emulators, PostgreSQL) live in tests/support/ and are imported.
 
-Lanes (markers set here at collection, not in the test files): ``e2e`` for a test that starts a
-server or a process (it requests one of ``E2E_FIXTURES``, lives in one of ``E2E_DIRS``, runs the
-PostgreSQL parameter of ``ledger_url``, or its code, or a helper of its module it calls, starts a
-subprocess), ``unit`` for everything else (pure logic and in-process ``CliRunner`` runs).
+Lanes (markers set here at collection) follow what a test starts, never its folder: ``e2e`` for
+a test that starts a server or a process -- it uses a fixture (directly or through another) that
+is one of ``E2E_FIXTURES`` or whose code starts one (``_SPAWNS``: a subprocess, an emulator, sshd,
+PostgreSQL, the browser...), runs the PostgreSQL parameter of ``ledger_url``, or its own code or a
+helper it calls (of its module, or imported from another test module) starts one -- or is marked
+``e2e`` by hand (what it starts is out of sight: an in-process `up --dry-run` on the local
+provider starts its containment probe, bootstrap/contain.py). ``unit`` for everything else: pure
+logic and in-process ``CliRunner`` runs. A unit-lane test that starts a process or opens a
+listening socket anyway fails (``_no_leftover_processes``), so the lanes cannot drift.
 ``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).
 
 Hygiene: the run gets one temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tempfile`` and every
@@ -18,14 +23,17 @@ and the run fails; then the temp root is removed, with the bytecode compiled fro
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -59,13 +67,15 @@ E2E_FIXTURES = frozenset(
         "hub",  # tests/plan/test_hub.py: the stand-in Hugging Face Hub (an HTTP server)
     }
 )
-# Every test in these folders drives real processes (agents, sshd, `up`).
-E2E_DIRS = frozenset({"teardown", "box"})
 # Code that starts a process or a server.
-# (``run_up`` is `up` in process, ``LocalBox`` a local box: both start processes.)
+# (``run_up`` is `up` in process, ``LocalBox`` a local box: both start processes; ``...Emulator(``
+# an emulated provider's HTTP server, with or without arguments.)
 _SPAWNS = re.compile(
     r"\b(subprocess|Popen|gpuops_cmd|os\.fork|SshServer|PostgresServer|LocalBox|laptop\(|HttpFiles|HubServer"
-    r"|run_up\(|getfixturevalue)|Emulator\(\)"
+    r"|run_up\(|\w*Emulator\(|\.listen\("
+    # a fixture asked for by name may start anything; PostgreSQL asked for by a ledger fixture's
+    # parameter is seen by that parameter (``_is_e2e``), so its other parameter stays a unit test
+    r"|getfixturevalue\((?![\"']postgres_server[\"']\)))"
 )
 LEAK_GRACE_S = 10.0  # how long a test's processes get to end on their own once its fixtures are done
 
@@ -102,16 +112,45 @@ def pytest_configure(config):
     config._gpuops_run_owner = True
 
 
+def _code(obj) -> str:
+    """``obj``'s source as code only: docstrings and comments dropped (a docstring that says "not
+    in a subprocess" starts nothing). Raises OSError/TypeError when the source cannot be read."""
+    src = textwrap.dedent(inspect.getsource(obj))
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return src
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def _spawning_names(module) -> set[str]:
-    """Names of the module's own functions and classes whose code starts a process (transitively)."""
+    """Names in the module of functions and classes whose code starts a process (transitively):
+    its own, and those it imported from another test module (a shared helper such as
+    tests/lifecycle/upproc.py's ``UpProc``)."""
     cached = getattr(module, "__gpuops_spawners__", None)
     if cached is not None:
         return cached
+    module.__gpuops_spawners__ = set()  # a cycle of imports reads as "nothing" while it is computed
     sources = {}
     for name, obj in vars(module).items():
-        if (inspect.isfunction(obj) or inspect.isclass(obj)) and getattr(obj, "__module__", None) == module.__name__:
+        home = getattr(obj, "__module__", None) or ""
+        if (inspect.isfunction(obj) or inspect.isclass(obj)) and (home == module.__name__ or home.startswith("tests.")):
+            if home != module.__name__:
+                if home in sys.modules and name in _spawning_names(sys.modules[home]):
+                    sources[name] = "subprocess"  # its own module found that it starts one
+                continue
             try:
-                sources[name] = inspect.getsource(obj)
+                sources[name] = _code(obj)
             except (OSError, TypeError):
                 pass
     spawners = {n for n, src in sources.items() if _SPAWNS.search(src)}
@@ -126,29 +165,58 @@ def _spawning_names(module) -> set[str]:
     return spawners
 
 
+def _code_spawns(fn) -> bool:
+    """True when ``fn``'s code, or a helper of its module (or a test module's helper it imported)
+    that it calls, starts a process or a server; True also when its source cannot be read (doubt)."""
+    cached = getattr(fn, "__gpuops_spawns__", None)
+    if cached is not None:
+        return cached
+    try:
+        src = _code(fn)
+    except (OSError, TypeError):
+        return True
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    found = bool(_SPAWNS.search(src)) or (
+        module is not None and any(re.search(rf"\b{n}\(", src) for n in _spawning_names(module))
+    )
+    try:
+        fn.__gpuops_spawns__ = found
+    except (AttributeError, TypeError):
+        pass
+    return found
+
+
+# This file's autouse fixtures watch what a test starts (and end it); they start nothing.
+_WATCHERS = frozenset({"_no_leftover_processes", "_provider_contract"})
+
+
+def _fixture_spawns(item) -> bool:
+    """True when a fixture the test uses (directly or through another) starts a server or a process."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = getattr(info, "name2fixturedefs", {}) if info is not None else {}
+    for name in getattr(item, "fixturenames", ()):
+        if name in _WATCHERS:
+            continue
+        for fixturedef in defs.get(name, ()):
+            fn = getattr(fixturedef, "func", None)
+            module = getattr(fn, "__module__", "") or ""
+            if fn is not None and module.startswith("tests.") and _code_spawns(fn):
+                return True
+    return False
+
+
 def _is_e2e(item) -> bool:
     if item.get_closest_marker("e2e") or item.get_closest_marker("slow"):
         return True
     if item.get_closest_marker("unit"):
         return False
-    parts = Path(str(item.fspath)).relative_to(REPO / "tests").parts
-    if parts and parts[0] in E2E_DIRS:
-        return True
-    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+    if E2E_FIXTURES & set(getattr(item, "fixturenames", ())) or _fixture_spawns(item):
         return True
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "postgres" in callspec.params.values():  # a ledger fixture's PostgreSQL parameter
         return True
     fn = getattr(item, "function", None)
-    if fn is None:
-        return True
-    try:
-        src = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return True
-    if _SPAWNS.search(src):
-        return True
-    return any(re.search(rf"\b{n}\(", src) for n in _spawning_names(item.module))
+    return fn is None or _code_spawns(fn)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -156,8 +224,9 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.e2e if _is_e2e(item) else pytest.mark.unit)
 
 
-# Unit-lane tests that started a process anyway (found at run time): listed at the end of the run
-# so that the lane can be corrected (a fixture in E2E_FIXTURES, or @pytest.mark.e2e).
+# Unit-lane tests that started a process or opened a listening socket anyway (found at run time):
+# each fails, and the end of the run lists them so that the lane can be corrected (a fixture in
+# E2E_FIXTURES, or @pytest.mark.e2e saying what it starts).
 _SPAWNED_IN_UNIT: dict[str, str] = {}
 _current_unit: list[str] = []
 _execute_child = subprocess.Popen._execute_child  # type: ignore[attr-defined]
@@ -186,6 +255,24 @@ def pytest_fixture_setup(fixturedef, request):
             os.environ.pop(procs.TEST_VAR, None)
         else:
             os.environ[procs.TEST_VAR] = prev
+
+
+_listen = socket.socket.listen
+
+
+def _recording_listen(self, *args):
+    """A server started in this process (an emulator, a stand-in hub, a socket that never answers):
+    noted against the unit-lane test that runs, as a process would be."""
+    if _current_unit and _current_unit[0] not in _SPAWNED_IN_UNIT:
+        try:
+            where = self.getsockname()
+        except OSError:
+            where = "?"
+        _SPAWNED_IN_UNIT[_current_unit[0]] = f"a server listening on {where}"
+    return _listen(self, *args)
+
+
+socket.socket.listen = _recording_listen  # type: ignore[method-assign]
 
 
 def _recording_execute_child(self, args, *rest, **kw):
@@ -235,7 +322,7 @@ subprocess.Popen._execute_child = _recording_execute_child  # type: ignore[attr-
 
 def pytest_terminal_summary(terminalreporter):
     if _SPAWNED_IN_UNIT:
-        terminalreporter.section("unit-lane tests that started a process (mark them e2e)", yellow=True)
+        terminalreporter.section("unit-lane tests that started a process or a server (failed)", red=True)
         for nodeid, argv in _SPAWNED_IN_UNIT.items():
             terminalreporter.write_line(f"{nodeid}: {argv}")
 
@@ -266,6 +353,13 @@ def _no_leftover_processes(request):
         pytest.fail(
             f"{len(left)} process(es) outlived this test and its fixtures (killed now):\n"
             + "\n".join(p.describe() for p in left),
+            pytrace=False,
+        )
+    if unit:
+        pytest.fail(
+            f"a unit-lane test started a process or a server ({_SPAWNED_IN_UNIT[nodeid]}): the lane follows "
+            "what a test starts -- use the fixture that starts it (E2E_FIXTURES in tests/conftest.py), or "
+            "mark the test @pytest.mark.e2e and say what it starts",
             pytrace=False,
         )
 

@@ -360,8 +360,14 @@ class CheckRun:
         """The agent's status over SSH while the box lives; unreachable is no news.
 
         The agent's status over SSH while the box lives (its destroy record says which layer fired
-        and whether its destroy failed); unreachable is no news."""
+        and whether its destroy failed); unreachable is no news. A fresh one from the row's own box
+        (the provider answered its id with its label) is booked as a proof of life, as `up` and the
+        watchdog book theirs (``reconcile.record_proof_of_life``): with the layer's `up` killed,
+        nothing else tells the books how long the box lived once the provider no longer knows it
+        (Vast, RunPod: no end time of a destroyed instance), and its row would end at its job's
+        start."""
         from gpuops.agent.agentctl import read_status
+        from gpuops.teardown.reconcile import Context, ours, record_proof_of_life
 
         try:
             if layer.box is None:
@@ -381,6 +387,10 @@ class CheckRun:
                 st = read_status(layer.box)
                 if st:
                     layer.status = st
+                    row = self._row(layer)
+                    if row is not None and ours(row, inst) is not None:
+                        ctx = Context(self.settings, ledger=self.ledger, providers={self.provider.name: self.provider})
+                        record_proof_of_life(ctx, row, st, self.clock())
         except Exception:  # a box going away mid-read: what the check waits for
             self._close_box(layer)
 

@@ -120,7 +120,9 @@ def statuses(lines):
     return {x["step"]: x["status"] for x in lines if "step" in x}
 
 
-def test_first_run_does_everything_and_second_run_skips_in_under_two_seconds(world):
+def test_first_run_does_everything_and_second_run_skips_every_step(world):
+    """How fast the unchanged re-run is lives in bench/bench_bootstrap.py (its floor: under 2 s),
+    measured there interleaved; here only what it does."""
     w = world
     p, lines, _ = run_bootstrap(w, full_config(w))
     assert p.returncode == 0, p.stdout + p.stderr
@@ -146,13 +148,12 @@ def test_first_run_does_everything_and_second_run_skips_in_under_two_seconds(wor
     assert summary["slowest"] == max((x for x in lines if "step" in x), key=lambda x: x["seconds"])["step"]
 
     hits = w["http"].hits
-    p2, lines2, secs = run_bootstrap(w, full_config(w))
+    p2, lines2, _ = run_bootstrap(w, full_config(w))
     assert p2.returncode == 0
     assert statuses(lines2) == {
         "system": "done",
         **{k: "skipped" for k in ("secrets", "deps", "code", "weights", "verify", "prep", "probe")},
     }
-    assert secs < 2.0
     assert w["http"].hits == hits  # nothing downloaded again
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from gpuops.check import check_layers
 from gpuops.check.check_layers import CheckRun, Layer
+from tests.support.emulators import runpod_emulator, runpod_provider  # noqa: F401  (fixtures)
 
 
 class _Provider:
@@ -13,54 +14,127 @@ class _Provider:
         return []
 
 
-def test_a_layer_whose_row_cannot_be_closed_does_not_keep_the_others_alive(monkeypatch):
-    run = object.__new__(CheckRun)
-    run.provider = _Provider()
-    run.layers = [Layer(n, "", Path(n), "off", 1.0, Path(n), proc=n) for n in ("job", "idle", "ttl")]
-    killed, ended = [], []
-    monkeypatch.setattr(check_layers, "_kill", killed.append)
+def _rent_layers(provider, ledger, run: CheckRun, tmp_path: Path, with_rows: bool = True) -> list[Layer]:
+    """What each layer's `up` leaves for the cleanup: a child in its own session (here ``sleep``),
+    and on the emulator a box labelled with the layer's session id; its row in the ledger (as `up`
+    writes it before the create) unless ``with_rows`` is False."""
+    import subprocess
+    import time
 
-    def end_row(layer):
-        if layer.name == "job":
-            raise RuntimeError("database is locked")
-        ended.append(layer.name)
+    from gpuops.providers.base import CreateSpec, OfferQuery
+    from ledger.models import Session
 
-    monkeypatch.setattr(run, "_end_row", end_row)
+    offer = min(provider.offers(OfferQuery(spot=False)), key=lambda o: o.usd_per_hour)
+    layers = []
+    for name in check_layers.LAYERS:
+        sid = f"check-{run.run_id}-{name}".replace("_", "-")
+        label = f"gpuops-{sid}"
+        if with_rows:
+            ledger.add_session(
+                Session(
+                    id=sid,
+                    experiment=check_layers.EXPERIMENT,
+                    job="job.sh",
+                    provider=provider.name,
+                    card=offer.card,
+                    gpu_count=1,
+                    spot=False,
+                    label=label,
+                    simulated=offer.simulated,
+                    status="provisioning",
+                    created_at=time.time(),
+                    account=provider.account,
+                    note=f"gpuops check {run.run_id} {name}",
+                )
+            )
+        inst = provider.create(
+            offer, CreateSpec(label=label, image="img", disk_gb=20, ssh_public_key="ssh-ed25519 AAAA test")
+        )
+        if with_rows:
+            ledger.update(
+                sid, instance_id=inst.id, instance_created_at=inst.created_at or time.time(), status="running"
+            )
+        child = subprocess.Popen(["sleep", "600"], start_new_session=True)  # the layer's `up`
+        layer = Layer(name, f"gpuops check {run.run_id} {name}", tmp_path / name, "off", 1.0, tmp_path / name)
+        layer.proc, layer.session, layer.instance_id = child, sid, inst.id
+        layer.row_id = sid if with_rows else None
+        layers.append(layer)
+    return layers
+
+
+def _check_run(ledger, provider) -> CheckRun:
+    from gpuops.config import load_settings
+
+    return CheckRun(load_settings(), ledger, provider, 1.0, {"wall_s": 60.0, "max_minutes": 1})
+
+
+def _gone(emulator, instance_id: str) -> bool:
+    inst = emulator.market.instances.get(instance_id)
+    return inst is None or inst.state == "destroyed"
+
+
+def test_a_layer_whose_row_cannot_be_closed_does_not_keep_the_others_alive(
+    gpuops_home, tmp_path, runpod_emulator, runpod_provider, monkeypatch
+):
+    """The real cleanup against the RunPod emulator: the ledger fails every read of the job_end
+    layer's row; the other two rows close (their boxes destroyed, the provider says so), every
+    child ends, and the job_end layer's box is still destroyed, found by its label."""
+    import sqlalchemy.exc
+
+    from ledger import Ledger
+
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
+    run = _check_run(led, runpod_provider)
+    run.layers = _rent_layers(runpod_provider, led, run, tmp_path)
+    locked = run.layers[0].row_id
+    real_get = led.get
+
+    def get(session_id):
+        if session_id == locked:
+            raise sqlalchemy.exc.OperationalError("SELECT sessions", {}, Exception("database is locked"))
+        return real_get(session_id)
+
+    monkeypatch.setattr(led, "get", get)  # a fault of the ledger (the check's input), not of the check
     run._cleanup()
-    assert killed == ["job", "idle", "ttl"]
-    assert ended == ["idle", "ttl"]
-    job = run.layers[0].finding
-    assert job.verdict.value == "fail" and "database is locked" in job.detail and "reconcile" in job.fix
+    assert all(layer.proc.poll() is not None for layer in run.layers)  # every child ended
+    assert all(_gone(runpod_emulator, layer.instance_id) for layer in run.layers), runpod_emulator.market.instances
+    job, *others = run.layers
+    assert job.finding.verdict.value == "fail" and "database is locked" in job.finding.detail
+    assert "reconcile" in job.finding.fix
+    monkeypatch.setattr(led, "get", real_get)
+    for layer in others:
+        row = led.get(layer.row_id)
+        assert row.status == "closed" and row.end_reason == "interrupted", row
+        assert layer.finding.detail == "interrupted before the layer was proven; its box is destroyed"
+    assert led.get(locked).status == "running"  # left to reconcile, as the finding says
 
 
-def test_every_layers_box_is_found_by_its_session_id_when_the_ledger_cannot_be_read(monkeypatch):
+def test_every_layers_box_is_found_by_its_session_id_when_the_ledger_cannot_be_read(
+    gpuops_home, tmp_path, runpod_emulator, runpod_provider
+):
     # Each layer's `up` is given its session id (--name), so the box's label is known without any
-    # row: a ledger that fails every read still leaves the provider able to find and destroy them.
-    from types import SimpleNamespace
+    # row: a ledger that fails every read (its sessions table gone) still leaves the provider able
+    # to find and destroy them, and only them.
+    import sqlite3
 
-    from gpuops.providers.base import InstanceStatus
+    from gpuops.providers.base import CreateSpec, OfferQuery
+    from ledger import Ledger
 
-    destroyed = []
-    boxes = [
-        SimpleNamespace(id=f"i-{n}", label=f"gpuops-check-20261201-100000-42-{n}", status=InstanceStatus.RUNNING)
-        for n in ("job-end", "idle", "ttl")
-    ] + [SimpleNamespace(id="i-theirs", label="gpuops-someone-else", status=InstanceStatus.RUNNING)]
-    provider = SimpleNamespace(list=lambda prefix: boxes, destroy=destroyed.append)
-    run = object.__new__(CheckRun)
-    run.provider = provider
-    run.layers = [
-        Layer(n, "", Path(n), "off", 1.0, Path(n), proc=n, session=f"check-20261201-100000-42-{n.replace('_', '-')}")
-        for n in check_layers.LAYERS
-    ]
-    monkeypatch.setattr(check_layers, "_kill", lambda proc: None)
-
-    def end_row(layer):
-        raise RuntimeError("no such table: sessions")
-
-    monkeypatch.setattr(run, "_end_row", end_row)
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
+    run = _check_run(led, runpod_provider)
+    run.layers = _rent_layers(runpod_provider, led, run, tmp_path, with_rows=False)
+    offer = min(runpod_provider.offers(OfferQuery(spot=False)), key=lambda o: o.usd_per_hour)
+    theirs = runpod_provider.create(
+        offer, CreateSpec(label="gpuops-someone-else", image="img", disk_gb=20, ssh_public_key="ssh-ed25519 AAAA x")
+    )
+    led.engine.dispose()
+    with sqlite3.connect(gpuops_home / "ledger.db") as db:
+        db.execute("DROP TABLE sessions")
     run._cleanup()
-    assert sorted(destroyed) == ["i-idle", "i-job-end", "i-ttl"]  # every box of the check, none of theirs
-    assert all("no such table" in layer.finding.detail for layer in run.layers)
+    assert all(layer.proc.poll() is not None for layer in run.layers)
+    assert all(_gone(runpod_emulator, layer.instance_id) for layer in run.layers)  # every box of the check
+    assert not _gone(runpod_emulator, theirs.id)  # none of theirs
+    assert all("no such table" in layer.finding.detail for layer in run.layers), [layer.finding for layer in run.layers]
 
 
 def test_each_layers_up_is_given_a_session_id_that_up_accepts(tmp_path, monkeypatch):

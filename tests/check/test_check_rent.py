@@ -14,6 +14,7 @@ from tests.conftest import gpuops_cmd
 from tests.support import fake_nvidia_smi
 
 CHECK_TIMEOUT_S = 400  # the wall cap is 5 min here; a loaded machine runs the three ups side by side
+BOOKED_SHORT_S = 10.0  # how much shorter than billed a row may be booked (see its use)
 
 
 def run_check(env, name: str) -> tuple[int, dict, str]:
@@ -73,6 +74,12 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
     assert_nothing_left(emu, gpuops_home, why(doc, err))
     rows = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").rows_between(0, 2**40)
     assert len(rows) == 3, why(doc, err)  # one rental per layer
+    for r in rows:  # each row booked as long as the emulator billed its box, by the emulator's own record
+        billed_s = emu.market.instances[str(r.instance_id)].billed_s()
+        # Booked up to the last fresh status the check read before the agent's destroy: short by at
+        # most one watch round on a loaded machine plus the agent's destroy call (BOOKED_SHORT_S);
+        # never longer than billed, but for the billing increment (1 s).
+        assert billed_s - BOOKED_SHORT_S <= r.billed_seconds <= billed_s + 1.0, (r.id, r.billed_seconds, billed_s)
 
 
 def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(check_env, sshd, gpuops_home):

@@ -168,7 +168,9 @@ def _wait_for(path_glob: str, root: Path, timeout: float = 30.0) -> Path:
 
 def test_cli_sigint_twice_during_job_still_tears_down_a_job_that_ignores_sigterm(gpuops_home, tmp_path, cli_env):
     job = write_job(tmp_path, "trap '' TERM; echo started; while true; do sleep 0.1; done")
-    env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="1")
+    # The job ignores SIGTERM: teardown holds the kill grace (3 s) before its SIGKILL, the window the
+    # second Ctrl-C must land in.
+    env = dict(cli_env, GPUOPS_TEARDOWN_KILL_GRACE_SECONDS="3")
     proc = subprocess.Popen(
         gpuops_cmd("up", "--job", str(job), "--json"),
         env=env,
@@ -182,7 +184,19 @@ def test_cli_sigint_twice_during_job_still_tears_down_a_job_that_ignores_sigterm
         time.sleep(0.05)
     job_pid = int(pidfile.read_text())
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)
+    # Wait until `up` has handled the first Ctrl-C (it books the interrupted stage, then tears
+    # down): only then is the second one a Ctrl-C during teardown.
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
+    (row,) = led.sessions_between(0, 2e10)
+
+    def interruption_booked() -> bool:
+        return any(e.kind == "stage_failed" and "interrupted" in str(e.detail) for e in led.events(row.id))
+
+    deadline = time.monotonic() + 30
+    while not interruption_booked():
+        assert time.monotonic() < deadline and proc.poll() is None, "up never booked the first Ctrl-C"
+        time.sleep(0.05)
+    assert pid_alive(job_pid), "teardown ended the job before the second Ctrl-C: the case was not exercised"
     proc.send_signal(signal.SIGINT)  # a second Ctrl-C must not skip teardown
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

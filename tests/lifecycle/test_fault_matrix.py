@@ -22,6 +22,7 @@ from gpuops.providers.base import InstanceStatus
 from gpuops.teardown.reconcile import Context
 from gpuops.teardown.watchdog import run as watchdog_run
 from tests.lifecycle.upproc import FAST_ENV, UpProc, ledger, no_box_processes, only_row, up_env
+from tests.support import procs
 from tests.teardown.conftest import wait_for
 
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
@@ -106,9 +107,13 @@ def test_fault_matrix_local(matrix_env, gpuops_home, fake_smi, tmp_path, stage, 
         else:
             if fault == "hangup":
                 up.close_output()
-            up.signal(signal.SIGHUP if fault == "hangup" else getattr(signal, fault))
+            sig = signal.SIGHUP if fault == "hangup" else getattr(signal, fault)
+            up.signal(sig)
             if stage == "teardown":
-                time.sleep(0.2)  # the signal is delivered (and ignored) while teardown holds
+                # Held at the pause inside teardown: the signal is taken (no longer pending) and
+                # ignored or noted (not its default action), and `up` still runs; then go on.
+                wait_for(lambda: procs.signal_held(up.p.pid, sig), 30)
+                assert up.p.poll() is None, "a signal during teardown ended `up`"
                 pause.unlink()
         rc = up.wait(60)
     finally:

@@ -166,3 +166,23 @@ def kill(procs: list[Proc]) -> None:
                 os.kill(p.pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+def signal_held(pid: int, signum: int) -> bool:
+    """True when process ``pid`` has taken signal ``signum`` without acting on it by default: the
+    signal is no longer pending (for its main thread or the process) and the process ignores or
+    catches it (``/proc/<pid>/status``: ``SigPnd``, ``ShdPnd``, ``SigIgn``, ``SigCgt``, hex masks,
+    bit ``signum - 1``). False while it is still pending, or when the process is gone or keeps the
+    default action (a signal with the default action ends it)."""
+    raw = _read(f"/proc/{pid}/status")
+    if raw is None:
+        return False
+    masks = {}
+    for line in raw.decode("ascii", "replace").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd", "SigIgn", "SigCgt"):
+            masks[key] = int(value.strip(), 16)
+    bit = 1 << (signum - 1)
+    if len(masks) < 4 or (masks["SigPnd"] | masks["ShdPnd"]) & bit:
+        return False
+    return bool((masks["SigIgn"] | masks["SigCgt"]) & bit)

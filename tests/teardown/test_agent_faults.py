@@ -311,11 +311,19 @@ def test_write_failures_are_counted_and_the_idle_streak_survives(rig, fake_smi):
         resource.prlimit(
             pid, resource.RLIMIT_FSIZE, (100, resource.RLIM_INFINITY)
         )  # soft limit: liftable without privilege
-    # Read after the limit (however late a loaded machine makes it): a write begun before it may
-    # still land, with a heartbeat from before it; none after it can.
-    limited = r.status()
-    time.sleep(1.0)  # writes fail meanwhile (nothing to wait for: the file must NOT change)
-    assert r.status()["heartbeat"] - limited["heartbeat"] < 1.0
+    limited_at = time.time()
+    # Hold the limit until the worker has certainly tried to write under it: its samples run the
+    # fake nvidia-smi, a child that inherits the limit, whose call log (emptied here) can take one
+    # partial line and no more. Four samples begun under the limit mean three loops done, the third
+    # at least two sample periods after the last write that can have landed: the status was due
+    # (heartbeat 0.3 s) and its write failed.
+    calls = fake_smi.bindir / "nvidia-smi.calls"
+    for _ in range(4):
+        calls.write_text("")
+        wait_for(lambda: calls.stat().st_size > 0, STAGE_TIMEOUT_S)
+    # A write begun before the limit may still land, with a heartbeat from before it (the agent's
+    # clock, the arm's wall time plus its monotonic clock since, runs behind this one); none after.
+    assert r.status()["heartbeat"] <= limited_at + 0.001  # 0.001: the status rounds to ms
     for pid in (sup, worker):
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     st = wait_for(lambda: (s := r.status()) and s["write_failures"] > 0 and s, STAGE_TIMEOUT_S)
@@ -404,10 +412,14 @@ def test_forged_status_cannot_extend_the_ttl_or_the_bill(rig, fake_smi):
     )
     assert junk == {"max_hours": 2.0, "sample_seconds": 10.0, "idle_minutes": 15.0, "max_session_usd": None}
     wait_for(lambda: time.time() > r.inst.created_at + 1.6, STAGE_TIMEOUT_S)
+    before = time.time()
     watchdog_once(r)
+    after = time.time()
     row = r.ledger.get(r.sid)
     assert row.status == "closed" and row.end_reason == "ttl"
-    assert row.last_heartbeat_at is None or row.last_heartbeat_at <= time.time()
+    # The forged heartbeat (a day ahead) reads as "now" at most: the proof of life booked is the
+    # laptop's clock during this watchdog pass, never the box's claim.
+    assert row.last_heartbeat_at is not None and before <= row.last_heartbeat_at <= after
     assert row.ended_at - r.inst.created_at < 60  # the bill is the box's life, not 86,405 s
 
 

@@ -264,8 +264,12 @@ def test_supervisor_restarts_a_killed_worker_and_keeps_the_streak(rig, fake_smi)
     assert st["restarts"] == 1
     assert st["samples"][0]["t"] < st["agent_started_at"] + 1  # samples carried over
     arm_again_pid = Path(r.box.root, ".gpuops", "agent.pid").read_text()
+    log = Path(r.box.root, ".gpuops", "agent.log")
+    declined_before = log.read_text().count("supervisor already running")
     r.arm()  # a second arm does not start a second agent
-    time.sleep(0.5)
+    # Wait for the second supervisor's own decision (it logs that it found the lock held and exits
+    # 0): only then is "no second agent" a fact and not a race lost by a loaded machine.
+    wait_for(lambda: log.read_text().count("supervisor already running") > declined_before, STAGE_TIMEOUT_S)
     assert Path(r.box.root, ".gpuops", "agent.pid").read_text() == arm_again_pid
     fake_smi.util(0)
     wait_for(r.gone, STAGE_TIMEOUT_S)
