@@ -44,6 +44,7 @@ def test_scan_lists_what_git_would_and_does_not_follow_a_symlink_out(tmp_path):
     assert got["link-in"] == hashlib.sha256(b"readme\n").hexdigest()  # the file it points to, inside the tree
 
 
+@pytest.mark.e2e  # it starts git (the scan asks `git rev-parse` whether DIR is a work tree)
 def test_scan_without_git_walks_everything_but_dot_git_and_refuses_over_the_cap(tmp_path):
     d = tmp_path / "plain"
     (d / ".git").mkdir(parents=True)
