@@ -9,8 +9,9 @@ may come from every provider taking part, each created on its own provider.
 - The account's reason (``ProviderError.account_refused``: a rejected key, no credit) skips that
   provider's remaining offers for this rent (``on_provider_skipped``, once per provider); the
   other providers' offers are still tried.
-- Anything else stops at once (a 5xx the create could not clear up by its label look-up: the
-  caller's teardown looks the label up again).
+- A 5xx that the create's own retries could not clear up moves on too, after its label look-up
+  (below): the next offer may be on a provider that answers.
+- Anything else stops at once (a refused request, a bad image: no other offer would take it).
 
 A create that answered an error and may have made the instance anyway is looked up by its label
 before the next try (the create's own retries already do this after a 5xx:
@@ -97,15 +98,15 @@ def rent_first(
                 if on_provider_skipped is not None:
                     on_provider_skipped(offer.provider, e)
                 continue
-            if not e.try_next_offer:
+            if not (e.try_next_offer or e.kind == ProviderErrorKind.SERVER):
                 try:
                     _end_leftover(prov, offer, e, on_leftover)
                 except ProviderError:
                     pass  # the caller sees e.instance_id booked and destroys it again in its teardown
                 raise
             if not e.instance_id:
-                # The offer's answer, from a create that may have made the instance anyway (Vast's
-                # 200 {"success": false}): the next offer gets the same label, so find this one first.
+                # An answer from a create that may have made the instance anyway (a 5xx; Vast's 200
+                # {"success": false}): the next offer gets the same label, so find this one first.
                 # A look-up that fails is doubt: stop here (the caller's teardown looks again).
                 try:
                     found = prov.find_by_label(spec_for(offer).label)

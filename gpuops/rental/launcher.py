@@ -109,6 +109,7 @@ class UpRequest:
 
 # The providers taking part in one `up`, by name: one, or every one with a key (`--provider any`).
 Providers = Mapping[str, Provider]
+SPOT_ONLY_FIX = "--recover-on-demand lets a spot run go on on an on-demand box"
 # How many ranked offers `up --dry-run` shows, each with its provider and why it ranks there.
 DRY_RUN_SHOWN = 5
 
@@ -131,7 +132,9 @@ class OfferChoice:
             why = f"${o.price:.4f}/h booked ({booked})"
             if i:
                 prev = self.candidates[i - 1]
-                if round(o.price, 6) == round(prev.price, 6):
+                if prev.spot and not o.spot:
+                    why += "; on-demand, after every spot offer ([up] spot = true prefers spot)"
+                elif round(o.price, 6) == round(prev.price, 6):
                     why += (
                         f"; same price as #{i}, reliability {o.reliability:.3f} against {prev.reliability:.3f}"
                         if o.reliability != prev.reliability
@@ -348,8 +351,9 @@ def choose_offer(req: UpRequest, provider: Provider | Providers, settings: Setti
     import dataclasses
 
     def query_of(prov: Provider) -> OfferQuery:
-        if query.spot and not req.spot_explicit and not prov.supports_spot:
-            # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none).
+        if query.spot and (not req.spot_explicit or req.recover_on_demand) and not prov.supports_spot:
+            # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none);
+            # so does --spot with --recover-on-demand (a run that may go on on an on-demand box).
             return dataclasses.replace(query, spot=None)
         return query
 
@@ -383,6 +387,8 @@ def choose_offer(req: UpRequest, provider: Provider | Providers, settings: Setti
     if volume is not None:
         offers = volume_refs.mountable(next(iter(providers.values())), volume, offers)
     ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=spot)
+    if spot and not req.spot_explicit:  # spot preferred: the on-demand offers after every spot one (the failover)
+        ranked += [o for o in rank(offers, req.need_bytes_per_gpu, req.max_usd_per_hour, spot=False) if o not in ranked]
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.price for o in offers), default=None)
@@ -1025,6 +1031,8 @@ def _run_recovering(
                     choice = _same_kind(choose_offer(req, providers, settings), spot_only)
                 except (BadInput, ProviderError) as e:
                     end, detail = str(RunEnd.NO_OFFER), f"no offer for rental {attempt + 1}: {e}"
+                    if spot_only and "--recover-on-demand" not in detail:
+                        detail += f"; {SPOT_ONLY_FIX}"
                     break
                 nxt = runs.next_rental(req.max_hours, t.max_session_usd, spent_s, spent_usd, choice.offer.price)
                 if nxt.reason is not None:
@@ -1065,7 +1073,7 @@ def _same_kind(choice: OfferChoice, spot_only: bool) -> OfferChoice:
     if not kept:
         raise BadInput(
             f"no spot offer left on {', '.join(dict.fromkeys(o.provider for o in choice.candidates))}",
-            "--recover-on-demand lets a spot run go on on an on-demand box",
+            SPOT_ONLY_FIX,
         )
     return replace(choice, provider=kept[0].provider, offer=kept[0], candidates=kept)
 
