@@ -623,7 +623,7 @@ def run_up(
     out of here but BaseExceptions other than Ctrl-C/SIGTERM/SIGHUP, and only after teardown: an
     interrupt is reported as ``summary["interrupted"]``, a failure as ``summary["error"]``.
     """
-    from gpuops.providers import SPOT, flags
+    from gpuops.providers import ANY, SPOT, flags
 
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
@@ -671,6 +671,7 @@ def run_up(
         return {
             "dry_run": True,
             **p.as_json(settings),
+            "any_provider": req.provider == ANY,
             "experiment": req.experiment,
             "note": req.note,
             "volume": p.volume.as_json() if p.volume is not None else None,
@@ -1104,6 +1105,7 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger: Ledger, end: str, de
     rows = [
         {
             "session": x["session"],
+            "provider": x.get("provider"),
             "attempt": r.attempt,
             "end_reason": x["end_reason"],
             "card": x.get("card"),
