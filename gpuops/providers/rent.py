@@ -65,7 +65,7 @@ def rent_first(
     account error when every provider left refused the account, or one error (the offers' kind
     when they all failed alike, else NO_CAPACITY) when the tries ran out.
     """
-    providers: Mapping[str, Provider] = {provider.name: provider} if isinstance(provider, Provider) else provider
+    providers: Mapping[str, Provider] = provider if isinstance(provider, Mapping) else {provider.name: provider}
     spec_for = spec if callable(spec) else (lambda _offer: spec)
     names = ", ".join(providers)
     pool = [o for o in ranked if o.provider in providers]

@@ -313,7 +313,7 @@ def _of_vendor(offers: list, vendor: str) -> list:
 
 def as_providers(provider: Provider | Providers) -> dict[str, Provider]:
     """One provider or several, as the mapping by name every stage looks a rental's provider up in."""
-    return {provider.name: provider} if isinstance(provider, Provider) else dict(provider)
+    return dict(provider) if isinstance(provider, Mapping) else {provider.name: provider}
 
 
 def choose_offer(req: UpRequest, provider: Provider | Providers, settings: Settings) -> OfferChoice:
@@ -1223,7 +1223,8 @@ def _create(
         )
 
     def provider_skipped(name: str, e: ProviderError) -> None:  # the account's reason: said once
-        reporter.warn(f"{name} refused the account ({e.kind.value}: {e.message}); skipping {name} for this up")
+        if len(providers) > 1:  # alone, its error ends the create and is said as any error is
+            reporter.warn(f"{name} refused the account ({e.kind.value}: {e.message}); skipping {name} for this up")
         ledger.event(s.id, EventKind.OFFER_SKIPPED, {"provider": name, "kind": e.kind.value, "skipped": "provider"})
 
     got = rent_first(
@@ -1354,12 +1355,12 @@ def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
     return ask
 
 
-def _quick_reconcile(settings: Settings, ledger: Ledger, providers: Providers, reporter: Reporter) -> None:
+def _quick_reconcile(settings: Settings, ledger: Ledger, providers: Provider | Providers, reporter: Reporter) -> None:
     """Reconcile the providers taking part before renting (orphans, gone boxes); a failure only warns."""
     from gpuops.teardown.reconcile import Context, reconcile
 
     try:
-        for a in reconcile(Context(settings, ledger=ledger, providers=dict(providers))):
+        for a in reconcile(Context(settings, ledger=ledger, providers=as_providers(providers))):
             if a.kind in ("closed", "destroyed", "orphan_destroyed", "adopted", "error"):  # reconcile.Action kinds
                 reporter.warn(f"reconcile: {a}")
     except GpuopsError as e:

@@ -267,3 +267,28 @@ def test_a_spot_run_taken_back_on_vast_finishes_on_runpod_with_its_checkpoint(
     bills = [vast_emulator.market.instances[rows[0].instance_id], runpod_emulator.market.instances[rows[1].instance_id]]
     for row, inst in zip(rows, bills):
         assert abs(row.cost_usd - inst.billed_usd) <= CENT
+
+
+def test_the_dry_run_shows_the_first_five_with_provider_and_why(cli, emulator_env, tmp_path):
+    """`gpuops up --provider any --dry-run` as typed, both keys in the environment: the order the
+    offers would be tried in, each with its provider and why, nothing rented."""
+    rp, va = emulator_env["runpod"], emulator_env["vast"]
+    for gid, g in rp.gpus.items():
+        if gid != RTX4090:
+            g["stock"] = 0
+    set_runpod(rp, community=0.55, secure=0.90)
+    va.offers.clear()
+    va.add_offer(VAST_OFFER, "RTX 4090", 1, 24564, 0.45, 0.20, 0.99, "Norway, NO", storage_cost=0.0)
+    va.add_offer(VAST_OFFER + 1, "RTX 4090", 1, 24564, 0.45, 0.20, 0.80, "Norway, NO", storage_cost=0.0)
+    r = cli("up", "--provider", "any", "--on-demand", "--card", "rtx-4090", "--dry-run", "--job", str(job(tmp_path)))
+    assert r.returncode == 0, r
+    lines = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("#")]
+    assert [ln.split()[:2] for ln in lines] == [["#1", "vast"], ["#2", "vast"], ["#3", "runpod"], ["#4", "runpod"]]
+    assert "the cheapest fitting offer in stock" in lines[0]
+    assert "same price as #1, reliability 0.800 against 0.990" in lines[1]
+    assert "$0.5500/h booked" in lines[2] and "$0.1000/h above #2" in lines[2]  # 0.55 - 0.45
+    assert "$0.9000/h booked" in lines[3] and "$0.3500/h above #3" in lines[3]  # 0.90 - 0.55
+    assert "on vast at $0.4500/h" in r.stdout  # Vast's 0.45 is what would be rented
+    assert rp.market.instances == {} and va.market.instances == {}
+    bad = cli("up", "--provider", "every", "--dry-run", "--job", str(job(tmp_path)))
+    assert bad.returncode == 2 and "any" in bad.stderr
