@@ -47,7 +47,7 @@ from bootstrap.policy import (
 )
 from bootstrap.vocabulary import EndReason
 from gpuops.errors import BadInput
-from gpuops.providers import NAMES as PROVIDERS, REGISTRY  # the one list of providers (see ProvidersSettings)
+from gpuops.providers import REGISTRY, UP_CHOICES  # the one list of providers (see ProvidersSettings)
 from gpuops.settings_base import Section as _Section, check as _check
 
 ENV_PREFIX = "GPUOPS_"
@@ -56,7 +56,7 @@ ENV_PREFIX = "GPUOPS_"
 class UpSettings(_Section):
     """Defaults for `gpuops up` flags."""
 
-    provider: Literal[PROVIDERS] = "local"  # type: ignore[valid-type]  # the registry's names
+    provider: Literal[UP_CHOICES] = "local"  # type: ignore[valid-type]  # the registry's names, or "any": every one with a key
     card: str = ""  # unset: any card that fits; given, never blank (see blank_text)
     experiment: str = "default"
     spot: bool = True  # prefer interruptible offers where the provider has them

@@ -38,7 +38,9 @@ def plan(
         4096, "--seq", help="Tokens per sequence (prompt + output); vLLM --max-model-len.", example="4096", whole=True
     ),
     engine: str | None = typer.Option(
-        None, "--engine", help=f"vllm (default: sizes as vLLM {VLLM_RELEASE} does) | hf (transformers generate) | train."
+        None,
+        "--engine",
+        help=f"vllm (default: sizes as vLLM {VLLM_RELEASE} does) | hf (transformers generate) | train.",
     ),
     mode: str = typer.Option(
         "infer",

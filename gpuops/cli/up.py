@@ -23,7 +23,7 @@ from gpuops.cli.options import (
     output_options,
 )
 from gpuops.errors import BadInput
-from gpuops.providers import NAMES, choices
+from gpuops.providers import ANY, UP_CHOICES, choices
 
 
 @output_options()
@@ -41,7 +41,10 @@ def up(
     card: str | None = typer.Option(None, "--card", help=CARD_HELP),
     experiment: str | None = typer.Option(None, "--experiment", help="Experiment name the cost is booked under."),
     provider: str | None = typer.Option(
-        None, "--provider", help=f"{choices(NAMES)} (default: [up] provider, else local)."
+        None,
+        "--provider",
+        help=f"{choices(UP_CHOICES)} (default: [up] provider, else local). {ANY}: every provider with a key, "
+        "the cheapest fitting offer in stock, failing over to the next offer on any of them.",
     ),
     spot: bool | None = typer.Option(
         None,
@@ -123,6 +126,11 @@ def up(
         metavar="PATTERN",
         help="Leave out of --workdir what matches (repeatable): data, '*.ckpt'.",
     ),
+    recover_on_demand: bool = typer.Option(
+        False,
+        "--recover-on-demand",
+        help="A spot run may re-rent on an on-demand box when no spot offer is left (default: spot only).",
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -130,7 +138,6 @@ def up(
 
     Spot by default where the provider has it ([up] spot = true): interruptible at the offer's minimum bid, else
     on-demand (see --spot); --on-demand never rents spot."""
-    from gpuops.providers import NAMES
     from gpuops.render import emit, ui
     from gpuops.rental import launcher
 
@@ -156,8 +163,8 @@ def up(
     _dtypes_not_blank(dtype, kv_dtype)
     card, gpu_count = _card_count(card, gpu_count, most=launcher.MAX_GPUS_PER_BOX)
     price = _parse_price(max_price)
-    if provider is not None and provider not in NAMES:
-        raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(NAMES)}")
+    if provider is not None and provider not in UP_CHOICES:
+        raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(UP_CHOICES)}")
     if max_hours is not None and not math.isfinite(max_hours):
         raise BadInput(
             f"--max-hours must be a finite number of hours, got {max_hours}",
@@ -218,6 +225,7 @@ def up(
         name=name or "",
         recover=settings.job.recover,
         recover_on=tuple(settings.job.recover_on),
+        recover_on_demand=recover_on_demand,
     )
     from gpuops.planning.sizing import parse_positive_int
 

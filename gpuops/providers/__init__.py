@@ -38,6 +38,9 @@ ACCOUNTLESS = tuple(n for n, e in REGISTRY.items() if not e.needs_key)  # local:
 SPOT = tuple(n for n, e in REGISTRY.items() if e.spot)
 WITH_VOLUMES = tuple(n for n, e in REGISTRY.items() if e.volumes is not None)
 WITH_BILLING = tuple(n for n, e in REGISTRY.items() if e.billing)
+# `up --provider any` / `[up] provider = "any"`: every marketplace with a key takes part (``configured``).
+ANY = "any"
+UP_CHOICES = (*NAMES, ANY)
 
 
 def choices(names: Iterable[str] = NAMES, sep: str = " | ") -> str:

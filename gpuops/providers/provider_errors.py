@@ -48,4 +48,12 @@ class ProviderError(GpuopsError):
 
     @property
     def try_next_offer(self) -> bool:
-        return self.kind in (ProviderErrorKind.NO_CAPACITY, ProviderErrorKind.OFFER_GONE)
+        """The offer's reason (out of stock, taken, the bid under its minimum): the next offer may work."""
+        return self.kind in (ProviderErrorKind.NO_CAPACITY, ProviderErrorKind.OFFER_GONE, ProviderErrorKind.BID_TOO_LOW)
+
+    @property
+    def account_refused(self) -> bool:
+        """The account's reason (a rejected key, no credit): no offer of this provider can work for this `up`.
+
+        RunPod and Vast document no separate quota answer; a quota refusal arrives as one of these."""
+        return self.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.FUNDS)

@@ -91,7 +91,9 @@ def render_summary(summ: dict) -> None:
             rows.append(
                 (
                     f"rental {r['attempt']}",
-                    f"{r['session']}: {r['end_reason']}, {float(r['seconds'] or 0):.1f} s, {cost}",
+                    f"{r['session']}"
+                    + (f" on {r['provider']}" if r.get("provider") else "")
+                    + f": {r['end_reason']}, {float(r['seconds'] or 0):.1f} s, {cost}",
                 )
             )
     if (summ.get("results_copy") or {}).get("line"):
@@ -177,6 +179,15 @@ def render_dry_run(plan: dict) -> None:
             "caches and kept results go there; it is not deleted at teardown",
             markup=False,
         )
+    ranked = plan.get("ranked") or []
+    if len({r["provider"] for r in ranked}) > 1 or plan.get("any_provider"):  # up --provider any: the order it rents in
+        c.print(f"the first {len(ranked)} offers, in the order `up` tries them:")
+        for r in ranked:
+            c.print(
+                f"  #{r['rank']} {r['provider']} offer {safe(r['offer_id'])}: {safe(r['card'])} x{r['gpu_count']}, "
+                f"{'spot' if r['spot'] else 'on-demand'}; {r['why']}",
+                markup=False,
+            )
     td = plan["teardown"]
     c.print("teardown: " + ", ".join(f"{k}={setting_text(v)}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")

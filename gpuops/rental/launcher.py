@@ -21,7 +21,7 @@ import secrets
 import shlex
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,9 +110,16 @@ class UpRequest:
     # "" none. workdir_exclude: fnmatch patterns left out beside .gitignore.
     workdir: str = ""
     workdir_exclude: tuple[str, ...] = ()
+    # A spot run re-rents spot only; True: an on-demand box too when no spot offer is left (--recover-on-demand).
+    recover_on_demand: bool = False
 
 
 INTERACTIVE_JOB = "(interactive)"  # the row's job of an `up --interactive` box
+# The providers taking part in one `up`, by name: one, or every one with a key (`--provider any`).
+Providers = Mapping[str, Provider]
+SPOT_ONLY_FIX = "--recover-on-demand lets a spot run go on on an on-demand box"
+# How many ranked offers `up --dry-run` shows, each with its provider and why it ranks there.
+DRY_RUN_SHOWN = 5
 
 
 @dataclass
@@ -125,9 +132,45 @@ class OfferChoice:
     volume: Volume | None = None  # mounted at create
     notes: list = field(default_factory=list)  # offers dropped as untrustworthy (gpuops.planning.offers.screen)
 
+    def ranking(self, n: int = DRY_RUN_SHOWN) -> list[dict]:
+        """The first ``n`` candidates as rented in order: rank, provider, offer, price booked (USD/h), why there."""
+        out = []
+        for i, o in enumerate(self.candidates[:n]):
+            booked = "the minimum bid + storage (spot)" if o.spot and o.min_bid is not None else "the listed price"
+            why = f"${o.price:.4f}/h booked ({booked})"
+            if i:
+                prev = self.candidates[i - 1]
+                if prev.spot and not o.spot:
+                    why += "; on-demand, after every spot offer ([up] spot = true prefers spot)"
+                elif round(o.price, 6) == round(prev.price, 6):
+                    why += (
+                        f"; same price as #{i}, reliability {o.reliability:.3f} against {prev.reliability:.3f}"
+                        if o.reliability != prev.reliability
+                        else f"; same price and reliability as #{i}: by provider, then offer id"
+                    )
+                else:
+                    why += f"; ${o.price - prev.price:.4f}/h above #{i}"
+            elif len(self.candidates) > 1:
+                why += "; the cheapest fitting offer in stock"
+            out.append(
+                {
+                    "rank": i + 1,
+                    "provider": o.provider,
+                    "offer_id": o.offer_id,
+                    "card": o.card,
+                    "gpu_count": o.gpu_count,
+                    "spot": o.spot,
+                    "price_usd_per_hour": o.price,
+                    "reliability": o.reliability,
+                    "why": why,
+                }
+            )
+        return out
+
     def as_json(self, settings: Settings) -> dict:
         return {
             "provider": self.provider,
+            "ranked": self.ranking(),
             "card": self.offer.card,
             "gpu_count": self.offer.gpu_count,
             "usd_per_hour": self.offer.price,  # what it will cost rented as shown: the bid on spot
@@ -279,10 +322,22 @@ def _of_vendor(offers: list, vendor: str) -> list:
     return [o for o in offers if of(o) == vendor]
 
 
-def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> OfferChoice:
-    """Offers that fit, cheapest first; BadInput when none does."""
+def as_providers(provider: Provider | Providers) -> dict[str, Provider]:
+    """One provider or several, as the mapping by name every stage looks a rental's provider up in."""
+    return dict(provider) if isinstance(provider, Mapping) else {provider.name: provider}
+
+
+def choose_offer(req: UpRequest, provider: Provider | Providers, settings: Settings) -> OfferChoice:
+    """Offers that fit from every provider taking part, cheapest first; BadInput when none does.
+
+    The providers are asked at once (``rental.offers.ask_all``, as `offers` asks them); one that
+    fails is named in ``notes`` and left out, unless every one failed (its error raised). Ranked by
+    ``planning.offers.rank``: the price that will be booked (``Offer.price``), then reliability."""
     from gpuops.catalog import vendor_for
     from gpuops.planning.offers import rank, screen
+    from gpuops.rental.offers import ask_all
+
+    providers = as_providers(provider)
 
     query = query_for(req)
     if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
@@ -304,23 +359,47 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
         )
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
-    if query.spot and not req.spot_explicit and not provider.supports_spot:
-        # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none).
-        import dataclasses
+    import dataclasses
 
-        query = dataclasses.replace(query, spot=None)
+    def query_of(prov: Provider) -> OfferQuery:
+        if query.spot and (not req.spot_explicit or req.recover_on_demand) and not prov.supports_spot:
+            # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none);
+            # so does --spot with --recover-on-demand (a run that may go on on an on-demand box).
+            return dataclasses.replace(query, spot=None)
+        return query
+
+    spot = query.spot if any(query_of(p).spot == query.spot for p in providers.values()) else None
     volume = None
     if req.volume:  # only offers that can mount it (BadInput before anything is rented)
         from gpuops.providers import volume_refs
 
-        volume = volume_refs.resolve(provider, req.volume)
-    offers, notes = screen(provider.offers(query), req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
+        if len(providers) > 1:
+            raise BadInput(
+                f"--volume {req.volume} lives on one provider, and --provider any rents on several",
+                "pass --provider with the volume's provider (the part before the colon)",
+            )
+        volume = volume_refs.resolve(next(iter(providers.values())), req.volume)
+    pooled: list[Offer] = []
+    failed: list[BaseException] = []
+    asked_notes: list[str] = []
+    for name, got in ask_all(
+        list(providers), settings, query, ask_one=lambda n: providers[n].offers(query_of(providers[n]))
+    ):
+        if isinstance(got, list):
+            pooled.extend(got)
+        else:
+            failed.append(got)  # ask_all yields the exception a provider raised
+            asked_notes.append(f"{name}: left out of this up: {got}")
+    if failed and len(failed) == len(providers):
+        raise failed[0]
+    offers, notes = screen(pooled, req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
+    notes = asked_notes + notes
     offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
-        offers = volume_refs.mountable(provider, volume, offers)
-    ranked = rank(
-        offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=query.spot
-    )
+        offers = volume_refs.mountable(next(iter(providers.values())), volume, offers)
+    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=spot)
+    if spot and not req.spot_explicit:  # spot preferred: the on-demand offers after every spot one (the failover)
+        ranked += [o for o in rank(offers, req.need_bytes_per_gpu, req.max_usd_per_hour, spot=False) if o not in ranked]
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.price for o in offers), default=None)
@@ -329,10 +408,65 @@ def choose_offer(req: UpRequest, provider: Provider, settings: Settings) -> Offe
             if cheapest and req.max_usd_per_hour
             else "try another --card or --provider"
         )
-        raise BadInput(f"no {provider.name} offer for {what} fits", hint)
+        raise BadInput(f"no {', '.join(providers)} offer for {what} fits", hint)
     best = ranked[0]
     return OfferChoice(
-        provider.name, best, ranked, best.price * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes
+        best.provider, best, ranked, best.price * settings.teardown.max_hours, req.need_bytes_per_gpu, volume, notes
+    )
+
+
+def _providers_for(req: UpRequest, settings: Settings, given: Provider | Providers | None) -> dict[str, Provider]:
+    """The providers taking part in this `up`, by name.
+
+    ``given`` (tests), every marketplace with a key for ``any`` (BadInput when none has one), else the one named."""
+    from gpuops.providers import ANY, MARKETPLACES, REGISTRY, configured, get_provider, titles
+
+    if given is not None:
+        return as_providers(given)
+    if req.provider != ANY:
+        return {req.provider: get_provider(req.provider, settings)}
+    names = configured(settings)
+    if not names:
+        raise BadInput(
+            f"--provider {ANY} rents where a key is set, and no {titles(MARKETPLACES)} key was found",
+            "set " + " or ".join(REGISTRY[n].key_source.env_var for n in MARKETPLACES) + ", or pass --provider local",
+        )
+    return {n: get_provider(n, settings) for n in names}
+
+
+def _within_budget(
+    ledger: Books, settings: Settings, providers: Providers, p: OfferChoice, reporter: Reporter
+) -> OfferChoice:
+    """``p`` with the offers of every provider `up`'s money checks refuse left out (said once each).
+
+    ``budget_for_up`` per provider taking part (refusals, its balance floor, the monthly cap), at
+    its cheapest candidate's price; its BadInput (or a rejected key) raised when every provider is refused."""
+    from dataclasses import replace
+
+    from gpuops.teardown.budget import budget_for_up
+
+    names = list(dict.fromkeys(o.provider for o in p.candidates))
+    refused: list[Exception] = []
+    kept = list(p.candidates)
+    for name in names:
+        price = min(o.price for o in p.candidates if o.provider == name)
+        try:
+            budget_for_up(ledger, settings, providers[name], price)
+        except (BadInput, ProviderError) as e:
+            if len(names) == 1 or (isinstance(e, ProviderError) and not e.account_refused):
+                raise
+            refused.append(e)
+            kept = [o for o in kept if o.provider != name]
+            reporter.warn(f"{name}: left out of this up: {e}")
+    if not kept:
+        raise refused[0]
+    best = kept[0]
+    return replace(
+        p,
+        provider=best.provider,
+        offer=best,
+        candidates=kept,
+        projected_cost_usd=best.price * settings.teardown.max_hours,
     )
 
 
@@ -491,18 +625,18 @@ def run_up(
     req: UpRequest,
     settings: Settings,
     reporter: Reporter,
-    provider: Provider | None = None,
+    provider: Provider | Providers | None = None,
     ledger: Books | None = None,
     open_box: Callable | None = None,
 ) -> dict:
     """Run the whole state machine; return the summary dict (see ``summary``).
 
     ``provider``/``ledger``/``open_box`` default to those named by ``settings``; tests pass their
-    own. Raises BadInput (before anything is rented). After the intent row exists nothing raises
+    own (``provider``: one, or several by name: `--provider any`). Raises BadInput (before anything is rented). After the intent row exists nothing raises
     out of here but BaseExceptions other than Ctrl-C/SIGTERM/SIGHUP, and only after teardown: an
     interrupt is reported as ``summary["interrupted"]``, a failure as ``summary["error"]``.
     """
-    from gpuops.providers import SPOT, flags, get_provider
+    from gpuops.providers import ANY, SPOT, flags
 
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
@@ -517,10 +651,11 @@ def run_up(
 
         tree = scan(req.workdir, req.workdir_exclude, int(settings.job.workdir_max_mb * 2**20))
     check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
-    provider = provider or get_provider(req.provider, settings)
-    if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
+    providers = _providers_for(req, settings, provider)
+    if req.recover and req.spot and req.spot_explicit and not any(p.supports_spot for p in providers.values()):
+        nospot = next(iter(providers.values()))
         raise BadInput(
-            f"{provider.name} has no interruptible (spot) boxes: {provider.no_spot_reason}, so --spot --recover "
+            f"{nospot.name} has no interruptible (spot) boxes: {nospot.no_spot_reason}, so --spot --recover "
             "has nothing to recover from there",
             f"use {flags(SPOT)} for spot with recovery, or --on-demand",
         )
@@ -536,7 +671,7 @@ def run_up(
     reporter.stage("plan")
     fault_point("plan")
     try:
-        p = choose_offer(req, provider, settings)
+        p = choose_offer(req, providers, settings)
     except ProviderError as e:
         if e.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.UNSUPPORTED, ProviderErrorKind.BAD_REQUEST):
             raise BadInput(e.message, e.fix) from None  # nothing rented yet: this is input to fix
@@ -547,29 +682,28 @@ def run_up(
         raise BadInput(
             f"session {req.name} is already in the ledger", "pick another --name (a session id names one rental)"
         )
-    from gpuops.teardown.budget import budget_for_up
-
     if req.dry_run:  # every check `up` makes (refusals, balance floor, monthly cap), then nothing rented or booked
-        budget_for_up(ledger, settings, provider, p.offer.price)
+        p = _within_budget(ledger, settings, providers, p, reporter)
         return {
             "dry_run": True,
             **p.as_json(settings),
+            "any_provider": req.provider == ANY,
             "experiment": req.experiment,
             "note": req.note,
             "volume": p.volume.as_json() if p.volume is not None else None,
         }
-    _quick_reconcile(settings, ledger, provider, reporter)
+    _quick_reconcile(settings, ledger, providers, reporter)
     if req.recover:
-        return _run_recovering(req, p, settings, reporter, provider, ledger, open_box, workdir=tree)
-    budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
+        return _run_recovering(req, p, settings, reporter, providers, ledger, open_box, workdir=tree)
+    p = _within_budget(ledger, settings, providers, p, reporter)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
     s = _new_rental(req, p, settings, name=req.name, workdir=tree)
-    _intent(s, p, settings, provider, ledger, reporter)
+    _intent(s, p, settings, providers[p.offer.provider], ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
     # teardown in which a SIGTERM gets its default action (kill, no destroy).
     with _signals_raise() as signalled, ledger.bounded():
-        failure = _rent(s, p, settings, reporter, provider, ledger, open_box, signalled)
+        failure = _rent(s, p, settings, reporter, providers, ledger, open_box, signalled)
         summ = summary(s, ledger)
     return _with_failure(summ, failure, s)
 
@@ -643,7 +777,7 @@ def _rent(
     p: OfferChoice,
     settings: Settings,
     reporter: Reporter,
-    provider: Provider,
+    providers: Providers,
     ledger: Books,
     open_box: Callable | None,
     signalled: list,
@@ -651,17 +785,24 @@ def _rent(
 ) -> BaseException | None:
     """One rental from create to teardown (the stages after intent, then ``_teardown`` in ``finally``, shielded).
 
+    ``providers``: those taking part; the rental's own is its offer's (the one being tried during
+    create, the one rented after it).
+
     ``signalled``: the run's signal list (``_signals_raise``); a rental of a
     run has its row written by ``intent`` inside the guarded block, and notes the signals that come
     during its teardown there. Returns the failure that ended it (None: a stage decided)."""
+
     # The stages after intent, in order (gpuops.teardown.lifecycle.STAGES). Each returns None to go on, or
     # the outcome it decided; a stage in STOP_ON_OUTCOME ends the run when it decides one.
+    def prov() -> Provider:
+        return providers[(s.offer or p.offer).provider]
+
     stages: list[tuple[str, Callable[[], EndReason | None]]] = [
-        ("create", lambda: _create(s, p, provider, ledger, reporter, s.label, settings)),
-        ("ready", lambda: _ready(s, provider, ledger, reporter, settings, open_box)),
-        ("arm", lambda: _arm(s, ledger, reporter, settings, provider)),
+        ("create", lambda: _create(s, p, providers, ledger, reporter, s.label, settings)),
+        ("ready", lambda: _ready(s, prov(), ledger, reporter, settings, open_box)),
+        ("arm", lambda: _arm(s, ledger, reporter, settings, prov())),
         ("bootstrap", lambda: _bootstrap(s, ledger, reporter, settings)),
-        ("job", lambda: _job(s, ledger, reporter, settings, provider, signalled)),
+        ("job", lambda: _job(s, ledger, reporter, settings, prov(), signalled)),
         ("collect", lambda: _collect(s, ledger, reporter, settings)),
     ]
     if s.req.interactive:  # a box to work on: no job, nothing to collect; left up once bootstrapped
@@ -678,11 +819,11 @@ def _rent(
                 s.stage = name
                 if name != "create":
                     fault_point(name)  # create's point is inside _create: the instance exists, the row does not know
-                    if s.run_id and _taken_back(s, provider, ledger):  # a run's box taken back between stages
+                    if s.run_id and _taken_back(s, prov(), ledger):  # a run's box taken back between stages
                         s.end_reason = EndReason.PREEMPTED
                         break
                 outcome = run_stage()
-                if name == "collect" and s.run_id and not s.collected and _taken_back(s, provider, ledger, name):
+                if name == "collect" and s.run_id and not s.collected and _taken_back(s, prov(), ledger, name):
                     outcome = EndReason.PREEMPTED  # taken back during the copy-back: the result is not home
                 if outcome is not None:
                     s.end_reason = outcome
@@ -691,7 +832,7 @@ def _rent(
         except (Exception, KeyboardInterrupt, Interrupted) as e:
             failure = e
             s.end_reason = failure_reason(s.stage, e, s.end_reason)
-            if s.run_id and s.end_reason != EndReason.INTERRUPTED and _taken_back(s, provider, ledger):
+            if s.run_id and s.end_reason != EndReason.INTERRUPTED and _taken_back(s, prov(), ledger):
                 s.end_reason = EndReason.PREEMPTED  # the box failed us because the market took it back
             _book_failure(s, ledger, reporter, e)
     finally:
@@ -703,7 +844,7 @@ def _rent(
         else:
             with _shielded(signalled if s.run_id else None):
                 if intent is None or _has_row(ledger, s.id):
-                    _teardown(s, provider, ledger, reporter)
+                    _teardown(s, prov(), ledger, reporter)
     return failure
 
 
@@ -792,7 +933,7 @@ def _run_recovering(
     p: OfferChoice,
     settings: Settings,
     reporter: Reporter,
-    provider: Provider,
+    providers: Providers,
     ledger: Books,
     open_box: Callable | None,
     workdir: Any = None,
@@ -801,7 +942,8 @@ def _run_recovering(
 
     A rental that ends for a reason in
     ``req.recover_on`` (default: preempted) is followed by the next offer that fits (the same plan,
-    --max-price and provider) while attempts and money remain; each rental is a whole `up` (row
+    --max-price and providers: with `--provider any` any provider with a key; a spot run's next
+    rental spot only unless ``req.recover_on_demand``) while attempts and money remain; each rental is a whole `up` (row
     before create, teardown in finally). Money counts the whole run (``gpuops.rental.runs``); the
     refusals, balance floor and monthly cap are checked before each rental. A signal at any
     point ends the run ``interrupted`` after the open rental's teardown. Returns the last rental's
@@ -810,7 +952,6 @@ def _run_recovering(
 
     from bootstrap.vocabulary import RunEnd
     from gpuops.rental import runs
-    from gpuops.teardown.budget import budget_for_up
     from ledger import Run
 
     t = settings.teardown
@@ -819,16 +960,17 @@ def _run_recovering(
         raise BadInput(nxt.detail, "raise --max-hours / max_session_usd, or pick a cheaper offer")
     cur_settings = _rental_settings(settings, nxt.hours, nxt.usd)
     cur_req = replace(req, max_hours=nxt.hours)
-    budget_for_up(ledger, cur_settings, provider, p.offer.price)  # BadInput: refused, or does not fit
+    p = _within_budget(ledger, cur_settings, providers, p, reporter)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter)
+    spot_only = p.offer.spot and not req.recover_on_demand  # spot where spot was asked (and rented)
     run_id = runs.new_run_id(new_session_id())
     ledger.add_run(
         Run(
             id=run_id,
             experiment=req.experiment,
             job=INTERACTIVE_JOB if req.interactive else str(req.job),
-            provider=provider.name,
+            provider=p.offer.provider,
             status="open",
             created_at=time.time(),
             recover=req.recover,
@@ -838,7 +980,7 @@ def _run_recovering(
             max_usd=t.max_session_usd,
             note=req.note,
             owner=settings.owner(),
-            account=provider.account,
+            account=providers[p.offer.provider].account,
         )
     )
     rentals: list[UpRun] = []
@@ -868,7 +1010,7 @@ def _run_recovering(
                 def write_intent(
                     s=s, choice=choice, cur_settings=cur_settings, attempt=attempt, usd_left=usd_left
                 ) -> None:
-                    _intent(s, choice, cur_settings, provider, ledger, reporter)
+                    _intent(s, choice, cur_settings, providers[choice.offer.provider], ledger, reporter)
                     if attempt > 1:
                         ledger.event(
                             s.id,
@@ -883,7 +1025,7 @@ def _run_recovering(
                         )
 
                 failure = _rent(
-                    s, choice, cur_settings, reporter, provider, ledger, open_box, signalled, intent=write_intent
+                    s, choice, cur_settings, reporter, providers, ledger, open_box, signalled, intent=write_intent
                 )
                 got = str(s.end_reason or EndReason.ERROR)
                 if (
@@ -912,9 +1054,11 @@ def _run_recovering(
                 )
                 fault_point("recover")
                 try:
-                    choice = choose_offer(req, provider, settings)
+                    choice = _same_kind(choose_offer(req, providers, settings), spot_only)
                 except (BadInput, ProviderError) as e:
                     end, detail = str(RunEnd.NO_OFFER), f"no offer for rental {attempt + 1}: {e}"
+                    if spot_only and "--recover-on-demand" not in detail:
+                        detail += f"; {SPOT_ONLY_FIX}"
                     break
                 nxt = runs.next_rental(req.max_hours, t.max_session_usd, spent_s, spent_usd, choice.offer.price)
                 if nxt.reason is not None:
@@ -923,7 +1067,7 @@ def _run_recovering(
                 cur_settings = _rental_settings(settings, nxt.hours, nxt.usd)
                 cur_req, usd_left = replace(req, max_hours=nxt.hours), nxt.usd
                 try:
-                    budget_for_up(ledger, cur_settings, provider, choice.offer.price)
+                    choice = _within_budget(ledger, cur_settings, providers, choice, reporter)
                 except BadInput as e:  # a refusal, the balance floor or the monthly cap: checked before every rental
                     end, detail = str(getattr(e, "limit", None) or EndReason.MONTHLY_CAP), str(e)
                     break
@@ -943,6 +1087,21 @@ def _run_recovering(
         summ = _run_summary(run_id, rentals, ledger, end or str(EndReason.ERROR), detail)
     reporter.stage("run", f"{run_id}: {end} after {len(rentals)} rental(s), ${summ['cost_usd']:.4f}")
     return _with_failure(summ, failure, rentals[-1] if rentals else UpRun(id="", req=req))
+
+
+def _same_kind(choice: OfferChoice, spot_only: bool) -> OfferChoice:
+    """A run's next offer of the kind it asked for: spot only when ``spot_only``; BadInput when none is left."""
+    if not spot_only:
+        return choice
+    from dataclasses import replace
+
+    kept = [o for o in choice.candidates if o.spot]
+    if not kept:
+        raise BadInput(
+            f"no spot offer left on {', '.join(dict.fromkeys(o.provider for o in choice.candidates))}",
+            SPOT_ONLY_FIX,
+        )
+    return replace(choice, provider=kept[0].provider, offer=kept[0], candidates=kept)
 
 
 def _run_summary(run_id: str, rentals: list[UpRun], ledger: Books, end: str, detail: str) -> dict:
@@ -971,6 +1130,7 @@ def _run_summary(run_id: str, rentals: list[UpRun], ledger: Books, end: str, det
     rows = [
         {
             "session": x["session"],
+            "provider": x.get("provider"),
             "attempt": r.attempt,
             "end_reason": x["end_reason"],
             "card": x.get("card"),
@@ -1020,20 +1180,45 @@ def _book_failure(s: UpRun, ledger: Books, reporter: Reporter, e: BaseException)
 
 
 def _create(
-    s: UpRun, p: OfferChoice, provider: Provider, ledger: Books, reporter: Reporter, label: str, settings: Settings
+    s: UpRun, p: OfferChoice, providers: Providers, ledger: Books, reporter: Reporter, label: str, settings: Settings
 ) -> EndReason | None:
-    """Rent the first offer that can be rented; book what was delivered.
+    """Rent the first offer that can be rented, on any provider taking part; book what was delivered.
 
-    The outcome ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
+    Each try is a ``create`` event on the row (offer, provider, try); a try on another provider
+    first moves the row to it (provider, account, card), so whoever ends the rental asks the right
+    one. The outcome ``delivery_mismatch`` (the run stops, teardown destroys) when the instance is not the offer:
     another card, GPU count, or a price above the offer or --max-price (``offers.check_delivered``)."""
-    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {provider.name} at {price_words(p.offer)}")
-    if provider.containment_note:  # said once per `up`: what the box can reach of ours
-        reporter.warn(provider.containment_note)
-    ledger.event(s.id, EventKind.CREATE, {"offer": p.offer.offer_id})
+    first = providers[p.offer.provider]
+    reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {first.name} at {price_words(p.offer)}")
+    if first.containment_note:  # said once per `up`: what the box can reach of ours
+        reporter.warn(first.containment_note)
     s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first
 
-    key = _ssh_public_key(provider, settings)
+    keys: dict[str, str] = {}
+    tries = [0]
+
+    def key_for(name: str) -> str:
+        if name not in keys:
+            keys[name] = _ssh_public_key(providers[name], settings)
+        return keys[name]
+
+    def attempt(offer: Offer) -> None:
+        tries[0] += 1
+        booked = (s.offer or p.offer).provider
+        if offer.provider != booked:  # the row follows the try: an interrupt now is ended on this provider
+            reporter.stage("create", f"{offer.card} x{offer.gpu_count} on {offer.provider} at {price_words(offer)}")
+            ledger.update(
+                s.id,
+                provider=offer.provider,
+                account=providers[offer.provider].account,
+                card=offer.card,
+                gpu_count=offer.gpu_count,
+                spot=offer.spot,
+                simulated=offer.simulated,
+            )
+        s.offer = offer
+        ledger.event(s.id, EventKind.CREATE, {"offer": offer.offer_id, "provider": offer.provider, "try": tries[0]})
 
     def spec_for(offer: Offer) -> CreateSpec:
         from gpuops.providers.volumes import spec_fields
@@ -1043,7 +1228,7 @@ def _create(
             image=settings.up.image,
             disk_gb=settings.up.disk_gb,
             bid_usd_per_hour=offer.min_bid if offer.spot else None,
-            ssh_public_key=key,
+            ssh_public_key=key_for(offer.provider),
             **spec_fields(p.volume),
         )
 
@@ -1058,10 +1243,25 @@ def _create(
         )
 
     def skipped(offer: Offer, e: ProviderError) -> None:
-        ledger.event(s.id, EventKind.OFFER_SKIPPED, {"offer": offer.offer_id, "kind": e.kind.value})
+        ledger.event(
+            s.id, EventKind.OFFER_SKIPPED, {"offer": offer.offer_id, "provider": offer.provider, "kind": e.kind.value}
+        )
+
+    def provider_skipped(name: str, e: ProviderError) -> None:  # the account's reason: said once
+        if len(providers) > 1:  # alone, its error ends the create and is said as any error is
+            reporter.warn(f"{name} refused the account ({e.kind.value}: {e.message}); skipping {name} for this up")
+        ledger.event(s.id, EventKind.OFFER_SKIPPED, {"provider": name, "kind": e.kind.value, "skipped": "provider"})
 
     got = rent_first(
-        provider, p.candidates, spec_for, max_offers=MAX_OFFER_ATTEMPTS, on_skip=skipped, on_leftover=leftover
+        providers,
+        p.candidates,
+        spec_for,
+        max_offers=MAX_OFFER_ATTEMPTS * len(providers),
+        on_attempt=attempt,
+        on_skip=skipped,
+        on_leftover=leftover,
+        on_provider_skipped=provider_skipped,
+        deadline_s=RetryPolicy().create_deadline_s,
     )
     inst, offer = got.instance, got.offer
     bid = offer.min_bid if offer.spot else None
@@ -1185,12 +1385,12 @@ def _still_there(s: UpRun, provider: Provider) -> Callable[[], bool]:
     return ask
 
 
-def _quick_reconcile(settings: Settings, ledger: Books, provider: Provider, reporter: Reporter) -> None:
-    """Reconcile this provider before renting (orphans, gone boxes); a failure only warns."""
+def _quick_reconcile(settings: Settings, ledger: Books, providers: Provider | Providers, reporter: Reporter) -> None:
+    """Reconcile the providers taking part before renting (orphans, gone boxes); a failure only warns."""
     from gpuops.teardown.reconcile import Context, reconcile
 
     try:
-        for a in reconcile(Context(settings, ledger=ledger, providers={provider.name: provider})):
+        for a in reconcile(Context(settings, ledger=ledger, providers=as_providers(providers))):
             if a.kind in ("closed", "destroyed", "orphan_destroyed", "adopted", "error"):  # reconcile.Action kinds
                 reporter.warn(f"reconcile: {a}")
     except GpuopsError as e:

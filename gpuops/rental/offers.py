@@ -143,9 +143,17 @@ def find_offers(
 
 
 def ask_all(
-    names: list[str], settings, query: OfferQuery, deadline_s: float = OFFERS_DEADLINE_S, waiting: Waiting | None = None
+    names: list[str],
+    settings,
+    query: OfferQuery,
+    deadline_s: float = OFFERS_DEADLINE_S,
+    waiting: Waiting | None = None,
+    ask_one: Callable[[str], list[Offer]] | None = None,
 ):
     """Ask every provider in ``names`` for offers at once, each in a daemon thread.
+
+    ``ask_one(name)``: how one provider is asked (`up --provider any`: its own provider object and
+    query); default ``get_provider(name, settings).offers(query)``.
 
     Yields ``(name, offers list | exception)`` in ``names`` order. A provider that has not answered
     ``deadline_s`` seconds after the start yields a ProviderError (its thread is abandoned: a
@@ -161,7 +169,7 @@ def ask_all(
 
     def ask(name: str) -> None:
         try:
-            got: object = get_provider(name, settings).offers(query)
+            got: object = ask_one(name) if ask_one is not None else get_provider(name, settings).offers(query)
         except Exception as e:  # named below, never raised from a thread
             got = e
         with done:

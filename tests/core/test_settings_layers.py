@@ -121,7 +121,7 @@ def test_bounds_and_choices_read_as_before(tmp_path):
             "[teardown]\nidle_util_percent = -1\n",
             ":2: teardown.idle_util_percent: Input should be greater than or equal to 0",
         ),
-        ("[up]\nprovider = 'aws'\n", ":2: up.provider: Input should be 'local', 'runpod' or 'vast'"),
+        ("[up]\nprovider = 'aws'\n", ":2: up.provider: Input should be 'local', 'runpod', 'vast' or 'any'"),
         ("[job]\nrecover = 1.5\n", ":2: job.recover: Input should be a valid integer"),
         ("[[bootstrap.weights]]\nsha256 = 'ab'\n", "infra.toml: bootstrap.weights.0.source: Field required"),
         (
