@@ -81,3 +81,42 @@ def test_a_reply_the_spec_rejects_is_recorded():
         "vast GET /api/v0/charges/: reply 200: InvalidData: results/0/items/0/type: 'storage' is not one of ['gpu', 'disk', 'bwd', 'bwu']"
         in got
     )
+
+
+def _search_then_create(emu, kind: str, price: float | None) -> list[str]:
+    """A ``type: kind`` search, then a create of its first ask with ``price`` (the SDK's body
+    shape: every unset key null), as a client would send them; the violations recorded."""
+    key, before = emu.market.api_key, len(emu.contract.violations)
+    req = urllib.request.Request(
+        emu.url + "/api/v0/bundles/",
+        data=json.dumps({"type": kind, "limit": 1}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        ask = json.loads(r.read())["offers"][0]["id"]
+    body = {"client_id": "me", "image": "img", "price": price, "disk": 10.0, "label": "gpuops-x", "onstart": None}
+    _send(emu.url, "PUT", f"/api/v0/asks/{ask}/", body, key)
+    return _taken(emu)[before:]
+
+
+def test_a_spot_create_without_a_price_fails_the_contract():
+    """A bid search followed by a create with ``price: null`` rents on-demand, silently: no
+    tolerance hides it (the SDK's null for an unset key is tolerated on an on-demand create only)."""
+    emu = VastEmulator().start()
+    try:
+        spot_without_price = _search_then_create(emu, "bid", None)
+        emu.market.instances.clear()
+        for o in emu.offers.values():
+            o["rented"] = False
+        on_demand = _search_then_create(emu, "on-demand", None)
+        for o in emu.offers.values():
+            o["rented"] = False
+        spot_with_price = _search_then_create(emu, "bid", 0.5)
+    finally:
+        emu.stop()
+    assert any(
+        v.startswith("vast PUT /api/v0/asks/") and ": request: InvalidRequestBody: price: None is not of type" in v
+        for v in spot_without_price
+    ), spot_without_price
+    assert on_demand == [] and spot_with_price == []
