@@ -10,7 +10,8 @@ What is not validated, on purpose (each one written here, never silent):
 
 - ``OUTSIDE``: routes the spec does not cover that the emulator still serves because the provider
   does (RunPod's GraphQL ``POST /graphql``: v2 has no account balance; a provider's spec is only
-  about its REST API).
+  about its REST API). Its documents are judged by RunPod's own clients' documents instead
+  (tests/emulators/graphql_contract.py), their violations recorded here like any other.
 - a reply the test injected as an infrastructure fault (``Faults.inject``, a 502 HTML page from a
   gateway, a 500 with no body): such a reply is what a proxy sends, not the API. The request that
   drew it is still validated.

@@ -120,3 +120,35 @@ def test_a_spot_create_without_a_price_fails_the_contract():
         for v in spot_without_price
     ), spot_without_price
     assert on_demand == [] and spot_with_price == []
+
+
+def test_graphql_documents_are_judged_by_runpods_own_clients():
+    """No GraphQL schema is published: every document sent to /graphql must select only fields (and
+    pass only arguments) that RunPod's own clients do (tests/data/graphql, each with its origin).
+    Ours passes; a misspelled field, a field no client reads and a broken document are violations."""
+    from gpuops.providers.runpod.compute import BALANCE_QUERY
+    from tests.emulators import graphql_contract
+
+    origins = [o for o, _ in graphql_contract.documents()]
+    assert any(o.startswith("runpod 1.11.0 runpod/api/queries/user.py") for o in origins)
+    assert any(o.startswith("runpodctl v2.7.2") for o in origins)
+    assert graphql_contract.violations(BALANCE_QUERY) == []
+    emu = RunPodEmulator().start()
+    try:
+        for query in (
+            BALANCE_QUERY,
+            "query myself { myself { clientBalanse } }",
+            "query { myself { clientBalance creditLimit } }",
+            'query { myself(input: {id: "x"}) { id } }',
+            "query { myself { ",
+        ):
+            _send(emu.url, "POST", "/graphql", {"query": query}, emu.market.api_key)
+        got = _taken(emu)
+    finally:
+        emu.stop()
+    assert got == [
+        "runpod POST /graphql: document: query myself.clientBalanse: a field no client of RunPod's selects",
+        "runpod POST /graphql: document: query myself.creditLimit: a field no client of RunPod's selects",
+        "runpod POST /graphql: document: query myself: arguments no client of RunPod's passes: ['input']",
+        "runpod POST /graphql: document: not a GraphQL document: Syntax Error: Expected Name, found <EOF>.",
+    ]
