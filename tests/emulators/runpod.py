@@ -13,7 +13,7 @@ validates every request and reply here: tests/emulators/contract.py):
 - ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes``: the billing clock cut into
   ``bucketSize`` buckets, one record per pod (volume) per bucket, ``{"records", "metadata"}``.
 - ``POST /graphql``: ``myself { clientBalance currentSpendPerHr ... }`` only (the account
-  balance, which v2 lacks; runpod SDK 1.11.0 ``run_graphql_query``). ``graphql_retired``: it
+  balance, which v2 lacks; the document runpodctl reads it with). ``graphql_retired``: it
   answers as it may once RunPod retires GraphQL (early 2027): a GraphQL error (``"errors"``), a
   web page (``"html"``) or a plain 404 (``"404"``). Every document is judged against the
   documents RunPod's own clients send (tests/emulators/graphql_contract.py; no schema is published).

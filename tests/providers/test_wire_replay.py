@@ -64,8 +64,8 @@ def _selection_shape(value, selection_set, where: str) -> None:
 
 def test_runpod_wire_replays_onto_the_graphql_gpuops_still_uses():
     """The capture is the runpod SDK's GraphQL. gpuops now speaks REST v2 for everything v2 covers
-    and GraphQL only for the balance (``myself { clientBalance currentSpendPerHr }``), through the
-    same SDK helper, so: every captured request keeps the envelope the emulator reads (POST
+    and GraphQL only for the balance (``myself { clientBalance currentSpendPerHr }``), in the same
+    envelope the SDK used, so: every captured request keeps the envelope the emulator reads (POST
     /graphql, Bearer key, ``{"query"}``); ``myself`` is answered with exactly the fields selected
     among those it serves; every other root is a GraphQL error naming the field (REST v2 has it)."""
     from gpuops.providers.runpod.compute import BALANCE_QUERY
