@@ -152,3 +152,42 @@ def test_graphql_documents_are_judged_by_runpods_own_clients():
         "runpod POST /graphql: document: query myself: arguments no client of RunPod's passes: ['input']",
         "runpod POST /graphql: document: not a GraphQL document: Syntax Error: Expected Name, found <EOF>.",
     ]
+
+
+def test_injected_errors_and_their_headers_are_judged_by_the_spec():
+    """A 429 or 5xx a test injects is the API's own error where the route documents that status
+    (RunPod: every route's 429 and ``default``): its body and its headers are judged. RunPod's spec
+    types ``Retry-After`` as integer seconds and every error as a problem with ``title``, ``status``
+    and ``detail``; a gateway's HTML page on a status no route documents is not the API and is not
+    judged."""
+    emu = RunPodEmulator().start()
+    try:
+        key = emu.market.api_key
+        emu.faults.inject["pods"] = [429]
+        emu.faults.retry_after_s = 2
+        _send(emu.url, "GET", "/v2/pods", None, key)
+        fine = _taken(emu)
+        emu.faults.inject["pods"] = [429]
+        emu.faults.retry_after_s = 0.5  # not integer seconds
+        _send(emu.url, "GET", "/v2/pods", None, key)
+        emu.faults.retry_after_s = None
+        problem = emu.problem
+        emu.problem = lambda status, detail, title=None: (
+            status,
+            {"status": status, "title": "x"},
+            "application/problem+json",
+        )
+        emu.faults.inject["pods"] = [500]
+        _send(emu.url, "GET", "/v2/pods", None, key)  # a problem without its detail
+        emu.problem = problem
+        emu.faults.inject["pods"] = [502]
+        _send(emu.url, "GET", "/v2/pods", None, key)  # a gateway's HTML page
+        got = _taken(emu)
+    finally:
+        emu.stop()
+    assert fine == []
+    assert any(v.startswith("runpod GET /v2/pods: reply 429: ") and "Retry-After" in v for v in got), got
+    assert any(
+        v.startswith("runpod GET /v2/pods: reply 500: ") and "'detail' is a required property" in v for v in got
+    ), got
+    assert not any("reply 502" in v for v in got), got
