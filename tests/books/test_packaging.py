@@ -72,15 +72,15 @@ def test_core_install_pulls_no_heavy_packages():
 
 def test_the_closure_follows_requirements_and_extras():
     # the walk really follows metadata: an SDK extra brings its own dependencies with it
-    via_runpod = core_closure(["runpod"])
-    assert "requests" in via_runpod and via_runpod["requests"][:2] == ["gpuops", "runpod"]
+    via_vastai = core_closure(["vastai"])
+    assert "requests" in via_vastai and via_vastai["requests"][:2] == ["gpuops", "vastai"]
     assert "psycopg-binary" in core_closure(["psycopg[binary]"])
     assert "psycopg-binary" not in core_closure(["psycopg"])
 
 
 def test_extras_are_not_in_the_core():
     closure = core_closure()
-    for extra_only in ("runpod", "vastai", "psycopg"):
+    for extra_only in ("requests", "vastai", "psycopg"):
         assert extra_only not in closure, f"{extra_only} belongs in an extra, not the core install"
 
 

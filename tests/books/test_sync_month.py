@@ -496,3 +496,37 @@ def test_runpod_parts_beyond_the_total_are_flagged():
     )
     assert lines[1].note == ""
     assert [c.note for c in charge_lines([{**rec, "totalAmount": 0.624}], [])] == ["", ""]  # under a cent: rounding
+
+
+def test_vast_gpu_item_across_a_month_boundary_is_booked_by_its_running_time():
+    """A Vast gpu item's period runs from the contract's start to its end, the stopped stretch
+    included; the GPU bills only while running, so the months get the running hours, not a linear
+    share of the period. The instance ran 20 h from Nov 30 12:00 (12 h in November, 8 h in
+    December) and then stood stopped, outbid, 28 h until its destroy on Dec 2 16:00."""
+    from gpuops.providers.vast.billing import charge_lines
+
+    start = datetime(2026, 11, 30, 12, tzinfo=timezone.utc).timestamp()
+    boundary = datetime(2026, 12, 1, tzinfo=timezone.utc).timestamp()
+    end = start + (20 + 28) * 3600
+    rate = 0.389  # USD per running hour
+    gpu = {"start": int(start), "end": int(end), "type": "gpu", "amount": 20 * rate}
+    gpu["description"] = f"20.000 hours at ${rate}/hour"
+    disk = {"start": int(start), "end": int(end), "type": "disk", "amount": 48 * 0.01}
+    entry = {"type": "instance", "source": "instance-7", "metadata": {"label": "gpuops-x"}, "items": [gpu, disk]}
+
+    november = charge_lines([entry], start - 86400, boundary)
+    december = charge_lines([entry], boundary, end + 86400)
+    by_kind = lambda lines: {c.kind: c for c in lines}  # noqa: E731
+    nov, dec = by_kind(november), by_kind(december)
+    assert nov["gpu"].usd == pytest.approx(12 * rate, abs=1e-6)  # linear would be 12/48 of 20 h
+    assert dec["gpu"].usd == pytest.approx(8 * rate, abs=1e-6)
+    assert (nov["gpu"].start, nov["gpu"].end) == (start, boundary)
+    assert (dec["gpu"].start, dec["gpu"].end) == (boundary, start + 20 * 3600)
+    # the disk bills running or stopped: linear over its whole period
+    assert nov["storage"].usd == pytest.approx(12 * 0.01, abs=1e-6)
+    assert dec["storage"].usd == pytest.approx(36 * 0.01, abs=1e-6)
+    # a gpu item that states no hours ran over its whole period
+    plain = {**gpu, "description": ""}
+    assert charge_lines([{**entry, "items": [plain]}], start - 86400, boundary)[0].usd == pytest.approx(
+        20 * rate * 12 / 48, abs=1e-6
+    )

@@ -42,7 +42,10 @@ def test_runtime_lock_pins_are_the_full_locks():
     differ = {n: (v, full.get(n)) for n, v in runtime.items() if full.get(n) != v}
     assert not differ, f"requirements-runtime.lock pins differ from requirements.lock: {differ}"
     assert not TEST_ONLY & set(runtime), TEST_ONLY & set(runtime)
-    assert {"runpod", "vastai", "psycopg", "psycopg-binary", "msgspec", "python-dotenv", "apscheduler"} <= set(runtime)
+    assert {"requests", "vastai", "psycopg", "psycopg-binary", "msgspec", "python-dotenv", "apscheduler"} <= set(
+        runtime
+    )
+    assert "runpod" not in runtime  # RunPod is spoken over requests (docs/sdks.md)
 
 
 def test_the_image_installs_the_runtime_lock_and_runs_the_watchdog():

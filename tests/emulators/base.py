@@ -451,8 +451,16 @@ class _Handler(BaseHTTPRequestHandler):
                 emu.market.crashes.append(f"{type(e).__name__}: {e}")
             status, payload, ctype = 500, {"errors": [{"message": f"emulator crashed: {type(e).__name__}: {e}"}]}, JSON
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        headers = {}  # the reply's headers beyond Content-Type and its length, judged by the spec too
+        if status == 429 and emu.market.faults.retry_after_s is not None:
+            headers["Retry-After"] = f"{emu.market.faults.retry_after_s:g}"
+        if status == 429 and emu.market.faults.quota_reset_s is not None:  # RunPod's spec: the exhausted window
+            headers["RateLimit"] = f'"minute";r=0;t={emu.market.faults.quota_reset_s:g}, "hour";r=2800;t=1812'
+            headers["RateLimit-Policy"] = '"minute";q=60;w=60, "hour";q=3000;w=3600'
         if emu.contract is not None:  # the provider's published spec judges both sides (contract.py)
-            emu.contract.check(req, status, data, ctype, injected=getattr(_CURRENT, "injected", False))
+            emu.contract.check(
+                req, status, data, ctype, injected=getattr(_CURRENT, "injected", False), reply_headers=headers
+            )
         _CURRENT.injected = False
         f = emu.market.faults
         if f.pad_reply_bytes:
@@ -462,11 +470,8 @@ class _Handler(BaseHTTPRequestHandler):
         if delay:
             time.sleep(delay)
         self.send_response(status)
-        if status == 429 and emu.market.faults.retry_after_s is not None:
-            self.send_header("Retry-After", f"{emu.market.faults.retry_after_s:g}")
-        if status == 429 and emu.market.faults.quota_reset_s is not None:  # RunPod's spec: the exhausted window
-            self.send_header("RateLimit", f'"minute";r=0;t={emu.market.faults.quota_reset_s:g}, "hour";r=2800;t=1812')
-            self.send_header("RateLimit-Policy", '"minute";q=60;w=60, "hour";q=3000;w=3600')
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         if f.hide_length:
             self.send_header("Connection", "close")

@@ -10,10 +10,19 @@ What is not validated, on purpose (each one written here, never silent):
 
 - ``OUTSIDE``: routes the spec does not cover that the emulator still serves because the provider
   does (RunPod's GraphQL ``POST /graphql``: v2 has no account balance; a provider's spec is only
-  about its REST API).
-- a reply the test injected as an infrastructure fault (``Faults.inject``, a 502 HTML page from a
-  gateway, a 500 with no body): such a reply is what a proxy sends, not the API. The request that
-  drew it is still validated.
+  about its REST API). Its documents are judged by RunPod's own clients' documents instead
+  (tests/emulators/graphql_contract.py), their violations recorded here like any other.
+- a reply the test injected as an infrastructure fault (``Faults.inject``) with a status the spec
+  does not document for its route (a 502 HTML page from a gateway on a Vast route that lists no
+  502), or a body that is not JSON (a gateway's page): such a reply is what a proxy sends, not the
+  API; so is a 2xx a test shaped outside the spec on purpose (an undocumented pod status). The
+  request that drew it is still validated. An injected error status the route documents (every
+  RunPod route's 429 and ``default``, Vast's 429s) with a JSON body is the API's own error and is
+  judged: its body and its headers (``Retry-After``, ``RateLimit``, ``RateLimit-Policy``).
+
+Response headers are judged on every reply: the ones an emulator sends beyond ``Content-Type`` go
+to the validator, which checks each header the spec declares for that status (its schema, and
+that a required one is there).
 
 Tolerated differences between what a provider serves and what its spec writes (``TOLERATED``):
 
@@ -70,9 +79,11 @@ TOLERATED_VIOLATIONS: dict[str, str] = {
     + r"/api/v0/bundles/: request: InvalidRequestBody: type: 'on-demand' is not one of": "type: the clients' on-demand",
     # vastai 1.9.1's create body: every optional key is sent, unset ones as null; env is the SDK's
     # parsed map (docker options as keys), the spec's docker-options string never; ``runtype``
-    # "ssh_direc ssh_proxy" is the SDK's spelling for ssh + direct.
+    # "ssh_direc ssh_proxy" is the SDK's spelling for ssh + direct. ``price`` is not among them: a
+    # null price is a money field (the bid) and rents on-demand, so it is tolerated only on an
+    # on-demand create (``ON_DEMAND_PRICE_NULL`` below), never hidden by this pattern.
     _V
-    + r"/api/v0/asks/\d+/: request: InvalidRequestBody: [a-z_]+: None is not of type": "SDK: unset optional keys sent as null",
+    + r"/api/v0/asks/\d+/: request: InvalidRequestBody: (?!price:)[a-z_]+: None is not of type": "SDK: unset optional keys sent as null",
     _V
     + r"/api/v0/asks/\d+/: request: InvalidRequestBody: env: \{.*\} is not of type 'string'": "SDK: env sent as a map",
     _V
@@ -86,6 +97,12 @@ TOLERATED_VIOLATIONS: dict[str, str] = {
     _V
     + r"/api/v0/volumes/: request: InvalidRequestBody: \(root\): 'id' is a required property": "SDK: volume id in the query",
 }
+
+# A create's ``price: null`` (vastai sends every unset key as null) is the on-demand create the SDK
+# builds, and only that: the Vast emulator marks a create whose ask it served to this account as an
+# interruptible (``type: "bid"``) offer and never as an on-demand one (``req["spot_create"]``); there
+# a null price is a silent on-demand rent and a violation like any other (tests/data/specs/CAUGHT.md).
+ON_DEMAND_PRICE_NULL = _V + r"/api/v0/asks/\d+/: request: InvalidRequestBody: price: None is not of type"
 
 VIOLATIONS: list[str] = []  # every violation of this process, in order (the fixture reads its slice)
 _LOCK = threading.Lock()
@@ -121,7 +138,9 @@ def _messages(err: BaseException) -> list[str]:
             where = "/".join(str(p) for p in se.absolute_path) or "(root)"
             lines.append(f"{type(err).__name__}: {where}: {se.message[:160]}")
         e = e.__cause__ or e.__context__
-    return list(dict.fromkeys(lines)) or [f"{type(err).__name__}: {str(err)[:200]}"]
+    name = getattr(err, "name", None)  # a header's or parameter's name, when the error is about one
+    where = f"{name}: " if isinstance(name, str) else ""
+    return list(dict.fromkeys(lines)) or [f"{type(err).__name__}: {where}{str(err)[:200]}"]
 
 
 class Contract:
@@ -138,9 +157,11 @@ class Contract:
 
         list(spec(self.provider).iter_request_errors(MockRequest(SERVERS[self.provider], "get", "/")))
 
-    def _record(self, text: str) -> None:
+    def _record(self, text: str, req: dict | None = None) -> None:
         if any(re.match(k, text) for k in TOLERATED_VIOLATIONS):
             return
+        if re.match(ON_DEMAND_PRICE_NULL, text) and not (req or {}).get("spot_create"):
+            return  # an on-demand create: the SDK's null for an unset bid
         with _LOCK:
             self.violations.append(text)
             VIOLATIONS.append(text)
@@ -154,9 +175,19 @@ class Contract:
             return path.rstrip("/")  # TOLERATED
         return path
 
-    def check(self, req: dict, status: int, body: bytes, content_type: str, injected: bool = False) -> None:
+    def check(
+        self,
+        req: dict,
+        status: int,
+        body: bytes,
+        content_type: str,
+        injected: bool = False,
+        reply_headers: dict[str, str] | None = None,
+    ) -> None:
         """Validate ``req`` (the emulator's request dict: method, path, raw query, raw body,
-        headers) and the reply (``status``, ``body`` bytes, ``content_type``); record violations."""
+        headers) and the reply (``status``, ``body`` bytes, ``content_type``, its headers beyond
+        Content-Type: ``reply_headers``); record violations. ``injected``: a fault the test asked for, judged only
+        where the route documents its status and the body is JSON (the module docstring)."""
         from openapi_core.testing import MockRequest, MockResponse
 
         if any(req["path"].startswith(p) for p in OUTSIDE.get(self.provider, ())):
@@ -180,13 +211,20 @@ class Contract:
             errors = [e]
         for e in errors:
             for line in _messages(e):
-                self._record(f"{where}: request: {line}")
+                self._record(f"{where}: request: {line}", req)
         if errors and any(type(e).__name__ in ("PathNotFound", "OperationNotFound", "ServerNotFound") for e in errors):
             return  # no route in the spec: there is no reply contract to hold it to
-        if injected:
+        if injected and not (
+            status >= 400
+            and "json" in content_type
+            and documented(self.provider, req["method"], self._path(req["path"]), status)
+        ):
             return
         response = MockResponse(
-            body, status_code=status, headers={"Content-Type": content_type}, content_type=content_type
+            body,
+            status_code=status,
+            headers={**(reply_headers or {}), "Content-Type": content_type},
+            content_type=content_type,
         )
         try:
             rerrors = list(api.iter_response_errors(request, response))
@@ -195,6 +233,31 @@ class Contract:
         for e in rerrors:
             for line in _messages(e):
                 self._record(f"{where}: reply {status}: {line}")
+
+
+@functools.cache
+def _operations(provider: str) -> list[tuple[re.Pattern, dict]]:
+    """The spec's paths as (a pattern matching a request path, the path item), loaded once."""
+    import yaml
+
+    path = SPEC_DIR / SPECS[provider]
+    text = path.read_text(encoding="utf-8")
+    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    return [
+        (re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"), item)
+        for template, item in data["paths"].items()
+    ]
+
+
+def documented(provider: str, method: str, path: str, status: int) -> bool:
+    """Whether ``provider``'s spec documents ``status`` (or a ``default``, or its ``5XX`` range) for
+    ``method path``."""
+    for pattern, item in _operations(provider):
+        op = item.get(method.lower()) if pattern.match(path) else None
+        if isinstance(op, dict):
+            responses = op.get("responses") or {}
+            return any(k in responses for k in (str(status), f"{status // 100}XX", "default"))
+    return False
 
 
 def summary(violations: list[str]) -> str:

@@ -13,9 +13,10 @@ validates every request and reply here: tests/emulators/contract.py):
 - ``GET /v2/billing/pods`` and ``GET /v2/billing/network-volumes``: the billing clock cut into
   ``bucketSize`` buckets, one record per pod (volume) per bucket, ``{"records", "metadata"}``.
 - ``POST /graphql``: ``myself { clientBalance currentSpendPerHr ... }`` only (the account
-  balance, which v2 lacks; runpod SDK 1.11.0 ``run_graphql_query``). ``graphql_retired``: it
+  balance, which v2 lacks; the document runpodctl reads it with). ``graphql_retired``: it
   answers as it may once RunPod retires GraphQL (early 2027): a GraphQL error (``"errors"``), a
-  web page (``"html"``) or a plain 404 (``"404"``).
+  web page (``"html"``) or a plain 404 (``"404"``). Every document is judged against the
+  documents RunPod's own clients send (tests/emulators/graphql_contract.py; no schema is published).
 
 Errors are RFC 9457 problems ``{"title", "status", "detail"}`` (``application/problem+json``).
 
@@ -33,6 +34,7 @@ from typing import Any
 
 import graphql
 
+from tests.emulators import graphql_contract
 from tests.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market
 from tests.emulators.contract import Contract
 
@@ -528,6 +530,9 @@ class RunPodEmulator(Emulator):
     # -- GraphQL: the balance ------------------------------------------------------------------
     def _graphql(self, req: dict, account: str) -> tuple[int, Any, str]:
         text = (req["body"] or {}).get("query", "") if isinstance(req["body"], dict) else ""
+        if self.contract is not None:  # no schema is published: RunPod's own clients' documents judge it
+            for line in graphql_contract.violations(text):
+                self.contract._record(f"runpod POST /graphql: document: {line}")
         try:
             doc = graphql.parse(text)
         except graphql.GraphQLError as e:

@@ -124,6 +124,9 @@ class VastEmulator(Emulator):
         self.contract = Contract("vast")
         # Undocumented answers, both ways (each a switch the tests flip):
         self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing
+        # (account, ask id) -> the search types it was served as ("bid", "on-demand"): a create of an
+        # ask served only as "bid" is a spot create, which must carry its price (contract.py)
+        self.served_as: dict[tuple[str | None, int], set[str]] = {}
         self.charges_clipped = False  # a charges entry is cut to the asked window (True) or is the whole contract
         self.min_bid_rises_to: float | None = None  # every create first sees min_bid at least this (USD/h)
         # /api/v0/users/current leaves these fields out: "credit" (undocumented, what Vast's console
@@ -309,8 +312,14 @@ class VastEmulator(Emulator):
         account = req["account"]  # instances of other accounts are "not found" for this key
         with self.market.lock:
             if op == "search":
-                return self._search(body)
+                status, payload, ctype = self._search(body)
+                kind = "bid" if body.get("type") == "bid" else "on-demand"
+                for row in payload.get("offers", []) if isinstance(payload, dict) else []:
+                    self.served_as.setdefault((account, row["id"]), set()).add(kind)
+                return status, payload, ctype
             if op == "create":
+                # served to this account as an interruptible offer only: a spot create (contract.py)
+                req["spot_create"] = self.served_as.get((account, p["id"])) == {"bid"}
                 return self._create(p["id"], body, account)
             if op == "list":
                 return self._list(req["query"], account)

@@ -81,3 +81,113 @@ def test_a_reply_the_spec_rejects_is_recorded():
         "vast GET /api/v0/charges/: reply 200: InvalidData: results/0/items/0/type: 'storage' is not one of ['gpu', 'disk', 'bwd', 'bwu']"
         in got
     )
+
+
+def _search_then_create(emu, kind: str, price: float | None) -> list[str]:
+    """A ``type: kind`` search, then a create of its first ask with ``price`` (the SDK's body
+    shape: every unset key null), as a client would send them; the violations recorded."""
+    key, before = emu.market.api_key, len(emu.contract.violations)
+    req = urllib.request.Request(
+        emu.url + "/api/v0/bundles/",
+        data=json.dumps({"type": kind, "limit": 1}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {key}"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        ask = json.loads(r.read())["offers"][0]["id"]
+    body = {"client_id": "me", "image": "img", "price": price, "disk": 10.0, "label": "gpuops-x", "onstart": None}
+    _send(emu.url, "PUT", f"/api/v0/asks/{ask}/", body, key)
+    return _taken(emu)[before:]
+
+
+def test_a_spot_create_without_a_price_fails_the_contract():
+    """A bid search followed by a create with ``price: null`` rents on-demand, silently: no
+    tolerance hides it (the SDK's null for an unset key is tolerated on an on-demand create only)."""
+    emu = VastEmulator().start()
+    try:
+        spot_without_price = _search_then_create(emu, "bid", None)
+        emu.market.instances.clear()
+        for o in emu.offers.values():
+            o["rented"] = False
+        on_demand = _search_then_create(emu, "on-demand", None)
+        for o in emu.offers.values():
+            o["rented"] = False
+        spot_with_price = _search_then_create(emu, "bid", 0.5)
+    finally:
+        emu.stop()
+    assert any(
+        v.startswith("vast PUT /api/v0/asks/") and ": request: InvalidRequestBody: price: None is not of type" in v
+        for v in spot_without_price
+    ), spot_without_price
+    assert on_demand == [] and spot_with_price == []
+
+
+def test_graphql_documents_are_judged_by_runpods_own_clients():
+    """No GraphQL schema is published: every document sent to /graphql must select only fields (and
+    pass only arguments) that RunPod's own clients do (tests/data/graphql, each with its origin).
+    Ours passes; a misspelled field, a field no client reads and a broken document are violations."""
+    from gpuops.providers.runpod.compute import BALANCE_QUERY
+    from tests.emulators import graphql_contract
+
+    origins = [o for o, _ in graphql_contract.documents()]
+    assert any(o.startswith("runpod 1.11.0 runpod/api/queries/user.py") for o in origins)
+    assert any(o.startswith("runpodctl v2.7.2") for o in origins)
+    assert graphql_contract.violations(BALANCE_QUERY) == []
+    emu = RunPodEmulator().start()
+    try:
+        for query in (
+            BALANCE_QUERY,
+            "query myself { myself { clientBalanse } }",
+            "query { myself { clientBalance creditLimit } }",
+            'query { myself(input: {id: "x"}) { id } }',
+            "query { myself { ",
+        ):
+            _send(emu.url, "POST", "/graphql", {"query": query}, emu.market.api_key)
+        got = _taken(emu)
+    finally:
+        emu.stop()
+    assert got == [
+        "runpod POST /graphql: document: query myself.clientBalanse: a field no client of RunPod's selects",
+        "runpod POST /graphql: document: query myself.creditLimit: a field no client of RunPod's selects",
+        "runpod POST /graphql: document: query myself: arguments no client of RunPod's passes: ['input']",
+        "runpod POST /graphql: document: not a GraphQL document: Syntax Error: Expected Name, found <EOF>.",
+    ]
+
+
+def test_injected_errors_and_their_headers_are_judged_by_the_spec():
+    """A 429 or 5xx a test injects is the API's own error where the route documents that status
+    (RunPod: every route's 429 and ``default``): its body and its headers are judged. RunPod's spec
+    types ``Retry-After`` as integer seconds and every error as a problem with ``title``, ``status``
+    and ``detail``; a gateway's HTML page on a status no route documents is not the API and is not
+    judged."""
+    emu = RunPodEmulator().start()
+    try:
+        key = emu.market.api_key
+        emu.faults.inject["pods"] = [429]
+        emu.faults.retry_after_s = 2
+        _send(emu.url, "GET", "/v2/pods", None, key)
+        fine = _taken(emu)
+        emu.faults.inject["pods"] = [429]
+        emu.faults.retry_after_s = 0.5  # not integer seconds
+        _send(emu.url, "GET", "/v2/pods", None, key)
+        emu.faults.retry_after_s = None
+        problem = emu.problem
+        emu.problem = lambda status, detail, title=None: (
+            status,
+            {"status": status, "title": "x"},
+            "application/problem+json",
+        )
+        emu.faults.inject["pods"] = [500]
+        _send(emu.url, "GET", "/v2/pods", None, key)  # a problem without its detail
+        emu.problem = problem
+        emu.faults.inject["pods"] = [502]
+        _send(emu.url, "GET", "/v2/pods", None, key)  # a gateway's HTML page
+        got = _taken(emu)
+    finally:
+        emu.stop()
+    assert fine == []
+    assert any(v.startswith("runpod GET /v2/pods: reply 429: ") and "Retry-After" in v for v in got), got
+    assert any(
+        v.startswith("runpod GET /v2/pods: reply 500: ") and "'detail' is a required property" in v for v in got
+    ), got
+    assert not any("reply 502" in v for v in got), got

@@ -201,17 +201,20 @@ def test_spot_is_refused_clearly(runpod_provider, runpod_emulator):
     assert e.value.kind == ProviderErrorKind.UNSUPPORTED and runpod_emulator.live() == []
 
 
-def test_sdk_global_state_is_restored(runpod_provider, monkeypatch):
+def test_the_balance_needs_no_runpod_sdk(runpod_provider, runpod_emulator, monkeypatch):
+    """The balance is one GraphQL POST through the project's one HTTP client: no ``runpod`` SDK is
+    imported (none is installed), and no environment variable is swapped under the call."""
     import os
+    import sys
 
+    monkeypatch.setitem(sys.modules, "runpod", None)  # ``import runpod`` raises ImportError
     monkeypatch.setenv("RUNPOD_API_BASE_URL", "http://elsewhere.invalid")
-    runpod_provider.balance()
-    import runpod
-
-    assert (
-        os.environ["RUNPOD_API_BASE_URL"] == "http://elsewhere.invalid"
-        and runpod.api_key != runpod_provider.credential.key
-    )
+    got = runpod_provider.balance()
+    assert got.usd == pytest.approx(runpod_emulator.market.balance("acct-1"), abs=1e-6) and got.note == ""
+    assert os.environ["RUNPOD_API_BASE_URL"] == "http://elsewhere.invalid"
+    sent = [r for r in runpod_emulator.market.requests if r["path"] == "/graphql"]
+    assert [r["body"] for r in sent] == [{"query": "query myself { myself { clientBalance currentSpendPerHr } }"}]
+    assert sent[0]["headers"]["Authorization"] == f"Bearer {runpod_provider.credential.key}"
 
 
 def test_server_errors_on_read_are_retried_then_named(runpod_provider, runpod_emulator):

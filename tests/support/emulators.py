@@ -40,7 +40,7 @@ def vast_emulator():
 
 @pytest.fixture
 def runpod_provider(runpod_emulator):
-    """gpuops' RunPodProvider talking to ``runpod_emulator`` through the runpod SDK."""
+    """gpuops' RunPodProvider talking to ``runpod_emulator`` (REST v2 and its one GraphQL POST)."""
     from gpuops.providers.runpod.compute import RunPodProvider
 
     return RunPodProvider(Credential(runpod_emulator.market.api_key, "test"), runpod_emulator.url, retry=FAST_RETRY)

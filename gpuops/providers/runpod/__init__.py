@@ -63,7 +63,7 @@ ENTRY = ProviderEntry(
     # "rounded up to the nearest second" is stated for Serverless (https://docs.runpod.io/serverless/pricing),
     # nothing finer for Pods. Network volumes bill hourly on size (docs.runpod.io/get-started/billing-information).
     billing_increment_s=1.0,
-    sdk="runpod",
+    # no SDK: REST v2 and the one GraphQL POST go through requests, the runpod extra (docs/sdks.md)
     catalog_field="runpod_id",
     catalog_heading="RunPod gpuTypeId",
     agent_credential="the pod-scoped RUNPOD_API_KEY from the pod's PID 1 environment (DELETE /v2/pods/{id}); "

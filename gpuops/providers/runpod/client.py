@@ -10,9 +10,6 @@ published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs)
 
 from __future__ import annotations
 
-import sys
-import threading
-import types
 from datetime import datetime, timezone
 from typing import Any
 
@@ -39,27 +36,10 @@ ROUTES = (
     ("POST", "/graphql"),  # myself { clientBalance currentSpendPerHr }: the balance, which v2 lacks
 )
 
-_SDK_LOCK = threading.RLock()
-
-
-def _import_runpod() -> Any:
-    """``import runpod`` without py-cpuinfo's import-time subprocesses.
-
-    A stub stands in for the import only; runpod keeps "Unable to get processor info." as its
-    serverless debug string."""
-    if "runpod" in sys.modules:
-        return sys.modules["runpod"]
-    stubbed = "cpuinfo" not in sys.modules
-    if stubbed:
-        stub = types.ModuleType("cpuinfo")
-        stub.get_cpu_info = lambda: {}  # type: ignore[attr-defined]  # a stand-in module, given the one name the SDK calls
-        sys.modules["cpuinfo"] = stub
-    try:
-        import runpod
-    finally:
-        if stubbed:
-            sys.modules.pop("cpuinfo", None)
-    return runpod
+# The one GraphQL document gpuops sends: the fields runpodctl's GetUser reads (internal/api/gpu.go;
+# RunPod publishes no GraphQL schema: tests/data/graphql holds its own clients' documents, the
+# contract every document here is held to).
+BALANCE_QUERY = "query myself { myself { clientBalance currentSpendPerHr } }"
 
 
 def parse_time(text: Any) -> float | None:
@@ -231,3 +211,47 @@ class RunPodClient:
                 ProviderErrorKind.SERVER, f"RunPod's answer to {action} is not the documented shape", "retry later"
             )
         return payload if key is None else payload[key]
+
+    def _graphql(self, query: str, action: str) -> dict:
+        """One ``POST <url>/graphql`` of ``{"query": query}``: the parsed JSON object, errors included.
+
+        GraphQL answers its errors in a 200 (``{"errors": [...]}``), returned as they are for the
+        caller to read. A 401 is ProviderError(AUTH); a reply that is not a JSON object (a web page,
+        a 404 once GraphQL is retired) or a 5xx is SERVER, a 429 RATE_LIMIT, each retried under the
+        policy like every call (``_rest``'s statuses)."""
+        import requests
+
+        key = self._key()
+        url = self.url + "/graphql"
+
+        def once() -> dict:
+            try:
+                r = requests.post(
+                    url,
+                    json={"query": query},
+                    timeout=self.timeout_s,
+                    headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
+                )
+            except (requests.ConnectionError, requests.Timeout):
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"cannot reach RunPod at {self.url} to {action}",
+                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
+                ) from None
+            try:
+                payload = r.json() if r.content else None
+            except ValueError:
+                payload = None
+            if r.status_code == 401 or r.status_code == 429 or r.status_code >= 500:
+                raise self._status_error(
+                    r.status_code, payload, action, False, r.headers.get("Retry-After"), r.headers.get("RateLimit")
+                )
+            if not isinstance(payload, dict):
+                raise ProviderError(
+                    ProviderErrorKind.SERVER,
+                    f"RunPod answered with a web page or no data while trying to {action} (HTTP {r.status_code})",
+                    "retry later; see status.runpod.io",
+                )
+            return payload
+
+        return call_with_retries(once, self.retry)

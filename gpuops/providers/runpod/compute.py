@@ -14,10 +14,10 @@ the migration guide docs.runpod.io/api-reference-v2/migrate-from-v1), ``ROUTES``
 
 How a status maps to a ``ProviderError`` kind: client.py.
 
-Where v2 has no route -- the account balance -- the ``runpod`` SDK's GraphQL helper (1.11.0,
-``runpod.api.graphql.run_graphql_query``, ``POST {host}/graphql``) reads ``myself {
-clientBalance currentSpendPerHr }``; GraphQL is to be retired in early 2027, so an error answer
-there is a ``Balance`` with no figure and a note, never a crash (``balance``).
+Where v2 has no route -- the account balance -- one GraphQL POST (``POST {host}/graphql``,
+``RunPodClient._graphql``) reads ``myself { clientBalance currentSpendPerHr }``; GraphQL is to be
+retired in early 2027, so an error answer there is a ``Balance`` with no figure and a note, never a
+crash (``balance``). No runpod SDK: it was used for that one POST only (docs/sdks.md).
 
 ``RUNPOD_API_BASE_URL`` / ``[providers.runpod] url`` names the API host (default
 ``https://api.runpod.io``); ``/v2/...`` and ``/graphql`` are under it. Interruptible (spot) pods:
@@ -32,7 +32,6 @@ from __future__ import annotations
 import builtins  # a method named list shadows the type in its class
 import enum
 import math
-import os
 import time
 from typing import Any
 from urllib.parse import quote
@@ -54,14 +53,12 @@ from gpuops.providers.base import (
     SshEndpoint,
     guarded,
 )
-from gpuops.providers.keys import Credential, missing_key_fix, redact
-from gpuops.providers.retry import RetryPolicy, call_with_retries, create_with_retries
-from gpuops.providers.runpod.account import KEYS
-from gpuops.providers.runpod.client import _SDK_LOCK, NAME, ROUTES, RunPodClient, _import_runpod, parse_time, stamp
+from gpuops.providers.keys import Credential, redact
+from gpuops.providers.retry import RetryPolicy, create_with_retries
+from gpuops.providers.runpod.client import BALANCE_QUERY, NAME, ROUTES, RunPodClient, parse_time, stamp
 
 CLOUDS = ("SECURE", "COMMUNITY")
 SPOT_WITHDRAWN = "RunPod's REST API v2 has no interruptible (spot) pods; gpuops will not rent on-demand in their place"
-BALANCE_QUERY = "query myself { myself { clientBalance currentSpendPerHr } }"
 GB = 10**9
 
 
@@ -414,59 +411,21 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
     def balance(self) -> Balance:
         """The balance (USD) and spend rate (USD/h): GraphQL, v2 has no balance route.
 
-        ``myself { clientBalance currentSpendPerHr }`` through the runpod SDK's GraphQL helper at
-        ``<url>/graphql``. A GraphQL error or an answer without a numeric balance (the API retired,
+        ``myself { clientBalance currentSpendPerHr }`` in one POST to ``<url>/graphql``
+        (``RunPodClient._graphql``). A GraphQL error or an answer without a numeric balance (the API retired,
         a field gone) is ``Balance(usd=None, note=why)`` (``Balance.unreadable``). A web page or a
         404 (no JSON) is retried as a server error and then raised as ProviderError(SERVER), as are
         a rejected key (AUTH) and an unreachable host; ``gpuops.teardown.budget.read_balance`` takes
         every one of them but AUTH as the same "cannot be read", and says what stands in for the
         floor."""
-        key = self._key()
-        source = self.credential.source if self.credential is not None else ""  # set: _key() raised otherwise
-        _import_runpod()
-        import requests
-        from runpod import error as rperr
-        from runpod.api.graphql import run_graphql_query
-
-        def once():
-            with _SDK_LOCK:  # the SDK reads its base URL from the environment on every call
-                old = os.environ.get("RUNPOD_API_BASE_URL")
-                os.environ["RUNPOD_API_BASE_URL"] = self.url
-                try:
-                    return run_graphql_query(BALANCE_QUERY, api_key=key)
-                except rperr.AuthenticationError:
-                    raise ProviderError(
-                        ProviderErrorKind.AUTH,
-                        f"RunPod rejected the API key ({source}) while trying to read the balance",
-                        missing_key_fix(KEYS),
-                    ) from None
-                except rperr.QueryError as e:
-                    return {"error": redact(str(e), key)}
-                except (requests.ConnectionError, requests.Timeout):
-                    raise ProviderError(
-                        ProviderErrorKind.SERVER,
-                        f"cannot reach RunPod at {self.url} to read the balance",
-                        "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
-                    ) from None
-                except (ValueError, TypeError, KeyError):  # the SDK has no status check: a web page, a 404
-                    raise ProviderError(
-                        ProviderErrorKind.SERVER,
-                        "RunPod answered with a web page or no data while trying to read the balance",
-                        "retry later; see status.runpod.io",
-                    ) from None
-                finally:
-                    if old is None:
-                        os.environ.pop("RUNPOD_API_BASE_URL", None)
-                    else:
-                        os.environ["RUNPOD_API_BASE_URL"] = old
-
-        got = call_with_retries(once, self.retry)
-        if "error" in got:
-            return Balance(
-                usd=None,
-                note=f"RunPod's GraphQL API (the only one with the balance) answered {got['error'][:200]}",
-            )
-        me = ((got or {}).get("data") or {}).get("myself")
+        got = self._graphql(BALANCE_QUERY, "read the balance")
+        errors = got.get("errors")
+        if errors:  # GraphQL's own error answer (a 200): the API retired, a field gone
+            first = errors[0] if isinstance(errors, list) else errors
+            text = redact(str(first.get("message") if isinstance(first, dict) else first), self._key())
+            return Balance(usd=None, note=f"RunPod's GraphQL API (the only one with the balance) answered {text[:200]}")
+        data = got.get("data")
+        me = data.get("myself") if isinstance(data, dict) else None
         if not isinstance(me, dict):
             return Balance(usd=None, note="RunPod's GraphQL API answered no account (myself)")
         bal, spend = me.get("clientBalance"), me.get("currentSpendPerHr")
