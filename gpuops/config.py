@@ -305,19 +305,22 @@ class JobSettings(_Section):
     # With recover: copy the results directory home this often while the job runs (seconds), so a
     # box taken back without warning leaves its last checkpoint at home for the next rental.
     checkpoint_sync_seconds: Annotated[float, Meta(gt=0)] = 60.0
-    # Names of this machine's environment variables the job gets (local and rented boxes alike);
-    # nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py).
-    # GPUOPS_JOB_ENV takes them comma-separated.
+    # What the job's environment holds beyond gpuops' own variables (local and rented boxes alike):
+    # each entry NAME (this machine's value, when it is set) or NAME=VALUE (that value). `up --env`
+    # adds entries (flags win by name). GPUOPS_JOB_ENV takes them comma-separated or as a JSON list.
+    # Nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py). The values
+    # go only to the job, through the box's 0600 env file (resolve_job_env, gpuops.agent.jobio).
     env: list[str] = []
 
     @_check("env", before=True)
     @classmethod
-    def _env_names(cls, v: Any) -> Any:
+    def _env_entries(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = [x.strip() for x in v.split(",") if x.strip()]
-        for n in v or []:
-            if not isinstance(n, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
-                raise ValueError(f"job env name {n!r} must be an environment variable name (letters, digits, _)")
+        if isinstance(v, (list, tuple)):
+            for n in v:
+                if isinstance(n, str):
+                    env_entry(n)  # ValueError naming the name only, never a value
         return v
 
     @_check("recover_on", before=True)
@@ -331,6 +334,63 @@ class JobSettings(_Section):
         if v.startswith("/") or ".." in v.replace("\\", "/").split("/"):
             raise ValueError("results must be a path inside the session directory (relative, no ..)")
         return v
+
+
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+RESERVED_ENV_PREFIX = "GPUOPS_"  # the job's own variables (GPUOPS_SESSION, GPUOPS_METRICS, ...) are gpuops'
+
+
+def env_entry(text: str) -> tuple[str, str | None]:
+    """One job env entry, ``NAME`` or ``NAME=VALUE``, as (name, value or None for "this machine's").
+
+    Raises ValueError naming the name (never the value: it may be a secret) and the fix for a name
+    that is not an environment variable name or is one of gpuops' own ``GPUOPS_*``."""
+    name, eq, value = text.partition("=")
+    if not ENV_NAME_RE.fullmatch(name):
+        shown = f"{name!r}" + ("=..." if eq else "")
+        raise ValueError(
+            f"job env entry {shown} must be NAME or NAME=VALUE, NAME an environment variable name "
+            "(letters, digits, _; not starting with a digit), e.g. TOKENS=50"
+        )
+    if name.upper().startswith(RESERVED_ENV_PREFIX):
+        raise ValueError(
+            f"job env name {name!r} is gpuops' own (GPUOPS_* are set by gpuops for the job); choose another name"
+        )
+    return name, (value if eq else None)
+
+
+def resolve_job_env(
+    configured: list[str], flags: list[str] | tuple[str, ...] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The variables the job gets beyond gpuops' own: {name: value}, in the order given.
+
+    ``configured``: ``[job] env`` (infra.toml, ``GPUOPS_JOB_ENV``, a task file): a bare NAME takes
+    this machine's value and is left out when it is not set (a name the job reads but nobody passed
+    is neither guessed nor warned about). ``flags``: ``up --env`` entries, which win by name; a
+    bare ``--env NAME`` that is not set in this shell is bad input (BadInput naming the name). A
+    value never appears in any message. ``environ``: default ``os.environ``."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for origin, entries in (("[job] env", configured), ("--env", flags)):
+        for text in entries:
+            try:
+                name, value = env_entry(text)
+            except ValueError as e:
+                raise BadInput(f"{origin}: {e}", "--env HF_TOKEN passes this shell's value") from None
+            if value is None:
+                if name not in environ:
+                    if origin == "--env":
+                        raise BadInput(
+                            f"--env {name}: {name} is not set in this shell",
+                            f"set it (export {name}=...) or pass --env {name}=VALUE",
+                        )
+                    continue
+                value = environ[name]
+            if "\x00" in value:
+                raise BadInput(f"{origin} {name}: the value holds a NUL byte", "pass a value without NUL")
+            out.pop(name, None)  # a later entry wins and takes its place in the order
+            out[name] = value
+    return out
 
 
 class StorageSettings(_Section):
@@ -982,6 +1042,8 @@ def setting_origins(settings: Settings, env: Mapping[str, str] | None = None) ->
             )
             if name in SECRET_KEYS and value:
                 value = "(set)"
+            elif here == ("job", "env"):  # NAME=VALUE entries: the name only, a value may be a secret
+                value = [e.partition("=")[0] + ("=(set)" if "=" in e else "") for e in value]
             elif isinstance(value, str) and "://" in value:
                 value = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", value)
             elif isinstance(value, list):

@@ -106,6 +106,15 @@ def up(
     recover_on: str | None = typer.Option(
         None, "--recover-on", help="End reasons that re-rent, comma-separated (default: preempted)."
     ),
+    env: list[str] = typer.Option(
+        [],
+        "--env",
+        metavar="KEY[=VAL]",
+        help=(
+            "A variable for the job, repeatable: KEY=VAL, or KEY for this shell's value (a secret: KEY keeps it off "
+            "the process list). Wins over [job] env by name; the value goes to the job alone."
+        ),
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -188,6 +197,7 @@ def up(
         name=name or "",
         recover=settings.job.recover,
         recover_on=tuple(settings.job.recover_on),
+        env=tuple(env),
     )
     from gpuops.planning.sizing import parse_positive_int
 

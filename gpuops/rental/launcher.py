@@ -23,7 +23,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,6 +103,11 @@ class UpRequest:
     # up --recover N: a run of up to N + 1 rentals, re-rented when one ends for a reason in recover_on
     recover: int = 0
     recover_on: tuple[str, ...] = ("preempted",)
+    # up --env: NAME or NAME=VALUE entries, which win by name over [job] env; job_env: what the job
+    # gets, resolved by run_up (gpuops.config.resolve_job_env). Values are never printed (repr=False),
+    # booked or put on a command line: they reach the box only through its 0600 env file.
+    env: tuple[str, ...] = field(default=(), repr=False)
+    job_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass
@@ -492,6 +497,9 @@ def run_up(
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
     validate(req)
+    from gpuops.config import resolve_job_env
+
+    req = replace(req, job_env=resolve_job_env(settings.job.env, req.env))  # BadInput before anything is rented
     from gpuops.agent.bootstrap_config import build_bootstrap_plan
     from gpuops.providers.inputs import check_image
 
@@ -539,6 +547,8 @@ def run_up(
             "experiment": req.experiment,
             "note": req.note,
             "volume": p.volume.as_json() if p.volume is not None else None,
+            "job": str(req.job),
+            "job_env": list(req.job_env),  # the names only: a value may be a secret
         }
     _quick_reconcile(settings, ledger, provider, reporter)
     if req.recover:
@@ -1265,9 +1275,7 @@ def _job(
     reporter.stage("job", req.job.name)
     box.put(req.job, f"{META}/job/{req.job.name}")
     metrics = f"{box.root}/{META}/metrics.jsonl"
-    import os
-
-    env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
+    env = dict(req.job_env)  # [job] env and up --env (resolve_job_env): the values, for the env file only
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
     from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
 
