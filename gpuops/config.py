@@ -621,7 +621,7 @@ _LAX_SUFFIX = {
 _BOUNDS = {">": "greater than", ">=": "greater than or equal to", "<": "less than", "<=": "less than or equal to"}
 
 
-def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Problem:
+def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool, root: type | None = None) -> _Problem:
     """msgspec's one error as a _Problem in the words gpuops has always printed.
 
     Those are pydantic's: "Input should be a valid number", "Input should be greater than 0".
@@ -633,7 +633,7 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
         return _Problem(loc + (m.group(1),), "unknown key", "extra")
     if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
         return _Problem(loc + (m.group(1),), "Field required")
-    base = _unwrap(_type_at(loc))
+    base = _unwrap(_type_at(loc, root))
     if get_origin(base) is Literal:
         words = [repr(v) for v in get_args(base)]
         return _Problem(
@@ -656,9 +656,9 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
     return _Problem(loc, msg)
 
 
-def _type_at(loc: tuple) -> Any:
-    """The declared type at ``loc`` (a list's items for an index), or None where no setting is declared."""
-    t: Any = Settings
+def _type_at(loc: tuple, root: type | None = None) -> Any:
+    """The declared type at ``loc`` (a list's items for an index) under ``root`` (default Settings), or None."""
+    t: Any = root or Settings
     for k in loc:
         base = _unwrap(t)
         if isinstance(k, int) and get_origin(base) is list:
@@ -703,6 +703,33 @@ def settings_from(data: dict) -> Settings:
         ) from None
 
 
+def read_toml_table(path: Path, cls: type, fix: str) -> tuple[Any, dict]:
+    """A TOML file read strictly as the table ``cls`` (a ``Section``), as infra.toml is read.
+
+    Returns (the validated ``cls``, the file's raw tables: what it said, without defaults). Raises
+    BadInput, one line: ``file:line: key: message`` (an unknown key with the closest name), the
+    file unreadable or not TOML; ``fix`` is the line's fix (where the keys are documented)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = f"not UTF-8 text ({e.reason})" if isinstance(e, UnicodeDecodeError) else f"unreadable ({e.strerror or e})"
+        raise BadInput(f"{path}: {why}", fix) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path}: malformed TOML: {e}", fix) from None
+    try:
+        prepared = _prepare(cls, data, True)
+        try:
+            obj: Any = msgspec.convert(prepared, cls, strict=True)
+        except msgspec.ValidationError as err:
+            raise _problem_of(err, prepared, True, cls) from None
+        _after(obj)
+    except _Problem as p:
+        raise BadInput(_file_problem(p, str(path), text, data, cls), fix) from None
+    return obj, data
+
+
 def _line_of(text: str, loc: tuple) -> int | None:
     """Best-effort line number of the key at ``loc`` (a key path) in TOML text."""
     keys = [str(k) for k in loc if isinstance(k, str)]
@@ -723,11 +750,11 @@ def _line_of(text: str, loc: tuple) -> int | None:
     return None
 
 
-def _closest(loc: tuple) -> str:
+def _closest(loc: tuple, root: type | None = None) -> str:
     """Say "did you mean max_hours? " for an unknown key at ``loc``, or return ""."""
     import difflib
 
-    section = _unwrap(_type_at(loc[:-1])) if loc else None
+    section = _unwrap(_type_at(loc[:-1], root)) if loc else None
     if not (isinstance(section, type) and issubclass(section, _Section)):
         return ""
     names = [n for n in _fields(section) if n != "source"]
@@ -780,13 +807,13 @@ def _check_env_names(env: dict, known: dict, spelled: dict | None = None) -> lis
     return problems
 
 
-def _file_problem(p: _Problem, where: str, text: str, data: dict) -> str:
+def _file_problem(p: _Problem, where: str, text: str, data: dict, root: type | None = None) -> str:
     """One line for a problem ``p`` of the file: ``file:line: key: message``."""
     key = ".".join(str(k) for k in p.loc)
     line = _line_of(text, p.loc)
     place = f"{where}:{line}" if line else where
     if p.kind == "extra":
-        hint = _closest(p.loc).strip()
+        hint = _closest(p.loc, root).strip()
         return f"{place}: {key}: unknown key" + (f" ({hint})" if hint else "")
     msg = p.msg
     given = _value_at(data, p.loc)

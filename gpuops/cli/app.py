@@ -14,9 +14,9 @@ import sys
 
 import typer
 
-from gpuops import __version__
 from gpuops.cli.group import Group
 from gpuops.errors import GpuopsError
+from gpuops.version import __version__
 
 app = typer.Typer(
     cls=Group,

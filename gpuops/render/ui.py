@@ -160,6 +160,8 @@ def render_dry_run(plan: dict) -> None:
             "caches and kept results go there; it is not deleted at teardown",
             markup=False,
         )
+    if plan.get("setup"):
+        c.print(f"would set up: {', '.join(safe(n) for n in plan['setup'])}", markup=False)
     if plan.get("job"):
         names = plan.get("job_env") or []
         c.print(

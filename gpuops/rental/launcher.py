@@ -503,7 +503,9 @@ def run_up(
     from gpuops.agent.bootstrap_config import build_bootstrap_plan
     from gpuops.providers.inputs import check_image
 
-    build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    setup = build_bootstrap_plan(
+        settings
+    )  # [bootstrap] input errors (missing secret, requirements file) before renting
     check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
@@ -549,6 +551,7 @@ def run_up(
             "volume": p.volume.as_json() if p.volume is not None else None,
             "job": str(req.job),
             "job_env": list(req.job_env),  # the names only: a value may be a secret
+            "setup": [step["name"] for step in setup.config.get("steps", [])],  # the bootstrap's steps, by name
         }
     _quick_reconcile(settings, ledger, provider, reporter)
     if req.recover:
