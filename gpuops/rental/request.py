@@ -29,12 +29,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from gpuops.errors import BadInput
-from gpuops.settings_base import Section, check
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -179,56 +176,6 @@ class UpArgs:
         return cls(**out)
 
 
-class _Resources(Section):
-    card: str | None = None
-    count: int | None = None
-    model: str | None = None
-    dtype: str | None = None
-    kv_dtype: str | None = None
-    seq: int | None = None
-    batch: int | None = None
-    allow_unverified: bool | None = None
-    provider: str | None = None
-    spot: bool | None = None
-    vendor: str | None = None
-    volume: str | None = None
-
-
-class _Limits(Section):
-    max_hours: float | None = None
-    max_price: float | None = None
-    max_session_usd: float | None = None
-    idle_minutes: float | Literal["off"] | None = None
-
-
-class TaskFile(Section):
-    """A task file's tables (the module docstring shows them).
-
-    ``setup``: [bootstrap]'s keys, checked by the settings' own table (``_check_setup``)."""
-
-    experiment: str | None = None
-    name: str | None = None
-    note: str | None = None
-    run: str | None = None
-    env: list[str] = []
-    results: str | None = None
-    recover: int | None = None
-    recover_on: list[str] | None = None
-    workdir: str | None = None
-    resources: _Resources = msgspec.field(default_factory=_Resources)
-    setup: dict[str, Any] = {}
-    limits: _Limits = msgspec.field(default_factory=_Limits)
-
-    @check("env")
-    @classmethod
-    def _env(cls, v: list[str]) -> list[str]:
-        from gpuops.config import env_entry
-
-        for entry in v:
-            env_entry(entry)  # ValueError naming the name, never the value
-        return v
-
-
 # task file key (table, key) -> UpArgs field
 _TASK_FIELDS = {
     ("", "experiment"): "experiment",
@@ -261,6 +208,7 @@ def load_task(path: str | Path) -> dict:
     key: message``) for a file that is missing, not TOML, holds an unknown key or a wrong type, or
     names ``workdir`` (not supported by this gpuops yet)."""
     from gpuops.config import read_toml_table
+    from gpuops.rental.task import TaskFile
 
     p = Path(path)
     if not p.is_file():
