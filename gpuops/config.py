@@ -307,19 +307,22 @@ class JobSettings(_Section):
     checkpoint_sync_seconds: Annotated[float, Meta(gt=0)] = 60.0
     # up --workdir DIR: the most it may upload (MiB), checked before anything is rented (gpuops/rental/workdir.py).
     workdir_max_mb: Annotated[float, Meta(gt=0)] = 512.0
-    # Names of this machine's environment variables the job gets (local and rented boxes alike);
-    # nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py).
-    # GPUOPS_JOB_ENV takes them comma-separated.
+    # What the job's environment holds beyond gpuops' own variables (local and rented boxes alike):
+    # each entry NAME (this machine's value, when it is set) or NAME=VALUE (that value). `up --env`
+    # adds entries (flags win by name). GPUOPS_JOB_ENV takes them comma-separated or as a JSON list.
+    # Nothing else of this machine's environment reaches a job (gpuops/box/boxenv.py). The values
+    # go only to the job, through the box's 0600 env file (resolve_job_env, gpuops.agent.jobio).
     env: list[str] = []
 
     @_check("env", before=True)
     @classmethod
-    def _env_names(cls, v: Any) -> Any:
+    def _env_entries(cls, v: Any) -> Any:
         if isinstance(v, str):
             v = [x.strip() for x in v.split(",") if x.strip()]
-        for n in v or []:
-            if not isinstance(n, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
-                raise ValueError(f"job env name {n!r} must be an environment variable name (letters, digits, _)")
+        if isinstance(v, (list, tuple)):
+            for n in v:
+                if isinstance(n, str):
+                    env_entry(n)  # ValueError naming the name only, never a value
         return v
 
     @_check("recover_on", before=True)
@@ -333,6 +336,63 @@ class JobSettings(_Section):
         if v.startswith("/") or ".." in v.replace("\\", "/").split("/"):
             raise ValueError("results must be a path inside the session directory (relative, no ..)")
         return v
+
+
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+RESERVED_ENV_PREFIX = "GPUOPS_"  # the job's own variables (GPUOPS_SESSION, GPUOPS_METRICS, ...) are gpuops'
+
+
+def env_entry(text: str) -> tuple[str, str | None]:
+    """One job env entry, ``NAME`` or ``NAME=VALUE``, as (name, value or None for "this machine's").
+
+    Raises ValueError naming the name (never the value: it may be a secret) and the fix for a name
+    that is not an environment variable name or is one of gpuops' own ``GPUOPS_*``."""
+    name, eq, value = text.partition("=")
+    if not ENV_NAME_RE.fullmatch(name):
+        shown = f"{name!r}" + ("=..." if eq else "")
+        raise ValueError(
+            f"job env entry {shown} must be NAME or NAME=VALUE, NAME an environment variable name "
+            "(letters, digits, _; not starting with a digit), e.g. TOKENS=50"
+        )
+    if name.upper().startswith(RESERVED_ENV_PREFIX):
+        raise ValueError(
+            f"job env name {name!r} is gpuops' own (GPUOPS_* are set by gpuops for the job); choose another name"
+        )
+    return name, (value if eq else None)
+
+
+def resolve_job_env(
+    configured: list[str], flags: list[str] | tuple[str, ...] = (), environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The variables the job gets beyond gpuops' own: {name: value}, in the order given.
+
+    ``configured``: ``[job] env`` (infra.toml, ``GPUOPS_JOB_ENV``, a task file): a bare NAME takes
+    this machine's value and is left out when it is not set (a name the job reads but nobody passed
+    is neither guessed nor warned about). ``flags``: ``up --env`` entries, which win by name; a
+    bare ``--env NAME`` that is not set in this shell is bad input (BadInput naming the name). A
+    value never appears in any message. ``environ``: default ``os.environ``."""
+    environ = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for origin, entries in (("[job] env", configured), ("--env", flags)):
+        for text in entries:
+            try:
+                name, value = env_entry(text)
+            except ValueError as e:
+                raise BadInput(f"{origin}: {e}", "--env HF_TOKEN passes this shell's value") from None
+            if value is None:
+                if name not in environ:
+                    if origin == "--env":
+                        raise BadInput(
+                            f"--env {name}: {name} is not set in this shell",
+                            f"set it (export {name}=...) or pass --env {name}=VALUE",
+                        )
+                    continue
+                value = environ[name]
+            if "\x00" in value:
+                raise BadInput(f"{origin} {name}: the value holds a NUL byte", "pass a value without NUL")
+            out.pop(name, None)  # a later entry wins and takes its place in the order
+            out[name] = value
+    return out
 
 
 class StorageSettings(_Section):
@@ -563,7 +623,7 @@ _LAX_SUFFIX = {
 _BOUNDS = {">": "greater than", ">=": "greater than or equal to", "<": "less than", "<=": "less than or equal to"}
 
 
-def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Problem:
+def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool, root: type | None = None) -> _Problem:
     """msgspec's one error as a _Problem in the words gpuops has always printed.
 
     Those are pydantic's: "Input should be a valid number", "Input should be greater than 0".
@@ -575,7 +635,7 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
         return _Problem(loc + (m.group(1),), "unknown key", "extra")
     if m := re.fullmatch(r"Object missing required field `(.*)`", msg):
         return _Problem(loc + (m.group(1),), "Field required")
-    base = _unwrap(_type_at(loc))
+    base = _unwrap(_type_at(loc, root))
     if get_origin(base) is Literal:
         words = [repr(v) for v in get_args(base)]
         return _Problem(
@@ -598,9 +658,9 @@ def _problem_of(err: msgspec.ValidationError, data: Any, strict: bool) -> _Probl
     return _Problem(loc, msg)
 
 
-def _type_at(loc: tuple) -> Any:
-    """The declared type at ``loc`` (a list's items for an index), or None where no setting is declared."""
-    t: Any = Settings
+def _type_at(loc: tuple, root: type | None = None) -> Any:
+    """The declared type at ``loc`` (a list's items for an index) under ``root`` (default Settings), or None."""
+    t: Any = root or Settings
     for k in loc:
         base = _unwrap(t)
         if isinstance(k, int) and get_origin(base) is list:
@@ -645,6 +705,33 @@ def settings_from(data: dict) -> Settings:
         ) from None
 
 
+def read_toml_table(path: Path, cls: type, fix: str) -> tuple[Any, dict]:
+    """A TOML file read strictly as the table ``cls`` (a ``Section``), as infra.toml is read.
+
+    Returns (the validated ``cls``, the file's raw tables: what it said, without defaults). Raises
+    BadInput, one line: ``file:line: key: message`` (an unknown key with the closest name), the
+    file unreadable or not TOML; ``fix`` is the line's fix (where the keys are documented)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = f"not UTF-8 text ({e.reason})" if isinstance(e, UnicodeDecodeError) else f"unreadable ({e.strerror or e})"
+        raise BadInput(f"{path}: {why}", fix) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path}: malformed TOML: {e}", fix) from None
+    try:
+        prepared = _prepare(cls, data, True)
+        try:
+            obj: Any = msgspec.convert(prepared, cls, strict=True)
+        except msgspec.ValidationError as err:
+            raise _problem_of(err, prepared, True, cls) from None
+        _after(obj)
+    except _Problem as p:
+        raise BadInput(_file_problem(p, str(path), text, data, cls), fix) from None
+    return obj, data
+
+
 def _line_of(text: str, loc: tuple) -> int | None:
     """Best-effort line number of the key at ``loc`` (a key path) in TOML text."""
     keys = [str(k) for k in loc if isinstance(k, str)]
@@ -665,11 +752,11 @@ def _line_of(text: str, loc: tuple) -> int | None:
     return None
 
 
-def _closest(loc: tuple) -> str:
+def _closest(loc: tuple, root: type | None = None) -> str:
     """Say "did you mean max_hours? " for an unknown key at ``loc``, or return ""."""
     import difflib
 
-    section = _unwrap(_type_at(loc[:-1])) if loc else None
+    section = _unwrap(_type_at(loc[:-1], root)) if loc else None
     if not (isinstance(section, type) and issubclass(section, _Section)):
         return ""
     names = [n for n in _fields(section) if n != "source"]
@@ -722,13 +809,13 @@ def _check_env_names(env: dict, known: dict, spelled: dict | None = None) -> lis
     return problems
 
 
-def _file_problem(p: _Problem, where: str, text: str, data: dict) -> str:
+def _file_problem(p: _Problem, where: str, text: str, data: dict, root: type | None = None) -> str:
     """One line for a problem ``p`` of the file: ``file:line: key: message``."""
     key = ".".join(str(k) for k in p.loc)
     line = _line_of(text, p.loc)
     place = f"{where}:{line}" if line else where
     if p.kind == "extra":
-        hint = _closest(p.loc).strip()
+        hint = _closest(p.loc, root).strip()
         return f"{place}: {key}: unknown key" + (f" ({hint})" if hint else "")
     msg = p.msg
     given = _value_at(data, p.loc)
@@ -984,6 +1071,8 @@ def setting_origins(settings: Settings, env: Mapping[str, str] | None = None) ->
             )
             if name in SECRET_KEYS and value:
                 value = "(set)"
+            elif here == ("job", "env"):  # NAME=VALUE entries: the name only, a value may be a secret
+                value = [e.partition("=")[0] + ("=(set)" if "=" in e else "") for e in value]
             elif isinstance(value, str) and "://" in value:
                 value = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", value)
             elif isinstance(value, list):

@@ -14,9 +14,9 @@ import sys
 
 import typer
 
-from gpuops import __version__
 from gpuops.cli.group import Group
 from gpuops.errors import GpuopsError
+from gpuops.version import __version__
 
 app = typer.Typer(
     cls=Group,
@@ -50,7 +50,7 @@ def _root(
     """gpuops: GPU rentals that cannot be forgotten."""
 
 
-from gpuops.cli import check, dashboard, offers, plan, session, up, watchdog  # noqa: E402
+from gpuops.cli import check, completion, dashboard, offers, plan, session, up, watchdog  # noqa: E402
 
 app.command()(up.up)
 app.command("offers")(offers.offers)
@@ -71,6 +71,7 @@ app.command()(watchdog.watchdog)
 app.command()(watchdog.reconcile)
 app.command()(check.check)
 app.command()(dashboard.dashboard)
+app.command()(completion.completion)
 
 
 LEDGER_FIX = "check [ledger] url / GPUOPS_LEDGER_URL, e.g. postgresql+psycopg://user@host/db, and that its server runs"
@@ -226,6 +227,8 @@ def main(fast_exit: bool = True) -> None:
 
     os.umask(0o077)
     _std_fds()
+    if os.environ.get(completion.COMPLETE_VAR):  # the shell asks for completions (a Tab)
+        completion.shell_completion_setup()
     try:
         _main()
     except SystemExit as e:
@@ -239,7 +242,9 @@ def main(fast_exit: bool = True) -> None:
 
 def _main() -> None:
     try:
-        rv = app(standalone_mode=False)
+        # One name however it was started (`gpuops`, `python -m gpuops`): the usage lines and the
+        # variable a completion script sets (completion.COMPLETE_VAR) say gpuops.
+        rv = app(prog_name=completion.PROG_NAME, complete_var=completion.COMPLETE_VAR, standalone_mode=False)
     except GpuopsError as e:
         from gpuops.textsafe import safe
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +17,13 @@ from gpuops.errors import BadInput
 
 # Provider names in help strings come from the registry (names only: no provider class is imported).
 from gpuops.providers import MARKETPLACES, NAMES, SPOT, titles
+from gpuops.rental.request import (  # noqa: F401  (re-exported: the checks of `up`'s inputs, shared by other commands' flags)
+    card_count as _card_count,
+    dtypes_not_blank as _dtypes_not_blank,
+    not_blank_flag as _not_blank,
+    parse_idle as _parse_idle,
+    parse_price as _parse_price,
+)
 
 
 def _settings(config: str | None, overrides: dict | None = None, emergency: bool = False):
@@ -73,42 +79,6 @@ def number(default, *flags: str, help: str, example: str, whole: bool = False, u
     Annotate it ``int`` with ``whole=True``, else ``float``; ``X | None`` with a None default.
     ``example``: a value for the fix, e.g. ``"4096"`` -> ``e.g. --seq 4096``."""
     return typer.Option(default, *flags, help=help, parser=Number(flags[0], whole, unit, f"e.g. {flags[0]} {example}"))
-
-
-def _parse_price(price: float | None) -> float | None:
-    """``--max-price`` (a float or None) checked finite and > 0 (USD per hour): BadInput otherwise."""
-    if price is not None and not math.isfinite(price):
-        raise BadInput(
-            f"--max-price must be a finite number of USD per hour, got {str(price)!r}", "e.g. --max-price 2.5"
-        )
-    if price is not None and price <= 0:
-        raise BadInput(f"--max-price must be > 0 USD per hour, got {price:g}", "e.g. --max-price 2.5")
-    return price
-
-
-IDLE_FIX = "e.g. --idle-minutes 15, or --idle-minutes off to switch the idle layer off"
-
-
-def _parse_idle(text: str | None) -> float | str | None:
-    """``--idle-minutes`` (text, minutes or ``off``) as minutes > 0 or ``"off"``; None stays None.
-
-    BadInput for anything else, one line each: not a number, not finite, negative, and 0 (which
-    could mean "never idle" or "off": ``off`` says it)."""
-    if text is None:
-        return None
-    if text.strip().lower() == "off":
-        return "off"
-    try:
-        minutes = float(text)
-    except ValueError:
-        raise BadInput(f"--idle-minutes must be a number of minutes or off, got {text!r}", IDLE_FIX) from None
-    if not math.isfinite(minutes):
-        raise BadInput(f"--idle-minutes must be a finite number of minutes, got {text!r}", IDLE_FIX)
-    if minutes < 0:
-        raise BadInput(f"--idle-minutes must be > 0 minutes, got {minutes:g}", IDLE_FIX)
-    if minutes == 0:
-        raise BadInput("--idle-minutes 0 is ambiguous: an idle window needs minutes > 0", IDLE_FIX)
-    return minutes
 
 
 def _print_lossy(render) -> None:
@@ -244,47 +214,6 @@ def _reader(config: str | None):
     return LedgerReader(_settings(config, emergency=True).ledger_url())
 
 
-def _not_blank(flag: str, value: str | None, fix: str) -> None:
-    """BadInput ``{flag} is empty`` (``fix`` says what to pass) when ``value`` is given but blank.
-
-    A blank flag (``--model "$MODEL"`` with MODEL unset) is bad input, not the flag left out
-    (gpuops.config.blank_text, the check the settings file and GPUOPS_* variables get too)."""
-    from gpuops.config import blank_text
-
-    if blank_text(value):
-        raise BadInput(f"{flag} is empty", fix)
-
-
-def _card_count(card: str | None, gpu_count: int, default: int = 1, most: int | None = None) -> tuple[str | None, int]:
-    """``--card NAME:COUNT`` (SkyPilot's ``--gpus A100:2``) as (card, gpu count).
-
-    A plain ``--card`` passes through. BadInput when COUNT is not a whole number >= 1, is above
-    ``most`` (`up`: the GPUs of one box) or ``--gpu-count`` says another count, or when ``--card``
-    is empty (``--card "$CARD"`` with CARD unset is not "no card")."""
-    _not_blank(
-        "--card",
-        card,
-        "pass a card, e.g. --card a100 (`gpuops cards` lists them), or leave --card out for the cheapest card that fits",
-    )
-    if not card or ":" not in card:
-        return card, gpu_count
-    name, _, count = card.rpartition(":")
-    if not name or not count.isdigit() or int(count) < 1:
-        raise BadInput(
-            f"--card {card!r} is not NAME or NAME:COUNT", "e.g. --card a100 or --card a100:2 (2 GPUs in one box)"
-        )
-    if most is not None and int(count) > most:  # else refused as "--gpu-count must be <= 16", a flag not given
-        raise BadInput(
-            f"--card {card} asks for {int(count):,} GPUs, more than the {most} of one box",
-            "e.g. --card a100:8 (8 GPUs in one box)",
-        )
-    if gpu_count != default and gpu_count != int(count):
-        raise BadInput(
-            f"--card {card} asks for {int(count)} GPUs and --gpu-count for {gpu_count}", "give the count once"
-        )
-    return name, int(count)
-
-
 CARD_HELP = (
     "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
 )
@@ -307,11 +236,3 @@ def _without_spot() -> str:
     """The marketplaces without interruptible offers, for a help string: ``RunPod has``."""
     names = [n for n in MARKETPLACES if n not in SPOT]
     return f"{titles(names, ', ')} {'has' if len(names) == 1 else 'have'}"
-
-
-def _dtypes_not_blank(dtype: str, kv_dtype: str) -> None:
-    """BadInput for a blank ``--dtype`` or ``--kv-dtype`` (the flag left out is ``auto``)."""
-    _not_blank("--dtype", dtype, "pass a dtype, e.g. --dtype bf16, or leave --dtype out for the checkpoint's (auto)")
-    _not_blank(
-        "--kv-dtype", kv_dtype, "pass a dtype, e.g. --kv-dtype fp8, or leave --kv-dtype out for the model's (auto)"
-    )

@@ -2,36 +2,39 @@
 
 from __future__ import annotations
 
-import math
-from pathlib import Path
-
 import typer
 
 from gpuops.cli.group import interrupt_note
 from gpuops.cli.options import (
     CARD_HELP,
     CONFIG_OPT,
-    _card_count,
-    _dtypes_not_blank,
-    _not_blank,
-    _parse_idle,
-    _parse_price,
     _print_lossy,
-    _settings,
     _spot_by_provider,
     number,
     output_options,
 )
 from gpuops.errors import BadInput
 from gpuops.providers import ANY, UP_CHOICES, choices
+from gpuops.rental.request import UpArgs
+
+D = UpArgs  # the defaults, stated once (gpuops.rental.request.UpArgs)
 
 
 @output_options()
 def up(
+    ctx: typer.Context,
+    task: str | None = typer.Argument(
+        None,
+        metavar="TASK.toml",
+        help="A task file: resources, setup, run, env, results, recover, limits in one TOML (flags override it).",
+    ),
     # str, not Path: typer coerces a Path through a pydantic adapter built on first use (start-up
     # before the intent row); gpuops.rental.launcher.validate checks the file.
     job: str | None = typer.Option(
-        None, "--job", metavar="PATH", help="Script to run on the box (bash .sh, python .py, or an executable)."
+        None,
+        "--job",
+        metavar="PATH",
+        help="Script to run on the box (bash .sh, python .py, or an executable); or a task file's run.",
     ),
     interactive: bool = typer.Option(
         False,
@@ -61,30 +64,30 @@ def up(
         None, "--max-hours", help="Hard TTL of the box in hours.", example="2", unit="hours"
     ),
     idle_minutes: str | None = typer.Option(None, "--idle-minutes", help="Idle-GPU window in minutes, or 'off'."),
-    note: str = typer.Option("", "--note", help="Free text stored with the session."),
+    note: str = typer.Option(D.note, "--note", help="Free text stored with the session."),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Check everything and show what would be rented; rent nothing."
+        D.dry_run, "--dry-run", help="Check everything and show what would be rented; rent nothing."
     ),
     model: str | None = typer.Option(None, "--model", help="Size the box from this model first (as in `gpuops plan`)."),
     dtype: str = typer.Option(
-        "auto",
+        D.dtype,
         "--dtype",
         help="With --model: weight dtype (auto = the checkpoint's; fp32, bf16, fp16, fp8, int8, int4).",
     ),
     kv_dtype: str = typer.Option(
-        "auto", "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."
+        D.kv_dtype, "--kv-dtype", help="With --model: KV cache dtype (auto = the model's, as vLLM)."
     ),
-    seq: int = number(4096, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
-    batch: int = number(1, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
+    seq: int = number(D.seq, "--seq", help="With --model: tokens per sequence.", example="4096", whole=True),
+    batch: int = number(D.batch, "--batch", help="With --model: concurrent sequences.", example="32", whole=True),
     gpu_count: int = number(
-        1,
+        D.gpu_count,
         "--gpu-count",
         help="GPUs in the box (with --model: weights and KV split across them).",
         example="2",
         whole=True,
     ),
     allow_unverified: bool = typer.Option(
-        False, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."
+        D.allow_unverified, "--allow-unverified", help="With --model: rent even when nothing confirms the model's size."
     ),
     vendor: str | None = typer.Option(
         None, "--vendor", help="nvidia | amd | any (default: nvidia; amd for a ROCm [up] image or an AMD --card)."
@@ -131,6 +134,15 @@ def up(
         "--recover-on-demand",
         help="A spot run may re-rent on an on-demand box when no spot offer is left (default: spot only).",
     ),
+    env: list[str] = typer.Option(
+        [],
+        "--env",
+        metavar="KEY[=VAL]",
+        help=(
+            "A variable for the job, repeatable: KEY=VAL, or KEY for this shell's value (a secret: KEY keeps it off "
+            "the process list). Wins over [job] env by name; the value goes to the job alone."
+        ),
+    ),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
@@ -139,106 +151,24 @@ def up(
     Spot by default where the provider has it ([up] spot = true): interruptible at the offer's minimum bid, else
     on-demand (see --spot); --on-demand never rents spot."""
     from gpuops.render import emit, ui
-    from gpuops.rental import launcher
+    from gpuops.rental import launcher, request
 
     if exit_code not in ("gpuops", "job"):
         raise BadInput(
             f"--exit-code {exit_code!r} is not gpuops or job", "--exit-code job exits with the job's own exit code"
         )
-    if job is None and not interactive:
-        raise BadInput(
-            "up needs --job PATH or --interactive",
-            "e.g. --job examples/bench.sh, or --interactive for a box to work on",
-        )
-    if job is not None and interactive:
-        raise BadInput("--job and --interactive exclude each other", "an interactive box runs no job: drop one of them")
-    _not_blank("--job", job, "pass the path of a script, e.g. --job examples/bench.sh")
-    _not_blank("--workdir", workdir, "pass the folder to upload, e.g. --workdir ., or leave --workdir out")
-    if workdir_exclude and workdir is None:
-        raise BadInput("--workdir-exclude narrows --workdir", "add --workdir DIR, or drop --workdir-exclude")
-    _not_blank("--experiment", experiment, "pass a name, e.g. --experiment llama-sweep, or leave --experiment out")
-    _not_blank("--name", name, "pass a session id, e.g. --name llama-sweep-1, or leave --name out for a generated one")
-    _not_blank("--model", model, "pass a model, e.g. --model llama-3-8b, or leave --model out")
-    _not_blank("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")
-    _dtypes_not_blank(dtype, kv_dtype)
-    card, gpu_count = _card_count(card, gpu_count, most=launcher.MAX_GPUS_PER_BOX)
-    price = _parse_price(max_price)
-    if provider is not None and provider not in UP_CHOICES:
-        raise BadInput(f"unknown provider {provider!r}", f"use one of: {', '.join(UP_CHOICES)}")
-    if max_hours is not None and not math.isfinite(max_hours):
-        raise BadInput(
-            f"--max-hours must be a finite number of hours, got {max_hours}",
-            "it is the box's hard TTL, e.g. --max-hours 2",
-        )
-    if max_hours is not None and max_hours <= 0:
-        raise BadInput(
-            f"--max-hours must be > 0, got {max_hours:g}", "pass the box's time limit in hours, e.g. --max-hours 2"
-        )
-    from gpuops.config import MAX_TTL_HOURS
-
-    if max_hours is not None and max_hours > MAX_TTL_HOURS:
-        shown = f"{max_hours:g}" if float(f"{max_hours:g}") == max_hours else repr(max_hours)  # never "got 720"
-        raise BadInput(
-            f"--max-hours must be at most {MAX_TTL_HOURS:g} ({MAX_TTL_HOURS / 24:g} days), got {shown}",
-            "a TTL is the box's hard time limit; pass the hours the job needs, e.g. --max-hours 48",
-        )
-    over: dict = {"up": {}, "teardown": {}}
-    for key, val in (
-        ("provider", provider),
-        ("card", card),
-        ("experiment", experiment),
-        ("spot", spot),
-        ("max_price", price),
-    ):
-        if val is not None:
-            over["up"][key] = val
-    if max_hours is not None:
-        over["teardown"]["max_hours"] = max_hours
-    idle = _parse_idle(idle_minutes)
-    if idle is not None:
-        over["teardown"]["idle_minutes"] = idle
-    if volume is not None:
-        over["storage"] = {"volume": volume}
-    if recover is not None or recover_on is not None:
-        over["job"] = _recover_flags(recover, recover_on)
-    settings = _settings(config, over)
-    if card:
-        from gpuops.catalog import resolve_cards
-
-        resolve_cards(card)  # unknown card: BadInput with suggestions, before anything else
-    req = launcher.UpRequest(
-        job=Path(job or ""),
-        interactive=interactive,
-        workdir=workdir or "",
-        workdir_exclude=tuple(workdir_exclude or ()),
-        card=settings.up.card,
-        experiment=settings.up.experiment,
-        provider=settings.up.provider,
-        spot=settings.up.spot,
-        spot_explicit=spot is not None,
-        max_usd_per_hour=settings.up.max_price,
-        max_hours=settings.teardown.max_hours,
-        note=note,
-        dry_run=dry_run,
-        volume=settings.storage.volume,
-        vendor=vendor or "",
-        name=name or "",
-        recover=settings.job.recover,
-        recover_on=tuple(settings.job.recover_on),
+    flags = dict(
+        job=job, card=card, experiment=experiment, provider=provider, spot=spot, max_price=max_price,
+        max_hours=max_hours, idle_minutes=idle_minutes, note=note, dry_run=dry_run, model=model, dtype=dtype,
+        kv_dtype=kv_dtype, seq=seq, batch=batch, gpu_count=gpu_count, allow_unverified=allow_unverified,
+        vendor=vendor, volume=volume, name=name, recover=recover, recover_on=recover_on, env=tuple(env), config=config,
+        interactive=interactive, workdir=workdir, workdir_exclude=tuple(workdir_exclude or ()),
         recover_on_demand=recover_on_demand,
-    )
-    from gpuops.planning.sizing import parse_positive_int
-
-    req.gpu_count = parse_positive_int(gpu_count, "--gpu-count", "2")
-    if model:
-        req.model, req.dtype, req.kv_dtype = model, dtype, kv_dtype
-        req.seq, req.batch = parse_positive_int(seq, "--seq", "4096"), parse_positive_int(batch, "--batch", "32")
-        req.allow_unverified = allow_unverified
-    elif (dtype, kv_dtype, seq, batch, allow_unverified) != ("auto", "auto", 4096, 1, False):
-        raise BadInput(
-            "--dtype, --kv-dtype, --seq, --batch and --allow-unverified size the box from a model",
-            "add --model, e.g. --model llama-3-8b",
-        )
+    )  # fmt: skip
+    # What was typed wins over the task file, key by key; a flag left out leaves the file's value.
+    given = {k: v for k, v in flags.items() if _typed(ctx, k)}
+    args = UpArgs.merged(request.load_task(task) if task is not None else {}, given)
+    req, settings = request.build(args)
     from gpuops.cli.up_reporter import ConsoleReporter
 
     reporter = ConsoleReporter(json_mode=fmt != "table")
@@ -272,24 +202,7 @@ def up(
         raise typer.Exit(code)
 
 
-def _recover_flags(recover: int | None, recover_on: str | None) -> dict:
-    """``--recover N`` / ``--recover-on R,R`` as [job] settings.
-
-    BadInput (one line) for a count
-    that is not a whole number in [0, MAX_RECOVER] or a reason a run never re-rents on."""
-    from gpuops.config import MAX_RECOVER, parse_recover_on
-
-    out: dict = {}
-    if recover is not None:
-        if not 0 <= recover <= MAX_RECOVER:
-            raise BadInput(
-                f"--recover must be a whole number of re-rentals from 0 to {MAX_RECOVER}, got {str(recover)!r}",
-                "e.g. --recover 3 (a run of at most 4 rentals)",
-            )
-        out["recover"] = recover
-    if recover_on is not None:
-        try:
-            out["recover_on"] = parse_recover_on(recover_on)
-        except ValueError as e:
-            raise BadInput(f"--recover-on: {e}", "e.g. --recover-on preempted,provision_failed") from None
-    return out
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the flag of parameter ``name`` was typed (or came from click's environment), not its default."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")

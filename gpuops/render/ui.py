@@ -188,6 +188,14 @@ def render_dry_run(plan: dict) -> None:
                 f"{'spot' if r['spot'] else 'on-demand'}; {r['why']}",
                 markup=False,
             )
+    if plan.get("setup"):
+        c.print(f"would set up: {', '.join(safe(n) for n in plan['setup'])}", markup=False)
+    if plan.get("job"):
+        names = plan.get("job_env") or []
+        c.print(
+            f"would run: {safe(plan['job'])}" + (f" with env {', '.join(names)} (values not shown)" if names else ""),
+            markup=False,
+        )
     td = plan["teardown"]
     c.print("teardown: " + ", ".join(f"{k}={setting_text(v)}" for k, v in td.items()))
     c.print(f"settings file: {plan['settings_file'] or '(none; defaults + GPUOPS_* environment)'}")

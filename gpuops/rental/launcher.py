@@ -23,7 +23,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +112,11 @@ class UpRequest:
     workdir_exclude: tuple[str, ...] = ()
     # A spot run re-rents spot only; True: an on-demand box too when no spot offer is left (--recover-on-demand).
     recover_on_demand: bool = False
+    # up --env: NAME or NAME=VALUE entries, which win by name over [job] env; job_env: what the job
+    # gets, resolved by run_up (gpuops.config.resolve_job_env). Values are never printed (repr=False),
+    # booked or put on a command line: they reach the box only through its 0600 env file.
+    env: tuple[str, ...] = field(default=(), repr=False)
+    job_env: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 INTERACTIVE_JOB = "(interactive)"  # the row's job of an `up --interactive` box
@@ -641,10 +646,15 @@ def run_up(
     reporter = reporter if isinstance(reporter, SafeReporter) else SafeReporter(reporter)
     fault_point("validate")
     validate(req)
+    from gpuops.config import resolve_job_env
+
+    req = replace(req, job_env=resolve_job_env(settings.job.env, req.env))  # BadInput before anything is rented
     from gpuops.agent.bootstrap_config import build_bootstrap_plan
     from gpuops.providers.inputs import check_image
 
-    build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    setup = build_bootstrap_plan(
+        settings
+    )  # [bootstrap] input errors (missing secret, requirements file) before renting
     tree = None
     if req.workdir:  # what goes up, its size and sha256: a tree over the cap is refused before renting
         from gpuops.rental.workdir import scan
@@ -691,6 +701,9 @@ def run_up(
             "experiment": req.experiment,
             "note": req.note,
             "volume": p.volume.as_json() if p.volume is not None else None,
+            "job": str(req.job),
+            "job_env": list(req.job_env),  # the names only: a value may be a secret
+            "setup": [step["name"] for step in setup.config.get("steps", [])],  # the bootstrap's steps, by name
         }
     _quick_reconcile(settings, ledger, providers, reporter)
     if req.recover:
@@ -1542,9 +1555,7 @@ def _job(
     reporter.stage("job", req.job.name)
     box.put(req.job, f"{META}/job/{req.job.name}")
     metrics = f"{box.root}/{META}/metrics.jsonl"
-    import os
-
-    env = {n: os.environ[n] for n in settings.job.env if n in os.environ}  # [job] env: named by the user
+    env = dict(req.job_env)  # [job] env and up --env (resolve_job_env): the values, for the env file only
     env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
     if s.workdir is not None:  # up --workdir: uploaded during bootstrap (gpuops.rental.workdir)
         from gpuops.rental.workdir import WORKDIR

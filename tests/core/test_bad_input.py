@@ -23,7 +23,7 @@ CASES = {
         ["up", "--job", "{job}", "--max-hours", "two"],
         "--max-hours must be a number of hours, got 'two'",
     ),
-    "no job option": (["up"], "up needs --job PATH or --interactive"),
+    "no job option": (["up"], "no job: pass --job PATH, a task file with run, or --interactive"),
     "price not a number": (["up", "--job", "{job}", "--max-price", "cheap"], "--max-price must be a number"),
     "idle zero": (["up", "--job", "{job}", "--idle-minutes", "0"], "--idle-minutes off to switch the idle layer off"),
     "bad month": (["ledger", "month", "2026-13"], "month must look like"),

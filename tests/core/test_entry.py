@@ -51,14 +51,14 @@ import sys
 
 import gpuops.cli.app as app
 import gpuops.cli.up as up
-from gpuops.rental import launcher
+from gpuops.rental import launcher, request
 
 
 def interrupt(*_a, **_k):  # Ctrl-C arriving at this point
     raise KeyboardInterrupt
 
 
-setattr({"app": app, "up": up, "launcher": launcher}[sys.argv[1]], sys.argv[2], interrupt)
+setattr({"app": app, "up": up, "request": request, "launcher": launcher}[sys.argv[1]], sys.argv[2], interrupt)
 sys.argv[:] = ["gpuops", "up", "--card", "a100", "--job", sys.argv[3]]
 from gpuops.entry import main
 main()
@@ -100,7 +100,7 @@ def test_ctrl_c_before_the_command_group_is_one_line_and_exit_130(tmp_path):
 def test_ctrl_c_in_up_before_its_run_arms_says_nothing_was_rented(tmp_path):
     """Seen: Ctrl-C at 0.6-0.9 s of `up` (options, settings, the plan) exited 130 without a word
     (typer turns a KeyboardInterrupt into a silent exit 130)."""
-    for module, name in (("up", "_card_count"), ("launcher", "run_up")):
+    for module, name in (("request", "card_count"), ("launcher", "run_up")):
         out = _interrupted_at(module, name, tmp_path)
         assert (out.returncode, out.stderr, out.stdout) == (
             130,

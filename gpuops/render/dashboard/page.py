@@ -141,7 +141,7 @@ def render(data: dict, inline: bool = False, tz_value: str | None = None) -> str
     empty = local)."""
     from urllib.parse import quote
 
-    from gpuops import __version__
+    from gpuops.version import __version__
 
     words = tz_words(data["tz"])
     rep = data["report"]
