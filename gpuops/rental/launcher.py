@@ -496,6 +496,9 @@ def run_up(
     from gpuops.providers.inputs import check_image
 
     build_bootstrap_plan(settings)  # [bootstrap] input errors (missing secret, requirements file) before renting
+    from gpuops.notify import notifier
+
+    notifier.use(settings)  # the rental's end, a run's end, a failed destroy tell ([notify]); nothing when no target
     check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
     provider = provider or get_provider(req.provider, settings)
     if req.recover and req.spot and req.spot_explicit and not provider.supports_spot:
@@ -545,7 +548,7 @@ def run_up(
         return _run_recovering(req, p, settings, reporter, provider, ledger, open_box)
     budget_for_up(ledger, settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
-        _watchdog_note(ledger, reporter)
+        _watchdog_note(ledger, reporter, settings)
     s = _new_rental(req, p, settings, name=req.name)
     _intent(s, p, settings, provider, ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
@@ -795,7 +798,7 @@ def _run_recovering(
     cur_req = replace(req, max_hours=nxt.hours)
     budget_for_up(ledger, cur_settings, provider, p.offer.price)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
-        _watchdog_note(ledger, reporter)
+        _watchdog_note(ledger, reporter, settings)
     run_id = runs.new_run_id(new_session_id())
     ledger.add_run(
         Run(
@@ -915,6 +918,12 @@ def _run_recovering(
                     reporter.warn(f"run {run_id}: its close could not be booked ({end}: {detail})")
         summ = _run_summary(run_id, rentals, ledger, end or str(EndReason.ERROR), detail)
     reporter.stage("run", f"{run_id}: {end} after {len(rentals)} rental(s), ${summ['cost_usd']:.4f}")
+    from types import SimpleNamespace
+
+    from gpuops.notify import notifier, texts
+
+    ran = SimpleNamespace(id=run_id, end_reason=end or str(EndReason.ERROR), attempts=len(rentals), detail=detail)
+    notifier.post(texts.run_ended(ran, summ.get("cost_usd")))  # every rental is closed and booked by now
     return _with_failure(summ, failure, rentals[-1] if rentals else UpRun(id="", req=req))
 
 
@@ -1165,12 +1174,14 @@ def _quick_reconcile(settings: Settings, ledger: Ledger, provider: Provider, rep
         reporter.warn(f"reconcile skipped: {e}")
 
 
-def _watchdog_note(ledger: Ledger, reporter: Reporter) -> None:
+def _watchdog_note(ledger: Ledger, reporter: Reporter, settings: Settings | None = None) -> None:
     """Warn once when no watchdog passed over the ledger within three of its intervals.
 
     Then only the box's own agent guards the rental (gpuops.teardown.watchdog_passes.guarded_recently)."""
-    from gpuops.teardown.watchdog_passes import INSTALL_HINT, guarded_recently
+    from gpuops.teardown.watchdog_passes import INSTALL_HINT, guarded_recently, tell_if_silent
 
+    if settings is not None:
+        tell_if_silent(settings, ledger)  # a dead watchdog cannot say so: the next `up` that sees it does
     if not guarded_recently(ledger):
         reporter.warn(
             "no watchdog has made a pass lately: only the box's own agent (job end, idle, TTL) guards this rental; "
