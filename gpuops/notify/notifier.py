@@ -269,7 +269,13 @@ class Notifier:
                 kept = _read(self.deliveries_path)
                 targets = kept["targets"]
                 for d in done:
-                    targets[d.target.id] = {"shown": d.target.shown, "ok": d.ok, "at": d.at, "event": event, "why": d.why}
+                    targets[d.target.id] = {
+                        "shown": d.target.shown,
+                        "ok": d.ok,
+                        "at": d.at,
+                        "event": event,
+                        "why": d.why,
+                    }
                 at = max((d.at for d in done), default=time.time())
                 sent = {"at": at, "event": event, "text": text, "delivered": sum(d.ok for d in done), "of": len(done)}
                 kept["recent"] = (kept["recent"] + [sent])[-RECENT_KEPT:]
