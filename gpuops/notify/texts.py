@@ -125,6 +125,20 @@ def run_ended(run: Any, spent_usd: float | None) -> Notice:
     )
 
 
+def rerented(run_id: str, attempt: int, of: int, after: str, usd_per_hour: float | None, usd_left: float | None) -> Notice:
+    """The line for a run renting again after a rental ended ``after`` (a spot box taken back).
+
+    ``attempt`` of ``of``: the new rental's number and the run's most; ``usd_per_hour``: the new
+    offer's price, USD/h; ``usd_left``: what the run may still spend, USD (None: no cap)."""
+    left = f", {money(usd_left)} left to spend" if usd_left is not None else ""
+    return (
+        "preempted",
+        f"{run_id}:rerented:{attempt}",
+        f"gpuops: run {run_id} re-rented after its rental ended {after}: attempt {attempt} of {of}"
+        f" at {money(usd_per_hour)}/h{left}",
+    )
+
+
 def monthly_cap(percent: int, spent_usd: float, cap_usd: float, whose: str, month: str, who: str) -> Notice:
     """The line for the month's spend reaching ``percent`` (80 or 100) of the monthly cap.
 

@@ -857,6 +857,11 @@ def _run_recovering(
                                 "usd_left": usd_left,
                             },
                         )
+                        from gpuops.notify import notifier, texts
+
+                        after = str(rentals[-2].end_reason)  # that rental is destroyed and booked by now
+                        price = choice.offer.price
+                        notifier.post(texts.rerented(run_id, attempt, req.recover + 1, after, price, usd_left))
 
                 failure = _rent(
                     s, choice, cur_settings, reporter, provider, ledger, open_box, signalled, intent=write_intent

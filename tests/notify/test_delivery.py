@@ -304,3 +304,33 @@ def test_the_balance_floor_and_the_cap_are_told_after_their_destroys(gpuops_home
         wd.run(load_settings(), once=True, emit=lambda a: None)  # the next pass: told already
         notifier.drain()
         assert len(hook.posts) == 4
+
+
+def test_a_run_tells_each_box_taken_back_each_re_rent_and_its_end_once(
+    rig, sshd, gpuops_home, vast_provider, monkeypatch
+):
+    from gpuops.rental.launcher import Reporter, UpRequest, run_up
+    from tests.lifecycle.test_spot_recover import JOB, TakeBack, _settings
+
+    with JsonReceiver() as hook:
+        monkeypatch.setenv("GPUOPS_NOTIFY_URLS", hook.url())
+        req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1)
+        with TakeBack(rig, sshd, gpuops_home, at_step=[2, 4], modes=["outbid", "outbid"]) as tb:
+            summ = run_up(req, _settings(), Reporter(), provider=vast_provider)
+        assert tb.error is None, tb.error
+        notifier.drain()
+        run, (first, second) = summ["run"]["id"], [r["session"] for r in summ["rentals"]]
+        said = [post["body"]["message"] for post in hook.posts]
+        assert len(said) == 4, said
+        ends = {sid: [t for t in said if t.startswith(f"gpuops: {sid} (")] for sid in (first, second)}
+        for sid in (first, second):  # each box taken back: told once (the threads may arrive in any order)
+            (one,) = ends[sid]
+            assert "spot box taken back after" in one and f"run {run} re-rents if attempts and money remain" in one
+        (again,) = [t for t in said if " re-rented after " in t]
+        assert again.startswith(f"gpuops: run {run} re-rented after its rental ended preempted: attempt 2 of 2 at $")
+        (over,) = [t for t in said if " ran out of attempts " in t]
+        assert (
+            over
+            == f"gpuops: run {run} ran out of attempts after 2 rental(s), ${summ['cost_usd']:,.4f}; "
+            + (summ["run"]["detail"])
+        )
