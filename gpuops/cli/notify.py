@@ -14,7 +14,7 @@ notify_app = typer.Typer(cls=Group, help="Notifications ([notify]): test the tar
 @notify_app.command("test")
 def test(config: str | None = CONFIG_OPT) -> None:
     """Send one test message to every target and say which worked (exit 1 when none did)."""
-    from gpuops.notify.notifier import test_targets
+    from gpuops.notify.notifier import try_targets
     from gpuops.render.notify import render_deliveries
 
     settings = _settings(config)
@@ -23,7 +23,7 @@ def test(config: str | None = CONFIG_OPT) -> None:
             "no notification target: nothing to test",
             "set [notify] urls in infra.toml (0600) or GPUOPS_NOTIFY_URLS to apprise URLs",
         )
-    done = test_targets(settings)
+    done = try_targets(settings)
     render_deliveries(done)
     if not any(d.ok for d in done):
         raise typer.Exit(1)

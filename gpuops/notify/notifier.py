@@ -329,6 +329,7 @@ def write_private(path: Path, text: str) -> None:
 
 
 _active: Notifier | None = None
+_left: list[tuple[threading.Thread, float]] = []  # messages in flight of a notifier disarmed since
 
 
 def use(settings: Settings) -> Notifier | None:
@@ -337,9 +338,12 @@ def use(settings: Settings) -> Notifier | None:
     n = settings.notify
     if _active is not None and _active.settings is settings:
         return _active  # `up`'s own reconcile arms it again: one notifier, its messages in flight kept
-    if not n.urls and not n.deadman_url:
-        return _active
     before = _active
+    if not n.urls and not n.deadman_url:
+        _active = None  # other settings, no target: nothing is sent from here on
+        if before is not None:
+            _left.extend(before._flights)  # still drained at exit
+        return None
     _active = Notifier(
         list(n.urls),
         list(n.events),
@@ -367,9 +371,11 @@ def drain() -> None:
     """Wait for this process's messages in flight, each at most until its deadline."""
     if _active is not None:
         _active.drain()
+    for t, deadline in list(_left):
+        t.join(max(0.0, deadline - time.monotonic()))
 
 
-def test_targets(settings: Settings, text: str = "gpuops: test message from `gpuops notify test`") -> list[Delivery]:
+def try_targets(settings: Settings, text: str = "gpuops: test message from `gpuops notify test`") -> list[Delivery]:
     """Send ``text`` to every ``[notify]`` target now, each within ``deadline_seconds``; one Delivery per target.
 
     No claim (a test is not an event); every delivery is kept for `gpuops check`. [] when there is

@@ -125,7 +125,9 @@ def run_ended(run: Any, spent_usd: float | None) -> Notice:
     )
 
 
-def rerented(run_id: str, attempt: int, of: int, after: str, usd_per_hour: float | None, usd_left: float | None) -> Notice:
+def rerented(
+    run_id: str, attempt: int, of: int, after: str, usd_per_hour: float | None, usd_left: float | None
+) -> Notice:
     """The line for a run renting again after a rental ended ``after`` (a spot box taken back).
 
     ``attempt`` of ``of``: the new rental's number and the run's most; ``usd_per_hour``: the new

@@ -132,3 +132,18 @@ def test_the_dashboard_shows_the_last_notifications_from_this_machine(gpuops_hom
     assert 'id="notifications"' in html and "gpuops: message 6" in html and "TOKEN-9" not in html
     kept = (settings.data_path() / DELIVERIES_FILE).stat().st_mode & 0o777
     assert kept == 0o600 and "TOKEN-9" not in (settings.data_path() / DELIVERIES_FILE).read_text()
+
+
+def test_a_process_is_armed_by_settings_with_a_target_and_disarmed_by_settings_without(gpuops_home, monkeypatch):
+    from gpuops.notify import notifier
+
+    monkeypatch.setenv("GPUOPS_NOTIFY_URLS", "json://127.0.0.1:1/hook/TOKEN-2")
+    armed = load_settings(None)
+    try:
+        first = notifier.use(armed)
+        assert first is not None and notifier.use(armed) is first  # `up`'s own reconcile: the same notifier
+        monkeypatch.delenv("GPUOPS_NOTIFY_URLS")
+        assert notifier.use(load_settings(None)) is None and notifier.active() is None
+        assert not notifier.post(("job_end", "k", "text"))  # nothing armed: nothing sent
+    finally:
+        notifier._active = None
