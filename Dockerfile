@@ -2,7 +2,11 @@
 # Build: docker build -t gpuops-watchdog .   Run: see README, "Keeping the watchdog running".
 # Configured only from the environment: GPUOPS_* (GPUOPS_LEDGER_URL, GPUOPS_USER_NAME,
 # GPUOPS_TEARDOWN_MONTHLY_CAP_USD, ...) and the provider keys (RUNPOD_API_KEY, VAST_API_KEY);
-# nothing secret is baked into the image.
+# nothing secret is baked into the image. Notifications: GPUOPS_NOTIFY_URLS (apprise URLs, comma-
+# separated; they carry tokens: pass them like the keys, e.g. `docker run --env-file` of a 0600
+# file, never as a build argument), GPUOPS_NOTIFY_DEADMAN_URL (pinged by every pass) and the rest
+# of [notify] as GPUOPS_NOTIFY_*. `gpuops watchdog --install` writes the same variables into its
+# 0600 env file on a laptop.
 # Python 3.11: the version requirements-runtime.lock was resolved for (its markers depend on it).
 FROM python:3.11-slim-bookworm
 

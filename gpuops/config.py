@@ -427,6 +427,91 @@ class CheckSettings(_Section):
     poll_seconds: Annotated[float, Meta(gt=0)] = 2.0
 
 
+# `[notify]`'s events, each on by default (gpuops/notify/texts.py writes each one's line):
+NOTIFY_EVENTS = (
+    "job_end",  # a rental ended: its reason, exit code, duration, cost, $/Mtoken
+    "run_end",  # a run (`up --recover`) finished, or ran out of attempts or money
+    "preempted",  # a spot box was taken back (and the run re-rents)
+    "destroy_failed",  # a destroy failed and the row stays open: the box may still bill
+    "reconciled",  # reconcile found a box (an orphan, a gone one, an abandoned one) and ended it
+    "layer_ended",  # the idle, TTL or session-cap layer ended a box
+    "monthly_cap",  # the month-to-date spend reached 80 % and 100 % of monthly_cap_usd
+    "balance_floor",  # a provider balance fell under balance_floor_usd
+    "watchdog_silent",  # no watchdog pass for longer than watchdog_silent_minutes
+)
+
+
+class NotifySettings(_Section):
+    """Who is told when it matters (gpuops/notify/): apprise URLs, one per target.
+
+    ``urls``: apprise URLs (``slack://...``, ``mailto://user:pass@host``, ``json://host/path``,
+    ``ntfy://topic``, ...); they carry tokens: keep them in a 0600 infra.toml or in
+    ``GPUOPS_NOTIFY_URLS`` (comma- or space-separated), never printed (`check` shows them
+    redacted). ``events``: which of ``NOTIFY_EVENTS`` are sent. ``deadline_seconds``: the whole
+    time one message may take to all targets, retries included; a process never waits longer at its
+    exit. ``watchdog_silent_minutes``: the next `up`, `ps` or `check` that sees no watchdog pass for
+    this long says so (once per silence). ``deadman_url``: an http(s) URL every watchdog pass GETs
+    (healthchecks.io and the like notice the silence); empty: none."""
+
+    urls: list[str] = []
+    events: list[str] = msgspec.field(default_factory=lambda: list(NOTIFY_EVENTS))
+    deadline_seconds: Annotated[float, Meta(gt=0, le=300)] = 15.0
+    watchdog_silent_minutes: Annotated[float, Meta(gt=0)] = 30.0
+    deadman_url: str = ""
+
+    def __repr__(self) -> str:  # never a token in a traceback or a debug print
+        urls = [redact_url(u) for u in self.urls]
+        return f"NotifySettings(urls={urls!r}, events={self.events!r}, deadline_seconds={self.deadline_seconds!r})"
+
+    @_check("urls", before=True)
+    @classmethod
+    def _urls(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [x for x in re.split(r"[\s,]+", v) if x]
+        for u in v or []:
+            if not isinstance(u, str) or not re.match(r"^[a-z][a-z0-9+.-]*://\S+$", u, re.I):
+                shown = redact_url(u) if isinstance(u, str) else repr(u)
+                raise ValueError(f"notify url {shown} is not an apprise URL (scheme://...); see apprise's URL list")
+        return v
+
+    @_check("events", before=True)
+    @classmethod
+    def _events(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        for e in v or []:
+            if e not in NOTIFY_EVENTS:
+                raise ValueError(f"notify event {e!r} is not one of: {', '.join(NOTIFY_EVENTS)}")
+        return v
+
+    @_check("deadman_url")
+    @classmethod
+    def _deadman(cls, v: str) -> str:
+        if v and not re.match(r"^https?://\S+$", v):
+            raise ValueError(f"deadman_url {redact_url(v)} must be an http:// or https:// URL")
+        return v
+
+
+# URL schemes whose host is a plain server name (no token in it): shown with the host
+_HOST_SHOWN = ("json", "jsons", "form", "forms", "xml", "xmls", "mailto", "mailtos", "http", "https")
+
+
+def redact_url(url: str) -> str:
+    """A notification URL as it may be printed: its scheme, a plain host, never a token.
+
+    ``json://user:tok@127.0.0.1:8080/hook?x=1`` -> ``json://127.0.0.1:8080/***``; a scheme whose
+    host is itself a token (``slack://TokA/TokB``, ``tgram://bot/chat``) -> ``slack://***``."""
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/?#]*)", url or "")
+    if m is None:
+        return "(not a URL)"
+    scheme, authority = m.group(1).lower(), m.group(2)
+    if scheme in _HOST_SHOWN:
+        host = authority.rsplit("@", 1)[-1]
+        if re.fullmatch(r"[A-Za-z0-9.\-\[\]:]{1,255}", host):
+            return f"{scheme}://{host}/***"
+    return f"{scheme}://***"
+
+
 class Settings(_Section):
     """Every setting: the tables of infra.toml (``infra.example.toml`` documents each key)."""
 
@@ -440,6 +525,7 @@ class Settings(_Section):
     job: JobSettings = msgspec.field(default_factory=JobSettings)
     storage: StorageSettings = msgspec.field(default_factory=StorageSettings)
     check: CheckSettings = msgspec.field(default_factory=CheckSettings)
+    notify: NotifySettings = msgspec.field(default_factory=NotifySettings)
     source: str | None = None  # the file these came from, for messages
 
     def data_path(self) -> Path:
@@ -1073,6 +1159,8 @@ def setting_origins(settings: Settings, env: Mapping[str, str] | None = None) ->
                 value = "(set)"
             elif here == ("job", "env"):  # NAME=VALUE entries: the name only, a value may be a secret
                 value = [e.partition("=")[0] + ("=(set)" if "=" in e else "") for e in value]
+            elif here in (("notify", "urls"), ("notify", "deadman_url")):
+                value = [redact_url(u) for u in value] if isinstance(value, list) else (value and redact_url(value))
             elif isinstance(value, str) and "://" in value:
                 value = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", value)
             elif isinstance(value, list):

@@ -37,7 +37,7 @@ def build(
     ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
     "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
     "billing_now" (``live``'s totals), "budget" (``budget``), "trend" (``trend``: this month and the
-    5 before it)}``.
+    5 before it), "notifications" (``notifications``: the last messages sent from this machine)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
@@ -65,7 +65,24 @@ def build(
         "billing_now": _totals(boxes),
         "budget": budget(settings, now),
         "trend": trend(reader, report["month"], tz),
+        "notifications": notifications(settings, tz),
     }
+
+
+NOTIFICATIONS_SHOWN = 5  # the dashboard's last notifications
+
+
+def notifications(settings, tz: str | None = None) -> list[dict]:
+    """The last ``NOTIFICATIONS_SHOWN`` messages sent from this machine (gpuops/notify/), newest first.
+
+    ``[{"at" (ISO 8601),"event","text","delivered","of"}]``; [] when none or no target is set."""
+    from gpuops.notify.notifier import DELIVERIES_FILE, recent_messages
+    from ledger.reports import iso
+
+    if not settings.notify.urls:
+        return []
+    got = recent_messages(settings.data_path() / DELIVERIES_FILE)[:NOTIFICATIONS_SHOWN]
+    return [dict(m, at=iso(float(m.get("at") or 0), tz)) for m in got]
 
 
 TREND_MONTHS = 6  # the shown month and the 5 before it

@@ -491,8 +491,45 @@ def offline(
     out += key_findings(settings, [n for n in names if n not in ACCOUNTLESS])
     out += route_findings(settings, names)
     led_findings, led = ledger_findings(settings)
-    out += led_findings + open_findings(settings, led) + watchdog_findings(led)
+    out += led_findings + open_findings(settings, led) + watchdog_findings(led) + notify_findings(settings)
+    if led is not None:
+        from gpuops.teardown.watchdog_passes import tell_if_silent
+
+        tell_if_silent(settings, led)  # a dead watchdog cannot say so: the check that sees it does ([notify])
     return out, led
+
+
+def notify_findings(settings) -> list[Finding]:
+    """``[notify]``'s targets, redacted, each with its last delivery from this machine (none: INFO).
+
+    A failed last delivery warns, with the fix `gpuops notify test`."""
+    from gpuops.notify.notifier import DELIVERIES_FILE, Target, read_deliveries
+    from gpuops.teardown.watchdog_passes import ago
+
+    targets = [Target(u) for u in settings.notify.urls]
+    if not targets:
+        return [Finding("notify", Verdict.INFO, "no notification target ([notify] urls or GPUOPS_NOTIFY_URLS)")]
+    kept = read_deliveries(settings.data_path() / DELIVERIES_FILE)
+    out = []
+    now = time.time()
+    for t in targets:
+        d = kept.get(t.id)
+        if not isinstance(d, dict):
+            out.append(Finding(f"notify.{t.id}", Verdict.INFO, f"{t.shown}: no delivery from this machine yet"))
+            continue
+        when = f"{ago(now - float(d.get('at') or 0))} ago ({d.get('event', '')})"
+        if d.get("ok"):
+            out.append(Finding(f"notify.{t.id}", Verdict.OK, f"{t.shown}: last delivery {when} delivered"))
+        else:
+            out.append(
+                Finding(
+                    f"notify.{t.id}",
+                    Verdict.WARN,
+                    f"{t.shown}: last delivery {when} failed: {d.get('why', '')}",
+                    "gpuops notify test",
+                )
+            )
+    return out
 
 
 # -- live ------------------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ app.add_typer(ledger_app, name="ledger")
 from gpuops.cli.volumes import volumes_app  # noqa: E402  (typer only; SDKs load inside its commands)
 
 app.add_typer(volumes_app, name="volumes")
+from gpuops.cli.notify import notify_app  # noqa: E402  (typer only; apprise loads when a message is sent)
+
+app.add_typer(notify_app, name="notify")
 
 # Provider names in help strings come from the registry (names only: no provider class is imported).
 
@@ -235,6 +238,9 @@ def main(fast_exit: bool = True) -> None:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             _err(f"{e.code}\n")
+        told = sys.modules.get("gpuops.notify.notifier")  # loaded only by a command that may notify
+        if told is not None:
+            told.drain()  # the messages in flight, each at most until its deadline; then the exit
         if not fast_exit:
             raise
         _fast_exit(code)

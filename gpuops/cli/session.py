@@ -40,6 +40,9 @@ def ps(
         ui.render_watchdogs(last_passes(ledger))
 
     emit.emit(rows, fmt, table, csv_columns=sessions.open_session_columns(ledger))
+    from gpuops.teardown.watchdog_passes import tell_if_silent
+
+    tell_if_silent(settings, ledger)  # a dead watchdog cannot say so: the `ps` that sees it does ([notify])
     for n in ledger.notices:  # a spool folder refused, a spool line quarantined
         sys.stderr.write(f"warning: {ui.safe(n)}\n")
 

@@ -660,6 +660,9 @@ def run_up(
         from gpuops.rental.workdir import scan
 
         tree = scan(req.workdir, req.workdir_exclude, int(settings.job.workdir_max_mb * 2**20))
+    from gpuops.notify import notifier
+
+    notifier.use(settings)  # the rental's end, a run's end, a failed destroy tell ([notify]); nothing when no target
     check_image(settings.up.image)  # the create would refuse it after the intent row: refused here, dry run too
     providers = _providers_for(req, settings, provider)
     if req.recover and req.spot and req.spot_explicit and not any(p.supports_spot for p in providers.values()):
@@ -710,7 +713,7 @@ def run_up(
         return _run_recovering(req, p, settings, reporter, providers, ledger, open_box, workdir=tree)
     p = _within_budget(ledger, settings, providers, p, reporter)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
-        _watchdog_note(ledger, reporter)
+        _watchdog_note(ledger, reporter, settings)
     s = _new_rental(req, p, settings, name=req.name, workdir=tree)
     _intent(s, p, settings, providers[p.offer.provider], ledger, reporter)
     # Teardown runs inside the signal block, shielded: there is no instant between the run and the
@@ -975,7 +978,7 @@ def _run_recovering(
     cur_req = replace(req, max_hours=nxt.hours)
     p = _within_budget(ledger, cur_settings, providers, p, reporter)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
-        _watchdog_note(ledger, reporter)
+        _watchdog_note(ledger, reporter, settings)
     spot_only = p.offer.spot and not req.recover_on_demand  # spot where spot was asked (and rented)
     run_id = runs.new_run_id(new_session_id())
     ledger.add_run(
@@ -1036,6 +1039,11 @@ def _run_recovering(
                                 "usd_left": usd_left,
                             },
                         )
+                        from gpuops.notify import notifier, texts
+
+                        after = str(rentals[-2].end_reason)  # that rental is destroyed and booked by now
+                        price = choice.offer.price
+                        notifier.post(texts.rerented(run_id, attempt, req.recover + 1, after, price, usd_left))
 
                 failure = _rent(
                     s, choice, cur_settings, reporter, providers, ledger, open_box, signalled, intent=write_intent
@@ -1099,6 +1107,12 @@ def _run_recovering(
                     reporter.warn(f"run {run_id}: its close could not be booked ({end}: {detail})")
         summ = _run_summary(run_id, rentals, ledger, end or str(EndReason.ERROR), detail)
     reporter.stage("run", f"{run_id}: {end} after {len(rentals)} rental(s), ${summ['cost_usd']:.4f}")
+    from types import SimpleNamespace
+
+    from gpuops.notify import notifier, texts
+
+    ran = SimpleNamespace(id=run_id, end_reason=end or str(EndReason.ERROR), attempts=len(rentals), detail=detail)
+    notifier.post(texts.run_ended(ran, summ.get("cost_usd")))  # every rental is closed and booked by now
     return _with_failure(summ, failure, rentals[-1] if rentals else UpRun(id="", req=req))
 
 
@@ -1410,12 +1424,14 @@ def _quick_reconcile(settings: Settings, ledger: Books, providers: Provider | Pr
         reporter.warn(f"reconcile skipped: {e}")
 
 
-def _watchdog_note(ledger: Books, reporter: Reporter) -> None:
+def _watchdog_note(ledger: Books, reporter: Reporter, settings: Settings | None = None) -> None:
     """Warn once when no watchdog passed over the ledger within three of its intervals.
 
     Then only the box's own agent guards the rental (gpuops.teardown.watchdog_passes.guarded_recently)."""
-    from gpuops.teardown.watchdog_passes import INSTALL_HINT, guarded_recently
+    from gpuops.teardown.watchdog_passes import INSTALL_HINT, guarded_recently, tell_if_silent
 
+    if settings is not None:
+        tell_if_silent(settings, ledger)  # a dead watchdog cannot say so: the next `up` that sees it does
     if not guarded_recently(ledger):
         reporter.warn(
             "no watchdog has made a pass lately: only the box's own agent (job end, idle, TTL) guards this rental; "

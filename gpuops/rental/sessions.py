@@ -134,10 +134,12 @@ def down(settings: Settings, ledger: Books, ref: str | None, all_open: bool) -> 
     import socket
 
     from bootstrap.vocabulary import Actor, EndReason, RowStatus
+    from gpuops.notify import notifier
     from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers import get_provider
     from gpuops.teardown.lifecycle import end_rental
 
+    notifier.use(settings)  # a destroy that fails says so ([notify]); nothing when no target
     providers: dict = {}
 
     def provider_of(row):

@@ -370,7 +370,7 @@ def end_rental(
     if session_id and row is None:
         raise KeyError(session_id)
     with _bounded(ledger):
-        return _end(
+        ended = _end(
             ledger,
             provider,
             session_id,
@@ -389,6 +389,24 @@ def end_rental(
             clock=clock,
             sleep=sleep,
         )
+    _tell(row, ended, by)  # after the destroy and the booking: a send never holds either
+    return ended
+
+
+def _tell(before: Any, ended: Ended, by: str) -> None:
+    """Post the notification this ending calls for (gpuops/notify/): the rental's end, or a failed destroy.
+
+    Only an ending that closed an open row tells (an idempotent second end says nothing), and only
+    a destroy that gave up on an open row says "destroy failed". Returns at once: the send runs in
+    the notifier's thread."""
+    from gpuops.notify import notifier, texts
+
+    if notifier.active() is None or before is None or before.status == RowStatus.CLOSED:
+        return
+    if ended.closed and ended.row is not None:
+        notifier.post(texts.rental_ended(ended.row, by))
+    elif ended.error and ended.error != "ledger write spooled" and not ended.not_ours and not ended.unknown:
+        notifier.post(texts.destroy_failed(before, ended.error))
 
 
 def _end(

@@ -102,6 +102,9 @@ class Context:
         from ledger.store import Ledger
 
         self.settings = settings
+        from gpuops.notify import notifier
+
+        notifier.use(settings)  # reconcile's and the watchdog's endings tell ([notify]); nothing when no target
         self.ledger = ledger if ledger is not None else Ledger(settings.ledger_url())
         self._providers: dict = dict(providers or {})
         self._injected = set(self._providers)

@@ -186,6 +186,7 @@ def _money(ctx: Context) -> list[Action]:
     t = ctx.settings.teardown
     team = t.limits_scope == "team"
     actions: list[Action] = []
+    tell: list[tuple[str, str, str]] = []  # posted after every destroy below: a send never holds one
     refused = {(r.scope, r.reason, r.account) for r in active_refusals(ctx.ledger)}
     now = ctx.clock()
     covered: list[tuple[str, str, str, str | None]] = []  # (scope, reason, detail, account or owner; None: everyone)
@@ -210,6 +211,8 @@ def _money(ctx: Context) -> list[Action]:
                 )
             continue
         if t.balance_floor_usd is not None and bal.usd < t.balance_floor_usd:
+            if _told("balance_floor"):
+                tell.append(texts_balance_floor(name, bal.usd, t.balance_floor_usd, held, now))
             covered.append(
                 (
                     name,
@@ -223,13 +226,18 @@ def _money(ctx: Context) -> list[Action]:
         ):
             actions.append(Action("", "lifted", f"{name}: balance ${bal.usd:.2f} is back above the floor"))
     cap_refused = ("*", EndReason.MONTHLY_CAP, cap_who) in refused
+    warn_at = CAP_WARN_SHARE if _told("monthly_cap") else 1.0  # 80 % is summed exactly only when someone is told
     if t.monthly_cap_usd is not None or cap_refused:
         month = month_start_end(now)
-        if not cap_refused and _surely_under(month_spend_at_most(ctx.ledger, *month, now=now), t.monthly_cap_usd):
+        if not cap_refused and _surely_under(
+            month_spend_at_most(ctx.ledger, *month, now=now), t.monthly_cap_usd * warn_at
+        ):
             month = None  # the common tick: under the cap even by the bound; nothing to refuse or lift (half the cost)
     if month is not None:
         spent = month_spend(ctx.ledger, *month, now=now, owner=cap_who)
         whose = "the team's" if team else f"{ctx.me}'s"
+        if t.monthly_cap_usd is not None and spent == spent:
+            tell += _cap_notices(spent, t.monthly_cap_usd, whose, "*" if team else ctx.me, now)
         if t.monthly_cap_usd is not None and (
             spent != spent or spent >= t.monthly_cap_usd
         ):  # NaN: a broken row, not room
@@ -270,7 +278,54 @@ def _money(ctx: Context) -> list[Action]:
                 actions.append(Action(row.id, "error", str(e)))
                 continue
             actions.append(destroy_and_close(ctx, row, p, reason, detail))
+    for notice in tell:
+        _post(notice)
     return actions
+
+
+# The monthly cap's first warning: at this share of the cap (then again at 100 %)
+CAP_WARN_SHARE = 0.8
+
+
+def _told(event: str) -> bool:
+    """True when this process's notifier sends ``event`` ([notify])."""
+    from gpuops.notify import notifier
+
+    told = notifier.active()
+    return told is not None and told.wants(event)
+
+
+def _post(notice: tuple[str, str, str]) -> None:
+    from gpuops.notify import notifier
+
+    notifier.post(notice)
+
+
+def _cap_notices(spent: float, cap: float, whose: str, who: str, now: float) -> list[tuple[str, str, str]]:
+    """The month's spend at 80 % or at 100 % of the cap, each once per month and owner (``who``).
+
+    ``spent``/``cap``: USD; ``now``: epoch s (names the UTC month). [] under 80 % or when not told."""
+    import datetime as dt
+
+    from gpuops.notify import texts
+
+    month = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m")
+    if not _told("monthly_cap"):
+        return []
+    for share in (1.0, CAP_WARN_SHARE):
+        if spent >= cap * share:  # the 100 % message says all the 80 % one would: a jump past both gets one
+            return [texts.monthly_cap(round(share * 100), spent, cap, whose, month, who)]
+    return []
+
+
+def texts_balance_floor(provider: str, usd: float, floor: float, account: str, now: float) -> tuple[str, str, str]:
+    """``texts.balance_floor`` keyed by the UTC day of ``now`` (once per account and day)."""
+    import datetime as dt
+
+    from gpuops.notify import texts
+
+    day = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%d")
+    return texts.balance_floor(provider, usd, floor, account, day)
 
 
 def _surely_under(bound: float, cap: float) -> bool:
@@ -323,7 +378,10 @@ def run(
             log.exception("watchdog tick failed")
             acts = [Action("", "error", f"tick failed: {type(e).__name__}: {e}")]
         if fn is tick:
-            acts += record_pass(ctx, acts, time.monotonic() - t0, interval)
+            refused = record_pass(ctx, acts, time.monotonic() - t0, interval)
+            if not refused:
+                _ping_deadman(ctx)  # the pass is booked: an outside service hears it
+            acts += refused
         for a in acts:
             emit(a)
         done.extend(acts)
@@ -395,3 +453,13 @@ def record_pass(ctx: Context, acts: list[Action], seconds: float, interval: floa
         log.warning("watchdog pass not booked: %s", e)
         return [Action("", "error", f"watchdog pass not booked in the ledger: {type(e).__name__}: {e}")]
     return []
+
+
+def _ping_deadman(ctx: Context) -> None:
+    """GET ``[notify] deadman_url`` after a booked pass, in the background (an outside service notices the silence)."""
+    from gpuops.notify import notifier
+
+    url = ctx.settings.notify.deadman_url
+    told = notifier.active()
+    if url and told is not None:
+        told.ping(url)

@@ -93,3 +93,29 @@ def guarded_recently(books, now: float | None = None) -> bool:
         return any(not p["stale"] for p in last_passes(books, now))
     except Exception:  # noqa: BLE001  nothing known, so no watchdog known
         return False
+
+
+def tell_if_silent(settings, books, now: float | None = None) -> bool:
+    """Notify (event ``watchdog_silent``) when the newest watchdog pass is older than the set time.
+
+    The set time: ``[notify] watchdog_silent_minutes``; True when a message was started. Run by the next `up`, `ps` or `check` that sees the silence (a dead watchdog cannot say so), once
+    per silence (the key names the newest pass). A ledger no watchdog ever passed over says nothing:
+    nobody ran one to fall silent. Reads nothing when no target is configured."""
+    n = settings.notify
+    if not n.urls or "watchdog_silent" not in n.events:
+        return False
+    from gpuops.notify import notifier, texts
+
+    now = time.time() if now is None else now
+    try:
+        passes = last_passes(books, now)
+    except Exception:  # noqa: BLE001  an unreachable ledger: the views say so; nothing known to tell
+        return False
+    if not passes:
+        return False
+    newest = max(p["last_pass_at"] for p in passes)
+    if now - newest <= n.watchdog_silent_minutes * 60.0:
+        return False
+    if notifier.active() is None:
+        notifier.use(settings)
+    return notifier.post(texts.watchdog_silent(newest, now - newest, n.watchdog_silent_minutes))

@@ -253,6 +253,21 @@ def no_manager(interval: float) -> NoServiceManager:
     )
 
 
+def notify_env(settings: Any, environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with ``[notify]``'s targets added as the service's variables.
+
+    ``GPUOPS_NOTIFY_URLS`` and ``GPUOPS_NOTIFY_DEADMAN_URL``, where the environment does not already
+    set them. So the service's 0600 env file carries the URLs whatever file they were read from; they hold
+    tokens, and the unit holds paths only."""
+    env = dict(environ)
+    n = settings.notify
+    if n.urls and "GPUOPS_NOTIFY_URLS" not in env:
+        env["GPUOPS_NOTIFY_URLS"] = ",".join(n.urls)
+    if n.deadman_url and "GPUOPS_NOTIFY_DEADMAN_URL" not in env:
+        env["GPUOPS_NOTIFY_DEADMAN_URL"] = n.deadman_url
+    return env
+
+
 # -- install, uninstall, status ----------------------------------------------------------------------
 def plan_files(
     manager: str,
@@ -436,7 +451,9 @@ def run_service(
     if manager is None:
         raise no_manager(interval)
     if what == "install":
-        files = plan_files(manager, interval, settings.source, os.environ, settings.private_data_path() / "logs")
+        files = plan_files(
+            manager, interval, settings.source, notify_env(settings, os.environ), settings.private_data_path() / "logs"
+        )
         cmds = install(files)
         out: dict[str, Any] = {
             "manager": manager,

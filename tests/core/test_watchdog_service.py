@@ -174,7 +174,8 @@ def stand_ins(tmp_path, monkeypatch):
 @pytest.mark.e2e
 def test_install_status_uninstall_on_systemd(cli, stand_ins, tmp_path, gpuops_home):
     cfg = tmp_path / "infra.toml"
-    cfg.write_text("[teardown]\nmonthly_cap_usd = 50.0\n")
+    hook = "json://127.0.0.1:9/hook/NOTIFY-TOKEN-1"
+    cfg.write_text(f'[teardown]\nmonthly_cap_usd = 50.0\n[notify]\nurls = ["{hook}"]\n')
     r = cli("watchdog", "--install", "--interval", "20", "--config", str(cfg), env={"RUNPOD_API_KEY": SECRET})
     assert r.returncode == 0, r
     unit = tmp_path / "xdg-config" / "systemd" / "user" / svc.UNIT_NAME
@@ -191,6 +192,8 @@ def test_install_status_uninstall_on_systemd(cli, stand_ins, tmp_path, gpuops_ho
     assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
     assert svc.read_env_file(env_file)["RUNPOD_API_KEY"] == SECRET
     assert svc.read_env_file(env_file)["GPUOPS_DATA_DIR"] == str(gpuops_home)
+    assert svc.read_env_file(env_file)["GPUOPS_NOTIFY_URLS"] == hook  # [notify] carried into the 0600 file
+    assert "NOTIFY-TOKEN-1" not in text + r.stdout + r.stderr
     assert verify_unit(tmp_path, text) == ""
 
     r = cli("watchdog", "--status", "--json")
