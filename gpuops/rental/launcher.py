@@ -332,12 +332,16 @@ def as_providers(provider: Provider | Providers) -> dict[str, Provider]:
     return dict(provider) if isinstance(provider, Mapping) else {provider.name: provider}
 
 
-def choose_offer(req: UpRequest, provider: Provider | Providers, settings: Settings) -> OfferChoice:
+def choose_offer(
+    req: UpRequest, provider: Provider | Providers, settings: Settings, rerent: bool = False
+) -> OfferChoice:
     """Offers that fit from every provider taking part, cheapest first; BadInput when none does.
 
     The providers are asked at once (``rental.offers.ask_all``, as `offers` asks them); one that
     fails is named in ``notes`` and left out, unless every one failed (its error raised). Ranked by
-    ``planning.offers.rank``: the price that will be booked (``Offer.price``), then reliability."""
+    ``planning.offers.rank``: the price that will be booked (``Offer.price``), then reliability.
+    ``rerent``: a run's next rental, which ``req.recover_on_demand`` lets go on on an on-demand box
+    of a provider with no spot; a first rental is the kind it asked for."""
     from gpuops.catalog import vendor_for
     from gpuops.planning.offers import rank, screen
     from gpuops.rental.offers import ask_all
@@ -367,9 +371,10 @@ def choose_offer(req: UpRequest, provider: Provider | Providers, settings: Setti
     import dataclasses
 
     def query_of(prov: Provider) -> OfferQuery:
-        if query.spot and (not req.spot_explicit or req.recover_on_demand) and not prov.supports_spot:
+        if query.spot and (not req.spot_explicit or (rerent and req.recover_on_demand)) and not prov.supports_spot:
             # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none);
-            # so does --spot with --recover-on-demand (a run that may go on on an on-demand box).
+            # so does a re-rent of a --spot run with --recover-on-demand (``rerent``: its first
+            # rental is spot only, as asked).
             return dataclasses.replace(query, spot=None)
         return query
 
@@ -1075,7 +1080,7 @@ def _run_recovering(
                 )
                 fault_point("recover")
                 try:
-                    choice = _same_kind(choose_offer(req, providers, settings), spot_only)
+                    choice = _same_kind(choose_offer(req, providers, settings, rerent=True), spot_only)
                 except (BadInput, ProviderError) as e:
                     end, detail = str(RunEnd.NO_OFFER), f"no offer for rental {attempt + 1}: {e}"
                     if spot_only and "--recover-on-demand" not in detail:

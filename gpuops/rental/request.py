@@ -332,6 +332,11 @@ def build(args: UpArgs) -> tuple[UpRequest, Settings]:
     if args.setup:
         over["bootstrap"] = dict(args.setup)
     settings = load_settings(args.config, over)
+    if args.recover_on_demand and not settings.job.recover:
+        raise BadInput(
+            "--recover-on-demand widens a run's re-rentals, and this up has none",
+            "add --recover N (e.g. --recover 2), or drop --recover-on-demand",
+        )
     if card:
         from gpuops.catalog import resolve_cards
 

@@ -15,6 +15,7 @@ import json
 import pytest
 
 from gpuops.config import load_settings
+from gpuops.errors import BadInput
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger.store import Ledger
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
@@ -292,3 +293,22 @@ def test_the_dry_run_shows_the_first_five_with_provider_and_why(cli, emulator_en
     assert rp.market.instances == {} and va.market.instances == {}
     bad = cli("up", "--provider", "every", "--dry-run", "--job", str(job(tmp_path)))
     assert bad.returncode == 2 and "any" in bad.stderr
+
+
+def test_recover_on_demand_leaves_a_spot_runs_first_rental_spot_only(both, runpod_emulator, vast_emulator, tmp_path):
+    # --spot --recover 1 --recover-on-demand: only a re-rent may land on an on-demand box; the first
+    # rental is spot as asked, so with Vast's spot offer gone nothing is rented (RunPod has no spot)
+    vast_emulator.take_offer(VAST_OFFER)
+    req = UpRequest(
+        job=job(tmp_path), provider="any", card="rtx-4090", spot=True, spot_explicit=True, recover=1,
+        recover_on_demand=True, dry_run=True,
+    )  # fmt: skip
+    with pytest.raises(BadInput):
+        run_up(req, settings(), Lines(), provider=both)
+    assert runpod_emulator.market.instances == {} and vast_emulator.market.instances == {}
+
+
+def test_recover_on_demand_without_recover_is_refused_before_renting(cli, tmp_path):
+    r = cli("up", "--job", str(job(tmp_path)), "--spot", "--recover-on-demand", "--dry-run")
+    assert r.returncode == 2
+    assert r.stderr.startswith("error: --recover-on-demand widens a run's re-rentals, and this up has none ("), r.stderr
