@@ -26,7 +26,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gpuops ./gpuops
 COPY ledger ./ledger
-COPY bootstrap ./bootstrap
+COPY onbox ./onbox
 RUN pip install --no-deps . && rm -rf /src
 
 # An unprivileged user; its data dir is the volume: the books without GPUOPS_LEDGER_URL, the spool

@@ -72,7 +72,7 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None 
     try:
         root = tmp / "box"
         (root / ".gpuops" / "run").mkdir(parents=True)
-        shutil.copytree(bootstrap_dir, root / ".gpuops" / "bootstrap")
+        shutil.copytree(bootstrap_dir, root / ".gpuops" / "onbox")
         bindir = tmp / "bin"
         bindir.mkdir()
         if util is not None:
@@ -108,7 +108,7 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None 
         env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}", GPUOPS_LOCAL_BOX=str(root))
         log = open(root / ".gpuops" / "agent.log", "ab")
         sup = subprocess.Popen(
-            [sys.executable, ".gpuops/bootstrap/agent.py", "--config", ".gpuops/agent.json"],
+            [sys.executable, ".gpuops/onbox/agent.py", "--config", ".gpuops/agent.json"],
             cwd=root,
             env=env,
             stdout=log,
@@ -160,14 +160,14 @@ def run_agent(bootstrap_dir: Path, seconds: float, label: str, util: int | None 
 
 
 def baseline_dir(ref: str) -> Path:
-    """A copy of ``bootstrap/`` at git ref ``ref`` (or of the directory ``ref`` names)."""
+    """A copy of ``onbox/`` at git ref ``ref`` (or of the directory ``ref`` names)."""
     d = Path(tempfile.mkdtemp(prefix="gpuops-bench-baseline-"))
     if Path(ref).is_dir():
-        shutil.copytree(ref, d / "bootstrap")
-        return d / "bootstrap"
-    tar = subprocess.run(["git", "-C", str(REPO), "archive", ref, "bootstrap"], capture_output=True, check=True).stdout
+        shutil.copytree(ref, d / "onbox")
+        return d / "onbox"
+    tar = subprocess.run(["git", "-C", str(REPO), "archive", ref, "onbox"], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(d)], input=tar, check=True)
-    return d / "bootstrap"
+    return d / "onbox"
 
 
 def show(results: list[dict]) -> None:
@@ -221,7 +221,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument(
-        "--baseline", default="", help="git ref (or directory) whose bootstrap/agent.py to run the same way (e.g. main)"
+        "--baseline", default="", help="git ref (or directory) whose onbox/agent.py to run the same way (e.g. main)"
     )
     p.add_argument(
         "--real-smi", action="store_true", help="on a GPU box: the machine's nvidia-smi, no stand-in (one run each)"
@@ -238,7 +238,7 @@ def main() -> None:
         finally:
             shutil.rmtree(d.parent, ignore_errors=True)
     for util, label in loads:
-        results.append(run_agent(REPO / "bootstrap", a.seconds, label, util))
+        results.append(run_agent(REPO / "onbox", a.seconds, label, util))
     if a.json:
         print(json.dumps(results))
     else:

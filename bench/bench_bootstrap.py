@@ -1,4 +1,4 @@
-"""Benchmark bootstrap/bootstrap.py (not a test; prints numbers, never fails on them).
+"""Benchmark onbox/bootstrap.py (not a test; prints numbers, never fails on them).
 
     .venv/bin/python bench/bench_bootstrap.py [--packages 40] [--kb 200] [--repeat 3]
 
@@ -38,7 +38,7 @@ from tests.support import fake_nvidia_smi  # noqa: E402
 from tests.support.servers import make_repo  # noqa: E402
 from tests.support.wheels import make_wheel  # noqa: E402
 
-RUNNER = REPO / "bootstrap" / "bootstrap.py"
+RUNNER = REPO / "onbox" / "bootstrap.py"
 PY = sys.executable
 UV = shutil.which("uv") or str(Path(PY).parent / "uv")
 

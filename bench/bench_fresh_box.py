@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_fresh_box.py [--weights-mb 512] [--rate-mbps 1000] [--stream-mbps 250]
                                               [--packages 40] [--kb 200] [--model llama-3-8b]
 
-Plays what `up` runs on a new box, with the real runner (bootstrap/bootstrap.py) in its own
+Plays what `up` runs on a new box, with the real runner (onbox/bootstrap.py) in its own
 process: ``system`` (a stand-in nvidia-smi), ``deps`` (uv into a new venv from a local wheelhouse
 of ``--packages`` wheels of ``--kb`` KiB built by tests/support/wheels.py), ``code`` (git clone of
 a local repository), ``weights`` (from the stand-in hub on 127.0.0.1 behind a link of ``--rate-mbps``
@@ -43,7 +43,7 @@ from tests.support.hub_faults import FaultyHub  # noqa: E402
 from tests.support.servers import make_repo  # noqa: E402
 from tests.support.wheels import make_wheel  # noqa: E402
 
-RUNNER = REPO / "bootstrap" / "bootstrap.py"
+RUNNER = REPO / "onbox" / "bootstrap.py"
 PY = sys.executable
 TARGET_S = 300.0  # boot to running GPU code in at most five minutes
 
@@ -143,7 +143,7 @@ def run(a, base: Path) -> None:
         ]
         # This machine's own ceiling: the same file from the same stand-in hub with no caps, by the
         # runner's ranges (a loaded 2-core machine serves and reads less than a real link carries).
-        from bootstrap.bootstrap import ranged_download
+        from onbox.bootstrap import ranged_download
 
         caps = hub.rate_bytes_s, hub.link_bytes_s
         hub.rate_bytes_s = hub.link_bytes_s = None

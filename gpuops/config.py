@@ -37,7 +37,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from bootstrap.policy import (
+from gpuops.errors import BadInput
+from gpuops.providers import REGISTRY, UP_CHOICES  # the one list of providers (see ProvidersSettings)
+from gpuops.settings_base import Section as _Section, check as _check
+from onbox.policy import (
     IDLE_MINUTES,
     IDLE_UTIL_PERCENT,
     JOB_END_GRACE_SECONDS,
@@ -45,10 +48,7 @@ from bootstrap.policy import (
     MAX_HOURS,
     SAMPLE_SECONDS,
 )
-from bootstrap.vocabulary import EndReason
-from gpuops.errors import BadInput
-from gpuops.providers import REGISTRY, UP_CHOICES  # the one list of providers (see ProvidersSettings)
-from gpuops.settings_base import Section as _Section, check as _check
+from onbox.vocabulary import EndReason
 
 ENV_PREFIX = "GPUOPS_"
 
@@ -111,7 +111,7 @@ class TeardownSettings(_Section):
 
     # Hard TTL per box, hours. At most MAX_TTL_HOURS: a larger number would switch the TTL off in all
     # but name (``1e308`` was accepted and printed a 300-digit projected cost).
-    # The defaults of the layers the agent runs on the box are stated once, in bootstrap/policy.py.
+    # The defaults of the layers the agent runs on the box are stated once, in onbox/policy.py.
     max_hours: Annotated[float, Meta(gt=0, le=MAX_TTL_HOURS)] = MAX_HOURS
     idle_minutes: float | Literal["off"] = IDLE_MINUTES
     idle_util_percent: Annotated[float, Meta(ge=0, le=100)] = IDLE_UTIL_PERCENT

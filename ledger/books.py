@@ -47,7 +47,7 @@ class Books(Protocol):
         ...
 
     def event(self, session_id: str, kind: str, detail: Any = "", at: float | None = None) -> None:
-        """Append an event: ``kind`` a ``bootstrap.vocabulary.EventKind``; ``detail`` text or JSON-able; ``at`` epoch s (default now). Spooled."""
+        """Append an event: ``kind`` a ``onbox.vocabulary.EventKind``; ``detail`` text or JSON-able; ``at`` epoch s (default now). Spooled."""
         ...
 
     def update(self, session_id: str, **fields: Any) -> None:

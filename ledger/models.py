@@ -56,14 +56,12 @@ class Session(SQLModel, table=True):
     usd_per_hour: float | None = None  # price really charged (create response / instance)
     bid_usd_per_hour: float | None = None
     simulated: bool = False  # True when the price is a catalog reference, not a charge
-    status: str = (
-        "provisioning"  # bootstrap.vocabulary.RowStatus (m005: open rows have the partial index ix_sessions_open)
-    )
+    status: str = "provisioning"  # onbox.vocabulary.RowStatus (m005: open rows have the partial index ix_sessions_open)
     created_at: float = Field(index=True)  # the intent row (before create)
     instance_created_at: float | None = None  # create returned: billing starts
     ready_at: float | None = None
     ended_at: float | None = None  # confirmed destroy (billing stops)
-    end_reason: str | None = None  # bootstrap.vocabulary.EndReason
+    end_reason: str | None = None  # onbox.vocabulary.EndReason
     exit_code: int | None = None
     billed_seconds: float | None = None
     cost_usd: float | None = None
@@ -114,9 +112,7 @@ class Run(SQLModel, table=True):
     status: str = "open"  # open | closed
     created_at: float = Field(index=True)
     ended_at: float | None = None
-    end_reason: str | None = (
-        None  # the last rental's reason, or what the run ran out of (bootstrap.vocabulary.RUN_ENDS)
-    )
+    end_reason: str | None = None  # the last rental's reason, or what the run ran out of (onbox.vocabulary.RUN_ENDS)
     detail: str = ""  # one line: why it ended
     recover: int = 0  # rentals allowed after the first
     recover_on: str = ""  # comma-separated end reasons that re-rent

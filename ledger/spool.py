@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bootstrap.vocabulary import EndReason, EventKind, RowStatus
+from onbox.vocabulary import EndReason, EventKind, RowStatus
 
 # A spooled time may lie this many seconds after the replaying clock (the same machine wrote it).
 FUTURE_S = 5.0

@@ -19,7 +19,7 @@ that gives up waiting) after which the write is spooled; once one write was refu
 within ``REFUSED_HOLD_S`` go straight to the spool. The rows this Ledger wrote or read are kept in
 memory (``held``), so ending a rental needs no read. An SQLite file removed under a running
 process is noticed at the next write (``notices``): the file is created anew and the held rows are
-booked into it again. Vocabulary members (``bootstrap.vocabulary``) are stored as their plain
+booked into it again. Vocabulary members (``onbox.vocabulary``) are stored as their plain
 strings.
 
 One way to the database: the ledger's SQLAlchemy engine (``ledger/engine.py``), a write in
@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import sqlalchemy as sa
 
-from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
 from ledger.reads import Reads
 from ledger.spool import SpoolFiles
+from onbox.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine, Row

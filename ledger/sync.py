@@ -21,8 +21,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bootstrap.vocabulary import EventKind
 from ledger.billing import ChargeLine
+from onbox.vocabulary import EventKind
 
 
 def _tables() -> tuple[sa.Table, sa.Table, sa.Table]:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from bootstrap.vocabulary import EventKind, RowStatus
 from ledger.billing import billed_cost
+from onbox.vocabulary import EventKind, RowStatus
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Row

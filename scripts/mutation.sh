@@ -28,7 +28,7 @@ TARGET=90
 # subprocess; the ledger tests on SQLite only).
 MODULES=(
   ledger/attribution.py       # which hour/day/month a dollar belongs to, and its SQL twin
-  bootstrap/policy.py         # idle window, TTL, session cap, job end: when a box is destroyed
+  onbox/policy.py         # idle window, TTL, session cap, job end: when a box is destroyed
   gpuops/teardown/budget.py     # what `up` refuses before renting
   gpuops/ownership.py         # whose row a process may end
   gpuops/teardown/lifecycle.py  # end_rental and the end-time rule
@@ -79,14 +79,14 @@ EQUIVALENT=(
   "ledger.attribution.x_split__mutmut_42 lo > end for lo >= end: lo == end has overlap 0 (skipped), the next lo breaks"
   "ledger.attribution.x_split__mutmut_43 return for break: nothing follows the loop in the generator"
   "ledger.attribution.x_split__mutmut_54 overlap >= 0: inside the loop the overlap is never 0 (lo < end; the first bucket holds start)"
-  "bootstrap.policy.x_decide__mutmut_122 a missing no_job_seconds gives None or the default; both become NO_JOB_SECONDS"
-  "bootstrap.policy.x_decide__mutmut_125 a missing no_job_seconds gives None or the default; both become NO_JOB_SECONDS"
-  "bootstrap.policy.x_decide__mutmut_190 'no samples' is read only when there is no sample, where _keep_why answers first"
-  "bootstrap.policy.x_decide__mutmut_191 'no samples' is read only when there is no sample, where _keep_why answers first"
-  "bootstrap.policy.x_decide__mutmut_206 the idle decision's idle_since is set again right after (soft.idle_since = since)"
-  "bootstrap.policy.x_decide__mutmut_210 the idle decision's idle_since is set again right after (soft.idle_since = since)"
-  "bootstrap.policy.x_decide__mutmut_272 due always holds the TTL's time: never empty"
-  "bootstrap.policy.x__keep_why__mutmut_13 what == idle means the newest sample is idle, so since is never None there"
+  "onbox.policy.x_decide__mutmut_122 a missing no_job_seconds gives None or the default; both become NO_JOB_SECONDS"
+  "onbox.policy.x_decide__mutmut_125 a missing no_job_seconds gives None or the default; both become NO_JOB_SECONDS"
+  "onbox.policy.x_decide__mutmut_190 'no samples' is read only when there is no sample, where _keep_why answers first"
+  "onbox.policy.x_decide__mutmut_191 'no samples' is read only when there is no sample, where _keep_why answers first"
+  "onbox.policy.x_decide__mutmut_206 the idle decision's idle_since is set again right after (soft.idle_since = since)"
+  "onbox.policy.x_decide__mutmut_210 the idle decision's idle_since is set again right after (soft.idle_since = since)"
+  "onbox.policy.x_decide__mutmut_272 due always holds the TTL's time: never empty"
+  "onbox.policy.x__keep_why__mutmut_13 what == idle means the newest sample is idle, so since is never None there"
 )
 
 fresh=0 known=0 retest=0
@@ -116,7 +116,7 @@ toml_list() { local out="" x; for x in "$@"; do out+="\"$x\", "; done; echo "[${
 cat >> "$WORK/pyproject.toml" <<EOF
 
 [tool.mutmut]
-source_paths = ["gpuops", "ledger", "bootstrap"]
+source_paths = ["gpuops", "ledger", "onbox"]
 only_mutate = $(toml_list "${MODULES[@]}")
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-x", "-q", "-k", "not postgres"$(printf ', "--deselect", "%s"' "${SOURCE_READERS[@]}")]
 pytest_add_cli_args_test_selection = $(toml_list "${TESTS[@]}")

@@ -102,13 +102,13 @@ MUTATIONS = [
     ),
     Mutation(
         "the idle rule needs one more sample",
-        "bootstrap/policy.py",
+        "onbox/policy.py",
         [("        if now - since >= window:", "        if now - since >= window + sample_s:")],
         ["tests/teardown/test_policy.py"],
     ),
     Mutation(
         "classify ignores GPU utilization",
-        "bootstrap/policy.py",
+        "onbox/policy.py",
         [
             (
                 '    if any(g.get("util") is not None and g["util"] > util_percent for g in gpus):\n        return "busy"',
@@ -119,7 +119,7 @@ MUTATIONS = [
     ),
     Mutation(
         "unknown utilization counts as idle",
-        "bootstrap/policy.py",
+        "onbox/policy.py",
         [
             (
                 '    if sample.get("error") or not gpus or any(g.get("util") is None for g in gpus):',
@@ -253,7 +253,7 @@ MUTATIONS = [
     ),
     Mutation(
         "the agent's TTL counted from the agent's start, not the instance's create",
-        "bootstrap/agent.py",
+        "onbox/agent.py",
         [
             (
                 "self.billed_at_arm_s = 0.0 if left is None else ttl_s - max(0.0, left)",
@@ -264,7 +264,7 @@ MUTATIONS = [
     ),
     Mutation(
         "the agent's timeline anchored on the box's wall clock (not the laptop's arm time)",
-        "bootstrap/agent.py",
+        "onbox/agent.py",
         [
             (
                 "    return (time.time() if armed_at is None else armed_at, box_mono)",

@@ -4,7 +4,7 @@
 # in-process CLI runs) serially, then the end-to-end lane (sshd, PostgreSQL, emulators,
 # subprocesses) in parallel with pytest-xdist; prints the checker's and each lane's time.
 # Arguments go to both pytest runs (e.g. `bash scripts/test.sh tests/teardown -x`); mypy always checks
-# the whole of gpuops/, ledger/ and bootstrap/ (GPUOPS_TEST_NO_MYPY=1 skips it, for a quick rerun).
+# the whole of gpuops/, ledger/ and onbox/ (GPUOPS_TEST_NO_MYPY=1 skips it, for a quick rerun).
 # GPUOPS_TEST_NO_INSTALL=1 skips the installs; GPUOPS_TEST_WORKERS sets the e2e lane's workers
 # (default 4: on 2 cores its tests mostly wait on processes and I/O, so more workers still gain).
 # System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1), PostgreSQL (ledger
@@ -53,7 +53,7 @@ lane() {  # lane NAME PYTEST-ARGS...: run one lane, print its wall time; remembe
     *) ran=1; status=$rc ;;
   esac
 }
-typecheck() {  # the type checker over gpuops/, ledger/ and bootstrap/ ([tool.mypy]); prints its time
+typecheck() {  # the type checker over gpuops/, ledger/ and onbox/ ([tool.mypy]); prints its time
   local t0 t1 rc=0
   t0=$(date +%s.%N)
   .venv/bin/python -m mypy || rc=$?

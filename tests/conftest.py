@@ -9,7 +9,7 @@ is one of ``E2E_FIXTURES`` or whose code starts one (``_SPAWNS``: a subprocess, 
 PostgreSQL, the browser...), runs the PostgreSQL parameter of ``ledger_url``, or its own code or a
 helper it calls (of its module, or imported from another test module) starts one -- or is marked
 ``e2e`` by hand (what it starts is out of sight: an in-process `up --dry-run` on the local
-provider starts its containment probe, bootstrap/contain.py). ``unit`` for everything else: pure
+provider starts its containment probe, onbox/contain.py). ``unit`` for everything else: pure
 logic and in-process ``CliRunner`` runs. A unit-lane test that starts a process or opens a
 listening socket anyway fails (``_no_leftover_processes``), so the lanes cannot drift.
 ``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).

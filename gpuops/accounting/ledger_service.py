@@ -555,9 +555,9 @@ def sync(
             except GpuopsError:
                 continue  # cannot tell: the row stays open, a later sync closes it
             if gone:  # the one way to end a rental; the end is the provider's billed end, never "now"
-                from bootstrap.vocabulary import Actor, EndReason
                 from gpuops.providers.base import Instance, InstanceStatus
                 from gpuops.teardown.lifecycle import end_rental
+                from onbox.vocabulary import Actor, EndReason
 
                 gone_inst = Instance(
                     id=str(r["instance_id"]), label=f"gpuops-{r['session']}", status=InstanceStatus.GONE

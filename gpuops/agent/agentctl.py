@@ -1,11 +1,11 @@
 """The laptop's side of the on-box agent: write its config, start it (the `arm` stage), read its status.
 
-The agent itself is ``bootstrap/agent.py`` (stdlib, runs on the box); the rules it applies are
-``bootstrap/policy.py``, which ``gpuops.teardown.watchdog`` applies too.
+The agent itself is ``onbox/agent.py`` (stdlib, runs on the box); the rules it applies are
+``onbox/policy.py``, which ``gpuops.teardown.watchdog`` applies too.
 
 Paths on the box, relative to the box root (``Box.root``):
 
-* ``.gpuops/bootstrap/``         this repository's ``bootstrap/`` folder, shipped byte for byte
+* ``.gpuops/onbox/``         this repository's ``onbox/`` folder, shipped byte for byte
 * ``.gpuops/agent.json``         the agent's config (``agent_config``)
 * ``.gpuops/agent-status.json``  its status: heartbeat, last samples, last decision, destroy
 * ``.gpuops/agent.log``          its log
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 AGENT_CONFIG = ".gpuops/agent.json"
 AGENT_STATUS = ".gpuops/agent-status.json"
 AGENT_LOG = ".gpuops/agent.log"
-PRESENCE = ".gpuops/laptop-presence"  # bootstrap/agent.py PRESENCE_FILE, in its state dir
+PRESENCE = ".gpuops/laptop-presence"  # onbox/agent.py PRESENCE_FILE, in its state dir
 RUN_DIR = JOB_DIR  # where the job wrapper writes exit_code / exit_marker (gpuops/agent/jobio.py)
 
 # Heartbeat older than this many sample intervals (plus slack) is stale: the agent is not running.
@@ -88,7 +88,7 @@ def agent_config(
     ``usd_per_hour``: the price really charged (session cap); ``max_hours``: the session's own TTL
     in hours (default ``teardown.max_hours``, which `up --max-hours` sets); ``no_job_seconds``: how
     long an armed box waits for a job, a bootstrap or the laptop's presence before it destroys
-    itself (default ``bootstrap.policy.NO_JOB_SECONDS``); ``armed_at``: this machine's epoch
+    itself (default ``onbox.policy.NO_JOB_SECONDS``); ``armed_at``: this machine's epoch
     second now (default ``time.time()``; ``arm`` sets it again): the agent counts every duration
     from it with the box's monotonic clock, never reading the box's wall clock. ``destroy.url`` is the endpoint the
     laptop uses (``[providers.<name>] url``, else ``RUNPOD_API_BASE_URL`` / ``VAST_URL``, else the
@@ -146,7 +146,7 @@ def limits_left(config: dict, now: float) -> dict:
     instance's create (``config["started_at"]``, the provider's; None: counted from ``now``), at
     least 0. ``session_usd_left``: ``teardown.max_session_usd`` less those seconds at
     ``usd_per_hour``, at least 0 (None: no cap, or no price). The agent counts them down on the
-    box's monotonic clock from the moment it is armed (bootstrap/agent.py, Clocks)."""
+    box's monotonic clock from the moment it is armed (onbox/agent.py, Clocks)."""
     created = config.get("started_at")
     billed_s = max(0.0, now - float(created)) if created is not None else 0.0
     cap = (config.get("teardown") or {}).get("max_session_usd")
@@ -163,7 +163,7 @@ def armed_config(config: dict, now: float) -> dict:
 
 
 def arm(box, config: dict, python: str = "python3") -> None:
-    """Ship ``bootstrap/`` and the agent config to ``box`` and start the agent detached.
+    """Ship ``onbox/`` and the agent config to ``box`` and start the agent detached.
 
     Ships ``armed_config`` at this machine's now, just before the config is copied. Idempotent: a
     second arm rewrites the config (its limits left counted from its own ``armed_at``) and the
@@ -241,7 +241,7 @@ def read_status(box, now: float | None = None) -> dict | None:
 
 
 def session_teardown(status: dict | None, trusted: Any, row: Any = None) -> dict:
-    """The teardown settings to judge one session by, as ``bootstrap.policy.decide`` reads them.
+    """The teardown settings to judge one session by, as ``onbox.policy.decide`` reads them.
 
     ``trusted``: this machine's settings (a TeardownSettings or a dict); ``row``: the session's ledger
     row, whose own limits (attributes ``max_hours`` / ``max_session_usd`` when it has them) win over
@@ -305,7 +305,7 @@ def hold_presence(box, hold_seconds: float = 60.0, refresh_seconds: float | None
         yield
 
 
-ACTIVITY_DIR = ".gpuops/activity"  # bootstrap/agent.py ACTIVITY_DIR, in its state dir
+ACTIVITY_DIR = ".gpuops/activity"  # onbox/agent.py ACTIVITY_DIR, in its state dir
 
 
 @contextlib.contextmanager
@@ -315,7 +315,7 @@ def hold_activity(box, hold_seconds: float = 60.0, refresh_seconds: float | None
     One lease file per holder, ``.gpuops/activity/<random id>`` (written over ``box.run``, so a box
     without SFTP and a local box work alike), refreshed like ``hold_presence`` and removed at exit;
     a holder that dies leaves a file that lapses ``hold_seconds`` after its last refresh, judged on
-    the box's monotonic clock (``bootstrap/agent.py: LeaseFile``). Job end, TTL and the money limits
+    the box's monotonic clock (``onbox/agent.py: LeaseFile``). Job end, TTL and the money limits
     are not held. Yields the lease's path on the box (relative to its root)."""
     path = f"{ACTIVITY_DIR}/{os.urandom(8).hex()}"
     q = shlex.quote

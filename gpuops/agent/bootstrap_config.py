@@ -1,8 +1,8 @@
-"""``[bootstrap]`` settings -> the ``bootstrap.json`` that ``bootstrap/bootstrap.py`` runs on the box.
+"""``[bootstrap]`` settings -> the ``bootstrap.json`` that ``onbox/bootstrap.py`` runs on the box.
 
 Layout on the box, relative to the session directory (the Box's ``root``)::
 
-    .gpuops/bootstrap/        the runner and the job wrapper, shipped byte for byte
+    .gpuops/onbox/        the runner and the job wrapper, shipped byte for byte
     .gpuops/bootstrap.json    the config built here
     .gpuops/requirements.txt  the user's requirements file, when one is named
     .gpuops/bootstrap-state/  step fingerprints (what makes a re-run skip unchanged steps)
@@ -25,11 +25,11 @@ from pathlib import Path
 from gpuops.errors import BadInput
 
 BOX_DIR = ".gpuops"
-RUNNER_DIR = f"{BOX_DIR}/bootstrap"
+RUNNER_DIR = f"{BOX_DIR}/onbox"
 CONFIG_PATH = f"{BOX_DIR}/bootstrap.json"
 STATE_DIR = f"{BOX_DIR}/bootstrap-state"
 REQUIREMENTS_PATH = f"{BOX_DIR}/requirements.txt"
-RUNNER_SOURCE = Path(__file__).resolve().parents[2] / "bootstrap"  # shipped to RUNNER_DIR
+RUNNER_SOURCE = Path(__file__).resolve().parents[2] / "onbox"  # shipped to RUNNER_DIR
 BOOTSTRAP_PIDFILE = f"{BOX_DIR}/bootstrap.pid"  # the agent reads it (agentctl.agent_config: bootstrap_pidfile)
 
 

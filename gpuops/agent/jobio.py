@@ -1,11 +1,11 @@
 """The detached job on a box.
 
-Start it under ``bootstrap/jobwrap.py``, follow its log (dropping and re-attaching at will), read
+Start it under ``onbox/jobwrap.py``, follow its log (dropping and re-attaching at will), read
 its exit, copy its results back.
 
 On the box (relative to the session directory): ``.gpuops/run/job.log`` (stdout+stderr),
 ``job.pid``, ``exit_code`` (``code\\nstarted\\nended``, epoch seconds) and ``exit_marker``
-(present once the job has ended; see bootstrap/jobwrap.py).
+(present once the job has ended; see onbox/jobwrap.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def start_job(box, command: str, *, env: dict[str, str] | None = None, python: s
     """Start ``command`` (bash) detached on ``box`` under the job wrapper (setsid + nohup).
 
     It survives a dropped connection and the laptop process. ``env`` (secrets) goes through the
-    Box's 0600 env file. Requires the runner shipped to ``.gpuops/bootstrap`` (run_bootstrap_plan
+    Box's 0600 env file. Requires the runner shipped to ``.gpuops/onbox`` (run_bootstrap_plan
     does)."""
     q = shlex.quote
     box.run_detached(
@@ -57,7 +57,7 @@ def job_exit(box) -> JobExit | None:
     """The job's exit, or None while it runs (or before it started).
 
     The box's files are the other side of a trust boundary: an exit code that is not a whole
-    number 0-255 (what ``bootstrap/jobwrap.py`` writes: 128+N for signal N) raises GpuopsError
+    number 0-255 (what ``onbox/jobwrap.py`` writes: 128+N for signal N) raises GpuopsError
     naming the file; a time that is not a finite number becomes None (no job seconds booked). At
     most ``EXIT_CODE_BYTES`` of the file are read, one byte of the marker."""
     if box.read_file(f"{JOB_DIR}/exit_marker", limit=1) is None:  # only whether it is there

@@ -34,7 +34,7 @@ class Session:
     (USD/h, the whole box); ``seconds``: billed seconds; ``cost_usd``: what it cost in USD
     (``simulated``: priced at the catalog's reference price on the local provider, never charged);
     ``tokens`` and ``usd_per_mtoken`` (USD per million tokens) when the job wrote its tokens;
-    ``end_reason``: why it ended (bootstrap.vocabulary.EndReason); ``exit_code``: the job's, when it
+    ``end_reason``: why it ended (onbox.vocabulary.EndReason); ``exit_code``: the job's, when it
     ran; ``error``: what failed, if anything; ``log``: the kept job log's path. A dry run
     (``dry_run=True``) has no session: ``projected_cost_usd`` (USD for max_hours) and ``summary``
     say what would be rented. ``summary``: the whole dict, as `gpuops up --json` prints it."""

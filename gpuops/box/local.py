@@ -1,7 +1,7 @@
 """This machine as a box (``LocalBox``).
 
 Each process in its own process group, recorded so that the local provider's destroy ends them all.
-A box given ``hide`` paths has its job contained (bootstrap/contain.py, through the job wrapper)."""
+A box given ``hide`` paths has its job contained (onbox/contain.py, through the job wrapper)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import sys
 import threading
 from pathlib import Path
 
-from bootstrap.jobwrap import CONTAIN_ENV
-from bootstrap.localbox import MARKER as BOX_MARKER
 from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, OutputLines, _copy_tree_safely, _CopyBudget, _local_file
+from onbox.jobwrap import CONTAIN_ENV
+from onbox.localbox import MARKER as BOX_MARKER
 
 READ_BYTES = 1 << 16  # one read of a command's output: a line without end is handed on in pieces
 
@@ -34,7 +34,7 @@ class LocalBox:
     reading a file of the box is a local read (callers may poll it often). ``hide``: absolute paths
     (gpuops' data dir, spool dirs, config and key files) the job must not see: when given, the job
     wrapper starts the job in its own user, mount and PID namespace where they are covered and the
-    box stays visible (``CONTAIN_ENV``, bootstrap/jobwrap.py); None: the job runs uncontained."""
+    box stays visible (``CONTAIN_ENV``, onbox/jobwrap.py); None: the job runs uncontained."""
 
     local_reads = True
 
@@ -55,7 +55,7 @@ class LocalBox:
         env.update(self._base_env)
         env.update(extra or {})
         # Marks every process of this box, also those that leave its process groups (setsid,
-        # daemonize): the local destroy finds them by it (bootstrap/localbox.py).
+        # daemonize): the local destroy finds them by it (onbox/localbox.py).
         env[BOX_MARKER] = os.path.abspath(self.root)
         if self._hide is not None:
             env[CONTAIN_ENV] = json.dumps({"keep": os.path.abspath(self.root), "hide": self._hide})

@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.check.check import Finding, Verdict
 from gpuops.errors import BadInput, GpuopsError
 from gpuops.providers.base import InstanceStatus, OfferQuery, Provider, ProviderError
+from onbox.vocabulary import EndReason, EventKind, RowStatus
 
 if TYPE_CHECKING:
     from ledger.books import Books

@@ -186,9 +186,9 @@ def up(
         _print_lossy(lambda: emit.emit(summ, fmt, lambda: ui.render_interactive(summ, settings.teardown)))
         return
     _print_lossy(lambda: emit.emit(summ, fmt, lambda: ui.render_summary(summ)))
-    from bootstrap.vocabulary import EndReason, exit_status
+    from onbox.vocabulary import EndReason, exit_status
 
-    # The exit status follows the row (bootstrap.vocabulary.EXIT_STATUS): job_end 0, interrupted
+    # The exit status follows the row (onbox.vocabulary.EXIT_STATUS): job_end 0, interrupted
     # 130, manual (`gpuops down` from elsewhere) 3, anything else 1; a job_end whose results did
     # not come back (summary "error") is 1.
     code = exit_status(summ["end_reason"])

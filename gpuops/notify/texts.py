@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bootstrap.vocabulary import EndReason
 from gpuops.units import money
+from onbox.vocabulary import EndReason
 
 # The teardown layers that end a box on their own (idle GPU, TTL, the session's cap, no job ever)
 LAYER_REASONS = (EndReason.IDLE, EndReason.TTL, EndReason.SESSION_CAP, EndReason.NO_JOB)

@@ -6,7 +6,7 @@ help strings (``NAMES``, ``choices``), the config's ``[up] provider`` type and i
 ``gpuops.config``), where account keys come from (``ProviderEntry.keys``, read by ``keys.py``), the
 agent's destroy kind, which providers have spot, volumes and billing, the documented billing unit,
 the SDK `gpuops check` looks for, and the catalog column of each provider's GPU names. What cannot
-import it is checked against it by ``tests/providers/test_registry.py``: the ``bootstrap/``
+import it is checked against it by ``tests/providers/test_registry.py``: the ``onbox/``
 vocabulary (it runs on the box, standard library only), ``infra.example.toml``'s sections and the
 pyproject extras. Adding a provider: docs/adding-a-provider.md. Provider classes, SDKs and settings
 models import lazily (``build``, ``load``, ``settings``): this module is read at CLI start-up for
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from bootstrap.vocabulary import ProviderName
 from gpuops.errors import BadInput
 from gpuops.providers import local, runpod, vast  # one folder each; adding one: docs/adding-a-provider.md
 from gpuops.providers.entry import ProviderEntry, SettingsView
+from onbox.vocabulary import ProviderName
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Provider

@@ -226,7 +226,7 @@ class Provider(abc.ABC):
 
     Subclass it (with the capability mixins below that it has) and register it in
     ``gpuops.providers`` (docs/adding-a-provider.md). ``name`` is a
-    ``bootstrap.vocabulary.ProviderName`` value.
+    ``onbox.vocabulary.ProviderName`` value.
 
     Required (abstract: a class missing one cannot be instantiated):
 

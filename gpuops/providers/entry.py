@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from bootstrap.vocabulary import ProviderName
+from onbox.vocabulary import ProviderName
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Provider
@@ -88,7 +88,7 @@ class ProviderEntry:
     ``sdk``: the import name of its SDK, if any (`gpuops check` shows its version).
     ``catalog_field`` / ``catalog_heading``: the ``gpuops.catalog.Card`` field holding its GPU
     name for a card, and that column's heading in `gpuops plan --cards`.
-    ``agent_credential``: what the on-box agent destroys with (``bootstrap/agent.py``),
+    ``agent_credential``: what the on-box agent destroys with (``onbox/agent.py``),
     ``agent_refused``: what it does when that credential is refused (shown by `gpuops check`).
     """
 
@@ -135,5 +135,5 @@ class ProviderEntry:
 
     @property
     def agent_destroy_kind(self) -> str:
-        """``destroy.kind`` in the on-box agent's config for its boxes (``bootstrap/agent.py``)."""
+        """``destroy.kind`` in the on-box agent's config for its boxes (``onbox/agent.py``)."""
         return self.name.value

@@ -58,10 +58,10 @@ def target(settings: Settings, ledger: Books, ref: str, provider=None) -> Target
     Refused: a closed row, a row another user rented or under an account held elsewhere, an
     instance the provider does not answer with the row's label, one not running, a row whose `up`
     booked no endpoint. ``provider``: the Provider to ask (default: the row's, from settings)."""
-    from bootstrap.vocabulary import RowStatus
     from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers.base import InstanceStatus
     from gpuops.rental.sessions import endpoint, resolve_session
+    from onbox.vocabulary import RowStatus
 
     row = resolve_session(ledger, ref)
     if row.status == RowStatus.CLOSED:

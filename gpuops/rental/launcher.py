@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from bootstrap.policy import MAX_HOURS
-from bootstrap.vocabulary import EndReason, EventKind, RowStatus
 from gpuops.agent.jobio import tokens_from_metrics
 from gpuops.config import Settings
 from gpuops.errors import BadInput, GpuopsError
@@ -46,6 +44,8 @@ from gpuops.providers.base import (
 )
 from gpuops.providers.retry import RetryPolicy, call_with_retries
 from gpuops.teardown.lifecycle import DESTROY_ATTEMPTS, end_rental, failure_reason
+from onbox.policy import MAX_HOURS
+from onbox.vocabulary import EndReason, EventKind, RowStatus
 
 if TYPE_CHECKING:
     from gpuops.box.base import Box
@@ -60,7 +60,7 @@ LOG_POLL_S = 0.2
 # A box whose files are this machine's (LocalBox.local_reads): a poll is three file reads, so the
 # job's end is seen within this, not within LOG_POLL_S (job end to row closed is what the user pays).
 LOCAL_LOG_POLL_S = 0.02
-# The job wrapper rewrites a heartbeat every second (bootstrap/jobwrap.py); this long without a
+# The job wrapper rewrites a heartbeat every second (onbox/jobwrap.py); this long without a
 # change and without an exit marker means it died: the job is booked failed, not waited on until TTL.
 WRAPPER_STALE_S = 30.0
 READY_POLL_S = 3.0  # provider polls while waiting for an SSH endpoint
@@ -625,7 +625,7 @@ def _job_command(job_name: str) -> str:
 
 def _idle_minutes_for_row(teardown) -> float:
     """The idle window as the row stores it: minutes, 0 when the idle layer is off."""
-    from bootstrap.policy import idle_minutes_of
+    from onbox.policy import idle_minutes_of
 
     v = idle_minutes_of(teardown)
     return 0.0 if v is None else float(v)
@@ -971,9 +971,9 @@ def _run_recovering(
     summary with the run's outcome on top (``run``, ``rentals``, ``end_reason``, ``cost_usd``)."""
     from dataclasses import replace
 
-    from bootstrap.vocabulary import RunEnd
     from gpuops.rental import runs
     from ledger import Run
+    from onbox.vocabulary import RunEnd
 
     t = settings.teardown
     nxt = runs.next_rental(req.max_hours, t.max_session_usd, 0.0, 0.0, p.offer.price)
@@ -1445,7 +1445,7 @@ def _watchdog_note(ledger: Books, reporter: Reporter, settings: Settings | None 
 
 
 def _arm(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings, provider: Provider) -> None:
-    """Ship bootstrap/ and start the on-box agent FIRST: from here on the box can destroy itself."""
+    """Ship onbox/ and start the on-box agent FIRST: from here on the box can destroy itself."""
     from gpuops.agent import agentctl
 
     reporter.stage("arm")
@@ -1462,7 +1462,7 @@ def _arm(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings, provid
         settings=settings,
     )
     if s.req.interactive:
-        cfg["interactive"] = True  # no job comes: no armed-no-job wait (bootstrap/agent.py)
+        cfg["interactive"] = True  # no job comes: no armed-no-job wait (onbox/agent.py)
     agentctl.arm(s.box, cfg)
     ledger.event(s.id, EventKind.ARMED)
 

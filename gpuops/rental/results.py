@@ -1,6 +1,6 @@
 """Results come home: a resumable, checksummed copy of the box's results directory.
 
-1. On the box, ``bootstrap/manifest.py`` (stdlib, shipped with the runner at ``arm``) lists every
+1. On the box, ``onbox/manifest.py`` (stdlib, shipped with the runner at ``arm``) lists every
    regular file with its size (bytes) and sha256; when a persistent volume is mounted it first
    keeps a verified copy at ``<volume>/gpuops/results/<session>/`` (so results survive the destroy
    even when the laptop cannot take them).
@@ -180,7 +180,7 @@ def read_manifest(
     if rc != 0 or not last:
         raise GpuopsError(
             f"listing the results on the box failed (exit {rc}): {' '.join(errors)[:200]}",
-            "the box's python3 must run .gpuops/bootstrap/manifest.py",
+            "the box's python3 must run .gpuops/onbox/manifest.py",
         )
     return entries, skipped, last
 

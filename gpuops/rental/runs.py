@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bootstrap.vocabulary import EndReason
+from onbox.vocabulary import EndReason
 
 # The least box time a new rental must be able to buy (seconds): booting, bootstrapping and
 # resuming a job takes about this long before it computes anything again.

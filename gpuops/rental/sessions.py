@@ -68,7 +68,7 @@ def endpoint(ledger: Books, session_id: str) -> dict:
 
     ``{"host", "port", "user", "root"}``; host, port and user absent on a local box, all absent
     when no ready stage booked them."""
-    from bootstrap.vocabulary import EventKind
+    from onbox.vocabulary import EventKind
 
     got = ledger.last_event(session_id, EventKind.READY)
     detail = got[1] if got is not None else None
@@ -86,9 +86,9 @@ def list_open(ledger: Books, owner: str | None = None, now: float | None = None)
     None: everyone's."""
     import time
 
-    from bootstrap.vocabulary import EventKind
     from gpuops.ownership import is_mine
     from gpuops.teardown.live import live_figures
+    from onbox.vocabulary import EventKind
 
     now = time.time() if now is None else now
     out = []
@@ -133,11 +133,11 @@ def down(settings: Settings, ledger: Books, ref: str | None, all_open: bool) -> 
     import os
     import socket
 
-    from bootstrap.vocabulary import Actor, EndReason, RowStatus
     from gpuops.notify import notifier
     from gpuops.ownership import OTHER, account_of, is_mine, standing
     from gpuops.providers import get_provider
     from gpuops.teardown.lifecycle import end_rental
+    from onbox.vocabulary import Actor, EndReason, RowStatus
 
     notifier.use(settings)  # a destroy that fails says so ([notify]); nothing when no target
     providers: dict = {}

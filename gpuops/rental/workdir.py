@@ -12,7 +12,7 @@ input, one line naming the fix.
 
 Where it goes: ``<box root>/workdir`` (``WORKDIR``), given to the job as ``$GPUOPS_WORKDIR``.
 How (``upload``, during the bootstrap stage, beside bootstrap.py's steps on a second connection):
-the box's copy is listed first with ``bootstrap/manifest.py`` (sha256 per file, as the results'
+the box's copy is listed first with ``onbox/manifest.py`` (sha256 per file, as the results'
 copy-back does), only files whose sha256 differs or that are missing go up (each to a temporary
 name, then renamed), and the manifest runs again: every file must then have this machine's sha256,
 else the upload failed. Files on the box that the tree no longer has are left where they are.

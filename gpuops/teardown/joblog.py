@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bootstrap.vocabulary import EventKind
+from onbox.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from gpuops.box.base import Box

@@ -18,7 +18,7 @@
   row's heartbeat and the ledger's events alike), else the create time, clamped to [create, now].
   Never "now" for a box that was already gone, never an event a closer writes about its own work.
 
-The vocabulary (end reasons, event kinds, row status) is ``bootstrap/vocabulary.py``.
+The vocabulary (end reasons, event kinds, row status) is ``onbox/vocabulary.py``.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
-from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
 from gpuops.providers.base import Instance, InstanceStatus, Provider
 from gpuops.providers.provider_errors import ProviderError
 from gpuops.providers.retry import RetryPolicy, call_with_retries
+from onbox.vocabulary import END_REASONS, EndReason, EventKind, RowStatus  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager

@@ -2,7 +2,7 @@
 
 ``up`` (while it follows the job) and ``gpuops watchdog`` (each tick) book the box's status as a
 ``live`` event: the tokens the job has written to ``$GPUOPS_METRICS`` and how long the GPUs have
-been idle (the current streak of ``bootstrap.policy.decide``'s ``idle_since``, in seconds of the
+been idle (the current streak of ``onbox.policy.decide``'s ``idle_since``, in seconds of the
 clock that judged it, so a box clock that is off does not matter). ``gpuops ps`` and the dashboard read
 the newest one from the ledger and never open a connection to the box. Money here is estimated
 from the row: the price booked at create (USD/h, whole box) times the seconds since the
@@ -15,7 +15,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from bootstrap.vocabulary import EventKind
+from onbox.vocabulary import EventKind
 
 if TYPE_CHECKING:
     from ledger.books import Books

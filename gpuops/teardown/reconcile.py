@@ -41,13 +41,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bootstrap.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 from gpuops.errors import GpuopsError
 from gpuops.providers import ACCOUNTLESS
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError
 from gpuops.teardown.joblog import keep_log
 from gpuops.teardown.lifecycle import Ended, end_rental, requested_reason, seen_exit_code
 from gpuops.units import money  # "simulated" on every money figure
+from onbox.vocabulary import END_REASONS, Actor, EndReason, EventKind, RowStatus  # noqa: F401  (END_REASONS re-exported)
 
 if TYPE_CHECKING:
     from ledger.books import Books
@@ -424,7 +424,7 @@ def close_run_of(ctx: Context, row, ended: Ended) -> bool:
     on with attempts left leaves it open: a live `up` is renting the next box. The run's end time is
     the rental's. Returns whether it closed the run; never raises for a ledger error (the rental is
     booked; the run's close is a label on it)."""
-    from bootstrap.vocabulary import RunEnd
+    from onbox.vocabulary import RunEnd
 
     run_id = getattr(row, "run_id", None)
     if not run_id or not ended.closed:

@@ -7,7 +7,7 @@ Each tick, per open session (under its lease, ledger/limits.py, so several watch
 ledger do not fight): ask the provider for the instance (gone: close the row, end time from the
 provider or the agent's heartbeat, never "now"; a stopped/exited spot instance: preempted); read
 the agent's status through the Box (a stale heartbeat is reported and checking goes on); apply
-``bootstrap/policy.decide`` with the session's own limits (max_hours and idle window from its ROW,
+``onbox/policy.decide`` with the session's own limits (max_hours and idle window from its ROW,
 the rest from the agent's status, else this watchdog's settings) -> destroy on ttl / session_cap /
 job end / idle, through ``gpuops.teardown.lifecycle.end_rental``. Then the money layer: each
 provider's balance against ``balance_floor_usd`` and the ledger's month-to-date spend against
@@ -31,8 +31,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from bootstrap import policy
-from bootstrap.vocabulary import Actor, EndReason, EventKind
 from gpuops.errors import GpuopsError
 from gpuops.providers.base import InstanceStatus, ProviderError
 from gpuops.teardown.reconcile import (
@@ -46,6 +44,8 @@ from gpuops.teardown.reconcile import (
     reconcile,
     record_proof_of_life,
 )
+from onbox import policy
+from onbox.vocabulary import Actor, EndReason, EventKind
 
 log = logging.getLogger("gpuops.teardown.watchdog")
 

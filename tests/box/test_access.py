@@ -12,13 +12,13 @@ import urllib.request
 
 import pytest
 
-from bootstrap.vocabulary import EventKind
 from gpuops.config import load_settings
 from gpuops.errors import BadInput
 from gpuops.providers.base import Instance, InstanceStatus, SshEndpoint
 from gpuops.rental import access
 from gpuops.rental.sessions import list_open
 from ledger import Ledger
+from onbox.vocabulary import EventKind
 from tests.support.ports import reserved_port
 
 SID = "s-access-1"

@@ -1,4 +1,4 @@
-"""bootstrap/bootstrap.py, run as the box runs it: a python3 subprocess, JSON lines on stdout."""
+"""onbox/bootstrap.py, run as the box runs it: a python3 subprocess, JSON lines on stdout."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.support.servers import HttpFiles, commit, make_repo
 from tests.support.wheels import make_wheel
 
 REPO = Path(__file__).resolve().parents[2]
-RUNNER = REPO / "bootstrap" / "bootstrap.py"
+RUNNER = REPO / "onbox" / "bootstrap.py"
 SECRET = "hf_TopSecret0123456789abcdef"
 
 
@@ -380,12 +380,12 @@ def test_bad_config_is_named(world):
 def test_code_that_runs_on_the_box_parses_as_python_3_8():
     import ast
 
-    box_code = sorted(p.name for p in (REPO / "bootstrap").glob("*.py"))
+    box_code = sorted(p.name for p in (REPO / "onbox").glob("*.py"))
     assert {"agent.py", "bootstrap.py", "jobwrap.py", "localbox.py", "policy.py"} <= set(box_code)
     refused = {}
     for name in box_code:
         try:
-            ast.parse((REPO / "bootstrap" / name).read_text(), feature_version=(3, 8))
+            ast.parse((REPO / "onbox" / name).read_text(), feature_version=(3, 8))
         except SyntaxError as e:
             refused[name] = f"line {e.lineno}: {e.msg}"
     assert refused == {}
@@ -407,7 +407,7 @@ def test_system_step_keeps_the_rows_when_nvidia_smi_only_warns(world):
 
 
 def test_the_standard_steps_wait_only_for_what_they_need():
-    from bootstrap import bootstrap as runner
+    from onbox import bootstrap as runner
 
     kinds = ["system", "secrets", "deps", "code", "weights", "weights", "verify", "run"]
     names = ["system", "secrets", "deps", "code", "w1", "w2", "verify", "command 1"]

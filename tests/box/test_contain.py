@@ -1,4 +1,4 @@
-"""The job wrapper's containment (bootstrap/contain.py through bootstrap/jobwrap.py), run as the
+"""The job wrapper's containment (onbox/contain.py through onbox/jobwrap.py), run as the
 local box runs it: what the job sees of a hidden folder, that the wrapper's instruction never
 reaches it, that a bad instruction starts nothing, and that SIGTERM still reaches the job."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.jobwrap import CONTAIN_ENV
 from gpuops.providers.local.compute import LocalProvider
+from onbox.jobwrap import CONTAIN_ENV
 from tests.teardown.conftest import wait_for
 
 pytestmark = pytest.mark.e2e
-JOBWRAP = Path(__file__).resolve().parents[2] / "bootstrap" / "jobwrap.py"
+JOBWRAP = Path(__file__).resolve().parents[2] / "onbox" / "jobwrap.py"
 
 
 @pytest.fixture

@@ -59,7 +59,7 @@ def test_a_box_without_sftp_is_served_over_exec(sshd_nosftp, make_box, tmp_path)
     assert (tmp_path / "back" / "a" / HOSTILE).read_bytes() == (src / "a" / HOSTILE).read_bytes()
     assert box.get("nothing", tmp_path / "none") is False
     # The detached job and the agent protocol work the same way
-    box.put(REPO / "bootstrap", ".gpuops/bootstrap")
+    box.put(REPO / "onbox", ".gpuops/onbox")
     start_job(box, "echo hello; exit 4")
     got = bytearray()
     _, ended = follow_log(box, got.extend, deadline=time.monotonic() + 20)
@@ -276,7 +276,7 @@ def test_results_with_control_characters_in_names_come_home_escaped_and_listed(
     s.start()
     try:
         box = make_box(s)
-        box.put(REPO / "bootstrap" / "manifest.py", results.MANIFEST)
+        box.put(REPO / "onbox" / "manifest.py", results.MANIFEST)
         out = Path(box.root) / "out"
         out.mkdir(parents=True)
         (out / "plain.txt").write_text("P")

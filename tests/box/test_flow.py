@@ -69,7 +69,7 @@ def test_plan_from_settings_orders_steps_and_carries_catalog_figures(tmp_path):
     assert SECRET not in json.dumps(plan.config)  # the config names secrets, never holds them
     assert (tmp_path / "req.txt", ".gpuops/requirements.txt") in plan.files
     assert plan.command() == (
-        "echo $$ > .gpuops/bootstrap.pid && exec python3 .gpuops/bootstrap/bootstrap.py "
+        "echo $$ > .gpuops/bootstrap.pid && exec python3 .gpuops/onbox/bootstrap.py "
         "--config .gpuops/bootstrap.json --state-dir .gpuops/bootstrap-state"
     )  # the agent sees it run
 

@@ -201,7 +201,7 @@ JOB_LOG = b"".join(b"line-%d\n" % i for i in range(1, 31))
 
 
 def _ship_runner(box):
-    box.put(REPO / "bootstrap", ".gpuops/bootstrap")
+    box.put(REPO / "onbox", ".gpuops/onbox")
 
 
 def test_connection_dropped_mid_job_then_reattach(sshd, make_box):

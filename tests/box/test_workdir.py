@@ -58,7 +58,7 @@ def test_scan_without_git_walks_everything_but_dot_git_and_refuses_over_the_cap(
 
 def test_upload_verifies_by_sha256_and_a_second_one_sends_only_the_changed_file(tmp_path, sshd, make_box):
     box = make_box(sshd)
-    box.put(REPO / "bootstrap", RUNNER_DIR)  # what arm ships: manifest.py lists the box's copy
+    box.put(REPO / "onbox", RUNNER_DIR)  # what arm ships: manifest.py lists the box's copy
     d = tree(tmp_path)
     first = workdir.upload(box, workdir.scan(d, excludes=("cache",)))
     assert (first.files, first.sent, first.unchanged) == (4, 4, 0)

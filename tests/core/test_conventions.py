@@ -8,7 +8,7 @@ import json
 import pytest
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_card_name_colon_count_is_card_and_gpu_count(cli, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")

@@ -2,7 +2,7 @@
 
 The example is documentation a user copies to infra.toml: a value shown there that is not the
 default would be copied as a silent override, and a changed default would leave it stale. The
-defaults of the layers the box runs are stated once, in bootstrap/policy.py, and the laptop's
+defaults of the layers the box runs are stated once, in onbox/policy.py, and the laptop's
 settings (``gpuops.config.TeardownSettings``) read them from there; this test reads the example
 and compares what it shows with those sources.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from bootstrap import policy
 from gpuops.config import Settings
+from onbox import policy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,7 +53,7 @@ def test_each_value_the_example_shows_is_the_default(path, shown):
     )
 
 
-# The [teardown] keys whose defaults bootstrap/policy.py states (the agent on the box falls back to them).
+# The [teardown] keys whose defaults onbox/policy.py states (the agent on the box falls back to them).
 POLICY = {
     "max_hours": "MAX_HOURS",
     "idle_minutes": "IDLE_MINUTES",

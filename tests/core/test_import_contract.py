@@ -1,5 +1,5 @@
 """The house's import contract (pyproject ``[tool.importlinter]``): layers point down, ledger/ and
-bootstrap/ import nothing of gpuops, and no package's modules import each other in a circle.
+onbox/ import nothing of gpuops, and no package's modules import each other in a circle.
 
 Run in process through import-linter's own entry (what ``lint-imports`` runs), so a broken
 contract fails the unit lane with import-linter's report of the offending import lines. Every
@@ -105,7 +105,7 @@ def test_no_modules_import_each_other_in_a_circle():
     package back (``gpuops.providers`` <-> ``gpuops.providers.keys``) would pass it."""
     import grimp
 
-    graph = grimp.build_graph("gpuops", "ledger", "bootstrap", exclude_type_checking_imports=False)
+    graph = grimp.build_graph("gpuops", "ledger", "onbox", exclude_type_checking_imports=False)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from bootstrap.vocabulary import EventKind
 from ledger import Ledger
 from ledger.models import Session
+from onbox.vocabulary import EventKind
 
 
 @pytest.fixture

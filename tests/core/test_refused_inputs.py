@@ -22,7 +22,7 @@ def _run(env, *args):
     return subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=60)
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_a_ttl_past_30_days_is_refused_from_flag_env_and_file(job, gpuops_home, cli, tmp_path):
     # Seen: `up --max-hours 1e308` was accepted: a TTL that never fires, and a 300-digit projected cost.
     out = cli("up", "--job", job, "--max-hours", "1e308")

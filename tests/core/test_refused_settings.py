@@ -50,7 +50,7 @@ def test_an_empty_card_variable_is_a_warning_for_ps(gpuops_home, cli):
     assert out.stderr.startswith(f"warning: environment variable GPUOPS_UP_CARD: {CARD_EMPTY}; ignored"), out.stderr
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_the_example_config_leaves_card_unset(gpuops_home, cli, job):
     from tests.conftest import REPO
 
@@ -87,7 +87,7 @@ def test_a_negative_idle_window_variable_is_not_called_ambiguous(job, gpuops_hom
     )
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_an_idle_window_flag_of_minutes_or_off_is_taken(job, gpuops_home, cli):
     import json
 
@@ -194,7 +194,7 @@ def test_a_whole_table_variable_that_is_not_a_table_is_refused_by_up(var, job, g
         ("\u200b", "--experiment must be one line of visible text, got '\\u200b'"),  # was booked, an invisible label
     ],
 )
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_an_experiment_that_is_no_short_visible_name_is_refused(value, problem, job, gpuops_home, cli):
     out = cli("up", "--job", job, "--experiment", value)
     assert out.returncode == 2, (out.stdout, out.stderr[:300])

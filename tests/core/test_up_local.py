@@ -187,7 +187,7 @@ def test_cli_sigint_twice_during_job_still_tears_down_a_job_that_ignores_sigterm
     # Wait until `up` has handled the first Ctrl-C (it books the interrupted stage, then tears
     # down): only then is the second one a Ctrl-C during teardown.
     led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
-    (row,) = led.sessions_between(0, 2e10)
+    (row,) = led.rows_between(0, 2e10)
 
     def interruption_booked() -> bool:
         return any(e.kind == "stage_failed" and "interrupted" in str(e.detail) for e in led.events(row.id))

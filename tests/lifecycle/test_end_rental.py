@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import time
 
-from bootstrap.vocabulary import EndReason
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
 from gpuops.teardown.lifecycle import end_rental
 from ledger.models import Session
 from ledger.store import Ledger
+from onbox.vocabulary import EndReason
 from tests.support.emulators import FAST_RETRY
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from bootstrap.vocabulary import EndReason
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
 from gpuops.teardown.lifecycle import end_rental
+from onbox.vocabulary import EndReason
 
 CREATED = 1_700_000_000.0  # the instance's create time, epoch s
 NOW = CREATED + 100.0  # the clock when the end is booked

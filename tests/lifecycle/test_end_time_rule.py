@@ -18,11 +18,11 @@ import json
 
 import pytest
 
-from bootstrap.vocabulary import EndReason, EventKind
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
 from gpuops.teardown.lifecycle import end_rental
 from ledger.models import Session
 from ledger.store import Ledger
+from onbox.vocabulary import EndReason, EventKind
 
 CREATED = 1_800_000_000.0  # the instance's create time (billing starts), epoch s
 NOW = CREATED + 3600.0  # the clock when the end is booked

@@ -91,7 +91,7 @@ def test_down_from_another_terminal_is_reported_as_manual(gpuops_home, cli_env, 
     assert row.end_reason == "manual"
     err = err.decode()
     assert "teardown manual" in " ".join(err.split()) and "job_failed" not in err, err
-    assert up.p.returncode == 3  # bootstrap.vocabulary.EXIT_STATUS: taken down from elsewhere
+    assert up.p.returncode == 3  # onbox.vocabulary.EXIT_STATUS: taken down from elsewhere
     kinds = [e.kind for e in ledger().events(sid)]
     assert kinds.count("closed") == 1 and kinds.count("end_requested") == 1
     no_box_processes(gpuops_home / "boxes" / row.label)

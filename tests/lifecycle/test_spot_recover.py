@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.jobwrap import descendants
 from gpuops.config import load_settings
 from gpuops.providers.base import OfferQuery
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger.store import Ledger
+from onbox.jobwrap import descendants
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
 from tests.lifecycle.upproc import box_processes
 from tests.support.emulators import vast_provider  # noqa: F401  (fixture)

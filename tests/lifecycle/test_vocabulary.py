@@ -8,11 +8,11 @@ import json
 import re
 from pathlib import Path
 
-from bootstrap.vocabulary import END_REASONS, EndReason, EventKind, RowStatus, exit_status
 from gpuops.teardown.lifecycle import FAILURE_BOOKS, STAGES, failure_reason
+from onbox.vocabulary import END_REASONS, EndReason, EventKind, RowStatus, exit_status
 
 REPO = Path(__file__).resolve().parents[2]
-SOURCES = [p for d in ("gpuops", "ledger", "bootstrap") for p in (REPO / d).rglob("*.py") if p.name != "vocabulary.py"]
+SOURCES = [p for d in ("gpuops", "ledger", "onbox") for p in (REPO / d).rglob("*.py") if p.name != "vocabulary.py"]
 
 
 def _text() -> str:

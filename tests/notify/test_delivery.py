@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.vocabulary import EndReason
 from gpuops.config import load_settings
 from gpuops.notify import notifier
 from gpuops.providers.base import CreateSpec, OfferQuery
@@ -21,6 +20,7 @@ from gpuops.providers.keys import Credential
 from gpuops.teardown.lifecycle import end_rental
 from ledger.models import Session
 from ledger.store import Ledger
+from onbox.vocabulary import EndReason
 from tests.conftest import gpuops_cmd
 from tests.support.emulators import FAST_RETRY
 from tests.support.receivers import JsonReceiver, SmtpReceiver

@@ -15,12 +15,12 @@ NOW = time.time()
 
 def _box(boxes, name, destroyed_days_ago=None, outside=None):
     d = boxes / name
-    (d / ".gpuops" / "bootstrap").mkdir(parents=True)
+    (d / ".gpuops" / "onbox").mkdir(parents=True)
     (d / ".gpuops" / "run").mkdir()
     (d / "instance.json").write_text(
         json.dumps({"id": name, "label": name, "usd_per_hour": 1.0, "created_at": NOW - 9 * DAY_S})
     )
-    (d / ".gpuops" / "bootstrap" / "agent.py").write_bytes(b"x" * 50_000)
+    (d / ".gpuops" / "onbox" / "agent.py").write_bytes(b"x" * 50_000)
     (d / ".gpuops" / "agent.log").write_text("agent log\n")
     (d / ".gpuops" / "agent-status.json").write_text("{}")
     (d / ".gpuops" / "run" / "job.log").write_text("job output\n")
@@ -68,7 +68,7 @@ def test_sweep_prunes_only_boxes_past_retention_and_is_bounded(tmp_path):
     assert sweep(boxes, 7, NOW) == []
     assert (recent / "venv" / "lib" / "big.bin").exists() and (alive / "venv" / "lib" / "big.bin").exists()
     assert sweep(boxes, 1, NOW) == [recent.name]  # a shorter retention reaches it; the live box never
-    assert (alive / ".gpuops" / "bootstrap" / "agent.py").exists()
+    assert (alive / ".gpuops" / "onbox" / "agent.py").exists()
 
 
 def test_destroy_sweeps_and_zero_days_prunes_the_box_itself(tmp_path):

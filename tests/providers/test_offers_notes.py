@@ -7,7 +7,7 @@ import json
 import pytest
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_offers_without_keys_lists_local_and_notes_the_rest(gpuops_home, cli, monkeypatch):
     # Seen: `gpuops offers` on a fresh machine -> NameError: name 'ui' is not defined (exit 1),
     # raised while printing the "note:" lines for the providers it skipped.

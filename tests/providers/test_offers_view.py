@@ -111,7 +111,7 @@ def test_bad_flags(settings):
             find_offers(settings, **kw)
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_no_keys_falls_back_to_local(gpuops_home, monkeypatch, tmp_path):
     for var in ("RUNPOD_API_KEY", "VAST_API_KEY"):
         monkeypatch.delenv(var, raising=False)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap.vocabulary import PROVIDER_NAMES, ProviderName
 from gpuops.errors import BadInput
 from gpuops.providers import ACCOUNTLESS, MARKETPLACES, NAMES, REGISTRY, SPOT, WITH_BILLING, WITH_VOLUMES, entry
 from gpuops.providers.base import HasBilling, HasVolumes, Interruptible, Provider
 from gpuops.providers.volumes import VolumeService
+from onbox.vocabulary import PROVIDER_NAMES, ProviderName
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,19 +28,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_box_vocabulary_names_the_registry_providers():
     assert set(PROVIDER_NAMES) == set(NAMES) == {p.value for p in ProviderName}, (
-        "bootstrap/vocabulary.py ProviderName: one per entry"
+        "onbox/vocabulary.py ProviderName: one per entry"
     )
     assert NAMES[0] == "local"  # the default provider comes first (help strings, `offers` without keys)
 
 
 def test_the_agent_destroys_a_box_of_every_registered_provider():
-    sys.path.insert(0, str(ROOT / "bootstrap"))
+    sys.path.insert(0, str(ROOT / "onbox"))
     try:
-        import bootstrap.agent as agent
+        import onbox.agent as agent
     finally:
         sys.path.pop(0)
     assert set(agent.MARKET_DESTROYS) == set(MARKETPLACES), (
-        "bootstrap/agent.py MARKET_DESTROYS: one destroy per marketplace"
+        "onbox/agent.py MARKET_DESTROYS: one destroy per marketplace"
     )
     assert {REGISTRY[n].agent_destroy_kind for n in NAMES} == set(NAMES)
     for name in NAMES:

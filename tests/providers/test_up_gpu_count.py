@@ -8,7 +8,7 @@ import re
 import pytest
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_the_gpu_count_that_up_suggests_is_a_flag_up_takes(gpuops_home, cli, tmp_path):
     # Seen: "fits no --card rtx-4090 (...; try --gpu-count 8 on rtx-4090)", then
     # `up --gpu-count 8` answered "No such option: --gpu-count".
@@ -35,7 +35,7 @@ def test_gpu_count_must_be_a_whole_number(gpuops_home, cli, tmp_path):
     assert not (gpuops_home / "ledger.db").exists()
 
 
-@pytest.mark.e2e  # local offers start the containment probe (a bootstrap/contain.py process)
+@pytest.mark.e2e  # local offers start the containment probe (a onbox/contain.py process)
 def test_gpu_count_beyond_one_host_is_refused_before_anything_is_rented(gpuops_home, cli, tmp_path):
     # Seen: `up --card a100 --gpu-count 99999` on the local provider "rented" an a100 x99999 and
     # booked $59999.40/h (simulated), exit 0.

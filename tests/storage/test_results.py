@@ -16,7 +16,7 @@ from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
 from gpuops.rental import results
 from tests.support.sshd import TcpProxy
 
-BOOTSTRAP = Path(__file__).resolve().parents[2] / "bootstrap"
+BOOTSTRAP = Path(__file__).resolve().parents[2] / "onbox"
 
 
 def _make_results(root: Path) -> dict[str, bytes]:

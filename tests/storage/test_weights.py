@@ -52,7 +52,7 @@ def bootstrap(tmp_path, hub, source, state="state1", token=None, timeout=None, p
     p = subprocess.run(
         [
             sys.executable,
-            str(REPO / "bootstrap/bootstrap.py"),
+            str(REPO / "onbox/bootstrap.py"),
             "--config",
             str(cfg),
             "--state-dir",
@@ -127,7 +127,7 @@ def test_a_killed_download_completes_on_the_next_run_and_frees_its_partial(tmp_p
     proc = subprocess.Popen(
         [
             sys.executable,
-            str(REPO / "bootstrap/bootstrap.py"),
+            str(REPO / "onbox/bootstrap.py"),
             "--config",
             str(cfg),
             "--state-dir",
@@ -202,7 +202,7 @@ def ranged(tmp_path, hub, source, state="r1", workers=4, **extra):
     env.update(HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path / "home"), PYTHONPATH="")
     return [
         sys.executable,
-        str(REPO / "bootstrap/bootstrap.py"),
+        str(REPO / "onbox/bootstrap.py"),
         "--config",
         str(cfg),
         "--state-dir",
@@ -366,7 +366,7 @@ def test_a_fresh_box_downloads_beside_its_deps_with_ranges(tmp_path, hub):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=hub.endpoint, HOME=str(tmp_path / "home"), PYTHONPATH="")
     p = subprocess.run(
-        [sys.executable, str(REPO / "bootstrap/bootstrap.py"), "--config", "b.json", "--state-dir", "state"],
+        [sys.executable, str(REPO / "onbox/bootstrap.py"), "--config", "b.json", "--state-dir", "state"],
         cwd=box,
         env=env,
         capture_output=True,

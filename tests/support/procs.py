@@ -5,7 +5,7 @@ Every process the suite starts inherits three environment variables set by tests
 run's temp root, which is also ``TMPDIR``) and ``PYTEST_GPUOPS_TEST`` (the node id of the test that
 was running, ``session`` for session-wide servers). Processes that lose their environment on the
 way (an sshd session on the stand-in box gets a fresh one) are still found by path: their working
-directory, their argv, or their ``GPUOPS_LOCAL_BOX`` marker (bootstrap/localbox.py) lies under the
+directory, their argv, or their ``GPUOPS_LOCAL_BOX`` marker (onbox/localbox.py) lies under the
 run's temp root. Nothing is matched by name, so the machine's own sshd or PostgreSQL, and another
 checkout's test run, are never touched.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 RUN_VAR = "PYTEST_GPUOPS_RUN"
 ROOT_VAR = "PYTEST_GPUOPS_ROOT"
 TEST_VAR = "PYTEST_GPUOPS_TEST"
-BOX_MARKER = "GPUOPS_LOCAL_BOX"  # bootstrap/localbox.py MARKER
+BOX_MARKER = "GPUOPS_LOCAL_BOX"  # onbox/localbox.py MARKER
 SESSION = "session"
 
 

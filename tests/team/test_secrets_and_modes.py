@@ -10,10 +10,10 @@ import os
 import stat
 from pathlib import Path
 
-from bootstrap.bootstrap import netrc_with, step_secrets
 from gpuops.config import load_settings
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
+from onbox.bootstrap import netrc_with, step_secrets
 
 # A ~/.netrc the old regex broke: it removed github.com (and everything after) along with wandb.
 USER_NETRC = (

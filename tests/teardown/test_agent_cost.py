@@ -1,6 +1,6 @@
 """What the agent does every sample, made cheaper without changing what it sees.
 
-The incremental /proc scan (bootstrap/agent.py ``ProcScanner``): a process's argv is not read every
+The incremental /proc scan (onbox/agent.py ``ProcScanner``): a process's argv is not read every
 sample, yet a new SSH session, a process that execs into one after it was first seen, and a pid
 that changed hands are each seen on the next scan, and a /proc/loadavg that does not count pids
 the kernel's way turns the old rule (compare /proc entry times) back on. ``run_capture`` (the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bootstrap import agent
+from onbox import agent
 from tests.teardown.conftest import wait_for
 
 USER = "scanuser"

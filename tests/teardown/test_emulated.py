@@ -86,7 +86,7 @@ def run_agent(tmp_path: Path, kind: str, url: str, instance_id: str, environ: di
     (root / ".gpuops" / "agent.json").write_text(json.dumps(cfg))
     clean = {k: v for k, v in os.environ.items() if not any(s in k for s in ("API_KEY", "RUNPOD", "VAST", "CONTAINER"))}
     p = subprocess.Popen(
-        [sys.executable, str(REPO / "bootstrap" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
+        [sys.executable, str(REPO / "onbox" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
         env=clean,
         stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "agent.log", "w"),
@@ -557,7 +557,7 @@ def test_agent_armed_late_on_a_box_whose_clock_is_off_ends_the_pod_at_create_plu
     (skew / "sitecustomize.py").write_text(SKEW.format(skew=skew_s))
     clean = {k: v for k, v in os.environ.items() if not any(s in k for s in ("API_KEY", "RUNPOD", "VAST", "CONTAINER"))}
     a = subprocess.Popen(
-        [sys.executable, str(REPO / "bootstrap" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
+        [sys.executable, str(REPO / "onbox" / "agent.py"), "--config", str(root / ".gpuops" / "agent.json")],
         env=dict(clean, PYTHONPATH=str(skew)),
         stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "agent.log", "w"),

@@ -1,4 +1,4 @@
-"""The pure rules in bootstrap/policy.py: nvidia-smi parsing and the keep/destroy decision."""
+"""The pure rules in onbox/policy.py: nvidia-smi parsing and the keep/destroy decision."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from bootstrap import policy
-from bootstrap.policy import BoxState, classify, decide, parse_smi
+from onbox import policy
+from onbox.policy import BoxState, classify, decide, parse_smi
 
 SETTINGS = {
     "max_hours": 1.0,
@@ -168,7 +168,7 @@ def test_box_side_files_are_python_3_8_and_stdlib_only():
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2] / "bootstrap"
+    root = Path(__file__).resolve().parents[2] / "onbox"
     for name in ("policy.py", "agent.py", "localbox.py", "jobwrap.py", "bootstrap.py"):
         tree = ast.parse((root / name).read_text(), feature_version=(3, 8))
         top = set()
@@ -188,7 +188,7 @@ def test_box_side_files_are_python_3_8_and_stdlib_only():
 def test_nvml_reading_when_pynvml_is_there(monkeypatch):
     import types
 
-    from bootstrap import agent
+    from onbox import agent
 
     class NVMLError(Exception):
         pass

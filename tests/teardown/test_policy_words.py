@@ -1,4 +1,4 @@
-"""bootstrap/policy.py, exactly: the line each rule books (the agent's status, the watchdog's
+"""onbox/policy.py, exactly: the line each rule books (the agent's status, the watchdog's
 event, what `gpuops ps` shows), when each rule is next due (the agent wakes then), the presence
 lease, the sample runs the agent keeps, and every nvidia-smi reply shape. tests/teardown/test_policy.py
 holds the rules' outcomes; this file pins their words and numbers."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bootstrap.policy import (
+from onbox.policy import (
     NO_JOB_SECONDS,
     BoxState,
     Decision,
@@ -354,7 +354,7 @@ def test_the_sample_interval_sets_how_long_a_hole_breaks_the_idle_streak():
 
 # -- edges mutmut found unpinned -------------------------------------------------------------------
 def test_a_driver_error_with_readings_is_unknown_not_idle():
-    from bootstrap.policy import classify
+    from onbox.policy import classify
 
     assert classify(s(0.0, [0.0], error="NVML: timeout"), 5.0) == "unknown"
     assert classify(s(0.0, [0.0]), 5.0) == "idle" and classify(s(0.0, [5.0]), 5.0) == "idle"  # at the threshold: idle
@@ -363,7 +363,7 @@ def test_a_driver_error_with_readings_is_unknown_not_idle():
 def test_settings_as_an_object_fall_back_to_the_defaults():
     from types import SimpleNamespace
 
-    from bootstrap.policy import _get
+    from onbox.policy import _get
 
     only = SimpleNamespace(max_hours=1.0)
     assert _get(only, "job_end_grace_seconds", 30.0) == 30.0 and _get(only, "max_hours", 9) == 1.0

@@ -14,12 +14,12 @@ import time
 import paramiko
 import pytest
 
-from bootstrap.jobwrap import descendants
 from gpuops.box.ssh import ensure_ssh_key
 from gpuops.config import load_settings
 from gpuops.teardown.reconcile import Context
 from gpuops.teardown.watchdog import run
 from ledger.store import Ledger
+from onbox.jobwrap import descendants
 from tests.conftest import gpuops_cmd
 from tests.support import fake_nvidia_smi
 from tests.support.sshd import SshServer

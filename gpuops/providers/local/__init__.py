@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import ProviderEntry, SettingsView
+from onbox.vocabulary import ProviderName
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Provider

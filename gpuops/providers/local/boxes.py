@@ -1,6 +1,6 @@
 """Retention of destroyed local boxes: keep the logs, prune the rest.
 
-A destroyed local box (``<data dir>/boxes/<session>/``) still holds the copy of ``bootstrap/``,
+A destroyed local box (``<data dir>/boxes/<session>/``) still holds the copy of ``onbox/``,
 the job file, bootstrap state, caches and whatever the job wrote (about 176 KB for
 ``examples/bench.sh``, more for a job that writes). Results were already copied to
 ``<data dir>/results/<session>`` by ``up``; the logs are worth keeping. After

@@ -6,7 +6,7 @@ and job run there as child process groups (``gpuops.box.local.LocalBox``). Destr
 ``[providers.local] keep_box_days`` the rest of a destroyed box is pruned (``boxes.py``).
 
 Containment: where the platform allows it (``contained``: one probe per provider object, a trial
-run of bootstrap/contain.py under a deadline) the job runs in its own user, mount and PID
+run of onbox/contain.py under a deadline) the job runs in its own user, mount and PID
 namespace that covers ``hide`` (the data dir, the spool dirs, config and key files) and shows no
 parent's /proc; elsewhere, or with ``[providers.local] contain = false``, it runs with the user's
 own rights and ``containment_note`` says so (the launcher warns it once per `up`).
@@ -26,8 +26,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bootstrap.localbox import end_box
-from bootstrap.policy import KILL_GRACE_SECONDS
 from gpuops.box.local import LocalBox
 from gpuops.catalog import Card, cards
 from gpuops.providers.base import (
@@ -41,6 +39,8 @@ from gpuops.providers.base import (
     ProviderError,
     ProviderErrorKind,
 )
+from onbox.localbox import end_box
+from onbox.policy import KILL_GRACE_SECONDS
 
 
 def detect_gpus(timeout_s: float = 5.0) -> list[str]:
@@ -113,7 +113,7 @@ class LocalProvider(Provider):
     def contained(self) -> bool:
         """Whether this provider's jobs run contained: ``contain`` and the probe said yes.
 
-        Probed once per object (``_probe``: bootstrap/contain.py runs ``true`` with a folder of its
+        Probed once per object (``_probe``: onbox/contain.py runs ``true`` with a folder of its
         own covered and a box under it kept, under a deadline of ``PROBE_TIMEOUT_S`` seconds); any
         failure means no, and ``containment_note`` says so. The trial starts with the first
         ``offers()`` (planning overlaps it), else here; it touches nothing of gpuops' data."""
@@ -239,7 +239,7 @@ class LocalProvider(Provider):
     def destroy(self, instance_id: str) -> None:
         """End every process the box started and mark it destroyed; idempotent.
 
-        The rule is bootstrap/localbox.py's, which the on-box agent applies too; a gone box is
+        The rule is onbox/localbox.py's, which the on-box agent applies too; a gone box is
         success."""
         d = self._dir(instance_id)
         if not d.exists():
@@ -263,11 +263,11 @@ class LocalProvider(Provider):
 
 
 PROBE_TIMEOUT_S = 10.0  # the containment trial's deadline: a namespace that does not start by then is not used
-CONTAIN_PY = Path(__file__).resolve().parents[3] / "bootstrap" / "contain.py"
+CONTAIN_PY = Path(__file__).resolve().parents[3] / "onbox" / "contain.py"
 
 
 class _Probe:
-    """One trial of bootstrap/contain.py, the folder it used removed after.
+    """One trial of onbox/contain.py, the folder it used removed after.
 
     ``true`` runs with a temp folder of its own covered and a box under it bound back: every step
     a job's containment takes, on nothing of gpuops' data."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import ProviderEntry, SettingsView
 from gpuops.providers.runpod.account import KEYS
+from onbox.vocabulary import ProviderName
 
 if TYPE_CHECKING:
     from gpuops.providers.base import Provider

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from bootstrap.vocabulary import ProviderName
 from gpuops.providers.entry import KeySource
+from onbox.vocabulary import ProviderName
 
 
 def key_files(env: Mapping[str, str]) -> list[Path]:

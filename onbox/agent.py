@@ -281,7 +281,7 @@ class ProcScanner:
         cmd = _cmdline(pid)
         first = cmd.split("\0", 1)[0].strip()
         m = SSH_SESSION_RE.match(first)
-        user, sshd, boot = m.group(1) if m else None, cmd.startswith("sshd"), "bootstrap/bootstrap.py" in cmd
+        user, sshd, boot = m.group(1) if m else None, cmd.startswith("sshd"), "onbox/bootstrap.py" in cmd
         if entry is None:
             entry = [ctime or _ctime(pid), cmd, user, sshd, boot, 1]
             if (sshd or boot) and _is_thread(pid):  # /proc/TID of a thread: its process's argv
@@ -406,7 +406,7 @@ def scan_proc(users=None, bootstrap_root=None):
     ``ssh``: interactive SSH sessions, processes titled ``sshd: USER@pts/N`` (or ``sshd-session:
     ...`` on OpenSSH >= 9.8); ``@notty`` channels (scp, the laptop's own exec) and a tty held by a
     container's PID 1 are not sessions; ``users``: count only these (None = any). ``bootstrap``:
-    with ``bootstrap_root`` set, whether a process running ``bootstrap/bootstrap.py`` has that
+    with ``bootstrap_root`` set, whether a process running ``onbox/bootstrap.py`` has that
     directory as its working directory (False when not asked). Argv is cached between calls
     (``ProcScanner``)."""
     return _SCANNER.scan(users, bootstrap_root)
@@ -446,7 +446,7 @@ def bootstrap_running(pidfile, root=None):
     """True while bootstrap runs.
 
     The pid in ``pidfile`` is alive (``gpuops.agent.bootstrap_config.bootstrap_command``), or a
-    process running ``bootstrap/bootstrap.py`` has ``root`` as its working directory (however the
+    process running ``onbox/bootstrap.py`` has ``root`` as its working directory (however the
     laptop started it)."""
     st = bootstrap_pid_state(pidfile)
     if st == "running":
@@ -623,7 +623,7 @@ def sample_nvml():
 def destroy_local(cfg, root, now=None):
     """End the session's processes but the agent's, then write destroyed.json (idempotent).
 
-    End the session's processes except the agent's own group (bootstrap/localbox.py, the same rule
+    End the session's processes except the agent's own group (onbox/localbox.py, the same rule
     the laptop's destroy applies), then write destroyed.json (its time from ``now()``, the agent's
     ledger-timeline clock). Idempotent."""
     n = localbox.end_box(

@@ -1,6 +1,6 @@
 """The words of a rental's life, in one dependency-free place.
 
-``gpuops/`` (the laptop), ``ledger/`` (the books) and ``bootstrap/`` (the box: stdlib only,
+``gpuops/`` (the laptop), ``ledger/`` (the books) and ``onbox/`` (the box: stdlib only,
 python >= 3.8, shipped byte for byte) all import this module, so an end reason, an event kind or a
 row status is spelled once. Every enum is ``str``-valued: a member *is* its string, so ledger rows,
 JSON documents and the agent's status file hold exactly the same text as before, and

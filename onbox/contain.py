@@ -2,7 +2,7 @@
 
 ``python3 contain.py --keep BOX [--hide PATH]... [--grace S] -- COMMAND...``
 
-The local provider's job wrapper (bootstrap/jobwrap.py) starts the job through this when the
+The local provider's job wrapper (onbox/jobwrap.py) starts the job through this when the
 platform allows it (``gpuops.providers.local.compute.LocalProvider.contained`` probes it once per
 process by running this with ``-- true``). Linux only, stdlib only (ctypes), python3 >= 3.8:
 

@@ -50,12 +50,12 @@ DESTROY = "destroy"
 if TYPE_CHECKING:  # the type checker reads the package
     from .vocabulary import EndReason
 else:
-    try:  # imported as bootstrap.policy on the laptop, as a plain module next to agent.py on the box
+    try:  # imported as onbox.policy on the laptop, as a plain module next to agent.py on the box
         from .vocabulary import EndReason
     except ImportError:
         from vocabulary import EndReason
 
-# End reasons this file can return (bootstrap/vocabulary.py; enum here costs nothing: re imports it).
+# End reasons this file can return (onbox/vocabulary.py; enum here costs nothing: re imports it).
 REASON_TTL = EndReason.TTL
 REASON_SESSION_CAP = EndReason.SESSION_CAP
 REASON_JOB_END = EndReason.JOB_END
@@ -313,7 +313,7 @@ def merge_sample(
     """Append ``sample`` to ``samples``, folding it into the newest entry when they say the same.
 
     Append ``sample`` to ``samples`` (in place), folding it into the newest entry when both classify
-    alike, say the same about bootstrap/SSH/errors and no gap longer than the idle rule's
+    alike, say the same about onbox/SSH/errors and no gap longer than the idle rule's
     ``MAX_GAP_SAMPLES`` intervals separates them. Returns True when a new entry was made (what the
     rules read changed), False when it only extended the newest run. The idle rule reads a run
     exactly as it reads the samples it stands for, so an idle GPU for hours is one entry."""

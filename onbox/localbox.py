@@ -1,13 +1,13 @@
 """Ending a local box's processes.
 
-The one rule both the laptop (gpuops.providers.local) and the on-box agent (bootstrap/agent.py)
+The one rule both the laptop (gpuops.providers.local) and the on-box agent (onbox/agent.py)
 apply, so a box ends the same way whoever destroys it.
 
 A local box is a directory ROOT. Every process gpuops starts for it runs in a process group
 recorded in ``ROOT/.gpuops/pgids`` and carries ``GPUOPS_LOCAL_BOX=<abs ROOT>`` in its environment
 (gpuops.box.local.LocalBox), which its descendants inherit even when they leave the group (setsid,
 daemons). The marker is not enough (``env -i`` drops it): the job wrapper is a child subreaper
-(bootstrap/jobwrap.py), so every process the job starts stays a descendant of a recorded group's
+(onbox/jobwrap.py), so every process the job starts stays a descendant of a recorded group's
 process. Destroy = note every descendant of the recorded groups' processes (parent links in /proc),
 TERM the groups, KILL what is left after the grace, then TERM/KILL the noted descendants and the
 marked strays, then write ``ROOT/destroyed.json``. Stdlib only, python3 >= 3.8, Linux /proc
