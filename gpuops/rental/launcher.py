@@ -1136,6 +1136,15 @@ def _same_kind(choice: OfferChoice, spot_only: bool) -> OfferChoice:
     return replace(choice, provider=kept[0].provider, offer=kept[0], candidates=kept)
 
 
+def _way_in(s: UpRun) -> dict:
+    """How the user reaches an `up --interactive` box: ``{"ssh", "down"}`` command lines.
+
+    A local box is a folder on this machine, reached by `gpuops exec` (`gpuops ssh` refuses it)."""
+    local = bool(getattr(s.box, "local_reads", False))
+    way = f"gpuops exec {s.id} CMD..." if local else f"gpuops ssh {s.id}"
+    return {"ssh": way, "down": f"gpuops down {s.id}"}
+
+
 def _run_summary(run_id: str, rentals: list[UpRun], ledger: Books, end: str, detail: str) -> dict:
     """The last rental's summary with the run on top.
 
@@ -2012,7 +2021,7 @@ def summary(s: UpRun, ledger: Books) -> dict:
         "results_copy": s.results_copy,
         "status": row.status,
         **_ledger_state(ledger),
-        **({"interactive": {"ssh": f"gpuops ssh {s.id}", "down": f"gpuops down {s.id}"}} if s.left_up else {}),
+        **({"interactive": _way_in(s)} if s.left_up else {}),
     }
 
 

@@ -32,7 +32,7 @@ def test_an_interactive_box_is_left_up_reached_by_exec_and_ended_by_idle(fake_sm
     ledger = Ledger(load_settings().ledger_url())
     (row,) = ledger.open_sessions()  # left open: the box is the user's now
     assert row.job == "(interactive)"
-    assert p.stdout.splitlines()[-1] == f"gpuops ssh {row.id}"
+    assert p.stdout.splitlines()[-1] == f"gpuops exec {row.id} CMD..."  # a local box: `gpuops ssh` refuses it
     assert "3 min" not in p.stdout and "0.05 min with no GPU busy" in p.stdout
     root = Path(endpoint(ledger, row.id)["root"])
     ex = subprocess.run(
