@@ -3,7 +3,8 @@
 A sweep is many jobs under one budget; each job is one run of rentals (``runs.sweep_id``). Its jobs
 wait here, so any number of executors on any machines share one queue with no second server:
 
-- **claim** takes the first claimable job in one write transaction: on PostgreSQL the candidate
+- **claim** takes the first claimable job of a sweep in one write transaction, its sweep's row
+  locked first so that its ``max_parallel`` holds across executors: on PostgreSQL the candidate
   rows are locked with ``SELECT ... FOR UPDATE SKIP LOCKED`` (SQLAlchemy's
   ``with_for_update(skip_locked=True)``), so two executors never take the same job and neither
   waits on the other; on SQLite the transaction is the single writer (the engine begins every
@@ -90,29 +91,34 @@ def run_verdict(conn: Connection, run_id: str | None) -> tuple[str, str | None]:
     return "failed", run.end_reason
 
 
-def claim(
-    engine: Engine, owner: str, claim_s: float, sweep_id: str | None = None, now: float | None = None
-) -> dict[str, Any] | None:
-    """Claim the first claimable job (of ``sweep_id``, else of any open sweep) for ``owner`` for ``claim_s`` seconds.
+def claim(engine: Engine, owner: str, claim_s: float, sweep_id: str, now: float | None = None) -> dict[str, Any] | None:
+    """Claim the first claimable job of ``sweep_id`` for ``owner`` for ``claim_s`` seconds.
 
-    Claimable: queued, or claimed/running with an expired claim whose run says so (``run_verdict``;
-    done or failed ones are marked so on the way). Returns the job's row as a dict (state
-    ``claimed``, ``run_id`` None), or None when nothing is claimable now."""
+    The sweep's row is locked first (``FOR UPDATE``: claims of one sweep take turns, so its
+    ``max_parallel`` holds across every executor): with that many jobs held, only an expired one may
+    be taken over. Claimable: queued, or claimed/running with an expired claim whose run says so
+    (``run_verdict``; done or failed ones are marked so on the way). Returns the job's row as a dict
+    (state ``claimed``, ``run_id`` None), or None when nothing is claimable now (or the sweep is not open)."""
     sweeps, jobs, _ = _tables()
     now = time.time() if now is None else now
-    claimable = sa.or_(jobs.c.state == QUEUED, sa.and_(jobs.c.state.in_(ACTIVE), jobs.c.claim_expires_at < now))
-    open_sweeps = sa.select(sweeps.c.id).where(sweeps.c.status == "open")
-    where = [claimable, jobs.c.sweep_id.in_(open_sweeps)]
-    if sweep_id is not None:
-        where.append(jobs.c.sweep_id == sweep_id)
-    stmt = (
-        sa.select(jobs)
-        .where(*where)
-        .order_by(jobs.c.sweep_id, jobs.c.seq)
-        .limit(CLAIM_BATCH)
-        .with_for_update(skip_locked=True)
-    )
+    expired = sa.and_(jobs.c.state.in_(ACTIVE), jobs.c.claim_expires_at < now)
     with engine.begin() as conn:
+        sweep = conn.execute(
+            sa.select(sweeps.c.status, sweeps.c.max_parallel).where(sweeps.c.id == sweep_id).with_for_update()
+        ).first()
+        if sweep is None or sweep.status != "open":
+            return None
+        held = conn.execute(
+            sa.select(sa.func.count()).select_from(jobs).where(jobs.c.sweep_id == sweep_id, jobs.c.state.in_(ACTIVE))
+        ).scalar()
+        claimable = expired if int(held or 0) >= int(sweep.max_parallel) else sa.or_(jobs.c.state == QUEUED, expired)
+        stmt = (
+            sa.select(jobs)
+            .where(jobs.c.sweep_id == sweep_id, claimable)
+            .order_by(jobs.c.seq)
+            .limit(CLAIM_BATCH)
+            .with_for_update(skip_locked=True)
+        )
         for row in conn.execute(stmt).mappings().all():
             if row["state"] != QUEUED:
                 verdict, reason = run_verdict(conn, row["run_id"])
@@ -260,7 +266,14 @@ def jobs_of(engine: Engine, sweep_id: str) -> list[dict[str, Any]]:
     )
     with engine.connect() as conn:
         return [
-            {**r, "rentals": r["rentals"] or 0, "tokens": r["tokens"] or 0, "open_rentals": r["open_rentals"] or 0}
+            {
+                **r,
+                "rentals": int(r["rentals"] or 0),
+                "tokens": int(r["tokens"] or 0),  # PostgreSQL sums a BIGINT as NUMERIC
+                "open_rentals": int(r["open_rentals"] or 0),
+                "cost_usd": None if r["cost_usd"] is None else float(r["cost_usd"]),
+                "billed_seconds": None if r["billed_seconds"] is None else float(r["billed_seconds"]),
+            }
             for r in conn.execute(stmt).mappings()
         ]
 

@@ -99,6 +99,12 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
 
     sweep_id = new_sweep_id()
     jobs, blobs, full = [], {}, {}
+    queued_env = {j.seq: _queued_env(j.args.env, j.params, detach, j.name) for j in spec.jobs}  # before any plan
+    for j in spec.jobs:
+        if detach and j.args.workdir:
+            raise BadInput(
+                f"sweep job {j.name}: --detach does not carry a workdir yet", "run it without --detach, or drop workdir"
+            )
     for j in spec.jobs:
         try:
             dry = run_up(replace(j.req, dry_run=True), j.settings, Reporter(), ledger=ledger)
@@ -120,10 +126,6 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
                 f"sweep job {j.name}: its max_hours {hours:g} is more than the sweep's max_hours {spec.max_hours:g}",
                 "lower its [limits] max_hours, or raise the sweep's max_hours",
             )
-        if detach and j.args.workdir:
-            raise BadInput(
-                f"sweep job {j.name}: --detach does not carry a workdir yet", "run it without --detach, or drop workdir"
-            )
         data = Path(j.req.job).read_bytes()
         sha = hashlib.sha256(data).hexdigest()
         blobs[sha] = {"sha256": sha, "data": data, "name": Path(j.req.job).name}
@@ -134,7 +136,7 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
         if spec.max_usd is not None:
             fields["max_session_usd"] = worst  # the run's own money limit: `up`'s run arithmetic holds it there
         full[j.seq] = dict(fields)
-        queued = {**fields, "env": _queued_env(j.args.env, j.params, detach, j.name), "job": None}
+        queued = {**fields, "env": queued_env[j.seq], "job": None}
         jobs.append(
             {
                 "seq": j.seq,
@@ -305,12 +307,15 @@ def execute(
     claim_s: float = CLAIM_S,
     handle_signals: bool = True,
     max_jobs: int | None = None,
+    wait_others: bool = True,
 ) -> Outcome:
     """Run the queued jobs of ``sweep_id``, at most its max_parallel at once, until none is left to claim.
 
     ``args``: this executor's full inputs per job seq (env values in memory; ``prepare``), else the
     queue's (env by name, from this process's environment). ``owner``: the claim's owner (default
-    host:pid). ``max_jobs``: start at most this many (the watchdog's share). Returns the Outcome; the
+    host:pid). ``max_jobs``: start at most this many (the watchdog's share). ``wait_others``: while
+    other executors hold jobs of the sweep, wait for them to end or their claims to expire (the
+    watchdog passes False: its next tick looks again). Returns the Outcome; the
     sweep is closed when no job of it is left queued or running (or this executor stopped it)."""
     from gpuops.rental import runs
     from gpuops.rental.launcher import new_session_id
@@ -326,6 +331,7 @@ def execute(
     stop = _Stop()
     started = 0
     renewed = status_read = time.monotonic()
+    wait_until = 0.0  # no claim before this (monotonic): money held by running jobs, or nothing claimable
     with _signals(stop, say, handle_signals):
         while True:
             now = time.monotonic()
@@ -349,37 +355,50 @@ def execute(
                 queue.finish(engine, job_id, owner, state, reason, detail)
                 say(f"{r.job['name']}: {state} ({reason})")
                 del running[job_id]
+                wait_until = 0.0  # money and a slot may be free now
                 if limit:
                     stop.stop(limit, detail)
             full = max_jobs is not None and started >= max_jobs
-            if stop.reason is None and not full and len(running) < k:
+            if stop.reason is None and not full and len(running) < k and now >= wait_until:
                 job = queue.claim(engine, owner, claim_s, sweep_id)
                 if job is not None:
-                    room = _room(queue.spend(engine, sweep_id), sweep)
+                    spent = queue.spend(engine, sweep_id)
+                    room = _room(spent, sweep)
                     if room is not None:
                         queue.finish(engine, job["id"], owner, queue.QUEUED, None, "")  # given back, never run
-                        if not running:
-                            stop.stop(*room)
-                    else:
-                        run_id = runs.new_run_id(new_session_id())
-                        if queue.start(engine, job["id"], owner, run_id):
-                            fields = (args or {}).get(job["seq"]) or json.loads(job["args_json"])
-                            try:
-                                script = _script(ledger, settings, str(job["script_sha256"]))
-                                running[job["id"]] = _start(job, fields, sweep_id, run_id, settings, script)
-                            except (OSError, BadInput) as e:
-                                queue.finish(engine, job["id"], owner, queue.FAILED, "error", str(e))
-                                say(f"{job['name']}: failed to start: {e}")
-                            else:
-                                started += 1
-                                say(f"{job['name']}: started as {run_id}")
+                        if spent["held_usd"] <= float(job["worst_usd"] or 0.0) + 1e-9 and (
+                            spent["held_hours"] <= float(job["worst_hours"] or 0.0) + 1e-9
+                        ):
+                            stop.stop(*room)  # nothing else holds money or hours: no room will come
+                        else:
+                            wait_until = now + STATUS_POLL_S  # a running job's end may make room
+                        continue
+                    run_id = runs.new_run_id(new_session_id())
+                    if queue.start(engine, job["id"], owner, run_id):
+                        fields = (args or {}).get(job["seq"]) or json.loads(job["args_json"])
+                        try:
+                            script = _script(ledger, settings, str(job["script_sha256"]))
+                            running[job["id"]] = _start(job, fields, sweep_id, run_id, settings, script)
+                        except (OSError, BadInput) as e:
+                            queue.finish(engine, job["id"], owner, queue.FAILED, "error", str(e))
+                            say(f"{job['name']}: failed to start: {e}")
+                        else:
+                            started += 1
+                            say(f"{job['name']}: started as {run_id}")
                     continue  # claim the next one at once while there is room
-                if not running:
+                wait_until = now + STATUS_POLL_S  # nothing claimable now: look again in a while
+            if not running:
+                if stop.reason is not None or full or not wait_others or not _left(engine, sweep_id):
                     break
-            if not running and (stop.reason is not None or full):
-                break
             time.sleep(POLL_S)
     return _close(engine, sweep_id, stop)
+
+
+def _left(engine: Any, sweep_id: str) -> bool:
+    """Whether a job of the sweep is still queued or held by a claim (another executor's, or one that will expire)."""
+    from ledger import sweeps as queue
+
+    return any(j["state"] not in queue.FINAL for j in queue.jobs_of(engine, sweep_id))
 
 
 def _room(spent: dict[str, float], sweep: dict[str, Any]) -> tuple[str, str] | None:
