@@ -227,6 +227,16 @@ def get_sweep(engine: Engine, sweep_id: str) -> dict[str, Any] | None:
     return dict(row) if row is not None else None
 
 
+def open_sweeps(engine: Engine, detached: bool | None = None) -> list[str]:
+    """The ids of the open sweeps (only ``--detach`` ones, or only foreground ones, when ``detached`` says), oldest first."""
+    sweeps, _, _ = _tables()
+    stmt = sa.select(sweeps.c.id).where(sweeps.c.status == "open")
+    if detached is not None:
+        stmt = stmt.where(sweeps.c.detached == detached)
+    with engine.connect() as conn:
+        return [r[0] for r in conn.execute(stmt.order_by(sweeps.c.created_at, sweeps.c.id))]
+
+
 def find_sweeps(engine: Engine, prefix: str) -> list[str]:
     """The sweep ids that start with ``prefix`` (users type short ids), sorted."""
     sweeps, _, _ = _tables()

@@ -28,6 +28,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -132,6 +133,7 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
         fields = asdict(j.args)
         fields["env"] = list(j.args.env)
         fields["workdir_exclude"] = list(j.args.workdir_exclude)
+        worst = round(worst, 6)
         fields["max_price"] = dearest  # the run accepts no dearer offer than the one its worst case counts
         if spec.max_usd is not None:
             fields["max_session_usd"] = worst  # the run's own money limit: `up`'s run arithmetic holds it there
@@ -308,6 +310,7 @@ def execute(
     handle_signals: bool = True,
     max_jobs: int | None = None,
     wait_others: bool = True,
+    halt: threading.Event | None = None,
 ) -> Outcome:
     """Run the queued jobs of ``sweep_id``, at most its max_parallel at once, until none is left to claim.
 
@@ -315,7 +318,8 @@ def execute(
     queue's (env by name, from this process's environment). ``owner``: the claim's owner (default
     host:pid). ``max_jobs``: start at most this many (the watchdog's share). ``wait_others``: while
     other executors hold jobs of the sweep, wait for them to end or their claims to expire (the
-    watchdog passes False: its next tick looks again). Returns the Outcome; the
+    watchdog passes False: its next tick looks again). ``halt``: once set, the running jobs are ended
+    as a second Ctrl-C ends them (the watchdog stopping). Returns the Outcome; the
     sweep is closed when no job of it is left queued or running (or this executor stopped it)."""
     from gpuops.rental import runs
     from gpuops.rental.launcher import new_session_id
@@ -335,6 +339,8 @@ def execute(
     with _signals(stop, say, handle_signals):
         while True:
             now = time.monotonic()
+            if halt is not None and halt.is_set():
+                stop.stop("interrupted", "the executor was stopped", end_running=True)
             if now - status_read >= STATUS_POLL_S:
                 status_read = now
                 row = queue.get_sweep(engine, sweep_id)
@@ -440,3 +446,63 @@ def _close(engine: Any, sweep_id: str, stop: _Stop) -> Outcome:
     queue.end_sweep(engine, sweep_id, "closed", reason, detail)
     row = queue.get_sweep(engine, sweep_id) or {}
     return Outcome(sweep_id, str(row.get("end_reason") or reason), str(row.get("detail") or detail), counts, cost)
+
+
+# How often the watchdog's executor looks for detached sweeps to run (seconds).
+SERVE_POLL_S = 5.0
+# How long a stopping watchdog waits for its sweeps' jobs to end their rentals (seconds): a
+# teardown is bounded by `up`'s own destroy deadlines; past this the children end themselves when
+# they see this process gone.
+SERVE_STOP_S = 120.0
+
+
+class Serving:
+    """The watchdog's executor (``with Serving(settings, say):`` around its loop): every open ``--detach`` sweep.
+
+    A thread per sweep runs ``execute`` (no signal handling of its own, ``wait_others`` off); its
+    jobs' env values come from this process's environment (the service's 0600 env file). On exit
+    every running job is ended as a second Ctrl-C ends it, each thread waited for at most
+    ``SERVE_STOP_S``."""
+
+    def __init__(self, settings: Settings, say: Callable[[str], None]) -> None:
+        self.settings, self.say = settings, say
+        self.halt = threading.Event()
+        self.threads: dict[str, threading.Thread] = {}
+        self._loop = threading.Thread(target=self._serve, name="gpuops-sweeps", daemon=True)
+
+    def __enter__(self) -> Serving:
+        self._loop.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.halt.set()
+        self._loop.join(SERVE_POLL_S + 1)
+        deadline = time.monotonic() + SERVE_STOP_S
+        for t in list(self.threads.values()):
+            t.join(max(0.0, deadline - time.monotonic()))
+
+    def _serve(self) -> None:
+        from ledger import Ledger, sweeps as queue
+
+        ledger = None
+        while not self.halt.is_set():
+            try:
+                ledger = ledger or Ledger(self.settings.ledger_url())
+                for sweep_id in queue.open_sweeps(ledger.engine, detached=True):
+                    t = self.threads.get(sweep_id)
+                    if t is None or not t.is_alive():
+                        kwargs = {"handle_signals": False, "wait_others": False, "halt": self.halt, "say": self.say}
+                        t = threading.Thread(
+                            target=self._run, args=(sweep_id, ledger), kwargs=kwargs, name=f"gpuops-{sweep_id}"
+                        )
+                        self.threads[sweep_id] = t
+                        t.start()
+            except Exception as e:  # noqa: BLE001  the teardown layers go on; the next look tries again
+                self.say(f"looking for queued sweeps failed: {type(e).__name__}: {e}")
+            self.halt.wait(SERVE_POLL_S)
+
+    def _run(self, sweep_id: str, ledger: Books, **kwargs: Any) -> None:
+        try:
+            execute(sweep_id, ledger, self.settings, **kwargs)
+        except Exception as e:  # noqa: BLE001  one sweep's failure is said, the others go on
+            self.say(f"{sweep_id}: {type(e).__name__}: {e}")

@@ -218,3 +218,27 @@ def test_two_executors_on_one_postgresql_queue_never_run_a_job_twice(cli_env, tm
     assert [j["claims"] for j in jobs] == [1] * 4 and len(runs) == 4 and len(sessions) == 4
     assert len({j["run_id"] for j in jobs}) == 4 and {r["id"] for r in runs} == {j["run_id"] for j in jobs}
     assert _most_at_once(sessions) <= 4
+
+
+def test_a_detached_sweep_is_run_by_the_watchdog_with_env_values_from_its_own_environment(cli_env, tmp_path):
+    f = _sweep_file(tmp_path, jobs=2, k=2, sleep_s=1)
+    (tmp_path / "job.sh").write_text('#!/usr/bin/env bash\n[ "$TOKEN" = "from-the-env-file" ] || exit 3\n')
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--detach", "--env", "TOKEN", "--json"),
+                       env=_env(cli_env, TOKEN="x"), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["counts"]["queued"] == 2 and rep["detached"] is True
+    assert "from-the-env-file" not in json.dumps(_jobs()[0]["args_json"])  # the queue keeps the name alone
+    assert '"TOKEN"' in _jobs()[0]["args_json"]
+    wd, err = _start(
+        gpuops_cmd("watchdog", "--interval", "2"), _env(cli_env, TOKEN="from-the-env-file"), tmp_path, "wd"
+    )
+    try:
+        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
+        wd.send_signal(signal.SIGINT)
+        wd.wait(60)
+    finally:
+        _end(wd)
+    sweeps, runs, sessions = _rows()
+    assert sweeps[0]["end_reason"] == "done", err.read_text()
+    assert len(runs) == 2 and [s["end_reason"] for s in sessions] == ["job_end"] * 2
