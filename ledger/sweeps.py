@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 QUEUED, CLAIMED, RUNNING, DONE, FAILED, CANCELLED = "queued", "claimed", "running", "done", "failed", "cancelled"
 ACTIVE = (CLAIMED, RUNNING)  # held by an executor's claim
 FINAL = (DONE, FAILED, CANCELLED)
-# How many claimable rows one claim locks and looks at (the expired ones may be passed over).
+# How many expired claims one claim locks and looks at (a busy one is passed over); a queued job is taken one row at a time.
 CLAIM_BATCH = 16
 
 
@@ -103,23 +103,43 @@ def claim(engine: Engine, owner: str, claim_s: float, sweep_id: str, now: float 
     now = time.time() if now is None else now
     expired = sa.and_(jobs.c.state.in_(ACTIVE), jobs.c.claim_expires_at < now)
     with engine.begin() as conn:
-        sweep = conn.execute(
-            sa.select(sweeps.c.status, sweeps.c.max_parallel).where(sweeps.c.id == sweep_id).with_for_update()
+        held_now = (
+            sa.select(sa.func.count())
+            .select_from(jobs)
+            .where(jobs.c.sweep_id == sweep_id, jobs.c.state.in_(ACTIVE))
+            .scalar_subquery()
+        )
+        sweep = conn.execute(  # the sweep's row locked, and its held jobs counted, in one round trip
+            sa.select(sweeps.c.status, sweeps.c.max_parallel, held_now.label("held"))
+            .where(sweeps.c.id == sweep_id)
+            .with_for_update(of=sweeps)
         ).first()
         if sweep is None or sweep.status != "open":
             return None
-        held = conn.execute(
-            sa.select(sa.func.count()).select_from(jobs).where(jobs.c.sweep_id == sweep_id, jobs.c.state.in_(ACTIVE))
-        ).scalar()
-        claimable = expired if int(held or 0) >= int(sweep.max_parallel) else sa.or_(jobs.c.state == QUEUED, expired)
-        stmt = (
-            sa.select(jobs)
-            .where(jobs.c.sweep_id == sweep_id, claimable)
-            .order_by(jobs.c.seq)
-            .limit(CLAIM_BATCH)
-            .with_for_update(skip_locked=True)
-        )
-        for row in conn.execute(stmt).mappings().all():
+        if int(sweep.held or 0) < int(
+            sweep.max_parallel
+        ):  # the common case: the next queued job, taken in one statement
+            first = _candidates(sweep_id, jobs.c.state == QUEUED, 1).with_only_columns(jobs.c.id).scalar_subquery()
+            took = (
+                conn.execute(
+                    sa.update(jobs)
+                    .where(jobs.c.id == first)
+                    .values(
+                        state=CLAIMED,
+                        claim_owner=owner,
+                        claim_expires_at=now + claim_s,
+                        claims=jobs.c.claims + 1,
+                        run_id=None,
+                        updated_at=time.time(),
+                    )
+                    .returning(*jobs.c)
+                )
+                .mappings()
+                .first()
+            )
+            if took is not None:
+                return dict(took)
+        for row in conn.execute(_candidates(sweep_id, expired, CLAIM_BATCH)).mappings().all():
             if row["state"] != QUEUED:
                 verdict, reason = run_verdict(conn, row["run_id"])
                 if verdict == "busy":
@@ -147,6 +167,18 @@ def claim(engine: Engine, owner: str, claim_s: float, sweep_id: str, now: float 
             claimed = {"state": CLAIMED, "claim_owner": owner, "claim_expires_at": now + claim_s, "run_id": None}
             return {**row, **claimed, "claims": row["claims"] + 1}
     return None
+
+
+def _candidates(sweep_id: str, where: Any, limit: int) -> Any:
+    """The first ``limit`` jobs of ``sweep_id`` matching ``where``, in order, locked (rows another claim holds are skipped)."""
+    _, jobs, _ = _tables()
+    return (
+        sa.select(jobs)
+        .where(jobs.c.sweep_id == sweep_id, where)
+        .order_by(jobs.c.seq)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
 
 
 def _set(conn: Connection, job_id: int, owner: str | None = None, **fields: Any) -> bool:
