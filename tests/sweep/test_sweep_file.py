@@ -64,3 +64,12 @@ def test_detach_keeps_no_env_value_in_the_queue(cli, gpuops_home, tmp_path):
     r = cli("sweep", str(tmp_path / "s.toml"), "--detach", "--env", "HF_TOKEN=hf_secret")
     assert r.returncode == 2 and "--detach keeps no env value in the queue" in r.stderr
     assert "hf_secret" not in r.stderr + r.stdout
+
+
+def test_the_example_sweep_file_reads(gpuops_home):
+    from tests.conftest import REPO
+
+    spec = load_sweep(REPO / "examples" / "sweep.toml")
+    assert [j.name for j in spec.jobs] == ["short,SEED=1", "short,SEED=2", "long,SEED=1", "long,SEED=2"]
+    assert (spec.max_parallel, spec.max_usd, spec.max_hours) == (2, 5.0, 4.0)
+    assert spec.jobs[3].args.env == ("WEIGHTS_MB=64", "TOKENS=500", "SEED=2") and spec.jobs[3].req.recover == 1
