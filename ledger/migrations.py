@@ -69,6 +69,26 @@ def m001_models(conn: Connection) -> None:
     conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS ix_sessions_books ON sessions ({', '.join(cols)})")
 
 
+@migration
+def m002_sweeps(conn: Connection) -> None:
+    """The sweep queue (``sweeps``, ``sweep_jobs``, ``sweep_blobs``) and ``runs.sweep_id``, as the models state them.
+
+    A ledger that ``m001_models`` made in this same code already has them (its metadata holds
+    them): each piece is made only where it is missing."""
+    import sqlalchemy as sa
+
+    from ledger.models import Run, Sweep, SweepBlob, SweepJob
+
+    for table in (Sweep.__table__, SweepJob.__table__, SweepBlob.__table__):  # type: ignore[attr-defined]  # SQLModel sets it
+        table.create(conn, checkfirst=True)
+    runs = Run.__table__  # type: ignore[attr-defined]
+    if "sweep_id" not in {c["name"] for c in sa.inspect(conn).get_columns("runs")}:
+        conn.execute(sa.text("ALTER TABLE runs ADD COLUMN sweep_id VARCHAR"))
+    for index in runs.indexes:
+        if index.name == "ix_runs_sweep_id":
+            index.create(conn, checkfirst=True)
+
+
 MIGRATION_NAMES = tuple(name for name, _ in MIGRATIONS)
 
 # The steps of the ledgers made before the schema was stated once (their schema is ``m001_models``').

@@ -104,6 +104,7 @@ class Run(SQLModel, table=True):
     attempt (``sessions.run_id``). Its cost is its rentals' (never booked twice)."""
 
     __tablename__ = "runs"
+    __table_args__ = (_partial("ix_runs_sweep_id", "sweep_id"),)
 
     id: str = Field(primary_key=True)  # "run-YYYYMMDD-HHMMSS-xxxx"
     experiment: str = "default"
@@ -122,6 +123,78 @@ class Run(SQLModel, table=True):
     note: str = ""
     owner: str | None = Field(default=None, index=True)
     account: str | None = None
+    # m002_sweeps: the sweep this run is a job of (None: a run outside any sweep)
+    sweep_id: str | None = None  # sweeps.id, "sweep-..."; indexed where not NULL (``__table_args__``)
+
+
+class Sweep(SQLModel, table=True):
+    """Many jobs under one budget (m002): `gpuops sweep FILE`, its limits and how it ended.
+
+    ``max_usd`` (USD) and ``max_hours`` (billed hours) hold over every rental of every job; None:
+    no such limit. ``status``: open | cancelled | closed. Its cost is its runs' rentals' (never
+    booked twice)."""
+
+    __tablename__ = "sweeps"
+
+    id: str = Field(primary_key=True)  # "sweep-YYYYMMDD-HHMMSS-xxxx"
+    name: str = ""  # the sweep file's stem
+    experiment: str = "default"
+    status: str = "open"  # open | cancelled | closed
+    created_at: float = Field(index=True)
+    ended_at: float | None = None
+    end_reason: str | None = (
+        None  # done | failed | cancelled | interrupted | sweep_usd | sweep_hours | monthly_cap | ...
+    )
+    detail: str = ""  # one line: why it ended
+    max_parallel: int = 1  # K: boxes at once
+    max_usd: float | None = None  # the whole sweep's money, USD
+    max_hours: float | None = None  # the whole sweep's billed hours
+    detached: bool = False  # --detach: executed by the watchdog services
+    owner: str | None = Field(default=None, index=True)
+
+
+class SweepJob(SQLModel, table=True):
+    """One job of a sweep, queued in the ledger (m002): claimed with a row lock, run as one run.
+
+    ``state``: queued | claimed | running | done | failed | cancelled. A claim is ``claim_owner``'s
+    until ``claim_expires_at`` (epoch s), renewed while its run goes on. ``args_json``: the job's
+    `up` inputs (gpuops.rental.request.UpArgs fields) with env NAMES only, never a value;
+    ``script_sha256``: the job script's content (``sweep_blobs``). ``worst_usd``: its worst case
+    (USD: its max_hours at the dearest price its run accepts), ``worst_hours``: its max_hours."""
+
+    __tablename__ = "sweep_jobs"
+    __table_args__ = (
+        Index("ix_sweep_jobs_claim", "sweep_id", "state", "seq"),
+        _partial("ix_sweep_jobs_run_id", "run_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    sweep_id: str = Field(foreign_key="sweeps.id")
+    seq: int  # the job's place in the sweep, from 0
+    name: str
+    state: str = "queued"
+    args_json: str = "{}"
+    script_sha256: str | None = None
+    dearest_usd_per_hour: float | None = None  # the dearest price its run accepts, USD/h
+    worst_usd: float | None = None
+    worst_hours: float = 0.0
+    claim_owner: str | None = None
+    claim_expires_at: float | None = None
+    run_id: str | None = None  # runs.id of its current (or last) run
+    claims: int = 0  # how many times it was claimed
+    end_reason: str | None = None  # its run's end reason, or why it was not run
+    detail: str = ""
+    updated_at: float = 0.0
+
+
+class SweepBlob(SQLModel, table=True):
+    """A queued job's script by content (m002): what a detached executor fetches (``sha256`` of ``data``)."""
+
+    __tablename__ = "sweep_blobs"
+
+    sha256: str = Field(primary_key=True)
+    data: bytes
+    name: str = ""  # the script's file name (its suffix says how it runs)
 
 
 class BootstrapStep(SQLModel, table=True):

@@ -53,9 +53,13 @@ def _root(
     """gpuops: GPU rentals that cannot be forgotten."""
 
 
-from gpuops.cli import check, completion, dashboard, offers, plan, session, up, watchdog  # noqa: E402
+from gpuops.cli import check, completion, dashboard, offers, plan, session, sweep, up, watchdog  # noqa: E402
 
 app.command()(up.up)
+app.command()(sweep.sweep)
+app.command("sweep-status", hidden=True)(sweep.sweep_status)  # typed as `gpuops sweep status` (see Group)
+app.command("sweep-cancel", hidden=True)(sweep.sweep_cancel)
+app.command("sweep-resume", hidden=True)(sweep.sweep_resume)
 app.command("offers")(offers.offers)
 app.command()(plan.plan)
 app.command("plan-spot", hidden=True)(plan.plan_spot)  # typed as `gpuops plan spot` (see Group)

@@ -45,7 +45,13 @@ class Group(typer.core.TyperGroup):
     its own outcome prints one line (``interrupt_note``) and exits 130, never a traceback or silence
     (typer turns it into a silent exit 130)."""
 
-    TWO_WORD = {("plan", "storage"): "plan-storage", ("plan", "spot"): "plan-spot"}
+    TWO_WORD = {
+        ("plan", "storage"): "plan-storage",
+        ("plan", "spot"): "plan-spot",
+        ("sweep", "status"): "sweep-status",
+        ("sweep", "cancel"): "sweep-cancel",
+        ("sweep", "resume"): "sweep-resume",
+    }
     # The line a Ctrl-C prints from the moment a command is named, before it parses its options:
     # `up` rents nothing until its run arms its own signal handling (at the intent row).
     START_NOTE = {"up": "interrupted before anything was rented: nothing to tear down"}

@@ -119,18 +119,32 @@ def ledger_sessions(
 @ledger_app.command("show")
 @output_options(csv=True)
 def ledger_show(
-    session: str = typer.Argument(..., help="Session id (or a unique prefix), or a run id (run-...)."),
+    session: str = typer.Argument(
+        ..., help="Session id (or a unique prefix), a run id (run-...) or a sweep id (sweep-...)."
+    ),
     tz: str | None = TZ_OPT,
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Every field of one session: its bootstrap steps, its events, where logs and results are.
 
-    For a run (run-...): its rentals and why each ended."""
+    For a run (run-...): its rentals and why each ended. For a sweep (sweep-...): its jobs' runs, state, cost
+    and $/Mtoken."""
     from gpuops.accounting import ledger_service as books
     from gpuops.render import ledger as ledger_view
     from gpuops.rental.runs import RUN_PREFIX
+    from gpuops.sweep.executor import SWEEP_PREFIX
 
+    if session.startswith(SWEEP_PREFIX):  # a sweep: its runs, their state, cost and $/Mtoken
+        from gpuops.render import emit
+        from gpuops.render.sweep import status_text
+        from gpuops.sweep import service
+
+        rep = service.status(_ledger(config), session)
+        emit.emit(
+            rep, fmt, lambda: emit.write(status_text(rep)), csv_records=rep["jobs"], csv_columns=SWEEP_JOB_COLUMNS
+        )
+        return
     if session.startswith(RUN_PREFIX):
         from gpuops.render import emit, session_history as history
 
@@ -155,6 +169,39 @@ def ledger_show(
         )
         return
     ledger_view.emit("show", books.show(_ledger(config), session, tz), fmt)
+
+
+SWEEP_JOB_COLUMNS = ("seq", "name", "state", "run", "end_reason", "rentals", "cost_usd", "tokens", "usd_per_mtoken")
+
+
+@ledger_app.command("sweeps")
+@output_options(csv=True)
+def ledger_sweeps(
+    limit: int = number(20, "--limit", help="Show at most this many sweeps (newest first).", example="20", whole=True),
+    config: str | None = CONFIG_OPT,
+    fmt: str = "table",
+) -> None:
+    """Sweeps, newest first: their jobs by state, cost and $/Mtoken."""
+    from gpuops.render import emit
+    from gpuops.render.sweep import listing_text
+    from gpuops.sweep import service
+
+    rows = service.listing(_ledger(config), limit)
+    columns = (
+        "sweep",
+        "name",
+        "status",
+        "end_reason",
+        "jobs",
+        "done",
+        "failed",
+        "running",
+        "queued",
+        "cost_usd",
+        "tokens",
+        "usd_per_mtoken",
+    )
+    emit.emit(rows, fmt, lambda: emit.write(listing_text(rows)), csv_columns=columns)
 
 
 @ledger_app.command("note")

@@ -90,7 +90,10 @@ def watchdog(
         with waiting("watchdog --once: one reconcile and one tick over the open sessions"):
             acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
     else:  # the daemon says what it does per pass (-v), never a live line for hours
-        acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
+        from gpuops.sweep.executor import Serving
+
+        with Serving(settings, lambda text: print(f"sweep: {text}", file=sys.stderr, flush=True)):
+            acts = wd.run(settings, interval=interval, once=once, emit=emit, on_pass=on_pass)
     if once and not acts:  # a quiet pass still answers: a line, or one JSON object of the actions' shape
         idle = "nothing to do: no open session needed an action (one reconcile and one tick done)"
         _emit_json(wd.Action("", "idle", idle)) if json_out else print(idle)

@@ -117,6 +117,10 @@ class UpRequest:
     # booked or put on a command line: they reach the box only through its 0600 env file.
     env: tuple[str, ...] = field(default=(), repr=False)
     job_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # A job of a sweep (gpuops.sweep): always a run (its runs row carries sweep_id), whose id the
+    # sweep's executor chose and booked on the queued job before the run's first row.
+    sweep_id: str = ""
+    run_id: str = ""
 
 
 INTERACTIVE_JOB = "(interactive)"  # the row's job of an `up --interactive` box
@@ -712,9 +716,10 @@ def run_up(
             "job": str(req.job),
             "job_env": list(req.job_env),  # the names only: a value may be a secret
             "setup": [step["name"] for step in setup.config.get("steps", [])],  # the bootstrap's steps, by name
+            "dearest_usd_per_hour": max(o.price for o in p.candidates),  # the dearest offer this up accepts now
         }
     _quick_reconcile(settings, ledger, providers, reporter)
-    if req.recover:
+    if req.recover or req.sweep_id:
         return _run_recovering(req, p, settings, reporter, providers, ledger, open_box, workdir=tree)
     p = _within_budget(ledger, settings, providers, p, reporter)  # BadInput: refused, or does not fit
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
@@ -985,7 +990,7 @@ def _run_recovering(
     if not p.offer.simulated:  # real money: say once when no watchdog holds the money layer
         _watchdog_note(ledger, reporter, settings)
     spot_only = p.offer.spot and not req.recover_on_demand  # spot where spot was asked (and rented)
-    run_id = runs.new_run_id(new_session_id())
+    run_id = req.run_id or runs.new_run_id(new_session_id())
     ledger.add_run(
         Run(
             id=run_id,
@@ -1002,6 +1007,7 @@ def _run_recovering(
             note=req.note,
             owner=settings.owner(),
             account=providers[p.offer.provider].account,
+            sweep_id=req.sweep_id or None,
         )
     )
     rentals: list[UpRun] = []

@@ -37,6 +37,7 @@ from gpuops.errors import BadInput
 if TYPE_CHECKING:
     from gpuops.config import Settings
     from gpuops.rental.launcher import UpRequest
+    from gpuops.rental.task import TaskFile
 
 TASK_FIX = 'see the task file\'s keys in README.md ("A task file") or examples/task.toml'
 
@@ -221,6 +222,14 @@ def load_task(path: str | Path) -> dict:
     if not p.is_file():
         raise BadInput(f"task file {p} not found", "pass a task file, e.g. gpuops up examples/task.toml")
     task, raw = read_toml_table(p, TaskFile, TASK_FIX)
+    return task_fields(p, task, raw)
+
+
+def task_fields(p: Path, task: TaskFile, raw: dict) -> dict:
+    """A read task table (``task``: its TaskFile, ``raw``: what the file said) as ``UpArgs`` fields.
+
+    ``p``: the file it came from (paths are resolved against its folder; errors name it). A sweep
+    file's base and each of its jobs go through here too (gpuops.sweep.spec)."""
     if raw.get("setup"):  # [bootstrap]'s own table checks the keys, with this file's line numbers
         _check_setup(p, raw["setup"])
     out: dict = {}

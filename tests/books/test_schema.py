@@ -216,7 +216,8 @@ def test_a_ledger_of_the_twelve_step_schema_opens_and_takes_writes(tmp_path):
     led = Ledger(url)
     try:
         with led.engine.connect() as conn:
-            assert sorted(applied(conn)) == sorted(TWELVE_STEPS + ["m001_models"])  # recorded, not run
+            # m001_models recorded, not run; m002_sweeps run (the sweep queue, runs.sweep_id)
+            assert sorted(applied(conn)) == sorted(TWELVE_STEPS + ["m001_models", "m002_sweeps"])
         row = led.get(OLD_ROW["id"])
         for k, v in OLD_ROW.items():
             assert getattr(row, k) == v, k
@@ -235,8 +236,13 @@ def test_a_ledger_of_the_twelve_step_schema_opens_and_takes_writes(tmp_path):
         led.engine.dispose()
     con = sqlite3.connect(path)
     after = sorted(con.execute("SELECT type, name, sql FROM sqlite_master WHERE name <> 'schema_migrations'"))
+    run_cols = [r[1] for r in con.execute("PRAGMA table_info(runs)")]
     con.close()
-    assert after == before  # its tables and indexes as they were
+    swept = ("sweep", "ix_sweep", "ix_runs_sweep_id", "sqlite_autoindex_sweep")
+    assert {n for _, n, _ in after if n.startswith(swept)} >= {"sweeps", "sweep_jobs", "sweep_blobs"}
+    assert run_cols[-1] == "sweep_id"  # m002_sweeps's one column on an old table
+    kept = [(t, n, q) for t, n, q in after if not n.startswith(swept) and n != "runs"]
+    assert kept == [r for r in before if r[1] != "runs"]  # its tables and indexes as they were
 
 
 def test_a_twelve_step_ledger_stopped_part_way_is_refused_in_one_line(tmp_path):
@@ -257,14 +263,18 @@ def test_a_twelve_step_ledger_stopped_part_way_is_refused_in_one_line(tmp_path):
 
 
 def test_a_new_ledger_has_the_twelve_step_schema(tmp_path):
-    """A ledger made from the models has the tables, columns and indexes of the twelve steps' (SQLite)."""
+    """A ledger made from the models has the tables, columns and indexes of the twelve steps' (SQLite),
+    once the later migrations (m002_sweeps) ran on those."""
     import sqlite3
 
     from ledger import Ledger
 
     Ledger(f"sqlite:///{tmp_path / 'new.db'}").engine.dispose()
-    old = sqlite3.connect(":memory:")
+    old = sqlite3.connect(tmp_path / "old.db")
     old.executescript(TWELVE_STEP_SQLITE)
+    old.executemany("INSERT INTO schema_migrations (name, applied_at) VALUES (?, 0)", [(n,) for n in TWELVE_STEPS])
+    old.commit()
+    Ledger(f"sqlite:///{tmp_path / 'old.db'}").engine.dispose()
     new = sqlite3.connect(tmp_path / "new.db")
 
     def shape(con):
