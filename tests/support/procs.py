@@ -256,18 +256,15 @@ def owner_gone(root: str) -> bool:
 def of_root(root: str, procs: list[Proc] | None = None) -> list[Proc]:
     """Processes of the run whose temp root is ``root``: carrying it as ``ROOT_VAR``, or living
     under it (working directory, box marker, a path in their argv such as PostgreSQL's
-    ``-D <root>/gpuops-pg-*/data``). xdist workers are not counted."""
+    ``-D <root>/gpuops-pg-*/data``). A dead run's xdist workers count too: their servers end with them."""
     base = root.rstrip("/")
     return [
         p
         for p in (scan() if procs is None else procs)
-        if not is_xdist_worker(p)
-        and (
-            p.env.get(ROOT_VAR) == base
-            or _under(p.cwd, [base])
-            or _under(p.env.get(BOX_MARKER, ""), [base])
-            or any(_under(arg.split("=", 1)[-1], [base]) for arg in p.cmdline.split())
-        )
+        if p.env.get(ROOT_VAR) == base
+        or _under(p.cwd, [base])
+        or _under(p.env.get(BOX_MARKER, ""), [base])
+        or any(_under(arg.split("=", 1)[-1], [base]) for arg in p.cmdline.split())
     ]
 
 
