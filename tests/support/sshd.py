@@ -216,7 +216,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._closed = False
         self.accepted = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while not self._closed:
@@ -263,7 +264,16 @@ class TcpProxy:
                 pass
             s.close()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop accepting, drop every connection, and wait (``timeout`` s) for the accepting
+        thread to end: a thread left behind would make the next test's process multi-threaded
+        (``ledger export`` forks only a single-threaded process). On Linux a blocked
+        ``accept()`` is woken by ``shutdown`` of the listener, not by ``close``."""
         self._closed = True
         self.cut()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
+        self._acceptor.join(timeout)
