@@ -230,20 +230,7 @@ def overlap_where(start: float | None, end: float | None) -> list[str]:
     )
 
 
-_COST_LINE_COLUMNS = (
-    "session_id",
-    "provider",
-    "instance_id",
-    "kind",
-    "start_at",
-    "end_at",
-    "usd",
-    "simulated",
-    "description",
-)
-
-
-_COST_LINE_COLUMNS = (
+_COST_LINE_COLUMNS = (  # a cost line's columns as the reports read them
     "session_id",
     "provider",
     "instance_id",

@@ -14,9 +14,10 @@ logic and in-process ``CliRunner`` runs. A unit-lane test that starts a process 
 listening socket anyway fails (``_no_leftover_processes``), so the lanes cannot drift.
 ``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).
 
-Hygiene: the run gets one temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tempfile`` and every
-child process write under it) and one id in the environment of every process it starts
-(tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
+Hygiene: a run first ends what runs that died left (a SIGKILLed pytest runs no teardown; each
+run's root carries its owner's record, tests/support/procs.py ``end_dead_runs``). The run gets one
+temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tempfile`` and every child process write under
+it) and one id in the environment of every process it starts (tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
 is killed and the test errors; at the end of the run, anything of the run still alive is killed
 and the run fails; then the temp root is removed, with the bytecode compiled from files under it.
 """
@@ -99,10 +100,17 @@ _default_terminal_signals()
 
 
 def pytest_configure(config):
+    config.pluginmanager.register(_WideFixtures(), "gpuops-wide-fixtures")
     if os.environ.get(procs.RUN_VAR) and os.environ.get(procs.ROOT_VAR):
         return  # an xdist worker: the controller set the run up
-    root = tempfile.mkdtemp(prefix="gpuops-suite-", dir=_OUTER_TMP)
+    # A run SIGKILLed (a timeout) ran no teardown: end its servers and remove its root first.
+    left = procs.end_dead_runs(_OUTER_TMP)
+    if left:
+        sys.stderr.write(f"ended {len(left)} process(es) left by dead test runs:\n")
+        sys.stderr.write("".join(f"  {p.describe()}\n" for p in left))
+    root = tempfile.mkdtemp(prefix=procs.SUITE_PREFIX, dir=_OUTER_TMP)
     os.chmod(root, 0o711)  # PostgreSQL runs as its own user (as root) and must reach its folder inside
+    procs.write_owner(root)  # how a later run knows this one died (procs.owner_gone)
     config._gpuops_prev_tmp = (os.environ.get("TMPDIR"), tempfile.tempdir)
     os.environ["PYTEST_GPUOPS_OUTER_TMPDIR"] = _OUTER_TMP
     os.environ[procs.RUN_VAR] = uuid.uuid4().hex[:12]
@@ -236,25 +244,31 @@ _started_by_test: list[subprocess.Popen] = []  # every Popen of the running test
 _in_wide_fixture = [0]  # > 0 while a module/session-scoped fixture sets up: its processes outlive the test
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    """A fixture wider than one test (a module's browser, the session's PostgreSQL) starts
-    processes that must outlive the test that first asked for it: they are tagged ``session``
-    (the run-end check still covers them) and are not ended with that test."""
-    if fixturedef.scope == "function":
-        yield
-        return
-    prev = os.environ.get(procs.TEST_VAR)
-    os.environ[procs.TEST_VAR] = procs.SESSION
-    _in_wide_fixture[0] += 1
-    try:
-        yield
-    finally:
-        _in_wide_fixture[0] -= 1
-        if prev is None:
-            os.environ.pop(procs.TEST_VAR, None)
-        else:
-            os.environ[procs.TEST_VAR] = prev
+class _WideFixtures:
+    """Registered as a plugin (``pytest_configure``), not as this conftest's hook: pytest calls
+    ``pytest_fixture_setup`` through the hooks of the fixture's node, and a session-scoped
+    fixture's node is the session, which this folder's conftest does not reach."""
+
+    @staticmethod
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(fixturedef, request):
+        """A fixture wider than one test (a module's browser, the session's PostgreSQL) starts
+        processes that must outlive the test that first asked for it: they are tagged ``session``
+        (the run-end check still covers them) and are not ended with that test."""
+        if fixturedef.scope == "function":
+            yield
+            return
+        prev = os.environ.get(procs.TEST_VAR)
+        os.environ[procs.TEST_VAR] = procs.SESSION
+        _in_wide_fixture[0] += 1
+        try:
+            yield
+        finally:
+            _in_wide_fixture[0] -= 1
+            if prev is None:
+                os.environ.pop(procs.TEST_VAR, None)
+            else:
+                os.environ[procs.TEST_VAR] = prev
 
 
 _listen = socket.socket.listen

@@ -177,24 +177,20 @@ def plan(
     (fit, KV pool, max concurrency, decode ceiling, $/Mtoken); ``Plan.as_json()``: `plan --json`.
     Raises BadInput as the command does."""
     from gpuops.planning import sizing
-    from gpuops.rental.request import card_count, dtypes_not_blank, not_blank_flag
+    from gpuops.rental.request import plan_args
 
-    dtypes_not_blank(dtype or "auto", kv_dtype or "auto")
-    not_blank_flag("--engine", engine, "pass vllm, hf or train, or leave --engine out for vllm")
-    not_blank_flag("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")
-    card, gpu_count = card_count(card, gpu_count)
-    return sizing.plan(
-        model,
+    args = plan_args(
+        card=card,
+        gpu_count=gpu_count,
         dtype=dtype,
         kv_dtype=kv_dtype,
         batch=batch,
         seq=seq,
         mode=mode,
-        gpu_count=gpu_count,
-        headroom=headroom,
-        card=card,
         engine=engine,
+        headroom=headroom,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         vendor=vendor,
     )
+    return sizing.plan(model, **args)

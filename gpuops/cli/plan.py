@@ -6,9 +6,6 @@ import typer
 
 from gpuops.cli.options import (
     CONFIG_OPT,
-    _card_count,
-    _dtypes_not_blank,
-    _not_blank,
     _settings,
     number,
     output_options,
@@ -98,26 +95,23 @@ def plan(
             "--model is required",
             "e.g. gpuops plan --model llama-3-8b (--model list shows the models, --card list the cards)",
         )
-    _dtypes_not_blank(dtype, kv_dtype)
-    _not_blank("--engine", engine, "pass vllm, hf or train, or leave --engine out for vllm")
-    _not_blank("--vendor", vendor, "pass nvidia, amd or any, or leave --vendor out")
-    card, gpu_count = _card_count(card, gpu_count)
-    plan_command(
-        model,
+    from gpuops.rental.request import plan_args
+
+    args = plan_args(
+        card=card,
+        gpu_count=gpu_count,
         dtype=dtype,
         kv_dtype=kv_dtype,
         batch=batch,
         seq=seq,
         mode=mode,
-        gpu_count=gpu_count,
-        headroom=headroom,
-        card=card,
-        fmt=fmt,
         engine=engine,
+        headroom=headroom,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens,
         vendor=vendor,
     )
+    plan_command(model, args, fmt)
 
 
 @output_options()

@@ -13,23 +13,10 @@ ALL_MODELS = "all"
 LIST_MODELS = "list"
 
 
-def plan_command(
-    model: str,
-    dtype: str | None = None,
-    kv_dtype: str | None = None,
-    batch: int | str = 1,
-    seq: int | str = 4096,
-    mode: str = "infer",
-    gpu_count: int | str = 1,
-    headroom: float | str | None = None,
-    card: str | None = None,
-    fmt: str = "table",
-    engine: str | None = None,
-    max_num_seqs: int | str | None = None,
-    max_num_batched_tokens: int | str | None = None,
-    vendor: str | None = None,
-) -> int:
+def plan_command(model: str, args: dict[str, Any], fmt: str = "table") -> int:
     """Plan MODEL and print the answer as ``fmt``; returns the exit code.
+
+    ``args``: ``planning.sizing.plan``'s keyword arguments, checked (``rental.request.plan_args``).
 
     Plan MODEL (or every built-in model with ``--model all``) and print the answer to stdout as
     ``fmt`` (table, json, or csv: one row per model and card); warnings go to stderr. Returns the
@@ -43,20 +30,6 @@ def plan_command(
     if model.strip().lower() == LIST_MODELS:
         render_catalog(fmt)
         return 0
-    args: dict[str, Any] = dict(
-        dtype=dtype,
-        kv_dtype=kv_dtype,
-        batch=batch,
-        seq=seq,
-        mode=mode,
-        gpu_count=gpu_count,
-        headroom=headroom,
-        card=card,
-        engine=engine,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        vendor=vendor,
-    )
     if model.strip().lower() == ALL_MODELS:
         plans, unsplit = [], []
         with waiting("planning every built-in model on every card"):
@@ -67,13 +40,13 @@ def plan_command(
                     unsplit.append(m.name)
         if unsplit and not plans:
             raise BadInput(
-                f"vLLM cannot split any built-in model's attention heads over --gpu-count {gpu_count}",
+                f"vLLM cannot split any built-in model's attention heads over --gpu-count {args['gpu_count']}",
                 "e.g. --gpu-count 2",
             )
         if unsplit:
             sys.stderr.write(
                 f"warning: left out {', '.join(unsplit)}: vLLM cannot split their attention heads over "
-                f"--gpu-count {gpu_count} (tensor parallelism needs a count that divides them)\n"
+                f"--gpu-count {args['gpu_count']} (tensor parallelism needs a count that divides them)\n"
             )
         _emit([p.as_json() for p in plans], fmt, lambda: render_matrix(plans))
         return 0

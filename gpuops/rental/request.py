@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import BadInput
 
@@ -127,6 +127,22 @@ def dtypes_not_blank(dtype: str, kv_dtype: str) -> None:
     not_blank_flag(
         "--kv-dtype", kv_dtype, "pass a dtype, e.g. --kv-dtype fp8, or leave --kv-dtype out for the model's (auto)"
     )
+
+
+def plan_args(card: str | None, gpu_count: int, **rest: Any) -> dict[str, Any]:
+    """`gpuops plan`'s inputs checked, as the keyword arguments of ``planning.sizing.plan``.
+
+    The one check of `plan` (the command and ``gpuops.api.plan``); ``rest``: the planner's other
+    arguments as given (``dtype``, ``kv_dtype``, ``batch``, ``seq``, ``mode``, ``engine``,
+    ``headroom``, ``max_num_seqs``, ``max_num_batched_tokens``, ``vendor``). A blank ``--dtype``,
+    ``--kv-dtype``, ``--engine`` or ``--vendor`` is BadInput (None: left out, ``auto`` for the two
+    dtypes), and ``--card NAME:COUNT`` becomes the card and its GPU count (``card_count``)."""
+    dtype, kv_dtype = rest.get("dtype"), rest.get("kv_dtype")
+    dtypes_not_blank("auto" if dtype is None else dtype, "auto" if kv_dtype is None else kv_dtype)
+    not_blank_flag("--engine", rest.get("engine"), "pass vllm, hf or train, or leave --engine out for vllm")
+    not_blank_flag("--vendor", rest.get("vendor"), "pass nvidia, amd or any, or leave --vendor out")
+    card, gpu_count = card_count(card, gpu_count)
+    return {"card": card, "gpu_count": gpu_count, **rest}
 
 
 @dataclass

@@ -58,47 +58,61 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
 
 
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo"])
-def test_sql_sums_equal_the_row_by_row_rule(books, tz):
-    """The database's sums (ledger/aggregate.py, the rule in SQL) equal the row-by-row path."""
+def test_sql_sums_and_the_row_by_row_days_match_the_books_by_hand(books, tz):
+    """The database's sums (ledger/aggregate.py, the rule in SQL) and the day-by-day report (each
+    row split across its days) both give the books' money as worked out by hand."""
     from gpuops.accounting import ledger_service as cmds
-    from gpuops.accounting.ledger_service import REPORT_COLUMNS
-    from ledger.reports import day_start, experiments_report, month_bounds, month_report
-
-    def norm(rep):
-        return {k: (sorted(v, key=lambda r: r["name"]) if isinstance(v, list) else v) for k, v in rep.items()}
 
     # The books' real money by hand (tests/books/conftest.py: build_books): s1 2.40, s3 0.525097 (5401 s
     # at 0.35 $/h), s5 6.40, s7 0.40 from 31 Oct 23:31 UTC for an hour: 29/60 of it in October in UTC,
-    # all of it in November in Tokyo (UTC+9); s4 is simulated, s6 open, s2 never rented.
+    # all of it in November in Tokyo (UTC+9); s4 is simulated (0.45), s6 open, s2 never rented.
+    old_oct = {"UTC": 0.40 * 29 / 60, "Asia/Tokyo": 0.0}[tz]
     by_hand = {
-        "UTC": {"2026-10": 0.40 * 29 / 60, "2026-11": 2.40 + 0.525097 + 6.40 + 0.40 * 31 / 60},
-        "Asia/Tokyo": {"2026-10": 0.0, "2026-11": 2.40 + 0.525097 + 6.40 + 0.40},
+        "2026-10": {"old": old_oct} if old_oct else {},
+        "2026-11": {"llama-serve": 2.40 + 0.525097, "finetune": 6.40, "cpu-sim": 0.0, "old": 0.40 - old_oct},
     }
-    for month in ("2026-10", "2026-11"):
-        lo, hi = month_bounds(month, tz)
-        got = cmds.month(books, month, tz)
-        assert got["total_usd"] == pytest.approx(by_hand[tz][month], abs=1e-6)
-        python = month_report(books.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=books.cost_lines(lo, hi))
-        assert norm(got) == norm(python)
-    lo, hi = day_start("2026-11-04", tz), day_start("2026-11-11", tz)
-    python = experiments_report(books.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-04", "2026-11-10", lo, hi)
-    assert norm(cmds.experiments(books, "2026-11-04", "2026-11-10", tz)) == norm(python)
-    assert norm(cmds.experiments(books, tz=tz)) == norm(
-        experiments_report(books.overlapping(None, None, REPORT_COLUMNS))
-    )
+    for month, experiments in by_hand.items():
+        for path in (None, "day"):
+            got = cmds.month(books, month, tz, by=path)
+            assert got["total_usd"] == pytest.approx(sum(experiments.values()), abs=1e-6), (month, path)
+            assert {e["name"]: e["cost_usd"] for e in got["by_experiment"]} == {
+                k: pytest.approx(v, abs=1e-6) for k, v in experiments.items()
+            }, (month, path)
+            assert got["simulated_usd"] == pytest.approx(0.45 if month == "2026-11" else 0.0, abs=1e-6)
+    # 4-10 Nov: s3 whole, s4 simulated, and s5 (3 Nov 22:31 to 4 Nov 00:31 UTC): its last 31 of
+    # 120 minutes in UTC, all of it in Tokyo (4 Nov 00:00 JST is 3 Nov 15:00 UTC)
+    week = {
+        e["name"]: (e["cost_usd"], e["simulated_usd"])
+        for e in cmds.experiments(books, "2026-11-04", "2026-11-10", tz)["experiments"]
+    }
+    s5 = {"UTC": 6.40 * 31 / 120, "Asia/Tokyo": 6.40}[tz]
+    assert week == {
+        "llama-serve": (pytest.approx(0.525097, abs=1e-6), 0.0),
+        "cpu-sim": (0.0, pytest.approx(0.45, abs=1e-6)),
+        "finetune": (pytest.approx(s5, abs=1e-6), 0.0),
+    }
+    every = {
+        e["name"]: e["cost_usd"] for e in cmds.experiments(books, tz=tz)["experiments"]
+    }  # all time: each row whole
+    assert every == {
+        "llama-serve": pytest.approx(2.925097, abs=1e-6),
+        "finetune": pytest.approx(6.40, abs=1e-6),
+        "cpu-sim": 0.0,
+        "old": pytest.approx(0.40, abs=1e-6),
+    }
 
 
-def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
+def test_sql_rule_at_every_edge_gives_the_money_by_hand(ledger):
     """Rows at each edge of the period (inside, zero-length at lo and at hi, across lo, across hi,
     no instance time, closed without an end, an end before the start, open): the reports' SQL (the
-    inside rows summed plainly, the others attributed) and the cap equal ``fraction`` row by row."""
+    inside rows summed plainly, the others attributed), the day-by-day report and the cap give each
+    row's cost x its share of the period, worked out by hand."""
     import sqlalchemy as sa
 
     from gpuops.accounting import ledger_service as cmds
-    from gpuops.accounting.ledger_service import REPORT_COLUMNS
     from ledger.limits import month_spend
     from ledger.models import Session
-    from ledger.reports import experiments_report, month_bounds, month_report
+    from ledger.reports import month_bounds
 
     lo, hi = month_bounds("2026-11", "UTC")
     H = 3600.0
@@ -152,9 +166,6 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
     with ledger.engine.begin() as conn:
         conn.execute(Session.__table__.insert(), rows)
 
-    def norm(rep):
-        return {k: (sorted(v, key=lambda r: r["name"]) if isinstance(v, list) else v) for k, v in rep.items()}
-
     # November's real money by hand, cost x the share of [start, end) inside [lo, hi) (the month is
     # 720 h): e00 6, e01 7 (zero-length at lo), e04 10 x 1/3, e05 11 x 1/3, e06 12 x 720/722, e07 13
     # (no instance time: from its intent, 60 s inside), e08 14 (closed without an end: zero-length
@@ -170,26 +181,29 @@ def test_sql_rule_at_every_edge_equals_the_python_rule(ledger):
         "x1": pytest.approx(7 + 10 / 3 + 13 + 16, abs=1e-6),  # e01, e04, e07, e10
         "x2": pytest.approx(11 / 3 + 14, abs=1e-6),  # e05, e08 (e02, e11 outside)
     }
-    python = month_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11", "UTC")
-    assert norm(month) == norm(python)
+    days = cmds.month(ledger, "2026-11", "UTC", by="day")  # the same money split day by day
+    assert days["total_usd"] == pytest.approx(total, abs=1e-6) and days["simulated_usd"] == pytest.approx(9.0, abs=1e-6)
+    assert {e["name"]: e["cost_usd"] for e in days["by_experiment"]} == by_experiment
     assert (
         month["sessions"] == 11 and month["open_sessions"] == 1
     )  # the 3 outside rows and the never-rented one: not counted
     got = cmds.experiments(ledger, "2026-11-01", "2026-11-30", "UTC")
-    exp_py = experiments_report(ledger.overlapping(lo, hi, REPORT_COLUMNS), "2026-11-01", "2026-11-30", lo, hi)
-    assert norm(got) == norm(exp_py)
+    assert {e["name"]: e["cost_usd"] for e in got["experiments"]} == by_experiment
     # the newest intent time among counted rows; e13 (never rented) shares e07's intent time: no candidate
     assert {e["name"]: e["latest_conclusion"] for e in got["experiments"]} == {"x0": "c3", "x1": "c7", "x2": "c5"}
     # open sides (ledger experiments' default is all time): the inside rule drops what an open side makes
     # true, and the rows it does not prove inside still pay the share (e07 without an instance time, e08
-    # closed without an end, e09 ending before its start): every closed rented row whole, once
-    for since, until, a, b in (
-        (None, None, None, None),
-        ("2026-11-01", None, lo, None),
-        (None, "2026-11-30", None, hi),
+    # closed without an end, e09 ending before its start): every closed rented row whole, once. From
+    # 1 Nov on: e02 (at hi) 8 and e05 11 whole, e06 12 x 721/722, e11 (ends at lo) 0; to 30 Nov:
+    # e04 10 and e11 17 whole, e06 12 x 721/722, e05 11 x 1/3, e02 (at hi) 0.
+    e06 = 12 * 721 / 722
+    for since, until, want in (
+        (None, None, {"x0": 6 + 12 + 15, "x1": 7 + 10 + 13 + 16, "x2": 8 + 11 + 14 + 17}),
+        ("2026-11-01", None, {"x0": 6 + e06 + 15, "x1": 7 + 10 / 3 + 13 + 16, "x2": 8 + 11 + 14}),
+        (None, "2026-11-30", {"x0": 6 + e06 + 15, "x1": 7 + 10 + 13 + 16, "x2": 11 / 3 + 14 + 17}),
     ):
-        exp_py = experiments_report(ledger.overlapping(a, b, REPORT_COLUMNS), since, until, a, b)
-        assert norm(cmds.experiments(ledger, since, until, "UTC")) == norm(exp_py)
+        got_open = cmds.experiments(ledger, since, until, "UTC")["experiments"]
+        assert {e["name"]: e["cost_usd"] for e in got_open} == {k: pytest.approx(v, abs=1e-6) for k, v in want.items()}
     every = cmds.experiments(ledger)["experiments"]
     assert (
         round(sum(e["cost_usd"] for e in every), 6) == 129.0 and sum(e["simulated_usd"] for e in every) == 9.0

@@ -53,6 +53,22 @@ def test_plan_is_the_commands_plan(cli):
     assert p.model == "llama-3-8b" and [c.card.name for c in p.cards] == ["a100-80gb-sxm"]
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "flags", "line"),
+    [
+        ({"dtype": ""}, ["--dtype", ""], "--dtype is empty"),
+        ({"vendor": " "}, ["--vendor", " "], "--vendor is empty"),
+        ({"card": "a100:2", "gpu_count": 4}, ["--card", "a100:2", "--gpu-count", "4"], "--card a100:2 asks for 2 GPUs"),
+    ],
+)
+def test_plan_refuses_what_the_command_refuses(cli, kwargs, flags, line):
+    """One check for both doors (rental.request.plan_args): a blank dtype was `auto` to the API."""
+    with pytest.raises(BadInput, match="^" + line):
+        gpuops.plan("llama-3-8b", **kwargs)
+    r = cli("plan", "--model", "llama-3-8b", *flags)
+    assert r.returncode == 2 and line in r.stderr, r
+
+
 def test_api_up_books_the_same_row_as_the_cli(gpuops_home, cli_env, tmp_path):
     job = tmp_path / "job.sh"
     job.write_text(JOB)

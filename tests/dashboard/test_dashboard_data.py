@@ -198,10 +198,12 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     led.engine.dispose()
     d = build(settings, None, "UTC", now=now, read_status=lambda row: None)
     bu = d["budget"]
-    from gpuops.teardown.budget import month_start_end
+    import datetime as dt
 
+    local_now = dt.datetime.fromtimestamp(now).astimezone()  # the cap's month: the local calendar month
+    month_start = local_now.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
     in_month = now - max(
-        now - 3600, month_start_end(now)[0]
+        now - 3600, month_start
     )  # the hour, or its part in this month (a run just after midnight on the 1st)
     assert bu["monthly_cap_usd"] == 10.0 and bu["spent_usd"] == pytest.approx(
         2.0 * in_month / 3600, abs=0.01
@@ -217,7 +219,9 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     got = live(settings, now=now)
     ps = json.loads(cli("ps", "--all", "--json").stdout)
     assert [b["session"] for b in got["open_boxes"]] == [r["session"] for r in ps] == ["20261201-0900-real"]
-    assert got["open_boxes"][0]["accrued_usd"] == pytest.approx(ps[0]["accrued_usd"], abs=2.0 * 30 / 3600)
+    # an hour at $2/h when polled at ``now``; `ps` counts to its own clock, within 30 s of it
+    assert got["open_boxes"][0]["accrued_usd"] == pytest.approx(2.0, abs=1e-6)
+    assert ps[0]["accrued_usd"] == pytest.approx(2.0, abs=2.0 * 30 / 3600)
     assert got["open_boxes"][0]["ttl_left_seconds"] == pytest.approx(ps[0]["ttl_left_seconds"], abs=30)
     # the page's script shows the server's words: the burn a rate (4 places), the accrual one
     # rental's cost (cents from $1), the open boxes' sum a total

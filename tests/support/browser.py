@@ -66,6 +66,8 @@ class Browser:
         self.profile = Path(tempfile.mkdtemp(prefix="gpuops-chromium-"))
         self.log_path = self.profile / "chromium.log"  # removed with the profile
         self._log = open(self.log_path, "wb")
+        from tests.support.procs import die_with_parent
+
         self.proc = subprocess.Popen(
             [
                 chromium_path(),
@@ -78,6 +80,7 @@ class Browser:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=die_with_parent(signal.SIGTERM),  # never outlives a SIGKILLed pytest
         )
         self.ws = None
         self._stack = contextlib.ExitStack()

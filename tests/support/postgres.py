@@ -1,16 +1,23 @@
 """A real PostgreSQL server on 127.0.0.1 for the tests, started from the system's binaries.
 
-``initdb`` into a temporary folder, ``pg_ctl start`` on a free port (TCP on 127.0.0.1 only, the
-Unix socket in the same folder), trust authentication, durability off (a test server). PostgreSQL
-refuses to run as root, so as root the server runs as the ``postgres`` system user (created by the
-Debian package) and the folder is handed to it.
+``initdb`` into a temporary folder, then ``postgres -D <folder>`` as a direct child of the test
+process on a free port (TCP on 127.0.0.1 only, the Unix socket in the same folder), trust
+authentication, durability off (a test server). PostgreSQL refuses to run as root, so as root the
+server runs as the ``postgres`` system user (created by the Debian package) and the folder is
+handed to it.
+
+The server never outlives the test run: it is not daemonized (no ``pg_ctl start``), it gets
+SIGQUIT (immediate shutdown) when the thread that started it ends (``procs.die_with_parent``:
+a SIGKILLed pytest runs no teardown), and a run that died anyway is ended by the next run's
+start (``procs.end_dead_runs``, from tests/conftest.py).
 
 No skipping: a missing PostgreSQL is an error that says how to install it.
 
-Ending: ``stop()`` asks the server to shut down (``pg_ctl stop -m fast``: clients are disconnected,
-a clean shutdown is logged), kills the postmaster if it is still there after that, then removes
-the folder; it is idempotent and tolerates a folder that is already gone. Under pytest-xdist
-each worker has its own server (a session fixture is per worker) and each test its own database.
+Ending: ``stop()`` sends SIGINT (fast shutdown: clients are disconnected, a clean shutdown is
+logged), waits ``STOP_TIMEOUT_S``, SIGKILLs the server's process group if it is still there, then
+removes the folder; it is idempotent and tolerates a folder that is already gone. Under
+pytest-xdist each worker has its own server (a session fixture is per worker) and each test its
+own database.
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -68,101 +74,141 @@ class PostgresServer:
         self.root = Path(tempfile.mkdtemp(prefix="gpuops-pg-"))
         self.data = self.root / "data"
         self.port = 0
+        self.proc: subprocess.Popen | None = None
         if self.user:
             pw = pwd.getpwnam(self.user)
             os.chown(self.root, pw.pw_uid, pw.pw_gid)
         os.chmod(self.root, 0o700)
 
-    def _run(self, *args: str, timeout: float = START_TIMEOUT_S) -> subprocess.CompletedProcess:
-        # cwd "/": the folder may already be gone when stop() runs. PYTEST_GPUOPS_TEST=session: the
-        # server outlives the test that first asked for it (tests/support/procs.py).
-        return subprocess.run(
-            [str(self.bindir / args[0]), *args[1:]],
+    def _env(self) -> dict[str, str]:
+        # PYTEST_GPUOPS_TEST=session: the server outlives the test that first asked for it
+        # (tests/support/procs.py).
+        return {**os.environ, "LC_ALL": "C.UTF-8", "PGTZ": "UTC", "PYTEST_GPUOPS_TEST": "session"}
+
+    def start(self) -> PostgresServer:
+        """``initdb``, then the server on a free port; returns once it accepts connections
+        (deadline ``START_TIMEOUT_S``). Raises RuntimeError with the server's log on failure."""
+        r = subprocess.run(
+            [
+                str(self.bindir / "initdb"),
+                "-D",
+                str(self.data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
             user=self.user,
             capture_output=True,
             text=True,
-            timeout=timeout,
-            cwd="/",
-            env={**os.environ, "LC_ALL": "C.UTF-8", "PGTZ": "UTC", "PYTEST_GPUOPS_TEST": "session"},
+            timeout=START_TIMEOUT_S,
+            cwd="/",  # the folder may already be gone when a later call runs
+            env=self._env(),
         )
-
-    def start(self) -> PostgresServer:
-        r = self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
         if r.returncode:
             raise RuntimeError(f"initdb failed: {r.stderr.strip()}")
         last = ""
         for _ in range(3):  # the free port may be taken between probe and bind: try another
             self.port = _free_port()
-            opts = (
-                f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
-            )
-            r = self._run(
-                "pg_ctl",
-                "start",
-                "-w",
-                "-t",
-                str(START_TIMEOUT_S),
-                "-D",
-                str(self.data),
-                "-l",
-                str(self.root / "server.log"),
-                "-o",
-                opts,
-                timeout=START_TIMEOUT_S + 10,
-            )
-            if r.returncode == 0:
-                self._opts = opts
+            try:
+                self._launch()
                 return self
-            last = r.stderr.strip() + " " + (self.root / "server.log").read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"pg_ctl start failed: {last}")
+            except RuntimeError as e:
+                last = str(e)
+        raise RuntimeError(f"postgres did not start: {last}")
 
-    def halt(self) -> None:
-        """Stop the server, keeping its data and port (a team ledger whose server went down):
-        ``pg_ctl stop -m fast`` (clients are disconnected). ``resume()`` starts it again."""
-        r = self._run(
-            "pg_ctl",
-            "stop",
-            "-D",
-            str(self.data),
-            "-m",
-            "fast",
-            "-w",
-            "-t",
-            str(STOP_TIMEOUT_S),
-            timeout=STOP_TIMEOUT_S + 10,
-        )
-        if r.returncode:
-            raise RuntimeError(f"pg_ctl stop failed: {r.stderr.strip()}")
+    def _launch(self) -> None:
+        """Run ``postgres -D`` as a child of this process (its own process group; SIGQUIT when the
+        starting thread ends) and wait until it accepts a connection on ``port``. Raises
+        RuntimeError (the log's tail) when it exits or does not answer by ``START_TIMEOUT_S``."""
+        from tests.support.procs import die_with_parent
 
-    def resume(self) -> None:
-        """Start a ``halt()``ed server again on the same port with the same data; returns once
-        TCP answers (deadline ``START_TIMEOUT_S``)."""
-        r = self._run(
-            "pg_ctl",
-            "start",
-            "-w",
-            "-t",
-            str(START_TIMEOUT_S),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.root / "server.log"),
-            "-o",
-            self._opts,
-            timeout=START_TIMEOUT_S + 10,
-        )
-        if r.returncode:
-            raise RuntimeError(f"pg_ctl start failed: {r.stderr.strip()}")
+        log_path = self.root / "server.log"
+        with open(log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(self.bindir / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.root),
+                    "-c",
+                    "listen_addresses=127.0.0.1",
+                    "-c",
+                    "fsync=off",
+                    "-c",
+                    "synchronous_commit=off",
+                    "-c",
+                    "full_page_writes=off",
+                    "-c",
+                    "max_connections=300",
+                ],
+                user=self.user,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd="/",
+                env=self._env(),
+                process_group=0,  # a terminal's Ctrl-C goes to pytest, which stops the server itself
+                preexec_fn=die_with_parent(signal.SIGQUIT),
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            if self.proc.poll() is not None:
+                self.proc = None
+                raise RuntimeError(log_path.read_text(errors="replace")[-2000:])
+            if self._answers():
                 return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+            if time.monotonic() > deadline:
+                self._end()
+                raise RuntimeError(
+                    f"no connection within {START_TIMEOUT_S} s: {log_path.read_text(errors='replace')[-2000:]}"
+                )
+            time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        """True when the server accepts a connection (it is past recovery and startup)."""
+        import psycopg
+
+        try:
+            psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", connect_timeout=2).close()
+            return True
+        except psycopg.Error:
+            return False
+
+    def _end(self) -> None:
+        """SIGINT the server (fast shutdown), wait ``STOP_TIMEOUT_S``, then SIGKILL its process
+        group (the postmaster leads it; its backends are in it) and reap it. Idempotent."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait(STOP_TIMEOUT_S)
+
+    def halt(self) -> None:
+        """Stop the server, keeping its data and port (a team ledger whose server went down): a
+        fast shutdown (clients are disconnected). ``resume()`` starts it again."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise RuntimeError("postgres is not running")
+        self._end()
+
+    def resume(self) -> None:
+        """Start a ``halt()``ed server again on the same port with the same data; returns once it
+        accepts connections (deadline ``START_TIMEOUT_S``)."""
+        self._launch()
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
@@ -176,51 +222,15 @@ class PostgresServer:
             c.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
-    def _postmaster_pid(self) -> int | None:
-        try:
-            return int((self.data / "postmaster.pid").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def stop(self) -> None:
-        """Shut the server down (fast mode: a logged, clean shutdown), SIGKILL the postmaster if it
-        is still alive after ``STOP_TIMEOUT_S``, remove the folder. Idempotent; never raises."""
-        pid = self._postmaster_pid()
-        if self.port and self.data.is_dir():
-            try:
-                self._run(
-                    "pg_ctl",
-                    "stop",
-                    "-D",
-                    str(self.data),
-                    "-m",
-                    "fast",
-                    "-w",
-                    "-t",
-                    str(STOP_TIMEOUT_S),
-                    timeout=STOP_TIMEOUT_S + 10,
-                )
-            except (OSError, subprocess.SubprocessError):
-                pass
-        if pid is not None and _alive(pid):
-            try:
-                os.killpg(pid, signal.SIGKILL)  # the postmaster leads its children's group
-            except OSError:
-                pass
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        """Shut the server down (fast mode: a logged, clean shutdown), SIGKILL it if it is still
+        alive after ``STOP_TIMEOUT_S``, remove the folder. Idempotent; never raises."""
+        try:
+            self._end()
+        except (OSError, subprocess.SubprocessError):
+            pass
         self.port = 0
         shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 @pytest.fixture
@@ -242,15 +252,6 @@ def postgres_server():
     server = PostgresServer()
     try:
         server.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:  # pg_ctl -w returned; make sure TCP answers before handing it out
-            try:
-                socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
         yield server
     finally:
         server.stop()

@@ -186,3 +186,110 @@ def signal_held(pid: int, signum: int) -> bool:
     if len(masks) < 4 or (masks["SigPnd"] | masks["ShdPnd"]) & bit:
         return False
     return bool((masks["SigIgn"] | masks["SigCgt"]) & bit)
+
+
+# --- Daemons that end with the test run -------------------------------------------------------
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(signum: int):
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``signum`` when the thread that
+    started it ends (Linux ``prctl(PR_SET_PDEATHSIG)``, prctl(2)), so a server a test run starts
+    does not outlive a SIGKILLed pytest. It runs after Popen's ``user=`` switch (a credential
+    change clears the setting). A parent that died between fork and prctl is caught by comparing
+    ``getppid()`` with the pid recorded before the fork (the child exits at once). The signal
+    follows the starting THREAD: start servers from a thread that lives as long as they do (the
+    main thread, or one that waits for the server's end, as ``SshServer.start_later`` does)."""
+    import ctypes
+
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child may no longer read Python's files
+
+    def arm() -> None:
+        if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+# --- Runs that died: their owner record and what they left running ---------------------------
+
+SUITE_PREFIX = "gpuops-suite-"  # tests/conftest.py: each run's temp root is <outer tmp>/gpuops-suite-*
+OWNER_FILE = ".owner"  # in a run's temp root: "<pid> <start time in clock ticks>" of the pytest that owns it
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks since boot (``/proc/<pid>/stat`` field 22,
+    proc(5)); None when it is gone or a zombie."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    rest = stat.decode("ascii", "replace")
+    rest_fields = rest[rest.rfind(")") + 2 :].split()
+    if len(rest_fields) < 20 or rest_fields[0] in ("Z", "X"):
+        return None
+    return int(rest_fields[19])
+
+
+def write_owner(root: str) -> None:
+    """Record this process as the owner of run root ``root`` (``OWNER_FILE``)."""
+    pid = os.getpid()
+    with open(os.path.join(root, OWNER_FILE), "w") as f:
+        f.write(f"{pid} {_start_ticks(pid)}\n")
+
+
+def owner_gone(root: str) -> bool:
+    """True only when the pytest that owned run root ``root`` is certainly gone: its owner record
+    names a pid that is not alive, or alive with another start time (a reused pid). A root whose
+    record is missing or unreadable (a run from before records, one being set up) is not gone:
+    doubt keeps it."""
+    raw = _read(os.path.join(root, OWNER_FILE))
+    try:
+        pid_text, ticks_text = (raw or b"").decode("ascii").split()
+        pid, ticks = int(pid_text), int(ticks_text)
+    except ValueError:
+        return False
+    return _start_ticks(pid) != ticks
+
+
+def of_root(root: str, procs: list[Proc] | None = None) -> list[Proc]:
+    """Processes of the run whose temp root is ``root``: carrying it as ``ROOT_VAR``, or living
+    under it (working directory, box marker, a path in their argv such as PostgreSQL's
+    ``-D <root>/gpuops-pg-*/data``). A dead run's xdist workers count too: their servers end with them."""
+    base = root.rstrip("/")
+    return [
+        p
+        for p in (scan() if procs is None else procs)
+        if p.env.get(ROOT_VAR) == base
+        or _under(p.cwd, [base])
+        or _under(p.env.get(BOX_MARKER, ""), [base])
+        or any(_under(arg.split("=", 1)[-1], [base]) for arg in p.cmdline.split())
+    ]
+
+
+def end_dead_runs(outer: str, grace_s: float = 10.0) -> list[Proc]:
+    """End what runs that died left behind (a SIGKILLed pytest runs no teardown): for each
+    ``<outer>/gpuops-suite-*`` whose owner is certainly gone (``owner_gone``), TERM every process
+    of that root (``of_root``: a PostgreSQL server whose data folder is in it, an sshd, a
+    chromium, a job of a local box), KILL what is left after ``grace_s``, then remove the root.
+    Returns the processes it signalled. Roots of live runs, and roots in doubt, are untouched."""
+    import glob
+    import shutil
+
+    ended: list[Proc] = []
+    for root in sorted(glob.glob(os.path.join(outer, SUITE_PREFIX + "*"))):
+        if not owner_gone(root):
+            continue
+        left = of_root(root)
+        ended += left
+        for p in left:
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+        left = wait_gone(lambda r=root: of_root(r), grace_s)
+        kill(left)
+        if not wait_gone(lambda r=root: of_root(r), grace_s):
+            shutil.rmtree(root, ignore_errors=True)
+    return ended

@@ -66,6 +66,7 @@ class SshServer:
         self.extra_path = [Path(p) for p in (extra_path or [])]
         self.sftp = sftp  # False: no SFTP subsystem (images that ship sshd without sftp-server)
         self.proc: subprocess.Popen | None = None
+        self._stopped = threading.Event()  # set by stop(): a start_later thread may end
         keygen(self.host_key, "gpuops-test-host")
 
     def authorize(self, public_key_line: str) -> None:
@@ -123,8 +124,16 @@ class SshServer:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir sshd demands as root
         cfg = self._config()
         log = open(self.log, "ab")
+        from tests.support.procs import die_with_parent
+
+        # -D: a direct child, never a daemon; SIGTERM when the starting thread ends (a SIGKILLed
+        # pytest runs no stop()).
         self.proc = subprocess.Popen(
-            [SSHD, "-D", "-e", "-f", str(cfg)], stdout=log, stderr=log, stdin=subprocess.DEVNULL
+            [SSHD, "-D", "-e", "-f", str(cfg)],
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )
         log.close()
         deadline = time.monotonic() + timeout
@@ -139,13 +148,22 @@ class SshServer:
         raise RuntimeError(f"sshd did not listen on {self.port} within {timeout} s")
 
     def start_later(self, delay: float) -> threading.Thread:
-        """Start the server ``delay`` seconds from now, in a thread (a box whose sshd is late)."""
-        t = threading.Thread(target=lambda: (time.sleep(delay), self.start()), daemon=True)
+        """Start the server ``delay`` seconds from now, in a thread (a box whose sshd is late). The
+        thread lives until ``stop()``: sshd ends with the thread that started it (``start``)."""
+
+        def run() -> None:
+            time.sleep(delay)
+            self.start()
+            self._stopped.wait()
+
+        self._stopped.clear()
+        t = threading.Thread(target=run, daemon=True)
         t.start()
         return t
 
     def stop(self) -> None:
         """Stop the listening server (open sessions' own processes end when their client goes)."""
+        self._stopped.set()
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -198,7 +216,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._closed = False
         self.accepted = 0
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while not self._closed:
@@ -245,7 +264,16 @@ class TcpProxy:
                 pass
             s.close()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop accepting, drop every connection, and wait (``timeout`` s) for the accepting
+        thread to end: a thread left behind would make the next test's process multi-threaded
+        (``ledger export`` forks only a single-threaded process). On Linux a blocked
+        ``accept()`` is woken by ``shutdown`` of the listener, not by ``close``."""
         self._closed = True
         self.cut()
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self._listener.close()
+        self._acceptor.join(timeout)

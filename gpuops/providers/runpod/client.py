@@ -150,6 +150,33 @@ class RunPodClient:
             "check the card, image and disk size",
         )
 
+    def _send(self, method: str, url: str, key: str, action: str, **kw: Any) -> tuple[Any, Any]:
+        """One HTTP request with the key: (``requests.Response``, its JSON or None).
+
+        The JSON is None when the body is empty or not JSON; ``kw``: ``params``/``json`` for
+        ``requests.request``. A network failure or a timeout (``timeout_s``) is
+        ProviderError(SERVER); the caller judges the status."""
+        import requests
+
+        try:
+            r = requests.request(
+                method,
+                url,
+                timeout=self.timeout_s,
+                headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
+                **kw,
+            )
+        except (requests.ConnectionError, requests.Timeout):
+            raise ProviderError(
+                ProviderErrorKind.SERVER,
+                f"cannot reach RunPod at {self.url} to {action}",
+                "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
+            ) from None
+        try:
+            return r, (r.json() if r.content else None)
+        except ValueError:
+            return r, None
+
     def _rest(
         self,
         method: str,
@@ -164,33 +191,12 @@ class RunPodClient:
 
         2xx only; every other status is a ProviderError of the kind the spec's status means.
         ``path`` is already quoted."""
-        import requests
 
         key = self._key()
         url = self.url + path
 
         def once():
-            try:
-                r = requests.request(
-                    method,
-                    url,
-                    params=params,
-                    json=body,
-                    timeout=self.timeout_s,
-                    headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
-                )
-            except ProviderError:
-                raise
-            except (requests.ConnectionError, requests.Timeout):
-                raise ProviderError(
-                    ProviderErrorKind.SERVER,
-                    f"cannot reach RunPod at {self.url} to {action}",
-                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
-                ) from None
-            try:
-                payload = r.json() if r.content else None
-            except ValueError:
-                payload = None
+            r, payload = self._send(method, url, key, action, params=params, json=body)
             if not 200 <= r.status_code < 300:
                 raise self._status_error(
                     r.status_code, payload, action, creating, r.headers.get("Retry-After"), r.headers.get("RateLimit")
@@ -219,29 +225,12 @@ class RunPodClient:
         caller to read. A 401 is ProviderError(AUTH); a reply that is not a JSON object (a web page,
         a 404 once GraphQL is retired) or a 5xx is SERVER, a 429 RATE_LIMIT, each retried under the
         policy like every call (``_rest``'s statuses)."""
-        import requests
 
         key = self._key()
         url = self.url + "/graphql"
 
         def once() -> dict:
-            try:
-                r = requests.post(
-                    url,
-                    json={"query": query},
-                    timeout=self.timeout_s,
-                    headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
-                )
-            except (requests.ConnectionError, requests.Timeout):
-                raise ProviderError(
-                    ProviderErrorKind.SERVER,
-                    f"cannot reach RunPod at {self.url} to {action}",
-                    "check the network or [providers.runpod] url (RUNPOD_API_BASE_URL)",
-                ) from None
-            try:
-                payload = r.json() if r.content else None
-            except ValueError:
-                payload = None
+            r, payload = self._send("POST", url, key, action, json={"query": query})
             if r.status_code == 401 or r.status_code == 429 or r.status_code >= 500:
                 raise self._status_error(
                     r.status_code, payload, action, False, r.headers.get("Retry-After"), r.headers.get("RateLimit")
