@@ -397,7 +397,7 @@ class Bench:
     def print_table(self) -> None:
         print()
         print(
-            f"{'figure':52s} {'ours':>8s} {'floor':>8s} {'ratio':>6s} {'goal':>5s}      {'load':>9s} {'peak MiB':>9s} "
+            f"{'figure':62s} {'ours':>8s} {'floor':>8s} {'ratio':>6s} {'goal':>5s}      {'load':>9s} {'peak MiB':>9s} "
             f"{'CPU s':>11s} {'CPU':>5s}  floor"
         )
         for what, ours, fl, floor, target, load, note in self.results:
@@ -406,7 +406,7 @@ class Bench:
             goal = f"{target:4.2g}x" if target else "    -"
             cpu = f"{ours.cpu_s / floor.cpu_s:4.2f}x" if floor.cpu_s > 0 else "    -"
             print(
-                f"{what:52s} {ours.median_s:7.3f}s {floor.median_s:7.3f}s {ratio:5.2f}x {goal}{flag:5s} "
+                f"{what:62s} {ours.median_s:7.3f}s {floor.median_s:7.3f}s {ratio:5.2f}x {goal}{flag:5s} "
                 f"{load[0]:4.1f}-{load[1]:<4.1f} {ours.max_rss_mib:4.0f}/{floor.max_rss_mib:<4.0f} "
                 f"{ours.cpu_s:5.2f}/{floor.cpu_s:<5.2f} {cpu}  {fl}{' ' + note if note else ''}"
             )
