@@ -1,27 +1,41 @@
 """Benchmark: every command costs what it shows, not what the ledger has seen.
 
-    .venv/bin/python bench/bench_scale.py [--sessions 1000000] [--month-sessions 100000] [--runs 5]
-                                          [--no-postgres] [--only up,ps,cap,reports,history,csv,startup]
+    .venv/bin/python bench/bench_scale.py [--sessions 1000000] [--month-sessions 100000]
+        [--pg-sessions 1000000] [--runs 5] [--no-postgres]
+        [--only startup,up,ps,cap,reports,history,small,postgres,csv]
 
-Prints one table, each figure beside its floor measured in the same run, as a ratio with its
-target:
+Every figure is ours beside its floor measured in the same loop: the commands take turns run by
+run (floor, ours, floor, ours ...; after one warm-up round), so a neighbour's load on a shared
+machine falls on both alike. Each line gives the medians, their ratio with its target, the
+machine's 1-minute load average over those runs, peak RSS and CPU seconds (user + system, every
+process the command waited for). The floor is what a user would run instead: the database's own
+shell (``sqlite3``, ``psql``) running the statement the report runs, ``sqlite3 -csv``, ``sqlite3``
+filling ``sessions``, a peer CLI's ``--help``; or the same command on an empty ledger.
 
-- ``up --job exit0.sh`` (local provider), ``ps``, ``watchdog --once``, ``reconcile`` on a ledger of
-  ``--sessions`` closed sessions vs the same on an empty ledger (target <= 1.2x);
-- ``up`` with a monthly cap and ``--month-sessions`` sessions this month vs no cap (<= 1.2x), and
-  ``watchdog --once``'s peak memory with the cap;
-- ``ledger month`` / ``ledger experiments --json`` over ``--month-sessions`` rows vs the same
-  aggregation as one SQL statement on the same database, on SQLite and PostgreSQL (<= 1.5x), and
-  ``ledger month`` over 8,000 rows vs ``gpuops --help`` (<= 2x); the same two reports on a ledger
-  holding the ``--sessions`` history too ("history": the plain floors walk every row there);
-- ``ledger export`` / ``ledger import`` of the big ledger vs ``sqlite3 -csv`` / csv + executemany
-  (<= 1.5x, peak RSS <= 100 MiB), and the import vs ``sqlite3 .import`` into a plain table (<= 2x)
-  and vs ``sqlite3`` putting the same rows into ``sessions`` (the schema's floor: its indexes built
-  after), with the CPU seconds of each (run with ``--sessions 100000`` for the smaller size);
-- ``ps`` and ``watchdog --once`` on an empty ledger vs ``gpuops --help`` (<= 2x).
+- ``startup``: ``ps``, ``watchdog --once`` on an empty ledger vs ``gpuops --help`` (<= 2x);
+- ``up``, ``ps``: ``up --job exit0.sh`` (local provider), ``ps``, ``watchdog --once``,
+  ``reconcile`` on a ledger of ``--sessions`` closed sessions vs an empty ledger (<= 1.2x);
+- ``cap``: ``up`` and ``watchdog --once`` with a monthly cap over ``--month-sessions`` sessions
+  this month vs no cap (<= 1.2x; the watchdog's memory beside it);
+- ``reports``: ``ledger month`` (this month) and ``ledger experiments`` (all time) on
+  ``--month-sessions`` sessions, as a table and as ``--json``, each beside ``sqlite3`` running the
+  statement the report runs for its groups (``ledger.aggregate.statement``; no target: a Python
+  CLI's start-up is most of the gap), and the table beside the JSON (<= 1.2x: a table costs what
+  its data costs);
+- ``history``: the same on a ledger that also holds the ``--sessions`` history;
+- ``small``: ``ledger month`` on 8,000 sessions vs ``gpuops --help`` (<= 2x);
+- ``postgres``: ``ledger month`` on PostgreSQL with ``--pg-sessions`` this month vs ``psql``
+  running the same statement (<= 1.5x: statement-bound), and with ``--month-sessions`` vs
+  ``vastai --help``, the fastest peer CLI (<= 1x: start-up-bound);
+- ``csv``: ``ledger export`` of the big ledger vs ``sqlite3 -csv`` (<= 1.5x, <= 100 MiB a process),
+  ``ledger import`` of that export vs ``sqlite3`` putting the same rows into ``sessions`` (the
+  schema's floor: its indexes dropped and built after; <= 2x, <= 100 MiB) and vs ``sqlite3
+  .import`` into a plain table (no target).
 
 Ledgers are built with SQL executemany (not the CLI) and cached under the temp dir
-(``gpuops-bench-cache``), keyed by size and schema. Never a pass/fail test.
+(``gpuops-bench-cache``), keyed by size, month and schema; PostgreSQL (the test suite's throwaway
+server, ``tests/support/postgres.py``) is filled from them by ``sqlite3 -csv | psql COPY``. Never a
+pass/fail test.
 """
 
 from __future__ import annotations
@@ -32,9 +46,12 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,9 +60,12 @@ if "--repo" in sys.argv:  # time another checkout (e.g. main, for before/after f
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from timing import Timing, measure  # noqa: E402
+from timing import Timing, run_once  # noqa: E402
+
+from ledger.aggregate import EXPERIMENT_KEYS, MONTH_KEYS  # noqa: E402
 
 CACHE = Path(tempfile.gettempdir()) / "gpuops-bench-cache"
+GROUPS = ("startup", "up", "ps", "cap", "reports", "history", "small", "postgres", "csv")
 CARDS = [("rtx-4090", 0.35), ("a100-80gb", 1.89), ("h100-sxm", 2.99), ("l40s", 0.86), ("a100-40gb", 1.29)]
 PROVIDERS = ["runpod", "vast"]
 # The columns the bench writes (every other column has a default).
@@ -197,99 +217,69 @@ def history_ledger(big: Path, month: Path) -> Path:
     return path
 
 
-def pg_load(url: str, n: int, first: float, last: float) -> None:
-    """Migrate the PostgreSQL database at ``url`` and COPY ``n`` sessions into it."""
-    import psycopg
+def pg_load(pg, url: str, source: Path) -> None:
+    """Migrate the PostgreSQL database at ``url`` and fill its ``sessions`` with the rows of the SQLite ledger ``source``.
+
+    The two shells a user would use: ``sqlite3 -csv`` writes the rows, ``psql``'s ``COPY ... FROM
+    STDIN (CSV)`` reads them (SQLite's 0/1 are PostgreSQL booleans; an empty field is NULL, ""
+    an empty string), then ``ANALYZE``."""
+    import subprocess
 
     from ledger.engine import open_engine
 
     open_engine(url).dispose()
-    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as con:
-        with con.cursor() as cur:
-            with cur.copy(f"COPY sessions ({', '.join(COLUMNS)}) FROM STDIN") as cp:
-                for r in session_rows(n, first, last, "pg"):
-                    cp.write_row(r)
-            cur.execute("ANALYZE sessions")
-
-
-MONTH_SQL = """SELECT 'experiment', experiment, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens)
-  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY experiment
-UNION ALL SELECT 'card', card, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens)
-  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY card
-UNION ALL SELECT 'provider', provider, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens)
-  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY provider"""
-EXPERIMENTS_SQL = """SELECT experiment, count(*), sum(cost_usd), sum(billed_seconds * gpu_count) / 3600.0, sum(tokens), max(created_at)
-  FROM sessions WHERE created_at < {p} AND (ended_at IS NULL OR ended_at >= {p}) GROUP BY experiment ORDER BY experiment"""
-
-
-def attributed_sql(keys: str, conclusion: bool) -> str:
-    """The second floor: the numbers of ``ledger month``/``experiments`` as ONE plain SQL statement.
-
-    Attributed by time (each row's share of [:lo, :hi), ``ledger.attribution``). The first floor
-    (MONTH_SQL, EXPERIMENTS_SQL) sums whole rows, which cannot give the books' figures for a rental
-    across the period's edge."""
-    from ledger.attribution import SQL_TOUCHES, share_sql  # the timed checkout's rule (--repo: an older one too)
-
-    # a closed row wholly inside the period: share exactly 1 (ledger.attribution.SQL_INSIDE)
-    inside = "(instance_created_at >= :lo AND ended_at < :hi AND ended_at >= instance_created_at)"
-
-    def part(x: str) -> str:
-        return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
-
-    job = (
-        "(CASE WHEN job_seconds IS NULL OR usd_per_hour IS NULL OR usd_per_hour = 0 THEN COALESCE(cost_usd, 0.0)"
-        " WHEN job_seconds * usd_per_hour / 3600.0 < COALESCE(cost_usd, 0.0) THEN job_seconds * usd_per_hour / 3600.0"
-        " ELSE COALESCE(cost_usd, 0.0) END)"
+    t0 = time.perf_counter()
+    cols = ", ".join(COLUMNS)
+    dump = subprocess.Popen(["sqlite3", "-csv", str(source), f"SELECT {cols} FROM sessions"], stdout=subprocess.PIPE)
+    subprocess.run(
+        psql(pg, url) + ["-c", f"COPY sessions ({cols}) FROM STDIN (FORMAT csv)", "-c", "ANALYZE sessions"],
+        stdin=dump.stdout,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
-    gh = "(COALESCE(billed_seconds, 0.0) * (CASE WHEN gpu_count > 1 THEN gpu_count ELSE 1 END) / 3600.0)"
-    closed = "status = 'closed'"
-    return (
-        f"SELECT {keys}, COUNT(*), SUM(CASE WHEN status <> 'closed' THEN 1 ELSE 0 END),"
-        f" SUM(CASE WHEN {closed} AND cost_source = 'charged' THEN 1 ELSE 0 END),"
-        f" SUM(CASE WHEN {closed} THEN {part('COALESCE(cost_usd, 0.0)')} ELSE 0.0 END),"
-        f" SUM(CASE WHEN {closed} THEN {part(gh)} ELSE 0.0 END), SUM(CASE WHEN {closed} THEN {part('COALESCE(tokens, 0) * 1.0')} ELSE 0.0 END),"
-        f" SUM(CASE WHEN {closed} AND tokens > 0 THEN {part(job)} ELSE 0.0 END)"
-        + (", MAX(CASE WHEN conclusion <> '' THEN created_at END)" if conclusion else "")
-        + f" FROM sessions WHERE +created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND {SQL_TOUCHES}"
-        f" GROUP BY simulated, {keys.replace(', simulated', '')}"
-    )
+    if dump.stdout:
+        dump.stdout.close()
+    if dump.wait():
+        raise RuntimeError(f"sqlite3 -csv {source} failed")
+    print(f"  loaded {source.name} into PostgreSQL in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
-SQL_RUNNER = r"""
-import sys, json
-url, sql, args = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-if url.startswith("sqlite"):
-    import sqlite3
-    con = sqlite3.connect(url[len("sqlite:///"):])
-else:
-    import psycopg
-    con = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
-    if isinstance(args, dict):  # named parameters: :name in SQLite's style, %(name)s in psycopg's
-        for k in args:
-            sql = sql.replace(":" + k, "%(" + k + ")s")
-rows = con.execute(sql, args).fetchall()
-print(len(rows))
-"""
+def psql(pg, url: str) -> list[str]:
+    """``psql`` on the database of SQLAlchemy ``url``: no psqlrc, quiet, unaligned tuples only."""
+    return [str(pg.bindir / "psql"), "-X", "-q", "-A", "-t", url.replace("postgresql+psycopg://", "postgresql://")]
 
-IMPORT_FLOOR = r"""
-import csv, sqlite3, sys
-from datetime import datetime
-db, path, cols = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
-con = sqlite3.connect(db, isolation_level=None)
-con.execute("BEGIN IMMEDIATE")
-def rows():
-    with open(path, newline="") as f:
-        r = csv.reader(f)
-        next(r)
-        for c in r:
-            t = datetime.fromisoformat(c[0]).timestamp()
-            s = float(c[6]) * 3600.0
-            yield (c[11], c[1], "", c[2], c[3], int(c[4]), False, "", None, None, float(c[5]), None, c[10] == "true",
-                   "closed", t, t, None, t + s, "imported", None, s, float(c[7]), int(c[8]), None, c[9], "", "", "",
-                   None, None, "import", "import")
-con.executemany(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows())
-con.execute("COMMIT")
-"""
+
+def same_statement(lo: float | None, hi: float | None, keys: tuple, conclusion: bool) -> tuple[str, dict]:
+    """The statement a report runs for its groups (``ledger.aggregate.statement``, the timed checkout's) and its parameters.
+
+    The floor of ``ledger month`` (the month's keys over [lo, hi)) and of ``ledger experiments``
+    (its keys and the latest conclusion's time, all time: lo = hi = None)."""
+    from ledger.aggregate import params, statement
+
+    return statement(lo, hi, keys, conclusion), params(lo, hi)
+
+
+def sqlite3_argv(db: Path, sql: str, args: dict) -> list[str]:
+    """``sqlite3`` running ``sql`` on ``db`` with named parameters ``args`` (``.parameter set``)."""
+    argv = ["sqlite3"]
+    for k, v in args.items():
+        argv += ["-cmd", f".parameter set :{k} {v!r}"]
+    return argv + [str(db), sql]
+
+
+def psql_argv(pg, url: str, sql: str, args: dict, work: Path, name: str) -> list[str]:
+    """``psql`` running ``sql`` on ``url`` with ``args`` as psql variables (quoted literals, typed by their column).
+
+    The statement goes in a file (``-f``): psql interpolates ``:'name'`` only in what it reads."""
+    for k in args:
+        sql = sql.replace(f":{k}", f":'{k}'")
+    path = work / f"{name}.sql"
+    path.write_text(sql + ";\n")
+    argv = psql(pg, url)
+    for k, v in args.items():
+        argv[1:1] = ["-v", f"{k}={v!r}"]
+    return argv + ["-f", str(path)]
+
 
 # ``sqlite3`` putting the export's rows into ``sessions`` as ``ledger import`` books them (same
 # columns, converted by SQL, nothing checked), the secondary indexes dropped and built after.
@@ -320,9 +310,11 @@ PRAGMA wal_checkpoint(TRUNCATE);
 
 
 class Bench:
+    """The groups of figures, each measured in rounds and printed as one table at the end."""
+
     def __init__(self, a: argparse.Namespace, work: Path):
         self.a, self.work = a, work
-        self.results: list[tuple[str, str, Timing | None, str, Timing | None, float, str]] = []
+        self.results: list[tuple[str, Timing, str, Timing, float | None, tuple[float, float], str]] = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
         env.update(
             PYTHONPATH=str(REPO),
@@ -337,208 +329,264 @@ class Bench:
         job.write_text("#!/usr/bin/env bash\nexit 0\n")
         job.chmod(0o755)
         self.job = job
+        self.heavy_runs = max(3, a.runs // 2)  # a run of a minute's work (up, export, import): fewer rounds
 
     def env_for(self, url: str, **extra: str) -> dict:
         return dict(self.env, GPUOPS_LEDGER_URL=url, **extra)
 
-    def time(self, argv: list[str], env: dict, runs: int | None = None, **kw) -> Timing:
-        return measure(argv, env, runs or self.a.runs, cwd=str(self.work), **kw)
+    def rounds(
+        self,
+        cmds: list[tuple[str, list[str], dict]],
+        runs: int | None = None,
+        warmup: int = 1,
+        before: Callable[[str], None] | None = None,
+    ) -> tuple[dict[str, Timing], tuple[float, float]]:
+        """Each command of ``cmds`` ((label, argv, env)) once per round, in turn, ``warmup`` + ``runs`` rounds.
+
+        The floor and ours take turns run by run, so a neighbour's load on a shared machine falls on
+        both alike. Returns each label's ``Timing`` (median of the timed rounds) and the machine's
+        1-minute load average (lowest, highest) over them. ``before(label)``: called before each
+        run (a fresh ledger for an import). Each command's stdout goes to its own file in the work
+        folder."""
+        runs = runs or self.a.runs
+        walls: dict[str, list[tuple[float, float, float]]] = {label: [] for label, _, _ in cmds}
+        loads = []
+        for i in range(warmup + runs):
+            if i >= warmup:
+                loads.append(os.getloadavg()[0])
+            for label, argv, env in cmds:
+                if before:
+                    before(label)
+                with open(self.work / f"out-{label.replace(' ', '-')}.txt", "wb") as out:
+                    got = run_once(argv, env, out, subprocess.DEVNULL, str(self.work))
+                if i >= warmup:
+                    walls[label].append(got)
+        timings = {
+            label: Timing(
+                statistics.median(w for w, _, _ in xs),
+                min(w for w, _, _ in xs),
+                max(r for _, r, _ in xs),
+                len(xs),
+                statistics.median(c for _, _, c in xs),
+            )
+            for label, xs in walls.items()
+        }
+        return timings, (min(loads), max(loads))
 
     def add(
-        self, what: str, ours_label: str, ours: Timing, floor_label: str, floor: Timing, target: float, note: str = ""
+        self,
+        what: str,
+        ours: Timing,
+        floor_label: str,
+        floor: Timing,
+        target: float | None,
+        load: tuple[float, float],
+        note: str = "",
     ) -> None:
-        self.results.append((what, ours_label, ours, floor_label, floor, target, note))
+        """One figure: ours beside its floor (``target`` None: shown, no goal)."""
+        self.results.append((what, ours, floor_label, floor, target, load, note))
         ratio = ours.median_s / floor.median_s
+        goal = f"target x{target:g}" if target else "no target"
         print(
-            f"  {what}: {ours.median_s:.3f} s vs {floor.median_s:.3f} s = x{ratio:.2f} (target x{target:g}) "
-            f"peak {ours.max_rss_mib:.0f} / {floor.max_rss_mib:.0f} MiB {note}",
+            f"  {what}: {ours.median_s:.3f} s vs {floor_label} {floor.median_s:.3f} s = x{ratio:.2f} ({goal}) "
+            f"load {load[0]:.1f}-{load[1]:.1f} peak {ours.max_rss_mib:.0f} / {floor.max_rss_mib:.0f} MiB {note}",
             file=sys.stderr,
             flush=True,
         )
 
     def print_table(self) -> None:
         print()
-        print(f"{'target':44s} {'ours':>9s} {'floor':>9s} {'ratio':>7s} {'goal':>6s}  {'peak MiB':>14s}  floor")
-        for what, _ol, ours, fl, floor, target, note in self.results:
+        print(
+            f"{'figure':62s} {'ours':>8s} {'floor':>8s} {'ratio':>6s} {'goal':>5s}      {'load':>9s} {'peak MiB':>9s} "
+            f"{'CPU s':>11s} {'CPU':>5s}  floor"
+        )
+        for what, ours, fl, floor, target, load, note in self.results:
             ratio = ours.median_s / floor.median_s
-            flag = "ok" if ratio <= target else "OVER"
+            flag = "" if target is None else (" ok" if ratio <= target else " OVER")
+            goal = f"{target:4.2g}x" if target else "    -"
+            cpu = f"{ours.cpu_s / floor.cpu_s:4.2f}x" if floor.cpu_s > 0 else "    -"
             print(
-                f"{what:44s} {ours.median_s:8.3f}s {floor.median_s:8.3f}s {ratio:6.2f}x {target:5.2g}x  "
-                f"{ours.max_rss_mib:6.0f}/{floor.max_rss_mib:<6.0f}  {fl} {flag}{' ' + note if note else ''}"
+                f"{what:62s} {ours.median_s:7.3f}s {floor.median_s:7.3f}s {ratio:5.2f}x {goal}{flag:5s} "
+                f"{load[0]:4.1f}-{load[1]:<4.1f} {ours.max_rss_mib:4.0f}/{floor.max_rss_mib:<4.0f} "
+                f"{ours.cpu_s:5.2f}/{floor.cpu_s:<5.2f} {cpu}  {fl}{' ' + note if note else ''}"
             )
+        print(
+            "ratio: median of ours / median of the floor, the two taking turns run by run (the goal is on it);"
+            f" load: the 1-minute load average over those runs ({os.cpu_count()} CPUs); CPU s: user + system"
+            " seconds, ours/floor, and their ratio (on a loaded machine the steadier figure)"
+        )
 
     # -- groups ---------------------------------------------------------------------------------
     def startup(self, empty: Path) -> None:
         env = self.env_for(f"sqlite:///{empty}")
-        help_ = self.time(self.gpuops + ["--help"], env)
-        self.help = help_
-        for cmd in (["ps"], ["watchdog", "--once"]):
-            self.add(
-                f"{' '.join(cmd)} (small ledger) vs --help",
-                " ".join(cmd),
-                self.time(self.gpuops + cmd, env),
-                "gpuops --help",
-                help_,
-                2.0,
-            )
+        t, load = self.rounds(
+            [
+                ("help", self.gpuops + ["--help"], env),
+                ("ps", self.gpuops + ["ps"], env),
+                ("watchdog", self.gpuops + ["watchdog", "--once"], env),
+            ]
+        )
+        self.add("ps (small ledger) vs --help", t["ps"], "gpuops --help", t["help"], 2.0, load)
+        self.add("watchdog --once (small ledger) vs --help", t["watchdog"], "gpuops --help", t["help"], 2.0, load)
 
     def scale(self, empty: Path, big: Path, which: set[str]) -> None:
         n = self.a.sessions
         cmds = []
         if "up" in which:
-            cmds.append((["up", "--job", str(self.job), "--provider", "local"], max(3, self.a.runs // 2)))
+            cmds.append((["up", "--job", str(self.job), "--provider", "local"], self.heavy_runs))
         if "ps" in which:
             cmds += [(["ps"], None), (["watchdog", "--once"], None), (["reconcile"], None)]
         for cmd, runs in cmds:
-            floor = self.time(self.gpuops + cmd, self.env_for(f"sqlite:///{empty}"), runs)
-            ours = self.time(self.gpuops + cmd, self.env_for(f"sqlite:///{big}"), runs)
-            self.add(
-                f"{cmd[0]}{' --once' if '--once' in cmd else ''} on {n:,} sessions vs empty",
-                "",
-                ours,
-                "same, empty ledger",
-                floor,
-                1.2,
+            t, load = self.rounds(
+                [
+                    ("empty", self.gpuops + cmd, self.env_for(f"sqlite:///{empty}")),
+                    ("big", self.gpuops + cmd, self.env_for(f"sqlite:///{big}")),
+                ],
+                runs,
             )
+            what = f"{cmd[0]}{' --once' if '--once' in cmd else ''} on {n:,} sessions vs empty"
+            self.add(what, t["big"], "same, empty ledger", t["empty"], 1.2, load)
 
     def cap(self, month: Path) -> None:
         url = f"sqlite:///{month}"
-        up = self.gpuops + ["up", "--job", str(self.job), "--provider", "local"]
-        runs = max(3, self.a.runs // 2)
-        floor = self.time(up, self.env_for(url), runs)
-        ours = self.time(up, self.env_for(url, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="1000000000"), runs)
-        self.add(f"up, monthly cap, {self.a.month_sessions:,} this month", "", ours, "same, no cap", floor, 1.2)
-        wd = self.gpuops + ["watchdog", "--once"]
-        floor = self.time(wd, self.env_for(url), runs)
-        ours = self.time(wd, self.env_for(url, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="1000000000"), runs)
-        self.add(
-            f"watchdog --once, cap, {self.a.month_sessions:,} this month",
-            "",
-            ours,
-            "same, no cap",
-            floor,
-            1.2,
-            f"(memory flat: {ours.max_rss_mib:.0f} vs {floor.max_rss_mib:.0f} MiB)",
-        )
+        capped = self.env_for(url, GPUOPS_TEARDOWN_MONTHLY_CAP_USD="1000000000")
+        for cmd, what in (
+            (["up", "--job", str(self.job), "--provider", "local"], "up"),
+            (["watchdog", "--once"], "watchdog --once"),
+        ):
+            t, load = self.rounds(
+                [("no cap", self.gpuops + cmd, self.env_for(url)), ("cap", self.gpuops + cmd, capped)], self.heavy_runs
+            )
+            note = (
+                f"(memory flat: {t['cap'].max_rss_mib:.0f} vs {t['no cap'].max_rss_mib:.0f} MiB)"
+                if "watch" in what
+                else ""
+            )
+            self.add(
+                f"{what}, monthly cap, {self.a.month_sessions:,} this month",
+                t["cap"],
+                "same, no cap",
+                t["no cap"],
+                1.2,
+                load,
+                note,
+            )
 
-    def reports(self, url: str, backend: str, start: float, end: float) -> None:
+    def report_rounds(
+        self, what: str, ours: list[str], env: dict, floor_label: str, floor: list[str], target: float | None
+    ) -> None:
+        """A report as a table and as ``--json`` beside its floor, the three taking turns.
+
+        Three figures: each beside the floor (``target``), and the table beside the JSON (<= 1.2x:
+        a table costs what its data costs)."""
+        t, load = self.rounds([("floor", floor, self.env), ("json", ours + ["--json"], env), ("table", ours, env)])
+        self.add(f"{what} --json", t["json"], floor_label, t["floor"], target, load)
+        self.add(f"{what} (table)", t["table"], floor_label, t["floor"], target, load)
+        self.add(f"{what} table vs --json", t["table"], "the same report as --json", t["json"], 1.2, load)
+
+    def reports(self, db: Path, start: float, end: float, what: str) -> None:
+        """``ledger month`` (this month) and ``ledger experiments`` (all time) on the SQLite ledger ``db``.
+
+        Each beside ``sqlite3`` running the statement the report runs for its groups (no target: a
+        Python CLI's start-up is most of the gap to a C shell's whole query; the table vs the JSON
+        is the target)."""
         month = time.strftime("%Y-%m", time.gmtime(start))
-        day = time.strftime("%Y-%m-%d", time.gmtime(start))
-        p = "?" if backend == "sqlite" else "%s"
-        runner = [sys.executable, "-c", SQL_RUNNER, url]
-        m_args = f"[{end}, {start}, {end}, {start}, {end}, {start}]"
-        floor = self.time(runner + [MONTH_SQL.format(p=p), m_args], self.env)
-        ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
-        self.add(f"ledger month, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5)
-        floor2 = self.time(
-            runner
-            + [
-                attributed_sql("experiment, card, gpu_count, provider, simulated", False),
-                f'{{"lo": {start}, "hi": {end}}}',
-            ],
-            self.env,
+        env = self.env_for(f"sqlite:///{db}")
+        sql, args = same_statement(start, end, MONTH_KEYS, False)
+        self.report_rounds(
+            f"ledger month, {what}",
+            self.gpuops + ["ledger", "month", month, "--tz", "UTC"],
+            env,
+            "sqlite3, same statement",
+            sqlite3_argv(db, sql, args),
+            None,
         )
-        self.add(
-            f"ledger month, {self.a.month_sessions:,} rows ({backend})",
-            "",
-            ours,
-            "same numbers, one SQL statement",
-            floor2,
-            1.5,
-            "(attributed by time)",
+        sql, args = same_statement(None, None, EXPERIMENT_KEYS, True)
+        self.report_rounds(
+            f"ledger experiments, {what}",
+            self.gpuops + ["ledger", "experiments"],
+            env,
+            "sqlite3, same statement",
+            sqlite3_argv(db, sql, args),
+            None,
         )
-        floor = self.time(runner + [EXPERIMENTS_SQL.format(p=p), f"[{end}, {start}]"], self.env)
-        ours = self.time(
-            self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url)
-        )
-        self.add(
-            f"ledger experiments, {self.a.month_sessions:,} rows ({backend})", "", ours, "one SQL statement", floor, 1.5
-        )
-        floor2 = self.time(
-            runner + [attributed_sql("experiment, simulated", True), f'{{"lo": {start}, "hi": 1e300}}'], self.env
-        )
-        self.add(
-            f"ledger experiments, {self.a.month_sessions:,} rows ({backend})",
-            "",
-            ours,
-            "same numbers, one SQL statement",
-            floor2,
-            1.5,
-            "(attributed by time)",
-        )
-
-    def history(self, path: Path, start: float, end: float) -> None:
-        """The month's reports on a ledger that also holds the history (``--sessions`` before this month).
-
-        The plain floors walk every row of the ledger, ours only the month's."""
-        month = time.strftime("%Y-%m", time.gmtime(start))
-        day = time.strftime("%Y-%m-%d", time.gmtime(start))
-        url = f"sqlite:///{path}"
-        runner = [sys.executable, "-c", SQL_RUNNER, url]
-        what = f"{self.a.sessions:,} + {self.a.month_sessions:,} this month"
-        floor = self.time(
-            runner + [MONTH_SQL.format(p="?"), f"[{end}, {start}, {end}, {start}, {end}, {start}]"], self.env
-        )
-        ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"], self.env_for(url))
-        self.add(f"ledger month, {what}", "", ours, "one SQL statement", floor, 1.5)
-        floor = self.time(runner + [EXPERIMENTS_SQL.format(p="?"), f"[{end}, {start}]"], self.env)
-        ours = self.time(
-            self.gpuops + ["ledger", "experiments", "--since", day, "--tz", "UTC", "--json"], self.env_for(url)
-        )
-        self.add(f"ledger experiments, {what}", "", ours, "one SQL statement", floor, 1.5)
 
     def small_month(self, small: Path, start: float) -> None:
         month = time.strftime("%Y-%m", time.gmtime(start))
         env = self.env_for(f"sqlite:///{small}")
-        help_ = getattr(self, "help", None) or self.time(self.gpuops + ["--help"], env)
-        ours = self.time(self.gpuops + ["ledger", "month", month, "--tz", "UTC"], env)
-        self.add(f"ledger month, {self.a.small_month:,} rows vs --help", "", ours, "gpuops --help", help_, 2.0)
+        t, load = self.rounds(
+            [
+                ("help", self.gpuops + ["--help"], env),
+                ("month", self.gpuops + ["ledger", "month", month, "--tz", "UTC"], env),
+            ]
+        )
+        self.add(
+            f"ledger month, {self.a.small_month:,} rows vs --help", t["month"], "gpuops --help", t["help"], 2.0, load
+        )
 
-    def cpu_seconds(self, argv: list[str], env: dict, stdout_path: Path) -> float:
-        """User + system CPU seconds of one run of ``argv`` and every process it waited for."""
-        import resource
-        import subprocess
+    def postgres(self, pg, big_url: str, small_url: str, start: float, end: float) -> None:
+        """``ledger month`` on PostgreSQL: statement-bound at ``--pg-sessions`` this month, start-up-bound at ``--month-sessions``.
 
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        with open(stdout_path, "wb") as f:
-            subprocess.run(argv, env=env, stdout=f, check=True, cwd=str(self.work))
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        The first beside ``psql`` running the same statement (<= 1.5x), the second beside the
+        fastest peer CLI's ``--help`` (``vastai --help``, <= 1.0x)."""
+        month = time.strftime("%Y-%m", time.gmtime(start))
+        sql, args = same_statement(start, end, MONTH_KEYS, False)
+        cmd = self.gpuops + ["ledger", "month", month, "--tz", "UTC"]
+        floor = psql_argv(pg, big_url, sql, args, self.work, "month-big")
+        self.report_rounds(
+            f"ledger month, {self.a.pg_sessions:,} (PostgreSQL)",
+            cmd,
+            self.env_for(big_url),
+            "psql, same statement",
+            floor,
+            1.5,
+        )
+        vastai = shutil.which("vastai", path=str(Path(sys.executable).parent)) or shutil.which("vastai")
+        env = self.env_for(small_url)
+        t, load = self.rounds(
+            [
+                ("vastai", [str(vastai), "--help"], self.env),
+                ("month", cmd, env),
+                ("psql", psql_argv(pg, small_url, sql, args, self.work, "month-small"), self.env),
+            ]
+        )
+        what = f"ledger month, {self.a.month_sessions:,} (PostgreSQL)"
+        self.add(what, t["month"], "vastai --help", t["vastai"], 1.0, load)
+        self.add(what, t["month"], "psql, same statement", t["psql"], None, load)
 
     def csv(self, big: Path) -> None:
         n = self.a.sessions
-        out = self.work / "export.csv"
-        runs = max(1, min(3, self.a.runs // 2))
-        ours = self.time(
-            self.gpuops + ["ledger", "export"], self.env_for(f"sqlite:///{big}"), runs, stdout_path=str(out)
-        )
         sql = (
             "SELECT created_at, experiment, provider, card, gpu_count, usd_per_hour, billed_seconds / 3600.0, cost_usd, "
             "tokens, conclusion, simulated, id FROM sessions WHERE status = 'closed' ORDER BY created_at, id"
         )
-        floor = self.time(["sqlite3", "-csv", str(big), sql], self.env, runs, stdout_path=str(self.work / "floor.csv"))
-        # The export runs two processes (ledger/csvio.py write_export_forked); sqlite3 -csv one: their
-        # CPU seconds (user + sys, one more run each) are printed beside the wall-clock ratio.
-        cpu_ours = self.cpu_seconds(self.gpuops + ["ledger", "export"], self.env_for(f"sqlite:///{big}"), out)
-        cpu_floor = self.cpu_seconds(["sqlite3", "-csv", str(big), sql], self.env, self.work / "floor.csv")
+        env = self.env_for(f"sqlite:///{big}")
+        t, load = self.rounds(
+            [
+                ("floor", ["sqlite3", "-csv", str(big), sql], self.env),
+                ("ours", self.gpuops + ["ledger", "export"], env),
+            ],
+            self.heavy_runs,
+        )
+        # The export runs two processes (ledger/csvio.py write_export_forked); sqlite3 -csv one.
         self.add(
             f"ledger export, {n:,} rows",
-            "",
-            ours,
+            t["ours"],
             "sqlite3 -csv",
-            floor,
+            t["floor"],
             1.5,
-            f"(peak <= 100 MiB per process; CPU {cpu_ours:.2f} s vs {cpu_floor:.2f} s)",
+            load,
+            "(peak <= 100 MiB per process)",
         )
+        out = self.work / "export.csv"
+        shutil.copyfile(self.work / "out-ours.txt", out)
         target = self.work / "import.db"
 
-        def fresh() -> None:
+        def fresh(_label: str) -> None:
             for sfx in ("", "-wal", "-shm"):
                 Path(str(target) + sfx).unlink(missing_ok=True)
             new_ledger(target)
 
-        walls_o, walls_f, walls_s, walls_t = [], [], [], []
-        cpu_o = cpu_s = cpu_t = 0.0
         # The physical floor: sqlite3's own CSV reader into a plain table of the file's columns, in
         # the same fresh ledger file (no parsing, no checks, no indexes).
         dot_import = ["sqlite3", str(target), "-cmd", ".mode csv", f".import --skip 1 {out} imported_csv"]
@@ -546,64 +594,31 @@ class Bench:
         # and built after, as the import does), converting with SQL and checking nothing.
         into_sessions = self.work / "into_sessions.sql"
         into_sessions.write_text(IMPORT_SCHEMA_FLOOR.format(csv=out))
-        schema_floor = ["sqlite3", str(target), f".read {into_sessions}"]
-        ours_argv = self.gpuops + ["ledger", "import", str(out), "--tz", "UTC"]
-        for _ in range(runs):
-            fresh()
-            walls_o.append(measure(ours_argv, self.env_for(f"sqlite:///{target}"), 1, warmup=0, cwd=str(self.work)))
-            fresh()
-            walls_f.append(
-                measure(
-                    [sys.executable, "-c", IMPORT_FLOOR, str(target), str(out), ",".join(COLUMNS)],
-                    self.env,
-                    1,
-                    warmup=0,
-                    cwd=str(self.work),
-                )
-            )
-            fresh()
-            walls_s.append(measure(dot_import, self.env, 1, warmup=0, cwd=str(self.work)))
-            fresh()
-            walls_t.append(measure(schema_floor, self.env, 1, warmup=0, cwd=str(self.work)))
-        # CPU seconds (user + sys, one more run each): on a busy machine the wall clock is the load's.
-        fresh()
-        cpu_o = self.cpu_seconds(ours_argv, self.env_for(f"sqlite:///{target}"), self.work / "import.out")
-        fresh()
-        cpu_s = self.cpu_seconds(dot_import, self.env, self.work / "import.out")
-        fresh()
-        cpu_t = self.cpu_seconds(schema_floor, self.env, self.work / "import.out")
-
-        def merged(ts: list[Timing]) -> Timing:
-            xs = sorted(t.median_s for t in ts)
-            return Timing(xs[len(xs) // 2], xs[0], max(t.max_rss_mib for t in ts), len(ts))
-
-        self.add(
-            f"ledger import, {n:,} rows",
-            "",
-            merged(walls_o),
-            "csv + executemany",
-            merged(walls_f),
-            1.5,
-            "(peak <= 100 MiB)",
+        t, load = self.rounds(
+            [
+                ("into sessions", ["sqlite3", str(target), f".read {into_sessions}"], self.env),
+                (
+                    "ours",
+                    self.gpuops + ["ledger", "import", str(out), "--tz", "UTC"],
+                    self.env_for(f"sqlite:///{target}"),
+                ),
+                ("dot import", dot_import, self.env),
+            ],
+            self.heavy_runs,
+            warmup=0,
+            before=fresh,
         )
+        what = f"ledger import, {n:,} rows"
         self.add(
-            f"ledger import, {n:,} rows",
-            "",
-            merged(walls_o),
-            "sqlite3 .import",
-            merged(walls_s),
-            2.0,
-            f"(peak <= 100 MiB; CPU {cpu_o:.2f} s vs {cpu_s:.2f} s)",
-        )
-        self.add(
-            f"ledger import, {n:,} rows",
-            "",
-            merged(walls_o),
+            what,
+            t["ours"],
             "sqlite3 into sessions",
-            merged(walls_t),
+            t["into sessions"],
             2.0,
-            f"(the schema's own floor, its indexes; CPU {cpu_o:.2f} s vs {cpu_t:.2f} s)",
+            load,
+            "(the schema's own floor, its indexes; peak <= 100 MiB)",
         )
+        self.add(what, t["ours"], "sqlite3 .import", t["dot import"], None, load, "(a plain table: no indexes)")
 
 
 def main() -> None:
@@ -612,16 +627,27 @@ def main() -> None:
         "--sessions", type=int, default=1_000_000, help="sessions in the big ledger (100000 for a quicker run)"
     )
     ap.add_argument("--month-sessions", type=int, default=100_000, help="sessions this month (cap, month, experiments)")
+    ap.add_argument(
+        "--pg-sessions", type=int, default=1_000_000, help="sessions this month on PostgreSQL (statement-bound)"
+    )
     ap.add_argument("--small-month", type=int, default=8_000)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument(
+        "--runs", type=int, default=5, help="timed rounds per figure (up, export, import: half, at least 3)"
+    )
     ap.add_argument("--no-postgres", action="store_true")
-    ap.add_argument("--only", default="startup,up,ps,cap,reports,history,csv")
+    ap.add_argument("--only", default=",".join(GROUPS), help=f"some of {','.join(GROUPS)}")
     ap.add_argument("--repo", help="the gpuops checkout to time (default: this one)")
     a = ap.parse_args()
     which = set(a.only.split(","))
+    if which - set(GROUPS):
+        ap.error(f"--only: unknown {', '.join(sorted(which - set(GROUPS)))} (groups: {', '.join(GROUPS)})")
+    if a.no_postgres:
+        which.discard("postgres")
     now = time.time()
     start = month_start(now)
     end_of_month = month_start(start + 32 * 86400)
+    this_month = max(start + 60.0, now - 60.0)
+    history = (start - a.sessions * 90.0, start - 3600.0)  # the big ledger: before this month, 90 s apart
     work = Path(tempfile.mkdtemp(prefix="gpuops-bench-"))
     b = Bench(a, work)
     try:
@@ -630,33 +656,34 @@ def main() -> None:
         if "startup" in which:
             b.startup(empty)
         if which & {"up", "ps", "csv"}:
-            # the big ledger: history before this month, 90 s apart
-            big = sqlite_ledger("big", a.sessions, start - a.sessions * 90.0, start - 3600.0)
+            big = sqlite_ledger("big", a.sessions, *history)
             if which & {"up", "ps"}:
                 b.scale(empty, big, which)
             if "csv" in which:
                 b.csv(big)
         if which & {"cap", "reports", "history"}:
-            month = sqlite_ledger("month", a.month_sessions, start, max(start + 60.0, now - 60.0))
-            if "history" in which:
-                big = sqlite_ledger("big", a.sessions, start - a.sessions * 90.0, start - 3600.0)
-                b.history(history_ledger(big, month), start, end_of_month)
+            month = sqlite_ledger("month", a.month_sessions, start, this_month)
             if "cap" in which:
                 b.cap(month)
             if "reports" in which:
-                b.reports(f"sqlite:///{month}", "sqlite", start, end_of_month)
-                small = sqlite_ledger("small", a.small_month, start, max(start + 60.0, now - 60.0))
-                b.small_month(small, start)
-                if not a.no_postgres:
-                    from tests.support.postgres import PostgresServer
+                b.reports(month, start, end_of_month, f"{a.month_sessions:,} (SQLite)")
+            if "history" in which:
+                big = sqlite_ledger("big", a.sessions, *history)
+                what = f"{a.sessions:,} + {a.month_sessions:,} (SQLite)"
+                b.reports(history_ledger(big, month), start, end_of_month, what)
+        if "small" in which:
+            b.small_month(sqlite_ledger("small", a.small_month, start, this_month), start)
+        if "postgres" in which:
+            from tests.support.postgres import PostgresServer
 
-                    pg = PostgresServer().start()
-                    try:
-                        url = pg.new_database()
-                        pg_load(url, a.month_sessions, start, max(start + 60.0, now - 60.0))
-                        b.reports(url, "postgresql", start, end_of_month)
-                    finally:
-                        pg.stop()
+            pg = PostgresServer().start()
+            try:
+                big_url, small_url = pg.new_database(), pg.new_database()
+                pg_load(pg, big_url, sqlite_ledger("month", a.pg_sessions, start, this_month))
+                pg_load(pg, small_url, sqlite_ledger("month", a.month_sessions, start, this_month))
+                b.postgres(pg, big_url, small_url, start, end_of_month)
+            finally:
+                pg.stop()
     finally:
         b.print_table()
         shutil.rmtree(work, ignore_errors=True)

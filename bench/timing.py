@@ -1,7 +1,8 @@
 """Repeated timing of a command, hyperfine-style.
 
-One warm-up run, then ``runs`` timed runs; the median wall time, the fastest, and the largest peak
-RSS of the command. The RSS comes from GNU ``/usr/bin/time -f %M`` (apt-get install time): a child's
+One warm-up run, then ``runs`` timed runs; the median wall time, the fastest, the largest peak
+RSS and the median CPU seconds (user + system, the command's and every process it waited for, from
+``wait4``) of the command. The RSS comes from GNU ``/usr/bin/time -f %M`` (apt-get install time): a child's
 own ``ru_maxrss`` also counts the parent's pages it was forked with (a 300 MiB bench process makes
 ``true`` look 300 MiB big); without it the figure falls back to that and says so. Used by the
 benchmarks; never a pass/fail test.
@@ -28,12 +29,15 @@ GNU_TIME = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else shutil.wh
 
 @dataclass
 class Timing:
-    """Median and fastest wall seconds of the timed runs, peak RSS of the largest run (MiB)."""
+    """Median and fastest wall seconds of the timed runs, peak RSS of the largest run (MiB).
+
+    ``cpu_s``: the median CPU seconds (user + system) of the runs."""
 
     median_s: float
     min_s: float
     max_rss_mib: float
     runs: int
+    cpu_s: float = 0.0
 
     def __str__(self) -> str:
         return f"median {self.median_s:7.3f} s  min {self.min_s:7.3f} s  peak RSS {self.max_rss_mib:7.1f} MiB  ({self.runs} runs)"
@@ -46,8 +50,10 @@ def run_once(
     stdin: IO | int | None = subprocess.DEVNULL,
     cwd: str | None = None,
     timeout_s: float = 1800.0,
-) -> tuple[float, float]:
-    """(wall seconds, peak RSS MiB) of one run of ``argv``.
+) -> tuple[float, float, float]:
+    """(wall seconds, peak RSS MiB, CPU seconds) of one run of ``argv``.
+
+    CPU: user + system of the process and of every process it waited for (``wait4``'s usage).
 
     Raises CalledProcessError on a non-zero exit (with the command's stderr), TimeoutExpired past
     ``timeout_s``."""
@@ -81,7 +87,7 @@ def run_once(
         peak_kib = float(lines[-1]) if lines and lines[-1].isdigit() else peak_kib
     if p.returncode != 0:
         raise subprocess.CalledProcessError(p.returncode, list(argv), stderr=err)
-    return wall, peak_kib / 1024.0
+    return wall, peak_kib / 1024.0, usage.ru_utime + usage.ru_stime
 
 
 def measure(
@@ -96,12 +102,12 @@ def measure(
     """``Timing`` of ``runs`` runs after ``warmup`` untimed ones.
 
     ``stdout_path``: where the output goes (else discarded); ``stdin_path``: a file fed to stdin."""
-    walls, rss = [], []
+    walls, rss, cpu = [], [], []
     for i in range(warmup + runs):
         out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
         inp = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
         try:
-            wall, peak = run_once(argv, env, out, inp, cwd)
+            wall, peak, cpu_s = run_once(argv, env, out, inp, cwd)
         finally:
             for f in (out, inp):
                 if hasattr(f, "close"):
@@ -109,7 +115,8 @@ def measure(
         if i >= warmup:
             walls.append(wall)
             rss.append(peak)
-    return Timing(statistics.median(walls), min(walls), max(rss), runs)
+            cpu.append(cpu_s)
+    return Timing(statistics.median(walls), min(walls), max(rss), runs, statistics.median(cpu))
 
 
 def main() -> None:

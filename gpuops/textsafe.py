@@ -47,9 +47,9 @@ def safe(text: object) -> str:
 
     Ordinary text, including non-Latin scripts and emoji, is unchanged."""
     s = text if isinstance(text, str) else str(text)
-    if s.isprintable() and not any(ord(c) in BIDI for c in s):
-        return s  # fast path: nearly every cell
-    return "".join(_escape(c) if unsafe_char(c) else c for c in s)
+    if UNSAFE.search(s) is None:
+        return s  # nearly every cell: one scan in C
+    return UNSAFE.sub(lambda m: _escape(m.group()), s)
 
 
 def safe_tree(obj):

@@ -50,18 +50,13 @@ class Col:
     style: str | None = None
 
 
-def _text(cell: Any):
-    """A cell as literal rich Text, control and bidi characters shown escaped.
+def _cell(cell: Any) -> str:
+    """A cell's text: literal, with control and bidi characters shown escaped.
 
-    A cell as rich Text: literal, with control and bidi characters shown escaped
     (``gpuops.textsafe.safe``: notes, names and provider text never act on the terminal)."""
-    from rich.text import Text
-
     from gpuops.textsafe import safe
 
-    if isinstance(cell, Text):
-        return cell
-    return Text("" if cell is None else safe(str(cell)))
+    return "" if cell is None else safe(cell if type(cell) is str else str(cell))
 
 
 def _header_min(header: str) -> int:
@@ -70,10 +65,13 @@ def _header_min(header: str) -> int:
     return max((cell_len(w) for w in header.split()), default=1)
 
 
-def _line_len(t) -> int:
+def _line_len(text: str) -> int:
+    """Terminal cells of the longest line of ``text``."""
     from rich.cells import cell_len
 
-    return max((cell_len(line) for line in t.plain.splitlines()), default=0)
+    if "\n" not in text:
+        return cell_len(text)
+    return max((cell_len(line) for line in text.splitlines()), default=0)
 
 
 def _bounds(col: Col, cells: list) -> tuple[int, int]:
@@ -104,7 +102,7 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tu
     left out) for ``width`` terminal cells. Columns go in descending ``drop`` (ties: the rightmost
     first) until the minimum widths fit; ``drop=0`` columns always stay. Wrapping columns share what
     is left, up to their longest line."""
-    texts = [[_text(r[i]) for r in rows] for i in range(len(cols))]
+    texts = [[_cell(r[i]) for r in rows] for i in range(len(cols))]
     bounds = [_bounds(c, texts[i]) for i, c in enumerate(cols)]
     shown = list(range(len(cols)))
     order = sorted((i for i, c in enumerate(cols) if c.drop), key=lambda i: (-cols[i].drop, -i))
@@ -129,6 +127,57 @@ def layout(cols: Sequence[Col], rows: Sequence[Sequence[Any]], width: int) -> tu
     return shown, [widths[j] for j in shown], left
 
 
+class _Line:
+    """A cell that fits on one line of its column, drawn as one segment with its padding.
+
+    ``text`` is ``cells`` terminal cells wide; the table gives the cell its column's width and
+    justification (``options``), the padding is one space either side, as rich's own ``Padding``
+    would draw it. A column narrowed below the text (a table wider than the terminal, which rich
+    shrinks) gets rich's Padding and Text after all."""
+
+    __slots__ = ("cells", "text")
+
+    def __init__(self, text: str, cells: int) -> None:
+        self.text, self.cells = text, cells
+
+    def __rich_console__(self, console, options):
+        from rich.segment import Segment
+
+        room = options.max_width - 2 - self.cells
+        if room < 0:  # the table was narrowed below its columns' widths: rich wraps it, as it would have
+            from rich.padding import Padding
+            from rich.text import Text
+
+            yield from Padding(Text(self.text), (0, 1)).__rich_console__(console, options)
+            return
+        if options.justify == "right":
+            yield Segment(" " * (room + 1) + self.text + " ")
+        elif options.justify == "center":
+            yield Segment(" " * (room // 2 + 1) + self.text + " " * (room - room // 2 + 1))
+        else:
+            yield Segment(" " + self.text + " " * (room + 1))
+
+    def __rich_measure__(self, console, options):
+        from rich.measure import Measurement
+
+        return Measurement(self.cells + 2, self.cells + 2)
+
+
+def _drawn(text: str, width: int):
+    """A cell of a column ``width`` cells wide, as the table draws it.
+
+    A ``_Line`` when it fits on one line, else its Text inside rich's Padding (wrapped and folded
+    by rich)."""
+    from rich.padding import Padding
+    from rich.text import Text
+
+    if "\n" not in text:
+        n = _line_len(text)
+        if n <= width:
+            return _Line(text, n)
+    return Padding(Text(text), (0, 1))
+
+
 def build(
     title: str | None,
     cols: Sequence[Col],
@@ -147,24 +196,31 @@ def build(
     if fold:  # every column but the key may move to a continuation table, the rightmost first
         cols = [c if i == 0 or c.drop else Col(c.header, c.kind, 1, c.justify, c.style) for i, c in enumerate(cols)]
         cols[0] = Col(cols[0].header, cols[0].kind, 0, cols[0].justify, cols[0].style)
-    rows = [[_text(c) for c in r] for r in rows]  # each cell made (and made safe) once: measured, then drawn
+    rows = [[_cell(c) for c in r] for r in rows]  # each cell made safe once: measured, then drawn
     shown, widths, left = layout(cols, rows, width)
     if _continued and len([j for j in shown if j != 0]) == 0:
         return [], [c.header for c in cols[1:]]
-    t = Table(title=title, title_justify="left", show_header=header)
+    from rich.padding import Padding
+    from rich.text import Text
+
+    # The padding (one cell either side) is drawn by each cell, not by the table: a cell that fits
+    # on one line is one ready segment (``_Line``: no wrapping, measuring or padding pass per cell,
+    # which were most of a 200-row table's cost), the rest (headers, cells that wrap) rich's own
+    # Padding around the Text, what the table itself would have made of them.
+    t = Table(title=title, title_justify="left", show_header=header, padding=(0, 0))
     for j, w in zip(shown, widths):
         c = cols[j]
         # Widths are set here: a num/id column is as wide as its longest cell, so wrapping is
         # allowed everywhere (headers wrap at spaces; a cell of a wrapping column folds).
         t.add_column(
-            c.header,
+            Padding(Text(c.header), (0, 1)),
             justify=c.justify or ("right" if c.kind == NUM else "left"),
-            width=w,
+            width=w + 2,
             overflow="fold",
             style=c.style,
         )
     for r in rows:
-        t.add_row(*[r[j] for j in shown])
+        t.add_row(*[_drawn(r[j], w) for j, w in zip(shown, widths)])
     out = [t]
     if not left or not fold:
         return out, [cols[i].header for i in left]
