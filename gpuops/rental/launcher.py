@@ -615,6 +615,7 @@ class UpRun:
     exited_at: float | None = None  # monotonic time `up` read the job's exit: the fetch deadline counts from it
     fetch_deadline_s: float = 0.0  # [teardown] fetch_deadline_seconds (_new_rental): what must come home, within this
     log_view: JobOutput | None = None  # the terminal's view of the job's output (the rest shown after the destroy)
+    log_kept: bool = False  # collect finished the kept copy of the log (joblog.keep_log): teardown does not again
 
 
 class JobOutput:
@@ -1893,9 +1894,9 @@ def _collect(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) ->
     row = ledger.held(s.id)
     with copyback.presence(box):  # the on-box agent must not destroy the box while its log and results come home
         if row is not None:
-            keep_log(
-                ledger, row, lambda: box, by=f"up:{socket.gethostname()}:{os.getpid()}", close=False, deadline=deadline
-            )
+            by = f"up:{socket.gethostname()}:{os.getpid()}"
+            keep_log(ledger, row, lambda: box, by=by, close=False, deadline=deadline, job_started=True)
+            s.log_kept = True
         rep = None
         if results:
             rep = copyback.fetch_results(
@@ -2022,7 +2023,7 @@ def _teardown(s: UpRun, provider: Provider, ledger: Books, reporter: Reporter) -
     elif taken and s.tokens:
         s.tokens_booked = True  # the tokens read at the last checkpoint copy
     reporter.stage("teardown", str(reason))
-    if s.job_started and s.box is not None and row is not None:  # collect did not keep it (interrupted): the rest first
+    if s.job_started and not s.log_kept and s.box is not None and row is not None:  # interrupted: the rest first
         from gpuops.teardown.joblog import keep_log
 
         keep_log(
@@ -2032,6 +2033,7 @@ def _teardown(s: UpRun, provider: Provider, ledger: Books, reporter: Reporter) -
             by=f"up:{socket.gethostname()}:{os.getpid()}",
             close=False,
             deadline=(s.exited_at or time.monotonic()) + s.fetch_deadline_s,
+            job_started=True,
         )
     ended = end_rental(
         ledger,

@@ -58,12 +58,14 @@ def keep_log(
     by: str,
     close: bool = True,
     deadline: float | None = None,
+    job_started: bool = False,
 ) -> dict | None:
     """Finish the kept copy of ``row``'s job log before its box is destroyed.
 
     Append what the box's log (``gpuops.agent.jobio.LOG``) holds past the copy's size, in bulk
     (``Box.read_into``). ``open_box()``: a Box on the instance, or None (no endpoint); ``close``:
-    close it afterwards (False for `up`'s own box). ``deadline``: ``time.monotonic()`` by which the
+    close it afterwards (False for `up`'s own box). ``job_started``: the caller saw the job start
+    (`up`), so the ledger is not asked (a ledger that is down must not leave the log behind). ``deadline``: ``time.monotonic()`` by which the
     copy must be home (default: ``FETCH_DEADLINE_SECONDS`` from now); the fetch runs on a daemon
     thread, so a box that stops answering costs the deadline and no more. When the box cannot be
     read or the deadline passes, append one line saying the copy is incomplete and where it stops
@@ -74,7 +76,7 @@ def keep_log(
     try:
         if (
             not row.log_path
-            or not any(e.kind == EventKind.JOB_STARTED for e in ledger.events(row.id))
+            or not (job_started or any(e.kind == EventKind.JOB_STARTED for e in ledger.events(row.id)))
             or drained(ledger, row.id)
         ):
             return None
