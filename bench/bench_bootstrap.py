@@ -189,9 +189,23 @@ def main() -> None:
     first, lines = run_runner(cfg, work, env)
     out["full_config_first_run_s"] = round(first, 3)
     out["full_config_first_run_slowest"] = lines[-1]["slowest"]
-    reruns = [run_runner(cfg, work, env)[0] for _ in range(max(5, a.repeat))]
+    warm = [run_runner(cfg, work, env) for _ in range(max(5, a.repeat))]
+    reruns = [w[0] for w in warm]
     out["rerun_unchanged_s"] = round(median(reruns), 3)
     out["rerun_unchanged_max_s"] = round(max(reruns), 3)
+    # Where a warm re-run's time goes: each step's seconds on the runner's clock (median), the
+    # runner's own total (its summary line), and the rest of the process's wall (interpreter start-up).
+    per_step: dict[str, list[float]] = {}
+    for _, lines in warm:
+        for line in lines:
+            if "step" in line and line.get("status") in ("done", "skipped"):
+                per_step.setdefault(line["step"], []).append(float(line.get("seconds") or 0.0))
+    out["rerun_step_s"] = {k: round(median(v), 3) for k, v in per_step.items()}
+    out["rerun_slowest_step"] = max(out["rerun_step_s"], key=out["rerun_step_s"].get)
+    runner_total = median([float(lines[-1].get("total_seconds") or 0.0) for _, lines in warm])
+    out["rerun_runner_total_s"] = round(runner_total, 3)
+    out["rerun_outside_runner_s"] = round(median(reruns) - runner_total, 3)
+    out["load_1min"] = round(os.getloadavg()[0], 2)
     out["runner_start_empty_config_s"] = round(median([run_runner({"steps": []}, work, env)[0] for _ in range(5)]), 3)
 
     # 3. per-step overhead

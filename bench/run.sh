@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 which=("$@")
-[ ${#which[@]} -gt 0 ] || which=(plan cli bootstrap fresh_box teardown agent up)
+[ ${#which[@]} -gt 0 ] || which=(plan cli bootstrap fresh_box teardown job_exit agent up)
 for b in "${which[@]}"; do
   echo "=== bench/bench_$b.py"
   "$PY" "bench/bench_$b.py"

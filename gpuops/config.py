@@ -41,6 +41,7 @@ from gpuops.errors import BadInput
 from gpuops.providers import REGISTRY, UP_CHOICES  # the one list of providers (see ProvidersSettings)
 from gpuops.settings_base import Section as _Section, check as _check
 from onbox.policy import (
+    FETCH_DEADLINE_SECONDS,
     IDLE_MINUTES,
     IDLE_UTIL_PERCENT,
     JOB_END_GRACE_SECONDS,
@@ -120,6 +121,8 @@ class TeardownSettings(_Section):
         JOB_END_GRACE_SECONDS  # agent destroys this long after job exit
     )
     kill_grace_seconds: Annotated[float, Meta(ge=0)] = KILL_GRACE_SECONDS  # local destroy: TERM, then KILL after this
+    # From the job's exit: the rest of the log, then the results come home within this, else the box is destroyed anyway
+    fetch_deadline_seconds: Annotated[float, Meta(gt=0)] = FETCH_DEADLINE_SECONDS
     max_session_usd: Annotated[float, Meta(gt=0)] | None = None
     balance_floor_usd: Annotated[float, Meta(ge=0)] | None = None
     monthly_cap_usd: Annotated[float, Meta(gt=0)] | None = None
@@ -396,15 +399,14 @@ def resolve_job_env(
 
 
 class StorageSettings(_Section):
-    """Storage: the volume every box mounts and how long teardown waits for the results.
+    """Storage: the volume every box mounts.
 
     ``volume``: a persistent volume to mount on every box, ``<provider>:<id or name>`` (see
-    gpuops.providers.volumes); empty: none. ``results_deadline_seconds``: how long teardown waits for the
-    results copy-back (gpuops.rental.results) before destroying anyway.
+    gpuops.providers.volumes); empty: none. How long teardown waits for the results is
+    ``[teardown] fetch_deadline_seconds`` (one deadline for the log and the results).
     """
 
     volume: str = ""
-    results_deadline_seconds: Annotated[float, Meta(gt=0)] = 900.0
 
 
 class CheckSettings(_Section):

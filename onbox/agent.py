@@ -48,8 +48,9 @@ every few seconds (``pulse_interval``); a worker stopped (SIGSTOP) or wedged for
 bootstrap, no SSH session and no laptop presence for ``no_job_seconds`` is destroyed (reason
 ``no_job``). While the laptop's presence lease (``<state>/laptop-presence``, refreshed by
 ``gpuops.agent.agentctl.hold_presence`` during copy-back) is fresh -- judged on the box's monotonic
-clock, never by timestamps -- job end, no_job and idle wait, at most ``presence_max_seconds``;
-TTL and session cap never wait. Each open ``gpuops ssh`` / ``exec`` / ``-L`` holds an activity
+clock, never by timestamps -- job end, no_job and idle wait, at most ``presence_max_seconds``
+(a job end at most ``job_end_grace_seconds`` + ``fetch_deadline_seconds`` after the job's exit:
+the laptop's one deadline for what must come home); TTL and session cap never wait. Each open ``gpuops ssh`` / ``exec`` / ``-L`` holds an activity
 lease (``<state>/activity/<id>``, ``gpuops.agent.agentctl.hold_activity``, the same hold rule:
 ``LeaseFile``), counted in a sample's ``ssh`` beside the terminal sessions: the box is busy while
 one is open. A config with ``"interactive": true`` (``gpuops up --interactive``: no job) has no
@@ -1092,6 +1093,11 @@ class Agent:
                 self._deferred_since = now
             state.presence_until = presence_until
             state.presence_deadline = self._deferred_since + self.presence_max_s
+            if job["ended_at"] is not None:  # what must come home has one deadline from the job's exit
+                s = self.rule_settings
+                fetch = float(s.get("fetch_deadline_seconds", policy.FETCH_DEADLINE_SECONDS))
+                grace = float(s.get("job_end_grace_seconds", policy.JOB_END_GRACE_SECONDS))
+                state.presence_deadline = min(state.presence_deadline, float(job["ended_at"]) + grace + fetch)
             d = policy.decide(self.samples, now, state, self.rule_settings)
         elif d.action != policy.DESTROY:
             self._deferred_since = None

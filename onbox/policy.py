@@ -16,7 +16,7 @@ Shapes (JSON-ready, because samples travel in the agent's status file):
   one's time, ``t_last`` the last one's, ``n`` how many, and ``gpus`` the newest reading.
 * settings: any object or mapping with ``max_hours`` (h), ``idle_minutes`` (min, or "off"),
   ``idle_util_percent`` (%), ``sample_seconds`` (s), ``job_end_grace_seconds`` (s),
-  ``max_session_usd`` (USD, or None) -- the fields of ``gpuops.config.TeardownSettings`` -- and
+  ``fetch_deadline_seconds`` (s), ``max_session_usd`` (USD, or None) -- the fields of ``gpuops.config.TeardownSettings`` -- and
   ``no_job_seconds`` (s, the agent's bounded wait for a job after arm; default ``NO_JOB_SECONDS``).
 * state: ``BoxState`` (billing start, job end, price, the armed-no-job wait, the laptop's presence).
 
@@ -73,6 +73,11 @@ IDLE_UTIL_PERCENT = 5.0  # a GPU at or under this utilization (%) counts as idle
 SAMPLE_SECONDS = 10.0  # how often the agent samples the GPUs, seconds
 JOB_END_GRACE_SECONDS = 30.0  # the agent destroys the box this long after the job's exit marker, seconds
 KILL_GRACE_SECONDS = 10.0  # a local box's destroy: TERM, then KILL after this many seconds
+# From the job's exit, the one deadline for what must come home before the box is destroyed: the
+# rest of the job log, then the results, fetched in bulk (seconds). Past it the box is destroyed
+# anyway and the kept log says where it stops; the agent holds a job-end destroy for the laptop's
+# presence lease no longer than this plus the grace.
+FETCH_DEADLINE_SECONDS = 900.0
 
 # The armed-no-job wait when settings do not say: long enough for a slow bootstrap upload with the
 # laptop present (it holds a presence lease meanwhile), short against a 4 h TTL.

@@ -58,6 +58,7 @@ def teardown_dict(t: TeardownSettings) -> dict:
         "sample_seconds": t.sample_seconds,
         "job_end_grace_seconds": t.job_end_grace_seconds,
         "kill_grace_seconds": t.kill_grace_seconds,
+        "fetch_deadline_seconds": t.fetch_deadline_seconds,
         "max_session_usd": t.max_session_usd,
     }
 

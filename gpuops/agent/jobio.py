@@ -111,6 +111,7 @@ def follow_log(
     stale_after_s: float | None = None,
     on_poll: Callable[[], None] | None = None,
     on_seen: Callable[[], None] | None = None,
+    stop_at_exit: bool = False,
 ) -> tuple[int, JobExit | None]:
     """Copy the job log from byte ``offset`` to ``write``, at most ``LOG_CHUNK_BYTES`` per call.
 
@@ -126,12 +127,19 @@ def follow_log(
     ``on_poll``: called once per poll (the caller throttles it; `up` books the box's live status).
     ``on_seen``: called each time the box answered a poll's reads (a proof of life: `up` keeps the
     moment, ``gpuops.teardown.lifecycle.PROOF_OF_LIFE``).
+    ``stop_at_exit``: return the moment the job's exit is read, the rest of the log left on the box
+    (`up`: the exit is watched apart from the log; ``gpuops.teardown.joblog.keep_log`` fetches the
+    rest in bulk). The exit is read on every poll, before each log read.
     """
     beat, beat_seen = None, time.monotonic()
     while True:
         if on_poll is not None:
             on_poll()
         ended = job_exit(box)  # read before the log, so the log read after it holds everything
+        if stop_at_exit and ended is not None:
+            if on_seen is not None:
+                on_seen()
+            return offset, ended
         if stale_after_s is not None and ended is None:
             now_beat = box.read_file(f"{JOB_DIR}/heartbeat")
             if now_beat != beat:

@@ -21,6 +21,8 @@ LineSink = Callable[[str], None]
 # The longest piece of one output line handed on at once, characters: a line without end (from a
 # job or a command on a box that is not trusted) comes in pieces of this size, so memory stays flat.
 MAX_LINE_CHARS = 64 * 1024
+# The largest piece ``Box.read_into`` hands on at once, bytes.
+READ_INTO_BYTES = 1 << 20
 
 
 class OutputLines:
@@ -180,6 +182,14 @@ class Box(Protocol):
 
     def read_file(self, remote: str, offset: int = 0, limit: int | None = None) -> bytes | None:
         """Bytes of ``remote`` from ``offset`` on (at most ``limit``), or None when it does not exist."""
+        ...
+
+    def read_into(self, remote: str, offset: int, sink: Callable[[bytes], None]) -> bool:
+        """Hand ``remote``'s bytes from ``offset`` to its size when the read starts to ``sink``, in order.
+
+        One bulk transfer at the link's rate (an SSH box pipelines its SFTP reads), in pieces of at
+        most ``READ_INTO_BYTES``; memory stays flat. False when ``remote`` does not exist. ``sink``
+        may raise to stop the transfer (the exception propagates)."""
         ...
 
     def close(self) -> None: ...

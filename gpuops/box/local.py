@@ -15,7 +15,15 @@ import sys
 import threading
 from pathlib import Path
 
-from gpuops.box.base import GET_MAX_BYTES, GET_MAX_FILES, OutputLines, _copy_tree_safely, _CopyBudget, _local_file
+from gpuops.box.base import (
+    GET_MAX_BYTES,
+    GET_MAX_FILES,
+    READ_INTO_BYTES,
+    OutputLines,
+    _copy_tree_safely,
+    _CopyBudget,
+    _local_file,
+)
 from onbox.jobwrap import CONTAIN_ENV
 from onbox.localbox import MARKER as BOX_MARKER
 
@@ -157,6 +165,19 @@ class LocalBox:
                 return f.read() if limit is None else f.read(limit)
         except FileNotFoundError:
             return None
+
+    def read_into(self, remote, offset, sink):
+        try:
+            f = open(self._abs(remote), "rb")
+        except FileNotFoundError:
+            return False
+        with f:
+            left = os.fstat(f.fileno()).st_size - offset
+            f.seek(offset)
+            while left > 0 and (chunk := f.read(min(left, READ_INTO_BYTES))):
+                left -= len(chunk)
+                sink(chunk)
+        return True
 
     def close(self):
         pass

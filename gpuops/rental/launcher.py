@@ -616,6 +616,41 @@ class UpRun:
     synced_at: float = 0.0  # monotonic time of the last checkpoint copy home during the job
     left_up: bool = False  # up --interactive: bootstrapped and left running for the user (no teardown by up)
     collected: bool = False  # collect finished: the job's tokens and results are home (every file verified)
+    exited_at: float | None = None  # monotonic time `up` read the job's exit: the fetch deadline counts from it
+    fetch_deadline_s: float = 0.0  # [teardown] fetch_deadline_seconds (_new_rental): what must come home, within this
+    log_view: JobOutput | None = None  # the terminal's view of the job's output (the rest shown after the destroy)
+    log_kept: bool = False  # collect finished the kept copy of the log (joblog.keep_log): teardown does not again
+
+
+class JobOutput:
+    """The job's output on the terminal: its bytes shown in order, each once, as lines (``OutputLines``).
+
+    While the job runs, from the pieces `up` appends to the kept copy; once the box is destroyed,
+    the rest from the kept copy itself (``rest``). ``shown``: bytes of the copy shown so far."""
+
+    def __init__(self, emit: Callable[[str], None], shown: int = 0):
+        from gpuops.box.base import OutputLines
+
+        self._lines = OutputLines(emit)  # whole characters; a line without end in pieces
+        self.shown = shown
+
+    def feed(self, chunk: bytes) -> None:
+        """Show the next ``chunk`` of the output."""
+        self._lines.feed(chunk)
+        self.shown += len(chunk)
+
+    def rest(self, path: Path) -> None:
+        """Show what the kept copy at ``path`` holds past ``shown``, in pieces of ``LOG_CHUNK_BYTES``."""
+        from gpuops.agent.jobio import LOG_CHUNK_BYTES
+
+        with open(path, "rb") as f:
+            f.seek(self.shown)
+            while chunk := f.read(LOG_CHUNK_BYTES):
+                self.feed(chunk)
+
+    def close(self) -> None:
+        """Show a last line without a newline."""
+        self._lines.close()
 
 
 def _job_command(job_name: str) -> str:
@@ -755,7 +790,14 @@ def _new_rental(req: UpRequest, p: OfferChoice, settings: Settings, name: str = 
     import os
 
     sid = name or new_session_id()
-    s = UpRun(id=sid, req=req, offer=p.offer, label=f"gpuops-{sid}", **run)
+    s = UpRun(
+        id=sid,
+        req=req,
+        offer=p.offer,
+        label=f"gpuops-{sid}",
+        fetch_deadline_s=settings.teardown.fetch_deadline_seconds,
+        **run,
+    )
     logs_dir = settings.private_data_path() / "logs"
     logs_dir.mkdir(mode=0o700, exist_ok=True)
     s.log_path = logs_dir / f"{sid}.log"
@@ -871,7 +913,25 @@ def _rent(
             with _shielded(signalled if s.run_id else None):
                 if intent is None or _has_row(ledger, s.id):
                     _teardown(s, prov(), ledger, reporter)
+        _show_rest(s)
     return failure
+
+
+def _show_rest(s: UpRun) -> None:
+    """After the destroy: the rest of the job's output shown from the kept copy, in order (the job exited).
+
+    After an interrupt or a lost box only a last line without a newline is shown. Never raises:
+    output never decides a rental's fate, and the box is gone by now."""
+    view, s.log_view = s.log_view, None
+    if view is None:
+        return
+    try:
+        if s.exit_code is not None and s.log_path is not None:
+            view.rest(s.log_path)
+    except Exception:  # noqa: BLE001  the kept copy stays on disk (gpuops logs)
+        pass
+    finally:
+        view.close()
 
 
 def _has_row(ledger: Books, session_id: str) -> bool:
@@ -1582,7 +1642,6 @@ def _job(
     Outcomes: job_end (exit 0), job_failed (non-zero, or its wrapper died), ttl; for a run's rental also
     preempted (the provider shows its spot box taken back: asked every ``TAKEN_BACK_POLL_S``)."""
     from gpuops.agent import jobio
-    from gpuops.box.base import OutputLines
     from gpuops.box.ssh import BoxGone
 
     box = s.box
@@ -1613,9 +1672,8 @@ def _job(
     jobio.start_job(box, _job_command(req.job.name), env=env)
     ledger.event(s.id, EventKind.JOB_STARTED)
     import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
-    lines = OutputLines(reporter.job_line)  # whole characters; a line without end in pieces
-
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]  # _new_rental set it
+        shown = s.log_view = JobOutput(reporter.job_line, shown=log.tell())
 
         def seen() -> None:  # the box answered this poll's reads: alive, billing (lifecycle.PROOF_OF_LIFE)
             s.last_seen_at = time.time()
@@ -1623,7 +1681,7 @@ def _job(
         def sink(chunk: bytes) -> None:
             log.write(chunk)
             log.flush()
-            lines.feed(chunk)
+            shown.feed(chunk)
 
         from gpuops.teardown.live import LIVE_EVERY_S
 
@@ -1639,7 +1697,7 @@ def _job(
                 run_poll()
 
         try:
-            log_bytes, ended = jobio.follow_log(
+            log_read, ended = jobio.follow_log(
                 box,
                 sink,
                 poll_s=_log_poll_s(box),
@@ -1647,7 +1705,10 @@ def _job(
                 stale_after_s=WRAPPER_STALE_S,
                 on_poll=live,
                 on_seen=seen,
+                stop_at_exit=True,  # the exit is watched apart from the log: the rest comes home in bulk (collect)
             )
+            if ended is not None:
+                s.exited_at = time.monotonic()
         except TakenBack:
             return EndReason.PREEMPTED
         except BoxGone as e:  # the box went (its agent destroyed it, the host was reclaimed): nothing more to read
@@ -1661,8 +1722,6 @@ def _job(
             ledger.event(s.id, EventKind.WRAPPER_LOST, e.message)
             reporter.warn(str(e))
             return EndReason.JOB_FAILED
-        finally:
-            lines.close()
     if ended is None:
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours})
         return EndReason.TTL
@@ -1670,8 +1729,8 @@ def _job(
     seconds = jobio.job_seconds(ended, time.monotonic() - started_here)
     if seconds is not None:
         s.job_seconds = seconds
-    # log_bytes: `up` followed the log to its end (gpuops.teardown.joblog: nothing left to fetch at teardown)
-    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_bytes": log_bytes})
+    # log_read: the bytes of the log `up` had shown when it read the exit; collect fetches the rest (joblog.keep_log)
+    ledger.event(s.id, EventKind.JOB_EXITED, {"exit_code": s.exit_code, "log_read": log_read})
     if s.exit_code != 0 and s.run_id and provider is not None and _taken_back(s, provider, ledger, "job"):
         return EndReason.PREEMPTED  # stopped with its box (a SIGTERM from the host), not a failure of its own
     return EndReason.JOB_END if s.exit_code == 0 else EndReason.JOB_FAILED
@@ -1814,8 +1873,21 @@ def _read_tokens(s: UpRun) -> int | None:
 
 
 def _collect(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) -> None:
-    """Book the tokens first (they are the rental's work), then copy results back."""
+    """Bring home what must come home before the destroy: the tokens, the rest of the log, the results.
+
+    The tokens first (they are the rental's work), then the rest of the job log in bulk
+    (``joblog.keep_log``), then the results, all under one deadline: ``[teardown]
+    fetch_deadline_seconds`` from the moment `up` read the job's exit. Past it the box is
+    destroyed anyway (the kept log and the results' copy report say what is missing)."""
+    import os
+    import socket
+
+    from gpuops.rental import results as copyback
+    from gpuops.teardown.joblog import keep_log
+
     box = s.box
+    assert box is not None  # connected by the box stage
+    deadline = (s.exited_at or time.monotonic()) + s.fetch_deadline_s
     got = _read_tokens(s)
     if got is not None:
         s.tokens = got
@@ -1825,17 +1897,24 @@ def _collect(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) ->
     booked = s.tokens_booked  # the tokens and job seconds are on the row already
     if results and _no_results_dir(box, results):
         results = ""  # a local box without the directory: no manifest to run (a python start), nothing to copy
-    if results:
-        booked = False
-        from gpuops.rental import results as copyback
-
-        dest = settings.data_path() / "results" / s.id
-        volume = s.instance.extra.get("volume_path") if s.instance is not None else None
-        keep_to = f"{volume.rstrip('/')}/gpuops/results/{s.id}" if volume else None
-        with copyback.presence(box):  # the on-box agent must not destroy the box during the copy
+    row = ledger.held(s.id)
+    with copyback.presence(box):  # the on-box agent must not destroy the box while its log and results come home
+        if row is not None:
+            by = f"up:{socket.gethostname()}:{os.getpid()}"
+            keep_log(ledger, row, lambda: box, by=by, close=False, deadline=deadline, job_started=True)
+            s.log_kept = True
+        rep = None
+        if results:
             rep = copyback.fetch_results(
-                box, results, dest, deadline_s=settings.storage.results_deadline_seconds, keep_to=keep_to
+                box,
+                results,
+                settings.data_path() / "results" / s.id,
+                deadline_s=max(0.001, deadline - time.monotonic()),
+                keep_to=_keep_results_to(s),
             )
+    if rep is not None:
+        booked = False
+        dest = settings.data_path() / "results" / s.id
         if rep.files or not rep.ok:
             s.results_copy = rep.as_json()
             s.results_copy["line"] = rep.line()
@@ -1850,6 +1929,12 @@ def _collect(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) ->
         ledger.update(s.id, tokens=s.tokens, job_seconds=s.job_seconds, results_path=s.results_path)
     s.collected = not (s.results_copy and not s.results_copy.get("ok"))  # a copy that failed: the result is not home
     return None
+
+
+def _keep_results_to(s: UpRun) -> str | None:
+    """Where the results are kept on the rental's volume too (absolute on the box), or None without one."""
+    volume = s.instance.extra.get("volume_path") if s.instance is not None else None
+    return f"{volume.rstrip('/')}/gpuops/results/{s.id}" if volume else None
 
 
 def _no_results_dir(box, results: str) -> bool:
@@ -1944,10 +2029,18 @@ def _teardown(s: UpRun, provider: Provider, ledger: Books, reporter: Reporter) -
     elif taken and s.tokens:
         s.tokens_booked = True  # the tokens read at the last checkpoint copy
     reporter.stage("teardown", str(reason))
-    if s.job_started and s.box is not None and row is not None:  # interrupted mid-job: the rest of the log first
+    if s.job_started and not s.log_kept and s.box is not None and row is not None:  # interrupted: the rest first
         from gpuops.teardown.joblog import keep_log
 
-        keep_log(ledger, row, lambda: s.box, by=f"up:{socket.gethostname()}:{os.getpid()}", close=False)
+        keep_log(
+            ledger,
+            row,
+            lambda: s.box,
+            by=f"up:{socket.gethostname()}:{os.getpid()}",
+            close=False,
+            deadline=(s.exited_at or time.monotonic()) + s.fetch_deadline_s,
+            job_started=True,
+        )
     ended = end_rental(
         ledger,
         provider if s.instance is not None else None,

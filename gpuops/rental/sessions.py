@@ -199,6 +199,8 @@ def down(settings: Settings, ledger: Books, ref: str | None, all_open: bool) -> 
 
 def _keep_log(settings: Settings, ledger: Books, provider, row, by: str) -> None:
     """``gpuops.teardown.joblog.keep_log`` for `down`: the box as reconcile reaches it."""
+    import time
+
     from gpuops.teardown.joblog import drained, keep_log
     from gpuops.teardown.reconcile import Context
 
@@ -209,4 +211,4 @@ def _keep_log(settings: Settings, ledger: Books, provider, row, by: str) -> None
         inst = provider.get(row.instance_id)
         return Context(settings, ledger).box(provider, inst) if inst is not None else None
 
-    keep_log(ledger, row, open_box, by=by)
+    keep_log(ledger, row, open_box, by=by, deadline=time.monotonic() + settings.teardown.fetch_deadline_seconds)

@@ -362,7 +362,13 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
-    keep_log(ctx.ledger, row, lambda: ctx.box(provider, mine) if mine is not None else None, by=ctx.by)
+    keep_log(
+        ctx.ledger,
+        row,
+        lambda: ctx.box(provider, mine) if mine is not None else None,
+        by=ctx.by,
+        deadline=time.monotonic() + ctx.settings.teardown.fetch_deadline_seconds,
+    )
     ended = end_rental(
         ctx.ledger,
         provider,
@@ -399,7 +405,13 @@ def destroy_and_close(
         except ProviderError:
             inst = None
     mine = ours(row, inst)
-    keep_log(ctx.ledger, row, lambda: ctx.box(provider, mine) if mine is not None else None, by=ctx.by)
+    keep_log(
+        ctx.ledger,
+        row,
+        lambda: ctx.box(provider, mine) if mine is not None else None,
+        by=ctx.by,
+        deadline=time.monotonic() + ctx.settings.teardown.fetch_deadline_seconds,
+    )
     ended = end_rental(
         ctx.ledger,
         provider,

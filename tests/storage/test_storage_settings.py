@@ -9,12 +9,14 @@ from gpuops.config import load_settings
 from gpuops.errors import BadInput
 
 
-def test_volume_from_the_environment_and_results_deadline(gpuops_home, monkeypatch):
+def test_volume_from_the_environment_and_the_one_fetch_deadline(gpuops_home, monkeypatch):
     monkeypatch.setenv("GPUOPS_STORAGE_VOLUME", "runpod:weights-eu")
     s = load_settings(None)
-    assert (s.storage.volume, s.storage.results_deadline_seconds) == ("runpod:weights-eu", 900.0)
-    with pytest.raises(BadInput, match="results_deadline_seconds"):
-        load_settings(None, {"storage": {"results_deadline_seconds": 0}})
+    assert (s.storage.volume, s.teardown.fetch_deadline_seconds) == ("runpod:weights-eu", 900.0)
+    with pytest.raises(BadInput, match="fetch_deadline_seconds"):
+        load_settings(None, {"teardown": {"fetch_deadline_seconds": 0}})
+    with pytest.raises(BadInput, match="results_deadline_seconds"):  # one deadline: the [storage] one is gone
+        load_settings(None, {"storage": {"results_deadline_seconds": 60}})
 
 
 def test_weights_step_gets_patterns_the_venv_python_and_the_volume_cache(gpuops_home):

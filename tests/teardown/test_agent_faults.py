@@ -282,6 +282,28 @@ def test_presence_of_a_laptop_that_died_lapses_and_a_stuck_one_has_a_hard_deadli
         p.wait()
 
 
+def test_a_stuck_copy_back_holds_the_job_end_no_longer_than_grace_plus_the_fetch_deadline(rig, fake_smi):
+    # What must come home has one deadline from the job's exit ([teardown] fetch_deadline_seconds):
+    # a laptop stuck in its copy-back, holding the presence lease for ever, gets that and no more
+    # (presence_max_seconds, an hour here, is not what ends it).
+    r = rig(dict(FAST, fetch_deadline_seconds=2.0))
+    r.intent()
+    r.create()
+    r.arm(presence_max_seconds=3600.0)
+    wait_for(r.status, STAGE_TIMEOUT_S)
+    p = holder(r, hold=1.5, work=3600)  # holds forever
+    try:
+        r.job("sleep 0.2")
+        wait_for(r.gone, STAGE_TIMEOUT_S)
+        st = r.status()
+        on_agent = st["destroy"]["requested_at"] - st["job"]["ended_at"]  # one timeline: the agent's
+        assert st["destroy"]["reason"] == "job_end"
+        assert 1.0 + 2.0 - 0.01 <= on_agent < 1.0 + 2.0 + LOADED_SLACK_S, on_agent  # 0.01: ms rounding
+    finally:
+        p.kill()
+        p.wait()
+
+
 # -- 4. a full disk ----------------------------------------------------------------------------------
 def test_status_writes_failing_with_efbig_do_not_stop_the_destroy_or_restart_the_agent(rig, fake_smi):
     fake_smi.util(80)
