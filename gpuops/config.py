@@ -840,9 +840,18 @@ def _line_of(text: str, loc: tuple) -> int | None:
     return None
 
 
+# Keys that moved, old dotted path -> new dotted path: an old file is told where its key went.
+MOVED_KEYS = {"storage.results_deadline_seconds": "teardown.fetch_deadline_seconds"}
+
+
 def _closest(loc: tuple, root: type | None = None) -> str:
-    """Say "did you mean max_hours? " for an unknown key at ``loc``, or return ""."""
+    """Say "did you mean max_hours? " (or "moved to [teardown] ...") for an unknown key, or ""."""
     import difflib
+
+    moved = MOVED_KEYS.get(".".join(str(k) for k in loc))
+    if moved:
+        section, _, name = moved.rpartition(".")
+        return f"moved: write {name} under [{section}] "
 
     section = _unwrap(_type_at(loc[:-1], root)) if loc else None
     if not (isinstance(section, type) and issubclass(section, _Section)):

@@ -62,6 +62,16 @@ def test_environment_text_is_parsed_and_integers_stay_numbers(tmp_path):
     assert s.teardown.max_hours == 2.0 and s.up.spot is True
 
 
+def test_a_moved_key_says_where_it_went(tmp_path):
+    cfg = _toml(tmp_path, "[storage]\nresults_deadline_seconds = 60\n")
+    with pytest.raises(BadInput) as e:
+        load_settings(cfg, env={})
+    assert str(e.value).startswith(
+        f"{cfg}:2: storage.results_deadline_seconds: unknown key "
+        "(moved: write fetch_deadline_seconds under [teardown])"
+    )
+
+
 def test_lenient_skips_broken_keys_keeps_the_rest_and_warns_once(tmp_path):
     cfg = _toml(
         tmp_path, '[teardown]\nmax_hour = 1\n\n[up]\nspot = "yes"\n\n[ledger]\nurl = "sqlite:////tmp/elsewhere.db"\n'
