@@ -662,9 +662,11 @@ def run_up(
     )  # [bootstrap] input errors (missing secret, requirements file) before renting
     tree = None
     if req.workdir:  # what goes up, its size and sha256: a tree over the cap is refused before renting
-        from gpuops.rental.workdir import scan
+        from gpuops.rental.workdir import scan, skipped_line
 
         tree = scan(req.workdir, req.workdir_exclude, int(settings.job.workdir_max_mb * 2**20))
+        if (skipped := skipped_line(tree)) is not None:  # said before renting, not only in `ledger show`
+            reporter.warn(skipped)
     from gpuops.notify import notifier
 
     notifier.use(settings)  # the rental's end, a run's end, a failed destroy tell ([notify]); nothing when no target
