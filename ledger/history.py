@@ -75,11 +75,12 @@ SESSION_ROW_COLUMNS = (
 def session_row(s: Any, tz: str | None = None) -> dict:
     """One past session as a JSON-ready dict, keys in this order.
 
-    ``session, run (its run's id, None outside a run), started (ISO 8601 in tz), date (YYYY-MM-DD in
-    tz), experiment, provider, card, gpu_count, status, end_reason, hours (billed, 6 decimals),
+    ``session, run (its run's id, None outside a run), started (ISO 8601 UTC, ``utc_iso``), date (YYYY-MM-DD in
+    tz: the day it counts in), experiment, provider, card, gpu_count, status, end_reason, hours (billed, 6 decimals),
     usd_per_hour, cost_usd (None while open), simulated, tokens, usd_per_mtoken (None without tokens
     or cost), conclusion, note`` (``up --note``; a report shows it where no conclusion is set)."""
-    from ledger.reports import card_name, day_of, iso, per_mtoken
+    from ledger.periods import utc_iso
+    from ledger.reports import card_name, day_of, per_mtoken
 
     closed = s.status == "closed"
     cost = (s.cost_usd or 0.0) if closed else None
@@ -87,7 +88,7 @@ def session_row(s: Any, tz: str | None = None) -> dict:
     return {
         "session": s.id,
         "run": getattr(s, "run_id", None),
-        "started": iso(s.created_at, tz),
+        "started": utc_iso(s.created_at),
         "date": day_of(s.created_at, tz),
         "experiment": s.experiment,
         "provider": s.provider,
@@ -134,11 +135,11 @@ def run_row(r: Any, tz: str | None = None) -> dict:
     One run (``Ledger.runs``' row: the run and its rentals' sums) as a JSON-ready dict, keys in
     ``RUN_ROW_COLUMNS`` order: ``hours`` the rentals' billed hours, ``cost_usd`` their cost (the run
     books no money of its own; None while a rental is open and none has a cost)."""
-    from ledger.reports import iso
+    from ledger.periods import utc_iso
 
     return {
         "run": r.id,
-        "started": iso(r.created_at, tz),
+        "started": utc_iso(r.created_at),
         "experiment": r.experiment,
         "provider": r.provider,
         "status": r.status,

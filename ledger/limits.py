@@ -57,6 +57,24 @@ def release_lease(ledger: Books, session_id: str, owner: str) -> None:
         conn.execute(sa.delete(t).where(t.c.session_id == session_id, t.c.owner == owner))
 
 
+def prune_lapsed_leases(ledger: Books, prefix: str, now: float | None = None) -> int:
+    """Delete the lapsed leases whose key starts with ``prefix`` (``expires_at`` before ``now``); how many.
+
+    For keys that are records rather than locks (the notifier's ``notify:<key>`` claims, kept for
+    their retention and dead after it): a lapsed one holds nothing and would only pile up."""
+    import sqlalchemy as sa
+
+    from ledger.models import SessionLease
+
+    now = time.time() if now is None else now
+    t = SessionLease.__table__
+    with ledger.engine.begin() as conn:
+        gone = conn.execute(
+            sa.delete(t).where(t.c.session_id.startswith(prefix, autoescape=True), t.c.expires_at < now)
+        )
+    return int(gone.rowcount or 0)
+
+
 def lease_holder(ledger: Books, session_id: str, now: float | None = None) -> str | None:
     """The owner of an unexpired lease on ``session_id``, else None."""
     import sqlalchemy as sa

@@ -21,6 +21,24 @@ FIRST_MONTH, LAST_MONTH = "0001-01", "9999-11"
 DAY_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII)
 
 
+def utc_iso(ts: float) -> str:
+    """Epoch seconds as ISO 8601 UTC with ``Z``, to the millisecond when it has a fraction.
+
+    The one time format of every machine output (JSON, CSV cells of ``gpuops.render.emit``, the
+    dashboard's data): ``2026-11-05T09:30:30Z`` / ``2026-11-05T09:30:30.250Z``."""
+    d = datetime.fromtimestamp(ts, timezone.utc)
+    text = d.isoformat(timespec="milliseconds" if d.microsecond else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+def zone_minute(text: str | None, tz: str | None) -> str:
+    """A ``utc_iso`` time as ``YYYY-MM-DD HH:MM`` in ``tz`` (None or "local": this machine's zone), for tables."""
+    if not text:
+        return ""
+    d = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return d.astimezone(zone(None if tz == "local" else tz)).strftime("%Y-%m-%d %H:%M")
+
+
 def zone(tz: str | None):
     """The tzinfo for an IANA name, or None for the machine's local zone.
 

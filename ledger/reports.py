@@ -17,11 +17,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from operator import attrgetter
 from typing import Any, cast
 
-from ledger.periods import DAY_RE, MONTH_RE, day_of, day_start, days_in_month, month_bounds, this_month, zone  # noqa: F401 (re-exported)
+from ledger.periods import DAY_RE, MONTH_RE, day_of, day_start, days_in_month, month_bounds, this_month, utc_iso, zone  # noqa: F401 (re-exported)
 
 # Rows are SQLAlchemy ``Row``s from ``Books.rows_between``, or anything
 # with the ``sessions`` columns as attributes.
@@ -531,19 +530,12 @@ SESSION_FIELDS = (
 )
 
 
-def iso(ts: float | None, tz: str | None = None) -> str | None:
-    """ISO 8601 with offset of epoch seconds in ``tz`` (None = local), to the second."""
-    if ts is None:
-        return None
-    return datetime.fromtimestamp(ts, zone(tz) or datetime.now().astimezone().tzinfo).isoformat(timespec="seconds")
-
-
 def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = (), tz: str | None = None) -> dict:
     """Everything about one session: every column, its bootstrap steps with seconds, its events, and derived figures.
 
     Shape: the ``up --json`` summary keys (``session, provider, card, usd_per_hour, seconds,
     cost_usd, simulated, tokens, usd_per_mtoken, end_reason, exit_code, log``) plus every
-    ``sessions`` column, ``times`` (ISO strings in ``tz``), ``bootstrap_seconds``, ``job_cost_usd``,
+    ``sessions`` column, ``times`` (ISO 8601 UTC strings, ``periods.utc_iso``), ``bootstrap_seconds``, ``job_cost_usd``,
     ``usd_per_mtoken_job``, ``steps`` [{"name","status","seconds","detail"}] and ``events``
     [{"at","time","kind","detail"}]. An open session has ``cost_usd`` None.
     """
@@ -565,13 +557,13 @@ def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = ()
             "results": s.results_path,
             "bootstrap_seconds": round(sum(st.seconds for st in steps), 6),
             "times": {
-                k: iso(getattr(s, k, None), tz)
+                k: None if getattr(s, k, None) is None else utc_iso(getattr(s, k))
                 for k in ("created_at", "instance_created_at", "ready_at", "ended_at", "last_heartbeat_at")
             },
             "steps": [
                 {"name": st.name, "status": st.status, "seconds": st.seconds, "detail": st.detail} for st in steps
             ],
-            "events": [{"at": e.at, "time": iso(e.at, tz), "kind": e.kind, "detail": e.detail} for e in events],
+            "events": [{"at": e.at, "time": utc_iso(e.at), "kind": e.kind, "detail": e.detail} for e in events],
         }
     )
     return out

@@ -100,6 +100,13 @@ class _Late(Exception):
     """A bounded write that did not finish by its deadline (spooled like a refused one)."""
 
 
+# Called with each session row a spool replay closed (a close that was spooled, booked only now),
+# after the replay: the one way a spooled end is told. gpuops' notifier adds itself here
+# (``gpuops.notify.notifier.use``), since ledger/ imports nothing of gpuops; a listener's error is
+# its own and stops neither the replay nor the other listeners.
+CLOSE_REPLAYED: list[Callable[[Any], None]] = []
+
+
 def fallback_spool_path(url: str) -> Path:
     """Return the second spool, for when the first cannot be written.
 
@@ -460,8 +467,8 @@ class Ledger:
             raise BadLine(f"no {k} in this ledger") from None
         return True
 
-    def _apply(self, op: str, args: dict[str, Any]) -> None:
-        """Apply one checked spool write (``ledger.spool.check_line``'s answer)."""
+    def _apply(self, op: str, args: dict[str, Any]) -> Any:
+        """Apply one checked spool write (``ledger.spool.check_line``'s answer); a close returns the closed row."""
         args = dict(args)
         if op == "event":
             self._event(args["session_id"], args["kind"], args.get("detail", ""), args.get("at"))
@@ -472,7 +479,7 @@ class Ledger:
         elif op == "request_end":
             self._request_end(**args)
         elif op == "close":
-            self._close(**args)
+            return self._close(**args)
         elif op == "steps":
             self._add_steps(**args)
         elif op == "run_update":
@@ -496,12 +503,15 @@ class Ledger:
             return 0
         done = 0
         sessions: set[str] = set()
+        closed: list[Any] = []
         for i, (spool, line, entry) in enumerate(lines):
             try:
                 if entry is None:
                     raise BadLine("not JSON (a line cut short?)")
                 op, args = self._check(entry)
-                self._apply(op, args)
+                out = self._apply(op, args)
+                if op == "close" and out is not None:
+                    closed.append(out)
             except _spooled_errors():
                 for _, rest, _e in lines[i:]:
                     self._spool_line(rest)
@@ -522,6 +532,12 @@ class Ledger:
                 self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
             except _spooled_errors() + (KeyError,):
                 pass
+        for row in closed:
+            for listener in list(CLOSE_REPLAYED):
+                try:
+                    listener(row)
+                except Exception:  # noqa: BLE001, S110  a listener's error is its own
+                    pass
         return done
 
     def _guarded(self, op: str, fn: Callable[..., T], **args: Any) -> T | None:

@@ -44,8 +44,9 @@ def build(
     from gpuops.accounting import ledger_service as books
     from gpuops.teardown.watchdog_passes import health_lines, last_passes
     from ledger.history import recent_rows, session_rows
+    from ledger.periods import utc_iso
     from ledger.reads import LedgerReader
-    from ledger.reports import iso, month_bounds
+    from ledger.reports import month_bounds
 
     now = time.time() if now is None else now
     reader = LedgerReader(settings.ledger_url())
@@ -55,7 +56,7 @@ def build(
     return {
         "month": report["month"],
         "tz": report["tz"],
-        "generated_at": iso(now, tz),
+        "generated_at": utc_iso(now),
         "report": report,
         "sessions": session_rows(recent_rows(reader, start, end), tz),
         "open_boxes": boxes,
@@ -77,12 +78,12 @@ def notifications(settings, tz: str | None = None) -> list[dict]:
 
     ``[{"at" (ISO 8601),"event","text","delivered","of"}]``; [] when none or no target is set."""
     from gpuops.notify.notifier import DELIVERIES_FILE, recent_messages
-    from ledger.reports import iso
+    from ledger.periods import utc_iso
 
     if not settings.notify.urls:
         return []
     got = recent_messages(settings.data_path() / DELIVERIES_FILE)[:NOTIFICATIONS_SHOWN]
-    return [dict(m, at=iso(float(m.get("at") or 0), tz)) for m in got]
+    return [dict(m, at=utc_iso(float(m.get("at") or 0))) for m in got]
 
 
 TREND_MONTHS = 6  # the shown month and the 5 before it
@@ -128,13 +129,13 @@ def live(settings, now: float | None = None, tz: str | None = None) -> dict:
     "accrued_usd","ttl_left_seconds","idle_seconds","tokens","simulated"}],"billing_now"}``."""
     from gpuops.rental.sessions import list_open, open_ledger
     from gpuops.teardown.live import totals
-    from ledger.reports import iso
+    from ledger.periods import utc_iso
 
     now = time.time() if now is None else now
     rows = list_open(open_ledger(settings), now=now)
     keep = ("session", "usd_per_hour", "accrued_usd", "ttl_left_seconds", "idle_seconds", "tokens", "simulated")
     return {
-        "generated_at": iso(now, tz),
+        "generated_at": utc_iso(now),
         "open_boxes": [{k: r.get(k) for k in keep} for r in rows],
         "billing_now": totals(rows),
     }
@@ -216,7 +217,8 @@ def box_row(row, status: dict | None, now: float, default_teardown, tz: str | No
     "ttl_left_seconds","ttl_source" ("box agent" | "default setting"),"idle" (one line),
     "idle_minutes","heartbeat_age_seconds","started"}``. Seconds are wall-clock seconds."""
     from gpuops.agent.agentctl import heartbeat_stale
-    from ledger.reports import card_name, iso
+    from ledger.periods import utc_iso
+    from ledger.reports import card_name
 
     started = row.instance_created_at or row.created_at
     up_s = max(0.0, now - started) if row.instance_created_at else 0.0
@@ -239,7 +241,7 @@ def box_row(row, status: dict | None, now: float, default_teardown, tz: str | No
         "status": row.status,
         "simulated": bool(row.simulated),
         "usd_per_hour": rate,
-        "started": iso(started, tz),
+        "started": utc_iso(started),
         "up_seconds": round(up_s, 1),
         "accrued_usd": round(up_s * rate / 3600.0, 6),
         "ttl_left_seconds": round(started + max_hours * 3600.0 - now, 1) if row.instance_created_at else None,

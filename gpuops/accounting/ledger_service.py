@@ -169,7 +169,7 @@ def show_run(ledger: Books, run_id: str, tz: str | None = None) -> dict:
     run."""
     import json
 
-    from ledger.reports import iso
+    from ledger.periods import utc_iso
 
     tz = _tz_checked(tz)
     run = ledger.get_run(run_id)
@@ -197,7 +197,7 @@ def show_run(ledger: Books, run_id: str, tz: str | None = None) -> dict:
             {
                 "session": r.id,
                 "attempt": r.attempt,
-                "started": iso(r.created_at, tz),
+                "started": utc_iso(r.created_at),
                 "card": r.card,
                 "usd_per_hour": r.usd_per_hour,
                 "seconds": r.billed_seconds if closed else None,
@@ -213,8 +213,8 @@ def show_run(ledger: Books, run_id: str, tz: str | None = None) -> dict:
             "experiment": run.experiment,
             "provider": run.provider,
             "status": run.status,
-            "started": iso(run.created_at, tz),
-            "ended": iso(run.ended_at, tz),
+            "started": utc_iso(run.created_at),
+            "ended": None if run.ended_at is None else utc_iso(run.ended_at),
             "end_reason": run.end_reason,
             "detail": run.detail,
             "recover": run.recover,

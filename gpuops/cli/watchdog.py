@@ -75,8 +75,8 @@ def watchdog(
         if verbose:
             import time as _time
 
-            from gpuops.render.emit import utc_iso
             from gpuops.render.session_history import plural
+            from ledger.periods import utc_iso
 
             print(
                 f"{utc_iso(round(_time.time()))} {name}: {plural(len(acts), 'action')} in {seconds:.1f} s",

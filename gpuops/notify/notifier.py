@@ -43,7 +43,9 @@ log = logging.getLogger("gpuops.notify")
 
 CLAIM_PREFIX = "notify:"
 # A delivered message's claim is kept longer than any event it names can recur (a month's cap key
-# names its month); a claim in flight lapses this long after its message's deadline (its sender died)
+# names its month): the retention of the ledger's record that it was sent, after which the claim
+# lapses and the next claim's write prunes it (``ledger.limits.prune_lapsed_leases``); a claim in
+# flight lapses this long after its message's deadline (its sender died)
 CLAIM_KEEP_S = 400 * 86400.0
 CLAIM_SLACK_S = 30.0
 # One attempt's connect and read timeouts, seconds (apprise's own default is 4 s each)
@@ -205,11 +207,16 @@ class Notifier:
             return True
         try:
             from ledger import Ledger
-            from ledger.limits import acquire_lease
+            from ledger.limits import acquire_lease, prune_lapsed_leases
 
             books = Ledger(self.ledger_url)
             try:
-                return acquire_lease(books, CLAIM_PREFIX + key, owner, seconds)
+                took = acquire_lease(books, CLAIM_PREFIX + key, owner, seconds)
+                try:
+                    prune_lapsed_leases(books, CLAIM_PREFIX)  # claims past CLAIM_KEEP_S (or whose sender died)
+                except Exception as e:  # noqa: BLE001  the next claim prunes them
+                    log.warning("notify: lapsed claims not pruned (%s)", type(e).__name__)
+                return took
             finally:
                 books.engine.dispose()  # one short-lived engine per message: a long watchdog keeps none
         except Exception as e:  # noqa: BLE001
@@ -352,9 +359,24 @@ def use(settings: Settings) -> Notifier | None:
         settings.private_data_path() / DELIVERIES_FILE,
     )
     _active.settings = settings
+    from ledger.store import CLOSE_REPLAYED
+
+    if _tell_replayed_close not in CLOSE_REPLAYED:
+        CLOSE_REPLAYED.append(_tell_replayed_close)  # a replay of this process tells the closes it books
     if before is not None:
         _active._flights.extend(before._flights)  # drained at exit all the same
     return _active
+
+
+def _tell_replayed_close(row: Any) -> None:
+    """Tell a close that was spooled and is booked now by a replay (``ledger.store.CLOSE_REPLAYED``).
+
+    Told as ``end_rental`` would have told it, under the same key (``<session>:ended``), so its
+    claim makes it once, whoever replays it."""
+    from gpuops.notify import texts
+
+    if _active is not None and getattr(row, "status", None) == "closed":
+        post(texts.rental_ended(row, "replay"))
 
 
 def active() -> Notifier | None:

@@ -14,7 +14,7 @@ The convention (README, "Output"):
   is one row each, one object is one row; nested objects flatten to ``parent_child`` columns,
   lists become a JSON cell; None is an empty cell; floats are written with ``repr`` (every digit).
 
-Standard library and ``ledger.csvio`` (formula neutralization) only (CLI start-up is a hot path).
+Standard library, ``ledger.csvio`` (formula neutralization) and ``ledger.periods.utc_iso`` only (CLI start-up is a hot path).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import io
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from gpuops.errors import BadInput
+from ledger.periods import utc_iso  # the one time format of machine output
 
 FORMATS = ("table", "json", "csv")
 
@@ -53,15 +53,6 @@ def pick(fmt: str | None, json_out: bool = False, csv_out: bool = False, allowed
     if out not in allowed:
         raise BadInput(f"this command writes no {out}", f"use --format {' or '.join(allowed)}")
     return out
-
-
-def utc_iso(ts: float) -> str:
-    """Epoch seconds as ISO-8601 UTC, to the millisecond when it has a fraction.
-
-    For example ``2026-11-05T09:30:30Z`` / ``2026-11-05T09:30:30.250Z``."""
-    d = datetime.fromtimestamp(ts, timezone.utc)
-    text = d.isoformat(timespec="milliseconds" if d.microsecond else "seconds")
-    return text.replace("+00:00", "Z")
 
 
 def _is_time_key(key: Any) -> bool:

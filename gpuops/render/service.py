@@ -44,7 +44,7 @@ def render(done: ServiceOutcome, settings, interval: float, health: list[str], j
 
 
 def _status_line(st: dict) -> str:
-    from gpuops.render.emit import utc_iso
+    from ledger.periods import utc_iso
 
     where = "systemd user unit" if st["manager"] == "systemd" else "launchd agent"
     if not st["installed"] and not st["active"]:

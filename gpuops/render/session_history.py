@@ -6,6 +6,8 @@ The report is ``gpuops.accounting.history.sessions`` (``runs`` for ``--runs``); 
 
 from __future__ import annotations
 
+from ledger.periods import zone_minute
+
 
 def plural(n: int, word: str, many: str | None = None) -> str:
     """``"1 session"``, ``"2 sessions"``: ``n`` with ``word`` in the number that fits."""
@@ -30,7 +32,7 @@ def zone_words(tz: str) -> str:
     return f"this machine's time zone, {datetime.now().astimezone().tzname()}"
 
 
-def _cells(r: dict) -> dict:
+def _cells(r: dict, tz: str | None) -> dict:
     from gpuops.textsafe import safe_tree
 
     r = safe_tree(r)  # experiment, card, conclusion: shown escaped, never run by the terminal
@@ -40,7 +42,7 @@ def _cells(r: dict) -> dict:
     return {
         "session": r["session"],
         "run": r.get("run") or "-",
-        "started": r["started"][:16].replace("T", " "),
+        "started": zone_minute(r["started"], tz),  # JSON says UTC; the table, the report's zone
         "experiment": r["experiment"],
         "card": r["card"],
         "provider": r["provider"],
@@ -79,7 +81,7 @@ def render(rep: dict, console=None) -> None:
         "conclusion": TEXT,
     }
     cols = ranked([Col(h, kinds[h]) for h in COLUMNS], DROP_ORDER)
-    cells = [_cells(r) for r in rows]
+    cells = [_cells(r, rep["tz"]) for r in rows]
     print_table(
         c,
         f"sessions, newest first (times in {zone_words(rep['tz'])})",
@@ -123,7 +125,7 @@ def render_runs(rep: dict, console=None) -> None:
         cells.append(
             [
                 r["run"],
-                r["started"][:16].replace("T", " "),
+                zone_minute(r["started"], rep["tz"]),
                 r["experiment"],
                 str(r["rentals"]),
                 f"{r['hours']:.3f}",

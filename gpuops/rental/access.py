@@ -9,7 +9,9 @@ list, never a shell string: gpuops' key (or ``[up] ssh_key``), no user config (`
 box's pinned host key only (a one-line known_hosts file written for this call from gpuops' own pins,
 ``StrictHostKeyChecking=yes``). ``exec`` runs over paramiko (``SSHBox.run``) and streams the output.
 Either way CMD is an argument list, each argument quoted for the box's shell (``shlex.join``), run in
-the box's root; a shell pipeline is ``-- bash -c '...'``. While either is open, a second connection
+the box's root; a shell pipeline is ``-- bash -c '...'``. ``exec`` gives the command the job's own
+variables (``GPUOPS_SESSION``, ``GPUOPS_WORKDIR``, ...: ``gpuops.agent.jobenv.job_env``, the one
+function `up`'s job gets them from). While either is open, a second connection
 holds an activity lease on the box (``gpuops.agent.agentctl.hold_activity``), so the agent counts it
 as an SSH session and the idle layer does not end the box; the TTL and the money limits still do.
 """
@@ -152,9 +154,19 @@ def parse_forward(spec: str) -> tuple[int, int]:
 
 
 def ssh_argv(
-    t: Target, key_path: Path, known_hosts: Path, command: list[str], forwards: list[tuple[int, int]]
+    t: Target,
+    key_path: Path,
+    known_hosts: Path,
+    command: list[str],
+    forwards: list[tuple[int, int]],
+    *,
+    terminal: bool = False,
 ) -> list[str]:
-    """The OpenSSH client's argument list for ``t`` (see the module doc). No shell ever parses it here."""
+    """The OpenSSH client's argument list for ``t`` (see the module doc). No shell ever parses it here.
+
+    A shell always gets a terminal on the box (``-t``); a CMD gets one when ``terminal`` (this
+    process's stdin and stdout are a terminal: `gpuops ssh S -- htop` works, `gpuops ssh S -- cat f
+    > f.copy` stays byte for byte)."""
     argv = [
         SSH_CLIENT,
         "-F",
@@ -188,8 +200,8 @@ def ssh_argv(
         argv += ["-L", f"127.0.0.1:{local}:127.0.0.1:{remote}"]
     if forwards and not command:
         argv += ["-N"]  # a forward alone: no shell, open until Ctrl-C
-    elif not command:
-        argv += ["-t"]  # a shell: a terminal
+    elif not command or terminal:
+        argv += ["-t"]  # a shell, or a command typed at a terminal: a terminal on the box
     argv += [str(t.host)]
     if command or not forwards:
         argv += [remote_command(t.root, command)]
@@ -251,10 +263,21 @@ def ssh(
     known = _known_hosts_for(settings, box)
     try:
         with hold_activity(box):
-            return (run or _run_client)(ssh_argv(t, key, known, command, ports), t.ttl_left_s + 60.0)
+            argv = ssh_argv(t, key, known, command, ports, terminal=_at_a_terminal())
+            return (run or _run_client)(argv, t.ttl_left_s + 60.0)
     finally:
         known.unlink(missing_ok=True)
         box.close()
+
+
+def _at_a_terminal() -> bool:
+    """Whether this process's stdin and stdout are both a terminal."""
+    import sys
+
+    try:
+        return sys.stdin is not None and sys.stdout is not None and sys.stdin.isatty() and sys.stdout.isatty()
+    except (OSError, ValueError):  # a closed stream
+        return False
 
 
 def _run_client(argv: list[str], timeout_s: float) -> int:
@@ -292,9 +315,36 @@ def exec_(
     if not command:
         raise BadInput("exec needs a command", "e.g. `gpuops exec SESSION -- nvidia-smi`")
     t = target(settings, ledger, ref, provider)
+    env = exec_env(settings, ledger, t)
     box = open_target_box(settings, t)
     try:
         with hold_activity(box):
-            return box.run(shlex.join(command), timeout=max(1.0, t.ttl_left_s), on_line=on_line)
+            return box.run(shlex.join(command), timeout=max(1.0, t.ttl_left_s), env=env, on_line=on_line)
     finally:
         box.close()
+
+
+def exec_env(settings: Settings, ledger: Books, t: Target) -> dict[str, str]:
+    """What `exec` gives its command: the job's own variables (``jobenv.job_env``), from the books.
+
+    ``GPUOPS_WORKDIR`` when the session's ``workdir`` bootstrap step is booked done; a run's
+    variables from the row's run id and attempt. The user's ``--env`` values are not among them:
+    they live only in `up`'s memory and the job's env file."""
+    from gpuops.agent.bootstrap_config import cache_dir_for
+    from gpuops.agent.jobenv import job_env, resume_dir
+    from gpuops.rental.workdir import WORKDIR
+
+    row = ledger.get(t.session)
+    volume = (getattr(t.instance, "extra", None) or {}).get("volume_path")
+    uploaded = any(st.name == "workdir" and st.status == "done" for st in ledger.steps(t.session))
+    run_id = getattr(row, "run_id", None) if row is not None else None
+    return job_env(
+        session=t.session,
+        experiment=str(getattr(row, "experiment", "") or ""),
+        root=t.root,
+        workdir=WORKDIR if uploaded else None,
+        cache_dir=cache_dir_for(settings, volume),
+        run=(run_id, int(row.attempt or 1), resume_dir(t.root, settings.job.results, volume, run_id))
+        if row is not None and run_id
+        else None,
+    )

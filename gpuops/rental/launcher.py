@@ -701,9 +701,11 @@ def run_up(
     )  # [bootstrap] input errors (missing secret, requirements file) before renting
     tree = None
     if req.workdir:  # what goes up, its size and sha256: a tree over the cap is refused before renting
-        from gpuops.rental.workdir import scan
+        from gpuops.rental.workdir import scan, skipped_line
 
         tree = scan(req.workdir, req.workdir_exclude, int(settings.job.workdir_max_mb * 2**20))
+        if (skipped := skipped_line(tree)) is not None:  # said before renting, not only in `ledger show`
+            reporter.warn(skipped)
     from gpuops.notify import notifier
 
     notifier.use(settings)  # the rental's end, a run's end, a failed destroy tell ([notify]); nothing when no target
@@ -1649,20 +1651,21 @@ def _job(
     req = s.req
     reporter.stage("job", req.job.name)
     box.put(req.job, f"{META}/job/{req.job.name}")
-    metrics = f"{box.root}/{META}/metrics.jsonl"
+    from gpuops.agent.bootstrap_config import cache_dir_for
+    from gpuops.agent.jobenv import job_env
+    from gpuops.rental.workdir import WORKDIR
+
     env = dict(req.job_env)  # [job] env and up --env (resolve_job_env): the values, for the env file only
-    env.update({"GPUOPS_SESSION": s.id, "GPUOPS_EXPERIMENT": req.experiment, "GPUOPS_METRICS": metrics})
-    if s.workdir is not None:  # up --workdir: uploaded during bootstrap (gpuops.rental.workdir)
-        from gpuops.rental.workdir import WORKDIR
-
-        env["GPUOPS_WORKDIR"] = f"{str(box.root).rstrip('/')}/{WORKDIR}"
-    from gpuops.agent.bootstrap_config import cache_dir_for, cache_env
-
-    env.update(
-        cache_env(cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None))
+    env.update(  # gpuops' own, the same as `gpuops exec` gives (agent/jobenv.py)
+        job_env(
+            session=s.id,
+            experiment=req.experiment,
+            root=str(box.root),
+            workdir=WORKDIR if s.workdir is not None else None,  # up --workdir: uploaded during bootstrap
+            cache_dir=cache_dir_for(settings, s.instance.extra.get("volume_path") if s.instance is not None else None),
+            run=_resume(s, ledger, settings) if s.run_id else None,
+        )
     )
-    if s.run_id:
-        env.update(_resume_env(s, ledger, settings))
     ttl_deadline = s.ttl_deadline if s.ttl_deadline is not None else time.time() + req.max_hours * 3600.0
     if time.time() > ttl_deadline:  # ready + bootstrap used up max_hours: the job does not start
         ledger.event(s.id, EventKind.TTL, {"max_hours": req.max_hours, "before_job": True})
@@ -1792,32 +1795,28 @@ def _book_live(s: UpRun, ledger: Books) -> None:
     record_live(ledger, s.id, tokens=tokens, idle_seconds=idle, by=f"up:{socket.gethostname()}:{os.getpid()}")
 
 
-def _resume_env(s: UpRun, ledger: Books, settings: Settings) -> dict[str, str]:
-    """A run's job environment.
+def _resume(s: UpRun, ledger: Books, settings: Settings) -> tuple[str, int, str]:
+    """A run's rental: (run id, attempt 1.., ``GPUOPS_RESUME_DIR``) for ``jobenv.job_env``, the folder made.
 
-    ``GPUOPS_RUN``, ``GPUOPS_ATTEMPT`` (1, 2, ...) and
-    ``GPUOPS_RESUME_DIR``, the directory the job keeps its checkpoints in and resumes from. With a
-    volume: ``<volume>/gpuops/runs/<run>`` (it outlives every box). Without: the results directory
+    ``GPUOPS_RESUME_DIR`` is the directory the job keeps its checkpoints in and resumes from
+    (``jobenv.resume_dir``). With a volume it outlives every box. Without: the results directory
     on the box (``[job] results``), filled first with the newest earlier rental's results that came
     home (copied home during the job every ``[job] checkpoint_sync_seconds``, so a box taken back
     without warning leaves its last checkpoint behind)."""
+    from gpuops.agent.jobenv import RESUME, resume_dir
     from gpuops.box.base import q
 
     box = s.box
     assert box is not None  # connected by the box stage
     volume = s.instance.extra.get("volume_path") if s.instance is not None else None
-    results = settings.job.results.strip("/") or f"{META}/resume"
-    if volume:
-        where = f"{volume.rstrip('/')}/gpuops/runs/{s.run_id}"
-    else:
-        where = f"{str(box.root).rstrip('/')}/{results}"
-        if s.resume_from is not None:
-            box.put(s.resume_from, results)
-            files = sum(1 for p in s.resume_from.rglob("*") if p.is_file())
-            ledger.event(s.id, EventKind.RESUME, {"from": s.resume_from.name, "files": files, "dir": where})
+    where = resume_dir(str(box.root), settings.job.results, volume, s.run_id)
+    if not volume and s.resume_from is not None:
+        box.put(s.resume_from, settings.job.results.strip("/") or RESUME)
+        files = sum(1 for p in s.resume_from.rglob("*") if p.is_file())
+        ledger.event(s.id, EventKind.RESUME, {"from": s.resume_from.name, "files": files, "dir": where})
     box.run(f"mkdir -p {q(where)}", timeout=60)
     s.synced_at = time.monotonic()
-    return {"GPUOPS_RUN": s.run_id, "GPUOPS_ATTEMPT": str(s.attempt), "GPUOPS_RESUME_DIR": where}
+    return s.run_id, s.attempt, where
 
 
 def _run_poll(s: UpRun, ledger: Books, settings: Settings, provider: Provider) -> Callable[[], None]:

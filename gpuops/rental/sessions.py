@@ -12,9 +12,16 @@ if TYPE_CHECKING:
 
 
 def open_ledger(settings: Settings) -> Books:
-    """The ledger of ``settings`` (``Settings.ledger_url``), opened on first use."""
+    """The ledger of ``settings`` (``Settings.ledger_url``), opened on first use.
+
+    With ``[notify]`` targets set, this process's notifier is armed first: a spooled close that
+    this ledger's replay books (``ps``, ``logs``, ``exec`` replay before they read) is told."""
     from ledger import Ledger
 
+    if settings.notify.urls:
+        from gpuops.notify import notifier
+
+        notifier.use(settings)
     return Ledger(settings.ledger_url())
 
 

@@ -73,7 +73,7 @@ def test_show_tokens_note_experiments(cli_env):
     assert (
         d["end_source"] == "heartbeat"
         and d["cost_usd"] == 0.525097
-        and d["times"]["ended_at"] == "2026-11-05T09:30:30+00:00"
+        and d["times"]["ended_at"] == "2026-11-05T09:30:30.500Z"
     )
     out = run(cli_env, "ledger", "show", "s4").stdout
     assert "bootstrap steps" in out and "events" in out and "log:" in out

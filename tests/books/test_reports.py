@@ -151,7 +151,7 @@ def test_show_every_field_steps_events(books):
         {"name": "pip", "status": "skipped", "seconds": 0.25, "detail": '{"cached": true}'},
     ]
     assert [e["kind"] for e in d["events"]] == ["intent", "closed"]
-    assert d["times"]["created_at"] == "2026-11-10T12:00:00+00:00"
+    assert d["times"]["created_at"] == "2026-11-10T12:00:00Z"
     for key in (
         "provider",
         "card",
@@ -171,7 +171,7 @@ def test_show_every_field_steps_events(books):
     ):
         assert key in d
     s3 = cmds.show(books, "s3", tz="UTC")
-    assert s3["end_source"] == "heartbeat" and s3["times"]["ended_at"] == "2026-11-05T09:30:30+00:00"
+    assert s3["end_source"] == "heartbeat" and s3["times"]["ended_at"] == "2026-11-05T09:30:30.500Z"
     assert s3["usd_per_mtoken"] is None  # no tokens
     open_ = cmds.show(books, "s6")
     assert open_["cost_usd"] is None and open_["usd_per_mtoken"] is None and open_["status"] == "running"

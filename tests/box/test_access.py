@@ -180,3 +180,72 @@ def test_ps_json_gives_host_and_port(live, sshd):
     _, ledger, _, _ = live
     (row,) = list_open(ledger)
     assert (row["ssh_host"], row["ssh_port"], row["ssh_user"]) == ("127.0.0.1", sshd.port, sshd.user)
+
+
+def _under_a_pty(monkeypatch, out: list[str]):
+    """A run(argv, timeout_s) that starts the OpenSSH client on a pseudo-terminal, as a user's shell
+    would, with this process's stdin and stdout pointed at it too (what `gpuops ssh` looks at)."""
+    import io
+    import os
+    import pty
+    import sys
+
+    master, slave = pty.openpty()
+    tty_file = io.TextIOWrapper(io.FileIO(slave, "r+", closefd=False))
+    monkeypatch.setattr(sys, "stdin", tty_file)
+    monkeypatch.setattr(sys, "stdout", tty_file)
+
+    def run(argv, timeout_s):
+        proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        got = b""
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                import select
+
+                ready, _, _ = select.select([master], [], [], 0.2)
+                if ready:
+                    try:
+                        chunk = os.read(master, 4096)
+                    except OSError:  # the pty's other end closed
+                        break
+                    got += chunk
+                elif proc.poll() is not None:
+                    break
+            return proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.close(master)
+            os.close(slave)
+            out.append(got.decode("utf-8", "replace"))
+
+    return run
+
+
+def test_ssh_at_a_terminal_gives_the_command_a_terminal_on_the_box(live, monkeypatch):
+    settings, ledger, provider, _ = live
+    out: list[str] = []
+    rc = access.ssh(settings, ledger, SID, ["tty"], [], provider=provider, run=_under_a_pty(monkeypatch, out))
+    assert rc == 0, out
+    assert out[0].strip().splitlines()[0].startswith("/dev/pts/"), out  # `tty` on the box: a pseudo-terminal
+
+
+def test_ssh_not_at_a_terminal_gives_the_command_none(live):
+    settings, ledger, provider, _ = live
+    out: list[str] = []
+    rc = access.ssh(settings, ledger, SID, ["tty"], [], provider=provider, run=captured(out))
+    assert (rc, out) == (1, ["not a tty\n"])  # coreutils tty(1): exit 1 without one
+
+
+def test_exec_gives_the_command_the_jobs_own_variables(live):
+    settings, ledger, provider, root = live
+    show = 'echo "$GPUOPS_SESSION|$GPUOPS_EXPERIMENT|$GPUOPS_METRICS|${GPUOPS_WORKDIR-unset}"'
+    lines: list[str] = []
+    assert access.exec_(settings, ledger, SID, ["bash", "-c", show], lines.append, provider=provider) == 0
+    assert lines == [f"{SID}|t|{root}/.gpuops/metrics.jsonl|unset"]  # no --workdir went up
+    ledger.add_steps(SID, [{"step": "workdir", "status": "done", "seconds": 0.1, "detail": {}}])
+    lines.clear()
+    assert access.exec_(settings, ledger, SID, ["bash", "-c", show], lines.append, provider=provider) == 0
+    assert lines == [f"{SID}|t|{root}/.gpuops/metrics.jsonl|{root}/workdir"]

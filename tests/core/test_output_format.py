@@ -8,6 +8,7 @@ import io
 import json
 import re
 import subprocess
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -68,7 +69,7 @@ def test_ledger_show_machine_outputs_have_no_epoch(books_env):
     d = json.loads(run(books_env, "ledger", "show", "s3", "--format", "json", "--tz", "UTC").stdout)
     for k in ("created_at", "instance_created_at", "ended_at"):
         assert ISO_UTC.match(d[k]), (k, d[k])
-    assert d["ended_at"] == "2026-11-05T09:30:30.500Z" and d["times"]["ended_at"] == "2026-11-05T09:30:30+00:00"
+    assert d["ended_at"] == "2026-11-05T09:30:30.500Z" and d["times"]["ended_at"] == "2026-11-05T09:30:30.500Z"
     row = next(csv.DictReader(io.StringIO(run(books_env, "ledger", "show", "s3", "--format", "csv").stdout)))
     assert row["ended_at"] == "2026-11-05T09:30:30.500Z" and ISO_UTC.match(row["created_at"])
 
@@ -155,3 +156,37 @@ def test_ps_json_times_iso_and_keys_in_column_order(books_env):
     assert list(first)[:3] == ["session", "experiment", "job"] or list(first)[0] == "session"
     assert ISO_UTC.match(first["created_at"])
     assert still(run(books_env, "ps", "--json").stdout) == still(json.dumps(rows))
+
+
+def _times(doc) -> list[str]:
+    """Every string in ``doc`` that reads as a date with a time (``YYYY-MM-DDT...``)."""
+    if isinstance(doc, dict):
+        return [t for v in doc.values() for t in _times(v)]
+    if isinstance(doc, list):
+        return [t for v in doc for t in _times(v)]
+    return [doc] if isinstance(doc, str) and re.match(r"^\d{4}-\d\d-\d\dT", doc) else []
+
+
+def test_every_json_time_is_iso_utc_with_z_whatever_the_zone_asked(books_env):
+    # `ps` and `ledger sessions` wrote two formats (Z and +00:00): one now, the zone only for tables
+    docs = {
+        args: json.loads(run(books_env, *args, "--json").stdout)
+        for args in (
+            ("ps",),
+            ("ledger", "sessions", "--tz", "Europe/Berlin"),
+            ("ledger", "sessions", "--runs", "--tz", "Europe/Berlin"),
+            ("ledger", "show", "s3", "--tz", "Europe/Berlin"),
+        )
+    }
+    seen = {args: _times(doc) for args, doc in docs.items()}
+    assert (
+        seen[("ledger", "show", "s3", "--tz", "Europe/Berlin")]
+        and seen[("ledger", "sessions", "--tz", "Europe/Berlin")]
+    )
+    for args, times in seen.items():
+        assert all(ISO_UTC.match(t) for t in times), (args, [t for t in times if not ISO_UTC.match(t)])
+    s3 = next(s for s in docs[("ledger", "sessions", "--tz", "Europe/Berlin")]["sessions"] if s["session"] == "s3")
+    started = datetime.fromisoformat(s3["started"].replace("Z", "+00:00"))
+    table = run(books_env, "ledger", "sessions", "--tz", "Europe/Berlin").stdout
+    # the table keeps the asked zone: CET in November is UTC + 1 h (IANA tzdata, Europe/Berlin)
+    assert (started + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M") in table

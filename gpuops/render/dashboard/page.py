@@ -115,6 +115,9 @@ def _env():
     )
     env.filters["fmt"] = fmt
     env.filters["duration"] = duration
+    from ledger.periods import zone_minute
+
+    env.filters["zone_minute"] = zone_minute  # the data's UTC times, shown in the month's zone
     return env
 
 
