@@ -850,8 +850,8 @@ def _closest(loc: tuple, root: type | None = None) -> str:
 
     moved = MOVED_KEYS.get(".".join(str(k) for k in loc))
     if moved:
-        section, _, name = moved.rpartition(".")
-        return f"moved: write {name} under [{section}] "
+        new_section, _, name = moved.rpartition(".")
+        return f"moved: write {name} under [{new_section}] "
 
     section = _unwrap(_type_at(loc[:-1], root)) if loc else None
     if not (isinstance(section, type) and issubclass(section, _Section)):
