@@ -144,17 +144,27 @@ class CardPlan:
     def missing_bytes(self) -> int:
         return max(0, self.need_bytes_per_gpu - self.budget_bytes)
 
+    @property
+    def shown_speed(self) -> tuple[float | None, dict[str, float | None] | None]:
+        """(decode ceiling tok/s, $/Mtoken) as `plan` shows them; (None, None) on a card that does not fit.
+
+        Its figures are the physics of a box that cannot hold the model: the fields keep them (the
+        roofline is still what the card's bandwidth gives), the table and the JSON show none."""
+        return (self.decode_tok_s, self.usd_per_mtoken) if self.fits else (None, None)
+
     def as_json(self) -> dict:
+        """The card's plan as JSON; a card that does not fit has no speed and no $/Mtoken (null, ``shown_speed``)."""
+        speed, usd = self.shown_speed
         return {
             "card": self.card.name,
             "vram_bytes": int(self.card.vram_bytes),
             "fits": self.fits,
             "max_batch": int(self.max_batch),
-            "decode_tok_s": None if self.decode_tok_s is None else round(self.decode_tok_s, 3),
+            "decode_tok_s": None if speed is None else round(speed, 3),
             "ridge_flop_per_byte": round(self.ridge_flop_per_byte, 3),
             "usd_per_mtoken": None
-            if self.usd_per_mtoken is None
-            else {k: (None if v is None else round(v, 6)) for k, v in self.usd_per_mtoken.items()},
+            if usd is None
+            else {k: (None if v is None else round(v, 6)) for k, v in usd.items()},
             "engine": self.engine,
             "budget_bytes": int(self.budget_bytes),
             "kv_pool_bytes": int(self.kv_pool_bytes),
@@ -175,7 +185,13 @@ class Plan:
     mode), ``activation_bytes`` (peak; vllm: per GPU, at the plan's reference defaults),
     ``overhead_bytes`` (per GPU, replicated; vllm: non-torch + NCCL), ``total_bytes`` = weights + KV
     + activations + overhead x gpu_count. ``weights_source``: shapes, or the checkpoint's count.
-    ``unverified``: nothing confirms the weight count (unknown family, no checkpoint byte count).
+    Verified speaks of two things, each its own flag: ``weights_verified`` (the weight bytes are
+    confirmed: a family gpuops counts, or the checkpoint's own byte count; ``memory.Weights``) and
+    ``arch.layout_verified`` (the KV layout is read, not assumed: a family gpuops knows, or a
+    config stating its layers in keys gpuops reads; ``architecture.Architecture``). ``unverified``
+    = either is not: `up --model` refuses such a plan without ``--allow-unverified``. JSON:
+    ``weights_verified``, ``kv_layout_verified`` and ``unverified``, one story (``unverified`` is
+    true exactly when one of the other two is false).
     """
 
     model: str
@@ -209,6 +225,7 @@ class Plan:
     cuda_graph_bytes: int = 0
     kv_layout: KVLayout | None = None
     chunked_hybrid: bool = False
+    weights_verified: bool = True
 
     def per_gpu_bytes(self, batch: int | None = None) -> int:
         """Bytes one GPU needs at ``batch`` (default: the plan's batch)."""
@@ -232,6 +249,7 @@ class Plan:
             "cards": [c.as_json() for c in self.cards],
             "engine": self.engine,
             "unverified": self.unverified,
+            "weights_verified": self.weights_verified,
             "kv_layout_verified": self.arch.layout_verified,
             "vllm_version": VLLM_VERSION,
             "weights_source": self.weights_source,
@@ -751,6 +769,7 @@ def plan(
         cuda_graph_bytes=VLLM_CUDA_GRAPH_BYTES if engine == "vllm" else 0,
         kv_layout=layout,
         chunked_hybrid=bool(chunked_hybrid),
+        weights_verified=w.verified,
     )
     p = _with_cards(p, chosen)
     if engine == "vllm" and arch.max_context and arch.max_context > seq:
