@@ -139,6 +139,8 @@ class Architecture:
     MLA's fields; ``_layout_stated``) with no attention-layout key left unread. Else ``layout_note``
     says why (the keys it could not read, or that nothing states the layers) and the KV plan is a
     guess. It speaks of the KV cache only; the weights are ``memory.Weights.verified``.
+    ``rope_context``: the longest ``--max-model-len`` vLLM takes under the config's
+    ``rope_scaling`` (``_rope_context``; None without one, then ``max_context`` is the limit).
     """
 
     family: str
@@ -173,6 +175,7 @@ class Architecture:
     kv_shared_layers: int = 0
     layout_verified: bool = True
     layout_note: str = ""
+    rope_context: int | None = None
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -950,7 +953,36 @@ def architecture(config: dict) -> Architecture:
         kv_shared_layers=shared,
         layout_verified=not unread and stated,
         layout_note=layout_note,
+        rope_context=_rope_context(cfg, f"{config.get('model_type') or ''} {family}", max_ctx),
     )
+
+
+def _rope_context(cfg: dict, model_type: str, max_ctx: int | None) -> int | None:
+    """The context vLLM derives from ``max_position_embeddings`` and the config's RoPE scaling, tokens.
+
+    None without a ``rope_scaling`` (or transformers v5 ``rope_parameters``, one per layer type).
+    vLLM 0.33 ``vllm/config/model.py _get_and_verify_max_len``: Gemma-3's ``max_position_embeddings``
+    is already scaled (no factor); a ``rope_type`` of su, longrope or llama3 keeps it as it is (it is
+    the extended length); any other multiplies it by ``factor`` (1 when absent), yarn starting from
+    ``original_max_position_embeddings``. A ``--max-model-len`` beyond it is refused at start-up."""
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(rs, dict) or not rs or max_ctx is None:
+        return None
+    if "gemma3" in model_type:
+        return max_ctx
+    parts = list(rs.values()) if all(isinstance(v, dict) for v in rs.values()) else [rs]
+    derived: float = max_ctx
+    factor = 1.0
+    for rp in parts:
+        kind = str(rp.get("rope_type") or rp.get("type") or "default")
+        if kind in ("su", "longrope", "llama3"):
+            continue
+        f = rp.get("factor", factor)
+        factor = float(f) if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 else factor
+        orig = rp.get("original_max_position_embeddings")
+        if kind == "yarn" and isinstance(orig, (int, float)) and not isinstance(orig, bool) and orig > 0:
+            derived = orig
+    return int(derived * factor)
 
 
 def _vision_tokens(config: dict, vision: dict) -> int:

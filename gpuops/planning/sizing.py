@@ -707,10 +707,9 @@ def plan(
         warnings.append(
             f"unverified KV plan: {arch.layout_note}; `up --model` refuses to rent on it without --allow-unverified"
         )
-    if arch.max_context and seq > arch.max_context:
-        warnings.append(
-            f"--seq {seq} is beyond the model's context ({arch.max_context} tokens, max_position_embeddings)"
-        )
+    beyond = context_limit(arch, seq)
+    if beyond is not None:
+        warnings.append(beyond[0])
     if dtype_n == "bf16" and chosen and all(not c.bf16_native for c in chosen):
         names = ", ".join(c.name for c in chosen)
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
@@ -787,6 +786,33 @@ def plan(
                 ),
             )
     return p
+
+
+def context_limit(arch: Architecture, seq: int) -> tuple[str, str | None] | None:
+    """What a ``--seq`` of ``seq`` tokens beyond the model's context means: (warning, refusal) or None.
+
+    None when ``seq`` is within ``max_position_embeddings`` (or the config has none). Beyond it, the
+    warning line that `plan` and `up --model` both print; the refusal (a fix for `up`, which
+    refuses before renting) only when the config's ``rope_scaling`` says the extended context
+    (``Architecture.rope_context``, vLLM's own derivation) is shorter than ``seq``: vLLM would
+    refuse ``--max-model-len seq`` at start-up. Without a ``rope_scaling`` the line is a warning
+    only: a user may extend the context at serve time (``--hf-overrides`` with a rope_scaling,
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``)."""
+    if not arch.max_context or seq <= arch.max_context:
+        return None
+    line = f"--seq {seq} is beyond the model's context ({arch.max_context} tokens, max_position_embeddings)"
+    if arch.rope_context is None:
+        return (
+            line + "; its config has no rope_scaling: vLLM refuses --max-model-len beyond it unless told "
+            "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, or a rope_scaling in --hf-overrides)",
+            None,
+        )
+    if seq <= arch.rope_context:
+        return line + f"; its rope_scaling extends it to {arch.rope_context} tokens, which vLLM takes", None
+    return (
+        line + f"; its rope_scaling extends it only to {arch.rope_context} tokens, and vLLM refuses more",
+        f"pass --seq {arch.rope_context} or less",
+    )
 
 
 def _with_cards(p: Plan, chosen: Iterable[Card]) -> Plan:
@@ -901,8 +927,10 @@ def size_for_up(
     allows its 7% nominal-vs-reported tolerance on top). Cards are all catalog cards or the
     ``card`` family, of the vendor ``vendor_for(vendor, image, card)`` says (NVIDIA unless asked: an
     AMD card named, ``vendor`` amd or any, or a ROCm ``image``). Raises BadInput, before anything is rented, when no card fits (how much is
-    missing on the largest card and what would make it fit, ``fit_advice``), and when the plan is
-    unverified unless ``allow_unverified`` (``--allow-unverified``).
+    missing on the largest card and what would make it fit, ``fit_advice``), when the plan is
+    unverified unless ``allow_unverified`` (``--allow-unverified``), and when ``seq`` is beyond the
+    context the config's rope_scaling allows (``context_limit``; beyond ``max_position_embeddings``
+    alone the plan's warning is the caller's to print: ``context_limit(plan.arch, plan.seq)``).
     """
     p = plan(
         model,
@@ -917,6 +945,9 @@ def size_for_up(
         engine=engine,
         vendor=vendor_for(vendor, image, card),
     )
+    beyond = context_limit(p.arch, p.seq)
+    if beyond is not None and beyond[1] is not None:
+        raise BadInput(f"{p.model}: {beyond[0]}", beyond[1])
     if p.unverified and not allow_unverified:
         if not p.arch.layout_verified:
             raise BadInput(

@@ -349,12 +349,13 @@ def choose_offer(
     providers = as_providers(provider)
 
     query = query_for(req)
+    context_notes: list[str] = []
     if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
         from dataclasses import replace
 
-        from gpuops.planning.sizing import size_for_up
+        from gpuops.planning.sizing import context_limit, size_for_up
 
-        need, fitting, _ = size_for_up(
+        need, fitting, sized = size_for_up(
             req.model,
             dtype=req.dtype,
             kv_dtype=req.kv_dtype,
@@ -368,6 +369,9 @@ def choose_offer(
         )
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
+        beyond = context_limit(sized.arch, sized.seq)  # the line `plan` prints, printed by up too (a warning)
+        if beyond is not None:
+            context_notes.append(beyond[0])
     import dataclasses
 
     def query_of(prov: Provider) -> OfferQuery:
@@ -403,7 +407,7 @@ def choose_offer(
     if failed and len(failed) == len(providers):
         raise failed[0]
     offers, notes = screen(pooled, req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
-    notes = asked_notes + notes
+    notes = context_notes + asked_notes + notes
     offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
         offers = volume_refs.mountable(next(iter(providers.values())), volume, offers)

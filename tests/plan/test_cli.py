@@ -200,6 +200,20 @@ def test_up_model_dry_run_picks_the_cheapest_card_that_fits(cli_env, tmp_path, g
     assert not (gpuops_home / "boxes").exists()
 
 
+def test_up_model_seq_beyond_the_context_warns_as_plan_does(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    line = "warning: --seq 16384 is beyond the model's context (4096 tokens, max_position_embeddings)"
+    out = run(cli_env, "up", "--job", str(job), "--model", "llama-2-7b", "--seq", "16384", "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    assert line in out.stderr  # the same line `plan` prints (test_plan_seq_beyond_context_warns_and_answers)
+    # Llama-3.1's rope_scaling (llama3) keeps 131,072 tokens: beyond it `up` refuses, before anything is rented
+    out = run(cli_env, "up", "--job", str(job), "--model", "llama-3.1-8b", "--seq", "262144", "--dry-run")
+    assert out.returncode == 2 and "extends it only to 131072 tokens" in out.stderr
+    assert "pass --seq 131072 or less" in out.stderr
+    assert not (gpuops_home / "boxes").exists()
+
+
 def test_up_model_that_fits_no_card_rents_and_books_nothing(cli_env, tmp_path, gpuops_home):
     job = tmp_path / "job.sh"
     job.write_text("true\n")
