@@ -212,6 +212,37 @@ def test_preemption_while_running_is_visible(vast_provider, vast_emulator):
     assert vast_emulator.live() == []
 
 
+def test_the_emulators_charges_state_the_hours_billed_as_the_spec_does(vast_provider, vast_emulator):
+    """The spec's gpu item: "96.000 hours at $0.389/hour". An outbid instance runs 2 h, then stands
+    stopped 3 h billing its disk: its gpu item spans the contract (5 h) and states the 2 h it ran,
+    which is where the booked GPU line ends (billing.running_end)."""
+    import re
+
+    inst = vast_provider.create(offer(vast_provider, spot=True), spec())
+    wait_for_ssh(vast_provider, inst.id, timeout_s=10, poll_s=0.05)
+    vast_emulator.advance(2 * 3600)
+    vast_emulator.preempt(inst.id)
+    vast_emulator.advance(3 * 3600)
+    vast_provider.destroy(inst.id)
+    emu_inst = vast_emulator.market.instances[inst.id]
+    entry = next(r for r in vast_emulator.charge_rows(0, 4e9) if r["source"] == f"instance-{inst.id}")
+    gpu = next(i for i in entry["items"] if i["type"] == "gpu")
+    disk = next(i for i in entry["items"] if i["type"] == "disk")
+    m = re.fullmatch(r"(\d+\.\d{3}) hours at \$(\d+\.\d{3})/hour", gpu["description"])
+    assert m is not None, gpu["description"]
+    ran_h = emu_inst.billed_s("gpu") / 3600  # the emulator's own billing clock: the running stretches
+    assert float(m.group(1)) == pytest.approx(ran_h, abs=0.0005) and ran_h == pytest.approx(2.0, abs=0.01)
+    assert float(m.group(2)) == pytest.approx(gpu["amount"] / ran_h, abs=0.0005)
+    assert (gpu["start"], gpu["end"]) == (disk["start"], disk["end"]) == (entry["start"], entry["end"])
+    assert re.fullmatch(r"\d+\.\d{3} hours at \$\d+\.\d{3}/hour", disk["description"])
+    assert re.fullmatch(rf"Instance {inst.id} Charges - \d+ days?", entry["description"])
+    assert entry["amount"] == pytest.approx(emu_inst.billed_usd, abs=1e-9)
+    lines = [c for c in vast_provider.billing(entry["start"] - 1.0, entry["end"] + 1.0) if c.instance_id == inst.id]
+    booked_gpu = next(c for c in lines if c.kind == "gpu")
+    assert booked_gpu.end - booked_gpu.start == pytest.approx(float(m.group(1)) * 3600, abs=1e-6)
+    assert sum(c.usd for c in lines) == pytest.approx(emu_inst.billed_usd, abs=1e-9)
+
+
 def test_stuck_loading_times_out(vast_provider, vast_emulator):
     vast_emulator.faults.stuck_status = "loading"
     inst = vast_provider.create(offer(vast_provider), spec())
