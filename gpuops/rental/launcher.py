@@ -145,8 +145,8 @@ class OfferChoice:
             why = f"${o.price:.4f}/h booked ({booked})"
             if i:
                 prev = self.candidates[i - 1]
-                if prev.spot and not o.spot:
-                    why += "; on-demand, after every spot offer ([up] spot = true prefers spot)"
+                if round(o.price, 6) == round(prev.price, 6) and prev.spot and not o.spot:
+                    why += f"; same price as #{i}, on-demand after spot ([up] spot = true prefers spot at a price)"
                 elif round(o.price, 6) == round(prev.price, 6):
                     why += (
                         f"; same price as #{i}, reliability {o.reliability:.3f} against {prev.reliability:.3f}"
@@ -374,15 +374,23 @@ def choose_offer(
             context_notes.append(beyond[0])
     import dataclasses
 
+    # [up] spot = true (no --spot typed) prefers spot at a price: both kinds are asked wherever the
+    # provider has them and ranked by the price that will be booked, a spot offer first only at the
+    # same price (a dearer interruptible box is worse on both counts). --spot rents spot only.
+    prefer_spot = bool(query.spot) and not req.spot_explicit
+
     def query_of(prov: Provider) -> OfferQuery:
-        if query.spot and (not req.spot_explicit or (rerent and req.recover_on_demand)) and not prov.supports_spot:
-            # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none);
-            # so does a re-rent of a --spot run with --recover-on-demand (``rerent``: its first
-            # rental is spot only, as asked).
+        if prefer_spot or (query.spot and rerent and req.recover_on_demand and not prov.supports_spot):
+            # a re-rent of a --spot run with --recover-on-demand (``rerent``: its first rental is
+            # spot only, as asked) goes on on-demand where the provider has no spot
             return dataclasses.replace(query, spot=None)
         return query
 
-    spot = query.spot if any(query_of(p).spot == query.spot for p in providers.values()) else None
+    spot = (
+        None
+        if prefer_spot
+        else (query.spot if any(query_of(p).spot == query.spot for p in providers.values()) else None)
+    )
     volume = None
     if req.volume:  # only offers that can mount it (BadInput before anything is rented)
         from gpuops.providers import volume_refs
@@ -411,9 +419,13 @@ def choose_offer(
     offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
         offers = volume_refs.mountable(next(iter(providers.values())), volume, offers)
-    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=spot)
-    if spot and not req.spot_explicit:  # spot preferred: the on-demand offers after every spot one (the failover)
-        ranked += [o for o in rank(offers, req.need_bytes_per_gpu, req.max_usd_per_hour, spot=False) if o not in ranked]
+    ranked = rank(
+        offers,
+        need_bytes_per_gpu=req.need_bytes_per_gpu,
+        max_usd_per_hour=req.max_usd_per_hour,
+        spot=spot,
+        prefer_spot=prefer_spot,
+    )
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.price for o in offers), default=None)
