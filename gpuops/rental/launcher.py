@@ -1249,7 +1249,8 @@ def _create(
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {first.name} at {price_words(p.offer)}")
     if first.containment_note:  # said once per `up`: what the box can reach of ours
         reporter.warn(first.containment_note)
-    s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
+    created_from = time.time()
+    s.ttl_deadline = created_from + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first
 
     keys: dict[str, str] = {}
@@ -1275,7 +1276,23 @@ def _create(
                 simulated=offer.simulated,
             )
         s.offer = offer
-        ledger.event(s.id, EventKind.CREATE, {"offer": offer.offer_id, "provider": offer.provider, "try": tries[0]})
+        hours = rental_hours_at(s, offer)
+        if hours < s.req.max_hours:  # a run's rental failing over to a dearer offer: its money left buys less
+            from dataclasses import replace
+
+            s.req = replace(s.req, max_hours=hours)
+            s.ttl_deadline = created_from + hours * 3600.0
+            ledger.update(s.id, max_hours=hours)
+        ledger.event(
+            s.id,
+            EventKind.CREATE,
+            {
+                "offer": offer.offer_id,
+                "provider": offer.provider,
+                "try": tries[0],
+                "max_hours": round(s.req.max_hours, 6),
+            },
+        )
 
     def spec_for(offer: Offer) -> CreateSpec:
         from gpuops.providers.volumes import spec_fields
@@ -1357,6 +1374,18 @@ def _create(
         reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
         return EndReason.DELIVERY_MISMATCH
     return None
+
+
+def rental_hours_at(s: UpRun, offer: Offer) -> float:
+    """The hours a rental may run on ``offer`` (its TTL): what its money left buys at the offer's price.
+
+    A run's rental (``s.max_session_usd``: the run's money left, USD) was given the hours left at
+    its first candidate's price (``runs.next_rental``); a failover to a dearer offer buys fewer:
+    ``min(s.req.max_hours, money left / offer.price x 3600 s) / 3600``. Never more than
+    ``s.req.max_hours`` (a limit only tightens); unchanged outside a run or without a money cap."""
+    if s.max_session_usd is None or not (offer.price > 0 and math.isfinite(offer.price)):
+        return s.req.max_hours
+    return min(s.req.max_hours, max(0.0, s.max_session_usd) / offer.price)
 
 
 def price_words(offer: Offer) -> str:
@@ -1485,6 +1514,7 @@ def _arm(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings, provid
         started_at=row.instance_created_at,
         usd_per_hour=row.usd_per_hour,
         settings=settings,
+        max_hours=min(settings.teardown.max_hours, s.req.max_hours),  # tightened at a dearer failover (rental_hours_at)
     )
     if s.req.interactive:
         cfg["interactive"] = True  # no job comes: no armed-no-job wait (onbox/agent.py)

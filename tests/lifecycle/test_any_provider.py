@@ -154,6 +154,34 @@ def test_spot_preferred_ranks_by_the_price_booked_spot_first_only_at_the_same_pr
     assert [(r["spot"], r["price_usd_per_hour"]) for r in plan["ranked"]] == [(True, 0.20), (True, 0.45)]
 
 
+def test_a_runs_rental_failing_over_to_a_dearer_offer_gets_the_hours_its_money_buys_there(
+    both, runpod_emulator, vast_emulator, tmp_path, sshd
+):
+    """A run with $1.00 for its money: at Vast's 0.20 bid that buys 5 h, but the bid is refused (the
+    minimum rose) and the rental fails over to RunPod at 0.40, where $1.00 buys 2.5 h: the row, the
+    agent and the laptop's TTL say 2.5 h, so the worst case at the rented box's own rate (the
+    emulator's) stays within the money; the bill is the emulator's."""
+    s = load_settings(
+        None, {"teardown": {"kill_grace_seconds": 0.5, "idle_minutes": "off", "max_session_usd": 1.0, "max_hours": 10}}
+    )
+    set_runpod(runpod_emulator, community=0.40, secure=0.90)
+    vast_emulator.min_bid_rises_to = 0.30
+    req = UpRequest(job=job(tmp_path), provider="any", card="rtx-4090", spot=True, recover=1, max_hours=10)
+    summ = run_up(req, s, Lines(), provider=both)
+    assert summ["end_reason"] == "job_end" and summ["provider"] == "runpod", summ
+    led = Ledger(s.ledger_url())
+    (row,) = led.run_rentals(summ["run"]["id"])
+    used = runpod_emulator.market.instances[row.instance_id]
+    assert used.usd_per_hour == pytest.approx(0.40, abs=1e-9)  # the rate the emulator bills it at
+    assert row.max_hours == pytest.approx(1.0 / 0.40, abs=1e-9)  # 2.5 h, not the 5 h $1.00 buys at 0.20
+    assert row.max_hours * used.usd_per_hour <= 1.0 + 1e-9  # the worst case, at the emulator's own rate
+    tries = [t for t in events(s, row.id, "create")]
+    assert [(t["provider"], t["max_hours"]) for t in tries] == [("vast", 5.0), ("runpod", 2.5)]
+    agent = json.loads((sshd.home / "gpuops" / row.label / ".gpuops" / "agent.json").read_text())["teardown"]
+    assert (agent["max_hours"], agent["max_session_usd"]) == pytest.approx((2.5, 1.0), abs=1e-9)
+    assert abs(row.cost_usd - used.billed_usd) <= CENT
+
+
 def test_a_5xx_on_create_that_made_the_pod_leaves_no_second_box(both, runpod_emulator, vast_emulator, tmp_path):
     """RunPod answers 502 after making the pod: found by its label and used, never a second create."""
     s = settings()
