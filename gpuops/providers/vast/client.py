@@ -43,6 +43,9 @@ class VastClient:
             import logging
             import os
 
+            from gpuops.providers.base import require_packages
+
+            require_packages(NAME, ("vastai",))  # the volumes' calls come here too, outside a guarded call
             from vastai import VastAI
 
             # vastai attaches its own stderr handler to the "vastai" logger at INFO unless
