@@ -40,6 +40,13 @@ from tests.emulators.base import JSON, EmuInstance, Emulator, Market
 from tests.emulators.contract import Contract
 
 HOURS_PER_MONTH = 730.0
+# The statuses that come from Vast's gateway in front of its API, the ones vastai's own client
+# retries as "gateway/upstream errors that usually clear" (vastai 1.9.1 vastai/api/client.py
+# _RETRYABLE_STATUS, beside 429): answered as a gateway does, with an HTML page.
+GATEWAY_STATUSES = (502, 503, 504)
+GATEWAY_PAGE = (
+    b"<html><head><title>%d</title></head><body><center><h1>%d</h1></center><hr><center>nginx</center></body></html>"
+)
 _RESERVED = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 # Instance fields the spec allows to be null (components.schemas.Instance, the v1 list's rows).
 _NULLABLE = {
@@ -313,6 +320,10 @@ class VastEmulator(Emulator):
             return self._fail(404, "not_found", f"no route {req['method']} {req['path']}")
         injected = self.market.take_injected(op)
         if injected is not None:
+            if injected in GATEWAY_STATUSES:  # Vast's gateway answers these, not its API: a page, not JSON
+                return injected, GATEWAY_PAGE % (injected, injected), "text/html"
+            # Vast's API's own error: the spec's Error body (components.schemas.Error), as its
+            # documented 500s carry it ({"success": false, "error", "msg"}; contract.py judges it)
             return self._fail(
                 injected, "rate_limited" if injected == 429 else "server_error", f"emulated HTTP {injected}"
             )
