@@ -950,8 +950,9 @@ def size_for_up(
         raise BadInput(f"{p.model}: {beyond[0]}", beyond[1])
     if p.unverified and not allow_unverified:
         if not p.arch.layout_verified:
+            weights = "" if p.weights_verified else " and nothing confirms the weight count"
             raise BadInput(
-                f"{p.model}: the KV plan is unverified ({p.arch.layout_note})",
+                f"{p.model}: the KV plan is unverified ({p.arch.layout_note}){weights}",
                 "add --allow-unverified to rent on the guess (it covers the KV plan too)",
             )
         raise BadInput(

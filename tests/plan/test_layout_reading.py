@@ -120,8 +120,11 @@ def test_an_unknown_family_whose_config_states_no_layers_is_never_kv_verified():
     assert _flags(counted) == (True, True, False)
     a = architecture(PLAIN_FOO)
     assert "states no layer layout" in a.layout_note and "llama attention on every layer" in a.layout_note
-    with pytest.raises(BadInput, match="KV plan is unverified"):
+    with pytest.raises(BadInput, match="KV plan is unverified") as e:
         size_for_up(counted, card="h100-sxm")  # type: ignore[arg-type]
+    assert "weight count" not in e.value.message and "--allow-unverified" in (e.value.fix or "")
+    with pytest.raises(BadInput, match="KV plan is unverified .* and nothing confirms the weight count"):
+        size_for_up(src(PLAIN_FOO), card="h100-sxm")  # type: ignore[arg-type]
 
 
 def test_an_unknown_family_is_kv_verified_when_its_config_states_its_layers():
