@@ -60,7 +60,7 @@ class UpSettings(_Section):
     provider: Literal[UP_CHOICES] = "local"  # type: ignore[valid-type]  # the registry's names, or "any": every one with a key
     card: str = ""  # unset: any card that fits; given, never blank (see blank_text)
     experiment: str = "default"
-    spot: bool = True  # prefer interruptible offers where the provider has them
+    spot: bool = True  # prefer interruptible offers at the same price (the cheapest booked price first)
     max_price: Annotated[float, Meta(gt=0)] | None = None  # USD/hour for the whole box
     image: str = "runpod/pytorch:2.4.0-py3.11-cuda12.4.1-devel-ubuntu22.04"
     disk_gb: Annotated[float, Meta(gt=0)] = 40.0

@@ -248,9 +248,12 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
     """Per provider: what it will call, the SDK installed, and how the agent destroys a box.
 
     Per provider: the API base, the routes it will call (``Provider.routes``) with their API
-    versions, the SDK installed; and the credential the agent destroys a box with, and what it does
+    versions, the SDK installed, the packages of its extra that are missing (``Provider.requires``:
+    a failure for a provider with a key, a warning without one; the fix ``pip install
+    'gpuops[<name>]'``); and the credential the agent destroys a box with, and what it does
     when that credential is refused (``gpuops.providers.REGISTRY``)."""
     from gpuops.providers import REGISTRY, get_provider
+    from gpuops.providers.base import extra_fix, missing_packages
 
     out = []
     for name in names:
@@ -269,8 +272,14 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
             versions = sorted({_api_version(path) for _, path in p.routes})
             sdk = entry.sdk
             have = _sdk_version(sdk) if sdk else None
-            sdk_note = f"; SDK {sdk} {have}" if have else (f"; SDK {sdk} not installed" if sdk else "")
-            verdict, fix = (Verdict.OK, "") if (have or not sdk) else (Verdict.WARN, f"pip install -e '.[{name}]'")
+            missing = missing_packages(p.requires)  # the packages its extra installs, as every call checks them
+            sdk_note = f"; SDK {sdk} {have}" if have else ""
+            verdict, fix = Verdict.OK, ""
+            if missing:
+                # a provider with a key that cannot be called is a failure; without one, a warning
+                verdict = Verdict.FAIL if p.account is not None else Verdict.WARN
+                fix = extra_fix(name)
+                sdk_note += f"; {', '.join(missing)} not installed: every {name} call would fail"
             out.append(
                 Finding(
                     f"routes.{name}",
@@ -282,6 +291,7 @@ def route_findings(settings, names: Iterable[str]) -> list[Finding]:
                         "versions": versions,
                         "routes": [f"{m} {path}" for m, path in p.routes],
                         "sdk": have,
+                        "missing": missing,
                     },
                 )
             )

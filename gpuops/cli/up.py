@@ -53,7 +53,8 @@ def up(
         None,
         "--spot/--on-demand",
         help=(
-            "Interruptible offers, or on-demand only. Default ([up] spot = true): prefer spot where the provider has it: "
+            "Interruptible offers only, or on-demand only. Default ([up] spot = true): both, cheapest booked price "
+            "first, spot first at the same price: "
             f"{_spot_by_provider()}."
         ),
     ),

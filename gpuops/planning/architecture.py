@@ -133,8 +133,14 @@ class Architecture:
     ``sparse_mla``/``index_head_dim``: a sparse-MLA model (``index_topk``) keeps an indexer cache of
     ``index_head_dim`` beside each latent. ``kv_shared_layers``: the last layers that read an
     earlier layer's cache (``num_kv_shared_layers``; not in ``layer_kv_elems``).
-    ``layout_verified``: gpuops read every attention-layout key of the config (else
-    ``layout_note`` names the keys it could not read, and the KV plan is a guess).
+    ``layout_verified``: the KV layout is what vLLM will build, as far as gpuops can know it from
+    the config: a family gpuops knows (its reader), or, for any other ``model_type``, a config
+    that states its layers in keys gpuops reads (``layer_types`` of known kinds, a hybrid layout,
+    MLA's fields; ``_layout_stated``) with no attention-layout key left unread. Else ``layout_note``
+    says why (the keys it could not read, or that nothing states the layers) and the KV plan is a
+    guess. It speaks of the KV cache only; the weights are ``memory.Weights.verified``.
+    ``rope_context``: the longest ``--max-model-len`` vLLM takes under the config's
+    ``rope_scaling`` (``_rope_context``; None without one, then ``max_context`` is the limit).
     """
 
     family: str
@@ -169,6 +175,7 @@ class Architecture:
     kv_shared_layers: int = 0
     layout_verified: bool = True
     layout_note: str = ""
+    rope_context: int | None = None
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -642,6 +649,45 @@ def _generic_roles(cfg: dict, n_layers: int) -> list[str] | None:
     return None
 
 
+# The keys that state each layer's kind in a config, whatever its model_type (what an unknown
+# family's layout is verified by; MLA is stated by kv_lora_rank with qk_rope_head_dim).
+_LAYOUT_STATING_KEYS = (
+    "layer_types",
+    "layers_block_type",
+    "hybrid_override_pattern",
+    "attn_layer_indices",
+    "sliding_window_pattern",
+)
+# The layer kinds a ``layer_types`` list may name for gpuops to size it (transformers' names:
+# configuration_utils.ALLOWED_LAYER_TYPES for attention, the hybrids' "mamba" / "linear_attention").
+_KNOWN_LAYER_TYPES = ("full_attention", "attention", "sliding_attention", "mamba", "linear_attention")
+
+
+def _layout_stated(cfg: dict, n_layers: int, mla: bool, hybrid_read: bool) -> bool:
+    """Whether the config of a family gpuops does not know states its layer layout in keys gpuops reads.
+
+    True for MLA (``kv_lora_rank`` and ``qk_rope_head_dim``: every layer holds the latent), for a
+    hybrid layout read from ``attn_layer_indices`` / ``layers_block_type`` / ``layer_types`` /
+    ``hybrid_override_pattern`` with a state gpuops sizes (``hybrid_read``), for a
+    ``sliding_window`` with a ``sliding_window_pattern`` (every Nth layer global), and for a ``layer_types``
+    list of ``n_layers`` entries that are all kinds gpuops sizes (``_KNOWN_LAYER_TYPES``; a sliding
+    layer needs ``sliding_window``). A config with none of these states nothing: its plan is llama
+    attention on every layer, a guess."""
+    if mla or hybrid_read:
+        return True
+    window = cfg.get("sliding_window")
+    has_window = isinstance(window, (int, float)) and not isinstance(window, bool) and window > 0
+    pattern = cfg.get("sliding_window_pattern")
+    if has_window and isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 1:
+        return True  # every pattern-th layer global, the others sliding (``_windows``)
+    types = cfg.get("layer_types")
+    if not (isinstance(types, list) and len(types) == n_layers and types):
+        return False
+    if any(str(t) not in _KNOWN_LAYER_TYPES for t in types):
+        return False
+    return has_window or not any(str(t).startswith("sliding") for t in types)
+
+
 def _unread_layout_keys(cfg: dict, read: set[str]) -> list[str]:
     """Keys of ``cfg`` that look like attention-layout keys (``LAYOUT_KEY_HINTS``) and were not read."""
     return sorted(
@@ -858,12 +904,22 @@ def architecture(config: dict) -> Architecture:
         kinds = [CHUNKED if nrl[i] else FULL for i in cache_idx]
         read_keys |= {"attention_chunk_size", "no_rope_layers"}
     unread = [] if known else _unread_layout_keys(cfg, read_keys)
-    layout_note = (
-        f"model_type {family or '(none)'!r}: gpuops cannot read its attention layout from {', '.join(unread)}; "
-        "the KV plan assumes the layers it could read"
-        if unread
-        else ""
-    )
+    # a family with its own reader states its layout by its model_type (falcon_h1, whose weights are
+    # unchecked, and a model whose vision tower is not counted, included)
+    stated = family in _FAMILIES or _layout_stated(cfg, n_layers, mla, bool(generic_roles is not None and hybrid))
+    if unread:
+        layout_note = (
+            f"model_type {family or '(none)'!r}: gpuops cannot read its attention layout from {', '.join(unread)}; "
+            "the KV plan assumes the layers it could read"
+        )
+    elif not stated:
+        layout_note = (
+            f"model_type {family or '(none)'!r} is not a family gpuops knows and its config states no layer layout "
+            f"gpuops reads ({', '.join(_LAYOUT_STATING_KEYS)}, or MLA's kv_lora_rank and qk_rope_head_dim); "
+            "the KV plan assumes llama attention on every layer"
+        )
+    else:
+        layout_note = ""
     return Architecture(
         family=family or "unknown",
         hidden=h,
@@ -895,9 +951,38 @@ def architecture(config: dict) -> Architecture:
         sparse_mla=sparse,
         index_head_dim=index_head_dim,
         kv_shared_layers=shared,
-        layout_verified=not unread,
+        layout_verified=not unread and stated,
         layout_note=layout_note,
+        rope_context=_rope_context(cfg, f"{config.get('model_type') or ''} {family}", max_ctx),
     )
+
+
+def _rope_context(cfg: dict, model_type: str, max_ctx: int | None) -> int | None:
+    """The context vLLM derives from ``max_position_embeddings`` and the config's RoPE scaling, tokens.
+
+    None without a ``rope_scaling`` (or transformers v5 ``rope_parameters``, one per layer type).
+    vLLM 0.33 ``vllm/config/model.py _get_and_verify_max_len``: Gemma-3's ``max_position_embeddings``
+    is already scaled (no factor); a ``rope_type`` of su, longrope or llama3 keeps it as it is (it is
+    the extended length); any other multiplies it by ``factor`` (1 when absent), yarn starting from
+    ``original_max_position_embeddings``. A ``--max-model-len`` beyond it is refused at start-up."""
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(rs, dict) or not rs or max_ctx is None:
+        return None
+    if "gemma3" in model_type:
+        return max_ctx
+    parts = list(rs.values()) if all(isinstance(v, dict) for v in rs.values()) else [rs]
+    derived: float = max_ctx
+    factor = 1.0
+    for rp in parts:
+        kind = str(rp.get("rope_type") or rp.get("type") or "default")
+        if kind in ("su", "longrope", "llama3"):
+            continue
+        f = rp.get("factor", factor)
+        factor = float(f) if isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 else factor
+        orig = rp.get("original_max_position_embeddings")
+        if kind == "yarn" and isinstance(orig, (int, float)) and not isinstance(orig, bool) and orig > 0:
+            derived = orig
+    return int(derived * factor)
 
 
 def _vision_tokens(config: dict, vision: dict) -> int:

@@ -74,11 +74,13 @@ def rank(
     max_usd_per_hour: float | None = None,
     spot: bool | None = None,
     gpu_count: int | None = None,
+    prefer_spot: bool = False,
 ) -> list[Offer]:
     """Offers that pass ``screen``, fit and are within budget, cheapest first.
 
     ``screen``: a finite positive price, VRAM and GPU count (``gpu_count`` GPUs when given).
-    Reliability breaks ties.
+    Reliability breaks ties; ``prefer_spot`` (``[up] spot = true``) puts an interruptible offer
+    before an on-demand one of the same price, before reliability.
 
     ``spot``: True keeps interruptible offers (falling back to on-demand when none), False only
     on-demand, None both. The effective price of an interruptible offer is its minimum bid.
@@ -90,7 +92,16 @@ def rank(
         pool = [o for o in pool if o.spot]
     if max_usd_per_hour is not None:
         pool = [o for o in pool if effective_price(o) <= max_usd_per_hour]
-    return sorted(pool, key=lambda o: (effective_price(o), -o.reliability, o.provider, o.offer_id))
+    return sorted(
+        pool,
+        key=lambda o: (
+            round(effective_price(o), 6),
+            prefer_spot and not o.spot,
+            -o.reliability,
+            o.provider,
+            o.offer_id,
+        ),
+    )
 
 
 def effective_price(offer: Offer) -> float:

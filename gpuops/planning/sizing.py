@@ -144,17 +144,27 @@ class CardPlan:
     def missing_bytes(self) -> int:
         return max(0, self.need_bytes_per_gpu - self.budget_bytes)
 
+    @property
+    def shown_speed(self) -> tuple[float | None, dict[str, float | None] | None]:
+        """(decode ceiling tok/s, $/Mtoken) as `plan` shows them; (None, None) on a card that does not fit.
+
+        Its figures are the physics of a box that cannot hold the model: the fields keep them (the
+        roofline is still what the card's bandwidth gives), the table and the JSON show none."""
+        return (self.decode_tok_s, self.usd_per_mtoken) if self.fits else (None, None)
+
     def as_json(self) -> dict:
+        """The card's plan as JSON; a card that does not fit has no speed and no $/Mtoken (null, ``shown_speed``)."""
+        speed, usd = self.shown_speed
         return {
             "card": self.card.name,
             "vram_bytes": int(self.card.vram_bytes),
             "fits": self.fits,
             "max_batch": int(self.max_batch),
-            "decode_tok_s": None if self.decode_tok_s is None else round(self.decode_tok_s, 3),
+            "decode_tok_s": None if speed is None else round(speed, 3),
             "ridge_flop_per_byte": round(self.ridge_flop_per_byte, 3),
             "usd_per_mtoken": None
-            if self.usd_per_mtoken is None
-            else {k: (None if v is None else round(v, 6)) for k, v in self.usd_per_mtoken.items()},
+            if usd is None
+            else {k: (None if v is None else round(v, 6)) for k, v in usd.items()},
             "engine": self.engine,
             "budget_bytes": int(self.budget_bytes),
             "kv_pool_bytes": int(self.kv_pool_bytes),
@@ -175,7 +185,13 @@ class Plan:
     mode), ``activation_bytes`` (peak; vllm: per GPU, at the plan's reference defaults),
     ``overhead_bytes`` (per GPU, replicated; vllm: non-torch + NCCL), ``total_bytes`` = weights + KV
     + activations + overhead x gpu_count. ``weights_source``: shapes, or the checkpoint's count.
-    ``unverified``: nothing confirms the weight count (unknown family, no checkpoint byte count).
+    Verified speaks of two things, each its own flag: ``weights_verified`` (the weight bytes are
+    confirmed: a family gpuops counts, or the checkpoint's own byte count; ``memory.Weights``) and
+    ``arch.layout_verified`` (the KV layout is read, not assumed: a family gpuops knows, or a
+    config stating its layers in keys gpuops reads; ``architecture.Architecture``). ``unverified``
+    = either is not: `up --model` refuses such a plan without ``--allow-unverified``. JSON:
+    ``weights_verified``, ``kv_layout_verified`` and ``unverified``, one story (``unverified`` is
+    true exactly when one of the other two is false).
     """
 
     model: str
@@ -209,6 +225,7 @@ class Plan:
     cuda_graph_bytes: int = 0
     kv_layout: KVLayout | None = None
     chunked_hybrid: bool = False
+    weights_verified: bool = True
 
     def per_gpu_bytes(self, batch: int | None = None) -> int:
         """Bytes one GPU needs at ``batch`` (default: the plan's batch)."""
@@ -232,6 +249,7 @@ class Plan:
             "cards": [c.as_json() for c in self.cards],
             "engine": self.engine,
             "unverified": self.unverified,
+            "weights_verified": self.weights_verified,
             "kv_layout_verified": self.arch.layout_verified,
             "vllm_version": VLLM_VERSION,
             "weights_source": self.weights_source,
@@ -689,10 +707,9 @@ def plan(
         warnings.append(
             f"unverified KV plan: {arch.layout_note}; `up --model` refuses to rent on it without --allow-unverified"
         )
-    if arch.max_context and seq > arch.max_context:
-        warnings.append(
-            f"--seq {seq} is beyond the model's context ({arch.max_context} tokens, max_position_embeddings)"
-        )
+    beyond = context_limit(arch, seq)
+    if beyond is not None:
+        warnings.append(beyond[0])
     if dtype_n == "bf16" and chosen and all(not c.bf16_native for c in chosen):
         names = ", ".join(c.name for c in chosen)
         warnings.append(f"{names} has no bf16: serving engines run it in fp16 (same bytes); pass --dtype fp16")
@@ -751,6 +768,7 @@ def plan(
         cuda_graph_bytes=VLLM_CUDA_GRAPH_BYTES if engine == "vllm" else 0,
         kv_layout=layout,
         chunked_hybrid=bool(chunked_hybrid),
+        weights_verified=w.verified,
     )
     p = _with_cards(p, chosen)
     if engine == "vllm" and arch.max_context and arch.max_context > seq:
@@ -768,6 +786,33 @@ def plan(
                 ),
             )
     return p
+
+
+def context_limit(arch: Architecture, seq: int) -> tuple[str, str | None] | None:
+    """What a ``--seq`` of ``seq`` tokens beyond the model's context means: (warning, refusal) or None.
+
+    None when ``seq`` is within ``max_position_embeddings`` (or the config has none). Beyond it, the
+    warning line that `plan` and `up --model` both print; the refusal (a fix for `up`, which
+    refuses before renting) only when the config's ``rope_scaling`` says the extended context
+    (``Architecture.rope_context``, vLLM's own derivation) is shorter than ``seq``: vLLM would
+    refuse ``--max-model-len seq`` at start-up. Without a ``rope_scaling`` the line is a warning
+    only: a user may extend the context at serve time (``--hf-overrides`` with a rope_scaling,
+    ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``)."""
+    if not arch.max_context or seq <= arch.max_context:
+        return None
+    line = f"--seq {seq} is beyond the model's context ({arch.max_context} tokens, max_position_embeddings)"
+    if arch.rope_context is None:
+        return (
+            line + "; its config has no rope_scaling: vLLM refuses --max-model-len beyond it unless told "
+            "(VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, or a rope_scaling in --hf-overrides)",
+            None,
+        )
+    if seq <= arch.rope_context:
+        return line + f"; its rope_scaling extends it to {arch.rope_context} tokens, which vLLM takes", None
+    return (
+        line + f"; its rope_scaling extends it only to {arch.rope_context} tokens, and vLLM refuses more",
+        f"pass --seq {arch.rope_context} or less",
+    )
 
 
 def _with_cards(p: Plan, chosen: Iterable[Card]) -> Plan:
@@ -882,8 +927,10 @@ def size_for_up(
     allows its 7% nominal-vs-reported tolerance on top). Cards are all catalog cards or the
     ``card`` family, of the vendor ``vendor_for(vendor, image, card)`` says (NVIDIA unless asked: an
     AMD card named, ``vendor`` amd or any, or a ROCm ``image``). Raises BadInput, before anything is rented, when no card fits (how much is
-    missing on the largest card and what would make it fit, ``fit_advice``), and when the plan is
-    unverified unless ``allow_unverified`` (``--allow-unverified``).
+    missing on the largest card and what would make it fit, ``fit_advice``), when the plan is
+    unverified unless ``allow_unverified`` (``--allow-unverified``), and when ``seq`` is beyond the
+    context the config's rope_scaling allows (``context_limit``; beyond ``max_position_embeddings``
+    alone the plan's warning is the caller's to print: ``context_limit(plan.arch, plan.seq)``).
     """
     p = plan(
         model,
@@ -898,10 +945,14 @@ def size_for_up(
         engine=engine,
         vendor=vendor_for(vendor, image, card),
     )
+    beyond = context_limit(p.arch, p.seq)
+    if beyond is not None and beyond[1] is not None:
+        raise BadInput(f"{p.model}: {beyond[0]}", beyond[1])
     if p.unverified and not allow_unverified:
         if not p.arch.layout_verified:
+            weights = "" if p.weights_verified else " and nothing confirms the weight count"
             raise BadInput(
-                f"{p.model}: the KV plan is unverified ({p.arch.layout_note})",
+                f"{p.model}: the KV plan is unverified ({p.arch.layout_note}){weights}",
                 "add --allow-unverified to rent on the guess (it covers the KV plan too)",
             )
         raise BadInput(

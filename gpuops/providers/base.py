@@ -195,6 +195,41 @@ class Balance:
         return self.usd is None and bool(self.note)
 
 
+def extra_fix(provider: str) -> str:
+    """The one line that installs what ``provider`` needs: its pyproject extra (``gpuops[<name>]``)."""
+    return f"pip install 'gpuops[{provider}]'"
+
+
+def missing_packages(modules: tuple[str, ...]) -> list[str]:
+    """The import names among ``modules`` that this Python cannot import (``importlib.util.find_spec``)."""
+    import importlib.util
+
+    out = []
+    for m in modules:
+        try:
+            found = importlib.util.find_spec(m) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(m)
+    return out
+
+
+def require_packages(provider: str, modules: tuple[str, ...]) -> None:
+    """Raise ProviderError(UNSUPPORTED) naming ``extra_fix(provider)`` when a package of ``modules`` is missing.
+
+    The one check of a provider's extra: every guarded call runs it first (``Provider.requires``),
+    so the first call of an `up` (the offers search, before anything is rented) stops with one
+    line naming the fix, and `gpuops check` reports the same packages (``missing_packages``)."""
+    missing = missing_packages(modules)
+    if missing:
+        raise ProviderError(
+            ProviderErrorKind.UNSUPPORTED,
+            f"{provider}: {', '.join(missing)} is not installed (the {provider} extra)",
+            extra_fix(provider),
+        )
+
+
 def guarded(fn: Callable[..., T]) -> Callable[..., T]:
     """Run a provider method under its call guard (``gpuops.providers.http_guard``).
 
@@ -204,13 +239,16 @@ def guarded(fn: Callable[..., T]) -> Callable[..., T]:
     raises ProviderError(TIMEOUT), over the cap ProviderError(SERVER). A provider with
     ``http_calls`` False (local) runs the method bare: the guard would import requests only to guard
     nothing. Nested guarded calls keep the outer deadline. Every HTTP provider's contract methods
-    carry it (``tests/providers/test_registry.py`` checks ``GUARDED`` on each registered class)."""
+    carry it (``tests/providers/test_registry.py`` checks ``GUARDED`` on each registered class).
+    A package of the provider's extra that is missing (``requires``) raises ProviderError(UNSUPPORTED)
+    with ``extra_fix`` before anything is called."""
     import functools
 
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
         if not self.http_calls:
             return fn(self, *args, **kwargs)
+        require_packages(self.name, self.requires)  # before the guard, which imports requests
         from gpuops.providers.http_guard import guard
 
         deadline_s = self.create_deadline_s if fn.__name__ == "create" else self.call_deadline_s
@@ -276,6 +314,9 @@ class Provider(abc.ABC):
     # The provider API routes this provider calls, as (method, path template under its API base),
     # for `gpuops check` and the docs; empty for one that calls none (local).
     routes: tuple[tuple[str, str], ...] = ()
+    # The import names of the packages its pyproject extra installs (``require_packages`` checks
+    # them before every guarded call; `gpuops check` reports them).
+    requires: tuple[str, ...] = ()
     account: str | None = None
     # Every contract method is one provider call with a total deadline (seconds, retries included)
     # and a per-reply size cap (bytes), enforced on the SDK's HTTP by ``http_guard`` (sources there).

@@ -36,6 +36,9 @@ class ProviderError(GpuopsError):
 
     exit_code = 1
     retry_after_s: float | None = None  # the server's Retry-After, seconds, when it sent one (providers.retry)
+    # Whether another try may help, where the provider's own client says (None: by ``kind``).
+    # Vast: a 500 is its application's answer and is not retried, a 502/503/504 its gateway's.
+    transient: bool | None = None
 
     def __init__(self, kind: ProviderErrorKind, message: str, fix: str | None = None, instance_id: str | None = None):
         super().__init__(message, fix)
@@ -44,6 +47,9 @@ class ProviderError(GpuopsError):
 
     @property
     def retryable(self) -> bool:
+        """Worth another try: a rate limit or a server error, unless ``transient`` says otherwise."""
+        if self.transient is not None:
+            return self.transient
         return self.kind in (ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.SERVER)
 
     @property

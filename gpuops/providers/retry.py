@@ -146,7 +146,9 @@ def create_with_retries(
 ) -> tuple[T | None, Instance | None]:
     """A provider's create, tried again per ``policy`` only after an ambiguous failure whose label look-up finds nothing.
 
-    Ambiguous: a retryable ProviderError (rate limit, 5xx), after which the instance may exist.
+    Ambiguous: a retryable ProviderError (rate limit, 5xx) or any server error (a 5xx the
+    provider's client does not retry, Vast's 500), after which the instance may exist: looked up,
+    tried again only when retryable.
     ``find(label)``: the live instance labelled ``label``, None when there is none or the look-up
     failed. Returns ``(create()'s answer, None)``, or ``(None, the instance found)`` with
     ``extra["recovered_after"]`` the error's message and ``created_at`` no earlier than
@@ -165,7 +167,7 @@ def create_with_retries(
         try:
             return create(), None
         except ProviderError as e:
-            if not e.retryable:
+            if not (e.retryable or e.kind == ProviderErrorKind.SERVER):
                 raise e from None
             if e.kind != ProviderErrorKind.RATE_LIMIT:
                 others += 1

@@ -110,11 +110,6 @@ def _usd(v: float | None) -> str:
     return "-" if v is None else (f"{v:,.2f}" if v >= 1 else f"{v:.3f}")
 
 
-def _weights_only_verified(p: Any) -> bool:
-    """The plan is unverified for its KV layout alone (the weights are confirmed)."""
-    return not p.arch.layout_verified and p.weights_source.startswith("checkpoint")
-
-
 def memory_rows(p) -> list[tuple[str, str, str, str]]:
     """(item, GB, GiB, formula) rows of the memory breakdown, for the table and for tests."""
     from gpuops.planning.memory import (
@@ -151,7 +146,7 @@ def memory_rows(p) -> list[tuple[str, str, str, str]]:
                 "weights",
                 _gb(p.weights_bytes),
                 _gib(p.weights_bytes),
-                p.weights_source + (" [UNVERIFIED]" if p.unverified and not _weights_only_verified(p) else ""),
+                p.weights_source + ("" if p.weights_verified else " [UNVERIFIED]"),
             )
         )
         kvb = KV_DTYPE_BYTES[p.kv_dtype]
@@ -308,14 +303,16 @@ def render(p, console=None) -> None:
     }[p.engine]
     q = f" ({p.quant.label})" if p.quant is not None else ""
     con.print(f"{p.mode}: {p.dtype} weights{q}{kv}, batch {p.batch} x seq {p.seq}, {p.gpu_count} GPU(s); {eng}")
-    if p.unverified and not p.arch.layout_verified:
+    from rich.markup import escape
+
+    if not p.weights_verified:
         con.print(
-            f"[bold red]UNVERIFIED[/] KV plan: {p.arch.layout_note}; every fit below is a guess "
+            "[bold red]UNVERIFIED[/] weights: nothing confirms the weight count; every fit below is a guess "
             "(`up --model` refuses without --allow-unverified)"
         )
-    elif p.unverified:
+    if not p.arch.layout_verified:
         con.print(
-            "[bold red]UNVERIFIED[/]: nothing confirms the weight count; every fit below is a guess "
+            f"[bold red]UNVERIFIED[/] KV plan: {escape(p.arch.layout_note)}; every fit below is a guess "
             "(`up --model` refuses without --allow-unverified)"
         )
     print_table(
@@ -380,12 +377,13 @@ def render(p, console=None) -> None:
             row += [f"{guess}{c.kv_pool_bytes / 2**30:.2f}", f"{guess}{c.max_concurrency:,.2f}"]
         row += [str(c.max_batch)]
         if p.mode == "infer":
-            u = c.usd_per_mtoken or {}
+            speed, usd = c.shown_speed  # a card that does not fit shows no speed and no $/Mtok ("-")
+            u = usd or {}
             row += [
-                f"{c.decode_tok_s:,.1f}",
+                "-" if speed is None else f"{speed:,.1f}",
                 f"{c.ridge_flop_per_byte:,.0f}",
-                f"{c.compute_bound_batch:,.0f}",
-                "-" if not c.max_batch_tok_s else f"{c.max_batch_tok_s:,.0f}",
+                "-" if speed is None else f"{c.compute_bound_batch:,.0f}",
+                "-" if speed is None or not c.max_batch_tok_s else f"{c.max_batch_tok_s:,.0f}",
                 f"{c.usd_per_hour:.2f}",
                 _usd(u.get("ceiling")),
                 _usd(u.get("batch_1")),
@@ -420,7 +418,7 @@ def render(p, console=None) -> None:
             "decode ceiling = N x bandwidth / weight bytes read per token (not the embedding table; MoE: routed experts only); "
             "tok/s @max batch = batch / max(bytes read / bandwidth, 2 x active params x batch / FLOP/s), "
             "KV of a full --seq context read each step; $/Mtok = USD/h / (tok/s x 3600) x 1e6 at the catalog's "
-            "reference price (simulated, not an offer).",
+            "reference price (simulated, not an offer); a card that does not fit shows no speed and no $/Mtok (-).",
             style="dim",
         )
 

@@ -149,8 +149,8 @@ class OfferChoice:
             why = f"${o.price:.4f}/h booked ({booked})"
             if i:
                 prev = self.candidates[i - 1]
-                if prev.spot and not o.spot:
-                    why += "; on-demand, after every spot offer ([up] spot = true prefers spot)"
+                if round(o.price, 6) == round(prev.price, 6) and prev.spot and not o.spot:
+                    why += f"; same price as #{i}, on-demand after spot ([up] spot = true prefers spot at a price)"
                 elif round(o.price, 6) == round(prev.price, 6):
                     why += (
                         f"; same price as #{i}, reliability {o.reliability:.3f} against {prev.reliability:.3f}"
@@ -353,12 +353,13 @@ def choose_offer(
     providers = as_providers(provider)
 
     query = query_for(req)
+    context_notes: list[str] = []
     if req.model:  # VRAM first: only cards the model fits (BadInput with the fix when none does)
         from dataclasses import replace
 
-        from gpuops.planning.sizing import size_for_up
+        from gpuops.planning.sizing import context_limit, size_for_up
 
-        need, fitting, _ = size_for_up(
+        need, fitting, sized = size_for_up(
             req.model,
             dtype=req.dtype,
             kv_dtype=req.kv_dtype,
@@ -372,17 +373,28 @@ def choose_offer(
         )
         req = replace(req, need_bytes_per_gpu=max(req.need_bytes_per_gpu, need))
         query = replace(query, cards=fitting, min_vram_bytes=req.need_bytes_per_gpu)
+        beyond = context_limit(sized.arch, sized.seq)  # the line `plan` prints, printed by up too (a warning)
+        if beyond is not None:
+            context_notes.append(beyond[0])
     import dataclasses
 
+    # [up] spot = true (no --spot typed) prefers spot at a price: both kinds are asked wherever the
+    # provider has them and ranked by the price that will be booked, a spot offer first only at the
+    # same price (a dearer interruptible box is worse on both counts). --spot rents spot only.
+    prefer_spot = bool(query.spot) and not req.spot_explicit
+
     def query_of(prov: Provider) -> OfferQuery:
-        if query.spot and (not req.spot_explicit or (rerent and req.recover_on_demand)) and not prov.supports_spot:
-            # [up] spot = true means "prefer interruptible where the provider has them" (RunPod: none);
-            # so does a re-rent of a --spot run with --recover-on-demand (``rerent``: its first
-            # rental is spot only, as asked).
+        if prefer_spot or (query.spot and rerent and req.recover_on_demand and not prov.supports_spot):
+            # a re-rent of a --spot run with --recover-on-demand (``rerent``: its first rental is
+            # spot only, as asked) goes on on-demand where the provider has no spot
             return dataclasses.replace(query, spot=None)
         return query
 
-    spot = query.spot if any(query_of(p).spot == query.spot for p in providers.values()) else None
+    spot = (
+        None
+        if prefer_spot
+        else (query.spot if any(query_of(p).spot == query.spot for p in providers.values()) else None)
+    )
     volume = None
     if req.volume:  # only offers that can mount it (BadInput before anything is rented)
         from gpuops.providers import volume_refs
@@ -407,13 +419,17 @@ def choose_offer(
     if failed and len(failed) == len(providers):
         raise failed[0]
     offers, notes = screen(pooled, req.gpu_count)  # NaN/negative prices, 0 GPUs, other GPU counts
-    notes = asked_notes + notes
+    notes = context_notes + asked_notes + notes
     offers = _of_vendor(offers, vendor_for(req.vendor or None, settings.up.image, req.card or None))
     if volume is not None:
         offers = volume_refs.mountable(next(iter(providers.values())), volume, offers)
-    ranked = rank(offers, need_bytes_per_gpu=req.need_bytes_per_gpu, max_usd_per_hour=req.max_usd_per_hour, spot=spot)
-    if spot and not req.spot_explicit:  # spot preferred: the on-demand offers after every spot one (the failover)
-        ranked += [o for o in rank(offers, req.need_bytes_per_gpu, req.max_usd_per_hour, spot=False) if o not in ranked]
+    ranked = rank(
+        offers,
+        need_bytes_per_gpu=req.need_bytes_per_gpu,
+        max_usd_per_hour=req.max_usd_per_hour,
+        spot=spot,
+        prefer_spot=prefer_spot,
+    )
     if not ranked:
         what = f"card {req.card!r}" if req.card else "any card"
         cheapest = min((o.price for o in offers), default=None)
@@ -1301,7 +1317,8 @@ def _create(
     reporter.stage("create", f"{p.offer.card} x{p.offer.gpu_count} on {first.name} at {price_words(p.offer)}")
     if first.containment_note:  # said once per `up`: what the box can reach of ours
         reporter.warn(first.containment_note)
-    s.ttl_deadline = time.time() + s.req.max_hours * 3600.0
+    created_from = time.time()
+    s.ttl_deadline = created_from + s.req.max_hours * 3600.0
     from gpuops.providers.rent import rent_first
 
     keys: dict[str, str] = {}
@@ -1327,7 +1344,23 @@ def _create(
                 simulated=offer.simulated,
             )
         s.offer = offer
-        ledger.event(s.id, EventKind.CREATE, {"offer": offer.offer_id, "provider": offer.provider, "try": tries[0]})
+        hours = rental_hours_at(s, offer)
+        if hours < s.req.max_hours:  # a run's rental failing over to a dearer offer: its money left buys less
+            from dataclasses import replace
+
+            s.req = replace(s.req, max_hours=hours)
+            s.ttl_deadline = created_from + hours * 3600.0
+            ledger.update(s.id, max_hours=hours)
+        ledger.event(
+            s.id,
+            EventKind.CREATE,
+            {
+                "offer": offer.offer_id,
+                "provider": offer.provider,
+                "try": tries[0],
+                "max_hours": round(s.req.max_hours, 6),
+            },
+        )
 
     def spec_for(offer: Offer) -> CreateSpec:
         from gpuops.providers.volumes import spec_fields
@@ -1409,6 +1442,18 @@ def _create(
         reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
         return EndReason.DELIVERY_MISMATCH
     return None
+
+
+def rental_hours_at(s: UpRun, offer: Offer) -> float:
+    """The hours a rental may run on ``offer`` (its TTL): what its money left buys at the offer's price.
+
+    A run's rental (``s.max_session_usd``: the run's money left, USD) was given the hours left at
+    its first candidate's price (``runs.next_rental``); a failover to a dearer offer buys fewer:
+    ``min(s.req.max_hours, money left / offer.price x 3600 s) / 3600``. Never more than
+    ``s.req.max_hours`` (a limit only tightens); unchanged outside a run or without a money cap."""
+    if s.max_session_usd is None or not (offer.price > 0 and math.isfinite(offer.price)):
+        return s.req.max_hours
+    return min(s.req.max_hours, max(0.0, s.max_session_usd) / offer.price)
 
 
 def price_words(offer: Offer) -> str:
@@ -1537,6 +1582,7 @@ def _arm(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings, provid
         started_at=row.instance_created_at,
         usd_per_hour=row.usd_per_hour,
         settings=settings,
+        max_hours=min(settings.teardown.max_hours, s.req.max_hours),  # tightened at a dearer failover (rental_hours_at)
     )
     if s.req.interactive:
         cfg["interactive"] = True  # no job comes: no armed-no-job wait (onbox/agent.py)

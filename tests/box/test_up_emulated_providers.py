@@ -43,7 +43,9 @@ def test_up_on_emulated_provider(name, gpuops_home, sshd, tmp_path, monkeypatch,
     booked = round(0.15 + 0.15 * 40 / 730, 6) if name == "vast" else 0.34  # Vast: the bid + its 40 GB of storage
     assert row.usd_per_hour == booked and summ["usd_per_hour"] == booked
     assert rep.seen["create"] == (
-        "rtx-4090 x1 on vast at 0.1582 USD/h (spot bid)" if name == "vast" else "rtx-4090 x1 on runpod at 0.3400 USD/h"
+        "rtx-4090 x1 on vast at 0.1582 USD/h (spot bid; on-demand 0.2882)"
+        if name == "vast"
+        else "rtx-4090 x1 on runpod at 0.3400 USD/h"
     )
     assert row.status == "closed" and row.instance_created_at >= row.created_at
     assert emu.live() == []
@@ -103,8 +105,12 @@ def test_up_with_a_bid_gone_too_low_books_provision_failed_in_the_providers_word
     s = load_settings()
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
+    # --spot (spot only): with spot merely preferred the next offer tried would be an on-demand one
     summ = run_up(
-        UpRequest(job=job, provider="vast", card="rtx-4090", spot=True), s, Reporter(), provider=vast_provider
+        UpRequest(job=job, provider="vast", card="rtx-4090", spot=True, spot_explicit=True),
+        s,
+        Reporter(),
+        provider=vast_provider,
     )
     row = Ledger(s.ledger_url()).get(summ["session"])
     assert (summ["end_reason"], row.status, row.end_reason) == ("provision_failed", "closed", "provision_failed"), summ

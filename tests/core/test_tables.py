@@ -233,8 +233,7 @@ def test_plan_one_model_every_figure_shown(width, cli_env):
     text = out.stdout
     assert "…" not in text
     for c in doc["cards"]:
-        assert (
-            f"{c['decode_tok_s']:,.1f}" in text
-            and f"{c['max_concurrency']:,.2f}" in text
-            and f"{c['kv_pool_bytes'] / 2**30:.2f}" in text
-        )
+        assert f"{c['max_concurrency']:,.2f}" in text and f"{c['kv_pool_bytes'] / 2**30:.2f}" in text
+        # a card that does not fit has no speed (null in the JSON, "-" in the table)
+        assert (c["decode_tok_s"] is None) == (not c["fits"])
+        assert c["decode_tok_s"] is None or f"{c['decode_tok_s']:,.1f}" in text

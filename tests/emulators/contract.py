@@ -18,7 +18,10 @@ What is not validated, on purpose (each one written here, never silent):
   API; so is a 2xx a test shaped outside the spec on purpose (an undocumented pod status). The
   request that drew it is still validated. An injected error status the route documents (every
   RunPod route's 429 and ``default``, Vast's 429s) with a JSON body is the API's own error and is
-  judged: its body and its headers (``Retry-After``, ``RateLimit``, ``RateLimit-Policy``).
+  judged: its body and its headers (``Retry-After``, ``RateLimit``, ``RateLimit-Policy``). An
+  injected Vast 5xx is always judged (``Contract._judge_vast_5xx``): a 500 must be the spec's
+  ``Error`` body on any route, a 502/503/504 (its gateway's, which vastai's client retries) must not
+  be a JSON API body.
 
 Response headers are judged on every reply: the ones an emulator sends beyond ``Content-Type`` go
 to the validator, which checks each header the spec declares for that status (its schema, and
@@ -214,6 +217,9 @@ class Contract:
                 self._record(f"{where}: request: {line}", req)
         if errors and any(type(e).__name__ in ("PathNotFound", "OperationNotFound", "ServerNotFound") for e in errors):
             return  # no route in the spec: there is no reply contract to hold it to
+        if injected and self.provider == "vast" and status >= 500:
+            self._judge_vast_5xx(where, status, body, content_type)
+            return
         if injected and not (
             status >= 400
             and "json" in content_type
@@ -234,15 +240,53 @@ class Contract:
             for line in _messages(e):
                 self._record(f"{where}: reply {status}: {line}")
 
+    def _judge_vast_5xx(self, where: str, status: int, body: bytes, content_type: str) -> None:
+        """An injected Vast 5xx, judged by what the spec documents and what vastai's client does.
+
+        A 500 is Vast's application answering: the spec documents its 500s with
+        ``components.schemas.Error`` (``{"success": false, "error", "msg"}``), so the body must be
+        that, on every route (most routes list no 500, their server still sends one). A 502, 503 or
+        504 is Vast's gateway, which vastai's client retries as "gateway/upstream errors"
+        (vastai/api/client.py ``_RETRYABLE_STATUS``): the spec documents none, and a gateway's page
+        is not JSON, so a JSON body there claims to be the API and is a violation. Other 5xx: the
+        500 rule."""
+        if status in (502, 503, 504):
+            if "json" in content_type:
+                self._record(f"{where}: reply {status}: a gateway status with an API (JSON) body")
+            return
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        schema = spec_dict(self.provider)["components"]["schemas"]["Error"]
+        problems = []
+        if not isinstance(doc, dict) or "json" not in content_type:
+            problems.append("not the spec's Error object (JSON)")
+        else:
+            for key, kind in schema["properties"].items():
+                want = {"boolean": bool, "string": str}[kind["type"]]
+                if not isinstance(doc.get(key), want):
+                    problems.append(f"{key} is not a {kind['type']} (components.schemas.Error)")
+            if doc.get("success") is not False:
+                problems.append("success is not false")
+        for line in problems:
+            self._record(f"{where}: reply {status}: {line}")
+
 
 @functools.cache
-def _operations(provider: str) -> list[tuple[re.Pattern, dict]]:
-    """The spec's paths as (a pattern matching a request path, the path item), loaded once."""
+def spec_dict(provider: str) -> dict:
+    """``provider``'s spec as plain data, loaded once."""
     import yaml
 
     path = SPEC_DIR / SPECS[provider]
     text = path.read_text(encoding="utf-8")
-    data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+
+
+@functools.cache
+def _operations(provider: str) -> list[tuple[re.Pattern, dict]]:
+    """The spec's paths as (a pattern matching a request path, the path item), loaded once."""
+    data = spec_dict(provider)
     return [
         (re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"), item)
         for template, item in data["paths"].items()

@@ -10,8 +10,9 @@ list; rows carry numeric ``start_date`` and list-of-pairs ``extra_env`` as the S
 
 Every request and reply is held to Vast's published spec (tests/data/specs/vast.openapi.yaml,
 tests/emulators/contract.py). Charges (spec ``get /api/v0/charges``): one entry per contract
-(``{"start","end","type":"instance","source":"instance-<id>","amount","metadata":{"label"},
-"items":[{"type":"gpu"|"disk"|"bwd"|"bwu","start","end","amount"}]}``, integer unix seconds),
+(``{"start","end","type":"instance","source":"instance-<id>","description":"Instance <id> Charges -
+N days","amount","metadata":{"label"},"items":[{"type":"gpu"|"disk","start","end","description":"N.NNN
+hours at $R.RRR/hour","amount"}]}``, one item per type over the contract's period, integer unix seconds),
 ``select_filters={"day":{"gte","lte"}}`` in unix seconds, paged by ``after_token``; whether an
 entry is cut to the asked window is undocumented (``charges_clipped``).
 
@@ -39,6 +40,13 @@ from tests.emulators.base import JSON, EmuInstance, Emulator, Market
 from tests.emulators.contract import Contract
 
 HOURS_PER_MONTH = 730.0
+# The statuses that come from Vast's gateway in front of its API, the ones vastai's own client
+# retries as "gateway/upstream errors that usually clear" (vastai 1.9.1 vastai/api/client.py
+# _RETRYABLE_STATUS, beside 429): answered as a gateway does, with an HTML page.
+GATEWAY_STATUSES = (502, 503, 504)
+GATEWAY_PAGE = (
+    b"<html><head><title>%d</title></head><body><center><h1>%d</h1></center><hr><center>nginx</center></body></html>"
+)
 _RESERVED = {"order", "type", "limit", "allocated_storage", "disable_bundling"}
 # Instance fields the spec allows to be null (components.schemas.Instance, the v1 list's rows).
 _NULLABLE = {
@@ -107,6 +115,13 @@ def _match(value: Any, cond: dict) -> bool:
         if ok is None or not ok(v, w):
             return False
     return True
+
+
+def _hours_at(seconds: float, usd: float) -> str:
+    """A charge item's description as Vast writes it (spec ``get /api/v0/charges``: "96.000 hours at
+    $0.389/hour"): the hours billed, to 3 places, at the item's rate (USD/h, to 3 places)."""
+    hours = seconds / 3600.0
+    return f"{hours:.3f} hours at ${usd / hours if hours else 0.0:.3f}/hour"
 
 
 class VastEmulator(Emulator):
@@ -305,6 +320,10 @@ class VastEmulator(Emulator):
             return self._fail(404, "not_found", f"no route {req['method']} {req['path']}")
         injected = self.market.take_injected(op)
         if injected is not None:
+            if injected in GATEWAY_STATUSES:  # Vast's gateway answers these, not its API: a page, not JSON
+                return injected, GATEWAY_PAGE % (injected, injected), "text/html"
+            # Vast's API's own error: the spec's Error body (components.schemas.Error), as its
+            # documented 500s carry it ({"success": false, "error", "msg"}; contract.py judges it)
             return self._fail(
                 injected, "rate_limited" if injected == 429 else "server_error", f"emulated HTTP {injected}"
             )
@@ -390,7 +409,9 @@ class VastEmulator(Emulator):
     def charge_rows(self, lo: float, hi: float, account: str | None = None) -> list[dict]:
         """Charges (the ``/api/v0/charges/`` shape): one entry per contract (instance) that billed
         in [``lo``, ``hi``], its items ``gpu`` (compute: the price less storage, while running) and
-        ``disk`` (storage, running or stopped), one per stretch of the billing clock, with integer
+        ``disk`` (storage, running or stopped), one of each over the contract's period (stopped
+        stretches included), each described as the spec's example is ("96.000 hours at
+        $0.389/hour": the gpu item's running hours, the disk item's whole period), with integer
         unix-second times as the spec types them. ``charges_clipped``: entries and items cut to the
         window, else whole contracts (from their start to now)."""
         wlo, whi = (lo, hi) if self.charges_clipped else (0.0, float("inf"))
@@ -401,28 +422,31 @@ class VastEmulator(Emulator):
         rows = []
         for iid, parts in sorted(by_inst.items(), key=lambda kv: (kv[1][0][1], int(kv[0]))):
             inst = parts[0][0]
-            items = []
+            start, end = int(math.floor(parts[0][1])), int(math.ceil(max(b for _, _, b, _, _ in parts)))
+            gpu_s = gpu_usd = disk_s = disk_usd = 0.0
             for _, a, b, usd, kind in parts:
                 disk = inst.storage_usd_per_hour * (b - a) / 3600.0 if kind == "gpu" else usd
-                when = {
-                    "start": int(math.floor(a)),
-                    "end": int(math.ceil(b)),
-                    "source": None,
-                    "metadata": {},
-                    "items": [],
-                }
-                if kind == "gpu" and usd - disk > 0:
-                    items.append({**when, "type": "gpu", "amount": usd - disk})
-                if disk > 0:
-                    items.append({**when, "type": "disk", "amount": disk})
+                if kind == "gpu":
+                    gpu_s, gpu_usd = gpu_s + (b - a), gpu_usd + usd - disk
+                disk_s, disk_usd = disk_s + (b - a), disk_usd + disk
+            # One item per charge type over the contract's period (stopped stretches included), its
+            # description the hours it billed at its rate: the spec's "96.000 hours at $0.389/hour".
+            when = {"start": start, "end": end, "source": None, "metadata": {}, "items": []}
+            items = []
+            if gpu_usd > 0:
+                items.append({**when, "type": "gpu", "description": _hours_at(gpu_s, gpu_usd), "amount": gpu_usd})
+            if disk_usd > 0:
+                items.append({**when, "type": "disk", "description": _hours_at(disk_s, disk_usd), "amount": disk_usd})
             if not items:
                 continue
+            days = end // 86400 - start // 86400 + 1  # UTC days the contract touches (the spec's "- 4 days")
             rows.append(
                 {
-                    "start": min(i["start"] for i in items),
-                    "end": max(i["end"] for i in items),
+                    "start": start,
+                    "end": end,
                     "type": "instance",
                     "source": f"instance-{iid}",
+                    "description": f"Instance {iid} Charges - {days} day{'s' if days != 1 else ''}",
                     "amount": sum(i["amount"] for i in items),
                     "metadata": {"label": inst.label},
                     "items": items,

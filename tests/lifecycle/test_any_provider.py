@@ -124,6 +124,64 @@ def test_first_provider_out_of_stock_and_the_second_rents(both, runpod_emulator,
     assert abs(row.cost_usd - inst.billed_usd) <= CENT
 
 
+def test_spot_preferred_ranks_by_the_price_booked_spot_first_only_at_the_same_price(
+    both, runpod_emulator, vast_emulator, tmp_path
+):
+    """[up] spot = true (no --spot typed) on Vast alone: a dearer spot offer never ranks before a
+    cheaper on-demand one; at the same price the spot one goes first. --spot rents spot only."""
+    s = settings()
+    vast = {"vast": both["vast"]}
+    # a second RTX 4090 whose minimum bid (0.50) is above the first offer's on-demand price (0.45)
+    vast_emulator.add_offer(2002, "RTX 4090", 1, 24564, 0.60, 0.50, 0.99, "Sweden, SE", storage_cost=0.0)
+    preferred = UpRequest(job=job(tmp_path), provider="vast", card="rtx-4090", spot=True, dry_run=True)
+    plan = run_up(preferred, s, Lines(), provider=vast)
+    assert [(r["offer_id"], r["spot"], r["price_usd_per_hour"]) for r in plan["ranked"]] == [
+        (str(VAST_OFFER), True, 0.20),
+        (str(VAST_OFFER), False, 0.45),
+        ("2002", True, 0.50),
+        ("2002", False, 0.60),
+    ]
+    # the same price (0.45 bid against 0.45 on-demand): spot first, said why
+    vast_emulator.offers[2002].update(min_bid=0.45)
+    plan = run_up(preferred, s, Lines(), provider=vast)
+    assert [(r["offer_id"], r["spot"], r["price_usd_per_hour"]) for r in plan["ranked"]][1:3] == [
+        ("2002", True, 0.45),
+        (str(VAST_OFFER), False, 0.45),
+    ]
+    assert "on-demand after spot" in plan["ranked"][2]["why"]
+    explicit = UpRequest(**{**preferred.__dict__, "spot_explicit": True})
+    plan = run_up(explicit, s, Lines(), provider=vast)
+    assert [(r["spot"], r["price_usd_per_hour"]) for r in plan["ranked"]] == [(True, 0.20), (True, 0.45)]
+
+
+def test_a_runs_rental_failing_over_to_a_dearer_offer_gets_the_hours_its_money_buys_there(
+    both, runpod_emulator, vast_emulator, tmp_path, sshd
+):
+    """A run with $1.00 for its money: at Vast's 0.20 bid that buys 5 h, but the bid is refused (the
+    minimum rose) and the rental fails over to RunPod at 0.40, where $1.00 buys 2.5 h: the row, the
+    agent and the laptop's TTL say 2.5 h, so the worst case at the rented box's own rate (the
+    emulator's) stays within the money; the bill is the emulator's."""
+    s = load_settings(
+        None, {"teardown": {"kill_grace_seconds": 0.5, "idle_minutes": "off", "max_session_usd": 1.0, "max_hours": 10}}
+    )
+    set_runpod(runpod_emulator, community=0.40, secure=0.90)
+    vast_emulator.min_bid_rises_to = 0.30
+    req = UpRequest(job=job(tmp_path), provider="any", card="rtx-4090", spot=True, recover=1, max_hours=10)
+    summ = run_up(req, s, Lines(), provider=both)
+    assert summ["end_reason"] == "job_end" and summ["provider"] == "runpod", summ
+    led = Ledger(s.ledger_url())
+    (row,) = led.run_rentals(summ["run"]["id"])
+    used = runpod_emulator.market.instances[row.instance_id]
+    assert used.usd_per_hour == pytest.approx(0.40, abs=1e-9)  # the rate the emulator bills it at
+    assert row.max_hours == pytest.approx(1.0 / 0.40, abs=1e-9)  # 2.5 h, not the 5 h $1.00 buys at 0.20
+    assert row.max_hours * used.usd_per_hour <= 1.0 + 1e-9  # the worst case, at the emulator's own rate
+    tries = [t for t in events(s, row.id, "create")]
+    assert [(t["provider"], t["max_hours"]) for t in tries] == [("vast", 5.0), ("runpod", 2.5)]
+    agent = json.loads((sshd.home / "gpuops" / row.label / ".gpuops" / "agent.json").read_text())["teardown"]
+    assert (agent["max_hours"], agent["max_session_usd"]) == pytest.approx((2.5, 1.0), abs=1e-9)
+    assert abs(row.cost_usd - used.billed_usd) <= CENT
+
+
 def test_a_5xx_on_create_that_made_the_pod_leaves_no_second_box(both, runpod_emulator, vast_emulator, tmp_path):
     """RunPod answers 502 after making the pod: found by its label and used, never a second create."""
     s = settings()
@@ -143,18 +201,20 @@ def test_a_failed_create_that_made_an_instance_is_destroyed_before_the_next_try(
 ):
     """Spot preferred: Vast's bid (0.20) first; its minimum rose to 0.30 by the create, which refuses
     the bid and leaves a stopped, disk-billing instance: found by label and destroyed before the
-    try on RunPod's on-demand offer; no box left on either."""
+    try on RunPod's on-demand offer (0.40, cheaper than Vast's on-demand 0.45); no box left on either."""
     s = settings()
+    set_runpod(runpod_emulator, community=0.40, secure=0.90)
     vast_emulator.min_bid_rises_to = 0.30
     vast_emulator.low_bid_leaves_instance = True
     req = UpRequest(job=job(tmp_path), provider="any", card="rtx-4090", spot=True)
     plan = run_up(UpRequest(**{**req.__dict__, "dry_run": True}), s, Lines(), provider=both)
-    assert [(r["provider"], r["spot"]) for r in plan["ranked"]] == [
-        ("vast", True),
-        ("runpod", False),
-        ("runpod", False),
+    # spot preferred ranks both kinds by the price booked: 0.20 (bid) < 0.40 < 0.45 < 0.90
+    assert [(r["provider"], r["spot"], r["price_usd_per_hour"]) for r in plan["ranked"]] == [
+        ("vast", True, 0.20),
+        ("runpod", False, 0.40),
+        ("vast", False, 0.45),
+        ("runpod", False, 0.90),
     ]
-    assert "after every spot offer" in plan["ranked"][1]["why"]
     summ = run_up(req, s, Lines(), provider=both)
     assert summ["end_reason"] == "job_end" and summ["provider"] == "runpod", summ
     row = Ledger(s.ledger_url()).get(summ["session"])

@@ -32,6 +32,7 @@ TOP_KEYS = [
     "cards",
     "engine",
     "unverified",
+    "weights_verified",
     "kv_layout_verified",
     "vllm_version",
     "weights_source",
@@ -83,7 +84,26 @@ def test_plan_json_has_the_issue_shape(cli_env):
         "--max-num-seqs 256 --kv-cache-dtype auto --tensor-parallel-size 1"
     )
     assert set(sxm["usd_per_mtoken"]) == {"ceiling", "batch_1", "max_batch"}
-    assert d["vllm_version"] == "0.33.0" and d["kv_layout_verified"] is True
+    assert d["vllm_version"] == "0.33.0" and (d["unverified"], d["weights_verified"], d["kv_layout_verified"]) == (
+        False,
+        True,
+        True,
+    )
+
+
+def test_a_card_that_does_not_fit_shows_no_speed_and_no_price(cli_env):
+    # Llama-3-70B in bf16 is 141 GB of weights: it cannot fit one A100 80GB, so no tok/s and no $/Mtok for it
+    out = run(cli_env, "plan", "--model", "llama-3-70b", "--card", "a100-80gb-sxm", "--json")
+    assert out.returncode == 0, out.stderr
+    card = json.loads(out.stdout)["cards"][0]
+    assert (card["fits"], card["decode_tok_s"], card["usd_per_mtoken"]) == (False, None, None)
+    table = run(cli_env, "plan", "--model", "llama-3-70b", "--card", "a100-80gb-sxm", COLUMNS="300").stdout
+    row = next(line for line in table.splitlines() if line.startswith("│ A100 80GB SXM"))
+    cells = [c.strip() for c in row.split("│")[1:-1]]
+    assert cells[5].startswith("no")
+    # decode b1, ridge, compute-bound batch, tok/s @max batch, USD/h, $/Mtok ceiling, b1, max batch
+    assert [cells[9], cells[11], cells[12], cells[14], cells[15], cells[16]] == ["-"] * 6
+    assert cells[10] == "153" and cells[13] == "1.49"  # the card's own figures stay: 312 TFLOP/s / 2039 GB/s, its price
 
 
 def test_plan_table_names_units_and_formulas(cli_env):
@@ -177,6 +197,20 @@ def test_up_model_dry_run_picks_the_cheapest_card_that_fits(cli_env, tmp_path, g
     assert named["card"] == "mi300x"  # a ROCm image asks for AMD
     small = json.loads(run(cli_env, "up", "--job", str(job), "--model", "tinyllama-1.1b", "--dry-run", "--json").stdout)
     assert small["card"] == "t4"  # fits the cheapest card
+    assert not (gpuops_home / "boxes").exists()
+
+
+def test_up_model_seq_beyond_the_context_warns_as_plan_does(cli_env, tmp_path, gpuops_home):
+    job = tmp_path / "job.sh"
+    job.write_text("true\n")
+    line = "warning: --seq 16384 is beyond the model's context (4096 tokens, max_position_embeddings)"
+    out = run(cli_env, "up", "--job", str(job), "--model", "llama-2-7b", "--seq", "16384", "--dry-run", "--json")
+    assert out.returncode == 0, out.stderr
+    assert line in out.stderr  # the same line `plan` prints (test_plan_seq_beyond_context_warns_and_answers)
+    # Llama-3.1's rope_scaling (llama3) keeps 131,072 tokens: beyond it `up` refuses, before anything is rented
+    out = run(cli_env, "up", "--job", str(job), "--model", "llama-3.1-8b", "--seq", "262144", "--dry-run")
+    assert out.returncode == 2 and "extends it only to 131072 tokens" in out.stderr
+    assert "pass --seq 131072 or less" in out.stderr
     assert not (gpuops_home / "boxes").exists()
 
 

@@ -85,7 +85,7 @@ def test_safetensors_headers_give_the_stored_bytes_without_downloading_weights(h
     assert shard_gets and all(r[2] and r[2].startswith("bytes=") for r in shard_gets)  # Range reads only
 
 
-def test_single_file_repo_and_unknown_family_is_verified_by_the_headers(hub):
+def test_single_file_repo_and_unknown_family_weights_are_verified_by_the_headers(hub):
     cfg = {
         "model_type": "brandnew",
         "hidden_size": 64,
@@ -105,8 +105,10 @@ def test_single_file_repo_and_unknown_family_is_verified_by_the_headers(hub):
         },
     )
     p = P.plan("someorg/brandnew", card="t4")
-    assert p.weights_bytes == 2 * (64000 + 64 * 4096) + 4 * 1000 and not p.unverified
+    assert p.weights_bytes == 2 * (64000 + 64 * 4096) + 4 * 1000 and p.weights_verified
     assert any("checkpoint" in w for w in p.warnings)
+    # the headers confirm the weights, not the layers: nothing in the config states them (llama assumed)
+    assert p.unverified and not p.arch.layout_verified
 
 
 def test_missing_repo_is_bad_input(hub):

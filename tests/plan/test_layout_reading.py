@@ -94,3 +94,55 @@ def test_the_engine_command_serves_the_repository_asked_for():
     assert c.engine_command is not None and c.engine_command.startswith("vllm serve meta-llama/Llama-3.1-8B-Instruct ")
     base = plan("llama-3.1-8b", card="h100-sxm").cards[0]
     assert base.engine_command is not None and base.engine_command.startswith("vllm serve meta-llama/Llama-3.1-8B ")
+
+
+PLAIN_FOO = {  # a family gpuops does not know, with nothing but the base keys: its layers are not stated
+    "model_type": "foo",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+}
+
+
+def _flags(s: ModelSource) -> tuple[bool, bool, bool]:
+    d = plan(s, card="h100-sxm").as_json()
+    return d["unverified"], d["weights_verified"], d["kv_layout_verified"]
+
+
+def test_an_unknown_family_whose_config_states_no_layers_is_never_kv_verified():
+    # no checkpoint count: neither the weights nor the layout is confirmed
+    assert _flags(src(PLAIN_FOO)) == (True, False, False)
+    # the checkpoint's byte count confirms the weights, never the layout it says nothing about
+    counted = ModelSource(name="f", config=PLAIN_FOO, source="t", weights_total_size=2 * 10**9, weights_size_source="x")
+    assert _flags(counted) == (True, True, False)
+    a = architecture(PLAIN_FOO)
+    assert "states no layer layout" in a.layout_note and "llama attention on every layer" in a.layout_note
+    with pytest.raises(BadInput, match="KV plan is unverified") as e:
+        size_for_up(counted, card="h100-sxm")  # type: ignore[arg-type]
+    assert "weight count" not in e.value.message and "--allow-unverified" in (e.value.fix or "")
+    with pytest.raises(BadInput, match="KV plan is unverified .* and nothing confirms the weight count"):
+        size_for_up(src(PLAIN_FOO), card="h100-sxm")  # type: ignore[arg-type]
+
+
+def test_an_unknown_family_is_kv_verified_when_its_config_states_its_layers():
+    full = {**PLAIN_FOO, "layer_types": ["full_attention"] * 4}
+    counted = ModelSource(name="f", config=full, source="t", weights_total_size=2 * 10**9, weights_size_source="x")
+    assert _flags(counted) == (False, True, True)
+    # 4 full-attention layers x 2 (K and V) x 4 kv heads x 64 head_dim x 2 B (bf16)
+    assert plan(counted, card="h100-sxm").kv_bytes_per_token == 4 * 2 * 4 * 64 * 2
+    # a layer kind gpuops does not size, or a sliding layer with no window, states nothing it can size
+    odd = {**PLAIN_FOO, "layer_types": ["full_attention", "lightning_attention"] * 2}
+    assert not architecture(odd).layout_verified
+    no_window = {**PLAIN_FOO, "layer_types": ["sliding_attention", "full_attention"] * 2}
+    assert not architecture(no_window).layout_verified
+    # MLA's fields state the latent on every layer
+    assert architecture(cfg("mla_glm4_moe_lite")).layout_verified
+
+
+def test_a_known_family_is_kv_verified_and_olmo2_is_not():
+    assert architecture({**PLAIN_FOO, "model_type": "llama"}).layout_verified
+    # olmo2 is not a family gpuops counts, and its config lists no layer_types: sized as llama, unverified
+    assert not architecture(cfg("full_olmo2")).layout_verified

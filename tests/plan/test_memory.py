@@ -260,12 +260,56 @@ def test_seq_beyond_context_warns_not_refuses():
     p = P.plan("llama-2-7b", seq=8192, card=A100)
     assert p.seq == 8192 and p.arch.max_context == 4096  # llama-2-7b config.json: max_position_embeddings 4096
     assert [w for w in p.warnings if "beyond" in w] == [
-        "--seq 8192 is beyond the model's context (4096 tokens, max_position_embeddings)"
+        "--seq 8192 is beyond the model's context (4096 tokens, max_position_embeddings); its config has no "
+        "rope_scaling: vLLM refuses --max-model-len beyond it unless told (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, "
+        "or a rope_scaling in --hf-overrides)"
     ]
     # the plan is sized for the --seq asked, not clipped to the context: twice the KV of 4096 tokens
     at_context = P.plan("llama-2-7b", seq=4096, card=A100)
     assert not [w for w in at_context.warnings if "beyond" in w]  # exactly the context: no warning
     assert p.kv_cache_bytes == 2 * at_context.kv_cache_bytes
+
+
+YARN = {  # a Qwen2.5-style config whose card says: add YaRN x4 over 32,768 tokens for long inputs
+    "model_type": "qwen2",
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+}
+
+
+def test_seq_within_the_rope_scaled_context_warns_and_up_sizes_it():
+    from gpuops.planning.models import ModelSource
+
+    s = ModelSource(name="q", config=YARN, source="t", weights_total_size=10**9, weights_size_source="x")
+    p = P.plan(s, seq=65536, card="h100-sxm")
+    # vLLM: yarn derives original_max_position_embeddings x factor = 32,768 x 4 = 131,072 tokens
+    assert p.arch.rope_context == 131_072
+    assert [w for w in p.warnings if "beyond" in w] == [
+        "--seq 65536 is beyond the model's context (32768 tokens, max_position_embeddings); "
+        "its rope_scaling extends it to 131072 tokens, which vLLM takes"
+    ]
+    need, fitting, _ = P.size_for_up(s, seq=65536, card="h100-sxm")  # type: ignore[arg-type]
+    assert fitting == ("h100-sxm",) and need > 0
+
+
+def test_seq_beyond_the_rope_scaled_context_is_refused_by_up_and_warned_by_plan():
+    from gpuops.planning.models import ModelSource
+
+    s = ModelSource(name="q", config=YARN, source="t", weights_total_size=10**9, weights_size_source="x")
+    p = P.plan(s, seq=262_144, card="h100-sxm")  # plan warns, never refuses
+    assert any("extends it only to 131072 tokens, and vLLM refuses more" in w for w in p.warnings)
+    with pytest.raises(BadInput, match="extends it only to 131072 tokens") as e:
+        P.size_for_up(s, seq=262_144, card="h100-sxm")  # type: ignore[arg-type]
+    assert e.value.fix == "pass --seq 131072 or less"
+    # llama3 RoPE: max_position_embeddings (131,072) is already the extended length (vLLM applies no factor)
+    with pytest.raises(BadInput, match="extends it only to 131072 tokens"):
+        P.size_for_up("llama-3.1-8b", seq=262_144, card="h100-sxm")
 
 
 def test_heads_not_dividing():

@@ -191,3 +191,40 @@ def test_injected_errors_and_their_headers_are_judged_by_the_spec():
         v.startswith("runpod GET /v2/pods: reply 500: ") and "'detail' is a required property" in v for v in got
     ), got
     assert not any("reply 502" in v for v in got), got
+
+
+def test_an_injected_vast_5xx_is_judged_by_the_spec_and_by_vastais_client():
+    """Vast's documented 500s carry the spec's Error body ({"success": false, "error", "msg"}): an
+    injected 500 on any route is held to it. A 502/503/504 is Vast's gateway (what vastai's client
+    retries as transient): the emulator answers it as a gateway page, and a JSON body there would
+    claim to be the API."""
+    from tests.emulators.vast import VastEmulator
+
+    emu = VastEmulator().start()
+    try:
+        key = emu.market.api_key
+        emu.faults.inject["list"] = [500]
+        status = _send(emu.url, "GET", "/api/v1/instances/", None, key)
+        fine = _taken(emu)  # the emulator's own 500: the spec's Error body
+        emu.faults.inject["list"] = [502]
+        req = urllib.request.Request(emu.url + "/api/v1/instances/", headers={"Authorization": f"Bearer {key}"})
+        try:
+            urllib.request.urlopen(req, timeout=10)
+        except urllib.error.HTTPError as e:
+            page = (e.code, e.headers.get("Content-Type"), e.read())
+        fine += _taken(emu)
+        fail = emu._fail
+        emu._fail = lambda status, error, msg, **extra: (status, {"error": error}, "application/json")
+        emu.faults.inject["list"] = [500, 503]
+        _send(emu.url, "GET", "/api/v1/instances/", None, key)  # a 500 without success and msg
+        _send(emu.url, "GET", "/api/v1/instances/", None, key)
+        emu._fail = fail
+        got = _taken(emu)
+    finally:
+        emu.stop()
+    assert status == 500 and fine == []
+    assert page[0] == 502 and page[1] == "text/html" and page[2].startswith(b"<html>")
+    assert "vast GET /api/v1/instances/: reply 500: success is not a boolean (components.schemas.Error)" in got, got
+    assert "vast GET /api/v1/instances/: reply 500: msg is not a string (components.schemas.Error)" in got, got
+    # the 503 stayed the gateway's page (the emulator's own, not _fail): nothing to record for it
+    assert not any("reply 503" in v for v in got), got

@@ -72,9 +72,13 @@ def test_up_dry_run_plans_and_projects_at_the_bid(emulator_env, cli, tmp_path):
         "up", "--job", str(job), "--dry-run", "--json", "--provider", "vast", "--card", "4090", "--max-hours", "2"
     )
     plan = json.loads(out.stdout)
-    # `up` searches Vast's bid rows only: the on-demand price is not known, so not shown
-    assert (plan["usd_per_hour"], plan["on_demand_usd_per_hour"], plan["spot"]) == (VAST_1002_BID, None, True)
+    # spot preferred ([up] spot = true) asks Vast for both kinds: the bid wins on price, its on-demand price known
+    assert (plan["usd_per_hour"], plan["on_demand_usd_per_hour"], plan["spot"]) == (
+        VAST_1002_BID,
+        VAST_1002_ON_DEMAND,
+        True,
+    )
     assert plan["projected_cost_usd"] == round(2 * VAST_1002_BID, 4)
     out = cli("up", "--job", str(job), "--dry-run", "--provider", "vast", "--card", "4090", "--max-hours", "2")
-    assert f"at ${VAST_1002_BID:.4f}/h, spot bid\n" in out.stdout
+    assert f"at ${VAST_1002_BID:.4f}/h, spot bid (on-demand ${VAST_1002_ON_DEMAND:.4f}/h)\n" in out.stdout
     assert f"projected cost of max_hours=2: ${2 * VAST_1002_BID:.4f}" in out.stdout

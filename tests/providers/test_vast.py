@@ -212,6 +212,76 @@ def test_preemption_while_running_is_visible(vast_provider, vast_emulator):
     assert vast_emulator.live() == []
 
 
+def test_the_emulators_charges_state_the_hours_billed_as_the_spec_does(vast_provider, vast_emulator):
+    """The spec's gpu item: "96.000 hours at $0.389/hour". An outbid instance runs 2 h, then stands
+    stopped 3 h billing its disk: its gpu item spans the contract (5 h) and states the 2 h it ran,
+    which is where the booked GPU line ends (billing.running_end)."""
+    import re
+
+    inst = vast_provider.create(offer(vast_provider, spot=True), spec())
+    wait_for_ssh(vast_provider, inst.id, timeout_s=10, poll_s=0.05)
+    vast_emulator.advance(2 * 3600)
+    vast_emulator.preempt(inst.id)
+    vast_emulator.advance(3 * 3600)
+    vast_provider.destroy(inst.id)
+    emu_inst = vast_emulator.market.instances[inst.id]
+    entry = next(r for r in vast_emulator.charge_rows(0, 4e9) if r["source"] == f"instance-{inst.id}")
+    gpu = next(i for i in entry["items"] if i["type"] == "gpu")
+    disk = next(i for i in entry["items"] if i["type"] == "disk")
+    m = re.fullmatch(r"(\d+\.\d{3}) hours at \$(\d+\.\d{3})/hour", gpu["description"])
+    assert m is not None, gpu["description"]
+    ran_h = emu_inst.billed_s("gpu") / 3600  # the emulator's own billing clock: the running stretches
+    assert float(m.group(1)) == pytest.approx(ran_h, abs=0.0005) and ran_h == pytest.approx(2.0, abs=0.01)
+    assert float(m.group(2)) == pytest.approx(gpu["amount"] / ran_h, abs=0.0005)
+    assert (gpu["start"], gpu["end"]) == (disk["start"], disk["end"]) == (entry["start"], entry["end"])
+    assert re.fullmatch(r"\d+\.\d{3} hours at \$\d+\.\d{3}/hour", disk["description"])
+    assert re.fullmatch(rf"Instance {inst.id} Charges - \d+ days?", entry["description"])
+    assert entry["amount"] == pytest.approx(emu_inst.billed_usd, abs=1e-9)
+    lines = [c for c in vast_provider.billing(entry["start"] - 1.0, entry["end"] + 1.0) if c.instance_id == inst.id]
+    booked_gpu = next(c for c in lines if c.kind == "gpu")
+    assert booked_gpu.end - booked_gpu.start == pytest.approx(float(m.group(1)) * 3600, abs=1e-6)
+    assert sum(c.usd for c in lines) == pytest.approx(emu_inst.billed_usd, abs=1e-9)
+
+
+def test_a_500_is_tried_once_a_gateways_502_503_504_again_as_vastais_own_client_does(vast_provider, vast_emulator):
+    from vastai.api import client as vast_client
+
+    from gpuops.providers.vast.client import TRANSIENT_STATUSES
+    from tests.support.emulators import FAST_RETRY
+
+    # the 5xx vastai 1.9.1 retries (its _RETRYABLE_STATUS, beside 429) are the ones we try again
+    assert set(TRANSIENT_STATUSES) == set(vast_client._RETRYABLE_STATUS) - {429}
+
+    def sent() -> int:
+        return sum(1 for r in vast_emulator.market.requests if r["path"].startswith("/api/v0/users/current"))
+
+    vast_emulator.faults.inject["user"] = [500] * 10
+    with pytest.raises(ProviderError) as e:
+        vast_provider.balance()
+    vast_emulator.faults.inject.clear()
+    assert e.value.kind == ProviderErrorKind.SERVER and not e.value.retryable and sent() == 1
+    assert "emulated HTTP 500" in e.value.message  # the spec's Error body's msg, read
+    vast_emulator.faults.inject["user"] = [502, 503, 504]
+    assert vast_provider.balance().usd == pytest.approx(100.0, abs=1e-9)
+    assert sent() == 1 + 4  # three gateway pages (HTML), each tried again, then the answer
+    vast_emulator.faults.inject["user"] = [503] * 10
+    with pytest.raises(ProviderError) as e:
+        vast_provider.balance()
+    assert e.value.retryable and "gateway error 503" in e.value.message and sent() == 5 + FAST_RETRY.attempts
+
+
+def test_a_create_answered_500_is_looked_up_by_label_not_tried_again(vast_provider, vast_emulator):
+    """A 500 is not retried (vastai does not), but it may hide a create that happened: the label
+    look-up finds the instance it made, and no second create is sent."""
+    vast_emulator.faults.create_fails_but_creates = 1
+    inst = vast_provider.create(offer(vast_provider), spec())
+    creates = [r for r in vast_emulator.market.requests if r["method"] == "PUT" and "/asks/" in r["path"]]
+    assert len(creates) == 1 and inst.extra["recovered_after"]
+    assert [i.id for i in vast_emulator.live()] == [inst.id]
+    vast_provider.destroy(inst.id)
+    assert vast_emulator.live() == []
+
+
 def test_stuck_loading_times_out(vast_provider, vast_emulator):
     vast_emulator.faults.stuck_status = "loading"
     inst = vast_provider.create(offer(vast_provider), spec())

@@ -123,6 +123,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
 
     name = NAME
     no_spot_reason = "its REST v2 API withdrew them"  # v2 has no interruptible pods: not Interruptible
+    requires = ("requests",)  # the runpod extra: REST v2 and the balance's GraphQL POST over requests
     routes = ROUTES
 
     def __init__(

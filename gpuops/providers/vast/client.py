@@ -3,7 +3,9 @@
 One call, its errors mapped to ``ProviderError`` kinds, under the retry policy (the SDK's own
 retries off: ``retry=1``).
 
-Errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg`` (a 429 ``detail``);
+Errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg`` (a 429 ``detail``); a 5xx
+is a server error, tried again only when it is a gateway's 502/503/504 (``TRANSIENT_STATUSES``, what
+vastai's own client retries; a 500 is not, and a create's 500 is still looked up by its label);
 a create's 404 or ``no_such_ask``-like code is OFFER_GONE (next offer), a refused bid (the spec's
 400 ``invalid_price``, whatever its words) BID_TOO_LOW, 402 or "insufficient credit" FUNDS; an id Vast leaves in the body (``new_contract``,
 ``instance_id``) is kept on the error so the caller destroys what the failed call made."""
@@ -19,6 +21,10 @@ from gpuops.providers.vast.account import KEYS
 
 NAME = "vast"
 
+# The 5xx statuses Vast's own client retries as gateway/upstream errors that usually clear
+# (vastai 1.9.1 vastai/api/client.py _RETRYABLE_STATUS, with 429); a 500 is Vast's application
+# answering (the spec's Error body, {"success": false, "error", "msg"}) and is not retried.
+TRANSIENT_STATUSES = (502, 503, 504)
 _GONE_ERRORS = ("no_such_ask", "ask_not_found", "offer_unavailable", "no_such_offer", "not_available")
 
 
@@ -43,6 +49,9 @@ class VastClient:
             import logging
             import os
 
+            from gpuops.providers.base import require_packages
+
+            require_packages(NAME, ("vastai",))  # the volumes' calls come here too, outside a guarded call
             from vastai import VastAI
 
             # vastai attaches its own stderr handler to the "vastai" logger at INFO unless
@@ -112,12 +121,15 @@ class VastClient:
                 ProviderErrorKind.RATE_LIMIT, f"Vast.ai rate limit while trying to {action}", "wait a minute and retry"
             )
         if status >= 500:
-            return ProviderError(
+            gateway = status in TRANSIENT_STATUSES
+            err = ProviderError(
                 ProviderErrorKind.SERVER,
-                f"Vast.ai server error {status} while trying to {action}: {text}",
+                f"Vast.ai {'gateway' if gateway else 'server'} error {status} while trying to {action}: {text}",
                 "retry later",
                 instance_id=left_id,
             )
+            err.transient = gateway  # as vastai's client: only the gateway's 502/503/504 are tried again
+            return err
         if code == "invalid_price":  # the spec's code for a refused bid; its words vary
             return ProviderError(
                 ProviderErrorKind.BID_TOO_LOW,

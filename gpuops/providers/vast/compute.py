@@ -96,6 +96,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
 
     name = NAME
 
+    requires = ("vastai", "requests")  # the vast extra: vastai==1.9.1 (it brings requests)
     routes = (
         ("POST", "/api/v0/bundles/"),
         ("PUT", "/api/v0/asks/{id}/"),
