@@ -3,7 +3,7 @@ Vast.ai REST; tests/emulators/contract.py); see tests/support/emulators.py for t
 start them."""
 
 from tests.emulators import contract
-from tests.emulators.runpod import RunPodEmulator
-from tests.emulators.vast import VastEmulator
+from gpuops.emulators.runpod import RunPodEmulator
+from gpuops.emulators.vast import VastEmulator
 
 __all__ = ["RunPodEmulator", "VastEmulator", "contract"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gpuops.providers.keys import Credential
-from tests.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
+from gpuops.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
 from tests.support import fake_nvidia_smi
 from tests.support.emulators import FAST_RETRY
 from tests.support.sshd import SshServer

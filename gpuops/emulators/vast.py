@@ -35,7 +35,7 @@ import operator
 import re
 from typing import Any
 
-from tests.emulators.base import JSON, EmuInstance, Emulator, Market
+from gpuops.emulators.base import JSON, EmuInstance, Emulator, Market
 from tests.emulators.contract import Contract
 
 HOURS_PER_MONTH = 730.0

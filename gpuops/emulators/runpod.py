@@ -35,7 +35,7 @@ from typing import Any
 import graphql
 
 from tests.emulators import graphql_contract
-from tests.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market
+from gpuops.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market
 from tests.emulators.contract import Contract
 
 PROBLEM = "application/problem+json"

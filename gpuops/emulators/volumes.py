@@ -21,8 +21,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tests.emulators.runpod import RunPodEmulator
-from tests.emulators.vast import VastEmulator
+from gpuops.emulators.runpod import RunPodEmulator
+from gpuops.emulators.vast import VastEmulator
 
 
 class RunPodVolumeEmulator(RunPodEmulator):
