@@ -1,7 +1,7 @@
 """RunPod emulator: REST API v2 (``/v2/...``), plus the one GraphQL query v2 has no route for.
 
 Routes (RunPod's published OpenAPI spec, tests/data/specs/runpod-rest-v2.openapi.json, which
-validates every request and reply here: tests/emulators/contract.py):
+validates every request and reply here in the test suite: tests/emulators/contract.py):
 
 - ``GET /v2/catalog/gpus`` (``include=AVAILABILITY``, ``product=POD``, ``count``, ``cloud``): GPU
   types with per-cloud prices and ``maxCount``, and the stock as ``availability`` (NONE / LOW /
@@ -34,9 +34,7 @@ from typing import Any
 
 import graphql
 
-from tests.emulators import graphql_contract
-from gpuops.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market
-from tests.emulators.contract import Contract
+from gpuops.emulators.base import HOURS, HTML, JSON, EmuInstance, Emulator, Market, contract
 
 PROBLEM = "application/problem+json"
 NO_CAPACITY = (
@@ -96,7 +94,7 @@ class RunPodEmulator(Emulator):
 
     def __init__(self, api_key: str = "rp_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd, self.BILLING_INCREMENT_S))
-        self.contract = Contract("runpod")
+        self.contract = contract("runpod")
         self.volumes: dict[str, dict] = {}
         self.network_volumes: dict[str, dict] = {}
         self._vol_n = 0
@@ -531,8 +529,7 @@ class RunPodEmulator(Emulator):
     def _graphql(self, req: dict, account: str) -> tuple[int, Any, str]:
         text = (req["body"] or {}).get("query", "") if isinstance(req["body"], dict) else ""
         if self.contract is not None:  # no schema is published: RunPod's own clients' documents judge it
-            for line in graphql_contract.violations(text):
-                self.contract._record(f"runpod POST /graphql: document: {line}")
+            self.contract.check_document(text)
         try:
             doc = graphql.parse(text)
         except graphql.GraphQLError as e:

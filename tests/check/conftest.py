@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (the box fixtures)
-from tests.emulators import RunPodEmulator
 from gpuops.emulators.runpod import pod_key
 from gpuops.emulators.volumes import VastVolumeEmulator
+from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (the box fixtures)
+from tests.emulators import RunPodEmulator
 
 # The narrow key every test box holds in its (stand-in) PID 1 environment. The real ones are per
 # box (tests/teardown/scoped.py); here three boxes share one sshd and one environment file, so the

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuops.providers.keys import Credential
 from gpuops.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
+from gpuops.providers.keys import Credential
 from tests.support import fake_nvidia_smi
 from tests.support.emulators import FAST_RETRY
 from tests.support.sshd import SshServer
