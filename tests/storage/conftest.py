@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
 from gpuops.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
 from gpuops.providers.keys import Credential
-from tests.support import fake_nvidia_smi
 from tests.support.emulators import FAST_RETRY
 from tests.support.sshd import SshServer
 
