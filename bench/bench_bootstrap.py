@@ -68,7 +68,7 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
     from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_plan
     from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
     from gpuops.config import settings_from
-    from tests.support.sshd import SshServer
+    from gpuops.emulators.sshd import SshServer
 
     server = SshServer(base / "sshd", extra_path=[base / "bin"])
     key, pub = ensure_ssh_key(base / "data")

@@ -126,8 +126,8 @@ def after_exit_ssh(env: dict, tmp: Path, runs: int) -> list[float]:
     alive."""
     from gpuops.box.ssh import ensure_ssh_key
     from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+    from gpuops.emulators.sshd import SshServer
     from tests.emulators import VastEmulator
-    from tests.support.sshd import SshServer
 
     smi = tmp / "ssh-smi"
     fake_nvidia_smi.install(smi)

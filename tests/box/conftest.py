@@ -10,7 +10,7 @@ import pytest
 
 from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
 from gpuops.emulators import nvidia_smi as fake_nvidia_smi
-from tests.support.sshd import SshServer
+from gpuops.emulators.sshd import SshServer
 
 
 @pytest.fixture

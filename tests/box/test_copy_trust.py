@@ -20,7 +20,7 @@ from gpuops.agent.agentctl import hold_presence, read_status
 from gpuops.agent.jobio import follow_log, start_job
 from gpuops.box.base import GET_MAX_BYTES, UnsafeCopy
 from gpuops.box.ssh import HostKeyPins, SSHBox
-from tests.support.sshd import SshServer
+from gpuops.emulators.sshd import SshServer
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = "we ird $(touch PWNED) 'q' \"d\" ;x`id`&|*.txt"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+from gpuops.emulators.sshd import SshServer
 from gpuops.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
 from gpuops.providers.keys import Credential
 from tests.support.emulators import FAST_RETRY
-from tests.support.sshd import SshServer
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ connection at once (what a laptop going to sleep or a NAT timeout does to a live
 while it keeps accepting new ones, so a client can reconnect.
 
 Both are used by ``tests/box`` and meant for other areas (the provider emulators point their
-instances' SSH endpoints at an ``SshServer``).
+instances' SSH endpoints at an ``SshServer``); `gpuops demo` runs one as its box.
 """
 
 from __future__ import annotations
@@ -32,10 +32,16 @@ SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 for a server that binds it later (``tests.support.ports``)."""
-    from tests.support.ports import reserved_port
+    """A TCP port on 127.0.0.1 for a server that binds it later: the plugged-in one
+    (``gpuops.emulators.base.port_for``; the suite's is tests/support/ports.py), else one free now."""
+    from gpuops.emulators import base
 
-    return reserved_port()
+    port = base.port_for()
+    if port:
+        return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def keygen(path: Path, comment: str = "gpuops-test") -> str:
