@@ -9,8 +9,7 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# graphql-core is not among them: the runpod extra names it (`gpuops demo`'s emulated RunPod parses with it)
-TEST_ONLY = {"pytest", "pytest-timeout", "pytest-xdist", "openapi-core", "import-linter", "uv"}
+TEST_ONLY = {"pytest", "pytest-timeout", "pytest-xdist", "graphql-core", "import-linter", "uv"}
 
 
 def pins(path: Path) -> dict[str, str]:
