@@ -165,23 +165,28 @@ class SshServer:
         """Kill what tests left running on the "box" (detached jobs, on-box agents): processes
         whose working directory is under ``home``. A rented box takes them with it when it is
         destroyed; this stand-in box must end them itself, once the test is over."""
-        home = str(self.home.resolve())
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == os.getpid():
-                continue
-            try:
-                cwd = os.readlink(f"/proc/{name}/cwd")
-            except OSError:
-                continue
-            if cwd == home or cwd.startswith(home + "/"):
-                try:
-                    os.kill(int(name), signal.SIGKILL)
-                except OSError:
-                    pass
+        end_processes_under(self.home)
 
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+def end_processes_under(home: Path) -> None:
+    """SIGKILL every process (but this one) whose working directory is ``home`` or under it."""
+    where = str(Path(home).resolve())
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{name}/cwd")
+        except OSError:
+            continue
+        if cwd == where or cwd.startswith(where + "/"):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _whoami() -> str:
