@@ -271,9 +271,12 @@ def _end_leftovers(paths: DemoPaths) -> None:
     except (OSError, ValueError):
         pid = 0
     if pid and _alive(pid) and str(paths.box / "sshd" / "sshd_config") in _cmdline(pid):
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_gone(pid, STOP_DEADLINE_S):
-            os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGTERM)
+            if not _wait_gone(pid, STOP_DEADLINE_S):
+                os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
     if paths.box_home.is_dir():
         end_processes_under(paths.box_home)
 
