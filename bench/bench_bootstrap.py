@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import fake_nvidia_smi  # noqa: E402
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi  # noqa: E402
 from tests.support.servers import make_repo  # noqa: E402
 from tests.support.wheels import make_wheel  # noqa: E402
 
@@ -68,7 +68,7 @@ def ssh_numbers(base: Path, repeat: int) -> dict:
     from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_plan
     from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
     from gpuops.config import settings_from
-    from tests.support.sshd import SshServer
+    from gpuops.emulators.sshd import SshServer
 
     server = SshServer(base / "sshd", extra_path=[base / "bin"])
     key, pub = ensure_ssh_key(base / "data")

@@ -38,7 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import fake_nvidia_smi  # noqa: E402
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi  # noqa: E402
 from tests.support.hub_faults import FaultyHub  # noqa: E402
 from tests.support.servers import make_repo  # noqa: E402
 from tests.support.wheels import make_wheel  # noqa: E402

@@ -125,9 +125,9 @@ def after_exit_ssh(env: dict, tmp: Path, runs: int) -> list[float]:
     Seconds from the job's exit (on the box) to the emulator's destroy (billing stops), laptop
     alive."""
     from gpuops.box.ssh import ensure_ssh_key
+    from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+    from gpuops.emulators.sshd import SshServer
     from tests.emulators import VastEmulator
-    from tests.support import fake_nvidia_smi
-    from tests.support.sshd import SshServer
 
     smi = tmp / "ssh-smi"
     fake_nvidia_smi.install(smi)

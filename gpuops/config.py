@@ -52,6 +52,10 @@ from onbox.policy import (
 from onbox.vocabulary import EndReason
 
 ENV_PREFIX = "GPUOPS_"
+# The file `gpuops demo start` writes in its data directory (gpuops/demo/): every command whose data
+# directory holds it says SIMULATED (``simulated_notice``), and every offer it is given is simulated,
+# priced and never charged (gpuops.providers.get_provider), from providers on this machine only.
+SIMULATED_MARKER = "SIMULATED"
 
 
 class UpSettings(_Section):
@@ -547,6 +551,10 @@ class Settings(_Section):
         p.mkdir(parents=True, exist_ok=True)
         os.chmod(p, 0o700)
         return p
+
+    def simulated(self) -> bool:
+        """True when the data directory is `gpuops demo`'s (it holds ``SIMULATED_MARKER``)."""
+        return (self.data_path() / SIMULATED_MARKER).is_file()
 
     def ledger_url(self) -> str:
         """``[ledger] url``, else the SQLite file in the data directory."""
@@ -1084,7 +1092,24 @@ def load_settings(
             + " (this command goes on without them; `gpuops up` refuses until they are fixed)"
         )
     s.source = str(path) if path else None
+    if s.simulated():
+        simulated_notice(s)
     return s
+
+
+_NOTICED: set[str] = set()  # the data directories this process has said SIMULATED for
+
+
+def simulated_notice(settings: Settings, say=None) -> None:
+    """Say once per process, on stderr (``say(line)``), that ``settings`` point at `gpuops demo`."""
+    where = str(settings.data_path())
+    if where in _NOTICED:
+        return
+    _NOTICED.add(where)
+    (say or _warn_stderr)(
+        f"SIMULATED: gpuops demo ({where}): RunPod and Vast.ai are emulated on 127.0.0.1, boxes run on this "
+        "machine; nothing is rented or charged (`gpuops demo stop` ends it)"
+    )
 
 
 def _given(over: dict) -> dict:

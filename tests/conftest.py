@@ -40,6 +40,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.emulators  # noqa: F401  (plugs the specs' contract and the reserved ports into every emulator)
 from tests.support import procs
 
 REPO = Path(__file__).resolve().parent.parent

@@ -37,7 +37,8 @@ def build(
     ledger month --json document),"sessions" [session_row, newest first],"open_boxes" [box_row],
     "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
     "billing_now" (``live``'s totals), "budget" (``budget``), "trend" (``trend``: this month and the
-    5 before it), "notifications" (``notifications``: the last messages sent from this machine)}``.
+    5 before it), "notifications" (``notifications``: the last messages sent from this machine),
+    "simulated" (the ledger is `gpuops demo`'s: every figure on the page simulated)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
     """
@@ -67,6 +68,7 @@ def build(
         "budget": budget(settings, now),
         "trend": trend(reader, report["month"], tz),
         "notifications": notifications(settings, tz),
+        "simulated": settings.simulated(),
     }
 
 

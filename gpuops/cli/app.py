@@ -36,6 +36,9 @@ app.add_typer(volumes_app, name="volumes")
 from gpuops.cli.notify import notify_app  # noqa: E402  (typer only; apprise loads when a message is sent)
 
 app.add_typer(notify_app, name="notify")
+from gpuops.cli.demo import demo_app  # noqa: E402  (typer only; the emulators load in the demo's own process)
+
+app.add_typer(demo_app, name="demo")
 
 # Provider names in help strings come from the registry (names only: no provider class is imported).
 

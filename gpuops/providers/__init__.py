@@ -67,8 +67,28 @@ def entry(name: str) -> ProviderEntry:
 
 
 def get_provider(name: str, settings: SettingsView) -> Provider:
-    """The provider called ``name``; BadInput for an unknown name."""
-    return entry(name).build(settings)
+    """The provider called ``name``; BadInput for an unknown name.
+
+    In `gpuops demo`'s data directory (``settings.simulated()``) every offer the provider makes is
+    simulated (``Provider.simulated``: booked apart, never counted as money spent), so a
+    marketplace's API must be on this machine (the demo's emulator): BadInput otherwise, before
+    anything is asked."""
+    e = entry(name)
+    provider = e.build(settings)
+    if settings.simulated():
+        if e.needs_key:
+            from urllib.parse import urlsplit
+
+            from gpuops.providers.keys import resolve_url
+
+            url = resolve_url(e.key_source, getattr(settings.providers, e.section).url)
+            if urlsplit(url).hostname not in ("127.0.0.1", "localhost", "::1"):
+                raise BadInput(
+                    f"the data directory {settings.data_path()} is gpuops demo's (simulated), but {name}'s API is {url}",
+                    'run `eval "$(gpuops demo env)"` to use the demo, or point GPUOPS_DATA_DIR at your own data',
+                )
+        provider.simulated = True
+    return provider
 
 
 def agent_destroy_kind(name: str) -> str:

@@ -96,7 +96,8 @@ class Offer:
         """``price_usd_per_hour`` is what the offer costs rented as shown (the bid on spot).
 
         ``on_demand_usd_per_hour`` the listed price where it differs (else null); ``usd_per_hour``
-        and ``min_bid`` the provider's own figures."""
+        and ``min_bid`` the provider's own figures; ``simulated``: priced, never charged (the local
+        provider's catalog price, `gpuops demo`'s emulators)."""
         return {
             "price_usd_per_hour": self.price,
             "on_demand_usd_per_hour": self.on_demand_usd_per_hour,
@@ -110,6 +111,7 @@ class Offer:
             "min_bid": self.min_bid,
             "reliability": self.reliability,
             "region": self.region,
+            "simulated": self.simulated,
         }
 
 
@@ -328,6 +330,9 @@ class Provider(abc.ABC):
     # False for a provider that makes no HTTP call (local): ``@guarded`` runs its methods bare (the
     # guard would import requests, ~30 ms of `watchdog --once` start-up, only to guard nothing).
     http_calls: bool = True
+    # Every offer is simulated (priced, never charged): set by ``get_provider`` in `gpuops demo`'s
+    # data directory, where the marketplaces are its emulators on 127.0.0.1.
+    simulated: bool = False
 
     @property
     def containment_note(self) -> str:

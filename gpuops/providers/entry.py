@@ -29,7 +29,8 @@ class SettingsView(Protocol):
     ``tests/core/test_import_contract.py`` checks. ``providers``: one table per provider
     (``providers.<section>``, that entry's ``settings`` model); ``up`` / ``teardown``: the
     ``[up]`` / ``[teardown]`` tables; ``source``: the infra.toml they came from (None: none);
-    ``data_path()``: the data directory; ``ledger_url()``: the ledger's URL (its spool paths)."""
+    ``data_path()``: the data directory; ``ledger_url()``: the ledger's URL (its spool paths);
+    ``simulated()``: the data directory is `gpuops demo`'s (every offer simulated, gpuops.providers.get_provider)."""
 
     providers: Any
     up: Any
@@ -39,6 +40,8 @@ class SettingsView(Protocol):
     def data_path(self) -> Path: ...
 
     def ledger_url(self) -> str: ...
+
+    def simulated(self) -> bool: ...
 
 
 def read_key_file(path: Path) -> str:

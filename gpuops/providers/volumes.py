@@ -6,7 +6,7 @@ only offers that can mount it, mount it at create, and point the bootstrap cache
 Hugging Face weights) at ``<mount>/.cache/gpuops`` (see gpuops.agent.bootstrap_config).
 
 Each provider's service is its folder's ``volumes.py`` (``VolumeService`` below; the wire shapes
-there, emulated by tests/emulators/volumes.py); this module has what they share: the ``Volume``,
+there, emulated by gpuops/emulators/volumes.py); this module has what they share: the ``Volume``,
 names and sizes; ``volume_refs`` reads a reference (``<provider>:<id or name>``) against the
 registry and finds the volume `up` mounts.
 

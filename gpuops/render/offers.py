@@ -61,7 +61,9 @@ def render(result: OffersResult, console=None) -> None:
             str(o.gpu_count),
             f"{o.vram_bytes / GIB:.1f}",
             money.rate(o.price),
-            "spot (bid)" if o.spot else ("simulated" if o.simulated else "on-demand"),
+            ("spot (simulated)" if o.simulated else "spot (bid)")
+            if o.spot
+            else ("simulated" if o.simulated else "on-demand"),
             money.rate(o.on_demand_usd_per_hour) if o.on_demand_usd_per_hour is not None else "",
             f"{o.reliability:.3f}",
             o.region,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
-from tests.support import fake_nvidia_smi
-from tests.support.sshd import SshServer
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+from gpuops.emulators.sshd import SshServer
 
 
 @pytest.fixture

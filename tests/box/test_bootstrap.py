@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import fake_nvidia_smi
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
 from tests.support.servers import HttpFiles, commit, make_repo
 from tests.support.wheels import make_wheel
 

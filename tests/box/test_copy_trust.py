@@ -20,7 +20,7 @@ from gpuops.agent.agentctl import hold_presence, read_status
 from gpuops.agent.jobio import follow_log, start_job
 from gpuops.box.base import GET_MAX_BYTES, UnsafeCopy
 from gpuops.box.ssh import HostKeyPins, SSHBox
-from tests.support.sshd import SshServer
+from gpuops.emulators.sshd import SshServer
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = "we ird $(touch PWNED) 'q' \"d\" ;x`id`&|*.txt"
@@ -233,10 +233,10 @@ def test_up_on_a_box_without_sftp_whose_nvidia_smi_exits_14(gpuops_home, sshd_no
     import gpuops.rental.launcher as launcher
     from gpuops.box.ssh import ensure_ssh_key
     from gpuops.config import load_settings
+    from gpuops.emulators import nvidia_smi as fake_nvidia_smi
     from gpuops.rental.launcher import Reporter, UpRequest, run_up
     from ledger import Ledger
     from tests.box.test_up_box import SshProvider
-    from tests.support import fake_nvidia_smi
 
     fake_nvidia_smi.set_state(smi_bin, dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)

@@ -16,8 +16,8 @@ from gpuops.agent.jobio import LOG, follow_log, job_exit, start_job
 from gpuops.box.local import LocalBox
 from gpuops.box.remote import open_box
 from gpuops.box.ssh import ConnectionLost, HostKeyChanged, SSHBox, SshUnreachable
+from gpuops.emulators.sshd import TcpProxy
 from gpuops.providers.base import Instance, InstanceStatus, SshEndpoint
-from tests.support.sshd import TcpProxy
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = "we ird $(touch PWNED) 'q' \"d\" ;x`id`&|*.txt"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import gpuops.rental.launcher as launcher
 from gpuops.config import load_settings
+from gpuops.emulators.sshd import TcpProxy
 from gpuops.providers.base import Balance, Instance, InstanceStatus, Offer, Provider, SshEndpoint
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
-from tests.support.sshd import TcpProxy
 
 SECRET = "hf_upSecret_0a1b2c3d4e5f"
 

@@ -4,42 +4,14 @@ are proven with (settings a user could set too)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
+from gpuops.emulators.box_key import BOX_KEY, BoxKeyRunPod, BoxKeyVast
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (the box fixtures)
-from tests.emulators import RunPodEmulator
-from tests.emulators.runpod import pod_key
-from tests.emulators.volumes import VastVolumeEmulator
 
 # The narrow key every test box holds in its (stand-in) PID 1 environment. The real ones are per
 # box (tests/teardown/scoped.py); here three boxes share one sshd and one environment file, so the
-# emulators accept this one key for the destroy (or stop) of any instance, and for nothing else.
-BOX_KEY = "box-scoped-key"
-
-
-class BoxKeyRunPod(RunPodEmulator):
-    """RunPod: the box key is a pod-scoped key for whichever pod it names; what it may do is the
-    emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
-
-    def _pod_key_account(self, req: dict, op: str, pid: str):
-        if req["auth"] == f"Bearer {BOX_KEY}" and pid in self.market.instances:
-            req = dict(req, auth=f"Bearer {pod_key(pid)}")
-        return super()._pod_key_account(req, op, pid)
-
-
-class BoxKeyVast(VastVolumeEmulator):
-    """Vast (with its volumes): the box key may destroy any instance (``DELETE /api/v0/instances/{id}/``), nothing else."""
-
-    def authorized(self, req: dict) -> bool:
-        return super().authorized(req) or (
-            req["auth"] == f"Bearer {BOX_KEY}"
-            and req["method"] == "DELETE"
-            and bool(re.fullmatch(r"/api/v0/instances/\d+/", req["path"]))
-        )
-
-
+# emulators accept this one key for the destroy (or stop) of any instance (gpuops/emulators/box_key.py).
 EMULATORS = {"runpod": BoxKeyRunPod, "vast": BoxKeyVast}
 
 

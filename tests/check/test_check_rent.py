@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
 from ledger import Ledger
 from tests.conftest import gpuops_cmd
-from tests.support import fake_nvidia_smi
 
 CHECK_TIMEOUT_S = 400  # the wall cap is 5 min here; a loaded machine runs the three ups side by side
 BOOKED_SHORT_S = 10.0  # how much shorter than billed a row may be booked (see its use)

@@ -1,5 +1,5 @@
 """Servers of the suite never outlive a SIGKILLed test process, and a run that died anyway is
-cleaned up by the next one (tests/support/procs.py ``die_with_parent``, ``end_dead_runs``)."""
+cleaned up by the next one (gpuops/emulators/lifetime.py ``die_with_parent``, tests/support/procs.py ``end_dead_runs``)."""
 
 from __future__ import annotations
 

@@ -160,6 +160,14 @@ class Contract:
 
         list(spec(self.provider).iter_request_errors(MockRequest(SERVERS[self.provider], "get", "/")))
 
+    def check_document(self, text: str) -> None:
+        """Judge a GraphQL document sent to ``POST /graphql`` by RunPod's own clients' documents
+        (graphql_contract.py: no schema is published); record each violation."""
+        from tests.emulators import graphql_contract
+
+        for line in graphql_contract.violations(text):
+            self._record(f"{self.provider} POST /graphql: document: {line}")
+
     def _record(self, text: str, req: dict | None = None) -> None:
         if any(re.match(k, text) for k in TOLERATED_VIOLATIONS):
             return

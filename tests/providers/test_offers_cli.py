@@ -36,7 +36,9 @@ def test_offers_json_merges_both(emulator_env, cli_env, tmp_path):  # emulator_e
         "min_bid",
         "reliability",
         "region",
+        "simulated",
     }
+    assert not any(r["simulated"] for r in rows)  # real accounts' offers (the emulators, outside gpuops demo)
     assert emulator_env["runpod"].market.api_key not in out.stdout + out.stderr
 
 

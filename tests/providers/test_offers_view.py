@@ -50,6 +50,7 @@ def test_json_shape(settings):
             "min_bid": None,
             "reliability": 0.97,
             "region": "Texas, US",
+            "simulated": False,
         },
         {
             "price_usd_per_hour": round(0.30 + 0.15 * 40 / 730, 6),
@@ -64,6 +65,7 @@ def test_json_shape(settings):
             "min_bid": None,
             "reliability": 0.995,
             "region": "Sweden, SE",
+            "simulated": False,
         },
     ]
 

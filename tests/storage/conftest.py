@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+from gpuops.emulators.sshd import SshServer
+from gpuops.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
 from gpuops.providers.keys import Credential
-from tests.emulators.volumes import RunPodVolumeEmulator, VastVolumeEmulator
-from tests.support import fake_nvidia_smi
 from tests.support.emulators import FAST_RETRY
-from tests.support.sshd import SshServer
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 
 from gpuops.box.local import LocalBox
 from gpuops.box.ssh import HostKeyPins, SSHBox, ensure_ssh_key
+from gpuops.emulators.sshd import TcpProxy
 from gpuops.rental import results
-from tests.support.sshd import TcpProxy
 
 BOOTSTRAP = Path(__file__).resolve().parents[2] / "onbox"
 

@@ -66,7 +66,7 @@ class Browser:
         self.profile = Path(tempfile.mkdtemp(prefix="gpuops-chromium-"))
         self.log_path = self.profile / "chromium.log"  # removed with the profile
         self._log = open(self.log_path, "wb")
-        from tests.support.procs import die_with_parent
+        from gpuops.emulators.lifetime import die_with_parent
 
         self.proc = subprocess.Popen(
             [

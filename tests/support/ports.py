@@ -6,7 +6,7 @@ outgoing connection or emulator before sshd binds it (sshd then exits "Cannot bi
 connection check reaches the wrong listener). ``reserved_port()`` picks below the ephemeral range
 (``/proc/sys/net/ipv4/ip_local_port_range``), where no ``bind(0)`` lands, from a block of its
 own per xdist worker, and checks the number is free right now (another run on this machine).
-The provider emulators listen on one too (tests/emulators/base.py): a port ``bind(0)`` gave up
+The provider emulators listen on one too (gpuops/emulators/base.py ``port_for``, plugged in by tests/emulators): a port ``bind(0)`` gave up
 goes to the next ``bind(0)`` while a process of the test that used it may still call it.
 """
 

@@ -7,7 +7,7 @@ server runs as the ``postgres`` system user (created by the Debian package) and 
 handed to it.
 
 The server never outlives the test run: it is not daemonized (no ``pg_ctl start``), it gets
-SIGQUIT (immediate shutdown) when the thread that started it ends (``procs.die_with_parent``:
+SIGQUIT (immediate shutdown) when the thread that started it ends (``gpuops.emulators.lifetime.die_with_parent``:
 a SIGKILLed pytest runs no teardown), and a run that died anyway is ended by the next run's
 start (``procs.end_dead_runs``, from tests/conftest.py).
 
@@ -124,7 +124,7 @@ class PostgresServer:
         """Run ``postgres -D`` as a child of this process (its own process group; SIGQUIT when the
         starting thread ends) and wait until it accepts a connection on ``port``. Raises
         RuntimeError (the log's tail) when it exits or does not answer by ``START_TIMEOUT_S``."""
-        from tests.support.procs import die_with_parent
+        from gpuops.emulators.lifetime import die_with_parent
 
         log_path = self.root / "server.log"
         with open(log_path, "ab") as log:

@@ -188,31 +188,6 @@ def signal_held(pid: int, signum: int) -> bool:
     return bool((masks["SigIgn"] | masks["SigCgt"]) & bit)
 
 
-# --- Daemons that end with the test run -------------------------------------------------------
-
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def die_with_parent(signum: int):
-    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``signum`` when the thread that
-    started it ends (Linux ``prctl(PR_SET_PDEATHSIG)``, prctl(2)), so a server a test run starts
-    does not outlive a SIGKILLed pytest. It runs after Popen's ``user=`` switch (a credential
-    change clears the setting). A parent that died between fork and prctl is caught by comparing
-    ``getppid()`` with the pid recorded before the fork (the child exits at once). The signal
-    follows the starting THREAD: start servers from a thread that lives as long as they do (the
-    main thread, or one that waits for the server's end, as ``SshServer.start_later`` does)."""
-    import ctypes
-
-    parent = os.getpid()
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded here: the child may no longer read Python's files
-
-    def arm() -> None:
-        if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0 or os.getppid() != parent:
-            os._exit(1)
-
-    return arm
-
-
 # --- Runs that died: their owner record and what they left running ---------------------------
 
 SUITE_PREFIX = "gpuops-suite-"  # tests/conftest.py: each run's temp root is <outer tmp>/gpuops-suite-*

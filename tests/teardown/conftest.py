@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import fake_nvidia_smi
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
 from tests.teardown.rig import LOADED_SLACK_S, STAGE_TIMEOUT_S, Rig, gate, wait_for  # noqa: F401  (re-exported for the tests)
 
 
 class FakeSmi:
-    """The suite's stand-in ``nvidia-smi`` (tests/support/fake_nvidia_smi.py) in ``bindir``, with
+    """The suite's stand-in ``nvidia-smi`` (gpuops/emulators/nvidia_smi.py) in ``bindir``, with
     what it reports set by the test: ``util(*percent)`` one GPU per value, ``set(out, rc)`` a raw
     reading (output the real tool printed, verbatim)."""
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
+from gpuops.emulators.runpod import pod_key as runpod_pod_key  # noqa: F401  (re-exported for the tests)
 from tests.emulators import RunPodEmulator, VastEmulator
-from tests.emulators.runpod import pod_key as runpod_pod_key  # noqa: F401  (re-exported for the tests)
 
 
 def vast_instance_key(instance_id: str) -> str:

@@ -508,8 +508,8 @@ def test_watchdog_daemon_ticks_under_a_posix_tz(rig, cli_env, tmp_path, tz):
 
 # -- 5. nvidia-smi exits 14 with valid rows ----------------------------------------------------------
 def test_nvidia_smi_exit_14_with_valid_rows_is_a_reading_not_unknown(rig, tmp_path):
+    from gpuops.emulators import nvidia_smi as fake_nvidia_smi
     from onbox.agent import sample_gpus
-    from tests.support import fake_nvidia_smi
 
     smi = fake_nvidia_smi.install(tmp_path / "real-smi", dict(fake_nvidia_smi.DEFAULT_STATE, **fake_nvidia_smi.INFOROM))
     r = sample_gpus([smi], timeout=20)

@@ -16,13 +16,13 @@ import pytest
 
 from gpuops.box.ssh import ensure_ssh_key
 from gpuops.config import load_settings
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+from gpuops.emulators.sshd import SshServer
 from gpuops.teardown.reconcile import Context
 from gpuops.teardown.watchdog import run
 from ledger.store import Ledger
 from onbox.jobwrap import descendants
 from tests.conftest import gpuops_cmd
-from tests.support import fake_nvidia_smi
-from tests.support.sshd import SshServer
 from tests.teardown.conftest import wait_for
 from tests.teardown.scoped import ScopedVastEmulator, vast_instance_key
 

@@ -153,7 +153,7 @@ class LocalProvider(Provider):
         )
 
     def _offer(self, card: Card, gpu_count: int) -> Offer:
-        simulated = self.price_per_hour is None
+        simulated = self.simulated or self.price_per_hour is None  # the demo's, or the catalog's price
         price = card.reference_usd_per_hour * gpu_count if self.price_per_hour is None else float(self.price_per_hour)
         return Offer(
             provider="local",

@@ -217,6 +217,7 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
             min_bid=None,
             reliability=1.0,
             region=f"{c} cloud" + (f" ({', '.join(str(d) for d in dcs[:4])})" if dcs else ""),
+            simulated=self.simulated,
         )
 
     # -- instances ---------------------------------------------------------------------------

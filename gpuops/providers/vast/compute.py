@@ -234,6 +234,7 @@ class VastProvider(VastClient, Interruptible, HasVolumes, HasBilling):
                 net_down_mbps=float(r.get("inet_down") or 0.0),
                 machine_id=str(r.get("machine_id") or ""),
                 storage_usd_per_hour=round(storage, 6) if math.isfinite(storage) else 0.0,
+                simulated=self.simulated,
             )
         except (KeyError, TypeError, ValueError):
             return None  # a malformed row must not break the whole search

@@ -14,8 +14,8 @@ infoROM prints ``WARNING: infoROM is corrupted at gpu 0000:04:00.0`` and exits 1
 (``INFOROM``). ``utilization(bin_dir, *percent)`` sets one GPU per percentage (40000 of 81920 MiB
 used); ``{"mode": "raw", "stdout": str, "exit_code": int}`` prints ``stdout`` verbatim for any call.
 
-This is the suite's one stand-in ``nvidia-smi`` (tests/box, tests/teardown's ``fake_smi``, the
-stand-in SSH boxes). The script runs with ``-S`` (no site import): stdlib only, quick to start
+This is the one stand-in ``nvidia-smi`` (tests/box, tests/teardown's ``fake_smi``, the
+stand-in SSH boxes, `gpuops demo`'s box). The script runs with ``-S`` (no site import): stdlib only, quick to start
 even on a loaded machine, where the on-box agent calls it every sample.
 
 Formats copied from the real tool (driver 550.x): ``--query-gpu=a,b --format=csv[,noheader][,nounits]``

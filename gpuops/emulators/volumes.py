@@ -3,7 +3,7 @@
 Wire shapes:
 
 - RunPod: REST v2 network volumes are served by the RunPod emulator itself
-  (tests/emulators/runpod.py: ``/v2/network-volumes``, the pod create's ``mounts.network``);
+  (gpuops/emulators/runpod.py: ``/v2/network-volumes``, the pod create's ``mounts.network``);
   ``RunPodVolumeEmulator`` is that emulator, kept as the storage tests' name for it.
 - Vast (vastai SDK 1.9.1 vastai/api/storage.py, vastai/api/offers.py): ``GET
   /api/v0/volumes?owner=me&type=local_volume|network_volume|all_volume`` -> ``{"volumes": [...]}``
@@ -21,8 +21,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from tests.emulators.runpod import RunPodEmulator
-from tests.emulators.vast import VastEmulator
+from gpuops.emulators.runpod import RunPodEmulator
+from gpuops.emulators.vast import VastEmulator
 
 
 class RunPodVolumeEmulator(RunPodEmulator):

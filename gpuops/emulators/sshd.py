@@ -12,7 +12,7 @@ connection at once (what a laptop going to sleep or a NAT timeout does to a live
 while it keeps accepting new ones, so a client can reconnect.
 
 Both are used by ``tests/box`` and meant for other areas (the provider emulators point their
-instances' SSH endpoints at an ``SshServer``).
+instances' SSH endpoints at an ``SshServer``); `gpuops demo` runs one as its box.
 """
 
 from __future__ import annotations
@@ -32,10 +32,16 @@ SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 for a server that binds it later (``tests.support.ports``)."""
-    from tests.support.ports import reserved_port
+    """A TCP port on 127.0.0.1 for a server that binds it later: the plugged-in one
+    (``gpuops.emulators.base.port_for``; the suite's is tests/support/ports.py), else one free now."""
+    from gpuops.emulators import base
 
-    return reserved_port()
+    port = base.port_for()
+    if port:
+        return port
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def keygen(path: Path, comment: str = "gpuops-test") -> str:
@@ -124,7 +130,7 @@ class SshServer:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir sshd demands as root
         cfg = self._config()
         log = open(self.log, "ab")
-        from tests.support.procs import die_with_parent
+        from gpuops.emulators.lifetime import die_with_parent
 
         # -D: a direct child, never a daemon; SIGTERM when the starting thread ends (a SIGKILLed
         # pytest runs no stop()).
@@ -177,23 +183,28 @@ class SshServer:
         """Kill what tests left running on the "box" (detached jobs, on-box agents): processes
         whose working directory is under ``home``. A rented box takes them with it when it is
         destroyed; this stand-in box must end them itself, once the test is over."""
-        home = str(self.home.resolve())
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) == os.getpid():
-                continue
-            try:
-                cwd = os.readlink(f"/proc/{name}/cwd")
-            except OSError:
-                continue
-            if cwd == home or cwd.startswith(home + "/"):
-                try:
-                    os.kill(int(name), signal.SIGKILL)
-                except OSError:
-                    pass
+        end_processes_under(self.home)
 
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+def end_processes_under(home: Path) -> None:
+    """SIGKILL every process (but this one) whose working directory is ``home`` or under it."""
+    where = str(Path(home).resolve())
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(f"/proc/{name}/cwd")
+        except OSError:
+            continue
+        if cwd == where or cwd.startswith(where + "/"):
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _whoami() -> str:

@@ -36,8 +36,7 @@ import operator
 import re
 from typing import Any
 
-from tests.emulators.base import JSON, EmuInstance, Emulator, Market
-from tests.emulators.contract import Contract
+from gpuops.emulators.base import JSON, EmuInstance, Emulator, Market, contract
 
 HOURS_PER_MONTH = 730.0
 # The statuses that come from Vast's gateway in front of its API, the ones vastai's own client
@@ -136,7 +135,7 @@ class VastEmulator(Emulator):
 
     def __init__(self, api_key: str = "vast_TESTKEY", balance_usd: float = 100.0):
         super().__init__(Market(api_key, balance_usd, self.BILLING_INCREMENT_S))
-        self.contract = Contract("vast")
+        self.contract = contract("vast")
         # Undocumented answers, both ways (each a switch the tests flip):
         self.low_bid_leaves_instance = True  # a bid under min_bid leaves a stopped instance (True) or nothing
         # (account, ask id) -> the search types it was served as ("bid", "on-demand"): a create of an

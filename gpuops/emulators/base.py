@@ -12,6 +12,7 @@ import json
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +30,24 @@ def billed_span(t0: float, t1: float, increment_s: float) -> float:
 
 
 _CURRENT = threading.local()  # the op of the request this server thread handles
+
+# What the test suite plugs in (tests/emulators/__init__.py); the emulators run without both:
+# ``contract_for(provider)``: the provider's published spec judging every request and reply
+# (tests/emulators/contract.py; openapi-core is a development dependency), None: nothing judges;
+# ``port_for()``: the port an emulator binds on 127.0.0.1 (0: the kernel picks one).
+contract_for: Callable[[str], Any] | None = None
+
+
+def _any_port() -> int:
+    return 0
+
+
+port_for: Callable[[], int] = _any_port
+
+
+def contract(provider: str) -> Any:
+    """The contract plugged in for ``provider`` (``contract_for``), else None."""
+    return contract_for(provider) if contract_for is not None else None
 
 
 @dataclass
@@ -503,7 +522,7 @@ class _Handler(BaseHTTPRequestHandler):
 class Emulator:
     """Base for an HTTP emulator: ``start()`` binds 127.0.0.1 on a free port; ``url`` is its base."""
 
-    contract = None  # a tests.emulators.contract.Contract: the provider's spec validates the traffic
+    contract: Any = None  # a plugged-in contract (``contract_for``): the provider's spec validates the traffic
 
     def __init__(self, market: Market):
         self.market = market
@@ -574,22 +593,20 @@ HTML = "text/html"
 
 
 def _server() -> ThreadingHTTPServer:
-    """The emulator's HTTP server on 127.0.0.1, on a port below the ephemeral range.
+    """The emulator's HTTP server on 127.0.0.1, on ``port_for()``'s port (in the suite: below the ephemeral range).
 
     A port ``bind(0)`` handed out goes to the next ``bind(0)`` on the machine once its server
     stops, while a process of the test that used it (an `up` retrying its destroy in the leak
     grace, another run's) may still send there: its traffic then reached another test's emulator,
     whose spec check blamed it on that test (RunPod's ``GET``/``DELETE /v2/pods/pod1`` at a Vast
-    emulator). ``reserved_port`` walks a block of this worker's own (tests/support/ports.py);
-    a port another run takes between its check and the bind is skipped."""
+    emulator). The suite plugs in ``port_for``: tests/support/ports.py's ``reserved_port`` walks a
+    block of this worker's own; a port another run takes between its check and the bind is skipped."""
     import errno
-
-    from tests.support.ports import reserved_port
 
     for _ in range(4):
         try:
-            return ThreadingHTTPServer(("127.0.0.1", reserved_port()), _Handler)
+            return ThreadingHTTPServer(("127.0.0.1", port_for()), _Handler)
         except OSError as e:
             if e.errno != errno.EADDRINUSE:
                 raise
-    return ThreadingHTTPServer(("127.0.0.1", reserved_port()), _Handler)
+    return ThreadingHTTPServer(("127.0.0.1", port_for()), _Handler)
