@@ -7,7 +7,7 @@ checkout and, with ``--baseline DIR``, another one, e.g. main before the change)
 * the job alone: ``bash job.sh > file`` on this machine, wall seconds (the floor of the job itself);
 * box end after exit: the provider's own destroy time minus the box's own ``exit_code`` time
   (the local provider's ``destroyed.json`` ``destroyed_at``; over SSH the Vast.ai emulator's
-  billing record ``ended_t``, the box a real sshd on 127.0.0.1, tests/support/sshd.py);
+  billing record ``ended_t``, the box a real sshd on 127.0.0.1, gpuops/emulators/sshd.py);
 * the link's rate, bytes/s, measured beside it with no gpuops code: local, a plain copy of the
   output file; SSH, one paramiko SFTP ``getfo`` of it from the same sshd (pipelined, as scp);
 * the target: 1 s + remaining bytes / rate, where remaining is what `up` had not shown when it
@@ -218,7 +218,7 @@ def main() -> int:
         sshd = None
         if not a.no_ssh:
             from gpuops.box.ssh import ensure_ssh_key
-            from tests.support.sshd import SshServer
+            from gpuops.emulators.sshd import SshServer
 
             sshd = SshServer(tmp / "sshd", extra_path=[tmp / "ours" / "bin"])
             for name, _ in repos:

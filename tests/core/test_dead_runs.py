@@ -75,7 +75,7 @@ def test_postgres_ends_with_the_test_process_that_started_it():
 def test_sshd_ends_with_the_test_process_that_started_it(tmp_path):
     pid, _ = _sigkill_holder_of(
         "import time\n"
-        "from tests.support.sshd import SshServer\n"
+        "from gpuops.emulators.sshd import SshServer\n"
         f"s = SshServer({str(tmp_path / 'sshd')!r})\n"
         "s.start()\n"
         "print(s.proc.pid, s.base, flush=True)\n"

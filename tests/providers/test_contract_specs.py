@@ -198,7 +198,7 @@ def test_an_injected_vast_5xx_is_judged_by_the_spec_and_by_vastais_client():
     injected 500 on any route is held to it. A 502/503/504 is Vast's gateway (what vastai's client
     retries as transient): the emulator answers it as a gateway page, and a JSON body there would
     claim to be the API."""
-    from tests.emulators.vast import VastEmulator
+    from gpuops.emulators.vast import VastEmulator
 
     emu = VastEmulator().start()
     try:
