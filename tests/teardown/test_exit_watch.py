@@ -29,11 +29,11 @@ from pathlib import Path
 import pytest
 
 from gpuops.box.ssh import ensure_ssh_key
+from gpuops.emulators import nvidia_smi as fake_nvidia_smi
+from gpuops.emulators.sshd import SshServer
 from gpuops.teardown.joblog import INCOMPLETE
 from ledger.store import Ledger
 from tests.conftest import gpuops_cmd
-from gpuops.emulators import nvidia_smi as fake_nvidia_smi
-from gpuops.emulators.sshd import SshServer
 from tests.teardown.rig import LOADED_SLACK_S, STAGE_TIMEOUT_S
 
 OUTPUT_BYTES = 24 * 10**6
