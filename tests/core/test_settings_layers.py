@@ -67,8 +67,7 @@ def test_a_moved_key_says_where_it_went(tmp_path):
     with pytest.raises(BadInput) as e:
         load_settings(cfg, env={})
     assert str(e.value).startswith(
-        f"{cfg}:2: storage.results_deadline_seconds: unknown key "
-        "(moved: write fetch_deadline_seconds under [teardown])"
+        f"{cfg}:2: storage.results_deadline_seconds: unknown key (moved: write fetch_deadline_seconds under [teardown])"
     )
 
 
