@@ -38,12 +38,29 @@ def _export_to_file(reader, path, **kw) -> tuple[int, str]:
         return n, f.read()
 
 
-def _no_child_left() -> bool:
+def _reaped(pid: int) -> bool:
+    """Whether the export already waited for its child ``pid`` (asked of that pid alone: a suite
+    server the worker started, such as its PostgreSQL, is a child of this process too)."""
     try:
-        os.waitpid(-1, os.WNOHANG)
+        os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         return True
     return False
+
+
+def _record_forks(monkeypatch) -> list[int]:
+    """The pids ``os.fork`` returns to this process from now on, in order."""
+    forked: list[int] = []
+    real_fork = os.fork
+
+    def fork() -> int:
+        pid = real_fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(os, "fork", fork)
+    return forked
 
 
 @pytest.mark.parametrize("slices, hold_max, tie_run_max", [(7, 1 << 20, 10_000), (64, 50, 3), (2, 0, 10_000)])
@@ -54,17 +71,15 @@ def test_two_processes_write_the_bytes_of_one(hostile, tmp_path, monkeypatch, sl
     monkeypatch.setattr(csvio, "_FORK_SLICES", slices)
     monkeypatch.setattr(csvio, "_FORK_HOLD_MAX", hold_max)
     monkeypatch.setattr(csvio, "_TIE_RUN_MAX", tie_run_max)
-    forked = []
-    real_fork = os.fork
-    monkeypatch.setattr(os, "fork", lambda: forked.append(1) or real_fork())
+    forked = _record_forks(monkeypatch)
     n, ours = _export_to_file(reader, tmp_path / "out.csv")
-    assert forked == [1]
+    assert len(forked) == 1
     ref = reference_export(led)
     assert ours == ref
     serial = io.StringIO()  # no file descriptor: one process
     assert books.export(reader, serial) == n == len(list(csv.reader(io.StringIO(ref)))) - 1
     assert serial.getvalue() == ref
-    assert _no_child_left()
+    assert _reaped(forked[0])
 
 
 def test_a_month_is_sliced_inside_its_bounds(hostile, tmp_path, monkeypatch):
@@ -95,10 +110,11 @@ def test_an_error_in_either_process_is_raised_and_the_child_reaped(hostile, tmp_
             raise ValueError(f"disk gone in slice {failing_slice}")
         return reader.iter_query(sql, params)
 
+    forked = _record_forks(monkeypatch)
     with open(tmp_path / "x.csv", "w", encoding="utf-8", newline="") as out:
         with pytest.raises(ValueError, match=f"disk gone in slice {failing_slice}"):
             csvio.write_export_forked(failing, out)
-    assert _no_child_left()
+    assert len(forked) == 1 and _reaped(forked[0])
 
 
 def test_another_thread_or_no_linux_means_one_process(hostile, tmp_path, monkeypatch):
