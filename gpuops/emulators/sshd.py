@@ -125,7 +125,10 @@ class SshServer:
         return cfg
 
     def start(self, timeout: float = 10.0) -> None:
-        """Start sshd and wait until it accepts TCP connections. Raises RuntimeError on failure."""
+        """Start sshd and wait until it accepts TCP connections. Raises RuntimeError on failure.
+
+        sshd gets SIGTERM when the calling THREAD ends (``lifetime.die_with_parent``): call it from
+        a thread that lives as long as the server, or use ``start_later``."""
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # privilege-separation dir sshd demands as root
         cfg = self._config()

@@ -400,7 +400,7 @@ def test_a_box_taken_back_during_the_copy_back_is_rented_again_and_the_job_resum
                 deadline = time.monotonic() + STAGE_TIMEOUT_S
                 while emu.market.find(inst.id) is not None and time.monotonic() < deadline:
                     time.sleep(0.05)
-                sshd.start()
+                sshd.start_later(0)  # a thread alive until stop(): sshd ends with the thread that starts it
 
             threading.Thread(target=back, daemon=True).start()
         return real(box, results, dest, **kw)
