@@ -376,9 +376,9 @@ def ledger_sync(
     settings = _settings(config, emergency=not apply)  # --apply books: it needs a sound config
     led: Books | LedgerReader
     if apply:
-        from ledger import Ledger
+        from gpuops.rental.sessions import open_ledger
 
-        led = Ledger(settings.ledger_url())
+        led = open_ledger(settings)  # its replay of a spooled close tells ([notify])
     else:
         from ledger.reads import LedgerReader
 

@@ -31,10 +31,9 @@ def show_logs(settings, session: str, *, follow: bool, write: Callable[[bytes], 
     from gpuops.box.remote import open_box
     from gpuops.providers import get_provider
     from gpuops.providers.base import InstanceStatus
-    from ledger.store import Ledger
+    from gpuops.rental.sessions import open_ledger, resolve_session
 
-    ledger = Ledger(settings.ledger_url())
-    from gpuops.rental.sessions import resolve_session
+    ledger = open_ledger(settings)  # its replay of a spooled close tells ([notify])
 
     row = resolve_session(ledger, session)
     inst = None
