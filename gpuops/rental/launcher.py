@@ -1396,7 +1396,7 @@ def _create(
 
     got = rent_first(
         providers,
-        p.candidates,
+        _affordable(s, p.candidates, ledger),
         spec_for,
         max_offers=MAX_OFFER_ATTEMPTS * len(providers),
         on_attempt=attempt,
@@ -1442,6 +1442,28 @@ def _create(
         reporter.warn(f"the delivered box is not the order: {mismatch}; destroying it")
         return EndReason.DELIVERY_MISMATCH
     return None
+
+
+def _affordable(s: UpRun, candidates: list[Offer], ledger: Books) -> list[Offer]:
+    """``candidates`` less the failover offers whose price leaves the rental under a minimum.
+
+    The first candidate was sized by the run (``runs.next_rental``); a later, dearer one whose
+    money left buys under ``runs.MIN_RENTAL_S`` of box time (``rental_hours_at``) is not tried:
+    it would boot and be ended by its money cap before the job computed anything. Each one left
+    out is booked as an ``offer_skipped`` event of kind ``money_left``."""
+    from gpuops.rental.runs import MIN_RENTAL_S
+
+    kept = candidates[:1]
+    for offer in candidates[1:]:
+        if rental_hours_at(s, offer) * 3600.0 >= MIN_RENTAL_S:
+            kept.append(offer)
+        else:
+            ledger.event(
+                s.id,
+                EventKind.OFFER_SKIPPED,
+                {"offer": offer.offer_id, "provider": offer.provider, "kind": "money_left"},
+            )
+    return kept
 
 
 def rental_hours_at(s: UpRun, offer: Offer) -> float:

@@ -182,6 +182,33 @@ def test_a_runs_rental_failing_over_to_a_dearer_offer_gets_the_hours_its_money_b
     assert abs(row.cost_usd - used.billed_usd) <= CENT
 
 
+def test_a_failover_offer_the_runs_money_buys_under_a_minute_of_is_not_tried(
+    both, runpod_emulator, vast_emulator, tmp_path
+):
+    """A run with $0.006: Vast's 0.20 bid (108 s for the money) is refused; every failover offer,
+    RunPod's 0.40 and 0.90 and Vast's on-demand 0.45, buys under the 60 s a rental needs (54 s,
+    24 s, 48 s), so none is tried: each is booked as skipped, and no box is made anywhere."""
+    s = load_settings(
+        None,
+        {"teardown": {"kill_grace_seconds": 0.5, "idle_minutes": "off", "max_session_usd": 0.006, "max_hours": 10}},
+    )
+    set_runpod(runpod_emulator, community=0.40, secure=0.90)
+    vast_emulator.min_bid_rises_to = 0.30
+    req = UpRequest(job=job(tmp_path), provider="any", card="rtx-4090", spot=True, recover=1, max_hours=10)
+    summ = run_up(req, s, Lines(), provider=both)
+    assert summ["end_reason"] != "job_end", summ
+    led = Ledger(s.ledger_url())
+    (row,) = led.run_rentals(summ["run"]["id"])
+    skipped = sorted((e["provider"], e["kind"]) for e in events(s, row.id, "offer_skipped"))
+    assert skipped == [
+        ("runpod", "money_left"),
+        ("runpod", "money_left"),
+        ("vast", "bid_too_low"),
+        ("vast", "money_left"),
+    ], skipped
+    assert runpod_emulator.market.instances == {} and vast_emulator.live() == []
+
+
 def test_a_5xx_on_create_that_made_the_pod_leaves_no_second_box(both, runpod_emulator, vast_emulator, tmp_path):
     """RunPod answers 502 after making the pod: found by its label and used, never a second create."""
     s = settings()
