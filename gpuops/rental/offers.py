@@ -166,10 +166,13 @@ def ask_all(
 
     answers: dict[str, object] = {}
     done = threading.Condition()
+    # Built here, not in the threads: a provider that cannot be used (BadInput: a demo's data dir
+    # with a real API) stops the command with its one line before anything is asked.
+    built = {} if ask_one is not None else {name: get_provider(name, settings) for name in names}
 
     def ask(name: str) -> None:
         try:
-            got: object = ask_one(name) if ask_one is not None else get_provider(name, settings).offers(query)
+            got: object = ask_one(name) if ask_one is not None else built[name].offers(query)
         except Exception as e:  # named below, never raised from a thread
             got = e
         with done:

@@ -153,6 +153,9 @@ def test_demo_without_an_account(tmp_path):
         refused = _run(real, "up", "--provider", "runpod", "--card", "rtx-4090", "--job", "job.sh", cwd=work)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         assert "is gpuops demo's (simulated), but runpod's API is https://rest.runpod.invalid" in refused.stderr
+        listed = _run(real, "offers", "--provider", "runpod", cwd=work)  # asked in threads: the same one line
+        assert listed.returncode == 2, listed.stdout + listed.stderr
+        assert "error: the data directory " in listed.stderr and "BadInput" not in listed.stderr
     finally:
         stopped = _run(env, "demo", "stop", cwd=work)
     assert stopped.returncode == 0, stopped.stderr
