@@ -242,3 +242,21 @@ def test_a_detached_sweep_is_run_by_the_watchdog_with_env_values_from_its_own_en
     sweeps, runs, sessions = _rows()
     assert sweeps[0]["end_reason"] == "done", err.read_text()
     assert len(runs) == 2 and [s["end_reason"] for s in sessions] == ["job_end"] * 2
+
+
+def test_a_monthly_cap_refusal_ends_the_sweep_with_that_reason(cli_env, tmp_path):
+    # 360 USD/h, 0.02 h a job: a worst case of 7.20 USD each; the monthly cap 7.50 holds the first
+    # (nothing spent yet). Once it has booked its 4 s or more (>= 0.40 USD) the second's 7.20 no
+    # longer fits in 7.50 - 0.40 = 7.10: `up` refuses it with monthly_cap, and the sweep ends so.
+    f = _sweep_file(tmp_path, jobs=3, k=1, sleep_s=4, hours=0.02)
+    env = up_env(cli_env, GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR="360", GPUOPS_TEARDOWN_MONTHLY_CAP_USD="7.5")
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--json"), env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stderr
+    sweeps, runs, sessions = _rows()
+    assert (sweeps[0]["status"], sweeps[0]["end_reason"]) == ("closed", "monthly_cap")
+    assert "monthly cap $7.50" in sweeps[0]["detail"]
+    assert len(sessions) == 1 and sessions[0]["end_reason"] == "job_end"
+    assert 0.4 <= sessions[0]["cost_usd"] <= 7.2
+    assert [(j["state"], j["end_reason"]) for j in _jobs()] == [
+        ("done", "job_end"), ("cancelled", "monthly_cap"), ("cancelled", "monthly_cap")
+    ]  # fmt: skip
