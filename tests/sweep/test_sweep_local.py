@@ -260,3 +260,24 @@ def test_a_monthly_cap_refusal_ends_the_sweep_with_that_reason(cli_env, tmp_path
     assert [(j["state"], j["end_reason"]) for j in _jobs()] == [
         ("done", "job_end"), ("cancelled", "monthly_cap"), ("cancelled", "monthly_cap")
     ]  # fmt: skip
+
+
+def test_dry_run_prints_each_jobs_worst_case_and_the_total_and_queues_nothing(cli_env, tmp_path):
+    # 1.50 USD/h x 0.05 h = 0.075 USD a job; two jobs 0.15 USD, more than max_usd 0.10.
+    f = _sweep_file(tmp_path, jobs=2, k=2, sleep_s=1, extra="max_usd = 0.1")
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--dry-run", "--json"), env=_env(cli_env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert [(j["name"], j["provider"], j["worst_hours"]) for j in rep["jobs"]] == [
+        ("SEED=0", "local", 0.05), ("SEED=1", "local", 0.05)
+    ]  # fmt: skip
+    assert [j["worst_usd"] for j in rep["jobs"]] == [pytest.approx(0.075, abs=1e-9)] * 2
+    assert (rep["worst_usd"], rep["max_usd"]) == (pytest.approx(0.15, abs=1e-9), 0.1)
+    t = subprocess.run(gpuops_cmd("sweep", str(f), "--dry-run"), env=_env(cli_env), capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert t.returncode == 0, t.stderr
+    assert "worst case $0.0750 (0.05 h at $1.5000/h)" in t.stdout
+    assert "total worst case $0.1500, more than max_usd $0.1000" in t.stdout
+    sweeps, runs, sessions = _rows()
+    assert (sweeps, runs, sessions) == ([], [], []) and _jobs() == []
