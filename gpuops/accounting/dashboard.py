@@ -38,6 +38,7 @@ def build(
     "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
     "billing_now" (``live``'s totals), "budget" (``budget``), "trend" (``trend``: this month and the
     5 before it), "notifications" (``notifications``: the last messages sent from this machine),
+    "sweeps" (``sweeps``: the newest sweeps' progress and spend),
     "simulated" (the ledger is `gpuops demo`'s: every figure on the page simulated)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
@@ -68,8 +69,37 @@ def build(
         "budget": budget(settings, now),
         "trend": trend(reader, report["month"], tz),
         "notifications": notifications(settings, tz),
+        "sweeps": sweeps(reader),
         "simulated": settings.simulated(),
     }
+
+
+SWEEPS_SHOWN = 10  # the dashboard's newest sweeps
+
+
+def sweeps(reader) -> list[dict]:
+    """The ``SWEEPS_SHOWN`` newest sweeps, newest first: jobs by state and spend against max_usd.
+
+    From the queue's own read (``ledger.sweeps.sweeps``, behind `gpuops ledger sweeps`):
+    ``[{"sweep","name","status","end_reason","jobs","done","running" (claimed ones too),"queued",
+    "failed","cancelled","max_usd","cost_usd" (what its rentals booked, USD; None before any cost),
+    "spend_fraction" (cost_usd / max_usd; None without a max_usd)}]``."""
+    from ledger import sweeps as queue
+
+    out = []
+    for r in queue.sweeps(reader.engine, SWEEPS_SHOWN):
+        cap = r["max_usd"]
+        out.append(
+            {
+                "sweep": r["id"],
+                **{k: r[k] for k in ("name", "status", "end_reason", "jobs", "done", "queued", "failed", "cancelled")},
+                "running": r["running"] + r["claimed"],
+                "max_usd": cap,
+                "cost_usd": r["cost_usd"],
+                "spend_fraction": round((r["cost_usd"] or 0.0) / cap, 6) if cap else None,
+            }
+        )
+    return out
 
 
 NOTIFICATIONS_SHOWN = 5  # the dashboard's last notifications

@@ -27,6 +27,11 @@ def sweep(
     detach: bool = typer.Option(
         False, "--detach", help="Only enqueue: the watchdog services run the jobs (the laptop may close)."
     ),
+    dry_run: bool = typer.Option(
+        False,
+        "--dry-run",
+        help="Check every job and print its offer and worst case, the total vs max_usd; rent and queue nothing.",
+    ),
     claim_seconds: float = typer.Option(
         CLAIM_S, "--claim-seconds", hidden=True, help="How long a claim lasts unless renewed (seconds)."
     ),
@@ -40,7 +45,7 @@ def sweep(
 
     A first Ctrl-C rents nothing new and lets the running jobs end; a second ends them (teardown, booked)."""
     from gpuops.render import emit
-    from gpuops.render.sweep import status_text
+    from gpuops.render.sweep import dry_run_text, status_text
     from gpuops.sweep import executor, service
     from gpuops.sweep.spec import load_sweep
 
@@ -49,6 +54,10 @@ def sweep(
     settings = spec.jobs[0].settings
     ledger = _ledger(config)
     prepared = executor.prepare(spec, ledger, settings, detach=detach)
+    if dry_run:
+        dry = prepared.dry_run()
+        emit.emit(dry, fmt, lambda: emit.write(dry_run_text(dry)))
+        return
     sweep_id = executor.enqueue(prepared, ledger)
     _say(f"{sweep_id}: {len(prepared.jobs)} job(s) queued, at most {spec.max_parallel} at once")
     if detach:

@@ -50,3 +50,22 @@ def listing_text(rows: list[dict[str, Any]]) -> str:
             f"{r['running']} running, {r['queued']} queued; {_usd(r['cost_usd'])}, $/Mtok {_usd(r['usd_per_mtoken'])}"
         )
     return "\n".join(out) + "\n"
+
+
+def dry_run_text(rep: dict[str, Any]) -> str:
+    """`sweep --dry-run` (``executor.Prepared.dry_run``): one line per job (offer, worst case), then the total vs max_usd."""
+    lines = [f"sweep {rep['name']}: dry run, nothing rented or queued; at most {rep['max_parallel']} at once"]
+    for j in rep["jobs"]:
+        card = f"{j.get('gpu_count') or 1}x {j.get('card') or '-'} on {j.get('provider') or '-'}"
+        lines.append(
+            f"  {j['seq']:>4} {j['name']:<24} {card:<28} worst case {_usd(j['worst_usd'])} "
+            f"({j['worst_hours']:g} h at {_usd(j['dearest_usd_per_hour'])}/h)"
+        )
+    if rep["max_usd"] is None:
+        cap = "no max_usd: each job is held by its own limits only"
+    elif rep["worst_usd"] <= rep["max_usd"] + 1e-9:
+        cap = f"within max_usd {_usd(rep['max_usd'])}: every job can run"
+    else:
+        cap = f"more than max_usd {_usd(rep['max_usd'])}: the sweep stops when its money has no room for the next job"
+    lines.append(f"  total worst case {_usd(rep['worst_usd'])}, {cap}")
+    return "\n".join(lines) + "\n"

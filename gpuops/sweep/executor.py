@@ -88,6 +88,32 @@ class Prepared:
     jobs: list[dict[str, Any]]
     blobs: list[dict[str, Any]]
     args: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)  # seq -> UpArgs fields, env values in
+    offers: dict[int, dict[str, Any]] = field(
+        default_factory=dict
+    )  # seq -> its dry run's offer: provider, card, gpu_count
+
+    def dry_run(self) -> dict[str, Any]:
+        """`sweep --dry-run`'s report: each job's name, offer and worst case (USD, hours), their total vs max_usd.
+
+        Shape: ``{"dry_run": True, "name", "max_parallel", "max_usd", "max_hours", "worst_usd", "jobs":
+        [{"seq", "name", "provider", "card", "gpu_count", "dearest_usd_per_hour", "worst_hours", "worst_usd"}]}``;
+        ``worst_usd`` is the sum over the jobs (USD), what the sweep could spend with no limit of its own."""
+        jobs = [
+            {
+                "seq": j["seq"],
+                "name": j["name"],
+                **self.offers.get(j["seq"], {}),
+                **{k: j[k] for k in ("dearest_usd_per_hour", "worst_hours", "worst_usd")},
+            }
+            for j in self.jobs
+        ]
+        keys = ("name", "max_parallel", "max_usd", "max_hours")
+        return {
+            "dry_run": True,
+            **{k: self.sweep[k] for k in keys},
+            "worst_usd": round(sum(j["worst_usd"] for j in jobs), 6),
+            "jobs": jobs,
+        }
 
 
 def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = False) -> Prepared:
@@ -99,7 +125,7 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
     from gpuops.rental.launcher import Reporter, run_up
 
     sweep_id = new_sweep_id()
-    jobs, blobs, full = [], {}, {}
+    jobs, blobs, full, offers = [], {}, {}, {}
     queued_env = {j.seq: _queued_env(j.args.env, j.params, detach, j.name) for j in spec.jobs}  # before any plan
     for j in spec.jobs:
         if detach and j.args.workdir:
@@ -138,6 +164,7 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
         if spec.max_usd is not None:
             fields["max_session_usd"] = worst  # the run's own money limit: `up`'s run arithmetic holds it there
         full[j.seq] = dict(fields)
+        offers[j.seq] = {k: dry.get(k) for k in ("provider", "card", "gpu_count")}
         queued = {**fields, "env": queued_env[j.seq], "job": None}
         jobs.append(
             {
@@ -162,7 +189,7 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
         "detached": detach,
         "owner": settings.owner(),
     }
-    return Prepared(sweep, jobs, list(blobs.values()), full)
+    return Prepared(sweep, jobs, list(blobs.values()), full, offers)
 
 
 def enqueue(prepared: Prepared, ledger: Books) -> str:

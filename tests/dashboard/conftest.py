@@ -40,6 +40,24 @@ def add_earlier_months(led) -> None:
     led.close("s9", t9 + 1800.0, "job_end", exit_code=0)
 
 
+def add_sweep(led) -> None:
+    """A sweep ``sweep-lr`` (max_usd 20) of 4 jobs: done, running, queued, failed. The done job's run
+    holds s1 (2.40 $) and s5 (6.40 $): the sweep has spent 8.80 $, 0.44 of its max_usd."""
+    from ledger import sweeps as queue
+    from ledger.models import Run
+
+    t = utc(2026, 11, 3, 9, 0)
+    led.add_run(Run(id="run-lr-1", experiment="llama-serve", created_at=t, sweep_id="sweep-lr"))
+    for sid in ("s1", "s5"):
+        led.update(sid, run_id="run-lr-1")
+    sweep = {"id": "sweep-lr", "name": "lr", "experiment": "llama-serve", "status": "open", "created_at": t,
+             "max_parallel": 2, "max_usd": 20.0, "max_hours": None, "detached": True, "owner": "test"}  # fmt: skip
+    states = [("done", "run-lr-1"), ("running", "run-lr-2"), ("queued", None), ("failed", None)]
+    jobs = [{"seq": i, "name": f"LR={i}", "state": st, "run_id": run, "args_json": "{}", "script_sha256": "0" * 64,
+             "worst_usd": 10.0, "worst_hours": 1.0} for i, (st, run) in enumerate(states)]  # fmt: skip
+    queue.enqueue(led.engine, sweep, jobs, [{"sha256": "0" * 64, "data": b"#!/bin/sh\n", "name": "job.sh"}])
+
+
 @pytest.fixture
 def dash_env(cli_env, ledger_url):  # noqa: F811
     """cli_env pointed at a ledger holding the books of tests/books plus a note full of markup."""
@@ -49,6 +67,7 @@ def dash_env(cli_env, ledger_url):  # noqa: F811
     try:
         build_books(led)
         add_earlier_months(led)
+        add_sweep(led)
         led.note("s4", HOSTILE_NOTE)
     finally:
         led.engine.dispose()

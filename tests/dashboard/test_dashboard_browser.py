@@ -112,6 +112,15 @@ def check_page(page, month: dict, sessions: dict, width: int) -> None:
     # the simulated money is marked
     assert page.eval("document.querySelectorAll('#totals .sim').length") >= 1
     assert page.eval("document.querySelectorAll('#sessions .badge').length") >= 1
+    # the sweep conftest.add_sweep wrote: 1 of 4 done, 1 running, 1 queued, 1 failed; s1 + s5 =
+    # 2.40 + 6.40 = 8.80 USD spent of its max_usd 20.00 (0.44 of the bar), on screen at both widths
+    figures = {k: v for k, v, _ in json.loads(page.eval(FIGURES_JS)) if k.startswith("sweeps.0.")}
+    counts = {f"sweeps.0.{k}": n for k, n in (("done", 1), ("jobs", 4), ("running", 1), ("queued", 1), ("failed", 1))}
+    assert figures == {**counts, "sweeps.0.cost_usd": pytest.approx(8.80, abs=1e-9), "sweeps.0.max_usd": 20.0}
+    assert page.eval("document.querySelector('#sweeps progress').value") == pytest.approx(0.44, abs=1e-9)
+    sweeps = page.eval("document.getElementById('sweeps').innerText")
+    assert "sweep-lr" in sweeps and "$8.80" in sweeps and "open" in sweeps, sweeps
+    assert page.eval("(e => e.getBoundingClientRect().right)(document.getElementById('sweeps'))") <= width
 
 
 @pytest.mark.timeout(600)

@@ -242,3 +242,42 @@ def test_a_detached_sweep_is_run_by_the_watchdog_with_env_values_from_its_own_en
     sweeps, runs, sessions = _rows()
     assert sweeps[0]["end_reason"] == "done", err.read_text()
     assert len(runs) == 2 and [s["end_reason"] for s in sessions] == ["job_end"] * 2
+
+
+def test_a_monthly_cap_refusal_ends_the_sweep_with_that_reason(cli_env, tmp_path):
+    # 360 USD/h, 0.02 h a job: a worst case of 7.20 USD each; the monthly cap 7.50 holds the first
+    # (nothing spent yet). Once it has booked its 4 s or more (>= 0.40 USD) the second's 7.20 no
+    # longer fits in 7.50 - 0.40 = 7.10: `up` refuses it with monthly_cap, and the sweep ends so.
+    f = _sweep_file(tmp_path, jobs=3, k=1, sleep_s=4, hours=0.02)
+    env = up_env(cli_env, GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR="360", GPUOPS_TEARDOWN_MONTHLY_CAP_USD="7.5")
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--json"), env=env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 1, r.stderr
+    sweeps, runs, sessions = _rows()
+    assert (sweeps[0]["status"], sweeps[0]["end_reason"]) == ("closed", "monthly_cap")
+    assert "monthly cap $7.50" in sweeps[0]["detail"]
+    assert len(sessions) == 1 and sessions[0]["end_reason"] == "job_end"
+    assert 0.4 <= sessions[0]["cost_usd"] <= 7.2
+    assert [(j["state"], j["end_reason"]) for j in _jobs()] == [
+        ("done", "job_end"), ("cancelled", "monthly_cap"), ("cancelled", "monthly_cap")
+    ]  # fmt: skip
+
+
+def test_dry_run_prints_each_jobs_worst_case_and_the_total_and_queues_nothing(cli_env, tmp_path):
+    # 1.50 USD/h x 0.05 h = 0.075 USD a job; two jobs 0.15 USD, more than max_usd 0.10.
+    f = _sweep_file(tmp_path, jobs=2, k=2, sleep_s=1, extra="max_usd = 0.1")
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--dry-run", "--json"), env=_env(cli_env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert [(j["name"], j["provider"], j["worst_hours"]) for j in rep["jobs"]] == [
+        ("SEED=0", "local", 0.05), ("SEED=1", "local", 0.05)
+    ]  # fmt: skip
+    assert [j["worst_usd"] for j in rep["jobs"]] == [pytest.approx(0.075, abs=1e-9)] * 2
+    assert (rep["worst_usd"], rep["max_usd"]) == (pytest.approx(0.15, abs=1e-9), 0.1)
+    t = subprocess.run(gpuops_cmd("sweep", str(f), "--dry-run"), env=_env(cli_env), capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert t.returncode == 0, t.stderr
+    assert "worst case $0.0750 (0.05 h at $1.5000/h)" in t.stdout
+    assert "total worst case $0.1500, more than max_usd $0.1000" in t.stdout
+    sweeps, runs, sessions = _rows()
+    assert (sweeps, runs, sessions) == ([], [], []) and _jobs() == []
