@@ -324,7 +324,8 @@ def spend(engine: Engine, sweep_id: str) -> dict[str, float]:
     """What a sweep has spent and what its running jobs hold.
 
     ``usd``/``seconds`` booked by every rental of its runs (a job
-    taken up again counts its earlier runs too), and ``held_usd``/``held_hours``: the worst cases of
+    taken up again counts its earlier runs too; ``simulated_usd``: the part of ``usd`` booked by
+    simulated rentals, a catalog price and no charge: the local provider, `gpuops demo`), and ``held_usd``/``held_hours``: the worst cases of
     its jobs held by a claim, less what their current runs have already booked (never below 0)."""
     _, jobs, _ = _tables()
     runs, sessions = _runs()
@@ -341,6 +342,12 @@ def spend(engine: Engine, sweep_id: str) -> dict[str, float]:
                 .group_by(sessions.c.run_id)
             )
         }
+        simulated_usd = conn.execute(
+            sa.select(sa.func.sum(sessions.c.cost_usd)).where(
+                sessions.c.run_id.in_(sa.select(runs.c.id).where(runs.c.sweep_id == sweep_id)),
+                sessions.c.simulated.is_(True),
+            )
+        ).scalar()
         held = conn.execute(
             sa.select(jobs.c.run_id, jobs.c.worst_usd, jobs.c.worst_hours).where(
                 jobs.c.sweep_id == sweep_id, jobs.c.state.in_(ACTIVE)
@@ -353,7 +360,13 @@ def spend(engine: Engine, sweep_id: str) -> dict[str, float]:
         u, s = per_run.get(run_id, (0.0, 0.0))
         held_usd += max(0.0, float(worst_usd or 0.0) - u)
         held_h += max(0.0, float(worst_hours or 0.0) - s / 3600.0)
-    return {"usd": usd, "seconds": secs, "held_usd": held_usd, "held_hours": held_h}
+    return {
+        "usd": usd,
+        "simulated_usd": float(simulated_usd or 0.0),
+        "seconds": secs,
+        "held_usd": held_usd,
+        "held_hours": held_h,
+    }
 
 
 def sweeps(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:

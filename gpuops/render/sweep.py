@@ -22,9 +22,13 @@ def status_text(rep: dict[str, Any]) -> str:
     )
     ended = f", {rep['end_reason']}: {rep['detail']}" if rep.get("end_reason") else ""
     c = rep["counts"]
+    sim = rep.get("simulated_usd") or 0.0
+    of_it = (
+        "" if not sim else (" simulated" if abs(sim - (rep["cost_usd"] or 0.0)) < 5e-7 else f" ({_usd(sim)} simulated)")
+    )
     lines = [
         f"sweep {rep['sweep']} ({rep['name']}, {rep['experiment']}): {rep['status']}{ended}",
-        f"  {limits}; spent {_usd(rep['cost_usd'])}, {rep['billed_hours']:.4f} h billed, {_usd(rep['held_usd'])} held; "
+        f"  {limits}; spent {_usd(rep['cost_usd'])}{of_it}, {rep['billed_hours']:.4f} h billed, {_usd(rep['held_usd'])} held; "
         f"{rep['tokens']:,} tokens, $/Mtoken {_usd(rep['usd_per_mtoken'])}",
         "  jobs: " + ", ".join(f"{n} {s}" for s, n in c.items() if n),
     ]

@@ -75,6 +75,7 @@ def status(ledger: Books, ref: str) -> dict[str, Any]:
         "jobs": jobs,
         "counts": counts,
         "cost_usd": round(spent["usd"], 6),
+        "simulated_usd": round(spent["simulated_usd"], 6),
         "billed_hours": round(spent["seconds"] / 3600, 6),
         "held_usd": round(spent["held_usd"], 6),
         "tokens": tokens,

@@ -73,3 +73,23 @@ def test_the_example_sweep_file_reads(gpuops_home):
     assert [j.name for j in spec.jobs] == ["short,SEED=1", "short,SEED=2", "long,SEED=1", "long,SEED=2"]
     assert (spec.max_parallel, spec.max_usd, spec.max_hours) == (2, 5.0, 4.0)
     assert spec.jobs[3].args.env == ("WEIGHTS_MB=64", "TOKENS=500", "SEED=2") and spec.jobs[3].req.recover == 1
+
+
+@pytest.mark.parametrize(
+    "cost, simulated, said",
+    [
+        (0.0068, 0.0068, "spent $0.0068 simulated,"),
+        (0.5, 0.1, "spent $0.5000 ($0.1000 simulated),"),
+        (0.5, 0.0, "spent $0.5000,"),
+    ],
+)
+def test_a_sweeps_simulated_spend_is_said_so(cost, simulated, said):
+    from gpuops.render.sweep import status_text
+
+    rep = {
+        "sweep": "sweep-x", "name": "x", "experiment": "e", "status": "closed", "end_reason": None, "detail": "",
+        "max_parallel": 2, "max_usd": 5.0, "max_hours": None, "counts": {"done": 1}, "cost_usd": cost,
+        "simulated_usd": simulated, "billed_hours": 0.01, "held_usd": 0.0, "tokens": 0, "usd_per_mtoken": None,
+        "jobs": [],
+    }  # fmt: skip
+    assert said in status_text(rep).splitlines()[1]

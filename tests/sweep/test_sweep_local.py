@@ -117,6 +117,10 @@ def test_six_jobs_with_k2_run_at_most_two_at_once_and_book_six_runs(cli_env, tmp
     for s in sessions:  # each rental's cost: its billed seconds at the price set
         assert s["cost_usd"] == pytest.approx(s["billed_seconds"] * PRICE / 3600, abs=1e-6)
     assert rep["cost_usd"] == pytest.approx(sum(s["cost_usd"] for s in sessions), abs=1e-6)
+    assert rep["simulated_usd"] == 0.0  # a price the user set for the local box: real money, said so
+    st = subprocess.run(gpuops_cmd("sweep", "status", rep["sweep"]), env=_env(cli_env), capture_output=True, text=True,
+                        timeout=60)  # fmt: skip
+    assert st.returncode == 0 and f"spent ${rep['cost_usd']:.4f}, " in st.stdout, st.stdout + st.stderr
 
 
 def test_the_sweeps_money_limit_stops_it_with_the_reason(cli_env, tmp_path):
