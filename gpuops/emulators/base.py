@@ -1,5 +1,7 @@
-"""What both provider emulators share: an HTTP server on 127.0.0.1, an emulated clock, instance
-state with a billing clock, an account balance, and fault switches.
+"""What both provider emulators share.
+
+An HTTP server on 127.0.0.1, an emulated clock, instance state with a billing clock, an account
+balance, and fault switches.
 
 An emulator is stateful and in-process: tests read and change its state directly (``emu.faults``,
 ``emu.advance(s)``, ``emu.preempt(id)``, ``emu.live()``) while the real SDK talks to it over HTTP.
@@ -23,8 +25,9 @@ _EPS = 1e-9  # float slack before a started increment counts: 5.000000000001 s i
 
 
 def billed_span(t0: float, t1: float, increment_s: float) -> float:
-    """Seconds a provider bills for a spell in one billing state from ``t0`` to ``t1`` (epoch s):
-    every increment begun counts whole (the emulator's own rule, from the providers' documents; see
+    """Seconds a provider bills for a spell in one billing state from ``t0`` to ``t1`` (epoch s).
+
+    Every increment begun counts whole (the emulator's own rule, from the providers' documents; see
     each emulator's ``BILLING_INCREMENT_S``)."""
     return math.ceil((t1 - t0) / increment_s - _EPS) * increment_s if t1 > t0 else 0.0
 
@@ -106,7 +109,9 @@ class Faults:
 
 @dataclass
 class EmuInstance:
-    """One rented box. Money: ``usd_per_hour`` while provisioning/running, ``storage_usd_per_hour``
+    """One rented box.
+
+    Money: ``usd_per_hour`` while provisioning/running, ``storage_usd_per_hour``
     while stopped, nothing once destroyed; ``billed_usd``: each spell in one billing state
     (``segments``, brought up to date by ``Market.tick``) billed in whole ``increment_s``."""
 
@@ -220,7 +225,7 @@ class Market:
     def tick(self, inst: EmuInstance) -> None:
         """Bill ``inst`` up to now and apply due transitions (boot, console delete)."""
         now = self.now()
-        events = [(now, None)]
+        events: list[tuple[float, str | None]] = [(now, None)]  # (when, the state it enters; None: now)
         if inst.state == "provisioning" and inst.stuck_status is None:
             events.insert(0, (inst.created_t + inst.boot_s, "running"))
         if inst.delete_at is not None and inst.state != "destroyed":
@@ -262,8 +267,10 @@ class Market:
     def charges(
         self, lo: float, hi: float, account: str | None = None
     ) -> list[tuple[EmuInstance, float, float, float, str]]:
-        """The billing clock cut to [lo, hi) epoch s: (instance, start, end, usd, kind) per segment
-        part inside the window, oldest first (of ``account`` only when given). Money is rate x
+        """The billing clock cut to [lo, hi) epoch s.
+
+        One (instance, start, end, usd, kind) per segment part inside the window, oldest first (of
+        ``account`` only when given). Money is rate x
         seconds; a segment bills to the end of its last increment begun (``billed_span``), so the
         parts add up to ``billed_usd``."""
         with self.lock:
@@ -361,7 +368,9 @@ class Market:
             return True
 
     def preempt(self, instance_id: str, mode: str = "outbid") -> None:
-        """An interruptible instance is taken back. ``mode`` "outbid": it loses its GPU to a higher
+        """An interruptible instance is taken back.
+
+        ``mode`` "outbid": it loses its GPU to a higher
         bid: stopped, still billing disk. "host_gone": its host machine went offline: the
         instance shows ``offline`` and bills nothing more (GPU and disk went with the host)."""
         assert mode in ("outbid", "host_gone"), mode
@@ -376,8 +385,9 @@ class Market:
         self.destroy(instance_id)
 
     def reuse_id(self, instance_id: str, label: str, account: str | None = None) -> EmuInstance:
-        """Fault: the instance is deleted (as from the console) and its id now answers for another,
-        running instance labelled ``label`` (of ``account``, default the same account): the old
+        """Fault: the instance is deleted (as from the console) and its id now answers for another.
+
+        The other is a running instance labelled ``label`` (of ``account``, default the same account): the old
         one's billing history stays under ``<id>~old``. Returns the new instance."""
         with self.lock:
             old = self.instances[str(instance_id)]
@@ -401,8 +411,9 @@ class Market:
             return new
 
     def live(self, account: str | None = None) -> list[EmuInstance]:
-        """Instances not destroyed (running, provisioning, or stopped and billing storage), of
-        ``account`` only when given."""
+        """Instances not destroyed (running, provisioning, or stopped and billing storage).
+
+        Of ``account`` only when given."""
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
@@ -413,13 +424,15 @@ class Market:
             ]
 
     def mark_fault(self) -> None:
-        """The reply of the request this thread serves is a deliberate fault (a gateway's page, an
-        undocumented status): the spec does not judge it (contract.py)."""
+        """The reply of the request this thread serves is a deliberate fault.
+
+        A gateway's page, an undocumented status: the spec does not judge it (contract.py)."""
         _CURRENT.injected = True
 
     def take_injected(self, op: str) -> int | None:
-        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it. Also notes
-        ``op`` as the current request's (``reply_delay_s``)."""
+        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it.
+
+        Also notes ``op`` as the current request's (``reply_delay_s``)."""
         _CURRENT.op = op
         with self.lock:
             for key in (op, "*"):
@@ -446,18 +459,19 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         parts = urlsplit(self.path)
+        auth = self.headers.get("Authorization", "")
         req = {
             "method": self.command,
             "path": parts.path,
             "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
             "body": body,
             "raw": raw.decode("utf-8", "replace"),
-            "auth": self.headers.get("Authorization", ""),
+            "auth": auth,
             "query_raw": parts.query,
             "raw_body": raw,
             "headers": dict(self.headers.items()),
         }
-        req["account"] = emu.market.account_of(req["auth"])
+        req["account"] = emu.market.account_of(auth)
         with emu.market.lock:
             emu.market.requests.append(req)
         if emu.market.faults.latency_s:
@@ -553,6 +567,7 @@ class Emulator:
     def url(self) -> str:
         assert self._httpd is not None, "emulator not started"
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str), "an AF_INET server's address is a (str, int) pair"
         return f"http://{host}:{port}"
 
     def authorized(self, req: dict) -> bool:
@@ -579,8 +594,9 @@ class Emulator:
         self.market.delete_from_console(instance_id)
 
     def wire_text(self) -> str:
-        """Every request received (path, query, body; not the Authorization header, which must
-        carry the key), as text, for secret-leak assertions."""
+        """Every request received, as text, for secret-leak assertions.
+
+        Path, query and body; not the Authorization header, which must carry the key."""
         with self.market.lock:
             return "\n".join(
                 json.dumps({k: v for k, v in r.items() if k not in ("auth", "headers", "raw_body")})

@@ -18,8 +18,9 @@ BOX_KEY = "box-scoped-key"  # the key every box of one machine holds (its stand-
 
 
 class BoxKeyRunPod(RunPodEmulator):
-    """RunPod: the box key is a pod-scoped key for whichever pod it names; what it may do is the
-    emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
+    """RunPod: the box key is a pod-scoped key for whichever pod it names.
+
+    What it may do is the emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
 
     box_key = BOX_KEY
 

@@ -134,7 +134,9 @@ def pod_key(pod_id: str) -> str:
 
 
 class RunPodEmulator(Emulator):
-    """Stateful RunPod v2. ``gpus``: id -> catalog fields plus ``stock`` (pods it can still place);
+    """Stateful RunPod v2.
+
+    ``gpus``: id -> catalog fields plus ``stock`` (pods it can still place);
     ``network_volumes``: id -> NetworkVolume; ``volumes``: billing of network volumes (id -> size,
     from, to)."""
 
@@ -299,8 +301,9 @@ class RunPodEmulator(Emulator):
         return out
 
     def billing_records(self, what: str, query: dict, account: str = "acct-1") -> dict:
-        """``/v2/billing/pods`` or ``/v2/billing/network-volumes`` for ``query`` (ListPodBillingResponse
-        / ListNetworkVolumeBillingResponse)."""
+        """``/v2/billing/pods`` or ``/v2/billing/network-volumes`` for ``query``.
+
+        The reply is a ListPodBillingResponse or a ListNetworkVolumeBillingResponse."""
         now = self.market.now()
         lo = _time(query.get("startTime"), now - 30 * 86400)
         hi = _time(query.get("endTime"), now)

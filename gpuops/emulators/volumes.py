@@ -26,8 +26,9 @@ from gpuops.emulators.vast import VastEmulator
 
 
 class RunPodVolumeEmulator(RunPodEmulator):
-    """RunPod with network volumes (the v2 emulator serves them): ``add_volume(name, size, dc)``
-    makes one as the console would; ``network_volumes``: id -> NetworkVolume."""
+    """RunPod with network volumes (the v2 emulator serves them).
+
+    ``add_volume(name, size, dc)`` makes one as the console would; ``network_volumes``: id -> NetworkVolume."""
 
 
 class VastVolumeEmulator(VastEmulator):
