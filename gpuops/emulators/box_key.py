@@ -10,6 +10,7 @@ stop) of any of their instances, and for nothing else.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpuops.emulators.runpod import RunPodEmulator, pod_key
 from gpuops.emulators.volumes import VastVolumeEmulator
@@ -24,7 +25,7 @@ class BoxKeyRunPod(RunPodEmulator):
 
     box_key = BOX_KEY
 
-    def _pod_key_account(self, req: dict, op: str, pid: str):
+    def _pod_key_account(self, req: dict, op: str, pid: str) -> tuple[str | None, tuple[int, Any, str] | None]:
         if req["auth"] == f"Bearer {self.box_key}" and pid in self.market.instances:
             req = dict(req, auth=f"Bearer {pod_key(pid)}")
         return super()._pod_key_account(req, op, pid)
