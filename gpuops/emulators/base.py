@@ -200,10 +200,12 @@ class Market:
         return self.accounts.get(key)
 
     def key_of(self, account: str) -> str:
+        """The API key of ``account``."""
         return next(k for k, a in self.accounts.items() if a == account)
 
     # -- clock and money -------------------------------------------------------------------
     def now(self) -> float:
+        """The emulated clock, epoch s (wall clock plus every ``advance``)."""
         return time.time() + self.offset_s
 
     def advance(self, seconds: float) -> None:
@@ -251,6 +253,7 @@ class Market:
                     inst.ended_t = t
 
     def balance(self, account: str = "acct-1") -> float:
+        """The account's credit left, USD: its initial balance less everything billed up to now."""
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
@@ -286,6 +289,7 @@ class Market:
             return sorted(out, key=lambda c: (c[1], c[0].id))
 
     def spend_rate(self, account: str = "acct-1") -> float:
+        """What the account's instances bill now, USD/h."""
         with self.lock:
             return sum(self._rate(i) for i in self.instances.values() if i.account == account)
 
@@ -302,6 +306,9 @@ class Market:
         request: dict | None = None,
         account: str = "acct-1",
     ) -> EmuInstance:
+        """A new instance of ``offer``, provisioning, with the market's faults applied.
+
+        It bills ``usd_per_hour`` (USD/h) while provisioning or running, ``storage_usd_per_hour`` once stopped."""
         with self.lock:
             now = self.now()
             f = self.faults
@@ -360,6 +367,7 @@ class Market:
             return True
 
     def stop(self, instance_id: str, account: str | None = None) -> bool:
+        """Stop the instance (it bills storage only); False when there is none (of ``account``)."""
         with self.lock:
             inst = self.find(instance_id, account)
             if inst is None:
@@ -545,9 +553,11 @@ class Emulator:
 
     @property
     def faults(self) -> Faults:
+        """The market's fault switches."""
         return self.market.faults
 
     def start(self) -> Emulator:
+        """Serve on 127.0.0.1 in a daemon thread; returns the emulator."""
         if self.contract is not None:
             self.contract.warm()
         self._httpd = _server()
@@ -558,6 +568,7 @@ class Emulator:
         return self
 
     def stop(self) -> None:
+        """Stop serving (idempotent)."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -565,6 +576,7 @@ class Emulator:
 
     @property
     def url(self) -> str:
+        """The base URL, ``http://127.0.0.1:<port>``."""
         assert self._httpd is not None, "emulator not started"
         host, port = self._httpd.server_address[:2]
         assert isinstance(host, str), "an AF_INET server's address is a (str, int) pair"
@@ -575,22 +587,28 @@ class Emulator:
         return self.market.account_of(req["auth"]) is not None
 
     def handle(self, req: dict) -> tuple[int, Any, str]:  # pragma: no cover - overridden
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         raise NotImplementedError
 
     # conveniences shared by tests
     def advance(self, seconds: float) -> None:
+        """Move the market's clock forward ``seconds`` s."""
         self.market.advance(seconds)
 
     def live(self, account: str | None = None) -> list[EmuInstance]:
+        """The market's instances not destroyed (of ``account`` only when given)."""
         return self.market.live(account)
 
     def add_account(self, api_key: str, balance_usd: float = 100.0) -> str:
+        """A new account with ``api_key`` and ``balance_usd`` USD of credit; returns its id."""
         return self.market.add_account(api_key, balance_usd)
 
     def preempt(self, instance_id: str, mode: str = "outbid") -> None:
+        """Take the instance back (``Market.preempt``)."""
         self.market.preempt(instance_id, mode)
 
     def delete_from_console(self, instance_id: str) -> None:
+        """Delete the instance as from the provider's console."""
         self.market.delete_from_console(instance_id)
 
     def wire_text(self) -> str:

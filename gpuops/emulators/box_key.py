@@ -37,6 +37,7 @@ class BoxKeyVast(VastVolumeEmulator):
     box_key = BOX_KEY
 
     def authorized(self, req: dict) -> bool:
+        """True for an account's key, and for the box key on a ``DELETE`` of an instance."""
         return super().authorized(req) or (
             req["auth"] == f"Bearer {self.box_key}"
             and req["method"] == "DELETE"

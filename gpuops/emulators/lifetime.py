@@ -1,6 +1,7 @@
 """A child process that ends with the thread that started it (Linux).
 
-For the servers the suite and ``gpuops demo`` start: a SIGKILLed parent runs no ``stop()``, so the kernel must end its children."""
+For the servers the suite and ``gpuops demo`` start: a SIGKILLed parent runs no ``stop()``, so the
+kernel must end its children."""
 
 from __future__ import annotations
 

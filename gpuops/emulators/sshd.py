@@ -34,7 +34,8 @@ SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 def free_port() -> int:
     """A TCP port on 127.0.0.1 for a server that binds it later.
 
-    The plugged-in one (``gpuops.emulators.base.port_for``; the suite's is tests/support/ports.py), else one free now."""
+    The plugged-in one (``gpuops.emulators.base.port_for``; the suite's is tests/support/ports.py),
+    else one free now."""
     from gpuops.emulators import base
 
     port = base.port_for()
@@ -189,6 +190,7 @@ class SshServer:
         end_processes_under(self.home)
 
     def restart(self) -> None:
+        """Stop the server and start it again."""
         self.stop()
         self.start()
 

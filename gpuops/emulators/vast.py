@@ -171,6 +171,9 @@ class VastEmulator(Emulator):
         geolocation: str = "",
         storage_cost: float = 0.15,
     ) -> dict:
+        """A rentable offer ``oid``; returns its row.
+
+        ``gpu_ram``: MiB per GPU; ``dph_base`` and ``min_bid``: USD/h; ``storage_cost``: USD/GB/month."""
         row = {
             "id": oid,
             "ask_contract_id": oid,
@@ -316,6 +319,7 @@ class VastEmulator(Emulator):
         return "?", {}
 
     def handle(self, req: dict) -> tuple[int, Any, str]:
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         if not self.authorized(req):
             return self._fail(401, "auth_error", "Invalid API key: log in again or create a new key")
         op, p = self._op(req["method"], req["path"])
@@ -412,7 +416,8 @@ class VastEmulator(Emulator):
     def charge_rows(self, lo: float, hi: float, account: str | None = None) -> list[dict]:
         """Charges in the ``/api/v0/charges/`` shape, for [``lo``, ``hi``] epoch s.
 
-        One entry per contract (instance) that billed in [``lo``, ``hi``], its items ``gpu`` (compute: the price less storage, while running) and
+        One entry per contract (instance) that billed in [``lo``, ``hi``], its items ``gpu`` (compute:
+        the price less storage, while running) and
         ``disk`` (storage, running or stopped), one of each over the contract's period (stopped
         stretches included), each described as the spec's example is ("96.000 hours at
         $0.389/hour": the gpu item's running hours, the disk item's whole period), with integer

@@ -48,6 +48,7 @@ class VastVolumeEmulator(VastEmulator):
     def add_volume_offer(
         self, oid: int, machine_id: int, disk_space: float, storage_cost: float, geolocation: str
     ) -> dict:
+        """A volume offer: ``disk_space`` GB at ``storage_cost`` USD/GB/month; returns its row."""
         row = {
             "id": oid,
             "machine_id": machine_id,
@@ -69,6 +70,7 @@ class VastVolumeEmulator(VastEmulator):
         return row
 
     def handle(self, req: dict) -> tuple[int, Any, str]:
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         path = req["path"]
         if path not in ("/api/v0/volumes", "/api/v0/volumes/", "/api/v0/volumes/search/"):
             return super().handle(req)
