@@ -64,18 +64,22 @@ class DemoPaths:
 
     @property
     def data(self) -> Path:
+        """The demo's gpuops data folder (its ledger and SSH key)."""
         return self.home / "data"
 
     @property
     def spool(self) -> Path:
+        """The demo's spool folder."""
         return self.home / "spool"
 
     @property
     def spool_fallback(self) -> Path:
+        """The demo's fallback spool folder."""
         return self.home / "spool-fallback"
 
     @property
     def box(self) -> Path:
+        """The stand-in box's folder (its sshd, its nvidia-smi, its environment)."""
         return self.home / "box"
 
     @property
@@ -85,14 +89,17 @@ class DemoPaths:
 
     @property
     def environ(self) -> Path:
+        """The file the box's process 1 environment is written to."""
         return self.box / "pid1-environ"
 
     @property
     def state(self) -> Path:
+        """The running demo's state (``DemoState``, JSON)."""
         return self.home / "demo.json"
 
     @property
     def log(self) -> Path:
+        """The demo process's log."""
         return self.home / "demo.log"
 
 

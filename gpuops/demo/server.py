@@ -21,9 +21,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuops.demo.demo import BALANCE_USD, RUNPOD_KEY, VAST_KEY, DemoPaths, DemoState, prepare, write_state
+from gpuops.emulators.base import EmuInstance
 from gpuops.emulators.box_key import BoxKeyRunPod, BoxKeyVast, environ_file
+
+if TYPE_CHECKING:  # sshd is imported where the box starts (_start_box)
+    from gpuops.emulators.sshd import SshServer
 
 
 class DemoRunPod(BoxKeyRunPod):
@@ -31,7 +36,7 @@ class DemoRunPod(BoxKeyRunPod):
 
     ssh_user = "root"
 
-    def _pod(self, inst):
+    def _pod(self, inst: EmuInstance) -> dict:
         pod = super()._pod(inst)
         direct = (pod.get("ssh") or {}).get("direct")
         if direct:
@@ -46,7 +51,7 @@ def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _start_box(paths: DemoPaths):
+def _start_box(paths: DemoPaths) -> tuple[SshServer | None, str]:
     """(the started SshServer, "") or (None, why there is no box)."""
     from gpuops.box.ssh import ensure_ssh_key
     from gpuops.emulators import nvidia_smi

@@ -1,5 +1,7 @@
-"""What both provider emulators share: an HTTP server on 127.0.0.1, an emulated clock, instance
-state with a billing clock, an account balance, and fault switches.
+"""What both provider emulators share.
+
+An HTTP server on 127.0.0.1, an emulated clock, instance state with a billing clock, an account
+balance, and fault switches.
 
 An emulator is stateful and in-process: tests read and change its state directly (``emu.faults``,
 ``emu.advance(s)``, ``emu.preempt(id)``, ``emu.live()``) while the real SDK talks to it over HTTP.
@@ -23,8 +25,9 @@ _EPS = 1e-9  # float slack before a started increment counts: 5.000000000001 s i
 
 
 def billed_span(t0: float, t1: float, increment_s: float) -> float:
-    """Seconds a provider bills for a spell in one billing state from ``t0`` to ``t1`` (epoch s):
-    every increment begun counts whole (the emulator's own rule, from the providers' documents; see
+    """Seconds a provider bills for a spell in one billing state from ``t0`` to ``t1`` (epoch s).
+
+    Every increment begun counts whole (the emulator's own rule, from the providers' documents; see
     each emulator's ``BILLING_INCREMENT_S``)."""
     return math.ceil((t1 - t0) / increment_s - _EPS) * increment_s if t1 > t0 else 0.0
 
@@ -106,7 +109,9 @@ class Faults:
 
 @dataclass
 class EmuInstance:
-    """One rented box. Money: ``usd_per_hour`` while provisioning/running, ``storage_usd_per_hour``
+    """One rented box.
+
+    Money: ``usd_per_hour`` while provisioning/running, ``storage_usd_per_hour``
     while stopped, nothing once destroyed; ``billed_usd``: each spell in one billing state
     (``segments``, brought up to date by ``Market.tick``) billed in whole ``increment_s``."""
 
@@ -195,10 +200,12 @@ class Market:
         return self.accounts.get(key)
 
     def key_of(self, account: str) -> str:
+        """The API key of ``account``."""
         return next(k for k, a in self.accounts.items() if a == account)
 
     # -- clock and money -------------------------------------------------------------------
     def now(self) -> float:
+        """The emulated clock, epoch s (wall clock plus every ``advance``)."""
         return time.time() + self.offset_s
 
     def advance(self, seconds: float) -> None:
@@ -220,7 +227,7 @@ class Market:
     def tick(self, inst: EmuInstance) -> None:
         """Bill ``inst`` up to now and apply due transitions (boot, console delete)."""
         now = self.now()
-        events = [(now, None)]
+        events: list[tuple[float, str | None]] = [(now, None)]  # (when, the state it enters; None: now)
         if inst.state == "provisioning" and inst.stuck_status is None:
             events.insert(0, (inst.created_t + inst.boot_s, "running"))
         if inst.delete_at is not None and inst.state != "destroyed":
@@ -246,6 +253,7 @@ class Market:
                     inst.ended_t = t
 
     def balance(self, account: str = "acct-1") -> float:
+        """The account's credit left, USD: its initial balance less everything billed up to now."""
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
@@ -262,8 +270,10 @@ class Market:
     def charges(
         self, lo: float, hi: float, account: str | None = None
     ) -> list[tuple[EmuInstance, float, float, float, str]]:
-        """The billing clock cut to [lo, hi) epoch s: (instance, start, end, usd, kind) per segment
-        part inside the window, oldest first (of ``account`` only when given). Money is rate x
+        """The billing clock cut to [lo, hi) epoch s.
+
+        One (instance, start, end, usd, kind) per segment part inside the window, oldest first (of
+        ``account`` only when given). Money is rate x
         seconds; a segment bills to the end of its last increment begun (``billed_span``), so the
         parts add up to ``billed_usd``."""
         with self.lock:
@@ -279,6 +289,7 @@ class Market:
             return sorted(out, key=lambda c: (c[1], c[0].id))
 
     def spend_rate(self, account: str = "acct-1") -> float:
+        """What the account's instances bill now, USD/h."""
         with self.lock:
             return sum(self._rate(i) for i in self.instances.values() if i.account == account)
 
@@ -295,6 +306,9 @@ class Market:
         request: dict | None = None,
         account: str = "acct-1",
     ) -> EmuInstance:
+        """A new instance of ``offer``, provisioning, with the market's faults applied.
+
+        It bills ``usd_per_hour`` (USD/h) while provisioning or running, ``storage_usd_per_hour`` once stopped."""
         with self.lock:
             now = self.now()
             f = self.faults
@@ -353,6 +367,7 @@ class Market:
             return True
 
     def stop(self, instance_id: str, account: str | None = None) -> bool:
+        """Stop the instance (it bills storage only); False when there is none (of ``account``)."""
         with self.lock:
             inst = self.find(instance_id, account)
             if inst is None:
@@ -361,7 +376,9 @@ class Market:
             return True
 
     def preempt(self, instance_id: str, mode: str = "outbid") -> None:
-        """An interruptible instance is taken back. ``mode`` "outbid": it loses its GPU to a higher
+        """An interruptible instance is taken back.
+
+        ``mode`` "outbid": it loses its GPU to a higher
         bid: stopped, still billing disk. "host_gone": its host machine went offline: the
         instance shows ``offline`` and bills nothing more (GPU and disk went with the host)."""
         assert mode in ("outbid", "host_gone"), mode
@@ -376,8 +393,9 @@ class Market:
         self.destroy(instance_id)
 
     def reuse_id(self, instance_id: str, label: str, account: str | None = None) -> EmuInstance:
-        """Fault: the instance is deleted (as from the console) and its id now answers for another,
-        running instance labelled ``label`` (of ``account``, default the same account): the old
+        """Fault: the instance is deleted (as from the console) and its id now answers for another.
+
+        The other is a running instance labelled ``label`` (of ``account``, default the same account): the old
         one's billing history stays under ``<id>~old``. Returns the new instance."""
         with self.lock:
             old = self.instances[str(instance_id)]
@@ -401,8 +419,9 @@ class Market:
             return new
 
     def live(self, account: str | None = None) -> list[EmuInstance]:
-        """Instances not destroyed (running, provisioning, or stopped and billing storage), of
-        ``account`` only when given."""
+        """Instances not destroyed (running, provisioning, or stopped and billing storage).
+
+        Of ``account`` only when given."""
         with self.lock:
             for inst in self.instances.values():
                 self.tick(inst)
@@ -413,13 +432,15 @@ class Market:
             ]
 
     def mark_fault(self) -> None:
-        """The reply of the request this thread serves is a deliberate fault (a gateway's page, an
-        undocumented status): the spec does not judge it (contract.py)."""
+        """The reply of the request this thread serves is a deliberate fault.
+
+        A gateway's page, an undocumented status: the spec does not judge it (contract.py)."""
         _CURRENT.injected = True
 
     def take_injected(self, op: str) -> int | None:
-        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it. Also notes
-        ``op`` as the current request's (``reply_delay_s``)."""
+        """The next injected HTTP status for ``op`` (or for ``"*"``), consuming it.
+
+        Also notes ``op`` as the current request's (``reply_delay_s``)."""
         _CURRENT.op = op
         with self.lock:
             for key in (op, "*"):
@@ -446,18 +467,19 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         parts = urlsplit(self.path)
+        auth = self.headers.get("Authorization", "")
         req = {
             "method": self.command,
             "path": parts.path,
             "query": {k: v[0] for k, v in parse_qs(parts.query).items()},
             "body": body,
             "raw": raw.decode("utf-8", "replace"),
-            "auth": self.headers.get("Authorization", ""),
+            "auth": auth,
             "query_raw": parts.query,
             "raw_body": raw,
             "headers": dict(self.headers.items()),
         }
-        req["account"] = emu.market.account_of(req["auth"])
+        req["account"] = emu.market.account_of(auth)
         with emu.market.lock:
             emu.market.requests.append(req)
         if emu.market.faults.latency_s:
@@ -531,9 +553,11 @@ class Emulator:
 
     @property
     def faults(self) -> Faults:
+        """The market's fault switches."""
         return self.market.faults
 
     def start(self) -> Emulator:
+        """Serve on 127.0.0.1 in a daemon thread; returns the emulator."""
         if self.contract is not None:
             self.contract.warm()
         self._httpd = _server()
@@ -544,6 +568,7 @@ class Emulator:
         return self
 
     def stop(self) -> None:
+        """Stop serving (idempotent)."""
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -551,8 +576,10 @@ class Emulator:
 
     @property
     def url(self) -> str:
+        """The base URL, ``http://127.0.0.1:<port>``."""
         assert self._httpd is not None, "emulator not started"
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str), "an AF_INET server's address is a (str, int) pair"
         return f"http://{host}:{port}"
 
     def authorized(self, req: dict) -> bool:
@@ -560,27 +587,34 @@ class Emulator:
         return self.market.account_of(req["auth"]) is not None
 
     def handle(self, req: dict) -> tuple[int, Any, str]:  # pragma: no cover - overridden
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         raise NotImplementedError
 
     # conveniences shared by tests
     def advance(self, seconds: float) -> None:
+        """Move the market's clock forward ``seconds`` s."""
         self.market.advance(seconds)
 
     def live(self, account: str | None = None) -> list[EmuInstance]:
+        """The market's instances not destroyed (of ``account`` only when given)."""
         return self.market.live(account)
 
     def add_account(self, api_key: str, balance_usd: float = 100.0) -> str:
+        """A new account with ``api_key`` and ``balance_usd`` USD of credit; returns its id."""
         return self.market.add_account(api_key, balance_usd)
 
     def preempt(self, instance_id: str, mode: str = "outbid") -> None:
+        """Take the instance back (``Market.preempt``)."""
         self.market.preempt(instance_id, mode)
 
     def delete_from_console(self, instance_id: str) -> None:
+        """Delete the instance as from the provider's console."""
         self.market.delete_from_console(instance_id)
 
     def wire_text(self) -> str:
-        """Every request received (path, query, body; not the Authorization header, which must
-        carry the key), as text, for secret-leak assertions."""
+        """Every request received, as text, for secret-leak assertions.
+
+        Path, query and body; not the Authorization header, which must carry the key."""
         with self.market.lock:
             return "\n".join(
                 json.dumps({k: v for k, v in r.items() if k not in ("auth", "headers", "raw_body")})

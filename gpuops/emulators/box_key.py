@@ -10,6 +10,7 @@ stop) of any of their instances, and for nothing else.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpuops.emulators.runpod import RunPodEmulator, pod_key
 from gpuops.emulators.volumes import VastVolumeEmulator
@@ -18,12 +19,13 @@ BOX_KEY = "box-scoped-key"  # the key every box of one machine holds (its stand-
 
 
 class BoxKeyRunPod(RunPodEmulator):
-    """RunPod: the box key is a pod-scoped key for whichever pod it names; what it may do is the
-    emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
+    """RunPod: the box key is a pod-scoped key for whichever pod it names.
+
+    What it may do is the emulator's own switch (``pod_key_may``: terminate, stop, both or neither)."""
 
     box_key = BOX_KEY
 
-    def _pod_key_account(self, req: dict, op: str, pid: str):
+    def _pod_key_account(self, req: dict, op: str, pid: str) -> tuple[str | None, tuple[int, Any, str] | None]:
         if req["auth"] == f"Bearer {self.box_key}" and pid in self.market.instances:
             req = dict(req, auth=f"Bearer {pod_key(pid)}")
         return super()._pod_key_account(req, op, pid)
@@ -35,6 +37,7 @@ class BoxKeyVast(VastVolumeEmulator):
     box_key = BOX_KEY
 
     def authorized(self, req: dict) -> bool:
+        """True for an account's key, and for the box key on a ``DELETE`` of an instance."""
         return super().authorized(req) or (
             req["auth"] == f"Bearer {self.box_key}"
             and req["method"] == "DELETE"

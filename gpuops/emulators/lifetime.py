@@ -1,5 +1,7 @@
-"""A child process that ends with the thread that started it (Linux), for the servers the suite and
-``gpuops demo`` start: a SIGKILLed parent runs no ``stop()``, so the kernel must end its children."""
+"""A child process that ends with the thread that started it (Linux).
+
+For the servers the suite and ``gpuops demo`` start: a SIGKILLed parent runs no ``stop()``, so the
+kernel must end its children."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def die_with_parent(signum: int) -> Callable[[], None]:
-    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``signum`` when the thread that
-    started it ends (Linux ``prctl(PR_SET_PDEATHSIG)``, prctl(2)), so a server a test run starts
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child gets ``signum`` when its starting thread ends.
+
+    Linux ``prctl(PR_SET_PDEATHSIG)``, prctl(2): a server a test run starts
     does not outlive a SIGKILLed pytest. It runs after Popen's ``user=`` switch (a credential
     change clears the setting). A parent that died between fork and prctl is caught by comparing
     ``getppid()`` with the pid recorded before the fork (the child exits at once). The signal

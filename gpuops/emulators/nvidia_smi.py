@@ -27,6 +27,8 @@ that the latest NVIDIA driver is installed and running.`` and exits 9; with no G
 ``==============NVSMI LOG==============`` report, and the bare command the banner table.
 """
 
+from __future__ import annotations  # annotations stay text: the script imports no typing (``-S``, quick)
+
 import json
 import os
 import sys
@@ -71,7 +73,7 @@ FIELDS = {
 }
 
 
-def install(bin_dir, state=None):
+def install(bin_dir: str | os.PathLike[str], state: dict | None = None) -> str:
     """Write ``nvidia-smi`` and its state into ``bin_dir``; returns the script path."""
     os.makedirs(str(bin_dir), exist_ok=True)
     path = os.path.join(str(bin_dir), "nvidia-smi")
@@ -84,21 +86,23 @@ def install(bin_dir, state=None):
     return path
 
 
-def set_state(bin_dir, state):
+def set_state(bin_dir: str | os.PathLike[str], state: dict) -> None:
+    """Replace what ``bin_dir``'s ``nvidia-smi`` reports (the State above), atomically (a call never reads half)."""
     tmp = os.path.join(str(bin_dir), "nvidia-smi.json.tmp")
     with open(tmp, "w") as f:
         json.dump(state, f)
     os.replace(tmp, os.path.join(str(bin_dir), "nvidia-smi.json"))
 
 
-def utilization(bin_dir, *percent):
+def utilization(bin_dir: str | os.PathLike[str], *percent: float) -> None:
     """One GPU per value of ``percent`` (utilization.gpu, %), each using 40000 of 81920 MiB."""
     gpus = [dict(H100, utilization_gpu=p, memory_used_mib=40000, memory_total_mib=81920) for p in percent]
     set_state(bin_dir, dict(DEFAULT_STATE, gpus=gpus))
 
 
-def _value(state, i, gpu, field, units):
+def _value(state: dict, i: int, gpu: dict, field: str, units: bool) -> str:
     key, unit = FIELDS[field]
+    v: object  # the GPU's index, or a JSON value of the state
     if key is None:
         v = i
     elif key == "@driver_version":
@@ -109,13 +113,13 @@ def _value(state, i, gpu, field, units):
     else:
         v = gpu.get(key, "[N/A]")
     if v in ("[N/A]", "[Not Supported]"):
-        return v
+        return str(v)
     if isinstance(v, float):
         v = "%.2f" % v
     return "%s %s" % (v, unit) if units and unit else str(v)
 
 
-def _query(state, fields, fmt):
+def _query(state: dict, fields: list[str], fmt: str) -> int:
     opts = fmt.split(",")
     for f in fields:
         if f not in FIELDS:
@@ -129,7 +133,7 @@ def _query(state, fields, fmt):
     return 0
 
 
-def _report(state):
+def _report(state: dict) -> int:
     out = [
         "",
         "==============NVSMI LOG==============",
@@ -154,7 +158,7 @@ def _report(state):
     return 0
 
 
-def _banner(state):
+def _banner(state: dict) -> int:
     sys.stdout.write(
         "+-----------------------------------------------------------------------------------------+\n"
         "| NVIDIA-SMI %-12s           Driver Version: %-12s   CUDA Version: %-9s|\n"
@@ -169,7 +173,8 @@ def _banner(state):
     return 0
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
+    """The script: ``argv`` as the real tool gets it (``argv[0]`` the script in ``bin_dir``); returns its exit code."""
     here = os.path.dirname(os.path.abspath(argv[0]))
     try:
         with open(os.path.join(here, "nvidia-smi.calls"), "a") as f:

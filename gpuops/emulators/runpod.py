@@ -134,7 +134,9 @@ def pod_key(pod_id: str) -> str:
 
 
 class RunPodEmulator(Emulator):
-    """Stateful RunPod v2. ``gpus``: id -> catalog fields plus ``stock`` (pods it can still place);
+    """Stateful RunPod v2.
+
+    ``gpus``: id -> catalog fields plus ``stock`` (pods it can still place);
     ``network_volumes``: id -> NetworkVolume; ``volumes``: billing of network volumes (id -> size,
     from, to)."""
 
@@ -179,6 +181,7 @@ class RunPodEmulator(Emulator):
     # -- helpers -----------------------------------------------------------------------------
     @staticmethod
     def problem(status: int, detail: str, title: str | None = None) -> tuple[int, Any, str]:
+        """An RFC 9457 problem reply (status, ``{title, status, detail}``, content type)."""
         titles = {
             400: "Bad Request",
             401: "Unauthorized",
@@ -193,6 +196,7 @@ class RunPodEmulator(Emulator):
         return status, {"title": title or titles.get(status, "Error"), "status": status, "detail": detail}, PROBLEM
 
     def pod_key(self, pod_id: str) -> str:
+        """The pod-scoped ``RUNPOD_API_KEY`` RunPod puts in pod ``pod_id``'s environment."""
         return pod_key(pod_id)
 
     def _pod(self, inst: EmuInstance) -> dict:
@@ -275,6 +279,7 @@ class RunPodEmulator(Emulator):
             self.volumes[volume_id] = {"id": volume_id, "size": size_gb, "from": self.market.now(), "to": None}
 
     def remove_network_volume(self, volume_id: str) -> None:
+        """The network volume is deleted: its billing ends now."""
         with self.market.lock:
             self.volumes[volume_id]["to"] = self.market.now()
 
@@ -299,8 +304,9 @@ class RunPodEmulator(Emulator):
         return out
 
     def billing_records(self, what: str, query: dict, account: str = "acct-1") -> dict:
-        """``/v2/billing/pods`` or ``/v2/billing/network-volumes`` for ``query`` (ListPodBillingResponse
-        / ListNetworkVolumeBillingResponse)."""
+        """``/v2/billing/pods`` or ``/v2/billing/network-volumes`` for ``query``.
+
+        The reply is a ListPodBillingResponse or a ListNetworkVolumeBillingResponse."""
         now = self.market.now()
         lo = _time(query.get("startTime"), now - 30 * 86400)
         hi = _time(query.get("endTime"), now)
@@ -418,6 +424,7 @@ class RunPodEmulator(Emulator):
         return None, self.problem(s, "this API key is limited to its pod and may not perform this action")
 
     def handle(self, req: dict) -> tuple[int, Any, str]:
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         op, ident = self._route(req["method"], req["path"])
         if op == "?":
             return self.problem(404, f"no route {req['method']} {req['path']}")

@@ -32,8 +32,10 @@ SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 for a server that binds it later: the plugged-in one
-    (``gpuops.emulators.base.port_for``; the suite's is tests/support/ports.py), else one free now."""
+    """A TCP port on 127.0.0.1 for a server that binds it later.
+
+    The plugged-in one (``gpuops.emulators.base.port_for``; the suite's is tests/support/ports.py),
+    else one free now."""
     from gpuops.emulators import base
 
     port = base.port_for()
@@ -157,8 +159,9 @@ class SshServer:
         raise RuntimeError(f"sshd did not listen on {self.port} within {timeout} s")
 
     def start_later(self, delay: float) -> threading.Thread:
-        """Start the server ``delay`` seconds from now, in a thread (a box whose sshd is late). The
-        thread lives until ``stop()``: sshd ends with the thread that started it (``start``)."""
+        """Start the server ``delay`` seconds from now, in a thread (a box whose sshd is late).
+
+        The thread lives until ``stop()``: sshd ends with the thread that started it (``start``)."""
 
         def run() -> None:
             time.sleep(delay)
@@ -183,12 +186,14 @@ class SshServer:
         self.proc = None
 
     def end_box_processes(self) -> None:
-        """Kill what tests left running on the "box" (detached jobs, on-box agents): processes
-        whose working directory is under ``home``. A rented box takes them with it when it is
+        """Kill what tests left running on the "box" (detached jobs, on-box agents).
+
+        Those are the processes whose working directory is under ``home``. A rented box takes them with it when it is
         destroyed; this stand-in box must end them itself, once the test is over."""
         end_processes_under(self.home)
 
     def restart(self) -> None:
+        """Stop the server and start it again."""
         self.stop()
         self.start()
 
@@ -279,8 +284,9 @@ class TcpProxy:
             s.close()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop accepting, drop every connection, and wait (``timeout`` s) for the accepting
-        thread to end: a thread left behind would make the next test's process multi-threaded
+        """Stop accepting, drop every connection, and wait (``timeout`` s) for the accepting thread to end.
+
+        A thread left behind would make the next test's process multi-threaded
         (``ledger export`` forks only a single-threaded process). On Linux a blocked
         ``accept()`` is woken by ``shutdown`` of the listener, not by ``close``."""
         self._closed = True

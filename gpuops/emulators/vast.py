@@ -1,5 +1,6 @@
-"""Vast.ai emulator: the REST routes vastai 1.9.1 uses (vastai/api/offers.py, instances.py,
-billing.py; https://docs.vast.ai/api-reference/overview-and-quickstart).
+"""Vast.ai emulator: the REST routes vastai 1.9.1 uses.
+
+From vastai/api/offers.py, instances.py and billing.py; https://docs.vast.ai/api-reference/overview-and-quickstart.
 
 Routes: ``POST /api/v0/bundles/`` (search, filters ``{op: value}``, ``order``, ``type``, ``limit``,
 ``allocated_storage``), ``PUT /api/v0/asks/{id}/`` (create), ``GET /api/v1/instances/`` (paged
@@ -117,8 +118,9 @@ def _match(value: Any, cond: dict) -> bool:
 
 
 def _hours_at(seconds: float, usd: float) -> str:
-    """A charge item's description as Vast writes it (spec ``get /api/v0/charges``: "96.000 hours at
-    $0.389/hour"): the hours billed, to 3 places, at the item's rate (USD/h, to 3 places)."""
+    """A charge item's description as Vast writes it (spec ``get /api/v0/charges``).
+
+    As in "96.000 hours at $0.389/hour": the hours billed, to 3 places, at the item's rate (USD/h, to 3 places)."""
     hours = seconds / 3600.0
     return f"{hours:.3f} hours at ${usd / hours if hours else 0.0:.3f}/hour"
 
@@ -169,6 +171,9 @@ class VastEmulator(Emulator):
         geolocation: str = "",
         storage_cost: float = 0.15,
     ) -> dict:
+        """A rentable offer ``oid``; returns its row.
+
+        ``gpu_ram``: MiB per GPU; ``dph_base`` and ``min_bid``: USD/h; ``storage_cost``: USD/GB/month."""
         row = {
             "id": oid,
             "ask_contract_id": oid,
@@ -224,6 +229,7 @@ class VastEmulator(Emulator):
         o = inst.offer
         elapsed = self.market.now() - inst.created_t
         intended = "running"
+        actual: str | None  # Vast's actual_status; None while the contract is still being scheduled
         if inst.stuck_status is not None:
             actual = inst.stuck_status
         elif inst.state == "provisioning":
@@ -236,7 +242,8 @@ class VastEmulator(Emulator):
         else:
             actual = "running"
         running = actual == "running"
-        ports, proxy = {}, (None, None)
+        ports: dict[str, list[dict[str, str]]] = {}  # container port -> its host bindings
+        proxy: tuple[str | None, int | None] = (None, None)  # (ssh_host, ssh_port)
         if not inst.no_ssh_port:
             proxy = (inst.ssh[0] if self.market.ssh_endpoint else "ssh5.emulator.invalid", inst.ssh[1])
             if running:
@@ -312,6 +319,7 @@ class VastEmulator(Emulator):
         return "?", {}
 
     def handle(self, req: dict) -> tuple[int, Any, str]:
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         if not self.authorized(req):
             return self._fail(401, "auth_error", "Invalid API key: log in again or create a new key")
         op, p = self._op(req["method"], req["path"])
@@ -406,8 +414,10 @@ class VastEmulator(Emulator):
         return 200, {"success": True, "count": len(page), "total": len(rows), "next_token": nxt, "results": page}, JSON
 
     def charge_rows(self, lo: float, hi: float, account: str | None = None) -> list[dict]:
-        """Charges (the ``/api/v0/charges/`` shape): one entry per contract (instance) that billed
-        in [``lo``, ``hi``], its items ``gpu`` (compute: the price less storage, while running) and
+        """Charges in the ``/api/v0/charges/`` shape, for [``lo``, ``hi``] epoch s.
+
+        One entry per contract (instance) that billed in [``lo``, ``hi``], its items ``gpu`` (compute:
+        the price less storage, while running) and
         ``disk`` (storage, running or stopped), one of each over the contract's period (stopped
         stretches included), each described as the spec's example is ("96.000 hours at
         $0.389/hour": the gpu item's running hours, the disk item's whole period), with integer
@@ -430,8 +440,8 @@ class VastEmulator(Emulator):
                 disk_s, disk_usd = disk_s + (b - a), disk_usd + disk
             # One item per charge type over the contract's period (stopped stretches included), its
             # description the hours it billed at its rate: the spec's "96.000 hours at $0.389/hour".
-            when = {"start": start, "end": end, "source": None, "metadata": {}, "items": []}
-            items = []
+            when: dict[str, object] = {"start": start, "end": end, "source": None, "metadata": {}, "items": []}
+            items: list[dict[str, object]] = []
             if gpu_usd > 0:
                 items.append({**when, "type": "gpu", "description": _hours_at(gpu_s, gpu_usd), "amount": gpu_usd})
             if disk_usd > 0:
@@ -446,7 +456,7 @@ class VastEmulator(Emulator):
                     "type": "instance",
                     "source": f"instance-{iid}",
                     "description": f"Instance {iid} Charges - {days} day{'s' if days != 1 else ''}",
-                    "amount": sum(i["amount"] for i in items),
+                    "amount": sum(usd for usd in (gpu_usd, disk_usd) if usd > 0),  # the items' amounts
                     "metadata": {"label": inst.label},
                     "items": items,
                 }
@@ -532,33 +542,32 @@ class VastEmulator(Emulator):
             return self._fail(404, "no_such_ask", f"Instance type by id {oid} is not available.")
         disk = float(body.get("disk") or 10)
         storage = self._storage_per_hour(o, disk)
-        bid = body.get("price")
+        bid_price = body.get("price")
+        bid = None if bid_price is None else float(bid_price)  # the spot bid, USD/h; None: on-demand
         spot = bid is not None
-        price = (float(bid) + storage) if spot else o["dph_base"] + storage
+        price = (bid + storage) if bid is not None else o["dph_base"] + storage
         if self.market.balance(account) < price:
             return self._fail(400, "invalid_args", "Your account lacks credit to rent this instance.")
         label = str(body.get("label") or "")
         if self.min_bid_rises_to is not None:  # the market moved between the search and this create
             o["min_bid"] = max(o["min_bid"], self.min_bid_rises_to)
-        if spot and float(bid) < o["min_bid"]:
+        if bid is not None and bid < o["min_bid"]:
             # Undocumented which: the contract is made and left stopped (billing its disk), or
             # nothing is made; either way the answer is the spec's 400 invalid_price (no id in it).
             if self.low_bid_leaves_instance:
                 inst = self.market.new_instance(
-                    label, o, price, storage, spot=True, bid=float(bid), request=body, account=account
+                    label, o, price, storage, spot=True, bid=bid, request=body, account=account
                 )
                 inst.state = "stopped"
             return self._fail(
                 400,
                 "invalid_price",
                 self.low_bid_msg
-                or f"Bid price {float(bid):.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
+                or f"Bid price {bid:.4f} is below the minimum bid {o['min_bid']:.4f} for this machine.",
                 ask_id=oid,
             )
         o["rented"] = True
-        inst = self.market.new_instance(
-            label, o, price, storage, spot=spot, bid=float(bid) if spot else None, request=body, account=account
-        )
+        inst = self.market.new_instance(label, o, price, storage, spot=spot, bid=bid, request=body, account=account)
         if self.faults.create_fails_but_creates > 0:
             self.faults.create_fails_but_creates -= 1
             self.market.mark_fault()

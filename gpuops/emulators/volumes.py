@@ -26,8 +26,9 @@ from gpuops.emulators.vast import VastEmulator
 
 
 class RunPodVolumeEmulator(RunPodEmulator):
-    """RunPod with network volumes (the v2 emulator serves them): ``add_volume(name, size, dc)``
-    makes one as the console would; ``network_volumes``: id -> NetworkVolume."""
+    """RunPod with network volumes (the v2 emulator serves them).
+
+    ``add_volume(name, size, dc)`` makes one as the console would; ``network_volumes``: id -> NetworkVolume."""
 
 
 class VastVolumeEmulator(VastEmulator):
@@ -47,6 +48,7 @@ class VastVolumeEmulator(VastEmulator):
     def add_volume_offer(
         self, oid: int, machine_id: int, disk_space: float, storage_cost: float, geolocation: str
     ) -> dict:
+        """A volume offer: ``disk_space`` GB at ``storage_cost`` USD/GB/month; returns its row."""
         row = {
             "id": oid,
             "machine_id": machine_id,
@@ -68,6 +70,7 @@ class VastVolumeEmulator(VastEmulator):
         return row
 
     def handle(self, req: dict) -> tuple[int, Any, str]:
+        """The reply to ``req``: (HTTP status, JSON payload, content type)."""
         path = req["path"]
         if path not in ("/api/v0/volumes", "/api/v0/volumes/", "/api/v0/volumes/search/"):
             return super().handle(req)
