@@ -351,9 +351,12 @@ def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
         max_usd,
         usd,
     )
-    # and the run as a whole spent what it was allowed
-    assert sum(gpu_s) <= limit_s * 1.05, gpu_s
-    assert sum(usd) <= max_usd * 1.05, (usd, max_usd)
+    # and the run as a whole spent what it was allowed: past the limit by at most, per rental, the
+    # whole second the provider bills begun (1 s), the kill grace (0.5 s) and one agent sample
+    # (0.3 s) before its destroy, plus 2 s for a destroy's answer on a loaded 2-core machine
+    over_s = len(rows) * (1.0 + TEARDOWN["kill_grace_seconds"] + TEARDOWN["sample_seconds"]) + 2.0
+    assert sum(gpu_s) <= limit_s + over_s, (gpu_s, over_s)
+    assert sum(usd) <= max_usd + charged * over_s / 3600.0, (usd, max_usd)
 
 
 def _host_goes(sshd, root: Path) -> None:
