@@ -335,6 +335,20 @@ def gone_reason(ctx: Context, row, inst: Instance | None, status: dict | None) -
     return EndReason.AGENT_ENDED if armed else EndReason.INTERRUPTED
 
 
+def _keep_log(ctx: Context, row, provider: Provider, mine) -> None:
+    """Keep the box's job log before its rental is ended (``joblog.keep_log``).
+
+    Within the one ``[teardown] fetch_deadline_seconds``; no box is opened unless the instance is
+    ours (``mine``)."""
+    keep_log(
+        ctx.ledger,
+        row,
+        lambda: ctx.box(provider, mine) if mine is not None else None,
+        by=ctx.by,
+        deadline=time.monotonic() + ctx.settings.teardown.fetch_deadline_seconds,
+    )
+
+
 def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> Action:
     """Close the row of a box that is gone.
 
@@ -362,13 +376,7 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     exit_code = ((status or {}).get("job") or {}).get("exit_code")
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
-    keep_log(
-        ctx.ledger,
-        row,
-        lambda: ctx.box(provider, mine) if mine is not None else None,
-        by=ctx.by,
-        deadline=time.monotonic() + ctx.settings.teardown.fetch_deadline_seconds,
-    )
+    _keep_log(ctx, row, provider, mine)
     ended = end_rental(
         ctx.ledger,
         provider,
@@ -405,13 +413,7 @@ def destroy_and_close(
         except ProviderError:
             inst = None
     mine = ours(row, inst)
-    keep_log(
-        ctx.ledger,
-        row,
-        lambda: ctx.box(provider, mine) if mine is not None else None,
-        by=ctx.by,
-        deadline=time.monotonic() + ctx.settings.teardown.fetch_deadline_seconds,
-    )
+    _keep_log(ctx, row, provider, mine)
     ended = end_rental(
         ctx.ledger,
         provider,
