@@ -1448,14 +1448,16 @@ def _affordable(s: UpRun, candidates: list[Offer], ledger: Books) -> list[Offer]
     """``candidates`` less the failover offers whose price leaves the rental under a minimum.
 
     The first candidate was sized by the run (``runs.next_rental``); a later, dearer one whose
-    money left buys under ``runs.MIN_RENTAL_S`` of box time (``rental_hours_at``) is not tried:
+    money left buys under ``runs.MIN_RENTAL_S`` of box time, or under the rental's own TTL when
+    that is shorter (``check``'s 30 s layer), is not tried (``rental_hours_at``):
     it would boot and be ended by its money cap before the job computed anything. Each one left
     out is booked as an ``offer_skipped`` event of kind ``money_left``."""
     from gpuops.rental.runs import MIN_RENTAL_S
 
+    floor_s = min(MIN_RENTAL_S, s.req.max_hours * 3600.0)  # a rental whose own TTL is shorter needs no more
     kept = candidates[:1]
     for offer in candidates[1:]:
-        if rental_hours_at(s, offer) * 3600.0 >= MIN_RENTAL_S:
+        if rental_hours_at(s, offer) * 3600.0 >= floor_s - 1e-6:
             kept.append(offer)
         else:
             ledger.event(
