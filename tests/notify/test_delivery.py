@@ -220,7 +220,11 @@ def test_up_tells_its_end_and_no_url_reaches_any_output_log_or_the_ledger(gpuops
         env = dict(cli_env, GPUOPS_NOTIFY_URLS=f"{hook.url()} {mail.url()}")
         t0 = time.time()
         up = subprocess.run(
-            gpuops_cmd("up", "--job", str(job), "--json"), env=env, capture_output=True, text=True, timeout=120
+            gpuops_cmd("up", "--card", "a100", "--job", str(job), "--json"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         wall_s = time.time() - t0
         assert up.returncode == 0, up.stderr
@@ -233,7 +237,8 @@ def test_up_tells_its_end_and_no_url_reaches_any_output_log_or_the_ledger(gpuops
         # clock (a local box has no provider bill to judge it by), in whole seconds.
         assert "exit 0, " in text and f"${row.cost_usd:,.4f} (simulated)" in text and "(2,000 tokens)" in text
         assert 0 < row.billed_seconds <= math.ceil(wall_s) + 1
-        assert row.cost_usd == pytest.approx(row.billed_seconds * row.usd_per_hour / 3600, abs=1e-6)
+        # at the local a100's reference price, 0.60 USD/h (the README's first `up` shows it)
+        assert row.cost_usd == pytest.approx(row.billed_seconds * 0.60 / 3600, abs=1e-6)
         test = subprocess.run(gpuops_cmd("notify", "test"), env=env, capture_output=True, text=True, timeout=60)
         assert test.returncode == 0 and "2 of 2 target(s) took the message" in test.stdout
         check = subprocess.run(gpuops_cmd("check", "--json"), env=env, capture_output=True, text=True, timeout=60)
