@@ -372,7 +372,8 @@ def spend(engine: Engine, sweep_id: str) -> dict[str, float]:
 def sweeps(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
     """Sweeps newest first, with their jobs by state and their rentals' totals.
 
-    Each with its jobs counted by state (``jobs``, and one key per state)
+    Each with its jobs counted by state (``jobs``, one key per state, and ``active``: claimed +
+    running, the jobs holding a box or renting one)
     and its rentals' totals (``cost_usd``, None while none has a cost; ``tokens``; ``rentals``)."""
     sweeps_t, jobs, _ = _tables()
     runs, sessions = _runs()
@@ -407,6 +408,7 @@ def sweeps(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
         c = counts.get(r["id"], {})
         m = money.get(r["id"])
         r.update({s: c.get(s, 0) for s in (QUEUED, CLAIMED, RUNNING, DONE, FAILED, CANCELLED)})
+        r["active"] = r[CLAIMED] + r[RUNNING]  # a claimed job is as good as running: its box is being rented
         r["jobs"] = sum(c.values())
         r["rentals"] = int(m.rentals) if m is not None else 0
         r["cost_usd"] = float(m.cost_usd) if m is not None and m.cost_usd is not None else None

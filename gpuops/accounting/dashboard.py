@@ -93,7 +93,7 @@ def sweeps(reader) -> list[dict]:
             {
                 "sweep": r["id"],
                 **{k: r[k] for k in ("name", "status", "end_reason", "jobs", "done", "queued", "failed", "cancelled")},
-                "running": r["running"] + r["claimed"],
+                "running": r["active"],
                 "max_usd": cap,
                 "cost_usd": r["cost_usd"],
                 "spend_fraction": round((r["cost_usd"] or 0.0) / cap, 6) if cap else None,

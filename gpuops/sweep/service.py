@@ -99,7 +99,7 @@ def listing(ledger: Books, limit: int | None = None) -> list[dict[str, Any]]:
                 "jobs": r["jobs"],
                 "done": r["done"],
                 "failed": r["failed"],
-                "running": r["running"] + r["claimed"],
+                "running": r["active"],
                 "queued": r["queued"],
                 "cancelled": r["cancelled"],
                 "max_parallel": r["max_parallel"],
