@@ -65,15 +65,19 @@ def test_up_wait_faults_end_in_destroy_and_a_closed_row(name, fault, kind, gpuop
     monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
     emu = request.getfixturevalue(f"{name}_emulator")
     prov = request.getfixturevalue(f"{name}_provider")
-    s = load_settings(None, {"up": {"ready_timeout_seconds": 1.0}})
+    # A timeout is the claim: the wait's 1 s deadline is what ends it. Any other outcome is an
+    # answer of the provider (no 22/tcp on a running pod, deleted, outbid), which the wait must see
+    # by polling the state: its deadline is then only a bound, 60 s, and the box never boots in it
+    # (boot_s 600), so under load a slow first poll still ends in that answer, not in a timeout.
+    s = load_settings(None, {"up": {"ready_timeout_seconds": 1.0 if kind == "timeout" else 60.0}})
     if fault == "no_ssh_port":
         emu.faults.no_ssh_port, emu.faults.boot_s = True, 0
     elif fault == "stuck":
         emu.faults.stuck_status = "loading"
     elif fault == "deleted":
-        emu.faults.boot_s, emu.faults.delete_after_s = 30, 0.2
+        emu.faults.boot_s, emu.faults.delete_after_s = 600, 0.2
     elif fault == "preempt":
-        emu.faults.boot_s = 30
+        emu.faults.boot_s = 600
     job = tmp_path / "job.sh"
     job.write_text("echo hi\n")
 
