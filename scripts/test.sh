@@ -2,7 +2,8 @@
 # Install everything the test suite needs on a fresh machine, run the type checker (mypy, its own
 # step: an error fails the run), then run the whole suite in two lanes: the unit lane (pure logic,
 # in-process CLI runs) serially, then the end-to-end lane (sshd, PostgreSQL, emulators,
-# subprocesses) in parallel with pytest-xdist; prints the checker's and each lane's time.
+# subprocesses) in parallel with pytest-xdist; prints the checker's and each lane's time, and the e2e
+# lane's 25 slowest tests (setup, call and teardown each: where the lane's time goes).
 # Arguments go to both pytest runs (e.g. `bash scripts/test.sh tests/teardown -x`); mypy always checks
 # the whole of gpuops/, ledger/ and onbox/ (GPUOPS_TEST_NO_MYPY=1 skips it, for a quick rerun).
 # GPUOPS_TEST_NO_INSTALL=1 skips the installs; GPUOPS_TEST_WORKERS sets the e2e lane's workers
@@ -63,6 +64,6 @@ typecheck() {  # the type checker over gpuops/, ledger/ and onbox/ ([tool.mypy])
 }
 [ -n "${GPUOPS_TEST_NO_MYPY:-}" ] || typecheck
 lane unit -m unit "$@"
-lane e2e -m e2e -n "$workers" "$@"
+lane e2e -m e2e -n "$workers" --durations=25 "$@"
 if [ "$status" = 0 ] && [ "$ran" = 0 ]; then status=5; fi  # no test ran at all
 exit "$status"
