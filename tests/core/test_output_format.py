@@ -1,5 +1,8 @@
 """One output convention (gpuops/render/emit.py): --format table|json|csv on every reporting command,
---json/--csv shorthands, ISO-8601 UTC times, stable key order, indent 2, totals in day CSV."""
+--json/--csv shorthands, ISO-8601 UTC times, stable key order, indent 2, totals in day CSV.
+
+The commands run in process through the real entry point (the ``cli`` fixture): what is judged is
+what they print and their exit codes, the same code path a `gpuops` process runs."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import csv
 import io
 import json
 import re
-import subprocess
 from datetime import datetime, timedelta
 
 import pytest
@@ -15,26 +17,26 @@ import pytest
 from gpuops.errors import BadInput
 from gpuops.render import emit
 from tests.books.conftest import build_books
-from tests.conftest import gpuops_cmd
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$")
 
 
-def run(env, *args, ok=True):
-    p = subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=120)
+def run(cli, *args, ok=True):
+    p = cli(*args)
     if ok:
         assert p.returncode == 0, p.stderr
     return p
 
 
 @pytest.fixture
-def books_env(cli_env):
+def books_cli(cli, gpuops_home):
+    """The ``cli`` runner on a ledger holding tests/books' sample books."""
     from ledger import Ledger
 
-    led = Ledger(cli_env["GPUOPS_LEDGER_URL"])
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
     build_books(led)
     led.engine.dispose()
-    return cli_env
+    return cli
 
 
 def test_pick_resolves_shorthands_and_refuses_two():
@@ -65,25 +67,25 @@ def test_machine_times_are_iso_utc_and_key_order_is_kept():
     )
 
 
-def test_ledger_show_machine_outputs_have_no_epoch(books_env):
-    d = json.loads(run(books_env, "ledger", "show", "s3", "--format", "json", "--tz", "UTC").stdout)
+def test_ledger_show_machine_outputs_have_no_epoch(books_cli):
+    d = json.loads(run(books_cli, "ledger", "show", "s3", "--format", "json", "--tz", "UTC").stdout)
     for k in ("created_at", "instance_created_at", "ended_at"):
         assert ISO_UTC.match(d[k]), (k, d[k])
     assert d["ended_at"] == "2026-11-05T09:30:30.500Z" and d["times"]["ended_at"] == "2026-11-05T09:30:30.500Z"
-    row = next(csv.DictReader(io.StringIO(run(books_env, "ledger", "show", "s3", "--format", "csv").stdout)))
+    row = next(csv.DictReader(io.StringIO(run(books_cli, "ledger", "show", "s3", "--format", "csv").stdout)))
     assert row["ended_at"] == "2026-11-05T09:30:30.500Z" and ISO_UTC.match(row["created_at"])
 
 
-def test_by_day_csv_keeps_the_total_and_plot_needs_a_table(books_env):
+def test_by_day_csv_keeps_the_total_and_plot_needs_a_table(books_cli):
     rows = list(
         csv.DictReader(
             io.StringIO(
-                run(books_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "csv").stdout
+                run(books_cli, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "csv").stdout
             )
         )
     )
     rep = json.loads(
-        run(books_env, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "json").stdout
+        run(books_cli, "ledger", "month", "2026-11", "--tz", "UTC", "--by", "day", "--format", "json").stdout
     )
     assert (
         rows[-1]["date"] == "total"
@@ -95,7 +97,7 @@ def test_by_day_csv_keeps_the_total_and_plot_needs_a_table(books_env):
         and len(rows) == len(rep["days"]) + 1
     )
     for args in (["--json"], ["--format", "json"], ["--csv"]):
-        bad = run(books_env, "ledger", "month", "2026-11", "--plot", *args, ok=False)
+        bad = run(books_cli, "ledger", "month", "2026-11", "--plot", *args, ok=False)
         assert bad.returncode == 2 and "--plot draws a chart in the terminal" in bad.stderr, bad.stderr
 
 
@@ -113,7 +115,8 @@ def still(js: str):
     return doc
 
 
-def test_every_reporting_command_takes_format(books_env):
+@pytest.mark.e2e  # in process, but `offers --provider local` starts the local provider's containment probe (onbox/contain.py)
+def test_every_reporting_command_takes_format(books_cli):
     # json and csv of the same report agree; the shorthand gives the same bytes as --format
     for args in (
         ["ledger", "month", "2026-11", "--tz", "UTC"],
@@ -123,39 +126,39 @@ def test_every_reporting_command_takes_format(books_env):
         ["plan", "--model", "llama-3-8b", "--card", "h100-sxm"],
         ["offers", "--provider", "local", "--card", "a100"],
     ):
-        js = run(books_env, *args, "--format", "json").stdout
-        assert still(js) == still(run(books_env, *args, "--json").stdout), args
+        js = run(books_cli, *args, "--format", "json").stdout
+        assert still(js) == still(run(books_cli, *args, "--json").stdout), args
         assert js.startswith(('{\n  "', "[\n  {", "[]")), args  # indent 2
-        run(books_env, *args, "--format", "csv")
+        run(books_cli, *args, "--format", "csv")
     sessions = list(
-        csv.DictReader(io.StringIO(run(books_env, "ledger", "sessions", "--format", "csv", "--tz", "UTC").stdout))
+        csv.DictReader(io.StringIO(run(books_cli, "ledger", "sessions", "--format", "csv", "--tz", "UTC").stdout))
     )
     assert [r["session"] for r in sessions][:3] == ["s6", "s4", "s3"]
     plan_rows = list(
         csv.DictReader(
-            io.StringIO(run(books_env, "plan", "--model", "llama-3-8b", "--card", "a100", "--format", "csv").stdout)
+            io.StringIO(run(books_cli, "plan", "--model", "llama-3-8b", "--card", "a100", "--format", "csv").stdout)
         )
     )
     assert [r["card"] for r in plan_rows] == ["a100-40gb", "a100-40gb-pcie", "a100-80gb-pcie", "a100-80gb-sxm"]
     assert {r["model"] for r in plan_rows} == {"llama-3-8b"} and plan_rows[0]["usd_per_mtoken_ceiling"]
-    offers = json.loads(run(books_env, "offers", "--provider", "local", "--card", "a100", "--format", "json").stdout)
+    offers = json.loads(run(books_cli, "offers", "--provider", "local", "--card", "a100", "--format", "json").stdout)
     assert {o["card"] for o in offers} >= {"a100-80gb-pcie", "a100-80gb-sxm"}
     # reconcile: the books' RunPod/Vast rows have no key here (exit 1), and still a JSON list of actions
-    rec = run(books_env, "reconcile", "--format", "json", ok=False)
+    rec = run(books_cli, "reconcile", "--format", "json", ok=False)
     assert rec.returncode == 1 and all(a["kind"] == "error" for a in json.loads(rec.stdout))
-    bad = run(books_env, "watchdog", "--once", "--format", "csv", ok=False)
+    bad = run(books_cli, "watchdog", "--once", "--format", "csv", ok=False)
     assert bad.returncode == 2 and "writes no csv" in bad.stderr
-    bad = run(books_env, "ledger", "export", "--format", "json", ok=False)
+    bad = run(books_cli, "ledger", "export", "--format", "json", ok=False)
     assert bad.returncode == 2 and "writes no json" in bad.stderr
 
 
-def test_ps_json_times_iso_and_keys_in_column_order(books_env):
-    rows = json.loads(run(books_env, "ps", "--format", "json").stdout)
+def test_ps_json_times_iso_and_keys_in_column_order(books_cli):
+    rows = json.loads(run(books_cli, "ps", "--format", "json").stdout)
     assert rows, "the books hold an open session (s6)"
     first = rows[0]
     assert list(first)[:3] == ["session", "experiment", "job"] or list(first)[0] == "session"
     assert ISO_UTC.match(first["created_at"])
-    assert still(run(books_env, "ps", "--json").stdout) == still(json.dumps(rows))
+    assert still(run(books_cli, "ps", "--json").stdout) == still(json.dumps(rows))
 
 
 def _times(doc) -> list[str]:
@@ -167,10 +170,10 @@ def _times(doc) -> list[str]:
     return [doc] if isinstance(doc, str) and re.match(r"^\d{4}-\d\d-\d\dT", doc) else []
 
 
-def test_every_json_time_is_iso_utc_with_z_whatever_the_zone_asked(books_env):
+def test_every_json_time_is_iso_utc_with_z_whatever_the_zone_asked(books_cli):
     # `ps` and `ledger sessions` wrote two formats (Z and +00:00): one now, the zone only for tables
     docs = {
-        args: json.loads(run(books_env, *args, "--json").stdout)
+        args: json.loads(run(books_cli, *args, "--json").stdout)
         for args in (
             ("ps",),
             ("ledger", "sessions", "--tz", "Europe/Berlin"),
@@ -187,6 +190,6 @@ def test_every_json_time_is_iso_utc_with_z_whatever_the_zone_asked(books_env):
         assert all(ISO_UTC.match(t) for t in times), (args, [t for t in times if not ISO_UTC.match(t)])
     s3 = next(s for s in docs[("ledger", "sessions", "--tz", "Europe/Berlin")]["sessions"] if s["session"] == "s3")
     started = datetime.fromisoformat(s3["started"].replace("Z", "+00:00"))
-    table = run(books_env, "ledger", "sessions", "--tz", "Europe/Berlin").stdout
+    table = run(books_cli, "ledger", "sessions", "--tz", "Europe/Berlin").stdout
     # the table keeps the asked zone: CET in November is UTC + 1 h (IANA tzdata, Europe/Berlin)
     assert (started + timedelta(hours=1)).strftime("%Y-%m-%d %H:%M") in table

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 from rich.console import Console
 
 from gpuops.render.tables import ID, NAME, NUM, TEXT, Col, layout, print_table
-from tests.conftest import gpuops_cmd
 
 WIDTHS = (80, 100, 120)
 
@@ -177,37 +175,10 @@ def test_print_table_names_what_was_left_out():
     assert left == ["tokens"] and "left out for width: tokens" in text and "7,880.1234" in text
 
 
-def _run(args, width):
-    env_cols = {"COLUMNS": str(width)}
-    import os
-
-    return subprocess.run(
-        gpuops_cmd(*args),
-        env={**os.environ, **env_cols, "PYTHONPATH": "."},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.parametrize("width", WIDTHS)
-def test_plan_model_all_every_max_batch_shown(width, cli_env):
-    doc = json.loads(
-        subprocess.run(
-            gpuops_cmd("plan", "--model", "all", "--format", "json"),
-            env=cli_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        ).stdout
-    )
-    out = subprocess.run(
-        gpuops_cmd("plan", "--model", "all"),
-        env={**cli_env, "COLUMNS": str(width)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_plan_model_all_every_max_batch_shown(width, cli):
+    doc = json.loads(cli("plan", "--model", "all", "--format", "json").stdout)
+    out = cli("plan", "--model", "all", env={"COLUMNS": str(width)})
     assert out.returncode == 0, out.stderr
     assert "…" not in out.stdout and max(len(x) for x in out.stdout.splitlines()) <= width
     for p in doc:
@@ -221,14 +192,10 @@ def test_plan_model_all_every_max_batch_shown(width, cli_env):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_plan_one_model_every_figure_shown(width, cli_env):
+def test_plan_one_model_every_figure_shown(width, cli):
     args = ("plan", "--model", "llama-3-8b")
-    doc = json.loads(
-        subprocess.run(gpuops_cmd(*args, "--json"), env=cli_env, capture_output=True, text=True, timeout=120).stdout
-    )
-    out = subprocess.run(
-        gpuops_cmd(*args), env={**cli_env, "COLUMNS": str(width)}, capture_output=True, text=True, timeout=120
-    )
+    doc = json.loads(cli(*args, "--json").stdout)
+    out = cli(*args, env={"COLUMNS": str(width)})
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "…" not in text
