@@ -118,11 +118,20 @@ def dashboard_url(dash_env):
             proc.wait(timeout=15)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    """One headless chromium per test module, ended whatever happens."""
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless chromium per test session (per xdist worker: the e2e lane hands tests out one by
+    one, so one module's tests interleave with others' and a module-wide one would start again and
+    again). Ended whatever happens."""
     b = Browser()
     try:
         yield b
     finally:
         b.close()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The session's chromium for one test: the tabs the test opens are closed after it."""
+    yield chromium
+    chromium.close_pages()

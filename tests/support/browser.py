@@ -86,6 +86,7 @@ class Browser:
         self._stack = contextlib.ExitStack()
         self._next_id = 0
         self.events: list[dict] = []
+        self._tabs: list[tuple[str, str]] = []  # (target, session) of each tab page() opened
         try:
             self._connect()
         except BaseException:
@@ -157,6 +158,7 @@ class Browser:
         """A new tab with a ``width`` x ``height`` CSS-pixel viewport (device scale 1)."""
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        self._tabs.append((target, session))
         for domain in ("Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
         self.call(
@@ -165,6 +167,18 @@ class Browser:
             session=session,
         )
         return Page(self, session, target)
+
+    def close_pages(self) -> None:
+        """Close every tab ``page()`` opened and forget their events: the browser is as it was
+        before them (one browser serves many tests). A tab already gone is no error."""
+        for target, _ in self._tabs:
+            try:
+                self.call("Target.closeTarget", {"targetId": target})
+            except CdpError:
+                pass
+        gone = {session for _, session in self._tabs}
+        self._tabs.clear()
+        self.events = [e for e in self.events if e.get("sessionId") not in gone]
 
     def close(self) -> None:
         """End chromium whatever state it is in (TERM, then KILL) and remove its profile."""
