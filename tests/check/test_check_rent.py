@@ -85,6 +85,10 @@ def test_every_layer_holds_with_the_laptop_gone(name, check_env, sshd, gpuops_ho
 def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(check_env, sshd, gpuops_home):
     emu, env = check_env("runpod", sshd=sshd)
     emu.pod_key_may = set()  # the pod's own key may neither terminate nor stop it
+    # No box goes by itself here, so every layer runs to its due time; the slack past it is only
+    # waited out. 15 s still holds the job layer's claim: the agent's first refused destroy (2 s
+    # after the job's end) is on its status, read over SSH each round, well before its due time.
+    env["GPUOPS_CHECK_SLACK_SECONDS"] = "15"
     rc, doc, err = run_check(env, "runpod")
     v = verdicts(doc)
     assert rc == 1, why(doc, err)
@@ -113,6 +117,10 @@ def test_a_pod_key_that_may_only_stop_is_a_warning_and_the_check_terminates(chec
 def test_a_busy_idle_sampler_fails_the_idle_layer_alone(check_env, sshd, smi_bin, gpuops_home):
     fake_nvidia_smi.utilization(smi_bin, 100)
     emu, env = check_env("vast", sshd=sshd)
+    # The busy GPU never lets the idle layer fire, so its window can be short: its verdict comes at
+    # 6 s + the slack after its job starts, about when the TTL layer's box goes (the check's end).
+    # The other two layers keep the windows and slack they pass with.
+    env["GPUOPS_CHECK_IDLE_MINUTES"] = "0.1"
     rc, doc, err = run_check(env, "vast")
     v = verdicts(doc)
     assert rc == 1, why(doc, err)
