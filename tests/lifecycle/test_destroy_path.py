@@ -26,7 +26,7 @@ from ledger.store import Ledger
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
 from tests.lifecycle.upproc import no_box_processes, tag, tagged
 from tests.support.emulators import runpod_provider, vast_provider  # noqa: F401  (fixtures)
-from tests.support.postgres import own_postgres  # noqa: F401  (fixture)
+from tests.support.postgres import halting_postgres_server, own_postgres  # noqa: F401  (fixtures)
 from tests.teardown.conftest import wait_for
 
 END_TOLERANCE_S = 2.0  # booked end vs the provider's billing clock (absolute, seconds)

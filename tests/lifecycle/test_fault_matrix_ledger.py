@@ -20,7 +20,7 @@ from gpuops.teardown.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.lifecycle.test_fault_matrix import JOB, STAGES
 from tests.lifecycle.upproc import UpProc, no_box_processes, up_env
-from tests.support.postgres import PostgresServer
+from tests.support.postgres import PostgresServer, halting_postgres_server, own_postgres  # noqa: F401  (fixtures)
 from tests.teardown.conftest import wait_for
 
 END_TOLERANCE_S = 2.0
@@ -51,19 +51,14 @@ class Outage:
 
 @pytest.fixture
 def ledger_backend(request, gpuops_home, monkeypatch):
-    """(backend, url, server): the SQLite ledger of ``gpuops_home``, or a database on a PostgreSQL
-    server of this test alone (it is stopped mid-run)."""
+    """(backend, url, server): the SQLite ledger of ``gpuops_home``, or a database of its own on a
+    PostgreSQL server no other test uses meanwhile (``own_postgres``: it is stopped mid-run)."""
     if request.param == "sqlite":
-        yield "sqlite", f"sqlite:///{gpuops_home / 'ledger.db'}", None
-        return
-    server = PostgresServer()
-    try:
-        server.start()
-        url = server.new_database()
-        monkeypatch.setenv("GPUOPS_LEDGER_URL", url)
-        yield "postgres", url, server
-    finally:
-        server.stop()
+        return "sqlite", f"sqlite:///{gpuops_home / 'ledger.db'}", None
+    server = request.getfixturevalue("own_postgres")
+    url = server.new_database()
+    monkeypatch.setenv("GPUOPS_LEDGER_URL", url)
+    return "postgres", url, server
 
 
 @pytest.mark.slow  # 20 real `up` runs

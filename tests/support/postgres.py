@@ -17,7 +17,8 @@ Ending: ``stop()`` sends SIGINT (fast shutdown: clients are disconnected, a clea
 logged), waits ``STOP_TIMEOUT_S``, SIGKILLs the server's process group if it is still there, then
 removes the folder; it is idempotent and tolerates a folder that is already gone. Under
 pytest-xdist each worker has its own server (a session fixture is per worker) and each test its
-own database.
+own database; a test that stops the server (``own_postgres``) is lent a second one of its worker,
+which no other test uses.
 """
 
 from __future__ import annotations
@@ -210,6 +211,10 @@ class PostgresServer:
         accepts connections (deadline ``START_TIMEOUT_S``)."""
         self._launch()
 
+    def running(self) -> bool:
+        """True while the server process runs (started, not halted or stopped)."""
+        return self.proc is not None and self.proc.poll() is None
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
 
@@ -233,16 +238,31 @@ class PostgresServer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-@pytest.fixture
-def own_postgres():
-    """A PostgreSQL server of this test alone (it may ``halt()`` and ``resume()`` it); stopped and
-    removed at the end whatever happened."""
+@pytest.fixture(scope="session")
+def halting_postgres_server():
+    """The server ``own_postgres`` lends: one per xdist worker (started on first use), apart from
+    ``postgres_server`` (which the other tests expect to answer); shut down at the end of the
+    session whatever happened."""
     server = PostgresServer()
     try:
         server.start()
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def own_postgres(halting_postgres_server):
+    """A PostgreSQL server no other test uses while this one runs: the test may ``halt()`` and
+    ``resume()`` it, and gets a database of its own with ``new_database()``. It is the worker's
+    ``halting_postgres_server`` (a worker runs one test at a time), answering when the test starts
+    and started again after it if the test left it halted (an initdb per test would cost seconds)."""
+    server = halting_postgres_server
+    if not server.running():
+        server.resume()
+    yield server
+    if not server.running():
+        server.resume()
 
 
 @pytest.fixture(scope="session")
