@@ -203,7 +203,8 @@ def test_experiment_name_with_control_or_bidi_is_refused(gpuops_home, cli_env, t
     assert "--experiment" in r.stderr
 
 
-def test_notes_are_shown_escaped_everywhere(gpuops_home, cli_env, tmp_path):
+def test_notes_are_shown_escaped_everywhere(gpuops_home, cli, tmp_path):
+    # in process through the real entry point (the cli fixture): the claim is the bytes the commands print
     from ledger.models import Session
 
     s = load_settings(None, {})
@@ -223,53 +224,30 @@ def test_notes_are_shown_escaped_everywhere(gpuops_home, cli_env, tmp_path):
     )
     led.close("20261130-000000-aaaa", 2.0, "manual")
     hostile = "fine\x1b[2J\x1b[Hcost $0.00\u202e"
-    r = subprocess.run(
-        gpuops_cmd("ledger", "note", "20261130-000000-aaaa", hostile),
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = cli("ledger", "note", "20261130-000000-aaaa", hostile)
     assert r.returncode == 0 and "\x1b" not in r.stdout and "\\x1b[2J" in r.stdout and "\\u202e" in r.stdout
     for args in (
         ["ledger", "show", "20261130-000000-aaaa"],
         ["ledger", "experiments"],
         ["ledger", "month", "1970-01", "--tz", "UTC"],
     ):
-        r = subprocess.run(
-            gpuops_cmd(*args), env=dict(cli_env, COLUMNS="300"), capture_output=True, text=True, timeout=60
-        )
+        r = cli(*args, env={"COLUMNS": "300"})
         assert r.returncode == 0, r.stderr
         assert "\x1b" not in r.stdout and "\x07" not in r.stdout and "\u202e" not in r.stdout, args
-    assert (
-        "\\x1b]0;pwned\\x07"
-        in subprocess.run(
-            gpuops_cmd("ledger", "show", "20261130-000000-aaaa"),
-            env=dict(cli_env, COLUMNS="300"),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        ).stdout
-    )
+    assert "\\x1b]0;pwned\\x07" in cli("ledger", "show", "20261130-000000-aaaa", env={"COLUMNS": "300"}).stdout
     # JSON keeps the exact text (escaped by JSON itself)
-    r = subprocess.run(
-        gpuops_cmd("ledger", "show", "20261130-000000-aaaa", "--json"),
-        env=cli_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = cli("ledger", "show", "20261130-000000-aaaa", "--json")
     assert json.loads(r.stdout)["conclusion"] == " ".join(hostile.split())
 
 
-def test_csv_names_with_escapes_are_refused_on_import(gpuops_home, cli_env, tmp_path):
+def test_csv_names_with_escapes_are_refused_on_import(gpuops_home, cli, tmp_path):
     f = tmp_path / "past.csv"
     f.write_text(
         "date,experiment,provider,card,usd_per_hour,hours\n2026-11-02,exp\x1b[2J,runpod,rtx-4090,0.5,1\n"
         "2026-11-03,ok,runpod,rtx\u202e4090,0.5,1\n",
         encoding="utf-8",
     )
-    r = subprocess.run(gpuops_cmd("ledger", "import", str(f)), env=cli_env, capture_output=True, text=True, timeout=60)
+    r = cli("ledger", "import", str(f))
     assert r.returncode == 2 and "experiment contains control or bidi characters (\\x1b)" in r.stderr, r.stderr
     assert "card contains control or bidi characters (\\u202e)" in r.stderr and "\x1b" not in r.stderr
 
