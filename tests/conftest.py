@@ -12,9 +12,7 @@ helper it calls (of its module, or imported from another test module) starts one
 provider starts its containment probe, onbox/contain.py). ``unit`` for everything else: pure
 logic and in-process ``CliRunner`` runs. A unit-lane test that starts a process or opens a
 listening socket anyway fails (``_no_leftover_processes``), so the lanes cannot drift.
-``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both). Order: the
-lane's known-longest tests (``SLOW_FIRST``) come first and xdist hands tests out one at a time, so
-that no long test starts last.
+``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).
 
 Hygiene: a run first ends what runs that died left (a SIGKILLed pytest runs no teardown; each
 run's root carries its owner's record, tests/support/procs.py ``end_dead_runs``). The run gets one
@@ -104,11 +102,6 @@ _default_terminal_signals()
 
 def pytest_configure(config):
     config.pluginmanager.register(_WideFixtures(), "gpuops-wide-fixtures")
-    # pytest-xdist's `load` hands each worker a quarter of its share of the tests at once, in
-    # collection order: the SLOW_FIRST tests would all land on the first worker. One at a time (at
-    # least two queued per worker) they go to whichever worker is free, longest first.
-    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "maxschedchunk", 0) is None:
-        config.option.maxschedchunk = 1
     if os.environ.get(procs.RUN_VAR) and os.environ.get(procs.ROOT_VAR):
         return  # an xdist worker: the controller set the run up
     # A run SIGKILLed (a timeout) ran no teardown: end its servers and remove its root first.
@@ -235,56 +228,9 @@ def _is_e2e(item) -> bool:
     return fn is None or _code_spawns(fn)
 
 
-# The e2e lane's longest tests, longest first (their durations as measured on this 2-core machine
-# under load: scripts/test.sh prints the 25 slowest of every run). Only an order: these run first,
-# handed to the workers one at a time (``maxschedchunk``, below), so that no long test starts last
-# and stretches the lane's wall time while the other workers wait idle. A test not named here (or
-# a name here that no longer exists) changes nothing but the order; every test runs.
-SLOW_FIRST = (
-    "tests/demo/test_demo.py::test_demo_without_an_account",
-    "tests/check/test_check_rent.py::test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys",
-    "tests/check/test_check_rent.py::test_a_busy_idle_sampler_fails_the_idle_layer_alone",
-    "tests/storage/test_weights.py::test_a_fresh_box_downloads_beside_its_deps_with_ranges",
-    "tests/team/test_two_accounts.py::test_bobs_commands_leave_alices_sessions_and_instances_alone",
-    "tests/team/test_team_cli.py::test_ps_reconcile_down_as_the_other_user",
-    "tests/check/test_check_rent.py::test_every_layer_holds_with_the_laptop_gone",
-    "tests/sweep/test_sweep_local.py::test_six_jobs_with_k2_run_at_most_two_at_once_and_book_six_runs",
-    "tests/books/test_sync_month.py::test_sync_cli_lists_then_applies",
-    "tests/team/test_hostile_input.py::test_notes_are_shown_escaped_everywhere",
-    "tests/dashboard/test_dashboard_browser.py::test_open_boxes_first_live_and_readable_at_390px",
-    "tests/check/test_check_rent.py::test_a_pod_key_that_may_only_stop_is_a_warning_and_the_check_terminates",
-    "tests/books/test_watchdog_passes.py::test_a_watchdog_pass_is_booked_and_shown_by_ps_and_ledger_month",
-    "tests/storage/test_volumes.py::test_cli_volumes_list_create_delete",
-    "tests/notify/test_delivery.py::test_the_balance_floor_and_the_cap_are_told_after_their_destroys",
-    "tests/sweep/test_sweep_local.py::test_two_executors_on_one_postgresql_queue_never_run_a_job_twice",
-    "tests/lifecycle/test_spot_recover.py::test_a_run_spends_what_its_rentals_cost_by_the_providers_bill",
-    "tests/box/test_bootstrap.py::test_deps_with_pip_from_the_wheelhouse",
-    "tests/dashboard/test_dashboard_browser.py::test_served_page_matches_the_cli",
-    "tests/lifecycle/test_fault_matrix_ledger.py::test_ledger_unavailable_at_every_stage",
-    "tests/books/test_sync_month.py::test_a_month_of_rentals_booked_to_the_cent",
-    "tests/core/test_up_local.py::test_down_closes_an_open_session_as_manual",
-    "tests/core/test_up_local.py::test_cli_end_to_end_then_month_report",
-    "tests/teardown/test_ssh.py::test_a_quiet_job_ended_by_its_agent_while_up_watches_is_booked_as_billed",
-    "tests/dashboard/test_dashboard_browser.py::test_html_file_opens_offline",
-    "tests/storage/test_weights.py::test_a_killed_download_completes_on_the_next_run_and_frees_its_partial",
-    "tests/notify/test_delivery.py::test_two_watchdogs_tell_the_monthly_cap_once",
-    "tests/plan/test_cli.py::test_up_model_dry_run_picks_the_cheapest_card_that_fits",
-    "tests/core/test_settings_layers.py::test_emergency_commands_run_on_a_broken_config_and_up_refuses",
-    "tests/books/test_wal_checkpoint.py::test_ledger_import_up_and_watchdog_leave_no_wal",
-    "tests/teardown/test_exit_watch.py::test_ssh_box_ends_at_the_exit_and_the_terminal_gets_every_byte",
-)
-_SLOW_RANK = {name: i for i, name in enumerate(SLOW_FIRST)}
-
-
-def _slow_rank(item) -> int:
-    """``item``'s place in ``SLOW_FIRST`` (its node id without parameters), else after all of them."""
-    return _SLOW_RANK.get(item.nodeid.split("[", 1)[0], len(SLOW_FIRST))
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(pytest.mark.e2e if _is_e2e(item) else pytest.mark.unit)
-    items.sort(key=_slow_rank)  # stable: the rest keep their collection order
 
 
 # Unit-lane tests that started a process or opened a listening socket anyway (found at run time):
