@@ -120,9 +120,9 @@ def dashboard_url(dash_env):
 
 @pytest.fixture(scope="session")
 def chromium():
-    """One headless chromium per test session (per xdist worker: the e2e lane hands tests out one by
-    one, so one module's tests interleave with others' and a module-wide one would start again and
-    again). Ended whatever happens."""
+    """One headless chromium per test session (per xdist worker), not one per module: xdist spreads a
+    module's tests over the workers, and each worker would start its own for every module again.
+    Ended whatever happens."""
     b = Browser()
     try:
         yield b
