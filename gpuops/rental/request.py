@@ -420,10 +420,11 @@ ARGS_FIX = "pass it in a file instead (--workdir DIR carries it) and give the jo
 def _job_args(given: Any, job: str | None, interactive: bool) -> tuple[str, ...]:
     """The job's argv (``up ... -- ARG ...``, a task file's ``args``) checked, as a tuple of str.
 
-    BadInput, one line naming the fix, before anything is rented: arguments with ``interactive``
-    (no job to give them to), an argument that is not text (the Python API: a bare str is one
-    too, not a list), holds a NUL byte (no command line carries one) or is not UTF-8, and a line
-    over ``launcher.MAX_JOB_LINE_BYTES`` as the box's shell receives it."""
+    ``given``: a sequence of str (a bare str is refused, not read as its characters). BadInput, one
+    line naming the fix, before anything is rented: arguments with ``interactive`` (no job to give
+    them to), an argument that is not text, holds a NUL byte (no command line carries one) or is
+    not UTF-8, and a job line over ``launcher.MAX_JOB_LINE_BYTES`` bytes as the box's shell
+    receives it (``launcher.job_line_bytes``)."""
     from gpuops.rental.launcher import MAX_JOB_LINE_BYTES, job_line_bytes
 
     if isinstance(given, str):

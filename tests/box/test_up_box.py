@@ -217,8 +217,7 @@ def test_up_over_real_ssh_gives_the_job_its_arguments_byte_for_byte_at_the_bound
     prov = SshProvider(sshd.host, sshd.port, sshd.user)
     job = tmp_path / "argv.py"
     job.write_text(
-        "import json, os, sys\nos.makedirs('out', exist_ok=True)\n"
-        "json.dump(sys.argv[1:], open('out/argv.json', 'w'))\n"
+        "import json, os, sys\nos.makedirs('out', exist_ok=True)\njson.dump(sys.argv[1:], open('out/argv.json', 'w'))\n"
     )
     tricky = ["$(touch PWNED)", ";", "a b", "it's", 'say "hi"', "x\ny", "*", "$HOME", "", "--lr"]
     n = 1
