@@ -794,6 +794,7 @@ def run_up(
             "note": req.note,
             "volume": p.volume.as_json() if p.volume is not None else None,
             "job": str(req.job),
+            "job_args": list(req.job_args),  # the job's argv, as it will be booked (never a secret)
             "job_env": list(req.job_env),  # the names only: a value may be a secret
             "setup": [step["name"] for step in setup.config.get("steps", [])],  # the bootstrap's steps, by name
             "dearest_usd_per_hour": max(o.price for o in p.candidates),  # the dearest offer this up accepts now

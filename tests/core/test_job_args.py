@@ -206,3 +206,14 @@ def test_up_passes_tricky_arguments_byte_for_byte_and_books_them(cli_env, gpuops
     led.engine.dispose()
     for f in gpuops_home.rglob("ledger.db*"):  # the arguments are booked; the env value never is
         assert b"s3cr3t-value" not in f.read_bytes()
+
+
+@pytest.mark.e2e  # the dry run's offers start the local provider's containment probe
+def test_the_dry_run_says_the_argv_it_would_run(cli, tmp_path):
+    (tmp_path / "job.sh").write_text("echo hi\n")
+    (tmp_path / "task.toml").write_text('run = "job.sh"\nargs = ["--from", "file"]\n[resources]\ncard = "t4"\n')
+    r = cli("up", str(tmp_path / "task.toml"), "--dry-run", "--json", "--", "--lr", "1e-3", "a b")
+    assert r.returncode == 0, r
+    assert json.loads(r.stdout)["job_args"] == ["--lr", "1e-3", "a b"]
+    r = cli("up", str(tmp_path / "task.toml"), "--dry-run")
+    assert f"would run: {tmp_path / 'job.sh'} --from file\n" in r.stdout, r.stdout
