@@ -5,8 +5,18 @@
 #     like decode), achieved tokens/s and its ratio to the bandwidth ceiling (GB/s / weight bytes).
 # Uses torch on CUDA when present, numpy on the CPU otherwise (pure Python as a last resort).
 # Appends {"tokens": N} to $GPUOPS_METRICS so gpuops books $/Mtoken.
-# Knobs (environment): WEIGHTS_MB (default 256), TOKENS (default 200), COPY_MB (default 512).
+# Knobs (environment): WEIGHTS_MB (default 256), TOKENS (default 200), COPY_MB (default 512); the
+# same as arguments, which win: bench.sh --weights-mb 64 --tokens 50 --copy-mb 128
+# (`gpuops up --job bench.sh -- --tokens 50`).
 set -euo pipefail
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --weights-mb) export WEIGHTS_MB="${2:?--weights-mb needs a number}"; shift 2 ;;
+    --tokens) export TOKENS="${2:?--tokens needs a number}"; shift 2 ;;
+    --copy-mb) export COPY_MB="${2:?--copy-mb needs a number}"; shift 2 ;;
+    *) echo "bench.sh: unknown argument $1 (--weights-mb N, --tokens N, --copy-mb N)" >&2; exit 2 ;;
+  esac
+done
 exec python3 - <<'PY'
 import json, os, time
 

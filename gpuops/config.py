@@ -924,7 +924,9 @@ def _file_problem(p: _Problem, where: str, text: str, data: dict, root: type | N
         return f"{place}: {key}: unknown key" + (f" ({hint})" if hint else "")
     msg = p.msg
     given = _value_at(data, p.loc)
-    if p.kind == "type" and isinstance(given, str):
+    if p.kind == "type" and isinstance(given, str) and "valid list" in msg:  # a list written as one text
+        msg += f' (got the text {given!r}: write a list of texts, e.g. ["--lr", "1e-3"])'
+    elif p.kind == "type" and isinstance(given, str):
         msg += f" (got the text {given!r}: write it without quotes)"
     return f"{place}: {key}: {msg}"
 

@@ -136,7 +136,8 @@ def show(ledger: Books, ref: str, tz: str | None = None) -> dict:
 
     ``ledger show``: every field, steps, events, derived cost figures (``session_detail``), plus
     ``cost_lines`` [{"kind","usd","start_at","end_at","provider","description"}] (storage booked
-    apart from GPU time) and ``storage_usd``."""
+    apart from GPU time), ``storage_usd`` and ``job_args``: the job's argv as its ``job_started``
+    event booked it (a list of str; [] for none, None when no job started)."""
     from gpuops.rental.sessions import resolve_session
     from ledger.reports import session_detail
 
@@ -155,7 +156,23 @@ def show(ledger: Books, ref: str, tz: str | None = None) -> dict:
         for ln in ledger.reads.session_cost_lines(row.id)
     ]
     d["storage_usd"] = round(sum(ln["usd"] for ln in d["cost_lines"]), 6)
+    d["job_args"] = _job_args(d["events"])
     return d
+
+
+def _job_args(events: list[dict]) -> list[str] | None:
+    """The argv the rental's job started with (its ``job_started`` event's ``args``), None when no job started."""
+    import json
+
+    for e in events:
+        if e["kind"] == "job_started":
+            try:
+                detail = json.loads(e["detail"]) if e["detail"].startswith("{") else {}
+            except ValueError:
+                detail = {}
+            args = detail.get("args", []) if isinstance(detail, dict) else []
+            return [str(a) for a in args] if isinstance(args, list) else []
+    return None
 
 
 def show_run(ledger: Books, run_id: str, tz: str | None = None) -> dict:

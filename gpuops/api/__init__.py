@@ -84,6 +84,7 @@ def up(
     recover: int | None = None,
     recover_on: Sequence[str] | None = None,
     env: Mapping[str, str] | Sequence[str] = (),
+    args: Sequence[str] | None = None,
     results: str | None = None,
     setup: Mapping[str, Any] | None = None,
     dry_run: bool = False,
@@ -96,7 +97,9 @@ def up(
     hour; ``max_hours``: the TTL in hours; ``idle_minutes``: minutes or "off"); None leaves it to
     the task file (``task``: a task file, as ``gpuops up TASK.toml``), then the settings
     (infra.toml, GPUOPS_*). ``env``: {NAME: value}, or --env entries (``NAME=VALUE``, ``NAME`` for
-    this process's value); the values reach the job only. ``setup``: [bootstrap] keys over the
+    this process's value); the values reach the job only. ``args``: the job's argv (`up ... -- ARG
+    ...`; a list of str, each one argument as given; replaces a task file's ``args``; booked, so never
+    a secret). ``setup``: [bootstrap] keys over the
     settings'. ``reporter``: a ``gpuops.rental.launcher.Reporter`` that hears each stage and job
     line (default: none). Call it from the main thread: a rental's signal handling (Ctrl-C ends it
     and still destroys the box) needs it.
@@ -121,8 +124,9 @@ def up(
         given["env"] = tuple(entries)
     if dry_run:
         given["dry_run"] = True
-    args = request.UpArgs.merged(request.load_task(task) if task is not None else {}, given)
-    req, settings = request.build(args)
+    if args is not None:
+        given["job_args"] = args if isinstance(args, str) else tuple(args)  # a bare str: refused by build
+    req, settings = request.build(request.UpArgs.merged(request.load_task(task) if task is not None else {}, given))
     old = os.umask(0o077)  # what gpuops writes (ledger, logs, boxes, results) is the user's alone, as the CLI's
     try:
         summ = launcher.run_up(req, settings, reporter or launcher.Reporter())

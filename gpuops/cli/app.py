@@ -58,7 +58,7 @@ def _root(
 
 from gpuops.cli import check, completion, dashboard, offers, plan, session, sweep, up, watchdog  # noqa: E402
 
-app.command()(up.up)
+app.command(cls=up.UpCommand)(up.up)  # `up ... -- ARG ...`: the job's argv (UpCommand)
 app.command()(sweep.sweep)
 app.command("sweep-status", hidden=True)(sweep.sweep_status)  # typed as `gpuops sweep status` (see Group)
 app.command("sweep-cancel", hidden=True)(sweep.sweep_cancel)

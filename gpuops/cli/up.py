@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+import typer.core
 
 from gpuops.cli.group import interrupt_note
 from gpuops.cli.options import (
@@ -18,6 +19,41 @@ from gpuops.providers import ANY, UP_CHOICES, choices
 from gpuops.rental.request import UpArgs
 
 D = UpArgs  # the defaults, stated once (gpuops.rental.request.UpArgs)
+JOB_ARGS = "gpuops.up.job_args"  # ctx.meta: the words after `--` (a tuple), absent when no `--` was typed
+
+
+def split_job_args(
+    command: typer.core.TyperCommand, ctx: typer.Context, args: list[str]
+) -> tuple[list[str], tuple[str, ...] | None]:
+    """``args`` as (what `up` parses itself, the job's argv after ``--``; None when no ``--`` ends `up`'s part).
+
+    The separator is the first ``--`` that the parser of ``command`` (``make_parser``: typer's own
+    click) takes as one: a ``--`` right after an option that wants a value is that value (``--note
+    --``), as that parser reads it, so the split never disagrees with the parse of the words before it."""
+    for i, word in enumerate(args):
+        if word != "--":
+            continue
+        try:
+            command.make_parser(ctx).parse_args(args=list(args[:i]))
+        except Exception as e:  # noqa: BLE001  typer's click's usage errors (typer._click: no public name)
+            if i and getattr(e, "option_name", None) == args[i - 1]:  # "--note" asks a value: this "--" is it
+                continue
+            # any other bad word before the "--": the real parse says so
+        return list(args[:i]), tuple(args[i + 1 :])
+    return list(args), None
+
+
+class UpCommand(typer.core.TyperCommand):
+    """`gpuops up`'s command: everything after ``--`` is the job's argv (``split_job_args``), kept in ``ctx.meta``."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        ours, job_args = split_job_args(self, ctx, args)
+        if job_args is not None:
+            ctx.meta[JOB_ARGS] = job_args
+        return super().parse_args(ctx, ours)
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:  # type: ignore[override]
+        return [*super().collect_usage_pieces(ctx), "[-- ARG...]"]
 
 
 @output_options()
@@ -149,6 +185,10 @@ def up(
 ) -> None:
     """Rent a box, bootstrap it, run JOB, tear it down, book the session.
 
+    Everything after -- is the job's argv, each word one argument, passed as typed (a task file's args
+    replaced): gpuops up --job train.py -- --lr 1e-3. Arguments are booked in the ledger: secrets go in
+    --env, whose values never are.
+
     Spot by default where the provider has it ([up] spot = true): interruptible at the offer's minimum bid, else
     on-demand (see --spot); --on-demand never rents spot."""
     from gpuops.render import emit, ui
@@ -168,6 +208,8 @@ def up(
     )  # fmt: skip
     # What was typed wins over the task file, key by key; a flag left out leaves the file's value.
     given = {k: v for k, v in flags.items() if _typed(ctx, k)}
+    if JOB_ARGS in ctx.meta:  # `-- ARG ...` typed (even with no word after it): the job's argv, over the file's
+        given["job_args"] = ctx.meta[JOB_ARGS]
     args = UpArgs.merged(request.load_task(task) if task is not None else {}, given)
     req, settings = request.build(args)
     from gpuops.cli.up_reporter import ConsoleReporter

@@ -394,6 +394,10 @@ def render_show(d: dict) -> None:
 
     from gpuops.textsafe import safe
 
+    if d.get("job_args"):  # what ran: the job's argv as a shell would show it
+        import shlex
+
+        sys.stdout.write(f"args: {safe(shlex.join(d['job_args']))}\n")
     for key, field in SHOW_BELOW.items():
         sys.stdout.write(f"{key}: {safe(str(d.get(field) or '-'))}\n")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 import time
 from typing import Any
@@ -193,7 +194,9 @@ def render_dry_run(plan: dict) -> None:
     if plan.get("job"):
         names = plan.get("job_env") or []
         c.print(
-            f"would run: {safe(plan['job'])}" + (f" with env {', '.join(names)} (values not shown)" if names else ""),
+            f"would run: {safe(plan['job'])}"
+            + (f" {safe(shlex.join(plan['job_args']))}" if plan.get("job_args") else "")
+            + (f" with env {', '.join(names)} (values not shown)" if names else ""),
             markup=False,
         )
     td = plan["teardown"]

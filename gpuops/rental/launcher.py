@@ -21,7 +21,7 @@ import secrets
 import shlex
 import signal
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -117,6 +117,9 @@ class UpRequest:
     # booked or put on a command line: they reach the box only through its 0600 env file.
     env: tuple[str, ...] = field(default=(), repr=False)
     job_env: dict[str, str] = field(default_factory=dict, repr=False)
+    # up ... -- ARG ...: the job's argv, each quoted onto its command line (_job_command) and booked
+    # in its job_started event; checked by request.build (no NUL, UTF-8, MAX_JOB_LINE_BYTES).
+    job_args: tuple[str, ...] = ()
     # A job of a sweep (gpuops.sweep): always a run (its runs row carries sweep_id), whose id the
     # sweep's executor chose and booked on the queued job before the run's first row.
     sweep_id: str = ""
@@ -669,13 +672,37 @@ class JobOutput:
         self._lines.close()
 
 
-def _job_command(job_name: str) -> str:
+# The most bytes the job's command line may take as the box's shell receives it (job_line_bytes):
+# _job_command quotes each argument, jobio.start_job quotes that line again for its `bash -c`, and
+# an SSH box's run_detached once more for the shell sshd starts, whose `-c` string is one argument
+# of execve -- which Linux refuses over 128 KiB (MAX_ARG_STRLEN). Half of that, so the rest of the
+# line (the wrapper, the box's root, the env file's path) always fits. Plain arguments count about
+# their own bytes; each single quote in one counts about 53 (every layer of quoting multiplies it).
+MAX_JOB_LINE_BYTES = 64 * 1024
+
+
+def _job_command(job_name: str, args: Sequence[str]) -> str:
+    """The shell line that runs the job file ``job_name`` (in ``.gpuops/job``) with ``args`` as its argv.
+
+    Each argument is quoted (shlex.quote), so the job receives it byte for byte, whatever it holds
+    (``$(...)``, ``;``, quotes, newlines, the empty string); none may hold a NUL byte (request.build
+    refuses it before renting)."""
     path = f"{META}/job/{job_name}"
     if job_name.endswith(".py"):
-        return "python3 " + shlex.quote(path)
-    if job_name.endswith(".sh"):
-        return "bash " + shlex.quote(path)
-    return shlex.quote("./" + path)
+        head = "python3 " + shlex.quote(path)
+    elif job_name.endswith(".sh"):
+        head = "bash " + shlex.quote(path)
+    else:
+        head = shlex.quote("./" + path)
+    return " ".join([head, *(shlex.quote(a) for a in args)])
+
+
+def job_line_bytes(job_name: str, args: Sequence[str]) -> int:
+    """Bytes (UTF-8) the job's command line takes as the box's shell receives it.
+
+    That is ``_job_command``'s line quoted twice more, as jobio.start_job and SSHBox.run_detached
+    quote it (see MAX_JOB_LINE_BYTES)."""
+    return len(shlex.quote(shlex.quote(_job_command(job_name, args))).encode())
 
 
 def _idle_minutes_for_row(teardown) -> float:
@@ -767,6 +794,7 @@ def run_up(
             "note": req.note,
             "volume": p.volume.as_json() if p.volume is not None else None,
             "job": str(req.job),
+            "job_args": list(req.job_args),  # the job's argv, as it will be booked (never a secret)
             "job_env": list(req.job_env),  # the names only: a value may be a secret
             "setup": [step["name"] for step in setup.config.get("steps", [])],  # the bootstrap's steps, by name
             "dearest_usd_per_hour": max(o.price for o in p.candidates),  # the dearest offer this up accepts now
@@ -1742,8 +1770,9 @@ def _job(
         return EndReason.TTL
     s.job_started = True  # from here a teardown reads the tokens the job wrote, whatever ends it
     started_here = time.monotonic()  # bounds the job seconds the box's clock reports
-    jobio.start_job(box, _job_command(req.job.name), env=env)
-    ledger.event(s.id, EventKind.JOB_STARTED)
+    jobio.start_job(box, _job_command(req.job.name, req.job_args), env=env)
+    # What ran, for `ledger show`: the arguments are booked (never a secret: those are env values).
+    ledger.event(s.id, EventKind.JOB_STARTED, {"args": list(req.job_args)} if req.job_args else "")
     import_meanwhile(TEARDOWN_IMPORTS)  # while the job runs: the teardown then imports nothing
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]  # _new_rental set it
         shown = s.log_view = JobOutput(reporter.job_line, shown=log.tell())

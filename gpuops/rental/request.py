@@ -14,6 +14,7 @@ sweep reuses (a list of these):
     recover = 2                    # --recover; recover_on = ["preempted"] (--recover-on)
     workdir = "."                  # --workdir: uploaded to the box, relative to the task file;
     workdir_exclude = ["data"]     # --workdir-exclude patterns; interactive = true: no run (--interactive)
+    args = ["--lr", "1e-3"]        # the job's argv (`up ... -- ARG ...`, which replaces it); not secrets
     [resources]                    # card (--card), count (--gpu-count), model (--model) and its
     card = "a100"                  # dtype, kv_dtype, seq, batch, allow_unverified; provider, spot,
     count = 1                      # vendor, volume
@@ -154,7 +155,8 @@ class UpArgs:
     (a task file's [setup]); ``results``, ``max_session_usd``: [job] results, [teardown]
     max_session_usd; ``workdir``/``workdir_exclude``: `up --workdir` (uploaded before the job);
     ``interactive``: no job, a box to work on; ``recover_on_demand``: a spot run may re-rent on
-    an on-demand box."""
+    an on-demand box; ``job_args``: the job's argv (`up ... -- ARG ...`, a task file's ``args``),
+    each passed to it as one argument, byte for byte, and booked (never a secret: those go in ``env``)."""
 
     job: str | None = None
     card: str | None = None
@@ -187,6 +189,7 @@ class UpArgs:
     workdir_exclude: tuple[str, ...] = ()
     interactive: bool = False
     recover_on_demand: bool = False
+    job_args: tuple[str, ...] = ()
 
     @classmethod
     def merged(cls, task: dict, given: dict) -> UpArgs:
@@ -264,6 +267,8 @@ def task_fields(p: Path, task: TaskFile, raw: dict) -> dict:
         out["env"] = tuple(task.env)
     if task.recover_on is not None:
         out["recover_on"] = ",".join(task.recover_on)
+    if task.args is not None:
+        out["job_args"] = tuple(task.args)
     if "idle_minutes" in raw.get("limits", {}):
         out["idle_minutes"] = str(raw["limits"]["idle_minutes"])  # as written; parse_idle reads it as the flag
     if raw.get("setup"):
@@ -297,6 +302,7 @@ def build(args: UpArgs) -> tuple[UpRequest, Settings]:
     if job is not None and args.interactive:
         raise BadInput("--job and --interactive exclude each other", "an interactive box runs no job: drop one of them")
     not_blank_flag("--job", job, "pass the path of a script, e.g. --job examples/bench.sh")
+    job_args = _job_args(args.job_args, job, args.interactive)
     not_blank_flag("--workdir", args.workdir, "pass the folder to upload, e.g. --workdir ., or leave --workdir out")
     if args.workdir_exclude and args.workdir is None:
         raise BadInput("--workdir-exclude narrows --workdir", "add --workdir DIR, or drop --workdir-exclude")
@@ -387,6 +393,7 @@ def build(args: UpArgs) -> tuple[UpRequest, Settings]:
         recover_on=tuple(settings.job.recover_on),
         env=tuple(args.env),
         recover_on_demand=args.recover_on_demand,
+        job_args=job_args,
     )
     from gpuops.planning.sizing import parse_positive_int
 
@@ -405,6 +412,51 @@ def build(args: UpArgs) -> tuple[UpRequest, Settings]:
             "add --model, e.g. --model llama-3-8b",
         )
     return req, settings
+
+
+ARGS_FIX = "pass it in a file instead (--workdir DIR carries it) and give the job the file's path"
+
+
+def _job_args(given: Any, job: str | None, interactive: bool) -> tuple[str, ...]:
+    """The job's argv (``up ... -- ARG ...``, a task file's ``args``) checked, as a tuple of str.
+
+    ``given``: a sequence of str (a bare str is refused, not read as its characters). BadInput, one
+    line naming the fix, before anything is rented: arguments with ``interactive`` (no job to give
+    them to), an argument that is not text, holds a NUL byte (no command line carries one) or is
+    not UTF-8, and a job line over ``launcher.MAX_JOB_LINE_BYTES`` bytes as the box's shell
+    receives it (``launcher.job_line_bytes``)."""
+    from gpuops.rental.launcher import MAX_JOB_LINE_BYTES, job_line_bytes
+
+    if isinstance(given, str):
+        raise BadInput(
+            f"job arguments must be a list of strings, got the string {given[:40]!r}",
+            "give each argument apart, e.g. args = ['--lr', '1e-3']",
+        )
+    out = tuple(given)
+    if not out:
+        return out
+    if interactive:
+        raise BadInput(
+            "job arguments and --interactive exclude each other",
+            "an interactive box runs no job: drop the arguments after --, or drop --interactive",
+        )
+    for i, a in enumerate(out, 1):
+        if not isinstance(a, str):
+            raise BadInput(f"job argument {i} is a {type(a).__name__}, not text", "write it as text, e.g. '1e-3'")
+        if "\0" in a:
+            raise BadInput(f"job argument {i} holds a NUL byte, which no command line can carry", ARGS_FIX)
+        try:
+            a.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadInput(f"job argument {i} is not UTF-8 text", ARGS_FIX) from None
+    size = job_line_bytes(Path(job or "").name, out)
+    if size > MAX_JOB_LINE_BYTES:
+        raise BadInput(
+            f"the job's arguments make a command line of {size:,} bytes on the box (quoted), "
+            f"more than {MAX_JOB_LINE_BYTES:,}",
+            ARGS_FIX,
+        )
+    return out
 
 
 def recover_flags(recover: int | None, recover_on: str | None) -> dict:

@@ -51,6 +51,7 @@ class TaskFile(Section):
     workdir: str | None = None  # up --workdir, relative to the task file
     workdir_exclude: list[str] = []  # up --workdir-exclude patterns
     interactive: bool = False  # up --interactive: no run, a box to work on
+    args: list[str] | None = None  # the job's argv (up ... -- ARG ...); None: not given, [] none
     resources: _Resources = msgspec.field(default_factory=_Resources)
     setup: dict[str, Any] = {}
     limits: _Limits = msgspec.field(default_factory=_Limits)

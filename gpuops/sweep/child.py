@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import replace
+from dataclasses import fields as dataclass_fields, replace
 from typing import Any
 
 from gpuops.errors import BadInput
@@ -67,9 +67,9 @@ def run(data: dict[str, Any]) -> int:
     from onbox.vocabulary import EndReason, exit_status
 
     fields = dict(data["args"])
-    for key in ("env", "workdir_exclude"):
-        if key in fields:
-            fields[key] = tuple(fields[key])
+    for f in dataclass_fields(UpArgs):  # JSON's lists back to UpArgs' tuples (env, workdir_exclude, job_args)
+        if isinstance(f.default, tuple) and f.name in fields:
+            fields[f.name] = tuple(fields[f.name])
     result = data["result"]
     try:
         req, settings = build(UpArgs(**fields))

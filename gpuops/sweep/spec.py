@@ -2,19 +2,25 @@
 
 TOML read as a task file is (``config.read_toml_table``: strict types, unknown keys with the closest
 name, ``file:line: key: message``). Its top level is a task file (gpuops.rental.request's
-docstring: experiment, run, env, results, recover, [resources], [setup], [limits]) that every job
-starts from, plus:
+docstring: experiment, run, env, args, results, recover, [resources], [setup], [limits]) that every
+job starts from, plus:
 
     max_parallel = 2          # K: boxes at once (default 1)
     max_usd = 5.0             # the whole sweep's money, USD: its rentals' cost, every job's worst case held
     max_hours = 4             # the whole sweep's billed box hours ([limits] max_hours stays each job's TTL)
     [[jobs]]                  # a task table per job, over the top level key by key (env: added, a job's
-    name = "baseline"         # entry wins by name); name: how `sweep status` shows it
+    name = "baseline"         # entry wins by name; args: replaced); name: how `sweep status` shows it
     env = ["LR=1e-2"]
+    args = ["--epochs", "3"]  # the job's argv
     [matrix]                  # every combination, for each job (or for the top level when no [[jobs]]):
     env = { LR = ["1e-3", "1e-4"] }   # env values
+    args = [["--lr", "1e-3"], ["--lr", "1e-4"]]   # argv lists, each added after the job's own args
     model = ["llama-3-8b"]    # models to plan for (--model)
     card = ["a100", "h100"]   # cards (--card)
+
+A combination's name is its job's, then each axis's value, comma-separated: ``LR=1e-3``, the args
+as a shell would show them (shlex.join, control characters escaped: ``--lr 1e-3``, ``'a b'``;
+``(no args)`` for an empty list), the model, the card.
 
 Every job is made into UpArgs here and built by ``gpuops.rental.request.build``, the one set of
 `up`'s input checks; nothing here rents anything.
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +40,7 @@ import msgspec
 from gpuops.errors import BadInput
 from gpuops.rental.task import TaskFile
 from gpuops.settings_base import Section
+from gpuops.textsafe import safe
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -52,6 +60,7 @@ class _Job(TaskFile):
 
 class _Matrix(Section):
     env: dict[str, list[str]] = {}
+    args: list[list[str]] = []  # argv lists: one job per list, each after the job's own args
     model: list[str] = []
     card: list[str] = []
 
@@ -106,6 +115,8 @@ def _combos(matrix: _Matrix) -> list[tuple[str, dict]]:
         if not values:
             raise BadInput(f"sweep matrix.env.{key} is empty", f'give it values, e.g. {key} = ["1", "2"]')
         axes.append([(f"{key}={v}", {"env": (f"{key}={v}",)}) for v in values])
+    if matrix.args:
+        axes.append([(safe(shlex.join(a)) if a else "(no args)", {"job_args": tuple(a)}) for a in matrix.args])
     if matrix.model:
         axes.append([(m, {"model": m}) for m in matrix.model])
     if matrix.card:
@@ -120,9 +131,13 @@ def _combos(matrix: _Matrix) -> list[tuple[str, dict]]:
     return out
 
 
-def _over(base: dict, top: dict) -> dict:
-    """UpArgs fields ``top`` over ``base`` key by key: env added after (a later entry wins by name), setup merged."""
+def _over(base: dict, top: dict, add_args: bool = False) -> dict:
+    """UpArgs fields ``top`` over ``base`` key by key: env added after (a later entry wins by name), setup merged.
+
+    ``add_args``: ``top``'s job_args (a matrix's) come after ``base``'s, else they replace them."""
     out = {**base, **top}
+    if add_args and "job_args" in top:
+        out["job_args"] = tuple(base.get("job_args", ())) + tuple(top["job_args"])
     if base.get("env") or top.get("env"):
         out["env"] = tuple(base.get("env", ())) + tuple(top.get("env", ()))
     if base.get("setup") and top.get("setup"):
@@ -155,7 +170,8 @@ def load_sweep(path: str | Path, given: dict | None = None) -> SweepSpec:
     max_hours = _limit("max_hours", sweep.max_hours, "4")
     base = task_fields(p, sweep, {k: v for k, v in raw.items() if k not in _SWEEP_KEYS})
     entries = [(e.name or "", task_fields(p, e, r)) for e, r in zip(sweep.jobs, raw.get("jobs", []))] or [("", {})]
-    combos = _combos(sweep.matrix) if sweep.matrix.env or sweep.matrix.model or sweep.matrix.card else [("", {})]
+    m = sweep.matrix
+    combos = _combos(m) if m.env or m.args or m.model or m.card else [("", {})]
     if len(entries) * len(combos) > MAX_JOBS:
         raise BadInput(
             f"the sweep expands to {len(entries) * len(combos):,} jobs, more than {MAX_JOBS:,}",
@@ -171,7 +187,7 @@ def load_sweep(path: str | Path, given: dict | None = None) -> SweepSpec:
             if name in names:
                 raise BadInput(f"sweep {p}: two jobs are named {name!r}", "give each [[jobs]] entry its own name")
             names.add(name)
-            fields = _over(_over(_over(base, e_fields), m_fields), given or {})
+            fields = _over(_over(_over(base, e_fields), m_fields, add_args=True), given or {})
             fields.pop("name", None)  # a job's name names the job; its rentals are named by its run
             args = UpArgs(**fields)
             if args.interactive:

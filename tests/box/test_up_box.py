@@ -199,3 +199,36 @@ def test_up_over_real_ssh_uploads_the_workdir_beside_the_bootstrap_and_ssh_reach
     assert got == [(0, "uploaded\n")]
     steps = {x.name: x for x in Ledger(s.ledger_url()).steps(summ["session"])}
     assert steps["workdir"].status == "done" and steps["command 1"].status == "done"
+
+
+def test_up_over_real_ssh_gives_the_job_its_arguments_byte_for_byte_at_the_bound(
+    gpuops_home, sshd, tmp_path, monkeypatch
+):
+    """The largest line request.build admits (MAX_JOB_LINE_BYTES, filled with single quotes, the
+    dearest byte to quote) starts over SSH, where the line is quoted three times on its way, and the
+    job receives every argument as given."""
+    from gpuops.box.ssh import ensure_ssh_key
+    from gpuops.rental.launcher import MAX_JOB_LINE_BYTES, job_line_bytes
+    from gpuops.rental.request import UpArgs, build
+
+    monkeypatch.setattr(launcher, "READY_POLL_S", 0.05)
+    s = load_settings(None, {"teardown": {"kill_grace_seconds": 1}, "job": {"results": "out/"}})
+    sshd.authorize(ensure_ssh_key(s.data_path())[1])
+    prov = SshProvider(sshd.host, sshd.port, sshd.user)
+    job = tmp_path / "argv.py"
+    job.write_text(
+        "import json, os, sys\nos.makedirs('out', exist_ok=True)\njson.dump(sys.argv[1:], open('out/argv.json', 'w'))\n"
+    )
+    tricky = ["$(touch PWNED)", ";", "a b", "it's", 'say "hi"', "x\ny", "*", "$HOME", "", "--lr"]
+    n = 1
+    while job_line_bytes(job.name, [*tricky, "'" * (n + 1)]) <= MAX_JOB_LINE_BYTES:
+        n += 1
+    args = (*tricky, "'" * n)
+    assert MAX_JOB_LINE_BYTES - 60 < job_line_bytes(job.name, args) <= MAX_JOB_LINE_BYTES
+    req, _ = build(UpArgs(job=str(job), job_args=args))  # admitted by the one check
+    summ = run_up(UpRequest(job=job, provider="emulated", job_args=req.job_args), s, Reporter(), provider=prov)
+    assert summ["end_reason"] == "job_end" and summ["exit_code"] == 0, summ
+    got = json.loads(Path(summ["results"], "argv.json").read_text())
+    assert got[:10] == ["$(touch PWNED)", ";", "a b", "it's", 'say "hi"', "x\ny", "*", "$HOME", "", "--lr"]
+    assert got[10] == "'" * n and len(got) == 11 and n > 1000
+    assert not list(Path(sshd.home).rglob("PWNED"))

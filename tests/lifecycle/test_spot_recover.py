@@ -196,11 +196,17 @@ def test_preempted_twice_the_job_finishes_on_the_third_rental_with_its_result_in
 def test_a_run_out_of_attempts_ends_attempts_spent(rig, sshd, gpuops_home, vast_provider, cli):
     emu = rig
     settings = _settings()
-    req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1)
+    req = UpRequest(job=JOB, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1,
+                    job_args=("--note", "a b"))  # fmt: skip
     with TakeBack(emu, sshd, gpuops_home, at_step=[2, 4], modes=["outbid", "outbid"]) as tb:
         summ = run_up(req, settings, Reporter(), provider=vast_provider)
     assert tb.error is None, tb.error
     assert summ["end_reason"] == "attempts_spent", summ
+    led = Ledger(settings.ledger_url())
+    started = [
+        e.detail for r in led.run_rentals(summ["run"]["id"]) for e in led.events(r.id) if e.kind == "job_started"
+    ]
+    assert started == ['{"args": ["--note", "a b"]}'] * 2  # the re-rental's job started with the same argv
     assert "--recover 1 spent" in summ["run"]["detail"]
     assert [r["end_reason"] for r in summ["rentals"]] == ["preempted", "preempted"]
     assert emu.live() == []

@@ -70,9 +70,12 @@ def test_the_example_sweep_file_reads(gpuops_home):
     from tests.conftest import REPO
 
     spec = load_sweep(REPO / "examples" / "sweep.toml")
-    assert [j.name for j in spec.jobs] == ["short,SEED=1", "short,SEED=2", "long,SEED=1", "long,SEED=2"]
+    assert [j.name for j in spec.jobs] == [
+        "short,--copy-mb 64", "short,--copy-mb 256", "long,--copy-mb 64", "long,--copy-mb 256"
+    ]  # fmt: skip
     assert (spec.max_parallel, spec.max_usd, spec.max_hours) == (2, 5.0, 4.0)
-    assert spec.jobs[3].args.env == ("WEIGHTS_MB=64", "TOKENS=500", "SEED=2") and spec.jobs[3].req.recover == 1
+    assert spec.jobs[3].args.env == ("WEIGHTS_MB=64", "TOKENS=500") and spec.jobs[3].req.recover == 1
+    assert spec.jobs[3].req.job_args == ("--copy-mb", "256")
 
 
 @pytest.mark.parametrize(
@@ -93,3 +96,41 @@ def test_a_sweeps_simulated_spend_is_said_so(cost, simulated, said):
         "jobs": [],
     }  # fmt: skip
     assert said in status_text(rep).splitlines()[1]
+
+
+def test_a_matrix_of_argv_lists_each_after_the_jobs_own_args(gpuops_home, tmp_path):
+    p = _files(
+        tmp_path,
+        'run = "job.sh"\nargs = ["--epochs", "3"]\n'
+        '[[jobs]]\nname = "top"\n[[jobs]]\nname = "own"\nargs = ["--data", "my set"]\n'
+        '[matrix]\nargs = [["--lr", "1e-3"], ["--lr", "1e-4"], ["it\'s", "a\\nb"], []]\nenv = { SEED = ["1"] }\n',
+    )
+    spec = load_sweep(p)
+    assert [j.name for j in spec.jobs] == [
+        "top,SEED=1,--lr 1e-3", "top,SEED=1,--lr 1e-4", "top,SEED=1,'it'\"'\"'s' 'a\\x0ab'", "top,SEED=1,(no args)",
+        "own,SEED=1,--lr 1e-3", "own,SEED=1,--lr 1e-4", "own,SEED=1,'it'\"'\"'s' 'a\\x0ab'", "own,SEED=1,(no args)",
+    ]  # fmt: skip
+    assert [j.req.job_args for j in spec.jobs] == [
+        ("--epochs", "3", "--lr", "1e-3"), ("--epochs", "3", "--lr", "1e-4"), ("--epochs", "3", "it's", "a\nb"),
+        ("--epochs", "3"),
+        ("--data", "my set", "--lr", "1e-3"), ("--data", "my set", "--lr", "1e-4"), ("--data", "my set", "it's", "a\nb"),
+        ("--data", "my set"),
+    ]  # fmt: skip  # a [[jobs]] entry's args replace the top level's; the matrix's come after
+    assert spec.jobs[0].params == ("SEED=1",)  # the queue's env entries: the matrix's env alone
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            'run = "job.sh"\n[matrix]\nargs = ["--lr", "1e-3"]\n',
+            "matrix.args.0: Input should be a valid list (got the text '--lr'",
+        ),
+        ('run = "job.sh"\n[matrix]\nargs = [["a"], ["a"]]\n', "two jobs are named 'a'"),
+        ('run = "job.sh"\n[matrix]\nargs = [["ok"], ["x\\u0000"]]\n', "sweep job 'x\\x00': job argument 1 holds a NUL"),
+    ],
+)
+def test_bad_matrix_args_are_one_line(gpuops_home, tmp_path, text, says):
+    with pytest.raises(BadInput) as e:
+        load_sweep(_files(tmp_path, text))
+    assert says in e.value.message and "\n" not in str(e.value) and e.value.fix

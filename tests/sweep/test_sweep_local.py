@@ -285,3 +285,33 @@ def test_dry_run_prints_each_jobs_worst_case_and_the_total_and_queues_nothing(cl
     assert "total worst case $0.1500, more than max_usd $0.1000" in t.stdout
     sweeps, runs, sessions = _rows()
     assert (sweeps, runs, sessions) == ([], [], []) and _jobs() == []
+
+
+def test_a_matrix_of_two_argv_lists_books_two_runs_whose_jobs_saw_exactly_them(cli_env, tmp_path):
+    """The args go enqueue -> claim -> child (UpArgs rebuilt from the queue's JSON) -> the box, unchanged."""
+    (tmp_path / "argv.py").write_text("import json, sys\nprint('ARGV=' + json.dumps(sys.argv[1:]))\n")
+    f = tmp_path / "sweep.toml"
+    f.write_text(
+        'run = "argv.py"\nexperiment = "sw-args"\nargs = ["--epochs", "3"]\nmax_parallel = 2\n'
+        "[limits]\nmax_hours = 0.05\n"
+        '[matrix]\nargs = [["--lr", "1e-3"], ["--note", "it\'s $(x); a b", ""]]\n'
+    )
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--json"), env=_env(cli_env), capture_output=True, text=True,
+                       timeout=240)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sweeps, runs, sessions = _rows()
+    assert [s["end_reason"] for s in sweeps] == ["done"] and len(runs) == 2 and len(sessions) == 2
+    jobs = _jobs()
+    assert [j["name"] for j in jobs] == ["--lr 1e-3", "--note 'it'\"'\"'s $(x); a b' ''"]
+    assert [json.loads(j["args_json"])["job_args"] for j in jobs] == [
+        ["--epochs", "3", "--lr", "1e-3"], ["--epochs", "3", "--note", "it's $(x); a b", ""]
+    ]  # fmt: skip
+    saw = {}
+    for s in sessions:
+        (line,) = [ln for ln in Path(s["log_path"]).read_text().splitlines() if ln.startswith("ARGV=")]
+        saw[s["run_id"]] = json.loads(line[5:])
+    by_job = {j["run_id"]: j["name"] for j in jobs}
+    assert {by_job[run]: argv for run, argv in saw.items()} == {
+        "--lr 1e-3": ["--epochs", "3", "--lr", "1e-3"],
+        "--note 'it'\"'\"'s $(x); a b' ''": ["--epochs", "3", "--note", "it's $(x); a b", ""],
+    }
