@@ -51,7 +51,7 @@ def _runs() -> tuple[sa.Table, sa.Table]:
 
 
 def enqueue(engine: Engine, sweep: dict[str, Any], jobs: list[dict[str, Any]], blobs: Iterable[dict[str, Any]]) -> None:
-    """Write a sweep, its jobs and their scripts in one transaction: all or nothing.
+    """Write a sweep, its jobs and their scripts and workdirs in one transaction: all or nothing.
 
     ``sweep``: ``sweeps`` columns; ``jobs``: ``sweep_jobs`` columns (each ``seq`` and ``name``
     at least) and the scripts they name by hash (``sweep_blobs`` rows) in one transaction: all or nothing."""
@@ -417,7 +417,7 @@ def sweeps(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
 
 
 def blob(engine: Engine, sha256: str) -> dict[str, Any] | None:
-    """The stored script with content hash ``sha256`` (``name``, ``data``), or None."""
+    """The stored script or workdir tar with content hash ``sha256`` (``name``, ``data``), or None; unchecked (the caller hashes ``data``)."""
     _, _, blobs = _tables()
     with engine.connect() as conn:
         row = conn.execute(sa.select(blobs).where(blobs.c.sha256 == sha256)).mappings().first()

@@ -285,3 +285,91 @@ def test_dry_run_prints_each_jobs_worst_case_and_the_total_and_queues_nothing(cl
     assert "total worst case $0.1500, more than max_usd $0.1000" in t.stdout
     sweeps, runs, sessions = _rows()
     assert (sweeps, runs, sessions) == ([], [], []) and _jobs() == []
+
+
+def _workdir_sweep(tmp_path: Path, jobs: int = 2) -> Path:
+    """A sweep of ``jobs`` jobs sharing one workdir (a file, a folder, a symlink inside, one file excluded); each job
+    copies the workdir's file and its link's target into its results."""
+    wd = tmp_path / "wd"
+    (wd / "conf").mkdir(parents=True)
+    (wd / "data.txt").write_text("hello from the workdir\n")
+    (wd / "conf" / "lr.txt").write_text("1e-3\n")
+    (wd / "big.ckpt").write_text("left out by workdir_exclude\n")
+    os.symlink("conf/lr.txt", wd / "lr-link")
+    (tmp_path / "job.sh").write_text(
+        '#!/usr/bin/env bash\nset -e\nmkdir -p out\ncd "$GPUOPS_WORKDIR"\n'
+        '{ cat data.txt; cat lr-link; ls -A | tr "\\n" " "; } > "$OLDPWD/out/got.txt"\n'
+    )
+    seeds = ", ".join(f'"{i}"' for i in range(jobs))
+    p = tmp_path / "sweep.toml"
+    p.write_text(
+        f'run = "job.sh"\nexperiment = "sw"\nmax_parallel = 2\nworkdir = "wd"\nworkdir_exclude = ["*.ckpt"]\n'
+        f"[limits]\nmax_hours = 0.05\n[matrix]\nenv = {{ SEED = [{seeds}] }}\n"
+    )
+    return p
+
+
+def _blobs() -> list:
+    led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
+    try:
+        with led.engine.connect() as c:
+            return c.execute(sa.text("SELECT sha256, name, data FROM sweep_blobs ORDER BY name")).mappings().all()
+    finally:
+        led.engine.dispose()
+
+
+def test_a_detached_sweep_carries_its_workdir_by_content_one_blob_for_two_jobs(cli_env, gpuops_home, tmp_path):
+    f = _workdir_sweep(tmp_path)
+    tmp = tmp_path / "tmp"  # where the executor unpacks each job's workdir: nothing left after
+    tmp.mkdir()
+    env = _env(cli_env, TMPDIR=str(tmp))
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--detach", "--json"), env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    blobs = _blobs()
+    assert [b["name"] for b in blobs] == ["job.sh", "workdir.tar"]  # two jobs, one workdir stored once
+    (tar,) = [b for b in blobs if b["name"] == "workdir.tar"]
+    assert {json.loads(j["args_json"])["workdir_sha256"] for j in _jobs()} == {tar["sha256"]}
+    assert all(json.loads(j["args_json"])["workdir"] is None for j in _jobs())  # no path of this machine
+    (tmp_path / "wd" / "data.txt").write_text("changed after the sweep was queued\n")  # the queue holds its own copy
+    wd, err = _start(gpuops_cmd("watchdog", "--interval", "2"), env, tmp_path, "wd")
+    try:
+        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
+        wd.send_signal(signal.SIGINT)
+        wd.wait(60)
+    finally:
+        _end(wd)
+    sweeps, runs, sessions = _rows()
+    assert sweeps[0]["end_reason"] == "done", err.read_text()
+    assert [s["end_reason"] for s in sessions] == ["job_end"] * 2
+    for s in sessions:
+        got = (gpuops_home / "results" / s["id"] / "got.txt").read_text()
+        assert got == "hello from the workdir\n1e-3\nconf data.txt lr-link "
+    assert list(tmp.glob("gpuops-workdir-*")) == []  # each unpacked workdir removed once its job ended
+
+
+def test_a_tampered_workdir_blob_fails_its_job_in_one_line_and_rents_nothing(cli_env, tmp_path):
+    f = _workdir_sweep(tmp_path, jobs=1)
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--detach", "--json"), env=_env(cli_env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sweep_id = json.loads(r.stdout)["sweep"]
+    (tar,) = [b for b in _blobs() if b["name"] == "workdir.tar"]
+    led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
+    try:
+        with led.engine.begin() as c:  # one byte of data.txt changed in place: same size, another hash
+            data = bytes(tar["data"]).replace(b"hello from", b"jello from")
+            c.execute(sa.text("UPDATE sweep_blobs SET data = :d WHERE sha256 = :s"), {"d": data, "s": tar["sha256"]})
+    finally:
+        led.engine.dispose()
+    b = subprocess.run(gpuops_cmd("sweep", "resume", sweep_id, "--json"), env=_env(cli_env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert b.returncode == 1, b.stderr
+    sweeps, runs, sessions = _rows()
+    (job,) = _jobs()
+    assert (job["state"], job["end_reason"]) == ("failed", "error")
+    assert job["detail"] == (
+        f"the sweep's workdir {tar['sha256'][:12]} in the ledger does not hash to its sha256 (changed after it was "
+        "queued); nothing was rented (enqueue the sweep again)"
+    )
+    assert (runs, sessions, sweeps[0]["end_reason"]) == ([], [], "failed")
