@@ -118,3 +118,31 @@ def test_a_workdir_over_the_cap_is_refused_before_anything_is_queued(tmp_path, m
         workdir_blob.pack(scan(d), "big")
     assert "sweep job big: its workdir packs to 0.0 MiB, more than the 0.00195312 MiB" in str(e.value)
     assert "workdir_exclude" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.e2e  # the jobs' dry runs start the local provider's containment probe
+def test_a_sweep_over_the_cap_is_refused_in_one_line_and_queues_nothing(cli, gpuops_home, tmp_path, monkeypatch):
+    import sqlalchemy as sa
+
+    from ledger import Ledger
+
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "wd" / "weights.bin").write_bytes(b"w" * 4096)
+    (tmp_path / "job.sh").write_text("#!/usr/bin/env bash\ntrue\n")
+    (tmp_path / "s.toml").write_text('run = "job.sh"\nworkdir = "wd"\n[resources]\ncard = "a100"\n')
+    monkeypatch.setattr(workdir_blob, "MAX_BYTES", 2048)
+    r = cli("sweep", str(tmp_path / "s.toml"), "--detach")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert (
+        "sweep job job1: its workdir packs to 0.0 MiB, more than the 0.00195312 MiB a sweep stores in the" in r.stderr
+    )
+    assert "workdir_exclude" in r.stderr
+    led = Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}")
+    try:
+        with led.engine.connect() as c:
+            assert [c.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar() for t in ("sweeps", "sweep_blobs")] == [
+                0,
+                0,
+            ]
+    finally:
+        led.engine.dispose()
