@@ -103,6 +103,18 @@ def _end(p: subprocess.Popen) -> None:
         p.wait(10)
 
 
+def _served_by_a_watchdog(env: dict, tmp_path: Path) -> Path:
+    """`gpuops watchdog` (its loop runs the detached sweeps) until the ledger's sweep is closed, then stopped; its stderr."""
+    wd, err = _start(gpuops_cmd("watchdog", "--interval", "2"), env, tmp_path, "wd")
+    try:
+        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
+        wd.send_signal(signal.SIGINT)
+        wd.wait(60)
+    finally:
+        _end(wd)
+    return err
+
+
 def test_six_jobs_with_k2_run_at_most_two_at_once_and_book_six_runs(cli_env, tmp_path):
     f = _sweep_file(tmp_path, jobs=6, k=2, sleep_s=3)
     r = subprocess.run(gpuops_cmd("sweep", str(f), "--json"), env=_env(cli_env), capture_output=True, text=True,
@@ -234,15 +246,7 @@ def test_a_detached_sweep_is_run_by_the_watchdog_with_env_values_from_its_own_en
     assert rep["counts"]["queued"] == 2 and rep["detached"] is True
     assert "from-the-env-file" not in json.dumps(_jobs()[0]["args_json"])  # the queue keeps the name alone
     assert '"TOKEN"' in _jobs()[0]["args_json"]
-    wd, err = _start(
-        gpuops_cmd("watchdog", "--interval", "2"), _env(cli_env, TOKEN="from-the-env-file"), tmp_path, "wd"
-    )
-    try:
-        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
-        wd.send_signal(signal.SIGINT)
-        wd.wait(60)
-    finally:
-        _end(wd)
+    err = _served_by_a_watchdog(_env(cli_env, TOKEN="from-the-env-file"), tmp_path)
     sweeps, runs, sessions = _rows()
     assert sweeps[0]["end_reason"] == "done", err.read_text()
     assert len(runs) == 2 and [s["end_reason"] for s in sessions] == ["job_end"] * 2
@@ -296,15 +300,10 @@ def _workdir_sweep(tmp_path: Path, jobs: int = 2) -> Path:
     (wd / "conf" / "lr.txt").write_text("1e-3\n")
     (wd / "big.ckpt").write_text("left out by workdir_exclude\n")
     os.symlink("conf/lr.txt", wd / "lr-link")
+    p = _sweep_file(tmp_path, jobs, k=2, sleep_s=0, extra='workdir = "wd"\nworkdir_exclude = ["*.ckpt"]')
     (tmp_path / "job.sh").write_text(
         '#!/usr/bin/env bash\nset -e\nmkdir -p out\ncd "$GPUOPS_WORKDIR"\n'
         '{ cat data.txt; cat lr-link; ls -A | tr "\\n" " "; } > "$OLDPWD/out/got.txt"\n'
-    )
-    seeds = ", ".join(f'"{i}"' for i in range(jobs))
-    p = tmp_path / "sweep.toml"
-    p.write_text(
-        f'run = "job.sh"\nexperiment = "sw"\nmax_parallel = 2\nworkdir = "wd"\nworkdir_exclude = ["*.ckpt"]\n'
-        f"[limits]\nmax_hours = 0.05\n[matrix]\nenv = {{ SEED = [{seeds}] }}\n"
     )
     return p
 
@@ -332,13 +331,7 @@ def test_a_detached_sweep_carries_its_workdir_by_content_one_blob_for_two_jobs(c
     assert {json.loads(j["args_json"])["workdir_sha256"] for j in _jobs()} == {tar["sha256"]}
     assert all(json.loads(j["args_json"])["workdir"] is None for j in _jobs())  # no path of this machine
     (tmp_path / "wd" / "data.txt").write_text("changed after the sweep was queued\n")  # the queue holds its own copy
-    wd, err = _start(gpuops_cmd("watchdog", "--interval", "2"), env, tmp_path, "wd")
-    try:
-        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
-        wd.send_signal(signal.SIGINT)
-        wd.wait(60)
-    finally:
-        _end(wd)
+    err = _served_by_a_watchdog(env, tmp_path)
     sweeps, runs, sessions = _rows()
     assert sweeps[0]["end_reason"] == "done", err.read_text()
     assert [s["end_reason"] for s in sessions] == ["job_end"] * 2
