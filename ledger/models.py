@@ -158,8 +158,9 @@ class SweepJob(SQLModel, table=True):
 
     ``state``: queued | claimed | running | done | failed | cancelled. A claim is ``claim_owner``'s
     until ``claim_expires_at`` (epoch s), renewed while its run goes on. ``args_json``: the job's
-    `up` inputs (gpuops.rental.request.UpArgs fields) with env NAMES only, never a value;
-    ``script_sha256``: the job script's content (``sweep_blobs``). ``worst_usd``: its worst case
+    `up` inputs (gpuops.rental.request.UpArgs fields) with env NAMES only, never a value, and
+    ``workdir_sha256`` (its workdir's tar in ``sweep_blobs``, gpuops/sweep/workdir_blob.py) in
+    place of a workdir path; ``script_sha256``: the job script's content (``sweep_blobs``). ``worst_usd``: its worst case
     (USD: its max_hours at the dearest price its run accepts), ``worst_hours``: its max_hours."""
 
     __tablename__ = "sweep_jobs"
@@ -188,13 +189,13 @@ class SweepJob(SQLModel, table=True):
 
 
 class SweepBlob(SQLModel, table=True):
-    """A queued job's script by content (m002): what a detached executor fetches (``sha256`` of ``data``)."""
+    """A queued job's script or workdir tar by content (m002): what an executor fetches (``sha256`` of ``data``)."""
 
     __tablename__ = "sweep_blobs"
 
     sha256: str = Field(primary_key=True)
     data: bytes
-    name: str = ""  # the script's file name (its suffix says how it runs)
+    name: str = ""  # the script's file name (its suffix says how it runs); "workdir.tar" for a workdir
 
 
 class BootstrapStep(SQLModel, table=True):

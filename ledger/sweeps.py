@@ -51,7 +51,7 @@ def _runs() -> tuple[sa.Table, sa.Table]:
 
 
 def enqueue(engine: Engine, sweep: dict[str, Any], jobs: list[dict[str, Any]], blobs: Iterable[dict[str, Any]]) -> None:
-    """Write a sweep, its jobs and their scripts in one transaction: all or nothing.
+    """Write a sweep, its jobs and their scripts and workdirs in one transaction: all or nothing.
 
     ``sweep``: ``sweeps`` columns; ``jobs``: ``sweep_jobs`` columns (each ``seq`` and ``name``
     at least) and the scripts they name by hash (``sweep_blobs`` rows) in one transaction: all or nothing."""
@@ -375,35 +375,58 @@ def sweeps(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
     Each with its jobs counted by state (``jobs``, one key per state, and ``active``: claimed +
     running, the jobs holding a box or renting one)
     and its rentals' totals (``cost_usd``, None while none has a cost; ``tokens``; ``rentals``)."""
-    sweeps_t, jobs, _ = _tables()
-    runs, sessions = _runs()
+    sweeps_t, _, _ = _tables()
     stmt = sa.select(sweeps_t).order_by(sweeps_t.c.created_at.desc(), sweeps_t.c.id.desc())
     if limit is not None:
         stmt = stmt.limit(int(limit))
     with engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(stmt).mappings()]
-        ids = [r["id"] for r in rows]
-        counts: dict[str, dict[str, int]] = {}
-        for sid, state, n in conn.execute(
-            sa.select(jobs.c.sweep_id, jobs.c.state, sa.func.count())
-            .where(jobs.c.sweep_id.in_(ids))
-            .group_by(jobs.c.sweep_id, jobs.c.state)
-        ):
-            counts.setdefault(sid, {})[state] = int(n)
-        money = {
-            r.sweep_id: r
-            for r in conn.execute(
-                sa.select(
-                    runs.c.sweep_id,
-                    sa.func.count(sessions.c.id).label("rentals"),
-                    sa.func.sum(sessions.c.cost_usd).label("cost_usd"),
-                    sa.func.coalesce(sa.func.sum(sessions.c.tokens), 0).label("tokens"),
-                )
-                .select_from(runs.join(sessions, sessions.c.run_id == runs.c.id))
-                .where(runs.c.sweep_id.in_(ids))
-                .group_by(runs.c.sweep_id)
+        return _described(conn, [dict(r) for r in conn.execute(stmt).mappings()])
+
+
+def live_and_finished(engine: Engine, finished: int) -> tuple[list[dict[str, Any]], int]:
+    """Every live sweep, then the ``finished`` newest finished ones; and how many finished ones are left out.
+
+    Live: open, or holding an active job (claimed or running: a cancelled sweep whose boxes are
+    still being ended); finished: every other. Each part newest first, each row as ``sweeps`` gives it."""
+    sweeps_t, jobs, _ = _tables()
+    busy = sa.select(jobs.c.sweep_id).where(jobs.c.state.in_(ACTIVE))
+    live = sa.or_(sweeps_t.c.status == "open", sweeps_t.c.id.in_(busy))
+    newest = (sweeps_t.c.created_at.desc(), sweeps_t.c.id.desc())
+    with engine.connect() as conn:
+        rows = [dict(r) for r in conn.execute(sa.select(sweeps_t).where(live).order_by(*newest)).mappings()]
+        seen = {r["id"] for r in rows}  # one that ended between the two reads is shown once
+        done = sa.select(sweeps_t).where(sa.not_(live)).order_by(*newest).limit(int(finished))
+        rows += [dict(r) for r in conn.execute(done).mappings() if r["id"] not in seen]
+        total = conn.execute(sa.select(sa.func.count()).select_from(sweeps_t)).scalar() or 0
+        return _described(conn, rows), max(0, int(total) - len(rows))
+
+
+def _described(conn: Connection, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` (``sweeps`` rows) with their jobs counted by state and their rentals' totals (``sweeps``' keys)."""
+    _, jobs, _ = _tables()
+    runs, sessions = _runs()
+    ids = [r["id"] for r in rows]
+    counts: dict[str, dict[str, int]] = {}
+    for sid, state, n in conn.execute(
+        sa.select(jobs.c.sweep_id, jobs.c.state, sa.func.count())
+        .where(jobs.c.sweep_id.in_(ids))
+        .group_by(jobs.c.sweep_id, jobs.c.state)
+    ):
+        counts.setdefault(sid, {})[state] = int(n)
+    money = {
+        r.sweep_id: r
+        for r in conn.execute(
+            sa.select(
+                runs.c.sweep_id,
+                sa.func.count(sessions.c.id).label("rentals"),
+                sa.func.sum(sessions.c.cost_usd).label("cost_usd"),
+                sa.func.coalesce(sa.func.sum(sessions.c.tokens), 0).label("tokens"),
             )
-        }
+            .select_from(runs.join(sessions, sessions.c.run_id == runs.c.id))
+            .where(runs.c.sweep_id.in_(ids))
+            .group_by(runs.c.sweep_id)
+        )
+    }
     for r in rows:
         c = counts.get(r["id"], {})
         m = money.get(r["id"])
@@ -417,7 +440,7 @@ def sweeps(engine: Engine, limit: int | None = None) -> list[dict[str, Any]]:
 
 
 def blob(engine: Engine, sha256: str) -> dict[str, Any] | None:
-    """The stored script with content hash ``sha256`` (``name``, ``data``), or None."""
+    """The stored script or workdir tar with content hash ``sha256`` (``name``, ``data``), or None; unchecked (the caller hashes ``data``)."""
     _, _, blobs = _tables()
     with engine.connect() as conn:
         row = conn.execute(sa.select(blobs).where(blobs.c.sha256 == sha256)).mappings().first()

@@ -38,7 +38,8 @@ def build(
     "watchdog" [{"text","warn"}]: one line per watchdog's last pass, and the warning when none is fresh,
     "billing_now" (``live``'s totals), "budget" (``budget``), "trend" (``trend``: this month and the
     5 before it), "notifications" (``notifications``: the last messages sent from this machine),
-    "sweeps" (``sweeps``: the newest sweeps' progress and spend),
+    "sweeps", "sweeps_not_shown" (``sweeps``: every live sweep and the newest finished ones, progress and
+    spend; how many older ones are left out and the command that lists them),
     "simulated" (the ledger is `gpuops demo`'s: every figure on the page simulated)}``.
     ``read_status(row) -> dict|None`` reads a box's agent status (default: through its provider).
     Raises BadInput for a bad month or zone (from books.month).
@@ -69,25 +70,31 @@ def build(
         "budget": budget(settings, now),
         "trend": trend(reader, report["month"], tz),
         "notifications": notifications(settings, tz),
-        "sweeps": sweeps(reader),
+        **sweeps(reader),
         "simulated": settings.simulated(),
     }
 
 
-SWEEPS_SHOWN = 10  # the dashboard's newest sweeps
+# The finished sweeps the dashboard shows, newest first, below every live one (open, or a job
+# claimed or running, which are always shown): a page's worth of history; `gpuops ledger sweeps`
+# lists the rest.
+FINISHED_SWEEPS_SHOWN = 10
 
 
-def sweeps(reader) -> list[dict]:
-    """The ``SWEEPS_SHOWN`` newest sweeps, newest first: jobs by state and spend against max_usd.
+def sweeps(reader) -> dict:
+    """Every live sweep (open, or holding a claimed or running job), then the newest ``FINISHED_SWEEPS_SHOWN`` finished.
 
-    From the queue's own read (``ledger.sweeps.sweeps``, behind `gpuops ledger sweeps`):
-    ``[{"sweep","name","status","end_reason","jobs","done","running" (claimed ones too),"queued",
-    "failed","cancelled","max_usd","cost_usd" (what its rentals booked, USD; None before any cost),
-    "spend_fraction" (cost_usd / max_usd; None without a max_usd)}]``."""
+    From the queue's own read (``ledger.sweeps.live_and_finished``, the rows `gpuops ledger sweeps`
+    lists): ``{"sweeps": [{"sweep","name","status","end_reason","jobs","done","running" (claimed
+    ones too),"queued","failed","cancelled","max_usd","cost_usd" (what its rentals booked, USD; None
+    before any cost),"spend_fraction" (cost_usd / max_usd; None without a max_usd)}],
+    "sweeps_not_shown": None, or {"count": older finished sweeps left out, "command": the
+    `gpuops ledger sweeps --limit N` that lists every sweep}}``."""
     from ledger import sweeps as queue
 
+    rows, left_out = queue.live_and_finished(reader.engine, FINISHED_SWEEPS_SHOWN)
     out = []
-    for r in queue.sweeps(reader.engine, SWEEPS_SHOWN):
+    for r in rows:
         cap = r["max_usd"]
         out.append(
             {
@@ -99,7 +106,8 @@ def sweeps(reader) -> list[dict]:
                 "spend_fraction": round((r["cost_usd"] or 0.0) / cap, 6) if cap else None,
             }
         )
-    return out
+    more = {"count": left_out, "command": f"gpuops ledger sweeps --limit {len(rows) + left_out}"} if left_out else None
+    return {"sweeps": out, "sweeps_not_shown": more}
 
 
 NOTIFICATIONS_SHOWN = 5  # the dashboard's last notifications

@@ -16,7 +16,7 @@ import typer
 from gpuops.errors import BadInput
 
 # Provider names in help strings come from the registry (names only: no provider class is imported).
-from gpuops.providers import MARKETPLACES, NAMES, SPOT, titles
+from gpuops.providers import ANY, MARKETPLACES, NAMES, SPOT, UP_CHOICES, choices, titles
 from gpuops.rental.request import (  # noqa: F401  (re-exported: the checks of `up`'s inputs, shared by other commands' flags)
     card_count as _card_count,
     dtypes_not_blank as _dtypes_not_blank,
@@ -217,6 +217,22 @@ def _reader(config: str | None):
 CARD_HELP = (
     "Card or family, e.g. a100, h100-sxm, rtx-4090; NAME:COUNT for COUNT GPUs (a100:2). `gpuops cards` lists them."
 )
+
+
+def provider_help() -> str:
+    """`--provider`'s help (`up`, `sweep`): the registry's choices, the default, what ``any`` does."""
+    return (
+        f"{choices(UP_CHOICES)} (default: [up] provider, else local). {ANY}: every provider with a key, "
+        "the cheapest fitting offer in stock, failing over to the next offer on any of them."
+    )
+
+
+def spot_help() -> str:
+    """`--spot/--on-demand`'s help (`up`, `sweep`), with what each provider rents by default."""
+    return (
+        "Interruptible offers only, or on-demand only. Default ([up] spot = true): both, cheapest booked price "
+        f"first, spot first at the same price: {_spot_by_provider()}."
+    )
 
 
 def _spot_by_provider() -> str:

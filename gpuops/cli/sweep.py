@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from gpuops.cli.options import CONFIG_OPT, _ledger, _settings, output_options
+from gpuops.cli.options import CONFIG_OPT, _ledger, _settings, output_options, provider_help, spot_help
 from gpuops.sweep.executor import CLAIM_S
 
 
@@ -38,18 +38,25 @@ def sweep(
     env: list[str] = typer.Option(
         [], "--env", metavar="KEY[=VAL]", help="A variable for every job (as `up --env`); --detach takes KEY alone."
     ),
+    provider: str | None = typer.Option(
+        None, "--provider", help="Every job's provider, over the file's. " + provider_help()
+    ),
+    spot: bool | None = typer.Option(None, "--spot/--on-demand", help="Every job's, over the file's. " + spot_help()),
     config: str | None = CONFIG_OPT,
     fmt: str = "table",
 ) -> None:
     """Run many jobs under one budget: at most max_parallel boxes at once, each job a run as `up` makes it.
 
-    A first Ctrl-C rents nothing new and lets the running jobs end; a second ends them (teardown, booked)."""
+    A first Ctrl-C rents nothing new and lets the running jobs end; a second ends them (teardown, booked).
+    --provider and --spot/--on-demand are laid over every job as `up`'s flags over a task file."""
     from gpuops.render import emit
     from gpuops.render.sweep import dry_run_text, status_text
     from gpuops.sweep import executor, service
     from gpuops.sweep.spec import load_sweep
 
-    given = {"env": tuple(env), "config": config} if env else {"config": config}
+    # What was typed over every job, key by key, as `up`'s flags over a task file (a flag left out leaves the file's).
+    typed = {"env": tuple(env), "provider": provider, "spot": spot}
+    given = {"config": config, **{k: v for k, v in typed.items() if v not in (None, ())}}
     spec = load_sweep(file, given)
     settings = spec.jobs[0].settings
     ledger = _ledger(config)

@@ -10,12 +10,12 @@ from gpuops.cli.options import (
     CARD_HELP,
     CONFIG_OPT,
     _print_lossy,
-    _spot_by_provider,
     number,
     output_options,
+    provider_help,
+    spot_help,
 )
 from gpuops.errors import BadInput
-from gpuops.providers import ANY, UP_CHOICES, choices
 from gpuops.rental.request import UpArgs
 
 D = UpArgs  # the defaults, stated once (gpuops.rental.request.UpArgs)
@@ -82,17 +82,12 @@ def up(
     provider: str | None = typer.Option(
         None,
         "--provider",
-        help=f"{choices(UP_CHOICES)} (default: [up] provider, else local). {ANY}: every provider with a key, "
-        "the cheapest fitting offer in stock, failing over to the next offer on any of them.",
+        help=provider_help(),
     ),
     spot: bool | None = typer.Option(
         None,
         "--spot/--on-demand",
-        help=(
-            "Interruptible offers only, or on-demand only. Default ([up] spot = true): both, cheapest booked price "
-            "first, spot first at the same price: "
-            f"{_spot_by_provider()}."
-        ),
+        help=spot_help(),
     ),
     max_price: float | None = number(
         None, "--max-price", help="Highest price in USD per hour for the whole box.", example="2.5", unit="USD per hour"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -36,7 +37,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuops.errors import BadInput
+from gpuops.errors import BadInput, GpuopsError
 
 if TYPE_CHECKING:
     from gpuops.config import Settings
@@ -119,19 +120,19 @@ class Prepared:
 def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = False) -> Prepared:
     """Every job checked as `up --dry-run` checks it (the same ``run_up``), its worst case, and the rows to enqueue.
 
-    Raises BadInput, one line naming the fix, before anything is rented or written: a job `up`
-    refuses, one whose worst case alone passes the sweep's max_usd / max_hours, an env value
-    under ``detach``, a --workdir under ``detach`` (not stored in the queue yet)."""
+    A job's workdir is stored as its script is, by content (``workdir_blob.pack``: the tree `up
+    --workdir` would send, one tar; the job's fields then name it by ``workdir_sha256``), so every
+    executor, detached or not, runs the job on the same files. Raises BadInput, one line naming the
+    fix, before anything is rented or written: a job `up` refuses, one whose worst case alone passes
+    the sweep's max_usd / max_hours, an env value under ``detach``, a workdir over
+    ``workdir_blob.MAX_BYTES``."""
     from gpuops.rental.launcher import Reporter, run_up
+    from gpuops.rental.workdir import scan
+    from gpuops.sweep import workdir_blob
 
     sweep_id = new_sweep_id()
     jobs, blobs, full, offers = [], {}, {}, {}
     queued_env = {j.seq: _queued_env(j.args.env, j.params, detach, j.name) for j in spec.jobs}  # before any plan
-    for j in spec.jobs:
-        if detach and j.args.workdir:
-            raise BadInput(
-                f"sweep job {j.name}: --detach does not carry a workdir yet", "run it without --detach, or drop workdir"
-            )
     for j in spec.jobs:
         try:
             dry = run_up(replace(j.req, dry_run=True), j.settings, Reporter(), ledger=ledger)
@@ -159,6 +160,12 @@ def prepare(spec: SweepSpec, ledger: Books, settings: Settings, detach: bool = F
         fields = asdict(j.args)
         fields["env"] = list(j.args.env)
         fields["workdir_exclude"] = list(j.args.workdir_exclude)
+        if j.req.workdir:  # the files themselves, by content; the executor unpacks them for the job's `up`
+            tree = scan(j.req.workdir, j.req.workdir_exclude, int(j.settings.job.workdir_max_mb * 2**20))
+            tar = workdir_blob.pack(tree, j.name)
+            tar_sha = hashlib.sha256(tar).hexdigest()
+            blobs[tar_sha] = {"sha256": tar_sha, "data": tar, "name": workdir_blob.BLOB_NAME}
+            fields.update(workdir=None, workdir_exclude=[], workdir_sha256=tar_sha)
         worst = round(worst, 6)
         fields["max_price"] = dearest  # the run accepts no dearer offer than the one its worst case counts
         if spec.max_usd is not None:
@@ -208,6 +215,7 @@ class _Running:
     result: Path
     log: Path
     terminated: bool = False
+    workdir: Path | None = None  # the job's unpacked workdir, removed once it has ended
 
 
 @dataclass
@@ -262,14 +270,30 @@ def _signals(stop: _Stop, say: Callable[[str], None], enabled: bool) -> Iterator
             signal.signal(s, h)
 
 
-def _script(ledger: Books, settings: Settings, sha: str) -> Path:
-    """The job script stored under content hash ``sha``, written (0700 folder) where this machine keeps sweep scripts."""
+def _blob(ledger: Books, sha: str, what: str) -> dict[str, Any]:
+    """The ``sweep_blobs`` row of content hash ``sha`` (``what``: script or workdir, for the error), its bytes checked.
+
+    Raises BadInput (one line): none stored, or bytes that do not hash to ``sha`` -- what we wrote
+    ourselves is read like any input."""
     from ledger import sweeps as queue
 
-    folder = settings.private_data_path() / "sweeps" / "scripts" / sha
     blob = queue.blob(ledger.engine, sha)
     if blob is None:
-        raise BadInput(f"the sweep's script {sha[:12]} is not in the ledger", "enqueue the sweep again")
+        raise BadInput(f"the sweep's {what} {sha[:12]} is not in the ledger", "enqueue the sweep again")
+    data = bytes(blob["data"])
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise BadInput(
+            f"the sweep's {what} {sha[:12]} in the ledger does not hash to its sha256 (changed after it was "
+            "queued); nothing was rented",
+            "enqueue the sweep again",
+        )
+    return {**blob, "data": data}
+
+
+def _script(ledger: Books, settings: Settings, sha: str) -> Path:
+    """The job script stored under content hash ``sha``, written (0700 folder) where this machine keeps sweep scripts."""
+    folder = settings.private_data_path() / "sweeps" / "scripts" / sha
+    blob = _blob(ledger, sha, "script")
     path = folder / Path(str(blob["name"])).name
     if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == sha:
         return path
@@ -277,20 +301,49 @@ def _script(ledger: Books, settings: Settings, sha: str) -> Path:
     tmp = folder / f".{path.name}.part"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(bytes(blob["data"]))
+        f.write(blob["data"])
     os.replace(tmp, path)
     return path
 
 
+def _workdir(ledger: Books, sha: str) -> Path:
+    """The job's stored workdir ``sha`` unpacked into a new private (0700) temp folder, every check made.
+
+    The caller removes the folder once the job has ended. Raises BadInput or
+    ``workdir_blob.WorkdirRefused`` (one line each), the folder already removed."""
+    import shutil
+    import tempfile
+
+    from gpuops.sweep import workdir_blob
+
+    data = _blob(ledger, sha, "workdir")["data"]
+    folder = Path(tempfile.mkdtemp(prefix=f"gpuops-workdir-{sha[:12]}-"))  # 0700, this user's alone
+    try:
+        workdir_blob.unpack(data, sha, folder)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder
+
+
 def _start(
-    job: dict[str, Any], args: dict[str, Any], sweep_id: str, run_id: str, settings: Settings, script: Path
+    job: dict[str, Any],
+    args: dict[str, Any],
+    sweep_id: str,
+    run_id: str,
+    settings: Settings,
+    script: Path,
+    workdir: Path | None = None,
 ) -> _Running:
     folder = settings.private_data_path() / "sweeps" / sweep_id
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     log = folder / f"{job['seq']:04d}-{job['claims']}.log"
     result = folder / f"{job['seq']:04d}-{job['claims']}.json"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    data: dict[str, Any] = {"args": {**args, "job": str(script)}, "sweep_id": sweep_id, "run_id": run_id}
+    args = {k: v for k, v in args.items() if k != "workdir_sha256"} | {"job": str(script)}
+    if workdir is not None:
+        args["workdir"] = str(workdir)
+    data: dict[str, Any] = {"args": args, "sweep_id": sweep_id, "run_id": run_id}
     data.update(result=str(result), parent=os.getpid())
     try:
         proc = subprocess.Popen(
@@ -305,7 +358,7 @@ def _start(
     assert proc.stdin is not None
     proc.stdin.write(json.dumps(data).encode())  # env values through the pipe only
     proc.stdin.close()
-    return _Running(job, run_id, proc, result, log)
+    return _Running(job, run_id, proc, result, log, workdir=workdir)
 
 
 def _job_end(r: _Running, ledger: Books) -> tuple[str, str | None, str, str | None]:
@@ -385,6 +438,8 @@ def execute(
                 if r.proc.poll() is None:
                     continue
                 state, reason, detail, limit = _job_end(r, ledger)
+                if r.workdir is not None:
+                    shutil.rmtree(r.workdir, ignore_errors=True)
                 queue.finish(engine, job_id, owner, state, reason, detail)
                 say(f"{r.job['name']}: {state} ({reason})")
                 del running[job_id]
@@ -409,10 +464,15 @@ def execute(
                     run_id = runs.new_run_id(new_session_id())
                     if queue.start(engine, job["id"], owner, run_id):
                         fields = (args or {}).get(job["seq"]) or json.loads(job["args_json"])
+                        workdir = None
                         try:
                             script = _script(ledger, settings, str(job["script_sha256"]))
-                            running[job["id"]] = _start(job, fields, sweep_id, run_id, settings, script)
-                        except (OSError, BadInput) as e:
+                            if fields.get("workdir_sha256"):
+                                workdir = _workdir(ledger, str(fields["workdir_sha256"]))
+                            running[job["id"]] = _start(job, fields, sweep_id, run_id, settings, script, workdir)
+                        except (OSError, GpuopsError) as e:
+                            if workdir is not None:
+                                shutil.rmtree(workdir, ignore_errors=True)
                             queue.finish(engine, job["id"], owner, queue.FAILED, "error", str(e))
                             say(f"{job['name']}: failed to start: {e}")
                         else:

@@ -134,3 +134,18 @@ def test_bad_matrix_args_are_one_line(gpuops_home, tmp_path, text, says):
     with pytest.raises(BadInput) as e:
         load_sweep(_files(tmp_path, text))
     assert says in e.value.message and "\n" not in str(e.value) and e.value.fix
+
+
+def test_provider_is_laid_over_every_job_as_ups_flag_over_a_task_file(cli, gpuops_home, tmp_path):
+    _files(tmp_path, 'run = "job.sh"\n[resources]\nprovider = "local"\n[[jobs]]\nname = "a"\n[[jobs]]\nname = "b"\n')
+    r = cli("sweep", str(tmp_path / "s.toml"), "--provider", "nope")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "sweep job a: unknown provider 'nope'" in r.stderr  # the flag, not the file's local, reached the job
+    assert not (gpuops_home / "ledger.db").exists()
+
+
+def test_given_flags_win_over_the_file_and_leave_the_rest(gpuops_home, tmp_path):
+    p = _files(tmp_path, 'run = "job.sh"\n[resources]\nprovider = "local"\nspot = true\ncard = "a100"\n')
+    spec = load_sweep(p, {"provider": "vast", "spot": False})
+    (job,) = spec.jobs
+    assert (job.req.provider, job.req.spot, job.req.spot_explicit, job.req.card) == ("vast", False, True, "a100")

@@ -103,6 +103,18 @@ def _end(p: subprocess.Popen) -> None:
         p.wait(10)
 
 
+def _served_by_a_watchdog(env: dict, tmp_path: Path) -> Path:
+    """`gpuops watchdog` (its loop runs the detached sweeps) until the ledger's sweep is closed, then stopped; its stderr."""
+    wd, err = _start(gpuops_cmd("watchdog", "--interval", "2"), env, tmp_path, "wd")
+    try:
+        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
+        wd.send_signal(signal.SIGINT)
+        wd.wait(60)
+    finally:
+        _end(wd)
+    return err
+
+
 def test_six_jobs_with_k2_run_at_most_two_at_once_and_book_six_runs(cli_env, tmp_path):
     f = _sweep_file(tmp_path, jobs=6, k=2, sleep_s=3)
     r = subprocess.run(gpuops_cmd("sweep", str(f), "--json"), env=_env(cli_env), capture_output=True, text=True,
@@ -234,15 +246,7 @@ def test_a_detached_sweep_is_run_by_the_watchdog_with_env_values_from_its_own_en
     assert rep["counts"]["queued"] == 2 and rep["detached"] is True
     assert "from-the-env-file" not in json.dumps(_jobs()[0]["args_json"])  # the queue keeps the name alone
     assert '"TOKEN"' in _jobs()[0]["args_json"]
-    wd, err = _start(
-        gpuops_cmd("watchdog", "--interval", "2"), _env(cli_env, TOKEN="from-the-env-file"), tmp_path, "wd"
-    )
-    try:
-        wait_for(lambda: _rows()[0][0]["status"] == "closed", timeout=120)
-        wd.send_signal(signal.SIGINT)
-        wd.wait(60)
-    finally:
-        _end(wd)
+    err = _served_by_a_watchdog(_env(cli_env, TOKEN="from-the-env-file"), tmp_path)
     sweeps, runs, sessions = _rows()
     assert sweeps[0]["end_reason"] == "done", err.read_text()
     assert len(runs) == 2 and [s["end_reason"] for s in sessions] == ["job_end"] * 2
@@ -315,3 +319,80 @@ def test_a_matrix_of_two_argv_lists_books_two_runs_whose_jobs_saw_exactly_them(c
         "--lr 1e-3": ["--epochs", "3", "--lr", "1e-3"],
         "--note 'it'\"'\"'s $(x); a b' ''": ["--epochs", "3", "--note", "it's $(x); a b", ""],
     }
+
+
+def _workdir_sweep(tmp_path: Path, jobs: int = 2) -> Path:
+    """A sweep of ``jobs`` jobs sharing one workdir (a file, a folder, a symlink inside, one file excluded); each job
+    copies the workdir's file and its link's target into its results."""
+    wd = tmp_path / "wd"
+    (wd / "conf").mkdir(parents=True)
+    (wd / "data.txt").write_text("hello from the workdir\n")
+    (wd / "conf" / "lr.txt").write_text("1e-3\n")
+    (wd / "big.ckpt").write_text("left out by workdir_exclude\n")
+    os.symlink("conf/lr.txt", wd / "lr-link")
+    p = _sweep_file(tmp_path, jobs, k=2, sleep_s=0, extra='workdir = "wd"\nworkdir_exclude = ["*.ckpt"]')
+    (tmp_path / "job.sh").write_text(
+        '#!/usr/bin/env bash\nset -e\nmkdir -p out\ncd "$GPUOPS_WORKDIR"\n'
+        '{ cat data.txt; cat lr-link; ls -A | tr "\\n" " "; } > "$OLDPWD/out/got.txt"\n'
+    )
+    return p
+
+
+def _blobs() -> list:
+    led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
+    try:
+        with led.engine.connect() as c:
+            return c.execute(sa.text("SELECT sha256, name, data FROM sweep_blobs ORDER BY name")).mappings().all()
+    finally:
+        led.engine.dispose()
+
+
+def test_a_detached_sweep_carries_its_workdir_by_content_one_blob_for_two_jobs(cli_env, gpuops_home, tmp_path):
+    f = _workdir_sweep(tmp_path)
+    tmp = tmp_path / "tmp"  # where the executor unpacks each job's workdir: nothing left after
+    tmp.mkdir()
+    env = _env(cli_env, TMPDIR=str(tmp))
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--detach", "--json"), env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    blobs = _blobs()
+    assert [b["name"] for b in blobs] == ["job.sh", "workdir.tar"]  # two jobs, one workdir stored once
+    (tar,) = [b for b in blobs if b["name"] == "workdir.tar"]
+    assert {json.loads(j["args_json"])["workdir_sha256"] for j in _jobs()} == {tar["sha256"]}
+    assert all(json.loads(j["args_json"])["workdir"] is None for j in _jobs())  # no path of this machine
+    (tmp_path / "wd" / "data.txt").write_text("changed after the sweep was queued\n")  # the queue holds its own copy
+    err = _served_by_a_watchdog(env, tmp_path)
+    sweeps, runs, sessions = _rows()
+    assert sweeps[0]["end_reason"] == "done", err.read_text()
+    assert [s["end_reason"] for s in sessions] == ["job_end"] * 2
+    for s in sessions:
+        got = (gpuops_home / "results" / s["id"] / "got.txt").read_text()
+        assert got == "hello from the workdir\n1e-3\nconf data.txt lr-link "
+    assert list(tmp.glob("gpuops-workdir-*")) == []  # each unpacked workdir removed once its job ended
+
+
+def test_a_tampered_workdir_blob_fails_its_job_in_one_line_and_rents_nothing(cli_env, tmp_path):
+    f = _workdir_sweep(tmp_path, jobs=1)
+    r = subprocess.run(gpuops_cmd("sweep", str(f), "--detach", "--json"), env=_env(cli_env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sweep_id = json.loads(r.stdout)["sweep"]
+    (tar,) = [b for b in _blobs() if b["name"] == "workdir.tar"]
+    led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
+    try:
+        with led.engine.begin() as c:  # one byte of data.txt changed in place: same size, another hash
+            data = bytes(tar["data"]).replace(b"hello from", b"jello from")
+            c.execute(sa.text("UPDATE sweep_blobs SET data = :d WHERE sha256 = :s"), {"d": data, "s": tar["sha256"]})
+    finally:
+        led.engine.dispose()
+    b = subprocess.run(gpuops_cmd("sweep", "resume", sweep_id, "--json"), env=_env(cli_env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert b.returncode == 1, b.stderr
+    sweeps, runs, sessions = _rows()
+    (job,) = _jobs()
+    assert (job["state"], job["end_reason"]) == ("failed", "error")
+    assert job["detail"] == (
+        f"the sweep's workdir {tar['sha256'][:12]} in the ledger does not hash to its sha256 (changed after it was "
+        "queued); nothing was rented (enqueue the sweep again)"
+    )
+    assert (runs, sessions, sweeps[0]["end_reason"]) == ([], [], "failed")
