@@ -357,7 +357,8 @@ def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = ()
     cost_usd, simulated, tokens, usd_per_mtoken, end_reason, exit_code, log``) plus every
     ``sessions`` column, ``times`` (ISO 8601 UTC strings, ``periods.utc_iso``), ``bootstrap_seconds``, ``job_cost_usd``,
     ``usd_per_mtoken_job``, ``steps`` [{"name","status","seconds","detail"}] and ``events``
-    [{"at","time","kind","detail"}]. An open session has ``cost_usd`` None.
+    [{"time" (ISO 8601 UTC, ``periods.utc_iso``),"kind","detail"}] (no epoch twin beside the time).
+    An open session has ``cost_usd`` None.
     """
     steps = list(steps)
     closed = s.status == "closed"
@@ -383,7 +384,7 @@ def session_detail(s: Row, steps: Iterable[Any] = (), events: Iterable[Any] = ()
             "steps": [
                 {"name": st.name, "status": st.status, "seconds": st.seconds, "detail": st.detail} for st in steps
             ],
-            "events": [{"at": e.at, "time": utc_iso(e.at), "kind": e.kind, "detail": e.detail} for e in events],
+            "events": [{"time": utc_iso(e.at), "kind": e.kind, "detail": e.detail} for e in events],
         }
     )
     return out
