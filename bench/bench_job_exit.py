@@ -36,11 +36,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SMI = """#!/bin/sh
-echo "0, 90, 40000, 81920"
-exit 0
-"""
+from benchenv import local_env  # noqa: E402
+
 LINE = b"x" * 70
 
 
@@ -61,28 +60,6 @@ def python_of(repo: Path) -> str:
     """The checkout's own interpreter (its .venv), else this one."""
     venv = repo / ".venv" / "bin" / "python"
     return str(venv) if venv.exists() else sys.executable
-
-
-def base_env(tmp: Path, repo: Path) -> dict:
-    bindir = tmp / "bin"
-    bindir.mkdir(parents=True)
-    (bindir / "nvidia-smi").write_text(SMI)
-    (bindir / "nvidia-smi").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(
-        {
-            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": str(repo),
-            "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
-            "GPUOPS_DATA_DIR": str(tmp / "data"),
-            "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
-            "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
-            "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-nobody",
-            "XDG_CONFIG_HOME": str(tmp / "xdg"),
-            "XDG_CACHE_HOME": str(tmp / "cache"),
-        }
-    )
-    return env
 
 
 def job_alone(job: Path, tmp: Path) -> float:
@@ -214,7 +191,7 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpuops-bench-exit-") as d:
         tmp = Path(d)
-        envs = {name: base_env(tmp / name, repo) for name, repo in repos}
+        envs = {name: local_env(tmp / name, repo) for name, repo in repos}
         sshd = None
         if not a.no_ssh:
             from gpuops.box.ssh import ensure_ssh_key

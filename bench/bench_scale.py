@@ -21,7 +21,8 @@ filling ``sessions``, a peer CLI's ``--help``; or the same command on an empty l
   ``--month-sessions`` sessions, as a table and as ``--json``, each beside ``sqlite3`` running the
   statement the report runs for its groups (``ledger.aggregate.statement``; no target: a Python
   CLI's start-up is most of the gap), and the table beside the JSON (<= 1.2x: a table costs what
-  its data costs);
+  its data costs), and ``ledger month --by day --json`` beside ``ledger month --json`` (<= 1.5x: the
+  days are one more statement over the same rows);
 - ``history``: the same on a ledger that also holds the ``--sessions`` history;
 - ``small``: ``ledger month`` on 8,000 sessions vs ``gpuops --help`` (<= 2x);
 - ``postgres``: ``ledger month`` on PostgreSQL with ``--pg-sessions`` this month vs ``psql``
@@ -501,6 +502,10 @@ class Bench:
             sqlite3_argv(db, sql, args),
             None,
         )
+        # the days (--by day, the dashboard's): one more statement over the month's rows
+        cmd = self.gpuops + ["ledger", "month", month, "--tz", "UTC", "--json"]
+        t, load = self.rounds([("month", cmd, env), ("days", cmd + ["--by", "day"], env)])
+        self.add(f"ledger month --by day, {what} --json", t["days"], "ledger month --json", t["month"], 1.5, load)
         sql, args = same_statement(None, None, EXPERIMENT_KEYS, True)
         self.report_rounds(
             f"ledger experiments, {what}",

@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.bench_up import setup  # noqa: E402  the same environment as `up`'s own bench
+from bench.benchenv import local_env  # noqa: E402  the same environment as `up`'s own bench
 
 
 def _load() -> float:
@@ -41,7 +41,7 @@ def _load() -> float:
 
 
 def overhead(tmp: Path, runs: int, jobs: int, job_s: float) -> dict:
-    env = setup(tmp, REPO)
+    env = local_env(tmp, REPO)
     env.update({"GPUOPS_TEARDOWN_IDLE_MINUTES": "off", "GPUOPS_TEARDOWN_KILL_GRACE_SECONDS": "0.5"})
     job = tmp / "job.sh"
     job.write_text(f"#!/usr/bin/env bash\nsleep {job_s:g}\n")

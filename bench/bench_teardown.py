@@ -32,6 +32,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchenv import local_env  # noqa: E402
 
 SMI = """#!/bin/sh
 d="$(dirname "$0")"
@@ -41,23 +44,10 @@ exit 0
 
 
 def setup(tmp: Path) -> dict:
-    bindir = tmp / "bin"
-    bindir.mkdir()
-    (bindir / "nvidia-smi").write_text(SMI)
-    (bindir / "nvidia-smi").chmod(0o755)
-    set_util(bindir, 90)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_")}
-    env.update(
-        {
-            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": str(REPO),
-            "GPUOPS_DATA_DIR": str(tmp / "data"),
-            "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
-            "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
-            "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-" + secrets.token_hex(3),
-            "XDG_CONFIG_HOME": str(tmp / "xdg"),
-        }
-    )
+    """``benchenv.local_env`` with the stand-in nvidia-smi this bench scripts (``set_util``) and an SSH user of its own."""
+    env = local_env(tmp, REPO, smi=SMI)
+    set_util(tmp / "bin", 90)
+    env["GPUOPS_AGENT_SSH_USERS"] = "gpuops-bench-" + secrets.token_hex(3)
     return env
 
 

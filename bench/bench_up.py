@@ -34,36 +34,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-SMI = """#!/bin/sh
-echo "0, 90, 40000, 81920"
-exit 0
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def setup(tmp: Path, repo: Path) -> dict:
-    """The environment of every run.
-
-    A stand-in nvidia-smi, a private data dir and ledger, the local provider at a set price,
-    compiled bytecode in a private cache."""
-    bindir = tmp / "bin"
-    bindir.mkdir()
-    (bindir / "nvidia-smi").write_text(SMI)
-    (bindir / "nvidia-smi").chmod(0o755)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUOPS_") and k != "PYTHONDONTWRITEBYTECODE"}
-    env.update(
-        {
-            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            "PYTHONPATH": str(repo),
-            "PYTHONPYCACHEPREFIX": str(tmp / "pycache"),
-            "GPUOPS_DATA_DIR": str(tmp / "data"),
-            "GPUOPS_LEDGER_URL": f"sqlite:///{tmp / 'data' / 'ledger.db'}",
-            "GPUOPS_PROVIDERS_LOCAL_PRICE_PER_HOUR": "2.0",
-            "GPUOPS_AGENT_SSH_USERS": "gpuops-bench-nobody",
-            "XDG_CONFIG_HOME": str(tmp / "xdg"),
-            "XDG_CACHE_HOME": str(tmp / "cache"),
-        }
-    )
-    return env
+from benchenv import local_env  # noqa: E402  the environment of every run
 
 
 def floor_once(seconds: float) -> float:
@@ -164,7 +137,7 @@ def main() -> int:
         envs = []
         for i, repo in enumerate(repos):
             (tmp / str(i)).mkdir()
-            envs.append(setup(tmp / str(i), repo))
+            envs.append(local_env(tmp / str(i), repo))
         job = tmp / "sleep.sh"
         job.write_text(f"sleep {a.job_seconds:g}\n")
         timeout = a.job_seconds + 300

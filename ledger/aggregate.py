@@ -6,8 +6,11 @@ what one SQL statement costs).
 ``group_rows(query, lo, hi, keys)`` runs on whatever executes SQL text with named parameters
 (``ledger.reads.Reads.query``: SQL text on the ledger's engine). The groups are
 ``keys`` (default: experiment, card, gpu_count, provider, simulated); ``ledger.reports`` merges
-them into the report's totals and breakdowns, exactly as its row-by-row path would (a test keeps
-both equal, on SQLite and PostgreSQL). A group may come back once per arm: a report adds them up.
+them into the report's totals and breakdowns (the only path to a month's or an experiment's
+money: no row-by-row twin). A group may come back once per arm: a report adds them up.
+``day_rows(query, edges)`` is the same sums by calendar day (``ledger month --by day``, the
+dashboard's days): one statement over the month's rows, a session across midnight split across
+its days by the same rule.
 
 The statement is arms joined by UNION ALL (``statements``), so each arm keeps its own index search
 (the two ``ended_at`` arms of the period, then the open rows on their partial index
@@ -22,13 +25,13 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Callable, Iterable, Sequence
 
-from ledger.attribution import SQL_TOUCHES, share_sql
+from ledger.attribution import SQL_INSIDE, SQL_TOUCHES, share_sql, touches_sql
 
 GroupRow = namedtuple(
     "GroupRow",
     "experiment card gpu_count provider simulated sessions open_sessions charged_sessions "
-    "cost_usd gpu_hours tokens job_usd conclusion_at",
-    defaults=(None,),
+    "cost_usd gpu_hours tokens job_usd conclusion_at bucket",
+    defaults=(None, None),
 )
 
 MONTH_KEYS = ("experiment", "card", "gpu_count", "provider", "simulated")
@@ -56,7 +59,7 @@ def _attributed(x: str, inside: str) -> str:
     """``x`` x the row's share of [:lo, :hi) for a CLOSED row.
 
     ``x`` itself when the row lies wholly inside (``inside``: share 1, as ``attribution.fraction``
-    returns), else ``x * share`` (the same product the row-by-row path computes)."""
+    returns), else ``x * share`` (``attribution.share_sql``)."""
     return f"(CASE WHEN {inside} THEN {x} ELSE {x} * {share_sql('1.0')} END)"
 
 
@@ -198,3 +201,95 @@ def latest_conclusions(
             if newest.get(exp) == at:
                 out[exp] = conclusion
     return out
+
+
+def _bisect_sql(x: str, n: int, leaf: Callable[[int], str]) -> str:
+    """SQL: ``leaf(i)`` for the bucket [:e{i}, :e{i+1}) that holds ``x`` (one of ``n``; ``x`` in [:e0, :e{n})).
+
+    Nested CASEs halving the buckets: about log2(n) comparisons a row (5 for a month's days)."""
+
+    def part(a: int, b: int) -> str:
+        if b - a == 1:
+            return leaf(a)
+        m = (a + b) // 2
+        return f"(CASE WHEN {x} < :e{m} THEN {part(a, m)} ELSE {part(m, b)} END)"
+
+    return part(0, n)
+
+
+_DAY_SUMS = f"SUM(COALESCE(cost_usd, 0.0)), SUM({_GPU_HOURS}), SUM(COALESCE(tokens, 0) * 1.0)"
+
+
+def day_statement(n: int) -> str:
+    """The one SQL statement ``day_rows`` runs over ``n`` buckets [:e{i}, :e{i+1}) (:lo = :e0, :hi = :e{n}).
+
+    Arms joined by UNION ALL, each on the month's index searches (as ``statements``): the closed
+    rows wholly inside one bucket (nearly all) add their plain values to it (found by bisection over
+    the edges, ``_bisect_sql``); the other closed rows touching [:lo, :hi) (across midnight or
+    the month's edge, or without the times that prove them inside) are joined with the table of
+    buckets and add ``x x share`` to each bucket they touch (``attribution.share_sql`` over the
+    bucket: a zero-length row wholly to the bucket holding its start); an open row counts (no
+    money) in the bucket holding its start, the first one when it began before :lo. Columns:
+    bucket, simulated, sessions, cost_usd, gpu_hours, tokens."""
+    began = "COALESCE(instance_created_at, created_at)"
+    bucket = _bisect_sql("instance_created_at", n, str)
+    next_edge = _bisect_sql("instance_created_at", n, lambda i: f":e{i + 1}")
+    one = f"(CASE WHEN {SQL_INSIDE} AND ended_at < {next_edge} THEN 1 ELSE 0 END)"
+    table = ", ".join(f"({i}, :e{i}, :e{i + 1})" for i in range(n))
+    share = (
+        f"SUM({share_sql('COALESCE(cost_usd, 0.0)', 'days.lo', 'days.hi')}),"
+        f" SUM({share_sql(_GPU_HOURS, 'days.lo', 'days.hi')}),"
+        f" SUM({share_sql('COALESCE(tokens, 0) * 1.0', 'days.lo', 'days.hi')})"
+    )
+    closed = "+created_at < :hi AND {ended} AND status = 'closed'"
+    whole = (
+        f"SELECT {bucket} AS bucket, simulated, COUNT(*), {_DAY_SUMS} FROM sessions"
+        f" WHERE {closed.format(ended='ended_at >= :lo')} AND {one} = 1 GROUP BY simulated, bucket"
+    )
+    split = [
+        f"SELECT days.i, simulated, COUNT(*), {share} FROM sessions CROSS JOIN days"
+        f" WHERE {closed.format(ended=ended)} AND {one} = 0 AND {SQL_TOUCHES}"
+        f" AND {touches_sql('days.lo', 'days.hi')} GROUP BY simulated, days.i"
+        for ended in ("ended_at >= :lo", "ended_at IS NULL")
+    ]
+    start = _bisect_sql(f"(CASE WHEN {began} < :lo THEN :lo ELSE {began} END)", n, str)
+    open_ = (
+        f"SELECT {start} AS bucket, simulated, COUNT(*), 0.0, 0.0, 0.0 FROM sessions"
+        f" WHERE status <> 'closed' AND created_at < :hi AND (ended_at >= :lo OR ended_at IS NULL) AND {SQL_TOUCHES}"
+        " GROUP BY simulated, bucket"
+    )
+    return f"WITH days(i, lo, hi) AS (VALUES {table}) " + " UNION ALL ".join([whole, *split, open_])
+
+
+def day_rows(query: Callable[[str, dict], Iterable[tuple]], edges: Sequence[float]) -> list[GroupRow]:
+    """The sums by bucket [edges[i], edges[i+1]) of the sessions that spent money in [edges[0], edges[-1]).
+
+    ``edges``: ascending epoch s (a month's day starts in the report's zone, then the month's end;
+    ``ledger.reports.day_edges``). Each a ``GroupRow`` with ``bucket`` (the index i) and
+    ``simulated``, its sums attributed by time as ``group_rows``'s (sessions: those that spent in
+    the bucket, an open one in the bucket holding its start; cost_usd USD, gpu_hours, tokens; the
+    other fields None or 0). One bucket may come back in several rows (add them up). ``query`` as
+    ``group_rows``'s. Raises ValueError for fewer than two edges."""
+    n = len(edges) - 1
+    if n < 1:
+        raise ValueError("day_rows needs at least two edges")
+    args = params(edges[0], edges[-1]) | {f"e{i}": float(e) for i, e in enumerate(edges)}
+    return [
+        GroupRow(
+            None,
+            None,
+            0,
+            None,
+            bool(sim),
+            int(count),
+            0,
+            0,
+            float(cost or 0.0),
+            float(gh or 0.0),
+            float(tokens or 0.0),
+            0.0,
+            None,
+            int(b),
+        )
+        for b, sim, count, cost, gh, tokens in query(day_statement(n), args)
+    ]

@@ -106,20 +106,32 @@ def accrued(s: Row, lo: float, hi: float, now: float) -> float:
 
 
 # The same rule in SQL (SQLite and PostgreSQL alike: CASE and COALESCE only), so sums over 100k
-# sessions run inside the database. Named parameters :lo and :hi are the period (epoch s).
-# tests/books/test_attribution.py keeps it equal to ``interval``/``fraction`` on both backends.
+# sessions run inside the database. The period is [lo, hi) epoch s: named parameters :lo and :hi,
+# or (``touches_sql``/``share_sql``'s ``lo``, ``hi``) the columns of a table of periods (the days of
+# ``ledger month --by day``, ``ledger.aggregate.day_statement``).
+# tests/books/test_attribution.py checks its sums against the money worked out by hand, on both backends.
 _BEGAN = "COALESCE(instance_created_at, created_at)"
 _ENDED = f"(CASE WHEN ended_at IS NULL OR ended_at < {_BEGAN} THEN {_BEGAN} ELSE ended_at END)"
-_OVERLAP = (
-    f"((CASE WHEN {_ENDED} < :hi THEN {_ENDED} ELSE :hi END) - (CASE WHEN {_BEGAN} > :lo THEN {_BEGAN} ELSE :lo END))"
-)
-# A row that may have cost money (``interval`` is not None) and really touches [lo, hi) (``overlaps``).
-SQL_TOUCHES = (
-    f"(instance_id IS NOT NULL OR instance_created_at IS NOT NULL) AND ("
-    f"(status <> 'closed' AND {_BEGAN} < :hi) OR (status = 'closed' AND ("
-    f"({_ENDED} <= {_BEGAN} AND {_BEGAN} >= :lo AND {_BEGAN} < :hi)"
-    f" OR ({_ENDED} > {_BEGAN} AND {_BEGAN} < :hi AND {_ENDED} > :lo))))"
-)
+
+
+def _overlap_sql(lo: str, hi: str) -> str:
+    return f"((CASE WHEN {_ENDED} < {hi} THEN {_ENDED} ELSE {hi} END) - (CASE WHEN {_BEGAN} > {lo} THEN {_BEGAN} ELSE {lo} END))"
+
+
+def touches_sql(lo: str = ":lo", hi: str = ":hi") -> str:
+    """SQL: the row may have cost money (``interval`` is not None) and touches [lo, hi) (``overlaps``).
+
+    ``lo``, ``hi``: SQL expressions of the period's edges (epoch s)."""
+    return (
+        f"(instance_id IS NOT NULL OR instance_created_at IS NOT NULL) AND ("
+        f"(status <> 'closed' AND {_BEGAN} < {hi}) OR (status = 'closed' AND ("
+        f"({_ENDED} <= {_BEGAN} AND {_BEGAN} >= {lo} AND {_BEGAN} < {hi})"
+        f" OR ({_ENDED} > {_BEGAN} AND {_BEGAN} < {hi} AND {_ENDED} > {lo}))))"
+    )
+
+
+# A row that may have cost money and really touches [:lo, :hi).
+SQL_TOUCHES = touches_sql()
 
 # A CLOSED row wholly inside [lo, hi) (its instance began at or after lo, ended before hi, not
 # before it began): ``fraction`` is exactly 1, so its plain values count (NULLs: not proven inside;
@@ -127,11 +139,13 @@ SQL_TOUCHES = (
 SQL_INSIDE = "(instance_created_at >= :lo AND ended_at < :hi AND ended_at >= instance_created_at)"
 
 
-def share_sql(x: str) -> str:
-    """SQL for ``x x fraction(interval)`` over [:lo, :hi) of a closed row: ``fraction``'s SQL twin.
+def share_sql(x: str, lo: str = ":lo", hi: str = ":hi") -> str:
+    """SQL for ``x x fraction(interval)`` over [lo, hi) of a closed row: ``fraction``'s SQL twin.
 
-    ``x``: an SQL expression of the row's columns, e.g. ``COALESCE(cost_usd, 0)``."""
+    ``x``: an SQL expression of the row's columns, e.g. ``COALESCE(cost_usd, 0)``; ``lo``, ``hi``:
+    SQL expressions of the period's edges (epoch s)."""
+    overlap = _overlap_sql(lo, hi)
     return (
-        f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN (CASE WHEN {_BEGAN} >= :lo AND {_BEGAN} < :hi THEN {x} ELSE 0.0 END)"
-        f" WHEN {_OVERLAP} > 0 THEN {x} * {_OVERLAP} / ({_ENDED} - {_BEGAN}) ELSE 0.0 END)"
+        f"(CASE WHEN {_ENDED} <= {_BEGAN} THEN (CASE WHEN {_BEGAN} >= {lo} AND {_BEGAN} < {hi} THEN {x} ELSE 0.0 END)"
+        f" WHEN {overlap} > 0 THEN {x} * {overlap} / ({_ENDED} - {_BEGAN}) ELSE 0.0 END)"
     )

@@ -11,9 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpuops.errors import BadInput, GpuopsError
 
-# Columns a report needs (narrow rows, streamed, not ORM objects: 100k sessions stay fast).
-from ledger.reads import SPEND_COLUMNS as REPORT_COLUMNS  # noqa: E402
-
 if TYPE_CHECKING:
     from ledger.books import Books
     from ledger.reads import LedgerReader
@@ -39,34 +36,40 @@ def month(
 ) -> dict:
     """``ledger month``: the month report for ``YYYY-MM`` (default: this month in ``tz``).
 
-    ``ledger month``: the month report (``ledger.reports.month_report``) for ``YYYY-MM`` (default:
-    this month in ``tz``), with ``days`` when ``by == "day"`` or ``plot``; with ``watchdogs``, also
+    ``ledger month``: the month report (``ledger.reports.month_report``, summed by the database:
+    ``ledger.aggregate``) for ``YYYY-MM`` (default: this month in ``tz``), with ``days`` when
+    ``by == "day"`` or ``plot``; with ``watchdogs``, also
     ``watchdogs``: each watchdog's newest pass (``gpuops.teardown.watchdog_passes.last_passes``), as
     `ledger month` and the dashboard show them. Raises BadInput for a bad month, zone or ``by``."""
-    from ledger.reports import month_bounds, month_report, this_month
+    from ledger.reports import this_month
 
     tz = _tz_checked(tz)
     if by not in (None, "day"):
         raise BadInput(f"--by must be 'day', got {by!r}", "use --by day for a day-by-day table")
-    month = month or this_month(tz)
-    try:
-        start, end = month_bounds(month, tz)
-    except ValueError as e:
-        raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
-    lines = ledger.cost_lines(start, end)
-    if by == "day" or plot:  # days: each row split across the days it ran in, streamed
-        rep = month_report(ledger.overlapping(start, end, REPORT_COLUMNS), month, tz, by_day=True, cost_lines=lines)
-    else:
-        from ledger.aggregate import group_rows
-        from ledger.reports import month_report_groups
-
-        q = _query(ledger)
-        rep = month_report_groups(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines))
+    rep = _month_report(ledger, month or this_month(tz), tz, by_day=by == "day" or plot)
     if watchdogs:
         from gpuops.teardown.watchdog_passes import last_passes
 
         rep["watchdogs"] = last_passes(ledger)  # who enforces the money layer now (gpuops.teardown.watchdog_passes)
     return rep
+
+
+def _month_report(ledger: Books | LedgerReader, month: str, tz: str | None, by_day: bool = False) -> dict:
+    """``ledger.reports.month_report`` of ``month`` in ``tz`` (checked), summed by the database; ``days`` when ``by_day``.
+
+    The one path to a month's money (``ledger month``, its ``--by day``, the dashboard, ``ledger
+    sync``'s ``month_usd``). Raises BadInput for a bad month."""
+    from ledger.aggregate import day_rows, group_rows
+    from ledger.reports import day_edges, month_bounds, month_report
+
+    try:
+        start, end = month_bounds(month, tz)
+    except ValueError as e:
+        raise BadInput(str(e), "pass the month as YYYY-MM, e.g. 2026-11") from None
+    q = _query(ledger)
+    lines = ledger.cost_lines(start, end)
+    days = day_rows(q, day_edges(month, tz)[0]) if by_day else None
+    return month_report(group_rows(q, start, end), month, tz, lines, _line_keys(q, lines), days)
 
 
 def experiments(ledger: Books, since: str | None = None, until: str | None = None, tz: str | None = None) -> dict:
@@ -85,12 +88,12 @@ def experiments(ledger: Books, since: str | None = None, until: str | None = Non
     if start is not None and end is not None and end <= start:
         raise BadInput(f"--until {until} is before --since {since}", "swap the two dates")
     from ledger.aggregate import EXPERIMENT_KEYS, group_rows, latest_conclusions
-    from ledger.reports import experiments_report_groups
+    from ledger.reports import experiments_report
 
     q = _query(ledger)
     lines = ledger.cost_lines(start, end)
     groups = group_rows(q, start, end, EXPERIMENT_KEYS, conclusion=True)
-    return experiments_report_groups(
+    return experiments_report(
         groups, latest_conclusions(q, groups, start, end), since, until, start, end, lines, _line_keys(q, lines)
     )
 
@@ -524,7 +527,7 @@ def sync(
     """
     from gpuops.providers import WITH_BILLING
     from ledger.billing import compare_billing
-    from ledger.reports import month_bounds, month_report, this_month
+    from ledger.reports import month_bounds, this_month
     from ledger.sync import apply_charges, booked_storage, known_instances
 
     providers = WITH_BILLING if providers is None else tuple(providers)
@@ -604,9 +607,7 @@ def sync(
         flags=[{"provider": c.provider, "instance_id": c.instance_id, "note": c.note} for c in lines if c.note],
         window=[since, until],
         applied=applied,
-        month_usd=month_report(
-            ledger.overlapping(lo, hi, REPORT_COLUMNS), month, tz, cost_lines=ledger.cost_lines(lo, hi)
-        )["total_usd"],
+        month_usd=_month_report(ledger, month, tz)["total_usd"],
     )
     return rep
 

@@ -65,16 +65,20 @@ def status() -> None:
 
 @demo_app.command("env")
 def env(
-    unset: bool = typer.Option(False, "--unset", help="Print the unset line instead (back to your own gpuops)."),
+    unset: bool = typer.Option(
+        False, "--unset", help="Print the lines that give the shell back what it had before demo env."
+    ),
 ) -> None:
     """Print the export lines that point a shell at the demo: eval "$(gpuops demo env)"."""
     from gpuops.demo import demo
     from gpuops.errors import GpuopsError
 
-    if unset:
-        print("\n".join(demo.unset_lines()))
-        return
     paths = _paths()
+    if unset:
+        lines = demo.unset_lines(paths)
+        if lines:
+            print("\n".join(lines))
+        return
     state = demo.read_state(paths)
     if state is None:
         raise GpuopsError("gpuops demo is not running", "start it: gpuops demo start")

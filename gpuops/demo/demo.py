@@ -26,6 +26,7 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -309,12 +310,62 @@ def environment(paths: DemoPaths, state: DemoState) -> list[tuple[str, str]]:
     ]
 
 
-def export_lines(paths: DemoPaths, state: DemoState) -> list[str]:
-    """``export NAME=value`` for each of ``environment``, quoted for a POSIX shell (``eval "$(gpuops demo env)"``)."""
-    return [f"export {name}={shlex.quote(value)}" for name, value in environment(paths, state)]
+# What `demo env` keeps of the shell it points at the demo, so `demo env --unset` gives it back:
+# SAVED (exported: a shell pointed at the demo, and the names it had before, space-separated) and
+# WAS + NAME (a shell variable, never exported: the value NAME had, copied by the shell itself).
+SAVED = "_GPUOPS_DEMO_SAVED"
+WAS = "_GPUOPS_DEMO_WAS_"
+_NO_STATE = DemoState(0, 0, 0, "", "", "", "")
+_URLS = ("GPUOPS_PROVIDERS_RUNPOD_URL", "GPUOPS_PROVIDERS_VAST_URL")  # the values that come from a running demo
 
 
-def unset_lines() -> list[str]:
-    """``unset NAME`` for each variable ``environment`` sets (back to the user's own gpuops)."""
-    names = [n for n, _ in environment(DemoPaths(Path("/")), DemoState(0, 0, 0, "", "", "", ""))]
-    return [f"unset {' '.join(names)}"]
+def _names() -> list[str]:
+    """The variables ``environment`` sets, in its order."""
+    return [n for n, _ in environment(DemoPaths(Path("/")), _NO_STATE)]
+
+
+def export_lines(paths: DemoPaths, state: DemoState, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The lines ``eval "$(gpuops demo env)"`` runs: ``export NAME=value`` for each of ``environment``, quoted for a POSIX shell.
+
+    First, in a shell not yet pointed at the demo (no ``SAVED`` in ``environ``, default
+    ``os.environ``: the shell's exported variables), what it had: ``WAS<NAME>="$NAME"`` for each
+    of those names it has (the shell copies the value: a key is never printed; a shell variable,
+    not exported, so no child sees the copy) and ``export SAVED='<those names>'``. A second
+    ``demo env`` in that shell keeps the first record (``unset_lines`` gives it back)."""
+    env = os.environ if environ is None else environ
+    pairs = environment(paths, state)
+    lines = []
+    if SAVED not in env:
+        had = [n for n, _ in pairs if n in env]
+        lines += [f'{WAS}{n}="${n}"' for n in had]
+        lines.append(f"export {SAVED}={shlex.quote(' '.join(had))}")
+    return lines + [f"export {name}={shlex.quote(value)}" for name, value in pairs]
+
+
+def unset_lines(paths: DemoPaths, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The lines ``eval "$(gpuops demo env --unset)"`` runs: the shell back to what it had before ``demo env``.
+
+    With ``export_lines``' record (``SAVED`` in ``environ``, default ``os.environ``): each name the
+    shell had gets its value back (from ``WAS<NAME>``, copied by the shell; unset where that copy is
+    missing, as in a child shell), the others the demo set are unset, then the record. Without one
+    (the variables set by hand, or by a gpuops before the record): only the variables that hold
+    what ``demo env`` exports are unset (the URLs only while the demo runs: a stopped one's ports
+    are unknown); anything else may be the user's and is left as it is."""
+    env = os.environ if environ is None else environ
+    names = _names()
+    if SAVED in env:
+        had = [n for n in env[SAVED].split() if n in names]  # the record is input: only the demo's names
+        back = [f'if [ -n "${{{WAS}{n}+x}}" ]; then export {n}="${WAS}{n}"; else unset {n}; fi' for n in had]
+        gone = [n for n in names if n not in had]
+        return (
+            back
+            + ([f"unset {' '.join(gone)}"] if gone else [])
+            + [f"unset {' '.join([SAVED] + [WAS + n for n in had])}"]
+        )
+    state = read_state(paths)
+    theirs = dict(environment(paths, state or _NO_STATE))
+    if state is None:
+        for n in _URLS:
+            del theirs[n]
+    demo = [n for n in names if n in env and n in theirs and env[n] == theirs[n]]
+    return [f"unset {' '.join(demo)}"] if demo else []

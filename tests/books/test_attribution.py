@@ -58,9 +58,9 @@ def test_monthly_cap_counts_the_hours_inside_the_month(ledger):
 
 
 @pytest.mark.parametrize("tz", ["UTC", "Asia/Tokyo"])
-def test_sql_sums_and_the_row_by_row_days_match_the_books_by_hand(books, tz):
-    """The database's sums (ledger/aggregate.py, the rule in SQL) and the day-by-day report (each
-    row split across its days) both give the books' money as worked out by hand."""
+def test_the_month_and_its_days_give_the_books_money_by_hand(books, tz):
+    """The database's sums (ledger/aggregate.py, the rule in SQL), asked with and without the
+    day-by-day split, give the books' money as worked out by hand."""
     from gpuops.accounting import ledger_service as cmds
 
     # The books' real money by hand (tests/books/conftest.py: build_books): s1 2.40, s3 0.525097 (5401 s
@@ -105,8 +105,8 @@ def test_sql_sums_and_the_row_by_row_days_match_the_books_by_hand(books, tz):
 def test_sql_rule_at_every_edge_gives_the_money_by_hand(ledger):
     """Rows at each edge of the period (inside, zero-length at lo and at hi, across lo, across hi,
     no instance time, closed without an end, an end before the start, open): the reports' SQL (the
-    inside rows summed plainly, the others attributed), the day-by-day report and the cap give each
-    row's cost x its share of the period, worked out by hand."""
+    inside rows summed plainly, the others attributed), its days and the cap give each row's cost
+    x its share of the period (and of each day), worked out by hand."""
     import sqlalchemy as sa
 
     from gpuops.accounting import ledger_service as cmds
@@ -181,9 +181,27 @@ def test_sql_rule_at_every_edge_gives_the_money_by_hand(ledger):
         "x1": pytest.approx(7 + 10 / 3 + 13 + 16, abs=1e-6),  # e01, e04, e07, e10
         "x2": pytest.approx(11 / 3 + 14, abs=1e-6),  # e05, e08 (e02, e11 outside)
     }
-    days = cmds.month(ledger, "2026-11", "UTC", by="day")  # the same money split day by day
+    days = cmds.month(ledger, "2026-11", "UTC", by="day")  # the same month, and its money split day by day
     assert days["total_usd"] == pytest.approx(total, abs=1e-6) and days["simulated_usd"] == pytest.approx(9.0, abs=1e-6)
     assert {e["name"]: e["cost_usd"] for e in days["by_experiment"]} == by_experiment
+    # Each day by hand, a day being 24 of e06's 722 hours and of e10's 719 (e10's first day: 23):
+    # 1 Nov holds e00, e01 (zero-length at lo), e04's 1 of 3 hours, e07 (from its intent), e08 and
+    # e09 (zero-length, where they began) whole, and counts the open e12 (no money); 30 Nov holds
+    # e05's 1 of 3 hours and the simulated e03 (zero-length a second before hi); e02 (at hi) and e11
+    # (ending at lo) spend in no day.
+    d = {x["date"]: x for x in days["days"]}
+    assert len(d) == 30
+    assert d["2026-11-01"]["cost_usd"] == pytest.approx(
+        6 + 7 + 10 / 3 + 12 * 24 / 722 + 13 + 14 + 15 + 16 * 23 / 719, abs=1e-6
+    )
+    assert d["2026-11-01"]["sessions"] == 9 and d["2026-11-01"]["simulated_usd"] == 0.0
+    assert d["2026-11-15"]["cost_usd"] == pytest.approx(12 * 24 / 722 + 16 * 24 / 719, abs=1e-6)
+    assert d["2026-11-15"]["sessions"] == 2
+    assert d["2026-11-30"]["cost_usd"] == pytest.approx(11 / 3 + 12 * 24 / 722 + 16 * 24 / 719, abs=1e-6)
+    assert d["2026-11-30"]["simulated_usd"] == pytest.approx(9.0, abs=1e-6) and d["2026-11-30"]["sessions"] == 4
+    # GPU-hours: 2 billed hours x GPUs (1 + i % 2) x the day's share: e03 4, e05 4/3, e06 and e10 2 x 24/722, 2 x 24/719
+    assert d["2026-11-30"]["gpu_hours"] == pytest.approx(4 + 4 / 3 + 2 * 24 / 722 + 2 * 24 / 719, abs=1e-6)
+    assert sum(x["cost_usd"] for x in days["days"]) == pytest.approx(total, abs=1e-5)
     assert (
         month["sessions"] == 11 and month["open_sessions"] == 1
     )  # the 3 outside rows and the never-rented one: not counted

@@ -67,14 +67,14 @@ def _watchdog(url: str, start, stop, errors) -> None:
 
 def _report(url: str, start, stop, errors, reports) -> None:
     try:
+        from gpuops.accounting.ledger_service import month
         from ledger import Ledger
-        from ledger.reports import month_report
 
         led = Ledger(url)
         start.wait(30)
         n = 0
         while True:  # at least one report, even when a loaded machine ran every writer before this process
-            month_report(led.rows_between(), "2026-11", "UTC")
+            month(led, "2026-11", "UTC")
             n += 1
             if stop.is_set():
                 break
@@ -109,8 +109,8 @@ def test_parallel_writers_lose_nothing(ledger_url):
     assert all(p.exitcode == 0 for p in ups + others)
     assert reports.get(timeout=5) > 0
 
+    from gpuops.accounting.ledger_service import month
     from ledger import Ledger
-    from ledger.reports import month_report
 
     led = Ledger(ledger_url)
     try:
@@ -122,7 +122,7 @@ def test_parallel_writers_lose_nothing(ledger_url):
         assert n_sessions == total
         assert n_events == total * (1 + EVENTS_PER_SESSION + 1)  # intent, stages, closed
         assert n_steps == total
-        rep = month_report(led.rows_between(), "2026-11", "UTC")
+        rep = month(led, "2026-11", "UTC")
         assert rep["sessions"] == total and rep["total_usd"] == round(total * 0.36, 6)
     finally:
         led.engine.dispose()

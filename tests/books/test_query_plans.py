@@ -169,7 +169,7 @@ def test_find_by_prefix_is_a_key_range(ledger_url):
 def _hot_queries() -> list[tuple[str, str, dict, str]]:
     """(what, SQL, parameters, the indexes its sessions access must use) of the hot paths that read
     the indexes m011 made partial or dropped: the planner's own words, on either database."""
-    from ledger.aggregate import EXPERIMENT_KEYS, params, statement
+    from ledger.aggregate import EXPERIMENT_KEYS, day_statement, params, statement
     from ledger.sync import _tables
 
     _sessions = _tables()[0]
@@ -183,6 +183,12 @@ def _hot_queries() -> list[tuple[str, str, dict, str]]:
             "ledger experiments",
             statement(lo, hi, EXPERIMENT_KEYS, conclusion=True),
             params(lo, hi),
+            "ix_sessions_books ix_sessions_open",
+        ),
+        (  # its days: the same searches, the rows across a day's edge joined with the table of days
+            "ledger month --by day",
+            day_statement(4),
+            params(lo, hi) | {f"e{i}": lo + (hi - lo) * i / 4 for i in range(5)},
             "ix_sessions_books ix_sessions_open",
         ),
     ]

@@ -151,6 +151,8 @@ def test_show_every_field_steps_events(books):
         {"name": "pip", "status": "skipped", "seconds": 0.25, "detail": '{"cached": true}'},
     ]
     assert [e["kind"] for e in d["events"]] == ["intent", "closed"]
+    assert [set(e) for e in d["events"]] == [{"time", "kind", "detail"}] * 2  # one time format: no epoch "at"
+    assert d["events"][0]["time"] == "2026-11-10T12:00:00Z"
     assert d["times"]["created_at"] == "2026-11-10T12:00:00Z"
     for key in (
         "provider",

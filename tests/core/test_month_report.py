@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
+from gpuops.accounting.ledger_service import month
 from ledger import Ledger, Session
-from ledger.reports import month_bounds, month_report
+from ledger.reports import month_bounds
 
 
 def ts(day: int, hour: int = 12, month: int = 11) -> float:
@@ -74,8 +75,7 @@ def led(tmp_path):
 
 
 def test_month_totals_and_breakdowns(led):
-    start, end = month_bounds("2026-11", "UTC")
-    rep = month_report(led.rows_between(start, end), "2026-11")
+    rep = month(led, "2026-11", "UTC")
     assert rep["total_usd"] == pytest.approx(5.0, abs=1e-6)
     assert rep["simulated_usd"] == pytest.approx(0.9, abs=1e-6)
     assert rep["gpu_hours"] == pytest.approx(2 + 1 + 1, abs=1e-6)

@@ -116,6 +116,26 @@ def test_demo_without_an_account(tmp_path):
             demo_env[name] = shlex.split(value)[0] if value else ""
         assert demo_env["GPUOPS_DATA_DIR"] == str(demo / "data")
         assert demo_env["GPUOPS_PROVIDERS_RUNPOD_URL"].startswith("http://127.0.0.1:")
+        # A shell with the user's own key and ledger: `demo env` points it at the demo (twice: the
+        # first record is kept), and `demo env --unset` gives back exactly what it had, nothing more.
+        script = (
+            'gpuops() { "$PY" -m gpuops "$@"; }\n'
+            "export RUNPOD_API_KEY='rp mine $HOME \"x\"' GPUOPS_LEDGER_URL=postgresql://ann@db/books\n"
+            'eval "$(gpuops demo env)" && printf "demo: %s %s\\n" "$RUNPOD_API_KEY" "$GPUOPS_DATA_DIR"\n'
+            "sh -c 'echo \"child: ${_GPUOPS_DEMO_WAS_RUNPOD_API_KEY-no copy}\"'\n"
+            'eval "$(gpuops demo env)"\n'
+            'eval "$(gpuops demo env --unset)" && env | grep -E "^_?(GPUOPS|RUNPOD|VAST)" | sort\n'
+        )
+        for shell in ("sh", "bash"):
+            got = subprocess.run(
+                [shell, "-c", script], env=dict(env, PY=sys.executable), capture_output=True, text=True, timeout=STEP_S
+            )
+            assert got.returncode == 0 and got.stdout == (
+                f"demo: rp_DEMO_SIMULATED {demo}/data\n"
+                "child: no copy\n"  # the user's key copied into a shell variable only, never exported
+                "GPUOPS_LEDGER_URL=postgresql://ann@db/books\n"
+                'RUNPOD_API_KEY=rp mine $HOME "x"\n'
+            ), (shell, got.stdout, got.stderr)
 
         offers = _run(demo_env, "offers", "--card", "rtx-4090", "--json", cwd=work)
         assert offers.returncode == 0, offers.stderr
