@@ -26,6 +26,7 @@ from ledger.store import Ledger
 from tests.box.conftest import client_key, data_dir, smi_bin, sshd, sshd_unstarted  # noqa: F401  (fixtures)
 from tests.lifecycle.upproc import no_box_processes, tag, tagged
 from tests.support.emulators import runpod_provider, vast_provider  # noqa: F401  (fixtures)
+from tests.support.local_bill import local_bill
 from tests.support.postgres import halting_postgres_server, own_postgres  # noqa: F401  (fixtures)
 from tests.teardown.conftest import wait_for
 
@@ -74,7 +75,10 @@ def _assert_local_truth(settings, row, reason: str, tokens: int) -> None:
     assert inst is None or inst.status == InstanceStatus.GONE  # 0 instances billing
     assert (row.status, row.end_reason, row.tokens) == ("closed", reason, tokens)
     assert abs(row.ended_at - provider.destroyed_at(row.instance_id)) <= END_TOLERANCE_S
-    assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 1.5, abs=1e-6) and row.billed_seconds > 0
+    # the money by the box's own record (its created/destroyed files) at the test's 1.5 USD/h, within the end's tolerance
+    secs, usd = local_bill(provider.boxes_dir, row.instance_id, 1.5)
+    assert secs > 0 and abs(row.billed_seconds - secs) <= END_TOLERANCE_S + 1.0, (row.billed_seconds, secs)
+    assert row.cost_usd == pytest.approx(usd, abs=(END_TOLERANCE_S + 1.0) * 1.5 / 3600)
     no_box_processes(Path(settings.data_path()) / "boxes" / row.label)
 
 
@@ -173,13 +177,17 @@ def test_ledger_disk_full_mid_job_keeps_reason_time_and_tokens(
 
     summ = _run_with(tmp_path, settings, job, fault)
     assert (summ["end_reason"], summ["tokens"], summ["exit_code"]) == ("job_end", 77, 0), json.dumps(summ)
-    assert summ["seconds"] > 0 and summ["cost_usd"] == pytest.approx(summ["seconds"] / 3600 * 1.5, abs=1e-6)
+    assert summ["seconds"] > 0
     led = Ledger(settings.ledger_url())
     assert not (small_tmpfs / "spool").exists() or not list((small_tmpfs / "spool").iterdir()) or led.spooled()
     assert led.fallback_spool_path.exists()  # the refused writes went to the other filesystem
     filler[0].unlink()
     row = _one_reconcile(settings).get(summ["session"])
     _assert_local_truth(settings, row, "job_end", 77)
+    _, usd = local_bill(get_provider("local", settings).boxes_dir, row.instance_id, 1.5)
+    assert summ["cost_usd"] == pytest.approx(
+        usd, abs=(END_TOLERANCE_S + 1.0) * 1.5 / 3600
+    )  # what `up` told, by the box's record
 
 
 # -- another process holds the SQLite ledger's write lock ------------------------------------------

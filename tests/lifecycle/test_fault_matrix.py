@@ -23,6 +23,7 @@ from gpuops.teardown.reconcile import Context
 from gpuops.teardown.watchdog import run as watchdog_run
 from tests.lifecycle.upproc import FAST_ENV, UpProc, ledger, no_box_processes, only_row, up_env
 from tests.support import procs
+from tests.support.local_bill import local_bill
 from tests.teardown.conftest import wait_for
 
 STAGES = ("validate", "plan", "intent", "create", "ready", "arm", "bootstrap", "job", "collect", "teardown")
@@ -139,5 +140,6 @@ def test_fault_matrix_local(matrix_env, gpuops_home, fake_smi, tmp_path, stage, 
     inst = provider.get(row.instance_id)
     assert inst is None or inst.status == InstanceStatus.GONE  # 0 instances billing
     assert row.ended_at == pytest.approx(provider.destroyed_at(row.instance_id), abs=1e-6)  # the provider's end time
-    assert row.billed_seconds is not None and row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 1.5, abs=1e-6)
+    secs, usd = local_bill(provider.boxes_dir, row.instance_id, 1.5)  # the box's own record, at the test's 1.5 USD/h
+    assert row.billed_seconds == secs and row.cost_usd == pytest.approx(usd, abs=1e-6)
     no_box_processes(box)

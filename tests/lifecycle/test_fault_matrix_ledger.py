@@ -20,6 +20,7 @@ from gpuops.teardown.reconcile import Context, reconcile
 from ledger.store import Ledger
 from tests.lifecycle.test_fault_matrix import JOB, STAGES
 from tests.lifecycle.upproc import UpProc, no_box_processes, up_env
+from tests.support.local_bill import local_bill
 from tests.support.postgres import PostgresServer, halting_postgres_server, own_postgres  # noqa: F401  (fixtures)
 from tests.teardown.conftest import wait_for
 
@@ -103,7 +104,9 @@ def test_ledger_unavailable_at_every_stage(ledger_backend, gpuops_home, cli_env,
     assert (row.status, row.end_reason, row.tokens, row.exit_code) == ("closed", "job_end", 1000, 0)
     assert row.instance_id == boxes[0].name
     assert abs(row.ended_at - provider.destroyed_at(row.instance_id)) <= END_TOLERANCE_S
-    assert row.cost_usd == pytest.approx(row.billed_seconds / 3600 * 1.5, abs=1e-6) and row.billed_seconds > 0
+    secs, usd = local_bill(provider.boxes_dir, row.instance_id, 1.5)  # the box's own record, at the test's 1.5 USD/h
+    assert secs > 0 and abs(row.billed_seconds - secs) <= END_TOLERANCE_S + 1.0, (row.billed_seconds, secs)
+    assert row.cost_usd == pytest.approx(usd, abs=(END_TOLERANCE_S + 1.0) * 1.5 / 3600)
     kinds = [e.kind for e in led.events(row.id)]
     assert kinds[0] == "intent" and kinds.count("closed") == 1 and "job_exited" in kinds
     assert not led.has_spool()

@@ -23,6 +23,7 @@ from ledger.store import Ledger
 from onbox.vocabulary import EndReason
 from tests.conftest import gpuops_cmd
 from tests.support.emulators import FAST_RETRY
+from tests.support.local_bill import local_bill
 from tests.support.receivers import JsonReceiver, SmtpReceiver
 
 pytestmark = pytest.mark.e2e  # every test here starts a receiver
@@ -237,8 +238,10 @@ def test_up_tells_its_end_and_no_url_reaches_any_output_log_or_the_ledger(gpuops
         # clock (a local box has no provider bill to judge it by), in whole seconds.
         assert "exit 0, " in text and f"${row.cost_usd:,.4f} (simulated)" in text and "(2,000 tokens)" in text
         assert 0 < row.billed_seconds <= math.ceil(wall_s) + 1
-        # at the local a100's reference price, 0.60 USD/h (the README's first `up` shows it)
-        assert row.cost_usd == pytest.approx(row.billed_seconds * 0.60 / 3600, abs=1e-6)
+        # by the box's own record (its created/destroyed files) at the local a100's reference price, 0.60 USD/h
+        # (the README's first `up` shows it), within the end's 2 s tolerance
+        _, usd = local_bill(Path(load_settings().data_path()) / "boxes", row.instance_id, 0.60)
+        assert row.cost_usd == pytest.approx(usd, abs=3.0 * 0.60 / 3600)
         test = subprocess.run(gpuops_cmd("notify", "test"), env=env, capture_output=True, text=True, timeout=60)
         assert test.returncode == 0 and "2 of 2 target(s) took the message" in test.stdout
         check = subprocess.run(gpuops_cmd("check", "--json"), env=env, capture_output=True, text=True, timeout=60)
