@@ -311,7 +311,6 @@ def _workdir(ledger: Books, sha: str) -> Path:
 
     The caller removes the folder once the job has ended. Raises BadInput or
     ``workdir_blob.WorkdirRefused`` (one line each), the folder already removed."""
-    import shutil
     import tempfile
 
     from gpuops.sweep import workdir_blob
