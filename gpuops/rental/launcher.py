@@ -22,7 +22,7 @@ import shlex
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -639,6 +639,7 @@ class UpRun:
     fetch_deadline_s: float = 0.0  # [teardown] fetch_deadline_seconds (_new_rental): what must come home, within this
     log_view: JobOutput | None = None  # the terminal's view of the job's output (the rest shown after the destroy)
     log_kept: bool = False  # collect finished the kept copy of the log (joblog.keep_log): teardown does not again
+    log_complete: bool = False  # the kept copy holds the whole log (keep_log's "complete")
 
 
 class JobOutput:
@@ -959,25 +960,69 @@ def _rent(
             with _shielded(signalled if s.run_id else None):
                 if intent is None or _has_row(ledger, s.id):
                     _teardown(s, prov(), ledger, reporter)
-        _show_rest(s)
+        _show_rest(s, reporter)
     return failure
 
 
-def _show_rest(s: UpRun) -> None:
+class _ReplayStopped(BaseException):
+    """Ctrl-C (or SIGTERM/SIGHUP) during the replay after the destroy: stop showing, nothing else."""
+
+
+@contextmanager
+def _signals_stop_replay() -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise ``_ReplayStopped`` (main thread only).
+
+    The box is destroyed and booked by then, so a signal stops only the showing. A signal the
+    process runs with ignored (``nohup``) stays ignored."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(_signum, _frame):
+        raise _ReplayStopped
+
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {n: signal.signal(n, handler) for n in sigs if signal.getsignal(n) != signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for n, h in old.items():
+            signal.signal(n, h)
+
+
+def _show_rest(s: UpRun, reporter: Reporter | None = None) -> None:
     """After the destroy: the rest of the job's output shown from the kept copy, in order (the job exited).
 
-    After an interrupt or a lost box only a last line without a newline is shown. Never raises:
-    output never decides a rental's fate, and the box is gone by now."""
+    After an interrupt or a lost box only a last line without a newline is shown. Ctrl-C stops the
+    showing at once (the box is gone, the kept copy is on disk): one line says where the copy is.
+    Never raises: output never decides a rental's fate, and the box is gone by now."""
     view, s.log_view = s.log_view, None
     if view is None:
         return
+    stopped = False
     try:
-        if s.exit_code is not None and s.log_path is not None:
-            view.rest(s.log_path)
-    except Exception:  # noqa: BLE001  the kept copy stays on disk (gpuops logs)
-        pass
-    finally:
-        view.close()
+        with _signals_stop_replay():
+            try:
+                if s.exit_code is not None and s.log_path is not None:
+                    view.rest(s.log_path)
+            except _ReplayStopped:
+                stopped = True
+            except Exception:  # noqa: BLE001  the kept copy stays on disk (gpuops logs)
+                pass
+            finally:
+                if not stopped:
+                    view.close()
+    except _ReplayStopped:  # a second signal while the first was being handled
+        stopped = True
+    if stopped and reporter is not None:
+        whole = "complete" if s.log_complete else "as far as it was fetched (it says where it stops)"
+        with suppress(BaseException):
+            reporter.warn(
+                f"output stopped at byte {view.shown:,}; the job's log is kept {whole} at {s.log_path} "
+                f"(gpuops logs {s.id})"
+            )
 
 
 def _has_row(ledger: Books, session_id: str) -> bool:
@@ -1999,8 +2044,9 @@ def _collect(s: UpRun, ledger: Books, reporter: Reporter, settings: Settings) ->
     with copyback.presence(box):  # the on-box agent must not destroy the box while its log and results come home
         if row is not None:
             by = f"up:{socket.gethostname()}:{os.getpid()}"
-            keep_log(ledger, row, lambda: box, by=by, close=False, deadline=deadline, job_started=True)
+            done = keep_log(ledger, row, lambda: box, by=by, close=False, deadline=deadline, job_started=True)
             s.log_kept = True
+            s.log_complete = bool(done and done.get("complete"))
         rep = None
         if results:
             rep = copyback.fetch_results(
@@ -2130,7 +2176,7 @@ def _teardown(s: UpRun, provider: Provider, ledger: Books, reporter: Reporter) -
     if s.job_started and not s.log_kept and s.box is not None and row is not None:  # interrupted: the rest first
         from gpuops.teardown.joblog import keep_log
 
-        keep_log(
+        done = keep_log(
             ledger,
             row,
             lambda: s.box,
@@ -2139,6 +2185,7 @@ def _teardown(s: UpRun, provider: Provider, ledger: Books, reporter: Reporter) -
             deadline=(s.exited_at or time.monotonic()) + s.fetch_deadline_s,
             job_started=True,
         )
+        s.log_complete = bool(done and done.get("complete"))
     ended = end_rental(
         ledger,
         provider if s.instance is not None else None,
