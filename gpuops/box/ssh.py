@@ -689,15 +689,19 @@ class SSHBox:
 
     @staticmethod
     def _get_file(sftp, path: str, root: Path, parts: list[str], attr, budget: _CopyBudget) -> None:
-        budget.file(int(attr.st_size or 0))
-        done = [0]
+        """Copy one box file of ``attr.st_size`` bytes (as listed) to ``root/parts...`` by ``sftp_read_pipelined``.
 
-        def count(transferred: int, _total: int) -> None:
-            budget.charge(transferred - done[0])
-            done[0] = transferred
+        Each piece is charged to ``budget`` before it is written (UnsafeCopy past it)."""
+        size = int(attr.st_size or 0)
+        budget.file(size)
 
-        with _local_file(root, parts) as f:
-            sftp.getfo(path, f, callback=count)
+        with _local_file(root, parts) as f, sftp.open(path, "rb") as remote:
+
+            def write(chunk: bytes) -> None:
+                budget.charge(len(chunk))
+                f.write(chunk)
+
+            sftp_read_pipelined(sftp, remote.handle, 0, size, write)
 
     def _get_dir(self, sftp, src: str, local: Path, parts: list[str], budget: _CopyBudget, top: str) -> None:
         import posixpath
