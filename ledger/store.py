@@ -314,7 +314,7 @@ class Ledger:
             return 0
         self._refused_at = None
         with self.bounded():
-            return self.quick(self.replay_spool, 0)
+            return self.replay_spool()
 
     def held(self, session_id: str) -> Any | None:
         """Return the session row as this Ledger last wrote or read it, or None.
@@ -495,7 +495,11 @@ class Ledger:
         lines; a claimed file whose process is gone is picked up again. Every line is checked
         (``ledger.spool.check_line``): one that fails is moved to ``<spool>.quarantine`` and said in
         ``notices``, and the lines behind it are still applied. Writes the database refuses go back
-        to the spool. Raises nothing for database errors (they re-spool)."""
+        to the spool. Raises nothing for database errors (they re-spool). Inside ``bounded()`` the
+        deadline is each write's, as for any write (``_run``), never the whole replay's: a ledger
+        that answers every line in time is replayed to the end however many lines wait, and the
+        first line refused or late puts itself and the rest back in the spool (and the ledger is
+        taken as refusing, ``_refusing``)."""
         from ledger.spool import BadLine
 
         claimed, lines, unread = self._files.claim()
@@ -509,10 +513,12 @@ class Ledger:
                 if entry is None:
                     raise BadLine("not JSON (a line cut short?)")
                 op, args = self._check(entry)
-                out = self._apply(op, args)
+                out = self._run(self._apply, {"op": op, "args": args})
                 if op == "close" and out is not None:
                     closed.append(out)
-            except _spooled_errors():
+            except _spooled_errors() + (_Late,):
+                if self._bound is not None:
+                    self._refused_at = time.monotonic()
                 for _, rest, _e in lines[i:]:
                     self._spool_line(rest)
                 break
@@ -528,10 +534,15 @@ class Ledger:
                 sessions.add(sid)
         self._files.release(claimed, unread)
         for sid in sessions:
+            if self._refusing():
+                break  # a label on the replay, not worth a deadline each
             try:
-                self._event(sid, EventKind.SPOOL_REPLAYED, "", None)
-            except _spooled_errors() + (KeyError,):
+                self._run(self._event, {"session_id": sid, "kind": EventKind.SPOOL_REPLAYED, "detail": "", "at": None})
+            except KeyError:
                 pass
+            except _spooled_errors() + (_Late,):
+                if self._bound is not None:
+                    self._refused_at = time.monotonic()
         for row in closed:
             for listener in list(CLOSE_REPLAYED):
                 try:
@@ -550,13 +561,13 @@ class Ledger:
             self._check_vanished()
         except Exception:  # noqa: BLE001  a new file that cannot be made: the write below spools
             pass
-        if self._refusing():
+        if not self._refusing() and self.has_spool():
+            self.replay_spool()  # each line bounded; one refused or late re-spools the rest (refusing)
+        if self._refusing():  # ours goes behind what waits in the spool
             self._spool(op, **args)
             self._hold(op, args)
             return None
         try:
-            if self.has_spool():
-                self._run(lambda: self.replay_spool(), {})
             out = self._run(fn, args)
         except _spooled_errors() + (_Late,):
             if self._bound is not None:
@@ -1027,7 +1038,8 @@ class Ledger:
         that vanished."""
         if self.has_spool():
             with self.bounded():
-                self.quick(self.replay_spool, 0)
+                if not self._refusing():
+                    self.replay_spool()
         return cast("list[Row[Any]]", self.reads.open_sessions())
 
     def last_event(self, session_id: str, kind: str) -> tuple[float, Any] | None:

@@ -503,6 +503,11 @@ _LAST_SPAWN: "list[int | None]" = [None]  # pid of run_capture's newest child: P
 _SPAWN_ENV: "list[dict[bytes, bytes]]" = []
 
 
+def _poll_ms(seconds):
+    """``seconds`` (> 0) as ``poll()``'s timeout in whole milliseconds, rounded up (never 0: no busy loop)."""
+    return int(seconds * 1000.0) + 1
+
+
 def run_capture(argv, timeout):
     """Run ``argv`` with stdin from /dev/null; ``(returncode, stdout, stderr)`` or None past ``timeout``.
 
@@ -533,19 +538,25 @@ def run_capture(argv, timeout):
         os.close(err_w)
     chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
     reading = [out_r, err_r]
+    # poll, not select: select() refuses any fd >= FD_SETSIZE (1024) with ValueError, and a busy
+    # process can hold that many (the pipes take the lowest free numbers).
+    poller = select.poll()
+    for fd in reading:
+        poller.register(fd, select.POLLIN)
     deadline = time.monotonic() + timeout
     try:
         while reading:
             left = deadline - time.monotonic()
-            ready = select.select(reading, [], [], left)[0] if left > 0 else []
+            ready = poller.poll(_poll_ms(left)) if left > 0 else []
             if not ready:
                 break
-            for fd in ready:
+            for fd, _events in ready:  # POLLIN or POLLHUP: a read answers data or EOF
                 data = os.read(fd, 65536)
                 if data:
                     chunks[fd].append(data)
                 else:
                     reading.remove(fd)
+                    poller.unregister(fd)
         delay = 0.0005
         while not reading:  # both pipes closed: the process is exiting
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -1289,9 +1300,11 @@ def _watch(child, pulse_r, stale_s, state):
     last = time.monotonic()
     stop_seen = None
     wait_s = pulse_interval(stale_s)  # the worker pulses this often; its exit is an EOF, at once
+    poller = select.poll()  # not select(): it refuses an fd >= 1024 (run_capture says why)
+    poller.register(pulse_r, select.POLLIN)
     while True:
         try:
-            ready = select.select([pulse_r], [], [], wait_s)[0]
+            ready = poller.poll(_poll_ms(wait_s))
         except (InterruptedError, OSError):
             ready = []
         if ready:

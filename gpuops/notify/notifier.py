@@ -8,6 +8,9 @@
   project's retry policy (``providers/retry.py``) inside the message's ``deadline_seconds``, then
   ``settle``: kept when a target took it (the record that it was sent), given back when none did
   (the next pass that sees the event tries again); a sender that died leaves a claim that lapses.
+  The claim and the sends share the deadline, less ``SETTLE_RESERVE_S`` kept for the settle: a
+  message that ran out of time (a loaded machine, a hanging receiver) has given its claim back
+  by its deadline, when ``drain`` lets the process exit.
   Callers post after ``end_rental`` returned: the destroy and the booking are done before a send
   starts, whatever a receiver does.
 * ``drain()`` (``cli.app``'s exit) waits for the messages at most until their deadlines; a
@@ -48,6 +51,11 @@ CLAIM_PREFIX = "notify:"
 # flight lapses this long after its message's deadline (its sender died)
 CLAIM_KEEP_S = 400 * 86400.0
 CLAIM_SLACK_S = 30.0
+# The end of a message's deadline kept for its settle (seconds, at most this and a quarter of the
+# deadline): the sends stop this much before it, so a message that was not delivered gives its
+# claim back before ``drain`` stops waiting -- else the process exits holding it and the next pass
+# (another watchdog) skips the event until the claim lapses
+SETTLE_RESERVE_S = 3.0
 # One attempt's connect and read timeouts, seconds (apprise's own default is 4 s each)
 ATTEMPT_TIMEOUT_S = 4.0
 # Tries per target inside the message's deadline: 1 s, then 2 s between them
@@ -194,10 +202,12 @@ class Notifier:
         me = uuid.uuid4().hex
         if key is not None and not self.claim(key, me, self.deadline_s + CLAIM_SLACK_S):
             return  # another process (a second watchdog) sends it, or has sent it
-        done = self.send_all(text, deadline)
-        self._record(event, done, text)
+        # The sends end early enough for the settle to give the claim back by the deadline.
+        reserve = min(SETTLE_RESERVE_S, self.deadline_s / 4) if key is not None else 0.0
+        done = self.send_all(text, deadline - reserve)
         if key is not None:
             self.settle(key, me, any(d.ok for d in done))
+        self._record(event, done, text)
 
     def claim(self, key: str, owner: str, seconds: float) -> bool:
         """Take ``notify:<key>`` in the ledger for ``seconds``; True for the one process that holds it.

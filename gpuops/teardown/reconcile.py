@@ -349,6 +349,16 @@ def _keep_log(ctx: Context, row, provider: Provider, mine) -> None:
     )
 
 
+def status_exit_code(status: dict | None) -> int | None:
+    """The job's exit code as the agent's status document says it (``status["job"]``), else None.
+
+    The box's own record of its job: the agent writes it, with the job's end, before it destroys
+    (``onbox/agent.py`` ``do_destroy``), so a row closed from that status books it even when no
+    ``job_exited`` event was booked (the `up` that would have was killed)."""
+    code = ((status or {}).get("job") or {}).get("exit_code")
+    return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+
 def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> Action:
     """Close the row of a box that is gone.
 
@@ -373,7 +383,7 @@ def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, sta
     proofs = [
         float(t) for t in (((status or {}).get("destroy") or {}).get("done_at"), (status or {}).get("heartbeat")) if t
     ]
-    exit_code = ((status or {}).get("job") or {}).get("exit_code")
+    exit_code = status_exit_code(status)
     if exit_code is None:
         exit_code = seen_exit_code(ctx.ledger, row.id)
     _keep_log(ctx, row, provider, mine)
@@ -400,12 +410,15 @@ def destroy_and_close(
     provider: Provider,
     reason: str,
     detail: str,
+    exit_code: int | None = None,
 ) -> Action:
     """Destroy the row's instance and close the row (``lifecycle.end_rental``).
 
     The end time is ``lifecycle.end_time``'s one rule: at the confirmed destroy of a box just seen
     running; a box the provider shows stopped (a preempted spot instance, an on-demand box its
-    agent's key could only stop) at its newest proof of life."""
+    agent's key could only stop) at its newest proof of life. ``exit_code``: the job's, when the
+    caller read it from the box (``status_exit_code``); None: the ledger's ``job_exited`` event
+    (``end_rental``)."""
     inst = None
     if row.instance_id:
         try:
@@ -423,6 +436,7 @@ def destroy_and_close(
         detail=detail,
         clock=ctx.clock,
         instance=inst,
+        exit_code=exit_code,
         tokens=_tokens_to_book(ctx, row, provider, mine),
     )
     close_run_of(ctx, row, ended)
@@ -498,6 +512,7 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
       stopped it): a stopped box still bills its disk and no job runs on it; booked with the
       reason that kept (``gone_reason``), its compute ending at the last proof of life.
     (A stopped interruptible box is the watchdog's ``preempted``.)"""
+    code = status_exit_code(status)  # how the job ended, as the box says (no job_exited event may exist)
     asked = EndReason.parse(((status or {}).get("destroy") or {}).get("reason"))
     if asked is not None:
         return destroy_and_close(
@@ -506,11 +521,17 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
             provider,
             asked,
             f"its agent asked for the end ({asked}) and the box is still here: terminated with the account key",
+            exit_code=code,
         )
     requested = _end_requested(ctx, row)
     if requested is not None:
         return destroy_and_close(
-            ctx, row, provider, requested, f"its end was requested ({requested}) and the box is still here: terminated"
+            ctx,
+            row,
+            provider,
+            requested,
+            f"its end was requested ({requested}) and the box is still here: terminated",
+            exit_code=code,
         )
     if not row.spot and inst.status in (InstanceStatus.EXITED, InstanceStatus.STOPPED):
         return destroy_and_close(
@@ -519,6 +540,7 @@ def end_asked_for(ctx: Context, row, provider: Provider, inst: Instance, status:
             provider,
             gone_reason(ctx, row, inst, status),
             f"instance {inst.raw_status or inst.status.value} (stopped, still billing its disk): terminated",
+            exit_code=code,
         )
     return None
 

@@ -171,7 +171,9 @@ def check_session(ctx: Context, row) -> list[Action]:
         )
     if decision.action == policy.DESTROY:
         assert decision.reason is not None  # policy.decide names why it destroys
-        actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation))
+        code = state.job_exit_code  # the box's own record (status or exit marker), not only the ledger's event
+        exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation, exit_code=exit_code))
     return actions
 
 

@@ -142,6 +142,57 @@ def test_a_spooled_close_is_finished_by_the_next_ps(gpuops_home, cli):
     assert not led.has_spool()
 
 
+# A loaded ledger (test_a_slow_ledger_...): every statement answers, this much later (seconds).
+SLOW_STATEMENT_S = 0.06
+SLOW_LINES = 24  # events spooled ahead of the close: the replay far outlasts one write's deadline
+
+
+def test_a_slow_ledger_is_replayed_whole_before_the_listing(gpuops_home):
+    """A ledger that answers every write within the bound, on a machine so loaded that the replay
+    of many lines outlasts one bound: the deadline is each write's, so ``open_sessions`` replays
+    the whole spool -- the close booked before the listing, no spool left, the ledger not taken as
+    refusing. (The whole replay under one deadline left it half done in a thread that went on
+    after the listing, and the next writes went to the spool.)"""
+    import sqlalchemy as sa
+
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    spool = led.spool_path
+    spool.parent.mkdir(parents=True, mode=0o700)
+    now = time.time()
+    lines = [
+        _line("event", now - 60 + k, session_id=sid, kind="note", detail=f"n{k}", at=T0 + 100 + k)
+        for k in range(SLOW_LINES)
+    ]
+    lines.append(_line("close", now - 1, session_id=sid, ended_at=T0 + 370, reason="job_end", exit_code=0, tokens=12))
+    spool.write_text("\n".join(lines) + "\n")
+    os.chmod(spool, 0o600)
+
+    def slow(*_args) -> None:
+        time.sleep(SLOW_STATEMENT_S)  # the fault injected: a slow disk, not a wait for an outcome
+
+    bound = 0.2  # each write may wait bound + 1 s (``Ledger._run``)
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", slow)
+    try:
+        t0 = time.monotonic()
+        with led.bounded(bound):
+            listed = led.open_sessions()
+            took = time.monotonic() - t0
+            led.event(sid, "note", "after")  # not refused: booked, not spooled
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", slow)
+    assert took > bound + 1.0, took  # the case: the replay took longer than one write's deadline
+    assert listed == []  # the spooled close was booked before the listing
+    assert not led.has_spool() and led.spooled() == []
+    row = Ledger(url).get(sid)
+    assert (row.status, row.end_reason, row.tokens, row.ended_at) == ("closed", "job_end", 12, T0 + 370)
+    details = [e.detail for e in Ledger(url).events(sid) if e.kind == "note"]
+    assert details == [f"n{k}" for k in range(SLOW_LINES)] + ["after"]  # each once, in order
+
+
 def test_a_write_no_spool_can_hold_is_one_replayable_line(gpuops_home, cli, tmp_path, monkeypatch):
     from ledger.store import Ledger
 

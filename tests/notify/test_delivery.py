@@ -173,6 +173,10 @@ def test_two_watchdogs_tell_the_monthly_cap_once(gpuops_home, cli_env):
             GPUOPS_USER_NAME="alice",
             GPUOPS_TEARDOWN_MONTHLY_CAP_USD="10",
             GPUOPS_NOTIFY_URLS=hook.url(),
+            # Once across watchdogs is the subject, not the deadline: apprise loads every plugin
+            # before its first send (4 s of CPU at load 5 here), which a loaded machine stretches
+            # past the default 15 s; drain returns at the delivery, so an idle run is no longer.
+            GPUOPS_NOTIFY_DEADLINE_SECONDS="90",
         )
         procs = [
             subprocess.Popen(gpuops_cmd("watchdog", "--once"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -189,6 +193,35 @@ def test_two_watchdogs_tell_the_monthly_cap_once(gpuops_home, cli_env):
         )
         for out, err in outs:
             assert b"SECRET-TOKEN" not in out + err
+
+
+def test_a_message_that_runs_out_of_time_gives_its_claim_back_by_its_deadline(gpuops_home):
+    """A message whose deadline is spent before any target took it (here a receiver that hangs;
+    under load, the claim and apprise's import) gives its claim back by the deadline, when
+    ``drain`` lets the process exit -- so the next pass (the next watchdog) tells the event once,
+    instead of skipping it while a claim of a process that has exited still holds it."""
+    import apprise
+
+    from ledger.limits import lease_holder
+
+    url = load_settings().ledger_url()
+    deadline = 8.0
+    with JsonReceiver("hang") as hung, JsonReceiver() as hook:
+        apprise.Apprise().add(hook.url())  # apprise's plugins loaded (seconds under load): the deadline is the send's
+        first = notifier.Notifier([hung.url()], ["monthly_cap"], deadline, url, None)
+        t0 = time.monotonic()
+        assert first.post("monthly_cap", "monthly_cap_80:alice:2026-12", "gpuops: first try")
+        first.drain()
+        took = time.monotonic() - t0
+        assert hung.posts  # it reached the receiver (each try), which never answered: not delivered
+        assert [t.is_alive() for t, _ in first._flights] == [False]  # settled by the deadline...
+        assert lease_holder(Ledger(url), "notify:monthly_cap_80:alice:2026-12") is None  # ...the claim given back
+        assert took <= deadline + 0.5, took  # and drain waited no longer than the deadline
+        second = notifier.Notifier([hook.url()], ["monthly_cap"], deadline, url, None)
+        assert second.post("monthly_cap", "monthly_cap_80:alice:2026-12", "gpuops: next pass")
+        second.drain()
+        assert [p["body"]["message"] for p in hook.posts] == ["gpuops: next pass"]
+        hung._release.set()
 
 
 def test_a_silent_watchdog_is_told_by_the_next_ps_once_and_each_pass_pings_the_dead_man(gpuops_home, cli_env):

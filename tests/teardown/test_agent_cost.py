@@ -177,6 +177,37 @@ def test_run_capture_kills_a_program_past_its_time_limit_and_reaps_it(tmp_path):
     assert children(os.getpid()) == []  # killed and reaped: nothing left behind, no zombie
 
 
+def test_run_capture_works_when_the_process_holds_more_than_1024_fds(tmp_path):
+    """select() refuses an fd >= 1024 (FD_SETSIZE); a loaded agent can hold that many."""
+    import resource
+    import select
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1100
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {want}")
+    held: list[int] = []
+    if soft != resource.RLIM_INFINITY and soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))  # within the hard limit; restored below
+    try:
+        while True:  # fill every number below 1024: the pipes run_capture makes get higher ones
+            fd = os.open(os.devnull, os.O_RDONLY)
+            held.append(fd)
+            if fd >= 1024:
+                break
+        with pytest.raises(ValueError):  # the condition is real: select() cannot wait on this fd
+            select.select([held[-1]], [], [], 0)
+        smi = script(tmp_path / "smi", 'echo "0, 12, 100, 200"; echo warn >&2; exit 3\n')
+        assert agent.run_capture([smi], timeout=20) == (3, b"0, 12, 100, 200\n", b"warn\n")
+        hang = script(tmp_path / "hang", "exec sleep 60\n")
+        assert agent.run_capture([hang], timeout=0.5) is None  # the time limit holds there too
+        assert children(os.getpid()) == []
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def children(ppid: int) -> list[str]:
     """The states of ``ppid``'s child processes that run ``sleep 60`` (zombies included)."""
     out = []

@@ -312,6 +312,42 @@ def test_watchdog_destroying_for_job_end_books_the_exit_code(rig, fake_smi):
     assert (row.status, row.end_reason, row.exit_code) == ("closed", "job_failed", 3)
 
 
+def test_a_box_whose_agent_is_mid_destroy_books_the_exit_code_its_status_gives(rig, fake_smi):
+    """`up` was killed while the job ran (no ``job_exited`` event); the job ended and the agent
+    asked for the end, and is still destroying (a loaded box: its TERM grace not over) when the
+    watchdog looks. The watchdog finishes the destroy for the agent's reason and books the exit
+    code the agent's status gives -- the box's own record -- not None."""
+    fake_smi.util(90)
+    r = rig({"sample_seconds": 0.3, "idle_minutes": "off"})
+    r.intent()
+    r.create()
+    now = time.time()
+    doc = {  # what onbox/agent.py do_destroy writes before it destroys: the job's end, the reason asked
+        "version": 1,
+        "session": r.sid,
+        "heartbeat": now,
+        "sample_seconds": 0.3,
+        "samples": [],
+        "job": {"ended_at": now - 1.0, "exit_code": 3, "started": True},
+        "destroy": {
+            "reason": "job_failed",
+            "explanation": "job exited (code 3)",
+            "requested_at": now - 0.5,
+            "done_at": None,
+            "attempts": 1,
+            "result": None,
+        },
+    }
+    raw = Path(r.box.root, ".gpuops", "agent-status.json")
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    raw.write_text(json.dumps(doc))
+    assert "job_exited" not in [e.kind for e in r.ledger.events(r.sid)]  # nobody booked the job's end
+    acts = once(r)
+    assert (r.sid, "destroyed") in kinds(acts), acts
+    row = r.ledger.get(r.sid)
+    assert (row.status, row.end_reason, row.exit_code) == ("closed", "job_failed", 3)
+
+
 def test_a_tick_books_what_ps_shows_of_a_busy_box(rig, fake_smi):
     # `ps` opens no connection: the watchdog books the box's tokens and idle streak as it sees them.
     from gpuops.rental.sessions import list_open
