@@ -117,10 +117,14 @@ def test_a_pod_key_that_may_only_stop_is_a_warning_and_the_check_terminates(chec
 def test_a_busy_idle_sampler_fails_the_idle_layer_alone(check_env, sshd, smi_bin, gpuops_home):
     fake_nvidia_smi.utilization(smi_bin, 100)
     emu, env = check_env("vast", sshd=sshd)
-    # The busy GPU never lets the idle layer fire, so its window can be short: its verdict comes at
-    # 6 s + the slack after its job starts, about when the TTL layer's box goes (the check's end).
-    # The other two layers keep the windows and slack they pass with.
+    # The busy GPU never lets the idle layer fire, so its window can be short and its slack is only
+    # waited out: its verdict comes at 6 s + grace + a sample + 15 s after its job starts, before the
+    # TTL layer's box goes (the check's end), not 15 s after it. The other two layers keep their
+    # windows; 15 s of slack still holds their boxes going by themselves, as the check that cannot
+    # destroy holds its job layer's claim with it (each agent destroys within a sample of its
+    # trigger, seen by the next watch round).
     env["GPUOPS_CHECK_IDLE_MINUTES"] = "0.1"
+    env["GPUOPS_CHECK_SLACK_SECONDS"] = "15"
     rc, doc, err = run_check(env, "vast")
     v = verdicts(doc)
     assert rc == 1, why(doc, err)

@@ -15,19 +15,19 @@ from tests.conftest import gpuops_cmd
 from tests.team.conftest import KEYS, snapshot
 
 
-def cli(env, *args, user):
+def as_user(cli, env, *args, user):
+    """The CLI run in this process (``cli``: the real entry point) as ``user``, with their keys."""
     e = dict(env, GPUOPS_USER_NAME=user, RUNPOD_API_KEY=KEYS[user]["runpod"], VAST_API_KEY=KEYS[user]["vast"])
-    return subprocess.run(gpuops_cmd(*args), env=e, capture_output=True, text=True, timeout=120)
+    return cli(*args, env=e)
 
 
 @pytest.mark.parametrize("team_ledger_url", ["sqlite"], indirect=True)
-def test_ps_reconcile_down_as_the_other_user(team, markets, cli_env, tmp_path):
+def test_ps_reconcile_down_as_the_other_user(team, markets, cli, tmp_path):
     users = team()
     alice, bob = users["alice"], users["bob"]
     a = alice.rent("runpod", "a-rp")
     bob.rent("runpod", "b-rp")
     env = dict(
-        cli_env,
         GPUOPS_LEDGER_URL=alice.settings.ledger.url,
         RUNPOD_API_BASE_URL=markets["runpod"].url,
         VAST_URL=markets["vast"].url,
@@ -36,20 +36,20 @@ def test_ps_reconcile_down_as_the_other_user(team, markets, cli_env, tmp_path):
     bob_env = dict(env, GPUOPS_DATA_DIR=str(tmp_path / "data-bob"))
     before = snapshot(alice.ledger, a.id)
 
-    r = cli(bob_env, "ps", "--json", user="bob")
+    r = as_user(cli, bob_env, "ps", "--json", user="bob")
     assert r.returncode == 0, r.stderr
     assert [(x["session"], x["owner"]) for x in json.loads(r.stdout)] == [("b-rp", "bob")]
-    r = cli(bob_env, "ps", "--all", user="bob")
+    r = as_user(cli, bob_env, "ps", "--all", user="bob")
     assert r.returncode == 0 and "alice" in r.stdout and "a-rp" in r.stdout and "owner" in r.stdout
-    r = cli(bob_env, "ps", user="bob")
+    r = as_user(cli, bob_env, "ps", user="bob")
     assert "a-rp" not in r.stdout and "1 open session(s) of other users not shown" in r.stdout
 
-    r = cli(bob_env, "reconcile", user="bob")
+    r = as_user(cli, bob_env, "reconcile", user="bob")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "left_to_owner" in r.stdout and "closed" not in r.stdout
-    r = cli(bob_env, "down", "--all", user="bob")
+    r = as_user(cli, bob_env, "down", "--all", user="bob")
     assert r.returncode == 0 and r.stdout.strip() == f"b-rp: destroyed {bob.ledger.get('b-rp').instance_id} (manual)"
-    r = cli(bob_env, "down", "a-rp", user="bob")
+    r = as_user(cli, bob_env, "down", "a-rp", user="bob")
     assert r.returncode == 2 and "rented by alice" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert snapshot(alice.ledger, a.id) == before
     assert {i.id for i in markets["runpod"].live("acct-1")} == {a.instance_id}

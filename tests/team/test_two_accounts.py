@@ -51,7 +51,7 @@ def test_bobs_commands_leave_alices_sessions_and_instances_alone(team, markets):
     assert len(a_rp) == len(a_vast) == 1
 
     # B's reconcile (the bug was: closed A's running session as "interrupted: instance gone")
-    acts = reconcile(Context(bob.settings, arm_margin_s=1e6))
+    acts = reconcile(Context(bob.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
     assert not [a for a in acts if a.session.startswith("a-")]
     assert any(a.kind == "left_to_owner" and "alice" in a.detail for a in acts)
     # B's watchdog --once
@@ -77,7 +77,7 @@ def test_bobs_commands_leave_alices_sessions_and_instances_alone(team, markets):
     assert alice.provider("local").get("gpuops-a-loc").status.value == "running"
 
     # A's own reconcile next: A's live local box is not an orphan (the bug was: A's reconcile killed it)
-    acts = reconcile(Context(alice.settings, arm_margin_s=1e6))
+    acts = reconcile(Context(alice.settings, arm_margin_s=1e6, ssh_connect_s=0.5))
     assert [a for a in acts if a.kind in ("orphan_destroyed", "closed", "destroyed")] == []
     assert alice.provider("local").get("gpuops-a-loc").status.value == "running"
     # ps: alice sees hers by default, everyone's with --all, with the owner
