@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from itertools import chain
+from itertools import chain, count
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 # Rows ``Reads.iter_query`` takes from the driver's cursor at a time (``fetchmany``).
 ITER_BATCH_ROWS = 4096
+_CURSOR_IDS = count()  # PostgreSQL's server-side cursors, named apart (two may stream on one connection)
 
 # The columns attribution needs, with what a report groups by (narrow rows, never ORM objects).
 SPEND_COLUMNS = (
@@ -118,7 +119,8 @@ class Reads:
             raw = conn.connection.driver_connection
             assert raw is not None
             # psycopg: a named cursor is a server-side one (rows come as fetched: flat memory)
-            cur = raw.cursor(name="ledger_iter_query") if self.dialect == "postgresql" else raw.cursor()
+            pg = self.dialect == "postgresql"
+            cur = raw.cursor(name=f"ledger_iter_query_{next(_CURSOR_IDS)}") if pg else raw.cursor()
             try:
                 cur.execute(str(compiled), args)
                 while batch := cur.fetchmany(ITER_BATCH_ROWS):
