@@ -505,6 +505,22 @@ def _within_budget(
 
 # -- the run --------------------------------------------------------------------------------------
 @contextmanager
+def stop_signals_handled(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """While the block runs, SIGINT, SIGTERM and SIGHUP go to ``handler(signum, frame)``; the old handlers after.
+
+    The one way `up` and a sweep take the stop signals (main thread only: ``signal.signal`` raises
+    ValueError elsewhere). A signal the process inherited ignored (``nohup``, a shell's ``cmd &``)
+    stays ignored, as the caller asked."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    old = {n: signal.signal(n, handler) for n in sigs if signal.getsignal(n) != signal.SIG_IGN}
+    try:
+        yield
+    finally:
+        for n, h in old.items():
+            signal.signal(n, h)
+
+
+@contextmanager
 def _signals_raise() -> Iterator[list]:
     """Make SIGINT (KeyboardInterrupt), SIGTERM and SIGHUP (Interrupted) stop the run, once.
 
@@ -524,13 +540,8 @@ def _signals_raise() -> Iterator[list]:
             raise KeyboardInterrupt
         raise Interrupted(signal.Signals(signum).name)
 
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, handler) for s in sigs if signal.getsignal(s) != signal.SIG_IGN}
-    try:
+    with stop_signals_handled(handler):
         yield fired  # append to it to ignore every later signal (teardown has begun)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def raise_lost_signal(signalled: list) -> None:
@@ -983,13 +994,8 @@ def _signals_stop_replay() -> Iterator[None]:
     def handler(_signum, _frame):
         raise _ReplayStopped
 
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {n: signal.signal(n, handler) for n in sigs if signal.getsignal(n) != signal.SIG_IGN}
-    try:
+    with stop_signals_handled(handler):
         yield
-    finally:
-        for n, h in old.items():
-            signal.signal(n, h)
 
 
 def _show_rest(s: UpRun, reporter: Reporter | None = None) -> None:

@@ -261,13 +261,10 @@ def _signals(stop: _Stop, say: Callable[[str], None], enabled: bool) -> Iterator
             say("ending the running jobs: each box is torn down and booked")
         stop.stop("interrupted", f"{signal.Signals(signum).name}: the running jobs were ended", end_running=True)
 
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    old = {s: signal.signal(s, handler) for s in sigs if signal.getsignal(s) != signal.SIG_IGN}
-    try:
+    from gpuops.rental.launcher import stop_signals_handled
+
+    with stop_signals_handled(handler):
         yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _blob(ledger: Books, sha: str, what: str) -> dict[str, Any]:
