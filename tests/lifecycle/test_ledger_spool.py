@@ -85,6 +85,18 @@ def test_job_exit_and_tokens_survive_a_locked_ledger(gpuops_home, fake_smi, tmp_
 T0 = float(int(time.time()) - 1000)
 
 
+def _ledger_with_open_row(home):
+    """``(url, ledger, session id, spool path)``: a SQLite ledger under ``home`` holding one open row, the spool's folder made."""
+    from ledger.store import Ledger
+
+    url = f"sqlite:///{home / 'ledger.db'}"
+    led = Ledger(url)
+    sid = _open_row(led)
+    spool = led.spool_path
+    spool.parent.mkdir(parents=True, mode=0o700)
+    return url, led, sid, spool
+
+
 def _open_row(led, sid: str = "20261201-100000-aaaa") -> str:
     from ledger import Session as Row
 
@@ -157,11 +169,7 @@ def test_a_slow_ledger_is_replayed_whole_before_the_listing(gpuops_home):
 
     from ledger.store import Ledger
 
-    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
-    led = Ledger(url)
-    sid = _open_row(led)
-    spool = led.spool_path
-    spool.parent.mkdir(parents=True, mode=0o700)
+    url, led, sid, spool = _ledger_with_open_row(gpuops_home)
     now = time.time()
     lines = [
         _line("event", now - 60 + k, session_id=sid, kind="note", detail=f"n{k}", at=T0 + 100 + k)
@@ -297,11 +305,7 @@ def test_a_bad_spool_line_is_quarantined_and_the_write_behind_it_applied(gpuops_
     left as a ``.replay`` file."""
     from ledger.store import Ledger
 
-    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
-    led = Ledger(url)
-    sid = _open_row(led)
-    spool = led.spool_path
-    spool.parent.mkdir(parents=True, mode=0o700)
+    url, led, sid, spool = _ledger_with_open_row(gpuops_home)
     now = time.time()
     lines = [
         _line("event", now - 3, session_id=sid, kind="live", detail="", at=now - 3, colour="blue"),
@@ -325,11 +329,7 @@ def test_a_bad_spool_line_is_quarantined_and_the_write_behind_it_applied(gpuops_
 def test_a_replay_left_by_a_process_that_died_is_picked_up(gpuops_home, cli):
     from ledger.store import Ledger
 
-    url = f"sqlite:///{gpuops_home / 'ledger.db'}"
-    led = Ledger(url)
-    sid = _open_row(led)
-    spool = led.spool_path
-    spool.parent.mkdir(parents=True, mode=0o700)
+    url, led, sid, spool = _ledger_with_open_row(gpuops_home)
     import subprocess
 
     dead = subprocess.Popen(["true"])
