@@ -228,34 +228,16 @@ def step_system(step, ctx):
             raise StepError("nvidia-smi not found: this box has no NVIDIA driver")
         info["gpus"] = []
         return info
-    # The CUDA version (``nvidia-smi -q``) is asked beside the query, not after it: a warm box's
-    # bootstrap waits for the slower of the two, not for both one after the other.
     try:
-        report = subprocess.Popen(
-            [smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
+        out = subprocess.run(
+            [smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=30,
         )
-    except OSError:
-        report = None
-    try:
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=" + ",".join(SMI_FIELDS), "--format=csv,noheader,nounits"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                timeout=30,
-            )
-        except (OSError, subprocess.TimeoutExpired) as e:
-            raise StepError("nvidia-smi did not answer: %s" % e) from e
-        return _system_info(info, out, report)
-    finally:
-        if report is not None and report.poll() is None:
-            report.kill()
-            report.wait()
-
-
-def _system_info(info, out, report):
-    """``step_system``'s result from the query's output ``out`` and the running ``nvidia-smi -q`` ``report``."""
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise StepError("nvidia-smi did not answer: %s" % e) from e
     gpus = []
     warnings = []
     for line in out.stdout.splitlines():
@@ -286,14 +268,12 @@ def _system_info(info, out, report):
             warnings[0] if warnings else "no message"
         )[:200]
     info["gpus"] = gpus
-    info["cuda"] = None
-    if report is not None:
-        try:
-            text, _ = report.communicate(timeout=30)
-            m = re.search(r"^CUDA Version\s*:\s*(\S+)", text, re.M)
-            info["cuda"] = None if not m or m.group(1) in ("[N/A]", "N/A") else m.group(1)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
+    try:
+        rep = subprocess.run([smi, "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=30)
+        m = re.search(r"^CUDA Version\s*:\s*(\S+)", rep.stdout, re.M)
+        info["cuda"] = None if not m or m.group(1) in ("[N/A]", "N/A") else m.group(1)
+    except (OSError, subprocess.TimeoutExpired):
+        info["cuda"] = None
     return info
 
 
