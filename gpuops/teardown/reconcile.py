@@ -355,8 +355,12 @@ def status_exit_code(status: dict | None) -> int | None:
     The box's own record of its job: the agent writes it, with the job's end, before it destroys
     (``onbox/agent.py`` ``do_destroy``), so a row closed from that status books it even when no
     ``job_exited`` event was booked (the `up` that would have was killed)."""
-    code = ((status or {}).get("job") or {}).get("exit_code")
-    return code if isinstance(code, int) and not isinstance(code, bool) else None
+    return exit_code_of(((status or {}).get("job") or {}).get("exit_code"))
+
+
+def exit_code_of(value: object) -> int | None:
+    """``value`` when the box gave a real exit code (an int, not a bool), else None: the box's files are input."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def close_gone(ctx: Context, row, provider: Provider, inst: Instance | None, status: dict | None) -> Action:

@@ -40,6 +40,7 @@ from gpuops.teardown.reconcile import (
     close_gone,
     destroy_and_close,
     end_asked_for,
+    exit_code_of,
     ours,
     reconcile,
     record_proof_of_life,
@@ -171,8 +172,9 @@ def check_session(ctx: Context, row) -> list[Action]:
         )
     if decision.action == policy.DESTROY:
         assert decision.reason is not None  # policy.decide names why it destroys
-        code = state.job_exit_code  # the box's own record (status or exit marker), not only the ledger's event
-        exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
+        exit_code = exit_code_of(
+            state.job_exit_code
+        )  # the box's own record (status or exit marker), not only the ledger's event
         actions.append(destroy_and_close(ctx, row, p, decision.reason, decision.explanation, exit_code=exit_code))
     return actions
 
