@@ -160,7 +160,8 @@ def test_a_web_page_or_a_404_for_the_balance_is_asked_once(runpod_provider, runp
     with pytest.raises(ProviderError) as e:
         runpod_provider.balance()
     assert e.value.kind == ProviderErrorKind.SERVER and not e.value.retryable
-    assert e.value.message == f"RunPod answered with a web page or no data while trying to read the balance (HTTP {status})"
+    said = f"RunPod answered with a web page or no data while trying to read the balance (HTTP {status})"
+    assert e.value.message == said
     assert _graphql_posts(runpod_emulator) == 1
 
 
