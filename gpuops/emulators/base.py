@@ -83,6 +83,9 @@ class Faults:
       ``200 {"success": false}`` (Vast).
     - ``destroy_ignored``: the next N destroys through the API answer success and leave the
       instance as it was (an acknowledged terminate the provider dropped).
+    - ``web_page``: op -> N: the next N requests for op are served, then answered 200 with a web
+      page (``WEB_PAGE``: a proxy, a captive portal or a wrong host in front of the API), each a
+      fault (contract.py does not judge it).
     """
 
     latency_s: float = 0.0
@@ -102,6 +105,7 @@ class Faults:
     stall_reply: bool = False
     create_unsuccessful_but_creates: int = 0
     destroy_ignored: int = 0
+    web_page: dict[str, int] = field(default_factory=dict)
     # New instances are not what was ordered: any of gpu_name, num_gpus, usd_per_hour (USD/h)
     # replaces what the instance reports (and is charged), e.g. {"gpu_name": "RTX 3070", "usd_per_hour": 5.0}.
     deliver: dict | None = None
@@ -491,6 +495,12 @@ class _Handler(BaseHTTPRequestHandler):
             with emu.market.lock:
                 emu.market.crashes.append(f"{type(e).__name__}: {e}")
             status, payload, ctype = 500, {"errors": [{"message": f"emulator crashed: {type(e).__name__}: {e}"}]}, JSON
+        op = getattr(_CURRENT, "op", None)
+        with emu.market.lock:
+            if op is not None and emu.market.faults.web_page.get(op, 0) > 0:
+                emu.market.faults.web_page[op] -= 1
+                status, payload, ctype = 200, WEB_PAGE, HTML
+                _CURRENT.injected = True
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         headers = {}  # the reply's headers beyond Content-Type and its length, judged by the spec too
         if status == 429 and emu.market.faults.retry_after_s is not None:
@@ -624,6 +634,8 @@ class Emulator:
 
 JSON = "application/json"
 HTML = "text/html"
+# What ``Faults.web_page`` answers with a 200 in place of the API's JSON.
+WEB_PAGE = b"<!doctype html><html><head><title>Sign in</title></head><body><h1>Sign in to continue</h1></body></html>"
 
 
 def _server() -> ThreadingHTTPServer:

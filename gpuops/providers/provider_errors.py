@@ -1,7 +1,22 @@
 """How a provider call fails: ``ProviderErrorKind`` (what retry and next-offer decide on) and ``ProviderError``.
 
 Below both the base (``gpuops.providers.base``, which re-exports them) and the HTTP guard
-(``gpuops.providers.http_guard``, which raises them)."""
+(``gpuops.providers.http_guard``, which raises them).
+
+What is tried again (``ProviderError.retryable``, read by ``retry.py``) is only what is transient:
+a 429, a 5xx (on Vast only its gateway's 502/503/504), a timeout and a connection error. A 4xx
+other than 429 maps to a kind that is never retried (AUTH, FUNDS, GONE, BAD_REQUEST, ...), and a
+reply that is not the JSON the call expects -- a 2xx web page, a 404's plain page where JSON was
+asked for -- is ``unexpected_reply``: raised at once, never retried, since the same request gets
+the same page. That is what the providers' own clients and specs say: vastai 1.9.1 retries 429,
+502, 503, 504, ``ConnectionError`` and ``Timeout`` only (``vastai/api/client.py``
+``_RETRYABLE_STATUS``) and raises a 2xx's non-JSON body (``JSONDecodeError``) at once; runpod
+1.12.0's GraphQL helper retries nothing (``runpod/api/graphql.py``: one ``requests.post``, a web
+page is a ``JSONDecodeError``); RunPod's REST v2 spec (``createPod``: "Which failures are worth
+retrying") retries 429 (``Retry-After``) and 5xx ("transient upstream failure") and nothing else
+(``../shared/research/provider-sdks.md`` sections 1.1-1.2 and 2.1-2.2, ``specs/runpod-rest-v2.openapi.json``).
+A 408 is mapped by neither client and is not retried; a reply over the size cap (http_guard) is
+SERVER and tried again like a 5xx."""
 
 from __future__ import annotations
 
@@ -36,8 +51,9 @@ class ProviderError(GpuopsError):
 
     exit_code = 1
     retry_after_s: float | None = None  # the server's Retry-After, seconds, when it sent one (providers.retry)
-    # Whether another try may help, where the provider's own client says (None: by ``kind``).
-    # Vast: a 500 is its application's answer and is not retried, a 502/503/504 its gateway's.
+    # Whether another try may help, where the kind alone does not say (None: by ``kind``).
+    # Vast: a 500 is its application's answer and is not retried, a 502/503/504 its gateway's;
+    # a reply that is not the JSON asked for is SERVER and not transient (``unexpected_reply``).
     transient: bool | None = None
 
     def __init__(self, kind: ProviderErrorKind, message: str, fix: str | None = None, instance_id: str | None = None):
@@ -47,7 +63,10 @@ class ProviderError(GpuopsError):
 
     @property
     def retryable(self) -> bool:
-        """Worth another try: a rate limit or a server error, unless ``transient`` says otherwise."""
+        """Worth another try: a rate limit or a server error, unless ``transient`` says otherwise.
+
+        A server error is a 5xx, a timeout or no connection; ``transient`` is False for Vast's 500
+        and for a reply that is not the JSON asked for (``unexpected_reply``)."""
         if self.transient is not None:
             return self.transient
         return self.kind in (ProviderErrorKind.RATE_LIMIT, ProviderErrorKind.SERVER)
@@ -63,3 +82,14 @@ class ProviderError(GpuopsError):
 
         RunPod and Vast document no separate quota answer; a quota refusal arrives as one of these."""
         return self.kind in (ProviderErrorKind.AUTH, ProviderErrorKind.FUNDS)
+
+
+def unexpected_reply(message: str, fix: str | None = "retry later") -> ProviderError:
+    """A reply that is not the JSON the call expects (a 2xx web page, a 404's plain page): SERVER, never retried.
+
+    ``message``: the one line naming the call. Kind SERVER (a create answered so is still looked up
+    by its label, ``retry.create_with_retries``), ``transient`` False: the call raises it at once
+    (the module docstring has the rule and its sources)."""
+    err = ProviderError(ProviderErrorKind.SERVER, message, fix)
+    err.transient = False
+    return err

@@ -1,6 +1,8 @@
 """The one retry policy (tenacity) for every bounded retry on the laptop side.
 
-Provider calls retry rate limits and server errors only, never a create: a 5xx can hide a create
+Provider calls retry what is transient only (a 429, a 5xx, a timeout, no connection: a
+ProviderError's ``retryable``, decided in provider_errors.py; a 4xx or a web page where JSON was
+asked is raised at once), never a create: a 5xx can hide a create
 that did happen (providers' create is not idempotent), so a create's retry looks the label up
 before it tries again (``create_with_retries``, run by RunPod's and Vast's ``create``). The same
 policy retries ``end_rental``'s destroy (its ``destroy_failed`` event is the ``after`` hook), the
@@ -80,7 +82,7 @@ def wait_asked(retry_after: str | None, quota: str | None = None) -> float | Non
 
 
 def retryable(e: BaseException) -> bool:
-    """Whether ``e`` is a ProviderError worth another try (rate limit, 5xx)."""
+    """Whether ``e`` is a ProviderError worth another try (``ProviderError.retryable``: rate limit, 5xx, no answer)."""
     return isinstance(e, ProviderError) and e.retryable
 
 

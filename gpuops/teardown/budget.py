@@ -138,7 +138,8 @@ def read_balance(provider) -> Balance:
     """``provider.balance()``, where every failure but a rejected key is the one "cannot be read".
 
     Returns the provider's ``Balance``; a ProviderError other than AUTH (5xx, rate limit, an
-    unreachable host, all retried first) becomes ``Balance(usd=None, note=its message)``
+    unreachable host, all retried first; a web page or a 404 where JSON was asked, not retried)
+    becomes ``Balance(usd=None, note=its message)``
     (``Balance.unreadable``). Raises ProviderError(AUTH): a rejected key is the user's to fix."""
     from gpuops.providers.base import Balance, ProviderError, ProviderErrorKind
 

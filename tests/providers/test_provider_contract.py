@@ -158,6 +158,18 @@ def test_server_errors_are_bounded(side):
     assert side.sent("balance") == FAST_RETRY.attempts
 
 
+def test_a_web_page_in_a_200_is_asked_once_not_retried(side):
+    """A 2xx whose body is not JSON (a proxy's or a wrong host's page) is not transient: one request, one line."""
+    side.emu.faults.web_page[side.ops["list"]] = 1
+    with pytest.raises(ProviderError) as e:
+        side.provider.list()
+    assert e.value.kind == ProviderErrorKind.SERVER and not e.value.retryable
+    assert e.value.message.startswith(f"{side.vendor} answered with something that is not JSON while trying to list ")
+    assert "\n" not in e.value.message
+    assert side.sent("list") == 1 and side.emu.faults.web_page[side.ops["list"]] == 0
+    assert side.provider.list() == []  # past the page, the same call is answered
+
+
 def test_create_that_fails_but_creates_is_recovered(side):
     side.emu.faults.create_fails_but_creates = 1
     inst = side.provider.create(side.offer(), side.spec())

@@ -169,6 +169,21 @@ def test_a_create_whose_look_ups_never_find_it_raises_the_last_error(waits):
     assert (len(calls), len(asked), waits) == (3, 3, [1.0, 2.0])
 
 
+def test_a_web_page_is_never_retried_but_a_create_answered_so_is_still_looked_up(waits):
+    from gpuops.providers.provider_errors import unexpected_reply
+
+    page = unexpected_reply("the API answered with something that is not JSON while trying to list")
+    fn, calls = _failing(5, page)
+    with pytest.raises(ProviderError, match="not JSON"):
+        call_with_retries(fn, RetryPolicy())
+    assert (len(calls), waits, page.kind) == (1, [], ProviderErrorKind.SERVER)
+    fn, calls = _failing(5, page)
+    find, asked = _finder(None)  # the create may have happened: looked up, not tried again
+    with pytest.raises(ProviderError, match="not JSON"):
+        create_with_retries(fn, find, "gpuops-s1", _CREATE, asked_at=0.0)
+    assert (len(calls), asked, waits) == (1, ["gpuops-s1"], [])
+
+
 # --- the launcher: the look-up by label after a failed create -------------------------------------
 
 

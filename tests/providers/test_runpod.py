@@ -148,6 +148,29 @@ def test_balance_degrades_to_a_note_when_graphql_answers_an_error(runpod_provide
     assert "GraphQL" in b.note and "retired" in b.note
 
 
+def _graphql_posts(emu) -> int:
+    """``POST /graphql`` requests the emulator recorded."""
+    return sum(1 for r in emu.market.requests if (r["method"], r["path"]) == ("POST", "/graphql"))
+
+
+@pytest.mark.parametrize("retired, status", [("html", 200), ("404", 404)])
+def test_a_web_page_or_a_404_for_the_balance_is_asked_once(runpod_provider, runpod_emulator, retired, status):
+    """Not transient (the same POST gets the same page): raised at once, in the one line it always had."""
+    runpod_emulator.graphql_retired = retired
+    with pytest.raises(ProviderError) as e:
+        runpod_provider.balance()
+    assert e.value.kind == ProviderErrorKind.SERVER and not e.value.retryable
+    said = f"RunPod answered with a web page or no data while trying to read the balance (HTTP {status})"
+    assert e.value.message == said
+    assert _graphql_posts(runpod_emulator) == 1
+
+
+def test_a_gateways_502_page_for_the_balance_is_still_retried(runpod_provider, runpod_emulator):
+    runpod_emulator.faults.inject["myself"] = [502, 502]  # a gateway's HTML page, twice, then the API
+    assert runpod_provider.balance().usd == pytest.approx(100.0, abs=1e-6)
+    assert _graphql_posts(runpod_emulator) == 3 and runpod_emulator.faults.inject["myself"] == []
+
+
 def test_all_cards_and_filters(runpod_provider):
     p = runpod_provider
     offers = p.offers(OfferQuery())

@@ -27,6 +27,13 @@ def unreadable(request, emulator_env, runpod_emulator, vast_emulator, gpuops_hom
     return name
 
 
+def _balance_asks(emu, name: str) -> int:
+    """Requests for the balance the named provider's emulator recorded (RunPod: ``POST /graphql``, Vast: ``GET /users/current``)."""
+    if name == "runpod":
+        return sum(1 for r in emu.market.requests if (r["method"], r["path"]) == ("POST", "/graphql"))
+    return sum(1 for r in emu.market.requests if r["method"] == "GET" and r["path"].startswith("/api/v0/users/current"))
+
+
 def _settings(teardown):
     from gpuops.config import load_settings
 
@@ -40,7 +47,8 @@ def _ledger(tmp_path):
 
 
 @pytest.mark.parametrize("unreadable", UNREADABLE, indirect=True)
-def test_floor_without_a_cap_refuses_in_one_line_naming_the_cap(unreadable, tmp_path):
+def test_floor_without_a_cap_refuses_in_one_line_naming_the_cap(unreadable, emulator_env, tmp_path):
+    """The one read is asked once: a web page, a 404 or an answer without the balance is not transient."""
     from gpuops.providers import get_provider
     from gpuops.teardown.budget import budget_for_up
 
@@ -52,6 +60,7 @@ def test_floor_without_a_cap_refuses_in_one_line_naming_the_cap(unreadable, tmp_
     assert "\n" not in msg and "monthly_cap_usd" in msg and "monthly_cap_usd" in e.value.fix
     assert msg.startswith(f"{unreadable}: the balance floor $5.00 cannot be enforced: the balance cannot be read (")
     assert e.value.limit == "balance_floor"
+    assert _balance_asks(emulator_env[unreadable], unreadable) == 1  # never retried
     led.engine.dispose()
 
 
@@ -106,4 +115,5 @@ def test_no_floor_no_note(emulator_env, runpod_emulator, gpuops_home, monkeypatc
     led = _ledger(tmp_path)
     assert budget_for_up(led, s, get_provider("runpod", s), 0.5) == pytest.approx(2.0, abs=1e-9)
     assert [b["floor_note"] for b in balances(s)] == [None, None]
+    assert _balance_asks(runpod_emulator, "runpod") == 2  # `up`'s read and the dashboard's, each asked once
     led.engine.dispose()

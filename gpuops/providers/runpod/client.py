@@ -5,8 +5,11 @@
 Errors are RFC 9457 problems (``{"title", "status", "detail"}``); a create's 400 is "this GPU
 could not be placed" or a rule broken (try the next offer), 402 no funds, 403 a pool this account
 cannot use (next offer), 422 a body the contract rejects (never retried), 429 Retry-After, 5xx
-transient (the spec's create description). ``ROUTES``: every route gpuops calls (RunPod's
-published OpenAPI spec, api-reference-v2/openapi.json in github.com/runpod/docs)."""
+transient (the spec's create description). Only a 429, a 5xx, a timeout and a connection error
+are tried again; any other 4xx, and a 2xx (or GraphQL's 404) whose body is not the JSON asked for,
+is raised at once (``unexpected_reply``; the rule and its sources: provider_errors.py). ``ROUTES``:
+every route gpuops calls (RunPod's published OpenAPI spec, api-reference-v2/openapi.json in
+github.com/runpod/docs)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from typing import Any
 
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
+from gpuops.providers.provider_errors import unexpected_reply
 from gpuops.providers.retry import RetryPolicy, call_with_retries, wait_asked
 from gpuops.providers.runpod.account import KEYS
 
@@ -189,8 +193,10 @@ class RunPodClient:
     ) -> tuple[int, Any]:
         """One v2 call: (status, parsed JSON or None).
 
-        2xx only; every other status is a ProviderError of the kind the spec's status means.
-        ``path`` is already quoted."""
+        2xx only; every other status is a ProviderError of the kind the spec's status means
+        (``_status_error``), retried under ``retry`` only when it is a 429, a 5xx or no answer
+        (``retries``: False for one try). A 2xx whose body is not JSON raises ProviderError(SERVER)
+        at once, never retried (``unexpected_reply``). ``path`` is already quoted."""
 
         key = self._key()
         url = self.url + path
@@ -201,12 +207,8 @@ class RunPodClient:
                 raise self._status_error(
                     r.status_code, payload, action, creating, r.headers.get("Retry-After"), r.headers.get("RateLimit")
                 )
-            if r.content and payload is None:
-                raise ProviderError(
-                    ProviderErrorKind.SERVER,
-                    f"RunPod answered with something that is not JSON while trying to {action}",
-                    "retry later",
-                )
+            if r.content and payload is None:  # a web page in a 2xx: the same again on a retry
+                raise unexpected_reply(f"RunPod answered with something that is not JSON while trying to {action}")
             return r.status_code, payload
 
         return call_with_retries(once, self.retry) if retries else once()
@@ -222,9 +224,12 @@ class RunPodClient:
         """One ``POST <url>/graphql`` of ``{"query": query}``: the parsed JSON object, errors included.
 
         GraphQL answers its errors in a 200 (``{"errors": [...]}``), returned as they are for the
-        caller to read. A 401 is ProviderError(AUTH); a reply that is not a JSON object (a web page,
-        a 404 once GraphQL is retired) or a 5xx is SERVER, a 429 RATE_LIMIT, each retried under the
-        policy like every call (``_rest``'s statuses)."""
+        caller to read (so is any other status with a JSON object). A 401 is ProviderError(AUTH),
+        never retried; a 5xx is SERVER and a 429 RATE_LIMIT, both retried under the policy like
+        every call (``_status_error``; a gateway's 502 page too). A reply that is not a JSON object
+        (a 200 web page, a 404's plain page once GraphQL is retired) is SERVER raised at once, never
+        retried (``unexpected_reply``): the same POST gets the same page, and runpod's own GraphQL
+        helper retries nothing (provider_errors.py)."""
 
         key = self._key()
         url = self.url + "/graphql"
@@ -235,9 +240,8 @@ class RunPodClient:
                 raise self._status_error(
                     r.status_code, payload, action, False, r.headers.get("Retry-After"), r.headers.get("RateLimit")
                 )
-            if not isinstance(payload, dict):
-                raise ProviderError(
-                    ProviderErrorKind.SERVER,
+            if not isinstance(payload, dict):  # a web page or a plain 404: the same again on a retry
+                raise unexpected_reply(
                     f"RunPod answered with a web page or no data while trying to {action} (HTTP {r.status_code})",
                     "retry later; see status.runpod.io",
                 )

@@ -415,11 +415,13 @@ class RunPodProvider(RunPodClient, HasVolumes, HasBilling):
 
         ``myself { clientBalance currentSpendPerHr }`` in one POST to ``<url>/graphql``
         (``RunPodClient._graphql``). A GraphQL error or an answer without a numeric balance (the API retired,
-        a field gone) is ``Balance(usd=None, note=why)`` (``Balance.unreadable``). A web page or a
-        404 (no JSON) is retried as a server error and then raised as ProviderError(SERVER), as are
-        a rejected key (AUTH) and an unreachable host; ``gpuops.teardown.budget.read_balance`` takes
-        every one of them but AUTH as the same "cannot be read", and says what stands in for the
-        floor."""
+        a field gone) is ``Balance(usd=None, note=why)`` (``Balance.unreadable``). Raises
+        ProviderError: SERVER at once for a web page or a 404 (no JSON): one POST, never retried,
+        as it is not transient (runpod's own GraphQL helper retries nothing; provider_errors.py);
+        SERVER or RATE_LIMIT for a 5xx (a gateway's page too), an unreachable host or a 429 once
+        the retry policy's tries are spent; AUTH at once for a rejected key.
+        ``gpuops.teardown.budget.read_balance`` takes every one of them but AUTH as the same
+        "cannot be read", and says what stands in for the floor."""
         got = self._graphql(BALANCE_QUERY, "read the balance")
         errors = got.get("errors")
         if errors:  # GraphQL's own error answer (a 200): the API retired, a field gone

@@ -6,6 +6,9 @@ retries off: ``retry=1``).
 Errors are ``requests.HTTPError`` whose JSON body holds ``error``/``msg`` (a 429 ``detail``); a 5xx
 is a server error, tried again only when it is a gateway's 502/503/504 (``TRANSIENT_STATUSES``, what
 vastai's own client retries; a 500 is not, and a create's 500 is still looked up by its label);
+a 429, a timeout and a connection error are tried again too, and nothing else: a 4xx maps to a
+kind never retried, a 2xx whose body is not JSON is raised at once (``unexpected_reply``, as vastai
+raises its ``JSONDecodeError``; provider_errors.py has the rule);
 a create's 404 or ``no_such_ask``-like code is OFFER_GONE (next offer), a refused bid (the spec's
 400 ``invalid_price``, whatever its words) BID_TOO_LOW, 402 or "insufficient credit" FUNDS; an id Vast leaves in the body (``new_contract``,
 ``instance_id``) is kept on the error so the caller destroys what the failed call made."""
@@ -16,6 +19,7 @@ from typing import Any
 
 from gpuops.providers.base import ProviderError, ProviderErrorKind
 from gpuops.providers.keys import Credential, missing_key_fix, redact
+from gpuops.providers.provider_errors import unexpected_reply
 from gpuops.providers.retry import RetryPolicy, call_with_retries, wait_asked
 from gpuops.providers.vast.account import KEYS
 
@@ -83,12 +87,8 @@ class VastClient:
                 f"cannot reach Vast.ai at {self.url} to {action}",
                 "check the network or [providers.vast] url",
             )
-        if isinstance(e, ValueError):  # 2xx with a non-JSON body
-            return ProviderError(
-                ProviderErrorKind.SERVER,
-                f"Vast.ai answered with something that is not JSON while trying to {action}",
-                "retry later",
-            )
+        if isinstance(e, ValueError):  # 2xx with a non-JSON body (a web page): the same again on a retry
+            return unexpected_reply(f"Vast.ai answered with something that is not JSON while trying to {action}")
         return ProviderError(
             ProviderErrorKind.SERVER,
             f"Vast.ai call failed while trying to {action}: {type(e).__name__}: {redact(str(e), key)}",
