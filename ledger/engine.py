@@ -1,7 +1,8 @@
 """Opening a ledger database: engine settings per backend and the pending migrations.
 
 SQLite: WAL (readers never block the writer), a busy timeout (a writer waits for another instead
-of failing with "database is locked"), and BEGIN IMMEDIATE for writes (the write lock is taken at
+of failing with "database is locked": ``SQLITE_BUSY_TIMEOUT_MS``, or ``?timeout=SECONDS`` in the
+ledger URL), and BEGIN IMMEDIATE for writes (the write lock is taken at
 BEGIN, so two writers queue instead of deadlocking on a lock upgrade). PostgreSQL: migrations under
 an advisory lock so several processes opening a new ledger at once apply each migration once.
 The one way to the books: every read and write of ``ledger`` goes through the engine made here.
@@ -20,10 +21,33 @@ from sqlalchemy import event as sa_event
 from ledger.checkpoint import WRITTEN
 from ledger.migrations import migrate
 
-# SQLite waits this long for a competing writer before "database is locked" (milliseconds).
+# SQLite waits this long for a competing writer before "database is locked" (milliseconds): room
+# for the longest write another gpuops makes (a million-row `ledger import` on a loaded 2-core
+# machine). A ``?timeout=SECONDS`` in the ledger URL (pysqlite's own parameter) wins
+# (``sqlite_busy_timeout_ms``); inside ``Ledger.bounded()`` its deadline does.
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 # pg_advisory_xact_lock key held while migrating (any constant unique to gpuops).
 PG_MIGRATION_LOCK = 7401
+
+
+def sqlite_busy_timeout_ms(url: str) -> int:
+    """The busy timeout of the SQLite ledger at ``url``, in milliseconds.
+
+    The URL's ``?timeout=SECONDS`` (a number >= 0, as pysqlite reads it: 0 never waits), else
+    ``SQLITE_BUSY_TIMEOUT_MS``. Raises ``sqlalchemy.exc.ArgumentError`` for any other value (a
+    bad URL: `gpuops` exits 2 naming it)."""
+    import math
+
+    raw = sa.engine.make_url(url).query.get("timeout")
+    if raw is None:
+        return SQLITE_BUSY_TIMEOUT_MS
+    try:
+        seconds = float(raw) if isinstance(raw, str) else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise sa.exc.ArgumentError(f"the SQLite ledger URL's timeout={raw!r} is not a number of seconds >= 0")
+    return int(seconds * 1000)
 
 
 def _sqlite_pragmas(dbapi_conn, _record, busy_timeout_ms: int | None = None) -> None:
@@ -107,16 +131,18 @@ def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
     (PostgreSQL: within ``PG_CONNECT_TIMEOUT_S`` of a server that does not answer), and
     ``ledger.migrations.LedgerTooNew`` for a ledger a newer gpuops wrote.
 
-    ``deadline_s``: a short engine for the writes around a destroy (``Ledger.bounded``): SQLite
-    waits at most that long for a lock; PostgreSQL connects within it (whole seconds, at least 1:
+    SQLite waits for another writer's lock at most ``sqlite_busy_timeout_ms(url)``. ``deadline_s``:
+    a short engine for the writes around a destroy (``Ledger.bounded``): SQLite waits at most that
+    long for a lock instead; PostgreSQL connects within it (whole seconds, at least 1:
     libpq's unit), runs each statement and waits on each lock at most that long, and pings a pooled
     connection before use (a restarted server's old connections are not an error)."""
+    busy_ms = None if deadline_s is None else max(1, int(deadline_s * 1000))
+    sqlite_ms = (busy_ms or sqlite_busy_timeout_ms(url)) if url.startswith("sqlite") else 0  # a bad one: no file
     if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
         _private_file(Path(url[len("sqlite:///") :].split("?", 1)[0]).expanduser())
     kwargs: dict[str, Any] = {}
-    busy_ms = None if deadline_s is None else max(1, int(deadline_s * 1000))
     if url.startswith("sqlite"):
-        kwargs["connect_args"] = {"timeout": (busy_ms or SQLITE_BUSY_TIMEOUT_MS) / 1000, "check_same_thread": False}
+        kwargs["connect_args"] = {"timeout": sqlite_ms / 1000, "check_same_thread": False}
     elif url.startswith("postgresql"):
         args: dict[str, Any] = {}
         if "connect_timeout" not in url or deadline_s is not None:
@@ -131,7 +157,7 @@ def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
     ref = weakref.ref(engine)
     os.register_at_fork(after_in_child=lambda: _dispose_in_child(ref))
     if url.startswith("sqlite"):
-        sa_event.listen(engine, "connect", lambda c, r: _sqlite_pragmas(c, r, busy_ms))
+        sa_event.listen(engine, "connect", lambda c, r: _sqlite_pragmas(c, r, sqlite_ms))
         sa_event.listen(engine, "begin", _sqlite_begin)
     with engine.begin() as conn:
         if engine.dialect.name == "postgresql":

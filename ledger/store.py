@@ -107,13 +107,29 @@ class _Late(Exception):
 CLOSE_REPLAYED: list[Callable[[Any], None]] = []
 
 
+def _spool_name(url: str) -> str:
+    """The spool file's name for the ledger at ``url``: ``<sha256(url)[:12]>.jsonl``.
+
+    An SQLite URL counts without its ``timeout`` (how long to wait for a lock, ``ledger.engine``):
+    a new timeout leaves what waits in the spool where every later actor looks for it."""
+    if url.startswith("sqlite") and "?" in url:
+        from urllib.parse import parse_qsl, urlencode
+
+        base, query = url.split("?", 1)
+        pairs = parse_qsl(query, keep_blank_values=True)
+        kept = [(k, v) for k, v in pairs if k != "timeout"]
+        if len(kept) < len(pairs):
+            url = base + ("?" + urlencode(kept) if kept else "")
+    return hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl"
+
+
 def fallback_spool_path(url: str) -> Path:
     """Return the second spool, for when the first cannot be written.
 
     The second spool, for when the first cannot be written (its disk is the ledger's, and full):
     ``$GPUOPS_SPOOL_FALLBACK_DIR``, else ``$XDG_RUNTIME_DIR/gpuops/spool``, else
     ``/dev/shm/gpuops-<uid>/spool`` (memory-backed: another filesystem than any disk), else the
-    temp dir; file ``<sha256(url)[:12]>.jsonl``. It lives until reboot: every later actor replays it."""
+    temp dir; file ``_spool_name(url)``. It lives until reboot: every later actor replays it."""
     import tempfile
 
     base = os.environ.get("GPUOPS_SPOOL_FALLBACK_DIR")
@@ -125,19 +141,19 @@ def fallback_spool_path(url: str) -> Path:
             base = os.path.join("/dev/shm", f"gpuops-{os.getuid() if hasattr(os, 'getuid') else 'user'}", "spool")
         else:
             base = os.path.join(tempfile.gettempdir(), "gpuops-spool")
-    return Path(base) / (hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl")
+    return Path(base) / _spool_name(url)
 
 
 def default_spool_path(url: str) -> Path:
     """Return where the writes a ledger refused wait.
 
     Where writes a ledger refused wait: ``$GPUOPS_SPOOL_DIR`` (else the user cache dir
-    ``~/.cache/gpuops/spool``) / ``<sha256(url)[:12]>.jsonl`` -- not next to the database, whose
+    ``~/.cache/gpuops/spool``) / ``_spool_name(url)`` -- not next to the database, whose
     disk may be the one that is full."""
     base = os.environ.get("GPUOPS_SPOOL_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpuops", "spool"
     )
-    return Path(base) / (hashlib.sha256(url.encode()).hexdigest()[:12] + ".jsonl")
+    return Path(base) / _spool_name(url)
 
 
 __all__ = ["Ledger", "billed_cost", "ImportRejected"]

@@ -335,7 +335,7 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     shown = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", url)
     latest = migrations.MIGRATIONS[-1][0]
     known = set(migrations.KNOWN_NAMES)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :]).exists():
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :].split("?", 1)[0]).exists():
         return [
             Finding("ledger", Verdict.INFO, f"{shown}: no ledger yet (made at the first rental, schema {latest})")
         ], None

@@ -25,6 +25,10 @@ from tests.support.postgres import PostgresServer, halting_postgres_server, own_
 from tests.teardown.conftest import wait_for
 
 END_TOLERANCE_S = 2.0
+# The SQLite ledger's busy timeout in this test (seconds), set as a user sets it: ``?timeout=`` in
+# the ledger URL. The outage holds the write lock until `up` has exited, so `up` waits out whatever
+# the timeout is before refusing; at the default (30 s) the validate and plan rows cost 30 s each.
+SQLITE_TIMEOUT_S = 1
 
 
 class Outage:
@@ -36,7 +40,8 @@ class Outage:
 
     def start(self) -> None:
         if self.backend == "sqlite":
-            self.con = sqlite3.connect(self.url[len("sqlite:///") :], isolation_level=None, timeout=30)
+            path = self.url[len("sqlite:///") :].split("?", 1)[0]
+            self.con = sqlite3.connect(path, isolation_level=None, timeout=30)
             self.con.execute("BEGIN IMMEDIATE")  # held until end(): every write of `up` is refused
         else:
             self.server.halt()
@@ -52,10 +57,11 @@ class Outage:
 
 @pytest.fixture
 def ledger_backend(request, gpuops_home, monkeypatch):
-    """(backend, url, server): the SQLite ledger of ``gpuops_home``, or a database of its own on a
-    PostgreSQL server no other test uses meanwhile (``own_postgres``: it is stopped mid-run)."""
+    """(backend, url, server): the SQLite ledger of ``gpuops_home`` (busy timeout
+    ``SQLITE_TIMEOUT_S``), or a database of its own on a PostgreSQL server no other test uses
+    meanwhile (``own_postgres``: it is stopped mid-run)."""
     if request.param == "sqlite":
-        return "sqlite", f"sqlite:///{gpuops_home / 'ledger.db'}", None
+        return "sqlite", f"sqlite:///{gpuops_home / 'ledger.db'}?timeout={SQLITE_TIMEOUT_S}", None
     server = request.getfixturevalue("own_postgres")
     url = server.new_database()
     monkeypatch.setenv("GPUOPS_LEDGER_URL", url)

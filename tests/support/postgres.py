@@ -255,14 +255,18 @@ def halting_postgres_server():
 def own_postgres(halting_postgres_server):
     """A PostgreSQL server no other test uses while this one runs: the test may ``halt()`` and
     ``resume()`` it, and gets a database of its own with ``new_database()``. It is the worker's
-    ``halting_postgres_server`` (a worker runs one test at a time), answering when the test starts
-    and started again after it if the test left it halted (an initdb per test would cost seconds)."""
+    ``halting_postgres_server`` (a worker runs one test at a time, and an initdb per test would
+    cost seconds), answering when the test starts. After the test it is halted (a fast shutdown,
+    which ends the test's own connections too) and the next test's ``own_postgres`` starts it
+    again: a server started during a test (by ``resume()``, here or in the test) is that test's
+    process, which tests/conftest.py would otherwise end with a SIGTERM -- a smart shutdown, which
+    waits for clients -- and its 3 s grace before a SIGKILL."""
     server = halting_postgres_server
     if not server.running():
         server.resume()
     yield server
-    if not server.running():
-        server.resume()
+    if server.running():
+        server.halt()
 
 
 @pytest.fixture(scope="session")
