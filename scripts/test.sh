@@ -7,7 +7,8 @@
 # Arguments go to both pytest runs (e.g. `bash scripts/test.sh tests/teardown -x`); mypy always checks
 # the whole of gpuops/, ledger/ and onbox/ (GPUOPS_TEST_NO_MYPY=1 skips it, for a quick rerun).
 # GPUOPS_TEST_NO_INSTALL=1 skips the installs; GPUOPS_TEST_WORKERS sets the e2e lane's workers
-# (default 4: on 2 cores its tests mostly wait on processes and I/O, so more workers still gain).
+# (default 6: on 2 cores its tests mostly wait on processes, windows and I/O, so more workers still
+# gain: beside two CPU burners the lane took 592 s with 4 workers and 537 s with 6, 2026-12-03).
 # System packages: OpenSSH server (tests SSH into a real sshd on 127.0.0.1), PostgreSQL (ledger
 # tests run on SQLite and on a real PostgreSQL server the tests start themselves) and git (the
 # bootstrap `code` step clones a local repository), chromium (the dashboard is tested in a real
@@ -38,7 +39,7 @@ fi
 .venv/bin/uv pip install --python .venv/bin/python --no-deps -e .
 fi
 
-workers="${GPUOPS_TEST_WORKERS:-4}"
+workers="${GPUOPS_TEST_WORKERS:-6}"
 status=0
 ran=0
 lane() {  # lane NAME PYTEST-ARGS...: run one lane, print its wall time; remember a failure

@@ -14,7 +14,7 @@ the same page. That is what the providers' own clients and specs say: vastai 1.9
 1.12.0's GraphQL helper retries nothing (``runpod/api/graphql.py``: one ``requests.post``, a web
 page is a ``JSONDecodeError``); RunPod's REST v2 spec (``createPod``: "Which failures are worth
 retrying") retries 429 (``Retry-After``) and 5xx ("transient upstream failure") and nothing else
-(``../shared/research/provider-sdks.md`` sections 1.1-1.2 and 2.1-2.2, ``specs/runpod-rest-v2.openapi.json``).
+(RunPod's published REST v2 OpenAPI document).
 A 408 is mapped by neither client and is not retried; a reply over the size cap (http_guard) is
 SERVER and tried again like a 5xx."""
 
