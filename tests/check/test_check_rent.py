@@ -86,9 +86,10 @@ def test_an_agent_that_cannot_destroy_fails_every_layer_and_the_check_destroys(c
     emu, env = check_env("runpod", sshd=sshd)
     emu.pod_key_may = set()  # the pod's own key may neither terminate nor stop it
     # No box goes by itself here, so every layer runs to its due time; the slack past it is only
-    # waited out. 15 s still holds the job layer's claim: the agent's first refused destroy (2 s
-    # after the job's end) is on its status, read over SSH each round, well before its due time.
-    env["GPUOPS_CHECK_SLACK_SECONDS"] = "15"
+    # waited out. 10 s still holds the job layer's claim: the agent's first refused destroy (2 s
+    # after the job's end) is on its status, read over SSH each round (a round is under a second
+    # on a lightly loaded machine), well before its due time.
+    env["GPUOPS_CHECK_SLACK_SECONDS"] = "10"
     rc, doc, err = run_check(env, "runpod")
     v = verdicts(doc)
     assert rc == 1, why(doc, err)
@@ -118,13 +119,13 @@ def test_a_busy_idle_sampler_fails_the_idle_layer_alone(check_env, sshd, smi_bin
     fake_nvidia_smi.utilization(smi_bin, 100)
     emu, env = check_env("vast", sshd=sshd)
     # The busy GPU never lets the idle layer fire, so its window can be short and its slack is only
-    # waited out: its verdict comes at 6 s + grace + a sample + 15 s after its job starts, before the
-    # TTL layer's box goes (the check's end), not 15 s after it. The other two layers keep their
-    # windows; 15 s of slack still holds their boxes going by themselves, as the check that cannot
-    # destroy holds its job layer's claim with it (each agent destroys within a sample of its
-    # trigger, seen by the next watch round).
-    env["GPUOPS_CHECK_IDLE_MINUTES"] = "0.1"
-    env["GPUOPS_CHECK_SLACK_SECONDS"] = "15"
+    # waited out: its verdict comes at 3 s + grace + a sample + 10 s after its job starts, before
+    # the TTL layer's box goes (18 s after its create: the check's end), not 10 s after it. The
+    # other two layers keep their windows; 10 s of slack still holds their boxes going by
+    # themselves, as the check that cannot destroy holds its job layer's claim with it (each agent
+    # destroys within a sample of its trigger, seen by the next watch round).
+    env["GPUOPS_CHECK_IDLE_MINUTES"] = "0.05"
+    env["GPUOPS_CHECK_SLACK_SECONDS"] = "10"
     rc, doc, err = run_check(env, "vast")
     v = verdicts(doc)
     assert rc == 1, why(doc, err)

@@ -307,19 +307,23 @@ while True:
 def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
     rig, sshd, gpuops_home, vast_provider, monkeypatch, tmp_path
 ):
-    """`up --spot --recover 1` with --max-hours 0.01 (36 s) and a max_session_usd, a quiet job, every
+    """`up --spot --recover 1` with --max-hours for 24 s and a max_session_usd, a quiet job, every
     offer at one price: the first box is taken back; the second rental is handed what the
     provider billed the first one left (hours and USD), and the run's GPU time stays within its
-    limit (5 %)."""
+    limit (5 %).
+
+    The second rental runs to the run's limit, so the limit is the test's length: 24 s leaves the
+    second rental 18 s after a first one of 6 s (a lightly loaded 2-core machine), and a first
+    rental three times as slow (18 s) would still leave more than the ``MIN_RENTAL_S`` (5 s here) it needs."""
     import gpuops.rental.runs as runs
 
     emu = rig
     monkeypatch.setattr(runs, "MIN_RENTAL_S", 5.0)  # a short run may still re-rent
     job = tmp_path / "quiet.py"
     job.write_text(QUIET_JOB)
-    limit_s = 36.0
+    limit_s = 24.0
     charged = min(o.price for o in vast_provider.offers(OfferQuery(cards=("rtx-4090",), gpu_count=1, spot=True)))
-    max_usd = 2 * charged * limit_s / 3600.0  # twice what 36 s cost: the hours bind, the money is counted down
+    max_usd = 2 * charged * limit_s / 3600.0  # twice what 24 s cost: the hours bind, the money is counted down
     settings = _settings(max_session_usd=max_usd)
     req = UpRequest(
         job=job, provider="vast", card="rtx-4090", spot=True, spot_explicit=True, recover=1, max_hours=limit_s / 3600
