@@ -343,13 +343,20 @@ def test_a_run_spends_what_its_rentals_cost_by_the_providers_bill(
             f"rental {r.attempt}: billed {i.billed_s('gpu'):.2f} s GPU + {i.billed_s('storage'):.2f} s disk "
             f"${i.billed_usd:.6f}; booked {r.billed_seconds:.2f} s ${r.cost_usd:.6f}"
         )
-    # each rental booked as billed: within 5 % of the provider's seconds and USD, a 5 s rental too
+    # each rental booked as billed: within 5 % of the provider's seconds and USD, a 5 s rental too.
+    # The taken-back one ends at its last proof of life (Vast records no stop time), so it may be
+    # booked under the bill by the time from `up`'s last read of the box to the take-back (1 s on
+    # a loaded machine; its reads are 0.2 s apart) and the billed second that crossing began.
     for r, i in zip(rows, insts):
-        assert r.billed_seconds == pytest.approx(i.billed_s("gpu"), abs=0.05 * i.billed_s("gpu")), (
+        billed_s = i.billed_s("gpu")
+        under_s = i.increment_s + 1.0 if r.end_reason == "preempted" else 0.0
+        assert -0.05 * billed_s <= billed_s - r.billed_seconds <= 0.05 * billed_s + under_s, (
             r.billed_seconds,
+            r.end_reason,
             i.segments,
         )
-        assert r.cost_usd == pytest.approx(i.billed_usd, abs=0.05 * i.billed_usd), (
+        under_usd = charged * under_s / 3600.0
+        assert -0.05 * i.billed_usd <= i.billed_usd - r.cost_usd <= 0.05 * i.billed_usd + under_usd, (
             r.cost_usd,
             i.billed_usd,
             i.segments,
