@@ -12,7 +12,7 @@ helper it calls (of its module, or imported from another test module) starts one
 provider starts its containment probe, onbox/contain.py). ``unit`` for everything else: pure
 logic and in-process ``CliRunner`` runs. A unit-lane test that starts a process or opens a
 listening socket anyway fails (``_no_leftover_processes``), so the lanes cannot drift.
-``pytest -m unit`` / ``pytest -m e2e -n 4`` run one lane (scripts/test.sh runs both).
+``pytest -m unit`` / ``pytest -m e2e -n 6`` run one lane (scripts/test.sh runs both).
 
 Hygiene: a run first ends what runs that died left (a SIGKILLed pytest runs no teardown; each
 run's root carries its owner's record, tests/support/procs.py ``end_dead_runs``). The run gets one
