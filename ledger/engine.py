@@ -30,6 +30,13 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_MIGRATION_LOCK = 7401
 
 
+def sqlite_file(url: str) -> Path | None:
+    """The file of an SQLite ledger ``url``, its query (``?timeout=``) left out; None for a server or an in-memory database."""
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
+        return Path(url[len("sqlite:///") :].split("?", 1)[0]).expanduser()
+    return None
+
+
 def sqlite_busy_timeout_ms(url: str) -> int:
     """The busy timeout of the SQLite ledger at ``url``, in milliseconds.
 
@@ -138,8 +145,8 @@ def open_engine(url: str, deadline_s: float | None = None) -> sa.engine.Engine:
     connection before use (a restarted server's old connections are not an error)."""
     busy_ms = None if deadline_s is None else max(1, int(deadline_s * 1000))
     sqlite_ms = (busy_ms or sqlite_busy_timeout_ms(url)) if url.startswith("sqlite") else 0  # a bad one: no file
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        _private_file(Path(url[len("sqlite:///") :].split("?", 1)[0]).expanduser())
+    if (path := sqlite_file(url)) is not None:
+        _private_file(path)
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite"):
         kwargs["connect_args"] = {"timeout": sqlite_ms / 1000, "check_same_thread": False}

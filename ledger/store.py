@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 import sqlalchemy as sa
 
 from ledger.billing import billed_cost
+from ledger.engine import sqlite_file
 from ledger.reads import Reads
 from ledger.spool import SpoolFiles
 from onbox.vocabulary import EventKind, RowStatus
@@ -63,13 +64,6 @@ D = TypeVar("D")
 def _spooled_errors() -> tuple[type[BaseException], ...]:
     """The errors that send a write to the spool: the database refusing it, as SQLAlchemy raises it."""
     return (sa.exc.OperationalError,)
-
-
-def _sqlite_path(url: str) -> Path | None:
-    """The file of an SQLite ``url`` (None for a server or an in-memory database)."""
-    if url.startswith("sqlite:///") and not url.startswith("sqlite:///:memory:"):
-        return Path(url[len("sqlite:///") :].split("?", 1)[0]).expanduser()
-    return None
 
 
 def _file_id(path: Path | None) -> tuple[int, int] | None:
@@ -216,7 +210,7 @@ class Ledger:
         self._engine: Engine | None = None
         self._reads: dict[Engine, Reads] = {}  # an engine -> its Reads
         self._files = SpoolFiles(self._spool_paths, self._say, self.lost)
-        self._file = _sqlite_path(url)
+        self._file = sqlite_file(url)
         self._engine = self.engine  # migrate now
         self._file_id = _file_id(self._file)
 

@@ -330,12 +330,13 @@ def ledger_findings(settings) -> tuple[list[Finding], Any]:
     import re
 
     from ledger import migrations
+    from ledger.engine import sqlite_file
 
     url = settings.ledger_url()
     shown = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", url)
     latest = migrations.MIGRATIONS[-1][0]
     known = set(migrations.KNOWN_NAMES)
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///") :].split("?", 1)[0]).exists():
+    if (path := sqlite_file(url)) is not None and not path.exists():
         return [
             Finding("ledger", Verdict.INFO, f"{shown}: no ledger yet (made at the first rental, schema {latest})")
         ], None
