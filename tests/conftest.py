@@ -20,11 +20,14 @@ temp root (``TMPDIR``, so pytest's ``tmp_path``, ``tempfile`` and every child pr
 it) and one id in the environment of every process it starts (tests/support/procs.py). After each end-to-end test, whatever that test started and left alive
 is killed and the test errors; at the end of the run, anything of the run still alive is killed
 and the run fails; then the temp root is removed, with the bytecode compiled from files under it.
+Every process of the run keeps its compiled bytecode in one cache outside the source tree
+(``PYCACHE``, ``_keep_bytecode``), so that no process compiles what an earlier one did.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import os
 import re
@@ -34,7 +37,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
 import uuid
 from pathlib import Path
 
@@ -113,6 +115,12 @@ def pytest_configure(config):
     os.chmod(root, 0o711)  # PostgreSQL runs as its own user (as root) and must reach its folder inside
     procs.write_owner(root)  # how a later run knows this one died (procs.owner_gone)
     config._gpuops_prev_tmp = (os.environ.get("TMPDIR"), tempfile.tempdir)
+    config._gpuops_prev_bytecode = (
+        {v: os.environ.get(v) for v in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")},
+        sys.dont_write_bytecode,
+        sys.pycache_prefix,
+    )
+    _keep_bytecode()
     os.environ["PYTEST_GPUOPS_OUTER_TMPDIR"] = _OUTER_TMP
     os.environ[procs.RUN_VAR] = uuid.uuid4().hex[:12]
     os.environ[procs.ROOT_VAR] = root
@@ -121,25 +129,65 @@ def pytest_configure(config):
     config._gpuops_run_owner = True
 
 
+def _keep_bytecode() -> None:
+    """Every process of the run (this one, the xdist workers, every CLI, emulator and `up` it
+    starts) reads and writes compiled bytecode under the shared ``PYCACHE``, outside the source
+    tree, even where ``PYTHONDONTWRITEBYTECODE`` is set: without it each of them recompiles what it
+    imports (SQLAlchemy alone ~2 s of CPU; a worker's collection 21 s of CPU instead of 8 s)."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ["PYTHONPYCACHEPREFIX"] = PYCACHE
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = PYCACHE
+
+
+@functools.cache
+def _defs(filename: str) -> tuple[dict[int, ast.AST], dict[str, list[ast.AST]]]:
+    """The ``def`` and ``class`` statements of one source file, its docstrings dropped, parsed once:
+    functions by their first line (the first decorator's, as ``co_firstlineno`` counts it),
+    classes by their ``__qualname__``. Raises OSError when the file cannot be read, SyntaxError
+    when it does not parse."""
+    tree = ast.parse(Path(filename).read_text(encoding="utf-8"), filename)
+    functions: dict[int, ast.AST] = {}
+    classes: dict[str, list[ast.AST]] = {}
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:  # statements only: a def is one
+        for stmt in body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                first = stmt.body[0]
+                if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                    if isinstance(first.value.value, str):  # its docstring
+                        stmt.body = stmt.body[1:] or [ast.Pass()]
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions[min([stmt.lineno] + [d.lineno for d in stmt.decorator_list])] = stmt
+                visit(stmt.body, f"{prefix}{stmt.name}.<locals>.")
+            elif isinstance(stmt, ast.ClassDef):
+                classes.setdefault(prefix + stmt.name, []).append(stmt)
+                visit(stmt.body, f"{prefix}{stmt.name}.")
+            else:  # if, for, while, with, try, match: the statements inside
+                for field in ("body", "orelse", "finalbody"):
+                    visit(getattr(stmt, field, []), prefix)
+                for part in getattr(stmt, "handlers", []) + getattr(stmt, "cases", []):
+                    visit(part.body, prefix)
+
+    visit(tree.body, "")
+    return functions, classes
+
+
 def _code(obj) -> str:
-    """``obj``'s source as code only: docstrings and comments dropped (a docstring that says "not
-    in a subprocess" starts nothing). Raises OSError/TypeError when the source cannot be read."""
-    src = textwrap.dedent(inspect.getsource(obj))
-    try:
-        tree = ast.parse(src)
-    except SyntaxError:
-        return src
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (
-            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module))
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            node.body = body[1:] or [ast.Pass()]
-    return ast.unparse(tree)
+    """``obj``'s source (a function's or a class's) as code only: docstrings and comments dropped
+    (a docstring that says "not in a subprocess" starts nothing). Raises OSError/TypeError when its
+    source cannot be found, SyntaxError when its file does not parse."""
+    obj = inspect.unwrap(obj) if inspect.isfunction(obj) else obj
+    if inspect.isfunction(obj):
+        node = _defs(obj.__code__.co_filename)[0].get(obj.__code__.co_firstlineno)
+    elif inspect.isclass(obj):
+        found = _defs(inspect.getfile(obj))[1].get(obj.__qualname__, [])
+        node = found[0] if len(found) == 1 else None
+    else:
+        raise TypeError(f"{obj!r} is neither a function nor a class")
+    if node is None:
+        raise OSError(f"no source found for {obj!r}")
+    return ast.unparse(node)
 
 
 def _spawning_names(module) -> set[str]:
@@ -423,6 +471,12 @@ def pytest_sessionfinish(session, exitstatus):
     # The run is over: a next pytest.main in this process (mutmut runs several) is a run of its own.
     for var in (procs.RUN_VAR, procs.ROOT_VAR):
         os.environ.pop(var, None)
+    prev_vars, sys.dont_write_bytecode, sys.pycache_prefix = session.config._gpuops_prev_bytecode
+    for var, value in prev_vars.items():
+        if value is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = value
     prev_env, prev_dir = session.config._gpuops_prev_tmp
     if prev_env is None:
         os.environ.pop("TMPDIR", None)
@@ -465,10 +519,6 @@ def cli_env(gpuops_home):
     """Environment for running ``python -m gpuops`` as a subprocess against ``gpuops_home``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    # Keep compiled bytecode between CLI subprocesses (outside the source tree): with
-    # PYTHONDONTWRITEBYTECODE set, every run would recompile SQLAlchemy (~2 s each).
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env["PYTHONPYCACHEPREFIX"] = PYCACHE
     return env
 
 

@@ -118,7 +118,6 @@ def test_a_spooled_close_survives_a_container_restart(tmp_path):
         for k, v in image_env().items():
             env[k] = str(volume) + v[len("/data") :] if v == "/data" or v.startswith("/data/") else v
         env.update(HOME=str(home), PYTHONPATH=str(REPO), GPUOPS_USER_NAME="watch@team")
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
         return env
 
     url = f"sqlite:///{volume / 'ledger.db'}"
