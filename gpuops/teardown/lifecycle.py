@@ -187,6 +187,7 @@ def end_time(
     last_event_at: float | None,
     now: float,
     last_seen_at: float | None = None,
+    destroy_answered_at: float | None = None,
 ) -> tuple[float, str]:
     """When billing stopped (epoch s) and where that came from -- the module's one rule.
 
@@ -194,11 +195,18 @@ def end_time(
     gone before we destroyed it, or the provider shows it stopped (its compute ended unseen);
     ``row``: the session row (create time, heartbeat); ``last_event_at``: the newest
     ``PROOF_OF_LIFE`` event (``_last_event_at``); ``now``: the clock after the destroy was
-    confirmed; ``last_seen_at``: a proof of life the caller holds (e.g. a heartbeat it just read).
+    confirmed; ``last_seen_at``: a proof of life the caller holds (e.g. a heartbeat it just read);
+    ``destroy_answered_at``: our clock (epoch s) when the provider answered the destroy that the
+    read right after it showed done (``_destroy_confirmed``), None when no answer is known so.
     Returns (epoch s, source): provider | destroy | heartbeat | ledger_event | create.
 
     Ranks: the provider's record (``Provider.destroyed_at``, the instance's ``ended_at``); then the
-    confirmed destroy; then the newest proof of life; then the create. The providers' billing
+    confirmed destroy: the moment the provider answered it (``destroy_answered_at``), else ``now``.
+    Billing stopped while that request was with the provider, between its send and its answer; a
+    provider that records no stop time (Vast) leaves the answer as the nearest instant we hold
+    that billing cannot have outlasted, late by the answer's trip back (booked seconds may then
+    exceed the bill by one billing increment); never the read-back after it, one more round trip
+    later. Then the newest proof of life; then the create. The providers' billing
     lines rank below the provider's record and are NOT read here: RunPod's pod records are hourly
     buckets (start/end are the bucket's; no per-pod end, no per-pod filter), Vast's charges carry a
     contract's integer start/end only in a listing of every contract over a day range, whether cut
@@ -213,7 +221,7 @@ def end_time(
     if inst is not None and inst.extra.get("ended_at"):
         return float(inst.extra["ended_at"]), "provider"
     if not already_gone:
-        return now, "destroy"
+        return (now if destroy_answered_at is None else min(float(destroy_answered_at), now)), "destroy"
     start = float((row.instance_created_at or row.created_at) if row is not None else now)
     t, src = last_proof_of_life(row, last_event_at, last_seen_at) or (start, "create")
     return min(max(float(t), start), now), src  # a box clock ahead or behind cannot bill outside [create, now]
@@ -277,8 +285,14 @@ def _destroy_confirmed(
     policy: RetryPolicy,
     after: Callable[[RetryCallState], None],
     sleep: Callable[[float], None],
-) -> None:
+    clock: Callable[[], float] = time.time,
+) -> float | None:
     """Destroy ``iid`` and read it back until the provider shows it gone, under ``policy``.
+
+    Returns ``clock()`` (epoch s) read as the destroy that took returned: the read right after it
+    showed the instance gone. None when the read that showed it gone followed no such answer (a
+    failed read in between, a destroy that raised, a label-less answer read again): the caller
+    then takes its own clock after this returns.
 
     Gone: the read answers nothing, the provider's terminal state, or another (non-empty) label
     (ours was deleted and the id handed on). A read still answering ``want`` destroys again on
@@ -287,14 +301,18 @@ def _destroy_confirmed(
     from gpuops.providers.base import ProviderErrorKind
 
     again = [True]
+    answered: list[float | None] = [None]  # the clock as the latest destroy returned, until a read follows it
 
-    def once() -> None:
+    def once() -> float | None:
         if again[0]:
+            answered[0] = None
             provider.destroy(iid)
+            answered[0] = clock()
             again[0] = False
+        at, answered[0] = answered[0], None  # only the read right after the answer confirms it
         back = provider.get(iid)
         if back is None or back.status == InstanceStatus.GONE or (back.label and back.label != want):
-            return
+            return at
         again[0] = back.label == want
         raise ProviderError(
             ProviderErrorKind.SERVER,
@@ -302,7 +320,7 @@ def _destroy_confirmed(
             f"{'' if back.label else ' with no label'} after the destroy",
         )
 
-    call_with_retries(
+    return call_with_retries(
         once, policy, retry_on=lambda e: isinstance(e, ProviderError), retry_after=False, after=after, sleep=sleep
     )
 
@@ -467,6 +485,7 @@ def _end(
                 )
     is_open = row is not None and row.status != RowStatus.CLOSED
     destroyed = already_gone = False
+    answered_at: float | None = None  # when the provider answered the destroy the next read confirmed
     inst = instance
     refused = doubt = ""
     stopped = False  # the provider shows the box stopped/exited: its compute ended unseen (end_time's rule)
@@ -538,7 +557,9 @@ def _end(
                 )
 
         try:  # keep trying: a box left running is the one unforgivable bug; closed only once confirmed gone
-            _destroy_confirmed(provider, iid, want, replace(DESTROY_RETRY, attempts=attempts), failed, sleep)
+            answered_at = _destroy_confirmed(
+                provider, iid, want, replace(DESTROY_RETRY, attempts=attempts), failed, sleep, clock
+            )
         except ProviderError as e:
             error = str(e)
             if session_id:
@@ -574,7 +595,7 @@ def _end(
         unseen = already_gone or stopped  # a stopped box's compute ended unseen, like a gone one's
         last_event = _quick(ledger, lambda: _last_event_at(ledger, session_id)) if unseen else None
         asked = None if (refused and inst is None) else provider  # the reused id's record is not ours
-        t, source = end_time(asked, iid, inst, unseen, row, last_event, now, last_seen_at)
+        t, source = end_time(asked, iid, inst, unseen, row, last_event, now, last_seen_at, answered_at)
     if iid:
         ledger.event(
             session_id,

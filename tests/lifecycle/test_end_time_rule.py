@@ -160,12 +160,46 @@ def test_a_record_that_cannot_be_read_falls_through_to_the_next_branch(led):
 # -- our confirmed destroy of a box just seen ------------------------------------------------------
 def test_a_box_just_seen_alive_ends_when_our_destroy_is_confirmed(led):
     rented(led, heartbeat=CREATED + 10.0)  # an old heartbeat: not the end of a box we saw alive now
-    clock = Clock(NOW + 5.0)
+    clock = Clock(NOW + 5.0, NOW + 6.0)  # as the destroy returned; after its read-back showed it gone
     p = Box(clock=lambda: -1.0)
     got = end(led, p, clock=clock)
-    assert p.destroys == [-1.0] and clock.reads == 1  # the clock is read once, after the destroy returned
+    assert p.destroys == [-1.0] and p.gets == 2 and clock.reads == 2  # the read before, the read-back after
     assert (got.ended_at, got.end_source, got.already_gone) == (NOW + 5.0, "destroy", False)
     assert led.get("s1").ended_at == NOW + 5.0
+
+
+def test_a_destroy_answered_but_not_done_ends_at_the_answer_of_the_one_that_took(led):
+    """A destroy the provider acknowledged and dropped (the read-back still shows the box) proves no
+    end; the next destroy, read back gone, does: its answer is the end, not the first one's."""
+    rented(led)
+
+    class Dropping(Box):
+        def destroy(self, instance_id):
+            if not self.destroys:
+                self.destroys.append(0.0)  # answered, dropped: still alive
+                return
+            super().destroy(instance_id)
+
+    clock = Clock(NOW + 1.0, NOW + 3.0, NOW + 4.0)  # first answer; second answer; after the read-back
+    got = end(led, Dropping(), clock=clock)
+    assert (got.ended_at, got.end_source) == (NOW + 3.0, "destroy")
+
+
+def test_a_read_back_that_failed_once_leaves_the_end_to_the_clock_after_it(led):
+    """The read right after the destroy's answer failed: the read that later showed it gone
+    confirms no answer, so the end is the clock after that read (later: never under the bill)."""
+    rented(led)
+
+    class Blinking(Box):
+        def get(self, instance_id):
+            if self.destroys and self.gets == 1:
+                self.gets += 1
+                raise ProviderError(ProviderErrorKind.SERVER, "timeout")
+            return super().get(instance_id)
+
+    clock = Clock(NOW + 1.0, NOW + 2.0)  # the destroy's answer; after the read that showed it gone
+    got = end(led, Blinking(), clock=clock)
+    assert (got.ended_at, got.end_source) == (NOW + 2.0, "destroy")
 
 
 # -- a box already gone: its last proof of life, clamped to [create, now] --------------------------
