@@ -110,7 +110,7 @@ def follow_log(
     started_deadline: float | None = None,
     stale_after_s: float | None = None,
     on_poll: Callable[[], None] | None = None,
-    on_seen: Callable[[], None] | None = None,
+    on_seen: Callable[[float], None] | None = None,
     stop_at_exit: bool = False,
 ) -> tuple[int, JobExit | None]:
     """Copy the job log from byte ``offset`` to ``write``, at most ``LOG_CHUNK_BYTES`` per call.
@@ -125,8 +125,10 @@ def follow_log(
     ``stale_after_s``: raise WrapperLost when the wrapper's heartbeat has not changed for this many
     seconds of this machine's clock (content is compared, not timestamps: no clock skew).
     ``on_poll``: called once per poll (the caller throttles it; `up` books the box's live status).
-    ``on_seen``: called each time the box answered a poll's reads (a proof of life: `up` keeps the
-    moment, ``gpuops.teardown.lifecycle.PROOF_OF_LIFE``).
+    ``on_seen(asked_at)``: called each time the box answered a poll's reads, with the wall clock
+    (epoch s) at which the last of them was asked: the box was alive after that instant, which a
+    clock read after the answer is not sure of (a proof of life: `up` keeps it,
+    ``gpuops.teardown.lifecycle.PROOF_OF_LIFE``).
     ``stop_at_exit``: return the moment the job's exit is read, the rest of the log left on the box
     (`up`: the exit is watched apart from the log; ``gpuops.teardown.joblog.keep_log`` fetches the
     rest in bulk). The exit is read on every poll, before each log read.
@@ -135,10 +137,11 @@ def follow_log(
     while True:
         if on_poll is not None:
             on_poll()
+        asked_at = time.time()
         ended = job_exit(box)  # read before the log, so the log read after it holds everything
         if stop_at_exit and ended is not None:
             if on_seen is not None:
-                on_seen()
+                on_seen(asked_at)
             return offset, ended
         if stale_after_s is not None and ended is None:
             now_beat = box.read_file(f"{JOB_DIR}/heartbeat")
@@ -149,9 +152,10 @@ def follow_log(
                     f"the job wrapper on the box stopped ({stale_after_s:.0f} s without a heartbeat, no exit code)",
                     "the job was killed from outside gpuops; see the job log",
                 )
+        asked_at = time.time()
         chunk = box.read_file(LOG, offset, LOG_CHUNK_BYTES)
         if on_seen is not None:
-            on_seen()
+            on_seen(asked_at)
         if chunk is None and started_deadline is not None and time.monotonic() > started_deadline:
             raise GpuopsError("the job did not start: no log on the box", "see .gpuops/run on the box")
         if chunk:

@@ -635,7 +635,7 @@ class UpRun:
     results_copy: dict | None = None  # gpuops.rental.results.CopyReport.as_json() of the copy-back
     # Wall clock at which max_hours runs out: counted from create (billing starts there), not job start.
     ttl_deadline: float | None = None
-    last_seen_at: float | None = None  # wall clock of the box's last answer to `up`'s job reads (a proof of life)
+    last_seen_at: float | None = None  # epoch s: the last job read the box answered was asked then (a proof of life)
     box_gone: bool = False  # the box stopped answering and the provider showed it gone or stopped (BoxGone)
     # A rental of a run (up --recover): the run, which attempt this is, the money left to it (its
     # own max_session_usd), and the previous rental's results at home to resume from.
@@ -1828,8 +1828,8 @@ def _job(
     with open(s.log_path, "ab") as log:  # type: ignore[arg-type]  # _new_rental set it
         shown = s.log_view = JobOutput(reporter.job_line, shown=log.tell())
 
-        def seen() -> None:  # the box answered this poll's reads: alive, billing (lifecycle.PROOF_OF_LIFE)
-            s.last_seen_at = time.time()
+        def seen(asked_at: float) -> None:  # the box answered a read asked then: alive, billing (PROOF_OF_LIFE)
+            s.last_seen_at = asked_at
 
         def sink(chunk: bytes) -> None:
             log.write(chunk)
