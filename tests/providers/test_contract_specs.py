@@ -22,6 +22,49 @@ def test_vendored_specs_are_the_published_files(provider):
     assert contract.SHA256[provider] in readme and contract.SPECS[provider] in readme
 
 
+# An injected error's reply per provider: (method, path, status, body, content type), each judged by
+# ``documented`` and the Vast 5xx rule, which read the spec as plain data (``contract.spec_dict``).
+INJECTED = {
+    "vast": [
+        ("GET", "/api/v1/instances/", 429, {"success": False, "error": "rate_limited", "msg": "x"}, "application/json"),
+        ("GET", "/api/v1/instances/", 500, {"success": False, "error": "server_error", "msg": "x"}, "application/json"),
+    ],
+    "runpod": [
+        (
+            "GET",
+            "/v2/pods",
+            429,
+            {"status": 429, "title": "Too Many Requests", "detail": "x"},
+            "application/problem+json",
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("provider", ["runpod", "vast"])
+def test_warm_loads_all_that_an_injected_errors_check_reads(provider, monkeypatch, tmp_path):
+    """``Contract.warm`` (run by an emulator's ``start``) loads every spec table ``check`` reads, so
+    no reply waits on a spec file's parse: ``check`` runs in the emulator's request thread before
+    the reply is sent, and Vast's YAML spec, first parsed on an injected 429, took over 10 s on a
+    loaded 2-core machine (the client's read timeout: "cannot reach Vast.ai"). After ``warm`` the
+    spec directory is emptied: a check that still loaded a file would raise FileNotFoundError."""
+    for cached in (contract.spec, contract.spec_dict, contract._operations):
+        cached.cache_clear()
+    judge = contract.Contract(provider)
+    judge.warm()
+    monkeypatch.setattr(contract, "SPEC_DIR", tmp_path)  # nothing left to load from
+    for method, path, status, body, ctype in INJECTED[provider]:
+        req = {
+            "method": method,
+            "path": path,
+            "query_raw": "",
+            "headers": {"Authorization": "Bearer k"},
+            "raw_body": b"",
+        }
+        judge.check(req, status, json.dumps(body).encode(), ctype, injected=True)
+    assert judge.violations == []
+
+
 # A reply's deadline (s): the emulator's first reply loads and checks the spec (openapi-core), which
 # took over 10 s on a loaded 2-core CI machine.
 REPLY_DEADLINE_S = 60
