@@ -24,8 +24,9 @@ strings.
 
 One way to the database: the ledger's SQLAlchemy engine (``ledger/engine.py``), a write in
 ``engine.begin()`` (``_write``), a read on a connection that takes no write lock (``reads``,
-``ledger/reads.py``). The models (``ledger/models.py``, SQLModel) are imported by the first write;
-a command that only reads loads SQLAlchemy Core alone.
+``ledger/reads.py``). The models (``ledger/models.py``, SQLModel) are imported by the first write,
+or on entering ``bounded()`` (before any of its deadlines runs); a command that only reads loads
+SQLAlchemy Core alone.
 """
 
 from __future__ import annotations
@@ -207,6 +208,7 @@ class Ledger:
         self._bound: float | None = None  # the deadline of ``bounded()`` writes, seconds
         self._short: Engine | None = None  # the engine of bounded writes (short timeouts)
         self._refused_at: float | None = None  # monotonic time of the last bounded write the ledger refused
+        self._replay_stopped: str | None = None  # why the last replay put lines back in the spool (None: it did not)
         self._engine: Engine | None = None
         self._reads: dict[Engine, Reads] = {}  # an engine -> its Reads
         self._files = SpoolFiles(self._spool_paths, self._say, self.lost)
@@ -254,7 +256,17 @@ class Ledger:
         """Bound how long writes and ``quick`` reads wait for the database.
 
         Inside: every spoolable write and every ``quick`` read waits at most ``seconds`` for the
-        database, then is spooled (a read: answers its default). Re-entrant (the shortest wins)."""
+        database, then is spooled (a read: answers its default). Re-entrant (the shortest wins).
+        The write statements' tables (``ledger.writes._tables``: SQLModel, imported by a process's
+        first write) are loaded on entry, before any deadline runs: a deadline bounds the wait on
+        the database, never this process's own first import (seconds on a loaded machine, which
+        made a first write late, and spooled, against a ledger that answered at once)."""
+        import ledger.writes as writes
+
+        try:
+            writes._tables()
+        except Exception:  # noqa: BLE001  never here, on the way to a destroy: the write that needs them raises it
+            pass
         prev = self._bound
         self._bound = seconds if prev is None else min(prev, seconds)
         try:
@@ -512,6 +524,7 @@ class Ledger:
         taken as refusing, ``_refusing``)."""
         from ledger.spool import BadLine
 
+        self._replay_stopped = None
         claimed, lines, unread = self._files.claim()
         if not claimed:
             return 0
@@ -526,9 +539,10 @@ class Ledger:
                 out = self._run(self._apply, {"op": op, "args": args})
                 if op == "close" and out is not None:
                     closed.append(out)
-            except _spooled_errors() + (_Late,):
+            except _spooled_errors() + (_Late,) as refused:
                 if self._bound is not None:
                     self._refused_at = time.monotonic()
+                self._replay_stopped = str(getattr(refused, "orig", None) or refused)  # the driver's words
                 for _, rest, _e in lines[i:]:
                     self._spool_line(rest)
                 break
@@ -1045,11 +1059,21 @@ class Ledger:
         a handful of rows whatever the ledger's size. Spooled writes are replayed first (bounded:
         ``bounded()``), so a spooled close is finished by whoever lists the open sessions next
         (``ps``, ``watchdog``, ``reconcile``) instead of being taken for a box still running or one
-        that vanished."""
+        that vanished. When writes still wait in the spool after it (the ledger refused or was late,
+        or another process is replaying them), ``notices`` says so: the rows listed may not hold
+        them yet (a spooled close lists its box as open)."""
         if self.has_spool():
+            why = "a ledger write was refused moments ago"
             with self.bounded():
                 if not self._refusing():
                     self.replay_spool()
+                    why = self._replay_stopped or "another gpuops is replaying them"
+            if self.has_spool():
+                self._say(
+                    f"{len(self.spooled())} ledger write(s) still wait in the spool, not booked before this listing "
+                    f"({why}): a spooled close still lists its box as open; the next `gpuops ps` or "
+                    "`gpuops ledger replay` books them"
+                )
         return cast("list[Row[Any]]", self.reads.open_sessions())
 
     def last_event(self, session_id: str, kind: str) -> tuple[float, Any] | None:

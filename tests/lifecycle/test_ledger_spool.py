@@ -201,6 +201,85 @@ def test_a_slow_ledger_is_replayed_whole_before_the_listing(gpuops_home):
     assert details == [f"n{k}" for k in range(SLOW_LINES)] + ["after"]  # each once, in order
 
 
+def test_a_listing_the_replay_could_not_finish_says_so(gpuops_home):
+    """The ledger refuses the replay (another process holds the write lock past the bound):
+    ``open_sessions`` lists the row as the books hold it -- open, its close still spooled -- and
+    ``notices`` (which ``ps`` prints on stderr) says that writes still wait and why, instead of a
+    listing that looks complete."""
+    from ledger.store import Ledger
+
+    url, led, sid, spool = _ledger_with_open_row(gpuops_home)
+    spool.write_text(_line("close", time.time() - 1, session_id=sid, ended_at=T0 + 370, reason="job_end") + "\n")
+    os.chmod(spool, 0o600)
+    lister = Ledger(url)  # what `ps` opens
+    con = _locked(url)
+    try:
+        listed = [r.id for r in lister.open_sessions()]  # its replay waits one bound (``BOUNDED_S``), then stops
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    assert listed == [sid]  # the books do not hold the close yet
+    (told,) = [n for n in lister.notices if "still wait in the spool" in n]
+    assert told.startswith("1 ledger write(s) still wait in the spool") and "database is locked" in told, told
+    assert [e["op"] for e in led.spooled()] == ["close"]  # nothing lost: the next listing books it
+    again = Ledger(url)
+    assert again.open_sessions() == [] and again.notices == []
+
+
+# Importing ``ledger.models`` takes this long in the child of the test below (seconds): longer
+# than one write's deadline there (bound 0.2 s + 1 s), as a loaded machine's first import can be.
+SLOW_IMPORT_S = 2.0
+_SLOW_IMPORT_CHILD = """
+import json, sys, time
+
+class SlowModels:  # the fault injected: a loaded machine's first import of the write tables
+    def find_spec(self, name, path=None, target=None):
+        if name == "ledger.models":
+            time.sleep(float(sys.argv[3]))
+        return None
+
+sys.meta_path.insert(0, SlowModels())
+from ledger.store import Ledger
+
+led = Ledger(sys.argv[1], spool_path=sys.argv[2])
+before = "ledger.models" in sys.modules
+with led.bounded(0.2):
+    listed = [r.id for r in led.open_sessions()]
+print(json.dumps({"loaded_before": before, "listed": listed, "notices": led.notices}))
+"""
+
+
+def test_a_first_write_s_own_import_does_not_spend_the_replay_deadline(gpuops_home, tmp_path):
+    """A fresh process (``ps``) replays a spooled close as its first write, and a first write loads
+    the write tables (SQLModel) -- seconds on a loaded machine. The deadline bounds the database,
+    not that import: the close is booked before the listing. (Counted inside the deadline, the
+    import made the write late, the close went back to the spool and ``ps`` listed the box as
+    running, on a ledger that answered at once.)"""
+    import subprocess
+    import sys
+
+    url, led, sid, spool = _ledger_with_open_row(gpuops_home)
+    spool.write_text(_line("close", time.time() - 1, session_id=sid, ended_at=T0 + 370, reason="job_end") + "\n")
+    os.chmod(spool, 0o600)
+    child = tmp_path / "child.py"
+    child.write_text(_SLOW_IMPORT_CHILD)
+    p = subprocess.run(
+        [sys.executable, str(child), url, str(spool), str(SLOW_IMPORT_S)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    assert got["loaded_before"] is False  # the case: the replay's close is the child's first write
+    assert got["listed"] == [] and got["notices"] == [], got
+    from ledger.store import Ledger
+
+    row = Ledger(url).get(sid)
+    assert (row.status, row.end_reason, row.ended_at) == ("closed", "job_end", T0 + 370)
+    assert not spool.exists()
+
+
 def test_a_write_no_spool_can_hold_is_one_replayable_line(gpuops_home, cli, tmp_path, monkeypatch):
     from ledger.store import Ledger
 
