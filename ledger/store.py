@@ -25,8 +25,8 @@ strings.
 One way to the database: the ledger's SQLAlchemy engine (``ledger/engine.py``), a write in
 ``engine.begin()`` (``_write``), a read on a connection that takes no write lock (``reads``,
 ``ledger/reads.py``). The models (``ledger/models.py``, SQLModel) are imported by the first write,
-or on entering ``bounded()`` (before any of its deadlines runs); a command that only reads loads
-SQLAlchemy Core alone.
+or before a replay of the spool that is on no destroy's way (``_load_write_tables``); a command
+that only reads loads SQLAlchemy Core alone.
 """
 
 from __future__ import annotations
@@ -189,6 +189,23 @@ class ImportRejected(ValueError):
         super().__init__(f"{self.total} bad row(s), nothing imported: {first}{more}")
 
 
+def _load_write_tables() -> None:
+    """Import the write statements' tables now, outside any write's deadline.
+
+    The tables are ``ledger.writes._tables`` (SQLModel, which a process's first write imports).
+    A replay's deadline bounds the wait on
+    the database, never this process's own first import (seconds on a loaded machine, which made
+    the first replayed write late, and spooled again, against a ledger that answered at once).
+    Never called on the way to a destroy, where an import must not come first. An import error is
+    left to the write that needs the tables."""
+    import ledger.writes as writes
+
+    try:
+        writes._tables()
+    except Exception:  # noqa: BLE001, S110  the write that needs them raises it
+        pass
+
+
 class Ledger:
     """A ledger at ``url`` (SQLAlchemy URL): the one implementation of ``ledger.books.Books``.
 
@@ -256,17 +273,7 @@ class Ledger:
         """Bound how long writes and ``quick`` reads wait for the database.
 
         Inside: every spoolable write and every ``quick`` read waits at most ``seconds`` for the
-        database, then is spooled (a read: answers its default). Re-entrant (the shortest wins).
-        The write statements' tables (``ledger.writes._tables``: SQLModel, imported by a process's
-        first write) are loaded on entry, before any deadline runs: a deadline bounds the wait on
-        the database, never this process's own first import (seconds on a loaded machine, which
-        made a first write late, and spooled, against a ledger that answered at once)."""
-        import ledger.writes as writes
-
-        try:
-            writes._tables()
-        except Exception:  # noqa: BLE001  never here, on the way to a destroy: the write that needs them raises it
-            pass
+        database, then is spooled (a read: answers its default). Re-entrant (the shortest wins)."""
         prev = self._bound
         self._bound = seconds if prev is None else min(prev, seconds)
         try:
@@ -335,6 +342,7 @@ class Ledger:
         if not self.has_spool():
             return 0
         self._refused_at = None
+        _load_write_tables()  # before the replay's deadlines: they bound the database, not this import
         with self.bounded():
             return self.replay_spool()
 
@@ -1064,6 +1072,7 @@ class Ledger:
         them yet (a spooled close lists its box as open)."""
         if self.has_spool():
             why = "a ledger write was refused moments ago"
+            _load_write_tables()  # before the replay's deadlines: they bound the database, not this import
             with self.bounded():
                 if not self._refusing():
                     self.replay_spool()
