@@ -76,8 +76,9 @@ def rig(gpuops_home, sshd, vast_emulator, monkeypatch):
 
 
 class TakeBack:
-    """Takes back each running rental in turn once its checkpoint at home reaches ``at_step[n]``
-    (``modes[n]``: outbid or host_gone), killing the box's processes with it."""
+    """Takes back each running rental in turn once its own checkpoint at home (written by its
+    job, attempt n + 1) reaches ``at_step[n]`` (``modes[n]``: outbid or host_gone), killing the
+    box's processes with it."""
 
     def __init__(self, emu, sshd, data: Path, at_step: list[int], modes: list[str], then=None):
         self.emu, self.sshd, self.data = emu, sshd, data
@@ -96,11 +97,15 @@ class TakeBack:
         self.stop.set()
         self.thread.join(10)
 
-    def _step_home(self, label: str) -> int:
+    def _step_home(self, label: str, attempt: int) -> int:
+        """The step of the rental's checkpoint at home when that rental's own job wrote it (its
+        last attempt is ``attempt``), else -1: the checkpoint carried from the rental before it
+        comes home first, and may already be past the step waited for."""
         ck = self.data / "results" / label.removeprefix("gpuops-") / "checkpoint.json"
         try:
-            return int(json.loads(ck.read_text())["step"])
-        except (OSError, ValueError, KeyError):
+            doc = json.loads(ck.read_text())
+            return int(doc["step"]) if doc["attempts"][-1] == attempt else -1
+        except (OSError, ValueError, KeyError, IndexError, TypeError):
             return -1
 
     def _run(self) -> None:
@@ -111,7 +116,11 @@ class TakeBack:
                 n = len(self.taken)
                 done = {t["id"] for t in self.taken}
                 for inst in self.emu.live():
-                    if inst.id in done or inst.state != "running" or self._step_home(inst.label) < self.at_step[n]:
+                    if (
+                        inst.id in done
+                        or inst.state != "running"
+                        or self._step_home(inst.label, n + 1) < self.at_step[n]
+                    ):
                         continue
                     self.emu.market.preempt(inst.id, self.modes[n])
                     self.taken.append(
@@ -120,7 +129,7 @@ class TakeBack:
                             "label": inst.label,
                             "at": self.emu.market.now(),
                             "mode": self.modes[n],
-                            "step_home": self._step_home(inst.label),
+                            "step_home": self._step_home(inst.label, n + 1),
                         }
                     )
                     for pid in box_processes(
@@ -299,7 +308,7 @@ while True:
     time.sleep(1.0)
     step += 1
     with open(p + ".tmp", "w") as f:
-        json.dump({"step": step}, f)
+        json.dump({"step": step, "attempts": [int(os.environ["GPUOPS_ATTEMPT"])]}, f)  # this rental's own
     os.replace(p + ".tmp", p)
 """
 
