@@ -2,8 +2,9 @@
 a real sshd as every rental's box.
 
 The job is ``examples/checkpoint.py`` (a checkpoint every second). A watcher thread takes the box
-back -- the market's own state ("outbid": stopped, disk still billing; "host_gone": offline) and
-every process of that box killed, as a box taken back takes its processes with it -- once the
+back -- every process of that box and its SSH sessions frozen, then the market's own state
+("outbid": stopped, disk still billing; "host_gone": offline), then the frozen killed, as a box
+taken back answers nothing and takes its processes with it -- once the
 rental's checkpoint has come home with the step the test waits for: never after a fixed sleep.
 Afterwards: 0 instances billing, each rental booked with its reason, the run's cost the sum of
 the provider's billing of its rentals within a cent, the job's result intact, and a run that runs
@@ -75,10 +76,40 @@ def rig(gpuops_home, sshd, vast_emulator, monkeypatch):
     return emu
 
 
+def _sessions(listener: int) -> list[int]:
+    """PIDs under the test sshd's listener ``listener``: its open SSH sessions and what they run."""
+    parent: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        try:
+            stat = open(f"/proc/{name}/stat").read() if name.isdigit() else ""
+        except OSError:
+            continue
+        if stat:
+            parent[int(name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
+    under: list[int] = []
+    for pid in parent:
+        p = parent.get(pid)
+        while p is not None and p > 1 and p != listener:
+            p = parent.get(p)
+        if p == listener:
+            under.append(pid)
+    return under
+
+
+def _signal_all(pids: list[int], sig: int) -> list[int]:
+    """Send ``sig`` to each of ``pids`` (one already gone is skipped); returns ``pids``."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
 class TakeBack:
     """Takes back each running rental in turn once its own checkpoint at home (written by its
     job, attempt n + 1) reaches ``at_step[n]`` (``modes[n]``: outbid or host_gone), killing the
-    box's processes with it."""
+    box's processes and its SSH sessions with it."""
 
     def __init__(self, emu, sshd, data: Path, at_step: list[int], modes: list[str], then=None):
         self.emu, self.sshd, self.data = emu, sshd, data
@@ -122,6 +153,11 @@ class TakeBack:
                         or self._step_home(inst.label, n + 1) < self.at_step[n]
                     ):
                         continue
+                    # The box stops answering before its billing stops, as a box taken back does: its
+                    # processes and its SSH sessions are frozen first, so no read `up` asks after the
+                    # take-back is answered (an answered read is a proof of life, booked as such).
+                    root = self.sshd.home / "gpuops" / inst.label
+                    frozen = _signal_all(box_processes(root) + _sessions(self.sshd.proc.pid), signal.SIGSTOP)
                     self.emu.market.preempt(inst.id, self.modes[n])
                     self.taken.append(
                         {
@@ -132,13 +168,7 @@ class TakeBack:
                             "step_home": self._step_home(inst.label, n + 1),
                         }
                     )
-                    for pid in box_processes(
-                        self.sshd.home / "gpuops" / inst.label
-                    ):  # the box goes, its processes with it
-                        try:
-                            os.kill(pid, signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
+                    _signal_all(frozen + box_processes(root), signal.SIGKILL)  # the box goes, its processes with it
                     if self.then is not None:
                         self.then()
                     break

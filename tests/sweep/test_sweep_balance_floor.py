@@ -54,7 +54,9 @@ def test_the_balance_floor_stops_a_sweep_on_vast_with_the_reason(gpuops_home, cl
                        capture_output=True, text=True, timeout=400)  # fmt: skip
     assert r.returncode == 1, r.stderr
     sweeps, runs, sessions = _rows()
-    (inst,) = emu.market.instances.values()  # one box rented, then no more
+    rented = list(emu.market.instances.values())
+    assert len(rented) == 1, (rented, sessions, r.stdout, r.stderr[-4000:])  # one box rented, then no more
+    (inst,) = rented
     billed = inst.billed_usd  # the emulator's own bill of it
     assert billed > START - FLOOR - PRICE * HOURS  # > 0.01 USD: why the second job's worst case no longer fits
     assert len(runs) == 1 and len(sessions) == 1 and emu.live() == []
