@@ -533,30 +533,58 @@ class CliResult:
         return f"CliResult(returncode={self.returncode}, stdout={self.stdout!r}, stderr={self.stderr!r})"
 
 
-@pytest.fixture
-def cli(gpuops_home, monkeypatch):
-    """``cli(*args, env=None, input=None) -> CliResult``: the gpuops CLI run in this process through
-    typer's ``CliRunner`` isolation, via the real entry point (``gpuops.cli.app.main``: its exit codes
-    and one-line errors), against ``gpuops_home``; ``env`` adds variables for this one run. For
-    argument handling and bad input (unit lane, milliseconds); a test of what `up` starts on a box,
-    or of signals, runs ``gpuops_cmd`` in a subprocess instead (e2e lane)."""
+def cli_in_process(*args: str, env: dict | None = None, input: str | None = None, whole_env: bool = False) -> CliResult:
+    """Run ``gpuops *args`` in this process through typer's ``CliRunner`` isolation, via the real
+    entry point (``gpuops.cli.app.main``: its exit codes and one-line errors); returns its CliResult.
+
+    ``env`` adds variables for this one run; with ``whole_env`` it is the whole environment, as a
+    subprocess started with ``env=`` would see it (every other variable is unset meanwhile). A
+    changed ``TZ`` is applied (``time.tzset``) for the run and undone after it; the handlers of
+    SIGINT, SIGTERM and SIGHUP a command sets are put back after it. stdin is ``input``."""
+    import signal as _signal
+    import time as _time
+
     from typer.testing import CliRunner
 
     from gpuops.cli.app import main
 
-    runner = CliRunner()
+    overlay: dict[str, str | None] = dict(env or {})
+    if whole_env:
+        overlay.update({k: None for k in os.environ if k not in overlay})
+    tz_changes = "TZ" in overlay and overlay["TZ"] != os.environ.get("TZ")
+    argv = sys.argv
+    handlers = {sig: _signal.getsignal(sig) for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)}
+    with CliRunner().isolation(input=input, env=overlay) as (out, err, _):  # type: ignore[arg-type]
+        sys.argv = ["gpuops", *args]
+        if tz_changes:
+            _time.tzset()
+        code = 0
+        try:
+            main(fast_exit=False)  # never os._exit inside pytest
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        finally:
+            sys.argv = argv
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    _signal.signal(sig, handler)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        result = CliResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
+    if tz_changes:
+        _time.tzset()
+    return result
+
+
+@pytest.fixture
+def cli(gpuops_home):
+    """``cli(*args, env=None, input=None) -> CliResult``: ``cli_in_process`` against ``gpuops_home``
+    (``env`` adds variables for this one run). For argument handling, bad input and what a command
+    reads or prints (milliseconds); a test of what `up` starts on a box, or of signals, runs
+    ``gpuops_cmd`` in a subprocess instead (e2e lane)."""
 
     def run(*args: str, env: dict | None = None, input: str | None = None) -> CliResult:
-        with runner.isolation(input=input, env=env) as (out, err, _), monkeypatch.context() as m:
-            m.setattr(sys, "argv", ["gpuops", *args])
-            code = 0
-            try:
-                main(fast_exit=False)  # never os._exit inside pytest
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-            sys.stdout.flush()
-            sys.stderr.flush()
-            return CliResult(code, out.getvalue().decode("utf-8", "replace"), err.getvalue().decode("utf-8", "replace"))
+        return cli_in_process(*args, env=env, input=input)
 
     return run
 

@@ -311,10 +311,9 @@ def test_month_range_query_uses_an_index(tmp_path):
 def test_sync_cli_lists_then_applies(emulators, tmp_path, cli_env):
     """`gpuops ledger sync --month M [--apply]` end to end: the real SDKs against the emulators."""
     import json
-    import subprocess
 
     from ledger import Ledger
-    from tests.conftest import gpuops_cmd
+    from tests.conftest import cli_in_process
 
     rp, va = emulators
     env = dict(
@@ -336,7 +335,7 @@ def test_sync_cli_lists_then_applies(emulators, tmp_path, cli_env):
     led.engine.dispose()
 
     def run(*args):
-        p = subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=120)
+        p = cli_in_process(*args, env=env, whole_env=True)  # HTTP and the ledger only: no process of its own
         assert p.returncode == 0, p.stderr
         return p.stdout
 

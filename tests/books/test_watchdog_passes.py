@@ -13,6 +13,7 @@ import pytest
 from gpuops.teardown.watchdog_passes import ago, guarded_recently, health_lines, last_passes
 from ledger.passes import host_pass_count, record_pass
 from ledger.reads import LedgerReader, pass_summary
+from tests.conftest import cli_in_process
 
 T0 = 1_796_000_000.0
 
@@ -77,9 +78,7 @@ def test_a_watchdog_pass_is_booked_and_shown_by_ps_and_ledger_month(ledger_url, 
     env = dict(cli_env, GPUOPS_LEDGER_URL=ledger_url, GPUOPS_USER_NAME="alice", COLUMNS="200")
 
     def gpuops(*args):
-        r = subprocess.run(
-            [sys.executable, "-m", "gpuops", *args], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
-        )
+        r = cli_in_process(*args, env=env, whole_env=True)  # one pass and reads: no process of their own
         assert r.returncode == 0, r.stderr
         return r.stdout
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.books.conftest import _rented, build_books, ledger_url, utc  # noqa: F401  (fixture)
-from tests.conftest import REPO, gpuops_cmd
+from tests.conftest import REPO, CliResult, cli_in_process, gpuops_cmd
 from tests.support.browser import Browser
 from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
 
@@ -77,8 +77,11 @@ def dash_env(cli_env, ledger_url):  # noqa: F811
     return env
 
 
-def run_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(gpuops_cmd(*args), env=env, capture_output=True, text=True, timeout=120)
+def run_cli(env: dict, *args: str) -> CliResult:
+    """``gpuops *args`` with ``env`` as its whole environment, in this process (``cli_in_process``):
+    what a command reads and prints is the same code in a process of its own, which would pay
+    the imports again (0.6-0.9 s of CPU each) for every comparison."""
+    return cli_in_process(*args, env=env, whole_env=True)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from gpuops.errors import BadInput
 from gpuops.planning.models import model_catalog
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
-from tests.conftest import REPO, gpuops_cmd
+from tests.conftest import REPO, cli_in_process
 
 TOP_KEYS = [
     "model",
@@ -58,7 +58,9 @@ CARD_KEYS = [
 
 
 def run(cli_env, *args, **kw):
-    return subprocess.run(gpuops_cmd(*args), env={**cli_env, **kw}, capture_output=True, text=True, timeout=60)
+    """``gpuops *args`` with ``cli_env`` and ``kw`` as its whole environment, in this process: planning
+    and a dry run start nothing, and a process of their own would pay the imports for each."""
+    return cli_in_process(*args, env={**cli_env, **kw}, whole_env=True)
 
 
 def test_plan_json_has_the_issue_shape(cli_env):

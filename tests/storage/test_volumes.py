@@ -15,7 +15,7 @@ from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.provider_errors import ProviderError
 from gpuops.providers.runpod import volumes as runpod_volumes
 from gpuops.providers.volumes import spec_fields
-from tests.conftest import gpuops_cmd
+from tests.conftest import cli_in_process, gpuops_cmd
 
 
 def test_runpod_volume_list_create_delete(runpod_vol_emulator, runpod_vol_provider):
@@ -138,7 +138,7 @@ def test_resolve_by_name_or_id_and_refusals(runpod_vol_emulator, runpod_vol_prov
 def test_cli_volumes_list_create_delete(vol_env, cli_env, tmp_path):
     (tmp_path / "job.sh").write_text("echo hi\n")
     env = dict(cli_env, **{k: v for k, v in __import__("os").environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
-    run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    run = lambda *a: cli_in_process(*a, env=env, whole_env=True)  # noqa: E731  (reads and HTTP only)
     r = run(
         "volumes",
         "create",
@@ -248,7 +248,7 @@ def test_a_volume_is_booked_as_storage_by_ledger_sync_and_shown_in_ledger_month(
 
     env = dict(cli_env, **{k: v for k, v in os.environ.items() if k.startswith(("RUNPOD_", "VAST_"))})
     env.pop("VAST_API_KEY", None)  # this test is about RunPod's billing only
-    run = lambda *a: subprocess.run(gpuops_cmd(*a), env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+    run = lambda *a: cli_in_process(*a, env=env, whole_env=True)  # noqa: E731  (reads and HTTP only)
     r = run(
         "volumes",
         "create",
