@@ -13,7 +13,7 @@ from gpuops.errors import BadInput
 from gpuops.planning.models import model_catalog
 from gpuops.rental.launcher import Reporter, UpRequest, run_up
 from ledger import Ledger
-from tests.conftest import REPO, cli_in_process
+from tests.conftest import REPO, cli_in_process, gpuops_cmd
 
 TOP_KEYS = [
     "model",
@@ -61,6 +61,13 @@ def run(cli_env, *args, **kw):
     """``gpuops *args`` with ``cli_env`` and ``kw`` as its whole environment, in this process: planning
     and a dry run start nothing, and a process of their own would pay the imports for each."""
     return cli_in_process(*args, env={**cli_env, **kw}, whole_env=True)
+
+
+def run_fresh(cli_env, *args, **kw):
+    """``gpuops *args`` in a process of its own: for the Hugging Face Hub cases, since huggingface_hub
+    reads ``HF_HUB_OFFLINE`` and ``HF_HOME`` once, at its import (it would keep this test's values
+    in the worker for every later test)."""
+    return subprocess.run(gpuops_cmd(*args), env={**cli_env, **kw}, capture_output=True, text=True, timeout=60)
 
 
 def test_plan_json_has_the_issue_shape(cli_env):
@@ -164,7 +171,9 @@ def test_plan_seq_beyond_context_warns_and_answers(cli_env):
 
 
 def test_plan_hf_repo_offline_says_pass_a_local_config(cli_env, tmp_path):
-    out = run(cli_env, "plan", "--model", "someorg/not-cached-model", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    out = run_fresh(
+        cli_env, "plan", "--model", "someorg/not-cached-model", HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf")
+    )
     assert out.returncode == 2
     assert "offline" in out.stderr and "pass the path" in out.stderr and out.stderr.count("\n") == 1
 
@@ -329,7 +338,7 @@ def test_plan_hf_repo_from_the_local_hub_cache(cli_env, tmp_path):
             }
         )
     )
-    out = run(
+    out = run_fresh(
         cli_env,
         "plan",
         "--model",

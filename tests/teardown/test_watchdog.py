@@ -227,10 +227,21 @@ def test_monthly_cap_destroys_every_box_and_refuses(rig, fake_smi):
 WATCHDOG = """
 import json, os, sys, time
 from gpuops.config import load_settings
+from gpuops.providers.local.compute import LocalProvider
 from gpuops.teardown.reconcile import Context
 from gpuops.teardown.watchdog import run
+hold = sys.argv[3] if len(sys.argv) > 3 else None  # held in its destroy: "<name>.held" written, "<name>.go-on" awaited
+if hold:
+    destroy = LocalProvider.destroy
+    def held_destroy(self, instance_id):
+        open(hold + ".held", "w").close()
+        end = time.monotonic() + 120
+        while not os.path.exists(hold + ".go-on") and time.monotonic() < end:
+            time.sleep(0.01)
+        return destroy(self, instance_id)
+    LocalProvider.destroy = held_destroy
 print("ready", flush=True)
-deadline = time.monotonic() + 60
+deadline = time.monotonic() + 120
 while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:  # the test says when
     time.sleep(0.01)
 s = load_settings(overrides={"teardown": {"max_hours": 0.0003, "kill_grace_seconds": 1.5}})
@@ -249,9 +260,10 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi, tmp_path):
     wait_for(lambda: time.time() > r.inst.created_at + 1.2, 5)  # past the 0.0003 h TTL of the watchdogs
     env = dict(os.environ, PYTHONPATH=str(REPO))
     go = [tmp_path / "go-wd1", tmp_path / "go-wd2"]
+    hold = tmp_path / "wd1-destroy"
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WATCHDOG, f"wd{i}", str(go[i - 1])],
+            [sys.executable, "-c", WATCHDOG, f"wd{i}", str(go[i - 1]), *([str(hold)] if i == 1 else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
@@ -262,16 +274,18 @@ def test_two_watchdogs_on_one_ledger_do_not_fight(rig, fake_smi, tmp_path):
     for p in procs:
         assert p.stdout.readline().strip() == "ready"
     # Overlap them for certain (under load two processes started together may not overlap at all):
-    # wd1 goes first and is paused while it holds the session's lease, then wd2 makes its pass.
+    # wd1 goes first and is held in its destroy, the session's lease its own and no transaction
+    # open; then wd2 makes its whole pass; then wd1 goes on.
     go[0].touch()
-    wait_for(lambda: lease_holder(r.ledger, r.sid) == "wd1", 30, step=0.01)
-    os.kill(procs[0].pid, signal.SIGSTOP)
     try:
+        wait_for(lambda: Path(f"{hold}.held").exists() or procs[0].poll() is not None, 60, step=0.01)
+        assert lease_holder(r.ledger, r.sid) == "wd1", procs[0].poll()
         go[1].touch()
-        second = procs[1].communicate(timeout=60)[0]
+        second, second_err = procs[1].communicate(timeout=120)
     finally:
-        os.kill(procs[0].pid, signal.SIGCONT)
-    first = procs[0].communicate(timeout=60)[0]
+        Path(f"{hold}.go-on").touch()
+    first, first_err = procs[0].communicate(timeout=120)
+    assert first.strip() and second.strip(), (first, first_err[-3000:], second, second_err[-3000:])
     outs = [json.loads(out.strip().splitlines()[-1]) for out in (first, second)]
     did = [[a["kind"] for a in o if a["session"] == r.sid] for o in outs]
     assert sorted("destroyed" in d for d in did) == [False, True], did
