@@ -25,8 +25,8 @@ strings.
 One way to the database: the ledger's SQLAlchemy engine (``ledger/engine.py``), a write in
 ``engine.begin()`` (``_write``), a read on a connection that takes no write lock (``reads``,
 ``ledger/reads.py``). The models (``ledger/models.py``, SQLModel) are imported by the first write,
-or before a replay of the spool that is on no destroy's way (``_load_write_tables``); a command
-that only reads loads SQLAlchemy Core alone.
+or before a replay of the spool that is on no destroy's way, or past a destroy
+(``_load_write_tables``); a command that only reads loads SQLAlchemy Core alone.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -333,6 +334,13 @@ class Ledger:
                 self._refused_at = time.monotonic()
             return default
 
+    def prepare_writes(self) -> None:
+        """Import the write statements' tables now (``_load_write_tables``).
+
+        The bounded writes after it then wait only on the database. For a caller past its destroy
+        (the import takes seconds on a loaded machine); never on the way to one."""
+        _load_write_tables()
+
     def try_replay(self) -> int:
         """Try once, bounded, to apply the spool now.
 
@@ -599,10 +607,13 @@ class Ledger:
             self._spool(op, **args)
             self._hold(op, args)
             return None
+        tables_loaded = "ledger.models" in sys.modules
         try:
             out = self._run(fn, args)
-        except _spooled_errors() + (_Late,):
-            if self._bound is not None:
+        except _spooled_errors() + (_Late,) as refused:
+            # A write late while this process still imported the tables may have waited on that
+            # import, not on the database: no refusal is held for the writes after it.
+            if self._bound is not None and (tables_loaded or not isinstance(refused, _Late)):
                 self._refused_at = time.monotonic()
             self._spool(op, **args)
             self._hold(op, args)

@@ -568,6 +568,9 @@ def _end(
         destroyed = True
     elif iid and provider is not None:
         already_gone = True  # not found, or the id answers for another's instance
+    # Past the destroy: the writes that book it wait on the database alone, not on this process's
+    # first import of the tables (seconds on a loaded machine; a write it made late was spooled).
+    getattr(ledger, "prepare_writes", lambda: None)()
     if not is_open:
         if row is not None and session_id is not None and destroyed and not already_gone:  # a row: read by its id
             ledger.event(

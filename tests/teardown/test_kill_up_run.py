@@ -4,6 +4,7 @@ whose live `up` would re-rent (a reason it recovers on, attempts left)."""
 
 from __future__ import annotations
 
+import shlex
 from types import SimpleNamespace
 
 import pytest
@@ -21,12 +22,15 @@ from tests.teardown.conftest import wait_for
 @pytest.mark.parametrize("closer", ["watchdog", "reconcile"])
 def test_a_killed_up_leaves_no_run_open(closer, gpuops_home, cli_env, fake_smi, tmp_path):
     fake_smi.util(70)  # the job holds the GPU: not idle
-    up = UpProc(tmp_path, up_env(cli_env), "sleep 1\n", "--recover", "1")
+    gate = tmp_path / "job-may-end"  # the job runs until `up` is killed: under load a fixed job may end first
+    job = f"for i in $(seq 1200); do [ -e {shlex.quote(str(gate))} ] && exit 0; sleep 0.05; done; exit 1\n"
+    up = UpProc(tmp_path, up_env(cli_env), job, "--recover", "1")
     try:
         wait_for(has_event("job_started"), 90)
         up.p.kill()  # `up` alone (the box's processes are their own groups): its run stays open
         up.p.wait(30)
     finally:
+        gate.touch()
         up.cleanup()
     row = only_row()
     box = gpuops_home / "boxes" / row.label
