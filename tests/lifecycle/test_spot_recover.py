@@ -76,26 +76,6 @@ def rig(gpuops_home, sshd, vast_emulator, monkeypatch):
     return emu
 
 
-def _sessions(listener: int) -> list[int]:
-    """PIDs under the test sshd's listener ``listener``: its open SSH sessions and what they run."""
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        try:
-            stat = open(f"/proc/{name}/stat").read() if name.isdigit() else ""
-        except OSError:
-            continue
-        if stat:
-            parent[int(name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
-    under: list[int] = []
-    for pid in parent:
-        p = parent.get(pid)
-        while p is not None and p > 1 and p != listener:
-            p = parent.get(p)
-        if p == listener:
-            under.append(pid)
-    return under
-
-
 def _signal_all(pids: list[int], sig: int) -> list[int]:
     """Send ``sig`` to each of ``pids`` (one already gone is skipped); returns ``pids``."""
     for pid in pids:
@@ -157,7 +137,7 @@ class TakeBack:
                     # processes and its SSH sessions are frozen first, so no read `up` asks after the
                     # take-back is answered (an answered read is a proof of life, booked as such).
                     root = self.sshd.home / "gpuops" / inst.label
-                    frozen = _signal_all(box_processes(root) + _sessions(self.sshd.proc.pid), signal.SIGSTOP)
+                    frozen = _signal_all(box_processes(root) + descendants(self.sshd.proc.pid), signal.SIGSTOP)
                     self.emu.market.preempt(inst.id, self.modes[n])
                     self.taken.append(
                         {
