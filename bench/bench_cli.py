@@ -132,7 +132,7 @@ def startup_goal(gpuops: list[str], env: dict, empty: Path, runs: int) -> dict[s
 def insert_bench(url: str, n: int = 300, events: int = 6) -> dict:
     """ms per session insert (intent row + its events, the way `up` writes them) and per close."""
     sys.path.insert(0, str(REPO))
-    from ledger import Ledger, Session
+    from ledger import Ledger
 
     led = Ledger(url)
     ins, close = [], []
@@ -140,7 +140,7 @@ def insert_bench(url: str, n: int = 300, events: int = 6) -> dict:
         sid = f"ins-{i:05d}"
         t0 = time.perf_counter()
         led.add_session(
-            Session(
+            dict(
                 id=sid,
                 experiment="bench",
                 job="bench.sh",

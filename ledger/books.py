@@ -4,8 +4,8 @@ Everything under ``gpuops/`` that books a rental, ends one, or reads the books f
 limit is written against this Protocol, never against ``ledger.store.Ledger`` itself. Units: times
 are epoch seconds UTC (float), durations seconds, money USD, prices USD/hour. Rows are read-only
 SQLAlchemy ``Row`` objects with the table's columns as attributes (``row.cost_usd``) and
-``row._mapping`` as a dict; the columns are those of ``ledger/models.py`` (``sessions``:
-``Session``, ``runs``: ``Run``, ``events``: ``Event``, ``bootstrap_steps``: ``BootstrapStep``).
+``row._mapping`` as a dict; the columns are those of ``ledger/models.py`` (``sessions``,
+``runs``, ``events``, ``bootstrap_steps``, ...). A row written is a dict of columns.
 
 A write the database refuses (a lock past its deadline, a full disk, a server down) is spooled and
 replayed later (``ledger/store.py``): the writes marked "spooled" below then return None and never
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine, Row
 
-    from ledger.models import Run, Session
     from ledger.reads import Reads
 
 T = TypeVar("T")
@@ -38,11 +37,11 @@ class Books(Protocol):
     notices: list[str]  # what the caller should tell the user (a spool refused, a ledger file that vanished)
 
     # -- a session's life ---------------------------------------------------------------------
-    def add_session(self, row: Session | dict[str, Any]) -> None:
+    def add_session(self, row: dict[str, Any]) -> None:
         """Insert the intent row (before any create) and its ``intent`` event in one transaction.
 
-        ``row``: a ``ledger.models.Session`` or its columns as a dict (``id`` and ``created_at``
-        required; the model's defaults for the rest). Raises the database's error (never spooled:
+        ``row``: its ``sessions`` columns (``id`` and ``created_at`` required; the table's defaults
+        for the rest). Raises the database's error (never spooled:
         nothing is rented without its row) and ValueError for an unknown column."""
         ...
 
@@ -170,8 +169,10 @@ class Books(Protocol):
         ...
 
     # -- runs: the user's job across rentals --------------------------------------------------
-    def add_run(self, run: Run) -> None:
-        """Insert a ``runs`` row (``ledger.models.Run``, status open) before its first rental."""
+    def add_run(self, run: dict[str, Any]) -> None:
+        """Insert a ``runs`` row (its columns; ``id`` and ``created_at`` required) before its first rental.
+
+        ValueError for an unknown column."""
         ...
 
     def update_run(self, run_id: str, **fields: Any) -> None:

@@ -25,10 +25,9 @@ def acquire_lease(ledger: Books, session_id: str, owner: str, seconds: float, no
     import sqlalchemy as sa
     from sqlalchemy.exc import IntegrityError
 
-    from ledger.models import SessionLease
+    from ledger.models import session_leases as t
 
     now = time.time() if now is None else now
-    t = SessionLease.__table__
     take = (
         sa.update(t)
         .where(t.c.session_id == session_id)
@@ -50,9 +49,8 @@ def release_lease(ledger: Books, session_id: str, owner: str) -> None:
     """Give the lease back (only if ``owner`` still holds it)."""
     import sqlalchemy as sa
 
-    from ledger.models import SessionLease
+    from ledger.models import session_leases as t
 
-    t = SessionLease.__table__
     with ledger.engine.begin() as conn:
         conn.execute(sa.delete(t).where(t.c.session_id == session_id, t.c.owner == owner))
 
@@ -64,10 +62,9 @@ def prune_lapsed_leases(ledger: Books, prefix: str, now: float | None = None) ->
     their retention and dead after it): a lapsed one holds nothing and would only pile up."""
     import sqlalchemy as sa
 
-    from ledger.models import SessionLease
+    from ledger.models import session_leases as t
 
     now = time.time() if now is None else now
-    t = SessionLease.__table__
     with ledger.engine.begin() as conn:
         gone = conn.execute(
             sa.delete(t).where(t.c.session_id.startswith(prefix, autoescape=True), t.c.expires_at < now)
@@ -79,10 +76,9 @@ def lease_holder(ledger: Books, session_id: str, now: float | None = None) -> st
     """The owner of an unexpired lease on ``session_id``, else None."""
     import sqlalchemy as sa
 
-    from ledger.models import SessionLease
+    from ledger.models import session_leases as t
 
     now = time.time() if now is None else now
-    t = SessionLease.__table__
     with ledger.engine.begin() as conn:
         row = conn.execute(sa.select(t.c.owner, t.c.expires_at).where(t.c.session_id == session_id)).first()
     return row.owner if row is not None and row.expires_at >= now else None
@@ -96,9 +92,9 @@ def active_refusals(ledger: Books) -> list[Any]:
 
 
 def _refusals() -> Any:
-    from ledger.models import Refusal
+    from ledger.models import refusals
 
-    return Refusal.__table__  # type: ignore[attr-defined]  # SQLModel sets it
+    return refusals
 
 
 def _active(t: Any, scope: str, reason: str, account: str | None) -> Any:

@@ -1,7 +1,7 @@
 """Schema history, llm-style: one small named function per change, applied once, recorded in ``schema_migrations``.
 
 The schema itself is stated once, in ``ledger/models.py``. The first step (``m001_models``) creates
-a new ledger from the models' metadata; each later step alters an existing ledger toward the models
+a new ledger from its tables' metadata; each later step alters an existing ledger toward those tables
 as they are then (SQLAlchemy Core DDL, so the same step runs on SQLite and PostgreSQL). Never edit a
 step that has shipped: add a new one, and change the models with it.
 
@@ -60,11 +60,9 @@ def m001_models(conn: Connection) -> None:
     ``ix_sessions_books`` differs per database, so it is made here rather than on the model: SQLite
     also holds ``conclusion`` (the newest conclusion's time rides in the experiments scan);
     PostgreSQL does not (a B-tree entry must stay under 2,704 bytes and a note may be longer)."""
-    from sqlmodel import SQLModel
+    from ledger.models import metadata
 
-    import ledger.models  # noqa: F401  the tables register on SQLModel.metadata
-
-    SQLModel.metadata.create_all(conn)
+    metadata.create_all(conn)
     cols = BOOKS_INDEX_COLUMNS + (("conclusion",) if conn.dialect.name == "sqlite" else ())
     conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS ix_sessions_books ON sessions ({', '.join(cols)})")
 
@@ -77,11 +75,10 @@ def m002_sweeps(conn: Connection) -> None:
     them): each piece is made only where it is missing."""
     import sqlalchemy as sa
 
-    from ledger.models import Run, Sweep, SweepBlob, SweepJob
+    from ledger.models import runs, sweep_blobs, sweep_jobs, sweeps
 
-    for table in (Sweep.__table__, SweepJob.__table__, SweepBlob.__table__):  # type: ignore[attr-defined]  # SQLModel sets it
+    for table in (sweeps, sweep_jobs, sweep_blobs):
         table.create(conn, checkfirst=True)
-    runs = Run.__table__  # type: ignore[attr-defined]
     if "sweep_id" not in {c["name"] for c in sa.inspect(conn).get_columns("runs")}:
         conn.execute(sa.text("ALTER TABLE runs ADD COLUMN sweep_id VARCHAR"))
     for index in runs.indexes:

@@ -148,7 +148,7 @@ OPS: dict[str, dict[str, str]] = {
 }
 _OPTIONAL = {"by", "detail", "exit_code", "at"}
 
-# The ``sessions`` columns a spooled ``update`` may set, by kind (``ledger.models.Session``).
+# The ``sessions`` columns a spooled ``update`` may set, by kind (``ledger.models.sessions``).
 SESSION_COLUMNS: dict[str, str] = {
     **dict.fromkeys(
         ("experiment", "job", "provider", "card", "label", "conclusion", "note", "log_path", "results_path"), _STR

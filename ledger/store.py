@@ -24,7 +24,7 @@ strings.
 
 One way to the database: the ledger's SQLAlchemy engine (``ledger/engine.py``), a write in
 ``engine.begin()`` (``_write``), a read on a connection that takes no write lock (``reads``,
-``ledger/reads.py``). The models (``ledger/models.py``, SQLModel) are imported by the first write,
+``ledger/reads.py``). The tables (``ledger/models.py``, SQLAlchemy Core) are imported by the first write,
 or before a replay of the spool that is on no destroy's way, or past a destroy
 (``_load_write_tables``); a command that only reads loads SQLAlchemy Core alone.
 """
@@ -57,7 +57,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine, Row
 
     from ledger.books import Books
-    from ledger.models import Run, Session
 
 T = TypeVar("T")
 D = TypeVar("D")
@@ -193,7 +192,7 @@ class ImportRejected(ValueError):
 def _load_write_tables() -> None:
     """Import the write statements' tables now, outside any write's deadline.
 
-    The tables are ``ledger.writes._tables`` (SQLModel, which a process's first write imports).
+    The tables are ``ledger.writes._tables`` (``ledger/models.py``, which a process's first write imports).
     A replay's deadline bounds the wait on
     the database, never this process's own first import (seconds on a loaded machine, which made
     the first replayed write late, and spooled again, against a ledger that answered at once).
@@ -623,17 +622,16 @@ class Ledger:
         return out
 
     # -- writes -------------------------------------------------------------------------------
-    def add_session(self, row: Session | dict[str, Any]) -> None:
+    def add_session(self, row: dict[str, Any]) -> None:
         """Insert the intent row and its first event in one transaction.
 
         Insert the intent row (status provisioning) and its first event in one transaction.
-        ``row``: a ``ledger.models.Session``, or its columns as a dict (the model's defaults for
-        the rest: ``ledger.writes.session_dict``)."""
+        ``row``: its ``sessions`` columns (``id`` and ``created_at`` required; the table's defaults
+        for the rest, ``ledger/models.py``). ValueError for an unknown column."""
         import ledger.writes as writes
 
-        fields = row if isinstance(row, dict) else row.model_dump()
         with self._write() as (conn, reads):
-            got = writes.add_session(conn, reads, {k: _plain(v) for k, v in fields.items()})
+            got = writes.add_session(conn, reads, {k: _plain(v) for k, v in row.items()})
         self._hold("row", {}, got)
 
     def update(self, session_id: str, **fields: Any) -> None:
@@ -775,11 +773,11 @@ class Ledger:
 
         ``import_chunks`` of (line number, row) pairs, ``chunk`` of them per batch. A row is a
         dict of columns (absent ones NULL) or a tuple of ``columns`` (default every column of
-        ``models.Session``; the id first)."""
+        ``ledger.models.sessions``; the id first)."""
         if columns is None:
-            from ledger.models import Session
+            from ledger.models import sessions
 
-            columns = Session.__table__.c.keys()
+            columns = sessions.c.keys()
         cols = tuple(columns)
 
         def batches() -> Iterator[tuple[list[int], list[tuple[Any, ...]]]]:
@@ -804,7 +802,7 @@ class Ledger:
 
         Stream batches of rows into ``sessions`` in ONE transaction, one executemany (or COPY) per
         batch: memory holds one batch, whatever the file's size. A batch is (line numbers, rows),
-        each row a tuple of ``columns`` (default every column of ``models.Session``; the id first)
+        each row a tuple of ``columns`` (default every column of ``ledger.models.sessions``; the id first)
         (``ledger.csvio.CsvImport.chunks``). ``errors``: a list the producer appends bad lines to
         while it is consumed; an id already in the ledger (or earlier in the same stream) is one
         too, reported when no line is otherwise bad. After the last batch, any error rolls
@@ -822,9 +820,9 @@ class Ledger:
         from ledger.csvio import LineErrors
 
         if columns is None:
-            from ledger.models import Session
+            from ledger.models import sessions
 
-            columns = Session.__table__.c.keys()
+            columns = sessions.c.keys()
         cols = tuple(columns)
         fixed = dict(constants or {})
         errors = errors if errors is not None else []
@@ -943,16 +941,26 @@ class Ledger:
     # -- runs (m010): the user's job across rentals --------------------------------------------
     @staticmethod
     def _runs_table() -> sa.Table:
-        from ledger.models import Run
+        from ledger.models import runs
 
-        return cast(sa.Table, Run.__table__)  # type: ignore[attr-defined]  # SQLModel sets it
+        return runs
 
-    def add_run(self, run: Run) -> None:
-        """Insert a ``runs`` row (``ledger.models.Run``, status open) before its first rental."""
-        fields = {k: _plain(v) for k, v in run.model_dump().items()}
+    def add_run(self, run: dict[str, Any]) -> None:
+        """Insert a ``runs`` row before its first rental.
+
+        ``run``: its columns (``id`` and ``created_at`` required; the table's defaults for the
+        rest, ``ledger/models.py``). ValueError for an unknown column."""
+        runs = self._runs_table()
+        bad = sorted(set(run) - set(runs.c.keys()))
+        if bad:
+            raise ValueError(f"unknown runs column(s): {', '.join(bad)}")
+        if not run.get("id") or run.get("created_at") is None:
+            raise ValueError("a run row needs its id and created_at")
+        defaults = {c.name: getattr(c.default, "arg", None) for c in runs.c}
+        fields = defaults | {k: _plain(v) for k, v in run.items()}
         with self._write() as (conn, _):
             conn.execute(sa.insert(self._runs_table()).values(**fields))
-        self._held_runs[run.id] = fields
+        self._held_runs[str(fields["id"])] = fields
 
     def update_run(self, run_id: str, **fields: Any) -> None:
         """Set fields of a run (spooled when the database refuses). KeyError for an unknown id."""
@@ -1003,7 +1011,7 @@ class Ledger:
         return SimpleNamespace(**d) if d is not None else None
 
     def get_run(self, run_id: str) -> Row[Any] | None:
-        """The ``runs`` row (every column of ``ledger.models.Run``), or None."""
+        """The ``runs`` row (every column of ``ledger.models.runs``), or None."""
         got = self.reads.rows("runs", where=["id = :id"], params={"id": run_id})
         return got[0] if got else None
 

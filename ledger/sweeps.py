@@ -39,15 +39,15 @@ CLAIM_BATCH = 16
 
 
 def _tables() -> tuple[sa.Table, sa.Table, sa.Table]:
-    from ledger.models import Sweep, SweepBlob, SweepJob
+    from ledger.models import sweep_blobs, sweep_jobs, sweeps
 
-    return Sweep.__table__, SweepJob.__table__, SweepBlob.__table__  # type: ignore[attr-defined]  # SQLModel sets it
+    return sweeps, sweep_jobs, sweep_blobs
 
 
 def _runs() -> tuple[sa.Table, sa.Table]:
-    from ledger.models import Run, Session
+    from ledger.models import runs, sessions
 
-    return Run.__table__, Session.__table__  # type: ignore[attr-defined]
+    return runs, sessions
 
 
 def enqueue(engine: Engine, sweep: dict[str, Any], jobs: list[dict[str, Any]], blobs: Iterable[dict[str, Any]]) -> None:

@@ -26,10 +26,10 @@ from onbox.vocabulary import EventKind
 
 
 def _tables() -> tuple[sa.Table, sa.Table, sa.Table]:
-    """The models' ``sessions``, ``cost_lines`` and ``events`` tables (``ledger/models.py``)."""
-    from ledger.models import CostLine, Event, Session
+    """The ``sessions``, ``cost_lines`` and ``events`` tables (``ledger/models.py``)."""
+    from ledger.models import cost_lines, events, sessions
 
-    return Session.__table__, CostLine.__table__, Event.__table__  # type: ignore[attr-defined]  # SQLModel sets it
+    return sessions, cost_lines, events
 
 
 def line_key(c: ChargeLine) -> str:

@@ -3,7 +3,7 @@
 ``add_session``, ``event``, ``set_fields``, ``add_steps``, ``request_end``, ``close``, ``rebook``,
 ``heartbeat``, ``get`` and ``events`` take the connection of an ``engine.begin()`` (a write: SQLite
 takes the write lock at BEGIN, ``ledger/engine.py``) or of a read, and send SQLAlchemy Core
-statements on the models' tables (``ledger/models.py``: the columns, their types and defaults are
+statements on the ledger's tables (``ledger/models.py``: the columns, their types and defaults are
 stated there once). Rows read back are SQLAlchemy ``Row`` (``ledger.reads.Reads`` on the same
 connection, so a write reads what it wrote).
 """
@@ -27,10 +27,10 @@ if TYPE_CHECKING:
 
 
 def _tables() -> tuple[sa.Table, sa.Table, sa.Table]:
-    """The ``sessions``, ``events`` and ``bootstrap_steps`` tables of the models (SQLModel: imported on the first write)."""
-    from ledger.models import BootstrapStep, Event, Session
+    """The ``sessions``, ``events`` and ``bootstrap_steps`` tables (``ledger/models.py``: loaded on the first write)."""
+    from ledger.models import bootstrap_steps, events, sessions
 
-    return Session.__table__, Event.__table__, BootstrapStep.__table__  # type: ignore[attr-defined]  # SQLModel sets it
+    return sessions, events, bootstrap_steps
 
 
 def _one(reads: Reads, session_id: str) -> Row[Any] | None:
@@ -57,7 +57,7 @@ def _event(conn: Connection, session_id: str, kind: str, detail: str, at: float)
 
 
 def _insert(conn: Connection, fields: dict[str, Any]) -> None:
-    """Insert a ``sessions`` row (the model's defaults for the columns not given) and its ``intent`` event.
+    """Insert a ``sessions`` row (the table's defaults for the columns not given) and its ``intent`` event.
 
     ValueError for an unknown column or a row without id or created_at."""
     sessions = _tables()[0]
@@ -73,7 +73,7 @@ def _insert(conn: Connection, fields: dict[str, Any]) -> None:
 def add_session(conn: Connection, reads: Reads, fields: dict[str, Any]) -> Row[Any]:
     """Insert the intent row and its ``intent`` event; returns the row as stored.
 
-    ``fields``: the row's columns (the model's defaults fill in the rest); the event is dated the
+    ``fields``: the row's columns (the table's defaults fill in the rest); the event is dated the
     row's ``created_at``. ValueError for an unknown column or a row without id or created_at."""
     _insert(conn, fields)
     row = _one(reads, fields["id"])

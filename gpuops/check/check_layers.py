@@ -210,14 +210,13 @@ class CheckRun:
     def _load(self) -> None:
         """Import what the watch and the cleanup use, and open the ledger's engine, before anything is rented.
 
-        A KeyboardInterrupt that lands in a module's first import leaves that module half made, and
-        ``ledger.models`` cannot be imported again: its tables are already in SQLModel's metadata
-        ("Table 'sessions' is already defined"). Every ledger read the cleanup needs would then fail:
-        no row closed, no row id to find a box by its label, every box left to its TTL. On a
-        loaded machine that first import takes seconds, so a Ctrl-C lands in it."""
+        A KeyboardInterrupt that lands in a module's first import leaves that module half made (a
+        library's module may then not import again), and every ledger read the cleanup needs
+        would fail: no row closed, no row id to find a box by its label, every box left to its
+        TTL. On a loaded machine that first import takes seconds, so a Ctrl-C lands in it."""
         from gpuops.teardown import lifecycle, reconcile  # noqa: F401  (the cleanup's end_rental; close_gone)
 
-        self.ledger.rows_between(self.started, self.started)  # SQLModel, the table classes, the engine
+        self.ledger.rows_between(self.started, self.started)  # SQLAlchemy, the engine, the first read
 
     def _raise_lost(self) -> None:
         """Raise the signal that came while its exception was dropped (once per watch round).

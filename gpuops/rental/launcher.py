@@ -1134,7 +1134,6 @@ def _run_recovering(
     from dataclasses import replace
 
     from gpuops.rental import runs
-    from ledger import Run
     from onbox.vocabulary import RunEnd
 
     t = settings.teardown
@@ -1149,7 +1148,7 @@ def _run_recovering(
     spot_only = p.offer.spot and not req.recover_on_demand  # spot where spot was asked (and rented)
     run_id = req.run_id or runs.new_run_id(new_session_id())
     ledger.add_run(
-        Run(
+        dict(
             id=run_id,
             experiment=req.experiment,
             job=INTERACTIVE_JOB if req.interactive else str(req.job),

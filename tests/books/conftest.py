@@ -40,7 +40,6 @@ def utc(*args: int) -> float:
 
 
 def _session(sid: str, created_at: float, **kw):
-    from ledger import Session
 
     base = dict(
         id=sid,
@@ -56,7 +55,7 @@ def _session(sid: str, created_at: float, **kw):
         created_at=created_at,
     )
     base.update(kw)
-    return Session(**base)
+    return base
 
 
 def _rented(led, sid, created, *, price, started=None, **kw):

@@ -111,7 +111,7 @@ def test_sql_rule_at_every_edge_gives_the_money_by_hand(ledger):
 
     from gpuops.accounting import ledger_service as cmds
     from ledger.limits import month_spend
-    from ledger.models import Session
+    from ledger.models import sessions
     from ledger.reports import month_bounds
 
     lo, hi = month_bounds("2026-11", "UTC")
@@ -164,7 +164,7 @@ def test_sql_rule_at_every_edge_gives_the_money_by_hand(ledger):
             )
         )
     with ledger.engine.begin() as conn:
-        conn.execute(Session.__table__.insert(), rows)
+        conn.execute(sessions.insert(), rows)
 
     # November's real money by hand, cost x the share of [start, end) inside [lo, hi) (the month is
     # 720 h): e00 6, e01 7 (zero-length at lo), e04 10 x 1/3, e05 11 x 1/3, e06 12 x 720/722, e07 13
@@ -278,13 +278,13 @@ def test_token_sums_past_64_bits_do_not_overflow(ledger):
     floats (SQLite's integer SUM raises "integer overflow" past 2**63 - 1)."""
     from gpuops.accounting import ledger_service as cmds
     from gpuops.accounting.ledger_service import MAX_TOKENS
-    from ledger.models import Session
+    from ledger.models import sessions
     from ledger.reports import month_bounds
 
     lo, _ = month_bounds("2026-11", "UTC")
     with ledger.engine.begin() as conn:
         conn.execute(
-            Session.__table__.insert(),
+            sessions.insert(),
             [
                 dict(
                     id=f"t{i}",

@@ -17,7 +17,7 @@ EVENTS_PER_SESSION = 3
 
 def _up(url: str, who: int, start, errors) -> None:
     try:
-        from ledger import Ledger, Session
+        from ledger import Ledger
 
         led = Ledger(url)
         start.wait(30)
@@ -25,7 +25,7 @@ def _up(url: str, who: int, start, errors) -> None:
             sid = f"p{who}-{n:03d}"
             t = 1793865600.0 + who * 1000 + n
             led.add_session(
-                Session(
+                dict(
                     id=sid,
                     experiment=f"e{who % 2}",
                     job="j",

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 from gpuops.notify.notifier import CLAIM_KEEP_S, CLAIM_PREFIX, Notifier
 from ledger.limits import acquire_lease, lease_holder
-from ledger.models import SessionLease
+from ledger.models import session_leases
 
 
 def _machine(url: str, tmp_path, name: str) -> Notifier:
@@ -20,7 +20,7 @@ def _machine(url: str, tmp_path, name: str) -> Notifier:
 
 
 def _keys(ledger) -> set[str]:
-    t = SessionLease.__table__
+    t = session_leases
     with ledger.engine.begin() as conn:
         return {r.session_id for r in conn.execute(sa.select(t.c.session_id))}
 
@@ -32,7 +32,7 @@ def test_two_machines_on_one_ledger_claim_an_event_once_and_the_record_is_the_le
     laptop.settle("s1:ended", "laptop-1", sent=True)
     assert server.claim("s1:ended", "server-2", 60.0) is False  # delivered: kept as the ledger's record
     assert lease_holder(ledger, CLAIM_PREFIX + "s1:ended") == "laptop-1"  # in the shared ledger's own table
-    t = SessionLease.__table__
+    t = session_leases
     with ledger.engine.begin() as conn:
         until = conn.execute(sa.select(t.c.expires_at).where(t.c.session_id == CLAIM_PREFIX + "s1:ended")).scalar()
     assert until - time.time() == pytest.approx(CLAIM_KEEP_S, abs=60.0)  # kept 400 days

@@ -65,7 +65,7 @@ def core_closure(core: list[str] | None = None) -> dict[str, list[str]]:
 
 def test_core_install_pulls_no_heavy_packages():
     closure = core_closure()
-    assert {"typer", "rich", "sqlmodel", "sqlalchemy", "pydantic"} <= set(closure)
+    assert {"typer", "rich", "sqlalchemy", "pydantic"} <= set(closure)
     heavy = {n: " -> ".join(closure[n]) for n in HEAVY if n in closure}
     assert not heavy, f"the core install pulls heavy packages: {heavy}"
 

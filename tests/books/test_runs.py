@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from ledger import Run, Session
 from ledger.store import Ledger
 
 T0 = 1_764_583_200.0  # 2025-12-01 10:00 UTC
@@ -16,7 +15,7 @@ def _rental(
     led: Ledger, sid: str, run_id: str | None, attempt: int | None, start: float, seconds: float, reason: str
 ) -> None:
     led.add_session(
-        Session(
+        dict(
             id=sid,
             experiment="spot",
             provider="vast",
@@ -36,7 +35,7 @@ def _rental(
 def test_a_run_and_its_rentals(ledger_url):
     led = Ledger(ledger_url)
     led.add_run(
-        Run(
+        dict(
             id="run-a",
             experiment="spot",
             job="job.py",
@@ -85,7 +84,7 @@ def test_a_refused_run_close_is_spooled_and_replayed(tmp_path):
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     led = Ledger(url, spool_path=tmp_path / "spool.jsonl")
     led.add_run(
-        Run(
+        dict(
             id="run-b",
             experiment="x",
             job="j",

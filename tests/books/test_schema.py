@@ -294,12 +294,12 @@ def test_the_migrated_tables_are_the_models(ledger_url):
     """A migrated ledger's tables have the models' columns (what ``ledger.reads`` reads whole), and
     `ledger show` shows each."""
     from ledger import Ledger
-    from ledger.models import SQLModel
+    from ledger.models import metadata
     from ledger.reports import SESSION_FIELDS
 
     led = Ledger(ledger_url)
     try:
-        for name, table in SQLModel.metadata.tables.items():
+        for name, table in metadata.tables.items():
             assert set(led.reads.columns(name)) == set(table.c.keys()), name
         assert set(led.reads.columns("sessions")) == set(SESSION_FIELDS)
     finally:
@@ -312,18 +312,37 @@ def test_report_path_does_not_import_the_orm():
 
     code = (
         "import sys, gpuops.accounting.ledger_service, gpuops.render.ledger, ledger.reads, ledger.reports, ledger.csvio, ledger.billing; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sqlmodel' or m == 'ledger.models'))"
+        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.orm') or m == 'ledger.models'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
+def test_a_write_imports_no_orm(tmp_path):
+    """A rental's writes (a session, its run, a close) are Core statements: SQLAlchemy's ORM never loads."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    code = (
+        "import sys\nfrom ledger import Ledger\n"
+        f"led = Ledger({url!r})\n"
+        "led.add_run({'id': 'run-1', 'created_at': 1.0})\n"
+        "led.add_session({'id': 's1', 'created_at': 1.0, 'run_id': 'run-1'})\n"
+        "led.close('s1', 2.0, 'job_end')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sqlalchemy.orm')), led.get('s1').status)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "closed"]
+
+
 def test_the_models_indexes_are_the_migrations(ledger_url):
     """Every index a model states is in a migrated ledger: same columns, same partial predicate
     (m011's ``WHERE col IS NOT NULL``), on SQLite and PostgreSQL."""
     from ledger import Ledger
-    from ledger.models import Session
+    from ledger.models import sessions
 
     def where(clause) -> str:  # PostgreSQL reflects "(run_id IS NOT NULL)", "((status)::text <> 'closed'::text)"
         return "" if clause is None else str(clause).replace("(", "").replace(")", "").replace("::text", "").lower()
@@ -337,8 +356,7 @@ def test_the_models_indexes_are_the_migrations(ledger_url):
                 for i in sa.inspect(conn).get_indexes("sessions")
             }
         stated = {
-            i.name: ([c.name for c in i.columns], where(i.dialect_options[dialect]["where"]))
-            for i in Session.__table__.indexes
+            i.name: ([c.name for c in i.columns], where(i.dialect_options[dialect]["where"])) for i in sessions.indexes
         }
         assert stated["ix_sessions_run_id"] == (["run_id"], "run_id is not null")
         assert {n: have.get(n) for n in stated} == stated

@@ -8,7 +8,6 @@ import threading
 import pytest
 
 from ledger import Ledger, sweeps as queue
-from ledger.models import Run
 
 T0 = 1_800_000_000.0
 
@@ -23,7 +22,7 @@ def _sweep(led: Ledger, n: int, sweep_id: str = "sweep-a", k: int = 100) -> None
 
 
 def _run(led: Ledger, run_id: str, status: str, reason: str | None, open_rental: bool = False) -> None:
-    led.add_run(Run(id=run_id, status="open", created_at=T0, sweep_id="sweep-a"))
+    led.add_run(dict(id=run_id, status="open", created_at=T0, sweep_id="sweep-a"))
     if status == "closed":
         led.close_run(run_id, T0 + 10, reason or "", "")
     led.add_session(

@@ -164,7 +164,6 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     from gpuops.providers.base import CreateSpec, OfferQuery
     from gpuops.providers.local.compute import LocalProvider
     from gpuops.rental.logs import show_logs
-    from ledger.models import Session
     from ledger.store import Ledger
 
     s = settings_from({"data_dir": str(tmp_path / "data")})
@@ -173,7 +172,7 @@ def test_logs_show_a_running_local_job_then_the_kept_copy(tmp_path, monkeypatch)
     inst = prov.create(offer, CreateSpec(label="gpuops-20261129-1700-abcd"))
     ledger = Ledger(s.ledger_url())
     ledger.add_session(
-        Session(
+        dict(
             id="20261129-1700-abcd",
             provider="local",
             label=inst.label,

@@ -22,7 +22,6 @@ def _rent_layers(provider, ledger, run: CheckRun, tmp_path: Path, with_rows: boo
     import time
 
     from gpuops.providers.base import CreateSpec, OfferQuery
-    from ledger.models import Session
 
     offer = min(provider.offers(OfferQuery(spot=False)), key=lambda o: o.usd_per_hour)
     layers = []
@@ -31,7 +30,7 @@ def _rent_layers(provider, ledger, run: CheckRun, tmp_path: Path, with_rows: boo
         label = f"gpuops-{sid}"
         if with_rows:
             ledger.add_session(
-                Session(
+                dict(
                     id=sid,
                     experiment=check_layers.EXPERIMENT,
                     job="job.sh",

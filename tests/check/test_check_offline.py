@@ -10,7 +10,6 @@ import re
 import time
 
 from ledger import Ledger
-from ledger.models import Session
 
 
 def checks(res) -> dict[str, dict]:
@@ -53,7 +52,7 @@ def test_an_open_box_of_ours_is_named_first_as_a_warning(cli, gpuops_home):
 
     me = load_settings().owner()
     led.add_session(
-        Session(
+        dict(
             id="20261201-090000-abcd",
             experiment="e",
             job="j.sh",

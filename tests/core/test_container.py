@@ -124,7 +124,7 @@ def test_a_spooled_close_survives_a_container_restart(tmp_path):
     t0 = float(int(time.time()) - 600)
     spool_it = (
         "import sys, time\n"
-        "from ledger import Ledger, Session\n"
+        "from ledger import Ledger\n"
         f"led = Ledger({url!r})\n"
         "print(led.spool_path, flush=True)\n"
         "sys.stdin.readline()\n"  # the test holds the ledger's write lock now
@@ -133,10 +133,10 @@ def test_a_spooled_close_survives_a_container_restart(tmp_path):
         "print('spooled', flush=True)\n"
         "time.sleep(600)\n"  # killed here, as a container is
     )
-    from ledger import Ledger, Session
+    from ledger import Ledger
 
     Ledger(url).add_session(
-        Session(
+        dict(
             id="s1",
             provider="local",
             label="gpuops-s1",

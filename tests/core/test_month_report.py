@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from gpuops.accounting.ledger_service import month
-from ledger import Ledger, Session
+from ledger import Ledger
 from ledger.reports import month_bounds
 
 
@@ -32,7 +32,7 @@ def book(
     rented: bool = True,
 ) -> None:
     led.add_session(
-        Session(
+        dict(
             id=sid,
             experiment=exp,
             card=card,

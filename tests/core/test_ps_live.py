@@ -11,7 +11,6 @@ import time
 import pytest
 
 from ledger import Ledger
-from ledger.models import Session
 from onbox.vocabulary import EventKind
 
 
@@ -20,7 +19,7 @@ def two_boxes(gpuops_home):
     led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
     now = time.time()
     led.add_session(
-        Session(
+        dict(
             id="20261201-090000-real",
             experiment="sweep",
             job="bench.sh",
@@ -37,7 +36,7 @@ def two_boxes(gpuops_home):
         )
     )
     led.add_session(
-        Session(
+        dict(
             id="20261201-090500-simu",
             experiment="sweep",
             job="bench.sh",

@@ -114,11 +114,11 @@ def test_ps_shows_whole_session_ids_in_an_80_column_terminal(gpuops_home, cli):
     # Seen: `gpuops ps` in 80 columns printed "202611…", the one thing `gpuops down` needs.
     import time
 
-    from ledger import Ledger, Session as Row
+    from ledger import Ledger
 
     sid = "20261129-171139-d34b"
     Ledger(f"sqlite:///{gpuops_home / 'ledger.db'}").add_session(
-        Row(
+        dict(
             id=sid,
             experiment="a-long-experiment-name",
             job="/tmp/job.sh",

@@ -44,10 +44,9 @@ def add_sweep(led) -> None:
     """A sweep ``sweep-lr`` (max_usd 20) of 4 jobs: done, running, queued, failed. The done job's run
     holds s1 (2.40 $) and s5 (6.40 $): the sweep has spent 8.80 $, 0.44 of its max_usd."""
     from ledger import sweeps as queue
-    from ledger.models import Run
 
     t = utc(2026, 11, 3, 9, 0)
-    led.add_run(Run(id="run-lr-1", experiment="llama-serve", created_at=t, sweep_id="sweep-lr"))
+    led.add_run(dict(id="run-lr-1", experiment="llama-serve", created_at=t, sweep_id="sweep-lr"))
     for sid in ("s1", "s5"):
         led.update(sid, run_id="run-lr-1")
     sweep = {"id": "sweep-lr", "name": "lr", "experiment": "llama-serve", "status": "open", "created_at": t,

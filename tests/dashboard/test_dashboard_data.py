@@ -125,7 +125,7 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
 
     from gpuops.accounting.dashboard import build
     from gpuops.config import load_settings
-    from ledger import Ledger, Session
+    from ledger import Ledger
 
     now = time.time()
     box = gpuops_home / "boxes" / "gpuops-20261130-0900-abcd"
@@ -146,7 +146,7 @@ def test_open_local_box_is_read_through_its_provider(gpuops_home):
     settings = load_settings(None)
     led = Ledger(settings.ledger_url())
     led.add_session(
-        Session(
+        dict(
             id="20261130-0900-abcd",
             experiment="sweep",
             provider="local",
@@ -177,13 +177,13 @@ def test_this_month_against_the_cap_and_live_figures_equal_ps(gpuops_home, cli):
     from gpuops.accounting.dashboard import build, live
     from gpuops.config import load_settings
     from gpuops.render.dashboard import page
-    from ledger import Ledger, Session
+    from ledger import Ledger
 
     now = time.time()
     settings = load_settings(None, {"teardown": {"monthly_cap_usd": 10.0}})
     led = Ledger(settings.ledger_url())
     led.add_session(
-        Session(
+        dict(
             id="20261201-0900-real",
             experiment="sweep",
             provider="runpod",

@@ -470,7 +470,6 @@ def _booked(name, request, monkeypatch):
 
     Returns (emulator, provider, settings, session id, instance id)."""
     from gpuops.providers.base import CreateSpec, OfferQuery
-    from ledger import Session as Row
 
     emu = request.getfixturevalue(f"{name}_emulator")
     prov = request.getfixturevalue(f"{name}_provider")
@@ -481,7 +480,7 @@ def _booked(name, request, monkeypatch):
     sid = "20261201-090000-ab12"
     label = f"gpuops-{sid}"
     led.add_session(
-        Row(
+        dict(
             id=sid,
             experiment="e",
             job="j",

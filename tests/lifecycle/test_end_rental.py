@@ -9,7 +9,6 @@ import time
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
 from gpuops.teardown.lifecycle import end_rental
-from ledger.models import Session
 from ledger.store import Ledger
 from onbox.vocabulary import EndReason
 from tests.support.emulators import FAST_RETRY
@@ -24,7 +23,7 @@ def _rent(gpuops_home, emu, sid="s1"):
     inst = p.create(o, CreateSpec(label=f"gpuops-{sid}", image="img", ssh_public_key="ssh-ed25519 AAAA t"))
     led = Ledger(load_settings().ledger_url())
     led.add_session(
-        Session(
+        dict(
             id=sid,
             provider="runpod",
             card=o.card,

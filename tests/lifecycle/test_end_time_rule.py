@@ -20,7 +20,6 @@ import pytest
 
 from gpuops.providers.base import Instance, InstanceStatus, Provider, ProviderError, ProviderErrorKind
 from gpuops.teardown.lifecycle import end_rental
-from ledger.models import Session
 from ledger.store import Ledger
 from onbox.vocabulary import EndReason, EventKind
 
@@ -102,7 +101,7 @@ def rented(
     led, *, account=ACCOUNT, heartbeat=None, instance_created_at=CREATED, instance_id="pod-1", spot=False
 ) -> None:
     led.add_session(
-        Session(
+        dict(
             id="s1",
             provider="runpod",
             card="h100-sxm",
@@ -692,7 +691,7 @@ def test_a_refused_row_reports_the_reason_it_already_carries(led):
     assert end(led, Box()).reason == "manual"
     rented_legacy = "s2"
     led.add_session(
-        Session(
+        dict(
             id=rented_legacy,
             provider="runpod",
             card="h100-sxm",

@@ -98,10 +98,9 @@ def _ledger_with_open_row(home):
 
 
 def _open_row(led, sid: str = "20261201-100000-aaaa") -> str:
-    from ledger import Session as Row
 
     led.add_session(
-        Row(
+        dict(
             id=sid,
             experiment="e",
             job="j",
@@ -251,7 +250,7 @@ print(json.dumps({"loaded_before": before, "listed": listed, "notices": led.noti
 
 def test_a_first_write_s_own_import_does_not_spend_the_replay_deadline(gpuops_home, tmp_path):
     """A fresh process (``ps``) replays a spooled close as its first write, and a first write loads
-    the write tables (SQLModel) -- seconds on a loaded machine. The deadline bounds the database,
+    the write tables (``ledger/models.py``) -- seconds on a loaded machine. The deadline bounds the database,
     not that import: the close is booked before the listing. (Counted inside the deadline, the
     import made the write late, the close went back to the spool and ``ps`` listed the box as
     running, on a ledger that answered at once.)"""

@@ -18,7 +18,6 @@ from gpuops.notify import notifier
 from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
 from gpuops.teardown.lifecycle import end_rental
-from ledger.models import Session
 from ledger.store import Ledger
 from onbox.vocabulary import EndReason
 from tests.conftest import gpuops_cmd
@@ -39,7 +38,7 @@ def _rent(emu, sid: str, rented_s_ago: float = 0.0):
     inst = p.create(o, CreateSpec(label=f"gpuops-{sid}", image="img", ssh_public_key="ssh-ed25519 AAAA t"))
     led = Ledger(load_settings().ledger_url())
     led.add_session(
-        Session(
+        dict(
             id=sid,
             experiment="exp1",
             provider="runpod",
@@ -155,7 +154,7 @@ def test_two_watchdogs_tell_the_monthly_cap_once(gpuops_home, cli_env):
     start = now - 600
     led = Ledger(load_settings().ledger_url())
     led.add_session(
-        Session(
+        dict(
             id="spent",
             provider="local",
             status="closed",
@@ -312,7 +311,7 @@ def test_the_balance_floor_and_the_cap_are_told_after_their_destroys(gpuops_home
         p, led, inst = _rent(emu, "floor")
         now = time.time()
         led.add_session(
-            Session(
+            dict(
                 id="spent",
                 provider="local",
                 status="closed",

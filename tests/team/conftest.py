@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,6 @@ from gpuops.config import Settings, load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import CreateSpec, OfferQuery
 from ledger import Ledger
-from ledger.models import Session
 from tests.emulators import RunPodEmulator, VastEmulator
 from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
 
@@ -38,7 +38,7 @@ class User:
             self.providers[name] = get_provider(name, self.settings)
         return self.providers[name]
 
-    def rent(self, provider: str, sid: str, card: str = "rtx-4090") -> Session:
+    def rent(self, provider: str, sid: str, card: str = "rtx-4090") -> Any:
         """What `up` does up to `create`: the intent row (owner, account) then create, then the
         row gets the instance. Returns the row."""
         p = self.provider(provider)
@@ -46,7 +46,7 @@ class User:
         offer = min(offers, key=lambda o: o.usd_per_hour)
         label = f"gpuops-{sid}"
         self.ledger.add_session(
-            Session(
+            dict(
                 id=sid,
                 experiment="team",
                 job="job.sh",

@@ -205,12 +205,11 @@ def test_experiment_name_with_control_or_bidi_is_refused(gpuops_home, cli_env, t
 
 def test_notes_are_shown_escaped_everywhere(gpuops_home, cli, tmp_path):
     # in process through the real entry point (the cli fixture): the claim is the bytes the commands print
-    from ledger.models import Session
 
     s = load_settings(None, {})
     led = Ledger(s.ledger_url())
     led.add_session(
-        Session(
+        dict(
             id="20261130-000000-aaaa",
             experiment="e",
             job="j",
@@ -277,12 +276,11 @@ def test_a_nan_booked_row_never_lets_a_rental_through_the_cap(gpuops_home, team_
     from gpuops.teardown.reconcile import Context
     from gpuops.teardown.watchdog import run
     from ledger.limits import active_refusals, month_spend
-    from ledger.models import Session
 
     led = Ledger(team_ledger_url)
     now = time.time()
     led.add_session(
-        Session(
+        dict(
             id="nan-1",
             experiment="e",
             job="j",
@@ -332,11 +330,10 @@ def test_note_and_conclusion_escaped_in_dry_run_and_ledger_sessions(gpuops_home,
     )
     assert r.returncode == 0, r.stderr
     assert "\x1b" not in r.stdout and "note: \\x1b]0;pwned\\x07\\x1b[2Jcost $0.00" in r.stdout
-    from ledger.models import Session
 
     led = Ledger(load_settings(None, {}).ledger_url())
     led.add_session(
-        Session(
+        dict(
             id="20261130-000000-bbbb",
             experiment="e",
             job="j",

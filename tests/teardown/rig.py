@@ -18,7 +18,6 @@ from gpuops.agent.bootstrap_config import build_bootstrap_plan, run_bootstrap_pl
 from gpuops.config import load_settings
 from gpuops.providers import get_provider
 from gpuops.providers.base import CreateSpec, InstanceStatus, OfferQuery
-from ledger.models import Session
 from ledger.store import Ledger
 
 # How much later than its due time a loaded machine may let a process act (a wake-up, a kill, a
@@ -71,7 +70,7 @@ class Rig:
         offer = self.provider.offers(OfferQuery())[0]
         self.offer = offer
         self.ledger.add_session(
-            Session(
+            dict(
                 id=self.sid,
                 experiment="t",
                 job="job.sh",

@@ -89,7 +89,6 @@ def test_month_spend_counts_real_closed_and_accrued_open(gpuops_home):
     import time
 
     from ledger.limits import month_spend
-    from ledger.models import Session
     from ledger.store import Ledger
 
     led = Ledger(f"sqlite:///{gpuops_home / 'l.db'}")
@@ -97,12 +96,12 @@ def test_month_spend_counts_real_closed_and_accrued_open(gpuops_home):
     base = dict(
         experiment="e", job="j", provider="local", card="c", gpu_count=1, spot=False, label="x", status="provisioning"
     )
-    led.add_session(Session(id="a", created_at=now - 7200, simulated=False, usd_per_hour=3.0, **base))
+    led.add_session(dict(id="a", created_at=now - 7200, simulated=False, usd_per_hour=3.0, **base))
     led.update("a", instance_created_at=now - 7200)
     led.close("a", now - 3600, "job_end")  # 1 h at $3 = $3
-    led.add_session(Session(id="b", created_at=now - 1800, simulated=False, usd_per_hour=2.0, **base))
+    led.add_session(dict(id="b", created_at=now - 1800, simulated=False, usd_per_hour=2.0, **base))
     led.update("b", instance_created_at=now - 1800, status="running")  # open: 0.5 h at $2 = $1 accrued
-    led.add_session(Session(id="c", created_at=now - 1800, simulated=True, usd_per_hour=50.0, **base))
+    led.add_session(dict(id="c", created_at=now - 1800, simulated=True, usd_per_hour=50.0, **base))
     led.update("c", instance_created_at=now - 1800, status="running")  # simulated: not money
     assert month_spend(led, now - 10 * 86400, now + 1, now=now) == pytest.approx(4.0, abs=1e-6)
 
@@ -115,7 +114,7 @@ def test_month_spend_at_most_bounds_the_exact_spend_of_every_owner(gpuops_home):
     import sqlalchemy as sa
 
     from ledger.limits import month_spend, month_spend_at_most
-    from ledger.models import Session
+    from ledger.models import sessions
     from ledger.reports import month_bounds
     from ledger.store import Ledger
 
@@ -171,7 +170,7 @@ def test_month_spend_at_most_bounds_the_exact_spend_of_every_owner(gpuops_home):
         for i, (began, ended, status, iid, cost, sim, owner) in enumerate(edges)
     ]
     with led.engine.begin() as conn:
-        conn.execute(Session.__table__.insert(), rows)
+        conn.execute(sessions.insert(), rows)
         conn.execute(
             sa.text(
                 "INSERT INTO cost_lines (session_id, provider, kind, start_at, end_at, usd, simulated, source, description,"
@@ -326,11 +325,10 @@ def _spent(led, sid, owner, usd):
     """One closed hour at ``usd`` USD/h inside this local month (its first hour: the month's rows
     are summed by time, so a row ended "later today" counts the same)."""
     from gpuops.teardown.budget import month_start_end
-    from ledger.models import Session
 
     lo, _ = month_start_end()
     led.add_session(
-        Session(
+        dict(
             id=sid,
             experiment="e",
             job="j",

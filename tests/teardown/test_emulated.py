@@ -21,7 +21,6 @@ from gpuops.providers.base import CreateSpec, OfferQuery
 from gpuops.providers.keys import Credential
 from gpuops.teardown.reconcile import Context
 from gpuops.teardown.watchdog import run
-from ledger.models import Session
 from ledger.store import Ledger
 from tests.support.emulators import FAST_RETRY
 from tests.teardown.conftest import LOADED_SLACK_S, wait_for
@@ -293,7 +292,7 @@ def test_agent_without_a_key_keeps_trying_and_says_why(tmp_path, vast):
 def book(led: Ledger, sid: str, provider: str, inst, spot: bool, account: str | None = None) -> None:
     """A row as `up` books it: ``account`` is the renting provider's (gpuops.ownership)."""
     led.add_session(
-        Session(
+        dict(
             id=sid,
             experiment="e",
             job="j",
@@ -370,7 +369,7 @@ def test_reconcile_closes_pod_deleted_in_console_at_last_heartbeat(gpuops_home, 
     book(led, "c1", "runpod", inst, spot=False, account=p.account)
     orphan = create(p, "gpuops-c2")  # its row was closed: an orphan
     led.add_session(
-        Session(
+        dict(
             id="c2",
             experiment="e",
             job="j",

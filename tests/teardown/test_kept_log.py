@@ -81,14 +81,13 @@ def test_after_up_is_killed_the_ender_fetches_the_rest_of_the_log(gpuops_home, c
 def test_a_copy_that_cannot_be_finished_says_where_it_stops(gpuops_home, tmp_path):
     from gpuops.teardown.joblog import INCOMPLETE, keep_log
     from ledger import Ledger
-    from ledger.models import Session
     from onbox.vocabulary import EventKind
 
     led = Ledger(os.environ["GPUOPS_LEDGER_URL"])
     log = tmp_path / "s1.log"
     log.write_bytes(b"line 1\nline 2\n")
     led.add_session(
-        Session(
+        dict(
             id="s1",
             experiment="e",
             job="j.sh",

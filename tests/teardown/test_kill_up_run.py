@@ -13,7 +13,6 @@ from gpuops.config import load_settings
 from gpuops.teardown.lifecycle import Ended
 from gpuops.teardown.reconcile import Context, close_run_of, reconcile
 from gpuops.teardown.watchdog import run
-from ledger import Run
 from ledger.store import Ledger
 from tests.lifecycle.upproc import UpProc, has_event, no_box_processes, only_row, up_env
 from tests.teardown.conftest import wait_for
@@ -57,7 +56,7 @@ def test_a_run_that_would_re_rent_stays_open(gpuops_home):
     ctx = Context(settings, ledger=led)
     for rid, attempts in (("run-a", 1), ("run-b", 2)):
         led.add_run(
-            Run(
+            dict(
                 id=rid,
                 experiment="x",
                 job="j",

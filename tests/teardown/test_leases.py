@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ledger import Ledger, Session
+from ledger import Ledger
 from ledger.limits import acquire_lease, active_refusals, lease_holder, lift_refusal, release_lease, set_refusal
 from tests.support.postgres import postgres_server  # noqa: F401  (fixture)
 
@@ -22,7 +22,7 @@ def led(request, tmp_path):
     )
     led = Ledger(url)
     led.add_session(
-        Session(
+        dict(
             id="s1",
             experiment="e",
             job="j",
