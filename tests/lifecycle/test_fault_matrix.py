@@ -131,7 +131,10 @@ def test_fault_matrix_local(matrix_env, gpuops_home, fake_smi, tmp_path, stage, 
         row, _ = _reconcile_until_done(row.id)
     assert (row.status, row.end_reason, row.tokens) == ("closed", reason, tokens)
     kinds = [e.kind for e in ledger().events(row.id)]
-    assert kinds[0] == "intent" and kinds[-1] == "closed" and kinds.count("closed") == 1
+    # After the close only a replay's label may come: a write the killed `up` spooled (late under
+    # load) is replayed by the reconcile that closed the row, and says so once it has run.
+    after = kinds[kinds.index("closed") + 1 :] if "closed" in kinds else None
+    assert kinds[0] == "intent" and kinds.count("closed") == 1 and set(after or ()) <= {"spool_replayed"}, kinds
     box = gpuops_home / "boxes" / row.label
     provider = get_provider("local", load_settings())
     if row.instance_id is None:
