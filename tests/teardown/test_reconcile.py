@@ -43,7 +43,9 @@ def test_instance_with_no_row_is_reported_not_destroyed(rig, fake_smi):
 
 
 def test_non_gpuops_labels_are_ignored(rig, fake_smi):
-    r = rig({})
+    # our intent row stays young for the whole test (a create can take seconds under load): the
+    # foreign instance is the only thing the reconcile could act on
+    r = rig({}, up={"ready_timeout_seconds": 600.0})
     r.intent()
     other = r.provider.create(r.offer, CreateSpec(label="mybox-1"))
     assert reconcile(ctx_of(r)) == []
